@@ -1,0 +1,408 @@
+//! The Communicator: one rank's handle on its peers.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weft_bootstrap::Bootstrap;
+use weft_gpu::{Device, DeviceMemory, ImportedMemory, PinnedHostMemory};
+use weft_types::{DeviceErrorCode, DeviceErrorRecord, SemaphoreDeviceHandle, WaitContext, WaitOp};
+
+use crate::channel::{MemoryChannel, MemoryChannelConfig};
+use crate::descriptor::{MemoryDescriptor, MemoryHandle};
+use crate::env::Env;
+use crate::error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
+use crate::fd_passing::{FdServer, fetch_fd};
+use crate::identity::ProcessIdentity;
+use crate::memory::{RegisteredMemory, RemoteMemory};
+use crate::semaphore::{Semaphore, TokenPool};
+use crate::topology::{PeerInfo, Topology};
+use crate::wire::{Reader, Writer};
+
+/// Bootstrap tag of every setup message; per peer, both sides issue setup calls in the same
+/// order, so one ordered stream per peer pairs them.
+const SETUP_TAG: u32 = 0x5746_0001;
+/// Bytes of the token pool (one VMM granule on Hopper: 262144 semaphore tokens).
+const TOKEN_POOL_BYTES: usize = 2 << 20;
+/// Bound of a cross-process file-descriptor fetch.
+const FD_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One rank's communicator. Cheap to clone.
+#[derive(Clone)]
+pub struct Communicator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    rank: usize,
+    bootstrap: Arc<dyn Bootstrap>,
+    device: Device,
+    env: Env,
+    topology: Topology,
+    fd_server: Arc<FdServer>,
+    error_record: PinnedHostMemory,
+    tokens: TokenPool,
+    /// Devices of same-process peers (for granting them access to our memory).
+    local_peer_devices: Vec<Device>,
+    /// Cross-process mappings, keyed by (owner rank, owner base address).
+    imports: Mutex<HashMap<(usize, u64), Arc<ImportedMemory>>>,
+}
+
+impl fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.inner.rank)
+            .field("world_size", &self.world_size())
+            .field("device", &self.inner.device.ordinal())
+            .finish()
+    }
+}
+
+impl Communicator {
+    /// Creates this rank's communicator: gathers every rank's host, process and GPU, starts the
+    /// fd server, allocates the token pool and the device error record. Collective: every rank
+    /// of the bootstrap must call it.
+    pub fn new(bootstrap: Arc<dyn Bootstrap>, device: Device, env: Env) -> Result<Self, Error> {
+        let rank = bootstrap.rank();
+        let gpu = |source| Error::Gpu { rank, source };
+        let me = PeerInfo {
+            rank,
+            device_ordinal: device.ordinal(),
+            pci_bus_id: device.pci_bus_id().map_err(gpu)?,
+            identity: ProcessIdentity::current(),
+        };
+        let encoded = me.encode().map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
+        let gathered = bootstrap.all_gather(&encoded).map_err(|source| Error::Bootstrap { rank, source })?;
+        let mut peers = Vec::with_capacity(gathered.len());
+        for (peer, bytes) in gathered.iter().enumerate() {
+            peers.push(PeerInfo::decode(bytes).map_err(|source| ConnectError::Descriptor { rank, peer, source })?);
+        }
+        let topology = Topology::new(rank, peers).map_err(|detail| Error::InvalidArgument { rank, detail })?;
+        let mut local_peer_devices = Vec::new();
+        for p in topology.peers() {
+            if p.rank != rank && topology.same_process(p.rank) && p.device_ordinal != device.ordinal() {
+                local_peer_devices.push(Device::new(p.device_ordinal).map_err(gpu)?);
+            }
+        }
+        let fd_server = Arc::new(
+            FdServer::start()
+                .map_err(|e| Error::InvalidArgument { rank, detail: format!("cannot start the fd server: {e}") })?,
+        );
+        let error_record = PinnedHostMemory::alloc(&device, size_of::<DeviceErrorRecord>()).map_err(gpu)?;
+        let pool = Arc::new(DeviceMemory::alloc(&device, TOKEN_POOL_BYTES, env.alloc).map_err(gpu)?);
+        pool.fill(0, pool.len(), 0).map_err(gpu)?;
+        let tokens_memory = register_with(
+            rank,
+            &device,
+            &fd_server,
+            &local_peer_devices,
+            &me.identity,
+            Arc::clone(&pool),
+            0,
+            pool.len(),
+        )?;
+        let inner = Inner {
+            rank,
+            bootstrap,
+            device,
+            env,
+            topology,
+            fd_server,
+            error_record,
+            tokens: TokenPool::new(tokens_memory),
+            local_peer_devices,
+            imports: Mutex::default(),
+        };
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.inner.topology.world_size()
+    }
+
+    /// This rank's GPU.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// Where every rank lives.
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+
+    /// The configuration in force.
+    pub fn env(&self) -> &Env {
+        &self.inner.env
+    }
+
+    /// The bootstrap (for host-side agreement between ranks).
+    pub fn bootstrap(&self) -> &Arc<dyn Bootstrap> {
+        &self.inner.bootstrap
+    }
+
+    /// Host-side barrier over every rank.
+    pub fn barrier(&self) -> Result<(), Error> {
+        self.inner.bootstrap.barrier().map_err(|source| Error::Bootstrap { rank: self.rank(), source })
+    }
+
+    /// Allocates communication memory on this rank's GPU with the configured allocation kind.
+    pub fn alloc(&self, len: usize) -> Result<Arc<DeviceMemory>, Error> {
+        DeviceMemory::alloc(&self.inner.device, len, self.inner.env.alloc)
+            .map(Arc::new)
+            .map_err(|source| Error::Gpu { rank: self.rank(), source })
+    }
+
+    /// Registers a whole allocation so peers can map it.
+    pub fn register(&self, memory: Arc<DeviceMemory>) -> Result<RegisteredMemory, Error> {
+        let len = memory.len();
+        self.register_range(memory, 0, len)
+    }
+
+    /// Registers `len` bytes at `offset` of an allocation.
+    pub fn register_range(
+        &self,
+        memory: Arc<DeviceMemory>,
+        offset: usize,
+        len: usize,
+    ) -> Result<RegisteredMemory, Error> {
+        let i = &self.inner;
+        let me = i.topology.peer(i.rank).map(|p| p.identity).unwrap_or_else(ProcessIdentity::current);
+        register_with(i.rank, &i.device, &i.fd_server, &i.local_peer_devices, &me, memory, offset, len)
+    }
+
+    fn send(&self, peer: usize, bytes: &[u8]) -> Result<(), Error> {
+        self.inner
+            .bootstrap
+            .send(peer, SETUP_TAG, bytes)
+            .map_err(|source| Error::Bootstrap { rank: self.rank(), source })
+    }
+
+    fn recv(&self, peer: usize) -> Result<Vec<u8>, Error> {
+        self.inner.bootstrap.recv(peer, SETUP_TAG).map_err(|source| Error::Bootstrap { rank: self.rank(), source })
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<(), Error> {
+        if peer >= self.world_size() || peer == self.rank() {
+            return Err(Error::InvalidArgument {
+                rank: self.rank(),
+                detail: format!("peer {peer} (world of {}, self is {})", self.world_size(), self.rank()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Maps a descriptor received from `peer` into this rank's address space.
+    fn import(&self, peer: usize, d: &MemoryDescriptor) -> Result<RemoteMemory, Error> {
+        let rank = self.rank();
+        let i = &self.inner;
+        let len = usize::try_from(d.len).map_err(|_| Error::InvalidArgument { rank, detail: "length".into() })?;
+        if d.owner_rank != peer {
+            return Err(Error::InvalidArgument {
+                rank,
+                detail: format!("descriptor from peer {peer} claims owner {}", d.owner_rank),
+            });
+        }
+        if d.identity == i.topology.peer(rank).map(|p| p.identity).unwrap_or_else(ProcessIdentity::current) {
+            // Same process: the owner granted our device access at registration.
+            return Ok(RemoteMemory::new(d.base + d.offset, len, peer, None));
+        }
+        if !i.topology.same_host(peer) {
+            return Err(ConnectError::NoTransport {
+                rank,
+                peer,
+                reason: "peer is on another host and weft has no network transport for MemoryChannels".into(),
+            }
+            .into());
+        }
+        let key = (peer, d.base);
+        if let Some(mapping) = lock(&i.imports).get(&key) {
+            return Ok(RemoteMemory::new(mapping.ptr() + d.offset, len, peer, Some(Arc::clone(mapping))));
+        }
+        let mapped_len = usize::try_from(d.mapped_len)
+            .map_err(|_| Error::InvalidArgument { rank, detail: "mapped length".into() })?;
+        let mapping = match &d.handle {
+            MemoryHandle::PosixFd { socket, export_id, secret } => {
+                let fd = fetch_fd(socket, *secret, *export_id, FD_FETCH_TIMEOUT)
+                    .map_err(|detail| ConnectError::FdFetch { rank, peer, detail })?;
+                ImportedMemory::from_fd(&i.device, fd, mapped_len)
+            }
+            MemoryHandle::Legacy(handle) => ImportedMemory::from_legacy(&i.device, handle, mapped_len),
+        }
+        .map_err(|source| ConnectError::Map { rank, peer, source })?;
+        let mapping = Arc::new(mapping);
+        lock(&i.imports).insert(key, Arc::clone(&mapping));
+        Ok(RemoteMemory::new(mapping.ptr() + d.offset, len, peer, Some(mapping)))
+    }
+
+    /// Sends `local`'s descriptor to `peer`, receives the peer's counterpart and maps it.
+    /// Pairwise: `peer` must make the matching call.
+    pub fn connect_memory(&self, peer: usize, local: &RegisteredMemory) -> Result<RemoteMemory, Error> {
+        self.check_peer(peer)?;
+        let rank = self.rank();
+        let bytes = local.descriptor().encode().map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
+        self.send(peer, &bytes)?;
+        let theirs = self.recv(peer)?;
+        let d = MemoryDescriptor::decode(&theirs).map_err(|source| ConnectError::Descriptor { rank, peer, source })?;
+        self.import(peer, &d)
+    }
+
+    /// What a wait on a handle to `peer` needs: the error record, the bound, the ranks.
+    pub fn wait_context(&self, peer: usize, timeout: Option<Duration>) -> WaitContext {
+        let bound = timeout.unwrap_or(self.inner.env.device_timeout);
+        WaitContext {
+            error: self.inner.error_record.device_ptr(),
+            timeout_ns: u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX).max(1),
+            rank: i32::try_from(self.rank()).unwrap_or(i32::MAX),
+            peer: i32::try_from(peer).unwrap_or(i32::MAX),
+        }
+    }
+
+    /// Creates a semaphore with `peer`. Pairwise: `peer` must make the matching call.
+    pub fn semaphore(&self, peer: usize, timeout: Option<Duration>) -> Result<Semaphore, Error> {
+        self.check_peer(peer)?;
+        let rank = self.rank();
+        let pool = &self.inner.tokens;
+        let exhausted = || Error::InvalidArgument { rank, detail: "semaphore token pool exhausted".into() };
+        let inbound = pool.claim().ok_or_else(exhausted)?;
+        let expected = pool.claim().ok_or_else(exhausted)?;
+        let descriptor =
+            pool.memory().descriptor().encode().map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
+        let mut w = Writer::default();
+        w.u32(u32::try_from(inbound).map_err(|_| exhausted())?);
+        w.short_bytes(&descriptor).map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
+        self.send(peer, &w.finish())?;
+        let theirs = self.recv(peer)?;
+        let malformed = |source| ConnectError::Descriptor { rank, peer, source };
+        let mut r = Reader::new(&theirs);
+        let remote_slot = r.u32("token slot").map_err(malformed)? as u64;
+        let remote_pool =
+            MemoryDescriptor::decode(r.short_bytes("token pool").map_err(malformed)?).map_err(malformed)?;
+        r.finish().map_err(malformed)?;
+        if (remote_slot + 1) * 8 > remote_pool.len {
+            return Err(ConnectError::Descriptor {
+                rank,
+                peer,
+                source: crate::wire::WireError::Invalid { what: "token slot", detail: format!("{remote_slot}") },
+            }
+            .into());
+        }
+        let remote = self.import(peer, &remote_pool)?;
+        let handle = SemaphoreDeviceHandle {
+            inbound: pool.address(inbound),
+            remote_inbound: remote.ptr() + 8 * remote_slot,
+            expected: pool.address(expected),
+            wait: self.wait_context(peer, timeout),
+        };
+        Ok(Semaphore::new(peer, handle, remote, pool.memory().clone()))
+    }
+
+    /// Creates a MemoryChannel with `peer`: `buffer` is this rank's side (the peer's matching
+    /// call supplies the `dst` this rank writes into), `packets` an optional LL packet buffer
+    /// (both sides must pass one or neither). Pairwise: `peer` must make the matching call.
+    pub fn memory_channel(
+        &self,
+        peer: usize,
+        buffer: &RegisteredMemory,
+        packets: Option<&RegisteredMemory>,
+        config: MemoryChannelConfig,
+    ) -> Result<MemoryChannel, Error> {
+        self.check_peer(peer)?;
+        let remote = self.connect_memory(peer, buffer)?;
+        let packet_pair = match packets {
+            Some(mine) => Some((mine.clone(), self.connect_memory(peer, mine)?)),
+            None => None,
+        };
+        let semaphore = self.semaphore(peer, config.timeout)?;
+        Ok(MemoryChannel::new(semaphore, buffer.clone(), remote, packet_pair))
+    }
+
+    /// The first failure a kernel of this communicator recorded, if any.
+    pub fn device_failure(&self) -> Option<DeviceFailure> {
+        let rec: DeviceErrorRecord = self.inner.error_record.read(0).ok()?;
+        if rec.code == DeviceErrorCode::None as u32 {
+            return None;
+        }
+        let op = match WaitOp::from_raw(rec.op) {
+            Some(WaitOp::SemaphoreWait) => "semaphore wait",
+            Some(WaitOp::Ll8Read) => "LL8 packet read",
+            Some(WaitOp::Ll16Read) => "LL16 packet read",
+            None => "unknown operation",
+        };
+        Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })
+    }
+
+    /// `Err(PeerTimeout)` if a kernel recorded a failure.
+    pub fn check_device(&self) -> Result<(), Error> {
+        self.device_failure().map_or(Ok(()), |f| Err(Error::PeerTimeout(f)))
+    }
+
+    /// Clears the device error record (after the failure was handled; no kernel may be running).
+    pub fn clear_device_failure(&self) -> Result<(), Error> {
+        self.inner
+            .error_record
+            .write(0, DeviceErrorRecord::default())
+            .map_err(|source| Error::Gpu { rank: self.rank(), source })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Entries are inserted whole; a poisoned map is still consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn register_with(
+    rank: usize,
+    device: &Device,
+    fd_server: &Arc<FdServer>,
+    local_peer_devices: &[Device],
+    identity: &ProcessIdentity,
+    memory: Arc<DeviceMemory>,
+    offset: usize,
+    len: usize,
+) -> Result<RegisteredMemory, Error> {
+    let gpu = |source| RegisterMemoryError::Gpu { rank, source };
+    if memory.device().ordinal() != device.ordinal() {
+        return Err(RegisterMemoryError::WrongDevice {
+            rank,
+            memory_device: memory.device().ordinal(),
+            comm_device: device.ordinal(),
+        }
+        .into());
+    }
+    if len == 0 || offset.checked_add(len).is_none_or(|end| end > memory.len()) {
+        return Err(Error::InvalidArgument {
+            rank,
+            detail: format!("register {offset}+{len} of an allocation of {} bytes", memory.len()),
+        });
+    }
+    for peer in local_peer_devices {
+        memory.grant_access(peer).map_err(gpu)?;
+    }
+    let (handle, export) = if memory.is_vmm() {
+        let id = fd_server.export(memory.export_fd().map_err(gpu)?);
+        let handle =
+            MemoryHandle::PosixFd { socket: fd_server.name().to_vec(), export_id: id, secret: fd_server.secret() };
+        (handle, Some((Arc::clone(fd_server), id)))
+    } else {
+        (MemoryHandle::Legacy(memory.legacy_ipc_handle().map_err(gpu)?), None)
+    };
+    let descriptor = MemoryDescriptor {
+        owner_rank: rank,
+        device_ordinal: device.ordinal(),
+        identity: *identity,
+        base: memory.ptr(),
+        mapped_len: memory.mapped_len() as u64,
+        offset: offset as u64,
+        len: len as u64,
+        handle,
+    };
+    Ok(RegisteredMemory::new(memory, offset, len, descriptor, export))
+}

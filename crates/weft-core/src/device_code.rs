@@ -1,0 +1,145 @@
+//! weft's device sources, embedded in the binary, and their compilation and loading per device.
+//!
+//! Headers are handed to NVRTC by include name (`weft/semaphore.cuh`, ...), so nothing is read
+//! from disk at run time except CUDA's own headers. Every kernel source is compiled to CUBIN for
+//! the device's architecture on first use and cached (see `weft_gpu::nvrtc`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weft_gpu::{CompileOptions, CompiledKernel, Device, GpuError, KernelSource, Module};
+
+/// Every public and internal device header, by include name.
+pub const HEADERS: &[(&str, &str)] = &[
+    ("weft/weft.cuh", include_str!("../../../device/include/weft/weft.cuh")),
+    ("weft/wait.cuh", include_str!("../../../device/include/weft/wait.cuh")),
+    ("weft/semaphore.cuh", include_str!("../../../device/include/weft/semaphore.cuh")),
+    ("weft/packet.cuh", include_str!("../../../device/include/weft/packet.cuh")),
+    ("weft/memory_channel.cuh", include_str!("../../../device/include/weft/memory_channel.cuh")),
+    ("weft/reduce.cuh", include_str!("../../../device/include/weft/reduce.cuh")),
+    ("weft/impl/stdint.cuh", include_str!("../../../device/include/weft/impl/stdint.cuh")),
+    ("weft/impl/ptx__funcs.cuh", include_str!("../../../device/include/weft/impl/ptx__funcs.cuh")),
+    ("weft/generated/types.cuh", include_str!("../../../device/include/weft/generated/types.cuh")),
+];
+
+/// Every kernel source, by file name.
+pub const KERNELS: &[(&str, &str)] = &[("selftest.cu", include_str!("../../../device/kernels/selftest.cu"))];
+
+/// The embedded source `name` with every header attached.
+pub fn source(name: &str) -> Option<KernelSource> {
+    let (_, text) = KERNELS.iter().find(|(n, _)| *n == name)?;
+    Some(KernelSource {
+        name: name.to_string(),
+        text: (*text).to_string(),
+        headers: HEADERS.iter().map(|(n, t)| ((*n).to_string(), (*t).to_string())).collect(),
+    })
+}
+
+/// A translation unit that `static_assert`s the size, alignment and every field offset of every
+/// `weft-types` struct, with the numbers taken from Rust at run time: compiling it proves the
+/// C++ view of each layout (through the generated header) equals the Rust one.
+pub fn layout_probe_source() -> KernelSource {
+    use std::fmt::Write as _;
+    let mut text = String::from("#include \"weft/generated/types.cuh\"\nnamespace weft {\n");
+    for s in weft_types::all_structs() {
+        // Writing to a String cannot fail.
+        let _ = writeln!(text, "static_assert(sizeof({0}) == {1}, \"rust size of {0} is {1}\");", s.name, s.size);
+        let _ = writeln!(text, "static_assert(alignof({0}) == {1}, \"rust align of {0} is {1}\");", s.name, s.align);
+        for f in &s.fields {
+            let _ = writeln!(
+                text,
+                "static_assert(WEFT_OFFSETOF({0}, {1}) == {2}, \"rust offset of {0}.{1} is {2}\");",
+                s.name, f.name, f.offset
+            );
+        }
+    }
+    text.push_str("}  // namespace weft\nextern \"C\" __global__ void weft_layout_probe() {}\n");
+    KernelSource {
+        name: "layout_probe.cu".into(),
+        text,
+        headers: HEADERS.iter().map(|(n, t)| ((*n).to_string(), (*t).to_string())).collect(),
+    }
+}
+
+/// A module loaded on a device, with how long getting it took.
+#[derive(Debug, Clone)]
+pub struct LoadedKernels {
+    /// The module.
+    pub module: Arc<Module>,
+    /// Compile (or cache read) plus module load time.
+    pub elapsed: Duration,
+    /// Whether the CUBIN came from the on-disk cache.
+    pub from_cache: bool,
+}
+
+/// Compiles and loads weft's kernel sources, caching CUBINs in one folder.
+#[derive(Debug, Clone)]
+pub struct KernelLibrary {
+    cache_dir: PathBuf,
+}
+
+impl KernelLibrary {
+    /// A library caching into `cache_dir` (usually `Env::cache_dir`).
+    pub fn new(cache_dir: PathBuf) -> Self {
+        Self { cache_dir }
+    }
+
+    /// Compiles (or reads from cache) source `name` for `arch`; needs NVRTC, not a GPU.
+    pub fn compile(&self, name: &str, arch: &str) -> Result<CompiledKernel, GpuError> {
+        let source = source(name).ok_or_else(|| GpuError::InvalidArgument(format!("no kernel source {name}")))?;
+        weft_gpu::compile(&source, &CompileOptions { arch: arch.to_string(), extra: vec![] }, &self.cache_dir)
+    }
+
+    /// Compiles the layout probe for `arch`; an error carries NVRTC's log.
+    pub fn compile_layout_probe(&self, arch: &str) -> Result<(), GpuError> {
+        let options = CompileOptions { arch: arch.to_string(), extra: vec![] };
+        weft_gpu::compile(&layout_probe_source(), &options, &self.cache_dir).map(|_| ())
+    }
+
+    /// Compiles source `name` for `device`'s architecture and loads it there.
+    pub fn load(&self, device: &Device, name: &str) -> Result<LoadedKernels, GpuError> {
+        let start = Instant::now();
+        let compiled = self.compile(name, &device.arch()?)?;
+        let module = Module::load(device, &compiled.cubin)?;
+        Ok(LoadedKernels { module, elapsed: start.elapsed(), from_cache: compiled.from_cache })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checked_in_generated_header_is_current() {
+        let (_, checked_in) =
+            HEADERS.iter().find(|(n, _)| *n == "weft/generated/types.cuh").copied().unwrap_or_default();
+        assert_eq!(
+            checked_in,
+            weft_types::cuda::generated_header(),
+            "device/include/weft/generated/types.cuh is stale: run `weft gen-header`"
+        );
+    }
+
+    #[test]
+    fn every_header_in_the_tree_is_embedded() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../device/include");
+        let mut on_disk = Vec::new();
+        collect(&root, &root, &mut on_disk);
+        on_disk.sort();
+        let mut embedded: Vec<String> = HEADERS.iter().map(|(n, _)| n.to_string()).collect();
+        embedded.sort();
+        assert_eq!(on_disk, embedded);
+    }
+
+    fn collect(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                collect(root, &path, out);
+            } else if path.extension().is_some_and(|e| e == "cuh") {
+                out.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Every `WEFT_*` environment variable, read once into one typed struct. Explicit builder calls
+//! override these defaults.
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `WEFT_TIMEOUT` | bound of every device-side wait, in seconds (fractions allowed) | `5` |
+//! | `WEFT_BOOTSTRAP_TIMEOUT` | bound of every rendezvous step, in seconds (read by weft-bootstrap) | `30` |
+//! | `WEFT_CACHE_DIR` | folder of the NVRTC kernel cache | `$XDG_CACHE_HOME/weft` or `~/.cache/weft` |
+//! | `WEFT_CUDA_HOME` | CUDA installation searched first for NVRTC and headers (read by weft-gpu) | unset |
+//! | `WEFT_ALLOC` | device memory kind: `vmm`, `legacy` or `auto` | `auto` |
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use weft_gpu::AllocKind;
+
+/// A malformed environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?}: {expected}")]
+pub struct EnvError {
+    /// Variable name.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What was expected instead.
+    pub expected: &'static str,
+}
+
+/// weft's configuration from the environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Env {
+    /// `WEFT_TIMEOUT`: bound of every device-side spin.
+    pub device_timeout: Duration,
+    /// `WEFT_CACHE_DIR`: NVRTC cache folder.
+    pub cache_dir: PathBuf,
+    /// `WEFT_ALLOC`: how communication buffers are allocated.
+    pub alloc: AllocKind,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Self {
+            device_timeout: Duration::from_secs(5),
+            cache_dir: weft_gpu::default_cache_dir(),
+            alloc: AllocKind::Auto,
+        }
+    }
+}
+
+impl Env {
+    /// Reads the process environment.
+    pub fn from_process() -> Result<Self, EnvError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads variables through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let mut env = Self::default();
+        if let Some(value) = lookup("WEFT_TIMEOUT") {
+            let seconds: f64 = value.trim().parse().map_err(|_| EnvError {
+                name: "WEFT_TIMEOUT",
+                value: value.clone(),
+                expected: "a positive number of seconds",
+            })?;
+            if !(seconds > 0.0 && seconds <= 86_400.0) {
+                return Err(EnvError { name: "WEFT_TIMEOUT", value, expected: "between 0 and 86400 seconds" });
+            }
+            env.device_timeout = Duration::from_secs_f64(seconds);
+        }
+        if let Some(value) = lookup("WEFT_CACHE_DIR").filter(|v| !v.is_empty()) {
+            env.cache_dir = PathBuf::from(value);
+        }
+        if let Some(value) = lookup("WEFT_ALLOC") {
+            env.alloc = match value.trim() {
+                "vmm" => AllocKind::Vmm,
+                "legacy" => AllocKind::Legacy,
+                "auto" | "" => AllocKind::Auto,
+                _ => return Err(EnvError { name: "WEFT_ALLOC", value, expected: "vmm, legacy or auto" }),
+            };
+        }
+        Ok(env)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<Env, EnvError> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Env::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        assert_eq!(env(&[]).unwrap().device_timeout, Duration::from_secs(5));
+        let e = env(&[("WEFT_TIMEOUT", "0.25"), ("WEFT_ALLOC", "legacy"), ("WEFT_CACHE_DIR", "/x")]).unwrap();
+        assert_eq!(e.device_timeout, Duration::from_millis(250));
+        assert_eq!(e.alloc, AllocKind::Legacy);
+        assert_eq!(e.cache_dir, PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable() {
+        for (k, v) in [("WEFT_TIMEOUT", "soon"), ("WEFT_TIMEOUT", "0"), ("WEFT_TIMEOUT", "-1"), ("WEFT_ALLOC", "huge")]
+        {
+            let err = env(&[(k, v)]).unwrap_err();
+            assert_eq!(err.name, k);
+            assert!(err.to_string().contains(k));
+        }
+    }
+}

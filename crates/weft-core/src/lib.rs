@@ -1,0 +1,39 @@
+//! # weft-core — communicators, registered memory, semaphores and MemoryChannels
+//!
+//! **Owns:** the [`Communicator`] (a rank's view of its peers over a bootstrap), the
+//! [`Topology`] (same host, same process, peer access), [`RegisteredMemory`] with its
+//! explicit, versioned wire descriptor, the CUDA IPC transport (POSIX file descriptors passed
+//! over a Unix socket between processes, legacy IPC handles as a fallback, plain pointers between
+//! threads of one process), device-to-device [`Semaphore`]s, [`MemoryChannel`]s and their device
+//! handles, the typed [`Env`], and the embedded device sources with their per-device kernel
+//! loader.
+//!
+//! **Must not:** implement collectives or algorithms (weft-coll), talk to the network except
+//! through the bootstrap, or call `cuMulticast*`.
+//!
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`.
+
+mod channel;
+mod communicator;
+pub mod descriptor;
+pub mod device_code;
+mod env;
+mod error;
+mod fd_passing;
+mod identity;
+mod memory;
+pub mod selftest_kernels;
+mod semaphore;
+mod topology;
+mod wire;
+
+pub use channel::{MemoryChannel, MemoryChannelConfig};
+pub use communicator::Communicator;
+pub use device_code::{KernelLibrary, LoadedKernels};
+pub use env::{Env, EnvError};
+pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
+pub use identity::ProcessIdentity;
+pub use memory::{RegisteredMemory, RemoteMemory};
+pub use semaphore::Semaphore;
+pub use topology::{PeerInfo, Topology};
+pub use wire::WireError;

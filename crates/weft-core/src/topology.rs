@@ -1,0 +1,142 @@
+//! Where every rank lives: host, process, GPU. Gathered once when a communicator is created.
+
+use crate::identity::ProcessIdentity;
+use crate::wire::{Reader, WireError, Writer};
+
+const PEER_INFO_VERSION: u8 = 1;
+
+/// What a rank tells the others about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The rank.
+    pub rank: usize,
+    /// CUDA ordinal of its GPU (as its own process numbers them).
+    pub device_ordinal: usize,
+    /// PCI bus id of its GPU (process-independent).
+    pub pci_bus_id: String,
+    /// Its host and process.
+    pub identity: ProcessIdentity,
+}
+
+impl PeerInfo {
+    /// Versioned wire encoding.
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        let mut w = Writer::default();
+        w.u8(PEER_INFO_VERSION)
+            .u32(u32::try_from(self.rank).map_err(|_| WireError::Invalid { what: "rank", detail: "over u32".into() })?)
+            .u32(
+                u32::try_from(self.device_ordinal)
+                    .map_err(|_| WireError::Invalid { what: "device ordinal", detail: "over u32".into() })?,
+            )
+            .u64(self.identity.host_hash)
+            .u64(self.identity.pid_hash)
+            .short_bytes(self.pci_bus_id.as_bytes())?;
+        Ok(w.finish())
+    }
+
+    /// Decodes [`PeerInfo::encode`]'s output.
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(bytes);
+        let version = r.u8("peer info version")?;
+        if version != PEER_INFO_VERSION {
+            return Err(WireError::Invalid { what: "peer info version", detail: format!("{version}") });
+        }
+        let rank = r.u32("rank")? as usize;
+        let device_ordinal = r.u32("device ordinal")? as usize;
+        let host_hash = r.u64("host hash")?;
+        let pid_hash = r.u64("pid hash")?;
+        let bus = r.short_bytes("pci bus id")?;
+        let pci_bus_id = String::from_utf8(bus.to_vec())
+            .map_err(|_| WireError::Invalid { what: "pci bus id", detail: "not UTF-8".into() })?;
+        r.finish()?;
+        Ok(Self { rank, device_ordinal, pci_bus_id, identity: ProcessIdentity { host_hash, pid_hash } })
+    }
+}
+
+/// Every rank's [`PeerInfo`], indexed by rank, seen from one rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    me: usize,
+    peers: Vec<PeerInfo>,
+}
+
+impl Topology {
+    /// Builds the topology seen by rank `me`; rejects tables whose entries disagree with their
+    /// index or that put two ranks on one GPU of one host.
+    pub fn new(me: usize, peers: Vec<PeerInfo>) -> Result<Self, String> {
+        if me >= peers.len() {
+            return Err(format!("rank {me} outside a world of {}", peers.len()));
+        }
+        for (i, p) in peers.iter().enumerate() {
+            if p.rank != i {
+                return Err(format!("entry {i} claims to be rank {}", p.rank));
+            }
+            for q in &peers[..i] {
+                if q.identity.host_hash == p.identity.host_hash && q.pci_bus_id == p.pci_bus_id {
+                    return Err(format!("ranks {} and {} share GPU {}", q.rank, p.rank, p.pci_bus_id));
+                }
+            }
+        }
+        Ok(Self { me, peers })
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Info of `rank`.
+    pub fn peer(&self, rank: usize) -> Option<&PeerInfo> {
+        self.peers.get(rank)
+    }
+
+    /// All ranks.
+    pub fn peers(&self) -> &[PeerInfo] {
+        &self.peers
+    }
+
+    /// Whether `rank` runs on this rank's host.
+    pub fn same_host(&self, rank: usize) -> bool {
+        self.peers.get(rank).is_some_and(|p| p.identity.host_hash == self.peers[self.me].identity.host_hash)
+    }
+
+    /// Whether `rank` runs in this rank's process.
+    pub fn same_process(&self, rank: usize) -> bool {
+        self.peers.get(rank).is_some_and(|p| p.identity == self.peers[self.me].identity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(rank: usize, host: u64, pid: u64, bus: &str) -> PeerInfo {
+        PeerInfo {
+            rank,
+            device_ordinal: rank,
+            pci_bus_id: bus.into(),
+            identity: ProcessIdentity { host_hash: host, pid_hash: pid },
+        }
+    }
+
+    #[test]
+    fn peer_info_round_trips_and_rejects_other_versions() {
+        let p = info(3, 7, 9, "0000:19:00.0");
+        let bytes = p.encode().unwrap();
+        assert_eq!(PeerInfo::decode(&bytes).unwrap(), p);
+        let mut bad = bytes.clone();
+        bad[0] = 2;
+        assert!(PeerInfo::decode(&bad).is_err());
+        assert!(PeerInfo::decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn same_host_and_process_and_duplicate_gpus() {
+        let t = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a")]).unwrap();
+        assert!(t.same_host(1) && !t.same_process(1));
+        assert!(!t.same_host(2));
+        assert!(t.same_process(0));
+        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")]).is_err());
+        assert!(Topology::new(0, vec![info(1, 1, 1, "a")]).is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! A GPU and its primary context.
+
+use std::ffi::c_int;
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use crate::driver::{cu, init};
+use crate::error::GpuError;
+
+/// A GPU with its retained primary context. Cheap to clone; the context is released when the
+/// last clone drops.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+struct DeviceInner {
+    ordinal: usize,
+    raw: sys::CUdevice,
+    ctx: sys::CUcontext,
+}
+
+// SAFETY: a CUcontext handle may be made current on, and used from, any thread; the driver
+// serialises what needs serialising. The handle itself is never mutated.
+unsafe impl Send for DeviceInner {}
+// SAFETY: see Send; every method takes &self and only passes the handle to the driver.
+unsafe impl Sync for DeviceInner {}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        // SAFETY: releases the retain taken in Device::new; the handle is not used afterwards.
+        let _ = unsafe { cu!(cuDevicePrimaryCtxRelease_v2(self.raw)) };
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device").field("ordinal", &self.inner.ordinal).finish()
+    }
+}
+
+impl Device {
+    /// Number of GPUs this process can see; an error if the driver cannot be loaded.
+    pub fn count() -> Result<usize, GpuError> {
+        init()?;
+        let mut n: c_int = 0;
+        // SAFETY: writes one int.
+        unsafe { cu!(cuDeviceGetCount(&mut n))? };
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Opens GPU `ordinal` and retains its primary context.
+    pub fn new(ordinal: usize) -> Result<Self, GpuError> {
+        let count = Self::count()?;
+        if ordinal >= count {
+            return Err(GpuError::NoSuchDevice { ordinal, count });
+        }
+        let mut raw: sys::CUdevice = 0;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        let index = c_int::try_from(ordinal).map_err(|_| GpuError::NoSuchDevice { ordinal, count })?;
+        // SAFETY: out-pointers to locals; the ordinal was range-checked.
+        unsafe {
+            cu!(cuDeviceGet(&mut raw, index))?;
+            cu!(cuDevicePrimaryCtxRetain(&mut ctx, raw))?;
+        }
+        let device = Self { inner: Arc::new(DeviceInner { ordinal, raw, ctx }) };
+        device.bind()?;
+        Ok(device)
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<(), GpuError> {
+        // SAFETY: the context is retained for as long as self lives.
+        unsafe { cu!(cuCtxSetCurrent(self.inner.ctx)) }
+    }
+
+    /// CUDA ordinal of this device.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUdevice {
+        self.inner.raw
+    }
+
+    /// Reads a device attribute.
+    pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32, GpuError> {
+        let mut value: c_int = 0;
+        // SAFETY: writes one int for a valid device.
+        unsafe { cu!(cuDeviceGetAttribute(&mut value, attribute, self.inner.raw))? };
+        Ok(value)
+    }
+
+    /// Marketing name, e.g. "NVIDIA H200".
+    pub fn name(&self) -> Result<String, GpuError> {
+        let mut buf = [0 as std::ffi::c_char; 256];
+        // SAFETY: the driver writes at most `len` bytes including the NUL.
+        unsafe { cu!(cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, self.inner.raw))? };
+        Ok(c_chars_to_string(&buf))
+    }
+
+    /// PCI bus id, e.g. "0000:19:00.0".
+    pub fn pci_bus_id(&self) -> Result<String, GpuError> {
+        let mut buf = [0 as std::ffi::c_char; 64];
+        // SAFETY: as for name().
+        unsafe { cu!(cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, self.inner.raw))? };
+        Ok(c_chars_to_string(&buf))
+    }
+
+    /// `(major, minor)` compute capability.
+    pub fn compute_capability(&self) -> Result<(i32, i32), GpuError> {
+        use sys::CUdevice_attribute::*;
+        Ok((
+            self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    }
+
+    /// NVRTC architecture name for this device, e.g. `sm_90`.
+    pub fn arch(&self) -> Result<String, GpuError> {
+        let (major, minor) = self.compute_capability()?;
+        Ok(format!("sm_{major}{minor}"))
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> Result<u32, GpuError> {
+        let n = self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(u32::try_from(n).unwrap_or(0))
+    }
+
+    /// Whether this device can map memory of `peer` (NVLink or PCIe peer access).
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool, GpuError> {
+        let mut ok: c_int = 0;
+        // SAFETY: writes one int for two valid devices.
+        unsafe { cu!(cuDeviceCanAccessPeer(&mut ok, self.inner.raw, peer.inner.raw))? };
+        Ok(ok != 0)
+    }
+
+    /// Lets kernels on this device access `cuMemAlloc` memory of `peer` (same process). VMM
+    /// memory needs no peer access, only `cuMemSetAccess`. Enabling twice is not an error.
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<(), GpuError> {
+        if self.inner.raw == peer.inner.raw {
+            return Ok(());
+        }
+        if !self.can_access_peer(peer)? {
+            return Err(GpuError::Unsupported { ordinal: self.ordinal(), what: "peer access to the other GPU" });
+        }
+        self.bind()?;
+        // SAFETY: both contexts are retained.
+        let result = unsafe { sys::cuCtxEnablePeerAccess(peer.inner.ctx, 0) };
+        if result == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        crate::driver::check("cuCtxEnablePeerAccess", result)
+    }
+
+    /// Waits for all work on this device (setup and tests only; collectives never call it).
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: no arguments; the context is current.
+        unsafe { cu!(cuCtxSynchronize()) }
+    }
+}
+
+fn c_chars_to_string(buf: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -1,0 +1,34 @@
+//! # weft-gpu — safe CUDA for weft
+//!
+//! **Owns:** finding and loading `libcuda` and `libnvrtc` at run time (a missing library is an
+//! error that says what was searched, never a panic), devices and their primary contexts,
+//! streams, events and CUDA graphs, device memory through the VMM API (exportable as POSIX file
+//! descriptors) with a legacy `cuMemAlloc` + IPC-handle fallback, host-pinned memory mapped into
+//! the device, NVRTC compilation to CUBIN with an on-disk cache keyed by a hash of every input,
+//! module loading and kernel launch.
+//!
+//! **Must not:** know about ranks, peers or collectives; call `cuMulticast*` (NVLink multicast is
+//! forbidden on our machines); block on a device with no bound when a bounded variant exists.
+//!
+//! **Depends on:** `weft-types` (kernel-argument layouts), `cudarc` (raw driver/NVRTC bindings,
+//! dynamically loaded), `libloading`.
+
+mod device;
+mod driver;
+mod error;
+pub mod loader;
+mod memory;
+mod module;
+pub mod nvrtc;
+mod stream;
+
+pub use device::Device;
+pub use driver::DevicePtr;
+pub use error::GpuError;
+pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory};
+pub use module::{Kernel, KernelArg, KernelArgs, LaunchConfig, Module, Pod};
+pub use nvrtc::{CompileOptions, CompiledKernel, KernelSource, compile, default_cache_dir, nvrtc_version};
+pub use stream::{Event, Graph, Stream};
+
+/// Result alias of this crate.
+pub type Result<T, E = GpuError> = std::result::Result<T, E>;

@@ -1,0 +1,185 @@
+//! Loaded CUBIN modules, kernels and launches.
+
+use std::ffi::{CString, c_void};
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use crate::device::Device;
+use crate::driver::cu;
+use crate::error::GpuError;
+use crate::stream::Stream;
+
+/// Plain-old-data: `Copy`, `#[repr(C)]` or primitive, every bit pattern valid. Only this crate
+/// implements it (for primitives and the `weft-types` layouts), which is what makes kernel
+/// arguments and volatile reads of device-written memory sound.
+///
+/// # Safety
+/// Implementors must have no padding-dependent invariants and accept any bit pattern.
+pub unsafe trait Pod: Copy + Send + Sync + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),*) => { $(
+        // SAFETY: primitive integer/float or a weft-types #[repr(C)] struct of integers.
+        unsafe impl Pod for $t {}
+    )* };
+}
+pod!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, usize);
+pod!(
+    weft_types::WaitContext,
+    weft_types::SemaphoreDeviceHandle,
+    weft_types::MemoryChannelDeviceHandle,
+    weft_types::DeviceErrorRecord,
+    weft_types::Ll8Packet,
+    weft_types::Ll16Packet
+);
+
+/// Alias kept for call sites that talk about kernel arguments.
+pub use Pod as KernelArg;
+
+/// A CUBIN loaded into a device's context.
+pub struct Module {
+    device: Device,
+    raw: sys::CUmodule,
+}
+
+// SAFETY: module handles are usable from any thread with the context bound.
+unsafe impl Send for Module {}
+// SAFETY: methods take &self and only pass the handle to the driver.
+unsafe impl Sync for Module {}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module").field("device", &self.device.ordinal()).finish()
+    }
+}
+
+impl Module {
+    /// Loads a CUBIN image on `device`.
+    pub fn load(device: &Device, cubin: &[u8]) -> Result<Arc<Self>, GpuError> {
+        if cubin.len() < 4 || &cubin[..4] != b"\x7fELF" {
+            return Err(GpuError::InvalidArgument("not a CUBIN (ELF) image".into()));
+        }
+        device.bind()?;
+        let mut raw: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: the image is a complete ELF held alive for the duration of the call.
+        unsafe { cu!(cuModuleLoadData(&mut raw, cubin.as_ptr().cast()))? };
+        Ok(Arc::new(Self { device: device.clone(), raw }))
+    }
+
+    /// Looks up an `extern "C"` kernel by name.
+    pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Kernel, GpuError> {
+        let c_name = CString::new(name).map_err(|_| GpuError::InvalidArgument(format!("kernel name {name:?}")))?;
+        let mut func: sys::CUfunction = std::ptr::null_mut();
+        self.device.bind()?;
+        // SAFETY: out-pointer to a local; live module; NUL-terminated name.
+        unsafe { cu!(cuModuleGetFunction(&mut func, self.raw, c_name.as_ptr()))? };
+        Ok(Kernel { module: Arc::clone(self), func, name: name.to_string() })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: kernels hold an Arc to the module, so none outlives it.
+            let _ = unsafe { cu!(cuModuleUnload(self.raw)) };
+        }
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x.
+    pub grid: u32,
+    /// Threads per block in x.
+    pub block: u32,
+    /// Dynamic shared memory bytes.
+    pub shared_bytes: u32,
+}
+
+/// Kernel arguments, each stored in its own 8-byte-aligned slot.
+#[derive(Default)]
+pub struct KernelArgs {
+    slots: Vec<Box<[u64]>>,
+}
+
+impl fmt::Debug for KernelArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelArgs").field("count", &self.slots.len()).finish()
+    }
+}
+
+impl KernelArgs {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends one argument by value.
+    pub fn push<T: Pod>(&mut self, value: T) -> &mut Self {
+        assert!(align_of::<T>() <= 8, "kernel arguments aligned above 8 bytes are not supported");
+        let words = size_of::<T>().div_ceil(8).max(1);
+        let mut slot = vec![0u64; words].into_boxed_slice();
+        // SAFETY: the slot has at least size_of::<T>() bytes and 8-byte alignment >= align_of T.
+        unsafe { std::ptr::write(slot.as_mut_ptr().cast::<T>(), value) };
+        self.slots.push(slot);
+        self
+    }
+}
+
+/// A kernel of a loaded module.
+pub struct Kernel {
+    module: Arc<Module>,
+    func: sys::CUfunction,
+    name: String,
+}
+
+// SAFETY: function handles are usable from any thread with the context bound.
+unsafe impl Send for Kernel {}
+// SAFETY: launches take &self and only pass the handle to the driver.
+unsafe impl Sync for Kernel {}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel").field("name", &self.name).finish()
+    }
+}
+
+impl Kernel {
+    /// Kernel name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Enqueues the kernel on `stream`.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameter list in number, order and layout, and every
+    /// device address among them must stay valid until the kernel has finished.
+    pub unsafe fn launch(&self, stream: &Stream, config: LaunchConfig, args: &KernelArgs) -> Result<(), GpuError> {
+        if config.grid == 0 || config.block == 0 || config.block > 1024 {
+            return Err(GpuError::InvalidArgument(format!("launch of {} with {config:?}", self.name)));
+        }
+        self.module.device.bind()?;
+        let mut params: Vec<*mut c_void> = args.slots.iter().map(|s| s.as_ptr() as *mut c_void).collect();
+        // SAFETY: params point at live slots for the duration of the call (the driver copies
+        // them); argument correctness is the caller's contract.
+        unsafe {
+            cu!(cuLaunchKernel(
+                self.func,
+                config.grid,
+                1,
+                1,
+                config.block,
+                1,
+                1,
+                config.shared_bytes,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut()
+            ))
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Streams, events and CUDA graphs.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys;
+
+use crate::device::Device;
+use crate::driver::cu;
+use crate::error::GpuError;
+
+/// A non-blocking stream (it never synchronises with the legacy default stream).
+pub struct Stream {
+    device: Device,
+    raw: sys::CUstream,
+}
+
+// SAFETY: a CUstream may be used from any thread once its context is current; we bind first.
+unsafe impl Send for Stream {}
+// SAFETY: all methods take &self and hand the handle to the driver, which is thread-safe.
+unsafe impl Sync for Stream {}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream").field("device", &self.device.ordinal()).finish()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: the stream was created by us and is not used after this.
+            let _ = unsafe { cu!(cuStreamDestroy_v2(self.raw)) };
+        }
+    }
+}
+
+impl Stream {
+    /// Creates a non-blocking stream on `device`.
+    pub fn new(device: &Device) -> Result<Self, GpuError> {
+        device.bind()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { cu!(cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32))? };
+        Ok(Self { device: device.clone(), raw })
+    }
+
+    /// The device this stream belongs to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Raw handle for launches.
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// Waits until all work on the stream is done, or `timeout` passes: then an error says what
+    /// was being waited for. Polls without blocking the thread inside the driver.
+    pub fn wait_idle(&self, timeout: Duration, what: &str) -> Result<(), GpuError> {
+        self.device.bind()?;
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(2);
+        loop {
+            // SAFETY: queries a live stream.
+            let status = unsafe { sys::cuStreamQuery(self.raw) };
+            match status {
+                sys::CUresult::CUDA_SUCCESS => return Ok(()),
+                sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                other => return crate::driver::check("cuStreamQuery", other),
+            }
+            if start.elapsed() > timeout {
+                return Err(GpuError::StreamTimeout {
+                    ordinal: self.device.ordinal(),
+                    waited_ms: start.elapsed().as_millis(),
+                    what: what.to_string(),
+                });
+            }
+            if nap > Duration::from_micros(50) {
+                std::thread::sleep(nap);
+            } else {
+                std::hint::spin_loop();
+            }
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    /// Starts capturing this stream's work into a graph (thread-local capture mode).
+    pub fn begin_capture(&self) -> Result<(), GpuError> {
+        self.device.bind()?;
+        // SAFETY: live stream; thread-local mode only affects this thread's unsafe calls.
+        unsafe { cu!(cuStreamBeginCapture_v2(self.raw, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) }
+    }
+
+    /// Ends the capture started by [`Stream::begin_capture`] and instantiates the graph.
+    pub fn end_capture(&self) -> Result<Graph, GpuError> {
+        self.device.bind()?;
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: out-pointers to locals; the graph is destroyed by Graph::drop.
+        unsafe {
+            cu!(cuStreamEndCapture(self.raw, &mut graph))?;
+            if let Err(e) = cu!(cuGraphInstantiateWithFlags(&mut exec, graph, 0)) {
+                let _ = cu!(cuGraphDestroy(graph));
+                return Err(e);
+            }
+        }
+        Ok(Graph { device: self.device.clone(), graph, exec })
+    }
+}
+
+/// An instantiated CUDA graph.
+pub struct Graph {
+    device: Device,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+// SAFETY: graph handles are plain driver handles usable from any thread with the context bound.
+unsafe impl Send for Graph {}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph").field("device", &self.device.ordinal()).finish()
+    }
+}
+
+impl Graph {
+    /// Launches (replays) the graph on `stream`.
+    pub fn launch(&self, stream: &Stream) -> Result<(), GpuError> {
+        self.device.bind()?;
+        // SAFETY: live graph and stream of the same context.
+        unsafe { cu!(cuGraphLaunch(self.exec, stream.raw)) }
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: handles created by end_capture, not used afterwards.
+            unsafe {
+                let _ = cu!(cuGraphExecDestroy(self.exec));
+                let _ = cu!(cuGraphDestroy(self.graph));
+            }
+        }
+    }
+}
+
+/// A CUDA event with timing enabled.
+pub struct Event {
+    device: Device,
+    raw: sys::CUevent,
+}
+
+// SAFETY: event handles are usable from any thread with the context bound.
+unsafe impl Send for Event {}
+// SAFETY: methods take &self and only pass the handle to the driver.
+unsafe impl Sync for Event {}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event").field("device", &self.device.ordinal()).finish()
+    }
+}
+
+impl Event {
+    /// Creates a timing event.
+    pub fn new(device: &Device) -> Result<Self, GpuError> {
+        device.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { cu!(cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DEFAULT as u32))? };
+        Ok(Self { device: device.clone(), raw })
+    }
+
+    /// Records the event on `stream`.
+    pub fn record(&self, stream: &Stream) -> Result<(), GpuError> {
+        self.device.bind()?;
+        // SAFETY: live event and stream.
+        unsafe { cu!(cuEventRecord(self.raw, stream.raw)) }
+    }
+
+    /// Milliseconds between `self` and a later `end` (both must have completed).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32, GpuError> {
+        let mut ms = 0f32;
+        // SAFETY: writes one float for two live events.
+        unsafe { cu!(cuEventElapsedTime_v2(&mut ms, self.raw, end.raw))? };
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: created by us, not used afterwards.
+            let _ = unsafe { cu!(cuEventDestroy_v2(self.raw)) };
+        }
+    }
+}

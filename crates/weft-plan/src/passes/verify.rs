@@ -1,0 +1,357 @@
+//! Pass 7: static verification of a plan by symbolic execution.
+//!
+//! Every thread block of every rank is executed on symbolic chunk values (multisets of input
+//! chunks), each operation carrying a vector clock over all thread blocks. A wait joins the clock
+//! of the signal (or thread block step, or barrier arrivals) it consumes. This proves, for one
+//! plan and every message size:
+//!
+//! - **deadlock freedom**: the execution reaches the end of every thread block (semaphores are
+//!   counters, so whether a wait can proceed does not depend on the interleaving);
+//! - **race freedom**: every two accesses to one chunk, at least one a write, are ordered by
+//!   happens-before (program order, signal→wait, thread block step, barrier) — so every
+//!   interleaving computes the same values;
+//! - **correctness**: the symbolic outputs equal the collective's postcondition, and nothing reads
+//!   a chunk before it is written.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use thiserror::Error;
+
+use crate::dsl::{Buffer, Collective, InputChunk};
+use crate::plan::{ExecutionPlan, Link, LoadError, Site};
+
+use super::postcondition::describe;
+
+/// Why a plan failed verification.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The plan is structurally invalid.
+    #[error("invalid plan: {0}")]
+    Invalid(#[from] LoadError),
+    /// The plan's shape does not match the collective.
+    #[error("plan shape ({plan}) does not match the collective ({collective})")]
+    Shape {
+        /// The plan's ranks and chunk counts.
+        plan: String,
+        /// The collective's.
+        collective: String,
+    },
+    /// Some thread blocks can never finish.
+    #[error("plan deadlocks: {}", stuck.iter().map(|(s, op)| format!("{s} `{op}`")).collect::<Vec<_>>().join("; "))]
+    Deadlock {
+        /// Each stuck thread block's next operation.
+        stuck: Vec<(Site, String)>,
+    },
+    /// Two conflicting accesses are not ordered.
+    #[error("data race on rank {rank} {buffer}[{index}] between {first} and {second}")]
+    Race {
+        /// Rank owning the chunk.
+        rank: u32,
+        /// Buffer.
+        buffer: Buffer,
+        /// Chunk.
+        index: u32,
+        /// The earlier access.
+        first: Site,
+        /// The unordered later access.
+        second: Site,
+    },
+    /// A chunk is read before anything writes it.
+    #[error("{site} reads rank {rank} {buffer}[{index}] before anything writes it")]
+    Uninitialized {
+        /// The reading operation.
+        site: Site,
+        /// Rank owning the chunk.
+        rank: u32,
+        /// Buffer.
+        buffer: Buffer,
+        /// Chunk.
+        index: u32,
+    },
+    /// The plan does not compute the collective.
+    #[error(
+        "plan violates the postcondition at rank {rank} output[{index}]: expected {expected}, found {found}"
+    )]
+    Postcondition {
+        /// Rank.
+        rank: u32,
+        /// Output chunk.
+        index: u32,
+        /// Required value.
+        expected: String,
+        /// Computed value.
+        found: String,
+    },
+}
+
+type Value = Rc<Vec<InputChunk>>;
+
+#[derive(Clone, Default)]
+struct Cell {
+    value: Option<Value>,
+    /// Global thread block and op index of the last write.
+    write: Option<(usize, u32)>,
+    /// Reads of the current value.
+    reads: Vec<(usize, u32)>,
+}
+
+struct Tb {
+    rank: u32,
+    id: u32,
+    pc: usize,
+    clock: Vec<u32>,
+    waits: BTreeMap<Link, usize>,
+    barriers: usize,
+    arrived: bool,
+    /// Clock after each completed op.
+    done: Vec<Vec<u32>>,
+}
+
+/// Verifies `plan` against `collective` (see the module documentation).
+pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), VerifyError> {
+    plan.validate()?;
+    let shape = |n: u32, i: u32, o: u32, k: u32| format!("{n} ranks, {i} in, {o} out, {k} classes");
+    let plan_shape = shape(
+        plan.nranks,
+        plan.input_chunks,
+        plan.output_chunks,
+        plan.size_classes,
+    );
+    let coll_shape = shape(
+        collective.nranks(),
+        collective.input_chunks(),
+        collective.output_chunks(),
+        collective.size_classes(),
+    );
+    if plan_shape != coll_shape {
+        return Err(VerifyError::Shape {
+            plan: plan_shape,
+            collective: coll_shape,
+        });
+    }
+
+    let mut base = Vec::with_capacity(plan.ranks.len());
+    let mut tbs: Vec<Tb> = Vec::new();
+    for rank in &plan.ranks {
+        base.push(tbs.len());
+        for tb in &rank.threadblocks {
+            tbs.push(Tb {
+                rank: rank.rank,
+                id: tb.id,
+                pc: 0,
+                clock: Vec::new(),
+                waits: BTreeMap::new(),
+                barriers: 0,
+                arrived: false,
+                done: Vec::with_capacity(tb.ops.len()),
+            });
+        }
+    }
+    let g_count = tbs.len();
+    for tb in &mut tbs {
+        tb.clock = vec![0; g_count];
+    }
+    let mut memory: Vec<[Vec<Cell>; 3]> = plan
+        .ranks
+        .iter()
+        .map(|r| {
+            let input = (0..plan.input_chunks)
+                .map(|i| Cell {
+                    value: Some(Rc::new(vec![InputChunk::new(r.rank, i)])),
+                    ..Cell::default()
+                })
+                .collect();
+            let output = vec![Cell::default(); plan.output_chunks as usize];
+            let scratch = vec![Cell::default(); r.scratch.len()];
+            [input, output, scratch]
+        })
+        .collect();
+    // (from, to, channel) -> clock of each signal, in order.
+    let mut signals: BTreeMap<(u32, u32, u32), Vec<Vec<u32>>> = BTreeMap::new();
+    // (rank, barrier number) -> arrival clocks.
+    let mut arrivals: BTreeMap<(u32, usize), Vec<Vec<u32>>> = BTreeMap::new();
+
+    loop {
+        let mut progress = false;
+        for g in 0..g_count {
+            loop {
+                let (rank, id, pc) = (tbs[g].rank, tbs[g].id, tbs[g].pc);
+                let ops = &plan.ranks[rank as usize].threadblocks[id as usize].ops;
+                let Some(op) = ops.get(pc) else { break };
+                let site = Site {
+                    rank,
+                    tb: id,
+                    op: pc as u32,
+                };
+                let e = op.effects();
+                // Can it start?
+                let mut joins: Vec<Vec<u32>> = Vec::new();
+                if let Some(l) = e.wait {
+                    let k = tbs[g].waits.get(&l).copied().unwrap_or(0);
+                    match signals.get(&(l.peer, rank, l.channel)).and_then(|s| s.get(k)) {
+                        Some(c) => joins.push(c.clone()),
+                        None => break,
+                    }
+                }
+                if let Some((tb, step)) = e.wait_tb {
+                    let other = &tbs[base[rank as usize] + tb as usize];
+                    match other.done.get(step as usize) {
+                        Some(c) => joins.push(c.clone()),
+                        None => break,
+                    }
+                }
+                if e.barrier {
+                    let key = (rank, tbs[g].barriers);
+                    if !tbs[g].arrived {
+                        let c = tbs[g].clock.clone();
+                        arrivals.entry(key).or_default().push(c);
+                        tbs[g].arrived = true;
+                        progress = true;
+                    }
+                    let ntb = plan.ranks[rank as usize].threadblocks.len();
+                    match arrivals.get(&key) {
+                        Some(all) if all.len() == ntb => joins.extend(all.iter().cloned()),
+                        _ => break,
+                    }
+                }
+                // Start: join clocks.
+                let tb = &mut tbs[g];
+                for c in &joins {
+                    for (x, y) in tb.clock.iter_mut().zip(c) {
+                        *x = (*x).max(*y);
+                    }
+                }
+                if let Some(l) = e.wait {
+                    *tb.waits.entry(l).or_insert(0) += 1;
+                }
+                if e.barrier {
+                    tb.barriers += 1;
+                    tb.arrived = false;
+                }
+                let clock = tb.clock.clone();
+                let me = (g, pc as u32);
+                let ordered = |(h, s): (usize, u32)| h == g || clock[h] > s;
+                let site_of = |(h, s): (usize, u32)| Site {
+                    rank: tbs[h].rank,
+                    tb: tbs[h].id,
+                    op: s,
+                };
+
+                // Data phase.
+                if !e.inputs.is_empty() {
+                    let count = e.inputs[0].buf.count;
+                    let mut results: Vec<Value> = Vec::with_capacity(count as usize);
+                    for k in 0..count {
+                        let mut acc: Vec<InputChunk> = Vec::new();
+                        for loc in &e.inputs {
+                            let owner = loc.peer.unwrap_or(rank);
+                            let index = loc.buf.index + k;
+                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()]
+                                [index as usize];
+                            let race = |first| VerifyError::Race {
+                                rank: owner,
+                                buffer: loc.buf.buffer,
+                                index,
+                                first,
+                                second: site,
+                            };
+                            if let Some(w) = cell.write.filter(|&w| !ordered(w)) {
+                                return Err(race(site_of(w)));
+                            }
+                            let Some(v) = &cell.value else {
+                                return Err(VerifyError::Uninitialized {
+                                    site,
+                                    rank: owner,
+                                    buffer: loc.buf.buffer,
+                                    index,
+                                });
+                            };
+                            acc.extend(v.iter().copied());
+                            cell.reads.push(me);
+                        }
+                        acc.sort_unstable();
+                        results.push(Rc::new(acc));
+                    }
+                    for loc in &e.outputs {
+                        let owner = loc.peer.unwrap_or(rank);
+                        for (k, value) in results.iter().enumerate() {
+                            let index = loc.buf.index + k as u32;
+                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()]
+                                [index as usize];
+                            let race = |first| VerifyError::Race {
+                                rank: owner,
+                                buffer: loc.buf.buffer,
+                                index,
+                                first,
+                                second: site,
+                            };
+                            let earlier = cell.write.into_iter().chain(cell.reads.iter().copied());
+                            if let Some(a) = earlier.filter(|&a| a != me).find(|&a| !ordered(a)) {
+                                return Err(race(site_of(a)));
+                            }
+                            cell.value = Some(value.clone());
+                            cell.write = Some(me);
+                            cell.reads.clear();
+                        }
+                    }
+                }
+
+                // Complete.
+                let tb = &mut tbs[g];
+                tb.clock[g] = pc as u32 + 1;
+                tb.done.push(tb.clock.clone());
+                tb.pc += 1;
+                if let Some(l) = e.signal {
+                    signals
+                        .entry((rank, l.peer, l.channel))
+                        .or_default()
+                        .push(tb.clock.clone());
+                }
+                progress = true;
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+
+    let stuck: Vec<(Site, String)> = tbs
+        .iter()
+        .filter_map(|tb| {
+            let ops = &plan.ranks[tb.rank as usize].threadblocks[tb.id as usize].ops;
+            ops.get(tb.pc).map(|op| {
+                let site = Site {
+                    rank: tb.rank,
+                    tb: tb.id,
+                    op: tb.pc as u32,
+                };
+                (site, op.to_string().trim_end().to_string())
+            })
+        })
+        .collect();
+    if !stuck.is_empty() {
+        return Err(VerifyError::Deadlock { stuck });
+    }
+
+    for rank in 0..plan.nranks {
+        for index in 0..plan.output_chunks {
+            let Some(expected) = collective.postcondition(rank, index) else {
+                continue;
+            };
+            let found = memory[rank as usize][Buffer::Output.position()][index as usize]
+                .value
+                .clone();
+            if found.as_deref() != Some(&expected) {
+                return Err(VerifyError::Postcondition {
+                    rank,
+                    index,
+                    expected: describe(&expected),
+                    found: found.map_or_else(|| "nothing (never written)".into(), |v| describe(&v)),
+                });
+            }
+        }
+    }
+    Ok(())
+}

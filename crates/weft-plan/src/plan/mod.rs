@@ -1,0 +1,175 @@
+//! The execution plan: a versioned, serde (JSON) description of what every thread block of every
+//! rank does, indexed in chunks so that one plan serves every message size.
+//!
+//! ```text
+//! ExecutionPlan { version, name, collective, nranks, size_classes, input_chunks, output_chunks }
+//! └── ranks[r]: RankPlan { rank, scratch: [size class of each scratch chunk] }
+//!     └── threadblocks[t]: ThreadBlock { id }
+//!         └── ops: [Op]   (executed in order; see `Op` for the semantics)
+//! ```
+//!
+//! Chunk sizes are not stored: [`Geometry`] computes them from the message size with a balanced
+//! split. Plans are checked by [`ExecutionPlan::validate`] (every index, peer, channel, limit and
+//! the signal/wait pairing), which [`ExecutionPlan::load`] always runs.
+
+mod geometry;
+mod listing;
+mod op;
+mod validate;
+
+use serde::{Deserialize, Serialize};
+
+pub use geometry::{Geometry, GeometryError};
+pub use op::{BufRef, Buffer, Effects, Link, Loc, Op};
+pub use validate::{LoadError, Site, limits};
+
+/// The plan format version this crate reads and writes.
+pub const PLAN_VERSION: u32 = 1;
+
+/// Which collective a plan computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CollectiveKind {
+    /// Every rank ends with the reduction of all inputs.
+    AllReduce,
+    /// Every rank ends with the concatenation of all inputs, in rank order.
+    AllGather,
+    /// Rank `r` ends with the reduction of block `r` of all inputs.
+    ReduceScatter,
+    /// Rank `r`'s output block `q` is rank `q`'s input block `r`.
+    AllToAll,
+    /// Every rank ends with the root's input.
+    Broadcast {
+        /// The rank whose input is broadcast.
+        root: u32,
+    },
+    /// A user-defined collective; its postcondition lives with the program, not in the plan.
+    Custom,
+}
+
+impl CollectiveKind {
+    /// Lower-case name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CollectiveKind::AllReduce => "allreduce",
+            CollectiveKind::AllGather => "allgather",
+            CollectiveKind::ReduceScatter => "reducescatter",
+            CollectiveKind::AllToAll => "alltoall",
+            CollectiveKind::Broadcast { .. } => "broadcast",
+            CollectiveKind::Custom => "custom",
+        }
+    }
+}
+
+/// A complete execution plan for every rank.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionPlan {
+    /// Format version; must be [`PLAN_VERSION`].
+    pub version: u32,
+    /// Identity of the algorithm (for caches and listings).
+    pub name: String,
+    /// The collective computed.
+    pub collective: CollectiveKind,
+    /// Number of ranks.
+    pub nranks: u32,
+    /// Number of chunk size classes `K`: a message unit of `m` elements is split into `K`
+    /// balanced parts, and input/output chunk `i` has the size of part `i % K`.
+    pub size_classes: u32,
+    /// Chunks in each rank's input buffer (a multiple of `size_classes`).
+    pub input_chunks: u32,
+    /// Chunks in each rank's output buffer (a multiple of `size_classes`).
+    pub output_chunks: u32,
+    /// One entry per rank, in rank order.
+    pub ranks: Vec<RankPlan>,
+}
+
+/// What one rank runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankPlan {
+    /// The rank (equal to its position in [`ExecutionPlan::ranks`]).
+    pub rank: u32,
+    /// The size class of each scratch chunk; the scratch buffer is their concatenation.
+    pub scratch: Vec<u32>,
+    /// Thread blocks, in id order.
+    pub threadblocks: Vec<ThreadBlock>,
+}
+
+/// One thread block: an ordered list of operations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadBlock {
+    /// The thread block's id (equal to its position in [`RankPlan::threadblocks`]).
+    pub id: u32,
+    /// Operations, executed in order.
+    pub ops: Vec<Op>,
+}
+
+impl ExecutionPlan {
+    /// Parses a JSON plan and validates it (see [`ExecutionPlan::validate`]).
+    pub fn load(json: &str) -> Result<Self, LoadError> {
+        let value: serde_json::Value = serde_json::from_str(json).map_err(LoadError::Json)?;
+        // Check the version before the schema, so an old or new plan gets a version error rather
+        // than a confusing schema error.
+        match value.get("version").and_then(serde_json::Value::as_u64) {
+            Some(v) if v == u64::from(PLAN_VERSION) => {}
+            Some(found) => {
+                return Err(LoadError::UnsupportedVersion {
+                    found,
+                    supported: PLAN_VERSION,
+                });
+            }
+            None => return Err(LoadError::MissingVersion),
+        }
+        let plan: ExecutionPlan = serde_json::from_value(value).map_err(LoadError::Json)?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// Serialises the plan as pretty-printed JSON.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+
+    /// Total number of operations over all ranks and thread blocks.
+    pub fn op_count(&self) -> usize {
+        self.ranks
+            .iter()
+            .flat_map(|r| &r.threadblocks)
+            .map(|t| t.ops.len())
+            .sum()
+    }
+
+    /// Chunk count of `buffer` on `rank` (`None` if the rank does not exist).
+    pub fn chunks(&self, rank: u32, buffer: Buffer) -> Option<u32> {
+        match buffer {
+            Buffer::Input => Some(self.input_chunks),
+            Buffer::Output => Some(self.output_chunks),
+            Buffer::Scratch => {
+                let r = self.ranks.get(rank as usize)?;
+                u32::try_from(r.scratch.len()).ok()
+            }
+        }
+    }
+
+    /// Size class of chunk `index` of `buffer` on `rank` (`None` when out of range).
+    pub fn class_of(&self, rank: u32, buffer: Buffer, index: u32) -> Option<u32> {
+        match buffer {
+            Buffer::Input | Buffer::Output => {
+                (index < self.chunks(rank, buffer)?).then(|| index % self.size_classes.max(1))
+            }
+            Buffer::Scratch => self
+                .ranks
+                .get(rank as usize)?
+                .scratch
+                .get(index as usize)
+                .copied(),
+        }
+    }
+
+    /// A human-readable listing of the plan (stable; used in snapshot tests and `weft plan`).
+    pub fn listing(&self) -> String {
+        listing::render(self)
+    }
+}

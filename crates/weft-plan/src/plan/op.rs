@@ -1,0 +1,514 @@
+//! Plan operations and their normalised effects.
+//!
+//! Every operation of a thread block is one [`Op`]. The interpreter, the loader's validation and
+//! the static verifier never match on `Op` variants for data movement: they ask
+//! [`Op::effects`], which describes any operation as the same four phases:
+//!
+//! 1. wait: for an inbound signal on a link, for another thread block, or for a rank barrier;
+//! 2. read every input, fold them element-wise with the reduction operator (one input = copy);
+//! 3. write the result to every output (local or on a peer);
+//! 4. signal a link (which publishes every earlier write of the thread block to the peer).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// One of the three buffers every rank has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Buffer {
+    /// The user's send buffer. Read-only for plans: no operation may write it.
+    Input,
+    /// The user's receive buffer.
+    Output,
+    /// Temporary memory owned by the executor, sized from the plan.
+    Scratch,
+}
+
+impl Buffer {
+    /// The three buffers, in a fixed order (used to index per-buffer tables).
+    pub const ALL: [Buffer; 3] = [Buffer::Input, Buffer::Output, Buffer::Scratch];
+
+    /// Position of this buffer in [`Buffer::ALL`].
+    pub fn position(self) -> usize {
+        match self {
+            Buffer::Input => 0,
+            Buffer::Output => 1,
+            Buffer::Scratch => 2,
+        }
+    }
+
+    /// Lower-case name, as used in listings and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Buffer::Input => "input",
+            Buffer::Output => "output",
+            Buffer::Scratch => "scratch",
+        }
+    }
+}
+
+impl fmt::Display for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A run of `count` consecutive chunks of one buffer, starting at chunk `index`.
+///
+/// Indices are in chunks, never bytes: the element extent of a chunk is computed when a plan is
+/// bound to a message size (see [`Geometry`](crate::plan::Geometry)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BufRef {
+    /// Which buffer.
+    pub buffer: Buffer,
+    /// First chunk.
+    pub index: u32,
+    /// Number of chunks (at least 1).
+    pub count: u32,
+}
+
+impl BufRef {
+    /// A reference to `count` chunks of `buffer` starting at `index`.
+    pub fn new(buffer: Buffer, index: u32, count: u32) -> Self {
+        Self {
+            buffer,
+            index,
+            count,
+        }
+    }
+
+    /// One past the last chunk.
+    pub fn end(&self) -> u64 {
+        u64::from(self.index) + u64::from(self.count)
+    }
+
+    /// Whether the two references share a chunk of the same buffer.
+    pub fn overlaps(&self, other: &BufRef) -> bool {
+        self.buffer == other.buffer
+            && u64::from(self.index) < other.end()
+            && u64::from(other.index) < self.end()
+    }
+}
+
+impl fmt::Display for BufRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.count == 1 {
+            write!(f, "{}[{}]", self.buffer, self.index)
+        } else {
+            write!(f, "{}[{}..{}]", self.buffer, self.index, self.end())
+        }
+    }
+}
+
+/// One direction of a connection: the peer rank and the channel number.
+///
+/// A channel is a pair of semaphores between two ranks (one per direction) plus access to the
+/// peer's buffers. Within one rank, each (peer, channel, direction) is owned by exactly one
+/// thread block, so the k-th wait on a link always matches the peer's k-th signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// The other rank.
+    pub peer: u32,
+    /// The channel between the two ranks.
+    pub channel: u32,
+}
+
+impl Link {
+    /// A link to `peer` on `channel`.
+    pub fn new(peer: u32, channel: u32) -> Self {
+        Self { peer, channel }
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}/ch{}", self.peer, self.channel)
+    }
+}
+
+/// One operation of a thread block.
+///
+/// Sync operations (`wait*`, `barrier`, and the leading wait of the fused receives) include a
+/// block-wide barrier after the wait; operations that signal include a block-wide barrier before
+/// the signal, so the signal covers every earlier write of the thread block. `nop` is a bare
+/// block-wide barrier, inserted where two data operations of one thread block touch the same
+/// chunk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    /// Block-wide barrier within the thread block.
+    Nop,
+    /// Barrier among all thread blocks of this rank.
+    Barrier,
+    /// Wait until thread block `tb` of this rank has completed its operation number `step`.
+    WaitTb {
+        /// The thread block waited for.
+        tb: u32,
+        /// Index of the operation in that thread block's list.
+        step: u32,
+    },
+    /// `dst := src`, both local.
+    Copy {
+        /// Source.
+        src: BufRef,
+        /// Destination.
+        dst: BufRef,
+    },
+    /// `dst := srcs[0] ⊕ srcs[1] ⊕ …`, all local.
+    Reduce {
+        /// Operands, at least two.
+        srcs: Vec<BufRef>,
+        /// Destination (may equal one operand).
+        dst: BufRef,
+    },
+    /// Write local `src` into the peer's `dst`. No signal.
+    Put {
+        /// Local source.
+        src: BufRef,
+        /// Destination in the peer's buffers.
+        dst: BufRef,
+        /// The peer and channel.
+        to: Link,
+    },
+    /// Read the peer's `src` into local `dst`.
+    Get {
+        /// Source in the peer's buffers.
+        src: BufRef,
+        /// Local destination.
+        dst: BufRef,
+        /// The peer and channel.
+        from: Link,
+    },
+    /// `dst := local ⊕ remote`, reading `remote` from the peer's buffers.
+    ReadReduce {
+        /// Local operand.
+        local: BufRef,
+        /// Operand in the peer's buffers.
+        remote: BufRef,
+        /// Local destination.
+        dst: BufRef,
+        /// The peer and channel.
+        from: Link,
+    },
+    /// Signal the peer on a link (release: covers every earlier write of this thread block).
+    Signal {
+        /// The link signalled.
+        to: Link,
+    },
+    /// Wait for the next inbound signal on a link.
+    Wait {
+        /// The link waited on.
+        from: Link,
+    },
+    /// Put then signal (MSCCLang `send`).
+    Send {
+        /// Local source.
+        src: BufRef,
+        /// Destination in the peer's buffers.
+        dst: BufRef,
+        /// The peer and channel.
+        to: Link,
+    },
+    /// Wait, then copy the staged data to its destination (MSCCLang `recv`).
+    Recv {
+        /// The link waited on.
+        from: Link,
+        /// Where the peer put the data (local).
+        src: BufRef,
+        /// Local destination.
+        dst: BufRef,
+    },
+    /// Wait, then `dst := local ⊕ staged` (MSCCLang `recvReduceCopy`).
+    Rrc {
+        /// The link waited on.
+        from: Link,
+        /// Local operand.
+        local: BufRef,
+        /// Where the peer put its operand (local).
+        staged: BufRef,
+        /// Local destination.
+        dst: BufRef,
+    },
+    /// Wait, copy `src` to `dst` (when present), put `src` to the next peer and signal it
+    /// (MSCCLang `recvCopySend`).
+    Rcs {
+        /// The link waited on.
+        from: Link,
+        /// The received data (local).
+        src: BufRef,
+        /// Optional local copy of the received data.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dst: Option<BufRef>,
+        /// The link the data is forwarded on.
+        to: Link,
+        /// Destination in the next peer's buffers.
+        remote: BufRef,
+    },
+    /// Wait, `dst := local ⊕ staged`, put the result to the next peer and signal it
+    /// (MSCCLang `recvReduceCopySend`).
+    Rrcs {
+        /// The link waited on.
+        from: Link,
+        /// Local operand.
+        local: BufRef,
+        /// Where the previous peer put its operand (local).
+        staged: BufRef,
+        /// Local destination of the result.
+        dst: BufRef,
+        /// The link the result is forwarded on.
+        to: Link,
+        /// Destination in the next peer's buffers.
+        remote: BufRef,
+    },
+    /// Wait, compute `local ⊕ staged`, put it to the next peer and signal it, without storing it
+    /// locally (MSCCLang `recvReduceSend`).
+    Rrs {
+        /// The link waited on.
+        from: Link,
+        /// Local operand.
+        local: BufRef,
+        /// Where the previous peer put its operand (local).
+        staged: BufRef,
+        /// The link the result is forwarded on.
+        to: Link,
+        /// Destination in the next peer's buffers.
+        remote: BufRef,
+    },
+}
+
+/// A chunk range on this rank (`peer == None`) or on a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loc {
+    /// `None` for this rank's own buffers.
+    pub peer: Option<u32>,
+    /// The chunks.
+    pub buf: BufRef,
+}
+
+impl Loc {
+    fn local(buf: BufRef) -> Self {
+        Self { peer: None, buf }
+    }
+
+    fn remote(peer: u32, buf: BufRef) -> Self {
+        Self {
+            peer: Some(peer),
+            buf,
+        }
+    }
+}
+
+/// What an operation does, phase by phase (see the module documentation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Inbound link whose next signal is awaited before anything else.
+    pub wait: Option<Link>,
+    /// `(tb, step)`: wait for another thread block of this rank.
+    pub wait_tb: Option<(u32, u32)>,
+    /// Whether this is a barrier among all thread blocks of the rank.
+    pub barrier: bool,
+    /// Values read and folded with the reduction operator, in order.
+    pub inputs: Vec<Loc>,
+    /// Locations that receive the result.
+    pub outputs: Vec<Loc>,
+    /// Outbound link signalled last.
+    pub signal: Option<Link>,
+}
+
+impl Effects {
+    /// Whether the operation waits (on a link, a thread block or a barrier) before its data phase.
+    pub fn syncs_before(&self) -> bool {
+        self.wait.is_some() || self.wait_tb.is_some() || self.barrier
+    }
+}
+
+impl Op {
+    /// Short lower-case name of the operation kind, as in the JSON `op` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Nop => "nop",
+            Op::Barrier => "barrier",
+            Op::WaitTb { .. } => "wait_tb",
+            Op::Copy { .. } => "copy",
+            Op::Reduce { .. } => "reduce",
+            Op::Put { .. } => "put",
+            Op::Get { .. } => "get",
+            Op::ReadReduce { .. } => "read_reduce",
+            Op::Signal { .. } => "signal",
+            Op::Wait { .. } => "wait",
+            Op::Send { .. } => "send",
+            Op::Recv { .. } => "recv",
+            Op::Rrc { .. } => "rrc",
+            Op::Rcs { .. } => "rcs",
+            Op::Rrcs { .. } => "rrcs",
+            Op::Rrs { .. } => "rrs",
+        }
+    }
+
+    /// The operation's effects, phase by phase.
+    pub fn effects(&self) -> Effects {
+        let l = Loc::local;
+        let mut e = Effects::default();
+        match *self {
+            Op::Nop => {}
+            Op::Barrier => e.barrier = true,
+            Op::WaitTb { tb, step } => e.wait_tb = Some((tb, step)),
+            Op::Copy { src, dst } => {
+                e.inputs = vec![l(src)];
+                e.outputs = vec![l(dst)];
+            }
+            Op::Reduce { ref srcs, dst } => {
+                e.inputs = srcs.iter().copied().map(l).collect();
+                e.outputs = vec![l(dst)];
+            }
+            Op::Put { src, dst, to } => {
+                e.inputs = vec![l(src)];
+                e.outputs = vec![Loc::remote(to.peer, dst)];
+            }
+            Op::Get { src, dst, from } => {
+                e.inputs = vec![Loc::remote(from.peer, src)];
+                e.outputs = vec![l(dst)];
+            }
+            Op::ReadReduce {
+                local,
+                remote,
+                dst,
+                from,
+            } => {
+                e.inputs = vec![l(local), Loc::remote(from.peer, remote)];
+                e.outputs = vec![l(dst)];
+            }
+            Op::Signal { to } => e.signal = Some(to),
+            Op::Wait { from } => e.wait = Some(from),
+            Op::Send { src, dst, to } => {
+                e.inputs = vec![l(src)];
+                e.outputs = vec![Loc::remote(to.peer, dst)];
+                e.signal = Some(to);
+            }
+            Op::Recv { from, src, dst } => {
+                e.wait = Some(from);
+                e.inputs = vec![l(src)];
+                e.outputs = vec![l(dst)];
+            }
+            Op::Rrc {
+                from,
+                local,
+                staged,
+                dst,
+            } => {
+                e.wait = Some(from);
+                e.inputs = vec![l(local), l(staged)];
+                e.outputs = vec![l(dst)];
+            }
+            Op::Rcs {
+                from,
+                src,
+                dst,
+                to,
+                remote,
+            } => {
+                e.wait = Some(from);
+                e.inputs = vec![l(src)];
+                e.outputs = dst.into_iter().map(l).collect();
+                e.outputs.push(Loc::remote(to.peer, remote));
+                e.signal = Some(to);
+            }
+            Op::Rrcs {
+                from,
+                local,
+                staged,
+                dst,
+                to,
+                remote,
+            } => {
+                e.wait = Some(from);
+                e.inputs = vec![l(local), l(staged)];
+                e.outputs = vec![l(dst), Loc::remote(to.peer, remote)];
+                e.signal = Some(to);
+            }
+            Op::Rrs {
+                from,
+                local,
+                staged,
+                to,
+                remote,
+            } => {
+                e.wait = Some(from);
+                e.inputs = vec![l(local), l(staged)];
+                e.outputs = vec![Loc::remote(to.peer, remote)];
+                e.signal = Some(to);
+            }
+        }
+        e
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:<7}", self.name())?;
+        match self {
+            Op::Nop | Op::Barrier => Ok(()),
+            Op::WaitTb { tb, step } => write!(f, "tb{tb} #{step}"),
+            Op::Copy { src, dst } => write!(f, "{src} -> {dst}"),
+            Op::Reduce { srcs, dst } => {
+                for (i, s) in srcs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" + ")?;
+                    }
+                    write!(f, "{s}")?;
+                }
+                write!(f, " -> {dst}")
+            }
+            Op::Put { src, dst, to } | Op::Send { src, dst, to } => {
+                write!(f, "{src} -> {to} {dst}")
+            }
+            Op::Get { src, dst, from } => write!(f, "{from} {src} -> {dst}"),
+            Op::ReadReduce {
+                local,
+                remote,
+                dst,
+                from,
+            } => write!(f, "{local} + {from} {remote} -> {dst}"),
+            Op::Signal { to } => write!(f, "{to}"),
+            Op::Wait { from } => write!(f, "{from}"),
+            Op::Recv { from, src, dst } => write!(f, "{from}: {src} -> {dst}"),
+            Op::Rrc {
+                from,
+                local,
+                staged,
+                dst,
+            } => write!(f, "{from}: {local} + {staged} -> {dst}"),
+            Op::Rcs {
+                from,
+                src,
+                dst,
+                to,
+                remote,
+            } => {
+                write!(f, "{from}: {src}")?;
+                if let Some(dst) = dst {
+                    write!(f, " -> {dst}")?;
+                }
+                write!(f, " => {to} {remote}")
+            }
+            Op::Rrcs {
+                from,
+                local,
+                staged,
+                dst,
+                to,
+                remote,
+            } => write!(f, "{from}: {local} + {staged} -> {dst} => {to} {remote}"),
+            Op::Rrs {
+                from,
+                local,
+                staged,
+                to,
+                remote,
+            } => write!(f, "{from}: {local} + {staged} => {to} {remote}"),
+        }
+    }
+}

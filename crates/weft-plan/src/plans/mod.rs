@@ -1,0 +1,52 @@
+//! The shipped algorithms, written in the DSL.
+//!
+//! Each function returns a traced [`Program`](crate::dsl::Program); call
+//! [`Program::compile`](crate::dsl::Program::compile) for its plan. Every one takes `instances`
+//! (1 to [`Program::MAX_INSTANCES`](crate::dsl::Program::MAX_INSTANCES)), which splits each chunk into that
+//! many sub-chunks handled by independent channels and thread blocks.
+//!
+//! | function | collective | constraints |
+//! | --- | --- | --- |
+//! | [`ring_allreduce`] | AllReduce | `nranks >= 2` |
+//! | [`allpairs_allreduce`] | AllReduce | `nranks >= 2` |
+//! | [`hierarchical_allreduce`] | AllReduce | `ranks_per_node` divides `nranks` |
+//! | [`ring_allgather`] | AllGather | `nranks >= 2` |
+//! | [`ring_reduce_scatter`] | ReduceScatter | `nranks >= 2` |
+//! | [`allpairs_reduce_scatter`] | ReduceScatter | `nranks >= 2` |
+//! | [`two_step_alltoall`] | AllToAll | `ranks_per_node` divides `nranks` |
+//! | [`alltonext`] | custom: rank `r` receives rank `r - 1`'s input | `ranks_per_node` divides `nranks` |
+//! | [`direct_broadcast`] | Broadcast | `root < nranks` |
+
+mod allreduce;
+mod alltoall;
+mod alltonext;
+mod broadcast;
+mod gather_scatter;
+
+pub use allreduce::{allpairs_allreduce, hierarchical_allreduce, ring_allreduce};
+pub use alltoall::two_step_alltoall;
+pub use alltonext::alltonext;
+pub use broadcast::direct_broadcast;
+pub use gather_scatter::{allpairs_reduce_scatter, ring_allgather, ring_reduce_scatter};
+
+use crate::dsl::DslError;
+
+fn at_least_two(algorithm: &'static str, nranks: u32) -> Result<(), DslError> {
+    if nranks < 2 {
+        return Err(DslError::Constraint {
+            algorithm,
+            reason: format!("needs at least 2 ranks, got {nranks}"),
+        });
+    }
+    Ok(())
+}
+
+fn nodes(algorithm: &'static str, nranks: u32, ranks_per_node: u32) -> Result<u32, DslError> {
+    if ranks_per_node == 0 || nranks % ranks_per_node != 0 {
+        return Err(DslError::Constraint {
+            algorithm,
+            reason: format!("{ranks_per_node} ranks per node does not divide {nranks} ranks"),
+        });
+    }
+    Ok(nranks / ranks_per_node)
+}

@@ -1,0 +1,40 @@
+//! What a kernel reports when a bounded wait expires.
+
+device_enums! {
+    /// Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
+    enum DeviceErrorCode {
+        /// No error has been recorded.
+        None = 0,
+        /// A bounded wait expired before its peer made progress.
+        Timeout = 1,
+    }
+
+    /// The device operation that was waiting when a timeout fired.
+    enum WaitOp {
+        /// `semaphore_wait` / `relaxed_wait` on a device-to-device semaphore.
+        SemaphoreWait = 1,
+        /// Reading an LL8 packet whose flag never matched.
+        Ll8Read = 2,
+        /// Reading an LL16 packet whose flags never matched.
+        Ll16Read = 3,
+    }
+}
+
+device_structs! {
+    /// First failure a kernel observed; written once (the `code` word is claimed with a CAS), read
+    /// by the host after the kernel ends. Lives in host-pinned memory mapped into the device.
+    struct DeviceErrorRecord align(8) size(32) {
+        /// A [`DeviceErrorCode`] value.
+        code: u32 => "uint32_t",
+        /// A [`WaitOp`] value.
+        op: u32 => "uint32_t",
+        /// Rank that was waiting.
+        rank: i32 => "int32_t",
+        /// Peer rank it was waiting for.
+        peer: i32 => "int32_t",
+        /// Value (token or flag) the waiter needed.
+        expected: u64 => "uint64_t",
+        /// Value it last observed.
+        observed: u64 => "uint64_t",
+    }
+}

@@ -1,0 +1,57 @@
+//! `weft info`: what this machine offers weft.
+
+use std::process::ExitCode;
+
+use weft_core::Env;
+use weft_gpu::Device;
+
+/// Prints the CUDA installation, every GPU, the peer-access matrix and the kernel cache.
+pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let env = Env::from_process()?;
+    println!("weft {}", env!("CARGO_PKG_VERSION"));
+    println!("kernel cache: {}", env.cache_dir.display());
+    println!("device wait bound (WEFT_TIMEOUT): {:?}", env.device_timeout);
+    match weft_gpu::nvrtc_version() {
+        Ok((major, minor)) => println!("NVRTC: {major}.{minor}"),
+        Err(e) => println!("NVRTC: unavailable ({e})"),
+    }
+    match weft_gpu::loader::cuda_include_dirs() {
+        Ok(dirs) => {
+            println!("CUDA headers: {}", dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "))
+        }
+        Err(e) => println!("CUDA headers: {e}"),
+    }
+    let count = match Device::count() {
+        Ok(n) => n,
+        Err(e) => {
+            println!("GPUs: none usable ({e})");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    println!("GPUs: {count}");
+    let mut devices = Vec::new();
+    for ordinal in 0..count {
+        let d = Device::new(ordinal)?;
+        println!("  [{ordinal}] {} {} {} SMs, bus {}", d.name()?, d.arch()?, d.sm_count()?, d.pci_bus_id()?);
+        devices.push(d);
+    }
+    if count > 1 {
+        println!("peer access (row can map column):");
+        for a in &devices {
+            let row: Vec<&str> = devices
+                .iter()
+                .map(|b| {
+                    if a.ordinal() == b.ordinal() {
+                        "-"
+                    } else if a.can_access_peer(b).unwrap_or(false) {
+                        "Y"
+                    } else {
+                        "N"
+                    }
+                })
+                .collect();
+            println!("  [{}] {}", a.ordinal(), row.join(" "));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,202 @@
+//! `weft selftest`: the GPU suite.
+//!
+//! With GPUs it runs the suite twice by default: once with one process per GPU (the ranks meet
+//! over the TCP bootstrap, memory crosses processes as POSIX file descriptors) and once with one
+//! process driving every GPU from threads (in-process bootstrap, peer pointers). It prints every
+//! test, the per-pair latency and bandwidth, then `N passed, M failed`. Without a GPU it says so,
+//! runs the CPU part (NVRTC compiles and layout probe, bootstrap) and exits 0 unless that fails.
+
+mod cpu;
+mod pattern;
+mod reduce_check;
+mod report;
+mod suite;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weft_bootstrap::{Bootstrap, InProcessBootstrap, TcpBootstrap, TorchrunEnv};
+use weft_core::{Env, KernelLibrary};
+use weft_gpu::Device;
+
+pub use pattern::{pattern_byte, pattern_bytes, pattern_word};
+pub use report::{Metric, Outcome, RankReport, Summary};
+
+/// How ranks are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// One process per GPU.
+    Processes,
+    /// One process driving every GPU, a thread per GPU.
+    Threads,
+    /// Both, one after the other.
+    Both,
+}
+
+/// Options of `weft selftest`.
+#[derive(Clone, Debug)]
+pub struct SelftestOptions {
+    /// GPUs to use (all visible when `None`).
+    pub gpus: Option<usize>,
+    /// Process layout.
+    pub mode: Mode,
+}
+
+const WORKER_REPORT_DIR: &str = "WEFT_SELFTEST_REPORT_DIR";
+/// Bound of a whole multi-process run; children still running then are killed.
+const PROCESS_DEADLINE: Duration = Duration::from_secs(900);
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// Runs the suite and prints the summary; the exit code says whether everything passed.
+pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
+    let env = Env::from_process()?;
+    let mut cpu_report = RankReport::default();
+    let mut skipped = Vec::new();
+    cpu::run(&env, &mut cpu_report, &mut skipped);
+    let mut summary = Summary::merge(&[cpu_report]);
+
+    let available = match Device::count() {
+        Ok(n) => n,
+        Err(e) => {
+            println!("no GPU: {e}");
+            0
+        }
+    };
+    if available == 0 {
+        println!(
+            "No GPU is available here: ran only the CPU part of the suite (NVRTC compile checks, layout probe, bootstrap)."
+        );
+        return Ok(finish(&summary, &skipped));
+    }
+    let gpus = options.gpus.unwrap_or(available);
+    if gpus == 0 || gpus > available {
+        return Err(format!("--gpus {gpus}: this machine has {available} GPU(s)").into());
+    }
+    let device = Device::new(0)?;
+    let started = Instant::now();
+    let compiled = KernelLibrary::new(env.cache_dir.clone()).compile("selftest.cu", &device.arch()?)?;
+    println!(
+        "selftest kernels for {}: {} in {:.1} ms",
+        device.arch()?,
+        if compiled.from_cache { "read from the cache" } else { "compiled" },
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    drop(device);
+    if matches!(options.mode, Mode::Processes | Mode::Both) {
+        println!("running the suite with one process per GPU on {gpus} GPU(s)...");
+        summary.extend(run_processes(gpus)?);
+    }
+    if matches!(options.mode, Mode::Threads | Mode::Both) {
+        println!("running the suite with one process driving {gpus} GPU(s) from threads...");
+        summary.extend(run_threads(gpus, &env)?);
+    }
+    Ok(finish(&summary, &skipped))
+}
+
+fn finish(summary: &Summary, skipped: &[String]) -> ExitCode {
+    for s in skipped {
+        println!("SKIP {s}");
+    }
+    summary.print();
+    if summary.counts().1 == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn run_threads(gpus: usize, env: &Env) -> Result<Summary, BoxError> {
+    let group = InProcessBootstrap::group(gpus)?;
+    let handles: Vec<_> = group
+        .into_iter()
+        .enumerate()
+        .map(|(ordinal, bootstrap)| {
+            let env = env.clone();
+            std::thread::Builder::new()
+                .name(format!("weft-rank-{ordinal}"))
+                .spawn(move || suite::run_rank(Arc::new(bootstrap), ordinal, &env, "[threads] "))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut reports = Vec::new();
+    for (rank, h) in handles.into_iter().enumerate() {
+        reports.push(h.join().unwrap_or_else(|_| {
+            let mut r = RankReport::default();
+            r.record("[threads] rank thread finished", Err(format!("rank {rank} panicked")));
+            r
+        }));
+    }
+    Ok(Summary::merge(&reports))
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn run_processes(gpus: usize) -> Result<Summary, BoxError> {
+    let dir = std::env::temp_dir().join(format!("weft-selftest-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+    std::fs::create_dir_all(&dir)?;
+    let port = free_port()?;
+    let exe = std::env::current_exe()?;
+    let mut children: Vec<Child> = Vec::new();
+    for rank in 0..gpus {
+        let child = Command::new(&exe)
+            .arg("selftest-worker")
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", gpus.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env(WORKER_REPORT_DIR, &dir)
+            .spawn()?;
+        children.push(child);
+    }
+    let deadline = Instant::now() + PROCESS_DEADLINE;
+    let mut statuses = vec![None; gpus];
+    while statuses.iter().any(Option::is_none) {
+        for (rank, child) in children.iter_mut().enumerate() {
+            if statuses[rank].is_none() {
+                statuses[rank] = child.try_wait()?;
+            }
+        }
+        if Instant::now() > deadline {
+            for child in &mut children {
+                let _ = child.kill();
+            }
+            return Err(format!("selftest workers still running after {PROCESS_DEADLINE:?}: killed").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut reports = Vec::new();
+    for (rank, status) in statuses.iter().enumerate() {
+        let path = report_path(&dir, rank);
+        let report = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<RankReport>(&bytes).ok())
+            .unwrap_or_else(|| {
+                let mut r = RankReport::default();
+                r.record(
+                    format!("[processes] rank {rank} process reported"),
+                    Err(format!("exited with {status:?} and no report")),
+                );
+                r
+            });
+        reports.push(report);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Summary::merge(&reports))
+}
+
+fn report_path(dir: &std::path::Path, rank: usize) -> PathBuf {
+    dir.join(format!("rank-{rank}.json"))
+}
+
+/// Entry point of one `selftest-worker` process (torchrun-style variables).
+pub fn run_worker() -> Result<ExitCode, BoxError> {
+    let env = Env::from_process()?;
+    let torchrun = TorchrunEnv::from_env()?;
+    let ordinal = torchrun.local_rank.unwrap_or(torchrun.rank);
+    let dir = PathBuf::from(std::env::var(WORKER_REPORT_DIR)?);
+    let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
+    let report = suite::run_rank(Arc::clone(&bootstrap), ordinal, &env, "[processes] ");
+    std::fs::write(report_path(&dir, torchrun.rank), serde_json::to_vec(&report)?)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,132 @@
+//! Outcomes of self-test items, merged over ranks and printed.
+
+use serde::{Deserialize, Serialize};
+
+/// One test item as one rank saw it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Outcome {
+    /// Test name, identical on every rank that takes part.
+    pub test: String,
+    /// Whether this rank saw it pass.
+    pub passed: bool,
+    /// What went wrong (empty when passed).
+    pub detail: String,
+}
+
+/// A measurement.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Metric {
+    /// What was measured.
+    pub name: String,
+    /// Value.
+    pub value: f64,
+    /// Unit.
+    pub unit: String,
+}
+
+/// Everything one rank reports.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RankReport {
+    /// Test outcomes in execution order.
+    pub outcomes: Vec<Outcome>,
+    /// Measurements.
+    pub metrics: Vec<Metric>,
+}
+
+impl RankReport {
+    /// Records an outcome from a result.
+    pub fn record<E: std::fmt::Display>(&mut self, test: impl Into<String>, result: Result<(), E>) {
+        let (passed, detail) = match result {
+            Ok(()) => (true, String::new()),
+            Err(e) => (false, e.to_string()),
+        };
+        self.outcomes.push(Outcome { test: test.into(), passed, detail });
+    }
+
+    /// Records a measurement.
+    pub fn metric(&mut self, name: impl Into<String>, value: f64, unit: &str) {
+        self.metrics.push(Metric { name: name.into(), value, unit: unit.into() });
+    }
+}
+
+/// Outcomes merged over ranks: a test passes when every rank that ran it passed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    /// `(test, passed, details)` in first-seen order.
+    pub tests: Vec<(String, bool, Vec<String>)>,
+    /// `(rank, metric)`.
+    pub metrics: Vec<(usize, Metric)>,
+}
+
+impl Summary {
+    /// Merges per-rank reports (indexed by rank).
+    pub fn merge(reports: &[RankReport]) -> Self {
+        let mut summary = Self::default();
+        for (rank, report) in reports.iter().enumerate() {
+            for o in &report.outcomes {
+                let index = match summary.tests.iter().position(|(t, _, _)| *t == o.test) {
+                    Some(i) => i,
+                    None => {
+                        summary.tests.push((o.test.clone(), true, Vec::new()));
+                        summary.tests.len() - 1
+                    }
+                };
+                let entry = &mut summary.tests[index];
+                if !o.passed {
+                    entry.1 = false;
+                    entry.2.push(format!("rank {rank}: {}", o.detail));
+                }
+            }
+            summary.metrics.extend(report.metrics.iter().map(|m| (rank, m.clone())));
+        }
+        summary
+    }
+
+    /// Adds another summary's tests and metrics (e.g. a second mode).
+    pub fn extend(&mut self, other: Summary) {
+        self.tests.extend(other.tests);
+        self.metrics.extend(other.metrics);
+    }
+
+    /// Number of passed and failed tests.
+    pub fn counts(&self) -> (usize, usize) {
+        let passed = self.tests.iter().filter(|t| t.1).count();
+        (passed, self.tests.len() - passed)
+    }
+
+    /// Prints every test, every metric, and the final `N passed, M failed` line.
+    pub fn print(&self) {
+        for (test, passed, details) in &self.tests {
+            println!("{} {test}", if *passed { "PASS" } else { "FAIL" });
+            for d in details {
+                println!("       {d}");
+            }
+        }
+        if !self.metrics.is_empty() {
+            println!("measurements:");
+            for (rank, m) in &self.metrics {
+                println!("  rank {rank}: {:<48} {:>10.3} {}", m.name, m.value, m.unit);
+            }
+        }
+        let (passed, failed) = self.counts();
+        println!("{passed} passed, {failed} failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_test_fails_when_any_rank_failed() {
+        let mut a = RankReport::default();
+        a.record::<String>("x", Ok(()));
+        a.record("y", Err("boom"));
+        let mut b = RankReport::default();
+        b.record("x", Err("late"));
+        b.record::<String>("z", Ok(()));
+        let s = Summary::merge(&[a, b]);
+        assert_eq!(s.counts(), (1, 2));
+        assert_eq!(s.tests[0].2, vec!["rank 1: late".to_string()]);
+    }
+}

@@ -1,0 +1,64 @@
+// Device-to-device semaphores: monotonic uint64 tokens that are never reset, so they stay valid
+// across launches and CUDA-graph replays.
+//
+//   signal        release add of 1 on the peer's inbound token (.sys scope). Called by ONE thread,
+//                 after a barrier (__syncthreads or grid sync) that covers every write the signal
+//                 must publish: release is cumulative over writes ordered before it by the barrier.
+//   relaxed_signal the same add with relaxed order: execution sync only, publishes no data.
+//   wait          claims the next ticket (expected += 1, device-scope atomic, so n waiters pair
+//                 with n signals) and spins with acquire loads until inbound >= ticket. Called by
+//                 ONE thread per expected signal; follow it with a barrier before other threads
+//                 read the published data. Bounded: returns false after WaitContext::timeout_ns
+//                 (the error record names rank and peer). After a timeout the pair's tickets are
+//                 out of step: the communicator is broken, as NCCL's is after an async error.
+//   relaxed_wait  the same with relaxed loads.
+//   poll          non-blocking: if a signal is pending, consume it and return true.
+#pragma once
+#include "weft/wait.cuh"
+
+namespace weft {
+
+__device__ __forceinline__ void semaphore_signal(const SemaphoreDeviceHandle& s) {
+  ptx::red_add_release_sys(reinterpret_cast<uint64_t*>(s.remote_inbound), 1);
+}
+
+__device__ __forceinline__ void semaphore_relaxed_signal(const SemaphoreDeviceHandle& s) {
+  ptx::red_add_relaxed_sys(reinterpret_cast<uint64_t*>(s.remote_inbound), 1);
+}
+
+namespace detail {
+template <bool kAcquire>
+__device__ __forceinline__ bool semaphore_wait(const SemaphoreDeviceHandle& s) {
+  const uint64_t ticket = atomicAdd(reinterpret_cast<unsigned long long*>(s.expected), 1ull) + 1;
+  const uint64_t* inbound = reinterpret_cast<const uint64_t*>(s.inbound);
+  Spin spin;
+  for (;;) {
+    const uint64_t seen = kAcquire ? ptx::ld_acquire_sys(inbound) : ptx::ld_relaxed_sys(inbound);
+    if (seen >= ticket) return true;
+    if (spin.expired(s.wait)) {
+      report_timeout(s.wait, WaitOp::SemaphoreWait, ticket, seen);
+      return false;
+    }
+  }
+}
+}  // namespace detail
+
+__device__ __forceinline__ bool semaphore_wait(const SemaphoreDeviceHandle& s) {
+  return detail::semaphore_wait<true>(s);
+}
+
+__device__ __forceinline__ bool semaphore_relaxed_wait(const SemaphoreDeviceHandle& s) {
+  return detail::semaphore_wait<false>(s);
+}
+
+__device__ __forceinline__ bool semaphore_poll(const SemaphoreDeviceHandle& s) {
+  unsigned long long* expected = reinterpret_cast<unsigned long long*>(s.expected);
+  const uint64_t seen = ptx::ld_acquire_sys(reinterpret_cast<const uint64_t*>(s.inbound));
+  if (seen > *expected) {
+    atomicAdd(expected, 1ull);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace weft

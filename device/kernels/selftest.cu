@@ -1,0 +1,137 @@
+// Kernels of `weft selftest`: they exercise the device API exactly as users' kernels would.
+#include "weft/weft.cuh"
+#include "weft/reduce.cuh"
+
+using namespace weft;
+
+// The byte at `index` of the test pattern of (`flag`, `rank`): a 32-bit mix per word, so every
+// launch, rank and position differs. Mirrored on the host by weft::selftest::pattern_byte.
+__device__ __forceinline__ uint32_t pattern_word(uint32_t flag, uint32_t rank, uint64_t word) {
+  uint32_t x = flag * 0x9E3779B1u ^ (rank + 1u) * 0x85EBCA77u ^ static_cast<uint32_t>(word) * 0xC2B2AE3Du ^
+               static_cast<uint32_t>(word >> 32) * 0x27D4EB2Fu;
+  x ^= x >> 15;
+  x *= 0x2C1B3C6Du;
+  x ^= x >> 12;
+  x *= 0x297A2D39u;
+  x ^= x >> 15;
+  return x;
+}
+
+__device__ __forceinline__ uint8_t pattern_byte(uint32_t flag, uint32_t rank, uint64_t index) {
+  return static_cast<uint8_t>(pattern_word(flag, rank, index / 4) >> (8 * (index % 4)));
+}
+
+// Ping-pong between two ranks over one semaphore, one thread. After one warm-up round trip it
+// times `iters` round trips with %globaltimer and writes the nanoseconds to *elapsed_ns.
+extern "C" __global__ void weft_selftest_pingpong(MemoryChannelDeviceHandle ch, uint32_t iters, uint32_t initiator,
+                                                  uint64_t* elapsed_ns) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  uint64_t start = 0;
+  for (uint32_t i = 0; i <= iters; ++i) {
+    if (i == 1) start = ptx::globaltimer_ns();
+    if (initiator) {
+      channel_signal(ch);
+      if (!channel_wait(ch)) return;
+    } else {
+      if (!channel_wait(ch)) return;
+      channel_signal(ch);
+    }
+  }
+  *elapsed_ns = ptx::globaltimer_ns() - start;
+}
+
+// Grid-wide put of `bytes` from local src+src_offset to the peer's dst+dst_offset. With
+// `signal`, every block signals once when its share is written (the receiver waits gridDim.x).
+extern "C" __global__ void weft_selftest_put(MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset,
+                                             uint64_t bytes, uint32_t signal) {
+  channel_put(ch, dst_offset, src_offset, bytes, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+  if (signal) {
+    __syncthreads();
+    if (threadIdx.x == 0) channel_signal(ch);
+  }
+}
+
+// Grid-wide get of `bytes` from the peer's dst+dst_offset into local src+src_offset.
+extern "C" __global__ void weft_selftest_get(MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset,
+                                             uint64_t bytes) {
+  channel_get(ch, dst_offset, src_offset, bytes, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+}
+
+// Waits for `count` signals on the channel's semaphore (one thread).
+extern "C" __global__ void weft_selftest_wait(MemoryChannelDeviceHandle ch, uint32_t count) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!channel_wait(ch)) return;
+  }
+}
+
+// One LL round: each block writes this launch's pattern for its slice into src[0, bytes), sends
+// it as packets to the peer's packet buffer (half chosen by flag parity), receives the peer's
+// packets into src[bytes, 2*bytes), and counts mismatching bytes into *errors. Flags live in
+// flag_slots (one per block) and advance here, so consecutive launches and graph replays each
+// use a fresh flag.
+template <typename P>
+__device__ void ll_round(const MemoryChannelDeviceHandle& ch, uint32_t* flag_slots, uint64_t bytes,
+                         uint64_t half_bytes, uint32_t rank, uint32_t peer, uint32_t* errors) {
+  const uint32_t flag = ll_flag_begin(flag_slots + blockIdx.x);
+  const uint64_t packets = packet_count<P>(bytes);
+  const uint64_t per_block = (packets + gridDim.x - 1) / gridDim.x;
+  const uint64_t first = per_block * blockIdx.x < packets ? per_block * blockIdx.x : packets;
+  const uint64_t last = first + per_block < packets ? first + per_block : packets;
+  const uint64_t lo = first * P::kPayloadBytes;
+  const uint64_t hi = last * P::kPayloadBytes < bytes ? last * P::kPayloadBytes : bytes;
+  const uint64_t slice = hi > lo ? hi - lo : 0;
+  char* src = reinterpret_cast<char*>(ch.src);
+
+  for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) src[i] = static_cast<char>(pattern_byte(flag, rank, i));
+  __syncthreads();
+  const uint64_t packet_offset = (flag & 1u) * half_bytes + first * sizeof(typename P::Packet);
+  channel_put_packets<P>(ch, packet_offset, lo, slice, threadIdx.x, blockDim.x, flag);
+  const bool ok = channel_unpack_packets<P>(ch, packet_offset, bytes + lo, slice, threadIdx.x, blockDim.x, flag);
+  if (__syncthreads_and(ok)) {
+    uint32_t wrong = 0;
+    for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      wrong += static_cast<uint8_t>(src[bytes + i]) != pattern_byte(flag, peer, i);
+    }
+    if (wrong) atomicAdd(errors, wrong);
+  }
+  ll_flag_end(flag_slots + blockIdx.x, flag);
+}
+
+extern "C" __global__ void weft_selftest_ll8_round(MemoryChannelDeviceHandle ch, uint32_t* flag_slots, uint64_t bytes,
+                                                   uint64_t half_bytes, uint32_t rank, uint32_t peer,
+                                                   uint32_t* errors) {
+  ll_round<Ll8>(ch, flag_slots, bytes, half_bytes, rank, peer, errors);
+}
+
+extern "C" __global__ void weft_selftest_ll16_round(MemoryChannelDeviceHandle ch, uint32_t* flag_slots, uint64_t bytes,
+                                                    uint64_t half_bytes, uint32_t rank, uint32_t peer,
+                                                    uint32_t* errors) {
+  ll_round<Ll16>(ch, flag_slots, bytes, half_bytes, rank, peer, errors);
+}
+
+// Reduction helpers compile and compute: out[i] = in_a[i] (+|min|max) in_b[i] for f32, f16, bf16
+// on 16-byte vectors (the host checks against a float64 reference).
+template <typename T, typename Op>
+__device__ void reduce_vectors(const uint4* a, const uint4* b, uint4* out, uint64_t vectors) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += gridDim.x * blockDim.x) {
+    out[i] = reduce_vec<T, Op>(a[i], b[i]);
+  }
+}
+
+extern "C" __global__ void weft_selftest_reduce(const uint4* a, const uint4* b, uint4* out, uint64_t vectors,
+                                                uint32_t dtype, uint32_t op) {
+  // dtype: 0 f32, 1 f16, 2 bf16; op: 0 sum, 1 min, 2 max
+  switch (dtype * 3 + op) {
+    case 0: reduce_vectors<float, SumOp>(a, b, out, vectors); break;
+    case 1: reduce_vectors<float, MinOp>(a, b, out, vectors); break;
+    case 2: reduce_vectors<float, MaxOp>(a, b, out, vectors); break;
+    case 3: reduce_vectors<__half, SumOp>(a, b, out, vectors); break;
+    case 4: reduce_vectors<__half, MinOp>(a, b, out, vectors); break;
+    case 5: reduce_vectors<__half, MaxOp>(a, b, out, vectors); break;
+    case 6: reduce_vectors<__nv_bfloat16, SumOp>(a, b, out, vectors); break;
+    case 7: reduce_vectors<__nv_bfloat16, MinOp>(a, b, out, vectors); break;
+    case 8: reduce_vectors<__nv_bfloat16, MaxOp>(a, b, out, vectors); break;
+    default: break;
+  }
+}
