@@ -23,21 +23,33 @@ __device__ __forceinline__ uint8_t pattern_byte(uint32_t flag, uint32_t rank, ui
 
 // Ping-pong between two ranks over one semaphore, one thread. After one warm-up round trip it
 // times `iters` round trips with %globaltimer and writes the nanoseconds to *elapsed_ns.
-extern "C" __global__ void weft_selftest_pingpong(MemoryChannelDeviceHandle ch, uint32_t iters, uint32_t initiator,
-                                                  uint64_t* elapsed_ns) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+// `relaxed` selects relaxed_signal/relaxed_wait (execution sync only) instead of the
+// release/acquire pair that publishes data.
+template <bool kRelaxed>
+__device__ void pingpong(const MemoryChannelDeviceHandle& ch, uint32_t iters, uint32_t initiator,
+                         uint64_t* elapsed_ns) {
   uint64_t start = 0;
   for (uint32_t i = 0; i <= iters; ++i) {
     if (i == 1) start = ptx::globaltimer_ns();
     if (initiator) {
-      channel_signal(ch);
-      if (!channel_wait(ch)) return;
+      kRelaxed ? channel_relaxed_signal(ch) : channel_signal(ch);
+      if (!(kRelaxed ? channel_relaxed_wait(ch) : channel_wait(ch))) return;
     } else {
-      if (!channel_wait(ch)) return;
-      channel_signal(ch);
+      if (!(kRelaxed ? channel_relaxed_wait(ch) : channel_wait(ch))) return;
+      kRelaxed ? channel_relaxed_signal(ch) : channel_signal(ch);
     }
   }
   *elapsed_ns = ptx::globaltimer_ns() - start;
+}
+
+extern "C" __global__ void weft_selftest_pingpong(MemoryChannelDeviceHandle ch, uint32_t iters, uint32_t initiator,
+                                                  uint32_t relaxed, uint64_t* elapsed_ns) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  if (relaxed) {
+    pingpong<true>(ch, iters, initiator, elapsed_ns);
+  } else {
+    pingpong<false>(ch, iters, initiator, elapsed_ns);
+  }
 }
 
 // Grid-wide put of `bytes` from local src+src_offset to the peer's dst+dst_offset. With

@@ -123,12 +123,23 @@ impl<'a> SelftestRunner<'a> {
         }
     }
 
-    /// Semaphore ping-pong of `iters` round trips; the initiator returns the nanoseconds they took.
-    pub fn pingpong(&self, ch: &MemoryChannel, iters: u32, initiator: bool) -> Result<Option<u64>, Error> {
+    /// Semaphore ping-pong of `iters` round trips (`relaxed`: relaxed signal/wait); the
+    /// initiator returns the nanoseconds they took.
+    pub fn pingpong(
+        &self,
+        ch: &MemoryChannel,
+        iters: u32,
+        initiator: bool,
+        relaxed: bool,
+    ) -> Result<Option<u64>, Error> {
         let out = PinnedHostMemory::alloc(self.comm.device(), 8).map_err(|e| self.gpu(e))?;
         let mut args = KernelArgs::new();
-        args.push(ch.device_handle()).push(iters).push(u32::from(initiator)).push(out.device_ptr());
-        // SAFETY: (handle, u32, u32, u64*) matches weft_selftest_pingpong; `ch` and `out` live
+        args.push(ch.device_handle())
+            .push(iters)
+            .push(u32::from(initiator))
+            .push(u32::from(relaxed))
+            .push(out.device_ptr());
+        // SAFETY: (handle, u32, u32, u32, u64*) matches weft_selftest_pingpong; `ch` and `out` live
         // until finish() returned.
         unsafe { self.launch(&self.kernels.pingpong, 1, 32, &args)? };
         self.finish("semaphore ping-pong")?;

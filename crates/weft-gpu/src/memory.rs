@@ -254,7 +254,17 @@ impl DeviceMemory {
         }
     }
 
-    /// Copies `data` to `offset` (synchronous; for setup and tests).
+    /// Waits for the legacy default stream, where the synchronous copy and memset entry points
+    /// run: `cuMemcpyHtoD` from pageable memory and `cuMemsetD8` may return before the device
+    /// has finished, and our own streams are non-blocking, so kernels launched there afterwards
+    /// would race with them.
+    fn drain_legacy_stream(&self) -> Result<(), GpuError> {
+        // SAFETY: the null stream always exists for the current context.
+        unsafe { cu!(cuStreamSynchronize(std::ptr::null_mut())) }
+    }
+
+    /// Copies `data` to `offset` (synchronous: the data is on the device when this returns;
+    /// for setup and tests).
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
         self.check_range(offset, data.len())?;
         if data.is_empty() {
@@ -262,7 +272,8 @@ impl DeviceMemory {
         }
         self.device.bind()?;
         // SAFETY: range checked; the host slice is valid for data.len() bytes.
-        unsafe { cu!(cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len())) }
+        unsafe { cu!(cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len()))? };
+        self.drain_legacy_stream()
     }
 
     /// Copies from `offset` into `out` (synchronous; for setup and tests).
@@ -276,12 +287,14 @@ impl DeviceMemory {
         unsafe { cu!(cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + offset as u64, out.len())) }
     }
 
-    /// Sets `len` bytes at `offset` to `byte` (synchronous; for setup and tests).
+    /// Sets `len` bytes at `offset` to `byte` (synchronous: done when this returns; for setup
+    /// and tests).
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), GpuError> {
         self.check_range(offset, len)?;
         self.device.bind()?;
         // SAFETY: range checked.
-        unsafe { cu!(cuMemsetD8_v2(self.ptr + offset as u64, byte, len)) }
+        unsafe { cu!(cuMemsetD8_v2(self.ptr + offset as u64, byte, len))? };
+        self.drain_legacy_stream()
     }
 }
 

@@ -6,12 +6,14 @@
 //                 must publish: release is cumulative over writes ordered before it by the barrier.
 //   relaxed_signal the same add with relaxed order: execution sync only, publishes no data.
 //   wait          claims the next ticket (expected += 1, device-scope atomic, so n waiters pair
-//                 with n signals) and spins with acquire loads until inbound >= ticket. Called by
+//                 with n signals), spins with relaxed .sys loads until inbound >= ticket, then
+//                 issues one fence.acq_rel.sys (relaxed load + fence = acquire pattern; a fence
+//                 per poll would slow every iteration of the spin). Called by
 //                 ONE thread per expected signal; follow it with a barrier before other threads
 //                 read the published data. Bounded: returns false after WaitContext::timeout_ns
 //                 (the error record names rank and peer). After a timeout the pair's tickets are
 //                 out of step: the communicator is broken, as NCCL's is after an async error.
-//   relaxed_wait  the same with relaxed loads.
+//   relaxed_wait  the same without the fence: execution sync only.
 //   poll          non-blocking: if a signal is pending, consume it and return true.
 #pragma once
 #include "weft/wait.cuh"
@@ -33,8 +35,11 @@ __device__ __forceinline__ bool semaphore_wait(const SemaphoreDeviceHandle& s) {
   const uint64_t* inbound = reinterpret_cast<const uint64_t*>(s.inbound);
   Spin spin;
   for (;;) {
-    const uint64_t seen = kAcquire ? ptx::ld_acquire_sys(inbound) : ptx::ld_relaxed_sys(inbound);
-    if (seen >= ticket) return true;
+    const uint64_t seen = ptx::ld_relaxed_sys(inbound);
+    if (seen >= ticket) {
+      if (kAcquire) ptx::fence_acq_rel_sys();
+      return true;
+    }
     if (spin.expired(s.wait)) {
       report_timeout(s.wait, WaitOp::SemaphoreWait, ticket, seen);
       return false;

@@ -11,7 +11,7 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream},
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     thread,
     time::{Duration, Instant},
@@ -307,6 +307,42 @@ fn connect_root(root: SocketAddr, rank: usize, wait: &Wait) -> Result<TcpStream,
     }
 }
 
+/// Bounds how many not-yet-authenticated connections are served at once (each takes a thread
+/// for up to the timeout), so a flood of connections cannot exhaust threads. A legitimate job
+/// never has more than `world_size` handshakes in flight at one listener.
+#[derive(Debug)]
+struct Gate {
+    inside: AtomicUsize,
+    max: usize,
+}
+
+/// Extra handshake slots beyond `world_size`, for strangers and retries.
+const GATE_HEADROOM: usize = 64;
+
+impl Gate {
+    fn new(world_size: usize) -> Arc<Self> {
+        Arc::new(Self { inside: AtomicUsize::new(0), max: world_size.saturating_add(GATE_HEADROOM) })
+    }
+
+    /// A pass if fewer than `max` are inside; the pass lets the next one in when dropped.
+    fn enter(self: &Arc<Self>) -> Option<GatePass> {
+        if self.inside.fetch_add(1, Ordering::AcqRel) >= self.max {
+            self.inside.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(GatePass(self.clone()))
+    }
+}
+
+#[derive(Debug)]
+struct GatePass(Arc<Gate>);
+
+impl Drop for GatePass {
+    fn drop(&mut self) {
+        self.0.inside.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// What the acceptor and reader threads share with the [`TcpBootstrap`].
 #[derive(Debug)]
 struct Shared {
@@ -319,6 +355,8 @@ struct Shared {
     incoming: Mutex<Incoming>,
     /// Set by `Drop`; threads that see it stop.
     closing: AtomicBool,
+    /// Bounds handshakes in flight at the peer listener.
+    gate: Arc<Gate>,
 }
 
 #[derive(Debug)]
@@ -384,6 +422,7 @@ impl TcpBootstrap {
                 connected: vec![false; config.world_size],
             }),
             closing: AtomicBool::new(false),
+            gate: Gate::new(config.world_size),
         });
         peer::spawn_acceptor(shared.clone(), joined.listener)
             .map_err(|e| BootstrapError::io(Some(rank), "starting the peer acceptor thread", e))?;

@@ -15,7 +15,7 @@ use crate::{
     mailbox::{Channel, Parcel, PeerFailure},
 };
 
-use super::{Shared, wire};
+use super::{GatePass, Shared, wire};
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -36,10 +36,14 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         }
         match accepted {
             Ok((stream, addr)) => {
+                let Some(pass) = shared.gate.enter() else {
+                    tracing::warn!(%addr, "too many handshakes in flight; connection dropped");
+                    continue;
+                };
                 let shared = shared.clone();
                 let spawned = thread::Builder::new()
                     .name(format!("weft-bootstrap-{}-read", shared.rank))
-                    .spawn(move || serve(&shared, stream, addr));
+                    .spawn(move || serve(&shared, stream, addr, pass));
                 if let Err(e) = spawned {
                     tracing::warn!(%addr, error = %e, "cannot start a reader thread");
                 }
@@ -53,7 +57,8 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
 }
 
 /// Handshakes one incoming connection and, if it is a peer of this job, drains it.
-fn serve(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
+/// `pass` is held until the handshake is over.
+fn serve(shared: &Shared, mut stream: TcpStream, addr: SocketAddr, pass: GatePass) {
     let Some(_registration) = Registration::new(shared, &stream, addr) else {
         return;
     };
@@ -68,6 +73,7 @@ fn serve(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
             return;
         }
     };
+    drop(pass);
     tracing::debug!(rank = shared.rank, peer, %addr, "peer connected");
     let failure = drain(shared, &mut stream, peer);
     if !shared.closing.load(Ordering::SeqCst) {

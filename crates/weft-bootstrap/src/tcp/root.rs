@@ -11,7 +11,7 @@
 use std::{
     io::{self, Write},
     net::{SocketAddr, TcpListener, TcpStream},
-    sync::mpsc,
+    sync::{Arc, mpsc},
     thread,
     time::{Duration, Instant},
 };
@@ -21,7 +21,7 @@ use crate::{
     unique_id::SECRET_BYTES,
 };
 
-use super::wire;
+use super::{Gate, wire};
 
 /// How often the root looks for new connections, dead registrants and passed deadlines.
 const POLL: Duration = Duration::from_millis(5);
@@ -72,12 +72,20 @@ struct Root {
     slots: Vec<Option<Registered>>,
     arrivals_tx: mpsc::Sender<Arrival>,
     arrivals: mpsc::Receiver<Arrival>,
+    /// Bounds greeters in flight.
+    gate: Arc<Gate>,
 }
 
 impl Root {
     fn new(config: RootConfig) -> Self {
         let (arrivals_tx, arrivals) = mpsc::channel();
-        Self { slots: (0..config.world_size).map(|_| None).collect(), config, arrivals_tx, arrivals }
+        Self {
+            slots: (0..config.world_size).map(|_| None).collect(),
+            gate: Gate::new(config.world_size),
+            config,
+            arrivals_tx,
+            arrivals,
+        }
     }
 
     fn serve(mut self, listener: &TcpListener) {
@@ -114,11 +122,17 @@ impl Root {
         loop {
             match listener.accept() {
                 Ok((stream, addr)) => {
+                    let Some(pass) = self.gate.enter() else {
+                        tracing::warn!(%addr, "too many handshakes in flight; connection dropped");
+                        continue;
+                    };
                     let tx = self.arrivals_tx.clone();
                     let secret = self.config.secret;
                     let (limit, timeout) = (self.config.max_frame_bytes, self.config.timeout);
                     let spawned = thread::Builder::new().name("weft-bootstrap-greeter".to_owned()).spawn(move || {
-                        match greet(stream, &secret, limit, timeout) {
+                        let greeted = greet(stream, &secret, limit, timeout);
+                        drop(pass);
+                        match greeted {
                             Ok(arrival) => {
                                 // The root may have finished already; then nobody waits for it.
                                 let _ = tx.send(arrival);

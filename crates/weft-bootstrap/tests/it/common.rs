@@ -11,11 +11,7 @@ pub(crate) fn loopback_id() -> UniqueId {
 
 /// A loopback port nobody listens on (free when this returns).
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Joins `rank` of `world` in a new thread.
@@ -25,23 +21,14 @@ pub(crate) fn spawn_rank(
     world: usize,
     timeout: Duration,
 ) -> thread::JoinHandle<Result<TcpBootstrap, BootstrapError>> {
-    thread::spawn(move || {
-        TcpBootstrap::builder()
-            .timeout(timeout)
-            .connect(&id, rank, world)
-    })
+    thread::spawn(move || TcpBootstrap::builder().timeout(timeout).connect(&id, rank, world))
 }
 
 /// Every rank of a `world`-rank job over loopback, indexed by rank.
 pub(crate) fn tcp_group(world: usize, timeout: Duration) -> Vec<TcpBootstrap> {
     let id = loopback_id();
-    let handles: Vec<_> = (0..world)
-        .map(|rank| spawn_rank(id, rank, world, timeout))
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().unwrap().unwrap())
-        .collect()
+    let handles: Vec<_> = (0..world).map(|rank| spawn_rank(id, rank, world, timeout)).collect();
+    handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
 }
 
 /// Runs `f` on every rank, each in its own thread; returns the results indexed by rank.

@@ -5,9 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use weft_bootstrap::{
-    Bootstrap, BootstrapError, InProcessBootstrap, MIN_MAX_FRAME_BYTES, TcpBootstrap, UniqueId,
-};
+use weft_bootstrap::{Bootstrap, BootstrapError, InProcessBootstrap, MIN_MAX_FRAME_BYTES, TcpBootstrap, UniqueId};
 
 use crate::common::{free_port, loopback_id, on_each, spawn_rank, tcp_group};
 
@@ -18,19 +16,10 @@ const LONG: Duration = Duration::from_secs(20);
 
 /// Asserts `result` is a timeout of `rank` during `during` that names exactly `missing`.
 #[track_caller]
-fn assert_timeout<T: std::fmt::Debug>(
-    result: Result<T, BootstrapError>,
-    rank: usize,
-    missing: &[usize],
-    during: &str,
-) {
+fn assert_timeout<T: std::fmt::Debug>(result: Result<T, BootstrapError>, rank: usize, missing: &[usize], during: &str) {
     match result {
-        Err(BootstrapError::Timeout {
-            rank: r,
-            missing: m,
-            during: d,
-            ..
-        }) if r == rank && m == missing && d == during => {}
+        Err(BootstrapError::Timeout { rank: r, missing: m, during: d, .. })
+            if r == rank && m == missing && d == during => {}
         other => panic!("rank {rank}: expected a {during} timeout missing {missing:?}, got {other:?}"),
     }
 }
@@ -39,10 +28,7 @@ fn assert_timeout<T: std::fmt::Debug>(
 fn a_rank_that_never_arrives_is_named_by_everyone() {
     let id = loopback_id();
     let started = Instant::now();
-    let handles: Vec<_> = [0, 1, 3]
-        .into_iter()
-        .map(|rank| (rank, spawn_rank(id, rank, 4, SHORT)))
-        .collect();
+    let handles: Vec<_> = [0, 1, 3].into_iter().map(|rank| (rank, spawn_rank(id, rank, 4, SHORT))).collect();
     for (rank, handle) in handles {
         assert_timeout(handle.join().unwrap(), rank, &[2], "rendezvous");
     }
@@ -52,10 +38,7 @@ fn a_rank_that_never_arrives_is_named_by_everyone() {
 #[test]
 fn several_missing_ranks_are_all_named() {
     let id = loopback_id();
-    let handles: Vec<_> = [0, 2]
-        .into_iter()
-        .map(|rank| (rank, spawn_rank(id, rank, 5, SHORT)))
-        .collect();
+    let handles: Vec<_> = [0, 2].into_iter().map(|rank| (rank, spawn_rank(id, rank, 5, SHORT))).collect();
     for (rank, handle) in handles {
         let err = handle.join().unwrap().unwrap_err();
         assert!(err.to_string().contains("[1, 3, 4]"), "{err}");
@@ -68,17 +51,9 @@ fn a_missing_root_is_named_as_rank_0() {
     let address = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let id = UniqueId::from_parts(address, [1; 32]).unwrap();
     let started = Instant::now();
-    let handles: Vec<_> = [1, 2]
-        .into_iter()
-        .map(|rank| (rank, spawn_rank(id, rank, 3, SHORT)))
-        .collect();
+    let handles: Vec<_> = [1, 2].into_iter().map(|rank| (rank, spawn_rank(id, rank, 3, SHORT))).collect();
     for (rank, handle) in handles {
-        assert_timeout(
-            handle.join().unwrap(),
-            rank,
-            &[0],
-            "connecting to the rendezvous root",
-        );
+        assert_timeout(handle.join().unwrap(), rank, &[0], "connecting to the rendezvous root");
     }
     assert!(started.elapsed() < SHORT + SLACK, "took {:?}", started.elapsed());
 }
@@ -88,10 +63,7 @@ fn a_stranger_with_the_wrong_secret_is_rejected_and_the_job_completes() {
     let id = loopback_id();
     let rank0 = spawn_rank(id, 0, 2, LONG);
     let stranger_id = UniqueId::from_parts(id.address(), [0x99; 32]).unwrap();
-    match TcpBootstrap::builder()
-        .timeout(LONG)
-        .connect(&stranger_id, 1, 2)
-    {
+    match TcpBootstrap::builder().timeout(LONG).connect(&stranger_id, 1, 2) {
         Err(BootstrapError::WrongSecret { rank: 1, peer_addr }) => {
             assert_eq!(peer_addr, id.address());
         }
@@ -110,13 +82,8 @@ fn a_stranger_in_place_of_a_rank_leaves_it_missing() {
     let started = Instant::now();
     let rank0 = spawn_rank(id, 0, 2, SHORT);
     let stranger_id = UniqueId::from_parts(id.address(), [0x99; 32]).unwrap();
-    let stranger = TcpBootstrap::builder()
-        .timeout(SHORT)
-        .connect(&stranger_id, 1, 2);
-    assert!(
-        matches!(stranger, Err(BootstrapError::WrongSecret { rank: 1, .. })),
-        "{stranger:?}"
-    );
+    let stranger = TcpBootstrap::builder().timeout(SHORT).connect(&stranger_id, 1, 2);
+    assert!(matches!(stranger, Err(BootstrapError::WrongSecret { rank: 1, .. })), "{stranger:?}");
     assert_timeout(rank0.join().unwrap(), 0, &[1], "rendezvous");
     assert!(started.elapsed() < SHORT + SLACK, "took {:?}", started.elapsed());
 }
@@ -131,7 +98,7 @@ fn a_duplicate_rank_is_rejected() {
         handles.push(thread::spawn(move || {
             let result = TcpBootstrap::builder().timeout(LONG).connect(&id, rank, 3);
             let failed = result.is_err();
-            tx.send(result.err().map(|e| e.to_string())).unwrap();
+            tx.send(result.as_ref().err().map(ToString::to_string)).unwrap();
             (failed, result)
         }));
     }
@@ -143,11 +110,7 @@ fn a_duplicate_rank_is_rejected() {
     let mut results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     results.sort_by_key(|(failed, _)| *failed);
     assert!(matches!(results[2].1, Err(BootstrapError::DuplicateRank { rank: 1 })));
-    let ranks = vec![
-        results.remove(0).1.unwrap(),
-        results.remove(0).1.unwrap(),
-        rank2.join().unwrap().unwrap(),
-    ];
+    let ranks = vec![results.remove(0).1.unwrap(), results.remove(0).1.unwrap(), rank2.join().unwrap().unwrap()];
     on_each(&ranks, |bs| bs.barrier().unwrap());
 }
 
@@ -156,11 +119,7 @@ fn a_world_size_mismatch_is_reported() {
     let id = loopback_id();
     let rank0 = spawn_rank(id, 0, 2, SHORT);
     match TcpBootstrap::builder().timeout(SHORT).connect(&id, 1, 3) {
-        Err(BootstrapError::WorldSizeMismatch {
-            rank: 1,
-            expected: 2,
-            got: 3,
-        }) => {}
+        Err(BootstrapError::WorldSizeMismatch { rank: 1, expected: 2, got: 3 }) => {}
         other => panic!("expected WorldSizeMismatch, got {other:?}"),
     }
     assert_timeout(rank0.join().unwrap(), 0, &[1], "rendezvous");
@@ -172,30 +131,16 @@ fn bad_configurations_fail_before_touching_the_network() {
     let started = Instant::now();
     let connect = |rank, world| TcpBootstrap::builder().timeout(LONG).connect(&id, rank, world);
     assert!(matches!(connect(0, 0), Err(BootstrapError::InvalidConfig(_))));
+    assert!(matches!(connect(3, 3), Err(BootstrapError::RankOutOfRange { rank: 3, world_size: 3 })));
     assert!(matches!(
-        connect(3, 3),
-        Err(BootstrapError::RankOutOfRange {
-            rank: 3,
-            world_size: 3
-        })
-    ));
-    assert!(matches!(
-        TcpBootstrap::builder()
-            .timeout(Duration::ZERO)
-            .connect(&id, 0, 1),
+        TcpBootstrap::builder().timeout(Duration::ZERO).connect(&id, 0, 1),
         Err(BootstrapError::InvalidConfig(_))
     ));
     assert!(matches!(
-        TcpBootstrap::builder()
-            .timeout(LONG)
-            .max_frame_bytes(MIN_MAX_FRAME_BYTES - 1)
-            .connect(&id, 0, 1),
+        TcpBootstrap::builder().timeout(LONG).max_frame_bytes(MIN_MAX_FRAME_BYTES - 1).connect(&id, 0, 1),
         Err(BootstrapError::InvalidConfig(_))
     ));
-    assert!(matches!(
-        InProcessBootstrap::group(0),
-        Err(BootstrapError::InvalidConfig(_))
-    ));
+    assert!(matches!(InProcessBootstrap::group(0), Err(BootstrapError::InvalidConfig(_))));
     assert!(started.elapsed() < Duration::from_secs(1));
     let message = connect(0, 0).unwrap_err().to_string();
     assert!(message.contains("world size must be at least 1"), "{message}");
@@ -206,23 +151,15 @@ fn an_oversized_frame_is_refused_without_allocating_it() {
     const LIMIT: usize = 64 << 10;
     let id = loopback_id();
     let rank0 = spawn_rank(id, 0, 2, LONG);
-    let rank1 = thread::spawn(move || {
-        TcpBootstrap::builder()
-            .timeout(LONG)
-            .max_frame_bytes(LIMIT)
-            .connect(&id, 1, 2)
-    });
+    let rank1 = thread::spawn(move || TcpBootstrap::builder().timeout(LONG).max_frame_bytes(LIMIT).connect(&id, 1, 2));
     let (big, small) = (rank0.join().unwrap().unwrap(), rank1.join().unwrap().unwrap());
     assert_eq!(small.max_frame_bytes(), LIMIT);
 
     // Sending more than one's own limit fails before anything is sent.
     match small.send(0, 1, &vec![0; 2 * LIMIT]) {
-        Err(BootstrapError::FrameTooLarge {
-            rank: 1,
-            peer: Some(0),
-            len,
-            limit: LIMIT,
-        }) => assert_eq!(len, 2 * LIMIT as u64 + 4),
+        Err(BootstrapError::FrameTooLarge { rank: 1, peer: Some(0), len, limit: LIMIT }) => {
+            assert_eq!(len, 2 * LIMIT as u64 + 4)
+        }
         other => panic!("expected FrameTooLarge, got {other:?}"),
     }
     // A frame over the receiver's limit ends that connection with FrameTooLarge at the receiver.
@@ -230,12 +167,9 @@ fn an_oversized_frame_is_refused_without_allocating_it() {
     let _ = big.send(1, 2, &vec![0; 2 * LIMIT]);
     assert_eq!(small.recv(0, 1).unwrap(), b"fits");
     match small.recv(0, 2) {
-        Err(BootstrapError::FrameTooLarge {
-            rank: 1,
-            peer: Some(0),
-            len,
-            limit: LIMIT,
-        }) => assert_eq!(len, 2 * LIMIT as u64 + 4),
+        Err(BootstrapError::FrameTooLarge { rank: 1, peer: Some(0), len, limit: LIMIT }) => {
+            assert_eq!(len, 2 * LIMIT as u64 + 4)
+        }
         other => panic!("expected FrameTooLarge, got {other:?}"),
     }
 }
@@ -265,27 +199,18 @@ fn a_rank_that_leaves_after_the_rendezvous_is_reported_as_closed() {
 
 #[test]
 fn a_rank_that_never_sends_is_named_by_recv_and_collectives() {
+    // Rank 2 stays alive (it is in `ranks`) but calls nothing.
     let ranks = tcp_group(3, SHORT);
     let started = Instant::now();
-    thread::scope(|s| {
-        // Rank 2 stays alive but calls nothing until the others have timed out.
-        let idle = &ranks[2];
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        s.spawn(move || {
-            let _ = done_rx.recv();
-            drop(idle);
-        });
-        let results = on_each(&ranks[..2], |bs| {
-            let rank = bs.rank();
-            assert_timeout(bs.recv(2, 9), rank, &[2], "recv");
-            assert_timeout(bs.barrier(), rank, &[2], "barrier");
-            bs.all_gather(b"x")
-        });
-        for (rank, result) in results.into_iter().enumerate() {
-            assert_timeout(result, rank, &[2], "all_gather");
-        }
-        done_tx.send(()).unwrap();
+    let results = on_each(&ranks[..2], |bs| {
+        let rank = bs.rank();
+        assert_timeout(bs.recv(2, 9), rank, &[2], "recv");
+        assert_timeout(bs.barrier(), rank, &[2], "barrier");
+        bs.all_gather(b"x")
     });
+    for (rank, result) in results.into_iter().enumerate() {
+        assert_timeout(result, rank, &[2], "all_gather");
+    }
     assert!(started.elapsed() < 3 * (SHORT + SLACK), "took {:?}", started.elapsed());
 }
 
@@ -310,14 +235,8 @@ fn in_process_timeouts_and_departures() {
 
     let gone = ranks.pop().unwrap();
     drop(gone);
-    assert!(matches!(
-        ranks[0].recv(3, 0),
-        Err(BootstrapError::PeerClosed { rank: 0, peer: 3, .. })
-    ));
-    assert!(matches!(
-        ranks[0].send(3, 0, b"x"),
-        Err(BootstrapError::PeerClosed { rank: 0, peer: 3, .. })
-    ));
+    assert!(matches!(ranks[0].recv(3, 0), Err(BootstrapError::PeerClosed { rank: 0, peer: 3, .. })));
+    assert!(matches!(ranks[0].send(3, 0, b"x"), Err(BootstrapError::PeerClosed { rank: 0, peer: 3, .. })));
 }
 
 #[test]
@@ -330,18 +249,8 @@ fn mismatched_collectives_are_reported() {
         });
         match &results {
             [
-                Err(BootstrapError::CollectiveMismatch {
-                    rank: 0,
-                    peer: 1,
-                    expected: "all_gather",
-                    got: "barrier",
-                }),
-                Err(BootstrapError::CollectiveMismatch {
-                    rank: 1,
-                    peer: 0,
-                    expected: "barrier",
-                    got: "all_gather",
-                }),
+                Err(BootstrapError::CollectiveMismatch { rank: 0, peer: 1, expected: "all_gather", got: "barrier" }),
+                Err(BootstrapError::CollectiveMismatch { rank: 1, peer: 0, expected: "barrier", got: "all_gather" }),
             ] => {}
             other => panic!("expected a mismatch on both sides, got {other:?}"),
         }
@@ -357,22 +266,9 @@ fn bad_arguments_are_reported() {
     let ranks = InProcessBootstrap::builder().timeout(LONG).group(2).unwrap();
     assert!(matches!(
         ranks[0].send(2, 0, b""),
-        Err(BootstrapError::PeerOutOfRange {
-            rank: 0,
-            peer: 2,
-            world_size: 2
-        })
+        Err(BootstrapError::PeerOutOfRange { rank: 0, peer: 2, world_size: 2 })
     ));
-    assert!(matches!(
-        ranks[1].recv(5, 0),
-        Err(BootstrapError::PeerOutOfRange { peer: 5, .. })
-    ));
-    assert!(matches!(
-        ranks[0].broadcast(7, None),
-        Err(BootstrapError::PeerOutOfRange { peer: 7, .. })
-    ));
-    assert!(matches!(
-        ranks[0].broadcast(0, None),
-        Err(BootstrapError::InvalidArgument { rank: 0, .. })
-    ));
+    assert!(matches!(ranks[1].recv(5, 0), Err(BootstrapError::PeerOutOfRange { peer: 5, .. })));
+    assert!(matches!(ranks[0].broadcast(7, None), Err(BootstrapError::PeerOutOfRange { peer: 7, .. })));
+    assert!(matches!(ranks[0].broadcast(0, None), Err(BootstrapError::InvalidArgument { rank: 0, .. })));
 }

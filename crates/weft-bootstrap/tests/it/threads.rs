@@ -18,10 +18,7 @@ fn tcp_world(world: usize) {
 }
 
 fn in_process_world(world: usize) {
-    let ranks = InProcessBootstrap::builder()
-        .timeout(TIMEOUT)
-        .group(world)
-        .unwrap();
+    let ranks = InProcessBootstrap::builder().timeout(TIMEOUT).group(world).unwrap();
     on_each(&ranks, exercise);
 }
 
@@ -71,9 +68,7 @@ fn in_process_8_ranks() {
 }
 
 fn pattern(seed: usize, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8 ^ seed as u8)
-        .collect()
+    (0..len).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8 ^ seed as u8).collect()
 }
 
 /// 8 MB each way, both sent before either side receives: a `send` that waited for its `recv`

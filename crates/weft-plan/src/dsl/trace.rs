@@ -88,7 +88,6 @@ pub(crate) struct Trace {
     pub(crate) nranks: u32,
     pub(crate) input_chunks: u32,
     pub(crate) output_chunks: u32,
-    pub(crate) size_classes: u32,
     /// `slots[rank][buffer.position()][index]`.
     slots: Vec<[Vec<Slot>; 3]>,
     pub(crate) ops: Vec<TraceOp>,
@@ -120,7 +119,6 @@ impl Trace {
             nranks: c.nranks(),
             input_chunks: c.input_chunks(),
             output_chunks: c.output_chunks(),
-            size_classes: k,
             slots,
             ops: Vec::new(),
         }

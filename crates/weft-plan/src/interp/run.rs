@@ -66,7 +66,7 @@ pub(super) fn run<T: Element>(
     let mut memory = Vec::with_capacity(buffers.len());
     for (rank, bufs) in buffers.iter().enumerate() {
         let rank = rank as u32;
-        let mut check = |buffer: Buffer, found: usize| {
+        let check = |buffer: Buffer, found: usize| {
             let expected = geometry.buffer_len(rank, buffer).unwrap_or(0);
             if expected == found {
                 Ok(())

@@ -5,7 +5,7 @@ use super::fuse::Graph;
 use super::schedule::Schedule;
 use crate::dsl::{Collective, Program};
 use crate::plan::{
-    BufRef, ExecutionPlan, Op, PLAN_VERSION, RankPlan, ThreadBlock, limits,
+    BufRef, Buffer, ExecutionPlan, Op, PLAN_VERSION, RankPlan, ThreadBlock, limits,
 };
 
 /// One entry of a thread block before step numbers are known.
@@ -91,7 +91,7 @@ pub(super) fn emit(
     let mut index = vec![0u32; n];
     for (rank, tbs) in lists.iter().enumerate() {
         let mut rank_entries = Vec::with_capacity(tbs.len());
-        for (tb, list) in tbs.iter().enumerate() {
+        for list in tbs {
             let mut out = Vec::new();
             let mut dirty: Vec<(BufRef, bool)> = Vec::new();
             for &v in list {
@@ -127,13 +127,12 @@ pub(super) fn emit(
                     max: limits::MAX_OPS_PER_THREADBLOCK as u64,
                 });
             }
-            let _ = tb;
             rank_entries.push(out);
         }
         entries.push(rank_entries);
     }
 
-    let ranks_out = entries
+    let mut ranks_out: Vec<RankPlan> = entries
         .into_iter()
         .enumerate()
         .map(|(rank, tbs)| RankPlan {
@@ -159,6 +158,7 @@ pub(super) fn emit(
                 .collect(),
         })
         .collect();
+    compact_scratch(&mut ranks_out);
 
     Ok(ExecutionPlan {
         version: PLAN_VERSION,
@@ -170,4 +170,54 @@ pub(super) fn emit(
         output_chunks: collective.output_chunks(),
         ranks: ranks_out,
     })
+}
+
+/// Drops scratch chunks no operation touches (results that fusion never stores) and renumbers
+/// the rest. Every chunk of a referenced range is referenced, so the monotone renumbering keeps
+/// ranges contiguous.
+fn compact_scratch(ranks: &mut [RankPlan]) {
+    let mut used: Vec<Vec<bool>> = ranks.iter().map(|r| vec![false; r.scratch.len()]).collect();
+    for rank in ranks.iter_mut() {
+        let me = rank.rank;
+        for op in rank.threadblocks.iter_mut().flat_map(|t| t.ops.iter_mut()) {
+            op.for_each_ref_mut(|peer, r| {
+                if r.buffer == Buffer::Scratch {
+                    let slots = &mut used[peer.unwrap_or(me) as usize];
+                    for i in r.index..r.index + r.count {
+                        slots[i as usize] = true;
+                    }
+                }
+            });
+        }
+    }
+    let remap: Vec<Vec<u32>> = used
+        .iter()
+        .map(|u| {
+            let mut next = 0u32;
+            u.iter()
+                .map(|&x| {
+                    let at = next;
+                    next += u32::from(x);
+                    at
+                })
+                .collect()
+        })
+        .collect();
+    for rank in ranks.iter_mut() {
+        let me = rank.rank;
+        for op in rank.threadblocks.iter_mut().flat_map(|t| t.ops.iter_mut()) {
+            op.for_each_ref_mut(|peer, r| {
+                if r.buffer == Buffer::Scratch {
+                    r.index = remap[peer.unwrap_or(me) as usize][r.index as usize];
+                }
+            });
+        }
+        let keep = &used[me as usize];
+        let scratch = std::mem::take(&mut rank.scratch);
+        rank.scratch = scratch
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(class, &k)| k.then_some(class))
+            .collect();
+    }
 }

@@ -27,24 +27,25 @@ pub(super) struct Schedule {
 pub(super) fn schedule(graph: &Graph) -> Result<Schedule, CompileError> {
     let nodes = &graph.nodes;
     let n = nodes.len();
+    let deps = order_edges(graph)?;
+    let topo = topological(&deps).ok_or_else(|| internal("ordering edges made a cycle"))?;
     let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut depth = vec![0usize; n];
-    for (i, node) in nodes.iter().enumerate() {
-        for &d in &node.deps {
-            if d >= i {
-                return Err(internal("node order is not topological"));
-            }
+    for (i, d) in deps.iter().enumerate() {
+        for &d in d {
             succs[d].push(i);
-            depth[i] = depth[i].max(depth[d] + 1);
         }
     }
+    let mut depth = vec![0usize; n];
+    for &i in &topo {
+        depth[i] = deps[i].iter().map(|&d| depth[d] + 1).max().unwrap_or(0);
+    }
     let mut height = vec![0usize; n];
-    for i in (0..n).rev() {
+    for &i in topo.iter().rev() {
         height[i] = succs[i].iter().map(|&s| height[s] + 1).max().unwrap_or(0);
     }
     let priority = |i: usize| Reverse((depth[i], Reverse(height[i]), nodes[i].rank, i));
 
-    let mut pending: Vec<usize> = nodes.iter().map(|x| x.deps.len()).collect();
+    let mut pending: Vec<usize> = deps.iter().map(Vec::len).collect();
     let mut heap: BinaryHeap<Reverse<(usize, Reverse<usize>, u32, usize)>> = (0..n)
         .filter(|&i| pending[i] == 0)
         .map(priority)
@@ -100,8 +101,7 @@ pub(super) fn schedule(graph: &Graph) -> Result<Schedule, CompileError> {
     let mut group: Vec<Option<usize>> = nodes.iter().map(|x| x.group).collect();
     for &i in &order {
         if group[i].is_none() {
-            group[i] = nodes[i]
-                .deps
+            group[i] = deps[i]
                 .iter()
                 .filter(|&&d| nodes[d].rank == nodes[i].rank && group[d].is_some())
                 .max_by_key(|&&d| position[d])
@@ -136,4 +136,105 @@ pub(super) fn schedule(graph: &Graph) -> Result<Schedule, CompileError> {
         tb,
         threadblocks,
     })
+}
+
+/// A topological order of `deps` (each node's list of predecessors), or `None` on a cycle.
+fn topological(deps: &[Vec<usize>]) -> Option<Vec<usize>> {
+    let n = deps.len();
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut pending: Vec<usize> = deps.iter().map(Vec::len).collect();
+    for (i, d) in deps.iter().enumerate() {
+        for &d in d {
+            succs[d].push(i);
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop() {
+        order.push(i);
+        for &s in &succs[i] {
+            pending[s] -= 1;
+            if pending[s] == 0 {
+                ready.push(s);
+            }
+        }
+    }
+    (order.len() == n).then_some(order)
+}
+
+/// Descendants of every node, as bitsets.
+fn reachability(deps: &[Vec<usize>], topo: &[usize]) -> Vec<Vec<u64>> {
+    let n = deps.len();
+    let words = n.div_ceil(64);
+    let mut reach = vec![vec![0u64; words]; n];
+    for &v in topo.iter().rev() {
+        // `deps` lists predecessors; push `v`'s set (plus `v`) into each predecessor.
+        let mut mine = std::mem::take(&mut reach[v]);
+        mine[v / 64] |= 1 << (v % 64);
+        for &d in &deps[v] {
+            for (a, b) in reach[d].iter_mut().zip(&mine) {
+                *a |= *b;
+            }
+        }
+        mine[v / 64] &= !(1 << (v % 64));
+        reach[v] = mine;
+    }
+    reach
+}
+
+fn reaches(reach: &[Vec<u64>], from: usize, to: usize) -> bool {
+    reach[from][to / 64] & (1 << (to % 64)) != 0
+}
+
+/// Dependencies plus ordering edges: when the receiver must receive transfer `a` before
+/// transfer `b` of the same connection (its receive of `a` leads to its receive of `b`), the
+/// sender must send `a` before `b`. Repeated until no edge is added; a cycle means the order is
+/// impossible on one connection.
+fn order_edges(graph: &Graph) -> Result<Vec<Vec<usize>>, CompileError> {
+    let nodes = &graph.nodes;
+    let mut deps: Vec<Vec<usize>> = nodes.iter().map(|x| x.deps.iter().copied().collect()).collect();
+    let mut send_node = vec![usize::MAX; graph.transfers.len()];
+    let mut recv_node = vec![usize::MAX; graph.transfers.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        if let Some(t) = node.send {
+            send_node[t] = i;
+        }
+        if let Some(t) = node.recv {
+            recv_node[t] = i;
+        }
+    }
+    let mut by_conn: BTreeMap<(u32, u32, u32), Vec<usize>> = BTreeMap::new();
+    for (t, x) in graph.transfers.iter().enumerate() {
+        by_conn.entry(x.key()).or_default().push(t);
+    }
+    let mut last = None;
+    loop {
+        let Some(topo) = topological(&deps) else {
+            return Err(match last {
+                Some((from, to, channel)) => CompileError::ConnectionOrder { from, to, channel },
+                None => internal("dependency cycle"),
+            });
+        };
+        let reach = reachability(&deps, &topo);
+        let mut added = false;
+        for (&(from, to, channel), transfers) in &by_conn {
+            for &a in transfers {
+                for &b in transfers {
+                    let (ra, rb, sa, sb) = (recv_node[a], recv_node[b], send_node[a], send_node[b]);
+                    if a == b || !reaches(&reach, ra, rb) || sa == sb || reaches(&reach, sa, sb) {
+                        continue;
+                    }
+                    if reaches(&reach, sb, sa) {
+                        return Err(CompileError::ConnectionOrder { from, to, channel });
+                    }
+                    deps[sb].push(sa);
+                    added = true;
+                    last = Some((from, to, channel));
+                }
+            }
+        }
+        if !added {
+            return Ok(deps);
+        }
+    }
 }

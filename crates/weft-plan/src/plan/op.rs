@@ -446,9 +446,89 @@ impl Op {
     }
 }
 
+impl Op {
+    /// Calls `f` on every chunk reference of the operation, with the peer owning it (`None` for
+    /// this rank's own buffers).
+    pub fn for_each_ref_mut(&mut self, mut f: impl FnMut(Option<u32>, &mut BufRef)) {
+        match self {
+            Op::Nop | Op::Barrier | Op::WaitTb { .. } | Op::Signal { .. } | Op::Wait { .. } => {}
+            Op::Copy { src, dst } | Op::Recv { src, dst, .. } => {
+                f(None, src);
+                f(None, dst);
+            }
+            Op::Reduce { srcs, dst } => {
+                srcs.iter_mut().for_each(|s| f(None, s));
+                f(None, dst);
+            }
+            Op::Put { src, dst, to } | Op::Send { src, dst, to } => {
+                f(None, src);
+                f(Some(to.peer), dst);
+            }
+            Op::Get { src, dst, from } => {
+                f(Some(from.peer), src);
+                f(None, dst);
+            }
+            Op::ReadReduce {
+                local,
+                remote,
+                dst,
+                from,
+            } => {
+                f(None, local);
+                f(Some(from.peer), remote);
+                f(None, dst);
+            }
+            Op::Rrc {
+                local, staged, dst, ..
+            } => {
+                f(None, local);
+                f(None, staged);
+                f(None, dst);
+            }
+            Op::Rcs {
+                src,
+                dst,
+                to,
+                remote,
+                ..
+            } => {
+                f(None, src);
+                if let Some(dst) = dst {
+                    f(None, dst);
+                }
+                f(Some(to.peer), remote);
+            }
+            Op::Rrcs {
+                local,
+                staged,
+                dst,
+                to,
+                remote,
+                ..
+            } => {
+                f(None, local);
+                f(None, staged);
+                f(None, dst);
+                f(Some(to.peer), remote);
+            }
+            Op::Rrs {
+                local,
+                staged,
+                to,
+                remote,
+                ..
+            } => {
+                f(None, local);
+                f(None, staged);
+                f(Some(to.peer), remote);
+            }
+        }
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:<7}", self.name())?;
+        write!(f, "{:<8}", self.name())?;
         match self {
             Op::Nop | Op::Barrier => Ok(()),
             Op::WaitTb { tb, step } => write!(f, "tb{tb} #{step}"),

@@ -151,15 +151,14 @@ impl Pair<'_> {
         self.comm.barrier()?;
         if involved {
             let ch = &peers[&other].main;
-            let result = self.runner.pingpong(ch, PINGPONG_ITERS, rank == a);
-            if let Ok(Some(ns)) = result {
-                self.report.metric(
-                    format!("semaphore one-way latency {a}<->{b}"),
-                    ns as f64 / (2.0 * f64::from(PINGPONG_ITERS)) / 1e3,
-                    "us",
-                );
+            for (relaxed, kind) in [(false, "release/acquire"), (true, "relaxed")] {
+                let result = self.runner.pingpong(ch, PINGPONG_ITERS, rank == a, relaxed);
+                if let Ok(Some(ns)) = result {
+                    let one_way_us = ns as f64 / (2.0 * f64::from(PINGPONG_ITERS)) / 1e3;
+                    self.report.metric(format!("semaphore one-way latency {a}<->{b} ({kind})"), one_way_us, "us");
+                }
+                self.report.record(format!("{label}semaphore ping-pong {a}<->{b} ({kind})"), result.map(|_| ()));
             }
-            self.report.record(format!("{label}semaphore ping-pong {a}<->{b}"), result.map(|_| ()));
         }
 
         // HB put a->b and get b<-a, every size and offset.

@@ -1,0 +1,48 @@
+//! NVRTC compiles every embedded kernel and the layout probe for sm_90, without a GPU. When
+//! NVRTC is missing the tests say so and pass, unless `WEFT_REQUIRE_NVRTC=1` (set by
+//! scripts/test.sh, which installs the NVRTC wheels): then a missing NVRTC fails them.
+
+use weft_core::{KernelLibrary, device_code};
+
+fn library() -> Option<KernelLibrary> {
+    if let Err(e) = weft_gpu::nvrtc_version() {
+        assert!(std::env::var("WEFT_REQUIRE_NVRTC").as_deref() != Ok("1"), "NVRTC is required here: {e}");
+        eprintln!("skipping: {e}");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("weft-nvrtc-test-{}", std::process::id()));
+    Some(KernelLibrary::new(dir))
+}
+
+#[test]
+fn every_kernel_compiles_for_sm_90_and_the_second_compile_is_a_cache_hit() {
+    let Some(library) = library() else { return };
+    for (name, _) in device_code::KERNELS {
+        let first = library.compile(name, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(first.cubin.starts_with(b"\x7fELF"), "{name} is not a CUBIN");
+        let second = library.compile(name, "sm_90").unwrap();
+        assert!(second.from_cache, "{name} was compiled twice");
+        assert_eq!(first.cubin, second.cubin);
+    }
+}
+
+#[test]
+fn the_layout_probe_compiles_and_a_wrong_layout_does_not() {
+    let Some(library) = library() else { return };
+    library.compile_layout_probe("sm_90").unwrap();
+    let mut wrong = device_code::layout_probe_source();
+    wrong.text = wrong.text.replacen("== 0, \"rust offset of", "== 1, \"rust offset of", 1);
+    let options = weft_gpu::CompileOptions { arch: "sm_90".into(), extra: vec![] };
+    let dir = std::env::temp_dir().join(format!("weft-nvrtc-wrong-{}", std::process::id()));
+    let err = weft_gpu::compile(&wrong, &options, &dir).unwrap_err().to_string();
+    assert!(err.contains("rust offset of"), "{err}");
+}
+
+#[test]
+fn a_kernel_with_an_error_reports_the_nvrtc_log() {
+    let Some(_) = library() else { return };
+    let source = weft_gpu::KernelSource { name: "broken.cu".into(), text: "this is not C++".into(), headers: vec![] };
+    let options = weft_gpu::CompileOptions { arch: "sm_90".into(), extra: vec![] };
+    let err = weft_gpu::compile(&source, &options, &std::env::temp_dir()).unwrap_err().to_string();
+    assert!(err.contains("broken.cu"), "{err}");
+}
