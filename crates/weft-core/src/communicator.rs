@@ -45,6 +45,8 @@ struct Inner {
     tokens: TokenPool,
     /// Devices of same-process peers (for granting them access to our memory).
     local_peer_devices: Vec<Device>,
+    /// Why each rank's memory cannot be mapped here (None: it can).
+    unreachable: Vec<Option<String>>,
     /// Cross-process mappings, keyed by (owner rank, owner base address).
     imports: Mutex<HashMap<(usize, u64), Arc<ImportedMemory>>>,
 }
@@ -85,6 +87,7 @@ impl Communicator {
                 local_peer_devices.push(Device::new(p.device_ordinal).map_err(gpu)?);
             }
         }
+        let unreachable = topology.peers().iter().map(|p| reachability(&device, &topology, p)).collect();
         let fd_server = Arc::new(
             FdServer::start()
                 .map_err(|e| Error::InvalidArgument { rank, detail: format!("cannot start the fd server: {e}") })?,
@@ -112,6 +115,7 @@ impl Communicator {
             error_record,
             tokens: TokenPool::new(tokens_memory),
             local_peer_devices,
+            unreachable,
             imports: Mutex::default(),
         };
         Ok(Self { inner: Arc::new(inner) })
@@ -145,6 +149,16 @@ impl Communicator {
     /// The bootstrap (for host-side agreement between ranks).
     pub fn bootstrap(&self) -> &Arc<dyn Bootstrap> {
         &self.inner.bootstrap
+    }
+
+    /// Whether this rank can map `peer`'s GPU memory (same process, or same host with peer
+    /// access); the error says why not.
+    pub fn can_map(&self, peer: usize) -> Result<(), String> {
+        match self.inner.unreachable.get(peer) {
+            Some(None) => Ok(()),
+            Some(Some(reason)) => Err(reason.clone()),
+            None => Err(format!("rank {peer} is outside a world of {}", self.world_size())),
+        }
     }
 
     /// Host-side barrier over every rank.
@@ -209,17 +223,12 @@ impl Communicator {
                 detail: format!("descriptor from peer {peer} claims owner {}", d.owner_rank),
             });
         }
+        if let Some(reason) = i.unreachable.get(peer).cloned().flatten() {
+            return Err(ConnectError::NoTransport { rank, peer, reason }.into());
+        }
         if d.identity == i.topology.peer(rank).map(|p| p.identity).unwrap_or_else(ProcessIdentity::current) {
             // Same process: the owner granted our device access at registration.
             return Ok(RemoteMemory::new(d.base + d.offset, len, peer, None));
-        }
-        if !i.topology.same_host(peer) {
-            return Err(ConnectError::NoTransport {
-                rank,
-                peer,
-                reason: "peer is on another host and weft has no network transport for MemoryChannels".into(),
-            }
-            .into());
         }
         let key = (peer, d.base);
         if let Some(mapping) = lock(&i.imports).get(&key) {
@@ -349,6 +358,22 @@ impl Communicator {
             .error_record
             .write(0, DeviceErrorRecord::default())
             .map_err(|source| Error::Gpu { rank: self.rank(), source })
+    }
+}
+
+/// Why `peer`'s GPU memory cannot be mapped by `device`, or None when it can.
+fn reachability(device: &Device, topology: &Topology, peer: &PeerInfo) -> Option<String> {
+    if !topology.same_host(peer.rank) {
+        return Some("peer is on another host and MemoryChannels need NVLink/PCIe peer mappings".into());
+    }
+    let own_bus = device.pci_bus_id().ok()?;
+    if peer.pci_bus_id == own_bus {
+        return None;
+    }
+    match Device::by_pci_bus_id(&peer.pci_bus_id).and_then(|theirs| device.can_access_peer(&theirs)) {
+        Ok(true) => None,
+        Ok(false) => Some(format!("GPU {} cannot map memory of GPU {} (no peer access)", own_bus, peer.pci_bus_id)),
+        Err(e) => Some(format!("GPU {} is not visible to this process: {e}", peer.pci_bus_id)),
     }
 }
 

@@ -70,6 +70,18 @@ impl Device {
         Ok(device)
     }
 
+    /// Opens the GPU at PCI bus id `bus_id` (as reported by [`Device::pci_bus_id`] in any
+    /// process of this host).
+    pub fn by_pci_bus_id(bus_id: &str) -> Result<Self, GpuError> {
+        init()?;
+        let c_bus =
+            std::ffi::CString::new(bus_id).map_err(|_| GpuError::InvalidArgument(format!("PCI bus id {bus_id:?}")))?;
+        let mut raw: sys::CUdevice = 0;
+        // SAFETY: out-pointer to a local; NUL-terminated id.
+        unsafe { cu!(cuDeviceGetByPCIBusId(&mut raw, c_bus.as_ptr()))? };
+        Self::new(usize::try_from(raw).unwrap_or(usize::MAX))
+    }
+
     /// Makes this device's context current on the calling thread.
     pub fn bind(&self) -> Result<(), GpuError> {
         // SAFETY: the context is retained for as long as self lives.
