@@ -38,7 +38,8 @@
 //! which one left. Afterwards rank `a` opens one connection to rank `b` the first time it sends to
 //! `b`; a reader thread on `b` drains it into a mailbox keyed by `(sender, tag)`, so `send` never
 //! waits for the matching `recv`. Collectives are direct exchanges over the same connections,
-//! numbered by a per-rank sequence counter so that consecutive collectives never mix.
+//! numbered by a per-rank sequence counter so that consecutive collectives never mix. There is
+//! no flow control: messages wait in the receiver's memory until it takes them.
 //!
 //! Handshake (every connection): the connector sends `Hello {purpose, rank, nonce_c}`, the
 //! acceptor answers `Challenge {nonce_a, HMAC(secret, "acceptor" ‖ purpose ‖ rank ‖ nonce_c ‖

@@ -18,7 +18,8 @@ use crate::identity::ProcessIdentity;
 use crate::memory::{RegisteredMemory, RemoteMemory};
 use crate::semaphore::{Semaphore, TokenPool};
 use crate::topology::{PeerInfo, Topology};
-use crate::wire::{Reader, Writer};
+use crate::wire::{put_short_bytes, short_bytes};
+use weft_bootstrap::codec::{CodecError, Reader, Writer};
 
 /// Bootstrap tag of every setup message; per peer, both sides issue setup calls in the same
 /// order, so one ordered stream per peer pairs them.
@@ -283,22 +284,21 @@ impl Communicator {
         let expected = pool.claim().ok_or_else(exhausted)?;
         let descriptor =
             pool.memory().descriptor().encode().map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
-        let mut w = Writer::default();
-        w.u32(u32::try_from(inbound).map_err(|_| exhausted())?);
-        w.short_bytes(&descriptor).map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
-        self.send(peer, &w.finish())?;
+        let mut w = Writer::new();
+        w.put_u32(u32::try_from(inbound).map_err(|_| exhausted())?);
+        put_short_bytes(&mut w, &descriptor).map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
+        self.send(peer, &w.into_inner())?;
         let theirs = self.recv(peer)?;
         let malformed = |source| ConnectError::Descriptor { rank, peer, source };
         let mut r = Reader::new(&theirs);
-        let remote_slot = r.u32("token slot").map_err(malformed)? as u64;
-        let remote_pool =
-            MemoryDescriptor::decode(r.short_bytes("token pool").map_err(malformed)?).map_err(malformed)?;
+        let remote_slot = r.u32().map_err(malformed)? as u64;
+        let remote_pool = MemoryDescriptor::decode(short_bytes(&mut r).map_err(malformed)?).map_err(malformed)?;
         r.finish().map_err(malformed)?;
         if (remote_slot + 1) * 8 > remote_pool.len {
             return Err(ConnectError::Descriptor {
                 rank,
                 peer,
-                source: crate::wire::WireError::Invalid { what: "token slot", detail: format!("{remote_slot}") },
+                source: CodecError::InvalidValue { field: "semaphore token slot", value: remote_slot },
             }
             .into());
         }

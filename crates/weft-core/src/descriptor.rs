@@ -12,7 +12,9 @@
 use weft_gpu::LegacyIpcHandle;
 
 use crate::identity::ProcessIdentity;
-use crate::wire::{Reader, WireError, Writer};
+use weft_bootstrap::codec::{CodecError, Reader, Writer};
+
+use crate::wire::{put_short_bytes, short_bytes, to_u32};
 
 const MAGIC: &[u8; 4] = b"WFRM";
 /// Current descriptor version.
@@ -55,79 +57,66 @@ pub struct MemoryDescriptor {
     pub handle: MemoryHandle,
 }
 
-fn to_u32(what: &'static str, v: usize) -> Result<u32, WireError> {
-    u32::try_from(v).map_err(|_| WireError::Invalid { what, detail: format!("{v} over u32") })
-}
-
 impl MemoryDescriptor {
     /// Encodes version [`DESCRIPTOR_VERSION`].
-    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let mut w = Writer::default();
-        let kind = match self.handle {
+    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        let mut w = Writer::new();
+        w.put_bytes(MAGIC);
+        w.put_u16(DESCRIPTOR_VERSION);
+        w.put_u8(match self.handle {
             MemoryHandle::PosixFd { .. } => 1,
             MemoryHandle::Legacy(_) => 2,
-        };
-        w.bytes(MAGIC)
-            .u16(DESCRIPTOR_VERSION)
-            .u8(kind)
-            .u32(to_u32("owner rank", self.owner_rank)?)
-            .u32(to_u32("device", self.device_ordinal)?)
-            .u64(self.identity.host_hash)
-            .u64(self.identity.pid_hash)
-            .u64(self.base)
-            .u64(self.mapped_len)
-            .u64(self.offset)
-            .u64(self.len);
+        });
+        w.put_u32(to_u32("owner rank", self.owner_rank)?);
+        w.put_u32(to_u32("device", self.device_ordinal)?);
+        for field in
+            [self.identity.host_hash, self.identity.pid_hash, self.base, self.mapped_len, self.offset, self.len]
+        {
+            w.put_u64(field);
+        }
         match &self.handle {
             MemoryHandle::PosixFd { socket, export_id, secret } => {
-                w.short_bytes(socket)?.u64(*export_id).u64(*secret);
+                put_short_bytes(&mut w, socket)?;
+                w.put_u64(*export_id);
+                w.put_u64(*secret);
             }
-            MemoryHandle::Legacy(h) => {
-                w.bytes(&h.0);
-            }
+            MemoryHandle::Legacy(h) => w.put_bytes(&h.0),
         }
-        Ok(w.finish())
+        Ok(w.into_inner())
     }
 
     /// Decodes and validates a descriptor (range inside the allocation, known kind/version).
-    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+    pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
         let mut r = Reader::new(bytes);
-        if r.take("magic", 4)? != MAGIC {
-            return Err(WireError::Invalid { what: "magic", detail: "not a weft memory descriptor".into() });
-        }
-        let version = r.u16("version")?;
-        if version != DESCRIPTOR_VERSION {
-            return Err(WireError::Invalid {
-                what: "version",
-                detail: format!("{version}, this build reads {DESCRIPTOR_VERSION}"),
+        let magic = r.array::<4>()?;
+        if &magic != MAGIC {
+            return Err(CodecError::InvalidValue {
+                field: "memory descriptor magic",
+                value: u32::from_le_bytes(magic).into(),
             });
         }
-        let kind = r.u8("kind")?;
-        let owner_rank = r.u32("owner rank")? as usize;
-        let device_ordinal = r.u32("device")? as usize;
-        let identity = ProcessIdentity { host_hash: r.u64("host hash")?, pid_hash: r.u64("pid hash")? };
-        let base = r.u64("base")?;
-        let mapped_len = r.u64("mapped len")?;
-        let offset = r.u64("offset")?;
-        let len = r.u64("len")?;
+        let version = r.u16()?;
+        if version != DESCRIPTOR_VERSION {
+            return Err(CodecError::InvalidValue { field: "memory descriptor version", value: version.into() });
+        }
+        let kind = r.u8()?;
+        let owner_rank = r.u32()? as usize;
+        let device_ordinal = r.u32()? as usize;
+        let identity = ProcessIdentity { host_hash: r.u64()?, pid_hash: r.u64()? };
+        let base = r.u64()?;
+        let mapped_len = r.u64()?;
+        let offset = r.u64()?;
+        let len = r.u64()?;
         if offset.checked_add(len).is_none_or(|end| end > mapped_len) {
-            return Err(WireError::Invalid {
-                what: "range",
-                detail: format!("{offset}+{len} outside {mapped_len} mapped bytes"),
+            return Err(CodecError::InvalidValue {
+                field: "registered range end (past the mapping)",
+                value: offset.saturating_add(len),
             });
         }
         let handle = match kind {
-            1 => MemoryHandle::PosixFd {
-                socket: r.short_bytes("socket name")?.to_vec(),
-                export_id: r.u64("export id")?,
-                secret: r.u64("secret")?,
-            },
-            2 => {
-                let mut h = [0u8; 64];
-                h.copy_from_slice(r.take("legacy handle", 64)?);
-                MemoryHandle::Legacy(LegacyIpcHandle(h))
-            }
-            other => return Err(WireError::Invalid { what: "kind", detail: format!("{other}") }),
+            1 => MemoryHandle::PosixFd { socket: short_bytes(&mut r)?.to_vec(), export_id: r.u64()?, secret: r.u64()? },
+            2 => MemoryHandle::Legacy(LegacyIpcHandle(r.array::<64>()?)),
+            other => return Err(CodecError::InvalidValue { field: "memory handle kind", value: other.into() }),
         };
         r.finish()?;
         Ok(Self { owner_rank, device_ordinal, identity, base, mapped_len, offset, len, handle })

@@ -4,7 +4,7 @@ use weft_bootstrap::BootstrapError;
 use weft_gpu::GpuError;
 
 use crate::env::EnvError;
-use crate::wire::WireError;
+use weft_bootstrap::codec::CodecError;
 
 /// Connecting to a peer failed.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub enum ConnectError {
         /// The peer.
         peer: usize,
         /// Cause.
-        source: WireError,
+        source: CodecError,
     },
 }
 

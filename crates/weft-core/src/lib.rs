@@ -36,4 +36,4 @@ pub use identity::ProcessIdentity;
 pub use memory::{RegisteredMemory, RemoteMemory};
 pub use semaphore::Semaphore;
 pub use topology::{PeerInfo, Topology};
-pub use wire::WireError;
+pub use weft_bootstrap::codec::CodecError;

@@ -1,7 +1,9 @@
 //! Where every rank lives: host, process, GPU. Gathered once when a communicator is created.
 
 use crate::identity::ProcessIdentity;
-use crate::wire::{Reader, WireError, Writer};
+use weft_bootstrap::codec::{CodecError, Reader, Writer};
+
+use crate::wire::{put_short_bytes, short_bytes, to_u32};
 
 const PEER_INFO_VERSION: u8 = 1;
 
@@ -20,34 +22,31 @@ pub struct PeerInfo {
 
 impl PeerInfo {
     /// Versioned wire encoding.
-    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let mut w = Writer::default();
-        w.u8(PEER_INFO_VERSION)
-            .u32(u32::try_from(self.rank).map_err(|_| WireError::Invalid { what: "rank", detail: "over u32".into() })?)
-            .u32(
-                u32::try_from(self.device_ordinal)
-                    .map_err(|_| WireError::Invalid { what: "device ordinal", detail: "over u32".into() })?,
-            )
-            .u64(self.identity.host_hash)
-            .u64(self.identity.pid_hash)
-            .short_bytes(self.pci_bus_id.as_bytes())?;
-        Ok(w.finish())
+    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        let mut w = Writer::new();
+        w.put_u8(PEER_INFO_VERSION);
+        w.put_u32(to_u32("rank", self.rank)?);
+        w.put_u32(to_u32("device ordinal", self.device_ordinal)?);
+        w.put_u64(self.identity.host_hash);
+        w.put_u64(self.identity.pid_hash);
+        put_short_bytes(&mut w, self.pci_bus_id.as_bytes())?;
+        Ok(w.into_inner())
     }
 
     /// Decodes [`PeerInfo::encode`]'s output.
-    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+    pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
         let mut r = Reader::new(bytes);
-        let version = r.u8("peer info version")?;
+        let version = r.u8()?;
         if version != PEER_INFO_VERSION {
-            return Err(WireError::Invalid { what: "peer info version", detail: format!("{version}") });
+            return Err(CodecError::InvalidValue { field: "peer info version", value: version.into() });
         }
-        let rank = r.u32("rank")? as usize;
-        let device_ordinal = r.u32("device ordinal")? as usize;
-        let host_hash = r.u64("host hash")?;
-        let pid_hash = r.u64("pid hash")?;
-        let bus = r.short_bytes("pci bus id")?;
+        let rank = r.u32()? as usize;
+        let device_ordinal = r.u32()? as usize;
+        let host_hash = r.u64()?;
+        let pid_hash = r.u64()?;
+        let bus = short_bytes(&mut r)?;
         let pci_bus_id = String::from_utf8(bus.to_vec())
-            .map_err(|_| WireError::Invalid { what: "pci bus id", detail: "not UTF-8".into() })?;
+            .map_err(|_| CodecError::InvalidValue { field: "pci bus id (not UTF-8)", value: bus.len() as u64 })?;
         r.finish()?;
         Ok(Self { rank, device_ordinal, pci_bus_id, identity: ProcessIdentity { host_hash, pid_hash } })
     }

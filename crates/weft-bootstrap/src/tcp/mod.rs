@@ -286,9 +286,13 @@ fn rejected(config: &Config, reason: RejectReason) -> BootstrapError {
 /// Connects to the root, retrying while it is not listening yet, until the deadline.
 fn connect_root(root: SocketAddr, rank: usize, wait: &Wait) -> Result<TcpStream, BootstrapError> {
     let mut pause = CONNECT_RETRY_MIN;
+    let mut last_error = None;
     loop {
         let left = wait.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
+            if let Some(error) = last_error {
+                tracing::warn!(rank, %root, %error, "giving up on the rendezvous root");
+            }
             return Err(BootstrapError::Timeout {
                 rank,
                 missing: vec![0],
@@ -300,6 +304,7 @@ fn connect_root(root: SocketAddr, rank: usize, wait: &Wait) -> Result<TcpStream,
             Ok(stream) => return Ok(stream),
             Err(e) => {
                 tracing::debug!(rank, %root, error = %e, "rendezvous root not reachable yet");
+                last_error = Some(e);
             }
         }
         thread::sleep(pause.min(wait.deadline.saturating_duration_since(Instant::now())));
