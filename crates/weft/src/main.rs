@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weft::selftest::{Mode, SelftestOptions};
+use weft::selftest::{Mode, SelftestOptions, Step};
 
 #[derive(Parser, Debug)]
 #[command(name = "weft", version, about = "weft: GPU communication for AI inference and training")]
@@ -24,6 +24,9 @@ enum Command {
         /// One process per GPU, one process driving all GPUs with threads, or both.
         #[arg(long, value_enum, default_value_t = Mode::Both)]
         mode: Mode,
+        /// Run only these groups of tests (comma-separated; default: all).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        only: Vec<Step>,
     },
     /// Internal: one rank of `weft selftest --mode processes` (reads torchrun variables).
     #[command(hide = true)]
@@ -47,7 +50,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Info => weft::info::run(),
-        Command::Selftest { gpus, mode } => weft::selftest::run(&SelftestOptions { gpus, mode }),
+        Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::GenHeader { root, check } => gen_header(&root, check),
     };

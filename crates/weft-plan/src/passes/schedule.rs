@@ -24,7 +24,16 @@ pub(super) struct Schedule {
     pub(super) threadblocks: Vec<u32>,
 }
 
-pub(super) fn schedule(graph: &Graph) -> Result<Schedule, CompileError> {
+/// How ready nodes are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Priority {
+    /// Smallest depth, then longest remaining path (pipelines chunks).
+    Depth,
+    /// Program order (node ids follow the trace).
+    Program,
+}
+
+pub(super) fn schedule(graph: &Graph, mode: Priority) -> Result<Schedule, CompileError> {
     let nodes = &graph.nodes;
     let n = nodes.len();
     let deps = order_edges(graph)?;
@@ -43,7 +52,10 @@ pub(super) fn schedule(graph: &Graph) -> Result<Schedule, CompileError> {
     for &i in topo.iter().rev() {
         height[i] = succs[i].iter().map(|&s| height[s] + 1).max().unwrap_or(0);
     }
-    let priority = |i: usize| Reverse((depth[i], Reverse(height[i]), nodes[i].rank, i));
+    let priority = |i: usize| match mode {
+        Priority::Depth => Reverse((depth[i], Reverse(height[i]), nodes[i].rank, i)),
+        Priority::Program => Reverse((0, Reverse(0), 0, i)),
+    };
 
     let mut pending: Vec<usize> = deps.iter().map(Vec::len).collect();
     let mut heap: BinaryHeap<Reverse<(usize, Reverse<usize>, u32, usize)>> = (0..n)

@@ -132,7 +132,7 @@ impl Geometry {
     }
 
     fn class_offset(&self, class: usize) -> usize {
-        class * (self.unit / self.classes) + class.min(self.unit % self.classes) / 2
+        class * (self.unit / self.classes) + class.min(self.unit % self.classes)
     }
 
     fn dense_offset(&self, index: usize) -> usize {

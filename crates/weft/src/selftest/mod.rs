@@ -35,6 +35,48 @@ pub enum Mode {
     Both,
 }
 
+/// A group of tests `--only` can select.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Step {
+    /// Semaphore ping-pong (latency).
+    Semaphore,
+    /// HB put/get correctness.
+    Hb,
+    /// Put bandwidth.
+    Bandwidth,
+    /// LL8/LL16 round trips, eager and in CUDA graphs.
+    Ll,
+    /// The deliberate timeout.
+    Timeout,
+    /// Reduction helpers.
+    Reduce,
+}
+
+impl Step {
+    const ALL: [Step; 6] = [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce];
+
+    fn name(self) -> &'static str {
+        match self {
+            Step::Semaphore => "semaphore",
+            Step::Hb => "hb",
+            Step::Bandwidth => "bandwidth",
+            Step::Ll => "ll",
+            Step::Timeout => "timeout",
+            Step::Reduce => "reduce",
+        }
+    }
+
+    /// Parses the comma list workers receive in `WEFT_SELFTEST_ONLY`.
+    fn parse_list(list: &str) -> Result<Vec<Step>, String> {
+        list.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|name| {
+                Self::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| format!("unknown step {name:?}"))
+            })
+            .collect()
+    }
+}
+
 /// Options of `weft selftest`.
 #[derive(Clone, Debug)]
 pub struct SelftestOptions {
@@ -42,9 +84,12 @@ pub struct SelftestOptions {
     pub gpus: Option<usize>,
     /// Process layout.
     pub mode: Mode,
+    /// Steps to run (every step when empty).
+    pub only: Vec<Step>,
 }
 
 const WORKER_REPORT_DIR: &str = "WEFT_SELFTEST_REPORT_DIR";
+const WORKER_ONLY: &str = "WEFT_SELFTEST_ONLY";
 /// Bound of a whole multi-process run; children still running then are killed.
 const PROCESS_DEADLINE: Duration = Duration::from_secs(900);
 
@@ -87,11 +132,11 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
     drop(device);
     if matches!(options.mode, Mode::Processes | Mode::Both) {
         println!("running the suite with one process per GPU on {gpus} GPU(s)...");
-        summary.extend(run_processes(gpus)?);
+        summary.extend(run_processes(gpus, &options.only)?);
     }
     if matches!(options.mode, Mode::Threads | Mode::Both) {
         println!("running the suite with one process driving {gpus} GPU(s) from threads...");
-        summary.extend(run_threads(gpus, &env)?);
+        summary.extend(run_threads(gpus, &env, &options.only)?);
     }
     Ok(finish(&summary, &skipped))
 }
@@ -104,16 +149,21 @@ fn finish(summary: &Summary, skipped: &[String]) -> ExitCode {
     if summary.counts().1 == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-fn run_threads(gpus: usize, env: &Env) -> Result<Summary, BoxError> {
+fn steps(only: &[Step]) -> Vec<Step> {
+    if only.is_empty() { Step::ALL.to_vec() } else { only.to_vec() }
+}
+
+fn run_threads(gpus: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxError> {
     let group = InProcessBootstrap::group(gpus)?;
     let handles: Vec<_> = group
         .into_iter()
         .enumerate()
         .map(|(ordinal, bootstrap)| {
             let env = env.clone();
+            let steps = steps(only);
             std::thread::Builder::new()
                 .name(format!("weft-rank-{ordinal}"))
-                .spawn(move || suite::run_rank(Arc::new(bootstrap), ordinal, &env, "[threads] "))
+                .spawn(move || suite::run_rank(Arc::new(bootstrap), ordinal, &env, "[threads] ", &steps))
         })
         .collect::<Result<_, _>>()?;
     let mut reports = Vec::new();
@@ -131,7 +181,8 @@ fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn run_processes(gpus: usize) -> Result<Summary, BoxError> {
+fn run_processes(gpus: usize, only: &[Step]) -> Result<Summary, BoxError> {
+    let only_list: Vec<&str> = steps(only).iter().map(|s| s.name()).collect();
     let dir = std::env::temp_dir().join(format!("weft-selftest-{}-{:08x}", std::process::id(), rand::random::<u32>()));
     std::fs::create_dir_all(&dir)?;
     let port = free_port()?;
@@ -146,6 +197,7 @@ fn run_processes(gpus: usize) -> Result<Summary, BoxError> {
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
             .env(WORKER_REPORT_DIR, &dir)
+            .env(WORKER_ONLY, only_list.join(","))
             .spawn()?;
         children.push(child);
     }
@@ -196,7 +248,8 @@ pub fn run_worker() -> Result<ExitCode, BoxError> {
     let ordinal = torchrun.local_rank.unwrap_or(torchrun.rank);
     let dir = PathBuf::from(std::env::var(WORKER_REPORT_DIR)?);
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
-    let report = suite::run_rank(Arc::clone(&bootstrap), ordinal, &env, "[processes] ");
+    let only = Step::parse_list(&std::env::var(WORKER_ONLY).unwrap_or_default())?;
+    let report = suite::run_rank(Arc::clone(&bootstrap), ordinal, &env, "[processes] ", &steps(&only));
     std::fs::write(report_path(&dir, torchrun.rank), serde_json::to_vec(&report)?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -14,9 +14,31 @@ pub fn pattern_word(seed: u32, rank: u32, word: u64) -> u32 {
     x
 }
 
-/// `len` bytes of the pattern starting at byte `start`.
+/// `len` bytes of the pattern starting at byte `start`; large buffers are filled by several
+/// threads (the suite generates hundreds of MiB per case).
 pub fn pattern_bytes(seed: u32, rank: u32, start: u64, len: usize) -> Vec<u8> {
-    (0..len as u64).map(|i| pattern_byte(seed, rank, start + i)).collect()
+    const CHUNK: usize = 4 << 20;
+    let mut out = vec![0u8; len];
+    let fill = |offset: usize, chunk: &mut [u8]| {
+        let mut word = 0;
+        for (i, byte) in chunk.iter_mut().enumerate() {
+            let index = start + (offset + i) as u64;
+            if i == 0 || index.is_multiple_of(4) {
+                word = pattern_word(seed, rank, index / 4);
+            }
+            *byte = (word >> (8 * (index % 4))) as u8;
+        }
+    };
+    if len <= CHUNK {
+        fill(0, &mut out);
+        return out;
+    }
+    std::thread::scope(|scope| {
+        for (n, chunk) in out.chunks_mut(CHUNK).enumerate() {
+            scope.spawn(move || fill(n * CHUNK, chunk));
+        }
+    });
+    out
 }
 
 /// Byte `index` of the pattern.
@@ -35,5 +57,9 @@ mod tests {
         assert_ne!(a, pattern_bytes(1, 1, 0, 64));
         assert_ne!(a[..32], a[32..]);
         assert_eq!(pattern_bytes(1, 0, 5, 3), a[5..8].to_vec());
+        let big = pattern_bytes(7, 2, 1, (9 << 20) + 3);
+        for i in [0usize, 3, 4 << 20, (4 << 20) + 1, (9 << 20) + 2] {
+            assert_eq!(big[i], pattern_byte(7, 2, 1 + i as u64), "byte {i}");
+        }
     }
 }

@@ -12,6 +12,7 @@ use weft_core::selftest_kernels::{LL_BLOCKS, LlProtocol, SelftestKernels, Selfte
 use weft_core::{Communicator, Env, Error, KernelLibrary, MemoryChannel, MemoryChannelConfig, RegisteredMemory};
 use weft_gpu::{AllocKind, Device, DeviceMemory, Stream};
 
+use super::Step;
 use super::pattern::pattern_bytes;
 use super::reduce_check;
 use super::report::RankReport;
@@ -42,10 +43,16 @@ struct PeerState {
 
 /// Runs the whole suite for one rank and returns what it saw. Never panics on GPU or peer
 /// failures: they become failed outcomes.
-pub(crate) fn run_rank(bootstrap: Arc<dyn Bootstrap>, ordinal: usize, env: &Env, label: &str) -> RankReport {
+pub(crate) fn run_rank(
+    bootstrap: Arc<dyn Bootstrap>,
+    ordinal: usize,
+    env: &Env,
+    label: &str,
+    steps: &[Step],
+) -> RankReport {
     let mut report = RankReport::default();
     let rank = bootstrap.rank();
-    if let Err(e) = run(bootstrap, ordinal, env, label, &mut report) {
+    if let Err(e) = run(bootstrap, ordinal, env, label, steps, &mut report) {
         report.record(format!("{label}rank {rank} ran to the end"), Err(e));
     }
     report
@@ -56,6 +63,7 @@ fn run(
     ordinal: usize,
     env: &Env,
     label: &str,
+    steps: &[Step],
     report: &mut RankReport,
 ) -> Result<(), Error> {
     let rank = bootstrap.rank();
@@ -73,7 +81,9 @@ fn run(
     let stream = Stream::new(&device).map_err(gpu)?;
     let runner = SelftestRunner::new(&kernels, &comm, &stream, env.device_timeout + Duration::from_secs(60));
 
-    reduce_check::run(&runner, label, report);
+    if steps.contains(&Step::Reduce) {
+        reduce_check::run(&runner, label, report);
+    }
 
     let data = comm.register(comm.alloc(2 * REGION as usize)?)?;
     let mut peers = BTreeMap::new();
@@ -89,7 +99,7 @@ fn run(
     }
     comm.barrier()?;
     let world = comm.world_size();
-    let mut pair = Pair { comm: &comm, runner: &runner, data: &data, label, report };
+    let mut pair = Pair { comm: &comm, runner: &runner, data: &data, label, steps, report };
     for a in 0..world {
         for b in a + 1..world {
             pair.run(a, b, &mut peers)?;
@@ -103,6 +113,7 @@ struct Pair<'a> {
     runner: &'a SelftestRunner<'a>,
     data: &'a RegisteredMemory,
     label: &'a str,
+    steps: &'a [Step],
     report: &'a mut RankReport,
 }
 
@@ -141,27 +152,56 @@ impl Pair<'_> {
     }
 
     fn run(&mut self, a: usize, b: usize, peers: &mut BTreeMap<usize, PeerState>) -> Result<(), Error> {
-        let rank = self.rank();
-        let involved = rank == a || rank == b;
-        let other = if rank == a { b } else { a };
-        let label = self.label.to_string();
         let seed = self.seed()?;
-
-        // Semaphore ping-pong.
-        self.comm.barrier()?;
-        if involved {
-            let ch = &peers[&other].main;
-            for (relaxed, kind) in [(false, "release/acquire"), (true, "relaxed")] {
-                let result = self.runner.pingpong(ch, PINGPONG_ITERS, rank == a, relaxed);
-                if let Ok(Some(ns)) = result {
-                    let one_way_us = ns as f64 / (2.0 * f64::from(PINGPONG_ITERS)) / 1e3;
-                    self.report.metric(format!("semaphore one-way latency {a}<->{b} ({kind})"), one_way_us, "us");
-                }
-                self.report.record(format!("{label}semaphore ping-pong {a}<->{b} ({kind})"), result.map(|_| ()));
-            }
+        let steps = self.steps;
+        if steps.contains(&Step::Semaphore) {
+            self.semaphore(a, b, peers)?;
         }
+        if steps.contains(&Step::Hb) {
+            self.hb(a, b, peers, seed)?;
+        }
+        if steps.contains(&Step::Bandwidth) {
+            self.bandwidth(a, b, peers)?;
+        }
+        if steps.contains(&Step::Ll) {
+            self.ll_step(a, b, peers)?;
+        }
+        if steps.contains(&Step::Timeout) {
+            self.timeout(a, b, peers)?;
+        }
+        Ok(())
+    }
 
-        // HB put a->b and get b<-a, every size and offset.
+    /// The other rank of pair (a, b) when this rank is in it.
+    fn partner(&self, a: usize, b: usize) -> Option<usize> {
+        let rank = self.rank();
+        if rank == a {
+            Some(b)
+        } else if rank == b {
+            Some(a)
+        } else {
+            None
+        }
+    }
+
+    /// Semaphore ping-pong, release/acquire and relaxed, with the one-way latency.
+    fn semaphore(&mut self, a: usize, b: usize, peers: &BTreeMap<usize, PeerState>) -> Result<(), Error> {
+        self.comm.barrier()?;
+        let Some(other) = self.partner(a, b) else { return Ok(()) };
+        let ch = &peers[&other].main;
+        for (relaxed, kind) in [(false, "release/acquire"), (true, "relaxed")] {
+            let result = self.runner.pingpong(ch, PINGPONG_ITERS, self.rank() == a, relaxed);
+            if let Ok(Some(ns)) = result {
+                let one_way_us = ns as f64 / (2.0 * f64::from(PINGPONG_ITERS)) / 1e3;
+                self.report.metric(format!("semaphore one-way latency {a}<->{b} ({kind})"), one_way_us, "us");
+            }
+            self.report.record(format!("{}semaphore ping-pong {a}<->{b} ({kind})", self.label), result.map(|_| ()));
+        }
+        Ok(())
+    }
+
+    /// HB put a->b, get b<-a and put b->a at every size and offset.
+    fn hb(&mut self, a: usize, b: usize, peers: &BTreeMap<usize, PeerState>, seed: u32) -> Result<(), Error> {
         for (op, sender, receiver) in [("put", a, b), ("get", b, a), ("put", b, a)] {
             let mut failures = Vec::new();
             for (case, &(bytes, src_off, dst_off)) in sizes_and_offsets().iter().enumerate() {
@@ -170,76 +210,88 @@ impl Pair<'_> {
                     failures.push(format!("{bytes} B (src+{src_off}, dst+{dst_off}): {e}"));
                 }
             }
-            if involved {
-                let name = format!("{label}HB {op} {sender}->{receiver}: 4 B .. 256 MiB, odd sizes, unaligned offsets");
+            if self.partner(a, b).is_some() {
+                let name =
+                    format!("{}HB {op} {sender}->{receiver}: 4 B .. 256 MiB, odd sizes, unaligned offsets", self.label);
                 self.report.record(name, if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) });
             }
         }
+        Ok(())
+    }
 
-        // Put bandwidth a->b.
+    /// Put bandwidth a->b at 64 and 256 MiB, best of three grid sizes.
+    fn bandwidth(&mut self, a: usize, b: usize, peers: &BTreeMap<usize, PeerState>) -> Result<(), Error> {
         self.comm.barrier()?;
-        if rank == a {
-            let ch = &peers[&b].main;
-            for bytes in [64u64 << 20, MAX_TRANSFER] {
-                let mut best = 0f64;
-                let mut result = Ok(());
-                for grid in [132u32, 264, 528] {
-                    match self.runner.put_timed(ch, bytes, grid, 10) {
-                        Ok(seconds) => best = best.max(bytes as f64 / seconds / 1e9),
-                        Err(e) => result = Err(e),
-                    }
-                }
-                self.report.metric(format!("put bandwidth {a}->{b} {} MiB", bytes >> 20), best, "GB/s");
-                self.report.record(format!("{label}put bandwidth run {a}->{b} {} MiB", bytes >> 20), result);
-            }
+        if self.rank() != a {
+            return Ok(());
         }
+        let ch = &peers[&b].main;
+        for bytes in [64u64 << 20, MAX_TRANSFER] {
+            let mut best = 0f64;
+            let mut result = Ok(());
+            for grid in [132u32, 264, 528] {
+                match self.runner.put_timed(ch, bytes, grid, 10) {
+                    Ok(seconds) => best = best.max(bytes as f64 / seconds / 1e9),
+                    Err(e) => result = Err(e),
+                }
+            }
+            self.report.metric(format!("put bandwidth {a}->{b} {} MiB", bytes >> 20), best, "GB/s");
+            self.report.record(format!("{}put bandwidth run {a}->{b} {} MiB", self.label, bytes >> 20), result);
+        }
+        Ok(())
+    }
 
-        // LL8 / LL16 round trips, eager and in CUDA graphs.
+    /// LL8 / LL16 round trips, eager and in CUDA graphs.
+    fn ll_step(&mut self, a: usize, b: usize, peers: &mut BTreeMap<usize, PeerState>) -> Result<(), Error> {
         for protocol in [LlProtocol::Ll8, LlProtocol::Ll16] {
             for bytes in [13u64, 4096, 65541] {
                 self.comm.barrier()?;
-                if !involved {
-                    continue;
-                }
+                let Some(other) = self.partner(a, b) else { continue };
+                let rank = self.rank();
                 let state =
                     peers.get_mut(&other).ok_or_else(|| Error::InvalidArgument { rank, detail: "peer".into() })?;
                 let name = format!(
-                    "{label}{protocol:?} round trips {a}<->{b} {bytes} B: {LL_LAUNCHES} launches + {LL_GRAPH_REPLAYS} graph replays"
+                    "{}{protocol:?} round trips {a}<->{b} {bytes} B: {LL_LAUNCHES} launches + {LL_GRAPH_REPLAYS} graph replays",
+                    self.label
                 );
                 let result = self.ll(state, protocol, bytes);
                 self.report.record(name, result);
             }
         }
+        Ok(())
+    }
 
-        // Deliberate timeout: a waits for a signal b never sends.
+    /// Deliberate timeout: a waits for a signal b never sends.
+    fn timeout(&mut self, a: usize, b: usize, peers: &BTreeMap<usize, PeerState>) -> Result<(), Error> {
         self.comm.barrier()?;
-        if rank == a {
-            let started = Instant::now();
-            let result = self.runner.wait(&peers[&b].timeout, 1);
-            let elapsed = started.elapsed();
-            let verdict = match result {
-                Err(Error::PeerTimeout(f)) if f.peer == b as i32 && f.rank == a as i32 => {
-                    let message = Error::PeerTimeout(f).to_string();
-                    if !message.contains(&format!("peer {b}")) {
-                        Err(format!("message does not name peer {b}: {message}"))
-                    } else if elapsed > SHORT_TIMEOUT + Duration::from_secs(3) {
-                        Err(format!("took {elapsed:?} for a {SHORT_TIMEOUT:?} bound"))
-                    } else {
-                        self.report.metric(
-                            format!("timeout detected {a} waiting on {b}"),
-                            elapsed.as_secs_f64() * 1e3,
-                            "ms",
-                        );
-                        Ok(())
-                    }
-                }
-                Err(other) => Err(format!("wrong error: {other}")),
-                Ok(()) => Err("the wait succeeded without a signal".into()),
-            };
-            self.comm.clear_device_failure()?;
-            self.report
-                .record(format!("{label}deliberate timeout: {a} reports that peer {b} never signalled"), verdict);
+        if self.rank() != a {
+            return Ok(());
         }
+        let started = Instant::now();
+        let result = self.runner.wait(&peers[&b].timeout, 1);
+        let elapsed = started.elapsed();
+        let verdict = match result {
+            Err(Error::PeerTimeout(f)) if f.peer == b as i32 && f.rank == a as i32 => {
+                let message = Error::PeerTimeout(f).to_string();
+                if !message.contains(&format!("peer {b}")) {
+                    Err(format!("message does not name peer {b}: {message}"))
+                } else if elapsed > SHORT_TIMEOUT + Duration::from_secs(3) {
+                    Err(format!("took {elapsed:?} for a {SHORT_TIMEOUT:?} bound"))
+                } else {
+                    self.report.metric(
+                        format!("timeout detected {a} waiting on {b}"),
+                        elapsed.as_secs_f64() * 1e3,
+                        "ms",
+                    );
+                    Ok(())
+                }
+            }
+            Err(other) => Err(format!("wrong error: {other}")),
+            Ok(()) => Err("the wait succeeded without a signal".into()),
+        };
+        self.comm.clear_device_failure()?;
+        self.report
+            .record(format!("{}deliberate timeout: {a} reports that peer {b} never signalled", self.label), verdict);
         Ok(())
     }
 

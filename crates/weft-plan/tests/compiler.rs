@@ -1,0 +1,189 @@
+//! Compiler checks: postconditions, freshness (race) rules, hints, transfer ordering, the
+//! verifier on hand-damaged plans, and snapshots of compiled plan listings.
+
+mod common;
+
+use weft_plan::dsl::{Buffer, Collective, DslError, Hints, InputChunk, Program};
+use weft_plan::passes::{VerifyError, verify};
+use weft_plan::plan::Op;
+use weft_plan::{CompileError, ReduceOp, plans};
+
+#[test]
+fn ring_allreduce_listing() {
+    let plan = plans::ring_allreduce(4, 1).unwrap().compile().unwrap();
+    insta::assert_snapshot!(plan.listing());
+}
+
+#[test]
+fn allpairs_allreduce_two_instances_listing() {
+    let plan = plans::allpairs_allreduce(3, 2).unwrap().compile().unwrap();
+    insta::assert_snapshot!(plan.listing());
+}
+
+/// A ring all-gather that forgets to forward rank 2's block to rank 1.
+#[test]
+fn missing_copy_violates_postcondition() {
+    let p = Program::new("broken_allgather", Collective::all_gather(3, 1).unwrap());
+    for r in 0..3 {
+        let mut c = p.chunk(r, Buffer::Input, 0, 1).unwrap().copy(r, Buffer::Output, r).unwrap();
+        let steps = if r == 2 { 1 } else { 2 };
+        for step in 1..=steps {
+            c = c.copy((r + step) % 3, Buffer::Output, r).unwrap();
+        }
+    }
+    let err = p.compile().unwrap_err();
+    assert!(
+        matches!(err, CompileError::Postcondition { rank: 1, buffer: Buffer::Output, index: 2, .. }),
+        "{err}"
+    );
+    insta::assert_snapshot!(err.to_string());
+}
+
+/// An all-pairs all-reduce that leaves out rank 2's contribution to chunk 0.
+#[test]
+fn missing_contribution_violates_postcondition() {
+    let p = Program::new("broken_allreduce", Collective::all_reduce(3, 3).unwrap());
+    for q in 0..3 {
+        let mut acc = p.chunk(q, Buffer::Input, q, 1).unwrap();
+        let mut first = true;
+        for s in (1..3).map(|k| (q + k) % 3) {
+            if q == 0 && s == 2 {
+                continue;
+            }
+            let theirs = p.chunk(s, Buffer::Input, q, 1).unwrap();
+            acc = if first { acc.reduce_to(&theirs, Buffer::Output, q).unwrap() } else { acc.reduce(&theirs).unwrap() };
+            first = false;
+        }
+        for s in (1..3).map(|k| (q + k) % 3) {
+            acc.copy(s, Buffer::Output, q).unwrap();
+        }
+    }
+    let err = p.compile().unwrap_err();
+    assert!(matches!(err, CompileError::Postcondition { rank: 0, index: 0, .. }), "{err}");
+    insta::assert_snapshot!(err.to_string());
+}
+
+/// Using a reference after its location was overwritten would race on a GPU: rejected.
+#[test]
+fn stale_reference_is_rejected() {
+    let p = Program::new("racy", Collective::all_gather(2, 1).unwrap());
+    let x = p.chunk(0, Buffer::Input, 0, 1).unwrap().copy(1, Buffer::Scratch, 0).unwrap();
+    p.chunk(1, Buffer::Input, 0, 1).unwrap().copy(1, Buffer::Scratch, 0).unwrap();
+    let err = x.copy(1, Buffer::Output, 0).unwrap_err();
+    assert_eq!(err, DslError::StaleChunk { rank: 1, buffer: Buffer::Scratch, index: 0 });
+    insta::assert_snapshot!(err.to_string());
+}
+
+#[test]
+fn dsl_error_messages() {
+    let p = Program::new("errors", Collective::all_reduce(2, 2).unwrap());
+    let q = Program::new("other", Collective::all_reduce(2, 2).unwrap());
+    let input = p.chunk(0, Buffer::Input, 0, 1).unwrap();
+    let both = p.chunk(0, Buffer::Input, 0, 2).unwrap();
+    let foreign = q.chunk(1, Buffer::Input, 0, 1).unwrap();
+    let errors = [
+        p.chunk(0, Buffer::Output, 0, 1).unwrap_err(),
+        p.chunk(5, Buffer::Input, 0, 1).unwrap_err(),
+        p.chunk(0, Buffer::Input, 1, 2).unwrap_err(),
+        p.chunk(0, Buffer::Input, 0, 0).unwrap_err(),
+        input.copy(1, Buffer::Input, 0).unwrap_err(),
+        input.copy(1, Buffer::Output, 1).unwrap_err(),
+        both.copy(0, Buffer::Input, 1).unwrap_err(),
+        both.copy(0, Buffer::Scratch, 0).and_then(|s| s.copy(0, Buffer::Scratch, 1)).unwrap_err(),
+        input.reduce(&both).unwrap_err(),
+        input.reduce(&foreign).unwrap_err(),
+        input.copy_with(1, Buffer::Output, 0, Hints::channel(99)).unwrap_err(),
+        Program::new("x", Collective::all_reduce(2, 2).unwrap()).with_instances(0).unwrap_err(),
+        Collective::all_reduce(0, 1).unwrap_err(),
+        plans::hierarchical_allreduce(6, 4, 1).unwrap_err(),
+        plans::ring_allreduce(1, 1).unwrap_err(),
+    ];
+    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    insta::assert_snapshot!(text.join("\n"));
+}
+
+/// Two sends to different peers hinted onto one thread block break "one link per direction".
+#[test]
+fn thread_block_hint_conflict() {
+    let p = Program::new("hinted", Collective::broadcast(3, 0, 1).unwrap());
+    let c = p.chunk(0, Buffer::Input, 0, 1).unwrap();
+    c.copy(0, Buffer::Output, 0).unwrap();
+    c.copy_with(1, Buffer::Output, 0, Hints::default().src_tb(0)).unwrap();
+    c.copy_with(2, Buffer::Output, 0, Hints::default().src_tb(0)).unwrap();
+    let err = p.compile().unwrap_err();
+    assert!(matches!(err, CompileError::ThreadBlockConflict { rank: 0, .. }), "{err}");
+    insta::assert_snapshot!(err.to_string());
+}
+
+/// Hints that respect the rule are honoured: both sends of rank 0 on their own channel.
+#[test]
+fn channel_hints_are_honoured() {
+    let p = Program::new("channels", Collective::broadcast(2, 0, 2).unwrap());
+    for i in 0..2 {
+        let c = p.chunk(0, Buffer::Input, i, 1).unwrap();
+        c.copy(0, Buffer::Output, i).unwrap();
+        c.copy_with(1, Buffer::Output, i, Hints::channel(i)).unwrap();
+    }
+    let plan = p.compile().unwrap();
+    let channels: Vec<u32> = plan.ranks[0]
+        .threadblocks
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| op.effects().signal.map(|l| l.channel))
+        .collect();
+    assert_eq!(channels.len(), 2);
+    assert!(channels.contains(&0) && channels.contains(&1));
+}
+
+/// Rank 1 must land `x` before `y` in the same output chunk; `y` is ready long before `x`, but
+/// both travel on the same connection, so the sender has to send `x` first.
+#[test]
+fn transfers_on_one_connection_follow_the_receiver() {
+    let collective = Collective::custom(3, 1, 1, 1, |rank, _| (rank == 1).then(|| vec![InputChunk::new(0, 0)])).unwrap();
+    let p = Program::new("ordering", collective);
+    let x = p.chunk(2, Buffer::Input, 0, 1).unwrap().copy(0, Buffer::Scratch, 0).unwrap();
+    let x = x.copy(0, Buffer::Scratch, 1).unwrap();
+    x.copy(1, Buffer::Output, 0).unwrap();
+    p.chunk(0, Buffer::Input, 0, 1).unwrap().copy(1, Buffer::Output, 0).unwrap();
+    let plan = p.compile().unwrap();
+    let inputs = common::int_inputs(3, 5, 9);
+    let out = common::run(&plan, &inputs, -1, ReduceOp::Sum).unwrap();
+    assert_eq!(out[1], inputs[0]);
+}
+
+/// Removing a cross-thread-block dependency from a compiled plan makes it racy; the verifier
+/// finds the race.
+#[test]
+fn verifier_finds_a_race_in_a_damaged_plan() {
+    let program = plans::allpairs_allreduce(3, 1).unwrap();
+    let mut plan = program.compile().unwrap();
+    let tb = plan.ranks[0]
+        .threadblocks
+        .iter_mut()
+        .find(|t| t.ops.iter().any(|o| matches!(o, Op::WaitTb { .. })))
+        .unwrap();
+    let at = tb.ops.iter().position(|o| matches!(o, Op::WaitTb { .. })).unwrap();
+    tb.ops[at] = Op::Nop;
+    let err = verify(&plan, program.collective()).unwrap_err();
+    assert!(matches!(err, VerifyError::Race { rank: 0, .. }), "{err}");
+    insta::assert_snapshot!(err.to_string());
+}
+
+/// The verifier also re-checks the postcondition on the plan itself.
+#[test]
+fn verifier_checks_the_postcondition_of_a_plan() {
+    let program = plans::ring_allgather(3, 1).unwrap();
+    let plan = program.compile().unwrap();
+    let other = Collective::broadcast(3, 0, 1).unwrap();
+    assert!(matches!(verify(&plan, &other), Err(VerifyError::Shape { .. })));
+    let wrong = Collective::custom(3, 1, 3, 1, |_, i| Some(vec![InputChunk::new((i + 1) % 3, 0)])).unwrap();
+    let err = verify(&plan, &wrong).unwrap_err();
+    insta::assert_snapshot!(err.to_string());
+}
+
+#[test]
+fn compile_is_deterministic() {
+    let a = plans::hierarchical_allreduce(8, 4, 2).unwrap().compile().unwrap();
+    let b = plans::hierarchical_allreduce(8, 4, 2).unwrap().compile().unwrap();
+    assert_eq!(a, b);
+}
