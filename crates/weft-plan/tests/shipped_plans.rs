@@ -2,6 +2,8 @@
 //! exactly on random inputs of random sizes (including sizes not divisible by the chunk count,
 //! and empty chunks), as run by the CPU reference interpreter.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
 mod common;
 
 use common::{Coll, check};
@@ -10,7 +12,7 @@ use weft_plan::ReduceOp;
 use weft_plan::plans;
 
 fn divisors(n: u32) -> Vec<u32> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// (ranks, instances, elements per block, seed)
@@ -30,7 +32,7 @@ fn op_for(seed: u64) -> ReduceOp {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20))]
+    #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
     fn ring_allreduce((n, inst, m, seed) in shape()) {

@@ -70,27 +70,15 @@ impl Collective {
         let shape_ok = nranks >= 1
             && size_classes >= 1
             && input_chunks >= size_classes
-            && input_chunks % size_classes == 0
-            && output_chunks % size_classes == 0;
+            && input_chunks.is_multiple_of(size_classes)
+            && output_chunks.is_multiple_of(size_classes);
         let limits_ok = nranks <= crate::plan::limits::MAX_RANKS
             && input_chunks <= crate::plan::limits::MAX_CHUNKS
             && output_chunks <= crate::plan::limits::MAX_CHUNKS;
         if !shape_ok || !limits_ok {
-            return Err(DslError::BadCollective {
-                nranks,
-                input_chunks,
-                output_chunks,
-                size_classes,
-            });
+            return Err(DslError::BadCollective { nranks, input_chunks, output_chunks, size_classes });
         }
-        Ok(Self {
-            kind,
-            nranks,
-            input_chunks,
-            output_chunks,
-            size_classes,
-            custom: None,
-        })
+        Ok(Self { kind, nranks, input_chunks, output_chunks, size_classes, custom: None })
     }
 
     /// AllReduce with `chunks` chunks per buffer: output chunk `i` of every rank is the
@@ -125,13 +113,7 @@ impl Collective {
         if root >= nranks {
             return Err(DslError::RankOutOfRange { rank: root, nranks });
         }
-        Self::new(
-            CollectiveKind::Broadcast { root },
-            nranks,
-            chunks,
-            chunks,
-            chunks,
-        )
+        Self::new(CollectiveKind::Broadcast { root }, nranks, chunks, chunks, chunks)
     }
 
     /// A user-defined collective with the given buffer shapes and postcondition.
@@ -142,13 +124,7 @@ impl Collective {
         size_classes: u32,
         postcondition: impl Fn(u32, u32) -> Option<Vec<InputChunk>> + Send + Sync + 'static,
     ) -> Result<Self, DslError> {
-        let mut c = Self::new(
-            CollectiveKind::Custom,
-            nranks,
-            input_chunks,
-            output_chunks,
-            size_classes,
-        )?;
+        let mut c = Self::new(CollectiveKind::Custom, nranks, input_chunks, output_chunks, size_classes)?;
         c.custom = Some(Arc::new(postcondition));
         Ok(c)
     }
@@ -210,12 +186,7 @@ impl Collective {
             c.custom = Some(Arc::new(move |rank, index| {
                 let (orig, part) = (index / instances, index % instances);
                 let chunks = inner(rank, orig)?;
-                Some(
-                    chunks
-                        .into_iter()
-                        .map(|c| InputChunk::new(c.rank, c.index * instances + part))
-                        .collect(),
-                )
+                Some(chunks.into_iter().map(|c| InputChunk::new(c.rank, c.index * instances + part)).collect())
             }));
         }
         c

@@ -114,9 +114,7 @@ pub enum DslError {
         index: u32,
     },
     /// Putting data of one chunk size where another is expected.
-    #[error(
-        "rank {rank} {buffer}[{index}] has chunk size class {expected} but receives data of class {found}"
-    )]
+    #[error("rank {rank} {buffer}[{index}] has chunk size class {expected} but receives data of class {found}")]
     SizeClassMismatch {
         /// The rank.
         rank: u32,

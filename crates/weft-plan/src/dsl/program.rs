@@ -28,10 +28,7 @@ pub struct Hints {
 impl Hints {
     /// Hints with only a channel.
     pub fn channel(channel: u32) -> Self {
-        Self {
-            channel: Some(channel),
-            ..Self::default()
-        }
+        Self { channel: Some(channel), ..Self::default() }
     }
 
     /// Adds a source thread block hint.
@@ -73,12 +70,7 @@ impl Program {
     /// A new, empty program computing `collective`.
     pub fn new(name: impl Into<String>, collective: Collective) -> Self {
         let trace = RefCell::new(Trace::new(&collective));
-        Self {
-            name: name.into(),
-            collective,
-            instances: 1,
-            trace,
-        }
+        Self { name: name.into(), collective, instances: 1, trace }
     }
 
     /// Replicates the program `instances` times when compiled: every chunk is split into
@@ -86,11 +78,7 @@ impl Program {
     /// (MSCCLang's `parallelize`, MSCCL++'s `instances`).
     pub fn with_instances(mut self, instances: u32) -> Result<Self, DslError> {
         if instances == 0 || instances > Self::MAX_INSTANCES {
-            return Err(DslError::BadSetting {
-                what: "instances",
-                value: instances,
-                max: Self::MAX_INSTANCES,
-            });
+            return Err(DslError::BadSetting { what: "instances", value: instances, max: Self::MAX_INSTANCES });
         }
         self.instances = instances;
         Ok(self)
@@ -126,26 +114,11 @@ impl Program {
     }
 
     /// A reference to `count` chunks of `rank`'s `buffer` from `index`. They must hold data.
-    pub fn chunk(
-        &self,
-        rank: u32,
-        buffer: Buffer,
-        index: u32,
-        count: u32,
-    ) -> Result<Chunk<'_>, DslError> {
-        let range = ChunkRange {
-            rank,
-            buffer,
-            index,
-            count,
-        };
+    pub fn chunk(&self, rank: u32, buffer: Buffer, index: u32, count: u32) -> Result<Chunk<'_>, DslError> {
+        let range = ChunkRange { rank, buffer, index, count };
         let trace = self.trace.borrow();
         trace.check_readable(&range)?;
-        Ok(Chunk {
-            program: self,
-            versions: trace.versions(&range),
-            range,
-        })
+        Ok(Chunk { program: self, versions: trace.versions(&range), range })
     }
 
     /// Compiles the program with the default options (see [`crate::passes::compile`]).
@@ -161,20 +134,12 @@ impl Program {
     fn check_hints(&self, hints: &Hints) -> Result<(), DslError> {
         let max_channel = limits::MAX_CHANNELS / self.instances;
         if let Some(c) = hints.channel.filter(|&c| c >= max_channel) {
-            return Err(DslError::BadSetting {
-                what: "channel",
-                value: c,
-                max: max_channel,
-            });
+            return Err(DslError::BadSetting { what: "channel", value: c, max: max_channel });
         }
         let max_tb = (limits::MAX_THREADBLOCKS as u32) / self.instances;
         for tb in [hints.src_tb, hints.dst_tb].into_iter().flatten() {
             if tb >= max_tb {
-                return Err(DslError::BadSetting {
-                    what: "thread block hint",
-                    value: tb,
-                    max: max_tb,
-                });
+                return Err(DslError::BadSetting { what: "thread block hint", value: tb, max: max_tb });
             }
         }
         Ok(())
@@ -197,11 +162,7 @@ impl Program {
             chunk.check_fresh(&trace)?;
         }
         trace.apply(kind, src.range, local.map(|c| c.range), dst, hints)?;
-        Ok(Chunk {
-            program: self,
-            versions: trace.versions(&dst),
-            range: dst,
-        })
+        Ok(Chunk { program: self, versions: trace.versions(&dst), range: dst })
     }
 }
 
@@ -265,21 +226,9 @@ impl<'p> Chunk<'p> {
     }
 
     /// [`Chunk::copy`] with scheduling hints.
-    pub fn copy_with(
-        &self,
-        rank: u32,
-        buffer: Buffer,
-        index: u32,
-        hints: Hints,
-    ) -> Result<Chunk<'p>, DslError> {
-        let dst = ChunkRange {
-            rank,
-            buffer,
-            index,
-            count: self.range.count,
-        };
-        self.program
-            .record(TraceKind::Copy, self, None, dst, hints)
+    pub fn copy_with(&self, rank: u32, buffer: Buffer, index: u32, hints: Hints) -> Result<Chunk<'p>, DslError> {
+        let dst = ChunkRange { rank, buffer, index, count: self.range.count };
+        self.program.record(TraceKind::Copy, self, None, dst, hints)
     }
 
     /// Reduces `other` (on any rank) into these chunks in place: `self := self ⊕ other`.
@@ -294,12 +243,7 @@ impl<'p> Chunk<'p> {
 
     /// Writes `self ⊕ other` to `buffer` at `index` on this chunk's rank (`other` may be on any
     /// rank). This is how a reduction starts from a read-only input chunk.
-    pub fn reduce_to(
-        &self,
-        other: &Chunk<'p>,
-        buffer: Buffer,
-        index: u32,
-    ) -> Result<Chunk<'p>, DslError> {
+    pub fn reduce_to(&self, other: &Chunk<'p>, buffer: Buffer, index: u32) -> Result<Chunk<'p>, DslError> {
         self.reduce_to_with(other, buffer, index, Hints::default())
     }
 
@@ -311,13 +255,7 @@ impl<'p> Chunk<'p> {
         index: u32,
         hints: Hints,
     ) -> Result<Chunk<'p>, DslError> {
-        let dst = ChunkRange {
-            rank: self.range.rank,
-            buffer,
-            index,
-            count: self.range.count,
-        };
-        self.program
-            .record(TraceKind::Reduce, other, Some(self), dst, hints)
+        let dst = ChunkRange { rank: self.range.rank, buffer, index, count: self.range.count };
+        self.program.record(TraceKind::Reduce, other, Some(self), dst, hints)
     }
 }

@@ -106,12 +106,7 @@ impl Trace {
                         ..Slot::default()
                     })
                     .collect();
-                let output = (0..c.output_chunks())
-                    .map(|i| Slot {
-                        class: Some(i % k),
-                        ..Slot::default()
-                    })
-                    .collect();
+                let output = (0..c.output_chunks()).map(|i| Slot { class: Some(i % k), ..Slot::default() }).collect();
                 [input, output, Vec::new()]
             })
             .collect();
@@ -125,24 +120,16 @@ impl Trace {
     }
 
     pub(crate) fn slot(&self, rank: u32, buffer: Buffer, index: u32) -> Option<&Slot> {
-        self.slots
-            .get(rank as usize)?
-            .get(buffer.position())?
-            .get(index as usize)
+        self.slots.get(rank as usize)?.get(buffer.position())?.get(index as usize)
     }
 
     fn slot_mut(&mut self, rank: u32, buffer: Buffer, index: u32) -> Option<&mut Slot> {
-        self.slots
-            .get_mut(rank as usize)?
-            .get_mut(buffer.position())?
-            .get_mut(index as usize)
+        self.slots.get_mut(rank as usize)?.get_mut(buffer.position())?.get_mut(index as usize)
     }
 
     /// Chunks currently in `rank`'s scratch buffer.
     pub(crate) fn scratch_len(&self, rank: u32) -> u32 {
-        self.slots
-            .get(rank as usize)
-            .map_or(0, |s| s[Buffer::Scratch.position()].len() as u32)
+        self.slots.get(rank as usize).map_or(0, |s| s[Buffer::Scratch.position()].len() as u32)
     }
 
     /// Checks that `range` exists and every chunk of it holds a value.
@@ -157,15 +144,9 @@ impl Trace {
             self.check_end(range, chunks)?;
         }
         for (rank, buffer, index) in range.slots() {
-            let initialised = self
-                .slot(rank, buffer, index)
-                .is_some_and(|s| s.value.is_some());
+            let initialised = self.slot(rank, buffer, index).is_some_and(|s| s.value.is_some());
             if !initialised {
-                return Err(DslError::Uninitialized {
-                    rank,
-                    buffer,
-                    index,
-                });
+                return Err(DslError::Uninitialized { rank, buffer, index });
             }
         }
         Ok(())
@@ -173,10 +154,7 @@ impl Trace {
 
     fn check_rank_count(&self, range: &ChunkRange) -> Result<(), DslError> {
         if range.rank >= self.nranks {
-            return Err(DslError::RankOutOfRange {
-                rank: range.rank,
-                nranks: self.nranks,
-            });
+            return Err(DslError::RankOutOfRange { rank: range.rank, nranks: self.nranks });
         }
         if range.count == 0 {
             return Err(DslError::EmptyChunk);
@@ -202,10 +180,7 @@ impl Trace {
     fn prepare_write(&mut self, range: &ChunkRange) -> Result<(), DslError> {
         self.check_rank_count(range)?;
         match range.buffer {
-            Buffer::Input => Err(DslError::WriteToInput {
-                rank: range.rank,
-                index: range.index,
-            }),
+            Buffer::Input => Err(DslError::WriteToInput { rank: range.rank, index: range.index }),
             Buffer::Output => self.check_end(range, self.output_chunks),
             Buffer::Scratch => {
                 self.check_end(range, limits::MAX_CHUNKS)?;
@@ -221,10 +196,7 @@ impl Trace {
 
     /// Versions of every chunk of `range` (0 for chunks that do not exist).
     pub(crate) fn versions(&self, range: &ChunkRange) -> Vec<u32> {
-        range
-            .slots()
-            .map(|(r, b, i)| self.slot(r, b, i).map_or(0, |s| s.version))
-            .collect()
+        range.slots().map(|(r, b, i)| self.slot(r, b, i).map_or(0, |s| s.version)).collect()
     }
 
     /// Executes one operation symbolically and appends it to the chunk DAG.
@@ -241,10 +213,7 @@ impl Trace {
         if let Some(local) = &local {
             self.check_readable(local)?;
             if local.count != src.count {
-                return Err(DslError::CountMismatch {
-                    left: local.count,
-                    right: src.count,
-                });
+                return Err(DslError::CountMismatch { left: local.count, right: src.count });
             }
         }
         self.prepare_write(&dst)?;
@@ -267,25 +236,21 @@ impl Trace {
                             found: s.0,
                         });
                     }
-                    let mut merged: Vec<InputChunk> =
-                        lvalue.iter().chain(s.1.iter()).copied().collect();
+                    let mut merged: Vec<InputChunk> = lvalue.iter().chain(s.1.iter()).copied().collect();
                     merged.sort_unstable();
                     (lclass, Rc::new(merged))
                 }
             };
-            if let Some(expected) = self
-                .slot(dst.rank, dst.buffer, dst.index + k)
-                .and_then(|s| s.class)
+            if let Some(expected) = self.slot(dst.rank, dst.buffer, dst.index + k).and_then(|s| s.class)
+                && expected != class
             {
-                if expected != class {
-                    return Err(DslError::SizeClassMismatch {
-                        rank: dst.rank,
-                        buffer: dst.buffer,
-                        index: dst.index + k,
-                        expected,
-                        found: class,
-                    });
-                }
+                return Err(DslError::SizeClassMismatch {
+                    rank: dst.rank,
+                    buffer: dst.buffer,
+                    index: dst.index + k,
+                    expected,
+                    found: class,
+                });
             }
             results.push((class, value));
         }
@@ -312,10 +277,7 @@ impl Trace {
         deps.retain(|&(x, _)| x != id);
 
         // State update: reads first (an in-place reduce reads its destination), then writes.
-        let reads: Vec<(u32, Buffer, u32)> = src
-            .slots()
-            .chain(local.iter().flat_map(ChunkRange::slots))
-            .collect();
+        let reads: Vec<(u32, Buffer, u32)> = src.slots().chain(local.iter().flat_map(ChunkRange::slots)).collect();
         for (r, b, i) in reads {
             if let Some(s) = self.slot_mut(r, b, i) {
                 s.readers.push(id);
@@ -354,11 +316,7 @@ impl Trace {
         let slot = self.slot(rank, buffer, index);
         match slot.and_then(|s| Some((s.class?, s.value.clone()?))) {
             Some(v) => Ok(v),
-            None => Err(DslError::Uninitialized {
-                rank,
-                buffer,
-                index,
-            }),
+            None => Err(DslError::Uninitialized { rank, buffer, index }),
         }
     }
 
@@ -384,11 +342,7 @@ fn check_overlap(
 ) -> Result<(), DslError> {
     let bad = |a: &ChunkRange| {
         let first = a.index.max(dst.index);
-        Err(DslError::Overlap {
-            rank: dst.rank,
-            buffer: dst.buffer,
-            index: first,
-        })
+        Err(DslError::Overlap { rank: dst.rank, buffer: dst.buffer, index: first })
     };
     match kind {
         // A copy onto (part of) itself is always a mistake.

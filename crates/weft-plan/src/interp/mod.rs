@@ -101,11 +101,7 @@ pub enum InterpretError {
 }
 
 fn describe(stalls: &[Stall]) -> String {
-    stalls
-        .iter()
-        .map(|s| format!("{} `{}` waiting for {}", s.site, s.op, s.waiting_for))
-        .collect::<Vec<_>>()
-        .join("; ")
+    stalls.iter().map(|s| format!("{} `{}` waiting for {}", s.site, s.op, s.waiting_for)).collect::<Vec<_>>().join("; ")
 }
 
 /// Runs `plan` with [`ReduceOp::Sum`] and the default timeout.
@@ -134,11 +130,7 @@ impl<'p> Interpreter<'p> {
 
     /// An interpreter for `plan`, with [`ReduceOp::Sum`] and [`Interpreter::DEFAULT_TIMEOUT`].
     pub fn new(plan: &'p ExecutionPlan) -> Self {
-        Self {
-            plan,
-            op: ReduceOp::Sum,
-            timeout: Self::DEFAULT_TIMEOUT,
-        }
+        Self { plan, op: ReduceOp::Sum, timeout: Self::DEFAULT_TIMEOUT }
     }
 
     /// Sets the reduction operator.
@@ -154,11 +146,7 @@ impl<'p> Interpreter<'p> {
     }
 
     /// Runs the plan on `buffers` (one entry per rank), `element_count` input elements per rank.
-    pub fn run<T: Element>(
-        &self,
-        buffers: &mut [RankBuffers<T>],
-        element_count: usize,
-    ) -> Result<(), InterpretError> {
+    pub fn run<T: Element>(&self, buffers: &mut [RankBuffers<T>], element_count: usize) -> Result<(), InterpretError> {
         run::run(self.plan, self.op, self.timeout, buffers, element_count)
     }
 }

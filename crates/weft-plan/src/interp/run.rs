@@ -58,36 +58,20 @@ pub(super) fn run<T: Element>(
     plan.validate()?;
     let geometry = Geometry::new(plan, element_count)?;
     if buffers.len() != plan.ranks.len() {
-        return Err(InterpretError::RankCount {
-            expected: plan.ranks.len(),
-            found: buffers.len(),
-        });
+        return Err(InterpretError::RankCount { expected: plan.ranks.len(), found: buffers.len() });
     }
     let mut memory = Vec::with_capacity(buffers.len());
     for (rank, bufs) in buffers.iter().enumerate() {
         let rank = rank as u32;
         let check = |buffer: Buffer, found: usize| {
             let expected = geometry.buffer_len(rank, buffer).unwrap_or(0);
-            if expected == found {
-                Ok(())
-            } else {
-                Err(InterpretError::BufferLength {
-                    rank,
-                    buffer,
-                    expected,
-                    found,
-                })
-            }
+            if expected == found { Ok(()) } else { Err(InterpretError::BufferLength { rank, buffer, expected, found }) }
         };
         check(Buffer::Input, bufs.input.len())?;
         check(Buffer::Output, bufs.output.len())?;
         let scratch = geometry.buffer_len(rank, Buffer::Scratch).unwrap_or(0);
         let atoms = |v: &[T]| v.iter().map(|x| AtomicU64::new(x.to_bits())).collect();
-        memory.push([
-            atoms(&bufs.input),
-            atoms(&bufs.output),
-            (0..scratch).map(|_| AtomicU64::new(0)).collect(),
-        ]);
+        memory.push([atoms(&bufs.input), atoms(&bufs.output), (0..scratch).map(|_| AtomicU64::new(0)).collect()]);
     }
 
     let mut inbound = BTreeMap::new();
@@ -97,11 +81,7 @@ pub(super) fn run<T: Element>(
         for tb in &rank.threadblocks {
             let mut steps = Vec::with_capacity(tb.ops.len());
             for (i, op) in tb.ops.iter().enumerate() {
-                let site = Site {
-                    rank: rank.rank,
-                    tb: tb.id,
-                    op: i as u32,
-                };
+                let site = Site { rank: rank.rank, tb: tb.id, op: i as u32 };
                 let step = resolve(&geometry, site, op)?;
                 if let Some(l) = step.wait {
                     inbound.insert((rank.rank, l.peer, l.channel), AtomicU64::new(0));
@@ -119,11 +99,7 @@ pub(super) fn run<T: Element>(
     let shared = Shared {
         memory,
         inbound,
-        progress: plan
-            .ranks
-            .iter()
-            .map(|r| r.threadblocks.iter().map(|_| AtomicU32::new(0)).collect())
-            .collect(),
+        progress: plan.ranks.iter().map(|r| r.threadblocks.iter().map(|_| AtomicU32::new(0)).collect()).collect(),
         arrivals: plan.ranks.iter().map(|_| AtomicU64::new(0)).collect(),
         abort: AtomicBool::new(false),
         op,
@@ -136,17 +112,11 @@ pub(super) fn run<T: Element>(
             for (tb, steps) in tbs.iter().enumerate() {
                 let shared = &shared;
                 let ntb = tbs.len() as u64;
-                let site = Site {
-                    rank: rank as u32,
-                    tb: tb as u32,
-                    op: 0,
-                };
+                let site = Site { rank: rank as u32, tb: tb as u32, op: 0 };
                 let handle = scope.spawn(move || {
                     // A panic here is an interpreter bug; stop the other threads instead of
                     // letting them wait for this one until they time out.
-                    let run = std::panic::AssertUnwindSafe(|| {
-                        run_threadblock::<T>(shared, site, ntb, steps)
-                    });
+                    let run = std::panic::AssertUnwindSafe(|| run_threadblock::<T>(shared, site, ntb, steps));
                     std::panic::catch_unwind(run).unwrap_or_else(|_| {
                         shared.abort.store(true, Ordering::Relaxed);
                         Err(Failure::Internal(site))
@@ -155,10 +125,7 @@ pub(super) fn run<T: Element>(
                 handles.push((site, handle));
             }
         }
-        handles
-            .into_iter()
-            .map(|(site, h)| h.join().unwrap_or(Err(Failure::Internal(site))))
-            .collect()
+        handles.into_iter().map(|(site, h)| h.join().unwrap_or(Err(Failure::Internal(site)))).collect()
     });
 
     let mut stalls = Vec::new();
@@ -193,14 +160,8 @@ fn resolve(geometry: &Geometry, site: Site, op: &Op) -> Result<Step, InterpretEr
     let span = |loc: &Loc| -> Result<Span, InterpretError> {
         let rank = loc.peer.unwrap_or(site.rank);
         // The plan was validated, so every reference is in range; a failure here is a bug.
-        let range = geometry
-            .extent(rank, loc.buf)
-            .ok_or(InterpretError::Panicked { site })?;
-        Ok(Span {
-            rank: rank as usize,
-            buffer: loc.buf.buffer.position(),
-            range,
-        })
+        let range = geometry.extent(rank, loc.buf).ok_or(InterpretError::Panicked { site })?;
+        Ok(Span { rank: rank as usize, buffer: loc.buf.buffer.position(), range })
     };
     Ok(Step {
         op: op.to_string().trim_end().to_string(),
@@ -244,62 +205,32 @@ fn spin(shared: &Shared, mut ready: impl FnMut() -> bool) -> Result<(), bool> {
     }
 }
 
-fn run_threadblock<T: Element>(
-    shared: &Shared,
-    site: Site,
-    ntb: u64,
-    steps: &[Step],
-) -> Result<(), Failure> {
+fn run_threadblock<T: Element>(shared: &Shared, site: Site, ntb: u64, steps: &[Step]) -> Result<(), Failure> {
     let rank = site.rank as usize;
     let mut expected: BTreeMap<Link, u64> = BTreeMap::new();
     let mut barriers = 0u64;
     let progress = &shared.progress[rank][site.tb as usize];
     for (i, step) in steps.iter().enumerate() {
-        let here = Site {
-            op: i as u32,
-            ..site
-        };
+        let here = Site { op: i as u32, ..site };
         let fail = |timed_out: bool, waiting_for: String| {
-            let stall = Stall {
-                site: here,
-                op: step.op.clone(),
-                waiting_for,
-            };
-            if timed_out {
-                Failure::TimedOut(stall)
-            } else {
-                Failure::Aborted(stall)
-            }
+            let stall = Stall { site: here, op: step.op.clone(), waiting_for };
+            if timed_out { Failure::TimedOut(stall) } else { Failure::Aborted(stall) }
         };
         if let Some(link) = step.wait {
             let want = expected.entry(link).or_insert(0);
             *want += 1;
             let want = *want;
-            let counter = shared
-                .inbound
-                .get(&(site.rank, link.peer, link.channel))
-                .ok_or(Failure::Internal(here))?;
+            let counter = shared.inbound.get(&(site.rank, link.peer, link.channel)).ok_or(Failure::Internal(here))?;
             spin(shared, || counter.load(Ordering::Acquire) >= want).map_err(|t| {
                 let seen = counter.load(Ordering::Acquire);
-                fail(
-                    t,
-                    format!(
-                        "signal #{want} from rank {} channel {} (received {seen})",
-                        link.peer, link.channel
-                    ),
-                )
+                fail(t, format!("signal #{want} from rank {} channel {} (received {seen})", link.peer, link.channel))
             })?;
         }
         if let Some((tb, at)) = step.wait_tb {
-            let other = shared.progress[rank]
-                .get(tb as usize)
-                .ok_or(Failure::Internal(here))?;
+            let other = shared.progress[rank].get(tb as usize).ok_or(Failure::Internal(here))?;
             spin(shared, || other.load(Ordering::Acquire) > at).map_err(|t| {
                 let done = other.load(Ordering::Acquire);
-                fail(
-                    t,
-                    format!("tb {tb} to finish op {at} (it has finished {done} ops)"),
-                )
+                fail(t, format!("tb {tb} to finish op {at} (it has finished {done} ops)"))
             })?;
         }
         if step.barrier {
@@ -309,10 +240,7 @@ fn run_threadblock<T: Element>(
             let want = barriers * ntb;
             spin(shared, || arrivals.load(Ordering::Acquire) >= want).map_err(|t| {
                 let seen = arrivals.load(Ordering::Acquire);
-                fail(
-                    t,
-                    format!("barrier #{barriers} ({seen} of {want} arrivals)"),
-                )
+                fail(t, format!("barrier #{barriers} ({seen} of {want} arrivals)"))
             })?;
         }
         if let Some((first, rest)) = step.inputs.split_first() {

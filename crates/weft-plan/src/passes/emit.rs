@@ -4,9 +4,7 @@ use super::CompileError;
 use super::fuse::Graph;
 use super::schedule::Schedule;
 use crate::dsl::{Collective, Program};
-use crate::plan::{
-    BufRef, Buffer, ExecutionPlan, Op, PLAN_VERSION, RankPlan, ThreadBlock, limits,
-};
+use crate::plan::{BufRef, Buffer, ExecutionPlan, Op, PLAN_VERSION, RankPlan, ThreadBlock, limits};
 
 /// One entry of a thread block before step numbers are known.
 enum Entry {
@@ -37,11 +35,7 @@ pub(super) fn emit(
     }
 
     // Thread block lists in global order, and each node's position in its list.
-    let mut lists: Vec<Vec<Vec<usize>>> = schedule
-        .threadblocks
-        .iter()
-        .map(|&c| vec![Vec::new(); c as usize])
-        .collect();
+    let mut lists: Vec<Vec<Vec<usize>>> = schedule.threadblocks.iter().map(|&c| vec![Vec::new(); c as usize]).collect();
     let mut pos = vec![0usize; n];
     for &i in &schedule.order {
         let list = &mut lists[nodes[i].rank as usize][schedule.tb[i] as usize];
@@ -105,9 +99,7 @@ pub(super) fn emit(
                 let reads = e.inputs.iter().filter(|l| l.peer.is_none()).map(|l| (l.buf, false));
                 let writes = e.outputs.iter().filter(|l| l.peer.is_none()).map(|l| (l.buf, true));
                 let access: Vec<(BufRef, bool)> = reads.chain(writes).collect();
-                let hazard = access.iter().any(|(a, wa)| {
-                    dirty.iter().any(|(b, wb)| (*wa || *wb) && a.overlaps(b))
-                });
+                let hazard = access.iter().any(|(a, wa)| dirty.iter().any(|(b, wb)| (*wa || *wb) && a.overlaps(b)));
                 if hazard {
                     out.push(Entry::Nop);
                     dirty.clear();
@@ -146,10 +138,7 @@ pub(super) fn emit(
                     ops: list
                         .into_iter()
                         .map(|entry| match entry {
-                            Entry::WaitFor(a) => Op::WaitTb {
-                                tb: schedule.tb[a],
-                                step: index[a],
-                            },
+                            Entry::WaitFor(a) => Op::WaitTb { tb: schedule.tb[a], step: index[a] },
                             Entry::Nop => Op::Nop,
                             Entry::Node(v) => nodes[v].op.clone(),
                         })
@@ -214,10 +203,6 @@ fn compact_scratch(ranks: &mut [RankPlan]) {
         }
         let keep = &used[me as usize];
         let scratch = std::mem::take(&mut rank.scratch);
-        rank.scratch = scratch
-            .into_iter()
-            .zip(keep)
-            .filter_map(|(class, &k)| k.then_some(class))
-            .collect();
+        rank.scratch = scratch.into_iter().zip(keep).filter_map(|(class, &k)| k.then_some(class)).collect();
     }
 }

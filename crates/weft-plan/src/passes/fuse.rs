@@ -58,10 +58,8 @@ impl Groups {
         }
         let id = self.parent.len();
         self.parent.push(id);
-        self.outs
-            .push(matches!(key, Key::Out(_)).then(|| link(key)).into_iter().collect());
-        self.ins
-            .push(matches!(key, Key::In(_)).then(|| link(key)).into_iter().collect());
+        self.outs.push(matches!(key, Key::Out(_)).then(|| link(key)).into_iter().collect());
+        self.ins.push(matches!(key, Key::In(_)).then(|| link(key)).into_iter().collect());
         self.ids.insert((rank, key), id);
         id
     }
@@ -119,20 +117,12 @@ fn keys(lowered: &Lowered, i: usize) -> Vec<Key> {
 }
 
 fn conflict(rank: u32, hint: u32, outs: &BTreeSet<Link>, ins: &BTreeSet<Link>) -> CompileError {
-    let (direction, links) = if outs.len() > 1 {
-        ("outbound", outs)
-    } else {
-        ("inbound", ins)
-    };
+    let (direction, links) = if outs.len() > 1 { ("outbound", outs) } else { ("inbound", ins) };
     CompileError::ThreadBlockConflict {
         rank,
         hint,
         direction,
-        links: links
-            .iter()
-            .map(Link::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
+        links: links.iter().map(Link::to_string).collect::<Vec<_>>().join(", "),
     }
 }
 
@@ -144,10 +134,7 @@ pub(super) fn fuse(trace: &Trace, lowered: Lowered, enabled: bool) -> Result<Gra
     // Mandatory joins: the keys of each instruction (a hinted send joins its hint group).
     for i in 0..n {
         let rank = lowered.instrs[i].rank;
-        let ids: Vec<usize> = keys(&lowered, i)
-            .into_iter()
-            .map(|k| groups.id(rank, k))
-            .collect();
+        let ids: Vec<usize> = keys(&lowered, i).into_iter().map(|k| groups.id(rank, k)).collect();
         for w in ids.windows(2) {
             if !groups.can_union(w[0], w[1]) {
                 let (outs, ins) = groups.merged(w[0], w[1]);
@@ -194,11 +181,7 @@ pub(super) fn fuse(trace: &Trace, lowered: Lowered, enabled: bool) -> Result<Gra
             let Some(candidates) = sends.get(&key) else {
                 continue;
             };
-            let mut candidates: Vec<usize> = candidates
-                .iter()
-                .copied()
-                .filter(|s| !taken.contains(s))
-                .collect();
+            let mut candidates: Vec<usize> = candidates.iter().copied().filter(|s| !taken.contains(s)).collect();
             candidates.sort_by_key(|&s| (std::cmp::Reverse(height[s]), s));
             for s in candidates {
                 // A send reading exactly this receive's result depends on nothing else locally.
@@ -269,57 +252,27 @@ pub(super) fn fuse(trace: &Trace, lowered: Lowered, enabled: bool) -> Result<Gra
                 _ => {}
             }
         }
-        let group = keys(&lowered, i)
-            .first()
-            .map(|&k| groups.id(instr.rank, k))
-            .map(|g| groups.find(g));
+        let group = keys(&lowered, i).first().map(|&k| groups.id(instr.rank, k)).map(|g| groups.find(g));
         let id = nodes.len();
         for &m in &members {
             node_of[m] = id;
         }
-        nodes.push(Node {
-            rank: instr.rank,
-            op,
-            deps,
-            send,
-            recv,
-            group,
-        });
+        nodes.push(Node { rank: instr.rank, op, deps, send, recv, group });
     }
-    Ok(Graph {
-        nodes,
-        transfers: lowered.transfers,
-        scratch: lowered.scratch,
-    })
+    Ok(Graph { nodes, transfers: lowered.transfers, scratch: lowered.scratch })
 }
 
 fn single_op(lowered: &Lowered, i: usize) -> Op {
     match lowered.instrs[i].instr {
         Instr::Copy { src, dst } => Op::Copy { src, dst },
-        Instr::Reduce { a, b, dst } => Op::Reduce {
-            srcs: vec![a, b],
-            dst,
-        },
-        Instr::Send { src, remote, xfer } => Op::Send {
-            src,
-            dst: remote,
-            to: lowered.transfers[xfer].out_link(),
-        },
+        Instr::Reduce { a, b, dst } => Op::Reduce { srcs: vec![a, b], dst },
+        Instr::Send { src, remote, xfer } => Op::Send { src, dst: remote, to: lowered.transfers[xfer].out_link() },
         Instr::Recv { landing, xfer } => {
             let from = lowered.transfers[xfer].in_link();
             match landing {
                 Landing::Direct(_) => Op::Wait { from },
-                Landing::Copy { staged, dst } => Op::Recv {
-                    from,
-                    src: staged,
-                    dst,
-                },
-                Landing::Reduce { local, staged, dst } => Op::Rrc {
-                    from,
-                    local,
-                    staged,
-                    dst,
-                },
+                Landing::Copy { staged, dst } => Op::Recv { from, src: staged, dst },
+                Landing::Reduce { local, staged, dst } => Op::Rrc { from, local, staged, dst },
             }
         }
     }
@@ -339,34 +292,9 @@ fn fused_op(trace: &Trace, lowered: &Lowered, r: usize, s: usize) -> Result<Op, 
     let forwarder = lowered.instrs[s].op;
     let store = producer.out_final || producer.out_readers.iter().any(|&x| x != forwarder);
     Ok(match landing {
-        Landing::Direct(src) => Op::Rcs {
-            from,
-            src,
-            dst: None,
-            to,
-            remote,
-        },
-        Landing::Copy { staged, dst } => Op::Rcs {
-            from,
-            src: staged,
-            dst: store.then_some(dst),
-            to,
-            remote,
-        },
-        Landing::Reduce { local, staged, dst } if store => Op::Rrcs {
-            from,
-            local,
-            staged,
-            dst,
-            to,
-            remote,
-        },
-        Landing::Reduce { local, staged, .. } => Op::Rrs {
-            from,
-            local,
-            staged,
-            to,
-            remote,
-        },
+        Landing::Direct(src) => Op::Rcs { from, src, dst: None, to, remote },
+        Landing::Copy { staged, dst } => Op::Rcs { from, src: staged, dst: store.then_some(dst), to, remote },
+        Landing::Reduce { local, staged, dst } if store => Op::Rrcs { from, local, staged, dst, to, remote },
+        Landing::Reduce { local, staged, .. } => Op::Rrs { from, local, staged, to, remote },
     })
 }

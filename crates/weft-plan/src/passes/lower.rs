@@ -39,11 +39,7 @@ pub(super) enum Landing {
     /// The data was staged; copy it to `dst`.
     Copy { staged: BufRef, dst: BufRef },
     /// The data was staged; `dst := local ⊕ staged`.
-    Reduce {
-        local: BufRef,
-        staged: BufRef,
-        dst: BufRef,
-    },
+    Reduce { local: BufRef, staged: BufRef, dst: BufRef },
 }
 
 impl Landing {
@@ -58,24 +54,10 @@ impl Landing {
 /// One instruction of one rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Instr {
-    Copy {
-        src: BufRef,
-        dst: BufRef,
-    },
-    Reduce {
-        a: BufRef,
-        b: BufRef,
-        dst: BufRef,
-    },
-    Send {
-        src: BufRef,
-        remote: BufRef,
-        xfer: usize,
-    },
-    Recv {
-        landing: Landing,
-        xfer: usize,
-    },
+    Copy { src: BufRef, dst: BufRef },
+    Reduce { a: BufRef, b: BufRef, dst: BufRef },
+    Send { src: BufRef, remote: BufRef, xfer: usize },
+    Recv { landing: Landing, xfer: usize },
 }
 
 /// An instruction with its rank, origin and dependencies.
@@ -108,57 +90,33 @@ pub(super) fn lower(trace: &Trace) -> Lowered {
     let mut scratch: Vec<Vec<u32>> = (0..trace.nranks)
         .map(|r| {
             (0..trace.scratch_len(r))
-                .map(|i| {
-                    trace
-                        .slot(r, Buffer::Scratch, i)
-                        .and_then(|s| s.class)
-                        .unwrap_or(0)
-                })
+                .map(|i| trace.slot(r, Buffer::Scratch, i).and_then(|s| s.class).unwrap_or(0))
                 .collect()
         })
         .collect();
-    let mut out = Lowered {
-        instrs: Vec::new(),
-        transfers: Vec::new(),
-        scratch: Vec::new(),
-    };
+    let mut out = Lowered { instrs: Vec::new(), transfers: Vec::new(), scratch: Vec::new() };
     // sides[op] = [(rank, instr)] : the instruction of `op` on each rank it touches.
     let mut sides: Vec<Vec<(u32, usize)>> = Vec::with_capacity(trace.ops.len());
     for (id, op) in trace.ops.iter().enumerate() {
         let src_rank = op.src.rank;
         let dst_rank = op.dst.rank;
         let mut push = |rank, instr, tb_hint| {
-            out.instrs.push(InstrNode {
-                rank,
-                instr,
-                op: id,
-                deps: BTreeSet::new(),
-                tb_hint,
-            });
+            out.instrs.push(InstrNode { rank, instr, op: id, deps: BTreeSet::new(), tb_hint });
             out.instrs.len() - 1
         };
         let mut side = Vec::new();
         if src_rank == dst_rank {
             let instr = match (op.kind, op.local) {
-                (TraceKind::Reduce, Some(local)) => Instr::Reduce {
-                    a: buf(&local),
-                    b: buf(&op.src),
-                    dst: buf(&op.dst),
-                },
-                _ => Instr::Copy {
-                    src: buf(&op.src),
-                    dst: buf(&op.dst),
-                },
+                (TraceKind::Reduce, Some(local)) => {
+                    Instr::Reduce { a: buf(&local), b: buf(&op.src), dst: buf(&op.dst) }
+                }
+                _ => Instr::Copy { src: buf(&op.src), dst: buf(&op.dst) },
             };
             let hint = op.hints.dst_tb.or(op.hints.src_tb);
             side.push((dst_rank, push(dst_rank, instr, hint)));
         } else {
             let xfer = out.transfers.len();
-            out.transfers.push(Transfer {
-                from: src_rank,
-                to: dst_rank,
-                channel: op.hints.channel.unwrap_or(0),
-            });
+            out.transfers.push(Transfer { from: src_rank, to: dst_rank, channel: op.hints.channel.unwrap_or(0) });
             let direct = op.kind == TraceKind::Copy && op.dst_virgin;
             let remote = if direct {
                 buf(&op.dst)
@@ -166,32 +124,17 @@ pub(super) fn lower(trace: &Trace) -> Lowered {
                 // A fresh staging run in the receiver's scratch, with the data's size classes.
                 let classes = &mut scratch[dst_rank as usize];
                 let index = classes.len() as u32;
-                classes.extend(op.src.slots().map(|(r, b, i)| {
-                    trace.slot(r, b, i).and_then(|s| s.class).unwrap_or(0)
-                }));
+                classes.extend(op.src.slots().map(|(r, b, i)| trace.slot(r, b, i).and_then(|s| s.class).unwrap_or(0)));
                 BufRef::new(Buffer::Scratch, index, op.src.count)
             };
             let landing = match (op.kind, op.local) {
-                (TraceKind::Reduce, Some(local)) => Landing::Reduce {
-                    local: buf(&local),
-                    staged: remote,
-                    dst: buf(&op.dst),
-                },
+                (TraceKind::Reduce, Some(local)) => {
+                    Landing::Reduce { local: buf(&local), staged: remote, dst: buf(&op.dst) }
+                }
                 _ if direct => Landing::Direct(remote),
-                _ => Landing::Copy {
-                    staged: remote,
-                    dst: buf(&op.dst),
-                },
+                _ => Landing::Copy { staged: remote, dst: buf(&op.dst) },
             };
-            let send = push(
-                src_rank,
-                Instr::Send {
-                    src: buf(&op.src),
-                    remote,
-                    xfer,
-                },
-                op.hints.src_tb,
-            );
+            let send = push(src_rank, Instr::Send { src: buf(&op.src), remote, xfer }, op.hints.src_tb);
             let recv = push(dst_rank, Instr::Recv { landing, xfer }, op.hints.dst_tb);
             out.instrs[recv].deps.insert(send);
             side.push((src_rank, send));

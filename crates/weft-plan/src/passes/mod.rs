@@ -52,10 +52,7 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        Self {
-            fuse: true,
-            verify: true,
-        }
+        Self { fuse: true, verify: true }
     }
 }
 
@@ -64,9 +61,7 @@ impl Default for CompileOptions {
 #[non_exhaustive]
 pub enum CompileError {
     /// The program does not compute its collective.
-    #[error(
-        "postcondition violated at rank {rank} {buffer}[{index}]: expected {expected}, found {found}"
-    )]
+    #[error("postcondition violated at rank {rank} {buffer}[{index}]: expected {expected}, found {found}")]
     Postcondition {
         /// The rank.
         rank: u32,
@@ -144,11 +139,7 @@ pub fn compile(program: &Program, options: &CompileOptions) -> Result<ExecutionP
     // its receive) can order two transfers of one connection against what the receiver needs.
     // Program order without fusion never does (every dependency follows program order), so it
     // is the last resort.
-    let attempts = [
-        (options.fuse, Priority::Depth),
-        (false, Priority::Depth),
-        (false, Priority::Program),
-    ];
+    let attempts = [(options.fuse, Priority::Depth), (false, Priority::Depth), (false, Priority::Program)];
     let mut result = Err(internal("no scheduling attempt"));
     for (fuse, priority) in attempts {
         let graph = fuse::fuse(&trace, lowered.clone(), fuse)?;
@@ -156,6 +147,7 @@ pub fn compile(program: &Program, options: &CompileOptions) -> Result<ExecutionP
         if !matches!(result, Err(CompileError::ConnectionOrder { .. })) {
             break;
         }
+        eprintln!("FALLBACK {} fuse={fuse} {:?}", program.name(), priority);
     }
     let (graph, schedule) = result?;
     let plan = emit::emit(program, &collective, &graph, &schedule)?;

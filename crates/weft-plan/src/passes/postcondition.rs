@@ -12,9 +12,7 @@ pub(super) fn check(trace: &Trace, collective: &Collective) -> Result<(), Compil
             let Some(expected) = collective.postcondition(rank, index) else {
                 continue;
             };
-            let found = trace
-                .slot(rank, Buffer::Output, index)
-                .and_then(|s| s.value.clone());
+            let found = trace.slot(rank, Buffer::Output, index).and_then(|s| s.value.clone());
             if found.as_deref() != Some(&expected) {
                 return Err(CompileError::Postcondition {
                     rank,
@@ -31,9 +29,5 @@ pub(super) fn check(trace: &Trace, collective: &Collective) -> Result<(), Compil
 
 /// `in0@r0 + in0@r1`, or `in3@r2` for a plain copy.
 pub(crate) fn describe(value: &[InputChunk]) -> String {
-    value
-        .iter()
-        .map(InputChunk::to_string)
-        .collect::<Vec<_>>()
-        .join(" + ")
+    value.iter().map(InputChunk::to_string).collect::<Vec<_>>().join(" + ")
 }

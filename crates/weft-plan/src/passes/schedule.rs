@@ -24,6 +24,10 @@ pub(super) struct Schedule {
     pub(super) threadblocks: Vec<u32>,
 }
 
+/// Heap key of a ready node (a min-heap through `Reverse`): depth, longest remaining path
+/// (larger first), rank, id.
+type Key = Reverse<(usize, Reverse<usize>, u32, usize)>;
+
 /// How ready nodes are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Priority {
@@ -58,10 +62,7 @@ pub(super) fn schedule(graph: &Graph, mode: Priority) -> Result<Schedule, Compil
     };
 
     let mut pending: Vec<usize> = deps.iter().map(Vec::len).collect();
-    let mut heap: BinaryHeap<Reverse<(usize, Reverse<usize>, u32, usize)>> = (0..n)
-        .filter(|&i| pending[i] == 0)
-        .map(priority)
-        .collect();
+    let mut heap: BinaryHeap<Key> = (0..n).filter(|&i| pending[i] == 0).map(priority).collect();
     let mut queues: BTreeMap<(u32, u32, u32), VecDeque<usize>> = BTreeMap::new();
     let mut parked: BTreeMap<(u32, u32, u32), Vec<usize>> = BTreeMap::new();
     let mut order = Vec::with_capacity(n);
@@ -94,11 +95,8 @@ pub(super) fn schedule(graph: &Graph, mode: Priority) -> Result<Schedule, Compil
         }
     }
     if order.len() != n {
-        let (from, to, channel) = parked
-            .keys()
-            .next()
-            .copied()
-            .ok_or_else(|| internal("scheduling stopped with nothing parked"))?;
+        let (from, to, channel) =
+            parked.keys().next().copied().ok_or_else(|| internal("scheduling stopped with nothing parked"))?;
         return Err(CompileError::ConnectionOrder { from, to, channel });
     }
 
@@ -143,11 +141,7 @@ pub(super) fn schedule(graph: &Graph, mode: Priority) -> Result<Schedule, Compil
         });
         tb[i] = id;
     }
-    Ok(Schedule {
-        order,
-        tb,
-        threadblocks,
-    })
+    Ok(Schedule { order, tb, threadblocks })
 }
 
 /// A topological order of `deps` (each node's list of predecessors), or `None` on a cycle.

@@ -71,9 +71,7 @@ pub enum VerifyError {
         index: u32,
     },
     /// The plan does not compute the collective.
-    #[error(
-        "plan violates the postcondition at rank {rank} output[{index}]: expected {expected}, found {found}"
-    )]
+    #[error("plan violates the postcondition at rank {rank} output[{index}]: expected {expected}, found {found}")]
     Postcondition {
         /// Rank.
         rank: u32,
@@ -113,23 +111,11 @@ struct Tb {
 pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), VerifyError> {
     plan.validate()?;
     let shape = |n: u32, i: u32, o: u32, k: u32| format!("{n} ranks, {i} in, {o} out, {k} classes");
-    let plan_shape = shape(
-        plan.nranks,
-        plan.input_chunks,
-        plan.output_chunks,
-        plan.size_classes,
-    );
-    let coll_shape = shape(
-        collective.nranks(),
-        collective.input_chunks(),
-        collective.output_chunks(),
-        collective.size_classes(),
-    );
+    let plan_shape = shape(plan.nranks, plan.input_chunks, plan.output_chunks, plan.size_classes);
+    let coll_shape =
+        shape(collective.nranks(), collective.input_chunks(), collective.output_chunks(), collective.size_classes());
     if plan_shape != coll_shape {
-        return Err(VerifyError::Shape {
-            plan: plan_shape,
-            collective: coll_shape,
-        });
+        return Err(VerifyError::Shape { plan: plan_shape, collective: coll_shape });
     }
 
     let mut base = Vec::with_capacity(plan.ranks.len());
@@ -158,10 +144,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
         .iter()
         .map(|r| {
             let input = (0..plan.input_chunks)
-                .map(|i| Cell {
-                    value: Some(Rc::new(vec![InputChunk::new(r.rank, i)])),
-                    ..Cell::default()
-                })
+                .map(|i| Cell { value: Some(Rc::new(vec![InputChunk::new(r.rank, i)])), ..Cell::default() })
                 .collect();
             let output = vec![Cell::default(); plan.output_chunks as usize];
             let scratch = vec![Cell::default(); r.scratch.len()];
@@ -180,11 +163,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
                 let (rank, id, pc) = (tbs[g].rank, tbs[g].id, tbs[g].pc);
                 let ops = &plan.ranks[rank as usize].threadblocks[id as usize].ops;
                 let Some(op) = ops.get(pc) else { break };
-                let site = Site {
-                    rank,
-                    tb: id,
-                    op: pc as u32,
-                };
+                let site = Site { rank, tb: id, op: pc as u32 };
                 let e = op.effects();
                 // Can it start?
                 let mut joins: Vec<Vec<u32>> = Vec::new();
@@ -233,11 +212,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
                 let clock = tb.clock.clone();
                 let me = (g, pc as u32);
                 let ordered = |(h, s): (usize, u32)| h == g || clock[h] > s;
-                let site_of = |(h, s): (usize, u32)| Site {
-                    rank: tbs[h].rank,
-                    tb: tbs[h].id,
-                    op: s,
-                };
+                let site_of = |(h, s): (usize, u32)| Site { rank: tbs[h].rank, tb: tbs[h].id, op: s };
 
                 // Data phase.
                 if !e.inputs.is_empty() {
@@ -248,8 +223,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
                         for loc in &e.inputs {
                             let owner = loc.peer.unwrap_or(rank);
                             let index = loc.buf.index + k;
-                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()]
-                                [index as usize];
+                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()][index as usize];
                             let race = |first| VerifyError::Race {
                                 rank: owner,
                                 buffer: loc.buf.buffer,
@@ -278,8 +252,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
                         let owner = loc.peer.unwrap_or(rank);
                         for (k, value) in results.iter().enumerate() {
                             let index = loc.buf.index + k as u32;
-                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()]
-                                [index as usize];
+                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()][index as usize];
                             let race = |first| VerifyError::Race {
                                 rank: owner,
                                 buffer: loc.buf.buffer,
@@ -304,10 +277,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
                 tb.done.push(tb.clock.clone());
                 tb.pc += 1;
                 if let Some(l) = e.signal {
-                    signals
-                        .entry((rank, l.peer, l.channel))
-                        .or_default()
-                        .push(tb.clock.clone());
+                    signals.entry((rank, l.peer, l.channel)).or_default().push(tb.clock.clone());
                 }
                 progress = true;
             }
@@ -322,11 +292,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
         .filter_map(|tb| {
             let ops = &plan.ranks[tb.rank as usize].threadblocks[tb.id as usize].ops;
             ops.get(tb.pc).map(|op| {
-                let site = Site {
-                    rank: tb.rank,
-                    tb: tb.id,
-                    op: tb.pc as u32,
-                };
+                let site = Site { rank: tb.rank, tb: tb.id, op: tb.pc as u32 };
                 (site, op.to_string().trim_end().to_string())
             })
         })
@@ -340,9 +306,7 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
             let Some(expected) = collective.postcondition(rank, index) else {
                 continue;
             };
-            let found = memory[rank as usize][Buffer::Output.position()][index as usize]
-                .value
-                .clone();
+            let found = memory[rank as usize][Buffer::Output.position()][index as usize].value.clone();
             if found.as_deref() != Some(&expected) {
                 return Err(VerifyError::Postcondition {
                     rank,

@@ -26,9 +26,7 @@ use crate::plan::BufRef;
 #[non_exhaustive]
 pub enum GeometryError {
     /// The input element count must be a whole number of blocks.
-    #[error(
-        "element count {element_count} is not a multiple of the {blocks} input blocks of this plan"
-    )]
+    #[error("element count {element_count} is not a multiple of the {blocks} input blocks of this plan")]
     NotDivisible {
         /// Elements per rank input.
         element_count: usize,
@@ -79,29 +77,19 @@ impl Geometry {
         let output_chunks = plan.output_chunks as usize;
         if classes == 0
             || input_chunks == 0
-            || input_chunks % classes != 0
-            || output_chunks % classes != 0
+            || !input_chunks.is_multiple_of(classes)
+            || !output_chunks.is_multiple_of(classes)
         {
             return Err(invalid);
         }
         let blocks = input_chunks / classes;
-        if element_count % blocks != 0 {
-            return Err(GeometryError::NotDivisible {
-                element_count,
-                blocks,
-            });
+        if !element_count.is_multiple_of(blocks) {
+            return Err(GeometryError::NotDivisible { element_count, blocks });
         }
         let unit = element_count / blocks;
-        let mut geometry = Self {
-            unit,
-            classes,
-            input_chunks,
-            output_chunks,
-            scratch: Vec::with_capacity(plan.ranks.len()),
-        };
-        (output_chunks / classes)
-            .checked_mul(unit)
-            .ok_or(GeometryError::Overflow { element_count })?;
+        let mut geometry =
+            Self { unit, classes, input_chunks, output_chunks, scratch: Vec::with_capacity(plan.ranks.len()) };
+        (output_chunks / classes).checked_mul(unit).ok_or(GeometryError::Overflow { element_count })?;
         for rank in &plan.ranks {
             let mut offsets = Vec::with_capacity(rank.scratch.len() + 1);
             let mut at = 0usize;
@@ -110,9 +98,7 @@ impl Geometry {
                 if class as usize >= classes {
                     return Err(invalid);
                 }
-                at = at
-                    .checked_add(geometry.class_len(class))
-                    .ok_or(GeometryError::Overflow { element_count })?;
+                at = at.checked_add(geometry.class_len(class)).ok_or(GeometryError::Overflow { element_count })?;
                 offsets.push(at);
             }
             geometry.scratch.push(offsets);
@@ -154,11 +140,7 @@ impl Geometry {
         let end = start.checked_add(chunks.count as usize)?;
         match chunks.buffer {
             Buffer::Input | Buffer::Output => {
-                let limit = if chunks.buffer == Buffer::Input {
-                    self.input_chunks
-                } else {
-                    self.output_chunks
-                };
+                let limit = if chunks.buffer == Buffer::Input { self.input_chunks } else { self.output_chunks };
                 (end <= limit).then(|| self.dense_offset(start)..self.dense_offset(end))
             }
             Buffer::Scratch => {

@@ -23,12 +23,7 @@ pub(super) fn render(plan: &ExecutionPlan) -> String {
     let _ = writeln!(
         out,
         "plan {}: {}, {} ranks, {} size classes, input {} chunks, output {} chunks",
-        plan.name,
-        collective,
-        plan.nranks,
-        plan.size_classes,
-        plan.input_chunks,
-        plan.output_chunks
+        plan.name, collective, plan.nranks, plan.size_classes, plan.input_chunks, plan.output_chunks
     );
     for rank in &plan.ranks {
         let _ = writeln!(out, "rank {}: scratch {:?}", rank.rank, rank.scratch);
@@ -41,19 +36,9 @@ pub(super) fn render(plan: &ExecutionPlan) -> String {
                 signals.extend(e.signal.map(|l| l.to_string()));
             }
             let join = |s: &BTreeSet<String>| {
-                if s.is_empty() {
-                    "-".to_string()
-                } else {
-                    s.iter().cloned().collect::<Vec<_>>().join(" ")
-                }
+                if s.is_empty() { "-".to_string() } else { s.iter().cloned().collect::<Vec<_>>().join(" ") }
             };
-            let _ = writeln!(
-                out,
-                "  tb {} (waits {}; signals {})",
-                tb.id,
-                join(&waits),
-                join(&signals)
-            );
+            let _ = writeln!(out, "  tb {} (waits {}; signals {})", tb.id, join(&waits), join(&signals));
             for (i, op) in tb.ops.iter().enumerate() {
                 let _ = writeln!(out, "    {i:>2} {op}");
             }

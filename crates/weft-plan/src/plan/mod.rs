@@ -28,7 +28,7 @@ pub const PLAN_VERSION: u32 = 1;
 
 /// Which collective a plan computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum CollectiveKind {
     /// Every rank ends with the reduction of all inputs.
     AllReduce,
@@ -115,10 +115,7 @@ impl ExecutionPlan {
         match value.get("version").and_then(serde_json::Value::as_u64) {
             Some(v) if v == u64::from(PLAN_VERSION) => {}
             Some(found) => {
-                return Err(LoadError::UnsupportedVersion {
-                    found,
-                    supported: PLAN_VERSION,
-                });
+                return Err(LoadError::UnsupportedVersion { found, supported: PLAN_VERSION });
             }
             None => return Err(LoadError::MissingVersion),
         }
@@ -134,11 +131,7 @@ impl ExecutionPlan {
 
     /// Total number of operations over all ranks and thread blocks.
     pub fn op_count(&self) -> usize {
-        self.ranks
-            .iter()
-            .flat_map(|r| &r.threadblocks)
-            .map(|t| t.ops.len())
-            .sum()
+        self.ranks.iter().flat_map(|r| &r.threadblocks).map(|t| t.ops.len()).sum()
     }
 
     /// Chunk count of `buffer` on `rank` (`None` if the rank does not exist).
@@ -159,12 +152,7 @@ impl ExecutionPlan {
             Buffer::Input | Buffer::Output => {
                 (index < self.chunks(rank, buffer)?).then(|| index % self.size_classes.max(1))
             }
-            Buffer::Scratch => self
-                .ranks
-                .get(rank as usize)?
-                .scratch
-                .get(index as usize)
-                .copied(),
+            Buffer::Scratch => self.ranks.get(rank as usize)?.scratch.get(index as usize).copied(),
         }
     }
 

@@ -72,11 +72,7 @@ pub struct BufRef {
 impl BufRef {
     /// A reference to `count` chunks of `buffer` starting at `index`.
     pub fn new(buffer: Buffer, index: u32, count: u32) -> Self {
-        Self {
-            buffer,
-            index,
-            count,
-        }
+        Self { buffer, index, count }
     }
 
     /// One past the last chunk.
@@ -86,9 +82,7 @@ impl BufRef {
 
     /// Whether the two references share a chunk of the same buffer.
     pub fn overlaps(&self, other: &BufRef) -> bool {
-        self.buffer == other.buffer
-            && u64::from(self.index) < other.end()
-            && u64::from(other.index) < self.end()
+        self.buffer == other.buffer && u64::from(self.index) < other.end() && u64::from(other.index) < self.end()
     }
 }
 
@@ -294,10 +288,7 @@ impl Loc {
     }
 
     fn remote(peer: u32, buf: BufRef) -> Self {
-        Self {
-            peer: Some(peer),
-            buf,
-        }
+        Self { peer: Some(peer), buf }
     }
 }
 
@@ -372,12 +363,7 @@ impl Op {
                 e.inputs = vec![Loc::remote(from.peer, src)];
                 e.outputs = vec![l(dst)];
             }
-            Op::ReadReduce {
-                local,
-                remote,
-                dst,
-                from,
-            } => {
+            Op::ReadReduce { local, remote, dst, from } => {
                 e.inputs = vec![l(local), Loc::remote(from.peer, remote)];
                 e.outputs = vec![l(dst)];
             }
@@ -393,49 +379,25 @@ impl Op {
                 e.inputs = vec![l(src)];
                 e.outputs = vec![l(dst)];
             }
-            Op::Rrc {
-                from,
-                local,
-                staged,
-                dst,
-            } => {
+            Op::Rrc { from, local, staged, dst } => {
                 e.wait = Some(from);
                 e.inputs = vec![l(local), l(staged)];
                 e.outputs = vec![l(dst)];
             }
-            Op::Rcs {
-                from,
-                src,
-                dst,
-                to,
-                remote,
-            } => {
+            Op::Rcs { from, src, dst, to, remote } => {
                 e.wait = Some(from);
                 e.inputs = vec![l(src)];
                 e.outputs = dst.into_iter().map(l).collect();
                 e.outputs.push(Loc::remote(to.peer, remote));
                 e.signal = Some(to);
             }
-            Op::Rrcs {
-                from,
-                local,
-                staged,
-                dst,
-                to,
-                remote,
-            } => {
+            Op::Rrcs { from, local, staged, dst, to, remote } => {
                 e.wait = Some(from);
                 e.inputs = vec![l(local), l(staged)];
                 e.outputs = vec![l(dst), Loc::remote(to.peer, remote)];
                 e.signal = Some(to);
             }
-            Op::Rrs {
-                from,
-                local,
-                staged,
-                to,
-                remote,
-            } => {
+            Op::Rrs { from, local, staged, to, remote } => {
                 e.wait = Some(from);
                 e.inputs = vec![l(local), l(staged)];
                 e.outputs = vec![Loc::remote(to.peer, remote)];
@@ -468,56 +430,30 @@ impl Op {
                 f(Some(from.peer), src);
                 f(None, dst);
             }
-            Op::ReadReduce {
-                local,
-                remote,
-                dst,
-                from,
-            } => {
+            Op::ReadReduce { local, remote, dst, from } => {
                 f(None, local);
                 f(Some(from.peer), remote);
                 f(None, dst);
             }
-            Op::Rrc {
-                local, staged, dst, ..
-            } => {
+            Op::Rrc { local, staged, dst, .. } => {
                 f(None, local);
                 f(None, staged);
                 f(None, dst);
             }
-            Op::Rcs {
-                src,
-                dst,
-                to,
-                remote,
-                ..
-            } => {
+            Op::Rcs { src, dst, to, remote, .. } => {
                 f(None, src);
                 if let Some(dst) = dst {
                     f(None, dst);
                 }
                 f(Some(to.peer), remote);
             }
-            Op::Rrcs {
-                local,
-                staged,
-                dst,
-                to,
-                remote,
-                ..
-            } => {
+            Op::Rrcs { local, staged, dst, to, remote, .. } => {
                 f(None, local);
                 f(None, staged);
                 f(None, dst);
                 f(Some(to.peer), remote);
             }
-            Op::Rrs {
-                local,
-                staged,
-                to,
-                remote,
-                ..
-            } => {
+            Op::Rrs { local, staged, to, remote, .. } => {
                 f(None, local);
                 f(None, staged);
                 f(Some(to.peer), remote);
@@ -546,49 +482,22 @@ impl fmt::Display for Op {
                 write!(f, "{src} -> {to} {dst}")
             }
             Op::Get { src, dst, from } => write!(f, "{from} {src} -> {dst}"),
-            Op::ReadReduce {
-                local,
-                remote,
-                dst,
-                from,
-            } => write!(f, "{local} + {from} {remote} -> {dst}"),
+            Op::ReadReduce { local, remote, dst, from } => write!(f, "{local} + {from} {remote} -> {dst}"),
             Op::Signal { to } => write!(f, "{to}"),
             Op::Wait { from } => write!(f, "{from}"),
             Op::Recv { from, src, dst } => write!(f, "{from}: {src} -> {dst}"),
-            Op::Rrc {
-                from,
-                local,
-                staged,
-                dst,
-            } => write!(f, "{from}: {local} + {staged} -> {dst}"),
-            Op::Rcs {
-                from,
-                src,
-                dst,
-                to,
-                remote,
-            } => {
+            Op::Rrc { from, local, staged, dst } => write!(f, "{from}: {local} + {staged} -> {dst}"),
+            Op::Rcs { from, src, dst, to, remote } => {
                 write!(f, "{from}: {src}")?;
                 if let Some(dst) = dst {
                     write!(f, " -> {dst}")?;
                 }
                 write!(f, " => {to} {remote}")
             }
-            Op::Rrcs {
-                from,
-                local,
-                staged,
-                dst,
-                to,
-                remote,
-            } => write!(f, "{from}: {local} + {staged} -> {dst} => {to} {remote}"),
-            Op::Rrs {
-                from,
-                local,
-                staged,
-                to,
-                remote,
-            } => write!(f, "{from}: {local} + {staged} => {to} {remote}"),
+            Op::Rrcs { from, local, staged, dst, to, remote } => {
+                write!(f, "{from}: {local} + {staged} -> {dst} => {to} {remote}")
+            }
+            Op::Rrs { from, local, staged, to, remote } => write!(f, "{from}: {local} + {staged} => {to} {remote}"),
         }
     }
 }

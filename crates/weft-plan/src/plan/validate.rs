@@ -97,9 +97,7 @@ pub enum LoadError {
         found: u32,
     },
     /// Chunk counts do not form whole blocks of `size_classes` chunks.
-    #[error(
-        "{buffer} has {chunks} chunks, which is not a positive multiple of the {size_classes} size classes"
-    )]
+    #[error("{buffer} has {chunks} chunks, which is not a positive multiple of the {size_classes} size classes")]
     ChunkClasses {
         /// The buffer.
         buffer: Buffer,
@@ -141,9 +139,7 @@ pub enum LoadError {
         max: u32,
     },
     /// A chunk reference falls outside its buffer.
-    #[error(
-        "{site}: {buffer}[{index}..{end}] on rank {target} is out of range ({buffer} has {chunks} chunks)"
-    )]
+    #[error("{site}: {buffer}[{index}..{end}] on rank {target} is out of range ({buffer} has {chunks} chunks)")]
     IndexOutOfRange {
         /// The operation.
         site: Site,
@@ -213,9 +209,7 @@ pub enum LoadError {
         step: u32,
     },
     /// Two thread blocks of one rank use the same link direction.
-    #[error(
-        "rank {rank}: thread blocks {first} and {second} both {direction} peer {peer} on channel {channel}"
-    )]
+    #[error("rank {rank}: thread blocks {first} and {second} both {direction} peer {peer} on channel {channel}")]
     SharedLink {
         /// The rank.
         rank: u32,
@@ -230,10 +224,20 @@ pub enum LoadError {
         /// Second owner.
         second: u32,
     },
+    /// Thread blocks of one rank execute different numbers of barriers (they would deadlock).
+    #[error("rank {rank}: tb 0 executes {expected} barriers but tb {tb} executes {found}")]
+    BarrierMismatch {
+        /// The rank.
+        rank: u32,
+        /// The thread block that differs.
+        tb: u32,
+        /// Barriers in thread block 0.
+        expected: usize,
+        /// Barriers in `tb`.
+        found: usize,
+    },
     /// Signals and waits on a connection do not pair up.
-    #[error(
-        "connection rank {from} -> rank {to} channel {channel}: {signals} signals but {waits} waits"
-    )]
+    #[error("connection rank {from} -> rank {to} channel {channel}: {signals} signals but {waits} waits")]
     Unpaired {
         /// Signalling rank.
         from: u32,
@@ -249,11 +253,7 @@ pub enum LoadError {
 }
 
 fn limit(what: &'static str, value: u64, max: u64) -> Result<(), LoadError> {
-    if value > max {
-        Err(LoadError::Limit { what, value, max })
-    } else {
-        Ok(())
-    }
+    if value > max { Err(LoadError::Limit { what, value, max }) } else { Ok(()) }
 }
 
 impl ExecutionPlan {
@@ -267,6 +267,7 @@ impl ExecutionPlan {
     /// - no operation writes an input buffer; operands and results of one operation have equal
     ///   chunk sizes and do not partly overlap;
     /// - `wait_tb` names an existing thread block and step;
+    /// - every thread block of a rank executes the same number of barriers;
     /// - each (peer, channel, direction) of a rank belongs to one thread block;
     /// - signals from `a` to `b` on a channel equal the waits of `b` on it.
     ///
@@ -274,97 +275,39 @@ impl ExecutionPlan {
     /// does that for compiled plans.
     pub fn validate(&self) -> Result<(), LoadError> {
         if self.version != PLAN_VERSION {
-            return Err(LoadError::UnsupportedVersion {
-                found: u64::from(self.version),
-                supported: PLAN_VERSION,
-            });
+            return Err(LoadError::UnsupportedVersion { found: u64::from(self.version), supported: PLAN_VERSION });
         }
-        limit(
-            "nranks",
-            u64::from(self.nranks),
-            u64::from(limits::MAX_RANKS),
-        )?;
+        limit("nranks", u64::from(self.nranks), u64::from(limits::MAX_RANKS))?;
         if self.nranks == 0 || self.ranks.len() != self.nranks as usize {
-            return Err(LoadError::RankCount {
-                nranks: self.nranks,
-                listed: self.ranks.len(),
-            });
+            return Err(LoadError::RankCount { nranks: self.nranks, listed: self.ranks.len() });
         }
-        limit(
-            "size_classes",
-            u64::from(self.size_classes),
-            u64::from(limits::MAX_SIZE_CLASSES),
-        )?;
-        for (buffer, chunks, min) in [
-            (Buffer::Input, self.input_chunks, 1),
-            (Buffer::Output, self.output_chunks, 0),
-        ] {
-            limit(
-                "chunks per buffer",
-                u64::from(chunks),
-                u64::from(limits::MAX_CHUNKS),
-            )?;
+        limit("size_classes", u64::from(self.size_classes), u64::from(limits::MAX_SIZE_CLASSES))?;
+        for (buffer, chunks, min) in [(Buffer::Input, self.input_chunks, 1), (Buffer::Output, self.output_chunks, 0)] {
+            limit("chunks per buffer", u64::from(chunks), u64::from(limits::MAX_CHUNKS))?;
             if self.size_classes == 0 || chunks < min || chunks % self.size_classes != 0 {
-                return Err(LoadError::ChunkClasses {
-                    buffer,
-                    chunks,
-                    size_classes: self.size_classes,
-                });
+                return Err(LoadError::ChunkClasses { buffer, chunks, size_classes: self.size_classes });
             }
         }
         for (position, rank) in self.ranks.iter().enumerate() {
             if rank.rank as usize != position {
-                return Err(LoadError::RankOrder {
-                    position,
-                    found: rank.rank,
-                });
+                return Err(LoadError::RankOrder { position, found: rank.rank });
             }
-            limit(
-                "scratch chunks",
-                rank.scratch.len() as u64,
-                u64::from(limits::MAX_CHUNKS),
-            )?;
-            if let Some((index, &class)) = rank
-                .scratch
-                .iter()
-                .enumerate()
-                .find(|(_, c)| **c >= self.size_classes)
-            {
-                return Err(LoadError::ScratchClass {
-                    rank: rank.rank,
-                    index,
-                    class,
-                    size_classes: self.size_classes,
-                });
+            limit("scratch chunks", rank.scratch.len() as u64, u64::from(limits::MAX_CHUNKS))?;
+            if let Some((index, &class)) = rank.scratch.iter().enumerate().find(|(_, c)| **c >= self.size_classes) {
+                return Err(LoadError::ScratchClass { rank: rank.rank, index, class, size_classes: self.size_classes });
             }
-            limit(
-                "thread blocks per rank",
-                rank.threadblocks.len() as u64,
-                limits::MAX_THREADBLOCKS as u64,
-            )?;
+            limit("thread blocks per rank", rank.threadblocks.len() as u64, limits::MAX_THREADBLOCKS as u64)?;
             for (position, tb) in rank.threadblocks.iter().enumerate() {
                 if tb.id as usize != position {
-                    return Err(LoadError::ThreadBlockOrder {
-                        rank: rank.rank,
-                        position,
-                        found: tb.id,
-                    });
+                    return Err(LoadError::ThreadBlockOrder { rank: rank.rank, position, found: tb.id });
                 }
-                limit(
-                    "operations per thread block",
-                    tb.ops.len() as u64,
-                    limits::MAX_OPS_PER_THREADBLOCK as u64,
-                )?;
+                limit("operations per thread block", tb.ops.len() as u64, limits::MAX_OPS_PER_THREADBLOCK as u64)?;
             }
         }
         for rank in &self.ranks {
             for tb in &rank.threadblocks {
                 for (i, op) in tb.ops.iter().enumerate() {
-                    let site = Site {
-                        rank: rank.rank,
-                        tb: tb.id,
-                        op: i as u32,
-                    };
+                    let site = Site { rank: rank.rank, tb: tb.id, op: i as u32 };
                     self.validate_op(site, op)?;
                 }
             }
@@ -373,14 +316,10 @@ impl ExecutionPlan {
     }
 
     fn validate_op(&self, site: Site, op: &super::Op) -> Result<(), LoadError> {
-        if let super::Op::Reduce { srcs, .. } = op {
-            if !(2..=limits::MAX_REDUCE_INPUTS).contains(&srcs.len()) {
-                return Err(LoadError::ReduceArity {
-                    site,
-                    count: srcs.len(),
-                    max: limits::MAX_REDUCE_INPUTS,
-                });
-            }
+        if let super::Op::Reduce { srcs, .. } = op
+            && !(2..=limits::MAX_REDUCE_INPUTS).contains(&srcs.len())
+        {
+            return Err(LoadError::ReduceArity { site, count: srcs.len(), max: limits::MAX_REDUCE_INPUTS });
         }
         let effects = op.effects();
         for link in effects.wait.iter().chain(effects.signal.iter()) {
@@ -394,20 +333,12 @@ impl ExecutionPlan {
         }
         if let Some((tb, step)) = effects.wait_tb {
             let rank = &self.ranks[site.rank as usize];
-            let exists = rank
-                .threadblocks
-                .get(tb as usize)
-                .is_some_and(|t| (step as usize) < t.ops.len());
+            let exists = rank.threadblocks.get(tb as usize).is_some_and(|t| (step as usize) < t.ops.len());
             if !exists || tb == site.tb {
                 return Err(LoadError::BadWaitTb { site, tb, step });
             }
         }
-        let all: Vec<Loc> = effects
-            .inputs
-            .iter()
-            .chain(effects.outputs.iter())
-            .copied()
-            .collect();
+        let all: Vec<Loc> = effects.inputs.iter().chain(effects.outputs.iter()).copied().collect();
         let mut classes: Option<(Loc, Vec<u32>)> = None;
         for loc in &all {
             let target = loc.peer.unwrap_or(site.rank);
@@ -442,10 +373,7 @@ impl ExecutionPlan {
         }
         for (k, out) in effects.outputs.iter().enumerate() {
             if out.buf.buffer == Buffer::Input {
-                return Err(LoadError::WritesInput {
-                    site,
-                    target: out.peer.unwrap_or(site.rank),
-                });
+                return Err(LoadError::WritesInput { site, target: out.peer.unwrap_or(site.rank) });
             }
             let others = effects.inputs.iter().chain(effects.outputs[..k].iter());
             for other in others {
@@ -466,18 +394,10 @@ impl ExecutionPlan {
 
     fn check_link(&self, site: Site, peer: u32, channel: u32) -> Result<(), LoadError> {
         if peer >= self.nranks || peer == site.rank {
-            return Err(LoadError::BadPeer {
-                site,
-                peer,
-                nranks: self.nranks,
-            });
+            return Err(LoadError::BadPeer { site, peer, nranks: self.nranks });
         }
         if channel >= limits::MAX_CHANNELS {
-            return Err(LoadError::BadChannel {
-                site,
-                channel,
-                max: limits::MAX_CHANNELS,
-            });
+            return Err(LoadError::BadChannel { site, channel, max: limits::MAX_CHANNELS });
         }
         Ok(())
     }
@@ -487,6 +407,11 @@ impl ExecutionPlan {
         // (from, to, channel) -> (signals, waits)
         let mut counts: BTreeMap<(u32, u32, u32), (usize, usize)> = BTreeMap::new();
         for rank in &self.ranks {
+            let barriers = |t: &super::ThreadBlock| t.ops.iter().filter(|o| matches!(o, super::Op::Barrier)).count();
+            let expected = rank.threadblocks.first().map_or(0, barriers);
+            if let Some(t) = rank.threadblocks.iter().find(|t| barriers(t) != expected) {
+                return Err(LoadError::BarrierMismatch { rank: rank.rank, tb: t.id, expected, found: barriers(t) });
+            }
             // (peer, channel, is_signal) -> owning thread block
             let mut owners: BTreeMap<(u32, u32, bool), u32> = BTreeMap::new();
             for tb in &rank.threadblocks {
@@ -508,15 +433,9 @@ impl ExecutionPlan {
                             });
                         }
                         if is_signal {
-                            counts
-                                .entry((rank.rank, link.peer, link.channel))
-                                .or_default()
-                                .0 += 1;
+                            counts.entry((rank.rank, link.peer, link.channel)).or_default().0 += 1;
                         } else {
-                            counts
-                                .entry((link.peer, rank.rank, link.channel))
-                                .or_default()
-                                .1 += 1;
+                            counts.entry((link.peer, rank.rank, link.channel)).or_default().1 += 1;
                         }
                     }
                 }
@@ -524,13 +443,7 @@ impl ExecutionPlan {
         }
         for ((from, to, channel), (signals, waits)) in counts {
             if signals != waits {
-                return Err(LoadError::Unpaired {
-                    from,
-                    to,
-                    channel,
-                    signals,
-                    waits,
-                });
+                return Err(LoadError::Unpaired { from, to, channel, signals, waits });
             }
         }
         Ok(())

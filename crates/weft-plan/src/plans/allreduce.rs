@@ -18,11 +18,7 @@ pub fn ring_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> 
         let mut acc = p.chunk(start, Buffer::Input, i, 1)?;
         for step in 1..n {
             let r = (start + step) % n;
-            let buffer = if r == i {
-                Buffer::Output
-            } else {
-                Buffer::Scratch
-            };
+            let buffer = if r == i { Buffer::Output } else { Buffer::Scratch };
             acc = p.chunk(r, Buffer::Input, i, 1)?.reduce_to(&acc, buffer, i)?;
         }
         for step in 1..n {
@@ -37,8 +33,7 @@ pub fn ring_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> 
 pub fn allpairs_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> {
     at_least_two("allpairs_allreduce", nranks)?;
     let n = nranks;
-    let p =
-        Program::new("allpairs_allreduce", Collective::all_reduce(n, n)?).with_instances(instances)?;
+    let p = Program::new("allpairs_allreduce", Collective::all_reduce(n, n)?).with_instances(instances)?;
     for q in 0..n {
         let own = p.chunk(q, Buffer::Input, q, 1)?;
         let mut acc: Option<Chunk<'_>> = None;
@@ -68,11 +63,7 @@ pub fn allpairs_allreduce(nranks: u32, instances: u32) -> Result<Program, DslErr
 /// 3. intra-node all-gather: each rank puts its finished block into its node peers' outputs.
 ///
 /// Only phase 2 crosses nodes, and each rank sends just its own block there.
-pub fn hierarchical_allreduce(
-    nranks: u32,
-    ranks_per_node: u32,
-    instances: u32,
-) -> Result<Program, DslError> {
+pub fn hierarchical_allreduce(nranks: u32, ranks_per_node: u32, instances: u32) -> Result<Program, DslError> {
     let name = "hierarchical_allreduce";
     let nn = nodes(name, nranks, ranks_per_node)?;
     let g_count = ranks_per_node;

@@ -9,11 +9,7 @@ use crate::dsl::{Buffer, Collective, DslError, Program};
 /// node `b` first goes to the gateway `(a, l)` of the sender's node `a` (the rank with the
 /// destination's local index), which collects the `ranks_per_node` chunks of its node for that
 /// destination contiguously in scratch and sends them across nodes in one transfer.
-pub fn two_step_alltoall(
-    nranks: u32,
-    ranks_per_node: u32,
-    instances: u32,
-) -> Result<Program, DslError> {
+pub fn two_step_alltoall(nranks: u32, ranks_per_node: u32, instances: u32) -> Result<Program, DslError> {
     let name = "two_step_alltoall";
     let nn = nodes(name, nranks, ranks_per_node)?;
     let g = ranks_per_node;
@@ -36,8 +32,7 @@ pub fn two_step_alltoall(
         for l in 0..g {
             let gateway = a * g + l;
             for b in (0..nn).filter(|&b| b != a) {
-                p.chunk(gateway, Buffer::Scratch, b * g, g)?
-                    .copy(b * g + l, Buffer::Output, a * g)?;
+                p.chunk(gateway, Buffer::Scratch, b * g, g)?.copy(b * g + l, Buffer::Output, a * g)?;
             }
         }
     }

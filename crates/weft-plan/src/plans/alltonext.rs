@@ -14,9 +14,8 @@ pub fn alltonext(nranks: u32, ranks_per_node: u32, instances: u32) -> Result<Pro
     let name = "alltonext";
     nodes(name, nranks, ranks_per_node)?;
     let g = ranks_per_node;
-    let collective = Collective::custom(nranks, g, g, g, |rank, index| {
-        (rank > 0).then(|| vec![InputChunk::new(rank - 1, index)])
-    })?;
+    let collective =
+        Collective::custom(nranks, g, g, g, |rank, index| (rank > 0).then(|| vec![InputChunk::new(rank - 1, index)]))?;
     let p = Program::new(name, collective).with_instances(instances)?;
     for r in 0..nranks.saturating_sub(1) {
         let next = r + 1;

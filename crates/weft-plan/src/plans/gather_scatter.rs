@@ -23,18 +23,13 @@ pub fn ring_allgather(nranks: u32, instances: u32) -> Result<Program, DslError> 
 pub fn ring_reduce_scatter(nranks: u32, instances: u32) -> Result<Program, DslError> {
     at_least_two("ring_reduce_scatter", nranks)?;
     let n = nranks;
-    let p = Program::new("ring_reduce_scatter", Collective::reduce_scatter(n, 1)?)
-        .with_instances(instances)?;
+    let p = Program::new("ring_reduce_scatter", Collective::reduce_scatter(n, 1)?).with_instances(instances)?;
     for q in 0..n {
         let start = (q + 1) % n;
         let mut acc = p.chunk(start, Buffer::Input, q, 1)?;
         for step in 1..n {
             let r = (start + step) % n;
-            let (buffer, index) = if r == q {
-                (Buffer::Output, 0)
-            } else {
-                (Buffer::Scratch, q)
-            };
+            let (buffer, index) = if r == q { (Buffer::Output, 0) } else { (Buffer::Scratch, q) };
             acc = p.chunk(r, Buffer::Input, q, 1)?.reduce_to(&acc, buffer, index)?;
         }
     }
@@ -46,8 +41,7 @@ pub fn ring_reduce_scatter(nranks: u32, instances: u32) -> Result<Program, DslEr
 pub fn allpairs_reduce_scatter(nranks: u32, instances: u32) -> Result<Program, DslError> {
     at_least_two("allpairs_reduce_scatter", nranks)?;
     let n = nranks;
-    let p = Program::new("allpairs_reduce_scatter", Collective::reduce_scatter(n, 1)?)
-        .with_instances(instances)?;
+    let p = Program::new("allpairs_reduce_scatter", Collective::reduce_scatter(n, 1)?).with_instances(instances)?;
     for q in 0..n {
         let own = p.chunk(q, Buffer::Input, q, 1)?;
         let mut acc: Option<Chunk<'_>> = None;

@@ -33,16 +33,13 @@ use crate::dsl::DslError;
 
 fn at_least_two(algorithm: &'static str, nranks: u32) -> Result<(), DslError> {
     if nranks < 2 {
-        return Err(DslError::Constraint {
-            algorithm,
-            reason: format!("needs at least 2 ranks, got {nranks}"),
-        });
+        return Err(DslError::Constraint { algorithm, reason: format!("needs at least 2 ranks, got {nranks}") });
     }
     Ok(())
 }
 
 fn nodes(algorithm: &'static str, nranks: u32, ranks_per_node: u32) -> Result<u32, DslError> {
-    if ranks_per_node == 0 || nranks % ranks_per_node != 0 {
+    if ranks_per_node == 0 || !nranks.is_multiple_of(ranks_per_node) {
         return Err(DslError::Constraint {
             algorithm,
             reason: format!("{ranks_per_node} ranks per node does not divide {nranks} ranks"),

@@ -68,20 +68,14 @@ pub fn reference<T: Copy>(coll: Coll, inputs: &[Vec<T>], op: impl Fn(T, T) -> T)
         }
         Coll::ReduceScatter => {
             let m = count / n;
-            (0..n)
-                .map(|r| Some((r * m..(r + 1) * m).map(reduce).collect()))
-                .collect()
+            (0..n).map(|r| Some((r * m..(r + 1) * m).map(reduce).collect())).collect()
         }
         Coll::AllToAll => {
             let m = count / n;
-            (0..n)
-                .map(|r| Some((0..n).flat_map(|q| inputs[q][r * m..(r + 1) * m].to_vec()).collect()))
-                .collect()
+            (0..n).map(|r| Some((0..n).flat_map(|q| inputs[q][r * m..(r + 1) * m].to_vec()).collect())).collect()
         }
         Coll::Broadcast(root) => vec![Some(inputs[root].clone()); n],
-        Coll::AllToNext => (0..n)
-            .map(|r| (r > 0).then(|| inputs[r - 1].clone()))
-            .collect(),
+        Coll::AllToNext => (0..n).map(|r| (r > 0).then(|| inputs[r - 1].clone())).collect(),
     }
 }
 
@@ -114,9 +108,7 @@ pub fn element_count(plan: &ExecutionPlan, m: usize) -> usize {
 /// Integer inputs in `-1000..=1000`.
 pub fn int_inputs(nranks: usize, count: usize, seed: u64) -> Vec<Vec<i64>> {
     let mut rng = Rng::new(seed);
-    (0..nranks)
-        .map(|_| (0..count).map(|_| rng.int(1000)).collect())
-        .collect()
+    (0..nranks).map(|_| (0..count).map(|_| rng.int(1000)).collect()).collect()
 }
 
 pub fn combine_i64(op: ReduceOp) -> impl Fn(i64, i64) -> i64 {
