@@ -145,62 +145,40 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
     fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>, BootstrapError>;
 }
 
-impl<T: Bootstrap + ?Sized> Bootstrap for std::sync::Arc<T> {
-    fn rank(&self) -> usize {
-        (**self).rank()
-    }
+/// Lets smart pointers to a bootstrap stand wherever a bootstrap is expected.
+macro_rules! forward_bootstrap {
+    ($($pointer:ident)::+) => {
+        impl<T: Bootstrap + ?Sized> Bootstrap for $($pointer)::+<T> {
+            fn rank(&self) -> usize {
+                (**self).rank()
+            }
 
-    fn world_size(&self) -> usize {
-        (**self).world_size()
-    }
+            fn world_size(&self) -> usize {
+                (**self).world_size()
+            }
 
-    fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
-        (**self).all_gather(mine)
-    }
+            fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+                (**self).all_gather(mine)
+            }
 
-    fn broadcast(&self, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, BootstrapError> {
-        (**self).broadcast(root, data)
-    }
+            fn broadcast(&self, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, BootstrapError> {
+                (**self).broadcast(root, data)
+            }
 
-    fn barrier(&self) -> Result<(), BootstrapError> {
-        (**self).barrier()
-    }
+            fn barrier(&self) -> Result<(), BootstrapError> {
+                (**self).barrier()
+            }
 
-    fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<(), BootstrapError> {
-        (**self).send(peer, tag, data)
-    }
+            fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<(), BootstrapError> {
+                (**self).send(peer, tag, data)
+            }
 
-    fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>, BootstrapError> {
-        (**self).recv(peer, tag)
-    }
+            fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>, BootstrapError> {
+                (**self).recv(peer, tag)
+            }
+        }
+    };
 }
 
-impl<T: Bootstrap + ?Sized> Bootstrap for Box<T> {
-    fn rank(&self) -> usize {
-        (**self).rank()
-    }
-
-    fn world_size(&self) -> usize {
-        (**self).world_size()
-    }
-
-    fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
-        (**self).all_gather(mine)
-    }
-
-    fn broadcast(&self, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, BootstrapError> {
-        (**self).broadcast(root, data)
-    }
-
-    fn barrier(&self) -> Result<(), BootstrapError> {
-        (**self).barrier()
-    }
-
-    fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<(), BootstrapError> {
-        (**self).send(peer, tag, data)
-    }
-
-    fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>, BootstrapError> {
-        (**self).recv(peer, tag)
-    }
-}
+forward_bootstrap!(std::sync::Arc);
+forward_bootstrap!(Box);

@@ -40,19 +40,9 @@ pub fn source(name: &str) -> Option<KernelSource> {
 /// `weft-types` struct, with the numbers taken from Rust at run time: compiling it proves the
 /// C++ view of each layout (through the generated header) equals the Rust one.
 pub fn layout_probe_source() -> KernelSource {
-    use std::fmt::Write as _;
     let mut text = String::from("#include \"weft/generated/types.cuh\"\nnamespace weft {\n");
     for s in weft_types::all_structs() {
-        // Writing to a String cannot fail.
-        let _ = writeln!(text, "static_assert(sizeof({0}) == {1}, \"rust size of {0} is {1}\");", s.name, s.size);
-        let _ = writeln!(text, "static_assert(alignof({0}) == {1}, \"rust align of {0} is {1}\");", s.name, s.align);
-        for f in &s.fields {
-            let _ = writeln!(
-                text,
-                "static_assert(WEFT_OFFSETOF({0}, {1}) == {2}, \"rust offset of {0}.{1} is {2}\");",
-                s.name, f.name, f.offset
-            );
-        }
+        text.push_str(&weft_types::cuda::layout_asserts(&s));
     }
     text.push_str("}  // namespace weft\nextern \"C\" __global__ void weft_layout_probe() {}\n");
     KernelSource {

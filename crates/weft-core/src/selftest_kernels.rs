@@ -146,10 +146,14 @@ impl<'a> SelftestRunner<'a> {
         initiator.then(|| out.read::<u64>(0)).transpose().map_err(|e| self.gpu(e))
     }
 
-    fn put_args(ch: &MemoryChannel, dst_offset: u64, src_offset: u64, bytes: u64) -> KernelArgs {
+    /// Arguments shared by the put and get kernels, after checking that `bytes` fit at
+    /// `src_offset` of the local buffer and at `dst_offset` of the peer's.
+    fn copy_args(&self, ch: &MemoryChannel, dst_offset: u64, src_offset: u64, bytes: u64) -> Result<KernelArgs, Error> {
+        self.check_range("local range", src_offset, bytes, ch.local_len())?;
+        self.check_range("peer range", dst_offset, bytes, ch.remote_len())?;
         let mut args = KernelArgs::new();
         args.push(ch.device_handle()).push(dst_offset).push(src_offset).push(bytes);
-        args
+        Ok(args)
     }
 
     /// Puts `bytes` from local `src_offset` to the peer's `dst_offset` with `grid` blocks; with
@@ -163,9 +167,7 @@ impl<'a> SelftestRunner<'a> {
         grid: u32,
         signal: bool,
     ) -> Result<(), Error> {
-        self.check_range("put source", src_offset, bytes, ch.local_len())?;
-        self.check_range("put destination", dst_offset, bytes, ch.remote_len())?;
-        let mut args = Self::put_args(ch, dst_offset, src_offset, bytes);
+        let mut args = self.copy_args(ch, dst_offset, src_offset, bytes)?;
         args.push(u32::from(signal));
         // SAFETY: (handle, u64, u64, u64, u32) matches weft_selftest_put; ranges checked above.
         unsafe { self.launch(&self.kernels.put, grid, THREADS, &args)? };
@@ -174,9 +176,7 @@ impl<'a> SelftestRunner<'a> {
 
     /// Times `iters` puts of `bytes` (after one warm-up) and returns seconds per put.
     pub fn put_timed(&self, ch: &MemoryChannel, bytes: u64, grid: u32, iters: u32) -> Result<f64, Error> {
-        self.check_range("put source", 0, bytes, ch.local_len())?;
-        self.check_range("put destination", 0, bytes, ch.remote_len())?;
-        let mut args = Self::put_args(ch, 0, 0, bytes);
+        let mut args = self.copy_args(ch, 0, 0, bytes)?;
         args.push(0u32);
         let device = self.comm.device();
         let (start, end) = (Event::new(device).map_err(|e| self.gpu(e))?, Event::new(device).map_err(|e| self.gpu(e))?);
@@ -202,9 +202,7 @@ impl<'a> SelftestRunner<'a> {
         bytes: u64,
         grid: u32,
     ) -> Result<(), Error> {
-        self.check_range("get destination", src_offset, bytes, ch.local_len())?;
-        self.check_range("get source", dst_offset, bytes, ch.remote_len())?;
-        let args = Self::put_args(ch, dst_offset, src_offset, bytes);
+        let args = self.copy_args(ch, dst_offset, src_offset, bytes)?;
         // SAFETY: (handle, u64, u64, u64) matches weft_selftest_get; ranges checked above.
         unsafe { self.launch(&self.kernels.get, grid, THREADS, &args)? };
         self.finish("get")

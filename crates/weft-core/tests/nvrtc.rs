@@ -31,11 +31,11 @@ fn the_layout_probe_compiles_and_a_wrong_layout_does_not() {
     let Some(library) = library() else { return };
     library.compile_layout_probe("sm_90").unwrap();
     let mut wrong = device_code::layout_probe_source();
-    wrong.text = wrong.text.replacen("== 0, \"rust offset of", "== 1, \"rust offset of", 1);
+    wrong.text = wrong.text.replacen(") == 0, \"rust: offsetof", ") == 1, \"rust: offsetof", 1);
     let options = weft_gpu::CompileOptions { arch: "sm_90".into(), extra: vec![] };
     let dir = std::env::temp_dir().join(format!("weft-nvrtc-wrong-{}", std::process::id()));
     let err = weft_gpu::compile(&wrong, &options, &dir).unwrap_err().to_string();
-    assert!(err.contains("rust offset of"), "{err}");
+    assert!(err.contains("rust: offsetof"), "{err}");
 }
 
 #[test]

@@ -33,10 +33,43 @@ impl fmt::Debug for LegacyIpcHandle {
     }
 }
 
+/// What a mapping is made of, which decides how it is given back.
 #[derive(Debug)]
 enum Backing {
+    /// A VMM handle (created here or imported) mapped at a reserved range.
     Vmm { handle: sys::CUmemGenericAllocationHandle },
+    /// A `cuMemAlloc` allocation of this process.
     Legacy,
+    /// Another process's `cuMemAlloc` allocation opened through its IPC handle.
+    LegacyImport,
+}
+
+impl Backing {
+    /// Gives the mapping at `ptr` back to the driver; errors are ignored (this runs in drop).
+    ///
+    /// # Safety
+    /// `ptr`/`mapped_len` must describe this backing's live mapping, unused from now on.
+    unsafe fn release(&self, device: &Device, ptr: DevicePtr, mapped_len: usize) {
+        if device.bind().is_err() {
+            return;
+        }
+        // SAFETY: caller contract: the mapping is live and no longer used.
+        unsafe {
+            match *self {
+                Backing::Vmm { handle } => {
+                    let _ = cu!(cuMemUnmap(ptr, mapped_len));
+                    let _ = cu!(cuMemAddressFree(ptr, mapped_len));
+                    let _ = cu!(cuMemRelease(handle));
+                }
+                Backing::Legacy => {
+                    let _ = cu!(cuMemFree_v2(ptr));
+                }
+                Backing::LegacyImport => {
+                    let _ = cu!(cuIpcCloseMemHandle(ptr));
+                }
+            }
+        }
+    }
 }
 
 /// Device memory owned by this process. Freed on drop; the caller keeps it alive while kernels
@@ -240,7 +273,7 @@ impl DeviceMemory {
                 // SAFETY: the range is mapped; desc is valid.
                 unsafe { cu!(cuMemSetAccess(self.ptr, self.mapped_len, &desc, 1)) }
             }
-            Backing::Legacy => peer.enable_peer_access(&self.device),
+            Backing::Legacy | Backing::LegacyImport => peer.enable_peer_access(&self.device),
         }
     }
 
@@ -300,22 +333,8 @@ impl DeviceMemory {
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
-        if self.device.bind().is_err() {
-            return;
-        }
         // SAFETY: we own the allocation; nothing uses it after drop (owners guarantee).
-        unsafe {
-            match self.backing {
-                Backing::Vmm { handle } => {
-                    let _ = cu!(cuMemUnmap(self.ptr, self.mapped_len));
-                    let _ = cu!(cuMemAddressFree(self.ptr, self.mapped_len));
-                    let _ = cu!(cuMemRelease(handle));
-                }
-                Backing::Legacy => {
-                    let _ = cu!(cuMemFree_v2(self.ptr));
-                }
-            }
-        }
+        unsafe { self.backing.release(&self.device, self.ptr, self.mapped_len) }
     }
 }
 
@@ -382,7 +401,7 @@ impl ImportedMemory {
         unsafe {
             cu!(cuIpcOpenMemHandle_v2(&mut ptr, raw, sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32))?
         };
-        Ok(Self { device: device.clone(), ptr, mapped_len: len, backing: Backing::Legacy })
+        Ok(Self { device: device.clone(), ptr, mapped_len: len, backing: Backing::LegacyImport })
     }
 
     /// Device address of the first byte of the exporter's allocation.
@@ -398,22 +417,8 @@ impl ImportedMemory {
 
 impl Drop for ImportedMemory {
     fn drop(&mut self) {
-        if self.device.bind().is_err() {
-            return;
-        }
         // SAFETY: we own the mapping; nothing uses it after drop.
-        unsafe {
-            match self.backing {
-                Backing::Vmm { handle } => {
-                    let _ = cu!(cuMemUnmap(self.ptr, self.mapped_len));
-                    let _ = cu!(cuMemAddressFree(self.ptr, self.mapped_len));
-                    let _ = cu!(cuMemRelease(handle));
-                }
-                Backing::Legacy => {
-                    let _ = cu!(cuIpcCloseMemHandle(self.ptr));
-                }
-            }
-        }
+        unsafe { self.backing.release(&self.device, self.ptr, self.mapped_len) }
     }
 }
 

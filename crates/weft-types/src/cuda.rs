@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::{all_enums, all_structs};
+use crate::{StructInfo, all_enums, all_structs};
 
 /// Path of the generated header relative to the repository root.
 pub const GENERATED_HEADER_PATH: &str = "device/include/weft/generated/types.cuh";
@@ -34,21 +34,27 @@ pub fn generated_header() -> String {
             let _ = writeln!(out, "  {} {};  ///< {}", f.c_type, f.name, f.doc);
         }
         out.push_str("};\n");
-        let _ = writeln!(
-            out,
-            "static_assert(sizeof({0}) == {1}, \"sizeof({0})\");\nstatic_assert(alignof({0}) == {2}, \"alignof({0})\");",
-            s.name, s.size, s.align
-        );
-        for f in &s.fields {
-            let _ = writeln!(
-                out,
-                "static_assert(WEFT_OFFSETOF({0}, {1}) == {2}, \"offsetof({0}, {1})\");",
-                s.name, f.name, f.offset
-            );
-        }
+        out.push_str(&layout_asserts(&s));
         out.push('\n');
     }
     out.push_str("}  // namespace weft\n");
+    out
+}
+
+/// `static_assert`s of `s`'s size, alignment and every field offset with the Rust numbers
+/// (to be placed inside `namespace weft`). The generated header carries them, and the layout
+/// probe re-derives them at run time from the Rust declarations in force.
+pub fn layout_asserts(s: &StructInfo) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "static_assert(sizeof({0}) == {1}, \"rust: sizeof({0}) == {1}\");", s.name, s.size);
+    let _ = writeln!(out, "static_assert(alignof({0}) == {1}, \"rust: alignof({0}) == {1}\");", s.name, s.align);
+    for f in &s.fields {
+        let _ = writeln!(
+            out,
+            "static_assert(WEFT_OFFSETOF({0}, {1}) == {2}, \"rust: offsetof({0}, {1}) == {2}\");",
+            s.name, f.name, f.offset
+        );
+    }
     out
 }
 

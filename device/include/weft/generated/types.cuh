@@ -27,14 +27,14 @@ struct alignas(8) DeviceErrorRecord {
   uint64_t expected;  ///<  Value (token or flag) the waiter needed.
   uint64_t observed;  ///<  Value it last observed.
 };
-static_assert(sizeof(DeviceErrorRecord) == 32, "sizeof(DeviceErrorRecord)");
-static_assert(alignof(DeviceErrorRecord) == 8, "alignof(DeviceErrorRecord)");
-static_assert(WEFT_OFFSETOF(DeviceErrorRecord, code) == 0, "offsetof(DeviceErrorRecord, code)");
-static_assert(WEFT_OFFSETOF(DeviceErrorRecord, op) == 4, "offsetof(DeviceErrorRecord, op)");
-static_assert(WEFT_OFFSETOF(DeviceErrorRecord, rank) == 8, "offsetof(DeviceErrorRecord, rank)");
-static_assert(WEFT_OFFSETOF(DeviceErrorRecord, peer) == 12, "offsetof(DeviceErrorRecord, peer)");
-static_assert(WEFT_OFFSETOF(DeviceErrorRecord, expected) == 16, "offsetof(DeviceErrorRecord, expected)");
-static_assert(WEFT_OFFSETOF(DeviceErrorRecord, observed) == 24, "offsetof(DeviceErrorRecord, observed)");
+static_assert(sizeof(DeviceErrorRecord) == 32, "rust: sizeof(DeviceErrorRecord) == 32");
+static_assert(alignof(DeviceErrorRecord) == 8, "rust: alignof(DeviceErrorRecord) == 8");
+static_assert(WEFT_OFFSETOF(DeviceErrorRecord, code) == 0, "rust: offsetof(DeviceErrorRecord, code) == 0");
+static_assert(WEFT_OFFSETOF(DeviceErrorRecord, op) == 4, "rust: offsetof(DeviceErrorRecord, op) == 4");
+static_assert(WEFT_OFFSETOF(DeviceErrorRecord, rank) == 8, "rust: offsetof(DeviceErrorRecord, rank) == 8");
+static_assert(WEFT_OFFSETOF(DeviceErrorRecord, peer) == 12, "rust: offsetof(DeviceErrorRecord, peer) == 12");
+static_assert(WEFT_OFFSETOF(DeviceErrorRecord, expected) == 16, "rust: offsetof(DeviceErrorRecord, expected) == 16");
+static_assert(WEFT_OFFSETOF(DeviceErrorRecord, observed) == 24, "rust: offsetof(DeviceErrorRecord, observed) == 24");
 
 ///  Everything a bounded wait needs to give up cleanly and say who it was waiting for.
 struct alignas(8) WaitContext {
@@ -43,12 +43,12 @@ struct alignas(8) WaitContext {
   int32_t rank;  ///<  This rank.
   int32_t peer;  ///<  The peer this handle talks to.
 };
-static_assert(sizeof(WaitContext) == 24, "sizeof(WaitContext)");
-static_assert(alignof(WaitContext) == 8, "alignof(WaitContext)");
-static_assert(WEFT_OFFSETOF(WaitContext, error) == 0, "offsetof(WaitContext, error)");
-static_assert(WEFT_OFFSETOF(WaitContext, timeout_ns) == 8, "offsetof(WaitContext, timeout_ns)");
-static_assert(WEFT_OFFSETOF(WaitContext, rank) == 16, "offsetof(WaitContext, rank)");
-static_assert(WEFT_OFFSETOF(WaitContext, peer) == 20, "offsetof(WaitContext, peer)");
+static_assert(sizeof(WaitContext) == 24, "rust: sizeof(WaitContext) == 24");
+static_assert(alignof(WaitContext) == 8, "rust: alignof(WaitContext) == 8");
+static_assert(WEFT_OFFSETOF(WaitContext, error) == 0, "rust: offsetof(WaitContext, error) == 0");
+static_assert(WEFT_OFFSETOF(WaitContext, timeout_ns) == 8, "rust: offsetof(WaitContext, timeout_ns) == 8");
+static_assert(WEFT_OFFSETOF(WaitContext, rank) == 16, "rust: offsetof(WaitContext, rank) == 16");
+static_assert(WEFT_OFFSETOF(WaitContext, peer) == 20, "rust: offsetof(WaitContext, peer) == 20");
 
 ///  A device-to-device semaphore: monotonic `u64` tokens, never reset.
 struct alignas(8) SemaphoreDeviceHandle {
@@ -57,12 +57,12 @@ struct alignas(8) SemaphoreDeviceHandle {
   uint64_t expected;  ///<  Local count of signals already consumed by waits (device address of a `uint64_t`).
   WaitContext wait;  ///<  Timeout and error reporting for waits on this semaphore.
 };
-static_assert(sizeof(SemaphoreDeviceHandle) == 48, "sizeof(SemaphoreDeviceHandle)");
-static_assert(alignof(SemaphoreDeviceHandle) == 8, "alignof(SemaphoreDeviceHandle)");
-static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, inbound) == 0, "offsetof(SemaphoreDeviceHandle, inbound)");
-static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, remote_inbound) == 8, "offsetof(SemaphoreDeviceHandle, remote_inbound)");
-static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, expected) == 16, "offsetof(SemaphoreDeviceHandle, expected)");
-static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, wait) == 24, "offsetof(SemaphoreDeviceHandle, wait)");
+static_assert(sizeof(SemaphoreDeviceHandle) == 48, "rust: sizeof(SemaphoreDeviceHandle) == 48");
+static_assert(alignof(SemaphoreDeviceHandle) == 8, "rust: alignof(SemaphoreDeviceHandle) == 8");
+static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, inbound) == 0, "rust: offsetof(SemaphoreDeviceHandle, inbound) == 0");
+static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, remote_inbound) == 8, "rust: offsetof(SemaphoreDeviceHandle, remote_inbound) == 8");
+static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, expected) == 16, "rust: offsetof(SemaphoreDeviceHandle, expected) == 16");
+static_assert(WEFT_OFFSETOF(SemaphoreDeviceHandle, wait) == 24, "rust: offsetof(SemaphoreDeviceHandle, wait) == 24");
 
 ///  A MemoryChannel: SM loads/stores into a peer's registered buffer plus a semaphore.
 struct alignas(8) MemoryChannelDeviceHandle {
@@ -72,23 +72,23 @@ struct alignas(8) MemoryChannelDeviceHandle {
   uint64_t packet_buffer;  ///<  Local buffer the peer writes LL packets into (device address).
   uint64_t remote_packet_buffer;  ///<  The peer's packet buffer, mapped into this GPU: where this side's packets go.
 };
-static_assert(sizeof(MemoryChannelDeviceHandle) == 80, "sizeof(MemoryChannelDeviceHandle)");
-static_assert(alignof(MemoryChannelDeviceHandle) == 8, "alignof(MemoryChannelDeviceHandle)");
-static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, semaphore) == 0, "offsetof(MemoryChannelDeviceHandle, semaphore)");
-static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, dst) == 48, "offsetof(MemoryChannelDeviceHandle, dst)");
-static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, src) == 56, "offsetof(MemoryChannelDeviceHandle, src)");
-static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, packet_buffer) == 64, "offsetof(MemoryChannelDeviceHandle, packet_buffer)");
-static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, remote_packet_buffer) == 72, "offsetof(MemoryChannelDeviceHandle, remote_packet_buffer)");
+static_assert(sizeof(MemoryChannelDeviceHandle) == 80, "rust: sizeof(MemoryChannelDeviceHandle) == 80");
+static_assert(alignof(MemoryChannelDeviceHandle) == 8, "rust: alignof(MemoryChannelDeviceHandle) == 8");
+static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, semaphore) == 0, "rust: offsetof(MemoryChannelDeviceHandle, semaphore) == 0");
+static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, dst) == 48, "rust: offsetof(MemoryChannelDeviceHandle, dst) == 48");
+static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, src) == 56, "rust: offsetof(MemoryChannelDeviceHandle, src) == 56");
+static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, packet_buffer) == 64, "rust: offsetof(MemoryChannelDeviceHandle, packet_buffer) == 64");
+static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, remote_packet_buffer) == 72, "rust: offsetof(MemoryChannelDeviceHandle, remote_packet_buffer) == 72");
 
 ///  LL8: 4 bytes of payload and a 4-byte flag, written with one 8-byte store.
 struct alignas(8) Ll8Packet {
   uint32_t data;  ///<  Payload.
   uint32_t flag;  ///<  Flag of the launch that wrote it.
 };
-static_assert(sizeof(Ll8Packet) == 8, "sizeof(Ll8Packet)");
-static_assert(alignof(Ll8Packet) == 8, "alignof(Ll8Packet)");
-static_assert(WEFT_OFFSETOF(Ll8Packet, data) == 0, "offsetof(Ll8Packet, data)");
-static_assert(WEFT_OFFSETOF(Ll8Packet, flag) == 4, "offsetof(Ll8Packet, flag)");
+static_assert(sizeof(Ll8Packet) == 8, "rust: sizeof(Ll8Packet) == 8");
+static_assert(alignof(Ll8Packet) == 8, "rust: alignof(Ll8Packet) == 8");
+static_assert(WEFT_OFFSETOF(Ll8Packet, data) == 0, "rust: offsetof(Ll8Packet, data) == 0");
+static_assert(WEFT_OFFSETOF(Ll8Packet, flag) == 4, "rust: offsetof(Ll8Packet, flag) == 4");
 
 ///  LL16: 8 bytes of payload in two halves, each with its own flag, written with one 16-byte store.
 struct alignas(16) Ll16Packet {
@@ -97,11 +97,11 @@ struct alignas(16) Ll16Packet {
   uint32_t data2;  ///<  Second payload word.
   uint32_t flag2;  ///<  Flag guarding `data2`.
 };
-static_assert(sizeof(Ll16Packet) == 16, "sizeof(Ll16Packet)");
-static_assert(alignof(Ll16Packet) == 16, "alignof(Ll16Packet)");
-static_assert(WEFT_OFFSETOF(Ll16Packet, data1) == 0, "offsetof(Ll16Packet, data1)");
-static_assert(WEFT_OFFSETOF(Ll16Packet, flag1) == 4, "offsetof(Ll16Packet, flag1)");
-static_assert(WEFT_OFFSETOF(Ll16Packet, data2) == 8, "offsetof(Ll16Packet, data2)");
-static_assert(WEFT_OFFSETOF(Ll16Packet, flag2) == 12, "offsetof(Ll16Packet, flag2)");
+static_assert(sizeof(Ll16Packet) == 16, "rust: sizeof(Ll16Packet) == 16");
+static_assert(alignof(Ll16Packet) == 16, "rust: alignof(Ll16Packet) == 16");
+static_assert(WEFT_OFFSETOF(Ll16Packet, data1) == 0, "rust: offsetof(Ll16Packet, data1) == 0");
+static_assert(WEFT_OFFSETOF(Ll16Packet, flag1) == 4, "rust: offsetof(Ll16Packet, flag1) == 4");
+static_assert(WEFT_OFFSETOF(Ll16Packet, data2) == 8, "rust: offsetof(Ll16Packet, data2) == 8");
+static_assert(WEFT_OFFSETOF(Ll16Packet, flag2) == 12, "rust: offsetof(Ll16Packet, flag2) == 12");
 
 }  // namespace weft
