@@ -209,3 +209,21 @@ fn verifier_finds_a_write_after_read_race() {
     insta::assert_snapshot!(err.to_string());
     let _ = BufRef::new(Buffer::Input, 0, 1);
 }
+
+/// Fusing rank 0's receive of `x` with its forwarding send moves that send (the later transfer
+/// on the 0 -> 1 connection) ahead of the earlier one, which rank 1 must land first. The
+/// compiler falls back to a schedule that keeps program order on the connection.
+#[test]
+fn fusion_that_would_reorder_a_connection_falls_back() {
+    let collective =
+        Collective::custom(3, 1, 1, 1, |rank, _| (rank == 1).then(|| vec![InputChunk::new(2, 0)])).unwrap();
+    let p = Program::new("fallback", collective);
+    let x = p.chunk(2, Buffer::Input, 0, 1).unwrap().copy(0, Buffer::Scratch, 0).unwrap();
+    let y = x.copy(0, Buffer::Scratch, 1).unwrap();
+    y.copy(1, Buffer::Output, 0).unwrap();
+    x.copy(1, Buffer::Output, 0).unwrap();
+    let plan = p.compile().unwrap();
+    let inputs = common::int_inputs(3, 4, 3);
+    let out = common::run(&plan, &inputs, -1, ReduceOp::Sum).unwrap();
+    assert_eq!(out[1], inputs[2]);
+}

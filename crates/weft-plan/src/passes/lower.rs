@@ -140,6 +140,8 @@ pub(super) fn lower(trace: &Trace) -> Lowered {
             side.push((src_rank, send));
             side.push((dst_rank, recv));
         }
+        // A conflict on `rank` means both operations touch that rank, so both have an
+        // instruction there.
         for &(pred, rank) in &op.deps {
             let from = sides[pred].iter().find(|(r, _)| *r == rank).map(|s| s.1);
             let to = side.iter().find(|(r, _)| *r == rank).map(|s| s.1);

@@ -2,7 +2,7 @@
 //!
 //! Passes, in order:
 //!
-//! 1. **postcondition** ([`postcondition`]): the traced program computes its collective, else
+//! 1. **postcondition**: the traced program computes its collective, else
 //!    an error naming the first wrong rank, buffer and index;
 //! 2. **replicate**: with `instances > 1`, every chunk is split into sub-chunks and the trace
 //!    replayed once per instance, on disjoint channels and thread block hints;
@@ -147,7 +147,6 @@ pub fn compile(program: &Program, options: &CompileOptions) -> Result<ExecutionP
         if !matches!(result, Err(CompileError::ConnectionOrder { .. })) {
             break;
         }
-        eprintln!("FALLBACK {} fuse={fuse} {:?}", program.name(), priority);
     }
     let (graph, schedule) = result?;
     let plan = emit::emit(program, &collective, &graph, &schedule)?;

@@ -7,7 +7,9 @@
 //! 1. wait: for an inbound signal on a link, for another thread block, or for a rank barrier;
 //! 2. read every input, fold them element-wise with the reduction operator (one input = copy);
 //! 3. write the result to every output (local or on a peer);
-//! 4. signal a link (which publishes every earlier write of the thread block to the peer).
+//! 4. signal a link, which publishes to the peer every write that happens before the signal:
+//!    the thread block's own earlier writes and those it has waited for (happens-before is
+//!    transitive across `wait_tb`, `barrier` and link waits, as with release/acquire fences).
 
 use std::fmt;
 
