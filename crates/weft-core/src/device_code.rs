@@ -18,13 +18,34 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/packet.cuh", include_str!("../../../device/include/weft/packet.cuh")),
     ("weft/memory_channel.cuh", include_str!("../../../device/include/weft/memory_channel.cuh")),
     ("weft/reduce.cuh", include_str!("../../../device/include/weft/reduce.cuh")),
+    ("weft/elementwise.cuh", include_str!("../../../device/include/weft/elementwise.cuh")),
     ("weft/impl/stdint.cuh", include_str!("../../../device/include/weft/impl/stdint.cuh")),
     ("weft/impl/ptx__funcs.cuh", include_str!("../../../device/include/weft/impl/ptx__funcs.cuh")),
     ("weft/generated/types.cuh", include_str!("../../../device/include/weft/generated/types.cuh")),
 ];
 
 /// Every kernel source, by file name.
-pub const KERNELS: &[(&str, &str)] = &[("selftest.cu", include_str!("../../../device/kernels/selftest.cu"))];
+pub const KERNELS: &[(&str, &str)] = &[
+    ("selftest.cu", include_str!("../../../device/kernels/selftest.cu")),
+    ("allreduce.cu", include_str!("../../../device/kernels/allreduce.cu")),
+];
+
+/// Every set of defines a kernel source is compiled with (one entry for sources without any):
+/// the AllReduce kernels are specialised per element type and operator.
+pub fn variants(name: &str) -> Vec<Vec<String>> {
+    if name == "allreduce.cu" {
+        weft_types::DataType::ALL
+            .iter()
+            .flat_map(|t| {
+                weft_types::ReduceOp::ALL
+                    .iter()
+                    .map(move |o| vec![format!("WEFT_DTYPE={}", *t as u32), format!("WEFT_REDOP={}", *o as u32)])
+            })
+            .collect()
+    } else {
+        vec![Vec::new()]
+    }
+}
 
 /// The embedded source `name` with every header attached.
 pub fn source(name: &str) -> Option<KernelSource> {
@@ -77,8 +98,14 @@ impl KernelLibrary {
 
     /// Compiles (or reads from cache) source `name` for `arch`; needs NVRTC, not a GPU.
     pub fn compile(&self, name: &str, arch: &str) -> Result<CompiledKernel, GpuError> {
+        self.compile_with(name, arch, &[])
+    }
+
+    /// Compiles source `name` with preprocessor `defines` (`NAME=value`).
+    pub fn compile_with(&self, name: &str, arch: &str, defines: &[String]) -> Result<CompiledKernel, GpuError> {
         let source = source(name).ok_or_else(|| GpuError::InvalidArgument(format!("no kernel source {name}")))?;
-        weft_gpu::compile(&source, &CompileOptions { arch: arch.to_string(), extra: vec![] }, &self.cache_dir)
+        let extra = defines.iter().map(|d| format!("-D{d}")).collect();
+        weft_gpu::compile(&source, &CompileOptions { arch: arch.to_string(), extra }, &self.cache_dir)
     }
 
     /// Compiles the layout probe for `arch`; an error carries NVRTC's log.
@@ -89,8 +116,13 @@ impl KernelLibrary {
 
     /// Compiles source `name` for `device`'s architecture and loads it there.
     pub fn load(&self, device: &Device, name: &str) -> Result<LoadedKernels, GpuError> {
+        self.load_with(device, name, &[])
+    }
+
+    /// [`KernelLibrary::load`] with preprocessor `defines`.
+    pub fn load_with(&self, device: &Device, name: &str, defines: &[String]) -> Result<LoadedKernels, GpuError> {
         let start = Instant::now();
-        let compiled = self.compile(name, &device.arch()?)?;
+        let compiled = self.compile_with(name, &device.arch()?, defines)?;
         let module = Module::load(device, &compiled.cubin)?;
         Ok(LoadedKernels { module, elapsed: start.elapsed(), from_cache: compiled.from_cache })
     }

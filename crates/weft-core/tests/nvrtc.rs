@@ -10,7 +10,11 @@ fn library() -> Option<KernelLibrary> {
         eprintln!("skipping: {e}");
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("weft-nvrtc-test-{}", std::process::id()));
+    // Share the cache the rest of the run uses (scripts/test.sh sets WEFT_CACHE_DIR), so later
+    // steps read what these tests compiled.
+    let dir = std::env::var_os("WEFT_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("weft-nvrtc-test-{}", std::process::id())));
     Some(KernelLibrary::new(dir))
 }
 
@@ -18,11 +22,14 @@ fn library() -> Option<KernelLibrary> {
 fn every_kernel_compiles_for_sm_90_and_the_second_compile_is_a_cache_hit() {
     let Some(library) = library() else { return };
     for (name, _) in device_code::KERNELS {
-        let first = library.compile(name, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(first.cubin.starts_with(b"\x7fELF"), "{name} is not a CUBIN");
-        let second = library.compile(name, "sm_90").unwrap();
-        assert!(second.from_cache, "{name} was compiled twice");
-        assert_eq!(first.cubin, second.cubin);
+        for defines in device_code::variants(name) {
+            let first =
+                library.compile_with(name, "sm_90", &defines).unwrap_or_else(|e| panic!("{name} {defines:?}: {e}"));
+            assert!(first.cubin.starts_with(b"\x7fELF"), "{name} is not a CUBIN");
+            let second = library.compile_with(name, "sm_90", &defines).unwrap();
+            assert!(second.from_cache, "{name} {defines:?} was compiled twice");
+            assert_eq!(first.cubin, second.cubin);
+        }
     }
 }
 

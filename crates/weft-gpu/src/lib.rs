@@ -25,8 +25,8 @@ mod stream;
 pub use device::Device;
 pub use driver::DevicePtr;
 pub use error::GpuError;
-pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory};
-pub use module::{Kernel, KernelArg, KernelArgs, LaunchConfig, Module, Pod};
+pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range};
+pub use module::{Kernel, KernelArg, KernelArgs, LaunchConfig, MAX_KERNEL_ARGS, Module, Pod};
 pub use nvrtc::{CompileOptions, CompiledKernel, KernelSource, compile, default_cache_dir, nvrtc_version};
 pub use stream::{Event, Graph, Stream};
 

@@ -309,6 +309,14 @@ impl DeviceMemory {
         self.drain_legacy_stream()
     }
 
+    /// Copies plain-old-data values to `offset` (synchronous; for setup tables).
+    pub fn write_pod<T: Pod>(&self, offset: usize, values: &[T]) -> Result<(), GpuError> {
+        // SAFETY: T: Pod has no padding-dependent invariants; the byte view covers exactly
+        // the slice's memory and lives no longer than it.
+        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
+        self.write(offset, bytes)
+    }
+
     /// Copies from `offset` into `out` (synchronous; for setup and tests).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
         self.check_range(offset, out.len())?;
@@ -514,4 +522,41 @@ impl Drop for PinnedHostMemory {
             let _ = unsafe { cu!(cuMemFreeHost(self.host.cast())) };
         }
     }
+}
+
+/// Checks that `[ptr, ptr + len)` lies inside one device allocation that belongs to `device`,
+/// so a collective given a stray pointer returns an error instead of faulting the GPU.
+pub fn check_device_range(device: &Device, ptr: DevicePtr, len: usize) -> Result<(), GpuError> {
+    if ptr == 0 {
+        return Err(GpuError::InvalidArgument("null device pointer".into()));
+    }
+    device.bind()?;
+    let mut ordinal: std::ffi::c_int = -1;
+    // SAFETY: writes one int; the driver validates the pointer itself.
+    let attr = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut std::ffi::c_int).cast::<c_void>(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+    };
+    if attr != sys::CUresult::CUDA_SUCCESS {
+        return Err(GpuError::InvalidArgument(format!("{ptr:#x} is not device memory")));
+    }
+    if usize::try_from(ordinal).ok() != Some(device.ordinal()) {
+        return Err(GpuError::InvalidArgument(format!(
+            "{ptr:#x} belongs to GPU {ordinal}, not GPU {}",
+            device.ordinal()
+        )));
+    }
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: out-pointers to locals; ptr is device memory (checked above).
+    unsafe { cu!(cuMemGetAddressRange_v2(&mut base, &mut size, ptr))? };
+    let end = ptr.checked_add(len as u64);
+    if end.is_none_or(|end| end > base + size as u64) {
+        return Err(GpuError::InvalidArgument(format!(
+            "{len} bytes at {ptr:#x} run past the end of their allocation ({size} bytes at {base:#x})"
+        )));
+    }
+    Ok(())
 }

@@ -99,15 +99,29 @@ pub struct LaunchConfig {
     pub shared_bytes: u32,
 }
 
-/// Kernel arguments, each stored in its own 8-byte-aligned slot.
-#[derive(Default)]
+/// Most kernel arguments a launch takes.
+pub const MAX_KERNEL_ARGS: usize = 16;
+const ARG_WORDS: usize = 64;
+
+/// Kernel arguments, each in its own 8-byte-aligned slot of a fixed inline buffer, so building
+/// them on a collective's hot path allocates nothing.
+#[derive(Clone)]
 pub struct KernelArgs {
-    slots: Vec<Box<[u64]>>,
+    words: [u64; ARG_WORDS],
+    starts: [usize; MAX_KERNEL_ARGS],
+    count: usize,
+    used: usize,
+}
+
+impl Default for KernelArgs {
+    fn default() -> Self {
+        Self { words: [0; ARG_WORDS], starts: [0; MAX_KERNEL_ARGS], count: 0, used: 0 }
+    }
 }
 
 impl fmt::Debug for KernelArgs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KernelArgs").field("count", &self.slots.len()).finish()
+        f.debug_struct("KernelArgs").field("count", &self.count).finish()
     }
 }
 
@@ -117,14 +131,18 @@ impl KernelArgs {
         Self::default()
     }
 
-    /// Appends one argument by value.
+    /// Appends one argument by value. Panics past [`MAX_KERNEL_ARGS`] arguments or 512 bytes:
+    /// argument lists are fixed by weft's own kernels, so that is a programming error.
     pub fn push<T: Pod>(&mut self, value: T) -> &mut Self {
         assert!(align_of::<T>() <= 8, "kernel arguments aligned above 8 bytes are not supported");
         let words = size_of::<T>().div_ceil(8).max(1);
-        let mut slot = vec![0u64; words].into_boxed_slice();
-        // SAFETY: the slot has at least size_of::<T>() bytes and 8-byte alignment >= align_of T.
-        unsafe { std::ptr::write(slot.as_mut_ptr().cast::<T>(), value) };
-        self.slots.push(slot);
+        assert!(self.count < MAX_KERNEL_ARGS && self.used + words <= ARG_WORDS, "too many kernel arguments");
+        // SAFETY: words [used, used + words) lie inside the buffer (checked) and are 8-byte
+        // aligned, which covers T's size and alignment.
+        unsafe { std::ptr::write(self.words.as_mut_ptr().add(self.used).cast::<T>(), value) };
+        self.starts[self.count] = self.used;
+        self.count += 1;
+        self.used += words;
         self
     }
 }
@@ -163,7 +181,11 @@ impl Kernel {
             return Err(GpuError::InvalidArgument(format!("launch of {} with {config:?}", self.name)));
         }
         self.module.device.bind()?;
-        let mut params: Vec<*mut c_void> = args.slots.iter().map(|s| s.as_ptr() as *mut c_void).collect();
+        let mut params = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_ARGS];
+        for (param, &start) in params.iter_mut().zip(&args.starts[..args.count]) {
+            // SAFETY: start < ARG_WORDS by construction in push().
+            *param = unsafe { args.words.as_ptr().add(start) } as *mut c_void;
+        }
         // SAFETY: params point at live slots for the duration of the call (the driver copies
         // them); argument correctness is the caller's contract.
         unsafe {

@@ -15,11 +15,13 @@
 #[macro_use]
 mod declare;
 pub mod cuda;
+mod collective;
 mod handles;
 mod packets;
 mod status;
 
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
+pub use collective::{DataType, ReduceOp};
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
 pub use packets::{Ll8Packet, Ll16Packet};
 pub use status::{DeviceErrorCode, DeviceErrorRecord, WaitOp};
@@ -35,5 +37,7 @@ pub fn all_structs() -> Vec<StructInfo> {
 
 /// Every device-visible enum.
 pub fn all_enums() -> Vec<EnumInfo> {
-    status::enums()
+    let mut all = status::enums();
+    all.extend(collective::enums());
+    all
 }

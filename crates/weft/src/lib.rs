@@ -7,7 +7,9 @@
 //!
 //! **Depends on:** every weft crate below it.
 
+pub mod bench;
 pub mod info;
+pub mod launch;
 pub mod selftest;
 
 pub use weft_bootstrap as bootstrap;

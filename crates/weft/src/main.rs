@@ -28,6 +28,44 @@ enum Command {
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<Step>,
     },
+    /// Measure a collective against NCCL in the same run (nccl-tests style).
+    Bench {
+        /// Collective (allreduce).
+        collective: String,
+        /// Smallest size (e.g. 1K).
+        #[arg(short = 'b', long, default_value = "1K")]
+        min_bytes: String,
+        /// Largest size (e.g. 1G).
+        #[arg(short = 'e', long, default_value = "1G")]
+        max_bytes: String,
+        /// Size multiplier.
+        #[arg(short = 'f', long, default_value_t = 2)]
+        factor: usize,
+        /// Element type.
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+        /// Operator.
+        #[arg(long, default_value = "sum")]
+        op: String,
+        /// Time calls captured in CUDA graphs.
+        #[arg(long)]
+        graph: bool,
+        /// Check every element against a float64 reference.
+        #[arg(long)]
+        check: bool,
+        /// Measure NCCL (libnccl.so.2) in the same run.
+        #[arg(long)]
+        nccl: bool,
+        /// Write the rows as JSON.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// GPUs (default: all).
+        #[arg(long)]
+        gpus: Option<usize>,
+    },
+    /// Internal: one rank of `weft bench`.
+    #[command(hide = true)]
+    BenchWorker,
     /// Internal: one rank of `weft selftest --mode processes` (reads torchrun variables).
     #[command(hide = true)]
     SelftestWorker,
@@ -52,6 +90,10 @@ fn main() -> ExitCode {
         Command::Info => weft::info::run(),
         Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
         Command::SelftestWorker => weft::selftest::run_worker(),
+        Command::BenchWorker => weft::bench::run_worker(),
+        Command::Bench { collective, min_bytes, max_bytes, factor, dtype, op, graph, check, nccl, json, gpus } => {
+            bench(collective, &min_bytes, &max_bytes, factor, &dtype, &op, [graph, check, nccl], json, gpus)
+        }
         Command::GenHeader { root, check } => gen_header(&root, check),
     };
     match outcome {
@@ -61,6 +103,39 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench(
+    collective: String,
+    min_bytes: &str,
+    max_bytes: &str,
+    factor: usize,
+    dtype: &str,
+    op: &str,
+    [graph, check, nccl]: [bool; 3],
+    json: Option<std::path::PathBuf>,
+    gpus: Option<usize>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use weft::bench::{BenchOptions, parse_dtype, parse_op, parse_size};
+    let available = weft::gpu::Device::count().unwrap_or(0);
+    if available == 0 {
+        println!("weft bench: no GPU is available here; nothing to measure.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let options = BenchOptions {
+        collective,
+        min_bytes: parse_size(min_bytes)?,
+        max_bytes: parse_size(max_bytes)?,
+        factor,
+        dtype: parse_dtype(dtype)?,
+        op: parse_op(op)?,
+        graph,
+        check,
+        nccl,
+        gpus: gpus.unwrap_or(available).clamp(1, available),
+    };
+    weft::bench::run(&options, json.as_deref())
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {

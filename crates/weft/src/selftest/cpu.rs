@@ -14,8 +14,9 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
         Ok(_) => {
             let library = KernelLibrary::new(env.cache_dir.clone());
             for (name, _) in device_code::KERNELS {
-                let result = library.compile(name, "sm_90").map(|_| ());
-                report.record(format!("NVRTC compiles {name} for sm_90"), result);
+                let variants = device_code::variants(name);
+                let result = variants.iter().try_for_each(|d| library.compile_with(name, "sm_90", d).map(|_| ()));
+                report.record(format!("NVRTC compiles {name} for sm_90 ({} variants)", variants.len()), result);
             }
             report.record(
                 "layout probe: sizeof/offsetof of every weft-types struct under NVRTC",

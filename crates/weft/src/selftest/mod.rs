@@ -12,8 +12,7 @@ mod reduce_check;
 mod report;
 mod suite;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,7 +87,6 @@ pub struct SelftestOptions {
     pub only: Vec<Step>,
 }
 
-const WORKER_REPORT_DIR: &str = "WEFT_SELFTEST_REPORT_DIR";
 const WORKER_ONLY: &str = "WEFT_SELFTEST_ONLY";
 /// Bound of a whole multi-process run; children still running then are killed.
 const PROCESS_DEADLINE: Duration = Duration::from_secs(900);
@@ -177,68 +175,26 @@ fn run_threads(gpus: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxErro
     Ok(Summary::merge(&reports))
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 fn run_processes(gpus: usize, only: &[Step]) -> Result<Summary, BoxError> {
     let only_list: Vec<&str> = steps(only).iter().map(|s| s.name()).collect();
-    let dir = std::env::temp_dir().join(format!("weft-selftest-{}-{:08x}", std::process::id(), rand::random::<u32>()));
-    std::fs::create_dir_all(&dir)?;
-    let port = free_port()?;
-    let exe = std::env::current_exe()?;
-    let mut children: Vec<Child> = Vec::new();
-    for rank in 0..gpus {
-        let child = Command::new(&exe)
-            .arg("selftest-worker")
-            .env("RANK", rank.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("WORLD_SIZE", gpus.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .env(WORKER_REPORT_DIR, &dir)
-            .env(WORKER_ONLY, only_list.join(","))
-            .spawn()?;
-        children.push(child);
-    }
-    let deadline = Instant::now() + PROCESS_DEADLINE;
-    let mut statuses = vec![None; gpus];
-    while statuses.iter().any(Option::is_none) {
-        for (rank, child) in children.iter_mut().enumerate() {
-            if statuses[rank].is_none() {
-                statuses[rank] = child.try_wait()?;
-            }
-        }
-        if Instant::now() > deadline {
-            for child in &mut children {
-                let _ = child.kill();
-            }
-            return Err(format!("selftest workers still running after {PROCESS_DEADLINE:?}: killed").into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let finished =
+        crate::launch::run_ranks(gpus, &["selftest-worker"], &[(WORKER_ONLY, only_list.join(","))], PROCESS_DEADLINE)?;
     let mut reports = Vec::new();
-    for (rank, status) in statuses.iter().enumerate() {
-        let path = report_path(&dir, rank);
-        let report = std::fs::read(&path)
-            .ok()
+    for (rank, status) in finished.statuses.iter().enumerate() {
+        let report = finished
+            .report(rank)
             .and_then(|bytes| serde_json::from_slice::<RankReport>(&bytes).ok())
             .unwrap_or_else(|| {
                 let mut r = RankReport::default();
                 r.record(
                     format!("[processes] rank {rank} process reported"),
-                    Err(format!("exited with {status:?} and no report")),
+                    Err(format!("exited with {status} and no report")),
                 );
                 r
             });
         reports.push(report);
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(Summary::merge(&reports))
-}
-
-fn report_path(dir: &std::path::Path, rank: usize) -> PathBuf {
-    dir.join(format!("rank-{rank}.json"))
 }
 
 /// Entry point of one `selftest-worker` process (torchrun-style variables).
@@ -246,10 +202,9 @@ pub fn run_worker() -> Result<ExitCode, BoxError> {
     let env = Env::from_process()?;
     let torchrun = TorchrunEnv::from_env()?;
     let ordinal = torchrun.local_rank.unwrap_or(torchrun.rank);
-    let dir = PathBuf::from(std::env::var(WORKER_REPORT_DIR)?);
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
     let only = Step::parse_list(&std::env::var(WORKER_ONLY).unwrap_or_default())?;
     let report = suite::run_rank(Arc::clone(&bootstrap), ordinal, &env, "[processes] ", &steps(&only));
-    std::fs::write(report_path(&dir, torchrun.rank), serde_json::to_vec(&report)?)?;
+    crate::launch::write_report(torchrun.rank, &serde_json::to_vec(&report)?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -18,6 +18,31 @@ enum class WaitOp : uint32_t {
   Ll16Read = 3,  ///<  Reading an LL16 packet whose flags never matched.
 };
 
+///  Element type of a collective's buffers.
+enum class DataType : uint32_t {
+  I8 = 0,  ///<  `int8_t`.
+  U8 = 1,  ///<  `uint8_t`.
+  I32 = 2,  ///<  `int32_t`.
+  U32 = 3,  ///<  `uint32_t`.
+  I64 = 4,  ///<  `int64_t`.
+  U64 = 5,  ///<  `uint64_t`.
+  F16 = 6,  ///<  IEEE half.
+  F32 = 7,  ///<  IEEE single.
+  F64 = 8,  ///<  IEEE double.
+  Bf16 = 9,  ///<  bfloat16.
+  F8E4M3 = 10,  ///<  FP8 E4M3 (finite, no infinities).
+  F8E5M2 = 11,  ///<  FP8 E5M2.
+};
+
+///  Reduction operator.
+enum class ReduceOp : uint32_t {
+  Sum = 0,  ///<  Sum.
+  Prod = 1,  ///<  Product.
+  Max = 2,  ///<  Maximum.
+  Min = 3,  ///<  Minimum.
+  Avg = 4,  ///<  Sum divided by the number of ranks.
+};
+
 ///  First failure a kernel observed; written once (the `code` word is claimed with a CAS), read
 struct alignas(8) DeviceErrorRecord {
   uint32_t code;  ///<  A [`DeviceErrorCode`] value.

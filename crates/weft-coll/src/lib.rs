@@ -1,0 +1,23 @@
+//! # weft-coll — collectives over NVLink
+//!
+//! **Owns:** the collective algorithms (native kernels in `device/kernels/`), their per-(type,
+//! operator) compilation and loading, the communication state they need (registered scratch,
+//! packet buffers, channel and semaphore tables on the device), input validation, and the
+//! size-based choice between algorithms.
+//!
+//! **Must not:** do host synchronisation or allocation on a call once set up (calls are CUDA
+//! graph capturable), or call `cuMulticast*`.
+//!
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`.
+//!
+//! Unlike ARCHITECTURE §1's list, this crate contains `unsafe`: launching a kernel on pointers a
+//! caller hands us is inherently unsafe, and keeping those launches next to the algorithm that
+//! knows each kernel's parameters (rather than in weft-core) keeps every `SAFETY` argument local.
+
+mod allreduce;
+mod error;
+pub mod nccl;
+
+pub use allreduce::{AllReduce, AllReduceAlgorithm, AllReduceConfig};
+pub use error::CollError;
+pub use weft_types::{DataType, ReduceOp};

@@ -1,0 +1,128 @@
+//! Element types and reduction operators of collectives. The values are NCCL's
+//! (`ncclDataType_t`, `ncclRedOp_t`), so the NCCL ABI maps onto them one to one.
+
+device_enums! {
+    /// Element type of a collective's buffers.
+    enum DataType {
+        /// `int8_t`.
+        I8 = 0,
+        /// `uint8_t`.
+        U8 = 1,
+        /// `int32_t`.
+        I32 = 2,
+        /// `uint32_t`.
+        U32 = 3,
+        /// `int64_t`.
+        I64 = 4,
+        /// `uint64_t`.
+        U64 = 5,
+        /// IEEE half.
+        F16 = 6,
+        /// IEEE single.
+        F32 = 7,
+        /// IEEE double.
+        F64 = 8,
+        /// bfloat16.
+        Bf16 = 9,
+        /// FP8 E4M3 (finite, no infinities).
+        F8E4M3 = 10,
+        /// FP8 E5M2.
+        F8E5M2 = 11,
+    }
+
+    /// Reduction operator.
+    enum ReduceOp {
+        /// Sum.
+        Sum = 0,
+        /// Product.
+        Prod = 1,
+        /// Maximum.
+        Max = 2,
+        /// Minimum.
+        Min = 3,
+        /// Sum divided by the number of ranks.
+        Avg = 4,
+    }
+}
+
+impl DataType {
+    /// Every type, in NCCL order.
+    pub const ALL: [DataType; 12] = [
+        DataType::I8,
+        DataType::U8,
+        DataType::I32,
+        DataType::U32,
+        DataType::I64,
+        DataType::U64,
+        DataType::F16,
+        DataType::F32,
+        DataType::F64,
+        DataType::Bf16,
+        DataType::F8E4M3,
+        DataType::F8E5M2,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::I8 | DataType::U8 | DataType::F8E4M3 | DataType::F8E5M2 => 1,
+            DataType::F16 | DataType::Bf16 => 2,
+            DataType::I32 | DataType::U32 | DataType::F32 => 4,
+            DataType::I64 | DataType::U64 | DataType::F64 => 8,
+        }
+    }
+
+    /// Whether the type is a floating-point format.
+    pub fn is_float(self) -> bool {
+        matches!(self, DataType::F16 | DataType::F32 | DataType::F64 | DataType::Bf16 | DataType::F8E4M3 | DataType::F8E5M2)
+    }
+
+    /// Short lowercase name (`bf16`, `f8e4m3`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::I8 => "i8",
+            DataType::U8 => "u8",
+            DataType::I32 => "i32",
+            DataType::U32 => "u32",
+            DataType::I64 => "i64",
+            DataType::U64 => "u64",
+            DataType::F16 => "f16",
+            DataType::F32 => "f32",
+            DataType::F64 => "f64",
+            DataType::Bf16 => "bf16",
+            DataType::F8E4M3 => "f8e4m3",
+            DataType::F8E5M2 => "f8e5m2",
+        }
+    }
+}
+
+impl ReduceOp {
+    /// Every operator.
+    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg];
+
+    /// Short lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Avg => "avg",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_sizes_cover_every_type() {
+        for t in DataType::ALL {
+            assert_eq!(DataType::from_raw(t as u32), Some(t));
+            assert!(matches!(t.size(), 1 | 2 | 4 | 8));
+        }
+        assert_eq!(DataType::Bf16.size(), 2);
+        assert_eq!(ReduceOp::from_raw(4), Some(ReduceOp::Avg));
+    }
+}

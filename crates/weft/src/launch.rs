@@ -1,0 +1,94 @@
+//! Running one process per GPU on this host, torchrun-style: every child gets `RANK`,
+//! `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, plus a folder to leave its report
+//! in. Bounded: children still running at the deadline are killed and that is an error.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Environment variable naming the folder where each rank writes `rank-<r>.json`.
+pub const REPORT_DIR: &str = "WEFT_REPORT_DIR";
+
+/// A finished multi-process run: its report folder and every child's exit status.
+#[derive(Debug)]
+pub struct Finished {
+    dir: PathBuf,
+    /// Exit status of each rank.
+    pub statuses: Vec<ExitStatus>,
+}
+
+impl Finished {
+    /// The report rank `rank` wrote, if it wrote one.
+    pub fn report(&self, rank: usize) -> Option<Vec<u8>> {
+        std::fs::read(report_path(&self.dir, rank)).ok()
+    }
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Where rank `rank` writes its report inside `dir`.
+pub fn report_path(dir: &Path, rank: usize) -> PathBuf {
+    dir.join(format!("rank-{rank}.json"))
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Runs `ranks` copies of this executable with `args` and extra `envs`, waits for all of them
+/// (at most `deadline`), and returns their statuses.
+pub fn run_ranks(ranks: usize, args: &[&str], envs: &[(&str, String)], deadline: Duration) -> Result<Finished, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let dir = std::env::temp_dir().join(format!("weft-ranks-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let port = free_port().map_err(io)?;
+    let exe = std::env::current_exe().map_err(io)?;
+    let mut children: Vec<Child> = Vec::new();
+    for rank in 0..ranks {
+        let mut command = Command::new(&exe);
+        command
+            .args(args)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", ranks.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env(REPORT_DIR, &dir);
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        match command.spawn() {
+            Ok(child) => children.push(child),
+            Err(e) => {
+                children.iter_mut().for_each(|c| drop(c.kill()));
+                return Err(format!("starting rank {rank}: {e}"));
+            }
+        }
+    }
+    let end = Instant::now() + deadline;
+    let mut statuses = vec![None; ranks];
+    while statuses.iter().any(Option::is_none) {
+        for (rank, child) in children.iter_mut().enumerate() {
+            if statuses[rank].is_none() {
+                statuses[rank] = child.try_wait().map_err(io)?;
+            }
+        }
+        if Instant::now() > end {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            return Err(format!("ranks still running after {deadline:?}: killed"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(Finished { dir, statuses: statuses.into_iter().flatten().collect() })
+}
+
+/// In a child: writes this rank's report where the launcher will look for it.
+pub fn write_report(rank: usize, bytes: &[u8]) -> Result<(), String> {
+    let dir =
+        std::env::var_os(REPORT_DIR).ok_or_else(|| format!("{REPORT_DIR} is not set: run through the launcher"))?;
+    std::fs::write(report_path(Path::new(&dir), rank), bytes).map_err(|e| e.to_string())
+}
