@@ -6,10 +6,12 @@
 //                      all ranks' data in rank order. No semaphore, no fence: the packets' flags
 //                      are the synchronisation. Per-block flags live in device memory.
 //   weft_allreduce_hb  two-shot reduce-scatter + all-gather through registered scratch (large
-//                      messages), chunked so any size fits the scratch: stage the input, barrier,
-//                      reduce my shard reading every rank's scratch and store the result into
-//                      every rank's scratch, barrier, copy the result out. Block b of every rank
-//                      handles the same sub-slice of every shard, so barriers are per block.
+//                      messages), chunked so any size fits the scratch. Push only (NVLink
+//                      stores, never remote loads): every rank writes shard d of its input into
+//                      slot `rank` of rank d's scratch, barrier, each rank reduces its own slots
+//                      (local reads) and stores the result into every rank's result region,
+//                      barrier, copy the result out. Block b of every rank handles the same
+//                      sub-slice of every shard, so barriers are per block.
 #include "weft/weft.cuh"
 #include "weft/elementwise.cuh"
 
@@ -109,8 +111,8 @@ __device__ __forceinline__ bool block_barrier(const SemaphoreDeviceHandle* sems,
   return __syncthreads_and(ok);
 }
 
-// Reduces elements [lo, hi) (byte offsets; lo 16-aligned) of every rank's scratch `in` region in
-// rank order and stores the result at the same offset of every rank's `out` region.
+// Reduces bytes [lo, hi) of my shard (lo 16-aligned): source rank r's copy is at in[r] + lo
+// (rank order), the result goes to out[r] + lo for every rank r.
 __device__ __forceinline__ void reduce_shard(const char* const* in, char* const* out, uint64_t lo, uint64_t hi,
                                              uint32_t ranks, uint32_t rank) {
   using R = Reducer<kType, kOp, 16>;
@@ -119,7 +121,7 @@ __device__ __forceinline__ void reduce_shard(const char* const* in, char* const*
     const uint64_t at = lo + v * 16;
     Acc acc[R::kElems];
     uint4 x[8];
-    // Issue every rank's load before reducing so remote loads overlap.
+    // Issue every rank's load before reducing.
 #pragma unroll
     for (uint32_t r = 0; r < 8; ++r) {
       if (r < ranks) x[r] = *reinterpret_cast<const uint4*>(in[r] + at);
@@ -153,40 +155,48 @@ __device__ __forceinline__ void reduce_shard(const char* const* in, char* const*
   }
 }
 
+// Scratch of every rank: [slots: ranks x shard | results: chunk_bytes]. `chunk_bytes` is a
+// multiple of 16 * ranks (the host ensures it), so ranks x shard never exceeds it.
 extern "C" __global__ void __launch_bounds__(1024) weft_allreduce_hb(
     const char* input, char* output, uint64_t bytes, const MemoryChannelDeviceHandle* channels,
     const SemaphoreDeviceHandle* sems, char* scratch, uint64_t chunk_bytes, uint32_t rank, uint32_t ranks) {
   // At most 8 ranks (register arrays below); the host checks.
-  const char* in[8];
+  char* base[8];
   char* out[8];
   for (uint32_t r = 0; r < ranks; ++r) {
-    char* base = r == rank ? scratch : reinterpret_cast<char*>(channels[r].dst);
-    in[r] = base;
-    out[r] = base + chunk_bytes;
+    base[r] = r == rank ? scratch : reinterpret_cast<char*>(channels[r].dst);
+    out[r] = base[r] + chunk_bytes;
   }
-  for (uint64_t base = 0; base < bytes; base += chunk_bytes) {
-    const uint64_t cb = min_u64(chunk_bytes, bytes - base);
+  for (uint64_t first = 0; first < bytes; first += chunk_bytes) {
+    const uint64_t cb = min_u64(chunk_bytes, bytes - first);
     const uint64_t shard = round_up16((cb + ranks - 1) / ranks);
     const uint64_t sub = round_up16((shard + gridDim.x - 1) / gridDim.x);
-    // Phase A: stage sub-slice b of every shard of my input.
-    for (uint32_t r = 0; r < ranks; ++r) {
-      const uint64_t lo = min_u64(r * shard + blockIdx.x * sub, min_u64((r + 1) * shard, cb));
-      const uint64_t hi = min_u64(lo + sub, min_u64((r + 1) * shard, cb));
-      if (hi > lo) copy_bytes(scratch + lo, input + base + lo, hi - lo, threadIdx.x, blockDim.x);
+    // Sub-slice b of shard d: [lo(d), hi(d)) in chunk offsets.
+    auto lo_of = [&](uint32_t d) { return min_u64(d * shard + blockIdx.x * sub, min_u64((d + 1) * shard, cb)); };
+    auto hi_of = [&](uint32_t d) { return min_u64(lo_of(d) + sub, min_u64((d + 1) * shard, cb)); };
+    // Phase A: push sub-slice b of shard d of my input into slot `rank` of rank d.
+    for (uint32_t k = 0; k < ranks; ++k) {
+      const uint32_t d = (rank + k) % ranks;
+      const uint64_t lo = lo_of(d), hi = hi_of(d);
+      if (hi > lo) {
+        copy_bytes(base[d] + rank * shard + (lo - d * shard), input + first + lo, hi - lo, threadIdx.x, blockDim.x);
+      }
     }
     if (!block_barrier(sems, rank, ranks)) return;
-    // Phase B: reduce sub-slice b of my shard into every rank's out region.
+    // Phase B: reduce my slots (local reads) into every rank's result region.
     {
-      const uint64_t lo = min_u64(rank * shard + blockIdx.x * sub, min_u64((rank + 1) * shard, cb));
-      const uint64_t hi = min_u64(lo + sub, min_u64((rank + 1) * shard, cb));
-      if (hi > lo) reduce_shard(in, out, lo, hi, ranks, rank);
+      const uint64_t lo = lo_of(rank), hi = hi_of(rank);
+      if (hi > lo) {
+        const char* in[8];
+        for (uint32_t r = 0; r < ranks; ++r) in[r] = scratch + r * shard - static_cast<uint64_t>(rank) * shard;
+        reduce_shard(in, out, lo, hi, ranks, rank);
+      }
     }
     if (!block_barrier(sems, rank, ranks)) return;
     // Phase C: copy sub-slice b of every shard of the result out.
-    for (uint32_t r = 0; r < ranks; ++r) {
-      const uint64_t lo = min_u64(r * shard + blockIdx.x * sub, min_u64((r + 1) * shard, cb));
-      const uint64_t hi = min_u64(lo + sub, min_u64((r + 1) * shard, cb));
-      if (hi > lo) copy_bytes(output + base + lo, scratch + chunk_bytes + lo, hi - lo, threadIdx.x, blockDim.x);
+    for (uint32_t d = 0; d < ranks; ++d) {
+      const uint64_t lo = lo_of(d), hi = hi_of(d);
+      if (hi > lo) copy_bytes(output + first + lo, scratch + chunk_bytes + lo, hi - lo, threadIdx.x, blockDim.x);
     }
   }
 }

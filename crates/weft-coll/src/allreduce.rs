@@ -153,6 +153,9 @@ impl AllReduce {
             return Err(CollError::InvalidArgument { rank, detail: format!("config {config:?}") });
         }
         let slot_bytes = (config.ll_max_bytes.div_ceil(8) * 16) as u64;
+        // The HB kernel's slots (ranks x shard) must fit the chunk: a multiple of 16 x ranks.
+        let mut config = config;
+        config.chunk_bytes -= config.chunk_bytes % (16 * ranks);
         let scratch = comm.register(comm.alloc(2 * config.chunk_bytes)?)?;
         let packets = comm.alloc(2 * ranks * slot_bytes as usize)?;
         packets.fill(0, packets.len(), 0).map_err(gpu)?;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weft_bootstrap::Bootstrap;
-use weft_gpu::{Device, DeviceMemory, ImportedMemory, PinnedHostMemory};
+use weft_gpu::{AllocKind, Device, DeviceMemory, ImportedMemory};
 use weft_types::{DeviceErrorCode, DeviceErrorRecord, SemaphoreDeviceHandle, WaitContext, WaitOp};
 
 use crate::channel::{MemoryChannel, MemoryChannelConfig};
@@ -42,7 +42,9 @@ struct Inner {
     env: Env,
     topology: Topology,
     fd_server: Arc<FdServer>,
-    error_record: PinnedHostMemory,
+    /// In device memory: waiting threads poll it to give up early once anything failed, and
+    /// polling host-pinned memory from thousands of spinning threads would flood PCIe.
+    error_record: DeviceMemory,
     tokens: TokenPool,
     /// Devices of same-process peers (for granting them access to our memory).
     local_peer_devices: Vec<Device>,
@@ -93,7 +95,9 @@ impl Communicator {
             FdServer::start()
                 .map_err(|e| Error::InvalidArgument { rank, detail: format!("cannot start the fd server: {e}") })?,
         );
-        let error_record = PinnedHostMemory::alloc(&device, size_of::<DeviceErrorRecord>()).map_err(gpu)?;
+        let error_record =
+            DeviceMemory::alloc(&device, size_of::<DeviceErrorRecord>(), AllocKind::Legacy).map_err(gpu)?;
+        error_record.write_pod(0, &[DeviceErrorRecord::default()]).map_err(gpu)?;
         let pool = Arc::new(DeviceMemory::alloc(&device, TOKEN_POOL_BYTES, env.alloc).map_err(gpu)?);
         pool.fill(0, pool.len(), 0).map_err(gpu)?;
         let tokens_memory = register_with(
@@ -267,7 +271,7 @@ impl Communicator {
     pub fn wait_context(&self, peer: usize, timeout: Option<Duration>) -> WaitContext {
         let bound = timeout.unwrap_or(self.inner.env.device_timeout);
         WaitContext {
-            error: self.inner.error_record.device_ptr(),
+            error: self.inner.error_record.ptr(),
             timeout_ns: u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX).max(1),
             rank: i32::try_from(self.rank()).unwrap_or(i32::MAX),
             peer: i32::try_from(peer).unwrap_or(i32::MAX),
@@ -334,7 +338,7 @@ impl Communicator {
 
     /// The first failure a kernel of this communicator recorded, if any.
     pub fn device_failure(&self) -> Option<DeviceFailure> {
-        let rec: DeviceErrorRecord = self.inner.error_record.read(0).ok()?;
+        let rec: DeviceErrorRecord = self.inner.error_record.read_pod(0).ok()?;
         if rec.code == DeviceErrorCode::None as u32 {
             return None;
         }
@@ -356,9 +360,10 @@ impl Communicator {
     pub fn clear_device_failure(&self) -> Result<(), Error> {
         self.inner
             .error_record
-            .write(0, DeviceErrorRecord::default())
+            .write_pod(0, &[DeviceErrorRecord::default()])
             .map_err(|source| Error::Gpu { rank: self.rank(), source })
     }
+
 }
 
 /// Why `peer`'s GPU memory cannot be mapped by `device`, or None when it can.

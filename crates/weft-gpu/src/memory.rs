@@ -317,6 +317,15 @@ impl DeviceMemory {
         self.write(offset, bytes)
     }
 
+    /// Reads one plain-old-data value at `offset` (synchronous).
+    pub fn read_pod<T: Pod + Default>(&self, offset: usize) -> Result<T, GpuError> {
+        let mut value = T::default();
+        // SAFETY: T: Pod accepts any bit pattern; the byte view covers exactly `value`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut((&mut value as *mut T).cast::<u8>(), size_of::<T>()) };
+        self.read(offset, bytes)?;
+        Ok(value)
+    }
+
     /// Copies from `offset` into `out` (synchronous; for setup and tests).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
         self.check_range(offset, out.len())?;

@@ -22,7 +22,7 @@ device_enums! {
 
 device_structs! {
     /// First failure a kernel observed; written once (the `code` word is claimed with a CAS), read
-    /// by the host after the kernel ends. Lives in host-pinned memory mapped into the device.
+    /// by the host after the kernel ends. Lives in the communicator's device memory.
     struct DeviceErrorRecord align(8) size(32) {
         /// A [`DeviceErrorCode`] value.
         code: u32 => "uint32_t",
