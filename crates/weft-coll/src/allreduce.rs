@@ -54,10 +54,12 @@ pub struct AllReduceConfig {
 impl Default for AllReduceConfig {
     fn default() -> Self {
         Self {
-            ll_max_bytes: 256 << 10,
-            ll_blocks: 32,
+            // Measured on 4xH200 (docs/perf/collectives.md): LL wins up to 512 KiB, 64 LL blocks
+            // and 128 HB blocks were the best of the counts tried.
+            ll_max_bytes: 512 << 10,
+            ll_blocks: 64,
             ll_threads: 512,
-            hb_blocks: 64,
+            hb_blocks: 128,
             hb_threads: 1024,
             chunk_bytes: 32 << 20,
             force: None,
@@ -67,7 +69,8 @@ impl Default for AllReduceConfig {
 
 impl AllReduceConfig {
     /// Defaults overridden by `WEFT_ALGO_ALLREDUCE` (`ll` or `hb`), `WEFT_ALLREDUCE_LL_MAX`
-    /// (bytes), `WEFT_ALLREDUCE_HB_BLOCKS` and `WEFT_ALLREDUCE_LL_BLOCKS`.
+    /// (bytes), `WEFT_ALLREDUCE_CHUNK` (bytes), `WEFT_ALLREDUCE_HB_BLOCKS` and
+    /// `WEFT_ALLREDUCE_LL_BLOCKS`.
     pub fn from_env() -> Result<Self, String> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -95,6 +98,9 @@ impl AllReduceConfig {
         }
         if let Some(v) = lookup("WEFT_ALLREDUCE_HB_BLOCKS") {
             c.hb_blocks = number("WEFT_ALLREDUCE_HB_BLOCKS", v, 1024)? as u32;
+        }
+        if let Some(v) = lookup("WEFT_ALLREDUCE_CHUNK") {
+            c.chunk_bytes = number("WEFT_ALLREDUCE_CHUNK", v, 1 << 30)?;
         }
         if let Some(v) = lookup("WEFT_ALLREDUCE_LL_BLOCKS") {
             c.ll_blocks = number("WEFT_ALLREDUCE_LL_BLOCKS", v, 1024)? as u32;
