@@ -363,7 +363,6 @@ impl Communicator {
             .write_pod(0, &[DeviceErrorRecord::default()])
             .map_err(|source| Error::Gpu { rank: self.rank(), source })
     }
-
 }
 
 /// Why `peer`'s GPU memory cannot be mapped by `device`, or None when it can.

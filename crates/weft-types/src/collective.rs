@@ -74,7 +74,10 @@ impl DataType {
 
     /// Whether the type is a floating-point format.
     pub fn is_float(self) -> bool {
-        matches!(self, DataType::F16 | DataType::F32 | DataType::F64 | DataType::Bf16 | DataType::F8E4M3 | DataType::F8E5M2)
+        matches!(
+            self,
+            DataType::F16 | DataType::F32 | DataType::F64 | DataType::Bf16 | DataType::F8E4M3 | DataType::F8E5M2
+        )
     }
 
     /// Short lowercase name (`bf16`, `f8e4m3`, ...).

@@ -14,14 +14,14 @@
 
 #[macro_use]
 mod declare;
-pub mod cuda;
 mod collective;
+pub mod cuda;
 mod handles;
 mod packets;
 mod status;
 
-pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use collective::{DataType, ReduceOp};
+pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
 pub use packets::{Ll8Packet, Ll16Packet};
 pub use status::{DeviceErrorCode, DeviceErrorRecord, WaitOp};
