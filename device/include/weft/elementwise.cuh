@@ -52,22 +52,17 @@ template <> struct Element<DataType::Bf16> {
   __device__ __forceinline__ static Acc widen(T x) { return __bfloat162float(x); }
   __device__ __forceinline__ static T narrow(Acc x) { return __float2bfloat16_rn(x); }
 };
-template <> struct Element<DataType::F8E4M3> {
+/// FP8 in either interpretation: widened through half, narrowed with saturation to the
+/// largest finite value (as NCCL and cuBLAS do).
+template <__nv_fp8_interpretation_t kFormat>
+struct Fp8Element {
   using T = __nv_fp8_storage_t;
   using Acc = float;
-  __device__ __forceinline__ static Acc widen(T x) {
-    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
-  }
-  __device__ __forceinline__ static T narrow(Acc x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+  __device__ __forceinline__ static Acc widen(T x) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, kFormat))); }
+  __device__ __forceinline__ static T narrow(Acc x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kFormat); }
 };
-template <> struct Element<DataType::F8E5M2> {
-  using T = __nv_fp8_storage_t;
-  using Acc = float;
-  __device__ __forceinline__ static Acc widen(T x) {
-    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E5M2)));
-  }
-  __device__ __forceinline__ static T narrow(Acc x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2); }
-};
+template <> struct Element<DataType::F8E4M3> : Fp8Element<__NV_E4M3> {};
+template <> struct Element<DataType::F8E5M2> : Fp8Element<__NV_E5M2> {};
 
 /// Combines two accumulators. Avg accumulates as a sum; `finish` divides.
 template <ReduceOp O> struct Combine {

@@ -102,42 +102,55 @@ fn tolerance(dtype: DataType) -> f64 {
     }
 }
 
-/// Whether `got` (one element of the result) is the AllReduce of element `index` over `ranks`.
-pub(super) fn element_ok(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64, got: &[u8]) -> bool {
+/// Float64 reference of element `index` (rank-order fold, saturated for FP8) and the scale
+/// its tolerance is relative to.
+fn float_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64) -> (f64, f64) {
     let mut buf = [0u8; 8];
     let b = &mut buf[..dtype.size()];
+    let (mut acc, mut scale) = (0f64, 0f64);
+    for r in 0..ranks {
+        input_element(dtype, seed, r, index, b);
+        let x = to_f64(dtype, b);
+        acc = if r == 0 { x } else { combine(op, acc, x) };
+        scale += x.abs();
+    }
+    if op == ReduceOp::Avg {
+        acc /= f64::from(ranks);
+        scale /= f64::from(ranks);
+    }
+    if let Some(max) = fp8_max(dtype) {
+        acc = acc.clamp(-max, max);
+    }
+    let scale = match op {
+        ReduceOp::Sum | ReduceOp::Avg => scale,
+        _ => acc.abs(),
+    };
+    (acc, scale)
+}
+
+/// Exact integer reference of element `index`, wrapped into `dtype`.
+fn integer_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64) -> i128 {
+    let mut buf = [0u8; 8];
+    let b = &mut buf[..dtype.size()];
+    let mut acc = 0i128;
+    for r in 0..ranks {
+        input_element(dtype, seed, r, index, b);
+        let x = to_i128(dtype, b);
+        acc = if r == 0 { x } else { combine_int(op, acc, x) };
+    }
+    if op == ReduceOp::Avg {
+        acc /= i128::from(ranks);
+    }
+    wrap(dtype, acc)
+}
+
+/// Whether `got` (one element of the result) is the AllReduce of element `index` over `ranks`.
+pub(super) fn element_ok(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64, got: &[u8]) -> bool {
     if dtype.is_float() {
-        let (mut acc, mut scale) = (0f64, 0f64);
-        for r in 0..ranks {
-            input_element(dtype, seed, r, index, b);
-            let x = to_f64(dtype, b);
-            acc = if r == 0 { x } else { combine(op, acc, x) };
-            scale += x.abs();
-        }
-        if op == ReduceOp::Avg {
-            acc /= f64::from(ranks);
-            scale /= f64::from(ranks);
-        }
-        if let Some(max) = fp8_max(dtype) {
-            acc = acc.clamp(-max, max);
-        }
-        let scale = match op {
-            ReduceOp::Sum | ReduceOp::Avg => scale,
-            _ => acc.abs(),
-        };
-        let v = to_f64(dtype, got);
-        (v - acc).abs() <= tolerance(dtype) * scale.max(1e-30)
+        let (want, scale) = float_reference(dtype, op, seed, ranks, index);
+        (to_f64(dtype, got) - want).abs() <= tolerance(dtype) * scale.max(1e-30)
     } else {
-        let mut acc = 0i128;
-        for r in 0..ranks {
-            input_element(dtype, seed, r, index, b);
-            let x = to_i128(dtype, b);
-            acc = if r == 0 { x } else { combine_int(op, acc, x) };
-        }
-        if op == ReduceOp::Avg {
-            acc /= i128::from(ranks);
-        }
-        to_i128(dtype, got) == wrap(dtype, acc)
+        to_i128(dtype, got) == integer_reference(dtype, op, seed, ranks, index)
     }
 }
 
@@ -214,30 +227,10 @@ mod tests {
             for op in ReduceOp::ALL {
                 let ranks = 4;
                 let mut right = vec![0u8; dtype.size()];
-                let mut b = vec![0u8; dtype.size()];
-                // Build the exact answer with the host's own arithmetic for element 7.
                 if dtype.is_float() {
-                    let mut acc = 0f64;
-                    for r in 0..ranks {
-                        input_element(dtype, 11, r, 7, &mut b);
-                        let x = to_f64(dtype, &b);
-                        acc = if r == 0 { x } else { combine(op, acc, x) };
-                    }
-                    if op == ReduceOp::Avg {
-                        acc /= f64::from(ranks);
-                    }
-                    encode_float(dtype, acc, &mut right);
+                    encode_float(dtype, float_reference(dtype, op, 11, ranks, 7).0, &mut right);
                 } else {
-                    let mut acc = 0i128;
-                    for r in 0..ranks {
-                        input_element(dtype, 11, r, 7, &mut b);
-                        let x = to_i128(dtype, &b);
-                        acc = if r == 0 { x } else { combine_int(op, acc, x) };
-                    }
-                    if op == ReduceOp::Avg {
-                        acc /= i128::from(ranks);
-                    }
-                    let v = wrap(dtype, acc) as i64;
+                    let v = integer_reference(dtype, op, 11, ranks, 7) as i64;
                     right.copy_from_slice(&v.to_le_bytes()[..dtype.size()]);
                 }
                 assert!(element_ok(dtype, op, 11, ranks, 7, &right), "{} {} rejected", dtype.name(), op.name());
