@@ -5,6 +5,9 @@
 //                      its whole input as packets into every peer's packet buffer, then reduces
 //                      all ranks' data in rank order. No semaphore, no fence: the packets' flags
 //                      are the synchronisation. Per-block flags live in device memory.
+//   weft_allreduce_ll2 two-shot LL16 (mid-size messages): scatter shards as packets, each rank
+//                      reduces its shard and broadcasts the result as packets. Two hops, each
+//                      byte crosses NVLink twice instead of (ranks - 1) times.
 //   weft_allreduce_hb  two-shot reduce-scatter + all-gather through registered scratch (large
 //                      messages), chunked so any size fits the scratch. Push only (NVLink
 //                      stores, never remote loads): every rank writes shard d of its input into
@@ -27,69 +30,146 @@ __device__ __forceinline__ uint64_t min_u64(uint64_t a, uint64_t b) { return a <
 __device__ __forceinline__ uint64_t round_up16(uint64_t x) { return (x + 15) & ~uint64_t(15); }
 
 // ---------------------------------------------------------------------------------------------
-// One-shot LL16.
+// LL16 (one-shot and two-shot). Every rank's packet buffer has two halves of `half_bytes`,
+// chosen by flag parity; both LL kernels lay their regions out inside the half, so consecutive
+// calls alternate halves whichever kernel runs. Flags come from per-block device slots shared
+// by both kernels (same grid), so they only ever grow.
 
+using LlPacket = typename Ll16::Packet;
+using LlReducer = Reducer<kType, kOp, 8>;
+
+// Payload bytes of packet i of a `bytes`-long message.
+__device__ __forceinline__ uint32_t packet_valid(uint64_t bytes, uint64_t i) {
+  return static_cast<uint32_t>(min_u64(8, bytes - i * 8));
+}
+
+// Spins (bounded) until `src` carries `flag`; false on timeout (recorded in the error record).
+__device__ __forceinline__ bool read_packet(const LlPacket* src, uint32_t flag, const WaitContext& ctx,
+                                            uint32_t (&w)[2]) {
+  uint32_t seen = 0;
+  Spin spin;
+  while (!Ll16::try_read(src, flag, w, seen)) {
+    if (spin.expired(ctx)) {
+      report_timeout(ctx, Ll16::kReadOp, flag, seen);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Packet `i` of region `region` (byte offset inside the half) of a packet buffer.
+__device__ __forceinline__ LlPacket* packet_at(uint64_t buffer, uint64_t half, uint64_t region, uint64_t i) {
+  return reinterpret_cast<LlPacket*>(reinterpret_cast<char*>(buffer) + half + region) + i;
+}
+
+// Reduces packet-sized payload i of every rank in rank order: my own words are `mine`, the
+// others come from `region_of(r)` of my packet buffer. False on timeout.
+template <typename RegionOf>
+__device__ __forceinline__ bool reduce_packet(const MemoryChannelDeviceHandle* channels, uint64_t local, uint64_t half,
+                                              RegionOf region_of, uint64_t i, uint32_t flag, uint32_t rank,
+                                              uint32_t ranks, const uint32_t (&mine)[2], uint32_t (&out)[2]) {
+  Acc acc[LlReducer::kElems];
+  for (uint32_t r = 0; r < ranks; ++r) {
+    uint32_t w[2] = {mine[0], mine[1]};
+    if (r != rank && !read_packet(packet_at(local, half, region_of(r), i), flag, channels[r].semaphore.wait, w)) {
+      return false;
+    }
+    if (r == 0) {
+      LlReducer::start(acc, w);
+    } else {
+      LlReducer::fold(acc, w);
+    }
+  }
+  LlReducer::finish(acc, ranks, out);
+  return true;
+}
+
+// One-shot: every rank writes its whole input as packets into slot `rank` of every peer, then
+// reduces every rank's packets. Region of source r: r * slot_bytes.
 extern "C" __global__ void __launch_bounds__(512) weft_allreduce_ll(
     const char* input, char* output, uint64_t bytes, const MemoryChannelDeviceHandle* channels, uint32_t rank,
-    uint32_t ranks, uint32_t* flag_slots, uint64_t slot_bytes) {
-  using P = Ll16;
-  using Packet = typename P::Packet;
-  using R = Reducer<kType, kOp, 8>;
+    uint32_t ranks, uint32_t* flag_slots, uint64_t half_bytes, uint64_t slot_bytes) {
   const uint32_t flag = ll_flag_begin(flag_slots + blockIdx.x);
-  const uint64_t packets = packet_count<P>(bytes);
+  const uint64_t packets = packet_count<Ll16>(bytes);
   const uint64_t per_block = (packets + gridDim.x - 1) / gridDim.x;
   const uint64_t lo = min_u64(per_block * blockIdx.x, packets);
   const uint64_t hi = min_u64(lo + per_block, packets);
-  const uint64_t half = (flag & 1u) * ranks * slot_bytes;
+  const uint64_t half = (flag & 1u) * half_bytes;
+  const uint64_t local = ranks > 1 ? channels[(rank + 1) % ranks].packet_buffer : 0;
 
-  // 1. My input, as packets, into slot `rank` of every peer's packet buffer.
   for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    const uint32_t valid = static_cast<uint32_t>(min_u64(8, bytes - i * 8));
     uint32_t w[2];
-    detail::load_words<2>(input + i * 8, valid, w);
+    detail::load_words<2>(input + i * 8, packet_valid(bytes, i), w);
     for (uint32_t k = 1; k < ranks; ++k) {
       const uint32_t peer = (rank + k) % ranks;
-      Packet* dst = reinterpret_cast<Packet*>(reinterpret_cast<char*>(channels[peer].remote_packet_buffer) + half +
-                                              rank * slot_bytes) + i;
-      P::write(dst, w, flag);
+      Ll16::write(packet_at(channels[peer].remote_packet_buffer, half, rank * slot_bytes, i), w, flag);
     }
   }
   __syncthreads();
+  for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    uint32_t mine[2], out[2];
+    detail::load_words<2>(input + i * 8, packet_valid(bytes, i), mine);
+    auto region_of = [&](uint32_t r) { return r * slot_bytes; };
+    if (!reduce_packet(channels, local, half, region_of, i, flag, rank, ranks, mine, out)) break;
+    detail::store_words<2>(output + i * 8, packet_valid(bytes, i), out);
+  }
+  ll_flag_end(flag_slots + blockIdx.x, flag);
+}
 
-  // 2. Reduce every rank's packets (and my input) in rank order.
-  bool ok = true;
-  const char* local_packets = ranks > 1 ? reinterpret_cast<const char*>(channels[(rank + 1) % ranks].packet_buffer) : nullptr;
-  for (uint64_t i = lo + threadIdx.x; i < hi && ok; i += blockDim.x) {
-    const uint32_t valid = static_cast<uint32_t>(min_u64(8, bytes - i * 8));
-    Acc acc[R::kElems];
-    for (uint32_t r = 0; r < ranks && ok; ++r) {
+// Two-shot: rank d owns shard d (`shard` bytes, a multiple of 8). Scatter: shard d of my input
+// goes as packets to region `rank * slot_bytes` of rank d. Reduce my shard from every rank's
+// packets, write the result to my output and as packets to region `(ranks + rank) *
+// slot_bytes` of every peer. Gather: read every other shard's result packets into my output.
+// Block b handles the same packet range of every shard on every rank.
+extern "C" __global__ void __launch_bounds__(512) weft_allreduce_ll2(
+    const char* input, char* output, uint64_t bytes, const MemoryChannelDeviceHandle* channels, uint32_t rank,
+    uint32_t ranks, uint32_t* flag_slots, uint64_t half_bytes, uint64_t slot_bytes) {
+  const uint32_t flag = ll_flag_begin(flag_slots + blockIdx.x);
+  const uint64_t shard = ((bytes + ranks - 1) / ranks + 7) & ~uint64_t(7);
+  const uint64_t shard_packets = shard / 8;
+  const uint64_t per_block = (shard_packets + gridDim.x - 1) / gridDim.x;
+  const uint64_t lo = min_u64(per_block * blockIdx.x, shard_packets);
+  const uint64_t hi = min_u64(lo + per_block, shard_packets);
+  const uint64_t half = (flag & 1u) * half_bytes;
+  const uint64_t local = ranks > 1 ? channels[(rank + 1) % ranks].packet_buffer : 0;
+  // Packet j of shard d is message packet d * shard_packets + j; it may lie past the end.
+  auto in_message = [&](uint32_t d, uint64_t j) { return (d * shard_packets + j) * 8 < bytes; };
+
+  // Scatter.
+  for (uint32_t k = 1; k < ranks; ++k) {
+    const uint32_t d = (rank + k) % ranks;
+    for (uint64_t j = lo + threadIdx.x; j < hi && in_message(d, j); j += blockDim.x) {
+      const uint64_t i = d * shard_packets + j;
       uint32_t w[2];
-      if (r == rank) {
-        detail::load_words<2>(input + i * 8, valid, w);
-      } else {
-        const Packet* src = reinterpret_cast<const Packet*>(local_packets + half + r * slot_bytes) + i;
-        const WaitContext& ctx = channels[r].semaphore.wait;
-        uint32_t seen = 0;
-        Spin spin;
-        while (!P::try_read(src, flag, w, seen)) {
-          if (spin.expired(ctx)) {
-            report_timeout(ctx, P::kReadOp, flag, seen);
-            ok = false;
-            break;
-          }
-        }
-      }
-      if (!ok) break;
-      if (r == 0) {
-        R::start(acc, w);
-      } else {
-        R::fold(acc, w);
-      }
+      detail::load_words<2>(input + i * 8, packet_valid(bytes, i), w);
+      Ll16::write(packet_at(channels[d].remote_packet_buffer, half, rank * slot_bytes, j), w, flag);
     }
+  }
+  // Reduce my shard, keep it and broadcast it.
+  bool ok = true;
+  for (uint64_t j = lo + threadIdx.x; j < hi && in_message(rank, j) && ok; j += blockDim.x) {
+    const uint64_t i = rank * shard_packets + j;
+    uint32_t mine[2], out[2];
+    detail::load_words<2>(input + i * 8, packet_valid(bytes, i), mine);
+    auto region_of = [&](uint32_t r) { return r * slot_bytes; };
+    ok = reduce_packet(channels, local, half, region_of, j, flag, rank, ranks, mine, out);
     if (!ok) break;
-    uint32_t out[2];
-    R::finish(acc, ranks, out);
-    detail::store_words<2>(output + i * 8, valid, out);
+    detail::store_words<2>(output + i * 8, packet_valid(bytes, i), out);
+    for (uint32_t k = 1; k < ranks; ++k) {
+      const uint32_t peer = (rank + k) % ranks;
+      Ll16::write(packet_at(channels[peer].remote_packet_buffer, half, (ranks + rank) * slot_bytes, j), out, flag);
+    }
+  }
+  // Gather every other shard.
+  for (uint32_t k = 1; k < ranks && ok; ++k) {
+    const uint32_t d = (rank + k) % ranks;
+    for (uint64_t j = lo + threadIdx.x; j < hi && in_message(d, j); j += blockDim.x) {
+      const uint64_t i = d * shard_packets + j;
+      uint32_t w[2];
+      ok = read_packet(packet_at(local, half, (ranks + d) * slot_bytes, j), flag, channels[d].semaphore.wait, w);
+      if (!ok) break;
+      detail::store_words<2>(output + i * 8, packet_valid(bytes, i), w);
+    }
   }
   ll_flag_end(flag_slots + blockIdx.x, flag);
 }

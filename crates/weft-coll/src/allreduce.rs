@@ -18,15 +18,18 @@ const MAX_RANKS: usize = 8;
 pub enum AllReduceAlgorithm {
     /// One-shot all-pairs over LL16 packets.
     OneShotLl,
+    /// Two-shot (reduce-scatter + all-gather) over LL16 packets.
+    TwoShotLl,
     /// Two-shot reduce-scatter + all-gather through scratch, many blocks.
     TwoShotHb,
 }
 
 impl AllReduceAlgorithm {
-    /// Short name (`ll`, `hb`), as `WEFT_ALGO_ALLREDUCE` accepts it.
+    /// Short name (`ll`, `ll2`, `hb`), as `WEFT_ALGO_ALLREDUCE` accepts it.
     pub fn name(self) -> &'static str {
         match self {
             Self::OneShotLl => "ll",
+            Self::TwoShotLl => "ll2",
             Self::TwoShotHb => "hb",
         }
     }
@@ -35,9 +38,12 @@ impl AllReduceAlgorithm {
 /// Sizes and limits of the AllReduce state. `from_env` reads the overrides.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllReduceConfig {
-    /// Largest message (bytes) the LL algorithm takes; also sizes the packet buffers.
+    /// Largest message (bytes) the one-shot LL algorithm takes; also sizes the packet buffers.
     pub ll_max_bytes: usize,
-    /// Blocks of an LL launch (fixed: per-block flags advance in lockstep).
+    /// Largest message (bytes) the two-shot LL algorithm takes; also sizes the packet buffers.
+    pub ll2_max_bytes: usize,
+    /// Blocks of an LL launch, one-shot and two-shot alike (fixed: per-block flags advance in
+    /// lockstep).
     pub ll_blocks: u32,
     /// Threads per LL block.
     pub ll_threads: u32,
@@ -57,6 +63,7 @@ impl Default for AllReduceConfig {
             // Measured on 4xH200 (docs/perf/collectives.md): LL wins up to 512 KiB, 64 LL blocks
             // and 128 HB blocks were the best of the counts tried.
             ll_max_bytes: 512 << 10,
+            ll2_max_bytes: 512 << 10,
             ll_blocks: 64,
             ll_threads: 512,
             hb_blocks: 128,
@@ -88,9 +95,10 @@ impl AllReduceConfig {
         if let Some(v) = lookup("WEFT_ALGO_ALLREDUCE") {
             c.force = match v.trim() {
                 "ll" => Some(AllReduceAlgorithm::OneShotLl),
+                "ll2" => Some(AllReduceAlgorithm::TwoShotLl),
                 "hb" => Some(AllReduceAlgorithm::TwoShotHb),
                 "" | "auto" => None,
-                _ => return Err(format!("WEFT_ALGO_ALLREDUCE={v:?}: expected ll, hb or auto")),
+                _ => return Err(format!("WEFT_ALGO_ALLREDUCE={v:?}: expected ll, ll2, hb or auto")),
             };
         }
         if let Some(v) = lookup("WEFT_ALLREDUCE_LL_MAX") {
@@ -98,6 +106,9 @@ impl AllReduceConfig {
         }
         if let Some(v) = lookup("WEFT_ALLREDUCE_HB_BLOCKS") {
             c.hb_blocks = number("WEFT_ALLREDUCE_HB_BLOCKS", v, 1024)? as u32;
+        }
+        if let Some(v) = lookup("WEFT_ALLREDUCE_LL2_MAX") {
+            c.ll2_max_bytes = number("WEFT_ALLREDUCE_LL2_MAX", v, 64 << 20)?;
         }
         if let Some(v) = lookup("WEFT_ALLREDUCE_CHUNK") {
             c.chunk_bytes = number("WEFT_ALLREDUCE_CHUNK", v, 1 << 30)?;
@@ -112,6 +123,8 @@ impl AllReduceConfig {
     pub fn select(&self, bytes: usize) -> AllReduceAlgorithm {
         self.force.unwrap_or(if bytes <= self.ll_max_bytes {
             AllReduceAlgorithm::OneShotLl
+        } else if bytes <= self.ll2_max_bytes {
+            AllReduceAlgorithm::TwoShotLl
         } else {
             AllReduceAlgorithm::TwoShotHb
         })
@@ -120,7 +133,28 @@ impl AllReduceConfig {
 
 struct Kernels {
     ll: Kernel,
+    ll2: Kernel,
     hb: Kernel,
+}
+
+/// Packet buffer geometry: two halves (flag parity), each holding either kernel's regions.
+#[derive(Clone, Copy, Debug)]
+struct PacketLayout {
+    half_bytes: u64,
+    /// One-shot: one slot per source rank.
+    slot_bytes: u64,
+    /// Two-shot: one scatter and one gather slot per rank.
+    slot2_bytes: u64,
+}
+
+impl PacketLayout {
+    fn new(config: &AllReduceConfig, ranks: usize) -> Self {
+        let packets = |bytes: usize| (bytes.div_ceil(8) * 16) as u64;
+        let slot_bytes = packets(config.ll_max_bytes);
+        let slot2_bytes = packets(config.ll2_max_bytes.div_ceil(ranks).next_multiple_of(8));
+        let ranks = ranks as u64;
+        Self { half_bytes: (ranks * slot_bytes).max(2 * ranks * slot2_bytes), slot_bytes, slot2_bytes }
+    }
 }
 
 /// AllReduce state of one rank: scratch and packet buffers registered with every peer, the
@@ -134,7 +168,7 @@ pub struct AllReduce {
     channel_table: DeviceMemory,
     semaphore_table: DeviceMemory,
     ll_flags: DeviceMemory,
-    slot_bytes: u64,
+    layout: PacketLayout,
     _channels: Vec<MemoryChannel>,
     _semaphores: Vec<Semaphore>,
 }
@@ -158,12 +192,12 @@ impl AllReduce {
         {
             return Err(CollError::InvalidArgument { rank, detail: format!("config {config:?}") });
         }
-        let slot_bytes = (config.ll_max_bytes.div_ceil(8) * 16) as u64;
+        let layout = PacketLayout::new(&config, ranks);
         // The HB kernel's slots (ranks x shard) must fit the chunk: a multiple of 16 x ranks.
         let mut config = config;
         config.chunk_bytes -= config.chunk_bytes % (16 * ranks);
         let scratch = comm.register(comm.alloc(2 * config.chunk_bytes)?)?;
-        let packets = comm.alloc(2 * ranks * slot_bytes as usize)?;
+        let packets = comm.alloc(2 * layout.half_bytes as usize)?;
         packets.fill(0, packets.len(), 0).map_err(gpu)?;
         let packets = comm.register(packets)?;
 
@@ -200,7 +234,7 @@ impl AllReduce {
             channel_table,
             semaphore_table,
             ll_flags,
-            slot_bytes,
+            layout,
             _channels: channels,
             _semaphores: semaphores,
         })
@@ -229,6 +263,7 @@ impl AllReduce {
         let loaded = self.library.load_with(self.comm.device(), "allreduce.cu", &defines).map_err(gpu)?;
         let kernels = Arc::new(Kernels {
             ll: loaded.module.kernel("weft_allreduce_ll").map_err(gpu)?,
+            ll2: loaded.module.kernel("weft_allreduce_ll2").map_err(gpu)?,
             hb: loaded.module.kernel("weft_allreduce_hb").map_err(gpu)?,
         });
         map.insert((dtype, op), Arc::clone(&kernels));
@@ -271,20 +306,27 @@ impl AllReduce {
         if both_ways && send != recv {
             return Err(invalid("send and recv overlap without being the same buffer".into()));
         }
-        if algorithm == AllReduceAlgorithm::OneShotLl && bytes > self.config.ll_max_bytes {
-            return Err(invalid(format!("{bytes} bytes exceed the LL limit of {}", self.config.ll_max_bytes)));
+        let limit = match algorithm {
+            AllReduceAlgorithm::OneShotLl => self.config.ll_max_bytes,
+            AllReduceAlgorithm::TwoShotLl => self.config.ll2_max_bytes,
+            AllReduceAlgorithm::TwoShotHb => usize::MAX,
+        };
+        if bytes > limit {
+            return Err(invalid(format!("{bytes} bytes exceed the {} limit of {limit}", algorithm.name())));
         }
         let kernels = self.kernels_for(dtype, op)?;
         let ranks = self.comm.world_size() as u32;
         let mut args = KernelArgs::new();
         args.push(send).push(recv).push(bytes as u64).push(self.channel_table.ptr());
         let (kernel, config) = match algorithm {
-            AllReduceAlgorithm::OneShotLl => {
-                args.push(rank as u32).push(ranks).push(self.ll_flags.ptr()).push(self.slot_bytes);
-                (
-                    &kernels.ll,
-                    LaunchConfig { grid: self.config.ll_blocks, block: self.config.ll_threads, shared_bytes: 0 },
-                )
+            AllReduceAlgorithm::OneShotLl | AllReduceAlgorithm::TwoShotLl => {
+                let (kernel, slot) = if algorithm == AllReduceAlgorithm::OneShotLl {
+                    (&kernels.ll, self.layout.slot_bytes)
+                } else {
+                    (&kernels.ll2, self.layout.slot2_bytes)
+                };
+                args.push(rank as u32).push(ranks).push(self.ll_flags.ptr()).push(self.layout.half_bytes).push(slot);
+                (kernel, LaunchConfig { grid: self.config.ll_blocks, block: self.config.ll_threads, shared_bytes: 0 })
             }
             AllReduceAlgorithm::TwoShotHb => {
                 args.push(self.semaphore_table.ptr())
@@ -298,8 +340,8 @@ impl AllReduce {
                 )
             }
         };
-        // SAFETY: the arguments match weft_allreduce_ll (input, output, bytes, channels, rank,
-        // ranks, flags, slot bytes) and weft_allreduce_hb (input, output, bytes, channels,
+        // SAFETY: the arguments match weft_allreduce_ll / _ll2 (input, output, bytes, channels,
+        // rank, ranks, flags, half bytes, slot bytes) and weft_allreduce_hb (input, output, bytes, channels,
         // semaphores, scratch, chunk bytes, rank, ranks); tables, scratch, packets and flags live
         // as long as `self`, which the caller keeps while the stream runs; user buffers are the
         // caller's contract and were range-checked above.
@@ -314,12 +356,19 @@ mod tests {
 
     #[test]
     fn selection_and_overrides() {
-        let c = AllReduceConfig::default();
+        let mut c = AllReduceConfig::default();
+        c.ll2_max_bytes = 4 * c.ll_max_bytes;
         assert_eq!(c.select(1024), AllReduceAlgorithm::OneShotLl);
+        assert_eq!(c.select(c.ll_max_bytes + 1), AllReduceAlgorithm::TwoShotLl);
+        c.ll2_max_bytes = c.ll_max_bytes;
         assert_eq!(c.select(c.ll_max_bytes + 1), AllReduceAlgorithm::TwoShotHb);
         let forced = AllReduceConfig::from_lookup(|k| (k == "WEFT_ALGO_ALLREDUCE").then(|| "hb".to_string())).unwrap();
         assert_eq!(forced.select(8), AllReduceAlgorithm::TwoShotHb);
         assert!(AllReduceConfig::from_lookup(|k| (k == "WEFT_ALGO_ALLREDUCE").then(|| "ring".to_string())).is_err());
         assert!(AllReduceConfig::from_lookup(|k| (k == "WEFT_ALLREDUCE_LL_MAX").then(|| "0".to_string())).is_err());
+        let layout = PacketLayout::new(&AllReduceConfig { ll2_max_bytes: 2 << 20, ..AllReduceConfig::default() }, 4);
+        // Both kernels' regions fit one half.
+        assert!(layout.half_bytes >= 4 * layout.slot_bytes && layout.half_bytes >= 8 * layout.slot2_bytes);
+        assert!(layout.slot2_bytes >= ((2u64 << 20) / 4).div_ceil(8) * 16);
     }
 }
