@@ -60,10 +60,10 @@ pub struct AllReduceConfig {
 impl Default for AllReduceConfig {
     fn default() -> Self {
         Self {
-            // Measured on 4xH200 (docs/perf/collectives.md): LL wins up to 512 KiB, 64 LL blocks
-            // and 128 HB blocks were the best of the counts tried.
-            ll_max_bytes: 512 << 10,
-            ll2_max_bytes: 512 << 10,
+            // Measured on 4xH200 (docs/perf/collectives.md): one-shot LL wins up to 64 KiB,
+            // two-shot LL up to 1 MiB; 64 LL blocks and 128 HB blocks were the best tried.
+            ll_max_bytes: 64 << 10,
+            ll2_max_bytes: 1 << 20,
             ll_blocks: 64,
             ll_threads: 512,
             hb_blocks: 128,
