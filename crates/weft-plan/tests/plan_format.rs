@@ -224,3 +224,16 @@ fn geometry_balanced_split() {
     assert_eq!(tiny.extent(0, BufRef::new(Buffer::Input, 2, 1)), Some(2..2));
     assert!(g.extent(0, BufRef::new(Buffer::Output, 5, 2)).is_none());
 }
+
+#[test]
+fn a_loaded_plan_is_verified_against_the_collective_it_names() {
+    let plan = weft_plan::plans::ring_allreduce(4, 2).unwrap().compile().unwrap();
+    let loaded = weft_plan::ExecutionPlan::load(&plan.to_json().unwrap()).unwrap();
+    let collective = weft_plan::Collective::from_plan(&loaded).unwrap();
+    weft_plan::passes::verify(&loaded, &collective).unwrap();
+    // The same plan relabelled as an AllToAll is rejected by the verifier.
+    let mut wrong = loaded.clone();
+    wrong.collective = weft_plan::plan::CollectiveKind::AllToAll;
+    let c = weft_plan::Collective::from_plan(&wrong).unwrap();
+    assert!(weft_plan::passes::verify(&wrong, &c).is_err());
+}

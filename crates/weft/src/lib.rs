@@ -1,7 +1,7 @@
 //! # weft — GPU communication for AI inference and training
 //!
 //! **Owns:** the paved path through weft's crates (re-exported here) and the `weft` command:
-//! `weft info`, `weft selftest` (the GPU suite) and `weft gen-header`.
+//! `weft info`, `weft selftest` (the GPU suite), `weft bench`, `weft plan` and `weft gen-header`.
 //!
 //! **Must not:** hold protocol or algorithm logic of its own; the command only orchestrates.
 //!
@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod info;
 pub mod launch;
+pub mod plan_cmd;
 pub mod selftest;
 
 pub use weft_bootstrap as bootstrap;

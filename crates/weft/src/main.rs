@@ -63,6 +63,11 @@ enum Command {
         #[arg(long)]
         gpus: Option<usize>,
     },
+    /// Compile, verify or list algorithm plans.
+    Plan {
+        #[command(subcommand)]
+        action: PlanAction,
+    },
     /// Internal: one rank of `weft bench`.
     #[command(hide = true)]
     BenchWorker,
@@ -80,6 +85,42 @@ enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum PlanAction {
+    /// Compile a shipped algorithm (ring-allreduce, allpairs-allreduce, hierarchical-allreduce,
+    /// ring-allgather, ring-reduce-scatter, allpairs-reduce-scatter, two-step-alltoall,
+    /// alltonext, direct-broadcast) into a JSON execution plan.
+    Compile {
+        /// Algorithm name.
+        algorithm: String,
+        /// Ranks.
+        #[arg(long, default_value_t = 4)]
+        ranks: u32,
+        /// Ranks per node (hierarchical algorithms).
+        #[arg(long, default_value_t = 2)]
+        ranks_per_node: u32,
+        /// Instances (parallel copies of every chunk's path).
+        #[arg(long, default_value_t = 1)]
+        instances: u32,
+        /// Root (broadcast).
+        #[arg(long, default_value_t = 0)]
+        root: u32,
+        /// Output file (default: stdout).
+        #[arg(short, long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Load a plan, validate every limit and verify it computes its collective.
+    Verify {
+        /// Plan file.
+        plan: std::path::PathBuf,
+    },
+    /// Print a plan's per-rank, per-thread-block listing.
+    Show {
+        /// Plan file.
+        plan: std::path::PathBuf,
+    },
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG").unwrap_or_else(|_| "warn".into()))
@@ -91,6 +132,7 @@ fn main() -> ExitCode {
         Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
+        Command::Plan { action } => plan(action),
         Command::Bench { collective, min_bytes, max_bytes, factor, dtype, op, graph, check, nccl, json, gpus } => {
             bench(collective, &min_bytes, &max_bytes, factor, &dtype, &op, [graph, check, nccl], json, gpus)
         }
@@ -103,6 +145,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use weft::plan_cmd;
+    match action {
+        PlanAction::Compile { algorithm, ranks, ranks_per_node, instances, root, out } => {
+            plan_cmd::compile(&plan_cmd::program(&algorithm, ranks, ranks_per_node, instances, root)?, out.as_deref())?
+        }
+        PlanAction::Verify { plan } => plan_cmd::verify(&plan)?,
+        PlanAction::Show { plan } => plan_cmd::show(&plan)?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[allow(clippy::too_many_arguments)]

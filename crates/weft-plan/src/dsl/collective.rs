@@ -116,6 +116,19 @@ impl Collective {
         Self::new(CollectiveKind::Broadcast { root }, nranks, chunks, chunks, chunks)
     }
 
+    /// The built-in collective a plan says it computes, with the plan's buffer shapes, so a plan
+    /// loaded from disk can be verified. Custom collectives keep their postcondition with the
+    /// program, not in the plan, so they cannot be rebuilt.
+    pub fn from_plan(plan: &crate::plan::ExecutionPlan) -> Result<Self, DslError> {
+        if plan.collective == CollectiveKind::Custom {
+            return Err(DslError::Constraint {
+                algorithm: "plan verification",
+                reason: "a custom collective's postcondition is not stored in its plan".into(),
+            });
+        }
+        Self::new(plan.collective, plan.nranks, plan.input_chunks, plan.output_chunks, plan.size_classes)
+    }
+
     /// A user-defined collective with the given buffer shapes and postcondition.
     pub fn custom(
         nranks: u32,
