@@ -75,11 +75,11 @@ impl Default for AllReduceConfig {
 }
 
 impl AllReduceConfig {
-    /// Defaults overridden by `WEFT_ALGO_ALLREDUCE` (`ll` or `hb`), `WEFT_ALLREDUCE_LL_MAX`
-    /// (bytes), `WEFT_ALLREDUCE_CHUNK` (bytes), `WEFT_ALLREDUCE_HB_BLOCKS` and
-    /// `WEFT_ALLREDUCE_LL_BLOCKS`.
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+    /// Defaults overridden by the communicator's environment: `WEFT_ALGO_ALLREDUCE` (`ll`,
+    /// `ll2`, `hb` or `auto`), `WEFT_ALLREDUCE_LL_MAX`, `WEFT_ALLREDUCE_LL2_MAX`,
+    /// `WEFT_ALLREDUCE_CHUNK` (bytes), `WEFT_ALLREDUCE_HB_BLOCKS` and `WEFT_ALLREDUCE_LL_BLOCKS`.
+    pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
+        Self::from_lookup(|k| env.var(k).map(str::to_string))
     }
 
     /// [`AllReduceConfig::from_env`] through a lookup function (tests).

@@ -33,11 +33,11 @@ impl std::fmt::Debug for Nccl {
     }
 }
 
-/// Where `libnccl.so.2` is looked for: `WEFT_NCCL_LIB`, the loader's search path, then the pip
-/// package `nvidia-nccl-cu13` of the Python installations weft knows.
-pub fn candidates() -> Vec<PathBuf> {
+/// Where `libnccl.so.2` is looked for: `WEFT_NCCL_LIB` (from `env`), the loader's search
+/// path, then the pip package `nvidia-nccl-cu13` of the Python installations weft knows.
+pub fn candidates(env: &weft_core::Env) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(p) = std::env::var_os("WEFT_NCCL_LIB").filter(|p| !p.is_empty()) {
+    if let Some(p) = env.var("WEFT_NCCL_LIB").filter(|p| !p.is_empty()) {
         out.push(PathBuf::from(p));
     }
     out.push(PathBuf::from("libnccl.so.2"));
@@ -75,9 +75,9 @@ fn check(nccl: &Nccl, call: &str, result: c_int) -> Result<(), String> {
 
 impl Nccl {
     /// Loads the first candidate that opens and exports what we need.
-    pub fn load() -> Result<Self, String> {
+    pub fn load(env: &weft_core::Env) -> Result<Self, String> {
         let mut tried = Vec::new();
-        for path in candidates() {
+        for path in candidates(env) {
             match Self::load_from(&path) {
                 Ok(n) => return Ok(n),
                 Err(e) => tried.push(format!("{}: {e}", path.display())),

@@ -14,6 +14,7 @@
 //! | `WEFT_ALLREDUCE_CHUNK` | bytes per HB round; scratch is twice this (weft-coll) | `33554432` |
 //! | `WEFT_NCCL_LIB` | `libnccl.so.2` that `weft bench --nccl` measures against | search |
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,6 +41,10 @@ pub struct Env {
     pub cache_dir: PathBuf,
     /// `WEFT_ALLOC`: how communication buffers are allocated.
     pub alloc: AllocKind,
+    /// Every `WEFT_*` variable as read, for the layers that own the remaining ones
+    /// (collective tuning, the NCCL baseline): they parse them from here, so the process
+    /// environment is read once, in one place.
+    vars: BTreeMap<String, String>,
 }
 
 impl Default for Env {
@@ -48,18 +53,21 @@ impl Default for Env {
             device_timeout: Duration::from_secs(5),
             cache_dir: weft_gpu::default_cache_dir(),
             alloc: AllocKind::Auto,
+            vars: BTreeMap::new(),
         }
     }
 }
 
 impl Env {
-    /// Reads the process environment.
+    /// Reads every `WEFT_*` variable of the process environment.
     pub fn from_process() -> Result<Self, EnvError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_vars(std::env::vars().filter(|(k, _)| k.starts_with("WEFT_")))
     }
 
-    /// Reads variables through `lookup` (tests pass a map).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+    /// Builds the configuration from `(name, value)` pairs (tests pass their own).
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, EnvError> {
+        let vars: BTreeMap<String, String> = vars.into_iter().collect();
+        let lookup = |name: &str| vars.get(name).cloned();
         let mut env = Self::default();
         if let Some(value) = lookup("WEFT_TIMEOUT") {
             let seconds: f64 = value.trim().parse().map_err(|_| EnvError {
@@ -83,18 +91,22 @@ impl Env {
                 _ => return Err(EnvError { name: "WEFT_ALLOC", value, expected: "vmm, legacy or auto" }),
             };
         }
+        env.vars = vars;
         Ok(env)
+    }
+
+    /// The value of variable `name` as it was read, for the layers that parse their own.
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> Result<Env, EnvError> {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Env::from_lookup(|k| map.get(k).cloned())
+        Env::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
     }
 
     #[test]
@@ -104,6 +116,8 @@ mod tests {
         assert_eq!(e.device_timeout, Duration::from_millis(250));
         assert_eq!(e.alloc, AllocKind::Legacy);
         assert_eq!(e.cache_dir, PathBuf::from("/x"));
+        assert_eq!(e.var("WEFT_ALLOC"), Some("legacy"));
+        assert_eq!(e.var("WEFT_NOT_SET"), None);
     }
 
     #[test]

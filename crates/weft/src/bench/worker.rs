@@ -91,12 +91,12 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
     let env = Env::from_process()?;
     let device = Device::new(torchrun.local_rank.unwrap_or(torchrun.rank))?;
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
-    let comm = Communicator::new(Arc::clone(&bootstrap), device.clone(), env)?;
+    let comm = Communicator::new(Arc::clone(&bootstrap), device.clone(), env.clone())?;
     let rank = comm.rank();
     let ranks = comm.world_size() as u32;
-    let allreduce = AllReduce::new(&comm, AllReduceConfig::from_env()?)?;
+    let allreduce = AllReduce::new(&comm, AllReduceConfig::from_env(&env)?)?;
     allreduce.prepare(options.dtype, options.op)?;
-    let nccl = if options.nccl { Some(Nccl::load()?) } else { None };
+    let nccl = if options.nccl { Some(Nccl::load(&env)?) } else { None };
     let nccl_comm: Option<NcclComm<'_>> = match &nccl {
         Some(lib) => {
             let id = if rank == 0 { lib.unique_id()?.to_vec() } else { Vec::new() };
