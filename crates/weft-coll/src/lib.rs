@@ -1,6 +1,7 @@
 //! # weft-coll — collectives over NVLink
 //!
-//! **Owns:** the collective algorithms (native kernels in `device/kernels/`), their per-(type,
+//! **Owns:** the collective API (`Collectives`: all-reduce, all-gather, reduce-scatter,
+//! broadcast, reduce, all-to-all(v), grouped send/receive), the collective algorithms (native kernels in `device/kernels/`), their per-(type,
 //! operator) compilation and loading, the communication state they need (registered scratch,
 //! packet buffers, channel and semaphore tables on the device), input validation, and the
 //! size-based choice between algorithms.
@@ -14,10 +15,16 @@
 //! caller hands us is inherently unsafe, and keeping those launches next to the algorithm that
 //! knows each kernel's parameters (rather than in weft-core) keeps every `SAFETY` argument local.
 
-mod allreduce;
+mod algorithm;
+mod collectives;
+mod config;
 mod error;
+mod kernels;
 pub mod nccl;
+mod resources;
 
-pub use allreduce::{AllReduce, AllReduceAlgorithm, AllReduceConfig};
+pub use algorithm::{Algorithm, Collective, Protocol};
+pub use collectives::{Collectives, P2pKind, P2pOp};
+pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::CollError;
 pub use weft_types::{DataType, ReduceOp};

@@ -1,5 +1,6 @@
 //! The real NCCL, loaded at run time from `libnccl.so.2`, as the baseline `weft bench` measures
-//! against in the same run. Only the calls the benchmark needs.
+//! against in the same run. Only the calls the benchmark needs: every collective, send/recv and
+//! groups; AllToAll is a group of sends and receives, as nccl-tests does it.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -12,8 +13,129 @@ type GetUniqueId = unsafe extern "C" fn(*mut [u8; 128]) -> c_int;
 type CommInitRank = unsafe extern "C" fn(*mut Comm, c_int, [u8; 128], c_int) -> c_int;
 type CommDestroy = unsafe extern "C" fn(Comm) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
-type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> c_int;
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+type Group = unsafe extern "C" fn() -> c_int;
+type CudaStream = *mut c_void;
+
+/// How a Rust argument becomes the C argument of an NCCL call.
+trait ToC<C> {
+    fn to_c(self) -> Result<C, String>;
+}
+
+impl ToC<*const c_void> for DevicePtr {
+    fn to_c(self) -> Result<*const c_void, String> {
+        Ok(self as *const c_void)
+    }
+}
+
+impl ToC<*mut c_void> for DevicePtr {
+    fn to_c(self) -> Result<*mut c_void, String> {
+        Ok(self as *mut c_void)
+    }
+}
+
+impl ToC<usize> for usize {
+    fn to_c(self) -> Result<usize, String> {
+        Ok(self)
+    }
+}
+
+/// Ranks (root, peer).
+impl ToC<c_int> for usize {
+    fn to_c(self) -> Result<c_int, String> {
+        c_int::try_from(self).map_err(|e| format!("rank {self}: {e}"))
+    }
+}
+
+// DataType and ReduceOp use NCCL's numbering.
+impl ToC<c_int> for DataType {
+    fn to_c(self) -> Result<c_int, String> {
+        Ok(self as c_int)
+    }
+}
+
+impl ToC<c_int> for ReduceOp {
+    fn to_c(self) -> Result<c_int, String> {
+        Ok(self as c_int)
+    }
+}
+
+/// Declares the NCCL calls that take `(args..., comm, stream)`, each once: its function pointer
+/// in [`Calls`], its symbol lookup, and its `unsafe` method on [`NcclComm`].
+macro_rules! stream_calls {
+    ($(
+        $(#[$doc:meta])*
+        fn $method:ident = $symbol:literal ($($arg:ident: $ty:ty => $c:ty),* $(,)?);
+    )*) => {
+        /// The stream-ordered NCCL entry points, resolved once.
+        struct Calls {
+            $($method: unsafe extern "C" fn($($c,)* Comm, CudaStream) -> c_int,)*
+        }
+
+        impl Calls {
+            fn load(lib: &libloading::Library) -> Result<Self, String> {
+                Ok(Self {
+                    $($method: {
+                        let name = concat!($symbol, "\0").as_bytes();
+                        // SAFETY: the symbol has this C signature in nccl.h 2.28 (checked by name).
+                        *unsafe { lib.get::<unsafe extern "C" fn($($c,)* Comm, CudaStream) -> c_int>(name) }
+                            .map_err(|e| format!("{}: {e}", $symbol))?
+                    },)*
+                })
+            }
+        }
+
+        impl NcclComm<'_> {
+            $(
+                $(#[$doc])*
+                ///
+                /// # Safety
+                /// Every pointer must be device memory of this rank's GPU, valid for the counts
+                /// given until the stream's work is done; every rank of the communicator makes
+                /// the matching call.
+                #[allow(clippy::too_many_arguments, reason = "NCCL's own argument list")]
+                pub unsafe fn $method(&self, $($arg: $ty,)* stream: &Stream) -> Result<(), String> {
+                    $(let $arg: $c = ToC::<$c>::to_c($arg)?;)*
+                    // SAFETY: the caller's contract covers the buffers; comm and stream are live.
+                    let r = unsafe { (self.nccl.calls.$method)($($arg,)* self.comm, stream.raw().cast()) };
+                    check(self.nccl, $symbol, r)
+                }
+            )*
+        }
+    };
+}
+
+stream_calls! {
+    /// `ncclAllReduce` on `stream`.
+    fn all_reduce = "ncclAllReduce"(
+        send: DevicePtr => *const c_void, recv: DevicePtr => *mut c_void, count: usize => usize,
+        dtype: DataType => c_int, op: ReduceOp => c_int,
+    );
+    /// `ncclAllGather` on `stream` (`send_count` elements from every rank).
+    fn all_gather = "ncclAllGather"(
+        send: DevicePtr => *const c_void, recv: DevicePtr => *mut c_void, send_count: usize => usize,
+        dtype: DataType => c_int,
+    );
+    /// `ncclReduceScatter` on `stream` (`recv_count` elements to every rank).
+    fn reduce_scatter = "ncclReduceScatter"(
+        send: DevicePtr => *const c_void, recv: DevicePtr => *mut c_void, recv_count: usize => usize,
+        dtype: DataType => c_int, op: ReduceOp => c_int,
+    );
+    /// `ncclBroadcast` from `root` on `stream`.
+    fn broadcast = "ncclBroadcast"(
+        send: DevicePtr => *const c_void, recv: DevicePtr => *mut c_void, count: usize => usize,
+        dtype: DataType => c_int, root: usize => c_int,
+    );
+    /// `ncclReduce` to `root` on `stream`.
+    fn reduce = "ncclReduce"(
+        send: DevicePtr => *const c_void, recv: DevicePtr => *mut c_void, count: usize => usize,
+        dtype: DataType => c_int, op: ReduceOp => c_int, root: usize => c_int,
+    );
+    /// `ncclSend` to `peer` on `stream` (inside a group when paired with receives).
+    fn send = "ncclSend"(send: DevicePtr => *const c_void, count: usize => usize, dtype: DataType => c_int, peer: usize => c_int);
+    /// `ncclRecv` from `peer` on `stream` (inside a group when paired with sends).
+    fn recv = "ncclRecv"(recv: DevicePtr => *mut c_void, count: usize => usize, dtype: DataType => c_int, peer: usize => c_int);
+}
 
 /// A loaded NCCL library.
 pub struct Nccl {
@@ -22,8 +144,10 @@ pub struct Nccl {
     comm_init_rank: CommInitRank,
     comm_destroy: CommDestroy,
     get_error_string: GetErrorString,
-    all_reduce: AllReduce,
     get_version: GetVersion,
+    group_start: Group,
+    group_end: Group,
+    calls: Calls,
     _lib: libloading::Library,
 }
 
@@ -102,8 +226,10 @@ impl Nccl {
             comm_init_rank: sym!(b"ncclCommInitRank\0", CommInitRank),
             comm_destroy: sym!(b"ncclCommDestroy\0", CommDestroy),
             get_error_string: sym!(b"ncclGetErrorString\0", GetErrorString),
-            all_reduce: sym!(b"ncclAllReduce\0", AllReduce),
             get_version: sym!(b"ncclGetVersion\0", GetVersion),
+            group_start: sym!(b"ncclGroupStart\0", Group),
+            group_end: sym!(b"ncclGroupEnd\0", Group),
+            calls: Calls::load(&lib)?,
             _lib: lib,
         })
     }
@@ -127,6 +253,27 @@ impl Nccl {
         // SAFETY: writes 128 bytes into `id`.
         check(self, "ncclGetUniqueId", unsafe { (self.get_unique_id)(&mut id) })?;
         Ok(id)
+    }
+
+    /// `ncclGroupStart`: calls until [`Nccl::group_end`] are issued together.
+    pub fn group_start(&self) -> Result<(), String> {
+        // SAFETY: no arguments; NCCL keeps the group depth per thread.
+        check(self, "ncclGroupStart", unsafe { (self.group_start)() })
+    }
+
+    /// `ncclGroupEnd`: issues the calls made since the matching [`Nccl::group_start`].
+    pub fn group_end(&self) -> Result<(), String> {
+        // SAFETY: no arguments; NCCL reports an unmatched end as an error code.
+        check(self, "ncclGroupEnd", unsafe { (self.group_end)() })
+    }
+
+    /// Runs `calls` between `ncclGroupStart` and `ncclGroupEnd`; the group is closed even when
+    /// `calls` fails.
+    pub fn group(&self, calls: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+        self.group_start()?;
+        let result = calls();
+        let end = self.group_end();
+        result.and(end)
     }
 
     /// Joins the communicator of `id` as `rank` of `ranks` on the current CUDA context's device.
@@ -153,34 +300,39 @@ impl std::fmt::Debug for NcclComm<'_> {
 }
 
 impl NcclComm<'_> {
-    /// `ncclAllReduce` on `stream`.
+    /// The library this communicator belongs to (for [`Nccl::group`]).
+    pub fn nccl(&self) -> &Nccl {
+        self.nccl
+    }
+
+    /// AllToAll as nccl-tests runs it: one group with a send of `count_per_peer` elements of
+    /// block `p` of `send` to every rank `p` and a receive of block `p` of `recv` from it.
     ///
     /// # Safety
-    /// `send`/`recv` must be valid device memory of this rank's GPU for `count` elements until
-    /// the stream's work is done.
-    pub unsafe fn all_reduce(
+    /// `send` and `recv` must be device memory of this rank's GPU of `ranks × count_per_peer`
+    /// elements each, valid until the stream's work is done, and not overlap; every rank of the
+    /// communicator makes the matching call.
+    pub unsafe fn all_to_all(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
-        count: usize,
+        count_per_peer: usize,
         dtype: DataType,
-        op: ReduceOp,
+        ranks: usize,
         stream: &Stream,
     ) -> Result<(), String> {
-        // DataType and ReduceOp use NCCL's numbering.
-        // SAFETY: caller contract for the buffers; comm and stream are live.
-        let r = unsafe {
-            (self.nccl.all_reduce)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count,
-                dtype as c_int,
-                op as c_int,
-                self.comm,
-                stream.raw().cast(),
-            )
-        };
-        check(self.nccl, "ncclAllReduce", r)
+        let block = (count_per_peer * dtype.size()) as u64;
+        self.nccl.group(|| {
+            for p in 0..ranks {
+                let offset = p as u64 * block;
+                // SAFETY: block `p` lies inside `send`/`recv` by the caller's contract.
+                unsafe {
+                    self.send(send + offset, count_per_peer, dtype, p, stream)?;
+                    self.recv(recv + offset, count_per_peer, dtype, p, stream)?;
+                }
+            }
+            Ok(())
+        })
     }
 }
 
@@ -188,5 +340,18 @@ impl Drop for NcclComm<'_> {
     fn drop(&mut self) {
         // SAFETY: the comm was created by ncclCommInitRank and is destroyed once.
         let _ = unsafe { (self.nccl.comm_destroy)(self.comm) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_an_error_and_ranks_convert_checked() {
+        assert!(Nccl::load_from(Path::new("/nonexistent/libnccl.so.2")).is_err());
+        assert_eq!(ToC::<c_int>::to_c(3usize), Ok(3));
+        assert!(ToC::<c_int>::to_c(usize::MAX).is_err());
+        assert_eq!(ToC::<c_int>::to_c(DataType::Bf16), Ok(9));
     }
 }

@@ -346,6 +346,7 @@ impl Communicator {
             Some(WaitOp::SemaphoreWait) => "semaphore wait",
             Some(WaitOp::Ll8Read) => "LL8 packet read",
             Some(WaitOp::Ll16Read) => "LL16 packet read",
+            Some(WaitOp::LlToken) => "LL buffer release by the peer",
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

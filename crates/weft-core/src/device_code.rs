@@ -19,6 +19,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/memory_channel.cuh", include_str!("../../../device/include/weft/memory_channel.cuh")),
     ("weft/reduce.cuh", include_str!("../../../device/include/weft/reduce.cuh")),
     ("weft/elementwise.cuh", include_str!("../../../device/include/weft/elementwise.cuh")),
+    ("weft/collective.cuh", include_str!("../../../device/include/weft/collective.cuh")),
     ("weft/impl/stdint.cuh", include_str!("../../../device/include/weft/impl/stdint.cuh")),
     ("weft/impl/ptx__funcs.cuh", include_str!("../../../device/include/weft/impl/ptx__funcs.cuh")),
     ("weft/generated/types.cuh", include_str!("../../../device/include/weft/generated/types.cuh")),
@@ -27,13 +28,14 @@ pub const HEADERS: &[(&str, &str)] = &[
 /// Every kernel source, by file name.
 pub const KERNELS: &[(&str, &str)] = &[
     ("selftest.cu", include_str!("../../../device/kernels/selftest.cu")),
-    ("allreduce.cu", include_str!("../../../device/kernels/allreduce.cu")),
+    ("reductions.cu", include_str!("../../../device/kernels/reductions.cu")),
+    ("movement.cu", include_str!("../../../device/kernels/movement.cu")),
 ];
 
 /// Every set of defines a kernel source is compiled with (one entry for sources without any):
-/// the AllReduce kernels are specialised per element type and operator.
+/// the reducing collectives are specialised per element type and operator.
 pub fn variants(name: &str) -> Vec<Vec<String>> {
-    if name == "allreduce.cu" {
+    if name == "reductions.cu" {
         weft_types::DataType::ALL
             .iter()
             .flat_map(|t| {

@@ -8,10 +8,11 @@
 //! | `WEFT_CACHE_DIR` | folder of the NVRTC kernel cache | `$XDG_CACHE_HOME/weft` or `~/.cache/weft` |
 //! | `WEFT_CUDA_HOME` | CUDA installation searched first for NVRTC and headers (read by weft-gpu) | unset |
 //! | `WEFT_ALLOC` | device memory kind: `vmm`, `legacy` or `auto` | `auto` |
-//! | `WEFT_ALGO_ALLREDUCE` | force an AllReduce algorithm: `ll`, `hb` or `auto` (read by weft-coll) | `auto` |
-//! | `WEFT_ALLREDUCE_LL_MAX` | largest AllReduce (bytes) that uses LL (weft-coll) | `524288` |
-//! | `WEFT_ALLREDUCE_LL_BLOCKS`, `WEFT_ALLREDUCE_HB_BLOCKS` | blocks of the LL / HB kernels (weft-coll) | `64`, `128` |
-//! | `WEFT_ALLREDUCE_CHUNK` | bytes per HB round; scratch is twice this (weft-coll) | `33554432` |
+//! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `p2p` or `auto` (read by weft-coll) | `auto` |
+//! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds (weft-coll) | built-in |
+//! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |
+//! | `WEFT_CHUNK_BYTES` | bytes per HB round; the scratch is twice this (weft-coll) | `33554432` |
+//! | `WEFT_LL_SLOT_BYTES` | payload one rank sends one peer per LL launch; sizes the packet buffer (weft-coll) | `524288` |
 //! | `WEFT_NCCL_LIB` | `libnccl.so.2` that `weft bench --nccl` measures against | search |
 
 use std::collections::BTreeMap;

@@ -32,7 +32,9 @@ pod!(
     weft_types::MemoryChannelDeviceHandle,
     weft_types::DeviceErrorRecord,
     weft_types::Ll8Packet,
-    weft_types::Ll16Packet
+    weft_types::Ll16Packet,
+    weft_types::CollContext,
+    weft_types::P2pPlan
 );
 
 /// Alias kept for call sites that talk about kernel arguments.

@@ -31,7 +31,10 @@ pub fn generated_header() -> String {
         let _ = writeln!(out, "/// {}", s.doc);
         let _ = writeln!(out, "struct alignas({}) {} {{", s.align, s.name);
         for f in &s.fields {
-            let _ = writeln!(out, "  {} {};  ///< {}", f.c_type, f.name, f.doc);
+            // Array fields are spelled `uint64_t[8]` and declared `uint64_t name[8]`.
+            let (base, extent) =
+                f.c_type.split_once('[').map_or((f.c_type, String::new()), |(b, e)| (b, format!("[{e}")));
+            let _ = writeln!(out, "  {base} {}{extent};  ///< {}", f.name, f.doc);
         }
         out.push_str("};\n");
         out.push_str(&layout_asserts(&s));

@@ -1,7 +1,8 @@
 //! # weft-types — the layouts weft's host and device code share
 //!
 //! **Owns:** every `#[repr(C)]` struct and enum that CUDA device code reads or writes (device
-//! handles of semaphores and channels, LL packets, the device error record), each declared once
+//! handles of semaphores and channels, LL packets, the device error record, the collective
+//! context and send/receive plans), each declared once
 //! through [`device_structs!`]/[`device_enums!`], which also record the C++ spelling of every
 //! field. From that record [`cuda::generated_header`] writes `device/include/weft/generated/types.cuh`
 //! with `static_assert`s of every `sizeof`/`offsetof`; tests check the checked-in header is
@@ -14,12 +15,14 @@
 
 #[macro_use]
 mod declare;
+mod coll;
 mod collective;
 pub mod cuda;
 mod handles;
 mod packets;
 mod status;
 
+pub use coll::{CollContext, MAX_RANKS, P2pPlan};
 pub use collective::{DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
@@ -32,6 +35,7 @@ pub fn all_structs() -> Vec<StructInfo> {
     all.extend(status::structs());
     all.extend(handles::structs());
     all.extend(packets::structs());
+    all.extend(coll::structs());
     all
 }
 

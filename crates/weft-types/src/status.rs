@@ -17,6 +17,8 @@ device_enums! {
         Ll8Read = 2,
         /// Reading an LL16 packet whose flags never matched.
         Ll16Read = 3,
+        /// Waiting for a peer to finish reading the LL packets of the launch before last.
+        LlToken = 4,
     }
 }
 

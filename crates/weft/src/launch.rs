@@ -42,6 +42,18 @@ fn free_port() -> std::io::Result<u16> {
 /// Runs `ranks` copies of this executable with `args` and extra `envs`, waits for all of them
 /// (at most `deadline`), and returns their statuses.
 pub fn run_ranks(ranks: usize, args: &[&str], envs: &[(&str, String)], deadline: Duration) -> Result<Finished, String> {
+    run_ranks_watching(ranks, args, envs, deadline, &mut |_| {})
+}
+
+/// [`run_ranks`], calling `watch` with the report folder every few milliseconds while the ranks
+/// run (to follow what they write there, e.g. progress).
+pub fn run_ranks_watching(
+    ranks: usize,
+    args: &[&str],
+    envs: &[(&str, String)],
+    deadline: Duration,
+    watch: &mut dyn FnMut(&Path),
+) -> Result<Finished, String> {
     let io = |e: std::io::Error| e.to_string();
     let dir = std::env::temp_dir().join(format!("weft-ranks-{}-{:08x}", std::process::id(), rand::random::<u32>()));
     std::fs::create_dir_all(&dir).map_err(io)?;
@@ -81,14 +93,20 @@ pub fn run_ranks(ranks: usize, args: &[&str], envs: &[(&str, String)], deadline:
             children.iter_mut().for_each(|c| drop(c.kill()));
             return Err(format!("ranks still running after {deadline:?}: killed"));
         }
+        watch(&dir);
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(Finished { dir, statuses: statuses.into_iter().flatten().collect() })
 }
 
+/// In a child: the launcher's report folder.
+pub fn report_dir() -> Result<PathBuf, String> {
+    std::env::var_os(REPORT_DIR)
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("{REPORT_DIR} is not set: run through the launcher"))
+}
+
 /// In a child: writes this rank's report where the launcher will look for it.
 pub fn write_report(rank: usize, bytes: &[u8]) -> Result<(), String> {
-    let dir =
-        std::env::var_os(REPORT_DIR).ok_or_else(|| format!("{REPORT_DIR} is not set: run through the launcher"))?;
-    std::fs::write(report_path(Path::new(&dir), rank), bytes).map_err(|e| e.to_string())
+    std::fs::write(report_path(&report_dir()?, rank), bytes).map_err(|e| e.to_string())
 }

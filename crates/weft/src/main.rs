@@ -30,7 +30,8 @@ enum Command {
     },
     /// Measure a collective against NCCL in the same run (nccl-tests style).
     Bench {
-        /// Collective (allreduce).
+        /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root 0)
+        /// or sendrecv (to the next rank, from the previous one).
         collective: String,
         /// Smallest size (e.g. 1K).
         #[arg(short = 'b', long, default_value = "1K")]
@@ -50,7 +51,7 @@ enum Command {
         /// Time calls captured in CUDA graphs.
         #[arg(long)]
         graph: bool,
-        /// Check every element against a float64 reference.
+        /// Check every element against a float64 reference (NCCL's too with --nccl).
         #[arg(long)]
         check: bool,
         /// Measure NCCL (libnccl.so.2) in the same run.
@@ -59,6 +60,9 @@ enum Command {
         /// Write the rows as JSON.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
+        /// Plot time and bus bandwidth against size (weft and NCCL) into this PNG.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
         /// GPUs (default: all).
         #[arg(long)]
         gpus: Option<usize>,
@@ -133,9 +137,20 @@ fn main() -> ExitCode {
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
         Command::Plan { action } => plan(action),
-        Command::Bench { collective, min_bytes, max_bytes, factor, dtype, op, graph, check, nccl, json, gpus } => {
-            bench(collective, &min_bytes, &max_bytes, factor, &dtype, &op, [graph, check, nccl], json, gpus)
-        }
+        Command::Bench {
+            collective,
+            min_bytes,
+            max_bytes,
+            factor,
+            dtype,
+            op,
+            graph,
+            check,
+            nccl,
+            json,
+            plot,
+            gpus,
+        } => bench(&collective, &min_bytes, &max_bytes, factor, &dtype, &op, [graph, check, nccl], [json, plot], gpus),
         Command::GenHeader { root, check } => gen_header(&root, check),
     };
     match outcome {
@@ -161,17 +176,18 @@ fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
 
 #[allow(clippy::too_many_arguments)]
 fn bench(
-    collective: String,
+    collective: &str,
     min_bytes: &str,
     max_bytes: &str,
     factor: usize,
     dtype: &str,
     op: &str,
     [graph, check, nccl]: [bool; 3],
-    json: Option<std::path::PathBuf>,
+    [json, plot]: [Option<std::path::PathBuf>; 2],
     gpus: Option<usize>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use weft::bench::{BenchOptions, parse_dtype, parse_op, parse_size};
+    use weft::bench::{BenchOptions, Collective, parse_dtype, parse_op, parse_size};
+    let collective = Collective::parse(collective)?;
     let available = weft::gpu::Device::count().unwrap_or(0);
     if available == 0 {
         println!("weft bench: no GPU is available here; nothing to measure.");
@@ -189,7 +205,7 @@ fn bench(
         nccl,
         gpus: gpus.unwrap_or(available).clamp(1, available),
     };
-    weft::bench::run(&options, json.as_deref())
+    weft::bench::run(&options, json.as_deref(), plot.as_deref())
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {

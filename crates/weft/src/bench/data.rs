@@ -1,10 +1,12 @@
 //! Bench data: inputs that are a pure function of (seed, rank, index), so every rank can
 //! compute the float64 (or exact integer) reference of any element without exchanging data,
-//! and the check of the result against it.
+//! and one check of any collective's output against it (which input element each output
+//! element must be comes from [`Collective::source`](super::Collective::source)).
 
 use half::{bf16, f16};
 use weft_types::{DataType, ReduceOp};
 
+use super::Source;
 use crate::selftest::pattern_word;
 
 /// Encodes element `index` of `rank`'s input.
@@ -144,16 +146,6 @@ fn integer_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index
     wrap(dtype, acc)
 }
 
-/// Whether `got` (one element of the result) is the AllReduce of element `index` over `ranks`.
-pub(super) fn element_ok(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64, got: &[u8]) -> bool {
-    if dtype.is_float() {
-        let (want, scale) = float_reference(dtype, op, seed, ranks, index);
-        (to_f64(dtype, got) - want).abs() <= tolerance(dtype) * scale.max(1e-30)
-    } else {
-        to_i128(dtype, got) == integer_reference(dtype, op, seed, ranks, index)
-    }
-}
-
 fn combine(op: ReduceOp, a: f64, b: f64) -> f64 {
     match op {
         ReduceOp::Sum | ReduceOp::Avg => a + b,
@@ -172,52 +164,89 @@ fn combine_int(op: ReduceOp, a: i128, b: i128) -> i128 {
     }
 }
 
-/// `rank`'s whole input of `count` elements.
-pub(super) fn input(dtype: DataType, seed: u32, rank: u32, count: usize) -> Vec<u8> {
-    let size = dtype.size();
-    let mut out = vec![0u8; count * size];
+/// Bytes per thread when `len` bytes of `size`-byte elements are split across threads.
+fn chunk_bytes(len: usize, size: usize) -> usize {
     let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(32);
-    let per = count.div_ceil(threads).max(1) * size;
-    std::thread::scope(|scope| {
-        for (part, chunk) in out.chunks_mut(per).enumerate() {
-            scope.spawn(move || {
-                let first = (part * per / size) as u64;
-                for (i, e) in chunk.chunks_mut(size).enumerate() {
-                    input_element(dtype, seed, rank, first + i as u64, e);
-                }
-            });
-        }
-    });
-    out
+    (len / size).div_ceil(threads).max(1) * size
 }
 
-/// Number of elements of `result` that are not the AllReduce of the inputs.
-pub(super) fn count_wrong(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, result: &[u8]) -> u64 {
-    let size = dtype.size();
-    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(32);
-    let per = (result.len() / size).div_ceil(threads).max(1) * size;
+/// Runs `f(part, chunk)` for every chunk on its own thread and sums what it returns.
+fn parallel<T: Send>(chunks: impl Iterator<Item = T>, f: impl Fn(usize, T) -> u64 + Sync) -> u64 {
     std::thread::scope(|scope| {
-        let handles: Vec<_> = result
-            .chunks(per)
-            .enumerate()
-            .map(|(part, chunk)| {
-                scope.spawn(move || {
-                    let first = (part * per / size) as u64;
-                    chunk
-                        .chunks(size)
-                        .enumerate()
-                        .filter(|(i, e)| !element_ok(dtype, op, seed, ranks, first + *i as u64, e))
-                        .count() as u64
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or(u64::MAX)).sum()
+        let f = &f;
+        let handles: Vec<_> = chunks.enumerate().map(|(part, chunk)| scope.spawn(move || f(part, chunk))).collect();
+        // A thread that panicked counts as everything wrong.
+        handles.into_iter().map(|h| h.join().unwrap_or(u64::MAX)).fold(0, u64::saturating_add)
     })
+}
+
+/// The host reference of one row: every rank's input is a pure function of (seed, rank,
+/// index), so any rank can compute what any output element must be without exchanging data.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reference {
+    /// Element type.
+    pub(super) dtype: DataType,
+    /// Operator (for reduced elements).
+    pub(super) op: ReduceOp,
+    /// Seed shared by every rank for this row.
+    pub(super) seed: u32,
+    /// Number of ranks.
+    pub(super) ranks: u32,
+}
+
+impl Reference {
+    /// `rank`'s whole input of `count` elements.
+    pub(super) fn input(&self, rank: u32, count: usize) -> Vec<u8> {
+        let size = self.dtype.size();
+        let mut out = vec![0u8; count * size];
+        let per = chunk_bytes(out.len(), size);
+        parallel(out.chunks_mut(per), |part, chunk| {
+            let first = (part * per / size) as u64;
+            for (i, e) in chunk.chunks_mut(size).enumerate() {
+                input_element(self.dtype, self.seed, rank, first + i as u64, e);
+            }
+            0
+        });
+        out
+    }
+
+    /// Whether `got` is the element `source` names: bitwise for a copy, within the type's
+    /// tolerance of the float64 (or exactly the integer) reduction for a reduced element.
+    pub(super) fn element_ok(&self, source: Source, got: &[u8]) -> bool {
+        let dtype = self.dtype;
+        match source {
+            Source::Copy { rank, index } => {
+                let mut want = [0u8; 8];
+                let want = &mut want[..dtype.size()];
+                input_element(dtype, self.seed, rank, index, want);
+                want == got
+            }
+            Source::Reduced { index } if dtype.is_float() => {
+                let (want, scale) = float_reference(dtype, self.op, self.seed, self.ranks, index);
+                (to_f64(dtype, got) - want).abs() <= tolerance(dtype) * scale.max(1e-30)
+            }
+            Source::Reduced { index } => {
+                to_i128(dtype, got) == integer_reference(dtype, self.op, self.seed, self.ranks, index)
+            }
+        }
+    }
+
+    /// Number of elements of `result` that are not what `source(index)` names.
+    pub(super) fn count_wrong(&self, result: &[u8], source: impl Fn(u64) -> Source + Sync) -> u64 {
+        let size = self.dtype.size();
+        let per = chunk_bytes(result.len(), size);
+        parallel(result.chunks(per), |part, chunk| {
+            let first = (part * per / size) as u64;
+            chunk.chunks(size).enumerate().filter(|(i, e)| !self.element_ok(source(first + *i as u64), e)).count()
+                as u64
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::{Collective, ROOT, Shape};
 
     /// The host reference must accept the right answer and reject a wrong one for every type
     /// and operator (the check is only as good as this).
@@ -225,25 +254,27 @@ mod tests {
     fn the_check_accepts_exact_results_and_rejects_wrong_ones() {
         for dtype in DataType::ALL {
             for op in ReduceOp::ALL {
-                let ranks = 4;
-                let mut right = vec![0u8; dtype.size()];
-                if dtype.is_float() {
-                    encode_float(dtype, float_reference(dtype, op, 11, ranks, 7).0, &mut right);
-                } else {
-                    let v = integer_reference(dtype, op, 11, ranks, 7) as i64;
-                    right.copy_from_slice(&v.to_le_bytes()[..dtype.size()]);
-                }
-                assert!(element_ok(dtype, op, 11, ranks, 7, &right), "{} {} rejected", dtype.name(), op.name());
+                let reference = Reference { dtype, op, seed: 11, ranks: 4 };
+                let source = Source::Reduced { index: 7 };
+                let right = reduced(&reference, 7);
+                assert!(reference.element_ok(source, &right), "{} {} rejected", dtype.name(), op.name());
                 let poison = vec![0x7fu8; dtype.size()];
-                let poisoned_is_right = right == poison;
-                assert!(
-                    poisoned_is_right || !element_ok(dtype, op, 11, ranks, 7, &poison),
-                    "{} {}",
-                    dtype.name(),
-                    op.name()
-                );
+                assert!(right == poison || !reference.element_ok(source, &poison), "{} {}", dtype.name(), op.name());
             }
         }
+    }
+
+    /// The exact result of reducing element `index`, encoded in the row's type.
+    fn reduced(reference: &Reference, index: u64) -> Vec<u8> {
+        let Reference { dtype, op, seed, ranks } = *reference;
+        let mut out = vec![0u8; dtype.size()];
+        if dtype.is_float() {
+            encode_float(dtype, float_reference(dtype, op, seed, ranks, index).0, &mut out);
+        } else {
+            let v = integer_reference(dtype, op, seed, ranks, index) as i64;
+            out.copy_from_slice(&v.to_le_bytes()[..dtype.size()]);
+        }
+        out
     }
 
     fn encode_float(dtype: DataType, v: f64, out: &mut [u8]) {
@@ -261,6 +292,69 @@ mod tests {
                 out[0] = best;
             }
         }
+    }
+
+    /// What `rank` ends with, computed on the host the way each collective is defined (block
+    /// moves written out here, independently of `Collective::source`).
+    fn simulate(c: Collective, reference: &Reference, shape: &Shape, rank: u32) -> Vec<u8> {
+        let size = reference.dtype.size();
+        let n = reference.ranks;
+        let input = |r: u32| reference.input(r, shape.send_count);
+        let all_reduced = || -> Vec<u8> { (0..shape.send_count as u64).flat_map(|i| reduced(reference, i)).collect() };
+        let block = shape.count * size;
+        let r = rank as usize;
+        match c {
+            Collective::AllReduce | Collective::Reduce => all_reduced(),
+            Collective::AllGather => (0..n).flat_map(input).collect(),
+            Collective::ReduceScatter => all_reduced()[r * block..(r + 1) * block].to_vec(),
+            Collective::AllToAll => (0..n).flat_map(|p| input(p)[r * block..(r + 1) * block].to_vec()).collect(),
+            Collective::Broadcast => input(ROOT),
+            Collective::SendRecv => input((rank + n - 1) % n),
+        }
+    }
+
+    /// For every collective, type and operator: the simulated output of every rank passes the
+    /// generic check, and it fails when one element is poisoned or two blocks are swapped.
+    #[test]
+    fn every_collective_accepts_its_result_and_rejects_wrong_ones() {
+        let ranks = 4u32;
+        for c in Collective::ALL {
+            for dtype in DataType::ALL {
+                for op in if c.reduces() { ReduceOp::ALL.to_vec() } else { vec![ReduceOp::Sum] } {
+                    let reference = Reference { dtype, op, seed: 0x5eed ^ c as u32, ranks };
+                    let shape = c.shape(24 * 4 * dtype.size(), dtype.size(), ranks as usize).unwrap();
+                    let what = format!("{} {} {}", c.name(), dtype.name(), op.name());
+                    for rank in (0..ranks).filter(|r| c.has_output(*r)) {
+                        let source = |i| c.source(&shape, rank, ranks, i);
+                        let mut out = simulate(c, &reference, &shape, rank);
+                        assert_eq!(out.len(), shape.recv_count * dtype.size(), "{what}");
+                        assert_eq!(reference.count_wrong(&out, source), 0, "{what}: rank {rank} rejected");
+
+                        // One poisoned element (unless poison happens to be its right value).
+                        let e = 5 * dtype.size();
+                        let right = out[e..e + dtype.size()].to_vec();
+                        out[e..e + dtype.size()].fill(0x7f);
+                        let wrong = reference.count_wrong(&out, source);
+                        assert!(wrong == 1 || out[e..e + dtype.size()] == right[..], "{what}: poison gave {wrong}");
+                        out[e..e + dtype.size()].copy_from_slice(&right);
+
+                        // The first half and the second half of the output swapped: a block
+                        // mix-up must show in most elements.
+                        let half = out.len() / 2;
+                        out.rotate_left(half);
+                        let wrong = reference.count_wrong(&out, source);
+                        assert!(wrong >= shape.recv_count as u64 / 4, "{what}: swapped halves gave only {wrong}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reduce_checks_the_root_only_and_identity_is_required_where_defined() {
+        assert!(Collective::Reduce.has_output(ROOT) && !Collective::Reduce.has_output(1));
+        let same: Vec<_> = Collective::ALL.into_iter().filter(|c| c.same_output_everywhere()).collect();
+        assert_eq!(same, [Collective::AllReduce, Collective::AllGather, Collective::Broadcast]);
     }
 
     #[test]

@@ -1,12 +1,21 @@
 //! `weft bench`: nccl-tests-style tables of weft's collectives, with NCCL measured in the same
-//! run (`--nccl`) and every element checked against a float64 / exact-integer host reference
-//! (`--check`). One process per GPU, launched by the command itself.
+//! run (`--nccl`), every element checked against a float64 / exact-integer host reference
+//! (`--check`), JSON (`--json`) and a PNG plot (`--plot`). One process per GPU, launched by the
+//! command itself; a progress bar on stderr follows the sweep.
 
+mod collective;
 mod data;
+mod plot;
+mod progress;
+mod report;
 mod worker;
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
+
+pub use collective::{Collective, ROOT, Shape, Source};
+pub use report::Line;
 
 use serde::{Deserialize, Serialize};
 use weft_types::{DataType, ReduceOp};
@@ -14,8 +23,8 @@ use weft_types::{DataType, ReduceOp};
 /// Options of `weft bench`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchOptions {
-    /// Collective name (`allreduce`).
-    pub collective: String,
+    /// The collective.
+    pub collective: Collective,
     /// Smallest message in bytes.
     pub min_bytes: usize,
     /// Largest message in bytes.
@@ -30,7 +39,8 @@ pub struct BenchOptions {
     pub op: ReduceOp,
     /// Time calls captured in a CUDA graph instead of eager launches.
     pub graph: bool,
-    /// Check every element (out of place, in place, and graph replays with `--graph`).
+    /// Check every element (out of place, in place, and graph replays with `--graph`), of NCCL's
+    /// outputs too with `nccl`.
     pub check: bool,
     /// Measure NCCL in the same run.
     pub nccl: bool,
@@ -41,9 +51,9 @@ pub struct BenchOptions {
 /// One row, as one rank measured it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Row {
-    /// Message bytes.
+    /// Message bytes (nccl-tests' size: the larger of input and output).
     pub bytes: usize,
-    /// Elements.
+    /// Elements passed to the call (nccl-tests' count).
     pub count: usize,
     /// Algorithm weft used.
     pub algorithm: String,
@@ -51,9 +61,14 @@ pub struct Row {
     pub weft_us: f64,
     /// NCCL microseconds per call.
     pub nccl_us: Option<f64>,
-    /// Elements that differ from the reference (all checked trials).
+    /// Elements of weft's outputs that differ from the reference (all checked trials).
     pub wrong: u64,
-    /// Whether every rank got bitwise the same result.
+    /// The same for NCCL's outputs, when checked (`--check --nccl`): a nonzero count means the
+    /// reference or the harness is wrong, not weft.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_wrong: Option<u64>,
+    /// Whether every rank got bitwise the same result (always true for collectives whose
+    /// outputs differ between ranks).
     pub identical: bool,
 }
 
@@ -96,6 +111,18 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     n.checked_mul(1 << shift).ok_or_else(|| format!("size {s:?} overflows"))
 }
 
+/// Formats bytes the way [`parse_size`] reads them: `1K`, `64M`, `1G`; one decimal when not a
+/// whole unit (`1.5K`).
+pub fn format_size(bytes: f64) -> String {
+    for (shift, unit) in [(30, "G"), (20, "M"), (10, "K")] {
+        let v = bytes / f64::from(1u32 << shift);
+        if v >= 1.0 {
+            return if v.fract() == 0.0 { format!("{v}{unit}") } else { format!("{v:.1}{unit}") };
+        }
+    }
+    format!("{bytes}")
+}
+
 /// Parses a data type name.
 pub fn parse_dtype(s: &str) -> Result<DataType, String> {
     DataType::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| format!("unknown dtype {s:?}"))
@@ -120,18 +147,24 @@ pub fn sizes(options: &BenchOptions) -> Vec<usize> {
     out
 }
 
-/// Runs the benchmark on `options.gpus` processes and prints the table.
-pub fn run(options: &BenchOptions, json: Option<&std::path::Path>) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    if options.collective != "allreduce" {
-        return Err(format!("weft bench {}: only allreduce is implemented so far", options.collective).into());
-    }
+/// Runs the benchmark on `options.gpus` processes, prints the table and writes the JSON and
+/// PNG files asked for.
+pub fn run(
+    options: &BenchOptions,
+    json: Option<&Path>,
+    plot: Option<&Path>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let encoded = serde_json::to_string(options)?;
-    let finished = crate::launch::run_ranks(
+    let mut bar = progress::Bar::new(&sizes(options));
+    let finished = crate::launch::run_ranks_watching(
         options.gpus,
         &["bench-worker"],
         &[(WORKER_OPTIONS, encoded)],
         Duration::from_secs(3600),
-    )?;
+        &mut |dir| bar.update(dir),
+    );
+    bar.finish();
+    let finished = finished?;
     let mut per_rank: Vec<Vec<Row>> = Vec::new();
     for (rank, status) in finished.statuses.iter().enumerate() {
         let rows = finished
@@ -141,14 +174,16 @@ pub fn run(options: &BenchOptions, json: Option<&std::path::Path>) -> Result<Exi
             .map_err(|e| format!("rank {rank}: {e}"))?;
         per_rank.push(rows);
     }
-    let rows = merge(&per_rank);
-    print_table(options, &rows);
+    let lines = report::lines(options, &merge(&per_rank));
+    report::print_table(options, &lines);
     if let Some(path) = json {
-        let doc = serde_json::json!({ "options": options, "rows": rows });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)?;
+        report::write_json(path, options, &lines)?;
     }
-    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
-    let differ = rows.iter().any(|r| !r.identical);
+    if let Some(path) = plot {
+        plot::render(path, &report::title(options), &lines)?;
+    }
+    let wrong: u64 = lines.iter().map(|l| l.row.wrong + l.row.nccl_wrong.unwrap_or(0)).sum();
+    let differ = lines.iter().any(|l| !l.row.identical);
     Ok(if wrong == 0 && !differ { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -167,62 +202,15 @@ fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
                     (a, b) => a.or(b),
                 };
                 m.wrong += other.wrong;
+                m.nccl_wrong = match (m.nccl_wrong, other.nccl_wrong) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
                 m.identical &= other.identical;
             }
             m
         })
         .collect()
-}
-
-fn print_table(options: &BenchOptions, rows: &[Row]) {
-    let n = options.gpus as f64;
-    let bus = 2.0 * (n - 1.0) / n;
-    println!(
-        "# weft bench {} {} {} on {} GPUs, {} timing{}",
-        options.collective,
-        options.dtype.name(),
-        options.op.name(),
-        options.gpus,
-        if options.graph { "CUDA-graph" } else { "eager" },
-        if options.check { ", every element checked" } else { "" }
-    );
-    println!(
-        "{:>12} {:>12} {:>4} | {:>10} {:>9} {:>9} {:>7} | {:>10} {:>9} | {:>6}",
-        "size", "count", "algo", "weft us", "algbw", "busbw", "#wrong", "nccl us", "busbw", "ratio"
-    );
-    for r in rows {
-        let algbw = r.bytes as f64 / r.weft_us / 1e3;
-        let (nccl_us, nccl_bus, ratio) = match r.nccl_us {
-            Some(t) => {
-                (format!("{t:.2}"), format!("{:.2}", r.bytes as f64 / t / 1e3 * bus), format!("{:.2}", t / r.weft_us))
-            }
-            None => ("-".into(), "-".into(), "-".into()),
-        };
-        let wrong =
-            if options.check { format!("{}{}", r.wrong, if r.identical { "" } else { "!" }) } else { "-".into() };
-        println!(
-            "{:>12} {:>12} {:>4} | {:>10.2} {:>9.2} {:>9.2} {:>7} | {:>10} {:>9} | {:>6}",
-            r.bytes,
-            r.count,
-            r.algorithm,
-            r.weft_us,
-            algbw,
-            algbw * bus,
-            wrong,
-            nccl_us,
-            nccl_bus,
-            ratio
-        );
-    }
-    let ratios: Vec<f64> = rows.iter().filter_map(|r| r.nccl_us.map(|t| t / r.weft_us)).collect();
-    if !ratios.is_empty() {
-        let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
-        println!("# geomean speedup over NCCL (time ratio nccl/weft): {geomean:.3}");
-    }
-    if options.check {
-        let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
-        println!("# {wrong} wrong elements; ranks bitwise identical: {}", rows.iter().all(|r| r.identical));
-    }
 }
 
 /// Entry of one `bench-worker` process.
@@ -248,8 +236,12 @@ mod tests {
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert_eq!(parse_size("7").unwrap(), 7);
         assert!(parse_size("1Q").is_err());
+        for s in ["1K", "64M", "1G", "512"] {
+            assert_eq!(format_size(parse_size(s).unwrap() as f64), s);
+        }
+        assert_eq!(format_size(1536.0), "1.5K");
         let o = BenchOptions {
-            collective: "allreduce".into(),
+            collective: Collective::AllReduce,
             min_bytes: 1024,
             max_bytes: 8192,
             factor: 2,
@@ -266,8 +258,19 @@ mod tests {
     #[test]
     fn merging_takes_the_slowest_rank_and_sums_errors() {
         let a = vec![Row { bytes: 8, weft_us: 1.0, nccl_us: Some(2.0), wrong: 1, identical: true, ..Row::default() }];
-        let b = vec![Row { bytes: 8, weft_us: 3.0, nccl_us: Some(1.0), wrong: 2, identical: false, ..Row::default() }];
+        let b = vec![Row {
+            bytes: 8,
+            weft_us: 3.0,
+            nccl_us: Some(1.0),
+            wrong: 2,
+            nccl_wrong: Some(4),
+            identical: false,
+            ..Row::default()
+        }];
         let m = merge(&[a, b]);
-        assert_eq!((m[0].weft_us, m[0].nccl_us, m[0].wrong, m[0].identical), (3.0, Some(2.0), 3, false));
+        assert_eq!(
+            (m[0].weft_us, m[0].nccl_us, m[0].wrong, m[0].nccl_wrong, m[0].identical),
+            (3.0, Some(2.0), 3, Some(4), false)
+        );
     }
 }

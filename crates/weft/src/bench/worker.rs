@@ -1,18 +1,22 @@
-//! One rank of `weft bench allreduce`: set up weft (and NCCL), then for every size check and
-//! time both.
+//! One rank of `weft bench`: set up weft (and NCCL), then for every size check and time both.
 
 use std::sync::Arc;
 
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_coll::nccl::{Nccl, NcclComm};
-use weft_coll::{AllReduce, AllReduceConfig};
+use weft_coll::{CollConfig, Collectives, P2pKind, P2pOp};
 use weft_core::{Communicator, Env};
-use weft_gpu::{AllocKind, Device, DeviceMemory, Event, Stream};
+use weft_gpu::{AllocKind, Device, DeviceMemory, DevicePtr, Event, Stream};
+use weft_types::{DataType, ReduceOp};
 
-use super::data;
-use super::{BenchOptions, Row, sizes};
+use super::data::Reference;
+use super::{BenchOptions, Collective, ROOT, Row, Shape, progress, sizes};
 
 type BoxError = Box<dyn std::error::Error>;
+
+/// Byte written over outputs before a checked call, so that an element the call never writes
+/// cannot pass as right (the graph replays use two others).
+const POISON: u8 = 0x7f;
 
 /// Calls per timed batch: enough to dwarf launch and event noise, few for huge messages.
 fn calls_for(bytes: usize) -> u32 {
@@ -25,6 +29,7 @@ fn calls_for(bytes: usize) -> u32 {
 
 struct Rank {
     comm: Communicator,
+    bootstrap: Arc<dyn Bootstrap>,
     stream: Stream,
     send: DeviceMemory,
     recv: DeviceMemory,
@@ -83,8 +88,153 @@ impl Rank {
     }
 }
 
+/// One row's call, in weft and in NCCL, from a send pointer to a receive pointer.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    collective: Collective,
+    shape: Shape,
+    dtype: DataType,
+    op: ReduceOp,
+    rank: usize,
+    ranks: usize,
+    stream: &'a Stream,
+}
+
+impl Call<'_> {
+    /// The rank SendRecv sends to and the one it receives from.
+    fn neighbours(&self) -> (usize, usize) {
+        ((self.rank + 1) % self.ranks, (self.rank + self.ranks - 1) % self.ranks)
+    }
+
+    /// weft's call; returns the name of the algorithm it ran.
+    ///
+    /// # Safety
+    /// `send` and `recv` must be this rank's buffers (or the collective's in-place layout inside
+    /// one of them) for the row's shape, valid until the stream is idle, and every rank must
+    /// make the same call.
+    unsafe fn weft(&self, coll: &Collectives, send: DevicePtr, recv: DevicePtr) -> Result<&'static str, BoxError> {
+        let Call { shape: Shape { count, .. }, dtype, op, stream, .. } = *self;
+        let ((next, prev), root) = (self.neighbours(), ROOT as usize);
+        let p2p = [
+            P2pOp { kind: P2pKind::Send, peer: next, ptr: send, count, dtype },
+            P2pOp { kind: P2pKind::Recv, peer: prev, ptr: recv, count, dtype },
+        ];
+        // SAFETY: the caller's contract; each call's count is the one the shape was made for.
+        let algorithm = unsafe {
+            match self.collective {
+                Collective::AllReduce => coll.all_reduce(send, recv, count, dtype, op, stream),
+                Collective::AllGather => coll.all_gather(send, recv, count, dtype, stream),
+                Collective::ReduceScatter => coll.reduce_scatter(send, recv, count, dtype, op, stream),
+                Collective::AllToAll => coll.all_to_all(send, recv, count, dtype, stream),
+                Collective::Broadcast => coll.broadcast(send, recv, count, dtype, root, stream),
+                Collective::Reduce => coll.reduce(send, recv, count, dtype, op, root, stream),
+                Collective::SendRecv => coll.send_recv(&p2p, stream),
+            }
+        }?;
+        Ok(algorithm.name())
+    }
+
+    /// NCCL's call (AllToAll and SendRecv as groups of sends and receives, as nccl-tests).
+    ///
+    /// # Safety
+    /// As for [`Call::weft`].
+    unsafe fn nccl(&self, nc: &NcclComm<'_>, send: DevicePtr, recv: DevicePtr) -> Result<(), BoxError> {
+        let Call { shape: Shape { count, .. }, dtype, op, ranks, stream, .. } = *self;
+        let ((next, prev), root) = (self.neighbours(), ROOT as usize);
+        // SAFETY: the caller's contract; each call's count is the one the shape was made for.
+        unsafe {
+            match self.collective {
+                Collective::AllReduce => nc.all_reduce(send, recv, count, dtype, op, stream),
+                Collective::AllGather => nc.all_gather(send, recv, count, dtype, stream),
+                Collective::ReduceScatter => nc.reduce_scatter(send, recv, count, dtype, op, stream),
+                Collective::AllToAll => nc.all_to_all(send, recv, count, dtype, ranks, stream),
+                Collective::Broadcast => nc.broadcast(send, recv, count, dtype, root, stream),
+                Collective::Reduce => nc.reduce(send, recv, count, dtype, op, root, stream),
+                Collective::SendRecv => nc.nccl().group(|| {
+                    nc.send(send, count, dtype, next, stream)?;
+                    nc.recv(recv, count, dtype, prev, stream)
+                }),
+            }
+        }?;
+        Ok(())
+    }
+}
+
+/// The element check of one row's `run` (weft's or NCCL's call from a send to a receive
+/// pointer): out of place, in place, and (with `graph`) two replays of a captured call, every
+/// output poisoned first. Returns the wrong elements and whether every rank's output is bitwise
+/// the same where it must be.
+fn check(
+    me: &Rank,
+    call: &Call<'_>,
+    run: &dyn Fn(DevicePtr, DevicePtr) -> Result<(), BoxError>,
+    reference: &Reference,
+    graph: bool,
+) -> Result<(u64, bool), BoxError> {
+    let (c, shape, rank) = (call.collective, call.shape, call.rank as u32);
+    let size = call.dtype.size();
+    let recv_bytes = shape.recv_count * size;
+    let input = reference.input(rank, shape.send_count);
+    let mut result = vec![0u8; recv_bytes];
+    let mut wrong = 0;
+    // Waits for the call, reads this rank's output at `at` in the receive buffer and counts its
+    // wrong elements; the closing barrier keeps every rank's buffers untouched until all ranks
+    // are done with them.
+    let mut finish = |at: usize| -> Result<(), BoxError> {
+        me.idle()?;
+        me.recv.read(at, &mut result)?;
+        if c.has_output(rank) {
+            wrong += reference.count_wrong(&result, |i| c.source(&shape, rank, reference.ranks, i));
+        }
+        me.barrier()
+    };
+    let (send, recv) = (me.send.ptr(), me.recv.ptr());
+
+    // Out of place.
+    me.send.write(0, &input)?;
+    me.recv.fill(0, recv_bytes, POISON)?;
+    me.barrier()?;
+    run(send, recv)?;
+    finish(0)?;
+
+    // In place: input and output inside the receive buffer, where nccl-tests puts them.
+    if c.has_in_place() {
+        let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
+        me.recv.fill(0, shape.bytes, POISON)?;
+        me.recv.write(input_at, &input)?;
+        me.barrier()?;
+        run(recv + input_at as u64, recv + output_at as u64)?;
+        finish(output_at)?;
+    }
+
+    // Captured once, replayed twice, the output poisoned before each replay (send still holds
+    // the input: nothing above wrote to it after the out-of-place call).
+    if graph {
+        me.stream.begin_capture()?;
+        let captured = run(send, recv);
+        let g = me.stream.end_capture()?;
+        captured?;
+        for poison in [0xa5u8, 0x5a] {
+            me.recv.fill(0, recv_bytes, poison)?;
+            me.barrier()?;
+            g.launch(&me.stream)?;
+            finish(0)?;
+        }
+    }
+
+    let hashes = me.bootstrap.all_gather(&fnv(&result).to_le_bytes())?;
+    let identical = !c.same_output_everywhere() || hashes.iter().all(|h| *h == hashes[0]);
+    Ok((wrong, identical))
+}
+
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// A seed every rank shares, fresh for each row.
+fn shared_seed(bootstrap: &dyn Bootstrap) -> Result<u32, BoxError> {
+    let bytes = bootstrap.broadcast(0, Some(&rand::random::<u32>().to_le_bytes()))?;
+    Ok(u32::from_le_bytes(bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or("short seed")?))
 }
 
 pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<Row>, BoxError> {
@@ -93,9 +243,9 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
     let comm = Communicator::new(Arc::clone(&bootstrap), device.clone(), env.clone())?;
     let rank = comm.rank();
-    let ranks = comm.world_size() as u32;
-    let allreduce = AllReduce::new(&comm, AllReduceConfig::from_env(&env)?)?;
-    allreduce.prepare(options.dtype, options.op)?;
+    let ranks = comm.world_size();
+    let coll = Collectives::new(&comm, CollConfig::from_env(&env)?)?;
+    coll.prepare(options.dtype, options.op)?;
     let nccl = if options.nccl { Some(Nccl::load(&env)?) } else { None };
     let nccl_comm: Option<NcclComm<'_>> = match &nccl {
         Some(lib) => {
@@ -103,7 +253,7 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
             let id = bootstrap.broadcast(0, (rank == 0).then_some(id.as_slice()))?;
             let id: [u8; 128] = id.try_into().map_err(|_| "bad NCCL unique id")?;
             device.bind()?;
-            Some(lib.init_rank(id, rank, ranks as usize)?)
+            Some(lib.init_rank(id, rank, ranks)?)
         }
         None => None,
     };
@@ -113,74 +263,51 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
         stream: Stream::new(&device)?,
         send: DeviceMemory::alloc(&device, max, AllocKind::Legacy)?,
         recv: DeviceMemory::alloc(&device, max, AllocKind::Legacy)?,
+        bootstrap: Arc::clone(&bootstrap),
         comm,
     };
-    let (dtype, op) = (options.dtype, options.op);
+    let (send, recv) = (me.send.ptr(), me.recv.ptr());
     let mut rows = Vec::new();
-    for bytes in sizes(options) {
-        let count = bytes / size;
-        if count == 0 {
-            continue;
-        }
-        let bytes = count * size;
-        let (send, recv) = (me.send.ptr(), me.recv.ptr());
-        let weft_call = |from: u64, to: u64| -> Result<String, BoxError> {
-            // SAFETY: `from`/`to` are send/recv, which hold `max` >= bytes bytes on this GPU and
-            // outlive every launch (each measurement waits for the stream before returning);
-            // every rank makes the same calls in the same order.
-            Ok(unsafe { allreduce.all_reduce(from, to, count, dtype, op, &me.stream) }?.name().to_string())
-        };
-        let mut row = Row { bytes, count, identical: true, ..Row::default() };
-        if options.check {
-            let seed_bytes = bootstrap.broadcast(0, Some(&rand::random::<u32>().to_le_bytes()))?;
-            let seed = u32::from_le_bytes(seed_bytes.get(..4).and_then(|b| b.try_into().ok()).unwrap_or([0; 4]));
-            let input = data::input(dtype, seed, rank as u32, count);
-            let mut result = vec![0u8; bytes];
-            let mut check = |result: &mut Vec<u8>| -> Result<(), BoxError> {
-                me.idle()?;
-                me.recv.read(0, result)?;
-                row.wrong += data::count_wrong(dtype, op, seed, ranks, result);
-                Ok(())
+    for requested in sizes(options) {
+        if let Some(shape) = options.collective.shape(requested, size, ranks) {
+            let call = Call {
+                collective: options.collective,
+                shape,
+                dtype: options.dtype,
+                op: options.op,
+                rank,
+                ranks,
+                stream: &me.stream,
             };
-            // Out of place, recv poisoned.
-            me.send.write(0, &input)?;
-            me.recv.fill(0, bytes, 0x7f)?;
-            me.barrier()?;
-            weft_call(send, recv)?;
-            check(&mut result)?;
-            // In place.
-            me.recv.write(0, &input)?;
-            me.barrier()?;
-            weft_call(recv, recv)?;
-            check(&mut result)?;
-            // Captured once, replayed twice, poisoned before each replay.
-            if options.graph {
-                me.stream.begin_capture()?;
-                let captured = weft_call(send, recv);
-                let g = me.stream.end_capture()?;
-                captured?;
-                for poison in [0xa5u8, 0x5a] {
-                    me.recv.fill(0, bytes, poison)?;
-                    me.barrier()?;
-                    g.launch(&me.stream)?;
-                    check(&mut result)?;
+            // SAFETY: these two closures are only called with `send`/`recv`, the rank's two
+            // buffers of max_bytes >= shape.bytes each, or with the collective's in-place layout
+            // inside recv (`in_place_offsets` keeps both ends inside it); the buffers outlive
+            // every launch (every check and measurement waits for the stream before returning);
+            // every rank makes the same calls in the same order.
+            let weft_run = |from, to| unsafe { call.weft(&coll, from, to) }.map(|_| ());
+            // SAFETY: as for `weft_run`.
+            let nccl_run = nccl_comm.as_ref().map(|nc| move |from, to| unsafe { call.nccl(nc, from, to) });
+            let mut row = Row { bytes: shape.bytes, count: shape.count, identical: true, ..Row::default() };
+            if options.check {
+                let seed = shared_seed(&*bootstrap)?;
+                let reference = Reference { dtype: options.dtype, op: options.op, seed, ranks: ranks as u32 };
+                (row.wrong, row.identical) = check(&me, &call, &weft_run, &reference, options.graph)?;
+                if let Some(nccl_run) = &nccl_run {
+                    row.nccl_wrong = Some(check(&me, &call, nccl_run, &reference, options.graph)?.0);
                 }
             }
-            let hashes = bootstrap.all_gather(&fnv(&result).to_le_bytes())?;
-            row.identical = hashes.iter().all(|h| *h == hashes[0]);
+            // SAFETY: as for `weft_run`.
+            row.algorithm = unsafe { call.weft(&coll, send, recv) }?.to_string();
+            me.idle()?;
+            row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(send, recv))?;
+            if let Some(nccl_run) = &nccl_run {
+                row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(send, recv))?);
+            }
+            rows.push(row);
         }
-        row.algorithm = weft_call(send, recv)?;
-        me.idle()?;
-        row.weft_us = me.time(options.graph, bytes, &|| weft_call(send, recv).map(|_| ()))?;
-        if let Some(nc) = &nccl_comm {
-            let call = || -> Result<(), BoxError> {
-                // SAFETY: as for weft above.
-                let result = unsafe { nc.all_reduce(send, recv, count, dtype, op, &me.stream) };
-                Ok(result?)
-            };
-            row.nccl_us = Some(me.time(options.graph, bytes, &call)?);
+        if rank == 0 {
+            progress::record(requested);
         }
-        rows.push(row);
     }
     me.barrier()?;
     Ok(rows)

@@ -16,6 +16,7 @@ enum class WaitOp : uint32_t {
   SemaphoreWait = 1,  ///<  `semaphore_wait` / `relaxed_wait` on a device-to-device semaphore.
   Ll8Read = 2,  ///<  Reading an LL8 packet whose flag never matched.
   Ll16Read = 3,  ///<  Reading an LL16 packet whose flags never matched.
+  LlToken = 4,  ///<  Waiting for a peer to finish reading the LL packets of the launch before last.
 };
 
 ///  Element type of a collective's buffers.
@@ -128,5 +129,51 @@ static_assert(WEFT_OFFSETOF(Ll16Packet, data1) == 0, "rust: offsetof(Ll16Packet,
 static_assert(WEFT_OFFSETOF(Ll16Packet, flag1) == 4, "rust: offsetof(Ll16Packet, flag1) == 4");
 static_assert(WEFT_OFFSETOF(Ll16Packet, data2) == 8, "rust: offsetof(Ll16Packet, data2) == 8");
 static_assert(WEFT_OFFSETOF(Ll16Packet, flag2) == 12, "rust: offsetof(Ll16Packet, flag2) == 12");
+
+///  Collective state of one rank: device addresses of its tables and buffers and their
+struct alignas(8) CollContext {
+  uint64_t channels;  ///<  `MemoryChannelDeviceHandle[ranks]` over the scratch and packet buffers (entry `rank` unused).
+  uint64_t semaphores;  ///<  `SemaphoreDeviceHandle[ranks * hb_blocks]`, entry `peer * hb_blocks + block`.
+  uint64_t scratch;  ///<  This rank's registered scratch, `2 * chunk_bytes` long.
+  uint64_t chunk_bytes;  ///<  Half of the scratch length (the HB kernels' round size).
+  uint64_t packets;  ///<  This rank's registered LL packet buffer.
+  uint64_t packet_half_bytes;  ///<  Bytes of one parity half of the packet buffer.
+  uint64_t packet_slot_bytes;  ///<  Bytes of one packet region (slot) inside a half.
+  uint64_t token_offset;  ///<  Offset of the LL tokens (`uint32_t[ll_blocks][ranks]`) in the packet buffer.
+  uint64_t flags;  ///<  `uint32_t[ll_blocks]`: the last LL flag each block used.
+  uint32_t rank;  ///<  This rank.
+  uint32_t ranks;  ///<  Ranks of the communicator.
+  uint32_t hb_blocks;  ///<  Blocks of every HB launch (the semaphore table's stride).
+  uint32_t p2p_blocks;  ///<  Blocks of a send/receive launch per (peer, direction).
+};
+static_assert(sizeof(CollContext) == 88, "rust: sizeof(CollContext) == 88");
+static_assert(alignof(CollContext) == 8, "rust: alignof(CollContext) == 8");
+static_assert(WEFT_OFFSETOF(CollContext, channels) == 0, "rust: offsetof(CollContext, channels) == 0");
+static_assert(WEFT_OFFSETOF(CollContext, semaphores) == 8, "rust: offsetof(CollContext, semaphores) == 8");
+static_assert(WEFT_OFFSETOF(CollContext, scratch) == 16, "rust: offsetof(CollContext, scratch) == 16");
+static_assert(WEFT_OFFSETOF(CollContext, chunk_bytes) == 24, "rust: offsetof(CollContext, chunk_bytes) == 24");
+static_assert(WEFT_OFFSETOF(CollContext, packets) == 32, "rust: offsetof(CollContext, packets) == 32");
+static_assert(WEFT_OFFSETOF(CollContext, packet_half_bytes) == 40, "rust: offsetof(CollContext, packet_half_bytes) == 40");
+static_assert(WEFT_OFFSETOF(CollContext, packet_slot_bytes) == 48, "rust: offsetof(CollContext, packet_slot_bytes) == 48");
+static_assert(WEFT_OFFSETOF(CollContext, token_offset) == 56, "rust: offsetof(CollContext, token_offset) == 56");
+static_assert(WEFT_OFFSETOF(CollContext, flags) == 64, "rust: offsetof(CollContext, flags) == 64");
+static_assert(WEFT_OFFSETOF(CollContext, rank) == 72, "rust: offsetof(CollContext, rank) == 72");
+static_assert(WEFT_OFFSETOF(CollContext, ranks) == 76, "rust: offsetof(CollContext, ranks) == 76");
+static_assert(WEFT_OFFSETOF(CollContext, hb_blocks) == 80, "rust: offsetof(CollContext, hb_blocks) == 80");
+static_assert(WEFT_OFFSETOF(CollContext, p2p_blocks) == 84, "rust: offsetof(CollContext, p2p_blocks) == 84");
+
+///  One grouped send/receive launch: per peer, what to send to it and where to receive from
+struct alignas(8) P2pPlan {
+  uint64_t send_ptr[8];  ///<  Source of the bytes sent to each peer.
+  uint64_t send_bytes[8];  ///<  Bytes sent to each peer.
+  uint64_t recv_ptr[8];  ///<  Destination of the bytes received from each peer.
+  uint64_t recv_bytes[8];  ///<  Bytes received from each peer.
+};
+static_assert(sizeof(P2pPlan) == 256, "rust: sizeof(P2pPlan) == 256");
+static_assert(alignof(P2pPlan) == 8, "rust: alignof(P2pPlan) == 8");
+static_assert(WEFT_OFFSETOF(P2pPlan, send_ptr) == 0, "rust: offsetof(P2pPlan, send_ptr) == 0");
+static_assert(WEFT_OFFSETOF(P2pPlan, send_bytes) == 64, "rust: offsetof(P2pPlan, send_bytes) == 64");
+static_assert(WEFT_OFFSETOF(P2pPlan, recv_ptr) == 128, "rust: offsetof(P2pPlan, recv_ptr) == 128");
+static_assert(WEFT_OFFSETOF(P2pPlan, recv_bytes) == 192, "rust: offsetof(P2pPlan, recv_bytes) == 192");
 
 }  // namespace weft

@@ -1,0 +1,221 @@
+//! The collectives and the algorithms that implement them, by name.
+
+use std::fmt;
+
+/// A collective operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Collective {
+    /// Every rank gets the reduction of every rank's buffer.
+    AllReduce,
+    /// Every rank gets every rank's block, in rank order.
+    AllGather,
+    /// Rank r gets the reduction of block r of every rank's buffer.
+    ReduceScatter,
+    /// Every rank gets the root's buffer.
+    Broadcast,
+    /// The root gets the reduction of every rank's buffer.
+    Reduce,
+    /// Rank r gets block r of every rank's buffer.
+    AllToAll,
+    /// Grouped point-to-point sends and receives.
+    SendRecv,
+}
+
+impl Collective {
+    /// Every collective.
+    pub const ALL: [Collective; 7] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::SendRecv,
+    ];
+
+    /// Lower-case name (`allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`,
+    /// `alltoall`, `sendrecv`), as `weft bench` and the tuning table spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AllReduce => "allreduce",
+            Self::AllGather => "allgather",
+            Self::ReduceScatter => "reducescatter",
+            Self::Broadcast => "broadcast",
+            Self::Reduce => "reduce",
+            Self::AllToAll => "alltoall",
+            Self::SendRecv => "sendrecv",
+        }
+    }
+
+    /// The collective called `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The environment variable that forces an algorithm: `WEFT_ALGO_ALLREDUCE`, ...
+    pub fn override_var(self) -> String {
+        format!("WEFT_ALGO_{}", self.name().to_ascii_uppercase())
+    }
+
+    /// The algorithms that implement this collective.
+    pub fn algorithms(self) -> impl Iterator<Item = Algorithm> {
+        Algorithm::ALL.into_iter().filter(move |a| a.collective() == self)
+    }
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How an algorithm moves data (which shared state and launch shape it uses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// LL16 packets into the peers' packet buffers; `ll_blocks` x `ll_threads`.
+    Ll,
+    /// Bulk copies through the peers' scratch with per-block semaphores; `hb_blocks` x `hb_threads`.
+    Hb,
+    /// Point-to-point transfers through scratch slots with credits; `hb_blocks` x `hb_threads`.
+    P2p,
+}
+
+/// One algorithm of one collective, each a kernel in `device/kernels/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Algorithm {
+    /// AllReduce, one-shot all-pairs over LL packets.
+    AllReduceLl,
+    /// AllReduce, two-shot (reduce-scatter + all-gather) over LL packets.
+    AllReduceLl2,
+    /// AllReduce, two-shot through scratch with many blocks.
+    AllReduceHb,
+    /// AllGather over LL packets.
+    AllGatherLl,
+    /// AllGather through scratch.
+    AllGatherHb,
+    /// ReduceScatter over LL packets.
+    ReduceScatterLl,
+    /// ReduceScatter through scratch.
+    ReduceScatterHb,
+    /// Broadcast over LL packets.
+    BroadcastLl,
+    /// Broadcast as scatter + all-gather through scratch.
+    BroadcastHb,
+    /// Reduce over LL packets.
+    ReduceLl,
+    /// Reduce as two-shot through scratch, results to the root.
+    ReduceHb,
+    /// AllToAll as grouped point-to-point transfers.
+    AllToAllP2p,
+    /// Grouped sends and receives.
+    SendRecvP2p,
+}
+
+impl Algorithm {
+    /// Every algorithm.
+    pub const ALL: [Algorithm; 13] = [
+        Algorithm::AllReduceLl,
+        Algorithm::AllReduceLl2,
+        Algorithm::AllReduceHb,
+        Algorithm::AllGatherLl,
+        Algorithm::AllGatherHb,
+        Algorithm::ReduceScatterLl,
+        Algorithm::ReduceScatterHb,
+        Algorithm::BroadcastLl,
+        Algorithm::BroadcastHb,
+        Algorithm::ReduceLl,
+        Algorithm::ReduceHb,
+        Algorithm::AllToAllP2p,
+        Algorithm::SendRecvP2p,
+    ];
+
+    /// Short name within its collective (`ll`, `ll2`, `hb`, `p2p`), as `WEFT_ALGO_<COLLECTIVE>`
+    /// and the tuning table spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AllReduceLl2 => "ll2",
+            Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
+            a if a.protocol() == Protocol::Ll => "ll",
+            _ => "hb",
+        }
+    }
+
+    /// The collective it implements.
+    pub fn collective(self) -> Collective {
+        match self {
+            Self::AllReduceLl | Self::AllReduceLl2 | Self::AllReduceHb => Collective::AllReduce,
+            Self::AllGatherLl | Self::AllGatherHb => Collective::AllGather,
+            Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
+            Self::BroadcastLl | Self::BroadcastHb => Collective::Broadcast,
+            Self::ReduceLl | Self::ReduceHb => Collective::Reduce,
+            Self::AllToAllP2p => Collective::AllToAll,
+            Self::SendRecvP2p => Collective::SendRecv,
+        }
+    }
+
+    /// Its protocol.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Self::AllReduceLl
+            | Self::AllReduceLl2
+            | Self::AllGatherLl
+            | Self::ReduceScatterLl
+            | Self::BroadcastLl
+            | Self::ReduceLl => Protocol::Ll,
+            Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
+            _ => Protocol::Hb,
+        }
+    }
+
+    /// Whether its kernel reduces (compiled per element type and operator, `reductions.cu`)
+    /// or only moves bytes (`movement.cu`).
+    pub fn reduces(self) -> bool {
+        matches!(self.collective(), Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
+    }
+
+    /// The kernel's symbol.
+    pub fn kernel(self) -> &'static str {
+        match self {
+            Self::AllReduceLl => "weft_allreduce_ll",
+            Self::AllReduceLl2 => "weft_allreduce_ll2",
+            Self::AllReduceHb => "weft_allreduce_hb",
+            Self::AllGatherLl => "weft_allgather_ll",
+            Self::AllGatherHb => "weft_allgather_hb",
+            Self::ReduceScatterLl => "weft_reduce_scatter_ll",
+            Self::ReduceScatterHb => "weft_reduce_scatter_hb",
+            Self::BroadcastLl => "weft_broadcast_ll",
+            Self::BroadcastHb => "weft_broadcast_hb",
+            Self::ReduceLl => "weft_reduce_ll",
+            Self::ReduceHb => "weft_reduce_hb",
+            Self::AllToAllP2p | Self::SendRecvP2p => "weft_p2p",
+        }
+    }
+
+    /// The algorithm of `collective` called `name`.
+    pub fn from_name(collective: Collective, name: &str) -> Option<Self> {
+        collective.algorithms().find(|a| a.name() == name)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.collective(), self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique_per_collective() {
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::from_name(a.collective(), a.name()), Some(a));
+        }
+        for c in Collective::ALL {
+            assert_eq!(Collective::from_name(c.name()), Some(c));
+            assert!(c.algorithms().count() >= 1, "{c} has no algorithm");
+        }
+        assert_eq!(Collective::AllReduce.override_var(), "WEFT_ALGO_ALLREDUCE");
+    }
+}

@@ -1,0 +1,542 @@
+//! The collective API of one rank: argument checks, algorithm choice and the launch of the
+//! chosen kernel. Every call enqueues one kernel (or, for send/receive groups that name a peer
+//! more than once, one per round of matched operations) and nothing else: no host
+//! synchronisation, no allocation once the kernels are loaded, so calls are capturable in CUDA
+//! graphs.
+
+use weft_core::{Communicator, KernelLibrary};
+use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
+use weft_types::{DataType, MAX_RANKS, P2pPlan, ReduceOp};
+
+use crate::algorithm::{Algorithm, Collective, Protocol};
+use crate::config::CollConfig;
+use crate::error::CollError;
+use crate::kernels::KernelCache;
+use crate::resources::Resources;
+
+/// Direction of one point-to-point operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum P2pKind {
+    /// Send `count` elements from `ptr` to `peer`.
+    Send,
+    /// Receive `count` elements from `peer` into `ptr`.
+    Recv,
+}
+
+/// One send or receive of a group (see [`Collectives::send_recv`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct P2pOp {
+    /// Send or receive.
+    pub kind: P2pKind,
+    /// The other rank (may be this rank: a matched send and receive to self copy locally).
+    pub peer: usize,
+    /// Source (send) or destination (receive) on this rank's GPU.
+    pub ptr: DevicePtr,
+    /// Elements.
+    pub count: usize,
+    /// Element type.
+    pub dtype: DataType,
+}
+
+/// A device buffer argument: what it is called in errors, where it starts, how long it is.
+#[derive(Clone, Copy, Debug)]
+struct Buffer {
+    what: &'static str,
+    ptr: DevicePtr,
+    len: usize,
+}
+
+impl Buffer {
+    fn overlaps(&self, other: &Buffer) -> bool {
+        self.len > 0
+            && other.len > 0
+            && self.ptr < other.ptr + other.len as u64
+            && other.ptr < self.ptr + self.len as u64
+    }
+}
+
+/// The launch plan of round `round` of a send/receive group: the `round`-th operation of every
+/// (peer, direction), or `None` past the last round. Peers are in range (checked before).
+fn p2p_round(ops: &[P2pOp], round: usize) -> Option<P2pPlan> {
+    let mut plan = P2pPlan::default();
+    let mut seen = [[0usize; 2]; MAX_RANKS];
+    let mut any = false;
+    for op in ops {
+        let index = &mut seen[op.peer][op.kind as usize];
+        if *index == round {
+            let len = (op.count * op.dtype.size()) as u64;
+            match op.kind {
+                P2pKind::Send => (plan.send_ptr[op.peer], plan.send_bytes[op.peer]) = (op.ptr, len),
+                P2pKind::Recv => (plan.recv_ptr[op.peer], plan.recv_bytes[op.peer]) = (op.ptr, len),
+            }
+            any = true;
+        }
+        *index += 1;
+    }
+    any.then_some(plan)
+}
+
+/// The collectives of one rank of a communicator.
+pub struct Collectives {
+    comm: Communicator,
+    config: CollConfig,
+    resources: Resources,
+    kernels: KernelCache,
+}
+
+impl std::fmt::Debug for Collectives {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collectives").field("rank", &self.comm.rank()).field("config", &self.config).finish()
+    }
+}
+
+impl Collectives {
+    /// Sets up the collectives of `comm`. Collective: every rank calls it with the same config.
+    pub fn new(comm: &Communicator, config: CollConfig) -> Result<Self, CollError> {
+        let resources = Resources::new(comm, &config)?;
+        let library = KernelLibrary::new(comm.env().cache_dir.clone());
+        Ok(Self { comm: comm.clone(), kernels: KernelCache::new(library, comm.device().clone()), config, resources })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &CollConfig {
+        &self.config
+    }
+
+    /// The communicator.
+    pub fn communicator(&self) -> &Communicator {
+        &self.comm
+    }
+
+    /// Compiles (or reads from the cache) and loads every kernel `(dtype, op)` calls can use.
+    /// Calls do this on first use; call it before capturing a CUDA graph to keep compilation
+    /// out of the capture.
+    pub fn prepare(&self, dtype: DataType, op: ReduceOp) -> Result<(), CollError> {
+        let rank = self.comm.rank();
+        for algorithm in Algorithm::ALL {
+            self.kernels.get(algorithm, dtype, op).map_err(|source| CollError::Gpu { rank, source })?;
+        }
+        Ok(())
+    }
+
+    /// AllReduce of `count` elements from `send` into `recv` (equal: in place).
+    ///
+    /// # Safety
+    /// `send` and `recv` must stay valid device memory of this rank's GPU for the lengths the
+    /// call implies until the work enqueued on `stream` has finished, and every rank must make
+    /// the matching call (same count, type, operator, root) in the same order. This holds for
+    /// every collective of this type.
+    pub unsafe fn all_reduce(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let bytes = self.bytes(count, dtype, 1)?;
+        let (send, recv) =
+            (Buffer { what: "send", ptr: send, len: bytes }, Buffer { what: "recv", ptr: recv, len: bytes });
+        self.check(stream, &[send, recv], &[(send, recv, Some(0))])?;
+        let shard = bytes.div_ceil(self.ranks()).next_multiple_of(8);
+        let algorithm = self.choose(Collective::AllReduce, bytes, |a| match a {
+            Algorithm::AllReduceLl => bytes,
+            _ => shard,
+        })?;
+        // SAFETY: every allreduce kernel takes (context, input, output, bytes); buffers were
+        // checked above and are the caller's contract.
+        unsafe {
+            self.launch(algorithm, dtype, op, stream, bytes, |a| a.push(send.ptr).push(recv.ptr).push(bytes as u64))
+        }
+    }
+
+    /// AllGather: `send_count` elements from every rank into `recv` (`ranks * send_count`
+    /// elements, rank order). In place when `send == recv + rank * send bytes`.
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`].
+    pub unsafe fn all_gather(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        send_count: usize,
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let block = self.bytes(send_count, dtype, 1)?;
+        let total = self.bytes(send_count, dtype, self.ranks())?;
+        let send_buf = Buffer { what: "send", ptr: send, len: block };
+        let recv_buf = Buffer { what: "recv", ptr: recv, len: total };
+        let in_place = (block * self.comm.rank()) as u64;
+        self.check(stream, &[send_buf, recv_buf], &[(send_buf, recv_buf, Some(in_place))])?;
+        let algorithm = self.choose(Collective::AllGather, total, |_| block)?;
+        // SAFETY: allgather kernels take (context, input, output, block bytes); checked above.
+        unsafe {
+            self.launch(algorithm, dtype, ReduceOp::Sum, stream, total, |a| a.push(send).push(recv).push(block as u64))
+        }
+    }
+
+    /// ReduceScatter: block r (`recv_count` elements) of every rank's `send` reduced into rank
+    /// r's `recv`. In place when `recv == send + rank * recv bytes`.
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`].
+    pub unsafe fn reduce_scatter(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        recv_count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let block = self.bytes(recv_count, dtype, 1)?;
+        let total = self.bytes(recv_count, dtype, self.ranks())?;
+        let send_buf = Buffer { what: "send", ptr: send, len: total };
+        let recv_buf = Buffer { what: "recv", ptr: recv, len: block };
+        let in_place = (block * self.comm.rank()) as u64;
+        self.check(stream, &[send_buf, recv_buf], &[(recv_buf, send_buf, Some(in_place))])?;
+        let algorithm = self.choose(Collective::ReduceScatter, total, |_| block)?;
+        // SAFETY: reduce-scatter kernels take (context, input, output, shard bytes); checked above.
+        unsafe { self.launch(algorithm, dtype, op, stream, total, |a| a.push(send).push(recv).push(block as u64)) }
+    }
+
+    /// Broadcast of `count` elements from the root's `send` into every rank's `recv` (`send` is
+    /// read on the root only; equal to `recv`: in place).
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`].
+    pub unsafe fn broadcast(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        self.rooted(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, stream)
+    }
+
+    /// Reduce of `count` elements of every rank's `send` into the root's `recv` (`recv` is
+    /// written on the root only; equal to `send`: in place).
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        self.rooted(Collective::Reduce, send, recv, count, dtype, op, root, stream)
+    }
+
+    /// Broadcast and Reduce: the root reads or writes a buffer the others ignore.
+    #[allow(clippy::too_many_arguments)]
+    fn rooted(
+        &self,
+        collective: Collective,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let bytes = self.bytes(count, dtype, 1)?;
+        if root >= self.ranks() {
+            return Err(self.invalid(format!("root {root} out of range for {} ranks", self.ranks())));
+        }
+        let is_root = root == self.comm.rank();
+        let send_buf = Buffer { what: "send", ptr: send, len: bytes };
+        let recv_buf = Buffer { what: "recv", ptr: recv, len: bytes };
+        let used_by_all = if collective == Collective::Broadcast { recv_buf } else { send_buf };
+        if is_root {
+            self.check(stream, &[send_buf, recv_buf], &[(send_buf, recv_buf, Some(0))])?;
+        } else {
+            self.check(stream, &[used_by_all], &[])?;
+        }
+        let algorithm = self.choose(collective, bytes, |_| bytes)?;
+        // SAFETY: broadcast and reduce kernels take (context, input, output, bytes, root); the
+        // buffer a non-root does not use is never dereferenced there; checked above.
+        unsafe {
+            self.launch(algorithm, dtype, op, stream, bytes, |a| {
+                a.push(send).push(recv).push(bytes as u64).push(root as u32)
+            })
+        }
+    }
+
+    /// AllToAll: block p (`count` elements) of `send` goes to rank p, block p of `recv` comes
+    /// from rank p. `send` and `recv` must not overlap.
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`].
+    pub unsafe fn all_to_all(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let n = self.ranks();
+        let counts = [count; MAX_RANKS];
+        let mut displs = [0usize; MAX_RANKS];
+        for (p, d) in displs.iter_mut().enumerate().take(n) {
+            *d = p.checked_mul(count).ok_or_else(|| self.invalid(format!("{n} x {count} elements overflow")))?;
+        }
+        let (counts, displs) = (&counts[..n.min(MAX_RANKS)], &displs[..n.min(MAX_RANKS)]);
+        // SAFETY: forwarded caller contract.
+        unsafe { self.all_to_allv(send, counts, displs, recv, counts, displs, dtype, stream) }
+    }
+
+    /// AllToAllv: `send_counts[p]` elements at `send + send_displs[p]` go to rank p,
+    /// `recv_counts[p]` elements from rank p land at `recv + recv_displs[p]` (displacements in
+    /// elements). Rank p's `send_counts[me]` must equal my `recv_counts[p]`.
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_to_allv(
+        &self,
+        send: DevicePtr,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: DevicePtr,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let n = self.ranks();
+        if [send_counts.len(), send_displs.len(), recv_counts.len(), recv_displs.len()].iter().any(|&l| l != n) {
+            return Err(self.invalid(format!("all_to_allv needs {n} counts and displacements per side")));
+        }
+        let mut plan = P2pPlan::default();
+        let mut buffers = [Buffer { what: "", ptr: 0, len: 0 }; 2 * MAX_RANKS];
+        for p in 0..n {
+            let (sb, rb) = (self.bytes(send_counts[p], dtype, 1)?, self.bytes(recv_counts[p], dtype, 1)?);
+            let (so, ro) = (self.bytes(send_displs[p], dtype, 1)?, self.bytes(recv_displs[p], dtype, 1)?);
+            buffers[2 * p] = Buffer { what: "send block", ptr: send.wrapping_add(so as u64), len: sb };
+            buffers[2 * p + 1] = Buffer { what: "recv block", ptr: recv.wrapping_add(ro as u64), len: rb };
+            (plan.send_ptr[p], plan.send_bytes[p], plan.recv_ptr[p], plan.recv_bytes[p]) =
+                (send.wrapping_add(so as u64), sb as u64, recv.wrapping_add(ro as u64), rb as u64);
+        }
+        let me = self.comm.rank();
+        if plan.send_bytes[me] != plan.recv_bytes[me] {
+            return Err(self.invalid(format!(
+                "all_to_allv sends {} bytes to itself but receives {}",
+                plan.send_bytes[me], plan.recv_bytes[me]
+            )));
+        }
+        self.check_p2p(stream, &buffers[..2 * n])?;
+        let total: u64 = plan.send_bytes.iter().sum();
+        let algorithm = self.choose(Collective::AllToAll, total as usize, |_| 0)?;
+        // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
+        unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, stream, total as usize, |a| a.push(plan)) }
+    }
+
+    /// A group of sends and receives that progress together (NCCL's grouped `ncclSend` /
+    /// `ncclRecv`): operations with the same peer and direction are matched in order with the
+    /// peer's; a send to this rank must be matched by a receive from it of the same size.
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`]; every buffer must stay valid until the stream's
+    /// work is done, and the peers must post the matching operations.
+    pub unsafe fn send_recv(&self, ops: &[P2pOp], stream: &Stream) -> Result<Algorithm, CollError> {
+        let n = self.ranks();
+        let buffer = |op: &P2pOp| -> Result<Buffer, CollError> {
+            if op.peer >= n {
+                return Err(self.invalid(format!("peer {} out of range for {n} ranks", op.peer)));
+            }
+            let what = if op.kind == P2pKind::Send { "send" } else { "recv" };
+            Ok(Buffer { what, ptr: op.ptr, len: self.bytes(op.count, op.dtype, 1)? })
+        };
+        for (i, op) in ops.iter().enumerate() {
+            let a = buffer(op)?;
+            self.check(stream, &[a], &[])?;
+            for other in &ops[i + 1..] {
+                let b = buffer(other)?;
+                if (op.kind == P2pKind::Recv || other.kind == P2pKind::Recv) && a.overlaps(&b) {
+                    return Err(
+                        self.invalid(format!("a {} buffer overlaps a {} buffer of the same group", a.what, b.what))
+                    );
+                }
+            }
+        }
+        let algorithm = self.choose(Collective::SendRecv, 0, |_| 0)?;
+        // Round i carries the i-th operation of every (peer, direction), matching the peers'
+        // rounds; a round is one launch.
+        let me = self.comm.rank();
+        let rounds = (0..).take_while(|&r| p2p_round(ops, r).is_some()).count();
+        if (0..rounds).filter_map(|r| p2p_round(ops, r)).any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
+            return Err(self.invalid("a send to this rank needs a receive from it of the same size".into()));
+        }
+        for plan in (0..rounds).filter_map(|r| p2p_round(ops, r)) {
+            let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
+            // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
+            unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, stream, bytes, |a| a.push(plan))? };
+        }
+        Ok(algorithm)
+    }
+
+    fn ranks(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    fn invalid(&self, detail: String) -> CollError {
+        CollError::InvalidArgument { rank: self.comm.rank(), detail }
+    }
+
+    /// `count * factor` elements of `dtype` in bytes, or an error on overflow.
+    fn bytes(&self, count: usize, dtype: DataType, factor: usize) -> Result<usize, CollError> {
+        count
+            .checked_mul(dtype.size())
+            .and_then(|b| b.checked_mul(factor))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| self.invalid(format!("{count} x {factor} elements of {} overflow", dtype.name())))
+    }
+
+    /// Checks the stream's device, that every non-empty buffer lies in device memory of this
+    /// GPU, and that each pair `(a, b, in_place)` is disjoint or (with `Some(offset)`) starts
+    /// exactly at `b + offset`, the in-place layout.
+    fn check(
+        &self,
+        stream: &Stream,
+        buffers: &[Buffer],
+        pairs: &[(Buffer, Buffer, Option<u64>)],
+    ) -> Result<(), CollError> {
+        if stream.device().ordinal() != self.comm.device().ordinal() {
+            return Err(self.invalid("the stream belongs to another GPU".into()));
+        }
+        for b in buffers.iter().filter(|b| b.len > 0) {
+            weft_gpu::check_device_range(self.comm.device(), b.ptr, b.len)
+                .map_err(|e| self.invalid(format!("{} buffer: {e}", b.what)))?;
+        }
+        for (a, b, in_place) in pairs {
+            if a.overlaps(b) && *in_place != Some(a.ptr.wrapping_sub(b.ptr)) {
+                let layout =
+                    in_place.map_or(String::new(), |o| format!(" (in place means {} = {} + {o})", a.what, b.what));
+                return Err(
+                    self.invalid(format!("{} and {} overlap without the in-place layout{layout}", a.what, b.what))
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Collectives::check`] for point-to-point buffers: a receive buffer may overlap nothing.
+    fn check_p2p(&self, stream: &Stream, buffers: &[Buffer]) -> Result<(), CollError> {
+        self.check(stream, buffers, &[])?;
+        for (i, a) in buffers.iter().enumerate() {
+            for b in &buffers[i + 1..] {
+                if (a.what.starts_with("recv") || b.what.starts_with("recv")) && a.overlaps(b) {
+                    return Err(self.invalid(format!("{} and {} overlap", a.what, b.what)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The algorithm for a `collective` of `size` (the selector's key). `ll_payload(a)` is the
+    /// most one rank puts into one packet slot under LL algorithm `a`: when it does not fit the
+    /// slots, a size-based choice falls back to the collective's HB algorithm and a forced one
+    /// is an error.
+    fn choose(
+        &self,
+        collective: Collective,
+        size: usize,
+        ll_payload: impl Fn(Algorithm) -> usize,
+    ) -> Result<Algorithm, CollError> {
+        let selector = &self.config.selector;
+        let algorithm = selector.select(collective, size as u64);
+        if algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes {
+            return Ok(algorithm);
+        }
+        if selector.forced(collective) {
+            return Err(self.invalid(format!(
+                "{algorithm} cannot carry {size} bytes (LL slots hold {} per rank; WEFT_LL_SLOT_BYTES)",
+                self.config.ll_slot_bytes
+            )));
+        }
+        Ok(collective.algorithms().find(|a| a.protocol() == Protocol::Hb).unwrap_or(algorithm))
+    }
+
+    /// Launches `algorithm`'s kernel with the collective context followed by `args`, unless the
+    /// call moves no bytes.
+    ///
+    /// # Safety
+    /// `args` must complete the kernel's parameter list after the context, with buffers valid
+    /// until the stream's work is done.
+    unsafe fn launch(
+        &self,
+        algorithm: Algorithm,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+        bytes: usize,
+        args: impl FnOnce(&mut KernelArgs) -> &mut KernelArgs,
+    ) -> Result<Algorithm, CollError> {
+        if bytes == 0 {
+            return Ok(algorithm);
+        }
+        let rank = self.comm.rank();
+        let kernel = self.kernels.get(algorithm, dtype, op).map_err(|source| CollError::Gpu { rank, source })?;
+        let mut a = KernelArgs::new();
+        a.push(self.resources.context());
+        args(&mut a);
+        let (grid, block) = match algorithm.protocol() {
+            Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
+            Protocol::Hb | Protocol::P2p => (self.config.hb_blocks, self.config.hb_threads),
+        };
+        // SAFETY: the context's tables and buffers live as long as `self`; the rest is the
+        // caller's contract.
+        unsafe { kernel.launch(stream, LaunchConfig { grid, block, shared_bytes: 0 }, &a) }
+            .map_err(|source| CollError::Gpu { rank, source })?;
+        Ok(algorithm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(kind: P2pKind, peer: usize, ptr: DevicePtr, count: usize) -> P2pOp {
+        P2pOp { kind, peer, ptr, count, dtype: DataType::F32 }
+    }
+
+    #[test]
+    fn send_recv_groups_split_into_rounds_matched_per_peer_and_direction() {
+        let ops = [
+            op(P2pKind::Send, 1, 0x100, 4),
+            op(P2pKind::Send, 1, 0x200, 8),
+            op(P2pKind::Recv, 1, 0x300, 2),
+            op(P2pKind::Recv, 2, 0x400, 1),
+        ];
+        let first = p2p_round(&ops, 0).unwrap();
+        assert_eq!((first.send_ptr[1], first.send_bytes[1]), (0x100, 16));
+        assert_eq!((first.recv_ptr[1], first.recv_bytes[1]), (0x300, 8));
+        assert_eq!((first.recv_ptr[2], first.recv_bytes[2]), (0x400, 4));
+        let second = p2p_round(&ops, 1).unwrap();
+        assert_eq!((second.send_ptr[1], second.send_bytes[1]), (0x200, 32));
+        assert_eq!(second.recv_bytes, [0; MAX_RANKS]);
+        assert!(p2p_round(&ops, 2).is_none());
+        assert!(p2p_round(&[], 0).is_none());
+    }
+
+    #[test]
+    fn buffers_overlap_only_when_they_share_a_byte() {
+        let b = |ptr, len| Buffer { what: "x", ptr, len };
+        assert!(b(0, 16).overlaps(&b(15, 1)));
+        assert!(!b(0, 16).overlaps(&b(16, 16)));
+        assert!(!b(0, 0).overlaps(&b(0, 16)));
+    }
+}

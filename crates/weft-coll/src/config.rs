@@ -1,0 +1,258 @@
+//! Launch shapes, buffer sizes and the algorithm selector: built-in defaults, an optional
+//! tuning table (`WEFT_TUNING_FILE`, written by `weft tune`) and per-collective overrides
+//! (`WEFT_ALGO_<COLLECTIVE>`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::algorithm::{Algorithm, Collective};
+
+/// One rule of the selector: messages up to `max_bytes` (the collective's largest buffer per
+/// rank, as `weft bench` sizes it; `None`: any size) use `algorithm`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    /// Upper bound in bytes, inclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    /// Algorithm name within the collective (`ll`, `ll2`, `hb`, `p2p`).
+    pub algorithm: String,
+}
+
+/// The tuning table: per collective name, rules by ascending `max_bytes`. Collectives it does
+/// not name keep the defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TuningTable {
+    /// Where the numbers were measured (free text, e.g. "4xH200, NCCL 2.28.9").
+    #[serde(default)]
+    pub machine: String,
+    /// Rules per collective name.
+    pub collectives: BTreeMap<String, Vec<Rule>>,
+}
+
+/// Which algorithm each collective uses at each size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector {
+    rules: BTreeMap<Collective, Vec<(u64, Algorithm)>>,
+    force: BTreeMap<Collective, Algorithm>,
+}
+
+impl Default for Selector {
+    /// Measured on a 4×H200 machine (docs/perf/collectives.md).
+    fn default() -> Self {
+        use Algorithm::*;
+        let rules = [
+            (Collective::AllReduce, vec![(64 << 10, AllReduceLl), (1 << 20, AllReduceLl2), (u64::MAX, AllReduceHb)]),
+            (Collective::AllGather, vec![(1 << 20, AllGatherLl), (u64::MAX, AllGatherHb)]),
+            (Collective::ReduceScatter, vec![(1 << 20, ReduceScatterLl), (u64::MAX, ReduceScatterHb)]),
+            (Collective::Broadcast, vec![(256 << 10, BroadcastLl), (u64::MAX, BroadcastHb)]),
+            (Collective::Reduce, vec![(256 << 10, ReduceLl), (u64::MAX, ReduceHb)]),
+            (Collective::AllToAll, vec![(u64::MAX, AllToAllP2p)]),
+            (Collective::SendRecv, vec![(u64::MAX, SendRecvP2p)]),
+        ];
+        Self { rules: rules.into_iter().collect(), force: BTreeMap::new() }
+    }
+}
+
+impl Selector {
+    /// The algorithm for a `collective` of `bytes` (see [`Rule::max_bytes`]).
+    pub fn select(&self, collective: Collective, bytes: u64) -> Algorithm {
+        if let Some(&a) = self.force.get(&collective) {
+            return a;
+        }
+        let rules = self.rules.get(&collective).map(Vec::as_slice).unwrap_or_default();
+        rules
+            .iter()
+            .find(|(max, _)| bytes <= *max)
+            .or(rules.last())
+            .map(|&(_, a)| a)
+            .or_else(|| collective.algorithms().next())
+            .unwrap_or(Algorithm::SendRecvP2p)
+    }
+
+    /// Whether `collective`'s algorithm is forced (an override, not a size-based choice).
+    pub fn forced(&self, collective: Collective) -> bool {
+        self.force.contains_key(&collective)
+    }
+
+    /// Forces `algorithm` for its collective.
+    pub fn force(&mut self, algorithm: Algorithm) {
+        self.force.insert(algorithm.collective(), algorithm);
+    }
+
+    /// Replaces the rules of every collective the table names.
+    pub fn apply(&mut self, table: &TuningTable) -> Result<(), String> {
+        for (name, rules) in &table.collectives {
+            let collective = Collective::from_name(name).ok_or_else(|| format!("unknown collective {name:?}"))?;
+            let mut parsed = Vec::new();
+            for rule in rules {
+                let algorithm = Algorithm::from_name(collective, &rule.algorithm)
+                    .ok_or_else(|| format!("{name}: unknown algorithm {:?}", rule.algorithm))?;
+                parsed.push((rule.max_bytes.unwrap_or(u64::MAX), algorithm));
+            }
+            if parsed.is_empty() || parsed.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return Err(format!("{name}: rules must be non-empty with ascending max_bytes"));
+            }
+            self.rules.insert(collective, parsed);
+        }
+        Ok(())
+    }
+
+    /// The rules in force as a table (for `weft tune` and diagnostics).
+    pub fn table(&self) -> TuningTable {
+        let collectives = self
+            .rules
+            .iter()
+            .map(|(c, rules)| {
+                let rules = rules
+                    .iter()
+                    .map(|&(max, a)| Rule { max_bytes: (max != u64::MAX).then_some(max), algorithm: a.name().into() })
+                    .collect();
+                (c.name().to_string(), rules)
+            })
+            .collect();
+        TuningTable { machine: String::new(), collectives }
+    }
+}
+
+/// Launch shapes, buffer sizes and the selector of a communicator's collectives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollConfig {
+    /// Blocks of every LL launch (fixed: per-block flags advance in lockstep on every rank).
+    pub ll_blocks: u32,
+    /// Threads per LL block.
+    pub ll_threads: u32,
+    /// Blocks of every HB and send/receive launch (fixed: one semaphore per peer and block).
+    pub hb_blocks: u32,
+    /// Threads per HB block.
+    pub hb_threads: u32,
+    /// Bytes an HB round moves; the scratch is twice this.
+    pub chunk_bytes: usize,
+    /// Payload bytes of one LL packet slot: the most one rank sends one peer in one LL launch.
+    pub ll_slot_bytes: usize,
+    /// Which algorithm runs.
+    pub selector: Selector,
+}
+
+impl Default for CollConfig {
+    fn default() -> Self {
+        Self {
+            // 64 LL blocks and 128 HB blocks of 1024 threads with 32 MiB rounds were the best
+            // measured on a 4×H200 machine (docs/perf/collectives.md).
+            ll_blocks: 64,
+            ll_threads: 512,
+            hb_blocks: 128,
+            hb_threads: 1024,
+            chunk_bytes: 32 << 20,
+            ll_slot_bytes: 512 << 10,
+            selector: Selector::default(),
+        }
+    }
+}
+
+impl CollConfig {
+    /// Defaults overridden by the communicator's environment: `WEFT_TUNING_FILE` (a JSON
+    /// [`TuningTable`]), `WEFT_ALGO_<COLLECTIVE>` (an algorithm name or `auto`),
+    /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`.
+    pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
+        Self::from_lookup(|k| env.var(k).map(str::to_string))
+    }
+
+    /// [`CollConfig::from_env`] through a lookup function (tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let mut c = Self::default();
+        let number = |name: &str, max: usize| -> Result<Option<usize>, String> {
+            lookup(name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0 && n <= max)
+                        .ok_or(format!("{name}={v:?}: expected 1..={max}"))
+                })
+                .transpose()
+        };
+        if let Some(path) = lookup("WEFT_TUNING_FILE").filter(|p| !p.is_empty()) {
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
+            let table: TuningTable =
+                serde_json::from_str(&text).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
+            c.selector.apply(&table).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
+        }
+        for collective in Collective::ALL {
+            let var = collective.override_var();
+            match lookup(&var).as_deref().map(str::trim) {
+                None | Some("" | "auto") => {}
+                Some(name) => {
+                    let algorithm = Algorithm::from_name(collective, name).ok_or_else(|| {
+                        let known: Vec<_> = collective.algorithms().map(Algorithm::name).collect();
+                        format!("{var}={name:?}: expected {} or auto", known.join(", "))
+                    })?;
+                    c.selector.force(algorithm);
+                }
+            }
+        }
+        if let Some(n) = number("WEFT_CHUNK_BYTES", 1 << 30)? {
+            c.chunk_bytes = n;
+        }
+        if let Some(n) = number("WEFT_LL_SLOT_BYTES", 16 << 20)? {
+            c.ll_slot_bytes = n;
+        }
+        if let Some(n) = number("WEFT_HB_BLOCKS", 1024)? {
+            c.hb_blocks = n as u32;
+        }
+        if let Some(n) = number("WEFT_LL_BLOCKS", 1024)? {
+            c.ll_blocks = n as u32;
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &'static [(&'static str, &'static str)]) -> Result<CollConfig, String> {
+        CollConfig::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn defaults_pick_by_size_and_overrides_force() {
+        let c = CollConfig::default();
+        assert_eq!(c.selector.select(Collective::AllReduce, 1024), Algorithm::AllReduceLl);
+        assert_eq!(c.selector.select(Collective::AllReduce, 512 << 10), Algorithm::AllReduceLl2);
+        assert_eq!(c.selector.select(Collective::AllReduce, 1 << 30), Algorithm::AllReduceHb);
+        assert_eq!(c.selector.select(Collective::AllToAll, 1), Algorithm::AllToAllP2p);
+        let forced = with(&[("WEFT_ALGO_ALLREDUCE", "hb"), ("WEFT_ALGO_ALLGATHER", "auto")]).unwrap();
+        assert_eq!(forced.selector.select(Collective::AllReduce, 8), Algorithm::AllReduceHb);
+        assert!(forced.selector.forced(Collective::AllReduce) && !forced.selector.forced(Collective::AllGather));
+        assert!(with(&[("WEFT_ALGO_ALLREDUCE", "ring")]).unwrap_err().contains("ll, ll2, hb"));
+        assert!(with(&[("WEFT_ALGO_BROADCAST", "ll2")]).is_err());
+        assert!(with(&[("WEFT_CHUNK_BYTES", "0")]).is_err());
+        assert_eq!(with(&[("WEFT_HB_BLOCKS", "64")]).unwrap().hb_blocks, 64);
+    }
+
+    #[test]
+    fn a_tuning_table_round_trips_and_bad_tables_are_rejected() {
+        let mut s = Selector::default();
+        let table = s.table();
+        let text = serde_json::to_string(&table).unwrap();
+        let mut again = Selector::default();
+        again.apply(&serde_json::from_str(&text).unwrap()).unwrap();
+        assert_eq!(again, s);
+        let custom: TuningTable = serde_json::from_str(
+            r#"{"collectives": {"allgather": [{"max_bytes": 4096, "algorithm": "ll"}, {"algorithm": "hb"}]}}"#,
+        )
+        .unwrap();
+        s.apply(&custom).unwrap();
+        assert_eq!(s.select(Collective::AllGather, 4096), Algorithm::AllGatherLl);
+        assert_eq!(s.select(Collective::AllGather, 4097), Algorithm::AllGatherHb);
+        let descending: TuningTable = serde_json::from_str(
+            r#"{"collectives": {"allgather": [{"max_bytes": 4096, "algorithm": "ll"}, {"max_bytes": 1, "algorithm": "hb"}]}}"#,
+        )
+        .unwrap();
+        assert!(s.apply(&descending).is_err());
+        let unknown: TuningTable =
+            serde_json::from_str(r#"{"collectives": {"allgather": [{"algorithm": "ll2"}]}}"#).unwrap();
+        assert!(s.apply(&unknown).is_err());
+    }
+}

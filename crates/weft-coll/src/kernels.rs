@@ -1,0 +1,57 @@
+//! Collective kernels, compiled (or read from the NVRTC cache) and loaded on first use:
+//! `reductions.cu` once per (type, operator), `movement.cu` once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use weft_core::KernelLibrary;
+use weft_gpu::{Device, GpuError, Kernel, Module};
+use weft_types::{DataType, ReduceOp};
+
+use crate::algorithm::Algorithm;
+
+/// Which compiled module a kernel lives in: `None` for `movement.cu`.
+type ModuleKey = Option<(DataType, ReduceOp)>;
+
+/// Loaded modules and kernels of one device.
+pub(crate) struct KernelCache {
+    library: KernelLibrary,
+    device: Device,
+    modules: Mutex<HashMap<ModuleKey, Arc<Module>>>,
+    kernels: Mutex<HashMap<(&'static str, ModuleKey), Arc<Kernel>>>,
+}
+
+impl KernelCache {
+    pub(crate) fn new(library: KernelLibrary, device: Device) -> Self {
+        Self { library, device, modules: Mutex::default(), kernels: Mutex::default() }
+    }
+
+    /// The kernel of `algorithm` for `(dtype, op)` (ignored by algorithms that do not reduce).
+    pub(crate) fn get(&self, algorithm: Algorithm, dtype: DataType, op: ReduceOp) -> Result<Arc<Kernel>, GpuError> {
+        let key = algorithm.reduces().then_some((dtype, op));
+        // Entries are inserted whole; a poisoned map is still consistent.
+        let mut kernels = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = kernels.get(&(algorithm.kernel(), key)) {
+            return Ok(Arc::clone(k));
+        }
+        let kernel = Arc::new(self.module(key)?.kernel(algorithm.kernel())?);
+        kernels.insert((algorithm.kernel(), key), Arc::clone(&kernel));
+        Ok(kernel)
+    }
+
+    fn module(&self, key: ModuleKey) -> Result<Arc<Module>, GpuError> {
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = modules.get(&key) {
+            return Ok(Arc::clone(m));
+        }
+        let loaded = match key {
+            Some((dtype, op)) => {
+                let defines = [format!("WEFT_DTYPE={}", dtype as u32), format!("WEFT_REDOP={}", op as u32)];
+                self.library.load_with(&self.device, "reductions.cu", &defines)?
+            }
+            None => self.library.load(&self.device, "movement.cu")?,
+        };
+        modules.insert(key, Arc::clone(&loaded.module));
+        Ok(loaded.module)
+    }
+}

@@ -1,0 +1,152 @@
+//! The communication state every collective shares: scratch and packet buffers registered with
+//! every peer, channels and (peer, block) semaphores with their device tables, and the per-block
+//! LL flags. Built once per communicator (collectively); [`Resources::context`] is what kernels
+//! receive.
+
+use weft_core::{Communicator, MemoryChannel, MemoryChannelConfig, RegisteredMemory, Semaphore};
+use weft_gpu::{AllocKind, DeviceMemory};
+use weft_types::{CollContext, MAX_RANKS, MemoryChannelDeviceHandle, SemaphoreDeviceHandle};
+
+use crate::config::CollConfig;
+use crate::error::CollError;
+
+/// Packet buffer geometry: two parity halves of `2 * ranks` slots, then the LL tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PacketLayout {
+    /// Bytes of one slot (LL16 packets: twice the payload).
+    pub(crate) slot_bytes: u64,
+    /// Bytes of one half.
+    pub(crate) half_bytes: u64,
+    /// Offset of the tokens (`u32[ll_blocks][ranks]`).
+    pub(crate) token_offset: u64,
+    /// Whole buffer.
+    pub(crate) total_bytes: u64,
+}
+
+impl PacketLayout {
+    pub(crate) fn new(config: &CollConfig, ranks: usize) -> Self {
+        let slot_bytes = (config.ll_slot_bytes.div_ceil(8) * 16) as u64;
+        let half_bytes = 2 * ranks as u64 * slot_bytes;
+        let token_offset = 2 * half_bytes;
+        let total_bytes = token_offset + 4 * u64::from(config.ll_blocks) * ranks as u64;
+        Self { slot_bytes, half_bytes, token_offset, total_bytes }
+    }
+}
+
+/// Blocks per (peer, direction) of a send/receive launch: both directions of every pair fit
+/// the semaphore table's `hb_blocks` per peer, and the whole grid is `hb_blocks` blocks.
+pub(crate) fn p2p_blocks(hb_blocks: u32, ranks: usize) -> u32 {
+    (hb_blocks / (2 * ranks as u32)).max(1)
+}
+
+/// Registered buffers and device tables of one rank; see the module documentation.
+pub(crate) struct Resources {
+    context: CollContext,
+    _scratch: RegisteredMemory,
+    _packets: RegisteredMemory,
+    _channel_table: DeviceMemory,
+    _semaphore_table: DeviceMemory,
+    _flags: DeviceMemory,
+    _channels: Vec<MemoryChannel>,
+    _semaphores: Vec<Semaphore>,
+}
+
+impl Resources {
+    /// Allocates, registers and connects everything. Collective: every rank calls it with the
+    /// same configuration.
+    pub(crate) fn new(comm: &Communicator, config: &CollConfig) -> Result<Self, CollError> {
+        let rank = comm.rank();
+        let ranks = comm.world_size();
+        let gpu = |source| CollError::Gpu { rank, source };
+        if ranks > MAX_RANKS {
+            return Err(CollError::Unsupported { rank, detail: format!("{ranks} ranks (at most {MAX_RANKS})") });
+        }
+        let chunk_ok =
+            config.chunk_bytes >= 32 * ranks * config.hb_blocks as usize && config.chunk_bytes.is_multiple_of(16);
+        let p2p = p2p_blocks(config.hb_blocks, ranks);
+        if config.ll_blocks == 0 || config.hb_blocks == 0 || !chunk_ok || 2 * p2p > config.hb_blocks {
+            return Err(CollError::InvalidArgument { rank, detail: format!("collective configuration {config:?}") });
+        }
+        // The two-shot HB kernel keeps `ranks` shards of a round in the first half of the
+        // scratch: make the round a multiple of 16 x ranks.
+        let chunk_bytes = config.chunk_bytes - config.chunk_bytes % (16 * ranks);
+        let scratch = comm.register(comm.alloc(2 * chunk_bytes)?)?;
+        let layout = PacketLayout::new(config, ranks);
+        let packets = comm.alloc(layout.total_bytes as usize)?;
+        packets.fill(0, packets.len(), 0).map_err(gpu)?;
+        let packets = comm.register(packets)?;
+
+        let blocks = config.hb_blocks as usize;
+        let mut channels = Vec::new();
+        let mut channel_handles = vec![MemoryChannelDeviceHandle::default(); ranks];
+        let mut semaphores = Vec::new();
+        let mut semaphore_handles = vec![SemaphoreDeviceHandle::default(); ranks * blocks];
+        for peer in (0..ranks).filter(|&p| p != rank) {
+            let channel = comm.memory_channel(peer, &scratch, Some(&packets), MemoryChannelConfig::default())?;
+            channel_handles[peer] = channel.device_handle();
+            channels.push(channel);
+            for b in 0..blocks {
+                let s = comm.semaphore(peer, None)?;
+                semaphore_handles[peer * blocks + b] = s.device_handle();
+                semaphores.push(s);
+            }
+        }
+        let device = comm.device();
+        let table = |bytes: usize| DeviceMemory::alloc(device, bytes.max(1), AllocKind::Legacy).map_err(gpu);
+        let channel_table = table(size_of_val(channel_handles.as_slice()))?;
+        channel_table.write_pod(0, &channel_handles).map_err(gpu)?;
+        let semaphore_table = table(size_of_val(semaphore_handles.as_slice()))?;
+        semaphore_table.write_pod(0, &semaphore_handles).map_err(gpu)?;
+        let flags = table(4 * config.ll_blocks as usize)?;
+        flags.fill(0, flags.len(), 0).map_err(gpu)?;
+        comm.barrier()?;
+        let context = CollContext {
+            channels: channel_table.ptr(),
+            semaphores: semaphore_table.ptr(),
+            scratch: scratch.ptr(),
+            chunk_bytes: chunk_bytes as u64,
+            packets: packets.ptr(),
+            packet_half_bytes: layout.half_bytes,
+            packet_slot_bytes: layout.slot_bytes,
+            token_offset: layout.token_offset,
+            flags: flags.ptr(),
+            rank: rank as u32,
+            ranks: ranks as u32,
+            hb_blocks: config.hb_blocks,
+            p2p_blocks: p2p,
+        };
+        Ok(Self {
+            context,
+            _scratch: scratch,
+            _packets: packets,
+            _channel_table: channel_table,
+            _semaphore_table: semaphore_table,
+            _flags: flags,
+            _channels: channels,
+            _semaphores: semaphores,
+        })
+    }
+
+    /// What every collective kernel receives. Its addresses stay valid while `self` lives.
+    pub(crate) fn context(&self) -> CollContext {
+        self.context
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packet_layout_fits_two_halves_of_two_slots_per_rank_and_the_tokens() {
+        let config = CollConfig::default();
+        let l = PacketLayout::new(&config, 4);
+        assert_eq!(l.slot_bytes, 2 * config.ll_slot_bytes as u64);
+        assert_eq!(l.half_bytes, 8 * l.slot_bytes);
+        assert_eq!(l.total_bytes, 2 * l.half_bytes + 4 * 64 * 4);
+        for ranks in 1..=MAX_RANKS {
+            let k = p2p_blocks(config.hb_blocks, ranks);
+            assert!(2 * k <= config.hb_blocks && 2 * ranks as u32 * k <= config.hb_blocks, "{ranks} ranks");
+        }
+    }
+}

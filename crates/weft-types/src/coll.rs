@@ -1,0 +1,52 @@
+//! What collective kernels receive by value: the communicator's collective state and, for
+//! grouped send/receive, the plan of one launch.
+
+/// Most ranks a collective kernel handles (per-rank tables live in registers and in
+/// [`P2pPlan`]'s fixed arrays).
+pub const MAX_RANKS: usize = 8;
+
+device_structs! {
+    /// Collective state of one rank: device addresses of its tables and buffers and their
+    /// geometry. Every collective kernel takes it as its first argument.
+    struct CollContext align(8) size(88) {
+        /// `MemoryChannelDeviceHandle[ranks]` over the scratch and packet buffers (entry `rank` unused).
+        channels: u64 => "uint64_t",
+        /// `SemaphoreDeviceHandle[ranks * hb_blocks]`, entry `peer * hb_blocks + block`.
+        semaphores: u64 => "uint64_t",
+        /// This rank's registered scratch, `2 * chunk_bytes` long.
+        scratch: u64 => "uint64_t",
+        /// Half of the scratch length (the HB kernels' round size).
+        chunk_bytes: u64 => "uint64_t",
+        /// This rank's registered LL packet buffer.
+        packets: u64 => "uint64_t",
+        /// Bytes of one parity half of the packet buffer.
+        packet_half_bytes: u64 => "uint64_t",
+        /// Bytes of one packet region (slot) inside a half.
+        packet_slot_bytes: u64 => "uint64_t",
+        /// Offset of the LL tokens (`uint32_t[ll_blocks][ranks]`) in the packet buffer.
+        token_offset: u64 => "uint64_t",
+        /// `uint32_t[ll_blocks]`: the last LL flag each block used.
+        flags: u64 => "uint64_t",
+        /// This rank.
+        rank: u32 => "uint32_t",
+        /// Ranks of the communicator.
+        ranks: u32 => "uint32_t",
+        /// Blocks of every HB launch (the semaphore table's stride).
+        hb_blocks: u32 => "uint32_t",
+        /// Blocks of a send/receive launch per (peer, direction).
+        p2p_blocks: u32 => "uint32_t",
+    }
+
+    /// One grouped send/receive launch: per peer, what to send to it and where to receive from
+    /// it (zero bytes: nothing). Entry `rank` is a local copy from `send_ptr` to `recv_ptr`.
+    struct P2pPlan align(8) size(256) {
+        /// Source of the bytes sent to each peer.
+        send_ptr: [u64; 8] => "uint64_t[8]",
+        /// Bytes sent to each peer.
+        send_bytes: [u64; 8] => "uint64_t[8]",
+        /// Destination of the bytes received from each peer.
+        recv_ptr: [u64; 8] => "uint64_t[8]",
+        /// Bytes received from each peer.
+        recv_bytes: [u64; 8] => "uint64_t[8]",
+    }
+}

@@ -1,0 +1,210 @@
+//! What `weft bench` needs to know about each collective, in nccl-tests' conventions: how a
+//! size becomes buffer lengths and the call's count, the bus-bandwidth factor, where the
+//! in-place variant puts input and output, and which input element every output element must
+//! equal (the one definition the host check uses).
+
+use serde::{Deserialize, Serialize};
+
+/// The rank whose data a rooted collective (broadcast, reduce) starts from or ends at.
+pub const ROOT: u32 = 0;
+
+/// A collective `weft bench` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collective {
+    /// Every rank ends with the reduction of all inputs.
+    AllReduce,
+    /// Every rank ends with the concatenation of all inputs, in rank order.
+    AllGather,
+    /// Rank `r` ends with the reduction of block `r` of all inputs.
+    ReduceScatter,
+    /// Rank `r`'s output block `p` is rank `p`'s input block `r`.
+    AllToAll,
+    /// Every rank ends with the root's input.
+    Broadcast,
+    /// The root ends with the reduction of all inputs.
+    Reduce,
+    /// Every rank sends its input to the next rank and receives the previous rank's.
+    SendRecv,
+}
+
+/// Buffer lengths and call arguments of one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Elements of each rank's input.
+    pub send_count: usize,
+    /// Elements of each rank's output.
+    pub recv_count: usize,
+    /// The count passed to the call (nccl-tests' count column): per rank for allgather and
+    /// reducescatter, per peer for alltoall, the whole buffer otherwise.
+    pub count: usize,
+    /// Bytes of the larger buffer (nccl-tests' size column; algbw = bytes / time).
+    pub bytes: usize,
+}
+
+/// Where one output element's value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Bitwise element `index` of rank `rank`'s input.
+    Copy {
+        /// The rank whose input holds it.
+        rank: u32,
+        /// Its index in that input.
+        index: u64,
+    },
+    /// The reduction of element `index` of every rank's input.
+    Reduced {
+        /// Index in every input.
+        index: u64,
+    },
+}
+
+impl Collective {
+    /// Every collective, in the order `weft bench` lists them.
+    pub const ALL: [Collective; 7] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllToAll,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::SendRecv,
+    ];
+
+    /// Lower-case name (`allreduce`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "allreduce",
+            Collective::AllGather => "allgather",
+            Collective::ReduceScatter => "reducescatter",
+            Collective::AllToAll => "alltoall",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::SendRecv => "sendrecv",
+        }
+    }
+
+    /// Parses a name; `all_reduce`, `all-reduce` and `AllReduce` are accepted too.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let key: String = s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|c| c.name() == key).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|c| c.name()).collect();
+            format!("unknown collective {s:?} (one of {})", names.join(", "))
+        })
+    }
+
+    /// Whether the collective applies the reduction operator.
+    pub fn reduces(self) -> bool {
+        matches!(self, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
+    }
+
+    /// nccl-tests' bus-bandwidth factor for `ranks` ranks (busbw = algbw × factor).
+    pub fn bus_factor(self, ranks: usize) -> f64 {
+        let n = ranks.max(1) as f64;
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => (n - 1.0) / n,
+            Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
+        }
+    }
+
+    /// The shape of a row of `bytes` requested bytes, as nccl-tests rounds it; `None` when it
+    /// holds no element (per rank or per peer).
+    pub fn shape(self, bytes: usize, elt: usize, ranks: usize) -> Option<Shape> {
+        let total = bytes / elt.max(1);
+        let n = ranks.max(1);
+        let (send_count, recv_count, count) = match self {
+            Collective::AllGather => (total / n, total / n * n, total / n),
+            Collective::ReduceScatter => (total / n * n, total / n, total / n),
+            Collective::AllToAll => (total / n * n, total / n * n, total / n),
+            _ => (total, total, total),
+        };
+        (count > 0).then_some(Shape { send_count, recv_count, count, bytes: send_count.max(recv_count) * elt })
+    }
+
+    /// Whether weft and NCCL can run it with input and output in one buffer.
+    pub fn has_in_place(self) -> bool {
+        // AllToAll in place is not supported; SendRecv in place would read a buffer while the
+        // previous rank overwrites it.
+        !matches!(self, Collective::AllToAll | Collective::SendRecv)
+    }
+
+    /// In place, the byte offsets of the input and of the output inside the one buffer
+    /// (nccl-tests: allgather's input is the rank's block of the output, reducescatter's
+    /// output the rank's block of the input).
+    pub fn in_place_offsets(self, shape: &Shape, elt: usize, rank: u32) -> (usize, usize) {
+        let r = rank as usize;
+        match self {
+            Collective::AllGather => (r * shape.send_count * elt, 0),
+            Collective::ReduceScatter => (0, r * shape.recv_count * elt),
+            _ => (0, 0),
+        }
+    }
+
+    /// Whether `rank`'s output is defined (reduce: only the root's).
+    pub fn has_output(self, rank: u32) -> bool {
+        self != Collective::Reduce || rank == ROOT
+    }
+
+    /// Whether every rank's output must be bitwise the same.
+    pub fn same_output_everywhere(self) -> bool {
+        matches!(self, Collective::AllReduce | Collective::AllGather | Collective::Broadcast)
+    }
+
+    /// Where element `index` of `rank`'s output comes from.
+    pub fn source(self, shape: &Shape, rank: u32, ranks: u32, index: u64) -> Source {
+        let block = shape.count as u64;
+        match self {
+            Collective::AllReduce | Collective::Reduce => Source::Reduced { index },
+            Collective::AllGather => Source::Copy { rank: (index / block) as u32, index: index % block },
+            Collective::ReduceScatter => Source::Reduced { index: u64::from(rank) * block + index },
+            Collective::AllToAll => {
+                Source::Copy { rank: (index / block) as u32, index: u64::from(rank) * block + index % block }
+            }
+            Collective::Broadcast => Source::Copy { rank: ROOT, index },
+            Collective::SendRecv => Source::Copy { rank: (rank + ranks - 1) % ranks, index },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_aliases_parse() {
+        for c in Collective::ALL {
+            assert_eq!(Collective::parse(c.name()).unwrap(), c);
+            assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.name()));
+        }
+        assert_eq!(Collective::parse("all_gather").unwrap(), Collective::AllGather);
+        assert_eq!(Collective::parse("Reduce-Scatter").unwrap(), Collective::ReduceScatter);
+        assert!(Collective::parse("gather").is_err());
+    }
+
+    #[test]
+    fn shapes_follow_nccl_tests() {
+        // 1000 bytes of f32 on 3 ranks: 250 elements, 83 per rank.
+        let s = |c: Collective| c.shape(1000, 4, 3).unwrap();
+        assert_eq!(s(Collective::AllReduce), Shape { send_count: 250, recv_count: 250, count: 250, bytes: 1000 });
+        assert_eq!(s(Collective::AllGather), Shape { send_count: 83, recv_count: 249, count: 83, bytes: 996 });
+        assert_eq!(s(Collective::ReduceScatter), Shape { send_count: 249, recv_count: 83, count: 83, bytes: 996 });
+        assert_eq!(s(Collective::AllToAll), Shape { send_count: 249, recv_count: 249, count: 83, bytes: 996 });
+        assert_eq!(s(Collective::SendRecv).count, 250);
+        assert_eq!(Collective::AllGather.shape(8, 4, 4), None);
+        assert_eq!(Collective::Broadcast.shape(3, 4, 4), None);
+        assert_eq!(Collective::AllGather.in_place_offsets(&s(Collective::AllGather), 4, 2), (2 * 83 * 4, 0));
+        assert_eq!(Collective::ReduceScatter.in_place_offsets(&s(Collective::ReduceScatter), 4, 2), (0, 2 * 83 * 4));
+    }
+
+    #[test]
+    fn bus_factors_follow_nccl_tests() {
+        assert_eq!(Collective::AllReduce.bus_factor(4), 1.5);
+        assert_eq!(Collective::AllGather.bus_factor(4), 0.75);
+        assert_eq!(Collective::ReduceScatter.bus_factor(4), 0.75);
+        assert_eq!(Collective::AllToAll.bus_factor(4), 0.75);
+        assert_eq!(Collective::Broadcast.bus_factor(4), 1.0);
+        assert_eq!(Collective::Reduce.bus_factor(4), 1.0);
+        assert_eq!(Collective::SendRecv.bus_factor(4), 1.0);
+    }
+}

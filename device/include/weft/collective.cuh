@@ -1,0 +1,202 @@
+// Building blocks of weft's collective kernels (device/kernels/*.cu), shared by every
+// collective so each kernel states only its data movement.
+//
+// Two protocols share one communicator's state (CollContext):
+//
+//   LL  (small messages) Payload travels as LL16 packets into the receiver's packet buffer; the
+//       packets' flags are the only synchronisation. The buffer has two halves chosen by flag
+//       parity. Every LL launch uses the same grid, and block b of every rank handles the same
+//       packet range, so per-block flags advance in lockstep on every rank. A rooted LL kernel
+//       (broadcast, reduce) lets a rank run ahead of a peer that never answers it, so every LL
+//       launch ends by writing a token (its flag) into each peer's buffer, and begins by
+//       waiting until each peer's token shows it has finished the launch before last: only
+//       then may this launch overwrite the half that launch used.
+//   HB  (large messages) Bulk copies through the peers' registered scratch, ordered by per
+//       (peer, block) semaphores. Every HB launch uses the same grid and begins with a barrier
+//       on every (peer, block) semaphore, so it never writes into a scratch that a peer's
+//       earlier kernel may still read; block b of every rank handles the same sub-slices.
+#pragma once
+#include "weft/weft.cuh"
+
+namespace weft {
+namespace coll {
+
+/// Most ranks a collective handles: the extent of P2pPlan's per-peer arrays.
+constexpr uint32_t MAX_RANKS = sizeof(P2pPlan::send_ptr) / sizeof(uint64_t);
+
+__device__ __forceinline__ uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ uint64_t round_up16(uint64_t x) { return (x + 15) & ~uint64_t(15); }
+__device__ __forceinline__ uint64_t div_ceil(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+__device__ __forceinline__ const MemoryChannelDeviceHandle& channel(const CollContext& c, uint32_t peer) {
+  return reinterpret_cast<const MemoryChannelDeviceHandle*>(c.channels)[peer];
+}
+
+/// Rank r's scratch as this GPU sees it (its own, or the peer mapping).
+__device__ __forceinline__ char* scratch_of(const CollContext& c, uint32_t r) {
+  return r == c.rank ? reinterpret_cast<char*>(c.scratch) : reinterpret_cast<char*>(channel(c, r).dst);
+}
+
+/// The semaphore this rank shares with `peer` for HB block `block`.
+__device__ __forceinline__ const SemaphoreDeviceHandle& semaphore(const CollContext& c, uint32_t peer,
+                                                                  uint32_t block) {
+  return reinterpret_cast<const SemaphoreDeviceHandle*>(c.semaphores)[peer * c.hb_blocks + block];
+}
+
+// ---------------------------------------------------------------------------------------------
+// LL
+
+using LlPacket = typename Ll16::Packet;
+
+/// One LL launch of one block: its flag and the packet-buffer half the flag selects.
+struct LlRound {
+  uint32_t flag;
+  uint64_t half;
+};
+
+/// Tokens of this block inside a packet buffer: `uint32_t[ranks]`, entry r written by rank r.
+__device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t buffer) {
+  return reinterpret_cast<uint32_t*>(buffer + c.token_offset) + static_cast<uint64_t>(blockIdx.x) * c.ranks;
+}
+
+/// Starts this block's LL launch: takes the next flag and waits (bounded) until every peer has
+/// finished reading the launch before last. Called by: every thread of the block. False (for
+/// every thread) on timeout.
+__device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round) {
+  round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
+  round.half = (round.flag & 1u) * c.packet_half_bytes;
+  bool ok = true;
+  const uint32_t t = threadIdx.x;
+  if (t < c.ranks && t != c.rank && round.flag > 2u) {
+    const uint32_t* token = ll_tokens(c, c.packets) + t;
+    const uint32_t want = round.flag - 2u;
+    uint32_t seen = 0;
+    Spin spin;
+    // Signed distance: correct across the 32-bit wrap of the flags.
+    while (static_cast<int32_t>((seen = ptx::ld_volatile_u32(token)) - want) < 0) {
+      if (spin.expired(channel(c, t).semaphore.wait)) {
+        report_timeout(channel(c, t).semaphore.wait, WaitOp::LlToken, want, seen);
+        ok = false;
+        break;
+      }
+    }
+  }
+  return __syncthreads_and(ok);
+}
+
+/// Ends this block's LL launch: tells every peer it is done reading, and records the flag.
+/// Called by: every thread of the block.
+__device__ __forceinline__ void ll_round_end(const CollContext& c, const LlRound& round) {
+  __syncthreads();
+  const uint32_t t = threadIdx.x;
+  if (t < c.ranks && t != c.rank) {
+    uint32_t* token = ll_tokens(c, channel(c, t).remote_packet_buffer) + c.rank;
+    ptx::st_volatile_u32(token, round.flag);
+  }
+  ll_flag_end(reinterpret_cast<uint32_t*>(c.flags) + blockIdx.x, round.flag);
+}
+
+/// This block's share `[lo, hi)` of the packets of a message of `packets` packets.
+struct LlRange {
+  uint64_t lo, hi;
+  __device__ __forceinline__ explicit LlRange(uint64_t packets) {
+    const uint64_t per_block = div_ceil(packets, gridDim.x);
+    lo = min_u64(per_block * blockIdx.x, packets);
+    hi = min_u64(lo + per_block, packets);
+  }
+};
+
+/// Payload bytes of packet j of a `len`-byte message.
+__device__ __forceinline__ uint32_t packet_valid(uint64_t len, uint64_t j) {
+  return static_cast<uint32_t>(min_u64(Ll16::kPayloadBytes, len - j * Ll16::kPayloadBytes));
+}
+
+/// Packet j of slot `slot` of the given half of a packet buffer.
+__device__ __forceinline__ LlPacket* packet_at(const CollContext& c, uint64_t buffer, const LlRound& round,
+                                               uint32_t slot, uint64_t j) {
+  return reinterpret_cast<LlPacket*>(buffer + round.half + slot * c.packet_slot_bytes) + j;
+}
+
+/// Writes this block's packets of the `len` bytes at `src` into slot `slot` of every peer p
+/// with `to(p)`. Called by: every thread of the block.
+template <typename To>
+__device__ __forceinline__ void ll_put(const CollContext& c, const LlRound& round, uint32_t slot, const char* src,
+                                       uint64_t len, const LlRange& range, To to) {
+  for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * Ll16::kPayloadBytes < len; j += blockDim.x) {
+    uint32_t w[2];
+    detail::load_words<2>(src + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
+    for (uint32_t k = 1; k < c.ranks; ++k) {
+      const uint32_t peer = (c.rank + k) % c.ranks;
+      if (to(peer)) Ll16::write(packet_at(c, channel(c, peer).remote_packet_buffer, round, slot, j), w, round.flag);
+    }
+  }
+}
+
+/// Spins (bounded) until packet `src` carries the round's flag. False on timeout.
+__device__ __forceinline__ bool ll_read(const LlPacket* src, const LlRound& round, const WaitContext& ctx,
+                                        uint32_t (&w)[2]) {
+  uint32_t seen = 0;
+  Spin spin;
+  while (!Ll16::try_read(src, round.flag, w, seen)) {
+    if (spin.expired(ctx)) {
+      report_timeout(ctx, Ll16::kReadOp, round.flag, seen);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Waits for this block's packets of a `len`-byte message from `peer` in slot `slot` of the
+/// local buffer and stores their payload at `dst`. Called by: every thread. False on timeout.
+__device__ __forceinline__ bool ll_get(const CollContext& c, const LlRound& round, uint32_t peer, uint32_t slot,
+                                       char* dst, uint64_t len, const LlRange& range) {
+  for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * Ll16::kPayloadBytes < len; j += blockDim.x) {
+    uint32_t w[2];
+    if (!ll_read(packet_at(c, c.packets, round, slot, j), round, channel(c, peer).semaphore.wait, w)) return false;
+    detail::store_words<2>(dst + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
+  }
+  return true;
+}
+
+/// Copies this block's packet range of a `len`-byte message locally (a rank's own part).
+__device__ __forceinline__ void ll_copy_local(char* dst, const char* src, uint64_t len, const LlRange& range) {
+  const uint64_t lo = min_u64(range.lo * Ll16::kPayloadBytes, len);
+  const uint64_t hi = min_u64(range.hi * Ll16::kPayloadBytes, len);
+  if (dst != src && hi > lo) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HB
+
+/// Barrier of this block with the same block of every peer: one thread per peer signals
+/// (release) then waits (acquire). Called by: every thread. False (for every thread) on timeout.
+__device__ __forceinline__ bool hb_barrier(const CollContext& c) {
+  __syncthreads();
+  bool ok = true;
+  const uint32_t t = threadIdx.x;
+  if (t < c.ranks && t != c.rank) {
+    const SemaphoreDeviceHandle& s = semaphore(c, t, blockIdx.x);
+    semaphore_signal(s);
+    ok = semaphore_wait(s);
+  }
+  return __syncthreads_and(ok);
+}
+
+/// One HB round of `bytes` split into `parts` 16-byte-aligned shards, each split into one
+/// sub-slice per block: this block's sub-slice of shard d is `[lo(d), hi(d))`.
+struct Shards {
+  uint64_t bytes, shard, sub;
+  __device__ __forceinline__ Shards(uint64_t bytes_, uint32_t parts)
+      : bytes(bytes_), shard(round_up16(div_ceil(bytes_, parts))), sub(round_up16(div_ceil(shard, gridDim.x))) {}
+  __device__ __forceinline__ uint64_t end(uint32_t d) const { return min_u64((d + 1) * shard, bytes); }
+  __device__ __forceinline__ uint64_t lo(uint32_t d) const { return min_u64(d * shard + blockIdx.x * sub, end(d)); }
+  __device__ __forceinline__ uint64_t hi(uint32_t d) const { return min_u64(lo(d) + sub, end(d)); }
+};
+
+/// Block-cooperative copy of `[lo, hi)` from `src` to `dst` (both offset by lo).
+__device__ __forceinline__ void copy_range(char* dst, const char* src, uint64_t lo, uint64_t hi) {
+  if (hi > lo && dst != src) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);
+}
+
+}  // namespace coll
+}  // namespace weft

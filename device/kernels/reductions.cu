@@ -1,0 +1,273 @@
+// The reducing collectives. Compiled once per (WEFT_DTYPE, WEFT_REDOP) pair (DataType /
+// ReduceOp values), so every kernel is specialised for its element type and operator. Every
+// result is folded in rank order, so all ranks get bitwise identical results, run after run.
+// Protocols (LL, HB) and their invariants: weft/collective.cuh.
+//
+//   weft_allreduce_ll       one-shot: every rank sends its whole input to every peer as
+//                           packets and reduces all ranks' packets.
+//   weft_allreduce_ll2      two-shot: scatter shards as packets, each rank reduces its shard
+//                           and sends the result as packets to every peer.
+//   weft_allreduce_hb       two-shot through scratch, push only (NVLink stores): shard d of
+//                           every input goes into rank d's scratch, rank d reduces it (local
+//                           reads) and stores the result into every rank's result region.
+//   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
+//   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
+//   weft_reduce_ll          every rank sends its input to the root as packets.
+//   weft_reduce_hb          the two-shot HB whose results go to the root only.
+#include "weft/collective.cuh"
+#include "weft/elementwise.cuh"
+
+using namespace weft;
+using namespace weft::coll;
+
+constexpr DataType kType = static_cast<DataType>(WEFT_DTYPE);
+constexpr ReduceOp kOp = static_cast<ReduceOp>(WEFT_REDOP);
+using Elem = Element<kType>;
+using T = typename Elem::T;
+using Acc = typename Elem::Acc;
+
+constexpr uint32_t kEveryRank = 0xffffffffu;
+
+// ---------------------------------------------------------------------------------------------
+// LL
+
+/// Reduces this block's packets of a `len`-byte shard in rank order: this rank's words come
+/// from `mine`, rank r's from slot `first_slot + r` of the local packet buffer. `emit(j, valid,
+/// words)` consumes each result packet. Called by: every thread. False on timeout.
+template <typename Emit>
+__device__ __forceinline__ bool ll_reduce(const CollContext& c, const LlRound& round, uint32_t first_slot,
+                                          const char* mine, uint64_t len, const LlRange& range, Emit emit) {
+  using R = Reducer<kType, kOp, 8>;
+  for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * 8 < len; j += blockDim.x) {
+    Acc acc[R::kElems];
+    for (uint32_t r = 0; r < c.ranks; ++r) {
+      uint32_t w[2];
+      if (r == c.rank) {
+        detail::load_words<2>(mine + j * 8, packet_valid(len, j), w);
+      } else if (!ll_read(packet_at(c, c.packets, round, first_slot + r, j), round, channel(c, r).semaphore.wait, w)) {
+        return false;
+      }
+      if (r == 0) {
+        R::start(acc, w);
+      } else {
+        R::fold(acc, w);
+      }
+    }
+    uint32_t out[2];
+    R::finish(acc, c.ranks, out);
+    emit(j, packet_valid(len, j), out);
+  }
+  return true;
+}
+
+/// A `store` emitter: result packet j goes to `dst + 8j`.
+struct StoreTo {
+  char* dst;
+  __device__ __forceinline__ void operator()(uint64_t j, uint32_t valid, const uint32_t (&w)[2]) const {
+    detail::store_words<2>(dst + j * 8, valid, w);
+  }
+};
+
+__device__ __forceinline__ auto every_peer() {
+  return [](uint32_t) { return true; };
+}
+__device__ __forceinline__ auto only(uint32_t d) {
+  return [d](uint32_t p) { return p == d; };
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+    weft_allreduce_ll(CollContext c, const char* input, char* output, uint64_t bytes) {
+  LlRound round;
+  if (!ll_round_begin(c, round)) return;
+  const LlRange range(packet_count<Ll16>(bytes));
+  ll_put(c, round, c.rank, input, bytes, range, every_peer());
+  ll_reduce(c, round, 0, input, bytes, range, StoreTo{output});
+  ll_round_end(c, round);
+}
+
+// Shard d: bytes [d * shard, d * shard + len(d)) with shard a multiple of 8; slots [0, ranks)
+// carry the scattered inputs, slots [ranks, 2 ranks) the reduced shards.
+extern "C" __global__ void __launch_bounds__(512)
+    weft_allreduce_ll2(CollContext c, const char* input, char* output, uint64_t bytes) {
+  LlRound round;
+  if (!ll_round_begin(c, round)) return;
+  const uint64_t shard = (div_ceil(bytes, c.ranks) + 7) & ~uint64_t(7);
+  const LlRange range(shard / 8);
+  auto len = [&](uint32_t d) { return bytes > d * shard ? min_u64(shard, bytes - d * shard) : 0; };
+  for (uint32_t k = 1; k < c.ranks; ++k) {
+    const uint32_t d = (c.rank + k) % c.ranks;
+    ll_put(c, round, c.rank, input + d * shard, len(d), range, only(d));
+  }
+  char* mine = output + c.rank * shard;
+  auto keep_and_send = [&](uint64_t j, uint32_t valid, const uint32_t (&w)[2]) {
+    detail::store_words<2>(mine + j * 8, valid, w);
+    for (uint32_t k = 1; k < c.ranks; ++k) {
+      const uint32_t peer = (c.rank + k) % c.ranks;
+      Ll16::write(packet_at(c, channel(c, peer).remote_packet_buffer, round, c.ranks + c.rank, j), w, round.flag);
+    }
+  };
+  bool ok = ll_reduce(c, round, 0, input + c.rank * shard, len(c.rank), range, keep_and_send);
+  for (uint32_t k = 1; k < c.ranks && ok; ++k) {
+    const uint32_t d = (c.rank + k) % c.ranks;
+    ok = ll_get(c, round, d, c.ranks + d, output + d * shard, len(d), range);
+  }
+  ll_round_end(c, round);
+}
+
+// Shard d is block d of the input (`shard_bytes` each); the result is this rank's shard.
+extern "C" __global__ void __launch_bounds__(512)
+    weft_reduce_scatter_ll(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
+  LlRound round;
+  if (!ll_round_begin(c, round)) return;
+  const LlRange range(packet_count<Ll16>(shard_bytes));
+  for (uint32_t k = 1; k < c.ranks; ++k) {
+    const uint32_t d = (c.rank + k) % c.ranks;
+    ll_put(c, round, c.rank, input + d * shard_bytes, shard_bytes, range, only(d));
+  }
+  ll_reduce(c, round, 0, input + c.rank * shard_bytes, shard_bytes, range, StoreTo{output});
+  ll_round_end(c, round);
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+    weft_reduce_ll(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  LlRound round;
+  if (!ll_round_begin(c, round)) return;
+  const LlRange range(packet_count<Ll16>(bytes));
+  if (c.rank != root) {
+    ll_put(c, round, c.rank, input, bytes, range, only(root));
+  } else {
+    ll_reduce(c, round, 0, input, bytes, range, StoreTo{output});
+  }
+  ll_round_end(c, round);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HB
+
+/// Stores one 16-byte result vector at `dst`, which may be unaligned (user buffers).
+__device__ __forceinline__ void store16(char* dst, const uint32_t (&w)[4]) {
+  if ((reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    detail::store_words<4>(dst, 16, w);
+  }
+}
+
+/// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order: rank r's copy is at `in[r] + lo`
+/// (16-aligned), the result goes to `out[k] + lo` for k < nout, the first rank's output first.
+__device__ __forceinline__ void reduce_range(const char* const* in, char* const* out,
+                                             uint32_t nout, uint32_t ranks, uint64_t lo, uint64_t hi) {
+  using R = Reducer<kType, kOp, 16>;
+  const uint64_t vectors = (hi - lo) / 16;
+  for (uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    const uint64_t at = lo + v * 16;
+    Acc acc[R::kElems];
+    uint4 x[MAX_RANKS];
+    // Issue every rank's load before reducing.
+#pragma unroll
+    for (uint32_t r = 0; r < MAX_RANKS; ++r) {
+      if (r < ranks) x[r] = *reinterpret_cast<const uint4*>(in[r] + at);
+    }
+    for (uint32_t r = 0; r < ranks; ++r) {
+      const uint32_t(&w)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&x[r]);
+      if (r == 0) {
+        R::start(acc, w);
+      } else {
+        R::fold(acc, w);
+      }
+    }
+    uint32_t res[4];
+    R::finish(acc, ranks, res);
+    for (uint32_t k = 0; k < nout; ++k) store16(out[k] + at, res);
+  }
+  // Tail: whole elements after the last full vector.
+  for (uint64_t at = lo + vectors * 16 + threadIdx.x * sizeof(T); at < hi; at += blockDim.x * sizeof(T)) {
+    T v;
+    memcpy(&v, in[0] + at, sizeof(T));
+    Acc acc = Elem::widen(v);
+    for (uint32_t r = 1; r < ranks; ++r) {
+      memcpy(&v, in[r] + at, sizeof(T));
+      acc = Combine<kOp>::apply(acc, Elem::widen(v));
+    }
+    const T res = Elem::narrow(Combine<kOp>::finish(acc, ranks));
+    for (uint32_t k = 0; k < nout; ++k) memcpy(out[k] + at, &res, sizeof(T));
+  }
+}
+
+/// Two-shot through scratch, in rounds of `chunk_bytes`. Scratch of every rank: [slots: ranks
+/// x shard | results: chunk_bytes] (chunk_bytes is a multiple of 16 x ranks, so the slots fit).
+/// Per round: (A) push this block's sub-slice of shard d of the input into slot `rank` of rank
+/// d; barrier; (B) reduce the sub-slice of my shard from my slots into the result region of
+/// every rank (`root == kEveryRank`) or of the root; barrier; (C) ranks with results copy them
+/// out. The next round's, or the next kernel's, first barrier protects the scratch.
+__device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* input, char* output, uint64_t bytes,
+                                            uint32_t root) {
+  if (!hb_barrier(c)) return;
+  const uint32_t ranks = c.ranks, rank = c.rank;
+  char* results[MAX_RANKS];
+  uint32_t nout = 0;
+  for (uint32_t k = 0; k < ranks; ++k) {
+    const uint32_t r = (rank + k) % ranks;
+    if (root == kEveryRank || r == root) results[nout++] = scratch_of(c, r) + c.chunk_bytes;
+  }
+  const bool receives = root == kEveryRank || rank == root;
+  for (uint64_t first = 0; first < bytes; first += c.chunk_bytes) {
+    const Shards s(min_u64(c.chunk_bytes, bytes - first), ranks);
+    for (uint32_t k = 0; k < ranks; ++k) {
+      const uint32_t d = (rank + k) % ranks;
+      const uint64_t lo = s.lo(d), hi = s.hi(d);
+      if (hi > lo) {
+        copy_bytes(scratch_of(c, d) + rank * s.shard + (lo - d * s.shard), input + first + lo, hi - lo, threadIdx.x,
+                   blockDim.x);
+      }
+    }
+    if (!hb_barrier(c)) return;
+    if (s.hi(rank) > s.lo(rank)) {
+      const char* in[MAX_RANKS];
+      for (uint32_t r = 0; r < ranks; ++r) {
+        in[r] = reinterpret_cast<const char*>(c.scratch) + r * s.shard - static_cast<uint64_t>(rank) * s.shard;
+      }
+      reduce_range(in, results, nout, ranks, s.lo(rank), s.hi(rank));
+    }
+    if (!hb_barrier(c)) return;
+    if (receives) {
+      const char* result = reinterpret_cast<const char*>(c.scratch) + c.chunk_bytes;
+      for (uint32_t d = 0; d < ranks; ++d) copy_range(output + first, result, s.lo(d), s.hi(d));
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_allreduce_hb(CollContext c, const char* input, char* output, uint64_t bytes) {
+  two_shot_hb(c, input, output, bytes, kEveryRank);
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_reduce_hb(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  two_shot_hb(c, input, output, bytes, root);
+}
+
+/// Reduce-scatter through scratch in rounds: each shard contributes `slot` bytes per round,
+/// pushed into slot `rank` of its owner; the owner reduces its slots straight into its output.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_reduce_scatter_hb(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
+  const uint32_t ranks = c.ranks, rank = c.rank;
+  const uint64_t slot = (2 * c.chunk_bytes / ranks) & ~uint64_t(15);
+  for (uint64_t first = 0; first < shard_bytes; first += slot) {
+    if (!hb_barrier(c)) return;
+    const Shards s(min_u64(slot, shard_bytes - first), 1);
+    const uint64_t lo = s.lo(0), hi = s.hi(0);
+    for (uint32_t k = 0; k < ranks && hi > lo; ++k) {
+      const uint32_t d = (rank + k) % ranks;
+      copy_bytes(scratch_of(c, d) + rank * slot + lo, input + d * shard_bytes + first + lo, hi - lo, threadIdx.x,
+                 blockDim.x);
+    }
+    if (!hb_barrier(c)) return;
+    if (hi > lo) {
+      const char* in[MAX_RANKS];
+      for (uint32_t r = 0; r < ranks; ++r) in[r] = reinterpret_cast<const char*>(c.scratch) + r * slot;
+      char* const out[MAX_RANKS] = {output + first};
+      reduce_range(in, out, 1, ranks, lo, hi);
+    }
+  }
+}
