@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every collective on every visible GPU against NCCL in the same run (bf16 sum, CUDA graph):
 #   scripts/bench-collectives.sh check   odd element counts, every element checked (weft and NCCL)
-#   scripts/bench-collectives.sh perf    1 KB .. 1 GB, factor 2, timing only
+#   scripts/bench-collectives.sh perf    1 KB .. 1 GB, factor ${FACTOR:-2}, timing only
 #   scripts/bench-collectives.sh types   the type x operator matrix of the reducing collectives
 # Tables, JSON and plots go to ${OUT:-out}/. Extra arguments go to every `weft bench`.
 set -uo pipefail
@@ -24,7 +24,7 @@ case "$mode" in
     done ;;
   perf)
     for c in $collectives; do
-      timeout 300 "$weft" bench "$c" -b 1K -e 1G -f 2 --graph --nccl --json "$out/$c.json" --plot "$out/$c.png" "$@" \
+      timeout 300 "$weft" bench "$c" -b 1K -e 1G -f "${FACTOR:-2}" --graph --nccl --json "$out/$c.json" --plot "$out/$c.png" "$@" \
         > "$out/$c.txt" 2>&1
       summary "perf $c" $? "$out/$c.txt"
     done ;;

@@ -37,7 +37,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const uint64_t slot = (2 * c.chunk_bytes / ranks) & ~uint64_t(15);
   for (uint64_t first = 0; first < block_bytes; first += slot) {
     if (!hb_barrier(c)) return;
-    const Shards s(min_u64(slot, block_bytes - first), 1);
+    const Shards s(min_u64(slot, block_bytes - first), round_capacity(block_bytes, slot), 1);
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 1; k < ranks; ++k) {
       const uint32_t d = (rank + k) % ranks;
@@ -74,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     weft_broadcast_hb(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
   const uint32_t ranks = c.ranks, rank = c.rank;
   if (ranks == 1) {
-    const Shards s(bytes, 1);
+    const Shards s(bytes, bytes, 1);
     copy_range(output, input, s.lo(0), s.hi(0));
     return;
   }
@@ -85,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const uint64_t round_bytes = (2 * c.chunk_bytes) & ~uint64_t(15);
   for (uint64_t first = 0; first < bytes; first += round_bytes) {
     if (!hb_barrier(c)) return;
-    const Shards s(min_u64(round_bytes, bytes - first), owners);
+    const Shards s(min_u64(round_bytes, bytes - first), round_capacity(bytes, round_bytes), owners);
     if (rank == root) {
       for (uint32_t i = 0; i < owners; ++i) {
         copy_range(scratch_of(c, owner(i)), input + first, s.lo(i), s.hi(i));
@@ -141,7 +141,8 @@ extern "C" __global__ void __launch_bounds__(1024) weft_p2p(CollContext c, P2pPl
   for (uint64_t h = 0; h < halves; ++h) {
     const uint64_t first = h * half;
     const uint64_t n = min_u64(half, bytes - first);
-    const uint64_t sub = round_up16(div_ceil(n, blocks));
+    // Sub-slices sized from a full half (see Shards): block j owns the same ranges every half.
+    const uint64_t sub = round_up16(div_ceil(round_capacity(bytes, half), blocks));
     const uint64_t lo = min_u64(j * sub, n), hi = min_u64(lo + sub, n);
     char* window = box + (h % 2) * half;
     bool ok = true;

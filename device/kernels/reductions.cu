@@ -212,7 +212,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
   }
   const bool receives = root == kEveryRank || rank == root;
   for (uint64_t first = 0; first < bytes; first += c.chunk_bytes) {
-    const Shards s(min_u64(c.chunk_bytes, bytes - first), ranks);
+    const Shards s(min_u64(c.chunk_bytes, bytes - first), round_capacity(bytes, c.chunk_bytes), ranks);
     for (uint32_t k = 0; k < ranks; ++k) {
       const uint32_t d = (rank + k) % ranks;
       const uint64_t lo = s.lo(d), hi = s.hi(d);
@@ -248,26 +248,30 @@ extern "C" __global__ void __launch_bounds__(1024)
 }
 
 /// Reduce-scatter through scratch in rounds: each shard contributes `slot` bytes per round,
-/// pushed into slot `rank` of its owner; the owner reduces its slots straight into its output.
+/// pushed into slot `rank` of its owner (slots fill the first half of the scratch); the owner
+/// reduces its slots into its result region (the second half, 16-byte aligned like the slots)
+/// and copies that out, so the vector path never depends on the user buffer's alignment.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_reduce_scatter_hb(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
   const uint32_t ranks = c.ranks, rank = c.rank;
-  const uint64_t slot = (2 * c.chunk_bytes / ranks) & ~uint64_t(15);
+  const uint64_t slot = (c.chunk_bytes / ranks) & ~uint64_t(15);
+  char* result = reinterpret_cast<char*>(c.scratch) + c.chunk_bytes;
   for (uint64_t first = 0; first < shard_bytes; first += slot) {
     if (!hb_barrier(c)) return;
-    const Shards s(min_u64(slot, shard_bytes - first), 1);
+    const Shards s(min_u64(slot, shard_bytes - first), round_capacity(shard_bytes, slot), 1);
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 0; k < ranks && hi > lo; ++k) {
       const uint32_t d = (rank + k) % ranks;
-      copy_bytes(scratch_of(c, d) + rank * slot + lo, input + d * shard_bytes + first + lo, hi - lo, threadIdx.x,
-                 blockDim.x);
+      copy_range(scratch_of(c, d) + rank * slot, input + d * shard_bytes + first, lo, hi);
     }
     if (!hb_barrier(c)) return;
     if (hi > lo) {
       const char* in[MAX_RANKS];
       for (uint32_t r = 0; r < ranks; ++r) in[r] = reinterpret_cast<const char*>(c.scratch) + r * slot;
-      char* const out[MAX_RANKS] = {output + first};
+      char* const out[MAX_RANKS] = {result};
       reduce_range(in, out, 1, ranks, lo, hi);
+      __syncthreads();
+      copy_range(output + first, result, lo, hi);
     }
   }
 }

@@ -50,8 +50,9 @@ struct Inner {
     local_peer_devices: Vec<Device>,
     /// Why each rank's memory cannot be mapped here (None: it can).
     unreachable: Vec<Option<String>>,
-    /// Cross-process mappings, keyed by (owner rank, owner base address).
-    imports: Mutex<HashMap<(usize, u64), Arc<ImportedMemory>>>,
+    /// Cross-process mappings, keyed by (owner rank, owner base address, export identity): an
+    /// address the owner freed and allocated again is a new export, never the old mapping.
+    imports: Mutex<HashMap<(usize, u64, u64), Arc<ImportedMemory>>>,
 }
 
 impl fmt::Debug for Communicator {
@@ -235,7 +236,14 @@ impl Communicator {
             // Same process: the owner granted our device access at registration.
             return Ok(RemoteMemory::new(d.base + d.offset, len, peer, None));
         }
-        let key = (peer, d.base);
+        let identity = match &d.handle {
+            MemoryHandle::PosixFd { export_id, .. } => *export_id,
+            // A legacy IPC handle names one allocation; fold its bytes (FNV-1a) into the key.
+            MemoryHandle::Legacy(h) => {
+                h.0.iter().fold(0xcbf2_9ce4_8422_2325u64, |x, &b| (x ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+            }
+        };
+        let key = (peer, d.base, identity);
         if let Some(mapping) = lock(&i.imports).get(&key) {
             return Ok(RemoteMemory::new(mapping.ptr() + d.offset, len, peer, Some(Arc::clone(mapping))));
         }

@@ -183,15 +183,22 @@ __device__ __forceinline__ bool hb_barrier(const CollContext& c) {
 }
 
 /// One HB round of `bytes` split into `parts` 16-byte-aligned shards, each split into one
-/// sub-slice per block: this block's sub-slice of shard d is `[lo(d), hi(d))`.
+/// sub-slice per block: this block's sub-slice of shard d is `[lo(d), hi(d))`. The geometry
+/// comes from `capacity`, the size of a full round, not from this round's `bytes`: block b then
+/// owns the same byte ranges in every round of a launch, which is what lets per-block barriers
+/// order one round's reads before the next round's writes (a short last round simply leaves
+/// the tail of the ranges empty).
 struct Shards {
   uint64_t bytes, shard, sub;
-  __device__ __forceinline__ Shards(uint64_t bytes_, uint32_t parts)
-      : bytes(bytes_), shard(round_up16(div_ceil(bytes_, parts))), sub(round_up16(div_ceil(shard, gridDim.x))) {}
+  __device__ __forceinline__ Shards(uint64_t bytes_, uint64_t capacity, uint32_t parts)
+      : bytes(bytes_), shard(round_up16(div_ceil(capacity, parts))), sub(round_up16(div_ceil(shard, gridDim.x))) {}
   __device__ __forceinline__ uint64_t end(uint32_t d) const { return min_u64((d + 1) * shard, bytes); }
   __device__ __forceinline__ uint64_t lo(uint32_t d) const { return min_u64(d * shard + blockIdx.x * sub, end(d)); }
   __device__ __forceinline__ uint64_t hi(uint32_t d) const { return min_u64(lo(d) + sub, end(d)); }
 };
+
+/// The round size of a launch moving `bytes` in rounds of at most `round` bytes.
+__device__ __forceinline__ uint64_t round_capacity(uint64_t bytes, uint64_t round) { return min_u64(bytes, round); }
 
 /// Block-cooperative copy of `[lo, hi)` from `src` to `dst` (both offset by lo).
 __device__ __forceinline__ void copy_range(char* dst, const char* src, uint64_t lo, uint64_t hi) {

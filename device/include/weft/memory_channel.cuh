@@ -35,25 +35,53 @@ __device__ __forceinline__ void copy_vectors(char* dst, const char* src, uint64_
 }
 }  // namespace detail
 
+namespace detail {
+/// Copies `n` bytes with thread 0 alone. Peer (NVLink) stores narrower than 4 bytes may become
+/// read-modify-writes of their 32-bit word, so two threads storing different bytes of one word
+/// can lose one of them (measured: 2-byte elements of a misaligned reduce-scatter shard lost
+/// their low byte). Every sub-word store of a copy therefore comes from one thread.
+__device__ __forceinline__ void copy_few_bytes(char* dst, const char* src, uint64_t n, uint32_t tid) {
+  if (tid == 0) {
+    for (uint64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+/// `words` 32-bit words to a 4-aligned `dst` from any `src`: each thread assembles whole words
+/// from byte loads, so no word is written by two threads.
+__device__ __forceinline__ void copy_words_from_bytes(char* dst, const char* src, uint64_t words, uint32_t tid,
+                                                      uint32_t nthreads) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(src);
+  for (uint64_t i = tid; i < words; i += nthreads) {
+    const uint8_t* w = s + 4 * i;
+    d[i] = uint32_t(w[0]) | (uint32_t(w[1]) << 8) | (uint32_t(w[2]) << 16) | (uint32_t(w[3]) << 24);
+  }
+}
+}  // namespace detail
+
 /// Copies `bytes` from `src` to `dst` with `nthreads` cooperating threads. Uses the widest unit
-/// (16/8/4/2/1 bytes) both addresses share, bytes for the unaligned head and the tail.
+/// (16/8/4 bytes) both addresses share; when they share less than 4-byte alignment, whole
+/// destination words assembled from byte loads. The unaligned head and the tail are stored by
+/// one thread (see detail::copy_few_bytes), so the copy is safe into peer memory at any offset.
 __device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t bytes, uint32_t tid, uint32_t nthreads) {
   const uintptr_t mismatch = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
-  const uint32_t unit = (mismatch & 15u) == 0 ? 16 : (mismatch & 7u) == 0 ? 8 : (mismatch & 3u) == 0 ? 4 : (mismatch & 1u) == 0 ? 2 : 1;
+  const uint32_t unit = (mismatch & 15u) == 0 ? 16 : (mismatch & 7u) == 0 ? 8 : 4;
   uint64_t head = (unit - (reinterpret_cast<uintptr_t>(dst) & (unit - 1))) & (unit - 1);
   if (head > bytes) head = bytes;
-  for (uint64_t i = tid; i < head; i += nthreads) dst[i] = src[i];
+  detail::copy_few_bytes(dst, src, head, tid);
   const uint64_t body = (bytes - head) / unit * unit;
   char* d = dst + head;
   const char* s = src + head;
-  switch (unit) {
-    case 16: detail::copy_vectors<uint4>(d, s, body, tid, nthreads); break;
-    case 8: detail::copy_vectors<uint2>(d, s, body, tid, nthreads); break;
-    case 4: detail::copy_vectors<uint32_t>(d, s, body, tid, nthreads); break;
-    case 2: detail::copy_vectors<uint16_t>(d, s, body, tid, nthreads); break;
-    default: detail::copy_vectors<uint8_t>(d, s, body, tid, nthreads); break;
+  if ((mismatch & 3u) != 0) {
+    detail::copy_words_from_bytes(d, s, body / 4, tid, nthreads);
+  } else {
+    switch (unit) {
+      case 16: detail::copy_vectors<uint4>(d, s, body, tid, nthreads); break;
+      case 8: detail::copy_vectors<uint2>(d, s, body, tid, nthreads); break;
+      default: detail::copy_vectors<uint32_t>(d, s, body, tid, nthreads); break;
+    }
   }
-  for (uint64_t i = head + body + tid; i < bytes; i += nthreads) dst[i] = src[i];
+  detail::copy_few_bytes(d + body, s + body, bytes - head - body, tid);
 }
 
 __device__ __forceinline__ void channel_put(const MemoryChannelDeviceHandle& ch, uint64_t dst_offset,

@@ -183,15 +183,15 @@ fn parallel<T: Send>(chunks: impl Iterator<Item = T>, f: impl Fn(usize, T) -> u6
 /// The host reference of one row: every rank's input is a pure function of (seed, rank,
 /// index), so any rank can compute what any output element must be without exchanging data.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Reference {
+pub(crate) struct Reference {
     /// Element type.
-    pub(super) dtype: DataType,
+    pub(crate) dtype: DataType,
     /// Operator (for reduced elements).
-    pub(super) op: ReduceOp,
+    pub(crate) op: ReduceOp,
     /// Seed shared by every rank for this row.
-    pub(super) seed: u32,
+    pub(crate) seed: u32,
     /// Number of ranks.
-    pub(super) ranks: u32,
+    pub(crate) ranks: u32,
 }
 
 impl Reference {
@@ -228,6 +228,22 @@ impl Reference {
             Source::Reduced { index } => {
                 to_i128(dtype, got) == integer_reference(dtype, self.op, self.seed, self.ranks, index)
             }
+        }
+    }
+
+    /// What `source` should hold, in words (for diagnostics).
+    pub(super) fn expected(&self, source: Source) -> String {
+        let dtype = self.dtype;
+        match source {
+            Source::Copy { rank, index } => {
+                let mut want = [0u8; 8];
+                input_element(dtype, self.seed, rank, index, &mut want[..dtype.size()]);
+                format!("{:02x?}", &want[..dtype.size()])
+            }
+            Source::Reduced { index } if dtype.is_float() => {
+                format!("{}", float_reference(dtype, self.op, self.seed, self.ranks, index).0)
+            }
+            Source::Reduced { index } => format!("{}", integer_reference(dtype, self.op, self.seed, self.ranks, index)),
         }
     }
 

@@ -4,11 +4,11 @@
 //! command itself; a progress bar on stderr follows the sweep.
 
 mod collective;
-mod data;
+pub(crate) mod data;
 mod plot;
 mod progress;
 mod report;
-mod worker;
+pub(crate) mod worker;
 
 use std::path::Path;
 use std::process::ExitCode;

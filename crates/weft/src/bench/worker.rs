@@ -27,12 +27,13 @@ fn calls_for(bytes: usize) -> u32 {
     }
 }
 
-struct Rank {
-    comm: Communicator,
-    bootstrap: Arc<dyn Bootstrap>,
-    stream: Stream,
-    send: DeviceMemory,
-    recv: DeviceMemory,
+/// One rank's communicator, stream and the two buffers every row uses.
+pub(crate) struct Rank {
+    pub(crate) comm: Communicator,
+    pub(crate) bootstrap: Arc<dyn Bootstrap>,
+    pub(crate) stream: Stream,
+    pub(crate) send: DeviceMemory,
+    pub(crate) recv: DeviceMemory,
 }
 
 impl Rank {
@@ -90,14 +91,14 @@ impl Rank {
 
 /// One row's call, in weft and in NCCL, from a send pointer to a receive pointer.
 #[derive(Clone, Copy)]
-struct Call<'a> {
-    collective: Collective,
-    shape: Shape,
-    dtype: DataType,
-    op: ReduceOp,
-    rank: usize,
-    ranks: usize,
-    stream: &'a Stream,
+pub(crate) struct Call<'a> {
+    pub(crate) collective: Collective,
+    pub(crate) shape: Shape,
+    pub(crate) dtype: DataType,
+    pub(crate) op: ReduceOp,
+    pub(crate) rank: usize,
+    pub(crate) ranks: usize,
+    pub(crate) stream: &'a Stream,
 }
 
 impl Call<'_> {
@@ -112,7 +113,12 @@ impl Call<'_> {
     /// `send` and `recv` must be this rank's buffers (or the collective's in-place layout inside
     /// one of them) for the row's shape, valid until the stream is idle, and every rank must
     /// make the same call.
-    unsafe fn weft(&self, coll: &Collectives, send: DevicePtr, recv: DevicePtr) -> Result<&'static str, BoxError> {
+    pub(crate) unsafe fn weft(
+        &self,
+        coll: &Collectives,
+        send: DevicePtr,
+        recv: DevicePtr,
+    ) -> Result<&'static str, BoxError> {
         let Call { shape: Shape { count, .. }, dtype, op, stream, .. } = *self;
         let ((next, prev), root) = (self.neighbours(), ROOT as usize);
         let p2p = [
@@ -164,7 +170,7 @@ impl Call<'_> {
 /// pointer): out of place, in place, and (with `graph`) two replays of a captured call, every
 /// output poisoned first. Returns the wrong elements and whether every rank's output is bitwise
 /// the same where it must be.
-fn check(
+pub(crate) fn check(
     me: &Rank,
     call: &Call<'_>,
     run: &dyn Fn(DevicePtr, DevicePtr) -> Result<(), BoxError>,
@@ -180,11 +186,24 @@ fn check(
     // Waits for the call, reads this rank's output at `at` in the receive buffer and counts its
     // wrong elements; the closing barrier keeps every rank's buffers untouched until all ranks
     // are done with them.
-    let mut finish = |at: usize| -> Result<(), BoxError> {
+    let mut finish = |at: usize, trial: &str| -> Result<(), BoxError> {
         me.idle()?;
         me.recv.read(at, &mut result)?;
         if c.has_output(rank) {
-            wrong += reference.count_wrong(&result, |i| c.source(&shape, rank, reference.ranks, i));
+            let source = |i| c.source(&shape, rank, reference.ranks, i);
+            let bad = reference.count_wrong(&result, source);
+            if bad > 0 {
+                // Where it went wrong is what a developer needs first.
+                let first = result.chunks(size).enumerate().find(|(i, e)| !reference.element_ok(source(*i as u64), e));
+                if let Some((i, e)) = first {
+                    let want = reference.expected(source(i as u64));
+                    eprintln!(
+                        "rank {rank}: {c:?} {trial}: {bad} of {} elements wrong, first at {i}: {e:02x?}, want {want}",
+                        shape.recv_count
+                    );
+                }
+            }
+            wrong += bad;
         }
         me.barrier()
     };
@@ -195,7 +214,7 @@ fn check(
     me.recv.fill(0, recv_bytes, POISON)?;
     me.barrier()?;
     run(send, recv)?;
-    finish(0)?;
+    finish(0, "out of place")?;
 
     // In place: input and output inside the receive buffer, where nccl-tests puts them.
     if c.has_in_place() {
@@ -204,7 +223,7 @@ fn check(
         me.recv.write(input_at, &input)?;
         me.barrier()?;
         run(recv + input_at as u64, recv + output_at as u64)?;
-        finish(output_at)?;
+        finish(output_at, "in place")?;
     }
 
     // Captured once, replayed twice, the output poisoned before each replay (send still holds
@@ -218,7 +237,7 @@ fn check(
             me.recv.fill(0, recv_bytes, poison)?;
             me.barrier()?;
             g.launch(&me.stream)?;
-            finish(0)?;
+            finish(0, "graph replay")?;
         }
     }
 
@@ -232,7 +251,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 }
 
 /// A seed every rank shares, fresh for each row.
-fn shared_seed(bootstrap: &dyn Bootstrap) -> Result<u32, BoxError> {
+pub(crate) fn shared_seed(bootstrap: &dyn Bootstrap) -> Result<u32, BoxError> {
     let bytes = bootstrap.broadcast(0, Some(&rand::random::<u32>().to_le_bytes()))?;
     Ok(u32::from_le_bytes(bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or("short seed")?))
 }

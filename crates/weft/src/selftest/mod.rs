@@ -6,6 +6,7 @@
 //! test, the per-pair latency and bandwidth, then `N passed, M failed`. Without a GPU it says so,
 //! runs the CPU part (NVRTC compiles and layout probe, bootstrap) and exits 0 unless that fails.
 
+mod collectives;
 mod cpu;
 mod pattern;
 mod reduce_check;
@@ -49,10 +50,13 @@ pub enum Step {
     Timeout,
     /// Reduction helpers.
     Reduce,
+    /// The collective matrix: every collective, algorithm, type and operator.
+    Coll,
 }
 
 impl Step {
-    const ALL: [Step; 6] = [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce];
+    const ALL: [Step; 7] =
+        [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce, Step::Coll];
 
     fn name(self) -> &'static str {
         match self {
@@ -62,6 +66,7 @@ impl Step {
             Step::Ll => "ll",
             Step::Timeout => "timeout",
             Step::Reduce => "reduce",
+            Step::Coll => "coll",
         }
     }
 

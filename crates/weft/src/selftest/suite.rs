@@ -1,6 +1,6 @@
 //! The GPU suite one rank runs: every pair of ranks exercises semaphores, HB put/get, LL8/LL16
 //! round trips (eager and CUDA graph) and a deliberate timeout; every rank checks the reduction
-//! helpers. Ranks iterate pairs in the same order and meet at barriers between steps, so the
+//! helpers and runs the collective matrix. Ranks iterate pairs in the same order and meet at barriers between steps, so the
 //! same code serves one process per GPU and one process driving every GPU from threads.
 
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use weft_gpu::{AllocKind, Device, DeviceMemory, Stream};
 
 use super::Step;
 use super::pattern::pattern_bytes;
-use super::reduce_check;
+use super::{collectives, reduce_check};
 use super::report::RankReport;
 
 /// Largest put/get tested: 256 MiB.
@@ -99,6 +99,10 @@ fn run(
     }
     comm.barrier()?;
     let world = comm.world_size();
+    if steps.contains(&Step::Coll) {
+        collectives::run(&comm, env, label, report);
+        comm.barrier()?;
+    }
     let mut pair = Pair { comm: &comm, runner: &runner, data: &data, label, steps, report };
     for a in 0..world {
         for b in a + 1..world {

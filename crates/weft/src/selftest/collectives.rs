@@ -1,0 +1,109 @@
+//! The collective matrix of the GPU suite: every collective x algorithm x element type x
+//! operator (for the reducing ones) x odd element counts, each checked out of place, in place
+//! and in two CUDA-graph replays against the float64 reference of `weft bench --check`, on
+//! every rank. The communicator's collectives are set up with small rounds and packet slots,
+//! so counts of a few thousand elements already take the multi-round paths of every kernel.
+
+use std::sync::Arc;
+
+use weft_coll::{CollConfig, CollError, Collectives};
+use weft_core::{Communicator, Env};
+use weft_gpu::{AllocKind, DeviceMemory, Stream};
+use weft_types::{DataType, ReduceOp};
+
+use super::report::RankReport;
+use crate::bench::data::Reference;
+use crate::bench::worker::{Call, Rank, check, shared_seed};
+use crate::bench::{Collective, Shape};
+
+/// Element counts per rank block: 1, odd sizes around the LL slot, and several HB rounds.
+const COUNTS: [usize; 5] = [1, 37, 1531, 20_011, 150_001];
+/// Bytes of an HB round (the scratch is twice this) and payload of an LL slot in the matrix.
+const CHUNK_BYTES: usize = 64 << 10;
+const LL_SLOT_BYTES: usize = 16 << 10;
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// Runs the matrix on `comm`, recording one outcome per (collective, algorithm, type, operator).
+pub(super) fn run(comm: &Communicator, env: &Env, label: &str, report: &mut RankReport) {
+    if let Err(e) = run_matrix(comm, env, label, report) {
+        report.record(format!("{label}collective matrix set-up"), Err(e));
+    }
+}
+
+fn run_matrix(comm: &Communicator, env: &Env, label: &str, report: &mut RankReport) -> Result<(), BoxError> {
+    let device = comm.device();
+    let ranks = comm.world_size();
+    let largest = COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8;
+    let me = Rank {
+        comm: comm.clone(),
+        bootstrap: Arc::clone(comm.bootstrap()),
+        stream: Stream::new(device)?,
+        send: DeviceMemory::alloc(device, largest, AllocKind::Legacy)?,
+        recv: DeviceMemory::alloc(device, largest, AllocKind::Legacy)?,
+    };
+    let base = CollConfig { chunk_bytes: CHUNK_BYTES, ll_slot_bytes: LL_SLOT_BYTES, ..CollConfig::from_env(env)? };
+    for collective in Collective::ALL {
+        let Some(kind) = weft_coll::Collective::from_name(collective.name()) else { continue };
+        for algorithm in kind.algorithms() {
+            let mut config = base.clone();
+            config.selector.force(algorithm);
+            let coll = Collectives::new(comm, config)?;
+            let ops: &[ReduceOp] = if collective.reduces() { &ReduceOp::ALL } else { &[ReduceOp::Sum] };
+            for dtype in DataType::ALL {
+                for &op in ops {
+                    let name = if collective.reduces() {
+                        format!("{label}{collective:?} {} {} {}", algorithm.name(), dtype.name(), op.name())
+                    } else {
+                        format!("{label}{collective:?} {} {}", algorithm.name(), dtype.name())
+                    };
+                    let result = check_all_counts(&me, &coll, collective, dtype, op);
+                    report.record(name, result);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks one (collective, type, operator) at every count the algorithm can carry.
+fn check_all_counts(
+    me: &Rank,
+    coll: &Collectives,
+    collective: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), String> {
+    let (rank, ranks) = (me.comm.rank(), me.comm.world_size());
+    let elt = dtype.size();
+    // Every rank goes through every count whatever it sees, so the ranks stay in step.
+    let mut failures = Vec::new();
+    for count in COUNTS {
+        let per_rank = matches!(collective, Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll);
+        let bytes = if per_rank { count * ranks * elt } else { count * elt };
+        let Some(shape): Option<Shape> = collective.shape(bytes, elt, ranks) else { continue };
+        let call = Call { collective, shape, dtype, op, rank, ranks, stream: &me.stream };
+        // SAFETY: `check` calls this only with the rank's send/recv buffers (or the in-place
+        // layout inside recv), each `largest` >= shape.bytes long, and waits for the stream
+        // before touching them again; every rank runs the same matrix in the same order.
+        let run = |from, to| unsafe { call.weft(coll, from, to) }.map(|_| ());
+        // An LL algorithm forced past its slot says so before enqueuing anything: skip it
+        // (every rank decides the same way, from the same numbers).
+        let seed = shared_seed(&*me.bootstrap).map_err(|e| e.to_string())?;
+        let reference = Reference { dtype, op, seed, ranks: ranks as u32 };
+        match check(me, &call, &run, &reference, true) {
+            Ok((0, true)) => {}
+            Ok((wrong, identical)) => {
+                failures.push(format!("count {count}: {wrong} wrong elements, ranks identical: {identical}"));
+            }
+            Err(e) if cannot_carry(e.as_ref()) => {}
+            Err(e) => return Err(format!("count {count}: {e}")),
+        }
+    }
+    if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) }
+}
+
+/// Whether `e` is the refusal of a forced LL algorithm to carry a message past its slot.
+fn cannot_carry(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(e.downcast_ref::<CollError>(), Some(CollError::InvalidArgument { detail, .. }) if detail.contains("cannot carry"))
+}
