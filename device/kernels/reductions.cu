@@ -262,7 +262,17 @@ extern "C" __global__ void __launch_bounds__(1024)
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 0; k < ranks && hi > lo; ++k) {
       const uint32_t d = (rank + k) % ranks;
-      copy_range(scratch_of(c, d) + rank * slot, input + d * shard_bytes + first, lo, hi);
+      const char* src = input + d * shard_bytes + first;
+      if (d != rank && ((reinterpret_cast<uintptr_t>(src) & 15u) != 0)) {
+        // A misaligned shard goes through the (aligned, still unused) result region first, so
+        // the peer only receives 16-byte-aligned vector stores: 2-byte elements pushed from
+        // misaligned sources lost bytes on NVLink (measured; docs/perf/collectives.md).
+        copy_range(result, src, lo, hi);
+        __syncthreads();
+        src = result;
+      }
+      copy_range(scratch_of(c, d) + rank * slot, src, lo, hi);
+      __syncthreads();
     }
     if (!hb_barrier(c)) return;
     if (hi > lo) {

@@ -14,8 +14,8 @@ use weft_gpu::{AllocKind, Device, DeviceMemory, Stream};
 
 use super::Step;
 use super::pattern::pattern_bytes;
-use super::{collectives, reduce_check};
 use super::report::RankReport;
+use super::{collectives, reduce_check};
 
 /// Largest put/get tested: 256 MiB.
 const MAX_TRANSFER: u64 = 256 << 20;
