@@ -164,17 +164,8 @@ impl Collectives {
         dtype: DataType,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let block = self.bytes(send_count, dtype, 1)?;
-        let total = self.bytes(send_count, dtype, self.ranks())?;
-        let send_buf = Buffer { what: "send", ptr: send, len: block };
-        let recv_buf = Buffer { what: "recv", ptr: recv, len: total };
-        let in_place = (block * self.comm.rank()) as u64;
-        self.check(stream, &[send_buf, recv_buf], &[(send_buf, recv_buf, Some(in_place))])?;
-        let algorithm = self.choose(Collective::AllGather, total, |_| block)?;
-        // SAFETY: allgather kernels take (context, input, output, block bytes); checked above.
-        unsafe {
-            self.launch(algorithm, dtype, ReduceOp::Sum, stream, total, |a| a.push(send).push(recv).push(block as u64))
-        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.blocked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, stream) }
     }
 
     /// ReduceScatter: block r (`recv_count` elements) of every rank's `send` reduced into rank
@@ -191,14 +182,37 @@ impl Collectives {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let block = self.bytes(recv_count, dtype, 1)?;
-        let total = self.bytes(recv_count, dtype, self.ranks())?;
-        let send_buf = Buffer { what: "send", ptr: send, len: total };
-        let recv_buf = Buffer { what: "recv", ptr: recv, len: block };
+        // SAFETY: forwarded caller contract.
+        unsafe { self.blocked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, stream) }
+    }
+
+    /// AllGather and ReduceScatter: one side holds one block of `count` elements, the other
+    /// `ranks` blocks; in place, the single block sits at block `rank` of the other buffer.
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn blocked(
+        &self,
+        collective: Collective,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let block = self.bytes(count, dtype, 1)?;
+        let total = self.bytes(count, dtype, self.ranks())?;
+        let gathers = collective == Collective::AllGather;
+        let send_buf = Buffer { what: "send", ptr: send, len: if gathers { block } else { total } };
+        let recv_buf = Buffer { what: "recv", ptr: recv, len: if gathers { total } else { block } };
+        let (single, whole) = if gathers { (send_buf, recv_buf) } else { (recv_buf, send_buf) };
         let in_place = (block * self.comm.rank()) as u64;
-        self.check(stream, &[send_buf, recv_buf], &[(recv_buf, send_buf, Some(in_place))])?;
-        let algorithm = self.choose(Collective::ReduceScatter, total, |_| block)?;
-        // SAFETY: reduce-scatter kernels take (context, input, output, shard bytes); checked above.
+        self.check(stream, &[send_buf, recv_buf], &[(single, whole, Some(in_place))])?;
+        let algorithm = self.choose(collective, total, |_| block)?;
+        // SAFETY: allgather and reduce-scatter kernels take (context, input, output, block
+        // bytes); buffers checked above, the rest is the caller's contract.
         unsafe { self.launch(algorithm, dtype, op, stream, total, |a| a.push(send).push(recv).push(block as u64)) }
     }
 
