@@ -10,6 +10,8 @@
 //   weft_allreduce_hb       two-shot through scratch, push only (NVLink stores): shard d of
 //                           every input goes into rank d's scratch, rank d reduces it (local
 //                           reads) and stores the result into every rank's result region.
+//   weft_allreduce_ring     ring reduce-scatter then ring all-gather through the next rank's
+//                           scratch, one step slot each, signals per (neighbour, block).
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
@@ -144,21 +146,15 @@ extern "C" __global__ void __launch_bounds__(512)
 // ---------------------------------------------------------------------------------------------
 // HB
 
-/// Stores one 16-byte result vector at `dst`, which may be unaligned (user buffers).
-__device__ __forceinline__ void store16(char* dst, const uint32_t (&w)[4]) {
-  if ((reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
-    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-  } else {
-    detail::store_words<4>(dst, 16, w);
-  }
-}
-
-/// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order: rank r's copy is at `in[r] + lo`
-/// (16-aligned), the result goes to `out[k] + lo` for k < nout, the first rank's output first.
+/// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order, whole 16-byte vectors through
+/// round_up16(hi): rank r's copy is at `in[r] + lo`, the result goes to `out[k] + lo` for
+/// k < nout, the first rank's output first. Every `in` and `out` is scratch, 16-aligned and
+/// padded to 16 bytes (see push_padded), so no element is read or written on its own and no
+/// peer receives a sub-word store; the padding's results are never copied out.
 __device__ __forceinline__ void reduce_range(const char* const* in, char* const* out,
                                              uint32_t nout, uint32_t ranks, uint64_t lo, uint64_t hi) {
   using R = Reducer<kType, kOp, 16>;
-  const uint64_t vectors = (hi - lo) / 16;
+  const uint64_t vectors = div_ceil(hi - lo, 16);
   for (uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
     const uint64_t at = lo + v * 16;
     Acc acc[R::kElems];
@@ -178,19 +174,7 @@ __device__ __forceinline__ void reduce_range(const char* const* in, char* const*
     }
     uint32_t res[4];
     R::finish(acc, ranks, res);
-    for (uint32_t k = 0; k < nout; ++k) store16(out[k] + at, res);
-  }
-  // Tail: whole elements after the last full vector.
-  for (uint64_t at = lo + vectors * 16 + threadIdx.x * sizeof(T); at < hi; at += blockDim.x * sizeof(T)) {
-    T v;
-    memcpy(&v, in[0] + at, sizeof(T));
-    Acc acc = Elem::widen(v);
-    for (uint32_t r = 1; r < ranks; ++r) {
-      memcpy(&v, in[r] + at, sizeof(T));
-      acc = Combine<kOp>::apply(acc, Elem::widen(v));
-    }
-    const T res = Elem::narrow(Combine<kOp>::finish(acc, ranks));
-    for (uint32_t k = 0; k < nout; ++k) memcpy(out[k] + at, &res, sizeof(T));
+    for (uint32_t k = 0; k < nout; ++k) *reinterpret_cast<uint4*>(out[k] + at) = make_uint4(res[0], res[1], res[2], res[3]);
   }
 }
 
@@ -217,8 +201,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
       const uint32_t d = (rank + k) % ranks;
       const uint64_t lo = s.lo(d), hi = s.hi(d);
       if (hi > lo) {
-        copy_bytes(scratch_of(c, d) + rank * s.shard + (lo - d * s.shard), input + first + lo, hi - lo, threadIdx.x,
-                   blockDim.x);
+        push_padded(scratch_of(c, d) + rank * s.shard - d * s.shard, input + first, lo, hi);
       }
     }
     if (!hb_barrier(c)) return;
@@ -247,6 +230,92 @@ extern "C" __global__ void __launch_bounds__(1024)
   two_shot_hb(c, input, output, bytes, root);
 }
 
+/// Tells the next rank this block's writes into its scratch are done (one release signal after
+/// a block barrier). Called by: every thread.
+__device__ __forceinline__ void ring_signal(const CollContext& c, uint32_t next) {
+  __syncthreads();
+  if (threadIdx.x == 0) semaphore_signal(semaphore(c, next, blockIdx.x));
+}
+
+/// Waits (bounded) for the previous rank's signal. Called by: every thread; false on timeout.
+__device__ __forceinline__ bool ring_wait(const CollContext& c, uint32_t prev) {
+  bool ok = true;
+  if (threadIdx.x == 0) ok = semaphore_wait(semaphore(c, prev, blockIdx.x));
+  return __syncthreads_and(ok);
+}
+
+/// One reduce step of the ring on bytes `[lo, hi)`: `partial` (a padded scratch slot, or null
+/// at the first step) folded with `input` (any alignment); the result goes as whole 16-byte
+/// vectors into `to` (a peer's padded slot, or null) and, when `out` is set, exactly into
+/// `out`. `finish_ranks` is the divisor of an average (1 for a partial result).
+__device__ __forceinline__ void ring_reduce(const char* partial, const char* input, char* to, char* out, uint64_t lo,
+                                            uint64_t hi, uint32_t finish_ranks) {
+  using R = Reducer<kType, kOp, 16>;
+  for (uint64_t at = lo + threadIdx.x * 16; at < hi; at += blockDim.x * 16) {
+    const uint32_t n = static_cast<uint32_t>(min_u64(16, hi - at));
+    uint32_t mine[4];
+    if (n == 16) {
+      const uint4 x = load16_any(input + at);
+      mine[0] = x.x, mine[1] = x.y, mine[2] = x.z, mine[3] = x.w;
+    } else {
+      detail::load_words<4>(input + at, n, mine);
+    }
+    Acc acc[R::kElems];
+    if (partial != nullptr) {
+      const uint32_t(&p)[4] = *reinterpret_cast<const uint32_t(*)[4]>(partial + at);
+      R::start(acc, p);
+      R::fold(acc, mine);
+    } else {
+      R::start(acc, mine);
+    }
+    uint32_t res[4];
+    R::finish(acc, finish_ranks, res);
+    if (to != nullptr) *reinterpret_cast<uint4*>(to + at) = make_uint4(res[0], res[1], res[2], res[3]);
+    if (out != nullptr) detail::store_words<4>(out + at, n, res);
+  }
+}
+
+/// Ring AllReduce in rounds of `chunk_bytes`, each split into `ranks` shards. Reduce-scatter:
+/// at step s rank r folds shard (r - s) mod n (its input with the partial the previous rank
+/// pushed at step s - 1) and pushes it into the next rank's slot s; at step n - 1 it owns
+/// shard r + 1, fully reduced, writes it out and starts the all-gather, which forwards each
+/// received shard to the next rank's next slot. Scratch of every rank: 2(n - 1) step slots.
+/// Every shard is reduced once, in one fixed order, so every rank gets the same bits.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_allreduce_ring(CollContext c, const char* input, char* output, uint64_t bytes) {
+  const uint32_t n = c.ranks, r = c.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (uint64_t first = 0; first < bytes; first += c.chunk_bytes) {
+    // The previous round's (or kernel's) readers of every slot are done.
+    if (!hb_barrier(c)) return;
+    const Shards s(min_u64(c.chunk_bytes, bytes - first), round_capacity(bytes, c.chunk_bytes), n);
+    // Slot k of `owner` positioned so that shard d's bytes [lo(d), hi(d)) index it directly.
+    auto slot = [&](uint32_t owner, uint32_t k, uint32_t d) {
+      return scratch_of(c, owner) + static_cast<uint64_t>(k) * s.shard - static_cast<uint64_t>(d) * s.shard;
+    };
+    const char* in = input + first;
+    char* out = output + first;
+    for (uint32_t step = 0; step < n; ++step) {
+      const uint32_t d = (r + n - step) % n;
+      if (step > 0 && !ring_wait(c, prev)) return;
+      const bool last = step == n - 1;
+      const char* partial = step > 0 ? slot(r, step - 1, d) : nullptr;
+      char* to = n == 1 ? nullptr : slot(next, step, d);  // at the last step: all-gather slot 0
+      ring_reduce(partial, in, to, last ? out : nullptr, s.lo(d), s.hi(d), last ? n : 1);
+      if (n > 1) ring_signal(c, next);
+    }
+    for (uint32_t t = 1; t < n; ++t) {
+      const uint32_t d = (r + n - t + 1) % n;
+      if (!ring_wait(c, prev)) return;
+      const uint32_t k = n - 1 + t - 1;  // all-gather slot t - 1
+      copy_range(out, slot(r, k, d), s.lo(d), s.hi(d));
+      if (t < n - 1) {
+        push_padded(slot(next, k + 1, d), slot(r, k, d), s.lo(d), s.hi(d));
+        ring_signal(c, next);
+      }
+    }
+  }
+}
+
 /// Reduce-scatter through scratch in rounds: each shard contributes `slot` bytes per round,
 /// pushed into slot `rank` of its owner (slots fill the first half of the scratch); the owner
 /// reduces its slots into its result region (the second half, 16-byte aligned like the slots)
@@ -260,19 +329,9 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (!hb_barrier(c)) return;
     const Shards s(min_u64(slot, shard_bytes - first), round_capacity(shard_bytes, slot), 1);
     const uint64_t lo = s.lo(0), hi = s.hi(0);
-    for (uint32_t k = 0; k < ranks && hi > lo; ++k) {
+    for (uint32_t k = 0; k < ranks; ++k) {
       const uint32_t d = (rank + k) % ranks;
-      const char* src = input + d * shard_bytes + first;
-      if (d != rank && ((reinterpret_cast<uintptr_t>(src) & 15u) != 0)) {
-        // A misaligned shard goes through the (aligned, still unused) result region first, so
-        // the peer only receives 16-byte-aligned vector stores: 2-byte elements pushed from
-        // misaligned sources lost bytes on NVLink (measured; docs/perf/collectives.md).
-        copy_range(result, src, lo, hi);
-        __syncthreads();
-        src = result;
-      }
-      copy_range(scratch_of(c, d) + rank * slot, src, lo, hi);
-      __syncthreads();
+      push_padded(scratch_of(c, d) + rank * slot, input + d * shard_bytes + first, lo, hi);
     }
     if (!hb_barrier(c)) return;
     if (hi > lo) {

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-/// A collective operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A collective operation (serialised by its [`Collective::name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Collective {
     /// Every rank gets the reduction of every rank's buffer.
     AllReduce,
@@ -52,6 +53,20 @@ impl Collective {
         Self::ALL.into_iter().find(|c| c.name() == name)
     }
 
+    /// Parses a name leniently: `all_reduce`, `all-reduce` and `AllReduce` are `allreduce`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let key: String = s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_ascii_lowercase();
+        Self::from_name(&key).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|c| c.name()).collect();
+            format!("unknown collective {s:?} (one of {})", names.join(", "))
+        })
+    }
+
+    /// Whether the collective applies a reduction operator.
+    pub fn reduces(self) -> bool {
+        matches!(self, Self::AllReduce | Self::ReduceScatter | Self::Reduce)
+    }
+
     /// The environment variable that forces an algorithm: `WEFT_ALGO_ALLREDUCE`, ...
     pub fn override_var(self) -> String {
         format!("WEFT_ALGO_{}", self.name().to_ascii_uppercase())
@@ -89,6 +104,8 @@ pub enum Algorithm {
     AllReduceLl2,
     /// AllReduce, two-shot through scratch with many blocks.
     AllReduceHb,
+    /// AllReduce, ring reduce-scatter then ring all-gather through the next rank's scratch.
+    AllReduceRing,
     /// AllGather over LL packets.
     AllGatherLl,
     /// AllGather through scratch.
@@ -113,10 +130,11 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 13] = [
+    pub const ALL: [Algorithm; 14] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceHb,
+        Algorithm::AllReduceRing,
         Algorithm::AllGatherLl,
         Algorithm::AllGatherHb,
         Algorithm::ReduceScatterLl,
@@ -129,11 +147,12 @@ impl Algorithm {
         Algorithm::SendRecvP2p,
     ];
 
-    /// Short name within its collective (`ll`, `ll2`, `hb`, `p2p`), as `WEFT_ALGO_<COLLECTIVE>`
+    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `p2p`), as `WEFT_ALGO_<COLLECTIVE>`
     /// and the tuning table spell it.
     pub fn name(self) -> &'static str {
         match self {
             Self::AllReduceLl2 => "ll2",
+            Self::AllReduceRing => "ring",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             a if a.protocol() == Protocol::Ll => "ll",
             _ => "hb",
@@ -143,7 +162,7 @@ impl Algorithm {
     /// The collective it implements.
     pub fn collective(self) -> Collective {
         match self {
-            Self::AllReduceLl | Self::AllReduceLl2 | Self::AllReduceHb => Collective::AllReduce,
+            Self::AllReduceLl | Self::AllReduceLl2 | Self::AllReduceHb | Self::AllReduceRing => Collective::AllReduce,
             Self::AllGatherLl | Self::AllGatherHb => Collective::AllGather,
             Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
             Self::BroadcastLl | Self::BroadcastHb => Collective::Broadcast,
@@ -179,6 +198,7 @@ impl Algorithm {
             Self::AllReduceLl => "weft_allreduce_ll",
             Self::AllReduceLl2 => "weft_allreduce_ll2",
             Self::AllReduceHb => "weft_allreduce_hb",
+            Self::AllReduceRing => "weft_allreduce_ring",
             Self::AllGatherLl => "weft_allgather_ll",
             Self::AllGatherHb => "weft_allgather_hb",
             Self::ReduceScatterLl => "weft_reduce_scatter_ll",

@@ -9,7 +9,7 @@ use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
 use weft_types::{DataType, MAX_RANKS, P2pPlan, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
-use crate::config::CollConfig;
+use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
 use crate::resources::Resources;
@@ -93,6 +93,12 @@ impl std::fmt::Debug for Collectives {
 impl Collectives {
     /// Sets up the collectives of `comm`. Collective: every rank calls it with the same config.
     pub fn new(comm: &Communicator, config: CollConfig) -> Result<Self, CollError> {
+        if let Some(tuned) = config.tuned_ranks.filter(|&r| r != comm.world_size()) {
+            tracing::warn!(
+                "the tuning table was measured on {tuned} ranks, this communicator has {}: its switch points may not fit",
+                comm.world_size()
+            );
+        }
         let resources = Resources::new(comm, &config)?;
         let library = KernelLibrary::new(comm.env().cache_dir.clone());
         Ok(Self { comm: comm.clone(), kernels: KernelCache::new(library, comm.device().clone()), config, resources })
@@ -101,6 +107,12 @@ impl Collectives {
     /// The configuration in force.
     pub fn config(&self) -> &CollConfig {
         &self.config
+    }
+
+    /// Replaces the selector. Host-only state: the next call uses it (`weft tune` times every
+    /// candidate algorithm on one set of resources this way).
+    pub fn set_selector(&mut self, selector: Selector) {
+        self.config.selector = selector;
     }
 
     /// The communicator.

@@ -26,6 +26,13 @@ pub struct TuningTable {
     /// Where the numbers were measured (free text, e.g. "4xH200, NCCL 2.28.9").
     #[serde(default)]
     pub machine: String,
+    /// Ranks of the communicator it was measured on (a table applied to another rank count
+    /// still works, with a warning: its switch points may not fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<usize>,
+    /// HB blocks per launch that measured best (`WEFT_HB_BLOCKS` still wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hb_blocks: Option<u32>,
     /// Rules per collective name.
     pub collectives: BTreeMap<String, Vec<Rule>>,
 }
@@ -75,6 +82,12 @@ impl Selector {
         self.force.contains_key(&collective)
     }
 
+    /// Makes `algorithm` the size rule of its collective at every size without forcing it:
+    /// an LL algorithm still falls back to HB where its packet slot is too small.
+    pub fn prefer(&mut self, algorithm: Algorithm) {
+        self.rules.insert(algorithm.collective(), vec![(u64::MAX, algorithm)]);
+    }
+
     /// Forces `algorithm` for its collective.
     pub fn force(&mut self, algorithm: Algorithm) {
         self.force.insert(algorithm.collective(), algorithm);
@@ -111,7 +124,7 @@ impl Selector {
                 (c.name().to_string(), rules)
             })
             .collect();
-        TuningTable { machine: String::new(), collectives }
+        TuningTable { collectives, ..TuningTable::default() }
     }
 }
 
@@ -132,6 +145,8 @@ pub struct CollConfig {
     pub ll_slot_bytes: usize,
     /// Which algorithm runs.
     pub selector: Selector,
+    /// Ranks the tuning table in force was measured with, if it says.
+    pub tuned_ranks: Option<usize>,
 }
 
 impl Default for CollConfig {
@@ -146,6 +161,7 @@ impl Default for CollConfig {
             chunk_bytes: 32 << 20,
             ll_slot_bytes: 512 << 10,
             selector: Selector::default(),
+            tuned_ranks: None,
         }
     }
 }
@@ -177,6 +193,10 @@ impl CollConfig {
             let table: TuningTable =
                 serde_json::from_str(&text).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
             c.selector.apply(&table).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
+            c.tuned_ranks = table.ranks;
+            if let Some(blocks) = table.hb_blocks {
+                c.hb_blocks = blocks;
+            }
         }
         for collective in Collective::ALL {
             let var = collective.override_var();
@@ -225,7 +245,11 @@ mod tests {
         let forced = with(&[("WEFT_ALGO_ALLREDUCE", "hb"), ("WEFT_ALGO_ALLGATHER", "auto")]).unwrap();
         assert_eq!(forced.selector.select(Collective::AllReduce, 8), Algorithm::AllReduceHb);
         assert!(forced.selector.forced(Collective::AllReduce) && !forced.selector.forced(Collective::AllGather));
-        assert!(with(&[("WEFT_ALGO_ALLREDUCE", "ring")]).unwrap_err().contains("ll, ll2, hb"));
+        assert_eq!(
+            with(&[("WEFT_ALGO_ALLREDUCE", "ring")]).unwrap().selector.select(Collective::AllReduce, 8),
+            Algorithm::AllReduceRing
+        );
+        assert!(with(&[("WEFT_ALGO_ALLREDUCE", "tree")]).unwrap_err().contains("ll, ll2, hb, ring"));
         assert!(with(&[("WEFT_ALGO_BROADCAST", "ll2")]).is_err());
         assert!(with(&[("WEFT_CHUNK_BYTES", "0")]).is_err());
         assert_eq!(with(&[("WEFT_HB_BLOCKS", "64")]).unwrap().hb_blocks, 64);

@@ -8,8 +8,8 @@
 //! | `WEFT_CACHE_DIR` | folder of the NVRTC kernel cache | `$XDG_CACHE_HOME/weft` or `~/.cache/weft` |
 //! | `WEFT_CUDA_HOME` | CUDA installation searched first for NVRTC and headers (read by weft-gpu) | unset |
 //! | `WEFT_ALLOC` | device memory kind: `vmm`, `legacy` or `auto` | `auto` |
-//! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `p2p` or `auto` (read by weft-coll) | `auto` |
-//! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds (weft-coll) | built-in |
+//! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `ring` (all-reduce), `p2p` or `auto` (read by weft-coll) | `auto` |
+//! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count (weft-coll) | built-in |
 //! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |
 //! | `WEFT_CHUNK_BYTES` | bytes per HB round; the scratch is twice this (weft-coll) | `33554432` |
 //! | `WEFT_LL_SLOT_BYTES` | payload one rank sends one peer per LL launch; sizes the packet buffer (weft-coll) | `524288` |

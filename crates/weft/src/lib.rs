@@ -1,7 +1,8 @@
 //! # weft — GPU communication for AI inference and training
 //!
 //! **Owns:** the paved path through weft's crates (re-exported here) and the `weft` command:
-//! `weft info`, `weft selftest` (the GPU suite), `weft bench`, `weft plan` and `weft gen-header`.
+//! `weft info`, `weft selftest` (the GPU suite), `weft bench`, `weft tune`, `weft plan` and
+//! `weft gen-header`.
 //!
 //! **Must not:** hold protocol or algorithm logic of its own; the command only orchestrates.
 //!
@@ -12,6 +13,7 @@ pub mod info;
 pub mod launch;
 pub mod plan_cmd;
 pub mod selftest;
+pub mod tune;
 
 pub use weft_bootstrap as bootstrap;
 pub use weft_core as core;

@@ -67,11 +67,45 @@ enum Command {
         #[arg(long)]
         gpus: Option<usize>,
     },
+    /// Time every algorithm of the collectives at every size (and HB block counts) on this
+    /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE).
+    Tune {
+        /// Collectives (comma-separated; default: all).
+        #[arg(long, value_delimiter = ',')]
+        collectives: Vec<String>,
+        /// Smallest size.
+        #[arg(short = 'b', long, default_value = "1K")]
+        min_bytes: String,
+        /// Largest size.
+        #[arg(short = 'e', long, default_value = "1G")]
+        max_bytes: String,
+        /// Size multiplier.
+        #[arg(short = 'f', long, default_value_t = 2)]
+        factor: usize,
+        /// Element type of the measurements.
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+        /// Operator of the reducing collectives.
+        #[arg(long, default_value = "sum")]
+        op: String,
+        /// HB block counts to try (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "64,128")]
+        hb_blocks: Vec<u32>,
+        /// GPUs (default: all).
+        #[arg(long)]
+        gpus: Option<usize>,
+        /// Where to write the table.
+        #[arg(short, long, default_value = "weft-tuning.json")]
+        out: std::path::PathBuf,
+    },
     /// Compile, verify or list algorithm plans.
     Plan {
         #[command(subcommand)]
         action: PlanAction,
     },
+    /// Internal: one rank of `weft tune`.
+    #[command(hide = true)]
+    TuneWorker,
     /// Internal: one rank of `weft bench`.
     #[command(hide = true)]
     BenchWorker,
@@ -136,6 +170,10 @@ fn main() -> ExitCode {
         Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
+        Command::TuneWorker => weft::tune::run_worker(),
+        Command::Tune { collectives, min_bytes, max_bytes, factor, dtype, op, hb_blocks, gpus, out } => {
+            tune(&collectives, [&min_bytes, &max_bytes, &dtype, &op], factor, hb_blocks, gpus, &out)
+        }
         Command::Plan { action } => plan(action),
         Command::Bench {
             collective,
@@ -188,7 +226,7 @@ fn bench(
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     use weft::bench::{BenchOptions, Collective, parse_dtype, parse_op, parse_size};
     let collective = Collective::parse(collective)?;
-    let available = weft::gpu::Device::count().unwrap_or(0);
+    let available = available_gpus();
     if available == 0 {
         println!("weft bench: no GPU is available here; nothing to measure.");
         return Ok(ExitCode::SUCCESS);
@@ -206,6 +244,46 @@ fn bench(
         gpus: gpus.unwrap_or(available).clamp(1, available),
     };
     weft::bench::run(&options, json.as_deref(), plot.as_deref())
+}
+
+fn tune(
+    collectives: &[String],
+    [min_bytes, max_bytes, dtype, op]: [&str; 4],
+    factor: usize,
+    hb_blocks: Vec<u32>,
+    gpus: Option<usize>,
+    out: &std::path::Path,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use weft::bench::{Collective, parse_dtype, parse_op, parse_size};
+    let collectives = if collectives.is_empty() {
+        Collective::ALL.to_vec()
+    } else {
+        collectives.iter().map(|c| Collective::parse(c)).collect::<Result<_, _>>()?
+    };
+    if hb_blocks.is_empty() || hb_blocks.contains(&0) {
+        return Err("--hb-blocks: give one or more positive block counts".into());
+    }
+    let available = available_gpus();
+    if available == 0 {
+        println!("weft tune: no GPU is available here; nothing to measure.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let options = weft::tune::TuneOptions {
+        collectives,
+        min_bytes: parse_size(min_bytes)?,
+        max_bytes: parse_size(max_bytes)?,
+        factor,
+        dtype: parse_dtype(dtype)?,
+        op: parse_op(op)?,
+        hb_blocks,
+        gpus: gpus.unwrap_or(available).clamp(1, available),
+    };
+    weft::tune::run(&options, out)
+}
+
+/// GPUs visible here (0 without a driver).
+fn available_gpus() -> usize {
+    weft::gpu::Device::count().unwrap_or(0)
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {

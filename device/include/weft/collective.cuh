@@ -200,6 +200,54 @@ struct Shards {
 /// The round size of a launch moving `bytes` in rounds of at most `round` bytes.
 __device__ __forceinline__ uint64_t round_capacity(uint64_t bytes, uint64_t round) { return min_u64(bytes, round); }
 
+/// 16 bytes from any address, with the widest loads its alignment allows (the alignment is
+/// the same for every vector of a contiguous copy, so the branch does not diverge).
+__device__ __forceinline__ uint4 load16_any(const char* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if ((a & 15u) == 0) return *reinterpret_cast<const uint4*>(p);
+  if ((a & 7u) == 0) {
+    const uint2 x = reinterpret_cast<const uint2*>(p)[0], y = reinterpret_cast<const uint2*>(p)[1];
+    return make_uint4(x.x, x.y, y.x, y.y);
+  }
+  uint32_t w[4];
+  if ((a & 3u) == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = reinterpret_cast<const uint32_t*>(p)[i];
+  } else if ((a & 1u) == 0) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = uint32_t(h[2 * i]) | (uint32_t(h[2 * i + 1]) << 16);
+  } else {
+    detail::load_words<4>(p, 16, w);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// Writes bytes `[lo, hi)` of `src` (any alignment) to `dst` (both offset by lo) with whole
+/// 16-byte vector stores only; the last vector is zero-padded past hi. For pushes into a
+/// peer's scratch: `dst + lo` is 16-aligned and `dst` may be written up to round_up16(hi)
+/// (scratch slots are padded to 16 bytes). A peer never receives a sub-word store this way:
+/// 2-byte elements in the unaligned tail of a push lost their low byte on NVLink when the tail
+/// went out as byte stores (measured; docs/perf/collectives.md). Called by: every thread.
+__device__ __forceinline__ void push_padded(char* dst, const char* src, uint64_t lo, uint64_t hi) {
+  if (hi <= lo) return;
+  const uint64_t n = hi - lo, full = n / 16;
+  dst += lo;
+  src += lo;
+  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
+    detail::copy_vectors<uint4>(dst, src, full * 16, threadIdx.x, blockDim.x);
+  } else {
+    for (uint64_t v = threadIdx.x; v < full; v += blockDim.x) {
+      reinterpret_cast<uint4*>(dst)[v] = load16_any(src + v * 16);
+    }
+  }
+  if (full * 16 < n && threadIdx.x == blockDim.x - 1) {
+    uint32_t w[4];
+    detail::load_words<4>(src + full * 16, static_cast<uint32_t>(n - full * 16), w);
+    reinterpret_cast<uint4*>(dst)[full] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 /// Block-cooperative copy of `[lo, hi)` from `src` to `dst` (both offset by lo).
 __device__ __forceinline__ void copy_range(char* dst, const char* src, uint64_t lo, uint64_t hi) {
   if (hi > lo && dst != src) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);

@@ -3,30 +3,10 @@
 //! in-place variant puts input and output, and which input element every output element must
 //! equal (the one definition the host check uses).
 
-use serde::{Deserialize, Serialize};
+pub use weft_coll::Collective;
 
 /// The rank whose data a rooted collective (broadcast, reduce) starts from or ends at.
 pub const ROOT: u32 = 0;
-
-/// A collective `weft bench` measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Collective {
-    /// Every rank ends with the reduction of all inputs.
-    AllReduce,
-    /// Every rank ends with the concatenation of all inputs, in rank order.
-    AllGather,
-    /// Rank `r` ends with the reduction of block `r` of all inputs.
-    ReduceScatter,
-    /// Rank `r`'s output block `p` is rank `p`'s input block `r`.
-    AllToAll,
-    /// Every rank ends with the root's input.
-    Broadcast,
-    /// The root ends with the reduction of all inputs.
-    Reduce,
-    /// Every rank sends its input to the next rank and receives the previous rank's.
-    SendRecv,
-}
 
 /// Buffer lengths and call arguments of one row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,47 +39,30 @@ pub enum Source {
     },
 }
 
-impl Collective {
-    /// Every collective, in the order `weft bench` lists them.
-    pub const ALL: [Collective; 7] = [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::AllToAll,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::SendRecv,
-    ];
-
-    /// Lower-case name (`allreduce`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "allreduce",
-            Collective::AllGather => "allgather",
-            Collective::ReduceScatter => "reducescatter",
-            Collective::AllToAll => "alltoall",
-            Collective::Broadcast => "broadcast",
-            Collective::Reduce => "reduce",
-            Collective::SendRecv => "sendrecv",
-        }
-    }
-
-    /// Parses a name; `all_reduce`, `all-reduce` and `AllReduce` are accepted too.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let key: String = s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_ascii_lowercase();
-        Self::ALL.into_iter().find(|c| c.name() == key).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|c| c.name()).collect();
-            format!("unknown collective {s:?} (one of {})", names.join(", "))
-        })
-    }
-
-    /// Whether the collective applies the reduction operator.
-    pub fn reduces(self) -> bool {
-        matches!(self, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
-    }
-
+/// nccl-tests' conventions for each collective, as `weft bench` and `weft tune` size, time
+/// and check it.
+pub trait NcclTests: Copy {
     /// nccl-tests' bus-bandwidth factor for `ranks` ranks (busbw = algbw × factor).
-    pub fn bus_factor(self, ranks: usize) -> f64 {
+    fn bus_factor(self, ranks: usize) -> f64;
+    /// The shape of a row of `bytes` requested bytes, as nccl-tests rounds it; `None` when it
+    /// holds no element (per rank or per peer).
+    fn shape(self, bytes: usize, elt: usize, ranks: usize) -> Option<Shape>;
+    /// Whether weft and NCCL can run it with input and output in one buffer.
+    fn has_in_place(self) -> bool;
+    /// In place, the byte offsets of the input and of the output inside the one buffer
+    /// (nccl-tests: allgather's input is the rank's block of the output, reducescatter's
+    /// output the rank's block of the input).
+    fn in_place_offsets(self, shape: &Shape, elt: usize, rank: u32) -> (usize, usize);
+    /// Whether `rank`'s output is defined (reduce: only the root's).
+    fn has_output(self, rank: u32) -> bool;
+    /// Whether every rank's output must be bitwise the same.
+    fn same_output_everywhere(self) -> bool;
+    /// Where element `index` of `rank`'s output comes from.
+    fn source(self, shape: &Shape, rank: u32, ranks: u32, index: u64) -> Source;
+}
+
+impl NcclTests for Collective {
+    fn bus_factor(self, ranks: usize) -> f64 {
         let n = ranks.max(1) as f64;
         match self {
             Collective::AllReduce => 2.0 * (n - 1.0) / n,
@@ -108,9 +71,7 @@ impl Collective {
         }
     }
 
-    /// The shape of a row of `bytes` requested bytes, as nccl-tests rounds it; `None` when it
-    /// holds no element (per rank or per peer).
-    pub fn shape(self, bytes: usize, elt: usize, ranks: usize) -> Option<Shape> {
+    fn shape(self, bytes: usize, elt: usize, ranks: usize) -> Option<Shape> {
         let total = bytes / elt.max(1);
         let n = ranks.max(1);
         let (send_count, recv_count, count) = match self {
@@ -122,17 +83,13 @@ impl Collective {
         (count > 0).then_some(Shape { send_count, recv_count, count, bytes: send_count.max(recv_count) * elt })
     }
 
-    /// Whether weft and NCCL can run it with input and output in one buffer.
-    pub fn has_in_place(self) -> bool {
+    fn has_in_place(self) -> bool {
         // AllToAll in place is not supported; SendRecv in place would read a buffer while the
         // previous rank overwrites it.
         !matches!(self, Collective::AllToAll | Collective::SendRecv)
     }
 
-    /// In place, the byte offsets of the input and of the output inside the one buffer
-    /// (nccl-tests: allgather's input is the rank's block of the output, reducescatter's
-    /// output the rank's block of the input).
-    pub fn in_place_offsets(self, shape: &Shape, elt: usize, rank: u32) -> (usize, usize) {
+    fn in_place_offsets(self, shape: &Shape, elt: usize, rank: u32) -> (usize, usize) {
         let r = rank as usize;
         match self {
             Collective::AllGather => (r * shape.send_count * elt, 0),
@@ -141,18 +98,15 @@ impl Collective {
         }
     }
 
-    /// Whether `rank`'s output is defined (reduce: only the root's).
-    pub fn has_output(self, rank: u32) -> bool {
+    fn has_output(self, rank: u32) -> bool {
         self != Collective::Reduce || rank == ROOT
     }
 
-    /// Whether every rank's output must be bitwise the same.
-    pub fn same_output_everywhere(self) -> bool {
+    fn same_output_everywhere(self) -> bool {
         matches!(self, Collective::AllReduce | Collective::AllGather | Collective::Broadcast)
     }
 
-    /// Where element `index` of `rank`'s output comes from.
-    pub fn source(self, shape: &Shape, rank: u32, ranks: u32, index: u64) -> Source {
+    fn source(self, shape: &Shape, rank: u32, ranks: u32, index: u64) -> Source {
         let block = shape.count as u64;
         match self {
             Collective::AllReduce | Collective::Reduce => Source::Reduced { index },

@@ -262,7 +262,7 @@ impl Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{Collective, ROOT, Shape};
+    use crate::bench::{Collective, NcclTests, ROOT, Shape};
 
     /// The host reference must accept the right answer and reject a wrong one for every type
     /// and operator (the check is only as good as this).

@@ -6,7 +6,7 @@
 mod collective;
 pub(crate) mod data;
 mod plot;
-mod progress;
+pub(crate) mod progress;
 mod report;
 pub(crate) mod worker;
 
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub use collective::{Collective, ROOT, Shape, Source};
+pub use collective::{Collective, NcclTests, ROOT, Shape, Source};
 pub use report::Line;
 
 use serde::{Deserialize, Serialize};
@@ -73,10 +73,10 @@ pub struct Row {
 }
 
 /// Serde by name for the weft-types enums (which depend on nothing, serde included).
-mod by_name {
+pub(crate) mod by_name {
     macro_rules! by_name {
         ($m:ident, $t:ty, $parse:path) => {
-            pub(super) mod $m {
+            pub(crate) mod $m {
                 pub(crate) fn serialize<S: serde::Serializer>(v: &$t, s: S) -> Result<S::Ok, S::Error> {
                     s.serialize_str(v.name())
                 }
@@ -135,14 +135,19 @@ pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
 
 /// The message sizes of a sweep.
 pub fn sizes(options: &BenchOptions) -> Vec<usize> {
+    sizes_between(options.min_bytes, options.max_bytes, options.factor)
+}
+
+/// `min`, `min × factor`, ... up to `max` (just `min` when the factor is below 2).
+pub fn sizes_between(min: usize, max: usize, factor: usize) -> Vec<usize> {
     let mut out = Vec::new();
-    let mut s = options.min_bytes.max(1);
-    while s <= options.max_bytes {
+    let mut s = min.max(1);
+    while s <= max {
         out.push(s);
-        if options.factor <= 1 {
+        if factor <= 1 {
             break;
         }
-        s = s.saturating_mul(options.factor);
+        s = s.saturating_mul(factor);
     }
     out
 }

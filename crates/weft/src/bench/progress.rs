@@ -21,7 +21,7 @@ fn weight(bytes: usize) -> u64 {
 }
 
 /// In rank 0 of a worker: records that the size `bytes` is done.
-pub(super) fn record(bytes: usize) {
+pub(crate) fn record(bytes: usize) {
     let append = || -> Result<(), String> {
         let path = crate::launch::report_dir()?.join(FILE);
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| e.to_string())?;
@@ -40,7 +40,7 @@ fn finished(dir: &Path) -> usize {
 
 /// The launcher's bar over a sweep of `sizes`.
 #[derive(Debug)]
-pub(super) struct Bar {
+pub(crate) struct Bar {
     bar: ProgressBar,
     sizes: Vec<usize>,
     seen: usize,
@@ -48,7 +48,7 @@ pub(super) struct Bar {
 
 impl Bar {
     /// A bar on stderr (hidden when stderr is not a terminal).
-    pub(super) fn new(sizes: &[usize]) -> Self {
+    pub(crate) fn new(sizes: &[usize]) -> Self {
         let total = sizes.iter().map(|&b| weight(b)).sum();
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template(TEMPLATE) {
@@ -60,7 +60,7 @@ impl Bar {
     }
 
     /// Moves the bar to what rank 0 has recorded in `dir`.
-    pub(super) fn update(&mut self, dir: &Path) {
+    pub(crate) fn update(&mut self, dir: &Path) {
         let done = finished(dir).min(self.sizes.len());
         if done == self.seen {
             return;
@@ -72,7 +72,7 @@ impl Bar {
     }
 
     /// Removes the bar (before the table is printed).
-    pub(super) fn finish(self) {
+    pub(crate) fn finish(self) {
         self.bar.finish_and_clear();
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{BenchOptions, Row};
+use super::{BenchOptions, NcclTests, Row};
 
 /// One merged row with the numbers derived from it.
 #[derive(Clone, Debug, Serialize, PartialEq)]

@@ -10,7 +10,7 @@ use weft_gpu::{AllocKind, Device, DeviceMemory, DevicePtr, Event, Stream};
 use weft_types::{DataType, ReduceOp};
 
 use super::data::Reference;
-use super::{BenchOptions, Collective, ROOT, Row, Shape, progress, sizes};
+use super::{BenchOptions, Collective, NcclTests, ROOT, Row, Shape, progress, sizes};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -37,6 +37,18 @@ pub(crate) struct Rank {
 }
 
 impl Rank {
+    /// A rank of `comm` with a stream and two buffers of `bytes` each.
+    pub(crate) fn new(comm: &Communicator, bytes: usize) -> Result<Self, BoxError> {
+        let device = comm.device();
+        Ok(Self {
+            stream: Stream::new(device)?,
+            send: DeviceMemory::alloc(device, bytes, AllocKind::Legacy)?,
+            recv: DeviceMemory::alloc(device, bytes, AllocKind::Legacy)?,
+            bootstrap: Arc::clone(comm.bootstrap()),
+            comm: comm.clone(),
+        })
+    }
+
     fn barrier(&self) -> Result<(), BoxError> {
         Ok(self.comm.barrier()?)
     }
@@ -46,7 +58,12 @@ impl Rank {
     }
 
     /// Microseconds per call of `call`, eager or captured in a CUDA graph.
-    fn time(&self, graph: bool, bytes: usize, call: &dyn Fn() -> Result<(), BoxError>) -> Result<f64, BoxError> {
+    pub(crate) fn time(
+        &self,
+        graph: bool,
+        bytes: usize,
+        call: &dyn Fn() -> Result<(), BoxError>,
+    ) -> Result<f64, BoxError> {
         let device = self.comm.device();
         let calls = calls_for(bytes);
         let (start, end) = (Event::new(device)?, Event::new(device)?);
@@ -278,13 +295,7 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
     };
     let size = options.dtype.size();
     let max = options.max_bytes.max(size);
-    let me = Rank {
-        stream: Stream::new(&device)?,
-        send: DeviceMemory::alloc(&device, max, AllocKind::Legacy)?,
-        recv: DeviceMemory::alloc(&device, max, AllocKind::Legacy)?,
-        bootstrap: Arc::clone(&bootstrap),
-        comm,
-    };
+    let me = Rank::new(&comm, max)?;
     let (send, recv) = (me.send.ptr(), me.recv.ptr());
     let mut rows = Vec::new();
     for requested in sizes(options) {

@@ -4,17 +4,14 @@
 //! every rank. The communicator's collectives are set up with small rounds and packet slots,
 //! so counts of a few thousand elements already take the multi-round paths of every kernel.
 
-use std::sync::Arc;
-
 use weft_coll::{CollConfig, CollError, Collectives};
 use weft_core::{Communicator, Env};
-use weft_gpu::{AllocKind, DeviceMemory, Stream};
 use weft_types::{DataType, ReduceOp};
 
 use super::report::RankReport;
 use crate::bench::data::Reference;
 use crate::bench::worker::{Call, Rank, check, shared_seed};
-use crate::bench::{Collective, Shape};
+use crate::bench::{Collective, NcclTests, Shape};
 
 /// Element counts per rank block: 1, odd sizes around the LL slot, and several HB rounds.
 const COUNTS: [usize; 5] = [1, 37, 1531, 20_011, 150_001];
@@ -32,20 +29,12 @@ pub(super) fn run(comm: &Communicator, env: &Env, label: &str, report: &mut Rank
 }
 
 fn run_matrix(comm: &Communicator, env: &Env, label: &str, report: &mut RankReport) -> Result<(), BoxError> {
-    let device = comm.device();
     let ranks = comm.world_size();
     let largest = COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8;
-    let me = Rank {
-        comm: comm.clone(),
-        bootstrap: Arc::clone(comm.bootstrap()),
-        stream: Stream::new(device)?,
-        send: DeviceMemory::alloc(device, largest, AllocKind::Legacy)?,
-        recv: DeviceMemory::alloc(device, largest, AllocKind::Legacy)?,
-    };
+    let me = Rank::new(comm, largest)?;
     let base = CollConfig { chunk_bytes: CHUNK_BYTES, ll_slot_bytes: LL_SLOT_BYTES, ..CollConfig::from_env(env)? };
     for collective in Collective::ALL {
-        let Some(kind) = weft_coll::Collective::from_name(collective.name()) else { continue };
-        for algorithm in kind.algorithms() {
+        for algorithm in collective.algorithms() {
             let mut config = base.clone();
             config.selector.force(algorithm);
             let coll = Collectives::new(comm, config)?;
