@@ -192,6 +192,14 @@ impl Algorithm {
         matches!(self.collective(), Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }
 
+    /// Whether it handles `dtype`. The ring carries partial results between ranks in the
+    /// element type, so an FP8 ring would round to 8 bits at every step; FP8 reductions
+    /// accumulate in higher precision, so the ring leaves FP8 to the other algorithms.
+    pub fn supports(self, dtype: weft_types::DataType) -> bool {
+        use weft_types::DataType;
+        self != Self::AllReduceRing || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
+    }
+
     /// The kernel's symbol.
     pub fn kernel(self) -> &'static str {
         match self {
@@ -237,5 +245,20 @@ mod tests {
             assert!(c.algorithms().count() >= 1, "{c} has no algorithm");
         }
         assert_eq!(Collective::AllReduce.override_var(), "WEFT_ALGO_ALLREDUCE");
+    }
+
+    #[test]
+    fn every_type_has_an_algorithm_of_every_collective() {
+        use weft_types::DataType;
+        assert!(!Algorithm::AllReduceRing.supports(DataType::F8E4M3));
+        assert!(Algorithm::AllReduceRing.supports(DataType::Bf16));
+        for c in Collective::ALL {
+            for t in DataType::ALL {
+                assert!(
+                    c.algorithms().any(|a| a.protocol() == Protocol::Hb || a.protocol() == Protocol::P2p)
+                        && c.algorithms().filter(|a| a.supports(t)).count() >= 1
+                );
+            }
+        }
     }
 }

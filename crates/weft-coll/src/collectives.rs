@@ -152,7 +152,7 @@ impl Collectives {
             (Buffer { what: "send", ptr: send, len: bytes }, Buffer { what: "recv", ptr: recv, len: bytes });
         self.check(stream, &[send, recv], &[(send, recv, Some(0))])?;
         let shard = bytes.div_ceil(self.ranks()).next_multiple_of(8);
-        let algorithm = self.choose(Collective::AllReduce, bytes, |a| match a {
+        let algorithm = self.choose(Collective::AllReduce, bytes, dtype, |a| match a {
             Algorithm::AllReduceLl => bytes,
             _ => shard,
         })?;
@@ -222,7 +222,7 @@ impl Collectives {
         let (single, whole) = if gathers { (send_buf, recv_buf) } else { (recv_buf, send_buf) };
         let in_place = (block * self.comm.rank()) as u64;
         self.check(stream, &[send_buf, recv_buf], &[(single, whole, Some(in_place))])?;
-        let algorithm = self.choose(collective, total, |_| block)?;
+        let algorithm = self.choose(collective, total, dtype, |_| block)?;
         // SAFETY: allgather and reduce-scatter kernels take (context, input, output, block
         // bytes); buffers checked above, the rest is the caller's contract.
         unsafe { self.launch(algorithm, dtype, op, stream, total, |a| a.push(send).push(recv).push(block as u64)) }
@@ -290,7 +290,7 @@ impl Collectives {
         } else {
             self.check(stream, &[used_by_all], &[])?;
         }
-        let algorithm = self.choose(collective, bytes, |_| bytes)?;
+        let algorithm = self.choose(collective, bytes, dtype, |_| bytes)?;
         // SAFETY: broadcast and reduce kernels take (context, input, output, bytes, root); the
         // buffer a non-root does not use is never dereferenced there; checked above.
         unsafe {
@@ -365,7 +365,7 @@ impl Collectives {
         }
         self.check_p2p(stream, &buffers[..2 * n])?;
         let total: u64 = plan.send_bytes.iter().sum();
-        let algorithm = self.choose(Collective::AllToAll, total as usize, |_| 0)?;
+        let algorithm = self.choose(Collective::AllToAll, total as usize, dtype, |_| 0)?;
         // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
         unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, stream, total as usize, |a| a.push(plan)) }
     }
@@ -398,7 +398,8 @@ impl Collectives {
                 }
             }
         }
-        let algorithm = self.choose(Collective::SendRecv, 0, |_| 0)?;
+        // Point-to-point transfers move bytes: every type is supported.
+        let algorithm = self.choose(Collective::SendRecv, 0, DataType::U8, |_| 0)?;
         // Round i carries the i-th operation of every (peer, direction), matching the peers'
         // rounds; a round is one launch.
         let me = self.comm.rank();
@@ -480,20 +481,26 @@ impl Collectives {
         &self,
         collective: Collective,
         size: usize,
+        dtype: DataType,
         ll_payload: impl Fn(Algorithm) -> usize,
     ) -> Result<Algorithm, CollError> {
         let selector = &self.config.selector;
         let algorithm = selector.select(collective, size as u64);
-        if algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes {
+        let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes;
+        if fits && algorithm.supports(dtype) {
             return Ok(algorithm);
         }
         if selector.forced(collective) {
-            return Err(self.invalid(format!(
-                "{algorithm} cannot carry {size} bytes (LL slots hold {} per rank; WEFT_LL_SLOT_BYTES)",
-                self.config.ll_slot_bytes
-            )));
+            return Err(self.invalid(if fits {
+                format!("{algorithm} does not support {}", dtype.name())
+            } else {
+                format!(
+                    "{algorithm} cannot carry {size} bytes (LL slots hold {} per rank; WEFT_LL_SLOT_BYTES)",
+                    self.config.ll_slot_bytes
+                )
+            }));
         }
-        Ok(collective.algorithms().find(|a| a.protocol() == Protocol::Hb).unwrap_or(algorithm))
+        Ok(collective.algorithms().find(|a| a.protocol() == Protocol::Hb && a.supports(dtype)).unwrap_or(algorithm))
     }
 
     /// Launches `algorithm`'s kernel with the collective context followed by `args`, unless the

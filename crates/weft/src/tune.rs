@@ -27,6 +27,9 @@ type BoxError = Box<dyn std::error::Error>;
 
 const WORKER_OPTIONS: &str = "WEFT_TUNE_OPTIONS";
 
+/// Two algorithms whose times differ by less than this factor are treated as equally fast.
+const NOISE: f64 = 1.03;
+
 /// Options of `weft tune`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TuneOptions {
@@ -181,8 +184,15 @@ pub fn choose(samples: &[Sample], ranks: usize, machine: &str) -> Result<Tuned, 
     let mut collectives: BTreeMap<String, Vec<Rule>> = BTreeMap::new();
     for ((collective, bytes), s) in fastest(at_blocks(samples, hb_blocks)) {
         let rules = collectives.entry(collective.name().to_string()).or_default();
+        // Keep the previous size's algorithm while it is within the noise of the fastest, so
+        // timing noise between near-equal algorithms does not fragment the rules.
+        let keep = rules.last().is_some_and(|last| {
+            at_blocks(samples, hb_blocks).any(|o| {
+                (o.collective, o.bytes) == (collective, bytes) && o.algorithm == last.algorithm && o.us <= s.us * NOISE
+            })
+        });
         match rules.last_mut() {
-            Some(last) if last.algorithm == s.algorithm => last.max_bytes = Some(bytes as u64),
+            Some(last) if keep => last.max_bytes = Some(bytes as u64),
             _ => rules.push(Rule { max_bytes: Some(bytes as u64), algorithm: s.algorithm.clone() }),
         }
     }
@@ -306,11 +316,15 @@ mod tests {
             sample(64, AllReduce, "hb", 4096, 8.0),
             sample(64, AllReduce, "hb", 16384, 8.0),
             sample(64, AllReduce, "ll2", 16384, 8.5),
+            // Within the noise of hb: hb stays.
+            sample(64, AllReduce, "hb", 65536, 10.1),
+            sample(64, AllReduce, "ll2", 65536, 10.0),
             sample(64, AllGather, "hb", 1024, 3.0),
             // 128 blocks: HB is slower everywhere, so 64 wins.
             sample(128, AllReduce, "hb", 1024, 10.0),
             sample(128, AllReduce, "hb", 4096, 9.0),
             sample(128, AllReduce, "hb", 16384, 7.9),
+            sample(128, AllReduce, "hb", 65536, 11.0),
             sample(128, AllGather, "hb", 1024, 30.0),
         ];
         let tuned = choose(&samples, 4, "test").unwrap();
