@@ -7,7 +7,7 @@
 //   weft_broadcast_ll   the root sends its buffer as packets to every peer.
 //   weft_broadcast_hb   scatter + all-gather through scratch: the root pushes shard i to the
 //                       i-th other rank, which pushes it to the others, so the root sends each
-//                       byte once instead of once per peer.
+//                       byte once instead of once per peer; rounds pipelined over three buffers.
 //   weft_p2p            grouped send/receive: per (peer, direction) a set of blocks moves the
 //                       bytes through a double-buffered slot of the receiver's scratch, with
 //                       credits, so sends and receives of one group progress together.
@@ -41,7 +41,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 1; k < ranks; ++k) {
       const uint32_t d = (rank + k) % ranks;
-      copy_range(scratch_of(c, d) + rank * slot, input + first, lo, hi);
+      push_padded(scratch_of(c, d) + rank * slot, input + first, lo, hi);
     }
     copy_range(output + rank * block_bytes + first, input + first, lo, hi);
     if (!hb_barrier(c)) return;
@@ -66,10 +66,13 @@ extern "C" __global__ void __launch_bounds__(512)
   ll_round_end(c, round);
 }
 
-// Rounds of up to 2 x chunk_bytes assembled in every non-root's scratch. The i-th rank after
-// the root owns shard i: (A) the root pushes shard i into rank i's scratch and copies its own
-// output; barrier; (B) every non-root pushes its shard into the other non-roots' scratch;
-// barrier; (C) every non-root copies the round out.
+// Scatter + all-gather through scratch, pipelined over three scratch buffers. The i-th rank
+// after the root owns shard i of every round. Step j (each begins with a barrier): the root
+// pushes shard i of round j into rank i's buffer j % 3 (and copies its own output); every
+// non-root pushes its shard of round j - 1 into the other non-roots' buffer (j - 1) % 3, and
+// copies round j - 2 out of buffer (j - 2) % 3. The three stages of consecutive rounds run at
+// once, and a buffer is written again (round j + 3) only after the step that copied it out.
+// Small messages take one round (three steps, as unpipelined); large ones at least 8 rounds.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_broadcast_hb(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
   const uint32_t ranks = c.ranks, rank = c.rank;
@@ -78,29 +81,42 @@ extern "C" __global__ void __launch_bounds__(1024)
     copy_range(output, input, s.lo(0), s.hi(0));
     return;
   }
+  constexpr uint64_t kMinRound = 4ull << 20;
   const uint32_t owners = ranks - 1;
   auto owner = [&](uint32_t i) { return (root + 1 + i) % ranks; };
   const uint32_t mine = (rank + ranks - root - 1) % ranks;  // my shard (non-roots)
-  const char* scratch = reinterpret_cast<const char*>(c.scratch);
-  const uint64_t round_bytes = (2 * c.chunk_bytes) & ~uint64_t(15);
-  for (uint64_t first = 0; first < bytes; first += round_bytes) {
+  // Buffers and rounds are multiples of 16 x owners, so the shards of a full round tile it
+  // exactly and never spill into the next buffer.
+  const uint64_t unit = 16ull * owners;
+  const uint64_t buffer = (2 * c.chunk_bytes / 3) / unit * unit;
+  const uint64_t wanted = div_ceil(bytes, 8) > kMinRound ? div_ceil(bytes, 8) : kMinRound;
+  const uint64_t round = min_u64(buffer, div_ceil(wanted, unit) * unit);
+  const uint64_t rounds = div_ceil(bytes, round), capacity = round_capacity(bytes, round);
+  auto shards = [&](uint64_t j) { return Shards(min_u64(round, bytes - j * round), capacity, owners); };
+  auto buffer_of = [&](uint32_t r, uint64_t j) { return scratch_of(c, r) + (j % 3) * buffer; };
+  for (uint64_t j = 0; j < rounds + 2; ++j) {
     if (!hb_barrier(c)) return;
-    const Shards s(min_u64(round_bytes, bytes - first), round_capacity(bytes, round_bytes), owners);
     if (rank == root) {
-      for (uint32_t i = 0; i < owners; ++i) {
-        copy_range(scratch_of(c, owner(i)), input + first, s.lo(i), s.hi(i));
-        copy_range(output + first, input + first, s.lo(i), s.hi(i));
+      if (j < rounds) {
+        const Shards s = shards(j);
+        const uint64_t first = j * round;
+        for (uint32_t i = 0; i < owners; ++i) {
+          push_padded(buffer_of(owner(i), j), input + first, s.lo(i), s.hi(i));
+          copy_range(output + first, input + first, s.lo(i), s.hi(i));
+        }
       }
+      continue;
     }
-    if (!hb_barrier(c)) return;
-    if (rank != root) {
+    if (j >= 1 && j - 1 < rounds) {
+      const Shards s = shards(j - 1);
       for (uint32_t i = 1; i < owners; ++i) {
-        copy_range(scratch_of(c, owner((mine + i) % owners)), scratch, s.lo(mine), s.hi(mine));
+        push_padded(buffer_of(owner((mine + i) % owners), j - 1), buffer_of(rank, j - 1), s.lo(mine), s.hi(mine));
       }
     }
-    if (!hb_barrier(c)) return;
-    if (rank != root) {
-      for (uint32_t i = 0; i < owners; ++i) copy_range(output + first, scratch, s.lo(i), s.hi(i));
+    if (j >= 2) {
+      const Shards s = shards(j - 2);
+      const uint64_t first = (j - 2) * round;
+      for (uint32_t i = 0; i < owners; ++i) copy_range(output + first, buffer_of(rank, j - 2), s.lo(i), s.hi(i));
     }
   }
 }
