@@ -70,6 +70,18 @@ impl Device {
         Ok(device)
     }
 
+    /// The GPU of the calling thread's current context (what `cudaGetDevice` reports after
+    /// `cudaSetDevice`), or GPU 0 when no context is current, as the CUDA runtime defaults.
+    pub fn current() -> Result<Self, GpuError> {
+        init()?;
+        let mut raw: sys::CUdevice = 0;
+        // SAFETY: writes one int; fails without side effects when no context is current.
+        match unsafe { sys::cuCtxGetDevice(&mut raw) } {
+            sys::CUresult::CUDA_SUCCESS => Self::new(usize::try_from(raw).unwrap_or(usize::MAX)),
+            _ => Self::new(0),
+        }
+    }
+
     /// Opens the GPU at PCI bus id `bus_id` (as reported by [`Device::pci_bus_id`] in any
     /// process of this host).
     pub fn by_pci_bus_id(bus_id: &str) -> Result<Self, GpuError> {
