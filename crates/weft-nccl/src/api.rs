@@ -32,7 +32,10 @@ fn not_implemented(call: &str, what: &str) -> NcclError {
 
 /// `ncclGetVersion`: the version of the NCCL API weft implements (2.28.9 → 22809), so that
 /// applications enable exactly the features of that API.
-pub fn get_version(version: *mut c_int) -> Result<(), NcclError> {
+///
+/// # Safety
+/// `version` is null or writable.
+pub unsafe fn get_version(version: *mut c_int) -> Result<(), NcclError> {
     non_null(version, "version")?;
     // SAFETY: non-null, and the application passes a writable int (nccl.h contract).
     unsafe { version.write(ffi::NCCL_VERSION_CODE) };
@@ -41,7 +44,10 @@ pub fn get_version(version: *mut c_int) -> Result<(), NcclError> {
 
 /// `ncclGetUniqueId`: a weft rendezvous id (root address and secret). The calling process must
 /// host rank 0 of the communicator, as with NCCL.
-pub fn get_unique_id(out: *mut ncclUniqueId) -> Result<(), NcclError> {
+///
+/// # Safety
+/// `out` is null or writable.
+pub unsafe fn get_unique_id(out: *mut ncclUniqueId) -> Result<(), NcclError> {
     non_null(out, "uniqueId")?;
     let id = UniqueId::new(SocketAddr::new(env()?.root_ip(), 0))?;
     let mut c = ncclUniqueId { internal: [0; ffi::NCCL_UNIQUE_ID_BYTES] };
@@ -87,7 +93,7 @@ pub unsafe fn comm_init_rank_config(
     let spec = InitSpec { rank, nranks, device, rendezvous: Rendezvous::Tcp(id), config };
     if group::with(|g| g.active()) {
         let comm = Comm::pending(rank, nranks, device);
-        group::with(|g| g.push(Deferred::Init { comm: std::sync::Arc::clone(&comm), spec }))
+        group::with(|g| g.push(Deferred::Init { comm: std::sync::Arc::clone(&comm), spec: Box::new(spec) }))
             .map_err(|_| NcclError::new(Code::InternalError, "group closed while queueing"))?;
         // SAFETY: non-null, writable (nccl.h contract).
         unsafe { out.write(publish(comm)) };
@@ -197,7 +203,7 @@ pub unsafe fn comm_split(
         rendezvous: Rendezvous::Split { parent: ready, color, key },
         config,
     };
-    let item = Deferred::Split { spec, out: out as usize };
+    let item = Deferred::Split { spec: Box::new(spec), out: out as usize };
     match group::with(|g| g.push(item)) {
         Ok(()) => Ok(()),
         Err(item) => exec::run(vec![item]),
@@ -212,7 +218,7 @@ pub fn comm_finalize(handle: ncclComm_t) -> Result<(), NcclError> {
         let f = fc.fallback;
         let finalize = f.entry("ncclCommFinalize", f.api.comm_finalize)?;
         // SAFETY: a live communicator of the fallback.
-        f.check("ncclCommFinalize", unsafe { finalize(fc.raw()) }, fc.raw())?;
+        f.check("ncclCommFinalize", unsafe { finalize(fc.raw()) })?;
     }
     Ok(())
 }
@@ -276,7 +282,7 @@ fn async_error(comm: &Comm) -> Result<ncclResult_t, NcclError> {
         let get = f.entry("ncclCommGetAsyncError", f.api.get_async_error)?;
         let mut code = ffi::ncclSuccess;
         // SAFETY: a live communicator; out-pointer to a local.
-        f.check("ncclCommGetAsyncError", unsafe { get(fc.raw(), &mut code) }, fc.raw())?;
+        f.check("ncclCommGetAsyncError", unsafe { get(fc.raw(), &mut code) })?;
         return Ok(code);
     }
     Ok(ffi::ncclSuccess)
@@ -453,7 +459,7 @@ pub unsafe fn comm_register(
         let f = fc.fallback;
         let register = f.entry("ncclCommRegister", f.api.comm_register)?;
         // SAFETY: the application's buffer and a local out-pointer, for a live communicator.
-        f.check("ncclCommRegister", unsafe { register(fc.raw(), buff, size, &mut fallback) }, fc.raw())?;
+        f.check("ncclCommRegister", unsafe { register(fc.raw(), buff, size, &mut fallback) })?;
     }
     let token = Box::into_raw(Box::new(0u8)) as usize;
     lock(registrations()).insert(token, Registration { comm: comm as usize, fallback });
@@ -481,7 +487,7 @@ pub fn comm_deregister(comm: ncclComm_t, handle: *mut c_void) -> Result<(), Nccl
         let f = fc.fallback;
         let deregister = f.entry("ncclCommDeregister", f.api.comm_deregister)?;
         // SAFETY: a handle the fallback returned for this communicator.
-        f.check("ncclCommDeregister", unsafe { deregister(fc.raw(), r.fallback) }, fc.raw())?;
+        f.check("ncclCommDeregister", unsafe { deregister(fc.raw(), r.fallback) })?;
     }
     Ok(())
 }
@@ -504,21 +510,24 @@ pub unsafe fn window_register(
     let register = f.entry("ncclCommWindowRegister", f.api.window_register)?;
     let mut w = std::ptr::null_mut();
     // SAFETY: the application's arguments, a local out-pointer, a live communicator.
-    f.check("ncclCommWindowRegister", unsafe { register(fc.raw(), buff, size, &mut w, flags) }, fc.raw())?;
+    f.check("ncclCommWindowRegister", unsafe { register(fc.raw(), buff, size, &mut w, flags) })?;
     // SAFETY: non-null, writable (nccl.h contract).
     unsafe { win.write(w) };
     Ok(())
 }
 
 /// `ncclCommWindowDeregister`.
-pub fn window_deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<(), NcclError> {
+///
+/// # Safety
+/// `win` is a window the fallback created for `comm` (application contract).
+pub unsafe fn window_deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<(), NcclError> {
     non_null(win, "win")?;
     let ready = lookup(comm)?.ready()?;
     let fc = ready.fallback.as_ref().ok_or_else(|| not_implemented("ncclCommWindowDeregister", "no fallback NCCL"))?;
     let f = fc.fallback;
     let deregister = f.entry("ncclCommWindowDeregister", f.api.window_deregister)?;
     // SAFETY: a window the fallback created for this communicator (application contract).
-    f.check("ncclCommWindowDeregister", unsafe { deregister(fc.raw(), win) }, fc.raw())
+    f.check("ncclCommWindowDeregister", unsafe { deregister(fc.raw(), win) })
 }
 
 /// `ncclRedOpCreatePreMulSum`: created in the fallback; calls using the operator go there.
@@ -547,7 +556,7 @@ pub unsafe fn red_op_create(
     let create = f.entry("ncclRedOpCreatePreMulSum", f.api.red_op_create_pre_mul_sum)?;
     let mut created = 0;
     // SAFETY: the application's scalar, a local out-pointer, a live communicator.
-    f.check("ncclRedOpCreatePreMulSum", unsafe { create(&mut created, scalar, dtype, residence, fc.raw()) }, fc.raw())?;
+    f.check("ncclRedOpCreatePreMulSum", unsafe { create(&mut created, scalar, dtype, residence, fc.raw()) })?;
     lock(&comm.custom_ops).insert(created);
     // SAFETY: non-null, writable (nccl.h contract).
     unsafe { op.write(created) };
@@ -565,7 +574,7 @@ pub fn red_op_destroy(op: ffi::ncclRedOp_t, comm: ncclComm_t) -> Result<(), Nccl
         let f = fc.fallback;
         let destroy = f.entry("ncclRedOpDestroy", f.api.red_op_destroy)?;
         // SAFETY: an operator the fallback created on this communicator.
-        f.check("ncclRedOpDestroy", unsafe { destroy(op, fc.raw()) }, fc.raw())?;
+        f.check("ncclRedOpDestroy", unsafe { destroy(op, fc.raw()) })?;
     }
     lock(&comm.custom_ops).remove(&op);
     Ok(())

@@ -55,7 +55,11 @@ pub struct Ready {
 impl Ready {
     /// What this communicator can route to.
     pub fn engines(&self, env: &NcclEnv) -> Engines<'_> {
-        Engines { weft_missing: self.weft.as_ref().err().map(String::as_str), fallback: self.fallback.is_some(), force: env.force }
+        Engines {
+            weft_missing: self.weft.as_ref().err().map(String::as_str),
+            fallback: self.fallback.is_some(),
+            force: env.force,
+        }
     }
 }
 
@@ -126,7 +130,8 @@ impl Comm {
     /// Drops the initialised state (destroy/abort); returns it.
     pub fn take_ready(&self) -> Option<Arc<Ready>> {
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-        match std::mem::replace(&mut *state, State::Failed(NcclError::invalid_usage("the communicator was destroyed"))) {
+        match std::mem::replace(&mut *state, State::Failed(NcclError::invalid_usage("the communicator was destroyed")))
+        {
             State::Ready(r) => Some(r),
             _ => None,
         }
@@ -295,51 +300,52 @@ pub fn split_members(entries: &[(c_int, c_int)], color: c_int) -> Vec<usize> {
 pub fn initialise(spec: InitSpec) -> Result<Option<(Ready, usize, usize)>, NcclError> {
     let env = env()?;
     let device = Device::new(spec.device)?;
-    let (bootstrap, split_ip, fallback, rank, nranks): (Arc<dyn Bootstrap>, IpAddr, _, usize, usize) =
-        match spec.rendezvous {
-            Rendezvous::Tcp(id) => {
-                let bs = TcpBootstrap::builder().connect(&id, spec.rank, spec.nranks)?;
-                let ip = bs.listen_addr().ip();
-                let bs: Arc<dyn Bootstrap> = Arc::new(bs);
-                let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks)?;
-                (bs, ip, fallback, spec.rank, spec.nranks)
+    let (bootstrap, split_ip, fallback, rank, nranks): (Arc<dyn Bootstrap>, IpAddr, _, usize, usize) = match spec
+        .rendezvous
+    {
+        Rendezvous::Tcp(id) => {
+            let bs = TcpBootstrap::builder().connect(&id, spec.rank, spec.nranks)?;
+            let ip = bs.listen_addr().ip();
+            let bs: Arc<dyn Bootstrap> = Arc::new(bs);
+            let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks)?;
+            (bs, ip, fallback, spec.rank, spec.nranks)
+        }
+        Rendezvous::InProcess(bs) => {
+            let bs: Arc<dyn Bootstrap> = Arc::new(bs);
+            let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks)?;
+            (bs, IpAddr::V4(Ipv4Addr::LOCALHOST), fallback, spec.rank, spec.nranks)
+        }
+        Rendezvous::Split { parent, color, key } => {
+            let fallback = split_fallback(&parent, &device, color, key)?;
+            let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
+            let all = parent.bootstrap.all_gather(&mine)?;
+            let entries: Vec<(c_int, c_int)> = all
+                .iter()
+                .map(|b| {
+                    let word = |i: usize| b.get(i..i + 4).and_then(|s| s.try_into().ok()).map(c_int::from_le_bytes);
+                    word(0).zip(word(4)).ok_or_else(|| NcclError::system("malformed split exchange"))
+                })
+                .collect::<Result<_, _>>()?;
+            if color == ffi::NCCL_SPLIT_NOCOLOR {
+                return Ok(None);
             }
-            Rendezvous::InProcess(bs) => {
-                let bs: Arc<dyn Bootstrap> = Arc::new(bs);
-                let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks)?;
-                (bs, IpAddr::V4(Ipv4Addr::LOCALHOST), fallback, spec.rank, spec.nranks)
-            }
-            Rendezvous::Split { parent, color, key } => {
-                let fallback = split_fallback(&parent, &device, color, key)?;
-                let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
-                let all = parent.bootstrap.all_gather(&mine)?;
-                let entries: Vec<(c_int, c_int)> = all
-                    .iter()
-                    .map(|b| {
-                        let word = |i: usize| b.get(i..i + 4).and_then(|s| s.try_into().ok()).map(c_int::from_le_bytes);
-                        word(0).zip(word(4)).ok_or_else(|| NcclError::system("malformed split exchange"))
-                    })
-                    .collect::<Result<_, _>>()?;
-                if color == ffi::NCCL_SPLIT_NOCOLOR {
-                    return Ok(None);
+            let members = split_members(&entries, color);
+            let me = parent.bootstrap.rank();
+            let rank = members.iter().position(|&r| r == me).ok_or_else(|| NcclError::system("split: lost rank"))?;
+            let id = if rank == 0 {
+                let id = UniqueId::new(SocketAddr::new(parent.split_ip, 0))?;
+                for &m in &members[1..] {
+                    parent.bootstrap.send(m, SPLIT_TAG, &id.to_bytes())?;
                 }
-                let members = split_members(&entries, color);
-                let me = parent.bootstrap.rank();
-                let rank = members.iter().position(|&r| r == me).ok_or_else(|| NcclError::system("split: lost rank"))?;
-                let id = if rank == 0 {
-                    let id = UniqueId::new(SocketAddr::new(parent.split_ip, 0))?;
-                    for &m in &members[1..] {
-                        parent.bootstrap.send(m, SPLIT_TAG, &id.to_bytes())?;
-                    }
-                    id
-                } else {
-                    UniqueId::from_bytes(&parent.bootstrap.recv(members[0], SPLIT_TAG)?)?
-                };
-                let bs = TcpBootstrap::builder().connect(&id, rank, members.len())?;
-                let ip = bs.listen_addr().ip();
-                (Arc::new(bs), ip, fallback, rank, members.len())
-            }
-        };
+                id
+            } else {
+                UniqueId::from_bytes(&parent.bootstrap.recv(members[0], SPLIT_TAG)?)?
+            };
+            let bs = TcpBootstrap::builder().connect(&id, rank, members.len())?;
+            let ip = bs.listen_addr().ip();
+            (Arc::new(bs), ip, fallback, rank, members.len())
+        }
+    };
     let native = native(&bootstrap, &device, env);
     let weft = agree(&*bootstrap, native, fallback.is_some(), env)?;
     if let (Err(why), None) = (&weft, &fallback) {
@@ -347,13 +353,25 @@ pub fn initialise(spec: InitSpec) -> Result<Option<(Ready, usize, usize)>, NcclE
             "weft cannot run this communicator ({why}) and no fallback NCCL is loaded (WEFT_NCCL_FALLBACK_LIB)"
         )));
     }
-    tracing::debug!(rank, nranks, device = device.ordinal(), weft = weft.is_ok(), fallback = fallback.is_some(), "communicator ready");
+    tracing::debug!(
+        rank,
+        nranks,
+        device = device.ordinal(),
+        weft = weft.is_ok(),
+        fallback = fallback.is_some(),
+        "communicator ready"
+    );
     let ready = Ready { device, bootstrap, split_ip, weft, fallback, name: spec.config.name };
     Ok(Some((ready, rank, nranks)))
 }
 
 /// The fallback's `ncclCommSplit` of the parent's fallback communicator.
-fn split_fallback(parent: &Ready, device: &Device, color: c_int, key: c_int) -> Result<Option<FallbackComm>, NcclError> {
+fn split_fallback(
+    parent: &Ready,
+    device: &Device,
+    color: c_int,
+    key: c_int,
+) -> Result<Option<FallbackComm>, NcclError> {
     let Some(pf) = &parent.fallback else { return Ok(None) };
     let f = pf.fallback;
     let split = f.entry("ncclCommSplit", f.api.comm_split)?;
@@ -361,7 +379,7 @@ fn split_fallback(parent: &Ready, device: &Device, color: c_int, key: c_int) -> 
     let mut raw = std::ptr::null_mut();
     // SAFETY: live parent communicator, out-pointer to a local, null config (defaults).
     let code = unsafe { split(pf.raw(), color, key, &mut raw, std::ptr::null_mut()) };
-    f.check("ncclCommSplit", code, pf.raw())?;
+    f.check("ncclCommSplit", code)?;
     // SAFETY: the fallback just created `raw` (null for NCCL_SPLIT_NOCOLOR); we own it.
     Ok((!raw.is_null()).then(|| unsafe { FallbackComm::adopt(f, raw) }))
 }

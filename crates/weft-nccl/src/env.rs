@@ -225,7 +225,9 @@ mod tests {
         let d = nccl_env(&[("WEFT_NCCL_FALLBACK_LIB", " ")]).unwrap();
         assert_eq!(d.fallback_lib, None);
         assert!(!d.root_ip().is_unspecified());
-        assert!(nccl_env(&[("WEFT_NCCL_FORCE_FALLBACK", "everything")]).unwrap_err().contains("WEFT_NCCL_FORCE_FALLBACK"));
+        assert!(
+            nccl_env(&[("WEFT_NCCL_FORCE_FALLBACK", "everything")]).unwrap_err().contains("WEFT_NCCL_FORCE_FALLBACK")
+        );
         assert!(nccl_env(&[("WEFT_NCCL_ROOT_IP", "host")]).unwrap_err().contains("WEFT_NCCL_ROOT_IP"));
     }
 }

@@ -174,12 +174,12 @@ pub enum Deferred {
         /// The communicator (pending).
         comm: Arc<Comm>,
         /// How.
-        spec: InitSpec,
+        spec: Box<InitSpec>,
     },
     /// `ncclCommSplit`: the handle (or NULL) is written to `out` at the end of the group.
     Split {
         /// How.
-        spec: InitSpec,
+        spec: Box<InitSpec>,
         /// The application's `ncclComm_t*`.
         out: usize,
     },
@@ -237,11 +237,11 @@ pub fn run(items: Vec<Deferred>) -> Result<(), NcclError> {
     for item in items {
         match item {
             Deferred::Init { comm, spec } => {
-                specs.push(spec);
+                specs.push(*spec);
                 targets.push(Target::Existing(comm));
             }
             Deferred::Split { spec, out } => {
-                specs.push(spec);
+                specs.push(*spec);
                 targets.push(Target::Out(out));
             }
             Deferred::Call { comm, call } => calls.push((comm, call)),
@@ -328,7 +328,7 @@ fn run_fallback(calls: &[(Arc<Ready>, Call)]) -> Result<(), NcclError> {
     if grouped {
         let start = f.entry("ncclGroupStart", f.api.group_start)?;
         // SAFETY: no arguments.
-        f.check("ncclGroupStart", unsafe { start() }, std::ptr::null_mut())?;
+        f.check("ncclGroupStart", unsafe { start() })?;
     }
     let mut first = None;
     for (ready, call) in calls {
@@ -339,7 +339,7 @@ fn run_fallback(calls: &[(Arc<Ready>, Call)]) -> Result<(), NcclError> {
     if grouped {
         let end = f.entry("ncclGroupEnd", f.api.group_end)?;
         // SAFETY: closes the group opened above.
-        let r = f.check("ncclGroupEnd", unsafe { end() }, std::ptr::null_mut());
+        let r = f.check("ncclGroupEnd", unsafe { end() });
         if let Err(e) = r {
             first.get_or_insert(e);
         }
@@ -356,14 +356,17 @@ fn fallback_call(ready: &Ready, call: &Call) -> Result<(), NcclError> {
     let to_c = |r: usize| i32::try_from(r).unwrap_or(i32::MAX);
     ready.device.bind()?;
     tracing::debug!(kind = %call.kind(), count, dtype = call.dtype.name(), "route: fallback NCCL");
-    // SAFETY (every arm): the arguments are the application's, checked as nccl.h requires and
+    // SAFETY: in every arm, the arguments are the application's, checked as nccl.h requires and
     // passed on unchanged to the same entry point of the real NCCL with its communicator.
     let (name, code): (&str, ncclResult_t) = unsafe {
         match call.coll {
-            Coll::AllReduce(op) => {
-                ("ncclAllReduce", f.entry("ncclAllReduce", api.all_reduce)?(send, recv, count, dtype, op.raw(), comm, stream))
+            Coll::AllReduce(op) => (
+                "ncclAllReduce",
+                f.entry("ncclAllReduce", api.all_reduce)?(send, recv, count, dtype, op.raw(), comm, stream),
+            ),
+            Coll::AllGather => {
+                ("ncclAllGather", f.entry("ncclAllGather", api.all_gather)?(send, recv, count, dtype, comm, stream))
             }
-            Coll::AllGather => ("ncclAllGather", f.entry("ncclAllGather", api.all_gather)?(send, recv, count, dtype, comm, stream)),
             Coll::ReduceScatter(op) => (
                 "ncclReduceScatter",
                 f.entry("ncclReduceScatter", api.reduce_scatter)?(send, recv, count, dtype, op.raw(), comm, stream),
@@ -376,18 +379,25 @@ fn fallback_call(ready: &Ready, call: &Call) -> Result<(), NcclError> {
                 "ncclReduce",
                 f.entry("ncclReduce", api.reduce)?(send, recv, count, dtype, op.raw(), to_c(root), comm, stream),
             ),
-            Coll::AllToAll => ("ncclAlltoAll", f.entry("ncclAlltoAll", api.all_to_all)?(send, recv, count, dtype, comm, stream)),
+            Coll::AllToAll => {
+                ("ncclAlltoAll", f.entry("ncclAlltoAll", api.all_to_all)?(send, recv, count, dtype, comm, stream))
+            }
             Coll::Gather { root } => {
                 ("ncclGather", f.entry("ncclGather", api.gather)?(send, recv, count, dtype, to_c(root), comm, stream))
             }
-            Coll::Scatter { root } => {
-                ("ncclScatter", f.entry("ncclScatter", api.scatter)?(send, recv, count, dtype, to_c(root), comm, stream))
+            Coll::Scatter { root } => (
+                "ncclScatter",
+                f.entry("ncclScatter", api.scatter)?(send, recv, count, dtype, to_c(root), comm, stream),
+            ),
+            Coll::Send { peer } => {
+                ("ncclSend", f.entry("ncclSend", api.send)?(send, count, dtype, to_c(peer), comm, stream))
             }
-            Coll::Send { peer } => ("ncclSend", f.entry("ncclSend", api.send)?(send, count, dtype, to_c(peer), comm, stream)),
-            Coll::Recv { peer } => ("ncclRecv", f.entry("ncclRecv", api.recv)?(recv, count, dtype, to_c(peer), comm, stream)),
+            Coll::Recv { peer } => {
+                ("ncclRecv", f.entry("ncclRecv", api.recv)?(recv, count, dtype, to_c(peer), comm, stream))
+            }
         }
     };
-    f.check(name, code, comm)
+    f.check(name, code)
 }
 
 /// The point-to-point operations of a gather, scatter, send or receive on this rank.
@@ -431,7 +441,7 @@ fn run_weft(comm: &Comm, ready: &Ready, calls: &[Call]) -> Result<(), NcclError>
             Op::Builtin(op) => Ok(op),
             Op::Custom(raw) => Err(NcclError::new(Code::InternalError, format!("operator {raw} routed to weft"))),
         };
-        // SAFETY (every call): nccl.h makes the application keep the buffers valid device
+        // SAFETY: for every call, nccl.h makes the application keep the buffers valid device
         // memory for the extents the call implies until the stream's work is done, and every
         // rank make the matching call; weft checks the buffers lie in this GPU's memory.
         let algorithm = unsafe {

@@ -52,12 +52,14 @@ fn args(
 exports! {
     /// The version of the NCCL API weft implements (`NCCL_VERSION_CODE` of nccl.h 2.28.9).
     fn ncclGetVersion / pncclGetVersion(version: *mut c_int) -> ncclResult_t {
-        guard("ncclGetVersion", || api::get_version(version))
+        // SAFETY: the application's out-pointer (checked for null).
+        guard("ncclGetVersion", || unsafe { api::get_version(version) })
     }
 
     /// A new unique id; the calling process hosts rank 0's rendezvous.
     fn ncclGetUniqueId / pncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
-        guard("ncclGetUniqueId", || api::get_unique_id(uniqueId))
+        // SAFETY: the application's out-pointer (checked for null).
+        guard("ncclGetUniqueId", || unsafe { api::get_unique_id(uniqueId) })
     }
 
     /// Creates this rank's communicator on the current GPU.
@@ -187,7 +189,8 @@ exports! {
 
     /// Releases a window (fallback only).
     fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
-        guard("ncclCommWindowDeregister", || api::window_deregister(comm, win))
+        // SAFETY: the application's window (nccl.h contract).
+        guard("ncclCommWindowDeregister", || unsafe { api::window_deregister(comm, win) })
     }
 
     /// A PreMulSum operator (fallback only).

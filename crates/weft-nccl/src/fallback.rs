@@ -85,12 +85,9 @@ pub fn fallback() -> Result<Option<&'static Fallback>, NcclError> {
     let loaded = FALLBACK.get_or_init(|| {
         let env = crate::env::env().map_err(|e| e.message)?;
         let Some(path) = &env.fallback_lib else { return Ok(None) };
-        let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
-        let lib = Nccl::load_from_flags(path, flags)
-            .map_err(|e| format!("WEFT_NCCL_FALLBACK_LIB={}: {e}", path.display()))?;
-        let api = Api::resolve(&lib);
-        tracing::debug!(path = %path.display(), version = ?lib.version(), "fallback NCCL loaded");
-        Ok(Some(Fallback { lib, api }))
+        let loaded = Fallback::load(path).map_err(|e| format!("WEFT_NCCL_FALLBACK_LIB={}: {e}", path.display()))?;
+        tracing::debug!(path = %path.display(), version = ?loaded.lib.version(), "fallback NCCL loaded");
+        Ok(Some(loaded))
     });
     match loaded {
         Ok(f) => Ok(f.as_ref()),
@@ -99,15 +96,25 @@ pub fn fallback() -> Result<Option<&'static Fallback>, NcclError> {
 }
 
 impl Fallback {
+    /// Loads the NCCL at `path` with `RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND` and resolves its
+    /// entry points.
+    pub fn load(path: &std::path::Path) -> Result<Self, String> {
+        let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
+        let lib = Nccl::load_from_flags(path, flags)?;
+        let api = Api::resolve(&lib);
+        Ok(Self { lib, api })
+    }
+
     /// Turns a result code of the fallback into an error naming `call` and quoting the
     /// fallback's own last error.
-    pub fn check(&self, call: &str, code: ncclResult_t, comm: Comm) -> Result<(), NcclError> {
+    pub fn check(&self, call: &str, code: ncclResult_t) -> Result<(), NcclError> {
         if code == 0 {
             return Ok(());
         }
         let detail = self.api.get_last_error.map_or(String::new(), |f| {
-            // SAFETY: ncclGetLastError accepts any comm (or null) and returns a C string or null.
-            let p = unsafe { f(comm) };
+            // SAFETY: ncclGetLastError ignores its argument (null is fine) and returns a C
+            // string or null.
+            let p = unsafe { f(std::ptr::null_mut()) };
             if p.is_null() {
                 String::new()
             } else {
@@ -173,7 +180,7 @@ impl FallbackComm {
         let f = self.fallback;
         let abort = f.entry("ncclCommAbort", f.api.comm_abort)?;
         // SAFETY: a live communicator, not used afterwards.
-        f.check("ncclCommAbort", unsafe { abort(raw) }, std::ptr::null_mut())
+        f.check("ncclCommAbort", unsafe { abort(raw) })
     }
 }
 
@@ -205,4 +212,55 @@ pub fn create(
     device.bind()?;
     let comm = fallback.lib.init_rank(id, rank, nranks).map_err(NcclError::system)?;
     Ok(Some(FallbackComm { comm: Some(comm), fallback }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_real_nccl_loads_deep_bound_with_every_entry_point() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/nccl/nvidia/nccl/lib/libnccl.so.2");
+        if !path.is_file() {
+            eprintln!("SKIPPED: {} is missing (scripts/nccl-header.sh installs it)", path.display());
+            return;
+        }
+        let f = Fallback::load(&path).unwrap();
+        assert_eq!(f.lib.version().unwrap(), crate::ffi::NCCL_VERSION_CODE);
+        let a = &f.api;
+        let all = [
+            a.all_reduce.is_some(),
+            a.all_gather.is_some(),
+            a.reduce_scatter.is_some(),
+            a.broadcast.is_some(),
+            a.reduce.is_some(),
+            a.all_to_all.is_some(),
+            a.gather.is_some(),
+            a.scatter.is_some(),
+            a.send.is_some(),
+            a.recv.is_some(),
+            a.group_start.is_some(),
+            a.group_end.is_some(),
+            a.comm_split.is_some(),
+            a.comm_finalize.is_some(),
+            a.comm_abort.is_some(),
+            a.get_async_error.is_some(),
+            a.red_op_create_pre_mul_sum.is_some(),
+            a.red_op_destroy.is_some(),
+            a.comm_register.is_some(),
+            a.comm_deregister.is_some(),
+            a.window_register.is_some(),
+            a.window_deregister.is_some(),
+            a.get_last_error.is_some(),
+        ];
+        assert!(all.iter().all(|&x| x), "{a:?}");
+        let err = f.check("ncclAllReduce", crate::ffi::ncclInvalidArgument).unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument);
+        assert!(err.message.starts_with("fallback ncclAllReduce: invalid argument"), "{}", err.message);
+        assert!(f.check("x", 0).is_ok());
+        // An entry point an older NCCL lacks is an error that names it.
+        let missing = f.entry("ncclCommCount", None::<fn()>).unwrap_err();
+        assert!(missing.message.contains("has no ncclCommCount"));
+    }
 }

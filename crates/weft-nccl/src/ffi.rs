@@ -151,18 +151,56 @@ pub struct ncclSimInfo_t {
 pub fn probe_source() -> String {
     let mut c = String::from("#include <stddef.h>\n#include <nccl.h>\n");
     let mut check = |expr: String, want: i128| {
-        c.push_str(&format!("_Static_assert((long long)({expr}) == {want}LL, \"{expr} != {want} (weft-nccl ffi.rs)\");\n"));
+        c.push_str(&format!(
+            "_Static_assert((long long)({expr}) == {want}LL, \"{expr} != {want} (weft-nccl ffi.rs)\");\n"
+        ));
     };
     macro_rules! values {
         ($($name:ident),* $(,)?) => { $(check(stringify!($name).to_string(), i128::from($name));)* };
     }
     values!(
-        NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT, NCCL_SPLIT_NOCOLOR,
-        ncclSuccess, ncclUnhandledCudaError, ncclSystemError, ncclInternalError, ncclInvalidArgument,
-        ncclInvalidUsage, ncclRemoteError, ncclInProgress, ncclNumResults, ncclSum, ncclProd, ncclMax, ncclMin,
-        ncclAvg, ncclNumOps, ncclMaxRedOp, ncclInt8, ncclChar, ncclUint8, ncclInt32, ncclInt, ncclUint32,
-        ncclInt64, ncclUint64, ncclFloat16, ncclHalf, ncclFloat32, ncclFloat, ncclFloat64, ncclDouble,
-        ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2, ncclNumTypes, ncclScalarDevice, ncclScalarHostImmediate,
+        NCCL_MAJOR,
+        NCCL_MINOR,
+        NCCL_PATCH,
+        NCCL_VERSION_CODE,
+        NCCL_CONFIG_UNDEF_INT,
+        NCCL_SPLIT_NOCOLOR,
+        ncclSuccess,
+        ncclUnhandledCudaError,
+        ncclSystemError,
+        ncclInternalError,
+        ncclInvalidArgument,
+        ncclInvalidUsage,
+        ncclRemoteError,
+        ncclInProgress,
+        ncclNumResults,
+        ncclSum,
+        ncclProd,
+        ncclMax,
+        ncclMin,
+        ncclAvg,
+        ncclNumOps,
+        ncclMaxRedOp,
+        ncclInt8,
+        ncclChar,
+        ncclUint8,
+        ncclInt32,
+        ncclInt,
+        ncclUint32,
+        ncclInt64,
+        ncclUint64,
+        ncclFloat16,
+        ncclHalf,
+        ncclFloat32,
+        ncclFloat,
+        ncclFloat64,
+        ncclDouble,
+        ncclBfloat16,
+        ncclFloat8e4m3,
+        ncclFloat8e5m2,
+        ncclNumTypes,
+        ncclScalarDevice,
+        ncclScalarHostImmediate,
     );
     check("NCCL_UNIQUE_ID_BYTES".into(), NCCL_UNIQUE_ID_BYTES as i128);
     for (ty, size) in [

@@ -78,7 +78,9 @@ mod tests {
         assert_eq!(last_error_string(), "ncclTest: count overflows");
         let code = guard("ncclPanics", || panic!("boom {}", 7));
         assert_eq!(code, ffi::ncclInternalError);
-        assert!(last_error_string().starts_with("ncclPanics: internal error") && last_error_string().contains("boom 7"));
+        assert!(
+            last_error_string().starts_with("ncclPanics: internal error") && last_error_string().contains("boom 7")
+        );
         // A success leaves the last error alone, as NCCL does.
         assert_eq!(guard("ncclTest", || Ok(())), ffi::ncclSuccess);
         assert!(last_error_string().contains("boom 7"));

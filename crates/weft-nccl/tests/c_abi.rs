@@ -2,6 +2,7 @@
 //! `nccl.h` (installed by `scripts/nccl-header.sh`), linked against the built `libnccl.so.2`,
 //! and an `nm -D` comparison of our exports with the header's declarations. Skipped, with a
 //! message, only when gcc is absent.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ fn cuda_includes() -> Vec<PathBuf> {
     candidates.extend(
         ["WEFT_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"]
             .iter()
-            .filter_map(|v| std::env::var_os(v))
+            .filter_map(std::env::var_os)
             .map(|p| PathBuf::from(p).join("include")),
     );
     candidates.push(PathBuf::from("/usr/local/cuda/include"));
@@ -119,10 +120,7 @@ fn types_and_constants_match_the_real_header() {
     let dir = packaged_library();
     let probe = dir.join("probe.c");
     std::fs::write(&probe, nccl::ffi::probe_source()).expect("write probe");
-    run(Command::new("gcc")
-        .args(["-std=gnu11", "-fsyntax-only", "-Werror"])
-        .args(include_args())
-        .arg(&probe));
+    run(Command::new("gcc").args(["-std=gnu11", "-fsyntax-only", "-Werror"]).args(include_args()).arg(&probe));
 }
 
 #[test]
