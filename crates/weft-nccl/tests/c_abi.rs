@@ -181,3 +181,50 @@ fn the_header_parser_skips_comments() {
     let names = header_functions("/* ncclFake(x) */ int ncclA(int);\n// ncclB(\nint pncclA (int); NCCL_X(1) ncclC_t;");
     assert_eq!(names.into_iter().collect::<Vec<_>>(), ["ncclA", "pncclA"]);
 }
+
+/// A program built against the real NCCL picks up weft's entry points under `LD_PRELOAD`, and
+/// the real ones without it.
+#[test]
+fn ld_preload_puts_weft_in_front_of_the_real_nccl() {
+    if !have_gcc() {
+        return;
+    }
+    let real_lib = nccl_include().join("../lib");
+    if !real_lib.join("libnccl.so.2").is_file() {
+        eprintln!("SKIPPED: no real libnccl.so.2 beside nccl.h (scripts/nccl-header.sh installs it)");
+        return;
+    }
+    let dir = packaged_library();
+    let source = dir.join("preload.c");
+    std::fs::write(
+        &source,
+        r#"#include <nccl.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) { printf("id failed\n"); return 1; }
+  printf("%s\n", memcmp(id.internal, "wfID", 4) == 0 ? "weft" : "nccl");
+  return 0;
+}
+"#,
+    )
+    .expect("write preload.c");
+    let exe = dir.join("preload");
+    run(Command::new("gcc")
+        .args(["-std=gnu11", "-Wall", "-Werror"])
+        .args(include_args())
+        .arg(&source)
+        .arg("-L")
+        .arg(&real_lib)
+        .arg("-l:libnccl.so.2")
+        .arg(format!("-Wl,-rpath,{}", real_lib.display()))
+        .arg("-o")
+        .arg(&exe));
+    let preloaded = run(Command::new(&exe).env("LD_PRELOAD", dir.join("libnccl.so.2")));
+    assert_eq!(preloaded.trim(), "weft");
+    // Without the preload the real NCCL answers; it may fail without a network interface, which
+    // still shows that our library was not the one called.
+    let out = Command::new(&exe).env_remove("LD_PRELOAD").output().expect("run preload test");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("weft"));
+}
