@@ -294,19 +294,25 @@ fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
         return Ok(());
     }
     let env = env()?;
+    let mut first = None;
     let mut fallback_calls: Vec<(Arc<Ready>, Call)> = Vec::new();
     let mut weft_calls: Vec<(Arc<Comm>, Arc<Ready>, Vec<Call>)> = Vec::new();
     for (comm, call) in calls {
-        let ready = comm.ready()?;
-        match route(call.kind(), call.op(), call.pattern(comm.nranks), ready.engines(env))? {
-            Route::Fallback => fallback_calls.push((ready, call)),
-            Route::Weft => match weft_calls.iter_mut().find(|(c, _, _)| Arc::ptr_eq(c, &comm)) {
+        let routed = comm.ready().and_then(|ready| {
+            let r = route(call.kind(), call.op(), call.pattern(comm.nranks), ready.engines(env))?;
+            Ok((ready, r))
+        });
+        match routed {
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+            Ok((ready, Route::Fallback)) => fallback_calls.push((ready, call)),
+            Ok((ready, Route::Weft)) => match weft_calls.iter_mut().find(|(c, _, _)| Arc::ptr_eq(c, &comm)) {
                 Some((_, _, list)) => list.push(call),
                 None => weft_calls.push((comm, ready, vec![call])),
             },
         }
     }
-    let mut first = None;
     if !fallback_calls.is_empty()
         && let Err(e) = run_fallback(&fallback_calls)
     {
