@@ -1,6 +1,9 @@
-//! The real NCCL, loaded at run time from `libnccl.so.2`, as the baseline `weft bench` measures
-//! against in the same run. Only the calls the benchmark needs: every collective, send/recv and
-//! groups; AllToAll is a group of sends and receives, as nccl-tests does it.
+//! The real NCCL, loaded at run time from `libnccl.so.2`: the baseline `weft bench` measures
+//! against in the same run, and the fallback of weft's own `libnccl.so.2` (crate `weft-nccl`,
+//! which loads it with `RTLD_DEEPBIND` through [`Nccl::load_from_flags`] and resolves the rest
+//! of the API with [`Nccl::symbol`]). Typed calls for what the benchmark needs: every
+//! collective, send/recv and groups; AllToAll is a group of sends and receives, as nccl-tests
+//! does it.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -186,15 +189,7 @@ fn check(nccl: &Nccl, call: &str, result: c_int) -> Result<(), String> {
     if result == 0 {
         return Ok(());
     }
-    // SAFETY: ncclGetErrorString returns a static NUL-terminated string for any code.
-    let text = unsafe { (nccl.get_error_string)(result) };
-    let text = if text.is_null() {
-        String::from("unknown")
-    } else {
-        // SAFETY: non-null static C string.
-        unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
-    };
-    Err(format!("{call} failed: {text} ({result})"))
+    Err(format!("{call} failed: {} ({result})", nccl.error_string(result)))
 }
 
 impl Nccl {
@@ -214,6 +209,19 @@ impl Nccl {
     pub fn load_from(path: &Path) -> Result<Self, String> {
         // SAFETY: loading NCCL runs its initialisers, which have no preconditions.
         let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+        Self::from_library(path, lib)
+    }
+
+    /// Loads NCCL from `path` with explicit `dlopen` flags (e.g. `RTLD_NOW | RTLD_LOCAL |
+    /// RTLD_DEEPBIND`, so that a library exporting the same names, loaded first, does not
+    /// capture NCCL's calls to itself).
+    pub fn load_from_flags(path: &Path, flags: c_int) -> Result<Self, String> {
+        // SAFETY: as for `load_from`; the flags only change symbol resolution.
+        let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| e.to_string())?;
+        Self::from_library(path, lib.into())
+    }
+
+    fn from_library(path: &Path, lib: libloading::Library) -> Result<Self, String> {
         macro_rules! sym {
             ($name:literal, $t:ty) => {
                 // SAFETY: the symbol has this C signature in nccl.h 2.28 (checked by name).
@@ -237,6 +245,39 @@ impl Nccl {
     /// Where it was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Resolves the entry point `name` (without the trailing NUL) of the loaded library.
+    ///
+    /// # Safety
+    /// `T` must be the `unsafe extern "C" fn` type that nccl.h declares for `name`.
+    pub unsafe fn symbol<T: Copy>(&self, name: &str) -> Result<T, String> {
+        let mut c_name = Vec::with_capacity(name.len() + 1);
+        c_name.extend_from_slice(name.as_bytes());
+        c_name.push(0);
+        // SAFETY: the caller guarantees `T` matches the symbol's C type; the library outlives
+        // `self`, and the copied function pointer is only used while `self` lives.
+        unsafe { self._lib.get::<T>(c_name.as_slice()) }.map(|s| *s).map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// `ncclGetErrorString(code)`.
+    pub fn error_string(&self, code: c_int) -> String {
+        // SAFETY: ncclGetErrorString returns a static NUL-terminated string for any code.
+        let text = unsafe { (self.get_error_string)(code) };
+        if text.is_null() {
+            return String::from("unknown");
+        }
+        // SAFETY: non-null static C string.
+        unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+    }
+
+    /// Takes ownership of a communicator this library created by another entry point (e.g.
+    /// `ncclCommSplit`): it is destroyed on drop.
+    ///
+    /// # Safety
+    /// `comm` must be a live communicator of this library that nothing else destroys.
+    pub unsafe fn adopt(&self, comm: *mut c_void) -> NcclComm<'_> {
+        NcclComm { nccl: self, comm }
     }
 
     /// `ncclGetVersion` (e.g. 22809).
@@ -305,6 +346,12 @@ impl NcclComm<'_> {
         self.nccl
     }
 
+    /// The `ncclComm_t` handle, for entry points called through [`Nccl::symbol`]. It stays
+    /// owned by `self`.
+    pub fn raw(&self) -> *mut c_void {
+        self.comm
+    }
+
     /// AllToAll as nccl-tests runs it: one group with a send of `count_per_peer` elements of
     /// block `p` of `send` to every rank `p` and a receive of block `p` of `recv` from it.
     ///
@@ -350,6 +397,7 @@ mod tests {
     #[test]
     fn a_missing_library_is_an_error_and_ranks_convert_checked() {
         assert!(Nccl::load_from(Path::new("/nonexistent/libnccl.so.2")).is_err());
+        assert!(Nccl::load_from_flags(Path::new("/nonexistent/libnccl.so.2"), 2).is_err());
         assert_eq!(ToC::<c_int>::to_c(3usize), Ok(3));
         assert!(ToC::<c_int>::to_c(usize::MAX).is_err());
         assert_eq!(ToC::<c_int>::to_c(DataType::Bf16), Ok(9));

@@ -14,6 +14,10 @@
 //! | `WEFT_CHUNK_BYTES` | bytes per HB round; the scratch is twice this (weft-coll) | `33554432` |
 //! | `WEFT_LL_SLOT_BYTES` | payload one rank sends one peer per LL launch; sizes the packet buffer (weft-coll) | `524288` |
 //! | `WEFT_NCCL_LIB` | `libnccl.so.2` that `weft bench --nccl` measures against | search |
+//! | `WEFT_NCCL_FALLBACK_LIB` | the real `libnccl.so.2` behind weft's own (crate weft-nccl), loaded with `RTLD_DEEPBIND` | unset: no fallback |
+//! | `WEFT_NCCL_FORCE_FALLBACK` | collectives weft's `libnccl.so.2` sends to the fallback: `allreduce,allgather,...` or `all` (weft-nccl) | empty |
+//! | `WEFT_NCCL_ROOT_IP` | IP that weft's `ncclGetUniqueId` advertises for rank 0's rendezvous (weft-nccl) | default-route interface, else `127.0.0.1` |
+//! | `WEFT_NCCL_LOG` | `tracing` filter for weft-nccl's stderr log, e.g. `debug` (each call's route) | unset |
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -70,6 +70,18 @@ impl Device {
         Ok(device)
     }
 
+    /// The GPU of the calling thread's current context (what `cudaGetDevice` reports after
+    /// `cudaSetDevice`), or GPU 0 when no context is current, as the CUDA runtime defaults.
+    pub fn current() -> Result<Self, GpuError> {
+        init()?;
+        let mut raw: sys::CUdevice = 0;
+        // SAFETY: writes one int; fails without side effects when no context is current.
+        match unsafe { sys::cuCtxGetDevice(&mut raw) } {
+            sys::CUresult::CUDA_SUCCESS => Self::new(usize::try_from(raw).unwrap_or(usize::MAX)),
+            _ => Self::new(0),
+        }
+    }
+
     /// Opens the GPU at PCI bus id `bus_id` (as reported by [`Device::pci_bus_id`] in any
     /// process of this host).
     pub fn by_pci_bus_id(bus_id: &str) -> Result<Self, GpuError> {
@@ -179,4 +191,39 @@ impl Device {
 fn c_chars_to_string(buf: &[std::ffi::c_char]) -> String {
     let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The calling thread's current CUDA context, made current again when this value drops: entry
+/// points that bind other devices' contexts leave the application's current device as it was.
+pub struct SavedContext {
+    ctx: Option<sys::CUcontext>,
+}
+
+impl fmt::Debug for SavedContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SavedContext").field("saved", &self.ctx.is_some()).finish()
+    }
+}
+
+impl SavedContext {
+    /// Remembers the current context (nothing, when the driver cannot be loaded).
+    pub fn save() -> Self {
+        if init().is_err() {
+            return Self { ctx: None };
+        }
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle (null when no context is current).
+        let ok = unsafe { sys::cuCtxGetCurrent(&mut ctx) } == sys::CUresult::CUDA_SUCCESS;
+        Self { ctx: ok.then_some(ctx) }
+    }
+}
+
+impl Drop for SavedContext {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.ctx {
+            // SAFETY: restores a handle the driver gave us (or null, which unbinds); a context
+            // destroyed meanwhile only makes this call fail.
+            let _ = unsafe { sys::cuCtxSetCurrent(ctx) };
+        }
+    }
 }

@@ -22,7 +22,7 @@ mod module;
 pub mod nvrtc;
 mod stream;
 
-pub use device::Device;
+pub use device::{Device, SavedContext};
 pub use driver::DevicePtr;
 pub use error::GpuError;
 pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range};

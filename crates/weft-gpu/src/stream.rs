@@ -13,6 +13,8 @@ use crate::error::GpuError;
 pub struct Stream {
     device: Device,
     raw: sys::CUstream,
+    /// Whether drop destroys the handle (false for streams borrowed from an application).
+    owned: bool,
 }
 
 // SAFETY: a CUstream may be used from any thread once its context is current; we bind first.
@@ -28,7 +30,7 @@ impl fmt::Debug for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
+        if self.owned && self.device.bind().is_ok() {
             // SAFETY: the stream was created by us and is not used after this.
             let _ = unsafe { cu!(cuStreamDestroy_v2(self.raw)) };
         }
@@ -42,7 +44,17 @@ impl Stream {
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { cu!(cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32))? };
-        Ok(Self { device: device.clone(), raw })
+        Ok(Self { device: device.clone(), raw, owned: true })
+    }
+
+    /// Wraps a stream the application created (a `cudaStream_t` is a `CUstream`; null is the
+    /// legacy default stream). The handle is not destroyed on drop.
+    ///
+    /// # Safety
+    /// `raw` must be null or a live stream of `device`'s primary context, and stay live for as
+    /// long as the returned value (and any work it enqueues) is in use.
+    pub unsafe fn borrowed(device: &Device, raw: sys::CUstream) -> Self {
+        Self { device: device.clone(), raw, owned: false }
     }
 
     /// The device this stream belongs to.

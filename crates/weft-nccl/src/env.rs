@@ -1,0 +1,233 @@
+//! The variables weft-nccl reads, once per process, from weft-core's [`weft_core::Env`]
+//! (listed there with the others):
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `WEFT_NCCL_FALLBACK_LIB` | path of the real `libnccl.so.2`, loaded with `RTLD_DEEPBIND`; every communicator also gets one of its communicators at init | unset: no fallback |
+//! | `WEFT_NCCL_FORCE_FALLBACK` | collectives sent to the fallback even when weft can run them: a comma list of `allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`, `alltoall`, `gather`, `scatter`, `sendrecv`, or `all` | empty |
+//! | `WEFT_NCCL_ROOT_IP` | IP that `ncclGetUniqueId` puts in the id (where rank 0 hosts the rendezvous) | the address of the interface of the default route, else `127.0.0.1` |
+//! | `WEFT_NCCL_LOG` | a `tracing` filter (e.g. `debug`) for logs on stderr; at debug level every call says whether weft or the fallback ran it | unset: no logs |
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::error::NcclError;
+
+/// The operations a route is decided for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `ncclAllReduce`.
+    AllReduce,
+    /// `ncclAllGather`.
+    AllGather,
+    /// `ncclReduceScatter`.
+    ReduceScatter,
+    /// `ncclBroadcast` and `ncclBcast`.
+    Broadcast,
+    /// `ncclReduce`.
+    Reduce,
+    /// `ncclAlltoAll`.
+    AllToAll,
+    /// `ncclGather`.
+    Gather,
+    /// `ncclScatter`.
+    Scatter,
+    /// `ncclSend` and `ncclRecv`.
+    SendRecv,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 9] = [
+        Kind::AllReduce,
+        Kind::AllGather,
+        Kind::ReduceScatter,
+        Kind::Broadcast,
+        Kind::Reduce,
+        Kind::AllToAll,
+        Kind::Gather,
+        Kind::Scatter,
+        Kind::SendRecv,
+    ];
+
+    /// The name `WEFT_NCCL_FORCE_FALLBACK` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::AllReduce => "allreduce",
+            Kind::AllGather => "allgather",
+            Kind::ReduceScatter => "reducescatter",
+            Kind::Broadcast => "broadcast",
+            Kind::Reduce => "reduce",
+            Kind::AllToAll => "alltoall",
+            Kind::Gather => "gather",
+            Kind::Scatter => "scatter",
+            Kind::SendRecv => "sendrecv",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The kinds `WEFT_NCCL_FORCE_FALLBACK` sends to the fallback.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForceSet(u16);
+
+impl ForceSet {
+    /// Parses `allgather,reduce`, `all` or an empty string (case and spaces ignored;
+    /// `bcast`, `send` and `recv` are accepted as names of their kinds).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut set = 0u16;
+        for word in text.split(',').map(|w| w.trim().to_ascii_lowercase()).filter(|w| !w.is_empty()) {
+            let kinds: Vec<Kind> = match word.as_str() {
+                "all" => Kind::ALL.to_vec(),
+                "bcast" => vec![Kind::Broadcast],
+                "send" | "recv" => vec![Kind::SendRecv],
+                name => match Kind::ALL.iter().find(|k| k.name() == name) {
+                    Some(&k) => vec![k],
+                    None => {
+                        let known: Vec<_> = Kind::ALL.iter().map(|k| k.name()).collect();
+                        return Err(format!("unknown collective {name:?}: expected all or {}", known.join(", ")));
+                    }
+                },
+            };
+            set |= kinds.iter().fold(0, |s, k| s | k.bit());
+        }
+        Ok(Self(set))
+    }
+
+    /// Whether `kind` is forced to the fallback.
+    pub fn contains(self, kind: Kind) -> bool {
+        self.0 & kind.bit() != 0
+    }
+
+    /// The set as bits (every rank compares them at init).
+    pub fn bits(self) -> u16 {
+        self.0
+    }
+}
+
+/// weft-nccl's configuration.
+#[derive(Clone, Debug)]
+pub struct NcclEnv {
+    /// weft's own configuration (timeouts, cache, tuning).
+    pub weft: weft_core::Env,
+    /// `WEFT_NCCL_FALLBACK_LIB`.
+    pub fallback_lib: Option<PathBuf>,
+    /// `WEFT_NCCL_FORCE_FALLBACK`.
+    pub force: ForceSet,
+    /// `WEFT_NCCL_ROOT_IP`.
+    pub root_ip: Option<IpAddr>,
+    /// `WEFT_NCCL_LOG`.
+    pub log: Option<String>,
+}
+
+impl NcclEnv {
+    /// Parses weft-nccl's variables out of `weft`.
+    pub fn from_weft(weft: weft_core::Env) -> Result<Self, String> {
+        let fallback_lib = weft.var("WEFT_NCCL_FALLBACK_LIB").filter(|p| !p.trim().is_empty()).map(PathBuf::from);
+        let force = ForceSet::parse(weft.var("WEFT_NCCL_FORCE_FALLBACK").unwrap_or(""))
+            .map_err(|e| format!("WEFT_NCCL_FORCE_FALLBACK: {e}"))?;
+        let root_ip = match weft.var("WEFT_NCCL_ROOT_IP").map(str::trim).filter(|v| !v.is_empty()) {
+            Some(v) => {
+                Some(v.parse::<IpAddr>().map_err(|_| format!("WEFT_NCCL_ROOT_IP={v:?}: expected an IP address"))?)
+            }
+            None => None,
+        };
+        let log = weft.var("WEFT_NCCL_LOG").filter(|v| !v.trim().is_empty()).map(str::to_string);
+        Ok(Self { weft, fallback_lib, force, root_ip, log })
+    }
+
+    /// The IP `ncclGetUniqueId` advertises.
+    pub fn root_ip(&self) -> IpAddr {
+        self.root_ip.unwrap_or_else(default_route_ip)
+    }
+}
+
+/// The local address of the interface that routes to the outside (no packet is sent: a UDP
+/// `connect` only picks the route), or loopback when there is none.
+fn default_route_ip() -> IpAddr {
+    let probe = || -> std::io::Result<IpAddr> {
+        let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+        socket.connect((Ipv4Addr::new(192, 0, 2, 1), 9))?;
+        Ok(socket.local_addr()?.ip())
+    };
+    probe().ok().filter(|ip| !ip.is_unspecified()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// The process's configuration, read on first use.
+pub fn env() -> Result<&'static NcclEnv, NcclError> {
+    static ENV: OnceLock<Result<NcclEnv, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let weft = weft_core::Env::from_process().map_err(|e| e.to_string())?;
+        NcclEnv::from_weft(weft)
+    })
+    .as_ref()
+    .map_err(|e| NcclError::invalid_usage(format!("environment: {e}")))
+}
+
+/// Installs a stderr logger with `WEFT_NCCL_LOG`'s filter, once, if it is set and the
+/// process has no `tracing` subscriber yet.
+pub fn init_logging() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        if let Ok(NcclEnv { log: Some(filter), .. }) = env() {
+            let filter = tracing_subscriber::EnvFilter::try_new(filter)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("debug"));
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nccl_env(pairs: &[(&str, &str)]) -> Result<NcclEnv, String> {
+        let weft = weft_core::Env::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap();
+        NcclEnv::from_weft(weft)
+    }
+
+    #[test]
+    fn force_fallback_lists_parse() {
+        let set = ForceSet::parse(" AllGather, reduce ,,").unwrap();
+        assert!(set.contains(Kind::AllGather) && set.contains(Kind::Reduce));
+        assert!(!set.contains(Kind::AllReduce) && !set.contains(Kind::ReduceScatter));
+        let all = ForceSet::parse("all").unwrap();
+        assert!(Kind::ALL.iter().all(|&k| all.contains(k)));
+        assert_eq!(ForceSet::parse("").unwrap(), ForceSet::default());
+        assert!(ForceSet::parse("bcast,send").unwrap().contains(Kind::Broadcast));
+        assert!(ForceSet::parse("send").unwrap().contains(Kind::SendRecv));
+        let err = ForceSet::parse("allgather,ring").unwrap_err();
+        assert!(err.contains("\"ring\"") && err.contains("reducescatter"));
+    }
+
+    #[test]
+    fn variables_parse_once_into_typed_fields() {
+        let e = nccl_env(&[
+            ("WEFT_NCCL_FALLBACK_LIB", "/opt/nccl/libnccl.so.2"),
+            ("WEFT_NCCL_FORCE_FALLBACK", "alltoall"),
+            ("WEFT_NCCL_ROOT_IP", "10.0.0.7"),
+        ])
+        .unwrap();
+        assert_eq!(e.fallback_lib, Some(PathBuf::from("/opt/nccl/libnccl.so.2")));
+        assert!(e.force.contains(Kind::AllToAll));
+        assert_eq!(e.root_ip(), "10.0.0.7".parse::<IpAddr>().unwrap());
+        let d = nccl_env(&[("WEFT_NCCL_FALLBACK_LIB", " ")]).unwrap();
+        assert_eq!(d.fallback_lib, None);
+        assert!(!d.root_ip().is_unspecified());
+        assert!(
+            nccl_env(&[("WEFT_NCCL_FORCE_FALLBACK", "everything")]).unwrap_err().contains("WEFT_NCCL_FORCE_FALLBACK")
+        );
+        assert!(nccl_env(&[("WEFT_NCCL_ROOT_IP", "host")]).unwrap_err().contains("WEFT_NCCL_ROOT_IP"));
+    }
+}

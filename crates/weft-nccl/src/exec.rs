@@ -1,0 +1,527 @@
+//! Running what the application asked for: collective and point-to-point calls (on weft or on
+//! the fallback, as [`crate::route`] decides), and initialisations, several at once on their
+//! own threads when one thread creates several communicators inside a group (or through
+//! `ncclCommInitAll`), so that no rank waits for a peer that the same thread has yet to start.
+
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use weft_coll::{P2pKind, P2pOp};
+use weft_gpu::{DevicePtr, SavedContext, Stream};
+use weft_types::DataType;
+
+use crate::comm::{Comm, InitSpec, Ready, initialise, publish};
+use crate::env::{Kind, env};
+use crate::error::{Code, NcclError};
+use crate::ffi::{ncclComm_t, ncclResult_t};
+use crate::route::{Op, Route, route};
+
+/// A collective or point-to-point call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coll {
+    /// `ncclAllReduce`.
+    AllReduce(Op),
+    /// `ncclAllGather` (`count` per rank).
+    AllGather,
+    /// `ncclReduceScatter` (`count` per rank).
+    ReduceScatter(Op),
+    /// `ncclBroadcast`.
+    Broadcast {
+        /// Root rank.
+        root: usize,
+    },
+    /// `ncclReduce`.
+    Reduce {
+        /// Operator.
+        op: Op,
+        /// Root rank.
+        root: usize,
+    },
+    /// `ncclAlltoAll` (`count` per peer).
+    AllToAll,
+    /// `ncclGather` (`count` per rank).
+    Gather {
+        /// Root rank.
+        root: usize,
+    },
+    /// `ncclScatter` (`count` per rank).
+    Scatter {
+        /// Root rank.
+        root: usize,
+    },
+    /// `ncclSend`.
+    Send {
+        /// Destination rank.
+        peer: usize,
+    },
+    /// `ncclRecv`.
+    Recv {
+        /// Source rank.
+        peer: usize,
+    },
+}
+
+/// One call with its arguments (pointers as addresses, so calls can be queued and moved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// What to do.
+    pub coll: Coll,
+    /// Send buffer (`ncclRecv`: unused).
+    pub send: DevicePtr,
+    /// Receive buffer (`ncclSend`: unused).
+    pub recv: DevicePtr,
+    /// Elements, as nccl.h counts them for the call.
+    pub count: usize,
+    /// Element type.
+    pub dtype: DataType,
+    /// The application's `cudaStream_t`.
+    pub stream: usize,
+}
+
+impl Call {
+    /// The kind routes and the force list use.
+    pub fn kind(&self) -> Kind {
+        match self.coll {
+            Coll::AllReduce(_) => Kind::AllReduce,
+            Coll::AllGather => Kind::AllGather,
+            Coll::ReduceScatter(_) => Kind::ReduceScatter,
+            Coll::Broadcast { .. } => Kind::Broadcast,
+            Coll::Reduce { .. } => Kind::Reduce,
+            Coll::AllToAll => Kind::AllToAll,
+            Coll::Gather { .. } => Kind::Gather,
+            Coll::Scatter { .. } => Kind::Scatter,
+            Coll::Send { .. } | Coll::Recv { .. } => Kind::SendRecv,
+        }
+    }
+
+    /// The reduction operator, if the call reduces.
+    pub fn op(&self) -> Option<Op> {
+        match self.coll {
+            Coll::AllReduce(op) | Coll::ReduceScatter(op) | Coll::Reduce { op, .. } => Some(op),
+            _ => None,
+        }
+    }
+
+    fn root(&self) -> Option<usize> {
+        match self.coll {
+            Coll::Broadcast { root } | Coll::Reduce { root, .. } | Coll::Gather { root } | Coll::Scatter { root } => {
+                Some(root)
+            }
+            Coll::Send { peer } | Coll::Recv { peer } => Some(peer),
+            _ => None,
+        }
+    }
+
+    /// `count` elements in bytes, or `ncclInvalidArgument` when that overflows (checked before
+    /// the communicator is looked at).
+    pub fn bytes(&self) -> Result<usize, NcclError> {
+        self.count.checked_mul(self.dtype.size()).filter(|&b| b <= isize::MAX as usize).ok_or_else(|| {
+            NcclError::invalid_argument(format!("count {} of {} overflows", self.count, self.dtype.name()))
+        })
+    }
+
+    /// The checks that need the communicator: ranks in range, buffers this rank uses not
+    /// null, the whole extent addressable, custom operators created on this communicator.
+    pub fn check_for(&self, comm: &Comm) -> Result<(), NcclError> {
+        let n = comm.nranks;
+        let bytes = self.bytes()?;
+        if let Some(r) = self.root().filter(|&r| r >= n) {
+            let what = if self.kind() == Kind::SendRecv { "peer" } else { "root" };
+            return Err(NcclError::invalid_argument(format!("{what} {r} out of range for {n} ranks")));
+        }
+        if bytes.checked_mul(n).is_none_or(|b| b > isize::MAX as usize) {
+            return Err(NcclError::invalid_argument(format!("{} x {n} ranks overflows", self.count)));
+        }
+        if let Some(Op::Custom(raw)) = self.op()
+            && !crate::comm::lock(&comm.custom_ops).contains(&raw)
+        {
+            return Err(NcclError::invalid_argument(format!(
+                "reduction operator {raw} was not created on this communicator (ncclRedOpCreatePreMulSum)"
+            )));
+        }
+        let is_root = self.root() == Some(comm.rank);
+        let (uses_send, uses_recv) = match self.coll {
+            Coll::Broadcast { .. } | Coll::Scatter { .. } => (is_root, true),
+            Coll::Reduce { .. } | Coll::Gather { .. } => (true, is_root),
+            Coll::Send { .. } => (true, false),
+            Coll::Recv { .. } => (false, true),
+            _ => (true, true),
+        };
+        if bytes > 0 {
+            for (used, ptr, name) in [(uses_send, self.send, "sendbuff"), (uses_recv, self.recv, "recvbuff")] {
+                if used && ptr == 0 {
+                    return Err(NcclError::invalid_argument(format!("{name} is NULL")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Why weft cannot run this call (a pattern its kernels do not cover), if it cannot.
+    pub fn pattern(&self, nranks: usize) -> Option<&'static str> {
+        let total = self.count.saturating_mul(self.dtype.size()).saturating_mul(nranks) as u64;
+        let overlaps = self.send < self.recv.saturating_add(total) && self.recv < self.send.saturating_add(total);
+        (self.coll == Coll::AllToAll && total > 0 && overlaps).then_some("with overlapping send and receive buffers")
+    }
+}
+
+/// Work queued inside a group.
+#[derive(Debug)]
+pub enum Deferred {
+    /// Initialise `comm`, whose handle the application already holds.
+    Init {
+        /// The communicator (pending).
+        comm: Arc<Comm>,
+        /// How.
+        spec: Box<InitSpec>,
+    },
+    /// `ncclCommSplit`: the handle (or NULL) is written to `out` at the end of the group.
+    Split {
+        /// How.
+        spec: Box<InitSpec>,
+        /// The application's `ncclComm_t*`.
+        out: usize,
+    },
+    /// A collective or point-to-point call.
+    Call {
+        /// The communicator.
+        comm: Arc<Comm>,
+        /// The call.
+        call: Call,
+    },
+}
+
+/// An initialised rank: the state, its rank and ranks (`None`: a split without a color).
+pub type InitOutcome = Result<Option<(Ready, usize, usize)>, NcclError>;
+
+/// Runs every initialisation at once, one thread each when there are several.
+pub fn initialise_all(specs: Vec<InitSpec>) -> Vec<InitOutcome> {
+    let run = |spec: InitSpec| {
+        catch_unwind(AssertUnwindSafe(|| initialise(spec))).unwrap_or_else(|_| {
+            Err(NcclError::new(Code::InternalError, "internal error (a weft bug) while initialising"))
+        })
+    };
+    if specs.len() == 1 {
+        return specs.into_iter().map(run).collect();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = specs.into_iter().map(|spec| s.spawn(move || run(spec))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(NcclError::new(Code::InternalError, "init thread panicked"))))
+            .collect()
+    })
+}
+
+/// A communicator that finished initialising, as a new handle.
+pub fn new_handle(ready: Ready, rank: usize, nranks: usize) -> ncclComm_t {
+    let comm = Comm::pending(rank, nranks, ready.device.ordinal());
+    comm.finish(Ok(ready));
+    publish(comm)
+}
+
+/// Runs queued (or immediate) work: initialisations first, then the calls. Returns the first
+/// error; everything else still runs.
+pub fn run(items: Vec<Deferred>) -> Result<(), NcclError> {
+    let _restore = SavedContext::save();
+    let mut first: Option<NcclError> = None;
+    let mut note = |r: Result<(), NcclError>| {
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    };
+    let mut specs = Vec::new();
+    let mut targets = Vec::new();
+    let mut calls = Vec::new();
+    for item in items {
+        match item {
+            Deferred::Init { comm, spec } => {
+                specs.push(*spec);
+                targets.push(Target::Existing(comm));
+            }
+            Deferred::Split { spec, out } => {
+                specs.push(*spec);
+                targets.push(Target::Out(out));
+            }
+            Deferred::Call { comm, call } => calls.push((comm, call)),
+        }
+    }
+    for (target, outcome) in targets.into_iter().zip(initialise_all(specs)) {
+        note(target.deliver(outcome));
+    }
+    note(run_calls(calls));
+    first.map_or(Ok(()), Err)
+}
+
+enum Target {
+    Existing(Arc<Comm>),
+    Out(usize),
+}
+
+impl Target {
+    fn deliver(self, outcome: InitOutcome) -> Result<(), NcclError> {
+        match (self, outcome) {
+            (Target::Existing(comm), Ok(Some((ready, _, _)))) => {
+                comm.finish(Ok(ready));
+                Ok(())
+            }
+            (Target::Existing(comm), Ok(None)) => {
+                let e = NcclError::new(Code::InternalError, "initialisation produced no communicator");
+                comm.finish(Err(e.clone()));
+                Err(e)
+            }
+            (Target::Existing(comm), Err(e)) => {
+                comm.finish(Err(e.clone()));
+                Err(e)
+            }
+            (Target::Out(out), Ok(found)) => {
+                let handle = found.map_or(std::ptr::null_mut(), |(ready, rank, n)| new_handle(ready, rank, n));
+                // SAFETY: `out` is the application's non-null `ncclComm_t*` (checked when the
+                // call was queued), valid until the group ends (nccl.h contract).
+                unsafe { (out as *mut ncclComm_t).write(handle) };
+                Ok(())
+            }
+            (Target::Out(_), Err(e)) => Err(e),
+        }
+    }
+}
+
+/// Routes and runs calls: the fallback's inside one fallback group, weft's per communicator
+/// (collectives in order, then all point-to-point operations as one group).
+fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let env = env()?;
+    let mut first = None;
+    let mut fallback_calls: Vec<(Arc<Ready>, Call)> = Vec::new();
+    let mut weft_calls: Vec<(Arc<Comm>, Arc<Ready>, Vec<Call>)> = Vec::new();
+    for (comm, call) in calls {
+        let routed = comm.ready().and_then(|ready| {
+            let r = route(call.kind(), call.op(), call.pattern(comm.nranks), ready.engines(env))?;
+            Ok((ready, r))
+        });
+        match routed {
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+            Ok((ready, Route::Fallback)) => fallback_calls.push((ready, call)),
+            Ok((ready, Route::Weft)) => match weft_calls.iter_mut().find(|(c, _, _)| Arc::ptr_eq(c, &comm)) {
+                Some((_, _, list)) => list.push(call),
+                None => weft_calls.push((comm, ready, vec![call])),
+            },
+        }
+    }
+    if !fallback_calls.is_empty()
+        && let Err(e) = run_fallback(&fallback_calls)
+    {
+        first.get_or_insert(e);
+    }
+    for (comm, ready, list) in &weft_calls {
+        if let Err(e) = run_weft(comm, ready, list) {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+fn run_fallback(calls: &[(Arc<Ready>, Call)]) -> Result<(), NcclError> {
+    let Some(f) = calls.first().and_then(|(r, _)| r.fallback.as_ref()).map(|c| c.fallback) else {
+        return Err(NcclError::new(Code::InternalError, "routed to a fallback that does not exist"));
+    };
+    let grouped = calls.len() > 1;
+    if grouped {
+        let start = f.entry("ncclGroupStart", f.api.group_start)?;
+        // SAFETY: no arguments.
+        f.check("ncclGroupStart", unsafe { start() })?;
+    }
+    let mut first = None;
+    for (ready, call) in calls {
+        if let Err(e) = fallback_call(ready, call) {
+            first.get_or_insert(e);
+        }
+    }
+    if grouped {
+        let end = f.entry("ncclGroupEnd", f.api.group_end)?;
+        // SAFETY: closes the group opened above.
+        let r = f.check("ncclGroupEnd", unsafe { end() });
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+fn fallback_call(ready: &Ready, call: &Call) -> Result<(), NcclError> {
+    let fc = ready.fallback.as_ref().ok_or_else(|| NcclError::new(Code::InternalError, "no fallback communicator"))?;
+    let (f, comm) = (fc.fallback, fc.raw());
+    let (send, recv) = (call.send as *const c_void, call.recv as *mut c_void);
+    let (count, dtype, stream) = (call.count, call.dtype as i32, call.stream as *mut c_void);
+    let api = &f.api;
+    let to_c = |r: usize| i32::try_from(r).unwrap_or(i32::MAX);
+    ready.device.bind()?;
+    tracing::debug!(kind = %call.kind(), count, dtype = call.dtype.name(), "route: fallback NCCL");
+    // SAFETY: in every arm, the arguments are the application's, checked as nccl.h requires and
+    // passed on unchanged to the same entry point of the real NCCL with its communicator.
+    let (name, code): (&str, ncclResult_t) = unsafe {
+        match call.coll {
+            Coll::AllReduce(op) => (
+                "ncclAllReduce",
+                f.entry("ncclAllReduce", api.all_reduce)?(send, recv, count, dtype, op.raw(), comm, stream),
+            ),
+            Coll::AllGather => {
+                ("ncclAllGather", f.entry("ncclAllGather", api.all_gather)?(send, recv, count, dtype, comm, stream))
+            }
+            Coll::ReduceScatter(op) => (
+                "ncclReduceScatter",
+                f.entry("ncclReduceScatter", api.reduce_scatter)?(send, recv, count, dtype, op.raw(), comm, stream),
+            ),
+            Coll::Broadcast { root } => (
+                "ncclBroadcast",
+                f.entry("ncclBroadcast", api.broadcast)?(send, recv, count, dtype, to_c(root), comm, stream),
+            ),
+            Coll::Reduce { op, root } => (
+                "ncclReduce",
+                f.entry("ncclReduce", api.reduce)?(send, recv, count, dtype, op.raw(), to_c(root), comm, stream),
+            ),
+            Coll::AllToAll => {
+                ("ncclAlltoAll", f.entry("ncclAlltoAll", api.all_to_all)?(send, recv, count, dtype, comm, stream))
+            }
+            Coll::Gather { root } => {
+                ("ncclGather", f.entry("ncclGather", api.gather)?(send, recv, count, dtype, to_c(root), comm, stream))
+            }
+            Coll::Scatter { root } => (
+                "ncclScatter",
+                f.entry("ncclScatter", api.scatter)?(send, recv, count, dtype, to_c(root), comm, stream),
+            ),
+            Coll::Send { peer } => {
+                ("ncclSend", f.entry("ncclSend", api.send)?(send, count, dtype, to_c(peer), comm, stream))
+            }
+            Coll::Recv { peer } => {
+                ("ncclRecv", f.entry("ncclRecv", api.recv)?(recv, count, dtype, to_c(peer), comm, stream))
+            }
+        }
+    };
+    f.check(name, code)
+}
+
+/// The point-to-point operations of a gather, scatter, send or receive on this rank.
+pub fn p2p_ops(call: &Call, rank: usize, nranks: usize) -> Vec<P2pOp> {
+    let (count, dtype) = (call.count, call.dtype);
+    let block = (count * dtype.size()) as u64;
+    let op = |kind, peer, ptr| P2pOp { kind, peer, ptr, count, dtype };
+    match call.coll {
+        Coll::Send { peer } => vec![op(P2pKind::Send, peer, call.send)],
+        Coll::Recv { peer } => vec![op(P2pKind::Recv, peer, call.recv)],
+        Coll::Gather { root } => {
+            let mut ops = vec![op(P2pKind::Send, root, call.send)];
+            if rank == root {
+                ops.extend((0..nranks).map(|p| op(P2pKind::Recv, p, call.recv + p as u64 * block)));
+            }
+            ops
+        }
+        Coll::Scatter { root } => {
+            let mut ops = Vec::new();
+            if rank == root {
+                ops.extend((0..nranks).map(|p| op(P2pKind::Send, p, call.send + p as u64 * block)));
+            }
+            ops.push(op(P2pKind::Recv, root, call.recv));
+            ops
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn run_weft(comm: &Comm, ready: &Ready, calls: &[Call]) -> Result<(), NcclError> {
+    let native = ready.weft.as_ref().map_err(|why| NcclError::new(Code::InternalError, why.clone()))?;
+    let coll = &native.coll;
+    let mut p2p: Vec<P2pOp> = Vec::new();
+    let mut p2p_stream: Option<usize> = None;
+    for call in calls {
+        // SAFETY: the application's stream of this communicator's GPU (nccl.h contract); it
+        // outlives the call, which only enqueues work on it.
+        let stream = unsafe { Stream::borrowed(&ready.device, call.stream as *mut c_void as _) };
+        let (s, r, n, t) = (call.send, call.recv, call.count, call.dtype);
+        let builtin = |op: Op| match op {
+            Op::Builtin(op) => Ok(op),
+            Op::Custom(raw) => Err(NcclError::new(Code::InternalError, format!("operator {raw} routed to weft"))),
+        };
+        // SAFETY: for every call, nccl.h makes the application keep the buffers valid device
+        // memory for the extents the call implies until the stream's work is done, and every
+        // rank make the matching call; weft checks the buffers lie in this GPU's memory.
+        let algorithm = unsafe {
+            match call.coll {
+                Coll::AllReduce(op) => Some(coll.all_reduce(s, r, n, t, builtin(op)?, &stream)?),
+                Coll::AllGather => Some(coll.all_gather(s, r, n, t, &stream)?),
+                Coll::ReduceScatter(op) => Some(coll.reduce_scatter(s, r, n, t, builtin(op)?, &stream)?),
+                Coll::Broadcast { root } => Some(coll.broadcast(s, r, n, t, root, &stream)?),
+                Coll::Reduce { op, root } => Some(coll.reduce(s, r, n, t, builtin(op)?, root, &stream)?),
+                Coll::AllToAll => Some(coll.all_to_all(s, r, n, t, &stream)?),
+                Coll::Gather { .. } | Coll::Scatter { .. } | Coll::Send { .. } | Coll::Recv { .. } => None,
+            }
+        };
+        match algorithm {
+            Some(a) => tracing::debug!(kind = %call.kind(), count = n, dtype = t.name(), algorithm = %a, "route: weft"),
+            None => {
+                if p2p_stream.is_some_and(|st| st != call.stream) {
+                    return Err(NcclError::invalid_usage(
+                        "weft runs the point-to-point operations of one group on one communicator on one stream; \
+                         this group uses several",
+                    ));
+                }
+                p2p_stream = Some(call.stream);
+                p2p.extend(p2p_ops(call, comm.rank, comm.nranks));
+            }
+        }
+    }
+    if let Some(raw) = p2p_stream {
+        // SAFETY: as above.
+        let stream = unsafe { Stream::borrowed(&ready.device, raw as *mut c_void as _) };
+        // SAFETY: as above, for every operation of the group.
+        let a = unsafe { coll.send_recv(&p2p, &stream)? };
+        tracing::debug!(operations = p2p.len(), algorithm = %a, "route: weft (point-to-point group)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(coll: Coll, count: usize) -> Call {
+        Call { coll, send: 0x1000, recv: 0x9000, count, dtype: DataType::F32, stream: 0 }
+    }
+
+    #[test]
+    fn checks_cover_ranges_nulls_and_overflow() {
+        let comm = Comm::pending(1, 4, 0);
+        assert!(call(Coll::AllReduce(Op::Builtin(weft_types::ReduceOp::Sum)), 8).check_for(&comm).is_ok());
+        assert!(call(Coll::Broadcast { root: 4 }, 8).check_for(&comm).unwrap_err().message.contains("root 4"));
+        assert!(call(Coll::Send { peer: 9 }, 8).check_for(&comm).unwrap_err().message.contains("peer 9"));
+        assert!(call(Coll::AllGather, usize::MAX / 8).check_for(&comm).unwrap_err().message.contains("overflows"));
+        assert!(call(Coll::AllGather, usize::MAX).bytes().is_err());
+        let null_send = Call { send: 0, ..call(Coll::AllGather, 8) };
+        assert!(null_send.check_for(&comm).unwrap_err().message.contains("sendbuff"));
+        // A non-root's broadcast send buffer is not used; zero counts need no buffers.
+        assert!(Call { send: 0, ..call(Coll::Broadcast { root: 0 }, 8) }.check_for(&comm).is_ok());
+        assert!(Call { send: 0, recv: 0, ..call(Coll::AllGather, 0) }.check_for(&comm).is_ok());
+        let custom = call(Coll::AllReduce(Op::Custom(5)), 8);
+        assert!(custom.check_for(&comm).unwrap_err().message.contains("ncclRedOpCreatePreMulSum"));
+    }
+
+    #[test]
+    fn gathers_and_scatters_become_point_to_point_groups() {
+        let g = call(Coll::Gather { root: 0 }, 2);
+        assert_eq!(p2p_ops(&g, 1, 3).len(), 1);
+        let root = p2p_ops(&g, 0, 3);
+        assert_eq!(root.len(), 4);
+        assert_eq!((root[3].kind, root[3].peer, root[3].ptr), (P2pKind::Recv, 2, 0x9000 + 16));
+        let s = p2p_ops(&call(Coll::Scatter { root: 2 }, 2), 2, 3);
+        assert_eq!((s[1].kind, s[1].peer, s[1].ptr), (P2pKind::Send, 1, 0x1000 + 8));
+        assert_eq!(s.last().map(|o| (o.kind, o.peer)), Some((P2pKind::Recv, 2)));
+        let a2a = call(Coll::AllToAll, 4);
+        assert_eq!(a2a.pattern(4), None);
+        assert!(Call { recv: 0x1010, ..a2a }.pattern(4).is_some());
+    }
+}

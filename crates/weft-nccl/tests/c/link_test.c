@@ -1,0 +1,265 @@
+/* Links against weft's libnccl.so.2 with the real nccl.h (NCCL 2.28.9): every function the
+ * header declares must resolve (their addresses are taken below), and the argument checks that
+ * need no GPU must return NCCL's codes. Run by crates/weft-nccl/tests/c_abi.rs. */
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static int checks = 0, failures = 0;
+
+static void report(int ok, const char* what, int line, int got, int want) {
+  checks++;
+  if (!ok) {
+    failures++;
+    const char* last = ncclGetLastError(NULL);
+    fprintf(stderr, "FAIL line %d: %s: got %d, want %d (last error: %s)\n", line, what, got, want, last ? last : "(null)");
+  }
+}
+
+#define CHECK(cond) report((cond), #cond, __LINE__, 0, 1)
+#define EXPECT(call, want) do { ncclResult_t r_ = (call); report(r_ == (want), #call, __LINE__, r_, (want)); } while (0)
+/* The call fails with `want` and ncclGetLastError mentions `needle`. */
+#define EXPECT_MSG(call, want, needle) do { \
+    ncclResult_t r_ = (call); \
+    report(r_ == (want), #call, __LINE__, r_, (want)); \
+    const char* m_ = ncclGetLastError(NULL); \
+    report(m_ != NULL && strstr(m_, (needle)) != NULL, "last error of " #call " mentions " needle, __LINE__, 0, 1); \
+  } while (0)
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static const void* const every_symbol[] = {
+    (const void*)ncclAllGather,
+    (const void*)ncclAllReduce,
+    (const void*)ncclAlltoAll,
+    (const void*)ncclBcast,
+    (const void*)ncclBroadcast,
+    (const void*)ncclCommAbort,
+    (const void*)ncclCommCount,
+    (const void*)ncclCommCuDevice,
+    (const void*)ncclCommDeregister,
+    (const void*)ncclCommDestroy,
+    (const void*)ncclCommFinalize,
+    (const void*)ncclCommGetAsyncError,
+    (const void*)ncclCommInitAll,
+    (const void*)ncclCommInitRank,
+    (const void*)ncclCommInitRankConfig,
+    (const void*)ncclCommInitRankScalable,
+    (const void*)ncclCommRegister,
+    (const void*)ncclCommRevoke,
+    (const void*)ncclCommShrink,
+    (const void*)ncclCommSplit,
+    (const void*)ncclCommUserRank,
+    (const void*)ncclCommWindowDeregister,
+    (const void*)ncclCommWindowRegister,
+    (const void*)ncclGather,
+    (const void*)ncclGetErrorString,
+    (const void*)ncclGetLastError,
+    (const void*)ncclGetUniqueId,
+    (const void*)ncclGetVersion,
+    (const void*)ncclGroupEnd,
+    (const void*)ncclGroupSimulateEnd,
+    (const void*)ncclGroupStart,
+    (const void*)ncclMemAlloc,
+    (const void*)ncclMemFree,
+    (const void*)ncclRecv,
+    (const void*)ncclRedOpCreatePreMulSum,
+    (const void*)ncclRedOpDestroy,
+    (const void*)ncclReduce,
+    (const void*)ncclReduceScatter,
+    (const void*)ncclResetDebugInit,
+    (const void*)ncclScatter,
+    (const void*)ncclSend,
+    (const void*)pncclAllGather,
+    (const void*)pncclAllReduce,
+    (const void*)pncclAlltoAll,
+    (const void*)pncclBcast,
+    (const void*)pncclBroadcast,
+    (const void*)pncclCommAbort,
+    (const void*)pncclCommCount,
+    (const void*)pncclCommCuDevice,
+    (const void*)pncclCommDeregister,
+    (const void*)pncclCommDestroy,
+    (const void*)pncclCommFinalize,
+    (const void*)pncclCommGetAsyncError,
+    (const void*)pncclCommInitAll,
+    (const void*)pncclCommInitRank,
+    (const void*)pncclCommInitRankConfig,
+    (const void*)pncclCommInitRankScalable,
+    (const void*)pncclCommRegister,
+    (const void*)pncclCommRevoke,
+    (const void*)pncclCommShrink,
+    (const void*)pncclCommSplit,
+    (const void*)pncclCommUserRank,
+    (const void*)pncclCommWindowDeregister,
+    (const void*)pncclCommWindowRegister,
+    (const void*)pncclGather,
+    (const void*)pncclGetErrorString,
+    (const void*)pncclGetLastError,
+    (const void*)pncclGetUniqueId,
+    (const void*)pncclGetVersion,
+    (const void*)pncclGroupEnd,
+    (const void*)pncclGroupSimulateEnd,
+    (const void*)pncclGroupStart,
+    (const void*)pncclMemAlloc,
+    (const void*)pncclMemFree,
+    (const void*)pncclRecv,
+    (const void*)pncclRedOpCreatePreMulSum,
+    (const void*)pncclRedOpDestroy,
+    (const void*)pncclReduce,
+    (const void*)pncclReduceScatter,
+    (const void*)pncclResetDebugInit,
+    (const void*)pncclScatter,
+    (const void*)pncclSend
+};
+#pragma GCC diagnostic pop
+
+int main(void) {
+  for (size_t i = 0; i < sizeof(every_symbol) / sizeof(every_symbol[0]); i++) CHECK(every_symbol[i] != NULL);
+
+  /* Version and strings. */
+  int version = 0;
+  EXPECT(ncclGetVersion(&version), ncclSuccess);
+  CHECK(version == NCCL_VERSION_CODE);
+  EXPECT(pncclGetVersion(&version), ncclSuccess);
+  EXPECT_MSG(ncclGetVersion(NULL), ncclInvalidArgument, "version is NULL");
+  CHECK(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0);
+  CHECK(strstr(ncclGetErrorString(ncclInvalidArgument), "invalid argument") != NULL);
+  CHECK(strstr(ncclGetErrorString(ncclInvalidUsage), "invalid usage") != NULL);
+  CHECK(strstr(ncclGetErrorString(ncclRemoteError), "remote") != NULL);
+  CHECK(strstr(ncclGetErrorString(ncclInProgress), "in progress") != NULL);
+  CHECK(strcmp(ncclGetErrorString((ncclResult_t)99), "unknown result code") == 0);
+  CHECK(ncclGetLastError(NULL) != NULL);
+
+  /* Unique ids (no GPU needed). */
+  ncclUniqueId id;
+  EXPECT_MSG(ncclGetUniqueId(NULL), ncclInvalidArgument, "uniqueId is NULL");
+  EXPECT(ncclGetUniqueId(&id), ncclSuccess);
+  CHECK(memcmp(id.internal, "wfID", 4) == 0);
+
+  /* Communicator creation: argument checks come before any GPU access, and the output is
+   * written only on success. */
+  ncclComm_t sentinel = (ncclComm_t)(uintptr_t)0x1234, comm = sentinel;
+  EXPECT_MSG(ncclCommInitRank(NULL, 2, id, 0), ncclInvalidArgument, "comm is NULL");
+  EXPECT_MSG(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument, "nranks");
+  EXPECT_MSG(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument, "rank = 2");
+  EXPECT_MSG(ncclCommInitRank(&comm, 2, id, -1), ncclInvalidArgument, "rank = -1");
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof zero);
+  EXPECT_MSG(ncclCommInitRank(&comm, 2, zero, 0), ncclInvalidArgument, "commId");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  CHECK(config.magic == 0xcafebeef && config.size == sizeof(ncclConfig_t));
+  config.maxCTAs = 8;
+  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &config), ncclInvalidArgument, "maxCTAs");
+  ncclConfig_t bad_magic = NCCL_CONFIG_INITIALIZER;
+  bad_magic.magic = 0;
+  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &bad_magic), ncclInvalidArgument, "NCCL_CONFIG_INITIALIZER");
+  ncclConfig_t net = NCCL_CONFIG_INITIALIZER;
+  net.netName = "IB";
+  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &net), ncclInvalidArgument, "netName");
+  ncclConfig_t cga = NCCL_CONFIG_INITIALIZER;
+  cga.cgaClusterSize = 2;
+  EXPECT_MSG(ncclCommInitRankScalable(&comm, 2, 0, 1, &id, &cga), ncclInvalidArgument, "cgaClusterSize");
+  EXPECT_MSG(ncclCommInitRankScalable(&comm, 2, 0, 0, &id, NULL), ncclInvalidArgument, "nId");
+  CHECK(comm == sentinel);
+  /* One rank on this machine: succeeds with a GPU, fails cleanly without one. */
+  ncclResult_t single = ncclCommInitRank(&comm, 1, id, 0);
+  if (single == ncclSuccess) {
+    int n = 0;
+    EXPECT(ncclCommCount(comm, &n), ncclSuccess);
+    CHECK(n == 1);
+    EXPECT(ncclCommDestroy(comm), ncclSuccess);
+  } else {
+    CHECK(single == ncclUnhandledCudaError || single == ncclSystemError);
+    CHECK(comm == sentinel);
+  }
+  ncclComm_t comms[2] = {sentinel, sentinel};
+  int twice[2] = {0, 0};
+  EXPECT_MSG(ncclCommInitAll(NULL, 2, NULL), ncclInvalidArgument, "comms is NULL");
+  EXPECT_MSG(ncclCommInitAll(comms, 0, NULL), ncclInvalidArgument, "ndev");
+  EXPECT_MSG(ncclCommInitAll(comms, 2, twice), ncclInvalidArgument, "twice");
+  CHECK(comms[0] == sentinel && comms[1] == sentinel);
+
+  /* Null and unknown communicators. */
+  int value = -7;
+  ncclResult_t async = ncclNumResults;
+  EXPECT_MSG(ncclCommCount(NULL, &value), ncclInvalidArgument, "comm is NULL");
+  EXPECT_MSG(ncclCommCount(sentinel, &value), ncclInvalidArgument, "not a live communicator");
+  EXPECT_MSG(ncclCommCount(sentinel, NULL), ncclInvalidArgument, "NULL");
+  EXPECT(ncclCommUserRank(NULL, &value), ncclInvalidArgument);
+  EXPECT(ncclCommCuDevice(NULL, &value), ncclInvalidArgument);
+  CHECK(value == -7);
+  EXPECT(ncclCommGetAsyncError(NULL, &async), ncclInvalidArgument);
+  EXPECT(ncclCommGetAsyncError(sentinel, NULL), ncclInvalidArgument);
+  CHECK(async == ncclNumResults);
+  EXPECT(ncclCommFinalize(NULL), ncclInvalidArgument);
+  EXPECT(ncclCommDestroy(NULL), ncclInvalidArgument);
+  EXPECT(ncclCommAbort(sentinel), ncclInvalidArgument);
+  EXPECT(ncclCommRevoke(NULL, 0), ncclInvalidArgument);
+  ncclComm_t child = sentinel;
+  EXPECT(ncclCommSplit(NULL, 0, 0, &child, NULL), ncclInvalidArgument);
+  EXPECT_MSG(ncclCommSplit(sentinel, 0, 0, NULL, NULL), ncclInvalidArgument, "newcomm is NULL");
+  EXPECT_MSG(ncclCommSplit(sentinel, -5, 0, &child, NULL), ncclInvalidArgument, "color");
+  EXPECT(ncclCommShrink(NULL, NULL, 0, &child, NULL, 0), ncclInvalidArgument);
+  CHECK(child == sentinel);
+  void* handle = NULL;
+  char host[16];
+  EXPECT(ncclCommRegister(NULL, host, sizeof host, &handle), ncclInvalidArgument);
+  EXPECT_MSG(ncclCommRegister(sentinel, host, sizeof host, NULL), ncclInvalidArgument, "handle is NULL");
+  EXPECT(ncclCommDeregister(NULL, host), ncclInvalidArgument);
+  ncclWindow_t win = NULL;
+  EXPECT(ncclCommWindowRegister(NULL, host, sizeof host, &win, NCCL_WIN_DEFAULT), ncclInvalidArgument);
+  EXPECT(ncclCommWindowDeregister(NULL, win), ncclInvalidArgument);
+  ncclRedOp_t op = ncclSum;
+  float scalar = 0.5f;
+  EXPECT(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, NULL), ncclInvalidArgument);
+  EXPECT_MSG(ncclRedOpCreatePreMulSum(&op, &scalar, (ncclDataType_t)42, ncclScalarHostImmediate, NULL), ncclInvalidArgument, "datatype");
+  EXPECT_MSG(ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, NULL), ncclInvalidArgument, "op is NULL");
+  CHECK(op == ncclSum);
+  EXPECT(ncclRedOpDestroy(ncclNumOps, NULL), ncclInvalidArgument);
+
+  /* Collectives: bad types, operators and counts are reported before the communicator. */
+  float buf[4];
+  cudaStream_t s = 0;
+  EXPECT_MSG(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, NULL, s), ncclInvalidArgument, "comm is NULL");
+  EXPECT_MSG(ncclAllReduce(buf, buf, 4, (ncclDataType_t)ncclNumTypes, ncclSum, NULL, s), ncclInvalidArgument, "datatype");
+  EXPECT_MSG(ncclAllReduce(buf, buf, 4, ncclFloat, (ncclRedOp_t)-1, NULL, s), ncclInvalidArgument, "operator");
+  EXPECT_MSG(ncclAllReduce(buf, buf, SIZE_MAX / 2, ncclFloat, ncclSum, NULL, s), ncclInvalidArgument, "overflow");
+  EXPECT_MSG(ncclAllGather(buf, buf, SIZE_MAX / 4, ncclFloat64, NULL, s), ncclInvalidArgument, "overflow");
+  EXPECT_MSG(ncclReduceScatter(buf, buf, 1, (ncclDataType_t)-3, ncclMax, NULL, s), ncclInvalidArgument, "datatype");
+  EXPECT_MSG(ncclReduce(buf, buf, 1, ncclFloat, ncclMin, -1, NULL, s), ncclInvalidArgument, "negative");
+  EXPECT_MSG(ncclBroadcast(buf, buf, 1, ncclBfloat16, -2, NULL, s), ncclInvalidArgument, "negative");
+  EXPECT_MSG(ncclBcast(buf, 1, (ncclDataType_t)100, 0, NULL, s), ncclInvalidArgument, "datatype");
+  EXPECT(ncclAlltoAll(buf, buf, 1, ncclInt8, NULL, s), ncclInvalidArgument);
+  EXPECT(ncclGather(buf, buf, 1, ncclUint8, 0, NULL, s), ncclInvalidArgument);
+  EXPECT(ncclScatter(buf, buf, 1, ncclFloat8e4m3, 0, sentinel, s), ncclInvalidArgument);
+  EXPECT_MSG(ncclSend(buf, 1, ncclFloat8e5m2, -1, NULL, s), ncclInvalidArgument, "negative");
+  EXPECT(ncclRecv(buf, 1, ncclInt64, 0, sentinel, s), ncclInvalidArgument);
+  EXPECT(pncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, NULL, s), ncclInvalidArgument);
+
+  /* Groups nest; an unmatched end is invalid usage; bad calls inside a group fail at once. */
+  EXPECT_MSG(ncclGroupEnd(), ncclInvalidUsage, "without a matching ncclGroupStart");
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclSend(buf, 1, ncclFloat, 1, NULL, s), ncclInvalidArgument);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT(ncclGroupSimulateEnd(NULL), ncclInvalidArgument);
+
+  /* Memory. */
+  void* mem = (void*)sentinel;
+  EXPECT(ncclMemAlloc(NULL, 8), ncclInvalidArgument);
+  EXPECT_MSG(ncclMemAlloc(&mem, 0), ncclInvalidArgument, "size is 0");
+  CHECK(mem == (void*)sentinel);
+  EXPECT(ncclMemFree(NULL), ncclInvalidArgument);
+  EXPECT_MSG(ncclMemFree(host), ncclInvalidArgument, "not allocated by ncclMemAlloc");
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
+  printf("link_test: %d checks, %d failed\n", checks, failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,230 @@
+//! The C ABI without a GPU: the types probe and a C program compiled by gcc against the real
+//! `nccl.h` (installed by `scripts/nccl-header.sh`), linked against the built `libnccl.so.2`,
+//! and an `nm -D` comparison of our exports with the header's declarations. Skipped, with a
+//! message, only when gcc is absent.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The folder holding `nccl.h`.
+fn nccl_include() -> PathBuf {
+    let dir = std::env::var_os("WEFT_NCCL_HEADER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".deps/nccl/nvidia/nccl/include"));
+    assert!(dir.join("nccl.h").is_file(), "{} has no nccl.h: run scripts/nccl-header.sh", dir.display());
+    dir
+}
+
+/// The CUDA include folders nccl.h needs (`cuda_runtime.h` with its `crt/` headers, and CCCL for
+/// `cuda_fp16.h`): scripts/nccl-header.sh installs them beside nccl.h.
+fn cuda_includes() -> Vec<PathBuf> {
+    let mut candidates = vec![nccl_include().join("../../cu13/include")];
+    candidates.extend(
+        ["WEFT_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"]
+            .iter()
+            .filter_map(std::env::var_os)
+            .map(|p| PathBuf::from(p).join("include")),
+    );
+    candidates.push(PathBuf::from("/usr/local/cuda/include"));
+    let dir = candidates
+        .into_iter()
+        .find(|d| d.join("cuda_runtime.h").is_file() && d.join("crt/host_config.h").is_file())
+        .unwrap_or_else(|| panic!("no CUDA headers for nccl.h (cuda_runtime.h, crt/): run scripts/nccl-header.sh"));
+    vec![dir.join("cccl"), dir]
+}
+
+/// `-I` arguments for nccl.h.
+fn include_args() -> Vec<String> {
+    std::iter::once(nccl_include()).chain(cuda_includes()).map(|d| format!("-I{}", d.display())).collect()
+}
+
+fn have_gcc() -> bool {
+    let ok = Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: gcc is not installed, so the C ABI tests cannot compile their C programs");
+    }
+    ok
+}
+
+/// The built cdylib, laid out as scripts/package-nccl.sh ships it (`libnccl.so.2` and a
+/// `libnccl.so` link) in a folder of their own; made once per test run.
+fn packaged_library() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+        let built = profile_dir.join("libnccl.so");
+        assert!(built.is_file(), "{} was not built (cargo builds the cdylib with the tests)", built.display());
+        let dir = profile_dir.join("weft-nccl-ctest");
+        std::fs::create_dir_all(&dir).expect("test folder");
+        for (link, target) in [("libnccl.so.2", built.as_path()), ("libnccl.so", Path::new("libnccl.so.2"))] {
+            let _ = std::fs::remove_file(dir.join(link));
+            std::os::unix::fs::symlink(target, dir.join(link)).expect("library link");
+        }
+        dir
+    })
+    .clone()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd:?} failed ({}):\n{text}", out.status);
+    text
+}
+
+/// Every function nccl.h declares (comments stripped).
+fn header_functions(header: &str) -> BTreeSet<String> {
+    let mut code = String::new();
+    let mut rest = header;
+    while let Some(start) = rest.find("/*") {
+        code.push_str(&rest[..start]);
+        rest = rest[start + 2..].find("*/").map_or("", |end| &rest[start + 2 + end + 2..]);
+    }
+    code.push_str(rest);
+    let code: String = code.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let bytes = code.as_bytes();
+    let mut names = BTreeSet::new();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        if is_ident(bytes[i]) && (i == 0 || !is_ident(bytes[i - 1])) {
+            let end = (i..bytes.len()).find(|&j| !is_ident(bytes[j])).unwrap_or(bytes.len());
+            let word = &code[i..end];
+            let after = code[end..].trim_start();
+            let name = word.strip_prefix('p').unwrap_or(word);
+            let is_api = name.strip_prefix("nccl").is_some_and(|r| r.starts_with(|c: char| c.is_ascii_uppercase()));
+            if is_api && after.starts_with('(') {
+                names.insert(word.to_string());
+            }
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+#[test]
+fn types_and_constants_match_the_real_header() {
+    if !have_gcc() {
+        return;
+    }
+    let dir = packaged_library();
+    let probe = dir.join("probe.c");
+    std::fs::write(&probe, nccl::ffi::probe_source()).expect("write probe");
+    run(Command::new("gcc").args(["-std=gnu11", "-fsyntax-only", "-Werror"]).args(include_args()).arg(&probe));
+}
+
+#[test]
+fn a_c_program_links_and_gets_nccls_error_codes() {
+    if !have_gcc() {
+        return;
+    }
+    let dir = packaged_library();
+    let exe = dir.join("link_test");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/link_test.c");
+    run(Command::new("gcc")
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror"])
+        .args(include_args())
+        .arg(&source)
+        .arg("-L")
+        .arg(&dir)
+        .arg("-lnccl")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-o")
+        .arg(&exe));
+    let needed = run(Command::new("readelf").arg("-d").arg(&exe));
+    assert!(needed.contains("[libnccl.so.2]"), "the program should need libnccl.so.2 (our SONAME):\n{needed}");
+    let output = run(Command::new(&exe)
+        .env_remove("WEFT_NCCL_FALLBACK_LIB")
+        .env_remove("WEFT_NCCL_FORCE_FALLBACK")
+        .env("WEFT_BOOTSTRAP_TIMEOUT", "5"));
+    println!("{output}");
+    assert!(output.contains(", 0 failed"), "{output}");
+}
+
+#[test]
+fn every_function_of_the_header_is_exported_unversioned() {
+    if !have_gcc() {
+        return;
+    }
+    let header = std::fs::read_to_string(nccl_include().join("nccl.h")).expect("read nccl.h");
+    let declared = header_functions(&header);
+    assert!(declared.contains("ncclAllReduce") && declared.contains("pncclGroupEnd") && declared.len() > 60);
+    let dir = packaged_library();
+    let symbols = run(Command::new("nm").args(["-D", "--defined-only"]).arg(dir.join("libnccl.so.2")));
+    let exported: BTreeSet<String> = symbols
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            (kind == "T").then(|| name.to_string())
+        })
+        .collect();
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    assert!(missing.is_empty(), "declared in nccl.h but not exported: {missing:?}");
+    let extra: Vec<_> = exported.iter().filter(|n| n.contains("nccl") && !declared.contains(*n)).collect();
+    assert!(extra.is_empty(), "exported but not in nccl.h: {extra:?}");
+    assert!(!symbols.contains('@'), "symbols must be unversioned, as the real libnccl's are:\n{symbols}");
+}
+
+#[test]
+fn the_header_parser_skips_comments() {
+    let names = header_functions("/* ncclFake(x) */ int ncclA(int);\n// ncclB(\nint pncclA (int); NCCL_X(1) ncclC_t;");
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), ["ncclA", "pncclA"]);
+}
+
+/// A program built against the real NCCL picks up weft's entry points under `LD_PRELOAD`, and
+/// the real ones without it.
+#[test]
+fn ld_preload_puts_weft_in_front_of_the_real_nccl() {
+    if !have_gcc() {
+        return;
+    }
+    let real_lib = nccl_include().join("../lib");
+    if !real_lib.join("libnccl.so.2").is_file() {
+        eprintln!("SKIPPED: no real libnccl.so.2 beside nccl.h (scripts/nccl-header.sh installs it)");
+        return;
+    }
+    let dir = packaged_library();
+    let source = dir.join("preload.c");
+    std::fs::write(
+        &source,
+        r#"#include <nccl.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) { printf("id failed\n"); return 1; }
+  printf("%s\n", memcmp(id.internal, "wfID", 4) == 0 ? "weft" : "nccl");
+  return 0;
+}
+"#,
+    )
+    .expect("write preload.c");
+    let exe = dir.join("preload");
+    run(Command::new("gcc")
+        .args(["-std=gnu11", "-Wall", "-Werror"])
+        .args(include_args())
+        .arg(&source)
+        .arg("-L")
+        .arg(&real_lib)
+        .arg("-l:libnccl.so.2")
+        .arg(format!("-Wl,-rpath,{}", real_lib.display()))
+        .arg("-o")
+        .arg(&exe));
+    let preloaded = run(Command::new(&exe).env("LD_PRELOAD", dir.join("libnccl.so.2")));
+    assert_eq!(preloaded.trim(), "weft");
+    // Without the preload the real NCCL answers; it may fail without a network interface, which
+    // still shows that our library was not the one called.
+    let out = Command::new(&exe).env_remove("LD_PRELOAD").output().expect("run preload test");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("weft"));
+}
