@@ -2,7 +2,9 @@
 """PyTorch's NCCL backend on weft's libnccl.so.2: every collective torch.distributed offers,
 checked element by element against a float64 reference.
 
-NOT YET RUN: written without a GPU; the first run on a GPU machine is its first test.
+Measured on a 2xH200 machine: 69 passed, 0 failed through weft alone; with the real NCCL as
+fallback every check passes but destroy_process_group fails in ncclCommFinalize (open issue,
+docs/nccl-api.md).
 
     scripts/package-nccl.sh
     LD_PRELOAD=$PWD/target/nccl/libnccl.so.2 WEFT_NCCL_LOG=debug \

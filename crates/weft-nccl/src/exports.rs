@@ -1,14 +1,16 @@
-//! The exported C ABI: every function `nccl.h` (2.28) declares, under its `nccl*` name and its
-//! `pncclX` profiling alias. Each body runs inside [`guard`], so no panic crosses the ABI.
+//! The exported C ABI: every function `nccl.h` (2.28) declares and the host functions of
+//! `nccl_device.h` the real library exports, each under its `nccl*` name and its `pncclX`
+//! profiling alias. Each body runs inside [`guard`], so no panic crosses the ABI.
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::api::{self, Args};
+use crate::device_api;
 use crate::exec::Coll;
 use crate::ffi::{
     cudaStream_t, ncclComm_t, ncclConfig_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t,
-    ncclSimInfo_t, ncclUniqueId, ncclWindow_t,
+    ncclSimInfo_t, ncclTeam_t, ncclUniqueId, ncclWindow_t,
 };
 use crate::guard::{guard, guard_value, last_error};
 
@@ -330,4 +332,97 @@ exports! {
     fn ncclMemFree / pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
         guard("ncclMemFree", || api::mem_free(ptr))
     }
+
+    /// A device communicator of the fallback NCCL (weft has no device API of its own).
+    fn ncclDevCommCreate / pncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t {
+        // SAFETY: the application's pointers, passed through.
+        guard("ncclDevCommCreate", || unsafe { device_api::dev_comm_create(comm, reqs, outDevComm) })
+    }
+
+    /// Destroys a device communicator of the fallback NCCL.
+    fn ncclDevCommDestroy / pncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t {
+        // SAFETY: the application's pointer, passed through.
+        guard("ncclDevCommDestroy", || unsafe { device_api::dev_comm_destroy(comm, devComm) })
+    }
+
+    /// A GIN barrier requirement of the fallback NCCL.
+    fn ncclGinBarrierCreateRequirement / pncclGinBarrierCreateRequirement(
+        comm: ncclComm_t,
+        team: ncclTeam_t,
+        nBarriers: c_int,
+        outHandle: *mut c_void,
+        outReq: *mut c_void,
+    ) -> ncclResult_t {
+        // SAFETY: the application's pointers, passed through.
+        guard("ncclGinBarrierCreateRequirement", || unsafe {
+            device_api::gin_barrier_requirement(comm, team, nBarriers, outHandle, outReq)
+        })
+    }
+
+    /// An LSA barrier requirement of the fallback NCCL.
+    fn ncclLsaBarrierCreateRequirement / pncclLsaBarrierCreateRequirement(
+        team: ncclTeam_t,
+        nBarriers: c_int,
+        outHandle: *mut c_void,
+        outReq: *mut c_void,
+    ) -> ncclResult_t {
+        // SAFETY: the application's pointers, passed through.
+        guard("ncclLsaBarrierCreateRequirement", || unsafe {
+            device_api::lsa_barrier_requirement(team, nBarriers, outHandle, outReq)
+        })
+    }
+
+    /// An LL all-to-all requirement of the fallback NCCL.
+    fn ncclLLA2ACreateRequirement / pncclLLA2ACreateRequirement(
+        nBlocks: c_int,
+        nSlots: c_int,
+        outHandle: *mut c_void,
+        outReq: *mut c_void,
+    ) -> ncclResult_t {
+        // SAFETY: the application's pointers, passed through.
+        guard("ncclLLA2ACreateRequirement", || unsafe {
+            device_api::ll_a2a_requirement(nBlocks, nSlots, outHandle, outReq)
+        })
+    }
+
+    /// The fallback's LL all-to-all slot count (-1 without a fallback).
+    fn ncclLLA2ACalcSlots / pncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int {
+        guard_value("ncclLLA2ACalcSlots", -1, || device_api::ll_a2a_slots(maxElts, maxEltSize))
+    }
+
+    /// Every rank of the communicator (an empty team on error).
+    fn ncclTeamWorld / pncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
+        value("ncclTeamWorld", ncclTeam_t::default(), || device_api::team_world(comm))
+    }
+
+    /// The fallback's load-store-accessible team (an empty team without a fallback).
+    fn ncclTeamLsa / pncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
+        value("ncclTeamLsa", ncclTeam_t::default(), || device_api::team_of("ncclTeamLsa", comm))
+    }
+
+    /// The fallback's rail team (an empty team without a fallback).
+    fn ncclTeamRail / pncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
+        value("ncclTeamRail", ncclTeam_t::default(), || device_api::team_of("ncclTeamRail", comm))
+    }
+
+    /// The world rank of `rank` of `team` (-1 on error).
+    fn ncclTeamRankToWorld / pncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
+        value("ncclTeamRankToWorld", -1, || device_api::team_rank_to_world(comm, team, rank))
+    }
+
+    /// The fallback's LSA rank of `rank` of `team` (-1 on error).
+    fn ncclTeamRankToLsa / pncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
+        value("ncclTeamRankToLsa", -1, || device_api::team_rank_to_lsa(comm, team, rank))
+    }
+}
+
+/// Runs a device-API body that returns a value: a failure is recorded for `ncclGetLastError`
+/// and `none` returned; a panic yields `none` too.
+fn value<T: Copy>(call: &'static str, none: T, body: impl FnOnce() -> Result<T, crate::error::NcclError>) -> T {
+    guard_value(call, none, || {
+        body().unwrap_or_else(|e| {
+            crate::guard::set_last_error(&format!("{call}: {}", e.message));
+            none
+        })
+    })
 }

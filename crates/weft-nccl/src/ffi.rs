@@ -80,6 +80,16 @@ pub const ncclNumTypes: ncclDataType_t = 12;
 pub const ncclScalarDevice: ncclScalarResidence_t = 0;
 pub const ncclScalarHostImmediate: ncclScalarResidence_t = 1;
 
+/// `ncclTeam_t` (`nccl_device/core.h`): `nRanks` ranks, this one at `rank`, world ranks
+/// `stride` apart.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ncclTeam_t {
+    pub nRanks: c_int,
+    pub rank: c_int,
+    pub stride: c_int,
+}
+
 /// `ncclUniqueId`: 128 opaque bytes (weft's [`weft_bootstrap::UniqueId`] layout).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

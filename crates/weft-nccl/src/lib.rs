@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod comm;
+pub mod device_api;
 pub mod env;
 pub mod error;
 pub mod exec;

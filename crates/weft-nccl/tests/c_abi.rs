@@ -59,9 +59,13 @@ fn packaged_library() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
-        let built = profile_dir.join("libnccl.so");
-        assert!(built.is_file(), "{} was not built (cargo builds the cdylib with the tests)", built.display());
+        let deps = exe.parent().expect("target/<profile>/deps/<test>");
+        let profile_dir = deps.parent().expect("target/<profile>/deps");
+        // `cargo test` leaves the cdylib in deps/; `cargo build` also copies it up a level.
+        let built =
+            [deps.join("libnccl.so"), profile_dir.join("libnccl.so")].into_iter().find(|p| p.is_file()).unwrap_or_else(
+                || panic!("libnccl.so was not built in {} (cargo builds the cdylib with the tests)", deps.display()),
+            );
         let dir = profile_dir.join("weft-nccl-ctest");
         std::fs::create_dir_all(&dir).expect("test folder");
         for (link, target) in [("libnccl.so.2", built.as_path()), ("libnccl.so", Path::new("libnccl.so.2"))] {
@@ -157,8 +161,12 @@ fn every_function_of_the_header_is_exported_unversioned() {
         return;
     }
     let header = std::fs::read_to_string(nccl_include().join("nccl.h")).expect("read nccl.h");
-    let declared = header_functions(&header);
+    let mut declared = header_functions(&header);
     assert!(declared.contains("ncclAllReduce") && declared.contains("pncclGroupEnd") && declared.len() > 60);
+    // The host functions of the device API (PyTorch links against some of them).
+    let device_api = device_host_functions(&nccl_include().join("nccl_device"));
+    assert!(device_api.contains("ncclDevCommCreate") && device_api.contains("pncclTeamWorld"), "{device_api:?}");
+    declared.extend(device_api);
     let dir = packaged_library();
     let symbols = run(Command::new("nm").args(["-D", "--defined-only"]).arg(dir.join("libnccl.so.2")));
     let exported: BTreeSet<String> = symbols
@@ -172,8 +180,25 @@ fn every_function_of_the_header_is_exported_unversioned() {
     let missing: Vec<_> = declared.difference(&exported).collect();
     assert!(missing.is_empty(), "declared in nccl.h but not exported: {missing:?}");
     let extra: Vec<_> = exported.iter().filter(|n| n.contains("nccl") && !declared.contains(*n)).collect();
-    assert!(extra.is_empty(), "exported but not in nccl.h: {extra:?}");
+    assert!(extra.is_empty(), "exported but not in nccl.h or nccl_device/: {extra:?}");
     assert!(!symbols.contains('@'), "symbols must be unversioned, as the real libnccl's are:\n{symbols}");
+}
+
+/// Functions `nccl_device/*.h` declares `NCCL_EXTERN_C __host__` (exported by the real
+/// library), with their `pnccl` aliases.
+fn device_host_functions(dir: &Path) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).expect("read nccl_device/").flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines().filter(|l| l.trim_start().starts_with("NCCL_EXTERN_C __host__")) {
+            let before = line.split('(').next().unwrap_or_default();
+            if let Some(name) = before.split_whitespace().last().filter(|n| n.starts_with("nccl")) {
+                names.insert(name.to_string());
+                names.insert(format!("p{name}"));
+            }
+        }
+    }
+    names
 }
 
 #[test]
