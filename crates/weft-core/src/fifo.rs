@@ -339,6 +339,7 @@ impl FifoMemory for PinnedFifo {
 }
 
 #[cfg(all(test, not(weft_loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod tests {
     use super::*;
     use weft_types::{FifoCommandFields, FifoOp};
@@ -441,6 +442,7 @@ mod tests {
 /// Loom models of the FIFO host side: `RUSTFLAGS="--cfg weft_loom" cargo test -p weft-core
 /// --lib --release loom`.
 #[cfg(all(test, weft_loom))]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod loom_tests {
     use super::*;
     use weft_types::{FifoCommandFields, FifoOp};

@@ -2,6 +2,7 @@
 //! reordered frames over several sockets, flushes, backpressure from a full FIFO and exhausted
 //! credits, a dead or silent peer (an error naming it, no hang), shutdown with commands in
 //! flight, unknown ops and per-op handlers. Every test runs under a deadline.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -334,7 +335,7 @@ fn several_fifos_on_two_threads_with_a_handler_per_op_and_an_unknown_op_stops_th
             .transport(p.sender.clone())
             .handler(9, counter.clone())
             .unwrap();
-        assert!(matches!(ProxyService::builder(ProxyConfig::default()).handler(16, counter.clone()), Err(_)));
+        assert!(ProxyService::builder(ProxyConfig::default()).handler(16, counter.clone()).is_err());
         for f in &fifos {
             b = b.fifo(FifoReader::new(f.clone()).unwrap());
         }

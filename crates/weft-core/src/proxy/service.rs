@@ -556,6 +556,7 @@ pub fn cpus_near_pci_device(bus_id: &str) -> Option<Vec<usize>> {
 }
 
 #[cfg(all(test, not(weft_loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod tests {
     use super::*;
 

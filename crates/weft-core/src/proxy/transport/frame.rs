@@ -215,6 +215,7 @@ pub fn decode_header(h: &[u8; HEADER_LEN], limit: usize) -> Result<(u8, u64), Fr
 }
 
 #[cfg(all(test, not(weft_loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod tests {
     use super::*;
     use proptest::prelude::*;

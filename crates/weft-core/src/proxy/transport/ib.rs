@@ -288,6 +288,7 @@ impl<V: Verbs> Transport for IbTransport<V> {
 }
 
 #[cfg(all(test, not(weft_loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod tests {
     use super::*;
 

@@ -335,6 +335,7 @@ pub trait Transport: Send + Sync + fmt::Debug {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod tests {
     use super::*;
     use std::sync::Arc;
