@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test weft has that needs no GPU: formatting, lints, unit/property/integration tests,
-# NVRTC compiles of every kernel and the layout probe for sm_90, the generated header's
-# freshness, the C ABI of libnccl.so.2 against the real nccl.h, and the CPU part of `weft selftest`.
+# loom models, NVRTC compiles of every kernel and the layout probe for sm_90, the generated
+# header's freshness, the C ABI of libnccl.so.2 against the real nccl.h, and the CPU part of
+# `weft selftest`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WEFT_CUDA_HOME="$(scripts/cuda-wheels.sh)"
@@ -11,5 +12,9 @@ export WEFT_CUDA_HOME WEFT_REQUIRE_NVRTC=1 WEFT_CACHE_DIR="$PWD/target/weft-kern
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+cargo test --locked -p weft-core --features ib --lib ib
+# Loom models of the FIFO host side and the proxy flow control (about 20 s on 2 cores).
+RUSTFLAGS="--cfg weft_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+  cargo test --locked -p weft-core --lib --release loom
 cargo run --quiet --locked -p weft -- gen-header --check
 cargo run --quiet --locked -p weft -- selftest

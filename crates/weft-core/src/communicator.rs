@@ -355,6 +355,8 @@ impl Communicator {
             Some(WaitOp::Ll8Read) => "LL8 packet read",
             Some(WaitOp::Ll16Read) => "LL16 packet read",
             Some(WaitOp::LlToken) => "LL buffer release by the peer",
+            Some(WaitOp::FifoPush) => "FIFO push into a full ring",
+            Some(WaitOp::FifoSync) => "FIFO sync on a command's consumption",
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

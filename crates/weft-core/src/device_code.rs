@@ -20,6 +20,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/reduce.cuh", include_str!("../../../device/include/weft/reduce.cuh")),
     ("weft/elementwise.cuh", include_str!("../../../device/include/weft/elementwise.cuh")),
     ("weft/collective.cuh", include_str!("../../../device/include/weft/collective.cuh")),
+    ("weft/fifo.cuh", include_str!("../../../device/include/weft/fifo.cuh")),
     ("weft/impl/stdint.cuh", include_str!("../../../device/include/weft/impl/stdint.cuh")),
     ("weft/impl/ptx__funcs.cuh", include_str!("../../../device/include/weft/impl/ptx__funcs.cuh")),
     ("weft/generated/types.cuh", include_str!("../../../device/include/weft/generated/types.cuh")),
@@ -71,6 +72,31 @@ pub fn layout_probe_source() -> KernelSource {
     KernelSource {
         name: "layout_probe.cu".into(),
         text,
+        headers: HEADERS.iter().map(|(n, t)| ((*n).to_string(), (*t).to_string())).collect(),
+    }
+}
+
+/// A compile-only translation unit that instantiates every FIFO device function
+/// (`fifo_command`, `fifo_push`, `fifo_poll`, `fifo_sync`), so NVRTC and ptxas check their PTX.
+/// Nothing launches it.
+pub fn fifo_probe_source() -> KernelSource {
+    let text = r#"#include "weft/fifo.cuh"
+extern "C" __global__ void weft_fifo_probe(weft::FifoDeviceHandle fifo, uint64_t* out) {
+  if (threadIdx.x != 0) return;
+  uint64_t pos = 0;
+  const weft::FifoCommand cmd = weft::fifo_command(weft::FifoOp::PutSignal, 1, 2, 3, 4, 5, 6);
+  if (!weft::fifo_push(fifo, cmd, &pos)) {
+    out[0] = ~0ull;
+    return;
+  }
+  out[0] = pos;
+  out[1] = weft::fifo_poll(fifo, pos) ? 1 : 0;
+  out[2] = weft::fifo_sync(fifo, pos) ? 1 : 0;
+}
+"#;
+    KernelSource {
+        name: "fifo_probe.cu".into(),
+        text: text.into(),
         headers: HEADERS.iter().map(|(n, t)| ((*n).to_string(), (*t).to_string())).collect(),
     }
 }

@@ -5,11 +5,14 @@
 //! explicit, versioned wire descriptor, the CUDA IPC transport (POSIX file descriptors passed
 //! over a Unix socket between processes, legacy IPC handles as a fallback, plain pointers between
 //! threads of one process), device-to-device [`Semaphore`]s, [`MemoryChannel`]s and their device
-//! handles, the typed [`Env`], and the embedded device sources with their per-device kernel
-//! loader.
+//! handles, the typed [`Env`], the embedded device sources with their per-device kernel
+//! loader, and the proxy layer: the host side of the GPU→CPU [`fifo`], the [`proxy`] service
+//! with its flow control and the transports it drives (TCP; InfiniBand verbs behind the `ib`
+//! feature).
 //!
 //! **Must not:** implement collectives or algorithms (weft-coll), talk to the network except
-//! through the bootstrap, or call `cuMulticast*`.
+//! through the bootstrap and the proxy's transports, make a CUDA call that can wait behind a
+//! running kernel on a proxy thread, or call `cuMulticast*`.
 //!
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`.
 
@@ -20,10 +23,13 @@ pub mod device_code;
 mod env;
 mod error;
 mod fd_passing;
+pub mod fifo;
 mod identity;
 mod memory;
+pub mod proxy;
 pub mod selftest_kernels;
 mod semaphore;
+mod sync;
 mod topology;
 mod wire;
 

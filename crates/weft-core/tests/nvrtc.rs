@@ -46,6 +46,16 @@ fn the_layout_probe_compiles_and_a_wrong_layout_does_not() {
 }
 
 #[test]
+fn the_fifo_device_functions_compile_for_sm_90() {
+    let Some(_) = library() else { return };
+    let options = weft_gpu::CompileOptions { arch: "sm_90".into(), extra: vec![] };
+    let dir = std::env::temp_dir().join(format!("weft-nvrtc-fifo-{}", std::process::id()));
+    let compiled = weft_gpu::compile(&device_code::fifo_probe_source(), &options, &dir)
+        .unwrap_or_else(|e| panic!("fifo probe: {e}"));
+    assert!(compiled.cubin.starts_with(b"\x7fELF"));
+}
+
+#[test]
 fn a_kernel_with_an_error_reports_the_nvrtc_log() {
     let Some(_) = library() else { return };
     let source = weft_gpu::KernelSource { name: "broken.cu".into(), text: "this is not C++".into(), headers: vec![] };

@@ -515,6 +515,16 @@ impl PinnedHostMemory {
         Ok(unsafe { std::ptr::read_volatile(p) })
     }
 
+    /// The `u64` at `offset` as an atomic, for words the host shares with running kernels (FIFO
+    /// slots, tails, stop words): host accesses then follow the Rust memory model.
+    pub fn atomic_u64(&self, offset: usize) -> Result<&std::sync::atomic::AtomicU64, GpuError> {
+        let p = self.checked::<u64>(offset)?;
+        // SAFETY: in bounds and 8-byte aligned (checked); AtomicU64 has the size and alignment of
+        // u64; the memory lives as long as `&self`; host code touches it only through atomics or
+        // volatile accesses, never through `&mut`.
+        Ok(unsafe { &*p.cast::<std::sync::atomic::AtomicU64>() })
+    }
+
     /// Volatile write of a `T` at `offset`.
     pub fn write<T: Pod>(&self, offset: usize, value: T) -> Result<(), GpuError> {
         let p = self.checked::<T>(offset)?;

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::{StructInfo, all_enums, all_structs};
+use crate::{StructInfo, all_constants, all_enums, all_structs};
 
 /// Path of the generated header relative to the repository root.
 pub const GENERATED_HEADER_PATH: &str = "device/include/weft/generated/types.cuh";
@@ -19,6 +19,10 @@ pub fn generated_header() -> String {
          #include \"weft/impl/stdint.cuh\"\n\n\
          namespace weft {\n\n",
     );
+    for (name, value, doc) in all_constants() {
+        let _ = writeln!(out, "constexpr uint64_t {name} = {value}ull;  ///< {doc}");
+    }
+    out.push('\n');
     for e in all_enums() {
         let _ = writeln!(out, "/// {}", e.doc);
         let _ = writeln!(out, "enum class {} : uint32_t {{", e.name);

@@ -2,7 +2,7 @@
 //!
 //! **Owns:** every `#[repr(C)]` struct and enum that CUDA device code reads or writes (device
 //! handles of semaphores and channels, LL packets, the device error record, the collective
-//! context and send/receive plans), each declared once
+//! context and send/receive plans, the GPU→CPU FIFO's commands and device handle), each declared once
 //! through [`device_structs!`]/[`device_enums!`], which also record the C++ spelling of every
 //! field. From that record [`cuda::generated_header`] writes `device/include/weft/generated/types.cuh`
 //! with `static_assert`s of every `sizeof`/`offsetof`; tests check the checked-in header is
@@ -18,6 +18,7 @@ mod declare;
 mod coll;
 mod collective;
 pub mod cuda;
+mod fifo;
 mod handles;
 mod packets;
 mod status;
@@ -25,6 +26,12 @@ mod status;
 pub use coll::{CollContext, MAX_RANKS, P2pPlan};
 pub use collective::{DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
+pub use fifo::{
+    FIFO_CONNECTION_BITS, FIFO_FST_SRC_OFFSET_SHIFT, FIFO_MAX_DEPTH, FIFO_MEMORY_BITS, FIFO_OP_BITS,
+    FIFO_SND_CONNECTION_SHIFT, FIFO_SND_DST_MEMORY_SHIFT, FIFO_SND_OP_SHIFT, FIFO_SND_SRC_MEMORY_SHIFT,
+    FIFO_SND_VALID_SHIFT, FieldOutOfRange, FifoCommand, FifoCommandFields, FifoDeviceHandle, FifoOp, FifoStopCode,
+    fifo_parity,
+};
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
 pub use packets::{Ll8Packet, Ll16Packet};
 pub use status::{DeviceErrorCode, DeviceErrorRecord, WaitOp};
@@ -34,6 +41,7 @@ pub fn all_structs() -> Vec<StructInfo> {
     let mut all = Vec::new();
     all.extend(status::structs());
     all.extend(handles::structs());
+    all.extend(fifo::structs());
     all.extend(packets::structs());
     all.extend(coll::structs());
     all
@@ -43,5 +51,11 @@ pub fn all_structs() -> Vec<StructInfo> {
 pub fn all_enums() -> Vec<EnumInfo> {
     let mut all = status::enums();
     all.extend(collective::enums());
+    all.extend(fifo::enums());
     all
+}
+
+/// Every constant the device code needs besides the layouts: `(name, value, doc)`.
+pub fn all_constants() -> Vec<(&'static str, u64, &'static str)> {
+    fifo::constants()
 }

@@ -7,6 +7,8 @@ device_enums! {
         None = 0,
         /// A bounded wait expired before its peer made progress.
         Timeout = 1,
+        /// A FIFO wait gave up because the proxy serving the FIFO stopped (shut down or failed).
+        ProxyStopped = 2,
     }
 
     /// The device operation that was waiting when a timeout fired.
@@ -19,6 +21,10 @@ device_enums! {
         Ll16Read = 3,
         /// Waiting for a peer to finish reading the LL packets of the launch before last.
         LlToken = 4,
+        /// `fifo_push` waiting for a free slot in a full FIFO.
+        FifoPush = 5,
+        /// `fifo_sync` waiting for the proxy to consume a command.
+        FifoSync = 6,
     }
 }
 

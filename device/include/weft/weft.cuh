@@ -2,6 +2,7 @@
 // device/include on the include path. Reduction helpers live in weft/reduce.cuh (they pull in
 // cuda_fp16.h / cuda_bf16.h).
 #pragma once
+#include "weft/fifo.cuh"
 #include "weft/generated/types.cuh"
 #include "weft/memory_channel.cuh"
 #include "weft/packet.cuh"

@@ -5,10 +5,22 @@
 
 namespace weft {
 
+constexpr uint64_t FIFO_FST_SRC_OFFSET_SHIFT = 32ull;  ///< bit position of src_offset in fst
+constexpr uint64_t FIFO_SND_OP_SHIFT = 32ull;  ///< bit position of op in snd
+constexpr uint64_t FIFO_OP_BITS = 4ull;  ///< width of op
+constexpr uint64_t FIFO_SND_CONNECTION_SHIFT = 36ull;  ///< bit position of connection in snd
+constexpr uint64_t FIFO_CONNECTION_BITS = 10ull;  ///< width of connection
+constexpr uint64_t FIFO_SND_SRC_MEMORY_SHIFT = 46ull;  ///< bit position of src_memory in snd
+constexpr uint64_t FIFO_SND_DST_MEMORY_SHIFT = 54ull;  ///< bit position of dst_memory in snd
+constexpr uint64_t FIFO_MEMORY_BITS = 8ull;  ///< width of src_memory and dst_memory
+constexpr uint64_t FIFO_SND_VALID_SHIFT = 63ull;  ///< bit position of the lap-parity valid bit in snd
+constexpr uint64_t FIFO_MAX_DEPTH = 1048576ull;  ///< largest FIFO depth
+
 ///  Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
 enum class DeviceErrorCode : uint32_t {
   None = 0,  ///<  No error has been recorded.
   Timeout = 1,  ///<  A bounded wait expired before its peer made progress.
+  ProxyStopped = 2,  ///<  A FIFO wait gave up because the proxy serving the FIFO stopped (shut down or failed).
 };
 
 ///  The device operation that was waiting when a timeout fired.
@@ -17,6 +29,8 @@ enum class WaitOp : uint32_t {
   Ll8Read = 2,  ///<  Reading an LL8 packet whose flag never matched.
   Ll16Read = 3,  ///<  Reading an LL16 packet whose flags never matched.
   LlToken = 4,  ///<  Waiting for a peer to finish reading the LL packets of the launch before last.
+  FifoPush = 5,  ///<  `fifo_push` waiting for a free slot in a full FIFO.
+  FifoSync = 6,  ///<  `fifo_sync` waiting for the proxy to consume a command.
 };
 
 ///  Element type of a collective's buffers.
@@ -42,6 +56,24 @@ enum class ReduceOp : uint32_t {
   Max = 2,  ///<  Maximum.
   Min = 3,  ///<  Minimum.
   Avg = 4,  ///<  Sum divided by the number of ranks.
+};
+
+///  What a FIFO command asks the proxy to do: bit 0 put, bit 1 signal, bit 2 flush, executed
+enum class FifoOp : uint32_t {
+  Put = 1,  ///<  Write `size` bytes from local memory to the peer's memory.
+  Signal = 2,  ///<  Increment the peer's inbound token of this connection once all earlier puts are applied there.
+  PutSignal = 3,  ///<  Put, then signal.
+  Flush = 4,  ///<  Complete (pop) only once every earlier operation of the connection is applied at the peer.
+  PutFlush = 5,  ///<  Put, then flush.
+  SignalFlush = 6,  ///<  Signal, then flush.
+  PutSignalFlush = 7,  ///<  Put, signal, then flush.
+};
+
+///  Value of a FIFO's stop word (host-pinned, read by the device's bounded waits).
+enum class FifoStopCode : uint32_t {
+  Running = 0,  ///<  The proxy serves the FIFO.
+  Shutdown = 1,  ///<  The proxy shut down: waits give up and report `DeviceErrorCode::ProxyStopped`.
+  Failed = 2,  ///<  The proxy failed (a transport error; the host holds the details).
 };
 
 ///  First failure a kernel observed; written once (the `code` word is claimed with a CAS), read
@@ -105,6 +137,38 @@ static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, dst) == 48, "rust: offset
 static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, src) == 56, "rust: offsetof(MemoryChannelDeviceHandle, src) == 56");
 static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, packet_buffer) == 64, "rust: offsetof(MemoryChannelDeviceHandle, packet_buffer) == 64");
 static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, remote_packet_buffer) == 72, "rust: offsetof(MemoryChannelDeviceHandle, remote_packet_buffer) == 72");
+
+///  One FIFO command: two words, `snd` written last (see the module docs for every bit).
+struct alignas(16) FifoCommand {
+  uint64_t fst;  ///<  Bits 0–31 size in bytes, bits 32–63 source offset.
+  uint64_t snd;  ///<  Bits 0–31 dst offset, 32–35 op, 36–45 connection, 46–53 src memory, 54–61 dst memory, 63 valid.
+};
+static_assert(sizeof(FifoCommand) == 16, "rust: sizeof(FifoCommand) == 16");
+static_assert(alignof(FifoCommand) == 16, "rust: alignof(FifoCommand) == 16");
+static_assert(WEFT_OFFSETOF(FifoCommand, fst) == 0, "rust: offsetof(FifoCommand, fst) == 0");
+static_assert(WEFT_OFFSETOF(FifoCommand, snd) == 8, "rust: offsetof(FifoCommand, snd) == 8");
+
+///  A FIFO as kernels see it. One thread pushes at a time per call; any number of threads may
+struct alignas(8) FifoDeviceHandle {
+  uint64_t ring;  ///<  Device address of `FifoCommand[depth]` in host-pinned memory mapped into the device.
+  uint64_t head;  ///<  Device address of the `uint64_t` head (device memory): next position to hand out.
+  uint64_t tail;  ///<  Device address of the `uint64_t` tail (host-pinned, mapped): positions below it are consumed.
+  uint64_t tail_cache;  ///<  Device address of a `uint64_t` (device memory) caching the last tail seen (saves PCIe reads).
+  uint64_t stop;  ///<  Device address of the `uint64_t` stop word (host-pinned, mapped): a `FifoStopCode`.
+  uint32_t depth;  ///<  Slots in the ring; a power of two between 2 and `FIFO_MAX_DEPTH`.
+  uint32_t reserved;  ///<  Zero.
+  WaitContext wait;  ///<  Timeout and error record of the FIFO's bounded waits (`peer` is -1).
+};
+static_assert(sizeof(FifoDeviceHandle) == 72, "rust: sizeof(FifoDeviceHandle) == 72");
+static_assert(alignof(FifoDeviceHandle) == 8, "rust: alignof(FifoDeviceHandle) == 8");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, ring) == 0, "rust: offsetof(FifoDeviceHandle, ring) == 0");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, head) == 8, "rust: offsetof(FifoDeviceHandle, head) == 8");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, tail) == 16, "rust: offsetof(FifoDeviceHandle, tail) == 16");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, tail_cache) == 24, "rust: offsetof(FifoDeviceHandle, tail_cache) == 24");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, stop) == 32, "rust: offsetof(FifoDeviceHandle, stop) == 32");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, depth) == 40, "rust: offsetof(FifoDeviceHandle, depth) == 40");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, reserved) == 44, "rust: offsetof(FifoDeviceHandle, reserved) == 44");
+static_assert(WEFT_OFFSETOF(FifoDeviceHandle, wait) == 48, "rust: offsetof(FifoDeviceHandle, wait) == 48");
 
 ///  LL8: 4 bytes of payload and a 4-byte flag, written with one 8-byte store.
 struct alignas(8) Ll8Packet {

@@ -1,0 +1,571 @@
+//! The proxy service: threads that poll FIFOs and run a handler per command.
+//!
+//! Each thread owns some FIFOs and visits them round-robin. For a FIFO it first finishes the
+//! command it is waiting on, if any (a flush), then handles up to [`BATCH`] new commands:
+//! [`CommandHandler::handle`] either finishes a command ([`Handled::Done`]: pop it), refuses it
+//! for now ([`Handled::Backpressure`]: leave it, try again on the next round), or starts it and
+//! returns a [`Pending`] the thread polls until it is complete (then pops). Commands of one FIFO
+//! are therefore popped in order, and a flush holds back the commands behind it in its FIFO only.
+//!
+//! **Never blocking.** Handlers and transports never block and never make a CUDA call that can
+//! wait behind a running kernel; a thread with nothing to do spins briefly, then sleeps in short
+//! naps. The only waits are on the stop flag, so shutdown is bounded.
+//!
+//! **Failure.** The first error of any handler or transport stops the service: it is recorded,
+//! every FIFO's stop word is set to `FifoStopCode::Failed` (device waits give up with
+//! `ProxyStopped` instead of hanging), and the threads exit. [`ProxyService::shutdown`] returns
+//! the error.
+//!
+//! **Shutdown.** [`ProxyService::shutdown`] sets every stop word to `FifoStopCode::Shutdown`
+//! (new device pushes fail), lets the threads drain what was already pushed for up to
+//! `drain_timeout`, then joins them and shuts the transports down. It reports how many commands
+//! were left unexecuted.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use weft_types::{FifoCommand, FifoOp, FifoStopCode};
+
+use super::transport::{Op, Submitted, Transport, TransportError};
+use crate::fifo::{FifoMemory, FifoReader};
+
+/// Commands handled per FIFO per round before the thread moves on.
+pub const BATCH: usize = 64;
+
+/// The proxy failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// A command carried an op number no handler is registered for.
+    #[error("FIFO {fifo}: command at position {position} has op {op}, which has no handler")]
+    UnknownOp {
+        /// Index of the FIFO in the service.
+        fifo: usize,
+        /// Position of the command.
+        position: u64,
+        /// The op number.
+        op: u8,
+    },
+    /// A transport failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A handler failed for another reason.
+    #[error("handler for op {op}: {detail}")]
+    Handler {
+        /// The op number.
+        op: u8,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The configuration is unusable.
+    #[error("invalid proxy configuration: {0}")]
+    Config(String),
+    /// A thread could not be started or panicked.
+    #[error("proxy thread: {0}")]
+    Thread(String),
+}
+
+/// A started command the proxy polls until it is complete.
+pub struct Pending(Box<dyn FnMut() -> Result<bool, ProxyError> + Send>);
+
+impl Pending {
+    /// Wraps a completion check: `Ok(true)` once complete.
+    pub fn new(check: impl FnMut() -> Result<bool, ProxyError> + Send + 'static) -> Self {
+        Self(Box::new(check))
+    }
+
+    fn poll(&mut self) -> Result<bool, ProxyError> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for Pending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Pending")
+    }
+}
+
+/// What a handler did with a command.
+#[derive(Debug)]
+pub enum Handled {
+    /// Finished: pop it.
+    Done,
+    /// Nothing done (no flow-control credit): leave it in the FIFO and try again later.
+    Backpressure,
+    /// Started; pop it once the check reports completion.
+    Pending(Pending),
+}
+
+/// Executes the commands of one or more op numbers. Must not block.
+pub trait CommandHandler: Send + Sync + fmt::Debug {
+    /// Handles `command` (valid bit cleared).
+    fn handle(&self, command: &FifoCommand) -> Result<Handled, ProxyError>;
+    /// Called once per round on each thread; advances work the handler drives itself.
+    fn progress(&self) -> Result<(), ProxyError> {
+        Ok(())
+    }
+    /// Called once at shutdown, after the threads are joined.
+    fn shutdown(&self) {}
+}
+
+/// The handler of ops 1–7 ([`FifoOp`]): puts and signals through a [`Transport`], flushes by
+/// waiting (without blocking) until the transport reports the connection's operations applied.
+#[derive(Debug)]
+pub struct TransportHandler {
+    transport: Arc<dyn Transport>,
+}
+
+impl TransportHandler {
+    /// A handler over `transport`.
+    pub fn new(transport: Arc<dyn Transport>) -> Self {
+        Self { transport }
+    }
+}
+
+impl CommandHandler for TransportHandler {
+    fn handle(&self, command: &FifoCommand) -> Result<Handled, ProxyError> {
+        let f = command.fields();
+        let op = u32::from(f.op);
+        let mut ops = Vec::with_capacity(2);
+        if op & FifoOp::Put as u32 != 0 {
+            ops.push(Op::Put {
+                src_memory: f.src_memory,
+                src_offset: u64::from(f.src_offset),
+                dst_memory: f.dst_memory,
+                dst_offset: u64::from(f.dst_offset),
+                len: u64::from(f.size),
+            });
+        }
+        if op & FifoOp::Signal as u32 != 0 {
+            ops.push(Op::Signal);
+        }
+        let connection = f.connection;
+        let target = if ops.is_empty() {
+            self.transport.submitted(connection)?
+        } else {
+            match self.transport.submit(connection, &ops)? {
+                Submitted::Full => return Ok(Handled::Backpressure),
+                Submitted::Accepted { last } => last + 1,
+            }
+        };
+        if op & FifoOp::Flush as u32 == 0 {
+            return Ok(Handled::Done);
+        }
+        if self.transport.completed(connection)? >= target {
+            return Ok(Handled::Done);
+        }
+        let transport = self.transport.clone();
+        Ok(Handled::Pending(Pending::new(move || Ok(transport.completed(connection)? >= target))))
+    }
+
+    fn progress(&self) -> Result<(), ProxyError> {
+        Ok(self.transport.progress()?)
+    }
+
+    fn shutdown(&self) {
+        self.transport.shutdown();
+    }
+}
+
+/// Options of a [`ProxyService`].
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// Proxy threads; FIFOs are spread over them round-robin.
+    pub threads: usize,
+    /// CPUs the threads are pinned to (all threads share the set); `None`: not pinned. See
+    /// [`cpus_near_pci_device`].
+    pub cpus: Option<Vec<usize>>,
+    /// How long shutdown lets the threads finish commands already pushed.
+    pub drain_timeout: Duration,
+    /// Idle rounds a thread spins before it starts napping.
+    pub idle_spins: u32,
+    /// Length of one nap of an idle thread.
+    pub idle_nap: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            threads: 1,
+            cpus: None,
+            drain_timeout: Duration::from_secs(1),
+            idle_spins: 1000,
+            idle_nap: Duration::from_micros(50),
+        }
+    }
+}
+
+/// What shutdown found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Commands executed over the service's life.
+    pub executed: u64,
+    /// Commands that were pushed but not executed (or not complete) when the threads stopped.
+    pub abandoned: u64,
+}
+
+trait AnyFifo: Send {
+    fn poll(&self) -> Option<FifoCommand>;
+    fn pop(&mut self);
+    fn position(&self) -> u64;
+}
+
+impl<M: FifoMemory> AnyFifo for FifoReader<M> {
+    fn poll(&self) -> Option<FifoCommand> {
+        FifoReader::poll(self)
+    }
+    fn pop(&mut self) {
+        FifoReader::pop(self);
+    }
+    fn position(&self) -> u64 {
+        FifoReader::position(self)
+    }
+}
+
+type StopFn = Box<dyn Fn(FifoStopCode) + Send + Sync>;
+
+struct Slot {
+    index: usize,
+    reader: Box<dyn AnyFifo>,
+    pending: Option<Pending>,
+}
+
+const RUNNING: u8 = 0;
+const DRAINING: u8 = 1;
+const STOPPED: u8 = 2;
+
+struct Shared {
+    state: AtomicU8,
+    error: Mutex<Option<ProxyError>>,
+    stops: Vec<StopFn>,
+    handlers: Vec<Option<Arc<dyn CommandHandler>>>,
+    distinct: Vec<Arc<dyn CommandHandler>>,
+    config: ProxyConfig,
+    drain_deadline: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn fail(&self, error: ProxyError) {
+        {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                tracing::error!("proxy stopped: {error}");
+                *slot = Some(error);
+            }
+        }
+        for stop in &self.stops {
+            stop(FifoStopCode::Failed);
+        }
+        self.state.store(STOPPED, Ordering::Release);
+    }
+}
+
+/// Builds a [`ProxyService`].
+pub struct ProxyServiceBuilder {
+    config: ProxyConfig,
+    fifos: Vec<Box<dyn AnyFifo>>,
+    stops: Vec<StopFn>,
+    handlers: Vec<Option<Arc<dyn CommandHandler>>>,
+}
+
+impl fmt::Debug for ProxyServiceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyServiceBuilder").field("config", &self.config).field("fifos", &self.fifos.len()).finish()
+    }
+}
+
+impl ProxyServiceBuilder {
+    /// Registers `handler` for op number `op` (1–15).
+    pub fn handler(mut self, op: u8, handler: Arc<dyn CommandHandler>) -> Result<Self, ProxyError> {
+        let slot = self
+            .handlers
+            .get_mut(usize::from(op))
+            .filter(|_| op != 0)
+            .ok_or_else(|| ProxyError::Config(format!("op {op} is outside 1..=15")))?;
+        *slot = Some(handler);
+        Ok(self)
+    }
+
+    /// Registers a [`TransportHandler`] over `transport` for ops 1–7.
+    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        let handler: Arc<dyn CommandHandler> = Arc::new(TransportHandler::new(transport));
+        for op in 1..=7 {
+            self.handlers[op] = Some(handler.clone());
+        }
+        self
+    }
+
+    /// Adds a FIFO; returns its index (FIFOs go to threads round-robin by index).
+    pub fn fifo<M: FifoMemory + Clone + 'static>(mut self, reader: FifoReader<M>) -> Self {
+        let memory = reader.memory().clone();
+        self.stops.push(Box::new(move |code| {
+            memory.stop().store(code as u64, crate::sync::Ordering::Release);
+        }));
+        self.fifos.push(Box::new(reader));
+        self
+    }
+
+    /// Starts the threads.
+    pub fn start(self) -> Result<ProxyService, ProxyError> {
+        let threads = self.config.threads;
+        if threads == 0 {
+            return Err(ProxyError::Config("at least one thread is needed".into()));
+        }
+        if self.config.cpus.as_ref().is_some_and(Vec::is_empty) {
+            return Err(ProxyError::Config("the CPU set to pin to is empty".into()));
+        }
+        let mut distinct: Vec<Arc<dyn CommandHandler>> = Vec::new();
+        for h in self.handlers.iter().flatten() {
+            if !distinct.iter().any(|d| Arc::ptr_eq(d, h)) {
+                distinct.push(h.clone());
+            }
+        }
+        let shared = Arc::new(Shared {
+            state: AtomicU8::new(RUNNING),
+            error: Mutex::new(None),
+            stops: self.stops,
+            handlers: self.handlers,
+            distinct,
+            config: self.config,
+            drain_deadline: Mutex::new(None),
+        });
+        let mut per_thread: Vec<Vec<Slot>> = (0..threads).map(|_| Vec::new()).collect();
+        for (index, reader) in self.fifos.into_iter().enumerate() {
+            per_thread[index % threads].push(Slot { index, reader, pending: None });
+        }
+        let mut handles = Vec::new();
+        for (t, slots) in per_thread.into_iter().enumerate() {
+            let s = shared.clone();
+            let spawned = std::thread::Builder::new().name(format!("weft-proxy-{t}")).spawn(move || run(&s, slots));
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    shared.fail(ProxyError::Thread(e.to_string()));
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(ProxyError::Thread(e.to_string()));
+                }
+            }
+        }
+        Ok(ProxyService { shared, threads: handles, done: false })
+    }
+}
+
+/// Proxy threads serving FIFOs. Dropping it shuts it down (see [`ProxyService::shutdown`]).
+pub struct ProxyService {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<(u64, u64)>>,
+    done: bool,
+}
+
+impl fmt::Debug for ProxyService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyService").field("threads", &self.threads.len()).finish()
+    }
+}
+
+impl ProxyService {
+    /// A builder with `config`.
+    pub fn builder(config: ProxyConfig) -> ProxyServiceBuilder {
+        ProxyServiceBuilder { config, fifos: Vec::new(), stops: Vec::new(), handlers: (0..16).map(|_| None).collect() }
+    }
+
+    /// The error that stopped the service, if any.
+    pub fn failure(&self) -> Option<ProxyError> {
+        self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Stops new pushes, drains what was pushed (bounded by `drain_timeout`), joins the threads,
+    /// shuts the handlers' transports down. Returns the error that stopped the service, if one did.
+    pub fn shutdown(mut self) -> Result<ShutdownReport, ProxyError> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<ShutdownReport, ProxyError> {
+        if self.done {
+            return Ok(ShutdownReport::default());
+        }
+        self.done = true;
+        let failed = self.failure().is_some();
+        if !failed {
+            for stop in &self.shared.stops {
+                stop(FifoStopCode::Shutdown);
+            }
+        }
+        *self.shared.drain_deadline.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Instant::now() + self.shared.config.drain_timeout);
+        let _ = self.shared.state.compare_exchange(RUNNING, DRAINING, Ordering::AcqRel, Ordering::Acquire);
+        let mut report = ShutdownReport::default();
+        let mut panicked = None;
+        for t in self.threads.drain(..) {
+            match t.join() {
+                Ok((executed, abandoned)) => {
+                    report.executed += executed;
+                    report.abandoned += abandoned;
+                }
+                Err(_) => panicked = Some(ProxyError::Thread("a proxy thread panicked".into())),
+            }
+        }
+        for h in &self.shared.distinct {
+            h.shutdown();
+        }
+        match self.failure().or(panicked) {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+}
+
+impl Drop for ProxyService {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+fn pin(cpus: &[usize]) {
+    // SAFETY: cpu_set_t is a plain bit array for which all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu < libc::CPU_SETSIZE as usize {
+            // SAFETY: `cpu` is below CPU_SETSIZE, inside the set.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
+    }
+    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        tracing::warn!("could not pin a proxy thread to CPUs {cpus:?}: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// One proxy thread. Returns (commands executed, commands left behind).
+fn run(shared: &Shared, mut slots: Vec<Slot>) -> (u64, u64) {
+    if let Some(cpus) = &shared.config.cpus {
+        pin(cpus);
+    }
+    let mut executed = 0u64;
+    let mut idle_rounds = 0u32;
+    loop {
+        let state = shared.state.load(Ordering::Acquire);
+        if state == STOPPED {
+            break;
+        }
+        let mut progressed = false;
+        let mut busy = false;
+        if let Err(e) = round(shared, &mut slots, &mut executed, &mut progressed, &mut busy) {
+            shared.fail(e);
+            break;
+        }
+        for h in &shared.distinct {
+            if let Err(e) = h.progress() {
+                shared.fail(e);
+                break;
+            }
+        }
+        if state == DRAINING {
+            let deadline = *shared.drain_deadline.lock().unwrap_or_else(|p| p.into_inner());
+            if !busy || deadline.is_some_and(|d| Instant::now() > d) {
+                break;
+            }
+        }
+        if progressed {
+            idle_rounds = 0;
+        } else if idle_rounds < shared.config.idle_spins {
+            idle_rounds += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(shared.config.idle_nap);
+        }
+    }
+    let abandoned = slots.iter().map(|s| u64::from(s.pending.is_some() || s.reader.poll().is_some())).sum();
+    (executed, abandoned)
+}
+
+/// Visits every FIFO once. `busy`: some FIFO still has work (a command or a pending flush).
+fn round(
+    shared: &Shared,
+    slots: &mut [Slot],
+    executed: &mut u64,
+    progressed: &mut bool,
+    busy: &mut bool,
+) -> Result<(), ProxyError> {
+    for slot in slots.iter_mut() {
+        if let Some(pending) = &mut slot.pending {
+            if !pending.poll()? {
+                *busy = true;
+                continue;
+            }
+            slot.pending = None;
+            slot.reader.pop();
+            *executed += 1;
+            *progressed = true;
+        }
+        for _ in 0..BATCH {
+            let Some(command) = slot.reader.poll() else { break };
+            *busy = true;
+            let op = command.op();
+            let handler = shared
+                .handlers
+                .get(usize::from(op))
+                .and_then(Option::as_ref)
+                .ok_or(ProxyError::UnknownOp { fifo: slot.index, position: slot.reader.position(), op })?;
+            match handler.handle(&command)? {
+                Handled::Done => {
+                    slot.reader.pop();
+                    *executed += 1;
+                    *progressed = true;
+                }
+                Handled::Backpressure => break,
+                Handled::Pending(p) => {
+                    slot.pending = Some(p);
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses a Linux CPU list (`0-3,8,10-11`).
+pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b || b - a > 1 << 16 {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// The CPUs local to the PCI device `bus_id` (`0000:3b:00.0`, as `Device::pci_bus_id`
+/// returns it), from sysfs; `None` when sysfs does not say.
+pub fn cpus_near_pci_device(bus_id: &str) -> Option<Vec<usize>> {
+    let path = format!("/sys/bus/pci/devices/{}/local_cpulist", bus_id.to_ascii_lowercase());
+    parse_cpu_list(&std::fs::read_to_string(path).ok()?).filter(|c| !c.is_empty())
+}
+
+#[cfg(all(test, not(weft_loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_cpu_list(""), Some(vec![]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(cpus_near_pci_device("not-a-device"), None);
+    }
+}

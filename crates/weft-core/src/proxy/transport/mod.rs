@@ -1,0 +1,371 @@
+//! Transports: how a proxy moves a command's data and signals to a peer.
+//!
+//! Every transport implements [`Transport`]: [`Transport::submit`] queues a command's operations
+//! (a [`Op::Put`] and/or a [`Op::Signal`]) on a connection, in order and all or nothing, without
+//! blocking; [`Transport::completed`] says how many of the connection's operations the peer has
+//! applied. The contract every transport keeps:
+//!
+//! - Operations of one connection are applied by the receiver in submission order; in
+//!   particular **a signal is applied only after every put submitted before it on the same
+//!   connection is applied** (TCP: per-connection sequence numbers and a reorder buffer;
+//!   InfiniBand: one reliable-connected queue pair and RDMA write-with-immediate; a copy engine:
+//!   one stream with the signal written by `cuStreamWriteValue64` after the copies).
+//! - `submit` never blocks and never makes a CUDA call that can wait behind a running kernel:
+//!   when the connection's in-flight bound is reached it returns [`Submitted::Full`] and the
+//!   proxy retries later; completion is observed by polling `completed` (a GPU transport polls
+//!   events with `cuEventQuery`, never `cuStreamSynchronize`).
+//! - A flush of ticket `t` is complete once `completed(connection) > t`.
+//! - A dead peer turns into an error naming the peer, within the transport's timeout.
+//!
+//! Memory on both sides is addressed by small indices into a [`MemoryTable`]: the sender reads
+//! its local memories, the receiver applies writes and signals through its [`Inbox`].
+//! [`HostMemory`] and [`HostInbox`] are the host-memory implementations the CPU tests use;
+//! device memory (staging through pinned host buffers on a non-blocking stream) is later work.
+
+pub mod frame;
+#[cfg(feature = "ib")]
+pub mod ib;
+pub mod tcp;
+
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Index of a connection within one proxy (fits the command's 10-bit field).
+pub type ConnectionId = u16;
+
+/// Largest connection index plus one.
+pub const MAX_CONNECTIONS: usize = 1 << weft_types::FIFO_CONNECTION_BITS;
+
+/// A memory access failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// No memory is registered under this index.
+    #[error("no memory registered under index {index}")]
+    UnknownMemory {
+        /// The index.
+        index: u8,
+    },
+    /// The access reaches outside the memory.
+    #[error("access of {len} bytes at offset {offset} outside memory {index} of {size} bytes")]
+    OutOfBounds {
+        /// The memory index.
+        index: u8,
+        /// Offset of the access.
+        offset: u64,
+        /// Length of the access.
+        len: u64,
+        /// Size of the memory.
+        size: usize,
+    },
+    /// The memory table is full (256 entries).
+    #[error("memory table full: at most 256 memories per proxy")]
+    TableFull,
+}
+
+/// Memory a transport reads from (sender) or writes into (receiver).
+pub trait Memory: Send + Sync + fmt::Debug {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// Whether the memory is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `out.len()` bytes at `offset` into `out` (bounds already checked by the table).
+    fn read(&self, offset: usize, out: &mut [u8]);
+    /// Writes `data` at `offset` (bounds already checked by the table).
+    fn write(&self, offset: usize, data: &[u8]);
+}
+
+/// Plain host memory.
+#[derive(Debug)]
+pub struct HostMemory {
+    bytes: Mutex<Vec<u8>>,
+}
+
+impl HostMemory {
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> Self {
+        Self { bytes: Mutex::new(vec![0; len]) }
+    }
+
+    /// A copy of the contents.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.bytes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Memory for HostMemory {
+    fn len(&self) -> usize {
+        self.bytes.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) {
+        let bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        out.copy_from_slice(&bytes[offset..offset + out.len()]);
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        let mut bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        bytes[offset..offset + data.len()].copy_from_slice(data);
+    }
+}
+
+/// Memories addressed by the 8-bit indices of FIFO commands.
+#[derive(Debug, Default)]
+pub struct MemoryTable {
+    entries: Vec<std::sync::Arc<dyn Memory>>,
+}
+
+impl MemoryTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `memory` and returns its index.
+    pub fn register(&mut self, memory: std::sync::Arc<dyn Memory>) -> Result<u8, MemoryError> {
+        let index = u8::try_from(self.entries.len()).map_err(|_| MemoryError::TableFull)?;
+        self.entries.push(memory);
+        Ok(index)
+    }
+
+    /// Memory `index` if `[offset, offset + len)` lies inside it, with the offset as a usize.
+    pub fn checked(&self, index: u8, offset: u64, len: u64) -> Result<(&dyn Memory, usize), MemoryError> {
+        let memory = self.entries.get(usize::from(index)).ok_or(MemoryError::UnknownMemory { index })?;
+        let size = memory.len();
+        let end = offset.checked_add(len);
+        match (end, usize::try_from(offset)) {
+            (Some(end), Ok(start)) if end <= size as u64 => Ok((memory.as_ref(), start)),
+            _ => Err(MemoryError::OutOfBounds { index, offset, len, size }),
+        }
+    }
+}
+
+/// Where a receiver applies what peers send: writes into its memories and signals of its
+/// connections' inbound semaphore tokens. Calls for one connection come in order.
+pub trait Inbox: Send + Sync + fmt::Debug {
+    /// Writes `data` at `offset` of memory `memory`.
+    fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), MemoryError>;
+    /// Increments the inbound token of `connection` (release: the writes before it are visible
+    /// to whoever observes the new token value).
+    fn signal(&self, connection: ConnectionId);
+}
+
+/// An [`Inbox`] over host memories and host `u64` tokens (one per connection).
+#[derive(Debug)]
+pub struct HostInbox {
+    memories: MemoryTable,
+    tokens: Box<[AtomicU64]>,
+}
+
+impl HostInbox {
+    /// An inbox applying writes into `memories`.
+    pub fn new(memories: MemoryTable) -> Self {
+        Self { memories, tokens: (0..MAX_CONNECTIONS).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The inbound token of `connection` (acquire).
+    pub fn token(&self, connection: ConnectionId) -> u64 {
+        self.tokens.get(usize::from(connection)).map_or(0, |t| t.load(Ordering::Acquire))
+    }
+
+    /// Waits (polling, bounded) until the token of `connection` reaches `value`.
+    pub fn wait_token(&self, connection: ConnectionId, value: u64, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while self.token(connection) < value {
+            if start.elapsed() > timeout {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        true
+    }
+
+    /// The memory table.
+    pub fn memories(&self) -> &MemoryTable {
+        &self.memories
+    }
+}
+
+impl Inbox for HostInbox {
+    fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let (m, start) = self.memories.checked(memory, offset, data.len() as u64)?;
+        m.write(start, data);
+        Ok(())
+    }
+    fn signal(&self, connection: ConnectionId) {
+        if let Some(t) = self.tokens.get(usize::from(connection)) {
+            t.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// One operation of a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Write `len` bytes from local memory `src_memory` at `src_offset` to the peer's memory
+    /// `dst_memory` at `dst_offset`.
+    Put {
+        /// Local memory index.
+        src_memory: u8,
+        /// Offset in it.
+        src_offset: u64,
+        /// The peer's memory index.
+        dst_memory: u8,
+        /// Offset in it.
+        dst_offset: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Increment the peer's inbound token of this connection, after every earlier put.
+    Signal,
+}
+
+/// What [`Transport::submit`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Every operation is queued; the last one has this ticket (tickets count a connection's
+    /// operations from 0).
+    Accepted {
+        /// Ticket of the last operation.
+        last: u64,
+    },
+    /// Nothing was queued: the connection's in-flight bound is reached. Retry later.
+    Full,
+}
+
+/// A transport failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The connection index is not connected.
+    #[error("{transport}: connection {connection} is not connected")]
+    UnknownConnection {
+        /// Transport name.
+        transport: &'static str,
+        /// The connection.
+        connection: ConnectionId,
+    },
+    /// The peer closed the connection or the socket failed.
+    #[error("{transport}: lost peer {peer} on connection {connection}: {detail}")]
+    PeerLost {
+        /// Transport name.
+        transport: &'static str,
+        /// The connection.
+        connection: ConnectionId,
+        /// Who the peer is (name and address).
+        peer: String,
+        /// What happened.
+        detail: String,
+    },
+    /// The peer stopped acknowledging.
+    #[error(
+        "{transport}: peer {peer} on connection {connection} applied nothing for {waited:?} ({pending} operations pending)"
+    )]
+    PeerTimeout {
+        /// Transport name.
+        transport: &'static str,
+        /// The connection.
+        connection: ConnectionId,
+        /// Who the peer is.
+        peer: String,
+        /// How long nothing happened.
+        waited: Duration,
+        /// Operations waiting for the peer.
+        pending: u64,
+    },
+    /// The peer reported an error or sent something malformed.
+    #[error("{transport}: peer {peer} on connection {connection}: {detail}")]
+    Protocol {
+        /// Transport name.
+        transport: &'static str,
+        /// The connection.
+        connection: ConnectionId,
+        /// Who the peer is.
+        peer: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A command addressed memory it may not.
+    #[error("{transport}: connection {connection}: {source}")]
+    Memory {
+        /// Transport name.
+        transport: &'static str,
+        /// The connection.
+        connection: ConnectionId,
+        /// Cause.
+        source: MemoryError,
+    },
+    /// Setting up a connection failed.
+    #[error("{transport}: cannot connect to {peer}: {detail}")]
+    Connect {
+        /// Transport name.
+        transport: &'static str,
+        /// Who the peer is.
+        peer: String,
+        /// Why.
+        detail: String,
+    },
+    /// The transport was shut down.
+    #[error("{transport}: shut down")]
+    Shutdown {
+        /// Transport name.
+        transport: &'static str,
+    },
+}
+
+/// Moves a proxy's operations to peers (see the module docs for the contract).
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// Short name for errors and logs (`"tcp"`, `"ib"`).
+    fn name(&self) -> &'static str;
+    /// Queues `ops` on `connection` in order, all or nothing, without blocking.
+    fn submit(&self, connection: ConnectionId, ops: &[Op]) -> Result<Submitted, TransportError>;
+    /// Number of operations of `connection` the peer has applied (tickets below it are done);
+    /// the connection's error once it failed.
+    fn completed(&self, connection: ConnectionId) -> Result<u64, TransportError>;
+    /// Number of operations of `connection` submitted so far.
+    fn submitted(&self, connection: ConnectionId) -> Result<u64, TransportError>;
+    /// Advances work the transport does on the proxy thread (completion polling); never blocks.
+    fn progress(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
+    /// Stops every connection and joins the transport's threads; bounded.
+    fn shutdown(&self);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn memory_table_checks_bounds_and_indices() {
+        let mut table = MemoryTable::new();
+        assert_eq!(table.register(Arc::new(HostMemory::new(16))).unwrap(), 0);
+        assert!(table.checked(0, 8, 8).is_ok());
+        assert!(matches!(table.checked(0, 9, 8), Err(MemoryError::OutOfBounds { .. })));
+        assert!(matches!(table.checked(0, u64::MAX, 2), Err(MemoryError::OutOfBounds { .. })));
+        assert_eq!(table.checked(1, 0, 0).unwrap_err(), MemoryError::UnknownMemory { index: 1 });
+        for _ in 1..256 {
+            table.register(Arc::new(HostMemory::new(1))).unwrap();
+        }
+        assert_eq!(table.register(Arc::new(HostMemory::new(1))).unwrap_err(), MemoryError::TableFull);
+    }
+
+    #[test]
+    fn host_inbox_writes_and_signals() {
+        let mut table = MemoryTable::new();
+        let mem = Arc::new(HostMemory::new(8));
+        table.register(mem.clone()).unwrap();
+        let inbox = HostInbox::new(table);
+        inbox.write(0, 2, b"abc").unwrap();
+        assert_eq!(&mem.snapshot()[2..5], b"abc");
+        assert!(inbox.write(0, 6, b"abc").is_err());
+        inbox.signal(3);
+        assert_eq!(inbox.token(3), 1);
+        assert!(inbox.wait_token(3, 1, Duration::from_millis(1)));
+        assert!(!inbox.wait_token(3, 2, Duration::from_millis(1)));
+    }
+}

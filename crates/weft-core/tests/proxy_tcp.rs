@@ -1,0 +1,417 @@
+//! The proxy driven by host-memory FIFOs over the TCP transport on loopback: ordering with
+//! reordered frames over several sockets, flushes, backpressure from a full FIFO and exhausted
+//! credits, a dead or silent peer (an error naming it, no hang), shutdown with commands in
+//! flight, unknown ops and per-op handlers. Every test runs under a deadline.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
+use weft_core::proxy::transport::tcp::{TcpConfig, TcpTransport};
+use weft_core::proxy::{
+    CommandHandler, Handled, HostInbox, HostMemory, Memory, MemoryTable, ProxyConfig, ProxyError, ProxyService,
+    Transport, TransportError,
+};
+use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
+
+/// Runs `f` on a thread and fails the test if it does not finish within `secs` seconds.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("the test hung for {secs} s"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the test body panicked (see above)"),
+    }
+}
+
+fn command(op: FifoOp, connection: u16, src_offset: u32, dst_offset: u32, size: u32) -> FifoCommand {
+    FifoCommand::encode(FifoCommandFields {
+        op: op as u8,
+        connection,
+        src_memory: 0,
+        dst_memory: 0,
+        src_offset,
+        dst_offset,
+        size,
+    })
+    .unwrap()
+}
+
+/// A sender (memory 0 = `src`) and a receiver (memory 0 = `dst`, tokens in `inbox`), with
+/// connections `0..connections` from sender to receiver.
+struct Pair {
+    src: Arc<HostMemory>,
+    dst: Arc<HostMemory>,
+    inbox: Arc<HostInbox>,
+    sender: Arc<TcpTransport>,
+    receiver: Option<TcpTransport>,
+}
+
+fn pair(config: TcpConfig, len: usize, connections: u16) -> Pair {
+    let src = Arc::new(HostMemory::new(len));
+    let dst = Arc::new(HostMemory::new(len));
+    let mut src_table = MemoryTable::new();
+    src_table.register(src.clone()).unwrap();
+    let mut dst_table = MemoryTable::new();
+    dst_table.register(dst.clone()).unwrap();
+    let inbox = Arc::new(HostInbox::new(dst_table));
+    let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone()).unwrap();
+    let unused_inbox = Arc::new(HostInbox::new(MemoryTable::new()));
+    let sender = TcpTransport::bind(config, "sender", Arc::new(src_table), unused_inbox).unwrap();
+    for c in 0..connections {
+        sender.connect(c, receiver.local_addr(), c, "receiver").unwrap();
+    }
+    Pair { src, dst, inbox, sender: Arc::new(sender), receiver: Some(receiver) }
+}
+
+fn service(transport: Arc<dyn Transport>, fifos: &[HostFifo], config: ProxyConfig) -> ProxyService {
+    let mut b = ProxyService::builder(config).transport(transport);
+    for f in fifos {
+        b = b.fifo(FifoReader::new(f.clone()).unwrap());
+    }
+    b.start().unwrap()
+}
+
+fn pattern(round: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (round * 31 + i * 7 + 1) as u8).collect()
+}
+
+#[test]
+fn signals_follow_their_data_although_frames_arrive_reordered_over_several_sockets() {
+    within(60, || {
+        let config = TcpConfig {
+            streams: 3,
+            max_frame_payload: 1000,
+            shuffle_window: 8,
+            shuffle_seed: 7,
+            max_in_flight: 8,
+            ..TcpConfig::default()
+        };
+        const ROUNDS: usize = 40;
+        const CHUNK: usize = 5000;
+        let p = pair(config, ROUNDS * CHUNK, 1);
+        let fifo = HostFifo::new(16).unwrap();
+        let svc = service(p.sender.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
+        let writer = FifoWriter::new(fifo, Some(Duration::from_secs(20)));
+
+        // Checker: whenever the token reads t, the data of rounds 0..t must already be in place.
+        let (inbox, dst) = (p.inbox.clone(), p.dst.clone());
+        let checker = std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut checked = 0;
+            while checked < ROUNDS {
+                assert!(start.elapsed() < Duration::from_secs(30), "signals stopped at {checked}");
+                let t = inbox.token(0) as usize;
+                if t > checked {
+                    let bytes = dst.snapshot();
+                    for r in checked..t {
+                        assert_eq!(&bytes[r * CHUNK..(r + 1) * CHUNK], &pattern(r, CHUNK)[..], "round {r}");
+                    }
+                    checked = t;
+                }
+                std::thread::yield_now();
+            }
+        });
+        for r in 0..ROUNDS {
+            p.src.write(r * CHUNK, &pattern(r, CHUNK));
+            let off = (r * CHUNK) as u32;
+            writer.push(command(FifoOp::Put, 0, off, off, CHUNK as u32)).unwrap();
+            writer.push(command(FifoOp::Signal, 0, 0, 0, 0)).unwrap();
+        }
+        checker.join().unwrap();
+        assert_eq!(p.inbox.token(0), ROUNDS as u64);
+        let report = svc.shutdown().unwrap();
+        assert_eq!(report.executed, 2 * ROUNDS as u64);
+        assert!(p.receiver.as_ref().unwrap().inbound_errors().is_empty());
+    });
+}
+
+#[test]
+fn a_flush_is_consumed_only_after_its_data_is_applied() {
+    within(30, || {
+        let p = pair(TcpConfig { streams: 2, max_frame_payload: 256, ..TcpConfig::default() }, 1 << 16, 1);
+        let fifo = HostFifo::new(8).unwrap();
+        let svc = service(p.sender.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
+        let writer = FifoWriter::new(fifo, Some(Duration::from_secs(10)));
+        for r in 0..10 {
+            let data = pattern(r, 4096);
+            p.src.write(0, &data);
+            let pos = writer.push(command(FifoOp::PutSignalFlush, 0, 0, 4096, 4096)).unwrap();
+            writer.sync(pos).unwrap();
+            // Consumed means applied at the peer: no waiting on the token needed.
+            assert_eq!(&p.dst.snapshot()[4096..8192], &data[..]);
+            assert_eq!(p.inbox.token(0), r as u64 + 1);
+            // A bare flush completes at once when nothing is outstanding.
+            let pos = writer.push(command(FifoOp::Flush, 0, 0, 0, 0)).unwrap();
+            writer.sync(pos).unwrap();
+        }
+        svc.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn a_full_fifo_and_exhausted_credits_slow_the_writer_down_without_losing_commands() {
+    within(60, || {
+        let config = TcpConfig { max_in_flight: 2, window_frames: 4, max_frame_payload: 64, ..TcpConfig::default() };
+        let p = pair(config, 1 << 16, 1);
+        let fifo = HostFifo::new(2).unwrap();
+        let svc = service(p.sender.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
+        let writer = FifoWriter::new(fifo.clone(), Some(Duration::from_secs(20)));
+        let sender = p.sender.clone();
+        let max_seen = Arc::new(AtomicU64::new(0));
+        let (m, f) = (max_seen.clone(), fifo.clone());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let mut ring_full = false;
+            while !s2.load(Ordering::Acquire) {
+                m.fetch_max(sender.flow().in_flight(0), Ordering::AcqRel);
+                // Positions handed out beyond the two slots mean a writer waited on a full ring.
+                ring_full |= f.head() > 2 + writer_tail(&f);
+                std::thread::yield_now();
+            }
+            ring_full
+        });
+        const N: u64 = 300;
+        for i in 0..N {
+            let off = (i % 64) as u32 * 512;
+            writer.push(command(FifoOp::PutSignal, 0, off, off, 512)).unwrap();
+        }
+        assert!(p.inbox.wait_token(0, N, Duration::from_secs(30)), "token {}", p.inbox.token(0));
+        stop.store(true, Ordering::Release);
+        let ring_was_full = sampler.join().unwrap();
+        assert!(max_seen.load(Ordering::Acquire) <= 2, "flow control exceeded: {}", max_seen.load(Ordering::Acquire));
+        assert!(ring_was_full, "the writer never met a full ring");
+        assert_eq!(svc.shutdown().unwrap().executed, N);
+    });
+}
+
+/// The tail as the writer sees it (positions below it are consumed).
+fn writer_tail(fifo: &HostFifo) -> u64 {
+    use weft_core::fifo::FifoMemory;
+    fifo.tail().load(Ordering::Acquire)
+}
+
+#[test]
+fn a_peer_that_dies_fails_the_proxy_with_an_error_naming_it_and_releases_the_writer() {
+    within(30, || {
+        let mut p = pair(TcpConfig { timeout: Duration::from_secs(2), ..TcpConfig::default() }, 1 << 12, 1);
+        let fifo = HostFifo::new(4).unwrap();
+        let svc = service(p.sender.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
+        let writer = FifoWriter::new(fifo, None);
+        let pos = writer.push(command(FifoOp::PutSignalFlush, 0, 0, 0, 64)).unwrap();
+        writer.sync(pos).unwrap();
+        drop(p.receiver.take());
+        // No timeout on the writer: only the proxy's stop word can release it.
+        let mut outcome: Result<(), FifoError> = Ok(());
+        for _ in 0..1000 {
+            outcome = writer.push(command(FifoOp::PutSignalFlush, 0, 0, 0, 64)).and_then(|pos| writer.sync(pos));
+            if outcome.is_err() {
+                break;
+            }
+        }
+        assert!(matches!(outcome, Err(FifoError::Stopped { code: 2, .. })), "{outcome:?}");
+        let err = svc.shutdown().unwrap_err();
+        assert!(
+            matches!(&err, ProxyError::Transport(TransportError::PeerLost { peer, .. }) if peer.starts_with("receiver@")),
+            "{err}"
+        );
+        assert!(err.to_string().contains("receiver@127.0.0.1:"), "{err}");
+    });
+}
+
+#[test]
+fn a_peer_that_stops_answering_is_a_timeout_naming_it() {
+    within(30, || {
+        // Accepts the connection and never reads or acknowledges anything.
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let keep = std::thread::spawn(move || silent.accept().map(|(s, _)| s));
+        let mut table = MemoryTable::new();
+        table.register(Arc::new(HostMemory::new(4096))).unwrap();
+        let config = TcpConfig { timeout: Duration::from_millis(300), ..TcpConfig::default() };
+        let t = TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))
+            .unwrap();
+        t.connect(0, addr, 0, "silent").unwrap();
+        let _socket = keep.join().unwrap().unwrap();
+        let t: Arc<dyn Transport> = Arc::new(t);
+        let fifo = HostFifo::new(4).unwrap();
+        let svc = service(t, std::slice::from_ref(&fifo), ProxyConfig::default());
+        let writer = FifoWriter::new(fifo, None);
+        let pos = writer.push(command(FifoOp::PutFlush, 0, 0, 0, 128)).unwrap();
+        assert!(matches!(writer.sync(pos), Err(FifoError::Stopped { code: 2, .. })));
+        let err = svc.shutdown().unwrap_err();
+        assert!(matches!(&err, ProxyError::Transport(TransportError::PeerTimeout { .. })), "{err}");
+        assert!(err.to_string().contains("silent@"), "{err}");
+    });
+}
+
+#[test]
+fn shutdown_with_commands_in_flight_drains_stops_writers_and_returns() {
+    within(30, || {
+        let p = pair(TcpConfig { max_in_flight: 4, ..TcpConfig::default() }, 1 << 16, 1);
+        let fifo = HostFifo::new(8).unwrap();
+        let svc = service(
+            p.sender.clone(),
+            std::slice::from_ref(&fifo),
+            ProxyConfig { drain_timeout: Duration::from_millis(500), ..ProxyConfig::default() },
+        );
+        let writer = FifoWriter::new(fifo, None);
+        let w = writer.clone();
+        let pushing = std::thread::spawn(move || {
+            let mut pushed = 0u64;
+            loop {
+                match w.push(command(FifoOp::PutSignal, 0, 0, 0, 1024)) {
+                    Ok(_) => pushed += 1,
+                    Err(e) => return (pushed, e),
+                }
+            }
+        });
+        while p.inbox.token(0) < 50 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let report = svc.shutdown().unwrap();
+        let (pushed, err) = pushing.join().unwrap();
+        assert!(matches!(err, FifoError::Stopped { code: 1, .. }), "{err}");
+        assert!(report.executed >= 50 && report.executed <= pushed, "{report:?}, pushed {pushed}");
+        assert!(matches!(writer.sync(pushed + 5), Err(FifoError::Stopped { .. })));
+    });
+}
+
+#[test]
+fn shutdown_does_not_wait_forever_for_a_flush_that_cannot_complete() {
+    within(30, || {
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let keep = std::thread::spawn(move || silent.accept().map(|(s, _)| s));
+        let mut table = MemoryTable::new();
+        table.register(Arc::new(HostMemory::new(4096))).unwrap();
+        let config = TcpConfig { timeout: Duration::from_secs(60), ..TcpConfig::default() };
+        let t = TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))
+            .unwrap();
+        t.connect(0, addr, 0, "silent").unwrap();
+        let _socket = keep.join().unwrap().unwrap();
+        let fifo = HostFifo::new(4).unwrap();
+        let svc = service(
+            Arc::new(t),
+            std::slice::from_ref(&fifo),
+            ProxyConfig { drain_timeout: Duration::from_millis(200), ..ProxyConfig::default() },
+        );
+        let writer = FifoWriter::new(fifo, None);
+        let pos = writer.push(command(FifoOp::PutFlush, 0, 0, 0, 128)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!writer.poll(pos));
+        let start = Instant::now();
+        let report = svc.shutdown().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(report.abandoned, 1);
+        assert!(matches!(writer.sync(pos), Err(FifoError::Stopped { code: 1, .. })));
+    });
+}
+
+#[derive(Debug, Default)]
+struct Counter(AtomicU64);
+
+impl CommandHandler for Counter {
+    fn handle(&self, command: &FifoCommand) -> Result<Handled, ProxyError> {
+        self.0.fetch_add(u64::from(command.fields().size), Ordering::AcqRel);
+        Ok(Handled::Done)
+    }
+}
+
+#[test]
+fn several_fifos_on_two_threads_with_a_handler_per_op_and_an_unknown_op_stops_the_service() {
+    within(30, || {
+        let p = pair(TcpConfig::default(), 1 << 12, 4);
+        let fifos: Vec<HostFifo> = (0..4).map(|_| HostFifo::new(4).unwrap()).collect();
+        let counter = Arc::new(Counter::default());
+        let mut b = ProxyService::builder(ProxyConfig { threads: 2, ..ProxyConfig::default() })
+            .transport(p.sender.clone())
+            .handler(9, counter.clone())
+            .unwrap();
+        assert!(ProxyService::builder(ProxyConfig::default()).handler(16, counter.clone()).is_err());
+        for f in &fifos {
+            b = b.fifo(FifoReader::new(f.clone()).unwrap());
+        }
+        let svc = b.start().unwrap();
+        let writers: Vec<FifoWriter> = fifos.iter().map(|f| FifoWriter::new(f.clone(), None)).collect();
+        let custom = FifoCommand::encode(FifoCommandFields { op: 9, size: 5, ..Default::default() }).unwrap();
+        for round in 0..20 {
+            for (c, w) in writers.iter().enumerate() {
+                w.push(command(FifoOp::Signal, c as u16, 0, 0, 0)).unwrap();
+                if round % 4 == 0 {
+                    w.push(custom).unwrap();
+                }
+            }
+        }
+        for c in 0..4 {
+            assert!(p.inbox.wait_token(c, 20, Duration::from_secs(10)), "connection {c}");
+        }
+        let start = Instant::now();
+        while counter.0.load(Ordering::Acquire) < 4 * 5 * 5 {
+            assert!(start.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let unknown = FifoCommand::encode(FifoCommandFields { op: 12, ..Default::default() }).unwrap();
+        let pos = writers[1].push(unknown).unwrap();
+        assert!(matches!(writers[1].sync(pos), Err(FifoError::Stopped { code: 2, .. })));
+        assert!(matches!(writers[3].push(custom), Err(FifoError::Stopped { code: 2, .. })));
+        let err = svc.shutdown().unwrap_err();
+        assert!(matches!(err, ProxyError::UnknownOp { fifo: 1, op: 12, .. }), "{err}");
+    });
+}
+
+#[test]
+fn commands_outside_registered_memory_are_errors_not_corruption() {
+    within(30, || {
+        let p = pair(TcpConfig::default(), 1024, 1);
+        let fifo = HostFifo::new(4).unwrap();
+        let svc = service(p.sender.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
+        let writer = FifoWriter::new(fifo, None);
+        let pos = writer.push(command(FifoOp::Put, 0, 1000, 0, 100)).unwrap();
+        assert!(writer.sync(pos).is_err());
+        let err = svc.shutdown().unwrap_err();
+        assert!(matches!(err, ProxyError::Transport(TransportError::Memory { .. })), "{err}");
+    });
+}
+
+#[test]
+fn the_receiver_refuses_writes_outside_its_memory_and_the_sender_reports_it() {
+    within(30, || {
+        // Destination memory of 1024 bytes, source of 4096: the put fits the source only.
+        let src = Arc::new(HostMemory::new(4096));
+        let mut src_table = MemoryTable::new();
+        src_table.register(src).unwrap();
+        let mut dst_table = MemoryTable::new();
+        dst_table.register(Arc::new(HostMemory::new(1024))).unwrap();
+        let receiver = TcpTransport::bind(
+            TcpConfig::default(),
+            "receiver",
+            Arc::new(MemoryTable::new()),
+            Arc::new(HostInbox::new(dst_table)),
+        )
+        .unwrap();
+        let sender = TcpTransport::bind(
+            TcpConfig::default(),
+            "sender",
+            Arc::new(src_table),
+            Arc::new(HostInbox::new(MemoryTable::new())),
+        )
+        .unwrap();
+        sender.connect(0, receiver.local_addr(), 0, "receiver").unwrap();
+        let fifo = HostFifo::new(4).unwrap();
+        let svc = service(Arc::new(sender), std::slice::from_ref(&fifo), ProxyConfig::default());
+        let writer = FifoWriter::new(fifo, None);
+        let pos = writer.push(command(FifoOp::PutFlush, 0, 0, 512, 2048)).unwrap();
+        assert!(writer.sync(pos).is_err());
+        let err = svc.shutdown().unwrap_err();
+        assert!(err.to_string().contains("receiver@"), "{err}");
+        assert!(!receiver.inbound_errors().is_empty());
+    });
+}

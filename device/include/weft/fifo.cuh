@@ -1,0 +1,137 @@
+// The GPU→CPU FIFO: kernels push 16-byte commands (FifoCommand, bit layout in the generated
+// header and in crates/weft-types/src/fifo.rs) into a ring in host-pinned memory mapped into the
+// device; a proxy thread on the host polls, executes and pops them.
+//
+//   head        device memory; fifo_push takes a position with one device-scope atomicAdd.
+//   tail        host-pinned; the proxy release-stores it after consuming a command. Positions
+//               below tail are consumed (for flush commands: completed).
+//   tail_cache  device memory; the last tail a pusher saw, so pushes into a ring that is not
+//               nearly full never read across PCIe.
+//   stop        host-pinned; a FifoStopCode. Non-zero once the proxy shut down or failed: every
+//               FIFO wait then gives up, records DeviceErrorCode::ProxyStopped and returns false.
+//
+//   fifo_push   Called by ONE thread per command (any number of threads may push concurrently,
+//               each gets its own slot). Waits while the ring is full, bounded by
+//               WaitContext::timeout_ns and by the stop word. Writes fst with a relaxed .sys store
+//               and then snd, carrying the lap-parity valid bit, with st.release.sys: a proxy that
+//               reads snd with acquire and sees this lap's bit sees fst too, and every write this
+//               thread made before the push (release is cumulative over writes a preceding
+//               barrier ordered before it, so put a barrier first when other threads wrote the
+//               data a put covers). Two stores instead of one 16-byte vector store because PTX
+//               does not promise a vector store is single-copy atomic. A push that fails after
+//               taking a slot leaves a hole the proxy waits at forever: after any FIFO error the
+//               FIFO is broken, as a semaphore is after a timeout.
+//   fifo_poll   non-blocking: true once the proxy consumed position pos (acquire .sys load of tail).
+//   fifo_sync   Called by ONE thread: spins until fifo_poll(pos), bounded like fifo_push.
+#pragma once
+#include "weft/wait.cuh"
+
+namespace weft {
+
+/// A command with the given fields and the valid bit clear. The caller keeps every field in range
+/// (connection < 1024, memories < 256, offsets and size < 4 GiB: the host checks them when it
+/// builds the channel); out-of-range bits are cut off.
+__device__ __forceinline__ FifoCommand fifo_command(FifoOp op, uint32_t connection, uint32_t src_memory,
+                                                    uint32_t dst_memory, uint32_t src_offset, uint32_t dst_offset,
+                                                    uint32_t size) {
+  FifoCommand c;
+  c.fst = static_cast<uint64_t>(size) | (static_cast<uint64_t>(src_offset) << FIFO_FST_SRC_OFFSET_SHIFT);
+  c.snd = static_cast<uint64_t>(dst_offset) |
+          ((static_cast<uint64_t>(op) & ((1ull << FIFO_OP_BITS) - 1)) << FIFO_SND_OP_SHIFT) |
+          ((static_cast<uint64_t>(connection) & ((1ull << FIFO_CONNECTION_BITS) - 1)) << FIFO_SND_CONNECTION_SHIFT) |
+          ((static_cast<uint64_t>(src_memory) & ((1ull << FIFO_MEMORY_BITS) - 1)) << FIFO_SND_SRC_MEMORY_SHIFT) |
+          ((static_cast<uint64_t>(dst_memory) & ((1ull << FIFO_MEMORY_BITS) - 1)) << FIFO_SND_DST_MEMORY_SHIFT);
+  return c;
+}
+
+namespace detail {
+
+/// Records a FIFO failure (first failure wins), like report_timeout but with the code given.
+__device__ __forceinline__ void fifo_report(const WaitContext& ctx, DeviceErrorCode code, WaitOp op,
+                                            uint64_t expected, uint64_t observed) {
+  DeviceErrorRecord* record = reinterpret_cast<DeviceErrorRecord*>(ctx.error);
+  if (record == nullptr) return;
+  if (atomicCAS(&record->code, 0u, static_cast<uint32_t>(code)) == 0u) {
+    record->op = static_cast<uint32_t>(op);
+    record->rank = ctx.rank;
+    record->peer = ctx.peer;
+    record->expected = expected;
+    record->observed = observed;
+    __threadfence_system();
+  }
+}
+
+__device__ __forceinline__ bool fifo_stopped(const FifoDeviceHandle& f) {
+  return ptx::ld_relaxed_sys(reinterpret_cast<const uint64_t*>(f.stop)) != 0;
+}
+
+}  // namespace detail
+
+/// Pushes `cmd` (its valid bit is replaced). On success stores the command's position in
+/// `*position` (pass it to fifo_poll / fifo_sync) and returns true; returns false when the proxy
+/// stopped or the ring stayed full past the timeout (the error record says which).
+__device__ __forceinline__ bool fifo_push(const FifoDeviceHandle& f, const FifoCommand& cmd, uint64_t* position) {
+  if (detail::fifo_stopped(f)) {
+    detail::fifo_report(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, 0, 0);
+    return false;
+  }
+  const uint64_t depth = f.depth;
+  const uint64_t pos = atomicAdd(reinterpret_cast<unsigned long long*>(f.head), 1ull);
+  uint64_t* cache = reinterpret_cast<uint64_t*>(f.tail_cache);
+  // Acquire pairs with the release pattern below, which follows an acquire load of the host's
+  // tail: the proxy's last read of the slot happens before our write into it.
+  if (pos >= depth + ptx::ld_acquire_gpu(cache)) {
+    const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
+    Spin spin;
+    for (;;) {
+      const uint64_t seen = ptx::ld_acquire_sys(tail);
+      if (pos < seen + depth) {
+        ptx::fence_acq_rel_gpu();
+        atomicMax(reinterpret_cast<unsigned long long*>(cache), static_cast<unsigned long long>(seen));
+        break;
+      }
+      if (detail::fifo_stopped(f)) {
+        detail::fifo_report(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, pos + 1 - depth, seen);
+        return false;
+      }
+      if (spin.expired(f.wait)) {
+        detail::fifo_report(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoPush, pos + 1 - depth, seen);
+        return false;
+      }
+    }
+  }
+  FifoCommand* slot = reinterpret_cast<FifoCommand*>(f.ring) + (pos & (depth - 1));
+  const uint32_t log2_depth = static_cast<uint32_t>(__ffsll(static_cast<long long>(depth)) - 1);
+  const uint64_t parity = ((pos >> log2_depth) & 1ull) ^ 1ull;
+  const uint64_t snd = (cmd.snd & ~(1ull << FIFO_SND_VALID_SHIFT)) | (parity << FIFO_SND_VALID_SHIFT);
+  ptx::st_relaxed_sys(&slot->fst, cmd.fst);
+  ptx::st_release_sys(&slot->snd, snd);
+  *position = pos;
+  return true;
+}
+
+/// True once the proxy consumed the command at `pos`. Any thread; never blocks.
+__device__ __forceinline__ bool fifo_poll(const FifoDeviceHandle& f, uint64_t pos) {
+  return ptx::ld_acquire_sys(reinterpret_cast<const uint64_t*>(f.tail)) > pos;
+}
+
+/// Waits until the proxy consumed the command at `pos`; false on timeout or when the proxy
+/// stopped first (recorded in the error record). Called by ONE thread.
+__device__ __forceinline__ bool fifo_sync(const FifoDeviceHandle& f, uint64_t pos) {
+  const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
+  Spin spin;
+  for (;;) {
+    const uint64_t seen = ptx::ld_acquire_sys(tail);
+    if (seen > pos) return true;
+    if (detail::fifo_stopped(f)) {
+      detail::fifo_report(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoSync, pos + 1, seen);
+      return false;
+    }
+    if (spin.expired(f.wait)) {
+      detail::fifo_report(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoSync, pos + 1, seen);
+      return false;
+    }
+  }
+}
+
+}  // namespace weft
