@@ -33,21 +33,8 @@ enum Command {
         /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root 0)
         /// or sendrecv (to the next rank, from the previous one).
         collective: String,
-        /// Smallest size (e.g. 1K).
-        #[arg(short = 'b', long, default_value = "1K")]
-        min_bytes: String,
-        /// Largest size (e.g. 1G).
-        #[arg(short = 'e', long, default_value = "1G")]
-        max_bytes: String,
-        /// Size multiplier.
-        #[arg(short = 'f', long, default_value_t = 2)]
-        factor: usize,
-        /// Element type.
-        #[arg(long, default_value = "bf16")]
-        dtype: String,
-        /// Operator.
-        #[arg(long, default_value = "sum")]
-        op: String,
+        #[command(flatten)]
+        sweep: Sweep,
         /// Time calls captured in CUDA graphs.
         #[arg(long)]
         graph: bool,
@@ -63,9 +50,6 @@ enum Command {
         /// Plot time and bus bandwidth against size (weft and NCCL) into this PNG.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
-        /// GPUs (default: all).
-        #[arg(long)]
-        gpus: Option<usize>,
     },
     /// Time every algorithm of the collectives at every size (and HB block counts) on this
     /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE).
@@ -73,27 +57,11 @@ enum Command {
         /// Collectives (comma-separated; default: all).
         #[arg(long, value_delimiter = ',')]
         collectives: Vec<String>,
-        /// Smallest size.
-        #[arg(short = 'b', long, default_value = "1K")]
-        min_bytes: String,
-        /// Largest size.
-        #[arg(short = 'e', long, default_value = "1G")]
-        max_bytes: String,
-        /// Size multiplier.
-        #[arg(short = 'f', long, default_value_t = 2)]
-        factor: usize,
-        /// Element type of the measurements.
-        #[arg(long, default_value = "bf16")]
-        dtype: String,
-        /// Operator of the reducing collectives.
-        #[arg(long, default_value = "sum")]
-        op: String,
+        #[command(flatten)]
+        sweep: Sweep,
         /// HB block counts to try (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "64,128")]
         hb_blocks: Vec<u32>,
-        /// GPUs (default: all).
-        #[arg(long)]
-        gpus: Option<usize>,
         /// Where to write the table.
         #[arg(short, long, default_value = "weft-tuning.json")]
         out: std::path::PathBuf,
@@ -121,6 +89,61 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+}
+
+/// The sizes, type, operator and GPUs of a sweep (`weft bench`, `weft tune`).
+#[derive(clap::Args, Debug)]
+struct Sweep {
+    /// Smallest size (e.g. 1K).
+    #[arg(short = 'b', long, default_value = "1K")]
+    min_bytes: String,
+    /// Largest size (e.g. 1G).
+    #[arg(short = 'e', long, default_value = "1G")]
+    max_bytes: String,
+    /// Size multiplier.
+    #[arg(short = 'f', long, default_value_t = 2)]
+    factor: usize,
+    /// Element type.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Operator (of the reducing collectives).
+    #[arg(long, default_value = "sum")]
+    op: String,
+    /// GPUs (default: all).
+    #[arg(long)]
+    gpus: Option<usize>,
+}
+
+/// A parsed [`Sweep`] on `gpus` of the GPUs available here.
+struct ParsedSweep {
+    min_bytes: usize,
+    max_bytes: usize,
+    factor: usize,
+    dtype: weft::types::DataType,
+    op: weft::types::ReduceOp,
+    gpus: usize,
+}
+
+impl Sweep {
+    /// Parses the sweep; `None` (after saying so) when no GPU is available.
+    fn parse(&self, command: &str) -> Result<Option<ParsedSweep>, Box<dyn std::error::Error>> {
+        use weft::bench::{parse_dtype, parse_op, parse_size};
+        let parsed = (parse_size(&self.min_bytes)?, parse_size(&self.max_bytes)?);
+        let (dtype, op) = (parse_dtype(&self.dtype)?, parse_op(&self.op)?);
+        let available = weft::gpu::Device::count().unwrap_or(0);
+        if available == 0 {
+            println!("weft {command}: no GPU is available here; nothing to measure.");
+            return Ok(None);
+        }
+        Ok(Some(ParsedSweep {
+            min_bytes: parsed.0,
+            max_bytes: parsed.1,
+            factor: self.factor,
+            dtype,
+            op,
+            gpus: self.gpus.unwrap_or(available).clamp(1, available),
+        }))
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -171,24 +194,11 @@ fn main() -> ExitCode {
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
         Command::TuneWorker => weft::tune::run_worker(),
-        Command::Tune { collectives, min_bytes, max_bytes, factor, dtype, op, hb_blocks, gpus, out } => {
-            tune(&collectives, [&min_bytes, &max_bytes, &dtype, &op], factor, hb_blocks, gpus, &out)
-        }
+        Command::Tune { collectives, sweep, hb_blocks, out } => tune(&collectives, &sweep, hb_blocks, &out),
         Command::Plan { action } => plan(action),
-        Command::Bench {
-            collective,
-            min_bytes,
-            max_bytes,
-            factor,
-            dtype,
-            op,
-            graph,
-            check,
-            nccl,
-            json,
-            plot,
-            gpus,
-        } => bench(&collective, &min_bytes, &max_bytes, factor, &dtype, &op, [graph, check, nccl], [json, plot], gpus),
+        Command::Bench { collective, sweep, graph, check, nccl, json, plot } => {
+            bench(&collective, &sweep, [graph, check, nccl], [json, plot])
+        }
         Command::GenHeader { root, check } => gen_header(&root, check),
     };
     match outcome {
@@ -212,49 +222,36 @@ fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn bench(
     collective: &str,
-    min_bytes: &str,
-    max_bytes: &str,
-    factor: usize,
-    dtype: &str,
-    op: &str,
+    sweep: &Sweep,
     [graph, check, nccl]: [bool; 3],
     [json, plot]: [Option<std::path::PathBuf>; 2],
-    gpus: Option<usize>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use weft::bench::{BenchOptions, Collective, parse_dtype, parse_op, parse_size};
-    let collective = Collective::parse(collective)?;
-    let available = available_gpus();
-    if available == 0 {
-        println!("weft bench: no GPU is available here; nothing to measure.");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let options = BenchOptions {
+    let collective = weft::bench::Collective::parse(collective)?;
+    let Some(s) = sweep.parse("bench")? else { return Ok(ExitCode::SUCCESS) };
+    let options = weft::bench::BenchOptions {
         collective,
-        min_bytes: parse_size(min_bytes)?,
-        max_bytes: parse_size(max_bytes)?,
-        factor,
-        dtype: parse_dtype(dtype)?,
-        op: parse_op(op)?,
+        min_bytes: s.min_bytes,
+        max_bytes: s.max_bytes,
+        factor: s.factor,
+        dtype: s.dtype,
+        op: s.op,
         graph,
         check,
         nccl,
-        gpus: gpus.unwrap_or(available).clamp(1, available),
+        gpus: s.gpus,
     };
     weft::bench::run(&options, json.as_deref(), plot.as_deref())
 }
 
 fn tune(
     collectives: &[String],
-    [min_bytes, max_bytes, dtype, op]: [&str; 4],
-    factor: usize,
+    sweep: &Sweep,
     hb_blocks: Vec<u32>,
-    gpus: Option<usize>,
     out: &std::path::Path,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use weft::bench::{Collective, parse_dtype, parse_op, parse_size};
+    use weft::bench::Collective;
     let collectives = if collectives.is_empty() {
         Collective::ALL.to_vec()
     } else {
@@ -263,27 +260,18 @@ fn tune(
     if hb_blocks.is_empty() || hb_blocks.contains(&0) {
         return Err("--hb-blocks: give one or more positive block counts".into());
     }
-    let available = available_gpus();
-    if available == 0 {
-        println!("weft tune: no GPU is available here; nothing to measure.");
-        return Ok(ExitCode::SUCCESS);
-    }
+    let Some(s) = sweep.parse("tune")? else { return Ok(ExitCode::SUCCESS) };
     let options = weft::tune::TuneOptions {
         collectives,
-        min_bytes: parse_size(min_bytes)?,
-        max_bytes: parse_size(max_bytes)?,
-        factor,
-        dtype: parse_dtype(dtype)?,
-        op: parse_op(op)?,
+        min_bytes: s.min_bytes,
+        max_bytes: s.max_bytes,
+        factor: s.factor,
+        dtype: s.dtype,
+        op: s.op,
         hb_blocks,
-        gpus: gpus.unwrap_or(available).clamp(1, available),
+        gpus: s.gpus,
     };
     weft::tune::run(&options, out)
-}
-
-/// GPUs visible here (0 without a driver).
-fn available_gpus() -> usize {
-    weft::gpu::Device::count().unwrap_or(0)
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
