@@ -114,7 +114,7 @@ struct Sweep {
     gpus: Option<usize>,
 }
 
-/// A parsed [`Sweep`] on `gpus` of the GPUs available here.
+/// A parsed [`Sweep`] on `gpus` of the GPUs available here (0: none here).
 struct ParsedSweep {
     min_bytes: usize,
     max_bytes: usize,
@@ -125,24 +125,20 @@ struct ParsedSweep {
 }
 
 impl Sweep {
-    /// Parses the sweep; `None` (after saying so) when no GPU is available.
-    fn parse(&self, command: &str) -> Result<Option<ParsedSweep>, Box<dyn std::error::Error>> {
+    /// Parses the sweep; `gpus` is 0 when no GPU is available here.
+    fn parse(&self) -> Result<ParsedSweep, Box<dyn std::error::Error>> {
         use weft::bench::{parse_dtype, parse_op, parse_size};
         let parsed = (parse_size(&self.min_bytes)?, parse_size(&self.max_bytes)?);
         let (dtype, op) = (parse_dtype(&self.dtype)?, parse_op(&self.op)?);
         let available = weft::gpu::Device::count().unwrap_or(0);
-        if available == 0 {
-            println!("weft {command}: no GPU is available here; nothing to measure.");
-            return Ok(None);
-        }
-        Ok(Some(ParsedSweep {
+        Ok(ParsedSweep {
             min_bytes: parsed.0,
             max_bytes: parsed.1,
             factor: self.factor,
             dtype,
             op,
-            gpus: self.gpus.unwrap_or(available).clamp(1, available),
-        }))
+            gpus: if available == 0 { 0 } else { self.gpus.unwrap_or(available).clamp(1, available) },
+        })
     }
 }
 
@@ -229,7 +225,7 @@ fn bench(
     [json, plot]: [Option<std::path::PathBuf>; 2],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let collective = weft::bench::Collective::parse(collective)?;
-    let Some(s) = sweep.parse("bench")? else { return Ok(ExitCode::SUCCESS) };
+    let s = sweep.parse()?;
     let options = weft::bench::BenchOptions {
         collective,
         min_bytes: s.min_bytes,
@@ -242,6 +238,10 @@ fn bench(
         nccl,
         gpus: s.gpus,
     };
+    if s.gpus == 0 {
+        // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --gpus).
+        return weft::bench::cpu::run(&options, sweep.gpus.unwrap_or(4).max(1));
+    }
     weft::bench::run(&options, json.as_deref(), plot.as_deref())
 }
 
@@ -260,7 +260,11 @@ fn tune(
     if hb_blocks.is_empty() || hb_blocks.contains(&0) {
         return Err("--hb-blocks: give one or more positive block counts".into());
     }
-    let Some(s) = sweep.parse("tune")? else { return Ok(ExitCode::SUCCESS) };
+    let s = sweep.parse()?;
+    if s.gpus == 0 {
+        println!("weft tune: no GPU is available here; nothing to measure.");
+        return Ok(ExitCode::SUCCESS);
+    }
     let options = weft::tune::TuneOptions {
         collectives,
         min_bytes: s.min_bytes,

@@ -4,6 +4,7 @@
 //! command itself; a progress bar on stderr follows the sweep.
 
 mod collective;
+pub mod cpu;
 pub(crate) mod data;
 mod plot;
 pub(crate) mod progress;
