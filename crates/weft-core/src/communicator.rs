@@ -84,7 +84,9 @@ impl Communicator {
         for (peer, bytes) in gathered.iter().enumerate() {
             peers.push(PeerInfo::decode(bytes).map_err(|source| ConnectError::Descriptor { rank, peer, source })?);
         }
-        let topology = Topology::new(rank, peers).map_err(|detail| Error::InvalidArgument { rank, detail })?;
+        let topology = Topology::new(rank, peers)
+            .map_err(|detail| Error::InvalidArgument { rank, detail })?
+            .with_ranks_per_node(env.ranks_per_node);
         let mut local_peer_devices = Vec::new();
         for p in topology.peers() {
             if p.rank != rank && topology.same_process(p.rank) && p.device_ordinal != device.ordinal() {
@@ -380,6 +382,12 @@ impl Communicator {
 fn reachability(device: &Device, topology: &Topology, peer: &PeerInfo) -> Option<String> {
     if !topology.same_host(peer.rank) {
         return Some("peer is on another host and MemoryChannels need NVLink/PCIe peer mappings".into());
+    }
+    if !topology.same_node(peer.rank) {
+        return Some(format!(
+            "peer is in another virtual node (WEFT_RANKS_PER_NODE={}): it needs a network transport",
+            topology.ranks_per_node().unwrap_or(0)
+        ));
     }
     let own_bus = device.pci_bus_id().ok()?;
     if peer.pci_bus_id == own_bus {

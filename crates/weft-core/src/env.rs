@@ -8,6 +8,7 @@
 //! | `WEFT_CACHE_DIR` | folder of the NVRTC kernel cache | `$XDG_CACHE_HOME/weft` or `~/.cache/weft` |
 //! | `WEFT_CUDA_HOME` | CUDA installation searched first for NVRTC and headers (read by weft-gpu) | unset |
 //! | `WEFT_ALLOC` | device memory kind: `vmm`, `legacy` or `auto` | `auto` |
+//! | `WEFT_RANKS_PER_NODE` | split each host's ranks into virtual nodes of this many (in rank order); peers in other virtual nodes get no peer mappings, as if on another host | unset: one node per host |
 //! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `ring` (all-reduce), `p2p` or `auto` (read by weft-coll) | `auto` |
 //! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count (weft-coll) | built-in |
 //! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |
@@ -46,6 +47,8 @@ pub struct Env {
     pub cache_dir: PathBuf,
     /// `WEFT_ALLOC`: how communication buffers are allocated.
     pub alloc: AllocKind,
+    /// `WEFT_RANKS_PER_NODE`: ranks per virtual node (`None`: a node is a host).
+    pub ranks_per_node: Option<usize>,
     /// Every `WEFT_*` variable as read, for the layers that own the remaining ones
     /// (collective tuning, the NCCL baseline): they parse them from here, so the process
     /// environment is read once, in one place.
@@ -58,6 +61,7 @@ impl Default for Env {
             device_timeout: Duration::from_secs(5),
             cache_dir: weft_gpu::default_cache_dir(),
             alloc: AllocKind::Auto,
+            ranks_per_node: None,
             vars: BTreeMap::new(),
         }
     }
@@ -96,6 +100,14 @@ impl Env {
                 _ => return Err(EnvError { name: "WEFT_ALLOC", value, expected: "vmm, legacy or auto" }),
             };
         }
+        if let Some(value) = lookup("WEFT_RANKS_PER_NODE").filter(|v| !v.trim().is_empty()) {
+            let n = value.trim().parse::<usize>().ok().filter(|&n| n > 0).ok_or(EnvError {
+                name: "WEFT_RANKS_PER_NODE",
+                value: value.clone(),
+                expected: "a positive number of ranks",
+            })?;
+            env.ranks_per_node = Some(n);
+        }
         env.vars = vars;
         Ok(env)
     }
@@ -123,12 +135,20 @@ mod tests {
         assert_eq!(e.cache_dir, PathBuf::from("/x"));
         assert_eq!(e.var("WEFT_ALLOC"), Some("legacy"));
         assert_eq!(e.var("WEFT_NOT_SET"), None);
+        assert_eq!(e.ranks_per_node, None);
+        assert_eq!(env(&[("WEFT_RANKS_PER_NODE", "2")]).unwrap().ranks_per_node, Some(2));
     }
 
     #[test]
     fn malformed_values_name_the_variable() {
-        for (k, v) in [("WEFT_TIMEOUT", "soon"), ("WEFT_TIMEOUT", "0"), ("WEFT_TIMEOUT", "-1"), ("WEFT_ALLOC", "huge")]
-        {
+        for (k, v) in [
+            ("WEFT_TIMEOUT", "soon"),
+            ("WEFT_TIMEOUT", "0"),
+            ("WEFT_TIMEOUT", "-1"),
+            ("WEFT_ALLOC", "huge"),
+            ("WEFT_RANKS_PER_NODE", "0"),
+            ("WEFT_RANKS_PER_NODE", "two"),
+        ] {
             let err = env(&[(k, v)]).unwrap_err();
             assert_eq!(err.name, k);
             assert!(err.to_string().contains(k));

@@ -52,11 +52,15 @@ impl PeerInfo {
     }
 }
 
-/// Every rank's [`PeerInfo`], indexed by rank, seen from one rank.
+/// Every rank's [`PeerInfo`], indexed by rank, seen from one rank, and the node each rank
+/// belongs to: its host, or with `ranks_per_node` a virtual node of that many ranks of one
+/// host (in rank order), so a multi-node algorithm can be studied on one host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topology {
     me: usize,
     peers: Vec<PeerInfo>,
+    nodes: Vec<usize>,
+    ranks_per_node: Option<usize>,
 }
 
 impl Topology {
@@ -76,7 +80,31 @@ impl Topology {
                 }
             }
         }
-        Ok(Self { me, peers })
+        let nodes = node_ids(&peers, None);
+        Ok(Self { me, peers, nodes, ranks_per_node: None })
+    }
+
+    /// Splits every host's ranks into virtual nodes of `ranks_per_node` ranks, in rank order
+    /// (`WEFT_RANKS_PER_NODE`); the last node of a host may be smaller.
+    pub fn with_ranks_per_node(mut self, ranks_per_node: Option<usize>) -> Self {
+        self.nodes = node_ids(&self.peers, ranks_per_node);
+        self.ranks_per_node = ranks_per_node;
+        self
+    }
+
+    /// The node of `rank` (numbered from 0 in order of first appearance), if it exists.
+    pub fn node(&self, rank: usize) -> Option<usize> {
+        self.nodes.get(rank).copied()
+    }
+
+    /// Ranks per virtual node, when nodes are virtual.
+    pub fn ranks_per_node(&self) -> Option<usize> {
+        self.ranks_per_node
+    }
+
+    /// Whether `rank` is in this rank's (possibly virtual) node.
+    pub fn same_node(&self, rank: usize) -> bool {
+        self.node(rank).is_some_and(|n| Some(n) == self.node(self.me))
     }
 
     /// Number of ranks.
@@ -103,6 +131,34 @@ impl Topology {
     pub fn same_process(&self, rank: usize) -> bool {
         self.peers.get(rank).is_some_and(|p| p.identity == self.peers[self.me].identity)
     }
+}
+
+/// Node of every rank: ranks of one host form one node, or consecutive groups of
+/// `ranks_per_node` of them (in rank order) with virtual nodes.
+fn node_ids(peers: &[PeerInfo], ranks_per_node: Option<usize>) -> Vec<usize> {
+    let mut keys: Vec<(u64, usize)> = Vec::new();
+    let mut seen_on_host: Vec<(u64, usize)> = Vec::new();
+    peers
+        .iter()
+        .map(|p| {
+            let host = p.identity.host_hash;
+            let local = match seen_on_host.iter_mut().find(|(h, _)| *h == host) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n - 1
+                }
+                None => {
+                    seen_on_host.push((host, 1));
+                    0
+                }
+            };
+            let key = (host, ranks_per_node.map_or(0, |g| local / g.max(1)));
+            keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+                keys.push(key);
+                keys.len() - 1
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -137,5 +193,19 @@ mod tests {
         assert!(t.same_process(0));
         assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")]).is_err());
         assert!(Topology::new(0, vec![info(1, 1, 1, "a")]).is_err());
+    }
+
+    #[test]
+    fn nodes_are_hosts_or_virtual_groups_of_a_host() {
+        let peers =
+            vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a"), info(3, 1, 4, "c"), info(4, 5, 5, "b")];
+        let t = Topology::new(0, peers).unwrap();
+        assert_eq!((0..5).map(|r| t.node(r).unwrap()).collect::<Vec<_>>(), vec![0, 0, 1, 0, 1]);
+        assert!(t.same_node(3) && !t.same_node(2) && t.ranks_per_node().is_none());
+        // Two ranks per virtual node: host 1 holds ranks 0, 1, 3 -> nodes {0, 1}, {3}.
+        let v = t.with_ranks_per_node(Some(2));
+        assert_eq!((0..5).map(|r| v.node(r).unwrap()).collect::<Vec<_>>(), vec![0, 0, 1, 2, 1]);
+        assert!(v.same_node(1) && !v.same_node(3));
+        assert_eq!(v.ranks_per_node(), Some(2));
     }
 }

@@ -35,6 +35,22 @@ pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
         println!("  [{ordinal}] {} {} {} SMs, bus {}", d.name()?, d.arch()?, d.sm_count()?, d.pci_bus_id()?);
         devices.push(d);
     }
+    match env.ranks_per_node {
+        Some(g) => {
+            // One rank per GPU in ordinal order, as `weft launch`, `weft bench` and torchrun
+            // place them: the same split a communicator of all these GPUs makes.
+            let nodes: Vec<String> = (0..count)
+                .collect::<Vec<_>>()
+                .chunks(g)
+                .map(|c| format!("[{}]", c.iter().map(usize::to_string).collect::<Vec<_>>().join(" ")))
+                .collect();
+            println!(
+                "virtual nodes (WEFT_RANKS_PER_NODE={g}): {} (GPUs of different nodes talk through a network transport only)",
+                nodes.join(" ")
+            );
+        }
+        None => println!("nodes: this host is one node (WEFT_RANKS_PER_NODE splits it into virtual nodes)"),
+    }
     if count > 1 {
         println!("peer access (row can map column):");
         for a in &devices {
