@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Everything weft measures on a GPU machine, from binaries built elsewhere (a GPU machine may
+# have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
+# and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
+# bounded by its own timeout, so one failing step does not stop the others.
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch]     (default: all of them)
+# Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
+# torchrun: ${TORCHRUN:-torchrun}.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+out="${OUT:-out}"
+weft="${WEFT:-target/release/weft}"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch)
+for step in "${steps[@]}"; do
+  dir="$out/$step"
+  mkdir -p "$dir"
+  case "$step" in
+    selftest) timeout 600 "$weft" selftest --mode processes > "$dir/selftest.txt" 2>&1
+              echo "selftest: rc=$? $(grep -h 'passed,' "$dir/selftest.txt" | tail -1)" ;;
+    check) WEFT="$weft" OUT="$dir" scripts/bench-collectives.sh check ;;
+    perf) WEFT="$weft" OUT="$dir" FACTOR="${FACTOR:-4}" scripts/bench-collectives.sh perf ;;
+    tune) timeout 300 "$weft" tune -f "${FACTOR:-4}" -o "$dir/tuning.json" > "$dir/tune.txt" 2>&1
+          echo "tune: rc=$? $(head -1 "$dir/tune.txt")" ;;
+    torch) lib="${WEFT_NCCL:-$PWD/target/nccl/libnccl.so.2}"
+           gpus="$(nvidia-smi -L | wc -l)"
+           LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-nccl-test.py \
+             > "$dir/torch-test.txt" 2>&1
+           echo "torch test: rc=$? $(grep -h 'passed,' "$dir/torch-test.txt" | tail -1)"
+           WEFT_NCCL="$lib" OUT="$dir" timeout 300 scripts/torch-nccl-compare.sh > "$dir/torch-latency.txt" 2>&1
+           echo "torch latency: rc=$?"; cat "$dir/torch-latency.txt" ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch)"; exit 2 ;;
+  esac
+done
