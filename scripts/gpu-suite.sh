@@ -28,6 +28,11 @@ for step in "${steps[@]}"; do
            LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-nccl-test.py \
              > "$dir/torch-test.txt" 2>&1
            echo "torch test: rc=$? $(grep -h 'passed,' "$dir/torch-test.txt" | tail -1)"
+           "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-tp-mlp.py --save "$dir/mlp-nccl.pt" \
+             > "$dir/mlp-nccl.txt" 2>&1
+           LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-tp-mlp.py \
+             --save "$dir/mlp-weft.pt" --compare "$dir/mlp-nccl.pt" > "$dir/mlp-weft.txt" 2>&1
+           echo "tensor-parallel MLP: rc=$? $(grep -h 'max |' "$dir/mlp-weft.txt" | tr '\n' ' ')"
            WEFT_NCCL="$lib" OUT="$dir" timeout 300 scripts/torch-nccl-compare.sh > "$dir/torch-latency.txt" 2>&1
            echo "torch latency: rc=$?"; cat "$dir/torch-latency.txt" ;;
     *) echo "unknown step $step (selftest, check, perf, tune, torch)"; exit 2 ;;
