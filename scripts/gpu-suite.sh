@@ -28,7 +28,7 @@ for step in "${steps[@]}"; do
            LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-nccl-test.py \
              > "$dir/torch-test.txt" 2>&1
            echo "torch test: rc=$? $(grep -h 'passed,' "$dir/torch-test.txt" | tail -1)"
-           "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-tp-mlp.py --save "$dir/mlp-nccl.pt" \
+           timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-tp-mlp.py --save "$dir/mlp-nccl.pt" \
              > "$dir/mlp-nccl.txt" 2>&1
            LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-tp-mlp.py \
              --save "$dir/mlp-weft.pt" --compare "$dir/mlp-nccl.pt" > "$dir/mlp-weft.txt" 2>&1
