@@ -34,7 +34,9 @@ pod!(
     weft_types::Ll8Packet,
     weft_types::Ll16Packet,
     weft_types::CollContext,
-    weft_types::P2pPlan
+    weft_types::P2pPlan,
+    weft_types::ExecLoc,
+    weft_types::ExecOp
 );
 
 /// Alias kept for call sites that talk about kernel arguments.

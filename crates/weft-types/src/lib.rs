@@ -2,7 +2,8 @@
 //!
 //! **Owns:** every `#[repr(C)]` struct and enum that CUDA device code reads or writes (device
 //! handles of semaphores and channels, LL packets, the device error record, the collective
-//! context and send/receive plans, the GPU→CPU FIFO's commands and device handle), each declared once
+//! context and send/receive plans, the GPU→CPU FIFO's commands and device handle, the plan
+//! executor's operations), each declared once
 //! through [`device_structs!`]/[`device_enums!`], which also record the C++ spelling of every
 //! field. From that record [`cuda::generated_header`] writes `device/include/weft/generated/types.cuh`
 //! with `static_assert`s of every `sizeof`/`offsetof`; tests check the checked-in header is
@@ -18,6 +19,7 @@ mod declare;
 mod coll;
 mod collective;
 pub mod cuda;
+mod exec;
 mod fifo;
 mod handles;
 mod packets;
@@ -26,6 +28,10 @@ mod status;
 pub use coll::{CollContext, MAX_RANKS, P2pPlan};
 pub use collective::{DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
+pub use exec::{
+    EXEC_BARRIER, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc,
+    ExecOp,
+};
 pub use fifo::{
     FIFO_CONNECTION_BITS, FIFO_FST_SRC_OFFSET_SHIFT, FIFO_MAX_DEPTH, FIFO_MEMORY_BITS, FIFO_OP_BITS,
     FIFO_SND_CONNECTION_SHIFT, FIFO_SND_DST_MEMORY_SHIFT, FIFO_SND_OP_SHIFT, FIFO_SND_SRC_MEMORY_SHIFT,
@@ -44,6 +50,7 @@ pub fn all_structs() -> Vec<StructInfo> {
     all.extend(fifo::structs());
     all.extend(packets::structs());
     all.extend(coll::structs());
+    all.extend(exec::structs());
     all
 }
 
@@ -57,5 +64,7 @@ pub fn all_enums() -> Vec<EnumInfo> {
 
 /// Every constant the device code needs besides the layouts: `(name, value, doc)`.
 pub fn all_constants() -> Vec<(&'static str, u64, &'static str)> {
-    fifo::constants()
+    let mut all = fifo::constants();
+    all.extend(exec::constants());
+    all
 }

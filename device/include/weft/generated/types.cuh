@@ -15,6 +15,13 @@ constexpr uint64_t FIFO_SND_DST_MEMORY_SHIFT = 54ull;  ///< bit position of dst_
 constexpr uint64_t FIFO_MEMORY_BITS = 8ull;  ///< width of src_memory and dst_memory
 constexpr uint64_t FIFO_SND_VALID_SHIFT = 63ull;  ///< bit position of the lap-parity valid bit in snd
 constexpr uint64_t FIFO_MAX_DEPTH = 1048576ull;  ///< largest FIFO depth
+constexpr uint64_t EXEC_MAX_INPUTS = 4ull;  ///< most inputs of one ExecOp
+constexpr uint64_t EXEC_MAX_OUTPUTS = 2ull;  ///< most outputs of one ExecOp
+constexpr uint64_t EXEC_LOCAL = 65535ull;  ///< ExecLoc::peer of this rank's own buffers
+constexpr uint64_t EXEC_WAIT_LINK = 1ull;  ///< ExecOp flag: wait for the next signal on a link
+constexpr uint64_t EXEC_WAIT_TB = 2ull;  ///< ExecOp flag: wait for another thread block's step
+constexpr uint64_t EXEC_BARRIER = 4ull;  ///< ExecOp flag: barrier of every thread block of the rank
+constexpr uint64_t EXEC_SIGNAL = 8ull;  ///< ExecOp flag: signal a link after the writes
 
 ///  Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
 enum class DeviceErrorCode : uint32_t {
@@ -239,5 +246,51 @@ static_assert(WEFT_OFFSETOF(P2pPlan, send_ptr) == 0, "rust: offsetof(P2pPlan, se
 static_assert(WEFT_OFFSETOF(P2pPlan, send_bytes) == 64, "rust: offsetof(P2pPlan, send_bytes) == 64");
 static_assert(WEFT_OFFSETOF(P2pPlan, recv_ptr) == 128, "rust: offsetof(P2pPlan, recv_ptr) == 128");
 static_assert(WEFT_OFFSETOF(P2pPlan, recv_bytes) == 192, "rust: offsetof(P2pPlan, recv_bytes) == 192");
+
+///  A run of `count` chunks of a buffer (`buffer`: 0 input, 1 output, 2 scratch) of this
+struct alignas(4) ExecLoc {
+  uint32_t chunk;  ///<  First chunk.
+  uint32_t count;  ///<  Chunks (at least 1).
+  uint16_t peer;  ///<  Owner of the buffer: a peer rank, or EXEC_LOCAL.
+  uint8_t buffer;  ///<  0 input, 1 output, 2 scratch.
+  uint8_t reserved;  ///<  Zero.
+};
+static_assert(sizeof(ExecLoc) == 12, "rust: sizeof(ExecLoc) == 12");
+static_assert(alignof(ExecLoc) == 4, "rust: alignof(ExecLoc) == 4");
+static_assert(WEFT_OFFSETOF(ExecLoc, chunk) == 0, "rust: offsetof(ExecLoc, chunk) == 0");
+static_assert(WEFT_OFFSETOF(ExecLoc, count) == 4, "rust: offsetof(ExecLoc, count) == 4");
+static_assert(WEFT_OFFSETOF(ExecLoc, peer) == 8, "rust: offsetof(ExecLoc, peer) == 8");
+static_assert(WEFT_OFFSETOF(ExecLoc, buffer) == 10, "rust: offsetof(ExecLoc, buffer) == 10");
+static_assert(WEFT_OFFSETOF(ExecLoc, reserved) == 11, "rust: offsetof(ExecLoc, reserved) == 11");
+
+///  One operation of a thread block: wait (flags), fold `inputs[0..n_inputs]` with the
+struct alignas(4) ExecOp {
+  uint32_t flags;  ///<  EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL.
+  uint32_t wait_tb;  ///<  Thread block waited for (EXEC_WAIT_TB).
+  uint32_t wait_step;  ///<  Its operation index that must have finished (EXEC_WAIT_TB).
+  uint16_t wait_peer;  ///<  Peer of the awaited link (EXEC_WAIT_LINK).
+  uint16_t wait_channel;  ///<  Channel of the awaited link (EXEC_WAIT_LINK).
+  uint16_t signal_peer;  ///<  Peer of the signalled link (EXEC_SIGNAL).
+  uint16_t signal_channel;  ///<  Channel of the signalled link (EXEC_SIGNAL).
+  uint8_t n_inputs;  ///<  Inputs used.
+  uint8_t n_outputs;  ///<  Outputs used.
+  uint16_t reserved;  ///<  Zero.
+  ExecLoc inputs[4];  ///<  Folded in order.
+  ExecLoc outputs[2];  ///<  Each receives the result.
+};
+static_assert(sizeof(ExecOp) == 96, "rust: sizeof(ExecOp) == 96");
+static_assert(alignof(ExecOp) == 4, "rust: alignof(ExecOp) == 4");
+static_assert(WEFT_OFFSETOF(ExecOp, flags) == 0, "rust: offsetof(ExecOp, flags) == 0");
+static_assert(WEFT_OFFSETOF(ExecOp, wait_tb) == 4, "rust: offsetof(ExecOp, wait_tb) == 4");
+static_assert(WEFT_OFFSETOF(ExecOp, wait_step) == 8, "rust: offsetof(ExecOp, wait_step) == 8");
+static_assert(WEFT_OFFSETOF(ExecOp, wait_peer) == 12, "rust: offsetof(ExecOp, wait_peer) == 12");
+static_assert(WEFT_OFFSETOF(ExecOp, wait_channel) == 14, "rust: offsetof(ExecOp, wait_channel) == 14");
+static_assert(WEFT_OFFSETOF(ExecOp, signal_peer) == 16, "rust: offsetof(ExecOp, signal_peer) == 16");
+static_assert(WEFT_OFFSETOF(ExecOp, signal_channel) == 18, "rust: offsetof(ExecOp, signal_channel) == 18");
+static_assert(WEFT_OFFSETOF(ExecOp, n_inputs) == 20, "rust: offsetof(ExecOp, n_inputs) == 20");
+static_assert(WEFT_OFFSETOF(ExecOp, n_outputs) == 21, "rust: offsetof(ExecOp, n_outputs) == 21");
+static_assert(WEFT_OFFSETOF(ExecOp, reserved) == 22, "rust: offsetof(ExecOp, reserved) == 22");
+static_assert(WEFT_OFFSETOF(ExecOp, inputs) == 24, "rust: offsetof(ExecOp, inputs) == 24");
+static_assert(WEFT_OFFSETOF(ExecOp, outputs) == 72, "rust: offsetof(ExecOp, outputs) == 72");
 
 }  // namespace weft

@@ -1,0 +1,95 @@
+//! What the plan executor's interpreter kernel reads: execution-plan operations lowered to one
+//! fixed-size form. Every plan operation (copy, reduce, put, get, read-reduce, send, recv and
+//! the fused rcs/rrc/rrcs/rrs) is the same four phases — wait, read and fold the inputs, write
+//! the result to every output, signal — so one [`ExecOp`] encodes any of them and the kernel
+//! has one code path. Chunk indices, not bytes: the kernel turns chunks into byte ranges from
+//! the message size, so one uploaded plan serves every size.
+
+/// Most inputs one [`ExecOp`] folds.
+pub const EXEC_MAX_INPUTS: usize = 4;
+/// Most outputs one [`ExecOp`] writes.
+pub const EXEC_MAX_OUTPUTS: usize = 2;
+/// [`ExecLoc::peer`] of this rank's own buffers.
+pub const EXEC_LOCAL: u16 = u16::MAX;
+
+/// [`ExecOp::flags`]: wait for the next inbound signal on (`wait_peer`, `wait_channel`).
+pub const EXEC_WAIT_LINK: u32 = 1 << 0;
+/// [`ExecOp::flags`]: wait until thread block `wait_tb` has finished its operation `wait_step`.
+pub const EXEC_WAIT_TB: u32 = 1 << 1;
+/// [`ExecOp::flags`]: barrier of every thread block of this rank.
+pub const EXEC_BARRIER: u32 = 1 << 2;
+/// [`ExecOp::flags`]: signal (`signal_peer`, `signal_channel`) after the writes.
+pub const EXEC_SIGNAL: u32 = 1 << 3;
+
+device_structs! {
+    /// A run of `count` chunks of a buffer (`buffer`: 0 input, 1 output, 2 scratch) of this
+    /// rank (`peer == EXEC_LOCAL`) or of a peer.
+    struct ExecLoc align(4) size(12) {
+        /// First chunk.
+        chunk: u32 => "uint32_t",
+        /// Chunks (at least 1).
+        count: u32 => "uint32_t",
+        /// Owner of the buffer: a peer rank, or EXEC_LOCAL.
+        peer: u16 => "uint16_t",
+        /// 0 input, 1 output, 2 scratch.
+        buffer: u8 => "uint8_t",
+        /// Zero.
+        reserved: u8 => "uint8_t",
+    }
+
+    /// One operation of a thread block: wait (flags), fold `inputs[0..n_inputs]` with the
+    /// reduction operator (one input: a copy), write the result to `outputs[0..n_outputs]`,
+    /// signal (flags). A wait is followed, and a signal preceded, by a block-wide barrier.
+    struct ExecOp align(4) size(96) {
+        /// EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL.
+        flags: u32 => "uint32_t",
+        /// Thread block waited for (EXEC_WAIT_TB).
+        wait_tb: u32 => "uint32_t",
+        /// Its operation index that must have finished (EXEC_WAIT_TB).
+        wait_step: u32 => "uint32_t",
+        /// Peer of the awaited link (EXEC_WAIT_LINK).
+        wait_peer: u16 => "uint16_t",
+        /// Channel of the awaited link (EXEC_WAIT_LINK).
+        wait_channel: u16 => "uint16_t",
+        /// Peer of the signalled link (EXEC_SIGNAL).
+        signal_peer: u16 => "uint16_t",
+        /// Channel of the signalled link (EXEC_SIGNAL).
+        signal_channel: u16 => "uint16_t",
+        /// Inputs used.
+        n_inputs: u8 => "uint8_t",
+        /// Outputs used.
+        n_outputs: u8 => "uint8_t",
+        /// Zero.
+        reserved: u16 => "uint16_t",
+        /// Folded in order.
+        inputs: [ExecLoc; 4] => "ExecLoc[4]",
+        /// Each receives the result.
+        outputs: [ExecLoc; 2] => "ExecLoc[2]",
+    }
+}
+
+pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
+    vec![
+        ("EXEC_MAX_INPUTS", EXEC_MAX_INPUTS as u64, "most inputs of one ExecOp"),
+        ("EXEC_MAX_OUTPUTS", EXEC_MAX_OUTPUTS as u64, "most outputs of one ExecOp"),
+        ("EXEC_LOCAL", EXEC_LOCAL.into(), "ExecLoc::peer of this rank's own buffers"),
+        ("EXEC_WAIT_LINK", EXEC_WAIT_LINK.into(), "ExecOp flag: wait for the next signal on a link"),
+        ("EXEC_WAIT_TB", EXEC_WAIT_TB.into(), "ExecOp flag: wait for another thread block's step"),
+        ("EXEC_BARRIER", EXEC_BARRIER.into(), "ExecOp flag: barrier of every thread block of the rank"),
+        ("EXEC_SIGNAL", EXEC_SIGNAL.into(), "ExecOp flag: signal a link after the writes"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_array_extents_match_the_limits() {
+        let op = ExecOp::default();
+        assert_eq!(op.inputs.len(), EXEC_MAX_INPUTS);
+        assert_eq!(op.outputs.len(), EXEC_MAX_OUTPUTS);
+        let flags = [EXEC_WAIT_LINK, EXEC_WAIT_TB, EXEC_BARRIER, EXEC_SIGNAL];
+        assert_eq!(flags.iter().fold(0, |a, f| a | f).count_ones(), 4, "flags are distinct bits");
+    }
+}
