@@ -87,25 +87,13 @@ fn work(options: &TuneOptions) -> Vec<(u32, Algorithm, usize)> {
 /// writes the table to `output`.
 pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
     let items: Vec<usize> = work(options).iter().map(|&(_, _, bytes)| bytes).collect();
-    let mut bar = crate::bench::progress::Bar::new(&items);
-    let finished = crate::launch::run_ranks_watching(
+    let per_rank: Vec<Vec<Sample>> = crate::bench::run_workers(
         options.gpus,
-        &["tune-worker"],
-        &[(WORKER_OPTIONS, serde_json::to_string(options)?)],
+        "tune-worker",
+        (WORKER_OPTIONS, serde_json::to_string(options)?),
+        &items,
         Duration::from_secs(3 * 3600),
-        &mut |dir| bar.update(dir),
-    );
-    bar.finish();
-    let finished = finished?;
-    let mut per_rank = Vec::new();
-    for (rank, status) in finished.statuses.iter().enumerate() {
-        let samples = finished
-            .report(rank)
-            .and_then(|b| serde_json::from_slice::<Result<Vec<Sample>, String>>(&b).ok())
-            .ok_or_else(|| format!("rank {rank} exited with {status} and no report"))?
-            .map_err(|e| format!("rank {rank}: {e}"))?;
-        per_rank.push(samples);
-    }
+    )?;
     let samples = slowest_rank(&per_rank)?;
     let machine = format!("{} x {}", options.gpus, Device::new(0).and_then(|d| d.name()).unwrap_or_default());
     let tuned = choose(&samples, options.gpus, &machine)?;

@@ -160,26 +160,13 @@ pub fn run(
     json: Option<&Path>,
     plot: Option<&Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let encoded = serde_json::to_string(options)?;
-    let mut bar = progress::Bar::new(&sizes(options));
-    let finished = crate::launch::run_ranks_watching(
+    let per_rank: Vec<Vec<Row>> = run_workers(
         options.gpus,
-        &["bench-worker"],
-        &[(WORKER_OPTIONS, encoded)],
+        "bench-worker",
+        (WORKER_OPTIONS, serde_json::to_string(options)?),
+        &sizes(options),
         Duration::from_secs(3600),
-        &mut |dir| bar.update(dir),
-    );
-    bar.finish();
-    let finished = finished?;
-    let mut per_rank: Vec<Vec<Row>> = Vec::new();
-    for (rank, status) in finished.statuses.iter().enumerate() {
-        let rows = finished
-            .report(rank)
-            .and_then(|b| serde_json::from_slice::<Result<Vec<Row>, String>>(&b).ok())
-            .ok_or_else(|| format!("rank {rank} exited with {status} and no report"))?
-            .map_err(|e| format!("rank {rank}: {e}"))?;
-        per_rank.push(rows);
-    }
+    )?;
     let lines = report::lines(options, &merge(&per_rank));
     report::print_table(options, &lines);
     if let Some(path) = json {
@@ -191,6 +178,32 @@ pub fn run(
     let wrong: u64 = lines.iter().map(|l| l.row.wrong + l.row.nccl_wrong.unwrap_or(0)).sum();
     let differ = lines.iter().any(|l| !l.row.identical);
     Ok(if wrong == 0 && !differ { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Runs `worker` on `gpus` processes with the options variable `options` set, draws a bar
+/// over `items` (the byte sizes rank 0 records as it finishes them), and returns every rank's
+/// report, in rank order: each worker writes `Result<T, String>` as JSON.
+pub(crate) fn run_workers<T: serde::de::DeserializeOwned>(
+    gpus: usize,
+    worker: &str,
+    options: (&str, String),
+    items: &[usize],
+    deadline: Duration,
+) -> Result<Vec<T>, Box<dyn std::error::Error>> {
+    let mut bar = progress::Bar::new(items);
+    let finished = crate::launch::run_ranks_watching(gpus, &[worker], &[options], deadline, &mut |dir| bar.update(dir));
+    bar.finish();
+    let finished = finished?;
+    let mut per_rank = Vec::new();
+    for (rank, status) in finished.statuses.iter().enumerate() {
+        let report = finished
+            .report(rank)
+            .and_then(|b| serde_json::from_slice::<Result<T, String>>(&b).ok())
+            .ok_or_else(|| format!("rank {rank} exited with {status} and no report"))?
+            .map_err(|e| format!("rank {rank}: {e}"))?;
+        per_rank.push(report);
+    }
+    Ok(per_rank)
 }
 
 /// Merges ranks' rows: slowest rank's time, total wrong elements, identical only if all agree.
