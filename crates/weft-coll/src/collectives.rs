@@ -402,12 +402,13 @@ impl Collectives {
         let algorithm = self.choose(Collective::SendRecv, 0, DataType::U8, |_| 0)?;
         // Round i carries the i-th operation of every (peer, direction), matching the peers'
         // rounds; a round is one launch.
+        // Every round is checked before any is launched, so a bad group enqueues nothing.
         let me = self.comm.rank();
-        let rounds = (0..).take_while(|&r| p2p_round(ops, r).is_some()).count();
-        if (0..rounds).filter_map(|r| p2p_round(ops, r)).any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
+        let plans = || (0..).map_while(|r| p2p_round(ops, r));
+        if plans().any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
             return Err(self.invalid("a send to this rank needs a receive from it of the same size".into()));
         }
-        for plan in (0..rounds).filter_map(|r| p2p_round(ops, r)) {
+        for plan in plans() {
             let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
             // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
             unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, stream, bytes, |a| a.push(plan))? };

@@ -226,20 +226,25 @@ fn a_peer_that_dies_fails_the_proxy_with_an_error_naming_it_and_releases_the_wri
     });
 }
 
+/// A sender connected (connection 0) to a peer called "silent" that accepts the connection and
+/// never reads or acknowledges anything; the socket keeps the connection open while held.
+fn sender_to_a_silent_peer(timeout: Duration) -> (TcpTransport, std::net::TcpStream) {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let keep = std::thread::spawn(move || silent.accept().map(|(s, _)| s));
+    let mut table = MemoryTable::new();
+    table.register(Arc::new(HostMemory::new(4096))).unwrap();
+    let config = TcpConfig { timeout, ..TcpConfig::default() };
+    let t =
+        TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new()))).unwrap();
+    t.connect(0, addr, 0, "silent").unwrap();
+    (t, keep.join().unwrap().unwrap())
+}
+
 #[test]
 fn a_peer_that_stops_answering_is_a_timeout_naming_it() {
     within(30, || {
-        // Accepts the connection and never reads or acknowledges anything.
-        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = silent.local_addr().unwrap();
-        let keep = std::thread::spawn(move || silent.accept().map(|(s, _)| s));
-        let mut table = MemoryTable::new();
-        table.register(Arc::new(HostMemory::new(4096))).unwrap();
-        let config = TcpConfig { timeout: Duration::from_millis(300), ..TcpConfig::default() };
-        let t = TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))
-            .unwrap();
-        t.connect(0, addr, 0, "silent").unwrap();
-        let _socket = keep.join().unwrap().unwrap();
+        let (t, _socket) = sender_to_a_silent_peer(Duration::from_millis(300));
         let t: Arc<dyn Transport> = Arc::new(t);
         let fifo = HostFifo::new(4).unwrap();
         let svc = service(t, std::slice::from_ref(&fifo), ProxyConfig::default());
@@ -287,16 +292,7 @@ fn shutdown_with_commands_in_flight_drains_stops_writers_and_returns() {
 #[test]
 fn shutdown_does_not_wait_forever_for_a_flush_that_cannot_complete() {
     within(30, || {
-        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = silent.local_addr().unwrap();
-        let keep = std::thread::spawn(move || silent.accept().map(|(s, _)| s));
-        let mut table = MemoryTable::new();
-        table.register(Arc::new(HostMemory::new(4096))).unwrap();
-        let config = TcpConfig { timeout: Duration::from_secs(60), ..TcpConfig::default() };
-        let t = TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))
-            .unwrap();
-        t.connect(0, addr, 0, "silent").unwrap();
-        let _socket = keep.join().unwrap().unwrap();
+        let (t, _socket) = sender_to_a_silent_peer(Duration::from_secs(60));
         let fifo = HostFifo::new(4).unwrap();
         let svc = service(
             Arc::new(t),

@@ -172,6 +172,7 @@ fn fill<const N: usize>(
     op: &'static str,
     what: &'static str,
 ) -> Result<([ExecLoc; N], u8), LowerError> {
+    const { assert!(N <= u8::MAX as usize, "the location count must fit ExecOp's u8 field") };
     if locs.len() > N {
         return Err(LowerError::TooMany {
             rank: at.rank,
@@ -187,7 +188,7 @@ fn fill<const N: usize>(
     for (slot, loc) in out.iter_mut().zip(locs) {
         *slot = encode_loc(loc, at)?;
     }
-    // N <= u8::MAX for both arrays (checked by the const limits), so the count fits.
+    // locs.len() <= N <= u8::MAX (asserted at compile time above).
     Ok((out, locs.len() as u8))
 }
 

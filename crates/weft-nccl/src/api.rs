@@ -308,7 +308,8 @@ fn enqueue(handle: ncclComm_t, call: Call) -> Result<(), NcclError> {
     call.check_for(&comm)?;
     match group::with(|g| g.push(Deferred::Call { comm, call })) {
         Ok(()) => Ok(()),
-        Err(item) => exec::run(vec![item]),
+        Err(Deferred::Call { comm, call }) => exec::run_one(&comm, call),
+        Err(other) => exec::run(vec![other]),
     }
 }
 

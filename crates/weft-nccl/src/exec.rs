@@ -289,6 +289,17 @@ impl Target {
 
 /// Routes and runs calls: the fallback's inside one fallback group, weft's per communicator
 /// (collectives in order, then all point-to-point operations as one group).
+/// A call outside any group: routed and run at once. The per-call path of an application that
+/// does not group its collectives, so it builds no lists (no host allocation for a collective).
+pub fn run_one(comm: &Comm, call: Call) -> Result<(), NcclError> {
+    let _restore = SavedContext::save();
+    let ready = comm.ready()?;
+    match route(call.kind(), call.op(), call.pattern(comm.nranks), ready.engines(env()?))? {
+        Route::Fallback => fallback_call(&ready, &call),
+        Route::Weft => run_weft(comm, &ready, std::slice::from_ref(&call)),
+    }
+}
+
 fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
     if calls.is_empty() {
         return Ok(());

@@ -240,6 +240,9 @@ fn bench(
     };
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --gpus).
+        if json.is_some() || plot.is_some() || nccl || graph {
+            println!("# --json, --plot, --nccl and --graph measure GPUs: the CPU backend ignores them");
+        }
         return weft::bench::cpu::run(&options, sweep.gpus.unwrap_or(4).max(1));
     }
     weft::bench::run(&options, json.as_deref(), plot.as_deref())

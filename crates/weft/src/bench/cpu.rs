@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use weft_plan::interp::{Element, Interpreter, ReduceOp as PlanOp};
-use weft_plan::{ExecutionPlan, RankBuffers, plans};
+use weft_plan::{ExecutionPlan, RankBuffers};
 use weft_types::{DataType, ReduceOp};
 
 use super::{BenchOptions, Collective, NcclTests, ROOT, Shape, Source, format_size, sizes};
@@ -17,26 +17,23 @@ type BoxError = Box<dyn std::error::Error>;
 /// Largest message the CPU backend runs (the interpreter moves elements one atomic at a time).
 pub const MAX_BYTES: usize = 1 << 20;
 
-/// The shipped plan that computes `collective` on `ranks` ranks, by name; `None` when weft
-/// ships no plan for it.
+/// The shipped plan that computes `collective` on `ranks` ranks, by its `weft plan compile`
+/// name; `None` when weft ships no plan for it.
 pub fn plan_for(collective: Collective, ranks: u32) -> Option<Result<(&'static str, ExecutionPlan), String>> {
-    let program = match collective {
-        Collective::AllReduce => ("ring-allreduce", plans::ring_allreduce(ranks, 1)),
-        Collective::AllGather => ("ring-allgather", plans::ring_allgather(ranks, 1)),
-        Collective::ReduceScatter => ("ring-reduce-scatter", plans::ring_reduce_scatter(ranks, 1)),
-        Collective::AllToAll => {
-            let per_node = if ranks > 2 && ranks.is_multiple_of(2) { 2 } else { ranks };
-            ("two-step-alltoall", plans::two_step_alltoall(ranks, per_node, 1))
-        }
-        Collective::Broadcast => ("direct-broadcast", plans::direct_broadcast(ranks, ROOT, 1)),
+    let name = match collective {
+        Collective::AllReduce => "ring-allreduce",
+        Collective::AllGather => "ring-allgather",
+        Collective::ReduceScatter => "ring-reduce-scatter",
+        Collective::AllToAll => "two-step-alltoall",
+        Collective::Broadcast => "direct-broadcast",
         Collective::Reduce | Collective::SendRecv => return None,
     };
-    let (name, program) = program;
-    Some(
-        program
-            .map_err(|e| e.to_string())
-            .and_then(|p| p.compile().map(|plan| (name, plan)).map_err(|e| e.to_string())),
-    )
+    // Two ranks per node where that splits the ranks (two-step all-to-all), else one node.
+    let per_node = if ranks > 2 && ranks.is_multiple_of(2) { 2 } else { ranks };
+    let plan = crate::plan_cmd::program(name, ranks, per_node, 1, ROOT)
+        .map_err(|e| e.to_string())
+        .and_then(|p| p.compile().map_err(|e| e.to_string()));
+    Some(plan.map(|plan| (name, plan)))
 }
 
 /// The interpreter's operator for `op` (it has no average).
