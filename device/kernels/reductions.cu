@@ -195,8 +195,9 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
   const uint32_t ranks = c.ranks, rank = c.rank;
   // A reduce that fits one all-owner round keeps the root as an owner: unpipelined, spreading
   // its 1.5x bytes over two phases beats 1x in each of two serial phases (measured 4xH200).
+  // So do two ranks: without the root the one owner would do every reduction alone.
   const uint64_t single_round = c.chunk_bytes / 2 / (16ull * ranks) * (16ull * ranks);
-  const bool everyone = root == kEveryRank || ranks == 1 || bytes <= single_round;
+  const bool everyone = root == kEveryRank || ranks <= 2 || bytes <= single_round;
   const uint32_t owners = everyone ? ranks : ranks - 1;
   auto owner = [&](uint32_t i) { return everyone ? i : (root + 1 + i) % ranks; };
   const uint32_t mine = everyone ? rank : rank == root ? kNoShard : (rank + ranks - root - 1) % ranks;
