@@ -250,7 +250,15 @@ pub fn comm_destroy(handle: ncclComm_t, abort: bool) -> Result<(), NcclError> {
 /// `out` is checked for null and must be writable.
 pub unsafe fn comm_get_async_error(handle: ncclComm_t, out: *mut ncclResult_t) -> Result<(), NcclError> {
     non_null(out, "asyncError")?;
-    let comm = lookup(handle)?;
+    let comm = match lookup(handle) {
+        Ok(comm) => comm,
+        Err(e) => {
+            let Some(f) = crate::fallback::owner_of_foreign(handle.cast()) else { return Err(e) };
+            let get = f.entry("ncclCommGetAsyncError", f.api.get_async_error)?;
+            // SAFETY: a live communicator of the fallback and the caller's out-pointer.
+            return f.check("ncclCommGetAsyncError", unsafe { get(handle.cast(), out) });
+        }
+    };
     let code = async_error(&comm)?;
     // SAFETY: non-null, writable (nccl.h contract).
     unsafe { out.write(code) };

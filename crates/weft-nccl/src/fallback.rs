@@ -3,8 +3,9 @@
 //! same names), through weft-coll's loader. Every communicator gets a fallback communicator at
 //! init, so sending a call to it costs nothing extra per call.
 
+use std::collections::HashSet;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use weft_bootstrap::Bootstrap;
 use weft_coll::nccl::{Nccl, NcclComm};
@@ -142,6 +143,30 @@ impl Fallback {
     }
 }
 
+/// Raw handles of the fallback's live communicators. The fallback reaches some of its own
+/// entry points through the dynamic linker (measured: NCCL 2.28's `ncclCommFinalize` of a
+/// non-blocking communicator calls `ncclCommGetAsyncError`), and with this library preloaded
+/// such a call can land here, with a handle weft never issued; the entry points forward those.
+fn foreign_handles() -> &'static Mutex<HashSet<usize>> {
+    static LIVE: OnceLock<Mutex<HashSet<usize>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+}
+
+/// The fallback owning `raw` when `raw` is one of its live communicators.
+pub fn owner_of_foreign(raw: *mut c_void) -> Option<&'static Fallback> {
+    let live = foreign_handles().lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&(raw as usize));
+    live.then(|| fallback().ok().flatten()).flatten()
+}
+
+fn track_foreign(raw: Comm, live: bool) {
+    let mut set = foreign_handles().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if live {
+        set.insert(raw as usize);
+    } else {
+        set.remove(&(raw as usize));
+    }
+}
+
 /// A communicator of the fallback, destroyed on drop (or aborted, see [`FallbackComm::abort`]).
 #[derive(Debug)]
 pub struct FallbackComm {
@@ -168,13 +193,19 @@ impl FallbackComm {
     /// `raw` must be a live communicator of `fallback` that nothing else destroys.
     pub unsafe fn adopt(fallback: &'static Fallback, raw: Comm) -> Self {
         // SAFETY: forwarded contract.
-        Self { comm: Some(unsafe { fallback.lib.adopt(raw) }), fallback }
+        Self::tracked(unsafe { fallback.lib.adopt(raw) }, fallback)
+    }
+
+    fn tracked(comm: NcclComm<'static>, fallback: &'static Fallback) -> Self {
+        track_foreign(comm.raw(), true);
+        Self { comm: Some(comm), fallback }
     }
 
     /// `ncclCommAbort` instead of `ncclCommDestroy`.
     pub fn abort(mut self) -> Result<(), NcclError> {
         let Some(comm) = self.comm.take() else { return Ok(()) };
         let raw = comm.raw();
+        track_foreign(raw, false);
         // The abort replaces the destroy the drop would do.
         std::mem::forget(comm);
         let f = self.fallback;
@@ -211,12 +242,30 @@ pub fn create(
     })?;
     device.bind()?;
     let comm = fallback.lib.init_rank(id, rank, nranks).map_err(NcclError::system)?;
-    Ok(Some(FallbackComm { comm: Some(comm), fallback }))
+    Ok(Some(FallbackComm::tracked(comm, fallback)))
+}
+
+impl Drop for FallbackComm {
+    fn drop(&mut self) {
+        if let Some(comm) = &self.comm {
+            track_foreign(comm.raw(), false);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn foreign_handles_are_tracked_while_live() {
+        let raw = 0x1234_5670 as Comm;
+        track_foreign(raw, true);
+        assert!(foreign_handles().lock().unwrap().contains(&(raw as usize)));
+        track_foreign(raw, false);
+        assert!(!foreign_handles().lock().unwrap().contains(&(raw as usize)));
+        assert!(owner_of_foreign(raw).is_none());
+    }
 
     #[test]
     fn the_real_nccl_loads_deep_bound_with_every_entry_point() {
