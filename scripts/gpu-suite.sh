@@ -5,7 +5,8 @@
 # bounded by its own timeout, so one failing step does not stop the others.
 #   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch]     (default: all of them)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
-# torchrun: ${TORCHRUN:-torchrun}.
+# torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
+# libnccl.so.2 the torch step also runs behind weft as its fallback.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -28,6 +29,13 @@ for step in "${steps[@]}"; do
            LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-nccl-test.py \
              > "$dir/torch-test.txt" 2>&1
            echo "torch test: rc=$? $(grep -h 'passed,' "$dir/torch-test.txt" | tail -1)"
+           if [ -n "${REAL_NCCL:-}" ]; then
+             WEFT_NCCL_FALLBACK_LIB="$REAL_NCCL" LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" \
+               scripts/torch-nccl-test.py > "$dir/torch-test-fallback.txt" 2>&1
+             echo "torch test with the real NCCL as fallback: rc=$? $(grep -h 'passed,' "$dir/torch-test-fallback.txt" | tail -1)"
+           fi
+           timeout 300 "${PYTHON:-python3}" scripts/nccl-single-process-test.py "$lib" > "$dir/single-process.txt" 2>&1
+           echo "one process, every GPU (InitAll, groups, split): rc=$? $(grep -h 'passed,' "$dir/single-process.txt" | tail -1)"
            timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-tp-mlp.py --save "$dir/mlp-nccl.pt" \
              > "$dir/mlp-nccl.txt" 2>&1
            LD_PRELOAD="$lib" timeout 300 "${TORCHRUN:-torchrun}" --nproc-per-node "$gpus" scripts/torch-tp-mlp.py \
