@@ -148,7 +148,11 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("EXEC_BARRIER", EXEC_BARRIER.into(), "ExecOp flag: barrier of every thread block of the rank"),
         ("EXEC_SIGNAL", EXEC_SIGNAL.into(), "ExecOp flag: signal a link after the writes"),
         ("EXEC_INPUT_STAGED", EXEC_INPUT_STAGED.into(), "ExecContext flag: the input is copied into the input stage"),
-        ("EXEC_OUTPUT_STAGED", EXEC_OUTPUT_STAGED.into(), "ExecContext flag: the output is copied out of the output stage"),
+        (
+            "EXEC_OUTPUT_STAGED",
+            EXEC_OUTPUT_STAGED.into(),
+            "ExecContext flag: the output is copied out of the output stage",
+        ),
     ]
 }
 
