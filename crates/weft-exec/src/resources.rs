@@ -29,6 +29,21 @@ pub fn buffer_lengths(plan: &DevicePlan, rank: usize, capacity: u64) -> [u64; 3]
     lengths
 }
 
+/// A table copied to the device as it is.
+trait Upload {
+    fn bytes(&self) -> usize;
+    fn write(&self, memory: &DeviceMemory) -> Result<(), weft_gpu::GpuError>;
+}
+
+impl<T: Pod> Upload for Vec<T> {
+    fn bytes(&self) -> usize {
+        size_of_val(self.as_slice())
+    }
+    fn write(&self, memory: &DeviceMemory) -> Result<(), weft_gpu::GpuError> {
+        memory.write_pod(0, self)
+    }
+}
+
 /// See the module documentation. Dropping it releases everything the context points to.
 pub(crate) struct ExecResources {
     /// The context with every table filled in (the call's fields zero).
@@ -82,35 +97,19 @@ impl ExecResources {
                 semaphores.push(s);
             }
         }
-        let device = comm.device();
         let mut uploaded = Vec::new();
-        let mut upload = |bytes: usize, write: &dyn Fn(&DeviceMemory) -> Result<(), weft_gpu::GpuError>| {
-            let memory = DeviceMemory::alloc(device, bytes.max(16), AllocKind::Legacy).map_err(gpu)?;
-            write(&memory).map_err(gpu)?;
+        let mut upload = |values: &dyn Upload| -> Result<u64, ExecError> {
+            let memory = DeviceMemory::alloc(comm.device(), values.bytes().max(16), AllocKind::Legacy).map_err(gpu)?;
+            values.write(&memory).map_err(gpu)?;
             let ptr = memory.ptr();
             uploaded.push(memory);
-            Ok::<u64, ExecError>(ptr)
+            Ok(ptr)
         };
-        fn pod<T: Pod>(values: &[T]) -> (usize, impl Fn(&DeviceMemory) -> Result<(), weft_gpu::GpuError> + '_) {
-            (size_of_val(values), move |m: &DeviceMemory| m.write_pod(0, values))
-        }
         let state = vec![0u64; grid as usize + 2 + rp.tb_starts.len()];
-        let (n, w) = pod(&rp.ops);
-        let ops = upload(n, &w)?;
-        let (n, w) = pod(&rp.tb_starts);
-        let tb_starts = upload(n, &w)?;
-        let (n, w) = pod(&rp.scratch_class_counts);
-        let scratch_counts = upload(n, &w)?;
-        let (n, w) = pod(&tables.written);
-        let written = upload(n, &w)?;
-        let (n, w) = pod(&table);
-        let buffers_table = upload(n, &w)?;
-        let (n, w) = pod(&links);
-        let links_table = upload(n, &w)?;
-        let (n, w) = pod(&fences);
-        let fences_table = upload(n, &w)?;
-        let (n, w) = pod(&state);
-        let state = upload(n, &w)?;
+        let (ops, tb_starts, scratch_counts) =
+            (upload(&rp.ops)?, upload(&rp.tb_starts)?, upload(&rp.scratch_class_counts)?);
+        let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
+        let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
         let context = ExecContext {
             ops,
             tb_starts,
