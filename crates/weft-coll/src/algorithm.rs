@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::plans::PlanId;
+
 /// A collective operation (serialised by its [`Collective::name`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -72,9 +74,10 @@ impl Collective {
         format!("WEFT_ALGO_{}", self.name().to_ascii_uppercase())
     }
 
-    /// The algorithms that implement this collective.
+    /// The algorithms that implement this collective: the native kernels, then the plans of
+    /// the registry (shipped, then the user plans of `WEFT_PLAN_DIR`).
     pub fn algorithms(self) -> impl Iterator<Item = Algorithm> {
-        Algorithm::ALL.into_iter().filter(move |a| a.collective() == self)
+        Algorithm::ALL.into_iter().chain(PlanId::all().map(Algorithm::Plan)).filter(move |a| a.collective() == self)
     }
 }
 
@@ -93,6 +96,8 @@ pub enum Protocol {
     Hb,
     /// Point-to-point transfers through scratch slots with credits; `hb_blocks` x `hb_threads`.
     P2p,
+    /// An execution plan run by weft-exec's interpreter kernel, with its own buffers.
+    Plan,
 }
 
 /// One algorithm of one collective, each a kernel in `device/kernels/`.
@@ -126,10 +131,12 @@ pub enum Algorithm {
     AllToAllP2p,
     /// Grouped sends and receives.
     SendRecvP2p,
+    /// An execution plan of the registry (named `plan:<name>`).
+    Plan(PlanId),
 }
 
 impl Algorithm {
-    /// Every algorithm.
+    /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
     pub const ALL: [Algorithm; 14] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
@@ -147,10 +154,11 @@ impl Algorithm {
         Algorithm::SendRecvP2p,
     ];
 
-    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `p2p`), as `WEFT_ALGO_<COLLECTIVE>`
-    /// and the tuning table spell it.
+    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `p2p`, `plan:<name>`), as
+    /// `WEFT_ALGO_<COLLECTIVE>` and the tuning table spell it.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Plan(id) => id.name(),
             Self::AllReduceLl2 => "ll2",
             Self::AllReduceRing => "ring",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
@@ -169,6 +177,7 @@ impl Algorithm {
             Self::ReduceLl | Self::ReduceHb => Collective::Reduce,
             Self::AllToAllP2p => Collective::AllToAll,
             Self::SendRecvP2p => Collective::SendRecv,
+            Self::Plan(id) => id.collective(),
         }
     }
 
@@ -182,6 +191,7 @@ impl Algorithm {
             | Self::BroadcastLl
             | Self::ReduceLl => Protocol::Ll,
             Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
+            Self::Plan(_) => Protocol::Plan,
             _ => Protocol::Hb,
         }
     }
@@ -192,12 +202,26 @@ impl Algorithm {
         matches!(self.collective(), Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }
 
-    /// Whether it handles `dtype`. The ring carries partial results between ranks in the
-    /// element type, so an FP8 ring would round to 8 bits at every step; FP8 reductions
-    /// accumulate in higher precision, so the ring leaves FP8 to the other algorithms.
+    /// Whether it handles `dtype`. The ring and the reducing plans carry partial results
+    /// between ranks in the element type, so in FP8 they would round to 8 bits at every step;
+    /// FP8 reductions accumulate in higher precision, so they leave FP8 to the other algorithms.
     pub fn supports(self, dtype: weft_types::DataType) -> bool {
         use weft_types::DataType;
-        self != Self::AllReduceRing || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
+        let partials_in_type = self == Self::AllReduceRing || (self.protocol() == Protocol::Plan && self.reduces());
+        !partials_in_type || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
+    }
+
+    /// Whether it handles operator `op`: plans have no `avg` (see [`weft_exec::supports_op`]).
+    pub fn supports_op(self, op: weft_types::ReduceOp) -> bool {
+        self.protocol() != Protocol::Plan || weft_exec::supports_op(op)
+    }
+
+    /// Whether it can run on `ranks` ranks (a plan's constraints; every native algorithm can).
+    pub fn available(self, ranks: usize) -> bool {
+        match self {
+            Self::Plan(id) => id.plan(ranks, 0).is_ok(),
+            _ => true,
+        }
     }
 
     /// The kernel's symbol.
@@ -216,6 +240,7 @@ impl Algorithm {
             Self::ReduceLl => "weft_reduce_ll",
             Self::ReduceHb => "weft_reduce_hb",
             Self::AllToAllP2p | Self::SendRecvP2p => "weft_p2p",
+            Self::Plan(_) => "weft_execute",
         }
     }
 
@@ -245,6 +270,31 @@ mod tests {
             assert!(c.algorithms().count() >= 1, "{c} has no algorithm");
         }
         assert_eq!(Collective::AllReduce.override_var(), "WEFT_ALGO_ALLREDUCE");
+    }
+
+    #[test]
+    fn shipped_plans_are_algorithms_named_plan_colon_name() {
+        let ring = Algorithm::from_name(Collective::AllReduce, "plan:ring_allreduce").unwrap();
+        assert_eq!(
+            (ring.protocol(), ring.collective(), ring.name()),
+            (Protocol::Plan, Collective::AllReduce, "plan:ring_allreduce")
+        );
+        assert!(Algorithm::from_name(Collective::AllGather, "plan:ring_allreduce").is_none());
+        assert!(Algorithm::from_name(Collective::AllGather, "plan:ring_allgather").is_some());
+        assert!(Algorithm::from_name(Collective::Broadcast, "plan:direct_broadcast").is_some());
+        use weft_types::{DataType, ReduceOp};
+        assert!(!ring.supports(DataType::F8E5M2) && ring.supports(DataType::Bf16));
+        assert!(!ring.supports_op(ReduceOp::Avg) && ring.supports_op(ReduceOp::Min));
+        let gather = Algorithm::from_name(Collective::AllGather, "plan:ring_allgather").unwrap();
+        assert!(gather.supports(DataType::F8E5M2) && !gather.reduces());
+        assert!(ring.available(4) && ring.available(2));
+        for c in Collective::ALL {
+            let names: Vec<_> = c.algorithms().map(Algorithm::name).collect();
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(names.len(), unique.len(), "{c}: {names:?}");
+        }
     }
 
     #[test]

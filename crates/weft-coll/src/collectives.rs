@@ -4,7 +4,11 @@
 //! synchronisation, no allocation once the kernels are loaded, so calls are capturable in CUDA
 //! graphs.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use weft_core::{Communicator, KernelLibrary};
+use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
 use weft_types::{DataType, MAX_RANKS, P2pPlan, ReduceOp};
 
@@ -12,6 +16,7 @@ use crate::algorithm::{Algorithm, Collective, Protocol};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
+use crate::plans::PlanId;
 use crate::resources::Resources;
 
 /// Direction of one point-to-point operation.
@@ -82,6 +87,11 @@ pub struct Collectives {
     config: CollConfig,
     resources: Resources,
     kernels: KernelCache,
+    /// Plans set up so far, per (plan, root); see [`Collectives::plan_executor`].
+    plans: Mutex<HashMap<(PlanId, usize), Arc<PlanExecutor>>>,
+    /// Executors replaced by larger ones: kept alive, since launches still queued on some
+    /// stream may use their buffers.
+    retired: Mutex<Vec<Arc<PlanExecutor>>>,
 }
 
 impl std::fmt::Debug for Collectives {
@@ -101,7 +111,14 @@ impl Collectives {
         }
         let resources = Resources::new(comm, &config)?;
         let library = KernelLibrary::new(comm.env().cache_dir.clone());
-        Ok(Self { comm: comm.clone(), kernels: KernelCache::new(library, comm.device().clone()), config, resources })
+        Ok(Self {
+            comm: comm.clone(),
+            kernels: KernelCache::new(library, comm.device().clone()),
+            config,
+            resources,
+            plans: Mutex::default(),
+            retired: Mutex::default(),
+        })
     }
 
     /// The configuration in force.
@@ -152,10 +169,14 @@ impl Collectives {
             (Buffer { what: "send", ptr: send, len: bytes }, Buffer { what: "recv", ptr: recv, len: bytes });
         self.check(stream, &[send, recv], &[(send, recv, Some(0))])?;
         let shard = bytes.div_ceil(self.ranks()).next_multiple_of(8);
-        let algorithm = self.choose(Collective::AllReduce, bytes, dtype, |a| match a {
+        let algorithm = self.choose(Collective::AllReduce, bytes, dtype, op, |a| match a {
             Algorithm::AllReduceLl => bytes,
             _ => shard,
         })?;
+        if let Algorithm::Plan(id) = algorithm {
+            // SAFETY: forwarded caller contract; buffers checked above.
+            return unsafe { self.run_plan(id, 0, send.ptr, recv.ptr, count, dtype, op, stream) };
+        }
         // SAFETY: every allreduce kernel takes (context, input, output, bytes); buffers were
         // checked above and are the caller's contract.
         unsafe {
@@ -222,7 +243,12 @@ impl Collectives {
         let (single, whole) = if gathers { (send_buf, recv_buf) } else { (recv_buf, send_buf) };
         let in_place = (block * self.comm.rank()) as u64;
         self.check(stream, &[send_buf, recv_buf], &[(single, whole, Some(in_place))])?;
-        let algorithm = self.choose(collective, total, dtype, |_| block)?;
+        let algorithm = self.choose(collective, total, dtype, op, |_| block)?;
+        if let Algorithm::Plan(id) = algorithm {
+            let elements = if gathers { count } else { count * self.ranks() };
+            // SAFETY: forwarded caller contract; buffers checked above.
+            return unsafe { self.run_plan(id, 0, send, recv, elements, dtype, op, stream) };
+        }
         // SAFETY: allgather and reduce-scatter kernels take (context, input, output, block
         // bytes); buffers checked above, the rest is the caller's contract.
         unsafe { self.launch(algorithm, dtype, op, stream, total, |a| a.push(send).push(recv).push(block as u64)) }
@@ -290,7 +316,12 @@ impl Collectives {
         } else {
             self.check(stream, &[used_by_all], &[])?;
         }
-        let algorithm = self.choose(collective, bytes, dtype, |_| bytes)?;
+        let algorithm = self.choose(collective, bytes, dtype, op, |_| bytes)?;
+        if let Algorithm::Plan(id) = algorithm {
+            // SAFETY: forwarded caller contract; buffers checked above (a non-root's send is
+            // never read: only the root's plan reads its input).
+            return unsafe { self.run_plan(id, root, send, recv, count, dtype, op, stream) };
+        }
         // SAFETY: broadcast and reduce kernels take (context, input, output, bytes, root); the
         // buffer a non-root does not use is never dereferenced there; checked above.
         unsafe {
@@ -314,6 +345,14 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let n = self.ranks();
+        let total = self.bytes(count, dtype, n)?;
+        if let Algorithm::Plan(id) = self.choose(Collective::AllToAll, total, dtype, ReduceOp::Sum, |_| 0)? {
+            let (send_buf, recv_buf) =
+                (Buffer { what: "send", ptr: send, len: total }, Buffer { what: "recv", ptr: recv, len: total });
+            self.check_p2p(stream, &[send_buf, recv_buf])?;
+            // SAFETY: forwarded caller contract; buffers checked above.
+            return unsafe { self.run_plan(id, 0, send, recv, count * n, dtype, ReduceOp::Sum, stream) };
+        }
         let counts = [count; MAX_RANKS];
         let mut displs = [0usize; MAX_RANKS];
         for (p, d) in displs.iter_mut().enumerate().take(n) {
@@ -365,7 +404,7 @@ impl Collectives {
         }
         self.check_p2p(stream, &buffers[..2 * n])?;
         let total: u64 = plan.send_bytes.iter().sum();
-        let algorithm = self.choose(Collective::AllToAll, total as usize, dtype, |_| 0)?;
+        let algorithm = self.choose(Collective::AllToAll, total as usize, dtype, ReduceOp::Sum, |_| 0)?;
         // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
         unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, stream, total as usize, |a| a.push(plan)) }
     }
@@ -399,7 +438,7 @@ impl Collectives {
             }
         }
         // Point-to-point transfers move bytes: every type is supported.
-        let algorithm = self.choose(Collective::SendRecv, 0, DataType::U8, |_| 0)?;
+        let algorithm = self.choose(Collective::SendRecv, 0, DataType::U8, ReduceOp::Sum, |_| 0)?;
         // Round i carries the i-th operation of every (peer, direction), matching the peers'
         // rounds; a round is one launch.
         // Every round is checked before any is launched, so a bad group enqueues nothing.
@@ -477,23 +516,29 @@ impl Collectives {
     /// The algorithm for a `collective` of `size` (the selector's key). `ll_payload(a)` is the
     /// most one rank puts into one packet slot under LL algorithm `a`: when it does not fit the
     /// slots, a size-based choice falls back to the collective's HB algorithm and a forced one
-    /// is an error.
+    /// is an error. So does a choice that does not support the type or operator, or a plan
+    /// with no version for this rank count.
     fn choose(
         &self,
         collective: Collective,
         size: usize,
         dtype: DataType,
+        op: ReduceOp,
         ll_payload: impl Fn(Algorithm) -> usize,
     ) -> Result<Algorithm, CollError> {
         let selector = &self.config.selector;
         let algorithm = selector.select(collective, size as u64);
         let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes;
-        if fits && algorithm.supports(dtype) {
+        let supported = algorithm.supports(dtype) && algorithm.supports_op(op);
+        let available = algorithm.protocol() != Protocol::Plan || self.plan_available(algorithm);
+        if fits && supported && available {
             return Ok(algorithm);
         }
         if selector.forced(collective) {
-            return Err(self.invalid(if fits {
-                format!("{algorithm} does not support {}", dtype.name())
+            return Err(self.invalid(if !available {
+                format!("{algorithm} has no plan for {} ranks", self.ranks())
+            } else if fits {
+                format!("{algorithm} does not support {} with {}", dtype.name(), op.name())
             } else {
                 format!(
                     "{algorithm} cannot carry {size} bytes (LL slots hold {} per rank; WEFT_LL_SLOT_BYTES)",
@@ -502,6 +547,62 @@ impl Collectives {
             }));
         }
         Ok(collective.algorithms().find(|a| a.protocol() == Protocol::Hb && a.supports(dtype)).unwrap_or(algorithm))
+    }
+
+    /// Whether plan algorithm `algorithm` has a plan at this rank count (set up already, or
+    /// one its registry entry can build).
+    fn plan_available(&self, algorithm: Algorithm) -> bool {
+        let Algorithm::Plan(id) = algorithm else { return false };
+        let set_up = self.plans.lock().unwrap_or_else(|p| p.into_inner()).keys().any(|(p, _)| *p == id);
+        set_up || algorithm.available(self.ranks())
+    }
+
+    /// The executor of plan `id` (for a broadcast's `root`) carrying `bytes` of input per rank:
+    /// set up on first use, and again, larger, when a call outgrows it (capacity: the next
+    /// power of two, at least [`CollConfig::plan_capacity`]). Set-up is collective: every rank
+    /// makes the same calls, so every rank sets up at the same call.
+    fn plan_executor(&self, id: PlanId, root: usize, bytes: u64) -> Result<Arc<PlanExecutor>, CollError> {
+        let rank = self.comm.rank();
+        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = plans.get(&(id, root)).filter(|e| e.capacity() >= bytes) {
+            return Ok(Arc::clone(e));
+        }
+        let plan = id.plan(self.ranks(), root).map_err(|detail| CollError::Unsupported { rank, detail })?;
+        let capacity = bytes.next_power_of_two().max(self.config.plan_capacity as u64);
+        let config = ExecConfig { capacity, ..ExecConfig::default() };
+        let executor =
+            Arc::new(PlanExecutor::new(&self.comm, &plan, config).map_err(|source| CollError::Exec { rank, source })?);
+        if let Some(old) = plans.insert((id, root), Arc::clone(&executor)) {
+            self.retired.lock().unwrap_or_else(|p| p.into_inner()).push(old);
+        }
+        Ok(executor)
+    }
+
+    /// Runs plan `id` on `count` input elements per rank.
+    ///
+    /// # Safety
+    /// As for [`Collectives::all_reduce`], with `send` and `recv` checked for the collective.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_plan(
+        &self,
+        id: PlanId,
+        root: usize,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let rank = self.comm.rank();
+        if count == 0 {
+            return Ok(Algorithm::Plan(id));
+        }
+        let executor = self.plan_executor(id, root, (count * dtype.size()) as u64)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { executor.launch(send, recv, count as u64, dtype, op, stream) }
+            .map_err(|source| CollError::Exec { rank, source })?;
+        Ok(Algorithm::Plan(id))
     }
 
     /// Launches `algorithm`'s kernel with the collective context followed by `args`, unless the
@@ -529,7 +630,7 @@ impl Collectives {
         args(&mut a);
         let (grid, block) = match algorithm.protocol() {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
-            Protocol::Hb | Protocol::P2p => (self.config.hb_blocks, self.config.hb_threads),
+            Protocol::Hb | Protocol::P2p | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
         };
         // SAFETY: the context's tables and buffers live as long as `self`; the rest is the
         // caller's contract.

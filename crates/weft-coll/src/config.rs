@@ -147,6 +147,9 @@ pub struct CollConfig {
     pub selector: Selector,
     /// Ranks the tuning table in force was measured with, if it says.
     pub tuned_ranks: Option<usize>,
+    /// Smallest input (bytes per rank) a plan executor is set up for; a larger call sets the
+    /// plan up again for the next power of two.
+    pub plan_capacity: usize,
 }
 
 impl Default for CollConfig {
@@ -162,12 +165,14 @@ impl Default for CollConfig {
             ll_slot_bytes: 512 << 10,
             selector: Selector::default(),
             tuned_ranks: None,
+            plan_capacity: 1 << 20,
         }
     }
 }
 
 impl CollConfig {
-    /// Defaults overridden by the communicator's environment: `WEFT_TUNING_FILE` (a JSON
+    /// Defaults overridden by the communicator's environment: `WEFT_PLAN_DIR` (user plans,
+    /// loaded once per process, see [`crate::load_user_plans`]), `WEFT_TUNING_FILE` (a JSON
     /// [`TuningTable`]), `WEFT_ALGO_<COLLECTIVE>` (an algorithm name or `auto`),
     /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`.
     pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
@@ -188,6 +193,9 @@ impl CollConfig {
                 })
                 .transpose()
         };
+        if let Some(dir) = lookup("WEFT_PLAN_DIR").filter(|p| !p.is_empty()) {
+            crate::plans::load_user_plans(std::path::Path::new(&dir))?;
+        }
         if let Some(path) = lookup("WEFT_TUNING_FILE").filter(|p| !p.is_empty()) {
             let text = std::fs::read_to_string(&path).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
             let table: TuningTable =
@@ -253,6 +261,9 @@ mod tests {
         assert!(with(&[("WEFT_ALGO_BROADCAST", "ll2")]).is_err());
         assert!(with(&[("WEFT_CHUNK_BYTES", "0")]).is_err());
         assert_eq!(with(&[("WEFT_HB_BLOCKS", "64")]).unwrap().hb_blocks, 64);
+        let plan = with(&[("WEFT_ALGO_ALLREDUCE", "plan:ring_allreduce")]).unwrap();
+        assert_eq!(plan.selector.select(Collective::AllReduce, 1 << 30).name(), "plan:ring_allreduce");
+        assert!(with(&[("WEFT_ALGO_ALLGATHER", "plan:ring_allreduce")]).unwrap_err().contains("plan:ring_allgather"));
     }
 
     #[test]

@@ -28,6 +28,14 @@ pub enum CollError {
         /// Cause.
         source: weft_gpu::GpuError,
     },
+    /// The plan executor failed (set-up or launch).
+    #[error("rank {rank}: {source}")]
+    Exec {
+        /// This rank.
+        rank: usize,
+        /// Cause.
+        source: weft_exec::ExecError,
+    },
     /// Communicator setup failed.
     #[error(transparent)]
     Core(#[from] weft_core::Error),

@@ -9,7 +9,10 @@
 //! **Must not:** do host synchronisation or allocation on a call once set up (calls are CUDA
 //! graph capturable), or call `cuMulticast*`.
 //!
-//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`.
+//! Execution plans are algorithms too (`plan:<name>`, [`PlanId`]): weft's shipped plans and the
+//! user plans of `WEFT_PLAN_DIR`, run by weft-exec's interpreter kernel.
+//!
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`, `weft-plan`, `weft-exec`.
 //!
 //! Unlike ARCHITECTURE §1's list, this crate contains `unsafe`: launching a kernel on pointers a
 //! caller hands us is inherently unsafe, and keeping those launches next to the algorithm that
@@ -21,10 +24,12 @@ mod config;
 mod error;
 mod kernels;
 pub mod nccl;
+mod plans;
 mod resources;
 
 pub use algorithm::{Algorithm, Collective, Protocol};
 pub use collectives::{Collectives, P2pKind, P2pOp};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::CollError;
+pub use plans::{PlanId, SHIPPED_INSTANCES, load_user_plans};
 pub use weft_types::{DataType, ReduceOp};

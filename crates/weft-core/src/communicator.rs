@@ -359,6 +359,8 @@ impl Communicator {
             Some(WaitOp::LlToken) => "LL buffer release by the peer",
             Some(WaitOp::FifoPush) => "FIFO push into a full ring",
             Some(WaitOp::FifoSync) => "FIFO sync on a command's consumption",
+            Some(WaitOp::ExecBarrier) => "plan executor barrier of the rank's thread blocks",
+            Some(WaitOp::ExecStep) => "plan executor wait for another thread block's operation",
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

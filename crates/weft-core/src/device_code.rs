@@ -31,23 +31,25 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("selftest.cu", include_str!("../../../device/kernels/selftest.cu")),
     ("reductions.cu", include_str!("../../../device/kernels/reductions.cu")),
     ("movement.cu", include_str!("../../../device/kernels/movement.cu")),
+    ("executor.cu", include_str!("../../../device/kernels/executor.cu")),
 ];
 
 /// Every set of defines a kernel source is compiled with (one entry for sources without any):
-/// the reducing collectives are specialised per element type and operator.
+/// the reducing collectives and the plan executor are specialised per element type and
+/// operator (the executor folds partial results in the element type, so it has no `avg`).
 pub fn variants(name: &str) -> Vec<Vec<String>> {
-    if name == "reductions.cu" {
-        weft_types::DataType::ALL
-            .iter()
-            .flat_map(|t| {
-                weft_types::ReduceOp::ALL
-                    .iter()
-                    .map(move |o| vec![format!("WEFT_DTYPE={}", *t as u32), format!("WEFT_REDOP={}", *o as u32)])
-            })
-            .collect()
-    } else {
-        vec![Vec::new()]
-    }
+    use weft_types::{DataType, ReduceOp};
+    let ops: &[ReduceOp] = match name {
+        "reductions.cu" => &ReduceOp::ALL,
+        "executor.cu" => &[ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min],
+        _ => return vec![Vec::new()],
+    };
+    DataType::ALL.iter().flat_map(|&t| ops.iter().map(move |&o| type_defines(t, o))).collect()
+}
+
+/// The defines that specialise a kernel source for element type `dtype` and operator `op`.
+pub fn type_defines(dtype: weft_types::DataType, op: weft_types::ReduceOp) -> Vec<String> {
+    vec![format!("WEFT_DTYPE={}", dtype as u32), format!("WEFT_REDOP={}", op as u32)]
 }
 
 /// The embedded source `name` with every header attached.

@@ -6,6 +6,12 @@
 //! packed densely, each of its own class. This is weft-plan's [`Geometry`] restated so the
 //! kernel can evaluate it without tables that depend on the size; the tests hold the two equal.
 //!
+//! The executor's own buffers (input and output stages, scratch) use the *padded* layout of the
+//! same chunks, in bytes: every chunk starts 16-byte aligned and owns its bytes up to the next
+//! multiple of 16, so the kernel writes them in whole 16-byte vectors and no two writers share a
+//! word. [`Sizing::padded_dense_offset`] and [`Sizing::padded_scratch_offset`] are what
+//! `device/kernels/executor.cu` computes.
+//!
 //! [`Geometry`]: weft_plan::plan::Geometry
 
 use std::ops::Range;
@@ -61,6 +67,38 @@ impl Sizing {
         Some(row.iter().enumerate().map(|(c, &n)| u64::from(n) * self.class_len(c as u64)).sum())
     }
 
+    /// Bytes of a chunk of size class `class` in the padded layout (elements of `elem` bytes).
+    pub fn padded_class_bytes(&self, class: u64, elem: u64) -> u64 {
+        (self.class_len(class) * elem).next_multiple_of(16)
+    }
+
+    /// Byte offset of input or output chunk `index` in a stage (`index` may be the chunk count:
+    /// the stage's length).
+    pub fn padded_dense_offset(&self, index: u64, elem: u64) -> u64 {
+        let c = index % self.classes;
+        let block: u64 = (0..self.classes).map(|k| self.padded_class_bytes(k, elem)).sum();
+        let before: u64 = (0..c).map(|k| self.padded_class_bytes(k, elem)).sum();
+        (index / self.classes) * block + before
+    }
+
+    /// Byte offset of scratch chunk `index` of a rank (`index` may be the chunk count: the
+    /// scratch's length); `None` past the end.
+    pub fn padded_scratch_offset(&self, rank: &DeviceRankPlan, index: u64, elem: u64) -> Option<u64> {
+        let k = self.classes as usize;
+        let row = rank.scratch_class_counts.get(index as usize * k..(index as usize + 1) * k)?;
+        Some(row.iter().enumerate().map(|(c, &n)| u64::from(n) * self.padded_class_bytes(c as u64, elem)).sum())
+    }
+
+    /// Bytes of a rank's input stage, output stage and scratch in the padded layout.
+    pub fn padded_lengths(&self, rank: &DeviceRankPlan, elem: u64) -> [u64; 3] {
+        let scratch_chunks = (rank.scratch_class_counts.len() / self.classes as usize).saturating_sub(1) as u64;
+        [
+            self.padded_dense_offset(self.input_chunks, elem),
+            self.padded_dense_offset(self.output_chunks, elem),
+            self.padded_scratch_offset(rank, scratch_chunks, elem).unwrap_or(0),
+        ]
+    }
+
     /// Element range of `chunks` in a rank's buffer; `None` when out of range.
     pub fn extent(&self, rank: &DeviceRankPlan, chunks: BufRef) -> Option<Range<u64>> {
         let (start, end) = (u64::from(chunks.index), chunks.end());
@@ -108,5 +146,70 @@ mod tests {
                 assert!(Sizing::new(&lowered, blocks + 1).is_none(), "{}", plan.name);
             }
         }
+    }
+
+    /// Every chunk of the padded layout starts 16-byte aligned, holds its elements and ends
+    /// before the next chunk begins; the buffer lengths cover every chunk.
+    #[test]
+    fn padded_chunks_are_aligned_disjoint_and_large_enough() {
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            let blocks = u64::from(plan.input_chunks / plan.size_classes);
+            for per_block in [0u64, 1, 3, 7, 16, 1001] {
+                let sizing = Sizing::new(&lowered, per_block * blocks).unwrap();
+                for elem in [1u64, 2, 4, 8] {
+                    for (r, rank) in lowered.ranks.iter().enumerate() {
+                        let [input, output, scratch] = sizing.padded_lengths(rank, elem);
+                        let dense = |n: u64, end: u64| -> Vec<(u64, u64)> {
+                            (0..n)
+                                .map(|i| (sizing.padded_dense_offset(i, elem), sizing.padded_dense_offset(i + 1, elem)))
+                                .chain([(end, end)])
+                                .collect()
+                        };
+                        let scratch_chunks = plan.ranks[r].scratch.len() as u64;
+                        let scratch_spans: Vec<(u64, u64)> = (0..scratch_chunks)
+                            .map(|i| {
+                                let at = |j| sizing.padded_scratch_offset(rank, j, elem).unwrap();
+                                (at(i), at(i + 1))
+                            })
+                            .collect();
+                        let classes = |i: u64| i % sizing.classes;
+                        for (i, &(start, end)) in dense(plan.input_chunks.into(), input).iter().enumerate() {
+                            assert_eq!(start % 16, 0);
+                            if (i as u64) < u64::from(plan.input_chunks) {
+                                assert!(end - start >= sizing.class_len(classes(i as u64)) * elem);
+                                assert!(end <= input);
+                            }
+                        }
+                        for &(start, end) in &dense(plan.output_chunks.into(), output) {
+                            assert!(start % 16 == 0 && start <= end && end <= output);
+                        }
+                        for (i, &(start, end)) in scratch_spans.iter().enumerate() {
+                            let class = u64::from(plan.ranks[r].scratch[i]);
+                            assert!(start % 16 == 0 && end <= scratch, "{} rank {r}", plan.name);
+                            assert!(end - start >= sizing.class_len(class) * elem, "{} rank {r}", plan.name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_padded_layout_of_one_class_is_each_chunk_rounded_up_to_16_bytes() {
+        let plan = weft_plan::plans::ring_allgather(3, 1).unwrap().compile().unwrap();
+        let lowered = lower(&plan).unwrap();
+        // One class, one input block: a chunk is the whole input.
+        let sizing = Sizing::new(&lowered, 5).unwrap();
+        assert_eq!(sizing.classes, 1);
+        assert_eq!(sizing.padded_dense_offset(1, 2), 16);
+        assert_eq!(sizing.padded_dense_offset(3, 2), 48);
+        assert_eq!(sizing.padded_dense_offset(2, 4), 64);
+        // Two classes: 5 elements split 3 + 2.
+        let two = lower(&weft_plan::plans::ring_allreduce(2, 1).unwrap().compile().unwrap()).unwrap();
+        let sizing = Sizing::new(&two, 5).unwrap();
+        assert_eq!((sizing.class_len(0), sizing.class_len(1)), (3, 2));
+        assert_eq!((sizing.padded_dense_offset(1, 8), sizing.padded_dense_offset(2, 8)), (32, 48));
+        assert_eq!((sizing.padded_dense_offset(1, 2), sizing.padded_dense_offset(2, 2)), (16, 32));
     }
 }

@@ -1,26 +1,41 @@
 //! # weft-exec — the plan executor
 //!
-//! **Owns:** turning a verified [`weft_plan::ExecutionPlan`] into what the executor's
-//! interpreter kernel reads ([`lower::DevicePlan`]: per rank, thread-block op ranges and
-//! [`weft_types::ExecOp`]s, plus the table that places scratch chunks for any message size),
-//! and the chunk geometry the kernel computes ([`geometry`]), stated once in Rust and tested
-//! against weft-plan's [`weft_plan::plan::Geometry`]. Later: uploading a lowered plan, the
-//! interpreter kernel and its launch.
+//! **Owns:** running a verified [`weft_plan::ExecutionPlan`] on GPUs with one interpreter
+//! kernel for every plan (`device/kernels/executor.cu`):
+//! - [`lower`]: the plan re-encoded as [`weft_types::ExecOp`]s per rank and thread block, plus
+//!   the table that places scratch chunks for any message size;
+//! - [`geometry`]: the chunk geometry the kernel computes, dense (user buffers) and padded
+//!   (the executor's registered stages and scratch), tested against weft-plan's;
+//! - [`tables`]: per rank, what the kernel needs besides the operations (which buffers peers
+//!   touch, which output chunks the plan writes, links, fences, barriers), with the checks the
+//!   kernel relies on;
+//! - [`PlanExecutor`]: collective set-up on a [`weft_core::Communicator`] (registered stages and
+//!   scratch exchanged with peers, a semaphore per link, uploaded tables) and the launch;
+//! - [`load_plan_dir`]: user plans from a folder (`WEFT_PLAN_DIR`), validated at load.
 //!
 //! **Must not:** change what a plan computes (lowering is a re-encoding, checked by decoding
-//! it back), or accept a plan beyond the kernel's limits silently (an error names the rank,
-//! thread block and operation).
+//! it back), accept a plan beyond the kernel's limits silently (an error names the rank,
+//! thread block and operation), synchronise the host or allocate on a launch, or call
+//! `cuMulticast*`.
 //!
-//! **Depends on:** `weft-types`, `weft-plan`.
+//! **Depends on:** `weft-types`, `weft-plan`, `weft-gpu`, `weft-core`.
 //!
-//! Status: the lowering and the geometry are done and tested on the CPU; the interpreter kernel
-//! and its launch are not written yet.
-#![forbid(unsafe_code)]
+//! `unsafe` is confined to the kernel launch in [`executor`].
+#![deny(unsafe_code)]
 
+pub mod error;
+#[allow(unsafe_code)]
+pub mod executor;
 pub mod geometry;
 pub mod lower;
+pub mod plan_dir;
+pub mod resources;
+pub mod tables;
 
+pub use error::ExecError;
+pub use executor::{EXEC_THREADS, ExecConfig, PlanExecutor, supports_op};
 pub use lower::{DevicePlan, DeviceRankPlan, LowerError, lower};
+pub use plan_dir::load_plan_dir;
 
 #[cfg(test)]
 pub(crate) mod tests {

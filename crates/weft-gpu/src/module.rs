@@ -36,7 +36,9 @@ pod!(
     weft_types::CollContext,
     weft_types::P2pPlan,
     weft_types::ExecLoc,
-    weft_types::ExecOp
+    weft_types::ExecOp,
+    weft_types::ExecBuffers,
+    weft_types::ExecContext
 );
 
 /// Alias kept for call sites that talk about kernel arguments.

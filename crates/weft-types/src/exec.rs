@@ -21,6 +21,15 @@ pub const EXEC_BARRIER: u32 = 1 << 2;
 /// [`ExecOp::flags`]: signal (`signal_peer`, `signal_channel`) after the writes.
 pub const EXEC_SIGNAL: u32 = 1 << 3;
 
+/// [`ExecContext::flags`]: this rank's input is copied into its registered input stage first
+/// (a peer reads it).
+pub const EXEC_INPUT_STAGED: u32 = 1 << 0;
+/// [`ExecContext::flags`]: this rank's output is assembled in its registered output stage and
+/// copied out last (a peer reads or writes it, or the call is in place).
+pub const EXEC_OUTPUT_STAGED: u32 = 1 << 1;
+
+use crate::handles::WaitContext;
+
 device_structs! {
     /// A run of `count` chunks of a buffer (`buffer`: 0 input, 1 output, 2 scratch) of this
     /// rank (`peer == EXEC_LOCAL`) or of a peer.
@@ -66,6 +75,67 @@ device_structs! {
         /// Each receives the result.
         outputs: [ExecLoc; 2] => "ExecLoc[2]",
     }
+
+    /// Where one rank's executor buffers lie, as the GPU reading the table maps them: the input
+    /// and output stages and the scratch. Every chunk in them starts 16-byte aligned and is
+    /// padded to 16 bytes (see weft-exec's geometry), so writers never share a word.
+    struct ExecBuffers align(8) size(24) {
+        /// Input stage (device address).
+        input: u64 => "uint64_t",
+        /// Output stage (device address).
+        output: u64 => "uint64_t",
+        /// Scratch (device address).
+        scratch: u64 => "uint64_t",
+    }
+
+    /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
+    /// connections and persistent sync state, and the call's buffers and size.
+    struct ExecContext align(8) size(152) {
+        /// `ExecOp[]`: every thread block's operations, concatenated.
+        ops: u64 => "uint64_t",
+        /// `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
+        tb_starts: u64 => "uint64_t",
+        /// `uint32_t[(scratch chunks + 1) * size_classes]`: per scratch chunk, the chunks of each class before it.
+        scratch_counts: u64 => "uint64_t",
+        /// `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
+        written: u64 => "uint64_t",
+        /// `ExecBuffers[ranks]`: every rank's stages and scratch as this GPU maps them (entry `rank`: its own).
+        buffers: u64 => "uint64_t",
+        /// `SemaphoreDeviceHandle[ranks * link_stride]`: entry `peer * link_stride + channel` is link (peer, channel).
+        links: u64 => "uint64_t",
+        /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
+        fences: u64 => "uint64_t",
+        /// `uint64_t[grid + 2 + threadblocks]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per thread block (tagged with the launch).
+        state: u64 => "uint64_t",
+        /// The call's input buffer (device address).
+        input: u64 => "uint64_t",
+        /// The call's output buffer (device address).
+        output: u64 => "uint64_t",
+        /// Elements of one input block for this call (weft-exec's `Sizing::unit`).
+        unit: u64 => "uint64_t",
+        /// Bound and error record of waits inside this rank (barriers, thread-block steps).
+        wait: WaitContext => "WaitContext",
+        /// This rank.
+        rank: u32 => "uint32_t",
+        /// Ranks of the plan.
+        ranks: u32 => "uint32_t",
+        /// Thread blocks of the plan on this rank (the grid may be larger: extra blocks only stage).
+        threadblocks: u32 => "uint32_t",
+        /// Channels per peer in `links`.
+        link_stride: u32 => "uint32_t",
+        /// Size classes of the plan's chunks.
+        size_classes: u32 => "uint32_t",
+        /// Chunks of the input buffer.
+        input_chunks: u32 => "uint32_t",
+        /// Chunks of the output buffer.
+        output_chunks: u32 => "uint32_t",
+        /// EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED.
+        flags: u32 => "uint32_t",
+        /// Barrier operations every thread block of the plan runs per launch.
+        plan_barriers: u32 => "uint32_t",
+        /// Bit p set: this rank talks to peer p (the launch fence covers exactly these).
+        peer_mask: u32 => "uint32_t",
+    }
 }
 
 pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
@@ -77,6 +147,12 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("EXEC_WAIT_TB", EXEC_WAIT_TB.into(), "ExecOp flag: wait for another thread block's step"),
         ("EXEC_BARRIER", EXEC_BARRIER.into(), "ExecOp flag: barrier of every thread block of the rank"),
         ("EXEC_SIGNAL", EXEC_SIGNAL.into(), "ExecOp flag: signal a link after the writes"),
+        ("EXEC_INPUT_STAGED", EXEC_INPUT_STAGED.into(), "ExecContext flag: the input is copied into the input stage"),
+        (
+            "EXEC_OUTPUT_STAGED",
+            EXEC_OUTPUT_STAGED.into(),
+            "ExecContext flag: the output is copied out of the output stage",
+        ),
     ]
 }
 

@@ -25,6 +25,10 @@ device_enums! {
         FifoPush = 5,
         /// `fifo_sync` waiting for the proxy to consume a command.
         FifoSync = 6,
+        /// The plan executor waiting for the other thread blocks of its rank at a barrier.
+        ExecBarrier = 7,
+        /// The plan executor waiting for another thread block of its rank to finish an operation.
+        ExecStep = 8,
     }
 }
 

@@ -44,6 +44,11 @@ enum Command {
         /// Measure NCCL (libnccl.so.2) in the same run.
         #[arg(long)]
         nccl: bool,
+        /// Also time this weft algorithm of the collective in the same run (e.g. `ring` while
+        /// WEFT_ALGO_ALLREDUCE=plan:ring_allreduce picks the plan): a table of both times and
+        /// the overhead follows.
+        #[arg(long)]
+        versus: Option<String>,
         /// Write the rows as JSON.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -192,8 +197,8 @@ fn main() -> ExitCode {
         Command::TuneWorker => weft::tune::run_worker(),
         Command::Tune { collectives, sweep, hb_blocks, out } => tune(&collectives, &sweep, hb_blocks, &out),
         Command::Plan { action } => plan(action),
-        Command::Bench { collective, sweep, graph, check, nccl, json, plot } => {
-            bench(&collective, &sweep, [graph, check, nccl], [json, plot])
+        Command::Bench { collective, sweep, graph, check, nccl, versus, json, plot } => {
+            bench(&collective, &sweep, [graph, check, nccl], versus, [json, plot])
         }
         Command::GenHeader { root, check } => gen_header(&root, check),
     };
@@ -222,6 +227,7 @@ fn bench(
     collective: &str,
     sweep: &Sweep,
     [graph, check, nccl]: [bool; 3],
+    versus: Option<String>,
     [json, plot]: [Option<std::path::PathBuf>; 2],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let collective = weft::bench::Collective::parse(collective)?;
@@ -236,12 +242,13 @@ fn bench(
         graph,
         check,
         nccl,
+        versus,
         gpus: s.gpus,
     };
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --gpus).
-        if json.is_some() || plot.is_some() || nccl || graph {
-            println!("# --json, --plot, --nccl and --graph measure GPUs: the CPU backend ignores them");
+        if json.is_some() || plot.is_some() || nccl || graph || options.versus.is_some() {
+            println!("# --json, --plot, --nccl, --graph and --versus measure GPUs: the CPU backend ignores them");
         }
         return weft::bench::cpu::run(&options, sweep.gpus.unwrap_or(4).max(1));
     }

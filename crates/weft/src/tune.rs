@@ -75,7 +75,9 @@ fn work(options: &TuneOptions) -> Vec<(u32, Algorithm, usize)> {
     let mut out = Vec::new();
     for (i, &blocks) in options.hb_blocks.iter().enumerate() {
         for &collective in &options.collectives {
-            for algorithm in collective.algorithms().filter(|a| i == 0 || a.protocol() != Protocol::Ll) {
+            // Plans are not tuned yet: their executor overhead is still to be measured.
+            let native = |a: &Algorithm| a.protocol() != Protocol::Plan;
+            for algorithm in collective.algorithms().filter(native).filter(|a| i == 0 || a.protocol() != Protocol::Ll) {
                 out.extend(sizes.iter().map(|&s| (blocks, algorithm, s)));
             }
         }
@@ -203,7 +205,7 @@ fn print_summary(samples: &[Sample], tuned: &Tuned) {
     let mut collectives: Vec<Collective> = samples.iter().map(|s| s.collective).collect();
     collectives.dedup();
     for collective in collectives {
-        let algorithms: Vec<Algorithm> = collective.algorithms().collect();
+        let algorithms: Vec<Algorithm> = collective.algorithms().filter(|a| a.protocol() != Protocol::Plan).collect();
         print!("\n{:>8} ", collective.name());
         for a in &algorithms {
             print!("{:>10} ", format!("{} us", a.name()));

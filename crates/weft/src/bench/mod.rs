@@ -45,6 +45,11 @@ pub struct BenchOptions {
     pub check: bool,
     /// Measure NCCL in the same run.
     pub nccl: bool,
+    /// Also time (and with `check`, check) this weft algorithm of the collective in the same
+    /// run, e.g. the native kernel a plan implements (`--versus ring` against
+    /// `WEFT_ALGO_ALLREDUCE=plan:ring_allreduce`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus: Option<String>,
     /// GPUs (default: all).
     pub gpus: usize,
 }
@@ -62,6 +67,9 @@ pub struct Row {
     pub weft_us: f64,
     /// NCCL microseconds per call.
     pub nccl_us: Option<f64>,
+    /// Microseconds per call of the `versus` algorithm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus_us: Option<f64>,
     /// Elements of weft's outputs that differ from the reference (all checked trials).
     pub wrong: u64,
     /// The same for NCCL's outputs, when checked (`--check --nccl`): a nonzero count means the
@@ -215,11 +223,13 @@ fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
         .map(|(i, row)| {
             let mut m = row.clone();
             for other in per_rank.iter().skip(1).filter_map(|rows| rows.get(i)) {
-                m.weft_us = m.weft_us.max(other.weft_us);
-                m.nccl_us = match (m.nccl_us, other.nccl_us) {
+                let slowest = |a: Option<f64>, b: Option<f64>| match (a, b) {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (a, b) => a.or(b),
                 };
+                m.weft_us = m.weft_us.max(other.weft_us);
+                m.nccl_us = slowest(m.nccl_us, other.nccl_us);
+                m.versus_us = slowest(m.versus_us, other.versus_us);
                 m.wrong += other.wrong;
                 m.nccl_wrong = match (m.nccl_wrong, other.nccl_wrong) {
                     (Some(a), Some(b)) => Some(a + b),
@@ -269,6 +279,7 @@ mod tests {
             graph: false,
             check: false,
             nccl: false,
+            versus: None,
             gpus: 2,
         };
         assert_eq!(sizes(&o), vec![1024, 2048, 4096, 8192]);
@@ -276,11 +287,20 @@ mod tests {
 
     #[test]
     fn merging_takes_the_slowest_rank_and_sums_errors() {
-        let a = vec![Row { bytes: 8, weft_us: 1.0, nccl_us: Some(2.0), wrong: 1, identical: true, ..Row::default() }];
+        let a = vec![Row {
+            bytes: 8,
+            weft_us: 1.0,
+            nccl_us: Some(2.0),
+            versus_us: Some(5.0),
+            wrong: 1,
+            identical: true,
+            ..Row::default()
+        }];
         let b = vec![Row {
             bytes: 8,
             weft_us: 3.0,
             nccl_us: Some(1.0),
+            versus_us: Some(6.0),
             wrong: 2,
             nccl_wrong: Some(4),
             identical: false,
@@ -288,8 +308,8 @@ mod tests {
         }];
         let m = merge(&[a, b]);
         assert_eq!(
-            (m[0].weft_us, m[0].nccl_us, m[0].wrong, m[0].nccl_wrong, m[0].identical),
-            (3.0, Some(2.0), 3, Some(4), false)
+            (m[0].weft_us, m[0].nccl_us, m[0].versus_us, m[0].wrong, m[0].nccl_wrong, m[0].identical),
+            (3.0, Some(2.0), Some(6.0), 3, Some(4), false)
         );
     }
 }

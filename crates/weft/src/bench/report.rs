@@ -24,6 +24,9 @@ pub struct Line {
     pub nccl_busbw: Option<f64>,
     /// NCCL time / weft time (above 1: weft is faster).
     pub ratio: Option<f64>,
+    /// weft time / the `versus` algorithm's time (above 1: the versus algorithm is faster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versus_ratio: Option<f64>,
 }
 
 /// GB/s of `bytes` moved in `us` microseconds.
@@ -45,6 +48,7 @@ pub(super) fn lines(options: &BenchOptions, rows: &[Row]) -> Vec<Line> {
                 nccl_algbw,
                 nccl_busbw: nccl_algbw.map(|b| b * factor),
                 ratio: r.nccl_us.map(|t| t / r.weft_us),
+                versus_ratio: r.versus_us.map(|t| r.weft_us / t),
             }
         })
         .collect()
@@ -100,6 +104,9 @@ pub(super) fn print_table(options: &BenchOptions, lines: &[Line]) {
     if let Some(g) = geomean_ratio(lines) {
         println!("# geomean speedup over NCCL (time ratio nccl/weft): {g:.3}");
     }
+    if let Some(versus) = &options.versus {
+        print_versus(versus, lines);
+    }
     if options.check {
         let wrong: u64 = lines.iter().map(|l| l.row.wrong).sum();
         let identical = lines.iter().all(|l| l.row.identical);
@@ -112,6 +119,25 @@ pub(super) fn print_table(options: &BenchOptions, lines: &[Line]) {
         if nccl_wrong > 0 {
             println!("# NCCL: {nccl_wrong} wrong elements: the reference or the harness is wrong, not only weft");
         }
+    }
+}
+
+/// Prints the weft algorithm against the `versus` one measured in the same run: both times,
+/// the difference and the overhead (the executor's targets are stated in these terms).
+fn print_versus(versus: &str, lines: &[Line]) {
+    println!("# against {versus} in the same run");
+    println!("{:>12} {:>24} {:>10} {:>10} {:>10} {:>9}", "size", "algo", "us", "versus us", "diff us", "overhead");
+    for l in lines {
+        let (r, Some(v), Some(ratio)) = (&l.row, l.row.versus_us, l.versus_ratio) else { continue };
+        println!(
+            "{:>12} {:>24} {:>10.2} {:>10.2} {:>10.2} {:>8.1}%",
+            r.bytes,
+            r.algorithm,
+            r.weft_us,
+            v,
+            r.weft_us - v,
+            (ratio - 1.0) * 100.0
+        );
     }
 }
 
@@ -144,6 +170,7 @@ pub(super) mod tests {
             graph: true,
             check: true,
             nccl: true,
+            versus: None,
             gpus: 4,
         }
     }
@@ -163,6 +190,7 @@ pub(super) mod tests {
                     wrong: 0,
                     nccl_wrong: Some(0),
                     identical: true,
+                    ..Row::default()
                 }
             })
             .collect()
@@ -177,6 +205,14 @@ pub(super) mod tests {
             (300.0, 225.0, Some(150.0), Some(112.5), Some(2.0))
         );
         assert!((geomean_ratio(&lines(&options(Collective::AllReduce), &rows())).unwrap() - 1.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_versus_ratio_is_this_algorithm_over_the_other() {
+        let row = Row { bytes: 1 << 20, weft_us: 10.5, versus_us: Some(10.0), ..Row::default() };
+        let l = &lines(&options(Collective::AllReduce), &[row])[0];
+        assert!((l.versus_ratio.unwrap() - 1.05).abs() < 1e-12);
+        assert_eq!(lines(&options(Collective::AllReduce), &rows())[0].versus_ratio, None);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_coll::nccl::{Nccl, NcclComm};
-use weft_coll::{CollConfig, Collectives, P2pKind, P2pOp};
+use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp};
 use weft_core::{Communicator, Env};
 use weft_gpu::{AllocKind, Device, DeviceMemory, DevicePtr, Event, Stream};
 use weft_types::{DataType, ReduceOp};
@@ -282,6 +282,18 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
     let ranks = comm.world_size();
     let coll = Collectives::new(&comm, CollConfig::from_env(&env)?)?;
     coll.prepare(options.dtype, options.op)?;
+    let versus = match &options.versus {
+        Some(name) => {
+            let algorithm = Algorithm::from_name(options.collective, name)
+                .ok_or_else(|| format!("--versus {name}: not an algorithm of {}", options.collective))?;
+            let mut config = CollConfig::from_env(&env)?;
+            config.selector.force(algorithm);
+            let versus = Collectives::new(&comm, config)?;
+            versus.prepare(options.dtype, options.op)?;
+            Some(versus)
+        }
+        None => None,
+    };
     let nccl = if options.nccl { Some(Nccl::load(&env)?) } else { None };
     let nccl_comm: Option<NcclComm<'_>> = match &nccl {
         Some(lib) => {
@@ -317,6 +329,8 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
             let weft_run = |from, to| unsafe { call.weft(&coll, from, to) }.map(|_| ());
             // SAFETY: as for `weft_run`.
             let nccl_run = nccl_comm.as_ref().map(|nc| move |from, to| unsafe { call.nccl(nc, from, to) });
+            // SAFETY: as for `weft_run`.
+            let versus_run = versus.as_ref().map(|v| move |from, to| unsafe { call.weft(v, from, to) }.map(|_| ()));
             let mut row = Row { bytes: shape.bytes, count: shape.count, identical: true, ..Row::default() };
             if options.check {
                 let seed = shared_seed(&*bootstrap)?;
@@ -325,6 +339,9 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
                 if let Some(nccl_run) = &nccl_run {
                     row.nccl_wrong = Some(check(&me, &call, nccl_run, &reference, options.graph)?.0);
                 }
+                if let Some(versus_run) = &versus_run {
+                    row.wrong += check(&me, &call, versus_run, &reference, options.graph)?.0;
+                }
             }
             // SAFETY: as for `weft_run`.
             row.algorithm = unsafe { call.weft(&coll, send, recv) }?.to_string();
@@ -332,6 +349,9 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
             row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(send, recv))?;
             if let Some(nccl_run) = &nccl_run {
                 row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(send, recv))?);
+            }
+            if let Some(versus_run) = &versus_run {
+                row.versus_us = Some(me.time(options.graph, shape.bytes, &|| versus_run(send, recv))?);
             }
             rows.push(row);
         }

@@ -3,8 +3,11 @@
 //! and in two CUDA-graph replays against the float64 reference of `weft bench --check`, on
 //! every rank. The communicator's collectives are set up with small rounds and packet slots,
 //! so counts of a few thousand elements already take the multi-round paths of every kernel.
+//! The same matrix runs the native algorithms (step `coll`) or every execution plan of the
+//! registry available at this rank count (step `plan`: the shipped plans and any of
+//! `WEFT_PLAN_DIR`), each through the plan executor.
 
-use weft_coll::{CollConfig, CollError, Collectives};
+use weft_coll::{CollConfig, CollError, Collectives, Protocol};
 use weft_core::{Communicator, Env};
 use weft_types::{DataType, ReduceOp};
 
@@ -21,27 +24,47 @@ const LL_SLOT_BYTES: usize = 16 << 10;
 
 type BoxError = Box<dyn std::error::Error>;
 
+/// Which algorithms a matrix runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Family {
+    /// The native kernels.
+    Native,
+    /// The execution plans of the registry.
+    Plans,
+}
+
 /// Runs the matrix on `comm`, recording one outcome per (collective, algorithm, type, operator).
-pub(super) fn run(comm: &Communicator, env: &Env, label: &str, report: &mut RankReport) {
-    if let Err(e) = run_matrix(comm, env, label, report) {
-        report.record(format!("{label}collective matrix set-up"), Err(e));
+pub(super) fn run(comm: &Communicator, env: &Env, label: &str, family: Family, report: &mut RankReport) {
+    if let Err(e) = run_matrix(comm, env, label, family, report) {
+        report.record(format!("{label}collective matrix ({family:?}) set-up"), Err(e));
     }
 }
 
-fn run_matrix(comm: &Communicator, env: &Env, label: &str, report: &mut RankReport) -> Result<(), BoxError> {
+fn run_matrix(
+    comm: &Communicator,
+    env: &Env,
+    label: &str,
+    family: Family,
+    report: &mut RankReport,
+) -> Result<(), BoxError> {
     let ranks = comm.world_size();
     let largest = COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8;
     let me = Rank::new(comm, largest)?;
     let base = CollConfig { chunk_bytes: CHUNK_BYTES, ll_slot_bytes: LL_SLOT_BYTES, ..CollConfig::from_env(env)? };
     for collective in Collective::ALL {
-        for algorithm in collective.algorithms() {
+        let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
+        for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)) {
             let mut config = base.clone();
             config.selector.force(algorithm);
             let coll = Collectives::new(comm, config)?;
-            let ops: &[ReduceOp] = if collective.reduces() { &ReduceOp::ALL } else { &[ReduceOp::Sum] };
+            let ops: Vec<ReduceOp> = if collective.reduces() {
+                ReduceOp::ALL.into_iter().filter(|&o| algorithm.supports_op(o)).collect()
+            } else {
+                vec![ReduceOp::Sum]
+            };
             // A forced algorithm rejects the types it does not support (weft-coll's tests).
             for dtype in DataType::ALL.into_iter().filter(|&t| algorithm.supports(t)) {
-                for &op in ops {
+                for &op in &ops {
                     let name = if collective.reduces() {
                         format!("{label}{collective:?} {} {} {}", algorithm.name(), dtype.name(), op.name())
                     } else {

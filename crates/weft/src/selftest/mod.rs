@@ -50,13 +50,16 @@ pub enum Step {
     Timeout,
     /// Reduction helpers.
     Reduce,
-    /// The collective matrix: every collective, algorithm, type and operator.
+    /// The collective matrix: every collective, native algorithm, type and operator.
     Coll,
+    /// The same matrix for every execution plan of the registry (`plan:<name>`), run by the
+    /// plan executor.
+    Plan,
 }
 
 impl Step {
-    const ALL: [Step; 7] =
-        [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce, Step::Coll];
+    const ALL: [Step; 8] =
+        [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce, Step::Coll, Step::Plan];
 
     fn name(self) -> &'static str {
         match self {
@@ -67,6 +70,7 @@ impl Step {
             Step::Timeout => "timeout",
             Step::Reduce => "reduce",
             Step::Coll => "coll",
+            Step::Plan => "plan",
         }
     }
 

@@ -99,9 +99,11 @@ fn run(
     }
     comm.barrier()?;
     let world = comm.world_size();
-    if steps.contains(&Step::Coll) {
-        collectives::run(&comm, env, label, report);
-        comm.barrier()?;
+    for (step, family) in [(Step::Coll, collectives::Family::Native), (Step::Plan, collectives::Family::Plans)] {
+        if steps.contains(&step) {
+            collectives::run(&comm, env, label, family, report);
+            comm.barrier()?;
+        }
     }
     let mut pair = Pair { comm: &comm, runner: &runner, data: &data, label, steps, report };
     for a in 0..world {

@@ -22,6 +22,8 @@ constexpr uint64_t EXEC_WAIT_LINK = 1ull;  ///< ExecOp flag: wait for the next s
 constexpr uint64_t EXEC_WAIT_TB = 2ull;  ///< ExecOp flag: wait for another thread block's step
 constexpr uint64_t EXEC_BARRIER = 4ull;  ///< ExecOp flag: barrier of every thread block of the rank
 constexpr uint64_t EXEC_SIGNAL = 8ull;  ///< ExecOp flag: signal a link after the writes
+constexpr uint64_t EXEC_INPUT_STAGED = 1ull;  ///< ExecContext flag: the input is copied into the input stage
+constexpr uint64_t EXEC_OUTPUT_STAGED = 2ull;  ///< ExecContext flag: the output is copied out of the output stage
 
 ///  Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
 enum class DeviceErrorCode : uint32_t {
@@ -38,6 +40,8 @@ enum class WaitOp : uint32_t {
   LlToken = 4,  ///<  Waiting for a peer to finish reading the LL packets of the launch before last.
   FifoPush = 5,  ///<  `fifo_push` waiting for a free slot in a full FIFO.
   FifoSync = 6,  ///<  `fifo_sync` waiting for the proxy to consume a command.
+  ExecBarrier = 7,  ///<  The plan executor waiting for the other thread blocks of its rank at a barrier.
+  ExecStep = 8,  ///<  The plan executor waiting for another thread block of its rank to finish an operation.
 };
 
 ///  Element type of a collective's buffers.
@@ -292,5 +296,67 @@ static_assert(WEFT_OFFSETOF(ExecOp, n_outputs) == 21, "rust: offsetof(ExecOp, n_
 static_assert(WEFT_OFFSETOF(ExecOp, reserved) == 22, "rust: offsetof(ExecOp, reserved) == 22");
 static_assert(WEFT_OFFSETOF(ExecOp, inputs) == 24, "rust: offsetof(ExecOp, inputs) == 24");
 static_assert(WEFT_OFFSETOF(ExecOp, outputs) == 72, "rust: offsetof(ExecOp, outputs) == 72");
+
+///  Where one rank's executor buffers lie, as the GPU reading the table maps them: the input
+struct alignas(8) ExecBuffers {
+  uint64_t input;  ///<  Input stage (device address).
+  uint64_t output;  ///<  Output stage (device address).
+  uint64_t scratch;  ///<  Scratch (device address).
+};
+static_assert(sizeof(ExecBuffers) == 24, "rust: sizeof(ExecBuffers) == 24");
+static_assert(alignof(ExecBuffers) == 8, "rust: alignof(ExecBuffers) == 8");
+static_assert(WEFT_OFFSETOF(ExecBuffers, input) == 0, "rust: offsetof(ExecBuffers, input) == 0");
+static_assert(WEFT_OFFSETOF(ExecBuffers, output) == 8, "rust: offsetof(ExecBuffers, output) == 8");
+static_assert(WEFT_OFFSETOF(ExecBuffers, scratch) == 16, "rust: offsetof(ExecBuffers, scratch) == 16");
+
+///  What the executor's interpreter kernel receives: one rank's uploaded plan, its
+struct alignas(8) ExecContext {
+  uint64_t ops;  ///<  `ExecOp[]`: every thread block's operations, concatenated.
+  uint64_t tb_starts;  ///<  `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
+  uint64_t scratch_counts;  ///<  `uint32_t[(scratch chunks + 1) * size_classes]`: per scratch chunk, the chunks of each class before it.
+  uint64_t written;  ///<  `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
+  uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages and scratch as this GPU maps them (entry `rank`: its own).
+  uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride]`: entry `peer * link_stride + channel` is link (peer, channel).
+  uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
+  uint64_t state;  ///<  `uint64_t[grid + 2 + threadblocks]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per thread block (tagged with the launch).
+  uint64_t input;  ///<  The call's input buffer (device address).
+  uint64_t output;  ///<  The call's output buffer (device address).
+  uint64_t unit;  ///<  Elements of one input block for this call (weft-exec's `Sizing::unit`).
+  WaitContext wait;  ///<  Bound and error record of waits inside this rank (barriers, thread-block steps).
+  uint32_t rank;  ///<  This rank.
+  uint32_t ranks;  ///<  Ranks of the plan.
+  uint32_t threadblocks;  ///<  Thread blocks of the plan on this rank (the grid may be larger: extra blocks only stage).
+  uint32_t link_stride;  ///<  Channels per peer in `links`.
+  uint32_t size_classes;  ///<  Size classes of the plan's chunks.
+  uint32_t input_chunks;  ///<  Chunks of the input buffer.
+  uint32_t output_chunks;  ///<  Chunks of the output buffer.
+  uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED.
+  uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
+  uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
+};
+static_assert(sizeof(ExecContext) == 152, "rust: sizeof(ExecContext) == 152");
+static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
+static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
+static_assert(WEFT_OFFSETOF(ExecContext, tb_starts) == 8, "rust: offsetof(ExecContext, tb_starts) == 8");
+static_assert(WEFT_OFFSETOF(ExecContext, scratch_counts) == 16, "rust: offsetof(ExecContext, scratch_counts) == 16");
+static_assert(WEFT_OFFSETOF(ExecContext, written) == 24, "rust: offsetof(ExecContext, written) == 24");
+static_assert(WEFT_OFFSETOF(ExecContext, buffers) == 32, "rust: offsetof(ExecContext, buffers) == 32");
+static_assert(WEFT_OFFSETOF(ExecContext, links) == 40, "rust: offsetof(ExecContext, links) == 40");
+static_assert(WEFT_OFFSETOF(ExecContext, fences) == 48, "rust: offsetof(ExecContext, fences) == 48");
+static_assert(WEFT_OFFSETOF(ExecContext, state) == 56, "rust: offsetof(ExecContext, state) == 56");
+static_assert(WEFT_OFFSETOF(ExecContext, input) == 64, "rust: offsetof(ExecContext, input) == 64");
+static_assert(WEFT_OFFSETOF(ExecContext, output) == 72, "rust: offsetof(ExecContext, output) == 72");
+static_assert(WEFT_OFFSETOF(ExecContext, unit) == 80, "rust: offsetof(ExecContext, unit) == 80");
+static_assert(WEFT_OFFSETOF(ExecContext, wait) == 88, "rust: offsetof(ExecContext, wait) == 88");
+static_assert(WEFT_OFFSETOF(ExecContext, rank) == 112, "rust: offsetof(ExecContext, rank) == 112");
+static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 116, "rust: offsetof(ExecContext, ranks) == 116");
+static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 120, "rust: offsetof(ExecContext, threadblocks) == 120");
+static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 124, "rust: offsetof(ExecContext, link_stride) == 124");
+static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 128, "rust: offsetof(ExecContext, size_classes) == 128");
+static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 132, "rust: offsetof(ExecContext, input_chunks) == 132");
+static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 136, "rust: offsetof(ExecContext, output_chunks) == 136");
+static_assert(WEFT_OFFSETOF(ExecContext, flags) == 140, "rust: offsetof(ExecContext, flags) == 140");
+static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 144, "rust: offsetof(ExecContext, plan_barriers) == 144");
+static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 148, "rust: offsetof(ExecContext, peer_mask) == 148");
 
 }  // namespace weft

@@ -1,0 +1,193 @@
+//! [`PlanExecutor`]: one plan set up on one rank of a communicator, launched with the
+//! interpreter kernel (`device/kernels/executor.cu`) on any stream, any number of times,
+//! eagerly or inside a CUDA graph. Setting up is collective; a launch enqueues one kernel and
+//! nothing else (no host synchronisation, no allocation once the kernel for the call's type
+//! and operator is loaded).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use weft_core::device_code::type_defines;
+use weft_core::{Communicator, KernelLibrary};
+use weft_gpu::{DevicePtr, Kernel, KernelArgs, LaunchConfig, Stream};
+use weft_plan::ExecutionPlan;
+use weft_types::{DataType, EXEC_INPUT_STAGED, EXEC_OUTPUT_STAGED, ExecContext, ExecOp, ReduceOp};
+
+use crate::error::ExecError;
+use crate::geometry::Sizing;
+use crate::lower::{DevicePlan, lower};
+use crate::resources::ExecResources;
+use crate::tables::{RankTables, rank_tables};
+
+/// Threads of every executor block (the kernel's `__launch_bounds__`).
+pub const EXEC_THREADS: u32 = 512;
+
+/// Launch shape and buffer sizes of an executor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecConfig {
+    /// Largest input, in bytes per rank, a launch may carry: the stages and scratch are sized
+    /// for it.
+    pub capacity: u64,
+    /// Blocks of the grid when the plan has fewer thread blocks: the extra blocks help copy
+    /// the stages.
+    pub stage_blocks: u32,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        Self { capacity: 1 << 20, stage_blocks: 32 }
+    }
+}
+
+/// Whether the executor runs reductions with `op`: partial results travel in the element type,
+/// so an average (a division after the whole sum) has no place to happen.
+pub fn supports_op(op: ReduceOp) -> bool {
+    op != ReduceOp::Avg
+}
+
+/// A plan set up for one rank; see the module documentation.
+pub struct PlanExecutor {
+    comm: Communicator,
+    plan: DevicePlan,
+    tables: RankTables,
+    resources: ExecResources,
+    grid: u32,
+    capacity: u64,
+    library: KernelLibrary,
+    kernels: Mutex<HashMap<(DataType, ReduceOp), Arc<Kernel>>>,
+}
+
+impl std::fmt::Debug for PlanExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanExecutor")
+            .field("plan", &self.plan.name)
+            .field("rank", &self.comm.rank())
+            .field("grid", &self.grid)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl PlanExecutor {
+    /// Sets `plan` up on `comm`. Collective: every rank calls it with the same plan and config.
+    pub fn new(comm: &Communicator, plan: &ExecutionPlan, config: ExecConfig) -> Result<Self, ExecError> {
+        let (rank, ranks) = (comm.rank(), comm.world_size());
+        if plan.nranks as usize != ranks {
+            return Err(ExecError::Unsupported(format!(
+                "plan {} has {} ranks, the communicator {ranks}",
+                plan.name, plan.nranks
+            )));
+        }
+        let lowered = lower(plan)?;
+        let tables = rank_tables(&lowered, rank)?;
+        let threadblocks = (lowered.ranks[rank].tb_starts.len() - 1) as u32;
+        let sms = comm.device().sm_count().map_err(|source| ExecError::Gpu { rank, source })?;
+        // Blocks wait for each other (barriers, steps, the fences), so all must be resident.
+        if threadblocks > sms {
+            return Err(ExecError::Unsupported(format!(
+                "rank {rank}: {threadblocks} thread blocks, the GPU has {sms} SMs"
+            )));
+        }
+        let grid = threadblocks.max(config.stage_blocks).min(sms).max(1);
+        let resources = ExecResources::new(comm, &lowered, &tables, config.capacity, grid)?;
+        Ok(Self {
+            comm: comm.clone(),
+            plan: lowered,
+            tables,
+            resources,
+            grid,
+            capacity: config.capacity,
+            library: KernelLibrary::new(comm.env().cache_dir.clone()),
+            kernels: Mutex::default(),
+        })
+    }
+
+    /// The plan's name.
+    pub fn name(&self) -> &str {
+        &self.plan.name
+    }
+
+    /// The largest input (bytes per rank) a launch may carry.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Input chunks per input block: a call's element count must be a multiple of this.
+    pub fn blocks(&self) -> u64 {
+        u64::from(self.plan.input_chunks / self.plan.size_classes.max(1))
+    }
+
+    /// Compiles (or reads from the cache) and loads the kernel for `(dtype, op)`.
+    pub fn prepare(&self, dtype: DataType, op: ReduceOp) -> Result<Arc<Kernel>, ExecError> {
+        let rank = self.comm.rank();
+        if !supports_op(op) {
+            return Err(ExecError::Unsupported(format!("the {} operator", op.name())));
+        }
+        // Entries are inserted whole; a poisoned map is still consistent.
+        let mut kernels = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = kernels.get(&(dtype, op)) {
+            return Ok(Arc::clone(k));
+        }
+        let gpu = |source| ExecError::Gpu { rank, source };
+        let loaded =
+            self.library.load_with(self.comm.device(), "executor.cu", &type_defines(dtype, op)).map_err(gpu)?;
+        let kernel = Arc::new(loaded.module.kernel("weft_execute").map_err(gpu)?);
+        kernels.insert((dtype, op), Arc::clone(&kernel));
+        Ok(kernel)
+    }
+
+    /// The context of a launch on `count` input elements of `elem` bytes per rank.
+    fn context(&self, input: DevicePtr, output: DevicePtr, count: u64, elem: u64) -> Result<ExecContext, ExecError> {
+        let rank = self.comm.rank();
+        let fail = |reason: String| ExecError::Count { rank, plan: self.plan.name.clone(), count, reason };
+        let sizing = Sizing::new(&self.plan, count)
+            .ok_or_else(|| fail(format!("not a multiple of its {} input blocks", self.blocks())))?;
+        let need = sizing.padded_lengths(&self.plan.ranks[rank], elem);
+        if need.iter().zip(&self.resources.buffers).any(|(&n, b)| n > b.len() as u64) {
+            return Err(fail(format!("more than the executor's capacity of {} bytes", self.capacity)));
+        }
+        let in_bytes = sizing.dense_offset(u64::from(self.plan.input_chunks)) * elem;
+        let out_bytes = sizing.dense_offset(u64::from(self.plan.output_chunks)) * elem;
+        let in_place = input < output + out_bytes && output < input + in_bytes;
+        let mut flags = 0;
+        if self.tables.input_remote {
+            flags |= EXEC_INPUT_STAGED;
+        }
+        if self.tables.output_remote || in_place {
+            flags |= EXEC_OUTPUT_STAGED;
+        }
+        Ok(ExecContext { input, output, unit: sizing.unit, flags, ..self.resources.context })
+    }
+
+    /// Runs the plan on `count` input elements per rank (`input`'s length; `output` holds the
+    /// plan's output chunks, e.g. `ranks * count` for an all-gather), reducing with `op`.
+    /// Input and output may overlap (in place): the output is then assembled in the stage.
+    ///
+    /// # Safety
+    /// `input` and `output` must be device memory of this rank's GPU, valid for the lengths
+    /// the plan implies until the work enqueued on `stream` has finished; every rank must make
+    /// the matching launch (same count, type, operator) in the same order.
+    pub unsafe fn launch(
+        &self,
+        input: DevicePtr,
+        output: DevicePtr,
+        count: u64,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> Result<(), ExecError> {
+        let rank = self.comm.rank();
+        let context = self.context(input, output, count, dtype.size() as u64)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let kernel = self.prepare(dtype, op)?;
+        let mut args = KernelArgs::new();
+        args.push(context);
+        let shared_bytes = self.tables.max_tb_ops * size_of::<ExecOp>() as u32;
+        let config = LaunchConfig { grid: self.grid, block: EXEC_THREADS, shared_bytes };
+        // SAFETY: the context's tables and buffers live as long as `self`; `input` and
+        // `output` are the caller's contract; the kernel takes one ExecContext.
+        unsafe { kernel.launch(stream, config, &args) }.map_err(|source| ExecError::Gpu { rank, source })
+    }
+}

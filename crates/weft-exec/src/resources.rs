@@ -1,0 +1,168 @@
+//! One rank's executor state on the device, built collectively: the registered input stage,
+//! output stage and scratch (sized for the executor's capacity), their peers' counterparts
+//! mapped here, a semaphore per link and a fence semaphore per peer, and the uploaded tables
+//! of [`ExecContext`]. Every rank builds its side with the same plan and capacity.
+
+use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
+use weft_gpu::{AllocKind, DeviceMemory, Pod};
+use weft_types::{ExecBuffers, ExecContext, SemaphoreDeviceHandle};
+
+use crate::error::ExecError;
+use crate::geometry::Sizing;
+use crate::lower::DevicePlan;
+use crate::tables::RankTables;
+
+/// Bytes of a rank's input stage, output stage and scratch that carry any input of at most
+/// `capacity` bytes, whatever the element size (at least 16 each).
+pub fn buffer_lengths(plan: &DevicePlan, rank: usize, capacity: u64) -> [u64; 3] {
+    let blocks = u64::from(plan.input_chunks / plan.size_classes.max(1)).max(1);
+    let mut lengths = [16u64; 3];
+    let Some(rp) = plan.ranks.get(rank) else { return lengths };
+    for elem in [1u64, 2, 4, 8] {
+        let count = capacity / elem / blocks * blocks;
+        if let Some(sizing) = Sizing::new(plan, count) {
+            for (l, need) in lengths.iter_mut().zip(sizing.padded_lengths(rp, elem)) {
+                *l = (*l).max(need);
+            }
+        }
+    }
+    lengths
+}
+
+/// A table copied to the device as it is.
+trait Upload {
+    fn bytes(&self) -> usize;
+    fn write(&self, memory: &DeviceMemory) -> Result<(), weft_gpu::GpuError>;
+}
+
+impl<T: Pod> Upload for Vec<T> {
+    fn bytes(&self) -> usize {
+        size_of_val(self.as_slice())
+    }
+    fn write(&self, memory: &DeviceMemory) -> Result<(), weft_gpu::GpuError> {
+        memory.write_pod(0, self)
+    }
+}
+
+/// See the module documentation. Dropping it releases everything the context points to.
+pub(crate) struct ExecResources {
+    /// The context with every table filled in (the call's fields zero).
+    pub(crate) context: ExecContext,
+    /// Registered input stage, output stage and scratch.
+    pub(crate) buffers: [RegisteredMemory; 3],
+    _remote: Vec<RemoteMemory>,
+    _semaphores: Vec<Semaphore>,
+    _tables: Vec<DeviceMemory>,
+}
+
+impl ExecResources {
+    pub(crate) fn new(
+        comm: &Communicator,
+        plan: &DevicePlan,
+        tables: &RankTables,
+        capacity: u64,
+        grid: u32,
+    ) -> Result<Self, ExecError> {
+        let (rank, ranks) = (comm.rank(), comm.world_size());
+        let gpu = |source| ExecError::Gpu { rank, source };
+        let rp = &plan.ranks[rank];
+        let lengths = buffer_lengths(plan, rank, capacity);
+        let mut buffers = Vec::with_capacity(3);
+        for len in lengths {
+            let len = usize::try_from(len).map_err(|_| ExecError::Unsupported(format!("a {len}-byte buffer")))?;
+            buffers.push(comm.register(comm.alloc(len)?)?);
+        }
+        let [input, output, scratch]: [RegisteredMemory; 3] =
+            buffers.try_into().map_err(|_| ExecError::Unsupported("buffer registration".into()))?;
+        let mut table = vec![ExecBuffers::default(); ranks];
+        table[rank] = ExecBuffers { input: input.ptr(), output: output.ptr(), scratch: scratch.ptr() };
+        let stride = tables.link_stride as usize;
+        let mut links = vec![SemaphoreDeviceHandle::default(); ranks * stride];
+        let mut fences = vec![SemaphoreDeviceHandle::default(); ranks];
+        let (mut remote, mut semaphores) = (Vec::new(), Vec::new());
+        // Pairwise calls in one order on both sides: peers ascending; per peer the three
+        // buffers, the fence, then the links of the pair by channel (the pair's channel sets
+        // are equal: a wait on one side is a signal on the other).
+        for peer in (0..ranks).filter(|&p| tables.peer_mask & (1 << p) != 0) {
+            let [i, o, s] = [&input, &output, &scratch].map(|b| comm.connect_memory(peer, b));
+            let (i, o, s) = (i?, o?, s?);
+            table[peer] = ExecBuffers { input: i.ptr(), output: o.ptr(), scratch: s.ptr() };
+            remote.extend([i, o, s]);
+            let fence = comm.semaphore(peer, None)?;
+            fences[peer] = fence.device_handle();
+            semaphores.push(fence);
+            for &(_, channel) in rp.links.iter().filter(|(p, _)| *p as usize == peer) {
+                let s = comm.semaphore(peer, None)?;
+                links[tables.link_index(peer as u32, channel)] = s.device_handle();
+                semaphores.push(s);
+            }
+        }
+        let mut uploaded = Vec::new();
+        let mut upload = |values: &dyn Upload| -> Result<u64, ExecError> {
+            let memory = DeviceMemory::alloc(comm.device(), values.bytes().max(16), AllocKind::Legacy).map_err(gpu)?;
+            values.write(&memory).map_err(gpu)?;
+            let ptr = memory.ptr();
+            uploaded.push(memory);
+            Ok(ptr)
+        };
+        let state = vec![0u64; grid as usize + 2 + rp.tb_starts.len()];
+        let (ops, tb_starts, scratch_counts) =
+            (upload(&rp.ops)?, upload(&rp.tb_starts)?, upload(&rp.scratch_class_counts)?);
+        let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
+        let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
+        let context = ExecContext {
+            ops,
+            tb_starts,
+            scratch_counts,
+            written,
+            buffers: buffers_table,
+            links: links_table,
+            fences: fences_table,
+            state,
+            wait: comm.wait_context(rank, None),
+            rank: rank as u32,
+            ranks: ranks as u32,
+            threadblocks: (rp.tb_starts.len() - 1) as u32,
+            link_stride: tables.link_stride,
+            size_classes: plan.size_classes,
+            input_chunks: plan.input_chunks,
+            output_chunks: plan.output_chunks,
+            plan_barriers: tables.plan_barriers,
+            peer_mask: tables.peer_mask,
+            ..ExecContext::default()
+        };
+        comm.barrier()?;
+        Ok(Self {
+            context,
+            buffers: [input, output, scratch],
+            _remote: remote,
+            _semaphores: semaphores,
+            _tables: uploaded,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower::lower;
+    use crate::tests::shipped;
+
+    #[test]
+    fn the_buffers_carry_every_count_and_element_size_up_to_the_capacity() {
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            let blocks = u64::from(plan.input_chunks / plan.size_classes);
+            let capacity = 4096 + 7;
+            for r in 0..plan.ranks.len() {
+                let have = buffer_lengths(&lowered, r, capacity);
+                for elem in [1u64, 2, 4, 8] {
+                    for count in (0..=capacity / elem).filter(|c| c % blocks == 0).step_by(37) {
+                        let need = Sizing::new(&lowered, count).unwrap().padded_lengths(&lowered.ranks[r], elem);
+                        assert!(need.iter().zip(&have).all(|(n, h)| n <= h), "{} rank {r} {count}x{elem}", plan.name);
+                    }
+                }
+            }
+        }
+    }
+}

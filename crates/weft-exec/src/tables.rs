@@ -1,0 +1,219 @@
+//! What the interpreter kernel needs of one rank besides its operations, computed from a
+//! lowered plan: which of the rank's buffers peers touch (those are staged in registered
+//! memory), which output chunks the plan writes (those are copied out of the stage), the shape
+//! of the link table, the peers the launch fences cover and the barrier count. Also the checks
+//! the kernel relies on: every thread block runs the same number of barriers, the chunks an
+//! operation pairs up have the same size class, and every thread block fits shared memory.
+
+use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_SIGNAL, EXEC_WAIT_LINK, ExecLoc, ExecOp};
+
+use crate::error::ExecError;
+use crate::lower::{DevicePlan, DeviceRankPlan};
+
+/// Operations of one thread block the kernel holds in shared memory (48 KiB).
+pub const MAX_TB_OPS: usize = 48 * 1024 / size_of::<ExecOp>();
+/// Ranks a plan may have: the launch fence's peer mask is 32 bits.
+pub const MAX_PLAN_RANKS: usize = 32;
+
+/// One rank's tables (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankTables {
+    /// A peer reads this rank's input: the input is copied into the input stage first.
+    pub input_remote: bool,
+    /// A peer reads or writes this rank's output: the output is assembled in the output stage.
+    pub output_remote: bool,
+    /// Per output chunk, 1 when the plan writes it on this rank.
+    pub written: Vec<u8>,
+    /// Channels per peer in the link table (the largest channel used plus one).
+    pub link_stride: u32,
+    /// Bit `p`: the rank waits on or signals peer `p`.
+    pub peer_mask: u32,
+    /// Barriers every thread block runs per launch.
+    pub plan_barriers: u32,
+    /// Operations of the largest thread block.
+    pub max_tb_ops: u32,
+}
+
+impl RankTables {
+    /// Index of link (`peer`, `channel`) in the link table.
+    pub fn link_index(&self, peer: u32, channel: u32) -> usize {
+        peer as usize * self.link_stride as usize + channel as usize
+    }
+}
+
+/// Size class of chunk `index` of `loc`'s buffer, owned by `owner`.
+fn class_of(plan: &DevicePlan, owner: &DeviceRankPlan, loc: &ExecLoc, index: u64) -> Option<u32> {
+    let k = plan.size_classes.max(1) as usize;
+    if loc.buffer != 2 {
+        return Some((index % k as u64) as u32);
+    }
+    let i = usize::try_from(index).ok()?;
+    let (row, next) = (
+        owner.scratch_class_counts.get(i * k..(i + 1) * k)?,
+        owner.scratch_class_counts.get((i + 1) * k..(i + 2) * k)?,
+    );
+    row.iter().zip(next).position(|(a, b)| a != b).map(|c| c as u32)
+}
+
+/// Computes rank `rank`'s tables and checks the plan against the kernel's assumptions.
+pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecError> {
+    let ranks = plan.ranks.len();
+    if ranks > MAX_PLAN_RANKS {
+        return Err(ExecError::Unsupported(format!("{ranks} ranks (the executor takes at most {MAX_PLAN_RANKS})")));
+    }
+    let me =
+        plan.ranks.get(rank).ok_or_else(|| ExecError::Unsupported(format!("rank {rank} of a {ranks}-rank plan")))?;
+    let mut t = RankTables {
+        input_remote: false,
+        output_remote: false,
+        written: vec![0; plan.output_chunks as usize],
+        link_stride: 1,
+        peer_mask: 0,
+        plan_barriers: 0,
+        max_tb_ops: 0,
+    };
+    for (r, rp) in plan.ranks.iter().enumerate() {
+        for (tb, ops) in rp.tb_starts.windows(2).map(|w| &rp.ops[w[0] as usize..w[1] as usize]).enumerate() {
+            for (step, op) in ops.iter().enumerate() {
+                check_classes(plan, r, op).map_err(|()| ExecError::ClassMismatch {
+                    rank: r as u32,
+                    tb: tb as u32,
+                    step: step as u32,
+                })?;
+                for loc in &op.inputs[..usize::from(op.n_inputs)] {
+                    if r != rank && usize::from(loc.peer) == rank && loc.buffer == 0 {
+                        t.input_remote = true;
+                    }
+                    if r != rank && usize::from(loc.peer) == rank && loc.buffer == 1 {
+                        t.output_remote = true;
+                    }
+                }
+                for loc in &op.outputs[..usize::from(op.n_outputs)] {
+                    let owner = if loc.peer == EXEC_LOCAL { r } else { usize::from(loc.peer) };
+                    if owner == rank && loc.buffer == 1 {
+                        t.output_remote |= r != rank;
+                        let (a, b) = (loc.chunk as usize, loc.chunk as usize + loc.count as usize);
+                        t.written
+                            .get_mut(a..b)
+                            .ok_or(ExecError::ClassMismatch { rank: r as u32, tb: tb as u32, step: step as u32 })?
+                            .fill(1);
+                    }
+                }
+            }
+        }
+    }
+    let mut barriers = None;
+    for (tb, ops) in me.tb_starts.windows(2).map(|w| &me.ops[w[0] as usize..w[1] as usize]).enumerate() {
+        if ops.len() > MAX_TB_OPS {
+            return Err(ExecError::Unsupported(format!(
+                "rank {rank} thread block {tb} has {} operations (at most {MAX_TB_OPS})",
+                ops.len()
+            )));
+        }
+        t.max_tb_ops = t.max_tb_ops.max(ops.len() as u32);
+        let n = ops.iter().filter(|o| o.flags & EXEC_BARRIER != 0).count() as u32;
+        match barriers {
+            None => barriers = Some(n),
+            Some(b) if b != n => {
+                return Err(ExecError::UnevenBarriers { rank: rank as u32, tb: tb as u32, found: n, expected: b });
+            }
+            Some(_) => {}
+        }
+        for op in ops {
+            if op.flags & EXEC_WAIT_LINK != 0 {
+                t.peer_mask |= 1 << op.wait_peer;
+                t.link_stride = t.link_stride.max(u32::from(op.wait_channel) + 1);
+            }
+            if op.flags & EXEC_SIGNAL != 0 {
+                t.peer_mask |= 1 << op.signal_peer;
+                t.link_stride = t.link_stride.max(u32::from(op.signal_channel) + 1);
+            }
+        }
+    }
+    t.plan_barriers = barriers.unwrap_or(0);
+    Ok(t)
+}
+
+/// Whether every location of `op` (on rank `r`) pairs chunks of equal size classes.
+fn check_classes(plan: &DevicePlan, r: usize, op: &ExecOp) -> Result<(), ()> {
+    let locs = op.inputs[..usize::from(op.n_inputs)].iter().chain(&op.outputs[..usize::from(op.n_outputs)]);
+    let Some(lead) = op.inputs[..usize::from(op.n_inputs)].first() else { return Ok(()) };
+    let owner = |loc: &ExecLoc| plan.ranks.get(if loc.peer == EXEC_LOCAL { r } else { usize::from(loc.peer) });
+    for loc in locs {
+        if loc.count != lead.count {
+            return Err(());
+        }
+        for k in 0..u64::from(lead.count) {
+            let want = class_of(plan, owner(lead).ok_or(())?, lead, u64::from(lead.chunk) + k);
+            let got = class_of(plan, owner(loc).ok_or(())?, loc, u64::from(loc.chunk) + k);
+            if want.is_none() || want != got {
+                return Err(());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower::lower;
+    use crate::tests::shipped;
+
+    #[test]
+    fn every_shipped_plan_passes_the_kernel_checks_and_writes_every_output_chunk_of_a_collective() {
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            for r in 0..plan.ranks.len() {
+                let t = rank_tables(&lowered, r).unwrap_or_else(|e| panic!("{} rank {r}: {e}", plan.name));
+                assert!(t.max_tb_ops as usize <= MAX_TB_OPS);
+                assert_eq!(t.peer_mask & (1 << r), 0, "{} rank {r} talks to itself", plan.name);
+                if plan.collective != weft_plan::plan::CollectiveKind::Custom {
+                    assert!(t.written.iter().all(|&w| w == 1), "{} rank {r}: {:?}", plan.name, t.written);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn staging_follows_what_peers_touch() {
+        // Ring all-reduce: peers write this rank's output, nobody reads its input.
+        let ring = lower(&weft_plan::plans::ring_allreduce(4, 1).unwrap().compile().unwrap()).unwrap();
+        let t = rank_tables(&ring, 1).unwrap();
+        assert!(t.output_remote && !t.input_remote);
+        assert_eq!(t.peer_mask, 0b0101);
+        // A plan that reads a peer's input: stage it on the owner.
+        let mut plan = weft_plan::plans::ring_allgather(2, 1).unwrap().compile().unwrap();
+        use weft_plan::plan::{BufRef, Buffer, Link, Op};
+        plan.ranks[1].threadblocks[0].ops.insert(
+            0,
+            Op::Get {
+                src: BufRef::new(Buffer::Input, 0, 1),
+                dst: BufRef::new(Buffer::Output, 0, 1),
+                from: Link::new(0, 0),
+            },
+        );
+        let lowered = lower(&plan).unwrap();
+        assert!(rank_tables(&lowered, 0).unwrap().input_remote);
+        assert!(!rank_tables(&lowered, 1).unwrap().input_remote);
+    }
+
+    #[test]
+    fn uneven_barriers_and_mismatched_classes_are_errors_naming_the_site() {
+        let mut plan = weft_plan::plans::ring_allreduce(2, 1).unwrap().compile().unwrap();
+        plan.ranks[0].threadblocks[0].ops.push(weft_plan::plan::Op::Barrier);
+        plan.ranks[0].threadblocks.push(weft_plan::plan::ThreadBlock { id: 1, ops: vec![] });
+        let err = rank_tables(&lower(&plan).unwrap(), 0).unwrap_err();
+        assert!(matches!(err, ExecError::UnevenBarriers { rank: 0, tb: 1, found: 0, expected: 1 }), "{err}");
+
+        let mut plan = weft_plan::plans::ring_allreduce(2, 1).unwrap().compile().unwrap();
+        use weft_plan::plan::{BufRef, Buffer, Op};
+        // Input chunk 0 has class 0, output chunk 1 class 1: their sizes differ.
+        plan.ranks[1].threadblocks[0]
+            .ops
+            .push(Op::Copy { src: BufRef::new(Buffer::Input, 0, 1), dst: BufRef::new(Buffer::Output, 1, 1) });
+        let err = rank_tables(&lower(&plan).unwrap(), 0).unwrap_err();
+        assert!(matches!(err, ExecError::ClassMismatch { rank: 1, tb: 0, .. }), "{err}");
+        assert!(err.to_string().contains("rank 1 thread block 0"), "{err}");
+    }
+}

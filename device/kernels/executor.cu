@@ -1,0 +1,315 @@
+// The plan executor's interpreter kernel: one kernel runs every execution plan. Compiled once
+// per (WEFT_DTYPE, WEFT_REDOP) pair like reductions.cu, so folds use the same Reducer as the
+// native kernels. Block t < threadblocks runs thread block t of this rank's plan; every block of
+// the grid also shares the staging copies. Host side: crates/weft-exec (geometry.rs states the
+// chunk layout below; the CPU tests hold the two equal).
+//
+// One launch:
+//   1. copy-in     (all blocks) the user input into the registered input stage, when a peer
+//                  reads this rank's input (EXEC_INPUT_STAGED).
+//   2. entry fence grid barrier; block 0 signals then waits on the fence semaphore of every
+//                  peer; grid barrier. After it, every peer has started this launch, so its
+//                  previous launch no longer reads or writes anything this launch writes.
+//   3. the plan    each plan block loads its ExecOps into shared memory and interprets them:
+//                  wait (link: thread 0, semaphore_wait, acquire .sys; thread block step or
+//                  barrier: thread 0 spins with ld.acquire.sys), block barrier, fold the inputs
+//                  and write every output, block barrier, signal (thread 0, release .sys, so it
+//                  covers the block's writes and everything the block waited for), publish the
+//                  step (st.release.sys, tagged with the launch).
+//   4. exit fence  the same as 2: every peer has finished its plan, so every write into this
+//                  rank's stages is visible and no peer still reads them.
+//   5. copy-out    (all blocks) the output chunks the plan writes, from the output stage to the
+//                  user output, when EXEC_OUTPUT_STAGED.
+// Every wait is bounded (WaitContext): on expiry the error record names rank, peer and wait,
+// and every block gives up promptly (Spin sees the record).
+//
+// Stages and scratch are registered buffers laid out "padded": every chunk starts 16-byte
+// aligned and owns its bytes up to the next multiple of 16. Outputs there are written in whole
+// 16-byte vectors, so no two writers (threads, blocks or ranks) ever store into one word: a
+// sub-word store into a peer over NVLink can become a read-modify-write of its word. User
+// buffers keep the dense layout and are only touched by this GPU, with exact stores.
+#include "weft/collective.cuh"
+#include "weft/elementwise.cuh"
+
+using namespace weft;
+
+constexpr DataType kType = static_cast<DataType>(WEFT_DTYPE);
+constexpr ReduceOp kOp = static_cast<ReduceOp>(WEFT_REDOP);
+using Fold = Reducer<kType, kOp, 16>;
+using Acc = typename Element<kType>::Acc;
+constexpr uint64_t kElem = sizeof(typename Element<kType>::T);
+/// Grid barriers of one launch: around the entry fence and around the exit fence.
+constexpr uint64_t kGridBarriers = 4;
+
+namespace {
+
+__device__ __forceinline__ uint64_t pad16(uint64_t bytes) { return (bytes + 15) & ~uint64_t(15); }
+
+/// Where chunks lie for this call (weft-exec's geometry.rs, byte for byte).
+struct Geometry {
+  uint64_t unit;
+  uint32_t classes;
+  const uint32_t* counts;
+
+  __device__ __forceinline__ uint64_t class_len(uint32_t c) const {
+    return unit / classes + (c < unit % classes ? 1 : 0);
+  }
+  __device__ __forceinline__ uint64_t class_bytes(uint32_t c) const { return class_len(c) * kElem; }
+  /// Element offset of input or output chunk `i` in a user buffer.
+  __device__ __forceinline__ uint64_t dense(uint64_t i) const {
+    const uint64_t c = i % classes, small = unit / classes, extra = unit % classes;
+    return (i / classes) * unit + c * small + (c < extra ? c : extra);
+  }
+  /// Byte offset of input or output chunk `i` in a stage.
+  __device__ __forceinline__ uint64_t padded_dense(uint64_t i) const {
+    const uint32_t c = static_cast<uint32_t>(i % classes);
+    uint64_t block = 0, before = 0;
+    for (uint32_t k = 0; k < classes; ++k) {
+      const uint64_t b = pad16(class_bytes(k));
+      block += b;
+      if (k < c) before += b;
+    }
+    return (i / classes) * block + before;
+  }
+  /// Byte offset of scratch chunk `i`.
+  __device__ __forceinline__ uint64_t padded_scratch(uint64_t i) const {
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < classes; ++k) at += counts[i * classes + k] * pad16(class_bytes(k));
+    return at;
+  }
+  /// Size class of chunk `i` of buffer `buffer` (0 input, 1 output, 2 scratch).
+  __device__ __forceinline__ uint32_t class_of(uint8_t buffer, uint64_t i) const {
+    if (buffer != 2) return static_cast<uint32_t>(i % classes);
+    for (uint32_t k = 0; k < classes; ++k) {
+      if (counts[(i + 1) * classes + k] != counts[i * classes + k]) return k;
+    }
+    return 0;
+  }
+};
+
+/// A chunk's address and whether its buffer has the padded layout.
+struct Piece {
+  char* at;
+  bool padded;
+};
+
+__device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g, const ExecLoc& loc, uint64_t chunk) {
+  const bool local = loc.peer == EXEC_LOCAL;
+  const ExecBuffers& b = reinterpret_cast<const ExecBuffers*>(c.buffers)[local ? c.rank : loc.peer];
+  if (loc.buffer == 0) {
+    if (local && (c.flags & EXEC_INPUT_STAGED) == 0) {
+      return {reinterpret_cast<char*>(c.input + g.dense(chunk) * kElem), false};
+    }
+    return {reinterpret_cast<char*>(b.input + g.padded_dense(chunk)), true};
+  }
+  if (loc.buffer == 1) {
+    if (local && (c.flags & EXEC_OUTPUT_STAGED) == 0) {
+      return {reinterpret_cast<char*>(c.output + g.dense(chunk) * kElem), false};
+    }
+    return {reinterpret_cast<char*>(b.output + g.padded_dense(chunk)), true};
+  }
+  return {reinterpret_cast<char*>(b.scratch + g.padded_scratch(chunk)), true};
+}
+
+/// The `n` (1..16) bytes at `p`, any alignment, zero-padded to 16.
+__device__ __forceinline__ void load16(const char* p, uint32_t n, uint32_t (&w)[4]) {
+  if (n == 16) {
+    const uint4 v = coll::load16_any(p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+    detail::load_words<4>(p, n, w);
+  }
+}
+
+/// Folds `bytes` of `nin` inputs element-wise in order (one input: a bitwise copy) and writes the
+/// result to every output: whole 16-byte vectors into padded outputs, exactly `bytes` into the
+/// others. Called by: `nthreads` threads, each with its own `tid`.
+__device__ __forceinline__ void fold(const char* const* in, uint32_t nin, char* const* out, const bool* padded,
+                                     uint32_t nout, uint64_t bytes, uint64_t tid, uint64_t nthreads) {
+  for (uint64_t at = tid * 16; at < bytes; at += nthreads * 16) {
+    const uint32_t n = static_cast<uint32_t>(coll::min_u64(16, bytes - at));
+    uint32_t w[4];
+    load16(in[0] + at, n, w);
+    if (nin > 1) {
+      Acc acc[Fold::kElems];
+      Fold::start(acc, w);
+      for (uint32_t i = 1; i < nin; ++i) {
+        uint32_t x[4];
+        load16(in[i] + at, n, x);
+        Fold::fold(acc, x);
+      }
+      Fold::finish(acc, 1, w);
+    }
+    for (uint32_t o = 0; o < nout; ++o) {
+      if (padded[o]) {
+        *reinterpret_cast<uint4*>(out[o] + at) = make_uint4(w[0], w[1], w[2], w[3]);
+      } else {
+        detail::store_words<4>(out[o] + at, n, w);
+      }
+    }
+  }
+}
+
+/// The data phase of one operation: chunk by chunk (chunks of a run are not contiguous in a
+/// padded buffer), every input chunk k folded into every output chunk k. Called by: the block.
+__device__ __forceinline__ void run_data(const ExecContext& c, const Geometry& g, const ExecOp& op) {
+  const ExecLoc& lead = op.inputs[0];
+  for (uint32_t k = 0; k < lead.count; ++k) {
+    const uint64_t bytes = g.class_bytes(g.class_of(lead.buffer, static_cast<uint64_t>(lead.chunk) + k));
+    if (bytes == 0) continue;
+    const char* in[EXEC_MAX_INPUTS];
+    char* out[EXEC_MAX_OUTPUTS];
+    bool padded[EXEC_MAX_OUTPUTS];
+    for (uint32_t i = 0; i < op.n_inputs; ++i) {
+      in[i] = locate(c, g, op.inputs[i], static_cast<uint64_t>(op.inputs[i].chunk) + k).at;
+    }
+    for (uint32_t o = 0; o < op.n_outputs; ++o) {
+      const Piece p = locate(c, g, op.outputs[o], static_cast<uint64_t>(op.outputs[o].chunk) + k);
+      out[o] = p.at;
+      padded[o] = p.padded;
+    }
+    fold(in, op.n_inputs, out, padded, op.n_outputs, bytes, threadIdx.x, blockDim.x);
+  }
+}
+
+/// Spins until `*word >= target`, acquire .sys. Called by: one thread. False on timeout.
+__device__ __forceinline__ bool wait_at_least(const uint64_t* word, uint64_t target, const WaitContext& ctx,
+                                              WaitOp op) {
+  Spin spin;
+  uint64_t seen;
+  while ((seen = ptx::ld_acquire_sys(word)) < target) {
+    if (spin.expired(ctx)) {
+      report_timeout(ctx, op, target, seen);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Barrier of `arrivals`' participants: each adds one (release) and waits for `target`
+/// arrivals in all (acquire). Called by: every thread of each participating block.
+__device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t target, const WaitContext& ctx) {
+  __syncthreads();
+  bool ok = true;
+  if (threadIdx.x == 0) {
+    ptx::red_add_release_sys(arrivals, 1);
+    ok = wait_at_least(arrivals, target, ctx, WaitOp::ExecBarrier);
+  }
+  return __syncthreads_and(ok);
+}
+
+/// Signals then waits on the fence semaphore of every peer (one thread per peer). Called by:
+/// every thread of block 0, after a grid barrier.
+__device__ __forceinline__ bool fence(const ExecContext& c) {
+  bool ok = true;
+  const uint32_t t = threadIdx.x;
+  if (t < c.ranks && ((c.peer_mask >> t) & 1u) != 0) {
+    const SemaphoreDeviceHandle& s = reinterpret_cast<const SemaphoreDeviceHandle*>(c.fences)[t];
+    semaphore_signal(s);
+    ok = semaphore_wait(s);
+  }
+  return __syncthreads_and(ok);
+}
+
+/// Runs this block's operations (in shared memory). Called by: every thread of a plan block.
+__device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g, const ExecOp* ops, uint32_t nops,
+                                         uint64_t launch, uint64_t* plan_arrivals, uint64_t* progress) {
+  const SemaphoreDeviceHandle* links = reinterpret_cast<const SemaphoreDeviceHandle*>(c.links);
+  uint64_t barriers = 0;
+  for (uint32_t s = 0; s < nops; ++s) {
+    const ExecOp& op = ops[s];
+    bool ok = true;
+    if (threadIdx.x == 0) {
+      if ((op.flags & EXEC_WAIT_LINK) != 0) {
+        ok = semaphore_wait(links[static_cast<uint64_t>(op.wait_peer) * c.link_stride + op.wait_channel]);
+      }
+      if (ok && (op.flags & EXEC_WAIT_TB) != 0) {
+        const uint64_t want = (launch << 32) | (static_cast<uint64_t>(op.wait_step) + 1);
+        ok = wait_at_least(progress + op.wait_tb, want, c.wait, WaitOp::ExecStep);
+      }
+      if (ok && (op.flags & EXEC_BARRIER) != 0) {
+        // Every earlier write of the block is ordered before this by the barrier that ended
+        // the previous operation.
+        ptx::red_add_release_sys(plan_arrivals, 1);
+        const uint64_t want = (launch * c.plan_barriers + barriers + 1) * c.threadblocks;
+        ok = wait_at_least(plan_arrivals, want, c.wait, WaitOp::ExecBarrier);
+      }
+    }
+    if ((op.flags & EXEC_BARRIER) != 0) ++barriers;
+    if (!__syncthreads_and(ok)) return false;
+    if (op.n_inputs > 0) run_data(c, g, op);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if ((op.flags & EXEC_SIGNAL) != 0) {
+        semaphore_signal(links[static_cast<uint64_t>(op.signal_peer) * c.link_stride + op.signal_channel]);
+      }
+      ptx::st_release_sys(progress + blockIdx.x, (launch << 32) | (static_cast<uint64_t>(s) + 1));
+    }
+  }
+  return true;
+}
+
+/// Copies every chunk of a dense user buffer to or from its padded stage with every thread of
+/// the grid; `written` (when set) selects the chunks.
+__device__ __forceinline__ void stage(const Geometry& g, uint32_t chunks, char* user, char* staged, bool into_stage,
+                                      const uint8_t* written) {
+  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint32_t i = 0; i < chunks; ++i) {
+    if (written != nullptr && written[i] == 0) continue;
+    const uint64_t bytes = g.class_bytes(g.class_of(0, i));
+    char* dense = user + g.dense(i) * kElem;
+    char* padded = staged + g.padded_dense(i);
+    const char* in[1] = {into_stage ? dense : padded};
+    char* out[1] = {into_stage ? padded : dense};
+    const bool layout[1] = {into_stage};
+    fold(in, 1, out, layout, 1, bytes, tid, nthreads);
+  }
+}
+
+}  // namespace
+
+/// One launch of this rank's plan (see the top of the file). Dynamic shared memory: the
+/// largest thread block's operations.
+extern "C" __global__ void __launch_bounds__(512) weft_execute(ExecContext c) {
+  extern __shared__ ExecOp shared_ops[];
+  const uint32_t b = blockIdx.x;
+  uint64_t* state = reinterpret_cast<uint64_t*>(c.state);
+  uint64_t* grid_arrivals = state + gridDim.x;
+  uint64_t* plan_arrivals = grid_arrivals + 1;
+  uint64_t* progress = plan_arrivals + 1;
+  // Written only by this block, at the end of the previous launch (kernel boundary).
+  const uint64_t launch = state[b];
+  const Geometry g{c.unit, c.size_classes, reinterpret_cast<const uint32_t*>(c.scratch_counts)};
+  const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
+  uint64_t grid_step = 0;
+  auto grid_barrier = [&]() {
+    ++grid_step;
+    return block_arrive(grid_arrivals, (kGridBarriers * launch + grid_step) * gridDim.x, c.wait);
+  };
+
+  uint32_t nops = 0;
+  if (b < c.threadblocks) {
+    const uint32_t* starts = reinterpret_cast<const uint32_t*>(c.tb_starts);
+    const uint32_t first = starts[b];
+    nops = starts[b + 1] - first;
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(c.ops + static_cast<uint64_t>(first) * sizeof(ExecOp));
+    uint32_t* dst = reinterpret_cast<uint32_t*>(shared_ops);
+    for (uint32_t i = threadIdx.x; i < nops * (sizeof(ExecOp) / 4); i += blockDim.x) dst[i] = src[i];
+  }
+  if ((c.flags & EXEC_INPUT_STAGED) != 0) {
+    stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
+  }
+  if (!grid_barrier()) return;
+  if (b == 0 && !fence(c)) return;
+  if (!grid_barrier()) return;
+  if (b < c.threadblocks && !run_plan(c, g, shared_ops, nops, launch, plan_arrivals, progress)) return;
+  if (!grid_barrier()) return;
+  if (b == 0 && !fence(c)) return;
+  if (!grid_barrier()) return;
+  if ((c.flags & EXEC_OUTPUT_STAGED) != 0) {
+    stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), reinterpret_cast<char*>(mine.output), false,
+          reinterpret_cast<const uint8_t*>(c.written));
+  }
+  if (threadIdx.x == 0) state[b] = launch + 1;
+}
