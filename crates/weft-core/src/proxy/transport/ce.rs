@@ -345,6 +345,13 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
         Ok(())
     }
 
+    /// Calls `f` with the queue of every connection (to wait for them at shutdown).
+    pub fn for_each_queue(&self, mut f: impl FnMut(&Q)) {
+        for conn in self.conns.read().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
+            f(&conn.queue);
+        }
+    }
+
     /// The flow control of this transport's connections.
     pub fn flow(&self) -> &FlowControl {
         &self.flow
