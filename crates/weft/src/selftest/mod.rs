@@ -9,6 +9,7 @@
 mod collectives;
 mod cpu;
 mod pattern;
+mod port;
 mod reduce_check;
 mod report;
 mod suite;
@@ -52,11 +53,13 @@ pub enum Step {
     Reduce,
     /// The collective matrix: every collective, algorithm, type and operator.
     Coll,
+    /// PortChannels through the proxy and the copy engine.
+    Port,
 }
 
 impl Step {
-    const ALL: [Step; 7] =
-        [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce, Step::Coll];
+    const ALL: [Step; 8] =
+        [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce, Step::Coll, Step::Port];
 
     fn name(self) -> &'static str {
         match self {
@@ -67,6 +70,7 @@ impl Step {
             Step::Timeout => "timeout",
             Step::Reduce => "reduce",
             Step::Coll => "coll",
+            Step::Port => "port",
         }
     }
 
