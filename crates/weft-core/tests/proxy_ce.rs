@@ -5,7 +5,10 @@
 //! Every test runs under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use std::sync::{Arc, mpsc};
+mod common;
+use common::within;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
@@ -14,18 +17,6 @@ use weft_core::proxy::transport::pacing::LinkModel;
 use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
 use weft_core::proxy::{HostMemory, Memory, ProxyConfig, ProxyError, ProxyService, Transport, TransportError};
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
-
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("the test hung for {secs} s"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the test body panicked (see above)"),
-    }
-}
 
 fn command(op: FifoOp, dst_memory: u8, src_offset: u32, dst_offset: u32, size: u32) -> FifoCommand {
     FifoCommand::encode(FifoCommandFields {
