@@ -204,6 +204,7 @@ impl Communicator {
         register_with(i.rank, &i.device, &i.fd_server, &i.local_peer_devices, &me, memory, offset, len)
     }
 
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
     /// Sends `bytes` to `peer` and returns what `peer` sent in its matching call (setup).
     pub(crate) fn exchange(&self, peer: usize, bytes: &[u8]) -> Result<Vec<u8>, Error> {
         self.check_peer(peer)?;
@@ -211,6 +212,7 @@ impl Communicator {
         self.recv(peer)
     }
 
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
     /// Claims a fresh zeroed token of the pool: its slot index and device address.
     pub(crate) fn claim_token(&self) -> Result<(usize, u64), Error> {
         let pool = &self.inner.tokens;
@@ -221,6 +223,7 @@ impl Communicator {
         Ok((slot, pool.address(slot)))
     }
 
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
     /// The token pool's registered memory (its descriptor lets peers map a token).
     pub(crate) fn token_pool(&self) -> &RegisteredMemory {
         self.inner.tokens.memory()
@@ -252,6 +255,7 @@ impl Communicator {
         self.import_as(peer, d, false)
     }
 
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
     /// Maps a descriptor received from `peer` for this rank's proxy: unlike kernels, the proxy
     /// may map the memory of peers in other virtual nodes of this host (its copy engine is the
     /// emulated NIC between them). Never hand the result to a kernel.

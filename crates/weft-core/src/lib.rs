@@ -28,6 +28,7 @@ mod fd_passing;
 pub mod fifo;
 mod identity;
 mod memory;
+#[cfg(not(all(test, weft_loom)))]
 mod port_channel;
 pub mod proxy;
 pub mod selftest_kernels;
@@ -43,6 +44,7 @@ pub use env::{Env, EnvError};
 pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
 pub use memory::{RegisteredMemory, RemoteMemory};
+#[cfg(not(all(test, weft_loom)))]
 pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig};
 pub use semaphore::Semaphore;
 pub use topology::{PeerInfo, Topology};
