@@ -50,6 +50,9 @@ struct Inner {
     local_peer_devices: Vec<Device>,
     /// Why each rank's memory cannot be mapped here (None: it can).
     unreachable: Vec<Option<String>>,
+    /// Why each rank's memory cannot be mapped by this rank's proxy, which may reach peers of
+    /// other virtual nodes (None: it can).
+    proxy_unreachable: Vec<Option<String>>,
     /// Cross-process mappings, keyed by (owner rank, owner base address, export identity): an
     /// address the owner freed and allocated again is a new export, never the old mapping.
     imports: Mutex<HashMap<(usize, u64, u64), Arc<ImportedMemory>>>,
@@ -93,7 +96,8 @@ impl Communicator {
                 local_peer_devices.push(Device::new(p.device_ordinal).map_err(gpu)?);
             }
         }
-        let unreachable = topology.peers().iter().map(|p| reachability(&device, &topology, p)).collect();
+        let unreachable = topology.peers().iter().map(|p| reachability(&device, &topology, p, false)).collect();
+        let proxy_unreachable = topology.peers().iter().map(|p| reachability(&device, &topology, p, true)).collect();
         let fd_server = Arc::new(
             FdServer::start()
                 .map_err(|e| Error::InvalidArgument { rank, detail: format!("cannot start the fd server: {e}") })?,
@@ -124,6 +128,7 @@ impl Communicator {
             tokens: TokenPool::new(tokens_memory),
             local_peer_devices,
             unreachable,
+            proxy_unreachable,
             imports: Mutex::default(),
         };
         Ok(Self { inner: Arc::new(inner) })
@@ -199,6 +204,31 @@ impl Communicator {
         register_with(i.rank, &i.device, &i.fd_server, &i.local_peer_devices, &me, memory, offset, len)
     }
 
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
+    /// Sends `bytes` to `peer` and returns what `peer` sent in its matching call (setup).
+    pub(crate) fn exchange(&self, peer: usize, bytes: &[u8]) -> Result<Vec<u8>, Error> {
+        self.check_peer(peer)?;
+        self.send(peer, bytes)?;
+        self.recv(peer)
+    }
+
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
+    /// Claims a fresh zeroed token of the pool: its slot index and device address.
+    pub(crate) fn claim_token(&self) -> Result<(usize, u64), Error> {
+        let pool = &self.inner.tokens;
+        let slot = pool.claim().ok_or_else(|| Error::InvalidArgument {
+            rank: self.rank(),
+            detail: "semaphore token pool exhausted".into(),
+        })?;
+        Ok((slot, pool.address(slot)))
+    }
+
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
+    /// The token pool's registered memory (its descriptor lets peers map a token).
+    pub(crate) fn token_pool(&self) -> &RegisteredMemory {
+        self.inner.tokens.memory()
+    }
+
     fn send(&self, peer: usize, bytes: &[u8]) -> Result<(), Error> {
         self.inner
             .bootstrap
@@ -222,6 +252,18 @@ impl Communicator {
 
     /// Maps a descriptor received from `peer` into this rank's address space.
     fn import(&self, peer: usize, d: &MemoryDescriptor) -> Result<RemoteMemory, Error> {
+        self.import_as(peer, d, false)
+    }
+
+    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
+    /// Maps a descriptor received from `peer` for this rank's proxy: unlike kernels, the proxy
+    /// may map the memory of peers in other virtual nodes of this host (its copy engine is the
+    /// emulated NIC between them). Never hand the result to a kernel.
+    pub(crate) fn import_for_proxy(&self, peer: usize, d: &MemoryDescriptor) -> Result<RemoteMemory, Error> {
+        self.import_as(peer, d, true)
+    }
+
+    fn import_as(&self, peer: usize, d: &MemoryDescriptor, proxy: bool) -> Result<RemoteMemory, Error> {
         let rank = self.rank();
         let i = &self.inner;
         let len = usize::try_from(d.len).map_err(|_| Error::InvalidArgument { rank, detail: "length".into() })?;
@@ -231,7 +273,8 @@ impl Communicator {
                 detail: format!("descriptor from peer {peer} claims owner {}", d.owner_rank),
             });
         }
-        if let Some(reason) = i.unreachable.get(peer).cloned().flatten() {
+        let refused = if proxy { &i.proxy_unreachable } else { &i.unreachable };
+        if let Some(reason) = refused.get(peer).cloned().flatten() {
             return Err(ConnectError::NoTransport { rank, peer, reason }.into());
         }
         if d.identity == i.topology.peer(rank).map(|p| p.identity).unwrap_or_else(ProcessIdentity::current) {
@@ -380,12 +423,13 @@ impl Communicator {
     }
 }
 
-/// Why `peer`'s GPU memory cannot be mapped by `device`, or None when it can.
-fn reachability(device: &Device, topology: &Topology, peer: &PeerInfo) -> Option<String> {
+/// Why `peer`'s GPU memory cannot be mapped by `device`, or None when it can; `across_nodes`:
+/// virtual nodes of one host do not separate (the proxy's view).
+fn reachability(device: &Device, topology: &Topology, peer: &PeerInfo, across_nodes: bool) -> Option<String> {
     if !topology.same_host(peer.rank) {
         return Some("peer is on another host and MemoryChannels need NVLink/PCIe peer mappings".into());
     }
-    if !topology.same_node(peer.rank) {
+    if !across_nodes && !topology.same_node(peer.rank) {
         return Some(format!(
             "peer is in another virtual node (WEFT_RANKS_PER_NODE={}): it needs a network transport",
             topology.ranks_per_node().unwrap_or(0)

@@ -21,6 +21,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/elementwise.cuh", include_str!("../../../device/include/weft/elementwise.cuh")),
     ("weft/collective.cuh", include_str!("../../../device/include/weft/collective.cuh")),
     ("weft/fifo.cuh", include_str!("../../../device/include/weft/fifo.cuh")),
+    ("weft/port_channel.cuh", include_str!("../../../device/include/weft/port_channel.cuh")),
     ("weft/impl/stdint.cuh", include_str!("../../../device/include/weft/impl/stdint.cuh")),
     ("weft/impl/ptx__funcs.cuh", include_str!("../../../device/include/weft/impl/ptx__funcs.cuh")),
     ("weft/generated/types.cuh", include_str!("../../../device/include/weft/generated/types.cuh")),
@@ -32,6 +33,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("reductions.cu", include_str!("../../../device/kernels/reductions.cu")),
     ("movement.cu", include_str!("../../../device/kernels/movement.cu")),
     ("executor.cu", include_str!("../../../device/kernels/executor.cu")),
+    ("port.cu", include_str!("../../../device/kernels/port.cu")),
 ];
 
 /// Every set of defines a kernel source is compiled with (one entry for sources without any):

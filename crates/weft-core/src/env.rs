@@ -11,6 +11,8 @@
 //! | `WEFT_RANKS_PER_NODE` | split each host's ranks into virtual nodes of this many (in rank order); peers in other virtual nodes get no peer mappings, as if on another host | unset: one node per host |
 //! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `ring` (all-reduce), `p2p`, an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`) or `auto` (read by weft-coll) | `auto` |
 //! | `WEFT_PLAN_DIR` | folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it (weft-coll) | unset |
+//! | `WEFT_EMU_NET_LATENCY_US` | emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node, in microseconds | unset: no emulation |
+//! | `WEFT_EMU_NET_GBPS` | emulated NIC: bandwidth cap β per GPU in GB/s (10^9 bytes/s); setting either variable turns the emulation on | unset: uncapped |
 //! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count (weft-coll) | built-in |
 //! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |
 //! | `WEFT_CHUNK_BYTES` | bytes per HB round; the scratch is twice this (weft-coll) | `33554432` |
@@ -26,6 +28,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use weft_gpu::AllocKind;
+
+use crate::proxy::transport::pacing::LinkModel;
 
 /// A malformed environment variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,6 +54,9 @@ pub struct Env {
     pub alloc: AllocKind,
     /// `WEFT_RANKS_PER_NODE`: ranks per virtual node (`None`: a node is a host).
     pub ranks_per_node: Option<usize>,
+    /// `WEFT_EMU_NET_LATENCY_US` / `WEFT_EMU_NET_GBPS`: the emulated NIC of port channels between
+    /// virtual nodes (`None`: not emulated).
+    pub emulated_net: Option<LinkModel>,
     /// Every `WEFT_*` variable as read, for the layers that own the remaining ones
     /// (collective tuning, the NCCL baseline): they parse them from here, so the process
     /// environment is read once, in one place.
@@ -63,6 +70,7 @@ impl Default for Env {
             cache_dir: weft_gpu::default_cache_dir(),
             alloc: AllocKind::Auto,
             ranks_per_node: None,
+            emulated_net: None,
             vars: BTreeMap::new(),
         }
     }
@@ -109,6 +117,18 @@ impl Env {
             })?;
             env.ranks_per_node = Some(n);
         }
+        let number = |name: &'static str| -> Result<Option<f64>, EnvError> {
+            let Some(value) = lookup(name).filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+            match value.trim().parse::<f64>() {
+                Ok(x) if x >= 0.0 && x.is_finite() => Ok(Some(x)),
+                _ => Err(EnvError { name, value, expected: "a non-negative number" }),
+            }
+        };
+        let latency = number("WEFT_EMU_NET_LATENCY_US")?;
+        let gbps = number("WEFT_EMU_NET_GBPS")?;
+        if latency.is_some() || gbps.is_some() {
+            env.emulated_net = Some(LinkModel::new(latency.unwrap_or(0.0), gbps));
+        }
         env.vars = vars;
         Ok(env)
     }
@@ -138,6 +158,12 @@ mod tests {
         assert_eq!(e.var("WEFT_NOT_SET"), None);
         assert_eq!(e.ranks_per_node, None);
         assert_eq!(env(&[("WEFT_RANKS_PER_NODE", "2")]).unwrap().ranks_per_node, Some(2));
+        assert_eq!(e.emulated_net, None);
+        let net = env(&[("WEFT_EMU_NET_LATENCY_US", "5"), ("WEFT_EMU_NET_GBPS", "25")]).unwrap().emulated_net;
+        assert_eq!(net, Some(LinkModel::new(5.0, Some(25.0))));
+        let latency_only = env(&[("WEFT_EMU_NET_LATENCY_US", "2.5")]).unwrap().emulated_net.unwrap();
+        assert_eq!(latency_only.bytes_per_second, None);
+        assert_eq!(latency_only.latency, Duration::from_nanos(2500));
     }
 
     #[test]
@@ -149,6 +175,8 @@ mod tests {
             ("WEFT_ALLOC", "huge"),
             ("WEFT_RANKS_PER_NODE", "0"),
             ("WEFT_RANKS_PER_NODE", "two"),
+            ("WEFT_EMU_NET_LATENCY_US", "-3"),
+            ("WEFT_EMU_NET_GBPS", "fast"),
         ] {
             let err = env(&[(k, v)]).unwrap_err();
             assert_eq!(err.name, k);

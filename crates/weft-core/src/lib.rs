@@ -1,14 +1,16 @@
-//! # weft-core — communicators, registered memory, semaphores and MemoryChannels
+//! # weft-core — communicators, registered memory, semaphores, Memory and Port channels
 //!
 //! **Owns:** the [`Communicator`] (a rank's view of its peers over a bootstrap), the
 //! [`Topology`] (same host, same process, peer access), [`RegisteredMemory`] with its
 //! explicit, versioned wire descriptor, the CUDA IPC transport (POSIX file descriptors passed
 //! over a Unix socket between processes, legacy IPC handles as a fallback, plain pointers between
 //! threads of one process), device-to-device [`Semaphore`]s, [`MemoryChannel`]s and their device
-//! handles, the typed [`Env`], the embedded device sources with their per-device kernel
-//! loader, and the proxy layer: the host side of the GPU→CPU [`fifo`], the [`proxy`] service
-//! with its flow control and the transports it drives (TCP; InfiniBand verbs behind the `ib`
-//! feature).
+//! handles, [`PortChannel`]s (commands through a FIFO to this rank's [`PortProxy`], executed by
+//! the copy engine) with their host-to-device semaphores, the typed [`Env`], the embedded device
+//! sources with their per-device kernel loader, and the proxy layer: the host side of the
+//! GPU→CPU [`fifo`], the [`proxy`] service with its flow control and the transports it drives
+//! (copy engine with an emulated NIC between virtual nodes, TCP; InfiniBand verbs behind the
+//! `ib` feature).
 //!
 //! **Must not:** implement collectives or algorithms (weft-coll), talk to the network except
 //! through the bootstrap and the proxy's transports, make a CUDA call that can wait behind a
@@ -26,6 +28,8 @@ mod fd_passing;
 pub mod fifo;
 mod identity;
 mod memory;
+#[cfg(not(all(test, weft_loom)))]
+mod port_channel;
 pub mod proxy;
 pub mod selftest_kernels;
 mod semaphore;
@@ -40,6 +44,8 @@ pub use env::{Env, EnvError};
 pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
 pub use memory::{RegisteredMemory, RemoteMemory};
+#[cfg(not(all(test, weft_loom)))]
+pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig};
 pub use semaphore::Semaphore;
 pub use topology::{PeerInfo, Topology};
 pub use weft_bootstrap::codec::CodecError;

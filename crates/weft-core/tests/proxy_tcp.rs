@@ -4,9 +4,12 @@
 //! flight, unknown ops and per-op handlers. Every test runs under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
+mod common;
+use common::within;
+
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
@@ -16,19 +19,6 @@ use weft_core::proxy::{
     Transport, TransportError,
 };
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
-
-/// Runs `f` on a thread and fails the test if it does not finish within `secs` seconds.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("the test hung for {secs} s"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the test body panicked (see above)"),
-    }
-}
 
 fn command(op: FifoOp, connection: u16, src_offset: u32, dst_offset: u32, size: u32) -> FifoCommand {
     FifoCommand::encode(FifoCommandFields {

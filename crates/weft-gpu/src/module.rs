@@ -30,6 +30,8 @@ pod!(
     weft_types::WaitContext,
     weft_types::SemaphoreDeviceHandle,
     weft_types::MemoryChannelDeviceHandle,
+    weft_types::FifoDeviceHandle,
+    weft_types::PortChannelDeviceHandle,
     weft_types::DeviceErrorRecord,
     weft_types::Ll8Packet,
     weft_types::Ll16Packet,

@@ -97,6 +97,37 @@ impl Stream {
         }
     }
 
+    /// Enqueues a device-to-device copy of `len` bytes (either address may be a peer mapping
+    /// or an imported allocation; unified addressing finds the owners). Returns once it is
+    /// queued: it never waits for the stream, so a proxy thread may call it while kernels run.
+    ///
+    /// # Safety
+    /// `[src, src + len)` and `[dst, dst + len)` must be device memory accessible from this
+    /// stream's device and stay allocated until the copy has executed.
+    pub unsafe fn copy_async(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees both ranges; the stream is live.
+        unsafe { cu!(cuMemcpyDtoDAsync_v2(dst, src, len, self.raw)) }
+    }
+
+    /// Enqueues a 64-bit store of `value` to `addr`, ordered after every earlier operation of
+    /// the stream, with a memory barrier first (the default flags): whoever observes the value
+    /// also observes the writes of the copies queued before it. Never waits for the stream.
+    ///
+    /// # Safety
+    /// `addr` must be an 8-byte aligned device address (local, peer-mapped or imported) valid
+    /// until the write has executed.
+    pub unsafe fn write_value64(&self, addr: u64, value: u64) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees the address; the stream is live.
+        unsafe {
+            cu!(cuStreamWriteValue64_v2(
+                self.raw,
+                addr,
+                value,
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32
+            ))
+        }
+    }
+
     /// Starts capturing this stream's work into a graph (thread-local capture mode).
     pub fn begin_capture(&self) -> Result<(), GpuError> {
         self.device.bind()?;
@@ -183,6 +214,26 @@ impl Event {
         // SAFETY: out-pointer to a local.
         unsafe { cu!(cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DEFAULT as u32))? };
         Ok(Self { device: device.clone(), raw })
+    }
+
+    /// Creates an event without timing, cheaper to record and query: a completion marker.
+    pub fn marker(device: &Device) -> Result<Self, GpuError> {
+        device.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { cu!(cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32))? };
+        Ok(Self { device: device.clone(), raw })
+    }
+
+    /// Whether the work recorded before the event has completed (`cuEventQuery`: never waits).
+    /// The calling thread must have the event's context current (see [`Device::bind`]).
+    pub fn query(&self) -> Result<bool, GpuError> {
+        // SAFETY: queries a live event.
+        match unsafe { sys::cuEventQuery(self.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => crate::driver::check("cuEventQuery", other).map(|()| false),
+        }
     }
 
     /// Records the event on `stream`.

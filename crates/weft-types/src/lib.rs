@@ -2,7 +2,7 @@
 //!
 //! **Owns:** every `#[repr(C)]` struct and enum that CUDA device code reads or writes (device
 //! handles of semaphores and channels, LL packets, the device error record, the collective
-//! context and send/receive plans, the GPU→CPU FIFO's commands and device handle, the plan
+//! context and send/receive plans, the GPU→CPU FIFO's commands and device handle, the PortChannel's device handle, the plan
 //! executor's operations), each declared once
 //! through [`device_structs!`]/[`device_enums!`], which also record the C++ spelling of every
 //! field. From that record [`cuda::generated_header`] writes `device/include/weft/generated/types.cuh`
@@ -23,6 +23,7 @@ mod exec;
 mod fifo;
 mod handles;
 mod packets;
+mod port;
 mod status;
 
 pub use coll::{CollContext, MAX_RANKS, P2pPlan};
@@ -40,6 +41,7 @@ pub use fifo::{
 };
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
 pub use packets::{Ll8Packet, Ll16Packet};
+pub use port::PortChannelDeviceHandle;
 pub use status::{DeviceErrorCode, DeviceErrorRecord, WaitOp};
 
 /// Every device-visible struct, in declaration order (a struct appears after the ones it embeds).
@@ -48,6 +50,7 @@ pub fn all_structs() -> Vec<StructInfo> {
     all.extend(status::structs());
     all.extend(handles::structs());
     all.extend(fifo::structs());
+    all.extend(port::structs());
     all.extend(packets::structs());
     all.extend(coll::structs());
     all.extend(exec::structs());

@@ -46,21 +46,6 @@ __device__ __forceinline__ FifoCommand fifo_command(FifoOp op, uint32_t connecti
 
 namespace detail {
 
-/// Records a FIFO failure (first failure wins), like report_timeout but with the code given.
-__device__ __forceinline__ void fifo_report(const WaitContext& ctx, DeviceErrorCode code, WaitOp op,
-                                            uint64_t expected, uint64_t observed) {
-  DeviceErrorRecord* record = reinterpret_cast<DeviceErrorRecord*>(ctx.error);
-  if (record == nullptr) return;
-  if (atomicCAS(&record->code, 0u, static_cast<uint32_t>(code)) == 0u) {
-    record->op = static_cast<uint32_t>(op);
-    record->rank = ctx.rank;
-    record->peer = ctx.peer;
-    record->expected = expected;
-    record->observed = observed;
-    __threadfence_system();
-  }
-}
-
 __device__ __forceinline__ bool fifo_stopped(const FifoDeviceHandle& f) {
   return ptx::ld_relaxed_sys(reinterpret_cast<const uint64_t*>(f.stop)) != 0;
 }
@@ -72,7 +57,7 @@ __device__ __forceinline__ bool fifo_stopped(const FifoDeviceHandle& f) {
 /// stopped or the ring stayed full past the timeout (the error record says which).
 __device__ __forceinline__ bool fifo_push(const FifoDeviceHandle& f, const FifoCommand& cmd, uint64_t* position) {
   if (detail::fifo_stopped(f)) {
-    detail::fifo_report(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, 0, 0);
+    report_failure(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, 0, 0);
     return false;
   }
   const uint64_t depth = f.depth;
@@ -91,11 +76,11 @@ __device__ __forceinline__ bool fifo_push(const FifoDeviceHandle& f, const FifoC
         break;
       }
       if (detail::fifo_stopped(f)) {
-        detail::fifo_report(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, pos + 1 - depth, seen);
+        report_failure(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, pos + 1 - depth, seen);
         return false;
       }
       if (spin.expired(f.wait)) {
-        detail::fifo_report(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoPush, pos + 1 - depth, seen);
+        report_failure(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoPush, pos + 1 - depth, seen);
         return false;
       }
     }
@@ -124,11 +109,11 @@ __device__ __forceinline__ bool fifo_sync(const FifoDeviceHandle& f, uint64_t po
     const uint64_t seen = ptx::ld_acquire_sys(tail);
     if (seen > pos) return true;
     if (detail::fifo_stopped(f)) {
-      detail::fifo_report(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoSync, pos + 1, seen);
+      report_failure(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoSync, pos + 1, seen);
       return false;
     }
     if (spin.expired(f.wait)) {
-      detail::fifo_report(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoSync, pos + 1, seen);
+      report_failure(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoSync, pos + 1, seen);
       return false;
     }
   }

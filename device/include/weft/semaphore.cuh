@@ -33,16 +33,22 @@ __device__ __forceinline__ void semaphore_relaxed_signal(const SemaphoreDeviceHa
 }
 
 namespace detail {
+/// `stop`: null, or a host word (a FIFO's stop word) checked every 1024 polls; once it is
+/// non-zero the wait gives up with DeviceErrorCode::ProxyStopped (the signaller is a proxy).
 template <bool kAcquire>
-__device__ __forceinline__ bool semaphore_wait(const SemaphoreDeviceHandle& s) {
+__device__ __forceinline__ bool semaphore_wait(const SemaphoreDeviceHandle& s, const uint64_t* stop = nullptr) {
   const uint64_t ticket = atomicAdd(reinterpret_cast<unsigned long long*>(s.expected), 1ull) + 1;
   const uint64_t* inbound = reinterpret_cast<const uint64_t*>(s.inbound);
   Spin spin;
-  for (;;) {
+  for (uint32_t polls = 1;; ++polls) {
     const uint64_t seen = ptx::ld_relaxed_sys(inbound);
     if (seen >= ticket) {
       if (kAcquire) (void)ptx::ld_acquire_sys(inbound);
       return true;
+    }
+    if (stop != nullptr && (polls & 1023u) == 0 && ptx::ld_relaxed_sys(stop) != 0) {
+      report_failure(s.wait, DeviceErrorCode::ProxyStopped, WaitOp::SemaphoreWait, ticket, seen);
+      return false;
     }
     if (spin.expired(s.wait)) {
       report_timeout(s.wait, WaitOp::SemaphoreWait, ticket, seen);

@@ -29,12 +29,12 @@ struct Spin {
   }
 };
 
-/// Records a timeout (first failure wins). Called by: the thread whose spin expired.
-__device__ __forceinline__ void report_timeout(const WaitContext& ctx, WaitOp op, uint64_t expected,
-                                               uint64_t observed) {
+/// Records a failure with `code` (first failure wins). Called by: the thread that gave up.
+__device__ __forceinline__ void report_failure(const WaitContext& ctx, DeviceErrorCode code, WaitOp op,
+                                               uint64_t expected, uint64_t observed) {
   DeviceErrorRecord* record = reinterpret_cast<DeviceErrorRecord*>(ctx.error);
   if (record == nullptr) return;
-  if (atomicCAS(&record->code, 0u, static_cast<uint32_t>(DeviceErrorCode::Timeout)) == 0u) {
+  if (atomicCAS(&record->code, 0u, static_cast<uint32_t>(code)) == 0u) {
     record->op = static_cast<uint32_t>(op);
     record->rank = ctx.rank;
     record->peer = ctx.peer;
@@ -42,6 +42,12 @@ __device__ __forceinline__ void report_timeout(const WaitContext& ctx, WaitOp op
     record->observed = observed;
     __threadfence_system();
   }
+}
+
+/// Records a timeout (first failure wins). Called by: the thread whose spin expired.
+__device__ __forceinline__ void report_timeout(const WaitContext& ctx, WaitOp op, uint64_t expected,
+                                               uint64_t observed) {
+  report_failure(ctx, DeviceErrorCode::Timeout, op, expected, observed);
 }
 
 /// True once any thread of any kernel sharing this error record has failed.

@@ -6,5 +6,6 @@
 #include "weft/generated/types.cuh"
 #include "weft/memory_channel.cuh"
 #include "weft/packet.cuh"
+#include "weft/port_channel.cuh"
 #include "weft/semaphore.cuh"
 #include "weft/wait.cuh"

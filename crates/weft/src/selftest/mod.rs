@@ -9,6 +9,7 @@
 mod collectives;
 mod cpu;
 mod pattern;
+mod port;
 mod reduce_check;
 mod report;
 mod suite;
@@ -55,11 +56,22 @@ pub enum Step {
     /// The same matrix for every execution plan of the registry (`plan:<name>`), run by the
     /// plan executor.
     Plan,
+    /// PortChannels through the proxy and the copy engine.
+    Port,
 }
 
 impl Step {
-    const ALL: [Step; 8] =
-        [Step::Semaphore, Step::Hb, Step::Bandwidth, Step::Ll, Step::Timeout, Step::Reduce, Step::Coll, Step::Plan];
+    const ALL: [Step; 9] = [
+        Step::Semaphore,
+        Step::Hb,
+        Step::Bandwidth,
+        Step::Ll,
+        Step::Timeout,
+        Step::Reduce,
+        Step::Coll,
+        Step::Plan,
+        Step::Port,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -71,6 +83,7 @@ impl Step {
             Step::Reduce => "reduce",
             Step::Coll => "coll",
             Step::Plan => "plan",
+            Step::Port => "port",
         }
     }
 

@@ -111,6 +111,10 @@ fn run(
             pair.run(a, b, &mut peers)?;
         }
     }
+    comm.barrier()?;
+    if steps.contains(&Step::Port) {
+        super::port::run(&comm, &library, label, report)?;
+    }
     comm.barrier()
 }
 

@@ -181,6 +181,24 @@ static_assert(WEFT_OFFSETOF(FifoDeviceHandle, depth) == 40, "rust: offsetof(Fifo
 static_assert(WEFT_OFFSETOF(FifoDeviceHandle, reserved) == 44, "rust: offsetof(FifoDeviceHandle, reserved) == 44");
 static_assert(WEFT_OFFSETOF(FifoDeviceHandle, wait) == 48, "rust: offsetof(FifoDeviceHandle, wait) == 48");
 
+///  A PortChannel as kernels see it: puts, signals and flushes become FIFO commands the
+struct alignas(8) PortChannelDeviceHandle {
+  FifoDeviceHandle fifo;  ///<  The FIFO of this rank's proxy.
+  SemaphoreDeviceHandle semaphore;  ///<  Host-to-device semaphore: the peer's proxy writes `inbound`; `remote_inbound` is 0.
+  uint32_t connection;  ///<  Connection index in this rank's proxy (`< 1024`).
+  uint32_t src_memory;  ///<  Default source: this rank's memory index in its proxy's table.
+  uint32_t dst_memory;  ///<  Default destination: the peer's memory index in the peer's table.
+  uint32_t reserved;  ///<  Zero.
+};
+static_assert(sizeof(PortChannelDeviceHandle) == 136, "rust: sizeof(PortChannelDeviceHandle) == 136");
+static_assert(alignof(PortChannelDeviceHandle) == 8, "rust: alignof(PortChannelDeviceHandle) == 8");
+static_assert(WEFT_OFFSETOF(PortChannelDeviceHandle, fifo) == 0, "rust: offsetof(PortChannelDeviceHandle, fifo) == 0");
+static_assert(WEFT_OFFSETOF(PortChannelDeviceHandle, semaphore) == 72, "rust: offsetof(PortChannelDeviceHandle, semaphore) == 72");
+static_assert(WEFT_OFFSETOF(PortChannelDeviceHandle, connection) == 120, "rust: offsetof(PortChannelDeviceHandle, connection) == 120");
+static_assert(WEFT_OFFSETOF(PortChannelDeviceHandle, src_memory) == 124, "rust: offsetof(PortChannelDeviceHandle, src_memory) == 124");
+static_assert(WEFT_OFFSETOF(PortChannelDeviceHandle, dst_memory) == 128, "rust: offsetof(PortChannelDeviceHandle, dst_memory) == 128");
+static_assert(WEFT_OFFSETOF(PortChannelDeviceHandle, reserved) == 132, "rust: offsetof(PortChannelDeviceHandle, reserved) == 132");
+
 ///  LL8: 4 bytes of payload and a 4-byte flag, written with one 8-byte store.
 struct alignas(8) Ll8Packet {
   uint32_t data;  ///<  Payload.

@@ -21,10 +21,18 @@
 //! its local memories, the receiver applies writes and signals through its [`Inbox`].
 //! [`HostMemory`] and [`HostInbox`] are the host-memory implementations the CPU tests use;
 //! device memory (staging through pinned host buffers on a non-blocking stream) is later work.
+//! The copy-engine transport ([`ce`]) addresses device memory directly instead: its puts are
+//! `cuMemcpyDtoDAsync` into the peer's mapped memory and its signals `cuStreamWriteValue64` of
+//! the peer's token, on a CUDA stream per connection ([`cuda_queue`]); with a [`pacing`] link
+//! model it is the emulated NIC between virtual nodes. [`sim`] runs it on host memory for tests.
 
+pub mod ce;
+pub mod cuda_queue;
 pub mod frame;
 #[cfg(feature = "ib")]
 pub mod ib;
+pub mod pacing;
+pub mod sim;
 pub mod tcp;
 
 use std::fmt;
@@ -305,6 +313,18 @@ pub enum TransportError {
         /// Who the peer is.
         peer: String,
         /// Why.
+        detail: String,
+    },
+    /// A copy or store failed on the device (a CUDA error).
+    #[error("{transport}: connection {connection} to {peer}: {detail}")]
+    Device {
+        /// Transport name.
+        transport: &'static str,
+        /// The connection.
+        connection: ConnectionId,
+        /// Who the peer is.
+        peer: String,
+        /// The failing call and its error.
         detail: String,
     },
     /// The transport was shut down.

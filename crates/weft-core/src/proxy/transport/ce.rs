@@ -1,0 +1,482 @@
+//! The copy-engine transport: puts are asynchronous device-to-device copies, signals are 64-bit
+//! stores of the peer's inbound token, both enqueued on one queue per connection, so the queue's
+//! order delivers a signal after the data it covers. No host round trip sits between them.
+//!
+//! On a GPU a [`CopyQueue`] is a dedicated non-blocking CUDA stream ([`super::cuda_queue`]):
+//! `cuMemcpyDtoDAsync` into the peer's memory (mapped through peer access or imported over
+//! IPC), `cuStreamWriteValue64` of the peer's token after it, and completion observed by
+//! recording an event and polling it with `cuEventQuery`. None of these calls waits for a
+//! running kernel, so a proxy thread keeps serving the FIFO while the kernel that pushed the
+//! commands spins on the result. The CPU tests use [`super::sim::HostCopyQueue`], which runs the
+//! same operations on host memory on a thread of its own.
+//!
+//! **Signals.** The sender's proxy is the only writer of the peer's inbound token of a
+//! connection, so it counts the connection's signals and stores the new total: the token stays
+//! monotonic, as device semaphores require.
+//!
+//! **Emulated NIC.** A connection created with `paced = true` (a peer in another virtual node,
+//! with `WEFT_EMU_NET_LATENCY_US` / `WEFT_EMU_NET_GBPS` set) holds each operation back until the
+//! transport's [`Pacer`] releases it: one link per transport (per GPU), α per message and
+//! `bytes / β` of serialisation, so multi-node algorithms see InfiniBand-like costs on one host.
+//! Held operations are issued by [`Transport::progress`], which the proxy calls every round.
+//!
+//! **Completion and failure.** Each batch of operations issued together is followed by one
+//! marker; `completed` counts the operations before the newest marker the queue has reached
+//! (flow-control credits return then). A queue error fails the connection; a marker not reached
+//! within `timeout` fails it with [`TransportError::PeerTimeout`], so no flush waits forever.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use super::pacing::{LinkModel, Pacer};
+use super::{ConnectionId, MAX_CONNECTIONS, MemoryError, Op, Submitted, Transport, TransportError};
+use crate::proxy::flow::FlowControl;
+
+const NAME: &str = "copy-engine";
+
+/// Something that must stay alive while the transport may address it (a registered memory,
+/// an imported mapping).
+pub type KeepAlive = Arc<dyn Any + Send + Sync>;
+
+/// An ordered queue of asynchronous copies and stores executed by a copy engine. Every method
+/// returns without waiting for earlier work (never behind a running kernel).
+pub trait CopyQueue: Send + Sync + fmt::Debug {
+    /// Completion marker of the work enqueued before it.
+    type Marker: Send + fmt::Debug;
+    /// Enqueues a copy of `len` bytes from `src` to `dst`.
+    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), String>;
+    /// Enqueues a store of `value` to the 8-byte word at `addr`, after (and visible after)
+    /// every earlier operation of the queue.
+    fn write_value(&self, addr: u64, value: u64) -> Result<(), String>;
+    /// A marker after everything enqueued so far.
+    fn mark(&self) -> Result<Self::Marker, String>;
+    /// Whether the queue has executed everything before `marker`; never waits.
+    fn reached(&self, marker: &Self::Marker) -> Result<bool, String>;
+    /// Gives a reached marker back for reuse.
+    fn recycle(&self, marker: Self::Marker) {
+        drop(marker);
+    }
+}
+
+/// Address ranges addressed by the 8-bit memory indices of FIFO commands.
+#[derive(Debug, Default)]
+struct Ranges {
+    entries: Vec<Option<(u64, u64)>>,
+    keep: Vec<KeepAlive>,
+}
+
+impl Ranges {
+    fn set(&mut self, index: u8, base: u64, len: u64, keep: KeepAlive) {
+        let i = usize::from(index);
+        if self.entries.len() <= i {
+            self.entries.resize(i + 1, None);
+        }
+        self.entries[i] = Some((base, len));
+        self.keep.push(keep);
+    }
+
+    /// The address of `[offset, offset + len)` of range `index`, if it lies inside it.
+    fn address(&self, index: u8, offset: u64, len: u64) -> Result<u64, MemoryError> {
+        let (base, size) =
+            self.entries.get(usize::from(index)).copied().flatten().ok_or(MemoryError::UnknownMemory { index })?;
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(base + offset),
+            _ => {
+                Err(MemoryError::OutOfBounds { index, offset, len, size: usize::try_from(size).unwrap_or(usize::MAX) })
+            }
+        }
+    }
+}
+
+/// Options of a [`CopyEngineTransport`].
+#[derive(Clone, Debug)]
+pub struct CopyEngineConfig {
+    /// Operations in flight per connection (flow control).
+    pub max_in_flight: u64,
+    /// Bound on the time a marker may stay unreached while operations are outstanding.
+    pub timeout: Duration,
+    /// The emulated NIC of paced connections; `None`: no connection is paced.
+    pub link: Option<LinkModel>,
+}
+
+impl Default for CopyEngineConfig {
+    fn default() -> Self {
+        Self { max_in_flight: 256, timeout: Duration::from_secs(5), link: None }
+    }
+}
+
+/// What a connection of a [`CopyEngineTransport`] connects to.
+#[derive(Debug)]
+pub struct PeerLink<Q> {
+    /// Who the peer is (for errors).
+    pub peer: String,
+    /// The queue the connection's operations go to.
+    pub queue: Q,
+    /// Address of the peer's inbound token of this connection, as the queue addresses it.
+    pub token: u64,
+    /// The peer's memories puts write into: `(index in the peer's table, address here, length)`.
+    pub remote: Vec<(u8, u64, u64)>,
+    /// Kept alive as long as the transport (the peer's mappings).
+    pub keep: KeepAlive,
+    /// Whether the connection goes through the emulated NIC (ignored without a link model).
+    pub paced: bool,
+}
+
+/// One connection: where its puts and signal go, and what is in flight.
+struct Conn<Q: CopyQueue> {
+    id: ConnectionId,
+    peer: String,
+    queue: Q,
+    remote: Ranges,
+    /// Address of the peer's inbound token of this connection, as this queue addresses it.
+    token: u64,
+    paced: bool,
+    state: Mutex<ConnState<Q::Marker>>,
+    submitted: AtomicU64,
+    completed: AtomicU64,
+    failure: Mutex<Option<TransportError>>,
+}
+
+struct ConnState<M> {
+    /// Signals issued so far (the value the token was last set to).
+    signals: u64,
+    /// Paced operations not yet issued: (release time, ticket, operation as addresses).
+    held: VecDeque<(Instant, u64, Issue)>,
+    /// Markers of issued batches: (tickets below this are done when reached, marker).
+    markers: VecDeque<(u64, M)>,
+    /// Last time a marker was reached, or when markers became outstanding.
+    last_progress: Instant,
+}
+
+/// An operation with its addresses resolved.
+#[derive(Clone, Copy, Debug)]
+enum Issue {
+    Copy { dst: u64, src: u64, len: u64 },
+    Signal,
+}
+
+impl<Q: CopyQueue> fmt::Debug for Conn<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn").field("id", &self.id).field("peer", &self.peer).field("paced", &self.paced).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Holders only update counters and queues whole; a poisoned lock still holds consistent state.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<Q: CopyQueue> Conn<Q> {
+    fn check(&self) -> Result<(), TransportError> {
+        lock(&self.failure).clone().map_or(Ok(()), Err)
+    }
+
+    fn fail(&self, error: TransportError) -> TransportError {
+        let mut failure = lock(&self.failure);
+        if failure.is_none() {
+            tracing::warn!(connection = self.id, "{error}");
+            *failure = Some(error.clone());
+        }
+        error
+    }
+
+    fn device_error(&self, detail: String) -> TransportError {
+        self.fail(TransportError::Device { transport: NAME, connection: self.id, peer: self.peer.clone(), detail })
+    }
+
+    /// Enqueues `issue` (ticket `ticket`) on the queue.
+    fn issue(&self, state: &mut ConnState<Q::Marker>, issue: Issue) -> Result<(), TransportError> {
+        let done = match issue {
+            Issue::Copy { dst, src, len } => self.queue.copy(dst, src, len),
+            Issue::Signal => {
+                state.signals += 1;
+                self.queue.write_value(self.token, state.signals)
+            }
+        };
+        done.map_err(|detail| self.device_error(detail))
+    }
+
+    /// Places a marker covering tickets below `end`.
+    fn mark(&self, state: &mut ConnState<Q::Marker>, end: u64) -> Result<(), TransportError> {
+        let marker = self.queue.mark().map_err(|detail| self.device_error(detail))?;
+        if state.markers.is_empty() {
+            state.last_progress = Instant::now();
+        }
+        state.markers.push_back((end, marker));
+        Ok(())
+    }
+
+    /// Issues the held operations whose release time has come.
+    fn release_due(&self, state: &mut ConnState<Q::Marker>, now: Instant) -> Result<(), TransportError> {
+        let mut end = None;
+        while let Some(&(at, ticket, issue)) = state.held.front() {
+            if at > now {
+                break;
+            }
+            state.held.pop_front();
+            self.issue(state, issue)?;
+            end = Some(ticket + 1);
+        }
+        match end {
+            Some(end) => self.mark(state, end),
+            None => Ok(()),
+        }
+    }
+
+    /// Retires reached markers; returns how many operations completed.
+    fn retire(&self, state: &mut ConnState<Q::Marker>, timeout: Duration) -> Result<u64, TransportError> {
+        let before = self.completed.load(Ordering::Acquire);
+        let mut done = before;
+        while let Some((end, marker)) = state.markers.front() {
+            if !self.queue.reached(marker).map_err(|detail| self.device_error(detail))? {
+                break;
+            }
+            done = *end;
+            if let Some((_, marker)) = state.markers.pop_front() {
+                self.queue.recycle(marker);
+            }
+            state.last_progress = Instant::now();
+        }
+        if done == before && !state.markers.is_empty() && state.last_progress.elapsed() > timeout {
+            let pending = self.submitted.load(Ordering::Acquire) - before;
+            return Err(self.fail(TransportError::PeerTimeout {
+                transport: NAME,
+                connection: self.id,
+                peer: self.peer.clone(),
+                waited: state.last_progress.elapsed(),
+                pending,
+            }));
+        }
+        self.completed.store(done, Ordering::Release);
+        Ok(done - before)
+    }
+}
+
+/// Puts and signals through copy-engine queues (see the module docs). Generic over the queue so
+/// the same code runs on CUDA streams and, in tests, on host memory.
+pub struct CopyEngineTransport<Q: CopyQueue> {
+    config: CopyEngineConfig,
+    local: RwLock<Ranges>,
+    conns: RwLock<Vec<Option<Arc<Conn<Q>>>>>,
+    flow: FlowControl,
+    pacer: Option<Mutex<Pacer>>,
+    closing: AtomicBool,
+}
+
+impl<Q: CopyQueue> fmt::Debug for CopyEngineTransport<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CopyEngineTransport").field("config", &self.config).finish()
+    }
+}
+
+impl<Q: CopyQueue> CopyEngineTransport<Q> {
+    /// A transport with no memories and no connections.
+    pub fn new(config: CopyEngineConfig) -> Result<Self, TransportError> {
+        if config.max_in_flight < 2 {
+            return Err(TransportError::Connect {
+                transport: NAME,
+                peer: String::new(),
+                detail: "max_in_flight must be at least 2 (a put and a signal)".into(),
+            });
+        }
+        Ok(Self {
+            flow: FlowControl::new(MAX_CONNECTIONS, config.max_in_flight),
+            pacer: config.link.map(|l| Mutex::new(Pacer::new(l))),
+            config,
+            local: RwLock::new(Ranges::default()),
+            conns: RwLock::new((0..MAX_CONNECTIONS).map(|_| None).collect()),
+            closing: AtomicBool::new(false),
+        })
+    }
+
+    /// Registers local memory `[base, base + len)` that puts read from; returns its index
+    /// (the `src_memory` of commands). `keep` stays alive as long as the transport.
+    pub fn register_local(&self, base: u64, len: u64, keep: KeepAlive) -> Result<u8, MemoryError> {
+        let mut local = self.local.write().unwrap_or_else(|p| p.into_inner());
+        let index = u8::try_from(local.entries.len()).map_err(|_| MemoryError::TableFull)?;
+        local.set(index, base, len, keep);
+        Ok(index)
+    }
+
+    /// Opens connection `id` as `link` describes.
+    pub fn connect(&self, id: ConnectionId, link: PeerLink<Q>) -> Result<(), TransportError> {
+        let PeerLink { peer, queue, token, remote, keep, paced } = link;
+        let err = |detail: String| TransportError::Connect { transport: NAME, peer: peer.clone(), detail };
+        if usize::from(id) >= MAX_CONNECTIONS {
+            return Err(err(format!("connection index {id} is not below {MAX_CONNECTIONS}")));
+        }
+        if !token.is_multiple_of(8) {
+            return Err(err(format!("token address {token:#x} is not 8-byte aligned")));
+        }
+        let mut ranges = Ranges::default();
+        for &(index, base, len) in &remote {
+            ranges.set(index, base, len, keep.clone());
+        }
+        if remote.is_empty() {
+            ranges.keep.push(keep);
+        }
+        let conn = Conn {
+            id,
+            peer: peer.clone(),
+            queue,
+            remote: ranges,
+            token,
+            paced: paced && self.pacer.is_some(),
+            state: Mutex::new(ConnState {
+                signals: 0,
+                held: VecDeque::new(),
+                markers: VecDeque::new(),
+                last_progress: Instant::now(),
+            }),
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            failure: Mutex::new(None),
+        };
+        let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
+        let slot = &mut conns[usize::from(id)];
+        if slot.is_some() {
+            return Err(err(format!("connection {id} is already connected")));
+        }
+        *slot = Some(Arc::new(conn));
+        Ok(())
+    }
+
+    /// Calls `f` with the queue of every connection (to wait for them at shutdown).
+    pub fn for_each_queue(&self, mut f: impl FnMut(&Q)) {
+        for conn in self.conns.read().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
+            f(&conn.queue);
+        }
+    }
+
+    /// The flow control of this transport's connections.
+    pub fn flow(&self) -> &FlowControl {
+        &self.flow
+    }
+
+    /// The link model of paced connections.
+    pub fn link(&self) -> Option<LinkModel> {
+        self.config.link
+    }
+
+    fn conn(&self, connection: ConnectionId) -> Result<Arc<Conn<Q>>, TransportError> {
+        self.conns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(usize::from(connection))
+            .cloned()
+            .flatten()
+            .ok_or(TransportError::UnknownConnection { transport: NAME, connection })
+    }
+
+    fn resolve(&self, conn: &Conn<Q>, op: &Op) -> Result<(Issue, u64), TransportError> {
+        let memory = |source| TransportError::Memory { transport: NAME, connection: conn.id, source };
+        match *op {
+            Op::Put { src_memory, src_offset, dst_memory, dst_offset, len } => {
+                let src = self
+                    .local
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .address(src_memory, src_offset, len)
+                    .map_err(memory)?;
+                let dst = conn.remote.address(dst_memory, dst_offset, len).map_err(memory)?;
+                Ok((Issue::Copy { dst, src, len }, len))
+            }
+            Op::Signal => Ok((Issue::Signal, 0)),
+        }
+    }
+
+    /// Retires reached markers of `conn` and returns their credits.
+    fn poll(&self, conn: &Conn<Q>, state: &mut ConnState<Q::Marker>) -> Result<(), TransportError> {
+        if conn.paced && !state.held.is_empty() {
+            conn.release_due(state, Instant::now())?;
+        }
+        let done = conn.retire(state, self.config.timeout)?;
+        if done > 0 {
+            self.flow.release(usize::from(conn.id), done);
+        }
+        Ok(())
+    }
+}
+
+impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn submit(&self, connection: ConnectionId, ops: &[Op]) -> Result<Submitted, TransportError> {
+        let conn = self.conn(connection)?;
+        conn.check()?;
+        if self.closing.load(Ordering::Acquire) {
+            return Err(TransportError::Shutdown { transport: NAME });
+        }
+        let mut resolved = Vec::with_capacity(ops.len());
+        for op in ops {
+            resolved.push(self.resolve(&conn, op)?);
+        }
+        if ops.is_empty() {
+            return Ok(Submitted::Accepted { last: conn.submitted.load(Ordering::Acquire).wrapping_sub(1) });
+        }
+        if !self.flow.try_acquire(usize::from(connection), ops.len() as u64) {
+            return Ok(Submitted::Full);
+        }
+        let mut state = lock(&conn.state);
+        let first = conn.submitted.fetch_add(ops.len() as u64, Ordering::AcqRel);
+        let end = first + ops.len() as u64;
+        match (&self.pacer, conn.paced) {
+            (Some(pacer), true) => {
+                let now = Instant::now();
+                let mut pacer = lock(pacer);
+                for (i, (issue, bytes)) in resolved.into_iter().enumerate() {
+                    let at = pacer.schedule(now, bytes);
+                    state.held.push_back((at, first + i as u64, issue));
+                }
+                drop(pacer);
+                conn.release_due(&mut state, now)?;
+            }
+            _ => {
+                for (issue, _) in resolved {
+                    conn.issue(&mut state, issue)?;
+                }
+                conn.mark(&mut state, end)?;
+            }
+        }
+        Ok(Submitted::Accepted { last: end - 1 })
+    }
+
+    fn completed(&self, connection: ConnectionId) -> Result<u64, TransportError> {
+        let conn = self.conn(connection)?;
+        conn.check()?;
+        let mut state = lock(&conn.state);
+        self.poll(&conn, &mut state)?;
+        Ok(conn.completed.load(Ordering::Acquire))
+    }
+
+    fn submitted(&self, connection: ConnectionId) -> Result<u64, TransportError> {
+        Ok(self.conn(connection)?.submitted.load(Ordering::Acquire))
+    }
+
+    fn progress(&self) -> Result<(), TransportError> {
+        let conns: Vec<Arc<Conn<Q>>> =
+            self.conns.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+        for conn in conns {
+            conn.check()?;
+            // Another proxy thread polling this connection does the same work: skip it.
+            let Ok(mut state) = conn.state.try_lock() else { continue };
+            self.poll(&conn, &mut state)?;
+        }
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        // Queued copies finish on their own (the queues' owners wait for them before freeing
+        // memory); held operations of paced connections are dropped.
+        self.closing.store(true, Ordering::Release);
+        for conn in self.conns.read().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
+            lock(&conn.state).held.clear();
+        }
+    }
+}

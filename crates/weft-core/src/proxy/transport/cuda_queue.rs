@@ -1,0 +1,80 @@
+//! [`CopyQueue`] on a CUDA stream: the copy-engine transport's queue on a GPU.
+//!
+//! One dedicated non-blocking stream per connection (it never synchronises with the legacy
+//! default stream, where a careless `cudaMemcpy` elsewhere in the process would otherwise put
+//! the proxy's copies behind running kernels). Copies are `cuMemcpyDtoDAsync`, signals
+//! `cuStreamWriteValue64` (with its default memory barrier, so the stored token is visible only
+//! after the copies before it), markers are timing-free events polled with `cuEventQuery`.
+//! Nothing here calls `cuStreamSynchronize`, `cuCtxSynchronize` or a synchronous copy: every
+//! call returns once the work is queued, whatever the device is running.
+
+use std::sync::Mutex;
+
+use weft_gpu::{Device, Event, GpuError, Stream};
+
+use super::ce::CopyQueue;
+
+/// A CUDA stream as a [`CopyQueue`].
+#[derive(Debug)]
+pub struct CudaCopyQueue {
+    device: Device,
+    stream: Stream,
+    spare: Mutex<Vec<Event>>,
+}
+
+impl CudaCopyQueue {
+    /// A queue on a new non-blocking stream of `device` (setup time: this makes CUDA calls that
+    /// may synchronise).
+    pub fn new(device: &Device) -> Result<Self, GpuError> {
+        Ok(Self { device: device.clone(), stream: Stream::new(device)?, spare: Mutex::new(Vec::new()) })
+    }
+
+    /// The stream.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+}
+
+fn text(e: GpuError) -> String {
+    e.to_string()
+}
+
+impl CopyQueue for CudaCopyQueue {
+    type Marker = Event;
+
+    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), String> {
+        let len = usize::try_from(len).map_err(|_| format!("copy of {len} bytes"))?;
+        self.device.bind().map_err(text)?;
+        // SAFETY: the transport checked both ranges against registered memories (local ones, and
+        // the peer's as mapped here), which it keeps alive for as long as it exists; the owner of
+        // the transport waits for the stream before dropping it.
+        unsafe { self.stream.copy_async(dst, src, len) }.map_err(text)
+    }
+
+    fn write_value(&self, addr: u64, value: u64) -> Result<(), String> {
+        self.device.bind().map_err(text)?;
+        // SAFETY: the transport checked the token address is 8-byte aligned; it is the peer's
+        // token slot, mapped here and kept alive by the transport.
+        unsafe { self.stream.write_value64(addr, value) }.map_err(text)
+    }
+
+    fn mark(&self) -> Result<Event, String> {
+        self.device.bind().map_err(text)?;
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let event = match spare {
+            Some(e) => e,
+            None => Event::marker(&self.device).map_err(text)?,
+        };
+        event.record(&self.stream).map_err(text)?;
+        Ok(event)
+    }
+
+    fn reached(&self, marker: &Event) -> Result<bool, String> {
+        self.device.bind().map_err(text)?;
+        marker.query().map_err(text)
+    }
+
+    fn recycle(&self, marker: Event) {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner()).push(marker);
+    }
+}

@@ -1,0 +1,233 @@
+//! The proxy driven by host-memory FIFOs over the copy-engine transport, with the copy engine
+//! simulated on host memory (`proxy::transport::sim`): signals after their data while a writer
+//! spins on the token (as a kernel would), flushes, the emulated NIC's latency and bandwidth
+//! cap, a stalled engine (a timeout naming the peer, writers released) and bad memory indices.
+//! Every test runs under a deadline.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+mod common;
+use common::within;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
+use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PeerLink};
+use weft_core::proxy::transport::pacing::LinkModel;
+use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
+use weft_core::proxy::{HostMemory, Memory, ProxyConfig, ProxyError, ProxyService, Transport, TransportError};
+use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
+
+fn command(op: FifoOp, dst_memory: u8, src_offset: u32, dst_offset: u32, size: u32) -> FifoCommand {
+    FifoCommand::encode(FifoCommandFields {
+        op: op as u8,
+        connection: 0,
+        src_memory: 0,
+        dst_memory,
+        src_offset,
+        dst_offset,
+        size,
+    })
+    .unwrap()
+}
+
+/// Rank A's memory 0 (`src`) and a connection 0 to rank B whose memory 3 is `dst` and whose
+/// inbound token lives at `token`.
+struct Setup {
+    space: Arc<HostAddressSpace>,
+    src: Arc<HostMemory>,
+    dst: Arc<HostMemory>,
+    token: u64,
+    transport: Arc<CopyEngineTransport<HostCopyQueue>>,
+    fifo: HostFifo,
+    service: Option<ProxyService>,
+}
+
+fn setup(len: usize, delay: Duration, config: CopyEngineConfig, paced: bool) -> Setup {
+    let space = HostAddressSpace::new();
+    let (src_addr, src) = space.alloc(len);
+    let (dst_addr, dst) = space.alloc(len);
+    let (token, _) = space.alloc(8);
+    let transport = Arc::new(CopyEngineTransport::new(config).unwrap());
+    assert_eq!(transport.register_local(src_addr, len as u64, src.clone()).unwrap(), 0);
+    let queue = HostCopyQueue::new(space.clone(), delay);
+    transport.connect(0, link("rank 1", queue, token, vec![(3, dst_addr, len as u64)], dst.clone(), paced)).unwrap();
+    let fifo = HostFifo::new(64).unwrap();
+    let service = ProxyService::builder(ProxyConfig::default())
+        .transport(transport.clone())
+        .fifo(FifoReader::new(fifo.clone()).unwrap())
+        .start()
+        .unwrap();
+    Setup { space, src, dst, token, transport, fifo, service: Some(service) }
+}
+
+fn link(
+    peer: &str,
+    queue: HostCopyQueue,
+    token: u64,
+    remote: Vec<(u8, u64, u64)>,
+    keep: KeepAlive,
+    paced: bool,
+) -> PeerLink<HostCopyQueue> {
+    PeerLink { peer: peer.into(), queue, token, remote, keep, paced }
+}
+
+fn pattern(round: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + round * 7 + 1) as u8).collect()
+}
+
+#[test]
+fn a_writer_spinning_on_the_token_sees_each_signal_only_after_its_data() {
+    within(30, || {
+        let s = setup(1 << 16, Duration::from_micros(200), CopyEngineConfig::default(), false);
+        let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+        let chunk = 4096usize;
+        for round in 0..16 {
+            s.src.write(round * chunk, &pattern(round, chunk));
+            writer
+                .push(command(FifoOp::PutSignal, 3, (round * chunk) as u32, (round * chunk) as u32, chunk as u32))
+                .unwrap();
+        }
+        // Spin like a kernel waiting on its semaphore; every value seen must cover its data.
+        let start = Instant::now();
+        let mut seen = 0;
+        while seen < 16 {
+            assert!(start.elapsed() < Duration::from_secs(10), "token stuck at {seen}");
+            let token = s.space.load_u64(s.token).unwrap();
+            assert!(token <= 16);
+            for round in seen..token as usize {
+                let mut got = vec![0; chunk];
+                s.dst.read(round * chunk, &mut got);
+                assert_eq!(got, pattern(round, chunk), "signal {} arrived before put {round}", round + 1);
+            }
+            seen = token as usize;
+        }
+        let report = s.service.unwrap().shutdown().unwrap();
+        assert_eq!(report.executed, 16);
+        assert_eq!(s.transport.submitted(0).unwrap(), 32);
+    });
+}
+
+#[test]
+fn a_flush_is_consumed_only_once_the_engine_executed_everything_before_it() {
+    within(30, || {
+        let s = setup(1024, Duration::from_millis(30), CopyEngineConfig::default(), false);
+        let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+        s.src.write(0, &pattern(1, 1024));
+        writer.push(command(FifoOp::Put, 3, 0, 0, 1024)).unwrap();
+        let flush = writer.push(command(FifoOp::SignalFlush, 0, 0, 0, 0)).unwrap();
+        assert!(!writer.poll(flush), "the engine waits 30 ms per operation");
+        writer.sync(flush).unwrap();
+        assert_eq!(s.dst.snapshot(), pattern(1, 1024));
+        assert_eq!(s.space.load_u64(s.token).unwrap(), 1);
+        assert_eq!(s.transport.completed(0).unwrap(), 2);
+        assert_eq!(s.transport.flow().in_flight(0), 0, "completion returned every credit");
+    });
+}
+
+#[test]
+fn the_emulated_nic_delays_each_message_by_alpha_and_caps_bandwidth() {
+    within(30, || {
+        // α = 40 ms, β = 0.05 GB/s: a 1 MB put leaves after 20 ms and lands 40 ms later.
+        let config = CopyEngineConfig { link: Some(LinkModel::new(40_000.0, Some(0.05))), ..Default::default() };
+        let s = setup(1 << 20, Duration::ZERO, config, true);
+        let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+        s.src.write(0, &pattern(2, 1 << 20));
+        let start = Instant::now();
+        let pos = writer.push(command(FifoOp::PutSignalFlush, 3, 0, 0, 1 << 20)).unwrap();
+        while s.space.load_u64(s.token).unwrap() == 0 {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            std::hint::spin_loop();
+        }
+        let arrived = start.elapsed();
+        assert!(arrived >= Duration::from_millis(60), "signal after {arrived:?}, before α + bytes/β = 60 ms");
+        assert_eq!(s.dst.snapshot(), pattern(2, 1 << 20));
+        writer.sync(pos).unwrap();
+        // An unpaced connection of the same transport is not delayed.
+        let t = s.transport.link().unwrap();
+        assert!((t.message_time(1_000_000).as_secs_f64() - 0.06).abs() < 1e-9);
+    });
+}
+
+#[test]
+fn an_unpaced_connection_ignores_the_link_model() {
+    within(30, || {
+        let config = CopyEngineConfig { link: Some(LinkModel::new(500_000.0, None)), ..Default::default() };
+        let s = setup(64, Duration::ZERO, config, false);
+        let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+        let start = Instant::now();
+        let pos = writer.push(command(FifoOp::PutSignalFlush, 3, 0, 0, 64)).unwrap();
+        writer.sync(pos).unwrap();
+        assert!(start.elapsed() < Duration::from_millis(400), "took {:?}", start.elapsed());
+    });
+}
+
+#[test]
+fn a_stalled_engine_fails_the_proxy_with_a_timeout_naming_the_peer_and_releases_the_writer() {
+    within(30, || {
+        let config = CopyEngineConfig { timeout: Duration::from_millis(200), ..Default::default() };
+        let space = HostAddressSpace::new();
+        let (src_addr, src) = space.alloc(64);
+        let (dst_addr, dst) = space.alloc(64);
+        let (token, _) = space.alloc(8);
+        let transport = Arc::new(CopyEngineTransport::new(config).unwrap());
+        transport.register_local(src_addr, 64, src).unwrap();
+        let queue = HostCopyQueue::new(space.clone(), Duration::ZERO);
+        queue.stall(true);
+        transport.connect(0, link("rank 7", queue, token, vec![(0, dst_addr, 64)], dst, false)).unwrap();
+        let fifo = HostFifo::new(8).unwrap();
+        let service = ProxyService::builder(ProxyConfig::default())
+            .transport(transport.clone())
+            .fifo(FifoReader::new(fifo.clone()).unwrap())
+            .start()
+            .unwrap();
+        let writer = FifoWriter::new(fifo, None);
+        let pos = writer.push(command(FifoOp::PutFlush, 0, 0, 0, 64)).unwrap();
+        assert!(matches!(writer.sync(pos), Err(FifoError::Stopped { code: 2, .. })));
+        match service.shutdown() {
+            Err(ProxyError::Transport(TransportError::PeerTimeout { peer, pending, .. })) => {
+                assert_eq!(peer, "rank 7");
+                assert_eq!(pending, 1);
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn commands_outside_registered_memory_are_errors_not_corruption() {
+    within(30, || {
+        for bad in
+            [command(FifoOp::Put, 3, 0, 60, 8), command(FifoOp::Put, 4, 0, 0, 8), command(FifoOp::Put, 3, 60, 0, 8)]
+        {
+            let mut s = setup(64, Duration::ZERO, CopyEngineConfig::default(), false);
+            let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(5)));
+            writer.push(bad).unwrap();
+            let err = s.service.take().unwrap();
+            let start = Instant::now();
+            while err.failure().is_none() {
+                assert!(start.elapsed() < Duration::from_secs(5));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(matches!(err.shutdown(), Err(ProxyError::Transport(TransportError::Memory { .. }))));
+            assert_eq!(s.dst.snapshot(), vec![0; 64]);
+        }
+    });
+}
+
+#[test]
+fn connections_are_checked_when_made() {
+    let space = HostAddressSpace::new();
+    let (token, keep) = space.alloc(16);
+    let transport = CopyEngineTransport::new(CopyEngineConfig::default()).unwrap();
+    let q = || HostCopyQueue::new(space.clone(), Duration::ZERO);
+    let to = |token: u64| link("p", q(), token, vec![], keep.clone(), false);
+    assert!(transport.connect(0, to(token + 4)).is_err(), "misaligned token");
+    transport.connect(0, to(token)).unwrap();
+    assert!(transport.connect(0, to(token)).is_err(), "connected twice");
+    assert!(transport.connect(1024, to(token)).is_err());
+    assert!(matches!(transport.completed(5), Err(TransportError::UnknownConnection { connection: 5, .. })));
+    assert!(
+        CopyEngineTransport::<HostCopyQueue>::new(CopyEngineConfig { max_in_flight: 1, ..Default::default() }).is_err()
+    );
+}
