@@ -1,7 +1,8 @@
 //! # weft-core — communicators, registered memory, semaphores and MemoryChannels
 //!
 //! **Owns:** the [`Communicator`] (a rank's view of its peers over a bootstrap), the
-//! [`Topology`] (same host, same process, peer access), [`RegisteredMemory`] with its
+//! [`Topology`] (same host, same process, peer access), [`RegisteredMemory`] (and
+//! [`UserRegistration`] for application allocations) with its
 //! explicit, versioned wire descriptor, the CUDA IPC transport (POSIX file descriptors passed
 //! over a Unix socket between processes, legacy IPC handles as a fallback, plain pointers between
 //! threads of one process), device-to-device [`Semaphore`]s, [`MemoryChannel`]s and their device
@@ -39,7 +40,7 @@ pub use device_code::{KernelLibrary, LoadedKernels};
 pub use env::{Env, EnvError};
 pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
-pub use memory::{RegisteredMemory, RemoteMemory};
+pub use memory::{RegisteredMemory, RemoteMemory, UserRegistration};
 pub use semaphore::Semaphore;
 pub use topology::{PeerInfo, Topology};
 pub use weft_bootstrap::codec::CodecError;

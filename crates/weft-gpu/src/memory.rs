@@ -108,7 +108,7 @@ fn vmm_prop(device: &Device) -> sys::CUmemAllocationProp {
     prop
 }
 
-fn access_desc(device: &Device) -> sys::CUmemAccessDesc {
+pub(crate) fn access_desc(device: &Device) -> sys::CUmemAccessDesc {
     // SAFETY: plain C struct; all-zero is valid and every field we rely on is set below.
     let mut desc: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
     desc.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;

@@ -25,7 +25,7 @@ mod handles;
 mod packets;
 mod status;
 
-pub use coll::{CollContext, MAX_RANKS, P2pPlan};
+pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use exec::{
