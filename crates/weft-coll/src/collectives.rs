@@ -2,16 +2,21 @@
 //! chosen kernel. Every call enqueues one kernel (or, for send/receive groups that name a peer
 //! more than once, one per round of matched operations) and nothing else: no host
 //! synchronisation, no allocation once the kernels are loaded, so calls are capturable in CUDA
-//! graphs.
+//! graphs. A call captured into a graph may first agree with the peers on writing straight
+//! into their registered user buffers (`registry.rs`): a host exchange paid once per capture,
+//! never per replay.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use weft_core::{Communicator, KernelLibrary};
 use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
-use weft_types::{DataType, MAX_RANKS, P2pPlan, ReduceOp};
+
+use weft_types::{DataType, MAX_RANKS, P2pPlan, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
+use crate::registry::Registry;
 use crate::resources::Resources;
 
 /// Direction of one point-to-point operation.
@@ -76,12 +81,25 @@ fn p2p_round(ops: &[P2pOp], round: usize) -> Option<P2pPlan> {
     any.then_some(plan)
 }
 
+/// How many calls of the algorithms that can write straight into the peers' user buffers
+/// (AllReduce HB) did so, and how many staged through scratch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathCounts {
+    /// Calls that wrote into the peers' registered buffers.
+    pub zero_copy: u64,
+    /// Calls that staged through scratch.
+    pub staged: u64,
+}
+
 /// The collectives of one rank of a communicator.
 pub struct Collectives {
     comm: Communicator,
     config: CollConfig,
     resources: Resources,
     kernels: KernelCache,
+    registry: Registry,
+    zero_copy_calls: AtomicU64,
+    staged_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for Collectives {
@@ -101,7 +119,23 @@ impl Collectives {
         }
         let resources = Resources::new(comm, &config)?;
         let library = KernelLibrary::new(comm.env().cache_dir.clone());
-        Ok(Self { comm: comm.clone(), kernels: KernelCache::new(library, comm.device().clone()), config, resources })
+        Ok(Self {
+            comm: comm.clone(),
+            kernels: KernelCache::new(library, comm.device().clone()),
+            config,
+            resources,
+            registry: Registry::default(),
+            zero_copy_calls: AtomicU64::new(0),
+            staged_calls: AtomicU64::new(0),
+        })
+    }
+
+    /// Which path the calls that can go zero-copy took so far.
+    pub fn path_counts(&self) -> PathCounts {
+        PathCounts {
+            zero_copy: self.zero_copy_calls.load(Ordering::Relaxed),
+            staged: self.staged_calls.load(Ordering::Relaxed),
+        }
     }
 
     /// The configuration in force.
@@ -131,13 +165,18 @@ impl Collectives {
         Ok(())
     }
 
-    /// AllReduce of `count` elements from `send` into `recv` (equal: in place).
+    /// AllReduce of `count` elements from `send` into `recv` (equal: in place). Captured into
+    /// a CUDA graph, a call of the HB algorithm agrees with the peers (a host exchange, once
+    /// per capture) on writing the results straight into every rank's `recv`, which it then
+    /// registers (once per allocation) and maps on the peers; eager calls stage through
+    /// scratch.
     ///
     /// # Safety
     /// `send` and `recv` must stay valid device memory of this rank's GPU for the lengths the
-    /// call implies until the work enqueued on `stream` has finished, and every rank must make
-    /// the matching call (same count, type, operator, root) in the same order. This holds for
-    /// every collective of this type.
+    /// call implies until the work enqueued on `stream` has finished (for a captured call:
+    /// while the graph may be replayed), and every rank must make the matching call (same
+    /// count, type, operator, root) in the same order, captured on every rank or on none.
+    /// This holds for every collective of this type.
     pub unsafe fn all_reduce(
         &self,
         send: DevicePtr,
@@ -156,11 +195,35 @@ impl Collectives {
             Algorithm::AllReduceLl => bytes,
             _ => shard,
         })?;
-        // SAFETY: every allreduce kernel takes (context, input, output, bytes); buffers were
-        // checked above and are the caller's contract.
+        let outputs = if algorithm == Algorithm::AllReduceHb { Some(self.peer_outputs(stream, recv)?) } else { None };
+        // SAFETY: every allreduce kernel takes (context, input, output, bytes), HB then the
+        // peers' outputs (mapped by the registry, valid while the peers' buffers are, which is
+        // their callers' contract); buffers were checked above and are the caller's contract.
         unsafe {
-            self.launch(algorithm, dtype, op, stream, bytes, |a| a.push(send.ptr).push(recv.ptr).push(bytes as u64))
+            self.launch(algorithm, dtype, op, stream, bytes, |a| {
+                a.push(send.ptr).push(recv.ptr).push(bytes as u64);
+                if let Some(outputs) = outputs {
+                    a.push(outputs);
+                }
+                a
+            })
         }
+    }
+
+    /// Every rank's `output` buffer as this GPU addresses it when the call can write there
+    /// directly (captured, and every rank agrees), else all zero (stage through scratch).
+    /// Every rank reaches it at the same call, captured on all or on none (caller contract).
+    fn peer_outputs(&self, stream: &Stream, output: Buffer) -> Result<PeerBuffers, CollError> {
+        let rank = self.comm.rank();
+        let capturing = stream.is_capturing().map_err(|source| CollError::Gpu { rank, source })?;
+        let agreed = if capturing && output.len > 0 && self.ranks() > 1 {
+            self.registry.agree(&self.comm, output.ptr, output.len)?
+        } else {
+            None
+        };
+        let counter = if agreed.is_some() { &self.zero_copy_calls } else { &self.staged_calls };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(agreed.unwrap_or_default())
     }
 
     /// AllGather: `send_count` elements from every rank into `recv` (`ranks * send_count`

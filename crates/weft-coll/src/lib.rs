@@ -3,28 +3,32 @@
 //! **Owns:** the collective API (`Collectives`: all-reduce, all-gather, reduce-scatter,
 //! broadcast, reduce, all-to-all(v), grouped send/receive), the collective algorithms (native kernels in `device/kernels/`), their per-(type,
 //! operator) compilation and loading, the communication state they need (registered scratch,
-//! packet buffers, channel and semaphore tables on the device), input validation, and the
-//! size-based choice between algorithms.
+//! packet buffers, channel and semaphore tables on the device), the registration of user
+//! buffers and the agreement on zero-copy calls, input validation, and the size-based choice
+//! between algorithms.
 //!
 //! **Must not:** do host synchronisation or allocation on a call once set up (calls are CUDA
 //! graph capturable), or call `cuMulticast*`.
 //!
-//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`.
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`, `weft-bootstrap` (the codec of the
+//! user-buffer agreement).
 //!
 //! Unlike ARCHITECTURE §1's list, this crate contains `unsafe`: launching a kernel on pointers a
 //! caller hands us is inherently unsafe, and keeping those launches next to the algorithm that
 //! knows each kernel's parameters (rather than in weft-core) keeps every `SAFETY` argument local.
 
+mod agreement;
 mod algorithm;
 mod collectives;
 mod config;
 mod error;
 mod kernels;
 pub mod nccl;
+mod registry;
 mod resources;
 
 pub use algorithm::{Algorithm, Collective, Protocol};
-pub use collectives::{Collectives, P2pKind, P2pOp};
+pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::CollError;
 pub use weft_types::{DataType, ReduceOp};

@@ -287,6 +287,12 @@ impl Communicator {
         Ok(RemoteMemory::new(mapping.ptr() + d.offset, len, peer, Some(mapping)))
     }
 
+    /// Drops the cached mappings of `peer`'s allocation at `base` (the peer freed it); users of
+    /// a mapping keep it alive until they drop it.
+    pub fn forget_import(&self, peer: usize, base: u64) {
+        lock(&self.inner.imports).retain(|&(owner, at, _), _| owner != peer || at != base);
+    }
+
     /// Sends `local`'s descriptor to `peer`, receives the peer's counterpart and maps it.
     /// Pairwise: `peer` must make the matching call.
     pub fn connect_memory(&self, peer: usize, local: &RegisteredMemory) -> Result<RemoteMemory, Error> {
