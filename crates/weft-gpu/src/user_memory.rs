@@ -66,14 +66,22 @@ impl UserAllocation {
     pub fn containing(device: &Device, ptr: DevicePtr) -> Result<Self, GpuError> {
         use sys::CUpointer_attribute::*;
         device.bind()?;
-        // SAFETY: each attribute is read into the type the driver documents for it.
-        let (ordinal, buffer_id, legacy, handle_types) = unsafe {
+        // SAFETY: the ordinal is an int and the buffer id an unsigned long long; the flag and
+        // the handle-type mask are read into zeroed u64s, which hold them whatever width (at
+        // most 8 bytes, little-endian) the driver writes.
+        let (ordinal, buffer_id, legacy) = unsafe {
             (
                 attribute::<i32>(ptr, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?,
                 attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_BUFFER_ID)?,
-                attribute::<i32>(ptr, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)?,
-                attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES)?,
+                attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)?,
             )
+        };
+        // Only VMM memory has handle types; elsewhere a failed query means "none".
+        // SAFETY: as above.
+        let handle_types = if legacy != 0 {
+            0
+        } else {
+            unsafe { attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES) }.unwrap_or(0)
         };
         if usize::try_from(ordinal).ok() != Some(device.ordinal()) {
             return Err(GpuError::InvalidArgument(format!(

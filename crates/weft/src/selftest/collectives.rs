@@ -3,8 +3,10 @@
 //! and in two CUDA-graph replays against the float64 reference of `weft bench --check`, on
 //! every rank. The communicator's collectives are set up with small rounds and packet slots,
 //! so counts of a few thousand elements already take the multi-round paths of every kernel.
+//! Graph-captured AllReduce HB calls write straight into the peers' registered outputs; a
+//! line per communicator says how many calls took each path.
 
-use weft_coll::{CollConfig, CollError, Collectives};
+use weft_coll::{Algorithm, CollConfig, CollError, Collectives, PathCounts};
 use weft_core::{Communicator, Env};
 use weft_types::{DataType, ReduceOp};
 
@@ -51,6 +53,15 @@ fn run_matrix(comm: &Communicator, env: &Env, label: &str, report: &mut RankRepo
                     report.record(name, result);
                 }
             }
+            if algorithm == Algorithm::AllReduceHb {
+                let paths = coll.path_counts();
+                report.metric(format!("{label}AllReduce hb calls zero-copy"), paths.zero_copy as f64, "calls");
+                report.metric(format!("{label}AllReduce hb calls staged"), paths.staged as f64, "calls");
+                report.record(
+                    format!("{label}AllReduce hb graph replays write into registered outputs"),
+                    zero_copy_ran(paths),
+                );
+            }
         }
     }
     Ok(())
@@ -93,7 +104,26 @@ fn check_all_counts(
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) }
 }
 
+/// Which path the HB AllReduce calls took: every case makes two eager calls (out of place, in
+/// place), which stage, and captures two (the same), which must all have gone zero-copy.
+fn zero_copy_ran(paths: PathCounts) -> Result<(), String> {
+    let detail = format!("{} calls zero-copy, {} staged", paths.zero_copy, paths.staged);
+    if paths.zero_copy > 0 && paths.zero_copy == paths.staged { Ok(()) } else { Err(detail) }
+}
+
 /// Whether `e` is the refusal of a forced LL algorithm to carry a message past its slot.
 fn cannot_carry(e: &(dyn std::error::Error + 'static)) -> bool {
     matches!(e.downcast_ref::<CollError>(), Some(CollError::InvalidArgument { detail, .. }) if detail.contains("cannot carry"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_captured_call_must_have_gone_zero_copy() {
+        assert!(zero_copy_ran(PathCounts { zero_copy: 4, staged: 4 }).is_ok());
+        assert!(zero_copy_ran(PathCounts { zero_copy: 3, staged: 4 }).unwrap_err().contains("3 calls zero-copy"));
+        assert!(zero_copy_ran(PathCounts { zero_copy: 0, staged: 0 }).is_err());
+    }
 }
