@@ -81,14 +81,15 @@ fn p2p_round(ops: &[P2pOp], round: usize) -> Option<P2pPlan> {
     any.then_some(plan)
 }
 
-/// How many calls of the algorithms that can write straight into the peers' user buffers
-/// (AllReduce HB) did so, and how many staged through scratch.
+/// What the captured calls that could write straight into the peers' user buffers (AllReduce
+/// HB; AllGather HB with blocks of a multiple of 16 bytes) did. Eager calls stage and are not
+/// counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathCounts {
-    /// Calls that wrote into the peers' registered buffers.
+    /// Calls that write into the peers' registered buffers.
     pub zero_copy: u64,
-    /// Calls that staged through scratch.
-    pub staged: u64,
+    /// Calls that stage through scratch because some rank's buffer could not take part.
+    pub refused: u64,
 }
 
 /// The collectives of one rank of a communicator.
@@ -99,7 +100,7 @@ pub struct Collectives {
     kernels: KernelCache,
     registry: Registry,
     zero_copy_calls: AtomicU64,
-    staged_calls: AtomicU64,
+    refused_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for Collectives {
@@ -126,7 +127,7 @@ impl Collectives {
             resources,
             registry: Registry::default(),
             zero_copy_calls: AtomicU64::new(0),
-            staged_calls: AtomicU64::new(0),
+            refused_calls: AtomicU64::new(0),
         })
     }
 
@@ -134,7 +135,7 @@ impl Collectives {
     pub fn path_counts(&self) -> PathCounts {
         PathCounts {
             zero_copy: self.zero_copy_calls.load(Ordering::Relaxed),
-            staged: self.staged_calls.load(Ordering::Relaxed),
+            refused: self.refused_calls.load(Ordering::Relaxed),
         }
     }
 
@@ -195,7 +196,8 @@ impl Collectives {
             Algorithm::AllReduceLl => bytes,
             _ => shard,
         })?;
-        let outputs = if algorithm == Algorithm::AllReduceHb { Some(self.peer_outputs(stream, recv)?) } else { None };
+        let outputs =
+            if algorithm == Algorithm::AllReduceHb { Some(self.peer_outputs(stream, recv, true)?) } else { None };
         // SAFETY: every allreduce kernel takes (context, input, output, bytes), HB then the
         // peers' outputs (mapped by the registry, valid while the peers' buffers are, which is
         // their callers' contract); buffers were checked above and are the caller's contract.
@@ -211,23 +213,27 @@ impl Collectives {
     }
 
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there
-    /// directly (captured, and every rank agrees), else all zero (stage through scratch).
-    /// Every rank reaches it at the same call, captured on all or on none (caller contract).
-    fn peer_outputs(&self, stream: &Stream, output: Buffer) -> Result<PeerBuffers, CollError> {
+    /// directly (`eligible`, captured, and every rank agrees), else all zero (stage through
+    /// scratch). Every rank reaches it at the same call with the same `eligible`, captured on
+    /// all or on none (caller contract).
+    fn peer_outputs(&self, stream: &Stream, output: Buffer, eligible: bool) -> Result<PeerBuffers, CollError> {
         let rank = self.comm.rank();
-        let capturing = stream.is_capturing().map_err(|source| CollError::Gpu { rank, source })?;
-        let agreed = if capturing && output.len > 0 && self.ranks() > 1 {
-            self.registry.agree(&self.comm, output.ptr, output.len)?
-        } else {
-            None
-        };
-        let counter = if agreed.is_some() { &self.zero_copy_calls } else { &self.staged_calls };
+        if !eligible || output.len == 0 || self.ranks() == 1 {
+            return Ok(PeerBuffers::default());
+        }
+        if !stream.is_capturing().map_err(|source| CollError::Gpu { rank, source })? {
+            return Ok(PeerBuffers::default());
+        }
+        let agreed = self.registry.agree(&self.comm, output.ptr, output.len)?;
+        let counter = if agreed.is_some() { &self.zero_copy_calls } else { &self.refused_calls };
         counter.fetch_add(1, Ordering::Relaxed);
         Ok(agreed.unwrap_or_default())
     }
 
     /// AllGather: `send_count` elements from every rank into `recv` (`ranks * send_count`
-    /// elements, rank order). In place when `send == recv + rank * send bytes`.
+    /// elements, rank order). In place when `send == recv + rank * send bytes`. Captured, the
+    /// HB algorithm with blocks of a multiple of 16 bytes writes straight into the peers'
+    /// `recv`, as [`Collectives::all_reduce`] does.
     ///
     /// # Safety
     /// As for [`Collectives::all_reduce`].
@@ -286,9 +292,26 @@ impl Collectives {
         let in_place = (block * self.comm.rank()) as u64;
         self.check(stream, &[send_buf, recv_buf], &[(single, whole, Some(in_place))])?;
         let algorithm = self.choose(collective, total, dtype, |_| block)?;
+        // AllGather HB pushes block `rank` straight into every peer's output when every block
+        // starts 16-byte aligned there (the same on every rank: the block size is).
+        let outputs = if algorithm == Algorithm::AllGatherHb {
+            Some(self.peer_outputs(stream, recv_buf, block.is_multiple_of(16))?)
+        } else {
+            None
+        };
         // SAFETY: allgather and reduce-scatter kernels take (context, input, output, block
-        // bytes); buffers checked above, the rest is the caller's contract.
-        unsafe { self.launch(algorithm, dtype, op, stream, total, |a| a.push(send).push(recv).push(block as u64)) }
+        // bytes), AllGather HB then the peers' outputs (mapped by the registry, valid while the
+        // peers' buffers are: their callers' contract); buffers checked above, the rest is the
+        // caller's contract.
+        unsafe {
+            self.launch(algorithm, dtype, op, stream, total, |a| {
+                a.push(send).push(recv).push(block as u64);
+                if let Some(outputs) = outputs {
+                    a.push(outputs);
+                }
+                a
+            })
+        }
     }
 
     /// Broadcast of `count` elements from the root's `send` into every rank's `recv` (`send` is

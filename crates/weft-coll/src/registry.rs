@@ -157,16 +157,18 @@ impl State {
             if theirs.base != key.base || theirs.len != key.size || theirs.offset != 0 {
                 return None;
             }
-            let mapped = comm
-                .import(peer, &theirs)
-                .map_err(|e| tracing::debug!("rank {}: cannot map rank {peer}'s buffer: {e}", comm.rank()))
-                .ok()?;
+            // The peer freed what overlaps the fresh allocation: drop those mappings first, so
+            // the fresh one (possibly at the same base) stays in the communicator's cache.
             let theirs_known: Vec<AllocationKey> =
                 self.remote.keys().filter(|(p, _)| *p == peer).map(|(_, k)| *k).collect();
             for old in stale(theirs_known.iter(), key) {
                 self.remote.remove(&(peer, old));
                 comm.forget_import(peer, old.base);
             }
+            let mapped = comm
+                .import(peer, &theirs)
+                .map_err(|e| tracing::debug!("rank {}: cannot map rank {peer}'s buffer: {e}", comm.rank()))
+                .ok()?;
             self.remote.insert((peer, *key), mapped);
         }
         self.remote.get(&(peer, *key)).map(|m| m.ptr() + offset)
