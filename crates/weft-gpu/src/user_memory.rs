@@ -77,10 +77,10 @@ impl UserAllocation {
             )
         };
         // Only VMM memory has handle types; elsewhere a failed query means "none".
-        // SAFETY: as above.
         let handle_types = if legacy != 0 {
             0
         } else {
+            // SAFETY: as above.
             unsafe { attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES) }.unwrap_or(0)
         };
         if usize::try_from(ordinal).ok() != Some(device.ordinal()) {
