@@ -475,16 +475,22 @@ impl Source<'_> {
 }
 
 impl Exporter<'_> {
+    /// Refuses memory of another GPU than the communicator's.
+    fn check_device(&self, memory_device: &Device) -> Result<(), Error> {
+        if memory_device.ordinal() == self.device.ordinal() {
+            return Ok(());
+        }
+        Err(RegisterMemoryError::WrongDevice {
+            rank: self.rank,
+            memory_device: memory_device.ordinal(),
+            comm_device: self.device.ordinal(),
+        }
+        .into())
+    }
+
     fn register(&self, memory: Arc<DeviceMemory>, offset: usize, len: usize) -> Result<RegisteredMemory, Error> {
         let rank = self.rank;
-        if memory.device().ordinal() != self.device.ordinal() {
-            return Err(RegisterMemoryError::WrongDevice {
-                rank,
-                memory_device: memory.device().ordinal(),
-                comm_device: self.device.ordinal(),
-            }
-            .into());
-        }
+        self.check_device(memory.device())?;
         if len == 0 || offset.checked_add(len).is_none_or(|end| end > memory.len()) {
             return Err(Error::InvalidArgument {
                 rank,
@@ -497,14 +503,7 @@ impl Exporter<'_> {
 
     fn register_user(&self, allocation: &UserAllocation) -> Result<UserRegistration, Error> {
         let rank = self.rank;
-        if allocation.device().ordinal() != self.device.ordinal() {
-            return Err(RegisterMemoryError::WrongDevice {
-                rank,
-                memory_device: allocation.device().ordinal(),
-                comm_device: self.device.ordinal(),
-            }
-            .into());
-        }
+        self.check_device(allocation.device())?;
         let key = allocation.key();
         if allocation.sharing() == Sharing::None || key.size == 0 {
             return Err(Error::InvalidArgument {

@@ -9,7 +9,7 @@ use cudarc::driver::sys;
 use crate::device::Device;
 use crate::driver::{DevicePtr, cu};
 use crate::error::GpuError;
-use crate::memory::{LegacyIpcHandle, access_desc};
+use crate::memory::{LegacyIpcHandle, access_desc, allocation_range};
 
 /// The identity of one allocation: its address range and the driver's buffer id, which is
 /// unique over the process's life, so an address freed and allocated again is a new key.
@@ -65,42 +65,28 @@ impl UserAllocation {
     /// The allocation of `device` that holds `ptr`.
     pub fn containing(device: &Device, ptr: DevicePtr) -> Result<Self, GpuError> {
         use sys::CUpointer_attribute::*;
-        device.bind()?;
-        // SAFETY: the ordinal is an int and the buffer id an unsigned long long; the flag and
-        // the handle-type mask are read into zeroed u64s, which hold them whatever width (at
-        // most 8 bytes, little-endian) the driver writes.
-        let (ordinal, buffer_id, legacy) = unsafe {
+        let (base, size) = allocation_range(device, ptr)?;
+        // SAFETY: the buffer id is an unsigned long long; the flag and the handle-type mask
+        // are read into zeroed u64s, which hold them whatever width (at most 8 bytes,
+        // little-endian) the driver writes.
+        let (buffer_id, legacy) = unsafe {
             (
-                attribute::<i32>(ptr, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?,
                 attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_BUFFER_ID)?,
                 attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)?,
             )
         };
-        // Only VMM memory has handle types; elsewhere a failed query means "none".
-        let handle_types = if legacy != 0 {
-            0
-        } else {
-            // SAFETY: as above.
-            unsafe { attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES) }.unwrap_or(0)
-        };
-        if usize::try_from(ordinal).ok() != Some(device.ordinal()) {
-            return Err(GpuError::InvalidArgument(format!(
-                "{ptr:#x} belongs to GPU {ordinal}, not GPU {}",
-                device.ordinal()
-            )));
-        }
-        let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
-        // SAFETY: out-pointers to locals; ptr is device memory (its ordinal was read above).
-        unsafe { cu!(cuMemGetAddressRange_v2(&mut base, &mut size, ptr))? };
         let fd_type = u64::from(sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0);
+        // Only VMM memory has handle types; elsewhere a failed query means "none".
+        // SAFETY: as above.
+        let handle_types = || unsafe { attribute::<u64>(ptr, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES) }.unwrap_or(0);
         let sharing = if legacy != 0 {
             Sharing::LegacyIpc
-        } else if handle_types & fd_type != 0 {
+        } else if handle_types() & fd_type != 0 {
             Sharing::PosixFd
         } else {
             Sharing::None
         };
-        Ok(Self { device: device.clone(), key: AllocationKey { base, size: size as u64, buffer_id }, sharing })
+        Ok(Self { device: device.clone(), key: AllocationKey { base, size, buffer_id }, sharing })
     }
 
     /// Its identity.
