@@ -59,26 +59,3 @@ device_structs! {
         ptr: [u64; 8] => "uint64_t[8]",
     }
 }
-
-impl PeerBuffers {
-    /// Whether the call writes straight into the peers' buffers (every entry of `ranks` set).
-    pub fn zero_copy(&self, ranks: usize) -> bool {
-        ranks > 0 && self.ptr.iter().take(ranks).all(|&p| p != 0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn peer_buffers_are_zero_copy_only_when_every_rank_has_one() {
-        let mut b = PeerBuffers::default();
-        assert!(!b.zero_copy(2));
-        b.ptr[0] = 0x1000;
-        assert!(!b.zero_copy(2));
-        b.ptr[1] = 0x2000;
-        assert!(b.zero_copy(2) && !b.zero_copy(3) && !b.zero_copy(0));
-        assert_eq!(b.ptr.len(), MAX_RANKS);
-    }
-}
