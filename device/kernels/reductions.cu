@@ -9,7 +9,8 @@
 //                           and sends the result as packets to every peer.
 //   weft_allreduce_hb       two-shot through scratch, push only (NVLink stores): shard d of
 //                           every input goes into rank d's scratch, rank d reduces it (local
-//                           reads) and stores the result into every rank's result region.
+//                           reads) and stores the result into every rank's result region, or
+//                           (zero-copy, registered outputs) straight into every rank's output.
 //   weft_allreduce_ring     ring reduce-scatter then ring all-gather through the next rank's
 //                           scratch, one step slot each, signals per (neighbour, block).
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
@@ -147,12 +148,14 @@ extern "C" __global__ void __launch_bounds__(512)
 // HB
 
 /// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order, whole 16-byte vectors through
-/// round_up16(hi): rank r's copy is at `in[r] + lo`, the result goes to `out[k] + lo` for
-/// k < nout, the first rank's output first. Every `in` and `out` is scratch, 16-aligned and
-/// padded to 16 bytes (see push_padded), so no element is read or written on its own and no
-/// peer receives a sub-word store; the padding's results are never copied out.
-__device__ __forceinline__ void reduce_range(const char* const* in, char* const* out,
-                                             uint32_t nout, uint32_t ranks, uint64_t lo, uint64_t hi) {
+/// round_up16(hi): rank r's copy is at `in[r] + lo`, every `in` is scratch, 16-aligned and
+/// padded to 16 bytes (see push_padded), so no element is read on its own. `store(at, v)`
+/// puts the result vector of bytes `[at, at + 16)` wherever the caller's outputs are; it must
+/// keep the rule of push_padded (no peer receives a sub-word store), which whole vectors into
+/// padded scratch or into the 16-aligned prefix of a user buffer do.
+template <typename Store>
+__device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ranks, uint64_t lo, uint64_t hi,
+                                             Store store) {
   using R = Reducer<kType, kOp, 16>;
   const uint64_t vectors = div_ceil(hi - lo, 16);
   for (uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
@@ -174,9 +177,26 @@ __device__ __forceinline__ void reduce_range(const char* const* in, char* const*
     }
     uint32_t res[4];
     R::finish(acc, ranks, res);
-    for (uint32_t k = 0; k < nout; ++k) *reinterpret_cast<uint4*>(out[k] + at) = make_uint4(res[0], res[1], res[2], res[3]);
+    store(at, make_uint4(res[0], res[1], res[2], res[3]));
   }
 }
+
+/// Where the owner of a shard puts a result vector of one round, for each receiver k < n:
+/// straight into the receiver's output (`direct[k]`, zero-copy) when the vector lies inside
+/// the message's 16-byte-aligned prefix (`at + 16 <= direct_end`), else into the receiver's
+/// scratch result region (`staged[k]`), which the receiver copies out itself. Staged calls set
+/// direct_end to 0; zero-copy calls stage only the message's last, partial vector, so a
+/// receiver's output never gets a store past its end or narrower than a vector from a peer.
+struct ResultStore {
+  char* staged[MAX_RANKS];
+  char* direct[MAX_RANKS];
+  uint32_t n;
+  uint64_t direct_end;
+  __device__ __forceinline__ void operator()(uint64_t at, const uint4& v) const {
+    const bool zero_copy = at + 16 <= direct_end;
+    for (uint32_t k = 0; k < n; ++k) *reinterpret_cast<uint4*>((zero_copy ? direct[k] : staged[k]) + at) = v;
+  }
+};
 
 constexpr uint32_t kNoShard = 0xffffffffu;
 
@@ -190,8 +210,18 @@ constexpr uint32_t kNoShard = 0xffffffffu;
 /// result region of every rank (`root == kEveryRank`) or of the root; (C) ranks with results
 /// copy round j - 2 out. A region is written again two steps after it was written, by which
 /// time the barrier has ordered its reader before the writer.
+///
+/// Zero-copy (`outputs` set, all-reduce only): (B) stores results straight into every rank's
+/// registered output, and (C) copies out only the message's last partial vector (see
+/// ResultStore). The barriers keep it safe: a rank's output is first written in step 1, after
+/// every rank has entered the kernel (so the stream's earlier work on that output is done);
+/// the last writes (step `rounds`) come before the barrier of step rounds + 1, which every
+/// rank passes before returning. In place, round j - 1's results overwrite input that block b
+/// of every rank pushed in step j - 1, before the barrier of step j that the owner's block b
+/// passed, while step j reads round j's input, bytes no result of round j - 1 touches; block b
+/// handles the same sub-slices in every round and on every rank (see Shards).
 __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* input, char* output, uint64_t bytes,
-                                            uint32_t root) {
+                                            uint32_t root, const PeerBuffers& outputs) {
   const uint32_t ranks = c.ranks, rank = c.rank;
   // A reduce that fits one all-owner round keeps the root as an owner: unpipelined, spreading
   // its 1.5x bytes over two phases beats 1x in each of two serial phases (measured 4xH200).
@@ -211,6 +241,9 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
   auto slots = [&](uint32_t r, uint64_t j) { return scratch_of(c, r) + (j % 2) * slot_region; };
   auto results = [&](uint32_t r, uint64_t j) { return scratch_of(c, r) + 2 * slot_region + (j % 2) * round; };
   const bool receives = root == kEveryRank || rank == root;
+  const bool zero_copy = root == kEveryRank && outputs.ptr[rank] != 0;
+  // Bytes the owners store straight into the outputs (zero-copy): whole vectors only.
+  const uint64_t direct_bytes = zero_copy ? bytes & ~uint64_t(15) : 0;
   for (uint64_t j = 0; j < rounds + 2; ++j) {
     if (!hb_barrier(c)) return;
     if (j < rounds) {
@@ -225,33 +258,42 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
       const Shards s = shards(j - 1);
       if (s.hi(mine) > s.lo(mine)) {
         const char* in[MAX_RANKS];
-        char* out[MAX_RANKS];
-        uint32_t nout = 0;
+        const uint64_t first = (j - 1) * round;
+        // direct_bytes >= first: both are multiples of 16 and first <= bytes.
+        ResultStore store{{}, {}, 0, zero_copy ? direct_bytes - first : 0};
         for (uint32_t r = 0; r < ranks; ++r) {
           in[r] = slots(rank, j - 1) + static_cast<uint64_t>(r) * s.shard - static_cast<uint64_t>(mine) * s.shard;
         }
         for (uint32_t k = 0; k < ranks; ++k) {
           const uint32_t r = (rank + k) % ranks;
-          if (root == kEveryRank || r == root) out[nout++] = results(r, j - 1);
+          if (root == kEveryRank || r == root) {
+            store.staged[store.n] = results(r, j - 1);
+            store.direct[store.n++] = zero_copy ? reinterpret_cast<char*>(outputs.ptr[r]) + first : nullptr;
+          }
         }
-        reduce_range(in, out, nout, ranks, s.lo(mine), s.hi(mine));
+        reduce_range(in, ranks, s.lo(mine), s.hi(mine), store);
       }
     }
     if (j >= 2 && receives) {
       const Shards s = shards(j - 2);
-      for (uint32_t i = 0; i < owners; ++i) copy_range(output + (j - 2) * round, results(rank, j - 2), s.lo(i), s.hi(i));
+      const uint64_t first = (j - 2) * round;
+      // Staged bytes of this round start at `from` (zero-copy: past every whole vector).
+      const uint64_t from = zero_copy ? direct_bytes - first : 0;
+      for (uint32_t i = 0; i < owners; ++i) {
+        copy_range(output + first, results(rank, j - 2), s.lo(i) > from ? s.lo(i) : from, s.hi(i));
+      }
     }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-    weft_allreduce_hb(CollContext c, const char* input, char* output, uint64_t bytes) {
-  two_shot_hb(c, input, output, bytes, kEveryRank);
+    weft_allreduce_hb(CollContext c, const char* input, char* output, uint64_t bytes, PeerBuffers outputs) {
+  two_shot_hb(c, input, output, bytes, kEveryRank, outputs);
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
     weft_reduce_hb(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
-  two_shot_hb(c, input, output, bytes, root);
+  two_shot_hb(c, input, output, bytes, root, PeerBuffers{});
 }
 
 /// Tells the next rank this block's writes into its scratch are done (one release signal after
@@ -361,8 +403,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (hi > lo) {
       const char* in[MAX_RANKS];
       for (uint32_t r = 0; r < ranks; ++r) in[r] = reinterpret_cast<const char*>(c.scratch) + r * slot;
-      char* const out[MAX_RANKS] = {result};
-      reduce_range(in, out, 1, ranks, lo, hi);
+      reduce_range(in, ranks, lo, hi, [&](uint64_t at, const uint4& v) { *reinterpret_cast<uint4*>(result + at) = v; });
       __syncthreads();
       copy_range(output + first, result, lo, hi);
     }

@@ -2,21 +2,26 @@
 //! chosen kernel. Every call enqueues one kernel (or, for send/receive groups that name a peer
 //! more than once, one per round of matched operations) and nothing else: no host
 //! synchronisation, no allocation once the kernels are loaded, so calls are capturable in CUDA
-//! graphs.
+//! graphs. A call captured into a graph may first agree with the peers on writing straight
+//! into their registered user buffers (`registry.rs`): a host exchange paid once per capture,
+//! never per replay.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weft_core::{Communicator, KernelLibrary};
 use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
-use weft_types::{DataType, MAX_RANKS, P2pPlan, ReduceOp};
+
+use weft_types::{DataType, MAX_RANKS, P2pPlan, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
 use crate::plans::PlanId;
+use crate::registry::Registry;
 use crate::resources::Resources;
 
 /// Direction of one point-to-point operation.
@@ -81,6 +86,17 @@ fn p2p_round(ops: &[P2pOp], round: usize) -> Option<P2pPlan> {
     any.then_some(plan)
 }
 
+/// What the captured calls that could write straight into the peers' user buffers (AllReduce
+/// HB; AllGather HB with blocks of a multiple of 16 bytes) did. Eager calls stage and are not
+/// counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathCounts {
+    /// Calls that write into the peers' registered buffers.
+    pub zero_copy: u64,
+    /// Calls that stage through scratch because some rank's buffer could not take part.
+    pub refused: u64,
+}
+
 /// The collectives of one rank of a communicator.
 pub struct Collectives {
     comm: Communicator,
@@ -92,6 +108,9 @@ pub struct Collectives {
     /// Executors replaced by larger ones: kept alive, since launches still queued on some
     /// stream may use their buffers.
     retired: Mutex<Vec<Arc<PlanExecutor>>>,
+    registry: Registry,
+    zero_copy_calls: AtomicU64,
+    refused_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for Collectives {
@@ -118,7 +137,18 @@ impl Collectives {
             resources,
             plans: Mutex::default(),
             retired: Mutex::default(),
+            registry: Registry::default(),
+            zero_copy_calls: AtomicU64::new(0),
+            refused_calls: AtomicU64::new(0),
         })
+    }
+
+    /// Which path the calls that can go zero-copy took so far.
+    pub fn path_counts(&self) -> PathCounts {
+        PathCounts {
+            zero_copy: self.zero_copy_calls.load(Ordering::Relaxed),
+            refused: self.refused_calls.load(Ordering::Relaxed),
+        }
     }
 
     /// The configuration in force.
@@ -148,13 +178,18 @@ impl Collectives {
         Ok(())
     }
 
-    /// AllReduce of `count` elements from `send` into `recv` (equal: in place).
+    /// AllReduce of `count` elements from `send` into `recv` (equal: in place). Captured into
+    /// a CUDA graph, a call of the HB algorithm agrees with the peers (a host exchange, once
+    /// per capture) on writing the results straight into every rank's `recv`, which it then
+    /// registers (once per allocation) and maps on the peers; eager calls stage through
+    /// scratch.
     ///
     /// # Safety
     /// `send` and `recv` must stay valid device memory of this rank's GPU for the lengths the
-    /// call implies until the work enqueued on `stream` has finished, and every rank must make
-    /// the matching call (same count, type, operator, root) in the same order. This holds for
-    /// every collective of this type.
+    /// call implies until the work enqueued on `stream` has finished (for a captured call:
+    /// while the graph may be replayed), and every rank must make the matching call (same
+    /// count, type, operator, root) in the same order, captured on every rank or on none.
+    /// This holds for every collective of this type.
     pub unsafe fn all_reduce(
         &self,
         send: DevicePtr,
@@ -177,15 +212,44 @@ impl Collectives {
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send.ptr, recv.ptr, count, dtype, op, stream) };
         }
-        // SAFETY: every allreduce kernel takes (context, input, output, bytes); buffers were
-        // checked above and are the caller's contract.
+        let outputs =
+            if algorithm == Algorithm::AllReduceHb { Some(self.peer_outputs(stream, recv, true)?) } else { None };
+        // SAFETY: every allreduce kernel takes (context, input, output, bytes), HB then the
+        // peers' outputs (mapped by the registry, valid while the peers' buffers are, which is
+        // their callers' contract); buffers were checked above and are the caller's contract.
         unsafe {
-            self.launch(algorithm, dtype, op, stream, bytes, |a| a.push(send.ptr).push(recv.ptr).push(bytes as u64))
+            self.launch(algorithm, dtype, op, stream, bytes, |a| {
+                a.push(send.ptr).push(recv.ptr).push(bytes as u64);
+                if let Some(outputs) = outputs {
+                    a.push(outputs);
+                }
+                a
+            })
         }
     }
 
+    /// Every rank's `output` buffer as this GPU addresses it when the call can write there
+    /// directly (`eligible`, captured, and every rank agrees), else all zero (stage through
+    /// scratch). Every rank reaches it at the same call with the same `eligible`, captured on
+    /// all or on none (caller contract).
+    fn peer_outputs(&self, stream: &Stream, output: Buffer, eligible: bool) -> Result<PeerBuffers, CollError> {
+        let rank = self.comm.rank();
+        if !eligible || output.len == 0 || self.ranks() == 1 {
+            return Ok(PeerBuffers::default());
+        }
+        if !stream.is_capturing().map_err(|source| CollError::Gpu { rank, source })? {
+            return Ok(PeerBuffers::default());
+        }
+        let agreed = self.registry.agree(&self.comm, output.ptr, output.len)?;
+        let counter = if agreed.is_some() { &self.zero_copy_calls } else { &self.refused_calls };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(agreed.unwrap_or_default())
+    }
+
     /// AllGather: `send_count` elements from every rank into `recv` (`ranks * send_count`
-    /// elements, rank order). In place when `send == recv + rank * send bytes`.
+    /// elements, rank order). In place when `send == recv + rank * send bytes`. Captured, the
+    /// HB algorithm with blocks of a multiple of 16 bytes writes straight into the peers'
+    /// `recv`, as [`Collectives::all_reduce`] does.
     ///
     /// # Safety
     /// As for [`Collectives::all_reduce`].
@@ -249,9 +313,26 @@ impl Collectives {
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send, recv, elements, dtype, op, stream) };
         }
+        // AllGather HB pushes block `rank` straight into every peer's output when every block
+        // starts 16-byte aligned there (the same on every rank: the block size is).
+        let outputs = if algorithm == Algorithm::AllGatherHb {
+            Some(self.peer_outputs(stream, recv_buf, block.is_multiple_of(16))?)
+        } else {
+            None
+        };
         // SAFETY: allgather and reduce-scatter kernels take (context, input, output, block
-        // bytes); buffers checked above, the rest is the caller's contract.
-        unsafe { self.launch(algorithm, dtype, op, stream, total, |a| a.push(send).push(recv).push(block as u64)) }
+        // bytes), AllGather HB then the peers' outputs (mapped by the registry, valid while the
+        // peers' buffers are: their callers' contract); buffers checked above, the rest is the
+        // caller's contract.
+        unsafe {
+            self.launch(algorithm, dtype, op, stream, total, |a| {
+                a.push(send).push(recv).push(block as u64);
+                if let Some(outputs) = outputs {
+                    a.push(outputs);
+                }
+                a
+            })
+        }
     }
 
     /// Broadcast of `count` elements from the root's `send` into every rank's `recv` (`send` is

@@ -3,8 +3,9 @@
 //! **Owns:** the collective API (`Collectives`: all-reduce, all-gather, reduce-scatter,
 //! broadcast, reduce, all-to-all(v), grouped send/receive), the collective algorithms (native kernels in `device/kernels/`), their per-(type,
 //! operator) compilation and loading, the communication state they need (registered scratch,
-//! packet buffers, channel and semaphore tables on the device), input validation, and the
-//! size-based choice between algorithms.
+//! packet buffers, channel and semaphore tables on the device), the registration of user
+//! buffers and the agreement on zero-copy calls, input validation, and the size-based choice
+//! between algorithms.
 //!
 //! **Must not:** do host synchronisation or allocation on a call once set up (calls are CUDA
 //! graph capturable), or call `cuMulticast*`.
@@ -12,12 +13,14 @@
 //! Execution plans are algorithms too (`plan:<name>`, [`PlanId`]): weft's shipped plans and the
 //! user plans of `WEFT_PLAN_DIR`, run by weft-exec's interpreter kernel.
 //!
-//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`, `weft-plan`, `weft-exec`.
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`, `weft-bootstrap` (the codec of the
+//! user-buffer agreement), `weft-plan`, `weft-exec`.
 //!
 //! Unlike ARCHITECTURE §1's list, this crate contains `unsafe`: launching a kernel on pointers a
 //! caller hands us is inherently unsafe, and keeping those launches next to the algorithm that
 //! knows each kernel's parameters (rather than in weft-core) keeps every `SAFETY` argument local.
 
+mod agreement;
 mod algorithm;
 mod collectives;
 mod config;
@@ -25,10 +28,11 @@ mod error;
 mod kernels;
 pub mod nccl;
 mod plans;
+mod registry;
 mod resources;
 
 pub use algorithm::{Algorithm, Collective, Protocol};
-pub use collectives::{Collectives, P2pKind, P2pOp};
+pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::CollError;
 pub use plans::{PlanId, SHIPPED_INSTANCES, load_user_plans};

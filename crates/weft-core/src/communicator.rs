@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weft_bootstrap::Bootstrap;
-use weft_gpu::{AllocKind, Device, DeviceMemory, ImportedMemory};
+use weft_gpu::{AllocKind, Device, DeviceMemory, GpuError, ImportedMemory, Sharing, UserAllocation};
 use weft_types::{DeviceErrorCode, DeviceErrorRecord, SemaphoreDeviceHandle, WaitContext, WaitOp};
 
 use crate::channel::{MemoryChannel, MemoryChannelConfig};
@@ -15,7 +15,7 @@ use crate::env::Env;
 use crate::error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 use crate::fd_passing::{FdServer, fetch_fd};
 use crate::identity::ProcessIdentity;
-use crate::memory::{RegisteredMemory, RemoteMemory};
+use crate::memory::{FdExport, RegisteredMemory, RemoteMemory, UserRegistration};
 use crate::semaphore::{Semaphore, TokenPool};
 use crate::topology::{PeerInfo, Topology};
 use crate::wire::{put_short_bytes, short_bytes};
@@ -107,16 +107,14 @@ impl Communicator {
         error_record.write_pod(0, &[DeviceErrorRecord::default()]).map_err(gpu)?;
         let pool = Arc::new(DeviceMemory::alloc(&device, TOKEN_POOL_BYTES, env.alloc).map_err(gpu)?);
         pool.fill(0, pool.len(), 0).map_err(gpu)?;
-        let tokens_memory = register_with(
+        let exporter = Exporter {
             rank,
-            &device,
-            &fd_server,
-            &local_peer_devices,
-            &me.identity,
-            Arc::clone(&pool),
-            0,
-            pool.len(),
-        )?;
+            device: &device,
+            fd_server: &fd_server,
+            local_peer_devices: &local_peer_devices,
+            identity: &me.identity,
+        };
+        let tokens_memory = exporter.register(Arc::clone(&pool), 0, pool.len())?;
         let inner = Inner {
             rank,
             bootstrap,
@@ -199,9 +197,31 @@ impl Communicator {
         offset: usize,
         len: usize,
     ) -> Result<RegisteredMemory, Error> {
+        let me = self.identity();
+        self.exporter(&me).register(memory, offset, len)
+    }
+
+    /// Registers a whole application allocation (a collective's user buffer) so peers may map
+    /// it; see [`UserRegistration`]. Refused for allocations no peer could map.
+    pub fn register_user(&self, allocation: &UserAllocation) -> Result<UserRegistration, Error> {
+        let me = self.identity();
+        self.exporter(&me).register_user(allocation)
+    }
+
+    fn identity(&self) -> ProcessIdentity {
         let i = &self.inner;
-        let me = i.topology.peer(i.rank).map(|p| p.identity).unwrap_or_else(ProcessIdentity::current);
-        register_with(i.rank, &i.device, &i.fd_server, &i.local_peer_devices, &me, memory, offset, len)
+        i.topology.peer(i.rank).map(|p| p.identity).unwrap_or_else(ProcessIdentity::current)
+    }
+
+    fn exporter<'a>(&'a self, identity: &'a ProcessIdentity) -> Exporter<'a> {
+        let i = &self.inner;
+        Exporter {
+            rank: i.rank,
+            device: &i.device,
+            fd_server: &i.fd_server,
+            local_peer_devices: &i.local_peer_devices,
+            identity,
+        }
     }
 
     #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
@@ -250,8 +270,10 @@ impl Communicator {
         Ok(())
     }
 
-    /// Maps a descriptor received from `peer` into this rank's address space.
-    fn import(&self, peer: usize, d: &MemoryDescriptor) -> Result<RemoteMemory, Error> {
+    /// Maps a descriptor received from `peer` into this rank's address space. Mappings are
+    /// cached per export (owner, base address, export identity): importing a descriptor of the
+    /// same export again returns the same mapping.
+    pub fn import(&self, peer: usize, d: &MemoryDescriptor) -> Result<RemoteMemory, Error> {
         self.import_as(peer, d, false)
     }
 
@@ -306,6 +328,12 @@ impl Communicator {
         let mapping = Arc::new(mapping);
         lock(&i.imports).insert(key, Arc::clone(&mapping));
         Ok(RemoteMemory::new(mapping.ptr() + d.offset, len, peer, Some(mapping)))
+    }
+
+    /// Drops the cached mappings of `peer`'s allocation at `base` (the peer freed it); users of
+    /// a mapping keep it alive until they drop it.
+    pub fn forget_import(&self, peer: usize, base: u64) {
+        lock(&self.inner.imports).retain(|&(owner, at, _), _| owner != peer || at != base);
     }
 
     /// Sends `local`'s descriptor to `peer`, receives the peer's counterpart and maps it.
@@ -451,52 +479,130 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn register_with(
+/// What registration needs of this rank: where exports are offered and who must be granted
+/// access.
+struct Exporter<'a> {
     rank: usize,
-    device: &Device,
-    fd_server: &Arc<FdServer>,
-    local_peer_devices: &[Device],
-    identity: &ProcessIdentity,
-    memory: Arc<DeviceMemory>,
-    offset: usize,
-    len: usize,
-) -> Result<RegisteredMemory, Error> {
-    let gpu = |source| RegisterMemoryError::Gpu { rank, source };
-    if memory.device().ordinal() != device.ordinal() {
-        return Err(RegisterMemoryError::WrongDevice {
-            rank,
-            memory_device: memory.device().ordinal(),
-            comm_device: device.ordinal(),
+    device: &'a Device,
+    fd_server: &'a Arc<FdServer>,
+    local_peer_devices: &'a [Device],
+    identity: &'a ProcessIdentity,
+}
+
+/// The allocation a registration describes: weft's own or the application's.
+enum Source<'a> {
+    Owned(&'a DeviceMemory),
+    User(&'a UserAllocation),
+}
+
+impl Source<'_> {
+    fn grant_access(&self, peer: &Device) -> Result<(), GpuError> {
+        match self {
+            Source::Owned(m) => m.grant_access(peer),
+            Source::User(a) => a.grant_access(peer),
         }
-        .into());
     }
-    if len == 0 || offset.checked_add(len).is_none_or(|end| end > memory.len()) {
-        return Err(Error::InvalidArgument {
-            rank,
-            detail: format!("register {offset}+{len} of an allocation of {} bytes", memory.len()),
-        });
+
+    /// The allocation's base address and mapped length.
+    fn range(&self) -> (u64, u64) {
+        match self {
+            Source::Owned(m) => (m.ptr(), m.mapped_len() as u64),
+            Source::User(a) => (a.key().base, a.key().size),
+        }
     }
-    for peer in local_peer_devices {
-        memory.grant_access(peer).map_err(gpu)?;
+
+    fn sharing(&self) -> Sharing {
+        match self {
+            Source::Owned(m) if m.is_vmm() => Sharing::PosixFd,
+            Source::Owned(_) => Sharing::LegacyIpc,
+            Source::User(a) => a.sharing(),
+        }
     }
-    let (handle, export) = if memory.is_vmm() {
-        let id = fd_server.export(memory.export_fd().map_err(gpu)?);
-        let handle =
-            MemoryHandle::PosixFd { socket: fd_server.name().to_vec(), export_id: id, secret: fd_server.secret() };
-        (handle, Some((Arc::clone(fd_server), id)))
-    } else {
-        (MemoryHandle::Legacy(memory.legacy_ipc_handle().map_err(gpu)?), None)
-    };
-    let descriptor = MemoryDescriptor {
-        owner_rank: rank,
-        device_ordinal: device.ordinal(),
-        identity: *identity,
-        base: memory.ptr(),
-        mapped_len: memory.mapped_len() as u64,
-        offset: offset as u64,
-        len: len as u64,
-        handle,
-    };
-    Ok(RegisteredMemory::new(memory, offset, len, descriptor, export))
+}
+
+impl Exporter<'_> {
+    /// Refuses memory of another GPU than the communicator's.
+    fn check_device(&self, memory_device: &Device) -> Result<(), Error> {
+        if memory_device.ordinal() == self.device.ordinal() {
+            return Ok(());
+        }
+        Err(RegisterMemoryError::WrongDevice {
+            rank: self.rank,
+            memory_device: memory_device.ordinal(),
+            comm_device: self.device.ordinal(),
+        }
+        .into())
+    }
+
+    fn register(&self, memory: Arc<DeviceMemory>, offset: usize, len: usize) -> Result<RegisteredMemory, Error> {
+        let rank = self.rank;
+        self.check_device(memory.device())?;
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > memory.len()) {
+            return Err(Error::InvalidArgument {
+                rank,
+                detail: format!("register {offset}+{len} of an allocation of {} bytes", memory.len()),
+            });
+        }
+        let (descriptor, export) = self.describe(&Source::Owned(&memory), offset as u64, len as u64)?;
+        Ok(RegisteredMemory::new(memory, offset, len, descriptor, export))
+    }
+
+    fn register_user(&self, allocation: &UserAllocation) -> Result<UserRegistration, Error> {
+        let rank = self.rank;
+        self.check_device(allocation.device())?;
+        let key = allocation.key();
+        if allocation.sharing() == Sharing::None || key.size == 0 {
+            return Err(Error::InvalidArgument {
+                rank,
+                detail: format!("the allocation at {:#x} cannot be shared with other processes", key.base),
+            });
+        }
+        let (descriptor, export) = self.describe(&Source::User(allocation), 0, key.size)?;
+        Ok(UserRegistration::new(key, descriptor, export))
+    }
+
+    /// Grants same-process peers access and exports the allocation: its descriptor and, for
+    /// VMM memory, the fd offered on the fd server.
+    fn describe(
+        &self,
+        source: &Source<'_>,
+        offset: u64,
+        len: u64,
+    ) -> Result<(MemoryDescriptor, Option<FdExport>), Error> {
+        let rank = self.rank;
+        let gpu = |source| RegisterMemoryError::Gpu { rank, source };
+        for peer in self.local_peer_devices {
+            source.grant_access(peer).map_err(gpu)?;
+        }
+        let (handle, export) = match (source, source.sharing()) {
+            (_, Sharing::PosixFd) => {
+                let fd = match source {
+                    Source::Owned(m) => m.export_fd(),
+                    Source::User(a) => a.export_fd(),
+                }
+                .map_err(gpu)?;
+                let id = self.fd_server.export(fd);
+                let handle = MemoryHandle::PosixFd {
+                    socket: self.fd_server.name().to_vec(),
+                    export_id: id,
+                    secret: self.fd_server.secret(),
+                };
+                (handle, Some(FdExport { server: Arc::clone(self.fd_server), id }))
+            }
+            (Source::Owned(m), _) => (MemoryHandle::Legacy(m.legacy_ipc_handle().map_err(gpu)?), None),
+            (Source::User(a), _) => (MemoryHandle::Legacy(a.legacy_ipc_handle().map_err(gpu)?), None),
+        };
+        let (base, mapped_len) = source.range();
+        let descriptor = MemoryDescriptor {
+            owner_rank: rank,
+            device_ordinal: self.device.ordinal(),
+            identity: *self.identity,
+            base,
+            mapped_len,
+            offset,
+            len,
+            handle,
+        };
+        Ok((descriptor, export))
+    }
 }

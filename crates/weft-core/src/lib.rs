@@ -1,7 +1,8 @@
 //! # weft-core — communicators, registered memory, semaphores, Memory and Port channels
 //!
 //! **Owns:** the [`Communicator`] (a rank's view of its peers over a bootstrap), the
-//! [`Topology`] (same host, same process, peer access), [`RegisteredMemory`] with its
+//! [`Topology`] (same host, same process, peer access), [`RegisteredMemory`] (and
+//! [`UserRegistration`] for application allocations) with its
 //! explicit, versioned wire descriptor, the CUDA IPC transport (POSIX file descriptors passed
 //! over a Unix socket between processes, legacy IPC handles as a fallback, plain pointers between
 //! threads of one process), device-to-device [`Semaphore`]s, [`MemoryChannel`]s and their device
@@ -43,7 +44,7 @@ pub use device_code::{KernelLibrary, LoadedKernels};
 pub use env::{Env, EnvError};
 pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
-pub use memory::{RegisteredMemory, RemoteMemory};
+pub use memory::{RegisteredMemory, RemoteMemory, UserRegistration};
 #[cfg(not(all(test, weft_loom)))]
 pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig};
 pub use semaphore::Semaphore;

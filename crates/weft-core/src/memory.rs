@@ -1,9 +1,10 @@
-//! Registered memory (ours, described for peers) and remote memory (a peer's, mapped here).
+//! Registered memory (ours, described for peers; allocated by weft or by the application) and
+//! remote memory (a peer's, mapped here).
 
 use std::fmt;
 use std::sync::Arc;
 
-use weft_gpu::{DeviceMemory, DevicePtr, ImportedMemory};
+use weft_gpu::{AllocationKey, DeviceMemory, DevicePtr, ImportedMemory};
 
 use crate::descriptor::MemoryDescriptor;
 use crate::fd_passing::FdServer;
@@ -20,14 +21,18 @@ struct Registered {
     offset: usize,
     len: usize,
     descriptor: MemoryDescriptor,
-    export: Option<(Arc<FdServer>, u64)>,
+    _export: Option<FdExport>,
 }
 
-impl Drop for Registered {
+/// A file descriptor offered on this rank's fd server; withdrawn on drop.
+pub(crate) struct FdExport {
+    pub(crate) server: Arc<FdServer>,
+    pub(crate) id: u64,
+}
+
+impl Drop for FdExport {
     fn drop(&mut self) {
-        if let Some((server, id)) = &self.export {
-            server.withdraw(*id);
-        }
+        self.server.withdraw(self.id);
     }
 }
 
@@ -46,9 +51,9 @@ impl RegisteredMemory {
         offset: usize,
         len: usize,
         descriptor: MemoryDescriptor,
-        export: Option<(Arc<FdServer>, u64)>,
+        export: Option<FdExport>,
     ) -> Self {
-        Self { inner: Arc::new(Registered { memory, offset, len, descriptor, export }) }
+        Self { inner: Arc::new(Registered { memory, offset, len, descriptor, _export: export }) }
     }
 
     /// Device address of the registered range.
@@ -74,6 +79,36 @@ impl RegisteredMemory {
     /// What peers receive.
     pub fn descriptor(&self) -> &MemoryDescriptor {
         &self.inner.descriptor
+    }
+}
+
+/// A whole application allocation registered so peers may map it (the buffers handed to
+/// collectives). The application keeps the memory alive; weft never frees it.
+pub struct UserRegistration {
+    key: AllocationKey,
+    descriptor: MemoryDescriptor,
+    _export: Option<FdExport>,
+}
+
+impl fmt::Debug for UserRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserRegistration").field("key", &self.key).finish()
+    }
+}
+
+impl UserRegistration {
+    pub(crate) fn new(key: AllocationKey, descriptor: MemoryDescriptor, export: Option<FdExport>) -> Self {
+        Self { key, descriptor, _export: export }
+    }
+
+    /// The allocation's identity.
+    pub fn key(&self) -> AllocationKey {
+        self.key
+    }
+
+    /// What peers receive (the whole allocation: offset 0, its full length).
+    pub fn descriptor(&self) -> &MemoryDescriptor {
+        &self.descriptor
     }
 }
 

@@ -4,7 +4,8 @@
 //! error that says what was searched, never a panic), devices and their primary contexts,
 //! streams, events and CUDA graphs, device memory through the VMM API (exportable as POSIX file
 //! descriptors) with a legacy `cuMemAlloc` + IPC-handle fallback, host-pinned memory mapped into
-//! the device, NVRTC compilation to CUBIN with an on-disk cache keyed by a hash of every input,
+//! the device, application allocations (their identity and export), NVRTC compilation to
+//! CUBIN with an on-disk cache keyed by a hash of every input,
 //! module loading and kernel launch.
 //!
 //! **Must not:** know about ranks, peers or collectives; call `cuMulticast*` (NVLink multicast is
@@ -21,6 +22,7 @@ mod memory;
 mod module;
 pub mod nvrtc;
 mod stream;
+mod user_memory;
 
 pub use device::{Device, SavedContext};
 pub use driver::DevicePtr;
@@ -28,7 +30,8 @@ pub use error::GpuError;
 pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range};
 pub use module::{Kernel, KernelArg, KernelArgs, LaunchConfig, MAX_KERNEL_ARGS, Module, Pod};
 pub use nvrtc::{CompileOptions, CompiledKernel, KernelSource, compile, default_cache_dir, nvrtc_version};
-pub use stream::{Event, Graph, Stream};
+pub use stream::{CaptureModeRelaxed, Event, Graph, Stream};
+pub use user_memory::{AllocationKey, Sharing, UserAllocation};
 
 /// Result alias of this crate.
 pub type Result<T, E = GpuError> = std::result::Result<T, E>;

@@ -108,7 +108,7 @@ fn vmm_prop(device: &Device) -> sys::CUmemAllocationProp {
     prop
 }
 
-fn access_desc(device: &Device) -> sys::CUmemAccessDesc {
+pub(crate) fn access_desc(device: &Device) -> sys::CUmemAccessDesc {
     // SAFETY: plain C struct; all-zero is valid and every field we rely on is set below.
     let mut desc: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
     desc.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
@@ -543,9 +543,9 @@ impl Drop for PinnedHostMemory {
     }
 }
 
-/// Checks that `[ptr, ptr + len)` lies inside one device allocation that belongs to `device`,
-/// so a collective given a stray pointer returns an error instead of faulting the GPU.
-pub fn check_device_range(device: &Device, ptr: DevicePtr, len: usize) -> Result<(), GpuError> {
+/// The base and size of the allocation of `device` that holds `ptr`: an error when `ptr` is not
+/// device memory or belongs to another GPU.
+pub(crate) fn allocation_range(device: &Device, ptr: DevicePtr) -> Result<(DevicePtr, u64), GpuError> {
     if ptr == 0 {
         return Err(GpuError::InvalidArgument("null device pointer".into()));
     }
@@ -571,8 +571,15 @@ pub fn check_device_range(device: &Device, ptr: DevicePtr, len: usize) -> Result
     let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
     // SAFETY: out-pointers to locals; ptr is device memory (checked above).
     unsafe { cu!(cuMemGetAddressRange_v2(&mut base, &mut size, ptr))? };
+    Ok((base, size as u64))
+}
+
+/// Checks that `[ptr, ptr + len)` lies inside one device allocation that belongs to `device`,
+/// so a collective given a stray pointer returns an error instead of faulting the GPU.
+pub fn check_device_range(device: &Device, ptr: DevicePtr, len: usize) -> Result<(), GpuError> {
+    let (base, size) = allocation_range(device, ptr)?;
     let end = ptr.checked_add(len as u64);
-    if end.is_none_or(|end| end > base + size as u64) {
+    if end.is_none_or(|end| end > base + size) {
         return Err(GpuError::InvalidArgument(format!(
             "{len} bytes at {ptr:#x} run past the end of their allocation ({size} bytes at {base:#x})"
         )));

@@ -37,6 +37,7 @@ pod!(
     weft_types::Ll16Packet,
     weft_types::CollContext,
     weft_types::P2pPlan,
+    weft_types::PeerBuffers,
     weft_types::ExecLoc,
     weft_types::ExecOp,
     weft_types::ExecBuffers,

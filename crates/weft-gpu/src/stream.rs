@@ -135,6 +135,16 @@ impl Stream {
         unsafe { cu!(cuStreamBeginCapture_v2(self.raw, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) }
     }
 
+    /// Whether work enqueued on this stream is being captured into a graph (by us or by the
+    /// application) rather than run.
+    pub fn is_capturing(&self) -> Result<bool, GpuError> {
+        self.device.bind()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: live stream; out-pointer to a local.
+        unsafe { cu!(cuStreamIsCapturing(self.raw, &mut status))? };
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
     /// Ends the capture started by [`Stream::begin_capture`] and instantiates the graph.
     pub fn end_capture(&self) -> Result<Graph, GpuError> {
         self.device.bind()?;
@@ -149,6 +159,33 @@ impl Stream {
             }
         }
         Ok(Graph { device: self.device.clone(), graph, exec })
+    }
+}
+
+/// While alive, this thread's stream-capture mode is relaxed, so set-up calls the driver
+/// counts as unsafe during a capture (mapping and exporting memory) may run while a stream of
+/// this thread captures; the previous mode comes back on drop. The calls made under it must
+/// not touch the capturing stream.
+#[derive(Debug)]
+pub struct CaptureModeRelaxed {
+    previous: sys::CUstreamCaptureMode,
+}
+
+impl CaptureModeRelaxed {
+    /// Relaxes this thread's capture mode.
+    pub fn new() -> Result<Self, GpuError> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges a per-thread setting through a local.
+        unsafe { cu!(cuThreadExchangeStreamCaptureMode(&mut mode))? };
+        Ok(Self { previous: mode })
+    }
+}
+
+impl Drop for CaptureModeRelaxed {
+    fn drop(&mut self) {
+        let mut mode = self.previous;
+        // SAFETY: as in `new`; restores the mode this thread had.
+        let _ = unsafe { cu!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
     }
 }
 

@@ -1,5 +1,5 @@
-//! What collective kernels receive by value: the communicator's collective state and, for
-//! grouped send/receive, the plan of one launch.
+//! What collective kernels receive by value: the communicator's collective state, for grouped
+//! send/receive the plan of one launch, and for zero-copy calls the peers' user buffers.
 
 /// Most ranks a collective kernel handles (per-rank tables live in registers and in
 /// [`P2pPlan`]'s fixed arrays).
@@ -48,5 +48,14 @@ device_structs! {
         recv_ptr: [u64; 8] => "uint64_t[8]",
         /// Bytes received from each peer.
         recv_bytes: [u64; 8] => "uint64_t[8]",
+    }
+
+    /// The user buffers of one zero-copy call as this rank's GPU addresses them: entry r is
+    /// rank r's buffer (entry `rank` this rank's own), mapped from the peers' registrations.
+    /// Passed by value, so a captured launch carries its own copy: graph replays see the same
+    /// addresses and a call writes no table. All zero: the call stages through scratch.
+    struct PeerBuffers align(8) size(64) {
+        /// Rank r's buffer, 16-byte aligned, or 0 (stage through scratch).
+        ptr: [u64; 8] => "uint64_t[8]",
     }
 }

@@ -26,7 +26,7 @@ mod packets;
 mod port;
 mod status;
 
-pub use coll::{CollContext, MAX_RANKS, P2pPlan};
+pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use exec::{

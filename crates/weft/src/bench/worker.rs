@@ -184,8 +184,8 @@ impl Call<'_> {
 }
 
 /// The element check of one row's `run` (weft's or NCCL's call from a send to a receive
-/// pointer): out of place, in place, and (with `graph`) two replays of a captured call, every
-/// output poisoned first. Returns the wrong elements and whether every rank's output is bitwise
+/// pointer): out of place, in place, and (with `graph`) two replays of a captured call out of
+/// place and two in place, every output poisoned first. Returns the wrong elements and whether every rank's output is bitwise
 /// the same where it must be.
 pub(crate) fn check(
     me: &Rank,
@@ -244,7 +244,8 @@ pub(crate) fn check(
     }
 
     // Captured once, replayed twice, the output poisoned before each replay (send still holds
-    // the input: nothing above wrote to it after the out-of-place call).
+    // the input: nothing above wrote to it after the out-of-place call). Captured calls are
+    // the ones that may write straight into the peers' registered outputs.
     if graph {
         me.stream.begin_capture()?;
         let captured = run(send, recv);
@@ -255,6 +256,23 @@ pub(crate) fn check(
             me.barrier()?;
             g.launch(&me.stream)?;
             finish(0, "graph replay")?;
+        }
+    }
+
+    // In place, captured once and replayed twice: each replay finds the input rewritten and
+    // the rest of the buffer poisoned (the previous replay overwrote the input with results).
+    if graph && c.has_in_place() {
+        let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
+        me.stream.begin_capture()?;
+        let captured = run(recv + input_at as u64, recv + output_at as u64);
+        let g = me.stream.end_capture()?;
+        captured?;
+        for poison in [0xa5u8, 0x5a] {
+            me.recv.fill(0, shape.bytes, poison)?;
+            me.recv.write(input_at, &input)?;
+            me.barrier()?;
+            g.launch(&me.stream)?;
+            finish(output_at, "in-place graph replay")?;
         }
     }
 
@@ -346,7 +364,12 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
             // SAFETY: as for `weft_run`.
             row.algorithm = unsafe { call.weft(&coll, send, recv) }?.to_string();
             me.idle()?;
+            let before = coll.path_counts().zero_copy;
             row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(send, recv))?;
+            if coll.path_counts().zero_copy > before {
+                // The timed calls wrote straight into the peers' registered outputs.
+                row.algorithm.push_str("+zc");
+            }
             if let Some(nccl_run) = &nccl_run {
                 row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(send, recv))?);
             }

@@ -5,9 +5,11 @@
 //! so counts of a few thousand elements already take the multi-round paths of every kernel.
 //! The same matrix runs the native algorithms (step `coll`) or every execution plan of the
 //! registry available at this rank count (step `plan`: the shipped plans and any of
-//! `WEFT_PLAN_DIR`), each through the plan executor.
+//! `WEFT_PLAN_DIR`), each through the plan executor. Graph-captured AllReduce HB and AllGather
+//! HB calls write straight into the peers' registered outputs; a line per communicator checks
+//! that every one that could did.
 
-use weft_coll::{CollConfig, CollError, Collectives, Protocol};
+use weft_coll::{Algorithm, CollConfig, CollError, Collectives, PathCounts, Protocol};
 use weft_core::{Communicator, Env};
 use weft_types::{DataType, ReduceOp};
 
@@ -16,8 +18,9 @@ use crate::bench::data::Reference;
 use crate::bench::worker::{Call, Rank, check, shared_seed};
 use crate::bench::{Collective, NcclTests, Shape};
 
-/// Element counts per rank block: 1, odd sizes around the LL slot, and several HB rounds.
-const COUNTS: [usize; 5] = [1, 37, 1531, 20_011, 150_001];
+/// Element counts per rank block: 1, odd sizes around the LL slot, several HB rounds, and one
+/// even count whose blocks are whole 16-byte vectors (AllGather's zero-copy layout).
+const COUNTS: [usize; 6] = [1, 37, 1531, 2048, 20_011, 150_001];
 /// Bytes of an HB round (the scratch is twice this) and payload of an LL slot in the matrix.
 const CHUNK_BYTES: usize = 64 << 10;
 const LL_SLOT_BYTES: usize = 16 << 10;
@@ -74,6 +77,13 @@ fn run_matrix(
                     report.record(name, result);
                 }
             }
+            // One rank has no peer to write into.
+            if ranks > 1 && matches!(algorithm, Algorithm::AllReduceHb | Algorithm::AllGatherHb) {
+                let (paths, what) = (coll.path_counts(), format!("{label}{collective:?} {}", algorithm.name()));
+                report.metric(format!("{what} captured calls zero-copy"), paths.zero_copy as f64, "calls");
+                report.metric(format!("{what} captured calls refused zero-copy"), paths.refused as f64, "calls");
+                report.record(format!("{what} graph replays write into registered outputs"), zero_copy_ran(paths));
+            }
         }
     }
     Ok(())
@@ -116,7 +126,26 @@ fn check_all_counts(
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) }
 }
 
+/// Which path the captured calls that could go zero-copy took (every case captures two, out of
+/// place and in place): all of them must have, and at least one must have run.
+fn zero_copy_ran(paths: PathCounts) -> Result<(), String> {
+    let detail = format!("{} captured calls zero-copy, {} refused", paths.zero_copy, paths.refused);
+    if paths.zero_copy > 0 && paths.refused == 0 { Ok(()) } else { Err(detail) }
+}
+
 /// Whether `e` is the refusal of a forced LL algorithm to carry a message past its slot.
 fn cannot_carry(e: &(dyn std::error::Error + 'static)) -> bool {
     matches!(e.downcast_ref::<CollError>(), Some(CollError::InvalidArgument { detail, .. }) if detail.contains("cannot carry"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_captured_call_must_have_gone_zero_copy() {
+        assert!(zero_copy_ran(PathCounts { zero_copy: 4, refused: 0 }).is_ok());
+        assert!(zero_copy_ran(PathCounts { zero_copy: 3, refused: 1 }).unwrap_err().contains("1 refused"));
+        assert!(zero_copy_ran(PathCounts { zero_copy: 0, refused: 0 }).is_err());
+    }
 }

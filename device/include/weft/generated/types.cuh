@@ -269,6 +269,14 @@ static_assert(WEFT_OFFSETOF(P2pPlan, send_bytes) == 64, "rust: offsetof(P2pPlan,
 static_assert(WEFT_OFFSETOF(P2pPlan, recv_ptr) == 128, "rust: offsetof(P2pPlan, recv_ptr) == 128");
 static_assert(WEFT_OFFSETOF(P2pPlan, recv_bytes) == 192, "rust: offsetof(P2pPlan, recv_bytes) == 192");
 
+///  The user buffers of one zero-copy call as this rank's GPU addresses them: entry r is
+struct alignas(8) PeerBuffers {
+  uint64_t ptr[8];  ///<  Rank r's buffer, 16-byte aligned, or 0 (stage through scratch).
+};
+static_assert(sizeof(PeerBuffers) == 64, "rust: sizeof(PeerBuffers) == 64");
+static_assert(alignof(PeerBuffers) == 8, "rust: alignof(PeerBuffers) == 8");
+static_assert(WEFT_OFFSETOF(PeerBuffers, ptr) == 0, "rust: offsetof(PeerBuffers, ptr) == 0");
+
 ///  A run of `count` chunks of a buffer (`buffer`: 0 input, 1 output, 2 scratch) of this
 struct alignas(4) ExecLoc {
   uint32_t chunk;  ///<  First chunk.
