@@ -212,8 +212,12 @@ impl Collectives {
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send.ptr, recv.ptr, count, dtype, op, stream) };
         }
-        let outputs =
-            if algorithm == Algorithm::AllReduceHb { Some(self.peer_outputs(stream, recv, true)?) } else { None };
+        let outputs = if algorithm == Algorithm::AllReduceHb {
+            let eligible = bytes <= self.config.zero_copy_allreduce_max;
+            Some(self.peer_outputs(stream, recv, eligible)?)
+        } else {
+            None
+        };
         // SAFETY: every allreduce kernel takes (context, input, output, bytes), HB then the
         // peers' outputs (mapped by the registry, valid while the peers' buffers are, which is
         // their callers' contract); buffers were checked above and are the caller's contract.
@@ -316,7 +320,8 @@ impl Collectives {
         // AllGather HB pushes block `rank` straight into every peer's output when every block
         // starts 16-byte aligned there (the same on every rank: the block size is).
         let outputs = if algorithm == Algorithm::AllGatherHb {
-            Some(self.peer_outputs(stream, recv_buf, block.is_multiple_of(16))?)
+            let eligible = block.is_multiple_of(16) && total <= self.config.zero_copy_allgather_max;
+            Some(self.peer_outputs(stream, recv_buf, eligible)?)
         } else {
             None
         };

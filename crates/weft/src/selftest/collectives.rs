@@ -53,7 +53,14 @@ fn run_matrix(
     let ranks = comm.world_size();
     let largest = COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8;
     let me = Rank::new(comm, largest)?;
-    let base = CollConfig { chunk_bytes: CHUNK_BYTES, ll_slot_bytes: LL_SLOT_BYTES, ..CollConfig::from_env(env)? };
+    // Every captured HB AllReduce and AllGather goes zero-copy here, whatever the size rules.
+    let base = CollConfig {
+        chunk_bytes: CHUNK_BYTES,
+        ll_slot_bytes: LL_SLOT_BYTES,
+        zero_copy_allreduce_max: usize::MAX,
+        zero_copy_allgather_max: usize::MAX,
+        ..CollConfig::from_env(env)?
+    };
     for collective in Collective::ALL {
         let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
         for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)) {
