@@ -24,7 +24,8 @@
 // and every block gives up promptly (Spin sees the record).
 //
 // Stages and scratch are registered buffers laid out "padded": every chunk starts 16-byte
-// aligned and owns its bytes up to the next multiple of 16. Outputs there are written in whole
+// aligned and owns its bytes up to the next multiple of 16. A scratch chunk lies where its
+// owner's table puts it (ranks' scratch layouts differ), whichever rank computes the address. Outputs there are written in whole
 // 16-byte vectors, so no two writers (threads, blocks or ranks) ever store into one word: a
 // sub-word store into a peer over NVLink can become a read-modify-write of its word. User
 // buffers keep the dense layout and are only touched by this GPU, with exact stores.
@@ -45,11 +46,13 @@ namespace {
 
 __device__ __forceinline__ uint64_t pad16(uint64_t bytes) { return (bytes + 15) & ~uint64_t(15); }
 
-/// Where chunks lie for this call (weft-exec's geometry.rs, byte for byte).
+/// Where chunks lie for this call (weft-exec's geometry.rs, byte for byte). Scratch chunks are
+/// placed by their owner's table (`ExecBuffers::scratch_counts`): ranks' scratch layouts differ
+/// (e.g. ring all-reduce: rank 0 stages classes 0..3, rank 1 classes 4..7), so a writer must
+/// place a chunk of a peer's scratch where the peer reads it.
 struct Geometry {
   uint64_t unit;
   uint32_t classes;
-  const uint32_t* counts;
 
   __device__ __forceinline__ uint64_t class_len(uint32_t c) const {
     return unit / classes + (c < unit % classes ? 1 : 0);
@@ -71,14 +74,15 @@ struct Geometry {
     }
     return (i / classes) * block + before;
   }
-  /// Byte offset of scratch chunk `i`.
-  __device__ __forceinline__ uint64_t padded_scratch(uint64_t i) const {
+  /// Byte offset of scratch chunk `i` of the rank whose table is `counts`.
+  __device__ __forceinline__ uint64_t padded_scratch(const uint32_t* counts, uint64_t i) const {
     uint64_t at = 0;
     for (uint32_t k = 0; k < classes; ++k) at += counts[i * classes + k] * pad16(class_bytes(k));
     return at;
   }
-  /// Size class of chunk `i` of buffer `buffer` (0 input, 1 output, 2 scratch).
-  __device__ __forceinline__ uint32_t class_of(uint8_t buffer, uint64_t i) const {
+  /// Size class of chunk `i` of buffer `buffer` (0 input, 1 output, 2 scratch: `counts` is the
+  /// owner's table).
+  __device__ __forceinline__ uint32_t class_of(uint8_t buffer, const uint32_t* counts, uint64_t i) const {
     if (buffer != 2) return static_cast<uint32_t>(i % classes);
     for (uint32_t k = 0; k < classes; ++k) {
       if (counts[(i + 1) * classes + k] != counts[i * classes + k]) return k;
@@ -93,9 +97,20 @@ struct Piece {
   bool padded;
 };
 
+/// The buffers of `loc`'s owner.
+__device__ __forceinline__ const ExecBuffers& owner(const ExecContext& c, const ExecLoc& loc) {
+  return reinterpret_cast<const ExecBuffers*>(c.buffers)[loc.peer == EXEC_LOCAL ? c.rank : loc.peer];
+}
+
+/// Bytes of chunk `chunk` of `loc`'s buffer.
+__device__ __forceinline__ uint64_t chunk_bytes(const ExecContext& c, const Geometry& g, const ExecLoc& loc,
+                                                uint64_t chunk) {
+  return g.class_bytes(g.class_of(loc.buffer, reinterpret_cast<const uint32_t*>(owner(c, loc).scratch_counts), chunk));
+}
+
 __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g, const ExecLoc& loc, uint64_t chunk) {
   const bool local = loc.peer == EXEC_LOCAL;
-  const ExecBuffers& b = reinterpret_cast<const ExecBuffers*>(c.buffers)[local ? c.rank : loc.peer];
+  const ExecBuffers& b = owner(c, loc);
   if (loc.buffer == 0) {
     if (local && (c.flags & EXEC_INPUT_STAGED) == 0) {
       return {reinterpret_cast<char*>(c.input + g.dense(chunk) * kElem), false};
@@ -108,7 +123,8 @@ __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g,
     }
     return {reinterpret_cast<char*>(b.output + g.padded_dense(chunk)), true};
   }
-  return {reinterpret_cast<char*>(b.scratch + g.padded_scratch(chunk)), true};
+  const uint32_t* counts = reinterpret_cast<const uint32_t*>(b.scratch_counts);
+  return {reinterpret_cast<char*>(b.scratch + g.padded_scratch(counts, chunk)), true};
 }
 
 /// The `n` (1..16) bytes at `p`, any alignment, zero-padded to 16.
@@ -155,7 +171,7 @@ __device__ __forceinline__ void fold(const char* const* in, uint32_t nin, char* 
 __device__ __forceinline__ void run_data(const ExecContext& c, const Geometry& g, const ExecOp& op) {
   const ExecLoc& lead = op.inputs[0];
   for (uint32_t k = 0; k < lead.count; ++k) {
-    const uint64_t bytes = g.class_bytes(g.class_of(lead.buffer, static_cast<uint64_t>(lead.chunk) + k));
+    const uint64_t bytes = chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k);
     if (bytes == 0) continue;
     const char* in[EXEC_MAX_INPUTS];
     char* out[EXEC_MAX_OUTPUTS];
@@ -257,7 +273,7 @@ __device__ __forceinline__ void stage(const Geometry& g, uint32_t chunks, char* 
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint32_t i = 0; i < chunks; ++i) {
     if (written != nullptr && written[i] == 0) continue;
-    const uint64_t bytes = g.class_bytes(g.class_of(0, i));
+    const uint64_t bytes = g.class_bytes(g.class_of(0, nullptr, i));
     char* dense = user + g.dense(i) * kElem;
     char* padded = staged + g.padded_dense(i);
     const char* in[1] = {into_stage ? dense : padded};
@@ -280,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(512) weft_execute(ExecContext c) {
   uint64_t* progress = plan_arrivals + 1;
   // Written only by this block, at the end of the previous launch (kernel boundary).
   const uint64_t launch = state[b];
-  const Geometry g{c.unit, c.size_classes, reinterpret_cast<const uint32_t*>(c.scratch_counts)};
+  const Geometry g{c.unit, c.size_classes};
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
   uint64_t grid_step = 0;
   auto grid_barrier = [&]() {

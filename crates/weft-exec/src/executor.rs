@@ -142,8 +142,11 @@ impl PlanExecutor {
         let fail = |reason: String| ExecError::Count { rank, plan: self.plan.name.clone(), count, reason };
         let sizing = Sizing::new(&self.plan, count)
             .ok_or_else(|| fail(format!("not a multiple of its {} input blocks", self.blocks())))?;
+        // The capacity decides alike on every rank (a rank's own buffers may have room to
+        // spare where a peer's have none); past it, the buffers may not fit.
         let need = sizing.padded_lengths(&self.plan.ranks[rank], elem);
-        if need.iter().zip(&self.resources.buffers).any(|(&n, b)| n > b.len() as u64) {
+        let too_large = count.checked_mul(elem).is_none_or(|bytes| bytes > self.capacity);
+        if too_large || need.iter().zip(&self.resources.buffers).any(|(&n, b)| n > b.len() as u64) {
             return Err(fail(format!("more than the executor's capacity of {} bytes", self.capacity)));
         }
         let in_bytes = sizing.dense_offset(u64::from(self.plan.input_chunks)) * elem;

@@ -89,6 +89,29 @@ impl Sizing {
         Some(row.iter().enumerate().map(|(c, &n)| u64::from(n) * self.padded_class_bytes(c as u64, elem)).sum())
     }
 
+    /// Size class of chunk `index` of `owner`'s buffer `buffer` (0 input, 1 output, 2 scratch);
+    /// `None` past the end of the scratch.
+    pub fn class_of(&self, owner: &DeviceRankPlan, buffer: u8, index: u64) -> Option<u64> {
+        if buffer != 2 {
+            return Some(index % self.classes);
+        }
+        let k = self.classes as usize;
+        let i = usize::try_from(index).ok()?;
+        let row = owner.scratch_class_counts.get(i * k..(i + 1) * k)?;
+        let next = owner.scratch_class_counts.get((i + 1) * k..(i + 2) * k)?;
+        row.iter().zip(next).position(|(a, b)| a != b).map(|c| c as u64)
+    }
+
+    /// Byte offset of chunk `index` of `owner`'s padded buffer `buffer` (0 input stage, 1 output
+    /// stage, 2 scratch): what the kernel computes for it on *any* rank. A scratch chunk is
+    /// placed by its owner's table, since ranks' scratch layouts differ.
+    pub fn padded_offset(&self, owner: &DeviceRankPlan, buffer: u8, index: u64, elem: u64) -> Option<u64> {
+        match buffer {
+            0 | 1 => Some(self.padded_dense_offset(index, elem)),
+            _ => self.padded_scratch_offset(owner, index, elem),
+        }
+    }
+
     /// Bytes of a rank's input stage, output stage and scratch in the padded layout.
     pub fn padded_lengths(&self, rank: &DeviceRankPlan, elem: u64) -> [u64; 3] {
         let scratch_chunks = (rank.scratch_class_counts.len() / self.classes as usize).saturating_sub(1) as u64;

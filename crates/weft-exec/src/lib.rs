@@ -28,6 +28,8 @@ pub mod error;
 pub mod executor;
 pub mod geometry;
 pub mod lower;
+#[cfg(test)]
+mod model;
 pub mod plan_dir;
 pub mod resources;
 pub mod tables;

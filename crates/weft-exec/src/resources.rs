@@ -2,6 +2,10 @@
 //! output stage and scratch (sized for the executor's capacity), their peers' counterparts
 //! mapped here, a semaphore per link and a fence semaphore per peer, and the uploaded tables
 //! of [`ExecContext`]. Every rank builds its side with the same plan and capacity.
+//!
+//! The buffer table ([`ExecBuffers`]) carries, per rank, that rank's scratch layout table
+//! (uploaded here from the plan): a rank that writes or reads a chunk of a peer's scratch places
+//! it by the peer's table, since ranks' scratch layouts differ.
 
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
@@ -74,8 +78,22 @@ impl ExecResources {
         }
         let [input, output, scratch]: [RegisteredMemory; 3] =
             buffers.try_into().map_err(|_| ExecError::Unsupported("buffer registration".into()))?;
+        let mut uploaded = Vec::new();
+        let mut upload = |values: &dyn Upload| -> Result<u64, ExecError> {
+            let memory = DeviceMemory::alloc(comm.device(), values.bytes().max(16), AllocKind::Legacy).map_err(gpu)?;
+            values.write(&memory).map_err(gpu)?;
+            let ptr = memory.ptr();
+            uploaded.push(memory);
+            Ok(ptr)
+        };
+        // Every rank's scratch layout, for the ranks this one may address (itself and its peers).
         let mut table = vec![ExecBuffers::default(); ranks];
-        table[rank] = ExecBuffers { input: input.ptr(), output: output.ptr(), scratch: scratch.ptr() };
+        for (r, entry) in table.iter_mut().enumerate() {
+            if r == rank || tables.peer_mask & (1 << r) != 0 {
+                entry.scratch_counts = upload(&plan.ranks[r].scratch_class_counts)?;
+            }
+        }
+        table[rank] = ExecBuffers { input: input.ptr(), output: output.ptr(), scratch: scratch.ptr(), ..table[rank] };
         let stride = tables.link_stride as usize;
         let mut links = vec![SemaphoreDeviceHandle::default(); ranks * stride];
         let mut fences = vec![SemaphoreDeviceHandle::default(); ranks];
@@ -86,7 +104,7 @@ impl ExecResources {
         for peer in (0..ranks).filter(|&p| tables.peer_mask & (1 << p) != 0) {
             let [i, o, s] = [&input, &output, &scratch].map(|b| comm.connect_memory(peer, b));
             let (i, o, s) = (i?, o?, s?);
-            table[peer] = ExecBuffers { input: i.ptr(), output: o.ptr(), scratch: s.ptr() };
+            table[peer] = ExecBuffers { input: i.ptr(), output: o.ptr(), scratch: s.ptr(), ..table[peer] };
             remote.extend([i, o, s]);
             let fence = comm.semaphore(peer, None)?;
             fences[peer] = fence.device_handle();
@@ -97,23 +115,13 @@ impl ExecResources {
                 semaphores.push(s);
             }
         }
-        let mut uploaded = Vec::new();
-        let mut upload = |values: &dyn Upload| -> Result<u64, ExecError> {
-            let memory = DeviceMemory::alloc(comm.device(), values.bytes().max(16), AllocKind::Legacy).map_err(gpu)?;
-            values.write(&memory).map_err(gpu)?;
-            let ptr = memory.ptr();
-            uploaded.push(memory);
-            Ok(ptr)
-        };
         let state = vec![0u64; grid as usize + 2 + rp.tb_starts.len()];
-        let (ops, tb_starts, scratch_counts) =
-            (upload(&rp.ops)?, upload(&rp.tb_starts)?, upload(&rp.scratch_class_counts)?);
+        let (ops, tb_starts) = (upload(&rp.ops)?, upload(&rp.tb_starts)?);
         let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
         let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
         let context = ExecContext {
             ops,
             tb_starts,
-            scratch_counts,
             written,
             buffers: buffers_table,
             links: links_table,

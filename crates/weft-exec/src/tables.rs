@@ -131,6 +131,16 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
         }
     }
     t.plan_barriers = barriers.unwrap_or(0);
+    // The kernel maps the buffers (and scratch layout) of exactly the peers of `peer_mask`.
+    for op in &me.ops {
+        let locs = op.inputs[..usize::from(op.n_inputs)].iter().chain(&op.outputs[..usize::from(op.n_outputs)]);
+        if let Some(loc) = locs.filter(|l| l.peer != EXEC_LOCAL).find(|l| t.peer_mask & (1 << l.peer) == 0) {
+            return Err(ExecError::Unsupported(format!(
+                "rank {rank} touches rank {}'s buffers without waiting on or signalling it",
+                loc.peer
+            )));
+        }
+    }
     Ok(t)
 }
 

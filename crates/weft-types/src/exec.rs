@@ -77,29 +77,31 @@ device_structs! {
     }
 
     /// Where one rank's executor buffers lie, as the GPU reading the table maps them: the input
-    /// and output stages and the scratch. Every chunk in them starts 16-byte aligned and is
-    /// padded to 16 bytes (see weft-exec's geometry), so writers never share a word.
-    struct ExecBuffers align(8) size(24) {
+    /// and output stages and the scratch, and where that rank's scratch chunks lie in its
+    /// scratch (ranks' scratch layouts differ: every rank places a chunk of a peer's scratch by
+    /// the peer's table). Every chunk in them starts 16-byte aligned and is padded to 16 bytes
+    /// (see weft-exec's geometry), so writers never share a word.
+    struct ExecBuffers align(8) size(32) {
         /// Input stage (device address).
         input: u64 => "uint64_t",
         /// Output stage (device address).
         output: u64 => "uint64_t",
         /// Scratch (device address).
         scratch: u64 => "uint64_t",
+        /// `uint32_t[(scratch chunks + 1) * size_classes]` of this rank's plan, in this GPU's memory: per scratch chunk, the chunks of each class before it.
+        scratch_counts: u64 => "uint64_t",
     }
 
     /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
     /// connections and persistent sync state, and the call's buffers and size.
-    struct ExecContext align(8) size(152) {
+    struct ExecContext align(8) size(144) {
         /// `ExecOp[]`: every thread block's operations, concatenated.
         ops: u64 => "uint64_t",
         /// `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
         tb_starts: u64 => "uint64_t",
-        /// `uint32_t[(scratch chunks + 1) * size_classes]`: per scratch chunk, the chunks of each class before it.
-        scratch_counts: u64 => "uint64_t",
         /// `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
         written: u64 => "uint64_t",
-        /// `ExecBuffers[ranks]`: every rank's stages and scratch as this GPU maps them (entry `rank`: its own).
+        /// `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
         buffers: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks * link_stride]`: entry `peer * link_stride + channel` is link (peer, channel).
         links: u64 => "uint64_t",

@@ -328,20 +328,21 @@ struct alignas(8) ExecBuffers {
   uint64_t input;  ///<  Input stage (device address).
   uint64_t output;  ///<  Output stage (device address).
   uint64_t scratch;  ///<  Scratch (device address).
+  uint64_t scratch_counts;  ///<  `uint32_t[(scratch chunks + 1) * size_classes]` of this rank's plan, in this GPU's memory: per scratch chunk, the chunks of each class before it.
 };
-static_assert(sizeof(ExecBuffers) == 24, "rust: sizeof(ExecBuffers) == 24");
+static_assert(sizeof(ExecBuffers) == 32, "rust: sizeof(ExecBuffers) == 32");
 static_assert(alignof(ExecBuffers) == 8, "rust: alignof(ExecBuffers) == 8");
 static_assert(WEFT_OFFSETOF(ExecBuffers, input) == 0, "rust: offsetof(ExecBuffers, input) == 0");
 static_assert(WEFT_OFFSETOF(ExecBuffers, output) == 8, "rust: offsetof(ExecBuffers, output) == 8");
 static_assert(WEFT_OFFSETOF(ExecBuffers, scratch) == 16, "rust: offsetof(ExecBuffers, scratch) == 16");
+static_assert(WEFT_OFFSETOF(ExecBuffers, scratch_counts) == 24, "rust: offsetof(ExecBuffers, scratch_counts) == 24");
 
 ///  What the executor's interpreter kernel receives: one rank's uploaded plan, its
 struct alignas(8) ExecContext {
   uint64_t ops;  ///<  `ExecOp[]`: every thread block's operations, concatenated.
   uint64_t tb_starts;  ///<  `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
-  uint64_t scratch_counts;  ///<  `uint32_t[(scratch chunks + 1) * size_classes]`: per scratch chunk, the chunks of each class before it.
   uint64_t written;  ///<  `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
-  uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages and scratch as this GPU maps them (entry `rank`: its own).
+  uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride]`: entry `peer * link_stride + channel` is link (peer, channel).
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
   uint64_t state;  ///<  `uint64_t[grid + 2 + threadblocks]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per thread block (tagged with the launch).
@@ -360,29 +361,28 @@ struct alignas(8) ExecContext {
   uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
   uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
 };
-static_assert(sizeof(ExecContext) == 152, "rust: sizeof(ExecContext) == 152");
+static_assert(sizeof(ExecContext) == 144, "rust: sizeof(ExecContext) == 144");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
 static_assert(WEFT_OFFSETOF(ExecContext, tb_starts) == 8, "rust: offsetof(ExecContext, tb_starts) == 8");
-static_assert(WEFT_OFFSETOF(ExecContext, scratch_counts) == 16, "rust: offsetof(ExecContext, scratch_counts) == 16");
-static_assert(WEFT_OFFSETOF(ExecContext, written) == 24, "rust: offsetof(ExecContext, written) == 24");
-static_assert(WEFT_OFFSETOF(ExecContext, buffers) == 32, "rust: offsetof(ExecContext, buffers) == 32");
-static_assert(WEFT_OFFSETOF(ExecContext, links) == 40, "rust: offsetof(ExecContext, links) == 40");
-static_assert(WEFT_OFFSETOF(ExecContext, fences) == 48, "rust: offsetof(ExecContext, fences) == 48");
-static_assert(WEFT_OFFSETOF(ExecContext, state) == 56, "rust: offsetof(ExecContext, state) == 56");
-static_assert(WEFT_OFFSETOF(ExecContext, input) == 64, "rust: offsetof(ExecContext, input) == 64");
-static_assert(WEFT_OFFSETOF(ExecContext, output) == 72, "rust: offsetof(ExecContext, output) == 72");
-static_assert(WEFT_OFFSETOF(ExecContext, unit) == 80, "rust: offsetof(ExecContext, unit) == 80");
-static_assert(WEFT_OFFSETOF(ExecContext, wait) == 88, "rust: offsetof(ExecContext, wait) == 88");
-static_assert(WEFT_OFFSETOF(ExecContext, rank) == 112, "rust: offsetof(ExecContext, rank) == 112");
-static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 116, "rust: offsetof(ExecContext, ranks) == 116");
-static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 120, "rust: offsetof(ExecContext, threadblocks) == 120");
-static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 124, "rust: offsetof(ExecContext, link_stride) == 124");
-static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 128, "rust: offsetof(ExecContext, size_classes) == 128");
-static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 132, "rust: offsetof(ExecContext, input_chunks) == 132");
-static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 136, "rust: offsetof(ExecContext, output_chunks) == 136");
-static_assert(WEFT_OFFSETOF(ExecContext, flags) == 140, "rust: offsetof(ExecContext, flags) == 140");
-static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 144, "rust: offsetof(ExecContext, plan_barriers) == 144");
-static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 148, "rust: offsetof(ExecContext, peer_mask) == 148");
+static_assert(WEFT_OFFSETOF(ExecContext, written) == 16, "rust: offsetof(ExecContext, written) == 16");
+static_assert(WEFT_OFFSETOF(ExecContext, buffers) == 24, "rust: offsetof(ExecContext, buffers) == 24");
+static_assert(WEFT_OFFSETOF(ExecContext, links) == 32, "rust: offsetof(ExecContext, links) == 32");
+static_assert(WEFT_OFFSETOF(ExecContext, fences) == 40, "rust: offsetof(ExecContext, fences) == 40");
+static_assert(WEFT_OFFSETOF(ExecContext, state) == 48, "rust: offsetof(ExecContext, state) == 48");
+static_assert(WEFT_OFFSETOF(ExecContext, input) == 56, "rust: offsetof(ExecContext, input) == 56");
+static_assert(WEFT_OFFSETOF(ExecContext, output) == 64, "rust: offsetof(ExecContext, output) == 64");
+static_assert(WEFT_OFFSETOF(ExecContext, unit) == 72, "rust: offsetof(ExecContext, unit) == 72");
+static_assert(WEFT_OFFSETOF(ExecContext, wait) == 80, "rust: offsetof(ExecContext, wait) == 80");
+static_assert(WEFT_OFFSETOF(ExecContext, rank) == 104, "rust: offsetof(ExecContext, rank) == 104");
+static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 108, "rust: offsetof(ExecContext, ranks) == 108");
+static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 112, "rust: offsetof(ExecContext, threadblocks) == 112");
+static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 116, "rust: offsetof(ExecContext, link_stride) == 116");
+static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 120, "rust: offsetof(ExecContext, size_classes) == 120");
+static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 124, "rust: offsetof(ExecContext, input_chunks) == 124");
+static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 128, "rust: offsetof(ExecContext, output_chunks) == 128");
+static_assert(WEFT_OFFSETOF(ExecContext, flags) == 132, "rust: offsetof(ExecContext, flags) == 132");
+static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 136, "rust: offsetof(ExecContext, plan_barriers) == 136");
+static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 140, "rust: offsetof(ExecContext, peer_mask) == 140");
 
 }  // namespace weft
