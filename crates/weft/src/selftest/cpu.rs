@@ -15,7 +15,7 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
             let library = KernelLibrary::new(env.cache_dir.clone());
             for (name, _) in device_code::KERNELS {
                 let variants = device_code::variants(name);
-                let result = variants.iter().try_for_each(|d| library.compile_with(name, "sm_90", d).map(|_| ()));
+                let result = on_every_core(&variants, |d| library.compile_with(name, "sm_90", d).map(|_| ()));
                 report.record(format!("NVRTC compiles {name} for sm_90 ({} variants)", variants.len()), result);
             }
             report.record(
@@ -26,6 +26,31 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
         Err(e) => skipped.push(format!("NVRTC compile checks: {e}")),
     }
     report.record("in-process bootstrap: all_gather, broadcast, barrier over 4 threads", bootstrap_smoke(4));
+}
+
+/// Runs `f` on every item, spread over the machine's cores (NVRTC compiles independent
+/// programs concurrently; a cold kernel cache is minutes of single-core work otherwise), and
+/// returns the first error in item order.
+fn on_every_core<T: Sync, E: Send>(items: &[T], f: impl Fn(&T) -> Result<(), E> + Sync) -> Result<(), E> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<(usize, Result<(), E>)> = std::thread::scope(|scope| {
+        let spawned: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break done };
+                        done.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        spawned.into_iter().flat_map(|h| h.join().expect("a compile worker panicked")).collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 fn bootstrap_smoke(ranks: usize) -> Result<(), String> {
@@ -52,4 +77,24 @@ fn bootstrap_smoke(ranks: usize) -> Result<(), String> {
         h.join().map_err(|_| "a bootstrap thread panicked".to_string())??;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_item_runs_once_and_the_first_error_in_order_wins() {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let items: Vec<u32> = (0..100).collect();
+        let r = on_every_core(&items, |&i| {
+            seen.lock().unwrap().push(i);
+            if i % 40 == 39 { Err(i) } else { Ok(()) }
+        });
+        assert_eq!(r, Err(39));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_unstable();
+        assert_eq!(seen, items);
+        assert_eq!(on_every_core(&[] as &[u32], |_| Err::<(), ()>(())), Ok(()));
+    }
 }
