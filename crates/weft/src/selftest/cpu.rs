@@ -47,10 +47,11 @@ fn on_every_core<T: Sync, E: Send>(items: &[T], f: impl Fn(&T) -> Result<(), E> 
                 })
             })
             .collect();
-        spawned.into_iter().flat_map(|h| h.join().expect("a compile worker panicked")).collect()
+        // A worker that panicked re-raises here, as the loop it replaces would have.
+        spawned.into_iter().flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     results.sort_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
+    results.into_iter().try_for_each(|(_, r)| r)
 }
 
 fn bootstrap_smoke(ranks: usize) -> Result<(), String> {
