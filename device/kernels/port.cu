@@ -1,4 +1,5 @@
-// PortChannel and FIFO self-test kernels (launched by weft-core's port_selftest module).
+// PortChannel and FIFO kernels of `weft selftest --only port`, `weft bench fifo` and
+// `weft bench p2p --channel port`.
 #include "weft/fifo.cuh"
 #include "weft/port_channel.cuh"
 
@@ -24,31 +25,55 @@ extern "C" __global__ void weft_port_wait_once(weft::PortChannelDeviceHandle ch,
   status[0] = weft::port_wait(ch) ? 1u : 0u;
 }
 
-// Push throughput: every thread pushes `pushes` commands of op `op` (a handler that only pops
-// them), one block's thread 0 measuring; out[0] = ns of the whole kernel as block 0 saw it,
-// out[1] = failures.
-extern "C" __global__ void weft_fifo_push_rate(weft::FifoDeviceHandle fifo, uint32_t op, uint32_t pushes,
-                                               unsigned long long* out) {
-  const uint64_t start = weft::ptx::globaltimer_ns();
-  const weft::FifoCommand cmd = weft::fifo_command(static_cast<weft::FifoOp>(op), 0, 0, 0, 0, 0, 0);
-  uint32_t failed = 0;
-  uint64_t pos = 0;
-  for (uint32_t i = 0; i < pushes; ++i) {
-    if (!weft::fifo_push(fifo, cmd, &pos)) {
-      ++failed;
-      break;
-    }
+// One direction of `weft bench p2p --channel port`, one thread. The sender pushes `count`
+// put-with-signal commands of `bytes` from offset 0 of its memory to offset 0 of the peer's, then
+// a flush (every put applied at the peer); the receiver waits for `count` signals. status[0] = 1
+// on success, 0 on failure (the error record says which wait).
+extern "C" __global__ void weft_port_put_bw(weft::PortChannelDeviceHandle ch, uint32_t bytes, uint32_t count,
+                                            uint32_t sender, uint32_t* status) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  bool ok = true;
+  if (sender) {
+    for (uint32_t i = 0; ok && i < count; ++i) ok = weft::port_put_with_signal(ch, 0, 0, bytes);
+    ok = ok && weft::port_flush(ch);
+  } else {
+    for (uint32_t i = 0; ok && i < count; ++i) ok = weft::port_wait(ch);
   }
-  if (failed != 0) atomicAdd(&out[1], 1ull);
-  __syncthreads();
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    if (failed == 0 && !weft::fifo_sync(fifo, pos)) atomicAdd(&out[1], 1ull);
-    out[0] = weft::ptx::globaltimer_ns() - start;
-  }
+  status[0] = ok ? 1u : 0u;
 }
 
-// Push-to-consumed latency: one thread pushes and waits for the proxy to pop, `rounds` times;
-// out[0] = total ns, out[1] = failures.
+// Push throughput (`weft bench fifo`): block b pushes into fifos[b % nfifos] (handles in memory
+// the device can read); every thread pushes `pushes` commands of op `op` (the proxy's handler
+// only pops them), then thread 0 of each block waits (bounded) until the proxy consumed the
+// block's last command, so the kernel ends once every command was popped. out[0] counts failed
+// threads and blocks; the host times the launch.
+extern "C" __global__ void weft_fifo_push_rate(const weft::FifoDeviceHandle* fifos, uint32_t nfifos, uint32_t op,
+                                               uint32_t pushes, unsigned long long* out) {
+  __shared__ unsigned long long last;
+  __shared__ uint32_t block_failed;
+  if (threadIdx.x == 0) {
+    last = 0;
+    block_failed = 0;
+  }
+  __syncthreads();
+  const weft::FifoDeviceHandle fifo = fifos[blockIdx.x % nfifos];
+  const weft::FifoCommand cmd = weft::fifo_command(static_cast<weft::FifoOp>(op), 0, 0, 0, 0, 0, 0);
+  uint64_t pos = 0;
+  bool ok = true;
+  for (uint32_t i = 0; ok && i < pushes; ++i) ok = weft::fifo_push(fifo, cmd, &pos);
+  if (ok) {
+    if (pushes != 0) atomicMax(&last, static_cast<unsigned long long>(pos));
+  } else {
+    atomicAdd(&block_failed, 1u);
+    atomicAdd(&out[0], 1ull);
+  }
+  __syncthreads();
+  // A failed push leaves a hole the proxy never passes: skip the wait then.
+  if (threadIdx.x == 0 && block_failed == 0 && pushes != 0 && !weft::fifo_sync(fifo, last)) atomicAdd(&out[0], 1ull);
+}
+
+// Push-to-consumed round trip (`weft bench fifo`): one thread pushes and waits for the proxy to
+// pop, `rounds` times; out[0] = total ns (%globaltimer), out[1] = failures.
 extern "C" __global__ void weft_fifo_latency(weft::FifoDeviceHandle fifo, uint32_t op, uint32_t rounds,
                                              unsigned long long* out) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;

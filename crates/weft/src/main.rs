@@ -28,11 +28,15 @@ enum Command {
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<Step>,
     },
-    /// Measure a collective against NCCL in the same run (nccl-tests style).
+    /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
+    /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
+    /// (one-direction bandwidth between GPUs 0 and 1).
     Bench {
         /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root 0)
-        /// or sendrecv (to the next rank, from the previous one).
+        /// or sendrecv (to the next rank, from the previous one); or fifo, or p2p.
         collective: String,
+        #[command(flatten)]
+        proxy: ProxyBenchArgs,
         #[command(flatten)]
         sweep: Sweep,
         /// Time calls captured in CUDA graphs.
@@ -82,6 +86,9 @@ enum Command {
     /// Internal: one rank of `weft bench`.
     #[command(hide = true)]
     BenchWorker,
+    /// Internal: one rank of `weft bench fifo` / `weft bench p2p`.
+    #[command(hide = true)]
+    BenchProxyWorker,
     /// Internal: one rank of `weft selftest --mode processes` (reads torchrun variables).
     #[command(hide = true)]
     SelftestWorker,
@@ -117,6 +124,20 @@ struct Sweep {
     /// GPUs (default: all).
     #[arg(long)]
     gpus: Option<usize>,
+}
+
+/// The options of `weft bench fifo` and `weft bench p2p`.
+#[derive(clap::Args, Debug)]
+struct ProxyBenchArgs {
+    /// fifo: proxy thread counts to measure, each thread serving a FIFO of its own.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    threads: Vec<usize>,
+    /// fifo: pushes per GPU per timed run (default 4194304).
+    #[arg(long)]
+    pushes: Option<u64>,
+    /// p2p: memory (MemoryChannel put) or port (PortChannel put through the copy engine).
+    #[arg(long)]
+    channel: Option<String>,
 }
 
 /// A parsed [`Sweep`] on `gpus` of the GPUs available here (0: none here).
@@ -194,11 +215,21 @@ fn main() -> ExitCode {
         Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
+        Command::BenchProxyWorker => weft::bench::proxy::run_worker(),
         Command::TuneWorker => weft::tune::run_worker(),
         Command::Tune { collectives, sweep, hb_blocks, out } => tune(&collectives, &sweep, hb_blocks, &out),
         Command::Plan { action } => plan(action),
-        Command::Bench { collective, sweep, graph, check, nccl, versus, json, plot } => {
-            bench(&collective, &sweep, [graph, check, nccl], versus, [json, plot])
+        Command::Bench { collective, proxy, sweep, graph, check, nccl, versus, json, plot } => {
+            match collective.as_str() {
+                "fifo" | "p2p" => bench_proxy(
+                    &collective,
+                    &proxy,
+                    &sweep,
+                    [graph, check, nccl, versus.is_some(), plot.is_some()],
+                    json,
+                ),
+                _ => bench(&collective, &sweep, [graph, check, nccl], versus, [json, plot]),
+            }
         }
         Command::GenHeader { root, check } => gen_header(&root, check),
     };
@@ -255,6 +286,32 @@ fn bench(
     weft::bench::run(&options, json.as_deref(), plot.as_deref())
 }
 
+fn bench_proxy(
+    kind: &str,
+    args: &ProxyBenchArgs,
+    sweep: &Sweep,
+    collective_flags: [bool; 5],
+    json: Option<std::path::PathBuf>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use weft::bench::proxy::{FifoOptions, P2pOptions, ProxyBench};
+    if collective_flags.iter().any(|&f| f) {
+        return Err(
+            format!("weft bench {kind}: --graph, --check, --nccl, --versus and --plot are for collectives").into()
+        );
+    }
+    let s = sweep.parse()?;
+    let bench = if kind == "fifo" {
+        ProxyBench::Fifo(FifoOptions::new(&args.threads, args.pushes, s.gpus)?)
+    } else {
+        ProxyBench::P2p(P2pOptions::new(args.channel.as_deref(), s.min_bytes, s.max_bytes, s.factor)?)
+    };
+    if s.gpus == 0 {
+        println!("weft bench {kind}: no GPU is available here; nothing to measure.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    weft::bench::proxy::run(&bench, s.gpus, json.as_deref())
+}
+
 fn tune(
     collectives: &[String],
     sweep: &Sweep,
@@ -302,4 +359,24 @@ fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn s
     std::fs::write(&path, text)?;
     println!("wrote {}", path.display());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_benchmarks_parse() {
+        let cli = Cli::try_parse_from(["weft", "bench", "fifo", "--threads", "1,2,8", "--pushes", "1000"]).unwrap();
+        let Command::Bench { collective, proxy, .. } = cli.command else { panic!("not bench") };
+        assert_eq!((collective.as_str(), proxy.threads, proxy.pushes), ("fifo", vec![1, 2, 8], Some(1000)));
+        let cli = Cli::try_parse_from(["weft", "bench", "p2p", "--channel", "port", "-b", "1K", "-e", "1G", "-f", "4"])
+            .unwrap();
+        let Command::Bench { collective, proxy, sweep, .. } = cli.command else { panic!("not bench") };
+        assert_eq!((collective.as_str(), proxy.channel.as_deref()), ("p2p", Some("port")));
+        assert_eq!((sweep.min_bytes.as_str(), sweep.max_bytes.as_str(), sweep.factor), ("1K", "1G", 4));
+        let cli = Cli::try_parse_from(["weft", "bench", "fifo"]).unwrap();
+        let Command::Bench { proxy, .. } = cli.command else { panic!("not bench") };
+        assert_eq!((proxy.threads, proxy.pushes, proxy.channel), (vec![1, 2, 4], None, None));
+    }
 }

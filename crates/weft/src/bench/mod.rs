@@ -8,6 +8,7 @@ pub mod cpu;
 pub(crate) mod data;
 mod plot;
 pub(crate) mod progress;
+pub mod proxy;
 mod report;
 pub(crate) mod worker;
 
@@ -244,9 +245,18 @@ fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
 
 /// Entry of one `bench-worker` process.
 pub fn run_worker() -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let options: BenchOptions = serde_json::from_str(&std::env::var(WORKER_OPTIONS)?)?;
+    worker_main(WORKER_OPTIONS, worker::run)
+}
+
+/// The body of a worker process: reads its options (JSON) from the variable `options`, runs
+/// `run` and writes `Result<T, String>` as the rank's report for [`run_workers`].
+pub(crate) fn worker_main<O: serde::de::DeserializeOwned, T: Serialize>(
+    options: &str,
+    run: impl FnOnce(&O, &weft_bootstrap::TorchrunEnv) -> Result<T, Box<dyn std::error::Error>>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let options: O = serde_json::from_str(&std::env::var(options)?)?;
     let torchrun = weft_bootstrap::TorchrunEnv::from_env()?;
-    let result = worker::run(&options, &torchrun).map_err(|e| e.to_string());
+    let result = run(&options, &torchrun).map_err(|e| e.to_string());
     let failed = result.is_err();
     if let Err(e) = &result {
         eprintln!("rank {}: {e}", torchrun.rank);

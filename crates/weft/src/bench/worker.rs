@@ -19,7 +19,7 @@ type BoxError = Box<dyn std::error::Error>;
 const POISON: u8 = 0x7f;
 
 /// Calls per timed batch: enough to dwarf launch and event noise, few for huge messages.
-fn calls_for(bytes: usize) -> u32 {
+pub(crate) fn calls_for(bytes: usize) -> u32 {
     match bytes {
         b if b >= 256 << 20 => 5,
         b if b >= 16 << 20 => 10,

@@ -1,0 +1,273 @@
+//! One rank of `weft bench fifo` / `weft bench p2p`. Every host wait on a stream is bounded,
+//! every device wait is bounded by the FIFO's and channels' `WaitContext`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
+use weft_core::fifo::{FifoReader, PinnedFifo};
+use weft_core::proxy::{CommandHandler, Handled, ProxyConfig, ProxyError, ProxyService};
+use weft_core::selftest_kernels::{SelftestKernels, SelftestRunner};
+use weft_core::{Communicator, Env, KernelLibrary, MemoryChannelConfig, PortProxy, PortProxyConfig, RegisteredMemory};
+use weft_gpu::{Device, Event, Kernel, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_types::{FifoCommand, FifoDeviceHandle};
+
+use super::{ChannelKind, FifoOptions, FifoReport, FifoRow, P2pOptions, P2pRow, ProxyBench, RankReport};
+use crate::bench::progress;
+use crate::bench::worker::calls_for;
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// The op the FIFO benchmark pushes (8–15 are free for other layers; nothing else uses 8 in a
+/// proxy of its own).
+const BENCH_OP: u8 = 8;
+/// Timed runs per thread count (after one warm-up run of one push per kernel thread).
+const RUNS: u32 = 3;
+/// Grid sizes the MemoryChannel put is timed with (the self-test's bandwidth step uses these).
+const PUT_GRIDS: [u32; 3] = [132, 264, 528];
+
+/// The bench op's handler: pops the command, does nothing else.
+#[derive(Debug)]
+struct Discard;
+
+impl CommandHandler for Discard {
+    fn handle(&self, _: &FifoCommand) -> Result<Handled, ProxyError> {
+        Ok(Handled::Done)
+    }
+}
+
+pub(super) fn run(bench: &ProxyBench, torchrun: &TorchrunEnv) -> Result<RankReport, BoxError> {
+    let env = Env::from_process()?;
+    let device = Device::new(torchrun.local_rank.unwrap_or(torchrun.rank))?;
+    let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
+    let comm = Communicator::new(bootstrap, device.clone(), env.clone())?;
+    let gpu = Gpu {
+        library: KernelLibrary::new(env.cache_dir.clone()),
+        stream: Stream::new(&device)?,
+        host_timeout: env.device_timeout + Duration::from_secs(30),
+        comm,
+    };
+    let report = match bench {
+        ProxyBench::Fifo(o) => RankReport::Fifo(gpu.fifo(o)?),
+        ProxyBench::P2p(o) => RankReport::P2p(gpu.p2p(o)?),
+    };
+    gpu.comm.barrier()?;
+    Ok(report)
+}
+
+struct Gpu {
+    comm: Communicator,
+    library: KernelLibrary,
+    stream: Stream,
+    /// Bound of every wait for the stream.
+    host_timeout: Duration,
+}
+
+/// `n` FIFOs, each served by a proxy thread of its own, with the bench op's handler.
+struct Fifos {
+    service: Option<ProxyService>,
+    /// The FIFOs' device handles, in memory the device reads.
+    handles: PinnedHostMemory,
+    /// The FIFOs' memory; dropped after the service (declared after it).
+    _fifos: Vec<PinnedFifo>,
+}
+
+impl Fifos {
+    fn start(comm: &Communicator, n: usize, depth: usize) -> Result<Self, BoxError> {
+        let mut wait = comm.wait_context(0, None);
+        wait.peer = -1;
+        let size = std::mem::size_of::<FifoDeviceHandle>();
+        let handles = PinnedHostMemory::alloc(comm.device(), n * size)?;
+        let config = ProxyConfig { threads: n, ..ProxyConfig::default() };
+        let mut builder = ProxyService::builder(config).handler(BENCH_OP, Arc::new(Discard))?;
+        let mut fifos = Vec::with_capacity(n);
+        for i in 0..n {
+            let fifo = PinnedFifo::new(comm.device(), depth)?;
+            handles.write(i * size, fifo.device_handle(wait))?;
+            builder = builder.fifo(FifoReader::new(fifo.clone())?);
+            fifos.push(fifo);
+        }
+        Ok(Self { service: Some(builder.start()?), handles, _fifos: fifos })
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.service.as_ref().and_then(ProxyService::failure).map(|e| e.to_string())
+    }
+
+    /// Stops the threads; fails unless they popped exactly `expected` commands.
+    fn stop(mut self, expected: u64) -> Result<(), BoxError> {
+        let Some(service) = self.service.take() else { return Ok(()) };
+        let report = service.shutdown()?;
+        if report.executed != expected || report.abandoned != 0 {
+            return Err(format!("the proxy popped {report:?}, {expected} commands were pushed").into());
+        }
+        Ok(())
+    }
+}
+
+impl Gpu {
+    fn gpu_failure(&self, what: &str, detail: String) -> BoxError {
+        format!("{what}: {detail}; device record {:?}", self.comm.device_failure()).into()
+    }
+
+    /// Seconds `launch` took on the stream (CUDA events around it), after a bounded wait.
+    fn timed(&self, what: &str, launch: &dyn Fn() -> Result<(), BoxError>) -> Result<f64, BoxError> {
+        let (start, end) = (Event::new(self.comm.device())?, Event::new(self.comm.device())?);
+        start.record(&self.stream)?;
+        launch()?;
+        end.record(&self.stream)?;
+        self.stream.wait_idle(self.host_timeout, what)?;
+        self.comm.check_device()?;
+        Ok(f64::from(start.elapsed_ms(&end)?) / 1e3)
+    }
+
+    fn kernel(&self, name: &str) -> Result<Kernel, BoxError> {
+        Ok(self.library.load(self.comm.device(), "port.cu")?.module.kernel(name)?)
+    }
+
+    fn fifo(&self, o: &FifoOptions) -> Result<FifoReport, BoxError> {
+        let push_rate = self.kernel("weft_fifo_push_rate")?;
+        let latency = self.kernel("weft_fifo_latency")?;
+        let out = PinnedHostMemory::alloc(self.comm.device(), 16)?;
+        let launch = LaunchConfig { grid: o.blocks, block: o.block_threads, shared_bytes: 0 };
+        let kernel_threads = u64::from(o.blocks) * u64::from(o.block_threads);
+        let mut rows = Vec::new();
+        for &threads in &o.threads {
+            let fifos = Fifos::start(&self.comm, threads, o.depth)?;
+            let run = |per_thread: u32| -> Result<f64, BoxError> {
+                out.write(0, 0u64)?;
+                let mut args = KernelArgs::new();
+                args.push(fifos.handles.device_ptr())
+                    .push(threads as u32)
+                    .push(u32::from(BENCH_OP))
+                    .push(per_thread)
+                    .push(out.device_ptr());
+                let seconds = self.timed("the FIFO push kernel", &|| {
+                    // SAFETY: (const FifoDeviceHandle*, u32, u32, u32, u64*) matches
+                    // weft_fifo_push_rate; `handles` holds `threads` handles whose FIFOs, like
+                    // `out`, live until the stream is idle (timed() waits for it).
+                    Ok(unsafe { push_rate.launch(&self.stream, launch, &args) }?)
+                })?;
+                match out.read::<u64>(0)? {
+                    0 => Ok(seconds),
+                    n => Err(self.gpu_failure(
+                        "FIFO push kernel",
+                        format!("{n} threads/blocks failed, proxy {:?}", fifos.failure()),
+                    )),
+                }
+            };
+            run(1)?;
+            let mut seconds = 0.0;
+            for _ in 0..RUNS {
+                seconds += run(o.per_thread())?;
+            }
+            let pushes = u64::from(RUNS) * o.pushes_per_run();
+            fifos.stop(kernel_threads + pushes)?;
+            rows.push(FifoRow { threads, pushes, seconds });
+            if self.comm.rank() == 0 {
+                progress::record(threads);
+            }
+        }
+
+        // The round trip: one FIFO, one proxy thread, one pushing thread.
+        let fifos = Fifos::start(&self.comm, 1, o.depth)?;
+        let handle: FifoDeviceHandle = fifos.handles.read(0)?;
+        let round_trips = |rounds: u32| -> Result<u64, BoxError> {
+            out.write(0, 0u64)?;
+            out.write(8, 0u64)?;
+            let mut args = KernelArgs::new();
+            args.push(handle).push(u32::from(BENCH_OP)).push(rounds).push(out.device_ptr());
+            self.timed("the FIFO latency kernel", &|| {
+                // SAFETY: (FifoDeviceHandle, u32, u32, u64*) matches weft_fifo_latency; the FIFO
+                // and `out` live until the stream is idle (timed() waits for it).
+                Ok(unsafe {
+                    latency.launch(&self.stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args)
+                }?)
+            })?;
+            match (out.read::<u64>(0)?, out.read::<u64>(8)?) {
+                (ns, 0) => Ok(ns),
+                _ => Err(self.gpu_failure("FIFO latency kernel", format!("proxy {:?}", fifos.failure()))),
+            }
+        };
+        let warm_up = 100;
+        round_trips(warm_up)?;
+        let ns = round_trips(o.rounds)?;
+        fifos.stop(u64::from(warm_up + o.rounds))?;
+        Ok(FifoReport { rows, round_trip_us: ns as f64 / f64::from(o.rounds.max(1)) / 1e3 })
+    }
+
+    fn p2p(&self, o: &P2pOptions) -> Result<Vec<P2pRow>, BoxError> {
+        let (comm, rank) = (&self.comm, self.comm.rank());
+        if comm.world_size() != 2 {
+            return Err(format!("weft bench p2p runs on 2 ranks, not {}", comm.world_size()).into());
+        }
+        let peer = 1 - rank;
+        let data: RegisteredMemory = comm.register(comm.alloc(o.max_bytes)?)?;
+        let mut rows = Vec::new();
+        match o.channel {
+            ChannelKind::Memory => {
+                let loaded = self.library.load(comm.device(), "selftest.cu")?;
+                let kernels = SelftestKernels::new(&loaded.module)?;
+                let runner = SelftestRunner::new(&kernels, comm, &self.stream, self.host_timeout);
+                let ch = comm.memory_channel(peer, &data, None, MemoryChannelConfig::default())?;
+                for bytes in o.sizes() {
+                    comm.barrier()?;
+                    if rank == 0 {
+                        let mut best = f64::INFINITY;
+                        for grid in PUT_GRIDS {
+                            best = best.min(runner.put_timed(&ch, bytes as u64, grid, calls_for(bytes))?);
+                        }
+                        rows.push(P2pRow { bytes, us: best * 1e6 });
+                        progress::record(bytes);
+                    }
+                }
+                comm.barrier()?;
+            }
+            ChannelKind::Port => {
+                let kernel = self.kernel("weft_port_put_bw")?;
+                let proxy = PortProxy::new(comm, PortProxyConfig::default())?;
+                let id = proxy.register(&data)?;
+                let ch = proxy.channel(peer, id, None)?;
+                let status = PinnedHostMemory::alloc(comm.device(), 8)?;
+                let run = |bytes: usize, count: u32| -> Result<f64, BoxError> {
+                    status.write(0, 0u32)?;
+                    let mut args = KernelArgs::new();
+                    // The options keep sizes below 4 GiB for port.
+                    args.push(ch.device_handle())
+                        .push(bytes as u32)
+                        .push(count)
+                        .push(u32::from(rank == 0))
+                        .push(status.device_ptr());
+                    let seconds = self.timed("the PortChannel put kernel", &|| {
+                        // SAFETY: (handle, u32, u32, u32, u32*) matches weft_port_put_bw; bytes
+                        // fit both sides' memories (both allocated max_bytes); the channel, the
+                        // memory and `status` live until the stream is idle (timed() waits).
+                        Ok(unsafe {
+                            kernel.launch(&self.stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args)
+                        }?)
+                    })?;
+                    match status.read::<u32>(0)? {
+                        1 => Ok(seconds),
+                        s => Err(self
+                            .gpu_failure("PortChannel put kernel", format!("status {s}, proxy {:?}", proxy.failure()))),
+                    }
+                };
+                for bytes in o.sizes() {
+                    comm.barrier()?;
+                    run(bytes, 1)?;
+                    comm.barrier()?;
+                    let count = calls_for(bytes);
+                    let seconds = run(bytes, count)?;
+                    if rank == 0 {
+                        rows.push(P2pRow { bytes, us: seconds * 1e6 / f64::from(count) });
+                        progress::record(bytes);
+                    }
+                }
+                comm.barrier()?;
+                drop(ch);
+                proxy.shutdown()?;
+            }
+        }
+        Ok(rows)
+    }
+}
