@@ -209,9 +209,10 @@ impl FifoWriter {
     }
 
     /// Pushes `cmd` (its valid bit is replaced) and returns its position. Waits while the ring
-    /// is full, bounded by the timeout and the stop word.
+    /// is full, bounded by the timeout and the stop word. Like the device push, it reads the
+    /// stop word only while waiting: a push into a stopped FIFO that finds a free slot is lost,
+    /// and the next wait reports the stop.
     pub fn push(&self, cmd: FifoCommand) -> Result<u64, FifoError> {
-        self.stopped("pushing")?;
         let inner = &self.fifo.inner;
         let depth = 1u64 << self.log2_depth;
         let pos = inner.head.fetch_add(1, Ordering::Relaxed);
