@@ -3,7 +3,7 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch]     (default: all of them)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [proxy] [exec]   (default: all)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback.
@@ -13,7 +13,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch proxy exec)
 for step in "${steps[@]}"; do
   dir="$out/$step"
   mkdir -p "$dir"
@@ -43,6 +43,22 @@ for step in "${steps[@]}"; do
            echo "tensor-parallel MLP: rc=$? $(grep -h 'max |' "$dir/mlp-weft.txt" | tr '\n' ' ')"
            WEFT_NCCL="$lib" OUT="$dir" timeout 300 scripts/torch-nccl-compare.sh > "$dir/torch-latency.txt" 2>&1
            echo "torch latency: rc=$?"; cat "$dir/torch-latency.txt" ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch)"; exit 2 ;;
+    proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
+           echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
+           for ch in memory port; do
+             timeout 60 "$weft" bench p2p --channel "$ch" -b 1K -e 1G -f 4 --json "$dir/p2p-$ch.json" > "$dir/p2p-$ch.txt" 2>&1
+             echo "p2p $ch: rc=$? $(tail -1 "$dir/p2p-$ch.txt")"
+           done
+           WEFT_RANKS_PER_NODE=1 WEFT_EMU_NET_LATENCY_US=5 WEFT_EMU_NET_GBPS=25 timeout 120 "$weft" selftest --mode processes \
+             --only port > "$dir/port-paced.txt" 2>&1
+           echo "port across virtual nodes (emulated NIC): rc=$? $(grep -h 'passed,' "$dir/port-paced.txt" | tail -1)" ;;
+    exec) for pair in allreduce:plan:ring_allreduce:ring allgather:plan:ring_allgather:hb; do
+            IFS=: read -r c _ plan native <<< "$pair"
+            var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"
+            env "$var=plan:$plan" timeout 120 "$weft" bench "$c" -b 1K -e 256M -f 4 --graph --check --versus "$native" \
+              > "$dir/versus-$c.txt" 2>&1
+            echo "plan:$plan against $native: rc=$?"; grep -A12 '^# against' "$dir/versus-$c.txt"
+          done ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, proxy, exec)"; exit 2 ;;
   esac
 done
