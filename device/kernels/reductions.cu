@@ -13,12 +13,17 @@
 //                           (zero-copy, registered outputs) straight into every rank's output.
 //   weft_allreduce_ring     ring reduce-scatter then ring all-gather through the next rank's
 //                           scratch, one step slot each, signals per (neighbour, block).
+//   weft_allreduce_port_ring  the same ring over PortChannels (MSCCL++ "2PR"): the copy engine
+//                           moves every byte between ranks (the proxy's puts), the GPU only
+//                           reduces, each step in two halves so that one half's reduction
+//                           overlaps the other's copy.
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
 //   weft_reduce_hb          the two-shot HB over the non-roots, results to the root only.
 #include "weft/collective.cuh"
 #include "weft/elementwise.cuh"
+#include "weft/port_channel.cuh"
 
 using namespace weft;
 using namespace weft::coll;
@@ -379,6 +384,134 @@ extern "C" __global__ void __launch_bounds__(1024)
         ring_signal(c, next);
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ring over PortChannels ("2PR")
+
+/// Most bytes one FIFO put carries (its size field is 32-bit); larger puts are split.
+constexpr uint64_t kPortMaxPut = uint64_t(1) << 31;
+
+/// `size` bytes from offset `src` of the channel's local memory to offset `dst` of the peer's
+/// memory, as puts of at most kPortMaxPut bytes with a signal on the last (a signal alone when
+/// `size` is 0), so the peer's wait covers every piece. Offsets stay below 4 GiB: the host keeps
+/// the registered scratch under it. Called by ONE thread.
+__device__ __forceinline__ bool port_put_signal_split(const PortChannelDeviceHandle& ch, uint64_t dst, uint64_t src,
+                                                      uint64_t size) {
+  while (size > kPortMaxPut) {
+    if (!port_put(ch, static_cast<uint32_t>(dst), static_cast<uint32_t>(src), static_cast<uint32_t>(kPortMaxPut))) {
+      return false;
+    }
+    dst += kPortMaxPut, src += kPortMaxPut, size -= kPortMaxPut;
+  }
+  if (size == 0) return port_signal(ch);
+  return port_put_with_signal(ch, static_cast<uint32_t>(dst), static_cast<uint32_t>(src), static_cast<uint32_t>(size));
+}
+
+/// Where a block's range [lo, hi) (lo 16-aligned) splits into its two halves: 16-aligned, the
+/// first half the larger. Mirrored by weft-coll's port_ring::half_split.
+__device__ __forceinline__ uint64_t half_split(uint64_t lo, uint64_t hi) {
+  return hi <= lo ? lo : min_u64(hi, lo + round_up16(div_ceil(hi - lo, 2)));
+}
+
+/// Ring AllReduce over PortChannels (MSCCL++ "2PR"): the reduce-scatter and all-gather of
+/// weft_allreduce_ring, with every transfer a put-with-signal the proxy executes with the copy
+/// engine. The GPU only reduces: each step's range is split in two halves, and the half's put
+/// is pushed as soon as it is reduced, so the reduction of the second half overlaps the copy of
+/// the first. Every shard is reduced once, in the native ring's order, so every rank gets the
+/// same bits, run after run.
+///
+/// Block b uses `channels[b]` (edge rank -> next: puts into the next rank's scratch, and the
+/// next rank's credits) and `channels[gridDim.x + b]` (edge prev -> rank: the previous rank's
+/// data signals; credits go back on it). Shards are split over blocks as in the native ring
+/// (Shards), identically on every rank, so block b of every rank handles the same bytes.
+///
+/// `scratch` (registered with the proxy, < 4 GiB) holds slots of `slot_bytes` (>= any
+/// shard): 2(n - 1) receive slots (written only by the previous rank's puts: reduce-scatter
+/// steps 0..n-2 into slot step, the reduced shard into slot n - 1, all-gather forwards into
+/// slots n..2n-3), then n staging slots (step s of the reduce-scatter reduces into staging
+/// slot s, the copy engine reads it from there). Each slot is written once per round.
+///
+/// Per round and block: (1) credit: signal the previous rank that this block's receive slots
+/// are free (this block's threads finished reading them in the last round, and the flush of
+/// (3) saw every forward that read them applied), then wait for the next rank's credit before
+/// any put into its slots; (2) the ring, waiting on the previous rank's signal for every half it
+/// sends; (3) flush: every put of this block applied, so the staging slots and the forwarded
+/// receive slots may be reused and no copy outlives the kernel. Every wait is bounded.
+/// Inputs and outputs are read and written by this GPU's threads only (any alignment, no
+/// registration); puts go between padded scratch slots, whole 16-byte vectors rounded up.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_allreduce_port_ring(CollContext c, const char* input, char* output, uint64_t bytes,
+                             const PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes) {
+  const uint32_t n = c.ranks, r = c.rank;
+  for (uint64_t first = 0; first < bytes; first += c.chunk_bytes) {
+    const Shards s(min_u64(c.chunk_bytes, bytes - first), round_capacity(bytes, c.chunk_bytes), n);
+    const char* in = input + first;
+    char* out = output + first;
+    if (n == 1) {
+      ring_reduce(nullptr, in, nullptr, out, s.lo(0), s.hi(0), 1);
+      continue;
+    }
+    // Offset in the scratch of byte x of shard d in slot k (slot k positioned so that shard d's
+    // bytes index it directly); staging slot `step` is slot 2(n - 1) + step.
+    auto offset = [&](uint32_t k, uint32_t d, uint64_t x) {
+      return static_cast<uint64_t>(k) * slot_bytes + (x - static_cast<uint64_t>(d) * s.shard);
+    };
+    auto slot = [&](uint32_t k, uint32_t d) {
+      return scratch + static_cast<uint64_t>(k) * slot_bytes - static_cast<uint64_t>(d) * s.shard;
+    };
+    const uint32_t staging = 2 * (n - 1);
+    // Thread 0 drives the channels; every helper ends with a block-wide vote, so a failure
+    // (recorded in the error record) ends every thread of the block.
+    auto wait_prev = [&]() {
+      bool ok = true;
+      if (threadIdx.x == 0) ok = port_wait(channels[gridDim.x + blockIdx.x]);
+      return __syncthreads_and(ok);
+    };
+    auto put_next = [&](uint64_t dst, uint64_t src, uint64_t size) {
+      __syncthreads();  // the block's writes of the source come before the push
+      bool ok = true;
+      if (threadIdx.x == 0) ok = port_put_signal_split(channels[blockIdx.x], dst, src, size);
+      return __syncthreads_and(ok);
+    };
+    {
+      bool ok = true;
+      if (threadIdx.x == 0) {
+        ok = port_signal(channels[gridDim.x + blockIdx.x]) && port_wait(channels[blockIdx.x]);
+      }
+      if (!__syncthreads_and(ok)) return;
+    }
+    for (uint32_t step = 0; step < n; ++step) {
+      const uint32_t d = (r + n - step) % n;
+      const bool last = step == n - 1;
+      const uint64_t lo = s.lo(d), hi = s.hi(d), mid = half_split(lo, hi);
+      for (uint32_t half = 0; half < 2; ++half) {
+        const uint64_t a = half == 0 ? lo : mid, b = half == 0 ? mid : hi;
+        if (step > 0 && !wait_prev()) return;
+        ring_reduce(step > 0 ? slot(step - 1, d) : nullptr, in, slot(staging + step, d), last ? out : nullptr, a, b,
+                    last ? n : 1);
+        const uint64_t size = b > a ? round_up16(b) - a : 0;
+        if (!put_next(offset(step, d, a), offset(staging + step, d, a), size)) return;
+      }
+    }
+    for (uint32_t t = 1; t < n; ++t) {
+      const uint32_t d = (r + n - t + 1) % n;
+      const uint32_t k = n - 2 + t;  // the receive slot of all-gather step t
+      const uint64_t lo = s.lo(d), hi = s.hi(d), mid = half_split(lo, hi);
+      for (uint32_t half = 0; half < 2; ++half) {
+        const uint64_t a = half == 0 ? lo : mid, b = half == 0 ? mid : hi;
+        if (!wait_prev()) return;
+        // Forward first (the copy engine reads the slot while this block copies it out).
+        const uint64_t size = b > a ? round_up16(b) - a : 0;
+        if (t < n - 1 && !put_next(offset(k + 1, d, a), offset(k, d, a), size)) return;
+        copy_range(out, slot(k, d), a, b);
+      }
+    }
+    __syncthreads();
+    bool flushed = true;
+    if (threadIdx.x == 0) flushed = port_flush(channels[blockIdx.x]);
+    if (!__syncthreads_and(flushed)) return;
   }
 }
 

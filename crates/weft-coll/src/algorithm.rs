@@ -98,6 +98,9 @@ pub enum Protocol {
     P2p,
     /// An execution plan run by weft-exec's interpreter kernel, with its own buffers.
     Plan,
+    /// Puts through PortChannels that the proxy executes with the copy engine, into scratch
+    /// registered with the proxy; `port_ring_blocks` x `hb_threads`.
+    Port,
 }
 
 /// One algorithm of one collective, each a kernel in `device/kernels/`.
@@ -111,6 +114,9 @@ pub enum Algorithm {
     AllReduceHb,
     /// AllReduce, ring reduce-scatter then ring all-gather through the next rank's scratch.
     AllReduceRing,
+    /// AllReduce, the same ring over PortChannels (MSCCL++ "2PR"): the copy engine moves the
+    /// data, the GPU only reduces. Never chosen by size by default (not yet measured).
+    AllReducePortRing,
     /// AllGather over LL packets.
     AllGatherLl,
     /// AllGather through scratch.
@@ -137,11 +143,12 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 14] = [
+    pub const ALL: [Algorithm; 15] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceHb,
         Algorithm::AllReduceRing,
+        Algorithm::AllReducePortRing,
         Algorithm::AllGatherLl,
         Algorithm::AllGatherHb,
         Algorithm::ReduceScatterLl,
@@ -154,13 +161,15 @@ impl Algorithm {
         Algorithm::SendRecvP2p,
     ];
 
-    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `p2p`, `plan:<name>`), as
+    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `port_ring`, `p2p`,
+    /// `plan:<name>`), as
     /// `WEFT_ALGO_<COLLECTIVE>` and the tuning table spell it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Plan(id) => id.name(),
             Self::AllReduceLl2 => "ll2",
             Self::AllReduceRing => "ring",
+            Self::AllReducePortRing => "port_ring",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             a if a.protocol() == Protocol::Ll => "ll",
             _ => "hb",
@@ -170,7 +179,11 @@ impl Algorithm {
     /// The collective it implements.
     pub fn collective(self) -> Collective {
         match self {
-            Self::AllReduceLl | Self::AllReduceLl2 | Self::AllReduceHb | Self::AllReduceRing => Collective::AllReduce,
+            Self::AllReduceLl
+            | Self::AllReduceLl2
+            | Self::AllReduceHb
+            | Self::AllReduceRing
+            | Self::AllReducePortRing => Collective::AllReduce,
             Self::AllGatherLl | Self::AllGatherHb => Collective::AllGather,
             Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
             Self::BroadcastLl | Self::BroadcastHb => Collective::Broadcast,
@@ -192,6 +205,7 @@ impl Algorithm {
             | Self::ReduceLl => Protocol::Ll,
             Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
             Self::Plan(_) => Protocol::Plan,
+            Self::AllReducePortRing => Protocol::Port,
             _ => Protocol::Hb,
         }
     }
@@ -202,12 +216,13 @@ impl Algorithm {
         matches!(self.collective(), Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }
 
-    /// Whether it handles `dtype`. The ring and the reducing plans carry partial results
+    /// Whether it handles `dtype`. The rings and the reducing plans carry partial results
     /// between ranks in the element type, so in FP8 they would round to 8 bits at every step;
     /// FP8 reductions accumulate in higher precision, so they leave FP8 to the other algorithms.
     pub fn supports(self, dtype: weft_types::DataType) -> bool {
         use weft_types::DataType;
-        let partials_in_type = self == Self::AllReduceRing || (self.protocol() == Protocol::Plan && self.reduces());
+        let partials_in_type = matches!(self, Self::AllReduceRing | Self::AllReducePortRing)
+            || (self.protocol() == Protocol::Plan && self.reduces());
         !partials_in_type || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
     }
 
@@ -231,6 +246,7 @@ impl Algorithm {
             Self::AllReduceLl2 => "weft_allreduce_ll2",
             Self::AllReduceHb => "weft_allreduce_hb",
             Self::AllReduceRing => "weft_allreduce_ring",
+            Self::AllReducePortRing => "weft_allreduce_port_ring",
             Self::AllGatherLl => "weft_allgather_ll",
             Self::AllGatherHb => "weft_allgather_hb",
             Self::ReduceScatterLl => "weft_reduce_scatter_ll",
@@ -273,6 +289,19 @@ mod tests {
     }
 
     #[test]
+    fn the_port_ring_is_an_allreduce_named_port_ring_with_its_own_kernel_and_protocol() {
+        let a = Algorithm::from_name(Collective::AllReduce, "port_ring").unwrap();
+        assert_eq!(a, Algorithm::AllReducePortRing);
+        assert_eq!(
+            (a.protocol(), a.kernel(), a.to_string()),
+            (Protocol::Port, "weft_allreduce_port_ring", "allreduce/port_ring".to_string())
+        );
+        assert!(a.reduces() && a.available(2) && a.supports_op(weft_types::ReduceOp::Avg));
+        assert!(Collective::AllReduce.algorithms().any(|x| x == a));
+        assert!(Algorithm::from_name(Collective::AllGather, "port_ring").is_none());
+    }
+
+    #[test]
     fn shipped_plans_are_algorithms_named_plan_colon_name() {
         let ring = Algorithm::from_name(Collective::AllReduce, "plan:ring_allreduce").unwrap();
         assert_eq!(
@@ -302,6 +331,10 @@ mod tests {
         use weft_types::DataType;
         assert!(!Algorithm::AllReduceRing.supports(DataType::F8E4M3));
         assert!(Algorithm::AllReduceRing.supports(DataType::Bf16));
+        for t in DataType::ALL {
+            let fp8 = matches!(t, DataType::F8E4M3 | DataType::F8E5M2);
+            assert_eq!(Algorithm::AllReducePortRing.supports(t), !fp8, "{}", t.name());
+        }
         for c in Collective::ALL {
             for t in DataType::ALL {
                 assert!(

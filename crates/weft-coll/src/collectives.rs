@@ -21,6 +21,7 @@ use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
 use crate::plans::PlanId;
+use crate::port_ring::PortRing;
 use crate::registry::Registry;
 use crate::resources::Resources;
 
@@ -109,6 +110,8 @@ pub struct Collectives {
     /// stream may use their buffers.
     retired: Mutex<Vec<Arc<PlanExecutor>>>,
     registry: Registry,
+    /// The PortChannels of AllReduce `port_ring`, set up by its first call.
+    port_ring: Mutex<Option<Arc<PortRing>>>,
     zero_copy_calls: AtomicU64,
     refused_calls: AtomicU64,
 }
@@ -138,6 +141,7 @@ impl Collectives {
             plans: Mutex::default(),
             retired: Mutex::default(),
             registry: Registry::default(),
+            port_ring: Mutex::default(),
             zero_copy_calls: AtomicU64::new(0),
             refused_calls: AtomicU64::new(0),
         })
@@ -212,6 +216,21 @@ impl Collectives {
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send.ptr, recv.ptr, count, dtype, op, stream) };
         }
+        if algorithm == Algorithm::AllReducePortRing {
+            if bytes == 0 {
+                return Ok(algorithm);
+            }
+            let ring = self.port_ring()?;
+            let (table, scratch, slot_bytes) = ring.args();
+            // SAFETY: weft_allreduce_port_ring takes (context, input, output, bytes, channel
+            // table, scratch, slot bytes); the table, scratch and proxy live as long as `self`,
+            // the buffers were checked above and are the caller's contract.
+            return unsafe {
+                self.launch(algorithm, dtype, op, stream, bytes, |a| {
+                    a.push(send.ptr).push(recv.ptr).push(bytes as u64).push(table).push(scratch).push(slot_bytes)
+                })
+            };
+        }
         let outputs = if algorithm == Algorithm::AllReduceHb {
             let eligible = bytes <= self.config.zero_copy_allreduce_max;
             Some(self.peer_outputs(stream, recv, eligible)?)
@@ -230,6 +249,19 @@ impl Collectives {
                 a
             })
         }
+    }
+
+    /// The state of AllReduce `port_ring`, set up on its first call: every rank makes the same
+    /// calls (caller contract), so every rank gets here at the same call.
+    fn port_ring(&self) -> Result<Arc<PortRing>, CollError> {
+        let mut state = self.port_ring.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ring) = state.as_ref() {
+            return Ok(Arc::clone(ring));
+        }
+        let chunk = self.resources.context().chunk_bytes;
+        let ring = Arc::new(PortRing::new(&self.comm, chunk, self.config.port_ring_blocks)?);
+        *state = Some(Arc::clone(&ring));
+        Ok(ring)
     }
 
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there
@@ -717,6 +749,10 @@ impl Collectives {
         let (grid, block) = match algorithm.protocol() {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
             Protocol::Hb | Protocol::P2p | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
+            Protocol::Port => {
+                let blocks = self.port_ring.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.blocks());
+                (blocks.unwrap_or(self.config.port_ring_blocks), self.config.hb_threads)
+            }
         };
         // SAFETY: the context's tables and buffers live as long as `self`; the rest is the
         // caller's contract.

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Collective};
 
+/// Most blocks of a `port_ring` launch: 2 PortChannels per block and ring neighbour, within
+/// the proxy's connection limit with room to spare.
+pub(crate) const MAX_PORT_RING_BLOCKS: u32 = 64;
+
 /// One rule of the selector: messages up to `max_bytes` (the collective's largest buffer per
 /// rank, as `weft bench` sizes it; `None`: any size) use `algorithm`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +143,9 @@ pub struct CollConfig {
     pub hb_blocks: u32,
     /// Threads per HB block.
     pub hb_threads: u32,
+    /// Blocks of an AllReduce `port_ring` launch (`hb_threads` each); every block has a
+    /// PortChannel to each ring neighbour, so at most 64. Not yet tuned: 8 is a guess.
+    pub port_ring_blocks: u32,
     /// Bytes an HB round moves; the scratch is twice this.
     pub chunk_bytes: usize,
     /// Payload bytes of one LL packet slot: the most one rank sends one peer in one LL launch.
@@ -170,6 +177,7 @@ impl Default for CollConfig {
             ll_threads: 512,
             hb_blocks: 128,
             hb_threads: 1024,
+            port_ring_blocks: 8,
             chunk_bytes: 32 << 20,
             ll_slot_bytes: 512 << 10,
             selector: Selector::default(),
@@ -186,6 +194,7 @@ impl CollConfig {
     /// loaded once per process, see [`crate::load_user_plans`]), `WEFT_TUNING_FILE` (a JSON
     /// [`TuningTable`]), `WEFT_ALGO_<COLLECTIVE>` (an algorithm name or `auto`),
     /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
+    /// `WEFT_PORT_RING_BLOCKS` (1..=64),
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
     /// 0 for never).
     pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
@@ -244,6 +253,9 @@ impl CollConfig {
         if let Some(n) = number("WEFT_LL_BLOCKS", 1024)? {
             c.ll_blocks = n as u32;
         }
+        if let Some(n) = number("WEFT_PORT_RING_BLOCKS", MAX_PORT_RING_BLOCKS as usize)? {
+            c.port_ring_blocks = n as u32;
+        }
         for (name, field) in [
             ("WEFT_ZERO_COPY_ALLREDUCE", &mut c.zero_copy_allreduce_max),
             ("WEFT_ZERO_COPY_ALLGATHER", &mut c.zero_copy_allgather_max),
@@ -297,6 +309,13 @@ mod tests {
         assert!(with(&[("WEFT_ALGO_BROADCAST", "ll2")]).is_err());
         assert!(with(&[("WEFT_CHUNK_BYTES", "0")]).is_err());
         assert_eq!(with(&[("WEFT_HB_BLOCKS", "64")]).unwrap().hb_blocks, 64);
+        assert_eq!(with(&[("WEFT_PORT_RING_BLOCKS", "4")]).unwrap().port_ring_blocks, 4);
+        assert!(with(&[("WEFT_PORT_RING_BLOCKS", "65")]).is_err());
+        let port = with(&[("WEFT_ALGO_ALLREDUCE", "port_ring")]).unwrap();
+        assert_eq!(port.selector.select(Collective::AllReduce, 8), Algorithm::AllReducePortRing);
+        for bytes in [0, 1 << 10, 1 << 20, 1 << 30, u64::MAX] {
+            assert_ne!(c.selector.select(Collective::AllReduce, bytes), Algorithm::AllReducePortRing);
+        }
         let plan = with(&[("WEFT_ALGO_ALLREDUCE", "plan:ring_allreduce")]).unwrap();
         assert_eq!(plan.selector.select(Collective::AllReduce, 1 << 30).name(), "plan:ring_allreduce");
         assert!(with(&[("WEFT_ALGO_ALLGATHER", "plan:ring_allreduce")]).unwrap_err().contains("plan:ring_allgather"));

@@ -28,6 +28,7 @@ mod error;
 mod kernels;
 pub mod nccl;
 mod plans;
+mod port_ring;
 mod registry;
 mod resources;
 

@@ -64,7 +64,8 @@ impl Resources {
         let chunk_ok =
             config.chunk_bytes >= 32 * ranks * config.hb_blocks as usize && config.chunk_bytes.is_multiple_of(16);
         let p2p = p2p_blocks(config.hb_blocks, ranks);
-        if config.ll_blocks == 0 || config.hb_blocks == 0 || !chunk_ok || 2 * p2p > config.hb_blocks {
+        let port_ok = (1..=crate::config::MAX_PORT_RING_BLOCKS).contains(&config.port_ring_blocks);
+        if config.ll_blocks == 0 || config.hb_blocks == 0 || !chunk_ok || 2 * p2p > config.hb_blocks || !port_ok {
             return Err(CollError::InvalidArgument { rank, detail: format!("collective configuration {config:?}") });
         }
         // The two-shot HB kernel keeps `ranks` shards of a round in the first half of the

@@ -75,8 +75,9 @@ fn work(options: &TuneOptions) -> Vec<(u32, Algorithm, usize)> {
     let mut out = Vec::new();
     for (i, &blocks) in options.hb_blocks.iter().enumerate() {
         for &collective in &options.collectives {
-            // Plans are not tuned yet: their executor overhead is still to be measured.
-            let native = |a: &Algorithm| a.protocol() != Protocol::Plan;
+            // Plans are not tuned yet: their executor overhead is still to be measured. Neither
+            // is the PortChannel ring, until it has passed the GPU suite (force it to time it).
+            let native = |a: &Algorithm| !matches!(a.protocol(), Protocol::Plan | Protocol::Port);
             for algorithm in collective.algorithms().filter(native).filter(|a| i == 0 || a.protocol() != Protocol::Ll) {
                 out.extend(sizes.iter().map(|&s| (blocks, algorithm, s)));
             }

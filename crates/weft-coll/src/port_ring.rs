@@ -1,0 +1,261 @@
+//! The state of the AllReduce `port_ring` algorithm (the ring over PortChannels, MSCCL++
+//! "2PR", kernel `weft_allreduce_port_ring` in `device/kernels/reductions.cu`): a
+//! [`PortProxy`], a scratch registered with it, and per launch block one PortChannel on each
+//! ring edge this rank belongs to. Set up on the first call that uses the algorithm; every rank
+//! reaches that call together (collective contract), so the pairwise channel set-up matches.
+//!
+//! User buffers are never registered: the kernel reads the input and writes the output with
+//! its own threads, and the copy engine only moves bytes between scratch slots. So calls need
+//! no per-call registration or host exchange, and CUDA-graph replays work as long as the
+//! proxy runs (it lives as long as the [`crate::Collectives`]).
+//!
+//! The geometry helpers mirror the kernel and are what the CPU tests check.
+
+use weft_core::{Communicator, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory};
+use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr};
+use weft_types::PortChannelDeviceHandle;
+
+use crate::error::CollError;
+
+/// Most bytes one FIFO put carries (the command's size field is 32-bit); the kernel splits
+/// larger puts (`kPortMaxPut`). Mirrors the kernel for the tests.
+#[cfg(test)]
+pub(crate) const MAX_PUT: u64 = 1 << 31;
+
+/// Largest scratch: FIFO offsets are 32-bit.
+pub(crate) const MAX_SCRATCH: u64 = 1 << 32;
+
+fn round_up16(x: u64) -> u64 {
+    x.div_ceil(16) * 16
+}
+
+/// Scratch layout for `ranks` ranks and rounds of `chunk_bytes`: 2(n - 1) receive slots then
+/// n staging slots, each `slot_bytes` (at least the largest shard of a round).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub(crate) slot_bytes: u64,
+    pub(crate) slots: u64,
+    pub(crate) total_bytes: u64,
+}
+
+impl Layout {
+    pub(crate) fn new(chunk_bytes: u64, ranks: usize) -> Self {
+        let n = ranks as u64;
+        // The kernel's largest shard: Shards(capacity <= chunk_bytes, n).shard.
+        let slot_bytes = round_up16(chunk_bytes.div_ceil(n));
+        let slots = if ranks > 1 { 3 * n - 2 } else { 0 };
+        Self { slot_bytes, slots, total_bytes: slots * slot_bytes }
+    }
+}
+
+/// The kernel's split of a block's range `[lo, hi)` into two halves (`half_split`), mirrored
+/// for the tests.
+#[cfg(test)]
+pub(crate) fn half_split(lo: u64, hi: u64) -> u64 {
+    if hi <= lo { lo } else { hi.min(lo + round_up16((hi - lo).div_ceil(2))) }
+}
+
+/// The FIFO puts the kernel pushes for `size` bytes from `src` to `dst`
+/// (`port_put_signal_split`): `(dst, src, size)` pieces of at most [`MAX_PUT`] bytes, the last
+/// carrying the signal; a lone signal (size 0) for an empty range.
+#[cfg(test)]
+pub(crate) fn split_put(mut dst: u64, mut src: u64, mut size: u64) -> Vec<(u64, u64, u64)> {
+    let mut pieces = Vec::new();
+    while size > MAX_PUT {
+        pieces.push((dst, src, MAX_PUT));
+        dst += MAX_PUT;
+        src += MAX_PUT;
+        size -= MAX_PUT;
+    }
+    pieces.push((dst, src, size));
+    pieces
+}
+
+/// The ring edges rank `rank` of `ranks` belongs to, in the order every rank visits them:
+/// `(edge, peer, sender)` for edge i = (i -> i + 1 mod n), i ascending. Any two ranks meet
+/// their common edges in the same order, so the pairwise set-up cannot deadlock.
+pub(crate) fn edges(rank: usize, ranks: usize) -> Vec<(usize, usize, bool)> {
+    if ranks < 2 {
+        return Vec::new();
+    }
+    (0..ranks)
+        .filter_map(|i| {
+            let to = (i + 1) % ranks;
+            if rank == i {
+                Some((i, to, true))
+            } else if rank == to {
+                Some((i, i, false))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The proxy, scratch and channels of `port_ring` (see the module docs).
+pub(crate) struct PortRing {
+    blocks: u32,
+    slot_bytes: u64,
+    scratch: DevicePtr,
+    /// `[out; blocks]` (edge rank -> next) then `[in; blocks]` (edge prev -> rank).
+    table: DeviceMemory,
+    // Dropped after the table: the channels keep the proxy, its FIFO and the scratch alive.
+    _channels: Vec<PortChannel>,
+    _scratch: RegisteredMemory,
+    _proxy: PortProxy,
+}
+
+impl PortRing {
+    /// Sets everything up for rounds of `chunk_bytes` and `blocks` blocks. Collective: every
+    /// rank calls it at the same collective call with the same arguments.
+    pub(crate) fn new(comm: &Communicator, chunk_bytes: u64, blocks: u32) -> Result<Self, CollError> {
+        let (rank, ranks) = (comm.rank(), comm.world_size());
+        let gpu = |source| CollError::Gpu { rank, source };
+        let layout = Layout::new(chunk_bytes, ranks);
+        if layout.total_bytes > MAX_SCRATCH {
+            return Err(CollError::Unsupported {
+                rank,
+                detail: format!(
+                    "port_ring needs {} bytes of scratch, over the 4 GiB a PortChannel memory may have (WEFT_CHUNK_BYTES)",
+                    layout.total_bytes
+                ),
+            });
+        }
+        // A call captured into a graph may get here first: allocation, registration and the
+        // channels' set-up touch other streams only, under a relaxed capture mode.
+        let _relaxed = CaptureModeRelaxed::new().map_err(gpu)?;
+        let scratch = comm.register(comm.alloc(layout.total_bytes.max(16) as usize)?)?;
+        let proxy = PortProxy::new(comm, PortProxyConfig::default())?;
+        let id = proxy.register(&scratch)?;
+        let mut out = Vec::new();
+        let mut inbound = Vec::new();
+        for (_, peer, sender) in edges(rank, ranks) {
+            for _ in 0..blocks {
+                let channel = proxy.channel(peer, id, None)?;
+                if sender { out.push(channel) } else { inbound.push(channel) }
+            }
+        }
+        let handles: Vec<PortChannelDeviceHandle> =
+            out.iter().chain(&inbound).map(PortChannel::device_handle).collect();
+        let table = DeviceMemory::alloc(comm.device(), size_of_val(handles.as_slice()).max(16), AllocKind::Legacy)
+            .map_err(gpu)?;
+        if !handles.is_empty() {
+            table.write_pod(0, &handles).map_err(gpu)?;
+        }
+        comm.barrier()?;
+        let mut channels = out;
+        channels.extend(inbound);
+        Ok(Self {
+            blocks,
+            slot_bytes: layout.slot_bytes,
+            scratch: scratch.ptr(),
+            table,
+            _channels: channels,
+            _scratch: scratch,
+            _proxy: proxy,
+        })
+    }
+
+    /// Blocks of a launch (the channel table has two per block).
+    pub(crate) fn blocks(&self) -> u32 {
+        self.blocks
+    }
+
+    /// The kernel's last three arguments: channel table, scratch, slot bytes.
+    pub(crate) fn args(&self) -> (DevicePtr, DevicePtr, u64) {
+        (self.table.ptr(), self.scratch, self.slot_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's `Shards` for `blocks` blocks: block b's range of shard d.
+    fn block_range(bytes: u64, capacity: u64, n: u64, blocks: u64, d: u64, b: u64) -> (u64, u64, u64) {
+        let shard = round_up16(capacity.div_ceil(n));
+        let sub = round_up16(shard.div_ceil(blocks));
+        let end = ((d + 1) * shard).min(bytes);
+        let lo = (d * shard + b * sub).min(end);
+        (shard, lo, (lo + sub).min(end))
+    }
+
+    #[test]
+    fn slots_hold_every_shard_and_halves_tile_each_block_range_on_16_byte_boundaries() {
+        for ranks in 2..=8usize {
+            for chunk in [64u64 << 10, (32 << 20) - 16 * 3, 1 << 20] {
+                let l = Layout::new(chunk, ranks);
+                assert_eq!(l.slots, 3 * ranks as u64 - 2);
+                assert!(l.slot_bytes.is_multiple_of(16));
+                let n = ranks as u64;
+                for bytes in [1u64, 15, 17, 4099, chunk - 1, chunk, chunk + 5, 3 * chunk + 77] {
+                    let capacity = bytes.min(chunk);
+                    for blocks in [1u64, 3, 8] {
+                        // The last round may be short; every round uses the same capacity.
+                        for len in [capacity, bytes - (bytes - 1) / chunk * chunk] {
+                            let mut covered = 0;
+                            for d in 0..n {
+                                for b in 0..blocks {
+                                    let (shard, lo, hi) = block_range(len, capacity, n, blocks, d, b);
+                                    assert!(shard <= l.slot_bytes);
+                                    // Padded puts stay inside the slot.
+                                    if hi > lo {
+                                        assert!(lo.is_multiple_of(16));
+                                        assert!(round_up16(hi) - d * shard <= l.slot_bytes);
+                                    }
+                                    let mid = half_split(lo, hi);
+                                    assert!(lo <= mid && mid <= hi);
+                                    assert!(mid.is_multiple_of(16) || mid == hi);
+                                    assert!(mid - lo >= hi - mid);
+                                    covered += hi - lo;
+                                }
+                            }
+                            assert_eq!(covered, len, "{ranks} ranks, chunk {chunk}, {bytes} bytes, {blocks} blocks");
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(Layout::new(1 << 20, 1).total_bytes, 0);
+        assert_eq!(Layout::new(32 << 20, 8).total_bytes, 22 * (4 << 20));
+    }
+
+    #[test]
+    fn puts_split_into_32_bit_pieces_with_the_signal_on_the_last() {
+        assert_eq!(split_put(16, 32, 0), vec![(16, 32, 0)]);
+        assert_eq!(split_put(0, 0, 100), vec![(0, 0, 100)]);
+        assert_eq!(split_put(0, 64, MAX_PUT), vec![(0, 64, MAX_PUT)]);
+        let big = split_put(16, 0, 2 * MAX_PUT + 48);
+        assert_eq!(big, vec![(16, 0, MAX_PUT), (16 + MAX_PUT, MAX_PUT, MAX_PUT), (16 + 2 * MAX_PUT, 2 * MAX_PUT, 48)]);
+        assert!(big.iter().all(|&(_, _, s)| s <= u64::from(u32::MAX)));
+        // A scratch at the limit keeps every offset 32-bit.
+        let l = Layout::new(MAX_SCRATCH / 22 / 16 * 16 * 8, 8);
+        assert!(l.total_bytes <= MAX_SCRATCH);
+    }
+
+    #[test]
+    fn ring_edges_are_met_in_the_same_order_by_both_ends() {
+        assert!(edges(0, 1).is_empty());
+        assert_eq!(edges(0, 2), vec![(0, 1, true), (1, 1, false)]);
+        assert_eq!(edges(1, 2), vec![(0, 0, false), (1, 0, true)]);
+        for ranks in 2..=8 {
+            for rank in 0..ranks {
+                let mine = edges(rank, ranks);
+                assert_eq!(mine.len(), 2);
+                assert_eq!(mine.iter().filter(|e| e.2).count(), 1);
+                let next = (rank + 1) % ranks;
+                assert!(mine.contains(&(rank, next, true)));
+                let prev = (rank + ranks - 1) % ranks;
+                assert!(mine.contains(&(prev, prev, false)));
+                for peer in 0..ranks {
+                    let theirs = edges(peer, ranks);
+                    let common_mine: Vec<usize> =
+                        mine.iter().map(|e| e.0).filter(|i| theirs.iter().any(|t| t.0 == *i)).collect();
+                    let common_theirs: Vec<usize> =
+                        theirs.iter().map(|e| e.0).filter(|i| mine.iter().any(|t| t.0 == *i)).collect();
+                    assert_eq!(common_mine, common_theirs);
+                }
+            }
+        }
+    }
+}
