@@ -83,12 +83,8 @@ impl Ranges {
     fn address(&self, index: u8, offset: u64, len: u64) -> Result<u64, MemoryError> {
         let (base, size) =
             self.entries.get(usize::from(index)).copied().flatten().ok_or(MemoryError::UnknownMemory { index })?;
-        match offset.checked_add(len) {
-            Some(end) if end <= size => Ok(base + offset),
-            _ => {
-                Err(MemoryError::OutOfBounds { index, offset, len, size: usize::try_from(size).unwrap_or(usize::MAX) })
-            }
-        }
+        super::check_range(index, offset, len, size)?;
+        Ok(base + offset)
     }
 }
 

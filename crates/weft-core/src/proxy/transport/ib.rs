@@ -169,23 +169,8 @@ impl<V: Verbs> IbTransport<V> {
                     .remote
                     .get(usize::from(dst_memory))
                     .ok_or(mem(MemoryError::UnknownMemory { index: dst_memory }))?;
-                let fits = |off: u64, size: u64| off.checked_add(len).is_some_and(|end| end <= size);
-                if !fits(src_offset, l.len) {
-                    return Err(mem(MemoryError::OutOfBounds {
-                        index: src_memory,
-                        offset: src_offset,
-                        len,
-                        size: l.len as usize,
-                    }));
-                }
-                if !fits(dst_offset, r.len) {
-                    return Err(mem(MemoryError::OutOfBounds {
-                        index: dst_memory,
-                        offset: dst_offset,
-                        len,
-                        size: r.len as usize,
-                    }));
-                }
+                super::check_range(src_memory, src_offset, len, l.len).map_err(mem)?;
+                super::check_range(dst_memory, dst_offset, len, r.len).map_err(mem)?;
                 Ok(WriteRequest {
                     wr_id: wr_id(connection, ticket),
                     local_addr: l.addr + src_offset,

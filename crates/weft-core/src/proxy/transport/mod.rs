@@ -119,6 +119,15 @@ impl Memory for HostMemory {
     }
 }
 
+/// Checks that `[offset, offset + len)` lies inside memory `index` of `size` bytes: the one
+/// bounds rule every transport applies to a command's ranges.
+pub(crate) fn check_range(index: u8, offset: u64, len: u64, size: u64) -> Result<(), MemoryError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(MemoryError::OutOfBounds { index, offset, len, size: usize::try_from(size).unwrap_or(usize::MAX) }),
+    }
+}
+
 /// Memories addressed by the 8-bit indices of FIFO commands.
 #[derive(Debug, Default)]
 pub struct MemoryTable {
@@ -142,11 +151,10 @@ impl MemoryTable {
     pub fn checked(&self, index: u8, offset: u64, len: u64) -> Result<(&dyn Memory, usize), MemoryError> {
         let memory = self.entries.get(usize::from(index)).ok_or(MemoryError::UnknownMemory { index })?;
         let size = memory.len();
-        let end = offset.checked_add(len);
-        match (end, usize::try_from(offset)) {
-            (Some(end), Ok(start)) if end <= size as u64 => Ok((memory.as_ref(), start)),
-            _ => Err(MemoryError::OutOfBounds { index, offset, len, size }),
-        }
+        check_range(index, offset, len, size as u64)?;
+        // Inside a memory of `size: usize` bytes, so the offset fits a usize.
+        let start = usize::try_from(offset).map_err(|_| MemoryError::OutOfBounds { index, offset, len, size })?;
+        Ok((memory.as_ref(), start))
     }
 }
 
