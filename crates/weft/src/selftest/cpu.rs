@@ -31,27 +31,11 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
 /// Runs `f` on every item, spread over the machine's cores (NVRTC compiles independent
 /// programs concurrently; a cold kernel cache is minutes of single-core work otherwise), and
 /// returns the first error in item order.
-fn on_every_core<T: Sync, E: Send>(items: &[T], f: impl Fn(&T) -> Result<(), E> + Sync) -> Result<(), E> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len().max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<(usize, Result<(), E>)> = std::thread::scope(|scope| {
-        let spawned: Vec<_> = (0..workers)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break done };
-                        done.push((i, f(item)));
-                    }
-                })
-            })
-            .collect();
-        // A worker that panicked re-raises here, as the loop it replaces would have.
-        spawned.into_iter().flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
-    results.sort_by_key(|(i, _)| *i);
-    results.into_iter().try_for_each(|(_, r)| r)
+fn on_every_core<T: Sync, E: Send>(items: &[T], f: impl Fn(&T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
+    use rayon::prelude::*;
+    // An ordered collect keeps "first error" meaning first in item order.
+    let results: Vec<Result<(), E>> = items.par_iter().map(f).collect();
+    results.into_iter().collect()
 }
 
 fn bootstrap_smoke(ranks: usize) -> Result<(), String> {
