@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(512)
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allgather_hb(CollContext c, const char* input, char* output, uint64_t block_bytes, PeerBuffers outputs) {
   const uint32_t ranks = c.ranks, rank = c.rank;
-  const bool zero_copy = outputs.ptr[rank] != 0;
+  const bool zero_copy = peer_buffer(outputs, rank) != nullptr;
   const uint64_t slot = zero_copy ? round_up16(block_bytes) : (2 * c.chunk_bytes / ranks) & ~uint64_t(15);
   for (uint64_t first = 0; first < block_bytes; first += slot) {
     if (!hb_barrier(c)) return;
@@ -50,7 +50,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 1; k < ranks; ++k) {
       const uint32_t d = (rank + k) % ranks;
-      char* to = zero_copy ? reinterpret_cast<char*>(outputs.ptr[d]) + rank * block_bytes + first
+      char* to = zero_copy ? peer_buffer(outputs, d) + rank * block_bytes + first
                            : scratch_of(c, d) + rank * slot;
       push_padded(to, input + first, lo, hi);
     }

@@ -160,7 +160,7 @@ extern "C" __global__ void __launch_bounds__(512)
 /// padded scratch or into the 16-aligned prefix of a user buffer do.
 template <typename Store>
 __device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ranks, uint64_t lo, uint64_t hi,
-                                             Store store) {
+                                             const Store& store) {
   using R = Reducer<kType, kOp, 16>;
   const uint64_t vectors = div_ceil(hi - lo, 16);
   for (uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
@@ -186,20 +186,16 @@ __device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ran
   }
 }
 
-/// Where the owner of a shard puts a result vector of one round, for each receiver k < n:
-/// straight into the receiver's output (`direct[k]`, zero-copy) when the vector lies inside
-/// the message's 16-byte-aligned prefix (`at + 16 <= direct_end`), else into the receiver's
-/// scratch result region (`staged[k]`), which the receiver copies out itself. Staged calls set
-/// direct_end to 0; zero-copy calls stage only the message's last, partial vector, so a
-/// receiver's output never gets a store past its end or narrower than a vector from a peer.
-struct ResultStore {
-  char* staged[MAX_RANKS];
-  char* direct[MAX_RANKS];
+/// Stores a result vector into every receiver's buffer: `out[k] + at` for k < n. Indexed
+/// only by unrolled constants, so the pointers can stay in registers.
+struct StoreEach {
+  char* out[MAX_RANKS];
   uint32_t n;
-  uint64_t direct_end;
   __device__ __forceinline__ void operator()(uint64_t at, const uint4& v) const {
-    const bool zero_copy = at + 16 <= direct_end;
-    for (uint32_t k = 0; k < n; ++k) *reinterpret_cast<uint4*>((zero_copy ? direct[k] : staged[k]) + at) = v;
+#pragma unroll
+    for (uint32_t k = 0; k < MAX_RANKS; ++k) {
+      if (k < n) *reinterpret_cast<uint4*>(out[k] + at) = v;
+    }
   }
 };
 
@@ -217,8 +213,8 @@ constexpr uint32_t kNoShard = 0xffffffffu;
 /// time the barrier has ordered its reader before the writer.
 ///
 /// Zero-copy (`outputs` set, all-reduce only): (B) stores results straight into every rank's
-/// registered output, and (C) copies out only the message's last partial vector (see
-/// ResultStore). The barriers keep it safe: a rank's output is first written in step 1, after
+/// registered output, and (C) copies out only the message's last partial vector (a peer's
+/// output never gets a store past its end or narrower than a vector). The barriers keep it safe: a rank's output is first written in step 1, after
 /// every rank has entered the kernel (so the stream's earlier work on that output is done);
 /// the last writes (step `rounds`) come before the barrier of step rounds + 1, which every
 /// rank passes before returning. In place, round j - 1's results overwrite input that block b
@@ -246,7 +242,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
   auto slots = [&](uint32_t r, uint64_t j) { return scratch_of(c, r) + (j % 2) * slot_region; };
   auto results = [&](uint32_t r, uint64_t j) { return scratch_of(c, r) + 2 * slot_region + (j % 2) * round; };
   const bool receives = root == kEveryRank || rank == root;
-  const bool zero_copy = root == kEveryRank && outputs.ptr[rank] != 0;
+  const bool zero_copy = root == kEveryRank && peer_buffer(outputs, rank) != nullptr;
   // Bytes the owners store straight into the outputs (zero-copy): whole vectors only.
   const uint64_t direct_bytes = zero_copy ? bytes & ~uint64_t(15) : 0;
   for (uint64_t j = 0; j < rounds + 2; ++j) {
@@ -263,20 +259,32 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
       const Shards s = shards(j - 1);
       if (s.hi(mine) > s.lo(mine)) {
         const char* in[MAX_RANKS];
-        const uint64_t first = (j - 1) * round;
-        // direct_bytes >= first: both are multiples of 16 and first <= bytes.
-        ResultStore store{{}, {}, 0, zero_copy ? direct_bytes - first : 0};
+        const uint64_t first = (j - 1) * round, lo = s.lo(mine), hi = s.hi(mine);
         for (uint32_t r = 0; r < ranks; ++r) {
           in[r] = slots(rank, j - 1) + static_cast<uint64_t>(r) * s.shard - static_cast<uint64_t>(mine) * s.shard;
         }
-        for (uint32_t k = 0; k < ranks; ++k) {
-          const uint32_t r = (rank + k) % ranks;
-          if (root == kEveryRank || r == root) {
-            store.staged[store.n] = results(r, j - 1);
-            store.direct[store.n++] = zero_copy ? reinterpret_cast<char*>(outputs.ptr[r]) + first : nullptr;
+        // The receivers' result regions, or (zero-copy) their outputs for the vectors of the
+        // message's aligned prefix, [lo, split); the partial last vector, [split, hi), stages.
+        // direct_bytes >= first: both are multiples of 16 and first <= bytes.
+        const uint64_t split = zero_copy ? min_u64(hi, direct_bytes - first > lo ? direct_bytes - first : lo) : lo;
+        // Receiver k is rank + k (all-reduce) or the root.
+        StoreEach store;
+        store.n = root == kEveryRank ? ranks : 1;
+        auto aim = [&](bool direct) {
+#pragma unroll
+          for (uint32_t k = 0; k < MAX_RANKS; ++k) {
+            const uint32_t r = root == kEveryRank ? (rank + k) % ranks : root;
+            store.out[k] = direct ? peer_buffer(outputs, r) + first : results(r, j - 1);
           }
+        };
+        if (split > lo) {
+          aim(true);
+          reduce_range(in, ranks, lo, split, store);
         }
-        reduce_range(in, ranks, s.lo(mine), s.hi(mine), store);
+        if (hi > split) {
+          aim(false);
+          reduce_range(in, ranks, split, hi, store);
+        }
       }
     }
     if (j >= 2 && receives) {

@@ -53,8 +53,11 @@ impl Rank {
         Ok(self.comm.barrier()?)
     }
 
+    /// Waits for the stream, then fails if a kernel recorded a failure (a timed-out wait
+    /// makes the kernels that share the record return early, so its times would be bogus).
     fn idle(&self) -> Result<(), BoxError> {
-        Ok(self.stream.wait_idle(std::time::Duration::from_secs(120), "benchmark")?)
+        self.stream.wait_idle(std::time::Duration::from_secs(120), "benchmark")?;
+        Ok(self.comm.check_device()?)
     }
 
     /// Microseconds per call of `call`, eager or captured in a CUDA graph.
