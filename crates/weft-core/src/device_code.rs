@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_gpu::{CompileOptions, CompiledKernel, Device, GpuError, KernelSource, Module};
+use weft_gpu::{CompileOptions, CompiledKernel, Device, GpuError, KernelResources, KernelSource, Module};
 
 /// Every public and internal device header, by include name.
 pub const HEADERS: &[(&str, &str)] = &[
@@ -135,9 +135,22 @@ impl KernelLibrary {
 
     /// Compiles source `name` with preprocessor `defines` (`NAME=value`).
     pub fn compile_with(&self, name: &str, arch: &str, defines: &[String]) -> Result<CompiledKernel, GpuError> {
+        let (source, options) = Self::program(name, arch, defines)?;
+        weft_gpu::compile(&source, &options, &self.cache_dir)
+    }
+
+    /// What ptxas reports for every function of source `name` compiled with `defines`
+    /// (compiled again, not read from the cache).
+    pub fn resources(&self, name: &str, arch: &str, defines: &[String]) -> Result<Vec<KernelResources>, GpuError> {
+        let (source, options) = Self::program(name, arch, defines)?;
+        weft_gpu::kernel_resources(&source, &options)
+    }
+
+    /// Source `name` and the options compiling it for `arch` with preprocessor `defines`.
+    fn program(name: &str, arch: &str, defines: &[String]) -> Result<(KernelSource, CompileOptions), GpuError> {
         let source = source(name).ok_or_else(|| GpuError::InvalidArgument(format!("no kernel source {name}")))?;
         let extra = defines.iter().map(|d| format!("-D{d}")).collect();
-        weft_gpu::compile(&source, &CompileOptions { arch: arch.to_string(), extra }, &self.cache_dir)
+        Ok((source, CompileOptions { arch: arch.to_string(), extra }))
     }
 
     /// Compiles the layout probe for `arch`; an error carries NVRTC's log.

@@ -29,7 +29,10 @@ pub use driver::DevicePtr;
 pub use error::GpuError;
 pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range};
 pub use module::{Kernel, KernelArg, KernelArgs, LaunchConfig, MAX_KERNEL_ARGS, Module, Pod};
-pub use nvrtc::{CompileOptions, CompiledKernel, KernelSource, compile, default_cache_dir, nvrtc_version};
+pub use nvrtc::{
+    CompileOptions, CompiledKernel, KernelResources, KernelSource, compile, default_cache_dir, kernel_resources,
+    nvrtc_version,
+};
 pub use stream::{CaptureModeRelaxed, Event, Graph, Stream};
 pub use user_memory::{AllocationKey, Sharing, UserAllocation};
 
