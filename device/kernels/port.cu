@@ -42,34 +42,69 @@ extern "C" __global__ void weft_port_put_bw(weft::PortChannelDeviceHandle ch, ui
   status[0] = ok ? 1u : 0u;
 }
 
-// Push throughput (`weft bench fifo`): block b pushes into fifos[b % nfifos] (handles in memory
-// the device can read); every thread pushes `pushes` commands of op `op` (the proxy's handler
-// only pops them), then thread 0 of each block waits (bounded) until the proxy consumed the
-// block's last command, so the kernel ends once every command was popped. out[0] counts failed
-// threads and blocks; the host times the launch.
+// Push throughput (`weft bench fifo`). Pushing threads are the first `lanes` lanes of each warp,
+// numbered in grid order, `pushers` of them; pusher p pushes `pushes` commands of op `op` into
+// fifos[p % nfifos] (handles in memory the device can read; nfifos <= WEFT_BENCH_MAX_FIFOS).
+// Each command carries (pusher, sequence first_seq + i, a check word) for the host's handler,
+// which fails the proxy on a lost, repeated, reordered or torn command. Then thread 0 of each
+// block waits (bounded) until the proxy consumed the block's last command of each FIFO, so the
+// kernel ends once every command was popped. out[0] counts failures; the host times the launch.
+#define WEFT_BENCH_MAX_FIFOS 64
+
+__device__ __forceinline__ uint32_t weft_fifo_bench_check_word(uint32_t pusher, uint32_t seq) {
+  return seq ^ (pusher * 0x9E3779B1u);
+}
+
 extern "C" __global__ void weft_fifo_push_rate(const weft::FifoDeviceHandle* fifos, uint32_t nfifos, uint32_t op,
-                                               uint32_t pushes, unsigned long long* out) {
-  __shared__ unsigned long long last;
+                                               uint32_t pushers, uint32_t lanes, uint32_t pushes, uint32_t first_seq,
+                                               unsigned long long* out) {
+  __shared__ unsigned long long last[WEFT_BENCH_MAX_FIFOS];  // last position + 1 per FIFO; 0: none
   __shared__ uint32_t block_failed;
-  if (threadIdx.x == 0) {
-    last = 0;
-    block_failed = 0;
+  for (uint32_t i = threadIdx.x; i < nfifos; i += blockDim.x) last[i] = 0;
+  if (threadIdx.x == 0) block_failed = 0;
+  __syncthreads();
+  const uint32_t lane = threadIdx.x % 32u;
+  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32u;
+  const uint32_t pusher = warp * lanes + lane;
+  if (lane < lanes && pusher < pushers && pushes != 0) {
+    const uint32_t f = pusher % nfifos;
+    const weft::FifoDeviceHandle fifo = fifos[f];
+    uint64_t pos = 0;
+    bool ok = true;
+    for (uint32_t i = 0; ok && i < pushes; ++i) {
+      const uint32_t seq = first_seq + i;
+      const weft::FifoCommand cmd = weft::fifo_command(static_cast<weft::FifoOp>(op), 0, 0, 0, pusher, seq,
+                                                       weft_fifo_bench_check_word(pusher, seq));
+      ok = weft::fifo_push(fifo, cmd, &pos);
+    }
+    if (ok) {
+      atomicMax(&last[f], static_cast<unsigned long long>(pos + 1));
+    } else {
+      atomicAdd(&block_failed, 1u);
+      atomicAdd(&out[0], 1ull);
+    }
   }
   __syncthreads();
-  const weft::FifoDeviceHandle fifo = fifos[blockIdx.x % nfifos];
-  const weft::FifoCommand cmd = weft::fifo_command(static_cast<weft::FifoOp>(op), 0, 0, 0, 0, 0, 0);
-  uint64_t pos = 0;
-  bool ok = true;
-  for (uint32_t i = 0; ok && i < pushes; ++i) ok = weft::fifo_push(fifo, cmd, &pos);
-  if (ok) {
-    if (pushes != 0) atomicMax(&last, static_cast<unsigned long long>(pos));
-  } else {
-    atomicAdd(&block_failed, 1u);
-    atomicAdd(&out[0], 1ull);
+  // A failed push leaves a hole the proxy never passes: skip the waits then.
+  if (threadIdx.x != 0 || block_failed != 0) return;
+  for (uint32_t f = 0; f < nfifos; ++f) {
+    if (last[f] != 0 && !weft::fifo_sync(fifos[f], last[f] - 1)) atomicAdd(&out[0], 1ull);
   }
-  __syncthreads();
-  // A failed push leaves a hole the proxy never passes: skip the wait then.
-  if (threadIdx.x == 0 && block_failed == 0 && pushes != 0 && !weft::fifo_sync(fifo, last)) atomicAdd(&out[0], 1ull);
+}
+
+// PCIe read latency of host-pinned memory as the GPU sees it (`weft bench fifo` subtracts it
+// from the round trip): one thread makes `rounds` acquire loads of the FIFO's tail, as
+// fifo_sync polls it, each load's address also depending on the value before (tail values stay
+// below 2^63, so the offset is always 0); out[0] = total ns (%globaltimer), out[1] = the sum read.
+extern "C" __global__ void weft_host_read_latency(weft::FifoDeviceHandle fifo, uint32_t rounds,
+                                                  unsigned long long* out) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const uint64_t* word = reinterpret_cast<const uint64_t*>(fifo.tail);
+  uint64_t sum = 0;
+  const uint64_t start = weft::ptx::globaltimer_ns();
+  for (uint32_t i = 0; i < rounds; ++i) sum += weft::ptx::ld_acquire_sys(word + (sum >> 63));
+  out[0] = weft::ptx::globaltimer_ns() - start;
+  out[1] = sum;
 }
 
 // Push-to-consumed round trip (`weft bench fifo`): one thread pushes and waits for the proxy to

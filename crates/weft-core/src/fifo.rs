@@ -13,7 +13,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_types::{FIFO_MAX_DEPTH, FIFO_SND_VALID_SHIFT, FifoCommand, FifoStopCode, fifo_parity};
+use weft_types::{
+    FIFO_MAX_DEPTH, FIFO_SND_VALID_SHIFT, FIFO_TAIL_CACHE_STOPPED, FifoCommand, FifoStopCode, fifo_parity,
+};
 
 use crate::sync::{AtomicU64, Ordering, spin_hint};
 
@@ -210,26 +212,16 @@ impl FifoWriter {
 
     /// Pushes `cmd` (its valid bit is replaced) and returns its position. Waits while the ring
     /// is full, bounded by the timeout and the stop word. Like the device push, it reads the
-    /// stop word only while waiting: a push into a stopped FIFO that finds a free slot is lost,
-    /// and the next wait reports the stop.
+    /// stop word only while waiting: a push into a stopped FIFO that finds a free slot before
+    /// any writer saw the stop word is lost, and the next wait reports the stop.
     pub fn push(&self, cmd: FifoCommand) -> Result<u64, FifoError> {
         let inner = &self.fifo.inner;
         let depth = 1u64 << self.log2_depth;
         let pos = inner.head.fetch_add(1, Ordering::Relaxed);
-        if pos >= depth + inner.tail_cache.load(Ordering::Acquire) {
-            let start = Instant::now();
-            loop {
-                let seen = inner.tail.load(Ordering::Acquire);
-                if pos < seen + depth {
-                    inner.tail_cache.fetch_max(seen, Ordering::Release);
-                    break;
-                }
-                self.stopped("waiting for a free slot")?;
-                if self.timeout.is_some_and(|t| start.elapsed() > t) {
-                    return Err(FifoError::Timeout { op: "push", position: pos, tail: seen, waited: start.elapsed() });
-                }
-                spin_hint();
-            }
+        let cached = inner.tail_cache.load(Ordering::Acquire);
+        // A set stop bit makes `cached` huge, so it is tested first.
+        if cached & FIFO_TAIL_CACHE_STOPPED != 0 || pos >= depth + cached {
+            self.wait_for_slot(pos)?;
         }
         let mask = depth - 1;
         // `pos & mask` is below depth, a usize.
@@ -237,6 +229,41 @@ impl FifoWriter {
         slot[0].store(cmd.fst, Ordering::Relaxed);
         slot[1].store(cmd.snd_for_position(pos, self.log2_depth), Ordering::Release);
         Ok(pos)
+    }
+
+    /// The device's wait for a free slot: only the writer next in line (`pos` = cached tail +
+    /// depth) reads the tail and the stop word and publishes what it saw in the tail cache (the
+    /// stop as `FIFO_TAIL_CACHE_STOPPED`); the others wait on the tail cache.
+    fn wait_for_slot(&self, pos: u64) -> Result<(), FifoError> {
+        const OP: &str = "waiting for a free slot";
+        let inner = &self.fifo.inner;
+        let depth = 1u64 << self.log2_depth;
+        let start = Instant::now();
+        let mut seen = 0;
+        loop {
+            let cached = inner.tail_cache.load(Ordering::Acquire);
+            if cached & FIFO_TAIL_CACHE_STOPPED != 0 {
+                return Err(FifoError::Stopped { code: inner.stop.load(Ordering::Acquire), op: OP });
+            }
+            if pos < cached + depth {
+                return Ok(());
+            }
+            if pos == cached + depth {
+                seen = inner.tail.load(Ordering::Acquire);
+                if pos < seen + depth {
+                    inner.tail_cache.fetch_max(seen, Ordering::Release);
+                    return Ok(());
+                }
+                if let code @ 1.. = inner.stop.load(Ordering::Acquire) {
+                    inner.tail_cache.fetch_or(FIFO_TAIL_CACHE_STOPPED, Ordering::Release);
+                    return Err(FifoError::Stopped { code, op: OP });
+                }
+            }
+            if self.timeout.is_some_and(|t| start.elapsed() > t) {
+                return Err(FifoError::Timeout { op: "push", position: pos, tail: seen, waited: start.elapsed() });
+            }
+            spin_hint();
+        }
     }
 
     /// True once the proxy consumed position `pos`.
@@ -264,22 +291,39 @@ impl FifoWriter {
 }
 
 /// A FIFO a GPU pushes into: the ring, tail and stop word in host-pinned memory mapped into the
-/// device, head and tail cache in device memory. Written for GPU machines and not yet run on
-/// one (the CPU tests use [`HostFifo`] through the same [`FifoReader`]).
+/// device, head and tail cache in device memory (the CPU tests use [`HostFifo`] through the same
+/// [`FifoReader`]).
 #[cfg(not(all(test, weft_loom)))]
 #[derive(Clone, Debug)]
 pub struct PinnedFifo {
     inner: Arc<PinnedInner>,
 }
 
+/// Bytes between the words of a [`PinnedFifo`] that different agents write or poll, so that no
+/// two share a cache line (x86 lines are 64 bytes, GPU L2 lines 128): a pusher's PCIe read of
+/// the stop word must not snoop the line the proxy stores the tail to on every pop.
+#[cfg(not(all(test, weft_loom)))]
+const LINE: usize = 128;
+
 #[cfg(not(all(test, weft_loom)))]
 #[derive(Debug)]
 struct PinnedInner {
     depth: usize,
-    /// `depth` slots of 16 bytes, then the tail (8 bytes) and the stop word (8 bytes).
+    /// `depth` slots of 16 bytes, then the tail and the stop word, each on a line of its own
+    /// ([`PinnedInner::tail_offset`], [`PinnedInner::stop_offset`]).
     host: weft_gpu::PinnedHostMemory,
-    /// Head and tail cache.
+    /// The head at offset 0 and the tail cache at offset [`LINE`].
     device: weft_gpu::DeviceMemory,
+}
+
+#[cfg(not(all(test, weft_loom)))]
+impl PinnedInner {
+    fn tail_offset(depth: usize) -> usize {
+        (depth * 16).next_multiple_of(LINE)
+    }
+    fn stop_offset(depth: usize) -> usize {
+        Self::tail_offset(depth) + LINE
+    }
 }
 
 #[cfg(not(all(test, weft_loom)))]
@@ -288,11 +332,12 @@ impl PinnedFifo {
     pub fn new(device: &weft_gpu::Device, depth: usize) -> Result<Self, FifoError> {
         log2_depth(depth)?;
         let gpu = |e: weft_gpu::GpuError| FifoError::Gpu(e.to_string());
-        let host = weft_gpu::PinnedHostMemory::alloc(device, depth * 16 + 16).map_err(gpu)?;
-        let dev = weft_gpu::DeviceMemory::alloc(device, 16, weft_gpu::AllocKind::Legacy).map_err(gpu)?;
-        dev.fill(0, 16, 0).map_err(gpu)?;
-        // Every word index below 2 * depth + 2 is then in bounds (the allocation is page-aligned).
-        host.atomic_u64((2 * depth + 1) * 8).map_err(gpu)?;
+        let host_len = PinnedInner::stop_offset(depth) + LINE;
+        let host = weft_gpu::PinnedHostMemory::alloc(device, host_len).map_err(gpu)?;
+        let dev = weft_gpu::DeviceMemory::alloc(device, 2 * LINE, weft_gpu::AllocKind::Legacy).map_err(gpu)?;
+        dev.fill(0, 2 * LINE, 0).map_err(gpu)?;
+        // Every word below the stop word is then in bounds (checked once here).
+        host.atomic_u64(PinnedInner::stop_offset(depth)).map_err(gpu)?;
         Ok(Self { inner: Arc::new(PinnedInner { depth, host, device: dev }) })
     }
 
@@ -300,26 +345,26 @@ impl PinnedFifo {
     pub fn device_handle(&self, wait: weft_types::WaitContext) -> weft_types::FifoDeviceHandle {
         let host = self.inner.host.device_ptr();
         let dev = self.inner.device.ptr();
-        let depth = self.inner.depth as u64;
+        let depth = self.inner.depth;
         weft_types::FifoDeviceHandle {
             ring: host,
             head: dev,
-            tail: host + 16 * depth,
-            tail_cache: dev + 8,
-            stop: host + 16 * depth + 8,
+            tail: host + PinnedInner::tail_offset(depth) as u64,
+            tail_cache: dev + LINE as u64,
+            stop: host + PinnedInner::stop_offset(depth) as u64,
             // FifoReader::new / PinnedFifo::new bound the depth by FIFO_MAX_DEPTH (a u32).
-            depth: self.inner.depth as u32,
+            depth: depth as u32,
             reserved: 0,
             wait,
         }
     }
 
-    fn word(&self, index: usize) -> &AtomicU64 {
-        // `new` checked the last word; callers pass indices below 2 * depth + 2.
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        // `new` checked the last word; callers pass offsets of slots, the tail or the stop word.
         self.inner
             .host
-            .atomic_u64(index * 8)
-            .unwrap_or_else(|_| unreachable!("pinned FIFO word {index} lies inside the checked allocation"))
+            .atomic_u64(offset)
+            .unwrap_or_else(|_| unreachable!("pinned FIFO word at {offset} lies inside the checked allocation"))
     }
 }
 
@@ -329,13 +374,13 @@ impl FifoMemory for PinnedFifo {
         self.inner.depth
     }
     fn slot(&self, index: usize) -> [&AtomicU64; 2] {
-        [self.word(2 * index), self.word(2 * index + 1)]
+        [self.word(16 * index), self.word(16 * index + 8)]
     }
     fn tail(&self) -> &AtomicU64 {
-        self.word(2 * self.inner.depth)
+        self.word(PinnedInner::tail_offset(self.inner.depth))
     }
     fn stop(&self) -> &AtomicU64 {
-        self.word(2 * self.inner.depth + 1)
+        self.word(PinnedInner::stop_offset(self.inner.depth))
     }
 }
 

@@ -125,7 +125,8 @@ impl PortProxy {
         };
         let transport = Arc::new(CopyEngineTransport::new(ce).map_err(|e| invalid(e.to_string()))?);
         let reader = FifoReader::new(fifo.clone()).map_err(|e| invalid(e.to_string()))?;
-        let service = ProxyService::builder(config.proxy)
+        let bus_id = comm.device().pci_bus_id().map_err(|source| Error::Gpu { rank, source })?;
+        let service = ProxyService::builder(config.proxy.near_pci_device(&bus_id))
             .transport(transport.clone())
             .fifo(reader)
             .start()

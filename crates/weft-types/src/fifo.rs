@@ -73,7 +73,7 @@ device_structs! {
         head: u64 => "uint64_t",
         /// Device address of the `uint64_t` tail (host-pinned, mapped): positions below it are consumed.
         tail: u64 => "uint64_t",
-        /// Device address of a `uint64_t` (device memory) caching the last tail seen (saves PCIe reads).
+        /// Device address of a `uint64_t` (device memory) caching the last tail seen (saves PCIe reads); bit `FIFO_TAIL_CACHE_STOPPED`: a pusher saw the stop word.
         tail_cache: u64 => "uint64_t",
         /// Device address of the `uint64_t` stop word (host-pinned, mapped): a `FifoStopCode`.
         stop: u64 => "uint64_t",
@@ -106,6 +106,9 @@ pub const FIFO_MEMORY_BITS: u32 = 8;
 pub const FIFO_SND_VALID_SHIFT: u32 = 63;
 /// Largest FIFO depth.
 pub const FIFO_MAX_DEPTH: u32 = 1 << 20;
+/// Bit of a FIFO's tail cache set by a pusher that saw the stop word: every later push and
+/// every waiting pusher gives up without reading host memory (positions stay below it).
+pub const FIFO_TAIL_CACHE_STOPPED: u64 = 1 << 63;
 
 /// Constants of this module carried into the generated header: `(name, value, doc)`.
 pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
@@ -120,6 +123,7 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("FIFO_MEMORY_BITS", FIFO_MEMORY_BITS.into(), "width of src_memory and dst_memory"),
         ("FIFO_SND_VALID_SHIFT", FIFO_SND_VALID_SHIFT.into(), "bit position of the lap-parity valid bit in snd"),
         ("FIFO_MAX_DEPTH", FIFO_MAX_DEPTH.into(), "largest FIFO depth"),
+        ("FIFO_TAIL_CACHE_STOPPED", FIFO_TAIL_CACHE_STOPPED, "tail-cache bit: a pusher saw the stop word"),
     ]
 }
 

@@ -27,6 +27,11 @@ enum Command {
         /// Run only these groups of tests (comma-separated; default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<Step>,
+        /// Ranks per GPU, threads mode only: above 1, several ranks share each GPU (a correctness
+        /// layout for machines with fewer GPUs than ranks; use small block counts, e.g.
+        /// WEFT_HB_BLOCKS=16, so every rank's kernels fit on the GPU together).
+        #[arg(long, default_value_t = 1)]
+        ranks_per_gpu: usize,
     },
     /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
     /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
@@ -132,9 +137,15 @@ struct ProxyBenchArgs {
     /// fifo: proxy thread counts to measure, each thread serving a FIFO of its own.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     threads: Vec<usize>,
-    /// fifo: pushes per GPU per timed run (default 4194304).
+    /// fifo: pushes per GPU per timed run (default 1048576).
     #[arg(long)]
     pushes: Option<u64>,
+    /// fifo: pushing GPU thread counts to measure (default 1,132,1056,4224).
+    #[arg(long, value_delimiter = ',')]
+    pushers: Option<Vec<u32>>,
+    /// fifo: pushing lanes per warp, 1 (lane 0) or 32 (every lane).
+    #[arg(long, default_value_t = 1)]
+    lanes: u32,
     /// p2p: memory (MemoryChannel put) or port (PortChannel put through the copy engine).
     #[arg(long)]
     channel: Option<String>,
@@ -212,7 +223,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Info => weft::info::run(),
-        Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
+        Command::Selftest { gpus, mode, only, ranks_per_gpu } => {
+            weft::selftest::run(&SelftestOptions { gpus, ranks_per_gpu, mode, only })
+        }
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
         Command::BenchProxyWorker => weft::bench::proxy::run_worker(),
@@ -301,7 +314,7 @@ fn bench_proxy(
     }
     let s = sweep.parse()?;
     let bench = if kind == "fifo" {
-        ProxyBench::Fifo(FifoOptions::new(&args.threads, args.pushes, s.gpus)?)
+        ProxyBench::Fifo(FifoOptions::new(&args.threads, args.pushers.as_deref(), args.lanes, args.pushes, s.gpus)?)
     } else {
         ProxyBench::P2p(P2pOptions::new(args.channel.as_deref(), s.min_bytes, s.max_bytes, s.factor)?)
     };
@@ -367,9 +380,23 @@ mod tests {
 
     #[test]
     fn the_proxy_benchmarks_parse() {
-        let cli = Cli::try_parse_from(["weft", "bench", "fifo", "--threads", "1,2,8", "--pushes", "1000"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "weft",
+            "bench",
+            "fifo",
+            "--threads",
+            "1,2,8",
+            "--pushes",
+            "1000",
+            "--pushers",
+            "1,33792",
+            "--lanes",
+            "32",
+        ])
+        .unwrap();
         let Command::Bench { collective, proxy, .. } = cli.command else { panic!("not bench") };
         assert_eq!((collective.as_str(), proxy.threads, proxy.pushes), ("fifo", vec![1, 2, 8], Some(1000)));
+        assert_eq!((proxy.pushers, proxy.lanes), (Some(vec![1, 33792]), 32));
         let cli = Cli::try_parse_from(["weft", "bench", "p2p", "--channel", "port", "-b", "1K", "-e", "1G", "-f", "4"])
             .unwrap();
         let Command::Bench { collective, proxy, sweep, .. } = cli.command else { panic!("not bench") };
@@ -378,5 +405,6 @@ mod tests {
         let cli = Cli::try_parse_from(["weft", "bench", "fifo"]).unwrap();
         let Command::Bench { proxy, .. } = cli.command else { panic!("not bench") };
         assert_eq!((proxy.threads, proxy.pushes, proxy.channel), (vec![1, 2, 4], None, None));
+        assert_eq!((proxy.pushers, proxy.lanes), (None, 1));
     }
 }

@@ -3,12 +3,22 @@
 // device; a proxy thread on the host polls, executes and pops them.
 //
 //   head        device memory; fifo_push takes a position with one device-scope atomicAdd.
-//   tail        host-pinned; the proxy release-stores it after consuming a command. Positions
-//               below tail are consumed (for flush commands: completed).
-//   tail_cache  device memory; the last tail a pusher saw, so pushes into a ring that is not
-//               nearly full never read across PCIe.
-//   stop        host-pinned; a FifoStopCode. Non-zero once the proxy shut down or failed: every
-//               FIFO wait then gives up, records DeviceErrorCode::ProxyStopped and returns false.
+//   tail        host-pinned, a cache line of its own; the proxy release-stores it after
+//               consuming a command. Positions below tail are consumed (flushes: completed).
+//   tail_cache  device memory, a line of its own; the last tail a pusher saw, so pushes into a
+//               ring that is not nearly full never read across PCIe. Its top bit
+//               (FIFO_TAIL_CACHE_STOPPED) says a pusher saw the stop word set: every later push
+//               and every waiting pusher gives up without reading host memory.
+//   stop        host-pinned, a cache line of its own; a FifoStopCode. Non-zero once the proxy
+//               shut down or failed: every FIFO wait then gives up, records
+//               DeviceErrorCode::ProxyStopped and returns false.
+//
+// Host memory is read by one pusher at a time. While the ring is full only the pusher next in
+// line (position == cached tail + depth) reads the host tail and stop word and publishes what it
+// sees in tail_cache; the others wait on tail_cache in L2. Thousands of pushers that each read
+// host memory while waiting (the stop word, the tail) saturated PCIe reads, and the stop word
+// shared its line with the tail, so every such read snooped the line the proxy stores to on each
+// pop (measured 0.16 M pushes/s with 33792 pushers on one FIFO).
 //
 //   fifo_push   Called by ONE thread per command (any number of threads may push concurrently,
 //               each gets its own slot). Waits while the ring is full, bounded by
@@ -50,54 +60,64 @@ __device__ __forceinline__ bool fifo_stopped(const FifoDeviceHandle& f) {
   return ptx::ld_relaxed_sys(reinterpret_cast<const uint64_t*>(f.stop)) != 0;
 }
 
+/// Waits until position `pos` fits in the ring (see the protocol above). False, with the
+/// failure recorded, when the proxy stopped or the wait timed out.
+__device__ __noinline__ bool fifo_wait_for_slot(const FifoDeviceHandle& f, uint64_t pos) {
+  const uint64_t depth = f.depth;
+  uint64_t* cache = reinterpret_cast<uint64_t*>(f.tail_cache);
+  const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
+  Spin spin;
+  uint64_t seen = 0;
+  for (uint32_t round = 0;; ++round) {
+    // Acquire pairs with the publisher's fence + atomicMax below, which follows its acquire
+    // load of the host's tail: the proxy's last read of our slot happens before our write.
+    const uint64_t cached = ptx::ld_acquire_gpu(cache);
+    if ((cached & FIFO_TAIL_CACHE_STOPPED) != 0) {
+      report_failure(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, pos + 1 - depth, cached);
+      return false;
+    }
+    if (pos < cached + depth) return true;
+    if (pos == cached + depth) {
+      // Next in line: always one of the waiters, since every position below head was handed out.
+      seen = ptx::ld_acquire_sys(tail);
+      if (pos < seen + depth) {
+        ptx::fence_acq_rel_gpu();
+        atomicMax(reinterpret_cast<unsigned long long*>(cache), static_cast<unsigned long long>(seen));
+        return true;
+      }
+      if ((round & 15u) == 15u && fifo_stopped(f)) {
+        atomicOr(reinterpret_cast<unsigned long long*>(cache), static_cast<unsigned long long>(FIFO_TAIL_CACHE_STOPPED));
+        report_failure(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, pos + 1 - depth, seen);
+        return false;
+      }
+    } else {
+      // Farther back in line, nap longer: fewer loads of the one tail_cache line in L2.
+      const uint64_t behind = pos - cached - depth;
+      const uint32_t shift = behind < 64 ? 0u : behind < 128 ? 1u : behind < 256 ? 2u : behind < 1024 ? 3u : 4u;
+      __nanosleep(64u << shift);
+    }
+    if (spin.expired(f.wait)) {
+      report_failure(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoPush, pos + 1 - depth, seen);
+      return false;
+    }
+  }
+}
+
 }  // namespace detail
 
 /// Pushes `cmd` (its valid bit is replaced). On success stores the command's position in
 /// `*position` (pass it to fifo_poll / fifo_sync) and returns true; returns false when the proxy
 /// stopped or the ring stayed full past the timeout (the error record says which).
 __device__ __forceinline__ bool fifo_push(const FifoDeviceHandle& f, const FifoCommand& cmd, uint64_t* position) {
-  // The stop word is read only while waiting for a free slot: on the fast path a read of
-  // host memory would cost a PCIe round trip per push (measured 0.2 M pushes/s with 33792
-  // pushers on one FIFO). A push into a stopped FIFO that finds a free slot is lost, and the
-  // pusher's next wait (full ring or fifo_sync) reports ProxyStopped.
+  // The fast path reads no host memory: a push into a stopped FIFO that finds a free slot
+  // before any pusher saw the stop word is lost, and the pusher's next wait (full ring or
+  // fifo_sync) reports ProxyStopped.
   const uint64_t depth = f.depth;
   const uint64_t pos = atomicAdd(reinterpret_cast<unsigned long long*>(f.head), 1ull);
-  uint64_t* cache = reinterpret_cast<uint64_t*>(f.tail_cache);
-  // Acquire pairs with the release pattern below, which follows an acquire load of the host's
-  // tail: the proxy's last read of the slot happens before our write into it.
-  if (pos >= depth + ptx::ld_acquire_gpu(cache)) {
-    // A full ring. Only the pusher next in line (pos == cached tail + depth, always one of
-    // the waiters: every position below head was handed out) polls the host tail over PCIe
-    // and publishes what it sees in the device-side cache; the others poll the cache in L2,
-    // with a short nap. Thousands of pushers polling host memory saturated PCIe with reads
-    // (measured 0.15 M pushes/s per GPU with 33792 pushers on one FIFO). The others read the
-    // stop word only when their spin reads the clock, so a stopped proxy still releases them.
-    const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
-    Spin spin;
-    uint64_t seen = 0;
-    for (uint32_t round = 0;; ++round) {
-      const uint64_t cached = ptx::ld_acquire_gpu(cache);
-      if (pos < cached + depth) break;
-      const bool next_in_line = pos == cached + depth;
-      if (next_in_line) {
-        seen = ptx::ld_acquire_sys(tail);
-        if (pos < seen + depth) {
-          ptx::fence_acq_rel_gpu();
-          atomicMax(reinterpret_cast<unsigned long long*>(cache), static_cast<unsigned long long>(seen));
-          break;
-        }
-      } else {
-        __nanosleep(128);
-      }
-      if ((next_in_line || (round & 255u) == 255u) && detail::fifo_stopped(f)) {
-        report_failure(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoPush, pos + 1 - depth, seen);
-        return false;
-      }
-      if (spin.expired(f.wait)) {
-        report_failure(f.wait, DeviceErrorCode::Timeout, WaitOp::FifoPush, pos + 1 - depth, seen);
-        return false;
-      }
-    }
+  const uint64_t cached = ptx::ld_acquire_gpu(reinterpret_cast<const uint64_t*>(f.tail_cache));
+  // A set stop bit makes `cached` huge, so it is tested first.
+  if (((cached & FIFO_TAIL_CACHE_STOPPED) != 0 || pos >= depth + cached) && !detail::fifo_wait_for_slot(f, pos)) {
+    return false;
   }
   FifoCommand* slot = reinterpret_cast<FifoCommand*>(f.ring) + (pos & (depth - 1));
   const uint32_t log2_depth = static_cast<uint32_t>(__ffsll(static_cast<long long>(depth)) - 1);
@@ -119,10 +139,11 @@ __device__ __forceinline__ bool fifo_poll(const FifoDeviceHandle& f, uint64_t po
 __device__ __forceinline__ bool fifo_sync(const FifoDeviceHandle& f, uint64_t pos) {
   const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
   Spin spin;
-  for (;;) {
+  for (uint32_t round = 0;; ++round) {
     const uint64_t seen = ptx::ld_acquire_sys(tail);
     if (seen > pos) return true;
-    if (detail::fifo_stopped(f)) {
+    // The stop word is another PCIe read: look at it every 32 polls of the tail.
+    if ((round & 31u) == 31u && detail::fifo_stopped(f)) {
       report_failure(f.wait, DeviceErrorCode::ProxyStopped, WaitOp::FifoSync, pos + 1, seen);
       return false;
     }

@@ -180,8 +180,10 @@ pub struct ProxyConfig {
     pub cpus: Option<Vec<usize>>,
     /// How long shutdown lets the threads finish commands already pushed.
     pub drain_timeout: Duration,
-    /// Idle rounds a thread spins before it starts napping.
-    pub idle_spins: u32,
+    /// How long a thread keeps polling without a nap after its last command. A napping thread
+    /// sees the next command up to a nap (plus the OS's wake-up) late, so this covers the gaps
+    /// between the commands of a kernel and between the kernels of a step.
+    pub idle_spin: Duration,
     /// Length of one nap of an idle thread.
     pub idle_nap: Duration,
 }
@@ -192,9 +194,20 @@ impl Default for ProxyConfig {
             threads: 1,
             cpus: None,
             drain_timeout: Duration::from_secs(1),
-            idle_spins: 1000,
+            idle_spin: Duration::from_millis(50),
             idle_nap: Duration::from_micros(50),
         }
+    }
+}
+
+impl ProxyConfig {
+    /// This configuration with its threads pinned to the CPUs local to the PCI device `bus_id`
+    /// (as `Device::pci_bus_id` returns it), unless it names CPUs already or sysfs does not say.
+    pub fn near_pci_device(mut self, bus_id: &str) -> Self {
+        if self.cpus.is_none() {
+            self.cpus = cpus_near_pci_device(bus_id);
+        }
+        self
     }
 }
 
@@ -448,7 +461,9 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) -> (u64, u64) {
         pin(cpus);
     }
     let mut executed = 0u64;
+    let mut idle_since = Instant::now();
     let mut idle_rounds = 0u32;
+    let mut napping = false;
     loop {
         let state = shared.state.load(Ordering::Acquire);
         if state == STOPPED {
@@ -474,11 +489,21 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) -> (u64, u64) {
         }
         if progressed {
             idle_rounds = 0;
-        } else if idle_rounds < shared.config.idle_spins {
-            idle_rounds += 1;
-            std::hint::spin_loop();
+            napping = false;
         } else {
-            std::thread::sleep(shared.config.idle_nap);
+            if idle_rounds == 0 {
+                idle_since = Instant::now();
+            }
+            idle_rounds = idle_rounds.saturating_add(1);
+            // The clock is read every 256 idle rounds, not on every poll.
+            if !napping && idle_rounds.is_multiple_of(256) && idle_since.elapsed() > shared.config.idle_spin {
+                napping = true;
+            }
+            if napping {
+                std::thread::sleep(shared.config.idle_nap);
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
     let abandoned = slots.iter().map(|s| u64::from(s.pending.is_some() || s.reader.poll().is_some())).sum();

@@ -15,6 +15,7 @@ constexpr uint64_t FIFO_SND_DST_MEMORY_SHIFT = 54ull;  ///< bit position of dst_
 constexpr uint64_t FIFO_MEMORY_BITS = 8ull;  ///< width of src_memory and dst_memory
 constexpr uint64_t FIFO_SND_VALID_SHIFT = 63ull;  ///< bit position of the lap-parity valid bit in snd
 constexpr uint64_t FIFO_MAX_DEPTH = 1048576ull;  ///< largest FIFO depth
+constexpr uint64_t FIFO_TAIL_CACHE_STOPPED = 9223372036854775808ull;  ///< tail-cache bit: a pusher saw the stop word
 constexpr uint64_t EXEC_MAX_INPUTS = 4ull;  ///< most inputs of one ExecOp
 constexpr uint64_t EXEC_MAX_OUTPUTS = 2ull;  ///< most outputs of one ExecOp
 constexpr uint64_t EXEC_LOCAL = 65535ull;  ///< ExecLoc::peer of this rank's own buffers
@@ -164,7 +165,7 @@ struct alignas(8) FifoDeviceHandle {
   uint64_t ring;  ///<  Device address of `FifoCommand[depth]` in host-pinned memory mapped into the device.
   uint64_t head;  ///<  Device address of the `uint64_t` head (device memory): next position to hand out.
   uint64_t tail;  ///<  Device address of the `uint64_t` tail (host-pinned, mapped): positions below it are consumed.
-  uint64_t tail_cache;  ///<  Device address of a `uint64_t` (device memory) caching the last tail seen (saves PCIe reads).
+  uint64_t tail_cache;  ///<  Device address of a `uint64_t` (device memory) caching the last tail seen (saves PCIe reads); bit `FIFO_TAIL_CACHE_STOPPED`: a pusher saw the stop word.
   uint64_t stop;  ///<  Device address of the `uint64_t` stop word (host-pinned, mapped): a `FifoStopCode`.
   uint32_t depth;  ///<  Slots in the ring; a power of two between 2 and `FIFO_MAX_DEPTH`.
   uint32_t reserved;  ///<  Zero.

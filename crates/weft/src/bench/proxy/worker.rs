@@ -2,6 +2,7 @@
 //! every device wait is bounded by the FIFO's and channels' `WaitContext`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
@@ -26,12 +27,64 @@ const RUNS: u32 = 3;
 /// Grid sizes the MemoryChannel put is timed with (the self-test's bandwidth step uses these).
 const PUT_GRIDS: [u32; 3] = [132, 264, 528];
 
-/// The bench op's handler: pops the command, does nothing else.
+/// The latency measurement's handler: pops the command, does nothing else.
 #[derive(Debug)]
 struct Discard;
 
 impl CommandHandler for Discard {
     fn handle(&self, _: &FifoCommand) -> Result<Handled, ProxyError> {
+        Ok(Handled::Done)
+    }
+}
+
+/// The push-rate handler: checks each command against the push kernel's numbering (every
+/// pusher's sequence numbers arrive in order, each once, with their check word) and moves no
+/// data. One pusher's commands all go through one FIFO, so one proxy thread sees them, in order.
+#[derive(Debug)]
+struct Check {
+    /// The next sequence number of each pusher.
+    next: Vec<AtomicU32>,
+}
+
+impl Check {
+    fn new(pushers: u32) -> Self {
+        Self { next: (0..pushers).map(|_| AtomicU32::new(0)).collect() }
+    }
+
+    /// The word `weft_fifo_bench_check_word` of port.cu puts in the size field.
+    fn check_word(pusher: u32, seq: u32) -> u32 {
+        seq ^ pusher.wrapping_mul(0x9E37_79B1)
+    }
+
+    /// Pushers whose count of commands is not `expected`.
+    fn short_pushers(&self, expected: u32) -> Vec<(usize, u32)> {
+        self.next
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .enumerate()
+            .filter(|&(_, n)| n != expected)
+            .take(8)
+            .collect()
+    }
+}
+
+impl CommandHandler for Check {
+    fn handle(&self, command: &FifoCommand) -> Result<Handled, ProxyError> {
+        let f = command.fields();
+        let (pusher, seq) = (f.src_offset, f.dst_offset);
+        let wrong = |detail: String| Err(ProxyError::Handler { op: BENCH_OP, detail });
+        let Some(next) = self.next.get(pusher as usize) else {
+            return wrong(format!("a command names pusher {pusher}, beyond the {} pushers", self.next.len()));
+        };
+        let expected = next.load(Ordering::Relaxed);
+        if seq != expected || f.size != Self::check_word(pusher, seq) {
+            return wrong(format!(
+                "pusher {pusher}: command {seq} (check word {:#x}) where command {expected} (check word {:#x}) was due",
+                f.size,
+                Self::check_word(pusher, seq)
+            ));
+        }
+        next.store(expected + 1, Ordering::Relaxed);
         Ok(Handled::Done)
     }
 }
@@ -63,7 +116,8 @@ struct Gpu {
     host_timeout: Duration,
 }
 
-/// `n` FIFOs, each served by a proxy thread of its own, with the bench op's handler.
+/// `n` FIFOs, each served by a proxy thread of its own (pinned near the GPU), with `handler` for
+/// the bench op.
 struct Fifos {
     service: Option<ProxyService>,
     /// The FIFOs' device handles, in memory the device reads.
@@ -73,13 +127,13 @@ struct Fifos {
 }
 
 impl Fifos {
-    fn start(comm: &Communicator, n: usize, depth: usize) -> Result<Self, BoxError> {
+    fn start(comm: &Communicator, n: usize, depth: usize, handler: Arc<dyn CommandHandler>) -> Result<Self, BoxError> {
         let mut wait = comm.wait_context(0, None);
         wait.peer = -1;
         let size = std::mem::size_of::<FifoDeviceHandle>();
         let handles = PinnedHostMemory::alloc(comm.device(), n * size)?;
-        let config = ProxyConfig { threads: n, ..ProxyConfig::default() };
-        let mut builder = ProxyService::builder(config).handler(BENCH_OP, Arc::new(Discard))?;
+        let config = ProxyConfig { threads: n, ..ProxyConfig::default() }.near_pci_device(&comm.device().pci_bus_id()?);
+        let mut builder = ProxyService::builder(config).handler(BENCH_OP, handler)?;
         let mut fifos = Vec::with_capacity(n);
         for i in 0..n {
             let fifo = PinnedFifo::new(comm.device(), depth)?;
@@ -127,51 +181,81 @@ impl Gpu {
 
     fn fifo(&self, o: &FifoOptions) -> Result<FifoReport, BoxError> {
         let push_rate = self.kernel("weft_fifo_push_rate")?;
-        let latency = self.kernel("weft_fifo_latency")?;
         let out = PinnedHostMemory::alloc(self.comm.device(), 16)?;
-        let launch = LaunchConfig { grid: o.blocks, block: o.block_threads, shared_bytes: 0 };
-        let kernel_threads = u64::from(o.blocks) * u64::from(o.block_threads);
         let mut rows = Vec::new();
         for &threads in &o.threads {
-            let fifos = Fifos::start(&self.comm, threads, o.depth)?;
-            let run = |per_thread: u32| -> Result<f64, BoxError> {
-                out.write(0, 0u64)?;
-                let mut args = KernelArgs::new();
-                args.push(fifos.handles.device_ptr())
-                    .push(threads as u32)
-                    .push(u32::from(BENCH_OP))
-                    .push(per_thread)
-                    .push(out.device_ptr());
-                let seconds = self.timed("the FIFO push kernel", &|| {
-                    // SAFETY: (const FifoDeviceHandle*, u32, u32, u32, u64*) matches
-                    // weft_fifo_push_rate; `handles` holds `threads` handles whose FIFOs, like
-                    // `out`, live until the stream is idle (timed() waits for it).
-                    Ok(unsafe { push_rate.launch(&self.stream, launch, &args) }?)
-                })?;
-                match out.read::<u64>(0)? {
-                    0 => Ok(seconds),
-                    n => Err(self.gpu_failure(
-                        "FIFO push kernel",
-                        format!("{n} threads/blocks failed, proxy {:?}", fifos.failure()),
-                    )),
+            for &pushers in &o.pushers {
+                rows.push(self.push_rate(&push_rate, &out, o, threads, pushers)?);
+                if self.comm.rank() == 0 {
+                    progress::record(threads);
                 }
-            };
-            run(1)?;
-            let mut seconds = 0.0;
-            for _ in 0..RUNS {
-                seconds += run(o.per_thread())?;
-            }
-            let pushes = u64::from(RUNS) * o.pushes_per_run();
-            fifos.stop(kernel_threads + pushes)?;
-            rows.push(FifoRow { threads, pushes, seconds });
-            if self.comm.rank() == 0 {
-                progress::record(threads);
             }
         }
+        let (round_trip_us, host_read_us) = self.fifo_latency(&out, o)?;
+        Ok(FifoReport { rows, round_trip_us, host_read_us })
+    }
 
-        // The round trip: one FIFO, one proxy thread, one pushing thread.
-        let fifos = Fifos::start(&self.comm, 1, o.depth)?;
+    /// One row of the push-rate table: a warm-up run of one push per pusher, then [`RUNS`] runs.
+    fn push_rate(
+        &self,
+        kernel: &Kernel,
+        out: &PinnedHostMemory,
+        o: &FifoOptions,
+        threads: usize,
+        pushers: u32,
+    ) -> Result<FifoRow, BoxError> {
+        let check = Arc::new(Check::new(pushers));
+        let fifos = Fifos::start(&self.comm, threads, o.depth, check.clone())?;
+        let grid = o.grid(pushers);
+        let launch = LaunchConfig { grid: grid.blocks, block: grid.block_threads, shared_bytes: 0 };
+        let run = |per_pusher: u32, first_seq: u32| -> Result<f64, BoxError> {
+            out.write(0, 0u64)?;
+            let mut args = KernelArgs::new();
+            args.push(fifos.handles.device_ptr())
+                .push(threads as u32)
+                .push(u32::from(BENCH_OP))
+                .push(pushers)
+                .push(o.lanes)
+                .push(per_pusher)
+                .push(first_seq)
+                .push(out.device_ptr());
+            let seconds = self.timed("the FIFO push kernel", &|| {
+                // SAFETY: (const FifoDeviceHandle*, u32 x6, u64*) matches weft_fifo_push_rate;
+                // `handles` holds `threads` handles whose FIFOs, like `out`, live until the
+                // stream is idle (timed() waits for it).
+                Ok(unsafe { kernel.launch(&self.stream, launch, &args) }?)
+            })?;
+            match out.read::<u64>(0)? {
+                0 => Ok(seconds),
+                n => Err(self.gpu_failure(
+                    "FIFO push kernel",
+                    format!("{n} pushers/blocks failed, proxy {:?}", fifos.failure()),
+                )),
+            }
+        };
+        let per_pusher = o.per_pusher(pushers);
+        run(1, 0)?;
+        let mut seconds = 0.0;
+        for r in 0..RUNS {
+            seconds += run(per_pusher, 1 + r * per_pusher)?;
+        }
+        let pushes = u64::from(RUNS) * o.pushes_per_run(pushers);
+        fifos.stop(u64::from(pushers) + pushes)?;
+        let short = check.short_pushers(1 + RUNS * per_pusher);
+        if !short.is_empty() {
+            return Err(format!("FIFO commands missing: (pusher, commands seen) {short:?}").into());
+        }
+        Ok(FifoRow { threads, pushers, pushes, seconds })
+    }
+
+    /// The push→pop round trip and the latency of one GPU read of host memory, µs: one FIFO, one
+    /// proxy thread, one pushing thread.
+    fn fifo_latency(&self, out: &PinnedHostMemory, o: &FifoOptions) -> Result<(f64, f64), BoxError> {
+        let latency = self.kernel("weft_fifo_latency")?;
+        let host_read = self.kernel("weft_host_read_latency")?;
+        let fifos = Fifos::start(&self.comm, 1, o.depth, Arc::new(Discard))?;
         let handle: FifoDeviceHandle = fifos.handles.read(0)?;
+        let one_thread = LaunchConfig { grid: 1, block: 32, shared_bytes: 0 };
         let round_trips = |rounds: u32| -> Result<u64, BoxError> {
             out.write(0, 0u64)?;
             out.write(8, 0u64)?;
@@ -180,9 +264,7 @@ impl Gpu {
             self.timed("the FIFO latency kernel", &|| {
                 // SAFETY: (FifoDeviceHandle, u32, u32, u64*) matches weft_fifo_latency; the FIFO
                 // and `out` live until the stream is idle (timed() waits for it).
-                Ok(unsafe {
-                    latency.launch(&self.stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args)
-                }?)
+                Ok(unsafe { latency.launch(&self.stream, one_thread, &args) }?)
             })?;
             match (out.read::<u64>(0)?, out.read::<u64>(8)?) {
                 (ns, 0) => Ok(ns),
@@ -192,8 +274,17 @@ impl Gpu {
         let warm_up = 100;
         round_trips(warm_up)?;
         let ns = round_trips(o.rounds)?;
+        let mut args = KernelArgs::new();
+        args.push(handle).push(o.rounds).push(out.device_ptr());
+        self.timed("the host-read latency kernel", &|| {
+            // SAFETY: (FifoDeviceHandle, u32, u64*) matches weft_host_read_latency; the FIFO and
+            // `out` live until the stream is idle (timed() waits for it).
+            Ok(unsafe { host_read.launch(&self.stream, one_thread, &args) }?)
+        })?;
+        let read_ns = out.read::<u64>(0)?;
         fifos.stop(u64::from(warm_up + o.rounds))?;
-        Ok(FifoReport { rows, round_trip_us: ns as f64 / f64::from(o.rounds.max(1)) / 1e3 })
+        let per_round_us = |total: u64| total as f64 / f64::from(o.rounds.max(1)) / 1e3;
+        Ok((per_round_us(ns), per_round_us(read_ns)))
     }
 
     fn p2p(&self, o: &P2pOptions) -> Result<Vec<P2pRow>, BoxError> {
