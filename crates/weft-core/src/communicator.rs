@@ -87,7 +87,7 @@ impl Communicator {
         for (peer, bytes) in gathered.iter().enumerate() {
             peers.push(PeerInfo::decode(bytes).map_err(|source| ConnectError::Descriptor { rank, peer, source })?);
         }
-        let topology = Topology::with_gpu_sharing(rank, peers, env.shared_gpu)
+        let topology = Topology::new(rank, peers)
             .map_err(|detail| Error::InvalidArgument { rank, detail })?
             .with_ranks_per_node(env.ranks_per_node);
         let mut local_peer_devices = Vec::new();

@@ -9,7 +9,6 @@
 //! | `WEFT_CUDA_HOME` | CUDA installation searched first for NVRTC and headers (read by weft-gpu) | unset |
 //! | `WEFT_ALLOC` | device memory kind: `vmm`, `legacy` or `auto` | `auto` |
 //! | `WEFT_RANKS_PER_NODE` | split each host's ranks into virtual nodes of this many (in rank order); peers in other virtual nodes get no peer mappings, as if on another host | unset: one node per host |
-//! | `WEFT_SHARED_GPU` | `1`: ranks of one process may share a GPU (testing on fewer GPUs than ranks: their kernels run side by side on one GPU, so every launch must fit beside the others'; ranks of different processes never share one) | `0` |
 //! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `ring`, `port_ring` (all-reduce; `port_ring` never by size), `p2p`, an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`) or `auto` (read by weft-coll) | `auto` |
 //! | `WEFT_PLAN_DIR` | folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it (weft-coll) | unset |
 //! | `WEFT_EMU_NET_LATENCY_US` | emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node, in microseconds | unset: no emulation |
@@ -57,8 +56,6 @@ pub struct Env {
     pub alloc: AllocKind,
     /// `WEFT_RANKS_PER_NODE`: ranks per virtual node (`None`: a node is a host).
     pub ranks_per_node: Option<usize>,
-    /// `WEFT_SHARED_GPU`: ranks of one process may share a GPU (a test layout).
-    pub shared_gpu: bool,
     /// `WEFT_EMU_NET_LATENCY_US` / `WEFT_EMU_NET_GBPS`: the emulated NIC of port channels between
     /// virtual nodes (`None`: not emulated).
     pub emulated_net: Option<LinkModel>,
@@ -75,7 +72,6 @@ impl Default for Env {
             cache_dir: weft_gpu::default_cache_dir(),
             alloc: AllocKind::Auto,
             ranks_per_node: None,
-            shared_gpu: false,
             emulated_net: None,
             vars: BTreeMap::new(),
         }
@@ -123,13 +119,6 @@ impl Env {
             })?;
             env.ranks_per_node = Some(n);
         }
-        if let Some(value) = lookup("WEFT_SHARED_GPU") {
-            env.shared_gpu = match value.trim() {
-                "1" => true,
-                "0" | "" => false,
-                _ => return Err(EnvError { name: "WEFT_SHARED_GPU", value, expected: "0 or 1" }),
-            };
-        }
         let number = |name: &'static str| -> Result<Option<f64>, EnvError> {
             let Some(value) = lookup(name).filter(|v| !v.trim().is_empty()) else { return Ok(None) };
             match value.trim().parse::<f64>() {
@@ -171,7 +160,6 @@ mod tests {
         assert_eq!(e.var("WEFT_NOT_SET"), None);
         assert_eq!(e.ranks_per_node, None);
         assert_eq!(env(&[("WEFT_RANKS_PER_NODE", "2")]).unwrap().ranks_per_node, Some(2));
-        assert!(!e.shared_gpu && env(&[("WEFT_SHARED_GPU", "1")]).unwrap().shared_gpu);
         assert_eq!(e.emulated_net, None);
         let net = env(&[("WEFT_EMU_NET_LATENCY_US", "5"), ("WEFT_EMU_NET_GBPS", "25")]).unwrap().emulated_net;
         assert_eq!(net, Some(LinkModel::new(5.0, Some(25.0))));
@@ -188,7 +176,6 @@ mod tests {
             ("WEFT_TIMEOUT", "-1"),
             ("WEFT_ALLOC", "huge"),
             ("WEFT_RANKS_PER_NODE", "0"),
-            ("WEFT_SHARED_GPU", "yes"),
             ("WEFT_RANKS_PER_NODE", "two"),
             ("WEFT_EMU_NET_LATENCY_US", "-3"),
             ("WEFT_EMU_NET_GBPS", "fast"),

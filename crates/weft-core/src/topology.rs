@@ -67,13 +67,6 @@ impl Topology {
     /// Builds the topology seen by rank `me`; rejects tables whose entries disagree with their
     /// index or that put two ranks on one GPU of one host.
     pub fn new(me: usize, peers: Vec<PeerInfo>) -> Result<Self, String> {
-        Self::with_gpu_sharing(me, peers, false)
-    }
-
-    /// [`Topology::new`], where `shared_gpu` lets ranks of one process share a GPU
-    /// (`WEFT_SHARED_GPU`). Ranks of different processes never may: their kernels would only
-    /// take turns on the GPU, so a kernel spinning on a peer's would stall until it times out.
-    pub fn with_gpu_sharing(me: usize, peers: Vec<PeerInfo>, shared_gpu: bool) -> Result<Self, String> {
         if me >= peers.len() {
             return Err(format!("rank {me} outside a world of {}", peers.len()));
         }
@@ -83,15 +76,7 @@ impl Topology {
             }
             for q in &peers[..i] {
                 if q.identity.host_hash == p.identity.host_hash && q.pci_bus_id == p.pci_bus_id {
-                    if shared_gpu && q.identity == p.identity {
-                        continue;
-                    }
-                    let hint = if shared_gpu {
-                        " in different processes"
-                    } else {
-                        " (WEFT_SHARED_GPU=1 lets ranks of one process share one)"
-                    };
-                    return Err(format!("ranks {} and {} share GPU {}{hint}", q.rank, p.rank, p.pci_bus_id));
+                    return Err(format!("ranks {} and {} share GPU {}", q.rank, p.rank, p.pci_bus_id));
                 }
             }
         }
@@ -207,12 +192,6 @@ mod tests {
         assert!(!t.same_host(2));
         assert!(t.same_process(0));
         assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")]).is_err());
-        // Sharing a GPU: only ranks of one process, and only when asked for.
-        let threads = vec![info(0, 1, 1, "a"), info(1, 1, 1, "a")];
-        assert!(Topology::new(0, threads.clone()).unwrap_err().contains("WEFT_SHARED_GPU"));
-        assert!(Topology::with_gpu_sharing(1, threads, true).unwrap().same_process(0));
-        let processes = vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")];
-        assert!(Topology::with_gpu_sharing(0, processes, true).unwrap_err().contains("different processes"));
         assert!(Topology::new(0, vec![info(1, 1, 1, "a")]).is_err());
     }
 

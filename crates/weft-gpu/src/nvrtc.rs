@@ -175,7 +175,15 @@ fn c_string(what: &str, s: &str) -> Result<CString, GpuError> {
 pub fn kernel_resources(source: &KernelSource, options: &CompileOptions) -> Result<Vec<KernelResources>, GpuError> {
     let mut all_options = full_options(options)?;
     all_options.push("--ptxas-options=--verbose".to_string());
-    let (_, log) = compile_uncached(source, &all_options, &options.arch)?;
+    // NVRTC 13.0 on a 16-core machine once returned an empty log for a successful compile
+    // while other programs compiled in parallel; the same compile again reported every function.
+    let mut log = String::new();
+    for _ in 0..3 {
+        log = compile_uncached(source, &all_options, &options.arch)?.1;
+        if !log.trim().is_empty() {
+            break;
+        }
+    }
     let kernels = parse_ptxas_info(&log);
     if kernels.is_empty() {
         return Err(GpuError::Compile {

@@ -103,8 +103,6 @@ impl Step {
 pub struct SelftestOptions {
     /// GPUs to use (all visible when `None`).
     pub gpus: Option<usize>,
-    /// Ranks per GPU (threads mode; above 1 the ranks of one GPU share it, `WEFT_SHARED_GPU`).
-    pub ranks_per_gpu: usize,
     /// Process layout.
     pub mode: Mode,
     /// Steps to run (every step when empty).
@@ -152,22 +150,13 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
         started.elapsed().as_secs_f64() * 1e3
     );
     drop(device);
-    let shared = options.ranks_per_gpu > 1;
-    if shared && options.mode == Mode::Processes {
-        return Err("--ranks-per-gpu above 1 needs --mode threads: the kernels of ranks in different processes \
-                    only take turns on a GPU, so ranks waiting on each other would stall"
-            .into());
-    }
-    if matches!(options.mode, Mode::Processes | Mode::Both) && !shared {
+    if matches!(options.mode, Mode::Processes | Mode::Both) {
         println!("running the suite with one process per GPU on {gpus} GPU(s)...");
         summary.extend(run_processes(gpus, &options.only)?);
     }
     if matches!(options.mode, Mode::Threads | Mode::Both) {
-        let ranks = gpus * options.ranks_per_gpu.max(1);
-        println!("running the suite with one process driving {ranks} rank(s) on {gpus} GPU(s) from threads...");
-        let mut env = env.clone();
-        env.shared_gpu |= shared;
-        summary.extend(run_threads(gpus, ranks, &env, &options.only)?);
+        println!("running the suite with one process driving {gpus} GPU(s) from threads...");
+        summary.extend(run_threads(gpus, &env, &options.only)?);
     }
     Ok(finish(&summary, &skipped))
 }
@@ -184,20 +173,17 @@ fn steps(only: &[Step]) -> Vec<Step> {
     if only.is_empty() { Step::ALL.to_vec() } else { only.to_vec() }
 }
 
-/// `ranks` ranks on `gpus` GPUs from threads of this process; rank r runs on GPU r mod `gpus`.
-fn run_threads(gpus: usize, ranks: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxError> {
-    let group = InProcessBootstrap::group(ranks)?;
-    let label = if ranks > gpus { format!("[threads, {ranks} ranks on {gpus} GPU(s)] ") } else { "[threads] ".into() };
+fn run_threads(gpus: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxError> {
+    let group = InProcessBootstrap::group(gpus)?;
     let handles: Vec<_> = group
         .into_iter()
         .enumerate()
-        .map(|(rank, bootstrap)| {
+        .map(|(ordinal, bootstrap)| {
             let env = env.clone();
             let steps = steps(only);
-            let label = label.clone();
             std::thread::Builder::new()
-                .name(format!("weft-rank-{rank}"))
-                .spawn(move || suite::run_rank(Arc::new(bootstrap), rank % gpus, &env, &label, &steps))
+                .name(format!("weft-rank-{ordinal}"))
+                .spawn(move || suite::run_rank(Arc::new(bootstrap), ordinal, &env, "[threads] ", &steps))
         })
         .collect::<Result<_, _>>()?;
     let mut reports = Vec::new();
