@@ -27,11 +27,6 @@ enum Command {
         /// Run only these groups of tests (comma-separated; default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<Step>,
-        /// Ranks per GPU, threads mode only: above 1, several ranks share each GPU (a correctness
-        /// layout for machines with fewer GPUs than ranks; use small block counts, e.g.
-        /// WEFT_HB_BLOCKS=16, so every rank's kernels fit on the GPU together).
-        #[arg(long, default_value_t = 1)]
-        ranks_per_gpu: usize,
     },
     /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
     /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
@@ -223,9 +218,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Info => weft::info::run(),
-        Command::Selftest { gpus, mode, only, ranks_per_gpu } => {
-            weft::selftest::run(&SelftestOptions { gpus, ranks_per_gpu, mode, only })
-        }
+        Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
         Command::BenchProxyWorker => weft::bench::proxy::run_worker(),
