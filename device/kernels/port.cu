@@ -52,7 +52,7 @@ extern "C" __global__ void weft_port_put_bw(weft::PortChannelDeviceHandle ch, ui
 #define WEFT_BENCH_MAX_FIFOS 64
 
 __device__ __forceinline__ uint32_t weft_fifo_bench_check_word(uint32_t pusher, uint32_t seq) {
-  return seq ^ (pusher * 0x9E3779B1u);
+  return (seq ^ (pusher * 0x9E3779B1u)) & ((1u << weft::FIFO_SIZE_BITS) - 1);  // the size field's width
 }
 
 extern "C" __global__ void weft_fifo_push_rate(const weft::FifoDeviceHandle* fifos, uint32_t nfifos, uint32_t op,

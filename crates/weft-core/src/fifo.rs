@@ -7,17 +7,16 @@
 //! back to the writers. The reader is generic over [`FifoMemory`], so the same code reads a ring
 //! in host-pinned memory mapped into a GPU ([`PinnedFifo`]) and a plain host-memory ring
 //! ([`HostFifo`]) in tests. [`FifoWriter`] writes a [`HostFifo`] exactly as `fifo_push` does on
-//! the device (take a slot from the head, wait bounded while the ring is full, write `fst`, then
-//! `snd` with a release store), so host tests drive the proxy through the real protocol.
+//! the device (take a slot from the head, wait bounded while the ring is full, a release fence,
+//! then both words, each with the lap's valid bit), so host tests drive the proxy through the
+//! real protocol.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_types::{
-    FIFO_MAX_DEPTH, FIFO_SND_VALID_SHIFT, FIFO_TAIL_CACHE_STOPPED, FifoCommand, FifoStopCode, fifo_parity,
-};
+use weft_types::{FIFO_MAX_DEPTH, FIFO_TAIL_CACHE_STOPPED, FifoCommand, FifoStopCode};
 
-use crate::sync::{AtomicU64, Ordering, spin_hint};
+use crate::sync::{AtomicU64, Ordering, fence, spin_hint};
 
 /// A FIFO operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,20 +88,19 @@ impl<M: FifoMemory> FifoReader<M> {
         Ok(Self { memory, tail, log2_depth })
     }
 
-    /// The command at the tail if its writer has published it (valid bit cleared in the
+    /// The command at the tail if its writer has published it (valid bits cleared in the
     /// result), else `None`. Does not consume it: call [`FifoReader::pop`] once it is handled.
     pub fn poll(&self) -> Option<FifoCommand> {
         let mask = (1u64 << self.log2_depth) - 1;
         // `tail & mask` is below depth, a usize.
         let slot = self.memory.slot((self.tail & mask) as usize);
-        // Acquire pairs with the writer's release store of `snd`: seeing this lap's bit means
-        // `fst` (written before it) is visible too.
+        // The writer stores the two words in no particular order after a release fence: the
+        // command is whole once both carry this lap's bit, and the acquire loads pair with the
+        // fence, so the writes the command covers are visible too.
         let snd = slot[1].load(Ordering::Acquire);
-        if snd >> FIFO_SND_VALID_SHIFT != fifo_parity(self.tail, self.log2_depth) {
-            return None;
-        }
-        let fst = slot[0].load(Ordering::Relaxed);
-        Some(FifoCommand { fst, snd: snd & !(1u64 << FIFO_SND_VALID_SHIFT) })
+        let fst = slot[0].load(Ordering::Acquire);
+        let command = FifoCommand { fst, snd };
+        command.is_current(self.tail, self.log2_depth).then(|| command.without_valid_bits())
     }
 
     /// Consumes the command at the tail (after [`FifoReader::poll`] returned it): a release
@@ -226,8 +224,12 @@ impl FifoWriter {
         let mask = depth - 1;
         // `pos & mask` is below depth, a usize.
         let slot = &inner.slots[(pos & mask) as usize];
+        let cmd = cmd.for_position(pos, self.log2_depth);
+        // As the device: a release fence, then both words with no order between them (here
+        // `snd` first, so the reader's test of both valid bits is what makes it correct).
+        fence(Ordering::Release);
+        slot[1].store(cmd.snd, Ordering::Relaxed);
         slot[0].store(cmd.fst, Ordering::Relaxed);
-        slot[1].store(cmd.snd_for_position(pos, self.log2_depth), Ordering::Release);
         Ok(pos)
     }
 

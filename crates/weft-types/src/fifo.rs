@@ -1,15 +1,18 @@
 //! The GPU→CPU FIFO: 16-byte commands a kernel pushes into host-pinned memory and a proxy thread
 //! executes, and the device handle of one FIFO.
 //!
-//! A [`FifoCommand`] is two little-endian `u64` words. The device writes `fst` first and `snd`
-//! last with a release store; `snd`'s top bit is the lap-parity valid bit, so a reader that sees
-//! the bit of the current lap sees the whole command. Slots are never cleared: the bit a writer
-//! stores on lap `L` (position `pos`, lap `pos / depth`) is `(L & 1) ^ 1`, so zeroed memory reads
-//! as empty on lap 0 and a stale command of the previous lap never looks valid.
+//! A [`FifoCommand`] is two little-endian `u64` words, and each word carries the lap-parity
+//! valid bit (`fst` bit 31, `snd` bit 63): the device publishes a command with a release fence
+//! and then stores both words with no order between them (one PCIe write, not a write that must
+//! be acknowledged before the second may leave), and a reader takes the command only once both
+//! words show the bit of the current lap. Slots are never cleared: the bit a writer stores on lap
+//! `L` (position `pos`, lap `pos / depth`) is `(L & 1) ^ 1`, so zeroed memory reads as empty on
+//! lap 0 and a stale word of the previous lap never looks valid.
 //!
 //! | word | bits | field | meaning |
 //! | --- | --- | --- | --- |
-//! | `fst` | 0–31 | `size` | bytes to put (`< 4 GiB`); 0 for commands without a put |
+//! | `fst` | 0–30 | `size` | bytes to put (`< 2 GiB`; the device API splits larger puts); 0 for commands without a put |
+//! | `fst` | 31 | valid | lap-parity bit, see above |
 //! | `fst` | 32–63 | `src_offset` | byte offset into the source memory (`< 4 GiB`) |
 //! | `snd` | 0–31 | `dst_offset` | byte offset into the destination memory (`< 4 GiB`) |
 //! | `snd` | 32–35 | `op` | a [`FifoOp`] (1–7) or an op number 8–15 owned by another layer's handler; 0 is never valid |
@@ -19,7 +22,8 @@
 //! | `snd` | 62 | reserved | zero |
 //! | `snd` | 63 | valid | lap-parity bit, see above |
 //!
-//! For ops 8–15 every bit except `op` and `valid` is an opaque payload the op's handler decodes.
+//! For ops 8–15 every bit except `op` and the two valid bits is an opaque payload the op's
+//! handler decodes.
 
 use crate::WaitContext;
 
@@ -58,7 +62,7 @@ device_enums! {
 device_structs! {
     /// One FIFO command: two words, `snd` written last (see the module docs for every bit).
     struct FifoCommand align(16) size(16) {
-        /// Bits 0–31 size in bytes, bits 32–63 source offset.
+        /// Bits 0–30 size in bytes, 31 valid, bits 32–63 source offset.
         fst: u64 => "uint64_t",
         /// Bits 0–31 dst offset, 32–35 op, 36–45 connection, 46–53 src memory, 54–61 dst memory, 63 valid.
         snd: u64 => "uint64_t",
@@ -88,6 +92,10 @@ device_structs! {
 
 /// Bit position of `src_offset` in `fst`.
 pub const FIFO_FST_SRC_OFFSET_SHIFT: u32 = 32;
+/// Width of `size` (bits 0–30 of `fst`).
+pub const FIFO_SIZE_BITS: u32 = 31;
+/// Bit position of the lap-parity valid bit in `fst`.
+pub const FIFO_FST_VALID_SHIFT: u32 = 31;
 /// Bit position of `op` in `snd`.
 pub const FIFO_SND_OP_SHIFT: u32 = 32;
 /// Width of `op`.
@@ -114,6 +122,8 @@ pub const FIFO_TAIL_CACHE_STOPPED: u64 = 1 << 63;
 pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
     vec![
         ("FIFO_FST_SRC_OFFSET_SHIFT", FIFO_FST_SRC_OFFSET_SHIFT.into(), "bit position of src_offset in fst"),
+        ("FIFO_SIZE_BITS", FIFO_SIZE_BITS.into(), "width of size in fst"),
+        ("FIFO_FST_VALID_SHIFT", FIFO_FST_VALID_SHIFT.into(), "bit position of the lap-parity valid bit in fst"),
         ("FIFO_SND_OP_SHIFT", FIFO_SND_OP_SHIFT.into(), "bit position of op in snd"),
         ("FIFO_OP_BITS", FIFO_OP_BITS.into(), "width of op"),
         ("FIFO_SND_CONNECTION_SHIFT", FIFO_SND_CONNECTION_SHIFT.into(), "bit position of connection in snd"),
@@ -170,8 +180,8 @@ const fn mask(bits: u32) -> u64 {
 }
 
 impl FifoCommand {
-    /// Encodes `fields` with the valid bit clear; fails when `op` is 0 or wider than its bits, or
-    /// `connection` is 1024 or more.
+    /// Encodes `fields` with the valid bits clear; fails when `op` is 0 or wider than its bits,
+    /// `connection` is 1024 or more, or `size` is 2 GiB or more.
     pub fn encode(fields: FifoCommandFields) -> Result<Self, FieldOutOfRange> {
         let op = u64::from(fields.op);
         if op == 0 || op > mask(FIFO_OP_BITS) {
@@ -181,8 +191,12 @@ impl FifoCommand {
         if connection > mask(FIFO_CONNECTION_BITS) {
             return Err(FieldOutOfRange { field: "connection", value: connection, max: mask(FIFO_CONNECTION_BITS) });
         }
+        let size = u64::from(fields.size);
+        if size > mask(FIFO_SIZE_BITS) {
+            return Err(FieldOutOfRange { field: "size", value: size, max: mask(FIFO_SIZE_BITS) });
+        }
         Ok(Self {
-            fst: u64::from(fields.size) | (u64::from(fields.src_offset) << FIFO_FST_SRC_OFFSET_SHIFT),
+            fst: size | (u64::from(fields.src_offset) << FIFO_FST_SRC_OFFSET_SHIFT),
             snd: u64::from(fields.dst_offset)
                 | (op << FIFO_SND_OP_SHIFT)
                 | (connection << FIFO_SND_CONNECTION_SHIFT)
@@ -191,7 +205,7 @@ impl FifoCommand {
         })
     }
 
-    /// The fields (the valid bit is ignored).
+    /// The fields (the valid bits are ignored).
     pub fn fields(&self) -> FifoCommandFields {
         // Each cast below takes bits masked to the target width, so none truncates.
         FifoCommandFields {
@@ -201,7 +215,7 @@ impl FifoCommand {
             dst_memory: ((self.snd >> FIFO_SND_DST_MEMORY_SHIFT) & mask(FIFO_MEMORY_BITS)) as u8,
             src_offset: (self.fst >> FIFO_FST_SRC_OFFSET_SHIFT) as u32,
             dst_offset: (self.snd & mask(32)) as u32,
-            size: (self.fst & mask(32)) as u32,
+            size: (self.fst & mask(FIFO_SIZE_BITS)) as u32,
         }
     }
 
@@ -210,14 +224,28 @@ impl FifoCommand {
         ((self.snd >> FIFO_SND_OP_SHIFT) & mask(FIFO_OP_BITS)) as u8
     }
 
-    /// The valid bit.
-    pub fn valid_bit(&self) -> bool {
-        self.snd >> FIFO_SND_VALID_SHIFT != 0
+    /// The valid bits of `fst` and `snd`.
+    pub fn valid_bits(&self) -> [bool; 2] {
+        [(self.fst >> FIFO_FST_VALID_SHIFT) & 1 != 0, self.snd >> FIFO_SND_VALID_SHIFT != 0]
     }
 
-    /// `snd` with the valid bit a writer at `position` stores in a ring of `2^log2_depth` slots.
-    pub fn snd_for_position(&self, position: u64, log2_depth: u32) -> u64 {
-        (self.snd & !(1u64 << FIFO_SND_VALID_SHIFT)) | (fifo_parity(position, log2_depth) << FIFO_SND_VALID_SHIFT)
+    /// The command with both valid bits cleared.
+    pub fn without_valid_bits(self) -> Self {
+        Self { fst: self.fst & !(1u64 << FIFO_FST_VALID_SHIFT), snd: self.snd & !(1u64 << FIFO_SND_VALID_SHIFT) }
+    }
+
+    /// The command as a writer at `position` stores it in a ring of `2^log2_depth` slots: both
+    /// valid bits set to the lap's parity.
+    pub fn for_position(self, position: u64, log2_depth: u32) -> Self {
+        let parity = fifo_parity(position, log2_depth);
+        let clear = self.without_valid_bits();
+        Self { fst: clear.fst | (parity << FIFO_FST_VALID_SHIFT), snd: clear.snd | (parity << FIFO_SND_VALID_SHIFT) }
+    }
+
+    /// Whether both words carry the valid bit of the lap of `position` (the reader's test).
+    pub fn is_current(&self, position: u64, log2_depth: u32) -> bool {
+        let parity = fifo_parity(position, log2_depth) != 0;
+        self.valid_bits() == [parity, parity]
     }
 }
 
@@ -241,7 +269,7 @@ mod tests {
                 dst_memory: 255,
                 src_offset: u32::MAX,
                 dst_offset: u32::MAX,
-                size: u32::MAX,
+                size: (1 << 31) - 1,
             },
             FifoCommandFields {
                 op: 7,
@@ -254,13 +282,20 @@ mod tests {
             },
         ] {
             let cmd = FifoCommand::encode(fields).unwrap();
-            assert!(!cmd.valid_bit());
+            assert_eq!(cmd.valid_bits(), [false, false]);
             assert_eq!(cmd.snd >> 62, 0, "reserved and valid bits stay clear");
             assert_eq!(cmd.fields(), fields);
-            let on_lap_0 = FifoCommand { fst: cmd.fst, snd: cmd.snd_for_position(3, 2) };
-            assert!(on_lap_0.valid_bit());
+            let on_lap_0 = cmd.for_position(3, 2);
+            assert_eq!(on_lap_0.valid_bits(), [true, true]);
+            assert!(on_lap_0.is_current(3, 2) && !on_lap_0.is_current(4, 2));
             assert_eq!(on_lap_0.fields(), fields);
-            assert!(!FifoCommand { fst: cmd.fst, snd: cmd.snd_for_position(4, 2) }.valid_bit());
+            assert_eq!(on_lap_0.without_valid_bits(), cmd);
+            let on_lap_1 = cmd.for_position(4, 2);
+            assert_eq!(on_lap_1.valid_bits(), [false, false]);
+            assert!(on_lap_1.is_current(5, 2));
+            // One word of the new lap and one of the old is not a command yet, in either order.
+            assert!(!FifoCommand { fst: on_lap_0.fst, snd: on_lap_1.snd }.is_current(3, 2));
+            assert!(!FifoCommand { fst: on_lap_1.fst, snd: on_lap_0.snd }.is_current(3, 2));
         }
     }
 
@@ -271,6 +306,8 @@ mod tests {
         let err = FifoCommand::encode(FifoCommandFields { op: 1, connection: 1024, ..Default::default() }).unwrap_err();
         assert_eq!(err.field, "connection");
         assert!(err.to_string().contains("1023"));
+        let err = FifoCommand::encode(FifoCommandFields { op: 1, size: 1 << 31, ..Default::default() }).unwrap_err();
+        assert_eq!((err.field, err.max), ("size", (1 << 31) - 1));
     }
 
     #[test]

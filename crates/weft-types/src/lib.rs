@@ -34,10 +34,10 @@ pub use exec::{
     EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecBuffers, ExecContext, ExecLoc, ExecOp,
 };
 pub use fifo::{
-    FIFO_CONNECTION_BITS, FIFO_FST_SRC_OFFSET_SHIFT, FIFO_MAX_DEPTH, FIFO_MEMORY_BITS, FIFO_OP_BITS,
-    FIFO_SND_CONNECTION_SHIFT, FIFO_SND_DST_MEMORY_SHIFT, FIFO_SND_OP_SHIFT, FIFO_SND_SRC_MEMORY_SHIFT,
-    FIFO_SND_VALID_SHIFT, FIFO_TAIL_CACHE_STOPPED, FieldOutOfRange, FifoCommand, FifoCommandFields, FifoDeviceHandle,
-    FifoOp, FifoStopCode, fifo_parity,
+    FIFO_CONNECTION_BITS, FIFO_FST_SRC_OFFSET_SHIFT, FIFO_FST_VALID_SHIFT, FIFO_MAX_DEPTH, FIFO_MEMORY_BITS,
+    FIFO_OP_BITS, FIFO_SIZE_BITS, FIFO_SND_CONNECTION_SHIFT, FIFO_SND_DST_MEMORY_SHIFT, FIFO_SND_OP_SHIFT,
+    FIFO_SND_SRC_MEMORY_SHIFT, FIFO_SND_VALID_SHIFT, FIFO_TAIL_CACHE_STOPPED, FieldOutOfRange, FifoCommand,
+    FifoCommandFields, FifoDeviceHandle, FifoOp, FifoStopCode, fifo_parity,
 };
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
 pub use packets::{Ll8Packet, Ll16Packet};

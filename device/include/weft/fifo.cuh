@@ -22,15 +22,17 @@
 //
 //   fifo_push   Called by ONE thread per command (any number of threads may push concurrently,
 //               each gets its own slot). Waits while the ring is full, bounded by
-//               WaitContext::timeout_ns and by the stop word. Writes fst with a relaxed .sys store
-//               and then snd, carrying the lap-parity valid bit, with st.release.sys: a proxy that
-//               reads snd with acquire and sees this lap's bit sees fst too, and every write this
-//               thread made before the push (release is cumulative over writes a preceding
-//               barrier ordered before it, so put a barrier first when other threads wrote the
-//               data a put covers). Two stores instead of one 16-byte vector store because PTX
-//               does not promise a vector store is single-copy atomic. A push that fails after
-//               taking a slot leaves a hole the proxy waits at forever: after any FIFO error the
-//               FIFO is broken, as a semaphore is after a timeout.
+//               WaitContext::timeout_ns and by the stop word. Then a fence.acq_rel.sys and one
+//               16-byte relaxed .sys store of both words, each carrying the lap-parity valid bit:
+//               the proxy takes the command once both words show this lap's bit (PTX orders
+//               neither word of a vector store before the other), and its acquire loads pair
+//               with the fence, so it also sees every write this thread made before the push
+//               (cumulative over writes a preceding barrier ordered before it: put a barrier
+//               first when other threads wrote the data a put covers). A release store of the
+//               second word after the first (the previous protocol) made the push wait for the
+//               first word's PCIe write to be acknowledged. A push that fails after taking a
+//               slot leaves a hole the proxy waits at forever: after any FIFO error the FIFO is
+//               broken, as a semaphore is after a timeout.
 //   fifo_poll   non-blocking: true once the proxy consumed position pos (acquire .sys load of tail).
 //   fifo_sync   Called by ONE thread: spins until fifo_poll(pos), bounded like fifo_push.
 #pragma once
@@ -38,14 +40,15 @@
 
 namespace weft {
 
-/// A command with the given fields and the valid bit clear. The caller keeps every field in range
-/// (connection < 1024, memories < 256, offsets and size < 4 GiB: the host checks them when it
-/// builds the channel); out-of-range bits are cut off.
+/// A command with the given fields and the valid bits clear. The caller keeps every field in
+/// range (connection < 1024, memories < 256, offsets < 4 GiB: the host checks them when it builds
+/// the channel; size < 2 GiB: port_* split larger puts); out-of-range bits are cut off.
 __device__ __forceinline__ FifoCommand fifo_command(FifoOp op, uint32_t connection, uint32_t src_memory,
                                                     uint32_t dst_memory, uint32_t src_offset, uint32_t dst_offset,
                                                     uint32_t size) {
   FifoCommand c;
-  c.fst = static_cast<uint64_t>(size) | (static_cast<uint64_t>(src_offset) << FIFO_FST_SRC_OFFSET_SHIFT);
+  c.fst = (static_cast<uint64_t>(size) & ((1ull << FIFO_SIZE_BITS) - 1)) |
+          (static_cast<uint64_t>(src_offset) << FIFO_FST_SRC_OFFSET_SHIFT);
   c.snd = static_cast<uint64_t>(dst_offset) |
           ((static_cast<uint64_t>(op) & ((1ull << FIFO_OP_BITS) - 1)) << FIFO_SND_OP_SHIFT) |
           ((static_cast<uint64_t>(connection) & ((1ull << FIFO_CONNECTION_BITS) - 1)) << FIFO_SND_CONNECTION_SHIFT) |
@@ -122,9 +125,10 @@ __device__ __forceinline__ bool fifo_push(const FifoDeviceHandle& f, const FifoC
   FifoCommand* slot = reinterpret_cast<FifoCommand*>(f.ring) + (pos & (depth - 1));
   const uint32_t log2_depth = static_cast<uint32_t>(__ffsll(static_cast<long long>(depth)) - 1);
   const uint64_t parity = ((pos >> log2_depth) & 1ull) ^ 1ull;
+  const uint64_t fst = (cmd.fst & ~(1ull << FIFO_FST_VALID_SHIFT)) | (parity << FIFO_FST_VALID_SHIFT);
   const uint64_t snd = (cmd.snd & ~(1ull << FIFO_SND_VALID_SHIFT)) | (parity << FIFO_SND_VALID_SHIFT);
-  ptx::st_relaxed_sys(&slot->fst, cmd.fst);
-  ptx::st_release_sys(&slot->snd, snd);
+  ptx::fence_acq_rel_sys();
+  ptx::st_relaxed_sys_v2(&slot->fst, fst, snd);
   *position = pos;
   return true;
 }

@@ -11,7 +11,7 @@
 //   port_put               one Put command: `size` bytes from src_memory at src_offset to the
 //                          peer's dst_memory at dst_offset. Data written by OTHER threads must be
 //                          ordered before the push by a barrier (__syncthreads / grid sync): the
-//                          push's st.release.sys is cumulative over what the barrier ordered
+//                          push's release fence is cumulative over what the barrier ordered
 //                          before it, and the copy engine reads the source only after the proxy
 //                          saw the command. Returns once the command is in the FIFO (the copy
 //                          happens later: do not overwrite the source until a flush says so).
@@ -32,8 +32,8 @@
 //                          proxy down releases a kernel waiting for a peer that will not signal.
 //   port_poll              non-blocking: consumes a pending signal if there is one.
 //
-// Sizes and offsets are 32-bit (< 4 GiB) as in FifoCommand; the host checks the channel's
-// memories fit, larger transfers are split by the caller.
+// Sizes and offsets are 32-bit (< 4 GiB); the host checks the channel's memories fit. A put of
+// 2 GiB or more (FifoCommand's size field is 31 bits) goes as several commands.
 #pragma once
 #include "weft/fifo.cuh"
 #include "weft/semaphore.cuh"
@@ -42,9 +42,22 @@ namespace weft {
 
 namespace detail {
 
+/// Pushes `op`; a put of FifoCommand's size limit or more goes first as Put commands of 1 GiB
+/// (a connection applies its commands in order, so this is the same put).
 __device__ __forceinline__ bool port_push(const PortChannelDeviceHandle& ch, FifoOp op, uint32_t dst_memory,
                                           uint32_t dst_offset, uint32_t src_memory, uint32_t src_offset,
                                           uint32_t size, uint64_t* position) {
+  constexpr uint32_t kPiece = 1u << 30;
+  if ((static_cast<uint32_t>(op) & static_cast<uint32_t>(FifoOp::Put)) != 0) {
+    while (size >= (1u << FIFO_SIZE_BITS)) {
+      const FifoCommand piece =
+          fifo_command(FifoOp::Put, ch.connection, src_memory, dst_memory, src_offset, dst_offset, kPiece);
+      if (!fifo_push(ch.fifo, piece, position)) return false;
+      src_offset += kPiece;
+      dst_offset += kPiece;
+      size -= kPiece;
+    }
+  }
   const FifoCommand cmd = fifo_command(op, ch.connection, src_memory, dst_memory, src_offset, dst_offset, size);
   return fifo_push(ch.fifo, cmd, position);
 }

@@ -6,6 +6,8 @@
 namespace weft {
 
 constexpr uint64_t FIFO_FST_SRC_OFFSET_SHIFT = 32ull;  ///< bit position of src_offset in fst
+constexpr uint64_t FIFO_SIZE_BITS = 31ull;  ///< width of size in fst
+constexpr uint64_t FIFO_FST_VALID_SHIFT = 31ull;  ///< bit position of the lap-parity valid bit in fst
 constexpr uint64_t FIFO_SND_OP_SHIFT = 32ull;  ///< bit position of op in snd
 constexpr uint64_t FIFO_OP_BITS = 4ull;  ///< width of op
 constexpr uint64_t FIFO_SND_CONNECTION_SHIFT = 36ull;  ///< bit position of connection in snd
@@ -152,7 +154,7 @@ static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, remote_packet_buffer) == 
 
 ///  One FIFO command: two words, `snd` written last (see the module docs for every bit).
 struct alignas(16) FifoCommand {
-  uint64_t fst;  ///<  Bits 0–31 size in bytes, bits 32–63 source offset.
+  uint64_t fst;  ///<  Bits 0–30 size in bytes, 31 valid, bits 32–63 source offset.
   uint64_t snd;  ///<  Bits 0–31 dst offset, 32–35 op, 36–45 connection, 46–53 src memory, 54–61 dst memory, 63 valid.
 };
 static_assert(sizeof(FifoCommand) == 16, "rust: sizeof(FifoCommand) == 16");

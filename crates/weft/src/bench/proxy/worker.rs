@@ -51,9 +51,9 @@ impl Check {
         Self { next: (0..pushers).map(|_| AtomicU32::new(0)).collect() }
     }
 
-    /// The word `weft_fifo_bench_check_word` of port.cu puts in the size field.
+    /// The word `weft_fifo_bench_check_word` of port.cu puts in the size field (its width).
     fn check_word(pusher: u32, seq: u32) -> u32 {
-        seq ^ pusher.wrapping_mul(0x9E37_79B1)
+        (seq ^ pusher.wrapping_mul(0x9E37_79B1)) & ((1 << weft_types::FIFO_SIZE_BITS) - 1)
     }
 
     /// Pushers whose count of commands is not `expected`.
