@@ -175,15 +175,14 @@ fn c_string(what: &str, s: &str) -> Result<CString, GpuError> {
 pub fn kernel_resources(source: &KernelSource, options: &CompileOptions) -> Result<Vec<KernelResources>, GpuError> {
     let mut all_options = full_options(options)?;
     all_options.push("--ptxas-options=--verbose".to_string());
-    // NVRTC 13.0 on a 16-core machine once returned an empty log for a successful compile
-    // while other programs compiled in parallel; the same compile again reported every function.
-    let mut log = String::new();
-    for _ in 0..3 {
-        log = compile_uncached(source, &all_options, &options.arch)?.1;
-        if !log.trim().is_empty() {
-            break;
-        }
-    }
+    // NVRTC caches compiled programs on disk (CUDA 12.9+), and a cache hit runs no ptxas, so
+    // its report is empty: seen as every second `weft selftest` of a GPU machine failing this
+    // check. A macro nobody reads, different for every call, makes each compile a cache miss.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    all_options.push(format!("-DWEFT_PTXAS_REPORT_{}_{nanos}_{call}", std::process::id()));
+    let (_, log) = compile_uncached(source, &all_options, &options.arch)?;
     let kernels = parse_ptxas_info(&log);
     if kernels.is_empty() {
         return Err(GpuError::Compile {
