@@ -123,3 +123,24 @@ extern "C" __global__ void weft_fifo_latency(weft::FifoDeviceHandle fifo, uint32
   }
   out[0] = weft::ptx::globaltimer_ns() - start;
 }
+
+// One thread waits (bounded) until the device word `token` reaches `value`, as a kernel's
+// port_wait does on a PortChannel's inbound token (the TCP step of the self-test: a device
+// inbox stores the token). status[0] = 1 once it did, 0 on timeout (recorded in the error record).
+extern "C" __global__ void weft_wait_token(const uint64_t* token, uint64_t value, weft::WaitContext wait,
+                                           uint32_t* status) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  weft::Spin spin;
+  for (;;) {
+    const uint64_t seen = weft::ptx::ld_acquire_sys(token);
+    if (seen >= value) {
+      status[0] = 1;
+      return;
+    }
+    if (spin.expired(wait)) {
+      weft::report_timeout(wait, weft::WaitOp::SemaphoreWait, value, seen);
+      status[0] = 0;
+      return;
+    }
+  }
+}

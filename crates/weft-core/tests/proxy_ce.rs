@@ -83,7 +83,7 @@ fn a_writer_spinning_on_the_token_sees_each_signal_only_after_its_data() {
         let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
         let chunk = 4096usize;
         for round in 0..16 {
-            s.src.write(round * chunk, &pattern(round, chunk));
+            s.src.write(round * chunk, &pattern(round, chunk)).unwrap();
             writer
                 .push(command(FifoOp::PutSignal, 3, (round * chunk) as u32, (round * chunk) as u32, chunk as u32))
                 .unwrap();
@@ -97,7 +97,7 @@ fn a_writer_spinning_on_the_token_sees_each_signal_only_after_its_data() {
             assert!(token <= 16);
             for round in seen..token as usize {
                 let mut got = vec![0; chunk];
-                s.dst.read(round * chunk, &mut got);
+                s.dst.read(round * chunk, &mut got).unwrap();
                 assert_eq!(got, pattern(round, chunk), "signal {} arrived before put {round}", round + 1);
             }
             seen = token as usize;
@@ -113,7 +113,7 @@ fn a_flush_is_consumed_only_once_the_engine_executed_everything_before_it() {
     within(30, || {
         let s = setup(1024, Duration::from_millis(30), CopyEngineConfig::default(), false);
         let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
-        s.src.write(0, &pattern(1, 1024));
+        s.src.write(0, &pattern(1, 1024)).unwrap();
         writer.push(command(FifoOp::Put, 3, 0, 0, 1024)).unwrap();
         let flush = writer.push(command(FifoOp::SignalFlush, 0, 0, 0, 0)).unwrap();
         assert!(!writer.poll(flush), "the engine waits 30 ms per operation");
@@ -132,7 +132,7 @@ fn the_emulated_nic_delays_each_message_by_alpha_and_caps_bandwidth() {
         let config = CopyEngineConfig { link: Some(LinkModel::new(40_000.0, Some(0.05))), ..Default::default() };
         let s = setup(1 << 20, Duration::ZERO, config, true);
         let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
-        s.src.write(0, &pattern(2, 1 << 20));
+        s.src.write(0, &pattern(2, 1 << 20)).unwrap();
         let start = Instant::now();
         let pos = writer.push(command(FifoOp::PutSignalFlush, 3, 0, 0, 1 << 20)).unwrap();
         while s.space.load_u64(s.token).unwrap() == 0 {

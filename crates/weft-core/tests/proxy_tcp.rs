@@ -109,7 +109,7 @@ fn signals_follow_their_data_although_frames_arrive_reordered_over_several_socke
             }
         });
         for r in 0..ROUNDS {
-            p.src.write(r * CHUNK, &pattern(r, CHUNK));
+            p.src.write(r * CHUNK, &pattern(r, CHUNK)).unwrap();
             let off = (r * CHUNK) as u32;
             writer.push(command(FifoOp::Put, 0, off, off, CHUNK as u32)).unwrap();
             writer.push(command(FifoOp::Signal, 0, 0, 0, 0)).unwrap();
@@ -131,7 +131,7 @@ fn a_flush_is_consumed_only_after_its_data_is_applied() {
         let writer = FifoWriter::new(fifo, Some(Duration::from_secs(10)));
         for r in 0..10 {
             let data = pattern(r, 4096);
-            p.src.write(0, &data);
+            p.src.write(0, &data).unwrap();
             let pos = writer.push(command(FifoOp::PutSignalFlush, 0, 0, 4096, 4096)).unwrap();
             writer.sync(pos).unwrap();
             // Consumed means applied at the peer: no waiting on the token needed.
@@ -402,5 +402,57 @@ fn the_receiver_refuses_writes_outside_its_memory_and_the_sender_reports_it() {
         let err = svc.shutdown().unwrap_err();
         assert!(err.to_string().contains("receiver@"), "{err}");
         assert!(!receiver.inbound_errors().is_empty());
+    });
+}
+
+/// A memory whose reads fail, as a staged device memory does when its copy fails or times out.
+#[derive(Debug)]
+struct Failing;
+
+impl Memory for Failing {
+    fn len(&self) -> usize {
+        1 << 16
+    }
+    fn read(&self, _: usize, _: &mut [u8]) -> Result<(), weft_core::proxy::MemoryError> {
+        Err(weft_core::proxy::MemoryError::Device { detail: "the copy out of the GPU timed out".into() })
+    }
+    fn write(&self, _: usize, _: &[u8]) -> Result<(), weft_core::proxy::MemoryError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_source_memory_that_fails_fails_the_connection_with_its_reason() {
+    within(30, || {
+        let config = TcpConfig { timeout: Duration::from_secs(5), ..TcpConfig::default() };
+        let inbox = Arc::new(HostInbox::new(MemoryTable::new()));
+        let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox).unwrap();
+        let mut table = MemoryTable::new();
+        table.register(Arc::new(Failing)).unwrap();
+        let sender =
+            TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))
+                .unwrap();
+        sender.connect(0, receiver.local_addr(), 0, "receiver").unwrap();
+        let put = weft_core::proxy::transport::Op::Put {
+            src_memory: 0,
+            src_offset: 0,
+            dst_memory: 0,
+            dst_offset: 0,
+            len: 100,
+        };
+        sender.submit(0, &[put]).unwrap();
+        let start = Instant::now();
+        let err = loop {
+            match sender.completed(0) {
+                Err(e) => break e,
+                Ok(_) => {
+                    assert!(start.elapsed() < Duration::from_secs(10), "the failed read was not reported");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        };
+        assert!(err.to_string().contains("the copy out of the GPU timed out"), "{err}");
+        sender.shutdown();
+        receiver.shutdown();
     });
 }

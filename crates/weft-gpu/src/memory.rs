@@ -525,6 +525,35 @@ impl PinnedHostMemory {
         Ok(unsafe { &*p.cast::<std::sync::atomic::AtomicU64>() })
     }
 
+    fn checked_range(&self, offset: usize, len: usize) -> Result<*mut u8, GpuError> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(GpuError::InvalidArgument(format!(
+                "{len} bytes at {offset} outside {} pinned bytes",
+                self.len
+            )));
+        }
+        // SAFETY: offset + len <= self.len, checked above.
+        Ok(unsafe { self.host.add(offset) })
+    }
+
+    /// Copies `out.len()` bytes at `offset` into `out`. For bytes no device work is writing
+    /// (a staging buffer after the copy into it finished).
+    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
+        let p = self.checked_range(offset, out.len())?;
+        // SAFETY: `p` has out.len() readable bytes (checked); `out` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Copies `data` to `offset`. For bytes no device work is reading or writing (a staging
+    /// buffer before a copy out of it is queued).
+    pub fn write_bytes(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
+        let p = self.checked_range(offset, data.len())?;
+        // SAFETY: `p` has data.len() writable bytes (checked); `data` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+
     /// Volatile write of a `T` at `offset`.
     pub fn write<T: Pod>(&self, offset: usize, value: T) -> Result<(), GpuError> {
         let p = self.checked::<T>(offset)?;

@@ -13,6 +13,7 @@ mod port;
 mod reduce_check;
 mod report;
 mod suite;
+mod tcp;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -58,10 +59,12 @@ pub enum Step {
     Plan,
     /// PortChannels through the proxy and the copy engine.
     Port,
+    /// The TCP transport with device memory (each rank on its own GPU, over loopback).
+    Tcp,
 }
 
 impl Step {
-    const ALL: [Step; 9] = [
+    const ALL: [Step; 10] = [
         Step::Semaphore,
         Step::Hb,
         Step::Bandwidth,
@@ -71,6 +74,7 @@ impl Step {
         Step::Coll,
         Step::Plan,
         Step::Port,
+        Step::Tcp,
     ];
 
     fn name(self) -> &'static str {
@@ -84,6 +88,7 @@ impl Step {
             Step::Coll => "coll",
             Step::Plan => "plan",
             Step::Port => "port",
+            Step::Tcp => "tcp",
         }
     }
 

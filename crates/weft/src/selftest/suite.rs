@@ -119,6 +119,9 @@ fn run(
     if steps.contains(&Step::Port) {
         super::port::run(&comm, &library, label, report)?;
     }
+    if steps.contains(&Step::Tcp) {
+        super::tcp::run(&comm, &library, label, report);
+    }
     comm.barrier()
 }
 

@@ -20,7 +20,8 @@
 //! Memory on both sides is addressed by small indices into a [`MemoryTable`]: the sender reads
 //! its local memories, the receiver applies writes and signals through its [`Inbox`].
 //! [`HostMemory`] and [`HostInbox`] are the host-memory implementations the CPU tests use;
-//! device memory (staging through pinned host buffers on a non-blocking stream) is later work.
+//! [`staged`] puts device memory behind the same traits (copies through a pinned host buffer on
+//! a non-blocking stream of its own), so the byte-moving transports (TCP) carry GPU buffers.
 //! The copy-engine transport ([`ce`]) addresses device memory directly instead: its puts are
 //! `cuMemcpyDtoDAsync` into the peer's mapped memory and its signals `cuStreamWriteValue64` of
 //! the peer's token, on a CUDA stream per connection ([`cuda_queue`]); with a [`pacing`] link
@@ -33,6 +34,7 @@ pub mod frame;
 pub mod ib;
 pub mod pacing;
 pub mod sim;
+pub mod staged;
 pub mod tcp;
 
 use std::fmt;
@@ -71,6 +73,12 @@ pub enum MemoryError {
     /// The memory table is full (256 entries).
     #[error("memory table full: at most 256 memories per proxy")]
     TableFull,
+    /// Copying to or from device memory failed (a CUDA error, or the copy did not finish in time).
+    #[error("device memory: {detail}")]
+    Device {
+        /// What failed.
+        detail: String,
+    },
 }
 
 /// Memory a transport reads from (sender) or writes into (receiver).
@@ -82,9 +90,10 @@ pub trait Memory: Send + Sync + fmt::Debug {
         self.len() == 0
     }
     /// Copies `out.len()` bytes at `offset` into `out` (bounds already checked by the table).
-    fn read(&self, offset: usize, out: &mut [u8]);
-    /// Writes `data` at `offset` (bounds already checked by the table).
-    fn write(&self, offset: usize, data: &[u8]);
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemoryError>;
+    /// Writes `data` at `offset` (bounds already checked by the table); the bytes are in place
+    /// when it returns.
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), MemoryError>;
 }
 
 /// Plain host memory.
@@ -109,13 +118,15 @@ impl Memory for HostMemory {
     fn len(&self) -> usize {
         self.bytes.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
-    fn read(&self, offset: usize, out: &mut [u8]) {
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemoryError> {
         let bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
         out.copy_from_slice(&bytes[offset..offset + out.len()]);
+        Ok(())
     }
-    fn write(&self, offset: usize, data: &[u8]) {
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), MemoryError> {
         let mut bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
         bytes[offset..offset + data.len()].copy_from_slice(data);
+        Ok(())
     }
 }
 
@@ -165,7 +176,7 @@ pub trait Inbox: Send + Sync + fmt::Debug {
     fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), MemoryError>;
     /// Increments the inbound token of `connection` (release: the writes before it are visible
     /// to whoever observes the new token value).
-    fn signal(&self, connection: ConnectionId);
+    fn signal(&self, connection: ConnectionId) -> Result<(), MemoryError>;
 }
 
 /// An [`Inbox`] over host memories and host `u64` tokens (one per connection).
@@ -207,13 +218,13 @@ impl HostInbox {
 impl Inbox for HostInbox {
     fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
         let (m, start) = self.memories.checked(memory, offset, data.len() as u64)?;
-        m.write(start, data);
-        Ok(())
+        m.write(start, data)
     }
-    fn signal(&self, connection: ConnectionId) {
+    fn signal(&self, connection: ConnectionId) -> Result<(), MemoryError> {
         if let Some(t) = self.tokens.get(usize::from(connection)) {
             t.fetch_add(1, Ordering::Release);
         }
+        Ok(())
     }
 }
 
@@ -391,7 +402,7 @@ mod tests {
         inbox.write(0, 2, b"abc").unwrap();
         assert_eq!(&mem.snapshot()[2..5], b"abc");
         assert!(inbox.write(0, 6, b"abc").is_err());
-        inbox.signal(3);
+        inbox.signal(3).unwrap();
         assert_eq!(inbox.token(3), 1);
         assert!(inbox.wait_token(3, 1, Duration::from_millis(1)));
         assert!(!inbox.wait_token(3, 2, Duration::from_millis(1)));

@@ -54,23 +54,21 @@ impl HostAddressSpace {
         let (from, at) = self.locate(src, len)?;
         let (to, to_at) = self.locate(dst, len)?;
         let mut bytes = vec![0u8; len as usize];
-        from.read(at, &mut bytes);
-        to.write(to_at, &bytes);
-        Ok(())
+        from.read(at, &mut bytes).map_err(|e| e.to_string())?;
+        to.write(to_at, &bytes).map_err(|e| e.to_string())
     }
 
     /// Stores `value` (little-endian) at `addr`.
     pub fn store_u64(&self, addr: u64, value: u64) -> Result<(), String> {
         let (to, at) = self.locate(addr, 8)?;
-        to.write(at, &value.to_le_bytes());
-        Ok(())
+        to.write(at, &value.to_le_bytes()).map_err(|e| e.to_string())
     }
 
     /// Loads the `u64` at `addr`.
     pub fn load_u64(&self, addr: u64) -> Result<u64, String> {
         let (from, at) = self.locate(addr, 8)?;
         let mut bytes = [0u8; 8];
-        from.read(at, &mut bytes);
+        from.read(at, &mut bytes).map_err(|e| e.to_string())?;
         Ok(u64::from_le_bytes(bytes))
     }
 }

@@ -4,8 +4,7 @@
 //! **Sender.** [`Transport::submit`] checks the source range, takes flow-control credits and
 //! queues the operations; it never touches a socket. One sender thread per connection turns
 //! operations into frames (puts are cut into frames of at most `max_frame_payload` bytes, read
-//! from local memory as they are sent: device memory would be staged here through pinned host
-//! buffers, which is later work), gives every frame the connection's next sequence number, and
+//! from local memory as they are sent: device memory through [`super::staged`]), gives every frame the connection's next sequence number, and
 //! writes frames round-robin over the connection's sockets, so frames can arrive in any order.
 //! At most `window_frames` frames are unacknowledged; an operation completes (its credits
 //! return) when the receiver has acknowledged its last frame.
@@ -438,7 +437,11 @@ fn send_until_closed(shared: &Shared, conn: &OutConn) -> Result<(), TransportErr
                     loop {
                         let n = (len - done).min(config.max_frame_payload);
                         let mut data = vec![0u8; n];
-                        memory.read(start + done, &mut data);
+                        memory.read(start + done, &mut data).map_err(|source| TransportError::Memory {
+                            transport: NAME,
+                            connection: conn.id,
+                            source,
+                        })?;
                         frames_of_op.push((dst_memory, dst_offset + done as u64, Some(data)));
                         done += n;
                         if done >= len {
@@ -661,7 +664,7 @@ impl InConn {
                 Frame::Put { dst_memory, dst_offset, data, .. } => {
                     shared.inbox.write(dst_memory, dst_offset, &data).map_err(|e| e.to_string())?;
                 }
-                Frame::Signal { .. } => shared.inbox.signal(self.id),
+                Frame::Signal { .. } => shared.inbox.signal(self.id).map_err(|e| e.to_string())?,
                 _ => return Err("only puts and signals carry sequence numbers".into()),
             }
             state.next += 1;

@@ -1,0 +1,146 @@
+//! The TCP transport carrying GPU buffers, on each rank's own GPU: a sender and a receiver
+//! transport of this process, over loopback with two sockets and frames smaller than the puts,
+//! read from and written into device memory through staging buffers smaller than the puts
+//! (`StagedDeviceMemory`), each put followed by a signal that the receiver's `DeviceInbox`
+//! stores into a device token. A kernel on the legacy default stream spins on that token while
+//! the data travels: it finishes only if no copy of the transport waits behind it. Then every
+//! byte of the destination is checked (odd sizes and offsets, gaps left poisoned).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weft_core::proxy::transport::Op;
+use weft_core::proxy::transport::staged::{DeviceInbox, StagedDeviceMemory};
+use weft_core::proxy::transport::tcp::{TcpConfig, TcpTransport};
+use weft_core::proxy::{HostInbox, MemoryTable, Submitted, Transport};
+use weft_core::{Communicator, KernelLibrary};
+use weft_gpu::{DeviceMemory, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+
+use super::report::RankReport;
+
+const LEN: usize = (3 << 20) + 5;
+/// (source offset, destination offset, bytes): disjoint destinations, odd sizes and offsets.
+const PUTS: [(u64, u64, u64); 4] =
+    [(0, 0, 1), (3, 5, 4099), (4104, 70_001, (1 << 20) + 13), (2_000_000, 1_200_000, 1_100_000)];
+const STAGING: usize = 256 << 10;
+const FRAME: usize = 300_000;
+const POISON: u8 = 0x5A;
+
+fn byte(rank: usize, i: usize) -> u8 {
+    (i.wrapping_mul(197) ^ (rank * 41 + 3)) as u8
+}
+
+/// Runs the case on this rank's GPU and records it.
+pub(crate) fn run(comm: &Communicator, library: &KernelLibrary, label: &str, report: &mut RankReport) {
+    let name = format!(
+        "{label}TCP transport with device memory: {} puts + signals over loopback, a kernel spinning on the token",
+        PUTS.len()
+    );
+    report.record(name, case(comm, library));
+}
+
+fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
+    let rank = comm.rank();
+    let device = comm.device();
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    let timeout = comm.env().device_timeout;
+    let src = comm.alloc(LEN).map_err(|e| text(&e))?;
+    let dst = comm.alloc(LEN).map_err(|e| text(&e))?;
+    let token = comm.alloc(8).map_err(|e| text(&e))?;
+    let mine: Vec<u8> = (0..LEN).map(|i| byte(rank, i)).collect();
+    src.write(0, &mine).map_err(|e| text(&e))?;
+    dst.fill(0, LEN, POISON).map_err(|e| text(&e))?;
+    token.fill(0, 8, 0).map_err(|e| text(&e))?;
+
+    let staged = |memory: &Arc<DeviceMemory>| {
+        StagedDeviceMemory::new(device, memory.ptr(), LEN, memory.clone(), STAGING, timeout).map_err(|e| text(&e))
+    };
+    let mut sources = MemoryTable::new();
+    sources.register(Arc::new(staged(&src)?)).map_err(|e| text(&e))?;
+    let mut destinations = MemoryTable::new();
+    destinations.register(Arc::new(staged(&dst)?)).map_err(|e| text(&e))?;
+    let inbox = Arc::new(DeviceInbox::new(device, destinations).map_err(|e| text(&e))?);
+    inbox.set_token(0, token.ptr(), token.clone()).map_err(|e| text(&e))?;
+    let config = TcpConfig { streams: 2, max_frame_payload: FRAME, timeout, ..TcpConfig::default() };
+    let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone())
+        .map_err(|e| text(&e))?;
+    let unused = Arc::new(HostInbox::new(MemoryTable::new()));
+    let sender = TcpTransport::bind(config, "sender", Arc::new(sources), unused).map_err(|e| text(&e))?;
+    sender.connect(0, receiver.local_addr(), 0, "receiver").map_err(|e| text(&e))?;
+
+    // The spinning kernel, on the legacy default stream: the stream a synchronous copy would use.
+    let module = library.load(device, "port.cu").map_err(|e| text(&e))?.module;
+    let kernel = module.kernel("weft_wait_token").map_err(|e| text(&e))?;
+    let status = PinnedHostMemory::alloc(device, 8).map_err(|e| text(&e))?;
+    status.write(0, 7u32).map_err(|e| text(&e))?;
+    // SAFETY: null is the legacy default stream of the device's primary context.
+    let legacy = unsafe { Stream::borrowed(device, std::ptr::null_mut()) };
+    let mut args = KernelArgs::new();
+    args.push(token.ptr()).push(PUTS.len() as u64).push(comm.wait_context(rank, None)).push(status.device_ptr());
+    // SAFETY: (const u64*, u64, WaitContext, u32*) matches weft_wait_token; the token and the
+    // status word live until the stream is idle below.
+    unsafe { kernel.launch(&legacy, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args) }
+        .map_err(|e| text(&e))?;
+
+    let outcome = transfer(&sender, timeout);
+    let host_timeout = timeout + Duration::from_secs(30);
+    let idle = legacy.wait_idle(host_timeout, "the kernel spinning on the TCP token").map_err(|e| text(&e));
+    let drained = inbox.drain(host_timeout).map_err(|e| text(&e));
+    sender.shutdown();
+    receiver.shutdown();
+    outcome?;
+    idle?;
+    drained?;
+    comm.check_device().map_err(|e| text(&e))?;
+    match status.read::<u32>(0) {
+        Ok(1) => {}
+        other => return Err(format!("spinning kernel status {other:?} (1: it saw every signal)")),
+    }
+    let errors = receiver.inbound_errors();
+    if !errors.is_empty() {
+        return Err(format!("receiver errors: {errors:?}"));
+    }
+    let mut want = vec![POISON; LEN];
+    for (s, d, n) in PUTS {
+        let (s, d, n) = (s as usize, d as usize, n as usize);
+        want[d..d + n].copy_from_slice(&mine[s..s + n]);
+    }
+    let mut got = vec![0u8; LEN];
+    dst.read(0, &mut got).map_err(|e| text(&e))?;
+    match got.iter().zip(&want).position(|(g, w)| g != w) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{} of {LEN} bytes wrong, first at {i}: {:#x}, want {:#x}",
+            got.iter().zip(&want).filter(|(g, w)| g != w).count(),
+            got[i],
+            want[i]
+        )),
+    }
+}
+
+/// Submits every put with its signal, then waits (bounded) until the receiver applied them all.
+fn transfer(sender: &TcpTransport, timeout: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    let overdue = || start.elapsed() > 2 * timeout;
+    for (src_offset, dst_offset, len) in PUTS {
+        let ops = [Op::Put { src_memory: 0, src_offset, dst_memory: 0, dst_offset, len }, Op::Signal];
+        loop {
+            match sender.submit(0, &ops).map_err(|e| e.to_string())? {
+                Submitted::Accepted { .. } => break,
+                Submitted::Full if overdue() => return Err("the connection stayed full".into()),
+                Submitted::Full => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+    }
+    let ops = 2 * PUTS.len() as u64;
+    loop {
+        let done = sender.completed(0).map_err(|e| e.to_string())?;
+        if done >= ops {
+            return Ok(());
+        }
+        if overdue() {
+            return Err(format!("{done} of {ops} operations applied after {:?}", start.elapsed()));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
