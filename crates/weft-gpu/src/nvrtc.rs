@@ -177,11 +177,17 @@ pub fn kernel_resources(source: &KernelSource, options: &CompileOptions) -> Resu
     all_options.push("--ptxas-options=--verbose".to_string());
     // NVRTC caches compiled programs on disk (CUDA 12.9+), and a cache hit runs no ptxas, so
     // its report is empty: seen as every second `weft selftest` of a GPU machine failing this
-    // check. A macro nobody reads, different for every call, makes each compile a cache miss.
+    // check, also with an unused macro unique to the call (the key is not the options). An
+    // empty kernel unique to the call, appended to the source, makes each compile a miss.
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    all_options.push(format!("-DWEFT_PTXAS_REPORT_{}_{nanos}_{call}", std::process::id()));
+    let mut source = source.clone();
+    source.text.push_str(&format!(
+        "\nextern \"C\" __global__ void weft_ptxas_report_{}_{nanos}_{call}() {{}}\n",
+        std::process::id()
+    ));
+    let source = &source;
     let (_, log) = compile_uncached(source, &all_options, &options.arch)?;
     let kernels = parse_ptxas_info(&log);
     if kernels.is_empty() {
