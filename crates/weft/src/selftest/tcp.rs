@@ -30,43 +30,117 @@ fn byte(rank: usize, i: usize) -> u8 {
     (i.wrapping_mul(197) ^ (rank * 41 + 3)) as u8
 }
 
-/// Runs the case on this rank's GPU and records it.
+/// Bytes of the timed put.
+const TIMED: usize = 64 << 20;
+/// Timed repetitions (the best is reported).
+const TIMED_RUNS: usize = 3;
+
+/// Runs the case on this rank's GPU and records it, then times a large put.
 pub(crate) fn run(comm: &Communicator, library: &KernelLibrary, label: &str, report: &mut RankReport) {
     let name = format!(
         "{label}TCP transport with device memory: {} puts + signals over loopback, a kernel spinning on the token",
         PUTS.len()
     );
     report.record(name, case(comm, library));
+    match bandwidth(comm) {
+        Ok(gbps) => report.metric("TCP loopback put, 64 MiB device -> device (2 sockets, 1 MiB frames)", gbps, "GB/s"),
+        Err(e) => report.record(format!("{label}TCP transport with device memory: a timed 64 MiB put"), Err(e)),
+    }
+}
+
+fn text(e: &dyn std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// A sender and a receiver transport of this process over loopback, each with one staged
+/// device memory of `len` bytes (memory 0 on both sides), connection 0 between them, the
+/// receiver's token for it in device memory.
+struct Loopback {
+    src: Arc<DeviceMemory>,
+    dst: Arc<DeviceMemory>,
+    token: Arc<DeviceMemory>,
+    inbox: Arc<DeviceInbox>,
+    sender: TcpTransport,
+    receiver: TcpTransport,
+}
+
+impl Loopback {
+    fn new(comm: &Communicator, len: usize, staging: usize, frame: usize) -> Result<Self, String> {
+        let device = comm.device();
+        let timeout = comm.env().device_timeout;
+        let src = comm.alloc(len).map_err(|e| text(&e))?;
+        let dst = comm.alloc(len).map_err(|e| text(&e))?;
+        let token = comm.alloc(8).map_err(|e| text(&e))?;
+        token.fill(0, 8, 0).map_err(|e| text(&e))?;
+        let staged = |memory: &Arc<DeviceMemory>| {
+            StagedDeviceMemory::new(device, memory.ptr(), len, memory.clone(), staging, timeout).map_err(|e| text(&e))
+        };
+        let mut sources = MemoryTable::new();
+        sources.register(Arc::new(staged(&src)?)).map_err(|e| text(&e))?;
+        let mut destinations = MemoryTable::new();
+        destinations.register(Arc::new(staged(&dst)?)).map_err(|e| text(&e))?;
+        let inbox = Arc::new(DeviceInbox::new(device, destinations).map_err(|e| text(&e))?);
+        inbox.set_token(0, token.ptr(), token.clone()).map_err(|e| text(&e))?;
+        let config = TcpConfig { streams: 2, max_frame_payload: frame, timeout, ..TcpConfig::default() };
+        let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone())
+            .map_err(|e| text(&e))?;
+        let unused = Arc::new(HostInbox::new(MemoryTable::new()));
+        let sender = TcpTransport::bind(config, "sender", Arc::new(sources), unused).map_err(|e| text(&e))?;
+        sender.connect(0, receiver.local_addr(), 0, "receiver").map_err(|e| text(&e))?;
+        Ok(Self { src, dst, token, inbox, sender, receiver })
+    }
+
+    /// Waits (bounded) for the inbox's token stores, then stops both transports.
+    fn finish(self, timeout: Duration) -> Result<(), String> {
+        let drained = self.inbox.drain(timeout).map_err(|e| text(&e));
+        self.sender.shutdown();
+        self.receiver.shutdown();
+        drained?;
+        let errors = self.receiver.inbound_errors();
+        if errors.is_empty() { Ok(()) } else { Err(format!("receiver errors: {errors:?}")) }
+    }
+}
+
+/// The best of [`TIMED_RUNS`] puts of [`TIMED`] bytes with a signal, in GB/s (host clock from
+/// submission to the sender's completion, which follows the receiver's last write); the
+/// destination is checked after the last.
+fn bandwidth(comm: &Communicator) -> Result<f64, String> {
+    let link = Loopback::new(comm, TIMED, staged_default(), 1 << 20)?;
+    let data: Vec<u8> = (0..TIMED).map(|i| byte(comm.rank() + 1, i)).collect();
+    link.src.write(0, &data).map_err(|e| text(&e))?;
+    let timeout = comm.env().device_timeout;
+    let mut best = f64::INFINITY;
+    let mut ops = 0;
+    for _ in 0..TIMED_RUNS {
+        link.dst.fill(0, TIMED, POISON).map_err(|e| text(&e))?;
+        let start = Instant::now();
+        ops += 2;
+        transfer(&link.sender, &[(0, 0, TIMED as u64)], ops, timeout)?;
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    let mut got = vec![0u8; TIMED];
+    link.dst.read(0, &mut got).map_err(|e| text(&e))?;
+    let wrong = got.iter().zip(&data).filter(|(g, w)| g != w).count();
+    link.finish(timeout + Duration::from_secs(30))?;
+    if wrong != 0 {
+        return Err(format!("{wrong} of {TIMED} bytes wrong after the timed puts"));
+    }
+    Ok(TIMED as f64 / best / 1e9)
+}
+
+fn staged_default() -> usize {
+    weft_core::proxy::transport::staged::DEFAULT_STAGING_BYTES
 }
 
 fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     let rank = comm.rank();
     let device = comm.device();
-    let text = |e: &dyn std::fmt::Display| e.to_string();
     let timeout = comm.env().device_timeout;
-    let src = comm.alloc(LEN).map_err(|e| text(&e))?;
-    let dst = comm.alloc(LEN).map_err(|e| text(&e))?;
-    let token = comm.alloc(8).map_err(|e| text(&e))?;
+    let link = Loopback::new(comm, LEN, STAGING, FRAME)?;
     let mine: Vec<u8> = (0..LEN).map(|i| byte(rank, i)).collect();
-    src.write(0, &mine).map_err(|e| text(&e))?;
-    dst.fill(0, LEN, POISON).map_err(|e| text(&e))?;
-    token.fill(0, 8, 0).map_err(|e| text(&e))?;
-
-    let staged = |memory: &Arc<DeviceMemory>| {
-        StagedDeviceMemory::new(device, memory.ptr(), LEN, memory.clone(), STAGING, timeout).map_err(|e| text(&e))
-    };
-    let mut sources = MemoryTable::new();
-    sources.register(Arc::new(staged(&src)?)).map_err(|e| text(&e))?;
-    let mut destinations = MemoryTable::new();
-    destinations.register(Arc::new(staged(&dst)?)).map_err(|e| text(&e))?;
-    let inbox = Arc::new(DeviceInbox::new(device, destinations).map_err(|e| text(&e))?);
-    inbox.set_token(0, token.ptr(), token.clone()).map_err(|e| text(&e))?;
-    let config = TcpConfig { streams: 2, max_frame_payload: FRAME, timeout, ..TcpConfig::default() };
-    let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone())
-        .map_err(|e| text(&e))?;
-    let unused = Arc::new(HostInbox::new(MemoryTable::new()));
-    let sender = TcpTransport::bind(config, "sender", Arc::new(sources), unused).map_err(|e| text(&e))?;
-    sender.connect(0, receiver.local_addr(), 0, "receiver").map_err(|e| text(&e))?;
+    link.src.write(0, &mine).map_err(|e| text(&e))?;
+    link.dst.fill(0, LEN, POISON).map_err(|e| text(&e))?;
+    let token = &link.token;
 
     // The spinning kernel, on the legacy default stream: the stream a synchronous copy would use.
     let module = library.load(device, "port.cu").map_err(|e| text(&e))?.module;
@@ -82,23 +156,18 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     unsafe { kernel.launch(&legacy, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args) }
         .map_err(|e| text(&e))?;
 
-    let outcome = transfer(&sender, timeout);
+    let outcome = transfer(&link.sender, &PUTS, 2 * PUTS.len() as u64, timeout);
     let host_timeout = timeout + Duration::from_secs(30);
     let idle = legacy.wait_idle(host_timeout, "the kernel spinning on the TCP token").map_err(|e| text(&e));
-    let drained = inbox.drain(host_timeout).map_err(|e| text(&e));
-    sender.shutdown();
-    receiver.shutdown();
+    let dst = link.dst.clone();
+    let finished = link.finish(host_timeout);
     outcome?;
     idle?;
-    drained?;
+    finished?;
     comm.check_device().map_err(|e| text(&e))?;
     match status.read::<u32>(0) {
         Ok(1) => {}
         other => return Err(format!("spinning kernel status {other:?} (1: it saw every signal)")),
-    }
-    let errors = receiver.inbound_errors();
-    if !errors.is_empty() {
-        return Err(format!("receiver errors: {errors:?}"));
     }
     let mut want = vec![POISON; LEN];
     for (s, d, n) in PUTS {
@@ -118,11 +187,12 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     }
 }
 
-/// Submits every put with its signal, then waits (bounded) until the receiver applied them all.
-fn transfer(sender: &TcpTransport, timeout: Duration) -> Result<(), String> {
+/// Submits every put of `puts` with a signal, then waits (bounded) until the receiver applied
+/// the connection's first `ops` operations.
+fn transfer(sender: &TcpTransport, puts: &[(u64, u64, u64)], ops: u64, timeout: Duration) -> Result<(), String> {
     let start = Instant::now();
     let overdue = || start.elapsed() > 2 * timeout;
-    for (src_offset, dst_offset, len) in PUTS {
+    for &(src_offset, dst_offset, len) in puts {
         let ops = [Op::Put { src_memory: 0, src_offset, dst_memory: 0, dst_offset, len }, Op::Signal];
         loop {
             match sender.submit(0, &ops).map_err(|e| e.to_string())? {
@@ -132,7 +202,6 @@ fn transfer(sender: &TcpTransport, timeout: Duration) -> Result<(), String> {
             }
         }
     }
-    let ops = 2 * PUTS.len() as u64;
     loop {
         let done = sender.completed(0).map_err(|e| e.to_string())?;
         if done >= ops {
