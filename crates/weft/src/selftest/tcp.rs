@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use weft_core::proxy::transport::Op;
 use weft_core::proxy::transport::staged::{DeviceInbox, StagedDeviceMemory};
 use weft_core::proxy::transport::tcp::{TcpConfig, TcpTransport};
-use weft_core::proxy::{HostInbox, MemoryTable, Submitted, Transport};
+use weft_core::proxy::{HostInbox, HostMemory, Memory, MemoryTable, Submitted, Transport};
 use weft_core::{Communicator, KernelLibrary};
 use weft_gpu::{DeviceMemory, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
 
@@ -45,6 +45,11 @@ pub(crate) fn run(comm: &Communicator, library: &KernelLibrary, label: &str, rep
     match bandwidth(comm) {
         Ok(gbps) => report.metric("TCP loopback put, 64 MiB device -> device (2 sockets, 1 MiB frames)", gbps, "GB/s"),
         Err(e) => report.record(format!("{label}TCP transport with device memory: a timed 64 MiB put"), Err(e)),
+    }
+    // The same put between host memories: what the transport does without the staging.
+    match host_bandwidth(comm.env().device_timeout) {
+        Ok(gbps) => report.metric("TCP loopback put, 64 MiB host -> host (same settings)", gbps, "GB/s"),
+        Err(e) => report.record(format!("{label}TCP transport: a timed 64 MiB put between host memories"), Err(e)),
     }
 }
 
@@ -124,6 +129,42 @@ fn bandwidth(comm: &Communicator) -> Result<f64, String> {
     link.finish(timeout + Duration::from_secs(30))?;
     if wrong != 0 {
         return Err(format!("{wrong} of {TIMED} bytes wrong after the timed puts"));
+    }
+    Ok(TIMED as f64 / best / 1e9)
+}
+
+/// [`bandwidth`] between host memories (`HostMemory`, `HostInbox`), checked the same way.
+fn host_bandwidth(timeout: Duration) -> Result<f64, String> {
+    let src = Arc::new(HostMemory::new(TIMED));
+    let dst = Arc::new(HostMemory::new(TIMED));
+    let data: Vec<u8> = (0..TIMED).map(|i| byte(7, i)).collect();
+    src.write(0, &data).map_err(|e| text(&e))?;
+    let mut sources = MemoryTable::new();
+    sources.register(src).map_err(|e| text(&e))?;
+    let mut destinations = MemoryTable::new();
+    destinations.register(dst.clone()).map_err(|e| text(&e))?;
+    let config = TcpConfig { streams: 2, max_frame_payload: 1 << 20, timeout, ..TcpConfig::default() };
+    let inbox = Arc::new(HostInbox::new(destinations));
+    let receiver =
+        TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox).map_err(|e| text(&e))?;
+    let unused = Arc::new(HostInbox::new(MemoryTable::new()));
+    let sender = TcpTransport::bind(config, "sender", Arc::new(sources), unused).map_err(|e| text(&e))?;
+    sender.connect(0, receiver.local_addr(), 0, "receiver").map_err(|e| text(&e))?;
+    let mut best = f64::INFINITY;
+    for run in 1..=TIMED_RUNS as u64 {
+        let start = Instant::now();
+        let outcome = transfer(&sender, &[(0, 0, TIMED as u64)], 2 * run, timeout);
+        if outcome.is_err() {
+            sender.shutdown();
+            receiver.shutdown();
+        }
+        outcome?;
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    sender.shutdown();
+    receiver.shutdown();
+    if dst.snapshot() != data {
+        return Err("the host destination differs from the source after the timed puts".into());
     }
     Ok(TIMED as f64 / best / 1e9)
 }
