@@ -83,11 +83,48 @@ pub enum FrameError {
     Codec(#[from] CodecError),
 }
 
+/// Kind byte of a `Put` frame.
+pub const PUT_KIND: u8 = 2;
+/// Bytes of a `Put` body before its data: sequence (8), memory (1), offset (8).
+pub const PUT_PREFIX_LEN: usize = 17;
+
 impl Frame {
+    /// The bytes of a `Put` frame of `len` data bytes, written by `fill` straight into the frame
+    /// (one buffer, no copy of the data through a `Frame`); the same bytes [`Frame::encode`]
+    /// makes of `Frame::Put` with that data.
+    pub fn encode_put<E>(
+        seq: u64,
+        dst_memory: u8,
+        dst_offset: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Vec<u8>, E> {
+        let body_len = PUT_PREFIX_LEN + len;
+        let mut out = Vec::with_capacity(HEADER_LEN + body_len);
+        out.extend_from_slice(&encode_header(PUT_KIND, body_len as u64));
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.push(dst_memory);
+        out.extend_from_slice(&dst_offset.to_le_bytes());
+        out.resize(HEADER_LEN + body_len, 0);
+        fill(&mut out[HEADER_LEN + PUT_PREFIX_LEN..])?;
+        Ok(out)
+    }
+
+    /// A `Put` frame from the prefix of its body and its data, read apart so the data lands in
+    /// its own buffer (the receiver's path; [`Frame::decode_body`] gives the same frame).
+    pub fn decode_put(prefix: &[u8; PUT_PREFIX_LEN], data: Vec<u8>) -> Self {
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&prefix[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        Frame::Put { seq: word(0), dst_memory: prefix[8], dst_offset: word(9), data }
+    }
+
     fn kind(&self) -> u8 {
         match self {
             Frame::Hello { .. } => 1,
-            Frame::Put { .. } => 2,
+            Frame::Put { .. } => PUT_KIND,
             Frame::Signal { .. } => 3,
             Frame::Ack { .. } => 4,
             Frame::Error { .. } => 5,
@@ -247,6 +284,25 @@ mod tests {
             let mut longer = bytes.clone();
             longer.push(0);
             prop_assert!(Frame::decode(&longer, 1 << 20).is_err());
+        }
+
+        #[test]
+        fn puts_encoded_in_place_and_decoded_apart_are_the_same_frames(
+            seq in any::<u64>(),
+            dst_memory in any::<u8>(),
+            dst_offset in any::<u64>(),
+            data in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let frame = Frame::Put { seq, dst_memory, dst_offset, data: data.clone() };
+            let bytes = Frame::encode_put(seq, dst_memory, dst_offset, data.len(), |out| {
+                out.copy_from_slice(&data);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            prop_assert_eq!(&bytes, &frame.encode());
+            let body = &bytes[HEADER_LEN..];
+            let prefix: &[u8; PUT_PREFIX_LEN] = body[..PUT_PREFIX_LEN].try_into().unwrap();
+            prop_assert_eq!(Frame::decode_put(prefix, body[PUT_PREFIX_LEN..].to_vec()), frame);
         }
 
         #[test]

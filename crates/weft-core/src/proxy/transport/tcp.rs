@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use super::frame::{Frame, HEADER_LEN, decode_header};
+use super::frame::{Frame, HEADER_LEN, PUT_KIND, PUT_PREFIX_LEN, decode_header};
 use super::{ConnectionId, Inbox, MAX_CONNECTIONS, MemoryTable, Op, Submitted, Transport, TransportError};
 use crate::proxy::flow::FlowControl;
 
@@ -424,42 +424,38 @@ fn send_until_closed(shared: &Shared, conn: &OutConn) -> Result<(), TransportErr
             }
         };
         for (ticket, op) in ops {
-            let mut frames_of_op = Vec::new();
             match op {
                 Op::Put { src_memory, src_offset, dst_memory, dst_offset, len } => {
                     // Checked at submit; memories are never unregistered.
-                    let (memory, start) = shared
-                        .memories
-                        .checked(src_memory, src_offset, len)
-                        .map_err(|source| TransportError::Memory { transport: NAME, connection: conn.id, source })?;
+                    let memory_error = |source| TransportError::Memory { transport: NAME, connection: conn.id, source };
+                    let (memory, start) = shared.memories.checked(src_memory, src_offset, len).map_err(memory_error)?;
                     let len = usize::try_from(len).unwrap_or(usize::MAX);
+                    // Frame by frame, the data read straight into the frame as it is sent, so
+                    // reading a frame (a staged copy out of a GPU) overlaps sending the last.
                     let mut done = 0usize;
                     loop {
                         let n = (len - done).min(config.max_frame_payload);
-                        let mut data = vec![0u8; n];
-                        memory.read(start + done, &mut data).map_err(|source| TransportError::Memory {
-                            transport: NAME,
-                            connection: conn.id,
-                            source,
-                        })?;
-                        frames_of_op.push((dst_memory, dst_offset + done as u64, Some(data)));
+                        let seq = wait_window(shared, conn, &mut pending, &mut send)?;
+                        let frame = Frame::encode_put(seq, dst_memory, dst_offset + done as u64, n, |out| {
+                            memory.read(start + done, out)
+                        })
+                        .map_err(memory_error)?;
+                        pending.push(frame);
+                        if pending.len() >= group {
+                            send(&mut pending)?;
+                        }
                         done += n;
                         if done >= len {
                             break;
                         }
                     }
                 }
-                Op::Signal => frames_of_op.push((0, 0, None)),
-            }
-            for (dst_memory, dst_offset, data) in frames_of_op {
-                let seq = wait_window(shared, conn, &mut pending, &mut send)?;
-                let frame = match data {
-                    Some(data) => Frame::Put { seq, dst_memory, dst_offset, data },
-                    None => Frame::Signal { seq },
-                };
-                pending.push(frame.encode());
-                if pending.len() >= group {
-                    send(&mut pending)?;
+                Op::Signal => {
+                    let seq = wait_window(shared, conn, &mut pending, &mut send)?;
+                    pending.push(Frame::Signal { seq }.encode());
+                    if pending.len() >= group {
+                        send(&mut pending)?;
+                    }
                 }
             }
             // The op's frames may already be acknowledged (they can be sent above before this
@@ -621,7 +617,17 @@ fn read_frame(shared: &Shared, stream: &mut TcpStream, limit: usize) -> Result<O
     }
     let (kind, len) = decode_header(&header, limit).map_err(|e| e.to_string())?;
     // `len` is at most `limit`, a usize.
-    let mut body = vec![0u8; len as usize];
+    let len = len as usize;
+    if kind == PUT_KIND && len >= PUT_PREFIX_LEN {
+        // The data goes straight into a buffer of its own: no copy out of a whole body.
+        let mut prefix = [0u8; PUT_PREFIX_LEN];
+        let mut data = vec![0u8; len - PUT_PREFIX_LEN];
+        if !read_full(shared, stream, &mut prefix)? || !read_full(shared, stream, &mut data)? {
+            return Ok(None);
+        }
+        return Ok(Some(Frame::decode_put(&prefix, data)));
+    }
+    let mut body = vec![0u8; len];
     if !read_full(shared, stream, &mut body)? && len > 0 {
         return Ok(None);
     }
