@@ -3,9 +3,8 @@
 //!
 //! A [`FifoCommand`] is two little-endian `u64` words, and each word carries the lap-parity
 //! valid bit (`fst` bit 31, `snd` bit 63): the device publishes a command with a release fence
-//! and then stores both words with no order between them (one PCIe write, not a write that must
-//! be acknowledged before the second may leave), and a reader takes the command only once both
-//! words show the bit of the current lap. Slots are never cleared: the bit a writer stores on lap
+//! and then one 16-byte store of both words, which PTX does not order between themselves, so a
+//! reader takes the command only once both words show the bit of the current lap. Slots are never cleared: the bit a writer stores on lap
 //! `L` (position `pos`, lap `pos / depth`) is `(L & 1) ^ 1`, so zeroed memory reads as empty on
 //! lap 0 and a stale word of the previous lap never looks valid.
 //!
@@ -60,7 +59,7 @@ device_enums! {
 }
 
 device_structs! {
-    /// One FIFO command: two words, `snd` written last (see the module docs for every bit).
+    /// One FIFO command: two words, each with the lap's valid bit (see the module docs for every bit).
     struct FifoCommand align(16) size(16) {
         /// Bits 0–30 size in bytes, 31 valid, bits 32–63 source offset.
         fst: u64 => "uint64_t",

@@ -152,7 +152,7 @@ static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, src) == 56, "rust: offset
 static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, packet_buffer) == 64, "rust: offsetof(MemoryChannelDeviceHandle, packet_buffer) == 64");
 static_assert(WEFT_OFFSETOF(MemoryChannelDeviceHandle, remote_packet_buffer) == 72, "rust: offsetof(MemoryChannelDeviceHandle, remote_packet_buffer) == 72");
 
-///  One FIFO command: two words, `snd` written last (see the module docs for every bit).
+///  One FIFO command: two words, each with the lap's valid bit (see the module docs for every bit).
 struct alignas(16) FifoCommand {
   uint64_t fst;  ///<  Bits 0–30 size in bytes, 31 valid, bits 32–63 source offset.
   uint64_t snd;  ///<  Bits 0–31 dst offset, 32–35 op, 36–45 connection, 46–53 src memory, 54–61 dst memory, 63 valid.

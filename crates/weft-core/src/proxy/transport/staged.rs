@@ -79,8 +79,10 @@ impl StagedDeviceMemory {
         Ok(Self { device: device.clone(), ptr, len, timeout, staging: Mutex::new(staging), _owner: owner })
     }
 
-    /// Copies `len` bytes in pieces of the staging buffer's size: `fill` runs before a piece's
-    /// copy (host → buffer), `drain` after it (buffer → host).
+    /// Copies `len` bytes at `offset` in pieces of the staging buffer's size, to the device
+    /// when `to_device`, else from it. `host(buffer, at, n)` moves bytes `[at, at + n)` of the
+    /// caller's slice between it and the staging buffer: before a piece's copy when writing
+    /// the device, after it when reading.
     fn pieces(
         &self,
         offset: usize,

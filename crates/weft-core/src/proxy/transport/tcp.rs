@@ -4,8 +4,9 @@
 //! **Sender.** [`Transport::submit`] checks the source range, takes flow-control credits and
 //! queues the operations; it never touches a socket. One sender thread per connection turns
 //! operations into frames (puts are cut into frames of at most `max_frame_payload` bytes, read
-//! from local memory as they are sent: device memory through [`super::staged`]), gives every frame the connection's next sequence number, and
-//! writes frames round-robin over the connection's sockets, so frames can arrive in any order.
+//! from local memory straight into each frame as it is sent: device memory through
+//! [`super::staged`]), gives every frame the connection's next sequence number, and writes
+//! frames round-robin over the connection's sockets, so frames can arrive in any order.
 //! At most `window_frames` frames are unacknowledged; an operation completes (its credits
 //! return) when the receiver has acknowledged its last frame.
 //!
