@@ -51,7 +51,9 @@ for step in "${steps[@]}"; do
            done
            WEFT_RANKS_PER_NODE=1 WEFT_EMU_NET_LATENCY_US=5 WEFT_EMU_NET_GBPS=25 timeout 120 "$weft" selftest --mode processes \
              --only port > "$dir/port-paced.txt" 2>&1
-           echo "port across virtual nodes (emulated NIC): rc=$? $(grep -h 'passed,' "$dir/port-paced.txt" | tail -1)" ;;
+           echo "port across virtual nodes (emulated NIC): rc=$? $(grep -h 'passed,' "$dir/port-paced.txt" | tail -1)"
+           WEFT_RANKS_PER_NODE=1 timeout 120 "$weft" selftest --mode processes --only port > "$dir/port-tcp.txt" 2>&1
+           echo "port across virtual nodes (TCP): rc=$? $(grep -h 'passed,' "$dir/port-tcp.txt" | tail -1)" ;;
     exec) for pair in allreduce:plan:ring_allreduce:ring allgather:plan:ring_allgather:hb; do
             IFS=: read -r c _ plan native <<< "$pair"
             var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"

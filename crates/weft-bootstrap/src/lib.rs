@@ -143,6 +143,13 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
 
     /// Receives the oldest message `peer` sent to this rank under `tag`.
     fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>, BootstrapError>;
+
+    /// The IP address at which ranks on other hosts reach this rank, when the bootstrap has one
+    /// (a socket bootstrap: the address its listener advertises); network transports listen
+    /// there. `None`: every rank runs in this process.
+    fn advertised_ip(&self) -> Option<std::net::IpAddr> {
+        None
+    }
 }
 
 /// Lets smart pointers to a bootstrap stand wherever a bootstrap is expected.
@@ -175,6 +182,10 @@ macro_rules! forward_bootstrap {
 
             fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>, BootstrapError> {
                 (**self).recv(peer, tag)
+            }
+
+            fn advertised_ip(&self) -> Option<std::net::IpAddr> {
+                (**self).advertised_ip()
             }
         }
     };

@@ -635,7 +635,10 @@ impl Collectives {
     /// most one rank puts into one packet slot under LL algorithm `a`: when it does not fit the
     /// slots, a size-based choice falls back to the collective's HB algorithm and a forced one
     /// is an error. So does a choice that does not support the type or operator, or a plan
-    /// with no version for this rank count.
+    /// with no version for this rank count. With peers in other nodes the choice is
+    /// [`Selector::across_nodes`]'s.
+    ///
+    /// [`Selector::across_nodes`]: crate::Selector::across_nodes
     fn choose(
         &self,
         collective: Collective,
@@ -645,6 +648,12 @@ impl Collectives {
         ll_payload: impl Fn(Algorithm) -> usize,
     ) -> Result<Algorithm, CollError> {
         let selector = &self.config.selector;
+        if let Some((peer, reason)) = self.resources.unreachable() {
+            return selector.across_nodes(collective, dtype, op).map_err(|detail| CollError::Unsupported {
+                rank: self.comm.rank(),
+                detail: format!("{detail}; rank {peer} is in another node: {reason}"),
+            });
+        }
         let algorithm = selector.select(collective, size as u64);
         let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes;
         let supported = algorithm.supports(dtype) && algorithm.supports_op(op);

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use weft_types::{DataType, ReduceOp};
+
 use crate::algorithm::{Algorithm, Collective};
 
 /// Most blocks of a `port_ring` launch. 8 pass every check on 4×H200 and 2×H200 machines;
@@ -95,6 +97,25 @@ impl Selector {
     /// Whether `collective`'s algorithm is forced (an override, not a size-based choice).
     pub fn forced(&self, collective: Collective) -> bool {
         self.force.contains_key(&collective)
+    }
+
+    /// The algorithm for a communicator whose kernels cannot map some peers (other hosts, or
+    /// other virtual nodes): only AllReduce `port_ring` reaches them (PortChannels through the
+    /// proxy), and only where it supports the type and operator and no other algorithm is
+    /// forced. The error says what is missing.
+    pub fn across_nodes(&self, collective: Collective, dtype: DataType, op: ReduceOp) -> Result<Algorithm, String> {
+        let ring = Algorithm::AllReducePortRing;
+        let forced = self.force.get(&collective).copied().filter(|&a| a != ring);
+        match forced {
+            _ if collective != Collective::AllReduce => {
+                Err(format!("{collective} has no algorithm across nodes (only AllReduce: port_ring)"))
+            }
+            Some(other) => Err(format!("{other} cannot reach peers of other nodes (port_ring can)")),
+            None if !(ring.supports(dtype) && ring.supports_op(op)) => {
+                Err(format!("{ring}, the algorithm across nodes, does not support {} with {}", dtype.name(), op.name()))
+            }
+            None => Ok(ring),
+        }
     }
 
     /// Makes `algorithm` the size rule of its collective at every size without forcing it:
@@ -283,6 +304,23 @@ impl CollConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn across_nodes_only_the_port_ring_allreduce_runs() {
+        let mut s = Selector::default();
+        let ring = Algorithm::AllReducePortRing;
+        assert_eq!(s.across_nodes(Collective::AllReduce, DataType::Bf16, ReduceOp::Sum), Ok(ring));
+        assert_eq!(s.across_nodes(Collective::AllReduce, DataType::F32, ReduceOp::Avg), Ok(ring));
+        let fp8 = s.across_nodes(Collective::AllReduce, DataType::F8E4M3, ReduceOp::Sum).unwrap_err();
+        assert!(fp8.contains("does not support"), "{fp8}");
+        let gather = s.across_nodes(Collective::AllGather, DataType::Bf16, ReduceOp::Sum).unwrap_err();
+        assert!(gather.contains("allgather has no algorithm across nodes"), "{gather}");
+        s.force(ring);
+        assert_eq!(s.across_nodes(Collective::AllReduce, DataType::Bf16, ReduceOp::Sum), Ok(ring));
+        s.force(Algorithm::AllReduceLl);
+        let forced = s.across_nodes(Collective::AllReduce, DataType::Bf16, ReduceOp::Sum).unwrap_err();
+        assert!(forced.contains("cannot reach peers of other nodes"), "{forced}");
+    }
 
     #[test]
     fn zero_copy_limits_default_to_the_measured_rule_and_read_the_environment() {

@@ -49,6 +49,8 @@ pub(crate) struct Resources {
     _flags: DeviceMemory,
     _channels: Vec<MemoryChannel>,
     _semaphores: Vec<Semaphore>,
+    /// The first peer no kernel can map (another host or virtual node), and why.
+    unreachable: Option<(usize, String)>,
 }
 
 impl Resources {
@@ -82,7 +84,13 @@ impl Resources {
         let mut channel_handles = vec![MemoryChannelDeviceHandle::default(); ranks];
         let mut semaphores = Vec::new();
         let mut semaphore_handles = vec![SemaphoreDeviceHandle::default(); ranks * blocks];
+        let mut unreachable = None;
         for peer in (0..ranks).filter(|&p| p != rank) {
+            // Peers of other nodes get no channel: only PortChannels (port_ring) reach them.
+            if let Err(reason) = comm.can_map(peer) {
+                unreachable.get_or_insert((peer, reason));
+                continue;
+            }
             let channel = comm.memory_channel(peer, &scratch, Some(&packets), MemoryChannelConfig::default())?;
             channel_handles[peer] = channel.device_handle();
             channels.push(channel);
@@ -125,7 +133,13 @@ impl Resources {
             _flags: flags,
             _channels: channels,
             _semaphores: semaphores,
+            unreachable,
         })
+    }
+
+    /// The first peer no kernel can map and why; `None`: every peer is in this node.
+    pub(crate) fn unreachable(&self) -> Option<&(usize, String)> {
+        self.unreachable.as_ref()
     }
 
     /// What every collective kernel receives. Its addresses stay valid while `self` lives.

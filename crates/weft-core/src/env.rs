@@ -8,10 +8,10 @@
 //! | `WEFT_CACHE_DIR` | folder of the NVRTC kernel cache | `$XDG_CACHE_HOME/weft` or `~/.cache/weft` |
 //! | `WEFT_CUDA_HOME` | CUDA installation searched first for NVRTC and headers (read by weft-gpu) | unset |
 //! | `WEFT_ALLOC` | device memory kind: `vmm`, `legacy` or `auto` | `auto` |
-//! | `WEFT_RANKS_PER_NODE` | split each host's ranks into virtual nodes of this many (in rank order); peers in other virtual nodes get no peer mappings, as if on another host | unset: one node per host |
+//! | `WEFT_RANKS_PER_NODE` | split each host's ranks into virtual nodes of this many (in rank order); peers in other virtual nodes get no peer mappings, as if on another host: PortChannels reach them over TCP, collectives run AllReduce `port_ring` only | unset: one node per host |
 //! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `ring`, `port_ring` (all-reduce; `port_ring` never by size), `p2p`, an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`) or `auto` (read by weft-coll) | `auto` |
 //! | `WEFT_PLAN_DIR` | folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it (weft-coll) | unset |
-//! | `WEFT_EMU_NET_LATENCY_US` | emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node, in microseconds | unset: no emulation |
+//! | `WEFT_EMU_NET_LATENCY_US` | emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node (which then goes through the copy engine, paced, instead of TCP), in microseconds | unset: no emulation |
 //! | `WEFT_EMU_NET_GBPS` | emulated NIC: bandwidth cap β per GPU in GB/s (10^9 bytes/s); setting either variable turns the emulation on | unset: uncapped |
 //! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count (weft-coll) | built-in |
 //! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |

@@ -46,7 +46,7 @@ pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
 pub use memory::{RegisteredMemory, RemoteMemory, UserRegistration};
 #[cfg(not(all(test, weft_loom)))]
-pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig};
+pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig, PortRoute};
 pub use semaphore::Semaphore;
 pub use topology::{PeerInfo, Topology};
 pub use weft_bootstrap::codec::CodecError;

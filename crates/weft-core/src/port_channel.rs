@@ -1,22 +1,31 @@
 //! PortChannels: kernels push puts, signals and flushes into their rank's FIFO
-//! (`device/include/weft/port_channel.cuh`), and this rank's [`PortProxy`] executes them with the
-//! copy-engine transport: `cuMemcpyDtoDAsync` into the peer's memory, then
-//! `cuStreamWriteValue64` of the peer's inbound token, on a stream per channel.
+//! (`device/include/weft/port_channel.cuh`), and this rank's [`PortProxy`] executes them with
+//! the transport that reaches the peer ([`PortRoute`]):
+//!
+//! - a peer in this (possibly virtual) node: the copy engine, `cuMemcpyDtoDAsync` into the
+//!   peer's memory, then `cuStreamWriteValue64` of the peer's inbound token, on a stream per
+//!   channel;
+//! - a peer in another virtual node of this host while `WEFT_EMU_NET_LATENCY_US` /
+//!   `WEFT_EMU_NET_GBPS` are set: the same copy engine, paced as the emulated NIC;
+//! - any other peer (another host, or another virtual node without emulation): TCP, the data
+//!   staged through pinned host memory on both sides and the peer's token stored by its
+//!   receiver after the data it covers.
 //!
 //! A [`PortProxy`] owns one FIFO (host-pinned ring, shared by every channel of the rank), the
-//! transport and the proxy threads. Memories are registered with it ([`PortProxy::register`]:
-//! their index is the `src_memory` of commands and what peers name as `dst_memory`).
-//! [`PortProxy::channel`] is pairwise: both ranks exchange the memory index and descriptor of
-//! their side and the token slot the other's proxy will store; each then maps the peer's memory
-//! for its proxy only (kernels get no pointer to it, so this works across virtual nodes) and
-//! opens a connection. A channel to a peer of another virtual node goes through the emulated NIC
-//! when `WEFT_EMU_NET_LATENCY_US` / `WEFT_EMU_NET_GBPS` are set.
+//! transports (one [`RoutedTransport`] in front of them, so one proxy serves every peer) and the
+//! proxy threads. Memories are registered with it ([`PortProxy::register`]: their index is the
+//! `src_memory` of commands and what peers name as `dst_memory`, the same in every transport's
+//! table). [`PortProxy::channel`] is pairwise: both ranks exchange the memory index and, for the
+//! copy engine, the descriptor of their side and the token slot the other's proxy will store
+//! (each maps the peer's memory for its proxy only: kernels get no pointer to it, so this works
+//! across virtual nodes), or for TCP their listening address and connection index.
 //!
-//! Lifetime: a [`PortChannel`] holds the proxy's shared state, so the FIFO, the transport, the
+//! Lifetime: a [`PortChannel`] holds the proxy's shared state, so the FIFO, the transports, the
 //! registered memories and the peer mappings live while a handle may be in use. Dropping the
 //! last owner (or [`PortProxy::shutdown`]) sets the FIFO's stop word (kernels pushing or waiting
 //! give up with `ProxyStopped`), joins the threads and waits (bounded) for the copy queues.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,8 +40,12 @@ use crate::fifo::{FifoReader, PinnedFifo};
 use crate::memory::RegisteredMemory;
 use crate::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, PeerLink};
 use crate::proxy::transport::cuda_queue::CudaCopyQueue;
-use crate::proxy::transport::{MAX_CONNECTIONS, Transport};
+use crate::proxy::transport::routed::RoutedTransport;
+use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, StagedDeviceMemory};
+use crate::proxy::transport::tcp::{TcpConfig, TcpTransport};
+use crate::proxy::transport::{ConnectionId, MAX_CONNECTIONS, MemoryTable, Transport};
 use crate::proxy::{ProxyConfig, ProxyService, ShutdownReport};
+use crate::topology::Topology;
 use crate::wire::{put_short_bytes, short_bytes};
 
 /// Options of a [`PortProxy`].
@@ -46,12 +59,104 @@ pub struct PortProxyConfig {
     pub max_in_flight: u64,
     /// Bound of device waits on the FIFO and the channels; `None`: `WEFT_TIMEOUT`.
     pub timeout: Option<Duration>,
+    /// Sockets per TCP channel (frames go round-robin over them).
+    pub tcp_streams: u16,
 }
 
 impl Default for PortProxyConfig {
     fn default() -> Self {
-        Self { fifo_depth: 1024, proxy: ProxyConfig::default(), max_in_flight: 512, timeout: None }
+        Self { fifo_depth: 1024, proxy: ProxyConfig::default(), max_in_flight: 512, timeout: None, tcp_streams: 2 }
     }
+}
+
+/// How a PortChannel reaches its peer (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortRoute {
+    /// The copy engine writes the peer's memory: a peer in this node.
+    CopyEngine,
+    /// The copy engine paced as the emulated NIC: a peer in another virtual node of this host
+    /// while the emulation is on.
+    EmulatedNic,
+    /// TCP through pinned host memory: a peer on another host, or in another virtual node
+    /// without the emulation.
+    Tcp,
+}
+
+impl PortRoute {
+    /// The route from this rank of `topology` to `peer`; `emulated`: the emulated NIC is on.
+    pub fn to(topology: &Topology, peer: usize, emulated: bool) -> Self {
+        if topology.same_node(peer) {
+            Self::CopyEngine
+        } else if emulated && topology.same_host(peer) {
+            Self::EmulatedNic
+        } else {
+            Self::Tcp
+        }
+    }
+
+    fn tag(self) -> u8 {
+        self as u8
+    }
+
+    fn from_tag(tag: u8) -> Option<Self> {
+        [Self::CopyEngine, Self::EmulatedNic, Self::Tcp].into_iter().find(|r| r.tag() == tag)
+    }
+}
+
+/// Index of each transport in the proxy's [`RoutedTransport`].
+const COPY_ENGINE: usize = 0;
+const TCP: usize = 1;
+
+/// The TCP side of a proxy: an endpoint listening for peers, with staged views of the
+/// registered memories (indices equal to their [`MemoryId`]s).
+struct TcpEndpoint {
+    transport: Arc<TcpTransport>,
+    /// What puts read: the registered memories, staged for reading.
+    sources: Arc<MemoryTable>,
+    /// Where peers' puts and signals land: the registered memories, staged for writing (its own
+    /// staging buffers, so sending and receiving do not queue behind each other), and tokens.
+    inbox: Arc<DeviceInbox>,
+}
+
+impl TcpEndpoint {
+    /// Listens at `ip` (any port) for `comm`'s peers.
+    fn bind(comm: &Communicator, ip: IpAddr, config: &PortProxyConfig, timeout: Duration) -> Result<Self, Error> {
+        let rank = comm.rank();
+        let sources = Arc::new(MemoryTable::new());
+        let inbox = Arc::new(
+            DeviceInbox::new(comm.device(), MemoryTable::new()).map_err(|source| Error::Gpu { rank, source })?,
+        );
+        let tcp = TcpConfig {
+            bind: SocketAddr::new(ip, 0),
+            streams: config.tcp_streams,
+            max_in_flight: config.max_in_flight,
+            timeout,
+            ..TcpConfig::default()
+        };
+        let transport = TcpTransport::bind(tcp, format!("rank {rank}"), sources.clone(), inbox.clone())
+            .map_err(|e| Error::InvalidArgument { rank, detail: format!("PortChannel TCP endpoint: {e}") })?;
+        Ok(Self { transport: Arc::new(transport), sources, inbox })
+    }
+}
+
+/// Where this rank's TCP endpoint listens, if any peer needs one: loopback when every such
+/// peer is on this host, else the address the bootstrap advertises.
+fn tcp_listen_ip(comm: &Communicator) -> Result<Option<IpAddr>, Error> {
+    let topology = comm.topology();
+    let emulated = comm.env().emulated_net.is_some();
+    let tcp_peers: Vec<usize> = (0..comm.world_size())
+        .filter(|&p| p != comm.rank() && PortRoute::to(topology, p, emulated) == PortRoute::Tcp)
+        .collect();
+    if tcp_peers.is_empty() {
+        return Ok(None);
+    }
+    if tcp_peers.iter().all(|&p| topology.same_host(p)) {
+        return Ok(Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    }
+    comm.bootstrap().advertised_ip().map(Some).ok_or_else(|| Error::InvalidArgument {
+        rank: comm.rank(),
+        detail: "peers on other hosts need a TCP address, and the bootstrap advertises none".into(),
+    })
 }
 
 struct Shared {
@@ -59,7 +164,11 @@ struct Shared {
     /// The FIFO's memory, which `fifo_handle` points into.
     _fifo: PinnedFifo,
     fifo_handle: FifoDeviceHandle,
-    transport: Arc<CopyEngineTransport<CudaCopyQueue>>,
+    copy_engine: Arc<CopyEngineTransport<CudaCopyQueue>>,
+    /// Present when some peer is reached over TCP.
+    tcp: Option<TcpEndpoint>,
+    /// Every connection's transport: what the proxy threads submit to.
+    routes: Arc<RoutedTransport>,
     service: Mutex<Option<ProxyService>>,
     memories: Mutex<Vec<RegisteredMemory>>,
     next_connection: AtomicU16,
@@ -75,12 +184,16 @@ impl Shared {
         // Copies already queued read and write registered memory: let them finish before the
         // memory can be freed (host side, not a proxy thread; bounded).
         let mut idle = Ok(());
-        self.transport.for_each_queue(|q| {
+        self.copy_engine.for_each_queue(|q| {
             if idle.is_ok() {
                 idle = q.stream().wait_idle(self.timeout, "a PortChannel copy queue at shutdown");
             }
         });
         idle.map_err(|source| Error::Gpu { rank, source })?;
+        // The TCP receivers are joined; token stores they queued write the communicator's pool.
+        if let Some(tcp) = &self.tcp {
+            tcp.inbox.drain(self.timeout).map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
+        }
         outcome.map_err(|e| Error::InvalidArgument { rank, detail: format!("PortChannel proxy: {e}") })
     }
 }
@@ -118,16 +231,19 @@ impl PortProxy {
         let mut wait = comm.wait_context(0, config.timeout);
         wait.peer = -1;
         let fifo_handle = fifo.device_handle(wait);
-        let ce = CopyEngineConfig {
-            max_in_flight: config.max_in_flight,
-            timeout: config.timeout.unwrap_or(comm.env().device_timeout),
-            link: comm.env().emulated_net,
-        };
-        let transport = Arc::new(CopyEngineTransport::new(ce).map_err(|e| invalid(e.to_string()))?);
+        let timeout = config.timeout.unwrap_or(comm.env().device_timeout);
+        let ce = CopyEngineConfig { max_in_flight: config.max_in_flight, timeout, link: comm.env().emulated_net };
+        let copy_engine = Arc::new(CopyEngineTransport::new(ce).map_err(|e| invalid(e.to_string()))?);
+        let tcp = tcp_listen_ip(comm)?.map(|ip| TcpEndpoint::bind(comm, ip, &config, timeout)).transpose()?;
+        let mut transports: Vec<Arc<dyn Transport>> = vec![copy_engine.clone()];
+        if let Some(tcp) = &tcp {
+            transports.push(tcp.transport.clone());
+        }
+        let routes = Arc::new(RoutedTransport::new(transports));
         let reader = FifoReader::new(fifo.clone()).map_err(|e| invalid(e.to_string()))?;
         let bus_id = comm.device().pci_bus_id().map_err(|source| Error::Gpu { rank, source })?;
         let service = ProxyService::builder(config.proxy.near_pci_device(&bus_id))
-            .transport(transport.clone())
+            .transport(routes.clone())
             .fifo(reader)
             .start()
             .map_err(|e| invalid(format!("cannot start the PortChannel proxy: {e}")))?;
@@ -136,11 +252,13 @@ impl PortProxy {
                 comm: comm.clone(),
                 _fifo: fifo,
                 fifo_handle,
-                transport,
+                copy_engine,
+                tcp,
+                routes,
                 service: Mutex::new(Some(service)),
                 memories: Mutex::new(Vec::new()),
                 next_connection: AtomicU16::new(0),
-                timeout: config.timeout.unwrap_or(comm.env().device_timeout),
+                timeout,
             }),
         })
     }
@@ -157,12 +275,40 @@ impl PortProxy {
                 ),
             });
         }
+        let invalid = |detail: String| Error::InvalidArgument { rank, detail };
         let mut memories = self.shared.memories.lock().unwrap_or_else(|p| p.into_inner());
+        // Everything that can fail for another reason than a full table is set up first, and
+        // every table holds as many memories as `memories`, so the indices stay equal.
+        let staged = match &self.shared.tcp {
+            Some(tcp) => {
+                let view = || {
+                    StagedDeviceMemory::new(
+                        self.shared.comm.device(),
+                        memory.ptr(),
+                        memory.len(),
+                        Arc::new(memory.clone()),
+                        DEFAULT_STAGING_BYTES,
+                        self.shared.timeout,
+                    )
+                    .map_err(|source| Error::Gpu { rank, source })
+                };
+                Some((tcp, view()?, view()?))
+            }
+            None => None,
+        };
+        let keep = Arc::new(memory.clone());
         let id = self
             .shared
-            .transport
-            .register_local(memory.ptr(), memory.len() as u64, Arc::new(memory.clone()))
-            .map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
+            .copy_engine
+            .register_local(memory.ptr(), memory.len() as u64, keep)
+            .map_err(|e| invalid(e.to_string()))?;
+        if let Some((tcp, read, write)) = staged {
+            let read = tcp.sources.register(Arc::new(read)).map_err(|e| invalid(e.to_string()))?;
+            let write = tcp.inbox.memories().register(Arc::new(write)).map_err(|e| invalid(e.to_string()))?;
+            if (read, write) != (id, id) {
+                return Err(invalid(format!("memory tables out of step: {id}, {read}, {write}")));
+            }
+        }
         memories.push(memory.clone());
         Ok(MemoryId(id))
     }
@@ -191,56 +337,74 @@ impl PortProxy {
         let comm = &self.shared.comm;
         let rank = comm.rank();
         let invalid = |detail: String| Error::InvalidArgument { rank, detail };
+        if peer >= comm.world_size() || peer == rank {
+            return Err(invalid(format!("peer {peer} (world of {}, self is {rank})", comm.world_size())));
+        }
+        let route = PortRoute::to(comm.topology(), peer, comm.env().emulated_net.is_some());
         let descriptor = {
             let memories = self.shared.memories.lock().unwrap_or_else(|p| p.into_inner());
             let memory = memories.get(usize::from(local.0)).ok_or_else(|| invalid(format!("no memory {}", local.0)))?;
             memory.descriptor().encode().map_err(|e| invalid(e.to_string()))?
         };
-        let (inbound_slot, inbound) = comm.claim_token()?;
-        let (_, expected) = comm.claim_token()?;
-        let pool = comm.token_pool().descriptor().encode().map_err(|e| invalid(e.to_string()))?;
-        let mut w = Writer::new();
-        w.put_u8(local.0);
-        put_short_bytes(&mut w, &descriptor).map_err(|e| invalid(e.to_string()))?;
-        w.put_u32(u32::try_from(inbound_slot).map_err(|_| invalid("token slot".into()))?);
-        put_short_bytes(&mut w, &pool).map_err(|e| invalid(e.to_string()))?;
-        let theirs = comm.exchange(peer, &w.into_inner())?;
-        let malformed = |source| ConnectError::Descriptor { rank, peer, source };
-        let mut r = Reader::new(&theirs);
-        let their_id = r.u8().map_err(malformed)?;
-        let their_memory = MemoryDescriptor::decode(short_bytes(&mut r).map_err(malformed)?).map_err(malformed)?;
-        let their_slot = u64::from(r.u32().map_err(malformed)?);
-        let their_pool = MemoryDescriptor::decode(short_bytes(&mut r).map_err(malformed)?).map_err(malformed)?;
-        r.finish().map_err(malformed)?;
-        if (their_slot + 1) * 8 > their_pool.len {
-            return Err(invalid(format!("peer {peer} sent token slot {their_slot} outside its pool")));
-        }
-        let remote = comm.import_for_proxy(peer, &their_memory)?;
-        let remote_pool = comm.import_for_proxy(peer, &their_pool)?;
-        let token = remote_pool.ptr() + 8 * their_slot;
         let connection = self.shared.next_connection.fetch_add(1, Ordering::Relaxed);
         if usize::from(connection) >= MAX_CONNECTIONS {
             return Err(invalid(format!("at most {MAX_CONNECTIONS} PortChannels per rank")));
         }
-        let gpu = |source| Error::Gpu { rank, source };
-        let queue = CudaCopyQueue::new(comm.device()).map_err(gpu)?;
-        // One store of the token's current value (0: only this connection writes it) at setup,
-        // so the stream's first use, and any lazy initialisation behind it, happens now rather
-        // than on a proxy thread while kernels run.
-        // SAFETY: `token` is the peer's 8-byte aligned token slot, mapped by `remote_pool`, which
-        // lives until the stream is idle (waited for just below).
-        unsafe { queue.stream().write_value64(token, 0) }.map_err(gpu)?;
-        queue.stream().wait_idle(self.shared.timeout, "the first store of a PortChannel's copy queue").map_err(gpu)?;
-        let paced = !comm.topology().same_node(peer) && comm.env().emulated_net.is_some();
-        let link = PeerLink {
-            peer: format!("rank {peer}"),
-            queue,
-            token,
-            remote: vec![(their_id, remote.ptr(), remote.len() as u64)],
-            keep: Arc::new((remote, remote_pool)),
-            paced,
-        };
-        self.shared.transport.connect(connection, link).map_err(|e| invalid(e.to_string()))?;
+        let (inbound_slot, inbound) = comm.claim_token()?;
+        let (_, expected) = comm.claim_token()?;
+        let mut w = Writer::new();
+        w.put_u8(route.tag());
+        w.put_u8(local.0);
+        match route {
+            PortRoute::CopyEngine | PortRoute::EmulatedNic => {
+                let pool = comm.token_pool().descriptor().encode().map_err(|e| invalid(e.to_string()))?;
+                put_short_bytes(&mut w, &descriptor).map_err(|e| invalid(e.to_string()))?;
+                w.put_u32(u32::try_from(inbound_slot).map_err(|_| invalid("token slot".into()))?);
+                put_short_bytes(&mut w, &pool).map_err(|e| invalid(e.to_string()))?;
+            }
+            PortRoute::Tcp => {
+                let tcp = self.tcp(route)?;
+                // Signals of the peer's connection land in this channel's inbound token.
+                let keep = Arc::new(comm.token_pool().clone());
+                tcp.inbox.set_token(connection, inbound, keep).map_err(|e| invalid(e.to_string()))?;
+                w.put_u16(connection);
+                w.put_addr(&tcp.transport.local_addr());
+            }
+        }
+        let theirs = comm.exchange(peer, &w.into_inner())?;
+        let malformed = |source| ConnectError::Descriptor { rank, peer, source };
+        let mut r = Reader::new(&theirs);
+        let their_route = r.u8().map_err(malformed)?;
+        if PortRoute::from_tag(their_route) != Some(route) {
+            return Err(invalid(format!(
+                "this rank reaches peer {peer} through {route:?}, the peer routes tag {their_route} \
+                 (WEFT_RANKS_PER_NODE and WEFT_EMU_NET_* must be the same on every rank)"
+            )));
+        }
+        let their_id = r.u8().map_err(malformed)?;
+        match route {
+            PortRoute::CopyEngine | PortRoute::EmulatedNic => {
+                let their_memory =
+                    MemoryDescriptor::decode(short_bytes(&mut r).map_err(malformed)?).map_err(malformed)?;
+                let their_slot = u64::from(r.u32().map_err(malformed)?);
+                let their_pool =
+                    MemoryDescriptor::decode(short_bytes(&mut r).map_err(malformed)?).map_err(malformed)?;
+                r.finish().map_err(malformed)?;
+                let target = CopyEngineTarget { memory: their_memory, slot: their_slot, pool: their_pool };
+                self.connect_copy_engine(peer, connection, their_id, target, route == PortRoute::EmulatedNic)?;
+            }
+            PortRoute::Tcp => {
+                let their_connection = r.u16().map_err(malformed)?;
+                let addr = r.addr().map_err(malformed)?;
+                r.finish().map_err(malformed)?;
+                let tcp = self.tcp(route)?;
+                tcp.transport
+                    .connect(connection, addr, their_connection, &format!("rank {peer}"))
+                    .map_err(|e| invalid(e.to_string()))?;
+            }
+        }
+        let transport = if route == PortRoute::Tcp { TCP } else { COPY_ENGINE };
+        self.shared.routes.route(connection, transport).map_err(|e| invalid(e.to_string()))?;
         let semaphore =
             SemaphoreDeviceHandle { inbound, remote_inbound: 0, expected, wait: comm.wait_context(peer, timeout) };
         let handle = PortChannelDeviceHandle {
@@ -251,22 +415,75 @@ impl PortProxy {
             dst_memory: u32::from(their_id),
             reserved: 0,
         };
-        Ok(PortChannel { peer, paced, handle, _proxy: self.shared.clone() })
+        Ok(PortChannel { peer, route, handle, _proxy: self.shared.clone() })
     }
+
+    /// The TCP endpoint, which exists whenever some peer's route is TCP.
+    fn tcp(&self, route: PortRoute) -> Result<&TcpEndpoint, Error> {
+        self.shared.tcp.as_ref().ok_or_else(|| Error::InvalidArgument {
+            rank: self.shared.comm.rank(),
+            detail: format!("no TCP endpoint for a {route:?} channel"),
+        })
+    }
+
+    /// Maps the peer's memory and token for this proxy's copy engine and opens `connection`.
+    fn connect_copy_engine(
+        &self,
+        peer: usize,
+        connection: ConnectionId,
+        their_id: u8,
+        target: CopyEngineTarget,
+        paced: bool,
+    ) -> Result<(), Error> {
+        let comm = &self.shared.comm;
+        let rank = comm.rank();
+        let invalid = |detail: String| Error::InvalidArgument { rank, detail };
+        if (target.slot + 1) * 8 > target.pool.len {
+            return Err(invalid(format!("peer {peer} sent token slot {} outside its pool", target.slot)));
+        }
+        let remote = comm.import_for_proxy(peer, &target.memory)?;
+        let remote_pool = comm.import_for_proxy(peer, &target.pool)?;
+        let token = remote_pool.ptr() + 8 * target.slot;
+        let gpu = |source| Error::Gpu { rank, source };
+        let queue = CudaCopyQueue::new(comm.device()).map_err(gpu)?;
+        // One store of the token's current value (0: only this connection writes it) at setup,
+        // so the stream's first use, and any lazy initialisation behind it, happens now rather
+        // than on a proxy thread while kernels run.
+        // SAFETY: `token` is the peer's 8-byte aligned token slot, mapped by `remote_pool`, which
+        // lives until the stream is idle (waited for just below).
+        unsafe { queue.stream().write_value64(token, 0) }.map_err(gpu)?;
+        queue.stream().wait_idle(self.shared.timeout, "the first store of a PortChannel's copy queue").map_err(gpu)?;
+        let link = PeerLink {
+            peer: format!("rank {peer}"),
+            queue,
+            token,
+            remote: vec![(their_id, remote.ptr(), remote.len() as u64)],
+            keep: Arc::new((remote, remote_pool)),
+            paced,
+        };
+        self.shared.copy_engine.connect(connection, link).map_err(|e| invalid(e.to_string()))
+    }
+}
+
+/// What a peer's copy-engine channel writes: its memory, and its token slot in its pool.
+struct CopyEngineTarget {
+    memory: MemoryDescriptor,
+    slot: u64,
+    pool: MemoryDescriptor,
 }
 
 /// A PortChannel to one peer. Holding it keeps the proxy, its FIFO and the memories alive.
 #[derive(Clone)]
 pub struct PortChannel {
     peer: usize,
-    paced: bool,
+    route: PortRoute,
     handle: PortChannelDeviceHandle,
     _proxy: Arc<Shared>,
 }
 
 impl std::fmt::Debug for PortChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PortChannel").field("peer", &self.peer).field("paced", &self.paced).finish()
+        f.debug_struct("PortChannel").field("peer", &self.peer).field("route", &self.route).finish()
     }
 }
 
@@ -276,9 +493,9 @@ impl PortChannel {
         self.peer
     }
 
-    /// Whether the channel goes through the emulated NIC.
-    pub fn paced(&self) -> bool {
-        self.paced
+    /// How the channel reaches its peer.
+    pub fn route(&self) -> PortRoute {
+        self.route
     }
 
     /// Plain handle for kernels; valid while `self` lives.
@@ -289,6 +506,31 @@ impl PortChannel {
     /// Operations the proxy completed on this channel (puts and signals applied at the peer).
     pub fn completed(&self) -> Result<u64, String> {
         let connection = u16::try_from(self.handle.connection).map_err(|e| e.to_string())?;
-        self._proxy.transport.completed(connection).map_err(|e| e.to_string())
+        self._proxy.routes.completed(connection).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on failure
+mod tests {
+    use super::*;
+    use crate::topology::test_peer;
+
+    #[test]
+    fn peers_of_other_nodes_go_over_tcp_unless_the_nic_is_emulated_on_one_host() {
+        // Host 1 holds ranks 0-3 (virtual nodes {0, 1} and {2, 3}), host 2 holds rank 4.
+        let peers = (0..5).map(|r| test_peer(r, if r < 4 { 1 } else { 2 }, r as u64, &format!("gpu{r}"))).collect();
+        let t = Topology::new(0, peers).unwrap();
+        let routes = |t: &Topology, emulated| (1..5).map(|p| PortRoute::to(t, p, emulated)).collect::<Vec<_>>();
+        use PortRoute::{CopyEngine as Ce, EmulatedNic as Emu, Tcp};
+        assert_eq!(routes(&t, false), [Ce, Ce, Ce, Tcp]);
+        assert_eq!(routes(&t, true), [Ce, Ce, Ce, Tcp]);
+        let v = t.with_ranks_per_node(Some(2));
+        assert_eq!(routes(&v, false), [Ce, Tcp, Tcp, Tcp]);
+        assert_eq!(routes(&v, true), [Ce, Emu, Emu, Tcp]);
+        for r in [Ce, Emu, Tcp] {
+            assert_eq!(PortRoute::from_tag(r.tag()), Some(r));
+        }
+        assert_eq!(PortRoute::from_tag(3), None);
     }
 }

@@ -161,18 +161,21 @@ fn node_ids(peers: &[PeerInfo], ranks_per_node: Option<usize>) -> Vec<usize> {
         .collect()
 }
 
+/// Test aid: rank `rank` on GPU `bus` of host `host`, in process `pid`.
+#[cfg(test)]
+pub(crate) fn test_peer(rank: usize, host: u64, pid: u64, bus: &str) -> PeerInfo {
+    PeerInfo {
+        rank,
+        device_ordinal: rank,
+        pci_bus_id: bus.into(),
+        identity: ProcessIdentity { host_hash: host, pid_hash: pid },
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_peer as info;
     use super::*;
-
-    fn info(rank: usize, host: u64, pid: u64, bus: &str) -> PeerInfo {
-        PeerInfo {
-            rank,
-            device_ordinal: rank,
-            pci_bus_id: bus.into(),
-            identity: ProcessIdentity { host_hash: host, pid_hash: pid },
-        }
-    }
 
     #[test]
     fn peer_info_round_trips_and_rejects_other_versions() {

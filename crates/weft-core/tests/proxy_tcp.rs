@@ -46,9 +46,9 @@ struct Pair {
 fn pair(config: TcpConfig, len: usize, connections: u16) -> Pair {
     let src = Arc::new(HostMemory::new(len));
     let dst = Arc::new(HostMemory::new(len));
-    let mut src_table = MemoryTable::new();
+    let src_table = MemoryTable::new();
     src_table.register(src.clone()).unwrap();
-    let mut dst_table = MemoryTable::new();
+    let dst_table = MemoryTable::new();
     dst_table.register(dst.clone()).unwrap();
     let inbox = Arc::new(HostInbox::new(dst_table));
     let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone()).unwrap();
@@ -222,7 +222,7 @@ fn sender_to_a_silent_peer(timeout: Duration) -> (TcpTransport, std::net::TcpStr
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap();
     let keep = std::thread::spawn(move || silent.accept().map(|(s, _)| s));
-    let mut table = MemoryTable::new();
+    let table = MemoryTable::new();
     table.register(Arc::new(HostMemory::new(4096))).unwrap();
     let config = TcpConfig { timeout, ..TcpConfig::default() };
     let t =
@@ -375,9 +375,9 @@ fn the_receiver_refuses_writes_outside_its_memory_and_the_sender_reports_it() {
     within(30, || {
         // Destination memory of 1024 bytes, source of 4096: the put fits the source only.
         let src = Arc::new(HostMemory::new(4096));
-        let mut src_table = MemoryTable::new();
+        let src_table = MemoryTable::new();
         src_table.register(src).unwrap();
-        let mut dst_table = MemoryTable::new();
+        let dst_table = MemoryTable::new();
         dst_table.register(Arc::new(HostMemory::new(1024))).unwrap();
         let receiver = TcpTransport::bind(
             TcpConfig::default(),
@@ -427,7 +427,7 @@ fn a_source_memory_that_fails_fails_the_connection_with_its_reason() {
         let config = TcpConfig { timeout: Duration::from_secs(5), ..TcpConfig::default() };
         let inbox = Arc::new(HostInbox::new(MemoryTable::new()));
         let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox).unwrap();
-        let mut table = MemoryTable::new();
+        let table = MemoryTable::new();
         table.register(Arc::new(Failing)).unwrap();
         let sender =
             TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))

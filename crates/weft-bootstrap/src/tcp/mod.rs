@@ -539,6 +539,10 @@ impl Bootstrap for TcpBootstrap {
         self.shared.rank
     }
 
+    fn advertised_ip(&self) -> Option<std::net::IpAddr> {
+        Some(self.listen.ip())
+    }
+
     fn world_size(&self) -> usize {
         self.shared.world_size
     }

@@ -57,7 +57,7 @@ pub(crate) fn run(
             status.write(0, 0u32).map_err(gpu)?;
             let mut args = KernelArgs::new();
             args.push(ch.device_handle()).push(CHUNK).push(CHUNKS).push(bytes as u32).push(status.device_ptr());
-            let name = format!("{label}port channel put/signal/wait/flush {rank}<->{partner} (paced: {})", ch.paced());
+            let name = format!("{label}port channel put/signal/wait/flush {rank}<->{partner} ({:?})", ch.route());
             // SAFETY: the arguments match weft_port_exchange; the channel, buffer and status word
             // live until the stream is idle below.
             let launched =

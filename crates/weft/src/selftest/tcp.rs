@@ -80,9 +80,9 @@ impl Loopback {
         let staged = |memory: &Arc<DeviceMemory>| {
             StagedDeviceMemory::new(device, memory.ptr(), len, memory.clone(), staging, timeout).map_err(|e| text(&e))
         };
-        let mut sources = MemoryTable::new();
+        let sources = MemoryTable::new();
         sources.register(Arc::new(staged(&src)?)).map_err(|e| text(&e))?;
-        let mut destinations = MemoryTable::new();
+        let destinations = MemoryTable::new();
         destinations.register(Arc::new(staged(&dst)?)).map_err(|e| text(&e))?;
         let inbox = Arc::new(DeviceInbox::new(device, destinations).map_err(|e| text(&e))?);
         inbox.set_token(0, token.ptr(), token.clone()).map_err(|e| text(&e))?;
@@ -126,9 +126,9 @@ fn host_bandwidth(timeout: Duration) -> Result<f64, String> {
     let dst = Arc::new(HostMemory::new(TIMED));
     let data: Vec<u8> = (0..TIMED).map(|i| byte(7, i)).collect();
     src.write(0, &data).map_err(|e| text(&e))?;
-    let mut sources = MemoryTable::new();
+    let sources = MemoryTable::new();
     sources.register(src).map_err(|e| text(&e))?;
-    let mut destinations = MemoryTable::new();
+    let destinations = MemoryTable::new();
     destinations.register(dst.clone()).map_err(|e| text(&e))?;
     let (sender, _receiver) = connect(sources, Arc::new(HostInbox::new(destinations)), 1 << 20, timeout)?;
     let gbps = best_put_gbps(&sender, timeout, || Ok(()))?;

@@ -33,13 +33,14 @@ pub mod frame;
 #[cfg(feature = "ib")]
 pub mod ib;
 pub mod pacing;
+pub mod routed;
 pub mod sim;
 pub mod staged;
 pub mod tcp;
 
 use std::fmt;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Index of a connection within one proxy (fits the command's 10-bit field).
@@ -139,11 +140,24 @@ pub(crate) fn check_range(index: u8, offset: u64, len: u64, size: u64) -> Result
     }
 }
 
-/// Memories addressed by the 8-bit indices of FIFO commands.
-#[derive(Debug, Default)]
+/// Memories addressed by the 8-bit indices of FIFO commands. Registration takes `&self`, so a
+/// table shared with running transports grows while they read it (a proxy registers memories
+/// after its transports started); an index, once handed out, names the same memory for good.
+#[derive(Debug)]
 pub struct MemoryTable {
-    entries: Vec<std::sync::Arc<dyn Memory>>,
+    entries: Box<[OnceLock<Arc<dyn Memory>>]>,
+    /// Entries handed out; only `register` writes it.
+    len: Mutex<usize>,
 }
+
+impl Default for MemoryTable {
+    fn default() -> Self {
+        Self { entries: (0..MAX_MEMORIES).map(|_| OnceLock::new()).collect(), len: Mutex::new(0) }
+    }
+}
+
+/// Entries of a [`MemoryTable`] (the commands' 8-bit memory fields).
+pub const MAX_MEMORIES: usize = 256;
 
 impl MemoryTable {
     /// An empty table.
@@ -152,15 +166,18 @@ impl MemoryTable {
     }
 
     /// Registers `memory` and returns its index.
-    pub fn register(&mut self, memory: std::sync::Arc<dyn Memory>) -> Result<u8, MemoryError> {
-        let index = u8::try_from(self.entries.len()).map_err(|_| MemoryError::TableFull)?;
-        self.entries.push(memory);
+    pub fn register(&self, memory: Arc<dyn Memory>) -> Result<u8, MemoryError> {
+        let mut len = self.len.lock().unwrap_or_else(|p| p.into_inner());
+        let index = u8::try_from(*len).map_err(|_| MemoryError::TableFull)?;
+        // Only this call, under the lock, sets entry `len`: it is still empty.
+        let _ = self.entries[*len].set(memory);
+        *len += 1;
         Ok(index)
     }
 
     /// Memory `index` if `[offset, offset + len)` lies inside it, with the offset as a usize.
     pub fn checked(&self, index: u8, offset: u64, len: u64) -> Result<(&dyn Memory, usize), MemoryError> {
-        let memory = self.entries.get(usize::from(index)).ok_or(MemoryError::UnknownMemory { index })?;
+        let memory = self.entries[usize::from(index)].get().ok_or(MemoryError::UnknownMemory { index })?;
         let size = memory.len();
         check_range(index, offset, len, size as u64)?;
         // Inside a memory of `size: usize` bytes, so the offset fits a usize.
@@ -377,11 +394,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
 #[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn memory_table_checks_bounds_and_indices() {
-        let mut table = MemoryTable::new();
+        let table = MemoryTable::new();
         assert_eq!(table.register(Arc::new(HostMemory::new(16))).unwrap(), 0);
         assert!(table.checked(0, 8, 8).is_ok());
         assert!(matches!(table.checked(0, 9, 8), Err(MemoryError::OutOfBounds { .. })));
@@ -395,7 +411,7 @@ mod tests {
 
     #[test]
     fn host_inbox_writes_and_signals() {
-        let mut table = MemoryTable::new();
+        let table = MemoryTable::new();
         let mem = Arc::new(HostMemory::new(8));
         table.register(mem.clone()).unwrap();
         let inbox = HostInbox::new(table);
