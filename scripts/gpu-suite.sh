@@ -53,7 +53,16 @@ for step in "${steps[@]}"; do
              --only port > "$dir/port-paced.txt" 2>&1
            echo "port across virtual nodes (emulated NIC): rc=$? $(grep -h 'passed,' "$dir/port-paced.txt" | tail -1)"
            WEFT_RANKS_PER_NODE=1 timeout 120 "$weft" selftest --mode processes --only port > "$dir/port-tcp.txt" 2>&1
-           echo "port across virtual nodes (TCP): rc=$? $(grep -h 'passed,' "$dir/port-tcp.txt" | tail -1)" ;;
+           echo "port across virtual nodes (TCP): rc=$? $(grep -h 'passed,' "$dir/port-tcp.txt" | tail -1)"
+           # AllReduce across 2 virtual nodes: over TCP against NCCL on its socket transport, and
+           # over the emulated NIC (alpha 5 us, beta 25 GB/s) next to the alpha-beta model.
+           half=$(( $(nvidia-smi -L | wc -l) / 2 ))
+           WEFT_RANKS_PER_NODE=$half NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket timeout 300 "$weft" bench allreduce \
+             -b 1K -e 64M -f 4 --check --nccl --json "$dir/vnode-tcp.json" > "$dir/vnode-tcp.txt" 2>&1
+           echo "allreduce, 2 virtual nodes over TCP vs NCCL socket: rc=$?"; tail -4 "$dir/vnode-tcp.txt"
+           WEFT_RANKS_PER_NODE=$half WEFT_EMU_NET_LATENCY_US=5 WEFT_EMU_NET_GBPS=25 timeout 300 "$weft" bench allreduce \
+             -b 1K -e 64M -f 4 --check --json "$dir/vnode-emu.json" > "$dir/vnode-emu.txt" 2>&1
+           echo "allreduce, 2 virtual nodes over the emulated NIC: rc=$?"; grep -A12 'alpha-beta\|α-β' "$dir/vnode-emu.txt" ;;
     exec) for pair in allreduce:plan:ring_allreduce:ring allgather:plan:ring_allgather:hb; do
             IFS=: read -r c _ plan native <<< "$pair"
             var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"

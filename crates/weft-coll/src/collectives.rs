@@ -166,6 +166,17 @@ impl Collectives {
         self.config.selector = selector;
     }
 
+    /// The α-β model's time in µs of a call of `algorithm` on `bytes` over the emulated NIC:
+    /// only for `port_ring` on a communicator that spans nodes with `WEFT_EMU_NET_*` set (see
+    /// [`crate::port_ring_alpha_beta_us`]); `None` otherwise.
+    pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
+        let link = self.comm.env().emulated_net?;
+        let spans_nodes = self.resources.unreachable().is_some();
+        (algorithm == Algorithm::AllReducePortRing && spans_nodes).then(|| {
+            crate::port_ring_alpha_beta_us(bytes as u64, self.ranks(), self.resources.context().chunk_bytes, &link)
+        })
+    }
+
     /// The communicator.
     pub fn communicator(&self) -> &Communicator {
         &self.comm

@@ -11,6 +11,7 @@
 //!
 //! The geometry helpers mirror the kernel and are what the CPU tests check.
 
+use weft_core::proxy::transport::pacing::LinkModel;
 use weft_core::{Communicator, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory};
 use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr};
 use weft_types::PortChannelDeviceHandle;
@@ -92,6 +93,27 @@ pub(crate) fn edges(rank: usize, ranks: usize) -> Vec<(usize, usize, bool)> {
         .collect()
 }
 
+/// The α-β model's time, in µs, of a `port_ring` AllReduce of `bytes` on `ranks` ranks whose
+/// ring crosses `link` between nodes (the emulated NIC). The kernel works in rounds of at most
+/// `chunk_bytes`; a round is 2(n − 1) steps, and in each step every rank sends one shard of
+/// the round (round / n) to its successor, all edges at once, so a step lasts as long as a
+/// crossing edge takes to deliver a shard: `α + shard / β` (the blocks' pieces of the shard
+/// share the link, which the pacer serialises).
+pub fn alpha_beta_us(bytes: u64, ranks: usize, chunk_bytes: u64, link: &LinkModel) -> f64 {
+    if ranks < 2 || bytes == 0 || chunk_bytes == 0 {
+        return 0.0;
+    }
+    let steps = 2 * (ranks as u64 - 1);
+    let mut total = std::time::Duration::ZERO;
+    let mut first = 0;
+    while first < bytes {
+        let round = chunk_bytes.min(bytes - first);
+        total += link.message_time(round.div_ceil(ranks as u64)) * steps as u32;
+        first += round;
+    }
+    total.as_secs_f64() * 1e6
+}
+
 /// The proxy, scratch and channels of `port_ring` (see the module docs).
 pub(crate) struct PortRing {
     blocks: u32,
@@ -170,6 +192,19 @@ impl PortRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_alpha_beta_model_counts_steps_rounds_and_shards() {
+        // α = 5 µs, β = 25 GB/s: 4 ranks, 1 MB in one round: 6 steps of 5 µs + 250 KB / 25 GB/s.
+        let link = LinkModel::new(5.0, Some(25.0));
+        let us = alpha_beta_us(1_000_000, 4, 32 << 20, &link);
+        assert!((us - 6.0 * (5.0 + 10.0)).abs() < 1e-3, "{us}");
+        // Two rounds of 1 MB and 0.5 MB.
+        let us = alpha_beta_us(1_500_000, 4, 1_000_000, &link);
+        assert!((us - 6.0 * (5.0 + 10.0) - 6.0 * (5.0 + 5.0)).abs() < 1e-3, "{us}");
+        assert_eq!(alpha_beta_us(1 << 20, 1, 1 << 20, &link), 0.0);
+        assert_eq!(alpha_beta_us(0, 4, 1 << 20, &link), 0.0);
+    }
 
     /// The kernel's `Shards` for `blocks` blocks: block b's range of shard d.
     fn block_range(bytes: u64, capacity: u64, n: u64, blocks: u64, d: u64, b: u64) -> (u64, u64, u64) {

@@ -268,7 +268,7 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
             // call waits for the stream before the buffers can go; every rank runs the same items.
             let run = || unsafe { call.weft(coll, send, recv) };
             // The algorithm that actually ran: an LL one beyond its slot falls back to HB.
-            if run()? == algorithm.name() {
+            if run()? == algorithm {
                 let us = me.time(true, shape.bytes, &|| run().map(|_| ()))?;
                 samples.push(Sample {
                     hb_blocks: blocks,

@@ -71,6 +71,9 @@ pub struct Row {
     /// Microseconds per call of the `versus` algorithm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus_us: Option<f64>,
+    /// The α-β model's microseconds per call, when the call crosses the emulated NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_us: Option<f64>,
     /// Elements of weft's outputs that differ from the reference (all checked trials).
     pub wrong: u64,
     /// The same for NCCL's outputs, when checked (`--check --nccl`): a nonzero count means the

@@ -107,6 +107,9 @@ pub(super) fn print_table(options: &BenchOptions, lines: &[Line]) {
     if let Some(versus) = &options.versus {
         print_versus(versus, lines);
     }
+    if lines.iter().any(|l| l.row.model_us.is_some()) {
+        print_model(lines);
+    }
     if options.check {
         let wrong: u64 = lines.iter().map(|l| l.row.wrong).sum();
         let identical = lines.iter().all(|l| l.row.identical);
@@ -138,6 +141,16 @@ fn print_versus(versus: &str, lines: &[Line]) {
             r.weft_us - v,
             (ratio - 1.0) * 100.0
         );
+    }
+}
+
+/// Prints the measured time next to the α-β model of the emulated NIC the calls crossed.
+fn print_model(lines: &[Line]) {
+    println!("# against the α-β model of the emulated NIC (WEFT_EMU_NET_LATENCY_US, WEFT_EMU_NET_GBPS)");
+    println!("{:>12} {:>10} {:>10} {:>11}", "size", "weft us", "model us", "weft/model");
+    for l in lines {
+        let Some(model) = l.row.model_us else { continue };
+        println!("{:>12} {:>10.2} {:>10.2} {:>11.2}", l.row.bytes, l.row.weft_us, model, l.row.weft_us / model);
     }
 }
 

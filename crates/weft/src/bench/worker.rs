@@ -127,7 +127,7 @@ impl Call<'_> {
         ((self.rank + 1) % self.ranks, (self.rank + self.ranks - 1) % self.ranks)
     }
 
-    /// weft's call; returns the name of the algorithm it ran.
+    /// weft's call; returns the algorithm it ran.
     ///
     /// # Safety
     /// `send` and `recv` must be this rank's buffers (or the collective's in-place layout inside
@@ -138,7 +138,7 @@ impl Call<'_> {
         coll: &Collectives,
         send: DevicePtr,
         recv: DevicePtr,
-    ) -> Result<&'static str, BoxError> {
+    ) -> Result<Algorithm, BoxError> {
         let Call { shape: Shape { count, .. }, dtype, op, stream, .. } = *self;
         let ((next, prev), root) = (self.neighbours(), ROOT as usize);
         let p2p = [
@@ -157,7 +157,7 @@ impl Call<'_> {
                 Collective::SendRecv => coll.send_recv(&p2p, stream),
             }
         }?;
-        Ok(algorithm.name())
+        Ok(algorithm)
     }
 
     /// NCCL's call (AllToAll and SendRecv as groups of sends and receives, as nccl-tests).
@@ -365,7 +365,9 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
                 }
             }
             // SAFETY: as for `weft_run`.
-            row.algorithm = unsafe { call.weft(&coll, send, recv) }?.to_string();
+            let algorithm = unsafe { call.weft(&coll, send, recv) }?;
+            row.algorithm = algorithm.name().to_string();
+            row.model_us = coll.emulated_nic_model_us(algorithm, shape.bytes);
             me.idle()?;
             let before = coll.path_counts().zero_copy;
             row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(send, recv))?;
