@@ -51,6 +51,66 @@ pub(crate) fn run(comm: &Communicator, library: &KernelLibrary, label: &str, rep
         Ok(gbps) => report.metric("TCP loopback put, 64 MiB host -> host (same settings)", gbps, "GB/s"),
         Err(e) => report.record(format!("{label}TCP transport: a timed 64 MiB put between host memories"), Err(e)),
     }
+    match latencies(comm) {
+        Ok(rows) => {
+            for (len, device_us, host_us) in rows {
+                let what = format!("TCP loopback put + signal of {len} B, applied and acknowledged");
+                report.metric(format!("{what}, device -> device"), device_us, "us");
+                report.metric(format!("{what}, host -> host"), host_us, "us");
+            }
+        }
+        Err(e) => report.record(format!("{label}TCP transport: timed small puts"), Err(e)),
+    }
+}
+
+/// Sizes of the timed small puts.
+const LATENCY_SIZES: [u64; 3] = [8, 1 << 10, 64 << 10];
+/// Timed round trips per size (the median is reported).
+const LATENCY_ROUNDS: usize = 200;
+
+/// Round trips of a put and its signal, from submission until the sender sees both applied
+/// (the receiver's staged write done, its acknowledgement back): `(bytes, device µs, host µs)`,
+/// medians, between device memories and between host memories.
+fn latencies(comm: &Communicator) -> Result<Vec<(u64, f64, f64)>, String> {
+    let timeout = comm.env().device_timeout;
+    let device = Loopback::new(comm, 1 << 20, staged_default(), 1 << 20)?;
+    let sources = MemoryTable::new();
+    sources.register(Arc::new(HostMemory::new(1 << 20))).map_err(|e| text(&e))?;
+    let destinations = MemoryTable::new();
+    destinations.register(Arc::new(HostMemory::new(1 << 20))).map_err(|e| text(&e))?;
+    let (host, _receiver) = connect(sources, Arc::new(HostInbox::new(destinations)), 1 << 20, timeout)?;
+    let mut done = (0, 0);
+    let mut rows = Vec::new();
+    for len in LATENCY_SIZES {
+        let device_us = median_round_trip_us(&device.sender, len, &mut done.0, timeout)?;
+        let host_us = median_round_trip_us(&host, len, &mut done.1, timeout)?;
+        rows.push((len, device_us, host_us));
+    }
+    device.finish(timeout + Duration::from_secs(30))?;
+    Ok(rows)
+}
+
+/// The median of [`LATENCY_ROUNDS`] round trips of a `len`-byte put and a signal on
+/// connection 0 of `sender`, whose first `done` operations are applied already (updated).
+fn median_round_trip_us(sender: &TcpTransport, len: u64, done: &mut u64, timeout: Duration) -> Result<f64, String> {
+    let ops = [Op::Put { src_memory: 0, src_offset: 0, dst_memory: 0, dst_offset: 0, len }, Op::Signal];
+    let mut times = Vec::with_capacity(LATENCY_ROUNDS);
+    for _ in 0..LATENCY_ROUNDS {
+        let start = Instant::now();
+        if sender.submit(0, &ops).map_err(|e| e.to_string())? == Submitted::Full {
+            return Err("the connection was full with nothing in flight".into());
+        }
+        *done += 2;
+        while sender.completed(0).map_err(|e| e.to_string())? < *done {
+            if start.elapsed() > timeout {
+                return Err(format!("a put of {len} B was not applied within {timeout:?}"));
+            }
+            std::hint::spin_loop();
+        }
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 fn text(e: &dyn std::fmt::Display) -> String {

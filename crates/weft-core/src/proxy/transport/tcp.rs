@@ -366,13 +366,22 @@ impl OutConn {
     }
 
     fn fail(&self, shared: &Shared, error: TransportError) {
+        // A peer that closes an idle connection is shutting down (ranks stop at different
+        // times); it is an error only for the operations that follow. (The state lock is taken
+        // and released before the failure lock: the sender takes them in that order.)
+        let idle = {
+            let state = lock(&self.state);
+            state.sent == state.acked && state.queue.is_empty()
+        };
         {
             let mut failure = lock(&self.failure);
             if failure.is_some() {
                 return;
             }
-            if !shared.closing() {
-                tracing::warn!(connection = self.id, "{error}");
+            match (shared.closing(), idle) {
+                (true, _) => {}
+                (false, true) => tracing::debug!(connection = self.id, "{error}"),
+                (false, false) => tracing::warn!(connection = self.id, "{error}"),
             }
             *failure = Some(error);
         }
