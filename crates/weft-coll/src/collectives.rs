@@ -167,12 +167,15 @@ impl Collectives {
     }
 
     /// The α-β model's time in µs of a call of `algorithm` on `bytes` over the emulated NIC:
-    /// only for `port_ring` on a communicator that spans nodes with `WEFT_EMU_NET_*` set (see
-    /// [`crate::port_ring_alpha_beta_us`]); `None` otherwise.
+    /// only for `port_ring` on a communicator of one host split into virtual nodes with
+    /// `WEFT_EMU_NET_*` set (see [`crate::port_ring_alpha_beta_us`]); `None` otherwise (peers
+    /// on other hosts go over TCP, which the model does not describe).
     pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
         let link = self.comm.env().emulated_net?;
+        let topology = self.comm.topology();
         let spans_nodes = self.resources.unreachable().is_some();
-        (algorithm == Algorithm::AllReducePortRing && spans_nodes).then(|| {
+        let one_host = (0..self.ranks()).all(|p| topology.same_host(p));
+        (algorithm == Algorithm::AllReducePortRing && spans_nodes && one_host).then(|| {
             crate::port_ring_alpha_beta_us(bytes as u64, self.ranks(), self.resources.context().chunk_bytes, &link)
         })
     }

@@ -49,7 +49,7 @@ pub(crate) struct Resources {
     _flags: DeviceMemory,
     _channels: Vec<MemoryChannel>,
     _semaphores: Vec<Semaphore>,
-    /// The first peer no kernel can map (another host or virtual node), and why.
+    /// The first peer of another node (host or virtual node), which no kernel maps, and why.
     unreachable: Option<(usize, String)>,
 }
 
@@ -87,7 +87,10 @@ impl Resources {
         let mut unreachable = None;
         for peer in (0..ranks).filter(|&p| p != rank) {
             // Peers of other nodes get no channel: only PortChannels (port_ring) reach them.
-            if let Err(reason) = comm.can_map(peer) {
+            // Decided by the topology, which every rank sees the same, so both sides of a pair
+            // skip it together; a peer of this node that cannot be mapped still fails here.
+            if !comm.topology().same_node(peer) {
+                let reason = comm.can_map(peer).err().unwrap_or_else(|| "another node".into());
                 unreachable.get_or_insert((peer, reason));
                 continue;
             }

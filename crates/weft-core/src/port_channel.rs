@@ -189,11 +189,11 @@ impl Shared {
                 idle = q.stream().wait_idle(self.timeout, "a PortChannel copy queue at shutdown");
             }
         });
-        idle.map_err(|source| Error::Gpu { rank, source })?;
         // The TCP receivers are joined; token stores they queued write the communicator's pool.
-        if let Some(tcp) = &self.tcp {
-            tcp.inbox.drain(self.timeout).map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
-        }
+        // Waited for even when a copy queue failed to drain.
+        let drained = self.tcp.as_ref().map_or(Ok(()), |tcp| tcp.inbox.drain(self.timeout));
+        idle.map_err(|source| Error::Gpu { rank, source })?;
+        drained.map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
         outcome.map_err(|e| Error::InvalidArgument { rank, detail: format!("PortChannel proxy: {e}") })
     }
 }

@@ -1,7 +1,8 @@
 //! The proxy driven by host-memory FIFOs over the TCP transport on loopback: ordering with
 //! reordered frames over several sockets, flushes, backpressure from a full FIFO and exhausted
 //! credits, a dead or silent peer (an error naming it, no hang), shutdown with commands in
-//! flight, unknown ops and per-op handlers. Every test runs under a deadline.
+//! flight, a receiver shutting down right after a signal (it still acknowledges), unknown ops
+//! and per-op handlers. Every test runs under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
@@ -454,5 +455,52 @@ fn a_source_memory_that_fails_fails_the_connection_with_its_reason() {
         assert!(err.to_string().contains("the copy out of the GPU timed out"), "{err}");
         sender.shutdown();
         receiver.shutdown();
+    });
+}
+
+/// A host inbox that pauses after each signal, before the receiver acknowledges it: the
+/// moment when the signal's observer may already be shutting its endpoint down.
+#[derive(Debug)]
+struct SlowAck(HostInbox);
+
+impl weft_core::proxy::Inbox for SlowAck {
+    fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), weft_core::proxy::MemoryError> {
+        self.0.write(memory, offset, data)
+    }
+    fn signal(&self, connection: u16) -> Result<(), weft_core::proxy::MemoryError> {
+        self.0.signal(connection)?;
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_receiver_shutting_down_right_after_a_signal_still_acknowledges_it() {
+    within(30, || {
+        let config = TcpConfig { timeout: Duration::from_secs(3), ..TcpConfig::default() };
+        let dst = MemoryTable::new();
+        dst.register(Arc::new(HostMemory::new(64))).unwrap();
+        let inbox = Arc::new(SlowAck(HostInbox::new(dst)));
+        let receiver =
+            TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone()).unwrap();
+        let src = MemoryTable::new();
+        src.register(Arc::new(HostMemory::new(64))).unwrap();
+        let unused = Arc::new(HostInbox::new(MemoryTable::new()));
+        let sender = TcpTransport::bind(config, "sender", Arc::new(src), unused).unwrap();
+        sender.connect(0, receiver.local_addr(), 0, "receiver").unwrap();
+        let put = weft_core::proxy::Op::Put { src_memory: 0, src_offset: 0, dst_memory: 0, dst_offset: 0, len: 64 };
+        sender.submit(0, &[put, weft_core::proxy::Op::Signal]).unwrap();
+        // The signal's observer sees the token and shuts its endpoint down at once.
+        assert!(inbox.0.wait_token(0, 1, Duration::from_secs(5)));
+        receiver.shutdown();
+        let start = Instant::now();
+        loop {
+            match sender.completed(0) {
+                Ok(2) => break,
+                Ok(_) => assert!(start.elapsed() < Duration::from_secs(5), "the acknowledgement never came"),
+                Err(e) => panic!("the sender lost the connection before its acknowledgement: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     });
 }

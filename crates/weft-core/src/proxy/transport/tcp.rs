@@ -94,7 +94,10 @@ struct Shared {
     closing: AtomicBool,
     inbound: Mutex<HashMap<ConnectionId, Arc<InConn>>>,
     inbound_errors: Mutex<Vec<String>>,
-    sockets: Mutex<Vec<TcpStream>>,
+    /// Sockets this endpoint opened (it sends on them and reads acknowledgements).
+    outbound_sockets: Mutex<Vec<TcpStream>>,
+    /// Sockets peers opened (this endpoint reads frames and writes acknowledgements).
+    inbound_sockets: Mutex<Vec<TcpStream>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -154,7 +157,8 @@ impl TcpTransport {
             closing: AtomicBool::new(false),
             inbound: Mutex::new(HashMap::new()),
             inbound_errors: Mutex::new(Vec::new()),
-            sockets: Mutex::new(Vec::new()),
+            outbound_sockets: Mutex::new(Vec::new()),
+            inbound_sockets: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
         });
         shared
@@ -195,7 +199,7 @@ impl TcpTransport {
             let hello =
                 Frame::Hello { connection: remote, stream, streams: config.streams, name: self.shared.name.clone() };
             s.write_all(&hello.encode()).map_err(|e| err(format!("hello: {e}")))?;
-            lock(&self.shared.sockets).push(s.try_clone().map_err(|e| err(e.to_string()))?);
+            lock(&self.shared.outbound_sockets).push(s.try_clone().map_err(|e| err(e.to_string()))?);
             streams.push(s);
         }
         let conn = Arc::new(OutConn {
@@ -305,8 +309,14 @@ impl Transport for TcpTransport {
         if self.shared.closing.swap(true, Ordering::AcqRel) {
             return;
         }
-        for s in lock(&self.shared.sockets).iter() {
+        for s in lock(&self.shared.outbound_sockets).iter() {
             let _ = s.shutdown(Shutdown::Both);
+        }
+        // Receivers stop reading but may still acknowledge what they applied: a peer whose
+        // flush waits for the acknowledgement of data its partner already saw (and then shut
+        // down on) must get it, not a lost connection.
+        for s in lock(&self.shared.inbound_sockets).iter() {
+            let _ = s.shutdown(Shutdown::Read);
         }
         for conn in self.out.read().unwrap_or_else(|p| p.into_inner()).values() {
             conn.cv.notify_all();
@@ -321,6 +331,9 @@ impl Transport for TcpTransport {
         let late = std::mem::take(&mut *lock(&self.shared.threads));
         for t in late {
             let _ = t.join();
+        }
+        for s in lock(&self.shared.inbound_sockets).iter() {
+            let _ = s.shutdown(Shutdown::Both);
         }
     }
 }
@@ -695,7 +708,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             Ok((stream, addr)) => {
                 let clone = stream.try_clone();
                 if let Ok(clone) = clone {
-                    lock(&shared.sockets).push(clone);
+                    lock(&shared.inbound_sockets).push(clone);
                 }
                 let name = format!("weft-tcp-recv-{}", addr.port());
                 if let Err(e) = shared.spawn(name, move |s| receive_loop(&s, stream, addr)) {
