@@ -57,7 +57,8 @@ for step in "${steps[@]}"; do
            # AllReduce across 2 virtual nodes: over TCP against NCCL on its socket transport, and
            # over the emulated NIC (alpha 5 us, beta 25 GB/s) next to the alpha-beta model.
            half=$(( $(nvidia-smi -L | wc -l) / 2 ))
-           WEFT_RANKS_PER_NODE=$half NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket timeout 300 "$weft" bench allreduce \
+           # (with virtual nodes, weft bench --nccl puts NCCL on its socket transport itself)
+           WEFT_RANKS_PER_NODE=$half timeout 300 "$weft" bench allreduce \
              -b 1K -e 64M -f 4 --check --nccl --json "$dir/vnode-tcp.json" > "$dir/vnode-tcp.txt" 2>&1
            echo "allreduce, 2 virtual nodes over TCP vs NCCL socket: rc=$?"; tail -4 "$dir/vnode-tcp.txt"
            WEFT_RANKS_PER_NODE=$half WEFT_EMU_NET_LATENCY_US=5 WEFT_EMU_NET_GBPS=25 timeout 300 "$weft" bench allreduce \

@@ -93,7 +93,7 @@ pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
     let per_rank: Vec<Vec<Sample>> = crate::bench::run_workers(
         options.gpus,
         "tune-worker",
-        (WORKER_OPTIONS, serde_json::to_string(options)?),
+        &[(WORKER_OPTIONS, serde_json::to_string(options)?)],
         &items,
         Duration::from_secs(3 * 3600),
     )?;

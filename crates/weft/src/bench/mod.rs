@@ -172,13 +172,19 @@ pub fn run(
     json: Option<&Path>,
     plot: Option<&Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let per_rank: Vec<Vec<Row>> = run_workers(
-        options.gpus,
-        "bench-worker",
-        (WORKER_OPTIONS, serde_json::to_string(options)?),
-        &sizes(options),
-        Duration::from_secs(3600),
-    )?;
+    let mut envs = vec![(WORKER_OPTIONS, serde_json::to_string(options)?)];
+    let socket = nccl_on_sockets(options, |k| std::env::var(k).ok());
+    if let Some(vars) = &socket {
+        envs.extend(vars.iter().map(|&(k, v)| (k, v.to_string())));
+    }
+    let per_rank: Vec<Vec<Row>> =
+        run_workers(options.gpus, "bench-worker", &envs, &sizes(options), Duration::from_secs(3600))?;
+    if socket.is_some() {
+        println!(
+            "# virtual nodes (WEFT_RANKS_PER_NODE): NCCL ran on its socket transport ({}), as weft's nodes talk over a network",
+            NCCL_SOCKET_VARS.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        );
+    }
     let lines = report::lines(options, &merge(&per_rank));
     report::print_table(options, &lines);
     if let Some(path) = json {
@@ -192,18 +198,35 @@ pub fn run(
     Ok(if wrong == 0 && !differ { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Runs `worker` on `gpus` processes with the options variable `options` set, draws a bar
-/// over `items` (the byte sizes rank 0 records as it finishes them), and returns every rank's
-/// report, in rank order: each worker writes `Result<T, String>` as JSON.
+/// The variables that put NCCL on its socket transport.
+const NCCL_SOCKET_VARS: [(&str, &str); 3] =
+    [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"), ("NCCL_NET", "Socket")];
+
+/// With virtual nodes (`WEFT_RANKS_PER_NODE`) and `--nccl`, NCCL would still use NVLink
+/// between every pair, so the comparison needs it on its socket transport: the variables to
+/// give the workers, unless the user set any of them (`var` reads the environment).
+fn nccl_on_sockets(
+    options: &BenchOptions,
+    var: impl Fn(&str) -> Option<String>,
+) -> Option<[(&'static str, &'static str); 3]> {
+    let virtual_nodes = var("WEFT_RANKS_PER_NODE").is_some_and(|v| !v.trim().is_empty());
+    let user_set = NCCL_SOCKET_VARS.iter().any(|(k, _)| var(k).is_some());
+    (options.nccl && virtual_nodes && !user_set).then_some(NCCL_SOCKET_VARS)
+}
+
+/// Runs `worker` on `gpus` processes with the variables `envs` set (the options variable
+/// among them), draws a bar over `items` (the byte sizes rank 0 records as it finishes them),
+/// and returns every rank's report, in rank order: each worker writes `Result<T, String>` as
+/// JSON.
 pub(crate) fn run_workers<T: serde::de::DeserializeOwned>(
     gpus: usize,
     worker: &str,
-    options: (&str, String),
+    envs: &[(&str, String)],
     items: &[usize],
     deadline: Duration,
 ) -> Result<Vec<T>, Box<dyn std::error::Error>> {
     let mut bar = progress::Bar::new(items);
-    let finished = crate::launch::run_ranks_watching(gpus, &[worker], &[options], deadline, &mut |dir| bar.update(dir));
+    let finished = crate::launch::run_ranks_watching(gpus, &[worker], envs, deadline, &mut |dir| bar.update(dir));
     bar.finish();
     let finished = finished?;
     let mut per_rank = Vec::new();
@@ -271,6 +294,22 @@ pub(crate) fn worker_main<O: serde::de::DeserializeOwned, T: Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_virtual_nodes_nccl_goes_on_sockets_unless_the_user_chose() {
+        let mut options = report::tests::options(Collective::AllReduce);
+        options.nccl = true;
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(name, _)| *name == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(nccl_on_sockets(&options, env(&[("WEFT_RANKS_PER_NODE", "2")])), Some(NCCL_SOCKET_VARS));
+        assert_eq!(nccl_on_sockets(&options, env(&[])), None);
+        assert_eq!(nccl_on_sockets(&options, env(&[("WEFT_RANKS_PER_NODE", " ")])), None);
+        let chosen = env(&[("WEFT_RANKS_PER_NODE", "2"), ("NCCL_NET", "IB")]);
+        assert_eq!(nccl_on_sockets(&options, chosen), None);
+        options.nccl = false;
+        assert_eq!(nccl_on_sockets(&options, env(&[("WEFT_RANKS_PER_NODE", "2")])), None);
+    }
 
     #[test]
     fn sizes_parse_and_sweep() {

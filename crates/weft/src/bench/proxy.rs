@@ -423,7 +423,7 @@ pub fn run(bench: &ProxyBench, gpus: usize, json: Option<&Path>) -> Result<ExitC
     let reports: Vec<RankReport> = super::run_workers(
         ranks,
         "bench-proxy-worker",
-        (WORKER_OPTIONS, serde_json::to_string(bench)?),
+        &[(WORKER_OPTIONS, serde_json::to_string(bench)?)],
         &items,
         Duration::from_secs(3600),
     )?;
