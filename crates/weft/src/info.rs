@@ -44,9 +44,17 @@ pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
                 .chunks(g)
                 .map(|c| format!("[{}]", c.iter().map(usize::to_string).collect::<Vec<_>>().join(" ")))
                 .collect();
+            let network = match env.emulated_net {
+                Some(link) => format!(
+                    "the emulated NIC (copy engine paced at {:?} per message, {})",
+                    link.latency,
+                    link.bytes_per_second.map_or("no bandwidth cap".into(), |b| format!("{} GB/s", b as f64 / 1e9))
+                ),
+                None => "TCP on loopback (WEFT_EMU_NET_* would emulate a NIC instead)".into(),
+            };
+            println!("virtual nodes (WEFT_RANKS_PER_NODE={g}): {}", nodes.join(" "));
             println!(
-                "virtual nodes (WEFT_RANKS_PER_NODE={g}): {} (GPUs of different nodes talk through a network transport only)",
-                nodes.join(" ")
+                "  between nodes: PortChannels only, over {network}; collectives run AllReduce as port_ring, other collectives refuse"
             );
         }
         None => println!("nodes: this host is one node (WEFT_RANKS_PER_NODE splits it into virtual nodes)"),
