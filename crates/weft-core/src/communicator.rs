@@ -87,9 +87,8 @@ impl Communicator {
         for (peer, bytes) in gathered.iter().enumerate() {
             peers.push(PeerInfo::decode(bytes).map_err(|source| ConnectError::Descriptor { rank, peer, source })?);
         }
-        let topology = Topology::new(rank, peers)
-            .map_err(|detail| Error::InvalidArgument { rank, detail })?
-            .with_ranks_per_node(env.ranks_per_node);
+        let topology =
+            Topology::new(rank, peers, env.ranks_per_node).map_err(|detail| Error::InvalidArgument { rank, detail })?;
         let mut local_peer_devices = Vec::new();
         for p in topology.peers() {
             if p.rank != rank && topology.same_process(p.rank) && p.device_ordinal != device.ordinal() {

@@ -519,13 +519,14 @@ mod tests {
     #[test]
     fn peers_of_other_nodes_go_over_tcp_unless_the_nic_is_emulated_on_one_host() {
         // Host 1 holds ranks 0-3 (virtual nodes {0, 1} and {2, 3}), host 2 holds rank 4.
-        let peers = (0..5).map(|r| test_peer(r, if r < 4 { 1 } else { 2 }, r as u64, &format!("gpu{r}"))).collect();
-        let t = Topology::new(0, peers).unwrap();
+        let peers: Vec<_> =
+            (0..5).map(|r| test_peer(r, if r < 4 { 1 } else { 2 }, r as u64, &format!("gpu{r}"))).collect();
+        let t = Topology::new(0, peers.clone(), None).unwrap();
         let routes = |t: &Topology, emulated| (1..5).map(|p| PortRoute::to(t, p, emulated)).collect::<Vec<_>>();
         use PortRoute::{CopyEngine as Ce, EmulatedNic as Emu, Tcp};
         assert_eq!(routes(&t, false), [Ce, Ce, Ce, Tcp]);
         assert_eq!(routes(&t, true), [Ce, Ce, Ce, Tcp]);
-        let v = t.with_ranks_per_node(Some(2));
+        let v = Topology::new(0, peers, Some(2)).unwrap();
         assert_eq!(routes(&v, false), [Ce, Tcp, Tcp, Tcp]);
         assert_eq!(routes(&v, true), [Ce, Emu, Emu, Tcp]);
         for r in [Ce, Emu, Tcp] {

@@ -64,32 +64,32 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Builds the topology seen by rank `me`; rejects tables whose entries disagree with their
-    /// index or that put two ranks on one GPU of one host.
-    pub fn new(me: usize, peers: Vec<PeerInfo>) -> Result<Self, String> {
+    /// Builds the topology seen by rank `me`, with every host's ranks split into virtual nodes
+    /// of `ranks_per_node` ranks (in rank order; the last node of a host may be smaller;
+    /// `None`: a node is a host). Rejects tables whose entries disagree with their index, and
+    /// two ranks on one GPU of one host in the same node. Ranks of different nodes may share a
+    /// GPU: they only reach each other through a network transport, as on different hosts
+    /// (several virtual nodes on fewer GPUs).
+    pub fn new(me: usize, peers: Vec<PeerInfo>, ranks_per_node: Option<usize>) -> Result<Self, String> {
         if me >= peers.len() {
             return Err(format!("rank {me} outside a world of {}", peers.len()));
         }
+        if let Some((i, p)) = peers.iter().enumerate().find(|(i, p)| p.rank != *i) {
+            return Err(format!("entry {i} claims to be rank {}", p.rank));
+        }
+        let nodes = node_ids(&peers, ranks_per_node);
         for (i, p) in peers.iter().enumerate() {
-            if p.rank != i {
-                return Err(format!("entry {i} claims to be rank {}", p.rank));
-            }
-            for q in &peers[..i] {
-                if q.identity.host_hash == p.identity.host_hash && q.pci_bus_id == p.pci_bus_id {
-                    return Err(format!("ranks {} and {} share GPU {}", q.rank, p.rank, p.pci_bus_id));
+            for (j, q) in peers[..i].iter().enumerate() {
+                let same_gpu = q.identity.host_hash == p.identity.host_hash && q.pci_bus_id == p.pci_bus_id;
+                if same_gpu && nodes[i] == nodes[j] {
+                    return Err(format!(
+                        "ranks {} and {} share GPU {} in one node (only ranks of different virtual nodes may share a GPU)",
+                        q.rank, p.rank, p.pci_bus_id
+                    ));
                 }
             }
         }
-        let nodes = node_ids(&peers, None);
-        Ok(Self { me, peers, nodes, ranks_per_node: None })
-    }
-
-    /// Splits every host's ranks into virtual nodes of `ranks_per_node` ranks, in rank order
-    /// (`WEFT_RANKS_PER_NODE`); the last node of a host may be smaller.
-    pub fn with_ranks_per_node(mut self, ranks_per_node: Option<usize>) -> Self {
-        self.nodes = node_ids(&self.peers, ranks_per_node);
-        self.ranks_per_node = ranks_per_node;
-        self
+        Ok(Self { me, peers, nodes, ranks_per_node })
     }
 
     /// The node of `rank` (numbered from 0 in order of first appearance), if it exists.
@@ -190,23 +190,27 @@ mod tests {
 
     #[test]
     fn same_host_and_process_and_duplicate_gpus() {
-        let t = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a")]).unwrap();
+        let t = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a")], None).unwrap();
         assert!(t.same_host(1) && !t.same_process(1));
         assert!(!t.same_host(2));
         assert!(t.same_process(0));
-        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")]).is_err());
-        assert!(Topology::new(0, vec![info(1, 1, 1, "a")]).is_err());
+        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], None).is_err());
+        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], Some(2)).is_err());
+        assert!(Topology::new(0, vec![info(1, 1, 1, "a")], None).is_err());
+        // Ranks of different virtual nodes may share a GPU.
+        let shared = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], Some(1)).unwrap();
+        assert!(!shared.same_node(1) && shared.same_host(1));
     }
 
     #[test]
     fn nodes_are_hosts_or_virtual_groups_of_a_host() {
         let peers =
             vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a"), info(3, 1, 4, "c"), info(4, 5, 5, "b")];
-        let t = Topology::new(0, peers).unwrap();
+        let t = Topology::new(0, peers.clone(), None).unwrap();
         assert_eq!((0..5).map(|r| t.node(r).unwrap()).collect::<Vec<_>>(), vec![0, 0, 1, 0, 1]);
         assert!(t.same_node(3) && !t.same_node(2) && t.ranks_per_node().is_none());
         // Two ranks per virtual node: host 1 holds ranks 0, 1, 3 -> nodes {0, 1}, {3}.
-        let v = t.with_ranks_per_node(Some(2));
+        let v = Topology::new(0, peers, Some(2)).unwrap();
         assert_eq!((0..5).map(|r| v.node(r).unwrap()).collect::<Vec<_>>(), vec![0, 0, 1, 2, 1]);
         assert!(v.same_node(1) && !v.same_node(3));
         assert_eq!(v.ranks_per_node(), Some(2));

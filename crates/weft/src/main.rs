@@ -27,6 +27,11 @@ enum Command {
         /// Run only these groups of tests (comma-separated; default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<Step>,
+        /// Processes of the process mode, placed on the GPUs round-robin (default: one per
+        /// GPU). More ranks than GPUs need virtual nodes that keep the ranks sharing a GPU
+        /// apart (`WEFT_RANKS_PER_NODE`): they then talk over the network transports only.
+        #[arg(long)]
+        ranks: Option<usize>,
     },
     /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
     /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
@@ -218,7 +223,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Info => weft::info::run(),
-        Command::Selftest { gpus, mode, only } => weft::selftest::run(&SelftestOptions { gpus, mode, only }),
+        Command::Selftest { gpus, mode, only, ranks } => {
+            weft::selftest::run(&SelftestOptions { gpus, mode, only, ranks })
+        }
         Command::SelftestWorker => weft::selftest::run_worker(),
         Command::BenchWorker => weft::bench::run_worker(),
         Command::BenchProxyWorker => weft::bench::proxy::run_worker(),

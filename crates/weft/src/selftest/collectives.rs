@@ -61,9 +61,12 @@ fn run_matrix(
         zero_copy_allgather_max: usize::MAX,
         ..CollConfig::from_env(env)?
     };
+    // Across (virtual) nodes only the PortChannel ring reaches every peer.
+    let spans_nodes = (0..ranks).any(|p| !comm.topology().same_node(p));
+    let reachable = |a: &Algorithm| !spans_nodes || *a == Algorithm::AllReducePortRing;
     for collective in Collective::ALL {
         let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
-        for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)) {
+        for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)).filter(reachable) {
             let mut config = base.clone();
             config.selector.force(algorithm);
             let coll = Collectives::new(comm, config)?;

@@ -112,9 +112,13 @@ pub struct SelftestOptions {
     pub mode: Mode,
     /// Steps to run (every step when empty).
     pub only: Vec<Step>,
+    /// Processes of the process mode, on the GPUs round-robin (`None`: one per GPU).
+    pub ranks: Option<usize>,
 }
 
 const WORKER_ONLY: &str = "WEFT_SELFTEST_ONLY";
+/// GPUs the worker processes are spread over.
+const WORKER_GPUS: &str = "WEFT_SELFTEST_GPUS";
 /// Bound of a whole multi-process run; children still running then are killed.
 const PROCESS_DEADLINE: Duration = Duration::from_secs(900);
 
@@ -156,8 +160,13 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
     );
     drop(device);
     if matches!(options.mode, Mode::Processes | Mode::Both) {
-        println!("running the suite with one process per GPU on {gpus} GPU(s)...");
-        summary.extend(run_processes(gpus, &options.only)?);
+        let ranks = options.ranks.unwrap_or(gpus);
+        if ranks == gpus {
+            println!("running the suite with one process per GPU on {gpus} GPU(s)...");
+        } else {
+            println!("running the suite with {ranks} processes on {gpus} GPU(s), placed round-robin...");
+        }
+        summary.extend(run_processes(ranks, gpus, &options.only)?);
     }
     if matches!(options.mode, Mode::Threads | Mode::Both) {
         println!("running the suite with one process driving {gpus} GPU(s) from threads...");
@@ -202,10 +211,10 @@ fn run_threads(gpus: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxErro
     Ok(Summary::merge(&reports))
 }
 
-fn run_processes(gpus: usize, only: &[Step]) -> Result<Summary, BoxError> {
+fn run_processes(ranks: usize, gpus: usize, only: &[Step]) -> Result<Summary, BoxError> {
     let only_list: Vec<&str> = steps(only).iter().map(|s| s.name()).collect();
-    let finished =
-        crate::launch::run_ranks(gpus, &["selftest-worker"], &[(WORKER_ONLY, only_list.join(","))], PROCESS_DEADLINE)?;
+    let envs = [(WORKER_ONLY, only_list.join(",")), (WORKER_GPUS, gpus.to_string())];
+    let finished = crate::launch::run_ranks(ranks, &["selftest-worker"], &envs, PROCESS_DEADLINE)?;
     let mut reports = Vec::new();
     for (rank, status) in finished.statuses.iter().enumerate() {
         let report = finished
@@ -228,7 +237,10 @@ fn run_processes(gpus: usize, only: &[Step]) -> Result<Summary, BoxError> {
 pub fn run_worker() -> Result<ExitCode, BoxError> {
     let env = Env::from_process()?;
     let torchrun = TorchrunEnv::from_env()?;
-    let ordinal = torchrun.local_rank.unwrap_or(torchrun.rank);
+    // Round-robin over the GPUs the launcher used (more ranks than GPUs: see `--ranks`).
+    let gpus: usize =
+        std::env::var(WORKER_GPUS).ok().and_then(|v| v.parse().ok()).filter(|&g| g > 0).unwrap_or(usize::MAX);
+    let ordinal = torchrun.local_rank.unwrap_or(torchrun.rank) % gpus;
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
     let only = Step::parse_list(&std::env::var(WORKER_ONLY).unwrap_or_default())?;
     let report = suite::run_rank(Arc::clone(&bootstrap), ordinal, &env, "[processes] ", &steps(&only));
