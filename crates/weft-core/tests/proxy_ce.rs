@@ -15,7 +15,9 @@ use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
 use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PeerLink};
 use weft_core::proxy::transport::pacing::LinkModel;
 use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
-use weft_core::proxy::{HostMemory, Memory, ProxyConfig, ProxyError, ProxyService, Transport, TransportError};
+use weft_core::proxy::{
+    HostMemory, Memory, Op, ProxyConfig, ProxyError, ProxyService, Submitted, Transport, TransportError,
+};
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
 
 fn command(op: FifoOp, dst_memory: u8, src_offset: u32, dst_offset: u32, size: u32) -> FifoCommand {
@@ -230,4 +232,39 @@ fn connections_are_checked_when_made() {
     assert!(
         CopyEngineTransport::<HostCopyQueue>::new(CopyEngineConfig { max_in_flight: 1, ..Default::default() }).is_err()
     );
+}
+
+#[test]
+fn a_busy_connection_shares_markers_and_an_idle_one_still_completes_each_command() {
+    within(30, || {
+        let space = HostAddressSpace::new();
+        let (src_addr, src) = space.alloc(4096);
+        let (dst_addr, dst) = space.alloc(4096);
+        let (token, _) = space.alloc(8);
+        let transport = CopyEngineTransport::new(CopyEngineConfig::default()).unwrap();
+        transport.register_local(src_addr, 4096, src.clone()).unwrap();
+        let queue = HostCopyQueue::new(space.clone(), Duration::from_micros(200));
+        let marks = queue.mark_counter();
+        transport.connect(0, link("rank 1", queue, token, vec![(0, dst_addr, 4096)], dst.clone(), false)).unwrap();
+        let put = |i: u64| Op::Put { src_memory: 0, src_offset: i * 64, dst_memory: 0, dst_offset: i * 64, len: 64 };
+        let await_completed = |ops: u64| {
+            let start = Instant::now();
+            while transport.completed(0).unwrap() < ops {
+                assert!(start.elapsed() < Duration::from_secs(10), "stuck at {}", transport.completed(0).unwrap());
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        };
+        // 64 commands back to back while the engine works through them: far fewer markers.
+        for i in 0..64 {
+            assert!(matches!(transport.submit(0, &[put(i), Op::Signal]).unwrap(), Submitted::Accepted { .. }));
+        }
+        await_completed(128);
+        let busy = marks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(busy <= 128 / 16 + 4, "{busy} markers for 64 commands");
+        assert_eq!(space.load_u64(token).unwrap(), 64);
+        // A lone command on an idle connection completes without any later submission.
+        transport.submit(0, &[put(0), Op::Signal]).unwrap();
+        await_completed(130);
+        assert_eq!(space.load_u64(token).unwrap(), 65);
+    });
 }

@@ -37,6 +37,8 @@ use super::{ConnectionId, MAX_CONNECTIONS, MemoryError, Op, Submitted, Transport
 use crate::proxy::flow::FlowControl;
 
 const NAME: &str = "copy-engine";
+/// Operations of a busy connection one marker covers at most (see `submit`).
+const MARK_EVERY: u64 = 16;
 
 /// Something that must stay alive while the transport may address it (a registered memory,
 /// an imported mapping).
@@ -144,6 +146,8 @@ struct ConnState<M> {
     held: VecDeque<(Instant, u64, Issue)>,
     /// Markers of issued batches: (tickets below this are done when reached, marker).
     markers: VecDeque<(u64, M)>,
+    /// Tickets below this are covered by a marker.
+    marked: u64,
     /// Last time a marker was reached, or when markers became outstanding.
     last_progress: Instant,
 }
@@ -203,6 +207,7 @@ impl<Q: CopyQueue> Conn<Q> {
             state.last_progress = Instant::now();
         }
         state.markers.push_back((end, marker));
+        state.marked = end;
         Ok(())
     }
 
@@ -326,6 +331,7 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
                 signals: 0,
                 held: VecDeque::new(),
                 markers: VecDeque::new(),
+                marked: 0,
                 last_progress: Instant::now(),
             }),
             submitted: AtomicU64::new(0),
@@ -385,10 +391,15 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
         }
     }
 
-    /// Retires reached markers of `conn` and returns their credits.
+    /// Retires reached markers of `conn` and returns their credits; marks issued operations no
+    /// marker covers yet once the markers before them are reached.
     fn poll(&self, conn: &Conn<Q>, state: &mut ConnState<Q::Marker>) -> Result<(), TransportError> {
         if conn.paced && !state.held.is_empty() {
             conn.release_due(state, Instant::now())?;
+        }
+        let issued = conn.submitted.load(Ordering::Acquire) - state.held.len() as u64;
+        if state.markers.is_empty() && state.marked < issued {
+            conn.mark(state, issued)?;
         }
         let done = conn.retire(state, self.config.timeout)?;
         if done > 0 {
@@ -437,7 +448,13 @@ impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
                 for (issue, _) in resolved {
                     conn.issue(&mut state, issue)?;
                 }
-                conn.mark(&mut state, end)?;
+                // A marker (an event record) per command costs the proxy thread a driver call
+                // each: mark when nothing else is outstanding (so an idle connection's command
+                // completes as soon as it can) or every MARK_EVERY operations; `poll` marks
+                // the rest once the markers before them are reached.
+                if state.markers.is_empty() || end - state.marked >= MARK_EVERY {
+                    conn.mark(&mut state, end)?;
+                }
             }
         }
         Ok(Submitted::Accepted { last: end - 1 })

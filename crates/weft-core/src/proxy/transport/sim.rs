@@ -92,6 +92,9 @@ struct Engine {
 pub struct HostCopyQueue {
     tx: Mutex<Sender<Work>>,
     enqueued: AtomicU64,
+    /// Markers placed so far (shared, so a test can read it after the queue moved into a
+    /// transport).
+    marks: Arc<AtomicU64>,
     engine: Arc<Engine>,
     thread: Option<JoinHandle<()>>,
 }
@@ -109,12 +112,17 @@ impl HostCopyQueue {
         if thread.is_none() {
             *engine.error.lock().unwrap_or_else(|p| p.into_inner()) = Some("cannot start the engine thread".into());
         }
-        Self { tx: Mutex::new(tx), enqueued: AtomicU64::new(0), engine, thread }
+        Self { tx: Mutex::new(tx), enqueued: AtomicU64::new(0), marks: Arc::default(), engine, thread }
     }
 
     /// Stops (`true`) or resumes the engine: a stopped engine executes nothing.
     pub fn stall(&self, stalled: bool) {
         self.engine.stalled.store(stalled, Ordering::Release);
+    }
+
+    /// The count of markers placed on this queue.
+    pub fn mark_counter(&self) -> Arc<AtomicU64> {
+        self.marks.clone()
     }
 
     /// Operations executed so far.
@@ -169,6 +177,7 @@ impl CopyQueue for HostCopyQueue {
     }
 
     fn mark(&self) -> Result<u64, String> {
+        self.marks.fetch_add(1, Ordering::Relaxed);
         Ok(self.enqueued.load(Ordering::Acquire))
     }
 
