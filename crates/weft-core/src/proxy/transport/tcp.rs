@@ -384,13 +384,10 @@ impl OutConn {
     }
 
     fn fail(&self, shared: &Shared, error: TransportError) {
-        // A peer that closes an idle connection is shutting down (ranks stop at different
-        // times); it is an error only for the operations that follow. (The state lock is taken
-        // and released before the failure lock: the sender takes them in that order.)
-        let idle = {
-            let state = lock(&self.state);
-            state.sent == state.acked && state.queue.is_empty()
-        };
+        // A peer that closes an idle connection (everything submitted was applied) is shutting
+        // down (ranks stop at different times); it is an error only for the operations that
+        // follow.
+        let idle = self.completed.load(Ordering::Acquire) == self.submitted.load(Ordering::Acquire);
         {
             let mut failure = lock(&self.failure);
             if failure.is_some() {
