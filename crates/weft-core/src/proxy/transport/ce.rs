@@ -146,8 +146,6 @@ struct ConnState<M> {
     held: VecDeque<(Instant, u64, Issue)>,
     /// Markers of issued batches: (tickets below this are done when reached, marker).
     markers: VecDeque<(u64, M)>,
-    /// Tickets below this are covered by a marker.
-    marked: u64,
     /// Last time a marker was reached, or when markers became outstanding.
     last_progress: Instant,
 }
@@ -207,7 +205,6 @@ impl<Q: CopyQueue> Conn<Q> {
             state.last_progress = Instant::now();
         }
         state.markers.push_back((end, marker));
-        state.marked = end;
         Ok(())
     }
 
@@ -331,7 +328,6 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
                 signals: 0,
                 held: VecDeque::new(),
                 markers: VecDeque::new(),
-                marked: 0,
                 last_progress: Instant::now(),
             }),
             submitted: AtomicU64::new(0),
@@ -398,7 +394,7 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
             conn.release_due(state, Instant::now())?;
         }
         let issued = conn.submitted.load(Ordering::Acquire) - state.held.len() as u64;
-        if state.markers.is_empty() && state.marked < issued {
+        if state.markers.is_empty() && conn.completed.load(Ordering::Acquire) < issued {
             conn.mark(state, issued)?;
         }
         let done = conn.retire(state, self.config.timeout)?;
@@ -452,7 +448,8 @@ impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
                 // each: mark when nothing else is outstanding (so an idle connection's command
                 // completes as soon as it can) or every MARK_EVERY operations; `poll` marks
                 // the rest once the markers before them are reached.
-                if state.markers.is_empty() || end - state.marked >= MARK_EVERY {
+                let marked = state.markers.back().map_or(0, |&(covered, _)| covered);
+                if state.markers.is_empty() || end - marked >= MARK_EVERY {
                     conn.mark(&mut state, end)?;
                 }
             }
