@@ -173,9 +173,7 @@ impl Collectives {
     pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
         let link = self.comm.env().emulated_net?;
         let topology = self.comm.topology();
-        let spans_nodes = self.resources.unreachable().is_some();
-        let one_host = (0..self.ranks()).all(|p| topology.same_host(p));
-        (algorithm == Algorithm::AllReducePortRing && spans_nodes && one_host).then(|| {
+        (algorithm == Algorithm::AllReducePortRing && topology.spans_nodes() && !topology.spans_hosts()).then(|| {
             crate::port_ring_alpha_beta_us(bytes as u64, self.ranks(), self.resources.context().chunk_bytes, &link)
         })
     }

@@ -107,6 +107,17 @@ impl Topology {
         self.node(rank).is_some_and(|n| Some(n) == self.node(self.me))
     }
 
+    /// Whether some rank is in another node than this rank's (so only network transports
+    /// reach it).
+    pub fn spans_nodes(&self) -> bool {
+        (0..self.peers.len()).any(|r| !self.same_node(r))
+    }
+
+    /// Whether some rank runs on another host.
+    pub fn spans_hosts(&self) -> bool {
+        (0..self.peers.len()).any(|r| !self.same_host(r))
+    }
+
     /// Number of ranks.
     pub fn world_size(&self) -> usize {
         self.peers.len()
@@ -200,6 +211,10 @@ mod tests {
         // Ranks of different virtual nodes may share a GPU.
         let shared = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], Some(1)).unwrap();
         assert!(!shared.same_node(1) && shared.same_host(1));
+        assert!(shared.spans_nodes() && !shared.spans_hosts());
+        assert!(t.spans_nodes() && t.spans_hosts());
+        let one = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b")], None).unwrap();
+        assert!(!one.spans_nodes() && !one.spans_hosts());
     }
 
     #[test]

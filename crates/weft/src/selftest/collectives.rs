@@ -62,7 +62,7 @@ fn run_matrix(
         ..CollConfig::from_env(env)?
     };
     // Across (virtual) nodes only the PortChannel ring reaches every peer.
-    let spans_nodes = (0..ranks).any(|p| !comm.topology().same_node(p));
+    let spans_nodes = comm.topology().spans_nodes();
     let reachable = |a: &Algorithm| !spans_nodes || *a == Algorithm::AllReducePortRing;
     for collective in Collective::ALL {
         let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
