@@ -502,5 +502,18 @@ fn a_receiver_shutting_down_right_after_a_signal_still_acknowledges_it() {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        // The closed connection owes nothing, but takes no more work; work it took before
+        // the close was noticed is outstanding for good, an error.
+        let start = Instant::now();
+        let mut accepted = 0;
+        while sender.submit(0, &[weft_core::proxy::Op::Signal]).is_ok() {
+            accepted += 1;
+            assert!(start.elapsed() < Duration::from_secs(5), "the closed connection still takes work");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        match sender.completed(0) {
+            Ok(done) => assert!(accepted == 0 && done == 2, "accepted {accepted}, completed {done}"),
+            Err(_) => assert!(accepted > 0, "an error with nothing outstanding"),
+        }
     });
 }

@@ -378,7 +378,9 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// Queues `ops` on `connection` in order, all or nothing, without blocking.
     fn submit(&self, connection: ConnectionId, ops: &[Op]) -> Result<Submitted, TransportError>;
     /// Number of operations of `connection` the peer has applied (tickets below it are done);
-    /// the connection's error once it failed.
+    /// the connection's error once it failed with operations outstanding (a connection that
+    /// failed after everything submitted on it was applied, e.g. closed by a peer that is
+    /// done, owes nothing; its next `submit` fails).
     fn completed(&self, connection: ConnectionId) -> Result<u64, TransportError>;
     /// Number of operations of `connection` submitted so far.
     fn submitted(&self, connection: ConnectionId) -> Result<u64, TransportError>;
