@@ -161,6 +161,9 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
     drop(device);
     if matches!(options.mode, Mode::Processes | Mode::Both) {
         let ranks = options.ranks.unwrap_or(gpus);
+        if ranks == 0 {
+            return Err("--ranks 0: the process mode needs at least one rank".into());
+        }
         if ranks == gpus {
             println!("running the suite with one process per GPU on {gpus} GPU(s)...");
         } else {
