@@ -124,7 +124,8 @@ impl std::fmt::Debug for Collectives {
 
 impl Collectives {
     /// Sets up the collectives of `comm`. Collective: every rank calls it with the same config.
-    pub fn new(comm: &Communicator, config: CollConfig) -> Result<Self, CollError> {
+    pub fn new(comm: &Communicator, mut config: CollConfig) -> Result<Self, CollError> {
+        config.fit_resident(comm.resident_sms()?);
         if let Some(tuned) = config.tuned_ranks.filter(|&r| r != comm.world_size()) {
             tracing::warn!(
                 "the tuning table was measured on {tuned} ranks, this communicator has {}: its switch points may not fit",
@@ -579,6 +580,9 @@ impl Collectives {
         }
         for plan in plans() {
             let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
+            let peers: Vec<usize> =
+                (0..self.ranks()).filter(|&p| p != me && (plan.send_bytes[p] > 0 || plan.recv_bytes[p] > 0)).collect();
+            self.comm.settle_with(&peers)?;
             // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
             unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, stream, bytes, |a| a.push(plan))? };
         }
@@ -764,6 +768,11 @@ impl Collectives {
         }
         let rank = self.comm.rank();
         let kernel = self.kernels.get(algorithm, dtype, op).map_err(|source| CollError::Gpu { rank, source })?;
+        // Point-to-point groups involve only their peers, not every rank (send_recv settles
+        // with those).
+        if algorithm.collective() != Collective::SendRecv {
+            self.comm.settle_before_launch()?;
+        }
         let mut a = KernelArgs::new();
         a.push(self.resources.context());
         args(&mut a);

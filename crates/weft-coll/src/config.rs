@@ -301,9 +301,45 @@ impl CollConfig {
     }
 }
 
+impl CollConfig {
+    /// Shrinks every grid to `sms` blocks: the blocks of one launch wait for each other and for
+    /// the peers' blocks, so all must be resident at once, at one block per SM (an HB block
+    /// may take a whole SM). Only ranks that share a GPU (`WEFT_SHARE_GPUS`) get fewer SMs than
+    /// the default grids use.
+    pub fn fit_resident(&mut self, sms: u32) {
+        let sms = sms.max(1);
+        let before = (self.ll_blocks, self.hb_blocks, self.port_ring_blocks);
+        self.ll_blocks = self.ll_blocks.min(sms);
+        self.hb_blocks = self.hb_blocks.min(sms);
+        self.port_ring_blocks = self.port_ring_blocks.min(sms);
+        if before != (self.ll_blocks, self.hb_blocks, self.port_ring_blocks) {
+            tracing::info!(
+                "{sms} resident SMs per rank: LL {} -> {}, HB {} -> {}, port ring {} -> {} blocks",
+                before.0,
+                self.ll_blocks,
+                before.1,
+                self.hb_blocks,
+                before.2,
+                self.port_ring_blocks
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grids_shrink_to_the_resident_sms() {
+        let mut c = CollConfig::default();
+        c.fit_resident(132);
+        assert_eq!(c, CollConfig::default());
+        c.fit_resident(33);
+        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (33, 33, 8));
+        c.fit_resident(0);
+        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (1, 1, 1));
+    }
 
     #[test]
     fn across_nodes_only_the_port_ring_allreduce_runs() {

@@ -17,13 +17,15 @@ use crate::fd_passing::{FdServer, fetch_fd};
 use crate::identity::ProcessIdentity;
 use crate::memory::{FdExport, RegisteredMemory, RemoteMemory, UserRegistration};
 use crate::semaphore::{Semaphore, TokenPool};
-use crate::topology::{PeerInfo, Topology};
+use crate::topology::{NodeLayout, PeerInfo, Topology};
 use crate::wire::{put_short_bytes, short_bytes};
 use weft_bootstrap::codec::{CodecError, Reader, Writer};
 
 /// Bootstrap tag of every setup message; per peer, both sides issue setup calls in the same
 /// order, so one ordered stream per peer pairs them.
 const SETUP_TAG: u32 = 0x5746_0001;
+/// Bootstrap tag of [`Communicator::settle_with`]'s handshakes.
+const SETTLE_TAG: u32 = 0x5746_0002;
 /// Bytes of the token pool (one VMM granule on Hopper: 262144 semaphore tokens).
 const TOKEN_POOL_BYTES: usize = 2 << 20;
 /// Bound of a cross-process file-descriptor fetch.
@@ -88,7 +90,8 @@ impl Communicator {
             peers.push(PeerInfo::decode(bytes).map_err(|source| ConnectError::Descriptor { rank, peer, source })?);
         }
         let topology =
-            Topology::new(rank, peers, env.ranks_per_node).map_err(|detail| Error::InvalidArgument { rank, detail })?;
+            Topology::new(rank, peers, NodeLayout { ranks_per_node: env.ranks_per_node, share_gpus: env.share_gpus })
+                .map_err(|detail| Error::InvalidArgument { rank, detail })?;
         let mut local_peer_devices = Vec::new();
         for p in topology.peers() {
             if p.rank != rank && topology.same_process(p.rank) && p.device_ordinal != device.ordinal() {
@@ -146,6 +149,17 @@ impl Communicator {
         &self.inner.device
     }
 
+    /// The SMs this rank's kernels may count on when all their blocks must be resident at once
+    /// (they wait for each other or for peers): the GPU's SMs, or on a GPU shared by several
+    /// ranks (`WEFT_SHARE_GPUS`) an even split of them rounded down to a power of two, which
+    /// leaves SMs spare for whatever else runs there (132 SMs: 64 each for 2 ranks, 32 for 3
+    /// or 4). The same on every rank of GPUs of one model.
+    pub fn resident_sms(&self) -> Result<u32, Error> {
+        let sms = self.inner.device.sm_count().map_err(|source| Error::Gpu { rank: self.rank(), source })?;
+        let sharing = u32::try_from(self.inner.topology.most_ranks_per_gpu()).unwrap_or(u32::MAX);
+        Ok(if sharing > 1 { 1 << (sms / sharing).max(1).ilog2() } else { sms })
+    }
+
     /// Where every rank lives.
     pub fn topology(&self) -> &Topology {
         &self.inner.topology
@@ -174,6 +188,35 @@ impl Communicator {
     /// Host-side barrier over every rank.
     pub fn barrier(&self) -> Result<(), Error> {
         self.inner.bootstrap.barrier().map_err(|source| Error::Bootstrap { rank: self.rank(), source })
+    }
+
+    /// Before a launch in which every rank's kernel waits for the others: on a GPU shared by
+    /// several ranks (`WEFT_SHARE_GPUS`), waits until every rank gets here (a barrier), since
+    /// module loads, allocations and memsets serialise a GPU's streams, and one rank still
+    /// setting up would hold back a peer's kernel that waits for it. Nothing when every rank
+    /// has a GPU of its own. Collective.
+    pub fn settle_before_launch(&self) -> Result<(), Error> {
+        if self.shares_gpus() { self.barrier() } else { Ok(()) }
+    }
+
+    /// [`Communicator::settle_before_launch`] for a launch whose kernel waits only for
+    /// `peers`, each of which makes the matching call: a handshake with each of them.
+    pub fn settle_with(&self, peers: &[usize]) -> Result<(), Error> {
+        if !self.shares_gpus() {
+            return Ok(());
+        }
+        let bootstrap_error = |source| Error::Bootstrap { rank: self.rank(), source };
+        for &peer in peers {
+            self.inner.bootstrap.send(peer, SETTLE_TAG, &[]).map_err(bootstrap_error)?;
+        }
+        for &peer in peers {
+            self.inner.bootstrap.recv(peer, SETTLE_TAG).map_err(bootstrap_error)?;
+        }
+        Ok(())
+    }
+
+    fn shares_gpus(&self) -> bool {
+        self.inner.topology.most_ranks_per_gpu() > 1
     }
 
     /// Allocates communication memory on this rank's GPU with the configured allocation kind.

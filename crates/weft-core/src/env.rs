@@ -59,6 +59,11 @@ pub struct Env {
     /// `WEFT_EMU_NET_LATENCY_US` / `WEFT_EMU_NET_GBPS`: the emulated NIC of port channels between
     /// virtual nodes (`None`: not emulated).
     pub emulated_net: Option<LinkModel>,
+    /// `WEFT_SHARE_GPUS=1`: ranks of one node may share a GPU. For checking multi-rank code on
+    /// fewer GPUs only: the sharing ranks' kernels must all be resident at once (collectives
+    /// shrink their grids to fit), and their timings say nothing about a machine with one GPU
+    /// per rank.
+    pub share_gpus: bool,
     /// Every `WEFT_*` variable as read, for the layers that own the remaining ones
     /// (collective tuning, the NCCL baseline): they parse them from here, so the process
     /// environment is read once, in one place.
@@ -73,6 +78,7 @@ impl Default for Env {
             alloc: AllocKind::Auto,
             ranks_per_node: None,
             emulated_net: None,
+            share_gpus: false,
             vars: BTreeMap::new(),
         }
     }
@@ -131,6 +137,13 @@ impl Env {
         if latency.is_some() || gbps.is_some() {
             env.emulated_net = Some(LinkModel::new(latency.unwrap_or(0.0), gbps));
         }
+        if let Some(value) = lookup("WEFT_SHARE_GPUS") {
+            env.share_gpus = match value.trim() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" | "" => false,
+                _ => return Err(EnvError { name: "WEFT_SHARE_GPUS", value, expected: "1 or 0" }),
+            };
+        }
         env.vars = vars;
         Ok(env)
     }
@@ -161,6 +174,8 @@ mod tests {
         assert_eq!(e.ranks_per_node, None);
         assert_eq!(env(&[("WEFT_RANKS_PER_NODE", "2")]).unwrap().ranks_per_node, Some(2));
         assert_eq!(e.emulated_net, None);
+        assert!(!e.share_gpus);
+        assert!(env(&[("WEFT_SHARE_GPUS", "1")]).unwrap().share_gpus);
         let net = env(&[("WEFT_EMU_NET_LATENCY_US", "5"), ("WEFT_EMU_NET_GBPS", "25")]).unwrap().emulated_net;
         assert_eq!(net, Some(LinkModel::new(5.0, Some(25.0))));
         let latency_only = env(&[("WEFT_EMU_NET_LATENCY_US", "2.5")]).unwrap().emulated_net.unwrap();

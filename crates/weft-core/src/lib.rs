@@ -48,5 +48,5 @@ pub use memory::{RegisteredMemory, RemoteMemory, UserRegistration};
 #[cfg(not(all(test, weft_loom)))]
 pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig, PortRoute};
 pub use semaphore::Semaphore;
-pub use topology::{PeerInfo, Topology};
+pub use topology::{NodeLayout, PeerInfo, Topology};
 pub use weft_bootstrap::codec::CodecError;

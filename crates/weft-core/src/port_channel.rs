@@ -514,19 +514,19 @@ impl PortChannel {
 #[allow(clippy::unwrap_used)] // tests may panic on failure
 mod tests {
     use super::*;
-    use crate::topology::test_peer;
+    use crate::topology::{NodeLayout, test_peer};
 
     #[test]
     fn peers_of_other_nodes_go_over_tcp_unless_the_nic_is_emulated_on_one_host() {
         // Host 1 holds ranks 0-3 (virtual nodes {0, 1} and {2, 3}), host 2 holds rank 4.
         let peers: Vec<_> =
             (0..5).map(|r| test_peer(r, if r < 4 { 1 } else { 2 }, r as u64, &format!("gpu{r}"))).collect();
-        let t = Topology::new(0, peers.clone(), None).unwrap();
+        let t = Topology::new(0, peers.clone(), NodeLayout::default()).unwrap();
         let routes = |t: &Topology, emulated| (1..5).map(|p| PortRoute::to(t, p, emulated)).collect::<Vec<_>>();
         use PortRoute::{CopyEngine as Ce, EmulatedNic as Emu, Tcp};
         assert_eq!(routes(&t, false), [Ce, Ce, Ce, Tcp]);
         assert_eq!(routes(&t, true), [Ce, Ce, Ce, Tcp]);
-        let v = Topology::new(0, peers, Some(2)).unwrap();
+        let v = Topology::new(0, peers, NodeLayout::virtual_nodes(2)).unwrap();
         assert_eq!(routes(&v, false), [Ce, Tcp, Tcp, Tcp]);
         assert_eq!(routes(&v, true), [Ce, Emu, Emu, Tcp]);
         for r in [Ce, Emu, Tcp] {

@@ -52,6 +52,23 @@ impl PeerInfo {
     }
 }
 
+/// How ranks group into nodes, and whether ranks of one node may share a GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeLayout {
+    /// Ranks per virtual node (in rank order; the last node of a host may be smaller; `None`:
+    /// a node is a host).
+    pub ranks_per_node: Option<usize>,
+    /// Whether ranks of one node may share a GPU (`WEFT_SHARE_GPUS`, for checks on fewer GPUs).
+    pub share_gpus: bool,
+}
+
+impl NodeLayout {
+    /// Virtual nodes of `ranks_per_node` ranks, one GPU per rank within a node.
+    pub fn virtual_nodes(ranks_per_node: usize) -> Self {
+        Self { ranks_per_node: Some(ranks_per_node), share_gpus: false }
+    }
+}
+
 /// Every rank's [`PeerInfo`], indexed by rank, seen from one rank, and the node each rank
 /// belongs to: its host, or with `ranks_per_node` a virtual node of that many ranks of one
 /// host (in rank order), so a multi-node algorithm can be studied on one host.
@@ -64,32 +81,38 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Builds the topology seen by rank `me`, with every host's ranks split into virtual nodes
-    /// of `ranks_per_node` ranks (in rank order; the last node of a host may be smaller;
-    /// `None`: a node is a host). Rejects tables whose entries disagree with their index, and
-    /// two ranks on one GPU of one host in the same node. Ranks of different nodes may share a
-    /// GPU: they only reach each other through a network transport, as on different hosts
-    /// (several virtual nodes on fewer GPUs).
-    pub fn new(me: usize, peers: Vec<PeerInfo>, ranks_per_node: Option<usize>) -> Result<Self, String> {
+    /// Builds the topology seen by rank `me`, with every host's ranks grouped into nodes as
+    /// `layout` says. Rejects tables whose entries disagree with their index, and two ranks on
+    /// one GPU of one host in the same node unless `layout.share_gpus`. Ranks of different
+    /// nodes may always share a GPU: they only reach each other through a network transport,
+    /// as on different hosts (several virtual nodes on fewer GPUs).
+    pub fn new(me: usize, peers: Vec<PeerInfo>, layout: NodeLayout) -> Result<Self, String> {
         if me >= peers.len() {
             return Err(format!("rank {me} outside a world of {}", peers.len()));
         }
         if let Some((i, p)) = peers.iter().enumerate().find(|(i, p)| p.rank != *i) {
             return Err(format!("entry {i} claims to be rank {}", p.rank));
         }
-        let nodes = node_ids(&peers, ranks_per_node);
-        for (i, p) in peers.iter().enumerate() {
-            for (j, q) in peers[..i].iter().enumerate() {
-                let same_gpu = q.identity.host_hash == p.identity.host_hash && q.pci_bus_id == p.pci_bus_id;
-                if same_gpu && nodes[i] == nodes[j] {
-                    return Err(format!(
-                        "ranks {} and {} share GPU {} in one node (only ranks of different virtual nodes may share a GPU)",
-                        q.rank, p.rank, p.pci_bus_id
-                    ));
+        let nodes = node_ids(&peers, layout.ranks_per_node);
+        if !layout.share_gpus {
+            for (i, p) in peers.iter().enumerate() {
+                for (j, q) in peers[..i].iter().enumerate() {
+                    if same_gpu(p, q) && nodes[i] == nodes[j] {
+                        return Err(format!(
+                            "ranks {} and {} share GPU {} in one node (only ranks of different virtual nodes may share a GPU, unless WEFT_SHARE_GPUS=1)",
+                            q.rank, p.rank, p.pci_bus_id
+                        ));
+                    }
                 }
             }
         }
-        Ok(Self { me, peers, nodes, ranks_per_node })
+        Ok(Self { me, peers, nodes, ranks_per_node: layout.ranks_per_node })
+    }
+
+    /// The most ranks any one GPU carries (1 with a GPU per rank). Every rank computes the
+    /// same value, so launch shapes derived from it agree across ranks.
+    pub fn most_ranks_per_gpu(&self) -> usize {
+        self.peers.iter().map(|p| self.peers.iter().filter(|q| same_gpu(p, q)).count()).max().unwrap_or(1)
     }
 
     /// The node of `rank` (numbered from 0 in order of first appearance), if it exists.
@@ -146,6 +169,10 @@ impl Topology {
 
 /// Node of every rank: ranks of one host form one node, or consecutive groups of
 /// `ranks_per_node` of them (in rank order) with virtual nodes.
+fn same_gpu(a: &PeerInfo, b: &PeerInfo) -> bool {
+    a.identity.host_hash == b.identity.host_hash && a.pci_bus_id == b.pci_bus_id
+}
+
 fn node_ids(peers: &[PeerInfo], ranks_per_node: Option<usize>) -> Vec<usize> {
     let mut keys: Vec<(u64, usize)> = Vec::new();
     let mut seen_on_host: Vec<(u64, usize)> = Vec::new();
@@ -201,31 +228,42 @@ mod tests {
 
     #[test]
     fn same_host_and_process_and_duplicate_gpus() {
-        let t = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a")], None).unwrap();
+        let t =
+            Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a")], NodeLayout::default())
+                .unwrap();
         assert!(t.same_host(1) && !t.same_process(1));
         assert!(!t.same_host(2));
         assert!(t.same_process(0));
-        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], None).is_err());
-        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], Some(2)).is_err());
-        assert!(Topology::new(0, vec![info(1, 1, 1, "a")], None).is_err());
+        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], NodeLayout::default()).is_err());
+        assert!(Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], NodeLayout::virtual_nodes(2)).is_err());
+        assert!(Topology::new(0, vec![info(1, 1, 1, "a")], NodeLayout::default()).is_err());
         // Ranks of different virtual nodes may share a GPU.
-        let shared = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], Some(1)).unwrap();
+        let shared =
+            Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "a")], NodeLayout::virtual_nodes(1)).unwrap();
         assert!(!shared.same_node(1) && shared.same_host(1));
         assert!(shared.spans_nodes() && !shared.spans_hosts());
         assert!(t.spans_nodes() && t.spans_hosts());
-        let one = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b")], None).unwrap();
+        let one = Topology::new(0, vec![info(0, 1, 1, "a"), info(1, 1, 2, "b")], NodeLayout::default()).unwrap();
         assert!(!one.spans_nodes() && !one.spans_hosts());
+        assert_eq!(one.most_ranks_per_gpu(), 1);
+        assert_eq!(shared.most_ranks_per_gpu(), 2);
+        // With WEFT_SHARE_GPUS, ranks of one node may share a GPU too.
+        let sharing = NodeLayout { ranks_per_node: None, share_gpus: true };
+        let three = vec![info(0, 1, 1, "a"), info(1, 1, 1, "a"), info(2, 1, 1, "b"), info(3, 2, 1, "a")];
+        let t = Topology::new(2, three, sharing).unwrap();
+        assert!(t.same_node(0) && t.same_process(1) && !t.same_node(3));
+        assert_eq!(t.most_ranks_per_gpu(), 2);
     }
 
     #[test]
     fn nodes_are_hosts_or_virtual_groups_of_a_host() {
         let peers =
             vec![info(0, 1, 1, "a"), info(1, 1, 2, "b"), info(2, 5, 3, "a"), info(3, 1, 4, "c"), info(4, 5, 5, "b")];
-        let t = Topology::new(0, peers.clone(), None).unwrap();
+        let t = Topology::new(0, peers.clone(), NodeLayout::default()).unwrap();
         assert_eq!((0..5).map(|r| t.node(r).unwrap()).collect::<Vec<_>>(), vec![0, 0, 1, 0, 1]);
         assert!(t.same_node(3) && !t.same_node(2) && t.ranks_per_node().is_none());
         // Two ranks per virtual node: host 1 holds ranks 0, 1, 3 -> nodes {0, 1}, {3}.
-        let v = Topology::new(0, peers, Some(2)).unwrap();
+        let v = Topology::new(0, peers, NodeLayout::virtual_nodes(2)).unwrap();
         assert_eq!((0..5).map(|r| v.node(r).unwrap()).collect::<Vec<_>>(), vec![0, 0, 1, 2, 1]);
         assert!(v.same_node(1) && !v.same_node(3));
         assert_eq!(v.ranks_per_node(), Some(2));

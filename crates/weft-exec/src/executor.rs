@@ -81,11 +81,11 @@ impl PlanExecutor {
         let lowered = lower(plan)?;
         let tables = rank_tables(&lowered, rank)?;
         let threadblocks = (lowered.ranks[rank].tb_starts.len() - 1) as u32;
-        let sms = comm.device().sm_count().map_err(|source| ExecError::Gpu { rank, source })?;
+        let sms = comm.resident_sms()?;
         // Blocks wait for each other (barriers, steps, the fences), so all must be resident.
         if threadblocks > sms {
             return Err(ExecError::Unsupported(format!(
-                "rank {rank}: {threadblocks} thread blocks, the GPU has {sms} SMs"
+                "rank {rank}: {threadblocks} thread blocks, {sms} SMs of the GPU are this rank's"
             )));
         }
         let grid = threadblocks.max(config.stage_blocks).min(sms).max(1);
@@ -185,6 +185,7 @@ impl PlanExecutor {
             return Ok(());
         }
         let kernel = self.prepare(dtype, op)?;
+        self.comm.settle_before_launch()?;
         let mut args = KernelArgs::new();
         args.push(context);
         let shared_bytes = self.tables.max_tb_ops * size_of::<ExecOp>() as u32;

@@ -27,9 +27,11 @@ enum Command {
         /// Run only these groups of tests (comma-separated; default: all).
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<Step>,
-        /// Processes of the process mode, placed on the GPUs round-robin (default: one per
-        /// GPU). More ranks than GPUs need virtual nodes that keep the ranks sharing a GPU
-        /// apart (`WEFT_RANKS_PER_NODE`): they then talk over the network transports only.
+        /// Ranks, placed on the GPUs round-robin (default: one per GPU). With more ranks than
+        /// GPUs, the thread mode lets ranks share a GPU (`WEFT_SHARE_GPUS=1`: grids shrink so
+        /// every rank's kernels are resident at once; a check of correctness, not of speed);
+        /// the process mode needs `WEFT_SHARE_GPUS=1` or virtual nodes that keep the ranks
+        /// sharing a GPU apart (`WEFT_RANKS_PER_NODE`), and its kernels time-slice.
         #[arg(long)]
         ranks: Option<usize>,
     },

@@ -9,6 +9,8 @@
 //! HB calls write straight into the peers' registered outputs; a line per communicator checks
 //! that every one that could did.
 
+use std::time::Duration;
+
 use weft_coll::{Algorithm, CollConfig, CollError, Collectives, PathCounts, Protocol};
 use weft_core::{Communicator, Env};
 use weft_types::{DataType, ReduceOp};
@@ -130,7 +132,13 @@ fn check_all_counts(
                 failures.push(format!("count {count}: {wrong} wrong elements, ranks identical: {identical}"));
             }
             Err(e) if cannot_carry(e.as_ref()) => {}
-            Err(e) => return Err(format!("count {count}: {e}")),
+            Err(e) => {
+                // A kernel's failure record stays until cleared: clear it, so that the cases
+                // after this one report their own results.
+                let _ = me.stream.wait_idle(Duration::from_secs(60), "a failed case");
+                let _ = me.comm.clear_device_failure();
+                return Err(format!("count {count}: {e}"));
+            }
         }
     }
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) }
