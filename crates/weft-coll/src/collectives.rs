@@ -132,11 +132,20 @@ impl Collectives {
                 comm.world_size()
             );
         }
-        let resources = Resources::new(comm, &config)?;
         let library = KernelLibrary::new(comm.env().cache_dir.clone());
+        let kernels = KernelCache::new(library, comm.device().clone());
+        if comm.topology().most_ranks_per_gpu() > 1 {
+            // Send/receive groups settle only with their peers, yet a module load anywhere on a
+            // shared GPU holds back every kernel there: load theirs now, before the set-up
+            // exchanges below let any rank go on to launch.
+            kernels
+                .get(Algorithm::SendRecvP2p, DataType::U8, ReduceOp::Sum)
+                .map_err(|source| CollError::Gpu { rank: comm.rank(), source })?;
+        }
+        let resources = Resources::new(comm, &config)?;
         Ok(Self {
             comm: comm.clone(),
-            kernels: KernelCache::new(library, comm.device().clone()),
+            kernels,
             config,
             resources,
             plans: Mutex::default(),
@@ -578,6 +587,11 @@ impl Collectives {
         if plans().any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
             return Err(self.invalid("a send to this rank needs a receive from it of the same size".into()));
         }
+        // Loaded before settling: a module load after the handshake would hold back the
+        // kernels of ranks sharing this GPU (see `Communicator::settle_with`).
+        self.kernels
+            .get(algorithm, DataType::U8, ReduceOp::Sum)
+            .map_err(|source| CollError::Gpu { rank: me, source })?;
         for plan in plans() {
             let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
             let peers: Vec<usize> =

@@ -200,7 +200,9 @@ impl Communicator {
     }
 
     /// [`Communicator::settle_before_launch`] for a launch whose kernel waits only for
-    /// `peers`, each of which makes the matching call: a handshake with each of them.
+    /// `peers`, each of which makes the matching call: a handshake with each of them. It does
+    /// not cover the other ranks sharing the GPU: a module load or allocation there still holds
+    /// this launch back, so callers load their kernels before any rank can launch.
     pub fn settle_with(&self, peers: &[usize]) -> Result<(), Error> {
         if !self.shares_gpus() {
             return Ok(());
