@@ -125,7 +125,9 @@ impl std::fmt::Debug for Collectives {
 impl Collectives {
     /// Sets up the collectives of `comm`. Collective: every rank calls it with the same config.
     pub fn new(comm: &Communicator, mut config: CollConfig) -> Result<Self, CollError> {
-        config.fit_resident(comm.resident_sms()?);
+        if comm.shares_gpu() {
+            config.fit_resident(comm.resident_sms()?);
+        }
         if let Some(tuned) = config.tuned_ranks.filter(|&r| r != comm.world_size()) {
             tracing::warn!(
                 "the tuning table was measured on {tuned} ranks, this communicator has {}: its switch points may not fit",
@@ -134,7 +136,7 @@ impl Collectives {
         }
         let library = KernelLibrary::new(comm.env().cache_dir.clone());
         let kernels = KernelCache::new(library, comm.device().clone());
-        if comm.topology().most_ranks_per_gpu() > 1 {
+        if comm.shares_gpu() {
             // Send/receive groups settle only with their peers, yet a module load anywhere on a
             // shared GPU holds back every kernel there: load theirs now, before the set-up
             // exchanges below let any rank go on to launch.
@@ -587,11 +589,6 @@ impl Collectives {
         if plans().any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
             return Err(self.invalid("a send to this rank needs a receive from it of the same size".into()));
         }
-        // Loaded before settling: a module load after the handshake would hold back the
-        // kernels of ranks sharing this GPU (see `Communicator::settle_with`).
-        self.kernels
-            .get(algorithm, DataType::U8, ReduceOp::Sum)
-            .map_err(|source| CollError::Gpu { rank: me, source })?;
         for plan in plans() {
             let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
             let peers: Vec<usize> =

@@ -304,8 +304,8 @@ impl CollConfig {
 impl CollConfig {
     /// Shrinks every grid to `sms` blocks: the blocks of one launch wait for each other and for
     /// the peers' blocks, so all must be resident at once, at one block per SM (an HB block
-    /// may take a whole SM). Only ranks that share a GPU (`WEFT_SHARE_GPUS`) get fewer SMs than
-    /// the default grids use.
+    /// may take a whole SM). `Collectives::new` applies it only when ranks share a GPU
+    /// (`WEFT_SHARE_GPUS`); with a GPU per rank the configured grids stay as they are.
     pub fn fit_resident(&mut self, sms: u32) {
         let sms = sms.max(1);
         let before = (self.ll_blocks, self.hb_blocks, self.port_ring_blocks);

@@ -157,7 +157,7 @@ impl Communicator {
     pub fn resident_sms(&self) -> Result<u32, Error> {
         let sms = self.inner.device.sm_count().map_err(|source| Error::Gpu { rank: self.rank(), source })?;
         let sharing = u32::try_from(self.inner.topology.most_ranks_per_gpu()).unwrap_or(u32::MAX);
-        Ok(if sharing > 1 { 1 << (sms / sharing).max(1).ilog2() } else { sms })
+        Ok(if self.shares_gpu() { 1 << (sms / sharing).max(1).ilog2() } else { sms })
     }
 
     /// Where every rank lives.
@@ -194,9 +194,10 @@ impl Communicator {
     /// several ranks (`WEFT_SHARE_GPUS`), waits until every rank gets here (a barrier), since
     /// module loads, allocations and memsets serialise a GPU's streams, and one rank still
     /// setting up would hold back a peer's kernel that waits for it. Nothing when every rank
-    /// has a GPU of its own. Collective.
+    /// has a GPU of its own (only on a shared GPU, a test layout, does a call wait for the
+    /// other ranks' host threads). Collective.
     pub fn settle_before_launch(&self) -> Result<(), Error> {
-        if self.shares_gpus() { self.barrier() } else { Ok(()) }
+        if self.shares_gpu() { self.barrier() } else { Ok(()) }
     }
 
     /// [`Communicator::settle_before_launch`] for a launch whose kernel waits only for
@@ -204,7 +205,7 @@ impl Communicator {
     /// not cover the other ranks sharing the GPU: a module load or allocation there still holds
     /// this launch back, so callers load their kernels before any rank can launch.
     pub fn settle_with(&self, peers: &[usize]) -> Result<(), Error> {
-        if !self.shares_gpus() {
+        if !self.shares_gpu() {
             return Ok(());
         }
         let bootstrap_error = |source| Error::Bootstrap { rank: self.rank(), source };
@@ -217,7 +218,9 @@ impl Communicator {
         Ok(())
     }
 
-    fn shares_gpus(&self) -> bool {
+    /// Whether some GPU carries several ranks of this communicator (`WEFT_SHARE_GPUS`, or
+    /// virtual nodes on fewer GPUs).
+    pub fn shares_gpu(&self) -> bool {
         self.inner.topology.most_ranks_per_gpu() > 1
     }
 

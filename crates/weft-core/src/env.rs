@@ -9,6 +9,7 @@
 //! | `WEFT_CUDA_HOME` | CUDA installation searched first for NVRTC and headers (read by weft-gpu) | unset |
 //! | `WEFT_ALLOC` | device memory kind: `vmm`, `legacy` or `auto` | `auto` |
 //! | `WEFT_RANKS_PER_NODE` | split each host's ranks into virtual nodes of this many (in rank order); peers in other virtual nodes get no peer mappings, as if on another host: PortChannels reach them over TCP, collectives run AllReduce `port_ring` only | unset: one node per host |
+//! | `WEFT_SHARE_GPUS` | `1`: ranks of one node may share a GPU, to check multi-rank code on fewer GPUs (grids shrink so every sharing rank's kernels are resident at once; launches settle with the other ranks first; timings mean nothing; see docs/shared-gpu.md) | `0` |
 //! | `WEFT_ALGO_<COLLECTIVE>` | force an algorithm of `ALLREDUCE`, `ALLGATHER`, `REDUCESCATTER`, `BROADCAST`, `REDUCE`, `ALLTOALL`, `SENDRECV`: `ll`, `ll2`, `hb`, `ring`, `port_ring` (all-reduce; `port_ring` never by size), `p2p`, an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`) or `auto` (read by weft-coll) | `auto` |
 //! | `WEFT_PLAN_DIR` | folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it (weft-coll) | unset |
 //! | `WEFT_EMU_NET_LATENCY_US` | emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node (which then goes through the copy engine, paced, instead of TCP), in microseconds | unset: no emulation |
@@ -139,8 +140,8 @@ impl Env {
         }
         if let Some(value) = lookup("WEFT_SHARE_GPUS") {
             env.share_gpus = match value.trim() {
-                "1" | "true" | "yes" => true,
-                "0" | "false" | "no" | "" => false,
+                "1" => true,
+                "0" | "" => false,
                 _ => return Err(EnvError { name: "WEFT_SHARE_GPUS", value, expected: "1 or 0" }),
             };
         }
@@ -192,6 +193,7 @@ mod tests {
             ("WEFT_ALLOC", "huge"),
             ("WEFT_RANKS_PER_NODE", "0"),
             ("WEFT_RANKS_PER_NODE", "two"),
+            ("WEFT_SHARE_GPUS", "yes"),
             ("WEFT_EMU_NET_LATENCY_US", "-3"),
             ("WEFT_EMU_NET_GBPS", "fast"),
         ] {

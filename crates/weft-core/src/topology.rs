@@ -78,6 +78,8 @@ pub struct Topology {
     peers: Vec<PeerInfo>,
     nodes: Vec<usize>,
     ranks_per_node: Option<usize>,
+    /// The most ranks any one GPU carries (derived from `peers` once: calls ask on every launch).
+    most_ranks_per_gpu: usize,
 }
 
 impl Topology {
@@ -106,13 +108,15 @@ impl Topology {
                 }
             }
         }
-        Ok(Self { me, peers, nodes, ranks_per_node: layout.ranks_per_node })
+        let most_ranks_per_gpu =
+            peers.iter().map(|p| peers.iter().filter(|q| same_gpu(p, q)).count()).max().unwrap_or(1);
+        Ok(Self { me, peers, nodes, ranks_per_node: layout.ranks_per_node, most_ranks_per_gpu })
     }
 
     /// The most ranks any one GPU carries (1 with a GPU per rank). Every rank computes the
     /// same value, so launch shapes derived from it agree across ranks.
     pub fn most_ranks_per_gpu(&self) -> usize {
-        self.peers.iter().map(|p| self.peers.iter().filter(|q| same_gpu(p, q)).count()).max().unwrap_or(1)
+        self.most_ranks_per_gpu
     }
 
     /// The node of `rank` (numbered from 0 in order of first appearance), if it exists.
@@ -167,12 +171,13 @@ impl Topology {
     }
 }
 
-/// Node of every rank: ranks of one host form one node, or consecutive groups of
-/// `ranks_per_node` of them (in rank order) with virtual nodes.
+/// Whether two ranks run on one GPU (one host, one PCI bus id).
 fn same_gpu(a: &PeerInfo, b: &PeerInfo) -> bool {
     a.identity.host_hash == b.identity.host_hash && a.pci_bus_id == b.pci_bus_id
 }
 
+/// Node of every rank: ranks of one host form one node, or consecutive groups of
+/// `ranks_per_node` of them (in rank order) with virtual nodes.
 fn node_ids(peers: &[PeerInfo], ranks_per_node: Option<usize>) -> Vec<usize> {
     let mut keys: Vec<(u64, usize)> = Vec::new();
     let mut seen_on_host: Vec<(u64, usize)> = Vec::new();

@@ -6,12 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
-use common::within;
+use common::{start_service, within};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
+use weft_core::fifo::{FifoError, FifoWriter, HostFifo};
 use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PeerLink};
 use weft_core::proxy::transport::pacing::LinkModel;
 use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
@@ -55,11 +55,7 @@ fn setup(len: usize, delay: Duration, config: CopyEngineConfig, paced: bool) -> 
     let queue = HostCopyQueue::new(space.clone(), delay);
     transport.connect(0, link("rank 1", queue, token, vec![(3, dst_addr, len as u64)], dst.clone(), paced)).unwrap();
     let fifo = HostFifo::new(64).unwrap();
-    let service = ProxyService::builder(ProxyConfig::default())
-        .transport(transport.clone())
-        .fifo(FifoReader::new(fifo.clone()).unwrap())
-        .start()
-        .unwrap();
+    let service = start_service(transport.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
     Setup { space, src, dst, token, transport, fifo, service: Some(service) }
 }
 
@@ -178,11 +174,7 @@ fn a_stalled_engine_fails_the_proxy_with_a_timeout_naming_the_peer_and_releases_
         queue.stall(true);
         transport.connect(0, link("rank 7", queue, token, vec![(0, dst_addr, 64)], dst, false)).unwrap();
         let fifo = HostFifo::new(8).unwrap();
-        let service = ProxyService::builder(ProxyConfig::default())
-            .transport(transport.clone())
-            .fifo(FifoReader::new(fifo.clone()).unwrap())
-            .start()
-            .unwrap();
+        let service = start_service(transport.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
         let writer = FifoWriter::new(fifo, None);
         let pos = writer.push(command(FifoOp::PutFlush, 0, 0, 0, 64)).unwrap();
         assert!(matches!(writer.sync(pos), Err(FifoError::Stopped { code: 2, .. })));

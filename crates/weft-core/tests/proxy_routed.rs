@@ -6,12 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
-use common::within;
+use common::{start_service, within};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
+use weft_core::fifo::{FifoError, FifoWriter, HostFifo};
 use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, PeerLink};
 use weft_core::proxy::transport::routed::RoutedTransport;
 use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
@@ -71,11 +71,7 @@ fn world(tcp: TcpConfig) -> World {
     let net_peer = TcpTransport::bind(tcp, "rank B", Arc::new(MemoryTable::new()), net_inbox.clone()).unwrap();
     let routes = Arc::new(RoutedTransport::new(vec![copy_engine.clone(), net.clone()]));
     let fifo = HostFifo::new(64).unwrap();
-    let service = ProxyService::builder(ProxyConfig::default())
-        .transport(routes.clone())
-        .fifo(FifoReader::new(fifo.clone()).unwrap())
-        .start()
-        .unwrap();
+    let service = start_service(routes.clone(), std::slice::from_ref(&fifo), ProxyConfig::default());
 
     // Then memories and connections, while the proxy runs.
     assert_eq!(copy_engine.register_local(src_addr, LEN as u64, src.clone()).unwrap(), 0);

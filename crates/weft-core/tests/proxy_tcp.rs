@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
-use common::within;
+use common::{start_service as service, within};
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -59,14 +59,6 @@ fn pair(config: TcpConfig, len: usize, connections: u16) -> Pair {
         sender.connect(c, receiver.local_addr(), c, "receiver").unwrap();
     }
     Pair { src, dst, inbox, sender: Arc::new(sender), receiver: Some(receiver) }
-}
-
-fn service(transport: Arc<dyn Transport>, fifos: &[HostFifo], config: ProxyConfig) -> ProxyService {
-    let mut b = ProxyService::builder(config).transport(transport);
-    for f in fifos {
-        b = b.fifo(FifoReader::new(f.clone()).unwrap());
-    }
-    b.start().unwrap()
 }
 
 fn pattern(round: usize, len: usize) -> Vec<u8> {

@@ -1,7 +1,19 @@
 //! Helpers shared by the proxy integration tests.
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
+
+use weft_core::fifo::{FifoReader, HostFifo};
+use weft_core::proxy::{ProxyConfig, ProxyService, Transport};
+
+/// Starts a proxy service reading `fifos` over `transport`.
+pub(crate) fn start_service(transport: Arc<dyn Transport>, fifos: &[HostFifo], config: ProxyConfig) -> ProxyService {
+    let mut b = ProxyService::builder(config).transport(transport);
+    for f in fifos {
+        b = b.fifo(FifoReader::new(f.clone()).unwrap());
+    }
+    b.start().unwrap()
+}
 
 /// Runs `f` on a thread and fails the test if it does not finish within `secs` seconds.
 pub(crate) fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
