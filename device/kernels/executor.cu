@@ -4,12 +4,22 @@
 // the grid also shares the staging copies. Host side: crates/weft-exec (geometry.rs states the
 // chunk layout below; the CPU tests hold the two equal).
 //
+// Replicas: plan thread block t runs on `replicas` blocks of the grid, block r * threadblocks + t
+// moving slice r of every chunk (replica_slice in geometry.rs: its share of the chunk's 16-byte
+// vectors). A slice depends only on the chunk's length, so replica r of every rank writes and
+// reads the same bytes of a chunk; each replica has its own links and its own steps, which
+// order exactly those bytes. Plan barriers count every replica.
+//
 // One launch:
 //   1. copy-in     (all blocks) the user input into the registered input stage, when a peer
 //                  reads this rank's input (EXEC_INPUT_STAGED).
-//   2. entry fence grid barrier; block 0 signals then waits on the fence semaphore of every
-//                  peer; grid barrier. After it, every peer has started this launch, so its
-//                  previous launch no longer reads or writes anything this launch writes.
+//   2. entry fence (EXEC_ENTRY_FENCE: some rank's peers read its input stage) grid barrier;
+//                  block 0 signals then waits on the fence semaphore of every peer; grid
+//                  barrier. After it, every peer has filled its input stage for this launch.
+//                  Without it a peer may start launch n+1 while this rank still copies launch n
+//                  out: it has passed its exit fence of launch n, so this rank's plan of launch
+//                  n is done, and the output stage alternates halves by launch (output_flip),
+//                  so its writes land in the half this rank copied out at launch n-1.
 //   3. the plan    each plan block loads its ExecOps into shared memory and interprets them:
 //                  wait (link: thread 0, semaphore_wait, acquire .sys; thread block step or
 //                  barrier: thread 0 spins with ld.acquire.sys), block barrier, fold the inputs
@@ -39,8 +49,6 @@ constexpr ReduceOp kOp = static_cast<ReduceOp>(WEFT_REDOP);
 using Fold = Reducer<kType, kOp, 16>;
 using Acc = typename Element<kType>::Acc;
 constexpr uint64_t kElem = sizeof(typename Element<kType>::T);
-/// Grid barriers of one launch: around the entry fence and around the exit fence.
-constexpr uint64_t kGridBarriers = 4;
 
 namespace {
 
@@ -108,7 +116,20 @@ __device__ __forceinline__ uint64_t chunk_bytes(const ExecContext& c, const Geom
   return g.class_bytes(g.class_of(loc.buffer, reinterpret_cast<const uint32_t*>(owner(c, loc).scratch_counts), chunk));
 }
 
-__device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g, const ExecLoc& loc, uint64_t chunk) {
+/// This launch's half of a rank's output stage.
+__device__ __forceinline__ char* output_stage(const ExecBuffers& b, uint64_t shift) {
+  return reinterpret_cast<char*>(b.output + shift);
+}
+
+/// Which part of the plan one block runs in this launch.
+struct Role {
+  uint32_t replica;
+  /// Bytes from an output stage's base to this launch's half.
+  uint64_t output_shift;
+};
+
+__device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g, const Role& role, const ExecLoc& loc,
+                                        uint64_t chunk) {
   const bool local = loc.peer == EXEC_LOCAL;
   const ExecBuffers& b = owner(c, loc);
   if (loc.buffer == 0) {
@@ -121,7 +142,7 @@ __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g,
     if (local && (c.flags & EXEC_OUTPUT_STAGED) == 0) {
       return {reinterpret_cast<char*>(c.output + g.dense(chunk) * kElem), false};
     }
-    return {reinterpret_cast<char*>(b.output + g.padded_dense(chunk)), true};
+    return {output_stage(b, role.output_shift) + g.padded_dense(chunk), true};
   }
   const uint32_t* counts = reinterpret_cast<const uint32_t*>(b.scratch_counts);
   return {reinterpret_cast<char*>(b.scratch + g.padded_scratch(counts, chunk)), true};
@@ -166,25 +187,35 @@ __device__ __forceinline__ void fold(const char* const* in, uint32_t nin, char* 
   }
 }
 
+/// Bytes [begin, end) of a `bytes`-long chunk that replica `r` of `n` moves (geometry.rs's
+/// replica_slice): its share of the chunk's 16-byte vectors.
+__device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32_t n, uint64_t& begin, uint64_t& end) {
+  const uint64_t vectors = (bytes + 15) / 16;
+  begin = coll::min_u64(vectors * r / n * 16, bytes);
+  end = coll::min_u64(vectors * (r + 1) / n * 16, bytes);
+}
+
 /// The data phase of one operation: chunk by chunk (chunks of a run are not contiguous in a
-/// padded buffer), every input chunk k folded into every output chunk k. Called by: the block.
-__device__ __forceinline__ void run_data(const ExecContext& c, const Geometry& g, const ExecOp& op) {
+/// padded buffer), this replica's slice of every input chunk k folded into every output chunk
+/// k. Called by: the block.
+__device__ __forceinline__ void run_data(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp& op) {
   const ExecLoc& lead = op.inputs[0];
   for (uint32_t k = 0; k < lead.count; ++k) {
-    const uint64_t bytes = chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k);
-    if (bytes == 0) continue;
+    uint64_t begin, end;
+    replica_slice(chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin, end);
+    if (begin == end) continue;
     const char* in[EXEC_MAX_INPUTS];
     char* out[EXEC_MAX_OUTPUTS];
     bool padded[EXEC_MAX_OUTPUTS];
     for (uint32_t i = 0; i < op.n_inputs; ++i) {
-      in[i] = locate(c, g, op.inputs[i], static_cast<uint64_t>(op.inputs[i].chunk) + k).at;
+      in[i] = locate(c, g, role, op.inputs[i], static_cast<uint64_t>(op.inputs[i].chunk) + k).at + begin;
     }
     for (uint32_t o = 0; o < op.n_outputs; ++o) {
-      const Piece p = locate(c, g, op.outputs[o], static_cast<uint64_t>(op.outputs[o].chunk) + k);
-      out[o] = p.at;
+      const Piece p = locate(c, g, role, op.outputs[o], static_cast<uint64_t>(op.outputs[o].chunk) + k);
+      out[o] = p.at + begin;
       padded[o] = p.padded;
     }
-    fold(in, op.n_inputs, out, padded, op.n_outputs, bytes, threadIdx.x, blockDim.x);
+    fold(in, op.n_inputs, out, padded, op.n_outputs, end - begin, threadIdx.x, blockDim.x);
   }
 }
 
@@ -227,37 +258,44 @@ __device__ __forceinline__ bool fence(const ExecContext& c) {
   return __syncthreads_and(ok);
 }
 
-/// Runs this block's operations (in shared memory). Called by: every thread of a plan block.
-__device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g, const ExecOp* ops, uint32_t nops,
-                                         uint64_t launch, uint64_t* plan_arrivals, uint64_t* progress) {
+/// Runs this block's operations (in shared memory) as replica `role.replica` of its thread
+/// block. Called by: every thread of a plan block.
+__device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp* ops,
+                                         uint32_t nops, uint64_t launch, uint64_t* plan_arrivals, uint64_t* progress) {
   const SemaphoreDeviceHandle* links = reinterpret_cast<const SemaphoreDeviceHandle*>(c.links);
+  auto link = [&](uint16_t peer, uint16_t channel) -> const SemaphoreDeviceHandle& {
+    return links[(static_cast<uint64_t>(peer) * c.link_stride + channel) * c.replicas + role.replica];
+  };
+  // This replica's steps: thread block t's replica r publishes at progress[r * threadblocks + t].
+  const uint64_t* steps = progress + static_cast<uint64_t>(role.replica) * c.threadblocks;
+  const uint64_t plan_blocks = static_cast<uint64_t>(c.threadblocks) * c.replicas;
   uint64_t barriers = 0;
   for (uint32_t s = 0; s < nops; ++s) {
     const ExecOp& op = ops[s];
     bool ok = true;
     if (threadIdx.x == 0) {
       if ((op.flags & EXEC_WAIT_LINK) != 0) {
-        ok = semaphore_wait(links[static_cast<uint64_t>(op.wait_peer) * c.link_stride + op.wait_channel]);
+        ok = semaphore_wait(link(op.wait_peer, op.wait_channel));
       }
       if (ok && (op.flags & EXEC_WAIT_TB) != 0) {
         const uint64_t want = (launch << 32) | (static_cast<uint64_t>(op.wait_step) + 1);
-        ok = wait_at_least(progress + op.wait_tb, want, c.wait, WaitOp::ExecStep);
+        ok = wait_at_least(steps + op.wait_tb, want, c.wait, WaitOp::ExecStep);
       }
       if (ok && (op.flags & EXEC_BARRIER) != 0) {
         // Every earlier write of the block is ordered before this by the barrier that ended
         // the previous operation.
         ptx::red_add_release_sys(plan_arrivals, 1);
-        const uint64_t want = (launch * c.plan_barriers + barriers + 1) * c.threadblocks;
+        const uint64_t want = (launch * c.plan_barriers + barriers + 1) * plan_blocks;
         ok = wait_at_least(plan_arrivals, want, c.wait, WaitOp::ExecBarrier);
       }
     }
     if ((op.flags & EXEC_BARRIER) != 0) ++barriers;
     if (!__syncthreads_and(ok)) return false;
-    if (op.n_inputs > 0) run_data(c, g, op);
+    if (op.n_inputs > 0) run_data(c, g, role, op);
     __syncthreads();
     if (threadIdx.x == 0) {
       if ((op.flags & EXEC_SIGNAL) != 0) {
-        semaphore_signal(links[static_cast<uint64_t>(op.signal_peer) * c.link_stride + op.signal_channel]);
+        semaphore_signal(link(op.signal_peer, op.signal_channel));
       }
       ptx::st_release_sys(progress + blockIdx.x, (launch << 32) | (static_cast<uint64_t>(s) + 1));
     }
@@ -298,17 +336,24 @@ extern "C" __global__ void __launch_bounds__(512) weft_execute(ExecContext c) {
   const uint64_t launch = state[b];
   const Geometry g{c.unit, c.size_classes};
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
+  const bool entry_fence = (c.flags & EXEC_ENTRY_FENCE) != 0;
+  // A rank may have no thread block of the plan (its grid only stages and fences).
+  const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0};
+  const uint32_t plan_blocks = c.threadblocks * c.replicas;
+  // Grid barriers of one launch: around the exit fence, and around the entry fence if any.
+  const uint64_t grid_barriers = entry_fence ? 4 : 2;
   uint64_t grid_step = 0;
   auto grid_barrier = [&]() {
     ++grid_step;
-    return block_arrive(grid_arrivals, (kGridBarriers * launch + grid_step) * gridDim.x, c.wait);
+    return block_arrive(grid_arrivals, (grid_barriers * launch + grid_step) * gridDim.x, c.wait);
   };
 
   uint32_t nops = 0;
-  if (b < c.threadblocks) {
+  if (b < plan_blocks) {
     const uint32_t* starts = reinterpret_cast<const uint32_t*>(c.tb_starts);
-    const uint32_t first = starts[b];
-    nops = starts[b + 1] - first;
+    const uint32_t tb = b % c.threadblocks;
+    const uint32_t first = starts[tb];
+    nops = starts[tb + 1] - first;
     const uint32_t* src = reinterpret_cast<const uint32_t*>(c.ops + static_cast<uint64_t>(first) * sizeof(ExecOp));
     uint32_t* dst = reinterpret_cast<uint32_t*>(shared_ops);
     for (uint32_t i = threadIdx.x; i < nops * (sizeof(ExecOp) / 4); i += blockDim.x) dst[i] = src[i];
@@ -316,15 +361,19 @@ extern "C" __global__ void __launch_bounds__(512) weft_execute(ExecContext c) {
   if ((c.flags & EXEC_INPUT_STAGED) != 0) {
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
   }
-  if (!grid_barrier()) return;
-  if (b == 0 && !fence(c)) return;
-  if (!grid_barrier()) return;
-  if (b < c.threadblocks && !run_plan(c, g, shared_ops, nops, launch, plan_arrivals, progress)) return;
+  if (entry_fence) {
+    if (!grid_barrier()) return;
+    if (b == 0 && !fence(c)) return;
+    if (!grid_barrier()) return;
+  } else {
+    __syncthreads();  // the operations in shared memory
+  }
+  if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, launch, plan_arrivals, progress)) return;
   if (!grid_barrier()) return;
   if (b == 0 && !fence(c)) return;
   if (!grid_barrier()) return;
   if ((c.flags & EXEC_OUTPUT_STAGED) != 0) {
-    stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), reinterpret_cast<char*>(mine.output), false,
+    stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), output_stage(mine, role.output_shift), false,
           reinterpret_cast<const uint8_t*>(c.written));
   }
   if (threadIdx.x == 0) state[b] = launch + 1;

@@ -723,7 +723,7 @@ impl Collectives {
         }
         let plan = id.plan(self.ranks(), root).map_err(|detail| CollError::Unsupported { rank, detail })?;
         let capacity = bytes.next_power_of_two().max(self.config.plan_capacity as u64);
-        let config = ExecConfig { capacity, ..ExecConfig::default() };
+        let config = ExecConfig { capacity, replicas: self.config.plan_replicas, ..ExecConfig::default() };
         let executor =
             Arc::new(PlanExecutor::new(&self.comm, &plan, config).map_err(|source| CollError::Exec { rank, source })?);
         if let Some(old) = plans.insert((id, root), Arc::clone(&executor)) {

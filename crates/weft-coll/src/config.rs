@@ -189,6 +189,9 @@ pub struct CollConfig {
     /// Smallest input (bytes per rank) a plan executor is set up for; a larger call sets the
     /// plan up again for the next power of two.
     pub plan_capacity: usize,
+    /// Replicas of every plan thread block (`WEFT_PLAN_REPLICAS`; `None`: as many as the SMs
+    /// hold, see `weft_exec::replicas_for`).
+    pub plan_replicas: Option<u32>,
     /// Largest captured HB AllReduce (bytes) that stores its results straight into the peers'
     /// registered outputs; 0: never. Faster than staging at every size measured on 4×H200 and
     /// 2×H200 machines (4×H200: 4 MB 36.4 vs 39.4 µs, 256 MB 1187 vs 1204 µs), so it covers
@@ -216,6 +219,7 @@ impl Default for CollConfig {
             selector: Selector::default(),
             tuned_ranks: None,
             plan_capacity: 1 << 20,
+            plan_replicas: None,
             zero_copy_allreduce_max: 256 << 20,
             zero_copy_allgather_max: 64 << 20,
         }
@@ -227,7 +231,7 @@ impl CollConfig {
     /// loaded once per process, see [`crate::load_user_plans`]), `WEFT_TUNING_FILE` (a JSON
     /// [`TuningTable`]), `WEFT_ALGO_<COLLECTIVE>` (an algorithm name or `auto`),
     /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
-    /// `WEFT_PORT_RING_BLOCKS` (1..=8),
+    /// `WEFT_PORT_RING_BLOCKS` (1..=8), `WEFT_PLAN_REPLICAS`,
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
     /// 0 for never).
     pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
@@ -288,6 +292,9 @@ impl CollConfig {
         }
         if let Some(n) = number("WEFT_PORT_RING_BLOCKS", MAX_PORT_RING_BLOCKS as usize)? {
             c.port_ring_blocks = n as u32;
+        }
+        if let Some(n) = number("WEFT_PLAN_REPLICAS", 1024)? {
+            c.plan_replicas = Some(n as u32);
         }
         for (name, field) in [
             ("WEFT_ZERO_COPY_ALLREDUCE", &mut c.zero_copy_allreduce_max),

@@ -16,7 +16,7 @@ use weft_types::{DataType, EXEC_INPUT_STAGED, EXEC_OUTPUT_STAGED, ExecContext, E
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
-use crate::resources::ExecResources;
+use crate::resources::{ExecResources, Shape};
 use crate::tables::{RankTables, rank_tables};
 
 /// Threads of every executor block (the kernel's `__launch_bounds__`).
@@ -28,15 +28,29 @@ pub struct ExecConfig {
     /// Largest input, in bytes per rank, a launch may carry: the stages and scratch are sized
     /// for it.
     pub capacity: u64,
-    /// Blocks of the grid when the plan has fewer thread blocks: the extra blocks help copy
-    /// the stages.
+    /// Blocks of the grid when the plan's blocks are fewer: the extra blocks help copy the
+    /// stages.
     pub stage_blocks: u32,
+    /// Replicas of every plan thread block, each moving a slice of every chunk with its own
+    /// links (`None`: as many as the rank's SMs hold, [`replicas_for`]). One replica is the
+    /// plan as written: a thread block works through its chunks alone.
+    pub replicas: Option<u32>,
 }
 
 impl Default for ExecConfig {
     fn default() -> Self {
-        Self { capacity: 1 << 20, stage_blocks: 32 }
+        Self { capacity: 1 << 20, stage_blocks: 32, replicas: None }
     }
+}
+
+/// Replicas of each of a plan's `threadblocks` thread blocks on `sms` SMs: every plan block
+/// must be resident (they wait for each other), one per SM, so at most `sms / threadblocks`;
+/// `wanted` (clamped to that) or else all of it. A plan's thread block works through its
+/// chunks one after another, so a single block per thread block moves a few tens of GB/s;
+/// the copies of the native kernels fill the GPU.
+pub fn replicas_for(threadblocks: u32, sms: u32, wanted: Option<u32>) -> u32 {
+    let most = (sms / threadblocks.max(1)).max(1);
+    wanted.unwrap_or(most).clamp(1, most)
 }
 
 /// Whether the executor runs reductions with `op`: partial results travel in the element type,
@@ -63,6 +77,7 @@ impl std::fmt::Debug for PlanExecutor {
             .field("plan", &self.plan.name)
             .field("rank", &self.comm.rank())
             .field("grid", &self.grid)
+            .field("replicas", &self.resources.context.replicas)
             .field("capacity", &self.capacity)
             .finish()
     }
@@ -88,8 +103,22 @@ impl PlanExecutor {
                 "rank {rank}: {threadblocks} thread blocks, {sms} SMs of the GPU are this rank's"
             )));
         }
-        let grid = threadblocks.max(config.stage_blocks).min(sms).max(1);
-        let resources = ExecResources::new(comm, &lowered, &tables, config.capacity, grid)?;
+        // Replica r of a thread block moves slice r of a chunk on every rank, and a link's
+        // replicas pair up across ranks: every rank runs the same count, the one the rank with
+        // the most thread blocks and the fewest SMs can hold.
+        let widest = lowered.ranks.iter().map(|r| r.tb_starts.len() as u32 - 1).max().unwrap_or(1);
+        let mine = replicas_for(widest, sms, config.replicas);
+        let bootstrap = |source| weft_core::Error::Bootstrap { rank, source };
+        let all = comm.bootstrap().all_gather(&mine.to_le_bytes()).map_err(bootstrap)?;
+        let replicas = all
+            .iter()
+            .map(|b| b.get(..4).and_then(|b| b.try_into().ok()).map_or(1, u32::from_le_bytes))
+            .min()
+            .unwrap_or(1)
+            .max(1);
+        let grid = (threadblocks * replicas).max(config.stage_blocks).min(sms).max(1);
+        let resources =
+            ExecResources::new(comm, &lowered, &tables, Shape { capacity: config.capacity, grid, replicas })?;
         Ok(Self {
             comm: comm.clone(),
             plan: lowered,
@@ -152,7 +181,7 @@ impl PlanExecutor {
         let in_bytes = sizing.dense_offset(u64::from(self.plan.input_chunks)) * elem;
         let out_bytes = sizing.dense_offset(u64::from(self.plan.output_chunks)) * elem;
         let in_place = input < output + out_bytes && output < input + in_bytes;
-        let mut flags = 0;
+        let mut flags = self.resources.context.flags;
         if self.tables.input_remote {
             flags |= EXEC_INPUT_STAGED;
         }

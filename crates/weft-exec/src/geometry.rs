@@ -12,6 +12,11 @@
 //! word. [`Sizing::padded_dense_offset`] and [`Sizing::padded_scratch_offset`] are what
 //! `device/kernels/executor.cu` computes.
 //!
+//! A plan thread block runs as several *replicas* (blocks of the grid); replica `r` of `R` moves
+//! [`replica_slice`] of every chunk an operation touches. A chunk's slices depend only on its
+//! byte length, so the replica that writes a slice on one rank is the one that reads it on any
+//! rank, and a replica's own links and steps order exactly the bytes it moves.
+//!
 //! [`Geometry`]: weft_plan::plan::Geometry
 
 use std::ops::Range;
@@ -19,6 +24,17 @@ use std::ops::Range;
 use weft_plan::plan::{BufRef, Buffer};
 
 use crate::lower::{DevicePlan, DeviceRankPlan};
+
+/// Bytes `[start, end)` of a `bytes`-long chunk that replica `replica` of `replicas` moves: its
+/// share of the chunk's 16-byte vectors, so slices start 16-byte aligned (a padded chunk is
+/// written in whole vectors and no two replicas store into one), cover the chunk and never
+/// overlap. `device/kernels/executor.cu` computes the same.
+pub fn replica_slice(bytes: u64, replica: u32, replicas: u32) -> Range<u64> {
+    let (r, n) = (u64::from(replica), u64::from(replicas.max(1)));
+    let vectors = bytes.div_ceil(16);
+    let at = |k: u64| (vectors * k / n * 16).min(bytes);
+    at(r)..at(r + 1)
+}
 
 /// The size-dependent numbers of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +232,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn replica_slices_are_aligned_and_tile_the_chunk() {
+        for bytes in [0u64, 1, 15, 16, 17, 100, 4096, 4097, 1 << 20, (1 << 20) + 3] {
+            for replicas in [1u32, 2, 3, 7, 33, 132] {
+                let mut next = 0;
+                for r in 0..replicas {
+                    let s = replica_slice(bytes, r, replicas);
+                    assert_eq!(s.start, next, "{bytes} bytes, replica {r} of {replicas}");
+                    assert!(s.start <= s.end && s.start.is_multiple_of(16));
+                    next = s.end;
+                }
+                assert_eq!(next, bytes, "{bytes} bytes over {replicas} replicas");
+            }
+        }
+        // Balanced: slices differ by at most one vector.
+        let sizes: Vec<u64> = (0..3).map(|r| replica_slice(160, r, 3)).map(|s| s.end - s.start).collect();
+        assert_eq!(sizes, vec![48, 48, 64]);
     }
 
     #[test]

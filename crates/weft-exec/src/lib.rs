@@ -10,7 +10,9 @@
 //!   touch, which output chunks the plan writes, links, fences, barriers), with the checks the
 //!   kernel relies on;
 //! - [`PlanExecutor`]: collective set-up on a [`weft_core::Communicator`] (registered stages and
-//!   scratch exchanged with peers, a semaphore per link, uploaded tables) and the launch;
+//!   scratch exchanged with peers, a semaphore per link and replica, uploaded tables) and the
+//!   launch; every plan thread block runs as several replicas, each moving a slice of every
+//!   chunk ([`geometry::replica_slice`]), so a plan fills the GPU;
 //! - [`load_plan_dir`]: user plans from a folder (`WEFT_PLAN_DIR`), validated at load.
 //!
 //! **Must not:** change what a plan computes (lowering is a re-encoding, checked by decoding
@@ -35,7 +37,7 @@ pub mod resources;
 pub mod tables;
 
 pub use error::ExecError;
-pub use executor::{EXEC_THREADS, ExecConfig, PlanExecutor, supports_op};
+pub use executor::{EXEC_THREADS, ExecConfig, PlanExecutor, replicas_for, supports_op};
 pub use lower::{DevicePlan, DeviceRankPlan, LowerError, lower};
 pub use plan_dir::load_plan_dir;
 

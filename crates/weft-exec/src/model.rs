@@ -14,7 +14,7 @@ use weft_plan::interp::{Interpreter, RankBuffers, ReduceOp};
 use weft_plan::plan::Geometry;
 use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp};
 
-use crate::geometry::Sizing;
+use crate::geometry::{Sizing, replica_slice};
 use crate::lower::{DevicePlan, lower};
 use crate::tables::{RankTables, rank_tables};
 
@@ -67,33 +67,38 @@ impl Model<'_> {
     }
 
     /// Folds (wrapping sum of `elem`-byte little-endian integers) and writes, as the kernel's
-    /// `fold`: whole 16-byte vectors (zero-padded) into padded outputs, exact bytes elsewhere.
-    fn run_data(&mut self, rank: usize, op: &ExecOp) {
+    /// `fold` does for replica `replica` of `replicas`: its slice of every chunk, in whole 16-byte
+    /// vectors (zero-padded) into padded outputs, exact bytes elsewhere.
+    fn run_data(&mut self, rank: usize, op: &ExecOp, replica: u32, replicas: u32) {
         let lead = op.inputs[0];
         for k in 0..u64::from(lead.count) {
             let bytes = self.bytes_of(rank, &lead, u64::from(lead.chunk) + k);
-            if bytes == 0 {
+            let slice = replica_slice(bytes as u64, replica, replicas);
+            let (from, len) = (slice.start as usize, (slice.end - slice.start) as usize);
+            if len == 0 {
                 continue;
             }
-            let mut acc = vec![0u8; bytes.next_multiple_of(16)];
+            let mut acc = vec![0u8; len.next_multiple_of(16)];
             for (i, loc) in op.inputs[..usize::from(op.n_inputs)].iter().enumerate() {
                 let (owner, which, at, _) = self.locate(rank, loc, u64::from(loc.chunk) + k);
-                let src = self.buffer(owner, which)[at..at + bytes].to_vec();
+                let at = at + from;
+                let src = self.buffer(owner, which)[at..at + len].to_vec();
                 if i == 0 {
-                    acc[..bytes].copy_from_slice(&src);
+                    acc[..len].copy_from_slice(&src);
                 } else {
-                    add_into(&mut acc[..bytes], &src, self.elem as usize);
+                    add_into(&mut acc[..len], &src, self.elem as usize);
                 }
             }
             for loc in &op.outputs[..usize::from(op.n_outputs)] {
                 let (owner, which, at, padded) = self.locate(rank, loc, u64::from(loc.chunk) + k);
-                let n = if padded { acc.len() } else { bytes };
+                let n = if padded { acc.len() } else { len };
                 if padded {
                     // The vector stays inside the chunk as its owner lays it out.
                     let class = self.sizing.class_of(&self.plan.ranks[owner], loc.buffer, u64::from(loc.chunk) + k);
                     let room = self.sizing.padded_class_bytes(class.unwrap(), self.elem) as usize;
-                    assert!(n <= room, "a vector spills past chunk {} of rank {owner}", loc.chunk as u64 + k);
+                    assert!(from + n <= room, "a vector spills past chunk {} of rank {owner}", loc.chunk as u64 + k);
                 }
+                let at = at + from;
                 self.buffer(owner, which)[at..at + n].copy_from_slice(&acc[..n]);
             }
         }
@@ -123,65 +128,88 @@ impl Model<'_> {
         }
     }
 
-    /// One launch on every rank: copy-in, the plan, copy-out.
-    fn launch(&mut self) {
+    /// One launch on every rank: copy-in, the plan, copy-out. Every plan thread block runs as
+    /// `replicas` replicas (the kernel's plan blocks), each with its own links and steps; the
+    /// blocks take turns in an order shuffled by `seed`, so a replica that read a slice before
+    /// its writer's signal ordered it would read the poison the stages start with.
+    fn launch(&mut self, replicas: u32, seed: u64) {
         for r in 0..self.memory.len() {
             if self.memory[r].input_staged {
                 self.stage(r, true);
             }
         }
         let ranks = self.plan.ranks.len();
-        let mut pc: Vec<Vec<usize>> = self.plan.ranks.iter().map(|r| vec![0; r.tb_starts.len() - 1]).collect();
-        let mut arrived: Vec<Vec<bool>> = pc.iter().map(|t| vec![false; t.len()]).collect();
+        let replicas_n = replicas as usize;
+        // Plan block b = replica * threadblocks + tb, as in the kernel.
+        let blocks: Vec<usize> = self.plan.ranks.iter().map(|r| (r.tb_starts.len() - 1) * replicas_n).collect();
+        let mut pc: Vec<Vec<usize>> = blocks.iter().map(|&n| vec![0; n]).collect();
+        let mut arrived: Vec<Vec<bool>> = blocks.iter().map(|&n| vec![false; n]).collect();
         let mut arrivals = vec![0usize; ranks];
-        let mut barriers: Vec<Vec<usize>> = pc.iter().map(|t| vec![0; t.len()]).collect();
-        let mut inbound: HashMap<(usize, u16, u16), u64> = HashMap::new();
-        let mut expected: HashMap<(usize, usize, u16, u16), u64> = HashMap::new();
+        let mut barriers: Vec<Vec<usize>> = blocks.iter().map(|&n| vec![0; n]).collect();
+        // (rank, peer, channel, replica) -> signals received, and waits claimed.
+        let mut inbound: HashMap<(usize, u16, u16, usize), u64> = HashMap::new();
+        let mut expected: HashMap<(usize, u16, u16, usize), u64> = HashMap::new();
+        let mut order: Vec<(usize, usize)> = (0..ranks).flat_map(|r| (0..blocks[r]).map(move |b| (r, b))).collect();
+        let mut state = seed | 1;
         loop {
+            // A fresh order every sweep (xorshift Fisher-Yates).
+            for i in (1..order.len()).rev() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                order.swap(i, (state % (i as u64 + 1)) as usize);
+            }
             let mut progressed = false;
             let mut done = true;
-            for r in 0..ranks {
-                let rp = &self.plan.ranks[r];
-                for tb in 0..pc[r].len() {
+            for &(r, b) in &order {
+                // A burst of one to three operations, so blocks drift apart as on a GPU.
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                for _ in 0..1 + state % 3 {
+                    let rp = &self.plan.ranks[r];
+                    let threadblocks = rp.tb_starts.len() - 1;
+                    let (tb, replica) = (b % threadblocks, b / threadblocks);
                     let (first, end) = (rp.tb_starts[tb] as usize, rp.tb_starts[tb + 1] as usize);
-                    let step = pc[r][tb];
+                    let step = pc[r][b];
                     if first + step >= end {
-                        continue;
+                        break;
                     }
                     done = false;
                     let op = rp.ops[first + step];
-                    let key = (r, tb, op.wait_peer, op.wait_channel);
+                    let key = (r, op.wait_peer, op.wait_channel, replica);
                     let want = expected.get(&key).copied().unwrap_or(0) + 1;
-                    if op.flags & EXEC_WAIT_LINK != 0
-                        && inbound.get(&(r, op.wait_peer, op.wait_channel)).copied().unwrap_or(0) < want
-                    {
-                        continue;
+                    if op.flags & EXEC_WAIT_LINK != 0 && inbound.get(&key).copied().unwrap_or(0) < want {
+                        break;
                     }
-                    if op.flags & EXEC_WAIT_TB != 0 && pc[r][op.wait_tb as usize] <= op.wait_step as usize {
-                        continue;
+                    if op.flags & EXEC_WAIT_TB != 0
+                        && pc[r][op.wait_tb as usize + replica * threadblocks] <= op.wait_step as usize
+                    {
+                        break;
                     }
                     if op.flags & EXEC_BARRIER != 0 {
-                        if !arrived[r][tb] {
-                            arrived[r][tb] = true;
+                        if !arrived[r][b] {
+                            arrived[r][b] = true;
                             arrivals[r] += 1;
                             progressed = true;
                         }
-                        if arrivals[r] < (barriers[r][tb] + 1) * pc[r].len() {
-                            continue;
+                        if arrivals[r] < (barriers[r][b] + 1) * blocks[r] {
+                            break;
                         }
-                        arrived[r][tb] = false;
-                        barriers[r][tb] += 1;
+                        arrived[r][b] = false;
+                        barriers[r][b] += 1;
                     }
                     if op.flags & EXEC_WAIT_LINK != 0 {
                         expected.insert(key, want);
                     }
                     if op.n_inputs > 0 {
-                        self.run_data(r, &op);
+                        self.run_data(r, &op, replica as u32, replicas);
                     }
                     if op.flags & EXEC_SIGNAL != 0 {
-                        *inbound.entry((usize::from(op.signal_peer), r as u16, op.signal_channel)).or_default() += 1;
+                        let to = (usize::from(op.signal_peer), r as u16, op.signal_channel, replica);
+                        *inbound.entry(to).or_default() += 1;
                     }
-                    pc[r][tb] += 1;
+                    pc[r][b] += 1;
                     progressed = true;
                 }
             }
@@ -219,8 +247,13 @@ fn value(seed: u64, rank: usize, i: usize) -> u64 {
 /// Runs `plan` on `count` input elements of `elem` bytes per rank through the model (out of
 /// place, or in place with nccl-tests' layout when `in_place`) and through weft-plan's
 /// interpreter; panics on the first wrong element of a written output chunk.
-fn check(plan: &ExecutionPlan, count: usize, elem: u64, in_place: bool) {
-    let lowered = lower(plan).unwrap();
+fn check(plan: &ExecutionPlan, count: usize, elem: u64, in_place: bool, replicas: u32) {
+    check_lowered(plan, &lower(plan).unwrap(), count, elem, in_place, replicas);
+}
+
+/// [`check`] of `lowered`, which may differ from `plan`'s lowering (a broken variant).
+fn check_lowered(plan: &ExecutionPlan, lowered: &DevicePlan, count: usize, elem: u64, in_place: bool, replicas: u32) {
+    let lowered = lowered.clone();
     let sizing = Sizing::new(&lowered, count as u64).unwrap();
     let geometry = Geometry::new(plan, count).unwrap();
     let ranks = plan.ranks.len();
@@ -261,7 +294,7 @@ fn check(plan: &ExecutionPlan, count: usize, elem: u64, in_place: bool) {
     }
     Interpreter::new(plan).reduce_op(ReduceOp::Sum).run(&mut reference, count).unwrap();
     let mut model = Model { plan: &lowered, sizing, elem, tables, memory };
-    model.launch();
+    model.launch(replicas, count as u64 ^ elem ^ u64::from(replicas) << 32);
     for (r, want) in reference.iter().enumerate() {
         let m = &model.memory[r];
         for chunk in (0..u64::from(plan.output_chunks)).filter(|&c| model.tables[r].written[c as usize] == 1) {
@@ -277,7 +310,7 @@ fn check(plan: &ExecutionPlan, count: usize, elem: u64, in_place: bool) {
                 let expect = want.output[i as usize] & mask;
                 assert_eq!(
                     got, expect,
-                    "{} ranks {ranks} count {count} elem {elem} in place {in_place}: rank {r} element {i} (chunk {chunk})",
+                    "{} ranks {ranks} count {count} elem {elem} in place {in_place} replicas {replicas}: rank {r} element {i} (chunk {chunk})",
                     plan.name
                 );
             }
@@ -321,7 +354,9 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_at_small_counts
                         if in_place && plan.collective == weft_plan::plan::CollectiveKind::AllToAll {
                             continue;
                         }
-                        check(&plan, per_block * blocks, elem, in_place);
+                        for replicas in [1, 3] {
+                            check(&plan, per_block * blocks, elem, in_place, replicas);
+                        }
                     }
                 }
             }
@@ -335,7 +370,24 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_at_small_counts
 fn the_kernel_model_computes_what_the_reference_interpreter_does_at_150001_elements() {
     for plan in plans(2).into_iter().filter(|p| p.collective == weft_plan::plan::CollectiveKind::AllReduce) {
         for elem in [4, 8] {
-            check(&plan, 150_001, elem, false);
+            for replicas in [1, 5] {
+                check(&plan, 150_001, elem, false, replicas);
+            }
         }
     }
+}
+
+/// The shuffled schedule exposes a missing wait: without its link waits, ring all-gather reads
+/// slices its peers have not written yet.
+#[test]
+fn the_kernel_model_catches_a_plan_that_reads_before_the_signal() {
+    let plan = weft_plan::plans::ring_allgather(4, 1).unwrap().compile().unwrap();
+    let mut racy = lower(&plan).unwrap();
+    for op in racy.ranks.iter_mut().flat_map(|r| r.ops.iter_mut()) {
+        op.flags &= !EXEC_WAIT_LINK;
+    }
+    let blocks = (plan.input_chunks / plan.size_classes) as usize;
+    let caught = std::panic::catch_unwind(|| check_lowered(&plan, &racy, 64 * blocks, 4, false, 3));
+    assert!(caught.is_err(), "the model ran a plan without its waits and found nothing wrong");
+    check_lowered(&plan, &lower(&plan).unwrap(), 64 * blocks, 4, false, 3);
 }

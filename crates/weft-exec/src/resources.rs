@@ -1,7 +1,8 @@
 //! One rank's executor state on the device, built collectively: the registered input stage,
-//! output stage and scratch (sized for the executor's capacity), their peers' counterparts
-//! mapped here, a semaphore per link and a fence semaphore per peer, and the uploaded tables
-//! of [`ExecContext`]. Every rank builds its side with the same plan and capacity.
+//! output stage (two halves, unless launches start with a fence) and scratch, sized for the
+//! executor's capacity, their peers' counterparts mapped here, a semaphore per link and
+//! replica and a fence semaphore per peer, and the uploaded tables of [`ExecContext`]. Every
+//! rank builds its side with the same plan, capacity and replicas.
 //!
 //! The buffer table ([`ExecBuffers`]) carries, per rank, that rank's scratch layout table
 //! (uploaded here from the plan): a rank that writes or reads a chunk of a peer's scratch places
@@ -9,12 +10,30 @@
 
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
-use weft_types::{ExecBuffers, ExecContext, SemaphoreDeviceHandle};
+use weft_types::{EXEC_ENTRY_FENCE, ExecBuffers, ExecContext, SemaphoreDeviceHandle};
 
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::DevicePlan;
-use crate::tables::RankTables;
+use crate::tables::{RankTables, rank_tables};
+
+/// Launch shape and buffer capacity of an executor's resources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// Largest input in bytes per rank.
+    pub(crate) capacity: u64,
+    /// Blocks of the grid.
+    pub(crate) grid: u32,
+    /// Replicas of every plan thread block.
+    pub(crate) replicas: u32,
+}
+
+/// Whether launches of `plan` start with a fence: some rank's input stage is read by its peers,
+/// so a launch fills it before any peer may read. The same answer on every rank (the fence is
+/// pairwise); a plan whose tables cannot be built keeps the fence.
+pub fn needs_entry_fence(plan: &DevicePlan) -> bool {
+    (0..plan.ranks.len()).any(|r| !matches!(rank_tables(plan, r), Ok(t) if !t.input_remote))
+}
 
 /// Bytes of a rank's input stage, output stage and scratch that carry any input of at most
 /// `capacity` bytes, whatever the element size (at least 16 each).
@@ -64,13 +83,16 @@ impl ExecResources {
         comm: &Communicator,
         plan: &DevicePlan,
         tables: &RankTables,
-        capacity: u64,
-        grid: u32,
+        shape: Shape,
     ) -> Result<Self, ExecError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let gpu = |source| ExecError::Gpu { rank, source };
         let rp = &plan.ranks[rank];
-        let lengths = buffer_lengths(plan, rank, capacity);
+        let entry_fence = needs_entry_fence(plan);
+        let mut lengths = buffer_lengths(plan, rank, shape.capacity);
+        // Two halves of the output stage, 16-byte aligned, when launches do not fence on entry.
+        let output_flip = if entry_fence { 0 } else { lengths[1].next_multiple_of(16) };
+        lengths[1] += output_flip;
         let mut buffers = Vec::with_capacity(3);
         for len in lengths {
             let len = usize::try_from(len).map_err(|_| ExecError::Unsupported(format!("a {len}-byte buffer")))?;
@@ -94,13 +116,13 @@ impl ExecResources {
             }
         }
         table[rank] = ExecBuffers { input: input.ptr(), output: output.ptr(), scratch: scratch.ptr(), ..table[rank] };
-        let stride = tables.link_stride as usize;
-        let mut links = vec![SemaphoreDeviceHandle::default(); ranks * stride];
+        let (stride, replicas) = (tables.link_stride as usize, shape.replicas as usize);
+        let mut links = vec![SemaphoreDeviceHandle::default(); ranks * stride * replicas];
         let mut fences = vec![SemaphoreDeviceHandle::default(); ranks];
         let (mut remote, mut semaphores) = (Vec::new(), Vec::new());
         // Pairwise calls in one order on both sides: peers ascending; per peer the three
-        // buffers, the fence, then the links of the pair by channel (the pair's channel sets
-        // are equal: a wait on one side is a signal on the other).
+        // buffers, the fence, then the links of the pair by channel and replica (the pair's
+        // channel sets are equal: a wait on one side is a signal on the other).
         for peer in (0..ranks).filter(|&p| tables.peer_mask & (1 << p) != 0) {
             let [i, o, s] = [&input, &output, &scratch].map(|b| comm.connect_memory(peer, b));
             let (i, o, s) = (i?, o?, s?);
@@ -110,12 +132,15 @@ impl ExecResources {
             fences[peer] = fence.device_handle();
             semaphores.push(fence);
             for &(_, channel) in rp.links.iter().filter(|(p, _)| *p as usize == peer) {
-                let s = comm.semaphore(peer, None)?;
-                links[tables.link_index(peer as u32, channel)] = s.device_handle();
-                semaphores.push(s);
+                for replica in 0..replicas {
+                    let s = comm.semaphore(peer, None)?;
+                    links[tables.link_index(peer as u32, channel) * replicas + replica] = s.device_handle();
+                    semaphores.push(s);
+                }
             }
         }
-        let state = vec![0u64; grid as usize + 2 + rp.tb_starts.len()];
+        let plan_blocks = (rp.tb_starts.len() - 1) * replicas;
+        let state = vec![0u64; shape.grid as usize + 2 + plan_blocks];
         let (ops, tb_starts) = (upload(&rp.ops)?, upload(&rp.tb_starts)?);
         let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
         let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
@@ -137,6 +162,9 @@ impl ExecResources {
             output_chunks: plan.output_chunks,
             plan_barriers: tables.plan_barriers,
             peer_mask: tables.peer_mask,
+            replicas: shape.replicas,
+            output_flip,
+            flags: if entry_fence { EXEC_ENTRY_FENCE } else { 0 },
             ..ExecContext::default()
         };
         comm.barrier()?;

@@ -27,6 +27,9 @@ pub const EXEC_INPUT_STAGED: u32 = 1 << 0;
 /// [`ExecContext::flags`]: this rank's output is assembled in its registered output stage and
 /// copied out last (a peer reads or writes it, or the call is in place).
 pub const EXEC_OUTPUT_STAGED: u32 = 1 << 1;
+/// [`ExecContext::flags`]: every launch starts with a fence with every peer (a peer reads this
+/// rank's input stage, which the launch fills first). Set alike on every rank of a plan.
+pub const EXEC_ENTRY_FENCE: u32 = 1 << 2;
 
 use crate::handles::WaitContext;
 
@@ -94,7 +97,7 @@ device_structs! {
 
     /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
     /// connections and persistent sync state, and the call's buffers and size.
-    struct ExecContext align(8) size(144) {
+    struct ExecContext align(8) size(160) {
         /// `ExecOp[]`: every thread block's operations, concatenated.
         ops: u64 => "uint64_t",
         /// `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
@@ -103,11 +106,11 @@ device_structs! {
         written: u64 => "uint64_t",
         /// `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
         buffers: u64 => "uint64_t",
-        /// `SemaphoreDeviceHandle[ranks * link_stride]`: entry `peer * link_stride + channel` is link (peer, channel).
+        /// `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
         links: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
         fences: u64 => "uint64_t",
-        /// `uint64_t[grid + 2 + threadblocks]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per thread block (tagged with the launch).
+        /// `uint64_t[grid + 2 + threadblocks * replicas]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per plan block (tagged with the launch).
         state: u64 => "uint64_t",
         /// The call's input buffer (device address).
         input: u64 => "uint64_t",
@@ -115,6 +118,8 @@ device_structs! {
         output: u64 => "uint64_t",
         /// Elements of one input block for this call (weft-exec's `Sizing::unit`).
         unit: u64 => "uint64_t",
+        /// Bytes between the two halves of every rank's output stage: launch `n` assembles its output in half `n % 2`, so a peer's next launch may write while this rank still copies out (0: one half; the entry fence orders launches instead).
+        output_flip: u64 => "uint64_t",
         /// Bound and error record of waits inside this rank (barriers, thread-block steps).
         wait: WaitContext => "WaitContext",
         /// This rank.
@@ -137,6 +142,10 @@ device_structs! {
         plan_barriers: u32 => "uint32_t",
         /// Bit p set: this rank talks to peer p (the launch fence covers exactly these).
         peer_mask: u32 => "uint32_t",
+        /// Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
+        replicas: u32 => "uint32_t",
+        /// Zero.
+        reserved: u32 => "uint32_t",
     }
 }
 
@@ -154,6 +163,11 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
             "EXEC_OUTPUT_STAGED",
             EXEC_OUTPUT_STAGED.into(),
             "ExecContext flag: the output is copied out of the output stage",
+        ),
+        (
+            "EXEC_ENTRY_FENCE",
+            EXEC_ENTRY_FENCE.into(),
+            "ExecContext flag: every launch starts with a fence with every peer",
         ),
     ]
 }

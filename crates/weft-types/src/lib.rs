@@ -30,8 +30,8 @@ pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use exec::{
-    EXEC_BARRIER, EXEC_INPUT_STAGED, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_OUTPUT_STAGED, EXEC_SIGNAL,
-    EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecBuffers, ExecContext, ExecLoc, ExecOp,
+    EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_INPUT_STAGED, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS,
+    EXEC_OUTPUT_STAGED, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecBuffers, ExecContext, ExecLoc, ExecOp,
 };
 pub use fifo::{
     FIFO_CONNECTION_BITS, FIFO_FST_SRC_OFFSET_SHIFT, FIFO_FST_VALID_SHIFT, FIFO_MAX_DEPTH, FIFO_MEMORY_BITS,

@@ -66,6 +66,11 @@ enum Command {
         /// Plot time and bus bandwidth against size (weft and NCCL) into this PNG.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
+        /// Ranks (collectives; default: one per GPU). More ranks than GPUs run as threads of
+        /// this process sharing the GPUs round-robin (WEFT_SHARE_GPUS): their times compare the
+        /// algorithms of one run (--versus) and nothing else; NCCL cannot run so.
+        #[arg(long)]
+        ranks: Option<usize>,
     },
     /// Time every algorithm of the collectives at every size (and HB block counts) on this
     /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE).
@@ -234,8 +239,9 @@ fn main() -> ExitCode {
         Command::TuneWorker => weft::tune::run_worker(),
         Command::Tune { collectives, sweep, hb_blocks, out } => tune(&collectives, &sweep, hb_blocks, &out),
         Command::Plan { action } => plan(action),
-        Command::Bench { collective, proxy, sweep, graph, check, nccl, versus, json, plot } => {
+        Command::Bench { collective, proxy, sweep, graph, check, nccl, versus, json, plot, ranks } => {
             match collective.as_str() {
+                "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
                 "fifo" | "p2p" => bench_proxy(
                     &collective,
                     &proxy,
@@ -243,7 +249,7 @@ fn main() -> ExitCode {
                     [graph, check, nccl, versus.is_some(), plot.is_some()],
                     json,
                 ),
-                _ => bench(&collective, &sweep, [graph, check, nccl], versus, [json, plot]),
+                _ => bench(&collective, &sweep, [graph, check, nccl], versus, ranks, [json, plot]),
             }
         }
         Command::GenHeader { root, check } => gen_header(&root, check),
@@ -274,8 +280,12 @@ fn bench(
     sweep: &Sweep,
     [graph, check, nccl]: [bool; 3],
     versus: Option<String>,
+    ranks: Option<usize>,
     [json, plot]: [Option<std::path::PathBuf>; 2],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if ranks == Some(0) {
+        return Err("--ranks 0: a collective needs at least one rank".into());
+    }
     let collective = weft::bench::Collective::parse(collective)?;
     let s = sweep.parse()?;
     let options = weft::bench::BenchOptions {
@@ -290,13 +300,15 @@ fn bench(
         nccl,
         versus,
         gpus: s.gpus,
+        ranks,
     };
     if s.gpus == 0 {
-        // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --gpus).
+        // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
+        // or --gpus).
         if json.is_some() || plot.is_some() || nccl || graph || options.versus.is_some() {
             println!("# --json, --plot, --nccl, --graph and --versus measure GPUs: the CPU backend ignores them");
         }
-        return weft::bench::cpu::run(&options, sweep.gpus.unwrap_or(4).max(1));
+        return weft::bench::cpu::run(&options, ranks.or(sweep.gpus).unwrap_or(4).max(1));
     }
     weft::bench::run(&options, json.as_deref(), plot.as_deref())
 }

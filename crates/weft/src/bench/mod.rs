@@ -53,6 +53,22 @@ pub struct BenchOptions {
     pub versus: Option<String>,
     /// GPUs (default: all).
     pub gpus: usize,
+    /// Ranks, when more than `gpus`: threads of one process sharing the GPUs round-robin
+    /// (`WEFT_SHARE_GPUS`), to compare two algorithms of one run on fewer GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<usize>,
+}
+
+impl BenchOptions {
+    /// Ranks of the run: one per GPU unless `ranks` shares them.
+    pub fn world(&self) -> usize {
+        self.ranks.unwrap_or(self.gpus).max(self.gpus)
+    }
+
+    /// Whether ranks share GPUs (timings then compare algorithms of one run, nothing else).
+    pub fn shares_gpus(&self) -> bool {
+        self.world() > self.gpus
+    }
 }
 
 /// One row, as one rank measured it.
@@ -165,8 +181,8 @@ pub fn sizes_between(min: usize, max: usize, factor: usize) -> Vec<usize> {
     out
 }
 
-/// Runs the benchmark on `options.gpus` processes, prints the table and writes the JSON and
-/// PNG files asked for.
+/// Runs the benchmark on `options.gpus` processes (or, when ranks share GPUs, on threads of this
+/// process), prints the table and writes the JSON and PNG files asked for.
 pub fn run(
     options: &BenchOptions,
     json: Option<&Path>,
@@ -177,8 +193,19 @@ pub fn run(
     if let Some(vars) = &socket {
         envs.extend(vars.iter().map(|&(k, v)| (k, v.to_string())));
     }
-    let per_rank: Vec<Vec<Row>> =
-        run_workers(options.gpus, "bench-worker", &envs, &sizes(options), Duration::from_secs(3600))?;
+    let per_rank: Vec<Vec<Row>> = if options.shares_gpus() {
+        if options.nccl {
+            return Err("--nccl needs a GPU per rank: NCCL refuses ranks that share a GPU".into());
+        }
+        println!(
+            "# {} ranks share {} GPU(s) as threads of one process (WEFT_SHARE_GPUS): compare the algorithms of this run with each other, not with other machines",
+            options.world(),
+            options.gpus
+        );
+        worker::run_threads(options, options.world())?
+    } else {
+        run_workers(options.gpus, "bench-worker", &envs, &sizes(options), Duration::from_secs(3600))?
+    };
     if socket.is_some() {
         println!(
             "# virtual nodes (WEFT_RANKS_PER_NODE): NCCL ran on its socket transport ({}), as weft's nodes talk over a network",
@@ -333,6 +360,7 @@ mod tests {
             nccl: false,
             versus: None,
             gpus: 2,
+            ranks: None,
         };
         assert_eq!(sizes(&o), vec![1024, 2048, 4096, 8192]);
     }

@@ -36,7 +36,7 @@ fn gbps(bytes: usize, us: f64) -> f64 {
 
 /// The lines of merged `rows`.
 pub(super) fn lines(options: &BenchOptions, rows: &[Row]) -> Vec<Line> {
-    let factor = options.collective.bus_factor(options.gpus);
+    let factor = options.collective.bus_factor(options.world());
     rows.iter()
         .map(|r| {
             let algbw = gbps(r.bytes, r.weft_us);
@@ -70,7 +70,12 @@ pub(super) fn title(options: &BenchOptions) -> String {
     if matches!(c, super::Collective::Broadcast | super::Collective::Reduce) {
         t += &format!(" root {}", super::ROOT);
     }
-    t += &format!(" on {} GPUs, {} timing", options.gpus, if options.graph { "CUDA-graph" } else { "eager" });
+    if options.shares_gpus() {
+        t += &format!(" on {} ranks sharing {} GPU(s)", options.world(), options.gpus);
+    } else {
+        t += &format!(" on {} GPUs", options.gpus);
+    }
+    t += &format!(", {} timing", if options.graph { "CUDA-graph" } else { "eager" });
     t
 }
 
@@ -158,7 +163,7 @@ fn print_model(lines: &[Line]) {
 pub(super) fn write_json(path: &Path, options: &BenchOptions, lines: &[Line]) -> Result<(), String> {
     let doc = serde_json::json!({
         "options": options,
-        "bus_factor": options.collective.bus_factor(options.gpus),
+        "bus_factor": options.collective.bus_factor(options.world()),
         "rows": lines,
     });
     let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
@@ -185,6 +190,7 @@ pub(super) mod tests {
             nccl: true,
             versus: None,
             gpus: 4,
+            ranks: None,
         }
     }
 

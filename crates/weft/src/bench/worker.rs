@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
+use weft_bootstrap::{Bootstrap, InProcessBootstrap, TcpBootstrap, TorchrunEnv};
 use weft_coll::nccl::{Nccl, NcclComm};
 use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp};
 use weft_core::{Communicator, Env};
@@ -294,10 +294,39 @@ pub(crate) fn shared_seed(bootstrap: &dyn Bootstrap) -> Result<u32, BoxError> {
     Ok(u32::from_le_bytes(bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or("short seed")?))
 }
 
+/// One worker process (one rank per GPU): its rows.
 pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<Row>, BoxError> {
-    let env = Env::from_process()?;
-    let device = Device::new(torchrun.local_rank.unwrap_or(torchrun.rank))?;
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
+    run_rank(options, bootstrap, torchrun.local_rank.unwrap_or(torchrun.rank), Env::from_process()?)
+}
+
+/// `ranks` ranks as threads of this process, placed on `options.gpus` GPUs round-robin and
+/// sharing them (`WEFT_SHARE_GPUS`): every rank's rows, in rank order.
+pub(super) fn run_threads(options: &BenchOptions, ranks: usize) -> Result<Vec<Vec<Row>>, BoxError> {
+    let mut env = Env::from_process()?;
+    env.share_gpus = true;
+    let gpus = options.gpus.max(1);
+    let handles = InProcessBootstrap::group(ranks)?
+        .into_iter()
+        .enumerate()
+        .map(|(rank, bootstrap)| {
+            let (options, env) = (options.clone(), env.clone());
+            std::thread::Builder::new()
+                .name(format!("weft-bench-{rank}"))
+                .spawn(move || run_rank(&options, Arc::new(bootstrap), rank % gpus, env).map_err(|e| e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut rows = Vec::new();
+    for (rank, handle) in handles.into_iter().enumerate() {
+        let joined = handle.join().map_err(|_| format!("rank {rank} panicked"))?;
+        rows.push(joined.map_err(|e| format!("rank {rank}: {e}"))?);
+    }
+    Ok(rows)
+}
+
+/// One rank of the benchmark on GPU `gpu`, meeting its peers through `bootstrap`.
+fn run_rank(options: &BenchOptions, bootstrap: Arc<dyn Bootstrap>, gpu: usize, env: Env) -> Result<Vec<Row>, BoxError> {
+    let device = Device::new(gpu)?;
     let comm = Communicator::new(Arc::clone(&bootstrap), device.clone(), env.clone())?;
     let rank = comm.rank();
     let ranks = comm.world_size();

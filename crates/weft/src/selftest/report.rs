@@ -40,7 +40,10 @@ impl RankReport {
             Ok(()) => (true, String::new()),
             Err(e) => (false, e.to_string()),
         };
-        self.outcomes.push(Outcome { test: test.into(), passed, detail });
+        let test = test.into();
+        // Live, for a run cut short (WEFT_LOG=weft::selftest=info): the summary comes at the end.
+        tracing::info!("{} {test}{}{detail}", if passed { "PASS" } else { "FAIL" }, if passed { "" } else { ": " });
+        self.outcomes.push(Outcome { test, passed, detail });
     }
 
     /// Records a measurement.

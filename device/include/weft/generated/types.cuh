@@ -27,6 +27,7 @@ constexpr uint64_t EXEC_BARRIER = 4ull;  ///< ExecOp flag: barrier of every thre
 constexpr uint64_t EXEC_SIGNAL = 8ull;  ///< ExecOp flag: signal a link after the writes
 constexpr uint64_t EXEC_INPUT_STAGED = 1ull;  ///< ExecContext flag: the input is copied into the input stage
 constexpr uint64_t EXEC_OUTPUT_STAGED = 2ull;  ///< ExecContext flag: the output is copied out of the output stage
+constexpr uint64_t EXEC_ENTRY_FENCE = 4ull;  ///< ExecContext flag: every launch starts with a fence with every peer
 
 ///  Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
 enum class DeviceErrorCode : uint32_t {
@@ -346,12 +347,13 @@ struct alignas(8) ExecContext {
   uint64_t tb_starts;  ///<  `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
   uint64_t written;  ///<  `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
   uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
-  uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride]`: entry `peer * link_stride + channel` is link (peer, channel).
+  uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
-  uint64_t state;  ///<  `uint64_t[grid + 2 + threadblocks]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per thread block (tagged with the launch).
+  uint64_t state;  ///<  `uint64_t[grid + 2 + threadblocks * replicas]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per plan block (tagged with the launch).
   uint64_t input;  ///<  The call's input buffer (device address).
   uint64_t output;  ///<  The call's output buffer (device address).
   uint64_t unit;  ///<  Elements of one input block for this call (weft-exec's `Sizing::unit`).
+  uint64_t output_flip;  ///<  Bytes between the two halves of every rank's output stage: launch `n` assembles its output in half `n % 2`, so a peer's next launch may write while this rank still copies out (0: one half; the entry fence orders launches instead).
   WaitContext wait;  ///<  Bound and error record of waits inside this rank (barriers, thread-block steps).
   uint32_t rank;  ///<  This rank.
   uint32_t ranks;  ///<  Ranks of the plan.
@@ -363,8 +365,10 @@ struct alignas(8) ExecContext {
   uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED.
   uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
   uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
+  uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
+  uint32_t reserved;  ///<  Zero.
 };
-static_assert(sizeof(ExecContext) == 144, "rust: sizeof(ExecContext) == 144");
+static_assert(sizeof(ExecContext) == 160, "rust: sizeof(ExecContext) == 160");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
 static_assert(WEFT_OFFSETOF(ExecContext, tb_starts) == 8, "rust: offsetof(ExecContext, tb_starts) == 8");
@@ -376,16 +380,19 @@ static_assert(WEFT_OFFSETOF(ExecContext, state) == 48, "rust: offsetof(ExecConte
 static_assert(WEFT_OFFSETOF(ExecContext, input) == 56, "rust: offsetof(ExecContext, input) == 56");
 static_assert(WEFT_OFFSETOF(ExecContext, output) == 64, "rust: offsetof(ExecContext, output) == 64");
 static_assert(WEFT_OFFSETOF(ExecContext, unit) == 72, "rust: offsetof(ExecContext, unit) == 72");
-static_assert(WEFT_OFFSETOF(ExecContext, wait) == 80, "rust: offsetof(ExecContext, wait) == 80");
-static_assert(WEFT_OFFSETOF(ExecContext, rank) == 104, "rust: offsetof(ExecContext, rank) == 104");
-static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 108, "rust: offsetof(ExecContext, ranks) == 108");
-static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 112, "rust: offsetof(ExecContext, threadblocks) == 112");
-static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 116, "rust: offsetof(ExecContext, link_stride) == 116");
-static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 120, "rust: offsetof(ExecContext, size_classes) == 120");
-static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 124, "rust: offsetof(ExecContext, input_chunks) == 124");
-static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 128, "rust: offsetof(ExecContext, output_chunks) == 128");
-static_assert(WEFT_OFFSETOF(ExecContext, flags) == 132, "rust: offsetof(ExecContext, flags) == 132");
-static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 136, "rust: offsetof(ExecContext, plan_barriers) == 136");
-static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 140, "rust: offsetof(ExecContext, peer_mask) == 140");
+static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 80, "rust: offsetof(ExecContext, output_flip) == 80");
+static_assert(WEFT_OFFSETOF(ExecContext, wait) == 88, "rust: offsetof(ExecContext, wait) == 88");
+static_assert(WEFT_OFFSETOF(ExecContext, rank) == 112, "rust: offsetof(ExecContext, rank) == 112");
+static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 116, "rust: offsetof(ExecContext, ranks) == 116");
+static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 120, "rust: offsetof(ExecContext, threadblocks) == 120");
+static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 124, "rust: offsetof(ExecContext, link_stride) == 124");
+static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 128, "rust: offsetof(ExecContext, size_classes) == 128");
+static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 132, "rust: offsetof(ExecContext, input_chunks) == 132");
+static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 136, "rust: offsetof(ExecContext, output_chunks) == 136");
+static_assert(WEFT_OFFSETOF(ExecContext, flags) == 140, "rust: offsetof(ExecContext, flags) == 140");
+static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 144, "rust: offsetof(ExecContext, plan_barriers) == 144");
+static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 148, "rust: offsetof(ExecContext, peer_mask) == 148");
+static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 152, "rust: offsetof(ExecContext, replicas) == 152");
+static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 156, "rust: offsetof(ExecContext, reserved) == 156");
 
 }  // namespace weft
