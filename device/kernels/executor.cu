@@ -325,7 +325,7 @@ __device__ __forceinline__ void stage(const Geometry& g, uint32_t chunks, char* 
 
 /// One launch of this rank's plan (see the top of the file). Dynamic shared memory: the
 /// largest thread block's operations.
-extern "C" __global__ void __launch_bounds__(512) weft_execute(ExecContext c) {
+extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c) {
   extern __shared__ ExecOp shared_ops[];
   const uint32_t b = blockIdx.x;
   uint64_t* state = reinterpret_cast<uint64_t*>(c.state);

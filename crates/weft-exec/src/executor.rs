@@ -20,7 +20,7 @@ use crate::resources::{ExecResources, Shape};
 use crate::tables::{RankTables, rank_tables};
 
 /// Threads of every executor block (the kernel's `__launch_bounds__`).
-pub const EXEC_THREADS: u32 = 512;
+pub const EXEC_THREADS: u32 = 1024;
 
 /// Launch shape and buffer sizes of an executor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
