@@ -37,7 +37,7 @@ pub mod resources;
 pub mod tables;
 
 pub use error::ExecError;
-pub use executor::{EXEC_THREADS, ExecConfig, PlanExecutor, replicas_for, supports_op};
+pub use executor::{EXEC_THREADS, ExecConfig, PlanExecutor, exec_threads, replicas_for, supports_op};
 pub use lower::{DevicePlan, DeviceRankPlan, LowerError, lower};
 pub use plan_dir::load_plan_dir;
 
