@@ -23,11 +23,11 @@ use crate::tables::{RankTables, rank_tables};
 pub const EXEC_THREADS: u32 = 1024;
 
 /// Threads of the executor blocks of a launch moving `bytes` per rank: whole 1024-thread blocks
-/// from 4 MiB, where bandwidth counts, half that below, where a launch is its handoffs. On ranks
-/// sharing one H200, 1024 threads took a 64 MiB ring all-reduce plan from 295 to 286 µs and a
-/// 1 KiB one from 25.7 to 32.5 µs.
+/// from 64 MiB, half that below. Measured with ranks sharing one H200 (ring all-reduce plan,
+/// 512 against 1024 threads): 1 KiB 25.7 against 32.5 µs, 4 MiB 36.3 against 45.4 µs, 64 MiB
+/// 295 against 286-289 µs (16 MiB: 90.7 against 88.1-98.6 µs, within the noise).
 pub fn exec_threads(bytes: u64) -> u32 {
-    if bytes >= 4 << 20 { EXEC_THREADS } else { EXEC_THREADS / 2 }
+    if bytes >= 64 << 20 { EXEC_THREADS } else { EXEC_THREADS / 2 }
 }
 
 /// Launch shape and buffer sizes of an executor.
