@@ -183,7 +183,7 @@ impl PlanExecutor {
         // spare where a peer's have none); past it, the buffers may not fit.
         let need = sizing.padded_lengths(&self.plan.ranks[rank], elem);
         let too_large = count.checked_mul(elem).is_none_or(|bytes| bytes > self.capacity);
-        if too_large || need.iter().zip(&self.resources.buffers).any(|(&n, b)| n > b.len() as u64) {
+        if too_large || need.iter().zip(&self.resources.usable).any(|(n, room)| n > room) {
             return Err(fail(format!("more than the executor's capacity of {} bytes", self.capacity)));
         }
         let in_bytes = sizing.dense_offset(u64::from(self.plan.input_chunks)) * elem;

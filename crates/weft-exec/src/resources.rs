@@ -73,6 +73,8 @@ pub(crate) struct ExecResources {
     pub(crate) context: ExecContext,
     /// Registered input stage, output stage and scratch.
     pub(crate) buffers: [RegisteredMemory; 3],
+    /// Bytes of each a launch may use: the whole buffer, but one half of a two-half output stage.
+    pub(crate) usable: [u64; 3],
     _remote: Vec<RemoteMemory>,
     _semaphores: Vec<Semaphore>,
     _tables: Vec<DeviceMemory>,
@@ -92,6 +94,17 @@ impl ExecResources {
         let mut lengths = buffer_lengths(plan, rank, shape.capacity);
         // Two halves of the output stage, 16-byte aligned, when launches do not fence on entry.
         let output_flip = if entry_fence { 0 } else { lengths[1].next_multiple_of(16) };
+        // A rank places a peer's half by its own flip: every rank's must be the same (same plan
+        // and capacity, which the caller promises; checked, as a mismatch corrupts silently).
+        let bootstrap = |source| weft_core::Error::Bootstrap { rank, source };
+        let flips = comm.bootstrap().all_gather(&output_flip.to_le_bytes()).map_err(bootstrap)?;
+        if flips.iter().any(|f| f.as_slice() != output_flip.to_le_bytes()) {
+            return Err(ExecError::Unsupported(format!(
+                "rank {rank}: the ranks' output stages differ in size (plan {} with different capacities?)",
+                plan.name
+            )));
+        }
+        let usable = [lengths[0], lengths[1], lengths[2]];
         lengths[1] += output_flip;
         let mut buffers = Vec::with_capacity(3);
         for len in lengths {
@@ -171,6 +184,7 @@ impl ExecResources {
         Ok(Self {
             context,
             buffers: [input, output, scratch],
+            usable,
             _remote: remote,
             _semaphores: semaphores,
             _tables: uploaded,

@@ -299,7 +299,8 @@ fn bench(
         check,
         nccl,
         versus,
-        gpus: s.gpus,
+        // Fewer ranks than GPUs: one rank on each of the first `ranks` GPUs.
+        gpus: ranks.map_or(s.gpus, |r| s.gpus.min(r)),
         ranks,
     };
     if s.gpus == 0 {

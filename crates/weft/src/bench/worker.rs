@@ -316,12 +316,16 @@ pub(super) fn run_threads(options: &BenchOptions, ranks: usize) -> Result<Vec<Ve
                 .spawn(move || run_rank(&options, Arc::new(bootstrap), rank % gpus, env).map_err(|e| e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut rows = Vec::new();
+    // Every rank's outcome: the first failure is often what made its peers time out.
+    let (mut rows, mut failures) = (Vec::new(), Vec::new());
     for (rank, handle) in handles.into_iter().enumerate() {
-        let joined = handle.join().map_err(|_| format!("rank {rank} panicked"))?;
-        rows.push(joined.map_err(|e| format!("rank {rank}: {e}"))?);
+        match handle.join() {
+            Ok(Ok(r)) => rows.push(r),
+            Ok(Err(e)) => failures.push(format!("rank {rank}: {e}")),
+            Err(_) => failures.push(format!("rank {rank} panicked")),
+        }
     }
-    Ok(rows)
+    if failures.is_empty() { Ok(rows) } else { Err(failures.join("; ").into()) }
 }
 
 /// One rank of the benchmark on GPU `gpu`, meeting its peers through `bootstrap`.
