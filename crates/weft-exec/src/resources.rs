@@ -71,8 +71,8 @@ impl<T: Pod> Upload for Vec<T> {
 pub(crate) struct ExecResources {
     /// The context with every table filled in (the call's fields zero).
     pub(crate) context: ExecContext,
-    /// Registered input stage, output stage and scratch.
-    pub(crate) buffers: [RegisteredMemory; 3],
+    /// Registered input stage, output stage and scratch (kept alive for the context).
+    _buffers: [RegisteredMemory; 3],
     /// Bytes of each a launch may use: the whole buffer, but one half of a two-half output stage.
     pub(crate) usable: [u64; 3],
     _remote: Vec<RemoteMemory>,
@@ -183,7 +183,7 @@ impl ExecResources {
         comm.barrier()?;
         Ok(Self {
             context,
-            buffers: [input, output, scratch],
+            _buffers: [input, output, scratch],
             usable,
             _remote: remote,
             _semaphores: semaphores,
