@@ -591,9 +591,8 @@ impl Collectives {
         }
         for plan in plans() {
             let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
-            let peers: Vec<usize> =
-                (0..self.ranks()).filter(|&p| p != me && (plan.send_bytes[p] > 0 || plan.recv_bytes[p] > 0)).collect();
-            self.comm.settle_with(&peers)?;
+            let peers = (0..self.ranks()).filter(|&p| p != me && (plan.send_bytes[p] > 0 || plan.recv_bytes[p] > 0));
+            self.comm.settle_with(peers)?;
             // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
             unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, stream, bytes, |a| a.push(plan))? };
         }

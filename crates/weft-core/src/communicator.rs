@@ -204,15 +204,15 @@ impl Communicator {
     /// `peers`, each of which makes the matching call: a handshake with each of them. It does
     /// not cover the other ranks sharing the GPU: a module load or allocation there still holds
     /// this launch back, so callers load their kernels before any rank can launch.
-    pub fn settle_with(&self, peers: &[usize]) -> Result<(), Error> {
+    pub fn settle_with(&self, peers: impl Iterator<Item = usize> + Clone) -> Result<(), Error> {
         if !self.shares_gpu() {
             return Ok(());
         }
         let bootstrap_error = |source| Error::Bootstrap { rank: self.rank(), source };
-        for &peer in peers {
+        for peer in peers.clone() {
             self.inner.bootstrap.send(peer, SETTLE_TAG, &[]).map_err(bootstrap_error)?;
         }
-        for &peer in peers {
+        for peer in peers {
             self.inner.bootstrap.recv(peer, SETTLE_TAG).map_err(bootstrap_error)?;
         }
         Ok(())

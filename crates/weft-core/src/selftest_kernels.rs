@@ -133,7 +133,7 @@ impl<'a> SelftestRunner<'a> {
         relaxed: bool,
     ) -> Result<Option<u64>, Error> {
         let out = PinnedHostMemory::alloc(self.comm.device(), 8).map_err(|e| self.gpu(e))?;
-        self.comm.settle_with(&[ch.peer()])?;
+        self.comm.settle_with(std::iter::once(ch.peer()))?;
         let mut args = KernelArgs::new();
         args.push(ch.device_handle())
             .push(iters)
@@ -247,7 +247,7 @@ impl<'a> SelftestRunner<'a> {
         let errors =
             DeviceMemory::alloc(self.comm.device(), 4, weft_gpu::AllocKind::Legacy).map_err(|e| self.gpu(e))?;
         errors.fill(0, 4, 0).map_err(|e| self.gpu(e))?;
-        self.comm.settle_with(&[ch.peer()])?;
+        self.comm.settle_with(std::iter::once(ch.peer()))?;
         let kernel = match protocol {
             LlProtocol::Ll8 => &self.kernels.ll8,
             LlProtocol::Ll16 => &self.kernels.ll16,

@@ -1,10 +1,14 @@
 //! Running one process per GPU on this host, torchrun-style: every child gets `RANK`,
 //! `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, plus a folder to leave its report
-//! in. Bounded: children still running at the deadline are killed and that is an error.
+//! in. Bounded: children still running at the deadline are killed and that is an error. Also
+//! ranks as threads of this process ([`run_rank_threads`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use weft_bootstrap::InProcessBootstrap;
 
 /// Environment variable naming the folder where each rank writes `rank-<r>.json`.
 pub const REPORT_DIR: &str = "WEFT_REPORT_DIR";
@@ -109,4 +113,26 @@ pub fn report_dir() -> Result<PathBuf, String> {
 /// In a child: writes this rank's report where the launcher will look for it.
 pub fn write_report(rank: usize, bytes: &[u8]) -> Result<(), String> {
     std::fs::write(report_path(&report_dir()?, rank), bytes).map_err(|e| e.to_string())
+}
+
+/// Runs `rank_main(rank, bootstrap)` for `ranks` ranks as threads of this process (named
+/// `<name>-<rank>`), meeting through an in-process bootstrap, and returns every thread's
+/// outcome in rank order (`Err` when it panicked).
+pub fn run_rank_threads<T: Send + 'static>(
+    ranks: usize,
+    name: &str,
+    rank_main: impl Fn(usize, Arc<InProcessBootstrap>) -> T + Send + Sync + 'static,
+) -> Result<Vec<std::thread::Result<T>>, Box<dyn std::error::Error>> {
+    let rank_main = Arc::new(rank_main);
+    let handles = InProcessBootstrap::group(ranks)?
+        .into_iter()
+        .enumerate()
+        .map(|(rank, bootstrap)| {
+            let rank_main = Arc::clone(&rank_main);
+            std::thread::Builder::new()
+                .name(format!("{name}-{rank}"))
+                .spawn(move || rank_main(rank, Arc::new(bootstrap)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(handles.into_iter().map(|h| h.join()).collect())
 }

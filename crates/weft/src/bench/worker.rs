@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use weft_bootstrap::{Bootstrap, InProcessBootstrap, TcpBootstrap, TorchrunEnv};
+use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_coll::nccl::{Nccl, NcclComm};
 use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp};
 use weft_core::{Communicator, Env};
@@ -305,21 +305,14 @@ pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<
 pub(super) fn run_threads(options: &BenchOptions, ranks: usize) -> Result<Vec<Vec<Row>>, BoxError> {
     let mut env = Env::from_process()?;
     env.share_gpus = true;
-    let gpus = options.gpus.max(1);
-    let handles = InProcessBootstrap::group(ranks)?
-        .into_iter()
-        .enumerate()
-        .map(|(rank, bootstrap)| {
-            let (options, env) = (options.clone(), env.clone());
-            std::thread::Builder::new()
-                .name(format!("weft-bench-{rank}"))
-                .spawn(move || run_rank(&options, Arc::new(bootstrap), rank % gpus, env).map_err(|e| e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let (gpus, shared) = (options.gpus.max(1), options.clone());
+    let outcomes = crate::launch::run_rank_threads(ranks, "weft-bench", move |rank, bootstrap| {
+        run_rank(&shared, bootstrap, rank % gpus, env.clone()).map_err(|e| e.to_string())
+    })?;
     // Every rank's outcome: the first failure is often what made its peers time out.
     let (mut rows, mut failures) = (Vec::new(), Vec::new());
-    for (rank, handle) in handles.into_iter().enumerate() {
-        match handle.join() {
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
             Ok(Ok(r)) => rows.push(r),
             Ok(Err(e)) => failures.push(format!("rank {rank}: {e}")),
             Err(_) => failures.push(format!("rank {rank} panicked")),

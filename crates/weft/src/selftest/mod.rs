@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_bootstrap::{Bootstrap, InProcessBootstrap, TcpBootstrap, TorchrunEnv};
+use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_core::{Env, KernelLibrary};
 use weft_gpu::Device;
 
@@ -200,26 +200,21 @@ fn steps(only: &[Step]) -> Vec<Step> {
 }
 
 fn run_threads(ranks: usize, gpus: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxError> {
-    let group = InProcessBootstrap::group(ranks)?;
-    let handles: Vec<_> = group
+    let (env, steps) = (env.clone(), steps(only));
+    let outcomes = crate::launch::run_rank_threads(ranks, "weft-rank", move |rank, bootstrap| {
+        suite::run_rank(bootstrap, rank % gpus, &env, "[threads] ", &steps)
+    })?;
+    let reports: Vec<RankReport> = outcomes
         .into_iter()
         .enumerate()
-        .map(|(rank, bootstrap)| {
-            let env = env.clone();
-            let steps = steps(only);
-            std::thread::Builder::new()
-                .name(format!("weft-rank-{rank}"))
-                .spawn(move || suite::run_rank(Arc::new(bootstrap), rank % gpus, &env, "[threads] ", &steps))
+        .map(|(rank, outcome)| {
+            outcome.unwrap_or_else(|_| {
+                let mut r = RankReport::default();
+                r.record("[threads] rank thread finished", Err(format!("rank {rank} panicked")));
+                r
+            })
         })
-        .collect::<Result<_, _>>()?;
-    let mut reports = Vec::new();
-    for (rank, h) in handles.into_iter().enumerate() {
-        reports.push(h.join().unwrap_or_else(|_| {
-            let mut r = RankReport::default();
-            r.record("[threads] rank thread finished", Err(format!("rank {rank} panicked")));
-            r
-        }));
-    }
+        .collect();
     Ok(Summary::merge(&reports))
 }
 
