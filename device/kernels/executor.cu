@@ -361,17 +361,15 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c) {
   if ((c.flags & EXEC_INPUT_STAGED) != 0) {
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
   }
+  // Every block of the grid waits while block 0 handshakes with every peer.
+  auto fence_with_peers = [&]() { return grid_barrier() && (b != 0 || fence(c)) && grid_barrier(); };
   if (entry_fence) {
-    if (!grid_barrier()) return;
-    if (b == 0 && !fence(c)) return;
-    if (!grid_barrier()) return;
+    if (!fence_with_peers()) return;
   } else {
     __syncthreads();  // the operations in shared memory
   }
   if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, launch, plan_arrivals, progress)) return;
-  if (!grid_barrier()) return;
-  if (b == 0 && !fence(c)) return;
-  if (!grid_barrier()) return;
+  if (!fence_with_peers()) return;
   if ((c.flags & EXEC_OUTPUT_STAGED) != 0) {
     stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), output_stage(mine, role.output_shift), false,
           reinterpret_cast<const uint8_t*>(c.written));

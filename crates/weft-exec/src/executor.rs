@@ -16,7 +16,7 @@ use weft_types::{DataType, EXEC_INPUT_STAGED, EXEC_OUTPUT_STAGED, ExecContext, E
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
-use crate::resources::{ExecResources, Shape};
+use crate::resources::{ExecResources, Shape, all_gather_u64};
 use crate::tables::{RankTables, rank_tables};
 
 /// Most threads of an executor block (the kernel's `__launch_bounds__`).
@@ -116,14 +116,8 @@ impl PlanExecutor {
         // the most thread blocks and the fewest SMs can hold.
         let widest = lowered.ranks.iter().map(|r| r.tb_starts.len() as u32 - 1).max().unwrap_or(1);
         let mine = replicas_for(widest, sms, config.replicas);
-        let bootstrap = |source| weft_core::Error::Bootstrap { rank, source };
-        let all = comm.bootstrap().all_gather(&mine.to_le_bytes()).map_err(bootstrap)?;
-        let replicas = all
-            .iter()
-            .map(|b| b.get(..4).and_then(|b| b.try_into().ok()).map_or(1, u32::from_le_bytes))
-            .min()
-            .unwrap_or(1)
-            .max(1);
+        let fewest = all_gather_u64(comm, mine.into())?.into_iter().min().unwrap_or(1);
+        let replicas = u32::try_from(fewest).unwrap_or(1).max(1);
         let grid = (threadblocks * replicas).max(config.stage_blocks).min(sms).max(1);
         let resources =
             ExecResources::new(comm, &lowered, &tables, Shape { capacity: config.capacity, grid, replicas })?;

@@ -15,7 +15,7 @@ use weft_types::{EXEC_ENTRY_FENCE, ExecBuffers, ExecContext, SemaphoreDeviceHand
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::DevicePlan;
-use crate::tables::{RankTables, rank_tables};
+use crate::tables::{RankTables, needs_entry_fence};
 
 /// Launch shape and buffer capacity of an executor's resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,11 +28,18 @@ pub(crate) struct Shape {
     pub(crate) replicas: u32,
 }
 
-/// Whether launches of `plan` start with a fence: some rank's input stage is read by its peers,
-/// so a launch fills it before any peer may read. The same answer on every rank (the fence is
-/// pairwise); a plan whose tables cannot be built keeps the fence.
-pub fn needs_entry_fence(plan: &DevicePlan) -> bool {
-    (0..plan.ranks.len()).any(|r| !matches!(rank_tables(plan, r), Ok(t) if !t.input_remote))
+/// Every rank's `value`, in rank order (set-up only: a bootstrap exchange).
+pub(crate) fn all_gather_u64(comm: &Communicator, value: u64) -> Result<Vec<u64>, ExecError> {
+    let rank = comm.rank();
+    let gathered = comm
+        .bootstrap()
+        .all_gather(&value.to_le_bytes())
+        .map_err(|source| weft_core::Error::Bootstrap { rank, source })?;
+    gathered
+        .iter()
+        .map(|b| b.as_slice().try_into().map(u64::from_le_bytes))
+        .collect::<Result<_, _>>()
+        .map_err(|_| ExecError::Unsupported(format!("rank {rank}: a peer sent a malformed set-up value")))
 }
 
 /// Bytes of a rank's input stage, output stage and scratch that carry any input of at most
@@ -96,15 +103,13 @@ impl ExecResources {
         let output_flip = if entry_fence { 0 } else { lengths[1].next_multiple_of(16) };
         // A rank places a peer's half by its own flip: every rank's must be the same (same plan
         // and capacity, which the caller promises; checked, as a mismatch corrupts silently).
-        let bootstrap = |source| weft_core::Error::Bootstrap { rank, source };
-        let flips = comm.bootstrap().all_gather(&output_flip.to_le_bytes()).map_err(bootstrap)?;
-        if flips.iter().any(|f| f.as_slice() != output_flip.to_le_bytes()) {
+        if all_gather_u64(comm, output_flip)?.iter().any(|&f| f != output_flip) {
             return Err(ExecError::Unsupported(format!(
                 "rank {rank}: the ranks' output stages differ in size (plan {} with different capacities?)",
                 plan.name
             )));
         }
-        let usable = [lengths[0], lengths[1], lengths[2]];
+        let usable = lengths;
         lengths[1] += output_flip;
         let mut buffers = Vec::with_capacity(3);
         for len in lengths {

@@ -41,6 +41,16 @@ impl RankTables {
     }
 }
 
+/// Whether launches of `plan` start with a fence (`EXEC_ENTRY_FENCE`): some operation reads a
+/// peer's input, whose stage its owner fills at the start of the launch. A property of the whole
+/// plan, so every rank answers the same (the fence is pairwise).
+pub fn needs_entry_fence(plan: &DevicePlan) -> bool {
+    plan.ranks
+        .iter()
+        .flat_map(|r| &r.ops)
+        .any(|op| op.inputs[..usize::from(op.n_inputs)].iter().any(|l| l.peer != EXEC_LOCAL && l.buffer == 0))
+}
+
 /// Size class of chunk `index` of `loc`'s buffer, owned by `owner`.
 fn class_of(plan: &DevicePlan, owner: &DeviceRankPlan, loc: &ExecLoc, index: u64) -> Option<u32> {
     let k = plan.size_classes.max(1) as usize;
@@ -206,6 +216,9 @@ mod tests {
         let lowered = lower(&plan).unwrap();
         assert!(rank_tables(&lowered, 0).unwrap().input_remote);
         assert!(!rank_tables(&lowered, 1).unwrap().input_remote);
+        // ... and launches of that plan fence on entry; ring all-reduce's need not.
+        assert!(needs_entry_fence(&lowered));
+        assert!(!needs_entry_fence(&ring));
     }
 
     #[test]
