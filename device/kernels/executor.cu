@@ -13,7 +13,8 @@
 // One launch:
 //   1. copy-in     (all blocks) the user input into the registered input stage, when a peer
 //                  reads this rank's input (EXEC_INPUT_STAGED).
-//   2. entry fence (EXEC_ENTRY_FENCE: some rank's peers read its input stage) grid barrier;
+//   2. entry fence (EXEC_ENTRY_FENCE: some rank's peers read its input stage, or the outputs
+//                  are direct) grid barrier;
 //                  block 0 signals then waits on the fence semaphore of every peer; grid
 //                  barrier. After it, every peer has filled its input stage for this launch.
 //                  Without it a peer may start launch n+1 while this rank still copies launch n
@@ -30,6 +31,11 @@
 //                  rank's stages is visible and no peer still reads them.
 //   5. copy-out    (all blocks) the output chunks the plan writes, from the output stage to the
 //                  user output, when EXEC_OUTPUT_STAGED.
+// Direct outputs (EXEC_OUTPUT_DIRECT, alike on every rank): the output chunks are the ranks' user
+// outputs (`outputs`, registered and mapped by weft-coll), whose chunks are then whole 16-byte
+// vectors, so the padded and dense layouts coincide; no stage, no copy-out. The entry fence
+// comes with it: a peer writes this rank's user output only after this rank's stream has
+// reached the launch (the work before it may still read the buffer).
 // Every wait is bounded (WaitContext): on expiry the error record names rank, peer and wait,
 // and every block gives up promptly (Spin sees the record).
 //
@@ -105,9 +111,14 @@ struct Piece {
   bool padded;
 };
 
+/// The rank owning `loc`'s buffer.
+__device__ __forceinline__ uint32_t owner_rank(const ExecContext& c, const ExecLoc& loc) {
+  return loc.peer == EXEC_LOCAL ? c.rank : loc.peer;
+}
+
 /// The buffers of `loc`'s owner.
 __device__ __forceinline__ const ExecBuffers& owner(const ExecContext& c, const ExecLoc& loc) {
-  return reinterpret_cast<const ExecBuffers*>(c.buffers)[loc.peer == EXEC_LOCAL ? c.rank : loc.peer];
+  return reinterpret_cast<const ExecBuffers*>(c.buffers)[owner_rank(c, loc)];
 }
 
 /// Bytes of chunk `chunk` of `loc`'s buffer.
@@ -121,11 +132,13 @@ __device__ __forceinline__ char* output_stage(const ExecBuffers& b, uint64_t shi
   return reinterpret_cast<char*>(b.output + shift);
 }
 
-/// Which part of the plan one block runs in this launch.
+/// Which part of the plan one block runs in this launch, and where its outputs go.
 struct Role {
   uint32_t replica;
   /// Bytes from an output stage's base to this launch's half.
   uint64_t output_shift;
+  /// Every rank's user output (EXEC_OUTPUT_DIRECT), else all zero.
+  const PeerBuffers* outputs;
 };
 
 __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g, const Role& role, const ExecLoc& loc,
@@ -139,6 +152,9 @@ __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g,
     return {reinterpret_cast<char*>(b.input + g.padded_dense(chunk)), true};
   }
   if (loc.buffer == 1) {
+    if ((c.flags & EXEC_OUTPUT_DIRECT) != 0) {
+      return {coll::peer_buffer(*role.outputs, owner_rank(c, loc)) + g.dense(chunk) * kElem, true};
+    }
     if (local && (c.flags & EXEC_OUTPUT_STAGED) == 0) {
       return {reinterpret_cast<char*>(c.output + g.dense(chunk) * kElem), false};
     }
@@ -233,13 +249,14 @@ __device__ __forceinline__ bool wait_at_least(const uint64_t* word, uint64_t tar
   return true;
 }
 
-/// Barrier of `arrivals`' participants: each adds one (release) and waits for `target`
-/// arrivals in all (acquire). Called by: every thread of each participating block.
-__device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t target, const WaitContext& ctx) {
+/// Barrier of `arrivals`' participants: each adds `weight` (release) and waits for `target`
+/// in all (acquire). Called by: every thread of each participating block.
+__device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t weight, uint64_t target,
+                                             const WaitContext& ctx) {
   __syncthreads();
   bool ok = true;
   if (threadIdx.x == 0) {
-    ptx::red_add_release_sys(arrivals, 1);
+    ptx::red_add_release_sys(arrivals, weight);
     ok = wait_at_least(arrivals, target, ctx, WaitOp::ExecBarrier);
   }
   return __syncthreads_and(ok);
@@ -278,7 +295,7 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
         ok = semaphore_wait(link(op.wait_peer, op.wait_channel));
       }
       if (ok && (op.flags & EXEC_WAIT_TB) != 0) {
-        const uint64_t want = (launch << 32) | (static_cast<uint64_t>(op.wait_step) + 1);
+        const uint64_t want = launch * EXEC_STEP_STRIDE + op.wait_step + 1;
         ok = wait_at_least(steps + op.wait_tb, want, c.wait, WaitOp::ExecStep);
       }
       if (ok && (op.flags & EXEC_BARRIER) != 0) {
@@ -297,7 +314,7 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
       if ((op.flags & EXEC_SIGNAL) != 0) {
         semaphore_signal(link(op.signal_peer, op.signal_channel));
       }
-      ptx::st_release_sys(progress + blockIdx.x, (launch << 32) | (static_cast<uint64_t>(s) + 1));
+      ptx::st_release_sys(progress + blockIdx.x, launch * EXEC_STEP_STRIDE + s + 1);
     }
   }
   return true;
@@ -325,7 +342,7 @@ __device__ __forceinline__ void stage(const Geometry& g, uint32_t chunks, char* 
 
 /// One launch of this rank's plan (see the top of the file). Dynamic shared memory: the
 /// largest thread block's operations.
-extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c) {
+extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, const __grid_constant__ PeerBuffers outputs) {
   extern __shared__ ExecOp shared_ops[];
   const uint32_t b = blockIdx.x;
   uint64_t* state = reinterpret_cast<uint64_t*>(c.state);
@@ -338,14 +355,16 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c) {
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
   const bool entry_fence = (c.flags & EXEC_ENTRY_FENCE) != 0;
   // A rank may have no thread block of the plan (its grid only stages and fences).
-  const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0};
+  const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0, &outputs};
   const uint32_t plan_blocks = c.threadblocks * c.replicas;
-  // Grid barriers of one launch: around the exit fence, and around the entry fence if any.
-  const uint64_t grid_barriers = entry_fence ? 4 : 2;
+  // Every launch counts four grid barriers (around the entry fence, around the exit fence),
+  // whether it fences on entry or not (launches of one executor may differ): without the entry
+  // fence the first barrier arrives with the weight of three.
   uint64_t grid_step = 0;
   auto grid_barrier = [&]() {
-    ++grid_step;
-    return block_arrive(grid_arrivals, (grid_barriers * launch + grid_step) * gridDim.x, c.wait);
+    const uint64_t weight = grid_step == 0 && !entry_fence ? 3 : 1;
+    grid_step += weight;
+    return block_arrive(grid_arrivals, weight, (4 * launch + grid_step) * gridDim.x, c.wait);
   };
 
   uint32_t nops = 0;

@@ -88,13 +88,14 @@ fn p2p_round(ops: &[P2pOp], round: usize) -> Option<P2pPlan> {
 }
 
 /// What the captured calls that could write straight into the peers' user buffers (AllReduce
-/// HB; AllGather HB with blocks of a multiple of 16 bytes) did. Eager calls stage and are not
-/// counted.
+/// HB; AllGather HB with blocks of a multiple of 16 bytes; plan launches from
+/// `zero_copy_plan_min` bytes whose chunks are whole 16-byte vectors) did. Eager calls stage
+/// and are not counted, nor are in-place plan launches (they stage by design).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathCounts {
     /// Calls that write into the peers' registered buffers.
     pub zero_copy: u64,
-    /// Calls that stage through scratch because some rank's buffer could not take part.
+    /// Calls that stage because some rank's buffer could not take part.
     pub refused: u64,
 }
 
@@ -257,7 +258,7 @@ impl Collectives {
         }
         let outputs = if algorithm == Algorithm::AllReduceHb {
             let eligible = bytes <= self.config.zero_copy_allreduce_max;
-            Some(self.peer_outputs(stream, recv, eligible)?)
+            Some(self.peer_outputs(stream, recv, eligible, true)?)
         } else {
             None
         };
@@ -289,10 +290,16 @@ impl Collectives {
     }
 
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there
-    /// directly (`eligible`, captured, and every rank agrees), else all zero (stage through
-    /// scratch). Every rank reaches it at the same call with the same `eligible`, captured on
-    /// all or on none (caller contract).
-    fn peer_outputs(&self, stream: &Stream, output: Buffer, eligible: bool) -> Result<PeerBuffers, CollError> {
+    /// directly (`eligible`, captured, and every rank agrees and is `willing`), else all zero
+    /// (stage through scratch). Every rank reaches it at the same call with the same
+    /// `eligible`, captured on all or on none (caller contract); `willing` may differ by rank.
+    fn peer_outputs(
+        &self,
+        stream: &Stream,
+        output: Buffer,
+        eligible: bool,
+        willing: bool,
+    ) -> Result<PeerBuffers, CollError> {
         let rank = self.comm.rank();
         if !eligible || output.len == 0 || self.ranks() == 1 {
             return Ok(PeerBuffers::default());
@@ -300,9 +307,13 @@ impl Collectives {
         if !stream.is_capturing().map_err(|source| CollError::Gpu { rank, source })? {
             return Ok(PeerBuffers::default());
         }
-        let agreed = self.registry.agree(&self.comm, output.ptr, output.len)?;
-        let counter = if agreed.is_some() { &self.zero_copy_calls } else { &self.refused_calls };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let agreed = self.registry.agree(&self.comm, output.ptr, output.len, willing)?;
+        // A rank that declined counts no refusal: that path is its own choice.
+        match (&agreed, willing) {
+            (Some(_), _) => self.zero_copy_calls.fetch_add(1, Ordering::Relaxed),
+            (None, true) => self.refused_calls.fetch_add(1, Ordering::Relaxed),
+            (None, false) => 0,
+        };
         Ok(agreed.unwrap_or_default())
     }
 
@@ -377,7 +388,7 @@ impl Collectives {
         // starts 16-byte aligned there (the same on every rank: the block size is).
         let outputs = if algorithm == Algorithm::AllGatherHb {
             let eligible = block.is_multiple_of(16) && total <= self.config.zero_copy_allgather_max;
-            Some(self.peer_outputs(stream, recv_buf, eligible)?)
+            Some(self.peer_outputs(stream, recv_buf, eligible, true)?)
         } else {
             None
         };
@@ -752,8 +763,20 @@ impl Collectives {
             return Ok(Algorithm::Plan(id));
         }
         let executor = self.plan_executor(id, root, (count * dtype.size()) as u64)?;
-        // SAFETY: forwarded caller contract.
-        unsafe { executor.launch(send, recv, count as u64, dtype, op, stream) }
+        // Captured, a launch large enough may run into the ranks' registered outputs (the
+        // answer is the same on every rank; whether a rank can take part, in place or not, is
+        // agreed).
+        let outputs = match executor.direct_output(send, recv, count as u64, dtype.size() as u64) {
+            Some(direct) => {
+                let len = usize::try_from(direct.len).unwrap_or(usize::MAX);
+                let output = Buffer { what: "recv", ptr: recv, len };
+                self.peer_outputs(stream, output, len >= self.config.zero_copy_plan_min, direct.willing)?
+            }
+            None => PeerBuffers::default(),
+        };
+        // SAFETY: forwarded caller contract; the peers' outputs are mapped by the registry and
+        // valid while the peers' buffers are (their callers' contract).
+        unsafe { executor.launch(send, recv, count as u64, dtype, op, &outputs, stream) }
             .map_err(|source| CollError::Exec { rank, source })?;
         Ok(Algorithm::Plan(id))
     }

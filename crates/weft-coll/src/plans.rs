@@ -178,6 +178,13 @@ impl PlanId {
         }
         Ok(Arc::clone(&user.plan))
     }
+
+    /// Whether peers read or write some rank's output in the plan for `ranks` ranks (root 0):
+    /// only then do captured launches run into the ranks' registered outputs.
+    pub fn peers_share_outputs(self, ranks: usize) -> bool {
+        let lowered = self.plan(ranks, 0).ok().and_then(|p| weft_exec::lower(&p).ok());
+        lowered.is_some_and(|l| weft_exec::peers_touch_outputs(&l))
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +200,16 @@ mod tests {
                 assert_eq!(collective_of(plan.collective), Some(id.collective()), "{}", id.name());
                 assert_eq!(plan.nranks as usize, ranks);
                 weft_exec::lower(&plan).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn peers_share_the_outputs_of_every_shipped_plan_but_reduce_scatter() {
+        for id in PlanId::all().take(SHIPPED.len()) {
+            let rs = id.collective() == Collective::ReduceScatter;
+            for ranks in [2, 4] {
+                assert_eq!(id.peers_share_outputs(ranks), !rs, "{} at {ranks} ranks", id.name());
             }
         }
     }

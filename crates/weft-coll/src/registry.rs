@@ -43,13 +43,15 @@ fn stale<'a>(known: impl Iterator<Item = &'a AllocationKey>, fresh: &AllocationK
 impl Registry {
     /// Where every rank's buffer of this call lies in this GPU's address space, when every
     /// rank can take part; `None`: the call stages through scratch. `[ptr, ptr + len)` is this
-    /// rank's buffer. Collective and blocking (two host exchanges through the bootstrap):
-    /// every rank calls it at the same point of the same collective call.
+    /// rank's buffer; a rank not `willing` offers nothing (so every rank stages). Collective
+    /// and blocking (two host exchanges through the bootstrap): every rank calls it at the
+    /// same point of the same collective call.
     pub(crate) fn agree(
         &self,
         comm: &Communicator,
         ptr: DevicePtr,
         len: usize,
+        willing: bool,
     ) -> Result<Option<PeerBuffers>, CollError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let bootstrap = |source| CollError::Core(weft_core::Error::Bootstrap { rank, source });
@@ -61,7 +63,7 @@ impl Registry {
             .ok();
         // Entries are inserted whole; a poisoned map is still consistent.
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let usable = relaxed.is_some() && ranks <= MAX_RANKS;
+        let usable = willing && relaxed.is_some() && ranks <= MAX_RANKS;
         let offer = if usable { state.offer(comm, ptr, len as u64) } else { Offer::Unusable };
         let offers = comm.bootstrap().all_gather(&offer.encode()).map_err(bootstrap)?;
         let mut buffers = PeerBuffers::default();

@@ -11,13 +11,16 @@ use weft_core::device_code::type_defines;
 use weft_core::{Communicator, KernelLibrary};
 use weft_gpu::{DevicePtr, Kernel, KernelArgs, LaunchConfig, Stream};
 use weft_plan::ExecutionPlan;
-use weft_types::{DataType, EXEC_INPUT_STAGED, EXEC_OUTPUT_STAGED, ExecContext, ExecOp, ReduceOp};
+use weft_types::{
+    DataType, EXEC_ENTRY_FENCE, EXEC_INPUT_STAGED, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED, ExecContext, ExecOp,
+    MAX_RANKS, PeerBuffers, ReduceOp,
+};
 
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
 use crate::resources::{ExecResources, Shape, all_gather_u64};
-use crate::tables::{RankTables, rank_tables};
+use crate::tables::{RankTables, peers_touch_outputs, rank_tables};
 
 /// Most threads of an executor block (the kernel's `__launch_bounds__`).
 pub const EXEC_THREADS: u32 = 1024;
@@ -67,11 +70,22 @@ pub fn supports_op(op: ReduceOp) -> bool {
     op != ReduceOp::Avg
 }
 
+/// A launch that may run into the ranks' user outputs ([`PlanExecutor::direct_output`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectOutput {
+    /// Bytes of this rank's output the launch writes: the length to register.
+    pub len: u64,
+    /// This rank can take part (the call is not in place); every rank must, or none does.
+    pub willing: bool,
+}
+
 /// A plan set up for one rank; see the module documentation.
 pub struct PlanExecutor {
     comm: Communicator,
     plan: DevicePlan,
     tables: RankTables,
+    /// Some rank's output is read or written by a peer (the same on every rank).
+    outputs_shared: bool,
     resources: ExecResources,
     grid: u32,
     capacity: u64,
@@ -123,6 +137,7 @@ impl PlanExecutor {
             ExecResources::new(comm, &lowered, &tables, Shape { capacity: config.capacity, grid, replicas })?;
         Ok(Self {
             comm: comm.clone(),
+            outputs_shared: peers_touch_outputs(&lowered),
             plan: lowered,
             tables,
             resources,
@@ -167,8 +182,41 @@ impl PlanExecutor {
         Ok(kernel)
     }
 
-    /// The context of a launch on `count` input elements of `elem` bytes per rank.
-    fn context(&self, input: DevicePtr, output: DevicePtr, count: u64, elem: u64) -> Result<ExecContext, ExecError> {
+    /// Whether a launch on `count` elements of `elem` bytes per rank may run into the ranks'
+    /// user outputs, registered and mapped by the caller (weft-coll's registry): `None` when no
+    /// rank's can (the same answer on every rank: peers touch no output, or the chunks are not
+    /// whole 16-byte vectors); otherwise how much of `output` to register and whether this
+    /// rank can take part. Peers then write the outputs themselves: no output stage, no copy
+    /// out, and an entry fence instead.
+    pub fn direct_output(&self, input: DevicePtr, output: DevicePtr, count: u64, elem: u64) -> Option<DirectOutput> {
+        let sizing = Sizing::new(&self.plan, count)?;
+        // The kernel argument holds MAX_RANKS outputs.
+        let fits = self.comm.world_size() <= MAX_RANKS;
+        if !self.outputs_shared || !fits || count == 0 || !sizing.dense_is_padded(elem) {
+            return None;
+        }
+        let (in_bytes, out_bytes) = self.user_bytes(&sizing, elem);
+        // In place, a peer's write would overwrite input this rank has yet to read.
+        let in_place = input < output + out_bytes && output < input + in_bytes;
+        Some(DirectOutput { len: out_bytes, willing: !in_place && output.is_multiple_of(16) })
+    }
+
+    /// Bytes of a call's user input and output.
+    fn user_bytes(&self, sizing: &Sizing, elem: u64) -> (u64, u64) {
+        let bytes = |chunks: u32| sizing.dense_offset(u64::from(chunks)) * elem;
+        (bytes(self.plan.input_chunks), bytes(self.plan.output_chunks))
+    }
+
+    /// The context of a launch on `count` input elements of `elem` bytes per rank, into the
+    /// ranks' user outputs when `outputs` names this rank's.
+    fn context(
+        &self,
+        input: DevicePtr,
+        output: DevicePtr,
+        count: u64,
+        elem: u64,
+        outputs: &PeerBuffers,
+    ) -> Result<ExecContext, ExecError> {
         let rank = self.comm.rank();
         let fail = |reason: String| ExecError::Count { rank, plan: self.plan.name.clone(), count, reason };
         let sizing = Sizing::new(&self.plan, count)
@@ -180,14 +228,20 @@ impl PlanExecutor {
         if too_large || need.iter().zip(&self.resources.usable).any(|(n, room)| n > room) {
             return Err(fail(format!("more than the executor's capacity of {} bytes", self.capacity)));
         }
-        let in_bytes = sizing.dense_offset(u64::from(self.plan.input_chunks)) * elem;
-        let out_bytes = sizing.dense_offset(u64::from(self.plan.output_chunks)) * elem;
+        let (in_bytes, out_bytes) = self.user_bytes(&sizing, elem);
         let in_place = input < output + out_bytes && output < input + in_bytes;
         let mut flags = self.resources.context.flags;
         if self.tables.input_remote {
             flags |= EXEC_INPUT_STAGED;
         }
-        if self.tables.output_remote || in_place {
+        let mine = outputs.ptr.get(rank).copied().unwrap_or(0);
+        if mine != 0 {
+            let usable = self.direct_output(input, output, count, elem).is_some_and(|d| d.willing);
+            if !usable || mine != output {
+                return Err(fail("user outputs given for a launch that cannot run into them".into()));
+            }
+            flags |= EXEC_OUTPUT_DIRECT | EXEC_ENTRY_FENCE;
+        } else if self.tables.output_remote || in_place {
             flags |= EXEC_OUTPUT_STAGED;
         }
         Ok(ExecContext { input, output, unit: sizing.unit, flags, ..self.resources.context })
@@ -196,11 +250,15 @@ impl PlanExecutor {
     /// Runs the plan on `count` input elements per rank (`input`'s length; `output` holds the
     /// plan's output chunks, e.g. `ranks * count` for an all-gather), reducing with `op`.
     /// Input and output may overlap (in place): the output is then assembled in the stage.
+    /// `outputs` is every rank's `output` as this GPU maps it, for a launch that runs into
+    /// them ([`Self::direct_output`]), else all zero.
     ///
     /// # Safety
     /// `input` and `output` must be device memory of this rank's GPU, valid for the lengths
     /// the plan implies until the work enqueued on `stream` has finished; every rank must make
-    /// the matching launch (same count, type, operator) in the same order.
+    /// the matching launch (same count, type, operator, and all or none with `outputs`) in the
+    /// same order; `outputs`' entries must stay mapped and valid for as long.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn launch(
         &self,
         input: DevicePtr,
@@ -208,17 +266,18 @@ impl PlanExecutor {
         count: u64,
         dtype: DataType,
         op: ReduceOp,
+        outputs: &PeerBuffers,
         stream: &Stream,
     ) -> Result<(), ExecError> {
         let rank = self.comm.rank();
-        let context = self.context(input, output, count, dtype.size() as u64)?;
+        let context = self.context(input, output, count, dtype.size() as u64, outputs)?;
         if count == 0 {
             return Ok(());
         }
         let kernel = self.prepare(dtype, op)?;
         self.comm.settle_before_launch()?;
         let mut args = KernelArgs::new();
-        args.push(context);
+        args.push(context).push(*outputs);
         let shared_bytes = self.tables.max_tb_ops * size_of::<ExecOp>() as u32;
         let block = exec_threads(count.saturating_mul(dtype.size() as u64));
         let config = LaunchConfig { grid: self.grid, block, shared_bytes };

@@ -128,6 +128,13 @@ impl Sizing {
         }
     }
 
+    /// Whether every input and output chunk is whole 16-byte vectors for `elem`-byte elements:
+    /// then the padded layout is the dense one (chunk `i` at byte `dense_offset(i) * elem`), and
+    /// peers may write a user buffer that starts 16-byte aligned as they write a stage.
+    pub fn dense_is_padded(&self, elem: u64) -> bool {
+        self.unit.is_multiple_of(self.classes) && (self.unit / self.classes * elem).is_multiple_of(16)
+    }
+
     /// Bytes of a rank's input stage, output stage and scratch in the padded layout.
     pub fn padded_lengths(&self, rank: &DeviceRankPlan, elem: u64) -> [u64; 3] {
         let scratch_chunks = (rank.scratch_class_counts.len() / self.classes as usize).saturating_sub(1) as u64;
@@ -229,6 +236,25 @@ mod tests {
                             assert!(end - start >= sizing.class_len(class) * elem, "{} rank {r}", plan.name);
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// Where `dense_is_padded` holds, every input and output chunk lies at the same byte in
+    /// both layouts; where it does not, some chunk does not.
+    #[test]
+    fn dense_is_padded_exactly_when_the_layouts_coincide() {
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            let blocks = u64::from(plan.input_chunks / plan.size_classes);
+            for per_block in [1u64, 2, 8, 16, 24, 64, 1000, 1024, 4096] {
+                let sizing = Sizing::new(&lowered, per_block * blocks).unwrap();
+                for elem in [1u64, 2, 4, 8] {
+                    let chunks = u64::from(plan.input_chunks.max(plan.output_chunks));
+                    let same =
+                        (0..=chunks).all(|i| sizing.padded_dense_offset(i, elem) == sizing.dense_offset(i) * elem);
+                    assert_eq!(sizing.dense_is_padded(elem), same, "{} {per_block}x{blocks} of {elem}", plan.name);
                 }
             }
         }

@@ -37,9 +37,10 @@ pub mod resources;
 pub mod tables;
 
 pub use error::ExecError;
-pub use executor::{EXEC_THREADS, ExecConfig, PlanExecutor, exec_threads, replicas_for, supports_op};
+pub use executor::{DirectOutput, EXEC_THREADS, ExecConfig, PlanExecutor, exec_threads, replicas_for, supports_op};
 pub use lower::{DevicePlan, DeviceRankPlan, LowerError, lower};
 pub use plan_dir::load_plan_dir;
+pub use tables::peers_touch_outputs;
 
 #[cfg(test)]
 pub(crate) mod tests {

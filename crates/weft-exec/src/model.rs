@@ -27,6 +27,8 @@ struct RankMemory {
     stages: [Vec<u8>; 3],
     input_staged: bool,
     output_staged: bool,
+    /// Output chunks are the user outputs of every rank (`EXEC_OUTPUT_DIRECT`, alike on all).
+    output_direct: bool,
 }
 
 struct Model<'a> {
@@ -48,7 +50,7 @@ impl Model<'_> {
         if local && loc.buffer == 0 && !m.input_staged {
             return (owner, 3, m.input_at + dense as usize, false);
         }
-        if local && loc.buffer == 1 && !m.output_staged {
+        if loc.buffer == 1 && (m.output_direct || local && !m.output_staged) {
             return (owner, 3, m.output_at + dense as usize, false);
         }
         let at = self.sizing.padded_offset(&self.plan.ranks[owner], loc.buffer, chunk, self.elem).unwrap();
@@ -244,17 +246,38 @@ fn value(seed: u64, rank: usize, i: usize) -> u64 {
     x ^ (x >> 29)
 }
 
-/// Runs `plan` on `count` input elements of `elem` bytes per rank through the model (out of
-/// place, or in place with nccl-tests' layout when `in_place`) and through weft-plan's
-/// interpreter; panics on the first wrong element of a written output chunk.
-fn check(plan: &ExecutionPlan, count: usize, elem: u64, in_place: bool, replicas: u32) {
-    check_lowered(plan, &lower(plan).unwrap(), count, elem, in_place, replicas);
+/// How a modelled launch places its buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Separate input and output; peers' output writes go to the output stage.
+    OutOfPlace,
+    /// nccl-tests' in-place layout; the output is assembled in the stage.
+    InPlace,
+    /// Separate input and output; peers write the user outputs (`EXEC_OUTPUT_DIRECT`).
+    Direct,
+}
+
+/// Runs `plan` on `count` input elements of `elem` bytes per rank through the model and
+/// through weft-plan's interpreter; panics on the first wrong element of a written output
+/// chunk.
+fn check(plan: &ExecutionPlan, count: usize, elem: u64, placement: Placement, replicas: u32) {
+    check_lowered(plan, &lower(plan).unwrap(), count, elem, placement, replicas);
 }
 
 /// [`check`] of `lowered`, which may differ from `plan`'s lowering (a broken variant).
-fn check_lowered(plan: &ExecutionPlan, lowered: &DevicePlan, count: usize, elem: u64, in_place: bool, replicas: u32) {
+fn check_lowered(
+    plan: &ExecutionPlan,
+    lowered: &DevicePlan,
+    count: usize,
+    elem: u64,
+    placement: Placement,
+    replicas: u32,
+) {
+    let in_place = placement == Placement::InPlace;
     let lowered = lowered.clone();
     let sizing = Sizing::new(&lowered, count as u64).unwrap();
+    let direct = placement == Placement::Direct;
+    assert!(!direct || sizing.dense_is_padded(elem), "direct outputs need chunks of whole vectors");
     let geometry = Geometry::new(plan, count).unwrap();
     let ranks = plan.ranks.len();
     let out_len = geometry.buffer_len(0, weft_plan::plan::Buffer::Output).unwrap();
@@ -288,7 +311,8 @@ fn check_lowered(plan: &ExecutionPlan, lowered: &DevicePlan, count: usize, elem:
             output_at,
             stages: lengths.map(|l| vec![0x5au8; l as usize]),
             input_staged: t.input_remote,
-            output_staged: t.output_remote || in_place,
+            output_staged: !direct && (t.output_remote || in_place),
+            output_direct: direct,
         });
         reference.push(RankBuffers::new(input, vec![poison; out_len]));
     }
@@ -310,7 +334,7 @@ fn check_lowered(plan: &ExecutionPlan, lowered: &DevicePlan, count: usize, elem:
                 let expect = want.output[i as usize] & mask;
                 assert_eq!(
                     got, expect,
-                    "{} ranks {ranks} count {count} elem {elem} in place {in_place} replicas {replicas}: rank {r} element {i} (chunk {chunk})",
+                    "{} ranks {ranks} count {count} elem {elem} {placement:?} replicas {replicas}: rank {r} element {i} (chunk {chunk})",
                     plan.name
                 );
             }
@@ -350,12 +374,14 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_at_small_counts
             let blocks = (plan.input_chunks / plan.size_classes) as usize;
             for per_block in [1, 5, 37] {
                 for elem in [1, 2, 4, 8] {
-                    for in_place in [false, true] {
-                        if in_place && plan.collective == weft_plan::plan::CollectiveKind::AllToAll {
+                    for placement in [Placement::OutOfPlace, Placement::InPlace] {
+                        if placement == Placement::InPlace
+                            && plan.collective == weft_plan::plan::CollectiveKind::AllToAll
+                        {
                             continue;
                         }
                         for replicas in [1, 3] {
-                            check(&plan, per_block * blocks, elem, in_place, replicas);
+                            check(&plan, per_block * blocks, elem, placement, replicas);
                         }
                     }
                 }
@@ -371,7 +397,7 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_at_150001_eleme
     for plan in plans(2).into_iter().filter(|p| p.collective == weft_plan::plan::CollectiveKind::AllReduce) {
         for elem in [4, 8] {
             for replicas in [1, 5] {
-                check(&plan, 150_001, elem, false, replicas);
+                check(&plan, 150_001, elem, Placement::OutOfPlace, replicas);
             }
         }
     }
@@ -387,7 +413,29 @@ fn the_kernel_model_catches_a_plan_that_reads_before_the_signal() {
         op.flags &= !EXEC_WAIT_LINK;
     }
     let blocks = (plan.input_chunks / plan.size_classes) as usize;
-    let caught = std::panic::catch_unwind(|| check_lowered(&plan, &racy, 64 * blocks, 4, false, 3));
+    let caught = std::panic::catch_unwind(|| check_lowered(&plan, &racy, 64 * blocks, 4, Placement::OutOfPlace, 3));
     assert!(caught.is_err(), "the model ran a plan without its waits and found nothing wrong");
-    check_lowered(&plan, &lower(&plan).unwrap(), 64 * blocks, 4, false, 3);
+    check_lowered(&plan, &lower(&plan).unwrap(), 64 * blocks, 4, Placement::OutOfPlace, 3);
+}
+
+/// Direct outputs: peers write the ranks' user outputs in the dense layout, for every shipped
+/// plan at counts whose chunks are whole 16-byte vectors (the only ones that run direct).
+#[test]
+fn the_kernel_model_computes_what_the_reference_interpreter_does_into_direct_outputs() {
+    for ranks in [2, 4] {
+        for plan in plans(ranks) {
+            let lowered = lower(&plan).unwrap();
+            let blocks = (plan.input_chunks / plan.size_classes) as usize;
+            for elem in [1u64, 2, 4, 8] {
+                // The smallest whole-vector chunk of every class, and a ragged replica split.
+                let per_block = (plan.size_classes as usize) * (16 / elem as usize);
+                for count in [per_block * blocks, 37 * per_block * blocks] {
+                    assert!(Sizing::new(&lowered, count as u64).unwrap().dense_is_padded(elem));
+                    for replicas in [1, 3] {
+                        check(&plan, count, elem, Placement::Direct, replicas);
+                    }
+                }
+            }
+        }
+    }
 }

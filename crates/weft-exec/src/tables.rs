@@ -12,6 +12,8 @@ use crate::lower::{DevicePlan, DeviceRankPlan};
 
 /// Operations of one thread block the kernel holds in shared memory (48 KiB).
 pub const MAX_TB_OPS: usize = 48 * 1024 / size_of::<ExecOp>();
+// A step word counts a thread block's operations below its launch's multiple of the stride.
+const _: () = assert!((MAX_TB_OPS as u64) < weft_types::EXEC_STEP_STRIDE);
 /// Ranks a plan may have: the launch fence's peer mask is 32 bits.
 pub const MAX_PLAN_RANKS: usize = 32;
 
@@ -41,14 +43,28 @@ impl RankTables {
     }
 }
 
-/// Whether launches of `plan` start with a fence (`EXEC_ENTRY_FENCE`): some operation reads a
-/// peer's input, whose stage its owner fills at the start of the launch. A property of the whole
-/// plan, so every rank answers the same (the fence is pairwise).
-pub fn needs_entry_fence(plan: &DevicePlan) -> bool {
+/// Every peer's buffer `plan`'s operations read or write, as (buffer) of each such location.
+fn peer_buffers(plan: &DevicePlan) -> impl Iterator<Item = u8> + '_ {
     plan.ranks
         .iter()
         .flat_map(|r| &r.ops)
-        .any(|op| op.inputs[..usize::from(op.n_inputs)].iter().any(|l| l.peer != EXEC_LOCAL && l.buffer == 0))
+        .flat_map(|op| op.inputs[..usize::from(op.n_inputs)].iter().chain(&op.outputs[..usize::from(op.n_outputs)]))
+        .filter(|l| l.peer != EXEC_LOCAL)
+        .map(|l| l.buffer)
+}
+
+/// Whether every launch of `plan` starts with a fence (`EXEC_ENTRY_FENCE`): some operation
+/// touches a peer's input, whose stage its owner fills at the start of the launch. A property of
+/// the whole plan, so every rank answers the same (the fence is pairwise).
+pub fn needs_entry_fence(plan: &DevicePlan) -> bool {
+    peer_buffers(plan).any(|b| b == 0)
+}
+
+/// Whether some rank's output is read or written by a peer: only then can a launch gain by
+/// running into the ranks' registered user outputs (`EXEC_OUTPUT_DIRECT`). The same on every
+/// rank.
+pub fn peers_touch_outputs(plan: &DevicePlan) -> bool {
+    peer_buffers(plan).any(|b| b == 1)
 }
 
 /// Size class of chunk `index` of `loc`'s buffer, owned by `owner`.
@@ -219,6 +235,11 @@ mod tests {
         // ... and launches of that plan fence on entry; ring all-reduce's need not.
         assert!(needs_entry_fence(&lowered));
         assert!(!needs_entry_fence(&ring));
+        // Peers write ring all-reduce's and all-gather's outputs; all-to-all's too, but a
+        // broadcast rooted at 0 at one rank has no peer.
+        assert!(peers_touch_outputs(&ring) && peers_touch_outputs(&lowered));
+        let alone = lower(&weft_plan::plans::direct_broadcast(1, 0, 1).unwrap().compile().unwrap()).unwrap();
+        assert!(!peers_touch_outputs(&alone));
     }
 
     #[test]

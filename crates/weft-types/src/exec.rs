@@ -30,6 +30,15 @@ pub const EXEC_OUTPUT_STAGED: u32 = 1 << 1;
 /// [`ExecContext::flags`]: every launch starts with a fence with every peer (a peer reads this
 /// rank's input stage, which the launch fills first). Set alike on every rank of a plan.
 pub const EXEC_ENTRY_FENCE: u32 = 1 << 2;
+/// [`ExecContext::flags`]: every rank's output chunks are the user outputs themselves, which
+/// the peers write through their registrations (the launch's `PeerBuffers`), in the dense
+/// layout: every chunk is whole 16-byte vectors. Set alike on every rank, with
+/// [`EXEC_ENTRY_FENCE`] (a peer may write a rank's user output only once that rank's stream
+/// has reached the launch).
+pub const EXEC_OUTPUT_DIRECT: u32 = 1 << 3;
+/// A thread block's step word holds `launch * EXEC_STEP_STRIDE + operations done`: a thread
+/// block has fewer operations than this, and the word grows for 2^48 launches.
+pub const EXEC_STEP_STRIDE: u64 = 1 << 16;
 
 use crate::handles::WaitContext;
 
@@ -110,7 +119,7 @@ device_structs! {
         links: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
         fences: u64 => "uint64_t",
-        /// `uint64_t[grid + 2 + threadblocks * replicas]`: launches done per block, grid barrier arrivals, plan barrier arrivals, then operations done per plan block (tagged with the launch).
+        /// `uint64_t[grid + 2 + threadblocks * replicas]`: launches done per block, grid barrier arrivals (four barriers' worth per launch), plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",
         /// The call's input buffer (device address).
         input: u64 => "uint64_t",
@@ -136,7 +145,7 @@ device_structs! {
         input_chunks: u32 => "uint32_t",
         /// Chunks of the output buffer.
         output_chunks: u32 => "uint32_t",
-        /// EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED.
+        /// EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT.
         flags: u32 => "uint32_t",
         /// Barrier operations every thread block of the plan runs per launch.
         plan_barriers: u32 => "uint32_t",
@@ -169,6 +178,12 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
             EXEC_ENTRY_FENCE.into(),
             "ExecContext flag: every launch starts with a fence with every peer",
         ),
+        (
+            "EXEC_OUTPUT_DIRECT",
+            EXEC_OUTPUT_DIRECT.into(),
+            "ExecContext flag: output chunks are the ranks' registered user outputs",
+        ),
+        ("EXEC_STEP_STRIDE", EXEC_STEP_STRIDE, "a step word is launch * EXEC_STEP_STRIDE + operations done"),
     ]
 }
 

@@ -6,8 +6,9 @@
 //! The same matrix runs the native algorithms (step `coll`) or every execution plan of the
 //! registry available at this rank count (step `plan`: the shipped plans and any of
 //! `WEFT_PLAN_DIR`), each through the plan executor. Graph-captured AllReduce HB and AllGather
-//! HB calls write straight into the peers' registered outputs; a line per communicator checks
-//! that every one that could did.
+//! HB calls, and captured out-of-place plan launches whose chunks are whole 16-byte vectors,
+//! write straight into the peers' registered outputs; a line per communicator checks that
+//! every one that could did.
 
 use std::time::Duration;
 
@@ -55,12 +56,14 @@ fn run_matrix(
     let ranks = comm.world_size();
     let largest = COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8;
     let me = Rank::new(comm, largest)?;
-    // Every captured HB AllReduce and AllGather goes zero-copy here, whatever the size rules.
+    // Every captured HB AllReduce and AllGather, and every captured plan launch that can, goes
+    // zero-copy here, whatever the size rules.
     let base = CollConfig {
         chunk_bytes: CHUNK_BYTES,
         ll_slot_bytes: LL_SLOT_BYTES,
         zero_copy_allreduce_max: usize::MAX,
         zero_copy_allgather_max: usize::MAX,
+        zero_copy_plan_min: 0,
         ..CollConfig::from_env(env)?
     };
     // Across (virtual) nodes only the PortChannel ring reaches every peer.
@@ -89,8 +92,14 @@ fn run_matrix(
                     report.record(name, result);
                 }
             }
-            // One rank has no peer to write into.
-            if ranks > 1 && matches!(algorithm, Algorithm::AllReduceHb | Algorithm::AllGatherHb) {
+            // One rank has no peer to write into. Every plan has a count of whole 16-byte vector
+            // chunks (2048 elements: COUNTS); it runs direct where peers write outputs.
+            let direct = match algorithm {
+                Algorithm::AllReduceHb | Algorithm::AllGatherHb => true,
+                Algorithm::Plan(id) => id.peers_share_outputs(ranks),
+                _ => false,
+            };
+            if ranks > 1 && direct {
                 let (paths, what) = (coll.path_counts(), format!("{label}{collective:?} {}", algorithm.name()));
                 report.metric(format!("{what} captured calls zero-copy"), paths.zero_copy as f64, "calls");
                 report.metric(format!("{what} captured calls refused zero-copy"), paths.refused as f64, "calls");
