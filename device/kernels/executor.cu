@@ -27,8 +27,12 @@
 //                  and write every output, block barrier, signal (thread 0, release .sys, so it
 //                  covers the block's writes and everything the block waited for), publish the
 //                  step (st.release.sys, tagged with the launch).
-//   4. exit fence  the same as 2: every peer has finished its plan, so every write into this
-//                  rank's stages is visible and no peer still reads them.
+//   4. exit fence  (EXEC_EXIT_FENCE) the same as 2: every peer has finished its plan, so every
+//                  write into this rank's stages is visible and no peer still reads them.
+//                  Skipped only by launches that fence on entry, of plans where peers only
+//                  write (never read) a rank's buffers and signal every write, which the rank
+//                  awaits: its plan's end then sees them all. The launch after one without it
+//                  fences on entry (state[b]'s low bit), since a peer may still be in its plan.
 //   5. copy-out    (all blocks) the output chunks the plan writes, from the output stage to the
 //                  user output, when EXEC_OUTPUT_STAGED.
 // Direct outputs (EXEC_OUTPUT_DIRECT, alike on every rank): the output chunks are the ranks' user
@@ -349,20 +353,23 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   uint64_t* grid_arrivals = state + gridDim.x;
   uint64_t* plan_arrivals = grid_arrivals + 1;
   uint64_t* progress = plan_arrivals + 1;
-  // Written only by this block, at the end of the previous launch (kernel boundary).
-  const uint64_t launch = state[b];
+  // Written only by this block, at the end of the previous launch (kernel boundary): launches
+  // done, and whether the last one skipped its exit fence.
+  const uint64_t launch = state[b] >> 1;
+  const bool after_open_exit = (state[b] & 1) != 0;
   const Geometry g{c.unit, c.size_classes};
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
-  const bool entry_fence = (c.flags & EXEC_ENTRY_FENCE) != 0;
+  const bool entry_fence = (c.flags & EXEC_ENTRY_FENCE) != 0 || after_open_exit;
+  const bool exit_fence = (c.flags & EXEC_EXIT_FENCE) != 0;
   // A rank may have no thread block of the plan (its grid only stages and fences).
   const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0, &outputs};
   const uint32_t plan_blocks = c.threadblocks * c.replicas;
   // Every launch counts four grid barriers (around the entry fence, around the exit fence),
-  // whether it fences on entry or not (launches of one executor may differ): without the entry
-  // fence the first barrier arrives with the weight of three.
+  // whichever fences it runs (launches of one executor differ): its last barrier arrives with
+  // the weight of the ones it skipped too.
   uint64_t grid_step = 0;
-  auto grid_barrier = [&]() {
-    const uint64_t weight = grid_step == 0 && !entry_fence ? 3 : 1;
+  auto grid_barrier = [&](bool last) {
+    const uint64_t weight = last ? 4 - grid_step : 1;
     grid_step += weight;
     return block_arrive(grid_arrivals, weight, (4 * launch + grid_step) * gridDim.x, c.wait);
   };
@@ -381,17 +388,19 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
   }
   // Every block of the grid waits while block 0 handshakes with every peer.
-  auto fence_with_peers = [&]() { return grid_barrier() && (b != 0 || fence(c)) && grid_barrier(); };
+  auto fence_with_peers = [&](bool last) {
+    return grid_barrier(false) && (b != 0 || fence(c)) && grid_barrier(last);
+  };
   if (entry_fence) {
-    if (!fence_with_peers()) return;
+    if (!fence_with_peers(!exit_fence)) return;
   } else {
     __syncthreads();  // the operations in shared memory
   }
   if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, launch, plan_arrivals, progress)) return;
-  if (!fence_with_peers()) return;
+  if (exit_fence && !fence_with_peers(true)) return;
   if ((c.flags & EXEC_OUTPUT_STAGED) != 0) {
     stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), output_stage(mine, role.output_shift), false,
           reinterpret_cast<const uint8_t*>(c.written));
   }
-  if (threadIdx.x == 0) state[b] = launch + 1;
+  if (threadIdx.x == 0) state[b] = (launch + 1) << 1 | (exit_fence ? 0 : 1);
 }

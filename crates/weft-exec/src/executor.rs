@@ -12,15 +12,15 @@ use weft_core::{Communicator, KernelLibrary};
 use weft_gpu::{DevicePtr, Kernel, KernelArgs, LaunchConfig, Stream};
 use weft_plan::ExecutionPlan;
 use weft_types::{
-    DataType, EXEC_ENTRY_FENCE, EXEC_INPUT_STAGED, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED, ExecContext, ExecOp,
-    MAX_RANKS, PeerBuffers, ReduceOp,
+    DataType, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_INPUT_STAGED, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED,
+    ExecContext, ExecOp, MAX_RANKS, PeerBuffers, ReduceOp,
 };
 
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
 use crate::resources::{ExecResources, Shape, all_gather_u64};
-use crate::tables::{RankTables, peers_touch_outputs, rank_tables};
+use crate::tables::{RankTables, needs_entry_fence, peers_only_push_signalled, peers_touch_outputs, rank_tables};
 
 /// Most threads of an executor block (the kernel's `__launch_bounds__`).
 pub const EXEC_THREADS: u32 = 1024;
@@ -86,6 +86,8 @@ pub struct PlanExecutor {
     tables: RankTables,
     /// Some rank's output is read or written by a peer (the same on every rank).
     outputs_shared: bool,
+    /// A launch that fences on entry may skip its exit fence (the same on every rank).
+    exit_fence_optional: bool,
     resources: ExecResources,
     grid: u32,
     capacity: u64,
@@ -138,6 +140,7 @@ impl PlanExecutor {
         Ok(Self {
             comm: comm.clone(),
             outputs_shared: peers_touch_outputs(&lowered),
+            exit_fence_optional: peers_only_push_signalled(&lowered) && !needs_entry_fence(&lowered),
             plan: lowered,
             tables,
             resources,
@@ -241,6 +244,9 @@ impl PlanExecutor {
                 return Err(fail("user outputs given for a launch that cannot run into them".into()));
             }
             flags |= EXEC_OUTPUT_DIRECT | EXEC_ENTRY_FENCE;
+            if self.exit_fence_optional {
+                flags &= !EXEC_EXIT_FENCE;
+            }
         } else if self.tables.output_remote || in_place {
             flags |= EXEC_OUTPUT_STAGED;
         }

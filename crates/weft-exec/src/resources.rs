@@ -10,7 +10,7 @@
 
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
-use weft_types::{EXEC_ENTRY_FENCE, ExecBuffers, ExecContext, SemaphoreDeviceHandle};
+use weft_types::{EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, ExecBuffers, ExecContext, SemaphoreDeviceHandle};
 
 use crate::error::ExecError;
 use crate::geometry::Sizing;
@@ -182,7 +182,7 @@ impl ExecResources {
             peer_mask: tables.peer_mask,
             replicas: shape.replicas,
             output_flip,
-            flags: if entry_fence { EXEC_ENTRY_FENCE } else { 0 },
+            flags: EXEC_EXIT_FENCE | if entry_fence { EXEC_ENTRY_FENCE } else { 0 },
             ..ExecContext::default()
         };
         comm.barrier()?;

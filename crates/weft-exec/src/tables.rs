@@ -67,6 +67,41 @@ pub fn peers_touch_outputs(plan: &DevicePlan) -> bool {
     peer_buffers(plan).any(|b| b == 1)
 }
 
+/// Whether a launch that fences on entry may skip its exit fence: peers never read a rank's
+/// buffers, every write into a peer is followed in its thread block by a signal to that peer
+/// (which covers it), and every link carries as many signals as its receiver waits for. A
+/// rank whose plan is done has then seen every write into its buffers, and no peer touches them
+/// again before the next launch's entry fence. The same on every rank.
+pub fn peers_only_push_signalled(plan: &DevicePlan) -> bool {
+    use std::collections::HashMap;
+    // (sender, receiver, channel) -> signals minus waits.
+    let mut balance: HashMap<(usize, usize, u16), i64> = HashMap::new();
+    for (r, rp) in plan.ranks.iter().enumerate() {
+        for ops in rp.tb_starts.windows(2).map(|w| &rp.ops[w[0] as usize..w[1] as usize]) {
+            let mut unsignalled = 0u64;
+            for op in ops {
+                if op.inputs[..usize::from(op.n_inputs)].iter().any(|l| l.peer != EXEC_LOCAL) {
+                    return false;
+                }
+                for l in op.outputs[..usize::from(op.n_outputs)].iter().filter(|l| l.peer != EXEC_LOCAL) {
+                    unsignalled |= 1 << (l.peer % 64);
+                }
+                if op.flags & EXEC_WAIT_LINK != 0 {
+                    *balance.entry((usize::from(op.wait_peer), r, op.wait_channel)).or_default() -= 1;
+                }
+                if op.flags & EXEC_SIGNAL != 0 {
+                    unsignalled &= !(1 << (op.signal_peer % 64));
+                    *balance.entry((r, usize::from(op.signal_peer), op.signal_channel)).or_default() += 1;
+                }
+            }
+            if unsignalled != 0 {
+                return false;
+            }
+        }
+    }
+    balance.values().all(|&b| b == 0)
+}
+
 /// Size class of chunk `index` of `loc`'s buffer, owned by `owner`.
 fn class_of(plan: &DevicePlan, owner: &DeviceRankPlan, loc: &ExecLoc, index: u64) -> Option<u32> {
     let k = plan.size_classes.max(1) as usize;
@@ -240,6 +275,32 @@ mod tests {
         assert!(peers_touch_outputs(&ring) && peers_touch_outputs(&lowered));
         let alone = lower(&weft_plan::plans::direct_broadcast(1, 0, 1).unwrap().compile().unwrap()).unwrap();
         assert!(!peers_touch_outputs(&alone));
+    }
+
+    #[test]
+    fn the_exit_fence_may_go_only_where_peers_push_and_signal_every_write() {
+        let ring = lower(&weft_plan::plans::ring_allreduce(4, 4).unwrap().compile().unwrap()).unwrap();
+        assert!(peers_only_push_signalled(&ring));
+        // A write into a peer with no signal after it (links still balanced): a copy of a put,
+        // without its wait and signal, last in rank 0's last thread block.
+        let mut unsignalled = ring.clone();
+        let rank0 = &mut unsignalled.ranks[0];
+        let pushes = |o: &&ExecOp| o.outputs[..usize::from(o.n_outputs)].iter().any(|l| l.peer != EXEC_LOCAL);
+        let mut put = *rank0.ops.iter().find(pushes).unwrap();
+        put.flags = 0;
+        rank0.ops.push(put);
+        *rank0.tb_starts.last_mut().unwrap() += 1;
+        assert!(!peers_only_push_signalled(&unsignalled));
+        // A signal nobody waits for.
+        let mut unbalanced = ring.clone();
+        let wait = unbalanced.ranks[1].ops.iter_mut().find(|o| o.flags & EXEC_WAIT_LINK != 0).unwrap();
+        wait.flags &= !EXEC_WAIT_LINK;
+        assert!(!peers_only_push_signalled(&unbalanced));
+        // A read of a peer's buffer.
+        let mut reads = ring.clone();
+        let op = reads.ranks[0].ops.iter_mut().find(|o| o.n_inputs > 0).unwrap();
+        op.inputs[0].peer = 1;
+        assert!(!peers_only_push_signalled(&reads));
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub const EXEC_ENTRY_FENCE: u32 = 1 << 2;
 /// [`EXEC_ENTRY_FENCE`] (a peer may write a rank's user output only once that rank's stream
 /// has reached the launch).
 pub const EXEC_OUTPUT_DIRECT: u32 = 1 << 3;
+/// [`ExecContext::flags`]: the launch ends with a fence with every peer. Cleared only with
+/// [`EXEC_ENTRY_FENCE`] set, for plans where peers only write a rank's buffers and signal every
+/// write (the rank's waits then cover them all); the launch after one without it fences on
+/// entry. Set alike on every rank.
+pub const EXEC_EXIT_FENCE: u32 = 1 << 4;
 /// A thread block's step word holds `launch * EXEC_STEP_STRIDE + operations done`: a thread
 /// block has fewer operations than this, and the word grows for 2^48 launches.
 pub const EXEC_STEP_STRIDE: u64 = 1 << 16;
@@ -119,7 +124,7 @@ device_structs! {
         links: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
         fences: u64 => "uint64_t",
-        /// `uint64_t[grid + 2 + threadblocks * replicas]`: launches done per block, grid barrier arrivals (four barriers' worth per launch), plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
+        /// `uint64_t[grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, grid barrier arrivals (four barriers' worth per launch), plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",
         /// The call's input buffer (device address).
         input: u64 => "uint64_t",
@@ -145,7 +150,7 @@ device_structs! {
         input_chunks: u32 => "uint32_t",
         /// Chunks of the output buffer.
         output_chunks: u32 => "uint32_t",
-        /// EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT.
+        /// EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE.
         flags: u32 => "uint32_t",
         /// Barrier operations every thread block of the plan runs per launch.
         plan_barriers: u32 => "uint32_t",
@@ -183,6 +188,7 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
             EXEC_OUTPUT_DIRECT.into(),
             "ExecContext flag: output chunks are the ranks' registered user outputs",
         ),
+        ("EXEC_EXIT_FENCE", EXEC_EXIT_FENCE.into(), "ExecContext flag: every launch ends with a fence with every peer"),
         ("EXEC_STEP_STRIDE", EXEC_STEP_STRIDE, "a step word is launch * EXEC_STEP_STRIDE + operations done"),
     ]
 }

@@ -30,7 +30,7 @@ pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use exec::{
-    EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_INPUT_STAGED, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS,
+    EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_INPUT_STAGED, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS,
     EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED, EXEC_SIGNAL, EXEC_STEP_STRIDE, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecBuffers,
     ExecContext, ExecLoc, ExecOp,
 };

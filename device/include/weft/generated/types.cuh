@@ -29,6 +29,7 @@ constexpr uint64_t EXEC_INPUT_STAGED = 1ull;  ///< ExecContext flag: the input i
 constexpr uint64_t EXEC_OUTPUT_STAGED = 2ull;  ///< ExecContext flag: the output is copied out of the output stage
 constexpr uint64_t EXEC_ENTRY_FENCE = 4ull;  ///< ExecContext flag: every launch starts with a fence with every peer
 constexpr uint64_t EXEC_OUTPUT_DIRECT = 8ull;  ///< ExecContext flag: output chunks are the ranks' registered user outputs
+constexpr uint64_t EXEC_EXIT_FENCE = 16ull;  ///< ExecContext flag: every launch ends with a fence with every peer
 constexpr uint64_t EXEC_STEP_STRIDE = 65536ull;  ///< a step word is launch * EXEC_STEP_STRIDE + operations done
 
 ///  Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
@@ -351,7 +352,7 @@ struct alignas(8) ExecContext {
   uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
-  uint64_t state;  ///<  `uint64_t[grid + 2 + threadblocks * replicas]`: launches done per block, grid barrier arrivals (four barriers' worth per launch), plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
+  uint64_t state;  ///<  `uint64_t[grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, grid barrier arrivals (four barriers' worth per launch), plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
   uint64_t input;  ///<  The call's input buffer (device address).
   uint64_t output;  ///<  The call's output buffer (device address).
   uint64_t unit;  ///<  Elements of one input block for this call (weft-exec's `Sizing::unit`).
@@ -364,7 +365,7 @@ struct alignas(8) ExecContext {
   uint32_t size_classes;  ///<  Size classes of the plan's chunks.
   uint32_t input_chunks;  ///<  Chunks of the input buffer.
   uint32_t output_chunks;  ///<  Chunks of the output buffer.
-  uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT.
+  uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE.
   uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
   uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
