@@ -14,7 +14,7 @@
 //   1. copy-in     (all blocks) the user input into the registered input stage, when a peer
 //                  reads this rank's input (EXEC_INPUT_STAGED).
 //   2. entry fence (EXEC_ENTRY_FENCE: some rank's peers read its input stage, or the outputs
-//                  are direct) grid barrier;
+//                  are direct) grid barrier (only after a copy-in);
 //                  block 0 signals then waits on the fence semaphore of every peer; grid
 //                  barrier. After it, every peer has filled its input stage for this launch.
 //                  Without it a peer may start launch n+1 while this rank still copies launch n
@@ -388,16 +388,19 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
   }
   // Every block of the grid waits while block 0 handshakes with every peer.
-  auto fence_with_peers = [&](bool last) {
-    return grid_barrier(false) && (b != 0 || fence(c)) && grid_barrier(last);
+  // The first barrier orders the grid's work before block 0's signal: the copy-in before the
+  // entry fence, the plan before the exit fence. An entry fence without copy-in needs none: the
+  // launch has started, which is all the signal says.
+  auto fence_with_peers = [&](bool work_before, bool last) {
+    return (!work_before || grid_barrier(false)) && (b != 0 || fence(c)) && grid_barrier(last);
   };
   if (entry_fence) {
-    if (!fence_with_peers(!exit_fence)) return;
+    if (!fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0, !exit_fence)) return;
   } else {
     __syncthreads();  // the operations in shared memory
   }
   if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, launch, plan_arrivals, progress)) return;
-  if (exit_fence && !fence_with_peers(true)) return;
+  if (exit_fence && !fence_with_peers(true, true)) return;
   if ((c.flags & EXEC_OUTPUT_STAGED) != 0) {
     stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), output_stage(mine, role.output_shift), false,
           reinterpret_cast<const uint8_t*>(c.written));
