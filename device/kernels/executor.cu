@@ -157,7 +157,12 @@ __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g,
   }
   if (loc.buffer == 1) {
     if ((c.flags & EXEC_OUTPUT_DIRECT) != 0) {
-      return {coll::peer_buffer(*role.outputs, owner_rank(c, loc)) + g.dense(chunk) * kElem, true};
+      // A __grid_constant__ parameter: indexed in place, no copy. The host runs direct only
+      // with at most MAX_RANKS ranks; past it, a null address faults rather than writing into
+      // another rank's output.
+      const uint32_t r = owner_rank(c, loc);
+      char* base = r < coll::MAX_RANKS ? reinterpret_cast<char*>(role.outputs->ptr[r]) : nullptr;
+      return {base + g.dense(chunk) * kElem, true};
     }
     if (local && (c.flags & EXEC_OUTPUT_STAGED) == 0) {
       return {reinterpret_cast<char*>(c.output + g.dense(chunk) * kElem), false};

@@ -240,7 +240,9 @@ impl CollConfig {
     /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
     /// `WEFT_PORT_RING_BLOCKS` (1..=8), `WEFT_PLAN_REPLICAS`,
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
-    /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes).
+    /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes). The
+    /// zero-copy limits decide whether a call takes part in a collective exchange: every rank
+    /// must set them alike.
     pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
         Self::from_lookup(|k| env.var(k).map(str::to_string))
     }
@@ -303,13 +305,13 @@ impl CollConfig {
         if let Some(n) = number("WEFT_PLAN_REPLICAS", 1024)? {
             c.plan_replicas = Some(n as u32);
         }
-        for (name, field) in [
-            ("WEFT_ZERO_COPY_ALLREDUCE", &mut c.zero_copy_allreduce_max),
-            ("WEFT_ZERO_COPY_ALLGATHER", &mut c.zero_copy_allgather_max),
-            ("WEFT_ZERO_COPY_PLAN_MIN", &mut c.zero_copy_plan_min),
+        for (name, field, meaning) in [
+            ("WEFT_ZERO_COPY_ALLREDUCE", &mut c.zero_copy_allreduce_max, "0: never"),
+            ("WEFT_ZERO_COPY_ALLGATHER", &mut c.zero_copy_allgather_max, "0: never"),
+            ("WEFT_ZERO_COPY_PLAN_MIN", &mut c.zero_copy_plan_min, "0: always"),
         ] {
             if let Some(v) = lookup(name) {
-                *field = v.trim().parse().map_err(|_| format!("{name}={v:?}: expected a byte count (0: never)"))?;
+                *field = v.trim().parse().map_err(|_| format!("{name}={v:?}: expected a byte count ({meaning})"))?;
             }
         }
         Ok(c)

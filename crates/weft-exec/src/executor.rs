@@ -11,6 +11,8 @@ use weft_core::device_code::type_defines;
 use weft_core::{Communicator, KernelLibrary};
 use weft_gpu::{DevicePtr, Kernel, KernelArgs, LaunchConfig, Stream};
 use weft_plan::ExecutionPlan;
+use weft_plan::dsl::Collective;
+use weft_plan::passes::{InPlace, verify_in_place};
 use weft_types::{
     DataType, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_INPUT_STAGED, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED,
     ExecContext, ExecOp, MAX_RANKS, PeerBuffers, ReduceOp,
@@ -75,7 +77,8 @@ pub fn supports_op(op: ReduceOp) -> bool {
 pub struct DirectOutput {
     /// Bytes of this rank's output the launch writes: the length to register.
     pub len: u64,
-    /// This rank can take part (the call is not in place); every rank must, or none does.
+    /// This rank can take part (out of place, or in place in the layout the plan was verified
+    /// for); every rank must, or none does.
     pub willing: bool,
 }
 
@@ -88,6 +91,10 @@ pub struct PlanExecutor {
     outputs_shared: bool,
     /// A launch that fences on entry may skip its exit fence (the same on every rank).
     exit_fence_optional: bool,
+    /// The in-place layout in which the plan is verified race-free and correct with each
+    /// output chunk the same memory as the input chunk it overlaps: in place, peers may then
+    /// write the user output directly too.
+    in_place: Option<InPlace>,
     resources: ExecResources,
     grid: u32,
     capacity: u64,
@@ -141,6 +148,10 @@ impl PlanExecutor {
             comm: comm.clone(),
             outputs_shared: peers_touch_outputs(&lowered),
             exit_fence_optional: peers_only_push_signalled(&lowered) && !needs_entry_fence(&lowered),
+            in_place: Collective::from_plan(plan)
+                .ok()
+                .filter(|c| verify_in_place(plan, c).is_ok())
+                .and_then(|_| InPlace::of(plan)),
             plan: lowered,
             tables,
             resources,
@@ -199,9 +210,17 @@ impl PlanExecutor {
             return None;
         }
         let (in_bytes, out_bytes) = self.user_bytes(&sizing, elem);
-        // In place, a peer's write would overwrite input this rank has yet to read.
-        let in_place = input < output + out_bytes && output < input + in_bytes;
-        Some(DirectOutput { len: out_bytes, willing: !in_place && output.is_multiple_of(16) })
+        let overlap = input < output + out_bytes && output < input + in_bytes;
+        // In place, a peer's write could overwrite input this rank has yet to read, unless the
+        // plan is verified for exactly this layout.
+        let rank = self.comm.rank() as u64;
+        let verified = match self.in_place {
+            Some(InPlace::Same) => input == output,
+            Some(InPlace::InputInOutput) => Some(input) == rank.checked_mul(in_bytes).map(|at| output + at),
+            Some(InPlace::OutputInInput) => Some(output) == rank.checked_mul(out_bytes).map(|at| input + at),
+            None => false,
+        };
+        Some(DirectOutput { len: out_bytes, willing: (!overlap || verified) && output.is_multiple_of(16) })
     }
 
     /// Bytes of a call's user input and output.
@@ -288,7 +307,8 @@ impl PlanExecutor {
         let block = exec_threads(count.saturating_mul(dtype.size() as u64));
         let config = LaunchConfig { grid: self.grid, block, shared_bytes };
         // SAFETY: the context's tables and buffers live as long as `self`; `input` and
-        // `output` are the caller's contract; the kernel takes one ExecContext.
+        // `output` and the peers' outputs are the caller's contract; the kernel takes an
+        // ExecContext and a PeerBuffers.
         unsafe { kernel.launch(stream, config, &args) }.map_err(|source| ExecError::Gpu { rank, source })
     }
 }

@@ -50,7 +50,12 @@ impl Model<'_> {
         if local && loc.buffer == 0 && !m.input_staged {
             return (owner, 3, m.input_at + dense as usize, false);
         }
-        if loc.buffer == 1 && (m.output_direct || local && !m.output_staged) {
+        // Direct outputs are written as the kernel writes them: whole vectors, checked to stay
+        // inside the chunk.
+        if loc.buffer == 1 && m.output_direct {
+            return (owner, 3, m.output_at + dense as usize, true);
+        }
+        if local && loc.buffer == 1 && !m.output_staged {
             return (owner, 3, m.output_at + dense as usize, false);
         }
         let at = self.sizing.padded_offset(&self.plan.ranks[owner], loc.buffer, chunk, self.elem).unwrap();
@@ -255,6 +260,8 @@ enum Placement {
     InPlace,
     /// Separate input and output; peers write the user outputs (`EXEC_OUTPUT_DIRECT`).
     Direct,
+    /// nccl-tests' in-place layout, peers writing the user outputs (plans verified in place).
+    DirectInPlace,
 }
 
 /// Runs `plan` on `count` input elements of `elem` bytes per rank through the model and
@@ -273,10 +280,10 @@ fn check_lowered(
     placement: Placement,
     replicas: u32,
 ) {
-    let in_place = placement == Placement::InPlace;
+    let in_place = matches!(placement, Placement::InPlace | Placement::DirectInPlace);
     let lowered = lowered.clone();
     let sizing = Sizing::new(&lowered, count as u64).unwrap();
-    let direct = placement == Placement::Direct;
+    let direct = matches!(placement, Placement::Direct | Placement::DirectInPlace);
     assert!(!direct || sizing.dense_is_padded(elem), "direct outputs need chunks of whole vectors");
     let geometry = Geometry::new(plan, count).unwrap();
     let ranks = plan.ranks.len();
@@ -304,6 +311,7 @@ fn check_lowered(
         for (i, v) in input.iter().enumerate() {
             user[input_at + i * e..input_at + (i + 1) * e].copy_from_slice(&v.to_le_bytes()[..e]);
         }
+        assert!(!direct || output_at.is_multiple_of(16), "a direct output starts 16-byte aligned");
         let lengths = sizing.padded_lengths(&lowered.ranks[r], elem);
         memory.push(RankMemory {
             user,
@@ -419,11 +427,16 @@ fn the_kernel_model_catches_a_plan_that_reads_before_the_signal() {
 }
 
 /// Direct outputs: peers write the ranks' user outputs in the dense layout, for every shipped
-/// plan at counts whose chunks are whole 16-byte vectors (the only ones that run direct).
+/// plan at counts whose chunks are whole 16-byte vectors (the only ones that run direct), out
+/// of place, and in place for the plans verified in place (the only ones that run so).
 #[test]
 fn the_kernel_model_computes_what_the_reference_interpreter_does_into_direct_outputs() {
     for ranks in [2, 4] {
         for plan in plans(ranks) {
+            let collective = weft_plan::dsl::Collective::from_plan(&plan).unwrap();
+            let in_place = weft_plan::passes::verify_in_place(&plan, &collective).is_ok();
+            let placements: &[Placement] =
+                if in_place { &[Placement::Direct, Placement::DirectInPlace] } else { &[Placement::Direct] };
             let lowered = lower(&plan).unwrap();
             let blocks = (plan.input_chunks / plan.size_classes) as usize;
             for elem in [1u64, 2, 4, 8] {
@@ -431,8 +444,8 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_into_direct_out
                 let per_block = (plan.size_classes as usize) * (16 / elem as usize);
                 for count in [per_block * blocks, 37 * per_block * blocks] {
                     assert!(Sizing::new(&lowered, count as u64).unwrap().dense_is_padded(elem));
-                    for replicas in [1, 3] {
-                        check(&plan, count, elem, Placement::Direct, replicas);
+                    for (&placement, replicas) in placements.iter().flat_map(|p| [(p, 1), (p, 3)]) {
+                        check(&plan, count, elem, placement, replicas);
                     }
                 }
             }

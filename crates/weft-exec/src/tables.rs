@@ -277,6 +277,15 @@ mod tests {
         assert!(!peers_touch_outputs(&alone));
     }
 
+    /// docs/perf/executor.md says direct launches of every shipped plan skip the exit fence.
+    #[test]
+    fn every_shipped_plan_pushes_and_signals_so_direct_launches_skip_the_exit_fence() {
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            assert!(peers_only_push_signalled(&lowered) && !needs_entry_fence(&lowered), "{}", plan.name);
+        }
+    }
+
     #[test]
     fn the_exit_fence_may_go_only_where_peers_push_and_signal_every_write() {
         let ring = lower(&weft_plan::plans::ring_allreduce(4, 4).unwrap().compile().unwrap()).unwrap();

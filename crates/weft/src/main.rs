@@ -55,6 +55,10 @@ enum Command {
         /// Measure NCCL (libnccl.so.2) in the same run.
         #[arg(long)]
         nccl: bool,
+        /// Time calls in place (nccl-tests' layout) instead of out of place; --check checks
+        /// both either way.
+        #[arg(long)]
+        in_place: bool,
         /// Also time this weft algorithm of the collective in the same run (e.g. `ring` while
         /// WEFT_ALGO_ALLREDUCE=plan:ring_allreduce picks the plan): a table of both times and
         /// the overhead follows.
@@ -239,17 +243,17 @@ fn main() -> ExitCode {
         Command::TuneWorker => weft::tune::run_worker(),
         Command::Tune { collectives, sweep, hb_blocks, out } => tune(&collectives, &sweep, hb_blocks, &out),
         Command::Plan { action } => plan(action),
-        Command::Bench { collective, proxy, sweep, graph, check, nccl, versus, json, plot, ranks } => {
+        Command::Bench { collective, proxy, sweep, graph, check, nccl, in_place, versus, json, plot, ranks } => {
             match collective.as_str() {
                 "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
                 "fifo" | "p2p" => bench_proxy(
                     &collective,
                     &proxy,
                     &sweep,
-                    [graph, check, nccl, versus.is_some(), plot.is_some()],
+                    [graph, check, nccl, in_place, versus.is_some(), plot.is_some()],
                     json,
                 ),
-                _ => bench(&collective, &sweep, [graph, check, nccl], versus, ranks, [json, plot]),
+                _ => bench(&collective, &sweep, [graph, check, nccl, in_place], versus, ranks, [json, plot]),
             }
         }
         Command::GenHeader { root, check } => gen_header(&root, check),
@@ -278,7 +282,7 @@ fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
 fn bench(
     collective: &str,
     sweep: &Sweep,
-    [graph, check, nccl]: [bool; 3],
+    [graph, check, nccl, in_place]: [bool; 4],
     versus: Option<String>,
     ranks: Option<usize>,
     [json, plot]: [Option<std::path::PathBuf>; 2],
@@ -287,6 +291,9 @@ fn bench(
         return Err("--ranks 0: a collective needs at least one rank".into());
     }
     let collective = weft::bench::Collective::parse(collective)?;
+    if in_place && !weft::bench::NcclTests::has_in_place(collective) {
+        return Err(format!("--in-place: {collective} has no in-place form").into());
+    }
     let s = sweep.parse()?;
     let options = weft::bench::BenchOptions {
         collective,
@@ -298,6 +305,7 @@ fn bench(
         graph,
         check,
         nccl,
+        in_place,
         versus,
         // Fewer ranks than GPUs: one rank on each of the first `ranks` GPUs.
         gpus: ranks.map_or(s.gpus, |r| s.gpus.min(r)),
@@ -306,8 +314,10 @@ fn bench(
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
         // or --gpus).
-        if json.is_some() || plot.is_some() || nccl || graph || options.versus.is_some() {
-            println!("# --json, --plot, --nccl, --graph and --versus measure GPUs: the CPU backend ignores them");
+        if json.is_some() || plot.is_some() || nccl || graph || in_place || options.versus.is_some() {
+            println!(
+                "# --json, --plot, --nccl, --graph, --in-place and --versus measure GPUs: the CPU backend ignores them"
+            );
         }
         return weft::bench::cpu::run(&options, ranks.or(sweep.gpus).unwrap_or(4).max(1));
     }
@@ -318,14 +328,15 @@ fn bench_proxy(
     kind: &str,
     args: &ProxyBenchArgs,
     sweep: &Sweep,
-    collective_flags: [bool; 5],
+    collective_flags: [bool; 6],
     json: Option<std::path::PathBuf>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     use weft::bench::proxy::{FifoOptions, P2pOptions, ProxyBench};
     if collective_flags.iter().any(|&f| f) {
-        return Err(
-            format!("weft bench {kind}: --graph, --check, --nccl, --versus and --plot are for collectives").into()
-        );
+        return Err(format!(
+            "weft bench {kind}: --graph, --check, --nccl, --in-place, --versus and --plot are for collectives"
+        )
+        .into());
     }
     let s = sweep.parse()?;
     let bench = if kind == "fifo" {

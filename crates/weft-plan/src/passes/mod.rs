@@ -37,7 +37,7 @@ use thiserror::Error;
 use crate::dsl::{Buffer, DslError, Program};
 use crate::plan::{ExecutionPlan, LoadError};
 
-pub use verify::{VerifyError, verify};
+pub use verify::{InPlace, VerifyError, verify, verify_in_place};
 
 use schedule::Priority;
 

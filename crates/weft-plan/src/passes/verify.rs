@@ -12,6 +12,11 @@
 //!   interleaving computes the same values;
 //! - **correctness**: the symbolic outputs equal the collective's postcondition, and nothing reads
 //!   a chunk before it is written.
+//!
+//! [`verify_in_place`] proves the same for a call in place (nccl-tests' layout, [`InPlace`]):
+//! each output chunk that overlaps an input chunk is the same cell, so a write of the output
+//! and a read of the input it overwrites are conflicting accesses that must be ordered, and a
+//! read ordered after the write sees the output value, which the postcondition then rejects.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -70,6 +75,17 @@ pub enum VerifyError {
         /// Chunk.
         index: u32,
     },
+    /// The plan's buffers have no in-place layout (input and output chunk counts not equal and
+    /// not one the other times the ranks).
+    #[error("plan has no in-place layout ({input} input chunks, {output} output chunks, {ranks} ranks)")]
+    NoInPlaceLayout {
+        /// Input chunks.
+        input: u32,
+        /// Output chunks.
+        output: u32,
+        /// Ranks.
+        ranks: u32,
+    },
     /// The plan does not compute the collective.
     #[error("plan violates the postcondition at rank {rank} output[{index}]: expected {expected}, found {found}")]
     Postcondition {
@@ -107,8 +123,62 @@ struct Tb {
     done: Vec<Vec<u32>>,
 }
 
+/// Where a call in place keeps its input inside its output (nccl-tests' layout), in chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InPlace {
+    /// As many input as output chunks: input chunk `i` is output chunk `i` (all-reduce,
+    /// broadcast, all-to-all).
+    Same,
+    /// The output holds every rank's input: rank `r`'s input chunk `i` is its output chunk
+    /// `r * input chunks + i` (all-gather).
+    InputInOutput,
+    /// The input holds every rank's output: rank `r`'s output chunk `j` is its input chunk
+    /// `r * output chunks + j` (reduce-scatter).
+    OutputInInput,
+}
+
+impl InPlace {
+    /// The layout of `plan`'s buffers in place, from their chunk counts.
+    pub fn of(plan: &ExecutionPlan) -> Option<Self> {
+        let (i, o, n) = (plan.input_chunks, plan.output_chunks, plan.nranks);
+        if i == o {
+            Some(Self::Same)
+        } else if Some(o) == i.checked_mul(n) {
+            Some(Self::InputInOutput)
+        } else if Some(i) == o.checked_mul(n) {
+            Some(Self::OutputInInput)
+        } else {
+            None
+        }
+    }
+
+    /// The input chunk of rank `rank` that output chunk `j` overlaps, if any.
+    pub fn input_of(self, plan: &ExecutionPlan, rank: u32, j: u32) -> Option<u32> {
+        match self {
+            Self::Same => Some(j),
+            Self::InputInOutput => j.checked_sub(rank * plan.input_chunks).filter(|&i| i < plan.input_chunks),
+            Self::OutputInInput => Some(rank * plan.output_chunks + j),
+        }
+    }
+}
+
 /// Verifies `plan` against `collective` (see the module documentation).
 pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), VerifyError> {
+    run(plan, collective, None)
+}
+
+/// Verifies `plan` against `collective` for calls in place: as [`verify`], with every output
+/// chunk that overlaps an input chunk ([`InPlace`]) the same memory.
+pub fn verify_in_place(plan: &ExecutionPlan, collective: &Collective) -> Result<(), VerifyError> {
+    let layout = InPlace::of(plan).ok_or(VerifyError::NoInPlaceLayout {
+        input: plan.input_chunks,
+        output: plan.output_chunks,
+        ranks: plan.nranks,
+    })?;
+    run(plan, collective, Some(layout))
+}
+
+fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>) -> Result<(), VerifyError> {
     plan.validate()?;
     let shape = |n: u32, i: u32, o: u32, k: u32| format!("{n} ranks, {i} in, {o} out, {k} classes");
     let plan_shape = shape(plan.nranks, plan.input_chunks, plan.output_chunks, plan.size_classes);
@@ -151,6 +221,15 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
             [input, output, scratch]
         })
         .collect();
+    // The cell holding (rank, buffer position, chunk): an output chunk that overlaps an input
+    // chunk in place is the input's cell.
+    let slot = |rank: u32, position: usize, index: u32| -> (usize, usize) {
+        let aliased = in_place.filter(|_| position == Buffer::Output.position());
+        match aliased.and_then(|l| l.input_of(plan, rank, index)) {
+            Some(i) => (Buffer::Input.position(), i as usize),
+            None => (position, index as usize),
+        }
+    };
     // (from, to, channel) -> clock of each signal, in order.
     let mut signals: BTreeMap<(u32, u32, u32), Vec<Vec<u32>>> = BTreeMap::new();
     // (rank, barrier number) -> arrival clocks.
@@ -223,7 +302,8 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
                         for loc in &e.inputs {
                             let owner = loc.peer.unwrap_or(rank);
                             let index = loc.buf.index + k;
-                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()][index as usize];
+                            let (position, at) = slot(owner, loc.buf.buffer.position(), index);
+                            let cell = &mut memory[owner as usize][position][at];
                             let race = |first| VerifyError::Race {
                                 rank: owner,
                                 buffer: loc.buf.buffer,
@@ -252,7 +332,8 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
                         let owner = loc.peer.unwrap_or(rank);
                         for (k, value) in results.iter().enumerate() {
                             let index = loc.buf.index + k as u32;
-                            let cell = &mut memory[owner as usize][loc.buf.buffer.position()][index as usize];
+                            let (position, at) = slot(owner, loc.buf.buffer.position(), index);
+                            let cell = &mut memory[owner as usize][position][at];
                             let race = |first| VerifyError::Race {
                                 rank: owner,
                                 buffer: loc.buf.buffer,
@@ -306,7 +387,8 @@ pub fn verify(plan: &ExecutionPlan, collective: &Collective) -> Result<(), Verif
             let Some(expected) = collective.postcondition(rank, index) else {
                 continue;
             };
-            let found = memory[rank as usize][Buffer::Output.position()][index as usize].value.clone();
+            let (position, at) = slot(rank, Buffer::Output.position(), index);
+            let found = memory[rank as usize][position][at].value.clone();
             if found.as_deref() != Some(&expected) {
                 return Err(VerifyError::Postcondition {
                     rank,

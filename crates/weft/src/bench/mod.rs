@@ -46,6 +46,10 @@ pub struct BenchOptions {
     pub check: bool,
     /// Measure NCCL in the same run.
     pub nccl: bool,
+    /// Time calls in place (nccl-tests' layout: the input inside the output, or the output
+    /// inside the input) instead of out of place.
+    #[serde(default)]
+    pub in_place: bool,
     /// Also time (and with `check`, check) this weft algorithm of the collective in the same
     /// run, e.g. the native kernel a plan implements (`--versus ring` against
     /// `WEFT_ALGO_ALLREDUCE=plan:ring_allreduce`).
@@ -358,6 +362,7 @@ mod tests {
             graph: false,
             check: false,
             nccl: false,
+            in_place: false,
             versus: None,
             gpus: 2,
             ranks: None,

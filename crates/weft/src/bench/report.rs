@@ -76,6 +76,9 @@ pub(super) fn title(options: &BenchOptions) -> String {
         t += &format!(" on {} GPUs", options.gpus);
     }
     t += &format!(", {} timing", if options.graph { "CUDA-graph" } else { "eager" });
+    if options.in_place {
+        t += ", in place";
+    }
     t
 }
 
@@ -188,6 +191,7 @@ pub(super) mod tests {
             graph: true,
             check: true,
             nccl: true,
+            in_place: false,
             versus: None,
             gpus: 4,
             ranks: None,

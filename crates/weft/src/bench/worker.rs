@@ -390,22 +390,29 @@ fn run_rank(options: &BenchOptions, bootstrap: Arc<dyn Bootstrap>, gpu: usize, e
                     row.wrong += check(&me, &call, versus_run, &reference, options.graph)?.0;
                 }
             }
+            // The timed buffers: send and recv, or the in-place layout inside recv.
+            let (from, to) = if options.in_place {
+                let (input_at, output_at) = options.collective.in_place_offsets(&shape, size, rank as u32);
+                (recv + input_at as u64, recv + output_at as u64)
+            } else {
+                (send, recv)
+            };
             // SAFETY: as for `weft_run`.
-            let algorithm = unsafe { call.weft(&coll, send, recv) }?;
+            let algorithm = unsafe { call.weft(&coll, from, to) }?;
             row.algorithm = algorithm.name().to_string();
             row.model_us = coll.emulated_nic_model_us(algorithm, shape.bytes);
             me.idle()?;
             let before = coll.path_counts().zero_copy;
-            row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(send, recv))?;
+            row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(from, to))?;
             if coll.path_counts().zero_copy > before {
                 // The timed calls wrote straight into the peers' registered outputs.
                 row.algorithm.push_str("+zc");
             }
             if let Some(nccl_run) = &nccl_run {
-                row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(send, recv))?);
+                row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(from, to))?);
             }
             if let Some(versus_run) = &versus_run {
-                row.versus_us = Some(me.time(options.graph, shape.bytes, &|| versus_run(send, recv))?);
+                row.versus_us = Some(me.time(options.graph, shape.bytes, &|| versus_run(from, to))?);
             }
             rows.push(row);
         }
