@@ -227,3 +227,31 @@ fn fusion_that_would_reorder_a_connection_falls_back() {
     let out = common::run(&plan, &inputs, -1, ReduceOp::Sum).unwrap();
     assert_eq!(out[1], inputs[2]);
 }
+
+/// In place (nccl-tests' layout), an output chunk is the memory of the input chunk it
+/// overlaps: the ring plans read every input chunk before anything overwrites it; two-step
+/// all-to-all overwrites an input chunk a peer still has to read.
+#[test]
+fn in_place_verification_accepts_the_ring_plans_and_rejects_all_to_all() {
+    use weft_plan::passes::{InPlace, verify_in_place};
+    for (ranks, instances) in [(2, 1), (4, 4)] {
+        let plans = [
+            (plans::ring_allreduce(ranks, instances).unwrap().compile().unwrap(), InPlace::Same),
+            (plans::ring_allgather(ranks, instances).unwrap().compile().unwrap(), InPlace::InputInOutput),
+            (plans::ring_reduce_scatter(ranks, instances).unwrap().compile().unwrap(), InPlace::OutputInInput),
+        ];
+        for (plan, layout) in plans {
+            assert_eq!(InPlace::of(&plan), Some(layout), "{}", plan.name);
+            verify_in_place(&plan, &Collective::from_plan(&plan).unwrap()).unwrap();
+        }
+        let alltoall = plans::two_step_alltoall(ranks, ranks / 2, instances).unwrap().compile().unwrap();
+        let err = verify_in_place(&alltoall, &Collective::from_plan(&alltoall).unwrap()).unwrap_err();
+        assert!(matches!(err, VerifyError::Race { buffer: Buffer::Input, .. }), "{err}");
+        // Out of place it is fine.
+        verify(&alltoall, &Collective::from_plan(&alltoall).unwrap()).unwrap();
+    }
+    // Rank 1's output chunk 2 of a 2-rank all-gather of 2 chunks is its input chunk 0.
+    let gather = plans::ring_allgather(2, 2).unwrap().compile().unwrap();
+    assert_eq!(InPlace::InputInOutput.input_of(&gather, 1, 2), Some(0));
+    assert_eq!(InPlace::InputInOutput.input_of(&gather, 1, 1), None);
+}
