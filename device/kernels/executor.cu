@@ -26,7 +26,8 @@
 //                  barrier: thread 0 spins with ld.acquire.sys), block barrier, fold the inputs
 //                  and write every output, block barrier, signal (thread 0, release .sys, so it
 //                  covers the block's writes and everything the block waited for), publish the
-//                  step (st.release.sys, tagged with the launch).
+//                  step where another thread block waits for it (EXEC_PUBLISH; st.release.sys,
+//                  tagged with the launch).
 //   4. exit fence  (EXEC_EXIT_FENCE) the same as 2: every peer has finished its plan, so every
 //                  write into this rank's stages is visible and no peer still reads them.
 //                  Skipped only by launches that fence on entry, of plans where peers only
@@ -235,12 +236,15 @@ __device__ __forceinline__ void run_data(const ExecContext& c, const Geometry& g
     for (uint32_t i = 0; i < op.n_inputs; ++i) {
       in[i] = locate(c, g, role, op.inputs[i], static_cast<uint64_t>(op.inputs[i].chunk) + k).at + begin;
     }
+    // A copy onto itself (in place, direct: all-gather's own block) moves nothing: dropped.
+    uint32_t nout = 0;
     for (uint32_t o = 0; o < op.n_outputs; ++o) {
       const Piece p = locate(c, g, role, op.outputs[o], static_cast<uint64_t>(op.outputs[o].chunk) + k);
-      out[o] = p.at + begin;
-      padded[o] = p.padded;
+      if (op.n_inputs == 1 && p.at + begin == in[0]) continue;
+      out[nout] = p.at + begin;
+      padded[nout++] = p.padded;
     }
-    fold(in, op.n_inputs, out, padded, op.n_outputs, end - begin, threadIdx.x, blockDim.x);
+    if (nout != 0) fold(in, op.n_inputs, out, padded, nout, end - begin, threadIdx.x, blockDim.x);
   }
 }
 
@@ -323,7 +327,10 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
       if ((op.flags & EXEC_SIGNAL) != 0) {
         semaphore_signal(link(op.signal_peer, op.signal_channel));
       }
-      ptx::st_release_sys(progress + blockIdx.x, launch * EXEC_STEP_STRIDE + s + 1);
+      // Only steps another thread block waits for (a .sys release is not free).
+      if ((op.flags & EXEC_PUBLISH) != 0) {
+        ptx::st_release_sys(progress + blockIdx.x, launch * EXEC_STEP_STRIDE + s + 1);
+      }
     }
   }
   return true;

@@ -5,8 +5,8 @@
 use thiserror::Error;
 use weft_plan::plan::{BufRef, Buffer, Effects, ExecutionPlan, Link, Loc};
 use weft_types::{
-    EXEC_BARRIER, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc,
-    ExecOp,
+    EXEC_BARRIER, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_WAIT_LINK,
+    EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
 /// Why a plan cannot run on the executor.
@@ -116,6 +116,7 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
             }
             tb_starts.push(u32::try_from(ops.len()).map_err(|_| at_plan(rank, tb.id, "operations", ops.len()))?);
         }
+        mark_published(rank, &tb_starts, &mut ops)?;
         links.sort_unstable();
         links.dedup();
         let mut counts = vec![0u32; classes];
@@ -133,6 +134,29 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
         output_chunks: plan.output_chunks,
         ranks,
     })
+}
+
+/// Sets [`EXEC_PUBLISH`] on exactly the operations another thread block waits for: the
+/// kernel's step store is a .sys release, paid only where someone reads it. A wait is for "at
+/// least this step", so publishing those steps alone is enough.
+fn mark_published(rank: u32, tb_starts: &[u32], ops: &mut [ExecOp]) -> Result<(), LowerError> {
+    let waited: Vec<(u32, u32)> =
+        ops.iter().filter(|o| o.flags & EXEC_WAIT_TB != 0).map(|o| (o.wait_tb, o.wait_step)).collect();
+    for (tb, step) in waited {
+        let range = tb_starts.get(tb as usize).copied().zip(tb_starts.get(tb as usize + 1).copied());
+        let at = range.and_then(|(first, end)| first.checked_add(step).filter(|&i| i < end));
+        let ops_in_tb = range.map_or(0, |(first, end)| end - first);
+        let missing = LowerError::OutOfRange {
+            rank,
+            tb,
+            step,
+            what: "awaited step",
+            value: step.into(),
+            max: u64::from(ops_in_tb.saturating_sub(1)),
+        };
+        ops[at.ok_or(missing)? as usize].flags |= EXEC_PUBLISH;
+    }
+    Ok(())
 }
 
 /// Where an operation is, for errors.
@@ -262,6 +286,25 @@ mod tests {
                 assert_eq!(dp.links.is_empty(), !waits_or_signals);
             }
         }
+    }
+
+    /// Exactly the steps another thread block waits for are published.
+    #[test]
+    fn only_awaited_steps_are_published() {
+        for plan in shipped() {
+            for dp in lower(&plan).unwrap().ranks {
+                let mut awaited = std::collections::BTreeSet::new();
+                for op in dp.ops.iter().filter(|o| o.flags & EXEC_WAIT_TB != 0) {
+                    awaited.insert((dp.tb_starts[op.wait_tb as usize] + op.wait_step) as usize);
+                }
+                let published: std::collections::BTreeSet<usize> =
+                    (0..dp.ops.len()).filter(|&i| dp.ops[i].flags & EXEC_PUBLISH != 0).collect();
+                assert_eq!(published, awaited, "{}", plan.name);
+            }
+        }
+        // Some shipped plan waits for another thread block (the flag is exercised).
+        let hier = lower(&weft_plan::plans::hierarchical_allreduce(4, 2, 1).unwrap().compile().unwrap()).unwrap();
+        assert!(hier.ranks.iter().flat_map(|r| &r.ops).any(|o| o.flags & EXEC_PUBLISH != 0));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use weft_plan::ExecutionPlan;
 use weft_plan::interp::{Interpreter, RankBuffers, ReduceOp};
 use weft_plan::plan::Geometry;
-use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp};
+use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp};
 
 use crate::geometry::{Sizing, replica_slice};
 use crate::lower::{DevicePlan, lower};
@@ -150,6 +150,8 @@ impl Model<'_> {
         // Plan block b = replica * threadblocks + tb, as in the kernel.
         let blocks: Vec<usize> = self.plan.ranks.iter().map(|r| (r.tb_starts.len() - 1) * replicas_n).collect();
         let mut pc: Vec<Vec<usize>> = blocks.iter().map(|&n| vec![0; n]).collect();
+        // Steps done as other blocks see them: only operations marked EXEC_PUBLISH publish.
+        let mut published = pc.clone();
         let mut arrived: Vec<Vec<bool>> = blocks.iter().map(|&n| vec![false; n]).collect();
         let mut arrivals = vec![0usize; ranks];
         let mut barriers: Vec<Vec<usize>> = blocks.iter().map(|&n| vec![0; n]).collect();
@@ -190,7 +192,7 @@ impl Model<'_> {
                         break;
                     }
                     if op.flags & EXEC_WAIT_TB != 0
-                        && pc[r][op.wait_tb as usize + replica * threadblocks] <= op.wait_step as usize
+                        && published[r][op.wait_tb as usize + replica * threadblocks] <= op.wait_step as usize
                     {
                         break;
                     }
@@ -217,6 +219,9 @@ impl Model<'_> {
                         *inbound.entry(to).or_default() += 1;
                     }
                     pc[r][b] += 1;
+                    if op.flags & EXEC_PUBLISH != 0 {
+                        published[r][b] = pc[r][b];
+                    }
                     progressed = true;
                 }
             }

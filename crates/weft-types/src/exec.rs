@@ -20,6 +20,9 @@ pub const EXEC_WAIT_TB: u32 = 1 << 1;
 pub const EXEC_BARRIER: u32 = 1 << 2;
 /// [`ExecOp::flags`]: signal (`signal_peer`, `signal_channel`) after the writes.
 pub const EXEC_SIGNAL: u32 = 1 << 3;
+/// [`ExecOp::flags`]: publish the thread block's step after this operation (another thread
+/// block of the rank waits for it, EXEC_WAIT_TB); other operations publish nothing.
+pub const EXEC_PUBLISH: u32 = 1 << 4;
 
 /// [`ExecContext::flags`]: this rank's input is copied into its registered input stage first
 /// (a peer reads it).
@@ -67,7 +70,7 @@ device_structs! {
     /// reduction operator (one input: a copy), write the result to `outputs[0..n_outputs]`,
     /// signal (flags). A wait is followed, and a signal preceded, by a block-wide barrier.
     struct ExecOp align(4) size(96) {
-        /// EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL.
+        /// EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL | EXEC_PUBLISH.
         flags: u32 => "uint32_t",
         /// Thread block waited for (EXEC_WAIT_TB).
         wait_tb: u32 => "uint32_t",
@@ -172,6 +175,7 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("EXEC_WAIT_TB", EXEC_WAIT_TB.into(), "ExecOp flag: wait for another thread block's step"),
         ("EXEC_BARRIER", EXEC_BARRIER.into(), "ExecOp flag: barrier of every thread block of the rank"),
         ("EXEC_SIGNAL", EXEC_SIGNAL.into(), "ExecOp flag: signal a link after the writes"),
+        ("EXEC_PUBLISH", EXEC_PUBLISH.into(), "ExecOp flag: publish the thread block's step after the operation"),
         ("EXEC_INPUT_STAGED", EXEC_INPUT_STAGED.into(), "ExecContext flag: the input is copied into the input stage"),
         (
             "EXEC_OUTPUT_STAGED",
@@ -202,7 +206,7 @@ mod tests {
         let op = ExecOp::default();
         assert_eq!(op.inputs.len(), EXEC_MAX_INPUTS);
         assert_eq!(op.outputs.len(), EXEC_MAX_OUTPUTS);
-        let flags = [EXEC_WAIT_LINK, EXEC_WAIT_TB, EXEC_BARRIER, EXEC_SIGNAL];
-        assert_eq!(flags.iter().fold(0, |a, f| a | f).count_ones(), 4, "flags are distinct bits");
+        let flags = [EXEC_WAIT_LINK, EXEC_WAIT_TB, EXEC_BARRIER, EXEC_SIGNAL, EXEC_PUBLISH];
+        assert_eq!(flags.iter().fold(0, |a, f| a | f).count_ones(), 5, "flags are distinct bits");
     }
 }

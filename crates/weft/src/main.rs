@@ -214,7 +214,8 @@ enum PlanAction {
         #[arg(short, long)]
         out: Option<std::path::PathBuf>,
     },
-    /// Load a plan, validate every limit and verify it computes its collective.
+    /// Load a plan, validate every limit and verify it computes its collective (and whether it
+    /// stays correct in place with peers writing the user buffers).
     Verify {
         /// Plan file.
         plan: std::path::PathBuf,

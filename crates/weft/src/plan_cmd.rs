@@ -58,12 +58,18 @@ pub fn compile(program: &Program, out: Option<&Path>) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Loads a plan (every limit validated) and verifies it computes the collective it names.
+/// Loads a plan (every limit validated), verifies it computes the collective it names and says
+/// whether it is also verified in place.
 pub fn verify(path: &Path) -> Result<(), BoxError> {
     let plan = ExecutionPlan::load(&std::fs::read_to_string(path)?)?;
     let collective = Collective::from_plan(&plan)?;
     weft_plan::passes::verify(&plan, &collective)?;
     println!("{}: {} on {} ranks, {} ops: verified", path.display(), plan.name, plan.nranks, plan.op_count());
+    // In place is a property, not a requirement: the executor stages calls of plans without it.
+    match weft_plan::passes::verify_in_place(&plan, &collective) {
+        Ok(()) => println!("  in place: verified (peers may write the user buffers directly)"),
+        Err(e) => println!("  in place: not verified, such calls stage their output: {e}"),
+    }
     Ok(())
 }
 

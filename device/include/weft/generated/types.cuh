@@ -25,6 +25,7 @@ constexpr uint64_t EXEC_WAIT_LINK = 1ull;  ///< ExecOp flag: wait for the next s
 constexpr uint64_t EXEC_WAIT_TB = 2ull;  ///< ExecOp flag: wait for another thread block's step
 constexpr uint64_t EXEC_BARRIER = 4ull;  ///< ExecOp flag: barrier of every thread block of the rank
 constexpr uint64_t EXEC_SIGNAL = 8ull;  ///< ExecOp flag: signal a link after the writes
+constexpr uint64_t EXEC_PUBLISH = 16ull;  ///< ExecOp flag: publish the thread block's step after the operation
 constexpr uint64_t EXEC_INPUT_STAGED = 1ull;  ///< ExecContext flag: the input is copied into the input stage
 constexpr uint64_t EXEC_OUTPUT_STAGED = 2ull;  ///< ExecContext flag: the output is copied out of the output stage
 constexpr uint64_t EXEC_ENTRY_FENCE = 4ull;  ///< ExecContext flag: every launch starts with a fence with every peer
@@ -302,7 +303,7 @@ static_assert(WEFT_OFFSETOF(ExecLoc, reserved) == 11, "rust: offsetof(ExecLoc, r
 
 ///  One operation of a thread block: wait (flags), fold `inputs[0..n_inputs]` with the
 struct alignas(4) ExecOp {
-  uint32_t flags;  ///<  EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL.
+  uint32_t flags;  ///<  EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL | EXEC_PUBLISH.
   uint32_t wait_tb;  ///<  Thread block waited for (EXEC_WAIT_TB).
   uint32_t wait_step;  ///<  Its operation index that must have finished (EXEC_WAIT_TB).
   uint16_t wait_peer;  ///<  Peer of the awaited link (EXEC_WAIT_LINK).
