@@ -255,6 +255,11 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     status.write(0, 7u32).map_err(|e| text(&e))?;
     // SAFETY: null is the legacy default stream of the device's primary context.
     let legacy = unsafe { Stream::borrowed(device, std::ptr::null_mut()) };
+    // Ranks sharing a GPU run this case at once: a peer's set-up (module load, allocations,
+    // the legacy-stream memset) would serialise behind this rank's spinning kernel, and this
+    // rank's copies behind it. Every rank is set up before any kernel spins (nothing with a GPU
+    // per rank).
+    comm.settle_before_launch().map_err(|e| text(&e))?;
     let mut args = KernelArgs::new();
     args.push(token.ptr()).push(PUTS.len() as u64).push(comm.wait_context(rank, None)).push(status.device_ptr());
     // SAFETY: (const u64*, u64, WaitContext, u32*) matches weft_wait_token; the token and the
@@ -265,6 +270,8 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     let outcome = transfer(&link.sender, &PUTS, 2 * PUTS.len() as u64, timeout);
     let host_timeout = timeout + Duration::from_secs(30);
     let idle = legacy.wait_idle(host_timeout, "the kernel spinning on the TCP token").map_err(|e| text(&e));
+    // ... and no rank frees memory (a context-wide synchronisation) while a peer's kernel spins.
+    comm.settle_before_launch().map_err(|e| text(&e))?;
     let dst = link.dst.clone();
     let finished = link.finish(host_timeout);
     outcome?;
