@@ -14,9 +14,11 @@
 //   1. copy-in     (all blocks) the user input into the registered input stage, when a peer
 //                  reads this rank's input (EXEC_INPUT_STAGED).
 //   2. entry fence (EXEC_ENTRY_FENCE: some rank's peers read its input stage, or the outputs
-//                  are direct) grid barrier (only after a copy-in);
-//                  block 0 signals then waits on the fence semaphore of every peer; grid
-//                  barrier. After it, every peer has filled its input stage for this launch.
+//                  are direct) grid barrier (only after a copy-in); block 0 signals the fence
+//                  semaphore of every peer; every block waits until every peer's signal of
+//                  this fence has arrived (fences are counted per block in the state, so the
+//                  blocks read the semaphores' tokens without consuming them: no second grid
+//                  barrier). After it, every peer has filled its input stage for this launch.
 //                  Without it a peer may start launch n+1 while this rank still copies launch n
 //                  out: it has passed its exit fence of launch n, so this rank's plan of launch
 //                  n is done, and the output stage alternates halves by launch (output_flip),
@@ -262,28 +264,29 @@ __device__ __forceinline__ bool wait_at_least(const uint64_t* word, uint64_t tar
   return true;
 }
 
-/// Barrier of `arrivals`' participants: each adds `weight` (release) and waits for `target`
-/// in all (acquire). Called by: every thread of each participating block.
-__device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t weight, uint64_t target,
-                                             const WaitContext& ctx) {
+/// Barrier of `arrivals`' participants: each adds one (release) and waits for `target`
+/// arrivals in all (acquire). Called by: every thread of each participating block.
+__device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t target, const WaitContext& ctx) {
   __syncthreads();
   bool ok = true;
   if (threadIdx.x == 0) {
-    ptx::red_add_release_sys(arrivals, weight);
+    ptx::red_add_release_sys(arrivals, 1);
     ok = wait_at_least(arrivals, target, ctx, WaitOp::ExecBarrier);
   }
   return __syncthreads_and(ok);
 }
 
-/// Signals then waits on the fence semaphore of every peer (one thread per peer). Called by:
-/// every thread of block 0, after a grid barrier.
-__device__ __forceinline__ bool fence(const ExecContext& c) {
+/// Fence `number` (counted over the executor's launches) with every peer the plan talks to
+/// (one thread per peer): block 0 signals (release .sys), then every block waits until the
+/// peer's token holds that many signals (acquire .sys). The token is read, not consumed, so
+/// every block can wait on it. Called by: every thread of every block.
+__device__ __forceinline__ bool fence(const ExecContext& c, uint64_t number) {
   bool ok = true;
   const uint32_t t = threadIdx.x;
   if (t < c.ranks && ((c.peer_mask >> t) & 1u) != 0) {
     const SemaphoreDeviceHandle& s = reinterpret_cast<const SemaphoreDeviceHandle*>(c.fences)[t];
-    semaphore_signal(s);
-    ok = semaphore_wait(s);
+    if (blockIdx.x == 0) semaphore_signal(s);
+    ok = wait_at_least(reinterpret_cast<const uint64_t*>(s.inbound), number, s.wait, WaitOp::SemaphoreWait);
   }
   return __syncthreads_and(ok);
 }
@@ -362,13 +365,18 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   extern __shared__ ExecOp shared_ops[];
   const uint32_t b = blockIdx.x;
   uint64_t* state = reinterpret_cast<uint64_t*>(c.state);
-  uint64_t* grid_arrivals = state + gridDim.x;
+  uint64_t* fences_done = state + gridDim.x;
+  uint64_t* barriers_done = fences_done + gridDim.x;
+  uint64_t* grid_arrivals = barriers_done + gridDim.x;
   uint64_t* plan_arrivals = grid_arrivals + 1;
   uint64_t* progress = plan_arrivals + 1;
   // Written only by this block, at the end of the previous launch (kernel boundary): launches
-  // done, and whether the last one skipped its exit fence.
+  // done and whether the last one skipped its exit fence, fences and grid barriers done (the
+  // same in every block: every block runs the same fences and barriers).
   const uint64_t launch = state[b] >> 1;
   const bool after_open_exit = (state[b] & 1) != 0;
+  uint64_t fences = fences_done[b];
+  uint64_t barriers = barriers_done[b];
   const Geometry g{c.unit, c.size_classes};
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
   const bool entry_fence = (c.flags & EXEC_ENTRY_FENCE) != 0 || after_open_exit;
@@ -376,14 +384,9 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   // A rank may have no thread block of the plan (its grid only stages and fences).
   const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0, &outputs};
   const uint32_t plan_blocks = c.threadblocks * c.replicas;
-  // Every launch counts four grid barriers (around the entry fence, around the exit fence),
-  // whichever fences it runs (launches of one executor differ): its last barrier arrives with
-  // the weight of the ones it skipped too.
-  uint64_t grid_step = 0;
-  auto grid_barrier = [&](bool last) {
-    const uint64_t weight = last ? 4 - grid_step : 1;
-    grid_step += weight;
-    return block_arrive(grid_arrivals, weight, (4 * launch + grid_step) * gridDim.x, c.wait);
+  auto grid_barrier = [&]() {
+    ++barriers;
+    return block_arrive(grid_arrivals, barriers * gridDim.x, c.wait);
   };
 
   uint32_t nops = 0;
@@ -399,23 +402,27 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   if ((c.flags & EXEC_INPUT_STAGED) != 0) {
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
   }
-  // Every block of the grid waits while block 0 handshakes with every peer.
-  // The first barrier orders the grid's work before block 0's signal: the copy-in before the
-  // entry fence, the plan before the exit fence. An entry fence without copy-in needs none: the
+  // The barrier orders the grid's work before block 0's signal: the copy-in before the entry
+  // fence, the plan before the exit fence. An entry fence without copy-in needs none: the
   // launch has started, which is all the signal says.
-  auto fence_with_peers = [&](bool work_before, bool last) {
-    return (!work_before || grid_barrier(false)) && (b != 0 || fence(c)) && grid_barrier(last);
+  auto fence_with_peers = [&](bool work_before) {
+    if (work_before && !grid_barrier()) return false;
+    return fence(c, ++fences);
   };
   if (entry_fence) {
-    if (!fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0, !exit_fence)) return;
+    if (!fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0)) return;
   } else {
     __syncthreads();  // the operations in shared memory
   }
   if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, launch, plan_arrivals, progress)) return;
-  if (exit_fence && !fence_with_peers(true, true)) return;
+  if (exit_fence && !fence_with_peers(true)) return;
   if ((c.flags & EXEC_OUTPUT_STAGED) != 0) {
     stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), output_stage(mine, role.output_shift), false,
           reinterpret_cast<const uint8_t*>(c.written));
   }
-  if (threadIdx.x == 0) state[b] = (launch + 1) << 1 | (exit_fence ? 0 : 1);
+  if (threadIdx.x == 0) {
+    state[b] = (launch + 1) << 1 | (exit_fence ? 0 : 1);
+    fences_done[b] = fences;
+    barriers_done[b] = barriers;
+  }
 }

@@ -158,7 +158,7 @@ impl ExecResources {
             }
         }
         let plan_blocks = (rp.tb_starts.len() - 1) * replicas;
-        let state = vec![0u64; shape.grid as usize + 2 + plan_blocks];
+        let state = vec![0u64; 3 * shape.grid as usize + 2 + plan_blocks];
         let (ops, tb_starts) = (upload(&rp.ops)?, upload(&rp.tb_starts)?);
         let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
         let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);

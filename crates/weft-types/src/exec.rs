@@ -127,7 +127,7 @@ device_structs! {
         links: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
         fences: u64 => "uint64_t",
-        /// `uint64_t[grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, grid barrier arrivals (four barriers' worth per launch), plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
+        /// `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",
         /// The call's input buffer (device address).
         input: u64 => "uint64_t",

@@ -353,7 +353,7 @@ struct alignas(8) ExecContext {
   uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
-  uint64_t state;  ///<  `uint64_t[grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, grid barrier arrivals (four barriers' worth per launch), plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
+  uint64_t state;  ///<  `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
   uint64_t input;  ///<  The call's input buffer (device address).
   uint64_t output;  ///<  The call's output buffer (device address).
   uint64_t unit;  ///<  Elements of one input block for this call (weft-exec's `Sizing::unit`).
