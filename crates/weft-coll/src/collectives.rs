@@ -126,6 +126,17 @@ impl std::fmt::Debug for Collectives {
 impl Collectives {
     /// Sets up the collectives of `comm`. Collective: every rank calls it with the same config.
     pub fn new(comm: &Communicator, mut config: CollConfig) -> Result<Self, CollError> {
+        let rank = comm.rank();
+        // Every rank must run the same algorithms with the same shapes and limits: checked once
+        // here, so a mismatch is an error naming the rank instead of a hang later.
+        let mine = format!("{config:?}");
+        let all = comm
+            .bootstrap()
+            .all_gather(mine.as_bytes())
+            .map_err(|source| CollError::Core(weft_core::Error::Bootstrap { rank, source }))?;
+        if let Some(detail) = crate::config::config_mismatch(&mine, &all) {
+            return Err(CollError::InvalidArgument { rank, detail });
+        }
         if comm.shares_gpu() {
             config.fit_resident(comm.resident_sms()?);
         }

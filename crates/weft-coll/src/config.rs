@@ -318,6 +318,21 @@ impl CollConfig {
     }
 }
 
+/// The first difference between this rank's configuration (`mine`, its `Debug` form) and
+/// another rank's in `all` (every rank's, in rank order), as an error message; `None` when all
+/// are the same. Ranks that disagree on an algorithm, a grid or a zero-copy limit would launch
+/// kernels that wait for each other forever, or take part in different exchanges.
+pub(crate) fn config_mismatch(mine: &str, all: &[Vec<u8>]) -> Option<String> {
+    let (peer, theirs) = all.iter().enumerate().find(|(_, b)| b.as_slice() != mine.as_bytes())?;
+    let theirs = String::from_utf8_lossy(theirs);
+    let mut pairs = mine.split(", ").zip(theirs.split(", "));
+    let (a, b) = pairs.find(|(a, b)| a != b).unwrap_or((mine, &theirs));
+    Some(format!(
+        "rank {peer}'s collective configuration differs from this rank's (`{b}` against `{a}`): every rank must \
+         set the WEFT_* variables alike"
+    ))
+}
+
 impl CollConfig {
     /// Shrinks every grid to `sms` blocks: the blocks of one launch wait for each other and for
     /// the peers' blocks, so all must be resident at once, at one block per SM (an HB block
@@ -373,6 +388,21 @@ mod tests {
         s.force(Algorithm::AllReduceLl);
         let forced = s.across_nodes(Collective::AllReduce, DataType::Bf16, ReduceOp::Sum).unwrap_err();
         assert!(forced.contains("cannot reach peers of other nodes"), "{forced}");
+    }
+
+    #[test]
+    fn a_rank_with_another_configuration_is_named_with_the_first_difference() {
+        let base = format!("{:?}", CollConfig::default());
+        let other = CollConfig { zero_copy_plan_min: 4096, ..CollConfig::default() };
+        let all = vec![base.clone().into_bytes(), format!("{other:?}").into_bytes()];
+        assert_eq!(config_mismatch(&base, &all[..1]), None);
+        let err = config_mismatch(&base, &all).unwrap();
+        assert!(err.starts_with("rank 1's collective configuration differs"), "{err}");
+        assert!(err.contains("zero_copy_plan_min: 4096"), "{err}");
+        let mut forced = CollConfig::default();
+        forced.selector.force(Algorithm::AllReduceRing);
+        let err = config_mismatch(&format!("{forced:?}"), &[base.into_bytes()]).unwrap();
+        assert!(err.contains("rank 0's"), "{err}");
     }
 
     #[test]
