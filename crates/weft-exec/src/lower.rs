@@ -254,8 +254,8 @@ pub fn effects(op: &ExecOp) -> Effects {
         wait: has(EXEC_WAIT_LINK).then(|| Link::new(op.wait_peer.into(), op.wait_channel.into())),
         wait_tb: has(EXEC_WAIT_TB).then_some((op.wait_tb, op.wait_step)),
         barrier: has(EXEC_BARRIER),
-        inputs: op.inputs[..usize::from(op.n_inputs)].iter().map(decode_loc).collect(),
-        outputs: op.outputs[..usize::from(op.n_outputs)].iter().map(decode_loc).collect(),
+        inputs: op.used_inputs().iter().map(decode_loc).collect(),
+        outputs: op.used_outputs().iter().map(decode_loc).collect(),
         signal: has(EXEC_SIGNAL).then(|| Link::new(op.signal_peer.into(), op.signal_channel.into())),
     }
 }

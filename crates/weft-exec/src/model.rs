@@ -86,7 +86,7 @@ impl Model<'_> {
                 continue;
             }
             let mut acc = vec![0u8; len.next_multiple_of(16)];
-            for (i, loc) in op.inputs[..usize::from(op.n_inputs)].iter().enumerate() {
+            for (i, loc) in op.used_inputs().iter().enumerate() {
                 let (owner, which, at, _) = self.locate(rank, loc, u64::from(loc.chunk) + k);
                 let at = at + from;
                 let src = self.buffer(owner, which)[at..at + len].to_vec();
@@ -96,7 +96,7 @@ impl Model<'_> {
                     add_into(&mut acc[..len], &src, self.elem as usize);
                 }
             }
-            for loc in &op.outputs[..usize::from(op.n_outputs)] {
+            for loc in op.used_outputs() {
                 let (owner, which, at, padded) = self.locate(rank, loc, u64::from(loc.chunk) + k);
                 let n = if padded { acc.len() } else { len };
                 if padded {
@@ -161,21 +161,15 @@ impl Model<'_> {
         let mut order: Vec<(usize, usize)> = (0..ranks).flat_map(|r| (0..blocks[r]).map(move |b| (r, b))).collect();
         let mut state = seed | 1;
         loop {
-            // A fresh order every sweep (xorshift Fisher-Yates).
+            // A fresh order every sweep (Fisher-Yates).
             for i in (1..order.len()).rev() {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                order.swap(i, (state % (i as u64 + 1)) as usize);
+                order.swap(i, (xorshift(&mut state) % (i as u64 + 1)) as usize);
             }
             let mut progressed = false;
             let mut done = true;
             for &(r, b) in &order {
                 // A burst of one to three operations, so blocks drift apart as on a GPU.
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                for _ in 0..1 + state % 3 {
+                for _ in 0..1 + xorshift(&mut state) % 3 {
                     let rp = &self.plan.ranks[r];
                     let threadblocks = rp.tb_starts.len() - 1;
                     let (tb, replica) = (b % threadblocks, b / threadblocks);
@@ -236,6 +230,14 @@ impl Model<'_> {
             }
         }
     }
+}
+
+/// The next number of a xorshift64 sequence (`state` nonzero).
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
 
 fn add_into(acc: &mut [u8], x: &[u8], elem: usize) {

@@ -48,7 +48,7 @@ fn peer_buffers(plan: &DevicePlan) -> impl Iterator<Item = u8> + '_ {
     plan.ranks
         .iter()
         .flat_map(|r| &r.ops)
-        .flat_map(|op| op.inputs[..usize::from(op.n_inputs)].iter().chain(&op.outputs[..usize::from(op.n_outputs)]))
+        .flat_map(ExecOp::locations)
         .filter(|l| l.peer != EXEC_LOCAL)
         .map(|l| l.buffer)
 }
@@ -73,28 +73,29 @@ pub fn peers_touch_outputs(plan: &DevicePlan) -> bool {
 /// rank whose plan is done has then seen every write into its buffers, and no peer touches them
 /// again before the next launch's entry fence. The same on every rank.
 pub fn peers_only_push_signalled(plan: &DevicePlan) -> bool {
-    use std::collections::HashMap;
+    use std::collections::{BTreeSet, HashMap};
     // (sender, receiver, channel) -> signals minus waits.
     let mut balance: HashMap<(usize, usize, u16), i64> = HashMap::new();
     for (r, rp) in plan.ranks.iter().enumerate() {
         for ops in rp.tb_starts.windows(2).map(|w| &rp.ops[w[0] as usize..w[1] as usize]) {
-            let mut unsignalled = 0u64;
+            // Peers written since the thread block last signalled them.
+            let mut unsignalled = BTreeSet::new();
             for op in ops {
-                if op.inputs[..usize::from(op.n_inputs)].iter().any(|l| l.peer != EXEC_LOCAL) {
+                if op.used_inputs().iter().any(|l| l.peer != EXEC_LOCAL) {
                     return false;
                 }
-                for l in op.outputs[..usize::from(op.n_outputs)].iter().filter(|l| l.peer != EXEC_LOCAL) {
-                    unsignalled |= 1 << (l.peer % 64);
+                for l in op.used_outputs().iter().filter(|l| l.peer != EXEC_LOCAL) {
+                    unsignalled.insert(l.peer);
                 }
                 if op.flags & EXEC_WAIT_LINK != 0 {
                     *balance.entry((usize::from(op.wait_peer), r, op.wait_channel)).or_default() -= 1;
                 }
                 if op.flags & EXEC_SIGNAL != 0 {
-                    unsignalled &= !(1 << (op.signal_peer % 64));
+                    unsignalled.remove(&op.signal_peer);
                     *balance.entry((r, usize::from(op.signal_peer), op.signal_channel)).or_default() += 1;
                 }
             }
-            if unsignalled != 0 {
+            if !unsignalled.is_empty() {
                 return false;
             }
         }
@@ -141,7 +142,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
                     tb: tb as u32,
                     step: step as u32,
                 })?;
-                for loc in &op.inputs[..usize::from(op.n_inputs)] {
+                for loc in op.used_inputs() {
                     if r != rank && usize::from(loc.peer) == rank && loc.buffer == 0 {
                         t.input_remote = true;
                     }
@@ -149,7 +150,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
                         t.output_remote = true;
                     }
                 }
-                for loc in &op.outputs[..usize::from(op.n_outputs)] {
+                for loc in op.used_outputs() {
                     let owner = if loc.peer == EXEC_LOCAL { r } else { usize::from(loc.peer) };
                     if owner == rank && loc.buffer == 1 {
                         t.output_remote |= r != rank;
@@ -194,7 +195,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
     t.plan_barriers = barriers.unwrap_or(0);
     // The kernel maps the buffers (and scratch layout) of exactly the peers of `peer_mask`.
     for op in &me.ops {
-        let locs = op.inputs[..usize::from(op.n_inputs)].iter().chain(&op.outputs[..usize::from(op.n_outputs)]);
+        let locs = op.locations();
         if let Some(loc) = locs.filter(|l| l.peer != EXEC_LOCAL).find(|l| t.peer_mask & (1 << l.peer) == 0) {
             return Err(ExecError::Unsupported(format!(
                 "rank {rank} touches rank {}'s buffers without waiting on or signalling it",
@@ -207,8 +208,8 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
 
 /// Whether every location of `op` (on rank `r`) pairs chunks of equal size classes.
 fn check_classes(plan: &DevicePlan, r: usize, op: &ExecOp) -> Result<(), ()> {
-    let locs = op.inputs[..usize::from(op.n_inputs)].iter().chain(&op.outputs[..usize::from(op.n_outputs)]);
-    let Some(lead) = op.inputs[..usize::from(op.n_inputs)].first() else { return Ok(()) };
+    let locs = op.locations();
+    let Some(lead) = op.used_inputs().first() else { return Ok(()) };
     let owner = |loc: &ExecLoc| plan.ranks.get(if loc.peer == EXEC_LOCAL { r } else { usize::from(loc.peer) });
     for loc in locs {
         if loc.count != lead.count {
@@ -294,7 +295,7 @@ mod tests {
         // without its wait and signal, last in rank 0's last thread block.
         let mut unsignalled = ring.clone();
         let rank0 = &mut unsignalled.ranks[0];
-        let pushes = |o: &&ExecOp| o.outputs[..usize::from(o.n_outputs)].iter().any(|l| l.peer != EXEC_LOCAL);
+        let pushes = |o: &&ExecOp| o.used_outputs().iter().any(|l| l.peer != EXEC_LOCAL);
         let mut put = *rank0.ops.iter().find(pushes).unwrap();
         put.flags = 0;
         rank0.ops.push(put);

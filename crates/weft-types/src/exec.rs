@@ -166,6 +166,23 @@ device_structs! {
     }
 }
 
+impl ExecOp {
+    /// The inputs the operation folds: `inputs[..n_inputs]`.
+    pub fn used_inputs(&self) -> &[ExecLoc] {
+        &self.inputs[..usize::from(self.n_inputs)]
+    }
+
+    /// The outputs it writes: `outputs[..n_outputs]`.
+    pub fn used_outputs(&self) -> &[ExecLoc] {
+        &self.outputs[..usize::from(self.n_outputs)]
+    }
+
+    /// Every location it reads or writes, inputs first.
+    pub fn locations(&self) -> impl Iterator<Item = &ExecLoc> {
+        self.used_inputs().iter().chain(self.used_outputs())
+    }
+}
+
 pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
     vec![
         ("EXEC_MAX_INPUTS", EXEC_MAX_INPUTS as u64, "most inputs of one ExecOp"),
