@@ -90,7 +90,8 @@ fn p2p_round(ops: &[P2pOp], round: usize) -> Option<P2pPlan> {
 /// What the captured calls that could write straight into the peers' user buffers (AllReduce
 /// HB; AllGather HB with blocks of a multiple of 16 bytes; plan launches from
 /// `zero_copy_plan_min` bytes whose chunks are whole 16-byte vectors) did. Eager calls stage
-/// and are not counted, nor are in-place plan launches (they stage by design).
+/// and are not counted, nor are calls a rank declined (in place, with a plan not verified in
+/// place).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathCounts {
     /// Calls that write into the peers' registered buffers.

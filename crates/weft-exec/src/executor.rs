@@ -82,6 +82,26 @@ pub struct DirectOutput {
     pub willing: bool,
 }
 
+/// A call's user input and output: where they start and how many bytes the plan touches.
+struct UserBuffers {
+    input: DevicePtr,
+    output: DevicePtr,
+    in_bytes: u64,
+    out_bytes: u64,
+}
+
+impl UserBuffers {
+    fn new(plan: &DevicePlan, sizing: &Sizing, input: DevicePtr, output: DevicePtr, elem: u64) -> Self {
+        let bytes = |chunks: u32| sizing.dense_offset(u64::from(chunks)) * elem;
+        Self { input, output, in_bytes: bytes(plan.input_chunks), out_bytes: bytes(plan.output_chunks) }
+    }
+
+    /// Whether input and output overlap (the call is in place).
+    fn in_place(&self) -> bool {
+        self.input < self.output + self.out_bytes && self.output < self.input + self.in_bytes
+    }
+}
+
 /// A plan set up for one rank; see the module documentation.
 pub struct PlanExecutor {
     comm: Communicator,
@@ -204,29 +224,26 @@ impl PlanExecutor {
     /// out, and an entry fence instead.
     pub fn direct_output(&self, input: DevicePtr, output: DevicePtr, count: u64, elem: u64) -> Option<DirectOutput> {
         let sizing = Sizing::new(&self.plan, count)?;
-        // The kernel argument holds MAX_RANKS outputs.
-        let fits = self.comm.world_size() <= MAX_RANKS;
-        if !self.outputs_shared || !fits || count == 0 || !sizing.dense_is_padded(elem) {
-            return None;
-        }
-        let (in_bytes, out_bytes) = self.user_bytes(&sizing, elem);
-        let overlap = input < output + out_bytes && output < input + in_bytes;
-        // In place, a peer's write could overwrite input this rank has yet to read, unless the
-        // plan is verified for exactly this layout.
-        let rank = self.comm.rank() as u64;
-        let verified = match self.in_place {
-            Some(InPlace::Same) => input == output,
-            Some(InPlace::InputInOutput) => Some(input) == rank.checked_mul(in_bytes).map(|at| output + at),
-            Some(InPlace::OutputInInput) => Some(output) == rank.checked_mul(out_bytes).map(|at| input + at),
-            None => false,
-        };
-        Some(DirectOutput { len: out_bytes, willing: (!overlap || verified) && output.is_multiple_of(16) })
+        self.direct(&UserBuffers::new(&self.plan, &sizing, input, output, elem), &sizing, elem)
     }
 
-    /// Bytes of a call's user input and output.
-    fn user_bytes(&self, sizing: &Sizing, elem: u64) -> (u64, u64) {
-        let bytes = |chunks: u32| sizing.dense_offset(u64::from(chunks)) * elem;
-        (bytes(self.plan.input_chunks), bytes(self.plan.output_chunks))
+    /// [`Self::direct_output`] of a call whose sizing is known.
+    fn direct(&self, user: &UserBuffers, sizing: &Sizing, elem: u64) -> Option<DirectOutput> {
+        // The kernel argument holds MAX_RANKS outputs.
+        let fits = self.comm.world_size() <= MAX_RANKS;
+        if !self.outputs_shared || !fits || sizing.unit == 0 || !sizing.dense_is_padded(elem) {
+            return None;
+        }
+        // In place, a peer's write could overwrite input this rank has yet to read, unless the
+        // plan is verified for exactly this layout: the input and output where it puts them
+        // inside one buffer.
+        let rank = self.comm.rank() as u64;
+        let offsets = self.in_place.and_then(|layout| layout.byte_offsets(rank, user.in_bytes, user.out_bytes));
+        let verified = offsets.is_some_and(|(i, o)| {
+            user.input.checked_sub(i).is_some_and(|base| Some(base) == user.output.checked_sub(o))
+        });
+        let willing = (!user.in_place() || verified) && user.output.is_multiple_of(16);
+        Some(DirectOutput { len: user.out_bytes, willing })
     }
 
     /// The context of a launch on `count` input elements of `elem` bytes per rank, into the
@@ -250,15 +267,14 @@ impl PlanExecutor {
         if too_large || need.iter().zip(&self.resources.usable).any(|(n, room)| n > room) {
             return Err(fail(format!("more than the executor's capacity of {} bytes", self.capacity)));
         }
-        let (in_bytes, out_bytes) = self.user_bytes(&sizing, elem);
-        let in_place = input < output + out_bytes && output < input + in_bytes;
+        let user = UserBuffers::new(&self.plan, &sizing, input, output, elem);
         let mut flags = self.resources.context.flags;
         if self.tables.input_remote {
             flags |= EXEC_INPUT_STAGED;
         }
         let mine = outputs.ptr.get(rank).copied().unwrap_or(0);
         if mine != 0 {
-            let usable = self.direct_output(input, output, count, elem).is_some_and(|d| d.willing);
+            let usable = self.direct(&user, &sizing, elem).is_some_and(|d| d.willing);
             if !usable || mine != output {
                 return Err(fail("user outputs given for a launch that cannot run into them".into()));
             }
@@ -266,7 +282,7 @@ impl PlanExecutor {
             if self.exit_fence_optional {
                 flags &= !EXEC_EXIT_FENCE;
             }
-        } else if self.tables.output_remote || in_place {
+        } else if self.tables.output_remote || user.in_place() {
             flags |= EXEC_OUTPUT_STAGED;
         }
         Ok(ExecContext { input, output, unit: sizing.unit, flags, ..self.resources.context })

@@ -254,4 +254,10 @@ fn in_place_verification_accepts_the_ring_plans_and_rejects_all_to_all() {
     let gather = plans::ring_allgather(2, 2).unwrap().compile().unwrap();
     assert_eq!(InPlace::InputInOutput.input_of(&gather, 1, 2), Some(0));
     assert_eq!(InPlace::InputInOutput.input_of(&gather, 1, 1), None);
+    // In bytes (nccl-tests): rank 2's input at block 2 of an all-gather's output, its output
+    // at block 2 of a reduce-scatter's input.
+    assert_eq!(InPlace::Same.byte_offsets(2, 64, 64), Some((0, 0)));
+    assert_eq!(InPlace::InputInOutput.byte_offsets(2, 64, 256), Some((128, 0)));
+    assert_eq!(InPlace::OutputInInput.byte_offsets(2, 256, 64), Some((0, 128)));
+    assert_eq!(InPlace::InputInOutput.byte_offsets(2, u64::MAX, 0), None);
 }

@@ -152,6 +152,17 @@ impl InPlace {
         }
     }
 
+    /// Where a call of rank `rank` in this layout puts its input and its output inside the one
+    /// buffer, as byte offsets `(input, output)`, for an input of `input_bytes` and an output
+    /// of `output_bytes`; `None` when they overflow.
+    pub fn byte_offsets(self, rank: u64, input_bytes: u64, output_bytes: u64) -> Option<(u64, u64)> {
+        match self {
+            Self::Same => Some((0, 0)),
+            Self::InputInOutput => Some((rank.checked_mul(input_bytes)?, 0)),
+            Self::OutputInInput => Some((0, rank.checked_mul(output_bytes)?)),
+        }
+    }
+
     /// The input chunk of rank `rank` that output chunk `j` overlaps, if any.
     pub fn input_of(self, plan: &ExecutionPlan, rank: u32, j: u32) -> Option<u32> {
         match self {
