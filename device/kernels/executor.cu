@@ -37,12 +37,21 @@
 //                  awaits: its plan's end then sees them all. The launch after one without it
 //                  fences on entry (state[b]'s low bit), since a peer may still be in its plan.
 //   5. copy-out    (all blocks) the output chunks the plan writes, from the output stage to the
-//                  user output, when EXEC_OUTPUT_STAGED.
+//                  user output, when EXEC_OUTPUT_STAGED (after a grid barrier when there was no
+//                  exit fence: packet plans in place).
 // Direct outputs (EXEC_OUTPUT_DIRECT, alike on every rank): the output chunks are the ranks' user
 // outputs (`outputs`, registered and mapped by weft-coll), whose chunks are then whole 16-byte
 // vectors, so the padded and dense layouts coincide; no stage, no copy-out. The entry fence
 // comes with it: a peer writes this rank's user output only after this rank's stream has
 // reached the launch (the work before it may still read the buffer).
+// LL packets (EXEC_PACKETS, the plan's protocol): a send writes its data as Ll16 packets (8
+// bytes of data, each 4 with the launch's flag, in one 16-byte store) into a scratch chunk of
+// the receiver, and the receive polls those packets (its EXEC_LOC_PACKETS input) instead of a
+// semaphore; no semaphore is signalled or waited on. Scratch chunks take twice their padded
+// bytes and scratch has two halves, half `launch % 2` for a launch, so a peer's next launch
+// never writes packets this rank still reads (weft-exec's `packet_launches_chain` proves a
+// sender cannot get two launches ahead, else launches fence on entry). No exit fence: a rank's
+// plan ends having read every packet sent to it, and peers read nothing of it.
 // Every wait is bounded (WaitContext): on expiry the error record names rank, peer and wait,
 // and every block gives up promptly (Spin sees the record).
 //
@@ -54,6 +63,7 @@
 // buffers keep the dense layout and are only touched by this GPU, with exact stores.
 #include "weft/collective.cuh"
 #include "weft/elementwise.cuh"
+#include "weft/packet.cuh"
 
 using namespace weft;
 
@@ -71,40 +81,48 @@ __device__ __forceinline__ uint64_t pad16(uint64_t bytes) { return (bytes + 15) 
 /// placed by their owner's table (`ExecBuffers::scratch_counts`): ranks' scratch layouts differ
 /// (e.g. ring all-reduce: rank 0 stages classes 0..3, rank 1 classes 4..7), so a writer must
 /// place a chunk of a peer's scratch where the peer reads it.
+/// The call's divisions are done once, in `make`: a class holds `small` elements, plus one for
+/// the first `extra` classes, so every offset below is a few multiplications (64-bit divisions
+/// in every address made each plan operation cost microseconds).
 struct Geometry {
-  uint64_t unit;
   uint32_t classes;
+  /// Bytes of a scratch chunk per padded byte: 2 under packets, else 1.
+  uint32_t scratch_scale;
+  uint64_t unit;
+  /// unit / classes and unit % classes.
+  uint64_t small, extra;
+  /// Padded bytes of a class with `small + 1` and with `small` elements.
+  uint64_t pad_big, pad_small;
 
-  __device__ __forceinline__ uint64_t class_len(uint32_t c) const {
-    return unit / classes + (c < unit % classes ? 1 : 0);
+  __device__ __forceinline__ static Geometry make(uint64_t unit, uint32_t classes, uint32_t scratch_scale) {
+    const uint64_t small = unit / classes, extra = unit % classes;
+    return {classes, scratch_scale, unit, small, extra, pad16((small + 1) * kElem), pad16(small * kElem)};
   }
+  __device__ __forceinline__ uint64_t class_len(uint32_t c) const { return small + (c < extra ? 1 : 0); }
   __device__ __forceinline__ uint64_t class_bytes(uint32_t c) const { return class_len(c) * kElem; }
-  /// Element offset of input or output chunk `i` in a user buffer.
+  __device__ __forceinline__ uint64_t padded_class(uint32_t c) const { return c < extra ? pad_big : pad_small; }
+  /// Element offset of input or output chunk `i` in a user buffer (chunk indices fit 32 bits).
   __device__ __forceinline__ uint64_t dense(uint64_t i) const {
-    const uint64_t c = i % classes, small = unit / classes, extra = unit % classes;
-    return (i / classes) * unit + c * small + (c < extra ? c : extra);
+    const uint32_t n = static_cast<uint32_t>(i), q = n / classes, c = n % classes;
+    return q * unit + c * small + (c < extra ? c : extra);
   }
   /// Byte offset of input or output chunk `i` in a stage.
   __device__ __forceinline__ uint64_t padded_dense(uint64_t i) const {
-    const uint32_t c = static_cast<uint32_t>(i % classes);
-    uint64_t block = 0, before = 0;
-    for (uint32_t k = 0; k < classes; ++k) {
-      const uint64_t b = pad16(class_bytes(k));
-      block += b;
-      if (k < c) before += b;
-    }
-    return (i / classes) * block + before;
+    const uint32_t n = static_cast<uint32_t>(i), q = n / classes, c = n % classes;
+    const uint64_t big_before = c < extra ? c : extra;
+    const uint64_t block = extra * pad_big + (classes - extra) * pad_small;
+    return q * block + big_before * pad_big + (c - big_before) * pad_small;
   }
   /// Byte offset of scratch chunk `i` of the rank whose table is `counts`.
   __device__ __forceinline__ uint64_t padded_scratch(const uint32_t* counts, uint64_t i) const {
     uint64_t at = 0;
-    for (uint32_t k = 0; k < classes; ++k) at += counts[i * classes + k] * pad16(class_bytes(k));
-    return at;
+    for (uint32_t k = 0; k < classes; ++k) at += counts[i * classes + k] * padded_class(k);
+    return at * scratch_scale;
   }
   /// Size class of chunk `i` of buffer `buffer` (0 input, 1 output, 2 scratch: `counts` is the
   /// owner's table).
   __device__ __forceinline__ uint32_t class_of(uint8_t buffer, const uint32_t* counts, uint64_t i) const {
-    if (buffer != 2) return static_cast<uint32_t>(i % classes);
+    if (buffer != 2) return static_cast<uint32_t>(i) % classes;
     for (uint32_t k = 0; k < classes; ++k) {
       if (counts[(i + 1) * classes + k] != counts[i * classes + k]) return k;
     }
@@ -146,6 +164,11 @@ struct Role {
   uint64_t output_shift;
   /// Every rank's user output (EXEC_OUTPUT_DIRECT), else all zero.
   const PeerBuffers* outputs;
+  /// Bytes from a scratch's base to this launch's half (packets), else 0.
+  uint64_t scratch_shift;
+  /// The launch's packet flag: never 0 (what fresh scratch holds) and different from the flag
+  /// of the launch before last, whose packets the same half holds.
+  uint32_t flag;
 };
 
 __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g, const Role& role, const ExecLoc& loc,
@@ -173,7 +196,7 @@ __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g,
     return {output_stage(b, role.output_shift) + g.padded_dense(chunk), true};
   }
   const uint32_t* counts = reinterpret_cast<const uint32_t*>(b.scratch_counts);
-  return {reinterpret_cast<char*>(b.scratch + g.padded_scratch(counts, chunk)), true};
+  return {reinterpret_cast<char*>(b.scratch + role.scratch_shift + g.padded_scratch(counts, chunk)), true};
 }
 
 /// The `n` (1..16) bytes at `p`, any alignment, zero-padded to 16.
@@ -186,48 +209,100 @@ __device__ __forceinline__ void load16(const char* p, uint32_t n, uint32_t (&w)[
   }
 }
 
+/// How `fold` reads its inputs and writes its outputs.
+struct FoldForm {
+  /// Bit i: input i holds packets (two Ll16 packets per 16 data bytes, polled for `flag`).
+  uint32_t packet_in;
+  /// Bit o: output o receives packets.
+  uint32_t packet_out;
+  uint32_t flag;
+  /// Bound of the packet polls, naming the peer that sends them.
+  const WaitContext* wait;
+};
+
+/// The 16 data bytes whose packets are at `p`, once both carry `flag`. False on timeout.
+__device__ __forceinline__ bool poll16(const char* p, uint32_t flag, const WaitContext& ctx, uint32_t (&w)[4]) {
+  const Ll16Packet* packets = reinterpret_cast<const Ll16Packet*>(p);
+  for (int half = 0; half < 2; ++half) {
+    uint32_t d[2];
+    uint32_t seen = 0;
+    Spin spin;
+    while (!Ll16::try_read(packets + half, flag, d, seen)) {
+      if (spin.expired(ctx)) {
+        report_timeout(ctx, Ll16::kReadOp, flag, seen);
+        return false;
+      }
+    }
+    w[2 * half] = d[0], w[2 * half + 1] = d[1];
+  }
+  return true;
+}
+
 /// Folds `bytes` of `nin` inputs element-wise in order (one input: a bitwise copy) and writes the
 /// result to every output: whole 16-byte vectors into padded outputs, exactly `bytes` into the
-/// others. Called by: `nthreads` threads, each with its own `tid`.
-__device__ __forceinline__ void fold(const char* const* in, uint32_t nin, char* const* out, const bool* padded,
-                                     uint32_t nout, uint64_t bytes, uint64_t tid, uint64_t nthreads) {
+/// others, two packets per vector into packet outputs (packet locations advance twice as fast).
+/// Called by: `nthreads` threads, each with its own `tid`. False when a packet poll timed out.
+__device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* const* out, const bool* padded,
+                                     uint32_t nout, uint64_t bytes, uint64_t tid, uint64_t nthreads,
+                                     const FoldForm& form) {
+  auto load = [&](uint32_t i, uint64_t at, uint32_t n, uint32_t(&w)[4]) {
+    if (((form.packet_in >> i) & 1u) == 0) {
+      load16(in[i] + at, n, w);
+      return true;
+    }
+    return poll16(in[i] + 2 * at, form.flag, *form.wait, w);
+  };
   for (uint64_t at = tid * 16; at < bytes; at += nthreads * 16) {
     const uint32_t n = static_cast<uint32_t>(coll::min_u64(16, bytes - at));
     uint32_t w[4];
-    load16(in[0] + at, n, w);
+    if (!load(0, at, n, w)) return false;
     if (nin > 1) {
       Acc acc[Fold::kElems];
       Fold::start(acc, w);
       for (uint32_t i = 1; i < nin; ++i) {
         uint32_t x[4];
-        load16(in[i] + at, n, x);
+        if (!load(i, at, n, x)) return false;
         Fold::fold(acc, x);
       }
       Fold::finish(acc, 1, w);
     }
     for (uint32_t o = 0; o < nout; ++o) {
-      if (padded[o]) {
+      if (((form.packet_out >> o) & 1u) != 0) {
+        Ll16Packet* p = reinterpret_cast<Ll16Packet*>(out[o] + 2 * at);
+        Ll16::write(p, {w[0], w[1]}, form.flag);
+        Ll16::write(p + 1, {w[2], w[3]}, form.flag);
+      } else if (padded[o]) {
         *reinterpret_cast<uint4*>(out[o] + at) = make_uint4(w[0], w[1], w[2], w[3]);
       } else {
         detail::store_words<4>(out[o] + at, n, w);
       }
     }
   }
+  return true;
 }
 
 /// Bytes [begin, end) of a `bytes`-long chunk that replica `r` of `n` moves (geometry.rs's
 /// replica_slice): its share of the chunk's 16-byte vectors.
 __device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32_t n, uint64_t& begin, uint64_t& end) {
   const uint64_t vectors = (bytes + 15) / 16;
-  begin = coll::min_u64(vectors * r / n * 16, bytes);
-  end = coll::min_u64(vectors * (r + 1) / n * 16, bytes);
+  // A 32-bit division where the product fits (every chunk below 256 MiB at 16 replicas).
+  auto split = [&](uint32_t k) -> uint64_t {
+    const uint64_t x = vectors * k;
+    return (x >> 32) == 0 ? static_cast<uint32_t>(x) / n : x / n;
+  };
+  begin = coll::min_u64(split(r) * 16, bytes);
+  end = coll::min_u64(split(r + 1) * 16, bytes);
 }
 
 /// The data phase of one operation: chunk by chunk (chunks of a run are not contiguous in a
 /// padded buffer), this replica's slice of every input chunk k folded into every output chunk
-/// k. Called by: the block.
-__device__ __forceinline__ void run_data(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp& op) {
+/// k; packet locations (EXEC_LOC_PACKETS) hold the slice at twice its offset. Called by: the
+/// block. False when a packet poll timed out.
+__device__ __forceinline__ bool run_data(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp& op) {
   const ExecLoc& lead = op.inputs[0];
+  WaitContext wait = c.wait;
+  wait.peer = op.wait_peer;
+  auto scale = [](const ExecLoc& l) -> uint64_t { return (l.flags & EXEC_LOC_PACKETS) != 0 ? 2 : 1; };
   for (uint32_t k = 0; k < lead.count; ++k) {
     uint64_t begin, end;
     replica_slice(chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin, end);
@@ -235,19 +310,27 @@ __device__ __forceinline__ void run_data(const ExecContext& c, const Geometry& g
     const char* in[EXEC_MAX_INPUTS];
     char* out[EXEC_MAX_OUTPUTS];
     bool padded[EXEC_MAX_OUTPUTS];
+    FoldForm form{0, 0, role.flag, &wait};
     for (uint32_t i = 0; i < op.n_inputs; ++i) {
-      in[i] = locate(c, g, role, op.inputs[i], static_cast<uint64_t>(op.inputs[i].chunk) + k).at + begin;
+      const ExecLoc& l = op.inputs[i];
+      in[i] = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k).at + begin * scale(l);
+      form.packet_in |= (scale(l) - 1) << i;
     }
     // A copy onto itself (in place, direct: all-gather's own block) moves nothing: dropped.
     uint32_t nout = 0;
     for (uint32_t o = 0; o < op.n_outputs; ++o) {
-      const Piece p = locate(c, g, role, op.outputs[o], static_cast<uint64_t>(op.outputs[o].chunk) + k);
-      if (op.n_inputs == 1 && p.at + begin == in[0]) continue;
-      out[nout] = p.at + begin;
+      const ExecLoc& l = op.outputs[o];
+      const Piece p = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k);
+      if (op.n_inputs == 1 && form.packet_in == 0 && scale(l) == 1 && p.at + begin == in[0]) continue;
+      form.packet_out |= (scale(l) - 1) << nout;
+      out[nout] = p.at + begin * scale(l);
       padded[nout++] = p.padded;
     }
-    if (nout != 0) fold(in, op.n_inputs, out, padded, nout, end - begin, threadIdx.x, blockDim.x);
+    if (nout != 0 && !fold(in, op.n_inputs, out, padded, nout, end - begin, threadIdx.x, blockDim.x, form)) {
+      return false;
+    }
   }
+  return true;
 }
 
 /// Spins until `*word >= target`, acquire .sys. Called by: one thread. False on timeout.
@@ -302,12 +385,14 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
   // This replica's steps: thread block t's replica r publishes at progress[r * threadblocks + t].
   const uint64_t* steps = progress + static_cast<uint64_t>(role.replica) * c.threadblocks;
   const uint64_t plan_blocks = static_cast<uint64_t>(c.threadblocks) * c.replicas;
+  const bool packets = (c.flags & EXEC_PACKETS) != 0;
   uint64_t barriers = 0;
   for (uint32_t s = 0; s < nops; ++s) {
     const ExecOp& op = ops[s];
     bool ok = true;
     if (threadIdx.x == 0) {
-      if ((op.flags & EXEC_WAIT_LINK) != 0) {
+      // Under packets the link's wait is the polling of the packet input.
+      if ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) {
         ok = semaphore_wait(link(op.wait_peer, op.wait_channel));
       }
       if (ok && (op.flags & EXEC_WAIT_TB) != 0) {
@@ -324,10 +409,10 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
     }
     if ((op.flags & EXEC_BARRIER) != 0) ++barriers;
     if (!__syncthreads_and(ok)) return false;
-    if (op.n_inputs > 0) run_data(c, g, role, op);
-    __syncthreads();
+    const bool moved = op.n_inputs == 0 || run_data(c, g, role, op);
+    if (!__syncthreads_and(moved)) return false;
     if (threadIdx.x == 0) {
-      if ((op.flags & EXEC_SIGNAL) != 0) {
+      if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
         semaphore_signal(link(op.signal_peer, op.signal_channel));
       }
       // Only steps another thread block waits for (a .sys release is not free).
@@ -353,7 +438,7 @@ __device__ __forceinline__ void stage(const Geometry& g, uint32_t chunks, char* 
     const char* in[1] = {into_stage ? dense : padded};
     char* out[1] = {into_stage ? padded : dense};
     const bool layout[1] = {into_stage};
-    fold(in, 1, out, layout, 1, bytes, tid, nthreads);
+    fold(in, 1, out, layout, 1, bytes, tid, nthreads, FoldForm{});
   }
 }
 
@@ -377,12 +462,15 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   const bool after_open_exit = (state[b] & 1) != 0;
   uint64_t fences = fences_done[b];
   uint64_t barriers = barriers_done[b];
-  const Geometry g{c.unit, c.size_classes};
+  const bool packets = (c.flags & EXEC_PACKETS) != 0;
+  const Geometry g = Geometry::make(c.unit, c.size_classes, packets ? 2u : 1u);
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
   const bool entry_fence = (c.flags & EXEC_ENTRY_FENCE) != 0 || after_open_exit;
   const bool exit_fence = (c.flags & EXEC_EXIT_FENCE) != 0;
   // A rank may have no thread block of the plan (its grid only stages and fences).
-  const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0, &outputs};
+  const uint32_t flag = static_cast<uint32_t>(launch) + 1 != 0 ? static_cast<uint32_t>(launch) + 1 : 1;
+  const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0, &outputs,
+                  (launch & 1) != 0 ? c.scratch_flip : 0, flag};
   const uint32_t plan_blocks = c.threadblocks * c.replicas;
   auto grid_barrier = [&]() {
     ++barriers;
@@ -416,12 +504,17 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   }
   if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, launch, plan_arrivals, progress)) return;
   if (exit_fence && !fence_with_peers(true)) return;
-  if ((c.flags & EXEC_OUTPUT_STAGED) != 0) {
+  const bool copy_out = (c.flags & EXEC_OUTPUT_STAGED) != 0;
+  // Without the exit fence's grid barrier, every block must still be done with the plan
+  // before the grid copies the stage out.
+  if (copy_out && !exit_fence && !grid_barrier()) return;
+  if (copy_out) {
     stage(g, c.output_chunks, reinterpret_cast<char*>(c.output), output_stage(mine, role.output_shift), false,
           reinterpret_cast<const uint8_t*>(c.written));
   }
   if (threadIdx.x == 0) {
-    state[b] = (launch + 1) << 1 | (exit_fence ? 0 : 1);
+    // Packets need no exit fence: nothing is left open for the next launch.
+    state[b] = (launch + 1) << 1 | (exit_fence || packets ? 0 : 1);
     fences_done[b] = fences;
     barriers_done[b] = barriers;
   }

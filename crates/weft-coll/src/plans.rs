@@ -29,7 +29,11 @@ fn half(ranks: u32) -> u32 {
     (ranks / 2).max(1)
 }
 
-const SHIPPED: [Shipped; 8] = [
+/// Instances of the shipped LL plans: they serve small messages, where splitting chunks
+/// further only adds operations; the executor's replicas still spread a chunk over blocks.
+pub const SHIPPED_LL_INSTANCES: u32 = 1;
+
+const SHIPPED: [Shipped; 10] = [
     Shipped {
         name: "plan:ring_allreduce",
         collective: Collective::AllReduce,
@@ -39,6 +43,16 @@ const SHIPPED: [Shipped; 8] = [
         name: "plan:allpairs_allreduce",
         collective: Collective::AllReduce,
         build: |n, _| plans::allpairs_allreduce(n, SHIPPED_INSTANCES),
+    },
+    Shipped {
+        name: "plan:ring_allreduce_ll",
+        collective: Collective::AllReduce,
+        build: |n, _| plans::ring_allreduce_ll(n, SHIPPED_LL_INSTANCES),
+    },
+    Shipped {
+        name: "plan:allpairs_allreduce_ll",
+        collective: Collective::AllReduce,
+        build: |n, _| plans::allpairs_allreduce_ll(n, SHIPPED_LL_INSTANCES),
     },
     Shipped {
         name: "plan:hierarchical_allreduce",
@@ -205,11 +219,12 @@ mod tests {
     }
 
     #[test]
-    fn peers_share_the_outputs_of_every_shipped_plan_but_reduce_scatter() {
+    fn peers_share_the_outputs_of_every_shipped_plan_but_reduce_scatter_and_the_ll_plans() {
         for id in PlanId::all().take(SHIPPED.len()) {
-            let rs = id.collective() == Collective::ReduceScatter;
+            // LL packets land in scratch only.
+            let private = id.collective() == Collective::ReduceScatter || id.name().ends_with("_ll");
             for ranks in [2, 4] {
-                assert_eq!(id.peers_share_outputs(ranks), !rs, "{} at {ranks} ranks", id.name());
+                assert_eq!(id.peers_share_outputs(ranks), !private, "{} at {ranks} ranks", id.name());
             }
         }
     }

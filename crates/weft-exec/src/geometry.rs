@@ -45,6 +45,9 @@ pub struct Sizing {
     pub classes: u64,
     input_chunks: u64,
     output_chunks: u64,
+    /// Bytes of a scratch chunk per byte of the padded layout: 2 under LL packets (16 bytes of
+    /// packets carry 8 of data), else 1.
+    scratch_scale: u64,
 }
 
 impl Sizing {
@@ -61,6 +64,7 @@ impl Sizing {
             classes,
             input_chunks: plan.input_chunks.into(),
             output_chunks: plan.output_chunks.into(),
+            scratch_scale: if plan.packets { 2 } else { 1 },
         })
     }
 
@@ -97,12 +101,18 @@ impl Sizing {
         (index / self.classes) * block + before
     }
 
+    /// Bytes a scratch chunk of size class `class` takes: its padded bytes, twice that under
+    /// LL packets.
+    pub fn scratch_class_bytes(&self, class: u64, elem: u64) -> u64 {
+        self.padded_class_bytes(class, elem) * self.scratch_scale
+    }
+
     /// Byte offset of scratch chunk `index` of a rank (`index` may be the chunk count: the
     /// scratch's length); `None` past the end.
     pub fn padded_scratch_offset(&self, rank: &DeviceRankPlan, index: u64, elem: u64) -> Option<u64> {
         let k = self.classes as usize;
         let row = rank.scratch_class_counts.get(index as usize * k..(index as usize + 1) * k)?;
-        Some(row.iter().enumerate().map(|(c, &n)| u64::from(n) * self.padded_class_bytes(c as u64, elem)).sum())
+        Some(row.iter().enumerate().map(|(c, &n)| u64::from(n) * self.scratch_class_bytes(c as u64, elem)).sum())
     }
 
     /// Size class of chunk `index` of `owner`'s buffer `buffer` (0 input, 1 output, 2 scratch);

@@ -60,6 +60,8 @@ pub(crate) mod tests {
             plans::two_step_alltoall(4, 2, 1),
             plans::alltonext(6, 3, 1),
             plans::direct_broadcast(4, 1, 1),
+            plans::allpairs_allreduce_ll(4, 1),
+            plans::ring_allreduce_ll(3, 2),
         ];
         programs.into_iter().map(|p| p.unwrap().compile().unwrap()).collect()
     }

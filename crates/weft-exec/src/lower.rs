@@ -3,10 +3,10 @@
 //! a lowered operation ([`effects`]) gives back exactly the plan operation's effects.
 
 use thiserror::Error;
-use weft_plan::plan::{BufRef, Buffer, Effects, ExecutionPlan, Link, Loc};
+use weft_plan::plan::{BufRef, Buffer, Effects, ExecutionPlan, Link, Loc, Protocol, packet_input};
 use weft_types::{
-    EXEC_BARRIER, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_WAIT_LINK,
-    EXEC_WAIT_TB, ExecLoc, ExecOp,
+    EXEC_BARRIER, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_PUBLISH, EXEC_SIGNAL,
+    EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
 /// Why a plan cannot run on the executor.
@@ -78,6 +78,9 @@ pub struct DevicePlan {
     pub input_chunks: u32,
     /// Chunks of every output buffer.
     pub output_chunks: u32,
+    /// Links carry LL packets ([`Protocol::Ll`]): receives poll their staged chunk
+    /// ([`EXEC_LOC_PACKETS`]), sends write packets, scratch chunks take twice their bytes.
+    pub packets: bool,
     /// Per rank.
     pub ranks: Vec<DeviceRankPlan>,
 }
@@ -112,7 +115,11 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
                 let at = Site { rank, tb: tb.id, step: step as u32 };
                 let effects = op.effects();
                 links.extend(effects.wait.iter().chain(&effects.signal).map(|l| (l.peer, l.channel)));
-                ops.push(encode(&effects, op.name(), at)?);
+                let mut x = encode(&effects, op.name(), at)?;
+                if plan.protocol == Protocol::Ll {
+                    mark_packets(&mut x, packet_input(op));
+                }
+                ops.push(x);
             }
             tb_starts.push(u32::try_from(ops.len()).map_err(|_| at_plan(rank, tb.id, "operations", ops.len()))?);
         }
@@ -132,8 +139,26 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
         size_classes: plan.size_classes,
         input_chunks: plan.input_chunks,
         output_chunks: plan.output_chunks,
+        packets: plan.protocol == Protocol::Ll,
         ranks,
     })
+}
+
+/// Marks an LL operation's packet locations: the staged input its link wait covers (the
+/// loader checked that the k-th send on the link wrote exactly it) and every output in a peer.
+fn mark_packets(op: &mut ExecOp, staged: Option<BufRef>) {
+    let waits = op.flags & EXEC_WAIT_LINK != 0;
+    let n = usize::from(op.n_inputs);
+    for loc in &mut op.inputs[..n] {
+        let local = loc.peer == EXEC_LOCAL;
+        if waits && local && staged == Some(BufRef::new(buffer_of(loc.buffer), loc.chunk, loc.count)) {
+            loc.flags |= EXEC_LOC_PACKETS;
+        }
+    }
+    let n = usize::from(op.n_outputs);
+    for loc in op.outputs[..n].iter_mut().filter(|l| l.peer != EXEC_LOCAL) {
+        loc.flags |= EXEC_LOC_PACKETS;
+    }
 }
 
 /// Sets [`EXEC_PUBLISH`] on exactly the operations another thread block waits for: the
@@ -187,7 +212,7 @@ fn encode_loc(loc: &Loc, at: Site) -> Result<ExecLoc, LowerError> {
         None => EXEC_LOCAL,
         Some(p) => narrow16(p, "peer", at)?,
     };
-    Ok(ExecLoc { chunk: loc.buf.index, count: loc.buf.count, peer, buffer: buffer_code(loc.buf.buffer), reserved: 0 })
+    Ok(ExecLoc { chunk: loc.buf.index, count: loc.buf.count, peer, buffer: buffer_code(loc.buf.buffer), flags: 0 })
 }
 
 fn fill<const N: usize>(

@@ -6,13 +6,21 @@
 //! waits, thread-block steps and barriers allow. Its results are compared with weft-plan's
 //! reference interpreter for element sizes 1, 2, 4 and 8, so a chunk placed where its reader
 //! does not look, or a vector spilling into a neighbour chunk, shows as wrong elements.
+//!
+//! LL packets are modelled as the kernel lays them out (two 16-byte packets per 16 data
+//! bytes, data words interleaved with the launch's flag, in the launch's scratch half), and a
+//! receive runs only once every packet of its slice carries the launch's flag; launches run
+//! one after another on the same memory, so stale packets of earlier launches are there.
 
 use std::collections::HashMap;
 
 use weft_plan::ExecutionPlan;
 use weft_plan::interp::{Interpreter, RankBuffers, ReduceOp};
 use weft_plan::plan::Geometry;
-use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp};
+use weft_types::{
+    EXEC_BARRIER, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc,
+    ExecOp,
+};
 
 use crate::geometry::{Sizing, replica_slice};
 use crate::lower::{DevicePlan, lower};
@@ -37,6 +45,17 @@ struct Model<'a> {
     elem: u64,
     tables: Vec<RankTables>,
     memory: Vec<RankMemory>,
+    /// Bytes between the scratch halves (packets), else 0.
+    scratch_flip: usize,
+    /// The launch being run: its packet flag and scratch half.
+    launch: u64,
+    /// A broken kernel for the tests: every launch's packets carry the same flag.
+    same_flag: bool,
+}
+
+/// Packet bytes per data byte of a location.
+fn scale(loc: &ExecLoc) -> usize {
+    if loc.flags & EXEC_LOC_PACKETS != 0 { 2 } else { 1 }
 }
 
 impl Model<'_> {
@@ -59,7 +78,29 @@ impl Model<'_> {
             return (owner, 3, m.output_at + dense as usize, false);
         }
         let at = self.sizing.padded_offset(&self.plan.ranks[owner], loc.buffer, chunk, self.elem).unwrap();
-        (owner, usize::from(loc.buffer), at as usize, true)
+        let half = if loc.buffer == 2 && self.launch % 2 == 1 { self.scratch_flip } else { 0 };
+        (owner, usize::from(loc.buffer), at as usize + half, true)
+    }
+
+    /// The launch's packet flag, as the kernel computes it.
+    fn flag(&self) -> u32 {
+        if self.same_flag { 1 } else { (self.launch as u32).wrapping_add(1).max(1) }
+    }
+
+    /// Whether every packet of replica `replica`'s slice of `op`'s packet inputs carries this
+    /// launch's flag: the kernel's receive polls until then.
+    fn packets_ready(&self, rank: usize, op: &ExecOp, replica: u32, replicas: u32) -> bool {
+        let flag = self.flag().to_le_bytes();
+        op.used_inputs().iter().filter(|l| scale(l) == 2).all(|loc| {
+            (0..u64::from(loc.count)).all(|k| {
+                let chunk = u64::from(loc.chunk) + k;
+                let slice = replica_slice(self.bytes_of(rank, loc, chunk) as u64, replica, replicas);
+                let (owner, which, at, _) = self.locate(rank, loc, chunk);
+                let m = &self.memory[owner].stages[which];
+                let (from, to) = (at + 2 * slice.start as usize, at + 2 * slice.end.next_multiple_of(16) as usize);
+                m[from..to].chunks(8).all(|word| word[4..8] == flag)
+            })
+        })
     }
 
     fn bytes_of(&self, rank: usize, loc: &ExecLoc, chunk: u64) -> usize {
@@ -88,25 +129,45 @@ impl Model<'_> {
             let mut acc = vec![0u8; len.next_multiple_of(16)];
             for (i, loc) in op.used_inputs().iter().enumerate() {
                 let (owner, which, at, _) = self.locate(rank, loc, u64::from(loc.chunk) + k);
-                let at = at + from;
-                let src = self.buffer(owner, which)[at..at + len].to_vec();
+                let at = at + from * scale(loc);
+                let src = if scale(loc) == 2 {
+                    // Data words interleaved with flags: keep the data, `len` bytes of it.
+                    let packets = &self.buffer(owner, which)[at..at + 2 * acc.len()];
+                    let data: Vec<u8> = packets.chunks(8).flat_map(|w| w[..4].to_vec()).collect();
+                    data[..len].to_vec()
+                } else {
+                    self.buffer(owner, which)[at..at + len].to_vec()
+                };
                 if i == 0 {
                     acc[..len].copy_from_slice(&src);
                 } else {
                     add_into(&mut acc[..len], &src, self.elem as usize);
                 }
             }
+            let flag = self.flag().to_le_bytes();
             for loc in op.used_outputs() {
                 let (owner, which, at, padded) = self.locate(rank, loc, u64::from(loc.chunk) + k);
-                let n = if padded { acc.len() } else { len };
+                let bytes: Vec<u8> = if scale(loc) == 2 {
+                    acc.chunks(4).flat_map(|d| d.iter().chain(&flag).copied().collect::<Vec<u8>>()).collect()
+                } else {
+                    acc[..if padded { acc.len() } else { len }].to_vec()
+                };
+                let (at, n) = (at + from * scale(loc), bytes.len());
                 if padded {
                     // The vector stays inside the chunk as its owner lays it out.
-                    let class = self.sizing.class_of(&self.plan.ranks[owner], loc.buffer, u64::from(loc.chunk) + k);
-                    let room = self.sizing.padded_class_bytes(class.unwrap(), self.elem) as usize;
-                    assert!(from + n <= room, "a vector spills past chunk {} of rank {owner}", loc.chunk as u64 + k);
+                    let chunk = u64::from(loc.chunk) + k;
+                    let class = self.sizing.class_of(&self.plan.ranks[owner], loc.buffer, chunk).unwrap();
+                    let room = if loc.buffer == 2 {
+                        self.sizing.scratch_class_bytes(class, self.elem)
+                    } else {
+                        self.sizing.padded_class_bytes(class, self.elem)
+                    };
+                    assert!(
+                        from * scale(loc) + n <= room as usize,
+                        "a vector spills past chunk {chunk} of rank {owner}"
+                    );
                 }
-                let at = at + from;
-                self.buffer(owner, which)[at..at + n].copy_from_slice(&acc[..n]);
+                self.buffer(owner, which)[at..at + n].copy_from_slice(&bytes);
             }
         }
     }
@@ -182,7 +243,13 @@ impl Model<'_> {
                     let op = rp.ops[first + step];
                     let key = (r, op.wait_peer, op.wait_channel, replica);
                     let want = expected.get(&key).copied().unwrap_or(0) + 1;
-                    if op.flags & EXEC_WAIT_LINK != 0 && inbound.get(&key).copied().unwrap_or(0) < want {
+                    // Under packets a wait is the polling of the packet input.
+                    let ready = if self.plan.packets {
+                        self.packets_ready(r, &op, replica as u32, replicas)
+                    } else {
+                        inbound.get(&key).copied().unwrap_or(0) >= want
+                    };
+                    if op.flags & EXEC_WAIT_LINK != 0 && !ready {
                         break;
                     }
                     if op.flags & EXEC_WAIT_TB != 0
@@ -208,7 +275,7 @@ impl Model<'_> {
                     if op.n_inputs > 0 {
                         self.run_data(r, &op, replica as u32, replicas);
                     }
-                    if op.flags & EXEC_SIGNAL != 0 {
+                    if op.flags & EXEC_SIGNAL != 0 && !self.plan.packets {
                         let to = (usize::from(op.signal_peer), r as u16, op.signal_channel, replica);
                         *inbound.entry(to).or_default() += 1;
                     }
@@ -275,7 +342,7 @@ enum Placement {
 /// through weft-plan's interpreter; panics on the first wrong element of a written output
 /// chunk.
 fn check(plan: &ExecutionPlan, count: usize, elem: u64, placement: Placement, replicas: u32) {
-    check_lowered(plan, &lower(plan).unwrap(), count, elem, placement, replicas);
+    check_lowered(plan, &lower(plan).unwrap(), count, elem, placement, replicas, false);
 }
 
 /// [`check`] of `lowered`, which may differ from `plan`'s lowering (a broken variant).
@@ -286,6 +353,7 @@ fn check_lowered(
     elem: u64,
     placement: Placement,
     replicas: u32,
+    same_flag: bool,
 ) {
     let in_place = matches!(placement, Placement::InPlace | Placement::DirectInPlace);
     let lowered = lowered.clone();
@@ -299,10 +367,15 @@ fn check_lowered(
     let poison = 0xa5a5_a5a5_a5a5_a5a5u64 & mask;
     let tables: Vec<RankTables> = (0..ranks).map(|r| rank_tables(&lowered, r).unwrap()).collect();
     let e = elem as usize;
+    // Packet scratch has two halves of the largest rank's scratch (the kernel's scratch_flip).
+    let scratch_flip = if lowered.packets {
+        let most = (0..ranks).map(|r| sizing.padded_lengths(&lowered.ranks[r], elem)[2]).max().unwrap_or(0);
+        most.next_multiple_of(16) as usize
+    } else {
+        0
+    };
     let mut memory = Vec::new();
-    let mut reference = Vec::new();
     for (r, t) in tables.iter().enumerate() {
-        let input: Vec<u64> = (0..count).map(|i| value(count as u64 ^ elem, r, i) & mask).collect();
         // In place: AllGather's input is block `r` of the output, ReduceScatter's output block
         // `r` of the input, otherwise they coincide (nccl-tests).
         let (input_at, output_at, len) = if !in_place {
@@ -314,14 +387,13 @@ fn check_lowered(
         } else {
             (0, 0, count * e)
         };
-        let mut user = vec![0xa5u8; len];
-        for (i, v) in input.iter().enumerate() {
-            user[input_at + i * e..input_at + (i + 1) * e].copy_from_slice(&v.to_le_bytes()[..e]);
-        }
         assert!(!direct || output_at.is_multiple_of(16), "a direct output starts 16-byte aligned");
-        let lengths = sizing.padded_lengths(&lowered.ranks[r], elem);
+        let mut lengths = sizing.padded_lengths(&lowered.ranks[r], elem);
+        if lowered.packets {
+            lengths[2] = 2 * scratch_flip as u64;
+        }
         memory.push(RankMemory {
-            user,
+            user: vec![0xa5u8; len],
             input_at,
             output_at,
             stages: lengths.map(|l| vec![0x5au8; l as usize]),
@@ -329,29 +401,45 @@ fn check_lowered(
             output_staged: !direct && (t.output_remote || in_place),
             output_direct: direct,
         });
-        reference.push(RankBuffers::new(input, vec![poison; out_len]));
     }
-    Interpreter::new(plan).reduce_op(ReduceOp::Sum).run(&mut reference, count).unwrap();
-    let mut model = Model { plan: &lowered, sizing, elem, tables, memory };
-    model.launch(replicas, count as u64 ^ elem ^ u64::from(replicas) << 32);
-    for (r, want) in reference.iter().enumerate() {
-        let m = &model.memory[r];
-        for chunk in (0..u64::from(plan.output_chunks)).filter(|&c| model.tables[r].written[c as usize] == 1) {
-            let range = sizing.extent(
-                &lowered.ranks[r],
-                weft_plan::plan::BufRef::new(weft_plan::plan::Buffer::Output, chunk as u32, 1),
-            );
-            for i in range.unwrap() {
-                let at = m.output_at + i as usize * e;
-                let mut b = [0u8; 8];
-                b[..e].copy_from_slice(&m.user[at..at + e]);
-                let got = u64::from_le_bytes(b);
-                let expect = want.output[i as usize] & mask;
-                assert_eq!(
-                    got, expect,
-                    "{} ranks {ranks} count {count} elem {elem} {placement:?} replicas {replicas}: rank {r} element {i} (chunk {chunk})",
-                    plan.name
+    let mut model = Model { plan: &lowered, sizing, elem, tables, memory, scratch_flip, launch: 0, same_flag };
+    // Packets: three launches on the same memory, so the third reads the half the first left
+    // its packets in (the kernel's flags tell them apart).
+    let launches = if lowered.packets { 3 } else { 1 };
+    for launch in 0..launches {
+        let mut reference = Vec::new();
+        for (r, m) in model.memory.iter_mut().enumerate() {
+            let seed = count as u64 ^ elem ^ launch << 48;
+            let input: Vec<u64> = (0..count).map(|i| value(seed, r, i) & mask).collect();
+            m.user.fill(0xa5);
+            for (i, v) in input.iter().enumerate() {
+                let at = m.input_at + i * e;
+                m.user[at..at + e].copy_from_slice(&v.to_le_bytes()[..e]);
+            }
+            reference.push(RankBuffers::new(input, vec![poison; out_len]));
+        }
+        Interpreter::new(plan).reduce_op(ReduceOp::Sum).run(&mut reference, count).unwrap();
+        model.launch = launch;
+        model.launch(replicas, count as u64 ^ elem ^ u64::from(replicas) << 32 ^ launch);
+        for (r, want) in reference.iter().enumerate() {
+            let m = &model.memory[r];
+            for chunk in (0..u64::from(plan.output_chunks)).filter(|&c| model.tables[r].written[c as usize] == 1) {
+                let range = sizing.extent(
+                    &lowered.ranks[r],
+                    weft_plan::plan::BufRef::new(weft_plan::plan::Buffer::Output, chunk as u32, 1),
                 );
+                for i in range.unwrap() {
+                    let at = m.output_at + i as usize * e;
+                    let mut b = [0u8; 8];
+                    b[..e].copy_from_slice(&m.user[at..at + e]);
+                    let got = u64::from_le_bytes(b);
+                    let expect = want.output[i as usize] & mask;
+                    assert_eq!(
+                        got, expect,
+                        "{} ranks {ranks} count {count} elem {elem} {placement:?} replicas {replicas} launch {launch}: rank {r} element {i} (chunk {chunk})",
+                        plan.name
+                    );
+                }
             }
         }
     }
@@ -372,6 +460,8 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
             allpairs_reduce_scatter(ranks, instances),
             two_step_alltoall(ranks, half, instances),
             direct_broadcast(ranks, 0, instances),
+            ring_allreduce_ll(ranks, instances),
+            allpairs_allreduce_ll(ranks, instances),
         ];
         out.extend(programs.into_iter().map(|p| p.unwrap().compile().unwrap()));
     }
@@ -428,9 +518,40 @@ fn the_kernel_model_catches_a_plan_that_reads_before_the_signal() {
         op.flags &= !EXEC_WAIT_LINK;
     }
     let blocks = (plan.input_chunks / plan.size_classes) as usize;
-    let caught = std::panic::catch_unwind(|| check_lowered(&plan, &racy, 64 * blocks, 4, Placement::OutOfPlace, 3));
+    let caught =
+        std::panic::catch_unwind(|| check_lowered(&plan, &racy, 64 * blocks, 4, Placement::OutOfPlace, 3, false));
     assert!(caught.is_err(), "the model ran a plan without its waits and found nothing wrong");
-    check_lowered(&plan, &lower(&plan).unwrap(), 64 * blocks, 4, Placement::OutOfPlace, 3);
+    check_lowered(&plan, &lower(&plan).unwrap(), 64 * blocks, 4, Placement::OutOfPlace, 3, false);
+}
+
+/// The packet model catches a receive that does not poll its packets, one that reads them as
+/// plain data, and packets whose flag does not change between launches (the third launch then
+/// takes the first one's packets, left in its half, for its own).
+#[test]
+fn the_kernel_model_catches_unpolled_misread_and_stale_packets() {
+    for program in [weft_plan::plans::ring_allreduce_ll(4, 1), weft_plan::plans::allpairs_allreduce_ll(3, 2)] {
+        let plan = program.unwrap().compile().unwrap();
+        let lowered = lower(&plan).unwrap();
+        let blocks = (plan.input_chunks / plan.size_classes) as usize;
+        let run = |l: &DevicePlan, same_flag| {
+            let l = l.clone();
+            let plan = plan.clone();
+            std::panic::catch_unwind(move || {
+                check_lowered(&plan, &l, 64 * blocks, 4, Placement::OutOfPlace, 3, same_flag);
+            })
+            .is_err()
+        };
+        let mut unpolled = lowered.clone();
+        unpolled.ranks.iter_mut().flat_map(|r| r.ops.iter_mut()).for_each(|op| op.flags &= !EXEC_WAIT_LINK);
+        let mut misread = lowered.clone();
+        for op in misread.ranks.iter_mut().flat_map(|r| r.ops.iter_mut()) {
+            op.inputs.iter_mut().for_each(|l| l.flags &= !EXEC_LOC_PACKETS);
+        }
+        assert!(run(&unpolled, false), "{}: a receive that does not poll passed", plan.name);
+        assert!(run(&misread, false), "{}: packets read as data passed", plan.name);
+        assert!(run(&lowered, true), "{}: stale packets passed", plan.name);
+        assert!(!run(&lowered, false), "{}", plan.name);
+    }
 }
 
 /// Direct outputs: peers write the ranks' user outputs in the dense layout, for every shipped
@@ -439,7 +560,8 @@ fn the_kernel_model_catches_a_plan_that_reads_before_the_signal() {
 #[test]
 fn the_kernel_model_computes_what_the_reference_interpreter_does_into_direct_outputs() {
     for ranks in [2, 4] {
-        for plan in plans(ranks) {
+        // Only plans whose peers write outputs run direct (LL plans never do).
+        for plan in plans(ranks).into_iter().filter(|p| crate::tables::peers_touch_outputs(&lower(p).unwrap())) {
             let collective = weft_plan::dsl::Collective::from_plan(&plan).unwrap();
             let in_place = weft_plan::passes::verify_in_place(&plan, &collective).is_ok();
             let placements: &[Placement] =

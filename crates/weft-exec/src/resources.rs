@@ -1,5 +1,6 @@
 //! One rank's executor state on the device, built collectively: the registered input stage,
-//! output stage (two halves, unless launches start with a fence) and scratch, sized for the
+//! output stage (two halves, unless launches start with a fence) and scratch (two halves under
+//! LL packets), sized for the
 //! executor's capacity, their peers' counterparts mapped here, a semaphore per link and
 //! replica and a fence semaphore per peer, and the uploaded tables of [`ExecContext`]. Every
 //! rank builds its side with the same plan, capacity and replicas.
@@ -10,12 +11,12 @@
 
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
-use weft_types::{EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, ExecBuffers, ExecContext, SemaphoreDeviceHandle};
+use weft_types::{EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_PACKETS, ExecBuffers, ExecContext, SemaphoreDeviceHandle};
 
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::DevicePlan;
-use crate::tables::{RankTables, needs_entry_fence};
+use crate::tables::{RankTables, needs_entry_fence, packet_launches_chain};
 
 /// Launch shape and buffer capacity of an executor's resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +60,12 @@ pub fn buffer_lengths(plan: &DevicePlan, rank: usize, capacity: u64) -> [u64; 3]
     lengths
 }
 
+/// Bytes between the two halves of every rank's scratch under packets: the largest rank's
+/// scratch, so that every rank computes the same from the plan (ranks' scratch layouts differ).
+pub fn packet_scratch_flip(plan: &DevicePlan, capacity: u64) -> u64 {
+    (0..plan.ranks.len()).map(|r| buffer_lengths(plan, r, capacity)[2]).max().unwrap_or(16).next_multiple_of(16)
+}
+
 /// A table copied to the device as it is.
 trait Upload {
     fn bytes(&self) -> usize;
@@ -97,24 +104,40 @@ impl ExecResources {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let gpu = |source| ExecError::Gpu { rank, source };
         let rp = &plan.ranks[rank];
-        let entry_fence = needs_entry_fence(plan);
+        // LL packets need no exit fence, and no entry fence where every receiver of a launch
+        // reaches back to its senders (see `packet_launches_chain`).
+        let entry_fence = needs_entry_fence(plan) || (plan.packets && !packet_launches_chain(plan));
         let mut lengths = buffer_lengths(plan, rank, shape.capacity);
-        // Two halves of the output stage, 16-byte aligned, when launches do not fence on entry.
+        // Two halves of the output stage, 16-byte aligned, when launches do not fence on entry;
+        // two of the scratch under packets (a launch's packets carry its flag and land in its
+        // half).
         let output_flip = if entry_fence { 0 } else { lengths[1].next_multiple_of(16) };
+        let scratch_flip = if plan.packets { packet_scratch_flip(plan, shape.capacity) } else { 0 };
         // A rank places a peer's half by its own flip: every rank's must be the same (same plan
         // and capacity, which the caller promises; checked, as a mismatch corrupts silently).
-        if all_gather_u64(comm, output_flip)?.iter().any(|&f| f != output_flip) {
+        let differ = |flip: u64| Ok::<_, ExecError>(all_gather_u64(comm, flip)?.iter().any(|&f| f != flip));
+        if differ(output_flip)? || differ(scratch_flip)? {
             return Err(ExecError::Unsupported(format!(
-                "rank {rank}: the ranks' output stages differ in size (plan {} with different capacities?)",
+                "rank {rank}: the ranks' output stages or scratch differ in size (plan {} with different capacities?)",
                 plan.name
             )));
         }
         let usable = lengths;
         lengths[1] += output_flip;
+        if plan.packets {
+            lengths[2] = 2 * scratch_flip;
+        }
         let mut buffers = Vec::with_capacity(3);
-        for len in lengths {
+        for (i, len) in lengths.into_iter().enumerate() {
             let len = usize::try_from(len).map_err(|_| ExecError::Unsupported(format!("a {len}-byte buffer")))?;
-            buffers.push(comm.register(comm.alloc(len)?)?);
+            let memory = comm.alloc(len)?;
+            // Packets are told apart by their flag alone: a fresh allocation may hold a freed
+            // buffer's packets, whose flags (small launch numbers) the first launches expect.
+            // Zeroed before the set-up's closing barrier, so before any peer's launch.
+            if plan.packets && i == 2 {
+                memory.fill(0, len, 0).map_err(gpu)?;
+            }
+            buffers.push(comm.register(memory)?);
         }
         let [input, output, scratch]: [RegisteredMemory; 3] =
             buffers.try_into().map_err(|_| ExecError::Unsupported("buffer registration".into()))?;
@@ -182,7 +205,9 @@ impl ExecResources {
             peer_mask: tables.peer_mask,
             replicas: shape.replicas,
             output_flip,
-            flags: EXEC_EXIT_FENCE | if entry_fence { EXEC_ENTRY_FENCE } else { 0 },
+            scratch_flip,
+            flags: if plan.packets { EXEC_PACKETS } else { EXEC_EXIT_FENCE }
+                | if entry_fence { EXEC_ENTRY_FENCE } else { 0 },
             ..ExecContext::default()
         };
         comm.barrier()?;

@@ -5,7 +5,7 @@
 //! the kernel relies on: every thread block runs the same number of barriers, the chunks an
 //! operation pairs up have the same size class, and every thread block fits shared memory.
 
-use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_SIGNAL, EXEC_WAIT_LINK, ExecLoc, ExecOp};
+use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp};
 
 use crate::error::ExecError;
 use crate::lower::{DevicePlan, DeviceRankPlan};
@@ -101,6 +101,83 @@ pub fn peers_only_push_signalled(plan: &DevicePlan) -> bool {
         }
     }
     balance.values().all(|&b| b == 0)
+}
+
+/// Whether, in every launch of an LL plan, each rank that sends packets to a peer cannot finish
+/// before that peer has started the launch: some operation of the peer precedes some
+/// operation of the sender, through links, thread-block steps, barriers and program order.
+/// Then a sender is never two launches ahead of its receiver, and the two scratch halves
+/// (alternating by launch) keep a launch's packets out of the half a peer still reads, with no
+/// fence. Ring and all-pairs plans qualify; a one-way plan (a broadcast) does not and fences on
+/// entry.
+pub fn packet_launches_chain(plan: &DevicePlan) -> bool {
+    use std::collections::{BTreeMap, BTreeSet, VecDeque};
+    // Nodes: (rank, index of the op in the rank's ops).
+    let mut next: BTreeMap<(usize, usize), Vec<(usize, usize)>> = BTreeMap::new();
+    // (from, to, channel) -> signalling ops in order; (from, to, channel) -> waiting ops.
+    let mut signals: BTreeMap<(usize, usize, u16), Vec<usize>> = BTreeMap::new();
+    let mut waits: BTreeMap<(usize, usize, u16), Vec<usize>> = BTreeMap::new();
+    let mut sends = BTreeSet::new();
+    for (r, rp) in plan.ranks.iter().enumerate() {
+        // Per thread block, its barrier ops in order.
+        let mut barriers: Vec<Vec<usize>> = Vec::new();
+        for w in rp.tb_starts.windows(2) {
+            let (first, end) = (w[0] as usize, w[1] as usize);
+            let mut mine = Vec::new();
+            for i in first..end {
+                let op = &rp.ops[i];
+                if i + 1 < end {
+                    next.entry((r, i)).or_default().push((r, i + 1));
+                }
+                if op.flags & EXEC_WAIT_TB != 0 {
+                    let awaited = rp.tb_starts[op.wait_tb as usize] as usize + op.wait_step as usize;
+                    next.entry((r, awaited)).or_default().push((r, i));
+                }
+                if op.flags & EXEC_BARRIER != 0 {
+                    mine.push(i);
+                }
+                if op.flags & EXEC_SIGNAL != 0 {
+                    signals.entry((r, usize::from(op.signal_peer), op.signal_channel)).or_default().push(i);
+                    sends.insert((r, usize::from(op.signal_peer)));
+                }
+                if op.flags & EXEC_WAIT_LINK != 0 {
+                    waits.entry((usize::from(op.wait_peer), r, op.wait_channel)).or_default().push(i);
+                }
+            }
+            barriers.push(mine);
+        }
+        for (u, ours) in barriers.iter().enumerate() {
+            for (k, &at) in ours.iter().enumerate() {
+                for theirs in barriers.iter().enumerate().filter(|(v, _)| *v != u).map(|(_, b)| b) {
+                    if let Some(&other) = theirs.get(k) {
+                        next.entry((r, at)).or_default().push((r, other));
+                    }
+                }
+            }
+        }
+    }
+    for (&(from, to, channel), sent) in &signals {
+        let got = waits.get(&(from, to, channel)).map_or(&[][..], Vec::as_slice);
+        for (&s, &w) in sent.iter().zip(got) {
+            next.entry((from, s)).or_default().push((to, w));
+        }
+    }
+    sends.into_iter().all(|(sender, receiver)| {
+        let ops = plan.ranks[receiver].ops.len();
+        let mut seen: BTreeSet<(usize, usize)> = (0..ops).map(|i| (receiver, i)).collect();
+        let mut queue: VecDeque<(usize, usize)> = seen.iter().copied().collect();
+        while let Some(node) = queue.pop_front() {
+            if node.0 == sender {
+                return true;
+            }
+            for &n in next.get(&node).map_or(&[][..], Vec::as_slice) {
+                if seen.insert(n) {
+                    queue.push_back(n);
+                }
+            }
+        }
+        false
+    })
 }
 
 /// Size class of chunk `index` of `loc`'s buffer, owned by `owner`.
@@ -311,6 +388,31 @@ mod tests {
         let op = reads.ranks[0].ops.iter_mut().find(|o| o.n_inputs > 0).unwrap();
         op.inputs[0].peer = 1;
         assert!(!peers_only_push_signalled(&reads));
+    }
+
+    /// Ring and all-pairs LL plans chain every sender to its receiver within a launch; a plan
+    /// where data only flows one way (a broadcast) does not, nor one whose only link back is
+    /// cut.
+    #[test]
+    fn packet_launches_chain_where_every_receiver_reaches_back_to_its_sender() {
+        use weft_plan::plans;
+        for program in
+            [plans::ring_allreduce_ll(4, 2), plans::allpairs_allreduce_ll(3, 1), plans::ring_allreduce_ll(2, 1)]
+        {
+            let plan = program.unwrap().compile().unwrap();
+            assert!(packet_launches_chain(&lower(&plan).unwrap()), "{}", plan.name);
+        }
+        let broadcast = lower(&plans::direct_broadcast(3, 0, 1).unwrap().compile().unwrap()).unwrap();
+        assert!(!packet_launches_chain(&broadcast));
+        // Two ranks, rank 1 never sends to rank 0: drop every link from 1 to 0.
+        let mut one_way = lower(&plans::ring_allreduce_ll(2, 1).unwrap().compile().unwrap()).unwrap();
+        for op in &mut one_way.ranks[1].ops {
+            op.flags &= !EXEC_SIGNAL;
+        }
+        for op in &mut one_way.ranks[0].ops {
+            op.flags &= !EXEC_WAIT_LINK;
+        }
+        assert!(!packet_launches_chain(&one_way));
     }
 
     #[test]

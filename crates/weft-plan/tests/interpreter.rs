@@ -10,7 +10,9 @@ use std::time::Duration;
 use weft_plan::dsl::{Collective, InputChunk};
 use weft_plan::interp::{InterpretError, Interpreter, RankBuffers, ReduceOp, interpret};
 use weft_plan::passes::verify;
-use weft_plan::plan::{BufRef, Buffer, CollectiveKind, ExecutionPlan, Link, Op, PLAN_VERSION, RankPlan, ThreadBlock};
+use weft_plan::plan::{
+    BufRef, Buffer, CollectiveKind, ExecutionPlan, Link, Op, PLAN_VERSION, Protocol, RankPlan, ThreadBlock,
+};
 use weft_plan::plans;
 
 fn io(i: u32, c: u32) -> (BufRef, BufRef) {
@@ -26,6 +28,7 @@ fn plan(collective: CollectiveKind, input: u32, output: u32, ranks: Vec<Vec<Vec<
         size_classes: 1,
         input_chunks: input,
         output_chunks: output,
+        protocol: Protocol::Simple,
         ranks: ranks
             .into_iter()
             .enumerate()

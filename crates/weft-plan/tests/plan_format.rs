@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use weft_plan::plan::{
-    BufRef, Buffer, CollectiveKind, ExecutionPlan, Geometry, Link, LoadError, Op, PLAN_VERSION, RankPlan, ThreadBlock,
+    BufRef, Buffer, CollectiveKind, ExecutionPlan, Geometry, Link, LoadError, Op, PLAN_VERSION, Protocol, RankPlan,
+    ThreadBlock,
 };
 use weft_plan::plans;
 
@@ -18,6 +19,7 @@ fn shipped() -> Vec<ExecutionPlan> {
         plans::two_step_alltoall(4, 2, 1).unwrap().compile().unwrap(),
         plans::alltonext(4, 2, 1).unwrap().compile().unwrap(),
         plans::direct_broadcast(4, 3, 1).unwrap().compile().unwrap(),
+        plans::ring_allreduce_ll(3, 2).unwrap().compile().unwrap(),
     ]
 }
 
@@ -67,6 +69,7 @@ fn base() -> ExecutionPlan {
         size_classes: 1,
         input_chunks: 1,
         output_chunks: 2,
+        protocol: Protocol::Simple,
         ranks: vec![rank(0), rank(1)],
     }
 }
@@ -166,6 +169,76 @@ fn loader_rejects_bad_plans() {
         ),
         ("barrier mismatch", damaged(|p| p.ranks[1].threadblocks.push(ThreadBlock { id: 1, ops: vec![Op::Barrier] }))),
         ("too many ops", damaged(|p| p.ranks[0].threadblocks[0].ops.extend(vec![Op::Nop; 1024]))),
+    ];
+    let text: Vec<String> = cases.iter().map(|(what, e)| format!("{what}: {e}")).collect();
+    assert!(cases.iter().all(|(_, e)| e != "accepted"), "{text:#?}");
+    insta::assert_snapshot!(text.join("\n"));
+}
+
+/// `base` as an LL plan: rank r sends its input into the peer's scratch[0], and receives the
+/// peer's from its own scratch[0] into output[1 - r].
+fn ll_base() -> ExecutionPlan {
+    let mut plan = base();
+    plan.protocol = Protocol::Ll;
+    for r in 0..2u32 {
+        let ops = &mut plan.ranks[r as usize].threadblocks[0].ops;
+        ops[1] = Op::Send {
+            src: BufRef::new(Buffer::Input, 0, 1),
+            dst: BufRef::new(Buffer::Scratch, 0, 1),
+            to: Link::new(1 - r, 0),
+        };
+        ops[2] = Op::Recv {
+            from: Link::new(1 - r, 0),
+            src: BufRef::new(Buffer::Scratch, 0, 1),
+            dst: BufRef::new(Buffer::Output, 1 - r, 1),
+        };
+    }
+    plan
+}
+
+/// The LL packet rules: packets land in scratch only, a chunk holds one transfer's packets and
+/// nothing else touches it, each receive reads what its send wrote, no bare link operations.
+#[test]
+fn loader_rejects_bad_ll_plans() {
+    let damaged_ll = |f: &dyn Fn(&mut ExecutionPlan)| {
+        let mut plan = ll_base();
+        f(&mut plan);
+        match ExecutionPlan::load(&plan.to_json().unwrap()) {
+            Ok(_) => "accepted".to_string(),
+            Err(e) => e.to_string(),
+        }
+    };
+    assert_eq!(damaged_ll(&|_| ()), "accepted");
+    let scratch = |i| BufRef::new(Buffer::Scratch, i, 1);
+    let cases: Vec<(&str, String)> = vec![
+        ("into an output", damaged(|p| p.protocol = Protocol::Ll)),
+        (
+            "bare put",
+            damaged_ll(&|p| {
+                *op(p, 0, 0) = Op::Put { src: BufRef::new(Buffer::Input, 0, 1), dst: scratch(0), to: Link::new(1, 1) }
+            }),
+        ),
+        (
+            "chunk read plainly",
+            damaged_ll(&|p| *op(p, 1, 0) = Op::Copy { src: scratch(0), dst: BufRef::new(Buffer::Output, 1, 1) }),
+        ),
+        (
+            "chunk written twice",
+            damaged_ll(&|p| {
+                let (send, recv) = (op(p, 0, 1).clone(), op(p, 1, 2).clone());
+                p.ranks[0].threadblocks[0].ops.push(send);
+                p.ranks[1].threadblocks[0].ops.push(recv);
+            }),
+        ),
+        (
+            "receive reads another chunk",
+            damaged_ll(&|p| {
+                p.ranks[1].scratch = vec![0, 0];
+                if let Op::Recv { src, .. } = op(p, 1, 2) {
+                    *src = scratch(1);
+                }
+            }),
+        ),
     ];
     let text: Vec<String> = cases.iter().map(|(what, e)| format!("{what}: {e}")).collect();
     assert!(cases.iter().all(|(_, e)| e != "accepted"), "{text:#?}");

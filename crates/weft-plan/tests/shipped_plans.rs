@@ -47,6 +47,18 @@ proptest! {
     }
 
     #[test]
+    fn ring_allreduce_ll((n, inst, m, seed) in shape()) {
+        let plan = plans::ring_allreduce_ll(n, inst).unwrap().compile().unwrap();
+        check(&plan, Coll::AllReduce, m, seed, op_for(seed)).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn allpairs_allreduce_ll((n, inst, m, seed) in shape()) {
+        let plan = plans::allpairs_allreduce_ll(n, inst).unwrap().compile().unwrap();
+        check(&plan, Coll::AllReduce, m, seed, op_for(seed)).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
     fn hierarchical_allreduce((n, g, inst, m, seed) in node_shape()) {
         let plan = plans::hierarchical_allreduce(n, g, inst).unwrap().compile().unwrap();
         check(&plan, Coll::AllReduce, m, seed, op_for(seed)).map_err(TestCaseError::fail)?;

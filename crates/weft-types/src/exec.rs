@@ -44,6 +44,14 @@ pub const EXEC_OUTPUT_DIRECT: u32 = 1 << 3;
 /// write (the rank's waits then cover them all); the launch after one without it fences on
 /// entry. Set alike on every rank.
 pub const EXEC_EXIT_FENCE: u32 = 1 << 4;
+/// [`ExecContext::flags`]: links carry LL packets (the plan's protocol): a wait on a link is
+/// the polling of the operation's packet input ([`EXEC_LOC_PACKETS`]), a signal is the flags of
+/// its packet outputs; no semaphore is touched. Scratch has two halves (`scratch_flip`), one
+/// per launch parity, and packets carry the launch's flag, so no exit fence is needed.
+pub const EXEC_PACKETS: u32 = 1 << 5;
+/// [`ExecLoc::flags`]: the chunks hold LL packets (16 bytes per 8 bytes of data: data word,
+/// flag, data word, flag), read by polling for the launch's flag or written with it.
+pub const EXEC_LOC_PACKETS: u8 = 1 << 0;
 /// A thread block's step word holds `launch * EXEC_STEP_STRIDE + operations done`: a thread
 /// block has fewer operations than this, and the word grows for 2^48 launches.
 pub const EXEC_STEP_STRIDE: u64 = 1 << 16;
@@ -62,8 +70,8 @@ device_structs! {
         peer: u16 => "uint16_t",
         /// 0 input, 1 output, 2 scratch.
         buffer: u8 => "uint8_t",
-        /// Zero.
-        reserved: u8 => "uint8_t",
+        /// EXEC_LOC_PACKETS or zero.
+        flags: u8 => "uint8_t",
     }
 
     /// One operation of a thread block: wait (flags), fold `inputs[0..n_inputs]` with the
@@ -114,7 +122,7 @@ device_structs! {
 
     /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
     /// connections and persistent sync state, and the call's buffers and size.
-    struct ExecContext align(8) size(160) {
+    struct ExecContext align(8) size(168) {
         /// `ExecOp[]`: every thread block's operations, concatenated.
         ops: u64 => "uint64_t",
         /// `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
@@ -137,6 +145,8 @@ device_structs! {
         unit: u64 => "uint64_t",
         /// Bytes between the two halves of every rank's output stage: launch `n` assembles its output in half `n % 2`, so a peer's next launch may write while this rank still copies out (0: one half; the entry fence orders launches instead).
         output_flip: u64 => "uint64_t",
+        /// Bytes between the two halves of every rank's scratch under EXEC_PACKETS: launch `n` uses half `n % 2`, so a peer's next launch may send while this rank still reads (0 otherwise).
+        scratch_flip: u64 => "uint64_t",
         /// Bound and error record of waits inside this rank (barriers, thread-block steps).
         wait: WaitContext => "WaitContext",
         /// This rank.
@@ -153,7 +163,7 @@ device_structs! {
         input_chunks: u32 => "uint32_t",
         /// Chunks of the output buffer.
         output_chunks: u32 => "uint32_t",
-        /// EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE.
+        /// EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE | EXEC_PACKETS.
         flags: u32 => "uint32_t",
         /// Barrier operations every thread block of the plan runs per launch.
         plan_barriers: u32 => "uint32_t",
@@ -210,6 +220,8 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
             "ExecContext flag: output chunks are the ranks' registered user outputs",
         ),
         ("EXEC_EXIT_FENCE", EXEC_EXIT_FENCE.into(), "ExecContext flag: every launch ends with a fence with every peer"),
+        ("EXEC_PACKETS", EXEC_PACKETS.into(), "ExecContext flag: links carry LL packets, no semaphores"),
+        ("EXEC_LOC_PACKETS", EXEC_LOC_PACKETS.into(), "ExecLoc flag: the chunks hold LL packets"),
         ("EXEC_STEP_STRIDE", EXEC_STEP_STRIDE, "a step word is launch * EXEC_STEP_STRIDE + operations done"),
     ]
 }

@@ -11,6 +11,8 @@ type BoxError = Box<dyn std::error::Error>;
 pub const ALGORITHMS: &[&str] = &[
     "ring-allreduce",
     "allpairs-allreduce",
+    "ring-allreduce-ll",
+    "allpairs-allreduce-ll",
     "hierarchical-allreduce",
     "ring-allgather",
     "ring-reduce-scatter",
@@ -25,6 +27,8 @@ pub fn program(name: &str, ranks: u32, ranks_per_node: u32, instances: u32, root
     Ok(match name {
         "ring-allreduce" => plans::ring_allreduce(ranks, instances)?,
         "allpairs-allreduce" => plans::allpairs_allreduce(ranks, instances)?,
+        "ring-allreduce-ll" => plans::ring_allreduce_ll(ranks, instances)?,
+        "allpairs-allreduce-ll" => plans::allpairs_allreduce_ll(ranks, instances)?,
         "hierarchical-allreduce" => plans::hierarchical_allreduce(ranks, ranks_per_node, instances)?,
         "ring-allgather" => plans::ring_allgather(ranks, instances)?,
         "ring-reduce-scatter" => plans::ring_reduce_scatter(ranks, instances)?,

@@ -6,7 +6,7 @@ use std::fmt;
 use super::trace::{ChunkRange, Trace, TraceKind};
 use super::{Buffer, Collective, DslError};
 use crate::passes::{CompileError, CompileOptions};
-use crate::plan::{ExecutionPlan, limits};
+use crate::plan::{ExecutionPlan, Protocol, limits};
 
 /// Scheduling hints for one operation.
 ///
@@ -49,6 +49,7 @@ pub struct Program {
     name: String,
     collective: Collective,
     instances: u32,
+    protocol: Protocol,
     trace: RefCell<Trace>,
 }
 
@@ -58,6 +59,7 @@ impl fmt::Debug for Program {
             .field("name", &self.name)
             .field("collective", &self.collective)
             .field("instances", &self.instances)
+            .field("protocol", &self.protocol)
             .field("ops", &self.trace.borrow().ops.len())
             .finish()
     }
@@ -70,7 +72,7 @@ impl Program {
     /// A new, empty program computing `collective`.
     pub fn new(name: impl Into<String>, collective: Collective) -> Self {
         let trace = RefCell::new(Trace::new(&collective));
-        Self { name: name.into(), collective, instances: 1, trace }
+        Self { name: name.into(), collective, instances: 1, protocol: Protocol::Simple, trace }
     }
 
     /// Replicates the program `instances` times when compiled: every chunk is split into
@@ -82,6 +84,19 @@ impl Program {
         }
         self.instances = instances;
         Ok(self)
+    }
+
+    /// Moves data across links with `protocol`. Under [`Protocol::Ll`] every remote copy or
+    /// reduce is staged in the receiver's scratch (packets never land in a user buffer) and
+    /// the receive polls the packets instead of a semaphore: the latency of small messages.
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// The protocol of its transfers.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     /// The program's name.

@@ -157,6 +157,7 @@ pub(super) fn emit(
         size_classes: collective.size_classes(),
         input_chunks: collective.input_chunks(),
         output_chunks: collective.output_chunks(),
+        protocol: program.protocol(),
         ranks: ranks_out,
     })
 }

@@ -85,8 +85,9 @@ fn buf(r: &ChunkRange) -> BufRef {
     BufRef::new(r.buffer, r.index, r.count)
 }
 
-/// Lowers every traced operation; see the [pass list](super) for the rules.
-pub(super) fn lower(trace: &Trace) -> Lowered {
+/// Lowers every traced operation; see the [pass list](super) for the rules. With
+/// `always_stage` (LL packets) every transfer is staged, even a copy into a fresh location.
+pub(super) fn lower(trace: &Trace, always_stage: bool) -> Lowered {
     let mut scratch: Vec<Vec<u32>> = (0..trace.nranks)
         .map(|r| {
             (0..trace.scratch_len(r))
@@ -117,7 +118,7 @@ pub(super) fn lower(trace: &Trace) -> Lowered {
         } else {
             let xfer = out.transfers.len();
             out.transfers.push(Transfer { from: src_rank, to: dst_rank, channel: op.hints.channel.unwrap_or(0) });
-            let direct = op.kind == TraceKind::Copy && op.dst_virgin;
+            let direct = op.kind == TraceKind::Copy && op.dst_virgin && !always_stage;
             let remote = if direct {
                 buf(&op.dst)
             } else {

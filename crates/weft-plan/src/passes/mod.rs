@@ -10,7 +10,8 @@
 //!    source rank and a `recv` on the destination rank. A copy into a location nothing touched
 //!    before is put there directly; anything else is put into a fresh staging chunk of the
 //!    receiver's scratch and landed by the receiver itself, in its own order, so no rank ever
-//!    writes memory another rank may still be using;
+//!    writes memory another rank may still be using. Under the LL protocol every transfer is
+//!    staged (packets land in scratch only);
 //! 4. **fuse**: a receive whose result is forwarded becomes `rcs` / `rrcs`, or `rrs` when the
 //!    reduced value is not used locally;
 //! 5. **schedule**: thread blocks own at most one inbound and one outbound link (one
@@ -35,7 +36,7 @@ mod verify;
 use thiserror::Error;
 
 use crate::dsl::{Buffer, DslError, Program};
-use crate::plan::{ExecutionPlan, LoadError};
+use crate::plan::{ExecutionPlan, LoadError, Protocol};
 
 pub use verify::{InPlace, VerifyError, verify, verify_in_place};
 
@@ -134,7 +135,7 @@ pub fn compile(program: &Program, options: &CompileOptions) -> Result<ExecutionP
     let instances = program.instances();
     let collective = program.collective().replicated(instances);
     let trace = replicate::replay(&trace, &collective, instances)?;
-    let lowered = lower::lower(&trace);
+    let lowered = lower::lower(&trace, program.protocol() == Protocol::Ll);
     // The priority order pipelines best, but it (and fusion, which moves a forwarding send up to
     // its receive) can order two transfers of one connection against what the receiver needs.
     // Program order without fusion never does (every dependency follows program order), so it

@@ -17,6 +17,10 @@
 //! each output chunk that overlaps an input chunk is the same cell, so a write of the output
 //! and a read of the input it overwrites are conflicting accesses that must be ordered, and a
 //! read ordered after the write sees the output value, which the postcondition then rejects.
+//!
+//! Under the LL protocol a receive learns of its data from the packets themselves, which
+//! publish nothing else: its wait orders only the read of the transfer's own chunk after the
+//! send that wrote it, and joins nothing of the sender's clock.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -24,7 +28,7 @@ use std::rc::Rc;
 use thiserror::Error;
 
 use crate::dsl::{Buffer, Collective, InputChunk};
-use crate::plan::{ExecutionPlan, Link, LoadError, Site};
+use crate::plan::{ExecutionPlan, Link, LoadError, Protocol, Site};
 
 use super::postcondition::describe;
 
@@ -241,8 +245,10 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
             None => (position, index as usize),
         }
     };
-    // (from, to, channel) -> clock of each signal, in order.
-    let mut signals: BTreeMap<(u32, u32, u32), Vec<Vec<u32>>> = BTreeMap::new();
+    let packets = plan.protocol == Protocol::Ll;
+    // (from, to, channel) -> clock of each signal and the operation that sent it, in order.
+    type Sent = (Vec<u32>, (usize, u32));
+    let mut signals: BTreeMap<(u32, u32, u32), Vec<Sent>> = BTreeMap::new();
     // (rank, barrier number) -> arrival clocks.
     let mut arrivals: BTreeMap<(u32, usize), Vec<Vec<u32>>> = BTreeMap::new();
 
@@ -257,10 +263,13 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                 let e = op.effects();
                 // Can it start?
                 let mut joins: Vec<Vec<u32>> = Vec::new();
+                // The send whose packets this operation reads (LL): that write alone is ordered.
+                let mut packet_send = None;
                 if let Some(l) = e.wait {
                     let k = tbs[g].waits.get(&l).copied().unwrap_or(0);
                     match signals.get(&(l.peer, rank, l.channel)).and_then(|s| s.get(k)) {
-                        Some(c) => joins.push(c.clone()),
+                        Some((_, sender)) if packets => packet_send = Some(*sender),
+                        Some((c, _)) => joins.push(c.clone()),
                         None => break,
                     }
                 }
@@ -301,7 +310,7 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                 }
                 let clock = tb.clock.clone();
                 let me = (g, pc as u32);
-                let ordered = |(h, s): (usize, u32)| h == g || clock[h] > s;
+                let ordered = |(h, s): (usize, u32)| h == g || clock[h] > s || packet_send == Some((h, s));
                 let site_of = |(h, s): (usize, u32)| Site { rank: tbs[h].rank, tb: tbs[h].id, op: s };
 
                 // Data phase.
@@ -369,7 +378,7 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                 tb.done.push(tb.clock.clone());
                 tb.pc += 1;
                 if let Some(l) = e.signal {
-                    signals.entry((rank, l.peer, l.channel)).or_default().push(tb.clock.clone());
+                    signals.entry((rank, l.peer, l.channel)).or_default().push((tb.clock.clone(), (g, pc as u32)));
                 }
                 progress = true;
             }

@@ -22,8 +22,14 @@ pub(super) fn render(plan: &ExecutionPlan) -> String {
     // Writing to a String cannot fail; the results are ignored deliberately.
     let _ = writeln!(
         out,
-        "plan {}: {}, {} ranks, {} size classes, input {} chunks, output {} chunks",
-        plan.name, collective, plan.nranks, plan.size_classes, plan.input_chunks, plan.output_chunks
+        "plan {}: {}, {} ranks, {} size classes, input {} chunks, output {} chunks{}",
+        plan.name,
+        collective,
+        plan.nranks,
+        plan.size_classes,
+        plan.input_chunks,
+        plan.output_chunks,
+        if plan.protocol.is_simple() { String::new() } else { format!(", {} protocol", plan.protocol.name()) }
     );
     for rank in &plan.ranks {
         let _ = writeln!(out, "rank {}: scratch {:?}", rank.rank, rank.scratch);

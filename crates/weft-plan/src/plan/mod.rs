@@ -2,7 +2,7 @@
 //! rank does, indexed in chunks so that one plan serves every message size.
 //!
 //! ```text
-//! ExecutionPlan { version, name, collective, nranks, size_classes, input_chunks, output_chunks }
+//! ExecutionPlan { version, name, collective, nranks, size_classes, input_chunks, output_chunks, protocol }
 //! └── ranks[r]: RankPlan { rank, scratch: [size class of each scratch chunk] }
 //!     └── threadblocks[t]: ThreadBlock { id }
 //!         └── ops: [Op]   (executed in order; see `Op` for the semantics)
@@ -15,12 +15,14 @@
 mod geometry;
 mod listing;
 mod op;
+mod packets;
 mod validate;
 
 use serde::{Deserialize, Serialize};
 
 pub use geometry::{Geometry, GeometryError};
 pub use op::{BufRef, Buffer, Effects, Link, Loc, Op};
+pub use packets::packet_input;
 pub use validate::{LoadError, Site, limits};
 
 /// The plan format version this crate reads and writes.
@@ -61,6 +63,38 @@ impl CollectiveKind {
     }
 }
 
+/// How data crosses a link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// Data is put, then the link's semaphore is signalled; the receiver waits on the
+    /// semaphore, then reads. One signal covers every earlier write of the sending thread block.
+    #[default]
+    Simple,
+    /// Low-latency packets (NCCL's and MSCCL++'s LL): every 8 bytes of data travel with a
+    /// 4-byte flag twice in one 16-byte store, so the receiver polls the data itself and no
+    /// semaphore is touched. A transfer's packets publish only their own data. Rules
+    /// ([`ExecutionPlan::validate`]): only `send`, `recv` and the fused receives cross a link;
+    /// every transfer lands in a scratch chunk that nothing else writes or reads, and the k-th
+    /// receive on a link reads exactly what the k-th send on it wrote.
+    Ll,
+}
+
+impl Protocol {
+    /// Whether this is [`Protocol::Simple`] (the format's default, left out of JSON).
+    pub fn is_simple(&self) -> bool {
+        *self == Protocol::Simple
+    }
+
+    /// Lower-case name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Protocol::Simple => "simple",
+            Protocol::Ll => "ll",
+        }
+    }
+}
+
 /// A complete execution plan for every rank.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -80,6 +114,9 @@ pub struct ExecutionPlan {
     pub input_chunks: u32,
     /// Chunks in each rank's output buffer (a multiple of `size_classes`).
     pub output_chunks: u32,
+    /// How transfers cross links (absent in JSON: [`Protocol::Simple`]).
+    #[serde(default, skip_serializing_if = "Protocol::is_simple")]
+    pub protocol: Protocol,
     /// One entry per rank, in rank order.
     pub ranks: Vec<RankPlan>,
 }

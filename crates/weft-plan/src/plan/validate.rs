@@ -250,6 +250,54 @@ pub enum LoadError {
         /// Waits issued.
         waits: usize,
     },
+    /// An operation a packet (LL) plan cannot run: a bare put, get, read-reduce, signal or wait.
+    #[error("{site}: `{op}` cannot run in an LL plan (only send, recv and the fused receives cross links)")]
+    PacketOp {
+        /// The operation.
+        site: Site,
+        /// Its name.
+        op: &'static str,
+    },
+    /// A packet transfer into a peer buffer other than scratch.
+    #[error("{site}: an LL transfer writes rank {peer} {target}; packets land in scratch only")]
+    PacketTarget {
+        /// The sending operation.
+        site: Site,
+        /// The receiving rank.
+        peer: u32,
+        /// Where it writes.
+        target: super::BufRef,
+    },
+    /// A scratch chunk that packets land in is written twice, or touched by a plain access.
+    #[error("rank {rank} scratch[{index}] holds packets ({first}) and is written or read again by {second}")]
+    PacketChunk {
+        /// Rank owning the chunk.
+        rank: u32,
+        /// The chunk.
+        index: u32,
+        /// The packet write.
+        first: Site,
+        /// The other access.
+        second: Site,
+    },
+    /// A receive on a link does not read what the matching send wrote.
+    #[error(
+        "LL connection rank {from} -> rank {to} channel {channel}: transfer {transfer} sends {sent} but the receive reads {received}"
+    )]
+    PacketPairing {
+        /// Sending rank.
+        from: u32,
+        /// Receiving rank.
+        to: u32,
+        /// Channel.
+        channel: u32,
+        /// Position of the transfer on the link.
+        transfer: usize,
+        /// Chunks sent.
+        sent: String,
+        /// Chunks the receive reads.
+        received: String,
+    },
 }
 
 fn limit(what: &'static str, value: u64, max: u64) -> Result<(), LoadError> {
@@ -269,7 +317,8 @@ impl ExecutionPlan {
     /// - `wait_tb` names an existing thread block and step;
     /// - every thread block of a rank executes the same number of barriers;
     /// - each (peer, channel, direction) of a rank belongs to one thread block;
-    /// - signals from `a` to `b` on a channel equal the waits of `b` on it.
+    /// - signals from `a` to `b` on a channel equal the waits of `b` on it;
+    /// - in a [`Protocol::Ll`](super::Protocol::Ll) plan, the packet rules (see that variant).
     ///
     /// It does not prove the plan deadlock-free, race-free or correct: the compiler's verifier
     /// does that for compiled plans.
@@ -312,7 +361,8 @@ impl ExecutionPlan {
                 }
             }
         }
-        self.validate_links()
+        self.validate_links()?;
+        self.validate_packets()
     }
 
     fn validate_op(&self, site: Site, op: &super::Op) -> Result<(), LoadError> {

@@ -2,6 +2,7 @@
 
 use super::{at_least_two, nodes};
 use crate::dsl::{Buffer, Chunk, Collective, DslError, Program};
+use crate::plan::Protocol;
 
 /// Ring AllReduce: `nranks` chunks; chunk `i` is reduced along the ring from rank `i + 1` to
 /// rank `i` (reduce-scatter), then forwarded around the ring (all-gather).
@@ -10,9 +11,24 @@ use crate::dsl::{Buffer, Chunk, Collective, DslError, Program};
 /// sum is stored and forwarded at once (`rrcs`); the all-gather puts straight into the peers'
 /// outputs and forwards them (`rcs`).
 pub fn ring_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> {
-    at_least_two("ring_allreduce", nranks)?;
+    ring_allreduce_with("ring_allreduce", nranks, instances, Protocol::Simple)
+}
+
+/// [`ring_allreduce`] moving LL packets: every transfer is staged in the receiver's scratch and
+/// polled there, with no semaphore round trip (small messages).
+pub fn ring_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslError> {
+    ring_allreduce_with("ring_allreduce_ll", nranks, instances, Protocol::Ll)
+}
+
+fn ring_allreduce_with(
+    name: &'static str,
+    nranks: u32,
+    instances: u32,
+    protocol: Protocol,
+) -> Result<Program, DslError> {
+    at_least_two(name, nranks)?;
     let n = nranks;
-    let p = Program::new("ring_allreduce", Collective::all_reduce(n, n)?).with_instances(instances)?;
+    let p = Program::new(name, Collective::all_reduce(n, n)?).with_instances(instances)?.with_protocol(protocol);
     for i in 0..n {
         let start = (i + 1) % n;
         let mut acc = p.chunk(start, Buffer::Input, i, 1)?;
@@ -31,9 +47,24 @@ pub fn ring_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> 
 /// All-pairs (two-phase) AllReduce: rank `q` gathers chunk `q` from every peer and reduces it,
 /// then puts the result into every peer's output.
 pub fn allpairs_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> {
-    at_least_two("allpairs_allreduce", nranks)?;
+    allpairs_allreduce_with("allpairs_allreduce", nranks, instances, Protocol::Simple)
+}
+
+/// [`allpairs_allreduce`] moving LL packets (the executor's counterpart of the native 2PA-LL
+/// kernel): both phases poll staged packets instead of semaphores.
+pub fn allpairs_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslError> {
+    allpairs_allreduce_with("allpairs_allreduce_ll", nranks, instances, Protocol::Ll)
+}
+
+fn allpairs_allreduce_with(
+    name: &'static str,
+    nranks: u32,
+    instances: u32,
+    protocol: Protocol,
+) -> Result<Program, DslError> {
+    at_least_two(name, nranks)?;
     let n = nranks;
-    let p = Program::new("allpairs_allreduce", Collective::all_reduce(n, n)?).with_instances(instances)?;
+    let p = Program::new(name, Collective::all_reduce(n, n)?).with_instances(instances)?.with_protocol(protocol);
     for q in 0..n {
         let own = p.chunk(q, Buffer::Input, q, 1)?;
         let mut acc: Option<Chunk<'_>> = None;

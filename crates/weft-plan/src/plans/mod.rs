@@ -9,6 +9,7 @@
 //! | --- | --- | --- |
 //! | [`ring_allreduce`] | AllReduce | `nranks >= 2` |
 //! | [`allpairs_allreduce`] | AllReduce | `nranks >= 2` |
+//! | [`ring_allreduce_ll`], [`allpairs_allreduce_ll`] | AllReduce, LL packets | `nranks >= 2` |
 //! | [`hierarchical_allreduce`] | AllReduce | `ranks_per_node` divides `nranks` |
 //! | [`ring_allgather`] | AllGather | `nranks >= 2` |
 //! | [`ring_reduce_scatter`] | ReduceScatter | `nranks >= 2` |
@@ -23,7 +24,9 @@ mod alltonext;
 mod broadcast;
 mod gather_scatter;
 
-pub use allreduce::{allpairs_allreduce, hierarchical_allreduce, ring_allreduce};
+pub use allreduce::{
+    allpairs_allreduce, allpairs_allreduce_ll, hierarchical_allreduce, ring_allreduce, ring_allreduce_ll,
+};
 pub use alltoall::two_step_alltoall;
 pub use alltonext::alltonext;
 pub use broadcast::direct_broadcast;

@@ -31,6 +31,8 @@ constexpr uint64_t EXEC_OUTPUT_STAGED = 2ull;  ///< ExecContext flag: the output
 constexpr uint64_t EXEC_ENTRY_FENCE = 4ull;  ///< ExecContext flag: every launch starts with a fence with every peer
 constexpr uint64_t EXEC_OUTPUT_DIRECT = 8ull;  ///< ExecContext flag: output chunks are the ranks' registered user outputs
 constexpr uint64_t EXEC_EXIT_FENCE = 16ull;  ///< ExecContext flag: every launch ends with a fence with every peer
+constexpr uint64_t EXEC_PACKETS = 32ull;  ///< ExecContext flag: links carry LL packets, no semaphores
+constexpr uint64_t EXEC_LOC_PACKETS = 1ull;  ///< ExecLoc flag: the chunks hold LL packets
 constexpr uint64_t EXEC_STEP_STRIDE = 65536ull;  ///< a step word is launch * EXEC_STEP_STRIDE + operations done
 
 ///  Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
@@ -291,7 +293,7 @@ struct alignas(4) ExecLoc {
   uint32_t count;  ///<  Chunks (at least 1).
   uint16_t peer;  ///<  Owner of the buffer: a peer rank, or EXEC_LOCAL.
   uint8_t buffer;  ///<  0 input, 1 output, 2 scratch.
-  uint8_t reserved;  ///<  Zero.
+  uint8_t flags;  ///<  EXEC_LOC_PACKETS or zero.
 };
 static_assert(sizeof(ExecLoc) == 12, "rust: sizeof(ExecLoc) == 12");
 static_assert(alignof(ExecLoc) == 4, "rust: alignof(ExecLoc) == 4");
@@ -299,7 +301,7 @@ static_assert(WEFT_OFFSETOF(ExecLoc, chunk) == 0, "rust: offsetof(ExecLoc, chunk
 static_assert(WEFT_OFFSETOF(ExecLoc, count) == 4, "rust: offsetof(ExecLoc, count) == 4");
 static_assert(WEFT_OFFSETOF(ExecLoc, peer) == 8, "rust: offsetof(ExecLoc, peer) == 8");
 static_assert(WEFT_OFFSETOF(ExecLoc, buffer) == 10, "rust: offsetof(ExecLoc, buffer) == 10");
-static_assert(WEFT_OFFSETOF(ExecLoc, reserved) == 11, "rust: offsetof(ExecLoc, reserved) == 11");
+static_assert(WEFT_OFFSETOF(ExecLoc, flags) == 11, "rust: offsetof(ExecLoc, flags) == 11");
 
 ///  One operation of a thread block: wait (flags), fold `inputs[0..n_inputs]` with the
 struct alignas(4) ExecOp {
@@ -358,6 +360,7 @@ struct alignas(8) ExecContext {
   uint64_t output;  ///<  The call's output buffer (device address).
   uint64_t unit;  ///<  Elements of one input block for this call (weft-exec's `Sizing::unit`).
   uint64_t output_flip;  ///<  Bytes between the two halves of every rank's output stage: launch `n` assembles its output in half `n % 2`, so a peer's next launch may write while this rank still copies out (0: one half; the entry fence orders launches instead).
+  uint64_t scratch_flip;  ///<  Bytes between the two halves of every rank's scratch under EXEC_PACKETS: launch `n` uses half `n % 2`, so a peer's next launch may send while this rank still reads (0 otherwise).
   WaitContext wait;  ///<  Bound and error record of waits inside this rank (barriers, thread-block steps).
   uint32_t rank;  ///<  This rank.
   uint32_t ranks;  ///<  Ranks of the plan.
@@ -366,13 +369,13 @@ struct alignas(8) ExecContext {
   uint32_t size_classes;  ///<  Size classes of the plan's chunks.
   uint32_t input_chunks;  ///<  Chunks of the input buffer.
   uint32_t output_chunks;  ///<  Chunks of the output buffer.
-  uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE.
+  uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE | EXEC_PACKETS.
   uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
   uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
   uint32_t reserved;  ///<  Zero.
 };
-static_assert(sizeof(ExecContext) == 160, "rust: sizeof(ExecContext) == 160");
+static_assert(sizeof(ExecContext) == 168, "rust: sizeof(ExecContext) == 168");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
 static_assert(WEFT_OFFSETOF(ExecContext, tb_starts) == 8, "rust: offsetof(ExecContext, tb_starts) == 8");
@@ -385,18 +388,19 @@ static_assert(WEFT_OFFSETOF(ExecContext, input) == 56, "rust: offsetof(ExecConte
 static_assert(WEFT_OFFSETOF(ExecContext, output) == 64, "rust: offsetof(ExecContext, output) == 64");
 static_assert(WEFT_OFFSETOF(ExecContext, unit) == 72, "rust: offsetof(ExecContext, unit) == 72");
 static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 80, "rust: offsetof(ExecContext, output_flip) == 80");
-static_assert(WEFT_OFFSETOF(ExecContext, wait) == 88, "rust: offsetof(ExecContext, wait) == 88");
-static_assert(WEFT_OFFSETOF(ExecContext, rank) == 112, "rust: offsetof(ExecContext, rank) == 112");
-static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 116, "rust: offsetof(ExecContext, ranks) == 116");
-static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 120, "rust: offsetof(ExecContext, threadblocks) == 120");
-static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 124, "rust: offsetof(ExecContext, link_stride) == 124");
-static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 128, "rust: offsetof(ExecContext, size_classes) == 128");
-static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 132, "rust: offsetof(ExecContext, input_chunks) == 132");
-static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 136, "rust: offsetof(ExecContext, output_chunks) == 136");
-static_assert(WEFT_OFFSETOF(ExecContext, flags) == 140, "rust: offsetof(ExecContext, flags) == 140");
-static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 144, "rust: offsetof(ExecContext, plan_barriers) == 144");
-static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 148, "rust: offsetof(ExecContext, peer_mask) == 148");
-static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 152, "rust: offsetof(ExecContext, replicas) == 152");
-static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 156, "rust: offsetof(ExecContext, reserved) == 156");
+static_assert(WEFT_OFFSETOF(ExecContext, scratch_flip) == 88, "rust: offsetof(ExecContext, scratch_flip) == 88");
+static_assert(WEFT_OFFSETOF(ExecContext, wait) == 96, "rust: offsetof(ExecContext, wait) == 96");
+static_assert(WEFT_OFFSETOF(ExecContext, rank) == 120, "rust: offsetof(ExecContext, rank) == 120");
+static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 124, "rust: offsetof(ExecContext, ranks) == 124");
+static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 128, "rust: offsetof(ExecContext, threadblocks) == 128");
+static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 132, "rust: offsetof(ExecContext, link_stride) == 132");
+static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 136, "rust: offsetof(ExecContext, size_classes) == 136");
+static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 140, "rust: offsetof(ExecContext, input_chunks) == 140");
+static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 144, "rust: offsetof(ExecContext, output_chunks) == 144");
+static_assert(WEFT_OFFSETOF(ExecContext, flags) == 148, "rust: offsetof(ExecContext, flags) == 148");
+static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 152, "rust: offsetof(ExecContext, plan_barriers) == 152");
+static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 156, "rust: offsetof(ExecContext, peer_mask) == 156");
+static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 160, "rust: offsetof(ExecContext, replicas) == 160");
+static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 164, "rust: offsetof(ExecContext, reserved) == 164");
 
 }  // namespace weft
