@@ -225,14 +225,7 @@ __device__ __forceinline__ bool poll16(const char* p, uint32_t flag, const WaitC
   const Ll16Packet* packets = reinterpret_cast<const Ll16Packet*>(p);
   for (int half = 0; half < 2; ++half) {
     uint32_t d[2];
-    uint32_t seen = 0;
-    Spin spin;
-    while (!Ll16::try_read(packets + half, flag, d, seen)) {
-      if (spin.expired(ctx)) {
-        report_timeout(ctx, Ll16::kReadOp, flag, seen);
-        return false;
-      }
-    }
+    if (!poll_packet<Ll16>(packets + half, flag, d, ctx)) return false;
     w[2 * half] = d[0], w[2 * half + 1] = d[1];
   }
   return true;

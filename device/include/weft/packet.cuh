@@ -93,6 +93,22 @@ __device__ __forceinline__ void write_packets(typename P::Packet* dst, const cha
   }
 }
 
+/// Polls the packet at `p` until it carries `flag`, its payload into `w`. Called by: one thread.
+/// Bounded: false after the context's timeout (recorded), or once another thread has failed.
+template <typename P>
+__device__ __forceinline__ bool poll_packet(const typename P::Packet* p, uint32_t flag,
+                                            uint32_t (&w)[P::kPayloadBytes / 4], const WaitContext& ctx) {
+  uint32_t seen = 0;
+  Spin spin;
+  while (!P::try_read(p, flag, w, seen)) {
+    if (spin.expired(ctx)) {
+      report_timeout(ctx, P::kReadOp, flag, seen);
+      return false;
+    }
+  }
+  return true;
+}
+
 /// Waits for packets carrying `flag` at `src` and writes their payload (exactly `bytes`) to
 /// `dst`. Called by: a group of `nthreads` threads. Bounded: false after the context's timeout
 /// (every thread returns false once any thread has failed).
@@ -103,14 +119,7 @@ __device__ __forceinline__ bool read_packets(char* dst, const typename P::Packet
   const uint64_t count = packet_count<P>(bytes);
   for (uint64_t i = tid; i < count; i += nthreads) {
     uint32_t w[N];
-    uint32_t seen = 0;
-    Spin spin;
-    while (!P::try_read(src + i, flag, w, seen)) {
-      if (spin.expired(ctx)) {
-        report_timeout(ctx, P::kReadOp, flag, seen);
-        return false;
-      }
-    }
+    if (!poll_packet<P>(src + i, flag, w, ctx)) return false;
     const uint64_t at = i * P::kPayloadBytes;
     const uint32_t valid = static_cast<uint32_t>(bytes - at < P::kPayloadBytes ? bytes - at : P::kPayloadBytes);
     detail::store_words<N>(dst + at, valid, w);

@@ -20,15 +20,19 @@ pub fn ring_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslErro
     ring_allreduce_with("ring_allreduce_ll", nranks, instances, Protocol::Ll)
 }
 
-fn ring_allreduce_with(
+/// An empty all-reduce program over `nranks` chunks (at least two ranks).
+fn all_reduce_program(
     name: &'static str,
     nranks: u32,
     instances: u32,
     protocol: Protocol,
 ) -> Result<Program, DslError> {
     at_least_two(name, nranks)?;
-    let n = nranks;
-    let p = Program::new(name, Collective::all_reduce(n, n)?).with_instances(instances)?.with_protocol(protocol);
+    Ok(Program::new(name, Collective::all_reduce(nranks, nranks)?).with_instances(instances)?.with_protocol(protocol))
+}
+
+fn ring_allreduce_with(name: &'static str, n: u32, instances: u32, protocol: Protocol) -> Result<Program, DslError> {
+    let p = all_reduce_program(name, n, instances, protocol)?;
     for i in 0..n {
         let start = (i + 1) % n;
         let mut acc = p.chunk(start, Buffer::Input, i, 1)?;
@@ -58,13 +62,11 @@ pub fn allpairs_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, Dsl
 
 fn allpairs_allreduce_with(
     name: &'static str,
-    nranks: u32,
+    n: u32,
     instances: u32,
     protocol: Protocol,
 ) -> Result<Program, DslError> {
-    at_least_two(name, nranks)?;
-    let n = nranks;
-    let p = Program::new(name, Collective::all_reduce(n, n)?).with_instances(instances)?.with_protocol(protocol);
+    let p = all_reduce_program(name, n, instances, protocol)?;
     for q in 0..n {
         let own = p.chunk(q, Buffer::Input, q, 1)?;
         let mut acc: Option<Chunk<'_>> = None;
