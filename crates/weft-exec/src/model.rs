@@ -465,6 +465,8 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
         ];
         out.extend(programs.into_iter().map(|p| p.unwrap().compile().unwrap()));
     }
+    // A pipelined loop: tiles share their thread blocks and channels.
+    out.push(ring_allreduce(ranks, 2).and_then(|p| p.with_pipeline(3)).unwrap().compile().unwrap());
     out
 }
 

@@ -119,3 +119,69 @@ fn unfused_plans_are_correct() {
         }
     }
 }
+
+/// Pipelined loops: every shipped plan split into tiles computes its collective, keeps the
+/// unpipelined plan's thread blocks and channels (tiles share them), and a thread block starts
+/// a later tile before it finishes the first one (the tiles overlap).
+#[test]
+fn pipelined_plans_are_correct_share_their_connections_and_overlap_tiles() {
+    for n in [2u32, 3, 4] {
+        let half = if n % 2 == 0 { n / 2 } else { 1 };
+        let programs: Vec<(Box<dyn Fn() -> weft_plan::Program>, Coll)> = vec![
+            (Box::new(move || plans::ring_allreduce(n, 2).unwrap()), Coll::AllReduce),
+            (Box::new(move || plans::ring_allreduce_ll(n, 1).unwrap()), Coll::AllReduce),
+            (Box::new(move || plans::allpairs_allreduce(n, 1).unwrap()), Coll::AllReduce),
+            (Box::new(move || plans::hierarchical_allreduce(n, half, 1).unwrap()), Coll::AllReduce),
+            (Box::new(move || plans::ring_allgather(n, 1).unwrap()), Coll::AllGather),
+            (Box::new(move || plans::ring_reduce_scatter(n, 2).unwrap()), Coll::ReduceScatter),
+            (Box::new(move || plans::two_step_alltoall(n, half, 1).unwrap()), Coll::AllToAll),
+            (Box::new(move || plans::direct_broadcast(n, n - 1, 1).unwrap()), Coll::Broadcast(n as usize - 1)),
+        ];
+        for (build, coll) in programs {
+            let flat = build().compile().unwrap();
+            for tiles in [2u32, 3] {
+                let plan = build().with_pipeline(tiles).unwrap().compile().unwrap();
+                for m in [0usize, 1, 7, 40] {
+                    check(&plan, coll, m, u64::from(n) * 31 + m as u64, ReduceOp::Sum)
+                        .unwrap_or_else(|e| panic!("{} n={n} tiles={tiles} m={m}: {e}", plan.name));
+                }
+                assert_eq!(plan.size_classes, flat.size_classes * tiles, "{}", plan.name);
+                for (p, f) in plan.ranks.iter().zip(&flat.ranks) {
+                    assert_eq!(p.threadblocks.len(), f.threadblocks.len(), "{} rank {}", plan.name, p.rank);
+                    let links = |r: &weft_plan::plan::RankPlan| {
+                        let mut l: Vec<_> = r
+                            .threadblocks
+                            .iter()
+                            .flat_map(|t| &t.ops)
+                            .flat_map(|o| {
+                                let e = o.effects();
+                                e.wait.into_iter().chain(e.signal)
+                            })
+                            .collect();
+                        l.sort();
+                        l.dedup();
+                        l
+                    };
+                    assert_eq!(links(p), links(f), "{} rank {}", plan.name, p.rank);
+                }
+            }
+        }
+    }
+    // Ring all-gather at 4 ranks, 2 tiles: some thread block forwards tile 1 before tile 0's
+    // last hop (the chunk's class tells the tile: class 2c + k is tile k of class c).
+    let plan = plans::ring_allgather(4, 1).unwrap().with_pipeline(2).unwrap().compile().unwrap();
+    let tile = |o: &weft_plan::plan::Op| {
+        let e = o.effects();
+        e.outputs.first().map(|l| plan.class_of(l.peer.unwrap_or(0), l.buf.buffer, l.buf.index).unwrap_or(0) % 2)
+    };
+    let overlaps = plan.ranks.iter().flat_map(|r| &r.threadblocks).any(|t| {
+        let tiles: Vec<u32> = t.ops.iter().filter_map(|o| tile(o)).collect();
+        let first_one = tiles.iter().position(|&k| k == 1);
+        let last_zero = tiles.iter().rposition(|&k| k == 0);
+        matches!((first_one, last_zero), (Some(a), Some(b)) if a < b)
+    });
+    assert!(overlaps, "{}", plan.listing());
+    // Tiles times instances is bounded.
+    assert!(plans::ring_allreduce(2, 16).unwrap().with_pipeline(5).is_err());
+    assert!(plans::ring_allreduce(2, 1).unwrap().with_pipeline(0).is_err());
+}

@@ -192,9 +192,10 @@ impl Sweep {
 
 #[derive(Subcommand, Debug)]
 enum PlanAction {
-    /// Compile a shipped algorithm (ring-allreduce, allpairs-allreduce, hierarchical-allreduce,
-    /// ring-allgather, ring-reduce-scatter, allpairs-reduce-scatter, two-step-alltoall,
-    /// alltonext, direct-broadcast) into a JSON execution plan.
+    /// Compile a shipped algorithm (ring-allreduce, allpairs-allreduce, ring-allreduce-ll,
+    /// allpairs-allreduce-ll, hierarchical-allreduce, ring-allgather, ring-reduce-scatter,
+    /// allpairs-reduce-scatter, two-step-alltoall, alltonext, direct-broadcast) into a JSON
+    /// execution plan.
     Compile {
         /// Algorithm name.
         algorithm: String,
@@ -207,6 +208,9 @@ enum PlanAction {
         /// Instances (parallel copies of every chunk's path).
         #[arg(long, default_value_t = 1)]
         instances: u32,
+        /// Tiles of a pipelined loop (each instance's part moved in this many steps).
+        #[arg(long, default_value_t = 1)]
+        tiles: u32,
         /// Root (broadcast).
         #[arg(long, default_value_t = 0)]
         root: u32,
@@ -271,8 +275,10 @@ fn main() -> ExitCode {
 fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
     use weft::plan_cmd;
     match action {
-        PlanAction::Compile { algorithm, ranks, ranks_per_node, instances, root, out } => {
-            plan_cmd::compile(&plan_cmd::program(&algorithm, ranks, ranks_per_node, instances, root)?, out.as_deref())?
+        PlanAction::Compile { algorithm, ranks, ranks_per_node, instances, tiles, root, out } => {
+            let program =
+                plan_cmd::program(&algorithm, ranks, ranks_per_node, instances, root)?.with_pipeline(tiles)?;
+            plan_cmd::compile(&program, out.as_deref())?
         }
         PlanAction::Verify { plan } => plan_cmd::verify(&plan)?,
         PlanAction::Show { plan } => plan_cmd::show(&plan)?,

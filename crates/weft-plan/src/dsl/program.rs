@@ -49,6 +49,7 @@ pub struct Program {
     name: String,
     collective: Collective,
     instances: u32,
+    tiles: u32,
     protocol: Protocol,
     trace: RefCell<Trace>,
 }
@@ -59,6 +60,7 @@ impl fmt::Debug for Program {
             .field("name", &self.name)
             .field("collective", &self.collective)
             .field("instances", &self.instances)
+            .field("tiles", &self.tiles)
             .field("protocol", &self.protocol)
             .field("ops", &self.trace.borrow().ops.len())
             .finish()
@@ -72,18 +74,41 @@ impl Program {
     /// A new, empty program computing `collective`.
     pub fn new(name: impl Into<String>, collective: Collective) -> Self {
         let trace = RefCell::new(Trace::new(&collective));
-        Self { name: name.into(), collective, instances: 1, protocol: Protocol::Simple, trace }
+        Self { name: name.into(), collective, instances: 1, tiles: 1, protocol: Protocol::Simple, trace }
     }
 
     /// Replicates the program `instances` times when compiled: every chunk is split into
     /// `instances` sub-chunks and each instance runs on its own channels and thread blocks
     /// (MSCCLang's `parallelize`, MSCCL++'s `instances`).
     pub fn with_instances(mut self, instances: u32) -> Result<Self, DslError> {
-        if instances == 0 || instances > Self::MAX_INSTANCES {
-            return Err(DslError::BadSetting { what: "instances", value: instances, max: Self::MAX_INSTANCES });
+        let max = Self::MAX_INSTANCES.min(Self::MAX_SPLIT / self.tiles);
+        if instances == 0 || instances > max {
+            return Err(DslError::BadSetting { what: "instances", value: instances, max });
         }
         self.instances = instances;
         Ok(self)
+    }
+
+    /// Most sub-chunks (instances times tiles) a chunk may be split into.
+    pub const MAX_SPLIT: u32 = 64;
+
+    /// Pipelines the program when compiled (MSCCL++'s pipelined loops): every instance's part
+    /// of a chunk is split into `tiles` consecutive tiles that the same thread blocks and
+    /// channels move one after another, so a tile's next hop overlaps the next tile's transfer
+    /// (a ring's latency becomes `tiles + hops - 1` tile steps instead of `hops` whole-chunk
+    /// steps). Instances times tiles is at most [`Program::MAX_SPLIT`].
+    pub fn with_pipeline(mut self, tiles: u32) -> Result<Self, DslError> {
+        let max = Self::MAX_SPLIT / self.instances;
+        if tiles == 0 || tiles > max {
+            return Err(DslError::BadSetting { what: "pipeline tiles", value: tiles, max });
+        }
+        self.tiles = tiles;
+        Ok(self)
+    }
+
+    /// Tiles of the pipelined loop (1: not pipelined).
+    pub fn tiles(&self) -> u32 {
+        self.tiles
     }
 
     /// Moves data across links with `protocol`. Under [`Protocol::Ll`] every remote copy or

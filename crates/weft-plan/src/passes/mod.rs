@@ -5,7 +5,9 @@
 //! 1. **postcondition**: the traced program computes its collective, else
 //!    an error naming the first wrong rank, buffer and index;
 //! 2. **replicate**: with `instances > 1`, every chunk is split into sub-chunks and the trace
-//!    replayed once per instance, on disjoint channels and thread block hints;
+//!    replayed once per instance, on disjoint channels and thread block hints; with
+//!    `tiles > 1` (a pipelined loop), each instance's part is split again into tiles that
+//!    share its channels and thread blocks;
 //! 3. **lower** (chunk DAG → instruction DAG): a remote copy or reduce becomes a `send` on the
 //!    source rank and a `recv` on the destination rank. A copy into a location nothing touched
 //!    before is put there directly; anything else is put into a fresh staging chunk of the
@@ -132,9 +134,9 @@ pub fn compile(program: &Program, options: &CompileOptions) -> Result<ExecutionP
     trace.finish();
     postcondition::check(&trace, program.collective())?;
 
-    let instances = program.instances();
-    let collective = program.collective().replicated(instances);
-    let trace = replicate::replay(&trace, &collective, instances)?;
+    let (instances, tiles) = (program.instances(), program.tiles());
+    let collective = program.collective().replicated(instances * tiles);
+    let trace = replicate::replay(&trace, &collective, instances, tiles)?;
     let lowered = lower::lower(&trace, program.protocol() == Protocol::Ll);
     // The priority order pipelines best, but it (and fusion, which moves a forwarding send up to
     // its receive) can order two transfers of one connection against what the receiver needs.
