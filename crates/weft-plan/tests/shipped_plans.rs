@@ -175,7 +175,7 @@ fn pipelined_plans_are_correct_share_their_connections_and_overlap_tiles() {
         e.outputs.first().map(|l| plan.class_of(l.peer.unwrap_or(0), l.buf.buffer, l.buf.index).unwrap_or(0) % 2)
     };
     let overlaps = plan.ranks.iter().flat_map(|r| &r.threadblocks).any(|t| {
-        let tiles: Vec<u32> = t.ops.iter().filter_map(|o| tile(o)).collect();
+        let tiles: Vec<u32> = t.ops.iter().filter_map(&tile).collect();
         let first_one = tiles.iter().position(|&k| k == 1);
         let last_zero = tiles.iter().rposition(|&k| k == 0);
         matches!((first_one, last_zero), (Some(a), Some(b)) if a < b)
