@@ -4,7 +4,9 @@
 //!
 //! - [`dsl`]: a chunk-level Rust DSL traced into a chunk DAG (MSCCLang's model: `chunk`, `copy`,
 //!   `reduce`, pre/postconditions, only-the-latest-version freshness rule), with channel and
-//!   thread block hints and instance replication;
+//!   thread block hints, instance replication and pipelined loops; and a channel-level
+//!   builder (MSCCL++'s level: put, put_packets, get, read-reduce, signal/wait per memory
+//!   channel, semaphores between thread blocks) whose programs the verifier checks as written;
 //! - [`passes`]: the compiler (postcondition check, replication, lowering to send/receive pairs,
 //!   fusion into `rcs`/`rrcs`/`rrs`, thread block and channel scheduling, sync insertion) and a
 //!   verifier that executes the emitted plan symbolically (deadlock, races, postcondition);
@@ -44,7 +46,7 @@ pub mod passes;
 pub mod plan;
 pub mod plans;
 
-pub use dsl::{Buffer, Chunk, Collective, DslError, Program};
+pub use dsl::{Buffer, ChannelProgram, Chunk, Collective, DslError, Program};
 pub use interp::{InterpretError, RankBuffers, ReduceOp, interpret};
 pub use passes::{CompileError, CompileOptions, compile};
 pub use plan::{ExecutionPlan, LoadError};

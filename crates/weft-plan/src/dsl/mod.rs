@@ -1,4 +1,6 @@
-//! The algorithm DSL: a chunk-level builder traced into a chunk DAG, as in MSCCLang.
+//! The algorithm DSL: a chunk-level builder traced into a chunk DAG, as in MSCCLang, and a
+//! channel-level builder ([`ChannelProgram`], MSCCL++'s level) whose thread blocks are written
+//! operation by operation and verified, not derived.
 //!
 //! A [`Program`] is created for a [`Collective`]. Every rank has three buffers
 //! ([`Buffer::Input`], [`Buffer::Output`], [`Buffer::Scratch`]) divided into chunks.
@@ -30,6 +32,7 @@
 //! # }
 //! ```
 
+mod channels;
 mod collective;
 mod program;
 pub(crate) mod trace;
@@ -37,6 +40,7 @@ pub(crate) mod trace;
 use thiserror::Error;
 
 pub use crate::plan::Buffer;
+pub use channels::{ChannelProgram, MemoryChannel, ThreadBlockOps};
 pub use collective::{Collective, InputChunk, Postcondition};
 pub use program::{Chunk, Hints, Program};
 

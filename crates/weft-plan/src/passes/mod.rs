@@ -116,6 +116,9 @@ pub enum CompileError {
     /// Replaying the program failed (a compiler bug).
     #[error("internal compiler error while replicating: {0}")]
     Replay(DslError),
+    /// A channel-level program misused an operation (see [`crate::dsl::ChannelProgram`]).
+    #[error("invalid channel program: {0}")]
+    Program(DslError),
     /// The emitted plan is invalid (a compiler bug).
     #[error("internal compiler error: emitted plan is invalid: {0}")]
     Invalid(LoadError),

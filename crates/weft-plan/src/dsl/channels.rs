@@ -1,0 +1,270 @@
+//! The channel-level DSL (MSCCL++'s level): the program says what every thread block of every
+//! rank does, operation by operation, over memory channels, and the compiler checks it instead
+//! of deriving it. Nothing is scheduled, fused or inserted: the plan is the program, and
+//! [`ChannelProgram::compile`] validates it ([`ExecutionPlan::validate`]) and verifies it
+//! ([`verify`](crate::passes::verify)): no deadlock, no race, the collective's postcondition.
+//! As for every plan, the end of a launch orders every write before it (the executor fences at
+//! exit, unless every write into a peer is signalled and awaited), so a last `put` needs no
+//! signal of its own.
+//!
+//! ```
+//! use weft_plan::dsl::{Buffer, ChannelProgram, Collective};
+//! use weft_plan::plan::BufRef;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Two ranks exchange their input: an all-gather, one thread block each.
+//! let mut p = ChannelProgram::new("exchange", Collective::all_gather(2, 1)?);
+//! for r in 0..2u32 {
+//!     let peer = 1 - r;
+//!     let ch = p.memory_channel(r, peer, 0)?;
+//!     let input = BufRef::new(Buffer::Input, 0, 1);
+//!     let mine = BufRef::new(Buffer::Output, r, 1);
+//!     let mut tb = p.threadblock(r, 0)?;
+//!     tb.copy(input, mine);
+//!     tb.put_with_signal(&ch, input, mine); // into the peer's output[r]
+//!     tb.wait(&ch); // the peer's put into this rank's output[peer] has landed
+//! }
+//! let plan = p.compile()?;
+//! assert_eq!(plan.op_count(), 6);
+//! # Ok(())
+//! # }
+//! ```
+
+use super::{Collective, DslError};
+use crate::passes::{CompileError, verify};
+use crate::plan::{BufRef, ExecutionPlan, Link, Op, PLAN_VERSION, Protocol, RankPlan, ThreadBlock};
+
+/// A memory channel of one rank to a peer: the link (`peer`, `channel`) seen from `rank`.
+/// Signals and waits on it pair with the peer's channel to `rank` of the same number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryChannel {
+    rank: u32,
+    link: Link,
+}
+
+impl MemoryChannel {
+    /// The rank owning this end.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The link: peer and channel number.
+    pub fn link(&self) -> Link {
+        self.link
+    }
+}
+
+/// A program written thread block by thread block. See the [module documentation](self).
+#[derive(Debug)]
+pub struct ChannelProgram {
+    name: String,
+    collective: Collective,
+    protocol: Protocol,
+    ranks: Vec<RankPlan>,
+    /// The first misuse an operation made (reported by `compile`).
+    misuse: Option<DslError>,
+}
+
+impl ChannelProgram {
+    /// An empty program computing `collective`: every rank has no scratch and no thread block.
+    pub fn new(name: impl Into<String>, collective: Collective) -> Self {
+        let ranks = (0..collective.nranks())
+            .map(|rank| RankPlan { rank, scratch: Vec::new(), threadblocks: Vec::new() })
+            .collect();
+        Self { name: name.into(), collective, protocol: Protocol::Simple, ranks, misuse: None }
+    }
+
+    /// Moves data across links with `protocol`: under [`Protocol::Ll`] a `put_with_signal` is a
+    /// packet transfer into the peer's scratch and the receive that follows polls it
+    /// ([`ThreadBlockOps::recv`], [`ThreadBlockOps::recv_reduce`]).
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    fn rank_plan(&mut self, rank: u32) -> Result<&mut RankPlan, DslError> {
+        let nranks = self.collective.nranks();
+        self.ranks.get_mut(rank as usize).ok_or(DslError::RankOutOfRange { rank, nranks })
+    }
+
+    /// Appends scratch chunks of the given size classes to `rank`'s scratch; returns them as
+    /// one reference.
+    pub fn scratch(&mut self, rank: u32, classes: &[u32]) -> Result<BufRef, DslError> {
+        let max = self.collective.size_classes();
+        if let Some(&class) = classes.iter().find(|&&c| c >= max) {
+            return Err(DslError::BadSetting { what: "scratch size class", value: class, max: max - 1 });
+        }
+        if classes.is_empty() {
+            return Err(DslError::EmptyChunk);
+        }
+        let scratch = &mut self.rank_plan(rank)?.scratch;
+        let index = scratch.len() as u32;
+        scratch.extend_from_slice(classes);
+        Ok(BufRef::new(crate::plan::Buffer::Scratch, index, classes.len() as u32))
+    }
+
+    /// `rank`'s memory channel number `channel` to `peer`.
+    pub fn memory_channel(&self, rank: u32, peer: u32, channel: u32) -> Result<MemoryChannel, DslError> {
+        let nranks = self.collective.nranks();
+        for r in [rank, peer] {
+            if r >= nranks {
+                return Err(DslError::RankOutOfRange { rank: r, nranks });
+            }
+        }
+        if peer == rank {
+            return Err(DslError::Constraint { algorithm: "memory_channel", reason: format!("rank {rank} to itself") });
+        }
+        Ok(MemoryChannel { rank, link: Link::new(peer, channel) })
+    }
+
+    /// Thread block `tb` of `rank` (created, with the ones before it, on first use), to append
+    /// operations to.
+    pub fn threadblock(&mut self, rank: u32, tb: u32) -> Result<ThreadBlockOps<'_>, DslError> {
+        let max = crate::plan::limits::MAX_THREADBLOCKS as u32;
+        if tb >= max {
+            return Err(DslError::BadSetting { what: "thread block", value: tb, max: max - 1 });
+        }
+        self.rank_plan(rank)?;
+        let (protocol, misuse) = (self.protocol, &mut self.misuse);
+        let plan = &mut self.ranks[rank as usize];
+        while plan.threadblocks.len() <= tb as usize {
+            let id = plan.threadblocks.len() as u32;
+            plan.threadblocks.push(ThreadBlock { id, ops: Vec::new() });
+        }
+        Ok(ThreadBlockOps { rank, protocol, block: &mut plan.threadblocks[tb as usize], misuse })
+    }
+
+    /// The program as a plan, validated and verified (see the module documentation).
+    pub fn compile(&self) -> Result<ExecutionPlan, CompileError> {
+        if let Some(e) = &self.misuse {
+            return Err(CompileError::Program(e.clone()));
+        }
+        let plan = ExecutionPlan {
+            version: PLAN_VERSION,
+            name: self.name.clone(),
+            collective: self.collective.kind(),
+            nranks: self.collective.nranks(),
+            size_classes: self.collective.size_classes(),
+            input_chunks: self.collective.input_chunks(),
+            output_chunks: self.collective.output_chunks(),
+            protocol: self.protocol,
+            ranks: self.ranks.clone(),
+        };
+        verify(&plan, &self.collective)?;
+        Ok(plan)
+    }
+}
+
+/// Appends operations to one thread block (program order). A misuse (a channel of another
+/// rank, packets without the LL protocol) is reported by [`ChannelProgram::compile`].
+#[derive(Debug)]
+pub struct ThreadBlockOps<'p> {
+    rank: u32,
+    protocol: Protocol,
+    block: &'p mut ThreadBlock,
+    misuse: &'p mut Option<DslError>,
+}
+
+impl ThreadBlockOps<'_> {
+    fn push(&mut self, op: Op) -> &mut Self {
+        self.block.ops.push(op);
+        self
+    }
+
+    fn misused(&mut self, reason: String) {
+        self.misuse.get_or_insert(DslError::Constraint { algorithm: "channel program", reason });
+    }
+
+    fn on(&mut self, ch: &MemoryChannel) -> Link {
+        if ch.rank != self.rank {
+            let reason = format!("rank {}'s channel to rank {} used on rank {}", ch.rank, ch.link.peer, self.rank);
+            self.misused(reason);
+        }
+        ch.link
+    }
+
+    /// Index the next operation will have (for [`Self::wait_tb`] in another thread block).
+    pub fn next_step(&self) -> u32 {
+        self.block.ops.len() as u32
+    }
+
+    /// `dst := src`, local.
+    pub fn copy(&mut self, src: BufRef, dst: BufRef) -> &mut Self {
+        self.push(Op::Copy { src, dst })
+    }
+
+    /// `dst := srcs[0] ⊕ srcs[1] ⊕ …`, local.
+    pub fn reduce(&mut self, srcs: Vec<BufRef>, dst: BufRef) -> &mut Self {
+        self.push(Op::Reduce { srcs, dst })
+    }
+
+    /// Writes local `src` into the peer's `dst`, without a signal (MemoryChannel `put`).
+    pub fn put(&mut self, ch: &MemoryChannel, src: BufRef, dst: BufRef) -> &mut Self {
+        let to = self.on(ch);
+        self.push(Op::Put { src, dst, to })
+    }
+
+    /// `put` then `signal`: the peer's next `wait` on this channel sees the data (under LL, a
+    /// packet transfer: `dst` must be the peer's scratch).
+    pub fn put_with_signal(&mut self, ch: &MemoryChannel, src: BufRef, dst: BufRef) -> &mut Self {
+        let to = self.on(ch);
+        self.push(Op::Send { src, dst, to })
+    }
+
+    /// Writes local `src` as LL packets into the peer's scratch `dst`, which the peer's next
+    /// receive on this channel polls (MemoryChannel `put_packets`; needs [`Protocol::Ll`]).
+    pub fn put_packets(&mut self, ch: &MemoryChannel, src: BufRef, dst: BufRef) -> &mut Self {
+        if self.protocol != Protocol::Ll {
+            self.misused(format!("put_packets on rank {} needs the LL protocol", self.rank));
+        }
+        self.put_with_signal(ch, src, dst)
+    }
+
+    /// Reads the peer's `src` into local `dst` (MemoryChannel `get`).
+    pub fn get(&mut self, ch: &MemoryChannel, src: BufRef, dst: BufRef) -> &mut Self {
+        let from = self.on(ch);
+        self.push(Op::Get { src, dst, from })
+    }
+
+    /// `dst := local ⊕ the peer's remote` (MemoryChannel read-reduce).
+    pub fn read_reduce(&mut self, ch: &MemoryChannel, local: BufRef, remote: BufRef, dst: BufRef) -> &mut Self {
+        let from = self.on(ch);
+        self.push(Op::ReadReduce { local, remote, dst, from })
+    }
+
+    /// Signals the peer: releases every earlier write of this thread block.
+    pub fn signal(&mut self, ch: &MemoryChannel) -> &mut Self {
+        let to = self.on(ch);
+        self.push(Op::Signal { to })
+    }
+
+    /// Waits for the peer's next signal on this channel.
+    pub fn wait(&mut self, ch: &MemoryChannel) -> &mut Self {
+        let from = self.on(ch);
+        self.push(Op::Wait { from })
+    }
+
+    /// Waits for the peer's next transfer, then copies what it put into `staged` to `dst`
+    /// (under LL: polls the packets in `staged`).
+    pub fn recv(&mut self, ch: &MemoryChannel, staged: BufRef, dst: BufRef) -> &mut Self {
+        let from = self.on(ch);
+        self.push(Op::Recv { from, src: staged, dst })
+    }
+
+    /// Waits for the peer's next transfer, then `dst := local ⊕ staged`.
+    pub fn recv_reduce(&mut self, ch: &MemoryChannel, local: BufRef, staged: BufRef, dst: BufRef) -> &mut Self {
+        let from = self.on(ch);
+        self.push(Op::Rrc { from, local, staged, dst })
+    }
+
+    /// Waits until thread block `tb` of this rank has finished its operation `step` (a
+    /// semaphore between thread blocks).
+    pub fn wait_tb(&mut self, tb: u32, step: u32) -> &mut Self {
+        self.push(Op::WaitTb { tb, step })
+    }
+
+    /// Barrier of every thread block of this rank.
+    pub fn barrier(&mut self) -> &mut Self {
+        self.push(Op::Barrier)
+    }
+}

@@ -1,0 +1,141 @@
+//! The channel-level DSL: hand-written thread blocks are verified as written, run correctly
+//! through the CPU interpreter, and their mistakes are named.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+mod common;
+
+use common::{Coll, check};
+use weft_plan::ReduceOp;
+use weft_plan::dsl::{Buffer, ChannelProgram, Collective};
+use weft_plan::plan::{BufRef, Protocol};
+
+fn input(i: u32) -> BufRef {
+    BufRef::new(Buffer::Input, i, 1)
+}
+
+fn output(i: u32) -> BufRef {
+    BufRef::new(Buffer::Output, i, 1)
+}
+
+/// One-shot all-pairs all-reduce by read-reduce (MSCCL++'s 1PA with `get`-style reads): every
+/// rank folds every peer's input into its output. Inputs are never written, so no signal is
+/// needed.
+fn read_reduce_allreduce(n: u32) -> ChannelProgram {
+    let mut p = ChannelProgram::new("read_reduce_allreduce", Collective::all_reduce(n, 1).unwrap());
+    for r in 0..n {
+        let channels: Vec<_> = (1..n).map(|k| p.memory_channel(r, (r + k) % n, 0).unwrap()).collect();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        tb.read_reduce(&channels[0], input(0), input(0), output(0));
+        for ch in &channels[1..] {
+            tb.read_reduce(ch, output(0), input(0), output(0));
+        }
+    }
+    p
+}
+
+/// Two ranks, LL: each sends its input as packets into the peer's scratch, then folds the
+/// peer's packets into its own input.
+fn packet_allreduce(protocol: Protocol) -> ChannelProgram {
+    let mut p = ChannelProgram::new("packet_allreduce", Collective::all_reduce(2, 1).unwrap()).with_protocol(protocol);
+    for r in 0..2 {
+        let staged = p.scratch(r, &[0]).unwrap();
+        let ch = p.memory_channel(r, 1 - r, 0).unwrap();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        tb.put_packets(&ch, input(0), staged);
+        tb.recv_reduce(&ch, input(0), staged, output(0));
+    }
+    p
+}
+
+#[test]
+fn hand_written_plans_verify_and_compute_their_collective() {
+    for n in 2..=5 {
+        let plan = read_reduce_allreduce(n).compile().unwrap();
+        for m in [0, 1, 5, 33] {
+            check(&plan, Coll::AllReduce, m, u64::from(n) + m as u64, ReduceOp::Sum).unwrap();
+            check(&plan, Coll::AllReduce, m, 7, ReduceOp::Max).unwrap();
+        }
+    }
+    let plan = packet_allreduce(Protocol::Ll).compile().unwrap();
+    assert_eq!(plan.protocol, Protocol::Ll);
+    check(&plan, Coll::AllReduce, 17, 3, ReduceOp::Sum).unwrap();
+}
+
+/// Two thread blocks of one rank ordered by a semaphore between them: tb 1 forwards what tb 0
+/// received.
+#[test]
+fn thread_blocks_wait_for_each_other() {
+    // Ring all-gather at 3 ranks, receive and forward split over two thread blocks, each with
+    // its own channel (a link belongs to one thread block).
+    let n = 3;
+    let mut p = ChannelProgram::new("split_ring_allgather", Collective::all_gather(n, 1).unwrap());
+    for r in 0..n {
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        let (a, b) = (p.memory_channel(r, next, 0).unwrap(), p.memory_channel(r, next, 1).unwrap());
+        let (from_a, from_b) = (p.memory_channel(r, prev, 0).unwrap(), p.memory_channel(r, prev, 1).unwrap());
+        let received = {
+            let mut tb0 = p.threadblock(r, 0).unwrap();
+            tb0.copy(input(0), output(r));
+            tb0.put_with_signal(&a, input(0), output(r));
+            let step = tb0.next_step();
+            tb0.wait(&from_a);
+            step
+        };
+        let mut tb1 = p.threadblock(r, 1).unwrap();
+        tb1.wait_tb(0, received);
+        tb1.put_with_signal(&b, output(prev), output(prev));
+        tb1.wait(&from_b);
+    }
+    let plan = p.compile().unwrap();
+    for m in [1, 4, 9] {
+        check(&plan, Coll::AllGather, m, 11, ReduceOp::Sum).unwrap();
+    }
+}
+
+#[test]
+fn mistakes_are_named() {
+    let mut text = Vec::new();
+    // A signal the receiver never waits for, and a read of data not yet there.
+    let mut p = ChannelProgram::new("no_wait", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        let ch = p.memory_channel(r, 1 - r, 0).unwrap();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        tb.copy(input(0), output(r));
+        tb.put(&ch, input(0), output(r));
+        tb.signal(&ch);
+    }
+    text.push(format!("unpaired: {}", p.compile().unwrap_err()));
+    // Both ranks wait before signalling.
+    let mut p = ChannelProgram::new("deadlock", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        let ch = p.memory_channel(r, 1 - r, 0).unwrap();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        tb.copy(input(0), output(r));
+        tb.wait(&ch);
+        tb.put_with_signal(&ch, input(0), output(r));
+    }
+    text.push(format!("deadlock: {}", p.compile().unwrap_err()));
+    // A put whose signal comes before it: the peer may read before the data lands.
+    let mut p = ChannelProgram::new("early_signal", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        let ch = p.memory_channel(r, 1 - r, 0).unwrap();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        tb.signal(&ch);
+        tb.copy(input(0), output(r));
+        tb.put(&ch, input(0), output(r));
+        tb.wait(&ch);
+        tb.copy(output(1 - r), output(1 - r));
+    }
+    text.push(format!("early signal: {}", p.compile().unwrap_err()));
+    text.push(format!("packets without LL: {}", packet_allreduce(Protocol::Simple).compile().unwrap_err()));
+    let mut p = ChannelProgram::new("foreign", Collective::all_gather(2, 1).unwrap());
+    let theirs = p.memory_channel(1, 0, 0).unwrap();
+    p.threadblock(0, 0).unwrap().wait(&theirs);
+    text.push(format!("another rank's channel: {}", p.compile().unwrap_err()));
+    text.push(format!(
+        "rank out of range: {}",
+        ChannelProgram::new("x", Collective::all_gather(2, 1).unwrap()).memory_channel(0, 2, 0).unwrap_err()
+    ));
+    insta::assert_snapshot!(text.join("\n"));
+}
