@@ -467,7 +467,25 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
     }
     // A pipelined loop: tiles share their thread blocks and channels.
     out.push(ring_allreduce(ranks, 2).and_then(|p| p.with_pipeline(3)).unwrap().compile().unwrap());
+    out.push(read_reduce_allreduce(ranks));
     out
+}
+
+/// A channel-level plan that reads its peers' inputs (staged by their owners) with no signal:
+/// every rank folds every peer's input into its output.
+fn read_reduce_allreduce(n: u32) -> ExecutionPlan {
+    use weft_plan::dsl::{Buffer, ChannelProgram, Collective};
+    use weft_plan::plan::BufRef;
+    let mut p = ChannelProgram::new("read_reduce_allreduce", Collective::all_reduce(n, 1).unwrap());
+    let (input, output) = (BufRef::new(Buffer::Input, 0, 1), BufRef::new(Buffer::Output, 0, 1));
+    for r in 0..n {
+        let channels: Vec<_> = (1..n).map(|k| p.memory_channel(r, (r + k) % n, 0).unwrap()).collect();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        for (k, ch) in channels.iter().enumerate() {
+            tb.read_reduce(ch, if k == 0 { input } else { output }, input, output);
+        }
+    }
+    p.compile().unwrap()
 }
 
 /// The selftest's small odd counts (per input block) on every shipped plan, every element

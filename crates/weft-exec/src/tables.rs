@@ -219,6 +219,17 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
                     tb: tb as u32,
                     step: step as u32,
                 })?;
+                // The kernel maps the buffers (and scratch layout) of exactly the peers of
+                // `peer_mask`, and fences with them pairwise: a peer whose buffers this rank
+                // touches, or that touches this rank's, belongs to it on both sides (a plan may
+                // read or put without a signal: `get`, `read_reduce`, `put`).
+                for loc in op.locations().filter(|l| l.peer != EXEC_LOCAL) {
+                    if r == rank {
+                        t.peer_mask |= 1 << loc.peer;
+                    } else if usize::from(loc.peer) == rank {
+                        t.peer_mask |= 1 << r;
+                    }
+                }
                 for loc in op.used_inputs() {
                     if r != rank && usize::from(loc.peer) == rank && loc.buffer == 0 {
                         t.input_remote = true;
@@ -270,16 +281,6 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
         }
     }
     t.plan_barriers = barriers.unwrap_or(0);
-    // The kernel maps the buffers (and scratch layout) of exactly the peers of `peer_mask`.
-    for op in &me.ops {
-        let locs = op.locations();
-        if let Some(loc) = locs.filter(|l| l.peer != EXEC_LOCAL).find(|l| t.peer_mask & (1 << l.peer) == 0) {
-            return Err(ExecError::Unsupported(format!(
-                "rank {rank} touches rank {}'s buffers without waiting on or signalling it",
-                loc.peer
-            )));
-        }
-    }
     Ok(t)
 }
 
@@ -388,6 +389,40 @@ mod tests {
         let op = reads.ranks[0].ops.iter_mut().find(|o| o.n_inputs > 0).unwrap();
         op.inputs[0].peer = 1;
         assert!(!peers_only_push_signalled(&reads));
+    }
+
+    /// A plan that only reads its peers (no signal, no wait) still maps and fences them, on
+    /// both sides: rank 0 reads rank 1's input, rank 1 touches nothing of rank 0.
+    #[test]
+    fn the_peer_mask_covers_reads_and_puts_without_signals_on_both_sides() {
+        use weft_plan::plan::{BufRef, Buffer, CollectiveKind, ExecutionPlan, Link, Op, PLAN_VERSION, RankPlan};
+        use weft_plan::plan::{Protocol, ThreadBlock};
+        let (i, o) = (BufRef::new(Buffer::Input, 0, 1), BufRef::new(Buffer::Output, 0, 1));
+        let rank = |r: u32, ops: Vec<Op>| RankPlan {
+            rank: r,
+            scratch: vec![],
+            threadblocks: vec![ThreadBlock { id: 0, ops }],
+        };
+        let plan = ExecutionPlan {
+            version: PLAN_VERSION,
+            name: "one_way_read".into(),
+            collective: CollectiveKind::Custom,
+            nranks: 2,
+            size_classes: 1,
+            input_chunks: 1,
+            output_chunks: 1,
+            protocol: Protocol::Simple,
+            ranks: vec![
+                rank(0, vec![Op::ReadReduce { local: i, remote: i, dst: o, from: Link::new(1, 0) }]),
+                rank(1, vec![Op::Copy { src: i, dst: o }]),
+            ],
+        };
+        plan.validate().unwrap();
+        let lowered = lower(&plan).unwrap();
+        let (t0, t1) = (rank_tables(&lowered, 0).unwrap(), rank_tables(&lowered, 1).unwrap());
+        assert_eq!((t0.peer_mask, t1.peer_mask), (0b10, 0b01));
+        assert!(t1.input_remote && !t0.input_remote);
+        assert!(needs_entry_fence(&lowered));
     }
 
     /// Ring and all-pairs LL plans chain every sender to its receiver within a launch; a plan
