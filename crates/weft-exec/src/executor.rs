@@ -269,6 +269,12 @@ impl PlanExecutor {
         }
         let user = UserBuffers::new(&self.plan, &sizing, input, output, elem);
         let mut flags = self.resources.context.flags;
+        // `packet_launches_chain` counts every transfer as an edge; a packet transfer of an
+        // empty chunk (fewer elements per block than size classes) waits for nothing, so such a
+        // launch fences on entry instead.
+        if self.plan.packets && sizing.unit < sizing.classes {
+            flags |= EXEC_ENTRY_FENCE;
+        }
         if self.tables.input_remote {
             flags |= EXEC_INPUT_STAGED;
         }

@@ -310,3 +310,16 @@ fn a_loaded_plan_is_verified_against_the_collective_it_names() {
     let c = weft_plan::Collective::from_plan(&wrong).unwrap();
     assert!(weft_plan::passes::verify(&wrong, &c).is_err());
 }
+
+/// An LL plan keeps only packets in scratch: plain data a launch left there could sit on a
+/// packet's flag word in a later launch of another size. Two-step all-to-all stages plain
+/// chunks in scratch, so it cannot be LL; the shipped LL plans, pipelined too, keep packets only.
+#[test]
+fn ll_plans_keep_only_packets_in_scratch() {
+    let err = plans::two_step_alltoall(4, 2, 1).unwrap().with_protocol(Protocol::Ll).compile().unwrap_err();
+    assert!(err.to_string().contains("holds plain data"), "{err}");
+    for n in [2, 3, 4, 8] {
+        plans::ring_allreduce_ll(n, 2).unwrap().with_pipeline(2).unwrap().compile().unwrap();
+        plans::allpairs_allreduce_ll(n, 1).unwrap().with_pipeline(3).unwrap().compile().unwrap();
+    }
+}

@@ -3,9 +3,10 @@
 //! of deriving it. Nothing is scheduled, fused or inserted: the plan is the program, and
 //! [`ChannelProgram::compile`] validates it ([`ExecutionPlan::validate`]) and verifies it
 //! ([`verify`](crate::passes::verify)): no deadlock, no race, the collective's postcondition.
-//! As for every plan, the end of a launch orders every write before it (the executor fences at
-//! exit, unless every write into a peer is signalled and awaited), so a last `put` needs no
-//! signal of its own.
+//! As for every simple-protocol plan, the end of a launch orders every write before it (the
+//! executor fences at exit, unless every write into a peer is signalled and awaited), so a last
+//! `put` needs no signal of its own. LL plans have no exit fence and no bare `put`: every
+//! transfer is a packet send its receiver polls.
 //!
 //! ```
 //! use weft_plan::dsl::{Buffer, ChannelProgram, Collective};

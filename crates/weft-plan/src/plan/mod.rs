@@ -75,8 +75,9 @@ pub enum Protocol {
     /// 4-byte flag twice in one 16-byte store, so the receiver polls the data itself and no
     /// semaphore is touched. A transfer's packets publish only their own data. Rules
     /// ([`ExecutionPlan::validate`]): only `send`, `recv` and the fused receives cross a link;
-    /// every transfer lands in a scratch chunk that nothing else writes or reads, and the k-th
-    /// receive on a link reads exactly what the k-th send on it wrote.
+    /// every transfer lands in a scratch chunk that nothing else writes or reads, scratch holds
+    /// nothing but such chunks, and the k-th receive on a link reads exactly what the k-th send
+    /// on it wrote.
     Ll,
 }
 

@@ -4,7 +4,10 @@
 //! chunk itself instead of a semaphore. That is sound only when every transfer lands in a
 //! chunk of its own, which the receive that follows on the link reads and nothing else touches:
 //! a chunk written twice in one launch would show the second reader the first packets (both
-//! carry the launch's flag), and a plain read of it would see packets, not data.
+//! carry the launch's flag), and a plain read of it would see packets, not data. And scratch
+//! holds packets only: chunks lie where the call's size puts them, so plain data a launch left
+//! in scratch could sit, in a later launch of another size, on a packet's flag word and pass
+//! its poll (packet chunks start 32-byte aligned, so old packets never do).
 
 use std::collections::BTreeMap;
 
@@ -89,9 +92,11 @@ impl ExecutionPlan {
         }
         for (rank, chunks) in uses.iter().enumerate() {
             for (index, u) in chunks.iter().enumerate() {
-                if let (Some(first), Some(second)) = (u.packets, u.other) {
-                    let index = index as u32;
-                    return Err(LoadError::PacketChunk { rank: rank as u32, index, first, second });
+                let (rank, index) = (rank as u32, index as u32);
+                match (u.packets, u.other) {
+                    (Some(first), Some(second)) => return Err(LoadError::PacketChunk { rank, index, first, second }),
+                    (None, Some(site)) => return Err(LoadError::PlainScratch { rank, index, site }),
+                    _ => {}
                 }
             }
         }

@@ -280,6 +280,16 @@ pub enum LoadError {
         /// The other access.
         second: Site,
     },
+    /// A scratch chunk of an LL plan that holds plain data.
+    #[error("{site}: rank {rank} scratch[{index}] holds plain data; an LL plan keeps only packets in scratch")]
+    PlainScratch {
+        /// Rank owning the chunk.
+        rank: u32,
+        /// The chunk.
+        index: u32,
+        /// The first access.
+        site: Site,
+    },
     /// A receive on a link does not read what the matching send wrote.
     #[error(
         "LL connection rank {from} -> rank {to} channel {channel}: transfer {transfer} sends {sent} but the receive reads {received}"
