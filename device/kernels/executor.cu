@@ -82,8 +82,8 @@ __device__ __forceinline__ uint64_t pad16(uint64_t bytes) { return (bytes + 15) 
 /// (e.g. ring all-reduce: rank 0 stages classes 0..3, rank 1 classes 4..7), so a writer must
 /// place a chunk of a peer's scratch where the peer reads it.
 /// The call's divisions are done once, in `make`: a class holds `small` elements, plus one for
-/// the first `extra` classes, so every offset below is a few multiplications (64-bit divisions
-/// in every address made each plan operation cost microseconds).
+/// the first `extra` classes, so every offset below is closed-form, without loops over classes
+/// (except over a scratch table's row).
 struct Geometry {
   uint32_t classes;
   /// Bytes of a scratch chunk per padded byte: 2 under packets, else 1.
@@ -183,12 +183,9 @@ __device__ __forceinline__ Piece locate(const ExecContext& c, const Geometry& g,
   }
   if (loc.buffer == 1) {
     if ((c.flags & EXEC_OUTPUT_DIRECT) != 0) {
-      // A __grid_constant__ parameter: indexed in place, no copy. The host runs direct only
-      // with at most MAX_RANKS ranks; past it, a null address faults rather than writing into
-      // another rank's output.
-      const uint32_t r = owner_rank(c, loc);
-      char* base = r < coll::MAX_RANKS ? reinterpret_cast<char*>(role.outputs->ptr[r]) : nullptr;
-      return {base + g.dense(chunk) * kElem, true};
+      // The host runs direct only with at most MAX_RANKS ranks; past it, a null address faults
+      // rather than writing into another rank's output.
+      return {coll::peer_buffer(*role.outputs, owner_rank(c, loc)) + g.dense(chunk) * kElem, true};
     }
     if (local && (c.flags & EXEC_OUTPUT_STAGED) == 0) {
       return {reinterpret_cast<char*>(c.output + g.dense(chunk) * kElem), false};
@@ -278,13 +275,8 @@ __device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* 
 /// replica_slice): its share of the chunk's 16-byte vectors.
 __device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32_t n, uint64_t& begin, uint64_t& end) {
   const uint64_t vectors = (bytes + 15) / 16;
-  // A 32-bit division where the product fits (every chunk below 256 MiB at 16 replicas).
-  auto split = [&](uint32_t k) -> uint64_t {
-    const uint64_t x = vectors * k;
-    return (x >> 32) == 0 ? static_cast<uint32_t>(x) / n : x / n;
-  };
-  begin = coll::min_u64(split(r) * 16, bytes);
-  end = coll::min_u64(split(r + 1) * 16, bytes);
+  begin = coll::min_u64(vectors * r / n * 16, bytes);
+  end = coll::min_u64(vectors * (r + 1) / n * 16, bytes);
 }
 
 /// The data phase of one operation: chunk by chunk (chunks of a run are not contiguous in a

@@ -37,13 +37,13 @@ __device__ __forceinline__ char* scratch_of(const CollContext& c, uint32_t r) {
   return r == c.rank ? reinterpret_cast<char*>(c.scratch) : reinterpret_cast<char*>(channel(c, r).dst);
 }
 
-/// Rank `r`'s buffer in `b` (null: not registered). A select over every slot rather than
-/// `b.ptr[r]`: a run-time index into a by-value kernel parameter makes the compiler copy the
-/// whole struct into every thread's local memory.
+/// Rank `r`'s buffer in `b` (null: not registered, or no such slot). A select over every slot
+/// rather than `b.ptr[r]`: a run-time index into a by-value kernel parameter makes the compiler
+/// copy the whole struct into every thread's local memory.
 __device__ __forceinline__ char* peer_buffer(const PeerBuffers& b, uint32_t r) {
-  uint64_t p = b.ptr[0];
+  uint64_t p = 0;
 #pragma unroll
-  for (uint32_t i = 1; i < MAX_RANKS; ++i) {
+  for (uint32_t i = 0; i < MAX_RANKS; ++i) {
     if (i == r) p = b.ptr[i];
   }
   return reinterpret_cast<char*>(p);

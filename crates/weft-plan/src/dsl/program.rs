@@ -124,6 +124,13 @@ impl Program {
         self.protocol
     }
 
+    /// Renames the program (the plan's name: a variant of an algorithm, e.g. with another
+    /// protocol, is another plan).
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// The program's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -11,28 +11,9 @@ use crate::plan::Protocol;
 /// sum is stored and forwarded at once (`rrcs`); the all-gather puts straight into the peers'
 /// outputs and forwards them (`rcs`).
 pub fn ring_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> {
-    ring_allreduce_with("ring_allreduce", nranks, instances, Protocol::Simple)
-}
-
-/// [`ring_allreduce`] moving LL packets: every transfer is staged in the receiver's scratch and
-/// polled there, with no semaphore round trip (small messages).
-pub fn ring_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslError> {
-    ring_allreduce_with("ring_allreduce_ll", nranks, instances, Protocol::Ll)
-}
-
-/// An empty all-reduce program over `nranks` chunks (at least two ranks).
-fn all_reduce_program(
-    name: &'static str,
-    nranks: u32,
-    instances: u32,
-    protocol: Protocol,
-) -> Result<Program, DslError> {
-    at_least_two(name, nranks)?;
-    Ok(Program::new(name, Collective::all_reduce(nranks, nranks)?).with_instances(instances)?.with_protocol(protocol))
-}
-
-fn ring_allreduce_with(name: &'static str, n: u32, instances: u32, protocol: Protocol) -> Result<Program, DslError> {
-    let p = all_reduce_program(name, n, instances, protocol)?;
+    at_least_two("ring_allreduce", nranks)?;
+    let n = nranks;
+    let p = Program::new("ring_allreduce", Collective::all_reduce(n, n)?).with_instances(instances)?;
     for i in 0..n {
         let start = (i + 1) % n;
         let mut acc = p.chunk(start, Buffer::Input, i, 1)?;
@@ -48,25 +29,18 @@ fn ring_allreduce_with(name: &'static str, n: u32, instances: u32, protocol: Pro
     Ok(p)
 }
 
+/// [`ring_allreduce`] moving LL packets: every transfer is staged in the receiver's scratch and
+/// polled there, with no semaphore round trip (small messages).
+pub fn ring_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslError> {
+    Ok(ring_allreduce(nranks, instances)?.with_name("ring_allreduce_ll").with_protocol(Protocol::Ll))
+}
+
 /// All-pairs (two-phase) AllReduce: rank `q` gathers chunk `q` from every peer and reduces it,
 /// then puts the result into every peer's output.
 pub fn allpairs_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> {
-    allpairs_allreduce_with("allpairs_allreduce", nranks, instances, Protocol::Simple)
-}
-
-/// [`allpairs_allreduce`] moving LL packets (the executor's counterpart of the native 2PA-LL
-/// kernel): both phases poll staged packets instead of semaphores.
-pub fn allpairs_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslError> {
-    allpairs_allreduce_with("allpairs_allreduce_ll", nranks, instances, Protocol::Ll)
-}
-
-fn allpairs_allreduce_with(
-    name: &'static str,
-    n: u32,
-    instances: u32,
-    protocol: Protocol,
-) -> Result<Program, DslError> {
-    let p = all_reduce_program(name, n, instances, protocol)?;
+    at_least_two("allpairs_allreduce", nranks)?;
+    let n = nranks;
+    let p = Program::new("allpairs_allreduce", Collective::all_reduce(n, n)?).with_instances(instances)?;
     for q in 0..n {
         let own = p.chunk(q, Buffer::Input, q, 1)?;
         let mut acc: Option<Chunk<'_>> = None;
@@ -84,6 +58,12 @@ fn allpairs_allreduce_with(
         }
     }
     Ok(p)
+}
+
+/// [`allpairs_allreduce`] moving LL packets (the executor's counterpart of the native 2PA-LL
+/// kernel): both phases poll staged packets instead of semaphores.
+pub fn allpairs_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslError> {
+    Ok(allpairs_allreduce(nranks, instances)?.with_name("allpairs_allreduce_ll").with_protocol(Protocol::Ll))
 }
 
 /// Hierarchical AllReduce over `nranks / ranks_per_node` nodes of `ranks_per_node` ranks (rank
