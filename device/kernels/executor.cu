@@ -23,7 +23,10 @@
 //                  out: it has passed its exit fence of launch n, so this rank's plan of launch
 //                  n is done, and the output stage alternates halves by launch (output_flip),
 //                  so its writes land in the half this rank copied out at launch n-1.
-//   3. the plan    each plan block loads its ExecOps into shared memory and interprets them:
+//   3. the plan    each plan block loads its ExecOps and every rank's ExecBuffers into shared
+//                  memory and resolves where each chunk's slice lies, one thread per location
+//                  (every operation's chunks up front when they fit EXEC_RESOLVED_ROWS rows, else
+//                  each operation's in batches as it runs), then interprets the operations:
 //                  wait (link: thread 0, semaphore_wait, acquire .sys; thread block step or
 //                  barrier: thread 0 spins with ld.acquire.sys), block barrier, fold the inputs
 //                  and write every output, block barrier, signal (thread 0, release .sys, so it
@@ -141,9 +144,13 @@ __device__ __forceinline__ uint32_t owner_rank(const ExecContext& c, const ExecL
   return loc.peer == EXEC_LOCAL ? c.rank : loc.peer;
 }
 
+/// Every rank's buffers as this GPU maps them (ExecContext::buffers), copied into shared memory
+/// with a plan block's operations: every address the block resolves reads them.
+__shared__ ExecBuffers rank_buffers[EXEC_MAX_RANKS];
+
 /// The buffers of `loc`'s owner.
 __device__ __forceinline__ const ExecBuffers& owner(const ExecContext& c, const ExecLoc& loc) {
-  return reinterpret_cast<const ExecBuffers*>(c.buffers)[owner_rank(c, loc)];
+  return rank_buffers[owner_rank(c, loc)];
 }
 
 /// Bytes of chunk `chunk` of `loc`'s buffer.
@@ -212,6 +219,8 @@ struct FoldForm {
   uint32_t packet_in;
   /// Bit o: output o receives packets.
   uint32_t packet_out;
+  /// Bit o: output o is left alone (a copy onto itself).
+  uint32_t skip_out;
   uint32_t flag;
   /// Bound of the packet polls, naming the peer that sends them.
   const WaitContext* wait;
@@ -229,10 +238,11 @@ __device__ __forceinline__ bool poll16(const char* p, uint32_t flag, const WaitC
 }
 
 /// Folds `bytes` of `nin` inputs element-wise in order (one input: a bitwise copy) and writes the
-/// result to every output: whole 16-byte vectors into padded outputs, exactly `bytes` into the
-/// others, two packets per vector into packet outputs (packet locations advance twice as fast).
-/// Called by: `nthreads` threads, each with its own `tid`. False when a packet poll timed out.
-__device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* const* out, const bool* padded,
+/// result to every output but the skipped: whole 16-byte vectors into padded outputs (`padded[o]`
+/// non-zero), exactly `bytes` into the others, two packets per vector into packet outputs
+/// (packet locations advance twice as fast). Called by: `nthreads` threads, each with its own
+/// `tid`. False when a packet poll timed out.
+__device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* const* out, const uint8_t* padded,
                                      uint32_t nout, uint64_t bytes, uint64_t tid, uint64_t nthreads,
                                      const FoldForm& form) {
   auto load = [&](uint32_t i, uint64_t at, uint32_t n, uint32_t(&w)[4]) {
@@ -257,11 +267,12 @@ __device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* 
       Fold::finish(acc, 1, w);
     }
     for (uint32_t o = 0; o < nout; ++o) {
+      if (((form.skip_out >> o) & 1u) != 0) continue;
       if (((form.packet_out >> o) & 1u) != 0) {
         Ll16Packet* p = reinterpret_cast<Ll16Packet*>(out[o] + 2 * at);
         Ll16::write(p, {w[0], w[1]}, form.flag);
         Ll16::write(p + 1, {w[2], w[3]}, form.flag);
-      } else if (padded[o]) {
+      } else if (padded[o] != 0) {
         *reinterpret_cast<uint4*>(out[o] + at) = make_uint4(w[0], w[1], w[2], w[3]);
       } else {
         detail::store_words<4>(out[o] + at, n, w);
@@ -279,43 +290,99 @@ __device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32
   end = coll::min_u64(vectors * (r + 1) / n * 16, bytes);
 }
 
-/// The data phase of one operation: chunk by chunk (chunks of a run are not contiguous in a
-/// padded buffer), this replica's slice of every input chunk k folded into every output chunk
-/// k; packet locations (EXEC_LOC_PACKETS) hold the slice at twice its offset. Called by: the
-/// block. False when a packet poll timed out.
-__device__ __forceinline__ bool run_data(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp& op) {
-  const ExecLoc& lead = op.inputs[0];
+/// One chunk of an operation as this block moves it: where each of its locations (inputs, then
+/// outputs) holds the block's slice, whether that location is padded, and the slice's bytes.
+/// Resolved in parallel, one thread per location, into shared memory: the chunk arithmetic is
+/// a long dependent chain per address, and computed by every thread for every location it cost
+/// about 1.5 µs per operation (clock64 stamps, ranks sharing one H200).
+struct Row {
+  char* at[EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS];
+  uint64_t bytes;
+  uint8_t padded[EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS];
+  uint16_t reserved;
+};
+static_assert(sizeof(Row) * EXEC_RESOLVED_ROWS + sizeof(ExecBuffers) * EXEC_MAX_RANKS == EXEC_STATIC_SHARED_BYTES,
+              "the rows and the ranks' buffers fill the shared memory reserved");
+constexpr uint32_t kLocations = EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS;
+
+__shared__ Row resolved[EXEC_RESOLVED_ROWS];
+
+/// Chunks operation `op` moves (its rows): those of its lead input, none without inputs.
+__device__ __forceinline__ uint32_t rows_of(const ExecOp& op) { return op.n_inputs != 0 ? op.inputs[0].count : 0; }
+
+/// Bytes of a location per data byte: packets take two.
+__device__ __forceinline__ uint64_t scale(const ExecLoc& l) { return (l.flags & EXEC_LOC_PACKETS) != 0 ? 2 : 1; }
+
+/// Resolves `n` rows into resolved[0, n): from chunk `k0` of operation `first` on, through the
+/// operations after it. A replica's slice depends only on its lead chunk's length, so replica
+/// r of every rank addresses the same bytes of a chunk (replica_slice). Called by: every thread
+/// of the block; the caller synchronises before the rows are read.
+__device__ __forceinline__ void resolve_rows(const ExecContext& c, const Geometry& g, const Role& role,
+                                             const ExecOp* ops, uint32_t first, uint32_t k0, uint32_t n) {
+  for (uint32_t t = threadIdx.x; t < n * kLocations; t += blockDim.x) {
+    const uint32_t row = t / kLocations, j = t % kLocations;
+    uint32_t s = first;
+    uint32_t k = k0 + row;
+    while (k >= rows_of(ops[s])) k -= rows_of(ops[s++]);
+    const ExecOp& op = ops[s];
+    if (j >= static_cast<uint32_t>(op.n_inputs) + op.n_outputs) continue;
+    const ExecLoc& lead = op.inputs[0];
+    const ExecLoc& l = j < op.n_inputs ? op.inputs[j] : op.outputs[j - op.n_inputs];
+    uint64_t begin, end;
+    replica_slice(chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin,
+                  end);
+    const Piece p = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k);
+    Row& r = resolved[row];
+    r.at[j] = p.at + begin * scale(l);
+    r.padded[j] = p.padded ? 1 : 0;
+    if (j == 0) r.bytes = end - begin;
+  }
+}
+
+/// The data phase of operation `op` over its resolved rows `rows[0, n)`: each row's slice of
+/// every input folded into every output; packet locations (EXEC_LOC_PACKETS) hold the slice at
+/// twice its offset. Called by: the block. False when a packet poll timed out.
+__device__ __forceinline__ bool move_rows(const ExecContext& c, const Role& role, const ExecOp& op, const Row* rows,
+                                          uint32_t n) {
   WaitContext wait = c.wait;
   wait.peer = op.wait_peer;
-  auto scale = [](const ExecLoc& l) -> uint64_t { return (l.flags & EXEC_LOC_PACKETS) != 0 ? 2 : 1; };
-  for (uint32_t k = 0; k < lead.count; ++k) {
-    uint64_t begin, end;
-    replica_slice(chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin, end);
-    if (begin == end) continue;
-    const char* in[EXEC_MAX_INPUTS];
-    char* out[EXEC_MAX_OUTPUTS];
-    bool padded[EXEC_MAX_OUTPUTS];
-    FoldForm form{0, 0, role.flag, &wait};
-    for (uint32_t i = 0; i < op.n_inputs; ++i) {
-      const ExecLoc& l = op.inputs[i];
-      in[i] = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k).at + begin * scale(l);
-      form.packet_in |= (scale(l) - 1) << i;
+  FoldForm form{0, 0, 0, role.flag, &wait};
+  for (uint32_t i = 0; i < op.n_inputs; ++i) form.packet_in |= (scale(op.inputs[i]) - 1) << i;
+  for (uint32_t o = 0; o < op.n_outputs; ++o) form.packet_out |= (scale(op.outputs[o]) - 1) << o;
+  // A copy onto itself (in place, direct: all-gather's own block) moves nothing: skipped.
+  const bool plain_copy = op.n_inputs == 1 && form.packet_in == 0;
+  for (uint32_t r = 0; r < n; ++r) {
+    const Row& row = rows[r];
+    if (row.bytes == 0) continue;
+    char* const* out = row.at + op.n_inputs;
+    form.skip_out = 0;
+    for (uint32_t o = 0; plain_copy && o < op.n_outputs; ++o) {
+      if (((form.packet_out >> o) & 1u) == 0 && out[o] == row.at[0]) form.skip_out |= 1u << o;
     }
-    // A copy onto itself (in place, direct: all-gather's own block) moves nothing: dropped.
-    uint32_t nout = 0;
-    for (uint32_t o = 0; o < op.n_outputs; ++o) {
-      const ExecLoc& l = op.outputs[o];
-      const Piece p = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k);
-      if (op.n_inputs == 1 && form.packet_in == 0 && scale(l) == 1 && p.at + begin == in[0]) continue;
-      form.packet_out |= (scale(l) - 1) << nout;
-      out[nout] = p.at + begin * scale(l);
-      padded[nout++] = p.padded;
-    }
-    if (nout != 0 && !fold(in, op.n_inputs, out, padded, nout, end - begin, threadIdx.x, blockDim.x, form)) {
+    if (form.skip_out == (1u << op.n_outputs) - 1) continue;
+    if (!fold(row.at, op.n_inputs, out, row.padded + op.n_inputs, op.n_outputs, row.bytes, threadIdx.x, blockDim.x,
+              form)) {
       return false;
     }
   }
   return true;
+}
+
+/// The data phase of operation `s` when the block's rows did not all fit up front: its chunks
+/// resolved and moved EXEC_RESOLVED_ROWS at a time. Called by: the block (every thread reaches
+/// every barrier, even after a failed poll). False when a packet poll timed out.
+__device__ __forceinline__ bool move_in_batches(const ExecContext& c, const Geometry& g, const Role& role,
+                                                const ExecOp* ops, uint32_t s) {
+  bool moved = true;
+  const uint32_t rows = rows_of(ops[s]);
+  for (uint32_t k0 = 0; k0 < rows; k0 += EXEC_RESOLVED_ROWS) {
+    const uint32_t n = static_cast<uint32_t>(coll::min_u64(EXEC_RESOLVED_ROWS, rows - k0));
+    if (k0 != 0) __syncthreads();  // the previous batch is moved
+    resolve_rows(c, g, role, ops, s, k0, n);
+    __syncthreads();
+    moved = moved && move_rows(c, role, ops[s], resolved, n);
+  }
+  return moved;
 }
 
 /// Spins until `*word >= target`, acquire .sys. Called by: one thread. False on timeout.
@@ -361,8 +428,10 @@ __device__ __forceinline__ bool fence(const ExecContext& c, uint64_t number) {
 
 /// Runs this block's operations (in shared memory) as replica `role.replica` of its thread
 /// block. Called by: every thread of a plan block.
+/// `up_front`: the rows of every operation were resolved before the plan, in order.
 __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp* ops,
-                                         uint32_t nops, uint64_t launch, uint64_t* plan_arrivals, uint64_t* progress) {
+                                         uint32_t nops, bool up_front, uint64_t launch, uint64_t* plan_arrivals,
+                                         uint64_t* progress) {
   const SemaphoreDeviceHandle* links = reinterpret_cast<const SemaphoreDeviceHandle*>(c.links);
   auto link = [&](uint16_t peer, uint16_t channel) -> const SemaphoreDeviceHandle& {
     return links[(static_cast<uint64_t>(peer) * c.link_stride + channel) * c.replicas + role.replica];
@@ -372,6 +441,7 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
   const uint64_t plan_blocks = static_cast<uint64_t>(c.threadblocks) * c.replicas;
   const bool packets = (c.flags & EXEC_PACKETS) != 0;
   uint64_t barriers = 0;
+  uint32_t row = 0;
   for (uint32_t s = 0; s < nops; ++s) {
     const ExecOp& op = ops[s];
     bool ok = true;
@@ -394,7 +464,13 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
     }
     if ((op.flags & EXEC_BARRIER) != 0) ++barriers;
     if (!__syncthreads_and(ok)) return false;
-    const bool moved = op.n_inputs == 0 || run_data(c, g, role, op);
+    bool moved = true;
+    if (up_front) {
+      moved = move_rows(c, role, op, resolved + row, rows_of(op));
+      row += rows_of(op);
+    } else {
+      moved = move_in_batches(c, g, role, ops, s);
+    }
     if (!__syncthreads_and(moved)) return false;
     if (threadIdx.x == 0) {
       if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
@@ -422,7 +498,7 @@ __device__ __forceinline__ void stage(const Geometry& g, uint32_t chunks, char* 
     char* padded = staged + g.padded_dense(i);
     const char* in[1] = {into_stage ? dense : padded};
     char* out[1] = {into_stage ? padded : dense};
-    const bool layout[1] = {into_stage};
+    const uint8_t layout[1] = {into_stage ? uint8_t{1} : uint8_t{0}};
     fold(in, 1, out, layout, 1, bytes, tid, nthreads, FoldForm{});
   }
 }
@@ -471,6 +547,17 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
     const uint32_t* src = reinterpret_cast<const uint32_t*>(c.ops + static_cast<uint64_t>(first) * sizeof(ExecOp));
     uint32_t* dst = reinterpret_cast<uint32_t*>(shared_ops);
     for (uint32_t i = threadIdx.x; i < nops * (sizeof(ExecOp) / 4); i += blockDim.x) dst[i] = src[i];
+    if (threadIdx.x < c.ranks) rank_buffers[threadIdx.x] = reinterpret_cast<const ExecBuffers*>(c.buffers)[threadIdx.x];
+  }
+  // Every operation's rows resolved now, in parallel, when they fit (small plans and sizes:
+  // where the per-operation cost shows).
+  bool up_front = false;
+  if (b < plan_blocks) {
+    __syncthreads();  // the operations in shared memory
+    uint32_t rows = 0;
+    for (uint32_t s = 0; s < nops && rows <= EXEC_RESOLVED_ROWS; ++s) rows += rows_of(shared_ops[s]);
+    up_front = rows <= EXEC_RESOLVED_ROWS;
+    if (up_front) resolve_rows(c, g, role, shared_ops, 0, 0, rows);
   }
   if ((c.flags & EXEC_INPUT_STAGED) != 0) {
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
@@ -485,9 +572,9 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   if (entry_fence) {
     if (!fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0)) return;
   } else {
-    __syncthreads();  // the operations in shared memory
+    __syncthreads();  // the resolved rows
   }
-  if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, launch, plan_arrivals, progress)) return;
+  if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, up_front, launch, plan_arrivals, progress)) return;
   if (exit_fence && !fence_with_peers(true)) return;
   const bool copy_out = (c.flags & EXEC_OUTPUT_STAGED) != 0;
   // Without the exit fence's grid barrier, every block must still be done with the plan

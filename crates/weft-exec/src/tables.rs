@@ -10,12 +10,13 @@ use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAI
 use crate::error::ExecError;
 use crate::lower::{DevicePlan, DeviceRankPlan};
 
-/// Operations of one thread block the kernel holds in shared memory (48 KiB).
-pub const MAX_TB_OPS: usize = 48 * 1024 / size_of::<ExecOp>();
+/// Operations of one thread block the kernel holds in shared memory (48 KiB, less the resolved
+/// rows and the ranks' buffers).
+pub const MAX_TB_OPS: usize = (48 * 1024 - weft_types::EXEC_STATIC_SHARED_BYTES) / size_of::<ExecOp>();
 // A step word counts a thread block's operations below its launch's multiple of the stride.
 const _: () = assert!((MAX_TB_OPS as u64) < weft_types::EXEC_STEP_STRIDE);
-/// Ranks a plan may have: the launch fence's peer mask is 32 bits.
-pub const MAX_PLAN_RANKS: usize = 32;
+/// Ranks a plan may have (the launch fence's peer mask is 32 bits).
+pub const MAX_PLAN_RANKS: usize = weft_types::EXEC_MAX_RANKS;
 
 /// One rank's tables (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]

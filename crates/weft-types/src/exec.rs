@@ -9,6 +9,15 @@
 pub const EXEC_MAX_INPUTS: usize = 4;
 /// Most outputs one [`ExecOp`] writes.
 pub const EXEC_MAX_OUTPUTS: usize = 2;
+/// Ranks an execution plan may have: the launch fence's peer mask is 32 bits, and the kernel
+/// keeps every rank's [`ExecBuffers`] in shared memory.
+pub const EXEC_MAX_RANKS: usize = 32;
+/// Chunks of operations whose addresses an executor block resolves at once, in shared memory:
+/// where every location of the chunk holds the block's slice (one 64-byte row per chunk).
+pub const EXEC_RESOLVED_ROWS: usize = 64;
+/// Bytes of shared memory an executor block holds besides its operations: the resolved rows
+/// and every rank's [`ExecBuffers`].
+pub const EXEC_STATIC_SHARED_BYTES: usize = EXEC_RESOLVED_ROWS * 64 + EXEC_MAX_RANKS * size_of::<ExecBuffers>();
 /// [`ExecLoc::peer`] of this rank's own buffers.
 pub const EXEC_LOCAL: u16 = u16::MAX;
 
@@ -197,6 +206,9 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
     vec![
         ("EXEC_MAX_INPUTS", EXEC_MAX_INPUTS as u64, "most inputs of one ExecOp"),
         ("EXEC_MAX_OUTPUTS", EXEC_MAX_OUTPUTS as u64, "most outputs of one ExecOp"),
+        ("EXEC_RESOLVED_ROWS", EXEC_RESOLVED_ROWS as u64, "chunks an executor block resolves at once"),
+        ("EXEC_MAX_RANKS", EXEC_MAX_RANKS as u64, "most ranks of an execution plan"),
+        ("EXEC_STATIC_SHARED_BYTES", EXEC_STATIC_SHARED_BYTES as u64, "executor shared memory besides the operations"),
         ("EXEC_LOCAL", EXEC_LOCAL.into(), "ExecLoc::peer of this rank's own buffers"),
         ("EXEC_WAIT_LINK", EXEC_WAIT_LINK.into(), "ExecOp flag: wait for the next signal on a link"),
         ("EXEC_WAIT_TB", EXEC_WAIT_TB.into(), "ExecOp flag: wait for another thread block's step"),
