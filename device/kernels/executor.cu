@@ -237,6 +237,8 @@ __device__ __forceinline__ bool poll16(const char* p, uint32_t flag, const WaitC
   return true;
 }
 
+static_assert(EXEC_MAX_OUTPUTS == 2, "fold keeps every output in a register");
+
 /// Folds `bytes` of `nin` inputs element-wise in order (one input: a bitwise copy) and writes the
 /// result to every output but the skipped: whole 16-byte vectors into padded outputs (`padded[o]`
 /// non-zero), exactly `bytes` into the others, two packets per vector into packet outputs
@@ -245,12 +247,20 @@ __device__ __forceinline__ bool poll16(const char* p, uint32_t flag, const WaitC
 __device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* const* out, const uint8_t* padded,
                                      uint32_t nout, uint64_t bytes, uint64_t tid, uint64_t nthreads,
                                      const FoldForm& form) {
+  // The first two inputs and the outputs in registers: the callers' arrays may live in shared
+  // memory, which the stores below could alias as far as the compiler knows.
+  const char* const in0 = in[0];
+  const char* const in1 = nin > 1 ? in[1] : nullptr;
+  char* const out0 = nout > 0 ? out[0] : nullptr;
+  char* const out1 = nout > 1 ? out[1] : nullptr;
+  const uint32_t padded_out = (nout > 0 && padded[0] != 0 ? 1u : 0u) | (nout > 1 && padded[1] != 0 ? 2u : 0u);
   auto load = [&](uint32_t i, uint64_t at, uint32_t n, uint32_t(&w)[4]) {
+    const char* p = i == 0 ? in0 : i == 1 ? in1 : in[i];
     if (((form.packet_in >> i) & 1u) == 0) {
-      load16(in[i] + at, n, w);
+      load16(p + at, n, w);
       return true;
     }
-    return poll16(in[i] + 2 * at, form.flag, *form.wait, w);
+    return poll16(p + 2 * at, form.flag, *form.wait, w);
   };
   for (uint64_t at = tid * 16; at < bytes; at += nthreads * 16) {
     const uint32_t n = static_cast<uint32_t>(coll::min_u64(16, bytes - at));
@@ -268,14 +278,15 @@ __device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* 
     }
     for (uint32_t o = 0; o < nout; ++o) {
       if (((form.skip_out >> o) & 1u) != 0) continue;
+      char* const dst = o == 0 ? out0 : out1;
       if (((form.packet_out >> o) & 1u) != 0) {
-        Ll16Packet* p = reinterpret_cast<Ll16Packet*>(out[o] + 2 * at);
+        Ll16Packet* p = reinterpret_cast<Ll16Packet*>(dst + 2 * at);
         Ll16::write(p, {w[0], w[1]}, form.flag);
         Ll16::write(p + 1, {w[2], w[3]}, form.flag);
-      } else if (padded[o] != 0) {
-        *reinterpret_cast<uint4*>(out[o] + at) = make_uint4(w[0], w[1], w[2], w[3]);
+      } else if (((padded_out >> o) & 1u) != 0) {
+        *reinterpret_cast<uint4*>(dst + at) = make_uint4(w[0], w[1], w[2], w[3]);
       } else {
-        detail::store_words<4>(out[o] + at, n, w);
+        detail::store_words<4>(dst + at, n, w);
       }
     }
   }
@@ -295,7 +306,7 @@ __device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32
 /// Resolved in parallel, one thread per location, into shared memory: the chunk arithmetic is
 /// a long dependent chain per address, and computed by every thread for every location it cost
 /// about 1.5 µs per operation (clock64 stamps, ranks sharing one H200).
-struct Row {
+struct alignas(16) Row {  // copied as 16-byte vectors (rows_up_front)
   char* at[EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS];
   uint64_t bytes;
   uint8_t padded[EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS];
@@ -339,6 +350,51 @@ __device__ __forceinline__ void resolve_rows(const ExecContext& c, const Geometr
   }
 }
 
+/// A plan block's resolved rows of an earlier launch of one parity (ExecContext::row_cache),
+/// with the call they were resolved for.
+struct alignas(16) RowCacheEntry {
+  uint64_t key[EXEC_ROW_CACHE_KEY_WORDS];
+  Row rows[EXEC_RESOLVED_ROWS];
+};
+static_assert(sizeof(RowCacheEntry) == EXEC_ROW_CACHE_ENTRY_BYTES, "weft-types sizes the row cache");
+constexpr uint32_t kOutputSlots = sizeof(PeerBuffers) / sizeof(uint64_t);
+static_assert(EXEC_ROW_CACHE_KEY_WORDS >= 4 + kOutputSlots, "the key holds the call and every rank's output");
+
+/// Word `i` of the key of this launch's rows: everything they depend on that a call may change
+/// (the launch's parity picks the entry). Word 1 is never 0, so a zeroed entry matches nothing.
+__device__ __forceinline__ uint64_t row_key(const ExecContext& c, const PeerBuffers& outputs, uint32_t i) {
+  switch (i) {
+    case 0: return c.unit;
+    case 1: return uint64_t{1} << 63 | static_cast<uint64_t>(c.replicas) << 32 | c.flags;
+    case 2: return c.input;
+    case 3: return c.output;
+    default:
+      return i - 4 < kOutputSlots && (c.flags & EXEC_OUTPUT_DIRECT) != 0 ? outputs.ptr[i - 4] : 0;
+  }
+}
+
+/// Every operation's rows, `rows` in all, into resolved[0, rows): from this block's cache entry
+/// for the launch's parity when it was resolved for the same call, else resolved now (and
+/// cached). Called by: every thread of a plan block; ends with a block barrier.
+__device__ __forceinline__ void rows_up_front(const ExecContext& c, const Geometry& g, const Role& role,
+                                              const PeerBuffers& outputs, const ExecOp* ops, uint32_t rows,
+                                              uint64_t launch) {
+  RowCacheEntry& entry = reinterpret_cast<RowCacheEntry*>(c.row_cache)[2 * blockIdx.x + (launch & 1)];
+  const uint32_t t = threadIdx.x;
+  const bool same = t >= EXEC_ROW_CACHE_KEY_WORDS || entry.key[t] == row_key(c, outputs, t);
+  // The cached rows are copied while the key is compared; a miss overwrites them.
+  constexpr uint32_t kVectors = sizeof(Row) / 16;
+  const uint4* cached = reinterpret_cast<const uint4*>(entry.rows);
+  uint4* shared = reinterpret_cast<uint4*>(resolved);
+  for (uint32_t i = t; i < rows * kVectors; i += blockDim.x) shared[i] = cached[i];
+  if (__syncthreads_and(same)) return;
+  resolve_rows(c, g, role, ops, 0, 0, rows);
+  __syncthreads();
+  uint4* cache = reinterpret_cast<uint4*>(entry.rows);
+  for (uint32_t i = t; i < rows * kVectors; i += blockDim.x) cache[i] = shared[i];
+  if (t < EXEC_ROW_CACHE_KEY_WORDS) entry.key[t] = row_key(c, outputs, t);
+}
+
 /// The data phase of operation `op` over its resolved rows `rows[0, n)`: each row's slice of
 /// every input folded into every output; packet locations (EXEC_LOC_PACKETS) hold the slice at
 /// twice its offset. Called by: the block. False when a packet poll timed out.
@@ -346,9 +402,8 @@ __device__ __forceinline__ bool move_rows(const ExecContext& c, const Role& role
                                           uint32_t n) {
   WaitContext wait = c.wait;
   wait.peer = op.wait_peer;
-  FoldForm form{0, 0, 0, role.flag, &wait};
-  for (uint32_t i = 0; i < op.n_inputs; ++i) form.packet_in |= (scale(op.inputs[i]) - 1) << i;
-  for (uint32_t o = 0; o < op.n_outputs; ++o) form.packet_out |= (scale(op.outputs[o]) - 1) << o;
+  FoldForm form{op.packets & ((1u << EXEC_MAX_INPUTS) - 1), static_cast<uint32_t>(op.packets) >> EXEC_MAX_INPUTS, 0,
+                role.flag, &wait};
   // A copy onto itself (in place, direct: all-gather's own block) moves nothing: skipped.
   const bool plain_copy = op.n_inputs == 1 && form.packet_in == 0;
   for (uint32_t r = 0; r < n; ++r) {
@@ -549,15 +604,15 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
     for (uint32_t i = threadIdx.x; i < nops * (sizeof(ExecOp) / 4); i += blockDim.x) dst[i] = src[i];
     if (threadIdx.x < c.ranks) rank_buffers[threadIdx.x] = reinterpret_cast<const ExecBuffers*>(c.buffers)[threadIdx.x];
   }
-  // Every operation's rows resolved now, in parallel, when they fit (small plans and sizes:
-  // where the per-operation cost shows).
+  // Every operation's rows up front when they fit (small plans and sizes: where the cost of
+  // an operation shows), resolved once per call and parity and then reused.
   bool up_front = false;
   if (b < plan_blocks) {
     __syncthreads();  // the operations in shared memory
     uint32_t rows = 0;
     for (uint32_t s = 0; s < nops && rows <= EXEC_RESOLVED_ROWS; ++s) rows += rows_of(shared_ops[s]);
     up_front = rows <= EXEC_RESOLVED_ROWS;
-    if (up_front) resolve_rows(c, g, role, shared_ops, 0, 0, rows);
+    if (up_front) rows_up_front(c, g, role, outputs, shared_ops, rows, launch);
   }
   if ((c.flags & EXEC_INPUT_STAGED) != 0) {
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);

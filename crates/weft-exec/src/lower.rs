@@ -119,6 +119,7 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
                 if plan.protocol == Protocol::Ll {
                     mark_packets(&mut x, packet_input(op));
                 }
+                x.packets = x.packet_mask();
                 ops.push(x);
             }
             tb_starts.push(u32::try_from(ops.len()).map_err(|_| at_plan(rank, tb.id, "operations", ops.len()))?);

@@ -566,6 +566,7 @@ fn the_kernel_model_catches_unpolled_misread_and_stale_packets() {
         let mut misread = lowered.clone();
         for op in misread.ranks.iter_mut().flat_map(|r| r.ops.iter_mut()) {
             op.inputs.iter_mut().for_each(|l| l.flags &= !EXEC_LOC_PACKETS);
+            op.packets = op.packet_mask();
         }
         assert!(run(&unpolled, false), "{}: a receive that does not poll passed", plan.name);
         assert!(run(&misread, false), "{}: packets read as data passed", plan.name);

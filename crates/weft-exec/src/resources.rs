@@ -11,7 +11,10 @@
 
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
-use weft_types::{EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_PACKETS, ExecBuffers, ExecContext, SemaphoreDeviceHandle};
+use weft_types::{
+    EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_PACKETS, EXEC_ROW_CACHE_ENTRY_BYTES, ExecBuffers, ExecContext,
+    SemaphoreDeviceHandle,
+};
 
 use crate::error::ExecError;
 use crate::geometry::Sizing;
@@ -182,6 +185,7 @@ impl ExecResources {
         }
         let plan_blocks = (rp.tb_starts.len() - 1) * replicas;
         let state = vec![0u64; 3 * shape.grid as usize + 2 + plan_blocks];
+        let row_cache = upload(&vec![0u8; 2 * plan_blocks * EXEC_ROW_CACHE_ENTRY_BYTES])?;
         let (ops, tb_starts) = (upload(&rp.ops)?, upload(&rp.tb_starts)?);
         let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
         let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
@@ -193,6 +197,7 @@ impl ExecResources {
             links: links_table,
             fences: fences_table,
             state,
+            row_cache,
             wait: comm.wait_context(rank, None),
             rank: rank as u32,
             ranks: ranks as u32,

@@ -9,6 +9,11 @@
 pub const EXEC_MAX_INPUTS: usize = 4;
 /// Most outputs one [`ExecOp`] writes.
 pub const EXEC_MAX_OUTPUTS: usize = 2;
+/// Words of a row-cache entry's key: what the resolved rows depend on that may change from one
+/// call to the next (size, flags and replicas, the user buffers, the peers' user outputs).
+pub const EXEC_ROW_CACHE_KEY_WORDS: usize = 16;
+/// Bytes of one row-cache entry: its key, then the rows.
+pub const EXEC_ROW_CACHE_ENTRY_BYTES: usize = EXEC_ROW_CACHE_KEY_WORDS * 8 + EXEC_RESOLVED_ROWS * 64;
 /// Ranks an execution plan may have: the launch fence's peer mask is 32 bits, and the kernel
 /// keeps every rank's [`ExecBuffers`] in shared memory.
 pub const EXEC_MAX_RANKS: usize = 32;
@@ -105,8 +110,8 @@ device_structs! {
         n_inputs: u8 => "uint8_t",
         /// Outputs used.
         n_outputs: u8 => "uint8_t",
-        /// Zero.
-        reserved: u16 => "uint16_t",
+        /// Which locations hold packets ([`ExecOp::packet_mask`]): bit `i` input `i`, bit `4 + o` output `o`.
+        packets: u16 => "uint16_t",
         /// Folded in order.
         inputs: [ExecLoc; 4] => "ExecLoc[4]",
         /// Each receives the result.
@@ -131,7 +136,7 @@ device_structs! {
 
     /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
     /// connections and persistent sync state, and the call's buffers and size.
-    struct ExecContext align(8) size(168) {
+    struct ExecContext align(8) size(176) {
         /// `ExecOp[]`: every thread block's operations, concatenated.
         ops: u64 => "uint64_t",
         /// `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
@@ -146,6 +151,8 @@ device_structs! {
         fences: u64 => "uint64_t",
         /// `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",
+        /// `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same.
+        row_cache: u64 => "uint64_t",
         /// The call's input buffer (device address).
         input: u64 => "uint64_t",
         /// The call's output buffer (device address).
@@ -196,6 +203,15 @@ impl ExecOp {
         &self.outputs[..usize::from(self.n_outputs)]
     }
 
+    /// The [`EXEC_LOC_PACKETS`] of its locations as [`ExecOp::packets`] holds them, so the kernel
+    /// reads one field instead of looping over the locations.
+    pub fn packet_mask(&self) -> u16 {
+        let bit = |l: &ExecLoc| u16::from(l.flags & EXEC_LOC_PACKETS != 0);
+        let inputs = self.used_inputs().iter().enumerate().map(|(i, l)| bit(l) << i);
+        let outputs = self.used_outputs().iter().enumerate().map(|(o, l)| bit(l) << (EXEC_MAX_INPUTS + o));
+        inputs.chain(outputs).fold(0, |mask, b| mask | b)
+    }
+
     /// Every location it reads or writes, inputs first.
     pub fn locations(&self) -> impl Iterator<Item = &ExecLoc> {
         self.used_inputs().iter().chain(self.used_outputs())
@@ -208,6 +224,8 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("EXEC_MAX_OUTPUTS", EXEC_MAX_OUTPUTS as u64, "most outputs of one ExecOp"),
         ("EXEC_RESOLVED_ROWS", EXEC_RESOLVED_ROWS as u64, "chunks an executor block resolves at once"),
         ("EXEC_MAX_RANKS", EXEC_MAX_RANKS as u64, "most ranks of an execution plan"),
+        ("EXEC_ROW_CACHE_KEY_WORDS", EXEC_ROW_CACHE_KEY_WORDS as u64, "words of a row-cache entry's key"),
+        ("EXEC_ROW_CACHE_ENTRY_BYTES", EXEC_ROW_CACHE_ENTRY_BYTES as u64, "bytes of a row-cache entry"),
         ("EXEC_STATIC_SHARED_BYTES", EXEC_STATIC_SHARED_BYTES as u64, "executor shared memory besides the operations"),
         ("EXEC_LOCAL", EXEC_LOCAL.into(), "ExecLoc::peer of this rank's own buffers"),
         ("EXEC_WAIT_LINK", EXEC_WAIT_LINK.into(), "ExecOp flag: wait for the next signal on a link"),

@@ -22,6 +22,8 @@ constexpr uint64_t EXEC_MAX_INPUTS = 4ull;  ///< most inputs of one ExecOp
 constexpr uint64_t EXEC_MAX_OUTPUTS = 2ull;  ///< most outputs of one ExecOp
 constexpr uint64_t EXEC_RESOLVED_ROWS = 64ull;  ///< chunks an executor block resolves at once
 constexpr uint64_t EXEC_MAX_RANKS = 32ull;  ///< most ranks of an execution plan
+constexpr uint64_t EXEC_ROW_CACHE_KEY_WORDS = 16ull;  ///< words of a row-cache entry's key
+constexpr uint64_t EXEC_ROW_CACHE_ENTRY_BYTES = 4224ull;  ///< bytes of a row-cache entry
 constexpr uint64_t EXEC_STATIC_SHARED_BYTES = 5120ull;  ///< executor shared memory besides the operations
 constexpr uint64_t EXEC_LOCAL = 65535ull;  ///< ExecLoc::peer of this rank's own buffers
 constexpr uint64_t EXEC_WAIT_LINK = 1ull;  ///< ExecOp flag: wait for the next signal on a link
@@ -317,7 +319,7 @@ struct alignas(4) ExecOp {
   uint16_t signal_channel;  ///<  Channel of the signalled link (EXEC_SIGNAL).
   uint8_t n_inputs;  ///<  Inputs used.
   uint8_t n_outputs;  ///<  Outputs used.
-  uint16_t reserved;  ///<  Zero.
+  uint16_t packets;  ///<  Which locations hold packets ([`ExecOp::packet_mask`]): bit `i` input `i`, bit `4 + o` output `o`.
   ExecLoc inputs[4];  ///<  Folded in order.
   ExecLoc outputs[2];  ///<  Each receives the result.
 };
@@ -332,7 +334,7 @@ static_assert(WEFT_OFFSETOF(ExecOp, signal_peer) == 16, "rust: offsetof(ExecOp, 
 static_assert(WEFT_OFFSETOF(ExecOp, signal_channel) == 18, "rust: offsetof(ExecOp, signal_channel) == 18");
 static_assert(WEFT_OFFSETOF(ExecOp, n_inputs) == 20, "rust: offsetof(ExecOp, n_inputs) == 20");
 static_assert(WEFT_OFFSETOF(ExecOp, n_outputs) == 21, "rust: offsetof(ExecOp, n_outputs) == 21");
-static_assert(WEFT_OFFSETOF(ExecOp, reserved) == 22, "rust: offsetof(ExecOp, reserved) == 22");
+static_assert(WEFT_OFFSETOF(ExecOp, packets) == 22, "rust: offsetof(ExecOp, packets) == 22");
 static_assert(WEFT_OFFSETOF(ExecOp, inputs) == 24, "rust: offsetof(ExecOp, inputs) == 24");
 static_assert(WEFT_OFFSETOF(ExecOp, outputs) == 72, "rust: offsetof(ExecOp, outputs) == 72");
 
@@ -359,6 +361,7 @@ struct alignas(8) ExecContext {
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
   uint64_t state;  ///<  `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
+  uint64_t row_cache;  ///<  `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same.
   uint64_t input;  ///<  The call's input buffer (device address).
   uint64_t output;  ///<  The call's output buffer (device address).
   uint64_t unit;  ///<  Elements of one input block for this call (weft-exec's `Sizing::unit`).
@@ -378,7 +381,7 @@ struct alignas(8) ExecContext {
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
   uint32_t reserved;  ///<  Zero.
 };
-static_assert(sizeof(ExecContext) == 168, "rust: sizeof(ExecContext) == 168");
+static_assert(sizeof(ExecContext) == 176, "rust: sizeof(ExecContext) == 176");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
 static_assert(WEFT_OFFSETOF(ExecContext, tb_starts) == 8, "rust: offsetof(ExecContext, tb_starts) == 8");
@@ -387,23 +390,24 @@ static_assert(WEFT_OFFSETOF(ExecContext, buffers) == 24, "rust: offsetof(ExecCon
 static_assert(WEFT_OFFSETOF(ExecContext, links) == 32, "rust: offsetof(ExecContext, links) == 32");
 static_assert(WEFT_OFFSETOF(ExecContext, fences) == 40, "rust: offsetof(ExecContext, fences) == 40");
 static_assert(WEFT_OFFSETOF(ExecContext, state) == 48, "rust: offsetof(ExecContext, state) == 48");
-static_assert(WEFT_OFFSETOF(ExecContext, input) == 56, "rust: offsetof(ExecContext, input) == 56");
-static_assert(WEFT_OFFSETOF(ExecContext, output) == 64, "rust: offsetof(ExecContext, output) == 64");
-static_assert(WEFT_OFFSETOF(ExecContext, unit) == 72, "rust: offsetof(ExecContext, unit) == 72");
-static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 80, "rust: offsetof(ExecContext, output_flip) == 80");
-static_assert(WEFT_OFFSETOF(ExecContext, scratch_flip) == 88, "rust: offsetof(ExecContext, scratch_flip) == 88");
-static_assert(WEFT_OFFSETOF(ExecContext, wait) == 96, "rust: offsetof(ExecContext, wait) == 96");
-static_assert(WEFT_OFFSETOF(ExecContext, rank) == 120, "rust: offsetof(ExecContext, rank) == 120");
-static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 124, "rust: offsetof(ExecContext, ranks) == 124");
-static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 128, "rust: offsetof(ExecContext, threadblocks) == 128");
-static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 132, "rust: offsetof(ExecContext, link_stride) == 132");
-static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 136, "rust: offsetof(ExecContext, size_classes) == 136");
-static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 140, "rust: offsetof(ExecContext, input_chunks) == 140");
-static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 144, "rust: offsetof(ExecContext, output_chunks) == 144");
-static_assert(WEFT_OFFSETOF(ExecContext, flags) == 148, "rust: offsetof(ExecContext, flags) == 148");
-static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 152, "rust: offsetof(ExecContext, plan_barriers) == 152");
-static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 156, "rust: offsetof(ExecContext, peer_mask) == 156");
-static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 160, "rust: offsetof(ExecContext, replicas) == 160");
-static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 164, "rust: offsetof(ExecContext, reserved) == 164");
+static_assert(WEFT_OFFSETOF(ExecContext, row_cache) == 56, "rust: offsetof(ExecContext, row_cache) == 56");
+static_assert(WEFT_OFFSETOF(ExecContext, input) == 64, "rust: offsetof(ExecContext, input) == 64");
+static_assert(WEFT_OFFSETOF(ExecContext, output) == 72, "rust: offsetof(ExecContext, output) == 72");
+static_assert(WEFT_OFFSETOF(ExecContext, unit) == 80, "rust: offsetof(ExecContext, unit) == 80");
+static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 88, "rust: offsetof(ExecContext, output_flip) == 88");
+static_assert(WEFT_OFFSETOF(ExecContext, scratch_flip) == 96, "rust: offsetof(ExecContext, scratch_flip) == 96");
+static_assert(WEFT_OFFSETOF(ExecContext, wait) == 104, "rust: offsetof(ExecContext, wait) == 104");
+static_assert(WEFT_OFFSETOF(ExecContext, rank) == 128, "rust: offsetof(ExecContext, rank) == 128");
+static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 132, "rust: offsetof(ExecContext, ranks) == 132");
+static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 136, "rust: offsetof(ExecContext, threadblocks) == 136");
+static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 140, "rust: offsetof(ExecContext, link_stride) == 140");
+static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 144, "rust: offsetof(ExecContext, size_classes) == 144");
+static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 148, "rust: offsetof(ExecContext, input_chunks) == 148");
+static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 152, "rust: offsetof(ExecContext, output_chunks) == 152");
+static_assert(WEFT_OFFSETOF(ExecContext, flags) == 156, "rust: offsetof(ExecContext, flags) == 156");
+static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 160, "rust: offsetof(ExecContext, plan_barriers) == 160");
+static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 164, "rust: offsetof(ExecContext, peer_mask) == 164");
+static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 168, "rust: offsetof(ExecContext, replicas) == 168");
+static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 172, "rust: offsetof(ExecContext, reserved) == 172");
 
 }  // namespace weft
