@@ -26,13 +26,18 @@
 //   3. the plan    each plan block loads its ExecOps and every rank's ExecBuffers into shared
 //                  memory and resolves where each chunk's slice lies, one thread per location
 //                  (every operation's chunks up front when they fit EXEC_RESOLVED_ROWS rows, else
-//                  each operation's in batches as it runs), then interprets the operations:
+//                  each operation's in batches as it runs); rows resolved up front are cached
+//                  per block and launch parity with the call they belong to (row_cache), and a
+//                  launch of the same call copies them, fetched with the operations. Then it
+//                  interprets the operations:
 //                  wait (link: thread 0, semaphore_wait, acquire .sys; thread block step or
 //                  barrier: thread 0 spins with ld.acquire.sys), block barrier, fold the inputs
 //                  and write every output, block barrier, signal (thread 0, release .sys, so it
 //                  covers the block's writes and everything the block waited for), publish the
 //                  step where another thread block waits for it (EXEC_PUBLISH; st.release.sys,
-//                  tagged with the launch).
+//                  tagged with the launch). A block barrier only where one is needed: after
+//                  thread 0's waits, before its signal, publish or plan barrier, and else one
+//                  between two data phases (packet plans: one per operation).
 //   4. exit fence  (EXEC_EXIT_FENCE) the same as 2: every peer has finished its plan, so every
 //                  write into this rank's stages is visible and no peer still reads them.
 //                  Skipped only by launches that fence on entry, of plans where peers only
@@ -306,17 +311,19 @@ __device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32
 /// Resolved in parallel, one thread per location, into shared memory: the chunk arithmetic is
 /// a long dependent chain per address, and computed by every thread for every location it cost
 /// about 1.5 µs per operation (clock64 stamps, ranks sharing one H200).
-struct alignas(16) Row {  // copied as 16-byte vectors (rows_up_front)
+struct alignas(16) Row {  // copied as 16-byte vectors (load_cached_rows)
   char* at[EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS];
   uint64_t bytes;
   uint8_t padded[EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS];
   uint16_t reserved;
 };
-static_assert(sizeof(Row) * EXEC_RESOLVED_ROWS + sizeof(ExecBuffers) * EXEC_MAX_RANKS == EXEC_STATIC_SHARED_BYTES,
+static_assert(2 * sizeof(Row) * EXEC_RESOLVED_ROWS + sizeof(ExecBuffers) * EXEC_MAX_RANKS == EXEC_STATIC_SHARED_BYTES,
               "the rows and the ranks' buffers fill the shared memory reserved");
 constexpr uint32_t kLocations = EXEC_MAX_INPUTS + EXEC_MAX_OUTPUTS;
 
-__shared__ Row resolved[EXEC_RESOLVED_ROWS];
+/// Rows resolved up front, half `launch % 2` for a launch (a block fetches both parities' cached
+/// rows before it knows its launch's parity); rows resolved per operation use half 0.
+__shared__ Row resolved[2 * EXEC_RESOLVED_ROWS];
 
 /// Chunks operation `op` moves (its rows): those of its lead input, none without inputs.
 __device__ __forceinline__ uint32_t rows_of(const ExecOp& op) { return op.n_inputs != 0 ? op.inputs[0].count : 0; }
@@ -324,12 +331,12 @@ __device__ __forceinline__ uint32_t rows_of(const ExecOp& op) { return op.n_inpu
 /// Bytes of a location per data byte: packets take two.
 __device__ __forceinline__ uint64_t scale(const ExecLoc& l) { return (l.flags & EXEC_LOC_PACKETS) != 0 ? 2 : 1; }
 
-/// Resolves `n` rows into resolved[0, n): from chunk `k0` of operation `first` on, through the
+/// Resolves `n` rows into out[0, n): from chunk `k0` of operation `first` on, through the
 /// operations after it. A replica's slice depends only on its lead chunk's length, so replica
 /// r of every rank addresses the same bytes of a chunk (replica_slice). Called by: every thread
 /// of the block; the caller synchronises before the rows are read.
 __device__ __forceinline__ void resolve_rows(const ExecContext& c, const Geometry& g, const Role& role,
-                                             const ExecOp* ops, uint32_t first, uint32_t k0, uint32_t n) {
+                                             const ExecOp* ops, uint32_t first, uint32_t k0, uint32_t n, Row* out) {
   for (uint32_t t = threadIdx.x; t < n * kLocations; t += blockDim.x) {
     const uint32_t row = t / kLocations, j = t % kLocations;
     uint32_t s = first;
@@ -343,7 +350,7 @@ __device__ __forceinline__ void resolve_rows(const ExecContext& c, const Geometr
     replica_slice(chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin,
                   end);
     const Piece p = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k);
-    Row& r = resolved[row];
+    Row& r = out[row];
     r.at[j] = p.at + begin * scale(l);
     r.padded[j] = p.padded ? 1 : 0;
     if (j == 0) r.bytes = end - begin;
@@ -373,26 +380,45 @@ __device__ __forceinline__ uint64_t row_key(const ExecContext& c, const PeerBuff
   }
 }
 
-/// Every operation's rows, `rows` in all, into resolved[0, rows): from this block's cache entry
-/// for the launch's parity when it was resolved for the same call, else resolved now (and
-/// cached). Called by: every thread of a plan block; ends with a block barrier.
-__device__ __forceinline__ void rows_up_front(const ExecContext& c, const Geometry& g, const Role& role,
-                                              const PeerBuffers& outputs, const ExecOp* ops, uint32_t rows,
-                                              uint64_t launch) {
-  RowCacheEntry& entry = reinterpret_cast<RowCacheEntry*>(c.row_cache)[2 * blockIdx.x + (launch & 1)];
+/// This block's row-cache entry for launches of parity `parity`.
+__device__ __forceinline__ RowCacheEntry& cache_entry(const ExecContext& c, uint32_t parity) {
+  return reinterpret_cast<RowCacheEntry*>(c.row_cache)[2 * blockIdx.x + parity];
+}
+
+/// Copies both parities' cached rows into `resolved` (all EXEC_RESOLVED_ROWS of each: the block
+/// may not know yet how many it has) and compares this thread's word of the key of parity
+/// `launch % 2`'s entry with the call's: true when it matches, or the thread compares none.
+/// Needs neither the operations nor the launch's parity to start its loads, so they overlap
+/// with the fetch of both. Called by: every thread of a plan block; the block's barrier-and of
+/// the results says whether the copy of the launch's parity holds.
+__device__ __forceinline__ bool load_cached_rows(const ExecContext& c, const PeerBuffers& outputs,
+                                                 const uint64_t& launch) {
+  constexpr uint32_t kVectors = EXEC_RESOLVED_ROWS * sizeof(Row) / 16;
   const uint32_t t = threadIdx.x;
-  const bool same = t >= EXEC_ROW_CACHE_KEY_WORDS || entry.key[t] == row_key(c, outputs, t);
-  // The cached rows are copied while the key is compared; a miss overwrites them.
-  constexpr uint32_t kVectors = sizeof(Row) / 16;
-  const uint4* cached = reinterpret_cast<const uint4*>(entry.rows);
-  uint4* shared = reinterpret_cast<uint4*>(resolved);
-  for (uint32_t i = t; i < rows * kVectors; i += blockDim.x) shared[i] = cached[i];
-  if (__syncthreads_and(same)) return;
-  resolve_rows(c, g, role, ops, 0, 0, rows);
+  for (uint32_t i = t; i < 2 * kVectors; i += blockDim.x) {
+    const uint4* cached = reinterpret_cast<const uint4*>(cache_entry(c, i / kVectors).rows);
+    reinterpret_cast<uint4*>(resolved)[i] = cached[i % kVectors];
+  }
+  const uint32_t parity = t / EXEC_ROW_CACHE_KEY_WORDS, word = t % EXEC_ROW_CACHE_KEY_WORDS;
+  if (parity > 1) return true;
+  const uint64_t key = cache_entry(c, parity).key[word];
+  return parity != (launch & 1) || key == row_key(c, outputs, word);
+}
+
+/// Resolves every operation's rows, `rows` in all, into `out` and caches them for launches of
+/// parity `parity` with the call's key. Called by: every thread of a plan block, once the
+/// operations are in shared memory; ends with a block barrier.
+__device__ __forceinline__ void resolve_and_cache(const ExecContext& c, const Geometry& g, const Role& role,
+                                                  const PeerBuffers& outputs, const ExecOp* ops, uint32_t rows,
+                                                  uint32_t parity, Row* out) {
+  RowCacheEntry& entry = cache_entry(c, parity);
+  resolve_rows(c, g, role, ops, 0, 0, rows, out);
   __syncthreads();
+  constexpr uint32_t kVectors = sizeof(Row) / 16;
   uint4* cache = reinterpret_cast<uint4*>(entry.rows);
-  for (uint32_t i = t; i < rows * kVectors; i += blockDim.x) cache[i] = shared[i];
-  if (t < EXEC_ROW_CACHE_KEY_WORDS) entry.key[t] = row_key(c, outputs, t);
+  const uint4* shared = reinterpret_cast<const uint4*>(out);
+  for (uint32_t i = threadIdx.x; i < rows * kVectors; i += blockDim.x) cache[i] = shared[i];
+  if (threadIdx.x < EXEC_ROW_CACHE_KEY_WORDS) entry.key[threadIdx.x] = row_key(c, outputs, threadIdx.x);
 }
 
 /// The data phase of operation `op` over its resolved rows `rows[0, n)`: each row's slice of
@@ -433,7 +459,7 @@ __device__ __forceinline__ bool move_in_batches(const ExecContext& c, const Geom
   for (uint32_t k0 = 0; k0 < rows; k0 += EXEC_RESOLVED_ROWS) {
     const uint32_t n = static_cast<uint32_t>(coll::min_u64(EXEC_RESOLVED_ROWS, rows - k0));
     if (k0 != 0) __syncthreads();  // the previous batch is moved
-    resolve_rows(c, g, role, ops, s, k0, n);
+    resolve_rows(c, g, role, ops, s, k0, n, resolved);
     __syncthreads();
     moved = moved && move_rows(c, role, ops[s], resolved, n);
   }
@@ -483,9 +509,10 @@ __device__ __forceinline__ bool fence(const ExecContext& c, uint64_t number) {
 
 /// Runs this block's operations (in shared memory) as replica `role.replica` of its thread
 /// block. Called by: every thread of a plan block.
-/// `up_front`: the rows of every operation were resolved before the plan, in order.
+/// `up_front`: the rows of every operation, resolved before the plan, in order (else null: each
+/// operation resolves its own).
 __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp* ops,
-                                         uint32_t nops, bool up_front, uint64_t launch, uint64_t* plan_arrivals,
+                                         uint32_t nops, const Row* up_front, uint64_t launch, uint64_t* plan_arrivals,
                                          uint64_t* progress) {
   const SemaphoreDeviceHandle* links = reinterpret_cast<const SemaphoreDeviceHandle*>(c.links);
   auto link = [&](uint16_t peer, uint16_t channel) -> const SemaphoreDeviceHandle& {
@@ -497,11 +524,24 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
   const bool packets = (c.flags & EXEC_PACKETS) != 0;
   uint64_t barriers = 0;
   uint32_t row = 0;
+  // Block barriers only where something needs one: after thread 0's waits (the data phase
+  // starts after them), before its signal or publish or plan barrier (their release covers the
+  // block's writes), and else one between two data phases (a thread may read what another
+  // wrote). `synced`: no data phase since the last barrier. `moved`: this thread's data phases
+  // all succeeded, and-ed across the block at every barrier.
+  bool synced = true;
+  bool moved = true;
   for (uint32_t s = 0; s < nops; ++s) {
     const ExecOp& op = ops[s];
+    // Under packets a link's wait is the polling of the packet input, and nothing signals.
+    const bool waits = ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) || (op.flags & (EXEC_WAIT_TB | EXEC_BARRIER)) != 0;
+    const bool signals = ((op.flags & EXEC_SIGNAL) != 0 && !packets) || (op.flags & EXEC_PUBLISH) != 0;
+    if ((op.flags & EXEC_BARRIER) != 0 && !synced) {
+      if (!__syncthreads_and(moved)) return false;
+      synced = true;
+    }
     bool ok = true;
-    if (threadIdx.x == 0) {
-      // Under packets the link's wait is the polling of the packet input.
+    if (waits && threadIdx.x == 0) {
       if ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) {
         ok = semaphore_wait(link(op.wait_peer, op.wait_channel));
       }
@@ -510,23 +550,24 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
         ok = wait_at_least(steps + op.wait_tb, want, c.wait, WaitOp::ExecStep);
       }
       if (ok && (op.flags & EXEC_BARRIER) != 0) {
-        // Every earlier write of the block is ordered before this by the barrier that ended
-        // the previous operation.
+        // Every earlier write of the block is ordered before this by the barrier above.
         ptx::red_add_release_sys(plan_arrivals, 1);
         const uint64_t want = (launch * c.plan_barriers + barriers + 1) * plan_blocks;
         ok = wait_at_least(plan_arrivals, want, c.wait, WaitOp::ExecBarrier);
       }
     }
     if ((op.flags & EXEC_BARRIER) != 0) ++barriers;
-    if (!__syncthreads_and(ok)) return false;
-    bool moved = true;
-    if (up_front) {
-      moved = move_rows(c, role, op, resolved + row, rows_of(op));
+    if ((waits || !synced) && !__syncthreads_and(ok && moved)) return false;
+    if (up_front != nullptr) {
+      moved = moved && move_rows(c, role, op, up_front + row, rows_of(op));
       row += rows_of(op);
     } else {
-      moved = move_in_batches(c, g, role, ops, s);
+      moved = move_in_batches(c, g, role, ops, s) && moved;
     }
+    synced = false;
+    if (!signals) continue;
     if (!__syncthreads_and(moved)) return false;
+    synced = true;
     if (threadIdx.x == 0) {
       if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
         semaphore_signal(link(op.signal_peer, op.signal_channel));
@@ -537,7 +578,7 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
       }
     }
   }
-  return true;
+  return synced || __syncthreads_and(moved);
 }
 
 /// Copies every chunk of a dense user buffer to or from its padded stage with every thread of
@@ -578,6 +619,7 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   const bool after_open_exit = (state[b] & 1) != 0;
   uint64_t fences = fences_done[b];
   uint64_t barriers = barriers_done[b];
+  const uint32_t plan_blocks = c.threadblocks * c.replicas;
   const bool packets = (c.flags & EXEC_PACKETS) != 0;
   const Geometry g = Geometry::make(c.unit, c.size_classes, packets ? 2u : 1u);
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
@@ -587,32 +629,36 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   const uint32_t flag = static_cast<uint32_t>(launch) + 1 != 0 ? static_cast<uint32_t>(launch) + 1 : 1;
   const Role role{c.threadblocks != 0 ? b / c.threadblocks : 0, (launch & 1) != 0 ? c.output_flip : 0, &outputs,
                   (launch & 1) != 0 ? c.scratch_flip : 0, flag};
-  const uint32_t plan_blocks = c.threadblocks * c.replicas;
+
+  // A plan block fetches its operations, every rank's buffers and both parities' rows it cached
+  // (used when every operation's rows fit up front: small plans and sizes, where the cost of
+  // an operation shows) all at once; it resolves the rows only when the cache holds another
+  // call's.
+  uint32_t nops = 0;
+  uint32_t rows = 0;
+  bool cached = true;
+  if (b < plan_blocks) {
+    const uint32_t tb = b % c.threadblocks;
+    nops = reinterpret_cast<const uint32_t*>(c.tb_ops)[tb];
+    rows = reinterpret_cast<const uint32_t*>(c.tb_rows)[tb];
+    const uint32_t* src =
+        reinterpret_cast<const uint32_t*>(c.ops + static_cast<uint64_t>(tb) * c.max_tb_ops * sizeof(ExecOp));
+    uint32_t* dst = reinterpret_cast<uint32_t*>(shared_ops);
+    for (uint32_t i = threadIdx.x; i < c.max_tb_ops * (sizeof(ExecOp) / 4); i += blockDim.x) dst[i] = src[i];
+    if (threadIdx.x < c.ranks) rank_buffers[threadIdx.x] = reinterpret_cast<const ExecBuffers*>(c.buffers)[threadIdx.x];
+    cached = __syncthreads_and(load_cached_rows(c, outputs, launch));
+  }
+
   auto grid_barrier = [&]() {
     ++barriers;
     return block_arrive(grid_arrivals, barriers * gridDim.x, c.wait);
   };
 
-  uint32_t nops = 0;
-  if (b < plan_blocks) {
-    const uint32_t* starts = reinterpret_cast<const uint32_t*>(c.tb_starts);
-    const uint32_t tb = b % c.threadblocks;
-    const uint32_t first = starts[tb];
-    nops = starts[tb + 1] - first;
-    const uint32_t* src = reinterpret_cast<const uint32_t*>(c.ops + static_cast<uint64_t>(first) * sizeof(ExecOp));
-    uint32_t* dst = reinterpret_cast<uint32_t*>(shared_ops);
-    for (uint32_t i = threadIdx.x; i < nops * (sizeof(ExecOp) / 4); i += blockDim.x) dst[i] = src[i];
-    if (threadIdx.x < c.ranks) rank_buffers[threadIdx.x] = reinterpret_cast<const ExecBuffers*>(c.buffers)[threadIdx.x];
-  }
-  // Every operation's rows up front when they fit (small plans and sizes: where the cost of
-  // an operation shows), resolved once per call and parity and then reused.
-  bool up_front = false;
-  if (b < plan_blocks) {
-    __syncthreads();  // the operations in shared memory
-    uint32_t rows = 0;
-    for (uint32_t s = 0; s < nops && rows <= EXEC_RESOLVED_ROWS; ++s) rows += rows_of(shared_ops[s]);
-    up_front = rows <= EXEC_RESOLVED_ROWS;
-    if (up_front) rows_up_front(c, g, role, outputs, shared_ops, rows, launch);
+  const Row* up_front = nullptr;
+  if (b < plan_blocks && rows <= EXEC_RESOLVED_ROWS) {
+    Row* half = resolved + (launch & 1) * EXEC_RESOLVED_ROWS;
+    if (!cached) resolve_and_cache(c, g, role, outputs, shared_ops, rows, launch & 1, half);
+    up_front = half;
   }
   if ((c.flags & EXEC_INPUT_STAGED) != 0) {
     stage(g, c.input_chunks, reinterpret_cast<char*>(c.input), reinterpret_cast<char*>(mine.input), true, nullptr);
@@ -624,11 +670,8 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
     if (work_before && !grid_barrier()) return false;
     return fence(c, ++fences);
   };
-  if (entry_fence) {
-    if (!fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0)) return;
-  } else {
-    __syncthreads();  // the resolved rows
-  }
+  // (A plan block's operations and rows are visible to it: its barrier above.)
+  if (entry_fence && !fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0)) return;
   if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, up_front, launch, plan_arrivals, progress)) return;
   if (exit_fence && !fence_with_peers(true)) return;
   const bool copy_out = (c.flags & EXEC_OUTPUT_STAGED) != 0;

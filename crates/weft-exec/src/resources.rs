@@ -12,13 +12,13 @@
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
 use weft_types::{
-    EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_PACKETS, EXEC_ROW_CACHE_ENTRY_BYTES, ExecBuffers, ExecContext,
+    EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_PACKETS, EXEC_ROW_CACHE_ENTRY_BYTES, ExecBuffers, ExecContext, ExecOp,
     SemaphoreDeviceHandle,
 };
 
 use crate::error::ExecError;
 use crate::geometry::Sizing;
-use crate::lower::DevicePlan;
+use crate::lower::{DevicePlan, DeviceRankPlan};
 use crate::tables::{RankTables, needs_entry_fence, packet_launches_chain};
 
 /// Launch shape and buffer capacity of an executor's resources.
@@ -70,6 +70,22 @@ pub fn packet_scratch_flip(plan: &DevicePlan, capacity: u64) -> u64 {
 }
 
 /// A table copied to the device as it is.
+/// A rank's operations laid out at a stride of `max_tb_ops` per thread block (zero past a thread
+/// block's own), and each thread block's count: the kernel fetches a block's operations and
+/// their count at once.
+pub fn strided_ops(rp: &DeviceRankPlan, max_tb_ops: u32) -> (Vec<ExecOp>, Vec<u32>) {
+    let stride = max_tb_ops as usize;
+    let threadblocks = rp.tb_starts.len() - 1;
+    let mut ops = vec![ExecOp::default(); threadblocks * stride];
+    let mut counts = Vec::with_capacity(threadblocks);
+    for (tb, w) in rp.tb_starts.windows(2).enumerate() {
+        let own = &rp.ops[w[0] as usize..w[1] as usize];
+        ops[tb * stride..][..own.len()].copy_from_slice(own);
+        counts.push(own.len() as u32);
+    }
+    (ops, counts)
+}
+
 trait Upload {
     fn bytes(&self) -> usize;
     fn write(&self, memory: &DeviceMemory) -> Result<(), weft_gpu::GpuError>;
@@ -186,18 +202,20 @@ impl ExecResources {
         let plan_blocks = (rp.tb_starts.len() - 1) * replicas;
         let state = vec![0u64; 3 * shape.grid as usize + 2 + plan_blocks];
         let row_cache = upload(&vec![0u8; 2 * plan_blocks * EXEC_ROW_CACHE_ENTRY_BYTES])?;
-        let (ops, tb_starts) = (upload(&rp.ops)?, upload(&rp.tb_starts)?);
+        let (ops, tb_ops) = strided_ops(rp, tables.max_tb_ops);
+        let (ops, tb_ops, tb_rows) = (upload(&ops)?, upload(&tb_ops)?, upload(&tables.tb_rows)?);
         let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
         let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
         let context = ExecContext {
             ops,
-            tb_starts,
+            tb_ops,
             written,
             buffers: buffers_table,
             links: links_table,
             fences: fences_table,
             state,
             row_cache,
+            tb_rows,
             wait: comm.wait_context(rank, None),
             rank: rank as u32,
             ranks: ranks as u32,
@@ -209,6 +227,7 @@ impl ExecResources {
             plan_barriers: tables.plan_barriers,
             peer_mask: tables.peer_mask,
             replicas: shape.replicas,
+            max_tb_ops: tables.max_tb_ops,
             output_flip,
             scratch_flip,
             flags: if plan.packets { EXEC_PACKETS } else { EXEC_EXIT_FENCE }
@@ -232,6 +251,24 @@ mod tests {
     use super::*;
     use crate::lower::lower;
     use crate::tests::shipped;
+
+    #[test]
+    fn strided_operations_keep_every_thread_block_s_own_in_order() {
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            for (r, rp) in lowered.ranks.iter().enumerate() {
+                let stride = crate::tables::rank_tables(&lowered, r).unwrap().max_tb_ops;
+                let (ops, counts) = strided_ops(rp, stride);
+                for (tb, w) in rp.tb_starts.windows(2).enumerate() {
+                    let own = &rp.ops[w[0] as usize..w[1] as usize];
+                    let at = &ops[tb * stride as usize..][..stride as usize];
+                    assert_eq!(counts[tb] as usize, own.len());
+                    assert_eq!(&at[..own.len()], own, "{} rank {r} thread block {tb}", plan.name);
+                    assert!(at[own.len()..].iter().all(|op| *op == ExecOp::default()));
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_buffers_carry_every_count_and_element_size_up_to_the_capacity() {

@@ -5,7 +5,9 @@
 //! the kernel relies on: every thread block runs the same number of barriers, the chunks an
 //! operation pairs up have the same size class, and every thread block fits shared memory.
 
-use weft_types::{EXEC_BARRIER, EXEC_LOCAL, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp};
+use weft_types::{
+    EXEC_BARRIER, EXEC_LOCAL, EXEC_RESOLVED_ROWS, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp,
+};
 
 use crate::error::ExecError;
 use crate::lower::{DevicePlan, DeviceRankPlan};
@@ -35,6 +37,10 @@ pub struct RankTables {
     pub plan_barriers: u32,
     /// Operations of the largest thread block.
     pub max_tb_ops: u32,
+    /// Per thread block, the rows the kernel resolves for it (chunks its operations move), at
+    /// most `EXEC_RESOLVED_ROWS + 1`: the kernel resolves a thread block's rows up front when
+    /// they fit, and fetches them before it has read its operations.
+    pub tb_rows: Vec<u32>,
 }
 
 impl RankTables {
@@ -211,6 +217,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
         peer_mask: 0,
         plan_barriers: 0,
         max_tb_ops: 0,
+        tb_rows: Vec::new(),
     };
     for (r, rp) in plan.ranks.iter().enumerate() {
         for (tb, ops) in rp.tb_starts.windows(2).map(|w| &rp.ops[w[0] as usize..w[1] as usize]).enumerate() {
@@ -262,6 +269,8 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
             )));
         }
         t.max_tb_ops = t.max_tb_ops.max(ops.len() as u32);
+        let rows = ops.iter().map(|op| u64::from(op.rows())).sum::<u64>();
+        t.tb_rows.push(rows.min(EXEC_RESOLVED_ROWS as u64 + 1) as u32);
         let n = ops.iter().filter(|o| o.flags & EXEC_BARRIER != 0).count() as u32;
         match barriers {
             None => barriers = Some(n),
@@ -318,6 +327,15 @@ mod tests {
             for r in 0..plan.ranks.len() {
                 let t = rank_tables(&lowered, r).unwrap_or_else(|e| panic!("{} rank {r}: {e}", plan.name));
                 assert!(t.max_tb_ops as usize <= MAX_TB_OPS);
+                // A row per chunk an operation moves, capped one past what the kernel holds.
+                let rp = &lowered.ranks[r];
+                let rows: Vec<u32> = rp
+                    .tb_starts
+                    .windows(2)
+                    .map(|w| rp.ops[w[0] as usize..w[1] as usize].iter().map(ExecOp::rows).sum::<u32>())
+                    .map(|n| n.min(EXEC_RESOLVED_ROWS as u32 + 1))
+                    .collect();
+                assert_eq!(t.tb_rows, rows, "{} rank {r}", plan.name);
                 assert_eq!(t.peer_mask & (1 << r), 0, "{} rank {r} talks to itself", plan.name);
                 if plan.collective != weft_plan::plan::CollectiveKind::Custom {
                     assert!(t.written.iter().all(|&w| w == 1), "{} rank {r}: {:?}", plan.name, t.written);

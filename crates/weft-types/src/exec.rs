@@ -20,9 +20,9 @@ pub const EXEC_MAX_RANKS: usize = 32;
 /// Chunks of operations whose addresses an executor block resolves at once, in shared memory:
 /// where every location of the chunk holds the block's slice (one 64-byte row per chunk).
 pub const EXEC_RESOLVED_ROWS: usize = 64;
-/// Bytes of shared memory an executor block holds besides its operations: the resolved rows
-/// and every rank's [`ExecBuffers`].
-pub const EXEC_STATIC_SHARED_BYTES: usize = EXEC_RESOLVED_ROWS * 64 + EXEC_MAX_RANKS * size_of::<ExecBuffers>();
+/// Bytes of shared memory an executor block holds besides its operations: the resolved rows of
+/// both launch parities and every rank's [`ExecBuffers`].
+pub const EXEC_STATIC_SHARED_BYTES: usize = 2 * EXEC_RESOLVED_ROWS * 64 + EXEC_MAX_RANKS * size_of::<ExecBuffers>();
 /// [`ExecLoc::peer`] of this rank's own buffers.
 pub const EXEC_LOCAL: u16 = u16::MAX;
 
@@ -136,11 +136,11 @@ device_structs! {
 
     /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
     /// connections and persistent sync state, and the call's buffers and size.
-    struct ExecContext align(8) size(176) {
-        /// `ExecOp[]`: every thread block's operations, concatenated.
+    struct ExecContext align(8) size(184) {
+        /// `ExecOp[threadblocks * max_tb_ops]`: thread block `t` runs `ops[t * max_tb_ops..][..tb_ops[t]]` (zero past them), so a block fetches its operations without first reading where they start.
         ops: u64 => "uint64_t",
-        /// `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
-        tb_starts: u64 => "uint64_t",
+        /// `uint32_t[threadblocks]`: operations of each thread block.
+        tb_ops: u64 => "uint64_t",
         /// `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
         written: u64 => "uint64_t",
         /// `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
@@ -151,8 +151,10 @@ device_structs! {
         fences: u64 => "uint64_t",
         /// `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",
-        /// `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same.
+        /// `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same (a block fetches both entries before it knows its launch's parity).
         row_cache: u64 => "uint64_t",
+        /// `uint32_t[threadblocks]`: rows of each thread block, the chunks its operations move ([`ExecOp::rows`]), at most EXEC_RESOLVED_ROWS + 1 (more than fit: resolved per operation).
+        tb_rows: u64 => "uint64_t",
         /// The call's input buffer (device address).
         input: u64 => "uint64_t",
         /// The call's output buffer (device address).
@@ -187,8 +189,8 @@ device_structs! {
         peer_mask: u32 => "uint32_t",
         /// Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
         replicas: u32 => "uint32_t",
-        /// Zero.
-        reserved: u32 => "uint32_t",
+        /// Operations of the largest thread block (the stride of `ops`).
+        max_tb_ops: u32 => "uint32_t",
     }
 }
 
@@ -201,6 +203,12 @@ impl ExecOp {
     /// The outputs it writes: `outputs[..n_outputs]`.
     pub fn used_outputs(&self) -> &[ExecLoc] {
         &self.outputs[..usize::from(self.n_outputs)]
+    }
+
+    /// Chunks the operation moves, a row each in the kernel: its lead input's, none without
+    /// inputs.
+    pub fn rows(&self) -> u32 {
+        if self.n_inputs == 0 { 0 } else { self.inputs[0].count }
     }
 
     /// The [`EXEC_LOC_PACKETS`] of its locations as [`ExecOp::packets`] holds them, so the kernel

@@ -24,7 +24,7 @@ constexpr uint64_t EXEC_RESOLVED_ROWS = 64ull;  ///< chunks an executor block re
 constexpr uint64_t EXEC_MAX_RANKS = 32ull;  ///< most ranks of an execution plan
 constexpr uint64_t EXEC_ROW_CACHE_KEY_WORDS = 16ull;  ///< words of a row-cache entry's key
 constexpr uint64_t EXEC_ROW_CACHE_ENTRY_BYTES = 4224ull;  ///< bytes of a row-cache entry
-constexpr uint64_t EXEC_STATIC_SHARED_BYTES = 5120ull;  ///< executor shared memory besides the operations
+constexpr uint64_t EXEC_STATIC_SHARED_BYTES = 9216ull;  ///< executor shared memory besides the operations
 constexpr uint64_t EXEC_LOCAL = 65535ull;  ///< ExecLoc::peer of this rank's own buffers
 constexpr uint64_t EXEC_WAIT_LINK = 1ull;  ///< ExecOp flag: wait for the next signal on a link
 constexpr uint64_t EXEC_WAIT_TB = 2ull;  ///< ExecOp flag: wait for another thread block's step
@@ -354,14 +354,15 @@ static_assert(WEFT_OFFSETOF(ExecBuffers, scratch_counts) == 24, "rust: offsetof(
 
 ///  What the executor's interpreter kernel receives: one rank's uploaded plan, its
 struct alignas(8) ExecContext {
-  uint64_t ops;  ///<  `ExecOp[]`: every thread block's operations, concatenated.
-  uint64_t tb_starts;  ///<  `uint32_t[threadblocks + 1]`: thread block `t` runs `ops[tb_starts[t]..tb_starts[t + 1]]`.
+  uint64_t ops;  ///<  `ExecOp[threadblocks * max_tb_ops]`: thread block `t` runs `ops[t * max_tb_ops..][..tb_ops[t]]` (zero past them), so a block fetches its operations without first reading where they start.
+  uint64_t tb_ops;  ///<  `uint32_t[threadblocks]`: operations of each thread block.
   uint64_t written;  ///<  `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
   uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
   uint64_t state;  ///<  `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
-  uint64_t row_cache;  ///<  `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same.
+  uint64_t row_cache;  ///<  `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same (a block fetches both entries before it knows its launch's parity).
+  uint64_t tb_rows;  ///<  `uint32_t[threadblocks]`: rows of each thread block, the chunks its operations move ([`ExecOp::rows`]), at most EXEC_RESOLVED_ROWS + 1 (more than fit: resolved per operation).
   uint64_t input;  ///<  The call's input buffer (device address).
   uint64_t output;  ///<  The call's output buffer (device address).
   uint64_t unit;  ///<  Elements of one input block for this call (weft-exec's `Sizing::unit`).
@@ -379,35 +380,36 @@ struct alignas(8) ExecContext {
   uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
   uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
-  uint32_t reserved;  ///<  Zero.
+  uint32_t max_tb_ops;  ///<  Operations of the largest thread block (the stride of `ops`).
 };
-static_assert(sizeof(ExecContext) == 176, "rust: sizeof(ExecContext) == 176");
+static_assert(sizeof(ExecContext) == 184, "rust: sizeof(ExecContext) == 184");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
-static_assert(WEFT_OFFSETOF(ExecContext, tb_starts) == 8, "rust: offsetof(ExecContext, tb_starts) == 8");
+static_assert(WEFT_OFFSETOF(ExecContext, tb_ops) == 8, "rust: offsetof(ExecContext, tb_ops) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, written) == 16, "rust: offsetof(ExecContext, written) == 16");
 static_assert(WEFT_OFFSETOF(ExecContext, buffers) == 24, "rust: offsetof(ExecContext, buffers) == 24");
 static_assert(WEFT_OFFSETOF(ExecContext, links) == 32, "rust: offsetof(ExecContext, links) == 32");
 static_assert(WEFT_OFFSETOF(ExecContext, fences) == 40, "rust: offsetof(ExecContext, fences) == 40");
 static_assert(WEFT_OFFSETOF(ExecContext, state) == 48, "rust: offsetof(ExecContext, state) == 48");
 static_assert(WEFT_OFFSETOF(ExecContext, row_cache) == 56, "rust: offsetof(ExecContext, row_cache) == 56");
-static_assert(WEFT_OFFSETOF(ExecContext, input) == 64, "rust: offsetof(ExecContext, input) == 64");
-static_assert(WEFT_OFFSETOF(ExecContext, output) == 72, "rust: offsetof(ExecContext, output) == 72");
-static_assert(WEFT_OFFSETOF(ExecContext, unit) == 80, "rust: offsetof(ExecContext, unit) == 80");
-static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 88, "rust: offsetof(ExecContext, output_flip) == 88");
-static_assert(WEFT_OFFSETOF(ExecContext, scratch_flip) == 96, "rust: offsetof(ExecContext, scratch_flip) == 96");
-static_assert(WEFT_OFFSETOF(ExecContext, wait) == 104, "rust: offsetof(ExecContext, wait) == 104");
-static_assert(WEFT_OFFSETOF(ExecContext, rank) == 128, "rust: offsetof(ExecContext, rank) == 128");
-static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 132, "rust: offsetof(ExecContext, ranks) == 132");
-static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 136, "rust: offsetof(ExecContext, threadblocks) == 136");
-static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 140, "rust: offsetof(ExecContext, link_stride) == 140");
-static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 144, "rust: offsetof(ExecContext, size_classes) == 144");
-static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 148, "rust: offsetof(ExecContext, input_chunks) == 148");
-static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 152, "rust: offsetof(ExecContext, output_chunks) == 152");
-static_assert(WEFT_OFFSETOF(ExecContext, flags) == 156, "rust: offsetof(ExecContext, flags) == 156");
-static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 160, "rust: offsetof(ExecContext, plan_barriers) == 160");
-static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 164, "rust: offsetof(ExecContext, peer_mask) == 164");
-static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 168, "rust: offsetof(ExecContext, replicas) == 168");
-static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 172, "rust: offsetof(ExecContext, reserved) == 172");
+static_assert(WEFT_OFFSETOF(ExecContext, tb_rows) == 64, "rust: offsetof(ExecContext, tb_rows) == 64");
+static_assert(WEFT_OFFSETOF(ExecContext, input) == 72, "rust: offsetof(ExecContext, input) == 72");
+static_assert(WEFT_OFFSETOF(ExecContext, output) == 80, "rust: offsetof(ExecContext, output) == 80");
+static_assert(WEFT_OFFSETOF(ExecContext, unit) == 88, "rust: offsetof(ExecContext, unit) == 88");
+static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 96, "rust: offsetof(ExecContext, output_flip) == 96");
+static_assert(WEFT_OFFSETOF(ExecContext, scratch_flip) == 104, "rust: offsetof(ExecContext, scratch_flip) == 104");
+static_assert(WEFT_OFFSETOF(ExecContext, wait) == 112, "rust: offsetof(ExecContext, wait) == 112");
+static_assert(WEFT_OFFSETOF(ExecContext, rank) == 136, "rust: offsetof(ExecContext, rank) == 136");
+static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 140, "rust: offsetof(ExecContext, ranks) == 140");
+static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 144, "rust: offsetof(ExecContext, threadblocks) == 144");
+static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 148, "rust: offsetof(ExecContext, link_stride) == 148");
+static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 152, "rust: offsetof(ExecContext, size_classes) == 152");
+static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 156, "rust: offsetof(ExecContext, input_chunks) == 156");
+static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 160, "rust: offsetof(ExecContext, output_chunks) == 160");
+static_assert(WEFT_OFFSETOF(ExecContext, flags) == 164, "rust: offsetof(ExecContext, flags) == 164");
+static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 168, "rust: offsetof(ExecContext, plan_barriers) == 168");
+static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 172, "rust: offsetof(ExecContext, peer_mask) == 172");
+static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 176, "rust: offsetof(ExecContext, replicas) == 176");
+static_assert(WEFT_OFFSETOF(ExecContext, max_tb_ops) == 180, "rust: offsetof(ExecContext, max_tb_ops) == 180");
 
 }  // namespace weft
