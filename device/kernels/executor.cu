@@ -35,9 +35,7 @@
 //                  and write every output, block barrier, signal (thread 0, release .sys, so it
 //                  covers the block's writes and everything the block waited for), publish the
 //                  step where another thread block waits for it (EXEC_PUBLISH; st.release.sys,
-//                  tagged with the launch). A block barrier only where one is needed: after
-//                  thread 0's waits, before its signal, publish or plan barrier, and else one
-//                  between two data phases (packet plans: one per operation).
+//                  tagged with the launch).
 //   4. exit fence  (EXEC_EXIT_FENCE) the same as 2: every peer has finished its plan, so every
 //                  write into this rank's stages is visible and no peer still reads them.
 //                  Skipped only by launches that fence on entry, of plans where peers only
@@ -524,24 +522,11 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
   const bool packets = (c.flags & EXEC_PACKETS) != 0;
   uint64_t barriers = 0;
   uint32_t row = 0;
-  // Block barriers only where something needs one: after thread 0's waits (the data phase
-  // starts after them), before its signal or publish or plan barrier (their release covers the
-  // block's writes), and else one between two data phases (a thread may read what another
-  // wrote). `synced`: no data phase since the last barrier. `moved`: this thread's data phases
-  // all succeeded, and-ed across the block at every barrier.
-  bool synced = true;
-  bool moved = true;
   for (uint32_t s = 0; s < nops; ++s) {
     const ExecOp& op = ops[s];
-    // Under packets a link's wait is the polling of the packet input, and nothing signals.
-    const bool waits = ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) || (op.flags & (EXEC_WAIT_TB | EXEC_BARRIER)) != 0;
-    const bool signals = ((op.flags & EXEC_SIGNAL) != 0 && !packets) || (op.flags & EXEC_PUBLISH) != 0;
-    if ((op.flags & EXEC_BARRIER) != 0 && !synced) {
-      if (!__syncthreads_and(moved)) return false;
-      synced = true;
-    }
     bool ok = true;
-    if (waits && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
+      // Under packets the link's wait is the polling of the packet input.
       if ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) {
         ok = semaphore_wait(link(op.wait_peer, op.wait_channel));
       }
@@ -550,24 +535,23 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
         ok = wait_at_least(steps + op.wait_tb, want, c.wait, WaitOp::ExecStep);
       }
       if (ok && (op.flags & EXEC_BARRIER) != 0) {
-        // Every earlier write of the block is ordered before this by the barrier above.
+        // Every earlier write of the block is ordered before this by the barrier that ended
+        // the previous operation.
         ptx::red_add_release_sys(plan_arrivals, 1);
         const uint64_t want = (launch * c.plan_barriers + barriers + 1) * plan_blocks;
         ok = wait_at_least(plan_arrivals, want, c.wait, WaitOp::ExecBarrier);
       }
     }
     if ((op.flags & EXEC_BARRIER) != 0) ++barriers;
-    if ((waits || !synced) && !__syncthreads_and(ok && moved)) return false;
+    if (!__syncthreads_and(ok)) return false;
+    bool moved = true;
     if (up_front != nullptr) {
-      moved = moved && move_rows(c, role, op, up_front + row, rows_of(op));
+      moved = move_rows(c, role, op, up_front + row, rows_of(op));
       row += rows_of(op);
     } else {
-      moved = move_in_batches(c, g, role, ops, s) && moved;
+      moved = move_in_batches(c, g, role, ops, s);
     }
-    synced = false;
-    if (!signals) continue;
     if (!__syncthreads_and(moved)) return false;
-    synced = true;
     if (threadIdx.x == 0) {
       if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
         semaphore_signal(link(op.signal_peer, op.signal_channel));
@@ -578,7 +562,7 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
       }
     }
   }
-  return synced || __syncthreads_and(moved);
+  return true;
 }
 
 /// Copies every chunk of a dense user buffer to or from its padded stage with every thread of
