@@ -387,8 +387,9 @@ __device__ __forceinline__ RowCacheEntry& cache_entry(const ExecContext& c, uint
 /// may not know yet how many it has) and compares this thread's word of the key of parity
 /// `launch % 2`'s entry with the call's: true when it matches, or the thread compares none.
 /// Needs neither the operations nor the launch's parity to start its loads, so they overlap
-/// with the fetch of both. Called by: every thread of a plan block; the block's barrier-and of
-/// the results says whether the copy of the launch's parity holds.
+/// with the fetch of both. Called by: every thread of a plan block, which has at least
+/// 2 * EXEC_ROW_CACHE_KEY_WORDS threads (weft-exec asserts it); the block's barrier-and of the
+/// results says whether the copy of the launch's parity holds.
 __device__ __forceinline__ bool load_cached_rows(const ExecContext& c, const PeerBuffers& outputs,
                                                  const uint64_t& launch) {
   constexpr uint32_t kVectors = EXEC_RESOLVED_ROWS * sizeof(Row) / 16;

@@ -27,6 +27,10 @@ use crate::tables::{RankTables, needs_entry_fence, peers_only_push_signalled, pe
 /// Most threads of an executor block (the kernel's `__launch_bounds__`).
 pub const EXEC_THREADS: u32 = 1024;
 
+// The kernel compares both launch parities' row-cache keys one word per thread: every block
+// must have a thread for each word.
+const _: () = assert!(EXEC_THREADS / 2 >= 2 * weft_types::EXEC_ROW_CACHE_KEY_WORDS as u32);
+
 /// Threads of the executor blocks of a launch moving `bytes` per rank: whole 1024-thread blocks
 /// from 64 MiB, half that below. Measured with ranks sharing one H200 (ring all-reduce plan,
 /// 512 against 1024 threads): 1 KiB 25.7 against 32.5 µs, 4 MiB 36.3 against 45.4 µs, 64 MiB
