@@ -139,3 +139,121 @@ fn mistakes_are_named() {
     ));
     insta::assert_snapshot!(text.join("\n"));
 }
+
+fn scratch(i: u32) -> BufRef {
+    BufRef::new(Buffer::Scratch, i, 1)
+}
+
+/// Two ranks exchange their input through port channels: stage it in scratch, put it into the
+/// peer's scratch with a signal, wait, copy what the peer put into the output, flush. `mistake`
+/// breaks it in one of the ways the verifier must catch.
+fn port_exchange(mistake: Option<&str>) -> ChannelProgram {
+    let mut p = ChannelProgram::new("port_exchange", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        let s = p.scratch(r, &[0, 0]).unwrap().index;
+        let port = p.port_channel(r, 1 - r, 0).unwrap();
+        let mem = p.memory_channel(r, 1 - r, 0).unwrap();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        tb.copy(input(0), scratch(s));
+        tb.copy(input(0), output(r));
+        match mistake {
+            // The staged source is written again while the copy engine may still read it.
+            Some("source reused") => {
+                tb.put_with_signal(&port, scratch(s), scratch(s + 1));
+                tb.copy(input(0), scratch(s));
+                tb.wait(&port);
+            }
+            // The put is announced on another channel, whose signal does not cover it.
+            Some("memory signal") => {
+                tb.put(&port, scratch(s), scratch(s + 1));
+                tb.signal(&mem);
+                tb.wait(&mem);
+            }
+            _ => {
+                tb.put_with_signal(&port, scratch(s), scratch(s + 1));
+                tb.wait(&port);
+            }
+        }
+        tb.copy(scratch(s + 1), output(1 - r));
+        if mistake != Some("unflushed") {
+            tb.flush(&port);
+        }
+    }
+    p
+}
+
+#[test]
+fn port_channel_plans_verify_and_compute_their_collective() {
+    let plan = port_exchange(None).compile().unwrap();
+    let json = plan.to_json().unwrap();
+    assert!(json.contains("\"port\": true"), "{json}");
+    assert_eq!(weft_plan::ExecutionPlan::load(&json).unwrap(), plan);
+    for m in [1, 4, 9] {
+        check(&plan, Coll::AllGather, m, 5, ReduceOp::Sum).unwrap();
+    }
+    for n in 2..=6 {
+        let plan = weft_plan::plans::port_allpairs_allreduce(n).unwrap().compile().unwrap();
+        for m in [0, 1, 3] {
+            check(&plan, Coll::AllReduce, m, u64::from(n) * 3 + m as u64, ReduceOp::Sum).unwrap();
+            check(&plan, Coll::AllReduce, m, 9, ReduceOp::Min).unwrap();
+        }
+    }
+}
+
+/// The interpreter applies a port put as late as the channel allows (at its signal or flush),
+/// so a plan that writes the source before the flush computes a wrong result there as well:
+/// the verifier's race is a real one.
+#[test]
+fn a_port_source_written_before_its_flush_is_a_race_the_interpreter_shows() {
+    use weft_plan::plan::Op;
+    let mut plan = port_exchange(None).compile().unwrap();
+    // After the put (a bare one now) and before its signal, the stage is doubled in place.
+    for rank in &mut plan.ranks {
+        let ops = &mut rank.threadblocks[0].ops;
+        let Op::Send { src, dst, to } = ops[2] else { panic!("unexpected {}", ops[2]) };
+        ops[2] = Op::Put { src, dst, to };
+        ops.insert(3, Op::Reduce { srcs: vec![src, src], dst: src });
+        ops.insert(4, Op::Signal { to });
+    }
+    plan.validate().unwrap();
+    let collective = Collective::from_plan(&plan).unwrap();
+    let err = weft_plan::passes::verify(&plan, &collective).unwrap_err();
+    assert!(err.to_string().contains("data race"), "{err}");
+    // Each rank's output[peer] gets twice the peer's input.
+    assert!(check(&plan, Coll::AllGather, 3, 5, ReduceOp::Sum).is_err());
+}
+
+#[test]
+fn port_channel_mistakes_are_named() {
+    let mut text = Vec::new();
+    for mistake in ["source reused", "memory signal", "unflushed"] {
+        text.push(format!("{mistake}: {}", port_exchange(Some(mistake)).compile().unwrap_err()));
+    }
+    // A port put from the user's input: the proxy registers scratch only.
+    let mut p = ChannelProgram::new("port_from_input", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        let s = p.scratch(r, &[0]).unwrap().index;
+        let port = p.port_channel(r, 1 - r, 0).unwrap();
+        let mut tb = p.threadblock(r, 0).unwrap();
+        tb.copy(input(0), output(r));
+        tb.put_with_signal_and_flush(&port, input(0), scratch(s));
+        tb.recv(&port, scratch(s), output(1 - r));
+    }
+    text.push(format!("put from input: {}", p.compile().unwrap_err()));
+    // Port channels under LL.
+    let mut p = ChannelProgram::new("port_ll", Collective::all_gather(2, 1).unwrap()).with_protocol(Protocol::Ll);
+    let port = p.port_channel(0, 1, 0).unwrap();
+    p.threadblock(0, 0).unwrap().signal(&port);
+    text.push(format!("under LL: {}", p.compile().unwrap_err()));
+    // Flushing a memory channel, and reading over a port channel (as a loaded plan could).
+    let mut plan = port_exchange(None).compile().unwrap();
+    let mut flush_memory = plan.clone();
+    let ops = &mut flush_memory.ranks[1].threadblocks[0].ops;
+    let last = ops.len() - 1;
+    ops[last] = weft_plan::plan::Op::Flush { to: weft_plan::plan::Link::new(0, 0) };
+    text.push(format!("flush a memory channel: {}", flush_memory.validate().unwrap_err()));
+    let ops = &mut plan.ranks[0].threadblocks[0].ops;
+    ops.push(weft_plan::plan::Op::Get { src: input(0), dst: output(1), from: weft_plan::plan::Link::port(1, 1) });
+    text.push(format!("get over a port: {}", plan.validate().unwrap_err()));
+    insta::assert_snapshot!(text.join("\n"));
+}

@@ -8,6 +8,14 @@
 //! `put` needs no signal of its own. LL plans have no exit fence and no bare `put`: every
 //! transfer is a packet send its receiver polls.
 //!
+//! Port channels ([`ChannelProgram::port_channel`]) hand their transfers to the rank's proxy,
+//! which moves them with a copy engine (or a network) while the thread block goes on: a put
+//! reads its source and lands at the peer later, covered at the peer by the channel's next
+//! signal and locally by its next [`ThreadBlockOps::flush`]. Their puts move scratch into the
+//! peer's scratch (the memory the proxy registers), and every put is flushed before its thread
+//! block ends. The verifier treats the put as asynchronous, so writing its source before the
+//! flush, or reading its destination without the signal, is a race it reports.
+//!
 //! ```
 //! use weft_plan::dsl::{Buffer, ChannelProgram, Collective};
 //! use weft_plan::plan::BufRef;
@@ -43,14 +51,46 @@ pub struct MemoryChannel {
     link: Link,
 }
 
-impl MemoryChannel {
+/// A port channel of one rank to a peer (see the [module documentation](self)): puts, signals
+/// and flushes go through the rank's proxy. Signals and waits on it pair with the peer's port
+/// channel to `rank` of the same number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortChannel {
+    rank: u32,
+    link: Link,
+}
+
+/// What memory and port channels share: an owning rank and a link. Puts, signals, waits and
+/// receives take either kind.
+pub trait Channel: private::Sealed {
     /// The rank owning this end.
-    pub fn rank(&self) -> u32 {
+    fn rank(&self) -> u32;
+    /// The link: peer, channel number and kind.
+    fn link(&self) -> Link;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for super::MemoryChannel {}
+    impl Sealed for super::PortChannel {}
+}
+
+impl Channel for MemoryChannel {
+    fn rank(&self) -> u32 {
         self.rank
     }
 
-    /// The link: peer and channel number.
-    pub fn link(&self) -> Link {
+    fn link(&self) -> Link {
+        self.link
+    }
+}
+
+impl Channel for PortChannel {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn link(&self) -> Link {
         self.link
     }
 }
@@ -106,6 +146,17 @@ impl ChannelProgram {
 
     /// `rank`'s memory channel number `channel` to `peer`.
     pub fn memory_channel(&self, rank: u32, peer: u32, channel: u32) -> Result<MemoryChannel, DslError> {
+        self.check_pair("memory_channel", rank, peer)?;
+        Ok(MemoryChannel { rank, link: Link::new(peer, channel) })
+    }
+
+    /// `rank`'s port channel number `channel` to `peer` (needs [`Protocol::Simple`]).
+    pub fn port_channel(&self, rank: u32, peer: u32, channel: u32) -> Result<PortChannel, DslError> {
+        self.check_pair("port_channel", rank, peer)?;
+        Ok(PortChannel { rank, link: Link::port(peer, channel) })
+    }
+
+    fn check_pair(&self, algorithm: &'static str, rank: u32, peer: u32) -> Result<(), DslError> {
         let nranks = self.collective.nranks();
         for r in [rank, peer] {
             if r >= nranks {
@@ -113,9 +164,9 @@ impl ChannelProgram {
             }
         }
         if peer == rank {
-            return Err(DslError::Constraint { algorithm: "memory_channel", reason: format!("rank {rank} to itself") });
+            return Err(DslError::Constraint { algorithm, reason: format!("rank {rank} to itself") });
         }
-        Ok(MemoryChannel { rank, link: Link::new(peer, channel) })
+        Ok(())
     }
 
     /// Thread block `tb` of `rank` (created, with the ones before it, on first use), to append
@@ -176,12 +227,13 @@ impl ThreadBlockOps<'_> {
         self.misuse.get_or_insert(DslError::Constraint { algorithm: "channel program", reason });
     }
 
-    fn on(&mut self, ch: &MemoryChannel) -> Link {
-        if ch.rank != self.rank {
-            let reason = format!("rank {}'s channel to rank {} used on rank {}", ch.rank, ch.link.peer, self.rank);
+    fn on(&mut self, ch: &impl Channel) -> Link {
+        let (rank, link) = (ch.rank(), ch.link());
+        if rank != self.rank {
+            let reason = format!("rank {rank}'s channel to rank {} used on rank {}", link.peer, self.rank);
             self.misused(reason);
         }
-        ch.link
+        link
     }
 
     /// Index the next operation will have (for [`Self::wait_tb`] in another thread block).
@@ -199,15 +251,16 @@ impl ThreadBlockOps<'_> {
         self.push(Op::Reduce { srcs, dst })
     }
 
-    /// Writes local `src` into the peer's `dst`, without a signal (MemoryChannel `put`).
-    pub fn put(&mut self, ch: &MemoryChannel, src: BufRef, dst: BufRef) -> &mut Self {
+    /// Writes local `src` into the peer's `dst`, without a signal (MemoryChannel and
+    /// PortChannel `put`; a port put completes later: see the module documentation).
+    pub fn put(&mut self, ch: &impl Channel, src: BufRef, dst: BufRef) -> &mut Self {
         let to = self.on(ch);
         self.push(Op::Put { src, dst, to })
     }
 
     /// `put` then `signal`: the peer's next `wait` on this channel sees the data (under LL, a
     /// packet transfer: `dst` must be the peer's scratch).
-    pub fn put_with_signal(&mut self, ch: &MemoryChannel, src: BufRef, dst: BufRef) -> &mut Self {
+    pub fn put_with_signal(&mut self, ch: &impl Channel, src: BufRef, dst: BufRef) -> &mut Self {
         let to = self.on(ch);
         self.push(Op::Send { src, dst, to })
     }
@@ -233,27 +286,40 @@ impl ThreadBlockOps<'_> {
         self.push(Op::ReadReduce { local, remote, dst, from })
     }
 
-    /// Signals the peer: releases every earlier write of this thread block.
-    pub fn signal(&mut self, ch: &MemoryChannel) -> &mut Self {
+    /// Signals the peer: releases every earlier write of this thread block (on a port channel,
+    /// after every earlier put of the channel has landed).
+    pub fn signal(&mut self, ch: &impl Channel) -> &mut Self {
         let to = self.on(ch);
         self.push(Op::Signal { to })
     }
 
+    /// Waits until every earlier put and signal of the port channel is applied at the peer:
+    /// the puts' sources may be written again (PortChannel `flush`).
+    pub fn flush(&mut self, ch: &PortChannel) -> &mut Self {
+        let to = self.on(ch);
+        self.push(Op::Flush { to })
+    }
+
+    /// `put_with_signal`, then `flush` (PortChannel `put_with_signal_and_flush`).
+    pub fn put_with_signal_and_flush(&mut self, ch: &PortChannel, src: BufRef, dst: BufRef) -> &mut Self {
+        self.put_with_signal(ch, src, dst).flush(ch)
+    }
+
     /// Waits for the peer's next signal on this channel.
-    pub fn wait(&mut self, ch: &MemoryChannel) -> &mut Self {
+    pub fn wait(&mut self, ch: &impl Channel) -> &mut Self {
         let from = self.on(ch);
         self.push(Op::Wait { from })
     }
 
     /// Waits for the peer's next transfer, then copies what it put into `staged` to `dst`
     /// (under LL: polls the packets in `staged`).
-    pub fn recv(&mut self, ch: &MemoryChannel, staged: BufRef, dst: BufRef) -> &mut Self {
+    pub fn recv(&mut self, ch: &impl Channel, staged: BufRef, dst: BufRef) -> &mut Self {
         let from = self.on(ch);
         self.push(Op::Recv { from, src: staged, dst })
     }
 
     /// Waits for the peer's next transfer, then `dst := local ⊕ staged`.
-    pub fn recv_reduce(&mut self, ch: &MemoryChannel, local: BufRef, staged: BufRef, dst: BufRef) -> &mut Self {
+    pub fn recv_reduce(&mut self, ch: &impl Channel, local: BufRef, staged: BufRef, dst: BufRef) -> &mut Self {
         let from = self.on(ch);
         self.push(Op::Rrc { from, local, staged, dst })
     }

@@ -26,13 +26,15 @@ struct Step {
     inputs: Vec<Span>,
     outputs: Vec<Span>,
     signal: Option<Link>,
+    via: Option<Link>,
+    flush: Option<Link>,
 }
 
 /// State shared by every thread of a run.
 struct Shared {
     memory: Vec<[Vec<AtomicU64>; 3]>,
-    /// (receiving rank, sending rank, channel) -> signals received.
-    inbound: BTreeMap<(u32, u32, u32), AtomicU64>,
+    /// (receiving rank, sending rank, channel, port) -> signals received.
+    inbound: BTreeMap<(u32, u32, u32, bool), AtomicU64>,
     /// Per rank, per thread block: operations completed.
     progress: Vec<Vec<AtomicU32>>,
     /// Per rank: barrier arrivals.
@@ -84,10 +86,10 @@ pub(super) fn run<T: Element>(
                 let site = Site { rank: rank.rank, tb: tb.id, op: i as u32 };
                 let step = resolve(&geometry, site, op)?;
                 if let Some(l) = step.wait {
-                    inbound.insert((rank.rank, l.peer, l.channel), AtomicU64::new(0));
+                    inbound.insert((rank.rank, l.peer, l.channel, l.port), AtomicU64::new(0));
                 }
                 if let Some(l) = step.signal {
-                    inbound.insert((l.peer, rank.rank, l.channel), AtomicU64::new(0));
+                    inbound.insert((l.peer, rank.rank, l.channel, l.port), AtomicU64::new(0));
                 }
                 steps.push(step);
             }
@@ -171,6 +173,8 @@ fn resolve(geometry: &Geometry, site: Site, op: &Op) -> Result<Step, InterpretEr
         inputs: e.inputs.iter().map(span).collect::<Result<_, _>>()?,
         outputs: e.outputs.iter().map(span).collect::<Result<_, _>>()?,
         signal: e.signal,
+        via: e.via,
+        flush: e.flush,
     })
 }
 
@@ -205,9 +209,19 @@ fn spin(shared: &Shared, mut ready: impl FnMut() -> bool) -> Result<(), bool> {
     }
 }
 
+/// Runs one thread block. A port put is the proxy's: it is applied as late as the port channel
+/// allows, at the link's next signal or flush, so a plan that writes a put's source before the
+/// flush computes a wrong result here too.
 fn run_threadblock<T: Element>(shared: &Shared, site: Site, ntb: u64, steps: &[Step]) -> Result<(), Failure> {
     let rank = site.rank as usize;
     let mut expected: BTreeMap<Link, u64> = BTreeMap::new();
+    // Port puts not applied yet, per link, in order.
+    let mut pending: BTreeMap<Link, Vec<&Step>> = BTreeMap::new();
+    let apply = |step: &Step| {
+        if let Some((first, rest)) = step.inputs.split_first() {
+            compute::<T>(shared, first, rest, &step.outputs);
+        }
+    };
     let mut barriers = 0u64;
     let progress = &shared.progress[rank][site.tb as usize];
     for (i, step) in steps.iter().enumerate() {
@@ -220,10 +234,12 @@ fn run_threadblock<T: Element>(shared: &Shared, site: Site, ntb: u64, steps: &[S
             let want = expected.entry(link).or_insert(0);
             *want += 1;
             let want = *want;
-            let counter = shared.inbound.get(&(site.rank, link.peer, link.channel)).ok_or(Failure::Internal(here))?;
+            let key = (site.rank, link.peer, link.channel, link.port);
+            let counter = shared.inbound.get(&key).ok_or(Failure::Internal(here))?;
             spin(shared, || counter.load(Ordering::Acquire) >= want).map_err(|t| {
                 let seen = counter.load(Ordering::Acquire);
-                fail(t, format!("signal #{want} from rank {} channel {} (received {seen})", link.peer, link.channel))
+                let kind = if link.port { "port channel" } else { "channel" };
+                fail(t, format!("signal #{want} from rank {} {kind} {} (received {seen})", link.peer, link.channel))
             })?;
         }
         if let Some((tb, at)) = step.wait_tb {
@@ -243,18 +259,24 @@ fn run_threadblock<T: Element>(shared: &Shared, site: Site, ntb: u64, steps: &[S
                 fail(t, format!("barrier #{barriers} ({seen} of {want} arrivals)"))
             })?;
         }
-        if let Some((first, rest)) = step.inputs.split_first() {
-            compute::<T>(shared, first, rest, &step.outputs);
+        match step.via {
+            Some(link) => pending.entry(link).or_default().push(step),
+            None => apply(step),
+        }
+        for link in [step.signal, step.flush].into_iter().flatten() {
+            pending.remove(&link).into_iter().flatten().for_each(apply);
         }
         if let Some(link) = step.signal {
             shared
                 .inbound
-                .get(&(link.peer, site.rank, link.channel))
+                .get(&(link.peer, site.rank, link.channel, link.port))
                 .ok_or(Failure::Internal(here))?
                 .fetch_add(1, Ordering::Release);
         }
         progress.store(i as u32 + 1, Ordering::Release);
     }
+    // Validation requires a flush after every port put; a valid plan has none left.
+    pending.into_values().flatten().for_each(apply);
     Ok(())
 }
 

@@ -18,6 +18,13 @@
 //! and a read of the input it overwrites are conflicting accesses that must be ordered, and a
 //! read ordered after the write sees the output value, which the postcondition then rejects.
 //!
+//! A port put ([`Effects::via`](crate::plan::Effects)) reads its source and writes the peer
+//! some time after the operation: its accesses belong to a clock component of their own per
+//! thread block and port link (the proxy's connection, which applies its puts in order), known
+//! complete to the pusher after a flush of the link and to the peer after the link's next
+//! signal. So a source written again before the flush, or a peer chunk read without the
+//! signal that covers the put, is a race.
+//!
 //! Under the LL protocol a receive learns of its data from the packets themselves, which
 //! publish nothing else: its wait orders only the read of the transfer's own chunk after the
 //! send that wrote it, and joins nothing of the sender's clock.
@@ -221,8 +228,25 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
         }
     }
     let g_count = tbs.len();
+    // One clock component per (thread block, port link it puts on), after the thread blocks':
+    // its value is how many of the connection's puts are known complete.
+    let mut connections: BTreeMap<(usize, Link), usize> = BTreeMap::new();
+    let mut connection_owner: Vec<usize> = Vec::new();
+    for (g, tb) in tbs.iter().enumerate() {
+        for op in &plan.ranks[tb.rank as usize].threadblocks[tb.id as usize].ops {
+            if let Some(link) = op.effects().via {
+                connections.entry((g, link)).or_insert_with(|| {
+                    connection_owner.push(g);
+                    g_count + connection_owner.len() - 1
+                });
+            }
+        }
+    }
+    // Per connection component, the operation index of each put.
+    let mut puts: Vec<Vec<u32>> = vec![Vec::new(); connection_owner.len()];
+    let components = g_count + connection_owner.len();
     for tb in &mut tbs {
-        tb.clock = vec![0; g_count];
+        tb.clock = vec![0; components];
     }
     let mut memory: Vec<[Vec<Cell>; 3]> = plan
         .ranks
@@ -246,9 +270,9 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
         }
     };
     let packets = plan.protocol == Protocol::Ll;
-    // (from, to, channel) -> clock of each signal and the operation that sent it, in order.
+    // (from, to, channel, port) -> clock of each signal and the operation that sent it, in order.
     type Sent = (Vec<u32>, (usize, u32));
-    let mut signals: BTreeMap<(u32, u32, u32), Vec<Sent>> = BTreeMap::new();
+    let mut signals: BTreeMap<(u32, u32, u32, bool), Vec<Sent>> = BTreeMap::new();
     // (rank, barrier number) -> arrival clocks.
     let mut arrivals: BTreeMap<(u32, usize), Vec<Vec<u32>>> = BTreeMap::new();
 
@@ -267,7 +291,7 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                 let mut packet_send = None;
                 if let Some(l) = e.wait {
                     let k = tbs[g].waits.get(&l).copied().unwrap_or(0);
-                    match signals.get(&(l.peer, rank, l.channel)).and_then(|s| s.get(k)) {
+                    match signals.get(&(l.peer, rank, l.channel, l.port)).and_then(|s| s.get(k)) {
                         Some((_, sender)) if packets => packet_send = Some(*sender),
                         Some((c, _)) => joins.push(c.clone()),
                         None => break,
@@ -309,9 +333,23 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                     tb.arrived = false;
                 }
                 let clock = tb.clock.clone();
-                let me = (g, pc as u32);
-                let ordered = |(h, s): (usize, u32)| h == g || clock[h] > s || packet_send == Some((h, s));
-                let site_of = |(h, s): (usize, u32)| Site { rank: tbs[h].rank, tb: tbs[h].id, op: s };
+                // A port put's accesses are the connection's n-th put, not this operation's.
+                let connection = e.via.map(|l| connections[&(g, l)]);
+                let me = match connection {
+                    Some(v) => {
+                        puts[v - g_count].push(pc as u32);
+                        (v, puts[v - g_count].len() as u32 - 1)
+                    }
+                    None => (g, pc as u32),
+                };
+                let ordered = |(h, s): (usize, u32)| h == me.0 || clock[h] > s || packet_send == Some((h, s));
+                let site_of = |(h, s): (usize, u32)| match h.checked_sub(g_count) {
+                    Some(v) => {
+                        let owner = &tbs[connection_owner[v]];
+                        Site { rank: owner.rank, tb: owner.id, op: puts[v][s as usize] }
+                    }
+                    None => Site { rank: tbs[h].rank, tb: tbs[h].id, op: s },
+                };
 
                 // Data phase.
                 if !e.inputs.is_empty() {
@@ -375,10 +413,21 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                 // Complete.
                 let tb = &mut tbs[g];
                 tb.clock[g] = pc as u32 + 1;
+                // A flush completes the connection's puts for this thread block.
+                if let Some(l) = e.flush
+                    && let Some(&v) = connections.get(&(g, l))
+                {
+                    tb.clock[v] = puts[v - g_count].len() as u32;
+                }
                 tb.done.push(tb.clock.clone());
                 tb.pc += 1;
                 if let Some(l) = e.signal {
-                    signals.entry((rank, l.peer, l.channel)).or_default().push((tb.clock.clone(), (g, pc as u32)));
+                    // A port link's signal is applied after the connection's earlier puts.
+                    let mut sent = tb.clock.clone();
+                    if let Some(&v) = connections.get(&(g, l)) {
+                        sent[v] = puts[v - g_count].len() as u32;
+                    }
+                    signals.entry((rank, l.peer, l.channel, l.port)).or_default().push((sent, (g, pc as u32)));
                 }
                 progress = true;
             }

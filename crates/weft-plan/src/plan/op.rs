@@ -98,11 +98,15 @@ impl fmt::Display for BufRef {
     }
 }
 
-/// One direction of a connection: the peer rank and the channel number.
+/// One direction of a connection: the peer rank, the channel number and the channel's kind.
 ///
-/// A channel is a pair of semaphores between two ranks (one per direction) plus access to the
-/// peer's buffers. Within one rank, each (peer, channel, direction) is owned by exactly one
-/// thread block, so the k-th wait on a link always matches the peer's k-th signal.
+/// A memory channel is a pair of semaphores between two ranks (one per direction) plus access to
+/// the peer's buffers: threads move the data. A port channel (`port`) hands its puts, signals
+/// and flushes to the rank's proxy, which moves the data with a copy engine (or a network) and
+/// raises the peer's semaphore after it: a port put completes later, at the peer by the link's
+/// next signal and locally by the link's next flush. Memory and port channels of one number are
+/// different links. Within one rank, each (peer, channel, kind, direction) is owned by exactly
+/// one thread block, so the k-th wait on a link always matches the peer's k-th signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Link {
@@ -110,18 +114,27 @@ pub struct Link {
     pub peer: u32,
     /// The channel between the two ranks.
     pub channel: u32,
+    /// A port channel (moved by the proxy) rather than a memory channel.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub port: bool,
 }
 
 impl Link {
-    /// A link to `peer` on `channel`.
+    /// A memory-channel link to `peer` on `channel`.
     pub fn new(peer: u32, channel: u32) -> Self {
-        Self { peer, channel }
+        Self { peer, channel, port: false }
+    }
+
+    /// A port-channel link to `peer` on `channel`.
+    pub fn port(peer: u32, channel: u32) -> Self {
+        Self { peer, channel, port: true }
     }
 }
 
 impl fmt::Display for Link {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "r{}/ch{}", self.peer, self.channel)
+        let kind = if self.port { "port" } else { "ch" };
+        write!(f, "r{}/{kind}{}", self.peer, self.channel)
     }
 }
 
@@ -198,6 +211,12 @@ pub enum Op {
     Wait {
         /// The link waited on.
         from: Link,
+    },
+    /// Wait until every put and signal pushed on a port link before it is applied at the peer:
+    /// their sources may be written again (PortChannel `flush`).
+    Flush {
+        /// The port link flushed.
+        to: Link,
     },
     /// Put then signal (MSCCLang `send`).
     Send {
@@ -309,6 +328,12 @@ pub struct Effects {
     pub outputs: Vec<Loc>,
     /// Outbound link signalled last.
     pub signal: Option<Link>,
+    /// The port link whose proxy writes the outputs in the peer: the inputs are read and the
+    /// peer's outputs written asynchronously, finished at the peer by the link's next signal
+    /// and locally by its next flush.
+    pub via: Option<Link>,
+    /// Port link flushed last: every earlier put on it has completed.
+    pub flush: Option<Link>,
 }
 
 impl Effects {
@@ -332,6 +357,7 @@ impl Op {
             Op::ReadReduce { .. } => "read_reduce",
             Op::Signal { .. } => "signal",
             Op::Wait { .. } => "wait",
+            Op::Flush { .. } => "flush",
             Op::Send { .. } => "send",
             Op::Recv { .. } => "recv",
             Op::Rrc { .. } => "rrc",
@@ -360,6 +386,7 @@ impl Op {
             Op::Put { src, dst, to } => {
                 e.inputs = vec![l(src)];
                 e.outputs = vec![Loc::remote(to.peer, dst)];
+                e.via = to.port.then_some(to);
             }
             Op::Get { src, dst, from } => {
                 e.inputs = vec![Loc::remote(from.peer, src)];
@@ -371,10 +398,12 @@ impl Op {
             }
             Op::Signal { to } => e.signal = Some(to),
             Op::Wait { from } => e.wait = Some(from),
+            Op::Flush { to } => e.flush = Some(to),
             Op::Send { src, dst, to } => {
                 e.inputs = vec![l(src)];
                 e.outputs = vec![Loc::remote(to.peer, dst)];
                 e.signal = Some(to);
+                e.via = to.port.then_some(to);
             }
             Op::Recv { from, src, dst } => {
                 e.wait = Some(from);
@@ -415,7 +444,7 @@ impl Op {
     /// this rank's own buffers).
     pub fn for_each_ref_mut(&mut self, mut f: impl FnMut(Option<u32>, &mut BufRef)) {
         match self {
-            Op::Nop | Op::Barrier | Op::WaitTb { .. } | Op::Signal { .. } | Op::Wait { .. } => {}
+            Op::Nop | Op::Barrier | Op::WaitTb { .. } | Op::Signal { .. } | Op::Wait { .. } | Op::Flush { .. } => {}
             Op::Copy { src, dst } | Op::Recv { src, dst, .. } => {
                 f(None, src);
                 f(None, dst);
@@ -487,6 +516,7 @@ impl fmt::Display for Op {
             Op::ReadReduce { local, remote, dst, from } => write!(f, "{local} + {from} {remote} -> {dst}"),
             Op::Signal { to } => write!(f, "{to}"),
             Op::Wait { from } => write!(f, "{from}"),
+            Op::Flush { to } => write!(f, "{to}"),
             Op::Recv { from, src, dst } => write!(f, "{from}: {src} -> {dst}"),
             Op::Rrc { from, local, staged, dst } => write!(f, "{from}: {local} + {staged} -> {dst}"),
             Op::Rcs { from, src, dst, to, remote } => {

@@ -290,6 +290,29 @@ pub enum LoadError {
         /// The first access.
         site: Site,
     },
+    /// An operation uses a port link in a way port channels cannot run.
+    #[error("{site}: `{op}` on {link}: {reason}")]
+    PortOp {
+        /// The operation.
+        site: Site,
+        /// Its name.
+        op: &'static str,
+        /// The link.
+        link: super::Link,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A thread block ends with port puts no flush has completed: their copies could still
+    /// read the sources when the next call writes them.
+    #[error("{site}: put on port link {link} is not flushed before thread block {tb} ends")]
+    Unflushed {
+        /// The last unflushed put.
+        site: Site,
+        /// Its thread block.
+        tb: u32,
+        /// The link.
+        link: super::Link,
+    },
     /// A receive on a link does not read what the matching send wrote.
     #[error(
         "LL connection rank {from} -> rank {to} channel {channel}: transfer {transfer} sends {sent} but the receive reads {received}"
@@ -328,6 +351,10 @@ impl ExecutionPlan {
     /// - every thread block of a rank executes the same number of barriers;
     /// - each (peer, channel, direction) of a rank belongs to one thread block;
     /// - signals from `a` to `b` on a channel equal the waits of `b` on it;
+    /// - port links (see [`Link`](super::Link)): only in simple-protocol plans; data crosses
+    ///   them only by `put` and `send`, from scratch into the peer's scratch (the buffers the
+    ///   proxy registers); `flush` names a port link; every put is flushed before its thread
+    ///   block ends;
     /// - in a [`Protocol::Ll`](super::Protocol::Ll) plan, the packet rules (see that variant).
     ///
     /// It does not prove the plan deadlock-free, race-free or correct: the compiler's verifier
@@ -382,9 +409,10 @@ impl ExecutionPlan {
             return Err(LoadError::ReduceArity { site, count: srcs.len(), max: limits::MAX_REDUCE_INPUTS });
         }
         let effects = op.effects();
-        for link in effects.wait.iter().chain(effects.signal.iter()) {
+        for link in [effects.wait, effects.signal, effects.via, effects.flush].iter().flatten() {
             self.check_link(site, link.peer, link.channel)?;
         }
+        self.validate_port_use(site, op, &effects)?;
         if let super::Op::Put { to: link, .. }
         | super::Op::Get { from: link, .. }
         | super::Op::ReadReduce { from: link, .. } = op
@@ -452,6 +480,36 @@ impl ExecutionPlan {
         Ok(())
     }
 
+    /// The port-link rules of [`Self::validate`] for one operation.
+    fn validate_port_use(&self, site: Site, op: &super::Op, e: &super::Effects) -> Result<(), LoadError> {
+        let err = |link, reason| Err(LoadError::PortOp { site, op: op.name(), link, reason });
+        if let Some(link) = e.flush.filter(|l| !l.port) {
+            return err(link, "only port links are flushed");
+        }
+        if let super::Op::Get { from, .. } | super::Op::ReadReduce { from, .. } = op
+            && from.port
+        {
+            return err(*from, "a port channel only writes the peer; reading it takes a memory channel");
+        }
+        let Some(link) = [e.wait, e.signal, e.via, e.flush].into_iter().flatten().find(|l| l.port) else {
+            return Ok(());
+        };
+        if self.protocol != super::Protocol::Simple {
+            return err(link, "port channels carry no LL packets");
+        }
+        let remote = e.outputs.iter().any(|l| l.peer.is_some());
+        if remote && e.via.is_none() && e.signal == Some(link) {
+            return err(link, "a port channel moves data only by put and send; threads do not reach the peer");
+        }
+        if e.via.is_some() {
+            let scratch = e.inputs.iter().chain(&e.outputs).all(|l| l.buf.buffer == Buffer::Scratch);
+            if !scratch {
+                return err(link, "a port put moves scratch into the peer's scratch (the memory the proxy registers)");
+            }
+        }
+        Ok(())
+    }
+
     fn check_link(&self, site: Site, peer: u32, channel: u32) -> Result<(), LoadError> {
         if peer >= self.nranks || peer == site.rank {
             return Err(LoadError::BadPeer { site, peer, nranks: self.nranks });
@@ -462,25 +520,34 @@ impl ExecutionPlan {
         Ok(())
     }
 
-    /// Link ownership (one thread block per direction) and signal/wait pairing.
+    /// Link ownership (one thread block per direction), signal/wait pairing, and port puts
+    /// flushed before their thread block ends.
     fn validate_links(&self) -> Result<(), LoadError> {
-        // (from, to, channel) -> (signals, waits)
-        let mut counts: BTreeMap<(u32, u32, u32), (usize, usize)> = BTreeMap::new();
+        // (from, to, channel, port) -> (signals, waits)
+        let mut counts: BTreeMap<(u32, u32, u32, bool), (usize, usize)> = BTreeMap::new();
         for rank in &self.ranks {
             let barriers = |t: &super::ThreadBlock| t.ops.iter().filter(|o| matches!(o, super::Op::Barrier)).count();
             let expected = rank.threadblocks.first().map_or(0, barriers);
             if let Some(t) = rank.threadblocks.iter().find(|t| barriers(t) != expected) {
                 return Err(LoadError::BarrierMismatch { rank: rank.rank, tb: t.id, expected, found: barriers(t) });
             }
-            // (peer, channel, is_signal) -> owning thread block
-            let mut owners: BTreeMap<(u32, u32, bool), u32> = BTreeMap::new();
+            // (link, outbound) -> owning thread block
+            let mut owners: BTreeMap<(super::Link, bool), u32> = BTreeMap::new();
             for tb in &rank.threadblocks {
-                for op in &tb.ops {
+                // Port links with puts no flush has completed yet, and the last such put.
+                let mut unflushed: BTreeMap<super::Link, u32> = BTreeMap::new();
+                for (i, op) in tb.ops.iter().enumerate() {
                     let e = op.effects();
-                    let dirs = [(e.signal, true), (e.wait, false)];
-                    for (link, is_signal) in dirs {
+                    if let Some(link) = e.via {
+                        unflushed.insert(link, i as u32);
+                    }
+                    if let Some(link) = e.flush {
+                        unflushed.remove(&link);
+                    }
+                    let outbound = e.signal.or(e.via).or(e.flush);
+                    for (link, is_signal) in [(outbound, true), (e.wait, false)] {
                         let Some(link) = link else { continue };
-                        let key = (link.peer, link.channel, is_signal);
+                        let key = (link, is_signal);
                         let owner = *owners.entry(key).or_insert(tb.id);
                         if owner != tb.id {
                             return Err(LoadError::SharedLink {
@@ -492,16 +559,24 @@ impl ExecutionPlan {
                                 second: tb.id,
                             });
                         }
-                        if is_signal {
-                            counts.entry((rank.rank, link.peer, link.channel)).or_default().0 += 1;
-                        } else {
-                            counts.entry((link.peer, rank.rank, link.channel)).or_default().1 += 1;
-                        }
                     }
+                    if let Some(link) = e.signal {
+                        counts.entry((rank.rank, link.peer, link.channel, link.port)).or_default().0 += 1;
+                    }
+                    if let Some(link) = e.wait {
+                        counts.entry((link.peer, rank.rank, link.channel, link.port)).or_default().1 += 1;
+                    }
+                }
+                if let Some((&link, &op)) = unflushed.iter().next() {
+                    return Err(LoadError::Unflushed {
+                        site: Site { rank: rank.rank, tb: tb.id, op },
+                        tb: tb.id,
+                        link,
+                    });
                 }
             }
         }
-        for ((from, to, channel), (signals, waits)) in counts {
+        for ((from, to, channel, _), (signals, waits)) in counts {
             if signals != waits {
                 return Err(LoadError::Unpaired { from, to, channel, signals, waits });
             }

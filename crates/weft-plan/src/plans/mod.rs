@@ -17,12 +17,20 @@
 //! | [`two_step_alltoall`] | AllToAll | `ranks_per_node` divides `nranks` |
 //! | [`alltonext`] | custom: rank `r` receives rank `r - 1`'s input | `ranks_per_node` divides `nranks` |
 //! | [`direct_broadcast`] | Broadcast | `root < nranks` |
+//!
+//! Written at the channel level (a [`ChannelProgram`](crate::dsl::ChannelProgram), compiled as
+//! written, one thread block per rank):
+//!
+//! | function | collective | constraints |
+//! | --- | --- | --- |
+//! | [`port_allpairs_allreduce`] | AllReduce over port channels | `nranks >= 2` |
 
 mod allreduce;
 mod alltoall;
 mod alltonext;
 mod broadcast;
 mod gather_scatter;
+mod port;
 
 pub use allreduce::{
     allpairs_allreduce, allpairs_allreduce_ll, hierarchical_allreduce, ring_allreduce, ring_allreduce_ll,
@@ -31,6 +39,7 @@ pub use alltoall::two_step_alltoall;
 pub use alltonext::alltonext;
 pub use broadcast::direct_broadcast;
 pub use gather_scatter::{allpairs_reduce_scatter, ring_allgather, ring_reduce_scatter};
+pub use port::port_allpairs_allreduce;
 
 use crate::dsl::DslError;
 
