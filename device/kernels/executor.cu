@@ -58,6 +58,13 @@
 // never writes packets this rank still reads (weft-exec's `packet_launches_chain` proves a
 // sender cannot get two launches ahead, else launches fence on entry). No exit fence: a rank's
 // plan ends having read every packet sent to it, and peers read nothing of it.
+// Port links (EXEC_WAIT_PORT, EXEC_SIGNAL_PORT): the plan's PortChannel operations, one port
+// channel per link and replica (ExecContext::ports) whose FIFO leads to this rank's proxy. A
+// port put (EXEC_PORT_PUT) is thread 0 pushing one put per row of its slice, from this rank's
+// scratch into the peer's (offsets from the scratch bases, the memories the proxy registered);
+// the block barrier that ends the previous operation orders the other threads' writes of the
+// source before the push. Signals, flushes (EXEC_FLUSH) and waits are port_signal, port_flush
+// and port_wait by thread 0. The plan flushes every put before its thread block ends.
 // Every wait is bounded (WaitContext): on expiry the error record names rank, peer and wait,
 // and every block gives up promptly (Spin sees the record).
 //
@@ -70,6 +77,7 @@
 #include "weft/collective.cuh"
 #include "weft/elementwise.cuh"
 #include "weft/packet.cuh"
+#include "weft/port_channel.cuh"
 
 using namespace weft;
 
@@ -420,11 +428,42 @@ __device__ __forceinline__ void resolve_and_cache(const ExecContext& c, const Ge
   if (threadIdx.x < EXEC_ROW_CACHE_KEY_WORDS) entry.key[threadIdx.x] = row_key(c, outputs, threadIdx.x);
 }
 
+/// Port link (`peer`, `channel`) of this block's replica.
+__device__ __forceinline__ const PortChannelDeviceHandle& port_link(const ExecContext& c, const Role& role,
+                                                                    uint16_t peer, uint16_t channel) {
+  const PortChannelDeviceHandle* ports = reinterpret_cast<const PortChannelDeviceHandle*>(c.ports);
+  return ports[(static_cast<uint64_t>(peer) * c.port_stride + channel) * c.replicas + role.replica];
+}
+
+/// A port put's data phase (EXEC_PORT_PUT): thread 0 pushes a put of each row's slice from this
+/// rank's scratch (input 0) into the peer's (output 0) on the outbound port link; the proxy
+/// moves the bytes. Offsets are from the scratch bases (below 4 GiB: the proxy registered
+/// them). Called by: the block. False (thread 0) when the proxy stopped or a push timed out.
+__device__ __forceinline__ bool push_rows(const ExecContext& c, const Role& role, const ExecOp& op, const Row* rows,
+                                          uint32_t n) {
+  if (threadIdx.x != 0) return true;
+  const PortChannelDeviceHandle& ch = port_link(c, role, op.signal_peer, op.signal_channel);
+  const uint64_t src_base = rank_buffers[c.rank].scratch + role.scratch_shift;
+  const uint64_t dst_base = owner(c, op.outputs[0]).scratch + role.scratch_shift;
+  for (uint32_t r = 0; r < n; ++r) {
+    const Row& row = rows[r];
+    if (row.bytes == 0) continue;
+    const uint64_t src = reinterpret_cast<uint64_t>(row.at[0]) - src_base;
+    const uint64_t dst = reinterpret_cast<uint64_t>(row.at[op.n_inputs]) - dst_base;
+    if (!port_put(ch, static_cast<uint32_t>(dst), static_cast<uint32_t>(src), static_cast<uint32_t>(row.bytes))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 /// The data phase of operation `op` over its resolved rows `rows[0, n)`: each row's slice of
 /// every input folded into every output; packet locations (EXEC_LOC_PACKETS) hold the slice at
-/// twice its offset. Called by: the block. False when a packet poll timed out.
+/// twice its offset; a port put's rows go to the proxy (push_rows). Called by: the block. False
+/// when a packet poll timed out or a push failed.
 __device__ __forceinline__ bool move_rows(const ExecContext& c, const Role& role, const ExecOp& op, const Row* rows,
                                           uint32_t n) {
+  if ((op.flags & EXEC_PORT_PUT) != 0) return push_rows(c, role, op, rows, n);
   WaitContext wait = c.wait;
   wait.peer = op.wait_peer;
   FoldForm form{op.packets & ((1u << EXEC_MAX_INPUTS) - 1), static_cast<uint32_t>(op.packets) >> EXEC_MAX_INPUTS, 0,
@@ -523,12 +562,16 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
   const bool packets = (c.flags & EXEC_PACKETS) != 0;
   uint64_t barriers = 0;
   uint32_t row = 0;
+  // Thread 0: every port signal and flush so far succeeded (checked at the next operation).
+  bool pushed = true;
   for (uint32_t s = 0; s < nops; ++s) {
     const ExecOp& op = ops[s];
-    bool ok = true;
-    if (threadIdx.x == 0) {
+    bool ok = pushed;
+    if (threadIdx.x == 0 && ok) {
       // Under packets the link's wait is the polling of the packet input.
-      if ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) {
+      if ((op.flags & EXEC_WAIT_PORT) != 0) {
+        ok = port_wait(port_link(c, role, op.wait_peer, op.wait_channel));
+      } else if ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) {
         ok = semaphore_wait(link(op.wait_peer, op.wait_channel));
       }
       if (ok && (op.flags & EXEC_WAIT_TB) != 0) {
@@ -554,7 +597,11 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
     }
     if (!__syncthreads_and(moved)) return false;
     if (threadIdx.x == 0) {
-      if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
+      if ((op.flags & EXEC_SIGNAL_PORT) != 0) {
+        const PortChannelDeviceHandle& ch = port_link(c, role, op.signal_peer, op.signal_channel);
+        if ((op.flags & EXEC_SIGNAL) != 0) pushed = port_signal(ch);
+        if ((op.flags & EXEC_FLUSH) != 0) pushed = pushed && port_flush(ch);
+      } else if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
         semaphore_signal(link(op.signal_peer, op.signal_channel));
       }
       // Only steps another thread block waits for (a .sys release is not free).
@@ -563,7 +610,8 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
       }
     }
   }
-  return true;
+  // A failed last port signal or flush (plans without port links have none).
+  return c.port_stride == 0 || __syncthreads_and(pushed);
 }
 
 /// Copies every chunk of a dense user buffer to or from its padded stage with every thread of

@@ -15,7 +15,23 @@ use crate::algorithm::Collective;
 /// channel per link).
 pub const SHIPPED_INSTANCES: u32 = 4;
 
-type Build = fn(u32, u32) -> Result<weft_plan::Program, weft_plan::DslError>;
+/// A shipped plan's DSL program: chunk level (traced, then scheduled by the compiler) or
+/// channel level (compiled as written).
+enum Source {
+    Chunks(weft_plan::Program),
+    Channels(weft_plan::ChannelProgram),
+}
+
+impl Source {
+    fn compile(&self) -> Result<ExecutionPlan, weft_plan::CompileError> {
+        match self {
+            Source::Chunks(p) => p.compile(),
+            Source::Channels(p) => p.compile(),
+        }
+    }
+}
+
+type Build = fn(u32, u32) -> Result<Source, weft_plan::DslError>;
 
 /// A shipped plan: registry name, collective, and its DSL program for (ranks, root).
 struct Shipped {
@@ -33,56 +49,61 @@ fn half(ranks: u32) -> u32 {
 /// further only adds operations; the executor's replicas still spread a chunk over blocks.
 pub const SHIPPED_LL_INSTANCES: u32 = 1;
 
-const SHIPPED: [Shipped; 10] = [
+const SHIPPED: [Shipped; 11] = [
     Shipped {
         name: "plan:ring_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::ring_allreduce(n, SHIPPED_INSTANCES),
+        build: |n, _| plans::ring_allreduce(n, SHIPPED_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:allpairs_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::allpairs_allreduce(n, SHIPPED_INSTANCES),
+        build: |n, _| plans::allpairs_allreduce(n, SHIPPED_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:ring_allreduce_ll",
         collective: Collective::AllReduce,
-        build: |n, _| plans::ring_allreduce_ll(n, SHIPPED_LL_INSTANCES),
+        build: |n, _| plans::ring_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:allpairs_allreduce_ll",
         collective: Collective::AllReduce,
-        build: |n, _| plans::allpairs_allreduce_ll(n, SHIPPED_LL_INSTANCES),
+        build: |n, _| plans::allpairs_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Source::Chunks),
+    },
+    Shipped {
+        name: "plan:port_allpairs_allreduce",
+        collective: Collective::AllReduce,
+        build: |n, _| plans::port_allpairs_allreduce(n).map(Source::Channels),
     },
     Shipped {
         name: "plan:hierarchical_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::hierarchical_allreduce(n, half(n), SHIPPED_INSTANCES),
+        build: |n, _| plans::hierarchical_allreduce(n, half(n), SHIPPED_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:ring_allgather",
         collective: Collective::AllGather,
-        build: |n, _| plans::ring_allgather(n, SHIPPED_INSTANCES),
+        build: |n, _| plans::ring_allgather(n, SHIPPED_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:ring_reduce_scatter",
         collective: Collective::ReduceScatter,
-        build: |n, _| plans::ring_reduce_scatter(n, SHIPPED_INSTANCES),
+        build: |n, _| plans::ring_reduce_scatter(n, SHIPPED_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:allpairs_reduce_scatter",
         collective: Collective::ReduceScatter,
-        build: |n, _| plans::allpairs_reduce_scatter(n, SHIPPED_INSTANCES),
+        build: |n, _| plans::allpairs_reduce_scatter(n, SHIPPED_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:two_step_alltoall",
         collective: Collective::AllToAll,
-        build: |n, _| plans::two_step_alltoall(n, half(n), SHIPPED_INSTANCES),
+        build: |n, _| plans::two_step_alltoall(n, half(n), SHIPPED_INSTANCES).map(Source::Chunks),
     },
     Shipped {
         name: "plan:direct_broadcast",
         collective: Collective::Broadcast,
-        build: |n, root| plans::direct_broadcast(n, root, SHIPPED_INSTANCES),
+        build: |n, root| plans::direct_broadcast(n, root, SHIPPED_INSTANCES).map(Source::Chunks),
     },
 ];
 
@@ -221,8 +242,9 @@ mod tests {
     #[test]
     fn peers_share_the_outputs_of_every_shipped_plan_but_reduce_scatter_and_the_ll_plans() {
         for id in PlanId::all().take(SHIPPED.len()) {
-            // LL packets land in scratch only.
-            let private = id.collective() == Collective::ReduceScatter || id.name().ends_with("_ll");
+            // LL packets and port puts land in scratch only.
+            let scratch_only = id.name().ends_with("_ll") || id.name().starts_with("plan:port_");
+            let private = id.collective() == Collective::ReduceScatter || scratch_only;
             for ranks in [2, 4] {
                 assert_eq!(id.peers_share_outputs(ranks), !private, "{} at {ranks} ranks", id.name());
             }

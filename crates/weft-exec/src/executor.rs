@@ -60,6 +60,11 @@ impl Default for ExecConfig {
     }
 }
 
+/// Most replicas of a plan with port links: each replica pushes its own puts to the rank's one
+/// proxy thread, which issues them one after another, so more replicas add commands, not
+/// bandwidth (a copy engine moves a put at full speed).
+pub const PORT_PLAN_REPLICAS: u32 = 8;
+
 /// Replicas of each of a plan's `threadblocks` thread blocks on `sms` SMs: every plan block
 /// must be resident (they wait for each other), one per SM, so at most `sms / threadblocks`;
 /// `wanted` (clamped to that) or else all of it. A plan's thread block works through its
@@ -162,7 +167,10 @@ impl PlanExecutor {
         // replicas pair up across ranks: every rank runs the same count, the one the rank with
         // the most thread blocks and the fewest SMs can hold.
         let widest = lowered.ranks.iter().map(|r| r.tb_starts.len() as u32 - 1).max().unwrap_or(1);
-        let mine = replicas_for(widest, sms, config.replicas);
+        let mut mine = replicas_for(widest, sms, config.replicas);
+        if lowered.ranks.iter().any(|r| !r.ports.is_empty()) {
+            mine = mine.min(PORT_PLAN_REPLICAS);
+        }
         let fewest = all_gather_u64(comm, mine.into())?.into_iter().min().unwrap_or(1);
         let replicas = u32::try_from(fewest).unwrap_or(1).max(1);
         let grid = (threadblocks * replicas).max(config.stage_blocks).min(sms).max(1);

@@ -63,6 +63,8 @@ pub(crate) mod tests {
             plans::allpairs_allreduce_ll(4, 1),
             plans::ring_allreduce_ll(3, 2),
         ];
-        programs.into_iter().map(|p| p.unwrap().compile().unwrap()).collect()
+        let mut out: Vec<ExecutionPlan> = programs.into_iter().map(|p| p.unwrap().compile().unwrap()).collect();
+        out.push(plans::port_allpairs_allreduce(3).unwrap().compile().unwrap());
+        out
     }
 }

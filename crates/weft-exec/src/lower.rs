@@ -5,8 +5,8 @@
 use thiserror::Error;
 use weft_plan::plan::{BufRef, Buffer, Effects, ExecutionPlan, Link, Loc, Protocol, packet_input};
 use weft_types::{
-    EXEC_BARRIER, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_PUBLISH, EXEC_SIGNAL,
-    EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp,
+    EXEC_BARRIER, EXEC_FLUSH, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_PORT_PUT,
+    EXEC_PUBLISH, EXEC_SIGNAL, EXEC_SIGNAL_PORT, EXEC_WAIT_LINK, EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
 /// Why a plan cannot run on the executor.
@@ -62,9 +62,13 @@ pub struct DeviceRankPlan {
     /// class, how many scratch chunks before chunk `i` have that class (row-major, one row per
     /// chunk plus a final row: the whole scratch). See [`crate::geometry`].
     pub scratch_class_counts: Vec<u32>,
-    /// Every link this rank waits on or signals, as `(peer, channel)`, sorted: the connections
-    /// the executor sets up.
+    /// Every memory link this rank waits on or signals, as `(peer, channel)`, sorted: the
+    /// semaphores the executor sets up.
     pub links: Vec<(u32, u32)>,
+    /// Every port link of this rank, as `(peer, channel)`, sorted: those its operations use and
+    /// those its peers' operations use towards it (a port put needs the channel at both ends
+    /// even when nothing waits on it). The port channels the executor sets up.
+    pub ports: Vec<(u32, u32)>,
 }
 
 /// A lowered plan: every rank's [`DeviceRankPlan`] and the plan's chunk geometry.
@@ -114,7 +118,9 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
             for (step, op) in tb.ops.iter().enumerate() {
                 let at = Site { rank, tb: tb.id, step: step as u32 };
                 let effects = op.effects();
-                links.extend(effects.wait.iter().chain(&effects.signal).map(|l| (l.peer, l.channel)));
+                links.extend(
+                    effects.wait.iter().chain(&effects.signal).filter(|l| !l.port).map(|l| (l.peer, l.channel)),
+                );
                 let mut x = encode(&effects, op.name(), at)?;
                 if plan.protocol == Protocol::Ll {
                     mark_packets(&mut x, packet_input(op));
@@ -133,7 +139,10 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
             counts[class as usize % classes] += 1;
             scratch_class_counts.extend_from_slice(&counts);
         }
-        ranks.push(DeviceRankPlan { tb_starts, ops, scratch_class_counts, links });
+        ranks.push(DeviceRankPlan { tb_starts, ops, scratch_class_counts, links, ports: Vec::new() });
+    }
+    for (rank, ports) in port_links(plan).into_iter().enumerate() {
+        ranks[rank].ports = ports;
     }
     Ok(DevicePlan {
         name: plan.name.clone(),
@@ -143,6 +152,27 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
         packets: plan.protocol == Protocol::Ll,
         ranks,
     })
+}
+
+/// Per rank, its port links and its peers' towards it, as `(peer, channel)`, sorted.
+fn port_links(plan: &ExecutionPlan) -> Vec<Vec<(u32, u32)>> {
+    let mut ports = vec![Vec::new(); plan.ranks.len()];
+    for rank_plan in &plan.ranks {
+        for op in rank_plan.threadblocks.iter().flat_map(|tb| &tb.ops) {
+            let e = op.effects();
+            for l in [e.wait, e.signal, e.via, e.flush].into_iter().flatten().filter(|l| l.port) {
+                ports[rank_plan.rank as usize].push((l.peer, l.channel));
+                if let Some(theirs) = ports.get_mut(l.peer as usize) {
+                    theirs.push((rank_plan.rank, l.channel));
+                }
+            }
+        }
+    }
+    for p in &mut ports {
+        p.sort_unstable();
+        p.dedup();
+    }
+    ports
 }
 
 /// Marks an LL operation's packet locations: the staged input its link wait covers (the
@@ -247,7 +277,7 @@ fn encode(e: &Effects, op: &'static str, at: Site) -> Result<ExecOp, LowerError>
     let (outputs, n_outputs) = fill::<EXEC_MAX_OUTPUTS>(&e.outputs, at, op, "outputs")?;
     let mut x = ExecOp { inputs, outputs, n_inputs, n_outputs, ..ExecOp::default() };
     if let Some(l) = e.wait {
-        x.flags |= EXEC_WAIT_LINK;
+        x.flags |= EXEC_WAIT_LINK | if l.port { EXEC_WAIT_PORT } else { 0 };
         x.wait_peer = narrow16(l.peer, "peer", at)?;
         x.wait_channel = narrow16(l.channel, "channel", at)?;
     }
@@ -258,8 +288,11 @@ fn encode(e: &Effects, op: &'static str, at: Site) -> Result<ExecOp, LowerError>
     if e.barrier {
         x.flags |= EXEC_BARRIER;
     }
-    if let Some(l) = e.signal {
-        x.flags |= EXEC_SIGNAL;
+    // One outbound link per operation: a port put's, signal's and flush's are the same (the
+    // plan's validation allows no other port operation).
+    let outbound = [(e.signal, EXEC_SIGNAL), (e.via, EXEC_PORT_PUT), (e.flush, EXEC_FLUSH)];
+    for (l, flag) in outbound.into_iter().filter_map(|(l, f)| Some((l?, f))) {
+        x.flags |= flag | if l.port { EXEC_SIGNAL_PORT } else { 0 };
         x.signal_peer = narrow16(l.peer, "peer", at)?;
         x.signal_channel = narrow16(l.channel, "channel", at)?;
     }
@@ -276,13 +309,17 @@ fn decode_loc(l: &ExecLoc) -> Loc {
 /// The effects a lowered operation has (the inverse of lowering).
 pub fn effects(op: &ExecOp) -> Effects {
     let has = |flag| op.flags & flag != 0;
+    let link = |peer: u16, channel: u16, port| Link { peer: peer.into(), channel: channel.into(), port };
+    let outbound = link(op.signal_peer, op.signal_channel, has(EXEC_SIGNAL_PORT));
     Effects {
-        wait: has(EXEC_WAIT_LINK).then(|| Link::new(op.wait_peer.into(), op.wait_channel.into())),
+        wait: has(EXEC_WAIT_LINK).then(|| link(op.wait_peer, op.wait_channel, has(EXEC_WAIT_PORT))),
         wait_tb: has(EXEC_WAIT_TB).then_some((op.wait_tb, op.wait_step)),
         barrier: has(EXEC_BARRIER),
         inputs: op.used_inputs().iter().map(decode_loc).collect(),
         outputs: op.used_outputs().iter().map(decode_loc).collect(),
-        signal: has(EXEC_SIGNAL).then(|| Link::new(op.signal_peer.into(), op.signal_channel.into())),
+        signal: has(EXEC_SIGNAL).then_some(outbound),
+        via: has(EXEC_PORT_PUT).then_some(outbound),
+        flush: has(EXEC_FLUSH).then_some(outbound),
     }
 }
 
@@ -309,7 +346,7 @@ mod tests {
                 }
                 let waits_or_signals =
                     originals.iter().any(|o| o.effects().wait.is_some() || o.effects().signal.is_some());
-                assert_eq!(dp.links.is_empty(), !waits_or_signals);
+                assert_eq!(dp.links.is_empty() && dp.ports.is_empty(), !waits_or_signals);
             }
         }
     }

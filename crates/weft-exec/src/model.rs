@@ -18,8 +18,8 @@ use weft_plan::ExecutionPlan;
 use weft_plan::interp::{Interpreter, RankBuffers, ReduceOp};
 use weft_plan::plan::Geometry;
 use weft_types::{
-    EXEC_BARRIER, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc,
-    ExecOp,
+    EXEC_BARRIER, EXEC_FLUSH, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_PORT_PUT, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_SIGNAL_PORT,
+    EXEC_WAIT_LINK, EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
 use crate::geometry::{Sizing, replica_slice};
@@ -216,9 +216,12 @@ impl Model<'_> {
         let mut arrived: Vec<Vec<bool>> = blocks.iter().map(|&n| vec![false; n]).collect();
         let mut arrivals = vec![0usize; ranks];
         let mut barriers: Vec<Vec<usize>> = blocks.iter().map(|&n| vec![0; n]).collect();
-        // (rank, peer, channel, replica) -> signals received, and waits claimed.
-        let mut inbound: HashMap<(usize, u16, u16, usize), u64> = HashMap::new();
-        let mut expected: HashMap<(usize, u16, u16, usize), u64> = HashMap::new();
+        // (rank, peer, channel, port, replica) -> signals received, and waits claimed.
+        let mut inbound: HashMap<(usize, u16, u16, bool, usize), u64> = HashMap::new();
+        let mut expected: HashMap<(usize, u16, u16, bool, usize), u64> = HashMap::new();
+        // (rank, block, peer, channel) -> port puts the proxy has not applied yet: applied as
+        // late as the port channel allows, at the link's next signal or flush.
+        let mut pending: HashMap<(usize, usize, u16, u16), Vec<ExecOp>> = HashMap::new();
         let mut order: Vec<(usize, usize)> = (0..ranks).flat_map(|r| (0..blocks[r]).map(move |b| (r, b))).collect();
         let mut state = seed | 1;
         loop {
@@ -241,7 +244,7 @@ impl Model<'_> {
                     }
                     done = false;
                     let op = rp.ops[first + step];
-                    let key = (r, op.wait_peer, op.wait_channel, replica);
+                    let key = (r, op.wait_peer, op.wait_channel, op.flags & EXEC_WAIT_PORT != 0, replica);
                     let want = expected.get(&key).copied().unwrap_or(0) + 1;
                     // Under packets a wait is the polling of the packet input.
                     let ready = if self.plan.packets {
@@ -272,11 +275,20 @@ impl Model<'_> {
                     if op.flags & EXEC_WAIT_LINK != 0 {
                         expected.insert(key, want);
                     }
-                    if op.n_inputs > 0 {
+                    let outbound = (r, b, op.signal_peer, op.signal_channel);
+                    if op.flags & EXEC_PORT_PUT != 0 {
+                        pending.entry(outbound).or_default().push(op);
+                    } else if op.n_inputs > 0 {
                         self.run_data(r, &op, replica as u32, replicas);
                     }
+                    if op.flags & EXEC_SIGNAL_PORT != 0 && op.flags & (EXEC_SIGNAL | EXEC_FLUSH) != 0 {
+                        for put in pending.remove(&outbound).unwrap_or_default() {
+                            self.run_data(r, &put, replica as u32, replicas);
+                        }
+                    }
                     if op.flags & EXEC_SIGNAL != 0 && !self.plan.packets {
-                        let to = (usize::from(op.signal_peer), r as u16, op.signal_channel, replica);
+                        let port = op.flags & EXEC_SIGNAL_PORT != 0;
+                        let to = (usize::from(op.signal_peer), r as u16, op.signal_channel, port, replica);
                         *inbound.entry(to).or_default() += 1;
                     }
                     pc[r][b] += 1;
@@ -468,6 +480,7 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
     // A pipelined loop: tiles share their thread blocks and channels.
     out.push(ring_allreduce(ranks, 2).and_then(|p| p.with_pipeline(3)).unwrap().compile().unwrap());
     out.push(read_reduce_allreduce(ranks));
+    out.push(port_allpairs_allreduce(ranks).unwrap().compile().unwrap());
     out
 }
 

@@ -5,15 +5,18 @@
 //! replica and a fence semaphore per peer, and the uploaded tables of [`ExecContext`]. Every
 //! rank builds its side with the same plan, capacity and replicas.
 //!
+//! A plan with port links also gets this rank's proxy ([`PortProxy`]), its scratch registered
+//! there, and a port channel per port link and replica, set up at both ends of each link.
+//!
 //! The buffer table ([`ExecBuffers`]) carries, per rank, that rank's scratch layout table
 //! (uploaded here from the plan): a rank that writes or reads a chunk of a peer's scratch places
 //! it by the peer's table, since ranks' scratch layouts differ.
 
-use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
+use weft_core::{Communicator, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
 use weft_types::{
     EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_PACKETS, EXEC_ROW_CACHE_ENTRY_BYTES, ExecBuffers, ExecContext, ExecOp,
-    SemaphoreDeviceHandle,
+    PortChannelDeviceHandle, SemaphoreDeviceHandle,
 };
 
 use crate::error::ExecError;
@@ -111,6 +114,9 @@ pub(crate) struct ExecResources {
     _remote: Vec<RemoteMemory>,
     _semaphores: Vec<Semaphore>,
     _tables: Vec<DeviceMemory>,
+    // Dropped after the tables: the channels keep the proxy, its FIFO and the scratch alive.
+    _port_channels: Vec<PortChannel>,
+    _proxy: Option<PortProxy>,
 }
 
 impl ExecResources {
@@ -180,9 +186,21 @@ impl ExecResources {
         let mut links = vec![SemaphoreDeviceHandle::default(); ranks * stride * replicas];
         let mut fences = vec![SemaphoreDeviceHandle::default(); ranks];
         let (mut remote, mut semaphores) = (Vec::new(), Vec::new());
+        // The proxy and the scratch's index in it, when this rank has port links.
+        let proxy = if rp.ports.is_empty() {
+            None
+        } else {
+            let proxy = PortProxy::new(comm, PortProxyConfig::default())?;
+            let id = proxy.register(&scratch)?;
+            Some((proxy, id))
+        };
+        let port_stride = tables.port_stride as usize;
+        let mut ports = vec![PortChannelDeviceHandle::default(); ranks * port_stride * replicas];
+        let mut port_channels = Vec::new();
         // Pairwise calls in one order on both sides: peers ascending; per peer the three
-        // buffers, the fence, then the links of the pair by channel and replica (the pair's
-        // channel sets are equal: a wait on one side is a signal on the other).
+        // buffers, the fence, the links of the pair by channel and replica (the pair's channel
+        // sets are equal: a wait on one side is a signal on the other), then its port links by
+        // channel and replica (lowering lists them at both ends).
         for peer in (0..ranks).filter(|&p| tables.peer_mask & (1 << p) != 0) {
             let [i, o, s] = [&input, &output, &scratch].map(|b| comm.connect_memory(peer, b));
             let (i, o, s) = (i?, o?, s?);
@@ -198,6 +216,14 @@ impl ExecResources {
                     semaphores.push(s);
                 }
             }
+            let port_links = rp.ports.iter().filter(|(p, _)| *p as usize == peer);
+            for (&(_, channel), (proxy, id)) in port_links.zip(std::iter::repeat(&proxy).flatten()) {
+                for replica in 0..replicas {
+                    let c = proxy.channel(peer, *id, None)?;
+                    ports[tables.port_index(peer as u32, channel) * replicas + replica] = c.device_handle();
+                    port_channels.push(c);
+                }
+            }
         }
         let plan_blocks = (rp.tb_starts.len() - 1) * replicas;
         let state = vec![0u64; 3 * shape.grid as usize + 2 + plan_blocks];
@@ -206,12 +232,14 @@ impl ExecResources {
         let (ops, tb_ops, tb_rows) = (upload(&ops)?, upload(&tb_ops)?, upload(&tables.tb_rows)?);
         let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
         let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
+        let ports_table = if ports.is_empty() { 0 } else { upload(&ports)? };
         let context = ExecContext {
             ops,
             tb_ops,
             written,
             buffers: buffers_table,
             links: links_table,
+            ports: ports_table,
             fences: fences_table,
             state,
             row_cache,
@@ -228,6 +256,7 @@ impl ExecResources {
             peer_mask: tables.peer_mask,
             replicas: shape.replicas,
             max_tb_ops: tables.max_tb_ops,
+            port_stride: tables.port_stride,
             output_flip,
             scratch_flip,
             flags: if plan.packets { EXEC_PACKETS } else { EXEC_EXIT_FENCE }
@@ -242,6 +271,8 @@ impl ExecResources {
             _remote: remote,
             _semaphores: semaphores,
             _tables: uploaded,
+            _port_channels: port_channels,
+            _proxy: proxy.map(|(p, _)| p),
         })
     }
 }

@@ -6,7 +6,8 @@
 //! operation pairs up have the same size class, and every thread block fits shared memory.
 
 use weft_types::{
-    EXEC_BARRIER, EXEC_LOCAL, EXEC_RESOLVED_ROWS, EXEC_SIGNAL, EXEC_WAIT_LINK, EXEC_WAIT_TB, ExecLoc, ExecOp,
+    EXEC_BARRIER, EXEC_LOCAL, EXEC_RESOLVED_ROWS, EXEC_SIGNAL, EXEC_SIGNAL_PORT, EXEC_WAIT_LINK, EXEC_WAIT_PORT,
+    EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
 use crate::error::ExecError;
@@ -29,8 +30,10 @@ pub struct RankTables {
     pub output_remote: bool,
     /// Per output chunk, 1 when the plan writes it on this rank.
     pub written: Vec<u8>,
-    /// Channels per peer in the link table (the largest channel used plus one).
+    /// Channels per peer in the link table (the largest memory channel used plus one).
     pub link_stride: u32,
+    /// Channels per peer in the port table (the largest port channel plus one; 0: none).
+    pub port_stride: u32,
     /// Bit `p`: the rank waits on or signals peer `p`.
     pub peer_mask: u32,
     /// Barriers every thread block runs per launch.
@@ -47,6 +50,11 @@ impl RankTables {
     /// Index of link (`peer`, `channel`) in the link table.
     pub fn link_index(&self, peer: u32, channel: u32) -> usize {
         peer as usize * self.link_stride as usize + channel as usize
+    }
+
+    /// Index of port link (`peer`, `channel`) in the port table.
+    pub fn port_index(&self, peer: u32, channel: u32) -> usize {
+        peer as usize * self.port_stride as usize + channel as usize
     }
 }
 
@@ -79,8 +87,13 @@ pub fn peers_touch_outputs(plan: &DevicePlan) -> bool {
 /// (which covers it), and every link carries as many signals as its receiver waits for. A
 /// rank whose plan is done has then seen every write into its buffers, and no peer touches them
 /// again before the next launch's entry fence. The same on every rank.
+/// Plans with port links keep their exit fence: a port signal covers its link's puts, not the
+/// thread block's other writes into the peer.
 pub fn peers_only_push_signalled(plan: &DevicePlan) -> bool {
     use std::collections::{BTreeSet, HashMap};
+    if plan.ranks.iter().any(|r| !r.ports.is_empty()) {
+        return false;
+    }
     // (sender, receiver, channel) -> signals minus waits.
     let mut balance: HashMap<(usize, usize, u16), i64> = HashMap::new();
     for (r, rp) in plan.ranks.iter().enumerate() {
@@ -121,9 +134,9 @@ pub fn packet_launches_chain(plan: &DevicePlan) -> bool {
     use std::collections::{BTreeMap, BTreeSet, VecDeque};
     // Nodes: (rank, index of the op in the rank's ops).
     let mut next: BTreeMap<(usize, usize), Vec<(usize, usize)>> = BTreeMap::new();
-    // (from, to, channel) -> signalling ops in order; (from, to, channel) -> waiting ops.
-    let mut signals: BTreeMap<(usize, usize, u16), Vec<usize>> = BTreeMap::new();
-    let mut waits: BTreeMap<(usize, usize, u16), Vec<usize>> = BTreeMap::new();
+    // (from, to, channel, port) -> signalling ops in order; the same -> waiting ops.
+    let mut signals: BTreeMap<(usize, usize, u16, bool), Vec<usize>> = BTreeMap::new();
+    let mut waits: BTreeMap<(usize, usize, u16, bool), Vec<usize>> = BTreeMap::new();
     let mut sends = BTreeSet::new();
     for (r, rp) in plan.ranks.iter().enumerate() {
         // Per thread block, its barrier ops in order.
@@ -144,11 +157,13 @@ pub fn packet_launches_chain(plan: &DevicePlan) -> bool {
                     mine.push(i);
                 }
                 if op.flags & EXEC_SIGNAL != 0 {
-                    signals.entry((r, usize::from(op.signal_peer), op.signal_channel)).or_default().push(i);
+                    let port = op.flags & EXEC_SIGNAL_PORT != 0;
+                    signals.entry((r, usize::from(op.signal_peer), op.signal_channel, port)).or_default().push(i);
                     sends.insert((r, usize::from(op.signal_peer)));
                 }
                 if op.flags & EXEC_WAIT_LINK != 0 {
-                    waits.entry((usize::from(op.wait_peer), r, op.wait_channel)).or_default().push(i);
+                    let port = op.flags & EXEC_WAIT_PORT != 0;
+                    waits.entry((usize::from(op.wait_peer), r, op.wait_channel, port)).or_default().push(i);
                 }
             }
             barriers.push(mine);
@@ -163,8 +178,8 @@ pub fn packet_launches_chain(plan: &DevicePlan) -> bool {
             }
         }
     }
-    for (&(from, to, channel), sent) in &signals {
-        let got = waits.get(&(from, to, channel)).map_or(&[][..], Vec::as_slice);
+    for (&(from, to, channel, port), sent) in &signals {
+        let got = waits.get(&(from, to, channel, port)).map_or(&[][..], Vec::as_slice);
         for (&s, &w) in sent.iter().zip(got) {
             next.entry((from, s)).or_default().push((to, w));
         }
@@ -214,6 +229,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
         output_remote: false,
         written: vec![0; plan.output_chunks as usize],
         link_stride: 1,
+        port_stride: 0,
         peer_mask: 0,
         plan_barriers: 0,
         max_tb_ops: 0,
@@ -280,15 +296,20 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
             Some(_) => {}
         }
         for op in ops {
-            if op.flags & EXEC_WAIT_LINK != 0 {
+            if op.flags & EXEC_WAIT_LINK != 0 && op.flags & EXEC_WAIT_PORT == 0 {
                 t.peer_mask |= 1 << op.wait_peer;
                 t.link_stride = t.link_stride.max(u32::from(op.wait_channel) + 1);
             }
-            if op.flags & EXEC_SIGNAL != 0 {
+            if op.flags & EXEC_SIGNAL != 0 && op.flags & EXEC_SIGNAL_PORT == 0 {
                 t.peer_mask |= 1 << op.signal_peer;
                 t.link_stride = t.link_stride.max(u32::from(op.signal_channel) + 1);
             }
         }
+    }
+    // Port channels are set up at both ends of every port link, used here or not.
+    for &(peer, channel) in &me.ports {
+        t.peer_mask |= 1 << peer;
+        t.port_stride = t.port_stride.max(channel + 1);
     }
     t.plan_barriers = barriers.unwrap_or(0);
     Ok(t)
@@ -376,11 +397,15 @@ mod tests {
     }
 
     /// docs/perf/executor.md says direct launches of every shipped plan skip the exit fence.
+    /// Port plans keep it (they touch only scratch in peers, so never launch direct).
     #[test]
     fn every_shipped_plan_pushes_and_signals_so_direct_launches_skip_the_exit_fence() {
         for plan in shipped() {
             let lowered = lower(&plan).unwrap();
-            assert!(peers_only_push_signalled(&lowered) && !needs_entry_fence(&lowered), "{}", plan.name);
+            let ports = lowered.ranks.iter().any(|r| !r.ports.is_empty());
+            assert_eq!(peers_only_push_signalled(&lowered), !ports, "{}", plan.name);
+            assert!(!needs_entry_fence(&lowered), "{}", plan.name);
+            assert!(!ports || !peers_touch_outputs(&lowered), "{}", plan.name);
         }
     }
 

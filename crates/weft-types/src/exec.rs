@@ -37,6 +37,19 @@ pub const EXEC_SIGNAL: u32 = 1 << 3;
 /// [`ExecOp::flags`]: publish the thread block's step after this operation (another thread
 /// block of the rank waits for it, EXEC_WAIT_TB); other operations publish nothing.
 pub const EXEC_PUBLISH: u32 = 1 << 4;
+/// [`ExecOp::flags`]: the awaited link (`wait_peer`, `wait_channel`) is a port channel: its
+/// signals are the peer's proxy's, on [`ExecContext::ports`].
+pub const EXEC_WAIT_PORT: u32 = 1 << 5;
+/// [`ExecOp::flags`]: the outbound link (`signal_peer`, `signal_channel`) is a port channel:
+/// its signal, put and flush go through this rank's proxy.
+pub const EXEC_SIGNAL_PORT: u32 = 1 << 6;
+/// [`ExecOp::flags`]: a port put: thread 0 pushes a put of each row's slice of `inputs[0]` (this
+/// rank's scratch) into `outputs[0]` (the peer's scratch) on the outbound port link; no thread
+/// moves the data.
+pub const EXEC_PORT_PUT: u32 = 1 << 7;
+/// [`ExecOp::flags`]: flush the outbound port link after the operation: wait (bounded) until
+/// the proxy has applied every earlier put and signal of the link.
+pub const EXEC_FLUSH: u32 = 1 << 8;
 
 /// [`ExecContext::flags`]: this rank's input is copied into its registered input stage first
 /// (a peer reads it).
@@ -92,7 +105,7 @@ device_structs! {
     /// reduction operator (one input: a copy), write the result to `outputs[0..n_outputs]`,
     /// signal (flags). A wait is followed, and a signal preceded, by a block-wide barrier.
     struct ExecOp align(4) size(96) {
-        /// EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL | EXEC_PUBLISH.
+        /// EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL | EXEC_PUBLISH | EXEC_WAIT_PORT | EXEC_SIGNAL_PORT | EXEC_PORT_PUT | EXEC_FLUSH.
         flags: u32 => "uint32_t",
         /// Thread block waited for (EXEC_WAIT_TB).
         wait_tb: u32 => "uint32_t",
@@ -102,9 +115,9 @@ device_structs! {
         wait_peer: u16 => "uint16_t",
         /// Channel of the awaited link (EXEC_WAIT_LINK).
         wait_channel: u16 => "uint16_t",
-        /// Peer of the signalled link (EXEC_SIGNAL).
+        /// Peer of the outbound link: signalled (EXEC_SIGNAL), put on (EXEC_PORT_PUT) or flushed (EXEC_FLUSH).
         signal_peer: u16 => "uint16_t",
-        /// Channel of the signalled link (EXEC_SIGNAL).
+        /// Channel of the outbound link.
         signal_channel: u16 => "uint16_t",
         /// Inputs used.
         n_inputs: u8 => "uint8_t",
@@ -136,7 +149,7 @@ device_structs! {
 
     /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
     /// connections and persistent sync state, and the call's buffers and size.
-    struct ExecContext align(8) size(184) {
+    struct ExecContext align(8) size(200) {
         /// `ExecOp[threadblocks * max_tb_ops]`: thread block `t` runs `ops[t * max_tb_ops..][..tb_ops[t]]` (zero past them), so a block fetches its operations without first reading where they start.
         ops: u64 => "uint64_t",
         /// `uint32_t[threadblocks]`: operations of each thread block.
@@ -147,6 +160,8 @@ device_structs! {
         buffers: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
         links: u64 => "uint64_t",
+        /// `PortChannelDeviceHandle[ranks * port_stride * replicas]`: entry `(peer * port_stride + channel) * replicas + r` is port link (peer, channel) of replica `r` (0 when the plan has no port links).
+        ports: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
         fences: u64 => "uint64_t",
         /// `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
@@ -191,6 +206,10 @@ device_structs! {
         replicas: u32 => "uint32_t",
         /// Operations of the largest thread block (the stride of `ops`).
         max_tb_ops: u32 => "uint32_t",
+        /// Port channels per peer in `ports` (0: the plan has no port links).
+        port_stride: u32 => "uint32_t",
+        /// Zero.
+        reserved: u32 => "uint32_t",
     }
 }
 
@@ -241,6 +260,10 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("EXEC_BARRIER", EXEC_BARRIER.into(), "ExecOp flag: barrier of every thread block of the rank"),
         ("EXEC_SIGNAL", EXEC_SIGNAL.into(), "ExecOp flag: signal a link after the writes"),
         ("EXEC_PUBLISH", EXEC_PUBLISH.into(), "ExecOp flag: publish the thread block's step after the operation"),
+        ("EXEC_WAIT_PORT", EXEC_WAIT_PORT.into(), "ExecOp flag: the awaited link is a port channel"),
+        ("EXEC_SIGNAL_PORT", EXEC_SIGNAL_PORT.into(), "ExecOp flag: the outbound link is a port channel"),
+        ("EXEC_PORT_PUT", EXEC_PORT_PUT.into(), "ExecOp flag: the proxy moves the data (a port put)"),
+        ("EXEC_FLUSH", EXEC_FLUSH.into(), "ExecOp flag: flush the outbound port link after the operation"),
         ("EXEC_INPUT_STAGED", EXEC_INPUT_STAGED.into(), "ExecContext flag: the input is copied into the input stage"),
         (
             "EXEC_OUTPUT_STAGED",
@@ -273,7 +296,17 @@ mod tests {
         let op = ExecOp::default();
         assert_eq!(op.inputs.len(), EXEC_MAX_INPUTS);
         assert_eq!(op.outputs.len(), EXEC_MAX_OUTPUTS);
-        let flags = [EXEC_WAIT_LINK, EXEC_WAIT_TB, EXEC_BARRIER, EXEC_SIGNAL, EXEC_PUBLISH];
-        assert_eq!(flags.iter().fold(0, |a, f| a | f).count_ones(), 5, "flags are distinct bits");
+        let flags = [
+            EXEC_WAIT_LINK,
+            EXEC_WAIT_TB,
+            EXEC_BARRIER,
+            EXEC_SIGNAL,
+            EXEC_PUBLISH,
+            EXEC_WAIT_PORT,
+            EXEC_SIGNAL_PORT,
+            EXEC_PORT_PUT,
+            EXEC_FLUSH,
+        ];
+        assert_eq!(flags.iter().fold(0, |a, f| a | f).count_ones(), flags.len() as u32, "flags are distinct bits");
     }
 }

@@ -31,6 +31,10 @@ constexpr uint64_t EXEC_WAIT_TB = 2ull;  ///< ExecOp flag: wait for another thre
 constexpr uint64_t EXEC_BARRIER = 4ull;  ///< ExecOp flag: barrier of every thread block of the rank
 constexpr uint64_t EXEC_SIGNAL = 8ull;  ///< ExecOp flag: signal a link after the writes
 constexpr uint64_t EXEC_PUBLISH = 16ull;  ///< ExecOp flag: publish the thread block's step after the operation
+constexpr uint64_t EXEC_WAIT_PORT = 32ull;  ///< ExecOp flag: the awaited link is a port channel
+constexpr uint64_t EXEC_SIGNAL_PORT = 64ull;  ///< ExecOp flag: the outbound link is a port channel
+constexpr uint64_t EXEC_PORT_PUT = 128ull;  ///< ExecOp flag: the proxy moves the data (a port put)
+constexpr uint64_t EXEC_FLUSH = 256ull;  ///< ExecOp flag: flush the outbound port link after the operation
 constexpr uint64_t EXEC_INPUT_STAGED = 1ull;  ///< ExecContext flag: the input is copied into the input stage
 constexpr uint64_t EXEC_OUTPUT_STAGED = 2ull;  ///< ExecContext flag: the output is copied out of the output stage
 constexpr uint64_t EXEC_ENTRY_FENCE = 4ull;  ///< ExecContext flag: every launch starts with a fence with every peer
@@ -310,13 +314,13 @@ static_assert(WEFT_OFFSETOF(ExecLoc, flags) == 11, "rust: offsetof(ExecLoc, flag
 
 ///  One operation of a thread block: wait (flags), fold `inputs[0..n_inputs]` with the
 struct alignas(4) ExecOp {
-  uint32_t flags;  ///<  EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL | EXEC_PUBLISH.
+  uint32_t flags;  ///<  EXEC_WAIT_LINK | EXEC_WAIT_TB | EXEC_BARRIER | EXEC_SIGNAL | EXEC_PUBLISH | EXEC_WAIT_PORT | EXEC_SIGNAL_PORT | EXEC_PORT_PUT | EXEC_FLUSH.
   uint32_t wait_tb;  ///<  Thread block waited for (EXEC_WAIT_TB).
   uint32_t wait_step;  ///<  Its operation index that must have finished (EXEC_WAIT_TB).
   uint16_t wait_peer;  ///<  Peer of the awaited link (EXEC_WAIT_LINK).
   uint16_t wait_channel;  ///<  Channel of the awaited link (EXEC_WAIT_LINK).
-  uint16_t signal_peer;  ///<  Peer of the signalled link (EXEC_SIGNAL).
-  uint16_t signal_channel;  ///<  Channel of the signalled link (EXEC_SIGNAL).
+  uint16_t signal_peer;  ///<  Peer of the outbound link: signalled (EXEC_SIGNAL), put on (EXEC_PORT_PUT) or flushed (EXEC_FLUSH).
+  uint16_t signal_channel;  ///<  Channel of the outbound link.
   uint8_t n_inputs;  ///<  Inputs used.
   uint8_t n_outputs;  ///<  Outputs used.
   uint16_t packets;  ///<  Which locations hold packets ([`ExecOp::packet_mask`]): bit `i` input `i`, bit `4 + o` output `o`.
@@ -359,6 +363,7 @@ struct alignas(8) ExecContext {
   uint64_t written;  ///<  `uint8_t[output_chunks]`: 1 where the plan writes the output chunk (the chunks copied out of the stage).
   uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
+  uint64_t ports;  ///<  `PortChannelDeviceHandle[ranks * port_stride * replicas]`: entry `(peer * port_stride + channel) * replicas + r` is port link (peer, channel) of replica `r` (0 when the plan has no port links).
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
   uint64_t state;  ///<  `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
   uint64_t row_cache;  ///<  `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same (a block fetches both entries before it knows its launch's parity).
@@ -381,35 +386,40 @@ struct alignas(8) ExecContext {
   uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
   uint32_t max_tb_ops;  ///<  Operations of the largest thread block (the stride of `ops`).
+  uint32_t port_stride;  ///<  Port channels per peer in `ports` (0: the plan has no port links).
+  uint32_t reserved;  ///<  Zero.
 };
-static_assert(sizeof(ExecContext) == 184, "rust: sizeof(ExecContext) == 184");
+static_assert(sizeof(ExecContext) == 200, "rust: sizeof(ExecContext) == 200");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
 static_assert(WEFT_OFFSETOF(ExecContext, tb_ops) == 8, "rust: offsetof(ExecContext, tb_ops) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, written) == 16, "rust: offsetof(ExecContext, written) == 16");
 static_assert(WEFT_OFFSETOF(ExecContext, buffers) == 24, "rust: offsetof(ExecContext, buffers) == 24");
 static_assert(WEFT_OFFSETOF(ExecContext, links) == 32, "rust: offsetof(ExecContext, links) == 32");
-static_assert(WEFT_OFFSETOF(ExecContext, fences) == 40, "rust: offsetof(ExecContext, fences) == 40");
-static_assert(WEFT_OFFSETOF(ExecContext, state) == 48, "rust: offsetof(ExecContext, state) == 48");
-static_assert(WEFT_OFFSETOF(ExecContext, row_cache) == 56, "rust: offsetof(ExecContext, row_cache) == 56");
-static_assert(WEFT_OFFSETOF(ExecContext, tb_rows) == 64, "rust: offsetof(ExecContext, tb_rows) == 64");
-static_assert(WEFT_OFFSETOF(ExecContext, input) == 72, "rust: offsetof(ExecContext, input) == 72");
-static_assert(WEFT_OFFSETOF(ExecContext, output) == 80, "rust: offsetof(ExecContext, output) == 80");
-static_assert(WEFT_OFFSETOF(ExecContext, unit) == 88, "rust: offsetof(ExecContext, unit) == 88");
-static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 96, "rust: offsetof(ExecContext, output_flip) == 96");
-static_assert(WEFT_OFFSETOF(ExecContext, scratch_flip) == 104, "rust: offsetof(ExecContext, scratch_flip) == 104");
-static_assert(WEFT_OFFSETOF(ExecContext, wait) == 112, "rust: offsetof(ExecContext, wait) == 112");
-static_assert(WEFT_OFFSETOF(ExecContext, rank) == 136, "rust: offsetof(ExecContext, rank) == 136");
-static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 140, "rust: offsetof(ExecContext, ranks) == 140");
-static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 144, "rust: offsetof(ExecContext, threadblocks) == 144");
-static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 148, "rust: offsetof(ExecContext, link_stride) == 148");
-static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 152, "rust: offsetof(ExecContext, size_classes) == 152");
-static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 156, "rust: offsetof(ExecContext, input_chunks) == 156");
-static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 160, "rust: offsetof(ExecContext, output_chunks) == 160");
-static_assert(WEFT_OFFSETOF(ExecContext, flags) == 164, "rust: offsetof(ExecContext, flags) == 164");
-static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 168, "rust: offsetof(ExecContext, plan_barriers) == 168");
-static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 172, "rust: offsetof(ExecContext, peer_mask) == 172");
-static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 176, "rust: offsetof(ExecContext, replicas) == 176");
-static_assert(WEFT_OFFSETOF(ExecContext, max_tb_ops) == 180, "rust: offsetof(ExecContext, max_tb_ops) == 180");
+static_assert(WEFT_OFFSETOF(ExecContext, ports) == 40, "rust: offsetof(ExecContext, ports) == 40");
+static_assert(WEFT_OFFSETOF(ExecContext, fences) == 48, "rust: offsetof(ExecContext, fences) == 48");
+static_assert(WEFT_OFFSETOF(ExecContext, state) == 56, "rust: offsetof(ExecContext, state) == 56");
+static_assert(WEFT_OFFSETOF(ExecContext, row_cache) == 64, "rust: offsetof(ExecContext, row_cache) == 64");
+static_assert(WEFT_OFFSETOF(ExecContext, tb_rows) == 72, "rust: offsetof(ExecContext, tb_rows) == 72");
+static_assert(WEFT_OFFSETOF(ExecContext, input) == 80, "rust: offsetof(ExecContext, input) == 80");
+static_assert(WEFT_OFFSETOF(ExecContext, output) == 88, "rust: offsetof(ExecContext, output) == 88");
+static_assert(WEFT_OFFSETOF(ExecContext, unit) == 96, "rust: offsetof(ExecContext, unit) == 96");
+static_assert(WEFT_OFFSETOF(ExecContext, output_flip) == 104, "rust: offsetof(ExecContext, output_flip) == 104");
+static_assert(WEFT_OFFSETOF(ExecContext, scratch_flip) == 112, "rust: offsetof(ExecContext, scratch_flip) == 112");
+static_assert(WEFT_OFFSETOF(ExecContext, wait) == 120, "rust: offsetof(ExecContext, wait) == 120");
+static_assert(WEFT_OFFSETOF(ExecContext, rank) == 144, "rust: offsetof(ExecContext, rank) == 144");
+static_assert(WEFT_OFFSETOF(ExecContext, ranks) == 148, "rust: offsetof(ExecContext, ranks) == 148");
+static_assert(WEFT_OFFSETOF(ExecContext, threadblocks) == 152, "rust: offsetof(ExecContext, threadblocks) == 152");
+static_assert(WEFT_OFFSETOF(ExecContext, link_stride) == 156, "rust: offsetof(ExecContext, link_stride) == 156");
+static_assert(WEFT_OFFSETOF(ExecContext, size_classes) == 160, "rust: offsetof(ExecContext, size_classes) == 160");
+static_assert(WEFT_OFFSETOF(ExecContext, input_chunks) == 164, "rust: offsetof(ExecContext, input_chunks) == 164");
+static_assert(WEFT_OFFSETOF(ExecContext, output_chunks) == 168, "rust: offsetof(ExecContext, output_chunks) == 168");
+static_assert(WEFT_OFFSETOF(ExecContext, flags) == 172, "rust: offsetof(ExecContext, flags) == 172");
+static_assert(WEFT_OFFSETOF(ExecContext, plan_barriers) == 176, "rust: offsetof(ExecContext, plan_barriers) == 176");
+static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 180, "rust: offsetof(ExecContext, peer_mask) == 180");
+static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 184, "rust: offsetof(ExecContext, replicas) == 184");
+static_assert(WEFT_OFFSETOF(ExecContext, max_tb_ops) == 188, "rust: offsetof(ExecContext, max_tb_ops) == 188");
+static_assert(WEFT_OFFSETOF(ExecContext, port_stride) == 192, "rust: offsetof(ExecContext, port_stride) == 192");
+static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 196, "rust: offsetof(ExecContext, reserved) == 196");
 
 }  // namespace weft
