@@ -26,6 +26,9 @@
 //! | `WEFT_NCCL_FORCE_FALLBACK` | collectives weft's `libnccl.so.2` sends to the fallback: `allreduce,allgather,...` or `all` (weft-nccl) | empty |
 //! | `WEFT_NCCL_ROOT_IP` | IP that weft's `ncclGetUniqueId` advertises for rank 0's rendezvous (weft-nccl) | default-route interface, else `127.0.0.1` |
 //! | `WEFT_NCCL_LOG` | `tracing` filter for weft-nccl's stderr log, e.g. `debug` (each call's route) | unset |
+//!
+//! One CUDA variable matters too: `CUDA_DEVICE_MAX_CONNECTIONS` ([`CUDA_QUEUES_VAR`]), see
+//! [`cuda_queues_ok`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -34,6 +37,26 @@ use std::time::Duration;
 use weft_gpu::AllocKind;
 
 use crate::proxy::transport::pacing::LinkModel;
+
+/// CUDA's variable for the hardware work queues its streams share: 8 unless set, at most 32,
+/// read when the process first initialises CUDA.
+pub const CUDA_QUEUES_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// The queue count weft wants: the hardware's 32.
+pub const CUDA_QUEUES_WANTED: u32 = 32;
+
+/// Whether [`CUDA_QUEUES_VAR`] gives CUDA at least [`CUDA_QUEUES_WANTED`] hardware queues.
+///
+/// CUDA runs the work of streams that share a hardware queue in order, whatever their streams.
+/// A PortChannel proxy's copy stream that shares one with the stream of a kernel spinning on
+/// that copy waits behind the kernel: a deadlock, cut by the copy's timeout. Measured with two
+/// ranks sharing one H200, eight port channels each: both `port_ring` and a port-channel plan
+/// stalled within the first launches with 8 queues and ran with 32. More queues make that
+/// sharing rarer (it is gone while the process has fewer streams than queues); the `weft`
+/// command sets 32 before CUDA starts, and a program embedding weft should set it too.
+pub fn cuda_queues_ok() -> bool {
+    std::env::var(CUDA_QUEUES_VAR).ok().and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(8) >= CUDA_QUEUES_WANTED
+}
 
 /// A malformed environment variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

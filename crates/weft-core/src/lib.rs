@@ -41,7 +41,7 @@ mod wire;
 pub use channel::{MemoryChannel, MemoryChannelConfig};
 pub use communicator::Communicator;
 pub use device_code::{KernelLibrary, LoadedKernels};
-pub use env::{Env, EnvError};
+pub use env::{CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED, Env, EnvError, cuda_queues_ok};
 pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
 pub use memory::{RegisteredMemory, RemoteMemory, UserRegistration};

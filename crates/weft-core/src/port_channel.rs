@@ -171,6 +171,9 @@ struct Shared {
     routes: Arc<RoutedTransport>,
     service: Mutex<Option<ProxyService>>,
     memories: Mutex<Vec<RegisteredMemory>>,
+    /// Per peer, the copy queue whose stream its copy-engine connections share (see
+    /// `cuda_queue`: one stream per connection would overflow CUDA's hardware queues).
+    peer_queues: Mutex<std::collections::HashMap<usize, CudaCopyQueue>>,
     next_connection: AtomicU16,
     timeout: Duration,
 }
@@ -226,6 +229,18 @@ impl PortProxy {
     /// Allocates the FIFO and starts the proxy threads for `comm`'s rank.
     pub fn new(comm: &Communicator, config: PortProxyConfig) -> Result<Self, Error> {
         let rank = comm.rank();
+        if !crate::env::cuda_queues_ok() {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "{}={}: fewer than {} CUDA hardware queues; a proxy copy may queue behind the kernel waiting for it \
+                     and time out (set it before CUDA starts)",
+                    crate::env::CUDA_QUEUES_VAR,
+                    std::env::var(crate::env::CUDA_QUEUES_VAR).unwrap_or_else(|_| "unset".into()),
+                    crate::env::CUDA_QUEUES_WANTED
+                );
+            });
+        }
         let invalid = |detail: String| Error::InvalidArgument { rank, detail };
         let fifo = PinnedFifo::new(comm.device(), config.fifo_depth).map_err(|e| invalid(e.to_string()))?;
         let mut wait = comm.wait_context(0, config.timeout);
@@ -257,6 +272,7 @@ impl PortProxy {
                 routes,
                 service: Mutex::new(Some(service)),
                 memories: Mutex::new(Vec::new()),
+                peer_queues: Mutex::default(),
                 next_connection: AtomicU16::new(0),
                 timeout,
             }),
@@ -445,7 +461,17 @@ impl PortProxy {
         let remote_pool = comm.import_for_proxy(peer, &target.pool)?;
         let token = remote_pool.ptr() + 8 * target.slot;
         let gpu = |source| Error::Gpu { rank, source };
-        let queue = CudaCopyQueue::new(comm.device()).map_err(gpu)?;
+        let queue = {
+            let mut queues = self.shared.peer_queues.lock().unwrap_or_else(|p| p.into_inner());
+            match queues.get(&peer) {
+                Some(q) => q.sharing(),
+                None => {
+                    let q = CudaCopyQueue::new(comm.device()).map_err(gpu)?;
+                    queues.insert(peer, q.sharing());
+                    q
+                }
+            }
+        };
         // One store of the token's current value (0: only this connection writes it) at setup,
         // so the stream's first use, and any lazy initialisation behind it, happens now rather
         // than on a proxy thread while kernels run.

@@ -231,7 +231,20 @@ enum PlanAction {
     },
 }
 
+/// Gives CUDA its 32 hardware queues unless the user chose a count
+/// (`weft_core::cuda_queues_ok` says why): first thing, before CUDA starts and before this
+/// process has a second thread; worker processes inherit it.
+#[allow(unsafe_code)]
+fn raise_cuda_queues() {
+    use weft_core::{CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED};
+    if std::env::var_os(CUDA_QUEUES_VAR).is_none() {
+        // SAFETY: nothing else runs yet: no other thread reads or writes the environment.
+        unsafe { std::env::set_var(CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED.to_string()) };
+    }
+}
+
 fn main() -> ExitCode {
+    raise_cuda_queues();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)

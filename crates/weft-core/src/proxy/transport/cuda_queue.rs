@@ -1,14 +1,21 @@
 //! [`CopyQueue`] on a CUDA stream: the copy-engine transport's queue on a GPU.
 //!
-//! One dedicated non-blocking stream per connection (it never synchronises with the legacy
-//! default stream, where a careless `cudaMemcpy` elsewhere in the process would otherwise put
-//! the proxy's copies behind running kernels). Copies are `cuMemcpyDtoDAsync`, signals
+//! One dedicated non-blocking stream per peer, which every connection to that peer shares
+//! ([`CudaCopyQueue::sharing`]): it never synchronises with the legacy default stream, where a
+//! careless `cudaMemcpy` elsewhere in the process would otherwise put the proxy's copies behind
+//! running kernels. Not one per connection: CUDA multiplexes streams onto a few hardware queues
+//! (`CUDA_DEVICE_MAX_CONNECTIONS`, 8 unless set, at most 32) and runs the work of one queue in
+//! order, so with dozens of copy streams some share a queue with the stream of a kernel that
+//! spins on their copies, and wait behind it until the copy times out (seen with ranks sharing
+//! one H200: eight connections per peer, 2 ranks stalled with 8 queues, 4 ranks with 32). A
+//! connection's order is the stream's, so sharing keeps it; connections to one peer then wait
+//! for each other's earlier copies, which one copy engine moves at full speed anyway. Copies are `cuMemcpyDtoDAsync`, signals
 //! `cuStreamWriteValue64` (with its default memory barrier, so the stored token is visible only
 //! after the copies before it), markers are timing-free events polled with `cuEventQuery`.
 //! Nothing here calls `cuStreamSynchronize`, `cuCtxSynchronize` or a synchronous copy: every
 //! call returns once the work is queued, whatever the device is running.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use weft_gpu::{Device, Event, GpuError, Stream};
 
@@ -18,7 +25,7 @@ use super::ce::CopyQueue;
 #[derive(Debug)]
 pub struct CudaCopyQueue {
     device: Device,
-    stream: Stream,
+    stream: Arc<Stream>,
     spare: Mutex<Vec<Event>>,
 }
 
@@ -26,7 +33,14 @@ impl CudaCopyQueue {
     /// A queue on a new non-blocking stream of `device` (setup time: this makes CUDA calls that
     /// may synchronise).
     pub fn new(device: &Device) -> Result<Self, GpuError> {
-        Ok(Self { device: device.clone(), stream: Stream::new(device)?, spare: Mutex::new(Vec::new()) })
+        Ok(Self { device: device.clone(), stream: Arc::new(Stream::new(device)?), spare: Mutex::new(Vec::new()) })
+    }
+
+    /// Another queue on this queue's stream (a connection to the same peer): the work of both
+    /// runs in the order it was enqueued, and a marker of either is reached after both's earlier
+    /// work.
+    pub fn sharing(&self) -> Self {
+        Self { device: self.device.clone(), stream: Arc::clone(&self.stream), spare: Mutex::new(Vec::new()) }
     }
 
     /// The stream.
