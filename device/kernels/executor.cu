@@ -63,7 +63,7 @@
 // port put (EXEC_PORT_PUT) is thread 0 pushing one put per row of its slice, from this rank's
 // scratch into the peer's (offsets from the scratch bases, the memories the proxy registered);
 // the block barrier that ends the previous operation orders the other threads' writes of the
-// source before the push. Signals, flushes (EXEC_FLUSH) and waits are port_signal, port_flush
+// source before the push; a send's signal rides in its last put's command. Signals, flushes (EXEC_FLUSH) and waits are port_signal, port_flush
 // and port_wait by thread 0. The plan flushes every put before its thread block ends.
 // Every wait is bounded (WaitContext): on expiry the error record names rank, peer and wait,
 // and every block gives up promptly (Spin sees the record).
@@ -438,32 +438,40 @@ __device__ __forceinline__ const PortChannelDeviceHandle& port_link(const ExecCo
 /// A port put's data phase (EXEC_PORT_PUT): thread 0 pushes a put of each row's slice from this
 /// rank's scratch (input 0) into the peer's (output 0) on the outbound port link; the proxy
 /// moves the bytes. Offsets are from the scratch bases (below 4 GiB: the proxy registered
-/// them). Called by: the block. False (thread 0) when the proxy stopped or a push timed out.
+/// them). With `last` (the operation's last rows) it also pushes the operation's signal
+/// (EXEC_SIGNAL), in the last non-empty put's command when there is one: every command costs the
+/// proxy's thread several µs of driver calls. Called by: the block. False (thread 0) when the
+/// proxy stopped or a push timed out.
 __device__ __forceinline__ bool push_rows(const ExecContext& c, const Role& role, const ExecOp& op, const Row* rows,
-                                          uint32_t n) {
+                                          uint32_t n, bool last) {
   if (threadIdx.x != 0) return true;
   const PortChannelDeviceHandle& ch = port_link(c, role, op.signal_peer, op.signal_channel);
   const uint64_t src_base = rank_buffers[c.rank].scratch + role.scratch_shift;
   const uint64_t dst_base = owner(c, op.outputs[0]).scratch + role.scratch_shift;
-  for (uint32_t r = 0; r < n; ++r) {
+  bool signal = last && (op.flags & EXEC_SIGNAL) != 0;
+  uint32_t end = n;
+  while (end > 0 && rows[end - 1].bytes == 0) --end;
+  for (uint32_t r = 0; r < end; ++r) {
     const Row& row = rows[r];
     if (row.bytes == 0) continue;
-    const uint64_t src = reinterpret_cast<uint64_t>(row.at[0]) - src_base;
-    const uint64_t dst = reinterpret_cast<uint64_t>(row.at[op.n_inputs]) - dst_base;
-    if (!port_put(ch, static_cast<uint32_t>(dst), static_cast<uint32_t>(src), static_cast<uint32_t>(row.bytes))) {
-      return false;
-    }
+    const uint32_t src = static_cast<uint32_t>(reinterpret_cast<uint64_t>(row.at[0]) - src_base);
+    const uint32_t dst = static_cast<uint32_t>(reinterpret_cast<uint64_t>(row.at[op.n_inputs]) - dst_base);
+    const uint32_t bytes = static_cast<uint32_t>(row.bytes);
+    const bool with_signal = signal && r + 1 == end;
+    if (!(with_signal ? port_put_with_signal(ch, dst, src, bytes) : port_put(ch, dst, src, bytes))) return false;
+    if (with_signal) signal = false;
   }
-  return true;
+  return !signal || port_signal(ch);
 }
 
 /// The data phase of operation `op` over its resolved rows `rows[0, n)`: each row's slice of
 /// every input folded into every output; packet locations (EXEC_LOC_PACKETS) hold the slice at
-/// twice its offset; a port put's rows go to the proxy (push_rows). Called by: the block. False
-/// when a packet poll timed out or a push failed.
+/// twice its offset; a port put's rows go to the proxy (push_rows; `last`: these are the
+/// operation's last rows). Called by: the block. False when a packet poll timed out or a push
+/// failed.
 __device__ __forceinline__ bool move_rows(const ExecContext& c, const Role& role, const ExecOp& op, const Row* rows,
-                                          uint32_t n) {
-  if ((op.flags & EXEC_PORT_PUT) != 0) return push_rows(c, role, op, rows, n);
+                                          uint32_t n, bool last) {
+  if ((op.flags & EXEC_PORT_PUT) != 0) return push_rows(c, role, op, rows, n, last);
   WaitContext wait = c.wait;
   wait.peer = op.wait_peer;
   FoldForm form{op.packets & ((1u << EXEC_MAX_INPUTS) - 1), static_cast<uint32_t>(op.packets) >> EXEC_MAX_INPUTS, 0,
@@ -499,7 +507,7 @@ __device__ __forceinline__ bool move_in_batches(const ExecContext& c, const Geom
     if (k0 != 0) __syncthreads();  // the previous batch is moved
     resolve_rows(c, g, role, ops, s, k0, n, resolved);
     __syncthreads();
-    moved = moved && move_rows(c, role, ops[s], resolved, n);
+    moved = moved && move_rows(c, role, ops[s], resolved, n, k0 + n == rows);
   }
   return moved;
 }
@@ -590,7 +598,7 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
     if (!__syncthreads_and(ok)) return false;
     bool moved = true;
     if (up_front != nullptr) {
-      moved = move_rows(c, role, op, up_front + row, rows_of(op));
+      moved = move_rows(c, role, op, up_front + row, rows_of(op), true);
       row += rows_of(op);
     } else {
       moved = move_in_batches(c, g, role, ops, s);
@@ -598,8 +606,9 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
     if (!__syncthreads_and(moved)) return false;
     if (threadIdx.x == 0) {
       if ((op.flags & EXEC_SIGNAL_PORT) != 0) {
+        // A port put's signal went with its rows (push_rows).
         const PortChannelDeviceHandle& ch = port_link(c, role, op.signal_peer, op.signal_channel);
-        if ((op.flags & EXEC_SIGNAL) != 0) pushed = port_signal(ch);
+        if ((op.flags & (EXEC_SIGNAL | EXEC_PORT_PUT)) == EXEC_SIGNAL) pushed = port_signal(ch);
         if ((op.flags & EXEC_FLUSH) != 0) pushed = pushed && port_flush(ch);
       } else if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
         semaphore_signal(link(op.signal_peer, op.signal_channel));
