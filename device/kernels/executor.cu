@@ -312,6 +312,19 @@ __device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32
   end = coll::min_u64(vectors * (r + 1) / n * 16, bytes);
 }
 
+/// The bytes [begin, end) of a `bytes`-long chunk this block moves for `op`: its part of the chunk
+/// (a thread-block group member, the part count in the flags' top byte; the whole chunk without
+/// one), then its replica's slice of that (op_slice in geometry.rs).
+__device__ __forceinline__ void op_slice(const ExecOp& op, uint64_t bytes, uint32_t r, uint32_t n, uint64_t& begin,
+                                         uint64_t& end) {
+  uint64_t lo = 0, hi = bytes;
+  const uint32_t parts = op.flags >> EXEC_PARTS_SHIFT;
+  if (parts != 0) replica_slice(bytes, (op.flags >> EXEC_PART_SHIFT) & 0xffu, parts, lo, hi);
+  replica_slice(hi - lo, r, n, begin, end);
+  begin += lo;
+  end += lo;
+}
+
 /// One chunk of an operation as this block moves it: where each of its locations (inputs, then
 /// outputs) holds the block's slice, whether that location is padded, and the slice's bytes.
 /// Resolved in parallel, one thread per location, into shared memory: the chunk arithmetic is
@@ -353,8 +366,7 @@ __device__ __forceinline__ void resolve_rows(const ExecContext& c, const Geometr
     const ExecLoc& lead = op.inputs[0];
     const ExecLoc& l = j < op.n_inputs ? op.inputs[j] : op.outputs[j - op.n_inputs];
     uint64_t begin, end;
-    replica_slice(chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin,
-                  end);
+    op_slice(op, chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin, end);
     const Piece p = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k);
     Row& r = out[row];
     r.at[j] = p.at + begin * scale(l);

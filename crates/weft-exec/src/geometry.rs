@@ -36,6 +36,19 @@ pub fn replica_slice(bytes: u64, replica: u32, replicas: u32) -> Range<u64> {
     at(r)..at(r + 1)
 }
 
+/// Bytes of a `bytes`-long chunk that replica `replica` of `replicas` moves for an operation on
+/// `part` of every chunk (a thread-block group member; `None`: the whole chunk): the part is a
+/// [`replica_slice`] of the chunk, and the replica's slice is a `replica_slice` of the part,
+/// so both start on 16-byte vectors. `device/kernels/executor.cu` computes the same.
+pub fn op_slice(bytes: u64, part: Option<weft_plan::plan::Part>, replica: u32, replicas: u32) -> Range<u64> {
+    let whole = match part {
+        Some(p) => replica_slice(bytes, p.index, p.count),
+        None => 0..bytes,
+    };
+    let mine = replica_slice(whole.end - whole.start, replica, replicas);
+    whole.start + mine.start..whole.start + mine.end
+}
+
 /// The size-dependent numbers of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizing {
@@ -287,6 +300,28 @@ mod tests {
         // Balanced: slices differ by at most one vector.
         let sizes: Vec<u64> = (0..3).map(|r| replica_slice(160, r, 3)).map(|s| s.end - s.start).collect();
         assert_eq!(sizes, vec![48, 48, 64]);
+    }
+
+    #[test]
+    fn every_part_s_replica_slices_tile_the_chunk_in_order_on_16_byte_vectors() {
+        use weft_plan::plan::Part;
+        for bytes in [0u64, 1, 17, 100, 4097, (1 << 20) + 3] {
+            for parts in [2u32, 3, 7, 64] {
+                for replicas in [1u32, 3, 8] {
+                    let mut next = 0;
+                    for p in 0..parts {
+                        for r in 0..replicas {
+                            let s = op_slice(bytes, Some(Part::new(p, parts)), r, replicas);
+                            assert_eq!(s.start, next, "{bytes} bytes, part {p}/{parts}, replica {r}/{replicas}");
+                            assert!(s.start <= s.end && s.start.is_multiple_of(16));
+                            next = s.end;
+                        }
+                    }
+                    assert_eq!(next, bytes);
+                }
+            }
+            assert_eq!(op_slice(bytes, None, 1, 3), replica_slice(bytes, 1, 3));
+        }
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! a lowered operation ([`effects`]) gives back exactly the plan operation's effects.
 
 use thiserror::Error;
-use weft_plan::plan::{BufRef, Buffer, Effects, ExecutionPlan, Link, Loc, Protocol, packet_input};
+use weft_plan::plan::{BufRef, Buffer, Effects, ExecutionPlan, Link, Loc, Part, Protocol, packet_input};
 use weft_types::{
-    EXEC_BARRIER, EXEC_FLUSH, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_PORT_PUT,
-    EXEC_PUBLISH, EXEC_SIGNAL, EXEC_SIGNAL_PORT, EXEC_WAIT_LINK, EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
+    EXEC_BARRIER, EXEC_FLUSH, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_PART_SHIFT,
+    EXEC_PARTS_SHIFT, EXEC_PORT_PUT, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_SIGNAL_PORT, EXEC_WAIT_LINK, EXEC_WAIT_PORT,
+    EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
 /// Why a plan cannot run on the executor.
@@ -288,6 +289,10 @@ fn encode(e: &Effects, op: &'static str, at: Site) -> Result<ExecOp, LowerError>
     if e.barrier {
         x.flags |= EXEC_BARRIER;
     }
+    if let Some(p) = e.part {
+        // The plan's validation keeps part counts at most MAX_PARTS (64): 8 bits each.
+        x.flags |= (p.index & 0xff) << EXEC_PART_SHIFT | (p.count & 0xff) << EXEC_PARTS_SHIFT;
+    }
     // One outbound link per operation: a port put's, signal's and flush's are the same (the
     // plan's validation allows no other port operation).
     let outbound = [(e.signal, EXEC_SIGNAL), (e.via, EXEC_PORT_PUT), (e.flush, EXEC_FLUSH)];
@@ -320,7 +325,14 @@ pub fn effects(op: &ExecOp) -> Effects {
         signal: has(EXEC_SIGNAL).then_some(outbound),
         via: has(EXEC_PORT_PUT).then_some(outbound),
         flush: has(EXEC_FLUSH).then_some(outbound),
+        part: exec_part(op),
     }
+}
+
+/// The part of every chunk a lowered operation moves (`None`: whole chunks).
+pub fn exec_part(op: &ExecOp) -> Option<Part> {
+    let count = op.flags >> EXEC_PARTS_SHIFT;
+    (count != 0).then(|| Part::new((op.flags >> EXEC_PART_SHIFT) & 0xff, count))
 }
 
 #[cfg(test)]

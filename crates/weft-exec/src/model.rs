@@ -22,7 +22,7 @@ use weft_types::{
     EXEC_WAIT_LINK, EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
-use crate::geometry::{Sizing, replica_slice};
+use crate::geometry::{Sizing, op_slice, replica_slice};
 use crate::lower::{DevicePlan, lower};
 use crate::tables::{RankTables, rank_tables};
 
@@ -121,7 +121,7 @@ impl Model<'_> {
         let lead = op.inputs[0];
         for k in 0..u64::from(lead.count) {
             let bytes = self.bytes_of(rank, &lead, u64::from(lead.chunk) + k);
-            let slice = replica_slice(bytes as u64, replica, replicas);
+            let slice = op_slice(bytes as u64, crate::lower::exec_part(op), replica, replicas);
             let (from, len) = (slice.start as usize, (slice.end - slice.start) as usize);
             if len == 0 {
                 continue;
@@ -481,6 +481,7 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
     out.push(ring_allreduce(ranks, 2).and_then(|p| p.with_pipeline(3)).unwrap().compile().unwrap());
     out.push(read_reduce_allreduce(ranks));
     out.push(port_allpairs_allreduce(ranks).unwrap().compile().unwrap());
+    out.push(grouped_read_reduce_allreduce(ranks));
     out
 }
 
@@ -497,6 +498,27 @@ fn read_reduce_allreduce(n: u32) -> ExecutionPlan {
         for (k, ch) in channels.iter().enumerate() {
             tb.read_reduce(ch, if k == 0 { input } else { output }, input, output);
         }
+    }
+    p.compile().unwrap()
+}
+
+/// [`read_reduce_allreduce`] with every rank's fold split over a group of three thread blocks
+/// (each folds its part of the chunk), then every member copies its part to scratch and back:
+/// parts of odd sizes, and a whole-chunk reader is not needed.
+fn grouped_read_reduce_allreduce(n: u32) -> ExecutionPlan {
+    use weft_plan::dsl::{Buffer, ChannelProgram, Collective};
+    use weft_plan::plan::BufRef;
+    let mut p = ChannelProgram::new("grouped_read_reduce_allreduce", Collective::all_reduce(n, 1).unwrap());
+    let (input, output) = (BufRef::new(Buffer::Input, 0, 1), BufRef::new(Buffer::Output, 0, 1));
+    for r in 0..n {
+        let staged = p.scratch(r, &[0]).unwrap();
+        let channels: Vec<Vec<_>> =
+            (1..n).map(|k| (0..3).map(|c| p.memory_channel(r, (r + k) % n, c).unwrap()).collect()).collect();
+        let mut group = p.threadblock_group(r, &[0, 1, 2]).unwrap();
+        for (k, per_member) in channels.iter().enumerate() {
+            group.read_reduce(per_member, if k == 0 { input } else { output }, input, output);
+        }
+        group.copy(output, staged).copy(staged, output);
     }
     p.compile().unwrap()
 }

@@ -257,3 +257,96 @@ fn port_channel_mistakes_are_named() {
     text.push(format!("get over a port: {}", plan.validate().unwrap_err()));
     insta::assert_snapshot!(text.join("\n"));
 }
+
+/// One-shot all-reduce by read-reduce, every rank's fold split over a group of `members`
+/// thread blocks, each folding its part of the chunk.
+fn grouped_read_reduce_allreduce(n: u32, members: u32) -> ChannelProgram {
+    let mut p = ChannelProgram::new("grouped_read_reduce", Collective::all_reduce(n, 1).unwrap());
+    for r in 0..n {
+        let tbs: Vec<u32> = (0..members).collect();
+        let mut channels = Vec::new();
+        for k in 1..n {
+            let peer = (r + k) % n;
+            channels.push((0..members).map(|c| p.memory_channel(r, peer, c).unwrap()).collect::<Vec<_>>());
+        }
+        let mut group = p.threadblock_group(r, &tbs).unwrap();
+        for (k, per_member) in channels.iter().enumerate() {
+            let local = if k == 0 { input(0) } else { output(0) };
+            group.read_reduce(per_member, local, input(0), output(0));
+        }
+    }
+    p
+}
+
+/// Two ranks exchange their input, each half moved by one member of a two-block group on its own
+/// channel; `whole_put` instead puts the whole output chunk from member 0 alone, after waiting
+/// (`wait`) or not for member 1's copy.
+fn grouped_exchange(whole_put: Option<bool>) -> ChannelProgram {
+    let mut p = ChannelProgram::new("grouped_exchange", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        let chans: Vec<_> = (0..2).map(|c| p.memory_channel(r, 1 - r, c).unwrap()).collect();
+        p.threadblock_group(r, &[0, 1]).unwrap().copy(input(0), output(r));
+        match whole_put {
+            None => {
+                p.threadblock_group(r, &[0, 1]).unwrap().put_with_signal(&chans, input(0), output(r));
+                for (tb, ch) in chans.iter().enumerate() {
+                    p.threadblock(r, tb as u32).unwrap().wait(ch);
+                }
+            }
+            Some(wait) => {
+                if wait {
+                    p.threadblock(r, 0).unwrap().wait_tb(1, 0);
+                }
+                let mut tb = p.threadblock(r, 0).unwrap();
+                tb.put_with_signal(&chans[0], output(r), output(r));
+                tb.wait(&chans[0]);
+            }
+        }
+    }
+    p
+}
+
+#[test]
+fn thread_block_groups_split_chunks_and_compute_their_collective() {
+    for (n, members) in [(2, 2), (3, 3), (4, 4), (2, 7)] {
+        let plan = grouped_read_reduce_allreduce(n, members).compile().unwrap();
+        assert!(plan.ranks[0].threadblocks.iter().all(|t| matches!(t.ops[0], weft_plan::plan::Op::Part { .. })));
+        for m in [0, 1, 5, 33] {
+            check(&plan, Coll::AllReduce, m, u64::from(n * members) + m as u64, ReduceOp::Sum).unwrap();
+        }
+    }
+    let plan = grouped_exchange(None).compile().unwrap();
+    assert_eq!(weft_plan::ExecutionPlan::load(&plan.to_json().unwrap()).unwrap(), plan);
+    for m in [1, 2, 9] {
+        check(&plan, Coll::AllGather, m, 3, ReduceOp::Sum).unwrap();
+    }
+    // Member 0 may put the whole chunk once member 1's part is there.
+    let plan = grouped_exchange(Some(true)).compile().unwrap();
+    check(&plan, Coll::AllGather, 5, 3, ReduceOp::Sum).unwrap();
+}
+
+#[test]
+fn thread_block_group_mistakes_are_named() {
+    use weft_plan::plan::{Op, Part};
+    let mut text = Vec::new();
+    text.push(format!(
+        "whole chunk read before the other member wrote it: {}",
+        grouped_exchange(Some(false)).compile().unwrap_err()
+    ));
+    let mut p = ChannelProgram::new("g", Collective::all_gather(2, 1).unwrap());
+    text.push(format!("a group of one: {}", p.threadblock_group(0, &[0]).unwrap_err()));
+    let chans = [p.memory_channel(0, 1, 0).unwrap()];
+    p.threadblock_group(0, &[0, 1]).unwrap().put(&chans, input(0), output(0));
+    text.push(format!("a channel short: {}", p.compile().unwrap_err()));
+    let mut plan = grouped_exchange(None).compile().unwrap();
+    let ops = &mut plan.ranks[0].threadblocks[0].ops;
+    let wait = ops.pop().unwrap();
+    ops.push(Op::Part { part: Part::new(0, 2), of: Box::new(wait) });
+    text.push(format!("a part of a wait: {}", plan.validate().unwrap_err()));
+    let mut plan = grouped_exchange(None).compile().unwrap();
+    let Op::Part { of, .. } = plan.ranks[1].threadblocks[1].ops[0].clone() else { panic!() };
+    plan.ranks[1].threadblocks[1].ops[0] = Op::Part { part: Part::new(3, 13), of: of.clone() };
+    plan.ranks[1].threadblocks[0].ops[0] = Op::Part { part: Part::new(0, 5), of };
+    text.push(format!("parts too fine: {}", plan.validate().unwrap_err()));
+    insta::assert_snapshot!(text.join("\n"));
+}

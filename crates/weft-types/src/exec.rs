@@ -51,6 +51,12 @@ pub const EXEC_PORT_PUT: u32 = 1 << 7;
 /// the proxy has applied every earlier put and signal of the link.
 pub const EXEC_FLUSH: u32 = 1 << 8;
 
+/// [`ExecOp::flags`]: bits `EXEC_PART_SHIFT..+8` hold the part of every chunk the operation moves
+/// (a thread-block group member), bits `EXEC_PARTS_SHIFT..+8` the part count (0: whole chunks).
+pub const EXEC_PART_SHIFT: u32 = 16;
+/// [`ExecOp::flags`]: where the part count starts (see [`EXEC_PART_SHIFT`]).
+pub const EXEC_PARTS_SHIFT: u32 = 24;
+
 /// [`ExecContext::flags`]: this rank's input is copied into its registered input stage first
 /// (a peer reads it).
 pub const EXEC_INPUT_STAGED: u32 = 1 << 0;
@@ -264,6 +270,8 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("EXEC_SIGNAL_PORT", EXEC_SIGNAL_PORT.into(), "ExecOp flag: the outbound link is a port channel"),
         ("EXEC_PORT_PUT", EXEC_PORT_PUT.into(), "ExecOp flag: the proxy moves the data (a port put)"),
         ("EXEC_FLUSH", EXEC_FLUSH.into(), "ExecOp flag: flush the outbound port link after the operation"),
+        ("EXEC_PART_SHIFT", EXEC_PART_SHIFT.into(), "ExecOp flags bit where the operation's part starts"),
+        ("EXEC_PARTS_SHIFT", EXEC_PARTS_SHIFT.into(), "ExecOp flags bit where the part count starts (0: whole chunks)"),
         ("EXEC_INPUT_STAGED", EXEC_INPUT_STAGED.into(), "ExecContext flag: the input is copied into the input stage"),
         (
             "EXEC_OUTPUT_STAGED",
@@ -307,6 +315,8 @@ mod tests {
             EXEC_PORT_PUT,
             EXEC_FLUSH,
         ];
-        assert_eq!(flags.iter().fold(0, |a, f| a | f).count_ones(), flags.len() as u32, "flags are distinct bits");
+        let all = flags.iter().fold(0, |a, f| a | f);
+        assert_eq!(all.count_ones(), flags.len() as u32, "flags are distinct bits");
+        assert!(all < 1 << EXEC_PART_SHIFT, "the flags leave the part bits free");
     }
 }

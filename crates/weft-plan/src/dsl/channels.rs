@@ -41,7 +41,7 @@
 
 use super::{Collective, DslError};
 use crate::passes::{CompileError, verify};
-use crate::plan::{BufRef, ExecutionPlan, Link, Op, PLAN_VERSION, Protocol, RankPlan, ThreadBlock};
+use crate::plan::{BufRef, ExecutionPlan, Link, Op, PLAN_VERSION, Part, Protocol, RankPlan, ThreadBlock};
 
 /// A memory channel of one rank to a peer: the link (`peer`, `channel`) seen from `rank`.
 /// Signals and waits on it pair with the peer's channel to `rank` of the same number.
@@ -62,7 +62,7 @@ pub struct PortChannel {
 
 /// What memory and port channels share: an owning rank and a link. Puts, signals, waits and
 /// receives take either kind.
-pub trait Channel: private::Sealed {
+pub trait Channel: private::Sealed + Copy {
     /// The rank owning this end.
     fn rank(&self) -> u32;
     /// The link: peer, channel number and kind.
@@ -186,6 +186,22 @@ impl ChannelProgram {
         Ok(ThreadBlockOps { rank, protocol, block: &mut plan.threadblocks[tb as usize], misuse })
     }
 
+    /// Thread blocks `tbs` of `rank` as a thread-block group (MSCCL++'s `ThreadBlockGroup`):
+    /// every data operation appended through it is emitted once per member, member `i` moving
+    /// part `i` of `tbs.len()` of every chunk ([`Op::Part`]). Members are ordinary thread
+    /// blocks: they order their parts with the rest through their own waits and signals, and a
+    /// whole-chunk reader waits for every member (`wait_tb`, `barrier`).
+    pub fn threadblock_group(&mut self, rank: u32, tbs: &[u32]) -> Result<ThreadBlockGroup<'_>, DslError> {
+        let max = crate::plan::limits::MAX_PARTS;
+        if !(2..=max as usize).contains(&tbs.len()) {
+            return Err(DslError::BadSetting { what: "thread-block group size", value: tbs.len() as u32, max });
+        }
+        for &tb in tbs {
+            self.threadblock(rank, tb)?;
+        }
+        Ok(ThreadBlockGroup { program: self, rank, tbs: tbs.to_vec() })
+    }
+
     /// The program as a plan, validated and verified (see the module documentation).
     pub fn compile(&self) -> Result<ExecutionPlan, CompileError> {
         if let Some(e) = &self.misuse {
@@ -204,6 +220,110 @@ impl ChannelProgram {
         };
         verify(&plan, &self.collective)?;
         Ok(plan)
+    }
+}
+
+/// Appends operations to every member of a thread-block group, each on its part of every chunk
+/// ([`ChannelProgram::threadblock_group`]). Operations over channels take one channel per
+/// member, in member order (a link belongs to one thread block).
+#[derive(Debug)]
+pub struct ThreadBlockGroup<'p> {
+    program: &'p mut ChannelProgram,
+    rank: u32,
+    tbs: Vec<u32>,
+}
+
+impl ThreadBlockGroup<'_> {
+    /// Runs `append` for every member `i`, then marks the data operations it appended as part
+    /// `i`.
+    fn each(&mut self, mut append: impl FnMut(&mut ThreadBlockOps<'_>, usize)) -> &mut Self {
+        let count = self.tbs.len() as u32;
+        for (i, &tb) in self.tbs.iter().enumerate() {
+            let Ok(mut ops) = self.program.threadblock(self.rank, tb) else { continue };
+            let first = ops.block.ops.len();
+            append(&mut ops, i);
+            for op in &mut ops.block.ops[first..] {
+                if !op.effects().inputs.is_empty() {
+                    let whole = std::mem::replace(op, Op::Nop);
+                    *op = Op::Part { part: Part::new(i as u32, count), of: Box::new(whole) };
+                }
+            }
+        }
+        self
+    }
+
+    /// The channel of member `i`, or a misuse when the group was given another count.
+    fn channel<'c, C: Channel>(&mut self, channels: &'c [C], i: usize) -> Option<&'c C> {
+        if channels.len() != self.tbs.len() {
+            let reason = format!("{} channels for a group of {} thread blocks", channels.len(), self.tbs.len());
+            self.program.misuse.get_or_insert(DslError::Constraint { algorithm: "thread-block group", reason });
+        }
+        channels.get(i)
+    }
+
+    /// `dst := src`, local, in parts.
+    pub fn copy(&mut self, src: BufRef, dst: BufRef) -> &mut Self {
+        self.each(|tb, _| {
+            tb.copy(src, dst);
+        })
+    }
+
+    /// `dst := srcs[0] ⊕ srcs[1] ⊕ …`, local, in parts.
+    pub fn reduce(&mut self, srcs: &[BufRef], dst: BufRef) -> &mut Self {
+        self.each(|tb, _| {
+            tb.reduce(srcs.to_vec(), dst);
+        })
+    }
+
+    /// [`ThreadBlockOps::put`] in parts, member `i` on `channels[i]`.
+    pub fn put(&mut self, channels: &[impl Channel], src: BufRef, dst: BufRef) -> &mut Self {
+        self.over(channels, |tb, ch| {
+            tb.put(ch, src, dst);
+        })
+    }
+
+    /// [`ThreadBlockOps::put_with_signal`] in parts: each member signals its own channel.
+    pub fn put_with_signal(&mut self, channels: &[impl Channel], src: BufRef, dst: BufRef) -> &mut Self {
+        self.over(channels, |tb, ch| {
+            tb.put_with_signal(ch, src, dst);
+        })
+    }
+
+    /// [`ThreadBlockOps::get`] in parts.
+    pub fn get(&mut self, channels: &[MemoryChannel], src: BufRef, dst: BufRef) -> &mut Self {
+        self.over(channels, |tb, ch| {
+            tb.get(ch, src, dst);
+        })
+    }
+
+    /// [`ThreadBlockOps::read_reduce`] in parts.
+    pub fn read_reduce(&mut self, channels: &[MemoryChannel], local: BufRef, remote: BufRef, dst: BufRef) -> &mut Self {
+        self.over(channels, |tb, ch| {
+            tb.read_reduce(ch, local, remote, dst);
+        })
+    }
+
+    /// [`ThreadBlockOps::recv`] in parts: each member waits on its own channel.
+    pub fn recv(&mut self, channels: &[impl Channel], staged: BufRef, dst: BufRef) -> &mut Self {
+        self.over(channels, |tb, ch| {
+            tb.recv(ch, staged, dst);
+        })
+    }
+
+    /// [`ThreadBlockOps::recv_reduce`] in parts.
+    pub fn recv_reduce(&mut self, channels: &[impl Channel], local: BufRef, staged: BufRef, dst: BufRef) -> &mut Self {
+        self.over(channels, |tb, ch| {
+            tb.recv_reduce(ch, local, staged, dst);
+        })
+    }
+
+    fn over<C: Channel>(&mut self, channels: &[C], mut append: impl FnMut(&mut ThreadBlockOps<'_>, &C)) -> &mut Self {
+        let chosen: Vec<Option<C>> = (0..self.tbs.len()).map(|i| self.channel(channels, i).copied()).collect();
+        self.each(|tb, i| {
+            if let Some(ch) = &chosen[i] {
+                append(tb, ch);
+            }
+        })
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) mod trace;
 use thiserror::Error;
 
 pub use crate::plan::Buffer;
-pub use channels::{Channel, ChannelProgram, MemoryChannel, PortChannel, ThreadBlockOps};
+pub use channels::{Channel, ChannelProgram, MemoryChannel, PortChannel, ThreadBlockGroup, ThreadBlockOps};
 pub use collective::{Collective, InputChunk, Postcondition};
 pub use program::{Chunk, Hints, Program};
 

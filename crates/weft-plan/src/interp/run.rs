@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Element, InterpretError, RankBuffers, ReduceOp, Stall};
-use crate::plan::{Buffer, ExecutionPlan, Geometry, Link, Loc, Op, Site};
+use crate::plan::{BufRef, Buffer, ExecutionPlan, Geometry, Link, Loc, Op, Site};
 
 /// One element range of one buffer of one rank.
 #[derive(Clone, Debug)]
@@ -16,15 +16,22 @@ struct Span {
     range: Range<usize>,
 }
 
-/// An operation with everything resolved to element ranges.
+/// Element ranges of equal length: the inputs folded into every output.
+#[derive(Debug)]
+struct Move {
+    inputs: Vec<Span>,
+    outputs: Vec<Span>,
+}
+
+/// An operation with everything resolved to element ranges: one move over its chunks, or one
+/// per chunk for an operation on a part of each.
 #[derive(Debug)]
 struct Step {
     op: String,
     wait: Option<Link>,
     wait_tb: Option<(u32, u32)>,
     barrier: bool,
-    inputs: Vec<Span>,
-    outputs: Vec<Span>,
+    moves: Vec<Move>,
     signal: Option<Link>,
     via: Option<Link>,
     flush: Option<Link>,
@@ -159,19 +166,34 @@ pub(super) fn run<T: Element>(
 
 fn resolve(geometry: &Geometry, site: Site, op: &Op) -> Result<Step, InterpretError> {
     let e = op.effects();
-    let span = |loc: &Loc| -> Result<Span, InterpretError> {
+    // Chunk `k` of `loc` (all of its chunks for `None`), cut to the operation's part.
+    let span = |loc: &Loc, k: Option<u32>| -> Result<Span, InterpretError> {
         let rank = loc.peer.unwrap_or(site.rank);
+        let buf = k.map_or(loc.buf, |k| BufRef::new(loc.buf.buffer, loc.buf.index + k, 1));
         // The plan was validated, so every reference is in range; a failure here is a bug.
-        let range = geometry.extent(rank, loc.buf).ok_or(InterpretError::Panicked { site })?;
+        let mut range = geometry.extent(rank, buf).ok_or(InterpretError::Panicked { site })?;
+        if let Some(part) = e.part {
+            let cut = part.of_len(range.len());
+            range = range.start + cut.start..range.start + cut.end;
+        }
         Ok(Span { rank: rank as usize, buffer: loc.buf.buffer.position(), range })
     };
+    let chunks: Vec<Option<u32>> = match (e.part, e.inputs.first()) {
+        (Some(_), Some(lead)) => (0..lead.buf.count).map(Some).collect(),
+        _ => vec![None],
+    };
+    let mut moves = Vec::with_capacity(chunks.len());
+    for k in chunks.into_iter().filter(|_| !e.inputs.is_empty()) {
+        let inputs = e.inputs.iter().map(|l| span(l, k)).collect::<Result<_, _>>()?;
+        let outputs = e.outputs.iter().map(|l| span(l, k)).collect::<Result<_, _>>()?;
+        moves.push(Move { inputs, outputs });
+    }
     Ok(Step {
         op: op.to_string().trim_end().to_string(),
         wait: e.wait,
         wait_tb: e.wait_tb,
         barrier: e.barrier,
-        inputs: e.inputs.iter().map(span).collect::<Result<_, _>>()?,
-        outputs: e.outputs.iter().map(span).collect::<Result<_, _>>()?,
+        moves,
         signal: e.signal,
         via: e.via,
         flush: e.flush,
@@ -218,8 +240,10 @@ fn run_threadblock<T: Element>(shared: &Shared, site: Site, ntb: u64, steps: &[S
     // Port puts not applied yet, per link, in order.
     let mut pending: BTreeMap<Link, Vec<&Step>> = BTreeMap::new();
     let apply = |step: &Step| {
-        if let Some((first, rest)) = step.inputs.split_first() {
-            compute::<T>(shared, first, rest, &step.outputs);
+        for m in &step.moves {
+            if let Some((first, rest)) = m.inputs.split_first() {
+                compute::<T>(shared, first, rest, &m.outputs);
+            }
         }
     };
     let mut barriers = 0u64;

@@ -25,6 +25,11 @@
 //! signal. So a source written again before the flush, or a peer chunk read without the
 //! signal that covers the put, is a race.
 //!
+//! Thread-block groups ([`Part`](crate::plan::Part)): every chunk is verified as
+//! [`ExecutionPlan::cell_parts`] cells, and an operation on part `i` of `n` touches the cells of
+//! that part only, so group members that move different parts of one chunk do not race, and a
+//! read of a whole chunk must be ordered after every member's write.
+//!
 //! Under the LL protocol a receive learns of its data from the packets themselves, which
 //! publish nothing else: its wait orders only the read of the transfer's own chunk after the
 //! send that wrote it, and joins nothing of the sender's clock.
@@ -248,15 +253,18 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
     for tb in &mut tbs {
         tb.clock = vec![0; components];
     }
+    // Every chunk is `parts` cells, one per part of the finest thread-block group split.
+    let parts = plan.cell_parts()? as usize;
     let mut memory: Vec<[Vec<Cell>; 3]> = plan
         .ranks
         .iter()
         .map(|r| {
             let input = (0..plan.input_chunks)
+                .flat_map(|i| std::iter::repeat_n(i, parts))
                 .map(|i| Cell { value: Some(Rc::new(vec![InputChunk::new(r.rank, i)])), ..Cell::default() })
                 .collect();
-            let output = vec![Cell::default(); plan.output_chunks as usize];
-            let scratch = vec![Cell::default(); r.scratch.len()];
+            let output = vec![Cell::default(); plan.output_chunks as usize * parts];
+            let scratch = vec![Cell::default(); r.scratch.len() * parts];
             [input, output, scratch]
         })
         .collect();
@@ -351,17 +359,24 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                     None => Site { rank: tbs[h].rank, tb: tbs[h].id, op: s },
                 };
 
-                // Data phase.
+                // Data phase: the cells of the operation's part of each chunk (all of them
+                // without a part).
+                let cells = match e.part {
+                    Some(p) => {
+                        p.index as usize * parts / p.count as usize..(p.index as usize + 1) * parts / p.count as usize
+                    }
+                    None => 0..parts,
+                };
                 if !e.inputs.is_empty() {
                     let count = e.inputs[0].buf.count;
-                    let mut results: Vec<Value> = Vec::with_capacity(count as usize);
-                    for k in 0..count {
+                    let mut results: Vec<Value> = Vec::with_capacity(count as usize * cells.len());
+                    for (k, sub) in (0..count).flat_map(|k| cells.clone().map(move |c| (k, c))) {
                         let mut acc: Vec<InputChunk> = Vec::new();
                         for loc in &e.inputs {
                             let owner = loc.peer.unwrap_or(rank);
                             let index = loc.buf.index + k;
                             let (position, at) = slot(owner, loc.buf.buffer.position(), index);
-                            let cell = &mut memory[owner as usize][position][at];
+                            let cell = &mut memory[owner as usize][position][at * parts + sub];
                             let race = |first| VerifyError::Race {
                                 rank: owner,
                                 buffer: loc.buf.buffer,
@@ -388,10 +403,11 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                     }
                     for loc in &e.outputs {
                         let owner = loc.peer.unwrap_or(rank);
-                        for (k, value) in results.iter().enumerate() {
+                        for (j, value) in results.iter().enumerate() {
+                            let (k, sub) = (j / cells.len(), cells.start + j % cells.len());
                             let index = loc.buf.index + k as u32;
                             let (position, at) = slot(owner, loc.buf.buffer.position(), index);
-                            let cell = &mut memory[owner as usize][position][at];
+                            let cell = &mut memory[owner as usize][position][at * parts + sub];
                             let race = |first| VerifyError::Race {
                                 rank: owner,
                                 buffer: loc.buf.buffer,
@@ -457,14 +473,16 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                 continue;
             };
             let (position, at) = slot(rank, Buffer::Output.position(), index);
-            let found = memory[rank as usize][position][at].value.clone();
-            if found.as_deref() != Some(&expected) {
-                return Err(VerifyError::Postcondition {
-                    rank,
-                    index,
-                    expected: describe(&expected),
-                    found: found.map_or_else(|| "nothing (never written)".into(), |v| describe(&v)),
-                });
+            for cell in &memory[rank as usize][position][at * parts..(at + 1) * parts] {
+                let found = cell.value.clone();
+                if found.as_deref() != Some(&expected) {
+                    return Err(VerifyError::Postcondition {
+                        rank,
+                        index,
+                        expected: describe(&expected),
+                        found: found.map_or_else(|| "nothing (never written)".into(), |v| describe(&v)),
+                    });
+                }
             }
         }
     }

@@ -21,7 +21,7 @@ mod validate;
 use serde::{Deserialize, Serialize};
 
 pub use geometry::{Geometry, GeometryError};
-pub use op::{BufRef, Buffer, Effects, Link, Loc, Op};
+pub use op::{BufRef, Buffer, Effects, Link, Loc, Op, Part};
 pub use packets::packet_input;
 pub use validate::{LoadError, Site, limits};
 

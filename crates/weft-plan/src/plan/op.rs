@@ -138,6 +138,37 @@ impl fmt::Display for Link {
     }
 }
 
+/// Which part of every chunk an operation moves: part `index` of `count` balanced parts (a
+/// member of a thread-block group). Parts of one chunk never overlap and together cover it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    /// This part, below `count`.
+    pub index: u32,
+    /// Parts of every chunk (the group's size).
+    pub count: u32,
+}
+
+impl Part {
+    /// Part `index` of `count`.
+    pub fn new(index: u32, count: u32) -> Self {
+        Self { index, count }
+    }
+
+    /// Elements `[start, end)` of a `len`-element range that this part holds (balanced, in
+    /// order).
+    pub fn of_len(&self, len: usize) -> std::ops::Range<usize> {
+        let at = |k: u32| (len as u128 * u128::from(k) / u128::from(self.count.max(1))) as usize;
+        at(self.index)..at(self.index + 1)
+    }
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "part {}/{}", self.index, self.count)
+    }
+}
+
 /// One operation of a thread block.
 ///
 /// Sync operations (`wait*`, `barrier`, and the leading wait of the fused receives) include a
@@ -278,6 +309,15 @@ pub enum Op {
         /// Destination in the next peer's buffers.
         remote: BufRef,
     },
+    /// `op` on one part of each of its chunks: the member `part.index` of a thread-block group of
+    /// `part.count` thread blocks, whose other members move the other parts (MSCCL++'s
+    /// `tbg_info`). Any operation that moves data, but not another part.
+    Part {
+        /// The part.
+        part: Part,
+        /// The operation.
+        of: Box<Op>,
+    },
     /// Wait, compute `local ⊕ staged`, put it to the next peer and signal it, without storing it
     /// locally (MSCCLang `recvReduceSend`).
     Rrs {
@@ -334,6 +374,8 @@ pub struct Effects {
     pub via: Option<Link>,
     /// Port link flushed last: every earlier put on it has completed.
     pub flush: Option<Link>,
+    /// The part of every chunk the data phase moves (`None`: whole chunks).
+    pub part: Option<Part>,
 }
 
 impl Effects {
@@ -364,6 +406,7 @@ impl Op {
             Op::Rcs { .. } => "rcs",
             Op::Rrcs { .. } => "rrcs",
             Op::Rrs { .. } => "rrs",
+            Op::Part { of, .. } => of.name(),
         }
     }
 
@@ -434,6 +477,10 @@ impl Op {
                 e.outputs = vec![Loc::remote(to.peer, remote)];
                 e.signal = Some(to);
             }
+            Op::Part { part, ref of } => {
+                e = of.effects();
+                e.part = Some(part);
+            }
         }
         e
     }
@@ -489,12 +536,16 @@ impl Op {
                 f(None, staged);
                 f(Some(to.peer), remote);
             }
+            Op::Part { of, .. } => of.for_each_ref_mut(f),
         }
     }
 }
 
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Op::Part { part, of } = self {
+            return write!(f, "{} ({part})", of.to_string().trim_end());
+        }
         write!(f, "{:<8}", self.name())?;
         match self {
             Op::Nop | Op::Barrier => Ok(()),
@@ -530,6 +581,7 @@ impl fmt::Display for Op {
                 write!(f, "{from}: {local} + {staged} -> {dst} => {to} {remote}")
             }
             Op::Rrs { from, local, staged, to, remote } => write!(f, "{from}: {local} + {staged} => {to} {remote}"),
+            Op::Part { .. } => Ok(()), // written above
         }
     }
 }

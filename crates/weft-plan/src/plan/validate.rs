@@ -23,6 +23,9 @@ pub mod limits {
     pub const MAX_SIZE_CLASSES: u32 = 1 << 16;
     /// Most operands of one `reduce`.
     pub const MAX_REDUCE_INPUTS: usize = 16;
+    /// Most parts a chunk is split into by thread-block groups: the least common multiple of
+    /// every part count of a plan (a verifier cell is one such part).
+    pub const MAX_PARTS: u32 = 64;
 }
 
 /// Where in a plan something is: rank, thread block and operation index.
@@ -302,6 +305,26 @@ pub enum LoadError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// An operation's part is malformed or not allowed.
+    #[error("{site}: {part}: {reason}")]
+    BadPart {
+        /// The operation.
+        site: Site,
+        /// The part.
+        part: super::Part,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The plan's part counts split chunks finer than the limit.
+    #[error(
+        "the plan's thread-block groups split chunks into {parts} parts (least common multiple), above the limit of {max}"
+    )]
+    TooManyParts {
+        /// The least common multiple of the part counts.
+        parts: u64,
+        /// The limit.
+        max: u32,
+    },
     /// A thread block ends with port puts no flush has completed: their copies could still
     /// read the sources when the next call writes them.
     #[error("{site}: put on port link {link} is not flushed before thread block {tb} ends")]
@@ -355,6 +378,9 @@ impl ExecutionPlan {
     ///   them only by `put` and `send`, from scratch into the peer's scratch (the buffers the
     ///   proxy registers); `flush` names a port link; every put is flushed before its thread
     ///   block ends;
+    /// - a [`Part`](super::Part) splits chunks into 2 to 64 parts, wraps an operation that moves
+    ///   data (not another part), in a simple-protocol plan, and the plan's part counts have a
+    ///   least common multiple of at most [`limits::MAX_PARTS`];
     /// - in a [`Protocol::Ll`](super::Protocol::Ll) plan, the packet rules (see that variant).
     ///
     /// It does not prove the plan deadlock-free, race-free or correct: the compiler's verifier
@@ -399,6 +425,7 @@ impl ExecutionPlan {
             }
         }
         self.validate_links()?;
+        self.cell_parts()?;
         self.validate_packets()
     }
 
@@ -413,6 +440,18 @@ impl ExecutionPlan {
             self.check_link(site, link.peer, link.channel)?;
         }
         self.validate_port_use(site, op, &effects)?;
+        if let super::Op::Part { part, of } = op {
+            let bad = |reason| Err(LoadError::BadPart { site, part: *part, reason });
+            if !(2..=limits::MAX_PARTS).contains(&part.count) || part.index >= part.count {
+                return bad("a group has 2 to 64 members and the part is below their count");
+            }
+            if matches!(**of, super::Op::Part { .. }) || effects.inputs.is_empty() {
+                return bad("only an operation that moves data runs in parts, once");
+            }
+            if self.protocol != super::Protocol::Simple {
+                return bad("LL packets move whole chunks");
+            }
+        }
         if let super::Op::Put { to: link, .. }
         | super::Op::Get { from: link, .. }
         | super::Op::ReadReduce { from: link, .. } = op
@@ -478,6 +517,26 @@ impl ExecutionPlan {
             }
         }
         Ok(())
+    }
+
+    /// Parts every chunk is split into for the verifier: the least common multiple of the
+    /// plan's part counts (1 without thread-block groups), at most [`limits::MAX_PARTS`].
+    pub fn cell_parts(&self) -> Result<u32, LoadError> {
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let mut lcm = 1u64;
+        let ops = self.ranks.iter().flat_map(|r| &r.threadblocks).flat_map(|t| &t.ops);
+        for part in ops.filter_map(|op| op.effects().part) {
+            lcm = lcm / gcd(lcm, u64::from(part.count)) * u64::from(part.count);
+            if lcm > u64::from(limits::MAX_PARTS) {
+                return Err(LoadError::TooManyParts { parts: lcm, max: limits::MAX_PARTS });
+            }
+        }
+        Ok(lcm as u32)
     }
 
     /// The port-link rules of [`Self::validate`] for one operation.
