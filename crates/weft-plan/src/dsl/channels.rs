@@ -8,6 +8,10 @@
 //! `put` needs no signal of its own. LL plans have no exit fence and no bare `put`: every
 //! transfer is a packet send its receiver polls.
 //!
+//! Thread-block groups ([`ChannelProgram::threadblock_group`]) emit an operation once per member
+//! thread block, member `i` of `n` moving part `i` of every chunk ([`Op::Part`]); the verifier
+//! checks the parts as separate cells.
+//!
 //! Port channels ([`ChannelProgram::port_channel`]) hand their transfers to the rank's proxy,
 //! which moves them with a copy engine (or a network) while the thread block goes on: a put
 //! reads its source and lands at the peer later, covered at the peer by the channel's next
