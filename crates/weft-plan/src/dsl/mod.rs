@@ -32,7 +32,7 @@
 //! # }
 //! ```
 
-mod channels;
+pub mod channels;
 mod collective;
 mod program;
 pub(crate) mod trace;
