@@ -15,23 +15,7 @@ use crate::algorithm::Collective;
 /// channel per link).
 pub const SHIPPED_INSTANCES: u32 = 4;
 
-/// A shipped plan's DSL program: chunk level (traced, then scheduled by the compiler) or
-/// channel level (compiled as written).
-enum Source {
-    Chunks(weft_plan::Program),
-    Channels(weft_plan::ChannelProgram),
-}
-
-impl Source {
-    fn compile(&self) -> Result<ExecutionPlan, weft_plan::CompileError> {
-        match self {
-            Source::Chunks(p) => p.compile(),
-            Source::Channels(p) => p.compile(),
-        }
-    }
-}
-
-type Build = fn(u32, u32) -> Result<Source, weft_plan::DslError>;
+type Build = fn(u32, u32) -> Result<weft_plan::AnyProgram, weft_plan::DslError>;
 
 /// A shipped plan: registry name, collective, and its DSL program for (ranks, root).
 struct Shipped {
@@ -53,57 +37,57 @@ const SHIPPED: [Shipped; 11] = [
     Shipped {
         name: "plan:ring_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::ring_allreduce(n, SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::ring_allreduce(n, SHIPPED_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:allpairs_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::allpairs_allreduce(n, SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::allpairs_allreduce(n, SHIPPED_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:ring_allreduce_ll",
         collective: Collective::AllReduce,
-        build: |n, _| plans::ring_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::ring_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:allpairs_allreduce_ll",
         collective: Collective::AllReduce,
-        build: |n, _| plans::allpairs_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::allpairs_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:port_allpairs_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::port_allpairs_allreduce(n).map(Source::Channels),
+        build: |n, _| plans::port_allpairs_allreduce(n).map(Into::into),
     },
     Shipped {
         name: "plan:hierarchical_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::hierarchical_allreduce(n, half(n), SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::hierarchical_allreduce(n, half(n), SHIPPED_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:ring_allgather",
         collective: Collective::AllGather,
-        build: |n, _| plans::ring_allgather(n, SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::ring_allgather(n, SHIPPED_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:ring_reduce_scatter",
         collective: Collective::ReduceScatter,
-        build: |n, _| plans::ring_reduce_scatter(n, SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::ring_reduce_scatter(n, SHIPPED_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:allpairs_reduce_scatter",
         collective: Collective::ReduceScatter,
-        build: |n, _| plans::allpairs_reduce_scatter(n, SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::allpairs_reduce_scatter(n, SHIPPED_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:two_step_alltoall",
         collective: Collective::AllToAll,
-        build: |n, _| plans::two_step_alltoall(n, half(n), SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, _| plans::two_step_alltoall(n, half(n), SHIPPED_INSTANCES).map(Into::into),
     },
     Shipped {
         name: "plan:direct_broadcast",
         collective: Collective::Broadcast,
-        build: |n, root| plans::direct_broadcast(n, root, SHIPPED_INSTANCES).map(Source::Chunks),
+        build: |n, root| plans::direct_broadcast(n, root, SHIPPED_INSTANCES).map(Into::into),
     },
 ];
 

@@ -46,7 +46,7 @@ pub mod passes;
 pub mod plan;
 pub mod plans;
 
-pub use dsl::{Buffer, ChannelProgram, Chunk, Collective, DslError, Program};
+pub use dsl::{AnyProgram, Buffer, ChannelProgram, Chunk, Collective, DslError, Program};
 pub use interp::{InterpretError, RankBuffers, ReduceOp, interpret};
 pub use passes::{CompileError, CompileOptions, compile};
 pub use plan::{ExecutionPlan, LoadError};

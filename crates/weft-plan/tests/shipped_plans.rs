@@ -59,6 +59,12 @@ proptest! {
     }
 
     #[test]
+    fn port_allpairs_allreduce((n, _inst, m, seed) in shape()) {
+        let plan = plans::port_allpairs_allreduce(n).unwrap().compile().unwrap();
+        check(&plan, Coll::AllReduce, m, seed, op_for(seed)).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
     fn hierarchical_allreduce((n, g, inst, m, seed) in node_shape()) {
         let plan = plans::hierarchical_allreduce(n, g, inst).unwrap().compile().unwrap();
         check(&plan, Coll::AllReduce, m, seed, op_for(seed)).map_err(TestCaseError::fail)?;

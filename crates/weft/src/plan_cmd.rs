@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use weft_plan::{Collective, ExecutionPlan, Program, plans};
+use weft_plan::{AnyProgram, Collective, ExecutionPlan, plans};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -20,28 +20,30 @@ pub const ALGORITHMS: &[&str] = &[
     "two-step-alltoall",
     "alltonext",
     "direct-broadcast",
+    "port-allpairs-allreduce",
 ];
 
 /// Traces shipped algorithm `name` for `ranks` ranks.
-pub fn program(name: &str, ranks: u32, ranks_per_node: u32, instances: u32, root: u32) -> Result<Program, BoxError> {
+pub fn program(name: &str, ranks: u32, ranks_per_node: u32, instances: u32, root: u32) -> Result<AnyProgram, BoxError> {
     Ok(match name {
-        "ring-allreduce" => plans::ring_allreduce(ranks, instances)?,
-        "allpairs-allreduce" => plans::allpairs_allreduce(ranks, instances)?,
-        "ring-allreduce-ll" => plans::ring_allreduce_ll(ranks, instances)?,
-        "allpairs-allreduce-ll" => plans::allpairs_allreduce_ll(ranks, instances)?,
-        "hierarchical-allreduce" => plans::hierarchical_allreduce(ranks, ranks_per_node, instances)?,
-        "ring-allgather" => plans::ring_allgather(ranks, instances)?,
-        "ring-reduce-scatter" => plans::ring_reduce_scatter(ranks, instances)?,
-        "allpairs-reduce-scatter" => plans::allpairs_reduce_scatter(ranks, instances)?,
-        "two-step-alltoall" => plans::two_step_alltoall(ranks, ranks_per_node, instances)?,
-        "alltonext" => plans::alltonext(ranks, ranks_per_node, instances)?,
-        "direct-broadcast" => plans::direct_broadcast(ranks, root, instances)?,
+        "ring-allreduce" => plans::ring_allreduce(ranks, instances)?.into(),
+        "allpairs-allreduce" => plans::allpairs_allreduce(ranks, instances)?.into(),
+        "ring-allreduce-ll" => plans::ring_allreduce_ll(ranks, instances)?.into(),
+        "allpairs-allreduce-ll" => plans::allpairs_allreduce_ll(ranks, instances)?.into(),
+        "hierarchical-allreduce" => plans::hierarchical_allreduce(ranks, ranks_per_node, instances)?.into(),
+        "ring-allgather" => plans::ring_allgather(ranks, instances)?.into(),
+        "ring-reduce-scatter" => plans::ring_reduce_scatter(ranks, instances)?.into(),
+        "allpairs-reduce-scatter" => plans::allpairs_reduce_scatter(ranks, instances)?.into(),
+        "two-step-alltoall" => plans::two_step_alltoall(ranks, ranks_per_node, instances)?.into(),
+        "alltonext" => plans::alltonext(ranks, ranks_per_node, instances)?.into(),
+        "direct-broadcast" => plans::direct_broadcast(ranks, root, instances)?.into(),
+        "port-allpairs-allreduce" => plans::port_allpairs_allreduce(ranks)?.into(),
         other => return Err(format!("unknown algorithm {other:?}; one of {}", ALGORITHMS.join(", ")).into()),
     })
 }
 
 /// Compiles a shipped algorithm; prints the JSON plan or writes it to `out`.
-pub fn compile(program: &Program, out: Option<&Path>) -> Result<(), BoxError> {
+pub fn compile(program: &AnyProgram, out: Option<&Path>) -> Result<(), BoxError> {
     let started = Instant::now();
     let plan = program.compile()?;
     let elapsed = started.elapsed();

@@ -44,6 +44,51 @@ pub use channels::{Channel, ChannelProgram, MemoryChannel, PortChannel, ThreadBl
 pub use collective::{Collective, InputChunk, Postcondition};
 pub use program::{Chunk, Hints, Program};
 
+/// A program of either level: chunk level (traced, then scheduled by the compiler) or channel
+/// level (compiled as written). What code that handles both keeps.
+#[derive(Debug)]
+pub enum AnyProgram {
+    /// A chunk-level program.
+    Chunks(Program),
+    /// A channel-level program.
+    Channels(ChannelProgram),
+}
+
+impl AnyProgram {
+    /// The program as a verified plan.
+    pub fn compile(&self) -> Result<crate::ExecutionPlan, crate::CompileError> {
+        match self {
+            AnyProgram::Chunks(p) => p.compile(),
+            AnyProgram::Channels(p) => p.compile(),
+        }
+    }
+
+    /// [`Program::with_pipeline`]; a channel-level program is written as it runs, so it takes
+    /// one tile only.
+    pub fn with_pipeline(self, tiles: u32) -> Result<Self, DslError> {
+        match self {
+            AnyProgram::Chunks(p) => Ok(p.with_pipeline(tiles)?.into()),
+            AnyProgram::Channels(_) if tiles != 1 => Err(DslError::Constraint {
+                algorithm: "pipeline",
+                reason: format!("{tiles} tiles for a channel-level program, which is compiled as written"),
+            }),
+            channels => Ok(channels),
+        }
+    }
+}
+
+impl From<Program> for AnyProgram {
+    fn from(p: Program) -> Self {
+        AnyProgram::Chunks(p)
+    }
+}
+
+impl From<ChannelProgram> for AnyProgram {
+    fn from(p: ChannelProgram) -> Self {
+        AnyProgram::Channels(p)
+    }
+}
+
 /// A mistake in a DSL program, reported by the call that made it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
