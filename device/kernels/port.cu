@@ -3,20 +3,24 @@
 #include "weft/fifo.cuh"
 #include "weft/port_channel.cuh"
 
-// One thread: `chunks` put-with-signal commands of `chunk` bytes from [0, chunks * chunk) of the
-// local memory to [dst_base, ...) of the peer's, then waits for the peer's `chunks` signals
-// (spinning while this rank's and the peer's proxies move the data: the test that no proxy
-// blocks behind a running kernel), then a flush. status[0] = 1 on success, 0 on failure.
-extern "C" __global__ void weft_port_exchange(weft::PortChannelDeviceHandle ch, uint32_t chunk, uint32_t chunks,
-                                              uint32_t dst_base, uint32_t* status) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+// Thread 0 of block b, on channel chs[b]: put-with-signal commands of `chunk` bytes for the
+// chunks i < `chunks` with i % gridDim.x == b, from [i * chunk, ...) of the local memory to
+// [dst_base + i * chunk, ...) of the peer's, then waits for as many signals of the peer's block
+// b (spinning while this rank's and the peer's proxies move the data: the test that no proxy
+// blocks behind a running kernel, and with many channels that no copy stream queues behind it),
+// then a flush. status[b] = 1 on success, 0 on failure.
+extern "C" __global__ void weft_port_exchange(const weft::PortChannelDeviceHandle* chs, uint32_t chunk,
+                                              uint32_t chunks, uint32_t dst_base, uint32_t* status) {
+  if (threadIdx.x != 0) return;
+  const weft::PortChannelDeviceHandle& ch = chs[blockIdx.x];
   bool ok = true;
-  for (uint32_t i = 0; ok && i < chunks; ++i) {
+  uint32_t mine = 0;
+  for (uint32_t i = blockIdx.x; ok && i < chunks; i += gridDim.x, ++mine) {
     ok = weft::port_put_with_signal(ch, dst_base + i * chunk, i * chunk, chunk);
   }
-  for (uint32_t i = 0; ok && i < chunks; ++i) ok = weft::port_wait(ch);
+  for (uint32_t i = 0; ok && i < mine; ++i) ok = weft::port_wait(ch);
   ok = ok && weft::port_flush(ch);
-  status[0] = ok ? 1u : 0u;
+  status[blockIdx.x] = ok ? 1u : 0u;
 }
 
 // One thread waits for a signal that never comes; shutting the proxy down must release it.

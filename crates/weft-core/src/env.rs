@@ -47,13 +47,12 @@ pub const CUDA_QUEUES_WANTED: u32 = 32;
 
 /// Whether [`CUDA_QUEUES_VAR`] gives CUDA at least [`CUDA_QUEUES_WANTED`] hardware queues.
 ///
-/// CUDA runs the work of streams that share a hardware queue in order, whatever their streams.
-/// A PortChannel proxy's copy stream that shares one with the stream of a kernel spinning on
-/// that copy waits behind the kernel: a deadlock, cut by the copy's timeout. Measured with two
-/// ranks sharing one H200, eight port channels each: both `port_ring` and a port-channel plan
-/// stalled within the first launches with 8 queues and ran with 32. More queues make that
-/// sharing rarer (it is gone while the process has fewer streams than queues); the `weft`
-/// command sets 32 before CUDA starts, and a program embedding weft should set it too.
+/// CUDA starts the work of streams that share a hardware queue in order, whatever their
+/// streams. A PortChannel proxy's copy that lands behind a launch queued after a kernel spinning
+/// on that copy waits for it: a deadlock, cut by the copy's timeout. The copy-engine transport
+/// keeps its streams few (one per peer); more queues make the sharing rarer still (it is gone
+/// while the process has fewer streams than queues). The `weft` command sets 32 before CUDA
+/// starts, and a program embedding weft should set it too.
 pub fn cuda_queues_ok() -> bool {
     std::env::var(CUDA_QUEUES_VAR).ok().and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(8) >= CUDA_QUEUES_WANTED
 }

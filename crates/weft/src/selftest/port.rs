@@ -1,19 +1,23 @@
 //! PortChannel cases of the GPU suite, for every pair of ranks: both ranks launch a kernel that
 //! pushes put-with-signal commands and then spins until the peer's signals arrive (it finishes
-//! only if neither proxy blocks behind the running kernels), every received byte is checked; and
+//! only if neither proxy blocks behind the running kernels), every received byte is checked, on
+//! one channel and on 40 channels at once (more than CUDA's 32 hardware queues: a copy stream
+//! per connection would share one with the spinning kernel's stream and wait behind it); and
 //! a kernel waiting for a signal that never comes is released by shutting the proxy down, with
 //! `ProxyStopped` in the error record. Pairs run in the same order on every rank.
 
 use std::time::Duration;
 
-use weft_core::{Communicator, Error, KernelLibrary, PortProxy, PortProxyConfig, RegisteredMemory};
-use weft_gpu::{KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_core::{Communicator, Error, KernelLibrary, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory};
+use weft_gpu::{AllocKind, DeviceMemory, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_types::PortChannelDeviceHandle;
 
 use super::report::RankReport;
 
-/// Bytes each rank sends its partner: 8 chunks of 1 MiB + 3 bytes (odd sizes on purpose).
-const CHUNK: u32 = (1 << 20) + 3;
-const CHUNKS: u32 = 8;
+/// The exchanges: (channels, chunk bytes, chunks, launches back to back). Odd sizes on purpose;
+/// every channel of the second carries two chunks per launch, and each launch is enqueued while
+/// the previous one may still spin on the proxies' copies.
+const EXCHANGES: [(u32, u32, u32, u32); 2] = [(1, (1 << 20) + 3, 8, 1), (40, (64 << 10) + 3, 80, 20)];
 const POISON: u8 = 0x5A;
 
 fn byte(rank: usize, i: usize) -> u8 {
@@ -33,14 +37,17 @@ pub(crate) fn run(
     let exchange = module.kernel("weft_port_exchange").map_err(gpu)?;
     let wait_once = module.kernel("weft_port_wait_once").map_err(gpu)?;
     let stream = Stream::new(comm.device()).map_err(gpu)?;
-    let bytes = (CHUNK * CHUNKS) as usize;
+    let bytes = EXCHANGES.iter().map(|&(_, chunk, chunks, _)| (chunk * chunks) as usize).max().unwrap_or(0);
     let memory = comm.alloc(2 * bytes)?;
     let mine: Vec<u8> = (0..bytes).map(|i| byte(rank, i)).collect();
     memory.write(0, &mine).map_err(gpu)?;
     let buffer: RegisteredMemory = comm.register(memory)?;
     let proxy = PortProxy::new(comm, PortProxyConfig::default())?;
     let id = proxy.register(&buffer)?;
-    let status = PinnedHostMemory::alloc(comm.device(), 8).map_err(gpu)?;
+    let most = EXCHANGES.iter().map(|e| e.0 as usize).max().unwrap_or(1);
+    let status = PinnedHostMemory::alloc(comm.device(), 4 * most).map_err(gpu)?;
+    let handles = DeviceMemory::alloc(comm.device(), most * size_of::<PortChannelDeviceHandle>(), AllocKind::Legacy)
+        .map_err(gpu)?;
     let host_timeout = comm.env().device_timeout + Duration::from_secs(30);
     for a in 0..comm.world_size() {
         for b in a + 1..comm.world_size() {
@@ -52,33 +59,55 @@ pub(crate) fn run(
             } else {
                 continue;
             };
-            buffer.memory().fill(bytes, bytes, POISON).map_err(gpu)?;
-            let ch = proxy.channel(partner, id, None)?;
-            status.write(0, 0u32).map_err(gpu)?;
-            let mut args = KernelArgs::new();
-            args.push(ch.device_handle()).push(CHUNK).push(CHUNKS).push(bytes as u32).push(status.device_ptr());
-            let name = format!("{label}port channel put/signal/wait/flush {rank}<->{partner} ({:?})", ch.route());
-            // SAFETY: the arguments match weft_port_exchange; the channel, buffer and status word
-            // live until the stream is idle below.
-            let launched =
-                unsafe { exchange.launch(&stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args) };
-            let outcome = launched
-                .and_then(|()| stream.wait_idle(host_timeout, "the PortChannel exchange kernel"))
-                .map_err(|e| e.to_string())
-                .and_then(|()| comm.check_device().map_err(|e| e.to_string()))
-                .and_then(|()| match status.read::<u32>(0) {
-                    Ok(1) => Ok(()),
-                    other => Err(format!("kernel status {other:?}, proxy failure {:?}", proxy.failure())),
-                })
-                .and_then(|()| {
-                    let mut got = vec![0u8; bytes];
-                    buffer.memory().read(bytes, &mut got).map_err(|e| e.to_string())?;
-                    match got.iter().enumerate().find(|&(i, &v)| v != byte(partner, i)) {
-                        None => Ok(()),
-                        Some((i, &v)) => Err(format!("byte {i}: {v:#x}, want {:#x}", byte(partner, i))),
-                    }
-                });
-            report.record(name, outcome);
+            for (channels, chunk, chunks, launches) in EXCHANGES {
+                buffer.memory().fill(bytes, bytes, POISON).map_err(gpu)?;
+                let chs = (0..channels).map(|_| proxy.channel(partner, id, None)).collect::<Result<Vec<_>, _>>()?;
+                let table: Vec<PortChannelDeviceHandle> = chs.iter().map(PortChannel::device_handle).collect();
+                handles.write_pod(0, &table).map_err(gpu)?;
+                for b in 0..channels as usize {
+                    status.write(4 * b, 0u32).map_err(gpu)?;
+                }
+                let mut args = KernelArgs::new();
+                args.push(handles.ptr()).push(chunk).push(chunks).push(bytes as u32).push(status.device_ptr());
+                let name = format!(
+                    "{label}port channel put/signal/wait/flush {rank}<->{partner} ({:?}, {channels} channel{}, {launches} launch{})",
+                    chs[0].route(),
+                    if channels == 1 { "" } else { "s at once" },
+                    if launches == 1 { "" } else { "es" }
+                );
+                let config = LaunchConfig { grid: channels, block: 32, shared_bytes: 0 };
+                // SAFETY: the arguments match weft_port_exchange; the channels' table, the
+                // channels, buffer and status words live until the stream is idle below.
+                let launched = (0..launches).try_for_each(|_| unsafe { exchange.launch(&stream, config, &args) });
+                let sent = (chunk * chunks) as usize;
+                let outcome = launched
+                    .and_then(|()| stream.wait_idle(host_timeout, "the PortChannel exchange kernel"))
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| comm.check_device().map_err(|e| e.to_string()))
+                    .and_then(|()| {
+                        let done = (0..channels as usize)
+                            .map(|b| status.read::<u32>(4 * b))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|e| e.to_string())?;
+                        match done.iter().position(|&s| s != 1) {
+                            None => Ok(()),
+                            Some(b) => Err(format!(
+                                "channel {b}: kernel status {}, proxy failure {:?}",
+                                done[b],
+                                proxy.failure()
+                            )),
+                        }
+                    })
+                    .and_then(|()| {
+                        let mut got = vec![0u8; sent];
+                        buffer.memory().read(bytes, &mut got).map_err(|e| e.to_string())?;
+                        match got.iter().enumerate().find(|&(i, &v)| v != byte(partner, i)) {
+                            None => Ok(()),
+                            Some((i, &v)) => Err(format!("byte {i}: {v:#x}, want {:#x}", byte(partner, i))),
+                        }
+                    });
+                report.record(name, outcome);
+            }
             release_on_shutdown(comm, &buffer, &wait_once, &stream, partner, label, report)?;
         }
     }

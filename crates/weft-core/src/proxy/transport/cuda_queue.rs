@@ -4,10 +4,11 @@
 //! ([`CudaCopyQueue::sharing`]): it never synchronises with the legacy default stream, where a
 //! careless `cudaMemcpy` elsewhere in the process would otherwise put the proxy's copies behind
 //! running kernels. Not one per connection: CUDA multiplexes streams onto a few hardware queues
-//! (`CUDA_DEVICE_MAX_CONNECTIONS`, 8 unless set, at most 32) and runs the work of one queue in
-//! order, so with dozens of copy streams some share a queue with the stream of a kernel that
-//! spins on their copies, and wait behind it until the copy times out (seen with ranks sharing
-//! one H200: eight connections per peer, 2 ranks stalled with 8 queues, 4 ranks with 32). A
+//! (`CUDA_DEVICE_MAX_CONNECTIONS`, 8 unless set, at most 32) and starts the work of one queue in
+//! order, so with dozens of copy streams some copy lands behind a kernel launch enqueued after
+//! the running one, which cannot start before the running kernel ends, which spins on the copy:
+//! a stall until the copy times out (seen with ranks sharing one H200; `weft selftest --only
+//! port` has the case: 40 channels, 20 launches back to back, failing with 8 and 32 queues). A
 //! connection's order is the stream's, so sharing keeps it; connections to one peer then wait
 //! for each other's earlier copies, which one copy engine moves at full speed anyway. Copies are `cuMemcpyDtoDAsync`, signals
 //! `cuStreamWriteValue64` (with its default memory barrier, so the stored token is visible only
