@@ -63,8 +63,9 @@
 // port put (EXEC_PORT_PUT) is thread 0 pushing one put per row of its slice, from this rank's
 // scratch into the peer's (offsets from the scratch bases, the memories the proxy registered);
 // the block barrier that ends the previous operation orders the other threads' writes of the
-// source before the push; a send's signal rides in its last put's command. Signals, flushes (EXEC_FLUSH) and waits are port_signal, port_flush
-// and port_wait by thread 0. The plan flushes every put before its thread block ends.
+// source before the push; a send's signal rides in its last put's command. Signals, flushes
+// (EXEC_FLUSH) and waits are port_signal, port_flush and port_wait by thread 0, each bounded
+// (WaitContext). The plan flushes every put before its thread block ends.
 // Every wait is bounded (WaitContext): on expiry the error record names rank, peer and wait,
 // and every block gives up promptly (Spin sees the record).
 //

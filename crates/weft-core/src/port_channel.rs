@@ -462,14 +462,11 @@ impl PortProxy {
         let token = remote_pool.ptr() + 8 * target.slot;
         let gpu = |source| Error::Gpu { rank, source };
         let queue = {
+            use std::collections::hash_map::Entry;
             let mut queues = self.shared.peer_queues.lock().unwrap_or_else(|p| p.into_inner());
-            match queues.get(&peer) {
-                Some(q) => q.sharing(),
-                None => {
-                    let q = CudaCopyQueue::new(comm.device()).map_err(gpu)?;
-                    queues.insert(peer, q.sharing());
-                    q
-                }
+            match queues.entry(peer) {
+                Entry::Occupied(e) => e.get().sharing(),
+                Entry::Vacant(e) => e.insert(CudaCopyQueue::new(comm.device()).map_err(gpu)?).sharing(),
             }
         };
         // One store of the token's current value (0: only this connection writes it) at setup,

@@ -216,8 +216,9 @@ impl ExecResources {
                     semaphores.push(s);
                 }
             }
-            let port_links = rp.ports.iter().filter(|(p, _)| *p as usize == peer);
-            for (&(_, channel), (proxy, id)) in port_links.zip(std::iter::repeat(&proxy).flatten()) {
+            // `proxy` exists exactly when `rp.ports` is not empty.
+            let Some((proxy, id)) = &proxy else { continue };
+            for &(_, channel) in rp.ports.iter().filter(|(p, _)| *p as usize == peer) {
                 for replica in 0..replicas {
                     let c = proxy.channel(peer, *id, None)?;
                     ports[tables.port_index(peer as u32, channel) * replicas + replica] = c.device_handle();

@@ -327,12 +327,10 @@ pub enum LoadError {
     },
     /// A thread block ends with port puts no flush has completed: their copies could still
     /// read the sources when the next call writes them.
-    #[error("{site}: put on port link {link} is not flushed before thread block {tb} ends")]
+    #[error("{site}: put on port link {link} is not flushed before thread block {} ends", .site.tb)]
     Unflushed {
         /// The last unflushed put.
         site: Site,
-        /// Its thread block.
-        tb: u32,
         /// The link.
         link: super::Link,
     },
@@ -627,11 +625,7 @@ impl ExecutionPlan {
                     }
                 }
                 if let Some((&link, &op)) = unflushed.iter().next() {
-                    return Err(LoadError::Unflushed {
-                        site: Site { rank: rank.rank, tb: tb.id, op },
-                        tb: tb.id,
-                        link,
-                    });
+                    return Err(LoadError::Unflushed { site: Site { rank: rank.rank, tb: tb.id, op }, link });
                 }
             }
         }
