@@ -525,20 +525,6 @@ __device__ __forceinline__ bool move_in_batches(const ExecContext& c, const Geom
   return moved;
 }
 
-/// Spins until `*word >= target`, acquire .sys. Called by: one thread. False on timeout.
-__device__ __forceinline__ bool wait_at_least(const uint64_t* word, uint64_t target, const WaitContext& ctx,
-                                              WaitOp op) {
-  Spin spin;
-  uint64_t seen;
-  while ((seen = ptx::ld_acquire_sys(word)) < target) {
-    if (spin.expired(ctx)) {
-      report_timeout(ctx, op, target, seen);
-      return false;
-    }
-  }
-  return true;
-}
-
 /// Barrier of `arrivals`' participants: each adds one (release) and waits for `target`
 /// arrivals in all (acquire). Called by: every thread of each participating block.
 __device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t target, const WaitContext& ctx) {

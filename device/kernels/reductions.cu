@@ -423,103 +423,195 @@ __device__ __forceinline__ uint64_t half_split(uint64_t lo, uint64_t hi) {
   return hi <= lo ? lo : min_u64(hi, lo + round_up16(div_ceil(hi - lo, 2)));
 }
 
+/// One round of the port ring as every block sees it: the round's bytes split into `ranks`
+/// 16-byte-aligned shards (from the round capacity, the same in every round of a launch, so a
+/// short last round leaves the tails empty), each step's shard in two halves, and each half in
+/// one 16-byte-aligned slice per worker block. Mirrored by weft-coll's port_ring (the tests).
+struct RingRound {
+  uint64_t len, shard;
+  __device__ __forceinline__ RingRound(uint64_t len_, uint64_t capacity, uint32_t ranks)
+      : len(len_), shard(round_up16(div_ceil(capacity, ranks))) {}
+  /// Bytes [a, b) of half `half` of shard d.
+  __device__ __forceinline__ void half(uint32_t d, uint32_t h, uint64_t& a, uint64_t& b) const {
+    const uint64_t lo = min_u64(static_cast<uint64_t>(d) * shard, len);
+    const uint64_t hi = min_u64(static_cast<uint64_t>(d + 1) * shard, len);
+    const uint64_t mid = half_split(lo, hi);
+    a = h == 0 ? lo : mid;
+    b = h == 0 ? mid : hi;
+  }
+};
+
+/// Worker `w`'s slice [lo, hi) of the range [a, b) (a 16-aligned) shared by `workers` blocks.
+__device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w, uint32_t workers, uint64_t& lo,
+                                             uint64_t& hi) {
+  const uint64_t sub = b > a ? round_up16(div_ceil(b - a, workers)) : 0;
+  lo = min_u64(a + w * sub, b);
+  hi = min_u64(lo + sub, b);
+}
+
 /// Ring AllReduce over PortChannels (MSCCL++ "2PR"): the reduce-scatter and all-gather of
 /// weft_allreduce_ring, with every transfer a put-with-signal the proxy executes with the copy
-/// engine. The GPU only reduces: each step's range is split in two halves, and the half's put
-/// is pushed as soon as it is reduced, so the reduction of the second half overlaps the copy of
-/// the first. Every shard is reduced once, in the native ring's order, so every rank gets the
-/// same bits, run after run.
+/// engine. The GPU only reduces and copies out. Every shard is reduced once, in the native
+/// ring's order, so every rank gets the same bits, run after run.
 ///
-/// Block b uses `channels[b]` (edge rank -> next: puts into the next rank's scratch, and the
-/// next rank's credits) and `channels[gridDim.x + b]` (edge prev -> rank: the previous rank's
-/// data signals; credits go back on it). Shards are split over blocks as in the native ring
-/// (Shards), identically on every rank, so block b of every rank handles the same bytes.
+/// The grid is `gridDim.x - 1` worker blocks and one driver block, whose thread 0 alone talks
+/// to the proxy, so a round costs the proxy one command per (step, half), not one per block:
+/// each command costs the proxy's thread several µs of driver calls. The driver waits for the
+/// previous rank's signals and hands each received half to the workers (`ready`, a counter only
+/// it raises); the workers reduce their slices of the half and arrive (`arrivals`); once every
+/// worker arrived, the driver pushes the half's put. Both counters only grow, over launches
+/// too: each block keeps its own counts in `state` between launches, so nothing is reset and
+/// graph replays need no host work. One pusher keeps the channel's commands in step order,
+/// which the receiver's waits rely on (a signal covers its put only).
 ///
-/// `scratch` (registered with the proxy, < 4 GiB) holds slots of `slot_bytes` (>= any
-/// shard): 2(n - 1) receive slots (written only by the previous rank's puts: reduce-scatter
-/// steps 0..n-2 into slot step, the reduced shard into slot n - 1, all-gather forwards into
-/// slots n..2n-3), then n staging slots (step s of the reduce-scatter reduces into staging
-/// slot s, the copy engine reads it from there). Each slot is written once per round.
+/// `channels` = {edge rank -> next (puts, and the next rank's credits), edge prev -> rank (the
+/// previous rank's signals; credits go back on it)}. `scratch` (registered with the proxy,
+/// < 4 GiB) holds two sets of 3n - 2 slots of `slot_bytes` (>= any shard), set `round % 2` for
+/// a round: 2(n - 1) receive slots (written only by the previous rank's puts: reduce-scatter
+/// step s into slot s, the reduced shard into slot n - 1, all-gather forwards into slots
+/// n..2n-3), then n staging slots (step s reduces into staging slot s; the copy engine reads it
+/// from there). Two sets let round r + 1 start while round r drains.
 ///
-/// Per round and block: (1) credit: signal the previous rank that this block's receive slots
-/// are free (this block's threads finished reading them in the last round, and the flush of
-/// (3) saw every forward that read them applied), then wait for the next rank's credit before
-/// any put into its slots; (2) the ring, waiting on the previous rank's signal for every half it
-/// sends; (3) flush: every put of this block applied, so the staging slots and the forwarded
-/// receive slots may be reused and no copy outlives the kernel. Every wait is bounded.
+/// Credits: a rank signals the previous one that a set of its receive slots is free: once per
+/// set when the launch starts (its previous launch has ended and was flushed), and after
+/// round r when round r + 2 will reuse the set, once its workers have read the round's slots
+/// and a flush saw every put of the round applied (the forwards read receive slots, and the
+/// staging slots are read by the copy engine). The driver waits for the next rank's credit
+/// before each round. `state`: [ready, arrivals, then per block {handed-off, arrived}].
 /// Inputs and outputs are read and written by this GPU's threads only (any alignment, no
-/// registration); puts go between padded scratch slots, whole 16-byte vectors rounded up.
+/// registration); puts go between padded scratch slots, whole 16-byte vectors rounded up. Every
+/// wait is bounded and names the rank, peer and operation.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_port_ring(CollContext c, const char* input, char* output, uint64_t bytes,
-                             const PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes) {
+                             const PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes,
+                             uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
-  for (uint64_t first = 0; first < bytes; first += c.chunk_bytes) {
-    const Shards s(min_u64(c.chunk_bytes, bytes - first), round_capacity(bytes, c.chunk_bytes), n);
-    const char* in = input + first;
-    char* out = output + first;
-    if (n == 1) {
-      ring_reduce(nullptr, in, nullptr, out, s.lo(0), s.hi(0), 1);
-      continue;
+  const uint32_t workers = gridDim.x - 1, w = blockIdx.x;
+  const bool driver = w == workers;
+  if (n == 1) {
+    uint64_t lo, hi;
+    worker_slice(0, bytes, w, gridDim.x, lo, hi);
+    ring_reduce(nullptr, input, nullptr, output, lo, hi, 1);
+    return;
+  }
+  if (driver && threadIdx.x != 0) return;
+  uint64_t* ready = state;
+  uint64_t* arrivals = state + 1;
+  uint64_t* counts = state + 2 + 2 * static_cast<uint64_t>(w);
+  // Handed-off halves and arrivals so far (the driver: raised and awaited; a worker: consumed
+  // and made), the same in every block between launches.
+  uint64_t handed = counts[0], arrived = counts[1];
+  const PortChannelDeviceHandle& out_ch = channels[0];
+  const PortChannelDeviceHandle& in_ch = channels[1];
+  const uint64_t capacity = round_capacity(bytes, c.chunk_bytes);
+  const uint64_t rounds = div_ceil(bytes, c.chunk_bytes);
+  const uint64_t set_bytes = static_cast<uint64_t>(3 * n - 2) * slot_bytes;
+  const uint32_t staging = 2 * (n - 1);
+  // Byte x of shard d in slot k of `set` is at offset `at(set, k, d, g) + x` of the scratch (slot
+  // k positioned so that shard d's bytes index it directly).
+  auto at = [&](uint64_t set, uint32_t k, uint32_t d, const RingRound& g) {
+    return set * set_bytes + static_cast<uint64_t>(k) * slot_bytes - static_cast<uint64_t>(d) * g.shard;
+  };
+
+  if (driver) {
+    const WaitContext& ctx = in_ch.semaphore.wait;
+    auto hand_off = [&]() { ptx::st_release_sys(ready, ++handed); };
+    auto all_arrived = [&]() {
+      arrived += workers;
+      return wait_at_least(arrivals, arrived, ctx, WaitOp::RingHandoff);
+    };
+    // Round q's end: its workers are done with the receive slots, its puts applied; then the
+    // set is free again for round q + 2.
+    auto finish = [&](uint64_t q) {
+      return all_arrived() && port_flush(out_ch) && (q + 2 >= rounds || port_signal(in_ch));
+    };
+    bool ok = true;
+    for (uint64_t i = 0; ok && i < min_u64(rounds, 2); ++i) ok = port_signal(in_ch);
+    for (uint64_t round = 0; ok && round < rounds; ++round) {
+      const RingRound g(min_u64(capacity, bytes - round * capacity), capacity, n);
+      const uint64_t set = round % 2;
+      auto put = [&](uint32_t from, uint32_t to, uint32_t d, uint64_t a, uint64_t b) {
+        const uint64_t size = b > a ? round_up16(b) - a : 0;
+        return port_put_signal_split(out_ch, at(set, to, d, g) + a, at(set, from, d, g) + a, size);
+      };
+      // The next rank's receive slots of this set are free; the workers may start the round.
+      if (!(ok = port_wait(out_ch))) break;
+      hand_off();
+      if (round > 0 && !(ok = finish(round - 1))) break;
+      for (uint32_t step = 0; ok && step < n; ++step) {
+        const uint32_t d = (r + n - step) % n;
+        for (uint32_t h = 0; ok && h < 2; ++h) {
+          uint64_t a, b;
+          g.half(d, h, a, b);
+          if (step > 0) {
+            if (!(ok = port_wait(in_ch))) break;
+            hand_off();
+          }
+          ok = all_arrived() && put(staging + step, step, d, a, b);
+        }
+      }
+      for (uint32_t t = 1; ok && t < n; ++t) {
+        const uint32_t d = (r + n - t + 1) % n;
+        const uint32_t k = n - 2 + t;  // the receive slot of all-gather step t
+        for (uint32_t h = 0; ok && h < 2; ++h) {
+          uint64_t a, b;
+          g.half(d, h, a, b);
+          ok = port_wait(in_ch) && (t == n - 1 || put(k, k + 1, d, a, b));
+          if (ok) hand_off();
+        }
+      }
     }
-    // Offset in the scratch of byte x of shard d in slot k (slot k positioned so that shard d's
-    // bytes index it directly); staging slot `step` is slot 2(n - 1) + step.
-    auto offset = [&](uint32_t k, uint32_t d, uint64_t x) {
-      return static_cast<uint64_t>(k) * slot_bytes + (x - static_cast<uint64_t>(d) * s.shard);
-    };
-    auto slot = [&](uint32_t k, uint32_t d) {
-      return scratch + static_cast<uint64_t>(k) * slot_bytes - static_cast<uint64_t>(d) * s.shard;
-    };
-    const uint32_t staging = 2 * (n - 1);
-    // Thread 0 drives the channels; every helper ends with a block-wide vote, so a failure
-    // (recorded in the error record) ends every thread of the block.
-    auto wait_prev = [&]() {
+    if (!ok || !finish(rounds - 1)) return;
+  } else {
+    const WaitContext& ctx = in_ch.semaphore.wait;
+    auto take = [&]() {
+      ++handed;
       bool ok = true;
-      if (threadIdx.x == 0) ok = port_wait(channels[gridDim.x + blockIdx.x]);
+      if (threadIdx.x == 0) ok = wait_at_least(ready, handed, ctx, WaitOp::RingHandoff);
       return __syncthreads_and(ok);
     };
-    auto put_next = [&](uint64_t dst, uint64_t src, uint64_t size) {
-      __syncthreads();  // the block's writes of the source come before the push
-      bool ok = true;
-      if (threadIdx.x == 0) ok = port_put_signal_split(channels[blockIdx.x], dst, src, size);
-      return __syncthreads_and(ok);
+    auto arrive = [&]() {
+      __syncthreads();  // the block's writes come before the release
+      ++arrived;
+      if (threadIdx.x == 0) ptx::red_add_release_sys(arrivals, 1);
     };
-    {
-      bool ok = true;
-      if (threadIdx.x == 0) {
-        ok = port_signal(channels[gridDim.x + blockIdx.x]) && port_wait(channels[blockIdx.x]);
+    for (uint64_t round = 0; round < rounds; ++round) {
+      const uint64_t first = round * capacity;
+      const RingRound g(min_u64(capacity, bytes - first), capacity, n);
+      const uint64_t set = round % 2;
+      const char* in = input + first;
+      char* out = output + first;
+      auto slot = [&](uint32_t k, uint32_t d) { return scratch + at(set, k, d, g); };
+      if (!take()) return;
+      for (uint32_t step = 0; step < n; ++step) {
+        const uint32_t d = (r + n - step) % n;
+        const bool last = step == n - 1;
+        for (uint32_t h = 0; h < 2; ++h) {
+          uint64_t a, b, lo, hi;
+          g.half(d, h, a, b);
+          worker_slice(a, b, w, workers, lo, hi);
+          if (step > 0 && !take()) return;
+          ring_reduce(step > 0 ? slot(step - 1, d) : nullptr, in, slot(staging + step, d), last ? out : nullptr, lo,
+                      hi, last ? n : 1);
+          arrive();
+        }
       }
-      if (!__syncthreads_and(ok)) return;
-    }
-    for (uint32_t step = 0; step < n; ++step) {
-      const uint32_t d = (r + n - step) % n;
-      const bool last = step == n - 1;
-      const uint64_t lo = s.lo(d), hi = s.hi(d), mid = half_split(lo, hi);
-      for (uint32_t half = 0; half < 2; ++half) {
-        const uint64_t a = half == 0 ? lo : mid, b = half == 0 ? mid : hi;
-        if (step > 0 && !wait_prev()) return;
-        ring_reduce(step > 0 ? slot(step - 1, d) : nullptr, in, slot(staging + step, d), last ? out : nullptr, a, b,
-                    last ? n : 1);
-        const uint64_t size = b > a ? round_up16(b) - a : 0;
-        if (!put_next(offset(step, d, a), offset(staging + step, d, a), size)) return;
+      for (uint32_t t = 1; t < n; ++t) {
+        const uint32_t d = (r + n - t + 1) % n;
+        for (uint32_t h = 0; h < 2; ++h) {
+          uint64_t a, b, lo, hi;
+          g.half(d, h, a, b);
+          worker_slice(a, b, w, workers, lo, hi);
+          if (!take()) return;
+          copy_range(out, slot(n - 2 + t, d), lo, hi);
+        }
       }
+      arrive();  // the round's receive slots are read
     }
-    for (uint32_t t = 1; t < n; ++t) {
-      const uint32_t d = (r + n - t + 1) % n;
-      const uint32_t k = n - 2 + t;  // the receive slot of all-gather step t
-      const uint64_t lo = s.lo(d), hi = s.hi(d), mid = half_split(lo, hi);
-      for (uint32_t half = 0; half < 2; ++half) {
-        const uint64_t a = half == 0 ? lo : mid, b = half == 0 ? mid : hi;
-        if (!wait_prev()) return;
-        // Forward first (the copy engine reads the slot while this block copies it out).
-        const uint64_t size = b > a ? round_up16(b) - a : 0;
-        if (t < n - 1 && !put_next(offset(k + 1, d, a), offset(k, d, a), size)) return;
-        copy_range(out, slot(k, d), a, b);
-      }
-    }
-    __syncthreads();
-    bool flushed = true;
-    if (threadIdx.x == 0) flushed = port_flush(channels[blockIdx.x]);
-    if (!__syncthreads_and(flushed)) return;
+  }
+  if (threadIdx.x == 0) {
+    counts[0] = handed;
+    counts[1] = arrived;
   }
 }
 

@@ -258,13 +258,20 @@ impl Collectives {
                 return Ok(algorithm);
             }
             let ring = self.port_ring()?;
-            let (table, scratch, slot_bytes) = ring.args();
+            let (table, scratch, slot_bytes, state) = ring.args();
             // SAFETY: weft_allreduce_port_ring takes (context, input, output, bytes, channel
-            // table, scratch, slot bytes); the table, scratch and proxy live as long as `self`,
-            // the buffers were checked above and are the caller's contract.
+            // table, scratch, slot bytes, launch state) on `ring.blocks()` blocks; the table,
+            // scratch, state and proxy live as long as `self`, the buffers were checked above
+            // and are the caller's contract.
             return unsafe {
                 self.launch(algorithm, dtype, op, stream, bytes, |a| {
-                    a.push(send.ptr).push(recv.ptr).push(bytes as u64).push(table).push(scratch).push(slot_bytes)
+                    a.push(send.ptr)
+                        .push(recv.ptr)
+                        .push(bytes as u64)
+                        .push(table)
+                        .push(scratch)
+                        .push(slot_bytes)
+                        .push(state)
                 })
             };
         }
@@ -826,7 +833,7 @@ impl Collectives {
             Protocol::Hb | Protocol::P2p | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
             Protocol::Port => {
                 let blocks = self.port_ring.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.blocks());
-                (blocks.unwrap_or(self.config.port_ring_blocks), self.config.hb_threads)
+                (blocks.unwrap_or(self.config.port_ring_blocks + 1), self.config.hb_threads)
             }
         };
         // SAFETY: the context's tables and buffers live as long as `self`; the rest is the

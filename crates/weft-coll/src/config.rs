@@ -10,10 +10,8 @@ use weft_types::{DataType, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective};
 
-/// Most blocks of a `port_ring` launch. 8 pass every check on 4×H200 and 2×H200 machines;
-/// 16 timed out on a 4×H200 machine (cause not yet found, docs/perf/proxy.md), so more are
-/// refused rather than offered.
-pub(crate) const MAX_PORT_RING_BLOCKS: u32 = 8;
+/// Most worker blocks of a `port_ring` launch (the launch has one more, its driver).
+pub(crate) const MAX_PORT_RING_BLOCKS: u32 = 64;
 
 /// One rule of the selector: messages up to `max_bytes` (the collective's largest buffer per
 /// rank, as `weft bench` sizes it; `None`: any size) use `algorithm`.
@@ -175,8 +173,9 @@ pub struct CollConfig {
     pub hb_blocks: u32,
     /// Threads per HB block.
     pub hb_threads: u32,
-    /// Blocks of an AllReduce `port_ring` launch (`hb_threads` each); every block has a
-    /// PortChannel to each ring neighbour. At most 8 (see `MAX_PORT_RING_BLOCKS`).
+    /// Worker blocks of an AllReduce `port_ring` launch (`hb_threads` each), which reduce and
+    /// copy out; the launch has one more block, the driver of its two PortChannels. At most
+    /// `MAX_PORT_RING_BLOCKS`.
     pub port_ring_blocks: u32,
     /// Bytes an HB round moves; the scratch is twice this.
     pub chunk_bytes: usize,
@@ -219,7 +218,7 @@ impl Default for CollConfig {
             ll_threads: 512,
             hb_blocks: 128,
             hb_threads: 1024,
-            port_ring_blocks: 8,
+            port_ring_blocks: 32,
             chunk_bytes: 32 << 20,
             ll_slot_bytes: 512 << 10,
             selector: Selector::default(),
@@ -343,7 +342,8 @@ impl CollConfig {
         let before = (self.ll_blocks, self.hb_blocks, self.port_ring_blocks);
         self.ll_blocks = self.ll_blocks.min(sms);
         self.hb_blocks = self.hb_blocks.min(sms);
-        self.port_ring_blocks = self.port_ring_blocks.min(sms);
+        // The port ring's launch has a driver block besides its workers.
+        self.port_ring_blocks = self.port_ring_blocks.min(sms - 1).max(1);
         if before != (self.ll_blocks, self.hb_blocks, self.port_ring_blocks) {
             tracing::info!(
                 "{sms} resident SMs per rank: LL {} -> {}, HB {} -> {}, port ring {} -> {} blocks",
@@ -368,7 +368,9 @@ mod tests {
         c.fit_resident(132);
         assert_eq!(c, CollConfig::default());
         c.fit_resident(33);
-        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (33, 33, 8));
+        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (33, 33, 32));
+        c.fit_resident(20);
+        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (20, 20, 19));
         c.fit_resident(0);
         assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (1, 1, 1));
     }
@@ -446,7 +448,7 @@ mod tests {
         assert!(with(&[("WEFT_CHUNK_BYTES", "0")]).is_err());
         assert_eq!(with(&[("WEFT_HB_BLOCKS", "64")]).unwrap().hb_blocks, 64);
         assert_eq!(with(&[("WEFT_PORT_RING_BLOCKS", "4")]).unwrap().port_ring_blocks, 4);
-        assert!(with(&[("WEFT_PORT_RING_BLOCKS", "9")]).is_err());
+        assert!(with(&[("WEFT_PORT_RING_BLOCKS", "65")]).is_err());
         let port = with(&[("WEFT_ALGO_ALLREDUCE", "port_ring")]).unwrap();
         assert_eq!(port.selector.select(Collective::AllReduce, 8), Algorithm::AllReducePortRing);
         for bytes in [0, 1 << 10, 1 << 20, 1 << 30, u64::MAX] {

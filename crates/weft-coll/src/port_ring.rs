@@ -1,8 +1,10 @@
 //! The state of the AllReduce `port_ring` algorithm (the ring over PortChannels, MSCCL++
 //! "2PR", kernel `weft_allreduce_port_ring` in `device/kernels/reductions.cu`): a
-//! [`PortProxy`], a scratch registered with it, and per launch block one PortChannel on each
-//! ring edge this rank belongs to. Set up on the first call that uses the algorithm; every rank
-//! reaches that call together (collective contract), so the pairwise channel set-up matches.
+//! [`PortProxy`], a scratch registered with it, one PortChannel on each ring edge this rank
+//! belongs to (the launch's driver block alone pushes and waits on them), and the launch
+//! state the blocks hand work over with. Set up on the first call that uses the algorithm;
+//! every rank reaches that call together (collective contract), so the pairwise channel set-up
+//! matches.
 //!
 //! User buffers are never registered: the kernel reads the input and writes the output with
 //! its own threads, and the copy engine only moves bytes between scratch slots. So calls need
@@ -30,11 +32,13 @@ fn round_up16(x: u64) -> u64 {
     x.div_ceil(16) * 16
 }
 
-/// Scratch layout for `ranks` ranks and rounds of `chunk_bytes`: 2(n - 1) receive slots then
-/// n staging slots, each `slot_bytes` (at least the largest shard of a round).
+/// Scratch layout for `ranks` ranks and rounds of `chunk_bytes`: two sets (rounds alternate)
+/// of 2(n - 1) receive slots then n staging slots, each `slot_bytes` (at least the largest
+/// shard of a round).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub(crate) slot_bytes: u64,
+    /// Slots of one set.
     pub(crate) slots: u64,
     pub(crate) total_bytes: u64,
 }
@@ -42,18 +46,31 @@ pub(crate) struct Layout {
 impl Layout {
     pub(crate) fn new(chunk_bytes: u64, ranks: usize) -> Self {
         let n = ranks as u64;
-        // The kernel's largest shard: Shards(capacity <= chunk_bytes, n).shard.
+        // The kernel's largest shard: RingRound(capacity <= chunk_bytes, n).shard.
         let slot_bytes = round_up16(chunk_bytes.div_ceil(n));
         let slots = if ranks > 1 { 3 * n - 2 } else { 0 };
-        Self { slot_bytes, slots, total_bytes: slots * slot_bytes }
+        Self { slot_bytes, slots, total_bytes: 2 * slots * slot_bytes }
     }
 }
 
-/// The kernel's split of a block's range `[lo, hi)` into two halves (`half_split`), mirrored
+/// Words of the launch state: the hand-off and arrival counters, then two per block.
+fn state_words(worker_blocks: u32) -> usize {
+    2 + 2 * (worker_blocks as usize + 1)
+}
+
+/// The kernel's split of a shard's range `[lo, hi)` into two halves (`half_split`), mirrored
 /// for the tests.
 #[cfg(test)]
 pub(crate) fn half_split(lo: u64, hi: u64) -> u64 {
     if hi <= lo { lo } else { hi.min(lo + round_up16((hi - lo).div_ceil(2))) }
+}
+
+/// The kernel's `worker_slice`: worker `w`'s part of the half `[a, b)`.
+#[cfg(test)]
+pub(crate) fn worker_slice(a: u64, b: u64, w: u64, workers: u64) -> (u64, u64) {
+    let sub = if b > a { round_up16((b - a).div_ceil(workers)) } else { 0 };
+    let lo = (a + w * sub).min(b);
+    (lo, (lo + sub).min(b))
 }
 
 /// The FIFO puts the kernel pushes for `size` bytes from `src` to `dst`
@@ -114,13 +131,15 @@ pub fn alpha_beta_us(bytes: u64, ranks: usize, chunk_bytes: u64, link: &LinkMode
     total.as_secs_f64() * 1e6
 }
 
-/// The proxy, scratch and channels of `port_ring` (see the module docs).
+/// The proxy, scratch, channels and launch state of `port_ring` (see the module docs).
 pub(crate) struct PortRing {
-    blocks: u32,
+    worker_blocks: u32,
     slot_bytes: u64,
     scratch: DevicePtr,
-    /// `[out; blocks]` (edge rank -> next) then `[in; blocks]` (edge prev -> rank).
+    /// `[out, in]`: edge rank -> next, edge prev -> rank.
     table: DeviceMemory,
+    /// Counters the blocks hand work over with, kept between launches (zeroed here).
+    state: DeviceMemory,
     // Dropped after the table: the channels keep the proxy, its FIFO and the scratch alive.
     _channels: Vec<PortChannel>,
     _scratch: RegisteredMemory,
@@ -128,9 +147,9 @@ pub(crate) struct PortRing {
 }
 
 impl PortRing {
-    /// Sets everything up for rounds of `chunk_bytes` and `blocks` blocks. Collective: every
-    /// rank calls it at the same collective call with the same arguments.
-    pub(crate) fn new(comm: &Communicator, chunk_bytes: u64, blocks: u32) -> Result<Self, CollError> {
+    /// Sets everything up for rounds of `chunk_bytes` and `worker_blocks` workers. Collective:
+    /// every rank calls it at the same collective call with the same arguments.
+    pub(crate) fn new(comm: &Communicator, chunk_bytes: u64, worker_blocks: u32) -> Result<Self, CollError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let gpu = |source| CollError::Gpu { rank, source };
         let layout = Layout::new(chunk_bytes, ranks);
@@ -152,10 +171,8 @@ impl PortRing {
         let mut out = Vec::new();
         let mut inbound = Vec::new();
         for (_, peer, sender) in edges(rank, ranks) {
-            for _ in 0..blocks {
-                let channel = proxy.channel(peer, id, None)?;
-                if sender { out.push(channel) } else { inbound.push(channel) }
-            }
+            let channel = proxy.channel(peer, id, None)?;
+            if sender { out.push(channel) } else { inbound.push(channel) }
         }
         let handles: Vec<PortChannelDeviceHandle> =
             out.iter().chain(&inbound).map(PortChannel::device_handle).collect();
@@ -164,28 +181,32 @@ impl PortRing {
         if !handles.is_empty() {
             table.write_pod(0, &handles).map_err(gpu)?;
         }
+        let words = state_words(worker_blocks);
+        let state = DeviceMemory::alloc(comm.device(), 8 * words, AllocKind::Legacy).map_err(gpu)?;
+        state.write_pod(0, &vec![0u64; words]).map_err(gpu)?;
         comm.barrier()?;
         let mut channels = out;
         channels.extend(inbound);
         Ok(Self {
-            blocks,
+            worker_blocks,
             slot_bytes: layout.slot_bytes,
             scratch: scratch.ptr(),
             table,
+            state,
             _channels: channels,
             _scratch: scratch,
             _proxy: proxy,
         })
     }
 
-    /// Blocks of a launch (the channel table has two per block).
+    /// Blocks of a launch: the workers and the driver. Fixed: the launch state counts per block.
     pub(crate) fn blocks(&self) -> u32 {
-        self.blocks
+        self.worker_blocks + 1
     }
 
-    /// The kernel's last three arguments: channel table, scratch, slot bytes.
-    pub(crate) fn args(&self) -> (DevicePtr, DevicePtr, u64) {
-        (self.table.ptr(), self.scratch, self.slot_bytes)
+    /// The kernel's last four arguments: channel table, scratch, slot bytes, launch state.
+    pub(crate) fn args(&self) -> (DevicePtr, DevicePtr, u64, DevicePtr) {
+        (self.table.ptr(), self.scratch, self.slot_bytes, self.state.ptr())
     }
 }
 
@@ -206,53 +227,68 @@ mod tests {
         assert_eq!(alpha_beta_us(0, 4, 1 << 20, &link), 0.0);
     }
 
-    /// The kernel's `Shards` for `blocks` blocks: block b's range of shard d.
-    fn block_range(bytes: u64, capacity: u64, n: u64, blocks: u64, d: u64, b: u64) -> (u64, u64, u64) {
+    /// The kernel's `RingRound::half`: half h of shard d of a round of `len` bytes.
+    fn half(len: u64, capacity: u64, n: u64, d: u64, h: u64) -> (u64, u64) {
         let shard = round_up16(capacity.div_ceil(n));
-        let sub = round_up16(shard.div_ceil(blocks));
-        let end = ((d + 1) * shard).min(bytes);
-        let lo = (d * shard + b * sub).min(end);
-        (shard, lo, (lo + sub).min(end))
+        let lo = (d * shard).min(len);
+        let hi = ((d + 1) * shard).min(len);
+        let mid = half_split(lo, hi);
+        if h == 0 { (lo, mid) } else { (mid, hi) }
     }
 
     #[test]
-    fn slots_hold_every_shard_and_halves_tile_each_block_range_on_16_byte_boundaries() {
+    fn slots_hold_every_shard_and_worker_slices_tile_each_half_on_16_byte_boundaries() {
         for ranks in 2..=8usize {
             for chunk in [64u64 << 10, (32 << 20) - 16 * 3, 1 << 20] {
                 let l = Layout::new(chunk, ranks);
                 assert_eq!(l.slots, 3 * ranks as u64 - 2);
+                assert_eq!(l.total_bytes, 2 * l.slots * l.slot_bytes, "two sets");
                 assert!(l.slot_bytes.is_multiple_of(16));
                 let n = ranks as u64;
                 for bytes in [1u64, 15, 17, 4099, chunk - 1, chunk, chunk + 5, 3 * chunk + 77] {
                     let capacity = bytes.min(chunk);
-                    for blocks in [1u64, 3, 8] {
+                    for workers in [1u64, 3, 32] {
                         // The last round may be short; every round uses the same capacity.
                         for len in [capacity, bytes - (bytes - 1) / chunk * chunk] {
                             let mut covered = 0;
                             for d in 0..n {
-                                for b in 0..blocks {
-                                    let (shard, lo, hi) = block_range(len, capacity, n, blocks, d, b);
-                                    assert!(shard <= l.slot_bytes);
-                                    // Padded puts stay inside the slot.
-                                    if hi > lo {
-                                        assert!(lo.is_multiple_of(16));
-                                        assert!(round_up16(hi) - d * shard <= l.slot_bytes);
+                                let shard = round_up16(capacity.div_ceil(n));
+                                assert!(shard <= l.slot_bytes);
+                                for h in 0..2 {
+                                    let (a, b) = half(len, capacity, n, d, h);
+                                    assert!(a <= b);
+                                    if b > a {
+                                        // 16-aligned puts of whole vectors stay inside the slot.
+                                        assert!(a.is_multiple_of(16));
+                                        assert!(round_up16(b) - d * shard <= l.slot_bytes);
                                     }
-                                    let mid = half_split(lo, hi);
-                                    assert!(lo <= mid && mid <= hi);
-                                    assert!(mid.is_multiple_of(16) || mid == hi);
-                                    assert!(mid - lo >= hi - mid);
-                                    covered += hi - lo;
+                                    let mut at = a;
+                                    for w in 0..workers {
+                                        let (lo, hi) = worker_slice(a, b, w, workers);
+                                        if hi > lo {
+                                            assert_eq!(lo, at, "slices are contiguous in worker order");
+                                            assert!(lo.is_multiple_of(16));
+                                            // Only the half's last slice may end mid-vector.
+                                            assert!(hi.is_multiple_of(16) || hi == b);
+                                            at = hi;
+                                        }
+                                        covered += hi - lo;
+                                    }
+                                    assert_eq!(at, b);
                                 }
+                                let (a0, b0) = half(len, capacity, n, d, 0);
+                                let (a1, b1) = half(len, capacity, n, d, 1);
+                                assert!(b0 == a1 && b0 - a0 >= b1 - a1, "the first half is the larger");
                             }
-                            assert_eq!(covered, len, "{ranks} ranks, chunk {chunk}, {bytes} bytes, {blocks} blocks");
+                            assert_eq!(covered, len, "{ranks} ranks, chunk {chunk}, {bytes} bytes, {workers} workers");
                         }
                     }
                 }
             }
         }
         assert_eq!(Layout::new(1 << 20, 1).total_bytes, 0);
-        assert_eq!(Layout::new(32 << 20, 8).total_bytes, 22 * (4 << 20));
+        assert_eq!(Layout::new(32 << 20, 8).total_bytes, 2 * 22 * (4 << 20));
+        assert_eq!(state_words(32), 68);
     }
 
     #[test]
@@ -264,7 +300,7 @@ mod tests {
         assert_eq!(big, vec![(16, 0, MAX_PUT), (16 + MAX_PUT, MAX_PUT, MAX_PUT), (16 + 2 * MAX_PUT, 2 * MAX_PUT, 48)]);
         assert!(big.iter().all(|&(_, _, s)| s <= u64::from(u32::MAX)));
         // A scratch at the limit keeps every offset 32-bit.
-        let l = Layout::new(MAX_SCRATCH / 22 / 16 * 16 * 8, 8);
+        let l = Layout::new(MAX_SCRATCH / 44 / 16 * 16 * 8, 8);
         assert!(l.total_bytes <= MAX_SCRATCH);
     }
 

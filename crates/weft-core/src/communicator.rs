@@ -479,6 +479,7 @@ impl Communicator {
             Some(WaitOp::FifoSync) => "FIFO sync on a command's consumption",
             Some(WaitOp::ExecBarrier) => "plan executor barrier of the rank's thread blocks",
             Some(WaitOp::ExecStep) => "plan executor wait for another thread block's operation",
+            Some(WaitOp::RingHandoff) => "port ring hand-off between the rank's blocks",
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

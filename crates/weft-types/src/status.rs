@@ -29,6 +29,8 @@ device_enums! {
         ExecBarrier = 7,
         /// The plan executor waiting for another thread block of its rank to finish an operation.
         ExecStep = 8,
+        /// A port ring block waiting for its rank's driver's hand-off or its workers' arrivals.
+        RingHandoff = 9,
     }
 }
 

@@ -56,4 +56,18 @@ __device__ __forceinline__ bool failed(const WaitContext& ctx) {
   return record != nullptr && ptx::ld_volatile_u32(&record->code) != 0;
 }
 
+/// Spins until `*word >= target`, acquire .sys. Called by: one thread. False on timeout.
+__device__ __forceinline__ bool wait_at_least(const uint64_t* word, uint64_t target, const WaitContext& ctx,
+                                              WaitOp op) {
+  Spin spin;
+  uint64_t seen;
+  while ((seen = ptx::ld_acquire_sys(word)) < target) {
+    if (spin.expired(ctx)) {
+      report_timeout(ctx, op, target, seen);
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace weft

@@ -63,6 +63,7 @@ enum class WaitOp : uint32_t {
   FifoSync = 6,  ///<  `fifo_sync` waiting for the proxy to consume a command.
   ExecBarrier = 7,  ///<  The plan executor waiting for the other thread blocks of its rank at a barrier.
   ExecStep = 8,  ///<  The plan executor waiting for another thread block of its rank to finish an operation.
+  RingHandoff = 9,  ///<  A port ring block waiting for its rank's driver's hand-off or its workers' arrivals.
 };
 
 ///  Element type of a collective's buffers.
