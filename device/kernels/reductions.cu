@@ -15,8 +15,9 @@
 //                           scratch, one step slot each, signals per (neighbour, block).
 //   weft_allreduce_port_ring  the same ring over PortChannels (MSCCL++ "2PR"): the copy engine
 //                           moves every byte between ranks (the proxy's puts), the GPU only
-//                           reduces, each step in two halves so that one half's reduction
-//                           overlaps the other's copy.
+//                           reduces, a large step in two pieces so that one piece's
+//                           reduction overlaps the other's copy; one driver block talks to
+//                           the proxy for the grid.
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
@@ -417,25 +418,32 @@ __device__ __forceinline__ bool port_put_signal_split(const PortChannelDeviceHan
   return port_put_with_signal(ch, static_cast<uint32_t>(dst), static_cast<uint32_t>(src), static_cast<uint32_t>(size));
 }
 
-/// Where a block's range [lo, hi) (lo 16-aligned) splits into its two halves: 16-aligned, the
-/// first half the larger. Mirrored by weft-coll's port_ring::half_split.
+/// Where a range [lo, hi) (lo 16-aligned) splits into two halves: 16-aligned, the first half
+/// the larger. Mirrored by weft-coll's port_ring::half_split.
 __device__ __forceinline__ uint64_t half_split(uint64_t lo, uint64_t hi) {
   return hi <= lo ? lo : min_u64(hi, lo + round_up16(div_ceil(hi - lo, 2)));
 }
 
+/// Shards from this size on cross the ring in two pieces, so that one piece's reduction
+/// overlaps the other's copy; smaller ones in one: each piece costs the proxy a command, several
+/// µs of driver calls, more than copying 1 MiB takes. Mirrored by weft-coll's port_ring.
+constexpr uint64_t kPortRingSplitBytes = uint64_t(1) << 20;
+
 /// One round of the port ring as every block sees it: the round's bytes split into `ranks`
 /// 16-byte-aligned shards (from the round capacity, the same in every round of a launch, so a
-/// short last round leaves the tails empty), each step's shard in two halves, and each half in
-/// one 16-byte-aligned slice per worker block. Mirrored by weft-coll's port_ring (the tests).
+/// short last round leaves the tails empty), each step's shard in `pieces` (1 or 2) pieces,
+/// and each piece in one 16-byte-aligned slice per worker block. Mirrored by weft-coll's
+/// port_ring (the tests).
 struct RingRound {
   uint64_t len, shard;
+  uint32_t pieces;
   __device__ __forceinline__ RingRound(uint64_t len_, uint64_t capacity, uint32_t ranks)
-      : len(len_), shard(round_up16(div_ceil(capacity, ranks))) {}
-  /// Bytes [a, b) of half `half` of shard d.
-  __device__ __forceinline__ void half(uint32_t d, uint32_t h, uint64_t& a, uint64_t& b) const {
+      : len(len_), shard(round_up16(div_ceil(capacity, ranks))), pieces(shard >= kPortRingSplitBytes ? 2 : 1) {}
+  /// Bytes [a, b) of piece h of shard d.
+  __device__ __forceinline__ void piece(uint32_t d, uint32_t h, uint64_t& a, uint64_t& b) const {
     const uint64_t lo = min_u64(static_cast<uint64_t>(d) * shard, len);
     const uint64_t hi = min_u64(static_cast<uint64_t>(d + 1) * shard, len);
-    const uint64_t mid = half_split(lo, hi);
+    const uint64_t mid = pieces == 1 ? hi : half_split(lo, hi);
     a = h == 0 ? lo : mid;
     b = h == 0 ? mid : hi;
   }
@@ -455,11 +463,11 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// ring's order, so every rank gets the same bits, run after run.
 ///
 /// The grid is `gridDim.x - 1` worker blocks and one driver block, whose thread 0 alone talks
-/// to the proxy, so a round costs the proxy one command per (step, half), not one per block:
+/// to the proxy, so a round costs the proxy one command per (step, piece), not one per block:
 /// each command costs the proxy's thread several µs of driver calls. The driver waits for the
-/// previous rank's signals and hands each received half to the workers (`ready`, a counter only
-/// it raises); the workers reduce their slices of the half and arrive (`arrivals`); once every
-/// worker arrived, the driver pushes the half's put. Both counters only grow, over launches
+/// previous rank's signals and hands each received piece to the workers (`ready`, a counter
+/// only it raises); the workers reduce their slices of the piece and arrive (`arrivals`); once
+/// every worker arrived, the driver pushes the piece's put. Both counters only grow, over launches
 /// too: each block keeps its own counts in `state` between launches, so nothing is reset and
 /// graph replays need no host work. One pusher keeps the channel's commands in step order,
 /// which the receiver's waits rely on (a signal covers its put only).
@@ -473,11 +481,13 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// from there). Two sets let round r + 1 start while round r drains.
 ///
 /// Credits: a rank signals the previous one that a set of its receive slots is free: once per
-/// set when the launch starts (its previous launch has ended and was flushed), and after
-/// round r when round r + 2 will reuse the set, once its workers have read the round's slots
-/// and a flush saw every put of the round applied (the forwards read receive slots, and the
-/// staging slots are read by the copy engine). The driver waits for the next rank's credit
-/// before each round. `state`: [ready, arrivals, then per block {handed-off, arrived}].
+/// set when the launch starts (its previous launch has ended and, with 3 ranks or more, was
+/// flushed), and after round r when round r + 2 will reuse the set, once its workers have read
+/// the round's slots and, with 3 ranks or more, a flush saw the round's forwards applied (they
+/// read receive slots). The driver waits for the next rank's credit before each round; that
+/// credit also says the next rank received every put of round r - 2, so the copy engine is
+/// done with this rank's staging slots of the set. A launch signals and awaits as many credits
+/// as it has rounds. `state`: [ready, arrivals, then per block {handed-off, arrived}].
 /// Inputs and outputs are read and written by this GPU's threads only (any alignment, no
 /// registration); puts go between padded scratch slots, whole 16-byte vectors rounded up. Every
 /// wait is bounded and names the rank, peer and operation.
@@ -520,10 +530,12 @@ extern "C" __global__ void __launch_bounds__(1024)
       arrived += workers;
       return wait_at_least(arrivals, arrived, ctx, WaitOp::RingHandoff);
     };
-    // Round q's end: its workers are done with the receive slots, its puts applied; then the
-    // set is free again for round q + 2.
+    // Round q's end: its workers are done with the receive slots and, with 3 ranks or more, a
+    // flush saw its forwards applied (they read receive slots; 2 ranks forward nothing); then
+    // the set is free again for round q + 2. The staging slots need no flush: the next rank's
+    // credit for round q comes after it waited for every put of the round.
     auto finish = [&](uint64_t q) {
-      return all_arrived() && port_flush(out_ch) && (q + 2 >= rounds || port_signal(in_ch));
+      return all_arrived() && (n == 2 || port_flush(out_ch)) && (q + 2 >= rounds || port_signal(in_ch));
     };
     bool ok = true;
     for (uint64_t i = 0; ok && i < min_u64(rounds, 2); ++i) ok = port_signal(in_ch);
@@ -540,9 +552,9 @@ extern "C" __global__ void __launch_bounds__(1024)
       if (round > 0 && !(ok = finish(round - 1))) break;
       for (uint32_t step = 0; ok && step < n; ++step) {
         const uint32_t d = (r + n - step) % n;
-        for (uint32_t h = 0; ok && h < 2; ++h) {
+        for (uint32_t h = 0; ok && h < g.pieces; ++h) {
           uint64_t a, b;
-          g.half(d, h, a, b);
+          g.piece(d, h, a, b);
           if (step > 0) {
             if (!(ok = port_wait(in_ch))) break;
             hand_off();
@@ -553,9 +565,9 @@ extern "C" __global__ void __launch_bounds__(1024)
       for (uint32_t t = 1; ok && t < n; ++t) {
         const uint32_t d = (r + n - t + 1) % n;
         const uint32_t k = n - 2 + t;  // the receive slot of all-gather step t
-        for (uint32_t h = 0; ok && h < 2; ++h) {
+        for (uint32_t h = 0; ok && h < g.pieces; ++h) {
           uint64_t a, b;
-          g.half(d, h, a, b);
+          g.piece(d, h, a, b);
           ok = port_wait(in_ch) && (t == n - 1 || put(k, k + 1, d, a, b));
           if (ok) hand_off();
         }
@@ -586,9 +598,9 @@ extern "C" __global__ void __launch_bounds__(1024)
       for (uint32_t step = 0; step < n; ++step) {
         const uint32_t d = (r + n - step) % n;
         const bool last = step == n - 1;
-        for (uint32_t h = 0; h < 2; ++h) {
+        for (uint32_t h = 0; h < g.pieces; ++h) {
           uint64_t a, b, lo, hi;
-          g.half(d, h, a, b);
+          g.piece(d, h, a, b);
           worker_slice(a, b, w, workers, lo, hi);
           if (step > 0 && !take()) return;
           ring_reduce(step > 0 ? slot(step - 1, d) : nullptr, in, slot(staging + step, d), last ? out : nullptr, lo,
@@ -598,9 +610,9 @@ extern "C" __global__ void __launch_bounds__(1024)
       }
       for (uint32_t t = 1; t < n; ++t) {
         const uint32_t d = (r + n - t + 1) % n;
-        for (uint32_t h = 0; h < 2; ++h) {
+        for (uint32_t h = 0; h < g.pieces; ++h) {
           uint64_t a, b, lo, hi;
-          g.half(d, h, a, b);
+          g.piece(d, h, a, b);
           worker_slice(a, b, w, workers, lo, hi);
           if (!take()) return;
           copy_range(out, slot(n - 2 + t, d), lo, hi);
