@@ -15,9 +15,9 @@
 //                           scratch, one step slot each, signals per (neighbour, block).
 //   weft_allreduce_port_ring  the same ring over PortChannels (MSCCL++ "2PR"): the copy engine
 //                           moves every byte between ranks (the proxy's puts), the GPU only
-//                           reduces, a large step in two pieces so that one piece's
-//                           reduction overlaps the other's copy; one driver block talks to
-//                           the proxy for the grid.
+//                           reduces, a large step in pieces so that one piece's reduction
+//                           overlaps another's copy; one driver block talks to the proxy for
+//                           the grid.
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
@@ -418,34 +418,34 @@ __device__ __forceinline__ bool port_put_signal_split(const PortChannelDeviceHan
   return port_put_with_signal(ch, static_cast<uint32_t>(dst), static_cast<uint32_t>(src), static_cast<uint32_t>(size));
 }
 
-/// Where a range [lo, hi) (lo 16-aligned) splits into two halves: 16-aligned, the first half
-/// the larger. Mirrored by weft-coll's port_ring::half_split.
-__device__ __forceinline__ uint64_t half_split(uint64_t lo, uint64_t hi) {
-  return hi <= lo ? lo : min_u64(hi, lo + round_up16(div_ceil(hi - lo, 2)));
-}
-
-/// Shards from this size on cross the ring in two pieces, so that one piece's reduction
-/// overlaps the other's copy; smaller ones in one: each piece costs the proxy a command, several
-/// µs of driver calls, more than copying 1 MiB takes. Mirrored by weft-coll's port_ring.
-constexpr uint64_t kPortRingSplitBytes = uint64_t(1) << 20;
+/// The smallest piece a step's shard is cut into: a shard crosses the ring in as many pieces of
+/// at least this size as it holds, up to one per channel of the edge, so that one piece's
+/// reduction overlaps another's copy (and, over a network, the pieces' transfers run on
+/// connections of their own). Each piece costs the proxy a command, several µs of driver
+/// calls, more than the copy engine takes for 512 KiB, and over TCP a message's latency.
+/// Mirrored by weft-coll's port_ring.
+constexpr uint64_t kPortRingPieceBytes = uint64_t(512) << 10;
 
 /// One round of the port ring as every block sees it: the round's bytes split into `ranks`
 /// 16-byte-aligned shards (from the round capacity, the same in every round of a launch, so a
-/// short last round leaves the tails empty), each step's shard in `pieces` (1 or 2) pieces,
-/// and each piece in one 16-byte-aligned slice per worker block. Mirrored by weft-coll's
-/// port_ring (the tests).
+/// short last round leaves the tails empty), each step's shard in `pieces` 16-byte-aligned
+/// pieces (1 to `lanes`, the channels per edge), and each piece in one 16-byte-aligned slice
+/// per worker block. Piece h crosses on channel h. Mirrored by weft-coll's port_ring (the
+/// tests).
 struct RingRound {
   uint64_t len, shard;
   uint32_t pieces;
-  __device__ __forceinline__ RingRound(uint64_t len_, uint64_t capacity, uint32_t ranks)
-      : len(len_), shard(round_up16(div_ceil(capacity, ranks))), pieces(shard >= kPortRingSplitBytes ? 2 : 1) {}
+  __device__ __forceinline__ RingRound(uint64_t len_, uint64_t capacity, uint32_t ranks, uint32_t lanes)
+      : len(len_),
+        shard(round_up16(div_ceil(capacity, ranks))),
+        pieces(shard < 2 * kPortRingPieceBytes ? 1 : static_cast<uint32_t>(min_u64(lanes, shard / kPortRingPieceBytes))) {}
   /// Bytes [a, b) of piece h of shard d.
   __device__ __forceinline__ void piece(uint32_t d, uint32_t h, uint64_t& a, uint64_t& b) const {
     const uint64_t lo = min_u64(static_cast<uint64_t>(d) * shard, len);
     const uint64_t hi = min_u64(static_cast<uint64_t>(d + 1) * shard, len);
-    const uint64_t mid = pieces == 1 ? hi : half_split(lo, hi);
-    a = h == 0 ? lo : mid;
-    b = h == 0 ? mid : hi;
+    const uint64_t sub = round_up16(div_ceil(hi - lo, pieces));
+    a = min_u64(lo + h * sub, hi);
+    b = min_u64(lo + (h + 1) * sub, hi);
   }
 };
 
@@ -469,11 +469,13 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// only it raises); the workers reduce their slices of the piece and arrive (`arrivals`); once
 /// every worker arrived, the driver pushes the piece's put. Both counters only grow, over launches
 /// too: each block keeps its own counts in `state` between launches, so nothing is reset and
-/// graph replays need no host work. One pusher keeps the channel's commands in step order,
+/// graph replays need no host work. One pusher keeps each channel's commands in step order,
 /// which the receiver's waits rely on (a signal covers its put only).
 ///
-/// `channels` = {edge rank -> next (puts, and the next rank's credits), edge prev -> rank (the
-/// previous rank's signals; credits go back on it)}. `scratch` (registered with the proxy,
+/// `channels` = {`lanes` channels of the edge rank -> next (puts, and on channel 0 the next
+/// rank's credits), `lanes` of the edge prev -> rank (the previous rank's signals; credits go
+/// back on channel 0)}. Piece h of a step crosses on channel h: over the copy engine every
+/// channel to a peer shares one stream, over TCP each has its own sender thread and sockets. `scratch` (registered with the proxy,
 /// < 4 GiB) holds two sets of 3n - 2 slots of `slot_bytes` (>= any shard), set `round % 2` for
 /// a round: 2(n - 1) receive slots (written only by the previous rank's puts: reduce-scatter
 /// step s into slot s, the reduced shard into slot n - 1, all-gather forwards into slots
@@ -493,8 +495,8 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// wait is bounded and names the rank, peer and operation.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_port_ring(CollContext c, const char* input, char* output, uint64_t bytes,
-                             const PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes,
-                             uint64_t* state) {
+                             const PortChannelDeviceHandle* channels, uint32_t lanes, char* scratch,
+                             uint64_t slot_bytes, uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
   const uint32_t workers = gridDim.x - 1, w = blockIdx.x;
   const bool driver = w == workers;
@@ -511,8 +513,10 @@ extern "C" __global__ void __launch_bounds__(1024)
   // Handed-off halves and arrivals so far (the driver: raised and awaited; a worker: consumed
   // and made), the same in every block between launches.
   uint64_t handed = counts[0], arrived = counts[1];
-  const PortChannelDeviceHandle& out_ch = channels[0];
-  const PortChannelDeviceHandle& in_ch = channels[1];
+  // Channel h of the edge to the next rank, and of the edge from the previous one; credits go
+  // on channel 0.
+  auto out_ch = [&](uint32_t h) -> const PortChannelDeviceHandle& { return channels[h]; };
+  auto in_ch = [&](uint32_t h) -> const PortChannelDeviceHandle& { return channels[lanes + h]; };
   const uint64_t capacity = round_capacity(bytes, c.chunk_bytes);
   const uint64_t rounds = div_ceil(bytes, c.chunk_bytes);
   const uint64_t set_bytes = static_cast<uint64_t>(3 * n - 2) * slot_bytes;
@@ -524,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   };
 
   if (driver) {
-    const WaitContext& ctx = in_ch.semaphore.wait;
+    const WaitContext& ctx = in_ch(0).semaphore.wait;
     auto hand_off = [&]() { ptx::st_release_sys(ready, ++handed); };
     auto all_arrived = [&]() {
       arrived += workers;
@@ -535,19 +539,21 @@ extern "C" __global__ void __launch_bounds__(1024)
     // the set is free again for round q + 2. The staging slots need no flush: the next rank's
     // credit for round q comes after it waited for every put of the round.
     auto finish = [&](uint64_t q) {
-      return all_arrived() && (n == 2 || port_flush(out_ch)) && (q + 2 >= rounds || port_signal(in_ch));
+      bool done = all_arrived();
+      for (uint32_t h = 0; done && n > 2 && h < lanes; ++h) done = port_flush(out_ch(h));
+      return done && (q + 2 >= rounds || port_signal(in_ch(0)));
     };
     bool ok = true;
-    for (uint64_t i = 0; ok && i < min_u64(rounds, 2); ++i) ok = port_signal(in_ch);
+    for (uint64_t i = 0; ok && i < min_u64(rounds, 2); ++i) ok = port_signal(in_ch(0));
     for (uint64_t round = 0; ok && round < rounds; ++round) {
-      const RingRound g(min_u64(capacity, bytes - round * capacity), capacity, n);
+      const RingRound g(min_u64(capacity, bytes - round * capacity), capacity, n, lanes);
       const uint64_t set = round % 2;
-      auto put = [&](uint32_t from, uint32_t to, uint32_t d, uint64_t a, uint64_t b) {
+      auto put = [&](uint32_t h, uint32_t from, uint32_t to, uint32_t d, uint64_t a, uint64_t b) {
         const uint64_t size = b > a ? round_up16(b) - a : 0;
-        return port_put_signal_split(out_ch, at(set, to, d, g) + a, at(set, from, d, g) + a, size);
+        return port_put_signal_split(out_ch(h), at(set, to, d, g) + a, at(set, from, d, g) + a, size);
       };
       // The next rank's receive slots of this set are free; the workers may start the round.
-      if (!(ok = port_wait(out_ch))) break;
+      if (!(ok = port_wait(out_ch(0)))) break;
       hand_off();
       if (round > 0 && !(ok = finish(round - 1))) break;
       for (uint32_t step = 0; ok && step < n; ++step) {
@@ -556,10 +562,10 @@ extern "C" __global__ void __launch_bounds__(1024)
           uint64_t a, b;
           g.piece(d, h, a, b);
           if (step > 0) {
-            if (!(ok = port_wait(in_ch))) break;
+            if (!(ok = port_wait(in_ch(h)))) break;
             hand_off();
           }
-          ok = all_arrived() && put(staging + step, step, d, a, b);
+          ok = all_arrived() && put(h, staging + step, step, d, a, b);
         }
       }
       for (uint32_t t = 1; ok && t < n; ++t) {
@@ -568,14 +574,14 @@ extern "C" __global__ void __launch_bounds__(1024)
         for (uint32_t h = 0; ok && h < g.pieces; ++h) {
           uint64_t a, b;
           g.piece(d, h, a, b);
-          ok = port_wait(in_ch) && (t == n - 1 || put(k, k + 1, d, a, b));
+          ok = port_wait(in_ch(h)) && (t == n - 1 || put(h, k, k + 1, d, a, b));
           if (ok) hand_off();
         }
       }
     }
     if (!ok || !finish(rounds - 1)) return;
   } else {
-    const WaitContext& ctx = in_ch.semaphore.wait;
+    const WaitContext& ctx = in_ch(0).semaphore.wait;
     auto take = [&]() {
       ++handed;
       bool ok = true;
@@ -589,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     };
     for (uint64_t round = 0; round < rounds; ++round) {
       const uint64_t first = round * capacity;
-      const RingRound g(min_u64(capacity, bytes - first), capacity, n);
+      const RingRound g(min_u64(capacity, bytes - first), capacity, n, lanes);
       const uint64_t set = round % 2;
       const char* in = input + first;
       char* out = output + first;

@@ -258,9 +258,10 @@ impl Collectives {
                 return Ok(algorithm);
             }
             let ring = self.port_ring()?;
-            let (table, scratch, slot_bytes, state) = ring.args();
+            let (table, lanes, scratch, slot_bytes, state) = ring.args();
             // SAFETY: weft_allreduce_port_ring takes (context, input, output, bytes, channel
-            // table, scratch, slot bytes, launch state) on `ring.blocks()` blocks; the table,
+            // table, channels per edge, scratch, slot bytes, launch state) on `ring.blocks()`
+            // blocks; the table,
             // scratch, state and proxy live as long as `self`, the buffers were checked above
             // and are the caller's contract.
             return unsafe {
@@ -269,6 +270,7 @@ impl Collectives {
                         .push(recv.ptr)
                         .push(bytes as u64)
                         .push(table)
+                        .push(lanes)
                         .push(scratch)
                         .push(slot_bytes)
                         .push(state)
@@ -303,7 +305,12 @@ impl Collectives {
             return Ok(Arc::clone(ring));
         }
         let chunk = self.resources.context().chunk_bytes;
-        let ring = Arc::new(PortRing::new(&self.comm, chunk, self.config.port_ring_blocks)?);
+        // Peers of other nodes are reached over TCP unless the emulated NIC (a paced copy engine)
+        // joins the virtual nodes of one host.
+        let topology = self.comm.topology();
+        let over_tcp = topology.spans_nodes() && (topology.spans_hosts() || self.comm.env().emulated_net.is_none());
+        let lanes = self.config.port_ring_channels.unwrap_or_else(|| crate::port_ring::default_lanes(over_tcp));
+        let ring = Arc::new(PortRing::new(&self.comm, chunk, self.config.port_ring_blocks, lanes)?);
         *state = Some(Arc::clone(&ring));
         Ok(ring)
     }

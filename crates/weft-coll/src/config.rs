@@ -174,9 +174,12 @@ pub struct CollConfig {
     /// Threads per HB block.
     pub hb_threads: u32,
     /// Worker blocks of an AllReduce `port_ring` launch (`hb_threads` each), which reduce and
-    /// copy out; the launch has one more block, the driver of its two PortChannels. At most
+    /// copy out; the launch has one more block, the driver of its PortChannels. At most
     /// `MAX_PORT_RING_BLOCKS`.
     pub port_ring_blocks: u32,
+    /// PortChannels per ring edge of `port_ring` (1..=16; a large step crosses in one piece per
+    /// channel); `None`: 2, or 4 when the ring crosses TCP.
+    pub port_ring_channels: Option<u32>,
     /// Bytes an HB round moves; the scratch is twice this.
     pub chunk_bytes: usize,
     /// Payload bytes of one LL packet slot: the most one rank sends one peer in one LL launch.
@@ -219,6 +222,7 @@ impl Default for CollConfig {
             hb_blocks: 128,
             hb_threads: 1024,
             port_ring_blocks: 32,
+            port_ring_channels: None,
             chunk_bytes: 32 << 20,
             ll_slot_bytes: 512 << 10,
             selector: Selector::default(),
@@ -237,7 +241,7 @@ impl CollConfig {
     /// loaded once per process, see [`crate::load_user_plans`]), `WEFT_TUNING_FILE` (a JSON
     /// [`TuningTable`]), `WEFT_ALGO_<COLLECTIVE>` (an algorithm name or `auto`),
     /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
-    /// `WEFT_PORT_RING_BLOCKS` (1..=8), `WEFT_PLAN_REPLICAS`,
+    /// `WEFT_PORT_RING_BLOCKS` (1..=64), `WEFT_PORT_RING_CHANNELS` (1..=16), `WEFT_PLAN_REPLICAS`,
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
     /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes). The
     /// zero-copy limits decide whether a call takes part in a collective exchange: every rank
@@ -300,6 +304,9 @@ impl CollConfig {
         }
         if let Some(n) = number("WEFT_PORT_RING_BLOCKS", MAX_PORT_RING_BLOCKS as usize)? {
             c.port_ring_blocks = n as u32;
+        }
+        if let Some(n) = number("WEFT_PORT_RING_CHANNELS", crate::port_ring::MAX_LANES as usize)? {
+            c.port_ring_channels = Some(n as u32);
         }
         if let Some(n) = number("WEFT_PLAN_REPLICAS", 1024)? {
             c.plan_replicas = Some(n as u32);
@@ -449,6 +456,9 @@ mod tests {
         assert_eq!(with(&[("WEFT_HB_BLOCKS", "64")]).unwrap().hb_blocks, 64);
         assert_eq!(with(&[("WEFT_PORT_RING_BLOCKS", "4")]).unwrap().port_ring_blocks, 4);
         assert!(with(&[("WEFT_PORT_RING_BLOCKS", "65")]).is_err());
+        assert_eq!(with(&[("WEFT_PORT_RING_CHANNELS", "4")]).unwrap().port_ring_channels, Some(4));
+        assert!(with(&[("WEFT_PORT_RING_CHANNELS", "17")]).is_err());
+        assert!(with(&[("WEFT_PORT_RING_CHANNELS", "0")]).is_err());
         let port = with(&[("WEFT_ALGO_ALLREDUCE", "port_ring")]).unwrap();
         assert_eq!(port.selector.select(Collective::AllReduce, 8), Algorithm::AllReducePortRing);
         for bytes in [0, 1 << 10, 1 << 20, 1 << 30, u64::MAX] {

@@ -58,15 +58,21 @@ fn state_words(worker_blocks: u32) -> usize {
     2 + 2 * (worker_blocks as usize + 1)
 }
 
-/// Shards from this size on cross the ring in two pieces (`kPortRingSplitBytes`).
+/// The smallest piece a shard is cut into (`kPortRingPieceBytes`).
 #[cfg(test)]
-const SPLIT_BYTES: u64 = 1 << 20;
+const PIECE_BYTES: u64 = 512 << 10;
 
-/// The kernel's split of a shard's range `[lo, hi)` into two halves (`half_split`), mirrored
-/// for the tests.
-#[cfg(test)]
-pub(crate) fn half_split(lo: u64, hi: u64) -> u64 {
-    if hi <= lo { lo } else { hi.min(lo + round_up16((hi - lo).div_ceil(2))) }
+/// Most channels per ring edge.
+pub(crate) const MAX_LANES: u32 = 16;
+
+/// Channels per ring edge unless configured: pieces of a step on channels of their own. Over the
+/// copy engine (within a host, and the emulated NIC) every channel to a peer shares one
+/// stream, so two: one piece's reduction overlaps the other's copy, and more pieces only add
+/// commands (measured: 2.2x slower at 4 MB with eight). Over TCP each channel has its own
+/// sender thread and sockets, one moving about 3 GB/s, so four (1.1-1.4x faster than one from
+/// 16 MB; eight were no faster at 4 ranks, docs/perf/proxy.md).
+pub(crate) fn default_lanes(over_tcp: bool) -> u32 {
+    if over_tcp { 4 } else { 2 }
 }
 
 /// The kernel's `worker_slice`: worker `w`'s part of the half `[a, b)`.
@@ -138,9 +144,10 @@ pub fn alpha_beta_us(bytes: u64, ranks: usize, chunk_bytes: u64, link: &LinkMode
 /// The proxy, scratch, channels and launch state of `port_ring` (see the module docs).
 pub(crate) struct PortRing {
     worker_blocks: u32,
+    lanes: u32,
     slot_bytes: u64,
     scratch: DevicePtr,
-    /// `[out, in]`: edge rank -> next, edge prev -> rank.
+    /// `[out; lanes]` (edge rank -> next) then `[in; lanes]` (edge prev -> rank).
     table: DeviceMemory,
     /// Counters the blocks hand work over with, kept between launches (zeroed here).
     state: DeviceMemory,
@@ -151,9 +158,15 @@ pub(crate) struct PortRing {
 }
 
 impl PortRing {
-    /// Sets everything up for rounds of `chunk_bytes` and `worker_blocks` workers. Collective:
-    /// every rank calls it at the same collective call with the same arguments.
-    pub(crate) fn new(comm: &Communicator, chunk_bytes: u64, worker_blocks: u32) -> Result<Self, CollError> {
+    /// Sets everything up for rounds of `chunk_bytes`, `worker_blocks` workers and `lanes`
+    /// channels per edge. Collective: every rank calls it at the same collective call with the
+    /// same arguments.
+    pub(crate) fn new(
+        comm: &Communicator,
+        chunk_bytes: u64,
+        worker_blocks: u32,
+        lanes: u32,
+    ) -> Result<Self, CollError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let gpu = |source| CollError::Gpu { rank, source };
         let layout = Layout::new(chunk_bytes, ranks);
@@ -175,8 +188,10 @@ impl PortRing {
         let mut out = Vec::new();
         let mut inbound = Vec::new();
         for (_, peer, sender) in edges(rank, ranks) {
-            let channel = proxy.channel(peer, id, None)?;
-            if sender { out.push(channel) } else { inbound.push(channel) }
+            for _ in 0..lanes {
+                let channel = proxy.channel(peer, id, None)?;
+                if sender { out.push(channel) } else { inbound.push(channel) }
+            }
         }
         let handles: Vec<PortChannelDeviceHandle> =
             out.iter().chain(&inbound).map(PortChannel::device_handle).collect();
@@ -193,6 +208,7 @@ impl PortRing {
         channels.extend(inbound);
         Ok(Self {
             worker_blocks,
+            lanes,
             slot_bytes: layout.slot_bytes,
             scratch: scratch.ptr(),
             table,
@@ -208,9 +224,10 @@ impl PortRing {
         self.worker_blocks + 1
     }
 
-    /// The kernel's last four arguments: channel table, scratch, slot bytes, launch state.
-    pub(crate) fn args(&self) -> (DevicePtr, DevicePtr, u64, DevicePtr) {
-        (self.table.ptr(), self.scratch, self.slot_bytes, self.state.ptr())
+    /// The kernel's last five arguments: channel table, channels per edge, scratch, slot bytes,
+    /// launch state.
+    pub(crate) fn args(&self) -> (DevicePtr, u32, DevicePtr, u64, DevicePtr) {
+        (self.table.ptr(), self.lanes, self.scratch, self.slot_bytes, self.state.ptr())
     }
 }
 
@@ -233,19 +250,19 @@ mod tests {
 
     /// The kernel's `RingRound`: its pieces per shard, and piece h of shard d of a round of
     /// `len` bytes.
-    fn pieces(capacity: u64, n: u64) -> u64 {
-        if round_up16(capacity.div_ceil(n)) >= SPLIT_BYTES { 2 } else { 1 }
+    fn pieces(capacity: u64, n: u64, lanes: u64) -> u64 {
+        (round_up16(capacity.div_ceil(n)) / PIECE_BYTES).clamp(1, lanes)
     }
-    fn piece(len: u64, capacity: u64, n: u64, d: u64, h: u64) -> (u64, u64) {
+    fn piece(len: u64, capacity: u64, n: u64, lanes: u64, d: u64, h: u64) -> (u64, u64) {
         let shard = round_up16(capacity.div_ceil(n));
         let lo = (d * shard).min(len);
         let hi = ((d + 1) * shard).min(len);
-        let mid = if pieces(capacity, n) == 1 { hi } else { half_split(lo, hi) };
-        if h == 0 { (lo, mid) } else { (mid, hi) }
+        let sub = round_up16((hi - lo).div_ceil(pieces(capacity, n, lanes)));
+        ((lo + h * sub).min(hi), (lo + (h + 1) * sub).min(hi))
     }
 
     #[test]
-    fn slots_hold_every_shard_and_worker_slices_tile_each_half_on_16_byte_boundaries() {
+    fn slots_hold_every_shard_and_pieces_and_worker_slices_tile_it_on_16_byte_boundaries() {
         for ranks in 2..=8usize {
             for chunk in [64u64 << 10, (32 << 20) - 16 * 3, 1 << 20] {
                 let l = Layout::new(chunk, ranks);
@@ -255,15 +272,17 @@ mod tests {
                 let n = ranks as u64;
                 for bytes in [1u64, 15, 17, 4099, chunk - 1, chunk, chunk + 5, 3 * chunk + 77] {
                     let capacity = bytes.min(chunk);
-                    for workers in [1u64, 3, 32] {
+                    for (workers, lanes) in [(1u64, 1u64), (3, 2), (32, 2), (32, 8), (5, 16)] {
                         // The last round may be short; every round uses the same capacity.
                         for len in [capacity, bytes - (bytes - 1) / chunk * chunk] {
                             let mut covered = 0;
                             for d in 0..n {
                                 let shard = round_up16(capacity.div_ceil(n));
                                 assert!(shard <= l.slot_bytes);
-                                for h in 0..pieces(capacity, n) {
-                                    let (a, b) = piece(len, capacity, n, d, h);
+                                let mut next = (d * shard).min(len);
+                                for h in 0..pieces(capacity, n, lanes) {
+                                    let (a, b) = piece(len, capacity, n, lanes, d, h);
+                                    assert_eq!(a, next, "pieces are contiguous in channel order");
                                     assert!(a <= b);
                                     if b > a {
                                         // 16-aligned puts of whole vectors stay inside the slot.
@@ -276,19 +295,16 @@ mod tests {
                                         if hi > lo {
                                             assert_eq!(lo, at, "slices are contiguous in worker order");
                                             assert!(lo.is_multiple_of(16));
-                                            // Only the half's last slice may end mid-vector.
+                                            // Only the piece's last slice may end mid-vector.
                                             assert!(hi.is_multiple_of(16) || hi == b);
                                             at = hi;
                                         }
                                         covered += hi - lo;
                                     }
                                     assert_eq!(at, b);
+                                    next = b;
                                 }
-                                if pieces(capacity, n) == 2 {
-                                    let (a0, b0) = piece(len, capacity, n, d, 0);
-                                    let (a1, b1) = piece(len, capacity, n, d, 1);
-                                    assert!(b0 == a1 && b0 - a0 >= b1 - a1, "the first half is the larger");
-                                }
+                                assert_eq!(next, ((d + 1) * shard).min(len), "the pieces cover the shard");
                             }
                             assert_eq!(covered, len, "{ranks} ranks, chunk {chunk}, {bytes} bytes, {workers} workers");
                         }
@@ -296,6 +312,11 @@ mod tests {
                 }
             }
         }
+        // Shards split into pieces of at least 512 KiB, at most one per channel.
+        assert_eq!(pieces(32 << 20, 4, 8), 8);
+        assert_eq!(pieces(4 << 20, 4, 8), 2);
+        assert_eq!(pieces(4 << 20, 4, 2), 2);
+        assert_eq!(pieces(1 << 20, 4, 8), 1);
         assert_eq!(Layout::new(1 << 20, 1).total_bytes, 0);
         assert_eq!(Layout::new(32 << 20, 8).total_bytes, 2 * 22 * (4 << 20));
         assert_eq!(state_words(32), 68);
