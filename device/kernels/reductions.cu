@@ -475,21 +475,22 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// `channels` = {`lanes` channels of the edge rank -> next (puts, and on channel 0 the next
 /// rank's credits), `lanes` of the edge prev -> rank (the previous rank's signals; credits go
 /// back on channel 0)}. Piece h of a step crosses on channel h: over the copy engine every
-/// channel to a peer shares one stream, over TCP each has its own sender thread and sockets. `scratch` (registered with the proxy,
-/// < 4 GiB) holds two sets of 3n - 2 slots of `slot_bytes` (>= any shard), set `round % 2` for
-/// a round: 2(n - 1) receive slots (written only by the previous rank's puts: reduce-scatter
-/// step s into slot s, the reduced shard into slot n - 1, all-gather forwards into slots
-/// n..2n-3), then n staging slots (step s reduces into staging slot s; the copy engine reads it
-/// from there). Two sets let round r + 1 start while round r drains.
+/// channel to a peer shares one stream, over TCP each has its own sender thread and sockets.
+/// `scratch` (registered with the proxy, < 4 GiB) holds two sets of 3n - 2 slots of
+/// `slot_bytes` (>= any shard): 2(n - 1) receive slots (written only by the previous rank's
+/// puts: reduce-scatter step s into slot s, the reduced shard into slot n - 1, all-gather
+/// forwards into slots n..2n-3), then n staging slots (step s reduces into staging slot s; the
+/// copy engine reads it from there). Rounds are counted over launches too, and round g uses set
+/// g % 2, so round g + 1 starts while round g drains, across a launch boundary as well.
 ///
-/// Credits: a rank signals the previous one that a set of its receive slots is free: once per
-/// set when the launch starts (its previous launch has ended and, with 3 ranks or more, was
-/// flushed), and after round r when round r + 2 will reuse the set, once its workers have read
-/// the round's slots and, with 3 ranks or more, a flush saw the round's forwards applied (they
-/// read receive slots). The driver waits for the next rank's credit before each round; that
-/// credit also says the next rank received every put of round r - 2, so the copy engine is
-/// done with this rank's staging slots of the set. A launch signals and awaits as many credits
-/// as it has rounds. `state`: [ready, arrivals, then per block {handed-off, arrived}].
+/// Credits: after round g a rank signals the previous one that its set g % 2 is free again, once
+/// its workers have read the round's receive slots and, with 3 ranks or more, a flush of every
+/// channel saw the round's forwards applied (they read receive slots). Before round g >= 2 the
+/// driver waits for the next rank's credit of round g - 2; that credit also says the next rank
+/// received every put of round g - 2, so the copy engine is done with this rank's staging slots
+/// of the set. Rounds 0 and 1 find fresh scratch. So a launch of one round waits for a credit
+/// signalled two rounds (usually two launches) earlier: no round trip on its critical path.
+/// `state`: [ready, arrivals, then per block {handed-off, arrived, rounds}].
 /// Inputs and outputs are read and written by this GPU's threads only (any alignment, no
 /// registration); puts go between padded scratch slots, whole 16-byte vectors rounded up. Every
 /// wait is bounded and names the rank, peer and operation.
@@ -509,10 +510,12 @@ extern "C" __global__ void __launch_bounds__(1024)
   if (driver && threadIdx.x != 0) return;
   uint64_t* ready = state;
   uint64_t* arrivals = state + 1;
-  uint64_t* counts = state + 2 + 2 * static_cast<uint64_t>(w);
+  uint64_t* counts = state + 2 + 3 * static_cast<uint64_t>(w);
   // Handed-off halves and arrivals so far (the driver: raised and awaited; a worker: consumed
   // and made), the same in every block between launches.
   uint64_t handed = counts[0], arrived = counts[1];
+  // Rounds of earlier launches: round `round` of this launch is round `base + round` overall.
+  const uint64_t base = counts[2];
   // Channel h of the edge to the next rank, and of the edge from the previous one; credits go
   // on channel 0.
   auto out_ch = [&](uint32_t h) -> const PortChannelDeviceHandle& { return channels[h]; };
@@ -534,28 +537,27 @@ extern "C" __global__ void __launch_bounds__(1024)
       arrived += workers;
       return wait_at_least(arrivals, arrived, ctx, WaitOp::RingHandoff);
     };
-    // Round q's end: its workers are done with the receive slots and, with 3 ranks or more, a
+    // A round's end: its workers are done with the receive slots and, with 3 ranks or more, a
     // flush saw its forwards applied (they read receive slots; 2 ranks forward nothing); then
-    // the set is free again for round q + 2. The staging slots need no flush: the next rank's
-    // credit for round q comes after it waited for every put of the round.
-    auto finish = [&](uint64_t q) {
+    // its set is free again, two rounds later. The staging slots need no flush: the next
+    // rank's credit for the round comes after it waited for every put of the round.
+    auto finish = [&]() {
       bool done = all_arrived();
       for (uint32_t h = 0; done && n > 2 && h < lanes; ++h) done = port_flush(out_ch(h));
-      return done && (q + 2 >= rounds || port_signal(in_ch(0)));
+      return done && port_signal(in_ch(0));
     };
     bool ok = true;
-    for (uint64_t i = 0; ok && i < min_u64(rounds, 2); ++i) ok = port_signal(in_ch(0));
     for (uint64_t round = 0; ok && round < rounds; ++round) {
       const RingRound g(min_u64(capacity, bytes - round * capacity), capacity, n, lanes);
-      const uint64_t set = round % 2;
+      const uint64_t set = (base + round) % 2;
       auto put = [&](uint32_t h, uint32_t from, uint32_t to, uint32_t d, uint64_t a, uint64_t b) {
         const uint64_t size = b > a ? round_up16(b) - a : 0;
         return port_put_signal_split(out_ch(h), at(set, to, d, g) + a, at(set, from, d, g) + a, size);
       };
       // The next rank's receive slots of this set are free; the workers may start the round.
-      if (!(ok = port_wait(out_ch(0)))) break;
+      if (base + round >= 2 && !(ok = port_wait(out_ch(0)))) break;
       hand_off();
-      if (round > 0 && !(ok = finish(round - 1))) break;
+      if (round > 0 && !(ok = finish())) break;
       for (uint32_t step = 0; ok && step < n; ++step) {
         const uint32_t d = (r + n - step) % n;
         for (uint32_t h = 0; ok && h < g.pieces; ++h) {
@@ -579,7 +581,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
       }
     }
-    if (!ok || !finish(rounds - 1)) return;
+    if (!ok || !finish()) return;
   } else {
     const WaitContext& ctx = in_ch(0).semaphore.wait;
     auto take = [&]() {
@@ -596,7 +598,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (uint64_t round = 0; round < rounds; ++round) {
       const uint64_t first = round * capacity;
       const RingRound g(min_u64(capacity, bytes - first), capacity, n, lanes);
-      const uint64_t set = round % 2;
+      const uint64_t set = (base + round) % 2;
       const char* in = input + first;
       char* out = output + first;
       auto slot = [&](uint32_t k, uint32_t d) { return scratch + at(set, k, d, g); };
@@ -630,6 +632,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) {
     counts[0] = handed;
     counts[1] = arrived;
+    counts[2] = base + rounds;
   }
 }
 

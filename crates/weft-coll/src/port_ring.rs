@@ -53,9 +53,9 @@ impl Layout {
     }
 }
 
-/// Words of the launch state: the hand-off and arrival counters, then two per block.
+/// Words of the launch state: the hand-off and arrival counters, then three per block.
 fn state_words(worker_blocks: u32) -> usize {
-    2 + 2 * (worker_blocks as usize + 1)
+    2 + 3 * (worker_blocks as usize + 1)
 }
 
 /// The smallest piece a shard is cut into (`kPortRingPieceBytes`).
@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(pieces(1 << 20, 4, 8), 1);
         assert_eq!(Layout::new(1 << 20, 1).total_bytes, 0);
         assert_eq!(Layout::new(32 << 20, 8).total_bytes, 2 * 22 * (4 << 20));
-        assert_eq!(state_words(32), 68);
+        assert_eq!(state_words(32), 101);
     }
 
     #[test]
