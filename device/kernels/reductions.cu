@@ -18,6 +18,8 @@
 //                           reduces, a large step in pieces so that one piece's reduction
 //                           overlaps another's copy; one driver block talks to the proxy for
 //                           the grid.
+//   weft_allreduce_port_allpairs  every rank puts its input to every peer over PortChannels
+//                           and folds all inputs: one network crossing, for small messages.
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
@@ -627,6 +629,97 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
       }
       arrive();  // the round's receive slots are read
+    }
+  }
+  if (threadIdx.x == 0) {
+    counts[0] = handed;
+    counts[1] = arrived;
+    counts[2] = base + rounds;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// All pairs over PortChannels
+
+/// AllReduce over PortChannels in one step (the latency algorithm across nodes): every rank puts
+/// its input to every peer, then folds all ranks' inputs in rank order, so every rank gets the
+/// same bits, run after run. One crossing of the network per call instead of the ring's
+/// 2(n - 1); each rank moves (n - 1) times its input, so it is for small messages.
+///
+/// The grid is `gridDim.x - 1` worker blocks and one driver block, as in the port ring: the
+/// workers copy their slices of a round's input into this rank's staging slot and arrive; the
+/// driver pushes one put-with-signal to every peer (`channels[p]`, entry `rank` unused), waits
+/// for every peer's, and hands the round to the workers, which fold it into the output. The
+/// state holds the same counters as the port ring's, which only grow.
+///
+/// `scratch` (registered with the proxy) holds two sets of `ranks` slots of `slot_bytes`; round
+/// g (counted over launches) uses set g % 2, where slot j holds rank j's input (slot `rank` is
+/// this rank's staging, put into the same slot of every peer). No credits: every round, every
+/// rank waits for every peer's put, and a peer puts round g + 1 only after it has folded round
+/// g; so when round g + 2 reuses a set, every peer has folded round g out of it and received
+/// this rank's round-g put (the copy engine is done with the staging slot). Every wait is
+/// bounded and names the rank, peer and operation.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_allreduce_port_allpairs(CollContext c, const char* input, char* output, uint64_t bytes,
+                                 const PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes,
+                                 uint64_t* state) {
+  const uint32_t n = c.ranks, r = c.rank;
+  const uint32_t workers = gridDim.x - 1, w = blockIdx.x;
+  const bool driver = w == workers;
+  if (n == 1) {
+    uint64_t lo, hi;
+    worker_slice(0, bytes, w, gridDim.x, lo, hi);
+    ring_reduce(nullptr, input, nullptr, output, lo, hi, 1);
+    return;
+  }
+  if (driver && threadIdx.x != 0) return;
+  uint64_t* ready = state;
+  uint64_t* arrivals = state + 1;
+  uint64_t* counts = state + 2 + 3 * static_cast<uint64_t>(w);
+  uint64_t handed = counts[0], arrived = counts[1];
+  const uint64_t base = counts[2];
+  const uint64_t rounds = div_ceil(bytes, slot_bytes);
+  const WaitContext& ctx = channels[(r + 1) % n].semaphore.wait;
+  auto slot = [&](uint64_t set, uint32_t j) { return (set * n + j) * slot_bytes; };
+
+  if (driver) {
+    for (uint64_t round = 0; round < rounds; ++round) {
+      const uint64_t len = min_u64(slot_bytes, bytes - round * slot_bytes);
+      const uint64_t mine = slot((base + round) % 2, r);
+      arrived += workers;
+      if (!wait_at_least(arrivals, arrived, ctx, WaitOp::RingHandoff)) return;
+      for (uint32_t k = 1; k < n; ++k) {
+        if (!port_put_signal_split(channels[(r + k) % n], mine, mine, round_up16(len))) return;
+      }
+      for (uint32_t k = 1; k < n; ++k) {
+        if (!port_wait(channels[(r + n - k) % n])) return;
+      }
+      ptx::st_release_sys(ready, ++handed);
+    }
+  } else {
+    for (uint64_t round = 0; round < rounds; ++round) {
+      const uint64_t first = round * slot_bytes;
+      const uint64_t len = min_u64(slot_bytes, bytes - first);
+      const uint64_t set = (base + round) % 2;
+      uint64_t lo, hi;
+      worker_slice(0, len, w, workers, lo, hi);
+      push_padded(scratch + slot(set, r), input + first, lo, hi);
+      __syncthreads();  // the block's staging writes come before the release
+      ++arrived;
+      if (threadIdx.x == 0) ptx::red_add_release_sys(arrivals, 1);
+      ++handed;
+      bool ok = true;
+      if (threadIdx.x == 0) ok = wait_at_least(ready, handed, ctx, WaitOp::RingHandoff);
+      if (!__syncthreads_and(ok)) return;
+      // Every rank's slot of the set, this rank's own included (the staging copy is its input,
+      // bit for bit, and 16-byte aligned).
+      const char* in[MAX_RANKS];
+      for (uint32_t j = 0; j < n; ++j) in[j] = scratch + slot(set, j);
+      char* out = output + first;
+      reduce_range(in, n, lo, hi, [&](uint64_t at, const uint4& v) {
+        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+        detail::store_words<4>(out + at, static_cast<uint32_t>(min_u64(16, hi - at)), words);
+      });
     }
   }
   if (threadIdx.x == 0) {

@@ -115,8 +115,11 @@ pub enum Algorithm {
     /// AllReduce, ring reduce-scatter then ring all-gather through the next rank's scratch.
     AllReduceRing,
     /// AllReduce, the same ring over PortChannels (MSCCL++ "2PR"): the copy engine moves the
-    /// data, the GPU only reduces. Never chosen by size by default (not yet measured).
+    /// data, the GPU only reduces. Chosen by default only across nodes, for large messages.
     AllReducePortRing,
+    /// AllReduce, every rank puts its input to every peer over PortChannels and folds them all:
+    /// one network crossing. Chosen by default only across nodes, for small messages.
+    AllReducePortAllPairs,
     /// AllGather over LL packets.
     AllGatherLl,
     /// AllGather through scratch.
@@ -143,12 +146,13 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 15] = [
+    pub const ALL: [Algorithm; 16] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceHb,
         Algorithm::AllReduceRing,
         Algorithm::AllReducePortRing,
+        Algorithm::AllReducePortAllPairs,
         Algorithm::AllGatherLl,
         Algorithm::AllGatherHb,
         Algorithm::ReduceScatterLl,
@@ -161,8 +165,8 @@ impl Algorithm {
         Algorithm::SendRecvP2p,
     ];
 
-    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `port_ring`, `p2p`,
-    /// `plan:<name>`), as
+    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `port_ring`,
+    /// `port_allpairs`, `p2p`, `plan:<name>`), as
     /// `WEFT_ALGO_<COLLECTIVE>` and the tuning table spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -170,6 +174,7 @@ impl Algorithm {
             Self::AllReduceLl2 => "ll2",
             Self::AllReduceRing => "ring",
             Self::AllReducePortRing => "port_ring",
+            Self::AllReducePortAllPairs => "port_allpairs",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             a if a.protocol() == Protocol::Ll => "ll",
             _ => "hb",
@@ -183,7 +188,8 @@ impl Algorithm {
             | Self::AllReduceLl2
             | Self::AllReduceHb
             | Self::AllReduceRing
-            | Self::AllReducePortRing => Collective::AllReduce,
+            | Self::AllReducePortRing
+            | Self::AllReducePortAllPairs => Collective::AllReduce,
             Self::AllGatherLl | Self::AllGatherHb => Collective::AllGather,
             Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
             Self::BroadcastLl | Self::BroadcastHb => Collective::Broadcast,
@@ -205,7 +211,7 @@ impl Algorithm {
             | Self::ReduceLl => Protocol::Ll,
             Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
             Self::Plan(_) => Protocol::Plan,
-            Self::AllReducePortRing => Protocol::Port,
+            Self::AllReducePortRing | Self::AllReducePortAllPairs => Protocol::Port,
             _ => Protocol::Hb,
         }
     }
@@ -247,6 +253,7 @@ impl Algorithm {
             Self::AllReduceHb => "weft_allreduce_hb",
             Self::AllReduceRing => "weft_allreduce_ring",
             Self::AllReducePortRing => "weft_allreduce_port_ring",
+            Self::AllReducePortAllPairs => "weft_allreduce_port_allpairs",
             Self::AllGatherLl => "weft_allgather_ll",
             Self::AllGatherHb => "weft_allgather_hb",
             Self::ReduceScatterLl => "weft_reduce_scatter_ll",
@@ -299,6 +306,10 @@ mod tests {
         assert!(a.reduces() && a.available(2) && a.supports_op(weft_types::ReduceOp::Avg));
         assert!(Collective::AllReduce.algorithms().any(|x| x == a));
         assert!(Algorithm::from_name(Collective::AllGather, "port_ring").is_none());
+        let pairs = Algorithm::from_name(Collective::AllReduce, "port_allpairs").unwrap();
+        assert_eq!((pairs.protocol(), pairs.kernel()), (Protocol::Port, "weft_allreduce_port_allpairs"));
+        // It folds whole inputs at the receiver, in the accumulator type: FP8 is fine.
+        assert!(pairs.supports(weft_types::DataType::F8E4M3) && pairs.supports_op(weft_types::ReduceOp::Avg));
     }
 
     #[test]

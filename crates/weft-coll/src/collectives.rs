@@ -21,6 +21,7 @@ use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
 use crate::plans::PlanId;
+use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
 use crate::registry::Registry;
 use crate::resources::Resources;
@@ -114,6 +115,8 @@ pub struct Collectives {
     registry: Registry,
     /// The PortChannels of AllReduce `port_ring`, set up by its first call.
     port_ring: Mutex<Option<Arc<PortRing>>>,
+    /// The PortChannels of AllReduce `port_allpairs`, set up by its first call.
+    port_allpairs: Mutex<Option<Arc<PortAllPairs>>>,
     zero_copy_calls: AtomicU64,
     refused_calls: AtomicU64,
 }
@@ -167,6 +170,7 @@ impl Collectives {
             retired: Mutex::default(),
             registry: Registry::default(),
             port_ring: Mutex::default(),
+            port_allpairs: Mutex::default(),
             zero_copy_calls: AtomicU64::new(0),
             refused_calls: AtomicU64::new(0),
         })
@@ -253,17 +257,33 @@ impl Collectives {
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send.ptr, recv.ptr, count, dtype, op, stream) };
         }
-        if algorithm == Algorithm::AllReducePortRing {
+        if algorithm.protocol() == Protocol::Port {
             if bytes == 0 {
                 return Ok(algorithm);
             }
-            let ring = self.port_ring()?;
-            let (table, lanes, scratch, slot_bytes, state) = ring.args();
+            if algorithm == Algorithm::AllReducePortAllPairs {
+                let (table, scratch, slot_bytes, state) = self.port_allpairs()?.args();
+                // SAFETY: weft_allreduce_port_allpairs takes (context, input, output, bytes,
+                // channel table, scratch, slot bytes, launch state) on its set-up's blocks; the
+                // table, scratch, state and proxy live as long as `self`, the buffers were
+                // checked above and are the caller's contract.
+                return unsafe {
+                    self.launch(algorithm, dtype, op, stream, bytes, |a| {
+                        a.push(send.ptr)
+                            .push(recv.ptr)
+                            .push(bytes as u64)
+                            .push(table)
+                            .push(scratch)
+                            .push(slot_bytes)
+                            .push(state)
+                    })
+                };
+            }
+            let (table, lanes, scratch, slot_bytes, state) = self.port_ring()?.args();
             // SAFETY: weft_allreduce_port_ring takes (context, input, output, bytes, channel
-            // table, channels per edge, scratch, slot bytes, launch state) on `ring.blocks()`
-            // blocks; the table,
-            // scratch, state and proxy live as long as `self`, the buffers were checked above
-            // and are the caller's contract.
+            // table, channels per edge, scratch, slot bytes, launch state) on its set-up's
+            // blocks; the table, scratch, state and proxy live as long as `self`, the buffers
+            // were checked above and are the caller's contract.
             return unsafe {
                 self.launch(algorithm, dtype, op, stream, bytes, |a| {
                     a.push(send.ptr)
@@ -313,6 +333,28 @@ impl Collectives {
         let ring = Arc::new(PortRing::new(&self.comm, chunk, self.config.port_ring_blocks, lanes)?);
         *state = Some(Arc::clone(&ring));
         Ok(ring)
+    }
+
+    /// The state of AllReduce `port_allpairs`, set up on its first call (as `port_ring`'s).
+    fn port_allpairs(&self) -> Result<Arc<PortAllPairs>, CollError> {
+        let mut state = self.port_allpairs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pairs) = state.as_ref() {
+            return Ok(Arc::clone(pairs));
+        }
+        let pairs = Arc::new(PortAllPairs::new(&self.comm, self.config.port_ring_blocks)?);
+        *state = Some(Arc::clone(&pairs));
+        Ok(pairs)
+    }
+
+    /// Blocks of a launch of PortChannel algorithm `algorithm`, once set up.
+    fn port_blocks(&self, algorithm: Algorithm) -> Option<u32> {
+        fn blocks<T>(m: &Mutex<Option<Arc<T>>>, of: impl Fn(&T) -> u32) -> Option<u32> {
+            m.lock().unwrap_or_else(|p| p.into_inner()).as_deref().map(of)
+        }
+        match algorithm {
+            Algorithm::AllReducePortAllPairs => blocks(&self.port_allpairs, PortAllPairs::blocks),
+            _ => blocks(&self.port_ring, PortRing::blocks),
+        }
     }
 
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there
@@ -712,9 +754,11 @@ impl Collectives {
     ) -> Result<Algorithm, CollError> {
         let selector = &self.config.selector;
         if let Some((peer, reason)) = self.resources.unreachable() {
-            return selector.across_nodes(collective, dtype, op).map_err(|detail| CollError::Unsupported {
-                rank: self.comm.rank(),
-                detail: format!("{detail}; rank {peer} is in another node: {reason}"),
+            return selector.across_nodes(collective, size as u64, dtype, op).map_err(|detail| {
+                CollError::Unsupported {
+                    rank: self.comm.rank(),
+                    detail: format!("{detail}; rank {peer} is in another node: {reason}"),
+                }
             });
         }
         let algorithm = selector.select(collective, size as u64);
@@ -839,8 +883,7 @@ impl Collectives {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
             Protocol::Hb | Protocol::P2p | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
             Protocol::Port => {
-                let blocks = self.port_ring.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.blocks());
-                (blocks.unwrap_or(self.config.port_ring_blocks + 1), self.config.hb_threads)
+                (self.port_blocks(algorithm).unwrap_or(self.config.port_ring_blocks + 1), self.config.hb_threads)
             }
         };
         // SAFETY: the context's tables and buffers live as long as `self`; the rest is the

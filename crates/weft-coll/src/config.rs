@@ -10,8 +10,13 @@ use weft_types::{DataType, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective};
 
-/// Most worker blocks of a `port_ring` launch (the launch has one more, its driver).
+/// Most worker blocks of a `port_ring` or `port_allpairs` launch (the launch has one more, its
+/// driver).
 pub(crate) const MAX_PORT_RING_BLOCKS: u32 = 64;
+
+/// Largest AllReduce across nodes that goes all pairs (`port_allpairs`, one network crossing)
+/// rather than around the ring (`port_ring`, 2(n - 1) crossings of 1/n of the message).
+pub(crate) const ALLPAIRS_ACROSS_NODES_MAX: u64 = 256 << 10;
 
 /// One rule of the selector: messages up to `max_bytes` (the collective's largest buffer per
 /// rank, as `weft bench` sizes it; `None`: any size) use `algorithm`.
@@ -98,22 +103,40 @@ impl Selector {
     }
 
     /// The algorithm for a communicator whose kernels cannot map some peers (other hosts, or
-    /// other virtual nodes): only AllReduce `port_ring` reaches them (PortChannels through the
-    /// proxy), and only where it supports the type and operator and no other algorithm is
-    /// forced. The error says what is missing.
-    pub fn across_nodes(&self, collective: Collective, dtype: DataType, op: ReduceOp) -> Result<Algorithm, String> {
-        let ring = Algorithm::AllReducePortRing;
-        let forced = self.force.get(&collective).copied().filter(|&a| a != ring);
-        match forced {
-            _ if collective != Collective::AllReduce => {
-                Err(format!("{collective} has no algorithm across nodes (only AllReduce: port_ring)"))
-            }
-            Some(other) => Err(format!("{other} cannot reach peers of other nodes (port_ring can)")),
-            None if !(ring.supports(dtype) && ring.supports_op(op)) => {
-                Err(format!("{ring}, the algorithm across nodes, does not support {} with {}", dtype.name(), op.name()))
-            }
-            None => Ok(ring),
+    /// other virtual nodes): only the PortChannel AllReduces reach them (through the proxy),
+    /// `port_allpairs` for messages up to `ALLPAIRS_ACROSS_NODES_MAX` bytes (one network
+    /// crossing) and in FP8 (the ring carries partials in the element type), `port_ring` above,
+    /// unless one of them is forced; only where it supports the type and operator. The error
+    /// says what is missing.
+    pub fn across_nodes(
+        &self,
+        collective: Collective,
+        bytes: u64,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<Algorithm, String> {
+        let (ring, pairs) = (Algorithm::AllReducePortRing, Algorithm::AllReducePortAllPairs);
+        if collective != Collective::AllReduce {
+            return Err(format!(
+                "{collective} has no algorithm across nodes (only AllReduce: port_allpairs, port_ring)"
+            ));
         }
+        let chosen = match self.force.get(&collective).copied() {
+            Some(a) if a == ring || a == pairs => a,
+            Some(other) => {
+                return Err(format!("{other} cannot reach peers of other nodes (port_allpairs and port_ring can)"));
+            }
+            None if bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype) => pairs,
+            None => ring,
+        };
+        if !(chosen.supports(dtype) && chosen.supports_op(op)) {
+            return Err(format!(
+                "{chosen}, an algorithm across nodes, does not support {} with {}",
+                dtype.name(),
+                op.name()
+            ));
+        }
+        Ok(chosen)
     }
 
     /// Makes `algorithm` the size rule of its collective at every size without forcing it:
@@ -173,7 +196,7 @@ pub struct CollConfig {
     pub hb_blocks: u32,
     /// Threads per HB block.
     pub hb_threads: u32,
-    /// Worker blocks of an AllReduce `port_ring` launch (`hb_threads` each), which reduce and
+    /// Worker blocks of an AllReduce `port_ring` or `port_allpairs` launch (`hb_threads` each), which reduce and
     /// copy out; the launch has one more block, the driver of its PortChannels. At most
     /// `MAX_PORT_RING_BLOCKS`.
     pub port_ring_blocks: u32,
@@ -383,19 +406,25 @@ mod tests {
     }
 
     #[test]
-    fn across_nodes_only_the_port_ring_allreduce_runs() {
+    fn across_nodes_only_the_port_channel_allreduces_run_all_pairs_when_small() {
         let mut s = Selector::default();
-        let ring = Algorithm::AllReducePortRing;
-        assert_eq!(s.across_nodes(Collective::AllReduce, DataType::Bf16, ReduceOp::Sum), Ok(ring));
-        assert_eq!(s.across_nodes(Collective::AllReduce, DataType::F32, ReduceOp::Avg), Ok(ring));
-        let fp8 = s.across_nodes(Collective::AllReduce, DataType::F8E4M3, ReduceOp::Sum).unwrap_err();
-        assert!(fp8.contains("does not support"), "{fp8}");
-        let gather = s.across_nodes(Collective::AllGather, DataType::Bf16, ReduceOp::Sum).unwrap_err();
+        let (ring, pairs) = (Algorithm::AllReducePortRing, Algorithm::AllReducePortAllPairs);
+        let (small, large) = (ALLPAIRS_ACROSS_NODES_MAX, ALLPAIRS_ACROSS_NODES_MAX + 1);
+        assert_eq!(s.across_nodes(Collective::AllReduce, small, DataType::Bf16, ReduceOp::Sum), Ok(pairs));
+        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::Bf16, ReduceOp::Sum), Ok(ring));
+        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::F32, ReduceOp::Avg), Ok(ring));
+        // FP8 partials cannot travel the ring: all pairs at every size.
+        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::F8E4M3, ReduceOp::Sum), Ok(pairs));
+        let gather = s.across_nodes(Collective::AllGather, 8, DataType::Bf16, ReduceOp::Sum).unwrap_err();
         assert!(gather.contains("allgather has no algorithm across nodes"), "{gather}");
         s.force(ring);
-        assert_eq!(s.across_nodes(Collective::AllReduce, DataType::Bf16, ReduceOp::Sum), Ok(ring));
+        assert_eq!(s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum), Ok(ring));
+        let fp8 = s.across_nodes(Collective::AllReduce, 8, DataType::F8E4M3, ReduceOp::Sum).unwrap_err();
+        assert!(fp8.contains("does not support"), "{fp8}");
+        s.force(pairs);
+        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::Bf16, ReduceOp::Sum), Ok(pairs));
         s.force(Algorithm::AllReduceLl);
-        let forced = s.across_nodes(Collective::AllReduce, DataType::Bf16, ReduceOp::Sum).unwrap_err();
+        let forced = s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum).unwrap_err();
         assert!(forced.contains("cannot reach peers of other nodes"), "{forced}");
     }
 

@@ -28,7 +28,9 @@ mod error;
 mod kernels;
 pub mod nccl;
 mod plans;
+mod port_allpairs;
 mod port_ring;
+mod port_setup;
 mod registry;
 mod resources;
 

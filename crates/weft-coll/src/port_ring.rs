@@ -1,8 +1,8 @@
 //! The state of the AllReduce `port_ring` algorithm (the ring over PortChannels, MSCCL++
 //! "2PR", kernel `weft_allreduce_port_ring` in `device/kernels/reductions.cu`): a
-//! [`PortProxy`], a scratch registered with it, one PortChannel on each ring edge this rank
-//! belongs to (the launch's driver block alone pushes and waits on them), and the launch
-//! state the blocks hand work over with. Set up on the first call that uses the algorithm;
+//! [`weft_core::PortProxy`], a scratch registered with it, the PortChannels of each ring edge
+//! this rank belongs to (the launch's driver block alone pushes and waits on them), and the
+//! launch state the blocks hand work over with ([`PortSetup`]). Set up on the first call that uses the algorithm;
 //! every rank reaches that call together (collective contract), so the pairwise channel set-up
 //! matches.
 //!
@@ -13,20 +13,19 @@
 //!
 //! The geometry helpers mirror the kernel and are what the CPU tests check.
 
+use weft_core::Communicator;
 use weft_core::proxy::transport::pacing::LinkModel;
-use weft_core::{Communicator, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory};
-use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr};
-use weft_types::PortChannelDeviceHandle;
+use weft_gpu::DevicePtr;
 
 use crate::error::CollError;
+use crate::port_setup::PortSetup;
+#[cfg(test)]
+use crate::port_setup::{MAX_SCRATCH, state_words};
 
 /// Most bytes one FIFO put carries (the command's size field is 32-bit); the kernel splits
 /// larger puts (`kPortMaxPut`). Mirrors the kernel for the tests.
 #[cfg(test)]
 pub(crate) const MAX_PUT: u64 = 1 << 31;
-
-/// Largest scratch: FIFO offsets are 32-bit.
-pub(crate) const MAX_SCRATCH: u64 = 1 << 32;
 
 fn round_up16(x: u64) -> u64 {
     x.div_ceil(16) * 16
@@ -51,11 +50,6 @@ impl Layout {
         let slots = if ranks > 1 { 3 * n - 2 } else { 0 };
         Self { slot_bytes, slots, total_bytes: 2 * slots * slot_bytes }
     }
-}
-
-/// Words of the launch state: the hand-off and arrival counters, then three per block.
-fn state_words(worker_blocks: u32) -> usize {
-    2 + 3 * (worker_blocks as usize + 1)
 }
 
 /// The smallest piece a shard is cut into (`kPortRingPieceBytes`).
@@ -143,18 +137,10 @@ pub fn alpha_beta_us(bytes: u64, ranks: usize, chunk_bytes: u64, link: &LinkMode
 
 /// The proxy, scratch, channels and launch state of `port_ring` (see the module docs).
 pub(crate) struct PortRing {
-    worker_blocks: u32,
     lanes: u32,
     slot_bytes: u64,
-    scratch: DevicePtr,
-    /// `[out; lanes]` (edge rank -> next) then `[in; lanes]` (edge prev -> rank).
-    table: DeviceMemory,
-    /// Counters the blocks hand work over with, kept between launches (zeroed here).
-    state: DeviceMemory,
-    // Dropped after the table: the channels keep the proxy, its FIFO and the scratch alive.
-    _channels: Vec<PortChannel>,
-    _scratch: RegisteredMemory,
-    _proxy: PortProxy,
+    /// Channel table `[out; lanes]` (edge rank -> next) then `[in; lanes]` (edge prev -> rank).
+    setup: PortSetup,
 }
 
 impl PortRing {
@@ -168,66 +154,27 @@ impl PortRing {
         lanes: u32,
     ) -> Result<Self, CollError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
-        let gpu = |source| CollError::Gpu { rank, source };
         let layout = Layout::new(chunk_bytes, ranks);
-        if layout.total_bytes > MAX_SCRATCH {
-            return Err(CollError::Unsupported {
-                rank,
-                detail: format!(
-                    "port_ring needs {} bytes of scratch, over the 4 GiB a PortChannel memory may have (WEFT_CHUNK_BYTES)",
-                    layout.total_bytes
-                ),
-            });
-        }
-        // A call captured into a graph may get here first: allocation, registration and the
-        // channels' set-up touch other streams only, under a relaxed capture mode.
-        let _relaxed = CaptureModeRelaxed::new().map_err(gpu)?;
-        let scratch = comm.register(comm.alloc(layout.total_bytes.max(16) as usize)?)?;
-        let proxy = PortProxy::new(comm, PortProxyConfig::default())?;
-        let id = proxy.register(&scratch)?;
-        let mut out = Vec::new();
-        let mut inbound = Vec::new();
+        let lanes_n = lanes as usize;
+        let mut links = Vec::new();
         for (_, peer, sender) in edges(rank, ranks) {
-            for _ in 0..lanes {
-                let channel = proxy.channel(peer, id, None)?;
-                if sender { out.push(channel) } else { inbound.push(channel) }
-            }
+            let first = if sender { 0 } else { lanes_n };
+            links.extend((first..first + lanes_n).map(|entry| (peer, entry)));
         }
-        let handles: Vec<PortChannelDeviceHandle> =
-            out.iter().chain(&inbound).map(PortChannel::device_handle).collect();
-        let table = DeviceMemory::alloc(comm.device(), size_of_val(handles.as_slice()).max(16), AllocKind::Legacy)
-            .map_err(gpu)?;
-        if !handles.is_empty() {
-            table.write_pod(0, &handles).map_err(gpu)?;
-        }
-        let words = state_words(worker_blocks);
-        let state = DeviceMemory::alloc(comm.device(), 8 * words, AllocKind::Legacy).map_err(gpu)?;
-        state.write_pod(0, &vec![0u64; words]).map_err(gpu)?;
-        comm.barrier()?;
-        let mut channels = out;
-        channels.extend(inbound);
-        Ok(Self {
-            worker_blocks,
-            lanes,
-            slot_bytes: layout.slot_bytes,
-            scratch: scratch.ptr(),
-            table,
-            state,
-            _channels: channels,
-            _scratch: scratch,
-            _proxy: proxy,
-        })
+        let setup = PortSetup::new(comm, "port_ring", layout.total_bytes, 2 * lanes_n, &links, worker_blocks)?;
+        Ok(Self { lanes, slot_bytes: layout.slot_bytes, setup })
     }
 
-    /// Blocks of a launch: the workers and the driver. Fixed: the launch state counts per block.
+    /// Blocks of a launch: the workers and the driver.
     pub(crate) fn blocks(&self) -> u32 {
-        self.worker_blocks + 1
+        self.setup.blocks()
     }
 
     /// The kernel's last five arguments: channel table, channels per edge, scratch, slot bytes,
     /// launch state.
     pub(crate) fn args(&self) -> (DevicePtr, u32, DevicePtr, u64, DevicePtr) {
-        (self.table.ptr(), self.lanes, self.scratch, self.slot_bytes, self.state.ptr())
+        let (table, scratch, state) = self.setup.pointers();
+        (table, self.lanes, scratch, self.slot_bytes, state)
     }
 }
 

@@ -54,7 +54,7 @@ pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
             };
             println!("virtual nodes (WEFT_RANKS_PER_NODE={g}): {}", nodes.join(" "));
             println!(
-                "  between nodes: PortChannels only, over {network}; collectives run AllReduce as port_ring, other collectives refuse"
+                "  between nodes: PortChannels only, over {network}; collectives run AllReduce as port_allpairs (small) or port_ring, other collectives refuse"
             );
         }
         None => println!("nodes: this host is one node (WEFT_RANKS_PER_NODE splits it into virtual nodes)"),

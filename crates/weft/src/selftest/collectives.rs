@@ -66,9 +66,10 @@ fn run_matrix(
         zero_copy_plan_min: 0,
         ..CollConfig::from_env(env)?
     };
-    // Across (virtual) nodes only the PortChannel ring reaches every peer.
+    // Across (virtual) nodes only the PortChannel AllReduces reach every peer.
     let spans_nodes = comm.topology().spans_nodes();
-    let reachable = |a: &Algorithm| !spans_nodes || *a == Algorithm::AllReducePortRing;
+    let reachable =
+        |a: &Algorithm| !spans_nodes || matches!(a, Algorithm::AllReducePortRing | Algorithm::AllReducePortAllPairs);
     for collective in Collective::ALL {
         let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
         for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)).filter(reachable) {
