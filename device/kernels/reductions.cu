@@ -459,6 +459,71 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
   hi = min_u64(lo + sub, b);
 }
 
+/// The grid of the PortChannel AllReduces: `gridDim.x - 1` worker blocks and one driver block,
+/// whose thread 0 alone talks to the proxy. They hand work over through two counters that only
+/// grow, over launches too: the driver raises `ready` (a piece received, a round started), the
+/// workers add to `arrivals` (their slices written). `state`: [ready, arrivals, then per block
+/// {hand-offs, arrivals, rounds} so far, the same in every block between launches], so nothing
+/// is reset and graph replays need no host work. Waits are bounded with `ctx`.
+struct PortGrid {
+  uint64_t* ready;
+  uint64_t* arrivals;
+  uint64_t* counts;
+  const WaitContext* ctx;
+  uint32_t workers;
+  bool driver;
+  /// Hand-offs raised (driver) or consumed (worker), arrivals awaited or made, and the rounds
+  /// of earlier launches (round `round` of this launch is round `base + round` overall).
+  uint64_t handed, arrived, base;
+
+  __device__ __forceinline__ PortGrid(uint64_t* state, const WaitContext& ctx_)
+      : ready(state),
+        arrivals(state + 1),
+        counts(state + 2 + 3 * static_cast<uint64_t>(blockIdx.x)),
+        ctx(&ctx_),
+        workers(gridDim.x - 1),
+        driver(blockIdx.x == gridDim.x - 1),
+        handed(counts[0]),
+        arrived(counts[1]),
+        base(counts[2]) {}
+
+  /// Driver: the next piece or round is the workers'.
+  __device__ __forceinline__ void hand_off() { ptx::st_release_sys(ready, ++handed); }
+  /// Driver: waits until every worker has arrived once more. False on timeout.
+  __device__ __forceinline__ bool all_arrived() {
+    arrived += workers;
+    return wait_at_least(arrivals, arrived, *ctx, WaitOp::RingHandoff);
+  }
+  /// Worker (every thread): waits for the driver's next hand-off. False on timeout.
+  __device__ __forceinline__ bool take() {
+    ++handed;
+    bool ok = true;
+    if (threadIdx.x == 0) ok = wait_at_least(ready, handed, *ctx, WaitOp::RingHandoff);
+    return __syncthreads_and(ok);
+  }
+  /// Worker (every thread): the block's writes so far are done.
+  __device__ __forceinline__ void arrive() {
+    __syncthreads();  // the block's writes come before the release
+    ++arrived;
+    if (threadIdx.x == 0) ptx::red_add_release_sys(arrivals, 1);
+  }
+  /// Keeps the counts for the next launch, which ran `rounds` rounds. Called by: every thread.
+  __device__ __forceinline__ void save(uint64_t rounds) const {
+    if (threadIdx.x == 0) {
+      counts[0] = handed;
+      counts[1] = arrived;
+      counts[2] = base + rounds;
+    }
+  }
+};
+
+/// One rank alone: its output is its input, copied by the whole grid.
+__device__ __forceinline__ void port_single_rank(const char* input, char* output, uint64_t bytes) {
+  uint64_t lo, hi;
+  worker_slice(0, bytes, blockIdx.x, gridDim.x, lo, hi);
+  ring_reduce(nullptr, input, nullptr, output, lo, hi, 1);
+}
+
 /// Ring AllReduce over PortChannels (MSCCL++ "2PR"): the reduce-scatter and all-gather of
 /// weft_allreduce_ring, with every transfer a put-with-signal the proxy executes with the copy
 /// engine. The GPU only reduces and copies out. Every shard is reduced once, in the native
@@ -467,11 +532,9 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// The grid is `gridDim.x - 1` worker blocks and one driver block, whose thread 0 alone talks
 /// to the proxy, so a round costs the proxy one command per (step, piece), not one per block:
 /// each command costs the proxy's thread several µs of driver calls. The driver waits for the
-/// previous rank's signals and hands each received piece to the workers (`ready`, a counter
-/// only it raises); the workers reduce their slices of the piece and arrive (`arrivals`); once
-/// every worker arrived, the driver pushes the piece's put. Both counters only grow, over launches
-/// too: each block keeps its own counts in `state` between launches, so nothing is reset and
-/// graph replays need no host work. One pusher keeps each channel's commands in step order,
+/// previous rank's signals and hands each received piece to the workers; the workers reduce
+/// their slices of the piece and arrive; once every worker arrived, the driver pushes the
+/// piece's put (PortGrid). One pusher keeps each channel's commands in step order,
 /// which the receiver's waits rely on (a signal covers its put only).
 ///
 /// `channels` = {`lanes` channels of the edge rank -> next (puts, and on channel 0 the next
@@ -492,7 +555,7 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// received every put of round g - 2, so the copy engine is done with this rank's staging slots
 /// of the set. Rounds 0 and 1 find fresh scratch. So a launch of one round waits for a credit
 /// signalled two rounds (usually two launches) earlier: no round trip on its critical path.
-/// `state`: [ready, arrivals, then per block {handed-off, arrived, rounds}].
+/// `state`: PortGrid's.
 /// Inputs and outputs are read and written by this GPU's threads only (any alignment, no
 /// registration); puts go between padded scratch slots, whole 16-byte vectors rounded up. Every
 /// wait is bounded and names the rank, peer and operation.
@@ -501,27 +564,15 @@ extern "C" __global__ void __launch_bounds__(1024)
                              const PortChannelDeviceHandle* channels, uint32_t lanes, char* scratch,
                              uint64_t slot_bytes, uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
-  const uint32_t workers = gridDim.x - 1, w = blockIdx.x;
-  const bool driver = w == workers;
-  if (n == 1) {
-    uint64_t lo, hi;
-    worker_slice(0, bytes, w, gridDim.x, lo, hi);
-    ring_reduce(nullptr, input, nullptr, output, lo, hi, 1);
-    return;
-  }
-  if (driver && threadIdx.x != 0) return;
-  uint64_t* ready = state;
-  uint64_t* arrivals = state + 1;
-  uint64_t* counts = state + 2 + 3 * static_cast<uint64_t>(w);
-  // Handed-off halves and arrivals so far (the driver: raised and awaited; a worker: consumed
-  // and made), the same in every block between launches.
-  uint64_t handed = counts[0], arrived = counts[1];
-  // Rounds of earlier launches: round `round` of this launch is round `base + round` overall.
-  const uint64_t base = counts[2];
+  if (n == 1) return port_single_rank(input, output, bytes);
   // Channel h of the edge to the next rank, and of the edge from the previous one; credits go
   // on channel 0.
   auto out_ch = [&](uint32_t h) -> const PortChannelDeviceHandle& { return channels[h]; };
   auto in_ch = [&](uint32_t h) -> const PortChannelDeviceHandle& { return channels[lanes + h]; };
+  PortGrid grid(state, in_ch(0).semaphore.wait);
+  if (grid.driver && threadIdx.x != 0) return;
+  const uint32_t workers = grid.workers, w = blockIdx.x;
+  const uint64_t base = grid.base;
   const uint64_t capacity = round_capacity(bytes, c.chunk_bytes);
   const uint64_t rounds = div_ceil(bytes, c.chunk_bytes);
   const uint64_t set_bytes = static_cast<uint64_t>(3 * n - 2) * slot_bytes;
@@ -532,19 +583,13 @@ extern "C" __global__ void __launch_bounds__(1024)
     return set * set_bytes + static_cast<uint64_t>(k) * slot_bytes - static_cast<uint64_t>(d) * g.shard;
   };
 
-  if (driver) {
-    const WaitContext& ctx = in_ch(0).semaphore.wait;
-    auto hand_off = [&]() { ptx::st_release_sys(ready, ++handed); };
-    auto all_arrived = [&]() {
-      arrived += workers;
-      return wait_at_least(arrivals, arrived, ctx, WaitOp::RingHandoff);
-    };
+  if (grid.driver) {
     // A round's end: its workers are done with the receive slots and, with 3 ranks or more, a
     // flush saw its forwards applied (they read receive slots; 2 ranks forward nothing); then
     // its set is free again, two rounds later. The staging slots need no flush: the next
     // rank's credit for the round comes after it waited for every put of the round.
     auto finish = [&]() {
-      bool done = all_arrived();
+      bool done = grid.all_arrived();
       for (uint32_t h = 0; done && n > 2 && h < lanes; ++h) done = port_flush(out_ch(h));
       return done && port_signal(in_ch(0));
     };
@@ -558,7 +603,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       };
       // The next rank's receive slots of this set are free; the workers may start the round.
       if (base + round >= 2 && !(ok = port_wait(out_ch(0)))) break;
-      hand_off();
+      grid.hand_off();
       if (round > 0 && !(ok = finish())) break;
       for (uint32_t step = 0; ok && step < n; ++step) {
         const uint32_t d = (r + n - step) % n;
@@ -567,9 +612,9 @@ extern "C" __global__ void __launch_bounds__(1024)
           g.piece(d, h, a, b);
           if (step > 0) {
             if (!(ok = port_wait(in_ch(h)))) break;
-            hand_off();
+            grid.hand_off();
           }
-          ok = all_arrived() && put(h, staging + step, step, d, a, b);
+          ok = grid.all_arrived() && put(h, staging + step, step, d, a, b);
         }
       }
       for (uint32_t t = 1; ok && t < n; ++t) {
@@ -579,24 +624,12 @@ extern "C" __global__ void __launch_bounds__(1024)
           uint64_t a, b;
           g.piece(d, h, a, b);
           ok = port_wait(in_ch(h)) && (t == n - 1 || put(h, k, k + 1, d, a, b));
-          if (ok) hand_off();
+          if (ok) grid.hand_off();
         }
       }
     }
     if (!ok || !finish()) return;
   } else {
-    const WaitContext& ctx = in_ch(0).semaphore.wait;
-    auto take = [&]() {
-      ++handed;
-      bool ok = true;
-      if (threadIdx.x == 0) ok = wait_at_least(ready, handed, ctx, WaitOp::RingHandoff);
-      return __syncthreads_and(ok);
-    };
-    auto arrive = [&]() {
-      __syncthreads();  // the block's writes come before the release
-      ++arrived;
-      if (threadIdx.x == 0) ptx::red_add_release_sys(arrivals, 1);
-    };
     for (uint64_t round = 0; round < rounds; ++round) {
       const uint64_t first = round * capacity;
       const RingRound g(min_u64(capacity, bytes - first), capacity, n, lanes);
@@ -604,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       const char* in = input + first;
       char* out = output + first;
       auto slot = [&](uint32_t k, uint32_t d) { return scratch + at(set, k, d, g); };
-      if (!take()) return;
+      if (!grid.take()) return;
       for (uint32_t step = 0; step < n; ++step) {
         const uint32_t d = (r + n - step) % n;
         const bool last = step == n - 1;
@@ -612,10 +645,10 @@ extern "C" __global__ void __launch_bounds__(1024)
           uint64_t a, b, lo, hi;
           g.piece(d, h, a, b);
           worker_slice(a, b, w, workers, lo, hi);
-          if (step > 0 && !take()) return;
+          if (step > 0 && !grid.take()) return;
           ring_reduce(step > 0 ? slot(step - 1, d) : nullptr, in, slot(staging + step, d), last ? out : nullptr, lo,
                       hi, last ? n : 1);
-          arrive();
+          grid.arrive();
         }
       }
       for (uint32_t t = 1; t < n; ++t) {
@@ -624,18 +657,14 @@ extern "C" __global__ void __launch_bounds__(1024)
           uint64_t a, b, lo, hi;
           g.piece(d, h, a, b);
           worker_slice(a, b, w, workers, lo, hi);
-          if (!take()) return;
+          if (!grid.take()) return;
           copy_range(out, slot(n - 2 + t, d), lo, hi);
         }
       }
-      arrive();  // the round's receive slots are read
+      grid.arrive();  // the round's receive slots are read
     }
   }
-  if (threadIdx.x == 0) {
-    counts[0] = handed;
-    counts[1] = arrived;
-    counts[2] = base + rounds;
-  }
+  grid.save(rounds);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -649,8 +678,8 @@ extern "C" __global__ void __launch_bounds__(1024)
 /// The grid is `gridDim.x - 1` worker blocks and one driver block, as in the port ring: the
 /// workers copy their slices of a round's input into this rank's staging slot and arrive; the
 /// driver pushes one put-with-signal to every peer (`channels[p]`, entry `rank` unused), waits
-/// for every peer's, and hands the round to the workers, which fold it into the output. The
-/// state holds the same counters as the port ring's, which only grow.
+/// for every peer's, and hands the round to the workers, which fold it into the output
+/// (PortGrid).
 ///
 /// `scratch` (registered with the proxy) holds two sets of `ranks` slots of `slot_bytes`; round
 /// g (counted over launches) uses set g % 2, where slot j holds rank j's input (slot `rank` is
@@ -664,53 +693,35 @@ extern "C" __global__ void __launch_bounds__(1024)
                                  const PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes,
                                  uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
-  const uint32_t workers = gridDim.x - 1, w = blockIdx.x;
-  const bool driver = w == workers;
-  if (n == 1) {
-    uint64_t lo, hi;
-    worker_slice(0, bytes, w, gridDim.x, lo, hi);
-    ring_reduce(nullptr, input, nullptr, output, lo, hi, 1);
-    return;
-  }
-  if (driver && threadIdx.x != 0) return;
-  uint64_t* ready = state;
-  uint64_t* arrivals = state + 1;
-  uint64_t* counts = state + 2 + 3 * static_cast<uint64_t>(w);
-  uint64_t handed = counts[0], arrived = counts[1];
-  const uint64_t base = counts[2];
+  if (n == 1) return port_single_rank(input, output, bytes);
+  PortGrid grid(state, channels[(r + 1) % n].semaphore.wait);
+  if (grid.driver && threadIdx.x != 0) return;
   const uint64_t rounds = div_ceil(bytes, slot_bytes);
-  const WaitContext& ctx = channels[(r + 1) % n].semaphore.wait;
   auto slot = [&](uint64_t set, uint32_t j) { return (set * n + j) * slot_bytes; };
 
-  if (driver) {
+  if (grid.driver) {
     for (uint64_t round = 0; round < rounds; ++round) {
       const uint64_t len = min_u64(slot_bytes, bytes - round * slot_bytes);
-      const uint64_t mine = slot((base + round) % 2, r);
-      arrived += workers;
-      if (!wait_at_least(arrivals, arrived, ctx, WaitOp::RingHandoff)) return;
+      const uint64_t mine = slot((grid.base + round) % 2, r);
+      if (!grid.all_arrived()) return;
       for (uint32_t k = 1; k < n; ++k) {
         if (!port_put_signal_split(channels[(r + k) % n], mine, mine, round_up16(len))) return;
       }
       for (uint32_t k = 1; k < n; ++k) {
         if (!port_wait(channels[(r + n - k) % n])) return;
       }
-      ptx::st_release_sys(ready, ++handed);
+      grid.hand_off();
     }
   } else {
     for (uint64_t round = 0; round < rounds; ++round) {
       const uint64_t first = round * slot_bytes;
       const uint64_t len = min_u64(slot_bytes, bytes - first);
-      const uint64_t set = (base + round) % 2;
+      const uint64_t set = (grid.base + round) % 2;
       uint64_t lo, hi;
-      worker_slice(0, len, w, workers, lo, hi);
+      worker_slice(0, len, blockIdx.x, grid.workers, lo, hi);
       push_padded(scratch + slot(set, r), input + first, lo, hi);
-      __syncthreads();  // the block's staging writes come before the release
-      ++arrived;
-      if (threadIdx.x == 0) ptx::red_add_release_sys(arrivals, 1);
-      ++handed;
-      bool ok = true;
-      if (threadIdx.x == 0) ok = wait_at_least(ready, handed, ctx, WaitOp::RingHandoff);
-      if (!__syncthreads_and(ok)) return;
+      grid.arrive();
+      if (!grid.take()) return;
       // Every rank's slot of the set, this rank's own included (the staging copy is its input,
       // bit for bit, and 16-byte aligned).
       const char* in[MAX_RANKS];
@@ -722,11 +733,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       });
     }
   }
-  if (threadIdx.x == 0) {
-    counts[0] = handed;
-    counts[1] = arrived;
-    counts[2] = base + rounds;
-  }
+  grid.save(rounds);
 }
 
 /// Reduce-scatter through scratch in rounds: each shard contributes `slot` bytes per round,

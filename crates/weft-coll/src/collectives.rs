@@ -261,39 +261,20 @@ impl Collectives {
             if bytes == 0 {
                 return Ok(algorithm);
             }
-            if algorithm == Algorithm::AllReducePortAllPairs {
-                let (table, scratch, slot_bytes, state) = self.port_allpairs()?.args();
-                // SAFETY: weft_allreduce_port_allpairs takes (context, input, output, bytes,
-                // channel table, scratch, slot bytes, launch state) on its set-up's blocks; the
-                // table, scratch, state and proxy live as long as `self`, the buffers were
-                // checked above and are the caller's contract.
-                return unsafe {
-                    self.launch(algorithm, dtype, op, stream, bytes, |a| {
-                        a.push(send.ptr)
-                            .push(recv.ptr)
-                            .push(bytes as u64)
-                            .push(table)
-                            .push(scratch)
-                            .push(slot_bytes)
-                            .push(state)
-                    })
-                };
-            }
-            let (table, lanes, scratch, slot_bytes, state) = self.port_ring()?.args();
-            // SAFETY: weft_allreduce_port_ring takes (context, input, output, bytes, channel
-            // table, channels per edge, scratch, slot bytes, launch state) on its set-up's
+            let port = if algorithm == Algorithm::AllReducePortAllPairs {
+                self.port_allpairs()?.args()
+            } else {
+                self.port_ring()?.args()
+            };
+            // SAFETY: weft_allreduce_port_ring and weft_allreduce_port_allpairs take (context,
+            // input, output, bytes) then `port`'s arguments (PortSetup::args) on their set-up's
             // blocks; the table, scratch, state and proxy live as long as `self`, the buffers
             // were checked above and are the caller's contract.
             return unsafe {
                 self.launch(algorithm, dtype, op, stream, bytes, |a| {
-                    a.push(send.ptr)
-                        .push(recv.ptr)
-                        .push(bytes as u64)
-                        .push(table)
-                        .push(lanes)
-                        .push(scratch)
-                        .push(slot_bytes)
-                        .push(state)
+                    a.push(send.ptr).push(recv.ptr).push(bytes as u64);
+                    port.push(a);
+                    a
                 })
             };
         }

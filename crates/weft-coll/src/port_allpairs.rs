@@ -6,10 +6,9 @@
 //! channel to every peer, the launch state).
 
 use weft_core::Communicator;
-use weft_gpu::DevicePtr;
 
 use crate::error::CollError;
-use crate::port_setup::{PortSetup, every_peer};
+use crate::port_setup::{PortKernelArgs, PortSetup, every_peer};
 
 /// Bytes of one slot: a round of a call moves at most this much per rank (larger calls take
 /// several rounds, each a full exchange).
@@ -41,10 +40,9 @@ impl PortAllPairs {
         self.setup.blocks()
     }
 
-    /// The kernel's last four arguments: channel table, scratch, slot bytes, launch state.
-    pub(crate) fn args(&self) -> (DevicePtr, DevicePtr, u64, DevicePtr) {
-        let (table, scratch, state) = self.setup.pointers();
-        (table, scratch, SLOT_BYTES, state)
+    /// The kernel's trailing arguments: channel table, scratch, slot bytes, launch state.
+    pub(crate) fn args(&self) -> PortKernelArgs {
+        self.setup.args(None, SLOT_BYTES)
     }
 }
 

@@ -13,14 +13,12 @@
 //!
 //! The geometry helpers mirror the kernel and are what the CPU tests check.
 
-use weft_core::Communicator;
-use weft_core::proxy::transport::pacing::LinkModel;
-use weft_gpu::DevicePtr;
-
 use crate::error::CollError;
-use crate::port_setup::PortSetup;
 #[cfg(test)]
 use crate::port_setup::{MAX_SCRATCH, state_words};
+use crate::port_setup::{PortKernelArgs, PortSetup};
+use weft_core::Communicator;
+use weft_core::proxy::transport::pacing::LinkModel;
 
 /// Most bytes one FIFO put carries (the command's size field is 32-bit); the kernel splits
 /// larger puts (`kPortMaxPut`). Mirrors the kernel for the tests.
@@ -170,11 +168,10 @@ impl PortRing {
         self.setup.blocks()
     }
 
-    /// The kernel's last five arguments: channel table, channels per edge, scratch, slot bytes,
+    /// The kernel's trailing arguments: channel table, channels per edge, scratch, slot bytes,
     /// launch state.
-    pub(crate) fn args(&self) -> (DevicePtr, u32, DevicePtr, u64, DevicePtr) {
-        let (table, scratch, state) = self.setup.pointers();
-        (table, self.lanes, scratch, self.slot_bytes, state)
+    pub(crate) fn args(&self) -> PortKernelArgs {
+        self.setup.args(Some(self.lanes), self.slot_bytes)
     }
 }
 

@@ -5,7 +5,7 @@
 //! and channels are made pairwise in an order every pair of ranks agrees on.
 
 use weft_core::{Communicator, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory};
-use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr};
+use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs};
 use weft_types::PortChannelDeviceHandle;
 
 use crate::error::CollError;
@@ -93,9 +93,31 @@ impl PortSetup {
         self.worker_blocks + 1
     }
 
-    /// The channel table, the scratch and the launch state, as kernel arguments.
-    pub(crate) fn pointers(&self) -> (DevicePtr, DevicePtr, DevicePtr) {
-        (self.table.ptr(), self.scratch, self.state.ptr())
+    /// The kernel's arguments after (context, input, output, bytes): the channel table,
+    /// `lanes` when the kernel takes it, the scratch, `slot_bytes` and the launch state.
+    pub(crate) fn args(&self, lanes: Option<u32>, slot_bytes: u64) -> PortKernelArgs {
+        PortKernelArgs { table: self.table.ptr(), lanes, scratch: self.scratch, slot_bytes, state: self.state.ptr() }
+    }
+}
+
+/// The trailing arguments of a PortChannel AllReduce kernel ([`PortSetup::args`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PortKernelArgs {
+    table: DevicePtr,
+    lanes: Option<u32>,
+    scratch: DevicePtr,
+    slot_bytes: u64,
+    state: DevicePtr,
+}
+
+impl PortKernelArgs {
+    /// Appends them to `a`.
+    pub(crate) fn push(&self, a: &mut KernelArgs) {
+        a.push(self.table);
+        if let Some(lanes) = self.lanes {
+            a.push(lanes);
+        }
+        a.push(self.scratch).push(self.slot_bytes).push(self.state);
     }
 }
 
