@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use weft_core::{Communicator, KernelLibrary};
+use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig};
 use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
 
@@ -117,6 +117,8 @@ pub struct Collectives {
     port_ring: Mutex<Option<Arc<PortRing>>>,
     /// The PortChannels of AllReduce `port_allpairs`, set up by its first call.
     port_allpairs: Mutex<Option<Arc<PortAllPairs>>>,
+    /// The rank's proxy for both, started by the first of them: one polling thread per GPU.
+    port_proxy: Mutex<Option<PortProxy>>,
     zero_copy_calls: AtomicU64,
     refused_calls: AtomicU64,
 }
@@ -171,6 +173,7 @@ impl Collectives {
             registry: Registry::default(),
             port_ring: Mutex::default(),
             port_allpairs: Mutex::default(),
+            port_proxy: Mutex::default(),
             zero_copy_calls: AtomicU64::new(0),
             refused_calls: AtomicU64::new(0),
         })
@@ -196,15 +199,28 @@ impl Collectives {
     }
 
     /// The α-β model's time in µs of a call of `algorithm` on `bytes` over the emulated NIC:
-    /// only for `port_ring` on a communicator of one host split into virtual nodes with
-    /// `WEFT_EMU_NET_*` set (see [`crate::port_ring_alpha_beta_us`]); `None` otherwise (peers
-    /// on other hosts go over TCP, which the model does not describe).
+    /// only for the PortChannel AllReduces on a communicator of one host split into virtual
+    /// nodes with `WEFT_EMU_NET_*` set (see [`crate::port_ring_alpha_beta_us`] and
+    /// [`crate::port_allpairs_alpha_beta_us`]); `None` otherwise (peers on other hosts go over
+    /// TCP, which the model does not describe).
     pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
         let link = self.comm.env().emulated_net?;
         let topology = self.comm.topology();
-        (algorithm == Algorithm::AllReducePortRing && topology.spans_nodes() && !topology.spans_hosts()).then(|| {
-            crate::port_ring_alpha_beta_us(bytes as u64, self.ranks(), self.resources.context().chunk_bytes, &link)
-        })
+        if !topology.spans_nodes() || topology.spans_hosts() {
+            return None;
+        }
+        let bytes = bytes as u64;
+        match algorithm {
+            Algorithm::AllReducePortRing => {
+                Some(crate::port_ring_alpha_beta_us(bytes, self.ranks(), self.resources.context().chunk_bytes, &link))
+            }
+            Algorithm::AllReducePortAllPairs => {
+                let rank = self.comm.rank();
+                let remote = (0..self.ranks()).filter(|&p| !topology.same_node(p) && p != rank).count();
+                Some(crate::port_allpairs_alpha_beta_us(bytes, remote, &link))
+            }
+            _ => None,
+        }
     }
 
     /// The communicator.
@@ -311,7 +327,8 @@ impl Collectives {
         let topology = self.comm.topology();
         let over_tcp = topology.spans_nodes() && (topology.spans_hosts() || self.comm.env().emulated_net.is_none());
         let lanes = self.config.port_ring_channels.unwrap_or_else(|| crate::port_ring::default_lanes(over_tcp));
-        let ring = Arc::new(PortRing::new(&self.comm, chunk, self.config.port_ring_blocks, lanes)?);
+        let ring =
+            Arc::new(PortRing::new(&self.comm, &self.port_proxy()?, chunk, self.config.port_ring_blocks, lanes)?);
         *state = Some(Arc::clone(&ring));
         Ok(ring)
     }
@@ -322,9 +339,20 @@ impl Collectives {
         if let Some(pairs) = state.as_ref() {
             return Ok(Arc::clone(pairs));
         }
-        let pairs = Arc::new(PortAllPairs::new(&self.comm, self.config.port_ring_blocks)?);
+        let pairs = Arc::new(PortAllPairs::new(&self.comm, &self.port_proxy()?, self.config.port_ring_blocks)?);
         *state = Some(Arc::clone(&pairs));
         Ok(pairs)
+    }
+
+    /// The rank's PortChannel proxy, started on first use (by a call every rank makes).
+    fn port_proxy(&self) -> Result<PortProxy, CollError> {
+        let mut proxy = self.port_proxy.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = proxy.as_ref() {
+            return Ok(p.clone());
+        }
+        let started = PortProxy::new(&self.comm, PortProxyConfig::default())?;
+        *proxy = Some(started.clone());
+        Ok(started)
     }
 
     /// Blocks of a launch of PortChannel algorithm `algorithm`, once set up.

@@ -17,8 +17,8 @@ use crate::error::CollError;
 #[cfg(test)]
 use crate::port_setup::{MAX_SCRATCH, state_words};
 use crate::port_setup::{PortKernelArgs, PortSetup};
-use weft_core::Communicator;
 use weft_core::proxy::transport::pacing::LinkModel;
+use weft_core::{Communicator, PortProxy};
 
 /// Most bytes one FIFO put carries (the command's size field is 32-bit); the kernel splits
 /// larger puts (`kPortMaxPut`). Mirrors the kernel for the tests.
@@ -142,11 +142,12 @@ pub(crate) struct PortRing {
 }
 
 impl PortRing {
-    /// Sets everything up for rounds of `chunk_bytes`, `worker_blocks` workers and `lanes`
-    /// channels per edge. Collective: every rank calls it at the same collective call with the
-    /// same arguments.
+    /// Sets everything up on `proxy` for rounds of `chunk_bytes`, `worker_blocks` workers and
+    /// `lanes` channels per edge. Collective: every rank calls it at the same collective call
+    /// with the same arguments.
     pub(crate) fn new(
         comm: &Communicator,
+        proxy: &PortProxy,
         chunk_bytes: u64,
         worker_blocks: u32,
         lanes: u32,
@@ -159,7 +160,7 @@ impl PortRing {
             let first = if sender { 0 } else { lanes_n };
             links.extend((first..first + lanes_n).map(|entry| (peer, entry)));
         }
-        let setup = PortSetup::new(comm, "port_ring", layout.total_bytes, 2 * lanes_n, &links, worker_blocks)?;
+        let setup = PortSetup::new(comm, proxy, "port_ring", layout.total_bytes, 2 * lanes_n, &links, worker_blocks)?;
         Ok(Self { lanes, slot_bytes: layout.slot_bytes, setup })
     }
 

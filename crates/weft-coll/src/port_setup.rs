@@ -1,10 +1,10 @@
 //! What the PortChannel algorithms (`port_ring`, `port_allpairs`) set up alike on their first
-//! call: a [`PortProxy`], a scratch registered with it, PortChannels to some peers in a device
-//! table, and the launch state their blocks hand work over with (counters kept between
-//! launches). Collective: every rank reaches the set-up at the same call (collective contract),
+//! call: a scratch registered with the rank's [`PortProxy`] (one per `Collectives`, shared by
+//! both: each proxy has its own polling thread), PortChannels to some peers in a device table,
+//! and the launch state their blocks hand work over with (counters kept between launches). Collective: every rank reaches the set-up at the same call (collective contract),
 //! and channels are made pairwise in an order every pair of ranks agrees on.
 
-use weft_core::{Communicator, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory};
+use weft_core::{Communicator, PortChannel, PortProxy, RegisteredMemory};
 use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs};
 use weft_types::PortChannelDeviceHandle;
 
@@ -28,17 +28,17 @@ pub(crate) struct PortSetup {
     // Dropped after the table: the channels keep the proxy, its FIFO and the scratch alive.
     _channels: Vec<PortChannel>,
     _scratch: RegisteredMemory,
-    _proxy: PortProxy,
 }
 
 impl PortSetup {
-    /// `algorithm` (for errors) gets `scratch_bytes` of registered scratch, a table of
+    /// `algorithm` (for errors) gets `scratch_bytes` of scratch registered with `proxy`, a table of
     /// `entries` channel handles (unused entries zero) and the state of `worker_blocks` workers.
     /// `links[i] = (peer, entry)`: a channel to `peer` goes into table entry `entry`; links are
     /// made in this order, which must meet every pair's common links in the same order on both
     /// ranks (the set-up is pairwise).
     pub(crate) fn new(
         comm: &Communicator,
+        proxy: &PortProxy,
         algorithm: &str,
         scratch_bytes: u64,
         entries: usize,
@@ -59,7 +59,6 @@ impl PortSetup {
         // channels' set-up touch other streams only, under a relaxed capture mode.
         let _relaxed = CaptureModeRelaxed::new().map_err(gpu)?;
         let scratch = comm.register(comm.alloc(scratch_bytes.max(16) as usize)?)?;
-        let proxy = PortProxy::new(comm, PortProxyConfig::default())?;
         let id = proxy.register(&scratch)?;
         let mut handles = vec![PortChannelDeviceHandle::default(); entries];
         let mut channels = Vec::with_capacity(links.len());
@@ -77,15 +76,7 @@ impl PortSetup {
         let state = DeviceMemory::alloc(comm.device(), 8 * words, AllocKind::Legacy).map_err(gpu)?;
         state.write_pod(0, &vec![0u64; words]).map_err(gpu)?;
         comm.barrier()?;
-        Ok(Self {
-            worker_blocks,
-            scratch: scratch.ptr(),
-            table,
-            state,
-            _channels: channels,
-            _scratch: scratch,
-            _proxy: proxy,
-        })
+        Ok(Self { worker_blocks, scratch: scratch.ptr(), table, state, _channels: channels, _scratch: scratch })
     }
 
     /// Blocks of a launch: the workers and the driver. Fixed: the launch state counts per block.
