@@ -459,40 +459,62 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
   hi = min_u64(lo + sub, b);
 }
 
-/// The grid of the PortChannel AllReduces: `gridDim.x - 1` worker blocks and one driver block,
-/// whose thread 0 alone talks to the proxy. They hand work over through two counters that only
-/// grow, over launches too: the driver raises `ready` (a piece received, a round started), the
-/// workers add to `arrivals` (their slices written). `state`: [ready, arrivals, then per block
-/// {hand-offs, arrivals, rounds} so far, the same in every block between launches], so nothing
-/// is reset and graph replays need no host work. Waits are bounded with `ctx`.
+/// The grid of the PortChannel AllReduces: block 0 is the driver, whose thread 0 alone talks to
+/// the proxy (the first block dispatched, so it runs even where workers wait to be scheduled),
+/// and blocks 1.. are `gridDim.x - 1` workers. They hand work over through counters that only
+/// grow, over launches too: the driver raises `ready` (a piece received, a round started); each
+/// worker publishes how many times it has arrived (its slices written), and the driver waits
+/// until every worker has arrived as often as it expects. Per-worker counts, not one shared sum:
+/// a worker may arrive twice before the driver looks (two pieces of a step it reduces without a
+/// hand-off between them), and a sum would then let a piece go out before a slow worker wrote
+/// its slice. `state`: [ready, then per block {hand-offs, arrivals, rounds, published
+/// arrivals}]; the first three are the same in every block between launches, so nothing is
+/// reset and graph replays need no host work. Waits are bounded with `ctx`.
 struct PortGrid {
+  static constexpr uint32_t kWords = 4;
   uint64_t* ready;
-  uint64_t* arrivals;
+  uint64_t* blocks;
   uint64_t* counts;
   const WaitContext* ctx;
   uint32_t workers;
   bool driver;
-  /// Hand-offs raised (driver) or consumed (worker), arrivals awaited or made, and the rounds
-  /// of earlier launches (round `round` of this launch is round `base + round` overall).
+  /// This worker's index (blocks 1.. are workers 0..).
+  uint32_t worker;
+  /// Hand-offs raised (driver) or consumed (worker), arrivals awaited per worker or made, and
+  /// the rounds of earlier launches (round `round` of this launch is round `base + round`).
   uint64_t handed, arrived, base;
 
   __device__ __forceinline__ PortGrid(uint64_t* state, const WaitContext& ctx_)
       : ready(state),
-        arrivals(state + 1),
-        counts(state + 2 + 3 * static_cast<uint64_t>(blockIdx.x)),
+        blocks(state + 1),
+        counts(state + 1 + kWords * static_cast<uint64_t>(blockIdx.x)),
         ctx(&ctx_),
         workers(gridDim.x - 1),
-        driver(blockIdx.x == gridDim.x - 1),
+        driver(blockIdx.x == 0),
+        worker(blockIdx.x - 1),
         handed(counts[0]),
         arrived(counts[1]),
         base(counts[2]) {}
 
   /// Driver: the next piece or round is the workers'.
   __device__ __forceinline__ void hand_off() { ptx::st_release_sys(ready, ++handed); }
-  /// Driver: waits until every worker has arrived once more. False on timeout.
+  /// Driver: waits until every worker has arrived once more: each poll issues every worker's
+  /// relaxed load before using any (one memory latency, not one per worker), and one acquire
+  /// fence covers them all. False on timeout.
   __device__ __forceinline__ bool all_arrived() {
-    arrived += workers;
-    return wait_at_least(arrivals, arrived, *ctx, WaitOp::RingHandoff);
+    ++arrived;
+    Spin spin;
+    for (;;) {
+      uint64_t least = ~uint64_t(0);
+      for (uint32_t w = 0; w < workers; ++w) least = min_u64(least, ptx::ld_relaxed_sys(blocks + kWords * (w + 1) + 3));
+      if (least >= arrived) break;
+      if (spin.expired(*ctx)) {
+        report_timeout(*ctx, WaitOp::RingHandoff, arrived, least);
+        return false;
+      }
+    }
+    ptx::fence_acq_rel_sys();
+    return true;
   }
   /// Worker (every thread): waits for the driver's next hand-off. False on timeout.
   __device__ __forceinline__ bool take() {
@@ -505,7 +527,7 @@ struct PortGrid {
   __device__ __forceinline__ void arrive() {
     __syncthreads();  // the block's writes come before the release
     ++arrived;
-    if (threadIdx.x == 0) ptx::red_add_release_sys(arrivals, 1);
+    if (threadIdx.x == 0) ptx::st_release_sys(counts + 3, arrived);
   }
   /// Keeps the counts for the next launch, which ran `rounds` rounds. Called by: every thread.
   __device__ __forceinline__ void save(uint64_t rounds) const {
@@ -529,8 +551,8 @@ __device__ __forceinline__ void port_single_rank(const char* input, char* output
 /// engine. The GPU only reduces and copies out. Every shard is reduced once, in the native
 /// ring's order, so every rank gets the same bits, run after run.
 ///
-/// The grid is `gridDim.x - 1` worker blocks and one driver block, whose thread 0 alone talks
-/// to the proxy, so a round costs the proxy one command per (step, piece), not one per block:
+/// The grid is one driver block (block 0) and `gridDim.x - 1` workers (PortGrid); the driver's
+/// thread 0 alone talks to the proxy, so a round costs the proxy one command per (step, piece):
 /// each command costs the proxy's thread several µs of driver calls. The driver waits for the
 /// previous rank's signals and hands each received piece to the workers; the workers reduce
 /// their slices of the piece and arrive; once every worker arrived, the driver pushes the
@@ -564,6 +586,7 @@ extern "C" __global__ void __launch_bounds__(1024)
                              const PortChannelDeviceHandle* channels, uint32_t lanes, char* scratch,
                              uint64_t slot_bytes, uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
+  if (bytes == 0) return;  // (the host launches none)
   if (n == 1) return port_single_rank(input, output, bytes);
   // Channel h of the edge to the next rank, and of the edge from the previous one; credits go
   // on channel 0.
@@ -571,12 +594,14 @@ extern "C" __global__ void __launch_bounds__(1024)
   auto in_ch = [&](uint32_t h) -> const PortChannelDeviceHandle& { return channels[lanes + h]; };
   PortGrid grid(state, in_ch(0).semaphore.wait);
   if (grid.driver && threadIdx.x != 0) return;
-  const uint32_t workers = grid.workers, w = blockIdx.x;
+  const uint32_t workers = grid.workers, w = grid.worker;
   const uint64_t base = grid.base;
   const uint64_t capacity = round_capacity(bytes, c.chunk_bytes);
   const uint64_t rounds = div_ceil(bytes, c.chunk_bytes);
   const uint64_t set_bytes = static_cast<uint64_t>(3 * n - 2) * slot_bytes;
   const uint32_t staging = 2 * (n - 1);
+  // Pieces per step, the same in every round of the launch (they depend on the capacity).
+  const uint32_t pieces = RingRound(capacity, capacity, n, lanes).pieces;
   // Byte x of shard d in slot k of `set` is at offset `at(set, k, d, g) + x` of the scratch (slot
   // k positioned so that shard d's bytes index it directly).
   auto at = [&](uint64_t set, uint32_t k, uint32_t d, const RingRound& g) {
@@ -590,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     // rank's credit for the round comes after it waited for every put of the round.
     auto finish = [&]() {
       bool done = grid.all_arrived();
-      for (uint32_t h = 0; done && n > 2 && h < lanes; ++h) done = port_flush(out_ch(h));
+      for (uint32_t h = 0; done && n > 2 && h < pieces; ++h) done = port_flush(out_ch(h));
       return done && port_signal(in_ch(0));
     };
     bool ok = true;
@@ -675,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 /// same bits, run after run. One crossing of the network per call instead of the ring's
 /// 2(n - 1); each rank moves (n - 1) times its input, so it is for small messages.
 ///
-/// The grid is `gridDim.x - 1` worker blocks and one driver block, as in the port ring: the
+/// The grid is a driver block and worker blocks, as in the port ring (PortGrid): the
 /// workers copy their slices of a round's input into this rank's staging slot and arrive; the
 /// driver pushes one put-with-signal to every peer (`channels[p]`, entry `rank` unused), waits
 /// for every peer's, and hands the round to the workers, which fold it into the output
@@ -693,6 +718,7 @@ extern "C" __global__ void __launch_bounds__(1024)
                                  const PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes,
                                  uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
+  if (bytes == 0) return;  // (the host launches none)
   if (n == 1) return port_single_rank(input, output, bytes);
   PortGrid grid(state, channels[(r + 1) % n].semaphore.wait);
   if (grid.driver && threadIdx.x != 0) return;
@@ -718,7 +744,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       const uint64_t len = min_u64(slot_bytes, bytes - first);
       const uint64_t set = (grid.base + round) % 2;
       uint64_t lo, hi;
-      worker_slice(0, len, blockIdx.x, grid.workers, lo, hi);
+      worker_slice(0, len, grid.worker, grid.workers, lo, hi);
       push_padded(scratch + slot(set, r), input + first, lo, hi);
       grid.arrive();
       if (!grid.take()) return;

