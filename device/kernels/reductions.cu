@@ -440,7 +440,9 @@ struct RingRound {
   __device__ __forceinline__ RingRound(uint64_t len_, uint64_t capacity, uint32_t ranks, uint32_t lanes)
       : len(len_),
         shard(round_up16(div_ceil(capacity, ranks))),
-        pieces(shard < 2 * kPortRingPieceBytes ? 1 : static_cast<uint32_t>(min_u64(lanes, shard / kPortRingPieceBytes))) {}
+        pieces(shard < 2 * kPortRingPieceBytes
+                   ? 1
+                   : static_cast<uint32_t>(min_u64(lanes, shard / kPortRingPieceBytes))) {}
   /// Bytes [a, b) of piece h of shard d.
   __device__ __forceinline__ void piece(uint32_t d, uint32_t h, uint64_t& a, uint64_t& b) const {
     const uint64_t lo = min_u64(static_cast<uint64_t>(d) * shard, len);
@@ -467,11 +469,12 @@ __device__ __forceinline__ void worker_slice(uint64_t a, uint64_t b, uint32_t w,
 /// until every worker has arrived as often as it expects. Per-worker counts, not one shared sum:
 /// a worker may arrive twice before the driver looks (two pieces of a step it reduces without a
 /// hand-off between them), and a sum would then let a piece go out before a slow worker wrote
-/// its slice. `state`: [ready, then per block {hand-offs, arrivals, rounds, published
-/// arrivals}]; the first three are the same in every block between launches, so nothing is
-/// reset and graph replays need no host work. Waits are bounded with `ctx`.
+/// its slice. `state`: [ready, then per block {hand-offs, arrivals, rounds}], the same in every
+/// block between launches (a worker's arrivals are also what it publishes; the driver's are
+/// what it awaits of each worker), so nothing is reset and graph replays need no host work.
+/// Waits are bounded with `ctx`.
 struct PortGrid {
-  static constexpr uint32_t kWords = 4;
+  static constexpr uint32_t kWords = 3;
   uint64_t* ready;
   uint64_t* blocks;
   uint64_t* counts;
@@ -506,7 +509,7 @@ struct PortGrid {
     Spin spin;
     for (;;) {
       uint64_t least = ~uint64_t(0);
-      for (uint32_t w = 0; w < workers; ++w) least = min_u64(least, ptx::ld_relaxed_sys(blocks + kWords * (w + 1) + 3));
+      for (uint32_t w = 1; w <= workers; ++w) least = min_u64(least, ptx::ld_relaxed_sys(blocks + kWords * w + 1));
       if (least >= arrived) break;
       if (spin.expired(*ctx)) {
         report_timeout(*ctx, WaitOp::RingHandoff, arrived, least);
@@ -527,13 +530,14 @@ struct PortGrid {
   __device__ __forceinline__ void arrive() {
     __syncthreads();  // the block's writes come before the release
     ++arrived;
-    if (threadIdx.x == 0) ptx::st_release_sys(counts + 3, arrived);
+    if (threadIdx.x == 0) ptx::st_release_sys(counts + 1, arrived);
   }
-  /// Keeps the counts for the next launch, which ran `rounds` rounds. Called by: every thread.
+  /// Keeps the counts for the next launch, which ran `rounds` rounds (a worker's arrivals are
+  /// stored already). Called by: every thread.
   __device__ __forceinline__ void save(uint64_t rounds) const {
     if (threadIdx.x == 0) {
       counts[0] = handed;
-      counts[1] = arrived;
+      if (driver) counts[1] = arrived;
       counts[2] = base + rounds;
     }
   }

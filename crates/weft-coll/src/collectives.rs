@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig};
+use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig, PortRoute};
 use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
 
@@ -205,8 +205,8 @@ impl Collectives {
     /// TCP, which the model does not describe).
     pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
         let link = self.comm.env().emulated_net?;
-        let topology = self.comm.topology();
-        if !topology.spans_nodes() || topology.spans_hosts() {
+        let routes: Vec<PortRoute> = self.port_routes().collect();
+        if routes.contains(&PortRoute::Tcp) || !routes.contains(&PortRoute::EmulatedNic) {
             return None;
         }
         let bytes = bytes as u64;
@@ -215,12 +215,18 @@ impl Collectives {
                 Some(crate::port_ring_alpha_beta_us(bytes, self.ranks(), self.resources.context().chunk_bytes, &link))
             }
             Algorithm::AllReducePortAllPairs => {
-                let rank = self.comm.rank();
-                let remote = (0..self.ranks()).filter(|&p| !topology.same_node(p) && p != rank).count();
+                let remote = routes.iter().filter(|&&r| r == PortRoute::EmulatedNic).count();
                 Some(crate::port_allpairs_alpha_beta_us(bytes, remote, &link))
             }
             _ => None,
         }
+    }
+
+    /// How this rank's PortChannels reach each peer (weft-core's routing), in peer order.
+    fn port_routes(&self) -> impl Iterator<Item = PortRoute> + '_ {
+        let (topology, emulated) = (self.comm.topology(), self.comm.env().emulated_net.is_some());
+        let rank = self.comm.rank();
+        (0..self.ranks()).filter(move |&p| p != rank).map(move |p| PortRoute::to(topology, p, emulated))
     }
 
     /// The communicator.
@@ -322,10 +328,9 @@ impl Collectives {
             return Ok(Arc::clone(ring));
         }
         let chunk = self.resources.context().chunk_bytes;
-        // Peers of other nodes are reached over TCP unless the emulated NIC (a paced copy engine)
-        // joins the virtual nodes of one host.
-        let topology = self.comm.topology();
-        let over_tcp = topology.spans_nodes() && (topology.spans_hosts() || self.comm.env().emulated_net.is_none());
+        // Alike on every rank: a rank has a TCP peer exactly when the communicator spans hosts,
+        // or virtual nodes without the emulated NIC.
+        let over_tcp = self.port_routes().any(|r| r == PortRoute::Tcp);
         let lanes = self.config.port_ring_channels.unwrap_or_else(|| crate::port_ring::default_lanes(over_tcp));
         let ring =
             Arc::new(PortRing::new(&self.comm, &self.port_proxy()?, chunk, self.config.port_ring_blocks, lanes)?);
@@ -353,17 +358,6 @@ impl Collectives {
         let started = PortProxy::new(&self.comm, PortProxyConfig::default())?;
         *proxy = Some(started.clone());
         Ok(started)
-    }
-
-    /// Blocks of a launch of PortChannel algorithm `algorithm`, once set up.
-    fn port_blocks(&self, algorithm: Algorithm) -> Option<u32> {
-        fn blocks<T>(m: &Mutex<Option<Arc<T>>>, of: impl Fn(&T) -> u32) -> Option<u32> {
-            m.lock().unwrap_or_else(|p| p.into_inner()).as_deref().map(of)
-        }
-        match algorithm {
-            Algorithm::AllReducePortAllPairs => blocks(&self.port_allpairs, PortAllPairs::blocks),
-            _ => blocks(&self.port_ring, PortRing::blocks),
-        }
     }
 
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there
@@ -891,9 +885,8 @@ impl Collectives {
         let (grid, block) = match algorithm.protocol() {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
             Protocol::Hb | Protocol::P2p | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
-            Protocol::Port => {
-                (self.port_blocks(algorithm).unwrap_or(self.config.port_ring_blocks + 1), self.config.hb_threads)
-            }
+            // The workers their state was set up for, and the driver.
+            Protocol::Port => (self.config.port_ring_blocks + 1, self.config.hb_threads),
         };
         // SAFETY: the context's tables and buffers live as long as `self`; the rest is the
         // caller's contract.

@@ -2,13 +2,13 @@
 //! in `device/kernels/reductions.cu`): every rank puts its input to every peer over
 //! PortChannels and folds all inputs in rank order, one network crossing per call, so it is
 //! the small-message AllReduce across nodes (`port_ring` takes the large ones). Set up on the
-//! first call that uses it ([`PortSetup`]: a proxy, a scratch of two sets of `ranks` slots, a
-//! channel to every peer, the launch state).
+//! first call that uses it ([`PortSetup`]: a scratch of two sets of `ranks` slots registered
+//! with the rank's proxy, a channel to every peer, the launch state).
 
 use weft_core::{Communicator, PortProxy};
 
 use crate::error::CollError;
-use crate::port_setup::{PortKernelArgs, PortSetup, every_peer};
+use crate::port_setup::{PortKernelArgs, PortSetup, every_peer, rounds_us};
 
 /// Bytes of one slot: a round of a call moves at most this much per rank (larger calls take
 /// several rounds, each a full exchange).
@@ -28,17 +28,10 @@ pub fn alpha_beta_us(bytes: u64, remote_peers: usize, link: &weft_core::proxy::t
     if remote_peers == 0 || bytes == 0 {
         return 0.0;
     }
-    let mut total = std::time::Duration::ZERO;
-    let mut first = 0;
-    while first < bytes {
-        let round = SLOT_BYTES.min(bytes - first);
-        total += link.message_time(round * remote_peers as u64);
-        first += round;
-    }
-    total.as_secs_f64() * 1e6
+    rounds_us(bytes, SLOT_BYTES, |round| link.message_time(round * remote_peers as u64))
 }
 
-/// The proxy, scratch, channels and launch state of `port_allpairs`.
+/// The scratch, channels and launch state of `port_allpairs`.
 pub(crate) struct PortAllPairs {
     /// Channel table: entry p leads to peer p (entry `rank` unused).
     setup: PortSetup,
@@ -52,11 +45,6 @@ impl PortAllPairs {
         let links: Vec<(usize, usize)> = every_peer(rank, ranks).into_iter().map(|p| (p, p)).collect();
         let setup = PortSetup::new(comm, proxy, "port_allpairs", scratch_bytes(ranks), ranks, &links, worker_blocks)?;
         Ok(Self { setup })
-    }
-
-    /// Blocks of a launch: the workers and the driver.
-    pub(crate) fn blocks(&self) -> u32 {
-        self.setup.blocks()
     }
 
     /// The kernel's trailing arguments: channel table, scratch, slot bytes, launch state.

@@ -16,7 +16,7 @@
 use crate::error::CollError;
 #[cfg(test)]
 use crate::port_setup::{MAX_SCRATCH, state_words};
-use crate::port_setup::{PortKernelArgs, PortSetup};
+use crate::port_setup::{PortKernelArgs, PortSetup, rounds_us};
 use weft_core::proxy::transport::pacing::LinkModel;
 use weft_core::{Communicator, PortProxy};
 
@@ -122,18 +122,11 @@ pub fn alpha_beta_us(bytes: u64, ranks: usize, chunk_bytes: u64, link: &LinkMode
     if ranks < 2 || bytes == 0 || chunk_bytes == 0 {
         return 0.0;
     }
-    let steps = 2 * (ranks as u64 - 1);
-    let mut total = std::time::Duration::ZERO;
-    let mut first = 0;
-    while first < bytes {
-        let round = chunk_bytes.min(bytes - first);
-        total += link.message_time(round.div_ceil(ranks as u64)) * steps as u32;
-        first += round;
-    }
-    total.as_secs_f64() * 1e6
+    let steps = 2 * (ranks as u32 - 1);
+    rounds_us(bytes, chunk_bytes, |round| link.message_time(round.div_ceil(ranks as u64)) * steps)
 }
 
-/// The proxy, scratch, channels and launch state of `port_ring` (see the module docs).
+/// The scratch, channels and launch state of `port_ring` (see the module docs).
 pub(crate) struct PortRing {
     lanes: u32,
     slot_bytes: u64,
@@ -168,11 +161,6 @@ impl PortRing {
         }
         let setup = PortSetup::new(comm, proxy, "port_ring", layout.total_bytes, 2 * lanes_n, &links, worker_blocks)?;
         Ok(Self { lanes, slot_bytes: layout.slot_bytes, setup })
-    }
-
-    /// Blocks of a launch: the workers and the driver.
-    pub(crate) fn blocks(&self) -> u32 {
-        self.setup.blocks()
     }
 
     /// The kernel's trailing arguments: channel table, channels per edge, scratch, slot bytes,
@@ -270,7 +258,7 @@ mod tests {
         assert_eq!(pieces(1 << 20, 4, 8), 1);
         assert_eq!(Layout::new(1 << 20, 1).total_bytes, 0);
         assert_eq!(Layout::new(32 << 20, 8).total_bytes, 2 * 22 * (4 << 20));
-        assert_eq!(state_words(32), 133);
+        assert_eq!(state_words(32), 100);
     }
 
     #[test]

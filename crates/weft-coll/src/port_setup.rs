@@ -1,8 +1,12 @@
 //! What the PortChannel algorithms (`port_ring`, `port_allpairs`) set up alike on their first
 //! call: a scratch registered with the rank's [`PortProxy`] (one per `Collectives`, shared by
 //! both: each proxy has its own polling thread), PortChannels to some peers in a device table,
-//! and the launch state their blocks hand work over with (counters kept between launches). Collective: every rank reaches the set-up at the same call (collective contract),
-//! and channels are made pairwise in an order every pair of ranks agrees on.
+//! and the launch state their blocks hand work over with (counters kept between launches).
+//! Collective: every rank reaches the set-up at the same call (collective contract), and
+//! channels are made pairwise in an order every pair of ranks agrees on. Also what their α-β
+//! models share: a call is rounds.
+
+use std::time::Duration;
 
 use weft_core::{Communicator, PortChannel, PortProxy, RegisteredMemory};
 use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs};
@@ -14,15 +18,26 @@ use crate::error::CollError;
 pub(crate) const MAX_SCRATCH: u64 = 1 << 32;
 
 /// Words of the launch state of a grid of one driver and `worker_blocks` workers (`PortGrid`):
-/// the hand-off counter, then four per block (hand-offs, arrivals, rounds, published
-/// arrivals).
+/// the hand-off counter, then three per block (hand-offs, arrivals, rounds).
 pub(crate) fn state_words(worker_blocks: u32) -> usize {
-    1 + 4 * (worker_blocks as usize + 1)
+    1 + 3 * (worker_blocks as usize + 1)
 }
 
-/// The proxy, scratch, channel table and launch state of one PortChannel algorithm.
+/// The α-β model's time, in µs, of a call of `bytes` in rounds of at most `round_bytes`, when a
+/// round of `r` bytes takes `round_time(r)`.
+pub(crate) fn rounds_us(bytes: u64, round_bytes: u64, round_time: impl Fn(u64) -> Duration) -> f64 {
+    let mut total = Duration::ZERO;
+    let mut first = 0;
+    while first < bytes && round_bytes > 0 {
+        let round = round_bytes.min(bytes - first);
+        total += round_time(round);
+        first += round;
+    }
+    total.as_secs_f64() * 1e6
+}
+
+/// The scratch, channel table and launch state of one PortChannel algorithm.
 pub(crate) struct PortSetup {
-    worker_blocks: u32,
     scratch: DevicePtr,
     table: DeviceMemory,
     state: DeviceMemory,
@@ -32,8 +47,9 @@ pub(crate) struct PortSetup {
 }
 
 impl PortSetup {
-    /// `algorithm` (for errors) gets `scratch_bytes` of scratch registered with `proxy`, a table of
-    /// `entries` channel handles (unused entries zero) and the state of `worker_blocks` workers.
+    /// `algorithm` (for errors) gets `scratch_bytes` of scratch registered with `proxy`, a table
+    /// of `entries` channel handles (unused entries zero) and the state of `worker_blocks`
+    /// workers (launches have `worker_blocks + 1` blocks).
     /// `links[i] = (peer, entry)`: a channel to `peer` goes into table entry `entry`; links are
     /// made in this order, which must meet every pair's common links in the same order on both
     /// ranks (the set-up is pairwise).
@@ -77,12 +93,7 @@ impl PortSetup {
         let state = DeviceMemory::alloc(comm.device(), 8 * words, AllocKind::Legacy).map_err(gpu)?;
         state.write_pod(0, &vec![0u64; words]).map_err(gpu)?;
         comm.barrier()?;
-        Ok(Self { worker_blocks, scratch: scratch.ptr(), table, state, _channels: channels, _scratch: scratch })
-    }
-
-    /// Blocks of a launch: the workers and the driver. Fixed: the launch state counts per block.
-    pub(crate) fn blocks(&self) -> u32 {
-        self.worker_blocks + 1
+        Ok(Self { scratch: scratch.ptr(), table, state, _channels: channels, _scratch: scratch })
     }
 
     /// The kernel's arguments after (context, input, output, bytes): the channel table,
@@ -135,6 +146,16 @@ mod tests {
                 assert_eq!(mine.len(), ranks - 1);
             }
         }
-        assert_eq!(state_words(32), 133);
+        assert_eq!(state_words(32), 100);
+    }
+
+    #[test]
+    fn a_call_is_timed_round_by_round_with_a_short_last_round() {
+        let per_byte = |r: u64| Duration::from_micros(r);
+        assert_eq!(rounds_us(10, 4, per_byte), 10.0);
+        let fixed = |_: u64| Duration::from_micros(5);
+        assert_eq!(rounds_us(10, 4, fixed), 15.0, "rounds of 4, 4 and 2");
+        assert_eq!(rounds_us(0, 4, fixed), 0.0);
+        assert_eq!(rounds_us(10, 0, fixed), 0.0);
     }
 }

@@ -12,8 +12,9 @@
 //! connection's order is the stream's, so sharing keeps it; connections to one peer then wait
 //! for each other's earlier copies, which one copy engine moves at full speed anyway.
 //!
-//! Copies are `cuMemcpyDtoDAsync`, signals `cuStreamWriteValue64` (with its default memory barrier, so the stored token is visible only
-//! after the copies before it), markers are timing-free events polled with `cuEventQuery`.
+//! Copies are `cuMemcpyDtoDAsync`, signals `cuStreamWriteValue64` (with its default memory
+//! barrier, so the stored token is visible only after the copies before it), markers are
+//! timing-free events polled with `cuEventQuery`.
 //! Nothing here calls `cuStreamSynchronize`, `cuCtxSynchronize` or a synchronous copy: every
 //! call returns once the work is queued, whatever the device is running.
 
