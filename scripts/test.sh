@@ -12,7 +12,9 @@ export WEFT_CUDA_HOME WEFT_REQUIRE_NVRTC=1 WEFT_CACHE_DIR="$PWD/target/weft-kern
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
-cargo test --locked -p weft-core --features ib --lib ib
+# The verbs transport (feature `ib`) over the software RC fabric, alone and under the proxy.
+cargo clippy --locked -p weft-core --features ib --all-targets -- -D warnings
+cargo test --locked -p weft-core --features ib --lib --test proxy_ib
 # Loom models of the FIFO host side and the proxy flow control (about 20 s on 2 cores).
 RUSTFLAGS="--cfg weft_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
   cargo test --locked -p weft-core --lib --release loom

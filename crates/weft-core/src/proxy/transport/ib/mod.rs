@@ -1,0 +1,463 @@
+//! InfiniBand verbs transport (cargo feature `ib`), written against a [`Verbs`] trait.
+//!
+//! **Status.** Our machines have no RDMA NIC. The transport is compiled and tested against
+//! [`soft::SoftFabric`], a software reliable-connected fabric over host memory that implements
+//! [`Verbs`] (both directions, receive queues, receiver-not-ready, dead NICs, access errors).
+//! The binding of [`Verbs`] to rdma-core (`ibv_post_send`/`ibv_post_recv` on RC queue pairs,
+//! `ibv_poll_cq`, memory registration, queue-pair setup over the bootstrap) is **not written**;
+//! nothing here talks to a NIC.
+//!
+//! **Mapping.** A connection is one RC queue pair, used in both directions: this side's puts
+//! and signals leave on it, and the peer's signals for this connection arrive on it.
+//! - A put is an RDMA write from a registered local memory to a registered remote one.
+//! - A signal is a zero-length RDMA write with immediate data. The immediate is the index of
+//!   the receiver's connection (whose inbound token it increments), which the receiver checks
+//!   against the queue pair it arrived on. An RC queue pair executes its work requests in
+//!   order, so the signal lands after every put posted before it: the transport contract.
+//! - The receiver keeps `recv_depth` zero-length receives posted per queue pair (a write with
+//!   immediate consumes one) and turns each such completion into [`Inbox::signal`] of the
+//!   connection, reposting the receive. Its [`Transport::progress`] must therefore run even on a
+//!   rank that only receives (the proxy calls it on every pass).
+//! - Every send is signalled; its completion (the peer acknowledged it) advances the
+//!   connection's completed count and returns its flow-control credit.
+//! - A failed completion fails its connection with an error naming the peer; so does a
+//!   connection with operations outstanding and no completion for `timeout` (a peer that stopped
+//!   posting receives, or a NIC that stopped answering).
+//! - With GPUDirect RDMA into device memory, a binding must make the NIC's writes visible to the
+//!   GPU before the token is raised (NCCL reads back one word over the loopback, "GDR flush");
+//!   [`Inbox::signal`] is where a device inbox does that. Not needed by the host-memory tests.
+
+pub mod soft;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use super::{ConnectionId, Inbox, MAX_CONNECTIONS, MemoryError, Op, Submitted, Transport, TransportError};
+use crate::proxy::flow::FlowControl;
+
+const NAME: &str = "ib";
+
+/// A registered local memory: its address and local key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalRegion {
+    /// Address of the first byte.
+    pub addr: u64,
+    /// Size in bytes.
+    pub len: u64,
+    /// Local key of the registration.
+    pub lkey: u32,
+}
+
+/// A peer's registered memory: its address and remote key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteRegion {
+    /// Address of the first byte in the peer's address space.
+    pub addr: u64,
+    /// Size in bytes.
+    pub len: u64,
+    /// Remote key of the registration.
+    pub rkey: u32,
+}
+
+/// One RDMA write work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteRequest {
+    /// Identifies the request in its completion.
+    pub wr_id: u64,
+    /// Source address.
+    pub local_addr: u64,
+    /// Source key.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u64,
+    /// Destination address.
+    pub remote_addr: u64,
+    /// Destination key.
+    pub rkey: u32,
+    /// Immediate data (write with immediate) for signals.
+    pub imm: Option<u32>,
+}
+
+/// What a work completion completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// A posted RDMA write (with or without immediate), acknowledged by the peer.
+    Write,
+    /// A posted receive consumed by the peer's write with immediate `imm`, on queue pair `qp`.
+    RecvWriteImm {
+        /// The local queue pair it arrived on.
+        qp: u32,
+        /// The immediate data.
+        imm: u32,
+    },
+}
+
+/// A work completion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The request's `wr_id`.
+    pub wr_id: u64,
+    /// What completed.
+    pub kind: CompletionKind,
+    /// `Ok` or the verbs status text.
+    pub status: Result<(), String>,
+}
+
+/// The verbs a binding provides (one completion queue shared by the connections). No call
+/// blocks.
+pub trait Verbs: Send + Sync + std::fmt::Debug {
+    /// Posts `request` on queue pair `qp`.
+    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String>;
+    /// Posts a zero-length receive on queue pair `qp`, for one incoming write with immediate.
+    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String>;
+    /// Appends available completions to `out`.
+    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String>;
+}
+
+/// Options of an [`IbTransport`].
+#[derive(Clone, Copy, Debug)]
+pub struct IbConfig {
+    /// Operations in flight per connection (flow control; at least 2).
+    pub max_in_flight: u64,
+    /// Receives kept posted per queue pair (incoming signals in flight before the sender sees
+    /// receiver-not-ready).
+    pub recv_depth: u32,
+    /// How long a connection may have operations outstanding without a completion.
+    pub timeout: Duration,
+}
+
+impl Default for IbConfig {
+    fn default() -> Self {
+        Self { max_in_flight: 64, recv_depth: 128, timeout: Duration::from_secs(5) }
+    }
+}
+
+/// One connection: a queue pair to a peer and the peer's memories.
+#[derive(Clone, Debug)]
+pub struct IbConnection {
+    /// Queue pair number (already connected to the peer's queue pair by the caller).
+    pub qp: u32,
+    /// The peer's index of this connection: its inbound token that this side's signals raise.
+    pub remote_connection: ConnectionId,
+    /// Who the peer is (for errors).
+    pub peer: String,
+    /// The peer's registered memories, by index.
+    pub remote: Vec<RemoteRegion>,
+}
+
+#[derive(Debug)]
+struct ConnState {
+    conn: IbConnection,
+    submitted: u64,
+    completed: u64,
+    /// Completed tickets not yet contiguous with `completed`.
+    done_out_of_order: BTreeSet<u64>,
+    /// The last time an outstanding operation completed (or none was outstanding).
+    last_progress: Instant,
+    failure: Option<TransportError>,
+}
+
+/// The verbs transport.
+#[derive(Debug)]
+pub struct IbTransport<V> {
+    verbs: V,
+    config: IbConfig,
+    local: Vec<LocalRegion>,
+    inbox: Arc<dyn Inbox>,
+    conns: Vec<Mutex<Option<ConnState>>>,
+    /// Which connection a queue pair belongs to (receive completions name the queue pair).
+    by_qp: RwLock<HashMap<u32, ConnectionId>>,
+    flow: FlowControl,
+}
+
+/// Packs a connection and its ticket into a work request id (tickets below 2^48).
+fn wr_id(connection: ConnectionId, ticket: u64) -> u64 {
+    (u64::from(connection) << 48) | (ticket & ((1 << 48) - 1))
+}
+
+/// The connection and ticket of a write's work request id.
+fn ticket_of(wr_id: u64) -> (ConnectionId, u64) {
+    // The top 16 bits hold a ConnectionId (see wr_id()).
+    ((wr_id >> 48) as ConnectionId, wr_id & ((1 << 48) - 1))
+}
+
+impl<V: Verbs> IbTransport<V> {
+    /// A transport over `verbs` reading local memories `local` and raising the inbound tokens
+    /// of `inbox` when peers signal.
+    pub fn new(verbs: V, local: Vec<LocalRegion>, inbox: Arc<dyn Inbox>, config: IbConfig) -> Self {
+        Self {
+            verbs,
+            config,
+            local,
+            inbox,
+            conns: (0..MAX_CONNECTIONS).map(|_| Mutex::new(None)).collect(),
+            by_qp: RwLock::new(HashMap::new()),
+            flow: FlowControl::new(MAX_CONNECTIONS, config.max_in_flight.max(2)),
+        }
+    }
+
+    /// The verbs this transport posts to.
+    pub fn verbs(&self) -> &V {
+        &self.verbs
+    }
+
+    /// Sets up connection `id` on its connected queue pair and posts its receives.
+    pub fn add_connection(&self, id: ConnectionId, conn: IbConnection) -> Result<(), TransportError> {
+        let connect = |detail: String| TransportError::Connect { transport: NAME, peer: conn.peer.clone(), detail };
+        let slot = self
+            .conns
+            .get(usize::from(id))
+            .ok_or(TransportError::UnknownConnection { transport: NAME, connection: id })?;
+        if usize::from(conn.remote_connection) >= MAX_CONNECTIONS {
+            return Err(connect(format!("the peer's connection index must be below {MAX_CONNECTIONS}")));
+        }
+        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_some() {
+            return Err(connect(format!("connection {id} is already connected")));
+        }
+        {
+            let mut by_qp = self.by_qp.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(other) = by_qp.get(&conn.qp) {
+                return Err(connect(format!("queue pair {} already carries connection {other}", conn.qp)));
+            }
+            by_qp.insert(conn.qp, id);
+        }
+        for _ in 0..self.config.recv_depth {
+            if let Err(e) = self.verbs.post_recv(conn.qp, u64::from(id)) {
+                self.by_qp.write().unwrap_or_else(|p| p.into_inner()).remove(&conn.qp);
+                return Err(connect(format!("posting receives on queue pair {}: {e}", conn.qp)));
+            }
+        }
+        *guard = Some(ConnState {
+            conn,
+            submitted: 0,
+            completed: 0,
+            done_out_of_order: BTreeSet::new(),
+            last_progress: Instant::now(),
+            failure: None,
+        });
+        Ok(())
+    }
+
+    /// Runs `f` on connection `connection` unless it is unknown or has failed.
+    fn with<T>(
+        &self,
+        connection: ConnectionId,
+        f: impl FnOnce(&mut ConnState) -> Result<T, TransportError>,
+    ) -> Result<T, TransportError> {
+        let unknown = TransportError::UnknownConnection { transport: NAME, connection };
+        let slot = self.conns.get(usize::from(connection)).ok_or(unknown.clone())?;
+        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let state = guard.as_mut().ok_or(unknown)?;
+        if let Some(e) = &state.failure {
+            return Err(e.clone());
+        }
+        f(state)
+    }
+
+    fn request(
+        &self,
+        connection: ConnectionId,
+        conn: &IbConnection,
+        ticket: u64,
+        op: &Op,
+    ) -> Result<WriteRequest, MemoryError> {
+        match *op {
+            Op::Put { src_memory, src_offset, dst_memory, dst_offset, len } => {
+                let l =
+                    self.local.get(usize::from(src_memory)).ok_or(MemoryError::UnknownMemory { index: src_memory })?;
+                let r =
+                    conn.remote.get(usize::from(dst_memory)).ok_or(MemoryError::UnknownMemory { index: dst_memory })?;
+                super::check_range(src_memory, src_offset, len, l.len)?;
+                super::check_range(dst_memory, dst_offset, len, r.len)?;
+                Ok(WriteRequest {
+                    wr_id: wr_id(connection, ticket),
+                    local_addr: l.addr + src_offset,
+                    lkey: l.lkey,
+                    len,
+                    remote_addr: r.addr + dst_offset,
+                    rkey: r.rkey,
+                    imm: None,
+                })
+            }
+            Op::Signal => Ok(WriteRequest {
+                wr_id: wr_id(connection, ticket),
+                local_addr: 0,
+                lkey: 0,
+                len: 0,
+                remote_addr: 0,
+                rkey: 0,
+                imm: Some(u32::from(conn.remote_connection)),
+            }),
+        }
+    }
+
+    /// A write of `connection` completed (the peer acknowledged it).
+    fn write_done(
+        &self,
+        connection: ConnectionId,
+        ticket: u64,
+        status: Result<(), String>,
+    ) -> Result<(), TransportError> {
+        self.with(connection, |state| {
+            if let Err(detail) = status {
+                return Err(peer_lost(connection, state, format!("work request {ticket} failed: {detail}")));
+            }
+            state.done_out_of_order.insert(ticket);
+            let mut released = 0;
+            while state.done_out_of_order.remove(&state.completed) {
+                state.completed += 1;
+                released += 1;
+            }
+            if released > 0 {
+                state.last_progress = Instant::now();
+            }
+            self.flow.release(usize::from(connection), released);
+            Ok(())
+        })
+    }
+
+    /// A peer's write with immediate `imm` arrived on queue pair `qp`: raise the token.
+    fn signal_arrived(&self, qp: u32, imm: u32, status: Result<(), String>) -> Result<(), TransportError> {
+        let connection = self.by_qp.read().unwrap_or_else(|p| p.into_inner()).get(&qp).copied().ok_or_else(|| {
+            TransportError::Protocol {
+                transport: NAME,
+                connection: 0,
+                peer: format!("queue pair {qp}"),
+                detail: "a receive completed on a queue pair of no connection".into(),
+            }
+        })?;
+        self.with(connection, |state| {
+            if let Err(detail) = status {
+                return Err(peer_lost(connection, state, format!("a receive for the peer's signal failed: {detail}")));
+            }
+            if imm != u32::from(connection) {
+                let detail =
+                    format!("a signal for connection {imm} arrived on the queue pair of connection {connection}");
+                return Err(fail(
+                    state,
+                    TransportError::Protocol { transport: NAME, connection, peer: state.conn.peer.clone(), detail },
+                ));
+            }
+            if let Err(source) = self.inbox.signal(connection) {
+                return Err(fail(state, TransportError::Memory { transport: NAME, connection, source }));
+            }
+            self.verbs
+                .post_recv(qp, u64::from(connection))
+                .map_err(|e| peer_lost(connection, state, format!("reposting a receive: {e}")))
+        })
+    }
+
+    /// Fails connections whose outstanding operations saw no completion for the timeout.
+    fn check_timeouts(&self) -> Result<(), TransportError> {
+        let mut first = Ok(());
+        for (index, slot) in self.conns.iter().enumerate() {
+            let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(state) = guard.as_mut().filter(|s| s.failure.is_none()) else { continue };
+            if state.completed == state.submitted {
+                state.last_progress = Instant::now();
+                continue;
+            }
+            let waited = state.last_progress.elapsed();
+            if waited > self.config.timeout {
+                let e = TransportError::PeerTimeout {
+                    transport: NAME,
+                    // Slots are indexed by connection, below MAX_CONNECTIONS.
+                    connection: index as ConnectionId,
+                    peer: state.conn.peer.clone(),
+                    waited,
+                    pending: state.submitted - state.completed,
+                };
+                first = first.and(Err(fail(state, e)));
+            }
+        }
+        first
+    }
+}
+
+/// Fails `connection` for good: the peer is lost, for `detail`.
+fn peer_lost(connection: ConnectionId, state: &mut ConnState, detail: String) -> TransportError {
+    fail(state, TransportError::PeerLost { transport: NAME, connection, peer: state.conn.peer.clone(), detail })
+}
+
+/// Records `error` as the connection's failure (every later call returns it) and returns it.
+fn fail(state: &mut ConnState, error: TransportError) -> TransportError {
+    state.failure = Some(error.clone());
+    error
+}
+
+impl<V: Verbs> Transport for IbTransport<V> {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn submit(&self, connection: ConnectionId, ops: &[Op]) -> Result<Submitted, TransportError> {
+        self.with(connection, |state| {
+            // A bad command is refused without failing the connection: nothing is posted.
+            let requests = ops
+                .iter()
+                .enumerate()
+                .map(|(i, op)| self.request(connection, &state.conn, state.submitted + i as u64, op))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|source| TransportError::Memory { transport: NAME, connection, source })?;
+            if requests.is_empty() {
+                return Ok(Submitted::Accepted { last: state.submitted.wrapping_sub(1) });
+            }
+            if !self.flow.try_acquire(usize::from(connection), requests.len() as u64) {
+                return Ok(Submitted::Full);
+            }
+            if state.completed == state.submitted {
+                state.last_progress = Instant::now();
+            }
+            let count = requests.len();
+            for (i, r) in requests.into_iter().enumerate() {
+                if let Err(detail) = self.verbs.post_write(state.conn.qp, r) {
+                    // The unposted operations' credits; the posted ones complete (or flush).
+                    self.flow.release(usize::from(connection), (count - i) as u64);
+                    return Err(peer_lost(connection, state, format!("posting a write: {detail}")));
+                }
+                state.submitted += 1;
+            }
+            Ok(Submitted::Accepted { last: state.submitted - 1 })
+        })
+    }
+
+    fn completed(&self, connection: ConnectionId) -> Result<u64, TransportError> {
+        self.with(connection, |s| Ok(s.completed))
+    }
+
+    fn submitted(&self, connection: ConnectionId) -> Result<u64, TransportError> {
+        self.with(connection, |s| Ok(s.submitted))
+    }
+
+    /// Applies every polled completion (a failure fails only its own connection) and the
+    /// timeouts; returns the first error met.
+    fn progress(&self) -> Result<(), TransportError> {
+        let mut out = Vec::new();
+        self.verbs.poll_cq(&mut out).map_err(|detail| TransportError::Protocol {
+            transport: NAME,
+            connection: 0,
+            peer: "the local completion queue".into(),
+            detail,
+        })?;
+        let mut first = Ok(());
+        for wc in out {
+            let applied = match wc.kind {
+                CompletionKind::Write => {
+                    let (connection, ticket) = ticket_of(wc.wr_id);
+                    self.write_done(connection, ticket, wc.status)
+                }
+                CompletionKind::RecvWriteImm { qp, imm } => self.signal_arrived(qp, imm, wc.status),
+            };
+            first = first.and(applied);
+        }
+        first.and(self.check_timeouts())
+    }
+
+    fn shutdown(&self) {}
+}
+
+#[cfg(all(test, not(weft_loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+mod tests;
