@@ -8,11 +8,15 @@ cd "$(dirname "$0")/.."
 WEFT_CUDA_HOME="$(scripts/cuda-wheels.sh)"
 WEFT_NCCL_HEADER_DIR="$(scripts/nccl-header.sh)"
 export WEFT_NCCL_HEADER_DIR
+# rdma-core's verbs.h and libibverbs.so.1 (no NIC needed) for the `ib` feature's binding tests.
+WEFT_IBVERBS_ROOT="$(scripts/ibverbs.sh)"
+export WEFT_IBVERBS_ROOT WEFT_REQUIRE_IBVERBS=1
 export WEFT_CUDA_HOME WEFT_REQUIRE_NVRTC=1 WEFT_CACHE_DIR="$PWD/target/weft-kernel-cache"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
-# The verbs transport (feature `ib`) over the software RC fabric, alone and under the proxy.
+# The verbs transport (feature `ib`) over the software RC fabric, alone and under the proxy, and
+# its rdma-core binding against the real verbs.h and libibverbs.so.1.
 cargo clippy --locked -p weft-core --features ib --all-targets -- -D warnings
 cargo test --locked -p weft-core --features ib --lib --test proxy_ib
 # Loom models of the FIFO host side and the proxy flow control (about 20 s on 2 cores).

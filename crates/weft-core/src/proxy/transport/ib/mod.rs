@@ -1,11 +1,13 @@
 //! InfiniBand verbs transport (cargo feature `ib`), written against a [`Verbs`] trait.
 //!
-//! **Status.** Our machines have no RDMA NIC. The transport is compiled and tested against
+//! **Status.** Our machines have no RDMA NIC. The transport is tested against
 //! [`soft::SoftFabric`], a software reliable-connected fabric over host memory that implements
 //! [`Verbs`] (both directions, receive queues, receiver-not-ready, dead NICs, access errors).
-//! The binding of [`Verbs`] to rdma-core (`ibv_post_send`/`ibv_post_recv` on RC queue pairs,
-//! `ibv_poll_cq`, memory registration, queue-pair setup over the bootstrap) is **not written**;
-//! nothing here talks to a NIC.
+//! [`rdma::RdmaVerbs`] binds [`Verbs`] to rdma-core's libibverbs, loaded at run time (device,
+//! protection domain, completion queue, memory registration, RC queue-pair bring-up from
+//! exchanged [`rdma::QpEndpoint`]s, `post_send`/`post_recv`/`poll_cq`); its layouts and
+//! constants are checked against the real verbs.h and its loading against the real library,
+//! but it has never run on a NIC, and the PortChannel set-up does not route peers to it yet.
 //!
 //! **Mapping.** A connection is one RC queue pair, used in both directions: this side's puts
 //! and signals leave on it, and the peer's signals for this connection arrive on it.
@@ -27,6 +29,8 @@
 //!   GPU before the token is raised (NCCL reads back one word over the loopback, "GDR flush");
 //!   [`Inbox::signal`] is where a device inbox does that. Not needed by the host-memory tests.
 
+mod ffi;
+pub mod rdma;
 pub mod soft;
 
 use std::collections::{BTreeSet, HashMap};
@@ -171,6 +175,10 @@ pub struct IbTransport<V> {
     flow: FlowControl,
 }
 
+/// Set in the id of every receive work request (a write's id has its connection, below 2^10,
+/// in bits 48..58), so a failed completion, whose opcode is undefined, is known as a receive.
+pub const RECV_WR_TAG: u64 = 1 << 63;
+
 /// Packs a connection and its ticket into a work request id (tickets below 2^48).
 fn wr_id(connection: ConnectionId, ticket: u64) -> u64 {
     (u64::from(connection) << 48) | (ticket & ((1 << 48) - 1))
@@ -224,7 +232,7 @@ impl<V: Verbs> IbTransport<V> {
             by_qp.insert(conn.qp, id);
         }
         for _ in 0..self.config.recv_depth {
-            if let Err(e) = self.verbs.post_recv(conn.qp, u64::from(id)) {
+            if let Err(e) = self.verbs.post_recv(conn.qp, RECV_WR_TAG | u64::from(id)) {
                 self.by_qp.write().unwrap_or_else(|p| p.into_inner()).remove(&conn.qp);
                 return Err(connect(format!("posting receives on queue pair {}: {e}", conn.qp)));
             }
@@ -344,7 +352,7 @@ impl<V: Verbs> IbTransport<V> {
                 return Err(fail(state, TransportError::Memory { transport: NAME, connection, source }));
             }
             self.verbs
-                .post_recv(qp, u64::from(connection))
+                .post_recv(qp, RECV_WR_TAG | u64::from(connection))
                 .map_err(|e| peer_lost(connection, state, format!("reposting a receive: {e}")))
         })
     }
