@@ -206,7 +206,7 @@ impl Collectives {
     pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
         let link = self.comm.env().emulated_net?;
         let routes: Vec<PortRoute> = self.port_routes().collect();
-        if routes.contains(&PortRoute::Tcp) || !routes.contains(&PortRoute::EmulatedNic) {
+        if routes.iter().any(|r| r.is_network()) || !routes.contains(&PortRoute::EmulatedNic) {
             return None;
         }
         let bytes = bytes as u64;
@@ -224,9 +224,9 @@ impl Collectives {
 
     /// How this rank's PortChannels reach each peer (weft-core's routing), in peer order.
     fn port_routes(&self) -> impl Iterator<Item = PortRoute> + '_ {
-        let (topology, emulated) = (self.comm.topology(), self.comm.env().emulated_net.is_some());
+        let (topology, env) = (self.comm.topology(), self.comm.env());
         let rank = self.comm.rank();
-        (0..self.ranks()).filter(move |&p| p != rank).map(move |p| PortRoute::to(topology, p, emulated))
+        (0..self.ranks()).filter(move |&p| p != rank).map(move |p| PortRoute::to(topology, p, env))
     }
 
     /// The communicator.
@@ -328,10 +328,10 @@ impl Collectives {
             return Ok(Arc::clone(ring));
         }
         let chunk = self.resources.context().chunk_bytes;
-        // Alike on every rank: a rank has a TCP peer exactly when the communicator spans hosts,
-        // or virtual nodes without the emulated NIC.
-        let over_tcp = self.port_routes().any(|r| r == PortRoute::Tcp);
-        let lanes = self.config.port_ring_channels.unwrap_or_else(|| crate::port_ring::default_lanes(over_tcp));
+        // Alike on every rank: a rank has a network peer (TCP or verbs) exactly when the
+        // communicator spans hosts, or virtual nodes without the emulated NIC.
+        let over_network = self.port_routes().any(PortRoute::is_network);
+        let lanes = self.config.port_ring_channels.unwrap_or_else(|| crate::port_ring::default_lanes(over_network));
         let ring =
             Arc::new(PortRing::new(&self.comm, &self.port_proxy()?, chunk, self.config.port_ring_blocks, lanes)?);
         *state = Some(Arc::clone(&ring));

@@ -62,9 +62,10 @@ pub(crate) const MAX_LANES: u32 = 16;
 /// stream, so two: one piece's reduction overlaps the other's copy, and more pieces only add
 /// commands (measured: 2.2x slower at 4 MB with eight). Over TCP each channel has its own
 /// sender thread and sockets, one moving about 3 GB/s, so four (1.1-1.4x faster than one from
-/// 16 MB; eight were no faster at 4 ranks, docs/perf/proxy.md).
-pub(crate) fn default_lanes(over_tcp: bool) -> u32 {
-    if over_tcp { 4 } else { 2 }
+/// 16 MB; eight were no faster at 4 ranks, docs/perf/proxy.md). Over verbs each channel is a
+/// queue pair of its own, so four too (a NIC spreads queue pairs over its engines).
+pub(crate) fn default_lanes(over_network: bool) -> u32 {
+    if over_network { 4 } else { 2 }
 }
 
 /// The kernel's `worker_slice`: worker `w`'s part of the half `[a, b)`.

@@ -14,6 +14,9 @@
 //! | `WEFT_PLAN_DIR` | folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it (weft-coll) | unset |
 //! | `WEFT_EMU_NET_LATENCY_US` | emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node (which then goes through the copy engine, paced, instead of TCP), in microseconds | unset: no emulation |
 //! | `WEFT_EMU_NET_GBPS` | emulated NIC: bandwidth cap β per GPU in GB/s (10^9 bytes/s); setting either variable turns the emulation on | unset: uncapped |
+//! | `WEFT_NET` | how PortChannels reach peers of other (virtual) nodes that the emulated NIC does not: `tcp`; `ib` (InfiniBand verbs through rdma-core's libibverbs; needs the `ib` feature, which the `weft` command has); `soft-ib` (the same verbs transport over a software RC fabric joining the ranks of one process, through staged copies: for testing the path without a NIC) | `tcp` |
+//! | `WEFT_IB_DEVICE`, `WEFT_IB_PORT`, `WEFT_IB_GID_INDEX` | the RDMA device (e.g. `mlx5_0`), its port and GID index for `WEFT_NET=ib` | first device, `1`, `0` |
+//! | `WEFT_IBVERBS_LIB` | the `libibverbs.so.1` to load for `WEFT_NET=ib` | the dynamic linker's search |
 //! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count (weft-coll) | built-in |
 //! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |
 //! | `WEFT_PLAN_REPLICAS` | replicas of every thread block of an execution plan, each moving a slice of every chunk (weft-coll) | as many as the SMs hold |
@@ -58,6 +61,18 @@ pub fn cuda_queues_ok() -> bool {
     std::env::var(CUDA_QUEUES_VAR).ok().and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(8) >= CUDA_QUEUES_WANTED
 }
 
+/// How PortChannels reach peers of other (virtual) nodes (`WEFT_NET`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Network {
+    /// TCP through pinned host memory.
+    #[default]
+    Tcp,
+    /// InfiniBand verbs through rdma-core.
+    Ib,
+    /// The verbs transport over the in-process software RC fabric (tests).
+    SoftIb,
+}
+
 /// A malformed environment variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name}={value:?}: {expected}")]
@@ -89,6 +104,8 @@ pub struct Env {
     /// shrink their grids to fit), and their timings say nothing about a machine with one GPU
     /// per rank.
     pub share_gpus: bool,
+    /// `WEFT_NET`: the network transport of PortChannels.
+    pub network: Network,
     /// Every `WEFT_*` variable as read, for the layers that own the remaining ones
     /// (collective tuning, the NCCL baseline): they parse them from here, so the process
     /// environment is read once, in one place.
@@ -104,6 +121,7 @@ impl Default for Env {
             ranks_per_node: None,
             emulated_net: None,
             share_gpus: false,
+            network: Network::Tcp,
             vars: BTreeMap::new(),
         }
     }
@@ -169,6 +187,14 @@ impl Env {
                 _ => return Err(EnvError { name: "WEFT_SHARE_GPUS", value, expected: "1 or 0" }),
             };
         }
+        if let Some(value) = lookup("WEFT_NET") {
+            env.network = match value.trim() {
+                "tcp" | "" => Network::Tcp,
+                "ib" => Network::Ib,
+                "soft-ib" => Network::SoftIb,
+                _ => return Err(EnvError { name: "WEFT_NET", value, expected: "tcp, ib or soft-ib" }),
+            };
+        }
         env.vars = vars;
         Ok(env)
     }
@@ -201,6 +227,9 @@ mod tests {
         assert_eq!(e.emulated_net, None);
         assert!(!e.share_gpus);
         assert!(env(&[("WEFT_SHARE_GPUS", "1")]).unwrap().share_gpus);
+        assert_eq!(e.network, Network::Tcp);
+        assert_eq!(env(&[("WEFT_NET", "ib")]).unwrap().network, Network::Ib);
+        assert_eq!(env(&[("WEFT_NET", "soft-ib")]).unwrap().network, Network::SoftIb);
         let net = env(&[("WEFT_EMU_NET_LATENCY_US", "5"), ("WEFT_EMU_NET_GBPS", "25")]).unwrap().emulated_net;
         assert_eq!(net, Some(LinkModel::new(5.0, Some(25.0))));
         let latency_only = env(&[("WEFT_EMU_NET_LATENCY_US", "2.5")]).unwrap().emulated_net.unwrap();
@@ -218,6 +247,7 @@ mod tests {
             ("WEFT_RANKS_PER_NODE", "0"),
             ("WEFT_RANKS_PER_NODE", "two"),
             ("WEFT_SHARE_GPUS", "yes"),
+            ("WEFT_NET", "rdma"),
             ("WEFT_EMU_NET_LATENCY_US", "-3"),
             ("WEFT_EMU_NET_GBPS", "fast"),
         ] {

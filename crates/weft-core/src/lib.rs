@@ -31,6 +31,8 @@ mod identity;
 mod memory;
 #[cfg(not(all(test, weft_loom)))]
 mod port_channel;
+#[cfg(all(feature = "ib", not(all(test, weft_loom))))]
+mod port_ib;
 pub mod proxy;
 pub mod selftest_kernels;
 mod semaphore;
@@ -41,7 +43,7 @@ mod wire;
 pub use channel::{MemoryChannel, MemoryChannelConfig};
 pub use communicator::Communicator;
 pub use device_code::{KernelLibrary, LoadedKernels};
-pub use env::{CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED, Env, EnvError, cuda_queues_ok};
+pub use env::{CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED, Env, EnvError, Network, cuda_queues_ok};
 pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
 pub use memory::{RegisteredMemory, RemoteMemory, UserRegistration};

@@ -35,6 +35,7 @@ use weft_types::{FifoDeviceHandle, PortChannelDeviceHandle, SemaphoreDeviceHandl
 
 use crate::communicator::Communicator;
 use crate::descriptor::MemoryDescriptor;
+use crate::env::{Env, Network};
 use crate::error::{ConnectError, Error};
 use crate::fifo::{FifoReader, PinnedFifo};
 use crate::memory::RegisteredMemory;
@@ -78,20 +79,31 @@ pub enum PortRoute {
     /// while the emulation is on.
     EmulatedNic,
     /// TCP through pinned host memory: a peer on another host, or in another virtual node
-    /// without the emulation.
+    /// without the emulation (`WEFT_NET=tcp`, the default).
     Tcp,
+    /// InfiniBand verbs (`WEFT_NET=ib`, or `soft-ib` over the software fabric), where TCP
+    /// would be used otherwise.
+    Ib,
 }
 
 impl PortRoute {
-    /// The route from this rank of `topology` to `peer`; `emulated`: the emulated NIC is on.
-    pub fn to(topology: &Topology, peer: usize, emulated: bool) -> Self {
+    /// The route from this rank of `topology` to `peer` under `env` (the emulated NIC, the
+    /// network).
+    pub fn to(topology: &Topology, peer: usize, env: &Env) -> Self {
         if topology.same_node(peer) {
             Self::CopyEngine
-        } else if emulated && topology.same_host(peer) {
+        } else if env.emulated_net.is_some() && topology.same_host(peer) {
             Self::EmulatedNic
-        } else {
+        } else if env.network == Network::Tcp {
             Self::Tcp
+        } else {
+            Self::Ib
         }
+    }
+
+    /// Whether the route crosses a network transport (TCP or verbs) rather than a copy engine.
+    pub fn is_network(self) -> bool {
+        matches!(self, Self::Tcp | Self::Ib)
     }
 
     fn tag(self) -> u8 {
@@ -99,13 +111,61 @@ impl PortRoute {
     }
 
     fn from_tag(tag: u8) -> Option<Self> {
-        [Self::CopyEngine, Self::EmulatedNic, Self::Tcp].into_iter().find(|r| r.tag() == tag)
+        [Self::CopyEngine, Self::EmulatedNic, Self::Tcp, Self::Ib].into_iter().find(|r| r.tag() == tag)
     }
 }
 
-/// Index of each transport in the proxy's [`RoutedTransport`].
+/// Index of each transport in the proxy's [`RoutedTransport`]: the copy engine, and the
+/// network transport (TCP or verbs) when some peer needs one.
 const COPY_ENGINE: usize = 0;
-const TCP: usize = 1;
+const NETWORK: usize = 1;
+
+/// The network side of a proxy: whichever transport `WEFT_NET` picks.
+enum NetEndpoint {
+    Tcp(TcpEndpoint),
+    #[cfg(feature = "ib")]
+    Ib(crate::port_ib::IbEndpoint),
+}
+
+impl NetEndpoint {
+    /// Opens the endpoint `route` needs for `comm`'s peers.
+    fn open(comm: &Communicator, route: PortRoute, config: &PortProxyConfig, timeout: Duration) -> Result<Self, Error> {
+        let rank = comm.rank();
+        match route {
+            PortRoute::Tcp => {
+                let ip = tcp_listen_ip(comm)?;
+                TcpEndpoint::bind(comm, ip, config, timeout).map(Self::Tcp)
+            }
+            #[cfg(feature = "ib")]
+            PortRoute::Ib => crate::port_ib::IbEndpoint::open(comm, comm.env().network, config.max_in_flight, timeout)
+                .map(Self::Ib)
+                .map_err(|e| Error::InvalidArgument { rank, detail: format!("PortChannel verbs endpoint: {e}") }),
+            _ => Err(Error::InvalidArgument {
+                rank,
+                detail: format!(
+                    "WEFT_NET={:?} routes peers over {route:?}, which this build lacks (the `ib` cargo feature)",
+                    comm.env().network
+                ),
+            }),
+        }
+    }
+
+    fn transport(&self) -> Arc<dyn Transport> {
+        match self {
+            Self::Tcp(tcp) => tcp.transport.clone(),
+            #[cfg(feature = "ib")]
+            Self::Ib(ib) => ib.transport.clone(),
+        }
+    }
+
+    fn inbox(&self) -> &DeviceInbox {
+        match self {
+            Self::Tcp(tcp) => &tcp.inbox,
+            #[cfg(feature = "ib")]
+            Self::Ib(ib) => &ib.inbox,
+        }
+    }
+}
 
 /// The TCP side of a proxy: an endpoint listening for peers, with staged views of the
 /// registered memories (indices equal to their [`MemoryId`]s).
@@ -139,21 +199,26 @@ impl TcpEndpoint {
     }
 }
 
-/// Where this rank's TCP endpoint listens, if any peer needs one: loopback when every such
-/// peer is on this host, else the address the bootstrap advertises.
-fn tcp_listen_ip(comm: &Communicator) -> Result<Option<IpAddr>, Error> {
+/// The network route of `comm`'s peers that need one (every such peer gets the same: TCP or
+/// verbs, by `WEFT_NET`), if any does.
+fn network_route(comm: &Communicator) -> Option<PortRoute> {
+    (0..comm.world_size())
+        .filter(|&p| p != comm.rank())
+        .map(|p| PortRoute::to(comm.topology(), p, comm.env()))
+        .find(|r| r.is_network())
+}
+
+/// Where this rank's TCP endpoint listens: loopback when every peer reached over TCP is on this
+/// host, else the address the bootstrap advertises.
+fn tcp_listen_ip(comm: &Communicator) -> Result<IpAddr, Error> {
     let topology = comm.topology();
-    let emulated = comm.env().emulated_net.is_some();
-    let tcp_peers: Vec<usize> = (0..comm.world_size())
-        .filter(|&p| p != comm.rank() && PortRoute::to(topology, p, emulated) == PortRoute::Tcp)
-        .collect();
-    if tcp_peers.is_empty() {
-        return Ok(None);
+    let all_local = (0..comm.world_size())
+        .filter(|&p| p != comm.rank() && PortRoute::to(topology, p, comm.env()) == PortRoute::Tcp)
+        .all(|p| topology.same_host(p));
+    if all_local {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
-    if tcp_peers.iter().all(|&p| topology.same_host(p)) {
-        return Ok(Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-    }
-    comm.bootstrap().advertised_ip().map(Some).ok_or_else(|| Error::InvalidArgument {
+    comm.bootstrap().advertised_ip().ok_or_else(|| Error::InvalidArgument {
         rank: comm.rank(),
         detail: "peers on other hosts need a TCP address, and the bootstrap advertises none".into(),
     })
@@ -165,8 +230,9 @@ struct Shared {
     _fifo: PinnedFifo,
     fifo_handle: FifoDeviceHandle,
     copy_engine: Arc<CopyEngineTransport<CudaCopyQueue>>,
-    /// Present when some peer is reached over TCP.
-    tcp: Option<TcpEndpoint>,
+    /// Present when some peer is reached over a network (declared before `memories`: a NIC's
+    /// registrations end before the memories can be freed).
+    net: Option<NetEndpoint>,
     /// Every connection's transport: what the proxy threads submit to.
     routes: Arc<RoutedTransport>,
     service: Mutex<Option<ProxyService>>,
@@ -192,9 +258,9 @@ impl Shared {
                 idle = q.stream().wait_idle(self.timeout, "a PortChannel copy queue at shutdown");
             }
         });
-        // The TCP receivers are joined; token stores they queued write the communicator's pool.
-        // Waited for even when a copy queue failed to drain.
-        let drained = self.tcp.as_ref().map_or(Ok(()), |tcp| tcp.inbox.drain(self.timeout));
+        // The network receivers are stopped; token stores they queued write the communicator's
+        // pool. Waited for even when a copy queue failed to drain.
+        let drained = self.net.as_ref().map_or(Ok(()), |net| net.inbox().drain(self.timeout));
         idle.map_err(|source| Error::Gpu { rank, source })?;
         drained.map_err(|e| Error::InvalidArgument { rank, detail: e.to_string() })?;
         outcome.map_err(|e| Error::InvalidArgument { rank, detail: format!("PortChannel proxy: {e}") })
@@ -249,10 +315,10 @@ impl PortProxy {
         let timeout = config.timeout.unwrap_or(comm.env().device_timeout);
         let ce = CopyEngineConfig { max_in_flight: config.max_in_flight, timeout, link: comm.env().emulated_net };
         let copy_engine = Arc::new(CopyEngineTransport::new(ce).map_err(|e| invalid(e.to_string()))?);
-        let tcp = tcp_listen_ip(comm)?.map(|ip| TcpEndpoint::bind(comm, ip, &config, timeout)).transpose()?;
+        let net = network_route(comm).map(|route| NetEndpoint::open(comm, route, &config, timeout)).transpose()?;
         let mut transports: Vec<Arc<dyn Transport>> = vec![copy_engine.clone()];
-        if let Some(tcp) = &tcp {
-            transports.push(tcp.transport.clone());
+        if let Some(net) = &net {
+            transports.push(net.transport());
         }
         let routes = Arc::new(RoutedTransport::new(transports));
         let reader = FifoReader::new(fifo.clone()).map_err(|e| invalid(e.to_string()))?;
@@ -268,7 +334,7 @@ impl PortProxy {
                 _fifo: fifo,
                 fifo_handle,
                 copy_engine,
-                tcp,
+                net,
                 routes,
                 service: Mutex::new(Some(service)),
                 memories: Mutex::new(Vec::new()),
@@ -295,8 +361,20 @@ impl PortProxy {
         let mut memories = self.shared.memories.lock().unwrap_or_else(|p| p.into_inner());
         // Everything that can fail for another reason than a full table is set up first, and
         // every table holds as many memories as `memories`, so the indices stay equal.
-        let staged = match &self.shared.tcp {
-            Some(tcp) => {
+        enum Prepared<'a> {
+            Tcp(&'a TcpEndpoint, StagedDeviceMemory, StagedDeviceMemory),
+            #[cfg(feature = "ib")]
+            Ib(
+                &'a crate::port_ib::IbEndpoint,
+                (crate::proxy::transport::ib::LocalRegion, crate::proxy::transport::ib::RemoteRegion),
+            ),
+        }
+        let prepared = match &self.shared.net {
+            #[cfg(feature = "ib")]
+            Some(NetEndpoint::Ib(ib)) => {
+                Some(Prepared::Ib(ib, ib.prepare(&self.shared.comm, memory).map_err(invalid)?))
+            }
+            Some(NetEndpoint::Tcp(tcp)) => {
                 let view = || {
                     StagedDeviceMemory::new(
                         self.shared.comm.device(),
@@ -308,7 +386,7 @@ impl PortProxy {
                     )
                     .map_err(|source| Error::Gpu { rank, source })
                 };
-                Some((tcp, view()?, view()?))
+                Some(Prepared::Tcp(tcp, view()?, view()?))
             }
             None => None,
         };
@@ -318,12 +396,22 @@ impl PortProxy {
             .copy_engine
             .register_local(memory.ptr(), memory.len() as u64, keep)
             .map_err(|e| invalid(e.to_string()))?;
-        if let Some((tcp, read, write)) = staged {
-            let read = tcp.sources.register(Arc::new(read)).map_err(|e| invalid(e.to_string()))?;
-            let write = tcp.inbox.memories().register(Arc::new(write)).map_err(|e| invalid(e.to_string()))?;
-            if (read, write) != (id, id) {
-                return Err(invalid(format!("memory tables out of step: {id}, {read}, {write}")));
+        match prepared {
+            Some(Prepared::Tcp(tcp, read, write)) => {
+                let read = tcp.sources.register(Arc::new(read)).map_err(|e| invalid(e.to_string()))?;
+                let write = tcp.inbox.memories().register(Arc::new(write)).map_err(|e| invalid(e.to_string()))?;
+                if (read, write) != (id, id) {
+                    return Err(invalid(format!("memory tables out of step: {id}, {read}, {write}")));
+                }
             }
+            #[cfg(feature = "ib")]
+            Some(Prepared::Ib(ib, regions)) => {
+                let index = ib.add(regions);
+                if index != usize::from(id) {
+                    return Err(invalid(format!("memory tables out of step: {id}, {index}")));
+                }
+            }
+            None => {}
         }
         memories.push(memory.clone());
         Ok(MemoryId(id))
@@ -356,7 +444,7 @@ impl PortProxy {
         if peer >= comm.world_size() || peer == rank {
             return Err(invalid(format!("peer {peer} (world of {}, self is {rank})", comm.world_size())));
         }
-        let route = PortRoute::to(comm.topology(), peer, comm.env().emulated_net.is_some());
+        let route = PortRoute::to(comm.topology(), peer, comm.env());
         let descriptor = {
             let memories = self.shared.memories.lock().unwrap_or_else(|p| p.into_inner());
             let memory = memories.get(usize::from(local.0)).ok_or_else(|| invalid(format!("no memory {}", local.0)))?;
@@ -368,6 +456,9 @@ impl PortProxy {
         }
         let (inbound_slot, inbound) = comm.claim_token()?;
         let (_, expected) = comm.claim_token()?;
+        // The queue pair this side offers, for a verbs channel.
+        #[cfg(feature = "ib")]
+        let mut ib_qpn: Option<u32> = None;
         let mut w = Writer::new();
         w.put_u8(route.tag());
         w.put_u8(local.0);
@@ -378,13 +469,23 @@ impl PortProxy {
                 w.put_u32(u32::try_from(inbound_slot).map_err(|_| invalid("token slot".into()))?);
                 put_short_bytes(&mut w, &pool).map_err(|e| invalid(e.to_string()))?;
             }
-            PortRoute::Tcp => {
-                let tcp = self.tcp(route)?;
+            PortRoute::Tcp | PortRoute::Ib => {
                 // Signals of the peer's connection land in this channel's inbound token.
                 let keep = Arc::new(comm.token_pool().clone());
-                tcp.inbox.set_token(connection, inbound, keep).map_err(|e| invalid(e.to_string()))?;
-                w.put_u16(connection);
-                w.put_addr(&tcp.transport.local_addr());
+                let net = self.net(route)?;
+                net.inbox().set_token(connection, inbound, keep).map_err(|e| invalid(e.to_string()))?;
+                match net {
+                    NetEndpoint::Tcp(tcp) => {
+                        w.put_u16(connection);
+                        w.put_addr(&tcp.transport.local_addr());
+                    }
+                    #[cfg(feature = "ib")]
+                    NetEndpoint::Ib(ib) => {
+                        let (offer, qpn) = ib.offer(connection, local.0).map_err(invalid)?;
+                        offer.write(&mut w);
+                        ib_qpn = Some(qpn);
+                    }
+                }
             }
         }
         let theirs = comm.exchange(peer, &w.into_inner())?;
@@ -409,17 +510,28 @@ impl PortProxy {
                 let target = CopyEngineTarget { memory: their_memory, slot: their_slot, pool: their_pool };
                 self.connect_copy_engine(peer, connection, their_id, target, route == PortRoute::EmulatedNic)?;
             }
-            PortRoute::Tcp => {
-                let their_connection = r.u16().map_err(malformed)?;
-                let addr = r.addr().map_err(malformed)?;
-                r.finish().map_err(malformed)?;
-                let tcp = self.tcp(route)?;
-                tcp.transport
-                    .connect(connection, addr, their_connection, &format!("rank {peer}"))
-                    .map_err(|e| invalid(e.to_string()))?;
-            }
+            PortRoute::Tcp | PortRoute::Ib => match self.net(route)? {
+                NetEndpoint::Tcp(tcp) => {
+                    let their_connection = r.u16().map_err(malformed)?;
+                    let addr = r.addr().map_err(malformed)?;
+                    r.finish().map_err(malformed)?;
+                    tcp.transport
+                        .connect(connection, addr, their_connection, &format!("rank {peer}"))
+                        .map_err(|e| invalid(e.to_string()))?;
+                }
+                #[cfg(feature = "ib")]
+                NetEndpoint::Ib(ib) => {
+                    let theirs = crate::port_ib::IbChannelOffer::read(&mut r).map_err(malformed)?;
+                    r.finish().map_err(malformed)?;
+                    let qpn = ib_qpn.ok_or_else(|| invalid("no queue pair was offered".into()))?;
+                    ib.connect(connection, qpn, &theirs, their_id, &format!("rank {peer}")).map_err(invalid)?;
+                    // Both queue pairs are connected with receives posted before either side
+                    // returns, so no signal meets a queue pair that is not ready.
+                    comm.exchange(peer, b"connected")?;
+                }
+            },
         }
-        let transport = if route == PortRoute::Tcp { TCP } else { COPY_ENGINE };
+        let transport = if route.is_network() { NETWORK } else { COPY_ENGINE };
         self.shared.routes.route(connection, transport).map_err(|e| invalid(e.to_string()))?;
         let semaphore =
             SemaphoreDeviceHandle { inbound, remote_inbound: 0, expected, wait: comm.wait_context(peer, timeout) };
@@ -434,11 +546,11 @@ impl PortProxy {
         Ok(PortChannel { peer, route, handle, _proxy: self.shared.clone() })
     }
 
-    /// The TCP endpoint, which exists whenever some peer's route is TCP.
-    fn tcp(&self, route: PortRoute) -> Result<&TcpEndpoint, Error> {
-        self.shared.tcp.as_ref().ok_or_else(|| Error::InvalidArgument {
+    /// The network endpoint, which exists whenever some peer's route is a network one.
+    fn net(&self, route: PortRoute) -> Result<&NetEndpoint, Error> {
+        self.shared.net.as_ref().ok_or_else(|| Error::InvalidArgument {
             rank: self.shared.comm.rank(),
-            detail: format!("no TCP endpoint for a {route:?} channel"),
+            detail: format!("no network endpoint for a {route:?} channel"),
         })
     }
 
@@ -537,6 +649,8 @@ impl PortChannel {
 #[allow(clippy::unwrap_used)] // tests may panic on failure
 mod tests {
     use super::*;
+    use crate::env::Network;
+    use crate::proxy::transport::pacing::LinkModel;
     use crate::topology::{NodeLayout, test_peer};
 
     #[test]
@@ -545,16 +659,27 @@ mod tests {
         let peers: Vec<_> =
             (0..5).map(|r| test_peer(r, if r < 4 { 1 } else { 2 }, r as u64, &format!("gpu{r}"))).collect();
         let t = Topology::new(0, peers.clone(), NodeLayout::default()).unwrap();
-        let routes = |t: &Topology, emulated| (1..5).map(|p| PortRoute::to(t, p, emulated)).collect::<Vec<_>>();
-        use PortRoute::{CopyEngine as Ce, EmulatedNic as Emu, Tcp};
-        assert_eq!(routes(&t, false), [Ce, Ce, Ce, Tcp]);
-        assert_eq!(routes(&t, true), [Ce, Ce, Ce, Tcp]);
+        let env = |emulated: bool, network| {
+            let mut env = Env::default();
+            env.emulated_net = emulated.then(|| LinkModel::new(5.0, None));
+            env.network = network;
+            env
+        };
+        let routes = |t: &Topology, emulated, network| {
+            (1..5).map(|p| PortRoute::to(t, p, &env(emulated, network))).collect::<Vec<_>>()
+        };
+        use PortRoute::{CopyEngine as Ce, EmulatedNic as Emu, Ib, Tcp};
+        assert_eq!(routes(&t, false, Network::Tcp), [Ce, Ce, Ce, Tcp]);
+        assert_eq!(routes(&t, true, Network::Tcp), [Ce, Ce, Ce, Tcp]);
+        assert_eq!(routes(&t, false, Network::Ib), [Ce, Ce, Ce, Ib]);
         let v = Topology::new(0, peers, NodeLayout::virtual_nodes(2)).unwrap();
-        assert_eq!(routes(&v, false), [Ce, Tcp, Tcp, Tcp]);
-        assert_eq!(routes(&v, true), [Ce, Emu, Emu, Tcp]);
-        for r in [Ce, Emu, Tcp] {
+        assert_eq!(routes(&v, false, Network::Tcp), [Ce, Tcp, Tcp, Tcp]);
+        assert_eq!(routes(&v, true, Network::Tcp), [Ce, Emu, Emu, Tcp]);
+        assert_eq!(routes(&v, false, Network::SoftIb), [Ce, Ib, Ib, Ib]);
+        assert_eq!(routes(&v, true, Network::Ib), [Ce, Emu, Emu, Ib]);
+        for r in [Ce, Emu, Tcp, Ib] {
             assert_eq!(PortRoute::from_tag(r.tag()), Some(r));
         }
-        assert_eq!(PortRoute::from_tag(3), None);
+        assert_eq!(PortRoute::from_tag(4), None);
     }
 }

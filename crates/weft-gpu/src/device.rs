@@ -100,6 +100,21 @@ impl Device {
         unsafe { cu!(cuCtxSetCurrent(self.inner.ctx)) }
     }
 
+    /// Makes every GPUDirect RDMA write that reached this device so far visible to its
+    /// kernels (`cuFlushGPUDirectRDMAWrites`): a NIC's PCIe writes into device memory may
+    /// otherwise be observed after a later token store. Not ordered on any stream; it waits
+    /// for no kernel.
+    pub fn flush_rdma_writes(&self) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: plain enum arguments; the context is current.
+        unsafe {
+            cu!(cuFlushGPUDirectRDMAWrites(
+                sys::CUflushGPUDirectRDMAWritesTarget::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                sys::CUflushGPUDirectRDMAWritesScope::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER
+            ))
+        }
+    }
+
     /// CUDA ordinal of this device.
     pub fn ordinal(&self) -> usize {
         self.inner.ordinal

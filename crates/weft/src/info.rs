@@ -50,7 +50,13 @@ pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
                     link.latency,
                     link.bytes_per_second.map_or("no bandwidth cap".into(), |b| format!("{} GB/s", b as f64 / 1e9))
                 ),
-                None => "TCP on loopback (WEFT_EMU_NET_* would emulate a NIC instead)".into(),
+                None => match env.network {
+                    weft_core::Network::Tcp => "TCP on loopback (WEFT_EMU_NET_* would emulate a NIC instead)".into(),
+                    weft_core::Network::Ib => "InfiniBand verbs (WEFT_NET=ib)".into(),
+                    weft_core::Network::SoftIb => {
+                        "the verbs transport over the in-process software fabric (WEFT_NET=soft-ib)".into()
+                    }
+                },
             };
             println!("virtual nodes (WEFT_RANKS_PER_NODE={g}): {}", nodes.join(" "));
             println!(

@@ -146,6 +146,8 @@ pub struct DeviceInbox {
     /// Token stores, queued in signal order.
     stream: Stream,
     tokens: Mutex<Vec<Option<Token>>>,
+    /// Flush GPUDirect RDMA writes before each token store (a NIC wrote the data).
+    flush_rdma_writes: bool,
 }
 
 impl fmt::Debug for DeviceInbox {
@@ -162,7 +164,15 @@ impl DeviceInbox {
             memories,
             stream: Stream::new(device)?,
             tokens: Mutex::new((0..MAX_CONNECTIONS).map(|_| None).collect()),
+            flush_rdma_writes: false,
         })
+    }
+
+    /// This inbox, flushing GPUDirect RDMA writes before every token store: for a NIC that
+    /// writes device memory itself, whose writes the token must not overtake.
+    pub fn flushing_rdma_writes(mut self) -> Self {
+        self.flush_rdma_writes = true;
+        self
     }
 
     /// Signals of `connection` store the number of signals received so far into the device
@@ -208,6 +218,9 @@ impl Inbox for DeviceInbox {
         token.count += 1;
         let failed = device_error("a token store");
         self.device.bind().map_err(&failed)?;
+        if self.flush_rdma_writes {
+            self.device.flush_rdma_writes().map_err(device_error("a GPUDirect RDMA flush"))?;
+        }
         // SAFETY: `set_token` checked the address is an aligned word of a live allocation of
         // this GPU, kept alive by the token's owner for as long as the inbox exists.
         unsafe { self.stream.write_value64(token.addr, token.count) }.map_err(&failed)

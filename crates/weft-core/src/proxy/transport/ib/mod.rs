@@ -167,7 +167,8 @@ struct ConnState {
 pub struct IbTransport<V> {
     verbs: V,
     config: IbConfig,
-    local: Vec<LocalRegion>,
+    /// Local memories, by index (registration only appends).
+    local: RwLock<Vec<LocalRegion>>,
     inbox: Arc<dyn Inbox>,
     conns: Vec<Mutex<Option<ConnState>>>,
     /// Which connection a queue pair belongs to (receive completions name the queue pair).
@@ -197,12 +198,19 @@ impl<V: Verbs> IbTransport<V> {
         Self {
             verbs,
             config,
-            local,
+            local: RwLock::new(local),
             inbox,
             conns: (0..MAX_CONNECTIONS).map(|_| Mutex::new(None)).collect(),
             by_qp: RwLock::new(HashMap::new()),
             flow: FlowControl::new(MAX_CONNECTIONS, config.max_in_flight.max(2)),
         }
+    }
+
+    /// Appends a local memory; returns its index.
+    pub fn add_local(&self, region: LocalRegion) -> usize {
+        let mut local = self.local.write().unwrap_or_else(|p| p.into_inner());
+        local.push(region);
+        local.len() - 1
     }
 
     /// The verbs this transport posts to.
@@ -273,8 +281,12 @@ impl<V: Verbs> IbTransport<V> {
     ) -> Result<WriteRequest, MemoryError> {
         match *op {
             Op::Put { src_memory, src_offset, dst_memory, dst_offset, len } => {
-                let l =
-                    self.local.get(usize::from(src_memory)).ok_or(MemoryError::UnknownMemory { index: src_memory })?;
+                let l = *self
+                    .local
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(usize::from(src_memory))
+                    .ok_or(MemoryError::UnknownMemory { index: src_memory })?;
                 let r =
                     conn.remote.get(usize::from(dst_memory)).ok_or(MemoryError::UnknownMemory { index: dst_memory })?;
                 super::check_range(src_memory, src_offset, len, l.len)?;

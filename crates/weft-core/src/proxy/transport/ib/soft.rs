@@ -65,7 +65,8 @@ struct Region {
 #[derive(Debug)]
 struct Qp {
     nic: usize,
-    peer: u32,
+    /// The connected queue pair; writes wait until there is one.
+    peer: Option<u32>,
     /// Writes posted and not yet executed, in order.
     sends: VecDeque<WriteRequest>,
     /// Receives posted and not yet consumed.
@@ -99,19 +100,52 @@ impl SoftFabric {
 
     /// A queue pair on `a` connected to a queue pair on `b`: their numbers.
     pub fn connect(&self, a: &SoftNic, b: &SoftNic) -> (u32, u32) {
-        let mut s = self.lock();
-        let (qa, qb) = (s.next_qp + 1, s.next_qp + 2);
-        s.next_qp += 2;
-        for (qp, nic, peer) in [(qa, a.id, qb), (qb, b.id, qa)] {
-            s.qps.insert(qp, Qp { nic, peer, sends: VecDeque::new(), recvs: VecDeque::new(), error: false });
-        }
+        let (qa, qb) = (self.create_qp(a), self.create_qp(b));
+        // Both exist and are unconnected: this cannot fail.
+        let _ = self.connect_qp(qa, qb).and_then(|()| self.connect_qp(qb, qa));
         (qa, qb)
+    }
+
+    /// A new queue pair on `nic`, not yet connected: its number.
+    pub fn create_qp(&self, nic: &SoftNic) -> u32 {
+        let mut s = self.lock();
+        s.next_qp += 1;
+        let qp = s.next_qp;
+        s.qps.insert(qp, Qp { nic: nic.id, peer: None, sends: VecDeque::new(), recvs: VecDeque::new(), error: false });
+        qp
+    }
+
+    /// Connects queue pair `qp` to the peer's `peer_qp` (each side connects its own).
+    pub fn connect_qp(&self, qp: u32, peer_qp: u32) -> Result<(), String> {
+        let mut s = self.lock();
+        if !s.qps.contains_key(&peer_qp) {
+            return Err(format!(
+                "queue pair {peer_qp} is not on this software fabric (it joins the ranks of one process only)"
+            ));
+        }
+        let q = s.qps.get_mut(&qp).ok_or_else(|| format!("queue pair {qp} does not exist"))?;
+        if q.peer.is_some() {
+            return Err(format!("queue pair {qp} is already connected"));
+        }
+        q.peer = Some(peer_qp);
+        s.deliver();
+        Ok(())
     }
 
     /// `nic` stops answering: its posts fail, writes towards it fail at the sender.
     pub fn kill(&self, nic: &SoftNic) {
         let mut s = self.lock();
         s.nics[nic.id].dead = true;
+        s.deliver();
+    }
+
+    /// `nic` is gone: as [`SoftFabric::kill`], and its registrations and completions are
+    /// dropped (the fabric no longer keeps its memories alive).
+    pub fn retire(&self, nic: &SoftNic) {
+        let mut s = self.lock();
+        s.nics[nic.id].dead = true;
+        s.nics[nic.id].cq.clear();
+        s.regions.retain(|_, r| r.nic != nic.id);
         s.deliver();
     }
 }
@@ -175,7 +209,7 @@ impl Verbs for SoftNic {
 enum Step {
     /// Executed (or failed); the next one may go.
     Done,
-    /// Waiting for the peer to post a receive.
+    /// Waiting for the peer to post a receive (or for the queue pair to be connected).
     ReceiverNotReady,
 }
 
@@ -211,7 +245,8 @@ impl State {
 
     fn execute(&mut self, qp: u32, w: WriteRequest) -> Step {
         let (nic, peer) = match self.qps.get(&qp) {
-            Some(q) => (q.nic, q.peer),
+            Some(Qp { nic, peer: Some(peer), .. }) => (*nic, *peer),
+            Some(_) => return Step::ReceiverNotReady,
             None => return Step::Done,
         };
         let peer_nic = self.qps.get(&peer).map(|q| q.nic);

@@ -195,3 +195,13 @@ fn connections_are_checked_when_added() {
     assert!(t.add_connection(4, conn(999, u16::MAX)).is_err());
     assert!(matches!(t.submit(3, &[Op::Signal]), Err(TransportError::UnknownConnection { .. })));
 }
+
+#[test]
+fn a_retired_nic_releases_its_memories_and_fails_writes_towards_it() {
+    let (fabric, a, b) = pair(IbConfig::default());
+    let before = Arc::strong_count(&b.memory);
+    fabric.retire(b.transport.verbs());
+    assert_eq!(Arc::strong_count(&b.memory), before - 1, "the fabric dropped its reference");
+    a.transport.submit(3, &[put(0, 0, 8)]).unwrap();
+    assert!(a.transport.progress().unwrap_err().to_string().contains(soft::RETRY_EXCEEDED));
+}

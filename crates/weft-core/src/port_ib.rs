@@ -1,0 +1,247 @@
+//! The verbs side of a [`crate::PortProxy`] (`WEFT_NET=ib` or `soft-ib`): one NIC per rank,
+//! one reliable-connected queue pair per PortChannel, the rank's registered memories registered
+//! with the NIC, and a device inbox that raises the channels' GPU tokens when peers signal.
+//!
+//! - `ib`: rdma-core's libibverbs ([`RdmaVerbs`]). Peers write device memory directly
+//!   (GPUDirect RDMA: the GPU driver's peer-memory module must be loaded), and the inbox
+//!   flushes those writes to the GPU before each token store. Never run here (no NIC).
+//! - `soft-ib`: the same transport over the process's [`SoftFabric`], with device memory
+//!   behind staged copies: the whole PortChannel path over verbs (queue-pair exchange, receives,
+//!   immediates, tokens) on machines without a NIC, for ranks of one process.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::communicator::Communicator;
+use crate::env::Network;
+use crate::memory::RegisteredMemory;
+use crate::proxy::transport::ConnectionId;
+use crate::proxy::transport::ib::rdma::{QpEndpoint, RdmaConfig, RdmaVerbs, library_path};
+use crate::proxy::transport::ib::soft::{SoftFabric, SoftNic};
+use crate::proxy::transport::ib::{
+    IbConfig, IbConnection, IbTransport, LocalRegion, RemoteRegion, Verbs, WorkCompletion, WriteRequest,
+};
+use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, StagedDeviceMemory};
+
+/// The NIC of a rank: rdma-core's, or one of the process's software fabric.
+#[derive(Debug)]
+pub(crate) enum Nic {
+    Rdma(Box<RdmaVerbs>),
+    Soft(SoftNic),
+}
+
+/// The software fabric every `soft-ib` rank of this process joins.
+fn soft_fabric() -> &'static Arc<SoftFabric> {
+    static FABRIC: OnceLock<Arc<SoftFabric>> = OnceLock::new();
+    FABRIC.get_or_init(SoftFabric::new)
+}
+
+impl Nic {
+    /// Opens the NIC `network` asks for, configured from `WEFT_IB_*`.
+    fn open(comm: &Communicator, network: Network) -> Result<Self, String> {
+        if network == Network::SoftIb {
+            return Ok(Self::Soft(soft_fabric().nic()));
+        }
+        let env = comm.env();
+        let number = |name: &str, default: u8| -> Result<u8, String> {
+            env.var(name)
+                .map_or(Ok(default), |v| v.trim().parse().map_err(|_| format!("{name}={v}: not a number 0-255")))
+        };
+        let config = RdmaConfig {
+            device: env.var("WEFT_IB_DEVICE").map(str::to_owned).filter(|d| !d.is_empty()),
+            port: number("WEFT_IB_PORT", 1)?,
+            gid_index: number("WEFT_IB_GID_INDEX", 0)?,
+            ..RdmaConfig::default()
+        };
+        RdmaVerbs::open(&library_path(), config).map(|v| Self::Rdma(Box::new(v))).map_err(|e| e.to_string())
+    }
+
+    /// Registers `memory` for local reads and peers' writes.
+    fn register(
+        &self,
+        comm: &Communicator,
+        memory: &RegisteredMemory,
+        timeout: Duration,
+    ) -> Result<(LocalRegion, RemoteRegion), String> {
+        match self {
+            // SAFETY: the PortProxy keeps `memory` registered (its list of memories) until
+            // after its verbs side, and with it this registration, is dropped.
+            Self::Rdma(verbs) => unsafe { verbs.register(memory.ptr(), memory.len()) }.map_err(|e| e.to_string()),
+            Self::Soft(nic) => {
+                let staged = StagedDeviceMemory::new(
+                    comm.device(),
+                    memory.ptr(),
+                    memory.len(),
+                    Arc::new(memory.clone()),
+                    DEFAULT_STAGING_BYTES,
+                    timeout,
+                )
+                .map_err(|e| e.to_string())?;
+                Ok(nic.register(Arc::new(staged)))
+            }
+        }
+    }
+
+    fn create_qp(&self) -> Result<QpEndpoint, String> {
+        match self {
+            Self::Rdma(verbs) => verbs.create_qp().map_err(|e| e.to_string()),
+            Self::Soft(nic) => {
+                let qpn = soft_fabric().create_qp(nic);
+                Ok(QpEndpoint { lid: 0, qpn, psn: 0, mtu: 0, gid: [0; 16] })
+            }
+        }
+    }
+
+    fn connect_qp(&self, qpn: u32, remote: &QpEndpoint) -> Result<(), String> {
+        match self {
+            Self::Rdma(verbs) => verbs.connect_qp(qpn, remote).map_err(|e| e.to_string()),
+            Self::Soft(_) => soft_fabric().connect_qp(qpn, remote.qpn),
+        }
+    }
+}
+
+impl Drop for Nic {
+    fn drop(&mut self) {
+        // The process's fabric would otherwise keep this rank's memories alive.
+        if let Self::Soft(nic) = self {
+            soft_fabric().retire(nic);
+        }
+    }
+}
+
+impl Verbs for Nic {
+    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String> {
+        match self {
+            Self::Rdma(v) => v.post_write(qp, request),
+            Self::Soft(v) => v.post_write(qp, request),
+        }
+    }
+    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String> {
+        match self {
+            Self::Rdma(v) => v.post_recv(qp, wr_id),
+            Self::Soft(v) => v.post_recv(qp, wr_id),
+        }
+    }
+    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
+        match self {
+            Self::Rdma(v) => v.poll_cq(out),
+            Self::Soft(v) => v.poll_cq(out),
+        }
+    }
+}
+
+/// What one side of a verbs PortChannel tells the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IbChannelOffer {
+    /// The sender's connection index (its inbound token).
+    pub(crate) connection: ConnectionId,
+    /// Its queue pair.
+    pub(crate) endpoint: QpEndpoint,
+    /// Its memory that the receiver's puts write.
+    pub(crate) memory: RemoteRegion,
+}
+
+impl IbChannelOffer {
+    /// Appends the offer to `w`.
+    pub(crate) fn write(&self, w: &mut weft_bootstrap::codec::Writer) {
+        w.put_u16(self.connection);
+        w.put_bytes(&self.endpoint.to_bytes());
+        w.put_u64(self.memory.addr);
+        w.put_u64(self.memory.len);
+        w.put_u32(self.memory.rkey);
+    }
+
+    /// Reads an offer written by [`IbChannelOffer::write`].
+    pub(crate) fn read(r: &mut weft_bootstrap::codec::Reader<'_>) -> Result<Self, weft_bootstrap::codec::CodecError> {
+        let connection = r.u16()?;
+        let bytes: [u8; QpEndpoint::BYTES] = r.array()?;
+        let endpoint = QpEndpoint::from_bytes(&bytes);
+        let memory = RemoteRegion { addr: r.u64()?, len: r.u64()?, rkey: r.u32()? };
+        Ok(Self { connection, endpoint, memory })
+    }
+}
+
+/// The verbs side of a proxy.
+pub(crate) struct IbEndpoint {
+    pub(crate) transport: Arc<IbTransport<Nic>>,
+    /// Where peers' signals raise this rank's tokens.
+    pub(crate) inbox: Arc<DeviceInbox>,
+    /// This rank's memories as peers address them, by memory index.
+    remote_views: Mutex<Vec<RemoteRegion>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for IbEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IbEndpoint").field("nic", self.transport.verbs()).finish()
+    }
+}
+
+impl IbEndpoint {
+    /// Opens the rank's NIC for `network`.
+    pub(crate) fn open(
+        comm: &Communicator,
+        network: Network,
+        max_in_flight: u64,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        let nic = Nic::open(comm, network)?;
+        let mut inbox = DeviceInbox::new(comm.device(), crate::proxy::MemoryTable::new()).map_err(|e| e.to_string())?;
+        if matches!(nic, Nic::Rdma(_)) {
+            inbox = inbox.flushing_rdma_writes();
+        }
+        let inbox = Arc::new(inbox);
+        let config = IbConfig { max_in_flight, timeout, ..IbConfig::default() };
+        let transport = Arc::new(IbTransport::new(nic, Vec::new(), inbox.clone(), config));
+        Ok(Self { transport, inbox, remote_views: Mutex::new(Vec::new()), timeout })
+    }
+
+    /// Registers `memory` with the NIC (before the proxy's other tables, so a failure leaves
+    /// them unchanged); [`IbEndpoint::add`] then gives it its index.
+    pub(crate) fn prepare(
+        &self,
+        comm: &Communicator,
+        memory: &RegisteredMemory,
+    ) -> Result<(LocalRegion, RemoteRegion), String> {
+        self.transport.verbs().register(comm, memory, self.timeout)
+    }
+
+    /// Gives a prepared memory the next index: returned, to check against the other tables.
+    pub(crate) fn add(&self, (local, remote): (LocalRegion, RemoteRegion)) -> usize {
+        let mut views = self.remote_views.lock().unwrap_or_else(|p| p.into_inner());
+        views.push(remote);
+        let index = self.transport.add_local(local);
+        debug_assert_eq!(index + 1, views.len());
+        index
+    }
+
+    /// This side's offer for a channel on `connection` whose peer writes memory `local`.
+    pub(crate) fn offer(&self, connection: ConnectionId, local: u8) -> Result<(IbChannelOffer, u32), String> {
+        let memory = *self
+            .remote_views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(usize::from(local))
+            .ok_or_else(|| format!("no memory {local}"))?;
+        let endpoint = self.transport.verbs().create_qp()?;
+        Ok((IbChannelOffer { connection, endpoint, memory }, endpoint.qpn))
+    }
+
+    /// Connects `connection`'s queue pair `qpn` to the peer's `theirs`: puts go to the peer's
+    /// memory index `their_memory`.
+    pub(crate) fn connect(
+        &self,
+        connection: ConnectionId,
+        qpn: u32,
+        theirs: &IbChannelOffer,
+        their_memory: u8,
+        peer: &str,
+    ) -> Result<(), String> {
+        self.transport.verbs().connect_qp(qpn, &theirs.endpoint)?;
+        // Indexed by the peer's memory index; other indices are empty regions (refused).
+        let mut remote = vec![RemoteRegion { addr: 0, len: 0, rkey: 0 }; usize::from(their_memory) + 1];
+        remote[usize::from(their_memory)] = theirs.memory;
+        let conn = IbConnection { qp: qpn, remote_connection: theirs.connection, peer: peer.into(), remote };
+        self.transport.add_connection(connection, conn).map_err(|e| e.to_string())
+    }
+}
