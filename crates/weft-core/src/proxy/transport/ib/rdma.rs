@@ -472,36 +472,18 @@ impl Verbs for RdmaVerbs {
             }
             None => wr.opcode = IBV_WR_RDMA_WRITE,
         }
-        let mut bad = ptr::null_mut();
         // SAFETY: a live queue pair; its context's ops are the provider's; `wr` and `sge` live
         // across the call (the provider copies them into the send queue).
-        let rc = unsafe {
-            match (*(*qp).context).ops.post_send {
-                Some(post_send) => post_send(qp, &mut wr, &mut bad),
-                None => return Err("the provider has no post_send".into()),
-            }
-        };
-        if rc != 0 {
-            return Err(format!("ibv_post_send: {}", std::io::Error::from_raw_os_error(rc)));
-        }
-        Ok(())
+        let ops = unsafe { &(*(*qp).context).ops };
+        post("ibv_post_send", ops.post_send, qp, &mut wr)
     }
 
     fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String> {
         let qp = self.qp(qp)?;
         let mut wr = IbvRecvWr { wr_id, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 0 };
-        let mut bad = ptr::null_mut();
         // SAFETY: as in post_write.
-        let rc = unsafe {
-            match (*(*qp).context).ops.post_recv {
-                Some(post_recv) => post_recv(qp, &mut wr, &mut bad),
-                None => return Err("the provider has no post_recv".into()),
-            }
-        };
-        if rc != 0 {
-            return Err(format!("ibv_post_recv: {}", std::io::Error::from_raw_os_error(rc)));
-        }
-        Ok(())
+        let ops = unsafe { &(*(*qp).context).ops };
+        post("ibv_post_recv", ops.post_recv, qp, &mut wr)
     }
 
     fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
@@ -523,6 +505,24 @@ impl Verbs for RdmaVerbs {
             }
         }
     }
+}
+
+/// Posts `wr` on `qp` through the provider's `op` (`ibv_post_send` or `ibv_post_recv`).
+fn post<W>(
+    name: &str,
+    op: Option<unsafe extern "C" fn(*mut IbvQp, *mut W, *mut *mut W) -> c_int>,
+    qp: *mut IbvQp,
+    wr: &mut W,
+) -> Result<(), String> {
+    let op = op.ok_or_else(|| format!("the provider has no {name}"))?;
+    let mut bad = ptr::null_mut();
+    // SAFETY: the callers pass a live queue pair and its provider's entry point for `W`; the
+    // request lives across the call (the provider copies it into its queue).
+    let rc = unsafe { op(qp, wr, &mut bad) };
+    if rc != 0 {
+        return Err(format!("{name}: {}", std::io::Error::from_raw_os_error(rc)));
+    }
+    Ok(())
 }
 
 /// Translates a verbs work completion. A failed completion's opcode is undefined, so receives
