@@ -54,6 +54,10 @@ for step in "${steps[@]}"; do
            echo "port across virtual nodes (emulated NIC): rc=$? $(grep -h 'passed,' "$dir/port-paced.txt" | tail -1)"
            WEFT_RANKS_PER_NODE=1 timeout 120 "$weft" selftest --mode processes --only port > "$dir/port-tcp.txt" 2>&1
            echo "port across virtual nodes (TCP): rc=$? $(grep -h 'passed,' "$dir/port-tcp.txt" | tail -1)"
+           # The verbs transport over the software fabric joins the ranks of one process: threads.
+           WEFT_NET=soft-ib WEFT_RANKS_PER_NODE=1 timeout 120 "$weft" selftest --mode threads --only port,coll \
+             > "$dir/port-soft-ib.txt" 2>&1
+           echo "port and coll across virtual nodes (verbs, software fabric): rc=$? $(grep -h 'passed,' "$dir/port-soft-ib.txt" | tail -1)"
            # AllReduce across 2 virtual nodes: over TCP against NCCL on its socket transport, and
            # over the emulated NIC (alpha 5 us, beta 25 GB/s) next to the alpha-beta model.
            half=$(( $(nvidia-smi -L | wc -l) / 2 ))
