@@ -15,7 +15,7 @@
 //! | `WEFT_EMU_NET_LATENCY_US` | emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node (which then goes through the copy engine, paced, instead of TCP), in microseconds | unset: no emulation |
 //! | `WEFT_EMU_NET_GBPS` | emulated NIC: bandwidth cap β per GPU in GB/s (10^9 bytes/s); setting either variable turns the emulation on | unset: uncapped |
 //! | `WEFT_NET` | how PortChannels reach peers of other (virtual) nodes that the emulated NIC does not: `tcp`; `ib` (InfiniBand verbs through rdma-core's libibverbs; needs the `ib` feature, which the `weft` command has); `soft-ib` (the same verbs transport over a software RC fabric joining the ranks of one process, through staged copies: for testing the path without a NIC) | `tcp` |
-//! | `WEFT_IB_DEVICE`, `WEFT_IB_PORT`, `WEFT_IB_GID_INDEX` | the RDMA device (e.g. `mlx5_0`), its port and GID index for `WEFT_NET=ib` | first device, `1`, `0` |
+//! | `WEFT_IB_DEVICE`, `WEFT_IB_PORT`, `WEFT_IB_GID_INDEX` | the RDMA device (e.g. `mlx5_0`), its port and GID index for `WEFT_NET=ib` | from sysfs: the NIC nearest the rank's GPU on the PCI tree (ties spread by GPU ordinal), its first active port, on RoCE its first RoCE v2 GID with an IPv4 address (else `0`) |
 //! | `WEFT_IBVERBS_LIB` | the `libibverbs.so.1` to load for `WEFT_NET=ib` | the dynamic linker's search |
 //! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count (weft-coll) | built-in |
 //! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |

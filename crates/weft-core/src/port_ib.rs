@@ -16,6 +16,7 @@ use crate::communicator::Communicator;
 use crate::env::Network;
 use crate::memory::RegisteredMemory;
 use crate::proxy::transport::ConnectionId;
+use crate::proxy::transport::ib::discover;
 use crate::proxy::transport::ib::rdma::{QpEndpoint, RdmaConfig, RdmaVerbs, library_path};
 use crate::proxy::transport::ib::soft::{SoftFabric, SoftNic};
 use crate::proxy::transport::ib::{
@@ -37,22 +38,36 @@ fn soft_fabric() -> &'static Arc<SoftFabric> {
 }
 
 impl Nic {
-    /// Opens the NIC `network` asks for, configured from `WEFT_IB_*`.
+    /// Opens the NIC `network` asks for: `WEFT_IB_DEVICE`, `WEFT_IB_PORT` and
+    /// `WEFT_IB_GID_INDEX` where set, else what sysfs shows (`discover`): the NIC nearest this
+    /// rank's GPU, its first active port, and on RoCE its first RoCE v2 IPv4 GID.
     fn open(comm: &Communicator, network: Network) -> Result<Self, String> {
         if network == Network::SoftIb {
             return Ok(Self::Soft(soft_fabric().nic()));
         }
         let env = comm.env();
-        let number = |name: &str, default: u8| -> Result<u8, String> {
+        let number = |name: &str| -> Result<Option<u8>, String> {
             env.var(name)
-                .map_or(Ok(default), |v| v.trim().parse().map_err(|_| format!("{name}={v}: not a number 0-255")))
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| v.trim().parse().map_err(|_| format!("{name}={v}: not a number 0-255")))
+                .transpose()
         };
-        let config = RdmaConfig {
-            device: env.var("WEFT_IB_DEVICE").map(str::to_owned).filter(|d| !d.is_empty()),
-            port: number("WEFT_IB_PORT", 1)?,
-            gid_index: number("WEFT_IB_GID_INDEX", 0)?,
-            ..RdmaConfig::default()
+        let sysfs = std::path::Path::new("/sys");
+        let nics = discover::list_nics(sysfs);
+        let bus_id = comm.device().pci_bus_id().map_err(|e| e.to_string())?;
+        let nearest =
+            discover::nearest_nic(&nics, discover::gpu_pci_path(sysfs, &bus_id).as_deref(), comm.device().ordinal());
+        let device = env.var("WEFT_IB_DEVICE").filter(|d| !d.is_empty()).map(str::to_owned);
+        let named = device.as_deref().and_then(|d| nics.iter().find(|n| n.name == d));
+        let chosen = named.or(if device.is_none() { nearest } else { None });
+        let port = number("WEFT_IB_PORT")?.or_else(|| chosen?.active_ports.first().copied()).unwrap_or(1);
+        let device = device.or_else(|| chosen.map(|n| n.name.clone()));
+        let gid_index = match number("WEFT_IB_GID_INDEX")? {
+            Some(index) => index,
+            None => device.as_deref().and_then(|d| discover::roce_v2_gid_index(sysfs, d, port)).unwrap_or(0),
         };
+        tracing::debug!("rank {}: RDMA device {device:?}, port {port}, GID index {gid_index}", comm.rank());
+        let config = RdmaConfig { device, port, gid_index, ..RdmaConfig::default() };
         RdmaVerbs::open(&library_path(), config).map(|v| Self::Rdma(Box::new(v))).map_err(|e| e.to_string())
     }
 

@@ -29,6 +29,7 @@
 //!   GPU before the token is raised (NCCL reads back one word over the loopback, "GDR flush");
 //!   [`Inbox::signal`] is where a device inbox does that. Not needed by the host-memory tests.
 
+pub mod discover;
 mod ffi;
 pub mod rdma;
 pub mod soft;
