@@ -23,6 +23,7 @@ use crate::proxy::transport::ib::{
     IbConfig, IbConnection, IbTransport, LocalRegion, RemoteRegion, Verbs, WorkCompletion, WriteRequest,
 };
 use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, StagedDeviceMemory};
+use weft_gpu::RdmaWriteVisibility;
 
 /// The NIC of a rank: rdma-core's, or one of the process's software fabric.
 #[derive(Debug)]
@@ -79,9 +80,29 @@ impl Nic {
         timeout: Duration,
     ) -> Result<(LocalRegion, RemoteRegion), String> {
         match self {
-            // SAFETY: the PortProxy keeps `memory` registered (its list of memories) until
-            // after its verbs side, and with it this registration, is dropped.
-            Self::Rdma(verbs) => unsafe { verbs.register(memory.ptr(), memory.len()) }.map_err(|e| e.to_string()),
+            Self::Rdma(verbs) => {
+                // Through a dma-buf where the GPU exports one (no peer-memory module needed),
+                // else by address (needs it).
+                let by_dma_buf = weft_gpu::export_dma_buf(comm.device(), memory.ptr(), memory.len())
+                    .map_err(|e| e.to_string())
+                    .and_then(|buf| {
+                        use std::os::fd::AsFd;
+                        // SAFETY: the PortProxy keeps `memory` registered (its list of
+                        // memories) until after its verbs side, and with it this
+                        // registration, is dropped.
+                        unsafe { verbs.register_dmabuf(buf.fd.as_fd(), buf.offset, memory.ptr(), memory.len()) }
+                            .map_err(|e| e.to_string())
+                    });
+                by_dma_buf.or_else(|dma_buf| {
+                    tracing::debug!(
+                        "rank {}: no dma-buf registration ({dma_buf}); registering by address",
+                        comm.rank()
+                    );
+                    // SAFETY: as above.
+                    unsafe { verbs.register(memory.ptr(), memory.len()) }
+                        .map_err(|e| format!("{e} (dma-buf: {dma_buf})"))
+                })
+            }
             Self::Soft(nic) => {
                 let staged = StagedDeviceMemory::new(
                     comm.device(),
@@ -203,7 +224,16 @@ impl IbEndpoint {
         let nic = Nic::open(comm, network)?;
         let mut inbox = DeviceInbox::new(comm.device(), crate::proxy::MemoryTable::new()).map_err(|e| e.to_string())?;
         if matches!(nic, Nic::Rdma(_)) {
-            inbox = inbox.flushing_rdma_writes();
+            // A NIC writes device memory itself: its writes must be visible before the token.
+            match comm.device().rdma_write_visibility().map_err(|e| e.to_string())? {
+                RdmaWriteVisibility::Ordered => {}
+                RdmaWriteVisibility::HostFlush => inbox = inbox.flushing_rdma_writes(),
+                RdmaWriteVisibility::Unsupported => {
+                    return Err("this GPU neither orders GPUDirect RDMA writes for its kernels nor flushes them from \
+                                the host, so a signal could overtake its data"
+                        .into());
+                }
+            }
         }
         let inbox = Arc::new(inbox);
         let config = IbConfig { max_in_flight, timeout, ..IbConfig::default() };

@@ -41,6 +41,17 @@ impl fmt::Debug for Device {
     }
 }
 
+/// See [`Device::rdma_write_visibility`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RdmaWriteVisibility {
+    /// The device's kernels see RDMA writes in order: nothing to do.
+    Ordered,
+    /// `cuFlushGPUDirectRDMAWrites` from the host makes them visible.
+    HostFlush,
+    /// Neither.
+    Unsupported,
+}
+
 impl Device {
     /// Number of GPUs this process can see; an error if the driver cannot be loaded.
     pub fn count() -> Result<usize, GpuError> {
@@ -98,6 +109,34 @@ impl Device {
     pub fn bind(&self) -> Result<(), GpuError> {
         // SAFETY: the context is retained for as long as self lives.
         unsafe { cu!(cuCtxSetCurrent(self.inner.ctx)) }
+    }
+
+    /// How a NIC's GPUDirect RDMA writes into this device must be made visible before a later
+    /// signal: not at all (the device orders them for its own kernels), by
+    /// [`Device::flush_rdma_writes`], or not from the host (an error: weft has no other way).
+    pub fn rdma_write_visibility(&self) -> Result<RdmaWriteVisibility, GpuError> {
+        use sys::CUdevice_attribute::*;
+        let ordering = self.attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING)?;
+        let flush_options = self.attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS)?;
+        let owner = sys::CUGPUDirectRDMAWritesOrdering::CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER as i32;
+        let host_flush = sys::CUflushGPUDirectRDMAWritesOptions::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST as i32;
+        Ok(if ordering >= owner {
+            RdmaWriteVisibility::Ordered
+        } else if flush_options & host_flush != 0 {
+            RdmaWriteVisibility::HostFlush
+        } else {
+            RdmaWriteVisibility::Unsupported
+        })
+    }
+
+    /// Whether memory weft allocates with VMM can be registered by an RDMA NIC, and whether
+    /// device memory exports as a dma-buf (registration without the peer-memory module).
+    pub fn rdma_registration(&self) -> Result<(bool, bool), GpuError> {
+        use sys::CUdevice_attribute::*;
+        Ok((
+            self.attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)? != 0,
+            self.attribute(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)? != 0,
+        ))
     }
 
     /// Makes every GPUDirect RDMA write that reached this device so far visible to its

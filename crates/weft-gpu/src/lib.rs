@@ -15,6 +15,7 @@
 //! dynamically loaded), `libloading`.
 
 mod device;
+mod dma_buf;
 mod driver;
 mod error;
 pub mod loader;
@@ -24,7 +25,8 @@ pub mod nvrtc;
 mod stream;
 mod user_memory;
 
-pub use device::{Device, SavedContext};
+pub use device::{Device, RdmaWriteVisibility, SavedContext};
+pub use dma_buf::{DmaBuf, export_dma_buf};
 pub use driver::DevicePtr;
 pub use error::GpuError;
 pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range};

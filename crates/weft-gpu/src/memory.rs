@@ -98,14 +98,19 @@ impl fmt::Debug for DeviceMemory {
     }
 }
 
-fn vmm_prop(device: &Device) -> sys::CUmemAllocationProp {
+fn vmm_prop(device: &Device) -> Result<sys::CUmemAllocationProp, GpuError> {
     // SAFETY: CUmemAllocationProp is a plain C struct for which all-zero is a valid value.
     let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device.raw();
-    prop
+    // An RDMA NIC can register VMM memory only when it is created GPUDirect-RDMA capable (as
+    // NCCL's buffers are); set wherever the GPU allows it.
+    let rdma =
+        device.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)?;
+    prop.allocFlags.gpuDirectRDMACapable = u8::from(rdma != 0);
+    Ok(prop)
 }
 
 pub(crate) fn access_desc(device: &Device) -> sys::CUmemAccessDesc {
@@ -175,7 +180,7 @@ impl DeviceMemory {
             unsafe { cu!(cuMemAlloc_v2(&mut ptr, len))? };
             return Ok(Self { device: device.clone(), ptr, len, mapped_len: len, backing: Backing::Legacy });
         }
-        let prop = vmm_prop(device);
+        let prop = vmm_prop(device)?;
         let mut granularity = 0usize;
         // SAFETY: out-pointer to a local, valid prop.
         unsafe {

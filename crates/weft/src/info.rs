@@ -33,6 +33,7 @@ pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
     for ordinal in 0..count {
         let d = Device::new(ordinal)?;
         println!("  [{ordinal}] {} {} {} SMs, bus {}", d.name()?, d.arch()?, d.sm_count()?, d.pci_bus_id()?);
+        println!("      {}", rdma_line(&d)?);
         devices.push(d);
     }
     match env.ranks_per_node {
@@ -84,4 +85,20 @@ pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What an RDMA NIC (`WEFT_NET=ib`) can do with this GPU's memory.
+fn rdma_line(d: &Device) -> Result<String, Box<dyn std::error::Error>> {
+    let yes = |v: bool| if v { "yes" } else { "no" };
+    let (vmm, dma_buf) = d.rdma_registration()?;
+    let writes = match d.rdma_write_visibility()? {
+        weft_gpu::RdmaWriteVisibility::Ordered => "ordered for its kernels",
+        weft_gpu::RdmaWriteVisibility::HostFlush => "made visible by a host flush",
+        weft_gpu::RdmaWriteVisibility::Unsupported => "neither ordered nor flushable (WEFT_NET=ib refuses)",
+    };
+    Ok(format!(
+        "GPUDirect RDMA: VMM memory registrable {}, dma-buf export {}, NIC writes {writes}",
+        yes(vmm),
+        yes(dma_buf)
+    ))
 }

@@ -42,6 +42,7 @@ pub(crate) fn run(
     let mine: Vec<u8> = (0..bytes).map(|i| byte(rank, i)).collect();
     memory.write(0, &mine).map_err(gpu)?;
     let buffer: RegisteredMemory = comm.register(memory)?;
+    dma_buf_export(comm, &buffer, label, report);
     let proxy = PortProxy::new(comm, PortProxyConfig::default())?;
     let id = proxy.register(&buffer)?;
     let most = EXCHANGES.iter().map(|e| e.0 as usize).max().unwrap_or(1);
@@ -112,6 +113,37 @@ pub(crate) fn run(
         }
     }
     comm.barrier()
+}
+
+/// What an RDMA NIC needs to register a PortChannel memory without the peer-memory module: the
+/// memory exports as a dma-buf covering its pages (`/proc/self/fdinfo` gives the buffer's size).
+/// Recorded only where the GPU supports dma-buf export.
+fn dma_buf_export(comm: &Communicator, buffer: &RegisteredMemory, label: &str, report: &mut RankReport) {
+    use std::os::fd::AsRawFd;
+    let attr = weft_gpu::export_dma_buf(comm.device(), buffer.ptr(), buffer.len());
+    let outcome = match attr {
+        Err(weft_gpu::GpuError::Unsupported { what, .. }) => {
+            println!("{label}rank {}: no dma-buf check: {what} unsupported", comm.rank());
+            return;
+        }
+        Err(e) => Err(e.to_string()),
+        Ok(buf) => {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", buf.fd.as_raw_fd())).unwrap_or_default();
+            let size = info.lines().find_map(|l| l.strip_prefix("size:")).and_then(|v| v.trim().parse::<u64>().ok());
+            let covers = buf.offset + buffer.len() as u64 <= buf.len;
+            match size {
+                Some(size) if size == buf.len && covers && buf.len % 4096 == 0 => Ok(()),
+                other => Err(format!(
+                    "dma-buf of {} bytes at offset {} for {} bytes; fdinfo size {other:?}",
+                    buf.len,
+                    buf.offset,
+                    buffer.len()
+                )),
+            }
+        }
+    };
+    report
+        .record(format!("{label}registered memory exports as a dma-buf for RDMA NICs (rank {})", comm.rank()), outcome);
 }
 
 /// A second proxy whose channel's kernel waits for a signal never sent; shutting the proxy down

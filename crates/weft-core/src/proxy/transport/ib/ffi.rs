@@ -327,6 +327,8 @@ pub(crate) struct Api {
     pub(crate) query_port: unsafe extern "C" fn(*mut IbvContext, u8, *mut IbvPortAttr) -> c_int,
     pub(crate) query_gid: unsafe extern "C" fn(*mut IbvContext, u8, c_int, *mut IbvGid) -> c_int,
     pub(crate) wc_status_str: unsafe extern "C" fn(c_uint) -> *const c_char,
+    /// `ibv_reg_dmabuf_mr` (rdma-core 34 and later; `None` before).
+    pub(crate) reg_dmabuf_mr: Option<unsafe extern "C" fn(*mut IbvPd, u64, usize, u64, c_int, c_int) -> *mut IbvMr>,
     /// Keeps the entry points valid.
     _library: libloading::Library,
 }
@@ -362,6 +364,8 @@ impl Api {
             query_port: symbol!("ibv_query_port"),
             query_gid: symbol!("ibv_query_gid"),
             wc_status_str: symbol!("ibv_wc_status_str"),
+            // SAFETY: as for the symbols above (verbs.h's ibv_reg_dmabuf_mr).
+            reg_dmabuf_mr: unsafe { library.get(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s),
             _library: library,
         })
     }

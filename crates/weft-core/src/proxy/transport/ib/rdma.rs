@@ -314,8 +314,44 @@ impl RdmaVerbs {
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING;
         // SAFETY: the protection domain is alive; the caller keeps the memory allocated.
         let mr = unsafe { (self.api.reg_mr)(self.pd.0, addr as *mut c_void, len, access) };
+        self.keep_registration(mr, addr, len, "ibv_reg_mr")
+    }
+
+    /// Registers `len` bytes at device address `iova` through the dma-buf `fd`, in which they
+    /// start at `offset` (no peer-memory module needed). Peers address the memory by `iova`.
+    ///
+    /// # Safety
+    /// The memory must stay allocated while this `RdmaVerbs` lives (the descriptor may be
+    /// closed once this returns: the registration holds the buffer).
+    pub unsafe fn register_dmabuf(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        iova: u64,
+        len: usize,
+    ) -> Result<(LocalRegion, RemoteRegion), RdmaError> {
+        use std::os::fd::AsRawFd;
+        let reg = self.api.reg_dmabuf_mr.ok_or_else(|| {
+            self.call_error("ibv_reg_dmabuf_mr", "this libibverbs lacks it (rdma-core 34 or later has it)".into())
+        })?;
+        let access =
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING;
+        // SAFETY: the protection domain is alive; the descriptor is a dma-buf covering
+        // [offset, offset + len); the caller keeps the memory allocated.
+        let mr = unsafe { reg(self.pd.0, offset, len, iova, fd.as_raw_fd(), access) };
+        self.keep_registration(mr, iova, len, "ibv_reg_dmabuf_mr")
+    }
+
+    /// Keeps registration `mr` (made by `call`) until drop and returns its regions at `addr`.
+    fn keep_registration(
+        &self,
+        mr: *mut IbvMr,
+        addr: u64,
+        len: usize,
+        call: &'static str,
+    ) -> Result<(LocalRegion, RemoteRegion), RdmaError> {
         if mr.is_null() {
-            return Err(self.call_error("ibv_reg_mr", errno_text()));
+            return Err(self.call_error(call, errno_text()));
         }
         // SAFETY: a registration libibverbs returned.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
