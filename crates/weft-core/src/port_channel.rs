@@ -391,11 +391,17 @@ impl PortProxy {
             None => None,
         };
         let keep = Arc::new(memory.clone());
-        let id = self
-            .shared
-            .copy_engine
-            .register_local(memory.ptr(), memory.len() as u64, keep)
-            .map_err(|e| invalid(e.to_string()))?;
+        let id = match self.shared.copy_engine.register_local(memory.ptr(), memory.len() as u64, keep) {
+            Ok(id) => id,
+            Err(e) => {
+                // The NIC must not keep a registration of memory the proxy does not hold.
+                #[cfg(feature = "ib")]
+                if let Some(Prepared::Ib(ib, regions)) = prepared {
+                    ib.discard(regions);
+                }
+                return Err(invalid(e.to_string()));
+            }
+        };
         match prepared {
             Some(Prepared::Tcp(tcp, read, write)) => {
                 let read = tcp.sources.register(Arc::new(read)).map_err(|e| invalid(e.to_string()))?;
@@ -521,13 +527,32 @@ impl PortProxy {
                 }
                 #[cfg(feature = "ib")]
                 NetEndpoint::Ib(ib) => {
-                    let theirs = crate::port_ib::IbChannelOffer::read(&mut r).map_err(malformed)?;
-                    r.finish().map_err(malformed)?;
                     let qpn = ib_qpn.ok_or_else(|| invalid("no queue pair was offered".into()))?;
-                    ib.connect(connection, qpn, &theirs, their_id, &format!("rank {peer}")).map_err(invalid)?;
-                    // Both queue pairs are connected with receives posted before either side
-                    // returns, so no signal meets a queue pair that is not ready.
-                    comm.exchange(peer, b"connected")?;
+                    let connected = crate::port_ib::IbChannelOffer::read(&mut r)
+                        .and_then(|theirs| r.finish().map(|()| theirs))
+                        .map_err(|e| e.to_string())
+                        .and_then(|theirs| ib.connect(connection, qpn, &theirs, their_id, &format!("rank {peer}")));
+                    // Both sides report how their half went, whatever happened: neither returns
+                    // before the other's queue pair is connected with receives posted (so no
+                    // signal meets a queue pair that is not ready), and a failure on either side
+                    // fails both without leaving the pair's exchanges out of step.
+                    let status = match &connected {
+                        Ok(()) => b"connected".to_vec(),
+                        Err(e) => format!("failed: {e}").into_bytes(),
+                    };
+                    let reply = comm.exchange(peer, &status);
+                    let failure = match (&connected, &reply) {
+                        (Err(e), _) => Some(format!("connecting the queue pair to rank {peer}: {e}")),
+                        (Ok(()), Err(e)) => Some(e.to_string()),
+                        (Ok(()), Ok(theirs)) if theirs.as_slice() != b"connected" => {
+                            Some(format!("rank {peer}: {}", String::from_utf8_lossy(theirs)))
+                        }
+                        _ => None,
+                    };
+                    if let Some(detail) = failure {
+                        ib.abandon(connection, qpn);
+                        return Err(invalid(detail));
+                    }
                 }
             },
         }

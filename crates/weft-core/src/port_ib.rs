@@ -118,6 +118,21 @@ impl Nic {
         }
     }
 
+    /// Undoes [`Nic::register`] (a memory whose set-up failed later).
+    fn unregister(&self, local: &LocalRegion) {
+        if let Self::Rdma(verbs) = self {
+            verbs.deregister(local.lkey);
+        }
+        // The software fabric keeps the staged view until the NIC retires: harmless.
+    }
+
+    /// Destroys queue pair `qpn` (a channel whose set-up failed).
+    fn destroy_qp(&self, qpn: u32) {
+        if let Self::Rdma(verbs) = self {
+            verbs.destroy_qp(qpn);
+        }
+    }
+
     fn create_qp(&self) -> Result<QpEndpoint, String> {
         match self {
             Self::Rdma(verbs) => verbs.create_qp().map_err(|e| e.to_string()),
@@ -236,7 +251,20 @@ impl IbEndpoint {
             }
         }
         let inbox = Arc::new(inbox);
-        let config = IbConfig { max_in_flight, timeout, ..IbConfig::default() };
+        let config = match &nic {
+            // Within the queue pairs' depths: a put may take two writes (max_write), and every
+            // signal in flight has a receive posted (no receiver-not-ready stalls).
+            Nic::Rdma(v) => {
+                let rdma = v.config();
+                IbConfig {
+                    max_in_flight: max_in_flight.min(u64::from(rdma.send_depth / 2)).min(u64::from(rdma.recv_depth)),
+                    recv_depth: rdma.recv_depth,
+                    timeout,
+                    max_write: v.max_write(),
+                }
+            }
+            Nic::Soft(_) => IbConfig { max_in_flight, recv_depth: 512, timeout, ..IbConfig::default() },
+        };
         let transport = Arc::new(IbTransport::new(nic, Vec::new(), inbox.clone(), config));
         Ok(Self { transport, inbox, remote_views: Mutex::new(Vec::new()), timeout })
     }
@@ -249,6 +277,11 @@ impl IbEndpoint {
         memory: &RegisteredMemory,
     ) -> Result<(LocalRegion, RemoteRegion), String> {
         self.transport.verbs().register(comm, memory, self.timeout)
+    }
+
+    /// Undoes [`IbEndpoint::prepare`] when the memory's set-up fails before [`IbEndpoint::add`].
+    pub(crate) fn discard(&self, (local, _): (LocalRegion, RemoteRegion)) {
+        self.transport.verbs().unregister(&local);
     }
 
     /// Gives a prepared memory the next index: returned, to check against the other tables.
@@ -274,6 +307,13 @@ impl IbEndpoint {
 
     /// Connects `connection`'s queue pair `qpn` to the peer's `theirs`: puts go to the peer's
     /// memory index `their_memory`.
+    /// Undoes a channel's set-up after [`IbEndpoint::offer`]: forgets `connection` and destroys
+    /// queue pair `qpn`.
+    pub(crate) fn abandon(&self, connection: ConnectionId, qpn: u32) {
+        self.transport.remove_connection(connection);
+        self.transport.verbs().destroy_qp(qpn);
+    }
+
     pub(crate) fn connect(
         &self,
         connection: ConnectionId,

@@ -1,6 +1,6 @@
 //! Two proxies driven by host-memory FIFOs over the verbs transport on the software RC fabric
 //! (feature `ib`): both ranks put and signal each other at once through few posted receives,
-//! every signal follows its data; a peer whose NIC dies fails the proxy with an error naming it
+//! with deferred delivery and puts in several writes, every signal follows its data; a peer whose NIC dies fails the proxy with an error naming it
 //! and releases the writer. Every test runs under a deadline.
 #![cfg(feature = "ib")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
@@ -70,7 +70,9 @@ fn ranks(fabric: &Arc<SoftFabric>, config: IbConfig) -> [Rank; 2] {
 fn both_ranks_put_and_signal_at_once_and_every_signal_follows_its_data() {
     within(60, || {
         let fabric = SoftFabric::new();
-        let config = IbConfig { recv_depth: 3, max_in_flight: 8, ..IbConfig::default() };
+        // Writes land at later polls of either proxy, interleaved with the other direction.
+        fabric.set_deferred(true);
+        let config = IbConfig { recv_depth: 3, max_in_flight: 8, max_write: 1024, ..IbConfig::default() };
         let ranks = ranks(&fabric, config);
         let mut services = Vec::new();
         let mut senders = Vec::new();

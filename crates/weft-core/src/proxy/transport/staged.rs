@@ -215,12 +215,12 @@ impl Inbox for DeviceInbox {
         let token = tokens.get_mut(usize::from(connection)).and_then(Option::as_mut).ok_or_else(|| {
             MemoryError::Device { detail: format!("a signal for connection {connection}, which has no token") }
         })?;
-        token.count += 1;
         let failed = device_error("a token store");
         self.device.bind().map_err(&failed)?;
         if self.flush_rdma_writes {
             self.device.flush_rdma_writes().map_err(device_error("a GPUDirect RDMA flush"))?;
         }
+        token.count += 1;
         // SAFETY: `set_token` checked the address is an aligned word of a live allocation of
         // this GPU, kept alive by the token's owner for as long as the inbox exists.
         unsafe { self.stream.write_value64(token.addr, token.count) }.map_err(&failed)

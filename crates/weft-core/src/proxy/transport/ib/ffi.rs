@@ -29,6 +29,8 @@ pub(crate) const IBV_QPT_RC: c_uint = 2;
 pub(crate) const IBV_QPS_INIT: c_uint = 1;
 pub(crate) const IBV_QPS_RTR: c_uint = 2;
 pub(crate) const IBV_QPS_RTS: c_uint = 3;
+/// `IBV_QPS_ERR`.
+pub(crate) const IBV_QPS_ERR: c_uint = 6;
 /// `enum ibv_qp_attr_mask` bits.
 pub(crate) const IBV_QP_STATE: c_int = 1 << 0;
 pub(crate) const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
@@ -327,6 +329,8 @@ pub(crate) struct Api {
     pub(crate) query_port: unsafe extern "C" fn(*mut IbvContext, u8, *mut IbvPortAttr) -> c_int,
     pub(crate) query_gid: unsafe extern "C" fn(*mut IbvContext, u8, c_int, *mut IbvGid) -> c_int,
     pub(crate) wc_status_str: unsafe extern "C" fn(c_uint) -> *const c_char,
+    /// `ibv_reg_mr_iova2` (rdma-core 28 and later; `None` before).
+    pub(crate) reg_mr_iova2: Option<unsafe extern "C" fn(*mut IbvPd, *mut c_void, usize, u64, c_uint) -> *mut IbvMr>,
     /// `ibv_reg_dmabuf_mr` (rdma-core 34 and later; `None` before).
     pub(crate) reg_dmabuf_mr: Option<unsafe extern "C" fn(*mut IbvPd, u64, usize, u64, c_int, c_int) -> *mut IbvMr>,
     /// Keeps the entry points valid.
@@ -364,7 +368,9 @@ impl Api {
             query_port: symbol!("ibv_query_port"),
             query_gid: symbol!("ibv_query_gid"),
             wc_status_str: symbol!("ibv_wc_status_str"),
-            // SAFETY: as for the symbols above (verbs.h's ibv_reg_dmabuf_mr).
+            // SAFETY: as for the symbols above (verbs.h's ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr).
+            reg_mr_iova2: unsafe { library.get(b"ibv_reg_mr_iova2\0") }.ok().map(|s| *s),
+            // SAFETY: as above.
             reg_dmabuf_mr: unsafe { library.get(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s),
             _library: library,
         })
@@ -398,6 +404,7 @@ pub(crate) fn abi_facts() -> Vec<(&'static str, u64)> {
         ("IBV_QPS_INIT", u64::from(IBV_QPS_INIT)),
         ("IBV_QPS_RTR", u64::from(IBV_QPS_RTR)),
         ("IBV_QPS_RTS", u64::from(IBV_QPS_RTS)),
+        ("IBV_QPS_ERR", u64::from(IBV_QPS_ERR)),
         ("IBV_QP_STATE", IBV_QP_STATE as u64),
         ("IBV_QP_ACCESS_FLAGS", IBV_QP_ACCESS_FLAGS as u64),
         ("IBV_QP_PKEY_INDEX", IBV_QP_PKEY_INDEX as u64),

@@ -20,11 +20,16 @@
 //!   immediate consumes one) and turns each such completion into [`Inbox::signal`] of the
 //!   connection, reposting the receive. Its [`Transport::progress`] must therefore run even on a
 //!   rank that only receives (the proxy calls it on every pass).
-//! - Every send is signalled; its completion (the peer acknowledged it) advances the
-//!   connection's completed count and returns its flow-control credit.
+//! - The last write of every operation is signalled (a put longer than `max_write` goes as
+//!   several writes); its completion (the peer acknowledged it, and RC acknowledges in order)
+//!   advances the connection's completed count and returns its flow-control credit.
 //! - A failed completion fails its connection with an error naming the peer; so does a
 //!   connection with operations outstanding and no completion for `timeout` (a peer that stopped
-//!   posting receives, or a NIC that stopped answering).
+//!   posting receives, or a NIC that stopped answering). A failure stays with its connection:
+//!   its `submit` reports it, and `completed` while operations are outstanding; other
+//!   connections go on.
+//! - Shutdown moves the queue pairs to the error state ([`Verbs::close`]), so peers' writes
+//!   fail promptly rather than land in memory its owner believes quiet.
 //! - With GPUDirect RDMA into device memory, a binding must make the NIC's writes visible to the
 //!   GPU before the token is raised (NCCL reads back one word over the loopback, "GDR flush");
 //!   [`Inbox::signal`] is where a device inbox does that. Not needed by the host-memory tests.
@@ -82,6 +87,9 @@ pub struct WriteRequest {
     pub rkey: u32,
     /// Immediate data (write with immediate) for signals.
     pub imm: Option<u32>,
+    /// Whether a success completes it (the last part of an operation); an unsignalled part
+    /// completes only on failure, under the same id.
+    pub signaled: bool,
 }
 
 /// What a work completion completes.
@@ -118,6 +126,9 @@ pub trait Verbs: Send + Sync + std::fmt::Debug {
     fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String>;
     /// Appends available completions to `out`.
     fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String>;
+    /// Moves every queue pair to the error state (shutdown): peers' writes then fail promptly
+    /// instead of landing in memory the owner believes quiet.
+    fn close(&self) {}
 }
 
 /// Options of an [`IbTransport`].
@@ -130,11 +141,14 @@ pub struct IbConfig {
     pub recv_depth: u32,
     /// How long a connection may have operations outstanding without a completion.
     pub timeout: Duration,
+    /// Largest RDMA write (the port's `max_msg_sz`, 1 GiB on mlx5): longer puts go as several
+    /// writes, only the last signalled.
+    pub max_write: u64,
 }
 
 impl Default for IbConfig {
     fn default() -> Self {
-        Self { max_in_flight: 64, recv_depth: 128, timeout: Duration::from_secs(5) }
+        Self { max_in_flight: 64, recv_depth: 128, timeout: Duration::from_secs(5), max_write: 1 << 30 }
     }
 }
 
@@ -257,6 +271,28 @@ impl<V: Verbs> IbTransport<V> {
         Ok(())
     }
 
+    /// Forgets connection `id` (its set-up failed on one side): its queue pair's completions
+    /// are dropped from now on. Nothing may be in flight on it.
+    pub fn remove_connection(&self, id: ConnectionId) {
+        let taken =
+            self.conns.get(usize::from(id)).and_then(|slot| slot.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(state) = taken {
+            self.by_qp.write().unwrap_or_else(|p| p.into_inner()).remove(&state.conn.qp);
+        }
+    }
+
+    /// Runs `f` on connection `connection`'s state, failed or not.
+    fn state<T>(
+        &self,
+        connection: ConnectionId,
+        f: impl FnOnce(&ConnState) -> Result<T, TransportError>,
+    ) -> Result<T, TransportError> {
+        let unknown = TransportError::UnknownConnection { transport: NAME, connection };
+        let slot = self.conns.get(usize::from(connection)).ok_or(unknown.clone())?;
+        let guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        f(guard.as_ref().ok_or(unknown)?)
+    }
+
     /// Runs `f` on connection `connection` unless it is unknown or has failed.
     fn with<T>(
         &self,
@@ -273,13 +309,16 @@ impl<V: Verbs> IbTransport<V> {
         f(state)
     }
 
+    /// The writes of operation `op` (ticket `ticket`): one per put part of at most
+    /// `max_write` bytes, only the last signalled, or one signal.
     fn request(
         &self,
         connection: ConnectionId,
         conn: &IbConnection,
         ticket: u64,
         op: &Op,
-    ) -> Result<WriteRequest, MemoryError> {
+    ) -> Result<Vec<WriteRequest>, MemoryError> {
+        let id = wr_id(connection, ticket);
         match *op {
             Op::Put { src_memory, src_offset, dst_memory, dst_offset, len } => {
                 let l = *self
@@ -292,29 +331,35 @@ impl<V: Verbs> IbTransport<V> {
                     conn.remote.get(usize::from(dst_memory)).ok_or(MemoryError::UnknownMemory { index: dst_memory })?;
                 super::check_range(src_memory, src_offset, len, l.len)?;
                 super::check_range(dst_memory, dst_offset, len, r.len)?;
-                Ok(WriteRequest {
-                    wr_id: wr_id(connection, ticket),
-                    local_addr: l.addr + src_offset,
-                    lkey: l.lkey,
-                    len,
-                    remote_addr: r.addr + dst_offset,
-                    rkey: r.rkey,
-                    imm: None,
-                })
+                let part = self.config.max_write.max(1);
+                let parts = len.div_ceil(part).max(1);
+                Ok((0..parts)
+                    .map(|k| WriteRequest {
+                        wr_id: id,
+                        local_addr: l.addr + src_offset + k * part,
+                        lkey: l.lkey,
+                        len: part.min(len - k * part),
+                        remote_addr: r.addr + dst_offset + k * part,
+                        rkey: r.rkey,
+                        imm: None,
+                        signaled: k + 1 == parts,
+                    })
+                    .collect())
             }
-            Op::Signal => Ok(WriteRequest {
-                wr_id: wr_id(connection, ticket),
+            Op::Signal => Ok(vec![WriteRequest {
+                wr_id: id,
                 local_addr: 0,
                 lkey: 0,
                 len: 0,
                 remote_addr: 0,
                 rkey: 0,
                 imm: Some(u32::from(conn.remote_connection)),
-            }),
+                signaled: true,
+            }]),
         }
     }
 
-    /// A write of `connection` completed (the peer acknowledged it).
+    /// A write of `connection` completed (the peer acknowledged it), or failed.
     fn write_done(
         &self,
         connection: ConnectionId,
@@ -339,16 +384,14 @@ impl<V: Verbs> IbTransport<V> {
         })
     }
 
-    /// A peer's write with immediate `imm` arrived on queue pair `qp`: raise the token.
+    /// A peer's write with immediate `imm` arrived on queue pair `qp`: raise the token. (A
+    /// receive of a queue pair that carries no connection, left by a failed set-up, is
+    /// dropped.)
     fn signal_arrived(&self, qp: u32, imm: u32, status: Result<(), String>) -> Result<(), TransportError> {
-        let connection = self.by_qp.read().unwrap_or_else(|p| p.into_inner()).get(&qp).copied().ok_or_else(|| {
-            TransportError::Protocol {
-                transport: NAME,
-                connection: 0,
-                peer: format!("queue pair {qp}"),
-                detail: "a receive completed on a queue pair of no connection".into(),
-            }
-        })?;
+        let Some(connection) = self.by_qp.read().unwrap_or_else(|p| p.into_inner()).get(&qp).copied() else {
+            tracing::warn!("ib: a receive completed on queue pair {qp}, which carries no connection");
+            return Ok(());
+        };
         self.with(connection, |state| {
             if let Err(detail) = status {
                 return Err(peer_lost(connection, state, format!("a receive for the peer's signal failed: {detail}")));
@@ -371,8 +414,7 @@ impl<V: Verbs> IbTransport<V> {
     }
 
     /// Fails connections whose outstanding operations saw no completion for the timeout.
-    fn check_timeouts(&self) -> Result<(), TransportError> {
-        let mut first = Ok(());
+    fn check_timeouts(&self) {
         for (index, slot) in self.conns.iter().enumerate() {
             let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = guard.as_mut().filter(|s| s.failure.is_none()) else { continue };
@@ -390,10 +432,9 @@ impl<V: Verbs> IbTransport<V> {
                     waited,
                     pending: state.submitted - state.completed,
                 };
-                first = first.and(Err(fail(state, e)));
+                fail(state, e);
             }
         }
-        first
     }
 }
 
@@ -432,11 +473,13 @@ impl<V: Verbs> Transport for IbTransport<V> {
                 state.last_progress = Instant::now();
             }
             let count = requests.len();
-            for (i, r) in requests.into_iter().enumerate() {
-                if let Err(detail) = self.verbs.post_write(state.conn.qp, r) {
-                    // The unposted operations' credits; the posted ones complete (or flush).
-                    self.flow.release(usize::from(connection), (count - i) as u64);
-                    return Err(peer_lost(connection, state, format!("posting a write: {detail}")));
+            for (i, parts) in requests.into_iter().enumerate() {
+                for r in parts {
+                    if let Err(detail) = self.verbs.post_write(state.conn.qp, r) {
+                        // Credits of the operations not wholly posted; the posted complete or flush.
+                        self.flow.release(usize::from(connection), (count - i) as u64);
+                        return Err(peer_lost(connection, state, format!("posting a write: {detail}")));
+                    }
                 }
                 state.submitted += 1;
             }
@@ -444,16 +487,22 @@ impl<V: Verbs> Transport for IbTransport<V> {
         })
     }
 
+    /// The count, or the connection's failure while operations are outstanding (a connection
+    /// that failed after all its operations completed owes nothing).
     fn completed(&self, connection: ConnectionId) -> Result<u64, TransportError> {
-        self.with(connection, |s| Ok(s.completed))
+        self.state(connection, |s| match &s.failure {
+            Some(e) if s.completed < s.submitted => Err(e.clone()),
+            _ => Ok(s.completed),
+        })
     }
 
     fn submitted(&self, connection: ConnectionId) -> Result<u64, TransportError> {
-        self.with(connection, |s| Ok(s.submitted))
+        self.state(connection, |s| Ok(s.submitted))
     }
 
-    /// Applies every polled completion (a failure fails only its own connection) and the
-    /// timeouts; returns the first error met.
+    /// Applies every polled completion and the timeouts. A failure fails only its connection
+    /// (its `submit`, and `completed` while operations are outstanding, report it); only a
+    /// failing completion queue is an error here.
     fn progress(&self) -> Result<(), TransportError> {
         let mut out = Vec::new();
         self.verbs.poll_cq(&mut out).map_err(|detail| TransportError::Protocol {
@@ -462,21 +511,23 @@ impl<V: Verbs> Transport for IbTransport<V> {
             peer: "the local completion queue".into(),
             detail,
         })?;
-        let mut first = Ok(());
         for wc in out {
-            let applied = match wc.kind {
+            // Errors are recorded in their connection's state (or it had failed before).
+            let _ = match wc.kind {
                 CompletionKind::Write => {
                     let (connection, ticket) = ticket_of(wc.wr_id);
                     self.write_done(connection, ticket, wc.status)
                 }
                 CompletionKind::RecvWriteImm { qp, imm } => self.signal_arrived(qp, imm, wc.status),
             };
-            first = first.and(applied);
         }
-        first.and(self.check_timeouts())
+        self.check_timeouts();
+        Ok(())
     }
 
-    fn shutdown(&self) {}
+    fn shutdown(&self) {
+        self.verbs.close();
+    }
 }
 
 #[cfg(all(test, not(weft_loom)))]

@@ -72,7 +72,9 @@ pub struct RdmaConfig {
     pub port: u8,
     /// GID table index for RoCE and routed InfiniBand (RoCE v2 is usually 3).
     pub gid_index: u8,
-    /// Completion queue entries.
+    /// Completion queue entries, shared by the queue pairs: each may hold `send_depth +
+    /// recv_depth` of them (a failed queue pair flushes every posted request), so
+    /// [`RdmaVerbs::create_qp`] refuses queue pairs beyond that.
     pub cq_depth: u32,
     /// Send work requests per queue pair.
     pub send_depth: u32,
@@ -90,9 +92,9 @@ impl Default for RdmaConfig {
             device: None,
             port: 1,
             gid_index: 0,
-            cq_depth: 4096,
+            cq_depth: 262_144,
             send_depth: 1024,
-            recv_depth: 256,
+            recv_depth: 512,
             timeout: 18,
             retry_count: 7,
         }
@@ -162,6 +164,8 @@ pub struct RdmaVerbs {
     link_layer: u8,
     lid: u16,
     mtu: u32,
+    /// The port's largest message.
+    max_msg: u32,
     gid: [u8; 16],
     context: Owned<IbvContext>,
     pd: Owned<IbvPd>,
@@ -283,6 +287,7 @@ impl RdmaVerbs {
             link_layer: port.link_layer,
             lid: port.lid,
             mtu: port.active_mtu,
+            max_msg: port.max_msg_sz,
             gid: gid.raw,
             context: Owned(context),
             pd: Owned(pd),
@@ -299,6 +304,16 @@ impl RdmaVerbs {
         &self.device
     }
 
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &RdmaConfig {
+        &self.config
+    }
+
+    /// The largest RDMA write the port takes (`max_msg_sz`; 1 GiB if it reports none).
+    pub fn max_write(&self) -> u64 {
+        if self.max_msg == 0 { 1 << 30 } else { u64::from(self.max_msg) }
+    }
+
     fn call_error(&self, call: &'static str, detail: String) -> RdmaError {
         RdmaError::Call { call, device: self.device.clone(), detail }
     }
@@ -310,10 +325,18 @@ impl RdmaVerbs {
     /// The memory must stay allocated while this `RdmaVerbs` lives: the NIC reads and writes it
     /// without further checks.
     pub unsafe fn register(&self, addr: u64, len: usize) -> Result<(LocalRegion, RemoteRegion), RdmaError> {
-        let access =
-            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING;
+        let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        // Relaxed ordering is an optional flag, which only ibv_reg_mr_iova2 drops where the
+        // kernel lacks it (verbs.h's ibv_reg_mr macro routes such calls there).
         // SAFETY: the protection domain is alive; the caller keeps the memory allocated.
-        let mr = unsafe { (self.api.reg_mr)(self.pd.0, addr as *mut c_void, len, access) };
+        let mr = unsafe {
+            match self.api.reg_mr_iova2 {
+                Some(reg) => {
+                    reg(self.pd.0, addr as *mut c_void, len, addr, (access | IBV_ACCESS_RELAXED_ORDERING) as u32)
+                }
+                None => (self.api.reg_mr)(self.pd.0, addr as *mut c_void, len, access),
+            }
+        };
         self.keep_registration(mr, addr, len, "ibv_reg_mr")
     }
 
@@ -359,8 +382,35 @@ impl RdmaVerbs {
         Ok((LocalRegion { addr, len: len as u64, lkey }, RemoteRegion { addr, len: len as u64, rkey }))
     }
 
-    /// A new reliable-connected queue pair: the endpoint to send to the peer.
+    /// Releases the registration with local key `lkey` (a memory whose set-up failed later).
+    pub fn deregister(&self, lkey: u32) {
+        let mut mrs = self.mrs.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: registrations this RdmaVerbs made and still holds.
+        if let Some(i) = mrs.iter().position(|m| unsafe { (*m.0).lkey } == lkey) {
+            let mr = mrs.swap_remove(i);
+            // SAFETY: removed from the list, so released once.
+            unsafe { (self.api.dereg_mr)(mr.0) };
+        }
+    }
+
+    /// Destroys queue pair `qpn` (a channel whose set-up failed).
+    pub fn destroy_qp(&self, qpn: u32) {
+        if let Some(qp) = self.qps.write().unwrap_or_else(|p| p.into_inner()).remove(&qpn) {
+            // SAFETY: removed from the table, so destroyed once; no transport uses it.
+            unsafe { (self.api.destroy_qp)(qp.0) };
+        }
+    }
+
+    /// A new reliable-connected queue pair: the endpoint to send to the peer. Refused when the
+    /// shared completion queue could not hold every queue pair's completions.
     pub fn create_qp(&self) -> Result<QpEndpoint, RdmaError> {
+        let per_qp = u64::from(self.config.send_depth) + u64::from(self.config.recv_depth);
+        let capacity = u64::from(self.config.cq_depth) / per_qp.max(1);
+        if self.qps.read().unwrap_or_else(|p| p.into_inner()).len() as u64 >= capacity {
+            let detail =
+                format!("the completion queue of {} entries holds {capacity} queue pairs", self.config.cq_depth);
+            return Err(self.call_error("ibv_create_qp", detail));
+        }
         let mut init = IbvQpInitAttr {
             qp_context: ptr::null_mut(),
             send_cq: self.cq.0,
@@ -498,7 +548,7 @@ impl Verbs for RdmaVerbs {
         wr.wr_id = request.wr_id;
         wr.sg_list = if len == 0 { ptr::null_mut() } else { &mut sge };
         wr.num_sge = c_int::from(len != 0);
-        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.send_flags = if request.signaled { IBV_SEND_SIGNALED } else { 0 };
         wr.rdma.remote_addr = request.remote_addr;
         wr.rdma.rkey = request.rkey;
         match request.imm {
@@ -520,6 +570,16 @@ impl Verbs for RdmaVerbs {
         // SAFETY: as in post_write.
         let ops = unsafe { &(*(*qp).context).ops };
         post("ibv_post_recv", ops.post_recv, qp, &mut wr)
+    }
+
+    fn close(&self) {
+        let qpns: Vec<u32> = self.qps.read().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        for qpn in qpns {
+            let mut attr = IbvQpAttr { qp_state: IBV_QPS_ERR, ..IbvQpAttr::default() };
+            if let Err(e) = self.modify(qpn, &mut attr, IBV_QP_STATE, "ibv_modify_qp(ERR)") {
+                tracing::warn!("{e}");
+            }
+        }
     }
 
     fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String> {

@@ -6,7 +6,8 @@
 //! - a write with immediate consumes one posted receive of the peer's queue pair and completes
 //!   there as [`CompletionKind::RecvWriteImm`]; with no receive posted the queue pair stalls
 //!   (receiver not ready, retried forever) and so do the writes behind it;
-//! - a sender's completion means the peer applied the write;
+//! - a sender's completion means the peer applied the write (unsignalled writes complete only
+//!   when they fail);
 //! - an access outside a registration, or with a key of the wrong side, completes with an error
 //!   and puts the queue pair into the error state: everything after it, and every receive
 //!   posted on it, completes "flushed";
@@ -15,7 +16,9 @@
 //!   answering once its retries run out.
 //!
 //! Every call runs the fabric's delivery to a fixed point under one lock, so no thread is
-//! needed and nothing waits.
+//! needed and nothing waits. In deferred mode ([`SoftFabric::set_deferred`]) a post only
+//! queues: each poll of any completion queue executes one write per queue pair, so data lands
+//! after its submission returns, interleaved across queue pairs and in order within each.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -40,6 +43,7 @@ pub struct SoftFabric {
 
 #[derive(Debug, Default)]
 struct State {
+    deferred: bool,
     nics: Vec<Nic>,
     regions: HashMap<u32, Region>,
     qps: HashMap<u32, Qp>,
@@ -89,6 +93,11 @@ impl SoftFabric {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Deferred delivery on or off (see the module docs).
+    pub fn set_deferred(&self, deferred: bool) {
+        self.lock().deferred = deferred;
     }
 
     /// A new NIC on the fabric.
@@ -182,19 +191,30 @@ impl Verbs for SoftNic {
     fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String> {
         let mut s = self.fabric.lock();
         self.own_qp(&mut s, qp)?.sends.push_back(request);
-        s.deliver();
+        if !s.deferred {
+            s.deliver();
+        }
         Ok(())
     }
 
     fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String> {
         let mut s = self.fabric.lock();
         self.own_qp(&mut s, qp)?.recvs.push_back(wr_id);
-        s.deliver();
+        if !s.deferred {
+            s.deliver();
+        }
         Ok(())
+    }
+
+    fn close(&self) {
+        self.fabric.kill(self);
     }
 
     fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
         let mut s = self.fabric.lock();
+        if s.deferred {
+            s.step();
+        }
         let nic = &mut s.nics[self.id];
         let start = out.len();
         out.extend(nic.cq.drain(..));
@@ -239,6 +259,22 @@ impl State {
         }
     }
 
+    /// Executes at most one write per queue pair, in queue pair order (deferred mode).
+    fn step(&mut self) {
+        let mut qps: Vec<u32> = self.qps.keys().copied().collect();
+        qps.sort_unstable();
+        for qp in qps {
+            let head = self.qps.get(&qp).and_then(|q| q.sends.front().copied());
+            if let Some(head) = head
+                && let Step::Done = self.execute(qp, head)
+                && let Some(q) = self.qps.get_mut(&qp)
+            {
+                q.sends.pop_front();
+            }
+            self.flush_if_failed(qp);
+        }
+    }
+
     fn complete(&mut self, nic: usize, wr_id: u64, kind: CompletionKind, status: Result<(), String>) {
         self.nics[nic].cq.push_back(WorkCompletion { wr_id, kind, status });
     }
@@ -273,7 +309,9 @@ impl State {
                 self.complete(peer_nic, recv, CompletionKind::RecvWriteImm { qp: peer, imm }, Ok(()));
             }
         }
-        self.complete(nic, w.wr_id, CompletionKind::Write, Ok(()));
+        if w.signaled {
+            self.complete(nic, w.wr_id, CompletionKind::Write, Ok(()));
+        }
         Step::Done
     }
 

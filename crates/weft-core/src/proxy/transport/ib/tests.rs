@@ -123,18 +123,20 @@ fn a_dead_peer_fails_the_connection_naming_it() {
     let (fabric, a, b) = pair(IbConfig::default());
     fabric.kill(b.transport.verbs());
     a.transport.submit(3, &[put(0, 0, 8), Op::Signal]).unwrap();
-    let err = a.transport.progress().unwrap_err();
+    a.transport.progress().unwrap();
+    let err = a.transport.completed(3).unwrap_err();
     assert!(matches!(&err, TransportError::PeerLost { peer, .. } if peer == "rank 1"), "{err}");
     assert!(err.to_string().contains(soft::RETRY_EXCEEDED), "{err}");
-    assert!(a.transport.submit(3, &[Op::Signal]).is_err());
-    assert!(a.transport.completed(3).is_err());
+    assert_eq!(a.transport.submit(3, &[Op::Signal]).unwrap_err(), err);
 }
 
 #[test]
 fn a_signal_for_another_connection_is_a_protocol_error() {
     let (_f, a, b) = pair_with(IbConfig::default(), 3, 5, 6);
     a.transport.submit(3, &[Op::Signal]).unwrap();
-    let err = b.transport.progress().unwrap_err();
+    b.transport.progress().unwrap();
+    assert_eq!(b.transport.completed(5).unwrap(), 0, "nothing of b's was outstanding: it owes nothing");
+    let err = b.transport.submit(5, &[Op::Signal]).unwrap_err();
     assert!(matches!(&err, TransportError::Protocol { peer, .. } if peer == "rank 0"), "{err}");
     assert!(err.to_string().contains("connection 6 arrived on the queue pair of connection 5"), "{err}");
     assert_eq!(b.inbox.token(5) + b.inbox.token(6), 0, "no token moved");
@@ -147,7 +149,8 @@ fn a_peer_that_never_posts_receives_is_a_timeout_naming_it() {
     a.transport.submit(3, &[Op::Signal]).unwrap();
     a.transport.progress().unwrap();
     std::thread::sleep(Duration::from_millis(80));
-    let err = a.transport.progress().unwrap_err();
+    a.transport.progress().unwrap();
+    let err = a.transport.completed(3).unwrap_err();
     assert!(matches!(&err, TransportError::PeerTimeout { peer, pending: 1, .. } if peer == "rank 1"), "{err}");
 }
 
@@ -174,7 +177,8 @@ fn a_wrong_remote_key_fails_the_connection_naming_the_peer() {
     t.add_connection(0, IbConnection { qp: qa, remote_connection: 0, peer: "rank 9".into(), remote: vec![remote] })
         .unwrap();
     t.submit(0, &[put(0, 0, 8), Op::Signal]).unwrap();
-    let err = t.progress().unwrap_err();
+    t.progress().unwrap();
+    let err = t.completed(0).unwrap_err();
     assert!(err.to_string().contains(soft::REMOTE_ACCESS) && err.to_string().contains("rank 9"), "{err}");
 }
 
@@ -203,5 +207,84 @@ fn a_retired_nic_releases_its_memories_and_fails_writes_towards_it() {
     fabric.retire(b.transport.verbs());
     assert_eq!(Arc::strong_count(&b.memory), before - 1, "the fabric dropped its reference");
     a.transport.submit(3, &[put(0, 0, 8)]).unwrap();
-    assert!(a.transport.progress().unwrap_err().to_string().contains(soft::RETRY_EXCEEDED));
+    a.transport.progress().unwrap();
+    assert!(a.transport.completed(3).unwrap_err().to_string().contains(soft::RETRY_EXCEEDED));
+}
+
+#[test]
+fn puts_beyond_the_largest_write_go_in_parts_and_complete_once() {
+    let (_f, a, b) = pair(IbConfig { max_write: 1000, ..IbConfig::default() });
+    let data: Vec<u8> = (0..2500u32).map(|i| (i * 7 + 3) as u8).collect();
+    a.memory.write(100, &data).unwrap();
+    a.transport.submit(3, &[put(100, 1000, 2500), Op::Signal]).unwrap();
+    b.transport.progress().unwrap();
+    assert_eq!((&b.memory.snapshot()[1000..3500], b.inbox.token(5)), (&data[..], 1));
+    a.transport.progress().unwrap();
+    assert_eq!(a.transport.completed(3).unwrap(), 2, "three writes and a signal: two operations");
+    assert_eq!(a.transport.flow.in_flight(3), 0, "every credit returned");
+}
+
+#[test]
+fn a_failed_connection_leaves_the_others_running() {
+    let fabric = SoftFabric::new();
+    let (na, nb, nc) = (fabric.nic(), fabric.nic(), fabric.nic());
+    let (ab, _) = fabric.connect(&na, &nb);
+    let (ac, _) = fabric.connect(&na, &nc);
+    let memory = Arc::new(HostMemory::new(64));
+    let (local, _) = na.register(memory.clone());
+    let (_, rb) = nb.register(Arc::new(HostMemory::new(64)));
+    let (_, rc) = nc.register(Arc::new(HostMemory::new(64)));
+    let t = IbTransport::new(na, vec![local], Arc::new(HostInbox::new(MemoryTable::new())), IbConfig::default());
+    let conn =
+        |qp, peer: &str, remote| IbConnection { qp, remote_connection: 0, peer: peer.into(), remote: vec![remote] };
+    t.add_connection(0, conn(ab, "rank 1", rb)).unwrap();
+    t.add_connection(1, conn(ac, "rank 2", rc)).unwrap();
+    fabric.kill(&nb);
+    t.submit(0, &[put(0, 0, 8)]).unwrap();
+    t.submit(1, &[put(0, 0, 8)]).unwrap();
+    t.progress().unwrap();
+    assert!(t.completed(0).unwrap_err().to_string().contains("rank 1"));
+    assert_eq!(t.completed(1).unwrap(), 1);
+    t.submit(1, &[put(8, 8, 8)]).unwrap();
+    t.progress().unwrap();
+    assert_eq!(t.completed(1).unwrap(), 2, "rank 2's connection goes on");
+}
+
+#[test]
+fn shutdown_fails_the_peers_writes_promptly() {
+    let (_f, a, b) = pair(IbConfig::default());
+    b.transport.shutdown();
+    a.transport.submit(3, &[put(0, 0, 8)]).unwrap();
+    a.transport.progress().unwrap();
+    assert!(a.transport.completed(3).unwrap_err().to_string().contains(soft::RETRY_EXCEEDED));
+}
+
+#[test]
+fn a_removed_connection_drops_its_queue_pairs_completions() {
+    let (_f, a, b) = pair(IbConfig::default());
+    b.transport.remove_connection(5);
+    a.transport.submit(3, &[Op::Signal]).unwrap();
+    b.transport.progress().unwrap();
+    assert!(matches!(b.transport.submit(5, &[Op::Signal]), Err(TransportError::UnknownConnection { .. })));
+    assert_eq!(b.inbox.token(5), 0);
+}
+
+#[test]
+fn deferred_delivery_lands_data_at_a_later_poll_and_still_in_order() {
+    let (fabric, a, b) = pair(IbConfig::default());
+    fabric.set_deferred(true);
+    a.memory.write(0, b"abcdefgh").unwrap();
+    a.transport.submit(3, &[put(0, 0, 4), put(4, 4, 4), Op::Signal]).unwrap();
+    assert_eq!(&b.memory.snapshot()[..8], &[0; 8], "nothing moves at submission");
+    let mut polls = 0;
+    while b.inbox.token(5) == 0 {
+        // Whenever the token shows, both puts must be in place.
+        b.transport.progress().unwrap();
+        polls += 1;
+        assert!(polls < 10, "the signal never arrived");
+    }
+    assert_eq!(&b.memory.snapshot()[..8], b"abcdefgh");
+    assert!(polls >= 3, "three writes, one per poll: {polls}");
+    a.transport.progress().unwrap();
+    assert_eq!(a.transport.completed(3).unwrap(), 3);
 }
