@@ -193,8 +193,8 @@ pub fn run(
     plot: Option<&Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut envs = vec![(WORKER_OPTIONS, serde_json::to_string(options)?)];
-    let socket = nccl_on_sockets(options, |k| std::env::var(k).ok());
-    if let Some(vars) = &socket {
+    let network = nccl_on_network(options, |k| std::env::var(k).ok());
+    if let Some(vars) = &network {
         envs.extend(vars.iter().map(|&(k, v)| (k, v.to_string())));
     }
     let per_rank: Vec<Vec<Row>> = if options.shares_gpus() {
@@ -210,10 +210,10 @@ pub fn run(
     } else {
         run_workers(options.gpus, "bench-worker", &envs, &sizes(options), Duration::from_secs(3600))?
     };
-    if socket.is_some() {
+    if let Some(vars) = &network {
         println!(
-            "# virtual nodes (WEFT_RANKS_PER_NODE): NCCL ran on its socket transport ({}), as weft's nodes talk over a network",
-            NCCL_SOCKET_VARS.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+            "# virtual nodes (WEFT_RANKS_PER_NODE): NCCL ran on its network transport ({}), as weft's nodes talk over a network",
+            vars.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
         );
     }
     let lines = report::lines(options, &merge(&per_rank));
@@ -233,16 +233,21 @@ pub fn run(
 const NCCL_SOCKET_VARS: [(&str, &str); 3] =
     [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"), ("NCCL_NET", "Socket")];
 
+/// The variables that put NCCL on its InfiniBand transport (for weft's `WEFT_NET=ib`).
+const NCCL_IB_VARS: [(&str, &str); 3] = [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"), ("NCCL_NET", "IB")];
+
 /// With virtual nodes (`WEFT_RANKS_PER_NODE`) and `--nccl`, NCCL would still use NVLink
-/// between every pair, so the comparison needs it on its socket transport: the variables to
-/// give the workers, unless the user set any of them (`var` reads the environment).
-fn nccl_on_sockets(
+/// between every pair, so the comparison needs it on the network weft's nodes use (sockets,
+/// or InfiniBand under `WEFT_NET=ib`): the variables to give the workers, unless the user set
+/// any of them (`var` reads the environment).
+fn nccl_on_network(
     options: &BenchOptions,
     var: impl Fn(&str) -> Option<String>,
 ) -> Option<[(&'static str, &'static str); 3]> {
     let virtual_nodes = var("WEFT_RANKS_PER_NODE").is_some_and(|v| !v.trim().is_empty());
     let user_set = NCCL_SOCKET_VARS.iter().any(|(k, _)| var(k).is_some());
-    (options.nccl && virtual_nodes && !user_set).then_some(NCCL_SOCKET_VARS)
+    let vars = if var("WEFT_NET").is_some_and(|v| v.trim() == "ib") { NCCL_IB_VARS } else { NCCL_SOCKET_VARS };
+    (options.nccl && virtual_nodes && !user_set).then_some(vars)
 }
 
 /// Runs `worker` on `gpus` processes with the variables `envs` set (the options variable
@@ -327,19 +332,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn with_virtual_nodes_nccl_goes_on_sockets_unless_the_user_chose() {
+    fn with_virtual_nodes_nccl_goes_on_weft_s_network_unless_the_user_chose() {
         let mut options = report::tests::options(Collective::AllReduce);
         options.nccl = true;
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|(name, _)| *name == k).map(|(_, v)| v.to_string())
         };
-        assert_eq!(nccl_on_sockets(&options, env(&[("WEFT_RANKS_PER_NODE", "2")])), Some(NCCL_SOCKET_VARS));
-        assert_eq!(nccl_on_sockets(&options, env(&[])), None);
-        assert_eq!(nccl_on_sockets(&options, env(&[("WEFT_RANKS_PER_NODE", " ")])), None);
+        assert_eq!(nccl_on_network(&options, env(&[("WEFT_RANKS_PER_NODE", "2")])), Some(NCCL_SOCKET_VARS));
+        assert_eq!(nccl_on_network(&options, env(&[])), None);
+        assert_eq!(nccl_on_network(&options, env(&[("WEFT_RANKS_PER_NODE", " ")])), None);
+        let ib = env(&[("WEFT_RANKS_PER_NODE", "2"), ("WEFT_NET", "ib")]);
+        assert_eq!(nccl_on_network(&options, ib), Some(NCCL_IB_VARS));
         let chosen = env(&[("WEFT_RANKS_PER_NODE", "2"), ("NCCL_NET", "IB")]);
-        assert_eq!(nccl_on_sockets(&options, chosen), None);
+        assert_eq!(nccl_on_network(&options, chosen), None);
         options.nccl = false;
-        assert_eq!(nccl_on_sockets(&options, env(&[("WEFT_RANKS_PER_NODE", "2")])), None);
+        assert_eq!(nccl_on_network(&options, env(&[("WEFT_RANKS_PER_NODE", "2")])), None);
     }
 
     #[test]
