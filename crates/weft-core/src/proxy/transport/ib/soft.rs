@@ -148,13 +148,15 @@ impl SoftFabric {
         s.deliver();
     }
 
-    /// `nic` is gone: as [`SoftFabric::kill`], and its registrations and completions are
-    /// dropped (the fabric no longer keeps its memories alive).
+    /// `nic` is gone: as [`SoftFabric::kill`], and its registrations, queue pairs and
+    /// completions are dropped (the fabric no longer keeps its memories alive, and a process
+    /// making many communicators does not accumulate queue pairs).
     pub fn retire(&self, nic: &SoftNic) {
         let mut s = self.lock();
         s.nics[nic.id].dead = true;
         s.nics[nic.id].cq.clear();
         s.regions.retain(|_, r| r.nic != nic.id);
+        s.qps.retain(|_, q| q.nic != nic.id);
         s.deliver();
     }
 }

@@ -206,7 +206,7 @@ fn a_retired_nic_releases_its_memories_and_fails_writes_towards_it() {
     let before = Arc::strong_count(&b.memory);
     fabric.retire(b.transport.verbs());
     assert_eq!(Arc::strong_count(&b.memory), before - 1, "the fabric dropped its reference");
-    a.transport.submit(3, &[put(0, 0, 8)]).unwrap();
+    a.transport.submit(3, &[put(0, 0, 8), Op::Signal]).unwrap();
     a.transport.progress().unwrap();
     assert!(a.transport.completed(3).unwrap_err().to_string().contains(soft::RETRY_EXCEEDED));
 }
