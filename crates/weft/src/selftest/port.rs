@@ -120,8 +120,8 @@ pub(crate) fn run(
 /// Recorded only where the GPU supports dma-buf export.
 fn dma_buf_export(comm: &Communicator, buffer: &RegisteredMemory, label: &str, report: &mut RankReport) {
     use std::os::fd::AsRawFd;
-    let attr = weft_gpu::export_dma_buf(comm.device(), buffer.ptr(), buffer.len());
-    let outcome = match attr {
+    let exported = weft_gpu::export_dma_buf(comm.device(), buffer.ptr(), buffer.len());
+    let outcome = match exported {
         Err(weft_gpu::GpuError::Unsupported { what, .. }) => {
             println!("{label}rank {}: no dma-buf check: {what} unsupported", comm.rank());
             return;

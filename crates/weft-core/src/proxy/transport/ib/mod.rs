@@ -40,6 +40,7 @@ pub mod rdma;
 pub mod soft;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -189,11 +190,43 @@ pub struct IbTransport<V> {
     /// Which connection a queue pair belongs to (receive completions name the queue pair).
     by_qp: RwLock<HashMap<u32, ConnectionId>>,
     flow: FlowControl,
+    /// When the next timeout scan is due, in ns from `created`.
+    next_timeout_scan: AtomicU64,
+    created: Instant,
 }
+
+/// How often [`Transport::progress`] looks for connections that stopped completing.
+const TIMEOUT_SCAN: Duration = Duration::from_millis(1);
 
 /// Set in the id of every receive work request (a write's id has its connection, below 2^10,
 /// in bits 48..58), so a failed completion, whose opcode is undefined, is known as a receive.
 pub const RECV_WR_TAG: u64 = 1 << 63;
+
+/// An operation's writes: `first` covers all of it, cut into parts of `part` bytes (a
+/// zero-length write is one part).
+#[derive(Clone, Copy, Debug)]
+struct Writes {
+    first: WriteRequest,
+    part: u64,
+}
+
+impl Writes {
+    fn count(&self) -> u64 {
+        self.first.len.div_ceil(self.part).max(1)
+    }
+
+    /// Part `k`: only the last is signalled.
+    fn part(&self, k: u64) -> WriteRequest {
+        let at = k * self.part;
+        WriteRequest {
+            local_addr: self.first.local_addr + at,
+            remote_addr: self.first.remote_addr + at,
+            len: self.part.min(self.first.len - at),
+            signaled: k + 1 == self.count(),
+            ..self.first
+        }
+    }
+}
 
 /// Packs a connection and its ticket into a work request id (tickets below 2^48).
 fn wr_id(connection: ConnectionId, ticket: u64) -> u64 {
@@ -218,6 +251,8 @@ impl<V: Verbs> IbTransport<V> {
             conns: (0..MAX_CONNECTIONS).map(|_| Mutex::new(None)).collect(),
             by_qp: RwLock::new(HashMap::new()),
             flow: FlowControl::new(MAX_CONNECTIONS, config.max_in_flight.max(2)),
+            next_timeout_scan: AtomicU64::new(0),
+            created: Instant::now(),
         }
     }
 
@@ -309,16 +344,25 @@ impl<V: Verbs> IbTransport<V> {
         f(state)
     }
 
-    /// The writes of operation `op` (ticket `ticket`): one per put part of at most
-    /// `max_write` bytes, only the last signalled, or one signal.
-    fn request(
+    /// The writes of operation `op` (ticket `ticket`), checked: a put in parts of at most
+    /// `max_write` bytes, or one signal.
+    fn writes(
         &self,
         connection: ConnectionId,
         conn: &IbConnection,
         ticket: u64,
         op: &Op,
-    ) -> Result<Vec<WriteRequest>, MemoryError> {
-        let id = wr_id(connection, ticket);
+    ) -> Result<Writes, MemoryError> {
+        let first = WriteRequest {
+            wr_id: wr_id(connection, ticket),
+            local_addr: 0,
+            lkey: 0,
+            len: 0,
+            remote_addr: 0,
+            rkey: 0,
+            imm: None,
+            signaled: true,
+        };
         match *op {
             Op::Put { src_memory, src_offset, dst_memory, dst_offset, len } => {
                 let l = *self
@@ -331,31 +375,19 @@ impl<V: Verbs> IbTransport<V> {
                     conn.remote.get(usize::from(dst_memory)).ok_or(MemoryError::UnknownMemory { index: dst_memory })?;
                 super::check_range(src_memory, src_offset, len, l.len)?;
                 super::check_range(dst_memory, dst_offset, len, r.len)?;
-                let part = self.config.max_write.max(1);
-                let parts = len.div_ceil(part).max(1);
-                Ok((0..parts)
-                    .map(|k| WriteRequest {
-                        wr_id: id,
-                        local_addr: l.addr + src_offset + k * part,
-                        lkey: l.lkey,
-                        len: part.min(len - k * part),
-                        remote_addr: r.addr + dst_offset + k * part,
-                        rkey: r.rkey,
-                        imm: None,
-                        signaled: k + 1 == parts,
-                    })
-                    .collect())
+                let first = WriteRequest {
+                    local_addr: l.addr + src_offset,
+                    lkey: l.lkey,
+                    len,
+                    remote_addr: r.addr + dst_offset,
+                    rkey: r.rkey,
+                    ..first
+                };
+                Ok(Writes { first, part: self.config.max_write.max(1) })
             }
-            Op::Signal => Ok(vec![WriteRequest {
-                wr_id: id,
-                local_addr: 0,
-                lkey: 0,
-                len: 0,
-                remote_addr: 0,
-                rkey: 0,
-                imm: Some(u32::from(conn.remote_connection)),
-                signaled: true,
-            }]),
+            Op::Signal => {
+                Ok(Writes { first: WriteRequest { imm: Some(u32::from(conn.remote_connection)), ..first }, part: 1 })
+            }
         }
     }
 
@@ -413,9 +445,20 @@ impl<V: Verbs> IbTransport<V> {
         })
     }
 
-    /// Fails connections whose outstanding operations saw no completion for the timeout.
+    /// Fails connections whose outstanding operations saw no completion for the timeout. The
+    /// scan locks every connected connection, so it runs at most every [`TIMEOUT_SCAN`], not on
+    /// every pass of the proxy.
     fn check_timeouts(&self) {
-        for (index, slot) in self.conns.iter().enumerate() {
+        let now = u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if now < self.next_timeout_scan.load(Ordering::Relaxed) {
+            return;
+        }
+        self.next_timeout_scan.store(now.saturating_add(TIMEOUT_SCAN.as_nanos() as u64), Ordering::Relaxed);
+        // Copied out: add_connection takes a connection's lock before the queue-pair map's.
+        let connected: Vec<ConnectionId> =
+            self.by_qp.read().unwrap_or_else(|p| p.into_inner()).values().copied().collect();
+        for index in connected {
+            let Some(slot) = self.conns.get(usize::from(index)) else { continue };
             let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = guard.as_mut().filter(|s| s.failure.is_none()) else { continue };
             if state.completed == state.submitted {
@@ -426,8 +469,7 @@ impl<V: Verbs> IbTransport<V> {
             if waited > self.config.timeout {
                 let e = TransportError::PeerTimeout {
                     transport: NAME,
-                    // Slots are indexed by connection, below MAX_CONNECTIONS.
-                    connection: index as ConnectionId,
+                    connection: index,
                     peer: state.conn.peer.clone(),
                     waited,
                     pending: state.submitted - state.completed,
@@ -456,28 +498,34 @@ impl<V: Verbs> Transport for IbTransport<V> {
 
     fn submit(&self, connection: ConnectionId, ops: &[Op]) -> Result<Submitted, TransportError> {
         self.with(connection, |state| {
-            // A bad command is refused without failing the connection: nothing is posted.
-            let requests = ops
-                .iter()
-                .enumerate()
-                .map(|(i, op)| self.request(connection, &state.conn, state.submitted + i as u64, op))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|source| TransportError::Memory { transport: NAME, connection, source })?;
-            if requests.is_empty() {
+            // A bad command is refused without failing the connection: every operation is
+            // checked before any is posted (again while posting: nothing is kept, nothing
+            // allocated on the proxy's path).
+            let ticket = |i: usize| state.submitted + i as u64;
+            for (i, op) in ops.iter().enumerate() {
+                self.writes(connection, &state.conn, ticket(i), op).map_err(|source| TransportError::Memory {
+                    transport: NAME,
+                    connection,
+                    source,
+                })?;
+            }
+            if ops.is_empty() {
                 return Ok(Submitted::Accepted { last: state.submitted.wrapping_sub(1) });
             }
-            if !self.flow.try_acquire(usize::from(connection), requests.len() as u64) {
+            if !self.flow.try_acquire(usize::from(connection), ops.len() as u64) {
                 return Ok(Submitted::Full);
             }
             if state.completed == state.submitted {
                 state.last_progress = Instant::now();
             }
-            let count = requests.len();
-            for (i, parts) in requests.into_iter().enumerate() {
-                for r in parts {
-                    if let Err(detail) = self.verbs.post_write(state.conn.qp, r) {
+            for (i, op) in ops.iter().enumerate() {
+                let writes = self
+                    .writes(connection, &state.conn, state.submitted, op)
+                    .map_err(|source| TransportError::Memory { transport: NAME, connection, source })?;
+                for k in 0..writes.count() {
+                    if let Err(detail) = self.verbs.post_write(state.conn.qp, writes.part(k)) {
                         // Credits of the operations not wholly posted; the posted complete or flush.
-                        self.flow.release(usize::from(connection), (count - i) as u64);
+                        self.flow.release(usize::from(connection), (ops.len() - i) as u64);
                         return Err(peer_lost(connection, state, format!("posting a write: {detail}")));
                     }
                 }

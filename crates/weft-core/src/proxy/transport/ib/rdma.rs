@@ -101,6 +101,9 @@ impl Default for RdmaConfig {
     }
 }
 
+/// What registrations and queue pairs allow: local writes, and peers' writes and reads.
+const MEMORY_ACCESS: c_int = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
 /// What a peer needs to connect a queue pair to ours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpEndpoint {
@@ -325,7 +328,7 @@ impl RdmaVerbs {
     /// The memory must stay allocated while this `RdmaVerbs` lives: the NIC reads and writes it
     /// without further checks.
     pub unsafe fn register(&self, addr: u64, len: usize) -> Result<(LocalRegion, RemoteRegion), RdmaError> {
-        let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        let access = MEMORY_ACCESS;
         // Relaxed ordering is an optional flag, which only ibv_reg_mr_iova2 drops where the
         // kernel lacks it (verbs.h's ibv_reg_mr macro routes such calls there).
         // SAFETY: the protection domain is alive; the caller keeps the memory allocated.
@@ -357,8 +360,7 @@ impl RdmaVerbs {
         let reg = self.api.reg_dmabuf_mr.ok_or_else(|| {
             self.call_error("ibv_reg_dmabuf_mr", "this libibverbs lacks it (rdma-core 34 or later has it)".into())
         })?;
-        let access =
-            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING;
+        let access = MEMORY_ACCESS | IBV_ACCESS_RELAXED_ORDERING;
         // SAFETY: the protection domain is alive; the descriptor is a dma-buf covering
         // [offset, offset + len); the caller keeps the memory allocated.
         let mr = unsafe { reg(self.pd.0, offset, len, iova, fd.as_raw_fd(), access) };
@@ -437,7 +439,7 @@ impl RdmaVerbs {
             qp_state: IBV_QPS_INIT,
             pkey_index: 0,
             port_num: self.config.port,
-            qp_access_flags: (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) as u32,
+            qp_access_flags: MEMORY_ACCESS as u32,
             ..IbvQpAttr::default()
         };
         let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;

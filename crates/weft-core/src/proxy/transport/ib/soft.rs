@@ -180,6 +180,17 @@ impl SoftNic {
         self.fabric.lock().nics[self.id].reverse_polls = reverse;
     }
 
+    /// Queues a request on this NIC's queue pair `qp` with `queue`, then delivers (unless
+    /// deferred).
+    fn post(&self, qp: u32, queue: impl FnOnce(&mut Qp)) -> Result<(), String> {
+        let mut s = self.fabric.lock();
+        queue(self.own_qp(&mut s, qp)?);
+        if !s.deferred {
+            s.deliver();
+        }
+        Ok(())
+    }
+
     /// Checks that `qp` exists on this NIC and the NIC is alive.
     fn own_qp<'a>(&self, s: &'a mut State, qp: u32) -> Result<&'a mut Qp, String> {
         if s.nics[self.id].dead {
@@ -191,21 +202,11 @@ impl SoftNic {
 
 impl Verbs for SoftNic {
     fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String> {
-        let mut s = self.fabric.lock();
-        self.own_qp(&mut s, qp)?.sends.push_back(request);
-        if !s.deferred {
-            s.deliver();
-        }
-        Ok(())
+        self.post(qp, |q| q.sends.push_back(request))
     }
 
     fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String> {
-        let mut s = self.fabric.lock();
-        self.own_qp(&mut s, qp)?.recvs.push_back(wr_id);
-        if !s.deferred {
-            s.deliver();
-        }
-        Ok(())
+        self.post(qp, |q| q.recvs.push_back(wr_id))
     }
 
     fn close(&self) {
