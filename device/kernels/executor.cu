@@ -552,74 +552,161 @@ __device__ __forceinline__ bool fence(const ExecContext& c, uint64_t number) {
   return __syncthreads_and(ok);
 }
 
-/// Runs this block's operations (in shared memory) as replica `role.replica` of its thread
-/// block. Called by: every thread of a plan block.
-/// `up_front`: the rows of every operation, resolved before the plan, in order (else null: each
-/// operation resolves its own).
-__device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp* ops,
-                                         uint32_t nops, const Row* up_front, uint64_t launch, uint64_t* plan_arrivals,
-                                         uint64_t* progress) {
-  const SemaphoreDeviceHandle* links = reinterpret_cast<const SemaphoreDeviceHandle*>(c.links);
-  auto link = [&](uint16_t peer, uint16_t channel) -> const SemaphoreDeviceHandle& {
+/// What every operation of a plan block reads, and how far the block has come.
+struct PlanBlock {
+  const ExecContext& c;
+  const Geometry& g;
+  const Role& role;
+  /// The block's operations, in shared memory (or the uploaded table in a specialized kernel):
+  /// resolve_rows reads them.
+  const ExecOp* ops;
+  /// The rows of every operation, resolved before the plan, in order (else null: each
+  /// operation resolves its own).
+  const Row* up_front;
+  uint64_t launch;
+  uint64_t* plan_arrivals;
+  uint64_t* progress;
+  /// This replica's steps: thread block t's replica r publishes at progress[r * threadblocks + t].
+  const uint64_t* steps;
+  uint64_t plan_blocks;
+  bool packets;
+  /// Plan barriers passed and rows consumed so far.
+  uint64_t barriers;
+  uint32_t row;
+  /// Thread 0: every port signal and flush so far succeeded (checked at the next operation).
+  bool pushed;
+
+  __device__ __forceinline__ const SemaphoreDeviceHandle& link(uint16_t peer, uint16_t channel) const {
+    const SemaphoreDeviceHandle* links = reinterpret_cast<const SemaphoreDeviceHandle*>(c.links);
     return links[(static_cast<uint64_t>(peer) * c.link_stride + channel) * c.replicas + role.replica];
-  };
-  // This replica's steps: thread block t's replica r publishes at progress[r * threadblocks + t].
-  const uint64_t* steps = progress + static_cast<uint64_t>(role.replica) * c.threadblocks;
-  const uint64_t plan_blocks = static_cast<uint64_t>(c.threadblocks) * c.replicas;
-  const bool packets = (c.flags & EXEC_PACKETS) != 0;
-  uint64_t barriers = 0;
-  uint32_t row = 0;
-  // Thread 0: every port signal and flush so far succeeded (checked at the next operation).
-  bool pushed = true;
-  for (uint32_t s = 0; s < nops; ++s) {
-    const ExecOp& op = ops[s];
-    bool ok = pushed;
-    if (threadIdx.x == 0 && ok) {
-      // Under packets the link's wait is the polling of the packet input.
-      if ((op.flags & EXEC_WAIT_PORT) != 0) {
-        ok = port_wait(port_link(c, role, op.wait_peer, op.wait_channel));
-      } else if ((op.flags & EXEC_WAIT_LINK) != 0 && !packets) {
-        ok = semaphore_wait(link(op.wait_peer, op.wait_channel));
-      }
-      if (ok && (op.flags & EXEC_WAIT_TB) != 0) {
-        const uint64_t want = launch * EXEC_STEP_STRIDE + op.wait_step + 1;
-        ok = wait_at_least(steps + op.wait_tb, want, c.wait, WaitOp::ExecStep);
-      }
-      if (ok && (op.flags & EXEC_BARRIER) != 0) {
-        // Every earlier write of the block is ordered before this by the barrier that ended
-        // the previous operation.
-        ptx::red_add_release_sys(plan_arrivals, 1);
-        const uint64_t want = (launch * c.plan_barriers + barriers + 1) * plan_blocks;
-        ok = wait_at_least(plan_arrivals, want, c.wait, WaitOp::ExecBarrier);
-      }
+  }
+};
+
+/// Operation `s` of the block, `op` (the block's `ops[s]`; a compile-time constant in a
+/// specialized kernel, which folds every flag test below): wait, data phase, signal, publish.
+/// Called by: every thread of a plan block.
+__device__ __forceinline__ bool run_op(PlanBlock& p, const ExecOp& op, uint32_t s) {
+  const ExecContext& c = p.c;
+  bool ok = p.pushed;
+  if (threadIdx.x == 0 && ok) {
+    // Under packets the link's wait is the polling of the packet input.
+    if ((op.flags & EXEC_WAIT_PORT) != 0) {
+      ok = port_wait(port_link(c, p.role, op.wait_peer, op.wait_channel));
+    } else if ((op.flags & EXEC_WAIT_LINK) != 0 && !p.packets) {
+      ok = semaphore_wait(p.link(op.wait_peer, op.wait_channel));
     }
-    if ((op.flags & EXEC_BARRIER) != 0) ++barriers;
-    if (!__syncthreads_and(ok)) return false;
-    bool moved = true;
-    if (up_front != nullptr) {
-      moved = move_rows(c, role, op, up_front + row, rows_of(op), true);
-      row += rows_of(op);
-    } else {
-      moved = move_in_batches(c, g, role, ops, s);
+    if (ok && (op.flags & EXEC_WAIT_TB) != 0) {
+      const uint64_t want = p.launch * EXEC_STEP_STRIDE + op.wait_step + 1;
+      ok = wait_at_least(p.steps + op.wait_tb, want, c.wait, WaitOp::ExecStep);
     }
-    if (!__syncthreads_and(moved)) return false;
-    if (threadIdx.x == 0) {
-      if ((op.flags & EXEC_SIGNAL_PORT) != 0) {
-        // A port put's signal went with its rows (push_rows).
-        const PortChannelDeviceHandle& ch = port_link(c, role, op.signal_peer, op.signal_channel);
-        if ((op.flags & (EXEC_SIGNAL | EXEC_PORT_PUT)) == EXEC_SIGNAL) pushed = port_signal(ch);
-        if ((op.flags & EXEC_FLUSH) != 0) pushed = pushed && port_flush(ch);
-      } else if ((op.flags & EXEC_SIGNAL) != 0 && !packets) {
-        semaphore_signal(link(op.signal_peer, op.signal_channel));
-      }
-      // Only steps another thread block waits for (a .sys release is not free).
-      if ((op.flags & EXEC_PUBLISH) != 0) {
-        ptx::st_release_sys(progress + blockIdx.x, launch * EXEC_STEP_STRIDE + s + 1);
-      }
+    if (ok && (op.flags & EXEC_BARRIER) != 0) {
+      // Every earlier write of the block is ordered before this by the barrier that ended
+      // the previous operation.
+      ptx::red_add_release_sys(p.plan_arrivals, 1);
+      const uint64_t want = (p.launch * c.plan_barriers + p.barriers + 1) * p.plan_blocks;
+      ok = wait_at_least(p.plan_arrivals, want, c.wait, WaitOp::ExecBarrier);
     }
   }
-  // A failed last port signal or flush (plans without port links have none).
-  return c.port_stride == 0 || __syncthreads_and(pushed);
+  if ((op.flags & EXEC_BARRIER) != 0) ++p.barriers;
+  if (!__syncthreads_and(ok)) return false;
+  bool moved = true;
+  if (p.up_front != nullptr) {
+    moved = move_rows(c, p.role, op, p.up_front + p.row, rows_of(op), true);
+    p.row += rows_of(op);
+  } else {
+    moved = move_in_batches(c, p.g, p.role, p.ops, s);
+  }
+  if (!__syncthreads_and(moved)) return false;
+  if (threadIdx.x == 0) {
+    if ((op.flags & EXEC_SIGNAL_PORT) != 0) {
+      // A port put's signal went with its rows (push_rows).
+      const PortChannelDeviceHandle& ch = port_link(c, p.role, op.signal_peer, op.signal_channel);
+      if ((op.flags & (EXEC_SIGNAL | EXEC_PORT_PUT)) == EXEC_SIGNAL) p.pushed = port_signal(ch);
+      if ((op.flags & EXEC_FLUSH) != 0) p.pushed = p.pushed && port_flush(ch);
+    } else if ((op.flags & EXEC_SIGNAL) != 0 && !p.packets) {
+      semaphore_signal(p.link(op.signal_peer, op.signal_channel));
+    }
+    // Only steps another thread block waits for (a .sys release is not free).
+    if ((op.flags & EXEC_PUBLISH) != 0) {
+      ptx::st_release_sys(p.progress + blockIdx.x, p.launch * EXEC_STEP_STRIDE + s + 1);
+    }
+  }
+  return true;
+}
+
+/// The block's end: a failed last port signal or flush (plans without port links have none).
+__device__ __forceinline__ bool finish_plan(const PlanBlock& p) {
+  return p.c.port_stride == 0 || __syncthreads_and(p.pushed);
+}
+
+#ifdef WEFT_STATIC_OPS
+// A specialized kernel (weft-exec's specialize.rs): this rank's operations are compiled in, so
+// every operation is straight-line code for exactly what it does, with its flags, counts and
+// links constants, and so is the plan's protocol (WEFT_STATIC_PACKETS). The operations uploaded
+// for the call are the same (resolve_rows reads them there: no copy into shared memory).
+constexpr ExecOp kStaticOps[] = WEFT_STATIC_OPS;
+/// Thread block t runs kStaticOps[kStaticStarts[t], kStaticStarts[t + 1]).
+constexpr uint32_t kStaticStarts[] = WEFT_STATIC_STARTS;
+constexpr uint32_t kStaticBlocks = sizeof(kStaticStarts) / sizeof(kStaticStarts[0]) - 1;
+
+/// Operations `S` onwards of thread block `Tb`.
+template <uint32_t Tb, uint32_t S>
+__device__ __forceinline__ bool run_static_ops(PlanBlock& p) {
+  if constexpr (kStaticStarts[Tb] + S == kStaticStarts[Tb + 1]) {
+    return finish_plan(p);
+  } else {
+    constexpr ExecOp op = kStaticOps[kStaticStarts[Tb] + S];
+    if (!run_op(p, op, S)) return false;
+    return run_static_ops<Tb, S + 1>(p);
+  }
+}
+
+/// Thread block `tb`'s operations, found from `Tb` on.
+template <uint32_t Tb>
+__device__ __forceinline__ bool run_static_block(PlanBlock& p, uint32_t tb) {
+  if constexpr (Tb == kStaticBlocks) {
+    return false;  // the host launches a specialized kernel only with its own plan
+  } else {
+    if (tb == Tb) return run_static_ops<Tb, 0>(p);
+    return run_static_block<Tb + 1>(p, tb);
+  }
+}
+#endif
+
+/// Runs this block's `nops` operations (in shared memory) as replica `role.replica` of its
+/// thread block `tb`; `up_front`: the rows of every operation resolved before the plan, in
+/// order (else null: each operation resolves its own). Called by: every thread of a plan block.
+__device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g, const Role& role, const ExecOp* ops,
+                                         uint32_t tb, uint32_t nops, const Row* up_front, uint64_t launch,
+                                         uint64_t* plan_arrivals, uint64_t* progress) {
+  PlanBlock p{c,
+              g,
+              role,
+              ops,
+              up_front,
+              launch,
+              plan_arrivals,
+              progress,
+              progress + static_cast<uint64_t>(role.replica) * c.threadblocks,
+              static_cast<uint64_t>(c.threadblocks) * c.replicas,
+#ifdef WEFT_STATIC_OPS
+              WEFT_STATIC_PACKETS != 0,
+#else
+              (c.flags & EXEC_PACKETS) != 0,
+#endif
+              0,
+              0,
+              true};
+#ifdef WEFT_STATIC_OPS
+  (void)nops;
+  return run_static_block<0>(p, tb);
+#else
+  (void)tb;
+  for (uint32_t s = 0; s < nops; ++s) {
+    if (!run_op(p, ops[s], s)) return false;
+  }
+  return finish_plan(p);
+#endif
 }
 
 /// Copies every chunk of a dense user buffer to or from its padded stage with every thread of
@@ -643,7 +730,7 @@ __device__ __forceinline__ void stage(const Geometry& g, uint32_t chunks, char* 
 }  // namespace
 
 /// One launch of this rank's plan (see the top of the file). Dynamic shared memory: the
-/// largest thread block's operations.
+/// largest thread block's operations (none in a specialized kernel).
 extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, const __grid_constant__ PeerBuffers outputs) {
   extern __shared__ ExecOp shared_ops[];
   const uint32_t b = blockIdx.x;
@@ -678,14 +765,20 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   uint32_t nops = 0;
   uint32_t rows = 0;
   bool cached = true;
+  const ExecOp* ops = shared_ops;
   if (b < plan_blocks) {
     const uint32_t tb = b % c.threadblocks;
     nops = reinterpret_cast<const uint32_t*>(c.tb_ops)[tb];
     rows = reinterpret_cast<const uint32_t*>(c.tb_rows)[tb];
-    const uint32_t* src =
-        reinterpret_cast<const uint32_t*>(c.ops + static_cast<uint64_t>(tb) * c.max_tb_ops * sizeof(ExecOp));
+    const uint64_t uploaded = c.ops + static_cast<uint64_t>(tb) * c.max_tb_ops * sizeof(ExecOp);
+#ifdef WEFT_STATIC_OPS
+    // The operations are compiled in: the uploaded ones are read only to resolve rows.
+    ops = reinterpret_cast<const ExecOp*>(uploaded);
+#else
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(uploaded);
     uint32_t* dst = reinterpret_cast<uint32_t*>(shared_ops);
     for (uint32_t i = threadIdx.x; i < c.max_tb_ops * (sizeof(ExecOp) / 4); i += blockDim.x) dst[i] = src[i];
+#endif
     if (threadIdx.x < c.ranks) rank_buffers[threadIdx.x] = reinterpret_cast<const ExecBuffers*>(c.buffers)[threadIdx.x];
     cached = __syncthreads_and(load_cached_rows(c, outputs, launch));
   }
@@ -698,7 +791,7 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   const Row* up_front = nullptr;
   if (b < plan_blocks && rows <= EXEC_RESOLVED_ROWS) {
     Row* half = resolved + (launch & 1) * EXEC_RESOLVED_ROWS;
-    if (!cached) resolve_and_cache(c, g, role, outputs, shared_ops, rows, launch & 1, half);
+    if (!cached) resolve_and_cache(c, g, role, outputs, ops, rows, launch & 1, half);
     up_front = half;
   }
   if ((c.flags & EXEC_INPUT_STAGED) != 0) {
@@ -713,7 +806,10 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   };
   // (A plan block's operations and rows are visible to it: its barrier above.)
   if (entry_fence && !fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0)) return;
-  if (b < plan_blocks && !run_plan(c, g, role, shared_ops, nops, up_front, launch, plan_arrivals, progress)) return;
+  if (b < plan_blocks &&
+      !run_plan(c, g, role, ops, b % c.threadblocks, nops, up_front, launch, plan_arrivals, progress)) {
+    return;
+  }
   if (exit_fence && !fence_with_peers(true)) return;
   const bool copy_out = (c.flags & EXEC_OUTPUT_STAGED) != 0;
   // Without the exit fence's grid barrier, every block must still be done with the plan

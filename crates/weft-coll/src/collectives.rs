@@ -99,6 +99,11 @@ pub struct PathCounts {
     pub zero_copy: u64,
     /// Calls that stage because some rank's buffer could not take part.
     pub refused: u64,
+    /// Plan launches (eager or captured) on a kernel with the rank's operations compiled in
+    /// ([`CollConfig::plan_specialize`]).
+    pub plan_specialized: u64,
+    /// Plan launches on the interpreter kernel.
+    pub plan_interpreted: u64,
 }
 
 /// The collectives of one rank of a communicator.
@@ -121,6 +126,8 @@ pub struct Collectives {
     port_proxy: Mutex<Option<PortProxy>>,
     zero_copy_calls: AtomicU64,
     refused_calls: AtomicU64,
+    /// Plan launches on the interpreter kernel (0) and on specialized kernels (1).
+    plan_launches: [AtomicU64; 2],
 }
 
 impl std::fmt::Debug for Collectives {
@@ -176,6 +183,7 @@ impl Collectives {
             port_proxy: Mutex::default(),
             zero_copy_calls: AtomicU64::new(0),
             refused_calls: AtomicU64::new(0),
+            plan_launches: [AtomicU64::new(0), AtomicU64::new(0)],
         })
     }
 
@@ -184,6 +192,8 @@ impl Collectives {
         PathCounts {
             zero_copy: self.zero_copy_calls.load(Ordering::Relaxed),
             refused: self.refused_calls.load(Ordering::Relaxed),
+            plan_specialized: self.plan_launches[1].load(Ordering::Relaxed),
+            plan_interpreted: self.plan_launches[0].load(Ordering::Relaxed),
         }
     }
 
@@ -806,7 +816,12 @@ impl Collectives {
         }
         let plan = id.plan(self.ranks(), root).map_err(|detail| CollError::Unsupported { rank, detail })?;
         let capacity = bytes.next_power_of_two().max(self.config.plan_capacity as u64);
-        let config = ExecConfig { capacity, replicas: self.config.plan_replicas, ..ExecConfig::default() };
+        let config = ExecConfig {
+            capacity,
+            replicas: self.config.plan_replicas,
+            specialize: self.config.plan_specialize,
+            ..ExecConfig::default()
+        };
         let executor =
             Arc::new(PlanExecutor::new(&self.comm, &plan, config).map_err(|source| CollError::Exec { rank, source })?);
         if let Some(old) = plans.insert((id, root), Arc::clone(&executor)) {
@@ -851,6 +866,7 @@ impl Collectives {
         // valid while the peers' buffers are (their callers' contract).
         unsafe { executor.launch(send, recv, count as u64, dtype, op, &outputs, stream) }
             .map_err(|source| CollError::Exec { rank, source })?;
+        self.plan_launches[usize::from(executor.specialized())].fetch_add(1, Ordering::Relaxed);
         Ok(Algorithm::Plan(id))
     }
 

@@ -22,6 +22,7 @@ use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
 use crate::resources::{ExecResources, Shape, all_gather_u64};
+use crate::specialize::static_ops_defines;
 use crate::tables::{RankTables, needs_entry_fence, peers_only_push_signalled, peers_touch_outputs, rank_tables};
 
 /// Most threads of an executor block (the kernel's `__launch_bounds__`).
@@ -52,11 +53,14 @@ pub struct ExecConfig {
     /// links (`None`: as many as the rank's SMs hold, [`replicas_for`]). One replica is the
     /// plan as written: a thread block works through its chunks alone.
     pub replicas: Option<u32>,
+    /// Compile this rank's operations into its kernel ([`crate::specialize`]): a kernel per plan
+    /// and rank, compiled on first use, instead of the one interpreter kernel every plan shares.
+    pub specialize: bool,
 }
 
 impl Default for ExecConfig {
     fn default() -> Self {
-        Self { capacity: 1 << 20, stage_blocks: 32, replicas: None }
+        Self { capacity: 1 << 20, stage_blocks: 32, replicas: None, specialize: false }
     }
 }
 
@@ -130,6 +134,8 @@ pub struct PlanExecutor {
     resources: ExecResources,
     grid: u32,
     capacity: u64,
+    /// The kernel has this rank's operations compiled in ([`ExecConfig::specialize`]).
+    specialized: bool,
     library: KernelLibrary,
     kernels: Mutex<HashMap<(DataType, ReduceOp), Arc<Kernel>>>,
 }
@@ -177,6 +183,8 @@ impl PlanExecutor {
         let grid = (threadblocks * replicas).max(config.stage_blocks).min(sms).max(1);
         let resources =
             ExecResources::new(comm, &lowered, &tables, Shape { capacity: config.capacity, grid, replicas })?;
+        // A rank without operations runs the interpreter (its grid only stages and fences).
+        let specialized = config.specialize && !lowered.ranks[rank].ops.is_empty();
         Ok(Self {
             comm: comm.clone(),
             outputs_shared: peers_touch_outputs(&lowered),
@@ -190,6 +198,7 @@ impl PlanExecutor {
             resources,
             grid,
             capacity: config.capacity,
+            specialized,
             library: KernelLibrary::new(comm.env().cache_dir.clone()),
             kernels: Mutex::default(),
         })
@@ -203,6 +212,11 @@ impl PlanExecutor {
     /// The largest input (bytes per rank) a launch may carry.
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// Whether the kernel has this rank's operations compiled in ([`ExecConfig::specialize`]).
+    pub fn specialized(&self) -> bool {
+        self.specialized
     }
 
     /// Input chunks per input block: a call's element count must be a multiple of this.
@@ -222,8 +236,11 @@ impl PlanExecutor {
             return Ok(Arc::clone(k));
         }
         let gpu = |source| ExecError::Gpu { rank, source };
-        let loaded =
-            self.library.load_with(self.comm.device(), "executor.cu", &type_defines(dtype, op)).map_err(gpu)?;
+        let mut defines = type_defines(dtype, op);
+        if self.specialized {
+            defines.extend(static_ops_defines(&self.plan, rank));
+        }
+        let loaded = self.library.load_with(self.comm.device(), "executor.cu", &defines).map_err(gpu)?;
         let kernel = Arc::new(loaded.module.kernel("weft_execute").map_err(gpu)?);
         kernels.insert((dtype, op), Arc::clone(&kernel));
         Ok(kernel)
@@ -338,7 +355,8 @@ impl PlanExecutor {
         self.comm.settle_before_launch()?;
         let mut args = KernelArgs::new();
         args.push(context).push(*outputs);
-        let shared_bytes = self.tables.max_tb_ops * size_of::<ExecOp>() as u32;
+        // A specialized kernel reads its operations from the uploaded table, not shared memory.
+        let shared_bytes = if self.specialized { 0 } else { self.tables.max_tb_ops * size_of::<ExecOp>() as u32 };
         let block = exec_threads(count.saturating_mul(dtype.size() as u64));
         let config = LaunchConfig { grid: self.grid, block, shared_bytes };
         // SAFETY: the context's tables and buffers live as long as `self`; `input` and

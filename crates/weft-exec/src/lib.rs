@@ -13,6 +13,8 @@
 //!   scratch exchanged with peers, a semaphore per link and replica, uploaded tables) and the
 //!   launch; every plan thread block runs as several replicas, each moving a slice of every
 //!   chunk ([`geometry::replica_slice`]), so a plan fills the GPU;
+//! - [`specialize`]: a rank's operations compiled into the kernel as constants (a kernel per
+//!   plan and rank, straight-line code per operation);
 //! - [`load_plan_dir`]: user plans from a folder (`WEFT_PLAN_DIR`), validated at load.
 //!
 //! **Must not:** change what a plan computes (lowering is a re-encoding, checked by decoding
@@ -34,12 +36,14 @@ pub mod lower;
 mod model;
 pub mod plan_dir;
 pub mod resources;
+pub mod specialize;
 pub mod tables;
 
 pub use error::ExecError;
 pub use executor::{DirectOutput, EXEC_THREADS, ExecConfig, PlanExecutor, exec_threads, replicas_for, supports_op};
 pub use lower::{DevicePlan, DeviceRankPlan, LowerError, lower};
 pub use plan_dir::load_plan_dir;
+pub use specialize::static_ops_defines;
 pub use tables::peers_touch_outputs;
 
 #[cfg(test)]

@@ -73,42 +73,106 @@ fn run_matrix(
     for collective in Collective::ALL {
         let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
         for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)).filter(reachable) {
-            let mut config = base.clone();
-            config.selector.force(algorithm);
-            let coll = Collectives::new(comm, config)?;
-            let ops: Vec<ReduceOp> = if collective.reduces() {
-                ReduceOp::ALL.into_iter().filter(|&o| algorithm.supports_op(o)).collect()
-            } else {
-                vec![ReduceOp::Sum]
-            };
-            // A forced algorithm rejects the types it does not support (weft-coll's tests).
-            for dtype in DataType::ALL.into_iter().filter(|&t| algorithm.supports(t)) {
-                for &op in &ops {
-                    let name = if collective.reduces() {
-                        format!("{label}{collective:?} {} {} {}", algorithm.name(), dtype.name(), op.name())
-                    } else {
-                        format!("{label}{collective:?} {} {}", algorithm.name(), dtype.name())
-                    };
-                    let result = check_all_counts(&me, &coll, collective, dtype, op);
-                    report.record(name, result);
-                }
-            }
-            // One rank has no peer to write into. Every plan has a count of whole 16-byte vector
-            // chunks (2048 elements: COUNTS); it runs direct where peers write outputs.
-            let direct = match algorithm {
-                Algorithm::AllReduceHb | Algorithm::AllGatherHb => true,
-                Algorithm::Plan(id) => id.peers_share_outputs(ranks),
-                _ => false,
-            };
-            if ranks > 1 && direct {
-                let (paths, what) = (coll.path_counts(), format!("{label}{collective:?} {}", algorithm.name()));
-                report.metric(format!("{what} captured calls zero-copy"), paths.zero_copy as f64, "calls");
-                report.metric(format!("{what} captured calls refused zero-copy"), paths.refused as f64, "calls");
-                report.record(format!("{what} graph replays write into registered outputs"), zero_copy_ran(paths));
+            for &variant in Variant::of(family) {
+                run_algorithm(&me, comm, &base, label, collective, algorithm, variant, report)?;
             }
         }
     }
     Ok(())
+}
+
+/// How a plan's kernel is built: the one interpreter kernel every plan shares, or a kernel with
+/// the rank's operations compiled in (`CollConfig::plan_specialize`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    /// Native algorithms, or plans on the interpreter kernel: every type and operator.
+    Interpreted,
+    /// Plans on specialized kernels: one type and operator (a kernel is compiled per plan,
+    /// rank, type and operator, seconds each), every count, in and out of place, graph replays.
+    Specialized,
+}
+
+impl Variant {
+    fn of(family: Family) -> &'static [Variant] {
+        match family {
+            Family::Native => &[Variant::Interpreted],
+            Family::Plans => &[Variant::Interpreted, Variant::Specialized],
+        }
+    }
+}
+
+/// The matrix of one algorithm built as `variant`.
+#[allow(clippy::too_many_arguments)]
+fn run_algorithm(
+    me: &Rank,
+    comm: &Communicator,
+    base: &CollConfig,
+    label: &str,
+    collective: Collective,
+    algorithm: Algorithm,
+    variant: Variant,
+    report: &mut RankReport,
+) -> Result<(), BoxError> {
+    let ranks = comm.world_size();
+    let mut config = base.clone();
+    config.selector.force(algorithm);
+    config.plan_specialize = variant == Variant::Specialized;
+    let suffix = if variant == Variant::Specialized { " specialized" } else { "" };
+    let coll = Collectives::new(comm, config)?;
+    let (types, ops): (Vec<DataType>, Vec<ReduceOp>) = match variant {
+        Variant::Specialized => (vec![DataType::Bf16], vec![ReduceOp::Sum]),
+        Variant::Interpreted if collective.reduces() => {
+            (DataType::ALL.to_vec(), ReduceOp::ALL.into_iter().filter(|&o| algorithm.supports_op(o)).collect())
+        }
+        Variant::Interpreted => (DataType::ALL.to_vec(), vec![ReduceOp::Sum]),
+    };
+    // A forced algorithm rejects the types it does not support (weft-coll's tests).
+    for dtype in types.into_iter().filter(|&t| algorithm.supports(t)) {
+        for &op in &ops {
+            let name = if collective.reduces() {
+                format!("{label}{collective:?} {}{suffix} {} {}", algorithm.name(), dtype.name(), op.name())
+            } else {
+                format!("{label}{collective:?} {}{suffix} {}", algorithm.name(), dtype.name())
+            };
+            let result = check_all_counts(me, &coll, collective, dtype, op);
+            report.record(name, result);
+        }
+    }
+    // One rank has no peer to write into. Every plan has a count of whole 16-byte vector
+    // chunks (2048 elements: COUNTS); it runs direct where peers write outputs.
+    let direct = match algorithm {
+        Algorithm::AllReduceHb | Algorithm::AllGatherHb => true,
+        Algorithm::Plan(id) => id.peers_share_outputs(ranks),
+        _ => false,
+    };
+    if collective_runs_plans(algorithm) {
+        let paths = coll.path_counts();
+        let specialized = variant == Variant::Specialized;
+        let (ran, other) = if specialized {
+            (paths.plan_specialized, paths.plan_interpreted)
+        } else {
+            (paths.plan_interpreted, paths.plan_specialized)
+        };
+        let kind = if specialized { "specialized" } else { "interpreter" };
+        let detail = format!("{ran} launches on the {kind} kernel, {other} on the other");
+        let outcome = if ran > 0 && other == 0 { Ok(()) } else { Err(detail) };
+        report.record(
+            format!("{label}{collective:?} {}{suffix} launches ran the {kind} kernel", algorithm.name()),
+            outcome,
+        );
+    }
+    if ranks > 1 && direct {
+        let (paths, what) = (coll.path_counts(), format!("{label}{collective:?} {}{suffix}", algorithm.name()));
+        report.metric(format!("{what} captured calls zero-copy"), paths.zero_copy as f64, "calls");
+        report.metric(format!("{what} captured calls refused zero-copy"), paths.refused as f64, "calls");
+        report.record(format!("{what} graph replays write into registered outputs"), zero_copy_ran(paths));
+    }
+    Ok(())
+}
+
+/// Whether `algorithm` runs on the plan executor.
+fn collective_runs_plans(algorithm: Algorithm) -> bool {
+    matches!(algorithm, Algorithm::Plan(_))
 }
 
 /// Checks one (collective, type, operator) at every count the algorithm can carry.
@@ -172,8 +236,12 @@ mod tests {
 
     #[test]
     fn every_captured_call_must_have_gone_zero_copy() {
-        assert!(zero_copy_ran(PathCounts { zero_copy: 4, refused: 0 }).is_ok());
-        assert!(zero_copy_ran(PathCounts { zero_copy: 3, refused: 1 }).unwrap_err().contains("1 refused"));
-        assert!(zero_copy_ran(PathCounts { zero_copy: 0, refused: 0 }).is_err());
+        assert!(zero_copy_ran(PathCounts { zero_copy: 4, ..PathCounts::default() }).is_ok());
+        assert!(
+            zero_copy_ran(PathCounts { zero_copy: 3, refused: 1, ..PathCounts::default() })
+                .unwrap_err()
+                .contains("1 refused")
+        );
+        assert!(zero_copy_ran(PathCounts::default()).is_err());
     }
 }
