@@ -8,7 +8,10 @@
 // moving slice r of every chunk (replica_slice in geometry.rs: its share of the chunk's 16-byte
 // vectors). A slice depends only on the chunk's length, so replica r of every rank writes and
 // reads the same bytes of a chunk; each replica has its own links and its own steps, which
-// order exactly those bytes. Plan barriers count every replica.
+// order exactly those bytes. Plan barriers count every replica. A launch may run fewer
+// (`active_replicas`, the same on every rank, chosen by the call's size): replica r below it
+// moves slice r of active_replicas, the others skip the plan; their links and steps are left
+// alone, so every link's signals and waits still pair up launch by launch.
 //
 // One launch:
 //   1. copy-in     (all blocks) the user input into the registered input stage, when a peer
@@ -367,7 +370,8 @@ __device__ __forceinline__ void resolve_rows(const ExecContext& c, const Geometr
     const ExecLoc& lead = op.inputs[0];
     const ExecLoc& l = j < op.n_inputs ? op.inputs[j] : op.outputs[j - op.n_inputs];
     uint64_t begin, end;
-    op_slice(op, chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.replicas, begin, end);
+    op_slice(op, chunk_bytes(c, g, lead, static_cast<uint64_t>(lead.chunk) + k), role.replica, c.active_replicas, begin,
+             end);
     const Piece p = locate(c, g, role, l, static_cast<uint64_t>(l.chunk) + k);
     Row& r = out[row];
     r.at[j] = p.at + begin * scale(l);
@@ -391,7 +395,9 @@ static_assert(EXEC_ROW_CACHE_KEY_WORDS >= 4 + kOutputSlots, "the key holds the c
 __device__ __forceinline__ uint64_t row_key(const ExecContext& c, const PeerBuffers& outputs, uint32_t i) {
   switch (i) {
     case 0: return c.unit;
-    case 1: return uint64_t{1} << 63 | static_cast<uint64_t>(c.replicas) << 32 | c.flags;
+    // The element size too: a call of another type with the same count, buffers and flags
+    // places its chunks elsewhere (this kernel's rows must not serve another type's kernel).
+    case 1: return uint64_t{1} << 63 | kElem << 48 | static_cast<uint64_t>(c.active_replicas) << 32 | c.flags;
     case 2: return c.input;
     case 3: return c.output;
     default:
@@ -688,6 +694,7 @@ __device__ __forceinline__ bool run_plan(const ExecContext& c, const Geometry& g
               plan_arrivals,
               progress,
               progress + static_cast<uint64_t>(role.replica) * c.threadblocks,
+              // Plans with plan barriers run every replica in every launch (weft-exec).
               static_cast<uint64_t>(c.threadblocks) * c.replicas,
 #ifdef WEFT_STATIC_OPS
               WEFT_STATIC_PACKETS != 0,
@@ -747,7 +754,9 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   const bool after_open_exit = (state[b] & 1) != 0;
   uint64_t fences = fences_done[b];
   uint64_t barriers = barriers_done[b];
-  const uint32_t plan_blocks = c.threadblocks * c.replicas;
+  // Blocks running the plan in this launch: the active replicas of every thread block (the
+  // rest of the grid only stages and fences).
+  const uint32_t plan_blocks = c.threadblocks * c.active_replicas;
   const bool packets = (c.flags & EXEC_PACKETS) != 0;
   const Geometry g = Geometry::make(c.unit, c.size_classes, packets ? 2u : 1u);
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];

@@ -820,6 +820,7 @@ impl Collectives {
             capacity,
             replicas: self.config.plan_replicas,
             specialize: self.config.plan_specialize,
+            slice_bytes: self.config.plan_slice_bytes as u64,
             ..ExecConfig::default()
         };
         let executor =

@@ -223,6 +223,9 @@ pub struct CollConfig {
     /// all-pairs LL plan 7.1 against 9.7 µs, ring plan 11.1 against 12.6 µs; the cost is a
     /// compilation per plan, rank, type and operator on first use (cached on disk).
     pub plan_specialize: bool,
+    /// A plan launch runs one replica per this many bytes of its largest chunk
+    /// (`WEFT_PLAN_SLICE_BYTES`; 0: every replica at every size; see `weft_exec::active_replicas`).
+    pub plan_slice_bytes: usize,
     /// Largest captured HB AllReduce (bytes) that stores its results straight into the peers'
     /// registered outputs; 0: never. Faster than staging at every size measured on 4×H200 and
     /// 2×H200 machines (4×H200: 4 MB 36.4 vs 39.4 µs, 256 MB 1187 vs 1204 µs), so it covers
@@ -259,6 +262,7 @@ impl Default for CollConfig {
             plan_capacity: 1 << 20,
             plan_replicas: None,
             plan_specialize: true,
+            plan_slice_bytes: weft_exec::PLAN_SLICE_BYTES as usize,
             zero_copy_allreduce_max: 256 << 20,
             zero_copy_allgather_max: 64 << 20,
             zero_copy_plan_min: 0,
@@ -352,6 +356,7 @@ impl CollConfig {
             ("WEFT_ZERO_COPY_ALLREDUCE", &mut c.zero_copy_allreduce_max, "0: never"),
             ("WEFT_ZERO_COPY_ALLGATHER", &mut c.zero_copy_allgather_max, "0: never"),
             ("WEFT_ZERO_COPY_PLAN_MIN", &mut c.zero_copy_plan_min, "0: always"),
+            ("WEFT_PLAN_SLICE_BYTES", &mut c.plan_slice_bytes, "0: every replica"),
         ] {
             if let Some(v) = lookup(name) {
                 *field = v.trim().parse().map_err(|_| format!("{name}={v:?}: expected a byte count ({meaning})"))?;

@@ -204,6 +204,13 @@ impl PlanId {
         let lowered = self.plan(ranks, 0).ok().and_then(|p| weft_exec::lower(&p).ok());
         lowered.is_some_and(|l| weft_exec::peers_touch_outputs(&l))
     }
+
+    /// Whether every rank of the plan for `ranks` ranks (root 0) runs a specialized kernel when
+    /// [`crate::CollConfig::plan_specialize`] asks for one (`weft_exec::specializable`).
+    pub fn specializes_on_every_rank(self, ranks: usize) -> bool {
+        let lowered = self.plan(ranks, 0).ok().and_then(|p| weft_exec::lower(&p).ok());
+        lowered.is_some_and(|l| (0..ranks).all(|r| weft_exec::specializable(&l, r)))
+    }
 }
 
 #[cfg(test)]

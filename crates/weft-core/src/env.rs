@@ -20,6 +20,8 @@
 //! | `WEFT_TUNING_FILE` | JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count (weft-coll) | built-in |
 //! | `WEFT_LL_BLOCKS`, `WEFT_HB_BLOCKS` | blocks of every LL / HB launch (weft-coll) | `64`, `128` |
 //! | `WEFT_PLAN_REPLICAS` | replicas of every thread block of an execution plan, each moving a slice of every chunk (weft-coll) | as many as the SMs hold |
+//! | `WEFT_SELFTEST_TYPES` | element types of `weft selftest`'s collective and plan matrices, comma-separated (`bf16,f32,i8`), for a shorter run | every type |
+//! | `WEFT_PLAN_SLICE_BYTES` | a plan launch runs one replica of each thread block per this many bytes of its largest chunk, up to the replicas set up (at least 262144 for plans with port links); `0`: all of them at every size (plans with plan barriers always run all) (weft-coll) | `2048` |
 //! | `WEFT_PLAN_SPECIALIZE` | `1`: compile each rank's plan operations into its own executor kernel (straight-line code per operation, compiled on first use per plan, rank, type and operator, cached on disk); `0`: run them on the one interpreter kernel every plan shares (weft-coll) | `1` |
 //! | `WEFT_PORT_RING_BLOCKS` | worker blocks of an AllReduce `port_ring` launch, 1 to 64 (weft-coll; the launch adds its driver block) | `32` |
 //! | `WEFT_PORT_RING_CHANNELS` | PortChannels per ring edge of `port_ring`, 1 to 16: a large step crosses in pieces of at least 512 KiB, at most one per channel (weft-coll) | `2`; `4` when the ring crosses TCP |

@@ -40,10 +40,13 @@ pub mod specialize;
 pub mod tables;
 
 pub use error::ExecError;
-pub use executor::{DirectOutput, EXEC_THREADS, ExecConfig, PlanExecutor, exec_threads, replicas_for, supports_op};
+pub use executor::{
+    DirectOutput, EXEC_THREADS, ExecConfig, PLAN_SLICE_BYTES, PlanExecutor, active_replicas, exec_threads,
+    replicas_for, supports_op,
+};
 pub use lower::{DevicePlan, DeviceRankPlan, LowerError, lower};
 pub use plan_dir::load_plan_dir;
-pub use specialize::static_ops_defines;
+pub use specialize::{SPECIALIZE_MAX_OPS, specializable, static_ops_defines};
 pub use tables::peers_touch_outputs;
 
 #[cfg(test)]

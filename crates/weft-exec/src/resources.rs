@@ -256,6 +256,7 @@ impl ExecResources {
             plan_barriers: tables.plan_barriers,
             peer_mask: tables.peer_mask,
             replicas: shape.replicas,
+            active_replicas: shape.replicas,
             max_tb_ops: tables.max_tb_ops,
             port_stride: tables.port_stride,
             output_flip,

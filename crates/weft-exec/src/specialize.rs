@@ -15,6 +15,18 @@ use weft_types::{ExecLoc, ExecOp};
 
 use crate::lower::DevicePlan;
 
+/// Most operations a rank may have for its kernel to be specialized: each operation becomes
+/// code of its own, and compiling grows with them (ranks sharing one H200, 4 ranks compiling at
+/// once: 7 operations compile in under 10 s, 15–16 in 20–35 s, 24–60 take over 40 s). Ranks
+/// with more run the interpreter.
+pub const SPECIALIZE_MAX_OPS: usize = 16;
+
+/// Whether `rank` of `plan` gets a specialized kernel when asked for one: it has operations
+/// (else its grid only stages and fences), at most [`SPECIALIZE_MAX_OPS`].
+pub fn specializable(plan: &DevicePlan, rank: usize) -> bool {
+    plan.ranks.get(rank).is_some_and(|r| !r.ops.is_empty() && r.ops.len() <= SPECIALIZE_MAX_OPS)
+}
+
 /// The preprocessor defines that compile `rank`'s operations (and the plan's protocol) into the
 /// executor kernel.
 pub fn static_ops_defines(plan: &DevicePlan, rank: usize) -> Vec<String> {
@@ -127,6 +139,16 @@ mod tests {
     fn initializers_follow_the_declaration_order_of_the_cuda_structs() {
         assert_eq!(declared_fields("ExecOp"), OP_FIELDS);
         assert_eq!(declared_fields("ExecLoc"), LOC_FIELDS);
+    }
+
+    #[test]
+    fn only_ranks_with_a_few_operations_are_specialized() {
+        let small = lower(&weft_plan::plans::ring_allreduce_ll(4, 1).unwrap().compile().unwrap()).unwrap();
+        assert!((0..4).all(|r| specializable(&small, r)));
+        let large = lower(&weft_plan::plans::allpairs_allreduce(4, 4).unwrap().compile().unwrap()).unwrap();
+        assert!(large.ranks[0].ops.len() > SPECIALIZE_MAX_OPS);
+        assert!(!specializable(&large, 0));
+        assert!(!specializable(&small, 4), "no such rank");
     }
 
     #[test]

@@ -214,8 +214,8 @@ device_structs! {
         max_tb_ops: u32 => "uint32_t",
         /// Port channels per peer in `ports` (0: the plan has no port links).
         port_stride: u32 => "uint32_t",
-        /// Zero.
-        reserved: u32 => "uint32_t",
+        /// Replicas running this launch's plan, 1..=`replicas`: replica `r` below it moves slice `r` of `active_replicas` of every chunk, the others skip the plan (a small call is not worth many slices). Every rank launches the same count; plans with plan barriers always run all replicas (the barrier counts every plan block).
+        active_replicas: u32 => "uint32_t",
     }
 }
 

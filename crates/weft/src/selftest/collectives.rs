@@ -58,6 +58,7 @@ fn run_matrix(
     let me = Rank::new(comm, largest)?;
     // Every captured HB AllReduce and AllGather, and every captured plan launch that can, goes
     // zero-copy here, whatever the size rules.
+    let types = matrix_types(env.var("WEFT_SELFTEST_TYPES"))?;
     let base = CollConfig {
         chunk_bytes: CHUNK_BYTES,
         ll_slot_bytes: LL_SLOT_BYTES,
@@ -74,7 +75,8 @@ fn run_matrix(
         let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
         for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)).filter(reachable) {
             for &variant in Variant::of(family) {
-                run_algorithm(&me, comm, &base, label, collective, algorithm, variant, report)?;
+                let run = Run { me: &me, comm, base: &base, label, types: &types };
+                run_algorithm(&run, collective, algorithm, variant, report)?;
             }
         }
     }
@@ -87,8 +89,9 @@ fn run_matrix(
 enum Variant {
     /// Native algorithms, or plans on the interpreter kernel: every type and operator.
     Interpreted,
-    /// Plans on specialized kernels: one type and operator (a kernel is compiled per plan,
-    /// rank, type and operator, seconds each), every count, in and out of place, graph replays.
+    /// Plans on specialized kernels (those whose every rank gets one): one type and operator
+    /// (a kernel is compiled per plan, rank, type and operator, seconds each), every count, in
+    /// and out of place, graph replays.
     Specialized,
 }
 
@@ -101,19 +104,39 @@ impl Variant {
     }
 }
 
+/// The element types of the matrix: every type, or those `WEFT_SELFTEST_TYPES` lists
+/// (comma-separated names, e.g. `bf16,f32,i8`) for a shorter run.
+fn matrix_types(list: Option<&str>) -> Result<Vec<DataType>, String> {
+    let Some(list) = list.filter(|l| !l.trim().is_empty()) else { return Ok(DataType::ALL.to_vec()) };
+    list.split(',')
+        .map(|name| crate::bench::parse_dtype(name.trim()).map_err(|e| format!("WEFT_SELFTEST_TYPES: {e}")))
+        .collect()
+}
+
+/// What every algorithm's matrix of one communicator shares.
+struct Run<'a> {
+    me: &'a Rank,
+    comm: &'a Communicator,
+    base: &'a CollConfig,
+    label: &'a str,
+    /// Element types of the interpreted matrix.
+    types: &'a [DataType],
+}
+
 /// The matrix of one algorithm built as `variant`.
-#[allow(clippy::too_many_arguments)]
 fn run_algorithm(
-    me: &Rank,
-    comm: &Communicator,
-    base: &CollConfig,
-    label: &str,
+    run: &Run,
     collective: Collective,
     algorithm: Algorithm,
     variant: Variant,
     report: &mut RankReport,
 ) -> Result<(), BoxError> {
+    let Run { me, comm, base, label, types } = *run;
     let ranks = comm.world_size();
+    let specializes = matches!(algorithm, Algorithm::Plan(id) if id.specializes_on_every_rank(ranks));
+    if variant == Variant::Specialized && !specializes {
+        return Ok(());
+    }
     let mut config = base.clone();
     config.selector.force(algorithm);
     config.plan_specialize = variant == Variant::Specialized;
@@ -122,9 +145,9 @@ fn run_algorithm(
     let (types, ops): (Vec<DataType>, Vec<ReduceOp>) = match variant {
         Variant::Specialized => (vec![DataType::Bf16], vec![ReduceOp::Sum]),
         Variant::Interpreted if collective.reduces() => {
-            (DataType::ALL.to_vec(), ReduceOp::ALL.into_iter().filter(|&o| algorithm.supports_op(o)).collect())
+            (types.to_vec(), ReduceOp::ALL.into_iter().filter(|&o| algorithm.supports_op(o)).collect())
         }
-        Variant::Interpreted => (DataType::ALL.to_vec(), vec![ReduceOp::Sum]),
+        Variant::Interpreted => (types.to_vec(), vec![ReduceOp::Sum]),
     };
     // A forced algorithm rejects the types it does not support (weft-coll's tests).
     for dtype in types.into_iter().filter(|&t| algorithm.supports(t)) {
@@ -145,6 +168,10 @@ fn run_algorithm(
         Algorithm::Plan(id) => id.peers_share_outputs(ranks),
         _ => false,
     };
+    if collective_runs_plans(algorithm) && variant == Variant::Interpreted {
+        let types = check_types_alternating(me, &coll, collective);
+        report.record(format!("{label}{collective:?} {} element types alternating", algorithm.name()), types);
+    }
     if collective_runs_plans(algorithm) {
         let paths = coll.path_counts();
         let specialized = variant == Variant::Specialized;
@@ -183,11 +210,34 @@ fn check_all_counts(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), String> {
+    let cases: Vec<(DataType, usize)> = COUNTS.iter().map(|&count| (dtype, count)).collect();
+    check_cases(me, coll, collective, op, &cases)
+}
+
+/// Element types of different sizes, alternating at one count on the same buffers: nothing a
+/// plan launch keeps between calls (the executor's cached chunk addresses) may carry over from
+/// a call of another type. Counts: one slice per chunk, and every replica.
+fn check_types_alternating(me: &Rank, coll: &Collectives, collective: Collective) -> Result<(), String> {
+    let cases: Vec<(DataType, usize)> = [37, 150_001]
+        .into_iter()
+        .flat_map(|count| [DataType::F32, DataType::Bf16, DataType::F32].map(|t| (t, count)))
+        .collect();
+    check_cases(me, coll, collective, ReduceOp::Sum, &cases)
+}
+
+/// Checks `collective` with `op` for each (type, count) of `cases` the algorithm can carry.
+fn check_cases(
+    me: &Rank,
+    coll: &Collectives,
+    collective: Collective,
+    op: ReduceOp,
+    cases: &[(DataType, usize)],
+) -> Result<(), String> {
     let (rank, ranks) = (me.comm.rank(), me.comm.world_size());
-    let elt = dtype.size();
-    // Every rank goes through every count whatever it sees, so the ranks stay in step.
+    // Every rank goes through every case whatever it sees, so the ranks stay in step.
     let mut failures = Vec::new();
-    for count in COUNTS {
+    for &(dtype, count) in cases {
+        let elt = dtype.size();
         let per_rank = matches!(collective, Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll);
         let bytes = if per_rank { count * ranks * elt } else { count * elt };
         let Some(shape): Option<Shape> = collective.shape(bytes, elt, ranks) else { continue };
@@ -203,7 +253,8 @@ fn check_all_counts(
         match check(me, &call, &run, &reference, true) {
             Ok((0, true)) => {}
             Ok((wrong, identical)) => {
-                failures.push(format!("count {count}: {wrong} wrong elements, ranks identical: {identical}"));
+                let what = format!("{} count {count}", dtype.name());
+                failures.push(format!("{what}: {wrong} wrong elements, ranks identical: {identical}"));
             }
             Err(e) if cannot_carry(e.as_ref()) => {}
             Err(e) => {
@@ -211,7 +262,7 @@ fn check_all_counts(
                 // after this one report their own results.
                 let _ = me.stream.wait_idle(Duration::from_secs(60), "a failed case");
                 let _ = me.comm.clear_device_failure();
-                return Err(format!("count {count}: {e}"));
+                return Err(format!("{} count {count}: {e}", dtype.name()));
             }
         }
     }
@@ -233,6 +284,14 @@ fn cannot_carry(e: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_matrix_runs_every_type_unless_the_environment_lists_some() {
+        assert_eq!(matrix_types(None).unwrap(), DataType::ALL.to_vec());
+        assert_eq!(matrix_types(Some(" ")).unwrap(), DataType::ALL.to_vec());
+        assert_eq!(matrix_types(Some("bf16, i8")).unwrap(), vec![DataType::Bf16, DataType::I8]);
+        assert!(matrix_types(Some("bf16,float")).unwrap_err().contains("WEFT_SELFTEST_TYPES"));
+    }
 
     #[test]
     fn every_captured_call_must_have_gone_zero_copy() {

@@ -390,7 +390,7 @@ struct alignas(8) ExecContext {
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
   uint32_t max_tb_ops;  ///<  Operations of the largest thread block (the stride of `ops`).
   uint32_t port_stride;  ///<  Port channels per peer in `ports` (0: the plan has no port links).
-  uint32_t reserved;  ///<  Zero.
+  uint32_t active_replicas;  ///<  Replicas running this launch's plan, 1..=`replicas`: replica `r` below it moves slice `r` of `active_replicas` of every chunk, the others skip the plan (a small call is not worth many slices). Every rank launches the same count; plans with plan barriers always run all replicas (the barrier counts every plan block).
 };
 static_assert(sizeof(ExecContext) == 200, "rust: sizeof(ExecContext) == 200");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
@@ -423,6 +423,6 @@ static_assert(WEFT_OFFSETOF(ExecContext, peer_mask) == 180, "rust: offsetof(Exec
 static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 184, "rust: offsetof(ExecContext, replicas) == 184");
 static_assert(WEFT_OFFSETOF(ExecContext, max_tb_ops) == 188, "rust: offsetof(ExecContext, max_tb_ops) == 188");
 static_assert(WEFT_OFFSETOF(ExecContext, port_stride) == 192, "rust: offsetof(ExecContext, port_stride) == 192");
-static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 196, "rust: offsetof(ExecContext, reserved) == 196");
+static_assert(WEFT_OFFSETOF(ExecContext, active_replicas) == 196, "rust: offsetof(ExecContext, active_replicas) == 196");
 
 }  // namespace weft
