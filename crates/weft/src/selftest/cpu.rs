@@ -1,10 +1,12 @@
-//! The part of the suite that needs no GPU: NVRTC compiles every kernel and the layout probe for
-//! sm_90, ptxas's local-memory report of the collective kernels stays within budget, and the
-//! bootstrap's collectives run between threads.
+//! The part of the suite that needs no GPU: NVRTC compiles every kernel, the specialized
+//! executor kernels of the shipped plans and the layout probe for sm_90, ptxas's local-memory
+//! report of the collective kernels stays within budget, and the bootstrap's collectives run
+//! between threads.
 
 use std::sync::Arc;
 
 use weft_bootstrap::{Bootstrap, InProcessBootstrap};
+use weft_coll::PlanId;
 use weft_core::{Env, KernelLibrary, device_code};
 use weft_types::{DataType, ReduceOp};
 
@@ -27,6 +29,10 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
             report.record(
                 format!("collective kernels use at most {LOCAL_FRAME_BUDGET} bytes of local memory per thread (ptxas)"),
                 local_memory_within_budget(&library),
+            );
+            report.record(
+                "NVRTC compiles the specialized executor kernel of every shipped plan specialized at 2 ranks",
+                specialized_plans_compile(&library),
             );
         }
         Err(e) => skipped.push(format!("NVRTC compile checks: {e}")),
@@ -125,4 +131,25 @@ mod tests {
         assert_eq!(seen, items);
         assert_eq!(on_every_core(&[] as &[u32], |_| Err::<(), ()>(())), Ok(()));
     }
+}
+
+/// Compiles, for 2 ranks, the specialized executor kernel (operations compiled in, bf16 sum) of
+/// rank 0 of every shipped plan whose ranks all get one: the kernels a plan launch builds on
+/// first use, checked without a GPU.
+fn specialized_plans_compile(library: &KernelLibrary) -> Result<(), String> {
+    let ranks = 2;
+    let mut programs = Vec::new();
+    for id in PlanId::all().filter(|id| id.specializes_on_every_rank(ranks)) {
+        let plan = id.plan(ranks, 0)?;
+        let lowered = weft_exec::lower(&plan).map_err(|e| e.to_string())?;
+        let mut defines = device_code::type_defines(DataType::Bf16, ReduceOp::Sum);
+        defines.extend(weft_exec::static_ops_defines(&lowered, 0));
+        programs.push((plan.name.clone(), defines));
+    }
+    if programs.is_empty() {
+        return Err("no shipped plan is specialized at 2 ranks".into());
+    }
+    on_every_core(&programs, |(name, defines)| {
+        library.compile_with("executor.cu", "sm_90", defines).map(|_| ()).map_err(|e| format!("{name}: {e}"))
+    })
 }
