@@ -113,26 +113,6 @@ fn bootstrap_smoke(ranks: usize) -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_item_runs_once_and_the_first_error_in_order_wins() {
-        let seen = std::sync::Mutex::new(Vec::new());
-        let items: Vec<u32> = (0..100).collect();
-        let r = on_every_core(&items, |&i| {
-            seen.lock().unwrap().push(i);
-            if i % 40 == 39 { Err(i) } else { Ok(()) }
-        });
-        assert_eq!(r, Err(39));
-        let mut seen = seen.into_inner().unwrap();
-        seen.sort_unstable();
-        assert_eq!(seen, items);
-        assert_eq!(on_every_core(&[] as &[u32], |_| Err::<(), ()>(())), Ok(()));
-    }
-}
-
 /// Compiles, for 2 ranks, the specialized executor kernel (operations compiled in, bf16 sum) of
 /// rank 0 of every shipped plan whose ranks all get one: the kernels a plan launch builds on
 /// first use, checked without a GPU.
@@ -152,4 +132,24 @@ fn specialized_plans_compile(library: &KernelLibrary) -> Result<(), String> {
     on_every_core(&programs, |(name, defines)| {
         library.compile_with("executor.cu", "sm_90", defines).map(|_| ()).map_err(|e| format!("{name}: {e}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_item_runs_once_and_the_first_error_in_order_wins() {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let items: Vec<u32> = (0..100).collect();
+        let r = on_every_core(&items, |&i| {
+            seen.lock().unwrap().push(i);
+            if i % 40 == 39 { Err(i) } else { Ok(()) }
+        });
+        assert_eq!(r, Err(39));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_unstable();
+        assert_eq!(seen, items);
+        assert_eq!(on_every_core(&[] as &[u32], |_| Err::<(), ()>(())), Ok(()));
+    }
 }
