@@ -4,7 +4,7 @@
 //! nothing else (no host synchronisation, no allocation once the kernel for the call's type
 //! and operator is loaded).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use weft_core::device_code::type_defines;
@@ -168,6 +168,8 @@ pub struct PlanExecutor {
     slice_bytes: u64,
     library: KernelLibrary,
     kernels: Mutex<HashMap<(DataType, ReduceOp), Arc<Kernel>>>,
+    /// The `(type, operator)` pairs launched at least once (see [`Self::launch`]).
+    launched: Mutex<HashSet<(DataType, ReduceOp)>>,
 }
 
 impl std::fmt::Debug for PlanExecutor {
@@ -239,6 +241,7 @@ impl PlanExecutor {
             },
             library: KernelLibrary::new(comm.env().cache_dir.clone()),
             kernels: Mutex::default(),
+            launched: Mutex::default(),
         })
     }
 
@@ -393,6 +396,14 @@ impl PlanExecutor {
             return Ok(());
         }
         let kernel = self.prepare(dtype, op)?;
+        // The first launch of a type and operator waits for every rank to have its kernel: a
+        // specialized kernel differs per rank and takes seconds to compile, and a rank that
+        // launched first would wait that long in the kernel for its peers, past the timeout.
+        // Launches are made in the same order on every rank, so this is the same call on all.
+        let first = self.launched.lock().unwrap_or_else(|p| p.into_inner()).insert((dtype, op));
+        if first {
+            self.comm.barrier()?;
+        }
         self.comm.settle_before_launch()?;
         let mut args = KernelArgs::new();
         args.push(context).push(*outputs);
