@@ -400,9 +400,12 @@ impl PlanExecutor {
         // specialized kernel differs per rank and takes seconds to compile, and a rank that
         // launched first would wait that long in the kernel for its peers, past the timeout.
         // Launches are made in the same order on every rank, so this is the same call on all.
-        let first = self.launched.lock().unwrap_or_else(|p| p.into_inner()).insert((dtype, op));
-        if first {
+        // The pair counts as launched only once the barrier has passed, so a call that failed
+        // there meets its peers at the barrier again when retried.
+        let launched = || self.launched.lock().unwrap_or_else(|p| p.into_inner());
+        if !launched().contains(&(dtype, op)) {
             self.comm.barrier()?;
+            launched().insert((dtype, op));
         }
         self.comm.settle_before_launch()?;
         let mut args = KernelArgs::new();

@@ -474,12 +474,15 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
             direct_broadcast(ranks, 0, instances),
             ring_allreduce_ll(ranks, instances),
             allpairs_allreduce_ll(ranks, instances),
+            alltonext(ranks, half, instances),
         ];
         out.extend(programs.into_iter().map(|p| p.unwrap().compile().unwrap()));
     }
     // A pipelined loop: tiles share their thread blocks and channels.
     out.push(ring_allreduce(ranks, 2).and_then(|p| p.with_pipeline(3)).unwrap().compile().unwrap());
-    out.push(read_reduce_allreduce(ranks));
+    out.push(read_reduce_allreduce(ranks, 1, 1));
+    // A channel-level program with instances and a pipelined loop.
+    out.push(read_reduce_allreduce(ranks, 2, 3));
     out.push(port_allpairs_allreduce(ranks).unwrap().compile().unwrap());
     out.push(grouped_read_reduce_allreduce(ranks));
     out
@@ -487,10 +490,11 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
 
 /// A channel-level plan that reads its peers' inputs (staged by their owners) with no signal:
 /// every rank folds every peer's input into its output.
-fn read_reduce_allreduce(n: u32) -> ExecutionPlan {
+fn read_reduce_allreduce(n: u32, instances: u32, tiles: u32) -> ExecutionPlan {
     use weft_plan::dsl::{Buffer, ChannelProgram, Collective};
     use weft_plan::plan::BufRef;
-    let mut p = ChannelProgram::new("read_reduce_allreduce", Collective::all_reduce(n, 1).unwrap());
+    let name = format!("read_reduce_allreduce_{instances}x{tiles}");
+    let mut p = ChannelProgram::new(name, Collective::all_reduce(n, 1).unwrap());
     let (input, output) = (BufRef::new(Buffer::Input, 0, 1), BufRef::new(Buffer::Output, 0, 1));
     for r in 0..n {
         let channels: Vec<_> = (1..n).map(|k| p.memory_channel(r, (r + k) % n, 0).unwrap()).collect();
@@ -499,7 +503,7 @@ fn read_reduce_allreduce(n: u32) -> ExecutionPlan {
             tb.read_reduce(ch, if k == 0 { input } else { output }, input, output);
         }
     }
-    p.compile().unwrap()
+    p.with_instances(instances).unwrap().with_pipeline(tiles).unwrap().compile().unwrap()
 }
 
 /// [`read_reduce_allreduce`] with every rank's fold split over a group of three thread blocks
@@ -618,8 +622,9 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_into_direct_out
     for ranks in [2, 4] {
         // Only plans whose peers write outputs run direct (LL plans never do).
         for plan in plans(ranks).into_iter().filter(|p| crate::tables::peers_touch_outputs(&lower(p).unwrap())) {
-            let collective = weft_plan::dsl::Collective::from_plan(&plan).unwrap();
-            let in_place = weft_plan::passes::verify_in_place(&plan, &collective).is_ok();
+            // A custom collective (AllToNext) keeps its postcondition in its program: not in place.
+            let in_place = weft_plan::dsl::Collective::from_plan(&plan)
+                .is_ok_and(|c| weft_plan::passes::verify_in_place(&plan, &c).is_ok());
             let placements: &[Placement] =
                 if in_place { &[Placement::Direct, Placement::DirectInPlace] } else { &[Placement::Direct] };
             let lowered = lower(&plan).unwrap();

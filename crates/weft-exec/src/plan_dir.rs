@@ -1,13 +1,16 @@
 //! User plans: every `*.json` execution plan in a folder (`WEFT_PLAN_DIR`), each validated
-//! (weft-plan's loader) and lowered for the executor when loaded, so a bad file is an error
-//! naming it before anything runs.
+//! (weft-plan's loader), verified to compute the collective it names, lowered for the executor
+//! and checked against the executor's limits for every rank when loaded, so a bad file is an
+//! error naming it before anything runs (not a wrong result, or a failure on the first call).
 
 use std::path::Path;
 
-use weft_plan::ExecutionPlan;
+use weft_plan::plan::CollectiveKind;
+use weft_plan::{Collective, ExecutionPlan};
 
 use crate::error::ExecError;
 use crate::lower::lower;
+use crate::tables::rank_tables;
 
 /// The plans of `dir` in file-name order. Files not ending in `.json` are ignored.
 pub fn load_plan_dir(dir: &Path) -> Result<Vec<ExecutionPlan>, ExecError> {
@@ -25,13 +28,28 @@ pub fn load_plan_dir(dir: &Path) -> Result<Vec<ExecutionPlan>, ExecError> {
     for path in paths {
         let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e.to_string()))?;
         let plan = ExecutionPlan::load(&text).map_err(|e| file_error(&path, e.to_string()))?;
-        lower(&plan).map_err(|e| file_error(&path, e.to_string()))?;
+        check(&plan).map_err(|reason| file_error(&path, reason))?;
         if let Some(twin) = plans.iter().find(|p| p.name == plan.name) {
             return Err(file_error(&path, format!("a second plan named {:?} (plan names must be unique)", twin.name)));
         }
         plans.push(plan);
     }
     Ok(plans)
+}
+
+/// What loading a plan proves beyond the format: it computes its collective (a custom one's
+/// postcondition is not in the file, so it cannot be verified here), it lowers, and every
+/// rank's tables fit the executor.
+fn check(plan: &ExecutionPlan) -> Result<(), String> {
+    if plan.collective != CollectiveKind::Custom {
+        let collective = Collective::from_plan(plan).map_err(|e| e.to_string())?;
+        weft_plan::passes::verify(plan, &collective).map_err(|e| e.to_string())?;
+    }
+    let lowered = lower(plan).map_err(|e| e.to_string())?;
+    for rank in 0..lowered.ranks.len() {
+        rank_tables(&lowered, rank).map_err(|e| format!("rank {rank}: {e}"))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -72,6 +90,28 @@ mod tests {
         std::fs::write(dir.join("two.json"), ring.to_json().unwrap()).unwrap();
         let err = load_plan_dir(&dir).unwrap_err().to_string();
         assert!(err.contains("two.json") && err.contains("unique"), "{err}");
+
+        // A plan that is well formed but computes something else than it says.
+        let dir = folder("wrong");
+        // Rank 1 forwards what it received without folding its own input in.
+        use weft_plan::plan::Op;
+        let mut wrong = ring.clone();
+        let ops = &mut wrong.ranks[1].threadblocks[0].ops;
+        let at = ops.iter().position(|op| matches!(op, Op::Rrcs { .. })).unwrap();
+        if let Op::Rrcs { from, staged, dst, to, remote, .. } = ops[at].clone() {
+            ops[at] = Op::Rcs { from, src: staged, dst: Some(dst), to, remote };
+        }
+        wrong.validate().unwrap();
+        std::fs::write(dir.join("wrong.json"), wrong.to_json().unwrap()).unwrap();
+        let err = load_plan_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("wrong.json") && err.contains("violates the postcondition"), "{err}");
+
+        // A plan beyond the executor's limits: more ranks than it takes.
+        let dir = folder("wide");
+        let wide = weft_plan::plans::ring_allgather(crate::tables::MAX_PLAN_RANKS as u32 + 1, 1).unwrap();
+        std::fs::write(dir.join("wide.json"), wide.compile().unwrap().to_json().unwrap()).unwrap();
+        let err = load_plan_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("wide.json") && err.contains("at most"), "{err}");
 
         let missing = std::env::temp_dir().join(format!("weft-no-such-plan-dir-{}", std::process::id()));
         assert!(load_plan_dir(&missing).unwrap_err().to_string().contains("cannot list"));

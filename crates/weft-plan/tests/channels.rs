@@ -62,13 +62,10 @@ fn hand_written_plans_verify_and_compute_their_collective() {
     check(&plan, Coll::AllReduce, 17, 3, ReduceOp::Sum).unwrap();
 }
 
-/// Two thread blocks of one rank ordered by a semaphore between them: tb 1 forwards what tb 0
-/// received.
-#[test]
-fn thread_blocks_wait_for_each_other() {
-    // Ring all-gather at 3 ranks, receive and forward split over two thread blocks, each with
-    // its own channel (a link belongs to one thread block).
-    let n = 3;
+/// Ring all-gather with receive and forward split over two thread blocks of every rank, each
+/// with its own channel (a link belongs to one thread block), ordered by a semaphore between
+/// them: tb 1 forwards what tb 0 received.
+fn split_ring_allgather(n: u32) -> ChannelProgram {
     let mut p = ChannelProgram::new("split_ring_allgather", Collective::all_gather(n, 1).unwrap());
     for r in 0..n {
         let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
@@ -87,10 +84,57 @@ fn thread_blocks_wait_for_each_other() {
         tb1.put_with_signal(&b, output(prev), output(prev));
         tb1.wait(&from_b);
     }
-    let plan = p.compile().unwrap();
+    p
+}
+
+#[test]
+fn thread_blocks_wait_for_each_other() {
+    let plan = split_ring_allgather(3).compile().unwrap();
     for m in [1, 4, 9] {
         check(&plan, Coll::AllGather, m, 11, ReduceOp::Sum).unwrap();
     }
+}
+
+/// Instances and pipelined tiles of hand-written programs: every thread block once per
+/// instance, its operations once per tile, on sub-chunks of their own; each still computes its
+/// collective (verified, and run through the interpreter at sizes that do not divide evenly).
+#[test]
+fn instances_and_tiles_replicate_the_program_as_written() {
+    let programs: [(fn() -> ChannelProgram, Coll); 5] = [
+        (|| read_reduce_allreduce(3), Coll::AllReduce),
+        (|| packet_allreduce(Protocol::Ll), Coll::AllReduce),
+        (|| split_ring_allgather(3), Coll::AllGather),
+        (|| port_exchange(None), Coll::AllGather),
+        (|| grouped_read_reduce_allreduce(3, 2), Coll::AllReduce),
+    ];
+    for (instances, tiles) in [(2, 1), (1, 3), (2, 2), (3, 2)] {
+        for (program, coll) in programs {
+            let written = program().compile().unwrap();
+            let plan = program().with_instances(instances).unwrap().with_pipeline(tiles).unwrap().compile().unwrap();
+            let split = instances * tiles;
+            assert_eq!(plan.size_classes, written.size_classes * split, "{}", plan.name);
+            assert_eq!(plan.input_chunks, written.input_chunks * split);
+            for (replicated, rank) in plan.ranks.iter().zip(&written.ranks) {
+                assert_eq!(replicated.threadblocks.len(), rank.threadblocks.len() * instances as usize);
+                assert_eq!(replicated.scratch.len(), rank.scratch.len() * split as usize);
+                for tb in &replicated.threadblocks {
+                    let original = &rank.threadblocks[(tb.id / instances) as usize];
+                    assert_eq!(tb.ops.len(), original.ops.len() * tiles as usize, "{}", plan.name);
+                }
+            }
+            for m in [0, 1, 5, 37] {
+                check(&plan, coll, m, u64::from(split) + m as u64, ReduceOp::Sum)
+                    .unwrap_or_else(|e| panic!("{} x{instances} /{tiles} at {m}: {e}", plan.name));
+            }
+        }
+    }
+    // Instances times tiles is bounded, and a mistake is still named with instances.
+    let e = read_reduce_allreduce(2).with_instances(0).unwrap_err().to_string();
+    assert!(e.contains("instances"), "{e}");
+    let e = read_reduce_allreduce(2).with_instances(8).unwrap().with_pipeline(16).unwrap_err().to_string();
+    assert!(e.contains("pipeline tiles"), "{e}");
+    let e = packet_allreduce(Protocol::Simple).with_instances(2).unwrap().compile().unwrap_err().to_string();
+    assert!(e.contains("needs the LL protocol"), "{e}");
 }
 
 #[test]
@@ -129,6 +173,17 @@ fn mistakes_are_named() {
     }
     text.push(format!("early signal: {}", p.compile().unwrap_err()));
     text.push(format!("packets without LL: {}", packet_allreduce(Protocol::Simple).compile().unwrap_err()));
+    // The protocol is the one the program has when it compiles, whenever it was set.
+    let back_to_simple = packet_allreduce(Protocol::Ll).with_protocol(Protocol::Simple);
+    text.push(format!("packets, then the simple protocol: {}", back_to_simple.compile().unwrap_err()));
+    let plan = packet_allreduce(Protocol::Simple).with_protocol(Protocol::Ll).compile().unwrap();
+    check(&plan, Coll::AllReduce, 17, 3, ReduceOp::Sum).unwrap();
+    // Asking for thread block 1 first makes thread block 0 too; left empty, it is named.
+    let mut p = ChannelProgram::new("gap", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        p.threadblock(r, 1).unwrap().copy(input(0), output(r));
+    }
+    text.push(format!("an empty thread block: {}", p.compile().unwrap_err()));
     let mut p = ChannelProgram::new("foreign", Collective::all_gather(2, 1).unwrap());
     let theirs = p.memory_channel(1, 0, 0).unwrap();
     p.threadblock(0, 0).unwrap().wait(&theirs);

@@ -101,6 +101,18 @@ fn dsl_error_messages() {
     insta::assert_snapshot!(text.join("\n"));
 }
 
+/// Hints traced before `with_instances` are checked again: every instance needs a channel of
+/// its own, so a hint that fitted one instance may not fit two.
+#[test]
+fn instances_recheck_the_hints_traced_before() {
+    let p = Program::new("hinted", Collective::all_gather(2, 1).unwrap());
+    let c = p.chunk(0, Buffer::Input, 0, 1).unwrap();
+    c.copy(0, Buffer::Output, 0).unwrap();
+    c.copy_with(1, Buffer::Output, 0, Hints::channel(weft_plan::plan::limits::MAX_CHANNELS - 1)).unwrap();
+    let e = p.with_instances(2).unwrap_err();
+    assert!(matches!(e, DslError::BadSetting { what: "channel", .. }), "{e}");
+}
+
 /// Two sends to different peers hinted onto one thread block break "one link per direction".
 #[test]
 fn thread_block_hint_conflict() {

@@ -224,10 +224,17 @@ enum PlanAction {
         /// Plan file.
         plan: std::path::PathBuf,
     },
-    /// Print a plan's per-rank, per-thread-block listing.
+    /// Print a plan's per-rank, per-thread-block listing, and draw its operation DAG (every
+    /// operation by rank, thread block and depth; signal → wait, wait_tb and barrier edges).
     Show {
         /// Plan file.
         plan: std::path::PathBuf,
+        /// Write the DAG as Graphviz DOT to this file.
+        #[arg(long)]
+        dot: Option<std::path::PathBuf>,
+        /// Write the DAG as a self-contained SVG drawing to this file.
+        #[arg(long)]
+        svg: Option<std::path::PathBuf>,
     },
 }
 
@@ -294,7 +301,7 @@ fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
             plan_cmd::compile(&program, out.as_deref())?
         }
         PlanAction::Verify { plan } => plan_cmd::verify(&plan)?,
-        PlanAction::Show { plan } => plan_cmd::show(&plan)?,
+        PlanAction::Show { plan, dot, svg } => plan_cmd::show(&plan, dot.as_deref(), svg.as_deref())?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -79,10 +79,26 @@ pub fn verify(path: &Path) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Prints a plan's per-rank, per-thread-block listing.
-pub fn show(path: &Path) -> Result<(), BoxError> {
+/// Prints a plan's per-rank, per-thread-block listing; writes its operation DAG as DOT and/or
+/// SVG, and warns of operations that never run (a cycle of waits).
+pub fn show(path: &Path, dot: Option<&Path>, svg: Option<&Path>) -> Result<(), BoxError> {
     let plan = ExecutionPlan::load(&std::fs::read_to_string(path)?)?;
     print!("{}", plan.listing());
+    if dot.is_none() && svg.is_none() {
+        return Ok(());
+    }
+    let graph = plan.graph();
+    for (out, text) in [(dot, graph.to_dot()), (svg, graph.to_svg())] {
+        if let Some(out) = out {
+            std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+            eprintln!("drew {} operations, {} edges -> {}", graph.nodes.len(), graph.edges.len(), out.display());
+        }
+    }
+    let stuck: Vec<String> =
+        graph.deadlocked().map(|n| format!("rank {} tb {} op {} ({})", n.rank, n.tb, n.step, n.name)).collect();
+    if !stuck.is_empty() {
+        eprintln!("warning: {} operations never run (a cycle of waits): {}", stuck.len(), stuck.join(", "));
+    }
     Ok(())
 }
 
@@ -97,7 +113,10 @@ mod tests {
         for name in ALGORITHMS {
             let path = dir.join(format!("{name}.json"));
             compile(&program(name, 4, 2, 1, 1).unwrap(), Some(&path)).unwrap();
-            show(&path).unwrap();
+            let (dot, svg) = (dir.join(format!("{name}.dot")), dir.join(format!("{name}.svg")));
+            show(&path, Some(&dot), Some(&svg)).unwrap();
+            assert!(std::fs::read_to_string(&dot).unwrap().starts_with("digraph plan {"));
+            assert!(std::fs::read_to_string(&svg).unwrap().trim_end().ends_with("</svg>"));
             if *name == "alltonext" {
                 // A custom collective: its postcondition lives with the program, not the file.
                 assert!(verify(&path).unwrap_err().to_string().contains("custom"));

@@ -12,6 +12,12 @@
 //! thread block, member `i` of `n` moving part `i` of every chunk ([`Op::Part`]); the verifier
 //! checks the parts as separate cells.
 //!
+//! Instances and pipelined loops ([`ChannelProgram::with_instances`],
+//! [`ChannelProgram::with_pipeline`]) replicate the program as written when it compiles: every
+//! thread block once per instance on channels and sub-chunks of its own, and every thread
+//! block's operations once per tile on the tile's sub-chunks; the replicated plan is what the
+//! verifier checks.
+//!
 //! Port channels ([`ChannelProgram::port_channel`]) hand their transfers to the rank's proxy,
 //! which moves them with a copy engine (or a network) while the thread block goes on: a put
 //! reads its source and lands at the peer later, covered at the peer by the channel's next
@@ -44,7 +50,7 @@
 //! ```
 
 use super::{Collective, DslError};
-use crate::passes::{CompileError, verify};
+use crate::passes::{CompileError, replicate_plan, verify};
 use crate::plan::{BufRef, ExecutionPlan, Link, Op, PLAN_VERSION, Part, Protocol, RankPlan, ThreadBlock};
 
 /// A memory channel of one rank to a peer: the link (`peer`, `channel`) seen from `rank`.
@@ -108,6 +114,13 @@ pub struct ChannelProgram {
     ranks: Vec<RankPlan>,
     /// The first misuse an operation made (reported by `compile`).
     misuse: Option<DslError>,
+    /// The first rank that wrote packets (`put_packets`): checked against the protocol the
+    /// program has when it compiles, whenever `with_protocol` was called.
+    packets_on: Option<u32>,
+    /// Copies of every thread block, each on its own channels and sub-chunks.
+    instances: u32,
+    /// Tiles each thread block's operations run over, one after another.
+    tiles: u32,
 }
 
 impl ChannelProgram {
@@ -116,7 +129,16 @@ impl ChannelProgram {
         let ranks = (0..collective.nranks())
             .map(|rank| RankPlan { rank, scratch: Vec::new(), threadblocks: Vec::new() })
             .collect();
-        Self { name: name.into(), collective, protocol: Protocol::Simple, ranks, misuse: None }
+        Self {
+            name: name.into(),
+            collective,
+            protocol: Protocol::Simple,
+            ranks,
+            misuse: None,
+            packets_on: None,
+            instances: 1,
+            tiles: 1,
+        }
     }
 
     /// Moves data across links with `protocol`: under [`Protocol::Ll`] a `put_with_signal` is a
@@ -125,6 +147,33 @@ impl ChannelProgram {
     pub fn with_protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
         self
+    }
+
+    /// Runs `instances` copies of the program (MSCCL++'s instances): thread block `b` becomes
+    /// thread blocks `b * instances + s`, instance `s` moving a contiguous `1/instances` of every
+    /// chunk range over channel `c * instances + s` of each of its links. Channels are written
+    /// as for one instance. Instances times tiles is at most [`Program::MAX_SPLIT`](super::Program::MAX_SPLIT).
+    pub fn with_instances(mut self, instances: u32) -> Result<Self, DslError> {
+        let max = super::Program::MAX_INSTANCES.min(super::Program::MAX_SPLIT / self.tiles);
+        if instances == 0 || instances > max {
+            return Err(DslError::BadSetting { what: "instances", value: instances, max });
+        }
+        self.instances = instances;
+        Ok(self)
+    }
+
+    /// Pipelines the program (MSCCL++'s pipelined loops): every instance's part of a chunk
+    /// range is split into `tiles` consecutive tiles, and each thread block runs its operations
+    /// once per tile, tile after tile, on the same channels; a thread block moves on to its next
+    /// tile while its peers still work on the last. Instances times tiles is at most
+    /// [`Program::MAX_SPLIT`](super::Program::MAX_SPLIT).
+    pub fn with_pipeline(mut self, tiles: u32) -> Result<Self, DslError> {
+        let max = super::Program::MAX_SPLIT / self.instances;
+        if tiles == 0 || tiles > max {
+            return Err(DslError::BadSetting { what: "pipeline tiles", value: tiles, max });
+        }
+        self.tiles = tiles;
+        Ok(self)
     }
 
     fn rank_plan(&mut self, rank: u32) -> Result<&mut RankPlan, DslError> {
@@ -181,13 +230,13 @@ impl ChannelProgram {
             return Err(DslError::BadSetting { what: "thread block", value: tb, max: max - 1 });
         }
         self.rank_plan(rank)?;
-        let (protocol, misuse) = (self.protocol, &mut self.misuse);
+        let (misuse, packets_on) = (&mut self.misuse, &mut self.packets_on);
         let plan = &mut self.ranks[rank as usize];
         while plan.threadblocks.len() <= tb as usize {
             let id = plan.threadblocks.len() as u32;
             plan.threadblocks.push(ThreadBlock { id, ops: Vec::new() });
         }
-        Ok(ThreadBlockOps { rank, protocol, block: &mut plan.threadblocks[tb as usize], misuse })
+        Ok(ThreadBlockOps { rank, block: &mut plan.threadblocks[tb as usize], misuse, packets_on })
     }
 
     /// Thread blocks `tbs` of `rank` as a thread-block group (MSCCL++'s `ThreadBlockGroup`):
@@ -211,7 +260,24 @@ impl ChannelProgram {
         if let Some(e) = &self.misuse {
             return Err(CompileError::Program(e.clone()));
         }
-        let plan = ExecutionPlan {
+        let misuse =
+            |reason: String| CompileError::Program(DslError::Constraint { algorithm: "channel program", reason });
+        if let Some(rank) = self.packets_on
+            && self.protocol != Protocol::Ll
+        {
+            return Err(misuse(format!("put_packets on rank {rank} needs the LL protocol")));
+        }
+        // Thread blocks are numbered from 0 without gaps: asking for thread block 5 first makes
+        // 0-4 too, and one left empty would still take a grid block (and miss every barrier).
+        for rank in &self.ranks {
+            if let Some(tb) = rank.threadblocks.iter().find(|t| t.ops.is_empty()) {
+                return Err(misuse(format!(
+                    "thread block {} of rank {} has no operations (thread blocks are numbered from 0 without gaps)",
+                    tb.id, rank.rank
+                )));
+            }
+        }
+        let written = ExecutionPlan {
             version: PLAN_VERSION,
             name: self.name.clone(),
             collective: self.collective.kind(),
@@ -222,7 +288,15 @@ impl ChannelProgram {
             protocol: self.protocol,
             ranks: self.ranks.clone(),
         };
-        verify(&plan, &self.collective)?;
+        let split = self.instances * self.tiles;
+        if split == 1 {
+            verify(&written, &self.collective)?;
+            return Ok(written);
+        }
+        // Mistakes are reported against the program as written, before it is replicated.
+        written.validate().map_err(CompileError::Invalid)?;
+        let plan = replicate_plan(&written, self.instances, self.tiles);
+        verify(&plan, &self.collective.replicated(split))?;
         Ok(plan)
     }
 }
@@ -336,9 +410,9 @@ impl ThreadBlockGroup<'_> {
 #[derive(Debug)]
 pub struct ThreadBlockOps<'p> {
     rank: u32,
-    protocol: Protocol,
     block: &'p mut ThreadBlock,
     misuse: &'p mut Option<DslError>,
+    packets_on: &'p mut Option<u32>,
 }
 
 impl ThreadBlockOps<'_> {
@@ -392,9 +466,7 @@ impl ThreadBlockOps<'_> {
     /// Writes local `src` as LL packets into the peer's scratch `dst`, which the peer's next
     /// receive on this channel polls (MemoryChannel `put_packets`; needs [`Protocol::Ll`]).
     pub fn put_packets(&mut self, ch: &MemoryChannel, src: BufRef, dst: BufRef) -> &mut Self {
-        if self.protocol != Protocol::Ll {
-            self.misused(format!("put_packets on rank {} needs the LL protocol", self.rank));
-        }
+        self.packets_on.get_or_insert(self.rank);
         self.put_with_signal(ch, src, dst)
     }
 

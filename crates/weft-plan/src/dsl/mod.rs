@@ -63,16 +63,11 @@ impl AnyProgram {
         }
     }
 
-    /// [`Program::with_pipeline`]; a channel-level program is written as it runs, so it takes
-    /// one tile only.
+    /// [`Program::with_pipeline`] or [`ChannelProgram::with_pipeline`].
     pub fn with_pipeline(self, tiles: u32) -> Result<Self, DslError> {
         match self {
             AnyProgram::Chunks(p) => Ok(p.with_pipeline(tiles)?.into()),
-            AnyProgram::Channels(_) if tiles != 1 => Err(DslError::Constraint {
-                algorithm: "pipeline",
-                reason: format!("{tiles} tiles for a channel-level program, which is compiled as written"),
-            }),
-            channels => Ok(channels),
+            AnyProgram::Channels(p) => Ok(p.with_pipeline(tiles)?.into()),
         }
     }
 }

@@ -86,6 +86,11 @@ impl Program {
             return Err(DslError::BadSetting { what: "instances", value: instances, max });
         }
         self.instances = instances;
+        // Hints traced before this call were checked for one instance; every instance needs
+        // channels and thread blocks of its own.
+        for op in &self.trace.borrow().ops {
+            self.check_hints(&op.hints)?;
+        }
         Ok(self)
     }
 

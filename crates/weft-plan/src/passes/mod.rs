@@ -40,6 +40,7 @@ use thiserror::Error;
 use crate::dsl::{Buffer, DslError, Program};
 use crate::plan::{ExecutionPlan, LoadError, Protocol};
 
+pub(crate) use replicate::replicate_plan;
 pub use verify::{InPlace, VerifyError, verify, verify_in_place};
 
 use schedule::Priority;

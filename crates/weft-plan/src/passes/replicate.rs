@@ -1,8 +1,17 @@
-//! Pass 2: instance replication.
+//! Pass 2: instance replication (and pipelined tiles), of a chunk-level trace before it is
+//! scheduled, or of a channel-level plan as written.
 
 use super::CompileError;
 use crate::dsl::trace::{ChunkRange, Trace};
 use crate::dsl::{Collective, Hints};
+use crate::plan::{ExecutionPlan, Op, ThreadBlock};
+
+/// First sub-chunk of instance `s`, tile `k` of the chunk range `[index, index + count)` once
+/// every chunk is split into `instances * tiles` sub-chunks: each instance moves a contiguous
+/// `1/instances` of the range, in `tiles` consecutive pieces of `count` sub-chunks.
+fn sub_index(index: u32, count: u32, (instances, tiles): (u32, u32), s: u32, k: u32) -> u32 {
+    index * instances * tiles + (s * tiles + k) * count
+}
 
 /// Replays `trace` with every chunk split into `instances * tiles` sub-chunks.
 ///
@@ -31,11 +40,54 @@ pub(super) fn replay(
                 dst_tb: op.hints.dst_tb.map(|tb| tb * n + s),
             };
             for k in 0..t {
-                let map = |r: ChunkRange| ChunkRange { index: r.index * n * t + (s * t + k) * r.count, ..r };
+                let map = |r: ChunkRange| ChunkRange { index: sub_index(r.index, r.count, (n, t), s, k), ..r };
                 out.apply(op.kind, map(op.src), op.local.map(map), map(op.dst), hints).map_err(CompileError::Replay)?;
             }
         }
     }
     out.finish();
     Ok(out)
+}
+
+/// A channel-level plan replicated as MSCCL++ replicates a program: thread block `b` becomes
+/// thread blocks `b * instances + s`, instance `s` on channel `c * instances + s` of every link
+/// and on its sub-chunks (as [`replay`] maps them), so instances share no connection and no
+/// thread block. With `tiles > 1` each instance's thread block runs its operations once per
+/// tile, tile after tile, on the tile's sub-chunks (a pipelined loop: a thread block works on
+/// its next tile while its peers still handle the last); `wait_tb` steps move with the tiles.
+/// The result is verified by the caller like any plan.
+pub(crate) fn replicate_plan(plan: &ExecutionPlan, instances: u32, tiles: u32) -> ExecutionPlan {
+    let (n, t) = (instances, tiles);
+    let m = n * t;
+    let mut out = plan.clone();
+    out.size_classes *= m;
+    out.input_chunks *= m;
+    out.output_chunks *= m;
+    for rank in &mut out.ranks {
+        // Scratch chunk j of class c becomes sub-chunks j * m + x of classes c * m + x, as input
+        // and output chunks do (their class is the index modulo the classes).
+        rank.scratch = rank.scratch.iter().flat_map(|&c| (0..m).map(move |x| c * m + x)).collect();
+        let lengths: Vec<u32> = rank.threadblocks.iter().map(|b| b.ops.len() as u32).collect();
+        let blocks = std::mem::take(&mut rank.threadblocks);
+        for block in &blocks {
+            for s in 0..n {
+                let ops = (0..t).flat_map(|k| block.ops.iter().map(move |op| (k, op)));
+                let ops = ops.map(|(k, op)| instance_op(op, (n, t), s, k, &lengths)).collect();
+                rank.threadblocks.push(ThreadBlock { id: block.id * n + s, ops });
+            }
+        }
+    }
+    out
+}
+
+/// `op` of instance `s`, tile `k`: its chunks, channels and `wait_tb` mapped.
+fn instance_op(op: &Op, shape: (u32, u32), s: u32, k: u32, lengths: &[u32]) -> Op {
+    let mut op = op.clone();
+    op.for_each_ref_mut(|_, r| r.index = sub_index(r.index, r.count, shape, s, k));
+    op.for_each_link_mut(|l| l.channel = l.channel * shape.0 + s);
+    if let Op::WaitTb { tb, step } = &mut op {
+        *step += k * lengths.get(*tb as usize).copied().unwrap_or(0);
+        *tb = *tb * shape.0 + s;
+    }
+    op
 }

@@ -12,6 +12,7 @@
 //! split. Plans are checked by [`ExecutionPlan::validate`] (every index, peer, channel, limit and
 //! the signal/wait pairing), which [`ExecutionPlan::load`] always runs.
 
+mod drawing;
 mod geometry;
 mod listing;
 mod op;
@@ -20,6 +21,7 @@ mod validate;
 
 use serde::{Deserialize, Serialize};
 
+pub use drawing::{EdgeKind, OpEdge, OpGraph, OpNode};
 pub use geometry::{Geometry, GeometryError};
 pub use op::{BufRef, Buffer, Effects, Link, Loc, Op, Part};
 pub use packets::packet_input;
@@ -197,5 +199,10 @@ impl ExecutionPlan {
     /// A human-readable listing of the plan (stable; used in snapshot tests and `weft plan`).
     pub fn listing(&self) -> String {
         listing::render(self)
+    }
+
+    /// The plan's operation DAG (signal → wait, `wait_tb`, barriers), for drawing as DOT or SVG.
+    pub fn graph(&self) -> OpGraph {
+        OpGraph::new(self)
     }
 }

@@ -539,6 +539,24 @@ impl Op {
             Op::Part { of, .. } => of.for_each_ref_mut(f),
         }
     }
+
+    /// Calls `f` on every link the operation uses (waited on, signalled, put or read over).
+    pub fn for_each_link_mut(&mut self, mut f: impl FnMut(&mut Link)) {
+        match self {
+            Op::Nop | Op::Barrier | Op::WaitTb { .. } | Op::Copy { .. } | Op::Reduce { .. } => {}
+            Op::Put { to, .. } | Op::Send { to, .. } | Op::Signal { to } | Op::Flush { to } => f(to),
+            Op::Get { from, .. }
+            | Op::ReadReduce { from, .. }
+            | Op::Wait { from }
+            | Op::Recv { from, .. }
+            | Op::Rrc { from, .. } => f(from),
+            Op::Rcs { from, to, .. } | Op::Rrcs { from, to, .. } | Op::Rrs { from, to, .. } => {
+                f(from);
+                f(to);
+            }
+            Op::Part { of, .. } => of.for_each_link_mut(f),
+        }
+    }
 }
 
 impl fmt::Display for Op {
