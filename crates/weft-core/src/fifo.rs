@@ -91,16 +91,21 @@ impl<M: FifoMemory> FifoReader<M> {
     /// The command at the tail if its writer has published it (valid bits cleared in the
     /// result), else `None`. Does not consume it: call [`FifoReader::pop`] once it is handled.
     pub fn poll(&self) -> Option<FifoCommand> {
+        self.published_at(self.tail)
+    }
+
+    /// The command at `position` (less than a lap ahead of the tail) if published.
+    fn published_at(&self, position: u64) -> Option<FifoCommand> {
         let mask = (1u64 << self.log2_depth) - 1;
-        // `tail & mask` is below depth, a usize.
-        let slot = self.memory.slot((self.tail & mask) as usize);
+        // `position & mask` is below depth, a usize.
+        let slot = self.memory.slot((position & mask) as usize);
         // The writer stores the two words in no particular order after a release fence: the
         // command is whole once both carry this lap's bit, and the acquire loads pair with the
         // fence, so the writes the command covers are visible too.
         let snd = slot[1].load(Ordering::Acquire);
         let fst = slot[0].load(Ordering::Acquire);
         let command = FifoCommand { fst, snd };
-        command.is_current(self.tail, self.log2_depth).then(|| command.without_valid_bits())
+        command.is_current(position, self.log2_depth).then(|| command.without_valid_bits())
     }
 
     /// Consumes the command at the tail (after [`FifoReader::poll`] returned it): a release
@@ -108,6 +113,13 @@ impl<M: FifoMemory> FifoReader<M> {
     pub fn pop(&mut self) {
         self.tail += 1;
         self.memory.tail().store(self.tail, Ordering::Release);
+    }
+
+    /// Commands published from the tail on, up to the first slot not (yet) published: what is
+    /// left to handle (a writer that took a slot but has not written it hides those behind it).
+    pub fn published(&self) -> u64 {
+        let depth = 1u64 << self.log2_depth;
+        (0..depth).take_while(|&i| self.published_at(self.tail + i).is_some()).count() as u64
     }
 
     /// The position of the next command to poll.
@@ -426,6 +438,27 @@ mod tests {
             assert!(writer.poll(pos));
             assert!(reader.poll().is_none(), "stale slot of the previous lap must not look valid");
         }
+    }
+
+    #[test]
+    fn published_counts_the_commands_left_from_the_tail() {
+        let fifo = HostFifo::new(4).unwrap();
+        let writer = FifoWriter::new(fifo.clone(), Some(Duration::from_secs(5)));
+        let mut reader = FifoReader::new(fifo).unwrap();
+        assert_eq!(reader.published(), 0);
+        for i in 0..4 {
+            writer.push(cmd(i)).unwrap();
+        }
+        assert_eq!(reader.published(), 4, "a full ring");
+        reader.pop();
+        reader.pop();
+        assert_eq!(reader.published(), 2, "the popped slots hold the last lap's commands");
+        writer.push(cmd(4)).unwrap();
+        assert_eq!(reader.published(), 3, "across the wrap");
+        for _ in 0..3 {
+            reader.pop();
+        }
+        assert_eq!(reader.published(), 0);
     }
 
     #[test]
