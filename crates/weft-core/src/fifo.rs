@@ -594,4 +594,61 @@ mod loom_tests {
             assert_eq!(got, vec![10, 11]);
         });
     }
+
+    /// Three writers race for the slots of a two-slot ring while the reader pops: one of them
+    /// waits for a slot the reader frees; each command arrives exactly once, and nobody hangs.
+    #[test]
+    fn loom_fifo_three_writers_wait_their_turn_on_a_two_slot_ring() {
+        loom::model(|| {
+            let fifo = HostFifo::new(2).unwrap();
+            let handles: Vec<_> = (0..3)
+                .map(|t| {
+                    let w = FifoWriter::new(fifo.clone(), None);
+                    loom::thread::spawn(move || {
+                        w.push(cmd(20 + t)).unwrap();
+                    })
+                })
+                .collect();
+            let mut reader = FifoReader::new(fifo).unwrap();
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                match reader.poll() {
+                    Some(c) => {
+                        got.push(c.fields().size);
+                        reader.pop();
+                    }
+                    None => loom::thread::yield_now(),
+                }
+            }
+            for h in handles {
+                h.join().unwrap();
+            }
+            got.sort();
+            assert_eq!(got, vec![20, 21, 22]);
+            assert!(reader.poll().is_none());
+        });
+    }
+
+    /// Two writers wait on a full two-slot ring (one reads the tail and the stop word, the other
+    /// the tail cache) when the reader sets the stop word instead of popping: both give up.
+    #[test]
+    fn loom_fifo_writers_waiting_on_a_full_ring_all_see_the_stop() {
+        loom::model(|| {
+            let fifo = HostFifo::new(2).unwrap();
+            let first = FifoWriter::new(fifo.clone(), None);
+            first.push(cmd(0)).unwrap();
+            first.push(cmd(1)).unwrap();
+            let handles: Vec<_> = (0..2)
+                .map(|t| {
+                    let w = FifoWriter::new(fifo.clone(), None);
+                    loom::thread::spawn(move || w.push(cmd(30 + t)))
+                })
+                .collect();
+            FifoReader::new(fifo).unwrap().set_stop(FifoStopCode::Shutdown);
+            for h in handles {
+                let outcome = h.join().unwrap();
+                assert!(matches!(outcome, Err(FifoError::Stopped { code: 1, .. })), "{outcome:?}");
+            }
+        });
+    }
 }
