@@ -91,16 +91,21 @@ impl<M: FifoMemory> FifoReader<M> {
     /// The command at the tail if its writer has published it (valid bits cleared in the
     /// result), else `None`. Does not consume it: call [`FifoReader::pop`] once it is handled.
     pub fn poll(&self) -> Option<FifoCommand> {
+        self.published_at(self.tail)
+    }
+
+    /// The command at `position` (less than a lap ahead of the tail) if published.
+    fn published_at(&self, position: u64) -> Option<FifoCommand> {
         let mask = (1u64 << self.log2_depth) - 1;
-        // `tail & mask` is below depth, a usize.
-        let slot = self.memory.slot((self.tail & mask) as usize);
+        // `position & mask` is below depth, a usize.
+        let slot = self.memory.slot((position & mask) as usize);
         // The writer stores the two words in no particular order after a release fence: the
         // command is whole once both carry this lap's bit, and the acquire loads pair with the
         // fence, so the writes the command covers are visible too.
         let snd = slot[1].load(Ordering::Acquire);
         let fst = slot[0].load(Ordering::Acquire);
         let command = FifoCommand { fst, snd };
-        command.is_current(self.tail, self.log2_depth).then(|| command.without_valid_bits())
+        command.is_current(position, self.log2_depth).then(|| command.without_valid_bits())
     }
 
     /// Consumes the command at the tail (after [`FifoReader::poll`] returned it): a release
@@ -108,6 +113,13 @@ impl<M: FifoMemory> FifoReader<M> {
     pub fn pop(&mut self) {
         self.tail += 1;
         self.memory.tail().store(self.tail, Ordering::Release);
+    }
+
+    /// Commands published from the tail on, up to the first slot not (yet) published: what is
+    /// left to handle (a writer that took a slot but has not written it hides those behind it).
+    pub fn published(&self) -> u64 {
+        let depth = 1u64 << self.log2_depth;
+        (0..depth).take_while(|&i| self.published_at(self.tail + i).is_some()).count() as u64
     }
 
     /// The position of the next command to poll.
@@ -429,6 +441,27 @@ mod tests {
     }
 
     #[test]
+    fn published_counts_the_commands_left_from_the_tail() {
+        let fifo = HostFifo::new(4).unwrap();
+        let writer = FifoWriter::new(fifo.clone(), Some(Duration::from_secs(5)));
+        let mut reader = FifoReader::new(fifo).unwrap();
+        assert_eq!(reader.published(), 0);
+        for i in 0..4 {
+            writer.push(cmd(i)).unwrap();
+        }
+        assert_eq!(reader.published(), 4, "a full ring");
+        reader.pop();
+        reader.pop();
+        assert_eq!(reader.published(), 2, "the popped slots hold the last lap's commands");
+        writer.push(cmd(4)).unwrap();
+        assert_eq!(reader.published(), 3, "across the wrap");
+        for _ in 0..3 {
+            reader.pop();
+        }
+        assert_eq!(reader.published(), 0);
+    }
+
+    #[test]
     fn a_full_ring_makes_push_wait_and_time_out() {
         let fifo = HostFifo::new(2).unwrap();
         let writer = FifoWriter::new(fifo.clone(), Some(Duration::from_millis(50)));
@@ -559,6 +592,63 @@ mod loom_tests {
             }
             got.sort();
             assert_eq!(got, vec![10, 11]);
+        });
+    }
+
+    /// Three writers race for the slots of a two-slot ring while the reader pops: one of them
+    /// waits for a slot the reader frees; each command arrives exactly once, and nobody hangs.
+    #[test]
+    fn loom_fifo_three_writers_wait_their_turn_on_a_two_slot_ring() {
+        loom::model(|| {
+            let fifo = HostFifo::new(2).unwrap();
+            let handles: Vec<_> = (0..3)
+                .map(|t| {
+                    let w = FifoWriter::new(fifo.clone(), None);
+                    loom::thread::spawn(move || {
+                        w.push(cmd(20 + t)).unwrap();
+                    })
+                })
+                .collect();
+            let mut reader = FifoReader::new(fifo).unwrap();
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                match reader.poll() {
+                    Some(c) => {
+                        got.push(c.fields().size);
+                        reader.pop();
+                    }
+                    None => loom::thread::yield_now(),
+                }
+            }
+            for h in handles {
+                h.join().unwrap();
+            }
+            got.sort();
+            assert_eq!(got, vec![20, 21, 22]);
+            assert!(reader.poll().is_none());
+        });
+    }
+
+    /// Two writers wait on a full two-slot ring (one reads the tail and the stop word, the other
+    /// the tail cache) when the reader sets the stop word instead of popping: both give up.
+    #[test]
+    fn loom_fifo_writers_waiting_on_a_full_ring_all_see_the_stop() {
+        loom::model(|| {
+            let fifo = HostFifo::new(2).unwrap();
+            let first = FifoWriter::new(fifo.clone(), None);
+            first.push(cmd(0)).unwrap();
+            first.push(cmd(1)).unwrap();
+            let handles: Vec<_> = (0..2)
+                .map(|t| {
+                    let w = FifoWriter::new(fifo.clone(), None);
+                    loom::thread::spawn(move || w.push(cmd(30 + t)))
+                })
+                .collect();
+            FifoReader::new(fifo).unwrap().set_stop(FifoStopCode::Shutdown);
+            for h in handles {
+                let outcome = h.join().unwrap();
+                assert!(matches!(outcome, Err(FifoError::Stopped { code: 1, .. })), "{outcome:?}");
+            }
         });
     }
 }

@@ -1,8 +1,9 @@
 //! The proxy driven by host-memory FIFOs over the copy-engine transport, with the copy engine
 //! simulated on host memory (`proxy::transport::sim`): signals after their data while a writer
 //! spins on the token (as a kernel would), flushes, the emulated NIC's latency and bandwidth
-//! cap, a stalled engine (a timeout naming the peer, writers released) and bad memory indices.
-//! Every test runs under a deadline.
+//! cap, a stalled engine (a timeout naming the peer, writers released), shutdown right after
+//! the pushes (drained, or abandoned at the deadline) and bad memory indices. Every test runs
+//! under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
@@ -11,12 +12,12 @@ use common::{start_service, within};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::{FifoError, FifoWriter, HostFifo};
+use weft_core::fifo::{FifoError, FifoMemory, FifoWriter, HostFifo};
 use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PeerLink};
 use weft_core::proxy::transport::pacing::LinkModel;
 use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
 use weft_core::proxy::{
-    HostMemory, Memory, Op, ProxyConfig, ProxyError, ProxyService, Submitted, Transport, TransportError,
+    HostMemory, Memory, Op, ProxyConfig, ProxyError, ProxyService, ShutdownReport, Submitted, Transport, TransportError,
 };
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
 
@@ -185,6 +186,59 @@ fn a_stalled_engine_fails_the_proxy_with_a_timeout_naming_the_peer_and_releases_
             }
             other => panic!("expected a timeout, got {other:?}"),
         }
+    });
+}
+
+/// Pushes `n` put-with-signal commands, command `i` copying `pattern(i, chunk)` from offset
+/// `i * chunk` of rank A's memory to the same offset of rank B's.
+fn push_puts_with_signals(s: &Setup, n: usize, chunk: usize) {
+    let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+    for i in 0..n {
+        s.src.write(i * chunk, &pattern(i, chunk)).unwrap();
+        let off = (i * chunk) as u32;
+        writer.push(command(FifoOp::PutSignal, 3, off, off, chunk as u32)).unwrap();
+    }
+}
+
+#[test]
+fn shutdown_right_after_the_pushes_waits_for_what_the_emulated_nic_still_holds() {
+    within(30, || {
+        const N: usize = 20;
+        const CHUNK: usize = 1024;
+        // α = 20 ms: every operation is still held by the pacer when the FIFO is empty.
+        let config = CopyEngineConfig { link: Some(LinkModel::new(20_000.0, None)), ..Default::default() };
+        let mut s = setup(N * CHUNK, Duration::ZERO, config, true);
+        push_puts_with_signals(&s, N, CHUNK);
+        let report = s.service.take().unwrap().shutdown().unwrap();
+        assert_eq!(report.executed + report.abandoned, N as u64, "{report:?}");
+        assert_eq!(s.space.load_u64(s.token).unwrap(), report.executed, "signals vs commands counted as executed");
+        assert_eq!(report.executed, N as u64, "the drain had time for every command");
+        for i in 0..N {
+            let mut got = vec![0; CHUNK];
+            s.dst.read(i * CHUNK, &mut got).unwrap();
+            assert_eq!(got, pattern(i, CHUNK), "put {i}");
+        }
+    });
+}
+
+#[test]
+fn commands_a_stalled_engine_never_ran_are_abandoned_at_the_drain_deadline() {
+    within(30, || {
+        // The engine's timeout (5 s) is longer than the drain (1 s): the deadline ends it.
+        let mut s = setup(1024, Duration::ZERO, CopyEngineConfig::default(), false);
+        s.transport.for_each_queue(|q| q.stall(true));
+        push_puts_with_signals(&s, 4, 256);
+        let start = Instant::now();
+        while s.fifo.tail().load(std::sync::atomic::Ordering::Acquire) < 4 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the proxy did not pop the commands");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let start = Instant::now();
+        let report = s.service.take().unwrap().shutdown().unwrap();
+        let drain = ProxyConfig::default().drain_timeout;
+        assert!(start.elapsed() < drain + Duration::from_secs(1), "shutdown took {:?}", start.elapsed());
+        assert_eq!(report, ShutdownReport { executed: 0, abandoned: 4 });
+        assert_eq!(s.space.load_u64(s.token).unwrap(), 0);
     });
 }
 

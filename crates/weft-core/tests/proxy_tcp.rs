@@ -1,8 +1,9 @@
 //! The proxy driven by host-memory FIFOs over the TCP transport on loopback: ordering with
 //! reordered frames over several sockets, flushes, backpressure from a full FIFO and exhausted
 //! credits, a dead or silent peer (an error naming it, no hang), shutdown with commands in
-//! flight, a receiver shutting down right after a signal (it still acknowledges), unknown ops
-//! and per-op handlers. Every test runs under a deadline.
+//! flight (drained to the peer, or reported abandoned when it cannot be), a receiver shutting
+//! down right after a signal (it still acknowledges), unknown ops and per-op handlers. Every
+//! test runs under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
@@ -16,8 +17,8 @@ use std::time::{Duration, Instant};
 use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
 use weft_core::proxy::transport::tcp::{TcpConfig, TcpTransport};
 use weft_core::proxy::{
-    CommandHandler, Handled, HostInbox, HostMemory, Memory, MemoryTable, ProxyConfig, ProxyError, ProxyService,
-    Transport, TransportError,
+    CommandHandler, Handled, HostInbox, HostMemory, Inbox, Memory, MemoryError, MemoryTable, ProxyConfig, ProxyError,
+    ProxyService, ShutdownReport, Transport, TransportError,
 };
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
 
@@ -45,6 +46,11 @@ struct Pair {
 }
 
 fn pair(config: TcpConfig, len: usize, connections: u16) -> Pair {
+    pair_pausing(config, len, connections, Duration::ZERO)
+}
+
+/// A [`pair`] whose receiver pauses `pause` after applying each signal.
+fn pair_pausing(config: TcpConfig, len: usize, connections: u16, pause: Duration) -> Pair {
     let src = Arc::new(HostMemory::new(len));
     let dst = Arc::new(HostMemory::new(len));
     let src_table = MemoryTable::new();
@@ -52,7 +58,8 @@ fn pair(config: TcpConfig, len: usize, connections: u16) -> Pair {
     let dst_table = MemoryTable::new();
     dst_table.register(dst.clone()).unwrap();
     let inbox = Arc::new(HostInbox::new(dst_table));
-    let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone()).unwrap();
+    let slow = Arc::new(SlowSignals { inbox: inbox.clone(), pause });
+    let receiver = TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), slow).unwrap();
     let unused_inbox = Arc::new(HostInbox::new(MemoryTable::new()));
     let sender = TcpTransport::bind(config, "sender", Arc::new(src_table), unused_inbox).unwrap();
     for c in 0..connections {
@@ -294,6 +301,92 @@ fn shutdown_does_not_wait_forever_for_a_flush_that_cannot_complete() {
     });
 }
 
+#[test]
+fn shutdown_right_after_the_pushes_delivers_every_command_it_counts_as_executed() {
+    within(60, || {
+        const N: usize = 100;
+        const CHUNK: usize = 1024;
+        // A receiver pausing 2 ms per signal and a window of 4 frames: when the FIFO is empty,
+        // about 30 popped commands are still queued in the sender, most not even sent.
+        let config = TcpConfig { window_frames: 4, ..TcpConfig::default() };
+        let p = pair_pausing(config, N * CHUNK, 1, Duration::from_millis(2));
+        let fifo = HostFifo::new(128).unwrap();
+        let drain = ProxyConfig { drain_timeout: Duration::from_secs(20), ..ProxyConfig::default() };
+        let svc = service(p.sender.clone(), std::slice::from_ref(&fifo), drain);
+        let writer = FifoWriter::new(fifo, Some(Duration::from_secs(10)));
+        for i in 0..N {
+            p.src.write(i * CHUNK, &pattern(i, CHUNK)).unwrap();
+            let off = (i * CHUNK) as u32;
+            writer.push(command(FifoOp::PutSignal, 0, off, off, CHUNK as u32)).unwrap();
+        }
+        let report = svc.shutdown().unwrap();
+        assert_eq!(report.executed + report.abandoned, N as u64, "{report:?}");
+        assert_eq!(p.inbox.token(0), report.executed, "signals delivered vs commands counted as executed");
+        assert_eq!(report.executed, N as u64, "the drain had time for every command");
+        let bytes = p.dst.snapshot();
+        for i in 0..N {
+            assert_eq!(&bytes[i * CHUNK..(i + 1) * CHUNK], &pattern(i, CHUNK)[..], "put {i}");
+        }
+    });
+}
+
+/// Pushes `n` put-with-signal commands on connection 0 and waits until the proxy popped
+/// `popped` of them.
+fn push_and_await_pops(fifo: &HostFifo, n: u64, popped: u64) {
+    let writer = FifoWriter::new(fifo.clone(), Some(Duration::from_secs(10)));
+    for _ in 0..n {
+        writer.push(command(FifoOp::PutSignal, 0, 0, 0, 128)).unwrap();
+    }
+    let start = Instant::now();
+    while writer_tail(fifo) < popped {
+        assert!(start.elapsed() < Duration::from_secs(10), "popped {} of {popped}", writer_tail(fifo));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn commands_stranded_at_a_silent_peer_are_all_abandoned_and_shutdown_keeps_the_deadline() {
+    within(30, || {
+        let (t, _socket) = sender_to_a_silent_peer(Duration::from_secs(60));
+        let fifo = HostFifo::new(64).unwrap();
+        let drain = Duration::from_millis(300);
+        let svc = service(
+            Arc::new(t),
+            std::slice::from_ref(&fifo),
+            ProxyConfig { drain_timeout: drain, ..ProxyConfig::default() },
+        );
+        // 64 credits: 32 commands are popped into the transport, 8 stay in the FIFO.
+        push_and_await_pops(&fifo, 40, 32);
+        let start = Instant::now();
+        let report = svc.shutdown().unwrap();
+        assert!(start.elapsed() < drain + Duration::from_secs(1), "shutdown took {:?}", start.elapsed());
+        assert_eq!(report, ShutdownReport { executed: 0, abandoned: 40 });
+    });
+}
+
+#[test]
+fn a_peer_lost_while_draining_ends_the_drain_at_once_with_the_error() {
+    within(30, || {
+        let (t, socket) = sender_to_a_silent_peer(Duration::from_secs(60));
+        let fifo = HostFifo::new(64).unwrap();
+        let svc = service(
+            Arc::new(t),
+            std::slice::from_ref(&fifo),
+            ProxyConfig { drain_timeout: Duration::from_secs(20), ..ProxyConfig::default() },
+        );
+        // Every command popped (exactly the credits): only the drain sees the failure.
+        push_and_await_pops(&fifo, 32, 32);
+        drop(socket);
+        let start = Instant::now();
+        let err = svc.shutdown().unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5), "shutdown took {:?}", start.elapsed());
+        assert!(
+            matches!(&err, ProxyError::Transport(TransportError::PeerLost { peer, .. }) if peer.starts_with("silent@")),
+            "{err}"
+        );
+    });
+}
+
 #[derive(Debug, Default)]
 struct Counter(AtomicU64);
 
@@ -406,10 +499,10 @@ impl Memory for Failing {
     fn len(&self) -> usize {
         1 << 16
     }
-    fn read(&self, _: usize, _: &mut [u8]) -> Result<(), weft_core::proxy::MemoryError> {
-        Err(weft_core::proxy::MemoryError::Device { detail: "the copy out of the GPU timed out".into() })
+    fn read(&self, _: usize, _: &mut [u8]) -> Result<(), MemoryError> {
+        Err(MemoryError::Device { detail: "the copy out of the GPU timed out".into() })
     }
-    fn write(&self, _: usize, _: &[u8]) -> Result<(), weft_core::proxy::MemoryError> {
+    fn write(&self, _: usize, _: &[u8]) -> Result<(), MemoryError> {
         Ok(())
     }
 }
@@ -450,18 +543,24 @@ fn a_source_memory_that_fails_fails_the_connection_with_its_reason() {
     });
 }
 
-/// A host inbox that pauses after each signal, before the receiver acknowledges it: the
-/// moment when the signal's observer may already be shutting its endpoint down.
+/// A host inbox that pauses after each signal, before the receiver acknowledges it: a slow
+/// receiver, and the moment when the signal's observer may already be shutting its endpoint
+/// down.
 #[derive(Debug)]
-struct SlowAck(HostInbox);
+struct SlowSignals {
+    inbox: Arc<HostInbox>,
+    pause: Duration,
+}
 
-impl weft_core::proxy::Inbox for SlowAck {
-    fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), weft_core::proxy::MemoryError> {
-        self.0.write(memory, offset, data)
+impl Inbox for SlowSignals {
+    fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.inbox.write(memory, offset, data)
     }
-    fn signal(&self, connection: u16) -> Result<(), weft_core::proxy::MemoryError> {
-        self.0.signal(connection)?;
-        std::thread::sleep(Duration::from_millis(200));
+    fn signal(&self, connection: u16) -> Result<(), MemoryError> {
+        self.inbox.signal(connection)?;
+        if !self.pause.is_zero() {
+            std::thread::sleep(self.pause);
+        }
         Ok(())
     }
 }
@@ -472,7 +571,7 @@ fn a_receiver_shutting_down_right_after_a_signal_still_acknowledges_it() {
         let config = TcpConfig { timeout: Duration::from_secs(3), ..TcpConfig::default() };
         let dst = MemoryTable::new();
         dst.register(Arc::new(HostMemory::new(64))).unwrap();
-        let inbox = Arc::new(SlowAck(HostInbox::new(dst)));
+        let inbox = Arc::new(SlowSignals { inbox: Arc::new(HostInbox::new(dst)), pause: Duration::from_millis(200) });
         let receiver =
             TcpTransport::bind(config.clone(), "receiver", Arc::new(MemoryTable::new()), inbox.clone()).unwrap();
         let src = MemoryTable::new();
@@ -483,7 +582,7 @@ fn a_receiver_shutting_down_right_after_a_signal_still_acknowledges_it() {
         let put = weft_core::proxy::Op::Put { src_memory: 0, src_offset: 0, dst_memory: 0, dst_offset: 0, len: 64 };
         sender.submit(0, &[put, weft_core::proxy::Op::Signal]).unwrap();
         // The signal's observer sees the token and shuts its endpoint down at once.
-        assert!(inbox.0.wait_token(0, 1, Duration::from_secs(5)));
+        assert!(inbox.inbox.wait_token(0, 1, Duration::from_secs(5)));
         receiver.shutdown();
         let start = Instant::now();
         loop {

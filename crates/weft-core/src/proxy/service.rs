@@ -17,10 +17,13 @@
 //! the error.
 //!
 //! **Shutdown.** [`ProxyService::shutdown`] sets every stop word to `FifoStopCode::Shutdown`
-//! (new device pushes fail), lets the threads drain what was already pushed for up to
-//! `drain_timeout`, then joins them and shuts the transports down. It reports how many commands
-//! were left unexecuted.
+//! (new device pushes fail), lets the threads drain for up to `drain_timeout` (the commands
+//! already pushed, and then the work of popped commands the handlers still have under way:
+//! a put popped without a flush is only queued on its transport), then joins them and shuts the
+//! transports down. It reports how many commands were executed and how many were left: still in
+//! a FIFO, or popped but not complete when the deadline passed.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use weft_types::{FifoCommand, FifoOp, FifoStopCode};
 
-use super::transport::{Op, Submitted, Transport, TransportError};
+use super::transport::{ConnectionId, MAX_CONNECTIONS, Op, Submitted, Transport, TransportError};
 use crate::fifo::{FifoMemory, FifoReader};
 
 /// Commands handled per FIFO per round before the thread moves on.
@@ -107,21 +110,97 @@ pub trait CommandHandler: Send + Sync + fmt::Debug {
     fn progress(&self) -> Result<(), ProxyError> {
         Ok(())
     }
-    /// Called once at shutdown, after the threads are joined.
-    fn shutdown(&self) {}
+    /// Commands it finished ([`Handled::Done`]: popped, counted as executed) whose work is still
+    /// under way; a draining service waits for them. An error once some never will be done.
+    fn unfinished(&self) -> Result<u64, ProxyError> {
+        Ok(0)
+    }
+    /// Called once at shutdown, after the threads are joined. Returns how many of the commands
+    /// it finished are left undone for good (reported as abandoned, not executed).
+    fn shutdown(&self) -> u64 {
+        0
+    }
 }
 
 /// The handler of ops 1–7 ([`FifoOp`]): puts and signals through a [`Transport`], flushes by
 /// waiting (without blocking) until the transport reports the connection's operations applied.
+/// A command without a flush is popped once queued; the handler keeps its last ticket until the
+/// transport completes it, so a drain can wait for it and shutdown can tell it was not done.
 #[derive(Debug)]
 pub struct TransportHandler {
     transport: Arc<dyn Transport>,
+    /// Per connection, the commands popped before their operations completed.
+    unconfirmed: Box<[Mutex<Unconfirmed>]>,
+}
+
+/// Lists shorter than this are not pruned on `record`.
+const PRUNE_MIN: usize = 64;
+
+/// Commands of one connection popped before their operations completed.
+#[derive(Debug, Default)]
+struct Unconfirmed {
+    /// Each command's end ticket (its last ticket + 1); in no particular order when several
+    /// threads submit on the connection.
+    ends: Vec<u64>,
+    /// The connection's completed count when last asked.
+    completed: u64,
+    /// Length at which `record` next prunes.
+    prune_at: usize,
+}
+
+impl Unconfirmed {
+    /// Drops the commands complete once `completed` operations are; returns how many remain.
+    fn prune(&mut self, completed: u64) -> u64 {
+        self.completed = self.completed.max(completed);
+        let done = self.completed;
+        self.ends.retain(|&end| end > done);
+        self.ends.len() as u64
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Holders leave the list whole; a panicking one leaves a usable list.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl TransportHandler {
     /// A handler over `transport`.
     pub fn new(transport: Arc<dyn Transport>) -> Self {
-        Self { transport }
+        Self { transport, unconfirmed: (0..MAX_CONNECTIONS).map(|_| Mutex::default()).collect() }
+    }
+
+    /// Keeps the end ticket of a popped command until its operations complete.
+    fn record(&self, connection: ConnectionId, end: u64) {
+        let Some(list) = self.unconfirmed.get(usize::from(connection)) else { return };
+        let mut list = lock(list);
+        list.ends.push(end);
+        // Pruned once it doubled since the last prune: at most one `completed` call per
+        // PRUNE_MIN / 2 commands, and a list of at most twice the commands in flight (or
+        // PRUNE_MIN).
+        if list.ends.len() >= list.prune_at {
+            if let Ok(done) = self.transport.completed(connection) {
+                list.prune(done);
+            }
+            list.prune_at = (2 * list.ends.len()).max(PRUNE_MIN);
+        }
+    }
+
+    /// Prunes every connection's list with `completed` (the connection's count, `None` to keep
+    /// the last one seen) and returns the commands left.
+    fn count_unconfirmed<E>(
+        &self,
+        mut completed: impl FnMut(ConnectionId) -> Result<Option<u64>, E>,
+    ) -> Result<u64, E> {
+        let mut left = 0;
+        for (connection, list) in (0..).zip(self.unconfirmed.iter()) {
+            let mut list = lock(list);
+            if list.ends.is_empty() {
+                continue;
+            }
+            let last = list.completed;
+            left += list.prune(completed(connection)?.unwrap_or(last));
+        }
+        Ok(left)
     }
 }
 
@@ -152,6 +231,7 @@ impl CommandHandler for TransportHandler {
             }
         };
         if op & FifoOp::Flush as u32 == 0 {
+            self.record(connection, target);
             return Ok(Handled::Done);
         }
         if self.transport.completed(connection)? >= target {
@@ -165,8 +245,16 @@ impl CommandHandler for TransportHandler {
         Ok(self.transport.progress()?)
     }
 
-    fn shutdown(&self) {
+    fn unfinished(&self) -> Result<u64, ProxyError> {
+        Ok(self.count_unconfirmed(|c| self.transport.completed(c).map(Some))?)
+    }
+
+    fn shutdown(&self) -> u64 {
         self.transport.shutdown();
+        // The counts are final now. A failed connection reports its error instead: what it
+        // completed before is the last count seen.
+        let Ok(left) = self.count_unconfirmed::<Infallible>(|c| Ok(self.transport.completed(c).ok()));
+        left
     }
 }
 
@@ -214,9 +302,10 @@ impl ProxyConfig {
 /// What shutdown found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShutdownReport {
-    /// Commands executed over the service's life.
+    /// Commands executed over the service's life (their work complete).
     pub executed: u64,
-    /// Commands that were pushed but not executed (or not complete) when the threads stopped.
+    /// Commands that were pushed but not executed: still in a FIFO (a flush still waiting
+    /// included), or popped with their work not complete when the drain ended.
     pub abandoned: u64,
 }
 
@@ -224,6 +313,7 @@ trait AnyFifo: Send {
     fn poll(&self) -> Option<FifoCommand>;
     fn pop(&mut self);
     fn position(&self) -> u64;
+    fn published(&self) -> u64;
 }
 
 impl<M: FifoMemory> AnyFifo for FifoReader<M> {
@@ -235,6 +325,9 @@ impl<M: FifoMemory> AnyFifo for FifoReader<M> {
     }
     fn position(&self) -> u64 {
         FifoReader::position(self)
+    }
+    fn published(&self) -> u64 {
+        FifoReader::published(self)
     }
 }
 
@@ -423,9 +516,10 @@ impl ProxyService {
                 Err(_) => panicked = Some(ProxyError::Thread("a proxy thread panicked".into())),
             }
         }
-        for h in &self.shared.distinct {
-            h.shutdown();
-        }
+        let undone: u64 = self.shared.distinct.iter().map(|h| h.shutdown()).sum();
+        // Popped, so counted by a thread, but never done.
+        report.executed = report.executed.saturating_sub(undone);
+        report.abandoned += undone;
         match self.failure().or(panicked) {
             Some(e) => Err(e),
             None => Ok(report),
@@ -481,11 +575,8 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) -> (u64, u64) {
                 break;
             }
         }
-        if state == DRAINING {
-            let deadline = *shared.drain_deadline.lock().unwrap_or_else(|p| p.into_inner());
-            if !busy || deadline.is_some_and(|d| Instant::now() > d) {
-                break;
-            }
+        if state == DRAINING && drained(shared, busy) {
+            break;
         }
         if progressed {
             idle_rounds = 0;
@@ -506,8 +597,33 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) -> (u64, u64) {
             }
         }
     }
-    let abandoned = slots.iter().map(|s| u64::from(s.pending.is_some() || s.reader.poll().is_some())).sum();
+    // A pending command is still at its FIFO's tail: counted there.
+    let abandoned = slots.iter().map(|s| s.reader.published()).sum();
     (executed, abandoned)
+}
+
+/// Whether a draining thread may stop: the deadline passed, or its FIFOs are empty (`busy`
+/// false) and no handler has work of popped commands under way. A handler's error fails the
+/// service (that work will never be done).
+fn drained(shared: &Shared, busy: bool) -> bool {
+    let deadline = *shared.drain_deadline.lock().unwrap_or_else(|p| p.into_inner());
+    if deadline.is_some_and(|d| Instant::now() > d) {
+        return true;
+    }
+    if busy {
+        return false;
+    }
+    let mut unfinished = 0;
+    for h in &shared.distinct {
+        match h.unfinished() {
+            Ok(n) => unfinished += n,
+            Err(e) => {
+                shared.fail(e);
+                return true;
+            }
+        }
+    }
+    unfinished == 0
 }
 
 /// Visits every FIFO once. `busy`: some FIFO still has work (a command or a pending flush).
@@ -592,5 +708,14 @@ mod tests {
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
         assert_eq!(cpus_near_pci_device("not-a-device"), None);
+    }
+
+    #[test]
+    fn unconfirmed_commands_leave_once_completed_passes_their_end_in_any_order() {
+        let mut list = Unconfirmed { ends: vec![4, 2, 6], ..Unconfirmed::default() };
+        assert_eq!(list.prune(3), 2);
+        assert_eq!(list.ends, vec![4, 6]);
+        assert_eq!(list.prune(1), 2, "a count never goes back");
+        assert_eq!(list.prune(6), 0);
     }
 }

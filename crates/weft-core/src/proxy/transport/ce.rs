@@ -483,10 +483,15 @@ impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
 
     fn shutdown(&self) {
         // Queued copies finish on their own (the queues' owners wait for them before freeing
-        // memory); held operations of paced connections are dropped.
+        // memory); held operations of paced connections are dropped, and their connection
+        // fails: it never completes them (`poll` would count them as issued).
         self.closing.store(true, Ordering::Release);
         for conn in self.conns.read().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
-            lock(&conn.state).held.clear();
+            let mut state = lock(&conn.state);
+            if !state.held.is_empty() {
+                state.held.clear();
+                conn.fail(TransportError::Shutdown { transport: NAME });
+            }
         }
     }
 }
