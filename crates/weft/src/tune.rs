@@ -329,8 +329,8 @@ mod tests {
         let text = serde_json::to_string(&tuned.table).unwrap();
         let mut selector = Selector::default();
         selector.apply(&serde_json::from_str(&text).unwrap()).unwrap();
-        assert_eq!(selector.select(AllReduce, 2048), Algorithm::AllReduceLl2);
-        assert_eq!(selector.select(AllReduce, 1 << 30), Algorithm::AllReduceHb);
+        assert_eq!(selector.select(AllReduce, DataType::Bf16, 2048, 4), Algorithm::AllReduceLl2);
+        assert_eq!(selector.select(AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceHb);
     }
 
     #[test]
