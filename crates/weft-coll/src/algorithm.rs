@@ -74,6 +74,13 @@ impl Collective {
         format!("WEFT_ALGO_{}", self.name().to_ascii_uppercase())
     }
 
+    /// The native algorithm a size-based choice falls back to where its pick cannot run: the
+    /// first HB or point-to-point one that handles `dtype` (every collective has one for every
+    /// type; all-to-all and send/receive have only point-to-point ones).
+    pub fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm> {
+        self.algorithms().find(|a| matches!(a.protocol(), Protocol::Hb | Protocol::P2p) && a.supports(dtype))
+    }
+
     /// The algorithms that implement this collective: the native kernels, then the plans of
     /// the registry (shipped, then the user plans of `WEFT_PLAN_DIR`).
     pub fn algorithms(self) -> impl Iterator<Item = Algorithm> {
@@ -348,11 +355,12 @@ mod tests {
         }
         for c in Collective::ALL {
             for t in DataType::ALL {
-                assert!(
-                    c.algorithms().any(|a| a.protocol() == Protocol::Hb || a.protocol() == Protocol::P2p)
-                        && c.algorithms().filter(|a| a.supports(t)).count() >= 1
-                );
+                let fallback = c.fallback(t).unwrap_or_else(|| panic!("{c} has no fallback for {}", t.name()));
+                assert!(fallback.supports(t) && fallback.collective() == c);
             }
         }
+        assert_eq!(Collective::AllReduce.fallback(DataType::F8E4M3), Some(Algorithm::AllReduceHb));
+        assert_eq!(Collective::AllToAll.fallback(DataType::Bf16), Some(Algorithm::AllToAllP2p));
+        assert_eq!(Collective::SendRecv.fallback(DataType::U8), Some(Algorithm::SendRecvP2p));
     }
 }

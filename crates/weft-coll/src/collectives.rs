@@ -14,9 +14,11 @@ use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig, PortRou
 use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
 
-use weft_types::{DataType, MAX_RANKS, P2pPlan, PeerBuffers, ReduceOp};
+use weft_types::{DataType, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
+use crate::args::{Args, Buffer, InDevice, p2p_round};
+use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
@@ -48,44 +50,6 @@ pub struct P2pOp {
     pub count: usize,
     /// Element type.
     pub dtype: DataType,
-}
-
-/// A device buffer argument: what it is called in errors, where it starts, how long it is.
-#[derive(Clone, Copy, Debug)]
-struct Buffer {
-    what: &'static str,
-    ptr: DevicePtr,
-    len: usize,
-}
-
-impl Buffer {
-    fn overlaps(&self, other: &Buffer) -> bool {
-        self.len > 0
-            && other.len > 0
-            && self.ptr < other.ptr + other.len as u64
-            && other.ptr < self.ptr + self.len as u64
-    }
-}
-
-/// The launch plan of round `round` of a send/receive group: the `round`-th operation of every
-/// (peer, direction), or `None` past the last round. Peers are in range (checked before).
-fn p2p_round(ops: &[P2pOp], round: usize) -> Option<P2pPlan> {
-    let mut plan = P2pPlan::default();
-    let mut seen = [[0usize; 2]; MAX_RANKS];
-    let mut any = false;
-    for op in ops {
-        let index = &mut seen[op.peer][op.kind as usize];
-        if *index == round {
-            let len = (op.count * op.dtype.size()) as u64;
-            match op.kind {
-                P2pKind::Send => (plan.send_ptr[op.peer], plan.send_bytes[op.peer]) = (op.ptr, len),
-                P2pKind::Recv => (plan.recv_ptr[op.peer], plan.recv_bytes[op.peer]) = (op.ptr, len),
-            }
-            any = true;
-        }
-        *index += 1;
-    }
-    any.then_some(plan)
 }
 
 /// What the captured calls that could write straight into the peers' user buffers (AllReduce
@@ -276,10 +240,8 @@ impl Collectives {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let bytes = self.bytes(count, dtype, 1)?;
-        let (send, recv) =
-            (Buffer { what: "send", ptr: send, len: bytes }, Buffer { what: "recv", ptr: recv, len: bytes });
-        self.check(stream, &[send, recv], &[(send, recv, Some(0))])?;
+        let (send, recv) = self.args(stream)?.all_reduce(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+        let bytes = send.len;
         let shard = bytes.div_ceil(self.ranks()).next_multiple_of(8);
         let algorithm = self.choose(Collective::AllReduce, bytes, dtype, op, |a| match a {
             Algorithm::AllReduceLl => bytes,
@@ -451,14 +413,9 @@ impl Collectives {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let block = self.bytes(count, dtype, 1)?;
-        let total = self.bytes(count, dtype, self.ranks())?;
         let gathers = collective == Collective::AllGather;
-        let send_buf = Buffer { what: "send", ptr: send, len: if gathers { block } else { total } };
-        let recv_buf = Buffer { what: "recv", ptr: recv, len: if gathers { total } else { block } };
-        let (single, whole) = if gathers { (send_buf, recv_buf) } else { (recv_buf, send_buf) };
-        let in_place = (block * self.comm.rank()) as u64;
-        self.check(stream, &[send_buf, recv_buf], &[(single, whole, Some(in_place))])?;
+        let checked = self.args(stream)?.blocked(gathers, send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+        let (recv_buf, block, total) = (checked.recv, checked.block, checked.total);
         let algorithm = self.choose(collective, total, dtype, op, |_| block)?;
         if let Algorithm::Plan(id) = algorithm {
             let elements = if gathers { count } else { count * self.ranks() };
@@ -537,19 +494,9 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let bytes = self.bytes(count, dtype, 1)?;
-        if root >= self.ranks() {
-            return Err(self.invalid(format!("root {root} out of range for {} ranks", self.ranks())));
-        }
-        let is_root = root == self.comm.rank();
-        let send_buf = Buffer { what: "send", ptr: send, len: bytes };
-        let recv_buf = Buffer { what: "recv", ptr: recv, len: bytes };
-        let used_by_all = if collective == Collective::Broadcast { recv_buf } else { send_buf };
-        if is_root {
-            self.check(stream, &[send_buf, recv_buf], &[(send_buf, recv_buf, Some(0))])?;
-        } else {
-            self.check(stream, &[used_by_all], &[])?;
-        }
+        let broadcasts = collective == Collective::Broadcast;
+        let bytes =
+            self.args(stream)?.rooted(broadcasts, send, recv, count, dtype, root).map_err(|d| self.invalid(d))?;
         let algorithm = self.choose(collective, bytes, dtype, op, |_| bytes)?;
         if let Algorithm::Plan(id) = algorithm {
             // SAFETY: forwarded caller contract; buffers checked above (a non-root's send is
@@ -579,20 +526,15 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let n = self.ranks();
-        let total = self.bytes(count, dtype, n)?;
+        let args = self.args(stream)?;
+        let total = args.bytes(count, dtype, n).map_err(|d| self.invalid(d))?;
         if let Algorithm::Plan(id) = self.choose(Collective::AllToAll, total, dtype, ReduceOp::Sum, |_| 0)? {
-            let (send_buf, recv_buf) =
-                (Buffer { what: "send", ptr: send, len: total }, Buffer { what: "recv", ptr: recv, len: total });
-            self.check_p2p(stream, &[send_buf, recv_buf])?;
+            args.all_to_all(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send, recv, count * n, dtype, ReduceOp::Sum, stream) };
         }
-        let counts = [count; MAX_RANKS];
-        let mut displs = [0usize; MAX_RANKS];
-        for (p, d) in displs.iter_mut().enumerate().take(n) {
-            *d = p.checked_mul(count).ok_or_else(|| self.invalid(format!("{n} x {count} elements overflow")))?;
-        }
-        let (counts, displs) = (&counts[..n.min(MAX_RANKS)], &displs[..n.min(MAX_RANKS)]);
+        let (counts, displs) = args.even_blocks(count).map_err(|d| self.invalid(d))?;
+        let (counts, displs) = (&counts[..n.min(counts.len())], &displs[..n.min(displs.len())]);
         // SAFETY: forwarded caller contract.
         unsafe { self.all_to_allv(send, counts, displs, recv, counts, displs, dtype, stream) }
     }
@@ -615,30 +557,15 @@ impl Collectives {
         dtype: DataType,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let n = self.ranks();
-        if [send_counts.len(), send_displs.len(), recv_counts.len(), recv_displs.len()].iter().any(|&l| l != n) {
-            return Err(self.invalid(format!("all_to_allv needs {n} counts and displacements per side")));
-        }
-        let mut plan = P2pPlan::default();
-        let mut buffers = [Buffer { what: "", ptr: 0, len: 0 }; 2 * MAX_RANKS];
-        for p in 0..n {
-            let (sb, rb) = (self.bytes(send_counts[p], dtype, 1)?, self.bytes(recv_counts[p], dtype, 1)?);
-            let (so, ro) = (self.bytes(send_displs[p], dtype, 1)?, self.bytes(recv_displs[p], dtype, 1)?);
-            buffers[2 * p] = Buffer { what: "send block", ptr: send.wrapping_add(so as u64), len: sb };
-            buffers[2 * p + 1] = Buffer { what: "recv block", ptr: recv.wrapping_add(ro as u64), len: rb };
-            (plan.send_ptr[p], plan.send_bytes[p], plan.recv_ptr[p], plan.recv_bytes[p]) =
-                (send.wrapping_add(so as u64), sb as u64, recv.wrapping_add(ro as u64), rb as u64);
-        }
-        let me = self.comm.rank();
-        if plan.send_bytes[me] != plan.recv_bytes[me] {
-            return Err(self.invalid(format!(
-                "all_to_allv sends {} bytes to itself but receives {}",
-                plan.send_bytes[me], plan.recv_bytes[me]
-            )));
-        }
-        self.check_p2p(stream, &buffers[..2 * n])?;
+        let plan = self
+            .args(stream)?
+            .all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype)
+            .map_err(|d| self.invalid(d))?;
         let total: u64 = plan.send_bytes.iter().sum();
-        let algorithm = self.choose(Collective::AllToAll, total as usize, dtype, ReduceOp::Sum, |_| 0)?;
+        // The direct transfers whatever the selector names: no plan takes uneven blocks
+        // (all_to_all runs the plans).
+        let call = Call { collective: Collective::AllToAll, size: total as usize, dtype, op: ReduceOp::Sum };
+        let algorithm = self.chooser().native(call)?;
         // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
         unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, stream, total as usize, |a| a.push(plan)) }
     }
@@ -651,37 +578,14 @@ impl Collectives {
     /// As for [`Collectives::all_reduce`]; every buffer must stay valid until the stream's
     /// work is done, and the peers must post the matching operations.
     pub unsafe fn send_recv(&self, ops: &[P2pOp], stream: &Stream) -> Result<Algorithm, CollError> {
-        let n = self.ranks();
-        let buffer = |op: &P2pOp| -> Result<Buffer, CollError> {
-            if op.peer >= n {
-                return Err(self.invalid(format!("peer {} out of range for {n} ranks", op.peer)));
-            }
-            let what = if op.kind == P2pKind::Send { "send" } else { "recv" };
-            Ok(Buffer { what, ptr: op.ptr, len: self.bytes(op.count, op.dtype, 1)? })
-        };
-        for (i, op) in ops.iter().enumerate() {
-            let a = buffer(op)?;
-            self.check(stream, &[a], &[])?;
-            for other in &ops[i + 1..] {
-                let b = buffer(other)?;
-                if (op.kind == P2pKind::Recv || other.kind == P2pKind::Recv) && a.overlaps(&b) {
-                    return Err(
-                        self.invalid(format!("a {} buffer overlaps a {} buffer of the same group", a.what, b.what))
-                    );
-                }
-            }
-        }
+        // Every round is checked before any is launched, so a bad group enqueues nothing.
+        self.args(stream)?.send_recv(ops).map_err(|d| self.invalid(d))?;
         // Point-to-point transfers move bytes: every type is supported.
         let algorithm = self.choose(Collective::SendRecv, 0, DataType::U8, ReduceOp::Sum, |_| 0)?;
         // Round i carries the i-th operation of every (peer, direction), matching the peers'
         // rounds; a round is one launch.
-        // Every round is checked before any is launched, so a bad group enqueues nothing.
         let me = self.comm.rank();
-        let plans = || (0..).map_while(|r| p2p_round(ops, r));
-        if plans().any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
-            return Err(self.invalid("a send to this rank needs a receive from it of the same size".into()));
-        }
-        for plan in plans() {
+        for plan in (0..).map_while(|r| p2p_round(ops, r)) {
             let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
             let peers = (0..self.ranks()).filter(|&p| p != me && (plan.send_bytes[p] > 0 || plan.recv_bytes[p] > 0));
             self.comm.settle_with(peers)?;
@@ -699,64 +603,30 @@ impl Collectives {
         CollError::InvalidArgument { rank: self.comm.rank(), detail }
     }
 
-    /// `count * factor` elements of `dtype` in bytes, or an error on overflow.
-    fn bytes(&self, count: usize, dtype: DataType, factor: usize) -> Result<usize, CollError> {
-        count
-            .checked_mul(dtype.size())
-            .and_then(|b| b.checked_mul(factor))
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| self.invalid(format!("{count} x {factor} elements of {} overflow", dtype.name())))
-    }
-
-    /// Checks the stream's device, that every non-empty buffer lies in device memory of this
-    /// GPU, and that each pair `(a, b, in_place)` is disjoint or (with `Some(offset)`) starts
-    /// exactly at `b + offset`, the in-place layout.
-    fn check(
-        &self,
-        stream: &Stream,
-        buffers: &[Buffer],
-        pairs: &[(Buffer, Buffer, Option<u64>)],
-    ) -> Result<(), CollError> {
+    /// The argument checks of this rank (see `args.rs`), once `stream` is known to be on its
+    /// GPU.
+    fn args(&self, stream: &Stream) -> Result<Args<impl InDevice + '_>, CollError> {
         if stream.device().ordinal() != self.comm.device().ordinal() {
             return Err(self.invalid("the stream belongs to another GPU".into()));
         }
-        for b in buffers.iter().filter(|b| b.len > 0) {
-            weft_gpu::check_device_range(self.comm.device(), b.ptr, b.len)
-                .map_err(|e| self.invalid(format!("{} buffer: {e}", b.what)))?;
-        }
-        for (a, b, in_place) in pairs {
-            if a.overlaps(b) && *in_place != Some(a.ptr.wrapping_sub(b.ptr)) {
-                let layout =
-                    in_place.map_or(String::new(), |o| format!(" (in place means {} = {} + {o})", a.what, b.what));
-                return Err(
-                    self.invalid(format!("{} and {} overlap without the in-place layout{layout}", a.what, b.what))
-                );
-            }
-        }
-        Ok(())
+        let device = self.comm.device();
+        Ok(Args {
+            rank: self.comm.rank(),
+            ranks: self.ranks(),
+            in_device: move |ptr, len| weft_gpu::check_device_range(device, ptr, len).map_err(|e| e.to_string()),
+        })
     }
 
-    /// [`Collectives::check`] for point-to-point buffers: a receive buffer may overlap nothing.
-    fn check_p2p(&self, stream: &Stream, buffers: &[Buffer]) -> Result<(), CollError> {
-        self.check(stream, buffers, &[])?;
-        for (i, a) in buffers.iter().enumerate() {
-            for b in &buffers[i + 1..] {
-                if (a.what.starts_with("recv") || b.what.starts_with("recv")) && a.overlaps(b) {
-                    return Err(self.invalid(format!("{} and {} overlap", a.what, b.what)));
-                }
-            }
+    fn chooser(&self) -> Chooser<'_> {
+        Chooser {
+            config: &self.config,
+            rank: self.comm.rank(),
+            ranks: self.ranks(),
+            unreachable: self.resources.unreachable(),
         }
-        Ok(())
     }
 
-    /// The algorithm for a `collective` of `size` (the selector's key). `ll_payload(a)` is the
-    /// most one rank puts into one packet slot under LL algorithm `a`: when it does not fit the
-    /// slots, a size-based choice falls back to the collective's HB algorithm and a forced one
-    /// is an error. So does a choice that does not support the type or operator, or a plan
-    /// with no version for this rank count. With peers in other nodes the choice is
-    /// [`Selector::across_nodes`]'s.
-    ///
-    /// [`Selector::across_nodes`]: crate::Selector::across_nodes
+    /// The algorithm for a `collective` of `size` (see [`Chooser::choose`]).
     fn choose(
         &self,
         collective: Collective,
@@ -765,43 +635,8 @@ impl Collectives {
         op: ReduceOp,
         ll_payload: impl Fn(Algorithm) -> usize,
     ) -> Result<Algorithm, CollError> {
-        let selector = &self.config.selector;
-        if let Some((peer, reason)) = self.resources.unreachable() {
-            return selector.across_nodes(collective, size as u64, dtype, op).map_err(|detail| {
-                CollError::Unsupported {
-                    rank: self.comm.rank(),
-                    detail: format!("{detail}; rank {peer} is in another node: {reason}"),
-                }
-            });
-        }
-        let algorithm = selector.select(collective, size as u64);
-        let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes;
-        let supported = algorithm.supports(dtype) && algorithm.supports_op(op);
-        let available = algorithm.protocol() != Protocol::Plan || self.plan_available(algorithm);
-        if fits && supported && available {
-            return Ok(algorithm);
-        }
-        if selector.forced(collective) {
-            return Err(self.invalid(if !available {
-                format!("{algorithm} has no plan for {} ranks", self.ranks())
-            } else if fits {
-                format!("{algorithm} does not support {} with {}", dtype.name(), op.name())
-            } else {
-                format!(
-                    "{algorithm} cannot carry {size} bytes (LL slots hold {} per rank; WEFT_LL_SLOT_BYTES)",
-                    self.config.ll_slot_bytes
-                )
-            }));
-        }
-        Ok(collective.algorithms().find(|a| a.protocol() == Protocol::Hb && a.supports(dtype)).unwrap_or(algorithm))
-    }
-
-    /// Whether plan algorithm `algorithm` has a plan at this rank count (set up already, or
-    /// one its registry entry can build).
-    fn plan_available(&self, algorithm: Algorithm) -> bool {
-        let Algorithm::Plan(id) = algorithm else { return false };
-        let set_up = self.plans.lock().unwrap_or_else(|p| p.into_inner()).keys().any(|(p, _)| *p == id);
-        set_up || algorithm.available(self.ranks())
+        let set_up = |id: PlanId| self.plans.lock().unwrap_or_else(|p| p.into_inner()).keys().any(|(p, _)| *p == id);
+        self.chooser().choose(Call { collective, size, dtype, op }, ll_payload, set_up)
     }
 
     /// The executor of plan `id` (for a broadcast's `root`) carrying `bytes` of input per rank:
@@ -901,7 +736,8 @@ impl Collectives {
         args(&mut a);
         let (grid, block) = match algorithm.protocol() {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
-            Protocol::Hb | Protocol::P2p | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
+            Protocol::Hb | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
+            Protocol::P2p => (crate::resources::p2p_grid(self.config.hb_blocks, self.ranks()), self.config.hb_threads),
             // The workers their state was set up for, and the driver.
             Protocol::Port => (self.config.port_ring_blocks + 1, self.config.hb_threads),
         };
@@ -910,41 +746,5 @@ impl Collectives {
         unsafe { kernel.launch(stream, LaunchConfig { grid, block, shared_bytes: 0 }, &a) }
             .map_err(|source| CollError::Gpu { rank, source })?;
         Ok(algorithm)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn op(kind: P2pKind, peer: usize, ptr: DevicePtr, count: usize) -> P2pOp {
-        P2pOp { kind, peer, ptr, count, dtype: DataType::F32 }
-    }
-
-    #[test]
-    fn send_recv_groups_split_into_rounds_matched_per_peer_and_direction() {
-        let ops = [
-            op(P2pKind::Send, 1, 0x100, 4),
-            op(P2pKind::Send, 1, 0x200, 8),
-            op(P2pKind::Recv, 1, 0x300, 2),
-            op(P2pKind::Recv, 2, 0x400, 1),
-        ];
-        let first = p2p_round(&ops, 0).unwrap();
-        assert_eq!((first.send_ptr[1], first.send_bytes[1]), (0x100, 16));
-        assert_eq!((first.recv_ptr[1], first.recv_bytes[1]), (0x300, 8));
-        assert_eq!((first.recv_ptr[2], first.recv_bytes[2]), (0x400, 4));
-        let second = p2p_round(&ops, 1).unwrap();
-        assert_eq!((second.send_ptr[1], second.send_bytes[1]), (0x200, 32));
-        assert_eq!(second.recv_bytes, [0; MAX_RANKS]);
-        assert!(p2p_round(&ops, 2).is_none());
-        assert!(p2p_round(&[], 0).is_none());
-    }
-
-    #[test]
-    fn buffers_overlap_only_when_they_share_a_byte() {
-        let b = |ptr, len| Buffer { what: "x", ptr, len };
-        assert!(b(0, 16).overlaps(&b(15, 1)));
-        assert!(!b(0, 16).overlaps(&b(16, 16)));
-        assert!(!b(0, 0).overlaps(&b(0, 16)));
     }
 }

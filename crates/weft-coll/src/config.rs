@@ -19,14 +19,33 @@ pub(crate) const MAX_PORT_RING_BLOCKS: u32 = 64;
 pub(crate) const ALLPAIRS_ACROSS_NODES_MAX: u64 = 256 << 10;
 
 /// One rule of the selector: messages up to `max_bytes` (the collective's largest buffer per
-/// rank, as `weft bench` sizes it; `None`: any size) use `algorithm`.
+/// rank, as `weft bench` sizes it; `None`: any size) use `algorithm`, for calls of element type
+/// `dtype` on communicators of `ranks` ranks (each `None`: any).
+///
+/// The rules of one collective with the same filters form a group, by ascending `max_bytes`; a
+/// call follows the most specific group that matches it: type and rank count, then rank count
+/// alone (switch points move with the ranks' topology), then type alone, then the unfiltered
+/// group (the defaults' unless the table gives one).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
+    /// Only calls of this element type (`bf16`, `f32`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
+    /// Only communicators of this many ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<usize>,
     /// Upper bound in bytes, inclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<u64>,
     /// Algorithm name within the collective (`ll`, `ll2`, `hb`, `p2p`).
     pub algorithm: String,
+}
+
+impl Rule {
+    /// A rule for any type and rank count.
+    pub fn any(max_bytes: Option<u64>, algorithm: &str) -> Self {
+        Self { dtype: None, ranks: None, max_bytes, algorithm: algorithm.into() }
+    }
 }
 
 /// The tuning table: per collective name, rules by ascending `max_bytes`. Collectives it does
@@ -37,7 +56,8 @@ pub struct TuningTable {
     #[serde(default)]
     pub machine: String,
     /// Ranks of the communicator it was measured on (a table applied to another rank count
-    /// still works, with a warning: its switch points may not fit).
+    /// still works, with a warning: the switch points of its rules without a rank count may
+    /// not fit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<usize>,
     /// HB blocks per launch that measured best (`WEFT_HB_BLOCKS` still wins).
@@ -47,10 +67,43 @@ pub struct TuningTable {
     pub collectives: BTreeMap<String, Vec<Rule>>,
 }
 
+/// The size rules of one collective for calls of one element type and rank count (`None`:
+/// any), by ascending upper bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RuleGroup {
+    dtype: Option<DataType>,
+    ranks: Option<usize>,
+    sizes: Vec<(u64, Algorithm)>,
+}
+
+impl RuleGroup {
+    fn any(sizes: Vec<(u64, Algorithm)>) -> Self {
+        Self { dtype: None, ranks: None, sizes }
+    }
+
+    fn matches(&self, dtype: DataType, ranks: usize) -> bool {
+        self.dtype.is_none_or(|t| t == dtype) && self.ranks.is_none_or(|r| r == ranks)
+    }
+
+    /// How narrowly it applies (see [`Rule`]).
+    fn specificity(&self) -> u8 {
+        2 * u8::from(self.ranks.is_some()) + u8::from(self.dtype.is_some())
+    }
+
+    fn same_filters(&self, other: &RuleGroup) -> bool {
+        (self.dtype, self.ranks) == (other.dtype, other.ranks)
+    }
+
+    /// The first rule covering `bytes`, else the last (largest) one.
+    fn pick(&self, bytes: u64) -> Option<Algorithm> {
+        self.sizes.iter().find(|(max, _)| bytes <= *max).or(self.sizes.last()).map(|&(_, a)| a)
+    }
+}
+
 /// Which algorithm each collective uses at each size.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selector {
-    rules: BTreeMap<Collective, Vec<(u64, Algorithm)>>,
+    rules: BTreeMap<Collective, Vec<RuleGroup>>,
     force: BTreeMap<Collective, Algorithm>,
 }
 
@@ -77,22 +130,25 @@ impl Default for Selector {
             (Collective::AllToAll, vec![(u64::MAX, AllToAllP2p)]),
             (Collective::SendRecv, vec![(u64::MAX, SendRecvP2p)]),
         ];
-        Self { rules: rules.into_iter().collect(), force: BTreeMap::new() }
+        let rules = rules.into_iter().map(|(c, sizes)| (c, vec![RuleGroup::any(sizes)])).collect();
+        Self { rules, force: BTreeMap::new() }
     }
 }
 
 impl Selector {
-    /// The algorithm for a `collective` of `bytes` (see [`Rule::max_bytes`]).
-    pub fn select(&self, collective: Collective, bytes: u64) -> Algorithm {
+    /// The algorithm for a `collective` of `bytes` (see [`Rule::max_bytes`]) in `dtype` on a
+    /// communicator of `ranks` ranks: the override if any, else the most specific matching
+    /// group of rules (see [`Rule`]).
+    pub fn select(&self, collective: Collective, dtype: DataType, bytes: u64, ranks: usize) -> Algorithm {
         if let Some(&a) = self.force.get(&collective) {
             return a;
         }
-        let rules = self.rules.get(&collective).map(Vec::as_slice).unwrap_or_default();
-        rules
+        let groups = self.rules.get(&collective).map(Vec::as_slice).unwrap_or_default();
+        groups
             .iter()
-            .find(|(max, _)| bytes <= *max)
-            .or(rules.last())
-            .map(|&(_, a)| a)
+            .filter(|g| g.matches(dtype, ranks))
+            .max_by_key(|g| g.specificity())
+            .and_then(|g| g.pick(bytes))
             .or_else(|| collective.algorithms().next())
             .unwrap_or(Algorithm::SendRecvP2p)
     }
@@ -142,7 +198,7 @@ impl Selector {
     /// Makes `algorithm` the size rule of its collective at every size without forcing it:
     /// an LL algorithm still falls back to HB where its packet slot is too small.
     pub fn prefer(&mut self, algorithm: Algorithm) {
-        self.rules.insert(algorithm.collective(), vec![(u64::MAX, algorithm)]);
+        self.rules.insert(algorithm.collective(), vec![RuleGroup::any(vec![(u64::MAX, algorithm)])]);
     }
 
     /// Forces `algorithm` for its collective.
@@ -150,20 +206,19 @@ impl Selector {
         self.force.insert(algorithm.collective(), algorithm);
     }
 
-    /// Replaces the rules of every collective the table names.
+    /// Replaces, for every collective the table names, the groups of rules with the filters
+    /// its rules give (see [`Rule`]); the other groups stay (with only unfiltered rules, as
+    /// in tables before the filters, the table replaces the collective's rules).
     pub fn apply(&mut self, table: &TuningTable) -> Result<(), String> {
         for (name, rules) in &table.collectives {
             let collective = Collective::from_name(name).ok_or_else(|| format!("unknown collective {name:?}"))?;
-            let mut parsed = Vec::new();
-            for rule in rules {
-                let algorithm = Algorithm::from_name(collective, &rule.algorithm)
-                    .ok_or_else(|| format!("{name}: unknown algorithm {:?}", rule.algorithm))?;
-                parsed.push((rule.max_bytes.unwrap_or(u64::MAX), algorithm));
+            let groups = self.rules.entry(collective).or_default();
+            for group in parse_groups(collective, rules).map_err(|e| format!("{name}: {e}"))? {
+                match groups.iter_mut().find(|g| g.same_filters(&group)) {
+                    Some(existing) => *existing = group,
+                    None => groups.push(group),
+                }
             }
-            if parsed.is_empty() || parsed.windows(2).any(|w| w[0].0 >= w[1].0) {
-                return Err(format!("{name}: rules must be non-empty with ascending max_bytes"));
-            }
-            self.rules.insert(collective, parsed);
         }
         Ok(())
     }
@@ -173,16 +228,57 @@ impl Selector {
         let collectives = self
             .rules
             .iter()
-            .map(|(c, rules)| {
-                let rules = rules
+            .map(|(c, groups)| {
+                let rules = groups
                     .iter()
-                    .map(|&(max, a)| Rule { max_bytes: (max != u64::MAX).then_some(max), algorithm: a.name().into() })
+                    .flat_map(|g| {
+                        g.sizes.iter().map(|&(max, a)| Rule {
+                            dtype: g.dtype.map(|t| t.name().to_string()),
+                            ranks: g.ranks,
+                            max_bytes: (max != u64::MAX).then_some(max),
+                            algorithm: a.name().into(),
+                        })
+                    })
                     .collect();
                 (c.name().to_string(), rules)
             })
             .collect();
         TuningTable { collectives, ..TuningTable::default() }
     }
+}
+
+/// The rules of one collective as groups by filters, in order of first appearance; each must
+/// ascend in `max_bytes`.
+fn parse_groups(collective: Collective, rules: &[Rule]) -> Result<Vec<RuleGroup>, String> {
+    if rules.is_empty() {
+        return Err("rules must be non-empty".into());
+    }
+    let mut groups: Vec<RuleGroup> = Vec::new();
+    for rule in rules {
+        let algorithm = Algorithm::from_name(collective, &rule.algorithm)
+            .ok_or_else(|| format!("unknown algorithm {:?}", rule.algorithm))?;
+        let dtype = rule
+            .dtype
+            .as_deref()
+            .map(|n| DataType::ALL.into_iter().find(|t| t.name() == n).ok_or(format!("unknown dtype {n:?}")))
+            .transpose()?;
+        if rule.ranks == Some(0) {
+            return Err("a rule's ranks must be at least 1".into());
+        }
+        let group = RuleGroup { dtype, ranks: rule.ranks, sizes: Vec::new() };
+        let index = match groups.iter().position(|g| g.same_filters(&group)) {
+            Some(i) => i,
+            None => {
+                groups.push(group);
+                groups.len() - 1
+            }
+        };
+        groups[index].sizes.push((rule.max_bytes.unwrap_or(u64::MAX), algorithm));
+    }
+    if groups.iter().any(|g| g.sizes.windows(2).any(|w| w[0].0 >= w[1].0)) {
+        return Err("the rules of each type and rank count must have ascending max_bytes".into());
+    }
+    Ok(groups)
 }
 
 /// Launch shapes, buffer sizes and the selector of a communicator's collectives.
@@ -498,16 +594,21 @@ mod tests {
     #[test]
     fn defaults_pick_by_size_and_overrides_force() {
         let c = CollConfig::default();
-        assert_eq!(c.selector.select(Collective::AllReduce, 1024), Algorithm::AllReduceLl);
-        assert_eq!(c.selector.select(Collective::AllReduce, 512 << 10), Algorithm::AllReduceLl2);
-        assert_eq!(c.selector.select(Collective::AllReduce, 256 << 20), Algorithm::AllReduceHb);
-        assert_eq!(c.selector.select(Collective::AllReduce, 1 << 30), Algorithm::AllReduceRing);
-        assert_eq!(c.selector.select(Collective::AllToAll, 1), Algorithm::AllToAllP2p);
+        assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 1024, 4), Algorithm::AllReduceLl);
+        assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 512 << 10, 4), Algorithm::AllReduceLl2);
+        assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 256 << 20, 4), Algorithm::AllReduceHb);
+        assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
+        assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, 1, 4), Algorithm::AllToAllP2p);
         let forced = with(&[("WEFT_ALGO_ALLREDUCE", "hb"), ("WEFT_ALGO_ALLGATHER", "auto")]).unwrap();
-        assert_eq!(forced.selector.select(Collective::AllReduce, 8), Algorithm::AllReduceHb);
+        assert_eq!(forced.selector.select(Collective::AllReduce, DataType::Bf16, 8, 4), Algorithm::AllReduceHb);
         assert!(forced.selector.forced(Collective::AllReduce) && !forced.selector.forced(Collective::AllGather));
         assert_eq!(
-            with(&[("WEFT_ALGO_ALLREDUCE", "ring")]).unwrap().selector.select(Collective::AllReduce, 8),
+            with(&[("WEFT_ALGO_ALLREDUCE", "ring")]).unwrap().selector.select(
+                Collective::AllReduce,
+                DataType::Bf16,
+                8,
+                4
+            ),
             Algorithm::AllReduceRing
         );
         assert!(with(&[("WEFT_ALGO_ALLREDUCE", "tree")]).unwrap_err().contains("ll, ll2, hb, ring"));
@@ -520,12 +621,18 @@ mod tests {
         assert!(with(&[("WEFT_PORT_RING_CHANNELS", "17")]).is_err());
         assert!(with(&[("WEFT_PORT_RING_CHANNELS", "0")]).is_err());
         let port = with(&[("WEFT_ALGO_ALLREDUCE", "port_ring")]).unwrap();
-        assert_eq!(port.selector.select(Collective::AllReduce, 8), Algorithm::AllReducePortRing);
+        assert_eq!(port.selector.select(Collective::AllReduce, DataType::Bf16, 8, 4), Algorithm::AllReducePortRing);
         for bytes in [0, 1 << 10, 1 << 20, 1 << 30, u64::MAX] {
-            assert_ne!(c.selector.select(Collective::AllReduce, bytes), Algorithm::AllReducePortRing);
+            assert_ne!(
+                c.selector.select(Collective::AllReduce, DataType::Bf16, bytes, 4),
+                Algorithm::AllReducePortRing
+            );
         }
         let plan = with(&[("WEFT_ALGO_ALLREDUCE", "plan:ring_allreduce")]).unwrap();
-        assert_eq!(plan.selector.select(Collective::AllReduce, 1 << 30).name(), "plan:ring_allreduce");
+        assert_eq!(
+            plan.selector.select(Collective::AllReduce, DataType::Bf16, 1 << 30, 4).name(),
+            "plan:ring_allreduce"
+        );
         assert!(with(&[("WEFT_ALGO_ALLGATHER", "plan:ring_allreduce")]).unwrap_err().contains("plan:ring_allgather"));
     }
 
@@ -542,8 +649,8 @@ mod tests {
         )
         .unwrap();
         s.apply(&custom).unwrap();
-        assert_eq!(s.select(Collective::AllGather, 4096), Algorithm::AllGatherLl);
-        assert_eq!(s.select(Collective::AllGather, 4097), Algorithm::AllGatherHb);
+        assert_eq!(s.select(Collective::AllGather, DataType::Bf16, 4096, 4), Algorithm::AllGatherLl);
+        assert_eq!(s.select(Collective::AllGather, DataType::Bf16, 4097, 4), Algorithm::AllGatherHb);
         let descending: TuningTable = serde_json::from_str(
             r#"{"collectives": {"allgather": [{"max_bytes": 4096, "algorithm": "ll"}, {"max_bytes": 1, "algorithm": "hb"}]}}"#,
         )
@@ -552,5 +659,118 @@ mod tests {
         let unknown: TuningTable =
             serde_json::from_str(r#"{"collectives": {"allgather": [{"algorithm": "ll2"}]}}"#).unwrap();
         assert!(s.apply(&unknown).is_err());
+    }
+
+    /// A table as `weft tune` wrote them before rules had filters.
+    const UNFILTERED_TABLE: &str = r#"{
+  "machine": "4 x NVIDIA H200",
+  "ranks": 4,
+  "hb_blocks": 64,
+  "collectives": {
+    "allreduce": [
+      {"max_bytes": 4096, "algorithm": "ll"},
+      {"max_bytes": 1048576, "algorithm": "ll2"},
+      {"algorithm": "hb"}
+    ]
+  }
+}"#;
+
+    #[test]
+    fn tables_without_filters_load_and_apply_to_every_type_and_rank_count() {
+        let table: TuningTable = serde_json::from_str(UNFILTERED_TABLE).unwrap();
+        assert!(table.collectives["allreduce"].iter().all(|r| r.dtype.is_none() && r.ranks.is_none()));
+        let c = CollConfig::default();
+        let mut s = c.selector.clone();
+        s.apply(&table).unwrap();
+        for (dtype, ranks) in [(DataType::Bf16, 4), (DataType::F32, 2), (DataType::F8E4M3, 8)] {
+            assert_eq!(s.select(Collective::AllReduce, dtype, 4096, ranks), Algorithm::AllReduceLl);
+            assert_eq!(s.select(Collective::AllReduce, dtype, 4097, ranks), Algorithm::AllReduceLl2);
+            assert_eq!(s.select(Collective::AllReduce, dtype, 1 << 30, ranks), Algorithm::AllReduceHb);
+            // Collectives the table does not name keep the defaults.
+            for bytes in [1, 1 << 20, (1 << 20) + 1, u64::MAX] {
+                let (ours, default) = (&s, &c.selector);
+                assert_eq!(
+                    ours.select(Collective::AllGather, dtype, bytes, ranks),
+                    default.select(Collective::AllGather, DataType::Bf16, bytes, 4)
+                );
+            }
+        }
+        // Unfiltered rules still serialise without filter keys.
+        let text = serde_json::to_string(&s.table()).unwrap();
+        assert!(!text.contains("dtype") && !text.contains("\"ranks\""), "{text}");
+    }
+
+    #[test]
+    fn the_published_tables_still_load() {
+        for text in [
+            include_str!("../../../docs/perf/data/collectives-4xh200/tuning-4xh200.json"),
+            include_str!("../../../docs/perf/data/collectives-2xh200/tuning-2xh200.json"),
+        ] {
+            let table: TuningTable = serde_json::from_str(text).unwrap();
+            let mut s = Selector::default();
+            s.apply(&table).unwrap();
+            let rules = &table.collectives["allreduce"];
+            let first = Algorithm::from_name(Collective::AllReduce, &rules[0].algorithm).unwrap();
+            for (dtype, ranks) in [(DataType::Bf16, table.ranks.unwrap()), (DataType::F32, 8)] {
+                assert_eq!(s.select(Collective::AllReduce, dtype, 1, ranks), first);
+            }
+        }
+    }
+
+    #[test]
+    fn rules_select_by_type_and_rank_count_most_specific_first() {
+        let table: TuningTable = serde_json::from_str(
+            r#"{"collectives": {"allreduce": [
+                {"ranks": 8, "max_bytes": 1024, "algorithm": "ll"},
+                {"ranks": 8, "algorithm": "ring"},
+                {"dtype": "f32", "algorithm": "ll2"},
+                {"dtype": "f32", "ranks": 8, "algorithm": "hb"}
+            ]}}"#,
+        )
+        .unwrap();
+        let mut s = Selector::default();
+        s.apply(&table).unwrap();
+        let pick = |dtype, bytes, ranks| s.select(Collective::AllReduce, dtype, bytes, ranks);
+        // Type and rank count, then rank count, then type, then the defaults.
+        assert_eq!(pick(DataType::F32, 8, 8), Algorithm::AllReduceHb);
+        assert_eq!(pick(DataType::Bf16, 1024, 8), Algorithm::AllReduceLl);
+        assert_eq!(pick(DataType::Bf16, 1025, 8), Algorithm::AllReduceRing);
+        assert_eq!(pick(DataType::F32, 1 << 30, 4), Algorithm::AllReduceLl2);
+        assert_eq!(pick(DataType::Bf16, 1024, 4), Algorithm::AllReduceLl);
+        assert_eq!(pick(DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
+        assert_eq!(pick(DataType::Bf16, 512 << 10, 2), Algorithm::AllReduceLl2);
+        // The table round-trips, filters included.
+        let text = serde_json::to_string(&s.table()).unwrap();
+        let mut again = Selector::default();
+        again.apply(&serde_json::from_str(&text).unwrap()).unwrap();
+        assert_eq!(again, s);
+        // A later table replaces only the groups with its filters.
+        let other: TuningTable =
+            serde_json::from_str(r#"{"collectives": {"allreduce": [{"ranks": 8, "algorithm": "hb"}]}}"#).unwrap();
+        s.apply(&other).unwrap();
+        assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 8, 8), Algorithm::AllReduceHb);
+        assert_eq!(s.select(Collective::AllReduce, DataType::F32, 8, 8), Algorithm::AllReduceHb);
+        assert_eq!(s.select(Collective::AllReduce, DataType::F32, 8, 2), Algorithm::AllReduceLl2);
+        // Preferring an algorithm drops every group.
+        s.prefer(Algorithm::AllReduceLl);
+        assert_eq!(s.select(Collective::AllReduce, DataType::F32, 1 << 30, 8), Algorithm::AllReduceLl);
+    }
+
+    #[test]
+    fn filtered_rules_are_checked() {
+        let apply = |json: &str| Selector::default().apply(&serde_json::from_str(json).unwrap());
+        let bad_type = apply(r#"{"collectives": {"allreduce": [{"dtype": "f128", "algorithm": "ll"}]}}"#);
+        assert!(bad_type.unwrap_err().contains("unknown dtype \"f128\""));
+        let no_ranks = apply(r#"{"collectives": {"allreduce": [{"ranks": 0, "algorithm": "ll"}]}}"#);
+        assert!(no_ranks.unwrap_err().contains("at least 1"));
+        // Ascending per group: interleaved groups are fine, a descending group is not.
+        let interleaved = r#"{"collectives": {"allreduce": [
+            {"dtype": "f32", "max_bytes": 4096, "algorithm": "ll"}, {"max_bytes": 1024, "algorithm": "ll"},
+            {"dtype": "f32", "algorithm": "hb"}, {"algorithm": "hb"}]}}"#;
+        assert_eq!(apply(interleaved), Ok(()));
+        let descending = r#"{"collectives": {"allreduce": [
+            {"ranks": 4, "max_bytes": 4096, "algorithm": "ll"}, {"ranks": 4, "max_bytes": 1024, "algorithm": "hb"}]}}"#;
+        assert!(apply(descending).unwrap_err().contains("ascending"));
+        assert!(apply(r#"{"collectives": {"allreduce": []}}"#).is_err());
     }
 }

@@ -22,6 +22,8 @@
 
 mod agreement;
 mod algorithm;
+mod args;
+mod choice;
 mod collectives;
 mod config;
 mod error;

@@ -34,9 +34,38 @@ impl PacketLayout {
 }
 
 /// Blocks per (peer, direction) of a send/receive launch: both directions of every pair fit
-/// the semaphore table's `hb_blocks` per peer, and the whole grid is `hb_blocks` blocks.
+/// the semaphore table's `hb_blocks` per peer (given at least 2), and with at least `2 * ranks`
+/// HB blocks so does the whole grid.
 pub(crate) fn p2p_blocks(hb_blocks: u32, ranks: usize) -> u32 {
     (hb_blocks / (2 * ranks as u32)).max(1)
+}
+
+/// Blocks of a send/receive launch: `weft_p2p` runs `2 * ranks` directions of `p2p_blocks`
+/// blocks each, and a direction without its blocks never runs, so its peer waits for it
+/// forever. Never fewer than `hb_blocks`, the grid of every configuration where the directions
+/// fit it (the blocks past them return at once).
+pub(crate) fn p2p_grid(hb_blocks: u32, ranks: usize) -> u32 {
+    hb_blocks.max(2 * ranks as u32 * p2p_blocks(hb_blocks, ranks))
+}
+
+/// Why `config` cannot run on `ranks` ranks, if it cannot.
+fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
+    let chunk_ok =
+        config.chunk_bytes >= 32 * ranks * config.hb_blocks as usize && config.chunk_bytes.is_multiple_of(16);
+    if config.ll_blocks == 0 || config.hb_blocks == 0 || !chunk_ok {
+        return Err(format!("collective configuration {config:?}"));
+    }
+    // Send/receive takes a semaphore per (peer, block) for each direction of a pair.
+    if 2 * p2p_blocks(config.hb_blocks, ranks) > config.hb_blocks {
+        return Err(format!(
+            "{} HB blocks (WEFT_HB_BLOCKS): send/receive needs at least 2 (a semaphore per peer and direction)",
+            config.hb_blocks
+        ));
+    }
+    if !(1..=crate::config::MAX_PORT_RING_BLOCKS).contains(&config.port_ring_blocks) {
+        return Err(format!("collective configuration {config:?}"));
+    }
+    Ok(())
 }
 
 /// Registered buffers and device tables of one rank; see the module documentation.
@@ -63,13 +92,8 @@ impl Resources {
         if ranks > MAX_RANKS {
             return Err(CollError::Unsupported { rank, detail: format!("{ranks} ranks (at most {MAX_RANKS})") });
         }
-        let chunk_ok =
-            config.chunk_bytes >= 32 * ranks * config.hb_blocks as usize && config.chunk_bytes.is_multiple_of(16);
+        check_shapes(config, ranks).map_err(|detail| CollError::InvalidArgument { rank, detail })?;
         let p2p = p2p_blocks(config.hb_blocks, ranks);
-        let port_ok = (1..=crate::config::MAX_PORT_RING_BLOCKS).contains(&config.port_ring_blocks);
-        if config.ll_blocks == 0 || config.hb_blocks == 0 || !chunk_ok || 2 * p2p > config.hb_blocks || !port_ok {
-            return Err(CollError::InvalidArgument { rank, detail: format!("collective configuration {config:?}") });
-        }
         // The two-shot HB kernel keeps `ranks` shards of a round in the first half of the
         // scratch: make the round a multiple of 16 x ranks.
         let chunk_bytes = config.chunk_bytes - config.chunk_bytes % (16 * ranks);
@@ -166,5 +190,32 @@ mod tests {
             let k = p2p_blocks(config.hb_blocks, ranks);
             assert!(2 * k <= config.hb_blocks && 2 * ranks as u32 * k <= config.hb_blocks, "{ranks} ranks");
         }
+    }
+
+    #[test]
+    fn every_send_receive_direction_gets_its_blocks_at_every_block_count() {
+        for ranks in 1..=MAX_RANKS {
+            let directions = 2 * ranks as u32;
+            for hb_blocks in 1..=1024 {
+                let config = CollConfig { hb_blocks, chunk_bytes: 1 << 30, ..CollConfig::default() };
+                let shapes = check_shapes(&config, ranks);
+                if hb_blocks < 2 {
+                    assert!(shapes.unwrap_err().contains("send/receive needs at least 2"));
+                    continue;
+                }
+                assert_eq!(shapes, Ok(()), "{hb_blocks} blocks, {ranks} ranks");
+                let (k, grid) = (p2p_blocks(hb_blocks, ranks), p2p_grid(hb_blocks, ranks));
+                let case = format!("{hb_blocks} blocks, {ranks} ranks: {k} per direction, grid {grid}");
+                // weft_p2p's last direction (2 * ranks - 1) runs on blocks up to 2 * ranks * k.
+                assert!(k >= 1 && grid >= directions * k, "{case}");
+                // Both directions of a pair find their semaphores in the table.
+                assert!(2 * k <= hb_blocks, "{case}");
+                // Configurations that already fit launch as before; the others only what they need.
+                assert_eq!(grid, hb_blocks.max(directions), "{case}");
+            }
+        }
+        // The reported hang: 4 ranks at WEFT_HB_BLOCKS=4 launched 4 blocks, the sends and
+        // receives of peers 0 and 1 only.
+        assert_eq!(p2p_grid(4, 4), 8);
     }
 }

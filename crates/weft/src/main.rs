@@ -90,6 +90,9 @@ enum Command {
         /// Where to write the table.
         #[arg(short, long, default_value = "weft-tuning.json")]
         out: std::path::PathBuf,
+        /// Write rules for every element type (default: only for the type measured, --dtype).
+        #[arg(long)]
+        any_dtype: bool,
     },
     /// Compile, verify or list algorithm plans.
     Plan {
@@ -266,7 +269,9 @@ fn main() -> ExitCode {
         Command::BenchWorker => weft::bench::run_worker(),
         Command::BenchProxyWorker => weft::bench::proxy::run_worker(),
         Command::TuneWorker => weft::tune::run_worker(),
-        Command::Tune { collectives, sweep, hb_blocks, out } => tune(&collectives, &sweep, hb_blocks, &out),
+        Command::Tune { collectives, sweep, hb_blocks, out, any_dtype } => {
+            tune(&collectives, &sweep, hb_blocks, &out, any_dtype)
+        }
         Command::Plan { action } => plan(action),
         Command::Bench { collective, proxy, sweep, graph, check, nccl, in_place, versus, json, plot, ranks } => {
             match collective.as_str() {
@@ -383,6 +388,7 @@ fn tune(
     sweep: &Sweep,
     hb_blocks: Vec<u32>,
     out: &std::path::Path,
+    any_dtype: bool,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     use weft::bench::Collective;
     let collectives = if collectives.is_empty() {
@@ -407,6 +413,7 @@ fn tune(
         op: s.op,
         hb_blocks,
         gpus: s.gpus,
+        any_dtype,
     };
     weft::tune::run(&options, out)
 }

@@ -1,7 +1,8 @@
 //! `weft tune`: times every algorithm of every collective at every size on this machine (CUDA
 //! graph mode, one process per GPU, the slowest rank counts), for each HB block count asked
 //! for, and writes the tuning table the selector reads (`WEFT_TUNING_FILE`): the block count
-//! with the best geometric-mean time, and per collective the fastest algorithm at each size.
+//! with the best geometric-mean time, and per collective the fastest algorithm at each size,
+//! as rules for the rank count measured and the element type measured (any type on request).
 //!
 //! An LL candidate is timed only at the sizes its packet slot carries (beyond them the call
 //! itself falls back to HB, and the sample is dropped); LL launches do not depend on the HB
@@ -51,6 +52,9 @@ pub struct TuneOptions {
     pub hb_blocks: Vec<u32>,
     /// GPUs.
     pub gpus: usize,
+    /// Write rules for every element type instead of only `dtype`.
+    #[serde(default)]
+    pub any_dtype: bool,
 }
 
 /// One timing: `algorithm` of `collective` at `bytes` with `hb_blocks` HB blocks.
@@ -99,7 +103,8 @@ pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
     )?;
     let samples = slowest_rank(&per_rank)?;
     let machine = format!("{} x {}", options.gpus, Device::new(0).and_then(|d| d.name()).unwrap_or_default());
-    let tuned = choose(&samples, options.gpus, &machine)?;
+    let dtype = (!options.any_dtype).then_some(options.dtype);
+    let tuned = choose(&samples, options.gpus, dtype, &machine)?;
     print_summary(&samples, &tuned);
     std::fs::write(output, serde_json::to_string_pretty(&tuned.table)? + "\n")?;
     println!("wrote {} (use it with WEFT_TUNING_FILE={})", output.display(), output.display());
@@ -157,8 +162,9 @@ fn fastest<'a>(samples: impl Iterator<Item = &'a Sample>) -> BTreeMap<(Collectiv
 
 /// Picks the HB block count whose fastest algorithms have the smallest geometric-mean time
 /// over every (collective, size), then the fastest algorithm per size at that count, merged
-/// into ascending size rules (the last one open-ended).
-pub fn choose(samples: &[Sample], ranks: usize, machine: &str) -> Result<Tuned, String> {
+/// into ascending size rules (the last one open-ended) for `ranks` ranks and element type
+/// `dtype` (`None`: any).
+pub fn choose(samples: &[Sample], ranks: usize, dtype: Option<DataType>, machine: &str) -> Result<Tuned, String> {
     let mut counts: Vec<u32> = samples.iter().filter(|s| !is_ll(s)).map(|s| s.hb_blocks).collect();
     counts.sort_unstable();
     counts.dedup();
@@ -184,7 +190,12 @@ pub fn choose(samples: &[Sample], ranks: usize, machine: &str) -> Result<Tuned, 
         });
         match rules.last_mut() {
             Some(last) if keep => last.max_bytes = Some(bytes as u64),
-            _ => rules.push(Rule { max_bytes: Some(bytes as u64), algorithm: s.algorithm.clone() }),
+            _ => rules.push(Rule {
+                dtype: dtype.map(|t| t.name().to_string()),
+                ranks: Some(ranks),
+                max_bytes: Some(bytes as u64),
+                algorithm: s.algorithm.clone(),
+            }),
         }
     }
     for rules in collectives.values_mut() {
@@ -318,19 +329,38 @@ mod tests {
             sample(128, AllReduce, "hb", 65536, 11.0),
             sample(128, AllGather, "hb", 1024, 30.0),
         ];
-        let tuned = choose(&samples, 4, "test").unwrap();
+        let tuned = choose(&samples, 4, Some(DataType::Bf16), "test").unwrap();
         assert_eq!(tuned.hb_blocks, 64);
         let rules = &tuned.table.collectives["allreduce"];
         let got: Vec<(Option<u64>, &str)> = rules.iter().map(|r| (r.max_bytes, r.algorithm.as_str())).collect();
         assert_eq!(got, vec![(Some(1024), "ll"), (Some(4096), "ll2"), (None, "hb")]);
+        assert!(rules.iter().all(|r| (r.dtype.as_deref(), r.ranks) == (Some("bf16"), Some(4))), "{rules:?}");
         assert_eq!(tuned.table.collectives["allgather"].len(), 1);
         assert_eq!((tuned.table.ranks, tuned.table.hb_blocks), (Some(4), Some(64)));
         // What it writes is what the selector reads.
         let text = serde_json::to_string(&tuned.table).unwrap();
         let mut selector = Selector::default();
         selector.apply(&serde_json::from_str(&text).unwrap()).unwrap();
-        assert_eq!(selector.select(AllReduce, 2048), Algorithm::AllReduceLl2);
-        assert_eq!(selector.select(AllReduce, 1 << 30), Algorithm::AllReduceHb);
+        assert_eq!(selector.select(AllReduce, DataType::Bf16, 2048, 4), Algorithm::AllReduceLl2);
+        assert_eq!(selector.select(AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceHb);
+        // Other types and rank counts keep the defaults.
+        let default = Selector::default();
+        for (dtype, ranks) in [(DataType::F32, 4), (DataType::Bf16, 8)] {
+            for bytes in [2048, 1 << 30] {
+                let expected = default.select(AllReduce, dtype, bytes, ranks);
+                assert_eq!(selector.select(AllReduce, dtype, bytes, ranks), expected);
+            }
+        }
+        // Asked for any type, the rules carry the rank count only.
+        let any = choose(&samples, 4, None, "test").unwrap();
+        assert!(any.table.collectives["allreduce"].iter().all(|r| r.dtype.is_none() && r.ranks == Some(4)));
+        let mut selector = Selector::default();
+        selector.apply(&any.table).unwrap();
+        assert_eq!(selector.select(AllReduce, DataType::F32, 2048, 4), Algorithm::AllReduceLl2);
+        assert_eq!(
+            selector.select(AllReduce, DataType::F32, 2048, 2),
+            default.select(AllReduce, DataType::F32, 2048, 2)
+        );
     }
 
     #[test]
@@ -341,7 +371,7 @@ mod tests {
         let other = vec![sample(64, Collective::AllReduce, "ll", 1024, 6.0)];
         assert!(slowest_rank(&[a.clone(), other]).is_err());
         assert!(slowest_rank(&[a, vec![]]).is_err());
-        assert!(choose(&[], 4, "none").is_err());
+        assert!(choose(&[], 4, None, "none").is_err());
     }
 
     #[test]
@@ -355,6 +385,7 @@ mod tests {
             op: ReduceOp::Sum,
             hb_blocks: vec![64, 128],
             gpus: 2,
+            any_dtype: false,
         };
         let items = work(&options);
         // 4 algorithms x 3 sizes at 64 blocks, only the two HB ones (hb, ring) at 128.

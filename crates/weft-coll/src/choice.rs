@@ -1,0 +1,201 @@
+//! The algorithm of one call: the selector's pick, checked against what the call, its type and
+//! operator, and the communicator allow. Pure: what it needs of the communicator is handed in.
+
+use weft_types::{DataType, ReduceOp};
+
+use crate::algorithm::{Algorithm, Collective, Protocol};
+use crate::config::CollConfig;
+use crate::error::CollError;
+use crate::plans::PlanId;
+
+/// What the choice depends on besides the call.
+pub(crate) struct Chooser<'a> {
+    /// The selector and the LL slot size.
+    pub(crate) config: &'a CollConfig,
+    pub(crate) rank: usize,
+    pub(crate) ranks: usize,
+    /// The first peer no kernel can map, and why (see `Resources::unreachable`).
+    pub(crate) unreachable: Option<&'a (usize, String)>,
+}
+
+/// One call to choose for: `size` is the selector's key (see [`crate::Rule::max_bytes`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Call {
+    pub(crate) collective: Collective,
+    pub(crate) size: usize,
+    pub(crate) dtype: DataType,
+    pub(crate) op: ReduceOp,
+}
+
+impl Chooser<'_> {
+    /// The algorithm for `call`. `ll_payload(a)` is the most one rank puts into one packet slot
+    /// under LL algorithm `a`: when it does not fit the slots, a size-based choice falls back
+    /// to the collective's native algorithm ([`Collective::fallback`]) and a forced one is an
+    /// error. So does a choice that does not support the type or operator, or a plan with no
+    /// version for this rank count (`plan_set_up(id)`: plan `id` is set up already, so it has
+    /// one). With peers in other nodes the choice is [`crate::Selector::across_nodes`]'s.
+    pub(crate) fn choose(
+        &self,
+        call: Call,
+        ll_payload: impl Fn(Algorithm) -> usize,
+        plan_set_up: impl Fn(PlanId) -> bool,
+    ) -> Result<Algorithm, CollError> {
+        if let Some(across) = self.across_nodes(call) {
+            return across;
+        }
+        let selector = &self.config.selector;
+        let algorithm = selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
+        let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes;
+        let supported = algorithm.supports(call.dtype) && algorithm.supports_op(call.op);
+        let available = match algorithm {
+            Algorithm::Plan(id) => plan_set_up(id) || algorithm.available(self.ranks),
+            _ => true,
+        };
+        if fits && supported && available {
+            return Ok(algorithm);
+        }
+        if selector.forced(call.collective) {
+            return Err(self.invalid(if !available {
+                format!("{algorithm} has no plan for {} ranks", self.ranks)
+            } else if fits {
+                format!("{algorithm} does not support {} with {}", call.dtype.name(), call.op.name())
+            } else {
+                format!(
+                    "{algorithm} cannot carry {} bytes (LL slots hold {} per rank; WEFT_LL_SLOT_BYTES)",
+                    call.size, self.config.ll_slot_bytes
+                )
+            }));
+        }
+        Ok(call.collective.fallback(call.dtype).unwrap_or(algorithm))
+    }
+
+    /// The collective's native algorithm whatever the selector says (all-to-allv: no plan
+    /// takes uneven blocks), where every peer is reachable.
+    pub(crate) fn native(&self, call: Call) -> Result<Algorithm, CollError> {
+        match self.across_nodes(call) {
+            Some(across) => across,
+            None => call.collective.fallback(call.dtype).ok_or_else(|| {
+                self.invalid(format!("{} has no native algorithm for {}", call.collective, call.dtype.name()))
+            }),
+        }
+    }
+
+    /// [`crate::Selector::across_nodes`]'s choice when some peer is in another node.
+    fn across_nodes(&self, call: Call) -> Option<Result<Algorithm, CollError>> {
+        let (peer, reason) = self.unreachable?;
+        let chosen = self.config.selector.across_nodes(call.collective, call.size as u64, call.dtype, call.op);
+        Some(chosen.map_err(|detail| CollError::Unsupported {
+            rank: self.rank,
+            detail: format!("{detail}; rank {peer} is in another node: {reason}"),
+        }))
+    }
+
+    fn invalid(&self, detail: String) -> CollError {
+        CollError::InvalidArgument { rank: self.rank, detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TuningTable;
+
+    fn call(collective: Collective, size: usize) -> Call {
+        Call { collective, size, dtype: DataType::Bf16, op: ReduceOp::Sum }
+    }
+
+    fn chooser(config: &CollConfig, ranks: usize) -> Chooser<'_> {
+        Chooser { config, rank: 0, ranks, unreachable: None }
+    }
+
+    fn table(json: &str) -> CollConfig {
+        let mut config = CollConfig::default();
+        config.selector.apply(&serde_json::from_str::<TuningTable>(json).unwrap()).unwrap();
+        config
+    }
+
+    const TWO_STEP: &str = "plan:two_step_alltoall";
+
+    /// A rank count the two-step all-to-all plan has no version for, and one it has.
+    fn two_step_ranks() -> (usize, usize) {
+        let plan = Algorithm::from_name(Collective::AllToAll, TWO_STEP).unwrap();
+        let without = (1..=8).find(|&n| !plan.available(n)).expect("a rank count without the plan");
+        let with = (1..=8).find(|&n| plan.available(n)).expect("a rank count with the plan");
+        (without, with)
+    }
+
+    #[test]
+    fn an_unavailable_plan_falls_back_to_the_native_algorithm_of_its_collective() {
+        let config = table(&format!(r#"{{"collectives": {{"alltoall": [{{"algorithm": "{TWO_STEP}"}}]}}}}"#));
+        let (without, with) = two_step_ranks();
+        let none = |_| false;
+        let c = chooser(&config, without);
+        assert_eq!(c.choose(call(Collective::AllToAll, 4096), |_| 0, none).unwrap(), Algorithm::AllToAllP2p);
+        // Set up already (by a call of another root or size), the plan runs.
+        let plan = c.choose(call(Collective::AllToAll, 4096), |_| 0, |_| true).unwrap();
+        assert_eq!(plan.name(), TWO_STEP);
+        let c = chooser(&config, with);
+        assert_eq!(c.choose(call(Collective::AllToAll, 4096), |_| 0, none).unwrap().name(), TWO_STEP);
+    }
+
+    #[test]
+    fn a_forced_plan_without_a_version_is_an_error_and_all_to_allv_stays_native() {
+        let (without, with) = two_step_ranks();
+        let mut config = CollConfig::default();
+        config.selector.force(Algorithm::from_name(Collective::AllToAll, TWO_STEP).unwrap());
+        let err = chooser(&config, without).choose(call(Collective::AllToAll, 64), |_| 0, |_| false).unwrap_err();
+        assert!(err.to_string().contains("has no plan for"), "{err}");
+        for ranks in [without, with] {
+            assert_eq!(chooser(&config, ranks).native(call(Collective::AllToAll, 64)).unwrap(), Algorithm::AllToAllP2p);
+        }
+    }
+
+    #[test]
+    fn ll_falls_back_to_hb_beyond_its_slot_unless_forced() {
+        let config = CollConfig::default();
+        let c = chooser(&config, 4);
+        let slot = config.ll_slot_bytes;
+        let small = call(Collective::AllGather, 1024);
+        assert_eq!(c.choose(small, |_| slot, |_| false).unwrap(), Algorithm::AllGatherLl);
+        assert_eq!(c.choose(small, |_| slot + 1, |_| false).unwrap(), Algorithm::AllGatherHb);
+        let mut forced = CollConfig::default();
+        forced.selector.force(Algorithm::AllGatherLl);
+        let err = chooser(&forced, 4).choose(small, |_| slot + 1, |_| false).unwrap_err();
+        assert!(err.to_string().contains("cannot carry"), "{err}");
+    }
+
+    #[test]
+    fn unsupported_types_fall_back_and_the_selector_sees_type_and_ranks() {
+        let config = table(r#"{"collectives": {"allreduce": [{"ranks": 2, "algorithm": "ring"}]}}"#);
+        let fp8 = Call { dtype: DataType::F8E4M3, ..call(Collective::AllReduce, 1 << 30) };
+        assert_eq!(chooser(&config, 2).choose(fp8, |_| 0, |_| false).unwrap(), Algorithm::AllReduceHb);
+        assert_eq!(
+            chooser(&config, 2).choose(call(Collective::AllReduce, 8), |_| 0, |_| false).unwrap(),
+            Algorithm::AllReduceRing
+        );
+        assert_eq!(
+            chooser(&config, 4).choose(call(Collective::AllReduce, 8), |_| 0, |_| false).unwrap(),
+            Algorithm::AllReduceLl
+        );
+        let mut forced = CollConfig::default();
+        forced.selector.force(Algorithm::AllReduceRing);
+        let err = chooser(&forced, 2).choose(fp8, |_| 0, |_| false).unwrap_err();
+        assert!(err.to_string().contains("does not support f8e4m3"), "{err}");
+    }
+
+    #[test]
+    fn peers_in_other_nodes_leave_only_the_port_allreduces() {
+        let config = CollConfig::default();
+        let far = (1, "another host".to_string());
+        let c = Chooser { unreachable: Some(&far), ..chooser(&config, 2) };
+        let pairs = c.choose(call(Collective::AllReduce, 8), |_| 0, |_| false).unwrap();
+        assert_eq!(pairs, Algorithm::AllReducePortAllPairs);
+        for err in [
+            c.choose(call(Collective::AllToAll, 8), |_| 0, |_| false).unwrap_err(),
+            c.native(call(Collective::AllToAll, 8)).unwrap_err(),
+        ] {
+            assert!(matches!(err, CollError::Unsupported { .. }), "{err}");
+            assert!(err.to_string().contains("rank 1 is in another node: another host"), "{err}");
+        }
+    }
+}
