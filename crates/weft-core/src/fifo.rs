@@ -563,12 +563,12 @@ mod loom_tests {
         });
     }
 
-    /// Two writers race for slots of a two-slot ring: each command arrives exactly once.
-    #[test]
-    fn loom_fifo_two_writers_share_the_ring() {
-        loom::model(|| {
+    /// `writers` writers race for the slots of a two-slot ring while the reader pops (with three,
+    /// one waits for a slot the reader frees): each command arrives exactly once, nobody hangs.
+    fn writers_share_a_two_slot_ring(writers: u32) {
+        loom::model(move || {
             let fifo = HostFifo::new(2).unwrap();
-            let handles: Vec<_> = (0..2)
+            let handles: Vec<_> = (0..writers)
                 .map(|t| {
                     let w = FifoWriter::new(fifo.clone(), None);
                     loom::thread::spawn(move || {
@@ -578,7 +578,7 @@ mod loom_tests {
                 .collect();
             let mut reader = FifoReader::new(fifo).unwrap();
             let mut got = Vec::new();
-            while got.len() < 2 {
+            while got.len() < writers as usize {
                 match reader.poll() {
                     Some(c) => {
                         got.push(c.fields().size);
@@ -591,42 +591,19 @@ mod loom_tests {
                 h.join().unwrap();
             }
             got.sort();
-            assert_eq!(got, vec![10, 11]);
+            assert_eq!(got, (0..writers).map(|t| 10 + t).collect::<Vec<_>>());
+            assert!(reader.poll().is_none());
         });
     }
 
-    /// Three writers race for the slots of a two-slot ring while the reader pops: one of them
-    /// waits for a slot the reader frees; each command arrives exactly once, and nobody hangs.
+    #[test]
+    fn loom_fifo_two_writers_share_the_ring() {
+        writers_share_a_two_slot_ring(2);
+    }
+
     #[test]
     fn loom_fifo_three_writers_wait_their_turn_on_a_two_slot_ring() {
-        loom::model(|| {
-            let fifo = HostFifo::new(2).unwrap();
-            let handles: Vec<_> = (0..3)
-                .map(|t| {
-                    let w = FifoWriter::new(fifo.clone(), None);
-                    loom::thread::spawn(move || {
-                        w.push(cmd(20 + t)).unwrap();
-                    })
-                })
-                .collect();
-            let mut reader = FifoReader::new(fifo).unwrap();
-            let mut got = Vec::new();
-            while got.len() < 3 {
-                match reader.poll() {
-                    Some(c) => {
-                        got.push(c.fields().size);
-                        reader.pop();
-                    }
-                    None => loom::thread::yield_now(),
-                }
-            }
-            for h in handles {
-                h.join().unwrap();
-            }
-            got.sort();
-            assert_eq!(got, vec![20, 21, 22]);
-            assert!(reader.poll().is_none());
-        });
+        writers_share_a_two_slot_ring(3);
     }
 
     /// Two writers wait on a full two-slot ring (one reads the tail and the stop word, the other

@@ -4,10 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use weft_plan::plan::{
-    BufRef, Buffer, CollectiveKind, EdgeKind, ExecutionPlan, Link, Op, OpGraph, PLAN_VERSION, Protocol, RankPlan,
-    ThreadBlock,
-};
+mod common;
+
+use weft_plan::plan::{BufRef, Buffer, CollectiveKind, EdgeKind, ExecutionPlan, Link, Op, OpGraph};
 use weft_plan::{AnyProgram, plans};
 
 fn shipped(n: u32) -> Vec<AnyProgram> {
@@ -70,25 +69,7 @@ fn depths_respect_every_edge_of_the_shipped_plans() {
 }
 
 fn hand_plan(ranks: Vec<Vec<Vec<Op>>>) -> ExecutionPlan {
-    ExecutionPlan {
-        version: PLAN_VERSION,
-        name: "hand".into(),
-        collective: CollectiveKind::Custom,
-        nranks: ranks.len() as u32,
-        size_classes: 1,
-        input_chunks: 1,
-        output_chunks: 1,
-        protocol: Protocol::Simple,
-        ranks: ranks
-            .into_iter()
-            .enumerate()
-            .map(|(r, tbs)| RankPlan {
-                rank: r as u32,
-                scratch: vec![0],
-                threadblocks: tbs.into_iter().enumerate().map(|(t, ops)| ThreadBlock { id: t as u32, ops }).collect(),
-            })
-            .collect(),
-    }
+    common::hand_plan(CollectiveKind::Custom, 1, 1, ranks)
 }
 
 /// Two ranks wait for each other before signalling: every operation is on the cycle, drawn red.

@@ -10,36 +10,14 @@ use std::time::Duration;
 use weft_plan::dsl::{Collective, InputChunk};
 use weft_plan::interp::{InterpretError, Interpreter, RankBuffers, ReduceOp, interpret};
 use weft_plan::passes::verify;
-use weft_plan::plan::{
-    BufRef, Buffer, CollectiveKind, ExecutionPlan, Link, Op, PLAN_VERSION, Protocol, RankPlan, ThreadBlock,
-};
+use weft_plan::plan::{BufRef, Buffer, CollectiveKind, Link, Op};
 use weft_plan::plans;
 
 fn io(i: u32, c: u32) -> (BufRef, BufRef) {
     (BufRef::new(Buffer::Input, i, c), BufRef::new(Buffer::Output, i, c))
 }
 
-fn plan(collective: CollectiveKind, input: u32, output: u32, ranks: Vec<Vec<Vec<Op>>>) -> ExecutionPlan {
-    ExecutionPlan {
-        version: PLAN_VERSION,
-        name: "hand".into(),
-        collective,
-        nranks: ranks.len() as u32,
-        size_classes: 1,
-        input_chunks: input,
-        output_chunks: output,
-        protocol: Protocol::Simple,
-        ranks: ranks
-            .into_iter()
-            .enumerate()
-            .map(|(r, tbs)| RankPlan {
-                rank: r as u32,
-                scratch: vec![],
-                threadblocks: tbs.into_iter().enumerate().map(|(id, ops)| ThreadBlock { id: id as u32, ops }).collect(),
-            })
-            .collect(),
-    }
-}
+use common::hand_plan as plan;
 
 /// Two ranks wait for each other before signalling: a deadlock, reported, not hung.
 #[test]

@@ -3,7 +3,9 @@
 #![allow(dead_code, unreachable_pub)]
 
 use weft_plan::interp::{Element, InterpretError, Interpreter, RankBuffers, ReduceOp};
-use weft_plan::plan::{Buffer, ExecutionPlan, Geometry};
+use weft_plan::plan::{
+    Buffer, CollectiveKind, ExecutionPlan, Geometry, Op, PLAN_VERSION, Protocol, RankPlan, ThreadBlock,
+};
 
 /// splitmix64: small, deterministic, good enough for test data.
 #[derive(Debug, Clone)]
@@ -184,4 +186,27 @@ pub fn check(plan: &ExecutionPlan, coll: Coll, m: usize, seed: u64, op: ReduceOp
         }
     }
     Ok(())
+}
+
+/// A hand-made plan: `ranks[r][t]` is thread block `t` of rank `r`; one size class, no scratch.
+pub fn hand_plan(collective: CollectiveKind, input: u32, output: u32, ranks: Vec<Vec<Vec<Op>>>) -> ExecutionPlan {
+    ExecutionPlan {
+        version: PLAN_VERSION,
+        name: "hand".into(),
+        collective,
+        nranks: ranks.len() as u32,
+        size_classes: 1,
+        input_chunks: input,
+        output_chunks: output,
+        protocol: Protocol::Simple,
+        ranks: ranks
+            .into_iter()
+            .enumerate()
+            .map(|(r, tbs)| RankPlan {
+                rank: r as u32,
+                scratch: vec![],
+                threadblocks: tbs.into_iter().enumerate().map(|(id, ops)| ThreadBlock { id: id as u32, ops }).collect(),
+            })
+            .collect(),
+    }
 }
