@@ -475,6 +475,8 @@ fn plans(ranks: u32) -> Vec<ExecutionPlan> {
             ring_allreduce_ll(ranks, instances),
             allpairs_allreduce_ll(ranks, instances),
             alltonext(ranks, half, instances),
+            // A local fold fused with a send (`reduce_send`).
+            reduce_broadcast_allreduce(ranks, instances),
         ];
         out.extend(programs.into_iter().map(|p| p.unwrap().compile().unwrap()));
     }

@@ -8,7 +8,7 @@
 //!   builder (MSCCL++'s level: put, put_packets, get, read-reduce, signal/wait per memory
 //!   channel, semaphores between thread blocks) whose programs the verifier checks as written;
 //! - [`passes`]: the compiler (postcondition check, replication, lowering to send/receive pairs,
-//!   fusion into `rcs`/`rrcs`/`rrs`, thread block and channel scheduling, sync insertion) and a
+//!   fusion into `rcs`/`rrcs`/`rrs`/`reduce_send`, thread block and channel scheduling, sync insertion) and a
 //!   verifier that executes the emitted plan symbolically (deadlock, races, postcondition);
 //! - [`plan`]: the versioned serde [`ExecutionPlan`] format, indexed in chunks so one plan serves
 //!   every message size, with a loader that validates every limit;

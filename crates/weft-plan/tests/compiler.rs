@@ -22,6 +22,34 @@ fn allpairs_allreduce_two_instances_listing() {
     insta::assert_snapshot!(plan.listing());
 }
 
+/// A local reduce and the send of its result fuse into one `reduce_send` (MSCCL++'s
+/// reduce-send), which stores the result only where something else reads it: here it is rank
+/// 0's final output. The fused plan computes the same, with two operations fewer (the barrier
+/// between the reduce's stores and the send's loads goes too).
+#[test]
+fn a_reduce_and_the_send_of_its_result_fuse() {
+    for n in [2, 3, 5] {
+        let fused = plans::reduce_broadcast_allreduce(n, 1).unwrap().compile().unwrap();
+        let options = weft_plan::CompileOptions { fuse: false, verify: true };
+        let apart = plans::reduce_broadcast_allreduce(n, 1).unwrap().compile_with(&options).unwrap();
+        let count = |plan: &weft_plan::ExecutionPlan, name| {
+            plan.ranks.iter().flat_map(|r| &r.threadblocks).flat_map(|t| &t.ops).filter(|o| o.name() == name).count()
+        };
+        assert_eq!((count(&fused, "reduce_send"), count(&apart, "reduce_send")), (1, 0));
+        // The reduce and the send become one, and the barrier between them goes.
+        assert_eq!(count(&fused, "reduce") + 1, count(&apart, "reduce"));
+        assert_eq!(count(&fused, "send") + 1, count(&apart, "send"));
+        assert_eq!(count(&fused, "nop") + 1, count(&apart, "nop"));
+        for plan in [&fused, &apart] {
+            for m in [1, 6, 31] {
+                common::check(plan, common::Coll::AllReduce, m, u64::from(n) * 7 + m as u64, ReduceOp::Sum).unwrap();
+                common::check(plan, common::Coll::AllReduce, m, 3, ReduceOp::Max).unwrap();
+            }
+        }
+    }
+    insta::assert_snapshot!(plans::reduce_broadcast_allreduce(3, 1).unwrap().compile().unwrap().listing());
+}
+
 /// A ring all-gather that forgets to forward rank 2's block to rank 1.
 #[test]
 fn missing_copy_violates_postcondition() {

@@ -15,6 +15,7 @@ fn shipped(n: u32) -> Vec<AnyProgram> {
         plans::ring_allreduce_ll(n, 1).unwrap().into(),
         plans::allpairs_allreduce(n, 1).unwrap().into(),
         plans::allpairs_allreduce_ll(n, 1).unwrap().into(),
+        plans::reduce_broadcast_allreduce(n, 1).unwrap().into(),
         plans::hierarchical_allreduce(n, 2, 1).unwrap().into(),
         plans::two_step_alltoall(n, 2, 1).unwrap().into(),
         plans::alltonext(n, 2, 1).unwrap().into(),

@@ -196,7 +196,7 @@ impl Sweep {
 #[derive(Subcommand, Debug)]
 enum PlanAction {
     /// Compile a shipped algorithm (ring-allreduce, allpairs-allreduce, ring-allreduce-ll,
-    /// allpairs-allreduce-ll, hierarchical-allreduce, ring-allgather, ring-reduce-scatter,
+    /// allpairs-allreduce-ll, reduce-broadcast-allreduce, hierarchical-allreduce, ring-allgather, ring-reduce-scatter,
     /// allpairs-reduce-scatter, two-step-alltoall, alltonext, direct-broadcast) into a JSON
     /// execution plan.
     Compile {

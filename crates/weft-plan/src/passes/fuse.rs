@@ -3,7 +3,9 @@
 //! Thread blocks are found with a union-find over "keys": each inbound link, outbound link and
 //! thread block hint of a rank. An instruction joins the keys it uses; a group may hold at most
 //! one inbound and one outbound link. A receive and the send forwarding its data fuse into one
-//! operation only if joining their links keeps that rule.
+//! operation (`rcs`, `rrcs`, `rrs`) only if joining their links keeps that rule; so do a local
+//! reduce and the send of its result (`reduce_send`: the result is put while it is computed,
+//! not stored and read back).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -174,23 +176,27 @@ pub(super) fn fuse(trace: &Trace, lowered: Lowered, enabled: bool) -> Result<Gra
     let mut taken: BTreeSet<usize> = BTreeSet::new();
     if enabled {
         for (r, node) in lowered.instrs.iter().enumerate() {
-            let Instr::Recv { landing, .. } = node.instr else {
-                continue;
+            // The result a receive or a local reduce may forward.
+            let result = match node.instr {
+                Instr::Recv { landing, .. } => landing.result(),
+                Instr::Reduce { dst, .. } => dst,
+                Instr::Send { .. } | Instr::Copy { .. } => continue,
             };
-            let key = (node.rank, landing.result(), node.op);
-            let Some(candidates) = sends.get(&key) else {
+            let Some(candidates) = sends.get(&(node.rank, result, node.op)) else {
                 continue;
             };
             let mut candidates: Vec<usize> = candidates.iter().copied().filter(|s| !taken.contains(s)).collect();
             candidates.sort_by_key(|&s| (std::cmp::Reverse(height[s]), s));
             for s in candidates {
-                // A send reading exactly this receive's result depends on nothing else locally.
+                // A send reading exactly this result depends on nothing else locally.
                 let only_dep = lowered.instrs[s].deps.iter().all(|&d| d == r);
-                let (a, b) = (keys(&lowered, r), keys(&lowered, s));
-                let a = groups.id(node.rank, a[0]);
-                let b = groups.id(node.rank, b[0]);
-                if only_dep && groups.can_union(a, b) {
-                    groups.union(a, b);
+                let b = groups.id(node.rank, keys(&lowered, s)[0]);
+                // A reduce without a hint has no key: it simply joins the send's thread block.
+                let a = keys(&lowered, r).first().map(|&k| groups.id(node.rank, k));
+                if only_dep && a.is_none_or(|a| groups.can_union(a, b)) {
+                    if let Some(a) = a {
+                        groups.union(a, b);
+                    }
                     fused.insert(r, s);
                     taken.insert(s);
                     break;
@@ -252,7 +258,8 @@ pub(super) fn fuse(trace: &Trace, lowered: Lowered, enabled: bool) -> Result<Gra
                 _ => {}
             }
         }
-        let group = keys(&lowered, i).first().map(|&k| groups.id(instr.rank, k)).map(|g| groups.find(g));
+        let key = members.iter().find_map(|&m| keys(&lowered, m).first().copied());
+        let group = key.map(|k| groups.id(instr.rank, k)).map(|g| groups.find(g));
         let id = nodes.len();
         for &m in &members {
             node_of[m] = id;
@@ -279,18 +286,25 @@ fn single_op(lowered: &Lowered, i: usize) -> Op {
 }
 
 fn fused_op(trace: &Trace, lowered: &Lowered, r: usize, s: usize) -> Result<Op, CompileError> {
-    let (Instr::Recv { landing, xfer }, Instr::Send { remote, xfer: out, .. }) =
-        (lowered.instrs[r].instr, lowered.instrs[s].instr)
-    else {
-        return Err(internal("fusing something other than a receive and a send"));
+    let Instr::Send { remote, xfer: out, .. } = lowered.instrs[s].instr else {
+        return Err(internal("fusing an instruction with something other than a send"));
     };
-    let from = lowered.transfers[xfer].in_link();
     let to = lowered.transfers[out].out_link();
     // The result must be stored if anything but the forwarding send reads it, or if it is the
     // final value of an output chunk.
     let producer = &trace.ops[lowered.instrs[r].op];
     let forwarder = lowered.instrs[s].op;
     let store = producer.out_final || producer.out_readers.iter().any(|&x| x != forwarder);
+    let (landing, xfer) = match lowered.instrs[r].instr {
+        Instr::Recv { landing, xfer } => (landing, xfer),
+        Instr::Reduce { a, b, dst } => {
+            return Ok(Op::ReduceSend { srcs: vec![a, b], dst: store.then_some(dst), to, remote });
+        }
+        Instr::Copy { .. } | Instr::Send { .. } => {
+            return Err(internal("fusing a send with something other than a receive or a reduce"));
+        }
+    };
+    let from = lowered.transfers[xfer].in_link();
     Ok(match landing {
         Landing::Direct(src) => Op::Rcs { from, src, dst: None, to, remote },
         Landing::Copy { staged, dst } => Op::Rcs { from, src: staged, dst: store.then_some(dst), to, remote },

@@ -15,7 +15,8 @@
 //!    writes memory another rank may still be using. Under the LL protocol every transfer is
 //!    staged (packets land in scratch only);
 //! 4. **fuse**: a receive whose result is forwarded becomes `rcs` / `rrcs`, or `rrs` when the
-//!    reduced value is not used locally;
+//!    reduced value is not used locally; a local reduce whose result is sent becomes
+//!    `reduce_send` (storing the result only where it is used locally);
 //! 5. **schedule**: thread blocks own at most one inbound and one outbound link (one
 //!    (peer, direction, channel) each way), and each link belongs to one thread block; a global
 //!    priority order (depth, then longest remaining path) fixes the order of operations in every
@@ -48,7 +49,8 @@ use schedule::Priority;
 /// Compiler switches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// Fuse receives with the sends that forward their data (`rcs`, `rrcs`, `rrs`).
+    /// Fuse receives with the sends that forward their data (`rcs`, `rrcs`, `rrs`), and local
+    /// reduces with the sends of their results (`reduce_send`).
     pub fuse: bool,
     /// Verify the emitted plan symbolically (see [`verify`]).
     pub verify: bool,

@@ -332,6 +332,20 @@ pub enum Op {
         /// Destination in the next peer's buffers.
         remote: BufRef,
     },
+    /// `srcs[0] ⊕ srcs[1] ⊕ …`, all local, stored in `dst` (when present) and put to the peer,
+    /// then signal it: a reduce and the send of its result in one pass (MSCCL++'s
+    /// reduce-send).
+    ReduceSend {
+        /// Operands, at least two.
+        srcs: Vec<BufRef>,
+        /// Optional local destination of the result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dst: Option<BufRef>,
+        /// The link the result is sent on.
+        to: Link,
+        /// Destination in the peer's buffers.
+        remote: BufRef,
+    },
 }
 
 /// A chunk range on this rank (`peer == None`) or on a peer.
@@ -406,6 +420,7 @@ impl Op {
             Op::Rcs { .. } => "rcs",
             Op::Rrcs { .. } => "rrcs",
             Op::Rrs { .. } => "rrs",
+            Op::ReduceSend { .. } => "reduce_send",
             Op::Part { of, .. } => of.name(),
         }
     }
@@ -477,6 +492,12 @@ impl Op {
                 e.outputs = vec![Loc::remote(to.peer, remote)];
                 e.signal = Some(to);
             }
+            Op::ReduceSend { ref srcs, dst, to, remote } => {
+                e.inputs = srcs.iter().copied().map(l).collect();
+                e.outputs = dst.into_iter().map(l).collect();
+                e.outputs.push(Loc::remote(to.peer, remote));
+                e.signal = Some(to);
+            }
             Op::Part { part, ref of } => {
                 e = of.effects();
                 e.part = Some(part);
@@ -536,6 +557,13 @@ impl Op {
                 f(None, staged);
                 f(Some(to.peer), remote);
             }
+            Op::ReduceSend { srcs, dst, to, remote } => {
+                srcs.iter_mut().for_each(|s| f(None, s));
+                if let Some(dst) = dst {
+                    f(None, dst);
+                }
+                f(Some(to.peer), remote);
+            }
             Op::Part { of, .. } => of.for_each_ref_mut(f),
         }
     }
@@ -544,7 +572,11 @@ impl Op {
     pub fn for_each_link_mut(&mut self, mut f: impl FnMut(&mut Link)) {
         match self {
             Op::Nop | Op::Barrier | Op::WaitTb { .. } | Op::Copy { .. } | Op::Reduce { .. } => {}
-            Op::Put { to, .. } | Op::Send { to, .. } | Op::Signal { to } | Op::Flush { to } => f(to),
+            Op::Put { to, .. }
+            | Op::Send { to, .. }
+            | Op::Signal { to }
+            | Op::Flush { to }
+            | Op::ReduceSend { to, .. } => f(to),
             Op::Get { from, .. }
             | Op::ReadReduce { from, .. }
             | Op::Wait { from }
@@ -559,25 +591,36 @@ impl Op {
     }
 }
 
+/// Operands joined by ` + `.
+struct Sum<'a>(&'a [BufRef]);
+
+impl fmt::Display for Sum<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" + ")?;
+            }
+            write!(f, "{s}")?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Op::Part { part, of } = self {
             return write!(f, "{} ({part})", of.to_string().trim_end());
         }
+        // Names of 8 characters or more still get a space before their operands.
         write!(f, "{:<8}", self.name())?;
+        if self.name().len() >= 8 {
+            f.write_str(" ")?;
+        }
         match self {
             Op::Nop | Op::Barrier => Ok(()),
             Op::WaitTb { tb, step } => write!(f, "tb{tb} #{step}"),
             Op::Copy { src, dst } => write!(f, "{src} -> {dst}"),
-            Op::Reduce { srcs, dst } => {
-                for (i, s) in srcs.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" + ")?;
-                    }
-                    write!(f, "{s}")?;
-                }
-                write!(f, " -> {dst}")
-            }
+            Op::Reduce { srcs, dst } => write!(f, "{} -> {dst}", Sum(srcs)),
             Op::Put { src, dst, to } | Op::Send { src, dst, to } => {
                 write!(f, "{src} -> {to} {dst}")
             }
@@ -599,6 +642,13 @@ impl fmt::Display for Op {
                 write!(f, "{from}: {local} + {staged} -> {dst} => {to} {remote}")
             }
             Op::Rrs { from, local, staged, to, remote } => write!(f, "{from}: {local} + {staged} => {to} {remote}"),
+            Op::ReduceSend { srcs, dst, to, remote } => {
+                write!(f, "{}", Sum(srcs))?;
+                if let Some(dst) = dst {
+                    write!(f, " -> {dst}")?;
+                }
+                write!(f, " => {to} {remote}")
+            }
             Op::Part { .. } => Ok(()), // written above
         }
     }

@@ -61,6 +61,7 @@ impl ExecutionPlan {
                             | Op::Rcs { .. }
                             | Op::Rrcs { .. }
                             | Op::Rrs { .. }
+                            | Op::ReduceSend { .. }
                     );
                     if !allowed {
                         return Err(LoadError::PacketOp { site, op: op.name() });

@@ -428,7 +428,7 @@ impl ExecutionPlan {
     }
 
     fn validate_op(&self, site: Site, op: &super::Op) -> Result<(), LoadError> {
-        if let super::Op::Reduce { srcs, .. } = op
+        if let super::Op::Reduce { srcs, .. } | super::Op::ReduceSend { srcs, .. } = op
             && !(2..=limits::MAX_REDUCE_INPUTS).contains(&srcs.len())
         {
             return Err(LoadError::ReduceArity { site, count: srcs.len(), max: limits::MAX_REDUCE_INPUTS });

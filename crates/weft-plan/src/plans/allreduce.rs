@@ -60,6 +60,29 @@ pub fn allpairs_allreduce(nranks: u32, instances: u32) -> Result<Program, DslErr
     Ok(p)
 }
 
+/// AllReduce through a root: every peer's input lands in rank 0's scratch, rank 0 folds them
+/// locally in rank order and sends the sum into every peer's output. Two hops and no partial
+/// sums on the wire, but rank 0's links carry everything: for few ranks and small messages.
+/// The last fold and one send become a `reduce_send` (MSCCL++'s reduce-send fusion).
+pub fn reduce_broadcast_allreduce(nranks: u32, instances: u32) -> Result<Program, DslError> {
+    at_least_two("reduce_broadcast_allreduce", nranks)?;
+    let n = nranks;
+    let p = Program::new("reduce_broadcast_allreduce", Collective::all_reduce(n, 1)?).with_instances(instances)?;
+    {
+        let staged = (1..n)
+            .map(|r| p.chunk(r, Buffer::Input, 0, 1)?.copy(0, Buffer::Scratch, r - 1))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut sum = p.chunk(0, Buffer::Input, 0, 1)?.reduce_to(&staged[0], Buffer::Output, 0)?;
+        for theirs in &staged[1..] {
+            sum = sum.reduce(theirs)?;
+        }
+        for r in 1..n {
+            sum.copy(r, Buffer::Output, 0)?;
+        }
+    }
+    Ok(p)
+}
+
 /// [`allpairs_allreduce`] moving LL packets (the executor's counterpart of the native 2PA-LL
 /// kernel): both phases poll staged packets instead of semaphores.
 pub fn allpairs_allreduce_ll(nranks: u32, instances: u32) -> Result<Program, DslError> {

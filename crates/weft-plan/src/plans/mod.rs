@@ -10,6 +10,7 @@
 //! | [`ring_allreduce`] | AllReduce | `nranks >= 2` |
 //! | [`allpairs_allreduce`] | AllReduce | `nranks >= 2` |
 //! | [`ring_allreduce_ll`], [`allpairs_allreduce_ll`] | AllReduce, LL packets | `nranks >= 2` |
+//! | [`reduce_broadcast_allreduce`] | AllReduce through rank 0 (a `reduce_send`) | `nranks >= 2` |
 //! | [`hierarchical_allreduce`] | AllReduce | `ranks_per_node` divides `nranks` |
 //! | [`ring_allgather`] | AllGather | `nranks >= 2` |
 //! | [`ring_reduce_scatter`] | ReduceScatter | `nranks >= 2` |
@@ -33,7 +34,8 @@ mod gather_scatter;
 mod port;
 
 pub use allreduce::{
-    allpairs_allreduce, allpairs_allreduce_ll, hierarchical_allreduce, ring_allreduce, ring_allreduce_ll,
+    allpairs_allreduce, allpairs_allreduce_ll, hierarchical_allreduce, reduce_broadcast_allreduce, ring_allreduce,
+    ring_allreduce_ll,
 };
 pub use alltoall::two_step_alltoall;
 pub use alltonext::alltonext;
