@@ -11,6 +11,10 @@
 //! bytes, data words interleaved with the launch's flag, in the launch's scratch half), and a
 //! receive runs only once every packet of its slice carries the launch's flag; launches run
 //! one after another on the same memory, so stale packets of earlier launches are there.
+//!
+//! The buffers are laid out as `resources.rs` allocates them: for the executor's capacity (the
+//! largest call), not the call's count, with the halves of packet scratch and of the output
+//! stage (launches without an entry fence alternate between them) that far apart.
 
 use std::collections::HashMap;
 
@@ -24,7 +28,8 @@ use weft_types::{
 
 use crate::geometry::{Sizing, op_slice, replica_slice};
 use crate::lower::{DevicePlan, lower};
-use crate::tables::{RankTables, rank_tables};
+use crate::resources::{buffer_lengths, packet_scratch_flip};
+use crate::tables::{RankTables, needs_entry_fence, packet_launches_chain, rank_tables};
 
 /// One rank's memory: the user buffer (input at `input_at`, output at `output_at`; they
 /// overlap in place) and the executor's padded buffers.
@@ -47,6 +52,8 @@ struct Model<'a> {
     memory: Vec<RankMemory>,
     /// Bytes between the scratch halves (packets), else 0.
     scratch_flip: usize,
+    /// Bytes between the output stage's halves (launches without an entry fence), else 0.
+    output_flip: usize,
     /// The launch being run: its packet flag and scratch half.
     launch: u64,
     /// A broken kernel for the tests: every launch's packets carry the same flag.
@@ -78,8 +85,16 @@ impl Model<'_> {
             return (owner, 3, m.output_at + dense as usize, false);
         }
         let at = self.sizing.padded_offset(&self.plan.ranks[owner], loc.buffer, chunk, self.elem).unwrap();
-        let half = if loc.buffer == 2 && self.launch % 2 == 1 { self.scratch_flip } else { 0 };
-        (owner, usize::from(loc.buffer), at as usize + half, true)
+        (owner, usize::from(loc.buffer), at as usize + self.half(loc.buffer), true)
+    }
+
+    /// Where this launch's half of stage `buffer` starts: odd launches use the second half.
+    fn half(&self, buffer: u8) -> usize {
+        match buffer {
+            1 if self.launch % 2 == 1 => self.output_flip,
+            2 if self.launch % 2 == 1 => self.scratch_flip,
+            _ => 0,
+        }
     }
 
     /// The launch's packet flag, as the kernel computes it.
@@ -182,6 +197,7 @@ impl Model<'_> {
             let bytes = (self.sizing.class_len(i % self.sizing.classes) * self.elem) as usize;
             let dense = (self.sizing.dense_offset(i) * self.elem) as usize;
             let padded = self.sizing.padded_dense_offset(i, self.elem) as usize;
+            let padded = padded + if into_stage { 0 } else { self.half(1) };
             let m = &mut self.memory[rank];
             if into_stage {
                 let at = m.input_at + dense;
@@ -357,6 +373,13 @@ fn check(plan: &ExecutionPlan, count: usize, elem: u64, placement: Placement, re
     check_lowered(plan, &lower(plan).unwrap(), count, elem, placement, replicas, false);
 }
 
+/// The capacity the model's executor is set up with for calls of `count` elements of `elem`
+/// bytes: more than the call (the executor serves every call up to its capacity, so the halves
+/// of its buffers lie further apart than this call's data reaches), and not a multiple of it.
+fn capacity_for(count: usize, elem: u64) -> u64 {
+    (2 * count as u64 + 5) * elem + 4096
+}
+
 /// [`check`] of `lowered`, which may differ from `plan`'s lowering (a broken variant).
 fn check_lowered(
     plan: &ExecutionPlan,
@@ -379,13 +402,12 @@ fn check_lowered(
     let poison = 0xa5a5_a5a5_a5a5_a5a5u64 & mask;
     let tables: Vec<RankTables> = (0..ranks).map(|r| rank_tables(&lowered, r).unwrap()).collect();
     let e = elem as usize;
-    // Packet scratch has two halves of the largest rank's scratch (the kernel's scratch_flip).
-    let scratch_flip = if lowered.packets {
-        let most = (0..ranks).map(|r| sizing.padded_lengths(&lowered.ranks[r], elem)[2]).max().unwrap_or(0);
-        most.next_multiple_of(16) as usize
-    } else {
-        0
-    };
+    // Buffers for the executor's capacity, as resources.rs lays them out.
+    let capacity = capacity_for(count, elem);
+    let entry_fence = needs_entry_fence(&lowered) || (lowered.packets && !packet_launches_chain(&lowered));
+    let scratch_flip = if lowered.packets { packet_scratch_flip(&lowered, capacity) as usize } else { 0 };
+    let output_flip = |lengths: [u64; 3]| if entry_fence { 0 } else { lengths[1].next_multiple_of(16) as usize };
+    let output_flip = (0..ranks).map(|r| output_flip(buffer_lengths(&lowered, r, capacity))).max().unwrap_or(0);
     let mut memory = Vec::new();
     for (r, t) in tables.iter().enumerate() {
         // In place: AllGather's input is block `r` of the output, ReduceScatter's output block
@@ -400,7 +422,9 @@ fn check_lowered(
             (0, 0, count * e)
         };
         assert!(!direct || output_at.is_multiple_of(16), "a direct output starts 16-byte aligned");
-        let mut lengths = sizing.padded_lengths(&lowered.ranks[r], elem);
+        let mut lengths = buffer_lengths(&lowered, r, capacity);
+        assert!(sizing.padded_lengths(&lowered.ranks[r], elem).iter().zip(&lengths).all(|(need, have)| need <= have));
+        lengths[1] += output_flip as u64;
         if lowered.packets {
             lengths[2] = 2 * scratch_flip as u64;
         }
@@ -414,10 +438,11 @@ fn check_lowered(
             output_direct: direct,
         });
     }
-    let mut model = Model { plan: &lowered, sizing, elem, tables, memory, scratch_flip, launch: 0, same_flag };
-    // Packets: three launches on the same memory, so the third reads the half the first left
-    // its packets in (the kernel's flags tell them apart).
-    let launches = if lowered.packets { 3 } else { 1 };
+    let mut model =
+        Model { plan: &lowered, sizing, elem, tables, memory, scratch_flip, output_flip, launch: 0, same_flag };
+    // Alternating halves: three launches on the same memory, so the third reads the half the
+    // first left its packets or outputs in (packets are told apart by their flags).
+    let launches = if lowered.packets || output_flip != 0 { 3 } else { 1 };
     for launch in 0..launches {
         let mut reference = Vec::new();
         for (r, m) in model.memory.iter_mut().enumerate() {
