@@ -1,5 +1,6 @@
 //! Fuzzes the execution-plan loader: any bytes must load or be rejected with an error, and a
-//! plan that loads must yield a chunk geometry or an error for any element count.
+//! plan that loads must yield a chunk geometry or an error for any element count, and list and
+//! draw its operation DAG.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -12,5 +13,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = Geometry::new(&plan, count);
         }
         let _ = plan.listing();
+        let graph = plan.graph();
+        let _ = (graph.to_dot(), graph.to_svg());
     }
 });

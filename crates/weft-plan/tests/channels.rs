@@ -135,6 +135,9 @@ fn instances_and_tiles_replicate_the_program_as_written() {
     assert!(e.contains("pipeline tiles"), "{e}");
     let e = packet_allreduce(Protocol::Simple).with_instances(2).unwrap().compile().unwrap_err().to_string();
     assert!(e.contains("needs the LL protocol"), "{e}");
+    // A range of two chunks used one chunk at a time elsewhere cannot be split by instances.
+    let e = weft_plan::plans::port_allpairs_allreduce(2).unwrap().with_instances(2).unwrap().compile().unwrap_err();
+    assert!(e.to_string().contains("input[0] and input[0..2] share chunks but are not the same range"), "{e}");
 }
 
 #[test]

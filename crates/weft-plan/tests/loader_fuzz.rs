@@ -1,7 +1,10 @@
 //! The plan loader against hostile input, on stable Rust (the libFuzzer target in `fuzz/` does
 //! the same unboundedly): arbitrary text and shipped plans with numbers, keys and arrays
 //! corrupted must load or be rejected with an error, never panic; whatever loads must give a
-//! chunk geometry or an error, and run on the CPU interpreter or fail with an error.
+//! chunk geometry or an error, list and draw (the operation DAG, as DOT and SVG), and run on
+//! the CPU interpreter or fail with an error. The corpus covers both protocols, port links,
+//! thread-block groups, fused operations (`rcs`, `rrcs`, `rrs`, `reduce_send`) and replicated
+//! channel-level programs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
@@ -9,21 +12,39 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::Value;
+use weft_plan::dsl::{ChannelProgram, Collective};
 use weft_plan::interp::{Interpreter, RankBuffers};
-use weft_plan::plan::{Buffer, ExecutionPlan, Geometry};
-use weft_plan::plans;
+use weft_plan::plan::{BufRef, Buffer, ExecutionPlan, Geometry};
+use weft_plan::{AnyProgram, plans};
 
 fn shipped_json() -> Vec<String> {
-    [
-        plans::ring_allreduce(3, 1).unwrap(),
-        plans::allpairs_allreduce(4, 1).unwrap(),
-        plans::ring_allgather(2, 2).unwrap(),
-        plans::two_step_alltoall(4, 2, 1).unwrap(),
-        plans::direct_broadcast(3, 1, 1).unwrap(),
-    ]
-    .iter()
-    .map(|p| p.compile().unwrap().to_json().unwrap())
-    .collect()
+    let programs: Vec<AnyProgram> = vec![
+        plans::ring_allreduce(3, 1).unwrap().into(),
+        plans::allpairs_allreduce(4, 1).unwrap().into(),
+        plans::ring_allgather(2, 2).unwrap().into(),
+        plans::two_step_alltoall(4, 2, 1).unwrap().into(),
+        plans::direct_broadcast(3, 1, 1).unwrap().into(),
+        plans::ring_allreduce_ll(3, 1).unwrap().into(),
+        plans::reduce_broadcast_allreduce(3, 1).unwrap().into(),
+        plans::port_allpairs_allreduce(2).unwrap().into(),
+        grouped_copy().into(),
+        grouped_copy().with_instances(2).unwrap().with_pipeline(2).unwrap().into(),
+    ];
+    programs.iter().map(|p| p.compile().unwrap().to_json().unwrap()).collect()
+}
+
+/// Two ranks exchange their input, each through a thread-block group of two members.
+fn grouped_copy() -> ChannelProgram {
+    let mut p = ChannelProgram::new("grouped_copy", Collective::all_gather(2, 1).unwrap());
+    for r in 0..2 {
+        let channels = [p.memory_channel(r, 1 - r, 0).unwrap(), p.memory_channel(r, 1 - r, 1).unwrap()];
+        let (input, mine) = (BufRef::new(Buffer::Input, 0, 1), BufRef::new(Buffer::Output, r, 1));
+        p.threadblock_group(r, &[0, 1]).unwrap().copy(input, mine).put_with_signal(&channels, input, mine);
+        for (tb, ch) in channels.iter().enumerate() {
+            p.threadblock(r, tb as u32).unwrap().wait(ch);
+        }
+    }
+    p
 }
 
 /// Every number and every array of a JSON value, as paths (object keys and array indices).
@@ -58,8 +79,12 @@ fn at<'a>(v: &'a mut Value, path: &[Value]) -> &'a mut Value {
     })
 }
 
-/// A loaded plan must be usable or refuse clearly: geometry, then a short interpreter run.
+/// A loaded plan must be usable or refuse clearly: listing and drawing, geometry, then a short
+/// interpreter run.
 fn exercise(plan: &ExecutionPlan) {
+    let _ = plan.listing();
+    let graph = plan.graph();
+    let _ = (graph.to_dot(), graph.to_svg());
     for count in [1usize, 7, 64] {
         if Geometry::new(plan, count).is_err() {
             continue;
@@ -87,7 +112,7 @@ proptest! {
 
     #[test]
     fn corrupted_shipped_plans_load_or_fail_cleanly(
-        which in 0usize..5,
+        which in 0usize..10,
         edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..6, any::<u64>()), 1..4),
     ) {
         let mut value: Value = serde_json::from_str(&shipped_json()[which]).unwrap();

@@ -295,7 +295,7 @@ impl ChannelProgram {
         }
         // Mistakes are reported against the program as written, before it is replicated.
         written.validate().map_err(CompileError::Invalid)?;
-        let plan = replicate_plan(&written, self.instances, self.tiles);
+        let plan = replicate_plan(&written, self.instances, self.tiles)?;
         verify(&plan, &self.collective.replicated(split))?;
         Ok(plan)
     }

@@ -3,8 +3,10 @@
 
 use super::CompileError;
 use crate::dsl::trace::{ChunkRange, Trace};
-use crate::dsl::{Collective, Hints};
-use crate::plan::{ExecutionPlan, Op, ThreadBlock};
+use std::collections::BTreeSet;
+
+use crate::dsl::{Collective, DslError, Hints};
+use crate::plan::{Buffer, ExecutionPlan, Op, ThreadBlock};
 
 /// First sub-chunk of instance `s`, tile `k` of the chunk range `[index, index + count)` once
 /// every chunk is split into `instances * tiles` sub-chunks: each instance moves a contiguous
@@ -56,7 +58,12 @@ pub(super) fn replay(
 /// tile, tile after tile, on the tile's sub-chunks (a pipelined loop: a thread block works on
 /// its next tile while its peers still handle the last); `wait_tb` steps move with the tiles.
 /// The result is verified by the caller like any plan.
-pub(crate) fn replicate_plan(plan: &ExecutionPlan, instances: u32, tiles: u32) -> ExecutionPlan {
+///
+/// A range of several chunks is split into contiguous pieces, so every operation touching one
+/// of its chunks must name the same range: a plan that copies `scratch[0..2]` and then sends
+/// `scratch[1]` alone is refused (its instances would not meet on the same sub-chunks).
+pub(crate) fn replicate_plan(plan: &ExecutionPlan, instances: u32, tiles: u32) -> Result<ExecutionPlan, CompileError> {
+    ranges_are_whole(plan)?;
     let (n, t) = (instances, tiles);
     let m = n * t;
     let mut out = plan.clone();
@@ -77,7 +84,39 @@ pub(crate) fn replicate_plan(plan: &ExecutionPlan, instances: u32, tiles: u32) -
             }
         }
     }
-    out
+    Ok(out)
+}
+
+/// Every two chunk ranges of one buffer that share a chunk are the same range.
+fn ranges_are_whole(plan: &ExecutionPlan) -> Result<(), CompileError> {
+    let mut ranges: BTreeSet<(u32, Buffer, u32, u32)> = BTreeSet::new();
+    for rank in &plan.ranks {
+        for op in rank.threadblocks.iter().flat_map(|b| &b.ops) {
+            let e = op.effects();
+            for loc in e.inputs.iter().chain(&e.outputs) {
+                ranges.insert((loc.peer.unwrap_or(rank.rank), loc.buf.buffer, loc.buf.index, loc.buf.count));
+            }
+        }
+    }
+    let ranges: Vec<_> = ranges.into_iter().collect();
+    for pair in ranges.windows(2) {
+        let ((rank, buffer, a, count), (r2, b2, b, _)) = (pair[0], pair[1]);
+        if (rank, buffer) == (r2, b2) && b < a + count {
+            let show = |i: u32, c: u32| if c == 1 { format!("{i}") } else { format!("{i}..{}", i + c) };
+            let other = pair[1].3;
+            return Err(CompileError::Program(DslError::Constraint {
+                algorithm: "instances",
+                reason: format!(
+                    "rank {rank} {buffer}[{}] and {buffer}[{}] share chunks but are not the same range; \
+                     instances split a range into contiguous pieces, so write it with ranges that are \
+                     equal or disjoint (or use one instance and one tile)",
+                    show(a, count),
+                    show(b, other)
+                ),
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// `op` of instance `s`, tile `k`: its chunks, channels and `wait_tb` mapped.
