@@ -119,9 +119,13 @@ pub fn lower(plan: &ExecutionPlan) -> Result<DevicePlan, LowerError> {
             for (step, op) in tb.ops.iter().enumerate() {
                 let at = Site { rank, tb: tb.id, step: step as u32 };
                 let effects = op.effects();
-                links.extend(
-                    effects.wait.iter().chain(&effects.signal).filter(|l| !l.port).map(|l| (l.peer, l.channel)),
-                );
+                // Memory links get a semaphore each, except under LL, where the receiver polls
+                // the packets themselves and the kernel touches no semaphore.
+                if plan.protocol != Protocol::Ll {
+                    links.extend(
+                        effects.wait.iter().chain(&effects.signal).filter(|l| !l.port).map(|l| (l.peer, l.channel)),
+                    );
+                }
                 let mut x = encode(&effects, op.name(), at)?;
                 if plan.protocol == Protocol::Ll {
                     mark_packets(&mut x, packet_input(op));
@@ -358,7 +362,8 @@ mod tests {
                 }
                 let waits_or_signals =
                     originals.iter().any(|o| o.effects().wait.is_some() || o.effects().signal.is_some());
-                assert_eq!(dp.links.is_empty() && dp.ports.is_empty(), !waits_or_signals);
+                let semaphores = waits_or_signals && plan.protocol != Protocol::Ll;
+                assert_eq!(!dp.links.is_empty() || !dp.ports.is_empty(), semaphores, "{}", plan.name);
             }
         }
     }

@@ -28,8 +28,8 @@ use weft_types::{
 
 use crate::geometry::{Sizing, op_slice, replica_slice};
 use crate::lower::{DevicePlan, lower};
-use crate::resources::{buffer_lengths, packet_scratch_flip};
-use crate::tables::{RankTables, needs_entry_fence, packet_launches_chain, rank_tables};
+use crate::resources::{buffer_lengths, stage_flips};
+use crate::tables::{RankTables, rank_tables};
 
 /// One rank's memory: the user buffer (input at `input_at`, output at `output_at`; they
 /// overlap in place) and the executor's padded buffers.
@@ -404,10 +404,9 @@ fn check_lowered(
     let e = elem as usize;
     // Buffers for the executor's capacity, as resources.rs lays them out.
     let capacity = capacity_for(count, elem);
-    let entry_fence = needs_entry_fence(&lowered) || (lowered.packets && !packet_launches_chain(&lowered));
-    let scratch_flip = if lowered.packets { packet_scratch_flip(&lowered, capacity) as usize } else { 0 };
-    let output_flip = |lengths: [u64; 3]| if entry_fence { 0 } else { lengths[1].next_multiple_of(16) as usize };
-    let output_flip = (0..ranks).map(|r| output_flip(buffer_lengths(&lowered, r, capacity))).max().unwrap_or(0);
+    let flips: Vec<(u64, u64)> = (0..ranks).map(|r| stage_flips(&lowered, r, capacity)).collect();
+    assert!(flips.iter().all(|f| *f == flips[0]), "{}: the ranks' halves differ", plan.name);
+    let (output_flip, scratch_flip) = (flips[0].0 as usize, flips[0].1 as usize);
     let mut memory = Vec::new();
     for (r, t) in tables.iter().enumerate() {
         // In place: AllGather's input is block `r` of the output, ReduceScatter's output block

@@ -72,6 +72,25 @@ pub fn packet_scratch_flip(plan: &DevicePlan, capacity: u64) -> u64 {
     (0..plan.ranks.len()).map(|r| buffer_lengths(plan, r, capacity)[2]).max().unwrap_or(16).next_multiple_of(16)
 }
 
+/// Whether the plan's launches fence on entry: LL packets need none where every receiver of a
+/// launch reaches back to its senders (see `packet_launches_chain`).
+pub(crate) fn fences_on_entry(plan: &DevicePlan) -> bool {
+    needs_entry_fence(plan) || (plan.packets && !packet_launches_chain(plan))
+}
+
+/// Bytes between the two halves of `rank`'s output stage and of its scratch for an executor
+/// of `capacity` (0: one half), 16-byte aligned. Launches that do not fence on entry alternate
+/// output-stage halves, since a fast peer's next launch may write a rank's output stage while
+/// the rank still copies its last one out; under LL packets peers never write a rank's output
+/// stage (packets land in scratch), so one half serves. Packet scratch always has two halves
+/// (a launch's packets carry its flag and land in its half).
+pub(crate) fn stage_flips(plan: &DevicePlan, rank: usize, capacity: u64) -> (u64, u64) {
+    let alternate_outputs = !fences_on_entry(plan) && !plan.packets;
+    let output = if alternate_outputs { buffer_lengths(plan, rank, capacity)[1].next_multiple_of(16) } else { 0 };
+    let scratch = if plan.packets { packet_scratch_flip(plan, capacity) } else { 0 };
+    (output, scratch)
+}
+
 /// A table copied to the device as it is.
 /// A rank's operations laid out at a stride of `max_tb_ops` per thread block (zero past a thread
 /// block's own), and each thread block's count: the kernel fetches a block's operations and
@@ -131,13 +150,9 @@ impl ExecResources {
         let rp = &plan.ranks[rank];
         // LL packets need no exit fence, and no entry fence where every receiver of a launch
         // reaches back to its senders (see `packet_launches_chain`).
-        let entry_fence = needs_entry_fence(plan) || (plan.packets && !packet_launches_chain(plan));
+        let entry_fence = fences_on_entry(plan);
         let mut lengths = buffer_lengths(plan, rank, shape.capacity);
-        // Two halves of the output stage, 16-byte aligned, when launches do not fence on entry;
-        // two of the scratch under packets (a launch's packets carry its flag and land in its
-        // half).
-        let output_flip = if entry_fence { 0 } else { lengths[1].next_multiple_of(16) };
-        let scratch_flip = if plan.packets { packet_scratch_flip(plan, shape.capacity) } else { 0 };
+        let (output_flip, scratch_flip) = stage_flips(plan, rank, shape.capacity);
         // A rank places a peer's half by its own flip: every rank's must be the same (same plan
         // and capacity, which the caller promises; checked, as a mismatch corrupts silently).
         let differ = |flip: u64| Ok::<_, ExecError>(all_gather_u64(comm, flip)?.iter().any(|&f| f != flip));
