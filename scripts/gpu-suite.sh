@@ -19,7 +19,14 @@ for step in "${steps[@]}"; do
   mkdir -p "$dir"
   case "$step" in
     selftest) timeout 600 "$weft" selftest --mode processes > "$dir/selftest.txt" 2>&1
-              echo "selftest: rc=$? $(grep -h 'passed,' "$dir/selftest.txt" | tail -1)" ;;
+              echo "selftest: rc=$? $(grep -h 'passed,' "$dir/selftest.txt" | tail -1)"
+              # The collective matrix at every smaller rank count too (2 .. GPUs - 1), a GPU each.
+              gpus="$(nvidia-smi -L | wc -l)"
+              for ranks in $(seq 2 $((gpus - 1))); do
+                timeout 300 "$weft" selftest --gpus "$ranks" --mode threads --only coll \
+                  > "$dir/selftest-coll-$ranks-ranks.txt" 2>&1
+                echo "selftest coll at $ranks ranks: rc=$? $(grep -h 'passed,' "$dir/selftest-coll-$ranks-ranks.txt" | tail -1)"
+              done ;;
     check) WEFT="$weft" OUT="$dir" scripts/bench-collectives.sh check ;;
     perf) WEFT="$weft" OUT="$dir" FACTOR="${FACTOR:-4}" scripts/bench-collectives.sh perf ;;
     tune) timeout 300 "$weft" tune -f "${FACTOR:-4}" -o "$dir/tuning.json" > "$dir/tune.txt" 2>&1
