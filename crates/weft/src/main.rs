@@ -37,7 +37,8 @@ enum Command {
     },
     /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
     /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
-    /// (one-direction bandwidth between GPUs 0 and 1).
+    /// (one-direction bandwidth between GPUs 0 and 1). A collective starts one process per GPU
+    /// itself, or runs under torchrun: each process one rank on GPU LOCAL_RANK, rank 0 reporting.
     Bench {
         /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root 0)
         /// or sendrecv (to the next rank, from the previous one); or fifo, or p2p.
@@ -326,6 +327,15 @@ fn bench(
     if in_place && !weft::bench::NcclTests::has_in_place(collective) {
         return Err(format!("--in-place: {collective} has no in-place form").into());
     }
+    // Under torchrun, its processes are the ranks: one per GPU, whatever this host has.
+    let torchrun = torchrun_rank("weft bench")?;
+    let world = torchrun.as_ref().map(|t| t.world_size);
+    if let (Some(world), Some(n)) = (world, [ranks, sweep.gpus].into_iter().flatten().find(|&n| Some(n) != world)) {
+        return Err(
+            format!("--ranks/--gpus {n}: under torchrun, the ranks are its WORLD_SIZE={world} processes").into()
+        );
+    }
+    let lead = torchrun.as_ref().is_none_or(|t| t.rank == 0);
     let s = sweep.parse()?;
     let options = weft::bench::BenchOptions {
         collective,
@@ -340,20 +350,41 @@ fn bench(
         in_place,
         versus,
         // Fewer ranks than GPUs: one rank on each of the first `ranks` GPUs.
-        gpus: ranks.map_or(s.gpus, |r| s.gpus.min(r)),
-        ranks,
+        gpus: world.unwrap_or_else(|| ranks.map_or(s.gpus, |r| s.gpus.min(r))),
+        ranks: if world.is_some() { None } else { ranks },
     };
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
-        // or --gpus).
-        if json.is_some() || plot.is_some() || nccl || graph || in_place || options.versus.is_some() {
+        // or --gpus, or torchrun's world).
+        let gpu_only = json.is_some() || plot.is_some() || nccl || graph || in_place || options.versus.is_some();
+        if gpu_only && lead {
             println!(
                 "# --json, --plot, --nccl, --graph, --in-place and --versus measure GPUs: the CPU backend ignores them"
             );
         }
-        return weft::bench::cpu::run(&options, ranks.or(sweep.gpus).unwrap_or(4).max(1));
+        return match &torchrun {
+            Some(t) => weft::bench::cpu::run_torchrun(&options, t),
+            None => weft::bench::cpu::run(&options, ranks.or(sweep.gpus).unwrap_or(4).max(1)),
+        };
     }
-    weft::bench::run(&options, json.as_deref(), plot.as_deref())
+    match &torchrun {
+        Some(t) => weft::bench::run_torchrun(&options, t, json.as_deref(), plot.as_deref()),
+        None => weft::bench::run(&options, json.as_deref(), plot.as_deref()),
+    }
+}
+
+/// The torchrun variables when torchrun started this process (`None`: started by hand);
+/// `command` refuses to run as a rank of weft's own launcher, which starts its workers only.
+fn torchrun_rank(command: &str) -> Result<Option<weft::bootstrap::TorchrunEnv>, String> {
+    use weft::launch::Started;
+    match weft::launch::started_from_env()? {
+        Started::Plain => Ok(None),
+        Started::Torchrun(t) => Ok(Some(t)),
+        Started::Launcher(_) => Err(format!(
+            "{command}: {} is set, as in a rank of weft's own launcher: unset it to run by hand or under torchrun",
+            weft::launch::REPORT_DIR
+        )),
+    }
 }
 
 fn bench_proxy(
@@ -369,6 +400,9 @@ fn bench_proxy(
             "weft bench {kind}: --graph, --check, --nccl, --in-place, --versus and --plot are for collectives"
         )
         .into());
+    }
+    if torchrun_rank("weft bench")?.is_some() {
+        return Err(format!("weft bench {kind} starts its own process per GPU: run it without torchrun").into());
     }
     let s = sweep.parse()?;
     let bench = if kind == "fifo" {

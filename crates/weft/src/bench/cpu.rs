@@ -1,11 +1,13 @@
 //! `weft bench` on a machine without a GPU: the collective's shipped plan (weft-plan) run by
 //! the CPU reference interpreter, one host thread per (rank, thread block), every element of
 //! every rank checked against a host reference computed from the same inputs. Labelled as
-//! such: the times are of host threads interpreting a plan, not of a GPU.
+//! such: the times are of host threads interpreting a plan, not of a GPU. Under torchrun, rank 0
+//! runs it for torchrun's world and the other ranks wait for its verdict ([`run_torchrun`]).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use weft_bootstrap::{TcpBootstrap, TorchrunEnv};
 use weft_plan::interp::{Element, Interpreter, ReduceOp as PlanOp};
 use weft_plan::{ExecutionPlan, RankBuffers};
 use weft_types::{DataType, ReduceOp};
@@ -177,6 +179,25 @@ pub fn run(options: &BenchOptions, ranks: usize) -> Result<ExitCode, BoxError> {
     }
     println!("# {total_wrong} wrong elements (CPU reference interpreter)");
     Ok(if total_wrong == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Runs the sweep under torchrun (`torchrun`: its variables) on a machine without a GPU: rank 0
+/// runs it for the whole world (torchrun's ranks as host threads, as [`run`]) and prints the
+/// table; the other ranks print nothing and wait for its verdict, with which every rank exits.
+pub fn run_torchrun(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<ExitCode, BoxError> {
+    let bootstrap = TcpBootstrap::builder().from_env()?;
+    let passed = if torchrun.rank == 0 {
+        println!(
+            "# under torchrun: rank 0 runs the CPU backend for all {} ranks; the others wait for its verdict",
+            torchrun.world_size
+        );
+        run(options, torchrun.world_size).map(|code| code == ExitCode::SUCCESS).map_err(|e| e.to_string())
+    } else {
+        Ok(true)
+    };
+    crate::launch::conclude(&bootstrap, passed, |passed: Vec<bool>| {
+        Ok(if passed.iter().all(|&p| p) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! `weft bench`: nccl-tests-style tables of weft's collectives, with NCCL measured in the same
 //! run (`--nccl`), every element checked against a float64 / exact-integer host reference
 //! (`--check`), JSON (`--json`) and a PNG plot (`--plot`). One process per GPU, launched by the
-//! command itself; a progress bar on stderr follows the sweep.
+//! command itself, or started by torchrun ([`run_torchrun`]: each process is the rank torchrun
+//! made it, on GPU `LOCAL_RANK`, and rank 0 gathers the rows and reports); a progress bar on
+//! stderr follows the sweep.
 
 mod collective;
 pub mod cpu;
@@ -14,12 +16,14 @@ pub(crate) mod worker;
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use collective::{Collective, NcclTests, ROOT, Shape, Source};
 pub use report::Line;
 
 use serde::{Deserialize, Serialize};
+use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_types::{DataType, ReduceOp};
 
 /// Options of `weft bench`.
@@ -216,7 +220,50 @@ pub fn run(
             vars.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
         );
     }
-    let lines = report::lines(options, &merge(&per_rank));
+    report(options, &per_rank, json, plot)
+}
+
+/// Runs this process as one rank of a job torchrun started (`torchrun`: its variables), on GPU
+/// `LOCAL_RANK`, with `options` from its own command line (`gpus`: the world size): the rows go
+/// to rank 0, which alone draws the progress bar, prints the table and writes the JSON and PNG
+/// files; every rank exits with the job's verdict.
+pub fn run_torchrun(
+    options: &BenchOptions,
+    torchrun: &TorchrunEnv,
+    json: Option<&Path>,
+    plot: Option<&Path>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let lead = torchrun.rank == 0;
+    if let Some(vars) = nccl_on_network(options, |k| std::env::var(k).ok()).filter(|_| lead) {
+        println!(
+            "# virtual nodes (WEFT_RANKS_PER_NODE): under torchrun, set {} yourself to put NCCL on the network weft's nodes use",
+            vars.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        );
+    }
+    let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
+    let bar = lead.then(|| progress::Bar::new(&sizes(options)));
+    let mut done = 0;
+    let rows = worker::run_on(options, Arc::clone(&bootstrap), torchrun, &mut |_| {
+        done += 1;
+        bar.iter().for_each(|b| b.show(done));
+    });
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+    crate::launch::conclude(&*bootstrap, rows.map_err(|e| e.to_string()), |per_rank| {
+        report(options, &per_rank, json, plot)
+    })
+}
+
+/// Merges every rank's rows, prints the table and writes the JSON and PNG files asked for;
+/// fails when an element was wrong or the ranks' results differed.
+fn report(
+    options: &BenchOptions,
+    per_rank: &[Vec<Row>],
+    json: Option<&Path>,
+    plot: Option<&Path>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let lines = report::lines(options, &merge(per_rank));
     report::print_table(options, &lines);
     if let Some(path) = json {
         report::write_json(path, options, &lines)?;
@@ -307,17 +354,23 @@ fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
 
 /// Entry of one `bench-worker` process.
 pub fn run_worker() -> Result<ExitCode, Box<dyn std::error::Error>> {
-    worker_main(WORKER_OPTIONS, worker::run)
+    worker_main(WORKER_OPTIONS, |options, torchrun| {
+        worker::run_on(options, Arc::new(TcpBootstrap::builder().from_env()?), torchrun, &mut progress::record)
+    })
 }
 
 /// The body of a worker process: reads its options (JSON) from the variable `options`, runs
 /// `run` and writes `Result<T, String>` as the rank's report for [`run_workers`].
 pub(crate) fn worker_main<O: serde::de::DeserializeOwned, T: Serialize>(
     options: &str,
-    run: impl FnOnce(&O, &weft_bootstrap::TorchrunEnv) -> Result<T, Box<dyn std::error::Error>>,
+    run: impl FnOnce(&O, &TorchrunEnv) -> Result<T, Box<dyn std::error::Error>>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let crate::launch::Started::Launcher(torchrun) = crate::launch::started_from_env()? else {
+        return Err(
+            "this is one rank of `weft bench`, started by it: run `weft bench` (alone, or under torchrun)".into()
+        );
+    };
     let options: O = serde_json::from_str(&std::env::var(options)?)?;
-    let torchrun = weft_bootstrap::TorchrunEnv::from_env()?;
     let result = run(&options, &torchrun).map_err(|e| e.to_string());
     let failed = result.is_err();
     if let Err(e) = &result {
@@ -375,6 +428,48 @@ mod tests {
             ranks: None,
         };
         assert_eq!(sizes(&o), vec![1024, 2048, 4096, 8192]);
+    }
+
+    /// Three ranks as threads, rank `r` measuring `1 + r` µs and `wrong[r]` wrong elements,
+    /// concluding as under torchrun: every rank's exit code and rank 0's JSON document.
+    fn conclude_rows(wrong: [u64; 3]) -> (Vec<ExitCode>, serde_json::Value) {
+        let dir =
+            std::env::temp_dir().join(format!("weft-conclude-{}-{}", std::process::id(), wrong.iter().sum::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("rows.json");
+        let path = json.clone();
+        let codes = crate::launch::run_rank_threads(3, "conclude-rows", move |rank, bootstrap| {
+            let mut options = report::tests::options(Collective::AllReduce);
+            options.gpus = 3;
+            let row = Row {
+                bytes: 1024,
+                count: 512,
+                algorithm: "ring".into(),
+                weft_us: 1.0 + rank as f64,
+                wrong: wrong[rank],
+                identical: true,
+                ..Row::default()
+            };
+            crate::launch::conclude(&*bootstrap, Ok(vec![row]), |per_rank| {
+                report(&options, &per_rank, Some(&path), None)
+            })
+            .unwrap()
+        })
+        .unwrap();
+        let doc = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        (codes.into_iter().map(|c| c.unwrap()).collect(), doc)
+    }
+
+    #[test]
+    fn under_torchrun_rank_0_merges_every_rank_s_rows_and_all_exit_with_the_checks() {
+        let (codes, doc) = conclude_rows([0, 0, 0]);
+        assert_eq!(codes, vec![ExitCode::SUCCESS; 3]);
+        assert_eq!((doc["rows"][0]["weft_us"].as_f64(), doc["rows"][0]["wrong"].as_u64()), (Some(3.0), Some(0)));
+        assert_eq!(doc["rows"].as_array().map(Vec::len), Some(1));
+        let (codes, doc) = conclude_rows([0, 0, 2]);
+        assert_eq!(codes, vec![ExitCode::FAILURE; 3], "a wrong element on rank 2 fails every rank");
+        assert_eq!(doc["rows"][0]["wrong"].as_u64(), Some(2));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Progress of a sweep. Rank 0 appends one line per finished size to a file in the launcher's
 //! report folder; the launcher counts the lines and draws a bar on stderr (only when stderr is
-//! a terminal). Progress is cosmetic: failing to record or read it never fails a run.
+//! a terminal). Under torchrun, rank 0 moves its own bar ([`Bar::show`]). Progress is cosmetic:
+//! failing to record or read it never fails a run.
 
 use std::io::Write;
 use std::path::Path;
@@ -61,11 +62,16 @@ impl Bar {
 
     /// Moves the bar to what rank 0 has recorded in `dir`.
     pub(crate) fn update(&mut self, dir: &Path) {
-        let done = finished(dir).min(self.sizes.len());
-        if done == self.seen {
-            return;
+        let done = finished(dir);
+        if done != self.seen {
+            self.seen = done;
+            self.show(done);
         }
-        self.seen = done;
+    }
+
+    /// Moves the bar to `done` finished sizes.
+    pub(crate) fn show(&self, done: usize) {
+        let done = done.min(self.sizes.len());
         self.bar.set_position(self.sizes[..done].iter().map(|&b| weight(b)).sum());
         let next = self.sizes.get(done).map_or_else(|| "finishing".to_string(), |&b| super::format_size(b as f64));
         self.bar.set_message(format!("{done}/{} sizes, now {next}", self.sizes.len()));

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
+use weft_bootstrap::{Bootstrap, TorchrunEnv};
 use weft_coll::nccl::{Nccl, NcclComm};
 use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp};
 use weft_core::{Communicator, Env};
@@ -294,10 +294,15 @@ pub(crate) fn shared_seed(bootstrap: &dyn Bootstrap) -> Result<u32, BoxError> {
     Ok(u32::from_le_bytes(bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or("short seed")?))
 }
 
-/// One worker process (one rank per GPU): its rows.
-pub(super) fn run(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Vec<Row>, BoxError> {
-    let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
-    run_rank(options, bootstrap, torchrun.local_rank.unwrap_or(torchrun.rank), Env::from_process()?)
+/// One rank per process (started by `weft bench` or by torchrun), on GPU `LOCAL_RANK`, meeting
+/// its peers through `bootstrap`: its rows. Rank 0 calls `record` with each size it finishes.
+pub(super) fn run_on(
+    options: &BenchOptions,
+    bootstrap: Arc<dyn Bootstrap>,
+    torchrun: &TorchrunEnv,
+    record: &mut dyn FnMut(usize),
+) -> Result<Vec<Row>, BoxError> {
+    run_rank(options, bootstrap, torchrun.local_rank.unwrap_or(torchrun.rank), Env::from_process()?, record)
 }
 
 /// `ranks` ranks as threads of this process, placed on `options.gpus` GPUs round-robin and
@@ -307,7 +312,7 @@ pub(super) fn run_threads(options: &BenchOptions, ranks: usize) -> Result<Vec<Ve
     env.share_gpus = true;
     let (gpus, shared) = (options.gpus.max(1), options.clone());
     let outcomes = crate::launch::run_rank_threads(ranks, "weft-bench", move |rank, bootstrap| {
-        run_rank(&shared, bootstrap, rank % gpus, env.clone()).map_err(|e| e.to_string())
+        run_rank(&shared, bootstrap, rank % gpus, env.clone(), &mut progress::record).map_err(|e| e.to_string())
     })?;
     // Every rank's outcome: the first failure is often what made its peers time out.
     let (mut rows, mut failures) = (Vec::new(), Vec::new());
@@ -321,8 +326,15 @@ pub(super) fn run_threads(options: &BenchOptions, ranks: usize) -> Result<Vec<Ve
     if failures.is_empty() { Ok(rows) } else { Err(failures.join("; ").into()) }
 }
 
-/// One rank of the benchmark on GPU `gpu`, meeting its peers through `bootstrap`.
-fn run_rank(options: &BenchOptions, bootstrap: Arc<dyn Bootstrap>, gpu: usize, env: Env) -> Result<Vec<Row>, BoxError> {
+/// One rank of the benchmark on GPU `gpu`, meeting its peers through `bootstrap`; rank 0 calls
+/// `record` with each size it finishes.
+fn run_rank(
+    options: &BenchOptions,
+    bootstrap: Arc<dyn Bootstrap>,
+    gpu: usize,
+    env: Env,
+    record: &mut dyn FnMut(usize),
+) -> Result<Vec<Row>, BoxError> {
     let device = Device::new(gpu)?;
     let comm = Communicator::new(Arc::clone(&bootstrap), device.clone(), env.clone())?;
     let rank = comm.rank();
@@ -417,7 +429,7 @@ fn run_rank(options: &BenchOptions, bootstrap: Arc<dyn Bootstrap>, gpu: usize, e
             rows.push(row);
         }
         if rank == 0 {
-            progress::record(requested);
+            record(requested);
         }
     }
     me.barrier()?;
