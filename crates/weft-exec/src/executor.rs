@@ -4,7 +4,8 @@
 //! nothing else (no host synchronisation, no allocation once the kernel for the call's type
 //! and operator is loaded).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weft_core::device_code::type_defines;
@@ -167,9 +168,14 @@ pub struct PlanExecutor {
     /// replica of every launch, so every launch runs all of them): the same on every rank.
     slice_bytes: u64,
     library: KernelLibrary,
-    kernels: Mutex<HashMap<(DataType, ReduceOp), Arc<Kernel>>>,
-    /// The `(type, operator)` pairs launched at least once (see [`Self::launch`]).
-    launched: Mutex<HashSet<(DataType, ReduceOp)>>,
+    kernels: Mutex<HashMap<(DataType, ReduceOp), Arc<LoadedKernel>>>,
+}
+
+/// The kernel of one `(type, operator)`, and whether its first launch met every rank's (see
+/// [`PlanExecutor::launch`]).
+struct LoadedKernel {
+    kernel: Kernel,
+    met: AtomicBool,
 }
 
 impl std::fmt::Debug for PlanExecutor {
@@ -241,7 +247,6 @@ impl PlanExecutor {
             },
             library: KernelLibrary::new(comm.env().cache_dir.clone()),
             kernels: Mutex::default(),
-            launched: Mutex::default(),
         })
     }
 
@@ -266,7 +271,12 @@ impl PlanExecutor {
     }
 
     /// Compiles (or reads from the cache) and loads the kernel for `(dtype, op)`.
-    pub fn prepare(&self, dtype: DataType, op: ReduceOp) -> Result<Arc<Kernel>, ExecError> {
+    pub fn prepare(&self, dtype: DataType, op: ReduceOp) -> Result<(), ExecError> {
+        self.loaded(dtype, op).map(|_| ())
+    }
+
+    /// The kernel for `(dtype, op)`, compiled or read from the cache and loaded on first use.
+    fn loaded(&self, dtype: DataType, op: ReduceOp) -> Result<Arc<LoadedKernel>, ExecError> {
         let rank = self.comm.rank();
         if !supports_op(op) {
             return Err(ExecError::Unsupported(format!("the {} operator", op.name())));
@@ -282,7 +292,8 @@ impl PlanExecutor {
             defines.extend(static_ops_defines(&self.plan, rank));
         }
         let loaded = self.library.load_with(self.comm.device(), "executor.cu", &defines).map_err(gpu)?;
-        let kernel = Arc::new(loaded.module.kernel("weft_execute").map_err(gpu)?);
+        let kernel = loaded.module.kernel("weft_execute").map_err(gpu)?;
+        let kernel = Arc::new(LoadedKernel { kernel, met: AtomicBool::new(false) });
         kernels.insert((dtype, op), Arc::clone(&kernel));
         Ok(kernel)
     }
@@ -395,17 +406,16 @@ impl PlanExecutor {
         if count == 0 {
             return Ok(());
         }
-        let kernel = self.prepare(dtype, op)?;
+        let loaded = self.loaded(dtype, op)?;
         // The first launch of a type and operator waits for every rank to have its kernel: a
         // specialized kernel differs per rank and takes seconds to compile, and a rank that
         // launched first would wait that long in the kernel for its peers, past the timeout.
         // Launches are made in the same order on every rank, so this is the same call on all.
-        // The pair counts as launched only once the barrier has passed, so a call that failed
+        // The kernel counts as met only once the barrier has passed, so a call that failed
         // there meets its peers at the barrier again when retried.
-        let launched = || self.launched.lock().unwrap_or_else(|p| p.into_inner());
-        if !launched().contains(&(dtype, op)) {
+        if !loaded.met.load(Ordering::Acquire) {
             self.comm.barrier()?;
-            launched().insert((dtype, op));
+            loaded.met.store(true, Ordering::Release);
         }
         self.comm.settle_before_launch()?;
         let mut args = KernelArgs::new();
@@ -417,7 +427,7 @@ impl PlanExecutor {
         // SAFETY: the context's tables and buffers live as long as `self`; `input` and
         // `output` and the peers' outputs are the caller's contract; the kernel takes an
         // ExecContext and a PeerBuffers.
-        unsafe { kernel.launch(stream, config, &args) }.map_err(|source| ExecError::Gpu { rank, source })
+        unsafe { loaded.kernel.launch(stream, config, &args) }.map_err(|source| ExecError::Gpu { rank, source })
     }
 }
 
