@@ -257,11 +257,8 @@ fn parse_groups(collective: Collective, rules: &[Rule]) -> Result<Vec<RuleGroup>
     for rule in rules {
         let algorithm = Algorithm::from_name(collective, &rule.algorithm)
             .ok_or_else(|| format!("unknown algorithm {:?}", rule.algorithm))?;
-        let dtype = rule
-            .dtype
-            .as_deref()
-            .map(|n| DataType::ALL.into_iter().find(|t| t.name() == n).ok_or(format!("unknown dtype {n:?}")))
-            .transpose()?;
+        let dtype =
+            rule.dtype.as_deref().map(|n| DataType::from_name(n).ok_or(format!("unknown dtype {n:?}"))).transpose()?;
         if rule.ranks == Some(0) {
             return Err("a rule's ranks must be at least 1".into());
         }

@@ -97,6 +97,11 @@ impl DataType {
             DataType::F8E5M2 => "f8e5m2",
         }
     }
+
+    /// The type named `name` ([`DataType::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
 }
 
 impl ReduceOp {
@@ -113,6 +118,11 @@ impl ReduceOp {
             ReduceOp::Avg => "avg",
         }
     }
+
+    /// The operator named `name` ([`ReduceOp::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
 }
 
 #[cfg(test)]
@@ -127,5 +137,12 @@ mod tests {
         }
         assert_eq!(DataType::Bf16.size(), 2);
         assert_eq!(ReduceOp::from_raw(4), Some(ReduceOp::Avg));
+        for t in DataType::ALL {
+            assert_eq!(DataType::from_name(t.name()), Some(t));
+        }
+        for o in ReduceOp::ALL {
+            assert_eq!(ReduceOp::from_name(o.name()), Some(o));
+        }
+        assert_eq!((DataType::from_name("f128"), ReduceOp::from_name("xor")), (None, None));
     }
 }

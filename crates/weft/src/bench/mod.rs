@@ -162,12 +162,12 @@ pub fn format_size(bytes: f64) -> String {
 
 /// Parses a data type name.
 pub fn parse_dtype(s: &str) -> Result<DataType, String> {
-    DataType::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| format!("unknown dtype {s:?}"))
+    DataType::from_name(s).ok_or_else(|| format!("unknown dtype {s:?}"))
 }
 
 /// Parses an operator name.
 pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
-    ReduceOp::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| format!("unknown op {s:?}"))
+    ReduceOp::from_name(s).ok_or_else(|| format!("unknown op {s:?}"))
 }
 
 /// The message sizes of a sweep.
