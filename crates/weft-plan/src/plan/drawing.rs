@@ -173,8 +173,8 @@ impl OpGraph {
         for (g, members) in self.barriers.iter().enumerate() {
             let meet = n + g;
             for &m in members {
-                let first_of_lane = self.lanes.iter().any(|(_, _, r)| r.start == m);
-                if !first_of_lane {
+                // The operation before it in its thread block, if any, reaches the meeting.
+                if self.nodes[m].step > 0 {
                     next[m - 1].push((meet, 1));
                 }
                 next[meet].push((m, 0));
@@ -418,13 +418,10 @@ fn detail(op: &Op) -> String {
 }
 
 fn title(plan: &ExecutionPlan) -> String {
-    let collective = match plan.collective {
-        super::CollectiveKind::Broadcast { root } => format!("broadcast (root {root})"),
-        other => other.name().to_string(),
-    };
     format!(
-        "plan {}: {collective}, {} ranks, {} protocol, {} ops",
+        "plan {}: {}, {} ranks, {} protocol, {} ops",
         plan.name,
+        super::listing::collective_label(plan.collective),
         plan.nranks,
         plan.protocol.name(),
         plan.op_count()

@@ -15,10 +15,7 @@ use super::ExecutionPlan;
 /// ```
 pub(super) fn render(plan: &ExecutionPlan) -> String {
     let mut out = String::new();
-    let collective = match plan.collective {
-        super::CollectiveKind::Broadcast { root } => format!("broadcast (root {root})"),
-        other => other.name().to_string(),
-    };
+    let collective = collective_label(plan.collective);
     // Writing to a String cannot fail; the results are ignored deliberately.
     let _ = writeln!(
         out,
@@ -51,4 +48,12 @@ pub(super) fn render(plan: &ExecutionPlan) -> String {
         }
     }
     out
+}
+
+/// The collective as listings and drawings name it (a broadcast with its root).
+pub(super) fn collective_label(collective: super::CollectiveKind) -> String {
+    match collective {
+        super::CollectiveKind::Broadcast { root } => format!("broadcast (root {root})"),
+        other => other.name().to_string(),
+    }
 }
