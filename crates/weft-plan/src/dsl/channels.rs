@@ -260,21 +260,19 @@ impl ChannelProgram {
         if let Some(e) = &self.misuse {
             return Err(CompileError::Program(e.clone()));
         }
-        let misuse =
-            |reason: String| CompileError::Program(DslError::Constraint { algorithm: "channel program", reason });
         if let Some(rank) = self.packets_on
             && self.protocol != Protocol::Ll
         {
-            return Err(misuse(format!("put_packets on rank {rank} needs the LL protocol")));
+            return Err(CompileError::Program(misuse(format!("put_packets on rank {rank} needs the LL protocol"))));
         }
         // Thread blocks are numbered from 0 without gaps: asking for thread block 5 first makes
         // 0-4 too, and one left empty would still take a grid block (and miss every barrier).
         for rank in &self.ranks {
             if let Some(tb) = rank.threadblocks.iter().find(|t| t.ops.is_empty()) {
-                return Err(misuse(format!(
+                return Err(CompileError::Program(misuse(format!(
                     "thread block {} of rank {} has no operations (thread blocks are numbered from 0 without gaps)",
                     tb.id, rank.rank
-                )));
+                ))));
             }
         }
         let written = ExecutionPlan {
@@ -405,6 +403,11 @@ impl ThreadBlockGroup<'_> {
     }
 }
 
+/// A misuse of the channel program (the error names what was wrong).
+fn misuse(reason: String) -> DslError {
+    DslError::Constraint { algorithm: "channel program", reason }
+}
+
 /// Appends operations to one thread block (program order). A misuse (a channel of another
 /// rank, packets without the LL protocol) is reported by [`ChannelProgram::compile`].
 #[derive(Debug)]
@@ -422,7 +425,7 @@ impl ThreadBlockOps<'_> {
     }
 
     fn misused(&mut self, reason: String) {
-        self.misuse.get_or_insert(DslError::Constraint { algorithm: "channel program", reason });
+        self.misuse.get_or_insert(misuse(reason));
     }
 
     fn on(&mut self, ch: &impl Channel) -> Link {
