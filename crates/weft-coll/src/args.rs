@@ -187,6 +187,25 @@ impl<F: InDevice> Args<F> {
         Ok(total)
     }
 
+    /// Whether an AllToAll of `total` bytes per rank runs in place: `send == recv` (the input
+    /// is staged first, so the result is the out-of-place one, as NCCL's). Disjoint buffers
+    /// are not; buffers that overlap without being equal are an error (NCCL does not define
+    /// that layout). `recv` is checked as device memory when in place.
+    pub(crate) fn all_to_all_in_place(&self, send: DevicePtr, recv: DevicePtr, total: usize) -> Result<bool, String> {
+        let (s, r) = (Buffer { what: "send", ptr: send, len: total }, Buffer { what: "recv", ptr: recv, len: total });
+        if !s.overlaps(&r) {
+            return Ok(false);
+        }
+        if send != recv {
+            return Err(format!(
+                "send ({send:#x}) and recv ({recv:#x}) of {total} bytes overlap without being equal (in place means \
+                 sendbuff == recvbuff)"
+            ));
+        }
+        self.buffers(&[r], &[])?;
+        Ok(true)
+    }
+
     /// The counts and displacements (elements) of AllToAll as an AllToAllv: a block of `count`
     /// per rank.
     pub(crate) fn even_blocks(&self, count: usize) -> Result<([usize; MAX_RANKS], [usize; MAX_RANKS]), String> {
@@ -237,9 +256,11 @@ impl<F: InDevice> Args<F> {
     }
 
     /// A send/receive group: peers in range, buffers in device memory, no receive buffer
-    /// overlapping another buffer of the group, and every round's send to this rank matched by
-    /// a receive from it of the same size.
-    pub(crate) fn send_recv(&self, ops: &[P2pOp]) -> Result<(), String> {
+    /// overlapping another buffer of the group unless it is exactly a send buffer of the group
+    /// (same address and length: in place, the send is staged first), and every round's send to
+    /// this rank matched by a receive from it of the same size. The indices of the sends to
+    /// stage (empty when nothing is in place: no allocation).
+    pub(crate) fn send_recv(&self, ops: &[P2pOp]) -> Result<Vec<usize>, String> {
         let buffer = |op: &P2pOp| -> Result<Buffer, String> {
             if op.peer >= self.ranks {
                 return Err(format!("peer {} out of range for {} ranks", op.peer, self.ranks));
@@ -247,13 +268,24 @@ impl<F: InDevice> Args<F> {
             let what = if op.kind == P2pKind::Send { "send" } else { "recv" };
             Ok(Buffer { what, ptr: op.ptr, len: self.bytes(op.count, op.dtype, 1)? })
         };
+        let mut staged = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let a = buffer(op)?;
             self.buffers(&[a], &[])?;
-            for other in &ops[i + 1..] {
+            for (j, other) in ops.iter().enumerate().skip(i + 1) {
                 let b = buffer(other)?;
                 if (op.kind == P2pKind::Recv || other.kind == P2pKind::Recv) && a.overlaps(&b) {
-                    return Err(format!("a {} buffer overlaps a {} buffer of the same group", a.what, b.what));
+                    if op.kind == other.kind || (a.ptr, a.len) != (b.ptr, b.len) {
+                        return Err(format!(
+                            "a {} buffer overlaps a {} buffer of the same group (only a send and a receive of the \
+                             same buffer, same address and length, may share it: in place)",
+                            a.what, b.what
+                        ));
+                    }
+                    let send = if op.kind == P2pKind::Send { i } else { j };
+                    if !staged.contains(&send) {
+                        staged.push(send);
+                    }
                 }
             }
         }
@@ -261,7 +293,7 @@ impl<F: InDevice> Args<F> {
         if (0..).map_while(|r| p2p_round(ops, r)).any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
             return Err("a send to this rank needs a receive from it of the same size".into());
         }
-        Ok(())
+        Ok(staged)
     }
 }
 
@@ -310,7 +342,7 @@ mod tests {
             P2pOp { kind: P2pKind::Recv, peer: 1, ptr: BASE + 16, count: 4, dtype: F32 },
             P2pOp { kind: P2pKind::Send, peer: 3, ptr: BASE, count: 4, dtype: F32 },
         ];
-        assert_eq!(a.send_recv(&ops), Ok(()));
+        assert_eq!(a.send_recv(&ops), Ok(vec![]));
     }
 
     #[test]
@@ -350,6 +382,7 @@ mod tests {
         assert_err(a.blocked(false, BASE, BASE, 16, F32), "in place means recv = send + 64");
         assert_err(a.rooted(true, BASE, BASE + 4, 16, F32, 1), "overlap without the in-place layout");
         assert_err(a.all_to_all(BASE, BASE, 16, F32), "send and recv overlap");
+        assert_err(a.all_to_all_in_place(BASE, BASE + 4, 256), "overlap without being equal");
         let overlapping = a.all_to_allv(BASE, &[4; 4], &[0, 4, 8, 12], BASE + 32, &[4; 4], &[0, 4, 8, 12], F32);
         assert_err(overlapping, "overlap");
         let ops = [
@@ -359,7 +392,38 @@ mod tests {
         assert_err(a.send_recv(&ops), "a send buffer overlaps a recv buffer of the same group");
         // Two sends may share a source.
         let sends = [ops[0], P2pOp { peer: 2, ..ops[0] }];
-        assert_eq!(a.send_recv(&sends), Ok(()));
+        assert_eq!(a.send_recv(&sends), Ok(vec![]));
+        // Two receives into one buffer may not, even exactly.
+        let recvs = [ops[1], P2pOp { peer: 0, ..ops[1] }];
+        assert_err(a.send_recv(&recvs), "a recv buffer overlaps a recv buffer");
+    }
+
+    #[test]
+    fn in_place_all_to_all_and_send_receive_take_exactly_equal_buffers() {
+        let a = args();
+        assert_eq!(a.all_to_all_in_place(BASE, BASE, 256), Ok(true));
+        assert_eq!(a.all_to_all_in_place(BASE, BASE + 256, 256), Ok(false));
+        // Empty calls are never in place, whatever the pointers.
+        assert_eq!(a.all_to_all_in_place(0, 0, 0), Ok(false));
+        assert_err(a.all_to_all_in_place(BASE, BASE + 16, 256), "overlap without being equal");
+        assert_err(a.all_to_all_in_place(BASE + 16, BASE, 256), "in place means sendbuff == recvbuff");
+        // In place, recv must still be device memory of this GPU.
+        assert_err(a.all_to_all_in_place(0x1000, 0x1000, 256), "recv buffer");
+        let op = |kind, peer, ptr, count| P2pOp { kind, peer, ptr, count, dtype: F32 };
+        // Send to 2 and receive from 0 through the same buffer, as nccl-tests' in-place
+        // send/receive does; the send (index 0 or 1) is the one staged.
+        let ring = [op(P2pKind::Send, 2, BASE, 8), op(P2pKind::Recv, 0, BASE, 8)];
+        assert_eq!(a.send_recv(&ring), Ok(vec![0]));
+        let reversed = [ring[1], ring[0]];
+        assert_eq!(a.send_recv(&reversed), Ok(vec![1]));
+        // An in-place all-to-all as a group: block p is sent to p and received from p.
+        let blocks: Vec<P2pOp> = (0..4)
+            .flat_map(|p| [op(P2pKind::Send, p, BASE + 32 * p as u64, 8), op(P2pKind::Recv, p, BASE + 32 * p as u64, 8)])
+            .collect();
+        assert_eq!(a.send_recv(&blocks), Ok(vec![0, 2, 4, 6]));
+        // Partially overlapping, or of another length: refused.
+        assert_err(a.send_recv(&[ring[0], op(P2pKind::Recv, 0, BASE + 4, 8)]), "same address and length");
+        assert_err(a.send_recv(&[ring[0], op(P2pKind::Recv, 0, BASE, 4)]), "a send buffer overlaps a recv buffer");
     }
 
     #[test]

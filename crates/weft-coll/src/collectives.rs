@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig, PortRoute};
 use weft_exec::{ExecConfig, PlanExecutor};
-use weft_gpu::{DevicePtr, KernelArgs, LaunchConfig, Stream};
+use weft_gpu::{AllocKind, DeviceMemory, DevicePtr, KernelArgs, LaunchConfig, Stream};
 
 use weft_types::{DataType, PeerBuffers, ReduceOp};
 
@@ -88,6 +88,10 @@ pub struct Collectives {
     port_allpairs: Mutex<Option<Arc<PortAllPairs>>>,
     /// The rank's proxy for both, started by the first of them: one polling thread per GPU.
     port_proxy: Mutex<Option<PortProxy>>,
+    /// Staging for in-place AllToAll and send/receive calls larger than the scratch's own slot
+    /// (see [`Collectives::staging`]): grown by eager calls, never shrunk; the last is the
+    /// largest, the others stay alive for graphs captured while they were in use.
+    in_place_staging: Mutex<Vec<DeviceMemory>>,
     zero_copy_calls: AtomicU64,
     refused_calls: AtomicU64,
     /// Plan launches on the interpreter kernel (0) and on specialized kernels (1).
@@ -145,6 +149,7 @@ impl Collectives {
             port_ring: Mutex::default(),
             port_allpairs: Mutex::default(),
             port_proxy: Mutex::default(),
+            in_place_staging: Mutex::default(),
             zero_copy_calls: AtomicU64::new(0),
             refused_calls: AtomicU64::new(0),
             plan_launches: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -513,7 +518,10 @@ impl Collectives {
     }
 
     /// AllToAll: block p (`count` elements) of `send` goes to rank p, block p of `recv` comes
-    /// from rank p. `send` and `recv` must not overlap.
+    /// from rank p. `send` and `recv` are disjoint, or equal (in place: the input is first
+    /// copied to staging on `stream`, so the result is the out-of-place one; the call then runs
+    /// exactly as an out-of-place one, so ranks in place and ranks out of place mix). Buffers
+    /// that overlap without being equal are an error.
     ///
     /// # Safety
     /// As for [`Collectives::all_reduce`].
@@ -528,6 +536,13 @@ impl Collectives {
         let n = self.ranks();
         let args = self.args(stream)?;
         let total = args.bytes(count, dtype, n).map_err(|d| self.invalid(d))?;
+        let send = if args.all_to_all_in_place(send, recv, total).map_err(|d| self.invalid(d))? {
+            // SAFETY: `recv` holds `total` bytes of device memory (checked; caller contract).
+            let staged = unsafe { self.stage(&[(recv, total)], stream)? };
+            staged.first().copied().ok_or_else(|| self.invalid("no staging for the in-place input".into()))?
+        } else {
+            send
+        };
         if let Algorithm::Plan(id) = self.choose(Collective::AllToAll, total, dtype, ReduceOp::Sum, |_| 0)? {
             args.all_to_all(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
             // SAFETY: forwarded caller contract; buffers checked above.
@@ -537,6 +552,62 @@ impl Collectives {
         let (counts, displs) = (&counts[..n.min(counts.len())], &displs[..n.min(displs.len())]);
         // SAFETY: forwarded caller contract.
         unsafe { self.all_to_allv(send, counts, displs, recv, counts, displs, dtype, stream) }
+    }
+
+    /// Copies each `(source, bytes)` into staging on `stream`, each at a 16-byte aligned
+    /// offset, and returns the copies' addresses. Staging is slot `rank` of this rank's scratch
+    /// when they fit: the slot of the scratch that no peer writes into during a send/receive
+    /// launch (a sender writes the slot of its own rank in the receiver's scratch), and that
+    /// no collective kernel of another call uses while this call's work runs (calls on a
+    /// communicator run in stream order). Larger, a buffer of this rank: allocated by an eager
+    /// call, reused by later calls (captured ones included); a captured call that needs more
+    /// than the largest so far is `CollError::Unsupported`, since allocating is not capturable.
+    ///
+    /// # Safety
+    /// Every source must be device memory of this GPU for its length (checked by the caller).
+    unsafe fn stage(&self, sources: &[(DevicePtr, usize)], stream: &Stream) -> Result<Vec<DevicePtr>, CollError> {
+        let rank = self.comm.rank();
+        let total: usize = sources.iter().map(|&(_, len)| len.next_multiple_of(16)).sum();
+        let base = self.staging(total, stream)?;
+        let mut copies = Vec::with_capacity(sources.len());
+        let mut at = base;
+        for &(source, len) in sources {
+            // SAFETY: the staging holds `total` bytes from `base`, and this copy's range lies
+            // inside it; the source is the caller's contract.
+            unsafe { stream.copy_async(at, source, len) }.map_err(|source| CollError::Gpu { rank, source })?;
+            copies.push(at);
+            at += len.next_multiple_of(16) as u64;
+        }
+        Ok(copies)
+    }
+
+    /// The base of at least `bytes` of staging (see [`Collectives::stage`]).
+    fn staging(&self, bytes: usize, stream: &Stream) -> Result<DevicePtr, CollError> {
+        let (rank, context) = (self.comm.rank(), self.resources.context());
+        // weft_p2p's slot: the same formula as the kernel's.
+        let slot = (2 * context.chunk_bytes / context.ranks.max(1) as u64) & !31;
+        if bytes as u64 <= slot {
+            return Ok(context.scratch + rank as u64 * slot);
+        }
+        let mut buffers = self.in_place_staging.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = buffers.last().filter(|b| b.len() >= bytes) {
+            return Ok(b.ptr());
+        }
+        if stream.is_capturing().map_err(|source| CollError::Gpu { rank, source })? {
+            return Err(CollError::Unsupported {
+                rank,
+                detail: format!(
+                    "an in-place AllToAll or send/receive group staging {bytes} bytes (more than the scratch slot of \
+                     {slot}) needs a staging buffer, allocated on first use, and allocating is not capturable: run \
+                     the call once before capturing it, or raise WEFT_CHUNK_BYTES"
+                ),
+            });
+        }
+        let memory = DeviceMemory::alloc(self.comm.device(), bytes.next_power_of_two(), AllocKind::Legacy)
+            .map_err(|source| CollError::Gpu { rank, source })?;
+        let ptr = memory.ptr();
+        buffers.push(memory);
+        Ok(ptr)
     }
 
     /// AllToAllv: `send_counts[p]` elements at `send + send_displs[p]` go to rank p,
@@ -579,7 +650,23 @@ impl Collectives {
     /// work is done, and the peers must post the matching operations.
     pub unsafe fn send_recv(&self, ops: &[P2pOp], stream: &Stream) -> Result<Algorithm, CollError> {
         // Every round is checked before any is launched, so a bad group enqueues nothing.
-        self.args(stream)?.send_recv(ops).map_err(|d| self.invalid(d))?;
+        let in_place = self.args(stream)?.send_recv(ops).map_err(|d| self.invalid(d))?;
+        // A send from the buffer a receive of the group writes reads a staged copy instead.
+        let staged_ops;
+        let ops = if in_place.is_empty() {
+            ops
+        } else {
+            let sources: Vec<(DevicePtr, usize)> =
+                in_place.iter().map(|&i| (ops[i].ptr, ops[i].count * ops[i].dtype.size())).collect();
+            // SAFETY: every source is a send buffer of the group, checked above.
+            let copies = unsafe { self.stage(&sources, stream)? };
+            let mut moved = ops.to_vec();
+            for (&i, ptr) in in_place.iter().zip(copies) {
+                moved[i].ptr = ptr;
+            }
+            staged_ops = moved;
+            &staged_ops
+        };
         // Point-to-point transfers move bytes: every type is supported.
         let algorithm = self.choose(Collective::SendRecv, 0, DataType::U8, ReduceOp::Sum, |_| 0)?;
         // Round i carries the i-th operation of every (peer, direction), matching the peers'

@@ -475,6 +475,37 @@ pub(crate) fn config_mismatch(mine: &str, all: &[Vec<u8>]) -> Option<String> {
 }
 
 impl CollConfig {
+    /// Applies a communicator's limits on the thread blocks of one launch (NCCL's
+    /// `ncclConfig_t.minCTAs` and `maxCTAs`): the LL, HB and `port_ring` grids (workers and
+    /// driver) are raised to `min` and capped at `max`, `max` winning. Two limits stay: HB
+    /// keeps at least 2 blocks (send/receive takes a semaphore per peer and direction, and a
+    /// send/receive launch still runs at least `2 * ranks` blocks, one per direction), and the
+    /// plans keep the shape their executor was set up with (`plan_replicas` is capped at `max`
+    /// too). Returns what changed, for the log; `None` when nothing did.
+    pub fn limit_blocks(&mut self, min: Option<u32>, max: Option<u32>) -> Option<String> {
+        let before = format!(
+            "LL {}, HB {}, port ring {} + 1, plan replicas {:?}",
+            self.ll_blocks, self.hb_blocks, self.port_ring_blocks, self.plan_replicas
+        );
+        let clamp = |blocks: u32, floor: u32| {
+            let raised = min.map_or(blocks, |m| blocks.max(m));
+            max.map_or(raised, |m| raised.min(m)).max(floor)
+        };
+        self.ll_blocks = clamp(self.ll_blocks, 1);
+        self.hb_blocks = clamp(self.hb_blocks, 2);
+        // The port ring's launch has a driver block besides its workers.
+        let ring = clamp(self.port_ring_blocks + 1, 2) - 1;
+        self.port_ring_blocks = ring.min(MAX_PORT_RING_BLOCKS);
+        if let Some(m) = max {
+            self.plan_replicas = Some(self.plan_replicas.map_or(m, |r| r.min(m)).max(1));
+        }
+        let after = format!(
+            "LL {}, HB {}, port ring {} + 1, plan replicas {:?}",
+            self.ll_blocks, self.hb_blocks, self.port_ring_blocks, self.plan_replicas
+        );
+        (before != after).then(|| format!("{before} -> {after}"))
+    }
+
     /// Shrinks every grid to `sms` blocks: the blocks of one launch wait for each other and for
     /// the peers' blocks, so all must be resident at once, at one block per SM (an HB block
     /// may take a whole SM). `Collectives::new` applies it only when ranks share a GPU
@@ -514,6 +545,27 @@ mod tests {
         assert!(!with(Some("0")).unwrap().plan_specialize);
         let bad = with(Some("yes")).unwrap_err();
         assert!(bad.contains("WEFT_PLAN_SPECIALIZE=\"yes\": expected 0 or 1"), "{bad}");
+    }
+
+    #[test]
+    fn block_limits_raise_and_cap_every_grid() {
+        let mut c = CollConfig::default();
+        assert_eq!(c.limit_blocks(None, None), None);
+        // Limits the defaults already meet change nothing.
+        assert_eq!(c.limit_blocks(Some(4), None), None);
+        assert_eq!(c, CollConfig::default());
+        let mut c = CollConfig::default();
+        let changed = c.limit_blocks(Some(4), Some(32)).unwrap();
+        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks, c.plan_replicas), (32, 32, 31, Some(32)));
+        assert!(changed.contains("HB 128") && changed.contains("-> LL 32"), "{changed}");
+        // A floor above the defaults raises them; the cap still wins.
+        let mut c = CollConfig::default();
+        c.limit_blocks(Some(200), None);
+        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (200, 200, MAX_PORT_RING_BLOCKS));
+        let mut c = CollConfig::default();
+        c.limit_blocks(Some(1), Some(1));
+        // HB keeps the 2 blocks send/receive needs; the port ring its driver and one worker.
+        assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks, c.plan_replicas), (1, 2, 1, Some(1)));
     }
 
     #[test]
