@@ -32,7 +32,8 @@
 //! | `WEFT_NCCL_FALLBACK_LIB` | the real `libnccl.so.2` behind weft's own (crate weft-nccl), loaded with `RTLD_DEEPBIND` | unset: no fallback |
 //! | `WEFT_NCCL_FORCE_FALLBACK` | collectives weft's `libnccl.so.2` sends to the fallback: `allreduce,allgather,...` or `all` (weft-nccl) | empty |
 //! | `WEFT_NCCL_ROOT_IP` | IP that weft's `ncclGetUniqueId` advertises for rank 0's rendezvous (weft-nccl) | default-route interface, else `127.0.0.1` |
-//! | `WEFT_NCCL_LOG` | `tracing` filter for weft-nccl's stderr log, e.g. `debug` (each call's route) | unset |
+//! | `WEFT_NCCL_LOG` | `tracing` filter for weft-nccl's stderr log, e.g. `debug` (each call's route), `info` (config hints ignored, block limits) | unset: `WEFT_LOG` |
+//! | `WEFT_LOG` | `tracing` filter for the `weft` command's log and, unless `WEFT_NCCL_LOG` is set, weft-nccl's | `warn` (`weft`), unset (weft-nccl) |
 //!
 //! One CUDA variable matters too: `CUDA_DEVICE_MAX_CONNECTIONS` ([`CUDA_QUEUES_VAR`]), see
 //! [`cuda_queues_ok`].

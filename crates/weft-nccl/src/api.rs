@@ -206,7 +206,7 @@ pub unsafe fn comm_split(
     let item = Deferred::Split { spec: Box::new(spec), out: out as usize };
     match group::with(|g| g.push(item)) {
         Ok(()) => Ok(()),
-        Err(item) => exec::run(vec![item]),
+        Err(item) => exec::run("ncclCommSplit", vec![item]),
     }
 }
 
@@ -268,6 +268,7 @@ pub unsafe fn comm_get_async_error(handle: ncclComm_t, out: *mut ncclResult_t) -
 fn async_error(comm: &Comm) -> Result<ncclResult_t, NcclError> {
     let report = |e: &NcclError| {
         crate::guard::set_last_error(&e.message);
+        comm.record_error(&e.message);
         e.raw()
     };
     if let Some(e) = lock(&comm.async_error).as_ref() {
@@ -317,7 +318,7 @@ fn enqueue(handle: ncclComm_t, call: Call) -> Result<(), NcclError> {
     match group::with(|g| g.push(Deferred::Call { comm, call })) {
         Ok(()) => Ok(()),
         Err(Deferred::Call { comm, call }) => exec::run_one(&comm, call),
-        Err(other) => exec::run(vec![other]),
+        Err(other) => exec::run("ncclGroupEnd", vec![other]),
     }
 }
 
@@ -373,7 +374,7 @@ pub fn group_start() -> Result<(), NcclError> {
 /// calls.
 pub fn group_end() -> Result<(), NcclError> {
     match group::with(|g| g.end())? {
-        Some(items) => exec::run(items),
+        Some(items) => exec::run("ncclGroupEnd", items),
         None => Ok(()),
     }
 }

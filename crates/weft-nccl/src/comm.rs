@@ -3,7 +3,7 @@
 //! that every rank agrees on what the communicator can do).
 
 use std::collections::{BTreeSet, HashMap};
-use std::ffi::{CStr, c_int};
+use std::ffi::{CStr, CString, c_int};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -86,6 +86,8 @@ pub struct Comm {
     /// A failure found after the call that caused it returned (reported by
     /// `ncclCommGetAsyncError`).
     pub async_error: Mutex<Option<NcclError>>,
+    /// The message of the last failed call on this communicator (`ncclGetLastError(comm)`).
+    last_error: Mutex<String>,
 }
 
 impl Comm {
@@ -98,7 +100,18 @@ impl Comm {
             state: RwLock::new(State::Pending),
             custom_ops: Mutex::default(),
             async_error: Mutex::default(),
+            last_error: Mutex::default(),
         })
+    }
+
+    /// Keeps `message` as this communicator's last error.
+    pub fn record_error(&self, message: &str) {
+        *lock(&self.last_error) = message.replace('\0', " ");
+    }
+
+    /// The message of the last failed call on this communicator (empty: none).
+    pub fn last_error(&self) -> String {
+        lock(&self.last_error).clone()
     }
 
     /// Records the outcome of the initialisation.
@@ -167,7 +180,7 @@ pub fn unpublish(handle: ncclComm_t) -> Result<Arc<Comm>, NcclError> {
     Ok(comm)
 }
 
-/// The `ncclConfig_t` fields weft honours.
+/// The `ncclConfig_t` of a communicator as weft reads it (see [`parse_config`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommConfig {
     /// `commName`.
@@ -175,11 +188,190 @@ pub struct CommConfig {
     /// `blocking == 0`: calls may return before they finish. weft's calls always finish
     /// before returning, which a non-blocking communicator allows.
     pub nonblocking: bool,
+    /// `minCTAs`: the fewest thread blocks of one of weft's launches (see
+    /// `CollConfig::limit_blocks`).
+    pub min_ctas: Option<u32>,
+    /// `maxCTAs`: the most thread blocks of one of weft's launches.
+    pub max_ctas: Option<u32>,
+    /// `splitShare == 1`: a split's child may share its parent's resources. weft's child
+    /// always has its own (a hint NCCL may ignore too); passed to the fallback.
+    pub split_share: bool,
+    /// The hints weft has no equivalent for, set to a value other than their default, as
+    /// `field = value` (logged once per process at info level, passed to the fallback).
+    pub ignored: Vec<String>,
+    /// The fields the fallback's communicator gets (every hint as the application set it).
+    pub fallback: FallbackConfig,
 }
 
-/// Reads `config` (null: defaults). Fields weft does not implement must keep their
-/// `NCCL_CONFIG_INITIALIZER` value (or the value NCCL documents as the default, which changes
-/// nothing); anything else is `ncclInvalidArgument` naming the field.
+/// The `ncclConfig_t` hints passed on to the fallback's communicator: the application's values
+/// (checked), strings owned. `blocking` is left unset: weft calls the fallback blocking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FallbackConfig {
+    ints: [(HintField, c_int); 12],
+    net_name: Option<CString>,
+    comm_name: Option<CString>,
+}
+
+impl Default for FallbackConfig {
+    fn default() -> Self {
+        Self { ints: HintField::ALL.map(|f| (f, ffi::NCCL_CONFIG_UNDEF_INT)), net_name: None, comm_name: None }
+    }
+}
+
+impl FallbackConfig {
+    /// Whether every hint is unset (the fallback then gets no config at all).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Runs `f` with this configuration as an `ncclConfig_t` (its strings live during `f`).
+    pub fn with_c<R>(&self, f: impl FnOnce(*mut ncclConfig_t) -> R) -> R {
+        let mut c = ncclConfig_t::default();
+        for &(field, value) in &self.ints {
+            *field.slot(&mut c) = value;
+        }
+        c.netName = self.net_name.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+        c.commName = self.comm_name.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+        f(&mut c)
+    }
+}
+
+/// The integer hints of `ncclConfig_t` (NCCL 2.28), with the values NCCL 2.28 accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HintField {
+    CgaClusterSize,
+    MinCtas,
+    MaxCtas,
+    SplitShare,
+    TrafficClass,
+    CollnetEnable,
+    CtaPolicy,
+    ShrinkShare,
+    NvlsCtas,
+    NChannelsPerNetPeer,
+    NvlinkCentricSched,
+    /// `blocking` (never passed to the fallback: kept unset there).
+    Blocking,
+}
+
+impl HintField {
+    const ALL: [HintField; 12] = [
+        HintField::CgaClusterSize,
+        HintField::MinCtas,
+        HintField::MaxCtas,
+        HintField::SplitShare,
+        HintField::TrafficClass,
+        HintField::CollnetEnable,
+        HintField::CtaPolicy,
+        HintField::ShrinkShare,
+        HintField::NvlsCtas,
+        HintField::NChannelsPerNetPeer,
+        HintField::NvlinkCentricSched,
+        HintField::Blocking,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            HintField::CgaClusterSize => "cgaClusterSize",
+            HintField::MinCtas => "minCTAs",
+            HintField::MaxCtas => "maxCTAs",
+            HintField::SplitShare => "splitShare",
+            HintField::TrafficClass => "trafficClass",
+            HintField::CollnetEnable => "collnetEnable",
+            HintField::CtaPolicy => "CTAPolicy",
+            HintField::ShrinkShare => "shrinkShare",
+            HintField::NvlsCtas => "nvlsCTAs",
+            HintField::NChannelsPerNetPeer => "nChannelsPerNetPeer",
+            HintField::NvlinkCentricSched => "nvlinkCentricSched",
+            HintField::Blocking => "blocking",
+        }
+    }
+
+    fn slot(self, c: &mut ncclConfig_t) -> &mut c_int {
+        match self {
+            HintField::CgaClusterSize => &mut c.cgaClusterSize,
+            HintField::MinCtas => &mut c.minCTAs,
+            HintField::MaxCtas => &mut c.maxCTAs,
+            HintField::SplitShare => &mut c.splitShare,
+            HintField::TrafficClass => &mut c.trafficClass,
+            HintField::CollnetEnable => &mut c.collnetEnable,
+            HintField::CtaPolicy => &mut c.CTAPolicy,
+            HintField::ShrinkShare => &mut c.shrinkShare,
+            HintField::NvlsCtas => &mut c.nvlsCTAs,
+            HintField::NChannelsPerNetPeer => &mut c.nChannelsPerNetPeer,
+            HintField::NvlinkCentricSched => &mut c.nvlinkCentricSched,
+            HintField::Blocking => &mut c.blocking,
+        }
+    }
+
+    /// Whether NCCL 2.28 accepts `value` (set, not `NCCL_CONFIG_UNDEF_INT`), and what it
+    /// expects otherwise. `trafficClass` takes any value.
+    fn check(self, value: c_int) -> Result<(), &'static str> {
+        let ok = match self {
+            HintField::CgaClusterSize => value >= 0,
+            HintField::MinCtas | HintField::MaxCtas | HintField::NvlsCtas => value > 0,
+            HintField::SplitShare
+            | HintField::CollnetEnable
+            | HintField::ShrinkShare
+            | HintField::NvlinkCentricSched
+            | HintField::Blocking => value == 0 || value == 1,
+            // NCCL_CTA_POLICY_DEFAULT (0), _EFFICIENCY (1), _ZERO (2) and their combination.
+            HintField::CtaPolicy => (0..=3).contains(&value),
+            // MAXCHANNELS.
+            HintField::NChannelsPerNetPeer => (1..=64).contains(&value),
+            HintField::TrafficClass => true,
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(match self {
+            HintField::CgaClusterSize => "expected 0 or more",
+            HintField::MinCtas | HintField::MaxCtas | HintField::NvlsCtas => "expected 1 or more",
+            HintField::CtaPolicy => "expected NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY, _ZERO or a combination (0..=3)",
+            HintField::NChannelsPerNetPeer => "expected 1..=64",
+            _ => "expected 0 or 1",
+        })
+    }
+
+    /// The value that changes nothing in NCCL either (its default), if there is one besides
+    /// unset.
+    fn default_value(self) -> Option<c_int> {
+        match self {
+            HintField::SplitShare
+            | HintField::CollnetEnable
+            | HintField::CtaPolicy
+            | HintField::ShrinkShare
+            | HintField::NvlinkCentricSched => Some(0),
+            _ => None,
+        }
+    }
+}
+
+/// Logs each hint of `ignored` (`field = value`) that this process has not logged yet, at info
+/// level: once per process and field, not once per communicator.
+fn log_ignored_once(ignored: &[String]) {
+    static LOGGED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let mut logged = lock(&LOGGED);
+    for hint in ignored {
+        let field = hint.split(" = ").next().unwrap_or(hint).to_string();
+        if logged.insert(field) {
+            tracing::info!(
+                "ncclConfig_t.{hint}: weft has no equivalent and ignores this hint (the fallback NCCL, if loaded, \
+                 gets it); logged once per process"
+            );
+        }
+    }
+}
+
+/// Reads `config` (null: defaults), accepting every `ncclConfig_t` hint of NCCL 2.28 with any
+/// value NCCL 2.28 accepts, and refusing (`ncclInvalidArgument`, naming the field) exactly the
+/// values it refuses: `blocking`, `splitShare`, `shrinkShare`, `collnetEnable`,
+/// `nvlinkCentricSched` other than 0 or 1; a negative `cgaClusterSize`; `minCTAs`, `maxCTAs`,
+/// `nvlsCTAs` below 1; `minCTAs` above `maxCTAs` (NCCL compares them even when `maxCTAs` is
+/// unset, so `minCTAs` needs `maxCTAs`); `CTAPolicy` outside 0..=3; `nChannelsPerNetPeer`
+/// outside 1..=64. weft honours `commName`, `blocking`, `minCTAs` and `maxCTAs` (block limits
+/// of its launches); `splitShare` and the rest are hints it has no equivalent for: logged once
+/// per process at info level ([`log_ignored_once`]) and passed to the fallback.
 ///
 /// # Safety
 /// `config` must be null or point to a readable `ncclConfig_t` of at least its `size` bytes.
@@ -208,50 +400,52 @@ pub unsafe fn parse_config(config: *const ncclConfig_t) -> Result<CommConfig, Nc
         )));
     }
     let undef = ffi::NCCL_CONFIG_UNDEF_INT;
-    let unsupported = |field: &str, value: String| {
-        NcclError::invalid_argument(format!(
-            "ncclConfig_t.{field} = {value} is not supported by weft (leave it at its NCCL_CONFIG_INITIALIZER value)"
-        ))
-    };
-    let nonblocking = match c.blocking {
-        v if v == undef || v == 1 => false,
-        0 => true,
-        v => return Err(NcclError::invalid_argument(format!("ncclConfig_t.blocking = {v}: expected 0 or 1"))),
-    };
-    // Performance and placement knobs weft has no equivalent for: only "unset" is accepted.
-    for (field, value) in [
-        ("cgaClusterSize", c.cgaClusterSize),
-        ("minCTAs", c.minCTAs),
-        ("maxCTAs", c.maxCTAs),
-        ("trafficClass", c.trafficClass),
-        ("nvlsCTAs", c.nvlsCTAs),
-        ("nChannelsPerNetPeer", c.nChannelsPerNetPeer),
-    ] {
-        if value != undef {
-            return Err(unsupported(field, value.to_string()));
+    let mut fallback = FallbackConfig::default();
+    let mut ignored = Vec::new();
+    for (slot, field) in fallback.ints.iter_mut().zip(HintField::ALL) {
+        let value = *field.slot(&mut c);
+        if value == undef {
+            continue;
+        }
+        field.check(value).map_err(|expected| {
+            NcclError::invalid_argument(format!("ncclConfig_t.{} = {value}: {expected}", field.name()))
+        })?;
+        let honoured = matches!(field, HintField::MinCtas | HintField::MaxCtas | HintField::Blocking);
+        if !honoured && field.default_value() != Some(value) {
+            ignored.push(format!("{} = {value}", field.name()));
+        }
+        if field != HintField::Blocking {
+            *slot = (field, value);
         }
     }
-    // Features that are off by default: unset or 0 (NCCL's default) only.
-    for (field, value) in [
-        ("splitShare", c.splitShare),
-        ("collnetEnable", c.collnetEnable),
-        ("CTAPolicy", c.CTAPolicy),
-        ("shrinkShare", c.shrinkShare),
-        ("nvlinkCentricSched", c.nvlinkCentricSched),
-    ] {
-        if value != undef && value != 0 {
-            return Err(unsupported(field, value.to_string()));
-        }
+    if c.minCTAs != undef && c.minCTAs > c.maxCTAs {
+        let max = if c.maxCTAs == undef { "unset".to_string() } else { c.maxCTAs.to_string() };
+        return Err(NcclError::invalid_argument(format!(
+            "ncclConfig_t.minCTAs = {} exceeds maxCTAs = {max} (NCCL refuses minCTAs without a maxCTAs at least as \
+             large)",
+            c.minCTAs
+        )));
     }
-    if !c.netName.is_null() {
-        // SAFETY: a non-null netName is a NUL-terminated string (nccl.h contract).
-        let name = unsafe { CStr::from_ptr(c.netName) }.to_string_lossy().into_owned();
-        return Err(unsupported("netName", format!("{name:?}")));
+    let string = |p: *const std::ffi::c_char| {
+        // SAFETY: a non-null netName or commName is a NUL-terminated string (nccl.h contract).
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_owned())
+    };
+    fallback.net_name = string(c.netName);
+    fallback.comm_name = string(c.commName);
+    if let Some(net) = &fallback.net_name {
+        ignored.push(format!("netName = {:?}", net.to_string_lossy()));
     }
-    let name = (!c.commName.is_null())
-        // SAFETY: a non-null commName is a NUL-terminated string (nccl.h contract).
-        .then(|| unsafe { CStr::from_ptr(c.commName) }.to_string_lossy().into_owned());
-    Ok(CommConfig { name, nonblocking })
+    log_ignored_once(&ignored);
+    let positive = |v: c_int| u32::try_from(v).ok().filter(|&v| v > 0);
+    Ok(CommConfig {
+        name: fallback.comm_name.as_ref().map(|n| n.to_string_lossy().into_owned()),
+        nonblocking: c.blocking == 0,
+        min_ctas: positive(c.minCTAs),
+        max_ctas: positive(c.maxCTAs),
+        split_share: c.splitShare == 1,
+        ignored,
+        fallback,
+    })
 }
 
 /// How a new communicator finds its peers.
@@ -307,16 +501,16 @@ pub fn initialise(spec: InitSpec) -> Result<Option<(Ready, usize, usize)>, NcclE
             let bs = TcpBootstrap::builder().connect(&id, spec.rank, spec.nranks)?;
             let ip = bs.listen_addr().ip();
             let bs: Arc<dyn Bootstrap> = Arc::new(bs);
-            let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks)?;
+            let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks, &spec.config.fallback)?;
             (bs, ip, fallback, spec.rank, spec.nranks)
         }
         Rendezvous::InProcess(bs) => {
             let bs: Arc<dyn Bootstrap> = Arc::new(bs);
-            let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks)?;
+            let fallback = fallback::create(&*bs, &device, spec.rank, spec.nranks, &spec.config.fallback)?;
             (bs, IpAddr::V4(Ipv4Addr::LOCALHOST), fallback, spec.rank, spec.nranks)
         }
         Rendezvous::Split { parent, color, key } => {
-            let fallback = split_fallback(&parent, &device, color, key)?;
+            let fallback = split_fallback(&parent, &device, color, key, &spec.config.fallback)?;
             let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
             let all = parent.bootstrap.all_gather(&mine)?;
             let entries: Vec<(c_int, c_int)> = all
@@ -346,7 +540,7 @@ pub fn initialise(spec: InitSpec) -> Result<Option<(Ready, usize, usize)>, NcclE
             (Arc::new(bs), ip, fallback, rank, members.len())
         }
     };
-    let native = native(&bootstrap, &device, env);
+    let native = native(&bootstrap, &device, env, &spec.config);
     let weft = agree(&*bootstrap, native, fallback.is_some(), env)?;
     if let (Err(why), None) = (&weft, &fallback) {
         return Err(NcclError::invalid_usage(format!(
@@ -371,22 +565,40 @@ fn split_fallback(
     device: &Device,
     color: c_int,
     key: c_int,
+    config: &FallbackConfig,
 ) -> Result<Option<FallbackComm>, NcclError> {
     let Some(pf) = &parent.fallback else { return Ok(None) };
     let f = pf.fallback;
     let split = f.entry("ncclCommSplit", f.api.comm_split)?;
     device.bind()?;
     let mut raw = std::ptr::null_mut();
-    // SAFETY: live parent communicator, out-pointer to a local, null config (defaults).
-    let code = unsafe { split(pf.raw(), color, key, &mut raw, std::ptr::null_mut()) };
+    let code = if config.is_default() {
+        // SAFETY: live parent communicator, out-pointer to a local, null config (the parent's).
+        unsafe { split(pf.raw(), color, key, &mut raw, std::ptr::null_mut()) }
+    } else {
+        // SAFETY: as above, with a config that lives during the call.
+        config.with_c(|c| unsafe { split(pf.raw(), color, key, &mut raw, c) })
+    };
     f.check("ncclCommSplit", code)?;
     // SAFETY: the fallback just created `raw` (null for NCCL_SPLIT_NOCOLOR); we own it.
     Ok((!raw.is_null()).then(|| unsafe { FallbackComm::adopt(f, raw) }))
 }
 
-fn native(bootstrap: &Arc<dyn Bootstrap>, device: &Device, env: &NcclEnv) -> Result<Native, NcclError> {
+fn native(
+    bootstrap: &Arc<dyn Bootstrap>,
+    device: &Device,
+    env: &NcclEnv,
+    hints: &CommConfig,
+) -> Result<Native, NcclError> {
     let comm = Communicator::new(Arc::clone(bootstrap), device.clone(), env.weft.clone())?;
-    let config = CollConfig::from_env(&env.weft).map_err(NcclError::invalid_usage)?;
+    let mut config = CollConfig::from_env(&env.weft).map_err(NcclError::invalid_usage)?;
+    if let Some(change) = config.limit_blocks(hints.min_ctas, hints.max_ctas) {
+        tracing::info!(
+            min_ctas = ?hints.min_ctas,
+            max_ctas = ?hints.max_ctas,
+            "ncclConfig_t minCTAs/maxCTAs: blocks per launch {change}"
+        );
+    }
     let coll = Collectives::new(&comm, config)?;
     Ok(Native { comm, coll })
 }
@@ -423,37 +635,105 @@ mod tests {
     use super::*;
     use std::ffi::CString;
 
+    /// `parse_config` of `c`.
+    fn parse(c: &ncclConfig_t) -> Result<CommConfig, NcclError> {
+        // SAFETY: a live config of its full size.
+        unsafe { parse_config(c) }
+    }
+
     #[test]
-    fn configs_accept_defaults_and_reject_unsupported_fields() {
+    fn every_nccl_2_28_hint_is_accepted_and_the_cta_limits_honoured() {
         // SAFETY: null is allowed.
         assert_eq!(unsafe { parse_config(std::ptr::null()) }.unwrap(), CommConfig::default());
-        let name = CString::new("tp").unwrap();
-        let mut c = ncclConfig_t { blocking: 0, commName: name.as_ptr(), splitShare: 0, ..ncclConfig_t::default() };
-        // SAFETY: a live config.
-        let parsed = unsafe { parse_config(&c) }.unwrap();
-        assert_eq!(parsed, CommConfig { name: Some("tp".into()), nonblocking: true });
-        c.maxCTAs = 16;
-        // SAFETY: a live config.
-        let err = unsafe { parse_config(&c) }.unwrap_err();
-        assert_eq!(err.code, Code::InvalidArgument);
-        assert!(err.message.contains("maxCTAs = 16"));
-        let c = ncclConfig_t { splitShare: 1, ..ncclConfig_t::default() };
-        // SAFETY: a live config.
-        assert!(unsafe { parse_config(&c) }.unwrap_err().message.contains("splitShare"));
+        let (name, net) = (CString::new("tp").unwrap(), CString::new("Socket").unwrap());
+        let c = ncclConfig_t {
+            blocking: 0,
+            commName: name.as_ptr(),
+            nvlinkCentricSched: 1,
+            CTAPolicy: 1,
+            minCTAs: 4,
+            maxCTAs: 32,
+            cgaClusterSize: 2,
+            nChannelsPerNetPeer: 8,
+            trafficClass: 3,
+            splitShare: 1,
+            shrinkShare: 1,
+            collnetEnable: 1,
+            netName: net.as_ptr(),
+            nvlsCTAs: 16,
+            ..ncclConfig_t::default()
+        };
+        let parsed = parse(&c).unwrap();
+        assert_eq!(parsed.name.as_deref(), Some("tp"));
+        assert!(parsed.nonblocking && parsed.split_share);
+        assert_eq!((parsed.min_ctas, parsed.max_ctas), (Some(4), Some(32)));
+        for hint in [
+            "nvlinkCentricSched = 1",
+            "CTAPolicy = 1",
+            "cgaClusterSize = 2",
+            "nChannelsPerNetPeer = 8",
+            "trafficClass = 3",
+            "splitShare = 1",
+            "shrinkShare = 1",
+            "collnetEnable = 1",
+            "nvlsCTAs = 16",
+            "netName = \"Socket\"",
+        ] {
+            assert!(parsed.ignored.iter().any(|i| i == hint), "{hint} not in {:?}", parsed.ignored);
+        }
+        // Honoured fields are not reported as ignored; defaults (0) are not either.
+        assert!(!parsed.ignored.iter().any(|i| i.starts_with("minCTAs") || i.starts_with("blocking")));
+        let zeros = ncclConfig_t { CTAPolicy: 0, splitShare: 0, collnetEnable: 0, ..ncclConfig_t::default() };
+        assert!(parse(&zeros).unwrap().ignored.is_empty());
+        // The fallback gets every hint as set, strings included, but not `blocking`.
+        assert!(!parsed.fallback.is_default());
+        parsed.fallback.with_c(|f| {
+            // SAFETY: `f` is live during the closure.
+            let f = unsafe { &*f };
+            assert_eq!((f.nvlinkCentricSched, f.minCTAs, f.maxCTAs, f.trafficClass), (1, 4, 32, 3));
+            assert_eq!(f.blocking, ffi::NCCL_CONFIG_UNDEF_INT);
+            // SAFETY: the strings live as long as `parsed`.
+            assert_eq!(unsafe { CStr::from_ptr(f.netName) }.to_str().unwrap(), "Socket");
+            // SAFETY: as above.
+            assert_eq!(unsafe { CStr::from_ptr(f.commName) }.to_str().unwrap(), "tp");
+        });
+        assert!(CommConfig::default().fallback.is_default());
+    }
+
+    #[test]
+    fn values_nccl_refuses_are_refused_with_the_field_named() {
+        let undef = ffi::NCCL_CONFIG_UNDEF_INT;
+        let cases: [(ncclConfig_t, &str); 13] = [
+            (ncclConfig_t { blocking: 2, ..ncclConfig_t::default() }, "blocking = 2: expected 0 or 1"),
+            (ncclConfig_t { cgaClusterSize: -1, ..ncclConfig_t::default() }, "cgaClusterSize = -1"),
+            (ncclConfig_t { minCTAs: 0, maxCTAs: 8, ..ncclConfig_t::default() }, "minCTAs = 0: expected 1 or more"),
+            (ncclConfig_t { maxCTAs: -4, ..ncclConfig_t::default() }, "maxCTAs = -4"),
+            (ncclConfig_t { minCTAs: 16, maxCTAs: 8, ..ncclConfig_t::default() }, "minCTAs = 16 exceeds maxCTAs = 8"),
+            (ncclConfig_t { minCTAs: 4, maxCTAs: undef, ..ncclConfig_t::default() }, "exceeds maxCTAs = unset"),
+            (ncclConfig_t { splitShare: 2, ..ncclConfig_t::default() }, "splitShare = 2"),
+            (ncclConfig_t { shrinkShare: -1, ..ncclConfig_t::default() }, "shrinkShare = -1"),
+            (ncclConfig_t { collnetEnable: 5, ..ncclConfig_t::default() }, "collnetEnable = 5"),
+            (ncclConfig_t { CTAPolicy: 4, ..ncclConfig_t::default() }, "CTAPolicy = 4"),
+            (ncclConfig_t { nvlsCTAs: 0, ..ncclConfig_t::default() }, "nvlsCTAs = 0"),
+            (ncclConfig_t { nChannelsPerNetPeer: 65, ..ncclConfig_t::default() }, "nChannelsPerNetPeer = 65"),
+            (ncclConfig_t { nvlinkCentricSched: 2, ..ncclConfig_t::default() }, "nvlinkCentricSched = 2"),
+        ];
+        for (c, expected) in cases {
+            let err = parse(&c).unwrap_err();
+            assert_eq!(err.code, Code::InvalidArgument);
+            assert!(err.message.contains(expected), "{:?} does not say {expected:?}", err.message);
+        }
+        // A maxCTAs alone, and equal limits, are fine.
+        assert_eq!(parse(&ncclConfig_t { maxCTAs: 1, ..ncclConfig_t::default() }).unwrap().max_ctas, Some(1));
+        assert!(parse(&ncclConfig_t { minCTAs: 8, maxCTAs: 8, ..ncclConfig_t::default() }).is_ok());
         let c = ncclConfig_t { magic: 0, ..ncclConfig_t::default() };
-        // SAFETY: a live config.
-        assert!(unsafe { parse_config(&c) }.unwrap_err().message.contains("NCCL_CONFIG_INITIALIZER"));
+        assert!(parse(&c).unwrap_err().message.contains("NCCL_CONFIG_INITIALIZER"));
         let c = ncclConfig_t { size: size_of::<ncclConfig_t>() + 8, ..ncclConfig_t::default() };
-        // SAFETY: `size` claims more than the struct, which parse_config refuses before reading more.
-        assert!(unsafe { parse_config(&c) }.unwrap_err().message.contains("newer nccl.h"));
-        let net = CString::new("IB").unwrap();
-        let c = ncclConfig_t { netName: net.as_ptr(), ..ncclConfig_t::default() };
-        // SAFETY: a live config.
-        assert!(unsafe { parse_config(&c) }.unwrap_err().message.contains("netName"));
+        // parse_config refuses a larger `size` before reading past the struct.
+        assert!(parse(&c).unwrap_err().message.contains("newer nccl.h"));
         // An older, shorter config: the missing fields keep their defaults.
-        let c = ncclConfig_t { size: std::mem::offset_of!(ncclConfig_t, netName), ..ncclConfig_t::default() };
-        // SAFETY: a live config, larger than its `size`.
-        assert!(unsafe { parse_config(&c) }.is_ok());
+        let c = ncclConfig_t { size: std::mem::offset_of!(ncclConfig_t, netName), maxCTAs: 2, ..ncclConfig_t::default() };
+        assert_eq!(parse(&c).unwrap().max_ctas, Some(2));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! | `WEFT_NCCL_FALLBACK_LIB` | path of the real `libnccl.so.2`, loaded with `RTLD_DEEPBIND`; every communicator also gets one of its communicators at init | unset: no fallback |
 //! | `WEFT_NCCL_FORCE_FALLBACK` | collectives sent to the fallback even when weft can run them: a comma list of `allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`, `alltoall`, `gather`, `scatter`, `sendrecv`, or `all` | empty |
 //! | `WEFT_NCCL_ROOT_IP` | IP that `ncclGetUniqueId` puts in the id (where rank 0 hosts the rendezvous) | the address of the interface of the default route, else `127.0.0.1` |
-//! | `WEFT_NCCL_LOG` | a `tracing` filter (e.g. `debug`) for logs on stderr; at debug level every call says whether weft or the fallback ran it | unset: no logs |
+//! | `WEFT_NCCL_LOG` | a `tracing` filter (e.g. `debug`) for logs on stderr; at debug level every call says whether weft or the fallback ran it, at info level the `ncclConfig_t` hints weft ignores (once per process) and the block limits it applies | unset: `WEFT_LOG`'s filter (weft's own), else no logs |
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
@@ -143,7 +143,10 @@ impl NcclEnv {
             }
             None => None,
         };
-        let log = weft.var("WEFT_NCCL_LOG").filter(|v| !v.trim().is_empty()).map(str::to_string);
+        let log = ["WEFT_NCCL_LOG", "WEFT_LOG"]
+            .iter()
+            .find_map(|name| weft.var(name).filter(|v| !v.trim().is_empty()))
+            .map(str::to_string);
         Ok(Self { weft, fallback_lib, force, root_ip, log })
     }
 
@@ -175,7 +178,7 @@ pub fn env() -> Result<&'static NcclEnv, NcclError> {
     .map_err(|e| NcclError::invalid_usage(format!("environment: {e}")))
 }
 
-/// Installs a stderr logger with `WEFT_NCCL_LOG`'s filter, once, if it is set and the
+/// Installs a stderr logger with `WEFT_NCCL_LOG`'s filter (else `WEFT_LOG`'s), once, if one is set and the
 /// process has no `tracing` subscriber yet.
 pub fn init_logging() {
     static DONE: OnceLock<()> = OnceLock::new();
@@ -229,5 +232,10 @@ mod tests {
             nccl_env(&[("WEFT_NCCL_FORCE_FALLBACK", "everything")]).unwrap_err().contains("WEFT_NCCL_FORCE_FALLBACK")
         );
         assert!(nccl_env(&[("WEFT_NCCL_ROOT_IP", "host")]).unwrap_err().contains("WEFT_NCCL_ROOT_IP"));
+        // weft's own WEFT_LOG turns the library's log on; WEFT_NCCL_LOG wins.
+        assert_eq!(nccl_env(&[("WEFT_LOG", "info")]).unwrap().log.as_deref(), Some("info"));
+        let both = nccl_env(&[("WEFT_LOG", "info"), ("WEFT_NCCL_LOG", "debug")]).unwrap();
+        assert_eq!(both.log.as_deref(), Some("debug"));
+        assert_eq!(d.log, None);
     }
 }

@@ -158,11 +158,14 @@ impl Call {
         Ok(())
     }
 
-    /// Why weft cannot run this call (a pattern its kernels do not cover), if it cannot.
+    /// Why weft cannot run this call (a pattern its kernels do not cover), if it cannot: an
+    /// AllToAll whose buffers overlap without being equal (NCCL defines in place only as
+    /// `sendbuff == recvbuff`, which weft runs natively).
     pub fn pattern(&self, nranks: usize) -> Option<&'static str> {
         let total = self.count.saturating_mul(self.dtype.size()).saturating_mul(nranks) as u64;
         let overlaps = self.send < self.recv.saturating_add(total) && self.recv < self.send.saturating_add(total);
-        (self.coll == Coll::AllToAll && total > 0 && overlaps).then_some("with overlapping send and receive buffers")
+        (self.coll == Coll::AllToAll && total > 0 && overlaps && self.send != self.recv)
+            .then_some("with partially overlapping send and receive buffers (in place means sendbuff == recvbuff)")
     }
 }
 
@@ -221,9 +224,12 @@ pub fn new_handle(ready: Ready, rank: usize, nranks: usize) -> ncclComm_t {
     publish(comm)
 }
 
-/// Runs queued (or immediate) work: initialisations first, then the calls. Returns the first
-/// error; everything else still runs.
-pub fn run(items: Vec<Deferred>) -> Result<(), NcclError> {
+/// Runs queued (or immediate) work for the entry point `call` (`ncclGroupEnd`, or the call
+/// itself outside a group): initialisations first, then the calls. Returns the first error;
+/// everything else still runs. Each failure is also kept as the last error of the
+/// communicator it concerns, as `call: message`, so that `ncclGetLastError(comm)` reports it
+/// on any thread.
+pub fn run(call: &'static str, items: Vec<Deferred>) -> Result<(), NcclError> {
     let _restore = SavedContext::save();
     let mut first: Option<NcclError> = None;
     let mut note = |r: Result<(), NcclError>| {
@@ -248,9 +254,17 @@ pub fn run(items: Vec<Deferred>) -> Result<(), NcclError> {
         }
     }
     for (target, outcome) in targets.into_iter().zip(initialise_all(specs)) {
-        note(target.deliver(outcome));
+        let comm = match &target {
+            Target::Existing(comm) => Some(Arc::clone(comm)),
+            Target::Out(_) => None,
+        };
+        let delivered = target.deliver(outcome);
+        if let (Some(comm), Err(e)) = (comm, &delivered) {
+            comm.record_error(&format!("{call}: {}", e.message));
+        }
+        note(delivered);
     }
-    note(run_calls(calls));
+    note(run_calls(call, calls));
     first.map_or(Ok(()), Err)
 }
 
@@ -300,13 +314,15 @@ pub fn run_one(comm: &Comm, call: Call) -> Result<(), NcclError> {
     }
 }
 
-fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
+fn run_calls(call_name: &'static str, calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
     if calls.is_empty() {
         return Ok(());
     }
     let env = env()?;
     let mut first = None;
+    let record = |comm: &Comm, e: &NcclError| comm.record_error(&format!("{call_name}: {}", e.message));
     let mut fallback_calls: Vec<(Arc<Ready>, Call)> = Vec::new();
+    let mut fallback_comms: Vec<Arc<Comm>> = Vec::new();
     let mut weft_calls: Vec<(Arc<Comm>, Arc<Ready>, Vec<Call>)> = Vec::new();
     for (comm, call) in calls {
         let routed = comm.ready().and_then(|ready| {
@@ -315,9 +331,14 @@ fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
         });
         match routed {
             Err(e) => {
+                let e = e.context(format!("{} on rank {} of {}", call.kind(), comm.rank, comm.nranks));
+                record(&comm, &e);
                 first.get_or_insert(e);
             }
-            Ok((ready, Route::Fallback)) => fallback_calls.push((ready, call)),
+            Ok((ready, Route::Fallback)) => {
+                fallback_calls.push((ready, call));
+                fallback_comms.push(comm);
+            }
             Ok((ready, Route::Weft)) => match weft_calls.iter_mut().find(|(c, _, _)| Arc::ptr_eq(c, &comm)) {
                 Some((_, _, list)) => list.push(call),
                 None => weft_calls.push((comm, ready, vec![call])),
@@ -327,10 +348,16 @@ fn run_calls(calls: Vec<(Arc<Comm>, Call)>) -> Result<(), NcclError> {
     if !fallback_calls.is_empty()
         && let Err(e) = run_fallback(&fallback_calls)
     {
+        // The fallback's group fails as a whole: every communicator in it keeps the message.
+        for comm in &fallback_comms {
+            record(comm, &e);
+        }
         first.get_or_insert(e);
     }
     for (comm, ready, list) in &weft_calls {
         if let Err(e) = run_weft(comm, ready, list) {
+            let e = e.context(format!("rank {} of {}", comm.rank, comm.nranks));
+            record(comm, &e);
             first.get_or_insert(e);
         }
     }
@@ -533,6 +560,9 @@ mod tests {
         assert_eq!(s.last().map(|o| (o.kind, o.peer)), Some((P2pKind::Recv, 2)));
         let a2a = call(Coll::AllToAll, 4);
         assert_eq!(a2a.pattern(4), None);
-        assert!(Call { recv: 0x1010, ..a2a }.pattern(4).is_some());
+        assert!(Call { recv: 0x1010, ..a2a }.pattern(4).unwrap().contains("partially overlapping"));
+        // In place (equal buffers) runs on weft, as do disjoint ones and empty calls.
+        assert_eq!(Call { recv: 0x1000, ..a2a }.pattern(4), None);
+        assert_eq!(Call { recv: 0x1010, ..call(Coll::AllToAll, 0) }.pattern(4), None);
     }
 }

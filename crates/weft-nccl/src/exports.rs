@@ -12,7 +12,7 @@ use crate::ffi::{
     cudaStream_t, ncclComm_t, ncclConfig_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t,
     ncclSimInfo_t, ncclTeam_t, ncclUniqueId, ncclWindow_t,
 };
-use crate::guard::{guard, guard_value, last_error};
+use crate::guard::{guard, guard_on, guard_value, last_error};
 
 /// Defines each entry point `$name` and its alias `$alias` (which calls it).
 macro_rules! exports {
@@ -97,22 +97,22 @@ exports! {
 
     /// Finalises the communicator (the fallback's side; weft's has nothing in flight).
     fn ncclCommFinalize / pncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
-        guard("ncclCommFinalize", || api::comm_finalize(comm))
+        guard_on("ncclCommFinalize", comm, || api::comm_finalize(comm))
     }
 
     /// Destroys the communicator.
     fn ncclCommDestroy / pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
-        guard("ncclCommDestroy", || api::comm_destroy(comm, false))
+        guard_on("ncclCommDestroy", comm, || api::comm_destroy(comm, false))
     }
 
     /// Destroys the communicator, aborting the fallback's.
     fn ncclCommAbort / pncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
-        guard("ncclCommAbort", || api::comm_destroy(comm, true))
+        guard_on("ncclCommAbort", comm, || api::comm_destroy(comm, true))
     }
 
     /// Not implemented: returns `ncclInvalidUsage`.
     fn ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
-        guard("ncclCommRevoke", || api::comm_revoke(comm, revokeFlags))
+        guard_on("ncclCommRevoke", comm, || api::comm_revoke(comm, revokeFlags))
     }
 
     /// Splits the communicator by color, ordering by key.
@@ -120,7 +120,7 @@ exports! {
         comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t,
     ) -> ncclResult_t {
         // SAFETY: the application's arguments (nccl.h contract).
-        guard("ncclCommSplit", || unsafe { api::comm_split(comm, color, key, newcomm, config) })
+        guard_on("ncclCommSplit", comm, || unsafe { api::comm_split(comm, color, key, newcomm, config) })
     }
 
     /// Not implemented: returns `ncclInvalidUsage`.
@@ -129,7 +129,7 @@ exports! {
         config: *mut ncclConfig_t, shrinkFlags: c_int,
     ) -> ncclResult_t {
         let _ = (excludeRanksList, excludeRanksCount, config, shrinkFlags);
-        guard("ncclCommShrink", || api::comm_shrink(comm, newcomm))
+        guard_on("ncclCommShrink", comm, || api::comm_shrink(comm, newcomm))
     }
 
     /// The text of a result code.
@@ -137,10 +137,13 @@ exports! {
         guard_value("ncclGetErrorString", c"unknown result code".as_ptr(), || api::error_string(result).as_ptr())
     }
 
-    /// The message of the last failure on this thread (any communicator).
+    /// The message of the last failure: `comm`'s (when live and one failed), else this
+    /// thread's, else the process's (empty when nothing failed). The string stays valid on the
+    /// calling thread until 16 other messages have been returned on it.
     fn ncclGetLastError / pncclGetLastError(comm: ncclComm_t) -> *const c_char {
-        let _ = comm;
-        guard_value("ncclGetLastError", c"".as_ptr(), last_error)
+        guard_value("ncclGetLastError", c"".as_ptr(), || {
+            last_error(crate::comm::lookup(comm).ok().map(|c| c.last_error()))
+        })
     }
 
     /// Does nothing: weft's logging is configured once from `WEFT_NCCL_LOG`.
@@ -149,36 +152,36 @@ exports! {
     /// The communicator's asynchronous state (timeouts and peer failures of weft's waits included).
     fn ncclCommGetAsyncError / pncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
         // SAFETY: the application's out-pointer (checked for null).
-        guard("ncclCommGetAsyncError", || unsafe { api::comm_get_async_error(comm, asyncError) })
+        guard_on("ncclCommGetAsyncError", comm, || unsafe { api::comm_get_async_error(comm, asyncError) })
     }
 
     /// Number of ranks.
     fn ncclCommCount / pncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
         // SAFETY: the application's out-pointer (checked for null).
-        guard("ncclCommCount", || unsafe { api::comm_query(comm, count, |c| c.nranks) })
+        guard_on("ncclCommCount", comm, || unsafe { api::comm_query(comm, count, |c| c.nranks) })
     }
 
     /// CUDA ordinal of the communicator's GPU.
     fn ncclCommCuDevice / pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
         // SAFETY: the application's out-pointer (checked for null).
-        guard("ncclCommCuDevice", || unsafe { api::comm_query(comm, device, |c| c.device) })
+        guard_on("ncclCommCuDevice", comm, || unsafe { api::comm_query(comm, device, |c| c.device) })
     }
 
     /// This rank.
     fn ncclCommUserRank / pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
         // SAFETY: the application's out-pointer (checked for null).
-        guard("ncclCommUserRank", || unsafe { api::comm_query(comm, rank, |c| c.rank) })
+        guard_on("ncclCommUserRank", comm, || unsafe { api::comm_query(comm, rank, |c| c.rank) })
     }
 
     /// Registers a buffer (a hint to weft for now; registered with the fallback too).
     fn ncclCommRegister / pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
         // SAFETY: the application's arguments (nccl.h contract).
-        guard("ncclCommRegister", || unsafe { api::comm_register(comm, buff, size, handle) })
+        guard_on("ncclCommRegister", comm, || unsafe { api::comm_register(comm, buff, size, handle) })
     }
 
     /// Releases a registration.
     fn ncclCommDeregister / pncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
-        guard("ncclCommDeregister", || api::comm_deregister(comm, handle))
+        guard_on("ncclCommDeregister", comm, || api::comm_deregister(comm, handle))
     }
 
     /// A symmetric window (fallback only).
@@ -186,13 +189,13 @@ exports! {
         comm: ncclComm_t, buff: *mut c_void, size: usize, win: *mut ncclWindow_t, winFlags: c_int,
     ) -> ncclResult_t {
         // SAFETY: the application's arguments (nccl.h contract).
-        guard("ncclCommWindowRegister", || unsafe { api::window_register(comm, buff, size, win, winFlags) })
+        guard_on("ncclCommWindowRegister", comm, || unsafe { api::window_register(comm, buff, size, win, winFlags) })
     }
 
     /// Releases a window (fallback only).
     fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
         // SAFETY: the application's window (nccl.h contract).
-        guard("ncclCommWindowDeregister", || unsafe { api::window_deregister(comm, win) })
+        guard_on("ncclCommWindowDeregister", comm, || unsafe { api::window_deregister(comm, win) })
     }
 
     /// A PreMulSum operator (fallback only).
@@ -201,12 +204,12 @@ exports! {
         comm: ncclComm_t,
     ) -> ncclResult_t {
         // SAFETY: the application's arguments (nccl.h contract).
-        guard("ncclRedOpCreatePreMulSum", || unsafe { api::red_op_create(op, scalar, datatype, residence, comm) })
+        guard_on("ncclRedOpCreatePreMulSum", comm, || unsafe { api::red_op_create(op, scalar, datatype, residence, comm) })
     }
 
     /// Destroys a PreMulSum operator.
     fn ncclRedOpDestroy / pncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
-        guard("ncclRedOpDestroy", || api::red_op_destroy(op, comm))
+        guard_on("ncclRedOpDestroy", comm, || api::red_op_destroy(op, comm))
     }
 
     /// Reduce to `root`.
@@ -215,7 +218,7 @@ exports! {
         root: c_int, comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { op, root, ..args(sendbuff, recvbuff, count, datatype, comm, stream) };
-        guard("ncclReduce", || api::collective(a, true, |op, root| Coll::Reduce { op, root }))
+        guard_on("ncclReduce", comm, || api::collective(a, true, |op, root| Coll::Reduce { op, root }))
     }
 
     /// In-place broadcast from `root`.
@@ -223,7 +226,7 @@ exports! {
         buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { root, ..args(buff, buff, count, datatype, comm, stream) };
-        guard("ncclBcast", || api::collective(a, false, |_, root| Coll::Broadcast { root }))
+        guard_on("ncclBcast", comm, || api::collective(a, false, |_, root| Coll::Broadcast { root }))
     }
 
     /// Broadcast from `root`.
@@ -232,7 +235,7 @@ exports! {
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { root, ..args(sendbuff, recvbuff, count, datatype, comm, stream) };
-        guard("ncclBroadcast", || api::collective(a, false, |_, root| Coll::Broadcast { root }))
+        guard_on("ncclBroadcast", comm, || api::collective(a, false, |_, root| Coll::Broadcast { root }))
     }
 
     /// AllReduce.
@@ -241,7 +244,7 @@ exports! {
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { op, ..args(sendbuff, recvbuff, count, datatype, comm, stream) };
-        guard("ncclAllReduce", || api::collective(a, true, |op, _| Coll::AllReduce(op)))
+        guard_on("ncclAllReduce", comm, || api::collective(a, true, |op, _| Coll::AllReduce(op)))
     }
 
     /// ReduceScatter (`recvcount` elements per rank).
@@ -250,7 +253,7 @@ exports! {
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { op, ..args(sendbuff, recvbuff, recvcount, datatype, comm, stream) };
-        guard("ncclReduceScatter", || api::collective(a, true, |op, _| Coll::ReduceScatter(op)))
+        guard_on("ncclReduceScatter", comm, || api::collective(a, true, |op, _| Coll::ReduceScatter(op)))
     }
 
     /// AllGather (`sendcount` elements per rank).
@@ -259,7 +262,7 @@ exports! {
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = args(sendbuff, recvbuff, sendcount, datatype, comm, stream);
-        guard("ncclAllGather", || api::collective(a, false, |_, _| Coll::AllGather))
+        guard_on("ncclAllGather", comm, || api::collective(a, false, |_, _| Coll::AllGather))
     }
 
     /// AllToAll (`count` elements per peer).
@@ -268,7 +271,7 @@ exports! {
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = args(sendbuff, recvbuff, count, datatype, comm, stream);
-        guard("ncclAlltoAll", || api::collective(a, false, |_, _| Coll::AllToAll))
+        guard_on("ncclAlltoAll", comm, || api::collective(a, false, |_, _| Coll::AllToAll))
     }
 
     /// Gather to `root` (`count` elements per rank).
@@ -277,7 +280,7 @@ exports! {
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { root, ..args(sendbuff, recvbuff, count, datatype, comm, stream) };
-        guard("ncclGather", || api::collective(a, false, |_, root| Coll::Gather { root }))
+        guard_on("ncclGather", comm, || api::collective(a, false, |_, root| Coll::Gather { root }))
     }
 
     /// Scatter from `root` (`count` elements per rank).
@@ -286,7 +289,7 @@ exports! {
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { root, ..args(sendbuff, recvbuff, count, datatype, comm, stream) };
-        guard("ncclScatter", || api::collective(a, false, |_, root| Coll::Scatter { root }))
+        guard_on("ncclScatter", comm, || api::collective(a, false, |_, root| Coll::Scatter { root }))
     }
 
     /// Sends `count` elements to `peer`.
@@ -295,7 +298,7 @@ exports! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { root: peer, ..args(sendbuff, std::ptr::null_mut(), count, datatype, comm, stream) };
-        guard("ncclSend", || api::collective(a, false, |_, peer| Coll::Send { peer }))
+        guard_on("ncclSend", comm, || api::collective(a, false, |_, peer| Coll::Send { peer }))
     }
 
     /// Receives `count` elements from `peer`.
@@ -304,7 +307,7 @@ exports! {
         stream: cudaStream_t,
     ) -> ncclResult_t {
         let a = Args { root: peer, ..args(std::ptr::null(), recvbuff, count, datatype, comm, stream) };
-        guard("ncclRecv", || api::collective(a, false, |_, peer| Coll::Recv { peer }))
+        guard_on("ncclRecv", comm, || api::collective(a, false, |_, peer| Coll::Recv { peer }))
     }
 
     /// Opens a group (nests).

@@ -12,7 +12,8 @@ use weft_coll::nccl::{Nccl, NcclComm};
 use weft_gpu::Device;
 
 use crate::error::{Code, NcclError};
-use crate::ffi::{cudaStream_t, ncclConfig_t, ncclResult_t, ncclWindow_t};
+use crate::comm::FallbackConfig;
+use crate::ffi::{cudaStream_t, ncclConfig_t, ncclResult_t, ncclUniqueId, ncclWindow_t};
 
 type Comm = *mut c_void;
 
@@ -59,6 +60,7 @@ api! {
     group_start = "ncclGroupStart": fn();
     group_end = "ncclGroupEnd": fn();
     comm_split = "ncclCommSplit": fn(Comm, c_int, c_int, *mut Comm, *mut ncclConfig_t);
+    comm_init_rank_config = "ncclCommInitRankConfig": fn(*mut Comm, c_int, ncclUniqueId, c_int, *mut ncclConfig_t);
     comm_finalize = "ncclCommFinalize": fn(Comm);
     comm_abort = "ncclCommAbort": fn(Comm);
     get_async_error = "ncclCommGetAsyncError": fn(Comm, *mut ncclResult_t);
@@ -216,12 +218,14 @@ impl FallbackComm {
 }
 
 /// Creates this rank's fallback communicator: rank 0 asks the fallback for an `ncclUniqueId`
-/// and shares it over weft's bootstrap. `None` without a fallback.
+/// and shares it over weft's bootstrap; `ncclCommInitRankConfig` with the application's hints
+/// when it set any. `None` without a fallback.
 pub fn create(
     bootstrap: &dyn Bootstrap,
     device: &Device,
     rank: usize,
     nranks: usize,
+    config: &FallbackConfig,
 ) -> Result<Option<FallbackComm>, NcclError> {
     let Some(fallback) = self::fallback()? else { return Ok(None) };
     let mut id_error = None;
@@ -241,8 +245,20 @@ pub fn create(
         NcclError::system(id_error.unwrap_or_else(|| "rank 0 could not create the fallback NCCL's unique id".into()))
     })?;
     device.bind()?;
-    let comm = fallback.lib.init_rank(id, rank, nranks).map_err(NcclError::system)?;
-    Ok(Some(FallbackComm::tracked(comm, fallback)))
+    if config.is_default() {
+        let comm = fallback.lib.init_rank(id, rank, nranks).map_err(NcclError::system)?;
+        return Ok(Some(FallbackComm::tracked(comm, fallback)));
+    }
+    let init = fallback.entry("ncclCommInitRankConfig", fallback.api.comm_init_rank_config)?;
+    let to_c = |v: usize| c_int::try_from(v).map_err(|_| NcclError::invalid_argument(format!("{v} exceeds int")));
+    let (r, n) = (to_c(rank)?, to_c(nranks)?);
+    let unique = ncclUniqueId { internal: id.map(|b| b as c_char) };
+    let mut raw: Comm = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local, the id by value, a config that lives during the call.
+    let code = config.with_c(|c| unsafe { init(&mut raw, n, unique, r, c) });
+    fallback.check("ncclCommInitRankConfig", code)?;
+    // SAFETY: the fallback just created `raw`; we own it.
+    Ok(Some(unsafe { FallbackComm::adopt(fallback, raw) }))
 }
 
 impl Drop for FallbackComm {
