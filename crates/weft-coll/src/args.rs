@@ -418,7 +418,9 @@ mod tests {
         assert_eq!(a.send_recv(&reversed), Ok(vec![1]));
         // An in-place all-to-all as a group: block p is sent to p and received from p.
         let blocks: Vec<P2pOp> = (0..4)
-            .flat_map(|p| [op(P2pKind::Send, p, BASE + 32 * p as u64, 8), op(P2pKind::Recv, p, BASE + 32 * p as u64, 8)])
+            .flat_map(|p| {
+                [op(P2pKind::Send, p, BASE + 32 * p as u64, 8), op(P2pKind::Recv, p, BASE + 32 * p as u64, 8)]
+            })
             .collect();
         assert_eq!(a.send_recv(&blocks), Ok(vec![0, 2, 4, 6]));
         // Partially overlapping, or of another length: refused.

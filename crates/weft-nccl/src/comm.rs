@@ -732,7 +732,8 @@ mod tests {
         // parse_config refuses a larger `size` before reading past the struct.
         assert!(parse(&c).unwrap_err().message.contains("newer nccl.h"));
         // An older, shorter config: the missing fields keep their defaults.
-        let c = ncclConfig_t { size: std::mem::offset_of!(ncclConfig_t, netName), maxCTAs: 2, ..ncclConfig_t::default() };
+        let c =
+            ncclConfig_t { size: std::mem::offset_of!(ncclConfig_t, netName), maxCTAs: 2, ..ncclConfig_t::default() };
         assert_eq!(parse(&c).unwrap().max_ctas, Some(2));
     }
 

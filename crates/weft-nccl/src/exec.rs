@@ -549,6 +549,31 @@ mod tests {
     }
 
     #[test]
+    fn a_group_failure_is_the_last_error_of_its_communicator_on_every_thread() {
+        // A call queued on a communicator whose initialisation has not run fails at the end of
+        // the group; the communicator keeps the message, any thread can read it.
+        let comm = Comm::pending(1, 2, 0);
+        let handle = publish(Arc::clone(&comm));
+        let queued = Deferred::Call { comm: Arc::clone(&comm), call: call(Coll::AllGather, 8) };
+        let err = run("ncclGroupEnd", vec![queued]).unwrap_err();
+        assert!(err.message.contains("allgather on rank 1 of 2"), "{}", err.message);
+        let address = handle as usize;
+        let from_another_thread = std::thread::spawn(move || {
+            let comm = crate::comm::lookup(address as ncclComm_t).unwrap();
+            crate::guard::last_error_text(Some(comm.last_error()))
+        })
+        .join()
+        .unwrap();
+        assert!(from_another_thread.starts_with("ncclGroupEnd: allgather"), "{from_another_thread}");
+        assert!(from_another_thread.contains("still being initialised"), "{from_another_thread}");
+        // An entry point naming the communicator records its own failures there too.
+        let code = crate::guard::guard_on("ncclCommCount", handle, || Err(NcclError::invalid_argument("count")));
+        assert_eq!(code, crate::ffi::ncclInvalidArgument);
+        assert_eq!(comm.last_error(), "ncclCommCount: count");
+        crate::comm::unpublish(handle).unwrap();
+    }
+
+    #[test]
     fn gathers_and_scatters_become_point_to_point_groups() {
         let g = call(Coll::Gather { root: 0 }, 2);
         assert_eq!(p2p_ops(&g, 1, 3).len(), 1);

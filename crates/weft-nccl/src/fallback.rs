@@ -11,8 +11,8 @@ use weft_bootstrap::Bootstrap;
 use weft_coll::nccl::{Nccl, NcclComm};
 use weft_gpu::Device;
 
-use crate::error::{Code, NcclError};
 use crate::comm::FallbackConfig;
+use crate::error::{Code, NcclError};
 use crate::ffi::{cudaStream_t, ncclConfig_t, ncclResult_t, ncclUniqueId, ncclWindow_t};
 
 type Comm = *mut c_void;

@@ -141,9 +141,7 @@ mod tests {
     #[test]
     fn another_thread_and_a_communicator_see_the_last_failure() {
         // A failure on another thread: this thread has none of its own yet.
-        std::thread::spawn(|| guard("ncclOther", || Err(NcclError::invalid_argument("far away"))))
-            .join()
-            .unwrap();
+        std::thread::spawn(|| guard("ncclOther", || Err(NcclError::invalid_argument("far away")))).join().unwrap();
         let seen = std::thread::spawn(last_error_string).join().unwrap();
         assert!(!seen.is_empty(), "the process's last error is visible on a fresh thread");
         // A communicator's own message comes first.

@@ -8,8 +8,8 @@
 //! error model (codes plus `ncclGetLastError`).
 //!
 //! **Must not:** let a panic cross the C ABI (every body runs in [`guard::guard`]); write an
-//! output pointer unless the call succeeds; ignore a configuration it does not implement
-//! (`ncclInvalidArgument`); return a wrong result for a request weft cannot serve (without a
+//! output pointer unless the call succeeds; refuse a configuration NCCL 2.28 accepts (hints it
+//! has no equivalent for are logged once and passed to the fallback); return a wrong result for a request weft cannot serve (without a
 //! fallback it is an error); call `cuMulticast*`.
 //!
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core`, `weft-coll` (its

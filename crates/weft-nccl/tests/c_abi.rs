@@ -139,6 +139,7 @@ fn a_c_program_links_and_gets_nccls_error_codes() {
         .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror"])
         .args(include_args())
         .arg(&source)
+        .arg("-pthread")
         .arg("-L")
         .arg(&dir)
         .arg("-lnccl")

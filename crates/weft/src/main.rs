@@ -324,9 +324,6 @@ fn bench(
         return Err("--ranks 0: a collective needs at least one rank".into());
     }
     let collective = weft::bench::Collective::parse(collective)?;
-    if in_place && !weft::bench::NcclTests::has_in_place(collective) {
-        return Err(format!("--in-place: {collective} has no in-place form").into());
-    }
     // Under torchrun, its processes are the ranks: one per GPU, whatever this host has.
     let torchrun = torchrun_rank("weft bench")?;
     let world = torchrun.as_ref().map(|t| t.world_size);

@@ -2,6 +2,7 @@
  * header declares must resolve (their addresses are taken below), and the argument checks that
  * need no GPU must return NCCL's codes. Run by crates/weft-nccl/tests/c_abi.rs. */
 #include <nccl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -115,6 +116,32 @@ static const void* const every_symbol[] = {
 };
 #pragma GCC diagnostic pop
 
+/* What a fresh thread's ncclGetLastError returned, with NULL and with an unknown handle. */
+static char seen[512], seen_sentinel[512];
+
+static void* fail_on_a_thread(void* arg) {
+  (void)arg;
+  ncclUniqueId uid;
+  ncclComm_t c;
+  if (ncclGetUniqueId(&uid) == ncclSuccess) (void)ncclCommInitRank(&c, 2, uid, 7);
+  return NULL;
+}
+
+static void* fail_a_group(void* arg) {
+  (void)arg;
+  (void)ncclGroupEnd();
+  return NULL;
+}
+
+static void* read_last_error(void* arg) {
+  (void)arg;
+  const char* m = ncclGetLastError(NULL);
+  snprintf(seen, sizeof seen, "%s", m ? m : "(null)");
+  m = ncclGetLastError((ncclComm_t)(uintptr_t)0x1234);
+  snprintf(seen_sentinel, sizeof seen_sentinel, "%s", m ? m : "(null)");
+  return NULL;
+}
+
 int main(void) {
   for (size_t i = 0; i < sizeof(every_symbol) / sizeof(every_symbol[0]); i++) CHECK(every_symbol[i] != NULL);
 
@@ -150,17 +177,49 @@ int main(void) {
   EXPECT_MSG(ncclCommInitRank(&comm, 2, zero, 0), ncclInvalidArgument, "commId");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   CHECK(config.magic == 0xcafebeef && config.size == sizeof(ncclConfig_t));
-  config.maxCTAs = 8;
-  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &config), ncclInvalidArgument, "maxCTAs");
+  /* Every NCCL 2.28 hint is accepted (one rank: succeeds with a GPU, fails without one, never
+   * with ncclInvalidArgument). */
+  ncclConfig_t hints = NCCL_CONFIG_INITIALIZER;
+  hints.nvlinkCentricSched = 1;
+  hints.CTAPolicy = 1;
+  hints.minCTAs = 4;
+  hints.maxCTAs = 32;
+  hints.cgaClusterSize = 2;
+  hints.nChannelsPerNetPeer = 4;
+  hints.trafficClass = 1;
+  hints.splitShare = 1;
+  hints.shrinkShare = 1;
+  hints.collnetEnable = 0;
+  hints.netName = "Socket";
+  hints.nvlsCTAs = 16;
+  hints.commName = "hints";
+  ncclComm_t hinted = sentinel;
+  ncclResult_t with_hints = ncclCommInitRankConfig(&hinted, 1, id, 0, &hints);
+  report(with_hints != ncclInvalidArgument, "every config hint is accepted", __LINE__, with_hints, ncclSuccess);
+  if (with_hints == ncclSuccess) {
+    EXPECT(ncclCommDestroy(hinted), ncclSuccess);
+    /* A fresh id for the later single-rank test. */
+    EXPECT(ncclGetUniqueId(&id), ncclSuccess);
+  }
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.blocking = 2;
+  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &bad), ncclInvalidArgument, "blocking = 2");
+  bad = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  bad.minCTAs = 16;
+  bad.maxCTAs = 8;
+  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &bad), ncclInvalidArgument, "minCTAs = 16 exceeds maxCTAs = 8");
+  bad = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  bad.maxCTAs = -1;
+  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &bad), ncclInvalidArgument, "maxCTAs = -1");
+  bad = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  bad.CTAPolicy = 7;
+  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &bad), ncclInvalidArgument, "CTAPolicy = 7");
   ncclConfig_t bad_magic = NCCL_CONFIG_INITIALIZER;
   bad_magic.magic = 0;
   EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &bad_magic), ncclInvalidArgument, "NCCL_CONFIG_INITIALIZER");
-  ncclConfig_t net = NCCL_CONFIG_INITIALIZER;
-  net.netName = "IB";
-  EXPECT_MSG(ncclCommInitRankConfig(&comm, 2, id, 0, &net), ncclInvalidArgument, "netName");
   ncclConfig_t cga = NCCL_CONFIG_INITIALIZER;
-  cga.cgaClusterSize = 2;
-  EXPECT_MSG(ncclCommInitRankScalable(&comm, 2, 0, 1, &id, &cga), ncclInvalidArgument, "cgaClusterSize");
+  cga.cgaClusterSize = -2;
+  EXPECT_MSG(ncclCommInitRankScalable(&comm, 2, 0, 1, &id, &cga), ncclInvalidArgument, "cgaClusterSize = -2");
   EXPECT_MSG(ncclCommInitRankScalable(&comm, 2, 0, 0, &id, NULL), ncclInvalidArgument, "nId");
   CHECK(comm == sentinel);
   /* One rank on this machine: succeeds with a GPU, fails cleanly without one. */
@@ -255,6 +314,23 @@ int main(void) {
   CHECK(mem == (void*)sentinel);
   EXPECT(ncclMemFree(NULL), ncclInvalidArgument);
   EXPECT_MSG(ncclMemFree(host), ncclInvalidArgument, "not allocated by ncclMemAlloc");
+
+  /* ncclGetLastError on a thread that never failed reports the process's last failure, made on
+   * another thread: a bad call, and a group that fails at ncclGroupEnd. */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fail_on_a_thread, NULL) == 0 && pthread_join(t, NULL) == 0);
+  CHECK(pthread_create(&t, NULL, read_last_error, NULL) == 0 && pthread_join(t, NULL) == 0);
+  report(strstr(seen, "rank = 7") != NULL, "another thread sees the failure (NULL comm)", __LINE__, 0, 1);
+  report(strstr(seen_sentinel, "rank = 7") != NULL, "another thread sees it (unknown comm)", __LINE__, 0, 1);
+  CHECK(pthread_create(&t, NULL, fail_a_group, NULL) == 0 && pthread_join(t, NULL) == 0);
+  CHECK(pthread_create(&t, NULL, read_last_error, NULL) == 0 && pthread_join(t, NULL) == 0);
+  report(strstr(seen, "ncclGroupEnd") != NULL, "another thread sees the group's failure", __LINE__, 0, 1);
+  /* The pointer stays valid while this thread asks again. */
+  const char* kept = ncclGetLastError(NULL);
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", kept);
+  (void)ncclGetLastError(sentinel);
+  CHECK(kept[0] != 0 && strcmp(kept, copy) == 0);
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

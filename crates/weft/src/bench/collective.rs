@@ -47,8 +47,6 @@ pub trait NcclTests: Copy {
     /// The shape of a row of `bytes` requested bytes, as nccl-tests rounds it; `None` when it
     /// holds no element (per rank or per peer).
     fn shape(self, bytes: usize, elt: usize, ranks: usize) -> Option<Shape>;
-    /// Whether weft and NCCL can run it with input and output in one buffer.
-    fn has_in_place(self) -> bool;
     /// In place, the byte offsets of the input and of the output inside the one buffer
     /// (nccl-tests: allgather's input is the rank's block of the output, reducescatter's
     /// output the rank's block of the input).
@@ -81,12 +79,6 @@ impl NcclTests for Collective {
             _ => (total, total, total),
         };
         (count > 0).then_some(Shape { send_count, recv_count, count, bytes: send_count.max(recv_count) * elt })
-    }
-
-    fn has_in_place(self) -> bool {
-        // AllToAll in place is not supported; SendRecv in place would read a buffer while the
-        // previous rank overwrites it.
-        !matches!(self, Collective::AllToAll | Collective::SendRecv)
     }
 
     fn in_place_offsets(self, shape: &Shape, elt: usize, rank: u32) -> (usize, usize) {

@@ -236,8 +236,9 @@ pub(crate) fn check(
     run(send, recv)?;
     finish(0, "out of place")?;
 
-    // In place: input and output inside the receive buffer, where nccl-tests puts them.
-    if c.has_in_place() {
+    // In place: input and output inside the receive buffer, where nccl-tests puts them (every
+    // collective has an in-place form; AllToAll and SendRecv in place stage their input).
+    {
         let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
         me.recv.fill(0, shape.bytes, POISON)?;
         me.recv.write(input_at, &input)?;
@@ -264,7 +265,7 @@ pub(crate) fn check(
 
     // In place, captured once and replayed twice: each replay finds the input rewritten and
     // the rest of the buffer poisoned (the previous replay overwrote the input with results).
-    if graph && c.has_in_place() {
+    if graph {
         let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
         me.stream.begin_capture()?;
         let captured = run(recv + input_at as u64, recv + output_at as u64);
