@@ -373,10 +373,8 @@ impl Collectives {
             Err(why) => (crate::window::WindowOffer::Unusable(why), None),
         };
         let gathered = self.comm.bootstrap().all_gather(&offer.encode()).map_err(bootstrap)?;
-        let offers: Vec<_> = gathered
-            .iter()
-            .map(|b| crate::window::WindowOffer::decode(b).map_err(|e| e.to_string()))
-            .collect();
+        let offers: Vec<_> =
+            gathered.iter().map(|b| crate::window::WindowOffer::decode(b).map_err(|e| e.to_string())).collect();
         if let Some(why) = crate::window::offers_mismatch(&offers) {
             return Err(self.invalid(format!("window registration: {why}")));
         }
@@ -446,8 +444,7 @@ impl Collectives {
         if theirs.offset != 0 || offset.checked_add(len).is_none_or(|end| end > theirs.len) {
             return Err(format!("rank {peer}'s window (+{offset}, {len} bytes) does not fit its allocation"));
         }
-        let memory =
-            self.comm.import(peer, &theirs).map_err(|e| format!("cannot map rank {peer}'s window: {e}"))?;
+        let memory = self.comm.import(peer, &theirs).map_err(|e| format!("cannot map rank {peer}'s window: {e}"))?;
         Ok((memory.ptr() + offset, memory))
     }
 

@@ -306,7 +306,8 @@ fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
                 ));
             }
             let token = Box::into_raw(Box::new(0u8)) as usize;
-            crate::comm::lock(windows()).insert(token, WindowHandle { comm: handle, weft, fallback: fallback as usize });
+            crate::comm::lock(windows())
+                .insert(token, WindowHandle { comm: handle, weft, fallback: fallback as usize });
             // SAFETY: the application's non-null `ncclWindow_t*`, writable until the
             // registration completes (nccl.h contract).
             unsafe { (out as *mut ncclWindow_t).write(token as ncclWindow_t) };
@@ -344,8 +345,9 @@ fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
 /// every job runs.
 fn on_threads<J: Send>(jobs: Vec<J>, f: impl Fn(J) -> Result<(), NcclError> + Sync) -> Result<(), NcclError> {
     let run = |job: J| {
-        catch_unwind(AssertUnwindSafe(|| f(job)))
-            .unwrap_or_else(|_| Err(NcclError::new(Code::InternalError, "internal error (a weft bug) in a rank's thread")))
+        catch_unwind(AssertUnwindSafe(|| f(job))).unwrap_or_else(|_| {
+            Err(NcclError::new(Code::InternalError, "internal error (a weft bug) in a rank's thread"))
+        })
     };
     let outcomes: Vec<Result<(), NcclError>> = if jobs.len() == 1 {
         jobs.into_iter().map(run).collect()

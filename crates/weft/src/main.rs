@@ -296,26 +296,24 @@ fn main() -> ExitCode {
             json,
             plot,
             ranks,
-        } => {
-            match collective.as_str() {
-                "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
-                "fifo" | "p2p" => bench_proxy(
-                    &collective,
-                    &proxy,
-                    &sweep,
-                    [graph, check, nccl || windows || nccl_windows, in_place, versus.is_some(), plot.is_some()],
-                    json,
-                ),
-                _ => bench(
-                    &collective,
-                    &sweep,
-                    [graph, check, nccl || nccl_windows, in_place, windows, nccl_windows],
-                    versus,
-                    ranks,
-                    [json, plot],
-                ),
-            }
-        }
+        } => match collective.as_str() {
+            "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
+            "fifo" | "p2p" => bench_proxy(
+                &collective,
+                &proxy,
+                &sweep,
+                [graph, check, nccl || windows || nccl_windows, in_place, versus.is_some(), plot.is_some()],
+                json,
+            ),
+            _ => bench(
+                &collective,
+                &sweep,
+                [graph, check, nccl || nccl_windows, in_place, windows, nccl_windows],
+                versus,
+                ranks,
+                [json, plot],
+            ),
+        },
         Command::GenHeader { root, check } => gen_header(&root, check),
     };
     match outcome {

@@ -152,7 +152,8 @@ fn print_nccl_windows(options: &BenchOptions, lines: &[Line]) {
     let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
     for l in lines {
         let r = &l.row;
-        let wrong = if options.check { r.nccl_windows_wrong.map_or_else(|| "-".into(), |w| w.to_string()) } else { "-".into() };
+        let wrong =
+            if options.check { r.nccl_windows_wrong.map_or_else(|| "-".into(), |w| w.to_string()) } else { "-".into() };
         println!(
             "{:>12} {:>10.2} | {:>14} {:>7} | {:>6}",
             r.bytes,
