@@ -423,6 +423,7 @@ impl Drop for NcclMemory<'_> {
         // SAFETY: nccl.h's signature of ncclMemFree; the pointer came from ncclMemAlloc and is
         // freed once.
         if let Ok(free) = unsafe { self.nccl.symbol::<Free>("ncclMemFree") } {
+            // SAFETY: a pointer ncclMemAlloc returned, freed once (here).
             let _ = unsafe { free(self.ptr) };
         }
     }
@@ -447,6 +448,7 @@ impl Drop for NcclWindow<'_> {
         // SAFETY: nccl.h's signature of ncclCommWindowDeregister; the window was registered on
         // this communicator and is deregistered once.
         if let Ok(deregister) = unsafe { self.comm.nccl.symbol::<Deregister>("ncclCommWindowDeregister") } {
+            // SAFETY: a window of this live communicator, deregistered once (here).
             let _ = unsafe { deregister(self.comm.comm, self.win) };
         }
     }

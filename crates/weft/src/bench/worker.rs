@@ -368,8 +368,8 @@ fn run_rank(
     let max = options.max_bytes.max(size);
     let me = Rank::new(&comm, max)?;
     let (send, recv) = (me.send.ptr(), me.recv.ptr());
-    // SAFETY: the buffers outlive the windows: deregistered below, before `me` drops.
     let weft_windows = if options.windows {
+        // SAFETY: the buffers outlive the windows: deregistered below, before `me` drops.
         Some(unsafe { [coll.register_window(send, max)?, coll.register_window(recv, max)?] })
     } else {
         None
