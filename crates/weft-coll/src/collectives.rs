@@ -10,9 +10,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig, PortRoute};
+use weft_core::descriptor::MemoryDescriptor;
+use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig, PortRoute, RemoteMemory, UserRegistration};
 use weft_exec::{ExecConfig, PlanExecutor};
-use weft_gpu::{AllocKind, DeviceMemory, DevicePtr, KernelArgs, LaunchConfig, Stream};
+use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs, LaunchConfig, Stream, UserAllocation};
 
 use weft_types::{DataType, PeerBuffers, ReduceOp};
 
@@ -27,6 +28,7 @@ use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
 use crate::registry::Registry;
 use crate::resources::Resources;
+use crate::window::{Placement, Window, WindowTable};
 
 /// Direction of one point-to-point operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,15 +54,17 @@ pub struct P2pOp {
     pub dtype: DataType,
 }
 
-/// What the captured calls that could write straight into the peers' user buffers (AllReduce
-/// HB; AllGather HB with blocks of a multiple of 16 bytes; plan launches from
-/// `zero_copy_plan_min` bytes whose chunks are whole 16-byte vectors) did. Eager calls stage
-/// and are not counted, nor are calls a rank declined (in place, with a plan not verified in
-/// place).
+/// What the calls that could write straight into the peers' user buffers (AllReduce HB;
+/// AllGather HB with blocks of a multiple of 16 bytes; plan launches from
+/// `zero_copy_plan_min` bytes whose chunks are whole 16-byte vectors) did: captured calls, and
+/// eager calls whose output lies in a window. Other eager calls stage and are not counted, nor
+/// are calls a rank declined (in place, with a plan not verified in place).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathCounts {
-    /// Calls that write into the peers' registered buffers.
+    /// Calls that write into the peers' registered buffers (windows included).
     pub zero_copy: u64,
+    /// Of those, calls whose output lies in a window (no exchange with the peers).
+    pub windowed: u64,
     /// Calls that stage because some rank's buffer could not take part.
     pub refused: u64,
     /// Plan launches (eager or captured) on a kernel with the rank's operations compiled in
@@ -92,7 +96,10 @@ pub struct Collectives {
     /// (see [`Collectives::staging`]): grown by eager calls, never shrunk; the last is the
     /// largest, the others stay alive for graphs captured while they were in use.
     in_place_staging: Mutex<Vec<DeviceMemory>>,
+    /// The windows of this rank (see `window.rs`).
+    windows: Mutex<WindowTable<MappedWindow>>,
     zero_copy_calls: AtomicU64,
+    windowed_calls: AtomicU64,
     refused_calls: AtomicU64,
     /// Plan launches on the interpreter kernel (0) and on specialized kernels (1).
     plan_launches: [AtomicU64; 2],
@@ -150,7 +157,9 @@ impl Collectives {
             port_allpairs: Mutex::default(),
             port_proxy: Mutex::default(),
             in_place_staging: Mutex::default(),
+            windows: Mutex::default(),
             zero_copy_calls: AtomicU64::new(0),
+            windowed_calls: AtomicU64::new(0),
             refused_calls: AtomicU64::new(0),
             plan_launches: [AtomicU64::new(0), AtomicU64::new(0)],
         })
@@ -160,6 +169,7 @@ impl Collectives {
     pub fn path_counts(&self) -> PathCounts {
         PathCounts {
             zero_copy: self.zero_copy_calls.load(Ordering::Relaxed),
+            windowed: self.windowed_calls.load(Ordering::Relaxed),
             refused: self.refused_calls.load(Ordering::Relaxed),
             plan_specialized: self.plan_launches[1].load(Ordering::Relaxed),
             plan_interpreted: self.plan_launches[0].load(Ordering::Relaxed),
@@ -337,6 +347,158 @@ impl Collectives {
         Ok(started)
     }
 
+    /// Registers `[base, base + len)` as a window (NCCL's symmetric window): collective, every
+    /// rank calls it with a buffer of the same `len`, in the same order of registrations, and
+    /// blocks until every rank has mapped every other rank's buffer (host exchanges through
+    /// the bootstrap; no stream is used). From then on, a call whose output lies inside the
+    /// window at an offset every rank passes alike writes straight into the peers' windows,
+    /// eager or captured, with no exchange (see `window.rs`). Any rank's failure (memory
+    /// another process cannot map, an overlap with a window of this rank, lengths that differ)
+    /// fails the registration on every rank, naming the rank.
+    ///
+    /// The buffer must lie in one allocation of this GPU made by `cuMemAlloc` or by VMM with
+    /// the POSIX-fd handle type (what `ncclMemAlloc` and weft's allocations use), 16-byte
+    /// aligned.
+    ///
+    /// # Safety
+    /// The memory must stay allocated until [`Collectives::deregister_window`] returns on every
+    /// rank; peers write into it during the calls that name it.
+    pub unsafe fn register_window(&self, base: DevicePtr, len: usize) -> Result<Window, CollError> {
+        let rank = self.comm.rank();
+        let bootstrap = |source| CollError::Core(weft_core::Error::Bootstrap { rank, source });
+        // Exporting memory while this thread's stream captures needs a relaxed capture mode.
+        let _relaxed = CaptureModeRelaxed::new()
+            .map_err(|e| tracing::debug!("rank {rank}: cannot relax the capture mode: {e}"))
+            .ok();
+        // Held for the whole registration: the table's ids follow the registration order.
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let len = len as u64;
+        let (offer, registration) = match self.window_offer(&windows, base, len) {
+            Ok((offer, registration)) => (offer, Some(registration)),
+            Err(why) => (crate::window::WindowOffer::Unusable(why), None),
+        };
+        let gathered = self.comm.bootstrap().all_gather(&offer.encode()).map_err(bootstrap)?;
+        let offers: Vec<_> =
+            gathered.iter().map(|b| crate::window::WindowOffer::decode(b).map_err(|e| e.to_string())).collect();
+        if let Some(why) = crate::window::offers_mismatch(&offers) {
+            return Err(self.invalid(format!("window registration: {why}")));
+        }
+        let mut starts = PeerBuffers::default();
+        let mut mapped = Vec::new();
+        let mut failure = None;
+        for (peer, offer) in offers.iter().enumerate() {
+            let Ok(crate::window::WindowOffer::Usable { offset, descriptor, .. }) = offer else {
+                failure.get_or_insert_with(|| format!("rank {peer}'s offer vanished"));
+                continue;
+            };
+            if peer == rank {
+                starts.ptr[peer] = base;
+                continue;
+            }
+            match self.map_window(peer, *offset, descriptor, len) {
+                Ok((start, memory)) => {
+                    starts.ptr[peer] = start;
+                    mapped.push(memory);
+                }
+                Err(why) => {
+                    failure.get_or_insert(why);
+                }
+            }
+        }
+        let answers = self.comm.bootstrap().all_gather(&[u8::from(failure.is_none())]).map_err(bootstrap)?;
+        if let Some(bad) = answers.iter().position(|a| a.as_slice() != [1]) {
+            let why = failure.unwrap_or_else(|| format!("rank {bad} could not map every peer's window"));
+            return Err(self.invalid(format!("window registration: {why}")));
+        }
+        let entry = MappedWindow { starts, _registration: registration, _mapped: mapped };
+        windows.insert(base, len, entry).map_err(|why| self.invalid(format!("window registration: {why}")))
+    }
+
+    /// This rank's offer for a new window, with the allocation's registration.
+    fn window_offer(
+        &self,
+        windows: &WindowTable<MappedWindow>,
+        base: DevicePtr,
+        len: u64,
+    ) -> Result<(crate::window::WindowOffer, UserRegistration), String> {
+        windows.check_new(base, len)?;
+        let allocation = UserAllocation::containing(self.comm.device(), base).map_err(|e| e.to_string())?;
+        let key = allocation.key();
+        if !key.contains(base, len) {
+            return Err(format!(
+                "[{base:#x}, +{len}) is not inside one allocation (the one at {base:#x} ends at {:#x})",
+                key.base + key.size
+            ));
+        }
+        let registration = self.comm.register_user(&allocation).map_err(|e| e.to_string())?;
+        let descriptor = registration.descriptor().encode().map_err(|e| e.to_string())?;
+        let offer = crate::window::WindowOffer::Usable { address: base, len, offset: base - key.base, descriptor };
+        Ok((offer, registration))
+    }
+
+    /// Maps `peer`'s window: `len` bytes at `offset` of the allocation `descriptor` describes.
+    /// Returns where the window starts in this GPU's address space, and the mapping.
+    fn map_window(
+        &self,
+        peer: usize,
+        offset: u64,
+        descriptor: &[u8],
+        len: u64,
+    ) -> Result<(DevicePtr, RemoteMemory), String> {
+        let theirs = MemoryDescriptor::decode(descriptor).map_err(|e| format!("rank {peer}'s descriptor: {e}"))?;
+        if theirs.offset != 0 || offset.checked_add(len).is_none_or(|end| end > theirs.len) {
+            return Err(format!("rank {peer}'s window (+{offset}, {len} bytes) does not fit its allocation"));
+        }
+        let memory = self.comm.import(peer, &theirs).map_err(|e| format!("cannot map rank {peer}'s window: {e}"))?;
+        Ok((memory.ptr() + offset, memory))
+    }
+
+    /// Deregisters `window`: collective, every rank calls it for the window it registered at
+    /// the same position, after every call that used the window has completed on its GPU
+    /// (NCCL's contract). The ranks exchange one byte, a barrier: once it completes, every
+    /// rank's calls using the window have finished, so no kernel still writes through a
+    /// mapping; then each rank drops its mappings and its registration. A window unknown to
+    /// any rank fails on every rank, naming that rank.
+    pub fn deregister_window(&self, window: &Window) -> Result<(), CollError> {
+        let rank = self.comm.rank();
+        let bootstrap = |source| CollError::Core(weft_core::Error::Bootstrap { rank, source });
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let known = windows.contains(window);
+        let answers = self.comm.bootstrap().all_gather(&[u8::from(known)]).map_err(bootstrap)?;
+        if let Some(bad) = answers.iter().position(|a| a.as_slice() != [1]) {
+            return Err(self.invalid(format!(
+                "window deregistration: rank {bad} has no window [{:#x}, +{}) (id {}) on this communicator",
+                window.base, window.len, window.id
+            )));
+        }
+        // The exchange above is the barrier: every rank's work on the window is done.
+        drop(windows.remove(window));
+        Ok(())
+    }
+
+    /// Every rank's output as this GPU addresses it when `output` lies inside a window; `None`
+    /// otherwise. One uncontended lock and a binary search: no allocation, no exchange.
+    fn window_outputs(&self, output: Buffer) -> Option<PeerBuffers> {
+        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        if windows.is_empty() {
+            return None;
+        }
+        match windows.find(output.ptr, output.len as u64) {
+            Placement::Inside { window, offset } => {
+                let mut buffers = PeerBuffers::default();
+                for (dst, start) in buffers.ptr.iter_mut().zip(window.starts.ptr).take(self.ranks()) {
+                    *dst = start + offset;
+                }
+                Some(buffers)
+            }
+            Placement::Unfit(why) => {
+                tracing::debug!("rank {}: {} {:#x} stages: {why}", self.comm.rank(), output.what, output.ptr);
+                None
+            }
+            Placement::Outside => None,
+        }
+    }
+
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there
     /// directly (`eligible`, captured, and every rank agrees and is `willing`), else all zero
     /// (stage through scratch). Every rank reaches it at the same call with the same
@@ -351,6 +513,14 @@ impl Collectives {
         let rank = self.comm.rank();
         if !eligible || output.len == 0 || self.ranks() == 1 {
             return Ok(PeerBuffers::default());
+        }
+        // Windows first: agreed at registration, so eager calls and one thread capturing every
+        // rank in turn need no exchange here. A rank not willing stages (the same on every rank
+        // under the windows' contract: same window, same offset, hence the same layout).
+        if willing && let Some(buffers) = self.window_outputs(output) {
+            self.zero_copy_calls.fetch_add(1, Ordering::Relaxed);
+            self.windowed_calls.fetch_add(1, Ordering::Relaxed);
+            return Ok(buffers);
         }
         if !stream.is_capturing().map_err(|source| CollError::Gpu { rank, source })? {
             return Ok(PeerBuffers::default());
@@ -834,4 +1004,12 @@ impl Collectives {
             .map_err(|source| CollError::Gpu { rank, source })?;
         Ok(algorithm)
     }
+}
+
+/// One window of this rank: where every rank's buffer starts in this GPU's address space,
+/// with the registration and mappings that keep those addresses valid.
+struct MappedWindow {
+    starts: PeerBuffers,
+    _registration: Option<UserRegistration>,
+    _mapped: Vec<RemoteMemory>,
 }

@@ -35,6 +35,7 @@ mod port_ring;
 mod port_setup;
 mod registry;
 mod resources;
+mod window;
 
 pub use algorithm::{Algorithm, Collective, Protocol};
 pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
@@ -44,3 +45,4 @@ pub use plans::{PlanId, SHIPPED_INSTANCES, SHIPPED_LL_INSTANCES, load_user_plans
 pub use port_allpairs::alpha_beta_us as port_allpairs_alpha_beta_us;
 pub use port_ring::alpha_beta_us as port_ring_alpha_beta_us;
 pub use weft_types::{DataType, ReduceOp};
+pub use window::Window;

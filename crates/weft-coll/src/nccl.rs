@@ -383,6 +383,104 @@ impl NcclComm<'_> {
     }
 }
 
+/// `NCCL_WIN_COLL_SYMMETRIC` (nccl.h 2.27+): the window's buffers sit at the same offset on
+/// every rank, so NCCL runs its symmetric kernels on them.
+pub const NCCL_WIN_COLL_SYMMETRIC: c_int = 1;
+
+/// Device memory from the library's `ncclMemAlloc` on the current GPU; `ncclMemFree` on drop.
+pub struct NcclMemory<'a> {
+    nccl: &'a Nccl,
+    ptr: *mut c_void,
+    len: usize,
+}
+
+impl std::fmt::Debug for NcclMemory<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclMemory").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl NcclMemory<'_> {
+    /// The device address.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr as DevicePtr
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes (never: `ncclMemAlloc` refuses 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for NcclMemory<'_> {
+    fn drop(&mut self) {
+        type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
+        // SAFETY: nccl.h's signature of ncclMemFree; the pointer came from ncclMemAlloc and is
+        // freed once.
+        if let Ok(free) = unsafe { self.nccl.symbol::<Free>("ncclMemFree") } {
+            // SAFETY: a pointer ncclMemAlloc returned, freed once (here).
+            let _ = unsafe { free(self.ptr) };
+        }
+    }
+}
+
+/// A window of the library's (`ncclCommWindowRegister`); deregistered on drop, which must
+/// happen on every rank after the work using it completed (nccl.h's contract).
+pub struct NcclWindow<'a> {
+    comm: &'a NcclComm<'a>,
+    win: *mut c_void,
+}
+
+impl std::fmt::Debug for NcclWindow<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclWindow").field("win", &self.win).finish()
+    }
+}
+
+impl Drop for NcclWindow<'_> {
+    fn drop(&mut self) {
+        type Deregister = unsafe extern "C" fn(Comm, *mut c_void) -> c_int;
+        // SAFETY: nccl.h's signature of ncclCommWindowDeregister; the window was registered on
+        // this communicator and is deregistered once.
+        if let Ok(deregister) = unsafe { self.comm.nccl.symbol::<Deregister>("ncclCommWindowDeregister") } {
+            // SAFETY: a window of this live communicator, deregistered once (here).
+            let _ = unsafe { deregister(self.comm.comm, self.win) };
+        }
+    }
+}
+
+impl<'a> NcclComm<'a> {
+    /// `ncclMemAlloc` of `len` bytes on the current GPU (bind the communicator's first).
+    pub fn mem_alloc(&self, len: usize) -> Result<NcclMemory<'a>, String> {
+        type Alloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+        // SAFETY: nccl.h's signature of ncclMemAlloc.
+        let alloc = unsafe { self.nccl.symbol::<Alloc>("ncclMemAlloc") }?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: writes one pointer.
+        check(self.nccl, "ncclMemAlloc", unsafe { alloc(&mut ptr, len) })?;
+        Ok(NcclMemory { nccl: self.nccl, ptr, len })
+    }
+
+    /// `ncclCommWindowRegister(memory, NCCL_WIN_COLL_SYMMETRIC)`: collective, every rank
+    /// registers a buffer of the same length (NCCL 2.27+).
+    pub fn window_register(&'a self, memory: &NcclMemory<'_>) -> Result<NcclWindow<'a>, String> {
+        type Register = unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int;
+        // SAFETY: nccl.h's signature of ncclCommWindowRegister.
+        let register = unsafe { self.nccl.symbol::<Register>("ncclCommWindowRegister") }?;
+        let mut win = std::ptr::null_mut();
+        // SAFETY: memory from this library's ncclMemAlloc, alive while the window is (the
+        // caller drops the window first); writes one handle.
+        let code = unsafe { register(self.comm, memory.ptr, memory.len, &mut win, NCCL_WIN_COLL_SYMMETRIC) };
+        check(self.nccl, "ncclCommWindowRegister", code)?;
+        Ok(NcclWindow { comm: self, win })
+    }
+}
+
 impl Drop for NcclComm<'_> {
     fn drop(&mut self) {
         // SAFETY: the comm was created by ncclCommInitRank and is destroyed once.

@@ -502,10 +502,16 @@ pub fn comm_deregister(comm: ncclComm_t, handle: *mut c_void) -> Result<(), Nccl
     Ok(())
 }
 
-/// `ncclCommWindowRegister`: symmetric windows exist only in the fallback.
+/// `ncclCommWindowRegister`: a weft window (every peer maps the buffer once; calls whose
+/// buffers lie in it then run zero-copy, eager ones included), and the fallback's window too
+/// when there is a fallback, so calls routed there see it as well. Collective: inside a group
+/// the registration runs at `ncclGroupEnd`, one thread per communicator, and the handle is
+/// written then. Every `winFlags` value is accepted: weft's windows serve every collective
+/// (`NCCL_WIN_COLL_SYMMETRIC` is what they always are).
 ///
 /// # Safety
-/// `win` is checked for null and must be writable.
+/// `win` is checked for null and must be writable until the registration completes (the end
+/// of the group, inside one); the buffer stays allocated until deregistered.
 pub unsafe fn window_register(
     comm: ncclComm_t,
     buff: *mut c_void,
@@ -514,30 +520,34 @@ pub unsafe fn window_register(
     flags: c_int,
 ) -> Result<(), NcclError> {
     non_null(win, "win")?;
-    let ready = lookup(comm)?.ready()?;
-    let fc = ready.fallback.as_ref().ok_or_else(|| not_implemented("ncclCommWindowRegister", "no fallback NCCL"))?;
-    let f = fc.fallback;
-    let register = f.entry("ncclCommWindowRegister", f.api.window_register)?;
-    let mut w = std::ptr::null_mut();
-    // SAFETY: the application's arguments, a local out-pointer, a live communicator.
-    f.check("ncclCommWindowRegister", unsafe { register(fc.raw(), buff, size, &mut w, flags) })?;
-    // SAFETY: non-null, writable (nccl.h contract).
-    unsafe { win.write(w) };
-    Ok(())
+    non_null(buff, "buff")?;
+    if size == 0 {
+        return Err(NcclError::invalid_argument("size is 0"));
+    }
+    let comm_ref = lookup(comm)?;
+    let work = exec::WindowWork::Register { base: buff as u64, size, flags, out: win as usize };
+    if group::with(|g| g.active()) {
+        return group::with(|g| g.push(Deferred::Window { comm: comm_ref, work }))
+            .map_err(|_| NcclError::new(Code::InternalError, "group closed while queueing"));
+    }
+    exec::run_window_work(vec![(comm_ref, work)])
 }
 
-/// `ncclCommWindowDeregister`.
+/// `ncclCommWindowDeregister`: collective, after every call using the window has completed on
+/// every rank (nccl.h's contract); inside a group it runs at `ncclGroupEnd`.
 ///
 /// # Safety
-/// `win` is a window the fallback created for `comm` (application contract).
+/// `win` is a window registered on `comm` (checked: anything else is an invalid argument).
 pub unsafe fn window_deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<(), NcclError> {
     non_null(win, "win")?;
-    let ready = lookup(comm)?.ready()?;
-    let fc = ready.fallback.as_ref().ok_or_else(|| not_implemented("ncclCommWindowDeregister", "no fallback NCCL"))?;
-    let f = fc.fallback;
-    let deregister = f.entry("ncclCommWindowDeregister", f.api.window_deregister)?;
-    // SAFETY: a window the fallback created for this communicator (application contract).
-    f.check("ncclCommWindowDeregister", unsafe { deregister(fc.raw(), win) })
+    let comm_ref = lookup(comm)?;
+    exec::check_window(comm, win)?;
+    let work = exec::WindowWork::Deregister { win: win as usize };
+    if group::with(|g| g.active()) {
+        return group::with(|g| g.push(Deferred::Window { comm: comm_ref, work }))
+            .map_err(|_| NcclError::new(Code::InternalError, "group closed while queueing"));
+    }
+    exec::run_window_work(vec![(comm_ref, work)])
 }
 
 /// `ncclRedOpCreatePreMulSum`: created in the fallback; calls using the operator go there.

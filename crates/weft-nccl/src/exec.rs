@@ -3,9 +3,10 @@
 //! own threads when one thread creates several communicators inside a group (or through
 //! `ncclCommInitAll`), so that no rank waits for a peer that the same thread has yet to start.
 
-use std::ffi::c_void;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use weft_coll::{P2pKind, P2pOp};
 use weft_gpu::{DevicePtr, SavedContext, Stream};
@@ -14,7 +15,7 @@ use weft_types::DataType;
 use crate::comm::{Comm, InitSpec, Ready, initialise, publish};
 use crate::env::{Kind, env};
 use crate::error::{Code, NcclError};
-use crate::ffi::{ncclComm_t, ncclResult_t};
+use crate::ffi::{ncclComm_t, ncclResult_t, ncclWindow_t};
 use crate::route::{Op, Route, route};
 
 /// A collective or point-to-point call.
@@ -193,6 +194,176 @@ pub enum Deferred {
         /// The call.
         call: Call,
     },
+    /// `ncclCommWindowRegister` / `ncclCommWindowDeregister`.
+    Window {
+        /// The communicator.
+        comm: Arc<Comm>,
+        /// What to do.
+        work: WindowWork,
+    },
+}
+
+/// A window registration or deregistration (collective: run for several communicators at
+/// once, one thread each, like initialisations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowWork {
+    /// Register `size` bytes at `base`; the handle goes to the application's `ncclWindow_t*`
+    /// at `out`.
+    Register {
+        /// The buffer.
+        base: u64,
+        /// Its bytes.
+        size: usize,
+        /// `winFlags`, passed on to the fallback.
+        flags: c_int,
+        /// The application's `ncclWindow_t*`.
+        out: usize,
+    },
+    /// Deregister the window whose handle is `win`.
+    Deregister {
+        /// The handle.
+        win: usize,
+    },
+}
+
+/// A window handle's state: weft's window (none when the communicator has no weft side) and
+/// the fallback's (null without a fallback).
+#[derive(Debug)]
+struct WindowHandle {
+    /// The communicator's handle address.
+    comm: usize,
+    weft: Option<weft_coll::Window>,
+    fallback: usize,
+}
+
+/// Windows by handle (a boxed byte's address: unique while the window lives).
+fn windows() -> &'static Mutex<HashMap<usize, WindowHandle>> {
+    static WINDOWS: OnceLock<Mutex<HashMap<usize, WindowHandle>>> = OnceLock::new();
+    WINDOWS.get_or_init(Mutex::default)
+}
+
+/// `ncclInvalidArgument` unless `win` is a live window of `comm`.
+pub fn check_window(comm: ncclComm_t, win: ncclWindow_t) -> Result<(), NcclError> {
+    match crate::comm::lock(windows()).get(&(win as usize)) {
+        Some(w) if w.comm == comm as usize => Ok(()),
+        Some(_) => Err(NcclError::invalid_argument(format!("window {win:p} belongs to another communicator"))),
+        None => Err(NcclError::invalid_argument(format!("window {win:p} is not a registered window (deregistered?)"))),
+    }
+}
+
+/// Runs window work: one thread per communicator when there are several (a registration waits
+/// for every rank, and one thread may hold several ranks), in order within a communicator.
+pub fn run_window_work(items: Vec<(Arc<Comm>, WindowWork)>) -> Result<(), NcclError> {
+    let mut per_comm: Vec<(Arc<Comm>, Vec<WindowWork>)> = Vec::new();
+    for (comm, work) in items {
+        match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
+            Some((_, list)) => list.push(work),
+            None => per_comm.push((comm, vec![work])),
+        }
+    }
+    on_threads(per_comm, |(comm, list)| {
+        let mut first = None;
+        for work in list {
+            if let Err(e) = window_work(&comm, work) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    })
+}
+
+/// One registration or deregistration on `comm`.
+fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
+    let _restore = SavedContext::save();
+    let ready = comm.ready()?;
+    ready.device.bind()?;
+    let handle = Arc::as_ptr(comm) as usize;
+    match work {
+        WindowWork::Register { base, size, flags, out } => {
+            let weft = match &ready.weft {
+                // SAFETY: the application keeps the buffer allocated until it deregisters the
+                // window (nccl.h contract), which drops weft's window first.
+                Ok(native) => Some(unsafe { native.coll.register_window(base, size)? }),
+                Err(_) => None,
+            };
+            let mut fallback: ncclWindow_t = std::ptr::null_mut();
+            if let Some(fc) = &ready.fallback {
+                let f = fc.fallback;
+                let register = f.entry("ncclCommWindowRegister", f.api.window_register)?;
+                // SAFETY: the application's buffer and flags, a local out-pointer, a live
+                // communicator.
+                let code = unsafe { register(fc.raw(), base as *mut c_void, size, &mut fallback, flags) };
+                if let Err(e) = f.check("ncclCommWindowRegister", code) {
+                    if let (Some(w), Ok(native)) = (weft, &ready.weft) {
+                        // Every rank's fallback failed alike or the ranks now disagree; either
+                        // way this window is unusable. Best effort: the peers' deregistration
+                        // is collective too.
+                        let _ = native.coll.deregister_window(&w);
+                    }
+                    return Err(e);
+                }
+            }
+            if weft.is_none() && fallback.is_null() {
+                return Err(NcclError::invalid_usage(
+                    "ncclCommWindowRegister: this communicator has neither weft's side nor a fallback NCCL",
+                ));
+            }
+            let token = Box::into_raw(Box::new(0u8)) as usize;
+            crate::comm::lock(windows())
+                .insert(token, WindowHandle { comm: handle, weft, fallback: fallback as usize });
+            // SAFETY: the application's non-null `ncclWindow_t*`, writable until the
+            // registration completes (nccl.h contract).
+            unsafe { (out as *mut ncclWindow_t).write(token as ncclWindow_t) };
+            Ok(())
+        }
+        WindowWork::Deregister { win } => {
+            check_window(handle as ncclComm_t, win as ncclWindow_t)?;
+            let Some(w) = crate::comm::lock(windows()).remove(&win) else {
+                return Err(NcclError::invalid_argument(format!("window {win:#x} was deregistered twice")));
+            };
+            // SAFETY: made by Box::into_raw at registration; removed from the table above, so
+            // freed once.
+            drop(unsafe { Box::from_raw(win as *mut u8) });
+            let mut first = None;
+            if let (Some(window), Ok(native)) = (w.weft, &ready.weft)
+                && let Err(e) = native.coll.deregister_window(&window)
+            {
+                first.get_or_insert(NcclError::from(e));
+            }
+            if let Some(fc) = ready.fallback.as_ref().filter(|_| w.fallback != 0) {
+                let f = fc.fallback;
+                let deregister = f.entry("ncclCommWindowDeregister", f.api.window_deregister)?;
+                // SAFETY: a window the fallback created for this communicator.
+                if let Err(e) = f.check("ncclCommWindowDeregister", unsafe { deregister(fc.raw(), w.fallback as _) }) {
+                    first.get_or_insert(e);
+                }
+            }
+            first.map_or(Ok(()), Err)
+        }
+    }
+}
+
+/// Runs `f` on every job: inline for one, else on one scoped thread each (several ranks of
+/// one thread must progress together when `f` waits for the peers). Returns the first error;
+/// every job runs.
+fn on_threads<J: Send>(jobs: Vec<J>, f: impl Fn(J) -> Result<(), NcclError> + Sync) -> Result<(), NcclError> {
+    let run = |job: J| {
+        catch_unwind(AssertUnwindSafe(|| f(job))).unwrap_or_else(|_| {
+            Err(NcclError::new(Code::InternalError, "internal error (a weft bug) in a rank's thread"))
+        })
+    };
+    let outcomes: Vec<Result<(), NcclError>> = if jobs.len() == 1 {
+        jobs.into_iter().map(run).collect()
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = jobs.into_iter().map(|job| s.spawn(|| run(job))).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(NcclError::new(Code::InternalError, "rank thread panicked"))))
+                .collect()
+        })
+    };
+    outcomes.into_iter().find_map(Result::err).map_or(Ok(()), Err)
 }
 
 /// An initialised rank: the state, its rank and ranks (`None`: a split without a color).
@@ -240,6 +411,7 @@ pub fn run(call: &'static str, items: Vec<Deferred>) -> Result<(), NcclError> {
     let mut specs = Vec::new();
     let mut targets = Vec::new();
     let mut calls = Vec::new();
+    let mut window_items = Vec::new();
     for item in items {
         match item {
             Deferred::Init { comm, spec } => {
@@ -251,6 +423,7 @@ pub fn run(call: &'static str, items: Vec<Deferred>) -> Result<(), NcclError> {
                 targets.push(Target::Out(out));
             }
             Deferred::Call { comm, call } => calls.push((comm, call)),
+            Deferred::Window { comm, work } => window_items.push((comm, work)),
         }
     }
     for (target, outcome) in targets.into_iter().zip(initialise_all(specs)) {
@@ -263,6 +436,9 @@ pub fn run(call: &'static str, items: Vec<Deferred>) -> Result<(), NcclError> {
             comm.record_error(&format!("{call}: {}", e.message));
         }
         note(delivered);
+    }
+    if !window_items.is_empty() {
+        note(run_window_work(window_items));
     }
     note(run_calls(call, calls));
     first.map_or(Ok(()), Err)
@@ -354,6 +530,23 @@ fn run_calls(call_name: &'static str, calls: Vec<(Arc<Comm>, Call)>) -> Result<(
         }
         first.get_or_insert(e);
     }
+    // One thread issuing several ranks' captured calls: a captured call may agree with its
+    // peers on zero-copy (a host exchange that waits for every rank), so each communicator's
+    // calls go on their own thread, in order; eager calls never wait and stay on this one.
+    if weft_calls.len() > 1 && weft_calls.iter().any(|(_, ready, list)| captures(ready, list)) {
+        if let Err(e) = on_threads(weft_calls, |(comm, ready, list)| {
+            let _restore = SavedContext::save();
+            ready.device.bind()?;
+            run_weft(&comm, &ready, &list).map_err(|e| {
+                let e = e.context(format!("rank {} of {}", comm.rank, comm.nranks));
+                record(&comm, &e);
+                e
+            })
+        }) {
+            first.get_or_insert(e);
+        }
+        return first.map_or(Ok(()), Err);
+    }
     for (comm, ready, list) in &weft_calls {
         if let Err(e) = run_weft(comm, ready, list) {
             let e = e.context(format!("rank {} of {}", comm.rank, comm.nranks));
@@ -362,6 +555,17 @@ fn run_calls(call_name: &'static str, calls: Vec<(Arc<Comm>, Call)>) -> Result<(
         }
     }
     first.map_or(Ok(()), Err)
+}
+
+/// Whether any of `calls` is issued to a stream that is capturing a CUDA graph (a query
+/// failure counts as capturing: the threaded path is correct either way).
+fn captures(ready: &Ready, calls: &[Call]) -> bool {
+    calls.iter().any(|call| {
+        // SAFETY: the application's stream of this communicator's GPU (nccl.h contract); only
+        // queried.
+        let stream = unsafe { Stream::borrowed(&ready.device, call.stream as *mut c_void as _) };
+        stream.is_capturing().unwrap_or(true)
+    })
 }
 
 fn run_fallback(calls: &[(Arc<Ready>, Call)]) -> Result<(), NcclError> {

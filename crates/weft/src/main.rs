@@ -56,6 +56,14 @@ enum Command {
         /// Measure NCCL (libnccl.so.2) in the same run.
         #[arg(long)]
         nccl: bool,
+        /// Register weft's buffers as windows, so eager calls go zero-copy too.
+        #[arg(long)]
+        windows: bool,
+        /// Also measure NCCL with its buffers from ncclMemAlloc in symmetric windows
+        /// (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC), in a column of its own (implies
+        /// --nccl).
+        #[arg(long)]
+        nccl_windows: bool,
         /// Time calls in place (nccl-tests' layout) instead of out of place; --check checks
         /// both either way.
         #[arg(long)]
@@ -274,19 +282,38 @@ fn main() -> ExitCode {
             tune(&collectives, &sweep, hb_blocks, &out, any_dtype)
         }
         Command::Plan { action } => plan(action),
-        Command::Bench { collective, proxy, sweep, graph, check, nccl, in_place, versus, json, plot, ranks } => {
-            match collective.as_str() {
-                "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
-                "fifo" | "p2p" => bench_proxy(
-                    &collective,
-                    &proxy,
-                    &sweep,
-                    [graph, check, nccl, in_place, versus.is_some(), plot.is_some()],
-                    json,
-                ),
-                _ => bench(&collective, &sweep, [graph, check, nccl, in_place], versus, ranks, [json, plot]),
-            }
-        }
+        Command::Bench {
+            collective,
+            proxy,
+            sweep,
+            graph,
+            check,
+            nccl,
+            windows,
+            nccl_windows,
+            in_place,
+            versus,
+            json,
+            plot,
+            ranks,
+        } => match collective.as_str() {
+            "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
+            "fifo" | "p2p" => bench_proxy(
+                &collective,
+                &proxy,
+                &sweep,
+                [graph, check, nccl || windows || nccl_windows, in_place, versus.is_some(), plot.is_some()],
+                json,
+            ),
+            _ => bench(
+                &collective,
+                &sweep,
+                [graph, check, nccl || nccl_windows, in_place, windows, nccl_windows],
+                versus,
+                ranks,
+                [json, plot],
+            ),
+        },
         Command::GenHeader { root, check } => gen_header(&root, check),
     };
     match outcome {
@@ -315,7 +342,7 @@ fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
 fn bench(
     collective: &str,
     sweep: &Sweep,
-    [graph, check, nccl, in_place]: [bool; 4],
+    [graph, check, nccl, in_place, windows, nccl_windows]: [bool; 6],
     versus: Option<String>,
     ranks: Option<usize>,
     [json, plot]: [Option<std::path::PathBuf>; 2],
@@ -344,6 +371,8 @@ fn bench(
         graph,
         check,
         nccl,
+        windows,
+        nccl_windows,
         in_place,
         versus,
         // Fewer ranks than GPUs: one rank on each of the first `ranks` GPUs.
@@ -353,7 +382,8 @@ fn bench(
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
         // or --gpus, or torchrun's world).
-        let gpu_only = json.is_some() || plot.is_some() || nccl || graph || in_place || options.versus.is_some();
+        let gpu_only =
+            json.is_some() || plot.is_some() || nccl || graph || in_place || windows || options.versus.is_some();
         if gpu_only && lead {
             println!(
                 "# --json, --plot, --nccl, --graph, --in-place and --versus measure GPUs: the CPU backend ignores them"

@@ -268,8 +268,20 @@ int main(void) {
   EXPECT_MSG(ncclCommRegister(sentinel, host, sizeof host, NULL), ncclInvalidArgument, "handle is NULL");
   EXPECT(ncclCommDeregister(NULL, host), ncclInvalidArgument);
   ncclWindow_t win = NULL;
-  EXPECT(ncclCommWindowRegister(NULL, host, sizeof host, &win, NCCL_WIN_DEFAULT), ncclInvalidArgument);
-  EXPECT(ncclCommWindowDeregister(NULL, win), ncclInvalidArgument);
+  EXPECT_MSG(ncclCommWindowRegister(NULL, host, sizeof host, &win, NCCL_WIN_DEFAULT), ncclInvalidArgument, "comm is NULL");
+  EXPECT_MSG(ncclCommWindowRegister(sentinel, host, sizeof host, NULL, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "win is NULL");
+  EXPECT_MSG(ncclCommWindowRegister(sentinel, NULL, sizeof host, &win, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "buff is NULL");
+  EXPECT_MSG(ncclCommWindowRegister(sentinel, host, 0, &win, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "size is 0");
+  EXPECT_MSG(ncclCommWindowRegister(sentinel, host, sizeof host, &win, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "not a live communicator");
+  CHECK(win == NULL);
+  /* Inside a group a bad registration fails at once and queues nothing. */
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT_MSG(ncclCommWindowRegister(sentinel, host, sizeof host, &win, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "not a live communicator");
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  CHECK(win == NULL);
+  EXPECT_MSG(ncclCommWindowDeregister(NULL, (ncclWindow_t)host), ncclInvalidArgument, "comm is NULL");
+  EXPECT_MSG(ncclCommWindowDeregister(sentinel, NULL), ncclInvalidArgument, "win is NULL");
+  EXPECT_MSG(ncclCommWindowDeregister(sentinel, (ncclWindow_t)host), ncclInvalidArgument, "not a live communicator");
   ncclRedOp_t op = ncclSum;
   float scalar = 0.5f;
   EXPECT(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, NULL), ncclInvalidArgument);

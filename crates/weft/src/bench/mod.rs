@@ -50,6 +50,15 @@ pub struct BenchOptions {
     pub check: bool,
     /// Measure NCCL in the same run.
     pub nccl: bool,
+    /// Register weft's buffers as windows (`Collectives::register_window`), so eager calls
+    /// write straight into the peers' buffers too.
+    #[serde(default)]
+    pub windows: bool,
+    /// Also measure NCCL with its buffers from its `ncclMemAlloc` registered as symmetric
+    /// windows (`ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)`: NCCL 2.28's symmetric
+    /// kernels), in its own column.
+    #[serde(default)]
+    pub nccl_windows: bool,
     /// Time calls in place (nccl-tests' layout: the input inside the output, or the output
     /// inside the input) instead of out of place.
     #[serde(default)]
@@ -92,6 +101,12 @@ pub struct Row {
     pub weft_us: f64,
     /// NCCL microseconds per call.
     pub nccl_us: Option<f64>,
+    /// NCCL microseconds per call with its buffers in symmetric windows (`--nccl-windows`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_windows_us: Option<f64>,
+    /// Wrong elements of NCCL's outputs with windows, when checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_windows_wrong: Option<u64>,
     /// Microseconds per call of the `versus` algorithm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus_us: Option<f64>,
@@ -340,11 +355,14 @@ fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
                 m.weft_us = m.weft_us.max(other.weft_us);
                 m.nccl_us = slowest(m.nccl_us, other.nccl_us);
                 m.versus_us = slowest(m.versus_us, other.versus_us);
+                m.nccl_windows_us = slowest(m.nccl_windows_us, other.nccl_windows_us);
                 m.wrong += other.wrong;
-                m.nccl_wrong = match (m.nccl_wrong, other.nccl_wrong) {
+                let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),
                 };
+                m.nccl_wrong = sum(m.nccl_wrong, other.nccl_wrong);
+                m.nccl_windows_wrong = sum(m.nccl_windows_wrong, other.nccl_windows_wrong);
                 m.identical &= other.identical;
             }
             m
@@ -422,6 +440,8 @@ mod tests {
             graph: false,
             check: false,
             nccl: false,
+            windows: false,
+            nccl_windows: false,
             in_place: false,
             versus: None,
             gpus: 2,

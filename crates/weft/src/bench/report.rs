@@ -24,6 +24,9 @@ pub struct Line {
     pub nccl_busbw: Option<f64>,
     /// NCCL time / weft time (above 1: weft is faster).
     pub ratio: Option<f64>,
+    /// NCCL-with-windows time / weft time (`--nccl-windows`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows_ratio: Option<f64>,
     /// weft time / the `versus` algorithm's time (above 1: the versus algorithm is faster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub versus_ratio: Option<f64>,
@@ -48,6 +51,7 @@ pub(super) fn lines(options: &BenchOptions, rows: &[Row]) -> Vec<Line> {
                 nccl_algbw,
                 nccl_busbw: nccl_algbw.map(|b| b * factor),
                 ratio: r.nccl_us.map(|t| t / r.weft_us),
+                windows_ratio: r.nccl_windows_us.map(|t| t / r.weft_us),
                 versus_ratio: r.versus_us.map(|t| r.weft_us / t),
             }
         })
@@ -56,7 +60,12 @@ pub(super) fn lines(options: &BenchOptions, rows: &[Row]) -> Vec<Line> {
 
 /// Geometric mean of the NCCL/weft time ratios, if NCCL was measured.
 pub(super) fn geomean_ratio(lines: &[Line]) -> Option<f64> {
-    let ratios: Vec<f64> = lines.iter().filter_map(|l| l.ratio).collect();
+    geomean(lines.iter().filter_map(|l| l.ratio))
+}
+
+/// Geometric mean of `ratios`, if there are any.
+fn geomean(ratios: impl Iterator<Item = f64>) -> Option<f64> {
+    let ratios: Vec<f64> = ratios.collect();
     (!ratios.is_empty()).then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp())
 }
 
@@ -112,6 +121,9 @@ pub(super) fn print_table(options: &BenchOptions, lines: &[Line]) {
     if let Some(g) = geomean_ratio(lines) {
         println!("# geomean speedup over NCCL (time ratio nccl/weft): {g:.3}");
     }
+    if options.nccl_windows {
+        print_nccl_windows(options, lines);
+    }
     if let Some(versus) = &options.versus {
         print_versus(versus, lines);
     }
@@ -130,6 +142,29 @@ pub(super) fn print_table(options: &BenchOptions, lines: &[Line]) {
         if nccl_wrong > 0 {
             println!("# NCCL: {nccl_wrong} wrong elements: the reference or the harness is wrong, not only weft");
         }
+    }
+}
+
+/// Prints NCCL with its buffers in symmetric windows against weft, row by row.
+fn print_nccl_windows(options: &BenchOptions, lines: &[Line]) {
+    println!("# NCCL with symmetric windows (ncclMemAlloc + ncclCommWindowRegister) in the same run");
+    println!("{:>12} {:>10} | {:>14} {:>7} | {:>6}", "size", "weft us", "nccl-win us", "#wrong", "ratio");
+    let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    for l in lines {
+        let r = &l.row;
+        let wrong =
+            if options.check { r.nccl_windows_wrong.map_or_else(|| "-".into(), |w| w.to_string()) } else { "-".into() };
+        println!(
+            "{:>12} {:>10.2} | {:>14} {:>7} | {:>6}",
+            r.bytes,
+            r.weft_us,
+            opt(r.nccl_windows_us),
+            wrong,
+            opt(l.windows_ratio)
+        );
+    }
+    if let Some(g) = geomean(lines.iter().filter_map(|l| l.windows_ratio)) {
+        println!("# geomean speedup over NCCL with windows (time ratio nccl-win/weft): {g:.3}");
     }
 }
 
@@ -191,6 +226,8 @@ pub(super) mod tests {
             graph: true,
             check: true,
             nccl: true,
+            windows: false,
+            nccl_windows: false,
             in_place: false,
             versus: None,
             gpus: 4,

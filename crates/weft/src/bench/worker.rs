@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use weft_bootstrap::{Bootstrap, TorchrunEnv};
-use weft_coll::nccl::{Nccl, NcclComm};
+use weft_coll::nccl::{Nccl, NcclComm, NcclMemory};
 use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp};
 use weft_core::{Communicator, Env};
 use weft_gpu::{AllocKind, Device, DeviceMemory, DevicePtr, Event, Stream};
@@ -354,7 +354,7 @@ fn run_rank(
         }
         None => None,
     };
-    let nccl = if options.nccl { Some(Nccl::load(&env)?) } else { None };
+    let nccl = if options.nccl || options.nccl_windows { Some(Nccl::load(&env)?) } else { None };
     let nccl_comm: Option<NcclComm<'_>> = match &nccl {
         Some(lib) => {
             let id = if rank == 0 { lib.unique_id()?.to_vec() } else { Vec::new() };
@@ -369,6 +369,28 @@ fn run_rank(
     let max = options.max_bytes.max(size);
     let me = Rank::new(&comm, max)?;
     let (send, recv) = (me.send.ptr(), me.recv.ptr());
+    let weft_windows = if options.windows {
+        // SAFETY: the buffers outlive the windows: deregistered below, before `me` drops.
+        Some(unsafe { [coll.register_window(send, max)?, coll.register_window(recv, max)?] })
+    } else {
+        None
+    };
+    // NCCL's windowed buffers mirror `send` and `recv`: a pointer into one of ours maps to the
+    // same offset of NCCL's.
+    let nccl_buffers: Option<[NcclMemory<'_>; 2]> = match (&nccl_comm, options.nccl_windows) {
+        (Some(nc), true) => {
+            device.bind()?;
+            Some([nc.mem_alloc(max)?, nc.mem_alloc(max)?])
+        }
+        _ => None,
+    };
+    let nccl_windows = match (&nccl_comm, &nccl_buffers) {
+        (Some(nc), Some([s, r])) => Some([nc.window_register(s)?, nc.window_register(r)?]),
+        _ => None,
+    };
+    let mirror = |p: DevicePtr, [s, r]: &[NcclMemory<'_>; 2]| {
+        if p >= recv && p < recv + max as u64 { r.ptr() + (p - recv) } else { s.ptr() + (p - send) }
+    };
     let mut rows = Vec::new();
     for requested in sizes(options) {
         if let Some(shape) = options.collective.shape(requested, size, ranks) {
@@ -389,6 +411,30 @@ fn run_rank(
             let weft_run = |from, to| unsafe { call.weft(&coll, from, to) }.map(|_| ());
             // SAFETY: as for `weft_run`.
             let nccl_run = nccl_comm.as_ref().map(|nc| move |from, to| unsafe { call.nccl(nc, from, to) });
+            // SAFETY: as for `weft_run`; `mirror` maps them to the same place of NCCL's windowed
+            // buffers of the same length.
+            let nccl_windows_run = nccl_comm
+                .as_ref()
+                .zip(nccl_buffers.as_ref())
+                .map(|(nc, bufs)| move |from, to| unsafe { call.nccl(nc, mirror(from, bufs), mirror(to, bufs)) });
+            // The check reads and writes weft's buffers: copy them into NCCL's windows around
+            // the call (stream-ordered, capturable), so the windowed call is checked like the
+            // others.
+            let stream = &me.stream;
+            let nccl_windows_checked = nccl_windows_run.as_ref().zip(nccl_buffers.as_ref()).map(|(run, [s, r])| {
+                move |from, to| -> Result<(), BoxError> {
+                    // SAFETY: both sides are `max` bytes of this GPU, alive until the stream
+                    // is idle (every check waits for it).
+                    unsafe {
+                        stream.copy_async(s.ptr(), send, max)?;
+                        stream.copy_async(r.ptr(), recv, max)?;
+                    }
+                    run(from, to)?;
+                    // SAFETY: as above.
+                    unsafe { stream.copy_async(recv, r.ptr(), max)? };
+                    Ok(())
+                }
+            });
             // SAFETY: as for `weft_run`.
             let versus_run = versus.as_ref().map(|v| move |from, to| unsafe { call.weft(v, from, to) }.map(|_| ()));
             let mut row = Row { bytes: shape.bytes, count: shape.count, identical: true, ..Row::default() };
@@ -398,6 +444,9 @@ fn run_rank(
                 (row.wrong, row.identical) = check(&me, &call, &weft_run, &reference, options.graph)?;
                 if let Some(nccl_run) = &nccl_run {
                     row.nccl_wrong = Some(check(&me, &call, nccl_run, &reference, options.graph)?.0);
+                }
+                if let Some(run) = &nccl_windows_checked {
+                    row.nccl_windows_wrong = Some(check(&me, &call, run, &reference, options.graph)?.0);
                 }
                 if let Some(versus_run) = &versus_run {
                     row.wrong += check(&me, &call, versus_run, &reference, options.graph)?.0;
@@ -424,6 +473,9 @@ fn run_rank(
             if let Some(nccl_run) = &nccl_run {
                 row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(from, to))?);
             }
+            if let Some(run) = &nccl_windows_run {
+                row.nccl_windows_us = Some(me.time(options.graph, shape.bytes, &|| run(from, to))?);
+            }
             if let Some(versus_run) = &versus_run {
                 row.versus_us = Some(me.time(options.graph, shape.bytes, &|| versus_run(from, to))?);
             }
@@ -434,5 +486,12 @@ fn run_rank(
         }
     }
     me.barrier()?;
+    // Every rank's work is done (the barrier above follows each rank's idle stream): the
+    // windows go before the buffers they cover.
+    drop(nccl_windows);
+    drop(nccl_buffers);
+    for window in weft_windows.iter().flatten() {
+        coll.deregister_window(window)?;
+    }
     Ok(rows)
 }

@@ -188,6 +188,11 @@ fn run_algorithm(
             outcome,
         );
     }
+    if ranks > 1 && direct && variant == Variant::Interpreted {
+        let what =
+            format!("{label}{collective:?} {} through windows: eager and captured calls zero-copy", algorithm.name());
+        report.record(what, check_windowed(me, &coll, collective));
+    }
     if ranks > 1 && direct {
         let (paths, what) = (coll.path_counts(), format!("{label}{collective:?} {}{suffix}", algorithm.name()));
         report.metric(format!("{what} captured calls zero-copy"), paths.zero_copy as f64, "calls");
@@ -195,6 +200,35 @@ fn run_algorithm(
         report.record(format!("{what} graph replays write into registered outputs"), zero_copy_ran(paths));
     }
     Ok(())
+}
+
+/// The rank's buffers registered as windows: every count again (bf16 sum), eager and captured,
+/// out of place and in place; the calls that can must go zero-copy through the windows (no
+/// refusal, at least one windowed call), then the windows are deregistered.
+fn check_windowed(me: &Rank, coll: &Collectives, collective: Collective) -> Result<(), String> {
+    let before = coll.path_counts();
+    let mut windows = Vec::new();
+    for buffer in [&me.send, &me.recv] {
+        // SAFETY: the rank's buffers outlive the windows, deregistered below on every rank.
+        match unsafe { coll.register_window(buffer.ptr(), buffer.len()) } {
+            Ok(w) => windows.push(w),
+            // Registration fails on every rank alike: nothing to deregister on any.
+            Err(e) => return Err(format!("window registration: {e}")),
+        }
+    }
+    let checked = check_all_counts(me, coll, collective, DataType::Bf16, ReduceOp::Sum);
+    let after = coll.path_counts();
+    let mut outcome = checked.and_then(|()| {
+        let (windowed, refused) = (after.windowed - before.windowed, after.refused - before.refused);
+        let detail = format!("{windowed} calls through windows, {refused} refused zero-copy");
+        if windowed > 0 && refused == 0 { Ok(()) } else { Err(detail) }
+    });
+    for w in &windows {
+        if let Err(e) = coll.deregister_window(w) {
+            outcome = outcome.and(Err(format!("window deregistration: {e}")));
+        }
+    }
+    outcome
 }
 
 /// Whether `algorithm` runs on the plan executor.
