@@ -103,7 +103,7 @@ enum Command {
         #[arg(long)]
         any_dtype: bool,
     },
-    /// Compile, verify or list algorithm plans.
+    /// Compile, verify or show algorithm plans.
     Plan {
         #[command(subcommand)]
         action: PlanAction,
@@ -187,9 +187,10 @@ struct ParsedSweep {
 impl Sweep {
     /// Parses the sweep; `gpus` is 0 when no GPU is available here.
     fn parse(&self) -> Result<ParsedSweep, Box<dyn std::error::Error>> {
-        use weft::bench::{parse_dtype, parse_op, parse_size};
-        let parsed = (parse_size(&self.min_bytes)?, parse_size(&self.max_bytes)?);
-        let (dtype, op) = (parse_dtype(&self.dtype)?, parse_op(&self.op)?);
+        use weft::bench::{parse_dtype, parse_op, parse_size_range};
+        let parsed = parse_size_range(&self.min_bytes, &self.max_bytes)?;
+        let dtype = parse_dtype(&self.dtype).map_err(|e| format!("--dtype: {e}"))?;
+        let op = parse_op(&self.op).map_err(|e| format!("--op: {e}"))?;
         let available = weft::gpu::Device::count().unwrap_or(0);
         Ok(ParsedSweep {
             min_bytes: parsed.0,
@@ -204,12 +205,10 @@ impl Sweep {
 
 #[derive(Subcommand, Debug)]
 enum PlanAction {
-    /// Compile a shipped algorithm (ring-allreduce, allpairs-allreduce, ring-allreduce-ll,
-    /// allpairs-allreduce-ll, reduce-broadcast-allreduce, hierarchical-allreduce, ring-allgather, ring-reduce-scatter,
-    /// allpairs-reduce-scatter, two-step-alltoall, alltonext, direct-broadcast) into a JSON
-    /// execution plan.
+    /// Compile a shipped algorithm into a JSON execution plan.
     Compile {
         /// Algorithm name.
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(weft::plan_cmd::algorithm_names()))]
         algorithm: String,
         /// Ranks.
         #[arg(long, default_value_t = 4)]
@@ -329,8 +328,8 @@ fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
     use weft::plan_cmd;
     match action {
         PlanAction::Compile { algorithm, ranks, ranks_per_node, instances, tiles, root, out } => {
-            let program =
-                plan_cmd::program(&algorithm, ranks, ranks_per_node, instances, root)?.with_pipeline(tiles)?;
+            let shape = plan_cmd::Shape { ranks, ranks_per_node, instances, root };
+            let program = plan_cmd::program(&algorithm, shape)?.with_pipeline(tiles)?;
             plan_cmd::compile(&program, out.as_deref())?
         }
         PlanAction::Verify { plan } => plan_cmd::verify(&plan)?,
@@ -350,7 +349,8 @@ fn bench(
     if ranks == Some(0) {
         return Err("--ranks 0: a collective needs at least one rank".into());
     }
-    let collective = weft::bench::Collective::parse(collective)?;
+    // `fifo` and `p2p` are benchmarks too (routed before this), so the list of choices names them.
+    let collective = weft::bench::Collective::parse(collective).map_err(|e| format!("{e}, or fifo, p2p"))?;
     // Under torchrun, its processes are the ranks: one per GPU, whatever this host has.
     let torchrun = torchrun_rank("weft bench")?;
     let world = torchrun.as_ref().map(|t| t.world_size);

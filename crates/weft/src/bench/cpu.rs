@@ -32,7 +32,8 @@ pub fn plan_for(collective: Collective, ranks: u32) -> Option<Result<(&'static s
     };
     // Two ranks per node where that splits the ranks (two-step all-to-all), else one node.
     let per_node = if ranks > 2 && ranks.is_multiple_of(2) { 2 } else { ranks };
-    let plan = crate::plan_cmd::program(name, ranks, per_node, 1, ROOT)
+    let shape = crate::plan_cmd::Shape { ranks, ranks_per_node: per_node, instances: 1, root: ROOT };
+    let plan = crate::plan_cmd::program(name, shape)
         .map_err(|e| e.to_string())
         .and_then(|p| p.compile().map_err(|e| e.to_string()));
     Some(plan.map(|plan| (name, plan)))

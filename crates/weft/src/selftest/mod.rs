@@ -131,6 +131,7 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
     let mut skipped = Vec::new();
     cpu::run(&env, &mut cpu_report, &mut skipped);
     let mut summary = Summary::merge(&[cpu_report]);
+    summary.skipped = skipped;
 
     let available = match Device::count() {
         Ok(n) => n,
@@ -143,7 +144,7 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
         println!(
             "No GPU is available here: ran only the CPU part of the suite (NVRTC compile checks, layout probe, bootstrap)."
         );
-        return Ok(finish(&summary, &skipped));
+        return Ok(finish(&summary));
     }
     let gpus = options.gpus.unwrap_or(available);
     if gpus == 0 || gpus > available {
@@ -184,13 +185,10 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
         }
         summary.extend(run_threads(ranks, gpus, &env, &options.only)?);
     }
-    Ok(finish(&summary, &skipped))
+    Ok(finish(&summary))
 }
 
-fn finish(summary: &Summary, skipped: &[String]) -> ExitCode {
-    for s in skipped {
-        println!("SKIP {s}");
-    }
+fn finish(summary: &Summary) -> ExitCode {
     summary.print();
     if summary.counts().1 == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -59,6 +59,9 @@ pub struct Summary {
     pub tests: Vec<(String, bool, Vec<String>)>,
     /// `(rank, metric)`.
     pub metrics: Vec<(usize, Metric)>,
+    /// Checks that could not run here, each with the reason: counted apart, never as passed.
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 impl Summary {
@@ -89,6 +92,7 @@ impl Summary {
     pub fn extend(&mut self, other: Summary) {
         self.tests.extend(other.tests);
         self.metrics.extend(other.metrics);
+        self.skipped.extend(other.skipped);
     }
 
     /// Number of passed and failed tests.
@@ -111,8 +115,19 @@ impl Summary {
                 println!("  rank {rank}: {:<48} {:>10.3} {}", m.name, m.value, m.unit);
             }
         }
+        for s in &self.skipped {
+            println!("SKIP {s}");
+        }
+        println!("{}", self.closing_line());
+    }
+
+    /// `N passed, M failed`, with `, K skipped` when something could not run.
+    pub fn closing_line(&self) -> String {
         let (passed, failed) = self.counts();
-        println!("{passed} passed, {failed} failed");
+        match self.skipped.len() {
+            0 => format!("{passed} passed, {failed} failed"),
+            skipped => format!("{passed} passed, {failed} failed, {skipped} skipped"),
+        }
     }
 }
 
@@ -131,5 +146,15 @@ mod tests {
         let s = Summary::merge(&[a, b]);
         assert_eq!(s.counts(), (1, 2));
         assert_eq!(s.tests[0].2, vec!["rank 1: late".to_string()]);
+    }
+
+    #[test]
+    fn skips_are_counted_apart_from_passes() {
+        let mut a = RankReport::default();
+        a.record::<String>("x", Ok(()));
+        let mut summary = Summary::merge(&[a]);
+        assert_eq!(summary.closing_line(), "1 passed, 0 failed");
+        summary.skipped.push("NVRTC compile checks: libnvrtc missing".into());
+        assert_eq!(summary.closing_line(), "1 passed, 0 failed, 1 skipped");
     }
 }
