@@ -800,7 +800,6 @@ std::vector<ApiCheck> api_checks() {
       {"AllReduce with datatype -1", true, [](const Lib& L, Ctx& x) { return L.AllReduce(x.send, x.recv, 7, (ncclDataType_t)-1, ncclSum, x.comm, x.stream); }},
       {"AllReduce with op ncclNumOps (never created)", true, [=](const Lib& L, Ctx& x) { return L.AllReduce(x.send, x.recv, 7, ncclFloat, bad_op, x.comm, x.stream); }},
       {"AllReduce with op -1", true, [](const Lib& L, Ctx& x) { return L.AllReduce(x.send, x.recv, 7, ncclFloat, (ncclRedOp_t)-1, x.comm, x.stream); }},
-      {"AllReduce with a null communicator", true, [](const Lib& L, Ctx& x) { return L.AllReduce(x.send, x.recv, 7, ncclFloat, ncclSum, nullptr, x.stream); }},
       {"Broadcast with root nranks", true, [](const Lib& L, Ctx& x) { return L.Broadcast(x.send, x.recv, 7, ncclFloat, nranks, x.comm, x.stream); }},
       {"Reduce with root -1", true, [](const Lib& L, Ctx& x) { return L.Reduce(x.send, x.recv, 7, ncclFloat, ncclSum, -1, x.comm, x.stream); }},
       {"Send to peer nranks", true, [](const Lib& L, Ctx& x) { return L.Send(x.send, 7, ncclFloat, nranks, x.comm, x.stream); }},
@@ -813,6 +812,7 @@ std::vector<ApiCheck> api_checks() {
          ncclResult_t b = L.GroupEnd();
          return (ncclResult_t)(a * 16 + b);  // both codes, compared together
        }},
+      {"AllReduce with a null communicator", true, [](const Lib& L, Ctx& x) { return L.AllReduce(x.send, x.recv, 7, ncclFloat, ncclSum, nullptr, x.stream); }},
       {"AllGather whose sendcount x nranks overflows size_t", false,
        [](const Lib& L, Ctx& x) { return L.AllGather(x.send, x.recv, SIZE_MAX / 2 + 1, ncclInt8, x.comm, x.stream); }},
       {"AllReduce whose count x 8 bytes overflows size_t", false,
