@@ -3,17 +3,19 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [proxy] [exec]   (default: all)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [proxy] [exec] [conformance]   (default: all)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
-# libnccl.so.2 the torch step also runs behind weft as its fallback.
+# libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
+# step compares weft with (default: the pip nvidia-nccl-cu13 of /opt/torch/.venv). The conformance
+# step builds its harness here with g++ (nccl.h: $NCCL_INCLUDE or .deps/nccl, see its build.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch proxy exec)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch proxy exec conformance)
 for step in "${steps[@]}"; do
   dir="$out/$step"
   mkdir -p "$dir"
@@ -82,6 +84,27 @@ for step in "${steps[@]}"; do
               > "$dir/versus-$c.txt" 2>&1
             echo "plan:$plan against $native: rc=$?"; grep -A12 '^# against' "$dir/versus-$c.txt"
           done ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch, proxy, exec)"; exit 2 ;;
+    conformance)
+      # weft's libnccl.so.2 against the real NCCL, call by call (scripts/nccl-conformance/): every
+      # layout, eager and graph, with and without symmetric windows; the full matrix eager without
+      # windows, --quick for the rest. Each run ends with `N passed, M failed`.
+      if ! bin="$(scripts/nccl-conformance/build.sh "$dir/bin" 2> "$dir/build.txt")"; then
+        echo "conformance: build failed"; tail -5 "$dir/build.txt"; continue
+      fi
+      lib="${WEFT_NCCL:-$PWD/target/nccl/libnccl.so.2}"
+      real="${REAL_NCCL:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2}"
+      for run in processes:eager: threads:eager: single:eager: processes:graph: threads:graph: single:graph: \
+                 processes:eager:--windows threads:eager:--windows single:eager:--windows \
+                 processes:graph:--windows threads:graph:--windows single:graph:--windows single-all:eager: single-all:graph:; do
+        IFS=: read -r layout mode win <<< "$run"
+        size=--quick; [ "$mode" = eager ] && [ -z "$win" ] && [ "$layout" != single-all ] && size=""
+        init=group; [ "$layout" = single-all ] && { layout=single; init=all; }
+        name="$layout-$init-$mode${win:+-windows}"
+        timeout 1200 "$bin/conformance" --weft "$lib" --nccl "$real" --layout "$layout" --init "$init" --mode "$mode" \
+          $win $size > "$dir/$name.txt" 2>&1
+        echo "conformance $name: rc=$? $(tail -1 "$dir/$name.txt")"
+        grep -m3 -E '^(FAIL|HANG)' "$dir/$name.txt"
+      done ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, proxy, exec, conformance)"; exit 2 ;;
   esac
 done
