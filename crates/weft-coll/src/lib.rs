@@ -33,6 +33,7 @@ mod plans;
 mod port_allpairs;
 mod port_ring;
 mod port_setup;
+mod reduction;
 mod registry;
 mod resources;
 
@@ -40,6 +41,7 @@ pub use algorithm::{Algorithm, Collective, Protocol};
 pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::CollError;
+pub use reduction::{Reduction, Scalar};
 pub use plans::{PlanId, SHIPPED_INSTANCES, SHIPPED_LL_INSTANCES, load_user_plans};
 pub use port_allpairs::alpha_beta_us as port_allpairs_alpha_beta_us;
 pub use port_ring::alpha_beta_us as port_ring_alpha_beta_us;

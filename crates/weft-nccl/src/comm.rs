@@ -2,7 +2,7 @@
 //! checks, and initialisation (rendezvous, the weft side, the fallback side, and the check
 //! that every rank agrees on what the communicator can do).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::ffi::{CStr, c_int};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -15,6 +15,7 @@ use weft_gpu::Device;
 use crate::env::{NcclEnv, env};
 use crate::error::{Code, NcclError};
 use crate::fallback::{self, FallbackComm};
+use crate::ops::UserOps;
 use crate::ffi::{self, ncclComm, ncclComm_t, ncclConfig_t};
 use crate::route::Engines;
 
@@ -81,8 +82,8 @@ pub struct Comm {
     /// CUDA ordinal of this rank's GPU.
     pub device: usize,
     state: RwLock<State>,
-    /// Operators created by `ncclRedOpCreatePreMulSum` (they live in the fallback).
-    pub custom_ops: Mutex<BTreeSet<c_int>>,
+    /// Operators created by `ncclRedOpCreatePreMulSum`.
+    pub user_ops: Mutex<UserOps>,
     /// A failure found after the call that caused it returned (reported by
     /// `ncclCommGetAsyncError`).
     pub async_error: Mutex<Option<NcclError>>,
@@ -96,7 +97,7 @@ impl Comm {
             nranks,
             device,
             state: RwLock::new(State::Pending),
-            custom_ops: Mutex::default(),
+            user_ops: Mutex::default(),
             async_error: Mutex::default(),
         })
     }

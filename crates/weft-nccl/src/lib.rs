@@ -27,6 +27,7 @@ pub mod exports;
 pub mod fallback;
 pub mod ffi;
 pub mod group;
+pub mod ops;
 pub mod guard;
 pub mod route;
 
