@@ -23,9 +23,9 @@ use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
 use crate::plans::PlanId;
-use crate::reduction::{Reduction, Scalar, with_scalar};
 use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
+use crate::reduction::{Reduction, Scalar, with_scalar};
 use crate::registry::Registry;
 use crate::resources::Resources;
 

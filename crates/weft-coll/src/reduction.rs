@@ -24,12 +24,7 @@ impl Scalar {
     /// `dtype.size()` of them.
     pub fn from_bytes(dtype: DataType, bytes: &[u8]) -> Result<Self, String> {
         if bytes.len() != dtype.size() {
-            return Err(format!(
-                "a {} scalar takes {} bytes, not {}",
-                dtype.name(),
-                dtype.size(),
-                bytes.len()
-            ));
+            return Err(format!("a {} scalar takes {} bytes, not {}", dtype.name(), dtype.size(), bytes.len()));
         }
         let mut word = [0u8; 8];
         word[..bytes.len()].copy_from_slice(bytes);

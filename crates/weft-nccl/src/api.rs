@@ -565,7 +565,9 @@ pub unsafe fn red_op_create(
             let create = f.entry("ncclRedOpCreatePreMulSum", f.api.red_op_create_pre_mul_sum)?;
             let mut created = 0;
             // SAFETY: the application's scalar, a local out-pointer, a live communicator.
-            f.check("ncclRedOpCreatePreMulSum", unsafe { create(&mut created, scalar, dtype_raw, residence, fc.raw()) })?;
+            f.check("ncclRedOpCreatePreMulSum", unsafe {
+                create(&mut created, scalar, dtype_raw, residence, fc.raw())
+            })?;
             Some(created)
         }
         None => None,

@@ -15,8 +15,8 @@ use weft_gpu::Device;
 use crate::env::{NcclEnv, env};
 use crate::error::{Code, NcclError};
 use crate::fallback::{self, FallbackComm};
-use crate::ops::UserOps;
 use crate::ffi::{self, ncclComm, ncclComm_t, ncclConfig_t};
+use crate::ops::UserOps;
 use crate::route::Engines;
 
 /// Bootstrap tag of the unique id a split's leader sends its members.

@@ -27,8 +27,8 @@ pub mod exports;
 pub mod fallback;
 pub mod ffi;
 pub mod group;
-pub mod ops;
 pub mod guard;
+pub mod ops;
 pub mod route;
 
 pub use error::{Code, NcclError};
