@@ -735,6 +735,7 @@ impl Collectives {
     /// # Safety
     /// `args` must complete the kernel's parameter list after the context, with buffers valid
     /// until the stream's work is done.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn launch(
         &self,
         algorithm: Algorithm,

@@ -50,7 +50,7 @@ static NEXT_HANDLE: AtomicI32 = AtomicI32::new(ffi::ncclNumOps);
 
 /// The handle after `h`.
 fn following(h: c_int) -> c_int {
-    if h >= ffi::ncclMaxRedOp { ffi::ncclNumOps } else { h + 1 }
+    if h == ffi::ncclMaxRedOp { ffi::ncclNumOps } else { h + 1 }
 }
 
 fn next_handle() -> c_int {

@@ -69,7 +69,7 @@ pub(super) fn input_element(dtype: DataType, seed: u32, rank: u32, index: u64, o
     let h = pattern_word(seed, rank, index);
     let k = f64::from((h % 17) as i32 - 8) / 4.0; // multiples of 1/4 in [-2, 2]: exact in every float type
     // Integers: small values, or (one element in four) the type's whole range.
-    let wide = h % 4 == 0;
+    let wide = h.is_multiple_of(4);
     let bits = u64::from(pattern_word(seed ^ 0x5bd1_e995, rank, index)) << 32 | u64::from(h);
     let small = if wide { bits as i64 } else { i64::from((h % 17) as i32 - 8) };
     let unsigned = if wide { bits } else { u64::from(h % 9) };
