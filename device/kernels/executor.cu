@@ -289,7 +289,7 @@ __device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* 
         if (!load(i, at, n, x)) return false;
         Fold::fold(acc, x);
       }
-      Fold::finish(acc, 1, w);
+      Fold::finish(acc, Finish<kType, kOp>::partial(), w);
     }
     for (uint32_t o = 0; o < nout; ++o) {
       if (((form.skip_out >> o) & 1u) != 0) continue;

@@ -1,6 +1,9 @@
 // The reducing collectives. Compiled once per (WEFT_DTYPE, WEFT_REDOP) pair (DataType /
 // ReduceOp values), so every kernel is specialised for its element type and operator. Every
 // result is folded in rank order, so all ranks get bitwise identical results, run after run.
+// Every fully reduced element goes through Fin (elementwise.cuh): Avg's division and
+// PreMulSum's multiplication by the scalar the launch's CollContext carries (by value, or a
+// device address read when the kernel runs), so no algorithm needs a pass of its own for them.
 // Protocols (LL, HB) and their invariants: weft/collective.cuh.
 //
 //   weft_allreduce_ll       one-shot: every rank sends its whole input to every peer as
@@ -36,6 +39,9 @@ constexpr ReduceOp kOp = static_cast<ReduceOp>(WEFT_REDOP);
 using Elem = Element<kType>;
 using T = typename Elem::T;
 using Acc = typename Elem::Acc;
+/// Avg's division and PreMulSum's multiplication (elementwise.cuh), once per fully reduced
+/// element.
+using Fin = Finish<kType, kOp>;
 
 constexpr uint32_t kEveryRank = 0xffffffffu;
 
@@ -49,6 +55,7 @@ template <typename Emit>
 __device__ __forceinline__ bool ll_reduce(const CollContext& c, const LlRound& round, uint32_t first_slot,
                                           const char* mine, uint64_t len, const LlRange& range, Emit emit) {
   using R = Reducer<kType, kOp, 8>;
+  const Fin finish = Fin::of(c);
   for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * 8 < len; j += blockDim.x) {
     Acc acc[R::kElems];
     for (uint32_t r = 0; r < c.ranks; ++r) {
@@ -65,7 +72,7 @@ __device__ __forceinline__ bool ll_reduce(const CollContext& c, const LlRound& r
       }
     }
     uint32_t out[2];
-    R::finish(acc, c.ranks, out);
+    R::finish(acc, finish, out);
     emit(j, packet_valid(len, j), out);
   }
   return true;
@@ -155,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(512)
 // ---------------------------------------------------------------------------------------------
 // HB
 
-/// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order, whole 16-byte vectors through
+/// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order and applies `finish`, whole 16-byte vectors through
 /// round_up16(hi): rank r's copy is at `in[r] + lo`, every `in` is scratch, 16-aligned and
 /// padded to 16 bytes (see push_padded), so no element is read on its own. `store(at, v)`
 /// puts the result vector of bytes `[at, at + 16)` wherever the caller's outputs are; it must
@@ -163,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(512)
 /// padded scratch or into the 16-aligned prefix of a user buffer do.
 template <typename Store>
 __device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ranks, uint64_t lo, uint64_t hi,
-                                             const Store& store) {
+                                             const Fin& finish, const Store& store) {
   using R = Reducer<kType, kOp, 16>;
   const uint64_t vectors = div_ceil(hi - lo, 16);
   for (uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
@@ -184,7 +191,7 @@ __device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ran
       }
     }
     uint32_t res[4];
-    R::finish(acc, ranks, res);
+    R::finish(acc, finish, res);
     store(at, make_uint4(res[0], res[1], res[2], res[3]));
   }
 }
@@ -227,6 +234,7 @@ constexpr uint32_t kNoShard = 0xffffffffu;
 __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* input, char* output, uint64_t bytes,
                                             uint32_t root, const PeerBuffers& outputs) {
   const uint32_t ranks = c.ranks, rank = c.rank;
+  const Fin finish = Fin::of(c);
   // A reduce that fits one all-owner round keeps the root as an owner: unpipelined, spreading
   // its 1.5x bytes over two phases beats 1x in each of two serial phases (measured 4xH200).
   // So do two ranks: without the root the one owner would do every reduction alone.
@@ -282,11 +290,11 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
         };
         if (split > lo) {
           aim(true);
-          reduce_range(in, ranks, lo, split, store);
+          reduce_range(in, ranks, lo, split, finish, store);
         }
         if (hi > split) {
           aim(false);
-          reduce_range(in, ranks, split, hi, store);
+          reduce_range(in, ranks, split, hi, finish, store);
         }
       }
     }
@@ -329,9 +337,9 @@ __device__ __forceinline__ bool ring_wait(const CollContext& c, uint32_t prev) {
 /// One reduce step of the ring on bytes `[lo, hi)`: `partial` (a padded scratch slot, or null
 /// at the first step) folded with `input` (any alignment); the result goes as whole 16-byte
 /// vectors into `to` (a peer's padded slot, or null) and, when `out` is set, exactly into
-/// `out`. `finish_ranks` is the divisor of an average (1 for a partial result).
+/// `out`. `finish`: Fin::of for the last step, Fin::partial() for a partial result.
 __device__ __forceinline__ void ring_reduce(const char* partial, const char* input, char* to, char* out, uint64_t lo,
-                                            uint64_t hi, uint32_t finish_ranks) {
+                                            uint64_t hi, const Fin& finish) {
   using R = Reducer<kType, kOp, 16>;
   for (uint64_t at = lo + threadIdx.x * 16; at < hi; at += blockDim.x * 16) {
     const uint32_t n = static_cast<uint32_t>(min_u64(16, hi - at));
@@ -351,7 +359,7 @@ __device__ __forceinline__ void ring_reduce(const char* partial, const char* inp
       R::start(acc, mine);
     }
     uint32_t res[4];
-    R::finish(acc, finish_ranks, res);
+    R::finish(acc, finish, res);
     if (to != nullptr) *reinterpret_cast<uint4*>(to + at) = make_uint4(res[0], res[1], res[2], res[3]);
     if (out != nullptr) detail::store_words<4>(out + at, n, res);
   }
@@ -366,6 +374,7 @@ __device__ __forceinline__ void ring_reduce(const char* partial, const char* inp
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_ring(CollContext c, const char* input, char* output, uint64_t bytes) {
   const uint32_t n = c.ranks, r = c.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+  const Fin finish = Fin::of(c);
   for (uint64_t first = 0; first < bytes; first += c.chunk_bytes) {
     // The previous round's (or kernel's) readers of every slot are done.
     if (!hb_barrier(c)) return;
@@ -382,7 +391,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       const bool last = step == n - 1;
       const char* partial = step > 0 ? slot(r, step - 1, d) : nullptr;
       char* to = n == 1 ? nullptr : slot(next, step, d);  // at the last step: all-gather slot 0
-      ring_reduce(partial, in, to, last ? out : nullptr, s.lo(d), s.hi(d), last ? n : 1);
+      ring_reduce(partial, in, to, last ? out : nullptr, s.lo(d), s.hi(d), last ? finish : Fin::partial());
       if (n > 1) ring_signal(c, next);
     }
     for (uint32_t t = 1; t < n; ++t) {
@@ -544,10 +553,11 @@ struct PortGrid {
 };
 
 /// One rank alone: its output is its input, copied by the whole grid.
-__device__ __forceinline__ void port_single_rank(const char* input, char* output, uint64_t bytes) {
+__device__ __forceinline__ void port_single_rank(const CollContext& c, const char* input, char* output,
+                                                 uint64_t bytes) {
   uint64_t lo, hi;
   worker_slice(0, bytes, blockIdx.x, gridDim.x, lo, hi);
-  ring_reduce(nullptr, input, nullptr, output, lo, hi, 1);
+  ring_reduce(nullptr, input, nullptr, output, lo, hi, Fin::of(c));
 }
 
 /// Ring AllReduce over PortChannels (MSCCL++ "2PR"): the reduce-scatter and all-gather of
@@ -591,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(1024)
                              uint64_t slot_bytes, uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
   if (bytes == 0) return;  // (the host launches none)
-  if (n == 1) return port_single_rank(input, output, bytes);
+  if (n == 1) return port_single_rank(c, input, output, bytes);
   // Channel h of the edge to the next rank, and of the edge from the previous one; credits go
   // on channel 0.
   auto out_ch = [&](uint32_t h) -> const PortChannelDeviceHandle& { return channels[h]; };
@@ -600,6 +610,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   if (grid.driver && threadIdx.x != 0) return;
   const uint32_t workers = grid.workers, w = grid.worker;
   const uint64_t base = grid.base;
+  const Fin finish = Fin::of(c);
   const uint64_t capacity = round_capacity(bytes, c.chunk_bytes);
   const uint64_t rounds = div_ceil(bytes, c.chunk_bytes);
   const uint64_t set_bytes = static_cast<uint64_t>(3 * n - 2) * slot_bytes;
@@ -676,7 +687,7 @@ extern "C" __global__ void __launch_bounds__(1024)
           worker_slice(a, b, w, workers, lo, hi);
           if (step > 0 && !grid.take()) return;
           ring_reduce(step > 0 ? slot(step - 1, d) : nullptr, in, slot(staging + step, d), last ? out : nullptr, lo,
-                      hi, last ? n : 1);
+                      hi, last ? finish : Fin::partial());
           grid.arrive();
         }
       }
@@ -723,10 +734,11 @@ extern "C" __global__ void __launch_bounds__(1024)
                                  uint64_t* state) {
   const uint32_t n = c.ranks, r = c.rank;
   if (bytes == 0) return;  // (the host launches none)
-  if (n == 1) return port_single_rank(input, output, bytes);
+  if (n == 1) return port_single_rank(c, input, output, bytes);
   PortGrid grid(state, channels[(r + 1) % n].semaphore.wait);
   if (grid.driver && threadIdx.x != 0) return;
   const uint64_t rounds = div_ceil(bytes, slot_bytes);
+  const Fin finish = Fin::of(c);
   auto slot = [&](uint64_t set, uint32_t j) { return (set * n + j) * slot_bytes; };
 
   if (grid.driver) {
@@ -757,7 +769,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       const char* in[MAX_RANKS];
       for (uint32_t j = 0; j < n; ++j) in[j] = scratch + slot(set, j);
       char* out = output + first;
-      reduce_range(in, n, lo, hi, [&](uint64_t at, const uint4& v) {
+      reduce_range(in, n, lo, hi, finish, [&](uint64_t at, const uint4& v) {
         const uint32_t words[4] = {v.x, v.y, v.z, v.w};
         detail::store_words<4>(out + at, static_cast<uint32_t>(min_u64(16, hi - at)), words);
       });
@@ -774,6 +786,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     weft_reduce_scatter_hb(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
   const uint32_t ranks = c.ranks, rank = c.rank;
   const uint64_t slot = (c.chunk_bytes / ranks) & ~uint64_t(15);
+  const Fin finish = Fin::of(c);
   char* result = reinterpret_cast<char*>(c.scratch) + c.chunk_bytes;
   for (uint64_t first = 0; first < shard_bytes; first += slot) {
     if (!hb_barrier(c)) return;
@@ -787,7 +800,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (hi > lo) {
       const char* in[MAX_RANKS];
       for (uint32_t r = 0; r < ranks; ++r) in[r] = reinterpret_cast<const char*>(c.scratch) + r * slot;
-      reduce_range(in, ranks, lo, hi, [&](uint64_t at, const uint4& v) { *reinterpret_cast<uint4*>(result + at) = v; });
+      reduce_range(in, ranks, lo, hi, finish, [&](uint64_t at, const uint4& v) { *reinterpret_cast<uint4*>(result + at) = v; });
       __syncthreads();
       copy_range(output + first, result, lo, hi);
     }

@@ -239,7 +239,8 @@ impl Algorithm {
         !partials_in_type || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
     }
 
-    /// Whether it handles operator `op`: plans have no `avg` (see [`weft_exec::supports_op`]).
+    /// Whether it handles operator `op`: plans have no `avg` and no `premulsum` (see
+    /// [`weft_exec::supports_op`]); every native algorithm has every operator.
     pub fn supports_op(self, op: weft_types::ReduceOp) -> bool {
         self.protocol() != Protocol::Plan || weft_exec::supports_op(op)
     }
@@ -311,6 +312,7 @@ mod tests {
             (Protocol::Port, "weft_allreduce_port_ring", "allreduce/port_ring".to_string())
         );
         assert!(a.reduces() && a.available(2) && a.supports_op(weft_types::ReduceOp::Avg));
+        assert!(a.supports_op(weft_types::ReduceOp::PreMulSum));
         assert!(Collective::AllReduce.algorithms().any(|x| x == a));
         assert!(Algorithm::from_name(Collective::AllGather, "port_ring").is_none());
         let pairs = Algorithm::from_name(Collective::AllReduce, "port_allpairs").unwrap();
@@ -332,6 +334,7 @@ mod tests {
         use weft_types::{DataType, ReduceOp};
         assert!(!ring.supports(DataType::F8E5M2) && ring.supports(DataType::Bf16));
         assert!(!ring.supports_op(ReduceOp::Avg) && ring.supports_op(ReduceOp::Min));
+        assert!(!ring.supports_op(ReduceOp::PreMulSum));
         let gather = Algorithm::from_name(Collective::AllGather, "plan:ring_allgather").unwrap();
         assert!(gather.supports(DataType::F8E5M2) && !gather.reduces());
         assert!(ring.available(4) && ring.available(2));

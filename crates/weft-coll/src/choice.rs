@@ -124,6 +124,21 @@ mod tests {
         (without, with)
     }
 
+    /// Plans carry partial results in the element type: an average or PreMulSum picked onto
+    /// one runs on the collective's native algorithm instead, never with a wrong result.
+    #[test]
+    fn averages_and_premulsum_never_run_on_a_plan() {
+        let config = table(r#"{"collectives": {"allreduce": [{"algorithm": "plan:ring_allreduce"}]}}"#);
+        let c = chooser(&config, 2);
+        let plan = c.choose(call(Collective::AllReduce, 4096), |_| 0, |_| true).unwrap();
+        assert_eq!(plan.name(), "plan:ring_allreduce");
+        for op in [ReduceOp::Avg, ReduceOp::PreMulSum] {
+            let got = c.choose(Call { op, ..call(Collective::AllReduce, 4096) }, |_| 0, |_| true).unwrap();
+            assert_ne!(got.protocol(), Protocol::Plan, "{}", op.name());
+            assert!(got.supports_op(op));
+        }
+    }
+
     #[test]
     fn an_unavailable_plan_falls_back_to_the_native_algorithm_of_its_collective() {
         let config = table(&format!(r#"{{"collectives": {{"alltoall": [{{"algorithm": "{TWO_STEP}"}}]}}}}"#));

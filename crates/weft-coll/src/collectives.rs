@@ -26,6 +26,7 @@ use crate::kernels::KernelCache;
 use crate::plans::PlanId;
 use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
+use crate::reduction::{Reduction, Scalar, with_scalar};
 use crate::registry::Registry;
 use crate::resources::Resources;
 use crate::window::{Placement, Window, WindowTable};
@@ -234,7 +235,8 @@ impl Collectives {
         Ok(())
     }
 
-    /// AllReduce of `count` elements from `send` into `recv` (equal: in place). Captured into
+    /// AllReduce of `count` elements from `send` into `recv` (equal: in place) with `op` (a
+    /// [`ReduceOp`], or a [`Reduction`] such as PreMulSum with its scalar). Captured into
     /// a CUDA graph, a call of the HB algorithm agrees with the peers (a host exchange, once
     /// per capture) on writing the results straight into every rank's `recv`, which it then
     /// registers (once per allocation) and maps on the peers; eager calls stage through
@@ -244,17 +246,19 @@ impl Collectives {
     /// `send` and `recv` must stay valid device memory of this rank's GPU for the lengths the
     /// call implies until the work enqueued on `stream` has finished (for a captured call:
     /// while the graph may be replayed), and every rank must make the matching call (same
-    /// count, type, operator, root) in the same order, captured on every rank or on none.
-    /// This holds for every collective of this type.
+    /// count, type, operator, root) in the same order, captured on every rank or on none. A
+    /// PreMulSum scalar in device memory must stay valid likewise. This holds for every
+    /// collective of this type.
     pub unsafe fn all_reduce(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<Reduction>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
+        let (scalar, op) = self.reduction(op.into(), dtype, stream)?;
         let (send, recv) = self.args(stream)?.all_reduce(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
         let bytes = send.len;
         let shard = bytes.div_ceil(self.ranks()).next_multiple_of(8);
@@ -280,7 +284,7 @@ impl Collectives {
             // blocks; the table, scratch, state and proxy live as long as `self`, the buffers
             // were checked above and are the caller's contract.
             return unsafe {
-                self.launch(algorithm, dtype, op, stream, bytes, |a| {
+                self.launch(algorithm, dtype, op, scalar, stream, bytes, |a| {
                     a.push(send.ptr).push(recv.ptr).push(bytes as u64);
                     port.push(a);
                     a
@@ -297,7 +301,7 @@ impl Collectives {
         // peers' outputs (mapped by the registry, valid while the peers' buffers are, which is
         // their callers' contract); buffers were checked above and are the caller's contract.
         unsafe {
-            self.launch(algorithm, dtype, op, stream, bytes, |a| {
+            self.launch(algorithm, dtype, op, scalar, stream, bytes, |a| {
                 a.push(send.ptr).push(recv.ptr).push(bytes as u64);
                 if let Some(outputs) = outputs {
                     a.push(outputs);
@@ -551,11 +555,11 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.blocked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, stream) }
+        unsafe { self.blocked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum.into(), stream) }
     }
 
-    /// ReduceScatter: block r (`recv_count` elements) of every rank's `send` reduced into rank
-    /// r's `recv`. In place when `recv == send + rank * recv bytes`.
+    /// ReduceScatter: block r (`recv_count` elements) of every rank's `send` reduced with `op`
+    /// into rank r's `recv`. In place when `recv == send + rank * recv bytes`.
     ///
     /// # Safety
     /// As for [`Collectives::all_reduce`].
@@ -565,11 +569,11 @@ impl Collectives {
         recv: DevicePtr,
         recv_count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<Reduction>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.blocked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, stream) }
+        unsafe { self.blocked(Collective::ReduceScatter, send, recv, recv_count, dtype, op.into(), stream) }
     }
 
     /// AllGather and ReduceScatter: one side holds one block of `count` elements, the other
@@ -585,9 +589,10 @@ impl Collectives {
         recv: DevicePtr,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: Reduction,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
+        let (scalar, op) = self.reduction(op, dtype, stream)?;
         let gathers = collective == Collective::AllGather;
         let checked = self.args(stream)?.blocked(gathers, send, recv, count, dtype).map_err(|d| self.invalid(d))?;
         let (recv_buf, block, total) = (checked.recv, checked.block, checked.total);
@@ -610,7 +615,7 @@ impl Collectives {
         // peers' buffers are: their callers' contract); buffers checked above, the rest is the
         // caller's contract.
         unsafe {
-            self.launch(algorithm, dtype, op, stream, total, |a| {
+            self.launch(algorithm, dtype, op, scalar, stream, total, |a| {
                 a.push(send).push(recv).push(block as u64);
                 if let Some(outputs) = outputs {
                     a.push(outputs);
@@ -634,11 +639,11 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.rooted(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, stream)
+        self.rooted(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum.into(), root, stream)
     }
 
-    /// Reduce of `count` elements of every rank's `send` into the root's `recv` (`recv` is
-    /// written on the root only; equal to `send`: in place).
+    /// Reduce with `op` of `count` elements of every rank's `send` into the root's `recv`
+    /// (`recv` is written on the root only; equal to `send`: in place).
     ///
     /// # Safety
     /// As for [`Collectives::all_reduce`].
@@ -649,11 +654,11 @@ impl Collectives {
         recv: DevicePtr,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: impl Into<Reduction>,
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.rooted(Collective::Reduce, send, recv, count, dtype, op, root, stream)
+        self.rooted(Collective::Reduce, send, recv, count, dtype, op.into(), root, stream)
     }
 
     /// Broadcast and Reduce: the root reads or writes a buffer the others ignore.
@@ -665,10 +670,11 @@ impl Collectives {
         recv: DevicePtr,
         count: usize,
         dtype: DataType,
-        op: ReduceOp,
+        op: Reduction,
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
+        let (scalar, op) = self.reduction(op, dtype, stream)?;
         let broadcasts = collective == Collective::Broadcast;
         let bytes =
             self.args(stream)?.rooted(broadcasts, send, recv, count, dtype, root).map_err(|d| self.invalid(d))?;
@@ -681,7 +687,7 @@ impl Collectives {
         // SAFETY: broadcast and reduce kernels take (context, input, output, bytes, root); the
         // buffer a non-root does not use is never dereferenced there; checked above.
         unsafe {
-            self.launch(algorithm, dtype, op, stream, bytes, |a| {
+            self.launch(algorithm, dtype, op, scalar, stream, bytes, |a| {
                 a.push(send).push(recv).push(bytes as u64).push(root as u32)
             })
         }
@@ -808,7 +814,7 @@ impl Collectives {
         let call = Call { collective: Collective::AllToAll, size: total as usize, dtype, op: ReduceOp::Sum };
         let algorithm = self.chooser().native(call)?;
         // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
-        unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, stream, total as usize, |a| a.push(plan)) }
+        unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, None, stream, total as usize, |a| a.push(plan)) }
     }
 
     /// A group of sends and receives that progress together (NCCL's grouped `ncclSend` /
@@ -847,7 +853,7 @@ impl Collectives {
             let peers = (0..self.ranks()).filter(|&p| p != me && (plan.send_bytes[p] > 0 || plan.recv_bytes[p] > 0));
             self.comm.settle_with(peers)?;
             // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
-            unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, stream, bytes, |a| a.push(plan))? };
+            unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, None, stream, bytes, |a| a.push(plan))? };
         }
         Ok(algorithm)
     }
@@ -858,6 +864,23 @@ impl Collectives {
 
     fn invalid(&self, detail: String) -> CollError {
         CollError::InvalidArgument { rank: self.comm.rank(), detail }
+    }
+
+    /// The scalar (checked: of the call's type, and a device scalar in this GPU's memory) and
+    /// the compiled operator of a call on `dtype` elements reducing with `reduction`.
+    fn reduction(
+        &self,
+        reduction: Reduction,
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<(Option<Scalar>, ReduceOp), CollError> {
+        let scalar = reduction.scalar_for(dtype).map_err(|d| self.invalid(d))?;
+        if let Some(Scalar::Device(ptr)) = scalar {
+            let args = self.args(stream)?;
+            (args.in_device)(ptr, dtype.size())
+                .map_err(|d| self.invalid(format!("the premulsum scalar (device address {ptr:#x}): {d}")))?;
+        }
+        Ok((scalar, reduction.op()))
     }
 
     /// The argument checks of this rank (see `args.rs`), once `stream` is known to be on its
@@ -963,17 +986,19 @@ impl Collectives {
         Ok(Algorithm::Plan(id))
     }
 
-    /// Launches `algorithm`'s kernel with the collective context followed by `args`, unless the
-    /// call moves no bytes.
+    /// Launches `algorithm`'s kernel with the collective context (carrying the call's PreMulSum
+    /// `scalar`) followed by `args`, unless the call moves no bytes.
     ///
     /// # Safety
     /// `args` must complete the kernel's parameter list after the context, with buffers valid
     /// until the stream's work is done.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn launch(
         &self,
         algorithm: Algorithm,
         dtype: DataType,
         op: ReduceOp,
+        scalar: Option<Scalar>,
         stream: &Stream,
         bytes: usize,
         args: impl FnOnce(&mut KernelArgs) -> &mut KernelArgs,
@@ -989,7 +1014,7 @@ impl Collectives {
             self.comm.settle_before_launch()?;
         }
         let mut a = KernelArgs::new();
-        a.push(self.resources.context());
+        a.push(with_scalar(self.resources.context(), scalar));
         args(&mut a);
         let (grid, block) = match algorithm.protocol() {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
@@ -998,8 +1023,9 @@ impl Collectives {
             // The workers their state was set up for, and the driver.
             Protocol::Port => (self.config.port_ring_blocks + 1, self.config.hb_threads),
         };
-        // SAFETY: the context's tables and buffers live as long as `self`; the rest is the
-        // caller's contract.
+        // SAFETY: the context's tables and buffers live as long as `self`; a device scalar was
+        // checked to lie in this GPU's memory; the rest (it and the buffers staying valid) is
+        // the caller's contract.
         unsafe { kernel.launch(stream, LaunchConfig { grid, block, shared_bytes: 0 }, &a) }
             .map_err(|source| CollError::Gpu { rank, source })?;
         Ok(algorithm)

@@ -50,7 +50,7 @@ impl ToC<c_int> for usize {
     }
 }
 
-// DataType and ReduceOp use NCCL's numbering.
+// DataType and NCCL's built-in ReduceOps use NCCL's numbering.
 impl ToC<c_int> for DataType {
     fn to_c(self) -> Result<c_int, String> {
         Ok(self as c_int)
@@ -59,7 +59,11 @@ impl ToC<c_int> for DataType {
 
 impl ToC<c_int> for ReduceOp {
     fn to_c(self) -> Result<c_int, String> {
-        Ok(self as c_int)
+        if ReduceOp::BUILTIN.contains(&self) {
+            Ok(self as c_int)
+        } else {
+            Err(format!("{} is no built-in NCCL operator (the baseline runs only those)", self.name()))
+        }
     }
 }
 

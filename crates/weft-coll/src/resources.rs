@@ -150,6 +150,8 @@ impl Resources {
             ranks: ranks as u32,
             hb_blocks: config.hb_blocks,
             p2p_blocks: p2p,
+            // Per call: `launch` sets the call's PreMulSum scalar in its copy.
+            ..CollContext::default()
         };
         Ok(Self {
             context,

@@ -38,7 +38,8 @@ pub const KERNELS: &[(&str, &str)] = &[
 
 /// Every set of defines a kernel source is compiled with (one entry for sources without any):
 /// the reducing collectives and the plan executor are specialised per element type and
-/// operator (the executor folds partial results in the element type, so it has no `avg`).
+/// operator (the executor folds partial results in the element type, so it has no `avg` and no
+/// `premulsum`).
 pub fn variants(name: &str) -> Vec<Vec<String>> {
     use weft_types::{DataType, ReduceOp};
     let ops: &[ReduceOp] = match name {

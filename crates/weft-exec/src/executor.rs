@@ -111,9 +111,10 @@ pub fn replicas_for(threadblocks: u32, sms: u32, wanted: Option<u32>) -> u32 {
 }
 
 /// Whether the executor runs reductions with `op`: partial results travel in the element type,
-/// so an average (a division after the whole sum) has no place to happen.
+/// so an average or PreMulSum (a division or multiplication after the whole sum) has no place
+/// to happen; the selector picks a native algorithm for them.
 pub fn supports_op(op: ReduceOp) -> bool {
-    op != ReduceOp::Avg
+    !matches!(op, ReduceOp::Avg | ReduceOp::PreMulSum)
 }
 
 /// A launch that may run into the ranks' user outputs ([`PlanExecutor::direct_output`]).

@@ -314,7 +314,7 @@ pub unsafe fn comm_query(handle: ncclComm_t, out: *mut c_int, what: fn(&Comm) ->
 fn enqueue(handle: ncclComm_t, call: Call) -> Result<(), NcclError> {
     call.bytes()?;
     let comm = lookup(handle)?;
-    call.check_for(&comm)?;
+    let call = call.checked_for(&comm)?;
     match group::with(|g| g.push(Deferred::Call { comm, call })) {
         Ok(()) => Ok(()),
         Err(Deferred::Call { comm, call }) => exec::run_one(&comm, call),
@@ -550,10 +550,12 @@ pub unsafe fn window_deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<(
     exec::run_window_work(vec![(comm_ref, work)])
 }
 
-/// `ncclRedOpCreatePreMulSum`: created in the fallback; calls using the operator go there.
+/// `ncclRedOpCreatePreMulSum`: an operator of `comm` that weft runs natively (see
+/// [`crate::ops`]), and where the communicator has a fallback, the same operator there.
 ///
 /// # Safety
-/// `op` is checked for null; `scalar` must be valid for the residence (nccl.h contract).
+/// `op` is checked for null; a host-immediate `scalar` must point to one readable element of
+/// `dtype` (nccl.h contract); a device `scalar` is read by the calls' kernels.
 pub unsafe fn red_op_create(
     op: *mut ffi::ncclRedOp_t,
     scalar: *mut c_void,
@@ -562,41 +564,46 @@ pub unsafe fn red_op_create(
     comm: ncclComm_t,
 ) -> Result<(), NcclError> {
     non_null(op, "op")?;
-    non_null(scalar, "scalar")?;
-    data_type(dtype)?;
-    if residence != ffi::ncclScalarDevice && residence != ffi::ncclScalarHostImmediate {
-        return Err(NcclError::invalid_argument(format!("residence = {residence}")));
-    }
+    let dtype_raw = dtype;
+    let dtype = data_type(dtype)?;
+    // SAFETY: forwarded caller contract (null and unknown residences are refused first).
+    let value = unsafe { crate::ops::read_scalar(scalar, dtype, residence) }?;
     let comm = lookup(comm)?;
     let ready = comm.ready()?;
-    let fc = ready.fallback.as_ref().ok_or_else(|| {
-        not_implemented("ncclRedOpCreatePreMulSum", "no PreMulSum kernels; set WEFT_NCCL_FALLBACK_LIB")
-    })?;
-    let f = fc.fallback;
-    let create = f.entry("ncclRedOpCreatePreMulSum", f.api.red_op_create_pre_mul_sum)?;
-    let mut created = 0;
-    // SAFETY: the application's scalar, a local out-pointer, a live communicator.
-    f.check("ncclRedOpCreatePreMulSum", unsafe { create(&mut created, scalar, dtype, residence, fc.raw()) })?;
-    lock(&comm.custom_ops).insert(created);
+    let fallback = match ready.fallback.as_ref() {
+        Some(fc) => {
+            let f = fc.fallback;
+            let create = f.entry("ncclRedOpCreatePreMulSum", f.api.red_op_create_pre_mul_sum)?;
+            let mut created = 0;
+            // SAFETY: the application's scalar, a local out-pointer, a live communicator.
+            f.check("ncclRedOpCreatePreMulSum", unsafe {
+                create(&mut created, scalar, dtype_raw, residence, fc.raw())
+            })?;
+            Some(created)
+        }
+        None => None,
+    };
+    let handle = lock(&comm.user_ops).insert(dtype, value, fallback);
     // SAFETY: non-null, writable (nccl.h contract).
-    unsafe { op.write(created) };
+    unsafe { op.write(handle) };
     Ok(())
 }
 
-/// `ncclRedOpDestroy`.
+/// `ncclRedOpDestroy`: built-in, unknown and already destroyed operators are
+/// `ncclInvalidArgument`.
 pub fn red_op_destroy(op: ffi::ncclRedOp_t, comm: ncclComm_t) -> Result<(), NcclError> {
     let comm = lookup(comm)?;
-    if !lock(&comm.custom_ops).contains(&op) {
-        return Err(NcclError::invalid_argument(format!("operator {op} was not created on this communicator")));
-    }
-    let ready = comm.ready()?;
-    if let Some(fc) = &ready.fallback {
+    let removed = lock(&comm.user_ops).remove(op)?;
+    if let Some(raw) = removed.fallback {
+        let ready = comm.ready()?;
+        let fc = ready.fallback.as_ref().ok_or_else(|| {
+            NcclError::new(Code::InternalError, format!("operator {op} has a fallback twin but no fallback"))
+        })?;
         let f = fc.fallback;
         let destroy = f.entry("ncclRedOpDestroy", f.api.red_op_destroy)?;
         // SAFETY: an operator the fallback created on this communicator.
-        f.check("ncclRedOpDestroy", unsafe { destroy(op, fc.raw()) })?;
+        f.check("ncclRedOpDestroy", unsafe { destroy(raw, fc.raw()) })?;
     }
-    lock(&comm.custom_ops).remove(&op);
     Ok(())
 }
 

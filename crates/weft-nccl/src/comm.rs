@@ -16,6 +16,7 @@ use crate::env::{NcclEnv, env};
 use crate::error::{Code, NcclError};
 use crate::fallback::{self, FallbackComm};
 use crate::ffi::{self, ncclComm, ncclComm_t, ncclConfig_t};
+use crate::ops::UserOps;
 use crate::route::Engines;
 
 /// Bootstrap tag of the unique id a split's leader sends its members.
@@ -81,8 +82,8 @@ pub struct Comm {
     /// CUDA ordinal of this rank's GPU.
     pub device: usize,
     state: RwLock<State>,
-    /// Operators created by `ncclRedOpCreatePreMulSum` (they live in the fallback).
-    pub custom_ops: Mutex<BTreeSet<c_int>>,
+    /// Operators created by `ncclRedOpCreatePreMulSum`.
+    pub user_ops: Mutex<UserOps>,
     /// A failure found after the call that caused it returned (reported by
     /// `ncclCommGetAsyncError`).
     pub async_error: Mutex<Option<NcclError>>,
@@ -98,7 +99,7 @@ impl Comm {
             nranks,
             device,
             state: RwLock::new(State::Pending),
-            custom_ops: Mutex::default(),
+            user_ops: Mutex::default(),
             async_error: Mutex::default(),
             last_error: Mutex::default(),
         })

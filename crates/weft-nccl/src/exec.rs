@@ -122,9 +122,11 @@ impl Call {
         })
     }
 
-    /// The checks that need the communicator: ranks in range, buffers this rank uses not
-    /// null, the whole extent addressable, custom operators created on this communicator.
-    pub fn check_for(&self, comm: &Comm) -> Result<(), NcclError> {
+    /// The call checked against the communicator: ranks in range, buffers this rank uses not
+    /// null, the whole extent addressable, and a custom operator resolved to one of the
+    /// communicator's PreMulSum operators of the call's type (read now, as NCCL reads it when
+    /// the call is made).
+    pub fn checked_for(mut self, comm: &Comm) -> Result<Call, NcclError> {
         let n = comm.nranks;
         let bytes = self.bytes()?;
         if let Some(r) = self.root().filter(|&r| r >= n) {
@@ -134,12 +136,12 @@ impl Call {
         if bytes.checked_mul(n).is_none_or(|b| b > isize::MAX as usize) {
             return Err(NcclError::invalid_argument(format!("{} x {n} ranks overflows", self.count)));
         }
-        if let Some(Op::Custom(raw)) = self.op()
-            && !crate::comm::lock(&comm.custom_ops).contains(&raw)
-        {
-            return Err(NcclError::invalid_argument(format!(
-                "reduction operator {raw} was not created on this communicator (ncclRedOpCreatePreMulSum)"
-            )));
+        if let Some(Op::Custom(raw)) = self.op() {
+            let resolved = Op::PreMulSum(crate::comm::lock(&comm.user_ops).get(raw, self.dtype)?);
+            match &mut self.coll {
+                Coll::AllReduce(op) | Coll::ReduceScatter(op) | Coll::Reduce { op, .. } => *op = resolved,
+                _ => {}
+            }
         }
         let is_root = self.root() == Some(comm.rank);
         let (uses_send, uses_recv) = match self.coll {
@@ -156,7 +158,7 @@ impl Call {
                 }
             }
         }
-        Ok(())
+        Ok(self)
     }
 
     /// Why weft cannot run this call (a pattern its kernels do not cover), if it cannot: an
@@ -484,7 +486,7 @@ impl Target {
 pub fn run_one(comm: &Comm, call: Call) -> Result<(), NcclError> {
     let _restore = SavedContext::save();
     let ready = comm.ready()?;
-    match route(call.kind(), call.op(), call.pattern(comm.nranks), ready.engines(env()?))? {
+    match route(call.kind(), call.pattern(comm.nranks), ready.engines(env()?))? {
         Route::Fallback => fallback_call(&ready, &call),
         Route::Weft => run_weft(comm, &ready, std::slice::from_ref(&call)),
     }
@@ -502,7 +504,7 @@ fn run_calls(call_name: &'static str, calls: Vec<(Arc<Comm>, Call)>) -> Result<(
     let mut weft_calls: Vec<(Arc<Comm>, Arc<Ready>, Vec<Call>)> = Vec::new();
     for (comm, call) in calls {
         let routed = comm.ready().and_then(|ready| {
-            let r = route(call.kind(), call.op(), call.pattern(comm.nranks), ready.engines(env))?;
+            let r = route(call.kind(), call.pattern(comm.nranks), ready.engines(env))?;
             Ok((ready, r))
         });
         match routed {
@@ -610,14 +612,22 @@ fn fallback_call(ready: &Ready, call: &Call) -> Result<(), NcclError> {
         match call.coll {
             Coll::AllReduce(op) => (
                 "ncclAllReduce",
-                f.entry("ncclAllReduce", api.all_reduce)?(send, recv, count, dtype, op.raw(), comm, stream),
+                f.entry("ncclAllReduce", api.all_reduce)?(send, recv, count, dtype, op.fallback_raw()?, comm, stream),
             ),
             Coll::AllGather => {
                 ("ncclAllGather", f.entry("ncclAllGather", api.all_gather)?(send, recv, count, dtype, comm, stream))
             }
             Coll::ReduceScatter(op) => (
                 "ncclReduceScatter",
-                f.entry("ncclReduceScatter", api.reduce_scatter)?(send, recv, count, dtype, op.raw(), comm, stream),
+                f.entry("ncclReduceScatter", api.reduce_scatter)?(
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                    op.fallback_raw()?,
+                    comm,
+                    stream,
+                ),
             ),
             Coll::Broadcast { root } => (
                 "ncclBroadcast",
@@ -625,7 +635,16 @@ fn fallback_call(ready: &Ready, call: &Call) -> Result<(), NcclError> {
             ),
             Coll::Reduce { op, root } => (
                 "ncclReduce",
-                f.entry("ncclReduce", api.reduce)?(send, recv, count, dtype, op.raw(), to_c(root), comm, stream),
+                f.entry("ncclReduce", api.reduce)?(
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                    op.fallback_raw()?,
+                    to_c(root),
+                    comm,
+                    stream,
+                ),
             ),
             Coll::AllToAll => {
                 ("ncclAlltoAll", f.entry("ncclAlltoAll", api.all_to_all)?(send, recv, count, dtype, comm, stream))
@@ -685,20 +704,16 @@ fn run_weft(comm: &Comm, ready: &Ready, calls: &[Call]) -> Result<(), NcclError>
         // outlives the call, which only enqueues work on it.
         let stream = unsafe { Stream::borrowed(&ready.device, call.stream as *mut c_void as _) };
         let (s, r, n, t) = (call.send, call.recv, call.count, call.dtype);
-        let builtin = |op: Op| match op {
-            Op::Builtin(op) => Ok(op),
-            Op::Custom(raw) => Err(NcclError::new(Code::InternalError, format!("operator {raw} routed to weft"))),
-        };
         // SAFETY: for every call, nccl.h makes the application keep the buffers valid device
         // memory for the extents the call implies until the stream's work is done, and every
         // rank make the matching call; weft checks the buffers lie in this GPU's memory.
         let algorithm = unsafe {
             match call.coll {
-                Coll::AllReduce(op) => Some(coll.all_reduce(s, r, n, t, builtin(op)?, &stream)?),
+                Coll::AllReduce(op) => Some(coll.all_reduce(s, r, n, t, op.reduction()?, &stream)?),
                 Coll::AllGather => Some(coll.all_gather(s, r, n, t, &stream)?),
-                Coll::ReduceScatter(op) => Some(coll.reduce_scatter(s, r, n, t, builtin(op)?, &stream)?),
+                Coll::ReduceScatter(op) => Some(coll.reduce_scatter(s, r, n, t, op.reduction()?, &stream)?),
                 Coll::Broadcast { root } => Some(coll.broadcast(s, r, n, t, root, &stream)?),
-                Coll::Reduce { op, root } => Some(coll.reduce(s, r, n, t, builtin(op)?, root, &stream)?),
+                Coll::Reduce { op, root } => Some(coll.reduce(s, r, n, t, op.reduction()?, root, &stream)?),
                 Coll::AllToAll => Some(coll.all_to_all(s, r, n, t, &stream)?),
                 Coll::Gather { .. } | Coll::Scatter { .. } | Coll::Send { .. } | Coll::Recv { .. } => None,
             }
@@ -738,18 +753,41 @@ mod tests {
     #[test]
     fn checks_cover_ranges_nulls_and_overflow() {
         let comm = Comm::pending(1, 4, 0);
-        assert!(call(Coll::AllReduce(Op::Builtin(weft_types::ReduceOp::Sum)), 8).check_for(&comm).is_ok());
-        assert!(call(Coll::Broadcast { root: 4 }, 8).check_for(&comm).unwrap_err().message.contains("root 4"));
-        assert!(call(Coll::Send { peer: 9 }, 8).check_for(&comm).unwrap_err().message.contains("peer 9"));
-        assert!(call(Coll::AllGather, usize::MAX / 8).check_for(&comm).unwrap_err().message.contains("overflows"));
+        assert!(call(Coll::AllReduce(Op::Builtin(weft_types::ReduceOp::Sum)), 8).checked_for(&comm).is_ok());
+        assert!(call(Coll::Broadcast { root: 4 }, 8).checked_for(&comm).unwrap_err().message.contains("root 4"));
+        assert!(call(Coll::Send { peer: 9 }, 8).checked_for(&comm).unwrap_err().message.contains("peer 9"));
+        assert!(call(Coll::AllGather, usize::MAX / 8).checked_for(&comm).unwrap_err().message.contains("overflows"));
         assert!(call(Coll::AllGather, usize::MAX).bytes().is_err());
         let null_send = Call { send: 0, ..call(Coll::AllGather, 8) };
-        assert!(null_send.check_for(&comm).unwrap_err().message.contains("sendbuff"));
+        assert!(null_send.checked_for(&comm).unwrap_err().message.contains("sendbuff"));
         // A non-root's broadcast send buffer is not used; zero counts need no buffers.
-        assert!(Call { send: 0, ..call(Coll::Broadcast { root: 0 }, 8) }.check_for(&comm).is_ok());
-        assert!(Call { send: 0, recv: 0, ..call(Coll::AllGather, 0) }.check_for(&comm).is_ok());
+        assert!(Call { send: 0, ..call(Coll::Broadcast { root: 0 }, 8) }.checked_for(&comm).is_ok());
+        assert!(Call { send: 0, recv: 0, ..call(Coll::AllGather, 0) }.checked_for(&comm).is_ok());
         let custom = call(Coll::AllReduce(Op::Custom(5)), 8);
-        assert!(custom.check_for(&comm).unwrap_err().message.contains("ncclRedOpCreatePreMulSum"));
+        assert!(custom.checked_for(&comm).unwrap_err().message.contains("ncclRedOpCreatePreMulSum"));
+    }
+
+    #[test]
+    fn custom_operators_resolve_to_the_communicators_premulsum_of_the_calls_type() {
+        let comm = Comm::pending(0, 2, 0);
+        let scalar = weft_coll::Scalar::Device(0x7000_0000);
+        let handle = crate::comm::lock(&comm.user_ops).insert(DataType::F32, scalar, None);
+        let want = crate::ops::UserOp { handle, dtype: DataType::F32, scalar, fallback: None };
+        for coll in [Coll::AllReduce(Op::Custom(handle)), Coll::ReduceScatter(Op::Custom(handle))] {
+            let checked = call(coll, 8).checked_for(&comm).unwrap();
+            assert_eq!(checked.op(), Some(Op::PreMulSum(want)));
+        }
+        let reduce = call(Coll::Reduce { op: Op::Custom(handle), root: 1 }, 8).checked_for(&comm).unwrap();
+        assert_eq!(reduce.coll, Coll::Reduce { op: Op::PreMulSum(want), root: 1 });
+        // Another type than the operator's; an operator of another communicator.
+        let half = Call { dtype: DataType::F16, ..call(Coll::AllReduce(Op::Custom(handle)), 8) };
+        assert!(half.checked_for(&comm).unwrap_err().message.contains("created for f32 but the call reduces f16"));
+        let other = Comm::pending(0, 2, 0);
+        let err = call(Coll::AllReduce(Op::Custom(handle)), 8).checked_for(&other).unwrap_err();
+        assert!(err.message.contains("unknown to this communicator"), "{}", err.message);
+        // Built-in operators are left alone.
+        let sum = call(Coll::AllReduce(Op::Builtin(weft_types::ReduceOp::Sum)), 8).checked_for(&comm).unwrap();
+        assert_eq!(sum.op(), Some(Op::Builtin(weft_types::ReduceOp::Sum)));
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod fallback;
 pub mod ffi;
 pub mod group;
 pub mod guard;
+pub mod ops;
 pub mod route;
 
 pub use error::{Code, NcclError};

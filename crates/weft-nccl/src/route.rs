@@ -4,11 +4,13 @@
 
 use std::ffi::c_int;
 
+use weft_coll::Reduction;
 use weft_types::{DataType, ReduceOp};
 
 use crate::env::{ForceSet, Kind};
-use crate::error::NcclError;
+use crate::error::{Code, NcclError};
 use crate::ffi;
+use crate::ops::UserOp;
 
 /// The engine that runs a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,21 +21,37 @@ pub enum Route {
     Fallback,
 }
 
-/// A reduction operator as the application passed it.
+/// A reduction operator of a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// `ncclSum` .. `ncclAvg`.
     Builtin(ReduceOp),
-    /// An operator from `ncclRedOpCreatePreMulSum` (lives in the fallback's communicator).
+    /// An operator value from `ncclNumOps` up, as the application passed it: resolved against
+    /// the communicator's operators when the call is checked ([`crate::exec::Call::checked_for`]).
     Custom(c_int),
+    /// An operator from `ncclRedOpCreatePreMulSum` of the call's communicator.
+    PreMulSum(UserOp),
 }
 
 impl Op {
-    /// The value to pass to the fallback.
-    pub fn raw(self) -> c_int {
+    /// The value to pass to the fallback (for a PreMulSum operator, the fallback's own).
+    pub fn fallback_raw(self) -> Result<c_int, NcclError> {
         match self {
-            Op::Builtin(op) => op as c_int,
-            Op::Custom(raw) => raw,
+            Op::Builtin(op) => Ok(op as c_int),
+            Op::PreMulSum(UserOp { fallback: Some(raw), .. }) => Ok(raw),
+            Op::PreMulSum(UserOp { handle, .. }) | Op::Custom(handle) => Err(NcclError::new(
+                Code::InternalError,
+                format!("reduction operator {handle} has no counterpart in the fallback NCCL"),
+            )),
+        }
+    }
+
+    /// What weft's collectives compute.
+    pub fn reduction(self) -> Result<Reduction, NcclError> {
+        match self {
+            Op::Builtin(op) => Ok(op.into()),
+            Op::PreMulSum(op) => Ok(op.reduction()),
+            Op::Custom(raw) => Err(NcclError::new(Code::InternalError, format!("operator {raw} was not resolved"))),
         }
     }
 }
@@ -50,7 +68,7 @@ pub fn data_type(raw: ffi::ncclDataType_t) -> Result<DataType, NcclError> {
 /// `ncclRedOp_t` → operator. Values from `ncclNumOps` up are custom operators (the
 /// communicator checks it created them); negative values are `ncclInvalidArgument`.
 pub fn red_op(raw: ffi::ncclRedOp_t) -> Result<Op, NcclError> {
-    if let Some(&op) = ReduceOp::ALL.iter().find(|&&o| o as c_int == raw) {
+    if let Some(&op) = ReduceOp::BUILTIN.iter().find(|&&o| o as c_int == raw) {
         return Ok(Op::Builtin(op));
     }
     if raw >= ffi::ncclNumOps {
@@ -70,16 +88,15 @@ pub struct Engines<'a> {
     pub force: ForceSet,
 }
 
-/// Decides where a `kind` call with operator `op` runs. `pattern` is why weft cannot run this
-/// particular call (e.g. an in-place all-to-all), if it cannot. Without a fallback, a call weft
-/// cannot run is `ncclInvalidUsage`, never a wrong result.
-pub fn route(kind: Kind, op: Option<Op>, pattern: Option<&str>, engines: Engines<'_>) -> Result<Route, NcclError> {
+/// Decides where a `kind` call runs (every operator, PreMulSum included, runs on weft).
+/// `pattern` is why weft cannot run this particular call (e.g. an in-place all-to-all), if it
+/// cannot. Without a fallback, a call weft cannot run is `ncclInvalidUsage`, never a wrong
+/// result.
+pub fn route(kind: Kind, pattern: Option<&str>, engines: Engines<'_>) -> Result<Route, NcclError> {
     let reason = if engines.force.contains(kind) {
         Some(format!("{kind} is listed in WEFT_NCCL_FORCE_FALLBACK"))
     } else if let Some(why) = engines.weft_missing {
         Some(format!("this communicator has no weft side ({why})"))
-    } else if let Some(Op::Custom(raw)) = op {
-        Some(format!("custom reduction operator {raw} (weft has no PreMulSum yet)"))
     } else {
         pattern.map(|p| format!("weft cannot run {kind} {p}"))
     };
@@ -98,7 +115,6 @@ pub fn route(kind: Kind, op: Option<Op>, pattern: Option<&str>, engines: Engines
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Code;
 
     #[test]
     fn types_and_operators_map_with_nccl_numbering() {
@@ -113,30 +129,38 @@ mod tests {
         assert_eq!(red_op(ffi::ncclMin).unwrap(), Op::Builtin(ReduceOp::Min));
         assert_eq!(red_op(ffi::ncclNumOps + 3).unwrap(), Op::Custom(8));
         assert_eq!(red_op(-2).unwrap_err().code, Code::InvalidArgument);
-        assert_eq!(Op::Custom(9).raw(), 9);
-        assert_eq!(Op::Builtin(ReduceOp::Max).raw(), ffi::ncclMax);
+        // PreMulSum's value in weft's numbering is no ncclRedOp_t: the application's 5 is a
+        // custom operator's handle.
+        assert_eq!(red_op(ReduceOp::PreMulSum as c_int).unwrap(), Op::Custom(ffi::ncclNumOps));
+        assert_eq!(Op::Builtin(ReduceOp::Max).fallback_raw().unwrap(), ffi::ncclMax);
+        assert_eq!(Op::Custom(9).fallback_raw().unwrap_err().code, Code::InternalError);
+        assert_eq!(Op::Custom(9).reduction().unwrap_err().code, Code::InternalError);
+        let scalar = weft_coll::Scalar::Immediate(2);
+        let user = UserOp { handle: 7, dtype: DataType::I8, scalar, fallback: None };
+        assert_eq!(Op::PreMulSum(user).reduction().unwrap(), Reduction::PreMulSum { dtype: DataType::I8, scalar });
+        assert!(Op::PreMulSum(user).fallback_raw().is_err());
+        assert_eq!(Op::PreMulSum(UserOp { fallback: Some(11), ..user }).fallback_raw().unwrap(), 11);
+        assert_eq!(Op::Builtin(ReduceOp::Avg).reduction().unwrap(), Reduction::Op(ReduceOp::Avg));
     }
 
     #[test]
     fn routes_follow_support_force_list_and_fallback() {
-        let sum = Some(Op::Builtin(ReduceOp::Sum));
         let both = Engines { weft_missing: None, fallback: true, force: ForceSet::default() };
         let weft_only = Engines { fallback: false, ..both };
-        assert_eq!(route(Kind::AllReduce, sum, None, both).unwrap(), Route::Weft);
-        assert_eq!(route(Kind::AllReduce, sum, None, weft_only).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::AllReduce, None, both).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::AllReduce, None, weft_only).unwrap(), Route::Weft);
         let forced = Engines { force: ForceSet::parse("allreduce").unwrap(), ..both };
-        assert_eq!(route(Kind::AllReduce, sum, None, forced).unwrap(), Route::Fallback);
-        assert_eq!(route(Kind::AllGather, None, None, forced).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::AllReduce, None, forced).unwrap(), Route::Fallback);
+        assert_eq!(route(Kind::AllGather, None, forced).unwrap(), Route::Weft);
         let forced_alone = Engines { fallback: false, ..forced };
-        let err = route(Kind::AllReduce, sum, None, forced_alone).unwrap_err();
+        let err = route(Kind::AllReduce, None, forced_alone).unwrap_err();
         assert_eq!(err.code, Code::InvalidUsage);
         assert!(err.message.contains("WEFT_NCCL_FALLBACK_LIB"));
-        let custom = Some(Op::Custom(5));
-        assert_eq!(route(Kind::Reduce, custom, None, both).unwrap(), Route::Fallback);
-        assert!(route(Kind::Reduce, custom, None, weft_only).unwrap_err().message.contains("PreMulSum"));
-        assert_eq!(route(Kind::AllToAll, None, Some("in place"), both).unwrap(), Route::Fallback);
-        assert!(route(Kind::AllToAll, None, Some("in place"), weft_only).is_err());
+        // Every operator runs on weft: PreMulSum is no reason to fall back.
+        assert_eq!(route(Kind::Reduce, None, both).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::AllToAll, Some("in place"), both).unwrap(), Route::Fallback);
+        assert!(route(Kind::AllToAll, Some("in place"), weft_only).is_err());
         let no_weft = Engines { weft_missing: Some("9 ranks"), ..both };
-        assert_eq!(route(Kind::SendRecv, None, None, no_weft).unwrap(), Route::Fallback);
+        assert_eq!(route(Kind::SendRecv, None, no_weft).unwrap(), Route::Fallback);
     }
 }

@@ -7,8 +7,11 @@ pub const MAX_RANKS: usize = 8;
 
 device_structs! {
     /// Collective state of one rank: device addresses of its tables and buffers and their
-    /// geometry. Every collective kernel takes it as its first argument.
-    struct CollContext align(8) size(88) {
+    /// geometry, and the call's operator argument. Every collective kernel takes it as its
+    /// first argument, by value: each launch passes its own copy (a captured launch keeps it).
+    /// `scalar` holds PreMulSum's scalar, zero-extended, or with `scalar_in_device` the device
+    /// address of it, read when the kernel runs (a graph replay sees the current value).
+    struct CollContext align(8) size(104) {
         /// `MemoryChannelDeviceHandle[ranks]` over the scratch and packet buffers (entry `rank` unused).
         channels: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks * hb_blocks]`, entry `peer * hb_blocks + block`.
@@ -35,6 +38,12 @@ device_structs! {
         hb_blocks: u32 => "uint32_t",
         /// Blocks of a send/receive launch per (peer, direction).
         p2p_blocks: u32 => "uint32_t",
+        /// PreMulSum's scalar (one element of the call's type): its bits, or its device address.
+        scalar: u64 => "uint64_t",
+        /// Nonzero: `scalar` is a device address.
+        scalar_in_device: u32 => "uint32_t",
+        /// Zero (keeps the struct's size a multiple of its alignment).
+        reserved: u32 => "uint32_t",
     }
 
     /// One grouped send/receive launch: per peer, what to send to it and where to receive from

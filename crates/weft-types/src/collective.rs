@@ -30,7 +30,12 @@ device_enums! {
         F8E5M2 = 11,
     }
 
-    /// Reduction operator.
+    /// Reduction operator. Values 0..=4 are NCCL's `ncclRedOp_t`; PreMulSum (5) is not one:
+    /// the C API's operators from `ncclRedOpCreatePreMulSum` map onto it. Integer results are
+    /// NCCL's bit for bit: Avg is the sum in the element type (wrapping), then divided by the
+    /// rank count in it (truncated toward zero); the kernels run PreMulSum as a sum, then one
+    /// multiplication by the scalar, exact for integers (it distributes over the wrapping sum)
+    /// and within rounding for floats.
     enum ReduceOp {
         /// Sum.
         Sum = 0,
@@ -40,8 +45,10 @@ device_enums! {
         Max = 2,
         /// Minimum.
         Min = 3,
-        /// Sum divided by the number of ranks.
+        /// Sum divided by the number of ranks (integers: wrapping sum, then truncating division).
         Avg = 4,
+        /// Sum of every rank's input times the call's scalar (`ncclRedOpCreatePreMulSum`).
+        PreMulSum = 5,
     }
 }
 
@@ -106,7 +113,12 @@ impl DataType {
 
 impl ReduceOp {
     /// Every operator.
-    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg];
+    pub const ALL: [ReduceOp; 6] =
+        [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg, ReduceOp::PreMulSum];
+
+    /// NCCL's built-in operators (`ncclSum` .. `ncclAvg`), whose values are their
+    /// `ncclRedOp_t`.
+    pub const BUILTIN: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg];
 
     /// Short lowercase name.
     pub fn name(self) -> &'static str {
@@ -116,6 +128,7 @@ impl ReduceOp {
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
             ReduceOp::Avg => "avg",
+            ReduceOp::PreMulSum => "premulsum",
         }
     }
 
@@ -137,6 +150,9 @@ mod tests {
         }
         assert_eq!(DataType::Bf16.size(), 2);
         assert_eq!(ReduceOp::from_raw(4), Some(ReduceOp::Avg));
+        assert_eq!(ReduceOp::from_raw(5), Some(ReduceOp::PreMulSum));
+        assert!(!ReduceOp::BUILTIN.contains(&ReduceOp::PreMulSum));
+        assert!(ReduceOp::BUILTIN.iter().enumerate().all(|(i, &o)| o as usize == i));
         for t in DataType::ALL {
             assert_eq!(DataType::from_name(t.name()), Some(t));
         }

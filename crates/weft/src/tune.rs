@@ -272,8 +272,15 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
         coll.set_selector(selector);
         let collective = algorithm.collective();
         if let Some(shape) = collective.shape(requested, options.dtype.size(), ranks) {
-            let call =
-                Call { collective, shape, dtype: options.dtype, op: options.op, rank, ranks, stream: &me.stream };
+            let call = Call {
+                collective,
+                shape,
+                dtype: options.dtype,
+                op: crate::bench::data::reduction(options.dtype, options.op),
+                rank,
+                ranks,
+                stream: &me.stream,
+            };
             let coll = &*coll;
             // SAFETY: `send`/`recv` are this rank's two buffers of max_bytes >= shape.bytes; every
             // call waits for the stream before the buffers can go; every rank runs the same items.

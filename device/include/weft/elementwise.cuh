@@ -2,7 +2,9 @@
 // DataType and ReduceOp values of weft-types. Every reduction accumulates in a wider type
 // (float for f16/bf16/fp8, the 64-bit integer of the same signedness for integers) and rounds
 // once at the end, and combines ranks in rank order, so every rank computes bitwise the same
-// result and repeated runs are bitwise identical.
+// result and repeated runs are bitwise identical. Integer results are NCCL's bit for bit: a
+// 64-bit accumulator narrowed to the element type is the element type's wrapping sum (or
+// product), and Finish applies Avg and PreMulSum to that narrowed value.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,6 +19,7 @@ template <DataType D> struct Element;
   template <> struct Element<DataType::D> {                                        \
     using T = TYPE;                                                                 \
     using Acc = ACC;                                                                \
+    static constexpr bool kInteger = true;                                          \
     __device__ __forceinline__ static Acc widen(T x) { return static_cast<Acc>(x); } \
     __device__ __forceinline__ static T narrow(Acc x) { return static_cast<T>(x); } \
   };
@@ -31,24 +34,28 @@ WEFT_INTEGER_ELEMENT(U64, uint64_t, uint64_t)
 template <> struct Element<DataType::F32> {
   using T = float;
   using Acc = float;
+  static constexpr bool kInteger = false;
   __device__ __forceinline__ static Acc widen(T x) { return x; }
   __device__ __forceinline__ static T narrow(Acc x) { return x; }
 };
 template <> struct Element<DataType::F64> {
   using T = double;
   using Acc = double;
+  static constexpr bool kInteger = false;
   __device__ __forceinline__ static Acc widen(T x) { return x; }
   __device__ __forceinline__ static T narrow(Acc x) { return x; }
 };
 template <> struct Element<DataType::F16> {
   using T = __half;
   using Acc = float;
+  static constexpr bool kInteger = false;
   __device__ __forceinline__ static Acc widen(T x) { return __half2float(x); }
   __device__ __forceinline__ static T narrow(Acc x) { return __float2half_rn(x); }
 };
 template <> struct Element<DataType::Bf16> {
   using T = __nv_bfloat16;
   using Acc = float;
+  static constexpr bool kInteger = false;
   __device__ __forceinline__ static Acc widen(T x) { return __bfloat162float(x); }
   __device__ __forceinline__ static T narrow(Acc x) { return __float2bfloat16_rn(x); }
 };
@@ -58,13 +65,14 @@ template <__nv_fp8_interpretation_t kFormat>
 struct Fp8Element {
   using T = __nv_fp8_storage_t;
   using Acc = float;
+  static constexpr bool kInteger = false;
   __device__ __forceinline__ static Acc widen(T x) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, kFormat))); }
   __device__ __forceinline__ static T narrow(Acc x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kFormat); }
 };
 template <> struct Element<DataType::F8E4M3> : Fp8Element<__NV_E4M3> {};
 template <> struct Element<DataType::F8E5M2> : Fp8Element<__NV_E5M2> {};
 
-/// Combines two accumulators. Avg accumulates as a sum; `finish` divides.
+/// Combines two accumulators. Avg and PreMulSum accumulate as a sum; Finish completes them.
 template <ReduceOp O> struct Combine {
   template <typename A>
   __device__ __forceinline__ static A apply(A a, A b) {
@@ -78,12 +86,66 @@ template <ReduceOp O> struct Combine {
       return a + b;
     }
   }
-  template <typename A>
-  __device__ __forceinline__ static A finish(A a, uint32_t ranks) {
+};
+
+/// What turns a fully reduced accumulator into the result element (NCCL's post-op), and the
+/// one place it happens: Avg divides by the rank count, PreMulSum multiplies by the call's
+/// scalar; a partial result (`partial()`, a step of a ring) and the other operators only
+/// narrow. Integers first narrow to the element type, which wraps the sum as NCCL's does, then
+/// divide in it (C division: truncation toward zero) or multiply in it (wrapping: in Z/2^n,
+/// s * sum(x) = sum(s * x), so the post-multiply equals NCCL's pre-multiply bit for bit). Floats
+/// divide or multiply the accumulator, within rounding of NCCL's pre-multiply by 1/n or s.
+template <DataType D, ReduceOp O>
+struct Finish {
+  using E = Element<D>;
+  using T = typename E::T;
+  using Acc = typename E::Acc;
+  /// Whether the operator is applied (false: a partial result).
+  bool complete;
+  /// Avg's divisor.
+  uint32_t ranks;
+  /// PreMulSum's scalar, widened.
+  Acc scalar;
+
+  /// The result of a whole reduction over `c.ranks` ranks, with `c`'s PreMulSum scalar (read
+  /// here, so every thread calling it reads the value its launch sees).
+  __device__ __forceinline__ static Finish of(const CollContext& c) { return of(c, c.ranks); }
+  /// As `of(c)`, with `ranks` the divisor of an average.
+  __device__ __forceinline__ static Finish of(const CollContext& c, uint32_t ranks) {
+    Finish f{true, ranks, Acc{}};
+    if constexpr (O == ReduceOp::PreMulSum) {
+      T s;
+      if (c.scalar_in_device != 0) {
+        memcpy(&s, reinterpret_cast<const void*>(c.scalar), sizeof(T));
+      } else {
+        memcpy(&s, &c.scalar, sizeof(T));  // the low bytes: little-endian, zero-extended
+      }
+      f.scalar = E::widen(s);
+    }
+    return f;
+  }
+  /// A partial result: narrowed only.
+  __device__ __forceinline__ static Finish partial() { return Finish{false, 1, Acc{}}; }
+
+  __device__ __forceinline__ T operator()(Acc a) const {
     if constexpr (O == ReduceOp::Avg) {
-      return a / static_cast<A>(ranks);
+      if (!complete) return E::narrow(a);
+      if constexpr (E::kInteger) {
+        return E::narrow(E::widen(E::narrow(a)) / static_cast<Acc>(ranks));
+      } else {
+        return E::narrow(a / static_cast<Acc>(ranks));
+      }
+    } else if constexpr (O == ReduceOp::PreMulSum) {
+      if (!complete) return E::narrow(a);
+      if constexpr (E::kInteger) {
+        // Unsigned 64-bit: wraps where a signed product would overflow; narrowing keeps the
+        // low bits, the element type's wrapping product.
+        return E::narrow(static_cast<Acc>(static_cast<uint64_t>(a) * static_cast<uint64_t>(scalar)));
+      } else {
+        return E::narrow(a * scalar);
+      }
     } else {
-      return a;
+      return E::narrow(a);
     }
   }
 };
@@ -115,10 +177,11 @@ struct Reducer {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) acc[i] = Combine<O>::apply(acc[i], E::widen(get(w, i)));
   }
-  __device__ __forceinline__ static void finish(const typename E::Acc (&acc)[kElems], uint32_t ranks,
+  /// The result image: `finish` (Finish) applied to every accumulator.
+  __device__ __forceinline__ static void finish(const typename E::Acc (&acc)[kElems], const Finish<D, O>& finish,
                                                 uint32_t (&w)[N / 4]) {
 #pragma unroll
-    for (int i = 0; i < kElems; ++i) put(w, i, E::narrow(Combine<O>::finish(acc[i], ranks)));
+    for (int i = 0; i < kElems; ++i) put(w, i, finish(acc[i]));
   }
 };
 

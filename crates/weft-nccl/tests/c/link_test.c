@@ -228,6 +228,31 @@ int main(void) {
     int n = 0;
     EXPECT(ncclCommCount(comm, &n), ncclSuccess);
     CHECK(n == 1);
+    /* PreMulSum operators: created per communicator, typed, destroyed once. */
+    ncclRedOp_t pm = ncclSum, pm2 = ncclSum;
+    float half_value = 0.5f;
+    EXPECT(ncclRedOpCreatePreMulSum(&pm, &half_value, ncclFloat, ncclScalarHostImmediate, comm), ncclSuccess);
+    CHECK(pm >= ncclNumOps);
+    EXPECT(ncclRedOpCreatePreMulSum(&pm2, &half_value, ncclFloat, ncclScalarDevice, comm), ncclSuccess);
+    CHECK(pm2 >= ncclNumOps && pm2 != pm);
+    ncclRedOp_t refused = ncclSum;
+    EXPECT_MSG(ncclRedOpCreatePreMulSum(&refused, &half_value, ncclFloat, (ncclScalarResidence_t)7, comm), ncclInvalidArgument, "residence");
+    CHECK(refused == ncclSum);
+    float fbuf[4];
+    EXPECT_MSG(ncclAllReduce(fbuf, fbuf, 4, ncclInt32, pm, comm, 0), ncclInvalidArgument, "created for f32");
+    ncclUniqueId other_id;
+    ncclComm_t other = sentinel;
+    EXPECT(ncclGetUniqueId(&other_id), ncclSuccess);
+    if (ncclCommInitRank(&other, 1, other_id, 0) == ncclSuccess) {
+      EXPECT_MSG(ncclAllReduce(fbuf, fbuf, 4, ncclFloat, pm, other, 0), ncclInvalidArgument, "unknown to this communicator");
+      EXPECT_MSG(ncclRedOpDestroy(pm, other), ncclInvalidArgument, "unknown to this communicator");
+      EXPECT(ncclCommDestroy(other), ncclSuccess);
+    }
+    EXPECT(ncclRedOpDestroy(pm, comm), ncclSuccess);
+    EXPECT_MSG(ncclRedOpDestroy(pm, comm), ncclInvalidArgument, "destroyed");
+    EXPECT_MSG(ncclAllReduce(fbuf, fbuf, 4, ncclFloat, pm, comm, 0), ncclInvalidArgument, "ncclRedOpCreatePreMulSum");
+    EXPECT_MSG(ncclRedOpDestroy(ncclAvg, comm), ncclInvalidArgument, "built-in");
+    EXPECT(ncclRedOpDestroy(pm2, comm), ncclSuccess);
     EXPECT(ncclCommDestroy(comm), ncclSuccess);
   } else {
     CHECK(single == ncclUnhandledCudaError || single == ncclSystemError);
@@ -287,8 +312,15 @@ int main(void) {
   EXPECT(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, NULL), ncclInvalidArgument);
   EXPECT_MSG(ncclRedOpCreatePreMulSum(&op, &scalar, (ncclDataType_t)42, ncclScalarHostImmediate, NULL), ncclInvalidArgument, "datatype");
   EXPECT_MSG(ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, NULL), ncclInvalidArgument, "op is NULL");
+  /* Scalar and residence are checked before the communicator. */
+  EXPECT_MSG(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat, ncclScalarHostImmediate, sentinel), ncclInvalidArgument, "scalar is NULL");
+  EXPECT_MSG(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat, ncclScalarDevice, sentinel), ncclInvalidArgument, "scalar is NULL");
+  EXPECT_MSG(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, (ncclScalarResidence_t)2, sentinel), ncclInvalidArgument, "residence = 2");
+  EXPECT_MSG(ncclRedOpCreatePreMulSum(&op, &scalar, (ncclDataType_t)-1, ncclScalarDevice, sentinel), ncclInvalidArgument, "datatype");
+  EXPECT_MSG(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, sentinel), ncclInvalidArgument, "not a live communicator");
   CHECK(op == ncclSum);
   EXPECT(ncclRedOpDestroy(ncclNumOps, NULL), ncclInvalidArgument);
+  EXPECT_MSG(ncclRedOpDestroy(ncclNumOps, sentinel), ncclInvalidArgument, "not a live communicator");
 
   /* Collectives: bad types, operators and counts are reported before the communicator. */
   float buf[4];

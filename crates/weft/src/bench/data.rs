@@ -2,19 +2,77 @@
 //! compute the float64 (or exact integer) reference of any element without exchanging data,
 //! and one check of any collective's output against it (which input element each output
 //! element must be comes from [`Collective::source`](super::Collective::source)).
+//!
+//! The references compute NCCL's semantics: integers bit for bit (the fold in the element type,
+//! wrapping; Avg divides the wrapped sum by the rank count, truncating toward zero; PreMulSum
+//! is the wrapped sum of the scalar times each input), floats in float64 within the type's
+//! tolerance. One integer element in four spans the type's whole range, so sums, products,
+//! averages and PreMulSum products wrap there.
 
 use half::{bf16, f16};
+use weft_coll::{Reduction, Scalar};
 use weft_types::{DataType, ReduceOp};
 
 use super::Source;
 use crate::selftest::pattern_word;
 
+/// Bits of PreMulSum's scalar for integer types (narrowed to each: negative in every signed
+/// one, large in every unsigned one, so its products wrap).
+const INTEGER_SCALAR: u64 = 0x9e37_79b1_85eb_ca87;
+/// PreMulSum's scalar for float types: exact in each, and keeps FP8 sums of a few ranks finite.
+const FLOAT_SCALAR: f64 = -1.5;
+
+/// The scalar of every PreMulSum row of `dtype`, as one element of it.
+pub(crate) fn premul_scalar(dtype: DataType) -> Vec<u8> {
+    let mut out = vec![0u8; dtype.size()];
+    if dtype.is_float() {
+        encode_float(dtype, FLOAT_SCALAR, &mut out);
+    } else {
+        out.copy_from_slice(&INTEGER_SCALAR.to_le_bytes()[..dtype.size()]);
+    }
+    out
+}
+
+/// What a row with `op` on `dtype` reduces with: PreMulSum with [`premul_scalar`] as a value.
+pub(crate) fn reduction(dtype: DataType, op: ReduceOp) -> Reduction {
+    match op {
+        ReduceOp::PreMulSum => {
+            let bytes = premul_scalar(dtype);
+            // `bytes` is one element of `dtype`, so this cannot fail: keep the plain sum if it did.
+            Scalar::from_bytes(dtype, &bytes)
+                .map_or(Reduction::Op(ReduceOp::Sum), |scalar| Reduction::PreMulSum { dtype, scalar })
+        }
+        op => Reduction::Op(op),
+    }
+}
+
+/// A float as the nearest element of `dtype` (FP8: the nearest finite byte).
+fn encode_float(dtype: DataType, v: f64, out: &mut [u8]) {
+    match dtype {
+        DataType::F16 => out.copy_from_slice(&f16::from_f64(v).to_le_bytes()),
+        DataType::Bf16 => out.copy_from_slice(&bf16::from_f64(v).to_le_bytes()),
+        DataType::F32 => out.copy_from_slice(&(v as f32).to_le_bytes()),
+        DataType::F64 => out.copy_from_slice(&v.to_le_bytes()),
+        _ => {
+            // FP8: search the byte whose value is nearest (exhaustive, 256 candidates).
+            let best = (0u8..=255)
+                .filter(|&c| to_f64(dtype, &[c]).is_finite())
+                .min_by(|&a, &c| (to_f64(dtype, &[a]) - v).abs().total_cmp(&(to_f64(dtype, &[c]) - v).abs()))
+                .unwrap_or(0);
+            out[0] = best;
+        }
+    }
+}
+
 /// Encodes element `index` of `rank`'s input.
 pub(super) fn input_element(dtype: DataType, seed: u32, rank: u32, index: u64, out: &mut [u8]) {
     let h = pattern_word(seed, rank, index);
     let k = f64::from((h % 17) as i32 - 8) / 4.0; // multiples of 1/4 in [-2, 2]: exact in every float type
-    let small = i64::from((h % 17) as i32 - 8);
-    let unsigned = u64::from(h % 9);
+    // Integers: small values, or (one element in four) the type's whole range.
+    let wide = h.is_multiple_of(4);
+    let bits = u64::from(pattern_word(seed ^ 0x5bd1_e995, rank, index)) << 32 | u64::from(h);
+    let small = if wide { bits as i64 } else { i64::from((h % 17) as i32 - 8) };
+    let unsigned = if wide { bits } else { u64::from(h % 9) };
     match dtype {
         DataType::I8 => out[0] = small as i8 as u8,
         DataType::U8 => out[0] = unsigned as u8,
@@ -107,6 +165,7 @@ fn tolerance(dtype: DataType) -> f64 {
 /// Float64 reference of element `index` (rank-order fold, saturated for FP8) and the scale
 /// its tolerance is relative to.
 fn float_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64) -> (f64, f64) {
+    let scalar = to_f64(dtype, &premul_scalar(dtype));
     let mut buf = [0u8; 8];
     let b = &mut buf[..dtype.size()];
     let (mut acc, mut scale) = (0f64, 0f64);
@@ -120,45 +179,59 @@ fn float_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: 
         acc /= f64::from(ranks);
         scale /= f64::from(ranks);
     }
+    if op == ReduceOp::PreMulSum {
+        acc *= scalar;
+        scale *= scalar.abs();
+    }
     if let Some(max) = fp8_max(dtype) {
         acc = acc.clamp(-max, max);
     }
     let scale = match op {
-        ReduceOp::Sum | ReduceOp::Avg => scale,
+        ReduceOp::Sum | ReduceOp::Avg | ReduceOp::PreMulSum => scale,
         _ => acc.abs(),
     };
     (acc, scale)
 }
 
-/// Exact integer reference of element `index`, wrapped into `dtype`.
+/// Exact integer reference of element `index` as NCCL computes it: the rank-order fold in
+/// `dtype` (wrapping), then Avg's division of the wrapped sum (truncating toward zero) or
+/// PreMulSum's multiplication by the scalar (wrapping; it distributes over the wrapped sum).
 fn integer_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64) -> i128 {
     let mut buf = [0u8; 8];
-    let b = &mut buf[..dtype.size()];
-    let mut acc = 0i128;
-    for r in 0..ranks {
+    let inputs = (0..ranks).map(|r| {
+        let b = &mut buf[..dtype.size()];
         input_element(dtype, seed, r, index, b);
-        let x = to_i128(dtype, b);
-        acc = if r == 0 { x } else { combine_int(op, acc, x) };
+        to_i128(dtype, b)
+    });
+    nccl_integer(dtype, op, inputs, ranks)
+}
+
+/// NCCL's result of reducing `ranks` integer `inputs` of `dtype` (in rank order) with `op`.
+fn nccl_integer(dtype: DataType, op: ReduceOp, inputs: impl Iterator<Item = i128>, ranks: u32) -> i128 {
+    let acc = inputs.reduce(|acc, x| wrap(dtype, combine_int(op, acc, x))).unwrap_or(0);
+    match op {
+        // i128 division truncates toward zero, as C's does.
+        ReduceOp::Avg => acc / i128::from(ranks),
+        ReduceOp::PreMulSum => wrap(dtype, acc.wrapping_mul(to_i128(dtype, &premul_scalar(dtype)))),
+        _ => acc,
     }
-    if op == ReduceOp::Avg {
-        acc /= i128::from(ranks);
-    }
-    wrap(dtype, acc)
 }
 
 fn combine(op: ReduceOp, a: f64, b: f64) -> f64 {
     match op {
-        ReduceOp::Sum | ReduceOp::Avg => a + b,
+        ReduceOp::Sum | ReduceOp::Avg | ReduceOp::PreMulSum => a + b,
         ReduceOp::Prod => a * b,
         ReduceOp::Max => a.max(b),
         ReduceOp::Min => a.min(b),
     }
 }
 
+/// `a ⊕ b` of two values in a 64-bit type's range, exact modulo 2^128 (then wrapped by the
+/// caller).
 fn combine_int(op: ReduceOp, a: i128, b: i128) -> i128 {
     match op {
-        ReduceOp::Sum | ReduceOp::Avg => a + b,
-        ReduceOp::Prod => a * b,
+        ReduceOp::Sum | ReduceOp::Avg | ReduceOp::PreMulSum => a.wrapping_add(b),
+        ReduceOp::Prod => a.wrapping_mul(b),
         ReduceOp::Max => a.max(b),
         ReduceOp::Min => a.min(b),
     }
@@ -293,23 +366,6 @@ mod tests {
         out
     }
 
-    fn encode_float(dtype: DataType, v: f64, out: &mut [u8]) {
-        match dtype {
-            DataType::F16 => out.copy_from_slice(&f16::from_f64(v).to_le_bytes()),
-            DataType::Bf16 => out.copy_from_slice(&bf16::from_f64(v).to_le_bytes()),
-            DataType::F32 => out.copy_from_slice(&(v as f32).to_le_bytes()),
-            DataType::F64 => out.copy_from_slice(&v.to_le_bytes()),
-            _ => {
-                // FP8: search the byte whose value is nearest (exhaustive, 256 candidates).
-                let best = (0u8..=255)
-                    .filter(|&c| to_f64(dtype, &[c]).is_finite())
-                    .min_by(|&a, &c| (to_f64(dtype, &[a]) - v).abs().total_cmp(&(to_f64(dtype, &[c]) - v).abs()))
-                    .unwrap_or(0);
-                out[0] = best;
-            }
-        }
-    }
-
     /// What `rank` ends with, computed on the host the way each collective is defined (block
     /// moves written out here, independently of `Collective::source`).
     fn simulate(c: Collective, reference: &Reference, shape: &Shape, rank: u32) -> Vec<u8> {
@@ -371,6 +427,47 @@ mod tests {
         assert!(Collective::Reduce.has_output(ROOT) && !Collective::Reduce.has_output(1));
         let same: Vec<_> = Collective::ALL.into_iter().filter(|c| c.same_output_everywhere()).collect();
         assert_eq!(same, [Collective::AllReduce, Collective::AllGather, Collective::Broadcast]);
+    }
+
+    /// NCCL's integer average: the sum wraps in the element type before the division.
+    #[test]
+    fn integer_averages_divide_the_wrapped_sum() {
+        let avg =
+            |dtype, inputs: &[i128]| nccl_integer(dtype, ReduceOp::Avg, inputs.iter().copied(), inputs.len() as u32);
+        assert_eq!(avg(DataType::I8, &[100, 100]), -28); // 200 wraps to -56
+        assert_eq!(avg(DataType::U8, &[200, 200]), 72); // 400 wraps to 144
+        assert_eq!(avg(DataType::I8, &[-100, -100]), 28); // -200 wraps to 56
+        assert_eq!(avg(DataType::I8, &[-3, 0]), -1); // truncated toward zero, not floored
+        assert_eq!(avg(DataType::I8, &[-128, -1, 0]), 42); // -129 wraps to 127
+        assert_eq!(avg(DataType::I32, &[i128::from(i32::MAX), 1]), i128::from(i32::MIN) / 2);
+        assert_eq!(avg(DataType::U32, &[i128::from(u32::MAX), 3]), 1);
+        assert_eq!(avg(DataType::I64, &[i128::from(i64::MAX), i128::from(i64::MAX)]), -1);
+        assert_eq!(avg(DataType::U64, &[i128::from(u64::MAX); 4]), (i128::from(u64::MAX) - 3) / 4);
+        // No wrap: the plain average.
+        assert_eq!(avg(DataType::I32, &[7, -2, 4]), 3);
+    }
+
+    /// PreMulSum on integers: the wrapped sum times the scalar, wrapped, equals NCCL's sum of
+    /// the wrapped products.
+    #[test]
+    fn integer_premulsum_is_the_wrapped_sum_of_wrapped_products() {
+        for dtype in DataType::ALL.into_iter().filter(|t| !t.is_float()) {
+            let s = to_i128(dtype, &premul_scalar(dtype));
+            let inputs = [i128::from(i8::MAX), -5, 77, 3].map(|x| wrap(dtype, x));
+            let got = nccl_integer(dtype, ReduceOp::PreMulSum, inputs.iter().copied(), 4);
+            let premultiplied = inputs.iter().fold(0i128, |acc, &x| wrap(dtype, acc + wrap(dtype, x.wrapping_mul(s))));
+            assert_eq!(got, premultiplied, "{}", dtype.name());
+        }
+        // i8: scalar -121; 100 * -121 = -12100 wraps to -68, twice: -136 wraps to 120.
+        assert_eq!(to_i128(DataType::I8, &premul_scalar(DataType::I8)), -121);
+        assert_eq!(nccl_integer(DataType::I8, ReduceOp::PreMulSum, [100, 100].into_iter(), 2), 120);
+        assert_eq!(to_f64(DataType::Bf16, &premul_scalar(DataType::Bf16)), FLOAT_SCALAR);
+        assert_eq!(to_f64(DataType::F8E4M3, &premul_scalar(DataType::F8E4M3)), FLOAT_SCALAR);
+        assert_eq!(
+            reduction(DataType::F32, ReduceOp::PreMulSum),
+            Reduction::PreMulSum { dtype: DataType::F32, scalar: Scalar::Immediate(u64::from((-1.5f32).to_bits())) }
+        );
+        assert_eq!(reduction(DataType::I8, ReduceOp::Avg), Reduction::Op(ReduceOp::Avg));
     }
 
     #[test]

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use weft_bootstrap::{Bootstrap, TorchrunEnv};
 use weft_coll::nccl::{Nccl, NcclComm, NcclMemory};
-use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp};
+use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp, Reduction};
 use weft_core::{Communicator, Env};
 use weft_gpu::{AllocKind, Device, DeviceMemory, DevicePtr, Event, Stream};
-use weft_types::{DataType, ReduceOp};
+use weft_types::DataType;
 
 use super::data::Reference;
 use super::{BenchOptions, Collective, NcclTests, ROOT, Row, Shape, progress, sizes};
@@ -115,7 +115,8 @@ pub(crate) struct Call<'a> {
     pub(crate) collective: Collective,
     pub(crate) shape: Shape,
     pub(crate) dtype: DataType,
-    pub(crate) op: ReduceOp,
+    /// The operator (PreMulSum with its scalar).
+    pub(crate) op: Reduction,
     pub(crate) rank: usize,
     pub(crate) ranks: usize,
     pub(crate) stream: &'a Stream,
@@ -170,12 +171,12 @@ impl Call<'_> {
         // SAFETY: the caller's contract; each call's count is the one the shape was made for.
         unsafe {
             match self.collective {
-                Collective::AllReduce => nc.all_reduce(send, recv, count, dtype, op, stream),
+                Collective::AllReduce => nc.all_reduce(send, recv, count, dtype, op.op(), stream),
                 Collective::AllGather => nc.all_gather(send, recv, count, dtype, stream),
-                Collective::ReduceScatter => nc.reduce_scatter(send, recv, count, dtype, op, stream),
+                Collective::ReduceScatter => nc.reduce_scatter(send, recv, count, dtype, op.op(), stream),
                 Collective::AllToAll => nc.all_to_all(send, recv, count, dtype, ranks, stream),
                 Collective::Broadcast => nc.broadcast(send, recv, count, dtype, root, stream),
-                Collective::Reduce => nc.reduce(send, recv, count, dtype, op, root, stream),
+                Collective::Reduce => nc.reduce(send, recv, count, dtype, op.op(), root, stream),
                 Collective::SendRecv => nc.nccl().group(|| {
                     nc.send(send, count, dtype, next, stream)?;
                     nc.recv(recv, count, dtype, prev, stream)
@@ -398,7 +399,7 @@ fn run_rank(
                 collective: options.collective,
                 shape,
                 dtype: options.dtype,
-                op: options.op,
+                op: super::data::reduction(options.dtype, options.op),
                 rank,
                 ranks,
                 stream: &me.stream,

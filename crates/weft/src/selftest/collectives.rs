@@ -8,16 +8,20 @@
 //! `WEFT_PLAN_DIR`), each through the plan executor. Graph-captured AllReduce HB and AllGather
 //! HB calls, and captured out-of-place plan launches whose chunks are whole 16-byte vectors,
 //! write straight into the peers' registered outputs; a line per communicator checks that
-//! every one that could did.
+//! every one that could did. Reducing collectives run every operator the algorithm supports,
+//! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
+//! replays included). Integer inputs span the whole range in one element of four, so integer
+//! sums, averages and PreMulSum products wrap and must equal NCCL's bit for bit.
 
 use std::time::Duration;
 
-use weft_coll::{Algorithm, CollConfig, CollError, Collectives, PathCounts, Protocol};
+use weft_coll::{Algorithm, CollConfig, CollError, Collectives, PathCounts, Protocol, Reduction, Scalar};
 use weft_core::{Communicator, Env};
+use weft_gpu::{AllocKind, DeviceMemory};
 use weft_types::{DataType, ReduceOp};
 
 use super::report::RankReport;
-use crate::bench::data::Reference;
+use crate::bench::data::{Reference, premul_scalar, reduction};
 use crate::bench::worker::{Call, Rank, check, shared_seed};
 use crate::bench::{Collective, NcclTests, Shape};
 
@@ -56,6 +60,8 @@ fn run_matrix(
     let ranks = comm.world_size();
     let largest = COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8;
     let me = Rank::new(comm, largest)?;
+    // PreMulSum's device scalar: one element of any type.
+    let scalar = DeviceMemory::alloc(comm.device(), 8, AllocKind::Legacy)?;
     // Every captured HB AllReduce and AllGather, and every captured plan launch that can, goes
     // zero-copy here, whatever the size rules.
     let types = matrix_types(env.var("WEFT_SELFTEST_TYPES"))?;
@@ -75,7 +81,7 @@ fn run_matrix(
         let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
         for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)).filter(reachable) {
             for &variant in Variant::of(family) {
-                let run = Run { me: &me, comm, base: &base, label, types: &types };
+                let run = Run { me: &me, comm, base: &base, label, types: &types, scalar: &scalar };
                 run_algorithm(&run, collective, algorithm, variant, report)?;
             }
         }
@@ -121,6 +127,60 @@ struct Run<'a> {
     label: &'a str,
     /// Element types of the interpreted matrix.
     types: &'a [DataType],
+    /// Where PreMulSum cases with a device scalar keep it.
+    scalar: &'a DeviceMemory,
+}
+
+/// An operator of the matrix, with how PreMulSum's scalar is passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpCase {
+    /// An operator without a scalar.
+    Plain(ReduceOp),
+    /// PreMulSum with the scalar as a value (the launch carries it).
+    PreMulSumValue,
+    /// PreMulSum with the scalar in device memory (the kernels read it).
+    PreMulSumDevice,
+}
+
+impl OpCase {
+    /// The cases of the operators `algorithm` supports.
+    fn all(algorithm: Algorithm) -> Vec<OpCase> {
+        ReduceOp::ALL
+            .into_iter()
+            .filter(|&o| algorithm.supports_op(o))
+            .flat_map(|o| match o {
+                ReduceOp::PreMulSum => vec![OpCase::PreMulSumValue, OpCase::PreMulSumDevice],
+                o => vec![OpCase::Plain(o)],
+            })
+            .collect()
+    }
+
+    fn op(self) -> ReduceOp {
+        match self {
+            OpCase::Plain(o) => o,
+            OpCase::PreMulSumValue | OpCase::PreMulSumDevice => ReduceOp::PreMulSum,
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            OpCase::Plain(o) => o.name().to_string(),
+            OpCase::PreMulSumValue => "premulsum (scalar by value)".into(),
+            OpCase::PreMulSumDevice => "premulsum (scalar in device memory)".into(),
+        }
+    }
+
+    /// The reduction of a call on `dtype` (a device scalar is written into `scalar` first; the
+    /// previous case's calls are done: every check waits for the stream).
+    fn reduction(self, dtype: DataType, scalar: &DeviceMemory) -> Result<Reduction, String> {
+        match self {
+            OpCase::PreMulSumDevice => {
+                scalar.write(0, &premul_scalar(dtype)).map_err(|e| format!("the device scalar: {e}"))?;
+                Ok(Reduction::PreMulSum { dtype, scalar: Scalar::Device(scalar.ptr()) })
+            }
+            case => Ok(reduction(dtype, case.op())),
+        }
+    }
 }
 
 /// The matrix of one algorithm built as `variant`.
@@ -131,7 +191,7 @@ fn run_algorithm(
     variant: Variant,
     report: &mut RankReport,
 ) -> Result<(), BoxError> {
-    let Run { me, comm, base, label, types } = *run;
+    let Run { me, comm, base, label, types, scalar } = *run;
     let ranks = comm.world_size();
     let specializes = matches!(algorithm, Algorithm::Plan(id) if id.specializes_on_every_rank(ranks));
     if variant == Variant::Specialized && !specializes {
@@ -142,12 +202,11 @@ fn run_algorithm(
     config.plan_specialize = variant == Variant::Specialized;
     let suffix = if variant == Variant::Specialized { " specialized" } else { "" };
     let coll = Collectives::new(comm, config)?;
-    let (types, ops): (Vec<DataType>, Vec<ReduceOp>) = match variant {
-        Variant::Specialized => (vec![DataType::Bf16], vec![ReduceOp::Sum]),
-        Variant::Interpreted if collective.reduces() => {
-            (types.to_vec(), ReduceOp::ALL.into_iter().filter(|&o| algorithm.supports_op(o)).collect())
-        }
-        Variant::Interpreted => (types.to_vec(), vec![ReduceOp::Sum]),
+    let sum = OpCase::Plain(ReduceOp::Sum);
+    let (types, ops): (Vec<DataType>, Vec<OpCase>) = match variant {
+        Variant::Specialized => (vec![DataType::Bf16], vec![sum]),
+        Variant::Interpreted if collective.reduces() => (types.to_vec(), OpCase::all(algorithm)),
+        Variant::Interpreted => (types.to_vec(), vec![sum]),
     };
     // A forced algorithm rejects the types it does not support (weft-coll's tests).
     for dtype in types.into_iter().filter(|&t| algorithm.supports(t)) {
@@ -157,7 +216,7 @@ fn run_algorithm(
             } else {
                 format!("{label}{collective:?} {}{suffix} {}", algorithm.name(), dtype.name())
             };
-            let result = check_all_counts(me, &coll, collective, dtype, op);
+            let result = check_all_counts(me, &coll, collective, dtype, op, scalar);
             report.record(name, result);
         }
     }
@@ -169,7 +228,7 @@ fn run_algorithm(
         _ => false,
     };
     if collective_runs_plans(algorithm) && variant == Variant::Interpreted {
-        let types = check_types_alternating(me, &coll, collective);
+        let types = check_types_alternating(me, &coll, collective, scalar);
         report.record(format!("{label}{collective:?} {} element types alternating", algorithm.name()), types);
     }
     if collective_runs_plans(algorithm) {
@@ -191,7 +250,7 @@ fn run_algorithm(
     if ranks > 1 && direct && variant == Variant::Interpreted {
         let what =
             format!("{label}{collective:?} {} through windows: eager and captured calls zero-copy", algorithm.name());
-        report.record(what, check_windowed(me, &coll, collective));
+        report.record(what, check_windowed(me, &coll, collective, scalar));
     }
     if ranks > 1 && direct {
         let (paths, what) = (coll.path_counts(), format!("{label}{collective:?} {}{suffix}", algorithm.name()));
@@ -205,7 +264,7 @@ fn run_algorithm(
 /// The rank's buffers registered as windows: every count again (bf16 sum), eager and captured,
 /// out of place and in place; the calls that can must go zero-copy through the windows (no
 /// refusal, at least one windowed call), then the windows are deregistered.
-fn check_windowed(me: &Rank, coll: &Collectives, collective: Collective) -> Result<(), String> {
+fn check_windowed(me: &Rank, coll: &Collectives, collective: Collective, scalar: &DeviceMemory) -> Result<(), String> {
     let before = coll.path_counts();
     let mut windows = Vec::new();
     for buffer in [&me.send, &me.recv] {
@@ -216,7 +275,7 @@ fn check_windowed(me: &Rank, coll: &Collectives, collective: Collective) -> Resu
             Err(e) => return Err(format!("window registration: {e}")),
         }
     }
-    let checked = check_all_counts(me, coll, collective, DataType::Bf16, ReduceOp::Sum);
+    let checked = check_all_counts(me, coll, collective, DataType::Bf16, OpCase::Plain(ReduceOp::Sum), scalar);
     let after = coll.path_counts();
     let mut outcome = checked.and_then(|()| {
         let (windowed, refused) = (after.windowed - before.windowed, after.refused - before.refused);
@@ -242,21 +301,27 @@ fn check_all_counts(
     coll: &Collectives,
     collective: Collective,
     dtype: DataType,
-    op: ReduceOp,
+    op: OpCase,
+    scalar: &DeviceMemory,
 ) -> Result<(), String> {
     let cases: Vec<(DataType, usize)> = COUNTS.iter().map(|&count| (dtype, count)).collect();
-    check_cases(me, coll, collective, op, &cases)
+    check_cases(me, coll, collective, op, scalar, &cases)
 }
 
 /// Element types of different sizes, alternating at one count on the same buffers: nothing a
 /// plan launch keeps between calls (the executor's cached chunk addresses) may carry over from
 /// a call of another type. Counts: one slice per chunk, and every replica.
-fn check_types_alternating(me: &Rank, coll: &Collectives, collective: Collective) -> Result<(), String> {
+fn check_types_alternating(
+    me: &Rank,
+    coll: &Collectives,
+    collective: Collective,
+    scalar: &DeviceMemory,
+) -> Result<(), String> {
     let cases: Vec<(DataType, usize)> = [37, 150_001]
         .into_iter()
         .flat_map(|count| [DataType::F32, DataType::Bf16, DataType::F32].map(|t| (t, count)))
         .collect();
-    check_cases(me, coll, collective, ReduceOp::Sum, &cases)
+    check_cases(me, coll, collective, OpCase::Plain(ReduceOp::Sum), scalar, &cases)
 }
 
 /// Checks `collective` with `op` for each (type, count) of `cases` the algorithm can carry.
@@ -264,7 +329,8 @@ fn check_cases(
     me: &Rank,
     coll: &Collectives,
     collective: Collective,
-    op: ReduceOp,
+    op: OpCase,
+    scalar: &DeviceMemory,
     cases: &[(DataType, usize)],
 ) -> Result<(), String> {
     let (rank, ranks) = (me.comm.rank(), me.comm.world_size());
@@ -275,7 +341,7 @@ fn check_cases(
         let per_rank = matches!(collective, Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll);
         let bytes = if per_rank { count * ranks * elt } else { count * elt };
         let Some(shape): Option<Shape> = collective.shape(bytes, elt, ranks) else { continue };
-        let call = Call { collective, shape, dtype, op, rank, ranks, stream: &me.stream };
+        let call = Call { collective, shape, dtype, op: op.reduction(dtype, scalar)?, rank, ranks, stream: &me.stream };
         // SAFETY: `check` calls this only with the rank's send/recv buffers (or the in-place
         // layout inside recv), each `largest` >= shape.bytes long, and waits for the stream
         // before touching them again; every rank runs the same matrix in the same order.
@@ -283,7 +349,7 @@ fn check_cases(
         // An LL algorithm forced past its slot says so before enqueuing anything: skip it
         // (every rank decides the same way, from the same numbers).
         let seed = shared_seed(&*me.bootstrap).map_err(|e| e.to_string())?;
-        let reference = Reference { dtype, op, seed, ranks: ranks as u32 };
+        let reference = Reference { dtype, op: op.op(), seed, ranks: ranks as u32 };
         match check(me, &call, &run, &reference, true) {
             Ok((0, true)) => {}
             Ok((wrong, identical)) => {
@@ -325,6 +391,19 @@ mod tests {
         assert_eq!(matrix_types(Some(" ")).unwrap(), DataType::ALL.to_vec());
         assert_eq!(matrix_types(Some("bf16, i8")).unwrap(), vec![DataType::Bf16, DataType::I8]);
         assert!(matrix_types(Some("bf16,float")).unwrap_err().contains("WEFT_SELFTEST_TYPES"));
+    }
+
+    #[test]
+    fn premulsum_runs_with_both_scalars_where_the_algorithm_supports_it() {
+        let native = OpCase::all(Algorithm::AllReduceHb);
+        assert_eq!(native.len(), ReduceOp::ALL.len() + 1);
+        assert!(native.contains(&OpCase::PreMulSumValue) && native.contains(&OpCase::PreMulSumDevice));
+        assert!(native.contains(&OpCase::Plain(ReduceOp::Avg)));
+        assert!(native.iter().all(|c| *c != OpCase::Plain(ReduceOp::PreMulSum)));
+        let plan = Algorithm::from_name(weft_coll::Collective::AllReduce, "plan:ring_allreduce").unwrap();
+        assert!(OpCase::all(plan).iter().all(|c| plan.supports_op(c.op()) && c.op() != ReduceOp::PreMulSum));
+        assert_eq!(OpCase::PreMulSumDevice.op(), ReduceOp::PreMulSum);
+        assert!(OpCase::PreMulSumDevice.name().contains("device"));
     }
 
     #[test]

@@ -82,13 +82,14 @@ enum class DataType : uint32_t {
   F8E5M2 = 11,  ///<  FP8 E5M2.
 };
 
-///  Reduction operator.
+///  Reduction operator. Values 0..=4 are NCCL's `ncclRedOp_t`; PreMulSum (5) is not one:
 enum class ReduceOp : uint32_t {
   Sum = 0,  ///<  Sum.
   Prod = 1,  ///<  Product.
   Max = 2,  ///<  Maximum.
   Min = 3,  ///<  Minimum.
-  Avg = 4,  ///<  Sum divided by the number of ranks.
+  Avg = 4,  ///<  Sum divided by the number of ranks (integers: wrapping sum, then truncating division).
+  PreMulSum = 5,  ///<  Sum of every rank's input times the call's scalar (`ncclRedOpCreatePreMulSum`).
 };
 
 ///  What a FIFO command asks the proxy to do: bit 0 put, bit 1 signal, bit 2 flush, executed
@@ -260,8 +261,11 @@ struct alignas(8) CollContext {
   uint32_t ranks;  ///<  Ranks of the communicator.
   uint32_t hb_blocks;  ///<  Blocks of every HB launch (the semaphore table's stride).
   uint32_t p2p_blocks;  ///<  Blocks of a send/receive launch per (peer, direction).
+  uint64_t scalar;  ///<  PreMulSum's scalar (one element of the call's type): its bits, or its device address.
+  uint32_t scalar_in_device;  ///<  Nonzero: `scalar` is a device address.
+  uint32_t reserved;  ///<  Zero (keeps the struct's size a multiple of its alignment).
 };
-static_assert(sizeof(CollContext) == 88, "rust: sizeof(CollContext) == 88");
+static_assert(sizeof(CollContext) == 104, "rust: sizeof(CollContext) == 104");
 static_assert(alignof(CollContext) == 8, "rust: alignof(CollContext) == 8");
 static_assert(WEFT_OFFSETOF(CollContext, channels) == 0, "rust: offsetof(CollContext, channels) == 0");
 static_assert(WEFT_OFFSETOF(CollContext, semaphores) == 8, "rust: offsetof(CollContext, semaphores) == 8");
@@ -276,6 +280,9 @@ static_assert(WEFT_OFFSETOF(CollContext, rank) == 72, "rust: offsetof(CollContex
 static_assert(WEFT_OFFSETOF(CollContext, ranks) == 76, "rust: offsetof(CollContext, ranks) == 76");
 static_assert(WEFT_OFFSETOF(CollContext, hb_blocks) == 80, "rust: offsetof(CollContext, hb_blocks) == 80");
 static_assert(WEFT_OFFSETOF(CollContext, p2p_blocks) == 84, "rust: offsetof(CollContext, p2p_blocks) == 84");
+static_assert(WEFT_OFFSETOF(CollContext, scalar) == 88, "rust: offsetof(CollContext, scalar) == 88");
+static_assert(WEFT_OFFSETOF(CollContext, scalar_in_device) == 96, "rust: offsetof(CollContext, scalar_in_device) == 96");
+static_assert(WEFT_OFFSETOF(CollContext, reserved) == 100, "rust: offsetof(CollContext, reserved) == 100");
 
 ///  One grouped send/receive launch: per peer, what to send to it and where to receive from
 struct alignas(8) P2pPlan {
