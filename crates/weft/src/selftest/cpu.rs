@@ -17,11 +17,20 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
     match weft_gpu::nvrtc_version() {
         Ok(_) => {
             let library = KernelLibrary::new(env.cache_dir.clone());
-            for (name, _) in device_code::KERNELS {
-                let variants = device_code::variants(name);
-                let result = on_every_core(&variants, |d| library.compile_with(name, "sm_90", d).map(|_| ()));
+            let kernels: Vec<(&str, Vec<Vec<String>>)> =
+                device_code::KERNELS.iter().map(|(name, _)| (*name, device_code::variants(name))).collect();
+            // Minutes on a small machine with a cold cache: a bar on a terminal, nothing otherwise.
+            let bar = compile_bar(kernels.iter().map(|(_, v)| v.len() as u64).sum());
+            for (name, variants) in &kernels {
+                bar.set_message(name.to_string());
+                let result = on_every_core(variants, |d| {
+                    let compiled = library.compile_with(name, "sm_90", d).map(|_| ());
+                    bar.inc(1);
+                    compiled
+                });
                 report.record(format!("NVRTC compiles {name} for sm_90 ({} variants)", variants.len()), result);
             }
+            bar.finish_and_clear();
             report.record(
                 "layout probe: sizeof/offsetof of every weft-types struct under NVRTC",
                 library.compile_layout_probe("sm_90"),
@@ -84,6 +93,18 @@ fn local_memory_within_budget(library: &KernelLibrary) -> Result<(), String> {
 /// Runs `f` on every item, spread over the machine's cores (NVRTC compiles independent
 /// programs concurrently; a cold kernel cache is minutes of single-core work otherwise), and
 /// returns the first error in item order.
+/// A progress bar over `total` kernel compilations on stderr, drawn only when stderr is a
+/// terminal.
+fn compile_bar(total: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("NVRTC {wide_bar} {pos}/{len} kernels ({msg}, eta {eta})")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
 fn on_every_core<T: Sync, E: Send>(items: &[T], f: impl Fn(&T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
     use rayon::prelude::*;
     // An ordered collect keeps "first error" meaning first in item order.
