@@ -139,6 +139,37 @@ fn run_one<T: HostElement>(
     Ok((us, count_wrong(collective, shape, op, &inputs, &outputs)))
 }
 
+/// Checked, timed runs of one size, each on fresh inputs: a single run of host threads is at
+/// the scheduler's mercy (one 16 KB row once took 9 ms between rows of 0.4-1.6 ms).
+const TRIALS: u64 = 5;
+
+/// The times of [`TRIALS`] runs of one size, and their wrong elements summed.
+fn run_trials<T: HostElement>(
+    plan: &ExecutionPlan,
+    collective: Collective,
+    shape: &Shape,
+    op: PlanOp,
+    ranks: usize,
+    seed: u64,
+) -> Result<(Vec<f64>, u64), String> {
+    let mut times = Vec::new();
+    let mut wrong = 0;
+    for trial in 0..TRIALS {
+        let (us, w) = run_one::<T>(plan, collective, shape, op, ranks, seed.wrapping_add(trial.wrapping_mul(0x9e37)))?;
+        times.push(us);
+        wrong += w;
+    }
+    Ok((times, wrong))
+}
+
+/// Median, min and max of `times` (not empty).
+fn spread(times: &mut [f64]) -> (f64, f64, f64) {
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    let median = if n % 2 == 1 { times[n / 2] } else { (times[n / 2 - 1] + times[n / 2]) / 2.0 };
+    (median, times[0], times[n - 1])
+}
+
 /// Runs the sweep of `options` on the CPU backend with `ranks` ranks and prints the table.
 pub fn run(options: &BenchOptions, ranks: usize) -> Result<ExitCode, BoxError> {
     let c = options.collective;
@@ -158,7 +189,8 @@ pub fn run(options: &BenchOptions, ranks: usize) -> Result<ExitCode, BoxError> {
             DataType::F32
         }
     };
-    println!("{:>12} {:>12} {:>20} | {:>10} {:>7}", "size", "count", "plan", "cpu us", "#wrong");
+    println!("# each size: {TRIALS} runs on fresh inputs, the median and the min-max of their times");
+    println!("{:>12} {:>12} {:>20} | {:>10} {:>21} {:>7}", "size", "count", "plan", "cpu us", "min-max", "#wrong");
     let mut total_wrong = 0;
     for requested in sizes(options) {
         if requested > MAX_BYTES {
@@ -167,16 +199,18 @@ pub fn run(options: &BenchOptions, ranks: usize) -> Result<ExitCode, BoxError> {
         }
         let Some(shape) = c.shape(requested, dtype.size(), ranks) else { continue };
         let seed = requested as u64 ^ 0x9e37_79b9_7f4a_7c15;
-        let (us, wrong) = match dtype {
-            DataType::F64 => run_one::<f64>(&plan, c, &shape, op, ranks, seed),
-            DataType::I32 => run_one::<i32>(&plan, c, &shape, op, ranks, seed),
-            DataType::U32 => run_one::<u32>(&plan, c, &shape, op, ranks, seed),
-            DataType::I64 => run_one::<i64>(&plan, c, &shape, op, ranks, seed),
-            DataType::U64 => run_one::<u64>(&plan, c, &shape, op, ranks, seed),
-            _ => run_one::<f32>(&plan, c, &shape, op, ranks, seed),
+        let (mut times, wrong) = match dtype {
+            DataType::F64 => run_trials::<f64>(&plan, c, &shape, op, ranks, seed),
+            DataType::I32 => run_trials::<i32>(&plan, c, &shape, op, ranks, seed),
+            DataType::U32 => run_trials::<u32>(&plan, c, &shape, op, ranks, seed),
+            DataType::I64 => run_trials::<i64>(&plan, c, &shape, op, ranks, seed),
+            DataType::U64 => run_trials::<u64>(&plan, c, &shape, op, ranks, seed),
+            _ => run_trials::<f32>(&plan, c, &shape, op, ranks, seed),
         }?;
         total_wrong += wrong;
-        println!("{:>12} {:>12} {:>20} | {:>10.1} {:>7}", shape.bytes, shape.count, name, us, wrong);
+        let (median, lo, hi) = spread(&mut times);
+        let range = format!("{lo:.1}-{hi:.1}");
+        println!("{:>12} {:>12} {:>20} | {median:>10.1} {range:>21} {wrong:>7}", shape.bytes, shape.count, name);
     }
     println!("# {total_wrong} wrong elements (CPU reference interpreter)");
     Ok(if total_wrong == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -238,5 +272,11 @@ mod tests {
     fn unsupported_pieces_are_said_not_faked() {
         assert!(plan_for(Collective::Reduce, 4).is_none());
         assert!(plan_op(ReduceOp::Avg).is_err());
+    }
+
+    #[test]
+    fn spread_is_median_min_max() {
+        assert_eq!(spread(&mut [9.0, 1.0, 5.0]), (5.0, 1.0, 9.0));
+        assert_eq!(spread(&mut [4.0, 1.0, 2.0, 3.0]), (2.5, 1.0, 4.0));
     }
 }
