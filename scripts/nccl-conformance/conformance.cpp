@@ -613,15 +613,21 @@ void run_case(Driver& d, const Case& c, Residence res, uint64_t key) {
       Lib& L = libs[l];
       std::string step = std::string(L.tag) + " " + where + (graph ? " replay " + std::to_string(rep) : "");
       watch(d.slot, opt.timeout, step);
-      // Inputs and poison, then the scalar and the operator.
+      // Inputs and poison, then the scalar and the operator. On the rank's own stream, then
+      // waited for: a cudaMemcpy from pageable memory may return before its last DMA has
+      // landed, and nothing orders that legacy-stream DMA before work on a non-blocking stream
+      // (a replay launched right after would read the previous replay's bytes at the end of the
+      // buffer). Every rank's buffers are final before the barrier lets any rank launch.
       for (int r : d.ranks) {
         Ctx& x = d.ctx[l][r];
         const RankPlan& p = plans[r];
         CUDA(cudaSetDevice(r));
-        if (!p.send_init.empty()) CUDA(cudaMemcpy(x.send, p.send_init.data(), p.send_init.size(), cudaMemcpyHostToDevice));
-        CUDA(cudaMemcpy(x.recv, p.region_init.data(), p.region_init.size(), cudaMemcpyHostToDevice));
+        if (!p.send_init.empty())
+          CUDA(cudaMemcpyAsync(x.send, p.send_init.data(), p.send_init.size(), cudaMemcpyHostToDevice, x.stream));
+        CUDA(cudaMemcpyAsync(x.recv, p.region_init.data(), p.region_init.size(), cudaMemcpyHostToDevice, x.stream));
+        if (c.op == kPreMulSum) CUDA(cudaMemcpyAsync(x.dscalar, &in.scalars[r], 8, cudaMemcpyHostToDevice, x.stream));
+        CUDA(cudaStreamSynchronize(x.stream));
         if (c.op == kPreMulSum) {
-          CUDA(cudaMemcpy(x.dscalar, &in.scalars[r], 8, cudaMemcpyHostToDevice));
           if (rep == 0) {
             uint64_t host = in.scalars[r];
             x.rc = L.RedOpCreatePreMulSum(&x.op, res == kHostScalar ? (void*)&host : x.dscalar, (ncclDataType_t)c.dtype,

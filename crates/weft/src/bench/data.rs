@@ -268,6 +268,13 @@ pub(crate) struct Reference {
 }
 
 impl Reference {
+    /// The reference of replay `replay` of a captured call: the same row with inputs of its
+    /// own (another seed, the same on every rank), so consecutive replays never see the same
+    /// inputs, nor the row's own.
+    pub(crate) fn replay(&self, replay: u32) -> Self {
+        Self { seed: self.seed ^ 0x9e37_79b9u32.wrapping_mul(replay + 1), ..*self }
+    }
+
     /// `rank`'s whole input of `count` elements.
     pub(super) fn input(&self, rank: u32, count: usize) -> Vec<u8> {
         let size = self.dtype.size();

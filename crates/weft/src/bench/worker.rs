@@ -189,8 +189,10 @@ impl Call<'_> {
 
 /// The element check of one row's `run` (weft's or NCCL's call from a send to a receive
 /// pointer): out of place, in place, and (with `graph`) two replays of a captured call out of
-/// place and two in place, every output poisoned first. Returns the wrong elements and whether every rank's output is bitwise
-/// the same where it must be.
+/// place and two in place, every output poisoned first; each in-place replay gets inputs of
+/// its own (a seed per replay), so a replay that reads anything the previous one left (a
+/// staged tail, a scratch slot) gets the previous inputs' result and fails. Returns the wrong
+/// elements and whether every rank's output is bitwise the same where it must be.
 pub(crate) fn check(
     me: &Rank,
     call: &Call<'_>,
@@ -207,7 +209,7 @@ pub(crate) fn check(
     // Waits for the call, reads this rank's output at `at` in the receive buffer and counts its
     // wrong elements; the closing barrier keeps every rank's buffers untouched until all ranks
     // are done with them.
-    let mut finish = |at: usize, trial: &str| -> Result<(), BoxError> {
+    let mut finish = |at: usize, trial: &str, reference: &Reference| -> Result<(), BoxError> {
         me.idle()?;
         me.recv.read(at, &mut result)?;
         if c.has_output(rank) {
@@ -235,7 +237,7 @@ pub(crate) fn check(
     me.recv.fill(0, recv_bytes, POISON)?;
     me.barrier()?;
     run(send, recv)?;
-    finish(0, "out of place")?;
+    finish(0, "out of place", reference)?;
 
     // In place: input and output inside the receive buffer, where nccl-tests puts them (every
     // collective has an in-place form; AllToAll and SendRecv in place stage their input).
@@ -245,7 +247,7 @@ pub(crate) fn check(
         me.recv.write(input_at, &input)?;
         me.barrier()?;
         run(recv + input_at as u64, recv + output_at as u64)?;
-        finish(output_at, "in place")?;
+        finish(output_at, "in place", reference)?;
     }
 
     // Captured once, replayed twice, the output poisoned before each replay (send still holds
@@ -260,24 +262,26 @@ pub(crate) fn check(
             me.recv.fill(0, recv_bytes, poison)?;
             me.barrier()?;
             g.launch(&me.stream)?;
-            finish(0, "graph replay")?;
+            finish(0, "graph replay", reference)?;
         }
     }
 
-    // In place, captured once and replayed twice: each replay finds the input rewritten and
-    // the rest of the buffer poisoned (the previous replay overwrote the input with results).
+    // In place, captured once and replayed twice: each replay finds fresh inputs (every rank
+    // derives replay k's seed alike) and the rest of the buffer poisoned (the previous replay
+    // overwrote the input with results).
     if graph {
         let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
         me.stream.begin_capture()?;
         let captured = run(recv + input_at as u64, recv + output_at as u64);
         let g = me.stream.end_capture()?;
         captured?;
-        for poison in [0xa5u8, 0x5a] {
+        for (replay, poison) in [0xa5u8, 0x5a].into_iter().enumerate() {
+            let fresh = reference.replay(replay as u32);
             me.recv.fill(0, shape.bytes, poison)?;
-            me.recv.write(input_at, &input)?;
+            me.recv.write(input_at, &fresh.input(rank, shape.send_count))?;
             me.barrier()?;
             g.launch(&me.stream)?;
-            finish(output_at, "in-place graph replay")?;
+            finish(output_at, "in-place graph replay", &fresh)?;
         }
     }
 

@@ -28,6 +28,11 @@ use crate::bench::{Collective, NcclTests, Shape};
 /// Element counts per rank block: 1, odd sizes around the LL slot, several HB rounds, and one
 /// even count whose blocks are whole 16-byte vectors (AllGather's zero-copy layout).
 const COUNTS: [usize; 6] = [1, 37, 1531, 2048, 20_011, 150_001];
+/// AllReduce HB's tail cases: 2^20 + 3 elements, a message of one round at the shipped round
+/// size whose last vector is partial (3 bytes of i8, 12 of f32), the count of a 2×H200
+/// conformance failure; with the operators it failed with.
+const TAIL_COUNT: usize = (1 << 20) + 3;
+const TAIL_CASES: [(DataType, ReduceOp); 2] = [(DataType::I8, ReduceOp::Prod), (DataType::F32, ReduceOp::Sum)];
 /// Bytes of an HB round (the scratch is twice this) and payload of an LL slot in the matrix.
 const CHUNK_BYTES: usize = 64 << 10;
 const LL_SLOT_BYTES: usize = 16 << 10;
@@ -58,7 +63,7 @@ fn run_matrix(
     report: &mut RankReport,
 ) -> Result<(), BoxError> {
     let ranks = comm.world_size();
-    let largest = COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8;
+    let largest = (COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8).max(TAIL_COUNT * 4);
     let me = Rank::new(comm, largest)?;
     // PreMulSum's device scalar: one element of any type.
     let scalar = DeviceMemory::alloc(comm.device(), 8, AllocKind::Legacy)?;
@@ -247,6 +252,10 @@ fn run_algorithm(
             outcome,
         );
     }
+    if algorithm == Algorithm::AllReduceHb {
+        let what = format!("{label}AllReduce hb at the shipped round size, 2^20 + 3 elements (i8 prod, f32 sum)");
+        report.record(what, check_tail(me, comm, base, scalar));
+    }
     if ranks > 1 && direct && variant == Variant::Interpreted {
         let what =
             format!("{label}{collective:?} {} through windows: eager and captured calls zero-copy", algorithm.name());
@@ -286,6 +295,25 @@ fn check_windowed(me: &Rank, coll: &Collectives, collective: Collective, scalar:
         if let Err(e) = coll.deregister_window(w) {
             outcome = outcome.and(Err(format!("window deregistration: {e}")));
         }
+    }
+    outcome
+}
+
+/// AllReduce HB with the shipped round size (the matrix's small rounds split these counts):
+/// every [`TAIL_CASES`] at [`TAIL_COUNT`] elements, out of place, in place and captured (the
+/// replays zero-copy, in place with fresh inputs each), every element checked; then every
+/// captured call must have gone zero-copy (with peers to write into).
+fn check_tail(me: &Rank, comm: &Communicator, base: &CollConfig, scalar: &DeviceMemory) -> Result<(), String> {
+    let mut config = CollConfig { chunk_bytes: CollConfig::default().chunk_bytes, ..base.clone() };
+    config.selector.force(Algorithm::AllReduceHb);
+    let coll = Collectives::new(comm, config).map_err(|e| format!("set-up: {e}"))?;
+    let mut outcome = Ok(());
+    for (dtype, op) in TAIL_CASES {
+        let checked = check_cases(me, &coll, Collective::AllReduce, OpCase::Plain(op), scalar, &[(dtype, TAIL_COUNT)]);
+        outcome = outcome.and(checked.map_err(|e| format!("{}: {e}", op.name())));
+    }
+    if comm.world_size() > 1 {
+        outcome = outcome.and(zero_copy_ran(coll.path_counts()));
     }
     outcome
 }
