@@ -1,9 +1,14 @@
 // The reducing collectives. Compiled once per (WEFT_DTYPE, WEFT_REDOP) pair (DataType /
 // ReduceOp values), so every kernel is specialised for its element type and operator. Every
 // result is folded in rank order, so all ranks get bitwise identical results, run after run.
-// Every fully reduced element goes through Fin (elementwise.cuh): Avg's division and
-// PreMulSum's multiplication by the scalar the launch's CollContext carries (by value, or a
-// device address read when the kernel runs), so no algorithm needs a pass of its own for them.
+// Every fully reduced element goes through Fin (elementwise.cuh): Avg's division, so no
+// algorithm needs a pass of its own for it. PreMulSum is NCCL's pre-operation: every rank
+// multiplies its OWN input by its OWN scalar (Pre, elementwise.cuh's Premultiply; the scalar
+// the launch's CollContext carries, by value or a device address read when the kernel runs)
+// where that input enters the reduction or leaves for a peer, then the kernels sum. Each
+// kernel applies it exactly once to every contributing element of its own input: at the
+// local read of ll_reduce and ring_reduce, in ll_put's packets and in push_padded's pushes
+// (a rank's push into its own scratch included); never to a peer's data or a partial result.
 // Protocols (LL, HB) and their invariants: weft/collective.cuh.
 //
 //   weft_allreduce_ll       one-shot: every rank sends its whole input to every peer as
@@ -39,9 +44,11 @@ constexpr ReduceOp kOp = static_cast<ReduceOp>(WEFT_REDOP);
 using Elem = Element<kType>;
 using T = typename Elem::T;
 using Acc = typename Elem::Acc;
-/// Avg's division and PreMulSum's multiplication (elementwise.cuh), once per fully reduced
-/// element.
+/// Avg's division (elementwise.cuh), once per fully reduced element.
 using Fin = Finish<kType, kOp>;
+/// PreMulSum's multiplication of this rank's own input by its scalar (elementwise.cuh), once per
+/// contributing element; a copy for every other operator.
+using Pre = Premultiply<kType, kOp>;
 
 constexpr uint32_t kEveryRank = 0xffffffffu;
 
@@ -49,19 +56,22 @@ constexpr uint32_t kEveryRank = 0xffffffffu;
 // LL
 
 /// Reduces this block's packets of a `len`-byte shard in rank order: this rank's words come
-/// from `mine`, rank r's from slot `first_slot + r` of the local packet buffer. `emit(j, valid,
-/// words)` consumes each result packet. Called by: every thread. False on timeout.
+/// from `mine` (its own input, premultiplied here), rank r's from slot `first_slot + r` of the
+/// local packet buffer (premultiplied by their sender's ll_put). `emit(j, valid, words)`
+/// consumes each result packet. Called by: every thread. False on timeout.
 template <typename Emit>
 __device__ __forceinline__ bool ll_reduce(const CollContext& c, const LlRound& round, uint32_t first_slot,
                                           const char* mine, uint64_t len, const LlRange& range, Emit emit) {
   using R = Reducer<kType, kOp, 8>;
   const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
   for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * 8 < len; j += blockDim.x) {
     Acc acc[R::kElems];
     for (uint32_t r = 0; r < c.ranks; ++r) {
       uint32_t w[2];
       if (r == c.rank) {
         detail::load_words<2>(mine + j * 8, packet_valid(len, j), w);
+        pre(w);
       } else if (!ll_read(packet_at(c, c.packets, round, first_slot + r, j), round, channel(c, r).semaphore.wait, w)) {
         return false;
       }
@@ -98,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(512)
   LlRound round;
   if (!ll_round_begin(c, round)) return;
   const LlRange range(packet_count<Ll16>(bytes));
-  ll_put(c, round, c.rank, input, bytes, range, every_peer());
+  ll_put(c, round, c.rank, input, bytes, range, every_peer(), Pre::of(c));
   ll_reduce(c, round, 0, input, bytes, range, StoreTo{output});
   ll_round_end(c, round);
 }
@@ -112,9 +122,10 @@ extern "C" __global__ void __launch_bounds__(512)
   const uint64_t shard = (div_ceil(bytes, c.ranks) + 7) & ~uint64_t(7);
   const LlRange range(shard / 8);
   auto len = [&](uint32_t d) { return bytes > d * shard ? min_u64(shard, bytes - d * shard) : 0; };
+  const Pre pre = Pre::of(c);
   for (uint32_t k = 1; k < c.ranks; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
-    ll_put(c, round, c.rank, input + d * shard, len(d), range, only(d));
+    ll_put(c, round, c.rank, input + d * shard, len(d), range, only(d), pre);
   }
   char* mine = output + c.rank * shard;
   auto keep_and_send = [&](uint64_t j, uint32_t valid, const uint32_t (&w)[2]) {
@@ -138,9 +149,10 @@ extern "C" __global__ void __launch_bounds__(512)
   LlRound round;
   if (!ll_round_begin(c, round)) return;
   const LlRange range(packet_count<Ll16>(shard_bytes));
+  const Pre pre = Pre::of(c);
   for (uint32_t k = 1; k < c.ranks; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
-    ll_put(c, round, c.rank, input + d * shard_bytes, shard_bytes, range, only(d));
+    ll_put(c, round, c.rank, input + d * shard_bytes, shard_bytes, range, only(d), pre);
   }
   ll_reduce(c, round, 0, input + c.rank * shard_bytes, shard_bytes, range, StoreTo{output});
   ll_round_end(c, round);
@@ -152,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(512)
   if (!ll_round_begin(c, round)) return;
   const LlRange range(packet_count<Ll16>(bytes));
   if (c.rank != root) {
-    ll_put(c, round, c.rank, input, bytes, range, only(root));
+    ll_put(c, round, c.rank, input, bytes, range, only(root), Pre::of(c));
   } else {
     ll_reduce(c, round, 0, input, bytes, range, StoreTo{output});
   }
@@ -235,6 +247,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
                                             uint32_t root, const PeerBuffers& outputs) {
   const uint32_t ranks = c.ranks, rank = c.rank;
   const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
   // A reduce that fits one all-owner round keeps the root as an owner: unpipelined, spreading
   // its 1.5x bytes over two phases beats 1x in each of two serial phases (measured 4xH200).
   // So do two ranks: without the root the one owner would do every reduction alone.
@@ -263,7 +276,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
       for (uint32_t k = 0; k < owners; ++k) {
         const uint32_t i = (mine == kNoShard ? k : mine + k) % owners;
         const uint64_t at = static_cast<uint64_t>(rank) * s.shard - static_cast<uint64_t>(i) * s.shard;
-        push_padded(slots(owner(i), j) + at, input + j * round, s.lo(i), s.hi(i));
+        push_padded(slots(owner(i), j) + at, input + j * round, s.lo(i), s.hi(i), pre);
       }
     }
     if (j >= 1 && j - 1 < rounds && mine != kNoShard) {
@@ -335,11 +348,12 @@ __device__ __forceinline__ bool ring_wait(const CollContext& c, uint32_t prev) {
 }
 
 /// One reduce step of the ring on bytes `[lo, hi)`: `partial` (a padded scratch slot, or null
-/// at the first step) folded with `input` (any alignment); the result goes as whole 16-byte
+/// at the first step) folded with `input` (this rank's own, any alignment, through `pre`: every
+/// byte of it is read by exactly one step of a round); the result goes as whole 16-byte
 /// vectors into `to` (a peer's padded slot, or null) and, when `out` is set, exactly into
 /// `out`. `finish`: Fin::of for the last step, Fin::partial() for a partial result.
 __device__ __forceinline__ void ring_reduce(const char* partial, const char* input, char* to, char* out, uint64_t lo,
-                                            uint64_t hi, const Fin& finish) {
+                                            uint64_t hi, const Fin& finish, const Pre& pre) {
   using R = Reducer<kType, kOp, 16>;
   for (uint64_t at = lo + threadIdx.x * 16; at < hi; at += blockDim.x * 16) {
     const uint32_t n = static_cast<uint32_t>(min_u64(16, hi - at));
@@ -350,6 +364,7 @@ __device__ __forceinline__ void ring_reduce(const char* partial, const char* inp
     } else {
       detail::load_words<4>(input + at, n, mine);
     }
+    pre(mine);
     Acc acc[R::kElems];
     if (partial != nullptr) {
       const uint32_t(&p)[4] = *reinterpret_cast<const uint32_t(*)[4]>(partial + at);
@@ -375,6 +390,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_ring(CollContext c, const char* input, char* output, uint64_t bytes) {
   const uint32_t n = c.ranks, r = c.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
   const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
   for (uint64_t first = 0; first < bytes; first += c.chunk_bytes) {
     // The previous round's (or kernel's) readers of every slot are done.
     if (!hb_barrier(c)) return;
@@ -391,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       const bool last = step == n - 1;
       const char* partial = step > 0 ? slot(r, step - 1, d) : nullptr;
       char* to = n == 1 ? nullptr : slot(next, step, d);  // at the last step: all-gather slot 0
-      ring_reduce(partial, in, to, last ? out : nullptr, s.lo(d), s.hi(d), last ? finish : Fin::partial());
+      ring_reduce(partial, in, to, last ? out : nullptr, s.lo(d), s.hi(d), last ? finish : Fin::partial(), pre);
       if (n > 1) ring_signal(c, next);
     }
     for (uint32_t t = 1; t < n; ++t) {
@@ -552,12 +568,12 @@ struct PortGrid {
   }
 };
 
-/// One rank alone: its output is its input, copied by the whole grid.
+/// One rank alone: its output is its input (PreMulSum: times the scalar), by the whole grid.
 __device__ __forceinline__ void port_single_rank(const CollContext& c, const char* input, char* output,
                                                  uint64_t bytes) {
   uint64_t lo, hi;
   worker_slice(0, bytes, blockIdx.x, gridDim.x, lo, hi);
-  ring_reduce(nullptr, input, nullptr, output, lo, hi, Fin::of(c));
+  ring_reduce(nullptr, input, nullptr, output, lo, hi, Fin::of(c), Pre::of(c));
 }
 
 /// Ring AllReduce over PortChannels (MSCCL++ "2PR"): the reduce-scatter and all-gather of
@@ -611,6 +627,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const uint32_t workers = grid.workers, w = grid.worker;
   const uint64_t base = grid.base;
   const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
   const uint64_t capacity = round_capacity(bytes, c.chunk_bytes);
   const uint64_t rounds = div_ceil(bytes, c.chunk_bytes);
   const uint64_t set_bytes = static_cast<uint64_t>(3 * n - 2) * slot_bytes;
@@ -687,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(1024)
           worker_slice(a, b, w, workers, lo, hi);
           if (step > 0 && !grid.take()) return;
           ring_reduce(step > 0 ? slot(step - 1, d) : nullptr, in, slot(staging + step, d), last ? out : nullptr, lo,
-                      hi, last ? finish : Fin::partial());
+                      hi, last ? finish : Fin::partial(), pre);
           grid.arrive();
         }
       }
@@ -739,6 +756,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   if (grid.driver && threadIdx.x != 0) return;
   const uint64_t rounds = div_ceil(bytes, slot_bytes);
   const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
   auto slot = [&](uint64_t set, uint32_t j) { return (set * n + j) * slot_bytes; };
 
   if (grid.driver) {
@@ -761,11 +779,11 @@ extern "C" __global__ void __launch_bounds__(1024)
       const uint64_t set = (grid.base + round) % 2;
       uint64_t lo, hi;
       worker_slice(0, len, grid.worker, grid.workers, lo, hi);
-      push_padded(scratch + slot(set, r), input + first, lo, hi);
+      push_padded(scratch + slot(set, r), input + first, lo, hi, pre);  // premultiplied once, for all
       grid.arrive();
       if (!grid.take()) return;
       // Every rank's slot of the set, this rank's own included (the staging copy is its input,
-      // bit for bit, and 16-byte aligned).
+      // premultiplied, and 16-byte aligned).
       const char* in[MAX_RANKS];
       for (uint32_t j = 0; j < n; ++j) in[j] = scratch + slot(set, j);
       char* out = output + first;
@@ -787,6 +805,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const uint32_t ranks = c.ranks, rank = c.rank;
   const uint64_t slot = (c.chunk_bytes / ranks) & ~uint64_t(15);
   const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
   char* result = reinterpret_cast<char*>(c.scratch) + c.chunk_bytes;
   for (uint64_t first = 0; first < shard_bytes; first += slot) {
     if (!hb_barrier(c)) return;
@@ -794,7 +813,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 0; k < ranks; ++k) {
       const uint32_t d = (rank + k) % ranks;
-      push_padded(scratch_of(c, d) + rank * slot, input + d * shard_bytes + first, lo, hi);
+      push_padded(scratch_of(c, d) + rank * slot, input + d * shard_bytes + first, lo, hi, pre);
     }
     if (!hb_barrier(c)) return;
     if (hi > lo) {

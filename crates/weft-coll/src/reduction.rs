@@ -1,6 +1,6 @@
 //! The operator of a reducing collective with its argument: a plain [`ReduceOp`], or PreMulSum
-//! (NCCL's `ncclRedOpCreatePreMulSum`: the sum of every rank's input times a scalar) with the
-//! scalar as a value or as a device address read when the kernel runs. The kernels get either in
+//! (NCCL's `ncclRedOpCreatePreMulSum`: the sum over ranks of each rank's input times that rank's
+//! own scalar; ranks may pass different scalars) with this rank's scalar as a value or as a device address read when the kernel runs. The kernels get either in
 //! the launch's copy of the `CollContext` (`scalar`, `scalar_in_device`): no allocation, copy or
 //! host synchronisation per call, so PreMulSum calls are capturable in CUDA graphs like any
 //! other, and a replay of a call with a device scalar reads the scalar's current value.
@@ -45,8 +45,9 @@ impl Scalar {
 pub enum Reduction {
     /// An operator without an argument (every [`ReduceOp`] but `PreMulSum`, which needs one).
     Op(ReduceOp),
-    /// The sum over ranks of `scalar` times each rank's input; `dtype` is the scalar's type,
-    /// which must be the call's (NCCL's rule for its operators).
+    /// The sum over ranks of each rank's input times that rank's `scalar` (this one is the
+    /// calling rank's; ranks may pass different scalars), each product in the element type;
+    /// `dtype` is the scalar's type, which must be the call's (NCCL's rule for its operators).
     PreMulSum {
         /// The scalar's element type.
         dtype: DataType,

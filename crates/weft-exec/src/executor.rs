@@ -111,8 +111,9 @@ pub fn replicas_for(threadblocks: u32, sms: u32, wanted: Option<u32>) -> u32 {
 }
 
 /// Whether the executor runs reductions with `op`: partial results travel in the element type,
-/// so an average or PreMulSum (a division or multiplication after the whole sum) has no place
-/// to happen; the selector picks a native algorithm for them.
+/// so an average (a division after the whole sum) has no place to happen, and plans have no
+/// step that multiplies a rank's own input by its PreMulSum scalar before it enters the
+/// reduction; the selector picks a native algorithm for them.
 pub fn supports_op(op: ReduceOp) -> bool {
     !matches!(op, ReduceOp::Avg | ReduceOp::PreMulSum)
 }

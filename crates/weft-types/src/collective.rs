@@ -33,9 +33,9 @@ device_enums! {
     /// Reduction operator. Values 0..=4 are NCCL's `ncclRedOp_t`; PreMulSum (5) is not one:
     /// the C API's operators from `ncclRedOpCreatePreMulSum` map onto it. Integer results are
     /// NCCL's bit for bit: Avg is the sum in the element type (wrapping), then divided by the
-    /// rank count in it (truncated toward zero); the kernels run PreMulSum as a sum, then one
-    /// multiplication by the scalar, exact for integers (it distributes over the wrapping sum)
-    /// and within rounding for floats.
+    /// rank count in it (truncated toward zero); PreMulSum is NCCL's pre-operation: each rank
+    /// multiplies its own input by its own scalar in the element type (integers wrapping), then
+    /// the products are summed.
     enum ReduceOp {
         /// Sum.
         Sum = 0,
@@ -47,7 +47,7 @@ device_enums! {
         Min = 3,
         /// Sum divided by the number of ranks (integers: wrapping sum, then truncating division).
         Avg = 4,
-        /// Sum of every rank's input times the call's scalar (`ncclRedOpCreatePreMulSum`).
+        /// Sum of each rank's input times that rank's own scalar (`ncclRedOpCreatePreMulSum`).
         PreMulSum = 5,
     }
 }

@@ -129,14 +129,25 @@ __device__ __forceinline__ LlPacket* packet_at(const CollContext& c, uint64_t bu
   return reinterpret_cast<LlPacket*>(buffer + round.half + slot * c.packet_slot_bytes) + j;
 }
 
+/// The words of a send as they are read: the transform of a plain copy. A transform of the
+/// words a rank sends of its own input (such as elementwise.cuh's Premultiply) is called on
+/// each word image (`N` words, whole elements) before it leaves, and says with `kCopies`
+/// whether it leaves them unchanged (then it is never called).
+struct AsIs {
+  static constexpr bool kCopies = true;
+  template <int N>
+  __device__ __forceinline__ void operator()(uint32_t (&)[N]) const {}
+};
+
 /// Writes this block's packets of the `len` bytes at `src` into slot `slot` of every peer p
-/// with `to(p)`. Called by: every thread of the block.
-template <typename To>
+/// with `to(p)`, each payload through `transform` (AsIs). Called by: every thread of the block.
+template <typename To, typename Transform = AsIs>
 __device__ __forceinline__ void ll_put(const CollContext& c, const LlRound& round, uint32_t slot, const char* src,
-                                       uint64_t len, const LlRange& range, To to) {
+                                       uint64_t len, const LlRange& range, To to, const Transform& transform = {}) {
   for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * Ll16::kPayloadBytes < len; j += blockDim.x) {
     uint32_t w[2];
     detail::load_words<2>(src + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
+    if constexpr (!Transform::kCopies) transform(w);
     for (uint32_t k = 1; k < c.ranks; ++k) {
       const uint32_t peer = (c.rank + k) % c.ranks;
       if (to(peer)) Ll16::write(packet_at(c, channel(c, peer).remote_packet_buffer, round, slot, j), w, round.flag);
@@ -240,22 +251,34 @@ __device__ __forceinline__ uint4 load16_any(const char* p) {
 /// peer's scratch: `dst + lo` is 16-aligned and `dst` may be written up to round_up16(hi)
 /// (scratch slots are padded to 16 bytes). A peer never receives a sub-word store this way:
 /// 2-byte elements in the unaligned tail of a push lost their low byte on NVLink when the tail
-/// went out as byte stores (measured; docs/perf/collectives.md). Called by: every thread.
-__device__ __forceinline__ void push_padded(char* dst, const char* src, uint64_t lo, uint64_t hi) {
+/// went out as byte stores (measured; docs/perf/collectives.md). Every vector goes through
+/// `transform` (AsIs: a copy); a transform that changes them needs `lo` a multiple of the
+/// element size, as every caller's is (16-aligned), so that each vector holds whole elements.
+/// Called by: every thread.
+template <typename Transform = AsIs>
+__device__ __forceinline__ void push_padded(char* dst, const char* src, uint64_t lo, uint64_t hi,
+                                            const Transform& transform = {}) {
   if (hi <= lo) return;
   const uint64_t n = hi - lo, full = n / 16;
   dst += lo;
   src += lo;
-  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
+  if (Transform::kCopies && (reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
     detail::copy_vectors<uint4>(dst, src, full * 16, threadIdx.x, blockDim.x);
   } else {
     for (uint64_t v = threadIdx.x; v < full; v += blockDim.x) {
-      reinterpret_cast<uint4*>(dst)[v] = load16_any(src + v * 16);
+      uint4 x = load16_any(src + v * 16);
+      if constexpr (!Transform::kCopies) {
+        uint32_t w[4] = {x.x, x.y, x.z, x.w};
+        transform(w);
+        x = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+      reinterpret_cast<uint4*>(dst)[v] = x;
     }
   }
   if (full * 16 < n && threadIdx.x == blockDim.x - 1) {
     uint32_t w[4];
     detail::load_words<4>(src + full * 16, static_cast<uint32_t>(n - full * 16), w);
+    if constexpr (!Transform::kCopies) transform(w);
     reinterpret_cast<uint4*>(dst)[full] = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }

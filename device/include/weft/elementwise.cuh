@@ -4,7 +4,9 @@
 // once at the end, and combines ranks in rank order, so every rank computes bitwise the same
 // result and repeated runs are bitwise identical. Integer results are NCCL's bit for bit: a
 // 64-bit accumulator narrowed to the element type is the element type's wrapping sum (or
-// product), and Finish applies Avg and PreMulSum to that narrowed value.
+// product), and Finish applies Avg to that narrowed value. PreMulSum is NCCL's pre-operation:
+// each rank multiplies its own input by its own scalar (Premultiply) before it enters the
+// reduction, which then sums.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -72,7 +74,7 @@ struct Fp8Element {
 template <> struct Element<DataType::F8E4M3> : Fp8Element<__NV_E4M3> {};
 template <> struct Element<DataType::F8E5M2> : Fp8Element<__NV_E5M2> {};
 
-/// Combines two accumulators. Avg and PreMulSum accumulate as a sum; Finish completes them.
+/// Combines two accumulators. Avg and PreMulSum accumulate as a sum; Finish completes Avg.
 template <ReduceOp O> struct Combine {
   template <typename A>
   __device__ __forceinline__ static A apply(A a, A b) {
@@ -88,13 +90,84 @@ template <ReduceOp O> struct Combine {
   }
 };
 
+/// The unsigned integer of `kBytes` bytes: PreMulSum's integer products wrap in it.
+template <int kBytes> struct UnsignedOf;
+template <> struct UnsignedOf<1> { using U = uint8_t; };
+template <> struct UnsignedOf<4> { using U = uint32_t; };
+template <> struct UnsignedOf<8> { using U = uint64_t; };
+
+/// PreMulSum's pre-operation, as NCCL's: a rank's OWN contribution times that rank's OWN scalar
+/// (ranks may pass different scalars; the result is the sum over ranks r of scalar_r * x_r).
+/// Kernels apply it exactly once to every element of their own input that contributes, where
+/// that input enters the reduction locally or leaves for a peer (a packet, a push into a
+/// scratch, its own scratch included), and never to a peer's contribution or to a partial
+/// result. Integers multiply the bits in the unsigned type of the element's width: the element
+/// type's wrapping product, without signed overflow. Floats multiply widened and narrow once:
+/// the widened product of two elements is exact, so this is the product rounded once to the
+/// element type, as NCCL's multiplication in the element type's precision. For every other
+/// operator it is a copy (`kCopies`), compiled away, so their kernels are unchanged.
+template <DataType D, ReduceOp O>
+struct Premultiply {
+  using E = Element<D>;
+  using T = typename E::T;
+  /// Whether the words pass unchanged (every operator but PreMulSum).
+  static constexpr bool kCopies = O != ReduceOp::PreMulSum;
+  /// This rank's scalar (PreMulSum only).
+  T scalar;
+
+  /// The scalar of `c`: its bits, or (`scalar_in_device`) the element at its device address,
+  /// read here, so every thread calling it reads the value its launch sees.
+  __device__ __forceinline__ static Premultiply of(const CollContext& c) {
+    Premultiply p{};
+    if constexpr (!kCopies) {
+      if (c.scalar_in_device != 0) {
+        memcpy(&p.scalar, reinterpret_cast<const void*>(c.scalar), sizeof(T));
+      } else {
+        memcpy(&p.scalar, &c.scalar, sizeof(T));  // the low bytes: little-endian, zero-extended
+      }
+    }
+    return p;
+  }
+
+  /// One element times the scalar, in the element type.
+  __device__ __forceinline__ T times(T x) const {
+    if constexpr (E::kInteger) {
+      using U = typename UnsignedOf<static_cast<int>(sizeof(T))>::U;
+      U a, b;
+      memcpy(&a, &x, sizeof(T));
+      memcpy(&b, &scalar, sizeof(T));
+      const U product = static_cast<U>(a * b);  // 8-bit: promoted to int, at most 255 * 255
+      T out;
+      memcpy(&out, &product, sizeof(T));
+      return out;
+    } else {
+      return E::narrow(E::widen(x) * E::widen(scalar));
+    }
+  }
+
+  /// Premultiplies every element of an `N`-word image of this rank's input (whole elements,
+  /// element-aligned; padding past a short tail is zero and stays zero).
+  template <int N>
+  __device__ __forceinline__ void operator()(uint32_t (&w)[N]) const {
+    if constexpr (!kCopies) {
+      constexpr int kElems = N * 4 / static_cast<int>(sizeof(T));
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        T v;
+        memcpy(&v, reinterpret_cast<const char*>(w) + i * sizeof(T), sizeof(T));
+        v = times(v);
+        memcpy(reinterpret_cast<char*>(w) + i * sizeof(T), &v, sizeof(T));
+      }
+    }
+  }
+};
+
 /// What turns a fully reduced accumulator into the result element (NCCL's post-op), and the
-/// one place it happens: Avg divides by the rank count, PreMulSum multiplies by the call's
-/// scalar; a partial result (`partial()`, a step of a ring) and the other operators only
-/// narrow. Integers first narrow to the element type, which wraps the sum as NCCL's does, then
-/// divide in it (C division: truncation toward zero) or multiply in it (wrapping: in Z/2^n,
-/// s * sum(x) = sum(s * x), so the post-multiply equals NCCL's pre-multiply bit for bit). Floats
-/// divide or multiply the accumulator, within rounding of NCCL's pre-multiply by 1/n or s.
+/// one place it happens: Avg divides by the rank count; a partial result (`partial()`, a step
+/// of a ring) and the other operators only narrow (PreMulSum's multiplication happened before
+/// the reduction: Premultiply). Integers first narrow to the element type, which wraps the sum
+/// as NCCL's does, then divide in it (C division: truncation toward zero). Floats divide the
+/// accumulator, within rounding of NCCL's pre-multiply by 1/n.
 template <DataType D, ReduceOp O>
 struct Finish {
   using E = Element<D>;
@@ -104,28 +177,13 @@ struct Finish {
   bool complete;
   /// Avg's divisor.
   uint32_t ranks;
-  /// PreMulSum's scalar, widened.
-  Acc scalar;
 
-  /// The result of a whole reduction over `c.ranks` ranks, with `c`'s PreMulSum scalar (read
-  /// here, so every thread calling it reads the value its launch sees).
+  /// The result of a whole reduction over `c.ranks` ranks.
   __device__ __forceinline__ static Finish of(const CollContext& c) { return of(c, c.ranks); }
   /// As `of(c)`, with `ranks` the divisor of an average.
-  __device__ __forceinline__ static Finish of(const CollContext& c, uint32_t ranks) {
-    Finish f{true, ranks, Acc{}};
-    if constexpr (O == ReduceOp::PreMulSum) {
-      T s;
-      if (c.scalar_in_device != 0) {
-        memcpy(&s, reinterpret_cast<const void*>(c.scalar), sizeof(T));
-      } else {
-        memcpy(&s, &c.scalar, sizeof(T));  // the low bytes: little-endian, zero-extended
-      }
-      f.scalar = E::widen(s);
-    }
-    return f;
-  }
+  __device__ __forceinline__ static Finish of(const CollContext&, uint32_t ranks) { return Finish{true, ranks}; }
   /// A partial result: narrowed only.
-  __device__ __forceinline__ static Finish partial() { return Finish{false, 1, Acc{}}; }
+  __device__ __forceinline__ static Finish partial() { return Finish{false, 1}; }
 
   __device__ __forceinline__ T operator()(Acc a) const {
     if constexpr (O == ReduceOp::Avg) {
@@ -134,15 +192,6 @@ struct Finish {
         return E::narrow(E::widen(E::narrow(a)) / static_cast<Acc>(ranks));
       } else {
         return E::narrow(a / static_cast<Acc>(ranks));
-      }
-    } else if constexpr (O == ReduceOp::PreMulSum) {
-      if (!complete) return E::narrow(a);
-      if constexpr (E::kInteger) {
-        // Unsigned 64-bit: wraps where a signed product would overflow; narrowing keeps the
-        // low bits, the element type's wrapping product.
-        return E::narrow(static_cast<Acc>(static_cast<uint64_t>(a) * static_cast<uint64_t>(scalar)));
-      } else {
-        return E::narrow(a * scalar);
       }
     } else {
       return E::narrow(a);

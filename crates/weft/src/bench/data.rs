@@ -5,9 +5,12 @@
 //!
 //! The references compute NCCL's semantics: integers bit for bit (the fold in the element type,
 //! wrapping; Avg divides the wrapped sum by the rank count, truncating toward zero; PreMulSum
-//! is the wrapped sum of the scalar times each input), floats in float64 within the type's
-//! tolerance. One integer element in four spans the type's whole range, so sums, products,
-//! averages and PreMulSum products wrap there.
+//! is the wrapped sum of each rank's input times that rank's own scalar, each product wrapped),
+//! floats in float64 within the type's tolerance. Every rank passes PreMulSum a different
+//! scalar ([`premul_scalar`]), as NCCL allows, so a kernel that multiplied by one rank's scalar
+//! after the sum, or a peer's contribution by its own, fails the check. One integer element in
+//! four spans the type's whole range, so sums, products, averages and PreMulSum products wrap
+//! there.
 
 use half::{bf16, f16};
 use weft_coll::{Reduction, Scalar};
@@ -16,28 +19,36 @@ use weft_types::{DataType, ReduceOp};
 use super::Source;
 use crate::selftest::pattern_word;
 
-/// Bits of PreMulSum's scalar for integer types (narrowed to each: negative in every signed
-/// one, large in every unsigned one, so its products wrap).
+/// Bits of rank 0's PreMulSum scalar for integer types (narrowed to each: negative in every
+/// signed one, large in every unsigned one, so its products wrap).
 const INTEGER_SCALAR: u64 = 0x9e37_79b1_85eb_ca87;
-/// PreMulSum's scalar for float types: exact in each, and keeps FP8 sums of a few ranks finite.
-const FLOAT_SCALAR: f64 = -1.5;
+/// Added once per rank to [`INTEGER_SCALAR`]: every rank's scalar differs from every other's
+/// (up to 128 ranks) in every integer width and stays negative in every signed one up to 8.
+const INTEGER_SCALAR_STEP: u64 = 0x0101_0101_0101_0102;
+/// PreMulSum's scalars for float types, rank r taking entry r mod 8: exact in each type (FP8
+/// E5M2 included), different for neighbouring ranks, of both signs, and small enough that FP8
+/// sums of 8 ranks stay finite. Products with the inputs (multiples of 1/4 in [-2, 2]) are exact
+/// in every type but FP8.
+const FLOAT_SCALARS: [f64; 8] = [-1.5, 1.25, -0.75, 1.75, 0.5, -1.25, 1.5, -0.5];
 
-/// The scalar of every PreMulSum row of `dtype`, as one element of it.
-pub(crate) fn premul_scalar(dtype: DataType) -> Vec<u8> {
+/// `rank`'s scalar in every PreMulSum row of `dtype`, as one element of it.
+pub(crate) fn premul_scalar(dtype: DataType, rank: u32) -> Vec<u8> {
     let mut out = vec![0u8; dtype.size()];
     if dtype.is_float() {
-        encode_float(dtype, FLOAT_SCALAR, &mut out);
+        encode_float(dtype, FLOAT_SCALARS[rank as usize % FLOAT_SCALARS.len()], &mut out);
     } else {
-        out.copy_from_slice(&INTEGER_SCALAR.to_le_bytes()[..dtype.size()]);
+        let bits = INTEGER_SCALAR.wrapping_add(u64::from(rank).wrapping_mul(INTEGER_SCALAR_STEP));
+        out.copy_from_slice(&bits.to_le_bytes()[..dtype.size()]);
     }
     out
 }
 
-/// What a row with `op` on `dtype` reduces with: PreMulSum with [`premul_scalar`] as a value.
-pub(crate) fn reduction(dtype: DataType, op: ReduceOp) -> Reduction {
+/// What `rank` reduces a row with `op` on `dtype` with: PreMulSum with the rank's own
+/// [`premul_scalar`] as a value.
+pub(crate) fn reduction(dtype: DataType, op: ReduceOp, rank: u32) -> Reduction {
     match op {
         ReduceOp::PreMulSum => {
-            let bytes = premul_scalar(dtype);
+            let bytes = premul_scalar(dtype, rank);
             // `bytes` is one element of `dtype`, so this cannot fail: keep the plain sum if it did.
             Scalar::from_bytes(dtype, &bytes)
                 .map_or(Reduction::Op(ReduceOp::Sum), |scalar| Reduction::PreMulSum { dtype, scalar })
@@ -163,25 +174,25 @@ fn tolerance(dtype: DataType) -> f64 {
 }
 
 /// Float64 reference of element `index` (rank-order fold, saturated for FP8) and the scale
-/// its tolerance is relative to.
+/// its tolerance is relative to. PreMulSum multiplies each rank's input by that rank's scalar
+/// exactly; the device rounds each product to the type once (NCCL's multiplication in the
+/// type), within the tolerance of the sum of the products' magnitudes.
 fn float_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64) -> (f64, f64) {
-    let scalar = to_f64(dtype, &premul_scalar(dtype));
     let mut buf = [0u8; 8];
     let b = &mut buf[..dtype.size()];
     let (mut acc, mut scale) = (0f64, 0f64);
     for r in 0..ranks {
         input_element(dtype, seed, r, index, b);
-        let x = to_f64(dtype, b);
+        let mut x = to_f64(dtype, b);
+        if op == ReduceOp::PreMulSum {
+            x *= to_f64(dtype, &premul_scalar(dtype, r));
+        }
         acc = if r == 0 { x } else { combine(op, acc, x) };
         scale += x.abs();
     }
     if op == ReduceOp::Avg {
         acc /= f64::from(ranks);
         scale /= f64::from(ranks);
-    }
-    if op == ReduceOp::PreMulSum {
-        acc *= scalar;
-        scale *= scalar.abs();
     }
     if let Some(max) = fp8_max(dtype) {
         acc = acc.clamp(-max, max);
@@ -193,26 +204,35 @@ fn float_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: 
     (acc, scale)
 }
 
-/// Exact integer reference of element `index` as NCCL computes it: the rank-order fold in
-/// `dtype` (wrapping), then Avg's division of the wrapped sum (truncating toward zero) or
-/// PreMulSum's multiplication by the scalar (wrapping; it distributes over the wrapped sum).
+/// Exact integer reference of element `index` as NCCL computes it: PreMulSum's pre-operation
+/// (each rank's input times that rank's scalar, wrapped in `dtype`), the rank-order fold in
+/// `dtype` (wrapping), then Avg's division of the wrapped sum (truncating toward zero).
 fn integer_reference(dtype: DataType, op: ReduceOp, seed: u32, ranks: u32, index: u64) -> i128 {
     let mut buf = [0u8; 8];
     let inputs = (0..ranks).map(|r| {
         let b = &mut buf[..dtype.size()];
         input_element(dtype, seed, r, index, b);
-        to_i128(dtype, b)
+        premultiply(dtype, op, r, to_i128(dtype, b))
     });
     nccl_integer(dtype, op, inputs, ranks)
 }
 
-/// NCCL's result of reducing `ranks` integer `inputs` of `dtype` (in rank order) with `op`.
+/// NCCL's pre-operation on `rank`'s integer input `x`: PreMulSum's product with the rank's
+/// scalar, wrapped in `dtype`; any other operator leaves `x`.
+fn premultiply(dtype: DataType, op: ReduceOp, rank: u32, x: i128) -> i128 {
+    match op {
+        ReduceOp::PreMulSum => wrap(dtype, x.wrapping_mul(to_i128(dtype, &premul_scalar(dtype, rank)))),
+        _ => x,
+    }
+}
+
+/// NCCL's result of reducing `ranks` integer `inputs` of `dtype` (in rank order, PreMulSum's
+/// already premultiplied: [`premultiply`]) with `op`.
 fn nccl_integer(dtype: DataType, op: ReduceOp, inputs: impl Iterator<Item = i128>, ranks: u32) -> i128 {
     let acc = inputs.reduce(|acc, x| wrap(dtype, combine_int(op, acc, x))).unwrap_or(0);
     match op {
         // i128 division truncates toward zero, as C's does.
         ReduceOp::Avg => acc / i128::from(ranks),
-        ReduceOp::PreMulSum => wrap(dtype, acc.wrapping_mul(to_i128(dtype, &premul_scalar(dtype)))),
         _ => acc,
     }
 }
@@ -454,27 +474,58 @@ mod tests {
         assert_eq!(avg(DataType::I32, &[7, -2, 4]), 3);
     }
 
-    /// PreMulSum on integers: the wrapped sum times the scalar, wrapped, equals NCCL's sum of
-    /// the wrapped products.
+    /// PreMulSum as NCCL: each rank's input times that rank's own scalar (wrapped), then the
+    /// wrapped sum; every rank's scalar differs, so one scalar applied after the sum is wrong.
     #[test]
-    fn integer_premulsum_is_the_wrapped_sum_of_wrapped_products() {
-        for dtype in DataType::ALL.into_iter().filter(|t| !t.is_float()) {
-            let s = to_i128(dtype, &premul_scalar(dtype));
-            let inputs = [i128::from(i8::MAX), -5, 77, 3].map(|x| wrap(dtype, x));
-            let got = nccl_integer(dtype, ReduceOp::PreMulSum, inputs.iter().copied(), 4);
-            let premultiplied = inputs.iter().fold(0i128, |acc, &x| wrap(dtype, acc + wrap(dtype, x.wrapping_mul(s))));
-            assert_eq!(got, premultiplied, "{}", dtype.name());
+    fn premulsum_multiplies_each_rank_by_its_own_scalar() {
+        for dtype in DataType::ALL {
+            let scalars: Vec<_> = (0..8).map(|r| premul_scalar(dtype, r)).collect();
+            for (r, s) in scalars.iter().enumerate() {
+                assert!(scalars[..r].iter().all(|t| t != s), "{} rank {r}: a scalar repeats", dtype.name());
+            }
         }
-        // i8: scalar -121; 100 * -121 = -12100 wraps to -68, twice: -136 wraps to 120.
-        assert_eq!(to_i128(DataType::I8, &premul_scalar(DataType::I8)), -121);
-        assert_eq!(nccl_integer(DataType::I8, ReduceOp::PreMulSum, [100, 100].into_iter(), 2), 120);
-        assert_eq!(to_f64(DataType::Bf16, &premul_scalar(DataType::Bf16)), FLOAT_SCALAR);
-        assert_eq!(to_f64(DataType::F8E4M3, &premul_scalar(DataType::F8E4M3)), FLOAT_SCALAR);
+        // i8: rank 0's scalar -121, rank 1's -119. 100 * -121 = -12100 wraps to -68, 100 * -119
+        // = -11900 wraps to -124; their sum -192 wraps to 64. (The sum 200 wraps to -56, which
+        // times either scalar gives 120 or 8: neither is right.)
+        assert_eq!(to_i128(DataType::I8, &premul_scalar(DataType::I8, 0)), -121);
+        assert_eq!(to_i128(DataType::I8, &premul_scalar(DataType::I8, 1)), -119);
+        let i8_premul = |inputs: &[i128]| {
+            let pre =
+                inputs.iter().enumerate().map(|(r, &x)| premultiply(DataType::I8, ReduceOp::PreMulSum, r as u32, x));
+            nccl_integer(DataType::I8, ReduceOp::PreMulSum, pre, inputs.len() as u32)
+        };
+        assert_eq!(i8_premul(&[100, 100]), 64);
+        assert_eq!(i8_premul(&[-1, 0]), 121);
+        // u64: the products wrap in 64 bits.
+        let s1 = to_i128(DataType::U64, &premul_scalar(DataType::U64, 1));
+        let want = (i128::from(u64::MAX).wrapping_mul(s1)).rem_euclid(1 << 64);
+        assert_eq!(premultiply(DataType::U64, ReduceOp::PreMulSum, 1, i128::from(u64::MAX)), want);
+        assert_eq!(premultiply(DataType::U64, ReduceOp::Sum, 1, 7), 7);
+        for (r, want) in FLOAT_SCALARS.iter().enumerate() {
+            for dtype in DataType::ALL.into_iter().filter(|t| t.is_float()) {
+                assert_eq!(to_f64(dtype, &premul_scalar(dtype, r as u32)), *want, "{} rank {r}", dtype.name());
+            }
+        }
+        // Floats: rank 0's input times -1.5 plus rank 1's times 1.25.
+        let (x0, x1) = (input_of(DataType::F32, 0, 3), input_of(DataType::F32, 1, 3));
+        let (want, _) = float_reference(DataType::F32, ReduceOp::PreMulSum, 3, 2, 0);
+        assert_eq!(want, x0 * -1.5 + x1 * 1.25);
         assert_eq!(
-            reduction(DataType::F32, ReduceOp::PreMulSum),
+            reduction(DataType::F32, ReduceOp::PreMulSum, 0),
             Reduction::PreMulSum { dtype: DataType::F32, scalar: Scalar::Immediate(u64::from((-1.5f32).to_bits())) }
         );
-        assert_eq!(reduction(DataType::I8, ReduceOp::Avg), Reduction::Op(ReduceOp::Avg));
+        assert_eq!(
+            reduction(DataType::F32, ReduceOp::PreMulSum, 1),
+            Reduction::PreMulSum { dtype: DataType::F32, scalar: Scalar::Immediate(u64::from(1.25f32.to_bits())) }
+        );
+        assert_eq!(reduction(DataType::I8, ReduceOp::Avg, 1), Reduction::Op(ReduceOp::Avg));
+    }
+
+    /// Element 0 of `rank`'s input with `seed`, as f64.
+    fn input_of(dtype: DataType, rank: u32, seed: u32) -> f64 {
+        let mut b = [0u8; 8];
+        input_element(dtype, seed, rank, 0, &mut b[..dtype.size()]);
+        to_f64(dtype, &b[..dtype.size()])
     }
 
     #[test]

@@ -403,7 +403,7 @@ fn run_rank(
                 collective: options.collective,
                 shape,
                 dtype: options.dtype,
-                op: super::data::reduction(options.dtype, options.op),
+                op: super::data::reduction(options.dtype, options.op, rank as u32),
                 rank,
                 ranks,
                 stream: &me.stream,

@@ -10,7 +10,8 @@
 //! write straight into the peers' registered outputs; a line per communicator checks that
 //! every one that could did. Reducing collectives run every operator the algorithm supports,
 //! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
-//! replays included). Integer inputs span the whole range in one element of four, so integer
+//! replays included), each rank with a scalar of its own, as NCCL allows (the result is the sum
+//! of each rank's input times its own scalar). Integer inputs span the whole range in one element of four, so integer
 //! sums, averages and PreMulSum products wrap and must equal NCCL's bit for bit.
 
 use std::time::Duration;
@@ -175,15 +176,16 @@ impl OpCase {
         }
     }
 
-    /// The reduction of a call on `dtype` (a device scalar is written into `scalar` first; the
-    /// previous case's calls are done: every check waits for the stream).
-    fn reduction(self, dtype: DataType, scalar: &DeviceMemory) -> Result<Reduction, String> {
+    /// `rank`'s reduction of a call on `dtype`, PreMulSum with the rank's own scalar (a device
+    /// scalar is written into `scalar` first; the previous case's calls are done: every check
+    /// waits for the stream).
+    fn reduction(self, dtype: DataType, rank: u32, scalar: &DeviceMemory) -> Result<Reduction, String> {
         match self {
             OpCase::PreMulSumDevice => {
-                scalar.write(0, &premul_scalar(dtype)).map_err(|e| format!("the device scalar: {e}"))?;
+                scalar.write(0, &premul_scalar(dtype, rank)).map_err(|e| format!("the device scalar: {e}"))?;
                 Ok(Reduction::PreMulSum { dtype, scalar: Scalar::Device(scalar.ptr()) })
             }
-            case => Ok(reduction(dtype, case.op())),
+            case => Ok(reduction(dtype, case.op(), rank)),
         }
     }
 }
@@ -369,7 +371,15 @@ fn check_cases(
         let per_rank = matches!(collective, Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll);
         let bytes = if per_rank { count * ranks * elt } else { count * elt };
         let Some(shape): Option<Shape> = collective.shape(bytes, elt, ranks) else { continue };
-        let call = Call { collective, shape, dtype, op: op.reduction(dtype, scalar)?, rank, ranks, stream: &me.stream };
+        let call = Call {
+            collective,
+            shape,
+            dtype,
+            op: op.reduction(dtype, rank as u32, scalar)?,
+            rank,
+            ranks,
+            stream: &me.stream,
+        };
         // SAFETY: `check` calls this only with the rank's send/recv buffers (or the in-place
         // layout inside recv), each `largest` >= shape.bytes long, and waits for the stream
         // before touching them again; every rank runs the same matrix in the same order.

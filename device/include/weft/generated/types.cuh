@@ -89,7 +89,7 @@ enum class ReduceOp : uint32_t {
   Max = 2,  ///<  Maximum.
   Min = 3,  ///<  Minimum.
   Avg = 4,  ///<  Sum divided by the number of ranks (integers: wrapping sum, then truncating division).
-  PreMulSum = 5,  ///<  Sum of every rank's input times the call's scalar (`ncclRedOpCreatePreMulSum`).
+  PreMulSum = 5,  ///<  Sum of each rank's input times that rank's own scalar (`ncclRedOpCreatePreMulSum`).
 };
 
 ///  What a FIFO command asks the proxy to do: bit 0 put, bit 1 signal, bit 2 flush, executed
