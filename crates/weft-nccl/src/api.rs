@@ -344,8 +344,21 @@ pub struct Args {
 }
 
 /// Every collective and point-to-point entry point: `make` builds the call from the operator
-/// and root once they are checked.
+/// and root once they are checked. A call refused inside a group also fails the group's end,
+/// as in NCCL (whose group then launches nothing).
 pub fn collective(
+    args: Args,
+    uses_op: bool,
+    make: impl FnOnce(crate::route::Op, usize) -> Coll,
+) -> Result<(), NcclError> {
+    let outcome = checked_collective(args, uses_op, make);
+    if let Err(e) = &outcome {
+        group::with(|g| g.fail(e));
+    }
+    outcome
+}
+
+fn checked_collective(
     args: Args,
     uses_op: bool,
     make: impl FnOnce(crate::route::Op, usize) -> Coll,
@@ -374,7 +387,11 @@ pub fn group_start() -> Result<(), NcclError> {
 /// calls.
 pub fn group_end() -> Result<(), NcclError> {
     match group::with(|g| g.end())? {
-        Some(items) => exec::run("ncclGroupEnd", items),
+        Some(group::Released::Run(items)) => exec::run("ncclGroupEnd", items),
+        Some(group::Released::Failed(items, error)) => {
+            exec::discard(items, &error);
+            Err(error.context("a call inside the group failed, so the group launched nothing"))
+        }
         None => Ok(()),
     }
 }

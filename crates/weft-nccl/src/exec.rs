@@ -397,6 +397,21 @@ pub fn new_handle(ready: Ready, rank: usize, nranks: usize) -> ncclComm_t {
     publish(comm)
 }
 
+/// Drops the work of a group that failed before its end (`error`: the call that failed): its
+/// pending communicators fail with that error, nothing is launched or registered.
+pub fn discard(items: Vec<Deferred>, error: &NcclError) {
+    for item in items {
+        match item {
+            Deferred::Init { comm, .. } => {
+                comm.finish(Err(error.clone().context("its group failed before ncclGroupEnd")));
+            }
+            Deferred::Split { .. } | Deferred::Call { .. } | Deferred::Window { .. } => {
+                tracing::debug!("ncclGroupEnd: discarded queued work of a failed group");
+            }
+        }
+    }
+}
+
 /// Runs queued (or immediate) work for the entry point `call` (`ncclGroupEnd`, or the call
 /// itself outside a group): initialisations first, then the calls. Returns the first error;
 /// everything else still runs. Each failure is also kept as the last error of the

@@ -341,14 +341,17 @@ int main(void) {
   EXPECT(ncclRecv(buf, 1, ncclInt64, 0, sentinel, s), ncclInvalidArgument);
   EXPECT(pncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, NULL, s), ncclInvalidArgument);
 
-  /* Groups nest; an unmatched end is invalid usage; bad calls inside a group fail at once. */
+  /* Groups nest; an unmatched end is invalid usage; a bad call inside a group fails at once
+     and, as in NCCL, fails the outermost end with its code (the group launches nothing). */
   EXPECT_MSG(ncclGroupEnd(), ncclInvalidUsage, "without a matching ncclGroupStart");
   EXPECT(ncclGroupStart(), ncclSuccess);
   EXPECT(ncclGroupStart(), ncclSuccess);
   EXPECT(ncclSend(buf, 1, ncclFloat, 1, NULL, s), ncclInvalidArgument);
   EXPECT(ncclGroupEnd(), ncclSuccess);
-  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT_MSG(ncclGroupEnd(), ncclInvalidArgument, "inside the group failed");
   EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
   EXPECT(ncclGroupSimulateEnd(NULL), ncclInvalidArgument);
 
   /* Memory. */
