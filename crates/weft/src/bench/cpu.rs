@@ -126,38 +126,27 @@ fn count_wrong<T: HostElement>(
     wrong
 }
 
-/// One checked, timed run: microseconds and wrong elements over every rank.
-fn run_one<T: HostElement>(
-    plan: &ExecutionPlan,
-    collective: Collective,
-    shape: &Shape,
-    op: PlanOp,
-    ranks: usize,
-    seed: u64,
-) -> Result<(f64, u64), String> {
-    let (inputs, outputs, us) = execute::<T>(plan, shape, op, ranks, seed)?;
-    Ok((us, count_wrong(collective, shape, op, &inputs, &outputs)))
-}
-
 /// Checked, timed runs of one size, each on fresh inputs: a single run of host threads is at
 /// the scheduler's mercy (one 16 KB row once took 9 ms between rows of 0.4-1.6 ms).
 const TRIALS: u64 = 5;
 
-/// The times of [`TRIALS`] runs of one size, and their wrong elements summed.
+/// The times of `trials` checked runs of one size, each on fresh inputs, and their wrong
+/// elements (over every rank) summed.
 fn run_trials<T: HostElement>(
     plan: &ExecutionPlan,
     collective: Collective,
     shape: &Shape,
     op: PlanOp,
     ranks: usize,
-    seed: u64,
+    (seed, trials): (u64, u64),
 ) -> Result<(Vec<f64>, u64), String> {
     let mut times = Vec::new();
     let mut wrong = 0;
-    for trial in 0..TRIALS {
-        let (us, w) = run_one::<T>(plan, collective, shape, op, ranks, seed.wrapping_add(trial.wrapping_mul(0x9e37)))?;
+    for trial in 0..trials {
+        let (inputs, outputs, us) =
+            execute::<T>(plan, shape, op, ranks, seed.wrapping_add(trial.wrapping_mul(0x9e37)))?;
         times.push(us);
-        wrong += w;
+        wrong += count_wrong(collective, shape, op, &inputs, &outputs);
     }
     Ok((times, wrong))
 }
@@ -200,12 +189,12 @@ pub fn run(options: &BenchOptions, ranks: usize) -> Result<ExitCode, BoxError> {
         let Some(shape) = c.shape(requested, dtype.size(), ranks) else { continue };
         let seed = requested as u64 ^ 0x9e37_79b9_7f4a_7c15;
         let (mut times, wrong) = match dtype {
-            DataType::F64 => run_trials::<f64>(&plan, c, &shape, op, ranks, seed),
-            DataType::I32 => run_trials::<i32>(&plan, c, &shape, op, ranks, seed),
-            DataType::U32 => run_trials::<u32>(&plan, c, &shape, op, ranks, seed),
-            DataType::I64 => run_trials::<i64>(&plan, c, &shape, op, ranks, seed),
-            DataType::U64 => run_trials::<u64>(&plan, c, &shape, op, ranks, seed),
-            _ => run_trials::<f32>(&plan, c, &shape, op, ranks, seed),
+            DataType::F64 => run_trials::<f64>(&plan, c, &shape, op, ranks, (seed, TRIALS)),
+            DataType::I32 => run_trials::<i32>(&plan, c, &shape, op, ranks, (seed, TRIALS)),
+            DataType::U32 => run_trials::<u32>(&plan, c, &shape, op, ranks, (seed, TRIALS)),
+            DataType::I64 => run_trials::<i64>(&plan, c, &shape, op, ranks, (seed, TRIALS)),
+            DataType::U64 => run_trials::<u64>(&plan, c, &shape, op, ranks, (seed, TRIALS)),
+            _ => run_trials::<f32>(&plan, c, &shape, op, ranks, (seed, TRIALS)),
         }?;
         total_wrong += wrong;
         let (median, lo, hi) = spread(&mut times);
@@ -248,7 +237,7 @@ mod tests {
                 for bytes in [4usize, 40, 1004, 4096] {
                     let Some(shape) = c.shape(bytes, 4, ranks) else { continue };
                     for op in [PlanOp::Sum, PlanOp::Max] {
-                        let (_, wrong) = run_one::<i32>(&plan, c, &shape, op, ranks, bytes as u64).unwrap();
+                        let (_, wrong) = run_trials::<i32>(&plan, c, &shape, op, ranks, (bytes as u64, 1)).unwrap();
                         assert_eq!(wrong, 0, "{c} {ranks} ranks {bytes} bytes {op:?}");
                     }
                 }
