@@ -9,5 +9,5 @@ if [ ! -e /usr/local/cuda/lib64/libnvrtc.so.13 ] && [ -z "${WEFT_CUDA_HOME:-}" ]
   WEFT_CUDA_HOME="$(scripts/cuda-wheels.sh)"
   export WEFT_CUDA_HOME
 fi
-cargo build --release --locked -p weft
+cargo build --release --locked -p weft-cli
 exec target/release/weft selftest "$@"

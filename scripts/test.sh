@@ -22,5 +22,5 @@ cargo test --locked -p weft-core --features ib --lib --test proxy_ib
 # Loom models of the FIFO host side and the proxy flow control (about 20 s on 2 cores).
 RUSTFLAGS="--cfg weft_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
   cargo test --locked -p weft-core --lib --release loom
-cargo run --quiet --locked -p weft -- gen-header --check
-cargo run --quiet --locked -p weft -- selftest
+cargo run --quiet --locked -p weft-cli -- gen-header --check
+cargo run --quiet --locked -p weft-cli -- selftest

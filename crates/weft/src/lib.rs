@@ -1,23 +1,46 @@
 //! # weft — GPU communication for AI inference and training
 //!
-//! **Owns:** the paved path through weft's crates (re-exported here) and the `weft` command:
-//! `weft info`, `weft selftest` (the GPU suite), `weft bench`, `weft tune`, `weft plan` and
-//! `weft gen-header`.
+//! **Owns:** the paved path through weft's library crates: each layer's public API under one
+//! name, lowest first: [`types`] (device layouts, element types, operators), [`gpu`] (safe
+//! CUDA), [`bootstrap`] (rendezvous), [`core`] (communicator, memory, semaphores, channels,
+//! FIFO and proxy), [`coll`] (the collectives: [`Collectives`], [`CollConfig`], [`Reduction`],
+//! [`Window`], the selector and the NCCL baseline loader), [`plan`] (the algorithm DSL, its
+//! verifying compiler and the CPU reference interpreter) and [`exec`] (the plan executor).
+//! The names most programs start from are re-exported at the top as well.
 //!
-//! **Must not:** hold protocol or algorithm logic of its own; the command only orchestrates.
+//! **Must not:** hold code of its own beyond these re-exports: no protocol or algorithm logic,
+//! and no command-line code (the `weft` command is the `weft-cli` crate).
 //!
-//! **Depends on:** every weft crate below it.
-
-pub mod bench;
-pub mod info;
-pub mod launch;
-pub mod plan_cmd;
-pub mod selftest;
-pub mod tune;
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core`, `weft-coll`,
+//! `weft-plan`, `weft-exec`. Not on `weft-nccl`: that crate is a C ABI whose exported `nccl*`
+//! symbols are meant for `libnccl.so.2`, not for a Rust program linking this facade.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use weft::bootstrap::TcpBootstrap;
+//! use weft::{CollConfig, Collectives, Communicator, Env};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // One rank of a job torchrun started (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+//! let env = Env::from_process()?;
+//! let bootstrap = Arc::new(TcpBootstrap::builder().from_env()?);
+//! let device = weft::gpu::Device::new(0)?;
+//! let comm = Communicator::new(bootstrap, device, env.clone())?;
+//! let coll = Collectives::new(&comm, CollConfig::from_env(&env)?)?;
+//! coll.prepare(weft::DataType::Bf16, weft::ReduceOp::Sum)?;
+//! # Ok(())
+//! # }
+//! ```
 
 pub use weft_bootstrap as bootstrap;
+pub use weft_coll as coll;
 pub use weft_core as core;
+pub use weft_exec as exec;
 pub use weft_gpu as gpu;
+pub use weft_plan as plan;
 pub use weft_types as types;
 
+pub use weft_coll::{CollConfig, Collectives, Reduction, Window};
 pub use weft_core::{Communicator, Env, Error, MemoryChannel, RegisteredMemory};
+pub use weft_types::{DataType, ReduceOp};

@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::format_size;
 use super::report::Line;
+use crate::harness::sweep::format_size;
 
 const WIDTH: u32 = 1600;
 const HEIGHT: u32 = 640;
@@ -107,8 +107,8 @@ pub(super) fn render(path: &Path, title: &str, lines: &[Line]) -> Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::Collective;
     use crate::bench::report::{lines, tests, title};
+    use crate::harness::Collective;
 
     #[test]
     fn a_sweep_renders_to_a_png() {

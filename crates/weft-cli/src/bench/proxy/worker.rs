@@ -14,8 +14,8 @@ use weft_gpu::{Device, Event, Kernel, KernelArgs, LaunchConfig, PinnedHostMemory
 use weft_types::{FifoCommand, FifoDeviceHandle};
 
 use super::{ChannelKind, FifoOptions, FifoReport, FifoRow, P2pOptions, P2pRow, ProxyBench, RankReport};
-use crate::bench::progress;
-use crate::bench::worker::calls_for;
+use crate::harness::progress;
+use crate::harness::rank::calls_for;
 
 type BoxError = Box<dyn std::error::Error>;
 

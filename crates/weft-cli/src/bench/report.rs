@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{BenchOptions, NcclTests, Row};
+use super::{BenchOptions, Row};
+use crate::harness::{Collective, NcclTests, ROOT};
 
 /// One merged row with the numbers derived from it.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -76,8 +77,8 @@ pub(super) fn title(options: &BenchOptions) -> String {
     if c.reduces() {
         t += &format!(" {}", options.op.name());
     }
-    if matches!(c, super::Collective::Broadcast | super::Collective::Reduce) {
-        t += &format!(" root {}", super::ROOT);
+    if matches!(c, Collective::Broadcast | Collective::Reduce) {
+        t += &format!(" root {}", ROOT);
     }
     if options.shares_gpus() {
         t += &format!(" on {} ranks sharing {} GPU(s)", options.world(), options.gpus);
@@ -211,7 +212,6 @@ pub(super) fn write_json(path: &Path, options: &BenchOptions, lines: &[Line]) ->
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::bench::Collective;
     use weft_types::{DataType, ReduceOp};
 
     /// Options of a fake 4-GPU sweep.

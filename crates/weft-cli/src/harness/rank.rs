@@ -1,16 +1,19 @@
-//! One rank of `weft bench`: set up weft (and NCCL), then for every size check and time both.
+//! One rank's harness, shared by `weft bench`, `weft tune` and the collective matrix of
+//! `weft selftest`: the communicator, stream and two buffers of a rank ([`Rank`]), its timing of
+//! a call, one row's call in weft and in NCCL ([`Call`]), and the element check of a call
+//! against the host reference ([`check`]).
 
 use std::sync::Arc;
 
-use weft_bootstrap::{Bootstrap, TorchrunEnv};
-use weft_coll::nccl::{Nccl, NcclComm, NcclMemory};
-use weft_coll::{Algorithm, CollConfig, Collectives, P2pKind, P2pOp, Reduction};
-use weft_core::{Communicator, Env};
-use weft_gpu::{AllocKind, Device, DeviceMemory, DevicePtr, Event, Stream};
+use weft_bootstrap::Bootstrap;
+use weft_coll::nccl::NcclComm;
+use weft_coll::{Algorithm, Collectives, P2pKind, P2pOp, Reduction};
+use weft_core::Communicator;
+use weft_gpu::{AllocKind, DeviceMemory, DevicePtr, Event, Stream};
 use weft_types::DataType;
 
 use super::data::Reference;
-use super::{BenchOptions, Collective, NcclTests, ROOT, Row, Shape, progress, sizes};
+use super::{Collective, NcclTests, ROOT, Shape};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -49,13 +52,13 @@ impl Rank {
         })
     }
 
-    fn barrier(&self) -> Result<(), BoxError> {
+    pub(crate) fn barrier(&self) -> Result<(), BoxError> {
         Ok(self.comm.barrier()?)
     }
 
     /// Waits for the stream, then fails if a kernel recorded a failure (a timed-out wait
     /// makes the kernels that share the record return early, so its times would be bogus).
-    fn idle(&self) -> Result<(), BoxError> {
+    pub(crate) fn idle(&self) -> Result<(), BoxError> {
         self.stream.wait_idle(std::time::Duration::from_secs(120), "benchmark")?;
         Ok(self.comm.check_device()?)
     }
@@ -165,7 +168,7 @@ impl Call<'_> {
     ///
     /// # Safety
     /// As for [`Call::weft`].
-    unsafe fn nccl(&self, nc: &NcclComm<'_>, send: DevicePtr, recv: DevicePtr) -> Result<(), BoxError> {
+    pub(crate) unsafe fn nccl(&self, nc: &NcclComm<'_>, send: DevicePtr, recv: DevicePtr) -> Result<(), BoxError> {
         let Call { shape: Shape { count, .. }, dtype, op, ranks, stream, .. } = *self;
         let ((next, prev), root) = (self.neighbours(), ROOT as usize);
         // SAFETY: the caller's contract; each call's count is the one the shape was made for.
@@ -298,205 +301,4 @@ fn fnv(bytes: &[u8]) -> u64 {
 pub(crate) fn shared_seed(bootstrap: &dyn Bootstrap) -> Result<u32, BoxError> {
     let bytes = bootstrap.broadcast(0, Some(&rand::random::<u32>().to_le_bytes()))?;
     Ok(u32::from_le_bytes(bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or("short seed")?))
-}
-
-/// One rank per process (started by `weft bench` or by torchrun), on GPU `LOCAL_RANK`, meeting
-/// its peers through `bootstrap`: its rows. Rank 0 calls `record` with each size it finishes.
-pub(super) fn run_on(
-    options: &BenchOptions,
-    bootstrap: Arc<dyn Bootstrap>,
-    torchrun: &TorchrunEnv,
-    record: &mut dyn FnMut(usize),
-) -> Result<Vec<Row>, BoxError> {
-    run_rank(options, bootstrap, torchrun.local_rank.unwrap_or(torchrun.rank), Env::from_process()?, record)
-}
-
-/// `ranks` ranks as threads of this process, placed on `options.gpus` GPUs round-robin and
-/// sharing them (`WEFT_SHARE_GPUS`): every rank's rows, in rank order.
-pub(super) fn run_threads(options: &BenchOptions, ranks: usize) -> Result<Vec<Vec<Row>>, BoxError> {
-    let mut env = Env::from_process()?;
-    env.share_gpus = true;
-    let (gpus, shared) = (options.gpus.max(1), options.clone());
-    let outcomes = crate::launch::run_rank_threads(ranks, "weft-bench", move |rank, bootstrap| {
-        run_rank(&shared, bootstrap, rank % gpus, env.clone(), &mut progress::record).map_err(|e| e.to_string())
-    })?;
-    // Every rank's outcome: the first failure is often what made its peers time out.
-    let (mut rows, mut failures) = (Vec::new(), Vec::new());
-    for (rank, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(Ok(r)) => rows.push(r),
-            Ok(Err(e)) => failures.push(format!("rank {rank}: {e}")),
-            Err(_) => failures.push(format!("rank {rank} panicked")),
-        }
-    }
-    if failures.is_empty() { Ok(rows) } else { Err(failures.join("; ").into()) }
-}
-
-/// One rank of the benchmark on GPU `gpu`, meeting its peers through `bootstrap`; rank 0 calls
-/// `record` with each size it finishes.
-fn run_rank(
-    options: &BenchOptions,
-    bootstrap: Arc<dyn Bootstrap>,
-    gpu: usize,
-    env: Env,
-    record: &mut dyn FnMut(usize),
-) -> Result<Vec<Row>, BoxError> {
-    let device = Device::new(gpu)?;
-    let comm = Communicator::new(Arc::clone(&bootstrap), device.clone(), env.clone())?;
-    let rank = comm.rank();
-    let ranks = comm.world_size();
-    let coll = Collectives::new(&comm, CollConfig::from_env(&env)?)?;
-    coll.prepare(options.dtype, options.op)?;
-    let versus = match &options.versus {
-        Some(name) => {
-            let algorithm = Algorithm::from_name(options.collective, name)
-                .ok_or_else(|| format!("--versus {name}: not an algorithm of {}", options.collective))?;
-            let mut config = CollConfig::from_env(&env)?;
-            config.selector.force(algorithm);
-            let versus = Collectives::new(&comm, config)?;
-            versus.prepare(options.dtype, options.op)?;
-            Some(versus)
-        }
-        None => None,
-    };
-    let nccl = if options.nccl || options.nccl_windows { Some(Nccl::load(&env)?) } else { None };
-    let nccl_comm: Option<NcclComm<'_>> = match &nccl {
-        Some(lib) => {
-            let id = if rank == 0 { lib.unique_id()?.to_vec() } else { Vec::new() };
-            let id = bootstrap.broadcast(0, (rank == 0).then_some(id.as_slice()))?;
-            let id: [u8; 128] = id.try_into().map_err(|_| "bad NCCL unique id")?;
-            device.bind()?;
-            Some(lib.init_rank(id, rank, ranks)?)
-        }
-        None => None,
-    };
-    let size = options.dtype.size();
-    let max = options.max_bytes.max(size);
-    let me = Rank::new(&comm, max)?;
-    let (send, recv) = (me.send.ptr(), me.recv.ptr());
-    let weft_windows = if options.windows {
-        // SAFETY: the buffers outlive the windows: deregistered below, before `me` drops.
-        Some(unsafe { [coll.register_window(send, max)?, coll.register_window(recv, max)?] })
-    } else {
-        None
-    };
-    // NCCL's windowed buffers mirror `send` and `recv`: a pointer into one of ours maps to the
-    // same offset of NCCL's.
-    let nccl_buffers: Option<[NcclMemory<'_>; 2]> = match (&nccl_comm, options.nccl_windows) {
-        (Some(nc), true) => {
-            device.bind()?;
-            Some([nc.mem_alloc(max)?, nc.mem_alloc(max)?])
-        }
-        _ => None,
-    };
-    let nccl_windows = match (&nccl_comm, &nccl_buffers) {
-        (Some(nc), Some([s, r])) => Some([nc.window_register(s)?, nc.window_register(r)?]),
-        _ => None,
-    };
-    let mirror = |p: DevicePtr, [s, r]: &[NcclMemory<'_>; 2]| {
-        if p >= recv && p < recv + max as u64 { r.ptr() + (p - recv) } else { s.ptr() + (p - send) }
-    };
-    let mut rows = Vec::new();
-    for requested in sizes(options) {
-        if let Some(shape) = options.collective.shape(requested, size, ranks) {
-            let call = Call {
-                collective: options.collective,
-                shape,
-                dtype: options.dtype,
-                op: super::data::reduction(options.dtype, options.op, rank as u32),
-                rank,
-                ranks,
-                stream: &me.stream,
-            };
-            // SAFETY: these two closures are only called with `send`/`recv`, the rank's two
-            // buffers of max_bytes >= shape.bytes each, or with the collective's in-place layout
-            // inside recv (`in_place_offsets` keeps both ends inside it); the buffers outlive
-            // every launch (every check and measurement waits for the stream before returning);
-            // every rank makes the same calls in the same order.
-            let weft_run = |from, to| unsafe { call.weft(&coll, from, to) }.map(|_| ());
-            // SAFETY: as for `weft_run`.
-            let nccl_run = nccl_comm.as_ref().map(|nc| move |from, to| unsafe { call.nccl(nc, from, to) });
-            // SAFETY: as for `weft_run`; `mirror` maps them to the same place of NCCL's windowed
-            // buffers of the same length.
-            let nccl_windows_run = nccl_comm
-                .as_ref()
-                .zip(nccl_buffers.as_ref())
-                .map(|(nc, bufs)| move |from, to| unsafe { call.nccl(nc, mirror(from, bufs), mirror(to, bufs)) });
-            // The check reads and writes weft's buffers: copy them into NCCL's windows around
-            // the call (stream-ordered, capturable), so the windowed call is checked like the
-            // others.
-            let stream = &me.stream;
-            let nccl_windows_checked = nccl_windows_run.as_ref().zip(nccl_buffers.as_ref()).map(|(run, [s, r])| {
-                move |from, to| -> Result<(), BoxError> {
-                    // SAFETY: both sides are `max` bytes of this GPU, alive until the stream
-                    // is idle (every check waits for it).
-                    unsafe {
-                        stream.copy_async(s.ptr(), send, max)?;
-                        stream.copy_async(r.ptr(), recv, max)?;
-                    }
-                    run(from, to)?;
-                    // SAFETY: as above.
-                    unsafe { stream.copy_async(recv, r.ptr(), max)? };
-                    Ok(())
-                }
-            });
-            // SAFETY: as for `weft_run`.
-            let versus_run = versus.as_ref().map(|v| move |from, to| unsafe { call.weft(v, from, to) }.map(|_| ()));
-            let mut row = Row { bytes: shape.bytes, count: shape.count, identical: true, ..Row::default() };
-            if options.check {
-                let seed = shared_seed(&*bootstrap)?;
-                let reference = Reference { dtype: options.dtype, op: options.op, seed, ranks: ranks as u32 };
-                (row.wrong, row.identical) = check(&me, &call, &weft_run, &reference, options.graph)?;
-                if let Some(nccl_run) = &nccl_run {
-                    row.nccl_wrong = Some(check(&me, &call, nccl_run, &reference, options.graph)?.0);
-                }
-                if let Some(run) = &nccl_windows_checked {
-                    row.nccl_windows_wrong = Some(check(&me, &call, run, &reference, options.graph)?.0);
-                }
-                if let Some(versus_run) = &versus_run {
-                    row.wrong += check(&me, &call, versus_run, &reference, options.graph)?.0;
-                }
-            }
-            // The timed buffers: send and recv, or the in-place layout inside recv.
-            let (from, to) = if options.in_place {
-                let (input_at, output_at) = options.collective.in_place_offsets(&shape, size, rank as u32);
-                (recv + input_at as u64, recv + output_at as u64)
-            } else {
-                (send, recv)
-            };
-            // SAFETY: as for `weft_run`.
-            let algorithm = unsafe { call.weft(&coll, from, to) }?;
-            row.algorithm = algorithm.name().to_string();
-            row.model_us = coll.emulated_nic_model_us(algorithm, shape.bytes);
-            me.idle()?;
-            let before = coll.path_counts().zero_copy;
-            row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(from, to))?;
-            if coll.path_counts().zero_copy > before {
-                // The timed calls wrote straight into the peers' registered outputs.
-                row.algorithm.push_str("+zc");
-            }
-            if let Some(nccl_run) = &nccl_run {
-                row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(from, to))?);
-            }
-            if let Some(run) = &nccl_windows_run {
-                row.nccl_windows_us = Some(me.time(options.graph, shape.bytes, &|| run(from, to))?);
-            }
-            if let Some(versus_run) = &versus_run {
-                row.versus_us = Some(me.time(options.graph, shape.bytes, &|| versus_run(from, to))?);
-            }
-            rows.push(row);
-        }
-        if rank == 0 {
-            record(requested);
-        }
-    }
-    me.barrier()?;
-    // Every rank's work is done (the barrier above follows each rank's idle stream): the
-    // windows go before the buffers they cover.
-    drop(nccl_windows);
-    drop(nccl_buffers);
-    for window in weft_windows.iter().flatten() {
-        coll.deregister_window(window)?;
-    }
-    Ok(rows)
 }

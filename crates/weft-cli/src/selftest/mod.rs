@@ -8,7 +8,6 @@
 
 mod collectives;
 mod cpu;
-mod pattern;
 mod port;
 mod reduce_check;
 mod report;
@@ -23,7 +22,8 @@ use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_core::{Env, KernelLibrary};
 use weft_gpu::Device;
 
-pub use pattern::{pattern_byte, pattern_bytes, pattern_word};
+use crate::harness::launch;
+
 pub use report::{Metric, Outcome, RankReport, Summary};
 
 /// How ranks are laid out.
@@ -199,7 +199,7 @@ fn steps(only: &[Step]) -> Vec<Step> {
 
 fn run_threads(ranks: usize, gpus: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxError> {
     let (env, steps) = (env.clone(), steps(only));
-    let outcomes = crate::launch::run_rank_threads(ranks, "weft-rank", move |rank, bootstrap| {
+    let outcomes = launch::run_rank_threads(ranks, "weft-rank", move |rank, bootstrap| {
         suite::run_rank(bootstrap, rank % gpus, &env, "[threads] ", &steps)
     })?;
     let reports: Vec<RankReport> = outcomes
@@ -219,7 +219,7 @@ fn run_threads(ranks: usize, gpus: usize, env: &Env, only: &[Step]) -> Result<Su
 fn run_processes(ranks: usize, gpus: usize, only: &[Step]) -> Result<Summary, BoxError> {
     let only_list: Vec<&str> = steps(only).iter().map(|s| s.name()).collect();
     let envs = [(WORKER_ONLY, only_list.join(",")), (WORKER_GPUS, gpus.to_string())];
-    let finished = crate::launch::run_ranks(ranks, &["selftest-worker"], &envs, PROCESS_DEADLINE)?;
+    let finished = launch::run_ranks(ranks, &["selftest-worker"], &envs, PROCESS_DEADLINE)?;
     let mut reports = Vec::new();
     for (rank, status) in finished.statuses.iter().enumerate() {
         let report = finished
@@ -249,6 +249,6 @@ pub fn run_worker() -> Result<ExitCode, BoxError> {
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
     let only = Step::parse_list(&std::env::var(WORKER_ONLY).unwrap_or_default())?;
     let report = suite::run_rank(Arc::clone(&bootstrap), ordinal, &env, "[processes] ", &steps(&only));
-    crate::launch::write_report(torchrun.rank, &serde_json::to_vec(&report)?)?;
+    launch::write_report(torchrun.rank, &serde_json::to_vec(&report)?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,9 @@ use weft_plan::interp::{Element, Interpreter, ReduceOp as PlanOp};
 use weft_plan::{ExecutionPlan, RankBuffers};
 use weft_types::{DataType, ReduceOp};
 
-use super::{BenchOptions, Collective, NcclTests, ROOT, Shape, Source, format_size, sizes};
+use super::{BenchOptions, sizes};
+use crate::harness::sweep::format_size;
+use crate::harness::{Collective, NcclTests, ROOT, Shape, Source, launch};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -219,7 +221,7 @@ pub fn run_torchrun(options: &BenchOptions, torchrun: &TorchrunEnv) -> Result<Ex
     } else {
         Ok(true)
     };
-    crate::launch::conclude(&bootstrap, passed, |passed: Vec<bool>| {
+    launch::conclude(&bootstrap, passed, |passed: Vec<bool>| {
         Ok(if passed.iter().all(|&p| p) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
     })
 }

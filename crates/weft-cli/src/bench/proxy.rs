@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{format_size, sizes_between};
+use crate::harness::sweep::{format_size, sizes_between};
+use crate::harness::workers::{run_workers, worker_main};
 
 mod worker;
 
@@ -420,7 +421,7 @@ pub fn run(bench: &ProxyBench, gpus: usize, json: Option<&Path>) -> Result<ExitC
             (2, o.sizes())
         }
     };
-    let reports: Vec<RankReport> = super::run_workers(
+    let reports: Vec<RankReport> = run_workers(
         ranks,
         "bench-proxy-worker",
         &[(WORKER_OPTIONS, serde_json::to_string(bench)?)],
@@ -480,7 +481,7 @@ pub fn report(bench: &ProxyBench, reports: Vec<RankReport>) -> Result<(String, s
 
 /// Entry of one `bench-proxy-worker` process.
 pub fn run_worker() -> Result<ExitCode, Box<dyn std::error::Error>> {
-    super::worker_main(WORKER_OPTIONS, worker::run)
+    worker_main(WORKER_OPTIONS, worker::run)
 }
 
 #[cfg(test)]

@@ -21,8 +21,10 @@ use weft_core::{Communicator, Env};
 use weft_gpu::Device;
 use weft_types::{DataType, ReduceOp};
 
-use crate::bench::worker::{Call, Rank};
-use crate::bench::{Collective, NcclTests, format_size};
+use crate::harness::rank::{Call, Rank};
+use crate::harness::sweep::{by_name, format_size, sizes_between};
+use crate::harness::workers::run_workers;
+use crate::harness::{Collective, NcclTests, data, launch, progress};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -43,10 +45,10 @@ pub struct TuneOptions {
     /// Size multiplier between measured sizes.
     pub factor: usize,
     /// Element type of the measurements.
-    #[serde(with = "crate::bench::by_name::dtype")]
+    #[serde(with = "by_name::dtype")]
     pub dtype: DataType,
     /// Operator of the reducing collectives.
-    #[serde(with = "crate::bench::by_name::op")]
+    #[serde(with = "by_name::op")]
     pub op: ReduceOp,
     /// HB block counts to try (the first also times the LL algorithms).
     pub hb_blocks: Vec<u32>,
@@ -75,7 +77,7 @@ pub struct Sample {
 /// What a worker measures, in order: (HB blocks, algorithm, requested size). The launcher uses
 /// the same list for the progress bar.
 fn work(options: &TuneOptions) -> Vec<(u32, Algorithm, usize)> {
-    let sizes = crate::bench::sizes_between(options.min_bytes, options.max_bytes, options.factor);
+    let sizes = sizes_between(options.min_bytes, options.max_bytes, options.factor);
     let mut out = Vec::new();
     for (i, &blocks) in options.hb_blocks.iter().enumerate() {
         for &collective in &options.collectives {
@@ -94,7 +96,7 @@ fn work(options: &TuneOptions) -> Vec<(u32, Algorithm, usize)> {
 /// writes the table to `output`.
 pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
     let items: Vec<usize> = work(options).iter().map(|&(_, _, bytes)| bytes).collect();
-    let per_rank: Vec<Vec<Sample>> = crate::bench::run_workers(
+    let per_rank: Vec<Vec<Sample>> = run_workers(
         options.gpus,
         "tune-worker",
         &[(WORKER_OPTIONS, serde_json::to_string(options)?)],
@@ -243,7 +245,7 @@ pub fn run_worker() -> Result<ExitCode, BoxError> {
     if let Err(e) = &result {
         eprintln!("rank {}: {e}", torchrun.rank);
     }
-    crate::launch::write_report(torchrun.rank, &serde_json::to_vec(&result)?)?;
+    launch::write_report(torchrun.rank, &serde_json::to_vec(&result)?)?;
     Ok(if result.is_err() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
@@ -276,7 +278,7 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
                 collective,
                 shape,
                 dtype: options.dtype,
-                op: crate::bench::data::reduction(options.dtype, options.op, rank as u32),
+                op: data::reduction(options.dtype, options.op, rank as u32),
                 rank,
                 ranks,
                 stream: &me.stream,
@@ -298,7 +300,7 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
             }
         }
         if rank == 0 {
-            crate::bench::progress::record(requested);
+            progress::record(requested);
         }
     }
     comm.barrier()?;

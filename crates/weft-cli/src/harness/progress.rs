@@ -24,7 +24,7 @@ fn weight(bytes: usize) -> u64 {
 /// In rank 0 of a worker: records that the size `bytes` is done.
 pub(crate) fn record(bytes: usize) {
     let append = || -> Result<(), String> {
-        let path = crate::launch::report_dir()?.join(FILE);
+        let path = super::launch::report_dir()?.join(FILE);
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| e.to_string())?;
         // One write of a whole line: the reader never sees half a line as done.
         f.write_all(format!("{bytes}\n").as_bytes()).map_err(|e| e.to_string())
@@ -73,7 +73,8 @@ impl Bar {
     pub(crate) fn show(&self, done: usize) {
         let done = done.min(self.sizes.len());
         self.bar.set_position(self.sizes[..done].iter().map(|&b| weight(b)).sum());
-        let next = self.sizes.get(done).map_or_else(|| "finishing".to_string(), |&b| super::format_size(b as f64));
+        let next =
+            self.sizes.get(done).map_or_else(|| "finishing".to_string(), |&b| super::sweep::format_size(b as f64));
         self.bar.set_message(format!("{done}/{} sizes, now {next}", self.sizes.len()));
     }
 

@@ -13,9 +13,9 @@ use weft_core::{Communicator, Env, Error, KernelLibrary, MemoryChannel, MemoryCh
 use weft_gpu::{AllocKind, Device, DeviceMemory, Stream};
 
 use super::Step;
-use super::pattern::pattern_bytes;
 use super::report::RankReport;
 use super::{collectives, reduce_check};
+use crate::harness::pattern::pattern_bytes;
 
 /// Largest put/get tested: 256 MiB.
 const MAX_TRANSFER: u64 = 256 << 20;

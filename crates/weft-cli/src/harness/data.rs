@@ -17,7 +17,7 @@ use weft_coll::{Reduction, Scalar};
 use weft_types::{DataType, ReduceOp};
 
 use super::Source;
-use crate::selftest::pattern_word;
+use super::pattern::pattern_word;
 
 /// Bits of rank 0's PreMulSum scalar for integer types (narrowed to each: negative in every
 /// signed one, large in every unsigned one, so its products wrap).
@@ -362,7 +362,7 @@ impl Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{Collective, NcclTests, ROOT, Shape};
+    use crate::harness::{Collective, NcclTests, ROOT, Shape};
 
     /// The host reference must accept the right answer and reject a wrong one for every type
     /// and operator (the check is only as good as this).

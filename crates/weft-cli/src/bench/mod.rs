@@ -5,26 +5,26 @@
 //! made it, on GPU `LOCAL_RANK`, and rank 0 gathers the rows and reports); a progress bar on
 //! stderr follows the sweep.
 
-mod collective;
 pub mod cpu;
-pub(crate) mod data;
 mod plot;
-pub(crate) mod progress;
 pub mod proxy;
 mod report;
-pub(crate) mod worker;
+mod worker;
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use collective::{Collective, NcclTests, ROOT, Shape, Source};
 pub use report::Line;
 
 use serde::{Deserialize, Serialize};
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_types::{DataType, ReduceOp};
+
+use crate::harness::sweep::{by_name, sizes_between};
+use crate::harness::workers::{run_workers, worker_main};
+use crate::harness::{Collective, launch, progress};
 
 /// Options of `weft bench`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -124,114 +124,11 @@ pub struct Row {
     pub identical: bool,
 }
 
-/// Serde by name for the weft-types enums (which depend on nothing, serde included).
-pub(crate) mod by_name {
-    macro_rules! by_name {
-        ($m:ident, $t:ty, $parse:path) => {
-            pub(crate) mod $m {
-                pub(crate) fn serialize<S: serde::Serializer>(v: &$t, s: S) -> Result<S::Ok, S::Error> {
-                    s.serialize_str(v.name())
-                }
-                pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
-                    let name = <String as serde::Deserialize>::deserialize(d)?;
-                    $parse(&name).map_err(serde::de::Error::custom)
-                }
-            }
-        };
-    }
-    by_name!(dtype, weft_types::DataType, crate::bench::parse_dtype);
-    by_name!(op, weft_types::ReduceOp, crate::bench::parse_op);
-}
-
 const WORKER_OPTIONS: &str = "WEFT_BENCH_OPTIONS";
-
-/// The size units [`parse_size`] reads (any case), with their shifts: the one table its parser
-/// and its error message are made from.
-const SIZE_UNITS: [(&str, u32); 11] = [
-    ("", 0),
-    ("B", 0),
-    ("K", 10),
-    ("KB", 10),
-    ("KiB", 10),
-    ("M", 20),
-    ("MB", 20),
-    ("MiB", 20),
-    ("G", 30),
-    ("GB", 30),
-    ("GiB", 30),
-];
-
-/// Parses `1K`, `64M`, `1G`, `512` into bytes (units of 1024: see [`SIZE_UNITS`]).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => s.split_at(i),
-        None => (s, ""),
-    };
-    let n: usize = digits.parse().map_err(|_| format!("size {s:?}: expected a whole number and a unit, e.g. 1K"))?;
-    let Some(&(_, shift)) = SIZE_UNITS.iter().find(|(u, _)| u.eq_ignore_ascii_case(unit)) else {
-        let units: Vec<&str> = SIZE_UNITS.iter().map(|(u, _)| *u).filter(|u| !u.is_empty()).collect();
-        return Err(format!("size {s:?}: unknown unit {unit:?} (one of {}, or none for bytes)", units.join(", ")));
-    };
-    n.checked_mul(1 << shift).ok_or_else(|| format!("size {s:?} overflows"))
-}
-
-/// Parses a sweep's `-b` and `-e`: both sizes, each error naming its flag, and the smallest no
-/// larger than the largest.
-pub fn parse_size_range(min: &str, max: &str) -> Result<(usize, usize), String> {
-    let lo = parse_size(min).map_err(|e| format!("-b/--min-bytes: {e}"))?;
-    let hi = parse_size(max).map_err(|e| format!("-e/--max-bytes: {e}"))?;
-    if lo > hi {
-        return Err(format!("-b {min} is larger than -e {max}: the sweep would have no size"));
-    }
-    Ok((lo, hi))
-}
-
-/// Formats bytes the way [`parse_size`] reads them: `1K`, `64M`, `1G`; one decimal when not a
-/// whole unit (`1.5K`).
-pub fn format_size(bytes: f64) -> String {
-    for (shift, unit) in [(30, "G"), (20, "M"), (10, "K")] {
-        let v = bytes / f64::from(1u32 << shift);
-        if v >= 1.0 {
-            return if v.fract() == 0.0 { format!("{v}{unit}") } else { format!("{v:.1}{unit}") };
-        }
-    }
-    format!("{bytes}")
-}
-
-/// Parses a data type name; the error lists every type.
-pub fn parse_dtype(s: &str) -> Result<DataType, String> {
-    DataType::from_name(s).ok_or_else(|| {
-        let names: Vec<&str> = DataType::ALL.iter().map(|t| t.name()).collect();
-        format!("unknown dtype {s:?} (one of {})", names.join(", "))
-    })
-}
-
-/// Parses an operator name; the error lists every operator.
-pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
-    ReduceOp::from_name(s).ok_or_else(|| {
-        let names: Vec<&str> = ReduceOp::ALL.iter().map(|o| o.name()).collect();
-        format!("unknown op {s:?} (one of {})", names.join(", "))
-    })
-}
 
 /// The message sizes of a sweep.
 pub fn sizes(options: &BenchOptions) -> Vec<usize> {
     sizes_between(options.min_bytes, options.max_bytes, options.factor)
-}
-
-/// `min`, `min × factor`, ... up to `max` (just `min` when the factor is below 2).
-pub fn sizes_between(min: usize, max: usize, factor: usize) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut s = min.max(1);
-    while s <= max {
-        out.push(s);
-        if factor <= 1 {
-            break;
-        }
-        s = s.saturating_mul(factor);
-    }
-    out
 }
 
 /// Runs the benchmark on `options.gpus` processes (or, when ranks share GPUs, on threads of this
@@ -295,9 +192,7 @@ pub fn run_torchrun(
     if let Some(bar) = bar {
         bar.finish();
     }
-    crate::launch::conclude(&*bootstrap, rows.map_err(|e| e.to_string()), |per_rank| {
-        report(options, &per_rank, json, plot)
-    })
+    launch::conclude(&*bootstrap, rows.map_err(|e| e.to_string()), |per_rank| report(options, &per_rank, json, plot))
 }
 
 /// Merges every rank's rows, prints the table and writes the JSON and PNG files asked for;
@@ -342,33 +237,6 @@ fn nccl_on_network(
     (options.nccl && virtual_nodes && !user_set).then_some(vars)
 }
 
-/// Runs `worker` on `gpus` processes with the variables `envs` set (the options variable
-/// among them), draws a bar over `items` (the byte sizes rank 0 records as it finishes them),
-/// and returns every rank's report, in rank order: each worker writes `Result<T, String>` as
-/// JSON.
-pub(crate) fn run_workers<T: serde::de::DeserializeOwned>(
-    gpus: usize,
-    worker: &str,
-    envs: &[(&str, String)],
-    items: &[usize],
-    deadline: Duration,
-) -> Result<Vec<T>, Box<dyn std::error::Error>> {
-    let mut bar = progress::Bar::new(items);
-    let finished = crate::launch::run_ranks_watching(gpus, &[worker], envs, deadline, &mut |dir| bar.update(dir));
-    bar.finish();
-    let finished = finished?;
-    let mut per_rank = Vec::new();
-    for (rank, status) in finished.statuses.iter().enumerate() {
-        let report = finished
-            .report(rank)
-            .and_then(|b| serde_json::from_slice::<Result<T, String>>(&b).ok())
-            .ok_or_else(|| format!("rank {rank} exited with {status} and no report"))?
-            .map_err(|e| format!("rank {rank}: {e}"))?;
-        per_rank.push(report);
-    }
-    Ok(per_rank)
-}
-
 /// Merges ranks' rows: slowest rank's time, total wrong elements, identical only if all agree.
 fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
     let Some(first) = per_rank.first() else { return Vec::new() };
@@ -407,27 +275,6 @@ pub fn run_worker() -> Result<ExitCode, Box<dyn std::error::Error>> {
     })
 }
 
-/// The body of a worker process: reads its options (JSON) from the variable `options`, runs
-/// `run` and writes `Result<T, String>` as the rank's report for [`run_workers`].
-pub(crate) fn worker_main<O: serde::de::DeserializeOwned, T: Serialize>(
-    options: &str,
-    run: impl FnOnce(&O, &TorchrunEnv) -> Result<T, Box<dyn std::error::Error>>,
-) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let crate::launch::Started::Launcher(torchrun) = crate::launch::started_from_env()? else {
-        return Err(
-            "this is one rank of `weft bench`, started by it: run `weft bench` (alone, or under torchrun)".into()
-        );
-    };
-    let options: O = serde_json::from_str(&std::env::var(options)?)?;
-    let result = run(&options, &torchrun).map_err(|e| e.to_string());
-    let failed = result.is_err();
-    if let Err(e) = &result {
-        eprintln!("rank {}: {e}", torchrun.rank);
-    }
-    crate::launch::write_report(torchrun.rank, &serde_json::to_vec(&result)?)?;
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,26 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn sizes_parse_and_sweep() {
-        assert_eq!(parse_size("1K").unwrap(), 1024);
-        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(parse_size("7").unwrap(), 7);
-        assert!(parse_size("1Q").is_err());
-        assert_eq!(parse_size("2gib").unwrap(), 2 << 30);
-        let unit = parse_size_range("1X", "1G").unwrap_err();
-        assert!(unit.starts_with("-b/--min-bytes") && unit.contains("\"X\"") && unit.contains("K, KB"), "{unit}");
-        assert!(parse_size_range("1K", "x").unwrap_err().starts_with("-e/--max-bytes"));
-        let inverted = parse_size_range("64K", "1K").unwrap_err();
-        assert!(inverted.contains("-b 64K") && inverted.contains("-e 1K"), "{inverted}");
-        assert_eq!(parse_size_range("1K", "1K").unwrap(), (1024, 1024));
-        let dtype = parse_dtype("f17").unwrap_err();
-        assert!(DataType::ALL.iter().all(|t| dtype.contains(t.name())), "{dtype}");
-        let op = parse_op("xor").unwrap_err();
-        assert!(ReduceOp::ALL.iter().all(|o| op.contains(o.name())), "{op}");
-        for s in ["1K", "64M", "1G", "512"] {
-            assert_eq!(format_size(parse_size(s).unwrap() as f64), s);
-        }
-        assert_eq!(format_size(1536.0), "1.5K");
+    fn a_sweep_s_sizes_go_from_the_smallest_to_the_largest() {
         let o = BenchOptions {
             collective: Collective::AllReduce,
             min_bytes: 1024,
@@ -499,7 +327,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let json = dir.join("rows.json");
         let path = json.clone();
-        let codes = crate::launch::run_rank_threads(3, "conclude-rows", move |rank, bootstrap| {
+        let codes = launch::run_rank_threads(3, "conclude-rows", move |rank, bootstrap| {
             let mut options = report::tests::options(Collective::AllReduce);
             options.gpus = 3;
             let row = Row {
@@ -511,10 +339,8 @@ mod tests {
                 identical: true,
                 ..Row::default()
             };
-            crate::launch::conclude(&*bootstrap, Ok(vec![row]), |per_rank| {
-                report(&options, &per_rank, Some(&path), None)
-            })
-            .unwrap()
+            launch::conclude(&*bootstrap, Ok(vec![row]), |per_rank| report(&options, &per_rank, Some(&path), None))
+                .unwrap()
         })
         .unwrap();
         let doc = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();

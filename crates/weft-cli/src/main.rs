@@ -1,9 +1,10 @@
-//! The `weft` command.
+//! The `weft` command: parses the command line and hands each subcommand to its module of
+//! [`weft_cli`] (whose charter says what the crate owns).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weft::selftest::{Mode, SelftestOptions, Step};
+use weft_cli::selftest::{Mode, SelftestOptions, Step};
 
 #[derive(Parser, Debug)]
 #[command(name = "weft", version, about = "weft: GPU communication for AI inference and training")]
@@ -179,19 +180,19 @@ struct ParsedSweep {
     min_bytes: usize,
     max_bytes: usize,
     factor: usize,
-    dtype: weft::types::DataType,
-    op: weft::types::ReduceOp,
+    dtype: weft_types::DataType,
+    op: weft_types::ReduceOp,
     gpus: usize,
 }
 
 impl Sweep {
     /// Parses the sweep; `gpus` is 0 when no GPU is available here.
     fn parse(&self) -> Result<ParsedSweep, Box<dyn std::error::Error>> {
-        use weft::bench::{parse_dtype, parse_op, parse_size_range};
+        use weft_cli::harness::sweep::{parse_dtype, parse_op, parse_size_range};
         let parsed = parse_size_range(&self.min_bytes, &self.max_bytes)?;
         let dtype = parse_dtype(&self.dtype).map_err(|e| format!("--dtype: {e}"))?;
         let op = parse_op(&self.op).map_err(|e| format!("--op: {e}"))?;
-        let available = weft::gpu::Device::count().unwrap_or(0);
+        let available = weft_gpu::Device::count().unwrap_or(0);
         Ok(ParsedSweep {
             min_bytes: parsed.0,
             max_bytes: parsed.1,
@@ -208,7 +209,7 @@ enum PlanAction {
     /// Compile a shipped algorithm into a JSON execution plan.
     Compile {
         /// Algorithm name.
-        #[arg(value_parser = clap::builder::PossibleValuesParser::new(weft::plan_cmd::algorithm_names()))]
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(weft_cli::plan_cmd::algorithm_names()))]
         algorithm: String,
         /// Ranks.
         #[arg(long, default_value_t = 4)]
@@ -269,14 +270,14 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Info => weft::info::run(),
+        Command::Info => weft_cli::info::run(),
         Command::Selftest { gpus, mode, only, ranks } => {
-            weft::selftest::run(&SelftestOptions { gpus, mode, only, ranks })
+            weft_cli::selftest::run(&SelftestOptions { gpus, mode, only, ranks })
         }
-        Command::SelftestWorker => weft::selftest::run_worker(),
-        Command::BenchWorker => weft::bench::run_worker(),
-        Command::BenchProxyWorker => weft::bench::proxy::run_worker(),
-        Command::TuneWorker => weft::tune::run_worker(),
+        Command::SelftestWorker => weft_cli::selftest::run_worker(),
+        Command::BenchWorker => weft_cli::bench::run_worker(),
+        Command::BenchProxyWorker => weft_cli::bench::proxy::run_worker(),
+        Command::TuneWorker => weft_cli::tune::run_worker(),
         Command::Tune { collectives, sweep, hb_blocks, out, any_dtype } => {
             tune(&collectives, &sweep, hb_blocks, &out, any_dtype)
         }
@@ -325,7 +326,7 @@ fn main() -> ExitCode {
 }
 
 fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use weft::plan_cmd;
+    use weft_cli::plan_cmd;
     match action {
         PlanAction::Compile { algorithm, ranks, ranks_per_node, instances, tiles, root, out } => {
             let shape = plan_cmd::Shape { ranks, ranks_per_node, instances, root };
@@ -350,7 +351,7 @@ fn bench(
         return Err("--ranks 0: a collective needs at least one rank".into());
     }
     // `fifo` and `p2p` are benchmarks too (routed before this), so the list of choices names them.
-    let collective = weft::bench::Collective::parse(collective).map_err(|e| format!("{e}, or fifo, p2p"))?;
+    let collective = weft_cli::harness::Collective::parse(collective).map_err(|e| format!("{e}, or fifo, p2p"))?;
     // Under torchrun, its processes are the ranks: one per GPU, whatever this host has.
     let torchrun = torchrun_rank("weft bench")?;
     let world = torchrun.as_ref().map(|t| t.world_size);
@@ -361,7 +362,7 @@ fn bench(
     }
     let lead = torchrun.as_ref().is_none_or(|t| t.rank == 0);
     let s = sweep.parse()?;
-    let options = weft::bench::BenchOptions {
+    let options = weft_cli::bench::BenchOptions {
         collective,
         min_bytes: s.min_bytes,
         max_bytes: s.max_bytes,
@@ -390,26 +391,26 @@ fn bench(
             );
         }
         return match &torchrun {
-            Some(t) => weft::bench::cpu::run_torchrun(&options, t),
-            None => weft::bench::cpu::run(&options, ranks.or(sweep.gpus).unwrap_or(4).max(1)),
+            Some(t) => weft_cli::bench::cpu::run_torchrun(&options, t),
+            None => weft_cli::bench::cpu::run(&options, ranks.or(sweep.gpus).unwrap_or(4).max(1)),
         };
     }
     match &torchrun {
-        Some(t) => weft::bench::run_torchrun(&options, t, json.as_deref(), plot.as_deref()),
-        None => weft::bench::run(&options, json.as_deref(), plot.as_deref()),
+        Some(t) => weft_cli::bench::run_torchrun(&options, t, json.as_deref(), plot.as_deref()),
+        None => weft_cli::bench::run(&options, json.as_deref(), plot.as_deref()),
     }
 }
 
 /// The torchrun variables when torchrun started this process (`None`: started by hand);
 /// `command` refuses to run as a rank of weft's own launcher, which starts its workers only.
-fn torchrun_rank(command: &str) -> Result<Option<weft::bootstrap::TorchrunEnv>, String> {
-    use weft::launch::Started;
-    match weft::launch::started_from_env()? {
+fn torchrun_rank(command: &str) -> Result<Option<weft_bootstrap::TorchrunEnv>, String> {
+    use weft_cli::harness::launch::Started;
+    match weft_cli::harness::launch::started_from_env()? {
         Started::Plain => Ok(None),
         Started::Torchrun(t) => Ok(Some(t)),
         Started::Launcher(_) => Err(format!(
             "{command}: {} is set, as in a rank of weft's own launcher: unset it to run by hand or under torchrun",
-            weft::launch::REPORT_DIR
+            weft_cli::harness::launch::REPORT_DIR
         )),
     }
 }
@@ -421,7 +422,7 @@ fn bench_proxy(
     collective_flags: [bool; 6],
     json: Option<std::path::PathBuf>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use weft::bench::proxy::{FifoOptions, P2pOptions, ProxyBench};
+    use weft_cli::bench::proxy::{FifoOptions, P2pOptions, ProxyBench};
     if collective_flags.iter().any(|&f| f) {
         return Err(format!(
             "weft bench {kind}: --graph, --check, --nccl, --in-place, --versus and --plot are for collectives"
@@ -441,7 +442,7 @@ fn bench_proxy(
         println!("weft bench {kind}: no GPU is available here; nothing to measure.");
         return Ok(ExitCode::SUCCESS);
     }
-    weft::bench::proxy::run(&bench, s.gpus, json.as_deref())
+    weft_cli::bench::proxy::run(&bench, s.gpus, json.as_deref())
 }
 
 fn tune(
@@ -451,7 +452,7 @@ fn tune(
     out: &std::path::Path,
     any_dtype: bool,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use weft::bench::Collective;
+    use weft_cli::harness::Collective;
     let collectives = if collectives.is_empty() {
         Collective::ALL.to_vec()
     } else {
@@ -465,7 +466,7 @@ fn tune(
         println!("weft tune: no GPU is available here; nothing to measure.");
         return Ok(ExitCode::SUCCESS);
     }
-    let options = weft::tune::TuneOptions {
+    let options = weft_cli::tune::TuneOptions {
         collectives,
         min_bytes: s.min_bytes,
         max_bytes: s.max_bytes,
@@ -476,12 +477,12 @@ fn tune(
         gpus: s.gpus,
         any_dtype,
     };
-    weft::tune::run(&options, out)
+    weft_cli::tune::run(&options, out)
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let path = root.join(weft::types::cuda::GENERATED_HEADER_PATH);
-    let text = weft::types::cuda::generated_header();
+    let path = root.join(weft_types::cuda::GENERATED_HEADER_PATH);
+    let text = weft_types::cuda::generated_header();
     if check {
         let current = std::fs::read_to_string(&path)?;
         if current != text {

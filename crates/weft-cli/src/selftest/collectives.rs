@@ -22,9 +22,10 @@ use weft_gpu::{AllocKind, DeviceMemory};
 use weft_types::{DataType, ReduceOp};
 
 use super::report::RankReport;
-use crate::bench::data::{Reference, premul_scalar, reduction};
-use crate::bench::worker::{Call, Rank, check, shared_seed};
-use crate::bench::{Collective, NcclTests, Shape};
+use crate::harness::data::{Reference, premul_scalar, reduction};
+use crate::harness::rank::{Call, Rank, check, shared_seed};
+use crate::harness::sweep::parse_dtype;
+use crate::harness::{Collective, NcclTests, Shape};
 
 /// Element counts per rank block: 1, odd sizes around the LL slot, several HB rounds, and one
 /// even count whose blocks are whole 16-byte vectors (AllGather's zero-copy layout).
@@ -120,9 +121,7 @@ impl Variant {
 /// (comma-separated names, e.g. `bf16,f32,i8`) for a shorter run.
 fn matrix_types(list: Option<&str>) -> Result<Vec<DataType>, String> {
     let Some(list) = list.filter(|l| !l.trim().is_empty()) else { return Ok(DataType::ALL.to_vec()) };
-    list.split(',')
-        .map(|name| crate::bench::parse_dtype(name.trim()).map_err(|e| format!("WEFT_SELFTEST_TYPES: {e}")))
-        .collect()
+    list.split(',').map(|name| parse_dtype(name.trim()).map_err(|e| format!("WEFT_SELFTEST_TYPES: {e}"))).collect()
 }
 
 /// What every algorithm's matrix of one communicator shares.

@@ -1,0 +1,17 @@
+//! What `weft bench`, `weft tune` and `weft selftest` share, so that none of them imports
+//! another: the collectives as nccl-tests sizes and lays them out ([`Collective`], [`Shape`]),
+//! the host test pattern and the float64 / exact-integer references every output element is
+//! checked against (`data`, [`pattern`]), one rank's buffers, timing and checked call
+//! (`rank`), the parsing of a sweep ([`sweep`]), and the running of ranks as processes or
+//! threads ([`launch`], `workers`, `progress`).
+
+mod collective;
+pub(crate) mod data;
+pub mod launch;
+pub mod pattern;
+pub(crate) mod progress;
+pub(crate) mod rank;
+pub mod sweep;
+pub(crate) mod workers;
+
+pub use collective::{Collective, NcclTests, ROOT, Shape, Source};

@@ -1,0 +1,26 @@
+//! # weft-cli — the `weft` command
+//!
+//! **Owns:** the command line and everything only it runs: `weft info`, `weft selftest` (the GPU
+//! suite), `weft bench` (collectives against NCCL, the FIFO and point-to-point benchmarks),
+//! `weft tune`, `weft plan`, `weft gen-header`, and the hidden worker subcommands their ranks
+//! run as. What several commands share (the collectives as nccl-tests lays them out, the host
+//! references every element is checked against, one rank's buffers, timing and checked call,
+//! the parsing of a sweep, the launch of ranks as processes or threads) is in [`harness`],
+//! which imports none of the commands: bench, selftest and tune import it, never each other.
+//!
+//! **Must not:** hold protocol or algorithm logic of its own (it orchestrates the library's),
+//! or be a dependency of any library crate: programs use the `weft` facade.
+//!
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core` (with the verbs
+//! transport), `weft-coll`, `weft-plan`, `weft-exec`.
+//!
+//! Unlike ARCHITECTURE §1's list, this crate still contains `unsafe`: the collective API it
+//! measures and checks takes raw device pointers, and so do the kernel launches of the suite's
+//! device tests. Each block argues its contract where it stands.
+
+pub mod bench;
+pub mod harness;
+pub mod info;
+pub mod plan_cmd;
+pub mod selftest;
+pub mod tune;
