@@ -110,7 +110,7 @@ pub enum Protocol {
     Port,
 }
 
-/// One algorithm of one collective, each a kernel in `device/kernels/`.
+/// One algorithm of one collective, each a kernel in `device/kernels/coll/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     /// AllReduce, one-shot all-pairs over LL packets.
@@ -223,8 +223,8 @@ impl Algorithm {
         }
     }
 
-    /// Whether its kernel reduces (compiled per element type and operator, `reductions.cu`)
-    /// or only moves bytes (`movement.cu`).
+    /// Whether its kernel reduces (compiled per element type and operator, in
+    /// `coll/reductions.cu`) or only moves bytes (`coll/movement.cu`).
     pub fn reduces(self) -> bool {
         matches!(self.collective(), Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }

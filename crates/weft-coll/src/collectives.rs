@@ -137,7 +137,7 @@ impl Collectives {
                 comm.world_size()
             );
         }
-        let library = KernelLibrary::new(comm.env().cache_dir.clone());
+        let library = KernelLibrary::new(comm.env().cache_dir.clone(), &crate::device_code::KERNELS);
         let kernels = KernelCache::new(library, comm.device().clone());
         if comm.shares_gpu() {
             // Send/receive groups settle only with their peers, yet a module load anywhere on a

@@ -1,14 +1,16 @@
 //! Collective kernels, compiled (or read from the NVRTC cache) and loaded on first use:
-//! `reductions.cu` once per (type, operator), `movement.cu` once.
+//! `reductions.cu` once per (type, operator), `movement.cu` once (see [`crate::device_code`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use weft_core::KernelLibrary;
+use weft_core::device_code::type_defines;
 use weft_gpu::{Device, GpuError, Kernel, Module};
 use weft_types::{DataType, ReduceOp};
 
 use crate::algorithm::Algorithm;
+use crate::device_code::{MOVEMENT, REDUCTIONS};
 
 /// Which compiled module a kernel lives in: `None` for `movement.cu`.
 type ModuleKey = Option<(DataType, ReduceOp)>;
@@ -45,11 +47,8 @@ impl KernelCache {
             return Ok(Arc::clone(m));
         }
         let loaded = match key {
-            Some((dtype, op)) => {
-                let defines = [format!("WEFT_DTYPE={}", dtype as u32), format!("WEFT_REDOP={}", op as u32)];
-                self.library.load_with(&self.device, "reductions.cu", &defines)?
-            }
-            None => self.library.load(&self.device, "movement.cu")?,
+            Some((dtype, op)) => self.library.load_with(&self.device, REDUCTIONS, &type_defines(dtype, op))?,
+            None => self.library.load(&self.device, MOVEMENT)?,
         };
         modules.insert(key, Arc::clone(&loaded.module));
         Ok(loaded.module)

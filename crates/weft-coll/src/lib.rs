@@ -1,8 +1,9 @@
 //! # weft-coll — collectives over NVLink
 //!
 //! **Owns:** the collective API (`Collectives`: all-reduce, all-gather, reduce-scatter,
-//! broadcast, reduce, all-to-all(v), grouped send/receive), the collective algorithms (native kernels in `device/kernels/`), their per-(type,
-//! operator) compilation and loading, the communication state they need (registered scratch,
+//! broadcast, reduce, all-to-all(v), grouped send/receive), the collective algorithms (native
+//! kernels in `device/kernels/coll/`, embedded by [`device_code`]), their per-(type, operator)
+//! compilation and loading, the communication state they need (registered scratch,
 //! packet buffers, channel and semaphore tables on the device), the registration of user
 //! buffers and the agreement on zero-copy calls, input validation, and the size-based choice
 //! between algorithms.
@@ -26,6 +27,7 @@ mod args;
 mod choice;
 mod collectives;
 mod config;
+pub mod device_code;
 mod error;
 mod kernels;
 pub mod nccl;

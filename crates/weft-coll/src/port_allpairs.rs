@@ -1,5 +1,5 @@
 //! The state of the AllReduce `port_allpairs` algorithm (kernel `weft_allreduce_port_allpairs`
-//! in `device/kernels/reductions.cu`): every rank puts its input to every peer over
+//! in `device/kernels/coll/port_allpairs.cu`): every rank puts its input to every peer over
 //! PortChannels and folds all inputs in rank order, one network crossing per call, so it is
 //! the small-message AllReduce across nodes (`port_ring` takes the large ones). Set up on the
 //! first call that uses it ([`PortSetup`]: a scratch of two sets of `ranks` slots registered

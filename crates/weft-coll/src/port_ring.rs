@@ -1,5 +1,5 @@
 //! The state of the AllReduce `port_ring` algorithm (the ring over PortChannels, MSCCL++
-//! "2PR", kernel `weft_allreduce_port_ring` in `device/kernels/reductions.cu`): a
+//! "2PR", kernel `weft_allreduce_port_ring` in `device/kernels/coll/port_ring.cu`): a
 //! [`weft_core::PortProxy`], a scratch registered with it, the PortChannels of each ring edge
 //! this rank belongs to (the launch's driver block alone pushes and waits on them), and the
 //! launch state the blocks hand work over with ([`PortSetup`]). Set up on the first call that uses the algorithm;

@@ -1,4 +1,4 @@
-//! Safe, synchronous launchers of the self-test kernels (`device/kernels/selftest.cu`).
+//! Safe, synchronous launchers of the self-test kernels (`device/tests/selftest.cu`).
 //!
 //! Each method validates every offset and size against the buffers the channel holds, enqueues
 //! its kernels, and returns only after the stream is idle (bounded) and the device error record

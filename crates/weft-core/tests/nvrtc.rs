@@ -1,35 +1,24 @@
-//! NVRTC compiles every embedded kernel and the layout probe for sm_90, without a GPU. When
-//! NVRTC is missing the tests say so and pass, unless `WEFT_REQUIRE_NVRTC=1` (set by
-//! scripts/test.sh, which installs the NVRTC wheels): then a missing NVRTC fails them.
+//! NVRTC compiles weft-core's kernels (the test kernels of `device/tests/`), the layout probe
+//! and the FIFO probe for sm_90, without a GPU. When NVRTC is missing the tests say so and pass,
+//! unless `WEFT_REQUIRE_NVRTC=1` (set by scripts/test.sh, which installs the NVRTC wheels): then
+//! a missing NVRTC fails them.
 
 use weft_core::{KernelLibrary, device_code};
 
 fn library() -> Option<KernelLibrary> {
-    if let Err(e) = weft_gpu::nvrtc_version() {
-        assert!(std::env::var("WEFT_REQUIRE_NVRTC").as_deref() != Ok("1"), "NVRTC is required here: {e}");
-        eprintln!("skipping: {e}");
-        return None;
-    }
-    // Share the cache the rest of the run uses (scripts/test.sh sets WEFT_CACHE_DIR), so later
-    // steps read what these tests compiled.
-    let dir = std::env::var_os("WEFT_CACHE_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("weft-nvrtc-test-{}", std::process::id())));
-    Some(KernelLibrary::new(dir))
+    device_code::nvrtc_test_library(&device_code::TEST_KERNELS)
+        .unwrap_or_else(|e| panic!("NVRTC is required here: {e}"))
 }
 
 #[test]
-fn every_kernel_compiles_for_sm_90_and_the_second_compile_is_a_cache_hit() {
+fn every_test_kernel_compiles_for_sm_90_and_the_second_compile_is_a_cache_hit() {
     let Some(library) = library() else { return };
-    for (name, _) in device_code::KERNELS {
-        for defines in device_code::variants(name) {
-            let first =
-                library.compile_with(name, "sm_90", &defines).unwrap_or_else(|e| panic!("{name} {defines:?}: {e}"));
-            assert!(first.cubin.starts_with(b"\x7fELF"), "{name} is not a CUBIN");
-            let second = library.compile_with(name, "sm_90", &defines).unwrap();
-            assert!(second.from_cache, "{name} {defines:?} was compiled twice");
-            assert_eq!(first.cubin, second.cubin);
-        }
+    assert_eq!(library.compile_every_variant("sm_90").unwrap(), device_code::TEST_KERNELS.units.len());
+    for (name, defines) in device_code::TEST_KERNELS.programs() {
+        let first = library.compile_with(name, "sm_90", &defines).unwrap();
+        let second = library.compile_with(name, "sm_90", &defines).unwrap();
+        assert!(first.from_cache && second.from_cache, "{name} {defines:?} was compiled again");
+        assert_eq!(first.cubin, second.cubin);
     }
 }
 

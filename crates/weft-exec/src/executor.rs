@@ -1,5 +1,5 @@
 //! [`PlanExecutor`]: one plan set up on one rank of a communicator, launched with the
-//! interpreter kernel (`device/kernels/executor.cu`) on any stream, any number of times,
+//! interpreter kernel (`device/kernels/exec/executor.cu`) on any stream, any number of times,
 //! eagerly or inside a CUDA graph. Setting up is collective; a launch enqueues one kernel and
 //! nothing else (no host synchronisation, no allocation once the kernel for the call's type
 //! and operator is loaded).
@@ -19,6 +19,7 @@ use weft_types::{
     EXEC_OUTPUT_STAGED, ExecContext, ExecOp, MAX_RANKS, PeerBuffers, ReduceOp,
 };
 
+use crate::device_code::{EXECUTOR, KERNELS};
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
@@ -247,7 +248,7 @@ impl PlanExecutor {
                 s if ports => s.max(PORT_PLAN_SLICE_BYTES),
                 s => s,
             },
-            library: KernelLibrary::new(comm.env().cache_dir.clone()),
+            library: KernelLibrary::new(comm.env().cache_dir.clone(), &KERNELS),
             kernels: Mutex::default(),
         })
     }
@@ -293,7 +294,7 @@ impl PlanExecutor {
         if self.specialized {
             defines.extend(static_ops_defines(&self.plan, rank));
         }
-        let loaded = self.library.load_with(self.comm.device(), "executor.cu", &defines).map_err(gpu)?;
+        let loaded = self.library.load_with(self.comm.device(), EXECUTOR, &defines).map_err(gpu)?;
         let kernel = loaded.module.kernel("weft_execute").map_err(gpu)?;
         let kernel = Arc::new(LoadedKernel { kernel, met: AtomicBool::new(false) });
         kernels.insert((dtype, op), Arc::clone(&kernel));

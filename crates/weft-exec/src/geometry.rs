@@ -10,7 +10,7 @@
 //! same chunks, in bytes: every chunk starts 16-byte aligned and owns its bytes up to the next
 //! multiple of 16, so the kernel writes them in whole 16-byte vectors and no two writers share a
 //! word. [`Sizing::padded_dense_offset`] and [`Sizing::padded_scratch_offset`] are what
-//! `device/kernels/executor.cu` computes.
+//! `device/kernels/exec/executor.cu` computes.
 //!
 //! A plan thread block runs as several *replicas* (blocks of the grid); replica `r` of `R` moves
 //! [`replica_slice`] of every chunk an operation touches. A chunk's slices depend only on its
@@ -28,7 +28,7 @@ use crate::lower::{DevicePlan, DeviceRankPlan};
 /// Bytes `[start, end)` of a `bytes`-long chunk that replica `replica` of `replicas` moves: its
 /// share of the chunk's 16-byte vectors, so slices start 16-byte aligned (a padded chunk is
 /// written in whole vectors and no two replicas store into one), cover the chunk and never
-/// overlap. `device/kernels/executor.cu` computes the same.
+/// overlap. `device/kernels/exec/executor.cu` computes the same.
 pub fn replica_slice(bytes: u64, replica: u32, replicas: u32) -> Range<u64> {
     let (r, n) = (u64::from(replica), u64::from(replicas.max(1)));
     let vectors = bytes.div_ceil(16);
@@ -39,7 +39,7 @@ pub fn replica_slice(bytes: u64, replica: u32, replicas: u32) -> Range<u64> {
 /// Bytes of a `bytes`-long chunk that replica `replica` of `replicas` moves for an operation on
 /// `part` of every chunk (a thread-block group member; `None`: the whole chunk): the part is a
 /// [`replica_slice`] of the chunk, and the replica's slice is a `replica_slice` of the part,
-/// so both start on 16-byte vectors. `device/kernels/executor.cu` computes the same.
+/// so both start on 16-byte vectors. `device/kernels/exec/executor.cu` computes the same.
 pub fn op_slice(bytes: u64, part: Option<weft_plan::plan::Part>, replica: u32, replicas: u32) -> Range<u64> {
     let whole = match part {
         Some(p) => replica_slice(bytes, p.index, p.count),

@@ -1,7 +1,7 @@
 //! # weft-exec — the plan executor
 //!
 //! **Owns:** running a verified [`weft_plan::ExecutionPlan`] on GPUs with one interpreter
-//! kernel for every plan (`device/kernels/executor.cu`):
+//! kernel for every plan (`device/kernels/exec/executor.cu`):
 //! - [`lower`]: the plan re-encoded as [`weft_types::ExecOp`]s per rank and thread block, plus
 //!   the table that places scratch chunks for any message size;
 //! - [`geometry`]: the chunk geometry the kernel computes, dense (user buffers) and padded
@@ -27,6 +27,7 @@
 //! `unsafe` is confined to the kernel launch in [`executor`].
 #![deny(unsafe_code)]
 
+pub mod device_code;
 pub mod error;
 #[allow(unsafe_code)]
 pub mod executor;

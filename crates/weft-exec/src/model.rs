@@ -1,4 +1,4 @@
-//! A CPU model of one launch of the interpreter kernel (`device/kernels/executor.cu`), byte
+//! A CPU model of one launch of the interpreter kernel (`device/kernels/exec/executor.cu`), byte
 //! for byte: dense user buffers, padded input and output stages and scratch, staging in and
 //! out, every chunk addressed the way the kernel's `locate` does ([`Sizing::padded_offset`]:
 //! a scratch chunk by its owner's table) and written in whole 16-byte vectors into padded

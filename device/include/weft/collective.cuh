@@ -1,4 +1,4 @@
-// Building blocks of weft's collective kernels (device/kernels/*.cu), shared by every
+// Building blocks of weft's collective kernels (device/kernels/coll/, and the executor), shared by every
 // collective so each kernel states only its data movement.
 //
 // Two protocols share one communicator's state (CollContext):

@@ -1,6 +1,6 @@
 // weft's device API (the Primitive API): include this from your own kernels, with
-// device/include on the include path. Reduction helpers live in weft/reduce.cuh (they pull in
-// cuda_fp16.h / cuda_bf16.h).
+// device/include on the include path. The element types and reduction operators of the
+// collectives live in weft/elementwise.cuh (it pulls in cuda_fp16.h, cuda_bf16.h, cuda_fp8.h).
 #pragma once
 #include "weft/fifo.cuh"
 #include "weft/generated/types.cuh"

@@ -1,4 +1,4 @@
-//! The host mirror of the device test pattern (`pattern_word` in `device/kernels/selftest.cu`).
+//! The host mirror of the device test pattern (`pattern_word` in `device/tests/selftest.cu`).
 
 /// Word `word` of the pattern of (`seed`, `rank`).
 pub fn pattern_word(seed: u32, rank: u32, word: u64) -> u32 {

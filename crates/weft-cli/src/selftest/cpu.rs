@@ -16,12 +16,17 @@ use super::report::RankReport;
 pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>) {
     match weft_gpu::nvrtc_version() {
         Ok(_) => {
-            let library = KernelLibrary::new(env.cache_dir.clone());
-            let kernels: Vec<(&str, Vec<Vec<String>>)> =
-                device_code::KERNELS.iter().map(|(name, _)| (*name, device_code::variants(name))).collect();
+            // Every crate's kernels, each compiled by a library of its own set.
+            let tests = KernelLibrary::new(env.cache_dir.clone(), &device_code::TEST_KERNELS);
+            let coll = KernelLibrary::new(env.cache_dir.clone(), &weft_coll::device_code::KERNELS);
+            let exec = KernelLibrary::new(env.cache_dir.clone(), &weft_exec::device_code::KERNELS);
+            let kernels: Vec<(&KernelLibrary, &str, Vec<Vec<String>>)> = [&tests, &coll, &exec]
+                .into_iter()
+                .flat_map(|l| l.kernels().units.iter().map(move |(name, _)| (l, *name, (l.kernels().variants)(name))))
+                .collect();
             // Minutes on a small machine with a cold cache: a bar on a terminal, nothing otherwise.
-            let bar = compile_bar(kernels.iter().map(|(_, v)| v.len() as u64).sum());
-            for (name, variants) in &kernels {
+            let bar = compile_bar(kernels.iter().map(|(_, _, v)| v.len() as u64).sum());
+            for (library, name, variants) in &kernels {
                 bar.set_message(name.to_string());
                 let result = on_every_core(variants, |d| {
                     let compiled = library.compile_with(name, "sm_90", d).map(|_| ());
@@ -33,15 +38,15 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
             bar.finish_and_clear();
             report.record(
                 "layout probe: sizeof/offsetof of every weft-types struct under NVRTC",
-                library.compile_layout_probe("sm_90"),
+                tests.compile_layout_probe("sm_90"),
             );
             report.record(
                 format!("collective kernels use at most {LOCAL_FRAME_BUDGET} bytes of local memory per thread (ptxas)"),
-                local_memory_within_budget(&library),
+                local_memory_within_budget(&coll, &exec),
             );
             report.record(
                 "NVRTC compiles the specialized executor kernel of every shipped plan specialized at 2 ranks",
-                specialized_plans_compile(&library),
+                specialized_plans_compile(&exec),
             );
         }
         // A machine that must compile (CI sets WEFT_REQUIRE_NVRTC=1) fails instead of skipping.
@@ -63,18 +68,24 @@ const LOCAL_FRAME_BUDGET: u32 = 320;
 /// Compiles the collective kernels for the type variants that differ most (a one-byte integer,
 /// bf16, f64, FP8 with a wider accumulator; sum), the plan executor (1024-thread blocks on every
 /// SM too) for the first three, and the movement kernels, and fails naming every kernel whose
-/// frame is over [`LOCAL_FRAME_BUDGET`].
-fn local_memory_within_budget(library: &KernelLibrary) -> Result<(), String> {
+/// frame is over [`LOCAL_FRAME_BUDGET`]. `coll` and `exec`: libraries of weft-coll's and
+/// weft-exec's kernels.
+fn local_memory_within_budget(coll: &KernelLibrary, exec: &KernelLibrary) -> Result<(), String> {
     use rayon::prelude::*;
+    use weft_coll::device_code::{MOVEMENT, REDUCTIONS};
     let types = [DataType::I8, DataType::Bf16, DataType::F64, DataType::F8E4M3];
-    let mut programs: Vec<(&str, Vec<String>)> =
-        types.into_iter().map(|t| ("reductions.cu", device_code::type_defines(t, ReduceOp::Sum))).collect();
-    programs.extend(types[..3].iter().map(|&t| ("executor.cu", device_code::type_defines(t, ReduceOp::Sum))));
-    programs.push(("movement.cu", Vec::new()));
+    let mut programs: Vec<(&KernelLibrary, &str, Vec<String>)> =
+        types.into_iter().map(|t| (coll, REDUCTIONS, device_code::type_defines(t, ReduceOp::Sum))).collect();
+    programs.extend(
+        types[..3]
+            .iter()
+            .map(|&t| (exec, weft_exec::device_code::EXECUTOR, device_code::type_defines(t, ReduceOp::Sum))),
+    );
+    programs.push((coll, MOVEMENT, Vec::new()));
     let reports: Vec<_> =
-        programs.par_iter().map(|(name, defines)| library.resources(name, "sm_90", defines)).collect();
+        programs.par_iter().map(|(library, name, defines)| library.resources(name, "sm_90", defines)).collect();
     let mut over = Vec::new();
-    for ((name, defines), report) in programs.iter().zip(reports) {
+    for ((_, name, defines), report) in programs.iter().zip(reports) {
         for kernel in report.map_err(|e| e.to_string())? {
             if kernel.stack_frame_bytes > LOCAL_FRAME_BUDGET {
                 over.push(format!(
@@ -140,7 +151,7 @@ fn bootstrap_smoke(ranks: usize) -> Result<(), String> {
 
 /// Compiles, for 2 ranks, the specialized executor kernel (operations compiled in, bf16 sum) of
 /// rank 0 of every shipped plan whose ranks all get one: the kernels a plan launch builds on
-/// first use, checked without a GPU.
+/// first use, checked without a GPU. `library`: a library of weft-exec's kernels.
 fn specialized_plans_compile(library: &KernelLibrary) -> Result<(), String> {
     let ranks = 2;
     let mut programs = Vec::new();
@@ -155,7 +166,10 @@ fn specialized_plans_compile(library: &KernelLibrary) -> Result<(), String> {
         return Err("no shipped plan is specialized at 2 ranks".into());
     }
     on_every_core(&programs, |(name, defines)| {
-        library.compile_with("executor.cu", "sm_90", defines).map(|_| ()).map_err(|e| format!("{name}: {e}"))
+        library
+            .compile_with(weft_exec::device_code::EXECUTOR, "sm_90", defines)
+            .map(|_| ())
+            .map_err(|e| format!("{name}: {e}"))
     })
 }
 

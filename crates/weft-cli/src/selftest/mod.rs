@@ -152,7 +152,8 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
     }
     let device = Device::new(0)?;
     let started = Instant::now();
-    let compiled = KernelLibrary::new(env.cache_dir.clone()).compile("selftest.cu", &device.arch()?)?;
+    let compiled = KernelLibrary::new(env.cache_dir.clone(), &weft_core::device_code::TEST_KERNELS)
+        .compile("selftest.cu", &device.arch()?)?;
     println!(
         "selftest kernels for {}: {} in {:.1} ms",
         device.arch()?,

@@ -1,4 +1,5 @@
-//! The reduction helpers (`weft/reduce.cuh`) against a float64 host reference, on one GPU.
+//! The collectives' reduction (`weft/elementwise.cuh`'s Reducer, what every reducing kernel
+//! folds with) against a float64 host reference, on one GPU.
 
 use half::{bf16, f16};
 use weft_core::selftest_kernels::SelftestRunner;

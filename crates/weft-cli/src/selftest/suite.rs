@@ -69,7 +69,7 @@ fn run(
     let rank = bootstrap.rank();
     let gpu = |source| Error::Gpu { rank, source };
     let device = Device::new(ordinal).map_err(gpu)?;
-    let library = KernelLibrary::new(env.cache_dir.clone());
+    let library = KernelLibrary::new(env.cache_dir.clone(), &weft_core::device_code::TEST_KERNELS);
     let loaded = library.load(&device, "selftest.cu").map_err(gpu)?;
     report.metric(
         format!("kernel load ({})", if loaded.from_cache { "from cache" } else { "compiled" }),

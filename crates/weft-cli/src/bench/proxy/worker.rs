@@ -95,7 +95,7 @@ pub(super) fn run(bench: &ProxyBench, torchrun: &TorchrunEnv) -> Result<RankRepo
     let bootstrap: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::builder().from_env()?);
     let comm = Communicator::new(bootstrap, device.clone(), env.clone())?;
     let gpu = Gpu {
-        library: KernelLibrary::new(env.cache_dir.clone()),
+        library: KernelLibrary::new(env.cache_dir.clone(), &weft_core::device_code::TEST_KERNELS),
         stream: Stream::new(&device)?,
         host_timeout: env.device_timeout + Duration::from_secs(30),
         comm,

@@ -1,5 +1,5 @@
 // The plan executor's interpreter kernel: one kernel runs every execution plan. Compiled once
-// per (WEFT_DTYPE, WEFT_REDOP) pair like reductions.cu, so folds use the same Reducer as the
+// per (WEFT_DTYPE, WEFT_REDOP) pair like coll/reductions.cu, so folds use the same Reducer as the
 // native kernels. Block t < threadblocks runs thread block t of this rank's plan; every block of
 // the grid also shares the staging copies. Host side: crates/weft-exec (geometry.rs states the
 // chunk layout below; the CPU tests hold the two equal).

@@ -1,6 +1,6 @@
 // Kernels of `weft selftest`: they exercise the device API exactly as users' kernels would.
 #include "weft/weft.cuh"
-#include "weft/reduce.cuh"
+#include "weft/elementwise.cuh"
 
 using namespace weft;
 
@@ -122,12 +122,23 @@ extern "C" __global__ void weft_selftest_ll16_round(MemoryChannelDeviceHandle ch
   ll_round<Ll16>(ch, flag_slots, bytes, half_bytes, rank, peer, errors);
 }
 
-// Reduction helpers compile and compute: out[i] = in_a[i] (+|min|max) in_b[i] for f32, f16, bf16
-// on 16-byte vectors (the host checks against a float64 reference).
-template <typename T, typename Op>
+// The collectives' reduction (elementwise.cuh's Reducer, what every reducing kernel folds with)
+// computes: out[i] = in_a[i] (+|min|max) in_b[i] for f32, f16, bf16 on 16-byte vectors, both
+// widened to the accumulator, combined and rounded once (the host checks against a float64
+// reference).
+template <DataType D, ReduceOp O>
 __device__ void reduce_vectors(const uint4* a, const uint4* b, uint4* out, uint64_t vectors) {
+  using R = Reducer<D, O, 16>;
+  const Finish<D, O> finish{true, 2};
   for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += gridDim.x * blockDim.x) {
-    out[i] = reduce_vec<T, Op>(a[i], b[i]);
+    const uint4 x = a[i], y = b[i];
+    const uint32_t wx[4] = {x.x, x.y, x.z, x.w}, wy[4] = {y.x, y.y, y.z, y.w};
+    typename Element<D>::Acc acc[R::kElems];
+    R::start(acc, wx);
+    R::fold(acc, wy);
+    uint32_t res[4];
+    R::finish(acc, finish, res);
+    out[i] = make_uint4(res[0], res[1], res[2], res[3]);
   }
 }
 
@@ -135,15 +146,15 @@ extern "C" __global__ void weft_selftest_reduce(const uint4* a, const uint4* b, 
                                                 uint32_t dtype, uint32_t op) {
   // dtype: 0 f32, 1 f16, 2 bf16; op: 0 sum, 1 min, 2 max
   switch (dtype * 3 + op) {
-    case 0: reduce_vectors<float, SumOp>(a, b, out, vectors); break;
-    case 1: reduce_vectors<float, MinOp>(a, b, out, vectors); break;
-    case 2: reduce_vectors<float, MaxOp>(a, b, out, vectors); break;
-    case 3: reduce_vectors<__half, SumOp>(a, b, out, vectors); break;
-    case 4: reduce_vectors<__half, MinOp>(a, b, out, vectors); break;
-    case 5: reduce_vectors<__half, MaxOp>(a, b, out, vectors); break;
-    case 6: reduce_vectors<__nv_bfloat16, SumOp>(a, b, out, vectors); break;
-    case 7: reduce_vectors<__nv_bfloat16, MinOp>(a, b, out, vectors); break;
-    case 8: reduce_vectors<__nv_bfloat16, MaxOp>(a, b, out, vectors); break;
+    case 0: reduce_vectors<DataType::F32, ReduceOp::Sum>(a, b, out, vectors); break;
+    case 1: reduce_vectors<DataType::F32, ReduceOp::Min>(a, b, out, vectors); break;
+    case 2: reduce_vectors<DataType::F32, ReduceOp::Max>(a, b, out, vectors); break;
+    case 3: reduce_vectors<DataType::F16, ReduceOp::Sum>(a, b, out, vectors); break;
+    case 4: reduce_vectors<DataType::F16, ReduceOp::Min>(a, b, out, vectors); break;
+    case 5: reduce_vectors<DataType::F16, ReduceOp::Max>(a, b, out, vectors); break;
+    case 6: reduce_vectors<DataType::Bf16, ReduceOp::Sum>(a, b, out, vectors); break;
+    case 7: reduce_vectors<DataType::Bf16, ReduceOp::Min>(a, b, out, vectors); break;
+    case 8: reduce_vectors<DataType::Bf16, ReduceOp::Max>(a, b, out, vectors); break;
     default: break;
   }
 }

@@ -1,0 +1,88 @@
+//! The collective kernels (`device/kernels/coll/`), embedded here, in the crate that launches
+//! them: one file per algorithm family, each compiled as part of one of two translation units.
+//! `reductions.cu` includes every reducing algorithm and is compiled once per (element type,
+//! operator); `movement.cu` includes the algorithms that only move bytes and is compiled once.
+//! One unit per module keeps one NVRTC compilation and one cache entry per (type, operator),
+//! and every kernel of an algorithm is found in the module its unit compiles to.
+
+use weft_core::device_code::{KernelSet, compiled_once, type_variants};
+use weft_types::ReduceOp;
+
+/// The translation unit of the reducing collectives.
+pub const REDUCTIONS: &str = "reductions.cu";
+/// The translation unit of the collectives that only move bytes.
+pub const MOVEMENT: &str = "movement.cu";
+
+/// Every collective kernel source: the two units and the algorithm files and shared headers
+/// they include.
+pub const KERNELS: KernelSet = KernelSet {
+    dir: "device/kernels/coll",
+    units: &[
+        (REDUCTIONS, include_str!("../../../device/kernels/coll/reductions.cu")),
+        (MOVEMENT, include_str!("../../../device/kernels/coll/movement.cu")),
+    ],
+    includes: &[
+        ("common.cuh", include_str!("../../../device/kernels/coll/common.cuh")),
+        ("reducing.cuh", include_str!("../../../device/kernels/coll/reducing.cuh")),
+        ("two_shot_hb.cuh", include_str!("../../../device/kernels/coll/two_shot_hb.cuh")),
+        ("port_grid.cuh", include_str!("../../../device/kernels/coll/port_grid.cuh")),
+        ("allreduce_ll.cu", include_str!("../../../device/kernels/coll/allreduce_ll.cu")),
+        ("allreduce_hb.cu", include_str!("../../../device/kernels/coll/allreduce_hb.cu")),
+        ("ring.cu", include_str!("../../../device/kernels/coll/ring.cu")),
+        ("port_ring.cu", include_str!("../../../device/kernels/coll/port_ring.cu")),
+        ("port_allpairs.cu", include_str!("../../../device/kernels/coll/port_allpairs.cu")),
+        ("reduce_scatter.cu", include_str!("../../../device/kernels/coll/reduce_scatter.cu")),
+        ("reduce.cu", include_str!("../../../device/kernels/coll/reduce.cu")),
+        ("allgather.cu", include_str!("../../../device/kernels/coll/allgather.cu")),
+        ("broadcast.cu", include_str!("../../../device/kernels/coll/broadcast.cu")),
+        ("p2p.cu", include_str!("../../../device/kernels/coll/p2p.cu")),
+    ],
+    variants,
+};
+
+/// The reducing unit once per (element type, operator), every operator included; the movement
+/// unit once.
+fn variants(name: &str) -> Vec<Vec<String>> {
+    match name {
+        REDUCTIONS => type_variants(&ReduceOp::ALL),
+        _ => compiled_once(name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_collective_source_in_the_tree_is_embedded() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(KERNELS.files_on_disk(&root).unwrap(), KERNELS.embedded_files());
+    }
+
+    #[test]
+    fn every_algorithm_file_is_included_by_one_unit() {
+        for (file, _) in KERNELS.includes.iter().filter(|(n, _)| n.ends_with(".cu")) {
+            let directive = format!("#include \"{file}\"");
+            let including = KERNELS.units.iter().filter(|(_, text)| text.contains(&directive)).count();
+            assert_eq!(including, 1, "{file} is included by {including} units");
+        }
+    }
+
+    #[test]
+    fn every_kernel_of_an_algorithm_lies_in_the_unit_it_is_loaded_from() {
+        use crate::algorithm::Algorithm;
+        for algorithm in Algorithm::ALL {
+            let unit = if algorithm.reduces() { REDUCTIONS } else { MOVEMENT };
+            let definition = format!(" {}(", algorithm.kernel());
+            let holders: Vec<&str> = KERNELS
+                .includes
+                .iter()
+                .filter(|(_, text)| text.contains("extern \"C\"") && text.contains(&definition))
+                .map(|(n, _)| *n)
+                .collect();
+            assert_eq!(holders.len(), 1, "{} is defined in {holders:?}", algorithm.kernel());
+            let (_, unit_text) = KERNELS.units.iter().find(|(n, _)| *n == unit).unwrap();
+            assert!(unit_text.contains(&format!("#include \"{}\"", holders[0])), "{unit} lacks {}", holders[0]);
+        }
+    }
+}

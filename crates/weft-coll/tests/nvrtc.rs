@@ -1,0 +1,32 @@
+//! NVRTC compiles every variant of every collective kernel for sm_90, without a GPU, and each
+//! algorithm file on its own (it includes what it uses). When NVRTC is missing the tests say so
+//! and pass, unless `WEFT_REQUIRE_NVRTC=1` (set by scripts/test.sh, which installs the NVRTC
+//! wheels): then a missing NVRTC fails them.
+
+use weft_coll::device_code::KERNELS;
+use weft_core::KernelLibrary;
+use weft_core::device_code::{KernelSet, compiled_once, nvrtc_test_library, type_defines};
+use weft_types::{DataType, ReduceOp};
+
+fn library(kernels: &'static KernelSet) -> Option<KernelLibrary> {
+    nvrtc_test_library(kernels).unwrap_or_else(|e| panic!("NVRTC is required here: {e}"))
+}
+
+#[test]
+fn every_collective_variant_compiles_for_sm_90() {
+    let Some(library) = library(&KERNELS) else { return };
+    let compiled = library.compile_every_variant("sm_90").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(compiled, KERNELS.programs().len());
+}
+
+/// The collective set with every algorithm file as a unit of its own.
+static ALGORITHMS_ALONE: KernelSet = KernelSet { units: KERNELS.includes, variants: compiled_once, ..KERNELS };
+
+#[test]
+fn every_algorithm_file_compiles_on_its_own() {
+    let Some(library) = library(&ALGORITHMS_ALONE) else { return };
+    let defines = type_defines(DataType::Bf16, ReduceOp::Sum);
+    for (name, _) in KERNELS.includes.iter().filter(|(n, _)| n.ends_with(".cu")) {
+        library.compile_with(name, "sm_90", &defines).unwrap_or_else(|e| panic!("{name} alone: {e}"));
+    }
+}

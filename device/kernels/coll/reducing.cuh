@@ -1,0 +1,136 @@
+// What every reducing collective shares. The program is compiled once per (WEFT_DTYPE,
+// WEFT_REDOP) pair (DataType / ReduceOp values), so every kernel is specialised for its element
+// type and operator: Fin (Avg's division) and Pre (PreMulSum's pre-operation) below, and the
+// folds more than one algorithm runs: ll_reduce (LL packets), reduce_range (16-byte vectors in
+// scratch) and ring_reduce (one step of a ring).
+#pragma once
+#include "common.cuh"
+#include "weft/elementwise.cuh"
+
+constexpr DataType kType = static_cast<DataType>(WEFT_DTYPE);
+constexpr ReduceOp kOp = static_cast<ReduceOp>(WEFT_REDOP);
+using Elem = Element<kType>;
+using T = typename Elem::T;
+using Acc = typename Elem::Acc;
+/// Avg's division (elementwise.cuh), once per fully reduced element.
+using Fin = Finish<kType, kOp>;
+/// PreMulSum's multiplication of this rank's own input by its scalar (elementwise.cuh), once per
+/// contributing element; a copy for every other operator.
+using Pre = Premultiply<kType, kOp>;
+
+constexpr uint32_t kEveryRank = 0xffffffffu;
+
+/// Reduces this block's packets of a `len`-byte shard in rank order: this rank's words come
+/// from `mine` (its own input, premultiplied here), rank r's from slot `first_slot + r` of the
+/// local packet buffer (premultiplied by their sender's ll_put). `emit(j, valid, words)`
+/// consumes each result packet. Called by: every thread. False on timeout.
+template <typename Emit>
+__device__ __forceinline__ bool ll_reduce(const CollContext& c, const LlRound& round, uint32_t first_slot,
+                                          const char* mine, uint64_t len, const LlRange& range, Emit emit) {
+  using R = Reducer<kType, kOp, 8>;
+  const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
+  for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * 8 < len; j += blockDim.x) {
+    Acc acc[R::kElems];
+    for (uint32_t r = 0; r < c.ranks; ++r) {
+      uint32_t w[2];
+      if (r == c.rank) {
+        detail::load_words<2>(mine + j * 8, packet_valid(len, j), w);
+        pre(w);
+      } else if (!ll_read(packet_at(c, c.packets, round, first_slot + r, j), round, channel(c, r).semaphore.wait, w)) {
+        return false;
+      }
+      if (r == 0) {
+        R::start(acc, w);
+      } else {
+        R::fold(acc, w);
+      }
+    }
+    uint32_t out[2];
+    R::finish(acc, finish, out);
+    emit(j, packet_valid(len, j), out);
+  }
+  return true;
+}
+
+/// A `store` emitter: result packet j goes to `dst + 8j`.
+struct StoreTo {
+  char* dst;
+  __device__ __forceinline__ void operator()(uint64_t j, uint32_t valid, const uint32_t (&w)[2]) const {
+    detail::store_words<2>(dst + j * 8, valid, w);
+  }
+};
+
+__device__ __forceinline__ auto every_peer() {
+  return [](uint32_t) { return true; };
+}
+__device__ __forceinline__ auto only(uint32_t d) {
+  return [d](uint32_t p) { return p == d; };
+}
+
+/// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order and applies `finish`, whole 16-byte vectors through
+/// round_up16(hi): rank r's copy is at `in[r] + lo`, every `in` is scratch, 16-aligned and
+/// padded to 16 bytes (see push_padded), so no element is read on its own. `store(at, v)`
+/// puts the result vector of bytes `[at, at + 16)` wherever the caller's outputs are; it must
+/// keep the rule of push_padded (no peer receives a sub-word store), which whole vectors into
+/// padded scratch or into the 16-aligned prefix of a user buffer do.
+template <typename Store>
+__device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ranks, uint64_t lo, uint64_t hi,
+                                             const Fin& finish, const Store& store) {
+  using R = Reducer<kType, kOp, 16>;
+  const uint64_t vectors = div_ceil(hi - lo, 16);
+  for (uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    const uint64_t at = lo + v * 16;
+    Acc acc[R::kElems];
+    uint4 x[MAX_RANKS];
+    // Issue every rank's load before reducing.
+#pragma unroll
+    for (uint32_t r = 0; r < MAX_RANKS; ++r) {
+      if (r < ranks) x[r] = *reinterpret_cast<const uint4*>(in[r] + at);
+    }
+    for (uint32_t r = 0; r < ranks; ++r) {
+      const uint32_t(&w)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&x[r]);
+      if (r == 0) {
+        R::start(acc, w);
+      } else {
+        R::fold(acc, w);
+      }
+    }
+    uint32_t res[4];
+    R::finish(acc, finish, res);
+    store(at, make_uint4(res[0], res[1], res[2], res[3]));
+  }
+}
+
+/// One reduce step of the ring on bytes `[lo, hi)`: `partial` (a padded scratch slot, or null
+/// at the first step) folded with `input` (this rank's own, any alignment, through `pre`: every
+/// byte of it is read by exactly one step of a round); the result goes as whole 16-byte
+/// vectors into `to` (a peer's padded slot, or null) and, when `out` is set, exactly into
+/// `out`. `finish`: Fin::of for the last step, Fin::partial() for a partial result.
+__device__ __forceinline__ void ring_reduce(const char* partial, const char* input, char* to, char* out, uint64_t lo,
+                                            uint64_t hi, const Fin& finish, const Pre& pre) {
+  using R = Reducer<kType, kOp, 16>;
+  for (uint64_t at = lo + threadIdx.x * 16; at < hi; at += blockDim.x * 16) {
+    const uint32_t n = static_cast<uint32_t>(min_u64(16, hi - at));
+    uint32_t mine[4];
+    if (n == 16) {
+      const uint4 x = load16_any(input + at);
+      mine[0] = x.x, mine[1] = x.y, mine[2] = x.z, mine[3] = x.w;
+    } else {
+      detail::load_words<4>(input + at, n, mine);
+    }
+    pre(mine);
+    Acc acc[R::kElems];
+    if (partial != nullptr) {
+      const uint32_t(&p)[4] = *reinterpret_cast<const uint32_t(*)[4]>(partial + at);
+      R::start(acc, p);
+      R::fold(acc, mine);
+    } else {
+      R::start(acc, mine);
+    }
+    uint32_t res[4];
+    R::finish(acc, finish, res);
+    if (to != nullptr) *reinterpret_cast<uint4*>(to + at) = make_uint4(res[0], res[1], res[2], res[3]);
+    if (out != nullptr) detail::store_words<4>(out + at, n, res);
+  }
+}
