@@ -501,6 +501,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn plan_help_and_errors_list_exactly_what_the_parser_accepts() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let plan = cli.find_subcommand_mut("plan").expect("plan subcommand");
+        let actions: Vec<String> = plan.get_subcommands().map(|c| c.get_name().to_string()).collect();
+        assert_eq!(actions, ["compile", "verify", "show"]);
+        let compile = plan.find_subcommand_mut("compile").expect("compile").render_long_help().to_string();
+        for name in weft_cli::plan_cmd::algorithm_names() {
+            assert!(compile.contains(name), "plan compile --help omits {name}");
+            assert!(Cli::try_parse_from(["weft", "plan", "compile", name]).is_ok(), "{name} refused");
+        }
+        let unknown = Cli::try_parse_from(["weft", "plan", "compile", "ring"]).unwrap_err().to_string();
+        assert!(weft_cli::plan_cmd::algorithm_names().all(|n| unknown.contains(n)), "{unknown}");
+    }
+
+    #[test]
     fn the_proxy_benchmarks_parse() {
         let cli = Cli::try_parse_from([
             "weft",
