@@ -50,10 +50,8 @@ fn stalled_wait_tb_is_reported() {
     insta::assert_snapshot!(err.to_string());
 }
 
-/// Avg and PreMulSum are refused by name (the interpreter has no division by the rank count
-/// and no per-rank scalar), the four folds run.
-#[test]
-fn operators_without_a_fold_are_refused() {
+/// All-reduce of two ranks with signal, wait and read_reduce (reading the peer's input).
+fn read_reduce_plan() -> weft_plan::plan::ExecutionPlan {
     let rank = |peer: u32| {
         let (i, o) = io(0, 1);
         vec![vec![
@@ -62,7 +60,14 @@ fn operators_without_a_fold_are_refused() {
             Op::ReadReduce { local: i, remote: i, dst: o, from: Link::new(peer, 0) },
         ]]
     };
-    let p = plan(CollectiveKind::Rootless(weft_types::Collective::AllReduce), 1, 1, vec![rank(1), rank(0)]);
+    plan(CollectiveKind::Rootless(weft_types::Collective::AllReduce), 1, 1, vec![rank(1), rank(0)])
+}
+
+/// Avg and PreMulSum are refused by name (the interpreter has no division by the rank count
+/// and no per-rank scalar), the four folds run.
+#[test]
+fn operators_without_a_fold_are_refused() {
+    let p = read_reduce_plan();
     for op in ReduceOp::ALL {
         let mut buffers = vec![RankBuffers::new(vec![3i32], vec![0]), RankBuffers::new(vec![5i32], vec![0])];
         let result = Interpreter::new(&p).reduce_op(op).run(&mut buffers, 1);
@@ -84,15 +89,7 @@ fn operators_without_a_fold_are_refused() {
 /// All-reduce of two ranks with signal, wait and read_reduce (reading the peer's input).
 #[test]
 fn read_reduce_allreduce() {
-    let rank = |peer: u32| {
-        let (i, o) = io(0, 1);
-        vec![vec![
-            Op::Signal { to: Link::new(peer, 0) },
-            Op::Wait { from: Link::new(peer, 0) },
-            Op::ReadReduce { local: i, remote: i, dst: o, from: Link::new(peer, 0) },
-        ]]
-    };
-    let p = plan(CollectiveKind::Rootless(weft_types::Collective::AllReduce), 1, 1, vec![rank(1), rank(0)]);
+    let p = read_reduce_plan();
     verify(&p, &Collective::all_reduce(2, 1).unwrap()).unwrap();
     let mut buffers = vec![
         RankBuffers::new(vec![1.5f64, 2.0, -3.0], vec![0.0; 3]),
