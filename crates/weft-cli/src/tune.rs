@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
-use weft_coll::{Algorithm, CollConfig, Collectives, Protocol, Rule, Selector, TuningTable};
+use weft_coll::{Algorithm, CollConfig, CollectiveAlgorithms, Collectives, Protocol, Rule, Selector, TuningTable};
 use weft_core::{Communicator, Env};
 use weft_gpu::Device;
 use weft_types::{DataType, ReduceOp};

@@ -4,93 +4,33 @@ use std::fmt;
 
 use crate::plans::PlanId;
 
-/// A collective operation (serialised by its [`Collective::name`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Collective {
-    /// Every rank gets the reduction of every rank's buffer.
-    AllReduce,
-    /// Every rank gets every rank's block, in rank order.
-    AllGather,
-    /// Rank r gets the reduction of block r of every rank's buffer.
-    ReduceScatter,
-    /// Every rank gets the root's buffer.
-    Broadcast,
-    /// The root gets the reduction of every rank's buffer.
-    Reduce,
-    /// Rank r gets block r of every rank's buffer.
-    AllToAll,
-    /// Grouped point-to-point sends and receives.
-    SendRecv,
-}
+pub use weft_types::Collective;
 
-impl Collective {
-    /// Every collective.
-    pub const ALL: [Collective; 7] = [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::AllToAll,
-        Collective::SendRecv,
-    ];
-
-    /// Lower-case name (`allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`,
-    /// `alltoall`, `sendrecv`), as `weft bench` and the tuning table spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::AllReduce => "allreduce",
-            Self::AllGather => "allgather",
-            Self::ReduceScatter => "reducescatter",
-            Self::Broadcast => "broadcast",
-            Self::Reduce => "reduce",
-            Self::AllToAll => "alltoall",
-            Self::SendRecv => "sendrecv",
-        }
-    }
-
-    /// The collective called `name`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    /// Parses a name leniently: `all_reduce`, `all-reduce` and `AllReduce` are `allreduce`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let key: String = s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_ascii_lowercase();
-        Self::from_name(&key).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|c| c.name()).collect();
-            format!("unknown collective {s:?} (one of {})", names.join(", "))
-        })
-    }
-
-    /// Whether the collective applies a reduction operator.
-    pub fn reduces(self) -> bool {
-        matches!(self, Self::AllReduce | Self::ReduceScatter | Self::Reduce)
-    }
-
+/// What weft-coll knows of each collective ([`Collective`], defined once in weft-types): the
+/// algorithms that implement it and how a choice is forced or falls back.
+pub trait CollectiveAlgorithms: Copy {
     /// The environment variable that forces an algorithm: `WEFT_ALGO_ALLREDUCE`, ...
-    pub fn override_var(self) -> String {
-        format!("WEFT_ALGO_{}", self.name().to_ascii_uppercase())
-    }
-
+    fn override_var(self) -> String;
     /// The native algorithm a size-based choice falls back to where its pick cannot run: the
     /// first HB or point-to-point one that handles `dtype` (every collective has one for every
     /// type; all-to-all and send/receive have only point-to-point ones).
-    pub fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm> {
+    fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm>;
+    /// The algorithms that implement this collective: the native kernels, then the plans of
+    /// the registry (shipped, then the user plans of `WEFT_PLAN_DIR`).
+    fn algorithms(self) -> impl Iterator<Item = Algorithm>;
+}
+
+impl CollectiveAlgorithms for Collective {
+    fn override_var(self) -> String {
+        format!("WEFT_ALGO_{}", self.name().to_ascii_uppercase())
+    }
+
+    fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm> {
         self.algorithms().find(|a| matches!(a.protocol(), Protocol::Hb | Protocol::P2p) && a.supports(dtype))
     }
 
-    /// The algorithms that implement this collective: the native kernels, then the plans of
-    /// the registry (shipped, then the user plans of `WEFT_PLAN_DIR`).
-    pub fn algorithms(self) -> impl Iterator<Item = Algorithm> {
+    fn algorithms(self) -> impl Iterator<Item = Algorithm> {
         Algorithm::ALL.into_iter().chain(PlanId::all().map(Algorithm::Plan)).filter(move |a| a.collective() == self)
-    }
-}
-
-impl fmt::Display for Collective {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

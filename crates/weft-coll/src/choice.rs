@@ -3,7 +3,7 @@
 
 use weft_types::{DataType, ReduceOp};
 
-use crate::algorithm::{Algorithm, Collective, Protocol};
+use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms, Protocol};
 use crate::config::CollConfig;
 use crate::error::CollError;
 use crate::plans::PlanId;

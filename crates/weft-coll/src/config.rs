@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use weft_types::{DataType, ReduceOp};
 
-use crate::algorithm::{Algorithm, Collective};
+use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms};
 
 /// Most worker blocks of a `port_ring` or `port_allpairs` launch (the launch has one more, its
 /// driver).

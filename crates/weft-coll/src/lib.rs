@@ -40,7 +40,7 @@ mod registry;
 mod resources;
 mod window;
 
-pub use algorithm::{Algorithm, Collective, Protocol};
+pub use algorithm::{Algorithm, Collective, CollectiveAlgorithms, Protocol};
 pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::CollError;

@@ -105,19 +105,6 @@ fn user_plans() -> &'static [UserPlan] {
     USER.get().and_then(|(_, r)| r.as_ref().ok()).map(Vec::as_slice).unwrap_or_default()
 }
 
-/// The collective of the registry a plan's collective is (`None`: custom plans, which no
-/// collective call can run).
-fn collective_of(kind: CollectiveKind) -> Option<Collective> {
-    match kind {
-        CollectiveKind::AllReduce => Some(Collective::AllReduce),
-        CollectiveKind::AllGather => Some(Collective::AllGather),
-        CollectiveKind::ReduceScatter => Some(Collective::ReduceScatter),
-        CollectiveKind::AllToAll => Some(Collective::AllToAll),
-        CollectiveKind::Broadcast { .. } => Some(Collective::Broadcast),
-        CollectiveKind::Custom => None,
-    }
-}
-
 /// Loads the user plans of `dir` (once per process: a later call must name the same folder).
 /// Every `*.json` file must be a valid plan of a collective; the error names the bad file.
 pub fn load_user_plans(dir: &Path) -> Result<(), String> {
@@ -135,7 +122,7 @@ pub fn load_user_plans(dir: &Path) -> Result<(), String> {
 fn read_user_plans(dir: &Path) -> Result<Vec<UserPlan>, String> {
     let mut out: Vec<UserPlan> = Vec::new();
     for plan in weft_exec::load_plan_dir(dir).map_err(|e| e.to_string())? {
-        let collective = collective_of(plan.collective).ok_or_else(|| {
+        let collective = plan.collective.collective().ok_or_else(|| {
             format!("plan {:?} computes a custom collective, which no collective call runs", plan.name)
         })?;
         let name = format!("plan:{}", plan.name);
@@ -190,7 +177,7 @@ impl PlanId {
         if user.plan.nranks != n {
             return Err(format!("{} is a {}-rank plan, the communicator has {ranks}", user.name, user.plan.nranks));
         }
-        if let CollectiveKind::Broadcast { root: planned } = user.plan.collective
+        if let CollectiveKind::Rooted { root: planned, .. } = user.plan.collective
             && planned != r
         {
             return Err(format!("{} broadcasts from rank {planned}, the call from rank {root}", user.name));
@@ -223,7 +210,7 @@ mod tests {
             assert!(id.name().starts_with("plan:"));
             for ranks in [2, 4] {
                 let plan = id.plan(ranks, ranks - 1).unwrap_or_else(|e| panic!("{e}"));
-                assert_eq!(collective_of(plan.collective), Some(id.collective()), "{}", id.name());
+                assert_eq!(plan.collective.collective(), Some(id.collective()), "{}", id.name());
                 assert_eq!(plan.nranks as usize, ranks);
                 weft_exec::lower(&plan).unwrap();
             }

@@ -566,7 +566,8 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_at_small_counts
                 for elem in [1, 2, 4, 8] {
                     for placement in [Placement::OutOfPlace, Placement::InPlace] {
                         if placement == Placement::InPlace
-                            && plan.collective == weft_plan::plan::CollectiveKind::AllToAll
+                            && plan.collective
+                                == weft_plan::plan::CollectiveKind::Rootless(weft_types::Collective::AllToAll)
                         {
                             continue;
                         }
@@ -584,7 +585,10 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_at_small_counts
 /// 150000 bytes), 4-byte ones do not.
 #[test]
 fn the_kernel_model_computes_what_the_reference_interpreter_does_at_150001_elements() {
-    for plan in plans(2).into_iter().filter(|p| p.collective == weft_plan::plan::CollectiveKind::AllReduce) {
+    for plan in plans(2)
+        .into_iter()
+        .filter(|p| p.collective == weft_plan::plan::CollectiveKind::Rootless(weft_types::Collective::AllReduce))
+    {
         for elem in [4, 8] {
             for replicas in [1, 5] {
                 check(&plan, 150_001, elem, Placement::OutOfPlace, replicas);

@@ -51,8 +51,7 @@ fn stalled_wait_tb_is_reported() {
 }
 
 /// All-reduce of two ranks with signal, wait and read_reduce (reading the peer's input).
-#[test]
-fn read_reduce_allreduce() {
+fn read_reduce_plan() -> weft_plan::plan::ExecutionPlan {
     let rank = |peer: u32| {
         let (i, o) = io(0, 1);
         vec![vec![
@@ -61,7 +60,36 @@ fn read_reduce_allreduce() {
             Op::ReadReduce { local: i, remote: i, dst: o, from: Link::new(peer, 0) },
         ]]
     };
-    let p = plan(CollectiveKind::AllReduce, 1, 1, vec![rank(1), rank(0)]);
+    plan(CollectiveKind::Rootless(weft_types::Collective::AllReduce), 1, 1, vec![rank(1), rank(0)])
+}
+
+/// Avg and PreMulSum are refused by name (the interpreter has no division by the rank count
+/// and no per-rank scalar), the four folds run.
+#[test]
+fn operators_without_a_fold_are_refused() {
+    let p = read_reduce_plan();
+    for op in ReduceOp::ALL {
+        let mut buffers = vec![RankBuffers::new(vec![3i32], vec![0]), RankBuffers::new(vec![5i32], vec![0])];
+        let result = Interpreter::new(&p).reduce_op(op).run(&mut buffers, 1);
+        match op {
+            ReduceOp::Avg | ReduceOp::PreMulSum => {
+                let err = result.unwrap_err();
+                assert!(matches!(err, InterpretError::UnsupportedOp(o) if o == op), "{err}");
+                assert!(err.to_string().contains(op.name()), "{err}");
+            }
+            _ => {
+                result.unwrap();
+                let want = common::combine_i64(op)(3, 5) as i32;
+                assert_eq!((buffers[0].output[0], buffers[1].output[0]), (want, want), "{op:?}");
+            }
+        }
+    }
+}
+
+/// All-reduce of two ranks with signal, wait and read_reduce (reading the peer's input).
+#[test]
+fn read_reduce_allreduce() {
+    let p = read_reduce_plan();
     verify(&p, &Collective::all_reduce(2, 1).unwrap()).unwrap();
     let mut buffers = vec![
         RankBuffers::new(vec![1.5f64, 2.0, -3.0], vec![0.0; 3]),
@@ -98,7 +126,7 @@ fn put_get_barrier_allgather() {
         ]))
         .collect::<Vec<_>>()
     };
-    let p = plan(CollectiveKind::AllGather, 1, 2, vec![rank(0), rank(1)]);
+    let p = plan(CollectiveKind::Rootless(weft_types::Collective::AllGather), 1, 2, vec![rank(0), rank(1)]);
     p.validate().unwrap();
     let mut buffers = vec![RankBuffers::new(vec![1i32, 2], vec![0; 4]), RankBuffers::new(vec![3i32, 4], vec![0; 4])];
     interpret(&p, &mut buffers, 2).unwrap();

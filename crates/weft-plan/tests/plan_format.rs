@@ -64,7 +64,7 @@ fn base() -> ExecutionPlan {
     ExecutionPlan {
         version: PLAN_VERSION,
         name: "base".into(),
-        collective: CollectiveKind::AllGather,
+        collective: CollectiveKind::Rootless(weft_types::Collective::AllGather),
         nranks: 2,
         size_classes: 1,
         input_chunks: 1,
@@ -306,7 +306,7 @@ fn a_loaded_plan_is_verified_against_the_collective_it_names() {
     weft_plan::passes::verify(&loaded, &collective).unwrap();
     // The same plan relabelled as an AllToAll is rejected by the verifier.
     let mut wrong = loaded.clone();
-    wrong.collective = weft_plan::plan::CollectiveKind::AllToAll;
+    wrong.collective = weft_plan::plan::CollectiveKind::Rootless(weft_types::Collective::AllToAll);
     let c = weft_plan::Collective::from_plan(&wrong).unwrap();
     assert!(weft_plan::passes::verify(&wrong, &c).is_err());
 }

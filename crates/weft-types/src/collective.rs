@@ -1,4 +1,5 @@
-//! Element types and reduction operators of collectives. The values are NCCL's
+//! The collectives, and the element types and reduction operators they compute with: one
+//! vocabulary for the selector, the plans and the NCCL layer. The values are NCCL's
 //! (`ncclDataType_t`, `ncclRedOp_t`), so the NCCL ABI maps onto them one to one.
 
 device_enums! {
@@ -49,6 +50,80 @@ device_enums! {
         Avg = 4,
         /// Sum of each rank's input times that rank's own scalar (`ncclRedOpCreatePreMulSum`).
         PreMulSum = 5,
+    }
+}
+
+/// A collective operation, as every layer names it: weft-coll's selector and tuning tables,
+/// the execution plans of weft-plan, `weft bench` and the NCCL layer. With the `serde` feature
+/// it is serialised by its [`Collective::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "lowercase"))]
+pub enum Collective {
+    /// Every rank gets the reduction of every rank's buffer.
+    AllReduce,
+    /// Every rank gets every rank's block, in rank order.
+    AllGather,
+    /// Rank r gets the reduction of block r of every rank's buffer.
+    ReduceScatter,
+    /// Every rank gets the root's buffer.
+    Broadcast,
+    /// The root gets the reduction of every rank's buffer.
+    Reduce,
+    /// Rank r gets block r of every rank's buffer.
+    AllToAll,
+    /// Grouped point-to-point sends and receives.
+    SendRecv,
+}
+
+impl Collective {
+    /// Every collective.
+    pub const ALL: [Collective; 7] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::SendRecv,
+    ];
+
+    /// Lower-case name (`allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`,
+    /// `alltoall`, `sendrecv`), as `weft bench`, the tuning table and the plan format spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AllReduce => "allreduce",
+            Self::AllGather => "allgather",
+            Self::ReduceScatter => "reducescatter",
+            Self::Broadcast => "broadcast",
+            Self::Reduce => "reduce",
+            Self::AllToAll => "alltoall",
+            Self::SendRecv => "sendrecv",
+        }
+    }
+
+    /// The collective called `name` ([`Collective::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Parses a name leniently: `all_reduce`, `all-reduce` and `AllReduce` are `allreduce`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let key: String = s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_ascii_lowercase();
+        Self::from_name(&key).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|c| c.name()).collect();
+            format!("unknown collective {s:?} (one of {})", names.join(", "))
+        })
+    }
+
+    /// Whether the collective applies a reduction operator.
+    pub fn reduces(self) -> bool {
+        matches!(self, Self::AllReduce | Self::ReduceScatter | Self::Reduce)
+    }
+}
+
+impl core::fmt::Display for Collective {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -160,5 +235,10 @@ mod tests {
             assert_eq!(ReduceOp::from_name(o.name()), Some(o));
         }
         assert_eq!((DataType::from_name("f128"), ReduceOp::from_name("xor")), (None, None));
+        for c in Collective::ALL {
+            assert_eq!((Collective::from_name(c.name()), Collective::parse(c.name())), (Some(c), Ok(c)));
+        }
+        assert_eq!(Collective::parse("Reduce-Scatter"), Ok(Collective::ReduceScatter));
+        assert!(Collective::parse("gather").is_err());
     }
 }

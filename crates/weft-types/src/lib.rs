@@ -27,7 +27,7 @@ mod port;
 mod status;
 
 pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
-pub use collective::{DataType, ReduceOp};
+pub use collective::{Collective, DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use exec::{
     EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FLUSH, EXEC_INPUT_STAGED, EXEC_LOC_PACKETS, EXEC_LOCAL,

@@ -16,7 +16,9 @@
 
 use std::time::Duration;
 
-use weft_coll::{Algorithm, CollConfig, CollError, Collectives, PathCounts, Protocol, Reduction, Scalar};
+use weft_coll::{
+    Algorithm, CollConfig, CollError, CollectiveAlgorithms, Collectives, PathCounts, Protocol, Reduction, Scalar,
+};
 use weft_core::{Communicator, Env};
 use weft_gpu::{AllocKind, DeviceMemory};
 use weft_types::{DataType, ReduceOp};

@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::DslError;
+use weft_types::Collective as Kind;
+
 use crate::plan::CollectiveKind;
 
 /// One chunk of one rank's input: the unit every chunk value is made of.
@@ -78,34 +80,40 @@ impl Collective {
         if !shape_ok || !limits_ok {
             return Err(DslError::BadCollective { nranks, input_chunks, output_chunks, size_classes });
         }
+        if let Some(collective) = kind.collective() {
+            // A kind built by hand may pair a collective with a root wrongly: refuse what a
+            // plan cannot express, so every kind below has its postcondition.
+            CollectiveKind::new(collective, kind.root())
+                .map_err(|reason| DslError::Constraint { algorithm: "collective", reason })?;
+        }
         Ok(Self { kind, nranks, input_chunks, output_chunks, size_classes, custom: None })
     }
 
     /// AllReduce with `chunks` chunks per buffer: output chunk `i` of every rank is the
     /// reduction of input chunk `i` of all ranks.
     pub fn all_reduce(nranks: u32, chunks: u32) -> Result<Self, DslError> {
-        Self::new(CollectiveKind::AllReduce, nranks, chunks, chunks, chunks)
+        Self::new(CollectiveKind::Rootless(Kind::AllReduce), nranks, chunks, chunks, chunks)
     }
 
     /// AllGather with `chunks` input chunks per rank: output chunk `q * chunks + j` of every
     /// rank is input chunk `j` of rank `q`.
     pub fn all_gather(nranks: u32, chunks: u32) -> Result<Self, DslError> {
         let out = nranks.saturating_mul(chunks);
-        Self::new(CollectiveKind::AllGather, nranks, chunks, out, chunks)
+        Self::new(CollectiveKind::Rootless(Kind::AllGather), nranks, chunks, out, chunks)
     }
 
     /// ReduceScatter with `chunks` output chunks per rank: output chunk `j` of rank `r` is the
     /// reduction of input chunk `r * chunks + j` of all ranks.
     pub fn reduce_scatter(nranks: u32, chunks: u32) -> Result<Self, DslError> {
         let input = nranks.saturating_mul(chunks);
-        Self::new(CollectiveKind::ReduceScatter, nranks, input, chunks, chunks)
+        Self::new(CollectiveKind::Rootless(Kind::ReduceScatter), nranks, input, chunks, chunks)
     }
 
     /// AllToAll with `chunks` chunks per pair: output chunk `q * chunks + j` of rank `r` is
     /// input chunk `r * chunks + j` of rank `q`.
     pub fn all_to_all(nranks: u32, chunks: u32) -> Result<Self, DslError> {
         let n = nranks.saturating_mul(chunks);
-        Self::new(CollectiveKind::AllToAll, nranks, n, n, chunks)
+        Self::new(CollectiveKind::Rootless(Kind::AllToAll), nranks, n, n, chunks)
     }
 
     /// Broadcast of `root`'s `chunks` input chunks to every rank's output.
@@ -113,7 +121,7 @@ impl Collective {
         if root >= nranks {
             return Err(DslError::RankOutOfRange { rank: root, nranks });
         }
-        Self::new(CollectiveKind::Broadcast { root }, nranks, chunks, chunks, chunks)
+        Self::new(CollectiveKind::Rooted { collective: Kind::Broadcast, root }, nranks, chunks, chunks, chunks)
     }
 
     /// The built-in collective a plan says it computes, with the plan's buffer shapes, so a plan
@@ -174,11 +182,13 @@ impl Collective {
         let k = self.size_classes;
         let all = |i: u32| (0..n).map(|q| InputChunk::new(q, i)).collect::<Vec<_>>();
         let mut chunks = match self.kind {
-            CollectiveKind::AllReduce => all(index),
-            CollectiveKind::AllGather => vec![InputChunk::new(index / k, index % k)],
-            CollectiveKind::ReduceScatter => all(rank * k + index),
-            CollectiveKind::AllToAll => vec![InputChunk::new(index / k, rank * k + index % k)],
-            CollectiveKind::Broadcast { root } => vec![InputChunk::new(root, index)],
+            CollectiveKind::Rootless(Kind::AllReduce) => all(index),
+            CollectiveKind::Rootless(Kind::AllGather) => vec![InputChunk::new(index / k, index % k)],
+            CollectiveKind::Rootless(Kind::ReduceScatter) => all(rank * k + index),
+            CollectiveKind::Rootless(Kind::AllToAll) => vec![InputChunk::new(index / k, rank * k + index % k)],
+            CollectiveKind::Rooted { collective: Kind::Broadcast, root } => vec![InputChunk::new(root, index)],
+            // `Collective::new` refuses every other pairing.
+            CollectiveKind::Rootless(_) | CollectiveKind::Rooted { .. } => return None,
             CollectiveKind::Custom => self.custom.as_ref().and_then(|f| f(rank, index))?,
         };
         chunks.sort_unstable();

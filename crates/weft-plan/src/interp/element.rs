@@ -2,20 +2,7 @@
 
 use std::fmt;
 
-/// A reduction operator, applied element-wise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum ReduceOp {
-    /// Addition (wrapping for integers).
-    #[default]
-    Sum,
-    /// Multiplication (wrapping for integers).
-    Prod,
-    /// Minimum.
-    Min,
-    /// Maximum.
-    Max,
-}
+pub use weft_types::ReduceOp;
 
 /// A plain element type the CPU interpreter can move and reduce.
 ///
@@ -26,7 +13,9 @@ pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     fn to_bits(self) -> u64;
     /// Inverse of [`Element::to_bits`].
     fn from_bits(bits: u64) -> Self;
-    /// `a ⊕ b` for the operator `op`.
+    /// `a ⊕ b` for the operator `op`. Avg and PreMulSum fold as sums (their division and
+    /// pre-multiplication are not folds); the interpreter refuses them before it runs
+    /// ([`InterpretError::UnsupportedOp`](super::InterpretError::UnsupportedOp)).
     fn combine(op: ReduceOp, a: Self, b: Self) -> Self;
 }
 
@@ -42,7 +31,7 @@ macro_rules! float_element {
             }
             fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
                 match op {
-                    ReduceOp::Sum => a + b,
+                    ReduceOp::Sum | ReduceOp::Avg | ReduceOp::PreMulSum => a + b,
                     ReduceOp::Prod => a * b,
                     ReduceOp::Min => a.min(b),
                     ReduceOp::Max => a.max(b),
@@ -65,7 +54,7 @@ macro_rules! int_element {
             }
             fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
                 match op {
-                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Sum | ReduceOp::Avg | ReduceOp::PreMulSum => a.wrapping_add(b),
                     ReduceOp::Prod => a.wrapping_mul(b),
                     ReduceOp::Min => a.min(b),
                     ReduceOp::Max => a.max(b),

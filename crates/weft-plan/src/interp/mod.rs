@@ -92,6 +92,10 @@ pub enum InterpretError {
         /// Every thread block that was stuck, ordered by site.
         stalls: Vec<Stall>,
     },
+    /// The operator is one the interpreter cannot compute: it folds in the element type, with
+    /// no division by the rank count (avg) and no per-rank scalar (premulsum).
+    #[error("the interpreter cannot reduce with the {} operator (it computes sum, prod, min and max)", .0.name())]
+    UnsupportedOp(ReduceOp),
     /// An interpreter thread panicked (a bug in the interpreter).
     #[error("interpreter thread for {site} panicked")]
     Panicked {

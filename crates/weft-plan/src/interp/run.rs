@@ -64,6 +64,9 @@ pub(super) fn run<T: Element>(
     buffers: &mut [RankBuffers<T>],
     element_count: usize,
 ) -> Result<(), InterpretError> {
+    if matches!(op, ReduceOp::Avg | ReduceOp::PreMulSum) {
+        return Err(InterpretError::UnsupportedOp(op));
+    }
     plan.validate()?;
     let geometry = Geometry::new(plan, element_count)?;
     if buffers.len() != plan.ranks.len() {

@@ -52,8 +52,8 @@ pub(super) fn render(plan: &ExecutionPlan) -> String {
 
 /// The collective as listings and drawings name it (a broadcast with its root).
 pub(super) fn collective_label(collective: super::CollectiveKind) -> String {
-    match collective {
-        super::CollectiveKind::Broadcast { root } => format!("broadcast (root {root})"),
-        other => other.name().to_string(),
+    match collective.root() {
+        Some(root) => format!("{} (root {root})", collective.name()),
+        None => collective.name().to_string(),
     }
 }

@@ -20,6 +20,7 @@ mod packets;
 mod validate;
 
 use serde::{Deserialize, Serialize};
+use weft_types::Collective;
 
 pub use drawing::{EdgeKind, OpEdge, OpGraph, OpNode};
 pub use geometry::{Geometry, GeometryError};
@@ -30,20 +31,25 @@ pub use validate::{LoadError, Site, limits};
 /// The plan format version this crate reads and writes.
 pub const PLAN_VERSION: u32 = 1;
 
-/// Which collective a plan computes.
+/// Which collective a plan computes: one of weft's collectives ([`Collective`], defined once
+/// in weft-types) with the data a plan adds to it (broadcast's root), or a user-defined one.
+/// Plans express all-reduce, all-gather, reduce-scatter and all-to-all ([`Rootless`]) and
+/// broadcast ([`Rooted`]); [`CollectiveKind::new`] refuses any other pairing.
+///
+/// In JSON: `{"kind": "allreduce"}` (the collective's [`Collective::name`]),
+/// `{"kind": "broadcast", "root": 0}`, `{"kind": "custom"}`.
+///
+/// [`Rootless`]: CollectiveKind::Rootless
+/// [`Rooted`]: CollectiveKind::Rooted
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+#[serde(try_from = "KindJson", into = "KindJson")]
 pub enum CollectiveKind {
-    /// Every rank ends with the reduction of all inputs.
-    AllReduce,
-    /// Every rank ends with the concatenation of all inputs, in rank order.
-    AllGather,
-    /// Rank `r` ends with the reduction of block `r` of all inputs.
-    ReduceScatter,
-    /// Rank `r`'s output block `q` is rank `q`'s input block `r`.
-    AllToAll,
-    /// Every rank ends with the root's input.
-    Broadcast {
+    /// A collective without a root: all-reduce, all-gather, reduce-scatter or all-to-all.
+    Rootless(Collective),
+    /// A collective with a root rank: broadcast.
+    Rooted {
+        /// The collective.
+        collective: Collective,
         /// The rank whose input is broadcast.
         root: u32,
     },
@@ -52,16 +58,77 @@ pub enum CollectiveKind {
 }
 
 impl CollectiveKind {
-    /// Lower-case name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            CollectiveKind::AllReduce => "allreduce",
-            CollectiveKind::AllGather => "allgather",
-            CollectiveKind::ReduceScatter => "reducescatter",
-            CollectiveKind::AllToAll => "alltoall",
-            CollectiveKind::Broadcast { .. } => "broadcast",
-            CollectiveKind::Custom => "custom",
+    /// The collectives a plan can compute without a root.
+    pub const ROOTLESS: [Collective; 4] =
+        [Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll];
+    /// The collectives a plan can compute from a root.
+    pub const ROOTED: [Collective; 1] = [Collective::Broadcast];
+
+    /// The plan's kind for `collective`, with `root` where it has one; the error says why
+    /// plans cannot express the pairing.
+    pub fn new(collective: Collective, root: Option<u32>) -> Result<Self, String> {
+        match root {
+            None if Self::ROOTLESS.contains(&collective) => Ok(Self::Rootless(collective)),
+            Some(root) if Self::ROOTED.contains(&collective) => Ok(Self::Rooted { collective, root }),
+            None if Self::ROOTED.contains(&collective) => Err(format!("a {collective} plan needs a root")),
+            Some(_) if Self::ROOTLESS.contains(&collective) => Err(format!("a {collective} plan has no root")),
+            _ => Err(format!("plans do not express {collective}")),
         }
+    }
+
+    /// The collective computed (`None`: a custom one).
+    pub fn collective(&self) -> Option<Collective> {
+        match *self {
+            CollectiveKind::Rootless(collective) | CollectiveKind::Rooted { collective, .. } => Some(collective),
+            CollectiveKind::Custom => None,
+        }
+    }
+
+    /// The root rank, for a rooted collective.
+    pub fn root(&self) -> Option<u32> {
+        match *self {
+            CollectiveKind::Rooted { root, .. } => Some(root),
+            CollectiveKind::Rootless(_) | CollectiveKind::Custom => None,
+        }
+    }
+
+    /// Lower-case name: the collective's [`Collective::name`], or `custom`.
+    pub fn name(&self) -> &'static str {
+        self.collective().map_or("custom", Collective::name)
+    }
+}
+
+/// [`CollectiveKind`] as the plan format spells it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KindJson {
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    root: Option<u32>,
+}
+
+impl TryFrom<KindJson> for CollectiveKind {
+    type Error = String;
+
+    fn try_from(json: KindJson) -> Result<Self, String> {
+        match (json.kind.as_str(), json.root) {
+            ("custom", None) => Ok(CollectiveKind::Custom),
+            ("custom", Some(_)) => Err("a custom plan has no root".into()),
+            (name, root) => {
+                let collective = Collective::from_name(name).ok_or_else(|| {
+                    let known: Vec<&str> =
+                        Self::ROOTLESS.iter().chain(&Self::ROOTED).map(|c| c.name()).chain(["custom"]).collect();
+                    format!("unknown collective kind `{name}`, expected one of {}", known.join(", "))
+                })?;
+                CollectiveKind::new(collective, root)
+            }
+        }
+    }
+}
+
+impl From<CollectiveKind> for KindJson {
+    fn from(kind: CollectiveKind) -> Self {
+        KindJson { kind: kind.name().into(), root: kind.root() }
     }
 }
 
