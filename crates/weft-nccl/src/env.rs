@@ -13,62 +13,57 @@ use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use weft_types::Collective;
+
 use crate::error::NcclError;
 
-/// The operations a route is decided for.
+/// The operations a route is decided for: weft's collectives (one vocabulary, from
+/// weft-types) and the two entry points of the C API that weft lowers to point-to-point
+/// transfers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
-    /// `ncclAllReduce`.
-    AllReduce,
-    /// `ncclAllGather`.
-    AllGather,
-    /// `ncclReduceScatter`.
-    ReduceScatter,
-    /// `ncclBroadcast` and `ncclBcast`.
-    Broadcast,
-    /// `ncclReduce`.
-    Reduce,
-    /// `ncclAlltoAll`.
-    AllToAll,
+    /// A collective of weft's own (`ncclBcast` is a broadcast, `ncclSend`/`ncclRecv` a send/receive).
+    Collective(Collective),
     /// `ncclGather`.
     Gather,
     /// `ncclScatter`.
     Scatter,
-    /// `ncclSend` and `ncclRecv`.
-    SendRecv,
 }
 
 impl Kind {
-    /// Every kind.
-    pub const ALL: [Kind; 9] = [
-        Kind::AllReduce,
-        Kind::AllGather,
-        Kind::ReduceScatter,
-        Kind::Broadcast,
-        Kind::Reduce,
-        Kind::AllToAll,
-        Kind::Gather,
-        Kind::Scatter,
-        Kind::SendRecv,
-    ];
+    /// `ncclAllReduce`.
+    pub const ALL_REDUCE: Kind = Kind::Collective(Collective::AllReduce);
+    /// `ncclAllGather`.
+    pub const ALL_GATHER: Kind = Kind::Collective(Collective::AllGather);
+    /// `ncclReduceScatter`.
+    pub const REDUCE_SCATTER: Kind = Kind::Collective(Collective::ReduceScatter);
+    /// `ncclBroadcast` and `ncclBcast`.
+    pub const BROADCAST: Kind = Kind::Collective(Collective::Broadcast);
+    /// `ncclReduce`.
+    pub const REDUCE: Kind = Kind::Collective(Collective::Reduce);
+    /// `ncclAlltoAll`.
+    pub const ALL_TO_ALL: Kind = Kind::Collective(Collective::AllToAll);
+    /// `ncclSend` and `ncclRecv`.
+    pub const SEND_RECV: Kind = Kind::Collective(Collective::SendRecv);
 
-    /// The name `WEFT_NCCL_FORCE_FALLBACK` uses.
+    /// Every kind: weft's collectives, then gather and scatter.
+    pub fn all() -> impl Iterator<Item = Kind> {
+        Collective::ALL.into_iter().map(Kind::Collective).chain([Kind::Gather, Kind::Scatter])
+    }
+
+    /// The name `WEFT_NCCL_FORCE_FALLBACK` uses (a collective's own name).
     pub fn name(self) -> &'static str {
         match self {
-            Kind::AllReduce => "allreduce",
-            Kind::AllGather => "allgather",
-            Kind::ReduceScatter => "reducescatter",
-            Kind::Broadcast => "broadcast",
-            Kind::Reduce => "reduce",
-            Kind::AllToAll => "alltoall",
+            Kind::Collective(c) => c.name(),
             Kind::Gather => "gather",
             Kind::Scatter => "scatter",
-            Kind::SendRecv => "sendrecv",
         }
     }
 
+    /// The kind's bit in a [`ForceSet`]: its place in [`Kind::all`].
     fn bit(self) -> u16 {
-        1 << (self as u16)
+        let index = Kind::all().position(|k| k == self).unwrap_or(0);
+        1 << index
     }
 }
 
@@ -89,13 +84,13 @@ impl ForceSet {
         let mut set = 0u16;
         for word in text.split(',').map(|w| w.trim().to_ascii_lowercase()).filter(|w| !w.is_empty()) {
             let kinds: Vec<Kind> = match word.as_str() {
-                "all" => Kind::ALL.to_vec(),
-                "bcast" => vec![Kind::Broadcast],
-                "send" | "recv" => vec![Kind::SendRecv],
-                name => match Kind::ALL.iter().find(|k| k.name() == name) {
-                    Some(&k) => vec![k],
+                "all" => Kind::all().collect(),
+                "bcast" => vec![Kind::BROADCAST],
+                "send" | "recv" => vec![Kind::SEND_RECV],
+                name => match Kind::all().find(|k| k.name() == name) {
+                    Some(k) => vec![k],
                     None => {
-                        let known: Vec<_> = Kind::ALL.iter().map(|k| k.name()).collect();
+                        let known: Vec<_> = Kind::all().map(|k| k.name()).collect();
                         return Err(format!("unknown collective {name:?}: expected all or {}", known.join(", ")));
                     }
                 },
@@ -203,13 +198,17 @@ mod tests {
     #[test]
     fn force_fallback_lists_parse() {
         let set = ForceSet::parse(" AllGather, reduce ,,").unwrap();
-        assert!(set.contains(Kind::AllGather) && set.contains(Kind::Reduce));
-        assert!(!set.contains(Kind::AllReduce) && !set.contains(Kind::ReduceScatter));
+        assert!(set.contains(Kind::ALL_GATHER) && set.contains(Kind::REDUCE));
+        assert!(!set.contains(Kind::ALL_REDUCE) && !set.contains(Kind::REDUCE_SCATTER));
         let all = ForceSet::parse("all").unwrap();
-        assert!(Kind::ALL.iter().all(|&k| all.contains(k)));
+        assert!(Kind::all().all(|k| all.contains(k)));
+        // One bit per kind: weft's seven collectives, gather and scatter.
+        assert_eq!(all.bits().count_ones(), 9);
+        let gs = ForceSet::parse("gather,scatter").unwrap();
+        assert!(gs.contains(Kind::Gather) && gs.contains(Kind::Scatter) && !gs.contains(Kind::SEND_RECV));
         assert_eq!(ForceSet::parse("").unwrap(), ForceSet::default());
-        assert!(ForceSet::parse("bcast,send").unwrap().contains(Kind::Broadcast));
-        assert!(ForceSet::parse("send").unwrap().contains(Kind::SendRecv));
+        assert!(ForceSet::parse("bcast,send").unwrap().contains(Kind::BROADCAST));
+        assert!(ForceSet::parse("send").unwrap().contains(Kind::SEND_RECV));
         let err = ForceSet::parse("allgather,ring").unwrap_err();
         assert!(err.contains("\"ring\"") && err.contains("reducescatter"));
     }
@@ -223,7 +222,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(e.fallback_lib, Some(PathBuf::from("/opt/nccl/libnccl.so.2")));
-        assert!(e.force.contains(Kind::AllToAll));
+        assert!(e.force.contains(Kind::ALL_TO_ALL));
         assert_eq!(e.root_ip(), "10.0.0.7".parse::<IpAddr>().unwrap());
         let d = nccl_env(&[("WEFT_NCCL_FALLBACK_LIB", " ")]).unwrap();
         assert_eq!(d.fallback_lib, None);

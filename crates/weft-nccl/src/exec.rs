@@ -84,15 +84,15 @@ impl Call {
     /// The kind routes and the force list use.
     pub fn kind(&self) -> Kind {
         match self.coll {
-            Coll::AllReduce(_) => Kind::AllReduce,
-            Coll::AllGather => Kind::AllGather,
-            Coll::ReduceScatter(_) => Kind::ReduceScatter,
-            Coll::Broadcast { .. } => Kind::Broadcast,
-            Coll::Reduce { .. } => Kind::Reduce,
-            Coll::AllToAll => Kind::AllToAll,
+            Coll::AllReduce(_) => Kind::ALL_REDUCE,
+            Coll::AllGather => Kind::ALL_GATHER,
+            Coll::ReduceScatter(_) => Kind::REDUCE_SCATTER,
+            Coll::Broadcast { .. } => Kind::BROADCAST,
+            Coll::Reduce { .. } => Kind::REDUCE,
+            Coll::AllToAll => Kind::ALL_TO_ALL,
             Coll::Gather { .. } => Kind::Gather,
             Coll::Scatter { .. } => Kind::Scatter,
-            Coll::Send { .. } | Coll::Recv { .. } => Kind::SendRecv,
+            Coll::Send { .. } | Coll::Recv { .. } => Kind::SEND_RECV,
         }
     }
 
@@ -130,7 +130,7 @@ impl Call {
         let n = comm.nranks;
         let bytes = self.bytes()?;
         if let Some(r) = self.root().filter(|&r| r >= n) {
-            let what = if self.kind() == Kind::SendRecv { "peer" } else { "root" };
+            let what = if self.kind() == Kind::SEND_RECV { "peer" } else { "root" };
             return Err(NcclError::invalid_argument(format!("{what} {r} out of range for {n} ranks")));
         }
         if bytes.checked_mul(n).is_none_or(|b| b > isize::MAX as usize) {

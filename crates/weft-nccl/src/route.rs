@@ -147,20 +147,20 @@ mod tests {
     fn routes_follow_support_force_list_and_fallback() {
         let both = Engines { weft_missing: None, fallback: true, force: ForceSet::default() };
         let weft_only = Engines { fallback: false, ..both };
-        assert_eq!(route(Kind::AllReduce, None, both).unwrap(), Route::Weft);
-        assert_eq!(route(Kind::AllReduce, None, weft_only).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::ALL_REDUCE, None, both).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::ALL_REDUCE, None, weft_only).unwrap(), Route::Weft);
         let forced = Engines { force: ForceSet::parse("allreduce").unwrap(), ..both };
-        assert_eq!(route(Kind::AllReduce, None, forced).unwrap(), Route::Fallback);
-        assert_eq!(route(Kind::AllGather, None, forced).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::ALL_REDUCE, None, forced).unwrap(), Route::Fallback);
+        assert_eq!(route(Kind::ALL_GATHER, None, forced).unwrap(), Route::Weft);
         let forced_alone = Engines { fallback: false, ..forced };
-        let err = route(Kind::AllReduce, None, forced_alone).unwrap_err();
+        let err = route(Kind::ALL_REDUCE, None, forced_alone).unwrap_err();
         assert_eq!(err.code, Code::InvalidUsage);
         assert!(err.message.contains("WEFT_NCCL_FALLBACK_LIB"));
         // Every operator runs on weft: PreMulSum is no reason to fall back.
-        assert_eq!(route(Kind::Reduce, None, both).unwrap(), Route::Weft);
-        assert_eq!(route(Kind::AllToAll, Some("in place"), both).unwrap(), Route::Fallback);
-        assert!(route(Kind::AllToAll, Some("in place"), weft_only).is_err());
+        assert_eq!(route(Kind::REDUCE, None, both).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::ALL_TO_ALL, Some("in place"), both).unwrap(), Route::Fallback);
+        assert!(route(Kind::ALL_TO_ALL, Some("in place"), weft_only).is_err());
         let no_weft = Engines { weft_missing: Some("9 ranks"), ..both };
-        assert_eq!(route(Kind::SendRecv, None, no_weft).unwrap(), Route::Fallback);
+        assert_eq!(route(Kind::SEND_RECV, None, no_weft).unwrap(), Route::Fallback);
     }
 }
