@@ -1,7 +1,8 @@
 //! The C ABI without a GPU: the types probe and a C program compiled by gcc against the real
 //! `nccl.h` (installed by `scripts/nccl-header.sh`), linked against the built `libnccl.so.2`,
-//! and an `nm -D` comparison of our exports with the header's declarations. Skipped, with a
-//! message, only when gcc is absent.
+//! and an `nm -D` comparison of our exports with the header's declarations. Without gcc or
+//! without the header, each test prints that it skipped and why; with `WEFT_REQUIRE_CC=1`
+//! (scripts/test.sh sets it) that is a failure instead.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::collections::BTreeSet;
@@ -13,13 +14,11 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The folder holding `nccl.h`.
+/// The folder holding `nccl.h` (whether it does is [`can_compile`]'s check).
 fn nccl_include() -> PathBuf {
-    let dir = std::env::var_os("WEFT_NCCL_HEADER_DIR")
+    std::env::var_os("WEFT_NCCL_HEADER_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".deps/nccl/nvidia/nccl/include"));
-    assert!(dir.join("nccl.h").is_file(), "{} has no nccl.h: run scripts/nccl-header.sh", dir.display());
-    dir
+        .unwrap_or_else(|| repo_root().join(".deps/nccl/nvidia/nccl/include"))
 }
 
 /// The CUDA include folders nccl.h needs (`cuda_runtime.h` with its `crt/` headers, and CCCL for
@@ -45,12 +44,31 @@ fn include_args() -> Vec<String> {
     std::iter::once(nccl_include()).chain(cuda_includes()).map(|d| format!("-I{}", d.display())).collect()
 }
 
-fn have_gcc() -> bool {
-    let ok = Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: gcc is not installed, so the C ABI tests cannot compile their C programs");
-    }
-    ok
+/// Whether `test` can compile C against nccl.h here: gcc runs and the header is installed.
+/// When not, prints that `test` skipped and why (a line in the test output) and returns false;
+/// with `WEFT_REQUIRE_CC=1` it panics instead, so CI cannot pass by skipping.
+fn can_compile(test: &str) -> bool {
+    let missing = if !Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        "gcc is not installed".to_string()
+    } else if !nccl_include().join("nccl.h").is_file() {
+        format!("{} has no nccl.h (run scripts/nccl-header.sh, or set WEFT_NCCL_HEADER_DIR)", nccl_include().display())
+    } else {
+        return true;
+    };
+    skip(test, &format!("{missing}, so it cannot compile its C program"));
+    false
+}
+
+/// Declares that `test` skipped because of `why`: a line on stderr that the test harness does
+/// not capture (so it shows in a passing run), or, under `WEFT_REQUIRE_CC=1`, a panic.
+fn skip(test: &str, why: &str) {
+    assert!(
+        std::env::var("WEFT_REQUIRE_CC").as_deref() != Ok("1"),
+        "{test}: {why}, and WEFT_REQUIRE_CC=1 forbids skipping"
+    );
+    let line = format!("SKIPPED {test}: {why}; WEFT_REQUIRE_CC=1 makes this a failure\n");
+    // Written to the stream itself, not through eprintln!, which the harness captures.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
 
 /// The built cdylib, laid out as scripts/package-nccl.sh ships it (`libnccl.so.2` and a
@@ -118,7 +136,7 @@ fn header_functions(header: &str) -> BTreeSet<String> {
 
 #[test]
 fn types_and_constants_match_the_real_header() {
-    if !have_gcc() {
+    if !can_compile("types_and_constants_match_the_real_header") {
         return;
     }
     let dir = packaged_library();
@@ -129,7 +147,7 @@ fn types_and_constants_match_the_real_header() {
 
 #[test]
 fn a_c_program_links_and_gets_nccls_error_codes() {
-    if !have_gcc() {
+    if !can_compile("a_c_program_links_and_gets_nccls_error_codes") {
         return;
     }
     let dir = packaged_library();
@@ -158,7 +176,7 @@ fn a_c_program_links_and_gets_nccls_error_codes() {
 
 #[test]
 fn every_function_of_the_header_is_exported_unversioned() {
-    if !have_gcc() {
+    if !can_compile("every_function_of_the_header_is_exported_unversioned") {
         return;
     }
     let header = std::fs::read_to_string(nccl_include().join("nccl.h")).expect("read nccl.h");
@@ -212,12 +230,15 @@ fn the_header_parser_skips_comments() {
 /// the real ones without it.
 #[test]
 fn ld_preload_puts_weft_in_front_of_the_real_nccl() {
-    if !have_gcc() {
+    if !can_compile("ld_preload_puts_weft_in_front_of_the_real_nccl") {
         return;
     }
     let real_lib = nccl_include().join("../lib");
     if !real_lib.join("libnccl.so.2").is_file() {
-        eprintln!("SKIPPED: no real libnccl.so.2 beside nccl.h (scripts/nccl-header.sh installs it)");
+        skip(
+            "ld_preload_puts_weft_in_front_of_the_real_nccl",
+            "no real libnccl.so.2 beside nccl.h (scripts/nccl-header.sh installs it)",
+        );
         return;
     }
     let dir = packaged_library();
