@@ -86,7 +86,7 @@ for step in "${steps[@]}"; do
           done ;;
     conformance)
       # weft's libnccl.so.2 against the real NCCL, call by call (scripts/nccl-conformance/). By
-      # default the set that fits a few minutes of a 2-GPU machine (what docs/perf/nccl-api.md
+      # default the set that fits a few minutes on a 2-GPU machine (what docs/perf/nccl-api.md
       # records): every layout, eager and graph, windows in the one-thread graph run, the reducing
       # collectives over seven types and every operator, the others over three types. With
       # CONFORMANCE=full: every layout x mode x windows over the whole matrix (hours). weft
