@@ -104,6 +104,29 @@ impl InProcessBootstrap {
     pub fn timeout(&self) -> Duration {
         self.group.timeout
     }
+
+    /// Runs `rank_main(rank, bootstrap)` for `world_size` ranks, each on a thread of its own
+    /// (named `<name>-<rank>`) holding its handle of one new group, and returns every thread's
+    /// outcome in rank order (`Err` when it panicked): the one-process-many-ranks pattern.
+    pub fn run_threads<T: Send + 'static>(
+        world_size: usize,
+        name: &str,
+        rank_main: impl Fn(usize, Arc<InProcessBootstrap>) -> T + Send + Sync + 'static,
+    ) -> Result<Vec<std::thread::Result<T>>, BootstrapError> {
+        let rank_main = Arc::new(rank_main);
+        let handles = Self::group(world_size)?
+            .into_iter()
+            .enumerate()
+            .map(|(rank, bootstrap)| {
+                let rank_main = Arc::clone(&rank_main);
+                std::thread::Builder::new()
+                    .name(format!("{name}-{rank}"))
+                    .spawn(move || rank_main(rank, Arc::new(bootstrap)))
+                    .map_err(|e| BootstrapError::io(Some(rank), "spawning the rank's thread", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(handles.into_iter().map(|h| h.join()).collect())
+    }
 }
 
 impl fmt::Debug for InProcessBootstrap {
@@ -198,5 +221,26 @@ impl Bootstrap for InProcessBootstrap {
 
     fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>, BootstrapError> {
         ops::recv(self, peer, tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_threads_returns_every_rank_in_order_and_a_panic_as_an_error() {
+        let outcomes = InProcessBootstrap::run_threads(3, "t", |rank, bootstrap| {
+            assert_eq!(std::thread::current().name(), Some(format!("t-{rank}").as_str()));
+            if rank == 1 {
+                panic!("rank 1 fails on purpose");
+            }
+            bootstrap.rank()
+        })
+        .unwrap();
+        assert_eq!(outcomes.len(), 3);
+        assert_eq!((outcomes[0].as_ref().ok(), outcomes[2].as_ref().ok()), (Some(&0), Some(&2)));
+        assert!(outcomes[1].is_err());
+        assert!(InProcessBootstrap::run_threads(0, "t", |rank, _| rank).is_err());
     }
 }

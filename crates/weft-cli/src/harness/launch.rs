@@ -218,18 +218,7 @@ pub fn run_rank_threads<T: Send + 'static>(
     name: &str,
     rank_main: impl Fn(usize, Arc<InProcessBootstrap>) -> T + Send + Sync + 'static,
 ) -> Result<Vec<std::thread::Result<T>>, Box<dyn std::error::Error>> {
-    let rank_main = Arc::new(rank_main);
-    let handles = InProcessBootstrap::group(ranks)?
-        .into_iter()
-        .enumerate()
-        .map(|(rank, bootstrap)| {
-            let rank_main = Arc::clone(&rank_main);
-            std::thread::Builder::new()
-                .name(format!("{name}-{rank}"))
-                .spawn(move || rank_main(rank, Arc::new(bootstrap)))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(handles.into_iter().map(|h| h.join()).collect())
+    Ok(InProcessBootstrap::run_threads(ranks, name, rank_main)?)
 }
 
 #[cfg(test)]

@@ -34,20 +34,11 @@ pub(crate) fn run_ranks<T: Send + 'static>(
     ranks: usize,
     rank_main: impl Fn(usize, Arc<InProcessBootstrap>) -> Result<T, BoxError> + Send + Sync + 'static,
 ) -> Result<Vec<T>, BoxError> {
-    let rank_main = Arc::new(rank_main);
-    let handles = InProcessBootstrap::group(ranks)?
+    InProcessBootstrap::run_threads(ranks, "rank", rank_main)?
         .into_iter()
         .enumerate()
-        .map(|(rank, bootstrap)| {
-            let rank_main = Arc::clone(&rank_main);
-            std::thread::Builder::new().name(format!("rank-{rank}")).spawn(move || rank_main(rank, Arc::new(bootstrap)))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    handles
-        .into_iter()
-        .enumerate()
-        .map(|(rank, h)| {
-            h.join()
+        .map(|(rank, outcome)| {
+            outcome
                 .map_err(|_| BoxError::from(format!("rank {rank} panicked")))?
                 .map_err(|e| format!("rank {rank}: {e}").into())
         })
