@@ -293,20 +293,22 @@ impl Collectives {
                 })
             };
         }
-        let outputs = if algorithm == Algorithm::AllReduceHb {
+        let peers = if algorithm == Algorithm::AllReduceHb {
             let eligible = bytes <= self.config.zero_copy_allreduce_max;
-            Some(self.peer_outputs(stream, recv, eligible, true)?)
+            let outputs = self.peer_outputs(stream, recv, eligible, true)?;
+            Some((outputs, self.direct_inputs(send, op, &outputs)))
         } else {
             None
         };
         // SAFETY: every allreduce kernel takes (context, input, output, bytes), HB then the
-        // peers' outputs (mapped by the registry, valid while the peers' buffers are, which is
-        // their callers' contract); buffers were checked above and are the caller's contract.
+        // peers' outputs and inputs (mapped by the registry or the windows, valid while the
+        // peers' buffers are, which is their callers' contract); buffers were checked above
+        // and are the caller's contract.
         unsafe {
             self.launch(algorithm, dtype, op, scalar, stream, bytes, |a| {
                 a.push(send.ptr).push(recv.ptr).push(bytes as u64);
-                if let Some(outputs) = outputs {
-                    a.push(outputs);
+                if let Some((outputs, inputs)) = peers {
+                    a.push(outputs).push(inputs);
                 }
                 a
             })
@@ -503,6 +505,20 @@ impl Collectives {
             }
             Placement::Outside => None,
         }
+    }
+
+    /// Every rank's `input` as this GPU addresses it when an HB AllReduce can read the inputs
+    /// in place (the direct two-shot of `allreduce_hb.cu`), else all zero: the outputs are
+    /// zero-copy, the input lies in a window, the message is whole 16-byte vectors at 16-byte
+    /// aligned addresses, and the operator has no per-rank pre-operation. Alike on every rank
+    /// under the windows' contract (same window, same offset; window bases are 16-aligned).
+    fn direct_inputs(&self, input: Buffer, op: ReduceOp, outputs: &PeerBuffers) -> PeerBuffers {
+        let rank = self.comm.rank();
+        let aligned = (input.ptr | input.len as u64 | outputs.ptr[rank]) % 16 == 0;
+        if outputs.ptr[rank] == 0 || !aligned || op == ReduceOp::PreMulSum || !self.config.direct_allreduce {
+            return PeerBuffers::default();
+        }
+        self.window_outputs(input).unwrap_or_default()
     }
 
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there

@@ -324,6 +324,10 @@ pub struct CollConfig {
     /// 2×H200 machines (4×H200: 4 MB 36.4 vs 39.4 µs, 256 MB 1187 vs 1204 µs), so it covers
     /// every size HB is chosen for.
     pub zero_copy_allreduce_max: usize,
+    /// Whether a zero-copy HB AllReduce whose inputs lie in windows reads them in place (the
+    /// direct two-shot: two barriers, no scratch) instead of pushing them through scratch
+    /// (`WEFT_DIRECT_ALLREDUCE`, 0 or 1).
+    pub direct_allreduce: bool,
     /// Largest captured HB AllGather (output bytes) that pushes straight into the peers'
     /// registered outputs; 0: never. Measured on a 2×H200 machine: faster up to 64 MB (4 MB
     /// 14.0 vs 15.9 µs, 64 MB 109 vs 126 µs), slower from 256 MB (its one round is not
@@ -357,6 +361,7 @@ impl Default for CollConfig {
             plan_specialize: true,
             plan_slice_bytes: weft_exec::PLAN_SLICE_BYTES as usize,
             zero_copy_allreduce_max: 256 << 20,
+            direct_allreduce: true,
             zero_copy_allgather_max: 64 << 20,
             zero_copy_plan_min: 0,
         }
@@ -370,7 +375,7 @@ impl CollConfig {
     /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
     /// `WEFT_PORT_RING_BLOCKS` (1..=64), `WEFT_PORT_RING_CHANNELS` (1..=16), `WEFT_PLAN_REPLICAS`,
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
-    /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes). The
+    /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes), `WEFT_DIRECT_ALLREDUCE` (0 or 1). The
     /// zero-copy limits decide whether a call takes part in a collective exchange: every rank
     /// must set them alike.
     pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
@@ -438,12 +443,16 @@ impl CollConfig {
         if let Some(n) = number("WEFT_PLAN_REPLICAS", 1024)? {
             c.plan_replicas = Some(n as u32);
         }
-        if let Some(v) = lookup("WEFT_PLAN_SPECIALIZE") {
-            c.plan_specialize = match v.trim() {
-                "1" => true,
-                "0" => false,
-                _ => return Err(format!("WEFT_PLAN_SPECIALIZE={v:?}: expected 0 or 1")),
-            };
+        for (name, field) in
+            [("WEFT_PLAN_SPECIALIZE", &mut c.plan_specialize), ("WEFT_DIRECT_ALLREDUCE", &mut c.direct_allreduce)]
+        {
+            if let Some(v) = lookup(name) {
+                *field = match v.trim() {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(format!("{name}={v:?}: expected 0 or 1")),
+                };
+            }
         }
         for (name, field, meaning) in [
             ("WEFT_ZERO_COPY_ALLREDUCE", &mut c.zero_copy_allreduce_max, "0: never"),

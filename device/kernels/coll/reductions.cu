@@ -24,7 +24,10 @@
 //   weft_allreduce_hb       two-shot through scratch, push only (NVLink stores): shard d of
 //                           every input goes into rank d's scratch, rank d reduces it (local
 //                           reads) and stores the result into every rank's result region, or
-//                           (zero-copy, registered outputs) straight into every rank's output.
+//                           (zero-copy, registered outputs) straight into every rank's output;
+//                           with every input and output in windows, the direct two-shot: rank
+//                           d reads shard d of every input in place and stores the result into
+//                           every output (two barriers, no scratch).
 //   weft_allreduce_ring     ring reduce-scatter then ring all-gather through the next rank's
 //                           scratch, one step slot each, signals per (neighbour, block).
 //   weft_allreduce_port_ring  the same ring over PortChannels (MSCCL++ "2PR"): the copy engine
