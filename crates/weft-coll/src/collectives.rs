@@ -514,7 +514,7 @@ impl Collectives {
     /// under the windows' contract (same window, same offset; window bases are 16-aligned).
     fn direct_inputs(&self, input: Buffer, op: ReduceOp, outputs: &PeerBuffers) -> PeerBuffers {
         let rank = self.comm.rank();
-        let aligned = (input.ptr | input.len as u64 | outputs.ptr[rank]) % 16 == 0;
+        let aligned = (input.ptr | input.len as u64 | outputs.ptr[rank]).is_multiple_of(16);
         if outputs.ptr[rank] == 0 || !aligned || op == ReduceOp::PreMulSum || !self.config.direct_allreduce {
             return PeerBuffers::default();
         }
