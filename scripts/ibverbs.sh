@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches rdma-core's libibverbs (headers and libibverbs.so.1) and the libnl libraries it links
 # against, as Debian packages, into .deps/ibverbs unless they are already there, and prints that
-# folder. No RDMA NIC is needed: weft-core's `ib` tests compile a C probe against verbs.h to
+# folder. No RDMA NIC is needed: weft-net's `ib` tests compile a C probe against verbs.h to
 # check the binding's struct layouts and constants, and load libibverbs.so.1 to check that the
 # binding opens it and reports the absence of devices.
 set -euo pipefail

@@ -18,11 +18,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 # The verbs transport (feature `ib`) over the software RC fabric, alone and under the proxy, and
 # its rdma-core binding against the real verbs.h and libibverbs.so.1.
-cargo clippy --locked -p weft-core --features ib --all-targets -- -D warnings
-cargo test --locked -p weft-core --features ib --lib --test proxy_ib
+cargo clippy --locked -p weft-net --features ib --all-targets -- -D warnings
+cargo test --locked -p weft-net --features ib --lib --test proxy_ib
 # Loom models of the FIFO host side and the proxy flow control (about 20 s on 2 cores).
 RUSTFLAGS="--cfg weft_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
-  cargo test --locked -p weft-core --lib --release loom
+  cargo test --locked -p weft-net --lib --release loom
 # The numbered examples: 03 runs on the CPU, the GPU ones run to their declared skip here.
 scripts/examples.sh
 cargo run --quiet --locked -p weft-cli -- gen-header --check

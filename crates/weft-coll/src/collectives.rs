@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weft_core::descriptor::MemoryDescriptor;
-use weft_core::{Communicator, KernelLibrary, PortProxy, PortProxyConfig, PortRoute, RemoteMemory, UserRegistration};
+use weft_core::{Communicator, KernelLibrary, RemoteMemory, UserRegistration};
 use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{
     AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs, LaunchConfig, Stream, UserAllocation,
 };
+use weft_net::{PortProxy, PortProxyConfig, PortRoute};
 
 use weft_types::{DataType, PeerBuffers, ReduceOp};
 

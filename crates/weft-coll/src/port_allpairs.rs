@@ -5,7 +5,8 @@
 //! first call that uses it ([`PortSetup`]: a scratch of two sets of `ranks` slots registered
 //! with the rank's proxy, a channel to every peer, the launch state).
 
-use weft_core::{Communicator, PortProxy};
+use weft_core::Communicator;
+use weft_net::PortProxy;
 
 use crate::error::CollError;
 use crate::port_setup::{PortKernelArgs, PortSetup, every_peer, rounds_us};
@@ -24,7 +25,7 @@ pub(crate) fn scratch_bytes(ranks: usize) -> u64 {
 /// A call is rounds of at most [`SLOT_BYTES`]; in a round this rank's NIC serialises one message
 /// of the round's bytes to every remote peer, and the last arrives `α` after it leaves; the
 /// round ends when every peer's messages have arrived, which take as long.
-pub fn alpha_beta_us(bytes: u64, remote_peers: usize, link: &weft_core::proxy::transport::pacing::LinkModel) -> f64 {
+pub fn alpha_beta_us(bytes: u64, remote_peers: usize, link: &weft_core::LinkModel) -> f64 {
     if remote_peers == 0 || bytes == 0 {
         return 0.0;
     }
@@ -59,7 +60,7 @@ mod tests {
 
     #[test]
     fn the_alpha_beta_model_serialises_one_message_per_remote_peer_per_round() {
-        use weft_core::proxy::transport::pacing::LinkModel;
+        use weft_core::LinkModel;
         // α = 5 µs, β = 25 GB/s: 2 remote peers, 1 MB in one round: 5 µs + 2 MB / 25 GB/s.
         let link = LinkModel::new(5.0, Some(25.0));
         let us = alpha_beta_us(1_000_000, 2, &link);

@@ -1,6 +1,6 @@
 //! The state of the AllReduce `port_ring` algorithm (the ring over PortChannels, MSCCL++
 //! "2PR", kernel `weft_allreduce_port_ring` in `device/kernels/coll/port_ring.cu`): a
-//! [`weft_core::PortProxy`], a scratch registered with it, the PortChannels of each ring edge
+//! [`weft_net::PortProxy`], a scratch registered with it, the PortChannels of each ring edge
 //! this rank belongs to (the launch's driver block alone pushes and waits on them), and the
 //! launch state the blocks hand work over with ([`PortSetup`]). Set up on the first call that uses the algorithm;
 //! every rank reaches that call together (collective contract), so the pairwise channel set-up
@@ -17,8 +17,9 @@ use crate::error::CollError;
 #[cfg(test)]
 use crate::port_setup::{MAX_SCRATCH, state_words};
 use crate::port_setup::{PortKernelArgs, PortSetup, rounds_us};
-use weft_core::proxy::transport::pacing::LinkModel;
-use weft_core::{Communicator, PortProxy};
+use weft_core::Communicator;
+use weft_core::LinkModel;
+use weft_net::PortProxy;
 
 /// Most bytes one FIFO put carries (the command's size field is 32-bit); the kernel splits
 /// larger puts (`kPortMaxPut`). Mirrors the kernel for the tests.

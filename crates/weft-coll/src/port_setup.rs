@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
-use weft_core::{Communicator, PortChannel, PortProxy, RegisteredMemory};
+use weft_core::{Communicator, RegisteredMemory};
 use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs};
+use weft_net::{PortChannel, PortProxy};
 use weft_types::PortChannelDeviceHandle;
 
 use crate::error::CollError;

@@ -271,17 +271,17 @@ impl Communicator {
         }
     }
 
-    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
-    /// Sends `bytes` to `peer` and returns what `peer` sent in its matching call (setup).
-    pub(crate) fn exchange(&self, peer: usize, bytes: &[u8]) -> Result<Vec<u8>, Error> {
+    /// Sends `bytes` to `peer` and returns what `peer` sent in its matching call: the setup
+    /// exchange of the layers above (weft-net's PortChannels). Both ranks must call it.
+    pub fn exchange(&self, peer: usize, bytes: &[u8]) -> Result<Vec<u8>, Error> {
         self.check_peer(peer)?;
         self.send(peer, bytes)?;
         self.recv(peer)
     }
 
-    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
-    /// Claims a fresh zeroed token of the pool: its slot index and device address.
-    pub(crate) fn claim_token(&self) -> Result<(usize, u64), Error> {
+    /// Claims a fresh zeroed token of the pool: its slot index and device address (the inbound
+    /// token of a weft-net PortChannel, which the peer's proxy stores).
+    pub fn claim_token(&self) -> Result<(usize, u64), Error> {
         let pool = &self.inner.tokens;
         let slot = pool.claim().ok_or_else(|| Error::InvalidArgument {
             rank: self.rank(),
@@ -290,9 +290,8 @@ impl Communicator {
         Ok((slot, pool.address(slot)))
     }
 
-    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
     /// The token pool's registered memory (its descriptor lets peers map a token).
-    pub(crate) fn token_pool(&self) -> &RegisteredMemory {
+    pub fn token_pool(&self) -> &RegisteredMemory {
         self.inner.tokens.memory()
     }
 
@@ -324,11 +323,10 @@ impl Communicator {
         self.import_as(peer, d, false)
     }
 
-    #[cfg(not(all(test, weft_loom)))] // used by PortChannels only
-    /// Maps a descriptor received from `peer` for this rank's proxy: unlike kernels, the proxy
-    /// may map the memory of peers in other virtual nodes of this host (its copy engine is the
-    /// emulated NIC between them). Never hand the result to a kernel.
-    pub(crate) fn import_for_proxy(&self, peer: usize, d: &MemoryDescriptor) -> Result<RemoteMemory, Error> {
+    /// Maps a descriptor received from `peer` for this rank's proxy (weft-net): unlike kernels,
+    /// the proxy may map the memory of peers in other virtual nodes of this host (its copy engine
+    /// is the emulated NIC between them). Never hand the result to a kernel.
+    pub fn import_for_proxy(&self, peer: usize, d: &MemoryDescriptor) -> Result<RemoteMemory, Error> {
         self.import_as(peer, d, true)
     }
 

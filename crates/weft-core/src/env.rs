@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use weft_gpu::AllocKind;
 
-use crate::proxy::transport::pacing::LinkModel;
+use crate::link_model::LinkModel;
 
 /// CUDA's variable for the hardware work queues its streams share: 8 unless set, at most 32,
 /// read when the process first initialises CUDA.

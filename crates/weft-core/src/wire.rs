@@ -1,10 +1,11 @@
-//! weft-core's wire formats use the bootstrap's codec (explicit little-endian fields,
-//! length-checked reads, trailing bytes rejected); this adds the one field shape it lacks.
+//! weft's setup wire formats (weft-core's descriptors, weft-net's channel offers) use the
+//! bootstrap's codec (explicit little-endian fields, length-checked reads, trailing bytes
+//! rejected); this adds the one field shape it lacks.
 
 use weft_bootstrap::codec::{CodecError, Reader, Writer};
 
 /// Writes a `u16` length and the bytes.
-pub(crate) fn put_short_bytes(w: &mut Writer, bytes: &[u8]) -> Result<(), CodecError> {
+pub fn put_short_bytes(w: &mut Writer, bytes: &[u8]) -> Result<(), CodecError> {
     let len = u16::try_from(bytes.len())
         .map_err(|_| CodecError::InvalidValue { field: "short byte string length", value: bytes.len() as u64 })?;
     w.put_u16(len);
@@ -13,13 +14,13 @@ pub(crate) fn put_short_bytes(w: &mut Writer, bytes: &[u8]) -> Result<(), CodecE
 }
 
 /// Reads what [`put_short_bytes`] wrote.
-pub(crate) fn short_bytes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], CodecError> {
+pub fn short_bytes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], CodecError> {
     let len = r.u16()?;
     r.take(usize::from(len))
 }
 
 /// A `usize` that must fit the `u32` of the wire.
-pub(crate) fn to_u32(field: &'static str, value: usize) -> Result<u32, CodecError> {
+pub fn to_u32(field: &'static str, value: usize) -> Result<u32, CodecError> {
     u32::try_from(value).map_err(|_| CodecError::InvalidValue { field, value: value as u64 })
 }
 

@@ -12,8 +12,9 @@
 //! (uploaded here from the plan): a rank that writes or reads a chunk of a peer's scratch places
 //! it by the peer's table, since ranks' scratch layouts differ.
 
-use weft_core::{Communicator, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory, RemoteMemory, Semaphore};
+use weft_core::{Communicator, RegisteredMemory, RemoteMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory, Pod};
+use weft_net::{PortChannel, PortProxy, PortProxyConfig};
 use weft_types::{
     EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_PACKETS, EXEC_ROW_CACHE_ENTRY_BYTES, ExecBuffers, ExecContext, ExecOp,
     PortChannelDeviceHandle, SemaphoreDeviceHandle,

@@ -2,8 +2,8 @@
 //!
 //! **Owns:** the paved path through weft's library crates: each layer's public API under one
 //! name, lowest first: [`types`] (device layouts, element types, operators), [`gpu`] (safe
-//! CUDA), [`bootstrap`] (rendezvous), [`core`] (communicator, memory, semaphores, channels,
-//! FIFO and proxy), [`coll`] (the collectives: [`Collectives`], [`CollConfig`], [`Reduction`],
+//! CUDA), [`bootstrap`] (rendezvous), [`core`] (communicator, memory, semaphores, MemoryChannels,
+//! the environment), [`net`] (FIFO host side, proxy, PortChannels, transports), [`coll`] (the collectives: [`Collectives`], [`CollConfig`], [`Reduction`],
 //! [`Window`], the selector and the NCCL baseline loader), [`plan`] (the algorithm DSL, its
 //! verifying compiler and the CPU reference interpreter) and [`exec`] (the plan executor).
 //! The names most programs start from are re-exported at the top as well.
@@ -11,7 +11,7 @@
 //! **Must not:** hold code of its own beyond these re-exports: no protocol or algorithm logic,
 //! and no command-line code (the `weft` command is the `weft-cli` crate).
 //!
-//! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core`, `weft-coll`,
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core`, `weft-net`, `weft-coll`,
 //! `weft-plan`, `weft-exec`. Not on `weft-nccl`: that crate is a C ABI whose exported `nccl*`
 //! symbols are meant for `libnccl.so.2`, not for a Rust program linking this facade.
 //!
@@ -38,6 +38,7 @@ pub use weft_coll as coll;
 pub use weft_core as core;
 pub use weft_exec as exec;
 pub use weft_gpu as gpu;
+pub use weft_net as net;
 pub use weft_plan as plan;
 pub use weft_types as types;
 

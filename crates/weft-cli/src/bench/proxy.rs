@@ -140,7 +140,7 @@ impl FifoOptions {
             lanes,
             pushes,
             rounds: LATENCY_ROUNDS,
-            depth: weft_core::PortProxyConfig::default().fifo_depth,
+            depth: weft_net::PortProxyConfig::default().fifo_depth,
             gpus,
         })
     }

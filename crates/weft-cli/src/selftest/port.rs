@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
-use weft_core::{Communicator, Error, KernelLibrary, PortChannel, PortProxy, PortProxyConfig, RegisteredMemory};
+use weft_core::{Communicator, Error, KernelLibrary, RegisteredMemory};
 use weft_gpu::{AllocKind, DeviceMemory, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_net::{PortChannel, PortProxy, PortProxyConfig};
 use weft_types::PortChannelDeviceHandle;
 
 use super::report::RankReport;

@@ -9,12 +9,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::proxy::transport::Op;
-use weft_core::proxy::transport::staged::{DeviceInbox, StagedDeviceMemory};
-use weft_core::proxy::transport::tcp::{TcpConfig, TcpTransport};
-use weft_core::proxy::{HostInbox, HostMemory, Inbox, Memory, MemoryTable, Submitted, Transport};
 use weft_core::{Communicator, KernelLibrary};
 use weft_gpu::{DeviceMemory, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_net::proxy::transport::Op;
+use weft_net::proxy::transport::staged::{DeviceInbox, StagedDeviceMemory};
+use weft_net::proxy::transport::tcp::{TcpConfig, TcpTransport};
+use weft_net::proxy::{HostInbox, HostMemory, Inbox, Memory, MemoryTable, Submitted, Transport};
 
 use super::report::RankReport;
 
@@ -235,7 +235,7 @@ fn best_put_gbps(
 }
 
 fn staged_default() -> usize {
-    weft_core::proxy::transport::staged::DEFAULT_STAGING_BYTES
+    weft_net::proxy::transport::staged::DEFAULT_STAGING_BYTES
 }
 
 fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {

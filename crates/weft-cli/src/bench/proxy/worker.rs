@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
-use weft_core::fifo::{FifoReader, PinnedFifo};
-use weft_core::proxy::{CommandHandler, Handled, ProxyConfig, ProxyError, ProxyService};
 use weft_core::selftest_kernels::{SelftestKernels, SelftestRunner};
-use weft_core::{Communicator, Env, KernelLibrary, MemoryChannelConfig, PortProxy, PortProxyConfig, RegisteredMemory};
+use weft_core::{Communicator, Env, KernelLibrary, MemoryChannelConfig, RegisteredMemory};
 use weft_gpu::{Device, Event, Kernel, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_net::fifo::{FifoReader, PinnedFifo};
+use weft_net::proxy::{CommandHandler, Handled, ProxyConfig, ProxyError, ProxyService};
+use weft_net::{PortProxy, PortProxyConfig};
 use weft_types::{FifoCommand, FifoDeviceHandle};
 
 use super::{ChannelKind, FifoOptions, FifoReport, FifoRow, P2pOptions, P2pRow, ProxyBench, RankReport};

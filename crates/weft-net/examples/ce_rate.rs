@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, PeerLink};
-use weft_core::proxy::transport::cuda_queue::CudaCopyQueue;
-use weft_core::proxy::{Op, Submitted, Transport};
 use weft_gpu::{AllocKind, Device, DeviceMemory};
+use weft_net::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, PeerLink};
+use weft_net::proxy::transport::cuda_queue::CudaCopyQueue;
+use weft_net::proxy::{Op, Submitted, Transport};
 
 const BUFFER: usize = 64 << 20;
 

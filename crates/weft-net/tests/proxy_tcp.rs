@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
-use weft_core::proxy::transport::tcp::{TcpConfig, TcpTransport};
-use weft_core::proxy::{
+use weft_net::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
+use weft_net::proxy::transport::tcp::{TcpConfig, TcpTransport};
+use weft_net::proxy::{
     CommandHandler, Handled, HostInbox, HostMemory, Inbox, Memory, MemoryError, MemoryTable, ProxyConfig, ProxyError,
     ProxyService, ShutdownReport, Transport, TransportError,
 };
@@ -184,7 +184,7 @@ fn a_full_fifo_and_exhausted_credits_slow_the_writer_down_without_losing_command
 
 /// The tail as the writer sees it (positions below it are consumed).
 fn writer_tail(fifo: &HostFifo) -> u64 {
-    use weft_core::fifo::FifoMemory;
+    use weft_net::fifo::FifoMemory;
     fifo.tail().load(Ordering::Acquire)
 }
 
@@ -519,7 +519,7 @@ fn a_source_memory_that_fails_fails_the_connection_with_its_reason() {
             TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))
                 .unwrap();
         sender.connect(0, receiver.local_addr(), 0, "receiver").unwrap();
-        let put = weft_core::proxy::transport::Op::Put {
+        let put = weft_net::proxy::transport::Op::Put {
             src_memory: 0,
             src_offset: 0,
             dst_memory: 0,
@@ -579,8 +579,8 @@ fn a_receiver_shutting_down_right_after_a_signal_still_acknowledges_it() {
         let unused = Arc::new(HostInbox::new(MemoryTable::new()));
         let sender = TcpTransport::bind(config, "sender", Arc::new(src), unused).unwrap();
         sender.connect(0, receiver.local_addr(), 0, "receiver").unwrap();
-        let put = weft_core::proxy::Op::Put { src_memory: 0, src_offset: 0, dst_memory: 0, dst_offset: 0, len: 64 };
-        sender.submit(0, &[put, weft_core::proxy::Op::Signal]).unwrap();
+        let put = weft_net::proxy::Op::Put { src_memory: 0, src_offset: 0, dst_memory: 0, dst_offset: 0, len: 64 };
+        sender.submit(0, &[put, weft_net::proxy::Op::Signal]).unwrap();
         // The signal's observer sees the token and shuts its endpoint down at once.
         assert!(inbox.inbox.wait_token(0, 1, Duration::from_secs(5)));
         receiver.shutdown();
@@ -597,7 +597,7 @@ fn a_receiver_shutting_down_right_after_a_signal_still_acknowledges_it() {
         // the close was noticed is outstanding for good, an error.
         let start = Instant::now();
         let mut accepted = 0;
-        while sender.submit(0, &[weft_core::proxy::Op::Signal]).is_ok() {
+        while sender.submit(0, &[weft_net::proxy::Op::Signal]).is_ok() {
             accepted += 1;
             assert!(start.elapsed() < Duration::from_secs(5), "the closed connection still takes work");
             std::thread::sleep(Duration::from_millis(1));

@@ -11,12 +11,12 @@ use common::{start_service, within};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::{FifoError, FifoWriter, HostFifo};
-use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, PeerLink};
-use weft_core::proxy::transport::routed::RoutedTransport;
-use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
-use weft_core::proxy::transport::tcp::{TcpConfig, TcpTransport};
-use weft_core::proxy::{HostInbox, HostMemory, Memory, MemoryTable, ProxyConfig, ProxyError, ProxyService};
+use weft_net::fifo::{FifoError, FifoWriter, HostFifo};
+use weft_net::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, PeerLink};
+use weft_net::proxy::transport::routed::RoutedTransport;
+use weft_net::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
+use weft_net::proxy::transport::tcp::{TcpConfig, TcpTransport};
+use weft_net::proxy::{HostInbox, HostMemory, Memory, MemoryTable, ProxyConfig, ProxyError, ProxyService};
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
 
 const LEN: usize = 1 << 16;

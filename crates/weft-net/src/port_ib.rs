@@ -12,9 +12,6 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::communicator::Communicator;
-use crate::env::Network;
-use crate::memory::RegisteredMemory;
 use crate::proxy::transport::ConnectionId;
 use crate::proxy::transport::ib::discover;
 use crate::proxy::transport::ib::rdma::{QpEndpoint, RdmaConfig, RdmaVerbs, library_path};
@@ -23,6 +20,9 @@ use crate::proxy::transport::ib::{
     IbConfig, IbConnection, IbTransport, LocalRegion, RemoteRegion, Verbs, WorkCompletion, WriteRequest,
 };
 use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, StagedDeviceMemory};
+use weft_core::Communicator;
+use weft_core::Network;
+use weft_core::RegisteredMemory;
 use weft_gpu::RdmaWriteVisibility;
 
 /// The NIC of a rank: rdma-core's, or one of the process's software fabric.

@@ -3,8 +3,8 @@
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use weft_core::fifo::{FifoReader, HostFifo};
-use weft_core::proxy::{ProxyConfig, ProxyService, Transport};
+use weft_net::fifo::{FifoReader, HostFifo};
+use weft_net::proxy::{ProxyConfig, ProxyService, Transport};
 
 /// Starts a proxy service reading `fifos` over `transport`.
 pub(crate) fn start_service(transport: Arc<dyn Transport>, fifos: &[HostFifo], config: ProxyConfig) -> ProxyService {

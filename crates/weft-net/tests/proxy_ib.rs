@@ -11,10 +11,10 @@ use common::{start_service as service, within};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::{FifoError, FifoWriter, HostFifo};
-use weft_core::proxy::transport::ib::soft::{RETRY_EXCEEDED, SoftFabric, SoftNic};
-use weft_core::proxy::transport::ib::{IbConfig, IbConnection, IbTransport};
-use weft_core::proxy::{HostInbox, HostMemory, Memory, MemoryTable, ProxyConfig, ProxyError, TransportError};
+use weft_net::fifo::{FifoError, FifoWriter, HostFifo};
+use weft_net::proxy::transport::ib::soft::{RETRY_EXCEEDED, SoftFabric, SoftNic};
+use weft_net::proxy::transport::ib::{IbConfig, IbConnection, IbTransport};
+use weft_net::proxy::{HostInbox, HostMemory, Memory, MemoryTable, ProxyConfig, ProxyError, TransportError};
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
 
 const CHUNK: usize = 3000;

@@ -12,11 +12,11 @@ use common::{start_service, within};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::{FifoError, FifoMemory, FifoWriter, HostFifo};
-use weft_core::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PeerLink};
-use weft_core::proxy::transport::pacing::LinkModel;
-use weft_core::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
-use weft_core::proxy::{
+use weft_core::LinkModel;
+use weft_net::fifo::{FifoError, FifoMemory, FifoWriter, HostFifo};
+use weft_net::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PeerLink};
+use weft_net::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
+use weft_net::proxy::{
     HostMemory, Memory, Op, ProxyConfig, ProxyError, ProxyService, ShutdownReport, Submitted, Transport, TransportError,
 };
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};

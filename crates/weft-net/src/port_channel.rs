@@ -33,12 +33,7 @@ use std::time::Duration;
 use weft_bootstrap::codec::{Reader, Writer};
 use weft_types::{FifoDeviceHandle, PortChannelDeviceHandle, SemaphoreDeviceHandle};
 
-use crate::communicator::Communicator;
-use crate::descriptor::MemoryDescriptor;
-use crate::env::{Env, Network};
-use crate::error::{ConnectError, Error};
 use crate::fifo::{FifoReader, PinnedFifo};
-use crate::memory::RegisteredMemory;
 use crate::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, PeerLink};
 use crate::proxy::transport::cuda_queue::CudaCopyQueue;
 use crate::proxy::transport::routed::RoutedTransport;
@@ -46,8 +41,13 @@ use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, Staged
 use crate::proxy::transport::tcp::{TcpConfig, TcpTransport};
 use crate::proxy::transport::{ConnectionId, MAX_CONNECTIONS, MemoryTable, Transport};
 use crate::proxy::{ProxyConfig, ProxyService, ShutdownReport};
-use crate::topology::Topology;
-use crate::wire::{put_short_bytes, short_bytes};
+use weft_core::Communicator;
+use weft_core::RegisteredMemory;
+use weft_core::Topology;
+use weft_core::descriptor::MemoryDescriptor;
+use weft_core::wire::{put_short_bytes, short_bytes};
+use weft_core::{ConnectError, Error};
+use weft_core::{Env, Network};
 
 /// Options of a [`PortProxy`].
 #[derive(Clone, Debug)]
@@ -295,15 +295,15 @@ impl PortProxy {
     /// Allocates the FIFO and starts the proxy threads for `comm`'s rank.
     pub fn new(comm: &Communicator, config: PortProxyConfig) -> Result<Self, Error> {
         let rank = comm.rank();
-        if !crate::env::cuda_queues_ok() {
+        if !weft_core::cuda_queues_ok() {
             static WARNED: std::sync::Once = std::sync::Once::new();
             WARNED.call_once(|| {
                 tracing::warn!(
                     "{}={}: fewer than {} CUDA hardware queues; a proxy copy may queue behind the kernel waiting for it \
                      and time out (set it before CUDA starts)",
-                    crate::env::CUDA_QUEUES_VAR,
-                    std::env::var(crate::env::CUDA_QUEUES_VAR).unwrap_or_else(|_| "unset".into()),
-                    crate::env::CUDA_QUEUES_WANTED
+                    weft_core::CUDA_QUEUES_VAR,
+                    std::env::var(weft_core::CUDA_QUEUES_VAR).unwrap_or_else(|_| "unset".into()),
+                    weft_core::CUDA_QUEUES_WANTED
                 );
             });
         }
@@ -674,9 +674,16 @@ impl PortChannel {
 #[allow(clippy::unwrap_used)] // tests may panic on failure
 mod tests {
     use super::*;
-    use crate::env::Network;
-    use crate::proxy::transport::pacing::LinkModel;
-    use crate::topology::{NodeLayout, test_peer};
+    use weft_core::{LinkModel, NodeLayout, PeerInfo, ProcessIdentity};
+
+    fn test_peer(rank: usize, host: u64, pid: u64, bus: &str) -> PeerInfo {
+        PeerInfo {
+            rank,
+            device_ordinal: rank,
+            pci_bus_id: bus.into(),
+            identity: ProcessIdentity { host_hash: host, pid_hash: pid },
+        }
+    }
 
     #[test]
     fn peers_of_other_nodes_go_over_tcp_unless_the_nic_is_emulated_on_one_host() {

@@ -32,7 +32,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use super::pacing::{LinkModel, Pacer};
+use weft_core::LinkModel;
+
+use super::pacing::Pacer;
 use super::{ConnectionId, MAX_CONNECTIONS, MemoryError, Op, Submitted, Transport, TransportError};
 use crate::proxy::flow::FlowControl;
 
