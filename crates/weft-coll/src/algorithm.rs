@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use weft_core::env::{Variable, vars};
+
 use crate::plans::PlanId;
 
 pub use weft_types::Collective;
@@ -10,7 +12,7 @@ pub use weft_types::Collective;
 /// algorithms that implement it and how a choice is forced or falls back.
 pub trait CollectiveAlgorithms: Copy {
     /// The environment variable that forces an algorithm: `WEFT_ALGO_ALLREDUCE`, ...
-    fn override_var(self) -> String;
+    fn override_var(self) -> &'static Variable;
     /// The native algorithm a size-based choice falls back to where its pick cannot run: the
     /// first HB or point-to-point one that handles `dtype` (every collective has one for every
     /// type; all-to-all and send/receive have only point-to-point ones).
@@ -21,8 +23,16 @@ pub trait CollectiveAlgorithms: Copy {
 }
 
 impl CollectiveAlgorithms for Collective {
-    fn override_var(self) -> String {
-        format!("WEFT_ALGO_{}", self.name().to_ascii_uppercase())
+    fn override_var(self) -> &'static Variable {
+        match self {
+            Collective::AllReduce => &vars::WEFT_ALGO_ALLREDUCE,
+            Collective::AllGather => &vars::WEFT_ALGO_ALLGATHER,
+            Collective::ReduceScatter => &vars::WEFT_ALGO_REDUCESCATTER,
+            Collective::Broadcast => &vars::WEFT_ALGO_BROADCAST,
+            Collective::Reduce => &vars::WEFT_ALGO_REDUCE,
+            Collective::AllToAll => &vars::WEFT_ALGO_ALLTOALL,
+            Collective::SendRecv => &vars::WEFT_ALGO_SENDRECV,
+        }
     }
 
     fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm> {
@@ -240,7 +250,9 @@ mod tests {
             assert_eq!(Collective::from_name(c.name()), Some(c));
             assert!(c.algorithms().count() >= 1, "{c} has no algorithm");
         }
-        assert_eq!(Collective::AllReduce.override_var(), "WEFT_ALGO_ALLREDUCE");
+        for c in Collective::ALL {
+            assert_eq!(c.override_var().name, format!("WEFT_ALGO_{}", c.name().to_ascii_uppercase()));
+        }
     }
 
     #[test]

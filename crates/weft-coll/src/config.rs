@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use weft_core::env::{Variable, vars};
 use weft_types::{DataType, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms};
@@ -379,27 +380,27 @@ impl CollConfig {
     /// zero-copy limits decide whether a call takes part in a collective exchange: every rank
     /// must set them alike.
     pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
-        Self::from_lookup(|k| env.var(k).map(str::to_string))
+        Self::from_lookup(|variable| env.var(variable).map(str::to_string))
     }
 
     /// [`CollConfig::from_env`] through a lookup function (tests).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+    pub fn from_lookup(lookup: impl Fn(&Variable) -> Option<String>) -> Result<Self, String> {
         let mut c = Self::default();
-        let number = |name: &str, max: usize| -> Result<Option<usize>, String> {
-            lookup(name)
+        let number = |variable: &Variable, max: usize| -> Result<Option<usize>, String> {
+            lookup(variable)
                 .map(|v| {
                     v.trim()
                         .parse::<usize>()
                         .ok()
                         .filter(|&n| n > 0 && n <= max)
-                        .ok_or(format!("{name}={v:?}: expected 1..={max}"))
+                        .ok_or(format!("{}={v:?}: expected 1..={max}", variable.name))
                 })
                 .transpose()
         };
-        if let Some(dir) = lookup("WEFT_PLAN_DIR").filter(|p| !p.is_empty()) {
+        if let Some(dir) = lookup(&vars::WEFT_PLAN_DIR).filter(|p| !p.is_empty()) {
             crate::plans::load_user_plans(std::path::Path::new(&dir))?;
         }
-        if let Some(path) = lookup("WEFT_TUNING_FILE").filter(|p| !p.is_empty()) {
+        if let Some(path) = lookup(&vars::WEFT_TUNING_FILE).filter(|p| !p.is_empty()) {
             let text = std::fs::read_to_string(&path).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
             let table: TuningTable =
                 serde_json::from_str(&text).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
@@ -411,56 +412,58 @@ impl CollConfig {
         }
         for collective in Collective::ALL {
             let var = collective.override_var();
-            match lookup(&var).as_deref().map(str::trim) {
+            match lookup(var).as_deref().map(str::trim) {
                 None | Some("" | "auto") => {}
                 Some(name) => {
                     let algorithm = Algorithm::from_name(collective, name).ok_or_else(|| {
                         let known: Vec<_> = collective.algorithms().map(Algorithm::name).collect();
-                        format!("{var}={name:?}: expected {} or auto", known.join(", "))
+                        format!("{}={name:?}: expected {} or auto", var.name, known.join(", "))
                     })?;
                     c.selector.force(algorithm);
                 }
             }
         }
-        if let Some(n) = number("WEFT_CHUNK_BYTES", 1 << 30)? {
+        if let Some(n) = number(&vars::WEFT_CHUNK_BYTES, 1 << 30)? {
             c.chunk_bytes = n;
         }
-        if let Some(n) = number("WEFT_LL_SLOT_BYTES", 16 << 20)? {
+        if let Some(n) = number(&vars::WEFT_LL_SLOT_BYTES, 16 << 20)? {
             c.ll_slot_bytes = n;
         }
-        if let Some(n) = number("WEFT_HB_BLOCKS", 1024)? {
+        if let Some(n) = number(&vars::WEFT_HB_BLOCKS, 1024)? {
             c.hb_blocks = n as u32;
         }
-        if let Some(n) = number("WEFT_LL_BLOCKS", 1024)? {
+        if let Some(n) = number(&vars::WEFT_LL_BLOCKS, 1024)? {
             c.ll_blocks = n as u32;
         }
-        if let Some(n) = number("WEFT_PORT_RING_BLOCKS", MAX_PORT_RING_BLOCKS as usize)? {
+        if let Some(n) = number(&vars::WEFT_PORT_RING_BLOCKS, MAX_PORT_RING_BLOCKS as usize)? {
             c.port_ring_blocks = n as u32;
         }
-        if let Some(n) = number("WEFT_PORT_RING_CHANNELS", crate::port_ring::MAX_LANES as usize)? {
+        if let Some(n) = number(&vars::WEFT_PORT_RING_CHANNELS, crate::port_ring::MAX_LANES as usize)? {
             c.port_ring_channels = Some(n as u32);
         }
-        if let Some(n) = number("WEFT_PLAN_REPLICAS", 1024)? {
+        if let Some(n) = number(&vars::WEFT_PLAN_REPLICAS, 1024)? {
             c.plan_replicas = Some(n as u32);
         }
-        for (name, field) in
-            [("WEFT_PLAN_SPECIALIZE", &mut c.plan_specialize), ("WEFT_DIRECT_ALLREDUCE", &mut c.direct_allreduce)]
-        {
-            if let Some(v) = lookup(name) {
+        for (variable, field) in [
+            (&vars::WEFT_PLAN_SPECIALIZE, &mut c.plan_specialize),
+            (&vars::WEFT_DIRECT_ALLREDUCE, &mut c.direct_allreduce),
+        ] {
+            if let Some(v) = lookup(variable) {
                 *field = match v.trim() {
                     "1" => true,
                     "0" => false,
-                    _ => return Err(format!("{name}={v:?}: expected 0 or 1")),
+                    _ => return Err(format!("{}={v:?}: expected 0 or 1", variable.name)),
                 };
             }
         }
-        for (name, field, meaning) in [
-            ("WEFT_ZERO_COPY_ALLREDUCE", &mut c.zero_copy_allreduce_max, "0: never"),
-            ("WEFT_ZERO_COPY_ALLGATHER", &mut c.zero_copy_allgather_max, "0: never"),
-            ("WEFT_ZERO_COPY_PLAN_MIN", &mut c.zero_copy_plan_min, "0: always"),
-            ("WEFT_PLAN_SLICE_BYTES", &mut c.plan_slice_bytes, "0: every replica"),
+        for (variable, field, meaning) in [
+            (&vars::WEFT_ZERO_COPY_ALLREDUCE, &mut c.zero_copy_allreduce_max, "0: never"),
+            (&vars::WEFT_ZERO_COPY_ALLGATHER, &mut c.zero_copy_allgather_max, "0: never"),
+            (&vars::WEFT_ZERO_COPY_PLAN_MIN, &mut c.zero_copy_plan_min, "0: always"),
+            (&vars::WEFT_PLAN_SLICE_BYTES, &mut c.plan_slice_bytes, "0: every replica"),
         ] {
-            if let Some(v) = lookup(name) {
+            if let Some(v) = lookup(variable) {
+                let name = variable.name;
                 *field = v.trim().parse().map_err(|_| format!("{name}={v:?}: expected a byte count ({meaning})"))?;
             }
         }
@@ -547,7 +550,7 @@ mod tests {
     #[test]
     fn plans_are_specialized_unless_the_environment_says_0() {
         let with = |v: Option<&str>| {
-            CollConfig::from_lookup(|k| (k == "WEFT_PLAN_SPECIALIZE").then_some(v).flatten().map(String::from))
+            CollConfig::from_lookup(|k| (k.name == "WEFT_PLAN_SPECIALIZE").then_some(v).flatten().map(String::from))
         };
         assert!(with(None).unwrap().plan_specialize);
         assert!(with(Some("1")).unwrap().plan_specialize);
@@ -632,7 +635,7 @@ mod tests {
     fn zero_copy_limits_default_to_the_measured_rule_and_read_the_environment() {
         let d = CollConfig::default();
         assert_eq!((d.zero_copy_allreduce_max, d.zero_copy_allgather_max), (256 << 20, 64 << 20));
-        let c = CollConfig::from_lookup(|k| match k {
+        let c = CollConfig::from_lookup(|k| match k.name {
             "WEFT_ZERO_COPY_ALLREDUCE" => Some("1073741824".into()),
             "WEFT_ZERO_COPY_ALLGATHER" => Some("0".into()),
             "WEFT_ZERO_COPY_PLAN_MIN" => Some("4096".into()),
@@ -641,12 +644,12 @@ mod tests {
         .unwrap();
         assert_eq!((c.zero_copy_allreduce_max, c.zero_copy_allgather_max), (1 << 30, 0));
         assert_eq!((d.zero_copy_plan_min, c.zero_copy_plan_min), (0, 4096));
-        let bad = CollConfig::from_lookup(|k| (k == "WEFT_ZERO_COPY_ALLGATHER").then(|| "lots".into()));
+        let bad = CollConfig::from_lookup(|k| (k.name == "WEFT_ZERO_COPY_ALLGATHER").then(|| "lots".into()));
         assert!(bad.unwrap_err().contains("WEFT_ZERO_COPY_ALLGATHER"));
     }
 
     fn with(pairs: &'static [(&'static str, &'static str)]) -> Result<CollConfig, String> {
-        CollConfig::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+        CollConfig::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k.name).map(|(_, v)| v.to_string()))
     }
 
     #[test]

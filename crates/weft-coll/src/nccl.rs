@@ -168,7 +168,7 @@ impl std::fmt::Debug for Nccl {
 /// path, then the pip package `nvidia-nccl-cu13` of the Python installations weft knows.
 pub fn candidates(env: &weft_core::Env) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(p) = env.var("WEFT_NCCL_LIB").filter(|p| !p.is_empty()) {
+    if let Some(p) = env.var(&weft_core::env::vars::WEFT_NCCL_LIB).filter(|p| !p.is_empty()) {
         out.push(PathBuf::from(p));
     }
     out.push(PathBuf::from("libnccl.so.2"));

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use weft_gpu::{CompileOptions, CompiledKernel, Device, GpuError, KernelResources, KernelSource, Module};
 
+use crate::env::{Env, EnvError, vars};
+
 /// Every public and internal device header, by include name.
 pub const HEADERS: &[(&str, &str)] = &[
     ("weft/weft.cuh", include_str!("../../../device/include/weft/weft.cuh")),
@@ -126,20 +128,35 @@ pub const TEST_KERNELS: KernelSet = KernelSet {
     variants: compiled_once,
 };
 
+/// Why [`nvrtc_test_library`] has no library to hand out.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestLibraryError {
+    /// NVRTC is missing while `WEFT_REQUIRE_NVRTC=1`.
+    #[error("NVRTC is required (WEFT_REQUIRE_NVRTC=1): {0}")]
+    Nvrtc(#[from] GpuError),
+    /// A malformed environment variable.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+}
+
 /// For the NVRTC tests of the crates that embed kernels, which need no GPU: a library of
 /// `kernels` caching into `WEFT_CACHE_DIR` (scripts/test.sh sets it, so later steps of the run
 /// read what the tests compiled) or else a fresh temporary folder. `Ok(None)` when NVRTC is
 /// missing, with the reason on stderr; with `WEFT_REQUIRE_NVRTC=1` (CI installs NVRTC) a
 /// missing NVRTC is the error instead.
-pub fn nvrtc_test_library(kernels: &'static KernelSet) -> Result<Option<KernelLibrary>, GpuError> {
+pub fn nvrtc_test_library(kernels: &'static KernelSet) -> Result<Option<KernelLibrary>, TestLibraryError> {
+    let env = Env::from_process()?;
     if let Err(e) = weft_gpu::nvrtc_version() {
-        if std::env::var("WEFT_REQUIRE_NVRTC").as_deref() == Ok("1") {
-            return Err(e);
+        if env.var(&vars::WEFT_REQUIRE_NVRTC) == Some("1") {
+            return Err(e.into());
         }
         eprintln!("skipping the NVRTC checks of {}: {e}", kernels.dir);
         return Ok(None);
     }
-    let dir = std::env::var_os("WEFT_CACHE_DIR")
+    let dir = env
+        .var(&vars::WEFT_CACHE_DIR)
+        .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join(format!("weft-nvrtc-test-{}", std::process::id())));
     Ok(Some(KernelLibrary::new(dir, kernels)))

@@ -21,7 +21,7 @@ mod channel;
 mod communicator;
 pub mod descriptor;
 pub mod device_code;
-mod env;
+pub mod env;
 mod error;
 mod fd_passing;
 mod identity;

@@ -1,18 +1,14 @@
-//! The variables weft-nccl reads, once per process, from weft-core's [`weft_core::Env`]
-//! (listed there with the others):
-//!
-//! | variable | meaning | default |
-//! | --- | --- | --- |
-//! | `WEFT_NCCL_FALLBACK_LIB` | path of the real `libnccl.so.2`, loaded with `RTLD_DEEPBIND`; every communicator also gets one of its communicators at init | unset: no fallback |
-//! | `WEFT_NCCL_FORCE_FALLBACK` | collectives sent to the fallback even when weft can run them: a comma list of `allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`, `alltoall`, `gather`, `scatter`, `sendrecv`, or `all` | empty |
-//! | `WEFT_NCCL_ROOT_IP` | IP that `ncclGetUniqueId` puts in the id (where rank 0 hosts the rendezvous) | the address of the interface of the default route, else `127.0.0.1` |
-//! | `WEFT_NCCL_LOG` | a `tracing` filter (e.g. `debug`) for logs on stderr; at debug level every call says whether weft or the fallback ran it, at info level the `ncclConfig_t` hints weft ignores (once per process) and the block limits it applies | unset: `WEFT_LOG`'s filter (weft's own), else no logs |
+//! The variables weft-nccl reads, once per process, from weft-core's [`weft_core::Env`]:
+//! `WEFT_NCCL_FALLBACK_LIB`, `WEFT_NCCL_FORCE_FALLBACK`, `WEFT_NCCL_ROOT_IP`, `WEFT_NCCL_LOG`
+//! (else `WEFT_LOG`). Their meanings and defaults are in weft-core's table of variables
+//! (`weft_core::env::vars`, and `docs/env.md` generated from it).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use weft_core::env::vars;
 use weft_types::Collective;
 
 use crate::error::NcclError;
@@ -129,18 +125,18 @@ pub struct NcclEnv {
 impl NcclEnv {
     /// Parses weft-nccl's variables out of `weft`.
     pub fn from_weft(weft: weft_core::Env) -> Result<Self, String> {
-        let fallback_lib = weft.var("WEFT_NCCL_FALLBACK_LIB").filter(|p| !p.trim().is_empty()).map(PathBuf::from);
-        let force = ForceSet::parse(weft.var("WEFT_NCCL_FORCE_FALLBACK").unwrap_or(""))
+        let fallback_lib = weft.var(&vars::WEFT_NCCL_FALLBACK_LIB).filter(|p| !p.trim().is_empty()).map(PathBuf::from);
+        let force = ForceSet::parse(weft.var(&vars::WEFT_NCCL_FORCE_FALLBACK).unwrap_or(""))
             .map_err(|e| format!("WEFT_NCCL_FORCE_FALLBACK: {e}"))?;
-        let root_ip = match weft.var("WEFT_NCCL_ROOT_IP").map(str::trim).filter(|v| !v.is_empty()) {
+        let root_ip = match weft.var(&vars::WEFT_NCCL_ROOT_IP).map(str::trim).filter(|v| !v.is_empty()) {
             Some(v) => {
                 Some(v.parse::<IpAddr>().map_err(|_| format!("WEFT_NCCL_ROOT_IP={v:?}: expected an IP address"))?)
             }
             None => None,
         };
-        let log = ["WEFT_NCCL_LOG", "WEFT_LOG"]
+        let log = [vars::WEFT_NCCL_LOG, vars::WEFT_LOG]
             .iter()
-            .find_map(|name| weft.var(name).filter(|v| !v.trim().is_empty()))
+            .find_map(|variable| weft.var(variable).filter(|v| !v.trim().is_empty()))
             .map(str::to_string);
         Ok(Self { weft, fallback_lib, force, root_ip, log })
     }

@@ -31,6 +31,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weft_bootstrap::codec::{Reader, Writer};
+use weft_core::descriptor::MemoryDescriptor;
+use weft_core::wire::{put_short_bytes, short_bytes};
+use weft_core::{Communicator, ConnectError, Env, Error, Network, RegisteredMemory, Topology};
 use weft_types::{FifoDeviceHandle, PortChannelDeviceHandle, SemaphoreDeviceHandle};
 
 use crate::fifo::{FifoReader, PinnedFifo};
@@ -41,13 +44,6 @@ use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, Staged
 use crate::proxy::transport::tcp::{TcpConfig, TcpTransport};
 use crate::proxy::transport::{ConnectionId, MAX_CONNECTIONS, MemoryTable, Transport};
 use crate::proxy::{ProxyConfig, ProxyService, ShutdownReport};
-use weft_core::Communicator;
-use weft_core::RegisteredMemory;
-use weft_core::Topology;
-use weft_core::descriptor::MemoryDescriptor;
-use weft_core::wire::{put_short_bytes, short_bytes};
-use weft_core::{ConnectError, Error};
-use weft_core::{Env, Network};
 
 /// Options of a [`PortProxy`].
 #[derive(Clone, Debug)]

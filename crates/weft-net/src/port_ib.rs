@@ -12,6 +12,10 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use weft_core::env::{Variable, vars};
+use weft_core::{Communicator, Network, RegisteredMemory};
+use weft_gpu::RdmaWriteVisibility;
+
 use crate::proxy::transport::ConnectionId;
 use crate::proxy::transport::ib::discover;
 use crate::proxy::transport::ib::rdma::{QpEndpoint, RdmaConfig, RdmaVerbs, library_path};
@@ -20,10 +24,6 @@ use crate::proxy::transport::ib::{
     IbConfig, IbConnection, IbTransport, LocalRegion, RemoteRegion, Verbs, WorkCompletion, WriteRequest,
 };
 use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, StagedDeviceMemory};
-use weft_core::Communicator;
-use weft_core::Network;
-use weft_core::RegisteredMemory;
-use weft_gpu::RdmaWriteVisibility;
 
 /// The NIC of a rank: rdma-core's, or one of the process's software fabric.
 #[derive(Debug)]
@@ -47,10 +47,10 @@ impl Nic {
             return Ok(Self::Soft(soft_fabric().nic()));
         }
         let env = comm.env();
-        let number = |name: &str| -> Result<Option<u8>, String> {
-            env.var(name)
+        let number = |variable: &Variable| -> Result<Option<u8>, String> {
+            env.var(variable)
                 .filter(|v| !v.trim().is_empty())
-                .map(|v| v.trim().parse().map_err(|_| format!("{name}={v}: not a number 0-255")))
+                .map(|v| v.trim().parse().map_err(|_| format!("{}={v}: not a number 0-255", variable.name)))
                 .transpose()
         };
         let sysfs = std::path::Path::new("/sys");
@@ -58,18 +58,18 @@ impl Nic {
         let bus_id = comm.device().pci_bus_id().map_err(|e| e.to_string())?;
         let nearest =
             discover::nearest_nic(&nics, discover::gpu_pci_path(sysfs, &bus_id).as_deref(), comm.device().ordinal());
-        let device = env.var("WEFT_IB_DEVICE").filter(|d| !d.is_empty()).map(str::to_owned);
+        let device = env.var(&vars::WEFT_IB_DEVICE).filter(|d| !d.is_empty()).map(str::to_owned);
         let named = device.as_deref().and_then(|d| nics.iter().find(|n| n.name == d));
         let chosen = named.or(if device.is_none() { nearest } else { None });
-        let port = number("WEFT_IB_PORT")?.or_else(|| chosen?.active_ports.first().copied()).unwrap_or(1);
+        let port = number(&vars::WEFT_IB_PORT)?.or_else(|| chosen?.active_ports.first().copied()).unwrap_or(1);
         let device = device.or_else(|| chosen.map(|n| n.name.clone()));
-        let gid_index = match number("WEFT_IB_GID_INDEX")? {
+        let gid_index = match number(&vars::WEFT_IB_GID_INDEX)? {
             Some(index) => index,
             None => device.as_deref().and_then(|d| discover::roce_v2_gid_index(sysfs, d, port)).unwrap_or(0),
         };
         tracing::debug!("rank {}: RDMA device {device:?}, port {port}, GID index {gid_index}", comm.rank());
         let config = RdmaConfig { device, port, gid_index, ..RdmaConfig::default() };
-        RdmaVerbs::open(&library_path(), config).map(|v| Self::Rdma(Box::new(v))).map_err(|e| e.to_string())
+        RdmaVerbs::open(&library_path(env), config).map(|v| Self::Rdma(Box::new(v))).map_err(|e| e.to_string())
     }
 
     /// Registers `memory` for local reads and peers' writes.

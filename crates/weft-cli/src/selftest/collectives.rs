@@ -73,7 +73,7 @@ fn run_matrix(
     let scalar = DeviceMemory::alloc(comm.device(), 8, AllocKind::Legacy)?;
     // Every captured HB AllReduce and AllGather, and every captured plan launch that can, goes
     // zero-copy here, whatever the size rules.
-    let types = matrix_types(env.var("WEFT_SELFTEST_TYPES"))?;
+    let types = matrix_types(env.var(&weft_core::env::vars::WEFT_SELFTEST_TYPES))?;
     let base = CollConfig {
         chunk_bytes: CHUNK_BYTES,
         ll_slot_bytes: LL_SLOT_BYTES,

@@ -15,7 +15,7 @@ use super::ffi::*;
 use super::{CompletionKind, LocalRegion, RECV_WR_TAG, RemoteRegion, Verbs, WorkCompletion, WriteRequest};
 
 /// Where libibverbs is found: `WEFT_IBVERBS_LIB`, else the dynamic linker's search.
-pub const LIBRARY_ENV: &str = "WEFT_IBVERBS_LIB";
+pub const LIBRARY_ENV: &str = weft_core::env::vars::WEFT_IBVERBS_LIB.name;
 const DEFAULT_LIBRARY: &str = "libibverbs.so.1";
 
 /// Failures of the rdma-core binding.
@@ -182,8 +182,8 @@ fn errno_text() -> String {
 }
 
 /// The library to load: `WEFT_IBVERBS_LIB`, else the soname.
-pub fn library_path() -> String {
-    std::env::var(LIBRARY_ENV).unwrap_or_else(|_| DEFAULT_LIBRARY.into())
+pub fn library_path(env: &weft_core::Env) -> String {
+    env.var(&weft_core::env::vars::WEFT_IBVERBS_LIB).filter(|p| !p.is_empty()).unwrap_or(DEFAULT_LIBRARY).into()
 }
 
 fn load(path: &str) -> Result<Api, RdmaError> {

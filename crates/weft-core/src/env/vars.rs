@@ -1,0 +1,246 @@
+//! The table of every environment variable weft reads: the one source of their names, types,
+//! defaults, meanings and owners. [`super::Env`] reads them (the layers at or above weft-core
+//! look their values up with a [`Variable`] of this table, never by a name of their own), and
+//! `docs/env.md` is generated from it ([`super::reference_markdown`]).
+//!
+//! weft-gpu and weft-bootstrap sit below weft-core and read their own variables where they are
+//! needed (CUDA's location before anything else starts, torchrun's launch variables); they are
+//! listed here all the same, with their owner, so the reference is complete.
+
+/// What a variable holds: the reference's type column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VarType {
+    /// Seconds, fractions allowed.
+    Seconds,
+    /// Microseconds, fractions allowed.
+    Microseconds,
+    /// GB/s (10^9 bytes per second).
+    GbPerSecond,
+    /// A size in bytes.
+    Bytes,
+    /// A whole number.
+    Count,
+    /// `1` or `0`.
+    Flag,
+    /// A file or folder.
+    Path,
+    /// One of a few words (listed in the meaning).
+    Choice,
+    /// A comma-separated list.
+    List,
+    /// An IP address.
+    Ip,
+    /// A `tracing` filter (`warn`, `debug`, `weft_coll=info`, ...).
+    LogFilter,
+    /// Free text.
+    Text,
+}
+
+impl VarType {
+    /// The type column's words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Seconds => "seconds",
+            Self::Microseconds => "µs",
+            Self::GbPerSecond => "GB/s",
+            Self::Bytes => "bytes",
+            Self::Count => "count",
+            Self::Flag => "`1`/`0`",
+            Self::Path => "path",
+            Self::Choice => "choice",
+            Self::List => "list",
+            Self::Ip => "IP",
+            Self::LogFilter => "log filter",
+            Self::Text => "text",
+        }
+    }
+}
+
+/// Who a variable is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Configuration of the library (or the `weft` command) a user may set.
+    Config,
+    /// The test suites and CI: turn a declared skip into a failure, or point at a tool.
+    Test,
+    /// Set by the `weft` command for its own child processes (worker options as JSON, the
+    /// report folder); never set by hand. weft-cli reads these itself: they carry no
+    /// configuration, only the parent's instructions to its workers.
+    Internal,
+}
+
+/// One environment variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variable {
+    /// Its name.
+    pub name: &'static str,
+    /// What it holds.
+    pub ty: VarType,
+    /// Who it is for.
+    pub scope: Scope,
+    /// The crate that parses it.
+    pub owner: &'static str,
+    /// What applies when it is unset.
+    pub default: &'static str,
+    /// What it does (Markdown).
+    pub meaning: &'static str,
+}
+
+/// Declares each variable once, as a constant named after it, and the table [`ALL`] of them in
+/// the order given.
+macro_rules! variables {
+    ($($name:ident: $ty:ident, $scope:ident, $owner:literal, default $default:literal, $meaning:literal;)*) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "`: ", $meaning)]
+            pub const $name: Variable = Variable {
+                name: stringify!($name),
+                ty: VarType::$ty,
+                scope: Scope::$scope,
+                owner: $owner,
+                default: $default,
+                meaning: $meaning,
+            };
+        )*
+        /// Every variable, grouped by owner from the lowest layer up.
+        pub const ALL: &[Variable] = &[$($name),*];
+    };
+}
+
+variables! {
+    WEFT_CUDA_HOME: Path, Config, "weft-gpu", default "unset",
+        "CUDA installation searched first for the driver, NVRTC and the CUDA headers";
+    CUDA_HOME: Path, Config, "weft-gpu", default "unset",
+        "CUDA installation searched after `WEFT_CUDA_HOME`";
+    CUDA_PATH: Path, Config, "weft-gpu", default "unset",
+        "CUDA installation searched after `CUDA_HOME` (then `/usr/local/cuda`, the repository's `.deps/cuda13` and the `nvidia/cu13` folders of known Python installations)";
+    VIRTUAL_ENV: Path, Config, "weft-gpu", default "unset",
+        "a Python virtual environment whose `nvidia/cu13` wheels (NVRTC, headers) are searched";
+    XDG_CACHE_HOME: Path, Config, "weft-gpu", default "`~/.cache`",
+        "parent of the default NVRTC cache folder `weft`";
+    HOME: Path, Config, "weft-gpu", default "set by the system",
+        "home folder: `~/.cache/weft` and the `~/.local` Python packages";
+    RANK: Count, Config, "weft-bootstrap", default "unset: not a torchrun job",
+        "torchrun's global rank of this process, below `WORLD_SIZE`";
+    WORLD_SIZE: Count, Config, "weft-bootstrap", default "unset: not a torchrun job",
+        "torchrun's number of processes in the job";
+    LOCAL_RANK: Count, Config, "weft-bootstrap", default "unset",
+        "torchrun's index of this process on its host";
+    MASTER_ADDR: Text, Config, "weft-bootstrap", default "unset: not a torchrun job",
+        "host name or IP of rank 0, which hosts the rendezvous";
+    MASTER_PORT: Count, Config, "weft-bootstrap", default "unset: not a torchrun job",
+        "port of rank 0's rendezvous, 1 to 65535";
+    WEFT_BOOTSTRAP_TIMEOUT: Seconds, Config, "weft-bootstrap", default "`30`",
+        "bound of every rendezvous step; a builder's explicit timeout wins";
+    WEFT_BOOTSTRAP_SECRET: Text, Config, "weft-bootstrap", default "derived from `MASTER_ADDR:MASTER_PORT` (trusted clusters only)",
+        "the job's rendezvous secret, 64 hex digits, the same on every rank";
+    WEFT_TIMEOUT: Seconds, Config, "weft-core", default "`5`",
+        "bound of every device-side wait, up to 86400";
+    WEFT_CACHE_DIR: Path, Config, "weft-core", default "`$XDG_CACHE_HOME/weft` or `~/.cache/weft` (the NVRTC tests: a fresh temporary folder)",
+        "folder of the NVRTC kernel cache";
+    WEFT_ALLOC: Choice, Config, "weft-core", default "`auto`",
+        "device memory kind: `vmm`, `legacy` or `auto`";
+    WEFT_RANKS_PER_NODE: Count, Config, "weft-core", default "unset: one node per host",
+        "split each host's ranks into virtual nodes of this many (in rank order); peers in other virtual nodes get no peer mappings, as if on another host: PortChannels reach them over the network transport, collectives run AllReduce `port_ring` only";
+    WEFT_SHARE_GPUS: Flag, Config, "weft-core", default "`0`",
+        "`1`: ranks of one node may share a GPU, to check multi-rank code on fewer GPUs (grids shrink so every sharing rank's kernels are resident at once; launches settle with the other ranks first; timings mean nothing; see docs/shared-gpu.md)";
+    WEFT_EMU_NET_LATENCY_US: Microseconds, Config, "weft-core", default "unset: no emulation",
+        "emulated NIC between virtual nodes: latency α added to every message of a PortChannel to a peer in another virtual node (which then goes through the copy engine, paced, instead of the network transport)";
+    WEFT_EMU_NET_GBPS: GbPerSecond, Config, "weft-core", default "unset: uncapped",
+        "emulated NIC: bandwidth cap β per GPU; setting either `WEFT_EMU_NET_*` variable turns the emulation on";
+    WEFT_NET: Choice, Config, "weft-core", default "`tcp`",
+        "how PortChannels reach peers of other (virtual) nodes that the emulated NIC does not: `tcp`; `ib` (InfiniBand verbs through rdma-core's libibverbs; needs weft-net's `ib` feature, which the `weft` command has); `soft-ib` (the same verbs transport over a software RC fabric joining the ranks of one process, through staged copies: for testing the path without a NIC)";
+    CUDA_DEVICE_MAX_CONNECTIONS: Count, Config, "weft-core", default "CUDA's `8`; the `weft` command sets `32`",
+        "CUDA's hardware work queues, read when CUDA starts; weft wants 32 so a proxy's copy never queues behind a spinning kernel (`weft_core::cuda_queues_ok`); a program embedding weft should set it before CUDA starts";
+    WEFT_IB_DEVICE: Text, Config, "weft-net", default "the NIC nearest the rank's GPU on the PCI tree (ties spread by GPU ordinal)",
+        "the RDMA device for `WEFT_NET=ib`, e.g. `mlx5_0`";
+    WEFT_IB_PORT: Count, Config, "weft-net", default "the device's first active port",
+        "the RDMA port for `WEFT_NET=ib`";
+    WEFT_IB_GID_INDEX: Count, Config, "weft-net", default "on RoCE the first RoCE v2 GID with an IPv4 address, else `0`",
+        "the GID index for `WEFT_NET=ib`";
+    WEFT_IBVERBS_LIB: Path, Config, "weft-net", default "`libibverbs.so.1` through the dynamic linker's search",
+        "the libibverbs to load for `WEFT_NET=ib`";
+    WEFT_ALGO_ALLREDUCE: Choice, Config, "weft-coll", default "`auto`",
+        "force an AllReduce algorithm: `ll`, `ll2`, `hb`, `ring`, `port_ring` (never chosen by size), an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`) or `auto`";
+    WEFT_ALGO_ALLGATHER: Choice, Config, "weft-coll", default "`auto`",
+        "force an AllGather algorithm (`ll`, `hb`, `plan:<name>`, ...) or `auto`";
+    WEFT_ALGO_REDUCESCATTER: Choice, Config, "weft-coll", default "`auto`",
+        "force a ReduceScatter algorithm or `auto`";
+    WEFT_ALGO_BROADCAST: Choice, Config, "weft-coll", default "`auto`",
+        "force a Broadcast algorithm or `auto`";
+    WEFT_ALGO_REDUCE: Choice, Config, "weft-coll", default "`auto`",
+        "force a Reduce algorithm or `auto`";
+    WEFT_ALGO_ALLTOALL: Choice, Config, "weft-coll", default "`auto`",
+        "force an AllToAll algorithm (`p2p`, `plan:<name>`) or `auto`";
+    WEFT_ALGO_SENDRECV: Choice, Config, "weft-coll", default "`auto`",
+        "force a send/receive algorithm (`p2p`) or `auto`";
+    WEFT_PLAN_DIR: Path, Config, "weft-coll", default "unset",
+        "folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it";
+    WEFT_TUNING_FILE: Path, Config, "weft-coll", default "built-in",
+        "JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count";
+    WEFT_LL_BLOCKS: Count, Config, "weft-coll", default "`64`",
+        "blocks of every LL launch, up to 1024";
+    WEFT_HB_BLOCKS: Count, Config, "weft-coll", default "`128`",
+        "blocks of every HB launch, up to 1024";
+    WEFT_PLAN_REPLICAS: Count, Config, "weft-coll", default "as many as the SMs hold",
+        "replicas of every thread block of an execution plan, each moving a slice of every chunk, up to 1024";
+    WEFT_PLAN_SLICE_BYTES: Bytes, Config, "weft-coll", default "`2048`",
+        "a plan launch runs one replica of each thread block per this many bytes of its largest chunk, up to the replicas set up (at least 262144 for plans with port links); `0`: all of them at every size (plans with plan barriers always run all)";
+    WEFT_PLAN_SPECIALIZE: Flag, Config, "weft-coll", default "`1`",
+        "`1`: compile each rank's plan operations into its own executor kernel (straight-line code per operation, compiled on first use per plan, rank, type and operator, cached on disk); `0`: run them on the one interpreter kernel every plan shares";
+    WEFT_PORT_RING_BLOCKS: Count, Config, "weft-coll", default "`32`",
+        "worker blocks of an AllReduce `port_ring` launch, 1 to 64 (the launch adds its driver block)";
+    WEFT_PORT_RING_CHANNELS: Count, Config, "weft-coll", default "`2`; `4` when the ring crosses TCP",
+        "PortChannels per ring edge of `port_ring`, 1 to 16: a large step crosses in pieces of at least 512 KiB, at most one per channel";
+    WEFT_ZERO_COPY_ALLREDUCE: Bytes, Config, "weft-coll", default "`268435456`",
+        "largest CUDA-graph-captured HB AllReduce that writes straight into the peers' registered outputs; `0`: never";
+    WEFT_ZERO_COPY_ALLGATHER: Bytes, Config, "weft-coll", default "`67108864`",
+        "largest CUDA-graph-captured HB AllGather that writes straight into the peers' registered outputs; `0`: never";
+    WEFT_ZERO_COPY_PLAN_MIN: Bytes, Config, "weft-coll", default "`0`",
+        "smallest plan launch that runs zero-copy on registered windows; `0`: always";
+    WEFT_DIRECT_ALLREDUCE: Flag, Config, "weft-coll", default "`1`",
+        "`1`: a zero-copy HB AllReduce whose inputs and outputs all lie in windows reads the peers' inputs in place (two barriers, no scratch); `0`: through the scratch";
+    WEFT_CHUNK_BYTES: Bytes, Config, "weft-coll", default "`33554432`",
+        "bytes per HB round, up to 1 GiB; the scratch is twice this";
+    WEFT_LL_SLOT_BYTES: Bytes, Config, "weft-coll", default "`524288`",
+        "payload one rank sends one peer per LL launch, up to 16 MiB; sizes the packet buffer";
+    WEFT_NCCL_LIB: Path, Config, "weft-coll", default "the dynamic linker's search for `libnccl.so.2`",
+        "the real NCCL that `weft bench --nccl` measures against";
+    WEFT_NCCL_FALLBACK_LIB: Path, Config, "weft-nccl", default "unset: no fallback",
+        "the real `libnccl.so.2` behind weft's own, loaded with `RTLD_DEEPBIND`; every communicator also gets one of its communicators at init";
+    WEFT_NCCL_FORCE_FALLBACK: List, Config, "weft-nccl", default "empty",
+        "collectives weft's `libnccl.so.2` sends to the fallback even when weft can run them: `allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`, `alltoall`, `gather`, `scatter`, `sendrecv`, or `all`";
+    WEFT_NCCL_ROOT_IP: Ip, Config, "weft-nccl", default "the address of the default route's interface, else `127.0.0.1`",
+        "IP that weft's `ncclGetUniqueId` advertises for rank 0's rendezvous";
+    WEFT_NCCL_LOG: LogFilter, Config, "weft-nccl", default "unset: `WEFT_LOG`",
+        "filter of weft-nccl's stderr log: at `debug` every call says whether weft or the fallback ran it, at `info` the `ncclConfig_t` hints weft ignores (once per process) and the block limits it applies";
+    WEFT_LOG: LogFilter, Config, "weft-cli", default "`warn` (`weft`); unset (weft-nccl)",
+        "filter of the `weft` command's log and, unless `WEFT_NCCL_LOG` is set, weft-nccl's";
+    WEFT_SELFTEST_TYPES: List, Config, "weft-cli", default "every type",
+        "element types of `weft selftest`'s collective and plan matrices (`bf16,f32,i8`), for a shorter run";
+    WEFT_REQUIRE_NVRTC: Flag, Test, "weft-core", default "`0`",
+        "`1`: the NVRTC compile tests (and `weft selftest`'s CPU part) fail when NVRTC is missing instead of skipping";
+    WEFT_REQUIRE_IBVERBS: Flag, Test, "weft-net", default "`0`",
+        "`1`: the verbs binding tests fail when `WEFT_IBVERBS_ROOT` is unset instead of skipping";
+    WEFT_IBVERBS_ROOT: Path, Test, "weft-net", default "unset: those tests skip",
+        "rdma-core's headers and libraries (`scripts/ibverbs.sh` prints it) for the verbs binding tests";
+    WEFT_REQUIRE_CC: Flag, Test, "weft-nccl", default "`0`",
+        "`1`: the C ABI tests fail when gcc or `nccl.h` is missing instead of skipping";
+    WEFT_NCCL_HEADER_DIR: Path, Test, "weft-nccl", default "unset: those tests skip",
+        "folder of the real `nccl.h` (`scripts/nccl-header.sh` prints it) for the C ABI tests";
+    WEFT_REQUIRE_GPU: Flag, Test, "weft", default "`0`",
+        "`1`: the GPU examples fail when no GPU is usable instead of skipping";
+    WEFT_KEEP_PLOT: Flag, Test, "weft-cli", default "unset",
+        "set: the plot test keeps the PNGs it drew";
+    WEFT_REPORT_DIR: Path, Internal, "weft-cli", default "unset",
+        "folder where each rank the `weft` command launched writes its report; its presence marks such a rank";
+    WEFT_BENCH_OPTIONS: Text, Internal, "weft-cli", default "unset",
+        "`weft bench`'s options for its worker ranks (JSON)";
+    WEFT_BENCH_PROXY_OPTIONS: Text, Internal, "weft-cli", default "unset",
+        "`weft bench proxy`'s options for its worker ranks (JSON)";
+    WEFT_TUNE_OPTIONS: Text, Internal, "weft-cli", default "unset",
+        "`weft tune`'s options for its worker ranks (JSON)";
+    WEFT_SELFTEST_ONLY: List, Internal, "weft-cli", default "unset",
+        "the steps a `weft selftest` worker runs";
+    WEFT_SELFTEST_GPUS: Count, Internal, "weft-cli", default "unset",
+        "the GPUs a `weft selftest` worker's ranks are spread over, round-robin";
+}
