@@ -20,50 +20,95 @@ type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type Group = unsafe extern "C" fn() -> c_int;
 type CudaStream = *mut c_void;
 
+/// What failed while loading or calling the real NCCL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NcclLibError {
+    /// No candidate library loaded ([`candidates`]).
+    #[error("libnccl.so.2 not found (set WEFT_NCCL_LIB); tried {}", .tried.join("; "))]
+    NotFound {
+        /// Each candidate with why it failed.
+        tried: Vec<String>,
+    },
+    /// `dlopen` refused the library.
+    #[error("cannot load {}: {detail}", .path.display())]
+    Load {
+        /// The library.
+        path: PathBuf,
+        /// The loader's message.
+        detail: String,
+    },
+    /// The library lacks an entry point.
+    #[error("{symbol}: {detail}")]
+    MissingSymbol {
+        /// The entry point.
+        symbol: String,
+        /// The loader's message.
+        detail: String,
+    },
+    /// A call returned an error code.
+    #[error("{call} failed: {text} ({code})")]
+    Call {
+        /// The entry point.
+        call: &'static str,
+        /// Its `ncclResult_t`.
+        code: c_int,
+        /// `ncclGetErrorString(code)`.
+        text: String,
+    },
+    /// A rank or count that does not fit NCCL's `int`.
+    #[error("{what} {value} does not fit NCCL's int")]
+    OutOfRange {
+        /// What the number is.
+        what: &'static str,
+        /// The number.
+        value: usize,
+    },
+    /// An operator NCCL has no built-in for.
+    #[error("{} is no built-in NCCL operator (the baseline runs only those)", .0.name())]
+    UnsupportedOp(ReduceOp),
+}
+
 /// How a Rust argument becomes the C argument of an NCCL call.
 trait ToC<C> {
-    fn to_c(self) -> Result<C, String>;
+    fn to_c(self) -> Result<C, NcclLibError>;
 }
 
 impl ToC<*const c_void> for DevicePtr {
-    fn to_c(self) -> Result<*const c_void, String> {
+    fn to_c(self) -> Result<*const c_void, NcclLibError> {
         Ok(self as *const c_void)
     }
 }
 
 impl ToC<*mut c_void> for DevicePtr {
-    fn to_c(self) -> Result<*mut c_void, String> {
+    fn to_c(self) -> Result<*mut c_void, NcclLibError> {
         Ok(self as *mut c_void)
     }
 }
 
 impl ToC<usize> for usize {
-    fn to_c(self) -> Result<usize, String> {
+    fn to_c(self) -> Result<usize, NcclLibError> {
         Ok(self)
     }
 }
 
 /// Ranks (root, peer).
 impl ToC<c_int> for usize {
-    fn to_c(self) -> Result<c_int, String> {
-        c_int::try_from(self).map_err(|e| format!("rank {self}: {e}"))
+    fn to_c(self) -> Result<c_int, NcclLibError> {
+        c_int::try_from(self).map_err(|_| NcclLibError::OutOfRange { what: "rank", value: self })
     }
 }
 
 // DataType and NCCL's built-in ReduceOps use NCCL's numbering.
 impl ToC<c_int> for DataType {
-    fn to_c(self) -> Result<c_int, String> {
+    fn to_c(self) -> Result<c_int, NcclLibError> {
         Ok(self as c_int)
     }
 }
 
 impl ToC<c_int> for ReduceOp {
-    fn to_c(self) -> Result<c_int, String> {
-        if ReduceOp::BUILTIN.contains(&self) {
-            Ok(self as c_int)
-        } else {
-            Err(format!("{} is no built-in NCCL operator (the baseline runs only those)", self.name()))
-        }
+    fn to_c(self) -> Result<c_int, NcclLibError> {
+        if ReduceOp::BUILTIN.contains(&self) { Ok(self as c_int) } else { Err(NcclLibError::UnsupportedOp(self)) }
     }
 }
 
@@ -80,13 +125,13 @@ macro_rules! stream_calls {
         }
 
         impl Calls {
-            fn load(lib: &libloading::Library) -> Result<Self, String> {
+            fn load(lib: &libloading::Library) -> Result<Self, NcclLibError> {
                 Ok(Self {
                     $($method: {
                         let name = concat!($symbol, "\0").as_bytes();
                         // SAFETY: the symbol has this C signature in nccl.h 2.28 (checked by name).
                         *unsafe { lib.get::<unsafe extern "C" fn($($c,)* Comm, CudaStream) -> c_int>(name) }
-                            .map_err(|e| format!("{}: {e}", $symbol))?
+                            .map_err(|e| NcclLibError::MissingSymbol { symbol: $symbol.into(), detail: e.to_string() })?
                     },)*
                 })
             }
@@ -101,7 +146,7 @@ macro_rules! stream_calls {
                 /// given until the stream's work is done; every rank of the communicator makes
                 /// the matching call.
                 #[allow(clippy::too_many_arguments, reason = "NCCL's own argument list")]
-                pub unsafe fn $method(&self, $($arg: $ty,)* stream: &Stream) -> Result<(), String> {
+                pub unsafe fn $method(&self, $($arg: $ty,)* stream: &Stream) -> Result<(), NcclLibError> {
                     $(let $arg: $c = ToC::<$c>::to_c($arg)?;)*
                     // SAFETY: the caller's contract covers the buffers; comm and stream are live.
                     let r = unsafe { (self.nccl.calls.$method)($($arg,)* self.comm, stream.raw().cast()) };
@@ -189,16 +234,20 @@ pub fn candidates(env: &weft_core::Env) -> Vec<PathBuf> {
     out
 }
 
-fn check(nccl: &Nccl, call: &str, result: c_int) -> Result<(), String> {
+fn check(nccl: &Nccl, call: &'static str, result: c_int) -> Result<(), NcclLibError> {
     if result == 0 {
         return Ok(());
     }
-    Err(format!("{call} failed: {} ({result})", nccl.error_string(result)))
+    Err(NcclLibError::Call { call, code: result, text: nccl.error_string(result) })
+}
+
+fn load_error(path: &Path, e: &libloading::Error) -> NcclLibError {
+    NcclLibError::Load { path: path.to_path_buf(), detail: e.to_string() }
 }
 
 impl Nccl {
     /// Loads the first candidate that opens and exports what we need.
-    pub fn load(env: &weft_core::Env) -> Result<Self, String> {
+    pub fn load(env: &weft_core::Env) -> Result<Self, NcclLibError> {
         let mut tried = Vec::new();
         for path in candidates(env) {
             match Self::load_from(&path) {
@@ -206,41 +255,43 @@ impl Nccl {
                 Err(e) => tried.push(format!("{}: {e}", path.display())),
             }
         }
-        Err(format!("libnccl.so.2 not found (set WEFT_NCCL_LIB); tried {}", tried.join("; ")))
+        Err(NcclLibError::NotFound { tried })
     }
 
     /// Loads NCCL from `path`.
-    pub fn load_from(path: &Path) -> Result<Self, String> {
+    pub fn load_from(path: &Path) -> Result<Self, NcclLibError> {
         // SAFETY: loading NCCL runs its initialisers, which have no preconditions.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| load_error(path, &e))?;
         Self::from_library(path, lib)
     }
 
     /// Loads NCCL from `path` with explicit `dlopen` flags (e.g. `RTLD_NOW | RTLD_LOCAL |
     /// RTLD_DEEPBIND`, so that a library exporting the same names, loaded first, does not
     /// capture NCCL's calls to itself).
-    pub fn load_from_flags(path: &Path, flags: c_int) -> Result<Self, String> {
+    pub fn load_from_flags(path: &Path, flags: c_int) -> Result<Self, NcclLibError> {
         // SAFETY: as for `load_from`; the flags only change symbol resolution.
-        let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| e.to_string())?;
+        let lib =
+            unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| load_error(path, &e))?;
         Self::from_library(path, lib.into())
     }
 
-    fn from_library(path: &Path, lib: libloading::Library) -> Result<Self, String> {
+    fn from_library(path: &Path, lib: libloading::Library) -> Result<Self, NcclLibError> {
         macro_rules! sym {
             ($name:literal, $t:ty) => {
                 // SAFETY: the symbol has this C signature in nccl.h 2.28 (checked by name).
-                *unsafe { lib.get::<$t>($name) }.map_err(|e| e.to_string())?
+                *unsafe { lib.get::<$t>(concat!($name, "\0").as_bytes()) }
+                    .map_err(|e| NcclLibError::MissingSymbol { symbol: $name.into(), detail: e.to_string() })?
             };
         }
         Ok(Self {
             path: path.to_path_buf(),
-            get_unique_id: sym!(b"ncclGetUniqueId\0", GetUniqueId),
-            comm_init_rank: sym!(b"ncclCommInitRank\0", CommInitRank),
-            comm_destroy: sym!(b"ncclCommDestroy\0", CommDestroy),
-            get_error_string: sym!(b"ncclGetErrorString\0", GetErrorString),
-            get_version: sym!(b"ncclGetVersion\0", GetVersion),
-            group_start: sym!(b"ncclGroupStart\0", Group),
-            group_end: sym!(b"ncclGroupEnd\0", Group),
+            get_unique_id: sym!("ncclGetUniqueId", GetUniqueId),
+            comm_init_rank: sym!("ncclCommInitRank", CommInitRank),
+            comm_destroy: sym!("ncclCommDestroy", CommDestroy),
+            get_error_string: sym!("ncclGetErrorString", GetErrorString),
+            get_version: sym!("ncclGetVersion", GetVersion),
+            group_start: sym!("ncclGroupStart", Group),
+            group_end: sym!("ncclGroupEnd", Group),
             calls: Calls::load(&lib)?,
             _lib: lib,
         })
@@ -255,13 +306,15 @@ impl Nccl {
     ///
     /// # Safety
     /// `T` must be the `unsafe extern "C" fn` type that nccl.h declares for `name`.
-    pub unsafe fn symbol<T: Copy>(&self, name: &str) -> Result<T, String> {
+    pub unsafe fn symbol<T: Copy>(&self, name: &str) -> Result<T, NcclLibError> {
         let mut c_name = Vec::with_capacity(name.len() + 1);
         c_name.extend_from_slice(name.as_bytes());
         c_name.push(0);
         // SAFETY: the caller guarantees `T` matches the symbol's C type; the library outlives
         // `self`, and the copied function pointer is only used while `self` lives.
-        unsafe { self._lib.get::<T>(c_name.as_slice()) }.map(|s| *s).map_err(|e| format!("{name}: {e}"))
+        unsafe { self._lib.get::<T>(c_name.as_slice()) }
+            .map(|s| *s)
+            .map_err(|e| NcclLibError::MissingSymbol { symbol: name.into(), detail: e.to_string() })
     }
 
     /// `ncclGetErrorString(code)`.
@@ -285,7 +338,7 @@ impl Nccl {
     }
 
     /// `ncclGetVersion` (e.g. 22809).
-    pub fn version(&self) -> Result<i32, String> {
+    pub fn version(&self) -> Result<i32, NcclLibError> {
         let mut v: c_int = 0;
         // SAFETY: writes one int.
         check(self, "ncclGetVersion", unsafe { (self.get_version)(&mut v) })?;
@@ -293,7 +346,7 @@ impl Nccl {
     }
 
     /// A fresh `ncclUniqueId` (call on one rank, share with the others).
-    pub fn unique_id(&self) -> Result<[u8; 128], String> {
+    pub fn unique_id(&self) -> Result<[u8; 128], NcclLibError> {
         let mut id = [0u8; 128];
         // SAFETY: writes 128 bytes into `id`.
         check(self, "ncclGetUniqueId", unsafe { (self.get_unique_id)(&mut id) })?;
@@ -301,20 +354,20 @@ impl Nccl {
     }
 
     /// `ncclGroupStart`: calls until [`Nccl::group_end`] are issued together.
-    pub fn group_start(&self) -> Result<(), String> {
+    pub fn group_start(&self) -> Result<(), NcclLibError> {
         // SAFETY: no arguments; NCCL keeps the group depth per thread.
         check(self, "ncclGroupStart", unsafe { (self.group_start)() })
     }
 
     /// `ncclGroupEnd`: issues the calls made since the matching [`Nccl::group_start`].
-    pub fn group_end(&self) -> Result<(), String> {
+    pub fn group_end(&self) -> Result<(), NcclLibError> {
         // SAFETY: no arguments; NCCL reports an unmatched end as an error code.
         check(self, "ncclGroupEnd", unsafe { (self.group_end)() })
     }
 
     /// Runs `calls` between `ncclGroupStart` and `ncclGroupEnd`; the group is closed even when
     /// `calls` fails.
-    pub fn group(&self, calls: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    pub fn group(&self, calls: impl FnOnce() -> Result<(), NcclLibError>) -> Result<(), NcclLibError> {
         self.group_start()?;
         let result = calls();
         let end = self.group_end();
@@ -322,10 +375,10 @@ impl Nccl {
     }
 
     /// Joins the communicator of `id` as `rank` of `ranks` on the current CUDA context's device.
-    pub fn init_rank(&self, id: [u8; 128], rank: usize, ranks: usize) -> Result<NcclComm<'_>, String> {
+    pub fn init_rank(&self, id: [u8; 128], rank: usize, ranks: usize) -> Result<NcclComm<'_>, NcclLibError> {
         let mut comm: Comm = std::ptr::null_mut();
-        let (r, n) =
-            (c_int::try_from(rank).map_err(|e| e.to_string())?, c_int::try_from(ranks).map_err(|e| e.to_string())?);
+        let r = c_int::try_from(rank).map_err(|_| NcclLibError::OutOfRange { what: "rank", value: rank })?;
+        let n = c_int::try_from(ranks).map_err(|_| NcclLibError::OutOfRange { what: "ranks", value: ranks })?;
         // SAFETY: out-pointer to a local; id passed by value as the ABI requires.
         check(self, "ncclCommInitRank", unsafe { (self.comm_init_rank)(&mut comm, n, id, r) })?;
         Ok(NcclComm { nccl: self, comm })
@@ -371,7 +424,7 @@ impl NcclComm<'_> {
         dtype: DataType,
         ranks: usize,
         stream: &Stream,
-    ) -> Result<(), String> {
+    ) -> Result<(), NcclLibError> {
         let block = (count_per_peer * dtype.size()) as u64;
         self.nccl.group(|| {
             for p in 0..ranks {
@@ -460,7 +513,7 @@ impl Drop for NcclWindow<'_> {
 
 impl<'a> NcclComm<'a> {
     /// `ncclMemAlloc` of `len` bytes on the current GPU (bind the communicator's first).
-    pub fn mem_alloc(&self, len: usize) -> Result<NcclMemory<'a>, String> {
+    pub fn mem_alloc(&self, len: usize) -> Result<NcclMemory<'a>, NcclLibError> {
         type Alloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
         // SAFETY: nccl.h's signature of ncclMemAlloc.
         let alloc = unsafe { self.nccl.symbol::<Alloc>("ncclMemAlloc") }?;
@@ -472,7 +525,7 @@ impl<'a> NcclComm<'a> {
 
     /// `ncclCommWindowRegister(memory, NCCL_WIN_COLL_SYMMETRIC)`: collective, every rank
     /// registers a buffer of the same length (NCCL 2.27+).
-    pub fn window_register(&'a self, memory: &NcclMemory<'_>) -> Result<NcclWindow<'a>, String> {
+    pub fn window_register(&'a self, memory: &NcclMemory<'_>) -> Result<NcclWindow<'a>, NcclLibError> {
         type Register = unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int;
         // SAFETY: nccl.h's signature of ncclCommWindowRegister.
         let register = unsafe { self.nccl.symbol::<Register>("ncclCommWindowRegister") }?;

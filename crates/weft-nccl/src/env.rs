@@ -69,6 +69,32 @@ impl fmt::Display for Kind {
     }
 }
 
+/// A malformed weft-nccl variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NcclEnvError {
+    /// A variable weft-core parses.
+    #[error(transparent)]
+    Weft(#[from] weft_core::EnvError),
+    /// `WEFT_NCCL_FORCE_FALLBACK` names no collective.
+    #[error("WEFT_NCCL_FORCE_FALLBACK: {0}")]
+    ForceFallback(#[from] UnknownCollective),
+    /// `WEFT_NCCL_ROOT_IP` is no IP address.
+    #[error("WEFT_NCCL_ROOT_IP={value:?}: expected an IP address")]
+    RootIp {
+        /// The value.
+        value: String,
+    },
+}
+
+/// A word of a [`ForceSet`] list that names no collective.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown collective {name:?}: expected all or {}", Kind::all().map(Kind::name).collect::<Vec<_>>().join(", "))]
+pub struct UnknownCollective {
+    /// The word.
+    pub name: String,
+}
+
 /// The kinds `WEFT_NCCL_FORCE_FALLBACK` sends to the fallback.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForceSet(u16);
@@ -76,7 +102,7 @@ pub struct ForceSet(u16);
 impl ForceSet {
     /// Parses `allgather,reduce`, `all` or an empty string (case and spaces ignored;
     /// `bcast`, `send` and `recv` are accepted as names of their kinds).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, UnknownCollective> {
         let mut set = 0u16;
         for word in text.split(',').map(|w| w.trim().to_ascii_lowercase()).filter(|w| !w.is_empty()) {
             let kinds: Vec<Kind> = match word.as_str() {
@@ -85,10 +111,7 @@ impl ForceSet {
                 "send" | "recv" => vec![Kind::SEND_RECV],
                 name => match Kind::all().find(|k| k.name() == name) {
                     Some(k) => vec![k],
-                    None => {
-                        let known: Vec<_> = Kind::all().map(|k| k.name()).collect();
-                        return Err(format!("unknown collective {name:?}: expected all or {}", known.join(", ")));
-                    }
+                    None => return Err(UnknownCollective { name: name.into() }),
                 },
             };
             set |= kinds.iter().fold(0, |s, k| s | k.bit());
@@ -124,14 +147,11 @@ pub struct NcclEnv {
 
 impl NcclEnv {
     /// Parses weft-nccl's variables out of `weft`.
-    pub fn from_weft(weft: weft_core::Env) -> Result<Self, String> {
+    pub fn from_weft(weft: weft_core::Env) -> Result<Self, NcclEnvError> {
         let fallback_lib = weft.var(&vars::WEFT_NCCL_FALLBACK_LIB).filter(|p| !p.trim().is_empty()).map(PathBuf::from);
-        let force = ForceSet::parse(weft.var(&vars::WEFT_NCCL_FORCE_FALLBACK).unwrap_or(""))
-            .map_err(|e| format!("WEFT_NCCL_FORCE_FALLBACK: {e}"))?;
+        let force = ForceSet::parse(weft.var(&vars::WEFT_NCCL_FORCE_FALLBACK).unwrap_or(""))?;
         let root_ip = match weft.var(&vars::WEFT_NCCL_ROOT_IP).map(str::trim).filter(|v| !v.is_empty()) {
-            Some(v) => {
-                Some(v.parse::<IpAddr>().map_err(|_| format!("WEFT_NCCL_ROOT_IP={v:?}: expected an IP address"))?)
-            }
+            Some(v) => Some(v.parse::<IpAddr>().map_err(|_| NcclEnvError::RootIp { value: v.into() })?),
             None => None,
         };
         let log = [vars::WEFT_NCCL_LOG, vars::WEFT_LOG]
@@ -160,13 +180,8 @@ fn default_route_ip() -> IpAddr {
 
 /// The process's configuration, read on first use.
 pub fn env() -> Result<&'static NcclEnv, NcclError> {
-    static ENV: OnceLock<Result<NcclEnv, String>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let weft = weft_core::Env::from_process().map_err(|e| e.to_string())?;
-        NcclEnv::from_weft(weft)
-    })
-    .as_ref()
-    .map_err(|e| NcclError::invalid_usage(format!("environment: {e}")))
+    static ENV: OnceLock<Result<NcclEnv, NcclEnvError>> = OnceLock::new();
+    ENV.get_or_init(|| NcclEnv::from_weft(weft_core::Env::from_process()?)).as_ref().map_err(|e| e.clone().into())
 }
 
 /// Installs a stderr logger with `WEFT_NCCL_LOG`'s filter (else `WEFT_LOG`'s), once, if one is set and the
@@ -188,7 +203,7 @@ mod tests {
 
     fn nccl_env(pairs: &[(&str, &str)]) -> Result<NcclEnv, String> {
         let weft = weft_core::Env::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap();
-        NcclEnv::from_weft(weft)
+        NcclEnv::from_weft(weft).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -205,7 +220,7 @@ mod tests {
         assert_eq!(ForceSet::parse("").unwrap(), ForceSet::default());
         assert!(ForceSet::parse("bcast,send").unwrap().contains(Kind::BROADCAST));
         assert!(ForceSet::parse("send").unwrap().contains(Kind::SEND_RECV));
-        let err = ForceSet::parse("allgather,ring").unwrap_err();
+        let err = ForceSet::parse("allgather,ring").unwrap_err().to_string();
         assert!(err.contains("\"ring\"") && err.contains("reducescatter"));
     }
 

@@ -101,6 +101,18 @@ impl From<weft_core::Error> for NcclError {
     }
 }
 
+impl From<weft_coll::nccl::NcclLibError> for NcclError {
+    fn from(e: weft_coll::nccl::NcclLibError) -> Self {
+        Self::system(format!("fallback NCCL: {e}"))
+    }
+}
+
+impl From<crate::env::NcclEnvError> for NcclError {
+    fn from(e: crate::env::NcclEnvError) -> Self {
+        Self::invalid_usage(format!("environment: {e}"))
+    }
+}
+
 impl From<weft_coll::CollError> for NcclError {
     fn from(e: weft_coll::CollError) -> Self {
         use weft_coll::CollError as C;

@@ -8,7 +8,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
 use weft_bootstrap::Bootstrap;
-use weft_coll::nccl::{Nccl, NcclComm};
+use weft_coll::nccl::{Nccl, NcclComm, NcclLibError};
 use weft_gpu::Device;
 
 use crate::comm::FallbackConfig;
@@ -84,24 +84,24 @@ pub struct Fallback {
 /// The fallback of this process: `None` without `WEFT_NCCL_FALLBACK_LIB`; an error when it is
 /// set but cannot be loaded.
 pub fn fallback() -> Result<Option<&'static Fallback>, NcclError> {
-    static FALLBACK: OnceLock<Result<Option<Fallback>, String>> = OnceLock::new();
+    static FALLBACK: OnceLock<Result<Option<Fallback>, NcclLibError>> = OnceLock::new();
+    let env = crate::env::env()?;
+    let Some(path) = &env.fallback_lib else { return Ok(None) };
     let loaded = FALLBACK.get_or_init(|| {
-        let env = crate::env::env().map_err(|e| e.message)?;
-        let Some(path) = &env.fallback_lib else { return Ok(None) };
-        let loaded = Fallback::load(path).map_err(|e| format!("WEFT_NCCL_FALLBACK_LIB={}: {e}", path.display()))?;
+        let loaded = Fallback::load(path)?;
         tracing::debug!(path = %path.display(), version = ?loaded.lib.version(), "fallback NCCL loaded");
         Ok(Some(loaded))
     });
     match loaded {
         Ok(f) => Ok(f.as_ref()),
-        Err(e) => Err(NcclError::system(e.clone())),
+        Err(e) => Err(NcclError::system(format!("WEFT_NCCL_FALLBACK_LIB={}: {e}", path.display()))),
     }
 }
 
 impl Fallback {
     /// Loads the NCCL at `path` with `RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND` and resolves its
     /// entry points.
-    pub fn load(path: &std::path::Path) -> Result<Self, String> {
+    pub fn load(path: &std::path::Path) -> Result<Self, NcclLibError> {
         let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
         let lib = Nccl::load_from_flags(path, flags)?;
         let api = Api::resolve(&lib);
@@ -242,11 +242,13 @@ pub fn create(
     };
     let shared = bootstrap.broadcast(0, (rank == 0).then_some(mine.as_slice()))?;
     let id: [u8; 128] = shared.try_into().map_err(|_| {
-        NcclError::system(id_error.unwrap_or_else(|| "rank 0 could not create the fallback NCCL's unique id".into()))
+        NcclError::system(
+            id_error.map_or_else(|| "rank 0 could not create the fallback NCCL's unique id".into(), |e| e.to_string()),
+        )
     })?;
     device.bind()?;
     if config.is_default() {
-        let comm = fallback.lib.init_rank(id, rank, nranks).map_err(NcclError::system)?;
+        let comm = fallback.lib.init_rank(id, rank, nranks)?;
         return Ok(Some(FallbackComm::tracked(comm, fallback)));
     }
     let init = fallback.entry("ncclCommInitRankConfig", fallback.api.comm_init_rank_config)?;

@@ -42,7 +42,7 @@ use crate::proxy::transport::cuda_queue::CudaCopyQueue;
 use crate::proxy::transport::routed::RoutedTransport;
 use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, StagedDeviceMemory};
 use crate::proxy::transport::tcp::{TcpConfig, TcpTransport};
-use crate::proxy::transport::{ConnectionId, MAX_CONNECTIONS, MemoryTable, Transport};
+use crate::proxy::transport::{ConnectionId, MAX_CONNECTIONS, MemoryTable, Transport, TransportError};
 use crate::proxy::{ProxyConfig, ProxyService, ShutdownReport};
 
 /// Options of a [`PortProxy`].
@@ -368,7 +368,7 @@ impl PortProxy {
         let prepared = match &self.shared.net {
             #[cfg(feature = "ib")]
             Some(NetEndpoint::Ib(ib)) => {
-                Some(Prepared::Ib(ib, ib.prepare(&self.shared.comm, memory).map_err(invalid)?))
+                Some(Prepared::Ib(ib, ib.prepare(&self.shared.comm, memory).map_err(|e| invalid(e.to_string()))?))
             }
             Some(NetEndpoint::Tcp(tcp)) => {
                 let view = || {
@@ -483,7 +483,7 @@ impl PortProxy {
                     }
                     #[cfg(feature = "ib")]
                     NetEndpoint::Ib(ib) => {
-                        let (offer, qpn) = ib.offer(connection, local.0).map_err(invalid)?;
+                        let (offer, qpn) = ib.offer(connection, local.0).map_err(|e| invalid(e.to_string()))?;
                         offer.write(&mut w);
                         ib_qpn = Some(qpn);
                     }
@@ -526,7 +526,7 @@ impl PortProxy {
                     let qpn = ib_qpn.ok_or_else(|| invalid("no queue pair was offered".into()))?;
                     let connected = crate::port_ib::IbChannelOffer::read(&mut r)
                         .and_then(|theirs| r.finish().map(|()| theirs))
-                        .map_err(|e| e.to_string())
+                        .map_err(crate::port_ib::PortIbError::from)
                         .and_then(|theirs| ib.connect(connection, qpn, &theirs, their_id, &format!("rank {peer}")));
                     // Both sides report how their half went, whatever happened: neither returns
                     // before the other's queue pair is connected with receives posted (so no
@@ -564,7 +564,7 @@ impl PortProxy {
             dst_memory: u32::from(their_id),
             reserved: 0,
         };
-        Ok(PortChannel { peer, route, handle, _proxy: self.shared.clone() })
+        Ok(PortChannel { peer, route, connection, handle, _proxy: self.shared.clone() })
     }
 
     /// The network endpoint, which exists whenever some peer's route is a network one.
@@ -633,6 +633,8 @@ struct CopyEngineTarget {
 pub struct PortChannel {
     peer: usize,
     route: PortRoute,
+    /// Its connection in this rank's proxy (also in `handle`, as the device reads it).
+    connection: ConnectionId,
     handle: PortChannelDeviceHandle,
     _proxy: Arc<Shared>,
 }
@@ -660,9 +662,8 @@ impl PortChannel {
     }
 
     /// Operations the proxy completed on this channel (puts and signals applied at the peer).
-    pub fn completed(&self) -> Result<u64, String> {
-        let connection = u16::try_from(self.handle.connection).map_err(|e| e.to_string())?;
-        self._proxy.routes.completed(connection).map_err(|e| e.to_string())
+    pub fn completed(&self) -> Result<u64, TransportError> {
+        self._proxy.routes.completed(self.connection)
     }
 }
 

@@ -14,16 +14,63 @@ use std::time::Duration;
 
 use weft_core::env::{Variable, vars};
 use weft_core::{Communicator, Network, RegisteredMemory};
-use weft_gpu::RdmaWriteVisibility;
+use weft_gpu::{GpuError, RdmaWriteVisibility};
 
 use crate::proxy::transport::ConnectionId;
+use crate::proxy::transport::TransportError;
 use crate::proxy::transport::ib::discover;
-use crate::proxy::transport::ib::rdma::{QpEndpoint, RdmaConfig, RdmaVerbs, library_path};
+use crate::proxy::transport::ib::rdma::{QpEndpoint, RdmaConfig, RdmaError, RdmaVerbs, library_path};
 use crate::proxy::transport::ib::soft::{SoftFabric, SoftNic};
 use crate::proxy::transport::ib::{
-    IbConfig, IbConnection, IbTransport, LocalRegion, RemoteRegion, Verbs, WorkCompletion, WriteRequest,
+    IbConfig, IbConnection, IbTransport, LocalRegion, RemoteRegion, Verbs, VerbsError, WorkCompletion, WriteRequest,
 };
 use crate::proxy::transport::staged::{DEFAULT_STAGING_BYTES, DeviceInbox, StagedDeviceMemory};
+
+/// Setting up the verbs side of a PortProxy failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum PortIbError {
+    /// A `WEFT_IB_*` number that is not one.
+    #[error("{variable}={value}: not a number 0-255")]
+    BadNumber {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A CUDA call (the GPU's PCI id, its RDMA ordering, staging memory, the inbox).
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// rdma-core refused (loading, opening the device, a queue pair).
+    #[error(transparent)]
+    Rdma(#[from] RdmaError),
+    /// Registering a memory with the NIC failed both ways.
+    #[error("{by_address} (dma-buf: {by_dma_buf})")]
+    Register {
+        /// The registration by address.
+        by_address: RdmaError,
+        /// Why no dma-buf registration was made.
+        by_dma_buf: String,
+    },
+    /// The software fabric refused a queue pair.
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    /// The transport refused the connection.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The GPU can neither order nor flush GPUDirect RDMA writes.
+    #[error(
+        "this GPU neither orders GPUDirect RDMA writes for its kernels nor flushes them from the host, so a signal \
+         could overtake its data"
+    )]
+    NoRdmaWriteOrdering,
+    /// The peer's offer is malformed.
+    #[error("the peer's queue pair offer: {0}")]
+    Offer(#[from] weft_bootstrap::codec::CodecError),
+    /// A channel names a memory that was never registered.
+    #[error("no memory {0}")]
+    UnknownMemory(u8),
+}
 
 /// The NIC of a rank: rdma-core's, or one of the process's software fabric.
 #[derive(Debug)]
@@ -42,20 +89,22 @@ impl Nic {
     /// Opens the NIC `network` asks for: `WEFT_IB_DEVICE`, `WEFT_IB_PORT` and
     /// `WEFT_IB_GID_INDEX` where set, else what sysfs shows (`discover`): the NIC nearest this
     /// rank's GPU, its first active port, and on RoCE its first RoCE v2 IPv4 GID.
-    fn open(comm: &Communicator, network: Network) -> Result<Self, String> {
+    fn open(comm: &Communicator, network: Network) -> Result<Self, PortIbError> {
         if network == Network::SoftIb {
             return Ok(Self::Soft(soft_fabric().nic()));
         }
         let env = comm.env();
-        let number = |variable: &Variable| -> Result<Option<u8>, String> {
+        let number = |variable: &Variable| -> Result<Option<u8>, PortIbError> {
             env.var(variable)
                 .filter(|v| !v.trim().is_empty())
-                .map(|v| v.trim().parse().map_err(|_| format!("{}={v}: not a number 0-255", variable.name)))
+                .map(|v| {
+                    v.trim().parse().map_err(|_| PortIbError::BadNumber { variable: variable.name, value: v.into() })
+                })
                 .transpose()
         };
         let sysfs = std::path::Path::new("/sys");
         let nics = discover::list_nics(sysfs);
-        let bus_id = comm.device().pci_bus_id().map_err(|e| e.to_string())?;
+        let bus_id = comm.device().pci_bus_id()?;
         let nearest =
             discover::nearest_nic(&nics, discover::gpu_pci_path(sysfs, &bus_id).as_deref(), comm.device().ordinal());
         let device = env.var(&vars::WEFT_IB_DEVICE).filter(|d| !d.is_empty()).map(str::to_owned);
@@ -69,7 +118,7 @@ impl Nic {
         };
         tracing::debug!("rank {}: RDMA device {device:?}, port {port}, GID index {gid_index}", comm.rank());
         let config = RdmaConfig { device, port, gid_index, ..RdmaConfig::default() };
-        RdmaVerbs::open(&library_path(env), config).map(|v| Self::Rdma(Box::new(v))).map_err(|e| e.to_string())
+        Ok(Self::Rdma(Box::new(RdmaVerbs::open(&library_path(env), config)?)))
     }
 
     /// Registers `memory` for local reads and peers' writes.
@@ -78,7 +127,7 @@ impl Nic {
         comm: &Communicator,
         memory: &RegisteredMemory,
         timeout: Duration,
-    ) -> Result<(LocalRegion, RemoteRegion), String> {
+    ) -> Result<(LocalRegion, RemoteRegion), PortIbError> {
         match self {
             Self::Rdma(verbs) => {
                 // Through a dma-buf where the GPU exports one (no peer-memory module needed),
@@ -100,7 +149,7 @@ impl Nic {
                     );
                     // SAFETY: as above.
                     unsafe { verbs.register(memory.ptr(), memory.len()) }
-                        .map_err(|e| format!("{e} (dma-buf: {dma_buf})"))
+                        .map_err(|by_address| PortIbError::Register { by_address, by_dma_buf: dma_buf })
                 })
             }
             Self::Soft(nic) => {
@@ -111,8 +160,7 @@ impl Nic {
                     Arc::new(memory.clone()),
                     DEFAULT_STAGING_BYTES,
                     timeout,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 Ok(nic.register(Arc::new(staged)))
             }
         }
@@ -133,9 +181,9 @@ impl Nic {
         }
     }
 
-    fn create_qp(&self) -> Result<QpEndpoint, String> {
+    fn create_qp(&self) -> Result<QpEndpoint, PortIbError> {
         match self {
-            Self::Rdma(verbs) => verbs.create_qp().map_err(|e| e.to_string()),
+            Self::Rdma(verbs) => Ok(verbs.create_qp()?),
             Self::Soft(nic) => {
                 let qpn = soft_fabric().create_qp(nic);
                 Ok(QpEndpoint { lid: 0, qpn, psn: 0, mtu: 0, gid: [0; 16] })
@@ -143,10 +191,10 @@ impl Nic {
         }
     }
 
-    fn connect_qp(&self, qpn: u32, remote: &QpEndpoint) -> Result<(), String> {
+    fn connect_qp(&self, qpn: u32, remote: &QpEndpoint) -> Result<(), PortIbError> {
         match self {
-            Self::Rdma(verbs) => verbs.connect_qp(qpn, remote).map_err(|e| e.to_string()),
-            Self::Soft(_) => soft_fabric().connect_qp(qpn, remote.qpn),
+            Self::Rdma(verbs) => Ok(verbs.connect_qp(qpn, remote)?),
+            Self::Soft(_) => Ok(soft_fabric().connect_qp(qpn, remote.qpn)?),
         }
     }
 }
@@ -161,19 +209,19 @@ impl Drop for Nic {
 }
 
 impl Verbs for Nic {
-    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String> {
+    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), VerbsError> {
         match self {
             Self::Rdma(v) => v.post_write(qp, request),
             Self::Soft(v) => v.post_write(qp, request),
         }
     }
-    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String> {
+    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), VerbsError> {
         match self {
             Self::Rdma(v) => v.post_recv(qp, wr_id),
             Self::Soft(v) => v.post_recv(qp, wr_id),
         }
     }
-    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
+    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), VerbsError> {
         match self {
             Self::Rdma(v) => v.poll_cq(out),
             Self::Soft(v) => v.poll_cq(out),
@@ -235,19 +283,15 @@ impl IbEndpoint {
         network: Network,
         max_in_flight: u64,
         timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PortIbError> {
         let nic = Nic::open(comm, network)?;
-        let mut inbox = DeviceInbox::new(comm.device(), crate::proxy::MemoryTable::new()).map_err(|e| e.to_string())?;
+        let mut inbox = DeviceInbox::new(comm.device(), crate::proxy::MemoryTable::new())?;
         if matches!(nic, Nic::Rdma(_)) {
             // A NIC writes device memory itself: its writes must be visible before the token.
-            match comm.device().rdma_write_visibility().map_err(|e| e.to_string())? {
+            match comm.device().rdma_write_visibility()? {
                 RdmaWriteVisibility::Ordered => {}
                 RdmaWriteVisibility::HostFlush => inbox = inbox.flushing_rdma_writes(),
-                RdmaWriteVisibility::Unsupported => {
-                    return Err("this GPU neither orders GPUDirect RDMA writes for its kernels nor flushes them from \
-                                the host, so a signal could overtake its data"
-                        .into());
-                }
+                RdmaWriteVisibility::Unsupported => return Err(PortIbError::NoRdmaWriteOrdering),
             }
         }
         let inbox = Arc::new(inbox);
@@ -275,7 +319,7 @@ impl IbEndpoint {
         &self,
         comm: &Communicator,
         memory: &RegisteredMemory,
-    ) -> Result<(LocalRegion, RemoteRegion), String> {
+    ) -> Result<(LocalRegion, RemoteRegion), PortIbError> {
         self.transport.verbs().register(comm, memory, self.timeout)
     }
 
@@ -294,13 +338,13 @@ impl IbEndpoint {
     }
 
     /// This side's offer for a channel on `connection` whose peer writes memory `local`.
-    pub(crate) fn offer(&self, connection: ConnectionId, local: u8) -> Result<(IbChannelOffer, u32), String> {
+    pub(crate) fn offer(&self, connection: ConnectionId, local: u8) -> Result<(IbChannelOffer, u32), PortIbError> {
         let memory = *self
             .remote_views
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(usize::from(local))
-            .ok_or_else(|| format!("no memory {local}"))?;
+            .ok_or(PortIbError::UnknownMemory(local))?;
         let endpoint = self.transport.verbs().create_qp()?;
         Ok((IbChannelOffer { connection, endpoint, memory }, endpoint.qpn))
     }
@@ -321,12 +365,12 @@ impl IbEndpoint {
         theirs: &IbChannelOffer,
         their_memory: u8,
         peer: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), PortIbError> {
         self.transport.verbs().connect_qp(qpn, &theirs.endpoint)?;
         // Indexed by the peer's memory index; other indices are empty regions (refused).
         let mut remote = vec![RemoteRegion { addr: 0, len: 0, rkey: 0 }; usize::from(their_memory) + 1];
         remote[usize::from(their_memory)] = theirs.memory;
         let conn = IbConnection { qp: qpn, remote_connection: theirs.connection, peer: peer.into(), remote };
-        self.transport.add_connection(connection, conn).map_err(|e| e.to_string())
+        Ok(self.transport.add_connection(connection, conn)?)
     }
 }

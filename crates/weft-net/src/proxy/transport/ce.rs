@@ -46,20 +46,54 @@ const MARK_EVERY: u64 = 16;
 /// an imported mapping).
 pub type KeepAlive = Arc<dyn Any + Send + Sync>;
 
+/// A [`CopyQueue`] operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CopyQueueError {
+    /// A CUDA call failed.
+    #[error("{op}: {detail}")]
+    Cuda {
+        /// The operation.
+        op: &'static str,
+        /// CUDA's error.
+        detail: String,
+    },
+    /// A copy longer than this host's address space.
+    #[error("a copy of {len} bytes does not fit this host's address space")]
+    TooLong {
+        /// Bytes asked for.
+        len: u64,
+    },
+    /// Addresses inside no buffer of a simulated address space.
+    #[error("{len} bytes at {addr:#x} are not inside one buffer")]
+    Unmapped {
+        /// First address.
+        addr: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Host memory behind a simulated address refused the access.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The simulated engine has no thread: it stopped, or could not start.
+    #[error("the simulated copy engine's thread is gone or never started")]
+    EngineGone,
+}
+
 /// An ordered queue of asynchronous copies and stores executed by a copy engine. Every method
 /// returns without waiting for earlier work (never behind a running kernel).
 pub trait CopyQueue: Send + Sync + fmt::Debug {
     /// Completion marker of the work enqueued before it.
     type Marker: Send + fmt::Debug;
     /// Enqueues a copy of `len` bytes from `src` to `dst`.
-    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), String>;
+    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError>;
     /// Enqueues a store of `value` to the 8-byte word at `addr`, after (and visible after)
     /// every earlier operation of the queue.
-    fn write_value(&self, addr: u64, value: u64) -> Result<(), String>;
+    fn write_value(&self, addr: u64, value: u64) -> Result<(), CopyQueueError>;
     /// A marker after everything enqueued so far.
-    fn mark(&self) -> Result<Self::Marker, String>;
+    fn mark(&self) -> Result<Self::Marker, CopyQueueError>;
     /// Whether the queue has executed everything before `marker`; never waits.
-    fn reached(&self, marker: &Self::Marker) -> Result<bool, String>;
+    fn reached(&self, marker: &Self::Marker) -> Result<bool, CopyQueueError>;
     /// Gives a reached marker back for reuse.
     fn recycle(&self, marker: Self::Marker) {
         drop(marker);
@@ -184,7 +218,8 @@ impl<Q: CopyQueue> Conn<Q> {
         error
     }
 
-    fn device_error(&self, detail: String) -> TransportError {
+    fn device_error(&self, error: CopyQueueError) -> TransportError {
+        let detail = error.to_string();
         self.fail(TransportError::Device { transport: NAME, connection: self.id, peer: self.peer.clone(), detail })
     }
 

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use weft_gpu::{Device, Event, GpuError, Stream};
 
-use super::ce::CopyQueue;
+use super::ce::{CopyQueue, CopyQueueError};
 
 /// A CUDA stream as a [`CopyQueue`].
 #[derive(Debug)]
@@ -52,43 +52,44 @@ impl CudaCopyQueue {
     }
 }
 
-fn text(e: GpuError) -> String {
-    e.to_string()
+/// A failed CUDA call of `op` as a queue error.
+fn cuda(op: &'static str) -> impl FnOnce(GpuError) -> CopyQueueError {
+    move |e| CopyQueueError::Cuda { op, detail: e.to_string() }
 }
 
 impl CopyQueue for CudaCopyQueue {
     type Marker = Event;
 
-    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), String> {
-        let len = usize::try_from(len).map_err(|_| format!("copy of {len} bytes"))?;
-        self.device.bind().map_err(text)?;
+    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
+        let len = usize::try_from(len).map_err(|_| CopyQueueError::TooLong { len })?;
+        self.device.bind().map_err(cuda("binding the device"))?;
         // SAFETY: the transport checked both ranges against registered memories (local ones, and
         // the peer's as mapped here), which it keeps alive for as long as it exists; the owner of
         // the transport waits for the stream before dropping it.
-        unsafe { self.stream.copy_async(dst, src, len) }.map_err(text)
+        unsafe { self.stream.copy_async(dst, src, len) }.map_err(cuda("cuMemcpyDtoDAsync"))
     }
 
-    fn write_value(&self, addr: u64, value: u64) -> Result<(), String> {
-        self.device.bind().map_err(text)?;
+    fn write_value(&self, addr: u64, value: u64) -> Result<(), CopyQueueError> {
+        self.device.bind().map_err(cuda("binding the device"))?;
         // SAFETY: the transport checked the token address is 8-byte aligned; it is the peer's
         // token slot, mapped here and kept alive by the transport.
-        unsafe { self.stream.write_value64(addr, value) }.map_err(text)
+        unsafe { self.stream.write_value64(addr, value) }.map_err(cuda("cuStreamWriteValue64"))
     }
 
-    fn mark(&self) -> Result<Event, String> {
-        self.device.bind().map_err(text)?;
+    fn mark(&self) -> Result<Event, CopyQueueError> {
+        self.device.bind().map_err(cuda("binding the device"))?;
         let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let event = match spare {
             Some(e) => e,
-            None => Event::marker(&self.device).map_err(text)?,
+            None => Event::marker(&self.device).map_err(cuda("creating an event"))?,
         };
-        event.record(&self.stream).map_err(text)?;
+        event.record(&self.stream).map_err(cuda("cuEventRecord"))?;
         Ok(event)
     }
 
-    fn reached(&self, marker: &Event) -> Result<bool, String> {
-        self.device.bind().map_err(text)?;
-        marker.query().map_err(text)
+    fn reached(&self, marker: &Event) -> Result<bool, CopyQueueError> {
+        self.device.bind().map_err(cuda("binding the device"))?;
+        marker.query().map_err(cuda("cuEventQuery"))
     }
 
     fn recycle(&self, marker: Event) {

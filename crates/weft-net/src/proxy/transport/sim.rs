@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::ce::CopyQueue;
+use super::ce::{CopyQueue, CopyQueueError};
 use super::{HostMemory, Memory};
 
 /// Distance between the made-up base addresses of two buffers.
@@ -39,36 +39,36 @@ impl HostAddressSpace {
         (SPACING * buffers.len() as u64, memory)
     }
 
-    fn locate(&self, addr: u64, len: u64) -> Result<(Arc<HostMemory>, usize), String> {
+    fn locate(&self, addr: u64, len: u64) -> Result<(Arc<HostMemory>, usize), CopyQueueError> {
         let buffers = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
         let index = usize::try_from(addr / SPACING).ok().and_then(|i| i.checked_sub(1));
         let offset = addr % SPACING;
         match index.and_then(|i| buffers.get(i)) {
             Some(m) if offset + len <= m.len() as u64 => Ok((m.clone(), offset as usize)),
-            _ => Err(format!("{len} bytes at {addr:#x} are not inside one buffer")),
+            _ => Err(CopyQueueError::Unmapped { addr, len }),
         }
     }
 
     /// Copies `len` bytes from `src` to `dst`.
-    pub fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), String> {
+    pub fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
         let (from, at) = self.locate(src, len)?;
         let (to, to_at) = self.locate(dst, len)?;
         let mut bytes = vec![0u8; len as usize];
-        from.read(at, &mut bytes).map_err(|e| e.to_string())?;
-        to.write(to_at, &bytes).map_err(|e| e.to_string())
+        from.read(at, &mut bytes)?;
+        Ok(to.write(to_at, &bytes)?)
     }
 
     /// Stores `value` (little-endian) at `addr`.
-    pub fn store_u64(&self, addr: u64, value: u64) -> Result<(), String> {
+    pub fn store_u64(&self, addr: u64, value: u64) -> Result<(), CopyQueueError> {
         let (to, at) = self.locate(addr, 8)?;
-        to.write(at, &value.to_le_bytes()).map_err(|e| e.to_string())
+        Ok(to.write(at, &value.to_le_bytes())?)
     }
 
     /// Loads the `u64` at `addr`.
-    pub fn load_u64(&self, addr: u64) -> Result<u64, String> {
+    pub fn load_u64(&self, addr: u64) -> Result<u64, CopyQueueError> {
         let (from, at) = self.locate(addr, 8)?;
         let mut bytes = [0u8; 8];
-        from.read(at, &mut bytes).map_err(|e| e.to_string())?;
+        from.read(at, &mut bytes)?;
         Ok(u64::from_le_bytes(bytes))
     }
 }
@@ -84,7 +84,7 @@ struct Engine {
     executed: AtomicU64,
     stalled: AtomicBool,
     closing: AtomicBool,
-    error: Mutex<Option<String>>,
+    error: Mutex<Option<CopyQueueError>>,
 }
 
 /// An ordered queue of copies and stores on host memory, executed by a thread of its own.
@@ -110,7 +110,7 @@ impl HostCopyQueue {
             .spawn(move || execute(&space, &e, &rx, delay))
             .ok();
         if thread.is_none() {
-            *engine.error.lock().unwrap_or_else(|p| p.into_inner()) = Some("cannot start the engine thread".into());
+            *engine.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(CopyQueueError::EngineGone);
         }
         Self { tx: Mutex::new(tx), enqueued: AtomicU64::new(0), marks: Arc::default(), engine, thread }
     }
@@ -130,8 +130,8 @@ impl HostCopyQueue {
         self.engine.executed.load(Ordering::Acquire)
     }
 
-    fn send(&self, work: Work) -> Result<(), String> {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(work).map_err(|_| "engine thread gone".to_string())?;
+    fn send(&self, work: Work) -> Result<(), CopyQueueError> {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(work).map_err(|_| CopyQueueError::EngineGone)?;
         self.enqueued.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -168,20 +168,20 @@ fn execute(space: &HostAddressSpace, engine: &Engine, rx: &Receiver<Work>, delay
 impl CopyQueue for HostCopyQueue {
     type Marker = u64;
 
-    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), String> {
+    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
         self.send(Work::Copy { dst, src, len })
     }
 
-    fn write_value(&self, addr: u64, value: u64) -> Result<(), String> {
+    fn write_value(&self, addr: u64, value: u64) -> Result<(), CopyQueueError> {
         self.send(Work::Store { addr, value })
     }
 
-    fn mark(&self) -> Result<u64, String> {
+    fn mark(&self) -> Result<u64, CopyQueueError> {
         self.marks.fetch_add(1, Ordering::Relaxed);
         Ok(self.enqueued.load(Ordering::Acquire))
     }
 
-    fn reached(&self, marker: &u64) -> Result<bool, String> {
+    fn reached(&self, marker: &u64) -> Result<bool, CopyQueueError> {
         if let Some(e) = self.engine.error.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Err(e);
         }

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use super::frame::{Frame, HEADER_LEN, PUT_KIND, PUT_PREFIX_LEN, decode_header};
-use super::{ConnectionId, Inbox, MAX_CONNECTIONS, MemoryTable, Op, Submitted, Transport, TransportError};
+use super::frame::{Frame, FrameError, HEADER_LEN, PUT_KIND, PUT_PREFIX_LEN, decode_header};
+use super::{ConnectionId, Inbox, MAX_CONNECTIONS, MemoryError, MemoryTable, Op, Submitted, Transport, TransportError};
 use crate::proxy::flow::FlowControl;
 
 const NAME: &str = "tcp";
@@ -574,9 +574,9 @@ fn ack_loop(shared: &Shared, conn: &OutConn, mut stream: TcpStream) {
                 }
                 return;
             }
-            Err(detail) => {
+            Err(e) => {
                 if !shared.closing() {
-                    conn.fail(shared, conn.lost(detail));
+                    conn.fail(shared, conn.lost(e.to_string()));
                 }
                 return;
             }
@@ -614,9 +614,35 @@ fn ack_loop(shared: &Shared, conn: &OutConn, mut stream: TcpStream) {
     }
 }
 
+/// What went wrong on a socket: recorded, and told to the peer where it can still hear.
+#[derive(Debug, thiserror::Error)]
+enum WireError {
+    /// The stream ended inside a frame.
+    #[error("connection closed in the middle of a frame ({got} of {len} bytes)")]
+    Truncated { got: usize, len: usize },
+    /// The socket failed.
+    #[error("read: {0}")]
+    Read(io::Error),
+    /// A malformed frame.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// A sequence number seen before.
+    #[error("sequence {seq} arrived twice")]
+    Duplicate { seq: u64 },
+    /// A sequence number beyond the receive window.
+    #[error("sequence {seq} is beyond the window (next {next}, window {window})")]
+    BeyondWindow { seq: u64, next: u64, window: u64 },
+    /// A frame other than a put or signal where sequence numbers are expected.
+    #[error("only puts and signals carry sequence numbers")]
+    Unsequenced,
+    /// Applying a put or signal failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+}
+
 /// Reads exactly `buf.len()` bytes, riding out read timeouts (they only exist so the thread
 /// can notice shutdown). `Ok(false)`: clean end of stream before the first byte, or shutdown.
-fn read_full(shared: &Shared, stream: &mut TcpStream, buf: &mut [u8]) -> Result<bool, String> {
+fn read_full(shared: &Shared, stream: &mut TcpStream, buf: &mut [u8]) -> Result<bool, WireError> {
     let mut got = 0;
     while got < buf.len() {
         if shared.closing() {
@@ -624,23 +650,23 @@ fn read_full(shared: &Shared, stream: &mut TcpStream, buf: &mut [u8]) -> Result<
         }
         match stream.read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err(format!("connection closed in the middle of a frame ({got} of {} bytes)", buf.len())),
+            Ok(0) => return Err(WireError::Truncated { got, len: buf.len() }),
             Ok(n) => got += n,
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("read: {e}")),
+            Err(e) => return Err(WireError::Read(e)),
         }
     }
     Ok(true)
 }
 
 /// One frame, `None` at a clean end of stream or shutdown; errors describe what went wrong.
-fn read_frame(shared: &Shared, stream: &mut TcpStream, limit: usize) -> Result<Option<Frame>, String> {
+fn read_frame(shared: &Shared, stream: &mut TcpStream, limit: usize) -> Result<Option<Frame>, WireError> {
     let mut header = [0u8; HEADER_LEN];
     if !read_full(shared, stream, &mut header)? {
         return Ok(None);
     }
-    let (kind, len) = decode_header(&header, limit).map_err(|e| e.to_string())?;
+    let (kind, len) = decode_header(&header, limit)?;
     // `len` is at most `limit`, a usize.
     let len = len as usize;
     if kind == PUT_KIND && len >= PUT_PREFIX_LEN {
@@ -656,7 +682,7 @@ fn read_frame(shared: &Shared, stream: &mut TcpStream, limit: usize) -> Result<O
     if !read_full(shared, stream, &mut body)? && len > 0 {
         return Ok(None);
     }
-    Frame::decode_body(kind, &body).map(Some).map_err(|e| e.to_string())
+    Ok(Some(Frame::decode_body(kind, &body)?))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -678,14 +704,14 @@ struct InState {
 
 impl InConn {
     /// Buffers `frame` and applies every frame now in order; returns the next expected sequence.
-    fn deliver(&self, shared: &Shared, seq: u64, frame: Frame) -> Result<u64, String> {
+    fn deliver(&self, shared: &Shared, seq: u64, frame: Frame) -> Result<u64, WireError> {
         let mut state = lock(&self.state);
         let window = shared.config.window_frames;
         if seq < state.next || state.early.contains_key(&seq) {
-            return Err(format!("sequence {seq} arrived twice"));
+            return Err(WireError::Duplicate { seq });
         }
         if seq >= state.next + window {
-            return Err(format!("sequence {seq} is beyond the window (next {}, window {window})", state.next));
+            return Err(WireError::BeyondWindow { seq, next: state.next, window });
         }
         state.early.insert(seq, frame);
         loop {
@@ -693,10 +719,10 @@ impl InConn {
             let Some(frame) = state.early.remove(&next) else { break };
             match frame {
                 Frame::Put { dst_memory, dst_offset, data, .. } => {
-                    shared.inbox.write(dst_memory, dst_offset, &data).map_err(|e| e.to_string())?;
+                    shared.inbox.write(dst_memory, dst_offset, &data)?;
                 }
-                Frame::Signal { .. } => shared.inbox.signal(self.id).map_err(|e| e.to_string())?,
-                _ => return Err("only puts and signals carry sequence numbers".into()),
+                Frame::Signal { .. } => shared.inbox.signal(self.id)?,
+                _ => return Err(WireError::Unsequenced),
             }
             state.next += 1;
         }
@@ -751,7 +777,7 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
             return;
         }
         Err(e) => {
-            refuse(shared, &mut stream, &addr.to_string(), e);
+            refuse(shared, &mut stream, &addr.to_string(), e.to_string());
             return;
         }
     };
@@ -762,7 +788,7 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
             Ok(None) => return,
             Err(e) => {
                 if !shared.closing() {
-                    refuse(shared, &mut stream, &peer, e);
+                    refuse(shared, &mut stream, &peer, e.to_string());
                 }
                 return;
             }

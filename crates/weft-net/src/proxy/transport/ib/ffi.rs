@@ -8,6 +8,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+use super::rdma::RdmaError;
+
 /// `IBV_WR_RDMA_WRITE`.
 pub(crate) const IBV_WR_RDMA_WRITE: c_uint = 0;
 /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
@@ -340,14 +342,16 @@ pub(crate) struct Api {
 impl Api {
     /// Loads `path` (a file name searched by the dynamic linker, or a path) and resolves every
     /// entry point.
-    pub(crate) fn load(path: &str) -> Result<Self, String> {
+    pub(crate) fn load(path: &str) -> Result<Self, RdmaError> {
+        let failed = |detail: String| RdmaError::Load { path: path.into(), detail };
         // SAFETY: loading libibverbs runs its initialisers, which only set up its own state.
-        let library = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+        let library = unsafe { libloading::Library::new(path) }.map_err(|e| failed(e.to_string()))?;
         macro_rules! symbol {
             ($name:literal) => {
                 // SAFETY: the symbol has the C signature of the field it is stored in (verbs.h;
                 // the exported, versioned symbols keep it).
-                *unsafe { library.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("{}: {e}", $name))?
+                *unsafe { library.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|e| failed(format!("{}: {e}", $name)))?
             };
         }
         Ok(Self {

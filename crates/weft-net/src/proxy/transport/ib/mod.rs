@@ -114,19 +114,79 @@ pub struct WorkCompletion {
     pub wr_id: u64,
     /// What completed.
     pub kind: CompletionKind,
-    /// `Ok` or the verbs status text.
-    pub status: Result<(), String>,
+    /// `Ok`, or why the request failed.
+    pub status: Result<(), CompletionError>,
+}
+
+/// A failed work completion: its `ibv_wc_status` and the provider's text for it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text}")]
+pub struct CompletionError {
+    /// The `ibv_wc_status` value.
+    pub status: u32,
+    /// `ibv_wc_status_str(status)`.
+    pub text: String,
+}
+
+/// A verbs call of a [`Verbs`] binding failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerbsError {
+    /// The queue pair is not one of this device's.
+    #[error("queue pair {qp} is not on {device}")]
+    UnknownQp {
+        /// The queue pair.
+        qp: u32,
+        /// The device.
+        device: String,
+    },
+    /// The queue pair is already connected.
+    #[error("queue pair {qp} is already connected")]
+    AlreadyConnected {
+        /// The queue pair.
+        qp: u32,
+    },
+    /// The peer's queue pair is not on this software fabric (which joins the ranks of one
+    /// process only).
+    #[error("queue pair {qp} is not on this software fabric (it joins the ranks of one process only)")]
+    ForeignQp {
+        /// The peer's queue pair.
+        qp: u32,
+    },
+    /// The device was removed (or its software NIC killed).
+    #[error("the device was removed")]
+    DeviceRemoved,
+    /// A write longer than one scatter entry can describe.
+    #[error("a write of {len} bytes exceeds 4 GiB")]
+    TooLong {
+        /// Bytes asked for.
+        len: u64,
+    },
+    /// The provider lacks an entry point.
+    #[error("the provider has no {call}")]
+    MissingEntryPoint {
+        /// The entry point.
+        call: &'static str,
+    },
+    /// A call returned an error.
+    #[error("{call}: {detail}")]
+    Call {
+        /// The call.
+        call: &'static str,
+        /// Its error.
+        detail: String,
+    },
 }
 
 /// The verbs a binding provides (one completion queue shared by the connections). No call
 /// blocks.
 pub trait Verbs: Send + Sync + std::fmt::Debug {
     /// Posts `request` on queue pair `qp`.
-    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String>;
+    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), VerbsError>;
     /// Posts a zero-length receive on queue pair `qp`, for one incoming write with immediate.
-    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String>;
+    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), VerbsError>;
     /// Appends available completions to `out`.
-    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String>;
+    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), VerbsError>;
     /// Moves every queue pair to the error state (shutdown): peers' writes then fail promptly
     /// instead of landing in memory the owner believes quiet.
     fn close(&self) {}
@@ -396,7 +456,7 @@ impl<V: Verbs> IbTransport<V> {
         &self,
         connection: ConnectionId,
         ticket: u64,
-        status: Result<(), String>,
+        status: Result<(), CompletionError>,
     ) -> Result<(), TransportError> {
         self.with(connection, |state| {
             if let Err(detail) = status {
@@ -419,7 +479,7 @@ impl<V: Verbs> IbTransport<V> {
     /// A peer's write with immediate `imm` arrived on queue pair `qp`: raise the token. (A
     /// receive of a queue pair that carries no connection, left by a failed set-up, is
     /// dropped.)
-    fn signal_arrived(&self, qp: u32, imm: u32, status: Result<(), String>) -> Result<(), TransportError> {
+    fn signal_arrived(&self, qp: u32, imm: u32, status: Result<(), CompletionError>) -> Result<(), TransportError> {
         let Some(connection) = self.by_qp.read().unwrap_or_else(|p| p.into_inner()).get(&qp).copied() else {
             tracing::warn!("ib: a receive completed on queue pair {qp}, which carries no connection");
             return Ok(());
@@ -553,11 +613,11 @@ impl<V: Verbs> Transport for IbTransport<V> {
     /// failing completion queue is an error here.
     fn progress(&self) -> Result<(), TransportError> {
         let mut out = Vec::new();
-        self.verbs.poll_cq(&mut out).map_err(|detail| TransportError::Protocol {
+        self.verbs.poll_cq(&mut out).map_err(|e| TransportError::Protocol {
             transport: NAME,
             connection: 0,
             peer: "the local completion queue".into(),
-            detail,
+            detail: e.to_string(),
         })?;
         for wc in out {
             // Errors are recorded in their connection's state (or it had failed before).

@@ -12,7 +12,10 @@ use std::ptr;
 use std::sync::{Mutex, RwLock};
 
 use super::ffi::*;
-use super::{CompletionKind, LocalRegion, RECV_WR_TAG, RemoteRegion, Verbs, WorkCompletion, WriteRequest};
+use super::{
+    CompletionError, CompletionKind, LocalRegion, RECV_WR_TAG, RemoteRegion, Verbs, VerbsError, WorkCompletion,
+    WriteRequest,
+};
 
 /// Where libibverbs is found: `WEFT_IBVERBS_LIB`, else the dynamic linker's search.
 pub const LIBRARY_ENV: &str = weft_core::env::vars::WEFT_IBVERBS_LIB.name;
@@ -186,13 +189,9 @@ pub fn library_path(env: &weft_core::Env) -> String {
     env.var(&weft_core::env::vars::WEFT_IBVERBS_LIB).filter(|p| !p.is_empty()).unwrap_or(DEFAULT_LIBRARY).into()
 }
 
-fn load(path: &str) -> Result<Api, RdmaError> {
-    Api::load(path).map_err(|detail| RdmaError::Load { path: path.into(), detail })
-}
-
 /// Names of the devices the libibverbs at `library` sees.
 pub fn device_names(library: &str) -> Result<Vec<String>, RdmaError> {
-    let api = load(library)?;
+    let api = Api::load(library)?;
     with_devices(&api, |devices| devices.iter().map(|&d| device_name(&api, d)).collect())
 }
 
@@ -228,7 +227,7 @@ impl RdmaVerbs {
     /// Opens the configured device and port (context, protection domain, completion queue)
     /// through the libibverbs at `library` ([`library_path`]).
     pub fn open(library: &str, config: RdmaConfig) -> Result<Self, RdmaError> {
-        let api = load(library)?;
+        let api = Api::load(library)?;
         let (device, context) = with_devices(&api, |devices| {
             let names: Vec<String> = devices.iter().map(|&d| device_name(&api, d)).collect();
             let index = match &config.device {
@@ -505,7 +504,7 @@ impl RdmaVerbs {
     }
 
     fn modify(&self, qpn: u32, attr: &mut IbvQpAttr, mask: c_int, call: &'static str) -> Result<(), RdmaError> {
-        let qp = self.qp(qpn).map_err(|e| self.call_error(call, e))?;
+        let qp = self.qp(qpn).map_err(|e| self.call_error(call, e.to_string()))?;
         // SAFETY: a live queue pair of this device; `attr` is valid for the mask.
         let rc = unsafe { (self.api.modify_qp)(qp, attr, mask) };
         if rc != 0 {
@@ -514,13 +513,13 @@ impl RdmaVerbs {
         Ok(())
     }
 
-    fn qp(&self, qpn: u32) -> Result<*mut IbvQp, String> {
+    fn qp(&self, qpn: u32) -> Result<*mut IbvQp, VerbsError> {
         self.qps
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&qpn)
             .map(|q| q.0)
-            .ok_or_else(|| format!("queue pair {qpn} is not on {}", self.device))
+            .ok_or_else(|| VerbsError::UnknownQp { qp: qpn, device: self.device.clone() })
     }
 
     fn status_text(&self, status: u32) -> String {
@@ -541,9 +540,9 @@ fn psn_of(qpn: u32) -> u32 {
 }
 
 impl Verbs for RdmaVerbs {
-    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String> {
+    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), VerbsError> {
         let qp = self.qp(qp)?;
-        let len = u32::try_from(request.len).map_err(|_| format!("a write of {} bytes exceeds 4 GiB", request.len))?;
+        let len = u32::try_from(request.len).map_err(|_| VerbsError::TooLong { len: request.len })?;
         let mut sge = IbvSge { addr: request.local_addr, length: len, lkey: request.lkey };
         // SAFETY: all-zero is a valid ibv_send_wr (null pointers, zero counts).
         let mut wr: IbvSendWr = unsafe { std::mem::zeroed() };
@@ -566,7 +565,7 @@ impl Verbs for RdmaVerbs {
         post("ibv_post_send", ops.post_send, qp, &mut wr)
     }
 
-    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String> {
+    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), VerbsError> {
         let qp = self.qp(qp)?;
         let mut wr = IbvRecvWr { wr_id, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 0 };
         // SAFETY: as in post_write.
@@ -584,17 +583,18 @@ impl Verbs for RdmaVerbs {
         }
     }
 
-    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
+    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), VerbsError> {
         let mut wcs = [IbvWc::default(); 32];
         loop {
             // SAFETY: the completion queue is alive; `wcs` has room for 32 entries.
             let n = unsafe {
                 match (*(*self.cq.0).context).ops.poll_cq {
                     Some(poll_cq) => poll_cq(self.cq.0, wcs.len() as c_int, wcs.as_mut_ptr()),
-                    None => return Err("the provider has no poll_cq".into()),
+                    None => return Err(VerbsError::MissingEntryPoint { call: "ibv_poll_cq" }),
                 }
             };
-            let n = usize::try_from(n).map_err(|_| format!("ibv_poll_cq returned {n}"))?;
+            let n = usize::try_from(n)
+                .map_err(|_| VerbsError::Call { call: "ibv_poll_cq", detail: format!("returned {n}") })?;
             for wc in &wcs[..n] {
                 out.push(completion(wc, |s| self.status_text(s)));
             }
@@ -607,18 +607,18 @@ impl Verbs for RdmaVerbs {
 
 /// Posts `wr` on `qp` through the provider's `op` (`ibv_post_send` or `ibv_post_recv`).
 fn post<W>(
-    name: &str,
+    call: &'static str,
     op: Option<unsafe extern "C" fn(*mut IbvQp, *mut W, *mut *mut W) -> c_int>,
     qp: *mut IbvQp,
     wr: &mut W,
-) -> Result<(), String> {
-    let op = op.ok_or_else(|| format!("the provider has no {name}"))?;
+) -> Result<(), VerbsError> {
+    let op = op.ok_or(VerbsError::MissingEntryPoint { call })?;
     let mut bad = ptr::null_mut();
     // SAFETY: the callers pass a live queue pair and its provider's entry point for `W`; the
     // request lives across the call (the provider copies it into its queue).
     let rc = unsafe { op(qp, wr, &mut bad) };
     if rc != 0 {
-        return Err(format!("{name}: {}", std::io::Error::from_raw_os_error(rc)));
+        return Err(VerbsError::Call { call, detail: std::io::Error::from_raw_os_error(rc).to_string() });
     }
     Ok(())
 }
@@ -626,7 +626,11 @@ fn post<W>(
 /// Translates a verbs work completion. A failed completion's opcode is undefined, so receives
 /// are told apart by their id's [`RECV_WR_TAG`].
 fn completion(wc: &IbvWc, status_text: impl Fn(u32) -> String) -> WorkCompletion {
-    let status = if wc.status == IBV_WC_SUCCESS { Ok(()) } else { Err(status_text(wc.status)) };
+    let status = if wc.status == IBV_WC_SUCCESS {
+        Ok(())
+    } else {
+        Err(CompletionError { status: wc.status, text: status_text(wc.status) })
+    };
     let kind = if wc.wr_id & RECV_WR_TAG != 0 {
         // Anything but a write with immediate names no connection: the transport refuses it.
         let with_imm = wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.wc_flags & IBV_WC_WITH_IMM != 0;

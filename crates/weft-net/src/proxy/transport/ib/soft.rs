@@ -23,7 +23,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use super::{CompletionKind, LocalRegion, RemoteRegion, Verbs, WorkCompletion, WriteRequest};
+use super::{
+    CompletionError, CompletionKind, LocalRegion, RemoteRegion, Verbs, VerbsError, WorkCompletion, WriteRequest,
+};
 use crate::proxy::transport::Memory;
 
 /// Status text of writes towards a dead NIC.
@@ -34,6 +36,13 @@ pub const REMOTE_ACCESS: &str = "remote access error";
 pub const LOCAL_PROTECTION: &str = "local protection error";
 /// Status text of work requests flushed by a queue pair in the error state.
 pub const FLUSHED: &str = "work request flushed in error";
+
+/// A failed completion as the fabric reports it: verbs.h's `ibv_wc_status` value and its text.
+type SoftStatus = (u32, &'static str);
+const RETRY_EXC_ERR: SoftStatus = (12, RETRY_EXCEEDED);
+const REM_ACCESS_ERR: SoftStatus = (10, REMOTE_ACCESS);
+const LOC_PROT_ERR: SoftStatus = (4, LOCAL_PROTECTION);
+const WR_FLUSH_ERR: SoftStatus = (5, FLUSHED);
 
 /// The fabric: NICs, their registrations, queue pairs and completion queues.
 #[derive(Debug, Default)]
@@ -125,16 +134,14 @@ impl SoftFabric {
     }
 
     /// Connects queue pair `qp` to the peer's `peer_qp` (each side connects its own).
-    pub fn connect_qp(&self, qp: u32, peer_qp: u32) -> Result<(), String> {
+    pub fn connect_qp(&self, qp: u32, peer_qp: u32) -> Result<(), VerbsError> {
         let mut s = self.lock();
         if !s.qps.contains_key(&peer_qp) {
-            return Err(format!(
-                "queue pair {peer_qp} is not on this software fabric (it joins the ranks of one process only)"
-            ));
+            return Err(VerbsError::ForeignQp { qp: peer_qp });
         }
-        let q = s.qps.get_mut(&qp).ok_or_else(|| format!("queue pair {qp} does not exist"))?;
+        let q = s.qps.get_mut(&qp).ok_or_else(|| VerbsError::UnknownQp { qp, device: "the software fabric".into() })?;
         if q.peer.is_some() {
-            return Err(format!("queue pair {qp} is already connected"));
+            return Err(VerbsError::AlreadyConnected { qp });
         }
         q.peer = Some(peer_qp);
         s.deliver();
@@ -182,7 +189,7 @@ impl SoftNic {
 
     /// Queues a request on this NIC's queue pair `qp` with `queue`, then delivers (unless
     /// deferred).
-    fn post(&self, qp: u32, queue: impl FnOnce(&mut Qp)) -> Result<(), String> {
+    fn post(&self, qp: u32, queue: impl FnOnce(&mut Qp)) -> Result<(), VerbsError> {
         let mut s = self.fabric.lock();
         queue(self.own_qp(&mut s, qp)?);
         if !s.deferred {
@@ -192,20 +199,21 @@ impl SoftNic {
     }
 
     /// Checks that `qp` exists on this NIC and the NIC is alive.
-    fn own_qp<'a>(&self, s: &'a mut State, qp: u32) -> Result<&'a mut Qp, String> {
+    fn own_qp<'a>(&self, s: &'a mut State, qp: u32) -> Result<&'a mut Qp, VerbsError> {
         if s.nics[self.id].dead {
-            return Err("the device was removed".into());
+            return Err(VerbsError::DeviceRemoved);
         }
-        s.qps.get_mut(&qp).filter(|q| q.nic == self.id).ok_or_else(|| format!("queue pair {qp} is not on this device"))
+        let device = || format!("this device (software NIC {})", self.id);
+        s.qps.get_mut(&qp).filter(|q| q.nic == self.id).ok_or_else(|| VerbsError::UnknownQp { qp, device: device() })
     }
 }
 
 impl Verbs for SoftNic {
-    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), String> {
+    fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), VerbsError> {
         self.post(qp, |q| q.sends.push_back(request))
     }
 
-    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), String> {
+    fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), VerbsError> {
         self.post(qp, |q| q.recvs.push_back(wr_id))
     }
 
@@ -213,7 +221,7 @@ impl Verbs for SoftNic {
         self.fabric.kill(self);
     }
 
-    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
+    fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), VerbsError> {
         let mut s = self.fabric.lock();
         if s.deferred {
             s.step();
@@ -278,7 +286,8 @@ impl State {
         }
     }
 
-    fn complete(&mut self, nic: usize, wr_id: u64, kind: CompletionKind, status: Result<(), String>) {
+    fn complete(&mut self, nic: usize, wr_id: u64, kind: CompletionKind, status: Result<(), SoftStatus>) {
+        let status = status.map_err(|(status, text)| CompletionError { status, text: text.into() });
         self.nics[nic].cq.push_back(WorkCompletion { wr_id, kind, status });
     }
 
@@ -290,9 +299,9 @@ impl State {
         };
         let peer_nic = self.qps.get(&peer).map(|q| q.nic);
         let failure = if self.qps[&qp].error {
-            Some(FLUSHED)
+            Some(WR_FLUSH_ERR)
         } else if peer_nic.is_none_or(|n| self.nics[n].dead) || self.qps[&peer].error {
-            Some(RETRY_EXCEEDED)
+            Some(RETRY_EXC_ERR)
         } else if w.imm.is_some() && self.qps[&peer].recvs.is_empty() {
             return Step::ReceiverNotReady;
         } else {
@@ -302,7 +311,7 @@ impl State {
             if let Some(q) = self.qps.get_mut(&qp) {
                 q.error = true;
             }
-            self.complete(nic, w.wr_id, CompletionKind::Write, Err(status.into()));
+            self.complete(nic, w.wr_id, CompletionKind::Write, Err(status));
             return Step::Done;
         }
         if let Some(imm) = w.imm {
@@ -319,15 +328,15 @@ impl State {
     }
 
     /// Moves `w`'s bytes from the sender's registration to the receiver's.
-    fn copy(&self, nic: usize, peer_nic: usize, w: &WriteRequest) -> Result<(), &'static str> {
+    fn copy(&self, nic: usize, peer_nic: usize, w: &WriteRequest) -> Result<(), SoftStatus> {
         if w.len == 0 {
             return Ok(());
         }
-        let source = self.region_range(w.lkey, nic, w.local_addr, w.len).ok_or(LOCAL_PROTECTION)?;
-        let target = self.region_range(w.rkey, peer_nic, w.remote_addr, w.len).ok_or(REMOTE_ACCESS)?;
+        let source = self.region_range(w.lkey, nic, w.local_addr, w.len).ok_or(LOC_PROT_ERR)?;
+        let target = self.region_range(w.rkey, peer_nic, w.remote_addr, w.len).ok_or(REM_ACCESS_ERR)?;
         let mut bytes = vec![0; source.1];
-        source.0.memory.read(source.2, &mut bytes).map_err(|_| LOCAL_PROTECTION)?;
-        target.0.memory.write(target.2, &bytes).map_err(|_| REMOTE_ACCESS)
+        source.0.memory.read(source.2, &mut bytes).map_err(|_| LOC_PROT_ERR)?;
+        target.0.memory.write(target.2, &bytes).map_err(|_| REM_ACCESS_ERR)
     }
 
     /// The region `key` of `nic` if `[addr, addr + len)` lies inside it, with the length and
@@ -347,7 +356,7 @@ impl State {
         let Some(q) = self.qps.get_mut(&qp).filter(|q| q.error && !q.recvs.is_empty()) else { return false };
         let (nic, recvs): (usize, Vec<u64>) = (q.nic, q.recvs.drain(..).collect());
         for wr_id in recvs {
-            self.complete(nic, wr_id, CompletionKind::RecvWriteImm { qp, imm: 0 }, Err(FLUSHED.into()));
+            self.complete(nic, wr_id, CompletionKind::RecvWriteImm { qp, imm: 0 }, Err(WR_FLUSH_ERR));
         }
         true
     }

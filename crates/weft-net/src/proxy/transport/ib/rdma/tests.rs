@@ -127,7 +127,10 @@ fn completions_translate_by_opcode_and_failed_receives_by_their_tag() {
     assert_eq!(completion(&recv, text).kind, CompletionKind::RecvWriteImm { qp: 77, imm: 5 });
     let flushed_recv = IbvWc { wr_id: RECV_WR_TAG | 5, status: 5, opcode: 0, qp_num: 77, ..IbvWc::default() };
     let c = completion(&flushed_recv, text);
-    assert!(matches!(c.kind, CompletionKind::RecvWriteImm { qp: 77, .. }) && c.status == Err("status 5".into()));
+    assert!(
+        matches!(c.kind, CompletionKind::RecvWriteImm { qp: 77, .. })
+            && c.status == Err(CompletionError { status: 5, text: "status 5".into() })
+    );
     let failed_write = IbvWc { wr_id: 1, status: 12, opcode: 0x80, ..IbvWc::default() };
     assert_eq!(completion(&failed_write, text).kind, CompletionKind::Write, "a failed write's opcode is not read");
 }
