@@ -160,19 +160,19 @@ variables! {
     WEFT_IBVERBS_LIB: Path, Config, "weft-net", default "`libibverbs.so.1` through the dynamic linker's search",
         "the libibverbs to load for `WEFT_NET=ib`";
     WEFT_ALGO_ALLREDUCE: Choice, Config, "weft-coll", default "`auto`",
-        "force an AllReduce algorithm: `ll`, `ll2`, `hb`, `ring`, `port_ring` (never chosen by size), an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`) or `auto`";
+        "force an AllReduce algorithm: `ll`, `ll2`, `hb`, `ring`, `port_allpairs`, `port_ring` (the two that also reach peers of other nodes), an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`) or `auto`";
     WEFT_ALGO_ALLGATHER: Choice, Config, "weft-coll", default "`auto`",
-        "force an AllGather algorithm (`ll`, `hb`, `plan:<name>`, ...) or `auto`";
+        "force an AllGather algorithm: `ll`, `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_REDUCESCATTER: Choice, Config, "weft-coll", default "`auto`",
-        "force a ReduceScatter algorithm or `auto`";
+        "force a ReduceScatter algorithm: `ll`, `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_BROADCAST: Choice, Config, "weft-coll", default "`auto`",
-        "force a Broadcast algorithm or `auto`";
+        "force a Broadcast algorithm: `ll`, `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_REDUCE: Choice, Config, "weft-coll", default "`auto`",
-        "force a Reduce algorithm or `auto`";
+        "force a Reduce algorithm: `ll`, `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_ALLTOALL: Choice, Config, "weft-coll", default "`auto`",
-        "force an AllToAll algorithm (`p2p`, `plan:<name>`) or `auto`";
+        "force an AllToAll algorithm: `p2p`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_SENDRECV: Choice, Config, "weft-coll", default "`auto`",
-        "force a send/receive algorithm (`p2p`) or `auto`";
+        "force a send/receive algorithm: `p2p` or `auto`";
     WEFT_PLAN_DIR: Path, Config, "weft-coll", default "unset",
         "folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it";
     WEFT_TUNING_FILE: Path, Config, "weft-coll", default "built-in",
@@ -217,6 +217,12 @@ variables! {
         "filter of the `weft` command's log and, unless `WEFT_NCCL_LOG` is set, weft-nccl's";
     WEFT_SELFTEST_TYPES: List, Config, "weft-cli", default "every type",
         "element types of `weft selftest`'s collective and plan matrices (`bf16,f32,i8`), for a shorter run";
+    NCCL_P2P_DISABLE: Flag, Config, "weft-cli", default "unset",
+        "NCCL's own; `weft bench --nccl` with virtual nodes (`WEFT_RANKS_PER_NODE`) sets it to `1` for its workers, with `NCCL_SHM_DISABLE=1` and `NCCL_NET`, so NCCL crosses the network as weft's nodes do, unless the user set any of the three";
+    NCCL_SHM_DISABLE: Flag, Config, "weft-cli", default "unset",
+        "NCCL's own; set to `1` by `weft bench --nccl` with virtual nodes, as `NCCL_P2P_DISABLE`";
+    NCCL_NET: Choice, Config, "weft-cli", default "unset",
+        "NCCL's own; set by `weft bench --nccl` with virtual nodes to `Socket`, or `IB` under `WEFT_NET=ib`, as `NCCL_P2P_DISABLE`";
     WEFT_REQUIRE_NVRTC: Flag, Test, "weft-core", default "`0`",
         "`1`: the NVRTC compile tests (and `weft selftest`'s CPU part) fail when NVRTC is missing instead of skipping";
     WEFT_REQUIRE_IBVERBS: Flag, Test, "weft-net", default "`0`",
