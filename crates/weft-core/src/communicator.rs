@@ -364,7 +364,7 @@ impl Communicator {
         let mapping = match &d.handle {
             MemoryHandle::PosixFd { socket, export_id, secret } => {
                 let fd = fetch_fd(socket, *secret, *export_id, FD_FETCH_TIMEOUT)
-                    .map_err(|detail| ConnectError::FdFetch { rank, peer, detail })?;
+                    .map_err(|e| ConnectError::FdFetch { rank, peer, detail: e.to_string() })?;
                 ImportedMemory::from_fd(&i.device, fd, mapped_len)
             }
             MemoryHandle::Legacy(handle) => ImportedMemory::from_legacy(&i.device, handle, mapped_len),

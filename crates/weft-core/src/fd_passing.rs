@@ -140,23 +140,54 @@ fn split_request(request: &[u8; 16]) -> (u64, u64) {
     (u64::from_le_bytes(secret), u64::from_le_bytes(id))
 }
 
+/// Fetching a descriptor from a peer's server failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchFdError {
+    /// A socket call failed.
+    #[error("{step}: {source}")]
+    Io {
+        /// What was being done.
+        step: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Receiving the descriptor failed.
+    #[error("{step}: {source}")]
+    Receive {
+        /// What was being done.
+        step: &'static str,
+        /// The error.
+        source: nix::Error,
+    },
+    /// The server hung up without answering.
+    #[error("server closed the connection")]
+    Closed,
+    /// The server said yes but sent no descriptor.
+    #[error("server sent no descriptor")]
+    NoDescriptor,
+    /// The server refused.
+    #[error("server refused the request (wrong secret or unknown export)")]
+    Refused,
+}
+
 /// Fetches export `id` from the server named `socket`.
-pub(crate) fn fetch_fd(socket: &[u8], secret: u64, id: u64, timeout: Duration) -> Result<OwnedFd, String> {
-    let addr = SocketAddr::from_abstract_name(socket).map_err(|e| format!("bad socket name: {e}"))?;
-    let mut stream = UnixStream::connect_addr(&addr).map_err(|e| format!("connect: {e}"))?;
-    stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+pub(crate) fn fetch_fd(socket: &[u8], secret: u64, id: u64, timeout: Duration) -> Result<OwnedFd, FetchFdError> {
+    let io = |step| move |source| FetchFdError::Io { step, source };
+    let addr = SocketAddr::from_abstract_name(socket).map_err(io("bad socket name"))?;
+    let mut stream = UnixStream::connect_addr(&addr).map_err(io("connect"))?;
+    stream.set_read_timeout(Some(timeout)).map_err(io("read timeout"))?;
+    stream.set_write_timeout(Some(timeout)).map_err(io("write timeout"))?;
     let mut request = [0u8; 16];
     request[..8].copy_from_slice(&secret.to_le_bytes());
     request[8..].copy_from_slice(&id.to_le_bytes());
-    stream.write_all(&request).map_err(|e| format!("send request: {e}"))?;
+    stream.write_all(&request).map_err(io("send request"))?;
     let mut status = [0u8; 1];
     let mut space = nix::cmsg_space!([RawFd; 1]);
     let mut iov = [IoSliceMut::new(&mut status)];
     let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(|e| format!("receive: {e}"))?;
+        .map_err(|source| FetchFdError::Receive { step: "receive", source })?;
     let mut received = None;
-    for cmsg in msg.cmsgs().map_err(|e| format!("control message: {e}"))? {
+    for cmsg in msg.cmsgs().map_err(|source| FetchFdError::Receive { step: "control message", source })? {
         if let ControlMessageOwned::ScmRights(fds) = cmsg {
             for fd in fds {
                 // SAFETY: the kernel installed this descriptor in our table for us to own.
@@ -166,12 +197,12 @@ pub(crate) fn fetch_fd(socket: &[u8], secret: u64, id: u64, timeout: Duration) -
         }
     }
     if msg.bytes == 0 {
-        return Err("server closed the connection".into());
+        return Err(FetchFdError::Closed);
     }
     match (status[0], received) {
         (STATUS_OK, Some(fd)) => Ok(fd),
-        (STATUS_OK, None) => Err("server sent no descriptor".into()),
-        _ => Err("server refused the request (wrong secret or unknown export)".into()),
+        (STATUS_OK, None) => Err(FetchFdError::NoDescriptor),
+        _ => Err(FetchFdError::Refused),
     }
 }
 
@@ -192,7 +223,7 @@ mod tests {
         got.read_to_string(&mut text).unwrap();
         assert_eq!(text, "weft");
         let err = fetch_fd(server.name(), server.secret() ^ 1, id, Duration::from_secs(2)).unwrap_err();
-        assert!(err.contains("refused"), "{err}");
+        assert!(matches!(err, FetchFdError::Refused), "{err}");
         assert!(fetch_fd(server.name(), server.secret(), id + 100, Duration::from_secs(2)).is_err());
         server.withdraw(id);
         assert!(fetch_fd(server.name(), server.secret(), id, Duration::from_secs(2)).is_err());
@@ -202,7 +233,7 @@ mod tests {
     #[test]
     fn a_missing_server_is_an_error_not_a_hang() {
         let err = fetch_fd(b"weft-fd-nobody-here", 1, 1, Duration::from_millis(200)).unwrap_err();
-        assert!(err.contains("connect"), "{err}");
+        assert!(matches!(err, FetchFdError::Io { step: "connect", .. }), "{err}");
     }
 
     fn tempfile_with(bytes: &[u8]) -> std::fs::File {
