@@ -1,7 +1,7 @@
 """Which CUDA stream a call runs on: the one the caller names (a handle, or an object with
 ``cuda_stream`` like ``torch.cuda.Stream`` or ``ptr`` like ``cupy.cuda.Stream``), else torch's
-current stream on the communicator's device when torch is loaded, else the legacy default
-stream (handle 0)."""
+current stream on the communicator's device when torch is loaded (with CUDA), else the legacy
+default stream (handle 0)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 def stream_handle(stream, device: int | None) -> int:
     if stream is None:
         torch = sys.modules.get("torch")
-        if torch is None:
+        if torch is None or not torch.cuda.is_available():
             return 0
         return int(torch.cuda.current_stream(device).cuda_stream)
     if isinstance(stream, int):

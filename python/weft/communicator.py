@@ -85,6 +85,8 @@ class Communicator:
         import torch.distributed as dist
 
         rank, world = dist.get_rank(group), dist.get_world_size(group)
+        if rank < 0:
+            raise ValueError("group: this process is not a member of the group")
         if device is None:
             device = torch.cuda.current_device()
         ids = [_weft.unique_id(host or default_host()) if rank == 0 else None]
