@@ -3,19 +3,24 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [proxy] [exec] [conformance]   (default: all)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [proxy] [exec] [conformance]   (default: all)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
 # step compares weft with (default: the pip nvidia-nccl-cu13 of /opt/torch/.venv). The conformance
 # step builds its harness here with g++ (nccl.h: $NCCL_INCLUDE or .deps/nccl, see its build.sh).
+# The python step installs the `weft` wheel built where Rust is (`scripts/python-wheel.sh
+# --release`): ${WEFT_WHEEL}, else the newest target/wheels/weft-*.whl, with `pip install
+# --no-deps` into ${PYTHON:-python3}'s environment (on the GPU machines, /opt/torch/.venv's python
+# with PyTorch; one abi3 wheel serves its Python 3.12), then runs the package's tests and
+# scripts/python-gpu-test.py on 2 ranks against torch.distributed's NCCL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch proxy exec conformance)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python proxy exec conformance)
 for step in "${steps[@]}"; do
   dir="$out/$step"
   mkdir -p "$dir"
@@ -52,6 +57,17 @@ for step in "${steps[@]}"; do
            echo "tensor-parallel MLP: rc=$? $(grep -h 'max |' "$dir/mlp-weft.txt" | tr '\n' ' ')"
            WEFT_NCCL="$lib" OUT="$dir" timeout 300 scripts/torch-nccl-compare.sh > "$dir/torch-latency.txt" 2>&1
            echo "torch latency: rc=$?"; cat "$dir/torch-latency.txt" ;;
+    python) wheel="${WEFT_WHEEL:-$(ls -t target/wheels/weft-*.whl 2> /dev/null | head -1)}"
+            if [ -z "$wheel" ] || [ ! -f "$wheel" ]; then
+              echo "python: no wheel (build it with scripts/python-wheel.sh --release, or set WEFT_WHEEL)"; continue
+            fi
+            "${PYTHON:-python3}" -m pip install --no-deps --force-reinstall "$wheel" > "$dir/install.txt" 2>&1
+            echo "python: install of $(basename "$wheel"): rc=$?"
+            timeout 120 "${PYTHON:-python3}" -m pytest -q python/tests > "$dir/pytest.txt" 2>&1
+            echo "python tests: rc=$? $(tail -1 "$dir/pytest.txt")"
+            timeout 600 "${TORCHRUN:-torchrun}" --nproc-per-node 2 scripts/python-gpu-test.py > "$dir/gpu-test.txt" 2>&1
+            echo "python GPU test (2 ranks, against NCCL): rc=$? $(grep -h 'passed,' "$dir/gpu-test.txt" | tail -1)"
+            grep -h '^FAIL' "$dir/gpu-test.txt" | head -5 ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
            for ch in memory port; do
@@ -127,6 +143,6 @@ for step in "${steps[@]}"; do
         echo "conformance $name: rc=$? $(grep -h 'passed,' "$dir/$name.txt" | tail -1)"
         grep -m3 -E '^(FAIL|HANG)' "$dir/$name.txt"
       done ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch, proxy, exec, conformance)"; exit 2 ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, proxy, exec, conformance)"; exit 2 ;;
   esac
 done

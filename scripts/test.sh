@@ -2,7 +2,8 @@
 # Every test weft has that needs no GPU: formatting, lints, unit/property/integration tests,
 # loom models, NVRTC compiles of every kernel and the layout probe for sm_90, the generated
 # header's freshness, the C ABI of libnccl.so.2 against the real nccl.h, the CPU part of
-# `weft selftest`, and the numbered examples (the GPU ones run to their declared skip).
+# `weft selftest`, the numbered examples (the GPU ones run to their declared skip), and the
+# Python package's tests (pytest, against the wheel built and installed into .deps/venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WEFT_CUDA_HOME="$(scripts/cuda-wheels.sh)"
@@ -23,6 +24,10 @@ cargo test --locked -p weft-net --features ib --lib --test proxy_ib
 # Loom models of the FIFO host side and the proxy flow control (about 20 s on 2 cores).
 RUSTFLAGS="--cfg weft_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
   cargo test --locked -p weft-net --lib --release loom
+# The `weft` Python package: the wheel (dev profile, reusing the build above) installed into
+# .deps/venv, then its tests: the tensor boundary, the collectives' arguments, weft.ep's checks.
+scripts/python-wheel.sh > /dev/null
+.deps/venv/bin/python -m pytest -q
 # The numbered examples: 03 runs on the CPU, the GPU ones run to their declared skip here.
 scripts/examples.sh
 cargo run --quiet --locked -p weft-cli -- gen-header --check

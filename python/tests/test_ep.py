@@ -1,0 +1,287 @@
+"""weft.ep's DeepEP interface without a GPU: every argument check, and the declared condition of
+a weft built without the EP kernels (a RuntimeError once the arguments pass)."""
+
+import pytest
+from fakes import FakeGroup, FakeTensor
+
+import weft.ep as deep_ep
+from weft.ep import Buffer, Config, EventOverlap
+
+T, H, K, E, R = 16, 256, 4, 8, 2
+NO_KERNELS = "^weft was built without the EP kernels"
+
+pytestmark = pytest.mark.skipif(deep_ep.KERNELS_AVAILABLE, reason="these tests cover a build without the EP kernels")
+
+
+@pytest.fixture(autouse=True)
+def default_sms():
+    yield
+    Buffer.num_sms = 24
+
+
+def normal():
+    return Buffer(FakeGroup(0, R), num_nvl_bytes=1 << 20)
+
+
+def low_latency():
+    return Buffer(FakeGroup(1, R), num_rdma_bytes=1 << 20, low_latency_mode=True, num_qps_per_rank=E // R)
+
+
+def layout(tokens=T):
+    return dict(
+        num_tokens_per_rank=FakeTensor((R,), "i32"),
+        is_token_in_rank=FakeTensor((tokens, R), "bool"),
+        num_tokens_per_expert=FakeTensor((E,), "i32"),
+        topk_idx=FakeTensor((tokens, K), "i64"),
+        topk_weights=FakeTensor((tokens, K), "f32"),
+    )
+
+
+def intranode_handle(tokens=T, received=24, channels=12):
+    return (
+        FakeTensor((R, R), "i32"), FakeTensor((R, channels), "i32"), FakeTensor((R, channels), "i32"),
+        FakeTensor((received,), "i32"), FakeTensor((tokens, R), "bool"), FakeTensor((tokens, R), "i32"),
+    )
+
+
+def ll_handle(max_tokens=T):
+    return (FakeTensor((E // R, R * max_tokens), "i32"), FakeTensor((E // R, R), "i64"), max_tokens, H, E)
+
+
+def test_module_surface():
+    for name in ("Buffer", "Config", "EventOverlap", "EventHandle"):
+        assert hasattr(deep_ep, name)
+    assert not deep_ep.KERNELS_AVAILABLE
+
+
+def test_constructor_checks():
+    normal()
+    low_latency()
+    Buffer(None, num_nvl_bytes=128, comm=type("Comm", (), {"Get_rank": lambda s: 0, "Get_size": lambda s: 4})())
+    cases = [
+        (dict(group=None), "^group: either group or comm"),
+        (dict(group=FakeGroup(0, 16)), "^group: weft's EP kernels serve 1 to 8 ranks"),
+        (dict(num_nvl_bytes=100), "^num_nvl_bytes: must be a multiple of 128"),
+        (dict(num_nvl_bytes=-128), "^num_nvl_bytes: must be a non-negative integer"),
+        (dict(num_nvl_bytes=0), "^num_nvl_bytes: a buffer needs"),
+        (dict(num_rdma_bytes=1024), "^num_rdma_bytes: within one node only the low-latency mode"),
+        (dict(low_latency_mode=True, num_rdma_bytes=1024, num_qps_per_rank=0), "^num_qps_per_rank: must be a positive"),
+        (dict(enable_shrink=True), "^enable_shrink: weft has no shrink mode"),
+    ]
+    for kwargs, message in cases:
+        args = dict(group=FakeGroup(0, R), num_nvl_bytes=1 << 20) | kwargs
+        with pytest.raises(ValueError, match=message):
+            Buffer(**args)
+
+
+def test_destroy():
+    with pytest.raises(RuntimeError, match="^destroy: the buffer was made without explicitly_destroy=True"):
+        normal().destroy()
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        Buffer(FakeGroup(), num_nvl_bytes=128, explicitly_destroy=True).destroy()
+
+
+def test_config():
+    c = Config(24, 6, 256, 6, 100)
+    assert c.num_max_rdma_chunked_recv_tokens == 102  # rounded up to a multiple of the send chunk
+    for args, message in [
+        ((23,), "^num_sms: must be even"),
+        ((0,), "^num_sms: must be a positive integer"),
+        ((24, 256, 256), "^num_max_nvl_chunked_send_tokens: must be below"),
+        ((24, 6, 256, 128, 100), "^num_max_rdma_chunked_send_tokens: must be at most half"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Config(*args)
+    with pytest.raises(ValueError, match="^hidden_bytes: must be a positive integer"):
+        c.get_nvl_buffer_size_hint(0, R)
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        c.get_nvl_buffer_size_hint(H * 2, R)
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        c.get_rdma_buffer_size_hint(H * 2, R)
+
+
+def test_class_settings():
+    Buffer.set_num_sms(32)
+    assert Buffer.get_dispatch_config(R).num_sms == 32 and Buffer.get_combine_config(8).num_sms == 32
+    with pytest.raises(ValueError, match="^new_num_sms: must be even"):
+        Buffer.set_num_sms(33)
+    with pytest.raises(ValueError, match="^num_ranks: weft's EP kernels serve at most 8"):
+        Buffer.get_dispatch_config(16)
+    with pytest.raises(ValueError, match="^hidden: the low-latency kernels take a hidden size that is a multiple of 128"):
+        Buffer.get_low_latency_rdma_size_hint(128, 100, R, E)
+    with pytest.raises(ValueError, match="^num_experts: must divide evenly over 2 ranks"):
+        Buffer.get_low_latency_rdma_size_hint(128, H, R, 7)
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        Buffer.get_low_latency_rdma_size_hint(128, H, R, E)
+
+
+def test_get_dispatch_layout():
+    b = normal()
+    with pytest.raises(ValueError, match="^topk_idx: dtype must be i64, got i32"):
+        b.get_dispatch_layout(FakeTensor((T, K), "i32"), E)
+    with pytest.raises(ValueError, match=r"^topk_idx: shape must be \[\*, \*\], got \[16\]"):
+        b.get_dispatch_layout(FakeTensor((T,), "i64"), E)
+    with pytest.raises(ValueError, match="^num_experts: must divide evenly over 2 ranks, got 5"):
+        b.get_dispatch_layout(FakeTensor((T, K), "i64"), 5)
+    with pytest.raises(ValueError, match="^allocate_on_comm_stream: needs a previous_event and async_finish"):
+        b.get_dispatch_layout(FakeTensor((T, K), "i64"), E, allocate_on_comm_stream=True)
+    with pytest.raises(ValueError, match="^previous_event: must be an EventOverlap"):
+        b.get_dispatch_layout(FakeTensor((T, K), "i64"), E, previous_event="event")
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        b.get_dispatch_layout(FakeTensor((T, K), "i64"), E, previous_event=EventOverlap(), async_finish=True,
+                              allocate_on_comm_stream=True)
+
+
+def test_dispatch_inputs():
+    b = normal()
+    bf16, fp8 = FakeTensor((T, H), "bf16"), (FakeTensor((T, H), "f8e4m3"), FakeTensor((T, H // 128), "f32"))
+    for x in (bf16, fp8):
+        with pytest.raises(RuntimeError, match=NO_KERNELS):
+            b.dispatch(x, **layout())
+    cases = [
+        (FakeTensor((T, H), "f16"), "^x: dtype must be bf16, got f16"),
+        (FakeTensor((T, 100), "bf16"), r"^x: hidden \(100\) must be a multiple of 8"),
+        (FakeTensor((T, H), "bf16", strides=(1, T)), "^x: must be contiguous"),
+        ((FakeTensor((T, 200), "f8e4m3"), FakeTensor((T, 1), "f32")), r"^x\[0\]: hidden \(200\) must be a multiple of 128"),
+        ((FakeTensor((T, H), "f8e5m2"), FakeTensor((T, 2), "f32")), r"^x\[0\]: dtype must be f8e4m3"),
+        ((FakeTensor((T, H), "f8e4m3"), FakeTensor((T, 4), "f32")), r"^x\[1\]: shape must be \[16, 2\], got \[16, 4\]"),
+        ((FakeTensor((T, H), "f8e4m3"), FakeTensor((T, 2), "bf16")), r"^x\[1\]: dtype must be f32"),
+        ((FakeTensor((T, H), "f8e4m3"),), "^x: an FP8 input is a pair"),
+    ]
+    for x, message in cases:
+        with pytest.raises(ValueError, match=message):
+            b.dispatch(x, **layout())
+
+
+def test_dispatch_layout_arguments():
+    b, x = normal(), FakeTensor((T, H), "bf16")
+    cases = [
+        (dict(topk_idx=FakeTensor((T, K), "i32")), "^topk_idx: dtype must be i64"),
+        (dict(topk_weights=FakeTensor((T, K), "f16")), "^topk_weights: dtype must be f32"),
+        (dict(topk_weights=FakeTensor((T, K + 1), "f32")), r"^topk_weights: shape must be \[16, 4\]"),
+        (dict(topk_weights=None), "^topk_weights: topk_idx and topk_weights go together"),
+        (dict(is_token_in_rank=FakeTensor((T, R + 1), "bool")), r"^is_token_in_rank: shape must be \[16, 2\]"),
+        (dict(is_token_in_rank=FakeTensor((T, R), "u8")), "^is_token_in_rank: dtype must be bool"),
+        (dict(num_tokens_per_rank=FakeTensor((R,), "i64")), "^num_tokens_per_rank: dtype must be i32"),
+        (dict(num_tokens_per_rank=None), "^num_tokens_per_rank: required"),
+        (dict(num_tokens_per_expert=FakeTensor((7,), "i32")), r"^num_tokens_per_expert \(its length\): must divide"),
+        (dict(num_tokens_per_rdma_rank=FakeTensor((1,), "i32")), "^num_tokens_per_rdma_rank: must be None within one node"),
+        (dict(expert_alignment=0), "^expert_alignment: must be a positive integer"),
+        (dict(num_worst_tokens=-1), "^num_worst_tokens: must be a non-negative integer"),
+        (dict(config=(24, 6, 256)), "^config: must be a weft.ep.Config"),
+        (dict(allocate_on_comm_stream=True, async_finish=True), "^allocate_on_comm_stream: needs a previous_event"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            b.dispatch(x, **(layout() | change))
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        b.dispatch(x, **(layout() | dict(topk_idx=None, topk_weights=None, config=Config(32))))
+
+
+def test_cached_dispatch():
+    b, x = normal(), FakeTensor((T, H), "bf16")
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        b.dispatch(x, handle=intranode_handle())
+    with pytest.raises(ValueError, match="^topk_idx: a dispatch with a cached handle takes no topk_idx"):
+        b.dispatch(x, handle=intranode_handle(), topk_idx=FakeTensor((T, K), "i64"))
+    with pytest.raises(ValueError, match="^handle: must be the 6-tuple"):
+        b.dispatch(x, handle=intranode_handle()[:5])
+    with pytest.raises(ValueError, match=r"^handle\[4\] \(is_token_in_rank\): shape must be \[16, 2\], got \[8, 2\]"):
+        b.dispatch(x, handle=intranode_handle(tokens=8))
+
+
+def test_handle_parts():
+    b, x = normal(), FakeTensor((T, H), "bf16")
+    good = intranode_handle()
+    for index, bad, message in [
+        (0, FakeTensor((R, R + 1), "i32"), r"^handle\[0\] \(rank_prefix_matrix\): shape must be \[2, 2\]"),
+        (1, FakeTensor((R, 12), "i64"), r"^handle\[1\] \(channel_prefix_matrix\): dtype must be i32"),
+        (2, FakeTensor((R, 10), "i32"), r"^handle\[2\] \(recv_channel_prefix_matrix\): shape must be \[2, 12\]"),
+        (3, FakeTensor((24, 1), "i32"), r"^handle\[3\] \(recv_src_idx\): shape must be \[\*\]"),
+        (5, FakeTensor((T, R), "bool"), r"^handle\[5\] \(send_head\): dtype must be i32"),
+    ]:
+        handle = good[:index] + (bad,) + good[index + 1:]
+        with pytest.raises(ValueError, match=message):
+            b.dispatch(x, handle=handle)
+
+
+def test_combine():
+    b, handle = normal(), intranode_handle(received=24)
+    x = FakeTensor((24, H), "bf16")
+    bias = FakeTensor((T, H), "bf16")
+    for kwargs in ({}, dict(topk_weights=FakeTensor((24, K), "f32"), bias=bias), dict(bias=(bias, bias))):
+        with pytest.raises(RuntimeError, match=NO_KERNELS):
+            b.combine(x, handle, **kwargs)
+    cases = [
+        (dict(x=FakeTensor((23, H), "bf16")), r"^x: shape must be \[24, \*\], got \[23, 256\]"),
+        (dict(x=FakeTensor((24, H), "f32")), "^x: dtype must be bf16"),
+        (dict(topk_weights=FakeTensor((24, K), "bf16")), "^topk_weights: dtype must be f32"),
+        (dict(bias=FakeTensor((T, H + 8), "bf16")), r"^bias\[0\]: shape must be \[16, 256\]"),
+        (dict(bias=(bias, bias, bias)), "^bias: at most two tensors"),
+        (dict(handle=(1, 2)), "^handle: must be the 6-tuple"),
+    ]
+    for change, message in cases:
+        args = dict(x=x, handle=handle) | change
+        with pytest.raises(ValueError, match=message):
+            b.combine(**args)
+
+
+def test_low_latency_dispatch():
+    b, x, idx = low_latency(), FakeTensor((T, H), "bf16"), FakeTensor((T, K), "i64")
+    for kwargs in ({}, dict(use_fp8=False), dict(round_scale=True, use_ue8m0=True, return_recv_hook=True),
+                   dict(cumulative_local_expert_recv_stats=FakeTensor((E // R,), "i32"),
+                        dispatch_wait_recv_cost_stats=FakeTensor((R,), "i64"), async_finish=True)):
+        with pytest.raises(RuntimeError, match=NO_KERNELS):
+            b.low_latency_dispatch(x, idx, 128, E, **kwargs)
+    cases = [
+        (dict(x=FakeTensor((T, 200), "bf16")), "^x \\(hidden\\): the low-latency kernels take a hidden size that is a multiple of 128"),
+        (dict(num_max_dispatch_tokens_per_rank=8), "^x: 16 tokens, more than num_max_dispatch_tokens_per_rank \\(8\\)"),
+        (dict(topk_idx=FakeTensor((T + 1, K), "i64")), r"^topk_idx: shape must be \[16, \*\]"),
+        (dict(num_experts=3), "^num_experts: must divide evenly"),
+        (dict(use_ue8m0=True), "^use_ue8m0: needs use_fp8=True and round_scale=True"),
+        (dict(use_fp8=False, round_scale=True), "^round_scale: applies to FP8 dispatch only"),
+        (dict(async_finish=True, return_recv_hook=True), "^return_recv_hook: cannot be combined with async_finish"),
+        (dict(cumulative_local_expert_recv_stats=FakeTensor((E,), "i32")), r"^cumulative_local_expert_recv_stats: shape must be \[4\]"),
+        (dict(dispatch_wait_recv_cost_stats=FakeTensor((R,), "i32")), "^dispatch_wait_recv_cost_stats: dtype must be i64"),
+    ]
+    for change, message in cases:
+        args = dict(x=x, topk_idx=idx, num_max_dispatch_tokens_per_rank=128, num_experts=E) | change
+        with pytest.raises(ValueError, match=message):
+            b.low_latency_dispatch(**args)
+    with pytest.raises(ValueError, match="^low_latency_dispatch: the buffer was made without low_latency_mode=True"):
+        normal().low_latency_dispatch(x, idx, 128, E)
+
+
+def test_low_latency_combine():
+    b, handle = low_latency(), ll_handle(max_tokens=32)
+    x = FakeTensor((E // R, R * 32, H), "bf16")
+    idx, weights = FakeTensor((T, K), "i64"), FakeTensor((T, K), "f32")
+    for kwargs in ({}, dict(out=FakeTensor((T, H), "bf16"), zero_copy=True, return_recv_hook=True)):
+        with pytest.raises(RuntimeError, match=NO_KERNELS):
+            b.low_latency_combine(x, idx, weights, handle, **kwargs)
+    cases = [
+        (dict(x=FakeTensor((E // R, R * 32, H), "f32")), "^x: dtype must be bf16"),
+        (dict(x=FakeTensor((E // R, 32, H), "bf16")), r"^x: shape must be \[4, 64, 256\]"),
+        (dict(topk_weights=FakeTensor((T, K), "bf16")), "^topk_weights: dtype must be f32"),
+        (dict(topk_weights=FakeTensor((T, K - 1), "f32")), r"^topk_weights: shape must be \[16, 4\]"),
+        (dict(topk_idx=FakeTensor((40, K), "i64")), "^topk_idx: 40 tokens, more than the handle's"),
+        (dict(out=FakeTensor((T, H), "f32")), "^out: dtype must be bf16"),
+        (dict(handle=handle[:4]), "^handle: must be the 5-tuple"),
+        (dict(handle=(handle[0], FakeTensor((E // R, R), "i32")) + handle[2:]), r"^handle\[1\] \(packed_recv_layout_range\): dtype must be i64"),
+        (dict(combine_wait_recv_cost_stats=FakeTensor((R + 1,), "i64")), r"^combine_wait_recv_cost_stats: shape must be \[2\]"),
+    ]
+    for change, message in cases:
+        args = dict(x=x, topk_idx=idx, topk_weights=weights, handle=handle) | change
+        with pytest.raises(ValueError, match=message):
+            b.low_latency_combine(**args)
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        b.get_next_low_latency_combine_buffer(handle)
+    with pytest.raises(RuntimeError, match=NO_KERNELS):
+        b.clean_low_latency_buffer(32, H, E)
+
+
+def test_event_overlap_without_event():
+    with EventOverlap() as e:
+        assert e.event is None
+    with pytest.raises(RuntimeError, match="^current_stream_wait: no event"):
+        EventOverlap().current_stream_wait()
