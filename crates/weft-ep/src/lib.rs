@@ -18,4 +18,5 @@
 //! | `get_dispatch_layout` | [`model::dispatch_layout`] (CPU) |
 //! | `dispatch` / `combine` | [`model::dispatch`] / [`model::combine`] (CPU) |
 
+pub mod device_code;
 pub mod model;
