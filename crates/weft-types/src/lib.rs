@@ -18,8 +18,8 @@
 mod declare;
 mod coll;
 mod collective;
-mod ep;
 pub mod cuda;
+mod ep;
 mod exec;
 mod fifo;
 mod handles;
@@ -29,8 +29,8 @@ mod status;
 
 pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{Collective, DataType, ReduceOp};
-pub use ep::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
+pub use ep::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
 pub use exec::{
     EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FLUSH, EXEC_INPUT_STAGED, EXEC_LOC_PACKETS, EXEC_LOCAL,
     EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_MAX_RANKS, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED, EXEC_PACKETS,

@@ -1,0 +1,97 @@
+//! Every launch of an EP kernel: grid shapes and argument lists in one place (the kernels'
+//! comments in `device/kernels/ep/` state the same shapes).
+
+use std::sync::Arc;
+
+use weft_core::KernelLibrary;
+use weft_gpu::{Device, GpuError, Kernel, KernelArgs, LaunchConfig, Stream};
+use weft_types::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
+
+use crate::device_code::{KERNELS, UNIT};
+
+/// Threads of a dispatch or combine block (`kChannelThreads`).
+pub(crate) const CHANNEL_THREADS: u32 = 512;
+/// Threads of the layout, notify and prologue blocks (`kSetupThreads`).
+const SETUP_THREADS: u32 = 256;
+/// Experts one layout block counts (`kLayoutExpertsPerBlock`).
+const LAYOUT_EXPERTS_PER_BLOCK: u32 = 64;
+
+/// The EP kernels, loaded on one device.
+#[derive(Debug)]
+pub(crate) struct Kernels {
+    layout: Kernel,
+    notify: Kernel,
+    prologue: Kernel,
+    dispatch: Kernel,
+    combine: Kernel,
+}
+
+impl Kernels {
+    /// Compiles (or reads from the cache in `cache_dir`) and loads the EP module on `device`.
+    pub(crate) fn load(device: &Device, cache_dir: std::path::PathBuf) -> Result<Self, GpuError> {
+        let module = KernelLibrary::new(cache_dir, &KERNELS).load(device, UNIT)?.module;
+        let kernel = |name: &str| Arc::clone(&module).kernel(name);
+        Ok(Self {
+            layout: kernel("weft_ep_layout")?,
+            notify: kernel("weft_ep_notify")?,
+            prologue: kernel("weft_ep_prologue")?,
+            dispatch: kernel("weft_ep_dispatch")?,
+            combine: kernel("weft_ep_combine")?,
+        })
+    }
+
+    /// `weft_ep_layout`.
+    ///
+    /// # Safety
+    /// Every address in `a` must be valid for its shape until the kernel ends.
+    pub(crate) unsafe fn layout(&self, stream: &Stream, a: EpLayoutArgs) -> Result<(), GpuError> {
+        let grid = a.experts.div_ceil(LAYOUT_EXPERTS_PER_BLOCK) + 1;
+        let config = LaunchConfig { grid, block: SETUP_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpLayoutArgs) is the kernel's parameter list; addresses are the caller's contract.
+        unsafe { self.layout.launch(stream, config, KernelArgs::new().push(a)) }
+    }
+
+    /// `weft_ep_notify`.
+    ///
+    /// # Safety
+    /// `c` must address live EP buffers of every rank, and every address in `a` be valid for
+    /// its shape until the kernel ends.
+    pub(crate) unsafe fn notify(&self, stream: &Stream, c: EpContext, a: EpNotifyArgs) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 1 + c.ranks, block: SETUP_THREADS, shared_bytes: 4 * a.channels };
+        // SAFETY: (EpContext, EpNotifyArgs) is the kernel's parameter list; the rest is the
+        // caller's contract.
+        unsafe { self.notify.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_prologue`, resetting the dispatch counters (`dispatch`) or the combine tails.
+    ///
+    /// # Safety
+    /// `c` must address live EP buffers of every rank.
+    pub(crate) unsafe fn prologue(&self, stream: &Stream, c: EpContext, dispatch: bool) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 1, block: SETUP_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, uint32_t) is the kernel's parameter list; `c` is the caller's contract.
+        unsafe { self.prologue.launch(stream, config, KernelArgs::new().push(c).push(u32::from(dispatch))) }
+    }
+
+    /// `weft_ep_dispatch` on `2 * a.channels` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn dispatch(&self, stream: &Stream, c: EpContext, a: EpDispatchArgs) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 2 * a.channels, block: CHANNEL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpDispatchArgs) is the kernel's parameter list; the rest is the
+        // caller's contract.
+        unsafe { self.dispatch.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_combine` on `2 * a.channels` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn combine(&self, stream: &Stream, c: EpContext, a: EpCombineArgs) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 2 * a.channels, block: CHANNEL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpCombineArgs) is the kernel's parameter list; the rest is the
+        // caller's contract.
+        unsafe { self.combine.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+}
