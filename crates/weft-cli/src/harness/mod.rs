@@ -7,6 +7,7 @@
 
 mod collective;
 pub(crate) mod data;
+pub(crate) mod ep;
 pub mod launch;
 pub mod pattern;
 pub(crate) mod progress;

@@ -8,23 +8,6 @@ use proptest::prelude::*;
 
 use super::*;
 
-/// A small deterministic generator, so one proptest seed draws a whole world.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// One randomly routed world: per rank, `topk_idx` and weights.
 #[derive(Debug, Clone)]
 struct World {
@@ -51,7 +34,7 @@ fn world() -> impl Strategy<Value = World> {
         |(ranks, local, topk, channels, alignment, seed)| {
             let experts = ranks * local;
             let topk = topk.min(experts);
-            let mut rng = SplitMix(seed);
+            let mut rng = SplitMix::new(seed);
             let hot: Vec<usize> = (0..experts).filter(|_| rng.below(3) != 0).collect();
             let (mut topk_idx, mut weights) = (Vec::new(), Vec::new());
             for _ in 0..ranks {
@@ -217,7 +200,7 @@ proptest! {
 
     #[test]
     fn fp8_tokens_keep_each_block_within_half_a_quantum(blocks in 1usize..=3, seed in any::<u64>(), round_scale in any::<bool>()) {
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix::new(seed);
         let x: Vec<f32> = (0..blocks * 128).map(|i| if i % 128 == 5 && rng.below(2) == 0 { 0.0 } else { (rng.below(20001) as f32 - 10000.0) / 997.0 }).collect();
         let token = quantize_token(&x, round_scale);
         prop_assert_eq!(token.scales.len(), blocks);
