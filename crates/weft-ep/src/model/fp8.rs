@@ -4,7 +4,7 @@
 //! Per block of 128 channels: `amax = max(max |x|, 1e-4)`, `scale = 448 / amax`,
 //! `q = e4m3(x * scale)` (nearest, ties to even, saturating to ±448), and the stored
 //! `scale_inv = amax / 448`, so `x ≈ q * scale_inv`. With `round_scale`, `scale_inv` is the
-//! next power of two at or above `amax / 448` and `scale = 1 / scale_inv` (exact). Each
+//! power of two at or above `amax / 448` (`2^ceil(log2)`, from the bits) and `scale = 1 / scale_inv` (exact). Each
 //! operation is one IEEE f32 operation, in this order, as in the kernels.
 
 /// Channels sharing one scale.
@@ -58,11 +58,18 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
     if exp == 0 { sign * mant * f32::powi(2.0, -9) } else { sign * (1.0 + mant / 8.0) * f32::powi(2.0, exp - 7) }
 }
 
+/// `ceil(log2(y))` of a positive normal `y`, exactly (from its bits, as the kernels compute it).
+fn ceil_log2(y: f32) -> i32 {
+    let bits = y.to_bits();
+    let exponent = ((bits >> 23) & 0xff) as i32 - 127;
+    exponent + i32::from(bits & 0x7f_ffff != 0)
+}
+
 /// The block's `(scale, scale_inv)` for its largest magnitude `amax`.
 fn scales(amax: f32, round_scale: bool) -> (f32, f32) {
     let amax = amax.max(AMAX_FLOOR);
     if round_scale {
-        let exponent = (amax / E4M3_MAX).log2().ceil() as i32;
+        let exponent = ceil_log2(amax / E4M3_MAX);
         (f32::powi(2.0, -exponent), f32::powi(2.0, exponent))
     } else {
         (E4M3_MAX / amax, amax / E4M3_MAX)

@@ -7,12 +7,14 @@ mod combine;
 mod dispatch;
 mod fp8;
 mod layout;
+mod low_latency;
 mod random;
 
 pub use combine::{CombineInput, Combined, combine};
 pub use dispatch::{DispatchShape, RankRouting, Received, channel_range, dispatch};
 pub use fp8::{CHANNELS_PER_SCALE, Fp8Token, dequantize, e4m3_from_f32, e4m3_to_f32, quantize_token};
 pub use layout::{Layout, dispatch_layout};
+pub use low_latency::{LlReceived, LlShape, ll_combine, ll_dispatch};
 pub use random::{RoutingSpec, SplitMix, random_routing};
 
 #[cfg(test)]

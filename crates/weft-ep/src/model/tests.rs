@@ -253,3 +253,77 @@ fn channels_split_tokens_like_deepep() {
     assert_eq!(channel_range(1, 12, 5), 1..1);
     assert_eq!(channel_range(0, 3, 2), 0..0);
 }
+
+proptest! {
+    #[test]
+    fn ll_dispatch_packs_each_experts_rows_by_source_rank_then_token(w in world(), hidden in 1usize..=3) {
+        let DispatchShape { ranks, experts, topk, .. } = w.shape;
+        let max_tokens = (0..ranks).map(|r| w.tokens(r)).max().unwrap_or(0).max(1);
+        let shape = LlShape { ranks, experts, topk, max_tokens };
+        let idx: Vec<&[i64]> = w.topk_idx.iter().map(|v| v.as_slice()).collect();
+        let received = ll_dispatch(shape, &idx);
+        let (local, rows) = (experts / ranks, ranks * max_tokens);
+        for (me, got) in received.iter().enumerate() {
+            for le in 0..local {
+                let e = (me * local + le) as i64;
+                let mut want: Vec<(usize, i32)> = Vec::new();
+                for s in 0..ranks {
+                    for t in (0..w.tokens(s)).filter(|&t| idx[s][t * topk..(t + 1) * topk].contains(&e)) {
+                        want.push((s, t as i32));
+                    }
+                }
+                let n = got.recv_count[le] as usize;
+                let have: Vec<(usize, i32)> = (0..n).map(|i| (got.src_rank[le * rows + i], got.src_info[le * rows + i])).collect();
+                prop_assert_eq!(&have, &want);
+                for s in 0..ranks {
+                    let range = got.layout_range[le * ranks + s];
+                    let (begin, count) = ((range >> 32) as usize, (range & 0xffff_ffff) as usize);
+                    prop_assert!(have[begin..begin + count].iter().all(|&(src, _)| src == s));
+                    prop_assert_eq!(count, want.iter().filter(|&&(src, _)| src == s).count());
+                }
+            }
+        }
+        // Combine: each rank returns, for its row of (s, t) under local expert le, a value of
+        // (s, t, e) alone, so the sum can be predicted from the routing.
+        let value = |s: usize, t: usize, e: usize, h: usize| bf16::from_f32(((s * 5 + t * 3 + e * 7 + h) % 13) as f32 * 0.25 - 1.0);
+        let xs: Vec<Vec<bf16>> = received.iter().enumerate().map(|(me, got)| {
+            let mut x = vec![bf16::ZERO; local * rows * hidden];
+            for le in 0..local {
+                for i in 0..got.recv_count[le] as usize {
+                    for h in 0..hidden {
+                        x[(le * rows + i) * hidden + h] = value(got.src_rank[le * rows + i], got.src_info[le * rows + i] as usize, me * local + le, h);
+                    }
+                }
+            }
+            x
+        }).collect();
+        let x: Vec<&[bf16]> = xs.iter().map(|v| v.as_slice()).collect();
+        let weights: Vec<&[f32]> = w.weights.iter().map(|v| v.as_slice()).collect();
+        let combined = ll_combine(shape, &received, &x, &idx, &weights, hidden);
+        for s in 0..ranks {
+            for t in 0..w.tokens(s) {
+                for h in 0..hidden {
+                    let mut acc = 0f32;
+                    for k in 0..topk {
+                        if let Ok(e) = usize::try_from(idx[s][t * topk + k]) {
+                            acc = value(s, t, e, h).to_f32().mul_add(weights[s][t * topk + k], acc);
+                        }
+                    }
+                    prop_assert_eq!(combined[s][t * hidden + h].to_bits(), bf16::from_f32(acc).to_bits());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn round_scale_takes_the_power_of_two_at_or_above() {
+    let mut x = vec![0.0f32; 128];
+    x[0] = 448.0 * 0.75;
+    let token = quantize_token(&x, true);
+    assert_eq!(token.scales[0], 1.0);
+    x[0] = 448.0 * 2.0;
+    assert_eq!(quantize_token(&x, true).scales[0], 2.0);
+    x[0] = 448.0 * 2.000_001;
+    assert_eq!(quantize_token(&x, true).scales[0], 4.0);
+}
