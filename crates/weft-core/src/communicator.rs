@@ -484,6 +484,8 @@ impl Communicator {
             Some(WaitOp::EpDispatchChannel) => "EP dispatch: a source rank's channel word (expected = channel)",
             Some(WaitOp::EpDispatchTail) => "EP dispatch: a source rank's tokens (expected = tokens of the channel)",
             Some(WaitOp::EpCombineTail) => "EP combine: the rows of the rank holding the token's experts",
+            Some(WaitOp::EpLlCount) => "EP low-latency dispatch: a source rank's count (expected = expert)",
+            Some(WaitOp::EpLlFlag) => "EP low-latency combine: an expert's rows (expected = expert)",
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

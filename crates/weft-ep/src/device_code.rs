@@ -16,6 +16,7 @@ pub const KERNELS: KernelSet = KernelSet {
         ("notify.cu", include_str!("../../../device/kernels/ep/notify.cu")),
         ("dispatch.cu", include_str!("../../../device/kernels/ep/dispatch.cu")),
         ("combine.cu", include_str!("../../../device/kernels/ep/combine.cu")),
+        ("low_latency.cu", include_str!("../../../device/kernels/ep/low_latency.cu")),
     ],
     variants: compiled_once,
 };
@@ -43,7 +44,17 @@ mod tests {
         let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
         let kernels = library.resources(UNIT, "sm_90", &[]).unwrap();
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-        for name in ["weft_ep_layout", "weft_ep_notify", "weft_ep_prologue", "weft_ep_dispatch", "weft_ep_combine"] {
+        for name in [
+            "weft_ep_layout",
+            "weft_ep_notify",
+            "weft_ep_prologue",
+            "weft_ep_dispatch",
+            "weft_ep_combine",
+            "weft_ep_ll_dispatch_send",
+            "weft_ep_ll_dispatch_recv",
+            "weft_ep_ll_combine_send",
+            "weft_ep_ll_combine_recv",
+        ] {
             assert!(names.contains(&name), "{name} missing from {names:?}");
         }
         for k in &kernels {

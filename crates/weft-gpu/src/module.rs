@@ -46,7 +46,9 @@ pod!(
     weft_types::EpLayoutArgs,
     weft_types::EpNotifyArgs,
     weft_types::EpDispatchArgs,
-    weft_types::EpCombineArgs
+    weft_types::EpCombineArgs,
+    weft_types::EpLlDispatchArgs,
+    weft_types::EpLlCombineArgs
 );
 
 /// Alias kept for call sites that talk about kernel arguments.

@@ -177,4 +177,89 @@ device_structs! {
         /// Channels (half the grid).
         channels: u32 => "uint32_t",
     }
+
+    /// `weft_ep_ll_dispatch_send` / `_recv`: one low-latency dispatch. Every (token, expert)
+    /// pair is a message (16-byte header holding the token index, then the payload, then the
+    /// FP8 scales) in slot `[local expert][source rank][i]` of the destination's region.
+    struct EpLlDispatchArgs align(8) size(136) {
+        /// `bf16[tokens][hidden]`.
+        x: u64 => "uint64_t",
+        /// `int64_t[tokens][topk]`; negative: no expert.
+        topk_idx: u64 => "uint64_t",
+        /// Out: `[local experts][ranks * max_tokens][hidden]` E4M3 bytes or BF16.
+        recv_x: u64 => "uint64_t",
+        /// Out (FP8): `float[local experts][hidden / 128][ranks * max_tokens]` (column-major per expert).
+        recv_x_scales: u64 => "uint64_t",
+        /// Out: `int32_t[local experts]` rows received.
+        recv_count: u64 => "uint64_t",
+        /// Out: `int32_t[local experts][ranks * max_tokens]` source token of each row.
+        recv_src_info: u64 => "uint64_t",
+        /// Out: `int64_t[local experts][ranks]`, `first row << 32 | rows` per source rank.
+        recv_layout_range: u64 => "uint64_t",
+        /// In/out: `int32_t[local experts]` rows received so far, or 0.
+        cumulative_recv_stats: u64 => "uint64_t",
+        /// `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+        state_offset: u64 => "uint64_t",
+        /// Two halves of `uint64_t[experts]` count words (`sequence + 1 << 32 | rows`).
+        signal_offset: u64 => "uint64_t",
+        /// Two halves of message slots.
+        data_offset: u64 => "uint64_t",
+        /// Bytes of one half.
+        data_half_bytes: u64 => "uint64_t",
+        /// Bytes of one message (16-byte multiple).
+        message_bytes: u64 => "uint64_t",
+        /// Tokens of this rank (at most `max_tokens`).
+        tokens: u32 => "uint32_t",
+        /// Channels per token (a multiple of 128).
+        hidden: u32 => "uint32_t",
+        /// Top-k slots per token.
+        topk: u32 => "uint32_t",
+        /// Experts.
+        experts: u32 => "uint32_t",
+        /// `num_max_dispatch_tokens_per_rank`.
+        max_tokens: u32 => "uint32_t",
+        /// Nonzero: cast to FP8 with a scale per 128 channels.
+        fp8: u32 => "uint32_t",
+        /// Nonzero: power-of-two scales.
+        round_scale: u32 => "uint32_t",
+        /// Zero.
+        reserved: u32 => "uint32_t",
+    }
+
+    /// `weft_ep_ll_combine_send` / `_recv`: one low-latency combine over a dispatch's handle.
+    /// Row `(token t, global expert g)` goes to slot `[g][t]` of the token's rank.
+    struct EpLlCombineArgs align(8) size(104) {
+        /// `bf16[local experts][ranks * max_tokens][hidden]` in the dispatch's packed order.
+        x: u64 => "uint64_t",
+        /// `int64_t[tokens][topk]` of this rank's tokens.
+        topk_idx: u64 => "uint64_t",
+        /// `float[tokens][topk]`.
+        topk_weights: u64 => "uint64_t",
+        /// Handle: `int32_t[local experts][ranks * max_tokens]`.
+        src_info: u64 => "uint64_t",
+        /// Handle: `int64_t[local experts][ranks]`.
+        layout_range: u64 => "uint64_t",
+        /// Out: `bf16[tokens][hidden]`.
+        combined_x: u64 => "uint64_t",
+        /// `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+        state_offset: u64 => "uint64_t",
+        /// Two halves of `uint64_t[experts]` flags (`sequence + 1`).
+        signal_offset: u64 => "uint64_t",
+        /// Two halves of `[experts][max_tokens]` BF16 rows.
+        data_offset: u64 => "uint64_t",
+        /// Bytes of one half.
+        data_half_bytes: u64 => "uint64_t",
+        /// Tokens of this rank.
+        tokens: u32 => "uint32_t",
+        /// Channels per row (a multiple of 8).
+        hidden: u32 => "uint32_t",
+        /// Top-k slots per token.
+        topk: u32 => "uint32_t",
+        /// Experts.
+        experts: u32 => "uint32_t",
+        /// `num_max_dispatch_tokens_per_rank`.
+        max_tokens: u32 => "uint32_t",
+        /// Zero.
+        reserved: u32 => "uint32_t",
+    }
 }

@@ -39,6 +39,10 @@ device_enums! {
         EpDispatchTail = 12,
         /// A combine receiver waiting for the rows of the rank that holds a token's experts.
         EpCombineTail = 13,
+        /// A low-latency dispatch receiver waiting for a source rank's count of an expert.
+        EpLlCount = 14,
+        /// A low-latency combine receiver waiting for an expert's rows (`peer`: its rank).
+        EpLlFlag = 15,
     }
 }
 

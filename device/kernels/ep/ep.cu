@@ -3,3 +3,4 @@
 #include "notify.cu"
 #include "dispatch.cu"
 #include "combine.cu"
+#include "low_latency.cu"

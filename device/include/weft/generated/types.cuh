@@ -68,6 +68,8 @@ enum class WaitOp : uint32_t {
   EpDispatchChannel = 11,  ///<  A dispatch receiver waiting for a source rank's channel word; `expected` is the channel.
   EpDispatchTail = 12,  ///<  A dispatch receiver waiting for a source rank's tokens; `expected` is the token count.
   EpCombineTail = 13,  ///<  A combine receiver waiting for the rows of the rank that holds a token's experts.
+  EpLlCount = 14,  ///<  A low-latency dispatch receiver waiting for a source rank's count of an expert.
+  EpLlFlag = 15,  ///<  A low-latency combine receiver waiting for an expert's rows (`peer`: its rank).
 };
 
 ///  Element type of a collective's buffers.
@@ -615,5 +617,91 @@ static_assert(WEFT_OFFSETOF(EpCombineArgs, tokens) == 96, "rust: offsetof(EpComb
 static_assert(WEFT_OFFSETOF(EpCombineArgs, hidden) == 100, "rust: offsetof(EpCombineArgs, hidden) == 100");
 static_assert(WEFT_OFFSETOF(EpCombineArgs, topk) == 104, "rust: offsetof(EpCombineArgs, topk) == 104");
 static_assert(WEFT_OFFSETOF(EpCombineArgs, channels) == 108, "rust: offsetof(EpCombineArgs, channels) == 108");
+
+///  `weft_ep_ll_dispatch_send` / `_recv`: one low-latency dispatch. Every (token, expert)
+struct alignas(8) EpLlDispatchArgs {
+  uint64_t x;  ///<  `bf16[tokens][hidden]`.
+  uint64_t topk_idx;  ///<  `int64_t[tokens][topk]`; negative: no expert.
+  uint64_t recv_x;  ///<  Out: `[local experts][ranks * max_tokens][hidden]` E4M3 bytes or BF16.
+  uint64_t recv_x_scales;  ///<  Out (FP8): `float[local experts][hidden / 128][ranks * max_tokens]` (column-major per expert).
+  uint64_t recv_count;  ///<  Out: `int32_t[local experts]` rows received.
+  uint64_t recv_src_info;  ///<  Out: `int32_t[local experts][ranks * max_tokens]` source token of each row.
+  uint64_t recv_layout_range;  ///<  Out: `int64_t[local experts][ranks]`, `first row << 32 | rows` per source rank.
+  uint64_t cumulative_recv_stats;  ///<  In/out: `int32_t[local experts]` rows received so far, or 0.
+  uint64_t state_offset;  ///<  `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+  uint64_t signal_offset;  ///<  Two halves of `uint64_t[experts]` count words (`sequence + 1 << 32 | rows`).
+  uint64_t data_offset;  ///<  Two halves of message slots.
+  uint64_t data_half_bytes;  ///<  Bytes of one half.
+  uint64_t message_bytes;  ///<  Bytes of one message (16-byte multiple).
+  uint32_t tokens;  ///<  Tokens of this rank (at most `max_tokens`).
+  uint32_t hidden;  ///<  Channels per token (a multiple of 128).
+  uint32_t topk;  ///<  Top-k slots per token.
+  uint32_t experts;  ///<  Experts.
+  uint32_t max_tokens;  ///<  `num_max_dispatch_tokens_per_rank`.
+  uint32_t fp8;  ///<  Nonzero: cast to FP8 with a scale per 128 channels.
+  uint32_t round_scale;  ///<  Nonzero: power-of-two scales.
+  uint32_t reserved;  ///<  Zero.
+};
+static_assert(sizeof(EpLlDispatchArgs) == 136, "rust: sizeof(EpLlDispatchArgs) == 136");
+static_assert(alignof(EpLlDispatchArgs) == 8, "rust: alignof(EpLlDispatchArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, x) == 0, "rust: offsetof(EpLlDispatchArgs, x) == 0");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, topk_idx) == 8, "rust: offsetof(EpLlDispatchArgs, topk_idx) == 8");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_x) == 16, "rust: offsetof(EpLlDispatchArgs, recv_x) == 16");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_x_scales) == 24, "rust: offsetof(EpLlDispatchArgs, recv_x_scales) == 24");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_count) == 32, "rust: offsetof(EpLlDispatchArgs, recv_count) == 32");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_src_info) == 40, "rust: offsetof(EpLlDispatchArgs, recv_src_info) == 40");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_layout_range) == 48, "rust: offsetof(EpLlDispatchArgs, recv_layout_range) == 48");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, cumulative_recv_stats) == 56, "rust: offsetof(EpLlDispatchArgs, cumulative_recv_stats) == 56");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, state_offset) == 64, "rust: offsetof(EpLlDispatchArgs, state_offset) == 64");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, signal_offset) == 72, "rust: offsetof(EpLlDispatchArgs, signal_offset) == 72");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, data_offset) == 80, "rust: offsetof(EpLlDispatchArgs, data_offset) == 80");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, data_half_bytes) == 88, "rust: offsetof(EpLlDispatchArgs, data_half_bytes) == 88");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, message_bytes) == 96, "rust: offsetof(EpLlDispatchArgs, message_bytes) == 96");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, tokens) == 104, "rust: offsetof(EpLlDispatchArgs, tokens) == 104");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, hidden) == 108, "rust: offsetof(EpLlDispatchArgs, hidden) == 108");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, topk) == 112, "rust: offsetof(EpLlDispatchArgs, topk) == 112");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, experts) == 116, "rust: offsetof(EpLlDispatchArgs, experts) == 116");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, max_tokens) == 120, "rust: offsetof(EpLlDispatchArgs, max_tokens) == 120");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, fp8) == 124, "rust: offsetof(EpLlDispatchArgs, fp8) == 124");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, round_scale) == 128, "rust: offsetof(EpLlDispatchArgs, round_scale) == 128");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, reserved) == 132, "rust: offsetof(EpLlDispatchArgs, reserved) == 132");
+
+///  `weft_ep_ll_combine_send` / `_recv`: one low-latency combine over a dispatch's handle.
+struct alignas(8) EpLlCombineArgs {
+  uint64_t x;  ///<  `bf16[local experts][ranks * max_tokens][hidden]` in the dispatch's packed order.
+  uint64_t topk_idx;  ///<  `int64_t[tokens][topk]` of this rank's tokens.
+  uint64_t topk_weights;  ///<  `float[tokens][topk]`.
+  uint64_t src_info;  ///<  Handle: `int32_t[local experts][ranks * max_tokens]`.
+  uint64_t layout_range;  ///<  Handle: `int64_t[local experts][ranks]`.
+  uint64_t combined_x;  ///<  Out: `bf16[tokens][hidden]`.
+  uint64_t state_offset;  ///<  `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+  uint64_t signal_offset;  ///<  Two halves of `uint64_t[experts]` flags (`sequence + 1`).
+  uint64_t data_offset;  ///<  Two halves of `[experts][max_tokens]` BF16 rows.
+  uint64_t data_half_bytes;  ///<  Bytes of one half.
+  uint32_t tokens;  ///<  Tokens of this rank.
+  uint32_t hidden;  ///<  Channels per row (a multiple of 8).
+  uint32_t topk;  ///<  Top-k slots per token.
+  uint32_t experts;  ///<  Experts.
+  uint32_t max_tokens;  ///<  `num_max_dispatch_tokens_per_rank`.
+  uint32_t reserved;  ///<  Zero.
+};
+static_assert(sizeof(EpLlCombineArgs) == 104, "rust: sizeof(EpLlCombineArgs) == 104");
+static_assert(alignof(EpLlCombineArgs) == 8, "rust: alignof(EpLlCombineArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, x) == 0, "rust: offsetof(EpLlCombineArgs, x) == 0");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, topk_idx) == 8, "rust: offsetof(EpLlCombineArgs, topk_idx) == 8");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, topk_weights) == 16, "rust: offsetof(EpLlCombineArgs, topk_weights) == 16");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, src_info) == 24, "rust: offsetof(EpLlCombineArgs, src_info) == 24");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, layout_range) == 32, "rust: offsetof(EpLlCombineArgs, layout_range) == 32");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, combined_x) == 40, "rust: offsetof(EpLlCombineArgs, combined_x) == 40");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, state_offset) == 48, "rust: offsetof(EpLlCombineArgs, state_offset) == 48");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, signal_offset) == 56, "rust: offsetof(EpLlCombineArgs, signal_offset) == 56");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, data_offset) == 64, "rust: offsetof(EpLlCombineArgs, data_offset) == 64");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, data_half_bytes) == 72, "rust: offsetof(EpLlCombineArgs, data_half_bytes) == 72");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, tokens) == 80, "rust: offsetof(EpLlCombineArgs, tokens) == 80");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, hidden) == 84, "rust: offsetof(EpLlCombineArgs, hidden) == 84");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, topk) == 88, "rust: offsetof(EpLlCombineArgs, topk) == 88");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, experts) == 92, "rust: offsetof(EpLlCombineArgs, experts) == 92");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, max_tokens) == 96, "rust: offsetof(EpLlCombineArgs, max_tokens) == 96");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, reserved) == 100, "rust: offsetof(EpLlCombineArgs, reserved) == 100");
 
 }  // namespace weft
