@@ -61,10 +61,12 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// The EP buffer of this rank with `num_nvl_bytes` of staging (see
-    /// [`crate::nvl_bytes_hint`]). Collective: every rank calls it with the same size. Every
-    /// peer must be mappable (one node, or one virtual node).
-    pub fn new(comm: &Communicator, num_nvl_bytes: usize) -> Result<Self, EpError> {
+    /// The EP buffer of this rank with `num_nvl_bytes` of staging for the normal mode (see
+    /// [`crate::nvl_bytes_hint`]) and `num_rdma_bytes` for the low-latency mode (see
+    /// [`crate::low_latency_rdma_size_hint`]; weft reaches every peer over NVLink, the name is
+    /// DeepEP's). Collective: every rank calls it with the same sizes. Every peer must be
+    /// mappable (one node, or one virtual node).
+    pub fn new(comm: &Communicator, num_nvl_bytes: usize, num_rdma_bytes: usize) -> Result<Self, EpError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let gpu = |source| EpError::Gpu { rank, source };
         if ranks > MAX_RANKS {
@@ -78,9 +80,9 @@ impl Buffer {
                 ),
             });
         }
-        let layout = BufferLayout::new(num_nvl_bytes.next_multiple_of(16));
+        let layout = BufferLayout::new(num_nvl_bytes.next_multiple_of(16), num_rdma_bytes.next_multiple_of(16));
         let memory = comm.alloc(layout.total_bytes())?;
-        // Barrier tokens start at zero; the staging area needs no initial value.
+        // Barrier tokens, sequences and signals start at zero; the data areas need no value.
         memory.fill(0, layout.data_offset, 0).map_err(gpu)?;
         let memory = comm.register(memory)?;
         let mut ptrs = vec![memory.ptr(); ranks];

@@ -5,12 +5,16 @@ use std::sync::Arc;
 
 use weft_core::KernelLibrary;
 use weft_gpu::{Device, GpuError, Kernel, KernelArgs, LaunchConfig, Stream};
-use weft_types::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
+use weft_types::{
+    EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs,
+};
 
 use crate::device_code::{KERNELS, UNIT};
 
 /// Threads of a dispatch or combine block (`kChannelThreads`).
 pub(crate) const CHANNEL_THREADS: u32 = 512;
+/// Threads of a low-latency block (`kLlThreads`).
+const LL_THREADS: u32 = 512;
 /// Threads of the layout, notify and prologue blocks (`kSetupThreads`).
 const SETUP_THREADS: u32 = 256;
 /// Experts one layout block counts (`kLayoutExpertsPerBlock`).
@@ -24,6 +28,17 @@ pub(crate) struct Kernels {
     prologue: Kernel,
     dispatch: Kernel,
     combine: Kernel,
+    ll_dispatch: [Kernel; 2],
+    ll_combine: [Kernel; 2],
+}
+
+/// The two kernels of a low-latency call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LlPhase {
+    /// Writes into the peers and signals.
+    Send = 0,
+    /// Waits for the peers' signals and produces the outputs (DeepEP's hook).
+    Recv = 1,
 }
 
 impl Kernels {
@@ -37,6 +52,8 @@ impl Kernels {
             prologue: kernel("weft_ep_prologue")?,
             dispatch: kernel("weft_ep_dispatch")?,
             combine: kernel("weft_ep_combine")?,
+            ll_dispatch: [kernel("weft_ep_ll_dispatch_send")?, kernel("weft_ep_ll_dispatch_recv")?],
+            ll_combine: [kernel("weft_ep_ll_combine_send")?, kernel("weft_ep_ll_combine_recv")?],
         })
     }
 
@@ -93,5 +110,41 @@ impl Kernels {
         // SAFETY: (EpContext, EpCombineArgs) is the kernel's parameter list; the rest is the
         // caller's contract.
         unsafe { self.combine.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_ll_dispatch_send` or `_recv` on `blocks` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn ll_dispatch(
+        &self,
+        stream: &Stream,
+        c: EpContext,
+        a: EpLlDispatchArgs,
+        blocks: u32,
+        phase: LlPhase,
+    ) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpLlDispatchArgs) is both kernels' parameter list; the rest is
+        // the caller's contract.
+        unsafe { self.ll_dispatch[phase as usize].launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn ll_combine(
+        &self,
+        stream: &Stream,
+        c: EpContext,
+        a: EpLlCombineArgs,
+        blocks: u32,
+        phase: LlPhase,
+    ) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpLlCombineArgs) is both kernels' parameter list; the rest is
+        // the caller's contract.
+        unsafe { self.ll_combine[phase as usize].launch(stream, config, KernelArgs::new().push(c).push(a)) }
     }
 }

@@ -14,6 +14,8 @@ pub const MAX_RANKS: usize = 8;
 pub const MAX_CHANNELS: usize = 128;
 /// Most experts on one rank.
 pub const MAX_LOCAL_EXPERTS: usize = 1024;
+/// Most experts of a low-latency call (the signal tables' rows).
+pub const LL_MAX_EXPERTS: usize = 1024;
 /// Start alignment of every region.
 const ALIGN: usize = 256;
 
@@ -27,15 +29,25 @@ pub(crate) struct BufferLayout {
     channel_info: usize,
     dispatch_tail: usize,
     combine_tail: usize,
+    /// `uint64_t[8]`: low-latency phase sequences and block counters.
+    pub(crate) ll_state: usize,
+    /// `uint64_t[4][LL_MAX_EXPERTS]`: low-latency dispatch counts (two halves), then combine
+    /// flags (two halves).
+    pub(crate) ll_signals: usize,
     /// Start of the staging area.
     pub(crate) data_offset: usize,
     /// Bytes of the staging area.
     pub(crate) data_bytes: usize,
+    /// Start of the low-latency area (after the staging area).
+    pub(crate) ll_offset: usize,
+    /// Bytes of the low-latency area (DeepEP's `num_rdma_bytes`).
+    pub(crate) ll_bytes: usize,
 }
 
 impl BufferLayout {
-    /// The layout of a buffer with `data_bytes` of staging (DeepEP's `num_nvl_bytes`).
-    pub(crate) fn new(data_bytes: usize) -> Self {
+    /// The layout of a buffer with `data_bytes` of staging (DeepEP's `num_nvl_bytes`) and
+    /// `ll_bytes` for the low-latency mode (DeepEP's `num_rdma_bytes`).
+    pub(crate) fn new(data_bytes: usize, ll_bytes: usize) -> Self {
         let mut at = 0;
         let mut region = |bytes: usize| {
             let start = at;
@@ -51,14 +63,18 @@ impl BufferLayout {
             channel_info: region(table),
             dispatch_tail: region(table),
             combine_tail: region(table),
-            data_offset: region(0),
+            ll_state: region(8 * 8),
+            ll_signals: region(4 * LL_MAX_EXPERTS * 8),
+            data_offset: region(data_bytes),
             data_bytes,
+            ll_offset: region(ll_bytes),
+            ll_bytes,
         }
     }
 
     /// Bytes of the whole buffer.
     pub(crate) fn total_bytes(&self) -> usize {
-        self.data_offset + self.data_bytes
+        self.ll_offset + self.ll_bytes
     }
 
     /// The kernels' view of this layout for `rank` of `ranks`, with `peers[r]` rank r's buffer.
@@ -121,6 +137,51 @@ impl Staging {
     }
 }
 
+/// Where a low-latency call's regions lie for one `(max_tokens, hidden, experts)`: dispatch
+/// messages `[half][local expert][source rank][max_tokens]`, then combine rows
+/// `[half][expert][max_tokens]`, in the buffer's low-latency area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LlRegions {
+    /// Bytes of one dispatch message: header, payload (BF16, or FP8 and its scales).
+    pub(crate) message_bytes: usize,
+    pub(crate) dispatch_offset: usize,
+    pub(crate) dispatch_half_bytes: usize,
+    pub(crate) combine_offset: usize,
+    pub(crate) combine_half_bytes: usize,
+    /// Bytes the two use together.
+    pub(crate) bytes: usize,
+}
+
+impl LlRegions {
+    pub(crate) fn new(ll_offset: usize, max_tokens: usize, hidden: usize, experts: usize) -> Self {
+        let message_bytes = (16 + (2 * hidden).max(hidden + 4 * hidden.div_ceil(128))).next_multiple_of(16);
+        let dispatch_half_bytes = experts * max_tokens * message_bytes;
+        let combine_half_bytes = experts * max_tokens * 2 * hidden;
+        let combine_offset = ll_offset + 2 * dispatch_half_bytes;
+        let bytes = 2 * (dispatch_half_bytes + combine_half_bytes);
+        Self {
+            message_bytes,
+            dispatch_offset: ll_offset,
+            dispatch_half_bytes,
+            combine_offset,
+            combine_half_bytes,
+            bytes,
+        }
+    }
+}
+
+/// DeepEP's `get_low_latency_rdma_size_hint`: the low-latency bytes (`num_rdma_bytes`) for
+/// `num_max_dispatch_tokens_per_rank` tokens of `hidden` channels over `num_experts` experts
+/// (`num_ranks` does not change it: every expert has its slots on its own rank).
+pub fn low_latency_rdma_size_hint(
+    num_max_dispatch_tokens_per_rank: usize,
+    hidden: usize,
+    _num_ranks: usize,
+    num_experts: usize,
+) -> usize {
+    LlRegions::new(0, num_max_dispatch_tokens_per_rank, hidden, num_experts).bytes
+}
+
 /// Staging bytes (`num_nvl_bytes`) for dispatching up to `max_tokens` tokens per rank of
 /// `hidden` channels (BF16, or FP8 with a scale per 128 channels) with `topk` experts over
 /// `ranks` ranks, and combining them back.
@@ -137,7 +198,7 @@ mod tests {
 
     #[test]
     fn regions_are_aligned_disjoint_and_in_order() {
-        let l = BufferLayout::new(1 << 20);
+        let l = BufferLayout::new(1 << 20, 4096);
         let starts = [
             l.barrier,
             l.expected,
@@ -146,12 +207,25 @@ mod tests {
             l.channel_info,
             l.dispatch_tail,
             l.combine_tail,
+            l.ll_state,
+            l.ll_signals,
             l.data_offset,
+            l.ll_offset,
         ];
         assert!(starts.iter().all(|s| s % ALIGN == 0));
         assert!(starts.windows(2).all(|w| w[0] < w[1]));
         assert!(l.dispatch_tail - l.channel_info >= MAX_RANKS * MAX_CHANNELS * 8);
-        assert_eq!(l.total_bytes(), l.data_offset + (1 << 20));
+        assert_eq!(l.total_bytes(), l.ll_offset + 4096);
+        assert!(l.ll_offset >= l.data_offset + (1 << 20));
+    }
+
+    #[test]
+    fn low_latency_regions_match_deepeps_message_size() {
+        // DeepEP: 16-byte header + max(2H, H + H/128 * 4) = 14352 bytes for H = 7168.
+        let r = LlRegions::new(1000, 128, 7168, 256);
+        assert_eq!(r.message_bytes, 14352);
+        assert_eq!(r.combine_offset, 1000 + 2 * 256 * 128 * 14352);
+        assert_eq!(low_latency_rdma_size_hint(128, 7168, 8, 256), 2 * 256 * 128 * (14352 + 14336));
     }
 
     #[test]

@@ -109,7 +109,7 @@ fn measure_rank(
     let comm = Communicator::new(bootstrap, device.clone(), env.clone())?;
     let stream = Stream::new(&device)?;
     let ranks = comm.world_size();
-    let buffer = Buffer::new(&comm, nvl_bytes_hint(options.tokens, options.hidden, options.topk, ranks))?;
+    let buffer = Buffer::new(&comm, nvl_bytes_hint(options.tokens, options.hidden, options.topk, ranks), 0)?;
     let mut lines = Vec::new();
     for fp8 in [true, false] {
         for &sms in &options.sms {

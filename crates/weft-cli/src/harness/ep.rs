@@ -432,7 +432,7 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let mine = &received[rank];
     let max_tokens = case.tokens.iter().copied().max().unwrap_or(0);
     let buffer =
-        Buffer::new(comm, nvl_bytes_hint(max_tokens.max(1), case.hidden, case.topk, ranks)).map_err(|e| err(&e))?;
+        Buffer::new(comm, nvl_bytes_hint(max_tokens.max(1), case.hidden, case.topk, ranks), 0).map_err(|e| err(&e))?;
     let inputs = DeviceInputs::upload(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
     let d = dispatch(&buffer, case, &inputs, &stream).map_err(|e| err(&e))?;
     let dl = |m: &DeviceMemory, n: usize| download::<i32>(m, n).map_err(|e| err(&e));
