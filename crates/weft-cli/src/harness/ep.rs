@@ -397,7 +397,7 @@ pub(crate) fn combine(
 
 /// `Err` naming the first of `got`'s elements that differs from `want` (placed by `locate`)
 /// and how many differ.
-fn compare<T: PartialEq + Debug>(
+pub(crate) fn compare<T: PartialEq + Debug>(
     what: &str,
     got: &[T],
     want: &[T],

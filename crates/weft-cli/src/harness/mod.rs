@@ -8,6 +8,7 @@
 mod collective;
 pub(crate) mod data;
 pub(crate) mod ep;
+pub(crate) mod ep_ll;
 pub mod launch;
 pub mod pattern;
 pub(crate) mod progress;

@@ -1,10 +1,12 @@
 //! `weft selftest --only ep`: weft-ep's normal-mode calls on every rank against its CPU model,
-//! element by element (`harness::ep::check_case`), over cases chosen to reach the corners.
+//! element by element (`harness::ep::check_case`, `harness::ep_ll::check_ll_case`), over cases
+//! chosen to reach the corners.
 
 use weft_core::Communicator;
 
 use super::report::RankReport;
 use crate::harness::ep::{self as harness, EpCase};
+use crate::harness::ep_ll::{LlCase, check_ll_case};
 
 /// The cases, for `ranks` ranks: uneven token counts, FP8 with strided scales, routing skewed
 /// onto one rank's experts (the other ranks and experts receive nothing), dropped top-k slots,
@@ -62,14 +64,52 @@ fn cases(ranks: usize) -> Vec<EpCase> {
     vec![uneven, skewed, tiny, wide]
 }
 
+/// The low-latency cases: DeepEP's decoding shape with FP8 and dropped slots, BF16 with a few
+/// tokens per rank, and power-of-two scales.
+fn ll_cases(ranks: usize) -> Vec<LlCase> {
+    let case = |name: &str, tokens: Vec<usize>, hidden, topk, experts: usize, max_tokens, fp8, num_sms| LlCase {
+        name: format!(
+            "low-latency {name} (H={hidden}, top-{topk}, {experts} experts, {max_tokens} max tokens, {num_sms} SMs)"
+        ),
+        tokens,
+        hidden,
+        topk,
+        experts,
+        max_tokens,
+        fp8,
+        round_scale: false,
+        drop_one_in: 0,
+        num_sms,
+        seed: 0x11_0000 + hidden as u64 + max_tokens as u64,
+    };
+    let experts = if 256 % ranks == 0 { 256 } else { 32 * ranks };
+    let mut decode =
+        case("FP8, dropped slots", (0..ranks).map(|r| 128 - 3 * r).collect(), 7168, 8, experts, 128, true, 24);
+    decode.drop_one_in = 100;
+    let few = case("BF16, 1 + rank tokens", (0..ranks).map(|r| 1 + r).collect(), 2048, 4, 8 * ranks, 8, false, 4);
+    let mut rounded = case("FP8, power-of-two scales", vec![64; ranks], 512, 6, 16 * ranks, 64, true, 8);
+    rounded.round_scale = true;
+    rounded.drop_one_in = 5;
+    vec![decode, few, rounded]
+}
+
 /// Runs every case on this rank and records one outcome per case.
 pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
-    for case in cases(comm.world_size()) {
-        let result = harness::check_case(comm, &case);
-        report.record(format!("{label}ep: {} on {} ranks", case.name, comm.world_size()), result);
+    let ranks = comm.world_size();
+    let normal = cases(ranks)
+        .into_iter()
+        .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| harness::check_case(c, &case)) as Check));
+    let low_latency = ll_cases(ranks)
+        .into_iter()
+        .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| check_ll_case(c, &case)) as Check));
+    for (name, check) in normal.chain(low_latency) {
+        report.record(format!("{label}ep: {name} on {ranks} ranks"), check(comm));
         if let Err(e) = comm.barrier() {
-            report.record(format!("{label}ep: barrier after {}", case.name), Err(e.to_string()));
+            report.record(format!("{label}ep: barrier after {name}"), Err(e.to_string()));
             return;
         }
     }
 }
+
+/// One case's check on this rank.
+type Check = Box<dyn Fn(&Communicator) -> Result<(), String>>;
