@@ -46,7 +46,7 @@ enum Command {
         /// dispatch and combine, DeepEP's intranode test).
         collective: String,
         #[command(flatten)]
-        proxy: ProxyBenchArgs,
+        proxy: Box<ProxyBenchArgs>,
         #[command(flatten)]
         sweep: Sweep,
         /// Time calls captured in CUDA graphs.
@@ -189,6 +189,9 @@ struct ProxyBenchArgs {
     /// ep: experts of the group.
     #[arg(long, default_value_t = 256)]
     experts: usize,
+    /// ep: tokens per rank of the low-latency test (0: skip it).
+    #[arg(long, default_value_t = 128)]
+    ll_tokens: usize,
 }
 
 /// A parsed [`Sweep`] on `gpus` of the GPUs available here (0: none here).
@@ -492,6 +495,7 @@ fn bench_ep(
         topk: args.topk,
         experts: args.experts,
         sms: args.sms.clone(),
+        ll_tokens: args.ll_tokens,
         check,
         gpus: s.gpus,
     };

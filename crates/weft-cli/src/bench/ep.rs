@@ -3,7 +3,10 @@
 //! several SM counts, one thread per rank of one process. Times are CUDA events around each
 //! call with a cached handle (as DeepEP times it), averaged over the timed iterations; GB/s is
 //! DeepEP's: received rows (those a rank sends itself included) × 2H bytes for BF16, × (1 +
-//! 4/128) / 2 for FP8, and the BF16 figure for combine (`research/ep.md` §4.1).
+//! 4/128) / 2 for FP8, and the BF16 figure for combine (`research/ep.md` §4.1). Then DeepEP's
+//! low-latency test: `--ll-tokens` (128) tokens per rank, FP8 dispatch and combine each timed
+//! as its send and receive kernels together, GB/s over the selected (token, expert) pairs:
+//! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (§4.2).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,6 +18,7 @@ use weft_ep::{Buffer, nvl_bytes_hint};
 use weft_gpu::{Device, Event, Stream};
 
 use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase, poisoned};
+use crate::harness::ep_ll::{self, LlCase, LlTensors, check_ll_case};
 use crate::harness::launch;
 
 /// Iterations before timing.
@@ -35,6 +39,8 @@ pub struct EpBenchOptions {
     pub experts: usize,
     /// SM counts to measure.
     pub sms: Vec<u32>,
+    /// Tokens per rank of the low-latency test (0: skip it).
+    pub ll_tokens: usize,
     /// Check every element of every configuration against the CPU model first.
     pub check: bool,
     /// GPUs, a rank each (threads of this process).
@@ -46,13 +52,13 @@ pub struct EpBenchOptions {
 pub struct EpLine {
     /// Rank that measured it.
     pub rank: usize,
-    /// `dispatch` or `combine`.
+    /// `dispatch`, `combine`, `ll-dispatch` or `ll-combine`.
     pub op: &'static str,
     /// `fp8` or `bf16`.
     pub payload: &'static str,
     /// SMs of the kernel.
     pub sms: u32,
-    /// Rows this rank received.
+    /// Rows this rank received (low-latency: its selected (token, expert) pairs).
     pub recv_tokens: usize,
     /// Average time of a call in µs.
     pub us: f64,
@@ -160,7 +166,66 @@ fn measure_rank(
             comm.barrier()?;
         }
     }
+    drop(buffer);
+    if options.ll_tokens > 0 {
+        lines.extend(measure_low_latency(&comm, &stream, options)?);
+    }
     Ok(lines)
+}
+
+/// The low-latency test at the first SM count: FP8 dispatch and BF16 combine, each timed as
+/// its send and receive kernels together.
+fn measure_low_latency(
+    comm: &Communicator,
+    stream: &Stream,
+    options: &EpBenchOptions,
+) -> Result<Vec<EpLine>, Box<dyn std::error::Error>> {
+    let (rank, ranks) = (comm.rank(), comm.world_size());
+    let sms = options.sms.first().copied().unwrap_or(weft_ep::DEFAULT_NUM_SMS);
+    let case = LlCase {
+        name: "low-latency".into(),
+        tokens: vec![options.ll_tokens; ranks],
+        hidden: options.hidden,
+        topk: options.topk,
+        experts: options.experts,
+        max_tokens: options.ll_tokens,
+        fp8: true,
+        round_scale: false,
+        drop_one_in: 0,
+        num_sms: sms,
+        seed: 0x11_be00,
+    };
+    if options.check {
+        check_ll_case(comm, &case)?;
+    }
+    let buffer = Buffer::new(comm, 0, case.rdma_bytes())?;
+    let inputs = case.inputs(rank);
+    let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
+    let t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
+    let dispatch_us = time(comm, stream, || ep_ll::dispatch(&buffer, &case, &t, false, stream))?;
+    let combine_us = time(comm, stream, || ep_ll::combine(&buffer, &case, &t, false, stream))?;
+    let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
+    let combine_bytes = (pairs * options.hidden * 2) as f64;
+    Ok(vec![
+        EpLine {
+            rank,
+            op: "ll-dispatch",
+            payload: "fp8",
+            sms,
+            recv_tokens: pairs,
+            us: dispatch_us,
+            gbps: dispatch_bytes / dispatch_us / 1e3,
+        },
+        EpLine {
+            rank,
+            op: "ll-combine",
+            payload: "bf16",
+            sms,
+            recv_tokens: pairs,
+            us: combine_us,
+            gbps: combine_bytes / combine_us / 1e3,
+        },
+    ])
 }
 
 /// Average µs of `call` over [`ITERATIONS`] after [`WARMUPS`], each bracketed by events on

@@ -142,17 +142,16 @@ impl LlTensors {
     }
 }
 
-/// Launches one low-latency dispatch and combine; with `hook`, each as its send kernel then
-/// its receive hook.
-pub(crate) fn dispatch_and_combine(
+/// Launches one low-latency dispatch of `t`'s tensors; with `hook`, its send kernel then its
+/// receive hook.
+pub(crate) fn dispatch(
     buffer: &Buffer,
     case: &LlCase,
     t: &LlTensors,
     hook: bool,
     stream: &Stream,
 ) -> Result<(), EpError> {
-    let (shape, config) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms });
-    let (d, c) = (t.dispatch(), t.combine());
+    let (shape, config, d) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms }, t.dispatch());
     // SAFETY: every tensor in `t` has the documented shape and outlives the caller's
     // synchronisation of `stream`.
     unsafe {
@@ -160,12 +159,39 @@ pub(crate) fn dispatch_and_combine(
         if hook {
             buffer.low_latency_dispatch_recv(&d, &shape, case.fp8, config, stream)?;
         }
+    }
+    Ok(())
+}
+
+/// Launches one low-latency combine of `t`'s tensors; with `hook`, as two kernels as above.
+pub(crate) fn combine(
+    buffer: &Buffer,
+    case: &LlCase,
+    t: &LlTensors,
+    hook: bool,
+    stream: &Stream,
+) -> Result<(), EpError> {
+    let (shape, config, c) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms }, t.combine());
+    // SAFETY: as in `dispatch`.
+    unsafe {
         buffer.low_latency_combine(&c, &shape, config, hook, stream)?;
         if hook {
             buffer.low_latency_combine_recv(&c, &shape, config, stream)?;
         }
     }
     Ok(())
+}
+
+/// [`dispatch`] then [`combine`].
+pub(crate) fn dispatch_and_combine(
+    buffer: &Buffer,
+    case: &LlCase,
+    t: &LlTensors,
+    hook: bool,
+    stream: &Stream,
+) -> Result<(), EpError> {
+    dispatch(buffer, case, t, hook, stream)?;
+    combine(buffer, case, t, hook, stream)
 }
 
 /// Runs `case` on this rank three times (send and receive back to back, with the hook split,
