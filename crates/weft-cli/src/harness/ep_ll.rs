@@ -217,7 +217,13 @@ pub(crate) fn check_ll_case(comm: &Communicator, case: &LlCase) -> Result<(), St
     let tensors = LlTensors::new(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
     let row_bytes = if case.fp8 { case.hidden } else { 2 * case.hidden };
     let scales = if case.fp8 { case.hidden / 128 } else { 0 };
-    let mut graph = None;
+    // Captured up front: instantiating a graph may wait for the GPU, which a peer's kernel
+    // sharing it could hold while it waits for this rank.
+    stream.begin_capture().map_err(|e| err(&e))?;
+    let captured = dispatch_and_combine(&buffer, case, &tensors, false, &stream);
+    let graph = stream.end_capture();
+    captured.map_err(|e| err(&e))?;
+    let graph = graph.map_err(|e| err(&e))?;
     for (run, how) in ["eager", "hook", "graph replay 1", "graph replay 2"].iter().enumerate() {
         for t in [&tensors.recv_x, &tensors.recv_src_info, &tensors.recv_layout_range, &tensors.combined_x] {
             t.fill(0, t.len(), super::ep::POISON).map_err(|e| err(&e))?;
@@ -225,18 +231,7 @@ pub(crate) fn check_ll_case(comm: &Communicator, case: &LlCase) -> Result<(), St
         comm.settle_before_launch().map_err(|e| err(&e))?;
         match run {
             0 | 1 => dispatch_and_combine(&buffer, case, &tensors, run == 1, &stream).map_err(|e| err(&e))?,
-            _ => {
-                if graph.is_none() {
-                    stream.begin_capture().map_err(|e| err(&e))?;
-                    let captured = dispatch_and_combine(&buffer, case, &tensors, false, &stream);
-                    let ended = stream.end_capture();
-                    captured.map_err(|e| err(&e))?;
-                    graph = Some(ended.map_err(|e| err(&e))?);
-                }
-                if let Some(g) = &graph {
-                    g.launch(&stream).map_err(|e| err(&e))?;
-                }
-            }
+            _ => graph.launch(&stream).map_err(|e| err(&e))?,
         }
         buffer.synchronize(&stream, "EP low-latency dispatch and combine").map_err(|e| err(&e))?;
         let what = |name: &str| format!("{how}: {name}");
