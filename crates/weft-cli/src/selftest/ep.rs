@@ -11,7 +11,9 @@ use crate::harness::ep_ll::{LlCase, check_ll_case};
 /// The cases, for `ranks` ranks: uneven token counts, FP8 with strided scales, routing skewed
 /// onto one rank's experts (the other ranks and experts receive nothing), dropped top-k slots,
 /// ranks with zero or one token, expert alignment, biases, and SM counts from 6 to 128.
-fn cases(ranks: usize) -> Vec<EpCase> {
+/// On a GPU shared by several ranks the widest case runs on 24 SMs: every rank's spinning
+/// receiver blocks must leave room for the other ranks' senders.
+fn cases(ranks: usize, shared_gpu: bool) -> Vec<EpCase> {
     let case = |name: &str, tokens: Vec<usize>, hidden, topk, experts: usize, fp8, num_sms| EpCase {
         name: format!("{name} (H={hidden}, top-{topk}, {experts} experts, {num_sms} SMs)"),
         tokens,
@@ -60,7 +62,8 @@ fn cases(ranks: usize) -> Vec<EpCase> {
     tiny.drop_one_in = 3;
     tiny.biases = 2;
     let experts = if 256 % ranks == 0 { 256 } else { 32 * ranks };
-    let wide = case("FP8, DeepEP's shape at 512 tokens", vec![512; ranks], 7168, 8, experts, true, 128);
+    let wide_sms = if shared_gpu { 24 } else { 128 };
+    let wide = case("FP8, DeepEP's shape at 512 tokens", vec![512; ranks], 7168, 8, experts, true, wide_sms);
     vec![uneven, skewed, tiny, wide]
 }
 
@@ -96,7 +99,7 @@ fn ll_cases(ranks: usize) -> Vec<LlCase> {
 /// Runs every case on this rank and records one outcome per case.
 pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
     let ranks = comm.world_size();
-    let normal = cases(ranks)
+    let normal = cases(ranks, comm.shares_gpu())
         .into_iter()
         .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| harness::check_case(c, &case)) as Check));
     let low_latency = ll_cases(ranks)
