@@ -3,10 +3,10 @@
 //! several SM counts, one thread per rank of one process. Times are CUDA events around each
 //! call with a cached handle (as DeepEP times it), averaged over the timed iterations; GB/s is
 //! DeepEP's: received rows (those a rank sends itself included) × 2H bytes for BF16, × (1 +
-//! 4/128) / 2 for FP8, and the BF16 figure for combine (`research/ep.md` §4.1). Then DeepEP's
+//! 4/128) / 2 for FP8, and the BF16 figure for combine (DeepEP's `tests/test_intranode.py`). Then DeepEP's
 //! low-latency test: `--ll-tokens` (128) tokens per rank, FP8 dispatch and combine each timed
 //! as its send and receive kernels together, GB/s over the selected (token, expert) pairs:
-//! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (§4.2).
+//! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (`tests/test_low_latency.py`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
