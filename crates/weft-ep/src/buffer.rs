@@ -134,3 +134,25 @@ impl Buffer {
         self.check()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bindings hold a buffer behind a shared reference from any thread.
+    #[test]
+    fn a_buffer_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Buffer>();
+    }
+
+    #[test]
+    fn configs_take_even_sm_counts_up_to_two_per_channel() {
+        assert!(Config::default().check(0).is_ok());
+        assert_eq!(Config::default().channels(), DEFAULT_NUM_SMS / 2);
+        for bad in [0, 1, 3, 2 * MAX_CHANNELS as u32 + 2] {
+            let err = Config { num_sms: bad }.check(3).unwrap_err().to_string();
+            assert!(err.contains("rank 3: config.num_sms"), "{err}");
+        }
+    }
+}
