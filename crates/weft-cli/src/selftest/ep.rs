@@ -106,9 +106,17 @@ pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
         .into_iter()
         .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| check_ll_case(c, &case)) as Check));
     for (name, check) in normal.chain(low_latency) {
-        report.record(format!("{label}ep: {name} on {ranks} ranks"), check(comm));
+        let result = check(comm);
+        let failed = result.is_err();
+        report.record(format!("{label}ep: {name} on {ranks} ranks"), result);
         if let Err(e) = comm.barrier() {
             report.record(format!("{label}ep: barrier after {name}"), Err(e.to_string()));
+            return;
+        }
+        // A wait that gave up stays recorded and would end every later wait at once: the
+        // failure is reported above, and every rank's kernels have ended (the barrier).
+        if failed && let Err(e) = comm.clear_device_failure() {
+            report.record(format!("{label}ep: clearing the failure of {name}"), Err(e.to_string()));
             return;
         }
     }
