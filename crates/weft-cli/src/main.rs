@@ -42,10 +42,11 @@ enum Command {
     /// itself, or runs under torchrun: each process one rank on GPU LOCAL_RANK, rank 0 reporting.
     Bench {
         /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root 0)
-        /// or sendrecv (to the next rank, from the previous one); or fifo, or p2p.
+        /// or sendrecv (to the next rank, from the previous one); or fifo, or p2p; or ep (MoE
+        /// dispatch and combine, DeepEP's intranode test).
         collective: String,
         #[command(flatten)]
-        proxy: ProxyBenchArgs,
+        proxy: Box<ProxyBenchArgs>,
         #[command(flatten)]
         sweep: Sweep,
         /// Time calls captured in CUDA graphs.
@@ -173,6 +174,24 @@ struct ProxyBenchArgs {
     /// p2p: memory (MemoryChannel put) or port (PortChannel put through the copy engine).
     #[arg(long)]
     channel: Option<String>,
+    /// ep: SM counts of the dispatch and combine kernels to measure.
+    #[arg(long, value_delimiter = ',', default_value = "24,32,64,128")]
+    sms: Vec<u32>,
+    /// ep: tokens per rank.
+    #[arg(long, default_value_t = 4096)]
+    tokens: usize,
+    /// ep: channels per token.
+    #[arg(long, default_value_t = 7168)]
+    hidden: usize,
+    /// ep: experts per token.
+    #[arg(long, default_value_t = 8)]
+    topk: usize,
+    /// ep: experts of the group.
+    #[arg(long, default_value_t = 256)]
+    experts: usize,
+    /// ep: tokens per rank of the low-latency test (0: skip it).
+    #[arg(long, default_value_t = 128)]
+    ll_tokens: usize,
 }
 
 /// A parsed [`Sweep`] on `gpus` of the GPUs available here (0: none here).
@@ -297,7 +316,14 @@ fn main() -> ExitCode {
             plot,
             ranks,
         } => match collective.as_str() {
-            "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
+            "fifo" | "p2p" | "ep" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
+            "ep" => bench_ep(
+                &proxy,
+                &sweep,
+                [graph, nccl || windows || nccl_windows, in_place, versus.is_some(), plot.is_some()],
+                check,
+                json,
+            ),
             "fifo" | "p2p" => bench_proxy(
                 &collective,
                 &proxy,
@@ -445,6 +471,37 @@ fn bench_proxy(
     weft_cli::bench::proxy::run(&bench, s.gpus, json.as_deref())
 }
 
+fn bench_ep(
+    args: &ProxyBenchArgs,
+    sweep: &Sweep,
+    collective_flags: [bool; 5],
+    check: bool,
+    json: Option<std::path::PathBuf>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if collective_flags.iter().any(|&f| f) {
+        return Err("weft bench ep: --graph, --nccl, --in-place, --versus and --plot are for collectives".into());
+    }
+    if torchrun_rank("weft bench")?.is_some() {
+        return Err("weft bench ep runs a thread per GPU itself: run it without torchrun".into());
+    }
+    let s = sweep.parse()?;
+    if s.gpus == 0 {
+        println!("weft bench ep: no GPU is available here; nothing to measure.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let options = weft_cli::bench::ep::EpBenchOptions {
+        tokens: args.tokens,
+        hidden: args.hidden,
+        topk: args.topk,
+        experts: args.experts,
+        sms: args.sms.clone(),
+        ll_tokens: args.ll_tokens,
+        check,
+        gpus: s.gpus,
+    };
+    weft_cli::bench::ep::run(&options, json.as_deref())
+}
+
 fn tune(
     collectives: &[String],
     sweep: &Sweep,
@@ -540,6 +597,10 @@ mod tests {
         let Command::Bench { collective, proxy, sweep, .. } = cli.command else { panic!("not bench") };
         assert_eq!((collective.as_str(), proxy.channel.as_deref()), ("p2p", Some("port")));
         assert_eq!((sweep.min_bytes.as_str(), sweep.max_bytes.as_str(), sweep.factor), ("1K", "1G", 4));
+        let cli = Cli::try_parse_from(["weft", "bench", "ep", "--sms", "24,64", "--tokens", "128", "--check"]).unwrap();
+        let Command::Bench { collective, proxy, check, .. } = cli.command else { panic!("not bench") };
+        assert_eq!((collective.as_str(), proxy.sms, proxy.tokens, check), ("ep", vec![24, 64], 128, true));
+        assert_eq!((proxy.hidden, proxy.topk, proxy.experts), (7168, 8, 256));
         let cli = Cli::try_parse_from(["weft", "bench", "fifo"]).unwrap();
         let Command::Bench { proxy, .. } = cli.command else { panic!("not bench") };
         assert_eq!((proxy.threads, proxy.pushes, proxy.channel), (vec![1, 2, 4], None, None));

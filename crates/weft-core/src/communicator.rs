@@ -478,6 +478,12 @@ impl Communicator {
             Some(WaitOp::ExecBarrier) => "plan executor barrier of the rank's thread blocks",
             Some(WaitOp::ExecStep) => "plan executor wait for another thread block's operation",
             Some(WaitOp::RingHandoff) => "port ring hand-off between the rank's blocks",
+            Some(WaitOp::EpBarrier) => "expert-parallel barrier",
+            Some(WaitOp::EpDispatchChannel) => "EP dispatch: a source rank's channel word (expected = channel)",
+            Some(WaitOp::EpDispatchTail) => "EP dispatch: a source rank's tokens (expected = tokens of the channel)",
+            Some(WaitOp::EpCombineTail) => "EP combine: the rows of the rank holding the token's experts",
+            Some(WaitOp::EpLlCount) => "EP low-latency dispatch: a source rank's count (expected = expert)",
+            Some(WaitOp::EpLlFlag) => "EP low-latency combine: an expert's rows (expected = expert)",
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

@@ -41,7 +41,14 @@ pod!(
     weft_types::ExecLoc,
     weft_types::ExecOp,
     weft_types::ExecBuffers,
-    weft_types::ExecContext
+    weft_types::ExecContext,
+    weft_types::EpContext,
+    weft_types::EpLayoutArgs,
+    weft_types::EpNotifyArgs,
+    weft_types::EpDispatchArgs,
+    weft_types::EpCombineArgs,
+    weft_types::EpLlDispatchArgs,
+    weft_types::EpLlCombineArgs
 );
 
 /// Alias kept for call sites that talk about kernel arguments.

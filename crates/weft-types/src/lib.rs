@@ -3,7 +3,7 @@
 //! **Owns:** every `#[repr(C)]` struct and enum that CUDA device code reads or writes (device
 //! handles of semaphores and channels, LL packets, the device error record, the collective
 //! context and send/receive plans, the GPU→CPU FIFO's commands and device handle, the PortChannel's device handle, the plan
-//! executor's operations), each declared once
+//! executor's operations, the expert-parallel kernels' context and arguments), each declared once
 //! through [`device_structs!`]/[`device_enums!`], which also record the C++ spelling of every
 //! field. From that record [`cuda::generated_header`] writes `device/include/weft/generated/types.cuh`
 //! with `static_assert`s of every `sizeof`/`offsetof`; tests check the checked-in header is
@@ -19,6 +19,7 @@ mod declare;
 mod coll;
 mod collective;
 pub mod cuda;
+mod ep;
 mod exec;
 mod fifo;
 mod handles;
@@ -29,6 +30,7 @@ mod status;
 pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{Collective, DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
+pub use ep::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs};
 pub use exec::{
     EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FLUSH, EXEC_INPUT_STAGED, EXEC_LOC_PACKETS, EXEC_LOCAL,
     EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_MAX_RANKS, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED, EXEC_PACKETS,
@@ -57,6 +59,7 @@ pub fn all_structs() -> Vec<StructInfo> {
     all.extend(packets::structs());
     all.extend(coll::structs());
     all.extend(exec::structs());
+    all.extend(ep::structs());
     all
 }
 

@@ -31,6 +31,18 @@ device_enums! {
         ExecStep = 8,
         /// A port ring block waiting for its rank's driver's hand-off or its workers' arrivals.
         RingHandoff = 9,
+        /// An expert-parallel barrier between ranks; `peer` is the rank that did not arrive.
+        EpBarrier = 10,
+        /// A dispatch receiver waiting for a source rank's channel word; `expected` is the channel.
+        EpDispatchChannel = 11,
+        /// A dispatch receiver waiting for a source rank's tokens; `expected` is the token count.
+        EpDispatchTail = 12,
+        /// A combine receiver waiting for the rows of the rank that holds a token's experts.
+        EpCombineTail = 13,
+        /// A low-latency dispatch receiver waiting for a source rank's count of an expert.
+        EpLlCount = 14,
+        /// A low-latency combine receiver waiting for an expert's rows (`peer`: its rank).
+        EpLlFlag = 15,
     }
 }
 

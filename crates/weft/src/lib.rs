@@ -5,14 +5,15 @@
 //! CUDA), [`bootstrap`] (rendezvous), [`core`] (communicator, memory, semaphores, MemoryChannels,
 //! the environment), [`net`] (FIFO host side, proxy, PortChannels, transports), [`coll`] (the collectives: [`Collectives`], [`CollConfig`], [`Reduction`],
 //! [`Window`], the selector and the NCCL baseline loader), [`plan`] (the algorithm DSL, its
-//! verifying compiler and the CPU reference interpreter) and [`exec`] (the plan executor).
+//! verifying compiler and the CPU reference interpreter), [`exec`] (the plan executor) and [`ep`]
+//! (MoE expert-parallel dispatch and combine).
 //! The names most programs start from are re-exported at the top as well.
 //!
 //! **Must not:** hold code of its own beyond these re-exports: no protocol or algorithm logic,
 //! and no command-line code (the `weft` command is the `weft-cli` crate).
 //!
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core`, `weft-net`, `weft-coll`,
-//! `weft-plan`, `weft-exec`. Not on `weft-nccl`: that crate is a C ABI whose exported `nccl*`
+//! `weft-plan`, `weft-exec`, `weft-ep`. Not on `weft-nccl`: that crate is a C ABI whose exported `nccl*`
 //! symbols are meant for `libnccl.so.2`, not for a Rust program linking this facade.
 //!
 //! ```no_run
@@ -36,6 +37,7 @@
 pub use weft_bootstrap as bootstrap;
 pub use weft_coll as coll;
 pub use weft_core as core;
+pub use weft_ep as ep;
 pub use weft_exec as exec;
 pub use weft_gpu as gpu;
 pub use weft_net as net;

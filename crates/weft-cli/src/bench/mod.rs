@@ -6,6 +6,7 @@
 //! stderr follows the sweep.
 
 pub mod cpu;
+pub mod ep;
 mod plot;
 pub mod proxy;
 mod report;

@@ -7,6 +7,8 @@
 
 mod collective;
 pub(crate) mod data;
+pub(crate) mod ep;
+pub(crate) mod ep_ll;
 pub mod launch;
 pub mod pattern;
 pub(crate) mod progress;

@@ -8,6 +8,7 @@
 
 mod collectives;
 mod cpu;
+mod ep;
 mod port;
 mod reduce_check;
 mod report;
@@ -61,10 +62,13 @@ pub enum Step {
     Port,
     /// The TCP transport with device memory (each rank on its own GPU, over loopback).
     Tcp,
+    /// MoE expert parallelism: weft-ep's normal-mode layout, dispatch (with and without a
+    /// cached handle) and combine against its CPU model.
+    Ep,
 }
 
 impl Step {
-    const ALL: [Step; 10] = [
+    const ALL: [Step; 11] = [
         Step::Semaphore,
         Step::Hb,
         Step::Bandwidth,
@@ -75,6 +79,7 @@ impl Step {
         Step::Plan,
         Step::Port,
         Step::Tcp,
+        Step::Ep,
     ];
 
     fn name(self) -> &'static str {
@@ -89,6 +94,7 @@ impl Step {
             Step::Plan => "plan",
             Step::Port => "port",
             Step::Tcp => "tcp",
+            Step::Ep => "ep",
         }
     }
 

@@ -122,6 +122,9 @@ fn run(
     if steps.contains(&Step::Tcp) {
         super::tcp::run(&comm, &library, label, report);
     }
+    if steps.contains(&Step::Ep) {
+        super::ep::run(&comm, label, report);
+    }
     comm.barrier()
 }
 

@@ -64,6 +64,12 @@ enum class WaitOp : uint32_t {
   ExecBarrier = 7,  ///<  The plan executor waiting for the other thread blocks of its rank at a barrier.
   ExecStep = 8,  ///<  The plan executor waiting for another thread block of its rank to finish an operation.
   RingHandoff = 9,  ///<  A port ring block waiting for its rank's driver's hand-off or its workers' arrivals.
+  EpBarrier = 10,  ///<  An expert-parallel barrier between ranks; `peer` is the rank that did not arrive.
+  EpDispatchChannel = 11,  ///<  A dispatch receiver waiting for a source rank's channel word; `expected` is the channel.
+  EpDispatchTail = 12,  ///<  A dispatch receiver waiting for a source rank's tokens; `expected` is the token count.
+  EpCombineTail = 13,  ///<  A combine receiver waiting for the rows of the rank that holds a token's experts.
+  EpLlCount = 14,  ///<  A low-latency dispatch receiver waiting for a source rank's count of an expert.
+  EpLlFlag = 15,  ///<  A low-latency combine receiver waiting for an expert's rows (`peer`: its rank).
 };
 
 ///  Element type of a collective's buffers.
@@ -431,5 +437,271 @@ static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 184, "rust: offsetof(ExecC
 static_assert(WEFT_OFFSETOF(ExecContext, max_tb_ops) == 188, "rust: offsetof(ExecContext, max_tb_ops) == 188");
 static_assert(WEFT_OFFSETOF(ExecContext, port_stride) == 192, "rust: offsetof(ExecContext, port_stride) == 192");
 static_assert(WEFT_OFFSETOF(ExecContext, active_replicas) == 196, "rust: offsetof(ExecContext, active_replicas) == 196");
+
+///  One rank's EP buffers: every rank's buffer as this GPU addresses it, and where each region
+struct alignas(8) EpContext {
+  uint64_t peers[8];  ///<  Rank r's EP buffer (entry `rank`: this rank's own), 0 past `ranks`.
+  WaitContext wait;  ///<  Error record and spin bound of every wait (`peer` is set per wait).
+  uint64_t barrier_offset;  ///<  `uint64_t[8]`: barrier tokens, entry s raised by rank s.
+  uint64_t expected_offset;  ///<  `uint64_t[8]`: barrier tokens already consumed, per rank (this rank's own state).
+  uint64_t rank_counts_offset;  ///<  `int32_t[8][8]`: row s is rank s's tokens per destination rank.
+  uint64_t expert_counts_offset;  ///<  `int32_t[8][max_local_experts]`: row s is rank s's tokens per local expert of this rank.
+  uint64_t channel_info_offset;  ///<  `uint64_t[8][max_channels]`: dispatch channel words, row s written by rank s.
+  uint64_t dispatch_tail_offset;  ///<  `uint64_t[8][max_channels]`: dispatch tails (tokens written), row s written by rank s.
+  uint64_t combine_tail_offset;  ///<  `uint64_t[8][max_channels]`: combine tails (rows written), row r written by rank r.
+  uint64_t data_offset;  ///<  Start of the staging area tokens are written into.
+  uint64_t data_bytes;  ///<  Bytes of the staging area.
+  uint32_t rank;  ///<  This rank.
+  uint32_t ranks;  ///<  Ranks of the expert-parallel group (at most 8).
+  uint32_t max_channels;  ///<  Channels the metadata rows hold.
+  uint32_t max_local_experts;  ///<  Local experts the expert count rows hold.
+};
+static_assert(sizeof(EpContext) == 176, "rust: sizeof(EpContext) == 176");
+static_assert(alignof(EpContext) == 8, "rust: alignof(EpContext) == 8");
+static_assert(WEFT_OFFSETOF(EpContext, peers) == 0, "rust: offsetof(EpContext, peers) == 0");
+static_assert(WEFT_OFFSETOF(EpContext, wait) == 64, "rust: offsetof(EpContext, wait) == 64");
+static_assert(WEFT_OFFSETOF(EpContext, barrier_offset) == 88, "rust: offsetof(EpContext, barrier_offset) == 88");
+static_assert(WEFT_OFFSETOF(EpContext, expected_offset) == 96, "rust: offsetof(EpContext, expected_offset) == 96");
+static_assert(WEFT_OFFSETOF(EpContext, rank_counts_offset) == 104, "rust: offsetof(EpContext, rank_counts_offset) == 104");
+static_assert(WEFT_OFFSETOF(EpContext, expert_counts_offset) == 112, "rust: offsetof(EpContext, expert_counts_offset) == 112");
+static_assert(WEFT_OFFSETOF(EpContext, channel_info_offset) == 120, "rust: offsetof(EpContext, channel_info_offset) == 120");
+static_assert(WEFT_OFFSETOF(EpContext, dispatch_tail_offset) == 128, "rust: offsetof(EpContext, dispatch_tail_offset) == 128");
+static_assert(WEFT_OFFSETOF(EpContext, combine_tail_offset) == 136, "rust: offsetof(EpContext, combine_tail_offset) == 136");
+static_assert(WEFT_OFFSETOF(EpContext, data_offset) == 144, "rust: offsetof(EpContext, data_offset) == 144");
+static_assert(WEFT_OFFSETOF(EpContext, data_bytes) == 152, "rust: offsetof(EpContext, data_bytes) == 152");
+static_assert(WEFT_OFFSETOF(EpContext, rank) == 160, "rust: offsetof(EpContext, rank) == 160");
+static_assert(WEFT_OFFSETOF(EpContext, ranks) == 164, "rust: offsetof(EpContext, ranks) == 164");
+static_assert(WEFT_OFFSETOF(EpContext, max_channels) == 168, "rust: offsetof(EpContext, max_channels) == 168");
+static_assert(WEFT_OFFSETOF(EpContext, max_local_experts) == 172, "rust: offsetof(EpContext, max_local_experts) == 172");
+
+///  `weft_ep_layout`: the layout of one rank's routing.
+struct alignas(8) EpLayoutArgs {
+  uint64_t topk_idx;  ///<  `int64_t[tokens][topk]` expert indices; negative: no expert.
+  uint64_t num_tokens_per_rank;  ///<  Out: `int32_t[ranks]`.
+  uint64_t num_tokens_per_expert;  ///<  Out: `int32_t[experts]`.
+  uint64_t is_token_in_rank;  ///<  Out: `bool[tokens][ranks]`.
+  uint32_t tokens;  ///<  Tokens of this rank.
+  uint32_t topk;  ///<  Top-k entries per token.
+  uint32_t experts;  ///<  Experts, split evenly over the ranks.
+  uint32_t ranks;  ///<  Ranks.
+};
+static_assert(sizeof(EpLayoutArgs) == 48, "rust: sizeof(EpLayoutArgs) == 48");
+static_assert(alignof(EpLayoutArgs) == 8, "rust: alignof(EpLayoutArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, topk_idx) == 0, "rust: offsetof(EpLayoutArgs, topk_idx) == 0");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, num_tokens_per_rank) == 8, "rust: offsetof(EpLayoutArgs, num_tokens_per_rank) == 8");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, num_tokens_per_expert) == 16, "rust: offsetof(EpLayoutArgs, num_tokens_per_expert) == 16");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, is_token_in_rank) == 24, "rust: offsetof(EpLayoutArgs, is_token_in_rank) == 24");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, tokens) == 32, "rust: offsetof(EpLayoutArgs, tokens) == 32");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, topk) == 36, "rust: offsetof(EpLayoutArgs, topk) == 36");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, experts) == 40, "rust: offsetof(EpLayoutArgs, experts) == 40");
+static_assert(WEFT_OFFSETOF(EpLayoutArgs, ranks) == 44, "rust: offsetof(EpLayoutArgs, ranks) == 44");
+
+///  `weft_ep_notify`: exchanges the counts of a dispatch and computes its prefix matrices.
+struct alignas(8) EpNotifyArgs {
+  uint64_t num_tokens_per_rank;  ///<  `int32_t[ranks]` from the layout.
+  uint64_t num_tokens_per_expert;  ///<  `int32_t[experts]` from the layout.
+  uint64_t is_token_in_rank;  ///<  `bool[tokens][ranks]` from the layout.
+  uint64_t rank_prefix_matrix;  ///<  Out: `int32_t[ranks][ranks]`, inclusive prefix over source ranks.
+  uint64_t channel_prefix_matrix;  ///<  Out: `int32_t[ranks][channels]`, inclusive prefix over this rank's channels.
+  uint64_t recv_counts;  ///<  Out: `int32_t[1 + experts / ranks]`: rows received, then rows per local expert (rounded).
+  uint32_t tokens;  ///<  Tokens of this rank.
+  uint32_t experts;  ///<  Experts.
+  uint32_t channels;  ///<  Channels of the dispatch.
+  uint32_t expert_alignment;  ///<  Rounding of the per-expert counts.
+};
+static_assert(sizeof(EpNotifyArgs) == 64, "rust: sizeof(EpNotifyArgs) == 64");
+static_assert(alignof(EpNotifyArgs) == 8, "rust: alignof(EpNotifyArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, num_tokens_per_rank) == 0, "rust: offsetof(EpNotifyArgs, num_tokens_per_rank) == 0");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, num_tokens_per_expert) == 8, "rust: offsetof(EpNotifyArgs, num_tokens_per_expert) == 8");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, is_token_in_rank) == 16, "rust: offsetof(EpNotifyArgs, is_token_in_rank) == 16");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, rank_prefix_matrix) == 24, "rust: offsetof(EpNotifyArgs, rank_prefix_matrix) == 24");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, channel_prefix_matrix) == 32, "rust: offsetof(EpNotifyArgs, channel_prefix_matrix) == 32");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, recv_counts) == 40, "rust: offsetof(EpNotifyArgs, recv_counts) == 40");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, tokens) == 48, "rust: offsetof(EpNotifyArgs, tokens) == 48");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, experts) == 52, "rust: offsetof(EpNotifyArgs, experts) == 52");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, channels) == 56, "rust: offsetof(EpNotifyArgs, channels) == 56");
+static_assert(WEFT_OFFSETOF(EpNotifyArgs, expert_alignment) == 60, "rust: offsetof(EpNotifyArgs, expert_alignment) == 60");
+
+///  `weft_ep_dispatch`: one normal-mode dispatch. The payload is opaque bytes (BF16 or FP8),
+struct alignas(8) EpDispatchArgs {
+  uint64_t x;  ///<  `[tokens][hidden_bytes]` payload rows.
+  uint64_t x_scales;  ///<  f32 scales of `x`, element (t, i) at `t * scale_token_stride + i * scale_hidden_stride`; 0: none.
+  uint64_t topk_idx;  ///<  `int64_t[tokens][topk]` global expert indices, or 0.
+  uint64_t topk_weights;  ///<  `float[tokens][topk]`, or 0.
+  uint64_t is_token_in_rank;  ///<  `bool[tokens][ranks]`.
+  uint64_t rank_prefix_matrix;  ///<  `int32_t[ranks][ranks]` from notify (or the handle).
+  uint64_t channel_prefix_matrix;  ///<  `int32_t[ranks][channels]` from notify (or the handle).
+  uint64_t recv_x;  ///<  Out: `[received][hidden_bytes]`.
+  uint64_t recv_x_scales;  ///<  Out: f32 scales at `row * recv_scale_token_stride + i * recv_scale_hidden_stride`; 0: none.
+  uint64_t recv_topk_idx;  ///<  Out: `int64_t[received][topk]` local expert indices or -1; 0: none.
+  uint64_t recv_topk_weights;  ///<  Out: `float[received][topk]`; 0: none.
+  uint64_t recv_src_idx;  ///<  Out: `int32_t[received]` source token indices.
+  uint64_t recv_channel_prefix_matrix;  ///<  Out: `int32_t[ranks][channels]` first received row of each (source, channel).
+  uint64_t send_head;  ///<  Out: `int32_t[tokens][ranks]` position among the tokens sent to a rank, or -1.
+  uint64_t slot_bytes;  ///<  Bytes of one staged token (16-byte multiple).
+  uint64_t region_bytes;  ///<  Bytes of one source rank's staging region.
+  uint32_t tokens;  ///<  Tokens of this rank.
+  uint32_t hidden_bytes;  ///<  Payload bytes per token (16-byte multiple).
+  uint32_t num_scales;  ///<  Scales per token (0 for BF16).
+  uint32_t scale_token_stride;  ///<  Input scale strides, in elements.
+  uint32_t scale_hidden_stride;  ///<  See `scale_token_stride`.
+  uint32_t recv_scale_token_stride;  ///<  Output scale strides, in elements.
+  uint32_t recv_scale_hidden_stride;  ///<  See `recv_scale_token_stride`.
+  uint32_t topk;  ///<  Top-k entries per token (0: no top-k arrays).
+  uint32_t experts;  ///<  Experts.
+  uint32_t channels;  ///<  Channels (half the grid).
+};
+static_assert(sizeof(EpDispatchArgs) == 168, "rust: sizeof(EpDispatchArgs) == 168");
+static_assert(alignof(EpDispatchArgs) == 8, "rust: alignof(EpDispatchArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, x) == 0, "rust: offsetof(EpDispatchArgs, x) == 0");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, x_scales) == 8, "rust: offsetof(EpDispatchArgs, x_scales) == 8");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, topk_idx) == 16, "rust: offsetof(EpDispatchArgs, topk_idx) == 16");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, topk_weights) == 24, "rust: offsetof(EpDispatchArgs, topk_weights) == 24");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, is_token_in_rank) == 32, "rust: offsetof(EpDispatchArgs, is_token_in_rank) == 32");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, rank_prefix_matrix) == 40, "rust: offsetof(EpDispatchArgs, rank_prefix_matrix) == 40");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, channel_prefix_matrix) == 48, "rust: offsetof(EpDispatchArgs, channel_prefix_matrix) == 48");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_x) == 56, "rust: offsetof(EpDispatchArgs, recv_x) == 56");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_x_scales) == 64, "rust: offsetof(EpDispatchArgs, recv_x_scales) == 64");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_topk_idx) == 72, "rust: offsetof(EpDispatchArgs, recv_topk_idx) == 72");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_topk_weights) == 80, "rust: offsetof(EpDispatchArgs, recv_topk_weights) == 80");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_src_idx) == 88, "rust: offsetof(EpDispatchArgs, recv_src_idx) == 88");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_channel_prefix_matrix) == 96, "rust: offsetof(EpDispatchArgs, recv_channel_prefix_matrix) == 96");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, send_head) == 104, "rust: offsetof(EpDispatchArgs, send_head) == 104");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, slot_bytes) == 112, "rust: offsetof(EpDispatchArgs, slot_bytes) == 112");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, region_bytes) == 120, "rust: offsetof(EpDispatchArgs, region_bytes) == 120");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, tokens) == 128, "rust: offsetof(EpDispatchArgs, tokens) == 128");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, hidden_bytes) == 132, "rust: offsetof(EpDispatchArgs, hidden_bytes) == 132");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, num_scales) == 136, "rust: offsetof(EpDispatchArgs, num_scales) == 136");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, scale_token_stride) == 140, "rust: offsetof(EpDispatchArgs, scale_token_stride) == 140");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, scale_hidden_stride) == 144, "rust: offsetof(EpDispatchArgs, scale_hidden_stride) == 144");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_scale_token_stride) == 148, "rust: offsetof(EpDispatchArgs, recv_scale_token_stride) == 148");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_scale_hidden_stride) == 152, "rust: offsetof(EpDispatchArgs, recv_scale_hidden_stride) == 152");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, topk) == 156, "rust: offsetof(EpDispatchArgs, topk) == 156");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, experts) == 160, "rust: offsetof(EpDispatchArgs, experts) == 160");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, channels) == 164, "rust: offsetof(EpDispatchArgs, channels) == 164");
+
+///  `weft_ep_combine`: one normal-mode combine over a dispatch's handle.
+struct alignas(8) EpCombineArgs {
+  uint64_t x;  ///<  `bf16[received][hidden]` rows in dispatch receive order.
+  uint64_t topk_weights;  ///<  `float[received][topk]`, or 0.
+  uint64_t rank_prefix_matrix;  ///<  Handle: `int32_t[ranks][ranks]`.
+  uint64_t channel_prefix_matrix;  ///<  Handle: `int32_t[ranks][channels]` (this rank as sender).
+  uint64_t recv_channel_prefix_matrix;  ///<  Handle: `int32_t[ranks][channels]` (this rank as receiver).
+  uint64_t send_head;  ///<  Handle: `int32_t[tokens][ranks]`.
+  uint64_t bias0;  ///<  `bf16[tokens][hidden]` bias, or 0.
+  uint64_t bias1;  ///<  A second bias, or 0.
+  uint64_t combined_x;  ///<  Out: `bf16[tokens][hidden]`.
+  uint64_t combined_topk_weights;  ///<  Out: `float[tokens][topk]`, or 0.
+  uint64_t slot_bytes;  ///<  Bytes of one staged row (16-byte multiple).
+  uint64_t region_bytes;  ///<  Bytes of one sending rank's staging region.
+  uint32_t tokens;  ///<  Tokens of this rank.
+  uint32_t hidden;  ///<  BF16 elements per row (a multiple of 8).
+  uint32_t topk;  ///<  Top-k entries per token (0: no weights).
+  uint32_t channels;  ///<  Channels (half the grid).
+};
+static_assert(sizeof(EpCombineArgs) == 112, "rust: sizeof(EpCombineArgs) == 112");
+static_assert(alignof(EpCombineArgs) == 8, "rust: alignof(EpCombineArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, x) == 0, "rust: offsetof(EpCombineArgs, x) == 0");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, topk_weights) == 8, "rust: offsetof(EpCombineArgs, topk_weights) == 8");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, rank_prefix_matrix) == 16, "rust: offsetof(EpCombineArgs, rank_prefix_matrix) == 16");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, channel_prefix_matrix) == 24, "rust: offsetof(EpCombineArgs, channel_prefix_matrix) == 24");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, recv_channel_prefix_matrix) == 32, "rust: offsetof(EpCombineArgs, recv_channel_prefix_matrix) == 32");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, send_head) == 40, "rust: offsetof(EpCombineArgs, send_head) == 40");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, bias0) == 48, "rust: offsetof(EpCombineArgs, bias0) == 48");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, bias1) == 56, "rust: offsetof(EpCombineArgs, bias1) == 56");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, combined_x) == 64, "rust: offsetof(EpCombineArgs, combined_x) == 64");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, combined_topk_weights) == 72, "rust: offsetof(EpCombineArgs, combined_topk_weights) == 72");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, slot_bytes) == 80, "rust: offsetof(EpCombineArgs, slot_bytes) == 80");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, region_bytes) == 88, "rust: offsetof(EpCombineArgs, region_bytes) == 88");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, tokens) == 96, "rust: offsetof(EpCombineArgs, tokens) == 96");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, hidden) == 100, "rust: offsetof(EpCombineArgs, hidden) == 100");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, topk) == 104, "rust: offsetof(EpCombineArgs, topk) == 104");
+static_assert(WEFT_OFFSETOF(EpCombineArgs, channels) == 108, "rust: offsetof(EpCombineArgs, channels) == 108");
+
+///  `weft_ep_ll_dispatch_send` / `_recv`: one low-latency dispatch. Every (token, expert)
+struct alignas(8) EpLlDispatchArgs {
+  uint64_t x;  ///<  `bf16[tokens][hidden]`.
+  uint64_t topk_idx;  ///<  `int64_t[tokens][topk]`; negative: no expert.
+  uint64_t recv_x;  ///<  Out: `[local experts][ranks * max_tokens][hidden]` E4M3 bytes or BF16.
+  uint64_t recv_x_scales;  ///<  Out (FP8): `float[local experts][hidden / 128][ranks * max_tokens]` (column-major per expert).
+  uint64_t recv_count;  ///<  Out: `int32_t[local experts]` rows received.
+  uint64_t recv_src_info;  ///<  Out: `int32_t[local experts][ranks * max_tokens]` source token of each row.
+  uint64_t recv_layout_range;  ///<  Out: `int64_t[local experts][ranks]`, `first row << 32 | rows` per source rank.
+  uint64_t cumulative_recv_stats;  ///<  In/out: `int32_t[local experts]` rows received so far, or 0.
+  uint64_t state_offset;  ///<  `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+  uint64_t signal_offset;  ///<  Two halves of `uint64_t[experts]` count words (`sequence + 1 << 32 | rows`).
+  uint64_t data_offset;  ///<  Two halves of message slots.
+  uint64_t data_half_bytes;  ///<  Bytes of one half.
+  uint64_t message_bytes;  ///<  Bytes of one message (16-byte multiple).
+  uint32_t tokens;  ///<  Tokens of this rank (at most `max_tokens`).
+  uint32_t hidden;  ///<  Channels per token (a multiple of 128).
+  uint32_t topk;  ///<  Top-k slots per token.
+  uint32_t experts;  ///<  Experts.
+  uint32_t max_tokens;  ///<  `num_max_dispatch_tokens_per_rank`.
+  uint32_t fp8;  ///<  Nonzero: cast to FP8 with a scale per 128 channels.
+  uint32_t round_scale;  ///<  Nonzero: power-of-two scales.
+  uint32_t reserved;  ///<  Zero.
+};
+static_assert(sizeof(EpLlDispatchArgs) == 136, "rust: sizeof(EpLlDispatchArgs) == 136");
+static_assert(alignof(EpLlDispatchArgs) == 8, "rust: alignof(EpLlDispatchArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, x) == 0, "rust: offsetof(EpLlDispatchArgs, x) == 0");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, topk_idx) == 8, "rust: offsetof(EpLlDispatchArgs, topk_idx) == 8");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_x) == 16, "rust: offsetof(EpLlDispatchArgs, recv_x) == 16");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_x_scales) == 24, "rust: offsetof(EpLlDispatchArgs, recv_x_scales) == 24");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_count) == 32, "rust: offsetof(EpLlDispatchArgs, recv_count) == 32");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_src_info) == 40, "rust: offsetof(EpLlDispatchArgs, recv_src_info) == 40");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, recv_layout_range) == 48, "rust: offsetof(EpLlDispatchArgs, recv_layout_range) == 48");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, cumulative_recv_stats) == 56, "rust: offsetof(EpLlDispatchArgs, cumulative_recv_stats) == 56");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, state_offset) == 64, "rust: offsetof(EpLlDispatchArgs, state_offset) == 64");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, signal_offset) == 72, "rust: offsetof(EpLlDispatchArgs, signal_offset) == 72");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, data_offset) == 80, "rust: offsetof(EpLlDispatchArgs, data_offset) == 80");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, data_half_bytes) == 88, "rust: offsetof(EpLlDispatchArgs, data_half_bytes) == 88");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, message_bytes) == 96, "rust: offsetof(EpLlDispatchArgs, message_bytes) == 96");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, tokens) == 104, "rust: offsetof(EpLlDispatchArgs, tokens) == 104");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, hidden) == 108, "rust: offsetof(EpLlDispatchArgs, hidden) == 108");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, topk) == 112, "rust: offsetof(EpLlDispatchArgs, topk) == 112");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, experts) == 116, "rust: offsetof(EpLlDispatchArgs, experts) == 116");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, max_tokens) == 120, "rust: offsetof(EpLlDispatchArgs, max_tokens) == 120");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, fp8) == 124, "rust: offsetof(EpLlDispatchArgs, fp8) == 124");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, round_scale) == 128, "rust: offsetof(EpLlDispatchArgs, round_scale) == 128");
+static_assert(WEFT_OFFSETOF(EpLlDispatchArgs, reserved) == 132, "rust: offsetof(EpLlDispatchArgs, reserved) == 132");
+
+///  `weft_ep_ll_combine_send` / `_recv`: one low-latency combine over a dispatch's handle.
+struct alignas(8) EpLlCombineArgs {
+  uint64_t x;  ///<  `bf16[local experts][ranks * max_tokens][hidden]` in the dispatch's packed order.
+  uint64_t topk_idx;  ///<  `int64_t[tokens][topk]` of this rank's tokens.
+  uint64_t topk_weights;  ///<  `float[tokens][topk]`.
+  uint64_t src_info;  ///<  Handle: `int32_t[local experts][ranks * max_tokens]`.
+  uint64_t layout_range;  ///<  Handle: `int64_t[local experts][ranks]`.
+  uint64_t combined_x;  ///<  Out: `bf16[tokens][hidden]`.
+  uint64_t state_offset;  ///<  `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+  uint64_t signal_offset;  ///<  Two halves of `uint64_t[experts]` flags (`sequence + 1`).
+  uint64_t data_offset;  ///<  Two halves of `[experts][max_tokens]` BF16 rows.
+  uint64_t data_half_bytes;  ///<  Bytes of one half.
+  uint32_t tokens;  ///<  Tokens of this rank.
+  uint32_t hidden;  ///<  Channels per row (a multiple of 8).
+  uint32_t topk;  ///<  Top-k slots per token.
+  uint32_t experts;  ///<  Experts.
+  uint32_t max_tokens;  ///<  `num_max_dispatch_tokens_per_rank`.
+  uint32_t reserved;  ///<  Zero.
+};
+static_assert(sizeof(EpLlCombineArgs) == 104, "rust: sizeof(EpLlCombineArgs) == 104");
+static_assert(alignof(EpLlCombineArgs) == 8, "rust: alignof(EpLlCombineArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, x) == 0, "rust: offsetof(EpLlCombineArgs, x) == 0");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, topk_idx) == 8, "rust: offsetof(EpLlCombineArgs, topk_idx) == 8");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, topk_weights) == 16, "rust: offsetof(EpLlCombineArgs, topk_weights) == 16");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, src_info) == 24, "rust: offsetof(EpLlCombineArgs, src_info) == 24");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, layout_range) == 32, "rust: offsetof(EpLlCombineArgs, layout_range) == 32");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, combined_x) == 40, "rust: offsetof(EpLlCombineArgs, combined_x) == 40");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, state_offset) == 48, "rust: offsetof(EpLlCombineArgs, state_offset) == 48");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, signal_offset) == 56, "rust: offsetof(EpLlCombineArgs, signal_offset) == 56");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, data_offset) == 64, "rust: offsetof(EpLlCombineArgs, data_offset) == 64");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, data_half_bytes) == 72, "rust: offsetof(EpLlCombineArgs, data_half_bytes) == 72");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, tokens) == 80, "rust: offsetof(EpLlCombineArgs, tokens) == 80");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, hidden) == 84, "rust: offsetof(EpLlCombineArgs, hidden) == 84");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, topk) == 88, "rust: offsetof(EpLlCombineArgs, topk) == 88");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, experts) == 92, "rust: offsetof(EpLlCombineArgs, experts) == 92");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, max_tokens) == 96, "rust: offsetof(EpLlCombineArgs, max_tokens) == 96");
+static_assert(WEFT_OFFSETOF(EpLlCombineArgs, reserved) == 100, "rust: offsetof(EpLlCombineArgs, reserved) == 100");
 
 }  // namespace weft

@@ -1,0 +1,253 @@
+//! `weft bench ep`: DeepEP's intranode test shape (4096 tokens of 7168 channels, top-8 of 256
+//! experts per rank) through weft-ep's normal mode: FP8 and BF16 dispatch and BF16 combine at
+//! several SM counts, one thread per rank of one process. Times are CUDA events around each
+//! call with a cached handle (as DeepEP times it), averaged over the timed iterations; GB/s is
+//! DeepEP's: received rows (those a rank sends itself included) × 2H bytes for BF16, × (1 +
+//! 4/128) / 2 for FP8, and the BF16 figure for combine (DeepEP's `tests/test_intranode.py`). Then DeepEP's
+//! low-latency test: `--ll-tokens` (128) tokens per rank, FP8 dispatch and combine each timed
+//! as its send and receive kernels together, GB/s over the selected (token, expert) pairs:
+//! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (`tests/test_low_latency.py`).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde::Serialize;
+use weft_bootstrap::InProcessBootstrap;
+use weft_core::{Communicator, Env};
+use weft_ep::{Buffer, nvl_bytes_hint};
+use weft_gpu::{Device, Event, Stream};
+
+use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase, poisoned};
+use crate::harness::ep_ll::{self, LlCase, LlTensors, check_ll_case};
+use crate::harness::launch;
+
+/// Iterations before timing.
+const WARMUPS: usize = 10;
+/// Timed iterations.
+const ITERATIONS: usize = 30;
+
+/// Options of `weft bench ep`.
+#[derive(Clone, Debug)]
+pub struct EpBenchOptions {
+    /// Tokens per rank.
+    pub tokens: usize,
+    /// Channels per token.
+    pub hidden: usize,
+    /// Experts per token.
+    pub topk: usize,
+    /// Experts of the group.
+    pub experts: usize,
+    /// SM counts to measure.
+    pub sms: Vec<u32>,
+    /// Tokens per rank of the low-latency test (0: skip it).
+    pub ll_tokens: usize,
+    /// Check every element of every configuration against the CPU model first.
+    pub check: bool,
+    /// GPUs, a rank each (threads of this process).
+    pub gpus: usize,
+}
+
+/// One measured line.
+#[derive(Clone, Debug, Serialize)]
+pub struct EpLine {
+    /// Rank that measured it.
+    pub rank: usize,
+    /// `dispatch`, `combine`, `ll-dispatch` or `ll-combine`.
+    pub op: &'static str,
+    /// `fp8` or `bf16`.
+    pub payload: &'static str,
+    /// SMs of the kernel.
+    pub sms: u32,
+    /// Rows this rank received (low-latency: its selected (token, expert) pairs).
+    pub recv_tokens: usize,
+    /// Average time of a call in µs.
+    pub us: f64,
+    /// DeepEP's NVLink GB/s.
+    pub gbps: f64,
+}
+
+/// Runs the benchmark on `options.gpus` GPUs and prints a table per rank; `json` gets every line.
+pub fn run(options: &EpBenchOptions, json: Option<&std::path::Path>) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let env = Env::from_process()?;
+    let shared = Arc::new(options.clone());
+    let outcomes = launch::run_rank_threads(options.gpus, "weft-ep", move |rank, bootstrap| {
+        measure_rank(rank, bootstrap, &env, &shared).map_err(|e| e.to_string())
+    })?;
+    let mut lines = Vec::new();
+    let mut failed = false;
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(Ok(mut rank_lines)) => lines.append(&mut rank_lines),
+            Ok(Err(e)) => {
+                eprintln!("rank {rank}: {e}");
+                failed = true;
+            }
+            Err(_) => {
+                eprintln!("rank {rank}: the rank's thread panicked");
+                failed = true;
+            }
+        }
+    }
+    println!(
+        "weft bench ep: {} ranks, {} tokens per rank, hidden {}, top-{}, {} experts (DeepEP's GB/s)",
+        options.gpus, options.tokens, options.hidden, options.topk, options.experts
+    );
+    println!("{:>4} {:>9} {:>5} {:>5} {:>10} {:>10} {:>9}", "rank", "op", "type", "SMs", "recv rows", "µs", "GB/s");
+    for l in &lines {
+        println!(
+            "{:>4} {:>9} {:>5} {:>5} {:>10} {:>10.1} {:>9.1}",
+            l.rank, l.op, l.payload, l.sms, l.recv_tokens, l.us, l.gbps
+        );
+    }
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_vec_pretty(&lines)?)?;
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+fn measure_rank(
+    rank: usize,
+    bootstrap: Arc<InProcessBootstrap>,
+    env: &Env,
+    options: &EpBenchOptions,
+) -> Result<Vec<EpLine>, Box<dyn std::error::Error>> {
+    let device = Device::new(rank)?;
+    let comm = Communicator::new(bootstrap, device.clone(), env.clone())?;
+    let stream = Stream::new(&device)?;
+    let ranks = comm.world_size();
+    let buffer = Buffer::new(&comm, nvl_bytes_hint(options.tokens, options.hidden, options.topk, ranks), 0)?;
+    let mut lines = Vec::new();
+    for fp8 in [true, false] {
+        for &sms in &options.sms {
+            let case = EpCase {
+                name: format!("{} {sms} SMs", if fp8 { "FP8" } else { "BF16" }),
+                tokens: vec![options.tokens; ranks],
+                hidden: options.hidden,
+                topk: options.topk,
+                experts: options.experts,
+                hot: 0..options.experts,
+                drop_one_in: 0,
+                fp8,
+                num_sms: sms,
+                biases: 0,
+                expert_alignment: 1,
+                seed: 0xbe_0000 + sms as u64,
+            };
+            if options.check {
+                harness::check_case(&comm, &case)?;
+            }
+            let inputs = DeviceInputs::upload(&device, &case, rank, &case.inputs(rank))?;
+            let dispatched = harness::dispatch(&buffer, &case, &inputs, &stream)?;
+            let rows = dispatched.counts.num_recv_tokens;
+            let bf16_bytes = (rows * options.hidden * 2) as f64;
+            let payload = if fp8 { "fp8" } else { "bf16" };
+            let us =
+                time(&comm, &stream, || harness::cached_dispatch(&buffer, &case, &inputs, &dispatched, None, &stream))?;
+            let bytes = if fp8 { bf16_bytes * (1.0 + 4.0 / 128.0) / 2.0 } else { bf16_bytes };
+            lines.push(EpLine { rank, op: "dispatch", payload, sms, recv_tokens: rows, us, gbps: bytes / us / 1e3 });
+            if !fp8 {
+                let tensors = CombineTensors {
+                    x: poisoned(&device, rows * options.hidden * 2)?,
+                    bias: Vec::new(),
+                    out: poisoned(&device, options.tokens * options.hidden * 2)?,
+                    out_weights: poisoned(&device, options.tokens * options.topk * 4)?,
+                };
+                let us = time(&comm, &stream, || harness::combine(&buffer, &case, &dispatched, &tensors, &stream))?;
+                lines.push(EpLine {
+                    rank,
+                    op: "combine",
+                    payload,
+                    sms,
+                    recv_tokens: rows,
+                    us,
+                    gbps: bf16_bytes / us / 1e3,
+                });
+            }
+            comm.barrier()?;
+        }
+    }
+    drop(buffer);
+    if options.ll_tokens > 0 {
+        lines.extend(measure_low_latency(&comm, &stream, options)?);
+    }
+    Ok(lines)
+}
+
+/// The low-latency test at the first SM count: FP8 dispatch and BF16 combine, each timed as
+/// its send and receive kernels together.
+fn measure_low_latency(
+    comm: &Communicator,
+    stream: &Stream,
+    options: &EpBenchOptions,
+) -> Result<Vec<EpLine>, Box<dyn std::error::Error>> {
+    let (rank, ranks) = (comm.rank(), comm.world_size());
+    let sms = options.sms.first().copied().unwrap_or(weft_ep::DEFAULT_NUM_SMS);
+    let case = LlCase {
+        name: "low-latency".into(),
+        tokens: vec![options.ll_tokens; ranks],
+        hidden: options.hidden,
+        topk: options.topk,
+        experts: options.experts,
+        max_tokens: options.ll_tokens,
+        fp8: true,
+        round_scale: false,
+        drop_one_in: 0,
+        num_sms: sms,
+        seed: 0x11_be00,
+    };
+    if options.check {
+        check_ll_case(comm, &case)?;
+    }
+    let buffer = Buffer::new(comm, 0, case.rdma_bytes())?;
+    let inputs = case.inputs(rank);
+    let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
+    let t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
+    let dispatch_us = time(comm, stream, || ep_ll::dispatch(&buffer, &case, &t, false, stream))?;
+    let combine_us = time(comm, stream, || ep_ll::combine(&buffer, &case, &t, false, stream))?;
+    let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
+    let combine_bytes = (pairs * options.hidden * 2) as f64;
+    Ok(vec![
+        EpLine {
+            rank,
+            op: "ll-dispatch",
+            payload: "fp8",
+            sms,
+            recv_tokens: pairs,
+            us: dispatch_us,
+            gbps: dispatch_bytes / dispatch_us / 1e3,
+        },
+        EpLine {
+            rank,
+            op: "ll-combine",
+            payload: "bf16",
+            sms,
+            recv_tokens: pairs,
+            us: combine_us,
+            gbps: combine_bytes / combine_us / 1e3,
+        },
+    ])
+}
+
+/// Average µs of `call` over [`ITERATIONS`] after [`WARMUPS`], each bracketed by events on
+/// `stream`; every rank runs the same iterations.
+fn time(
+    comm: &Communicator,
+    stream: &Stream,
+    call: impl Fn() -> Result<(), weft_ep::EpError>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let device = comm.device();
+    let (start, end) = (Event::new(device)?, Event::new(device)?);
+    let mut total = 0.0;
+    for i in 0..WARMUPS + ITERATIONS {
+        comm.settle_before_launch()?;
+        start.record(stream)?;
+        call()?;
+        end.record(stream)?;
+        stream.wait_idle(comm.env().device_timeout, "EP bench call")?;
+        if i >= WARMUPS {
+            total += f64::from(start.elapsed_ms(&end)?) * 1e3;
+        }
+    }
+    comm.check_device()?;
+    Ok(total / ITERATIONS as f64)
+}

@@ -1,0 +1,280 @@
+//! The low-latency half of the EP harness: a case's inputs rebuilt from its seed for any rank,
+//! one rank's tensors, and the check of a case against weft-ep's CPU model (`check_ll_case`),
+//! shared by `weft selftest --only ep` and `weft bench ep`.
+
+use half::bf16;
+use weft_core::Communicator;
+use weft_ep::low_latency::{LlCombineTensors, LlDispatchTensors, LlShape};
+use weft_ep::model::{self, RoutingSpec};
+use weft_ep::raw::RoutingShape;
+use weft_ep::{Buffer, Config, EpError, low_latency_rdma_size_hint};
+use weft_gpu::{Device, DeviceMemory, GpuError, Stream};
+
+use super::ep::{bf16_bits, compare, download, poisoned, upload};
+
+/// One low-latency case: the same on every rank.
+#[derive(Debug, Clone)]
+pub(crate) struct LlCase {
+    pub(crate) name: String,
+    /// Tokens of each rank (each at most `max_tokens`).
+    pub(crate) tokens: Vec<usize>,
+    pub(crate) hidden: usize,
+    pub(crate) topk: usize,
+    pub(crate) experts: usize,
+    /// `num_max_dispatch_tokens_per_rank`.
+    pub(crate) max_tokens: usize,
+    pub(crate) fp8: bool,
+    pub(crate) round_scale: bool,
+    /// One top-k slot in this many is -1 (0: none).
+    pub(crate) drop_one_in: usize,
+    pub(crate) num_sms: u32,
+    pub(crate) seed: u64,
+}
+
+/// One rank's host inputs.
+pub(crate) struct LlInputs {
+    pub(crate) topk_idx: Vec<i64>,
+    pub(crate) topk_weights: Vec<f32>,
+    pub(crate) x: Vec<bf16>,
+}
+
+impl LlCase {
+    fn seed_of(&self, rank: usize, what: u64) -> u64 {
+        self.seed ^ (rank as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d) ^ what
+    }
+
+    fn rows(&self, seed: u64, rows: usize) -> Vec<bf16> {
+        let mut rng = model::SplitMix::new(seed);
+        (0..rows * self.hidden).map(|_| bf16::from_f32(4.0 * rng.signed_unit())).collect()
+    }
+
+    pub(crate) fn inputs(&self, rank: usize) -> LlInputs {
+        let spec = RoutingSpec {
+            tokens: self.tokens[rank],
+            topk: self.topk,
+            experts: 0..self.experts,
+            drop_one_in: self.drop_one_in,
+        };
+        let (topk_idx, topk_weights) = model::random_routing(self.seed_of(rank, 1), &spec);
+        LlInputs { topk_idx, topk_weights, x: self.rows(self.seed_of(rank, 2), self.tokens[rank]) }
+    }
+
+    /// The expert outputs rank `rank` hands the combine: `[local experts][ranks * max_tokens]` rows.
+    pub(crate) fn expert_rows(&self, rank: usize) -> Vec<bf16> {
+        self.rows(self.seed_of(rank, 3), self.experts / self.tokens.len() * self.tokens.len() * self.max_tokens)
+    }
+
+    pub(crate) fn shape(&self, rank: usize) -> LlShape {
+        LlShape {
+            routing: RoutingShape { tokens: self.tokens[rank], topk: self.topk, num_experts: self.experts },
+            hidden: self.hidden,
+            max_tokens: self.max_tokens,
+        }
+    }
+
+    fn model_shape(&self) -> model::LlShape {
+        model::LlShape { ranks: self.tokens.len(), experts: self.experts, topk: self.topk, max_tokens: self.max_tokens }
+    }
+
+    /// The low-latency bytes a buffer needs for this case.
+    pub(crate) fn rdma_bytes(&self) -> usize {
+        low_latency_rdma_size_hint(self.max_tokens, self.hidden, self.tokens.len(), self.experts)
+    }
+}
+
+/// One rank's low-latency tensors on its GPU.
+pub(crate) struct LlTensors {
+    pub(crate) x: DeviceMemory,
+    pub(crate) topk_idx: DeviceMemory,
+    pub(crate) topk_weights: DeviceMemory,
+    pub(crate) recv_x: DeviceMemory,
+    pub(crate) recv_x_scales: Option<DeviceMemory>,
+    pub(crate) recv_count: DeviceMemory,
+    pub(crate) recv_src_info: DeviceMemory,
+    pub(crate) recv_layout_range: DeviceMemory,
+    pub(crate) stats: DeviceMemory,
+    pub(crate) expert_x: DeviceMemory,
+    pub(crate) combined_x: DeviceMemory,
+}
+
+impl LlTensors {
+    pub(crate) fn new(device: &Device, case: &LlCase, rank: usize, inputs: &LlInputs) -> Result<Self, GpuError> {
+        let local = case.experts / case.tokens.len();
+        let rows = local * case.tokens.len() * case.max_tokens;
+        let stats = upload(device, &vec![0i32; local])?;
+        Ok(Self {
+            x: upload(device, &bf16_bits(&inputs.x))?,
+            topk_idx: upload(device, &inputs.topk_idx)?,
+            topk_weights: upload(device, &inputs.topk_weights)?,
+            recv_x: poisoned(device, rows * if case.fp8 { case.hidden } else { 2 * case.hidden })?,
+            recv_x_scales: if case.fp8 { Some(poisoned(device, rows * case.hidden / 128 * 4)?) } else { None },
+            recv_count: poisoned(device, local * 4)?,
+            recv_src_info: poisoned(device, rows * 4)?,
+            recv_layout_range: poisoned(device, local * case.tokens.len() * 8)?,
+            stats,
+            expert_x: upload(device, &bf16_bits(&case.expert_rows(rank)))?,
+            combined_x: poisoned(device, case.tokens[rank] * case.hidden * 2)?,
+        })
+    }
+
+    pub(crate) fn dispatch(&self) -> LlDispatchTensors {
+        LlDispatchTensors {
+            x: self.x.ptr(),
+            topk_idx: self.topk_idx.ptr(),
+            recv_x: self.recv_x.ptr(),
+            recv_x_scales: self.recv_x_scales.as_ref().map(|s| s.ptr()),
+            recv_count: self.recv_count.ptr(),
+            recv_src_info: self.recv_src_info.ptr(),
+            recv_layout_range: self.recv_layout_range.ptr(),
+            cumulative_local_expert_recv_stats: Some(self.stats.ptr()),
+        }
+    }
+
+    pub(crate) fn combine(&self) -> LlCombineTensors {
+        LlCombineTensors {
+            x: self.expert_x.ptr(),
+            topk_idx: self.topk_idx.ptr(),
+            topk_weights: self.topk_weights.ptr(),
+            src_info: self.recv_src_info.ptr(),
+            layout_range: self.recv_layout_range.ptr(),
+            combined_x: self.combined_x.ptr(),
+        }
+    }
+}
+
+/// Launches one low-latency dispatch of `t`'s tensors; with `hook`, its send kernel then its
+/// receive hook.
+pub(crate) fn dispatch(
+    buffer: &Buffer,
+    case: &LlCase,
+    t: &LlTensors,
+    hook: bool,
+    stream: &Stream,
+) -> Result<(), EpError> {
+    let (shape, config, d) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms }, t.dispatch());
+    // SAFETY: every tensor in `t` has the documented shape and outlives the caller's
+    // synchronisation of `stream`.
+    unsafe {
+        buffer.low_latency_dispatch(&d, &shape, case.fp8, case.round_scale, config, hook, stream)?;
+        if hook {
+            buffer.low_latency_dispatch_recv(&d, &shape, case.fp8, config, stream)?;
+        }
+    }
+    Ok(())
+}
+
+/// Launches one low-latency combine of `t`'s tensors; with `hook`, as two kernels as above.
+pub(crate) fn combine(
+    buffer: &Buffer,
+    case: &LlCase,
+    t: &LlTensors,
+    hook: bool,
+    stream: &Stream,
+) -> Result<(), EpError> {
+    let (shape, config, c) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms }, t.combine());
+    // SAFETY: as in `dispatch`.
+    unsafe {
+        buffer.low_latency_combine(&c, &shape, config, hook, stream)?;
+        if hook {
+            buffer.low_latency_combine_recv(&c, &shape, config, stream)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`dispatch`] then [`combine`].
+pub(crate) fn dispatch_and_combine(
+    buffer: &Buffer,
+    case: &LlCase,
+    t: &LlTensors,
+    hook: bool,
+    stream: &Stream,
+) -> Result<(), EpError> {
+    dispatch(buffer, case, t, hook, stream)?;
+    combine(buffer, case, t, hook, stream)
+}
+
+/// Runs `case` on this rank three times (send and receive back to back, with the hook split,
+/// and captured in a CUDA graph replayed twice) and checks each run against weft-ep's model:
+/// recv_count, layout_range, src_info, every valid received row and scale, the cumulative
+/// statistics, and every combined value bit for bit.
+pub(crate) fn check_ll_case(comm: &Communicator, case: &LlCase) -> Result<(), String> {
+    let (rank, ranks) = (comm.rank(), comm.world_size());
+    let device = comm.device();
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let stream = Stream::new(device).map_err(|e| err(&e))?;
+    let world: Vec<LlInputs> = (0..ranks).map(|r| case.inputs(r)).collect();
+    let idx: Vec<&[i64]> = world.iter().map(|w| w.topk_idx.as_slice()).collect();
+    let weights: Vec<&[f32]> = world.iter().map(|w| w.topk_weights.as_slice()).collect();
+    let received = model::ll_dispatch(case.model_shape(), &idx);
+    let expert_rows: Vec<Vec<bf16>> = (0..ranks).map(|r| case.expert_rows(r)).collect();
+    let x: Vec<&[bf16]> = expert_rows.iter().map(|v| v.as_slice()).collect();
+    let want_combined =
+        bf16_bits(&model::ll_combine(case.model_shape(), &received, &x, &idx, &weights, case.hidden)[rank]);
+    let mine = &received[rank];
+    let (local, rows) = (case.experts / ranks, ranks * case.max_tokens);
+    let buffer = Buffer::new(comm, 0, case.rdma_bytes()).map_err(|e| err(&e))?;
+    let tensors = LlTensors::new(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
+    let row_bytes = if case.fp8 { case.hidden } else { 2 * case.hidden };
+    let scales = if case.fp8 { case.hidden / 128 } else { 0 };
+    // Captured up front: instantiating a graph may wait for the GPU, which a peer's kernel
+    // sharing it could hold while it waits for this rank.
+    stream.begin_capture().map_err(|e| err(&e))?;
+    let captured = dispatch_and_combine(&buffer, case, &tensors, false, &stream);
+    let graph = stream.end_capture();
+    captured.map_err(|e| err(&e))?;
+    let graph = graph.map_err(|e| err(&e))?;
+    for (run, how) in ["eager", "hook", "graph replay 1", "graph replay 2"].iter().enumerate() {
+        for t in [&tensors.recv_x, &tensors.recv_src_info, &tensors.recv_layout_range, &tensors.combined_x] {
+            t.fill(0, t.len(), super::ep::POISON).map_err(|e| err(&e))?;
+        }
+        comm.settle_before_launch().map_err(|e| err(&e))?;
+        match run {
+            0 | 1 => dispatch_and_combine(&buffer, case, &tensors, run == 1, &stream).map_err(|e| err(&e))?,
+            _ => graph.launch(&stream).map_err(|e| err(&e))?,
+        }
+        buffer.synchronize(&stream, "EP low-latency dispatch and combine").map_err(|e| err(&e))?;
+        let what = |name: &str| format!("{how}: {name}");
+        let count = download::<i32>(&tensors.recv_count, local).map_err(|e| err(&e))?;
+        compare(&what("recv_count"), &count, &mine.recv_count, |e| format!("local expert {e}"))?;
+        let stats = download::<i32>(&tensors.stats, local).map_err(|e| err(&e))?;
+        let want_stats: Vec<i32> = mine.recv_count.iter().map(|c| c * (run as i32 + 1)).collect();
+        compare(&what("cumulative_local_expert_recv_stats"), &stats, &want_stats, |e| format!("local expert {e}"))?;
+        let ranges = download::<i64>(&tensors.recv_layout_range, local * ranks).map_err(|e| err(&e))?;
+        compare(&what("layout_range"), &ranges, &mine.layout_range, |i| {
+            format!("local expert {} source rank {}", i / ranks, i % ranks)
+        })?;
+        let info = download::<i32>(&tensors.recv_src_info, local * rows).map_err(|e| err(&e))?;
+        let recv_x = download::<u8>(&tensors.recv_x, local * rows * row_bytes).map_err(|e| err(&e))?;
+        let recv_scales = match &tensors.recv_x_scales {
+            Some(s) => download::<u32>(s, local * rows * scales).map_err(|e| err(&e))?,
+            None => Vec::new(),
+        };
+        for le in 0..local {
+            for i in 0..mine.recv_count[le] as usize {
+                let (src, t) = (mine.src_rank[le * rows + i], mine.src_info[le * rows + i] as usize);
+                let place = format!("local expert {le} row {i} (rank {src} token {t})");
+                compare(&what("src_info"), &info[le * rows + i..][..1], &[t as i32], |_| place.clone())?;
+                let source = &world[src].x[t * case.hidden..(t + 1) * case.hidden];
+                let (want_row, want_scales): (Vec<u8>, Vec<u32>) = if case.fp8 {
+                    let q =
+                        model::quantize_token(&source.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), case.round_scale);
+                    (q.values, q.scales.iter().map(|s| s.to_bits()).collect())
+                } else {
+                    (source.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(), Vec::new())
+                };
+                let got_row = &recv_x[(le * rows + i) * row_bytes..][..row_bytes];
+                compare(&what("recv_x"), got_row, &want_row, |b| format!("byte {b} of {place}"))?;
+                let got_scales: Vec<u32> = (0..scales).map(|j| recv_scales[(le * scales + j) * rows + i]).collect();
+                compare(&what("recv_x_scales (f32 bits)"), &got_scales, &want_scales, |j| {
+                    format!("scale {j} of {place}")
+                })?;
+            }
+        }
+        let combined = download::<u16>(&tensors.combined_x, case.tokens[rank] * case.hidden).map_err(|e| err(&e))?;
+        compare(&what("combined_x (bf16 bits)"), &combined, &want_combined, |i| {
+            format!("token {} channel {}", i / case.hidden, i % case.hidden)
+        })?;
+    }
+    buffer.check().map_err(|e| err(&e))
+}

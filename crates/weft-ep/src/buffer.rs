@@ -1,0 +1,158 @@
+//! The EP buffer of one rank: its registered memory, every peer's mapped into this GPU, the
+//! kernels, and the configuration of the normal-mode kernels (DeepEP's `Buffer` and `Config`).
+
+use std::time::Duration;
+
+use weft_core::{Communicator, RegisteredMemory, RemoteMemory};
+use weft_gpu::{AllocKind, DeviceMemory, Stream};
+use weft_types::EpContext;
+
+use crate::error::EpError;
+use crate::launch::Kernels;
+use crate::region::{BufferLayout, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS};
+
+/// SMs of the normal-mode kernels unless a [`Config`] says otherwise (DeepEP's test setting).
+pub const DEFAULT_NUM_SMS: u32 = 24;
+
+/// DeepEP's `Config` as far as weft uses it: the SMs of a normal-mode dispatch or combine
+/// (even: a channel is one sending and one receiving SM). DeepEP's chunk sizes size its ring
+/// buffers; weft stages whole dispatches, so it has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// SMs of the kernel: an even number from 2 to `2 * MAX_CHANNELS`.
+    pub num_sms: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { num_sms: DEFAULT_NUM_SMS }
+    }
+}
+
+impl Config {
+    /// Channels of the kernel: half its SMs.
+    pub fn channels(&self) -> u32 {
+        self.num_sms / 2
+    }
+
+    pub(crate) fn check(&self, rank: usize) -> Result<(), EpError> {
+        if self.num_sms < 2 || !self.num_sms.is_multiple_of(2) || self.num_sms as usize > 2 * MAX_CHANNELS {
+            return Err(EpError::InvalidArgument {
+                rank,
+                argument: "config.num_sms",
+                detail: format!("{} (an even number from 2 to {})", self.num_sms, 2 * MAX_CHANNELS),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One rank's EP buffer; see the crate documentation for the calls it offers.
+#[derive(Debug)]
+pub struct Buffer {
+    pub(crate) comm: Communicator,
+    pub(crate) layout: BufferLayout,
+    pub(crate) context: EpContext,
+    pub(crate) kernels: Kernels,
+    /// `int32_t[1 + MAX_LOCAL_EXPERTS]`: what the last notify counted for this rank.
+    pub(crate) recv_counts: DeviceMemory,
+    _memory: RegisteredMemory,
+    _peers: Vec<RemoteMemory>,
+}
+
+impl Buffer {
+    /// The EP buffer of this rank with `num_nvl_bytes` of staging for the normal mode (see
+    /// [`crate::nvl_bytes_hint`]) and `num_rdma_bytes` for the low-latency mode (see
+    /// [`crate::low_latency_rdma_size_hint`]; weft reaches every peer over NVLink, the name is
+    /// DeepEP's). Collective: every rank calls it with the same sizes. Every peer must be
+    /// mappable (one node, or one virtual node).
+    pub fn new(comm: &Communicator, num_nvl_bytes: usize, num_rdma_bytes: usize) -> Result<Self, EpError> {
+        let (rank, ranks) = (comm.rank(), comm.world_size());
+        let gpu = |source| EpError::Gpu { rank, source };
+        if ranks > MAX_RANKS {
+            return Err(EpError::Unsupported { rank, detail: format!("{ranks} ranks (at most {MAX_RANKS})") });
+        }
+        if let Some((peer, reason)) = (0..ranks).find_map(|p| comm.can_map(p).err().map(|e| (p, e))) {
+            return Err(EpError::Unsupported {
+                rank,
+                detail: format!(
+                    "rank {peer} is not reachable over NVLink ({reason}); the normal and low-latency kernels need every peer mapped"
+                ),
+            });
+        }
+        let layout = BufferLayout::new(num_nvl_bytes.next_multiple_of(16), num_rdma_bytes.next_multiple_of(16));
+        let memory = comm.alloc(layout.total_bytes())?;
+        // Barrier tokens, sequences and signals start at zero; the data areas need no value.
+        memory.fill(0, layout.data_offset, 0).map_err(gpu)?;
+        let memory = comm.register(memory)?;
+        let mut ptrs = vec![memory.ptr(); ranks];
+        let mut peers = Vec::new();
+        for peer in (0..ranks).filter(|&p| p != rank) {
+            let remote = comm.connect_memory(peer, &memory)?;
+            ptrs[peer] = remote.ptr();
+            peers.push(remote);
+        }
+        let context = layout.context(&ptrs, rank, comm.wait_context(rank, None));
+        let kernels = Kernels::load(comm.device(), comm.env().cache_dir.clone()).map_err(gpu)?;
+        let recv_counts =
+            DeviceMemory::alloc(comm.device(), 4 * (1 + MAX_LOCAL_EXPERTS), AllocKind::Legacy).map_err(gpu)?;
+        comm.barrier()?;
+        Ok(Self { comm: comm.clone(), layout, context, kernels, recv_counts, _memory: memory, _peers: peers })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// Ranks of the group.
+    pub fn num_ranks(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    /// Staging bytes of the buffer (DeepEP's `num_nvl_bytes`, rounded up to 16).
+    pub fn num_nvl_bytes(&self) -> usize {
+        self.layout.data_bytes
+    }
+
+    /// The communicator the buffer was made on.
+    pub fn communicator(&self) -> &Communicator {
+        &self.comm
+    }
+
+    /// `Err` naming the rank, peer and phase if an EP kernel's wait gave up (the kernel exited
+    /// early; its outputs are incomplete).
+    pub fn check(&self) -> Result<(), EpError> {
+        Ok(self.comm.check_device()?)
+    }
+
+    /// Waits for `stream`, then [`Buffer::check`]. The bound is the kernels' own spin bound
+    /// plus a margin, so a stalled wait is reported by the kernel first.
+    pub fn synchronize(&self, stream: &Stream, what: &str) -> Result<(), EpError> {
+        let bound = self.comm.env().device_timeout + Duration::from_secs(5);
+        stream.wait_idle(bound, what).map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
+        self.check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bindings hold a buffer behind a shared reference from any thread.
+    #[test]
+    fn a_buffer_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Buffer>();
+    }
+
+    #[test]
+    fn configs_take_even_sm_counts_up_to_two_per_channel() {
+        assert!(Config::default().check(0).is_ok());
+        assert_eq!(Config::default().channels(), DEFAULT_NUM_SMS / 2);
+        for bad in [0, 1, 3, 2 * MAX_CHANNELS as u32 + 2] {
+            let err = Config { num_sms: bad }.check(3).unwrap_err().to_string();
+            assert!(err.contains("rank 3: config.num_sms"), "{err}");
+        }
+    }
+}

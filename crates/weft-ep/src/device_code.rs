@@ -1,0 +1,64 @@
+//! The EP kernels (`device/kernels/ep/`), embedded here, in the crate that launches them: one
+//! translation unit, `ep.cu`, includes every file and is compiled once into one module.
+
+use weft_core::device_code::{KernelSet, compiled_once};
+
+/// The translation unit of every EP kernel.
+pub const UNIT: &str = "ep.cu";
+
+/// Every EP kernel source.
+pub const KERNELS: KernelSet = KernelSet {
+    dir: "device/kernels/ep",
+    units: &[(UNIT, include_str!("../../../device/kernels/ep/ep.cu"))],
+    includes: &[
+        ("common.cuh", include_str!("../../../device/kernels/ep/common.cuh")),
+        ("layout.cu", include_str!("../../../device/kernels/ep/layout.cu")),
+        ("notify.cu", include_str!("../../../device/kernels/ep/notify.cu")),
+        ("dispatch.cu", include_str!("../../../device/kernels/ep/dispatch.cu")),
+        ("combine.cu", include_str!("../../../device/kernels/ep/combine.cu")),
+        ("low_latency.cu", include_str!("../../../device/kernels/ep/low_latency.cu")),
+    ],
+    variants: compiled_once,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_ep_source_in_the_tree_is_embedded() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(KERNELS.files_on_disk(&root).unwrap(), KERNELS.embedded_files());
+    }
+
+    #[test]
+    fn every_ep_kernel_compiles_for_sm_90() {
+        let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
+        assert_eq!(library.compile_every_variant("sm_90").unwrap(), 1);
+    }
+
+    /// The dispatch and combine kernels move every byte of a token through registers; a
+    /// run-time-indexed array or spill would put local memory on that path.
+    #[test]
+    fn the_ep_kernels_use_no_local_memory() {
+        let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
+        let kernels = library.resources(UNIT, "sm_90", &[]).unwrap();
+        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+        for name in [
+            "weft_ep_layout",
+            "weft_ep_notify",
+            "weft_ep_prologue",
+            "weft_ep_dispatch",
+            "weft_ep_combine",
+            "weft_ep_ll_dispatch_send",
+            "weft_ep_ll_dispatch_recv",
+            "weft_ep_ll_combine_send",
+            "weft_ep_ll_combine_recv",
+        ] {
+            assert!(names.contains(&name), "{name} missing from {names:?}");
+        }
+        for k in &kernels {
+            assert_eq!((k.stack_frame_bytes, k.spill_store_bytes), (0, 0), "{}: {k:?}", k.name);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Every launch of an EP kernel: grid shapes and argument lists in one place (the kernels'
+//! comments in `device/kernels/ep/` state the same shapes).
+
+use std::sync::Arc;
+
+use weft_core::KernelLibrary;
+use weft_gpu::{Device, GpuError, Kernel, KernelArgs, LaunchConfig, Stream};
+use weft_types::{
+    EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs,
+};
+
+use crate::device_code::{KERNELS, UNIT};
+
+/// Threads of a dispatch or combine block (`kChannelThreads`).
+pub(crate) const CHANNEL_THREADS: u32 = 512;
+/// Threads of a low-latency block (`kLlThreads`).
+const LL_THREADS: u32 = 512;
+/// Threads of the layout, notify and prologue blocks (`kSetupThreads`).
+const SETUP_THREADS: u32 = 256;
+/// Experts one layout block counts (`kLayoutExpertsPerBlock`).
+const LAYOUT_EXPERTS_PER_BLOCK: u32 = 64;
+
+/// The EP kernels, loaded on one device.
+#[derive(Debug)]
+pub(crate) struct Kernels {
+    layout: Kernel,
+    notify: Kernel,
+    prologue: Kernel,
+    dispatch: Kernel,
+    combine: Kernel,
+    ll_dispatch: [Kernel; 2],
+    ll_combine: [Kernel; 2],
+}
+
+/// The two kernels of a low-latency call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LlPhase {
+    /// Writes into the peers and signals.
+    Send = 0,
+    /// Waits for the peers' signals and produces the outputs (DeepEP's hook).
+    Recv = 1,
+}
+
+impl Kernels {
+    /// Compiles (or reads from the cache in `cache_dir`) and loads the EP module on `device`.
+    pub(crate) fn load(device: &Device, cache_dir: std::path::PathBuf) -> Result<Self, GpuError> {
+        let module = KernelLibrary::new(cache_dir, &KERNELS).load(device, UNIT)?.module;
+        let kernel = |name: &str| Arc::clone(&module).kernel(name);
+        Ok(Self {
+            layout: kernel("weft_ep_layout")?,
+            notify: kernel("weft_ep_notify")?,
+            prologue: kernel("weft_ep_prologue")?,
+            dispatch: kernel("weft_ep_dispatch")?,
+            combine: kernel("weft_ep_combine")?,
+            ll_dispatch: [kernel("weft_ep_ll_dispatch_send")?, kernel("weft_ep_ll_dispatch_recv")?],
+            ll_combine: [kernel("weft_ep_ll_combine_send")?, kernel("weft_ep_ll_combine_recv")?],
+        })
+    }
+
+    /// `weft_ep_layout`.
+    ///
+    /// # Safety
+    /// Every address in `a` must be valid for its shape until the kernel ends.
+    pub(crate) unsafe fn layout(&self, stream: &Stream, a: EpLayoutArgs) -> Result<(), GpuError> {
+        let grid = a.experts.div_ceil(LAYOUT_EXPERTS_PER_BLOCK) + 1;
+        let config = LaunchConfig { grid, block: SETUP_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpLayoutArgs) is the kernel's parameter list; addresses are the caller's contract.
+        unsafe { self.layout.launch(stream, config, KernelArgs::new().push(a)) }
+    }
+
+    /// `weft_ep_notify`.
+    ///
+    /// # Safety
+    /// `c` must address live EP buffers of every rank, and every address in `a` be valid for
+    /// its shape until the kernel ends.
+    pub(crate) unsafe fn notify(&self, stream: &Stream, c: EpContext, a: EpNotifyArgs) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 1 + c.ranks, block: SETUP_THREADS, shared_bytes: 4 * a.channels };
+        // SAFETY: (EpContext, EpNotifyArgs) is the kernel's parameter list; the rest is the
+        // caller's contract.
+        unsafe { self.notify.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_prologue`, resetting the dispatch counters (`dispatch`) or the combine tails.
+    ///
+    /// # Safety
+    /// `c` must address live EP buffers of every rank.
+    pub(crate) unsafe fn prologue(&self, stream: &Stream, c: EpContext, dispatch: bool) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 1, block: SETUP_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, uint32_t) is the kernel's parameter list; `c` is the caller's contract.
+        unsafe { self.prologue.launch(stream, config, KernelArgs::new().push(c).push(u32::from(dispatch))) }
+    }
+
+    /// `weft_ep_dispatch` on `2 * a.channels` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn dispatch(&self, stream: &Stream, c: EpContext, a: EpDispatchArgs) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 2 * a.channels, block: CHANNEL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpDispatchArgs) is the kernel's parameter list; the rest is the
+        // caller's contract.
+        unsafe { self.dispatch.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_combine` on `2 * a.channels` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn combine(&self, stream: &Stream, c: EpContext, a: EpCombineArgs) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 2 * a.channels, block: CHANNEL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpCombineArgs) is the kernel's parameter list; the rest is the
+        // caller's contract.
+        unsafe { self.combine.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_ll_dispatch_send` or `_recv` on `blocks` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn ll_dispatch(
+        &self,
+        stream: &Stream,
+        c: EpContext,
+        a: EpLlDispatchArgs,
+        blocks: u32,
+        phase: LlPhase,
+    ) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpLlDispatchArgs) is both kernels' parameter list; the rest is
+        // the caller's contract.
+        unsafe { self.ll_dispatch[phase as usize].launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+
+    /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for `a`'s addresses.
+    pub(crate) unsafe fn ll_combine(
+        &self,
+        stream: &Stream,
+        c: EpContext,
+        a: EpLlCombineArgs,
+        blocks: u32,
+        phase: LlPhase,
+    ) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
+        // SAFETY: (EpContext, EpLlCombineArgs) is both kernels' parameter list; the rest is
+        // the caller's contract.
+        unsafe { self.ll_combine[phase as usize].launch(stream, config, KernelArgs::new().push(c).push(a)) }
+    }
+}

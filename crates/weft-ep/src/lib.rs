@@ -1,0 +1,59 @@
+//! # weft-ep — MoE expert parallelism over NVLink
+//!
+//! **Owns:** token dispatch and combine for mixture-of-experts layers, as DeepEP V1's `Buffer`
+//! offers them: the layout of a routing, the normal (high-throughput) dispatch with its notify
+//! phase and its handle, the combine, the low-latency dispatch and combine for decoding (FP8
+//! cast in the kernel, fixed per-expert receive slots, send and receive kernels for DeepEP's
+//! hook, no host sync: CUDA-graph capturable), their device kernels (`device/kernels/ep/`, helpers in
+//! `device/include/weft/ep/`), the buffer they stage tokens in, and a CPU model of every result
+//! ([`model`]) that tests and `weft selftest --only ep` check the kernels against.
+//!
+//! **Must not:** call `cuMulticast*`, spin without a bound (every wait names the rank, the peer
+//! and the phase when it gives up), or synchronise with the host except where DeepEP does (the
+//! counts of a dispatch without a handle).
+//!
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`.
+//!
+//! ## API, mapped onto DeepEP's `deep_ep.Buffer`
+//!
+//! The raw layer ([`raw`]) takes device addresses, shapes and a stream (`unsafe`: the
+//! addresses are the caller's contract); bindings that hold tensors call it.
+//!
+//! | DeepEP | weft-ep |
+//! |---|---|
+//! | `Buffer(group, num_nvl_bytes, num_rdma_bytes)` | [`Buffer::new`] (collective) |
+//! | `Config(num_sms, …)` | [`Config`] (`num_sms`; weft stages whole dispatches, so no chunk sizes) |
+//! | `get_nvl_buffer_size_hint` | [`nvl_bytes_hint`] |
+//! | `get_dispatch_layout` | [`Buffer::get_dispatch_layout`] |
+//! | `dispatch` (no handle) | [`Buffer::notify_dispatch`], [`Buffer::recv_counts`] (host sync), [`Buffer::dispatch`] |
+//! | `dispatch(handle=…)` | [`Buffer::dispatch`] with `cached` (no host sync) |
+//! | `combine` | [`Buffer::combine`] |
+//! | `get_low_latency_rdma_size_hint` | [`low_latency_rdma_size_hint`] |
+//! | `low_latency_dispatch` | [`Buffer::low_latency_dispatch`] ([`low_latency`]; the hook: [`Buffer::low_latency_dispatch_recv`]) |
+//! | `low_latency_combine` | [`Buffer::low_latency_combine`] (the hook: [`Buffer::low_latency_combine_recv`]) |
+//! | the intranode handle tuple | [`raw::Handle`] (same six tensors, same order) |
+//!
+//! Semantics are DeepEP's: receive order by source rank, then token; `recv_topk_idx` holds
+//! local expert indices (-1 and weight 0 for other ranks' experts); combine sums each token's
+//! rows unweighted (the expert side weights them) after the optional biases, in increasing rank
+//! order in f32, so results are bitwise reproducible. DeepEP's `send_head` entries are ring
+//! positions; weft's are the token's position among the tokens sent to that rank (-1: none).
+//! Low-latency rows are packed per local expert by source rank, then token (DeepEP's order
+//! across ranks depends on arrival); the low-latency combine weights each row by its top-k
+//! weight, as DeepEP's does. Not offered: LogFMT, zero-copy combine, UE8M0 packed scales,
+//! the receive-cost statistics, and the shrink (fault-tolerance) masks.
+
+mod buffer;
+pub mod device_code;
+mod error;
+mod launch;
+pub mod low_latency;
+pub mod model;
+pub mod raw;
+mod region;
+
+pub use buffer::{Buffer, Config, DEFAULT_NUM_SMS};
+pub use error::EpError;
+pub use region::{
+    LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, low_latency_rdma_size_hint, nvl_bytes_hint,
+};

@@ -1,0 +1,268 @@
+//! The raw layer of the low-latency mode: DeepEP V1's `low_latency_dispatch` and
+//! `low_latency_combine` over device addresses, shapes and a stream. Each call is a send kernel
+//! and a receive kernel; with `return_recv_hook` only the send is launched and
+//! [`Buffer::low_latency_dispatch_recv`] / [`Buffer::low_latency_combine_recv`] are the hook.
+//! Nothing here synchronises with the host or allocates, so calls can be captured in CUDA
+//! graphs (the buffer halves and signal tags advance on the device).
+
+use weft_gpu::{DevicePtr, Stream};
+use weft_types::{EpLlCombineArgs, EpLlDispatchArgs};
+
+use crate::buffer::{Buffer, Config};
+use crate::error::EpError;
+use crate::launch::LlPhase;
+use crate::raw::{MAX_TOPK, RoutingShape};
+use crate::region::{LL_MAX_EXPERTS, LlRegions};
+
+/// The sizes of a low-latency call, the same on every rank but `tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlShape {
+    /// This rank's tokens, top-k and the group's experts.
+    pub routing: RoutingShape,
+    /// Channels per token (a multiple of 128; of 512 with FP8, as DeepEP requires).
+    pub hidden: usize,
+    /// `num_max_dispatch_tokens_per_rank`: at least every rank's tokens.
+    pub max_tokens: usize,
+}
+
+/// `low_latency_dispatch`'s tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlDispatchTensors {
+    /// `bf16[tokens][hidden]`.
+    pub x: DevicePtr,
+    /// `int64[tokens][topk]`.
+    pub topk_idx: DevicePtr,
+    /// Out: `[local experts][ranks * max_tokens][hidden]`, E4M3 with `use_fp8`, else BF16.
+    pub recv_x: DevicePtr,
+    /// Out with `use_fp8`: `float[local experts][hidden / 128][ranks * max_tokens]` (DeepEP's
+    /// column-major scales).
+    pub recv_x_scales: Option<DevicePtr>,
+    /// Out: `int32[local experts]`.
+    pub recv_count: DevicePtr,
+    /// Out (handle): `int32[local experts][ranks * max_tokens]` source token of each row.
+    pub recv_src_info: DevicePtr,
+    /// Out (handle): `int64[local experts][ranks]`, `first row << 32 | rows`.
+    pub recv_layout_range: DevicePtr,
+    /// In/out: `int32[local experts]` rows received so far.
+    pub cumulative_local_expert_recv_stats: Option<DevicePtr>,
+}
+
+/// `low_latency_combine`'s tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlCombineTensors {
+    /// `bf16[local experts][ranks * max_tokens][hidden]` in the dispatch's packed order.
+    pub x: DevicePtr,
+    /// `int64[tokens][topk]` (the dispatch's).
+    pub topk_idx: DevicePtr,
+    /// `float[tokens][topk]`.
+    pub topk_weights: DevicePtr,
+    /// Handle: the dispatch's `recv_src_info`.
+    pub src_info: DevicePtr,
+    /// Handle: the dispatch's `recv_layout_range`.
+    pub layout_range: DevicePtr,
+    /// Out: `bf16[tokens][hidden]`.
+    pub combined_x: DevicePtr,
+}
+
+impl Buffer {
+    fn ll_regions(&self, shape: &LlShape) -> Result<LlRegions, EpError> {
+        let rank = self.rank();
+        let invalid = |argument, detail: String| EpError::InvalidArgument { rank, argument, detail };
+        let RoutingShape { tokens, topk, num_experts } = shape.routing;
+        if num_experts == 0 || !num_experts.is_multiple_of(self.num_ranks()) || num_experts > LL_MAX_EXPERTS {
+            return Err(invalid(
+                "num_experts",
+                format!("{num_experts} (a multiple of the ranks, at most {LL_MAX_EXPERTS})"),
+            ));
+        }
+        if topk == 0 || topk > MAX_TOPK {
+            return Err(invalid("topk_idx", format!("{topk} experts per token (1 to {MAX_TOPK})")));
+        }
+        if tokens > shape.max_tokens || shape.max_tokens > i32::MAX as usize / self.num_ranks() {
+            return Err(invalid(
+                "num_max_dispatch_tokens_per_rank",
+                format!("{} for {tokens} tokens", shape.max_tokens),
+            ));
+        }
+        if shape.hidden == 0 || !shape.hidden.is_multiple_of(128) {
+            return Err(invalid("x", format!("hidden {} (a multiple of 128)", shape.hidden)));
+        }
+        let regions = LlRegions::new(self.layout.ll_offset, shape.max_tokens, shape.hidden, num_experts);
+        if regions.bytes > self.layout.ll_bytes {
+            let detail = format!("{} bytes for this call; the buffer has {}", regions.bytes, self.layout.ll_bytes);
+            return Err(invalid("num_rdma_bytes", detail));
+        }
+        Ok(regions)
+    }
+
+    /// `low_latency_dispatch`: sends every (token, expert) pair to the expert's rank (cast to
+    /// FP8 with `use_fp8`, power-of-two scales with `round_scale`) and, unless
+    /// `return_recv_hook`, receives this rank's rows at once; with it, call
+    /// [`Buffer::low_latency_dispatch_recv`] later with the same arguments (the hook).
+    /// Collective: every rank makes the same low-latency calls in the same order.
+    ///
+    /// # Safety
+    /// Every address must hold a tensor of its documented shape on this rank's GPU, valid until
+    /// the work on `stream` is done.
+    #[allow(clippy::too_many_arguments)] // DeepEP's argument list
+    pub unsafe fn low_latency_dispatch(
+        &self,
+        t: &LlDispatchTensors,
+        shape: &LlShape,
+        use_fp8: bool,
+        round_scale: bool,
+        config: Config,
+        return_recv_hook: bool,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, LlPhase::Send, stream)?;
+            if !return_recv_hook {
+                self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, LlPhase::Recv, stream)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The receive half of [`Buffer::low_latency_dispatch`] with `return_recv_hook` (DeepEP's
+    /// hook), with the same arguments.
+    ///
+    /// # Safety
+    /// As [`Buffer::low_latency_dispatch`].
+    pub unsafe fn low_latency_dispatch_recv(
+        &self,
+        t: &LlDispatchTensors,
+        shape: &LlShape,
+        use_fp8: bool,
+        config: Config,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.ll_dispatch_phase(t, shape, use_fp8, false, config, LlPhase::Recv, stream) }
+    }
+
+    #[allow(clippy::too_many_arguments)] // one phase of the call above
+    unsafe fn ll_dispatch_phase(
+        &self,
+        t: &LlDispatchTensors,
+        shape: &LlShape,
+        use_fp8: bool,
+        round_scale: bool,
+        config: Config,
+        phase: LlPhase,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        let rank = self.rank();
+        let regions = self.ll_regions(shape)?;
+        if use_fp8 != t.recv_x_scales.is_some() {
+            let detail = "given exactly when use_fp8".to_string();
+            return Err(EpError::InvalidArgument { rank, argument: "recv_x_scales", detail });
+        }
+        config.check(rank)?;
+        let RoutingShape { tokens, topk, num_experts } = shape.routing;
+        let a = EpLlDispatchArgs {
+            x: t.x,
+            topk_idx: t.topk_idx,
+            recv_x: t.recv_x,
+            recv_x_scales: t.recv_x_scales.unwrap_or(0),
+            recv_count: t.recv_count,
+            recv_src_info: t.recv_src_info,
+            recv_layout_range: t.recv_layout_range,
+            cumulative_recv_stats: t.cumulative_local_expert_recv_stats.unwrap_or(0),
+            state_offset: self.layout.ll_state as u64,
+            signal_offset: self.layout.ll_signals as u64,
+            data_offset: regions.dispatch_offset as u64,
+            data_half_bytes: regions.dispatch_half_bytes as u64,
+            message_bytes: regions.message_bytes as u64,
+            tokens: tokens as u32,
+            hidden: shape.hidden as u32,
+            topk: topk as u32,
+            experts: num_experts as u32,
+            max_tokens: shape.max_tokens as u32,
+            fp8: u32::from(use_fp8),
+            round_scale: u32::from(round_scale),
+            reserved: 0,
+        };
+        // SAFETY: the context addresses this buffer and its peers' (alive as long as `self`);
+        // the regions were checked to fit the low-latency area; the rest is the caller's
+        // contract.
+        unsafe { self.kernels.ll_dispatch(stream, self.context, a, config.num_sms, phase) }
+            .map_err(|source| EpError::Gpu { rank, source })
+    }
+
+    /// `low_latency_combine`: sends every row of `t.x` back to its token's rank, which sums
+    /// each token's rows weighted by its top-k weights (`fma` per slot in slot order in f32,
+    /// rounded once to BF16). `return_recv_hook` as in [`Buffer::low_latency_dispatch`].
+    /// Collective.
+    ///
+    /// # Safety
+    /// As [`Buffer::low_latency_dispatch`].
+    pub unsafe fn low_latency_combine(
+        &self,
+        t: &LlCombineTensors,
+        shape: &LlShape,
+        config: Config,
+        return_recv_hook: bool,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            self.ll_combine_phase(t, shape, config, LlPhase::Send, stream)?;
+            if !return_recv_hook {
+                self.ll_combine_phase(t, shape, config, LlPhase::Recv, stream)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The receive half of [`Buffer::low_latency_combine`] with `return_recv_hook`.
+    ///
+    /// # Safety
+    /// As [`Buffer::low_latency_dispatch`].
+    pub unsafe fn low_latency_combine_recv(
+        &self,
+        t: &LlCombineTensors,
+        shape: &LlShape,
+        config: Config,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.ll_combine_phase(t, shape, config, LlPhase::Recv, stream) }
+    }
+
+    unsafe fn ll_combine_phase(
+        &self,
+        t: &LlCombineTensors,
+        shape: &LlShape,
+        config: Config,
+        phase: LlPhase,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        let rank = self.rank();
+        let regions = self.ll_regions(shape)?;
+        config.check(rank)?;
+        let RoutingShape { tokens, topk, num_experts } = shape.routing;
+        let a = EpLlCombineArgs {
+            x: t.x,
+            topk_idx: t.topk_idx,
+            topk_weights: t.topk_weights,
+            src_info: t.src_info,
+            layout_range: t.layout_range,
+            combined_x: t.combined_x,
+            state_offset: self.layout.ll_state as u64,
+            signal_offset: (self.layout.ll_signals + 2 * LL_MAX_EXPERTS * 8) as u64,
+            data_offset: regions.combine_offset as u64,
+            data_half_bytes: regions.combine_half_bytes as u64,
+            tokens: tokens as u32,
+            hidden: shape.hidden as u32,
+            topk: topk as u32,
+            experts: num_experts as u32,
+            max_tokens: shape.max_tokens as u32,
+            reserved: 0,
+        };
+        // SAFETY: as in `ll_dispatch_phase`.
+        unsafe { self.kernels.ll_combine(stream, self.context, a, config.num_sms, phase) }
+            .map_err(|source| EpError::Gpu { rank, source })
+    }
+}

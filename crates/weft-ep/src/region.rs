@@ -1,0 +1,242 @@
+//! Where each region of a rank's EP buffer lies and how many tokens its staging area holds:
+//! the one place these numbers are computed. Kernels receive them through `EpContext`.
+//!
+//! A buffer is the metadata (barrier tokens, count tables, channel words and tails, each with
+//! a row per rank) followed by the staging area: `num_nvl_bytes` split into one region per rank
+//! that writes into it (a dispatch's source, a combine's expert side), each a whole number of
+//! slots of one token.
+
+use weft_types::{EpContext, WaitContext};
+
+/// Most ranks of an EP group.
+pub const MAX_RANKS: usize = 8;
+/// Most channels of a normal-mode kernel (half its SMs).
+pub const MAX_CHANNELS: usize = 128;
+/// Most experts on one rank.
+pub const MAX_LOCAL_EXPERTS: usize = 1024;
+/// Most experts of a low-latency call (the signal tables' rows).
+pub const LL_MAX_EXPERTS: usize = 1024;
+/// Start alignment of every region.
+const ALIGN: usize = 256;
+
+/// Offsets of the regions of an EP buffer (the same on every rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BufferLayout {
+    barrier: usize,
+    expected: usize,
+    rank_counts: usize,
+    expert_counts: usize,
+    channel_info: usize,
+    dispatch_tail: usize,
+    combine_tail: usize,
+    /// `uint64_t[8]`: low-latency phase sequences and block counters.
+    pub(crate) ll_state: usize,
+    /// `uint64_t[4][LL_MAX_EXPERTS]`: low-latency dispatch counts (two halves), then combine
+    /// flags (two halves).
+    pub(crate) ll_signals: usize,
+    /// Start of the staging area.
+    pub(crate) data_offset: usize,
+    /// Bytes of the staging area.
+    pub(crate) data_bytes: usize,
+    /// Start of the low-latency area (after the staging area).
+    pub(crate) ll_offset: usize,
+    /// Bytes of the low-latency area (DeepEP's `num_rdma_bytes`).
+    pub(crate) ll_bytes: usize,
+}
+
+impl BufferLayout {
+    /// The layout of a buffer with `data_bytes` of staging (DeepEP's `num_nvl_bytes`) and
+    /// `ll_bytes` for the low-latency mode (DeepEP's `num_rdma_bytes`).
+    pub(crate) fn new(data_bytes: usize, ll_bytes: usize) -> Self {
+        let mut at = 0;
+        let mut region = |bytes: usize| {
+            let start = at;
+            at = (at + bytes).next_multiple_of(ALIGN);
+            start
+        };
+        let table = MAX_RANKS * MAX_CHANNELS * 8;
+        Self {
+            barrier: region(MAX_RANKS * 8),
+            expected: region(MAX_RANKS * 8),
+            rank_counts: region(MAX_RANKS * MAX_RANKS * 4),
+            expert_counts: region(MAX_RANKS * MAX_LOCAL_EXPERTS * 4),
+            channel_info: region(table),
+            dispatch_tail: region(table),
+            combine_tail: region(table),
+            ll_state: region(8 * 8),
+            ll_signals: region(4 * LL_MAX_EXPERTS * 8),
+            data_offset: region(data_bytes),
+            data_bytes,
+            ll_offset: region(ll_bytes),
+            ll_bytes,
+        }
+    }
+
+    /// Bytes of the whole buffer.
+    pub(crate) fn total_bytes(&self) -> usize {
+        self.ll_offset + self.ll_bytes
+    }
+
+    /// The kernels' view of this layout for `rank` of `ranks`, with `peers[r]` rank r's buffer.
+    pub(crate) fn context(&self, peers: &[u64], rank: usize, wait: WaitContext) -> EpContext {
+        let mut table = [0u64; MAX_RANKS];
+        table[..peers.len()].copy_from_slice(peers);
+        EpContext {
+            peers: table,
+            wait,
+            barrier_offset: self.barrier as u64,
+            expected_offset: self.expected as u64,
+            rank_counts_offset: self.rank_counts as u64,
+            expert_counts_offset: self.expert_counts as u64,
+            channel_info_offset: self.channel_info as u64,
+            dispatch_tail_offset: self.dispatch_tail as u64,
+            combine_tail_offset: self.combine_tail as u64,
+            data_offset: self.data_offset as u64,
+            data_bytes: self.data_bytes as u64,
+            rank: rank as u32,
+            ranks: peers.len() as u32,
+            max_channels: MAX_CHANNELS as u32,
+            max_local_experts: MAX_LOCAL_EXPERTS as u32,
+        }
+    }
+}
+
+/// Slots of the staging area for one kind of transfer: one region per writing rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Staging {
+    /// Bytes of one token's slot (a 16-byte multiple).
+    pub(crate) slot_bytes: usize,
+    /// Tokens a region holds: the most tokens a rank may dispatch.
+    pub(crate) capacity: usize,
+    /// Bytes of one region.
+    pub(crate) region_bytes: usize,
+}
+
+impl Staging {
+    fn new(data_bytes: usize, ranks: usize, slot_bytes: usize) -> Self {
+        let slot_bytes = slot_bytes.next_multiple_of(16);
+        let capacity = data_bytes / (ranks.max(1) * slot_bytes);
+        Self { slot_bytes, capacity, region_bytes: capacity * slot_bytes }
+    }
+
+    /// Dispatch: the payload, `num_scales` f32 scales, `topk` int32 indices and f32 weights,
+    /// and the int32 source index (device/kernels/ep/dispatch.cu, `StagedToken`).
+    pub(crate) fn dispatch(
+        data_bytes: usize,
+        ranks: usize,
+        hidden_bytes: usize,
+        num_scales: usize,
+        topk: usize,
+    ) -> Self {
+        Self::new(data_bytes, ranks, hidden_bytes + 4 * num_scales + 8 * topk + 4)
+    }
+
+    /// Combine: the BF16 row and `topk` f32 weights.
+    pub(crate) fn combine(data_bytes: usize, ranks: usize, hidden: usize, topk: usize) -> Self {
+        Self::new(data_bytes, ranks, 2 * hidden + 4 * topk)
+    }
+}
+
+/// Where a low-latency call's regions lie for one `(max_tokens, hidden, experts)`: dispatch
+/// messages `[half][local expert][source rank][max_tokens]`, then combine rows
+/// `[half][expert][max_tokens]`, in the buffer's low-latency area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LlRegions {
+    /// Bytes of one dispatch message: header, payload (BF16, or FP8 and its scales).
+    pub(crate) message_bytes: usize,
+    pub(crate) dispatch_offset: usize,
+    pub(crate) dispatch_half_bytes: usize,
+    pub(crate) combine_offset: usize,
+    pub(crate) combine_half_bytes: usize,
+    /// Bytes the two use together.
+    pub(crate) bytes: usize,
+}
+
+impl LlRegions {
+    pub(crate) fn new(ll_offset: usize, max_tokens: usize, hidden: usize, experts: usize) -> Self {
+        let message_bytes = (16 + (2 * hidden).max(hidden + 4 * hidden.div_ceil(128))).next_multiple_of(16);
+        let dispatch_half_bytes = experts * max_tokens * message_bytes;
+        let combine_half_bytes = experts * max_tokens * 2 * hidden;
+        let combine_offset = ll_offset + 2 * dispatch_half_bytes;
+        let bytes = 2 * (dispatch_half_bytes + combine_half_bytes);
+        Self {
+            message_bytes,
+            dispatch_offset: ll_offset,
+            dispatch_half_bytes,
+            combine_offset,
+            combine_half_bytes,
+            bytes,
+        }
+    }
+}
+
+/// DeepEP's `get_low_latency_rdma_size_hint`: the low-latency bytes (`num_rdma_bytes`) for
+/// `num_max_dispatch_tokens_per_rank` tokens of `hidden` channels over `num_experts` experts
+/// (`num_ranks` does not change it: every expert has its slots on its own rank).
+pub fn low_latency_rdma_size_hint(
+    num_max_dispatch_tokens_per_rank: usize,
+    hidden: usize,
+    _num_ranks: usize,
+    num_experts: usize,
+) -> usize {
+    LlRegions::new(0, num_max_dispatch_tokens_per_rank, hidden, num_experts).bytes
+}
+
+/// Staging bytes (`num_nvl_bytes`) for dispatching up to `max_tokens` tokens per rank of
+/// `hidden` channels (BF16, or FP8 with a scale per 128 channels) with `topk` experts over
+/// `ranks` ranks, and combining them back.
+pub fn nvl_bytes_hint(max_tokens: usize, hidden: usize, topk: usize, ranks: usize) -> usize {
+    let bf16 = Staging::dispatch(0, ranks, 2 * hidden, 0, topk).slot_bytes;
+    let fp8 = Staging::dispatch(0, ranks, hidden, hidden.div_ceil(128), topk).slot_bytes;
+    let combine = Staging::combine(0, ranks, hidden, topk).slot_bytes;
+    ranks * max_tokens * bf16.max(fp8).max(combine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_aligned_disjoint_and_in_order() {
+        let l = BufferLayout::new(1 << 20, 4096);
+        let starts = [
+            l.barrier,
+            l.expected,
+            l.rank_counts,
+            l.expert_counts,
+            l.channel_info,
+            l.dispatch_tail,
+            l.combine_tail,
+            l.ll_state,
+            l.ll_signals,
+            l.data_offset,
+            l.ll_offset,
+        ];
+        assert!(starts.iter().all(|s| s % ALIGN == 0));
+        assert!(starts.windows(2).all(|w| w[0] < w[1]));
+        assert!(l.dispatch_tail - l.channel_info >= MAX_RANKS * MAX_CHANNELS * 8);
+        assert_eq!(l.total_bytes(), l.ll_offset + 4096);
+        assert!(l.ll_offset >= l.data_offset + (1 << 20));
+    }
+
+    #[test]
+    fn low_latency_regions_match_deepeps_message_size() {
+        // DeepEP: 16-byte header + max(2H, H + H/128 * 4) = 14352 bytes for H = 7168.
+        let r = LlRegions::new(1000, 128, 7168, 256);
+        assert_eq!(r.message_bytes, 14352);
+        assert_eq!(r.combine_offset, 1000 + 2 * 256 * 128 * 14352);
+        assert_eq!(low_latency_rdma_size_hint(128, 7168, 8, 256), 2 * 256 * 128 * (14352 + 14336));
+    }
+
+    #[test]
+    fn the_hint_fits_the_largest_dispatch_of_every_payload() {
+        let (tokens, hidden, topk, ranks) = (4096, 7168, 8, 2);
+        let bytes = nvl_bytes_hint(tokens, hidden, topk, ranks);
+        assert!(Staging::dispatch(bytes, ranks, 2 * hidden, 0, topk).capacity >= tokens);
+        assert!(Staging::dispatch(bytes, ranks, hidden, hidden / 128, topk).capacity >= tokens);
+        assert!(Staging::combine(bytes, ranks, hidden, topk).capacity >= tokens);
+        let s = Staging::dispatch(bytes, ranks, 2 * hidden, 0, topk);
+        assert_eq!(s.slot_bytes, (2 * 7168 + 64 + 4usize).next_multiple_of(16));
+        assert!(ranks * s.region_bytes <= bytes);
+    }
+}

@@ -1,0 +1,114 @@
+// Normal-mode combine. The rank holding a token's experts sends its row back to the token's
+// rank, into the slot dispatch's send head names; the token's rank sums its rows in
+// increasing rank order in f32 (after the biases) and rounds once to BF16, so the result is
+// the same bits on every run (and equals weft-ep's CPU model).
+#include "common.cuh"
+
+/// Sender of channel `channel` back to rank `dst`: the rows dispatch received from `dst`'s
+/// channel `channel`, taken in turn by the group's `members` warps, each batch published
+/// (group sync, then one release store) like dispatch's.
+__device__ __forceinline__ void send_rows(const EpContext& c, const EpCombineArgs& a, uint32_t channel, uint32_t dst,
+                                          uint32_t member, uint32_t members, uint32_t lane) {
+  const int* rank_prefix = reinterpret_cast<const int*>(a.rank_prefix_matrix);
+  const int* starts = reinterpret_cast<const int*>(a.recv_channel_prefix_matrix) + dst * a.channels;
+  const uint32_t segment = dst == 0 ? 0 : uint32_t(rank_prefix[(dst - 1) * c.ranks + c.rank]);
+  const uint32_t first = uint32_t(starts[channel]);
+  const uint32_t end = channel + 1 < a.channels ? uint32_t(starts[channel + 1]) : uint32_t(rank_prefix[dst * c.ranks + c.rank]);
+  const uint32_t row_bytes = 2 * a.hidden, batch = 4 * members;
+  char* region = staging(c, dst) + c.rank * a.region_bytes;
+  for (uint32_t b = first; b < end; b += batch) {
+    const uint32_t stop = min(b + batch, end);
+    for (uint32_t row = b + member; row < stop; row += members) {
+      char* slot = region + uint64_t(row - segment) * a.slot_bytes;
+      warp_copy<true>(slot, reinterpret_cast<const char*>(a.x) + uint64_t(row) * row_bytes, row_bytes, lane);
+      if (lane < a.topk && a.topk_weights != 0) {
+        reinterpret_cast<float*>(slot + row_bytes)[lane] = reinterpret_cast<const float*>(a.topk_weights)[uint64_t(row) * a.topk + lane];
+      }
+    }
+    group_sync(1 + dst, members * 32);
+    if (member == 0 && lane == 0) ptx::st_release_sys(combine_tail(c, dst, c.rank, channel), stop - first);
+  }
+}
+
+/// Sums 8 BF16 values of `src` into `acc`.
+__device__ __forceinline__ void add_bf16x8(float (&acc)[8], int4 v) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    acc[2 * i] += f.x;
+    acc[2 * i + 1] += f.y;
+  }
+}
+
+/// Receiver of channel `channel`: each warp takes this rank's tokens of the channel in turn,
+/// waits until every rank holding one of them has published its row (lane r watches rank r),
+/// then sums.
+__device__ __forceinline__ void reduce_tokens(const EpContext& c, const EpCombineArgs& a, uint32_t channel,
+                                              uint32_t warp, uint32_t lane) {
+  const TokenRange tokens = channel_tokens(a.tokens, a.channels, channel);
+  const int* send_head = reinterpret_cast<const int*>(a.send_head);
+  const int* prefix = reinterpret_cast<const int*>(a.channel_prefix_matrix);
+  const uint32_t chunks = a.hidden / 8, row_bytes = 2 * a.hidden;
+  uint64_t published = 0;  // lane r: rank r's last published count for this channel
+  for (uint32_t t = tokens.begin + warp; t < tokens.end; t += kChannelWarps) {
+    int head = -1;
+    bool ok = true;
+    if (lane < c.ranks) {
+      head = send_head[uint64_t(t) * c.ranks + lane];
+      const uint64_t need = head < 0 ? 0 : uint64_t(head - (channel == 0 ? 0 : prefix[lane * a.channels + channel - 1])) + 1;
+      if (published < need) {
+        published = acquire_at_least(combine_tail(c, c.rank, lane, channel), need, c, lane, WaitOp::EpCombineTail);
+        ok = published >= need;
+      }
+    }
+    if (!__all_sync(~0u, ok)) return;
+    __syncwarp();  // the lanes' acquires order every lane's reads of the rows
+    // Indexed only by unrolled loop counters, so the pointers stay in registers.
+    const char* slots[kMaxRanks];
+#pragma unroll
+    for (uint32_t r = 0; r < kMaxRanks; ++r) {
+      const int h = __shfl_sync(~0u, head, r);
+      slots[r] = r < c.ranks && h >= 0 ? staging(c, c.rank) + r * a.region_bytes + uint64_t(h) * a.slot_bytes : nullptr;
+    }
+    const int4* bias0 = reinterpret_cast<const int4*>(a.bias0 + uint64_t(t) * row_bytes);
+    const int4* bias1 = reinterpret_cast<const int4*>(a.bias1 + uint64_t(t) * row_bytes);
+    int4* out = reinterpret_cast<int4*>(a.combined_x + uint64_t(t) * row_bytes);
+    for (uint32_t j = lane; j < chunks; j += 32) {
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (a.bias0 != 0) add_bf16x8(acc, load_input(bias0 + j));
+      if (a.bias1 != 0) add_bf16x8(acc, load_input(bias1 + j));
+#pragma unroll
+      for (uint32_t r = 0; r < kMaxRanks; ++r) {
+        if (slots[r] != nullptr) add_bf16x8(acc, load_staged(reinterpret_cast<const int4*>(slots[r]) + j));
+      }
+      int4 v;
+      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+      out[j] = v;
+    }
+    if (lane < a.topk && a.combined_topk_weights != 0) {
+      float w = 0.f;
+#pragma unroll
+      for (uint32_t r = 0; r < kMaxRanks; ++r) {
+        if (slots[r] != nullptr) w += reinterpret_cast<const float*>(slots[r] + row_bytes)[lane];
+      }
+      reinterpret_cast<float*>(a.combined_topk_weights)[uint64_t(t) * a.topk + lane] = w;
+    }
+  }
+}
+
+// Grid: 2 x channels blocks of kChannelThreads; block 2c sends channel c's rows back (its
+// warps split into one group per rank, as in dispatch), block 2c + 1 reduces this rank's
+// tokens of channel c (every warp). Senders never wait.
+extern "C" __global__ void __launch_bounds__(kChannelThreads, 1) weft_ep_combine(EpContext c, EpCombineArgs a) {
+  const uint32_t channel = blockIdx.x / 2, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (blockIdx.x % 2 == 1) {
+    reduce_tokens(c, a, channel, warp, lane);
+    return;
+  }
+  const uint32_t members = kChannelWarps / c.ranks;
+  const uint32_t peer = warp / members, member = warp % members;
+  if (peer < c.ranks) send_rows(c, a, channel, peer, member, members, lane);
+}

@@ -1,0 +1,133 @@
+// Normal-mode dispatch. Every token goes, whole, once to each rank holding one of its experts:
+// the sender writes it into that rank's staging area at its final position among the tokens
+// from this rank (the staging area is sized for every rank's largest dispatch, so nothing
+// waits for room), and the receiver copies it out to the caller's tensors in DeepEP's receive
+// order (source rank, channel, token).
+#include "common.cuh"
+
+/// A staged token: payload, then f32 scales, then int32 local expert indices, float weights,
+/// and the int32 source token index (the slot is a 16-byte multiple).
+struct StagedToken {
+  uint32_t scales, topk_idx, weights, src_idx;
+  __device__ __forceinline__ explicit StagedToken(const EpDispatchArgs& a)
+      : scales(a.hidden_bytes),
+        topk_idx(a.hidden_bytes + 4 * a.num_scales),
+        weights(topk_idx + 4 * a.topk),
+        src_idx(weights + 4 * a.topk) {}
+};
+
+/// Writes token `t` into `slot` (in rank `dst`'s staging area) with its experts as `dst`'s
+/// local indices (-1 and weight 0 for the experts `dst` does not hold). Called by: one warp.
+__device__ __forceinline__ void stage_token(const EpContext& c, const EpDispatchArgs& a, uint32_t t, char* slot,
+                                            uint32_t dst, uint32_t lane) {
+  const StagedToken s(a);
+  warp_copy<true>(slot, reinterpret_cast<const char*>(a.x) + uint64_t(t) * a.hidden_bytes, a.hidden_bytes, lane);
+  const float* scales = reinterpret_cast<const float*>(a.x_scales);
+  for (uint32_t i = lane; i < a.num_scales; i += 32) {
+    reinterpret_cast<float*>(slot + s.scales)[i] = scales[uint64_t(t) * a.scale_token_stride + uint64_t(i) * a.scale_hidden_stride];
+  }
+  if (lane < a.topk) {
+    const int64_t local = a.experts / c.ranks, first = int64_t(dst) * local;
+    const int64_t e = reinterpret_cast<const int64_t*>(a.topk_idx)[uint64_t(t) * a.topk + lane];
+    const bool mine = e >= first && e < first + local;
+    const float w = a.topk_weights != 0 ? reinterpret_cast<const float*>(a.topk_weights)[uint64_t(t) * a.topk + lane] : 0.f;
+    reinterpret_cast<int*>(slot + s.topk_idx)[lane] = mine ? int(e - first) : -1;
+    reinterpret_cast<float*>(slot + s.weights)[lane] = mine ? w : 0.f;
+  }
+  if (lane == 0) *reinterpret_cast<int*>(slot + s.src_idx) = int(t);
+}
+
+/// Copies staged token `slot` out to received row `row`. Called by: one warp.
+__device__ __forceinline__ void unstage_token(const EpDispatchArgs& a, const char* slot, uint64_t row, uint32_t lane) {
+  const StagedToken s(a);
+  warp_copy<false>(reinterpret_cast<char*>(a.recv_x) + row * a.hidden_bytes, slot, a.hidden_bytes, lane);
+  if (a.recv_x_scales != 0) {
+    float* out = reinterpret_cast<float*>(a.recv_x_scales);
+    for (uint32_t i = lane; i < a.num_scales; i += 32) {
+      out[row * a.recv_scale_token_stride + uint64_t(i) * a.recv_scale_hidden_stride] =
+          reinterpret_cast<const float*>(slot + s.scales)[i];
+    }
+  }
+  if (lane < a.topk && a.recv_topk_idx != 0) {
+    reinterpret_cast<int64_t*>(a.recv_topk_idx)[row * a.topk + lane] = reinterpret_cast<const int*>(slot + s.topk_idx)[lane];
+  }
+  if (lane < a.topk && a.recv_topk_weights != 0) {
+    reinterpret_cast<float*>(a.recv_topk_weights)[row * a.topk + lane] = reinterpret_cast<const float*>(slot + s.weights)[lane];
+  }
+  if (lane == 0) reinterpret_cast<int*>(a.recv_src_idx)[row] = *reinterpret_cast<const int*>(slot + s.src_idx);
+}
+
+/// Sender of channel `channel` to rank `dst`: the `members` warps of the group take the
+/// channel's tokens for `dst` in turn; after each batch the group syncs and one thread
+/// publishes the count (release), so a published count covers every token before it.
+__device__ __forceinline__ void send_channel(const EpContext& c, const EpDispatchArgs& a, uint32_t channel,
+                                             uint32_t dst, uint32_t member, uint32_t members, uint32_t lane) {
+  const TokenRange tokens = channel_tokens(a.tokens, a.channels, channel);
+  const int* prefix = reinterpret_cast<const int*>(a.channel_prefix_matrix) + dst * a.channels;
+  const uint32_t start = channel == 0 ? 0 : uint32_t(prefix[channel - 1]);
+  const uint32_t count = uint32_t(prefix[channel]) - start;
+  const bool leader = member == 0 && lane == 0;
+  if (leader) ptx::st_release_sys(channel_word(c, dst, c.rank, channel), kChannelWordValid | uint64_t(count) << 32 | start);
+  char* region = staging(c, dst) + c.rank * a.region_bytes;
+  const bool* in_rank = reinterpret_cast<const bool*>(a.is_token_in_rank);
+  int* send_head = reinterpret_cast<int*>(a.send_head);
+  uint32_t sent = 0;
+  for (uint32_t base = tokens.begin; base < tokens.end; base += 32) {
+    const uint32_t t = base + lane;
+    const bool go = t < tokens.end && in_rank[uint64_t(t) * c.ranks + dst];
+    const uint32_t ballot = __ballot_sync(~0u, go);
+    if (member == 0 && t < tokens.end) {
+      send_head[uint64_t(t) * c.ranks + dst] = go ? int(start + sent + __popc(ballot & ((1u << lane) - 1))) : -1;
+    }
+    for (uint32_t pending = ballot; pending != 0; pending &= pending - 1, ++sent) {
+      if (sent % members != member) continue;
+      const uint32_t l = __ffs(pending) - 1;
+      stage_token(c, a, base + l, region + uint64_t(start + sent) * a.slot_bytes, dst, lane);
+    }
+    // Every warp of the group saw the same ballots, so all reach this sync together.
+    group_sync(1 + dst, members * 32);
+    if (leader && ballot != 0) ptx::st_release_sys(dispatch_tail(c, dst, c.rank, channel), sent);
+  }
+}
+
+/// Receiver of channel `channel` from rank `src`: the `members` warps of the group take the
+/// channel's tokens in turn, each waiting (lane 0, acquire) until the source's published count
+/// covers its token.
+__device__ __forceinline__ void receive_channel(const EpContext& c, const EpDispatchArgs& a, uint32_t channel,
+                                                uint32_t src, uint32_t member, uint32_t members, uint32_t lane) {
+  uint64_t word = 0;
+  if (lane == 0) word = acquire_at_least(channel_word(c, c.rank, src, channel), kChannelWordValid, c, src, WaitOp::EpDispatchChannel);
+  word = __shfl_sync(~0u, word, 0);
+  if (word < kChannelWordValid) return;
+  const uint32_t start = uint32_t(word), count = uint32_t(word >> 32) & 0x7fffffffu;
+  const int* rank_prefix = reinterpret_cast<const int*>(a.rank_prefix_matrix);
+  const uint64_t first_row = (src == 0 ? 0 : uint64_t(rank_prefix[(src - 1) * c.ranks + c.rank])) + start;
+  if (member == 0 && lane == 0) reinterpret_cast<int*>(a.recv_channel_prefix_matrix)[src * a.channels + channel] = int(first_row);
+  const char* region = staging(c, c.rank) + src * a.region_bytes;
+  uint64_t published = 0;
+  for (uint32_t i = member; i < count; i += members) {
+    if (published <= i) {
+      if (lane == 0) published = acquire_at_least(dispatch_tail(c, c.rank, src, channel), i + 1, c, src, WaitOp::EpDispatchTail);
+      published = __shfl_sync(~0u, published, 0);
+      if (published <= i) return;
+      __syncwarp();  // lane 0's acquire orders the other lanes' reads of the token
+    }
+    unstage_token(a, region + uint64_t(start + i) * a.slot_bytes, first_row + i, lane);
+  }
+}
+
+// Grid: 2 x channels blocks of kChannelThreads; block 2c sends channel c, block 2c + 1
+// receives it. A block's warps split evenly into one group per rank (the group of rank r
+// sends to it or receives from it; spare warps idle). Senders never wait, so the kernel
+// cannot deadlock however the blocks of several ranks share SMs.
+extern "C" __global__ void __launch_bounds__(kChannelThreads, 1) weft_ep_dispatch(EpContext c, EpDispatchArgs a) {
+  const uint32_t channel = blockIdx.x / 2, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t members = kChannelWarps / c.ranks;
+  const uint32_t peer = warp / members, member = warp % members;
+  if (peer >= c.ranks) return;
+  if (blockIdx.x % 2 == 0) {
+    send_channel(c, a, channel, peer, member, members, lane);
+  } else {
+    receive_channel(c, a, channel, peer, member, members, lane);
+  }
+}

@@ -1,0 +1,6 @@
+// The one translation unit of the EP kernels: every file below, compiled once into one module.
+#include "layout.cu"
+#include "notify.cu"
+#include "dispatch.cu"
+#include "combine.cu"
+#include "low_latency.cu"
