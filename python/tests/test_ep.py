@@ -1,22 +1,28 @@
-"""weft.ep's DeepEP interface without a GPU: every argument check, and the declared condition of
-a weft built without the EP kernels (a RuntimeError once the arguments pass)."""
+"""weft.ep's DeepEP interface without a GPU: every argument check, and what a call whose
+arguments pass does without its native half: a RuntimeError, naming the missing EP kernels in a
+weft built without them, else the missing native buffer (these tests make buffers without one)."""
 
 import pytest
 from fakes import FakeGroup, FakeTensor
 
 import weft.ep as deep_ep
-from weft.ep import Buffer, Config, EventOverlap
+from weft.ep import Buffer, Config, EventOverlap, _native
 
 T, H, K, E, R = 16, 256, 4, 8, 2
-NO_KERNELS = "^weft was built without the EP kernels"
-
-pytestmark = pytest.mark.skipif(deep_ep.KERNELS_AVAILABLE, reason="these tests cover a build without the EP kernels")
+# What a call whose arguments pass raises here.
+NO_KERNELS = "^weft.ep.Buffer: no EP buffer" if deep_ep.KERNELS_AVAILABLE else "^weft was built without the EP kernels"
 
 
 @pytest.fixture(autouse=True)
 def default_sms():
     yield
     Buffer.num_sms = 24
+
+
+@pytest.fixture(autouse=True)
+def no_native_buffer(monkeypatch):
+    """Buffers without their native half (that needs GPUs and a process group)."""
+    monkeypatch.setattr(_native, "create_runtime", lambda **settings: None)
 
 
 def normal():
@@ -49,9 +55,8 @@ def ll_handle(max_tokens=T):
 
 
 def test_module_surface():
-    for name in ("Buffer", "Config", "EventOverlap", "EventHandle"):
+    for name in ("Buffer", "Config", "EventOverlap", "EventHandle", "nvl_bytes_hint"):
         assert hasattr(deep_ep, name)
-    assert not deep_ep.KERNELS_AVAILABLE
 
 
 def test_constructor_checks():
@@ -94,10 +99,22 @@ def test_config():
             Config(*args)
     with pytest.raises(ValueError, match="^hidden_bytes: must be a positive integer"):
         c.get_nvl_buffer_size_hint(0, R)
-    with pytest.raises(RuntimeError, match=NO_KERNELS):
-        c.get_nvl_buffer_size_hint(H * 2, R)
-    with pytest.raises(RuntimeError, match=NO_KERNELS):
-        c.get_rdma_buffer_size_hint(H * 2, R)
+    assert c.get_rdma_buffer_size_hint(H * 2, R) == 0
+
+
+@pytest.mark.skipif(not deep_ep.KERNELS_AVAILABLE, reason="needs the EP entry points")
+def test_size_hints():
+    # DeepEP's low-latency message: 16-byte header + max(2H, H + H/128 * 4) bytes; two halves of
+    # dispatch and combine slots per expert and token.
+    assert Buffer.get_low_latency_rdma_size_hint(128, 7168, 8, 256) == 2 * 256 * 128 * (14352 + 14336)
+    # Staging grows with the tokens and ranks it holds; a DeepEP config's hint covers
+    # num_sms / 2 channels of num_max_nvl_chunked_recv_tokens tokens.
+    small, large = deep_ep.nvl_bytes_hint(128, H, K, R), deep_ep.nvl_bytes_hint(256, H, K, R)
+    assert 0 < small < large == 2 * small
+    assert deep_ep.nvl_bytes_hint(128, H, K, 2 * R) == 2 * small
+    assert Config(24).get_nvl_buffer_size_hint(2 * H, R) == deep_ep.nvl_bytes_hint(12 * 256, H, 32, R)
+    with pytest.raises(ValueError, match="^topk: must be a positive integer"):
+        deep_ep.nvl_bytes_hint(128, H, 0, R)
 
 
 def test_class_settings():
@@ -111,8 +128,9 @@ def test_class_settings():
         Buffer.get_low_latency_rdma_size_hint(128, 100, R, E)
     with pytest.raises(ValueError, match="^num_experts: must divide evenly over 2 ranks"):
         Buffer.get_low_latency_rdma_size_hint(128, H, R, 7)
-    with pytest.raises(RuntimeError, match=NO_KERNELS):
-        Buffer.get_low_latency_rdma_size_hint(128, H, R, E)
+    if not deep_ep.KERNELS_AVAILABLE:
+        with pytest.raises(RuntimeError, match=NO_KERNELS):
+            Buffer.get_low_latency_rdma_size_hint(128, H, R, E)
 
 
 def test_get_dispatch_layout():
@@ -168,6 +186,7 @@ def test_dispatch_layout_arguments():
         (dict(num_tokens_per_rdma_rank=FakeTensor((1,), "i32")), "^num_tokens_per_rdma_rank: must be None within one node"),
         (dict(expert_alignment=0), "^expert_alignment: must be a positive integer"),
         (dict(num_worst_tokens=-1), "^num_worst_tokens: must be a non-negative integer"),
+        (dict(num_worst_tokens=64), "^num_worst_tokens: weft sizes the outputs from the notify's counts"),
         (dict(config=(24, 6, 256)), "^config: must be a weft.ep.Config"),
         (dict(allocate_on_comm_stream=True, async_finish=True), "^allocate_on_comm_stream: needs a previous_event"),
     ]
@@ -229,8 +248,7 @@ def test_combine():
 def test_low_latency_dispatch():
     b, x, idx = low_latency(), FakeTensor((T, H), "bf16"), FakeTensor((T, K), "i64")
     for kwargs in ({}, dict(use_fp8=False), dict(round_scale=True, use_ue8m0=True, return_recv_hook=True),
-                   dict(cumulative_local_expert_recv_stats=FakeTensor((E // R,), "i32"),
-                        dispatch_wait_recv_cost_stats=FakeTensor((R,), "i64"), async_finish=True)):
+                   dict(cumulative_local_expert_recv_stats=FakeTensor((E // R,), "i32"), async_finish=True)):
         with pytest.raises(RuntimeError, match=NO_KERNELS):
             b.low_latency_dispatch(x, idx, 128, E, **kwargs)
     cases = [
@@ -242,7 +260,7 @@ def test_low_latency_dispatch():
         (dict(use_fp8=False, round_scale=True), "^round_scale: applies to FP8 dispatch only"),
         (dict(async_finish=True, return_recv_hook=True), "^return_recv_hook: cannot be combined with async_finish"),
         (dict(cumulative_local_expert_recv_stats=FakeTensor((E,), "i32")), r"^cumulative_local_expert_recv_stats: shape must be \[4\]"),
-        (dict(dispatch_wait_recv_cost_stats=FakeTensor((R,), "i32")), "^dispatch_wait_recv_cost_stats: dtype must be i64"),
+        (dict(dispatch_wait_recv_cost_stats=FakeTensor((R,), "i64")), "^dispatch_wait_recv_cost_stats: weft's EP kernels offer no receive-cost"),
     ]
     for change, message in cases:
         args = dict(x=x, topk_idx=idx, num_max_dispatch_tokens_per_rank=128, num_experts=E) | change
@@ -256,7 +274,7 @@ def test_low_latency_combine():
     b, handle = low_latency(), ll_handle(max_tokens=32)
     x = FakeTensor((E // R, R * 32, H), "bf16")
     idx, weights = FakeTensor((T, K), "i64"), FakeTensor((T, K), "f32")
-    for kwargs in ({}, dict(out=FakeTensor((T, H), "bf16"), zero_copy=True, return_recv_hook=True)):
+    for kwargs in ({}, dict(out=FakeTensor((T, H), "bf16"), return_recv_hook=True)):
         with pytest.raises(RuntimeError, match=NO_KERNELS):
             b.low_latency_combine(x, idx, weights, handle, **kwargs)
     cases = [
@@ -268,16 +286,19 @@ def test_low_latency_combine():
         (dict(out=FakeTensor((T, H), "f32")), "^out: dtype must be bf16"),
         (dict(handle=handle[:4]), "^handle: must be the 5-tuple"),
         (dict(handle=(handle[0], FakeTensor((E // R, R), "i32")) + handle[2:]), r"^handle\[1\] \(packed_recv_layout_range\): dtype must be i64"),
-        (dict(combine_wait_recv_cost_stats=FakeTensor((R + 1,), "i64")), r"^combine_wait_recv_cost_stats: shape must be \[2\]"),
+        (dict(combine_wait_recv_cost_stats=FakeTensor((R,), "i64")), "^combine_wait_recv_cost_stats: weft's EP kernels offer no"),
+        (dict(zero_copy=True), "^zero_copy: weft's EP kernels offer no zero-copy combine"),
+        (dict(use_logfmt=True), "^use_logfmt: weft's EP kernels offer no LogFMT"),
     ]
     for change, message in cases:
         args = dict(x=x, topk_idx=idx, topk_weights=weights, handle=handle) | change
         with pytest.raises(ValueError, match=message):
             b.low_latency_combine(**args)
-    with pytest.raises(RuntimeError, match=NO_KERNELS):
+    with pytest.raises(ValueError, match="^handle: weft has no zero-copy combine"):
         b.get_next_low_latency_combine_buffer(handle)
-    with pytest.raises(RuntimeError, match=NO_KERNELS):
-        b.clean_low_latency_buffer(32, H, E)
+    b.clean_low_latency_buffer(32, H, E)
+    with pytest.raises(ValueError, match="^num_experts: must divide evenly"):
+        b.clean_low_latency_buffer(32, H, 3)
 
 
 def test_event_overlap_without_event():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from math import prod
 
 # DLPack's DLDeviceType for CUDA memory (kDLCUDA) and the DLDataType codes weft reads.
@@ -60,6 +60,8 @@ class TensorView:
     on_cuda: bool
     strides: tuple[int, ...] | None
     source: str
+    # The object read (callers that return or keep a tensor alive hand it on).
+    obj: object = field(default=None, compare=False, repr=False)
 
     @property
     def numel(self) -> int:
@@ -91,9 +93,9 @@ def view(obj, name: str, stream: int | None = None) -> TensorView:
     if torch is not None and isinstance(obj, torch.Tensor):
         return _from_torch(obj, name)
     if hasattr(obj, "__dlpack__") or _is_capsule(obj):
-        return _from_dlpack(obj, name, stream)
+        return replace(_from_dlpack(obj, name, stream), obj=obj)
     if hasattr(obj, "__cuda_array_interface__"):
-        return _from_cai(obj, name, stream)
+        return replace(_from_cai(obj, name, stream), obj=obj)
     raise ValueError(
         f"{name}: expected a torch.Tensor, a DLPack capsule or object with __dlpack__, or an object with "
         f"__cuda_array_interface__, got {type(obj).__name__}"
@@ -144,6 +146,7 @@ def _from_torch(t, name: str) -> TensorView:
         on_cuda=on_cuda,
         strides=tuple(t.stride()),
         source=f"a torch tensor on {t.device}",
+        obj=t,
     )
 
 

@@ -41,11 +41,22 @@ pub(crate) fn to_py(error: impl std::fmt::Display) -> PyErr {
 /// `InvalidArgumentError`, everything else `WeftError`.
 pub(crate) fn coll_to_py(error: weft::coll::CollError) -> PyErr {
     if let weft::coll::CollError::InvalidArgument { .. } = error {
-        let message = error.to_string();
-        return Python::attach(|py| match INVALID_ARGUMENT.get(py) {
-            Some(class) => PyErr::from_type(class.bind(py).clone(), message),
-            None => WeftError::new_err(message),
-        });
+        return invalid_argument(error.to_string());
     }
     to_py(error)
+}
+
+/// A Python exception for an EP call's error, sorted as [`coll_to_py`] sorts.
+pub(crate) fn ep_to_py(error: weft::ep::EpError) -> PyErr {
+    if let weft::ep::EpError::InvalidArgument { .. } = error {
+        return invalid_argument(error.to_string());
+    }
+    to_py(error)
+}
+
+fn invalid_argument(message: String) -> PyErr {
+    Python::attach(|py| match INVALID_ARGUMENT.get(py) {
+        Some(class) => PyErr::from_type(class.bind(py).clone(), message),
+        None => WeftError::new_err(message),
+    })
 }

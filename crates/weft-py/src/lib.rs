@@ -14,10 +14,12 @@
 //! **Depends on:** `weft` (the facade) and `pyo3` (abi3, Python 3.11 and later).
 //!
 //! The collective bindings are one module ([`collectives`]) over `weft_coll::Collectives`'
-//! raw-pointer calls, so that re-pointing them at another layer touches one file.
+//! raw-pointer calls, so that re-pointing them at another layer touches one file; the EP
+//! bindings (`ep_*`, for `weft.ep`) are one module ([`ep`]) over weft-ep's raw layer.
 
 mod collectives;
 mod communicator;
+mod ep;
 mod error;
 
 use pyo3::prelude::*;
@@ -29,5 +31,6 @@ fn _weft(m: &Bound<'_, PyModule>) -> PyResult<()> {
     error::register(m)?;
     communicator::register(m)?;
     collectives::register(m)?;
+    ep::register(m)?;
     Ok(())
 }

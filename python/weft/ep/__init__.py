@@ -8,10 +8,22 @@ kernels (``KERNELS_AVAILABLE`` is false) still checks arguments, then raises
 ``RuntimeError("weft was built without the EP kernels")``.
 """
 
+from ._checks import positive
 from ._native import KERNELS_AVAILABLE
 from .buffer import Buffer
 from .config import Config
 from .event import EventHandle, EventOverlap
+
+
+def nvl_bytes_hint(max_tokens: int, hidden: int, topk: int, num_ranks: int) -> int:
+    """weft's own sizing of ``num_nvl_bytes`` (weft stages whole dispatches): enough to dispatch
+    and combine up to ``max_tokens`` tokens per rank of ``hidden`` channels (BF16 or FP8) with
+    ``topk`` experts each over ``num_ranks`` ranks."""
+    for name, value in (("max_tokens", max_tokens), ("hidden", hidden), ("topk", topk), ("num_ranks", num_ranks)):
+        positive(value, name)
+    from . import _native
+
+    return _native.nvl_bytes_hint(max_tokens, hidden, topk, num_ranks)
 
 
 def __getattr__(name):
@@ -23,4 +35,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'weft.ep' has no attribute {name!r}")
 
 
-__all__ = ["Buffer", "Config", "EventHandle", "EventOverlap", "KERNELS_AVAILABLE", "topk_idx_t"]
+__all__ = ["Buffer", "Config", "EventHandle", "EventOverlap", "KERNELS_AVAILABLE", "nvl_bytes_hint", "topk_idx_t"]

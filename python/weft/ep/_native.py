@@ -1,19 +1,25 @@
-"""The one adapter between ``weft.ep`` and native code. Each function maps one ``Buffer``
-method (or size hint) onto an entry point of ``weft._weft`` named ``ep_<method>``, called as
-``ep_<method>(runtime, **arguments)`` with the arguments already checked by ``Buffer``: tensors
-as ``weft._tensor.TensorView`` (address, shape, element type, device), the stream handle, and
-the method's other arguments unchanged. Those entry points bind weft-ep's raw layer, 1:1 with
-the ``Buffer`` methods. A weft built without them (``KERNELS_AVAILABLE`` false) raises
-``RuntimeError`` naming the missing entry point; nothing here computes a result itself.
+"""The one adapter between ``weft.ep`` and native code. Each function serves one ``Buffer``
+method (or size hint): it allocates the outputs (torch, on the buffer's device), orders the
+streams as DeepEP does (``_streams.py``) and calls the entry points of ``weft._weft`` named
+``ep_*`` with addresses, sizes and a stream handle. Arguments arrive checked by ``Buffer``,
+tensors as ``weft._tensor.TensorView``. The entry points bind weft-ep's raw layer; a weft built
+without them (``KERNELS_AVAILABLE`` false) raises ``RuntimeError`` naming the missing entry
+point. Nothing here computes a result itself.
 """
 
 from __future__ import annotations
 
 from .. import _weft
+from ._streams import CommScope
 
 MISSING = "weft was built without the EP kernels"
 
 KERNELS_AVAILABLE = hasattr(_weft, "ep_buffer_create")
+
+# weft-ep's most top-k entries per token (the nvl hint's upper bound).
+MAX_TOPK = 32
+# FP8 scales: one float32 per 128 channels.
+FP8_GROUP = 128
 
 
 def _call(entry: str, *args, **kwargs):
@@ -23,62 +29,247 @@ def _call(entry: str, *args, **kwargs):
     return function(*args, **kwargs)
 
 
-def create_runtime(**kwargs):
-    """The native buffer of a ``Buffer`` (collective over its group)."""
-    return _call("ep_buffer_create", **kwargs)
+class Runtime:
+    """The native half of a ``Buffer``: weft's communicator over the group, weft-ep's buffer on
+    it, and the communication stream the normal-mode kernels run on."""
+
+    def __init__(self, comm, native, comm_stream, device: int):
+        self.comm, self.native, self.comm_stream, self.device = comm, native, comm_stream, device
+
+
+def _native(runtime):
+    if not KERNELS_AVAILABLE:
+        raise RuntimeError(MISSING)
+    if runtime is None:
+        raise RuntimeError("weft.ep.Buffer: no EP buffer (destroyed, or made without a GPU)")
+    return runtime.native
+
+
+def _communicator(group, rank: int, num_ranks: int, device: int):
+    """weft's communicator over ``group``: a torch.distributed group broadcasts rank 0's unique
+    id (``weft.Communicator.from_process_group``), an mpi4py communicator ``bcast``s it."""
+    from ..communicator import Communicator, default_host
+
+    if hasattr(group, "bcast"):
+        uid = group.bcast(_weft.unique_id(default_host()) if rank == 0 else None, root=0)
+        return Communicator(_weft.Communicator.from_unique_id(uid, rank, num_ranks, device))
+    return Communicator.from_process_group(group, device=device)
+
+
+def create_runtime(*, group, rank: int, num_ranks: int, device, num_nvl_bytes: int, num_rdma_bytes: int, **_settings):
+    """The native buffer of a ``Buffer`` (collective over its group). DeepEP's NVSHMEM settings
+    (``_settings``) have no native counterpart: weft reaches every peer over NVLink."""
+    import torch
+
+    if device is None:
+        raise RuntimeError("weft.ep.Buffer: needs torch with CUDA (the buffer lives on torch's current device)")
+    comm = _communicator(group, rank, num_ranks, device)
+    native = _call("ep_buffer_create", comm._native, num_nvl_bytes, num_rdma_bytes)
+    return Runtime(comm, native, torch.cuda.Stream(device), device)
 
 
 def destroy(runtime) -> None:
-    _call("ep_buffer_destroy", runtime)
+    native = _native(runtime)
+    runtime.comm_stream.synchronize()
+    _call("ep_buffer_destroy", native)
 
 
 def nvl_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
-    return _call("ep_nvl_buffer_size_hint", config=config, hidden_bytes=hidden_bytes, num_ranks=num_ranks)
+    """weft-ep stages whole dispatches: the bytes for the tokens a DeepEP ring of ``config``
+    holds per rank (``num_sms / 2`` channels of ``num_max_nvl_chunked_recv_tokens``), with up to
+    ``MAX_TOPK`` experts per token. ``weft.ep.nvl_bytes_hint`` sizes for a token count."""
+    tokens = config.num_sms // 2 * config.num_max_nvl_chunked_recv_tokens
+    return nvl_bytes_hint(tokens, -(-hidden_bytes // 2), MAX_TOPK, num_ranks)
+
+
+def nvl_bytes_hint(max_tokens: int, hidden: int, topk: int, num_ranks: int) -> int:
+    return _call("ep_nvl_bytes_hint", max_tokens, hidden, topk, num_ranks)
 
 
 def rdma_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
-    return _call("ep_rdma_buffer_size_hint", config=config, hidden_bytes=hidden_bytes, num_ranks=num_ranks)
+    """0: within one node the normal mode uses no RDMA buffer."""
+    return 0
 
 
 def low_latency_rdma_size_hint(**kwargs) -> int:
     return _call("ep_low_latency_rdma_size_hint", **kwargs)
 
 
-def get_dispatch_layout(runtime, **kwargs):
+def _empty(shape, dtype, device):
+    import torch
+
+    return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
+
+
+def _objects(*views):
+    return [v.obj for v in views if v is not None]
+
+
+def _ptr(view) -> int:
+    return 0 if view is None else view.ptr
+
+
+def get_dispatch_layout(runtime, *, topk_idx, num_experts, previous_event, async_finish, allocate_on_comm_stream, stream):
     """Returns ``(num_tokens_per_rank, num_tokens_per_rdma_rank, num_tokens_per_expert,
     is_token_in_rank, event)``."""
-    return _call("ep_get_dispatch_layout", runtime, **kwargs)
+    native = _native(runtime)
+    (tokens, topk), ranks = topk_idx.shape, runtime.comm.world_size
+    with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
+        per_rank = _empty((ranks,), "int32", runtime.device)
+        per_expert = _empty((num_experts,), "int32", runtime.device)
+        in_rank = _empty((tokens, ranks), "bool", runtime.device)
+        _call(
+            "ep_get_dispatch_layout", native, topk_idx.ptr, (tokens, topk, num_experts), per_rank.data_ptr(),
+            per_expert.data_ptr(), in_rank.data_ptr(), scope.handle,
+        )
+        event = scope.finish([per_rank, per_expert, in_rank, topk_idx.obj])
+    return per_rank, None, per_expert, in_rank, event
 
 
-def dispatch(runtime, **kwargs):
+def _handle_arg(ptrs, received: int, channels: int) -> tuple:
+    """The native handle: the six addresses in DeepEP's order, the received rows and the
+    channels of the dispatch that made it."""
+    return (*ptrs, received, channels)
+
+
+def _view_handle(handle) -> tuple:
+    return _handle_arg([p.ptr for p in handle], handle[3].shape[0], handle[1].shape[1])
+
+
+def dispatch(
+    runtime, *, x, x_scales, topk_idx, topk_weights, expert_alignment, num_worst_tokens, config, previous_event,
+    async_finish, allocate_on_comm_stream, stream, handle=None, num_tokens_per_rank=None, is_token_in_rank=None,
+    num_tokens_per_expert=None,
+):
     """Returns ``(recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights,
-    num_recv_tokens_per_expert_list, handle, event)``, ``handle`` being DeepEP's 6-tuple."""
-    return _call("ep_dispatch", runtime, **kwargs)
+    num_recv_tokens_per_expert_list, handle, event)``, ``handle`` being DeepEP's 6-tuple (the
+    given one for a cached dispatch). Without a handle, the notify's counts are read on the host
+    (the one host sync, as DeepEP's)."""
+    native = _native(runtime)
+    (tokens, hidden), ranks, device = x.shape, runtime.comm.world_size, runtime.device
+    topk = topk_idx.shape[1] if topk_idx is not None else 0
+    num_experts = num_tokens_per_expert.shape[0] if handle is None else 0
+    with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
+        if handle is None:
+            channels = config.num_sms // 2
+            prefix = _empty((ranks, ranks), "int32", device)
+            channel_prefix = _empty((ranks, channels), "int32", device)
+            layout = (num_tokens_per_rank.ptr, num_tokens_per_expert.ptr, is_token_in_rank.ptr)
+            received, per_expert_list = _call(
+                "ep_notify_dispatch", native, layout, (tokens, topk, num_experts), expert_alignment, config.num_sms,
+                prefix.data_ptr(), channel_prefix.data_ptr(), scope.handle,
+            )
+            parts = (
+                prefix, channel_prefix, _empty((ranks, channels), "int32", device), _empty((received,), "int32", device),
+                is_token_in_rank.obj, _empty((tokens, ranks), "int32", device),
+            )
+            ptrs = [p.data_ptr() for p in parts[:4]] + [is_token_in_rank.ptr, parts[5].data_ptr()]
+            native_handle = _handle_arg(ptrs, received, channels)
+        else:
+            parts, per_expert_list, native_handle = tuple(p.obj for p in handle), None, _view_handle(handle)
+            received = handle[3].shape[0]
+        fp8 = x_scales is not None
+        recv_x = _empty((received, hidden), "float8_e4m3fn" if fp8 else "bfloat16", device)
+        recv_scales = _empty((received, hidden // FP8_GROUP), "float32", device) if fp8 else None
+        recv_idx = _empty((received, topk), "int64", device) if topk_idx is not None else None
+        recv_weights = _empty((received, topk), "float32", device) if topk_weights is not None else None
+        _call(
+            "ep_dispatch", native, x.ptr, _ptr(x_scales), hidden, _ptr(topk_idx), _ptr(topk_weights),
+            native_handle, recv_x.data_ptr(),
+            0 if recv_scales is None else recv_scales.data_ptr(), 0 if recv_idx is None else recv_idx.data_ptr(),
+            0 if recv_weights is None else recv_weights.data_ptr(), (tokens, topk, num_experts), config.num_sms,
+            handle is not None, scope.handle,
+        )
+        outputs = [t for t in (recv_x, recv_scales, recv_idx, recv_weights) if t is not None]
+        event = scope.finish([*outputs, *parts, *_objects(x, x_scales, topk_idx, topk_weights)])
+    return recv_x, recv_scales, recv_idx, recv_weights, per_expert_list, parts, event
 
 
-def combine(runtime, **kwargs):
-    """Returns ``(combined_x, combined_topk_weights, event)``."""
-    return _call("ep_combine", runtime, **kwargs)
+def combine(runtime, *, x, handle, topk_weights, bias, config, previous_event, async_finish, allocate_on_comm_stream, stream):
+    """Returns ``(combined_x, combined_topk_weights, event)``; the combine runs on the channels
+    of the dispatch that made ``handle``."""
+    native = _native(runtime)
+    tokens, hidden = handle[4].shape[0], x.shape[1]
+    topk = topk_weights.shape[1] if topk_weights is not None else 0
+    with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
+        combined = _empty((tokens, hidden), "bfloat16", runtime.device)
+        combined_weights = _empty((tokens, topk), "float32", runtime.device) if topk_weights is not None else None
+        biases = (_ptr(bias[0]) if bias else 0, _ptr(bias[1]) if len(bias) > 1 else 0)
+        _call(
+            "ep_combine", native, x.ptr, hidden, _ptr(topk_weights), topk, biases, _view_handle(handle),
+            combined.data_ptr(), 0 if combined_weights is None else combined_weights.data_ptr(), tokens, scope.handle,
+        )
+        outputs = [combined] + ([combined_weights] if combined_weights is not None else [])
+        event = scope.finish([*outputs, *_objects(x, topk_weights, *handle, *bias)])
+    return combined, combined_weights, event
 
 
-def low_latency_dispatch(runtime, **kwargs):
+def _low_latency(runtime, entry: str, args: tuple, sizes: tuple, flags: tuple, async_finish, return_recv_hook, keep):
+    """Launches a low-latency call (DeepEP's streams: the communication stream, or torch's
+    current stream with ``return_recv_hook``, whose hook launches the receive half on the
+    stream current when it is called). Returns ``(event, hook)``."""
+    import torch
+
+    native = _native(runtime)
+
+    def launch(phase: str, stream_handle: int) -> None:
+        _call(entry, native, *args, sizes, *flags, phase, stream_handle)
+
+    if return_recv_hook:
+        launch("send", int(torch.cuda.current_stream().cuda_stream))
+        return None, lambda: launch("recv", int(torch.cuda.current_stream().cuda_stream))
+    with CommScope(runtime.comm_stream, None, async_finish) as scope:
+        launch("both", scope.handle)
+        return scope.finish(keep), None
+
+
+def low_latency_dispatch(
+    runtime, *, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, cumulative_local_expert_recv_stats,
+    use_fp8, round_scale, async_finish, return_recv_hook, num_sms, stream, **_unused,
+):
     """Returns ``(recv_x, recv_x_scales, recv_count, handle, event, hook)``, ``handle`` being
     DeepEP's 5-tuple."""
-    return _call("ep_low_latency_dispatch", runtime, **kwargs)
+    _native(runtime)
+    (tokens, hidden), (_, topk) = x.shape, topk_idx.shape
+    ranks, device, max_tokens = runtime.comm.world_size, runtime.device, num_max_dispatch_tokens_per_rank
+    local, rows = num_experts // ranks, ranks * max_tokens
+    recv_x = _empty((local, rows, hidden), "float8_e4m3fn" if use_fp8 else "bfloat16", device)
+    # DeepEP's scales: [E/R, R * max, H / 128] with the rows contiguous (column-major).
+    recv_scales = _empty((local, hidden // FP8_GROUP, rows), "float32", device).transpose(1, 2) if use_fp8 else None
+    recv_count = _empty((local,), "int32", device)
+    src_info = _empty((local, rows), "int32", device)
+    layout_range = _empty((local, ranks), "int64", device)
+    args = (
+        x.ptr, topk_idx.ptr, recv_x.data_ptr(), 0 if recv_scales is None else recv_scales.data_ptr(),
+        recv_count.data_ptr(), src_info.data_ptr(), layout_range.data_ptr(), _ptr(cumulative_local_expert_recv_stats),
+    )
+    outputs = [t for t in (recv_x, recv_scales, recv_count, src_info, layout_range) if t is not None]
+    keep = [*outputs, *_objects(x, topk_idx, cumulative_local_expert_recv_stats)]
+    event, hook = _low_latency(
+        runtime, "ep_low_latency_dispatch", args, (tokens, topk, num_experts, hidden, max_tokens),
+        (use_fp8, round_scale, num_sms), async_finish, return_recv_hook, keep,
+    )
+    handle = (src_info, layout_range, max_tokens, hidden, num_experts)
+    return recv_x, recv_scales, recv_count, handle, event, hook
 
 
-def low_latency_combine(runtime, **kwargs):
+def low_latency_combine(
+    runtime, *, x, topk_idx, topk_weights, handle, async_finish, return_recv_hook, out, num_sms, stream, **_unused,
+):
     """Returns ``(combined_x, event, hook)``."""
-    return _call("ep_low_latency_combine", runtime, **kwargs)
-
-
-def clean_low_latency_buffer(runtime, **kwargs) -> None:
-    _call("ep_clean_low_latency_buffer", runtime, **kwargs)
-
-
-def next_low_latency_combine_buffer(runtime, **kwargs):
-    return _call("ep_next_low_latency_combine_buffer", runtime, **kwargs)
+    _native(runtime)
+    src_info, layout_range, max_tokens, hidden, num_experts = handle
+    tokens, topk = topk_idx.shape
+    combined = out.obj if out is not None else _empty((tokens, hidden), "bfloat16", runtime.device)
+    args = (x.ptr, topk_idx.ptr, topk_weights.ptr, src_info.ptr, layout_range.ptr, combined.data_ptr())
+    keep = [combined, *_objects(x, topk_idx, topk_weights, src_info, layout_range)]
+    event, hook = _low_latency(
+        runtime, "ep_low_latency_combine", args, (tokens, topk, num_experts, hidden, max_tokens), (num_sms,),
+        async_finish, return_recv_hook, keep,
+    )
+    return combined, event, hook
 
 
 def comm_stream(runtime):
-    return _call("ep_comm_stream", runtime)
+    _native(runtime)
+    return runtime.comm_stream

@@ -150,7 +150,8 @@ class Buffer:
         data, scales = c.tokens(x)
         tokens, r = data.shape[0], self.group_size
         positive(expert_alignment, "expert_alignment")
-        non_negative(num_worst_tokens, "num_worst_tokens")
+        if non_negative(num_worst_tokens, "num_worst_tokens"):
+            raise ValueError("num_worst_tokens: weft sizes the outputs from the notify's counts (leave it 0)")
         config = _config(config, "config") or self.get_dispatch_config(self.group_size)
         event_args(previous_event, async_finish, allocate_on_comm_stream)
         if num_tokens_per_rdma_rank is not None:
@@ -211,14 +212,12 @@ class Buffer:
     # --- low-latency mode -------------------------------------------------------------------
 
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
-        """Zeroes what the low-latency kernels expect zeroed (after normal-mode use)."""
+        """DeepEP zeroes its low-latency buffer after normal-mode use; weft has nothing to
+        clean: the normal mode never touches the low-latency area, whose signals carry tags
+        that advance on the device. The arguments are checked as DeepEP's."""
         positive(num_max_dispatch_tokens_per_rank, "num_max_dispatch_tokens_per_rank")
         _hidden_ll(hidden, "hidden")
         self._checker().experts(num_experts)
-        _native.clean_low_latency_buffer(
-            self.runtime, num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank, hidden=hidden,
-            num_experts=num_experts,
-        )
 
     def low_latency_dispatch(
         self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
@@ -238,7 +237,7 @@ class Buffer:
         idx = c.tensor(topk_idx, "topk_idx", ("i64",), (tokens, None))
         local = c.experts(num_experts) // self.group_size
         stats = c.optional(cumulative_local_expert_recv_stats, "cumulative_local_expert_recv_stats", ("i32",), (local,))
-        wait = c.optional(dispatch_wait_recv_cost_stats, "dispatch_wait_recv_cost_stats", ("i64",), (self.group_size,))
+        _not_offered(dispatch_wait_recv_cost_stats, "dispatch_wait_recv_cost_stats", "receive-cost statistics")
         if use_ue8m0 and not (use_fp8 and round_scale):
             raise ValueError("use_ue8m0: needs use_fp8=True and round_scale=True")
         if round_scale and not use_fp8:
@@ -246,9 +245,9 @@ class Buffer:
         _hook_or_async(async_finish, return_recv_hook)
         recv_x, recv_scales, recv_count, handle, event, hook = _native.low_latency_dispatch(
             self.runtime, x=data, topk_idx=idx, num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank,
-            num_experts=num_experts, cumulative_local_expert_recv_stats=stats, dispatch_wait_recv_cost_stats=wait,
-            use_fp8=use_fp8, round_scale=round_scale, use_ue8m0=use_ue8m0, async_finish=async_finish,
-            return_recv_hook=return_recv_hook, stream=c.stream,
+            num_experts=num_experts, cumulative_local_expert_recv_stats=stats, use_fp8=use_fp8,
+            round_scale=round_scale, use_ue8m0=use_ue8m0, async_finish=async_finish, return_recv_hook=return_recv_hook,
+            num_sms=self.num_sms, stream=c.stream,
         )
         received = (recv_x, recv_scales) if use_fp8 else recv_x
         return received, recv_count, handle, EventOverlap(event), hook
@@ -270,20 +269,22 @@ class Buffer:
             raise ValueError(f"topk_idx: {tokens} tokens, more than the handle's num_max_dispatch_tokens_per_rank ({max_tokens})")
         weights = c.tensor(topk_weights, "topk_weights", ("f32",), (tokens, k))
         output = c.optional(out, "out", ("bf16",), (tokens, hidden))
-        wait = c.optional(combine_wait_recv_cost_stats, "combine_wait_recv_cost_stats", ("i64",), (self.group_size,))
+        _not_offered(use_logfmt or None, "use_logfmt", "LogFMT")
+        _not_offered(zero_copy or None, "zero_copy", "zero-copy combine")
+        _not_offered(combine_wait_recv_cost_stats, "combine_wait_recv_cost_stats", "receive-cost statistics")
         _hook_or_async(async_finish, return_recv_hook)
         combined, event, hook = _native.low_latency_combine(
             self.runtime, x=data, topk_idx=idx, topk_weights=weights, handle=(src_info, layout, max_tokens, hidden, experts),
-            use_logfmt=use_logfmt, zero_copy=zero_copy, async_finish=async_finish, return_recv_hook=return_recv_hook,
-            out=output, combine_wait_recv_cost_stats=wait, stream=c.stream,
+            async_finish=async_finish, return_recv_hook=return_recv_hook, out=output, num_sms=self.num_sms,
+            stream=c.stream,
         )
         return combined, EventOverlap(event), hook
 
     def get_next_low_latency_combine_buffer(self, handle):
-        """The bf16 ``[E/R, R * max_tokens, H]`` view of the buffer a ``zero_copy`` combine reads."""
+        """DeepEP's buffer a ``zero_copy`` combine reads: weft has no zero-copy combine."""
         self._low_latency_only("get_next_low_latency_combine_buffer")
-        parts = self._checker().low_latency_handle(handle)
-        return _native.next_low_latency_combine_buffer(self.runtime, handle=parts)
+        self._checker().low_latency_handle(handle)
+        raise ValueError("handle: weft has no zero-copy combine, so no buffer to write its input into")
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -321,6 +322,11 @@ def _config(config, name: str) -> Config | None:
     if config is not None and not isinstance(config, Config):
         raise ValueError(f"{name}: must be a weft.ep.Config or None, got {type(config).__name__}")
     return config
+
+
+def _not_offered(value, name: str, what: str) -> None:
+    if value is not None:
+        raise ValueError(f"{name}: weft's EP kernels offer no {what} (pass None or False)")
 
 
 def _hook_or_async(async_finish: bool, return_recv_hook: bool) -> None:

@@ -1,4 +1,4 @@
-"""``EventHandle`` and ``EventOverlap``: a CUDA event recorded on torch's current stream, and
+"""``EventHandle`` and ``EventOverlap``: a CUDA event recorded on a stream, and
 DeepEP's wrapper that lets the compute stream wait for it (``current_stream_wait``, or a
 ``with`` block that waits at its end) while keeping tensors alive (``extra_tensors``, the
 CUDA-graph-safe stand-in for ``record_stream``)."""
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 
 class EventHandle:
-    """A CUDA event recorded on torch's current stream when made."""
+    """A CUDA event recorded when made on ``stream`` (default: torch's current stream)."""
 
-    def __init__(self):
+    def __init__(self, stream=None):
         import torch
 
         self.event = torch.cuda.Event()
-        self.event.record(torch.cuda.current_stream())
+        self.event.record(torch.cuda.current_stream() if stream is None else stream)
 
     def current_stream_wait(self) -> None:
         import torch
