@@ -13,7 +13,8 @@
 # --release`): ${WEFT_WHEEL}, else the newest target/wheels/weft-*.whl, with `pip install
 # --no-deps` into ${PYTHON:-python3}'s environment (on the GPU machines, /opt/torch/.venv's python
 # with PyTorch; one abi3 wheel serves its Python 3.12), then runs the package's tests and
-# scripts/python-gpu-test.py on 2 ranks against torch.distributed's NCCL.
+# scripts/python-gpu-test.py on 2 ranks against torch.distributed's NCCL, and
+# scripts/python-ep-test.py (weft.ep as DeepEP's users call it) on 2 ranks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -67,6 +68,8 @@ for step in "${steps[@]}"; do
             echo "python tests: rc=$? $(tail -1 "$dir/pytest.txt")"
             timeout 600 "${TORCHRUN:-torchrun}" --nproc-per-node 2 scripts/python-gpu-test.py > "$dir/gpu-test.txt" 2>&1
             echo "python GPU test (2 ranks, against NCCL): rc=$? $(grep -h 'passed,' "$dir/gpu-test.txt" | tail -1)"
+            timeout 600 "${TORCHRUN:-torchrun}" --nproc-per-node 2 scripts/python-ep-test.py > "$dir/ep-test.txt" 2>&1
+            echo "python EP test (2 ranks, import weft.ep as deep_ep): rc=$? $(grep -h 'passed,' "$dir/ep-test.txt" | tail -1)"
             grep -h '^FAIL' "$dir/gpu-test.txt" | head -5 ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
