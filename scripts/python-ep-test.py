@@ -50,14 +50,13 @@ class Checks:
         self.rank, self.passed, self.failed = rank, 0, 0
 
     def equal(self, what: str, got, want) -> None:
-        got, want = got.cpu(), want.cpu()
-        if got.dtype in (torch.float8_e4m3fn, torch.bfloat16):
-            got, want = got.view(torch.uint8 if got.element_size() == 1 else torch.int16), want.view(
-                torch.uint8 if want.element_size() == 1 else torch.int16
-            )
-        ok = got.shape == want.shape and torch.equal(got, want)
-        self.record(what, ok, f"shape {list(got.shape)} vs {list(want.shape)}" if got.shape != want.shape else
-                    f"{int((got != want).sum())} elements differ" if not ok else "")
+        """Every element of ``got`` equals ``want``'s, bit for bit (same dtype and shape)."""
+        got, want = bits(got.cpu()), bits(want.cpu())
+        if got.shape != want.shape or got.dtype != want.dtype:
+            self.record(what, False, f"{got.dtype} {list(got.shape)}, want {want.dtype} {list(want.shape)}")
+            return
+        differ = int((got != want).sum())
+        self.record(what, differ == 0, f"{differ} of {got.numel()} elements differ" if differ else "")
 
     def record(self, what: str, ok: bool, detail: str = "") -> None:
         self.passed, self.failed = self.passed + ok, self.failed + (not ok)
@@ -65,9 +64,18 @@ class Checks:
             print(f"rank {self.rank}: {'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
 
 
+def bits(t):
+    """``t``'s bits as integers, for the types whose NaN or negative zero == would miss."""
+    if t.dtype in (torch.float8_e4m3fn, torch.bfloat16, torch.float32):
+        return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+    return t
+
+
 def fp8(x):
     """DeepEP's FP8 input: E4M3 values and one float32 scale per 128 channels (exact here)."""
-    scales = torch.full((x.shape[0], x.shape[1] // 128), 1.0 / FP8_SCALE, dtype=torch.float32, device=x.device)
+    # weft's kernels store amax / 448 in float32 (as DeepEP's), here 4 / 448.
+    scale_inv = torch.tensor(4.0) / torch.tensor(448.0)
+    scales = torch.full((x.shape[0], x.shape[1] // 128), float(scale_inv), dtype=torch.float32, device=x.device)
     return (x * FP8_SCALE).to(torch.float8_e4m3fn), scales
 
 

@@ -148,7 +148,9 @@ def dispatch(
     native = _native(runtime)
     (tokens, hidden), ranks, device = x.shape, runtime.comm.world_size, runtime.device
     topk = topk_idx.shape[1] if topk_idx is not None else 0
-    num_experts = num_tokens_per_expert.shape[0] if handle is None else 0
+    # A cached dispatch sends no top-k, so the experts go unused; weft-ep still checks the
+    # routing, which one expert per rank passes.
+    num_experts = num_tokens_per_expert.shape[0] if handle is None else ranks
     with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
         if handle is None:
             channels = config.num_sms // 2
