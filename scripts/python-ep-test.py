@@ -87,7 +87,7 @@ def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
     topk_idx, topk_weights = idx.to(dev), weights.to(dev)
     x_bf16 = x.to(dev, torch.bfloat16)
     nvl_bytes = deep_ep.nvl_bytes_hint(max(tokens_of(r) for r in range(ranks)), HIDDEN, TOPK, ranks)
-    buffer = deep_ep.Buffer(group, num_nvl_bytes=-(-nvl_bytes // 128) * 128)
+    buffer = deep_ep.Buffer(group, num_nvl_bytes=nvl_bytes)
 
     # Reference routing.
     def in_rank(i):

@@ -113,6 +113,8 @@ def test_size_hints():
     assert 0 < small < large == 2 * small
     assert deep_ep.nvl_bytes_hint(128, H, K, 2 * R) == 2 * small
     assert Config(24).get_nvl_buffer_size_hint(2 * H, R) == deep_ep.nvl_bytes_hint(12 * 256, H, 32, R)
+    assert all(deep_ep.nvl_bytes_hint(t, 136, 3, 3) % 128 == 0 for t in range(1, 9))
+    assert all(Buffer.get_low_latency_rdma_size_hint(t, 128, 2, 6) % 128 == 0 for t in range(1, 9))
     with pytest.raises(ValueError, match="^topk: must be a positive integer"):
         deep_ep.nvl_bytes_hint(128, H, 0, R)
 

@@ -82,8 +82,13 @@ def nvl_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
     return nvl_bytes_hint(tokens, -(-hidden_bytes // 2), MAX_TOPK, num_ranks)
 
 
+def _aligned(nbytes: int) -> int:
+    """Rounded up to the 128 bytes ``Buffer`` takes (as DeepEP's hints are)."""
+    return -(-nbytes // 128) * 128
+
+
 def nvl_bytes_hint(max_tokens: int, hidden: int, topk: int, num_ranks: int) -> int:
-    return _call("ep_nvl_bytes_hint", max_tokens, hidden, topk, num_ranks)
+    return _aligned(_call("ep_nvl_bytes_hint", max_tokens, hidden, topk, num_ranks))
 
 
 def rdma_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
@@ -92,7 +97,7 @@ def rdma_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
 
 
 def low_latency_rdma_size_hint(**kwargs) -> int:
-    return _call("ep_low_latency_rdma_size_hint", **kwargs)
+    return _aligned(_call("ep_low_latency_rdma_size_hint", **kwargs))
 
 
 def _empty(shape, dtype, device):
