@@ -33,8 +33,18 @@ class Runtime:
     """The native half of a ``Buffer``: weft's communicator over the group, weft-ep's buffer on
     it, and the communication stream the normal-mode kernels run on."""
 
-    def __init__(self, comm, native, comm_stream, device: int):
+    def __init__(self, comm, native, comm_stream, device: int, scratch):
         self.comm, self.native, self.comm_stream, self.device = comm, native, comm_stream, device
+        # The address of empty tensors (torch gives them 0, which weft-ep refuses); with no
+        # rows, nothing reads or writes it.
+        self.scratch = scratch
+
+    def address(self, t) -> int:
+        """The device address of ``t`` (a ``TensorView``, a torch tensor, or ``None``: 0)."""
+        if t is None:
+            return 0
+        ptr = t.ptr if hasattr(t, "ptr") else t.data_ptr()
+        return ptr or self.scratch.data_ptr()
 
 
 def _native(runtime):
@@ -65,7 +75,8 @@ def create_runtime(*, group, rank: int, num_ranks: int, device, num_nvl_bytes: i
         raise RuntimeError("weft.ep.Buffer: needs torch with CUDA (the buffer lives on torch's current device)")
     comm = _communicator(group, rank, num_ranks, device)
     native = _call("ep_buffer_create", comm._native, num_nvl_bytes, num_rdma_bytes)
-    return Runtime(comm, native, torch.cuda.Stream(device), device)
+    scratch = torch.empty(256, dtype=torch.uint8, device=f"cuda:{device}")
+    return Runtime(comm, native, torch.cuda.Stream(device), device, scratch)
 
 
 def destroy(runtime) -> None:
@@ -110,10 +121,6 @@ def _objects(*views):
     return [v.obj for v in views if v is not None]
 
 
-def _ptr(view) -> int:
-    return 0 if view is None else view.ptr
-
-
 def get_dispatch_layout(runtime, *, topk_idx, num_experts, previous_event, async_finish, allocate_on_comm_stream, stream):
     """Returns ``(num_tokens_per_rank, num_tokens_per_rdma_rank, num_tokens_per_expert,
     is_token_in_rank, event)``."""
@@ -124,8 +131,8 @@ def get_dispatch_layout(runtime, *, topk_idx, num_experts, previous_event, async
         per_expert = _empty((num_experts,), "int32", runtime.device)
         in_rank = _empty((tokens, ranks), "bool", runtime.device)
         _call(
-            "ep_get_dispatch_layout", native, topk_idx.ptr, (tokens, topk, num_experts), per_rank.data_ptr(),
-            per_expert.data_ptr(), in_rank.data_ptr(), scope.handle,
+            "ep_get_dispatch_layout", native, runtime.address(topk_idx), (tokens, topk, num_experts),
+            runtime.address(per_rank), runtime.address(per_expert), runtime.address(in_rank), scope.handle,
         )
         event = scope.finish([per_rank, per_expert, in_rank, topk_idx.obj])
     return per_rank, None, per_expert, in_rank, event
@@ -137,8 +144,8 @@ def _handle_arg(ptrs, received: int, channels: int) -> tuple:
     return (*ptrs, received, channels)
 
 
-def _view_handle(handle) -> tuple:
-    return _handle_arg([p.ptr for p in handle], handle[3].shape[0], handle[1].shape[1])
+def _view_handle(runtime, handle) -> tuple:
+    return _handle_arg([runtime.address(p) for p in handle], handle[3].shape[0], handle[1].shape[1])
 
 
 def dispatch(
@@ -161,30 +168,29 @@ def dispatch(
             channels = config.num_sms // 2
             prefix = _empty((ranks, ranks), "int32", device)
             channel_prefix = _empty((ranks, channels), "int32", device)
-            layout = (num_tokens_per_rank.ptr, num_tokens_per_expert.ptr, is_token_in_rank.ptr)
+            layout = tuple(runtime.address(t) for t in (num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank))
             received, per_expert_list = _call(
                 "ep_notify_dispatch", native, layout, (tokens, topk, num_experts), expert_alignment, config.num_sms,
-                prefix.data_ptr(), channel_prefix.data_ptr(), scope.handle,
+                runtime.address(prefix), runtime.address(channel_prefix), scope.handle,
             )
             parts = (
                 prefix, channel_prefix, _empty((ranks, channels), "int32", device), _empty((received,), "int32", device),
                 is_token_in_rank.obj, _empty((tokens, ranks), "int32", device),
             )
-            ptrs = [p.data_ptr() for p in parts[:4]] + [is_token_in_rank.ptr, parts[5].data_ptr()]
+            ptrs = [runtime.address(p) for p in (*parts[:4], is_token_in_rank, parts[5])]
             native_handle = _handle_arg(ptrs, received, channels)
         else:
-            parts, per_expert_list, native_handle = tuple(p.obj for p in handle), None, _view_handle(handle)
+            parts, per_expert_list, native_handle = tuple(p.obj for p in handle), None, _view_handle(runtime, handle)
             received = handle[3].shape[0]
         fp8 = x_scales is not None
         recv_x = _empty((received, hidden), "float8_e4m3fn" if fp8 else "bfloat16", device)
         recv_scales = _empty((received, hidden // FP8_GROUP), "float32", device) if fp8 else None
         recv_idx = _empty((received, topk), "int64", device) if topk_idx is not None else None
         recv_weights = _empty((received, topk), "float32", device) if topk_weights is not None else None
+        a = runtime.address
         _call(
-            "ep_dispatch", native, x.ptr, _ptr(x_scales), hidden, _ptr(topk_idx), _ptr(topk_weights),
-            native_handle, recv_x.data_ptr(),
-            0 if recv_scales is None else recv_scales.data_ptr(), 0 if recv_idx is None else recv_idx.data_ptr(),
-            0 if recv_weights is None else recv_weights.data_ptr(), (tokens, topk, num_experts), config.num_sms,
+            "ep_dispatch", native, a(x), a(x_scales), hidden, a(topk_idx), a(topk_weights), native_handle, a(recv_x),
+            a(recv_scales), a(recv_idx), a(recv_weights), (tokens, topk, num_experts), config.num_sms,
             handle is not None, scope.handle,
         )
         outputs = [t for t in (recv_x, recv_scales, recv_idx, recv_weights) if t is not None]
@@ -201,10 +207,11 @@ def combine(runtime, *, x, handle, topk_weights, bias, config, previous_event, a
     with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
         combined = _empty((tokens, hidden), "bfloat16", runtime.device)
         combined_weights = _empty((tokens, topk), "float32", runtime.device) if topk_weights is not None else None
-        biases = (_ptr(bias[0]) if bias else 0, _ptr(bias[1]) if len(bias) > 1 else 0)
+        a = runtime.address
+        biases = (a(bias[0]) if bias else 0, a(bias[1]) if len(bias) > 1 else 0)
         _call(
-            "ep_combine", native, x.ptr, hidden, _ptr(topk_weights), topk, biases, _view_handle(handle),
-            combined.data_ptr(), 0 if combined_weights is None else combined_weights.data_ptr(), tokens, scope.handle,
+            "ep_combine", native, a(x), hidden, a(topk_weights), topk, biases, _view_handle(runtime, handle),
+            a(combined), a(combined_weights), tokens, scope.handle,
         )
         outputs = [combined] + ([combined_weights] if combined_weights is not None else [])
         event = scope.finish([*outputs, *_objects(x, topk_weights, *handle, *bias)])
@@ -246,10 +253,8 @@ def low_latency_dispatch(
     recv_count = _empty((local,), "int32", device)
     src_info = _empty((local, rows), "int32", device)
     layout_range = _empty((local, ranks), "int64", device)
-    args = (
-        x.ptr, topk_idx.ptr, recv_x.data_ptr(), 0 if recv_scales is None else recv_scales.data_ptr(),
-        recv_count.data_ptr(), src_info.data_ptr(), layout_range.data_ptr(), _ptr(cumulative_local_expert_recv_stats),
-    )
+    tensors = (x, topk_idx, recv_x, recv_scales, recv_count, src_info, layout_range, cumulative_local_expert_recv_stats)
+    args = tuple(runtime.address(t) for t in tensors)
     outputs = [t for t in (recv_x, recv_scales, recv_count, src_info, layout_range) if t is not None]
     keep = [*outputs, *_objects(x, topk_idx, cumulative_local_expert_recv_stats)]
     event, hook = _low_latency(
@@ -268,7 +273,7 @@ def low_latency_combine(
     src_info, layout_range, max_tokens, hidden, num_experts = handle
     tokens, topk = topk_idx.shape
     combined = out.obj if out is not None else _empty((tokens, hidden), "bfloat16", runtime.device)
-    args = (x.ptr, topk_idx.ptr, topk_weights.ptr, src_info.ptr, layout_range.ptr, combined.data_ptr())
+    args = tuple(runtime.address(t) for t in (x, topk_idx, topk_weights, src_info, layout_range, combined))
     keep = [combined, *_objects(x, topk_idx, topk_weights, src_info, layout_range)]
     event, hook = _low_latency(
         runtime, "ep_low_latency_combine", args, (tokens, topk, num_experts, hidden, max_tokens), (num_sms,),
