@@ -52,6 +52,6 @@ pub use port_allpairs::alpha_beta_us as port_allpairs_alpha_beta_us;
 pub use port_ring::alpha_beta_us as port_ring_alpha_beta_us;
 pub use raw::RawCollectives;
 pub use reduction::{Reduction, Scalar};
-pub use typed::{Operator, P2pGroup, WindowBuffer};
+pub use typed::{Operator, P2pGroup};
 pub use weft_types::{DataType, ReduceOp};
 pub use window::Window;

@@ -20,8 +20,6 @@
 //! Views of one buffer cannot alias a writable view (the borrow checker), so out-of-place
 //! calls never overlap; the in-place forms take one writable view.
 
-use std::ops::{Deref, DerefMut};
-
 use weft_gpu::{Device, DeviceBuffer, DeviceElement, DevicePtr, DeviceSlice, DeviceSliceMut, Stream};
 use weft_types::ReduceOp;
 
@@ -86,6 +84,21 @@ impl<'a> P2pGroup<'a> {
         self
     }
 
+    /// Sends `buffer`'s elements to `to` and receives as many from `from` into it: the send
+    /// reads a copy staged first, so it sends what the buffer held before the group.
+    pub fn send_recv_in_place<T: DeviceElement>(
+        &mut self,
+        to: usize,
+        from: usize,
+        buffer: DeviceSliceMut<'a, T>,
+    ) -> &mut Self {
+        let (ptr, count, dtype) = (buffer.ptr(), buffer.len(), T::DTYPE);
+        self.ops.push(P2pOp { kind: P2pKind::Send, peer: to, ptr, count, dtype });
+        self.ops.push(P2pOp { kind: P2pKind::Recv, peer: from, ptr, count, dtype });
+        self.receives.extend(buffer.cast_mut::<u8>().ok());
+        self
+    }
+
     fn devices(&self) -> impl Iterator<Item = (&'static str, &Device)> + '_ {
         let sends = self.sends.iter().map(|s| ("a send buffer", s.device()));
         sends.chain(self.receives.iter().map(|r| ("a recv buffer", r.device())))
@@ -94,37 +107,6 @@ impl<'a> P2pGroup<'a> {
     fn retain_on(&self, stream: &Stream) {
         self.sends.iter().for_each(|s| s.retain_on(stream));
         self.receives.iter().for_each(|r| r.retain_on(stream));
-    }
-}
-
-/// A buffer registered as a window (NCCL's symmetric window; see
-/// [`Collectives::register_window`]): a call whose output lies inside it at an offset every
-/// rank passes alike writes straight into the peers' windows. Reads and writes as the
-/// [`DeviceBuffer`] it holds. Dropped without [`Collectives::deregister_window`], it stays
-/// registered, its memory kept by the communicator's collectives, until they drop.
-#[derive(Debug)]
-pub struct WindowBuffer<T: DeviceElement> {
-    buffer: DeviceBuffer<T>,
-    window: Window,
-}
-
-impl<T: DeviceElement> WindowBuffer<T> {
-    /// The registration (where this rank's buffer starts, its bytes).
-    pub fn window(&self) -> &Window {
-        &self.window
-    }
-}
-
-impl<T: DeviceElement> Deref for WindowBuffer<T> {
-    type Target = DeviceBuffer<T>;
-    fn deref(&self) -> &DeviceBuffer<T> {
-        &self.buffer
-    }
-}
-
-impl<T: DeviceElement> DerefMut for WindowBuffer<T> {
-    fn deref_mut(&mut self) -> &mut DeviceBuffer<T> {
-        &mut self.buffer
     }
 }
 
@@ -473,29 +455,29 @@ impl Collectives {
         self.enqueue(stream, &[group], || unsafe { self.raw_send_recv(&group.ops, stream) })
     }
 
-    /// Registers `buffer` as a window: collective, every rank calls it with a buffer of the
-    /// same length, in the same order of registrations, and blocks until every rank has mapped
-    /// every other rank's buffer (see [`crate::RawCollectives::register_window`]). The window
-    /// keeps the buffer's memory while registered, whatever becomes of the handle returned.
-    pub fn register_window<T: DeviceElement>(&self, buffer: DeviceBuffer<T>) -> Result<WindowBuffer<T>, CollError> {
+    /// Registers `buffer` as a window (NCCL's symmetric window): collective, every rank calls
+    /// it with a buffer of the same length, in the same order of registrations, and blocks
+    /// until every rank has mapped every other rank's buffer (see
+    /// [`crate::RawCollectives::register_window`]). From then on, a call whose output lies
+    /// inside the window at an offset every rank passes alike writes straight into the peers'
+    /// windows. The registration holds the buffer's memory until
+    /// [`Collectives::deregister_window`], whatever becomes of `buffer` meanwhile.
+    pub fn register_window<T: DeviceElement>(&self, buffer: &DeviceBuffer<T>) -> Result<Window, CollError> {
         self.on_this_gpu([("the window's buffer", buffer.device())])?;
         let memory = std::sync::Arc::clone(buffer.shared_memory());
-        let bytes = buffer.len() * size_of::<T>();
-        // SAFETY: the window holds the memory until deregistered (`memory`), and
+        // SAFETY: the registration holds the memory until deregistered, and
         // `deregister_window` waits for this GPU's work before the ranks drop their mappings.
-        let window = unsafe { self.raw_register_window(buffer.ptr(), bytes, Some(memory)) }?;
-        Ok(WindowBuffer { buffer, window })
+        unsafe { self.raw_register_window(buffer.ptr(), buffer.len() * size_of::<T>(), Some(memory)) }
     }
 
-    /// Deregisters `window` and hands its buffer back: collective, every rank calls it for the
-    /// window it registered at the same position. Waits for all work on this rank's GPU
-    /// first, so that once the ranks' exchange completes no kernel still writes through a
-    /// mapping (a rare, set-up call: a device-wide wait is affordable there).
-    pub fn deregister_window<T: DeviceElement>(&self, window: WindowBuffer<T>) -> Result<DeviceBuffer<T>, CollError> {
+    /// Deregisters `window`: collective, every rank calls it for the window it registered at
+    /// the same position. Waits for all work on this rank's GPU first, so that once the ranks'
+    /// exchange completes no kernel still writes through a mapping (a set-up call: a
+    /// device-wide wait is affordable there); then the registration lets go of the memory.
+    pub fn deregister_window(&self, window: &Window) -> Result<(), CollError> {
         let rank = self.communicator().rank();
         self.communicator().device().synchronize().map_err(|source| CollError::Gpu { rank, source })?;
-        self.raw_deregister_window(&window.window)?;
-        Ok(window.buffer)
+        self.raw_deregister_window(window)
     }
 }
 

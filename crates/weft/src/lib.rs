@@ -5,7 +5,7 @@
 //! CUDA), [`bootstrap`] (rendezvous), [`core`] (communicator, memory, semaphores, channels,
 //! FIFO and proxy), [`coll`] (the collectives: [`Collectives`] with its typed API over
 //! [`DeviceBuffer`] views and its raw layer, [`CollConfig`], [`Reduction`], [`Operator`],
-//! [`P2pGroup`], [`WindowBuffer`], the selector and the NCCL baseline loader), [`plan`] (the algorithm DSL, its
+//! [`P2pGroup`], [`Window`], the selector and the NCCL baseline loader), [`plan`] (the algorithm DSL, its
 //! verifying compiler and the CPU reference interpreter) and [`exec`] (the plan executor).
 //! The names most programs start from are re-exported at the top as well.
 //!
@@ -42,7 +42,7 @@ pub use weft_gpu as gpu;
 pub use weft_plan as plan;
 pub use weft_types as types;
 
-pub use weft_coll::{CollConfig, CollError, Collectives, Operator, P2pGroup, Reduction, Window, WindowBuffer};
+pub use weft_coll::{CollConfig, CollError, Collectives, Operator, P2pGroup, Reduction, Window};
 pub use weft_core::{Communicator, Env, Error, MemoryChannel, RegisteredMemory};
 pub use weft_gpu::{DeviceBuffer, DeviceElement, DeviceSlice, DeviceSliceMut, Stream};
 pub use weft_types::{DataType, ReduceOp};
