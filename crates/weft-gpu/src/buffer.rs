@@ -91,6 +91,12 @@ impl<T: DeviceElement> DeviceBuffer<T> {
         &self.memory
     }
 
+    /// The elements of `memory`, which must hold a whole number of them.
+    pub fn from_memory(memory: DeviceMemory) -> Result<Self, GpuError> {
+        let len = recount(memory.ptr(), memory.len(), size_of::<T>())?;
+        Ok(Self { memory: Arc::new(memory), len, _element: PhantomData })
+    }
+
     /// Every element, read-only.
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
         DeviceSlice { span: Span { memory: &self.memory, offset: 0, len: self.len }, _element: PhantomData }
@@ -244,7 +250,7 @@ impl<'a, T: DeviceElement> DeviceSlice<'a, T> {
     /// Copies the elements into `out` (of the same length). Synchronous, through the legacy
     /// default stream: wait for the streams that write these elements first.
     pub fn copy_to_host(&self, out: &mut [T]) -> Result<(), GpuError> {
-        check_host_len(self.len(), out.len())?;
+        check_copy_len(out.len(), self.len())?;
         // SAFETY: T: Pod accepts any bit pattern, and the byte view covers exactly `out`.
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out)) };
@@ -331,10 +337,22 @@ impl<'a, T: DeviceElement> DeviceSliceMut<'a, T> {
     /// Copies `data` (of the same length) into the elements. Synchronous: the data is on the
     /// device when this returns; wait for the streams that use these elements first.
     pub fn copy_from_host(&mut self, data: &[T]) -> Result<(), GpuError> {
-        check_host_len(self.len(), data.len())?;
+        check_copy_len(self.len(), data.len())?;
         // SAFETY: T: Pod; the byte view covers exactly `data` and lives no longer than it.
         let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) };
         self.span.memory.write(self.span.offset, bytes)
+    }
+
+    /// Enqueues on `stream` a copy of `source` (of the same length, on this GPU or one this
+    /// GPU can access) into these elements; the stream keeps both alive until it has run.
+    pub fn copy_from_device(&mut self, source: &DeviceSlice<'_, T>, stream: &Stream) -> Result<(), GpuError> {
+        check_copy_len(self.len(), source.len())?;
+        // SAFETY: both views are live allocations holding `len` elements, and the stream keeps
+        // both allocations until the copy has run (retained below, after enqueuing).
+        let copied = unsafe { stream.copy_async(self.ptr(), source.ptr(), self.span.len * size_of::<T>()) };
+        self.retain_on(stream);
+        source.retain_on(stream);
+        copied
     }
 
     /// Sets every byte of the elements to `byte` (synchronous, as
@@ -344,11 +362,12 @@ impl<'a, T: DeviceElement> DeviceSliceMut<'a, T> {
     }
 }
 
-fn check_host_len(device: usize, host: usize) -> Result<(), GpuError> {
-    if device == host {
+/// A copy's two sides hold as many elements.
+fn check_copy_len(into: usize, from: usize) -> Result<(), GpuError> {
+    if into == from {
         Ok(())
     } else {
-        Err(GpuError::InvalidArgument(format!("a host copy of {host} elements for a view of {device}")))
+        Err(GpuError::InvalidArgument(format!("a copy of {from} elements into a view of {into}")))
     }
 }
 
@@ -368,7 +387,7 @@ mod tests {
     #[test]
     fn ranges_past_the_view_are_refused() {
         assert!(bounds(0..9, 8).is_err());
-        assert!(bounds(5..3, 8).is_err());
+        assert!(bounds((Bound::Included(5), Bound::Excluded(3)), 8).is_err());
         assert!(bounds(..=8, 8).is_err());
         assert!(bounds(..=usize::MAX, 8).is_err());
         assert!(bounds((Bound::Excluded(usize::MAX), Bound::Unbounded), 8).is_err());
