@@ -32,6 +32,7 @@ mod error;
 mod kernels;
 mod lengths;
 pub mod nccl;
+mod nccl_typed;
 mod plans;
 mod port_allpairs;
 mod port_ring;

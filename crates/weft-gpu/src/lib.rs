@@ -34,7 +34,9 @@ pub use dma_buf::{DmaBuf, export_dma_buf};
 pub use driver::DevicePtr;
 pub use element::{DeviceElement, ElementFn, F8E4M3, F8E5M2, with_element};
 pub use error::GpuError;
-pub use memory::{AllocKind, DeviceMemory, ForeignRelease, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range};
+pub use memory::{
+    AllocKind, DeviceMemory, ForeignRelease, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range,
+};
 pub use module::{Kernel, KernelArg, KernelArgs, LaunchConfig, MAX_KERNEL_ARGS, Module, Pod};
 pub use nvrtc::{
     CompileOptions, CompiledKernel, KernelResources, KernelSource, compile, default_cache_dir, kernel_resources,

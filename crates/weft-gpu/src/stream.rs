@@ -18,6 +18,13 @@ pub(crate) const WAIT_IDLE_SPIN: Duration = Duration::from_micros(100);
 pub struct Stream {
     device: Device,
     raw: sys::CUstream,
+    /// Boxed, so that a stream stays three words: many structures embed one.
+    state: Box<StreamState>,
+}
+
+/// What a [`Stream`] keeps besides its handle.
+#[derive(Default)]
+struct StreamState {
     /// Whether drop destroys the handle (false for streams borrowed from an application).
     owned: bool,
     /// Allocations the queued work may use, kept alive until the stream is seen idle (see
@@ -38,12 +45,12 @@ impl fmt::Debug for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if !self.retained.is_empty() && self.device.bind().is_ok() {
+        if !self.state.retained.is_empty() && self.device.bind().is_ok() {
             // The retained allocations are freed below: their work must have run first.
             // SAFETY: a live stream; nothing is enqueued on it any more.
             let _ = unsafe { cu!(cuStreamSynchronize(self.raw)) };
         }
-        if self.owned && self.device.bind().is_ok() {
+        if self.state.owned && self.device.bind().is_ok() {
             // SAFETY: the stream was created by us and is not used after this.
             let _ = unsafe { cu!(cuStreamDestroy_v2(self.raw)) };
         }
@@ -57,7 +64,7 @@ impl Stream {
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { cu!(cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32))? };
-        Ok(Self { device: device.clone(), raw, owned: true, retained: Retained::default() })
+        Ok(Self { device: device.clone(), raw, state: Box::new(StreamState { owned: true, ..StreamState::default() }) })
     }
 
     /// Wraps a stream the application created (a `cudaStream_t` is a `CUstream`; null is the
@@ -67,7 +74,7 @@ impl Stream {
     /// `raw` must be null or a live stream of `device`'s primary context, and stay live for as
     /// long as the returned value (and any work it enqueues) is in use.
     pub unsafe fn borrowed(device: &Device, raw: sys::CUstream) -> Self {
-        Self { device: device.clone(), raw, owned: false, retained: Retained::default() }
+        Self { device: device.clone(), raw, state: Box::default() }
     }
 
     /// The device this stream belongs to.
@@ -118,7 +125,7 @@ impl Stream {
     /// Keeps `memory` alive until this stream is next seen idle: called by whoever enqueued
     /// work that uses it, after enqueuing.
     pub(crate) fn retain(&self, memory: &Arc<DeviceMemory>) {
-        self.retained.add(std::slice::from_ref(memory));
+        self.state.retained.add(std::slice::from_ref(memory));
     }
 
     /// Drops the retained allocations if the stream is still idle. Checked again under the
@@ -126,7 +133,7 @@ impl Stream {
     /// this clears (and its reference stays) or enqueued before the query (and the stream is
     /// not idle).
     fn release_retained(&self) {
-        let mut held = self.retained.lock();
+        let mut held = self.state.retained.lock();
         // SAFETY: queries a live stream.
         if !held.is_empty() && unsafe { sys::cuStreamQuery(self.raw) } == sys::CUresult::CUDA_SUCCESS {
             held.clear();
@@ -196,7 +203,7 @@ impl Stream {
         }
         // The captured work uses what the stream retained meanwhile (and perhaps before): the
         // graph keeps all of it for its replays.
-        let retained = self.retained.lock().clone();
+        let retained = self.state.retained.lock().clone();
         Ok(Graph { device: self.device.clone(), graph, exec, retained })
     }
 }
@@ -252,7 +259,7 @@ impl Graph {
         self.device.bind()?;
         // SAFETY: live graph and stream of the same context.
         unsafe { cu!(cuGraphLaunch(self.exec, stream.raw))? };
-        stream.retained.add(&self.retained);
+        stream.state.retained.add(&self.retained);
         Ok(())
     }
 }

@@ -1,12 +1,13 @@
 //! One rank of `weft bench`: set up weft (and NCCL), then for every size check and time both.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use weft_bootstrap::{Bootstrap, TorchrunEnv};
-use weft_coll::nccl::{Nccl, NcclComm, NcclMemory};
+use weft_coll::nccl::{Nccl, NcclComm};
 use weft_coll::{Algorithm, CollConfig, Collectives};
 use weft_core::{Communicator, Env};
-use weft_gpu::{Device, DevicePtr};
+use weft_gpu::Device;
 
 use super::{BenchOptions, Row, sizes};
 use crate::harness::data::{self, Reference};
@@ -89,28 +90,26 @@ fn run_rank(
     let max = options.max_bytes.max(size);
     let me = Rank::new(&comm, max)?;
     let buffers = me.buffers.borrow();
-    let (send, recv) = (buffers.send.ptr(), buffers.recv.ptr());
     let weft_windows = if options.windows {
         Some([coll.register_window(&buffers.send)?, coll.register_window(&buffers.recv)?])
     } else {
         None
     };
     drop(buffers);
-    // NCCL's windowed buffers mirror `send` and `recv`: a pointer into one of ours maps to the
-    // same offset of NCCL's.
-    let nccl_buffers: Option<[NcclMemory<'_>; 2]> = match (&nccl_comm, options.nccl_windows) {
+    // NCCL's windowed buffers, of NCCL's own memory, as long as the rank's: the windowed calls
+    // run on them in the layout the others use on the rank's buffers.
+    let nccl_buffers: Option<RefCell<Buffers>> = match (&nccl_comm, options.nccl_windows) {
         (Some(nc), true) => {
-            device.bind()?;
-            Some([nc.mem_alloc(max)?, nc.mem_alloc(max)?])
+            Some(RefCell::new(Buffers { send: nc.mem_alloc(&device, max)?, recv: nc.mem_alloc(&device, max)? }))
         }
         _ => None,
     };
     let nccl_windows = match (&nccl_comm, &nccl_buffers) {
-        (Some(nc), Some([s, r])) => Some([nc.window_register(s)?, nc.window_register(r)?]),
+        (Some(nc), Some(theirs)) => {
+            let theirs = theirs.borrow();
+            Some([nc.window_register(&theirs.send)?, nc.window_register(&theirs.recv)?])
+        }
         _ => None,
-    };
-    let mirror = |p: DevicePtr, [s, r]: &[NcclMemory<'_>; 2]| {
-        if p >= recv && p < recv + max as u64 { r.ptr() + (p - recv) } else { s.ptr() + (p - send) }
     };
     let mut rows = Vec::new();
     for requested in sizes(options) {
@@ -125,39 +124,24 @@ fn run_rank(
                 stream: &me.stream,
             };
             let weft_run = |b: &mut Buffers, p| call.weft(&coll, b, p).map(|_| ());
-            // SAFETY: the addresses are the rank's two buffers of max_bytes >= shape.bytes each,
-            // or the collective's in-place layout inside recv (`in_place_offsets` keeps both ends
-            // inside it); the buffers outlive every launch (every check and measurement waits
-            // for the stream before returning); every rank makes the same calls in the same
-            // order.
-            let nccl_run = nccl_comm.as_ref().map(|nc| {
-                move |b: &mut Buffers, p| {
-                    let (from, to) = call.addresses(b, p);
-                    unsafe { call.nccl(nc, from, to) }
-                }
-            });
-            // SAFETY: as for `nccl_run`; `mirror` maps them to the same place of NCCL's windowed
-            // buffers of the same length.
-            let nccl_windows_run = nccl_comm.as_ref().zip(nccl_buffers.as_ref()).map(|(nc, bufs)| {
-                move |b: &mut Buffers, p| {
-                    let (from, to) = call.addresses(b, p);
-                    unsafe { call.nccl(nc, mirror(from, bufs), mirror(to, bufs)) }
-                }
-            });
-            // The check reads and writes weft's buffers: copy them into NCCL's windows around
+            let nccl_run = nccl_comm.as_ref().map(|nc| move |b: &mut Buffers, p| call.nccl(nc, b, p));
+            // The windowed calls run on NCCL's buffers, whatever buffers the harness lends.
+            let nccl_windows_run = nccl_comm
+                .as_ref()
+                .zip(nccl_buffers.as_ref())
+                .map(|(nc, theirs)| move |_: &mut Buffers, p| call.nccl(nc, &mut theirs.borrow_mut(), p));
+            // The check reads and writes the rank's buffers: copy them into NCCL's windows around
             // the call (stream-ordered, capturable), so the windowed call is checked like the
             // others.
-            let nccl_windows_checked = nccl_windows_run.as_ref().zip(nccl_buffers.as_ref()).map(|(run, [s, r])| {
+            let nccl_windows_checked = nccl_windows_run.as_ref().zip(nccl_buffers.as_ref()).map(|(run, theirs)| {
                 move |b: &mut Buffers, p| -> Result<(), BoxError> {
-                    // SAFETY: both sides are `max` bytes of this GPU, alive until the stream
-                    // is idle (every check waits for it).
-                    unsafe {
-                        call.stream.copy_async(s.ptr(), send, max)?;
-                        call.stream.copy_async(r.ptr(), recv, max)?;
+                    {
+                        let mut theirs = theirs.borrow_mut();
+                        theirs.send.as_mut_slice().copy_from_device(&b.send.as_slice(), call.stream)?;
+                        theirs.recv.as_mut_slice().copy_from_device(&b.recv.as_slice(), call.stream)?;
                     }
                     run(b, p)?;
-                    // SAFETY: as above.
-                    unsafe { call.stream.copy_async(recv, r.ptr(), max)? };
+                    b.recv.as_mut_slice().copy_from_device(&theirs.borrow().recv.as_slice(), call.stream)?;
                     Ok(())
                 }
             });

@@ -7,10 +7,10 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use weft_bootstrap::Bootstrap;
-use weft_coll::nccl::NcclComm;
+use weft_coll::nccl::{NcclBuffers, NcclCall, NcclComm};
 use weft_coll::{Algorithm, Collectives, Operator, P2pGroup, Reduction};
 use weft_core::Communicator;
-use weft_gpu::{DeviceBuffer, DeviceElement, DevicePtr, DeviceSlice, DeviceSliceMut, ElementFn, Event, Stream};
+use weft_gpu::{DeviceBuffer, DeviceElement, DeviceSlice, DeviceSliceMut, ElementFn, Event, Stream};
 use weft_types::DataType;
 
 use super::data::Reference;
@@ -170,20 +170,6 @@ impl Call<'_> {
         weft_gpu::with_element(self.dtype, WeftCall { call: self, coll, buffers, placement })
     }
 
-    /// The send and receive addresses of `placement` in `buffers` (for NCCL, which takes
-    /// addresses).
-    pub(crate) fn addresses(&self, buffers: &Buffers, placement: Placement) -> (DevicePtr, DevicePtr) {
-        let (send, recv) = (buffers.send.ptr(), buffers.recv.ptr());
-        match placement {
-            Placement::OutOfPlace => (send, recv),
-            Placement::InPlace => {
-                let (input_at, output_at) =
-                    self.collective.in_place_offsets(&self.shape, self.dtype.size(), self.rank as u32);
-                (recv + input_at as u64, recv + output_at as u64)
-            }
-        }
-    }
-
     /// The operator as NCCL takes it (built-in operators only).
     fn nccl_op(&self) -> weft_types::ReduceOp {
         match self.op {
@@ -192,30 +178,53 @@ impl Call<'_> {
         }
     }
 
-    /// NCCL's call (AllToAll and SendRecv as groups of sends and receives, as nccl-tests).
-    ///
-    /// # Safety
-    /// As for [`Call::weft`].
-    pub(crate) unsafe fn nccl(&self, nc: &NcclComm<'_>, send: DevicePtr, recv: DevicePtr) -> Result<(), BoxError> {
-        let Call { shape: Shape { count, .. }, dtype, ranks, stream, .. } = *self;
-        let op = self.nccl_op();
-        let ((next, prev), root) = (self.neighbours(), ROOT as usize);
-        // SAFETY: the caller's contract; each call's count is the one the shape was made for.
-        unsafe {
-            match self.collective {
-                Collective::AllReduce => nc.all_reduce(send, recv, count, dtype, op, stream),
-                Collective::AllGather => nc.all_gather(send, recv, count, dtype, stream),
-                Collective::ReduceScatter => nc.reduce_scatter(send, recv, count, dtype, op, stream),
-                Collective::AllToAll => nc.all_to_all(send, recv, count, dtype, ranks, stream),
-                Collective::Broadcast => nc.broadcast(send, recv, count, dtype, root, stream),
-                Collective::Reduce => nc.reduce(send, recv, count, dtype, op, root, stream),
-                Collective::SendRecv => nc.nccl().group(|| {
-                    nc.send(send, count, dtype, next, stream)?;
-                    nc.recv(recv, count, dtype, prev, stream)
-                }),
-            }
-        }?;
-        Ok(())
+    /// NCCL's call on `buffers`, placed as `placement` (AllToAll and SendRecv as groups of
+    /// sends and receives, as nccl-tests).
+    pub(crate) fn nccl(&self, nc: &NcclComm<'_>, buffers: &mut Buffers, placement: Placement) -> Result<(), BoxError> {
+        weft_gpu::with_element(self.dtype, NcclRun { call: self, nc, buffers, placement })
+    }
+}
+
+/// The views of a row's call for the element type `T`: the first elements of the rank's
+/// buffers each side of the call needs, or in place the part of `recv` that holds both.
+fn views<'b, T: DeviceElement>(
+    shape: &Shape,
+    buffers: &'b mut Buffers,
+    placement: Placement,
+) -> Result<NcclBuffers<'b, T>, BoxError> {
+    let Shape { count, send_count, recv_count, .. } = *shape;
+    Ok(match placement {
+        Placement::OutOfPlace => NcclBuffers::Separate {
+            send: elements(&buffers.send, send_count)?,
+            recv: elements_mut(&mut buffers.recv, recv_count)?,
+        },
+        Placement::InPlace => {
+            NcclBuffers::InPlace(elements_mut(&mut buffers.recv, send_count.max(recv_count).max(count))?)
+        }
+    })
+}
+
+/// NCCL's call of a row for the element type `T` (see [`Call::nccl`]).
+struct NcclRun<'a, 'c> {
+    call: &'a Call<'c>,
+    nc: &'a NcclComm<'a>,
+    buffers: &'a mut Buffers,
+    placement: Placement,
+}
+
+impl ElementFn for NcclRun<'_, '_> {
+    type Output = Result<(), BoxError>;
+
+    fn call<T: DeviceElement>(self) -> Result<(), BoxError> {
+        let NcclRun { call, nc, buffers, placement } = self;
+        let what = NcclCall {
+            collective: call.collective,
+            op: call.nccl_op(),
+            root: ROOT as usize,
+            rank: call.rank,
+            ranks: call.ranks,
+        };
+        Ok(nc.run(&what, views::<T>(&call.shape, buffers, placement)?, call.stream)?)
     }
 }
 
@@ -232,42 +241,31 @@ impl ElementFn for WeftCall<'_, '_> {
 
     fn call<T: DeviceElement>(self) -> Result<Algorithm, BoxError> {
         let WeftCall { call, coll, buffers, placement } = self;
-        let Call { shape: Shape { count, send_count, recv_count, .. }, stream, .. } = *call;
+        let stream = call.stream;
         let ((next, prev), root) = (call.neighbours(), ROOT as usize);
         let op: Operator<'_, T> = match call.op {
             CallOp::Host(reduction) => reduction.into(),
             CallOp::DeviceScalar(scalar) => Operator::PreMulSumOnDevice(elements(scalar, 1)?),
         };
-        let send = elements::<T>(&buffers.send, send_count)?;
-        let recv = &mut buffers.recv;
-        let algorithm = match (placement, call.collective) {
-            (Placement::OutOfPlace, c) => {
-                let mut out = elements_mut::<T>(recv, recv_count)?;
-                match c {
-                    Collective::AllReduce => coll.all_reduce(&send, &mut out, op, stream),
-                    Collective::AllGather => coll.all_gather(&send, &mut out, stream),
-                    Collective::ReduceScatter => coll.reduce_scatter(&send, &mut out, op, stream),
-                    Collective::AllToAll => coll.all_to_all(&send, &mut out, stream),
-                    Collective::Broadcast => coll.broadcast(Some(&send), &mut out, root, stream),
-                    Collective::Reduce => coll.reduce(&send, Some(&mut out), op, root, stream),
-                    Collective::SendRecv => coll.send_recv(P2pGroup::new().send(next, send).recv(prev, out), stream),
-                }
-            }
-            // In place the buffer holds the larger side of the call.
-            (Placement::InPlace, c) => {
-                let mut buffer = elements_mut::<T>(recv, send_count.max(recv_count).max(count))?;
-                match c {
-                    Collective::AllReduce => coll.all_reduce_in_place(&mut buffer, op, stream),
-                    Collective::AllGather => coll.all_gather_in_place(&mut buffer, stream),
-                    Collective::ReduceScatter => coll.reduce_scatter_in_place(&mut buffer, op, stream),
-                    Collective::AllToAll => coll.all_to_all_in_place(&mut buffer, stream),
-                    Collective::Broadcast => coll.broadcast_in_place(&mut buffer, root, stream),
-                    Collective::Reduce => coll.reduce_in_place(&mut buffer, op, root, stream),
-                    Collective::SendRecv => {
-                        coll.send_recv(P2pGroup::new().send_recv_in_place(next, prev, buffer), stream)
-                    }
-                }
-            }
+        let algorithm = match views::<T>(&call.shape, buffers, placement)? {
+            NcclBuffers::Separate { send, recv: mut out } => match call.collective {
+                Collective::AllReduce => coll.all_reduce(&send, &mut out, op, stream),
+                Collective::AllGather => coll.all_gather(&send, &mut out, stream),
+                Collective::ReduceScatter => coll.reduce_scatter(&send, &mut out, op, stream),
+                Collective::AllToAll => coll.all_to_all(&send, &mut out, stream),
+                Collective::Broadcast => coll.broadcast(Some(&send), &mut out, root, stream),
+                Collective::Reduce => coll.reduce(&send, Some(&mut out), op, root, stream),
+                Collective::SendRecv => coll.send_recv(P2pGroup::new().send(next, send).recv(prev, out), stream),
+            },
+            NcclBuffers::InPlace(mut buffer) => match call.collective {
+                Collective::AllReduce => coll.all_reduce_in_place(&mut buffer, op, stream),
+                Collective::AllGather => coll.all_gather_in_place(&mut buffer, stream),
+                Collective::ReduceScatter => coll.reduce_scatter_in_place(&mut buffer, op, stream),
+                Collective::AllToAll => coll.all_to_all_in_place(&mut buffer, stream),
+                Collective::Broadcast => coll.broadcast_in_place(&mut buffer, root, stream),
+                Collective::Reduce => coll.reduce_in_place(&mut buffer, op, root, stream),
+                Collective::SendRecv => coll.send_recv(P2pGroup::new().send_recv_in_place(next, prev, buffer), stream),
+            },
         }?;
         Ok(algorithm)
     }
