@@ -77,6 +77,14 @@ impl Stream {
         Self { device: device.clone(), raw, state: Box::default() }
     }
 
+    /// The legacy default stream of `device`'s primary context (the one synchronous copies and
+    /// memsets use; it synchronises with every blocking stream). Not destroyed on drop.
+    pub fn legacy_default(device: &Device) -> Self {
+        // SAFETY: null names the legacy default stream, which exists for as long as the
+        // context does, and `device` keeps its primary context retained.
+        unsafe { Self::borrowed(device, std::ptr::null_mut()) }
+    }
+
     /// The device this stream belongs to.
     pub fn device(&self) -> &Device {
         &self.device
