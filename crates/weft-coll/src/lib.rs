@@ -1,9 +1,10 @@
 //! # weft-coll — collectives over NVLink
 //!
 //! **Owns:** the collective API (`Collectives`: all-reduce, all-gather, reduce-scatter,
-//! broadcast, reduce, all-to-all(v), grouped send/receive), the collective algorithms (native
-//! kernels in `device/kernels/coll/`, embedded by [`device_code`]), their per-(type, operator)
-//! compilation and loading, the communication state they need (registered scratch,
+//! broadcast, reduce, all-to-all(v), grouped send/receive, windows), safe on typed device
+//! views (`typed.rs`) over a raw-pointer layer ([`RawCollectives`]) for weft-nccl and other
+//! languages' bindings, the collective algorithms (native kernels in `device/kernels/coll/`,
+//! embedded by [`device_code`]), their per-(type, operator) compilation and loading, the communication state they need (registered scratch,
 //! packet buffers, channel and semaphore tables on the device), the registration of user
 //! buffers and the agreement on zero-copy calls, input validation, and the size-based choice
 //! between algorithms.
@@ -20,6 +21,8 @@
 //! Unlike ARCHITECTURE §1's list, this crate contains `unsafe`: launching a kernel on pointers a
 //! caller hands us is inherently unsafe, and keeping those launches next to the algorithm that
 //! knows each kernel's parameters (rather than in weft-core) keeps every `SAFETY` argument local.
+//! The typed API discharges the raw layer's contract (`typed.rs` says how), so Rust callers
+//! need no `unsafe`.
 
 mod agreement;
 mod algorithm;

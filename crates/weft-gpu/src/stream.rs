@@ -357,11 +357,16 @@ impl Drop for Event {
 }
 
 /// A stream's retained allocations, each once.
-#[derive(Default)]
-struct Retained(Mutex<Vec<Arc<DeviceMemory>>>);
+struct Retained<T = DeviceMemory>(Mutex<Vec<Arc<T>>>);
 
-impl Retained {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<DeviceMemory>>> {
+impl<T> Default for Retained<T> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<T> Retained<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<T>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -370,12 +375,30 @@ impl Retained {
     }
 
     /// Adds the allocations not held yet (a handful per stream: a linear scan is cheapest).
-    fn add(&self, memories: &[Arc<DeviceMemory>]) {
+    fn add(&self, memories: &[Arc<T>]) {
         let mut held = self.lock();
         for memory in memories {
             if !held.iter().any(|h| Arc::ptr_eq(h, memory)) {
                 held.push(Arc::clone(memory));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_allocation_is_retained_once_until_released() {
+        let (a, b) = (Arc::new(1u8), Arc::new(2u8));
+        let retained = Retained::default();
+        retained.add(&[Arc::clone(&a), Arc::clone(&b), Arc::clone(&a)]);
+        retained.add(std::slice::from_ref(&b));
+        assert_eq!(retained.lock().len(), 2);
+        assert_eq!((Arc::strong_count(&a), Arc::strong_count(&b)), (2, 2));
+        retained.lock().clear();
+        assert!(retained.is_empty());
+        assert_eq!((Arc::strong_count(&a), Arc::strong_count(&b)), (1, 1));
     }
 }
