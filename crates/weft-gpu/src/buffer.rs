@@ -5,10 +5,11 @@
 //! A call that enqueues work on a [`Stream`] borrows its views only while it runs, yet the
 //! work runs later. The buffer's memory is therefore shared ([`Arc`]): the call hands the
 //! stream a reference ([`DeviceSlice::retain_on`]), which the stream keeps until it is seen
-//! idle ([`Stream::wait_idle`]) or, dropped with work pending, synchronised; a graph captured
-//! on the stream keeps them too and passes them on to every stream it is launched on. Dropping
-//! a [`DeviceBuffer`] only drops its own reference, so the memory is freed once no queued
-//! work can touch it, never under a running kernel.
+//! idle ([`Stream::wait_idle`]); a stream dropped with work pending waits for it first (two
+//! minutes at most: past that it leaks the memory rather than free it under running work). A
+//! graph captured on the stream keeps the references too and passes them on to every stream
+//! it is launched on. Dropping a [`DeviceBuffer`] only drops its own reference, so the memory
+//! is freed once no queued work can touch it, never under a running kernel.
 
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};

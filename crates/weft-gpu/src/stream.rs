@@ -11,6 +11,9 @@ use crate::driver::cu;
 use crate::error::GpuError;
 use crate::memory::DeviceMemory;
 
+/// How long a dropped stream waits for the work that uses its retained allocations.
+const DROP_WAIT: Duration = Duration::from_secs(120);
+
 /// How long [`Stream::wait_idle`] polls back to back before it naps.
 pub(crate) const WAIT_IDLE_SPIN: Duration = Duration::from_micros(100);
 
@@ -45,10 +48,12 @@ impl fmt::Debug for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if !self.state.retained.is_empty() && self.device.bind().is_ok() {
-            // The retained allocations are freed below: their work must have run first.
-            // SAFETY: a live stream; nothing is enqueued on it any more.
-            let _ = unsafe { cu!(cuStreamSynchronize(self.raw)) };
+        // The retained allocations go with the stream: their work must have run first. Work
+        // that never ends (a kernel waiting on a peer that died) leaves them allocated.
+        if !self.state.retained.is_empty() && self.wait_idle(DROP_WAIT, "a dropped stream's work").is_err() {
+            let stuck = std::mem::take(&mut *self.state.retained.lock());
+            tracing::warn!("a stream dropped with work still running after {DROP_WAIT:?}: its buffers stay allocated");
+            std::mem::forget(stuck);
         }
         if self.state.owned && self.device.bind().is_ok() {
             // SAFETY: the stream was created by us and is not used after this.
