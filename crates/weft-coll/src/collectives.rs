@@ -364,12 +364,11 @@ impl Collectives {
     ///
     /// The buffer must lie in one allocation of this GPU made by `cuMemAlloc` or by VMM with
     /// the POSIX-fd handle type (what `ncclMemAlloc` and weft's allocations use), 16-byte
-    /// aligned.
+    /// aligned. `memory`, when given, is kept alive as long as the window is registered.
     ///
     /// # Safety
-    /// The memory must stay allocated until [`Collectives::raw_deregister_window`] returns on every
-    /// rank; peers write into it during the calls that name it.
-    /// `memory`, when given, is kept alive as long as the window is registered.
+    /// The memory must stay allocated until [`Collectives::raw_deregister_window`] returns on
+    /// every rank; peers write into it during the calls that name it.
     pub(crate) unsafe fn raw_register_window(
         &self,
         base: DevicePtr,
