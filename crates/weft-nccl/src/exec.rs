@@ -328,12 +328,13 @@ fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
             // freed once.
             drop(unsafe { Box::from_raw(win as *mut u8) });
             let mut first = None;
-            // SAFETY: the application deregisters after every call using the window completed
-            // (nccl.h contract).
-            if let (Some(window), Ok(native)) = (w.weft, &ready.weft)
-                && let Err(e) = unsafe { native.coll.raw().deregister_window(&window) }
-            {
-                first.get_or_insert(NcclError::from(e));
+            if let (Some(window), Ok(native)) = (w.weft, &ready.weft) {
+                // SAFETY: the application deregisters after every call using the window
+                // completed (nccl.h contract).
+                let deregistered = unsafe { native.coll.raw().deregister_window(&window) };
+                if let Err(e) = deregistered {
+                    first.get_or_insert(NcclError::from(e));
+                }
             }
             if let Some(fc) = ready.fallback.as_ref().filter(|_| w.fallback != 0) {
                 let f = fc.fallback;
