@@ -14,9 +14,11 @@
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core` (with the verbs
 //! transport), `weft-coll`, `weft-plan`, `weft-exec`.
 //!
-//! Unlike ARCHITECTURE §1's list, this crate still contains `unsafe`: the collective API it
-//! measures and checks takes raw device pointers, and so do the kernel launches of the suite's
-//! device tests. Each block argues its contract where it stands.
+//! The collectives (weft's and the NCCL baseline's) run through the typed, safe API on views of
+//! device buffers. Unlike ARCHITECTURE §1's list, this crate still contains `unsafe` in one
+//! place: the launches of the device tests' and benchmarks' kernels (`selftest::port`,
+//! `selftest::tcp`, `bench::proxy`), whose argument lists are untyped until the kernels
+//! declare their parameters in Rust. Each block argues its contract where it stands.
 
 pub mod bench;
 pub mod harness;

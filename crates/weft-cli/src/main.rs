@@ -270,15 +270,25 @@ enum PlanAction {
 }
 
 /// Gives CUDA its 32 hardware queues unless the user chose a count
-/// (`weft_core::cuda_queues_ok` says why): first thing, before CUDA starts and before this
-/// process has a second thread; worker processes inherit it.
-#[allow(unsafe_code)]
+/// (`weft_core::cuda_queues_ok` says why), before CUDA starts; worker processes inherit it.
+/// Setting a variable of this process is unsound once a second thread may read the
+/// environment, so the command runs itself again in its place (`exec`, same process id and
+/// arguments) with the variable set; if that fails, it carries on without.
 fn raise_cuda_queues() {
+    use std::os::unix::process::CommandExt;
     use weft_core::{CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED};
-    if std::env::var_os(CUDA_QUEUES_VAR).is_none() {
-        // SAFETY: nothing else runs yet: no other thread reads or writes the environment.
-        unsafe { std::env::set_var(CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED.to_string()) };
+    if std::env::var_os(CUDA_QUEUES_VAR).is_some() {
+        return;
     }
+    let Ok(exe) = std::env::current_exe() else { return };
+    let mut args = std::env::args_os();
+    let mut again = std::process::Command::new(exe);
+    if let Some(name) = args.next() {
+        again.arg0(name);
+    }
+    // Only returns on failure.
+    let failed = again.args(args).env(CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED.to_string()).exec();
+    eprintln!("weft: could not run again with {CUDA_QUEUES_VAR}={CUDA_QUEUES_WANTED}: {failed}");
 }
 
 fn main() -> ExitCode {

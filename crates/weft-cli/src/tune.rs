@@ -21,7 +21,7 @@ use weft_core::{Communicator, Env};
 use weft_gpu::Device;
 use weft_types::{DataType, ReduceOp};
 
-use crate::harness::rank::{Call, Rank};
+use crate::harness::rank::{Buffers, Call, CallOp, Placement, Rank};
 use crate::harness::sweep::{by_name, format_size, sizes_between};
 use crate::harness::workers::run_workers;
 use crate::harness::{Collective, NcclTests, data, launch, progress};
@@ -257,7 +257,6 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
     let comm = Communicator::new(bootstrap, device, env.clone())?;
     let (rank, ranks) = (comm.rank(), comm.world_size());
     let me = Rank::new(&comm, options.max_bytes.max(options.dtype.size()))?;
-    let (send, recv) = (me.send.ptr(), me.recv.ptr());
     let mut samples = Vec::new();
     let mut current: Option<(u32, Collectives)> = None;
     for (blocks, algorithm, requested) in work(options) {
@@ -278,18 +277,16 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
                 collective,
                 shape,
                 dtype: options.dtype,
-                op: data::reduction(options.dtype, options.op, rank as u32),
+                op: CallOp::Host(data::reduction(options.dtype, options.op, rank as u32)),
                 rank,
                 ranks,
                 stream: &me.stream,
             };
             let coll = &*coll;
-            // SAFETY: `send`/`recv` are this rank's two buffers of max_bytes >= shape.bytes; every
-            // call waits for the stream before the buffers can go; every rank runs the same items.
-            let run = || unsafe { call.weft(coll, send, recv) };
+            let run = |buffers: &mut Buffers| call.weft(coll, buffers, Placement::OutOfPlace);
             // The algorithm that actually ran: an LL one beyond its slot falls back to HB.
-            if run()? == algorithm {
-                let us = me.time(true, shape.bytes, &|| run().map(|_| ()))?;
+            if run(&mut me.buffers.borrow_mut())? == algorithm {
+                let us = me.time(true, shape.bytes, &|b| run(b).map(|_| ()))?;
                 samples.push(Sample {
                     hb_blocks: blocks,
                     collective,

@@ -43,7 +43,7 @@ pub enum P2pKind {
     Recv,
 }
 
-/// One send or receive of a group (see [`Collectives::send_recv`]).
+/// One send or receive of a group (see [`RawCollectives::send_recv`](crate::RawCollectives::send_recv)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct P2pOp {
     /// Send or receive.
@@ -252,7 +252,7 @@ impl Collectives {
     /// count, type, operator, root) in the same order, captured on every rank or on none. A
     /// PreMulSum scalar in device memory must stay valid likewise. This holds for every
     /// collective of this type.
-    pub unsafe fn all_reduce(
+    pub(crate) unsafe fn raw_all_reduce(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
@@ -367,12 +367,17 @@ impl Collectives {
     ///
     /// The buffer must lie in one allocation of this GPU made by `cuMemAlloc` or by VMM with
     /// the POSIX-fd handle type (what `ncclMemAlloc` and weft's allocations use), 16-byte
-    /// aligned.
+    /// aligned. `memory`, when given, is kept alive as long as the window is registered.
     ///
     /// # Safety
-    /// The memory must stay allocated until [`Collectives::deregister_window`] returns on every
-    /// rank; peers write into it during the calls that name it.
-    pub unsafe fn register_window(&self, base: DevicePtr, len: usize) -> Result<Window, CollError> {
+    /// The memory must stay allocated until [`Collectives::raw_deregister_window`] returns on
+    /// every rank; peers write into it during the calls that name it.
+    pub(crate) unsafe fn raw_register_window(
+        &self,
+        base: DevicePtr,
+        len: usize,
+        memory: Option<Arc<DeviceMemory>>,
+    ) -> Result<Window, CollError> {
         let rank = self.comm.rank();
         let bootstrap = |source| CollError::Core(weft_core::Error::Bootstrap { rank, source });
         // Exporting memory while this thread's stream captures needs a relaxed capture mode.
@@ -419,7 +424,7 @@ impl Collectives {
             let why = failure.unwrap_or_else(|| format!("rank {bad} could not map every peer's window"));
             return Err(self.invalid(format!("window registration: {why}")));
         }
-        let entry = MappedWindow { starts, _registration: registration, _mapped: mapped };
+        let entry = MappedWindow { starts, _registration: registration, _mapped: mapped, _memory: memory };
         windows.insert(base, len, entry).map_err(|why| self.invalid(format!("window registration: {why}")))
     }
 
@@ -468,7 +473,7 @@ impl Collectives {
     /// rank's calls using the window have finished, so no kernel still writes through a
     /// mapping; then each rank drops its mappings and its registration. A window unknown to
     /// any rank fails on every rank, naming that rank.
-    pub fn deregister_window(&self, window: &Window) -> Result<(), CollError> {
+    pub(crate) fn raw_deregister_window(&self, window: &Window) -> Result<(), CollError> {
         let rank = self.comm.rank();
         let bootstrap = |source| CollError::Core(weft_core::Error::Bootstrap { rank, source });
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
@@ -561,11 +566,11 @@ impl Collectives {
     /// AllGather: `send_count` elements from every rank into `recv` (`ranks * send_count`
     /// elements, rank order). In place when `send == recv + rank * send bytes`. Captured, the
     /// HB algorithm with blocks of a multiple of 16 bytes writes straight into the peers'
-    /// `recv`, as [`Collectives::all_reduce`] does.
+    /// `recv`, as [`Collectives::raw_all_reduce`] does.
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`].
-    pub unsafe fn all_gather(
+    /// As for [`Collectives::raw_all_reduce`].
+    pub(crate) unsafe fn raw_all_gather(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
@@ -581,8 +586,8 @@ impl Collectives {
     /// into rank r's `recv`. In place when `recv == send + rank * recv bytes`.
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`].
-    pub unsafe fn reduce_scatter(
+    /// As for [`Collectives::raw_all_reduce`].
+    pub(crate) unsafe fn raw_reduce_scatter(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
@@ -599,7 +604,7 @@ impl Collectives {
     /// `ranks` blocks; in place, the single block sits at block `rank` of the other buffer.
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`].
+    /// As for [`Collectives::raw_all_reduce`].
     #[allow(clippy::too_many_arguments)]
     unsafe fn blocked(
         &self,
@@ -648,8 +653,8 @@ impl Collectives {
     /// read on the root only; equal to `recv`: in place).
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`].
-    pub unsafe fn broadcast(
+    /// As for [`Collectives::raw_all_reduce`].
+    pub(crate) unsafe fn raw_broadcast(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
@@ -665,9 +670,9 @@ impl Collectives {
     /// (`recv` is written on the root only; equal to `send`: in place).
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`].
+    /// As for [`Collectives::raw_all_reduce`].
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn reduce(
+    pub(crate) unsafe fn raw_reduce(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
@@ -719,8 +724,8 @@ impl Collectives {
     /// that overlap without being equal are an error.
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`].
-    pub unsafe fn all_to_all(
+    /// As for [`Collectives::raw_all_reduce`].
+    pub(crate) unsafe fn raw_all_to_all(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
@@ -746,7 +751,7 @@ impl Collectives {
         let (counts, displs) = args.even_blocks(count).map_err(|d| self.invalid(d))?;
         let (counts, displs) = (&counts[..n.min(counts.len())], &displs[..n.min(displs.len())]);
         // SAFETY: forwarded caller contract.
-        unsafe { self.all_to_allv(send, counts, displs, recv, counts, displs, dtype, stream) }
+        unsafe { self.raw_all_to_allv(send, counts, displs, recv, counts, displs, dtype, stream) }
     }
 
     /// Copies each `(source, bytes)` into staging on `stream`, each at a 16-byte aligned
@@ -810,9 +815,9 @@ impl Collectives {
     /// elements). Rank p's `send_counts[me]` must equal my `recv_counts[p]`.
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`].
+    /// As for [`Collectives::raw_all_reduce`].
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_to_allv(
+    pub(crate) unsafe fn raw_all_to_allv(
         &self,
         send: DevicePtr,
         send_counts: &[usize],
@@ -841,9 +846,9 @@ impl Collectives {
     /// peer's; a send to this rank must be matched by a receive from it of the same size.
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`]; every buffer must stay valid until the stream's
+    /// As for [`Collectives::raw_all_reduce`]; every buffer must stay valid until the stream's
     /// work is done, and the peers must post the matching operations.
-    pub unsafe fn send_recv(&self, ops: &[P2pOp], stream: &Stream) -> Result<Algorithm, CollError> {
+    pub(crate) unsafe fn raw_send_recv(&self, ops: &[P2pOp], stream: &Stream) -> Result<Algorithm, CollError> {
         // Every round is checked before any is launched, so a bad group enqueues nothing.
         let in_place = self.args(stream)?.send_recv(ops).map_err(|d| self.invalid(d))?;
         // A send from the buffer a receive of the group writes reads a staged copy instead.
@@ -968,7 +973,7 @@ impl Collectives {
     /// Runs plan `id` on `count` input elements per rank.
     ///
     /// # Safety
-    /// As for [`Collectives::all_reduce`], with `send` and `recv` checked for the collective.
+    /// As for [`Collectives::raw_all_reduce`], with `send` and `recv` checked for the collective.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run_plan(
         &self,
@@ -1057,4 +1062,7 @@ struct MappedWindow {
     starts: PeerBuffers,
     _registration: Option<UserRegistration>,
     _mapped: Vec<RemoteMemory>,
+    /// The buffer of a window registered through the typed API: peers write into it until
+    /// the window is deregistered, whatever becomes of the handle its owner holds.
+    _memory: Option<Arc<DeviceMemory>>,
 }

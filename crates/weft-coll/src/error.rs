@@ -12,6 +12,30 @@ pub enum CollError {
         /// What is wrong.
         detail: String,
     },
+    /// A buffer of a typed call holds a number of elements the call cannot take.
+    #[error("rank {rank}: {buffer} holds {actual} elements, {expected}")]
+    Length {
+        /// This rank.
+        rank: usize,
+        /// Which buffer (`send`, `recv`, `buffer`, `scalar`, a block of `send`...).
+        buffer: &'static str,
+        /// Its elements.
+        actual: usize,
+        /// What the call needs.
+        expected: Expected,
+    },
+    /// A buffer of a typed call is on another GPU than the communicator.
+    #[error("rank {rank}: {buffer} is on GPU {found}, the communicator on GPU {expected}")]
+    WrongDevice {
+        /// This rank.
+        rank: usize,
+        /// Which buffer.
+        buffer: &'static str,
+        /// The buffer's GPU.
+        found: usize,
+        /// The communicator's GPU.
+        expected: usize,
+    },
     /// The configuration is outside what the algorithms support.
     #[error("rank {rank}: unsupported: {detail}")]
     Unsupported {
@@ -39,4 +63,25 @@ pub enum CollError {
     /// Communicator setup failed.
     #[error(transparent)]
     Core(#[from] weft_core::Error),
+}
+
+/// The length a buffer of a typed call needs (see [`CollError::Length`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expected {
+    /// Exactly this many elements.
+    Exactly(usize),
+    /// A multiple of this many (the ranks: one block each).
+    MultipleOf(usize),
+    /// At least this many (a block's end).
+    AtLeast(usize),
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exactly(n) => write!(f, "the call needs {n}"),
+            Self::MultipleOf(n) => write!(f, "the call needs a multiple of {n}"),
+            Self::AtLeast(n) => write!(f, "the call needs at least {n}"),
+        }
+    }
 }

@@ -1,15 +1,20 @@
 //! The real NCCL, loaded at run time from `libnccl.so.2`: the baseline `weft bench` measures
 //! against in the same run, and the fallback of weft's own `libnccl.so.2` (crate `weft-nccl`,
 //! which loads it with `RTLD_DEEPBIND` through [`Nccl::load_from_flags`] and resolves the rest
-//! of the API with [`Nccl::symbol`]). Typed calls for what the benchmark needs: every
-//! collective, send/recv and groups; AllToAll is a group of sends and receives, as nccl-tests
-//! does it.
+//! of the API with [`Nccl::symbol`]). Safe calls on typed device views for what the benchmark
+//! needs ([`NcclComm::run`]: every collective as nccl-tests runs it, AllToAll and SendRecv as
+//! groups of sends and receives), memory from `ncclMemAlloc` as a [`DeviceBuffer`], and
+//! windows. [`Nccl::symbol`] and [`Nccl::adopt`] are the raw layer weft-nccl builds on.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 
-use weft_gpu::{DevicePtr, Stream};
+use std::sync::Arc;
+
+use weft_gpu::{Device, DeviceBuffer, DeviceMemory, DevicePtr, Stream};
 use weft_types::{DataType, ReduceOp};
+
+pub use crate::nccl_typed::{NcclBuffers, NcclCall};
 
 type Comm = *mut c_void;
 type GetUniqueId = unsafe extern "C" fn(*mut [u8; 128]) -> c_int;
@@ -21,7 +26,7 @@ type Group = unsafe extern "C" fn() -> c_int;
 type CudaStream = *mut c_void;
 
 /// What failed while loading or calling the real NCCL.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NcclLibError {
     /// No candidate library loaded ([`candidates`]).
@@ -56,6 +61,12 @@ pub enum NcclLibError {
         /// `ncclGetErrorString(code)`.
         text: String,
     },
+    /// The GPU refused a step around the call (binding the device, adopting memory).
+    #[error(transparent)]
+    Gpu(#[from] weft_gpu::GpuError),
+    /// The buffers do not fit the call (the typed API's length rules).
+    #[error(transparent)]
+    Arguments(#[from] Box<crate::CollError>),
     /// A rank or count that does not fit NCCL's `int`.
     #[error("{what} {value} does not fit NCCL's int")]
     OutOfRange {
@@ -113,7 +124,8 @@ impl ToC<c_int> for ReduceOp {
 }
 
 /// Declares the NCCL calls that take `(args..., comm, stream)`, each once: its function pointer
-/// in [`Calls`], its symbol lookup, and its `unsafe` method on [`NcclComm`].
+/// in [`Calls`], its symbol lookup, and its raw `unsafe` method on [`NcclComm`] (under the
+/// typed [`NcclComm::run`]).
 macro_rules! stream_calls {
     ($(
         $(#[$doc:meta])*
@@ -146,7 +158,7 @@ macro_rules! stream_calls {
                 /// given until the stream's work is done; every rank of the communicator makes
                 /// the matching call.
                 #[allow(clippy::too_many_arguments, reason = "NCCL's own argument list")]
-                pub unsafe fn $method(&self, $($arg: $ty,)* stream: &Stream) -> Result<(), NcclLibError> {
+                pub(crate) unsafe fn $method(&self, $($arg: $ty,)* stream: &Stream) -> Result<(), NcclLibError> {
                     $(let $arg: $c = ToC::<$c>::to_c($arg)?;)*
                     // SAFETY: the caller's contract covers the buffers; comm and stream are live.
                     let r = unsafe { (self.nccl.calls.$method)($($arg,)* self.comm, stream.raw().cast()) };
@@ -200,7 +212,8 @@ pub struct Nccl {
     group_start: Group,
     group_end: Group,
     calls: Calls,
-    _lib: libloading::Library,
+    /// Shared with the buffers of `ncclMemAlloc`, whose release calls into it.
+    lib: Arc<libloading::Library>,
 }
 
 impl std::fmt::Debug for Nccl {
@@ -293,7 +306,7 @@ impl Nccl {
             group_start: sym!("ncclGroupStart", Group),
             group_end: sym!("ncclGroupEnd", Group),
             calls: Calls::load(&lib)?,
-            _lib: lib,
+            lib: Arc::new(lib),
         })
     }
 
@@ -312,7 +325,7 @@ impl Nccl {
         c_name.push(0);
         // SAFETY: the caller guarantees `T` matches the symbol's C type; the library outlives
         // `self`, and the copied function pointer is only used while `self` lives.
-        unsafe { self._lib.get::<T>(c_name.as_slice()) }
+        unsafe { self.lib.get::<T>(c_name.as_slice()) }
             .map(|s| *s)
             .map_err(|e| NcclLibError::MissingSymbol { symbol: name.into(), detail: e.to_string() })
     }
@@ -414,9 +427,9 @@ impl NcclComm<'_> {
     ///
     /// # Safety
     /// `send` and `recv` must be device memory of this rank's GPU of `ranks × count_per_peer`
-    /// elements each, valid until the stream's work is done, and not overlap; every rank of the
-    /// communicator makes the matching call.
-    pub unsafe fn all_to_all(
+    /// elements each, valid until the stream's work is done; every rank of the communicator
+    /// makes the matching call.
+    pub(crate) unsafe fn all_to_all(
         &self,
         send: DevicePtr,
         recv: DevicePtr,
@@ -444,53 +457,13 @@ impl NcclComm<'_> {
 /// every rank, so NCCL runs its symmetric kernels on them.
 pub const NCCL_WIN_COLL_SYMMETRIC: c_int = 1;
 
-/// Device memory from the library's `ncclMemAlloc` on the current GPU; `ncclMemFree` on drop.
-pub struct NcclMemory<'a> {
-    nccl: &'a Nccl,
-    ptr: *mut c_void,
-    len: usize,
-}
-
-impl std::fmt::Debug for NcclMemory<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclMemory").field("ptr", &self.ptr).field("len", &self.len).finish()
-    }
-}
-
-impl NcclMemory<'_> {
-    /// The device address.
-    pub fn ptr(&self) -> DevicePtr {
-        self.ptr as DevicePtr
-    }
-
-    /// Bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it holds no bytes (never: `ncclMemAlloc` refuses 0).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Drop for NcclMemory<'_> {
-    fn drop(&mut self) {
-        type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
-        // SAFETY: nccl.h's signature of ncclMemFree; the pointer came from ncclMemAlloc and is
-        // freed once.
-        if let Ok(free) = unsafe { self.nccl.symbol::<Free>("ncclMemFree") } {
-            // SAFETY: a pointer ncclMemAlloc returned, freed once (here).
-            let _ = unsafe { free(self.ptr) };
-        }
-    }
-}
-
 /// A window of the library's (`ncclCommWindowRegister`); deregistered on drop, which must
 /// happen on every rank after the work using it completed (nccl.h's contract).
 pub struct NcclWindow<'a> {
     comm: &'a NcclComm<'a>,
     win: *mut c_void,
+    /// The registered memory, kept until the window is deregistered.
+    _memory: Arc<DeviceMemory>,
 }
 
 impl std::fmt::Debug for NcclWindow<'_> {
@@ -512,29 +485,43 @@ impl Drop for NcclWindow<'_> {
 }
 
 impl<'a> NcclComm<'a> {
-    /// `ncclMemAlloc` of `len` bytes on the current GPU (bind the communicator's first).
-    pub fn mem_alloc(&self, len: usize) -> Result<NcclMemory<'a>, NcclLibError> {
+    /// `ncclMemAlloc` of `len` bytes on `device`, the communicator's GPU; `ncclMemFree` once
+    /// the buffer and the stream work using it are gone.
+    pub fn mem_alloc(&self, device: &Device, len: usize) -> Result<DeviceBuffer<u8>, NcclLibError> {
         type Alloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-        // SAFETY: nccl.h's signature of ncclMemAlloc.
-        let alloc = unsafe { self.nccl.symbol::<Alloc>("ncclMemAlloc") }?;
+        type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
+        // SAFETY: nccl.h's signatures of ncclMemAlloc and ncclMemFree.
+        let (alloc, free) =
+            unsafe { (self.nccl.symbol::<Alloc>("ncclMemAlloc")?, self.nccl.symbol::<Free>("ncclMemFree")?) };
+        device.bind()?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: writes one pointer.
         check(self.nccl, "ncclMemAlloc", unsafe { alloc(&mut ptr, len) })?;
-        Ok(NcclMemory { nccl: self.nccl, ptr, len })
+        let lib = Arc::clone(&self.nccl.lib);
+        let release = Box::new(move |ptr: DevicePtr| {
+            // The library stays loaded while its memory is alive.
+            let _loaded = &lib;
+            // SAFETY: a pointer ncclMemAlloc returned, freed once (when its memory drops).
+            let _ = unsafe { free(ptr as *mut c_void) };
+        });
+        // SAFETY: `len` bytes of `device` that ncclMemAlloc returned for this buffer alone,
+        // valid until ncclMemFree (`release`).
+        let memory = unsafe { DeviceMemory::from_foreign(device, ptr as DevicePtr, len, release) };
+        Ok(DeviceBuffer::from_memory(memory)?)
     }
 
     /// `ncclCommWindowRegister(memory, NCCL_WIN_COLL_SYMMETRIC)`: collective, every rank
     /// registers a buffer of the same length (NCCL 2.27+).
-    pub fn window_register(&'a self, memory: &NcclMemory<'_>) -> Result<NcclWindow<'a>, NcclLibError> {
+    pub fn window_register(&'a self, memory: &DeviceBuffer<u8>) -> Result<NcclWindow<'a>, NcclLibError> {
         type Register = unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int;
         // SAFETY: nccl.h's signature of ncclCommWindowRegister.
         let register = unsafe { self.nccl.symbol::<Register>("ncclCommWindowRegister") }?;
         let mut win = std::ptr::null_mut();
-        // SAFETY: memory from this library's ncclMemAlloc, alive while the window is (the
-        // caller drops the window first); writes one handle.
-        let code = unsafe { register(self.comm, memory.ptr, memory.len, &mut win, NCCL_WIN_COLL_SYMMETRIC) };
+        let (ptr, len) = (memory.ptr() as *mut c_void, memory.len());
+        // SAFETY: device memory the window keeps alive (`_memory`); writes one handle.
+        let code = unsafe { register(self.comm, ptr, len, &mut win, NCCL_WIN_COLL_SYMMETRIC) };
         check(self.nccl, "ncclCommWindowRegister", code)?;
-        Ok(NcclWindow { comm: self, win })
+        Ok(NcclWindow { comm: self, win, _memory: Arc::clone(memory.shared_memory()) })
     }
 }
 
@@ -553,8 +540,8 @@ mod tests {
     fn a_missing_library_is_an_error_and_ranks_convert_checked() {
         assert!(Nccl::load_from(Path::new("/nonexistent/libnccl.so.2")).is_err());
         assert!(Nccl::load_from_flags(Path::new("/nonexistent/libnccl.so.2"), 2).is_err());
-        assert_eq!(ToC::<c_int>::to_c(3usize), Ok(3));
+        assert_eq!(ToC::<c_int>::to_c(3usize).ok(), Some(3));
         assert!(ToC::<c_int>::to_c(usize::MAX).is_err());
-        assert_eq!(ToC::<c_int>::to_c(DataType::Bf16), Ok(9));
+        assert_eq!(ToC::<c_int>::to_c(DataType::Bf16).ok(), Some(9));
     }
 }

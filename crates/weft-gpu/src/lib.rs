@@ -4,19 +4,22 @@
 //! error that says what was searched, never a panic), devices and their primary contexts,
 //! streams, events and CUDA graphs, device memory through the VMM API (exportable as POSIX file
 //! descriptors) with a legacy `cuMemAlloc` + IPC-handle fallback, host-pinned memory mapped into
-//! the device, application allocations (their identity and export), NVRTC compilation to
-//! CUBIN with an on-disk cache keyed by a hash of every input,
-//! module loading and kernel launch.
+//! the device, typed device buffers and views of them (whose memory outlives the stream work
+//! that uses it), application allocations (their identity and export), NVRTC compilation to
+//! CUBIN with an on-disk cache keyed by a hash of every input, module loading and kernel
+//! launch.
 //!
 //! **Must not:** know about ranks, peers or collectives; call `cuMulticast*` (NVLink multicast is
 //! forbidden on our machines); block on a device with no bound when a bounded variant exists.
 //!
 //! **Depends on:** `weft-types` (kernel-argument layouts), `cudarc` (raw driver/NVRTC bindings,
-//! dynamically loaded), `libloading`.
+//! dynamically loaded), `libloading`, `half` (the 16-bit float element types).
 
+mod buffer;
 mod device;
 mod dma_buf;
 mod driver;
+mod element;
 mod error;
 pub mod loader;
 mod memory;
@@ -25,11 +28,15 @@ pub mod nvrtc;
 mod stream;
 mod user_memory;
 
+pub use buffer::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
 pub use device::{Device, RdmaWriteVisibility, SavedContext};
 pub use dma_buf::{DmaBuf, export_dma_buf};
 pub use driver::DevicePtr;
+pub use element::{DeviceElement, ElementFn, F8E4M3, F8E5M2, with_element};
 pub use error::GpuError;
-pub use memory::{AllocKind, DeviceMemory, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range};
+pub use memory::{
+    AllocKind, DeviceMemory, ForeignRelease, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range,
+};
 pub use module::{Kernel, KernelArg, KernelArgs, LaunchConfig, MAX_KERNEL_ARGS, Module, Pod};
 pub use nvrtc::{
     CompileOptions, CompiledKernel, KernelResources, KernelSource, compile, default_cache_dir, kernel_resources,

@@ -33,8 +33,11 @@ impl fmt::Debug for LegacyIpcHandle {
     }
 }
 
+/// How another library gives back device memory it allocated (see
+/// [`DeviceMemory::from_foreign`]).
+pub type ForeignRelease = Box<dyn Fn(DevicePtr) + Send + Sync>;
+
 /// What a mapping is made of, which decides how it is given back.
-#[derive(Debug)]
 enum Backing {
     /// A VMM handle (created here or imported) mapped at a reserved range.
     Vmm { handle: sys::CUmemGenericAllocationHandle },
@@ -42,6 +45,19 @@ enum Backing {
     Legacy,
     /// Another process's `cuMemAlloc` allocation opened through its IPC handle.
     LegacyImport,
+    /// Memory another library of this process allocated, given back by its own call.
+    Foreign { release: ForeignRelease },
+}
+
+impl fmt::Debug for Backing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Vmm { handle } => f.debug_struct("Vmm").field("handle", handle).finish(),
+            Self::Legacy => f.write_str("Legacy"),
+            Self::LegacyImport => f.write_str("LegacyImport"),
+            Self::Foreign { .. } => f.write_str("Foreign"),
+        }
+    }
 }
 
 impl Backing {
@@ -55,11 +71,11 @@ impl Backing {
         }
         // SAFETY: caller contract: the mapping is live and no longer used.
         unsafe {
-            match *self {
+            match self {
                 Backing::Vmm { handle } => {
                     let _ = cu!(cuMemUnmap(ptr, mapped_len));
                     let _ = cu!(cuMemAddressFree(ptr, mapped_len));
-                    let _ = cu!(cuMemRelease(handle));
+                    let _ = cu!(cuMemRelease(*handle));
                 }
                 Backing::Legacy => {
                     let _ = cu!(cuMemFree_v2(ptr));
@@ -67,6 +83,7 @@ impl Backing {
                 Backing::LegacyImport => {
                     let _ = cu!(cuIpcCloseMemHandle(ptr));
                 }
+                Backing::Foreign { release } => release(ptr),
             }
         }
     }
@@ -207,6 +224,16 @@ impl DeviceMemory {
         Ok(Self { device: device.clone(), ptr, len, mapped_len, backing: Backing::Vmm { handle } })
     }
 
+    /// Takes ownership of `len` bytes at `ptr` that another library of this process allocated
+    /// on `device` (`ncclMemAlloc`, say): `release` gives them back when this value drops.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must be device memory of `device`, allocated for this value alone and
+    /// valid until `release(ptr)` runs, which must be the right way to free it.
+    pub unsafe fn from_foreign(device: &Device, ptr: DevicePtr, len: usize, release: ForeignRelease) -> Self {
+        Self { device: device.clone(), ptr, len, mapped_len: len, backing: Backing::Foreign { release } }
+    }
+
     /// Device address of the first byte.
     pub fn ptr(&self) -> DevicePtr {
         self.ptr
@@ -278,7 +305,7 @@ impl DeviceMemory {
                 // SAFETY: the range is mapped; desc is valid.
                 unsafe { cu!(cuMemSetAccess(self.ptr, self.mapped_len, &desc, 1)) }
             }
-            Backing::Legacy | Backing::LegacyImport => peer.enable_peer_access(&self.device),
+            Backing::Legacy | Backing::LegacyImport | Backing::Foreign { .. } => peer.enable_peer_access(&self.device),
         }
     }
 

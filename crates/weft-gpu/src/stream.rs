@@ -1,6 +1,7 @@
 //! Streams, events and CUDA graphs.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
@@ -8,6 +9,10 @@ use cudarc::driver::sys;
 use crate::device::Device;
 use crate::driver::cu;
 use crate::error::GpuError;
+use crate::memory::DeviceMemory;
+
+/// How long a dropped stream waits for the work that uses its retained allocations.
+const DROP_WAIT: Duration = Duration::from_secs(120);
 
 /// How long [`Stream::wait_idle`] polls back to back before it naps.
 pub(crate) const WAIT_IDLE_SPIN: Duration = Duration::from_micros(100);
@@ -16,8 +21,18 @@ pub(crate) const WAIT_IDLE_SPIN: Duration = Duration::from_micros(100);
 pub struct Stream {
     device: Device,
     raw: sys::CUstream,
+    /// Boxed, so that a stream stays three words: many structures embed one.
+    state: Box<StreamState>,
+}
+
+/// What a [`Stream`] keeps besides its handle.
+#[derive(Default)]
+struct StreamState {
     /// Whether drop destroys the handle (false for streams borrowed from an application).
     owned: bool,
+    /// Allocations the queued work may use, kept alive until the stream is seen idle (see
+    /// `buffer.rs`).
+    retained: Retained,
 }
 
 // SAFETY: a CUstream may be used from any thread once its context is current; we bind first.
@@ -33,7 +48,14 @@ impl fmt::Debug for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.owned && self.device.bind().is_ok() {
+        // The retained allocations go with the stream: their work must have run first. Work
+        // that never ends (a kernel waiting on a peer that died) leaves them allocated.
+        if !self.state.retained.is_empty() && self.wait_idle(DROP_WAIT, "a dropped stream's work").is_err() {
+            let stuck = std::mem::take(&mut *self.state.retained.lock());
+            tracing::warn!("a stream dropped with work still running after {DROP_WAIT:?}: its buffers stay allocated");
+            std::mem::forget(stuck);
+        }
+        if self.state.owned && self.device.bind().is_ok() {
             // SAFETY: the stream was created by us and is not used after this.
             let _ = unsafe { cu!(cuStreamDestroy_v2(self.raw)) };
         }
@@ -47,7 +69,7 @@ impl Stream {
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { cu!(cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32))? };
-        Ok(Self { device: device.clone(), raw, owned: true })
+        Ok(Self { device: device.clone(), raw, state: Box::new(StreamState { owned: true, ..StreamState::default() }) })
     }
 
     /// Wraps a stream the application created (a `cudaStream_t` is a `CUstream`; null is the
@@ -57,7 +79,15 @@ impl Stream {
     /// `raw` must be null or a live stream of `device`'s primary context, and stay live for as
     /// long as the returned value (and any work it enqueues) is in use.
     pub unsafe fn borrowed(device: &Device, raw: sys::CUstream) -> Self {
-        Self { device: device.clone(), raw, owned: false }
+        Self { device: device.clone(), raw, state: Box::default() }
+    }
+
+    /// The legacy default stream of `device`'s primary context (the one synchronous copies and
+    /// memsets use; it synchronises with every blocking stream). Not destroyed on drop.
+    pub fn legacy_default(device: &Device) -> Self {
+        // SAFETY: null names the legacy default stream, which exists for as long as the
+        // context does, and `device` keeps its primary context retained.
+        unsafe { Self::borrowed(device, std::ptr::null_mut()) }
     }
 
     /// The device this stream belongs to.
@@ -82,7 +112,10 @@ impl Stream {
             // SAFETY: queries a live stream.
             let status = unsafe { sys::cuStreamQuery(self.raw) };
             match status {
-                sys::CUresult::CUDA_SUCCESS => return Ok(()),
+                sys::CUresult::CUDA_SUCCESS => {
+                    self.release_retained();
+                    return Ok(());
+                }
                 sys::CUresult::CUDA_ERROR_NOT_READY => {}
                 other => return crate::driver::check("cuStreamQuery", other),
             }
@@ -99,6 +132,24 @@ impl Stream {
             }
             std::thread::sleep(nap);
             nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    /// Keeps `memory` alive until this stream is next seen idle: called by whoever enqueued
+    /// work that uses it, after enqueuing.
+    pub(crate) fn retain(&self, memory: &Arc<DeviceMemory>) {
+        self.state.retained.add(std::slice::from_ref(memory));
+    }
+
+    /// Drops the retained allocations if the stream is still idle. Checked again under the
+    /// lock: a thread that enqueues work and then retains its memory either retains after
+    /// this clears (and its reference stays) or enqueued before the query (and the stream is
+    /// not idle).
+    fn release_retained(&self) {
+        let mut held = self.state.retained.lock();
+        // SAFETY: queries a live stream.
+        if !held.is_empty() && unsafe { sys::cuStreamQuery(self.raw) } == sys::CUresult::CUDA_SUCCESS {
+            held.clear();
         }
     }
 
@@ -163,7 +214,10 @@ impl Stream {
                 return Err(e);
             }
         }
-        Ok(Graph { device: self.device.clone(), graph, exec })
+        // The captured work uses what the stream retained meanwhile (and perhaps before): the
+        // graph keeps all of it for its replays.
+        let retained = self.state.retained.lock().clone();
+        Ok(Graph { device: self.device.clone(), graph, exec, retained })
     }
 }
 
@@ -199,6 +253,8 @@ pub struct Graph {
     device: Device,
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
+    /// The allocations the captured work uses, handed to every stream a replay runs on.
+    retained: Vec<Arc<DeviceMemory>>,
 }
 
 // SAFETY: graph handles are plain driver handles usable from any thread with the context bound.
@@ -215,7 +271,9 @@ impl Graph {
     pub fn launch(&self, stream: &Stream) -> Result<(), GpuError> {
         self.device.bind()?;
         // SAFETY: live graph and stream of the same context.
-        unsafe { cu!(cuGraphLaunch(self.exec, stream.raw)) }
+        unsafe { cu!(cuGraphLaunch(self.exec, stream.raw))? };
+        stream.state.retained.add(&self.retained);
+        Ok(())
     }
 }
 
@@ -300,5 +358,52 @@ impl Drop for Event {
             // SAFETY: created by us, not used afterwards.
             let _ = unsafe { cu!(cuEventDestroy_v2(self.raw)) };
         }
+    }
+}
+
+/// A stream's retained allocations, each once.
+struct Retained<T = DeviceMemory>(Mutex<Vec<Arc<T>>>);
+
+impl<T> Default for Retained<T> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<T> Retained<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<T>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Adds the allocations not held yet (a handful per stream: a linear scan is cheapest).
+    fn add(&self, memories: &[Arc<T>]) {
+        let mut held = self.lock();
+        for memory in memories {
+            if !held.iter().any(|h| Arc::ptr_eq(h, memory)) {
+                held.push(Arc::clone(memory));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_allocation_is_retained_once_until_released() {
+        let (a, b) = (Arc::new(1u8), Arc::new(2u8));
+        let retained = Retained::default();
+        retained.add(&[Arc::clone(&a), Arc::clone(&b), Arc::clone(&a)]);
+        retained.add(std::slice::from_ref(&b));
+        assert_eq!(retained.lock().len(), 2);
+        assert_eq!((Arc::strong_count(&a), Arc::strong_count(&b)), (2, 2));
+        retained.lock().clear();
+        assert!(retained.is_empty());
+        assert_eq!((Arc::strong_count(&a), Arc::strong_count(&b)), (1, 1));
     }
 }

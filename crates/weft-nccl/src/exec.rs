@@ -285,7 +285,7 @@ fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
             let weft = match &ready.weft {
                 // SAFETY: the application keeps the buffer allocated until it deregisters the
                 // window (nccl.h contract), which drops weft's window first.
-                Ok(native) => Some(unsafe { native.coll.register_window(base, size)? }),
+                Ok(native) => Some(unsafe { native.coll.raw().register_window(base, size)? }),
                 Err(_) => None,
             };
             let mut fallback: ncclWindow_t = std::ptr::null_mut();
@@ -299,8 +299,9 @@ fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
                     if let (Some(w), Ok(native)) = (weft, &ready.weft) {
                         // Every rank's fallback failed alike or the ranks now disagree; either
                         // way this window is unusable. Best effort: the peers' deregistration
-                        // is collective too.
-                        let _ = native.coll.deregister_window(&w);
+                        // is collective too. No call has used the window yet.
+                        // SAFETY: registered just above; no call names it.
+                        let _ = unsafe { native.coll.raw().deregister_window(&w) };
                     }
                     return Err(e);
                 }
@@ -327,10 +328,13 @@ fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
             // freed once.
             drop(unsafe { Box::from_raw(win as *mut u8) });
             let mut first = None;
-            if let (Some(window), Ok(native)) = (w.weft, &ready.weft)
-                && let Err(e) = native.coll.deregister_window(&window)
-            {
-                first.get_or_insert(NcclError::from(e));
+            if let (Some(window), Ok(native)) = (w.weft, &ready.weft) {
+                // SAFETY: the application deregisters after every call using the window
+                // completed (nccl.h contract).
+                let deregistered = unsafe { native.coll.raw().deregister_window(&window) };
+                if let Err(e) = deregistered {
+                    first.get_or_insert(NcclError::from(e));
+                }
             }
             if let Some(fc) = ready.fallback.as_ref().filter(|_| w.fallback != 0) {
                 let f = fc.fallback;
@@ -724,12 +728,12 @@ fn run_weft(comm: &Comm, ready: &Ready, calls: &[Call]) -> Result<(), NcclError>
         // rank make the matching call; weft checks the buffers lie in this GPU's memory.
         let algorithm = unsafe {
             match call.coll {
-                Coll::AllReduce(op) => Some(coll.all_reduce(s, r, n, t, op.reduction()?, &stream)?),
-                Coll::AllGather => Some(coll.all_gather(s, r, n, t, &stream)?),
-                Coll::ReduceScatter(op) => Some(coll.reduce_scatter(s, r, n, t, op.reduction()?, &stream)?),
-                Coll::Broadcast { root } => Some(coll.broadcast(s, r, n, t, root, &stream)?),
-                Coll::Reduce { op, root } => Some(coll.reduce(s, r, n, t, op.reduction()?, root, &stream)?),
-                Coll::AllToAll => Some(coll.all_to_all(s, r, n, t, &stream)?),
+                Coll::AllReduce(op) => Some(coll.raw().all_reduce(s, r, n, t, op.reduction()?, &stream)?),
+                Coll::AllGather => Some(coll.raw().all_gather(s, r, n, t, &stream)?),
+                Coll::ReduceScatter(op) => Some(coll.raw().reduce_scatter(s, r, n, t, op.reduction()?, &stream)?),
+                Coll::Broadcast { root } => Some(coll.raw().broadcast(s, r, n, t, root, &stream)?),
+                Coll::Reduce { op, root } => Some(coll.raw().reduce(s, r, n, t, op.reduction()?, root, &stream)?),
+                Coll::AllToAll => Some(coll.raw().all_to_all(s, r, n, t, &stream)?),
                 Coll::Gather { .. } | Coll::Scatter { .. } | Coll::Send { .. } | Coll::Recv { .. } => None,
             }
         };
@@ -751,7 +755,7 @@ fn run_weft(comm: &Comm, ready: &Ready, calls: &[Call]) -> Result<(), NcclError>
         // SAFETY: as above.
         let stream = unsafe { Stream::borrowed(&ready.device, raw as *mut c_void as _) };
         // SAFETY: as above, for every operation of the group.
-        let a = unsafe { coll.send_recv(&p2p, &stream)? };
+        let a = unsafe { coll.raw().send_recv(&p2p, &stream)? };
         tracing::debug!(operations = p2p.len(), algorithm = %a, "route: weft (point-to-point group)");
     }
     Ok(())

@@ -65,7 +65,7 @@ fn all_reduce(
     // SAFETY: the Python layer passes the addresses of live tensors of this GPU sized for the
     // call and keeps them referenced by the caller until the stream's work is done (the same
     // contract as torch.distributed); weft checks the ranges lie in this GPU's memory.
-    on_stream(comm, stream, |c, s| unsafe { c.all_reduce(send, recv, count, dtype, op, s) }.map(drop))
+    on_stream(comm, stream, |c, s| unsafe { c.raw().all_reduce(send, recv, count, dtype, op, s) }.map(drop))
 }
 
 /// AllGather of `send_count` elements per rank into `recv` (rank order).
@@ -80,7 +80,7 @@ fn all_gather(
 ) -> PyResult<()> {
     let dtype = self::dtype(dtype)?;
     // SAFETY: as in all_reduce.
-    on_stream(comm, stream, |c, s| unsafe { c.all_gather(send, recv, send_count, dtype, s) }.map(drop))
+    on_stream(comm, stream, |c, s| unsafe { c.raw().all_gather(send, recv, send_count, dtype, s) }.map(drop))
 }
 
 /// ReduceScatter: block r (`recv_count` elements) of every rank's `send` reduced into rank r's
@@ -98,7 +98,7 @@ fn reduce_scatter(
 ) -> PyResult<()> {
     let (dtype, op) = (self::dtype(dtype)?, self::op(op)?);
     // SAFETY: as in all_reduce.
-    on_stream(comm, stream, |c, s| unsafe { c.reduce_scatter(send, recv, recv_count, dtype, op, s) }.map(drop))
+    on_stream(comm, stream, |c, s| unsafe { c.raw().reduce_scatter(send, recv, recv_count, dtype, op, s) }.map(drop))
 }
 
 /// Broadcast of `count` elements from the root's `send` into every rank's `recv`.
@@ -115,7 +115,7 @@ fn broadcast(
 ) -> PyResult<()> {
     let dtype = self::dtype(dtype)?;
     // SAFETY: as in all_reduce.
-    on_stream(comm, stream, |c, s| unsafe { c.broadcast(send, recv, count, dtype, root, s) }.map(drop))
+    on_stream(comm, stream, |c, s| unsafe { c.raw().broadcast(send, recv, count, dtype, root, s) }.map(drop))
 }
 
 /// Reduce of `count` elements of every rank's `send` into the root's `recv`.
@@ -133,7 +133,7 @@ fn reduce(
 ) -> PyResult<()> {
     let (dtype, op) = (self::dtype(dtype)?, self::op(op)?);
     // SAFETY: as in all_reduce.
-    on_stream(comm, stream, |c, s| unsafe { c.reduce(send, recv, count, dtype, op, root, s) }.map(drop))
+    on_stream(comm, stream, |c, s| unsafe { c.raw().reduce(send, recv, count, dtype, op, root, s) }.map(drop))
 }
 
 /// AllToAll: block p (`count` elements) of `send` goes to rank p, block p of `recv` comes from
@@ -149,7 +149,7 @@ fn all_to_all(
 ) -> PyResult<()> {
     let dtype = self::dtype(dtype)?;
     // SAFETY: as in all_reduce.
-    on_stream(comm, stream, |c, s| unsafe { c.all_to_all(send, recv, count, dtype, s) }.map(drop))
+    on_stream(comm, stream, |c, s| unsafe { c.raw().all_to_all(send, recv, count, dtype, s) }.map(drop))
 }
 
 /// AllToAllv: `send_counts[p]` elements at `send + send_displs[p]` go to rank p, and
@@ -171,7 +171,8 @@ fn all_to_allv(
     let dtype = self::dtype(dtype)?;
     on_stream(comm, stream, |c, s| {
         // SAFETY: as in all_reduce.
-        unsafe { c.all_to_allv(send, &send_counts, &send_displs, recv, &recv_counts, &recv_displs, dtype, s) }.map(drop)
+        unsafe { c.raw().all_to_allv(send, &send_counts, &send_displs, recv, &recv_counts, &recv_displs, dtype, s) }
+            .map(drop)
     })
 }
 
@@ -191,7 +192,7 @@ fn send_recv(
         })
         .collect::<PyResult<Vec<_>>>()?;
     // SAFETY: as in all_reduce.
-    on_stream(comm, stream, |c, s| unsafe { c.send_recv(&ops, s) }.map(drop))
+    on_stream(comm, stream, |c, s| unsafe { c.raw().send_recv(&ops, s) }.map(drop))
 }
 
 /// Compiles (or loads from the kernel cache) every kernel calls on `dtype` with `op` may use:

@@ -1,8 +1,10 @@
 //! # 02: a collective from Rust
 //!
 //! Two ranks, one thread each, on one or two GPUs, AllReduce (sum) `f32` vectors through
-//! [`Collectives`]: each rank fills its input, calls `all_reduce` on its stream, and checks
-//! every element of the result against the sum computed on the host.
+//! [`Collectives`]' typed API: each rank copies its input into a [`DeviceBuffer`], calls
+//! `all_reduce` on views of its buffers and its stream, and checks every element of the
+//! result against the sum computed on the host. No `unsafe`: the call checks the lengths, and
+//! the stream keeps both buffers alive until its work has run.
 //!
 //! ```text
 //! cargo run -p weft --example 02_collective
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::BoxError;
-use weft::gpu::{Device, Stream};
+use weft::gpu::{Device, DeviceBuffer, Stream};
 use weft::{CollConfig, Collectives, Communicator, DataType, Env, ReduceOp};
 
 const RANKS: usize = 2;
@@ -40,20 +42,14 @@ fn rank_main(
     coll.prepare(DataType::F32, ReduceOp::Sum)?; // compile (or read from the cache) and load the kernels
     let stream = Stream::new(&device)?;
 
-    let bytes = COUNT * std::mem::size_of::<f32>();
-    let (send, recv) = (comm.alloc(bytes)?, comm.alloc(bytes)?);
-    send.write_pod(0, &(0..COUNT).map(|i| input(rank, i)).collect::<Vec<f32>>())?;
-    recv.fill(0, bytes, 0)?;
-    // SAFETY: `send` and `recv` are device memory of this rank's GPU holding COUNT f32 each, and
-    // they live until wait_idle below returned; every rank makes this same call once.
-    let algorithm = unsafe { coll.all_reduce(send.ptr(), recv.ptr(), COUNT, DataType::F32, ReduceOp::Sum, &stream)? };
+    let send = DeviceBuffer::from_host(&device, &(0..COUNT).map(|i| input(rank, i)).collect::<Vec<f32>>())?;
+    let mut recv = DeviceBuffer::from_host(&device, &vec![0f32; COUNT])?;
+    // Every rank makes this same call once.
+    let algorithm = coll.all_reduce(&send.as_slice(), &mut recv.as_mut_slice(), ReduceOp::Sum, &stream)?;
     stream.wait_idle(env.device_timeout + Duration::from_secs(30), "all_reduce")?;
     comm.check_device()?;
 
-    let mut out = vec![0u8; bytes];
-    recv.read(0, &mut out)?;
-    for (i, word) in out.chunks_exact(4).enumerate() {
-        let got = f32::from_ne_bytes([word[0], word[1], word[2], word[3]]);
+    for (i, got) in recv.to_vec()?.into_iter().enumerate() {
         let want: f32 = (0..RANKS).map(|r| input(r, i)).sum();
         if got != want {
             return Err(format!("element {i} is {got}, expected {want}").into());

@@ -3,10 +3,12 @@
 //! **Owns:** the paved path through weft's library crates: each layer's public API under one
 //! name, lowest first: [`types`] (device layouts, element types, operators), [`gpu`] (safe
 //! CUDA), [`bootstrap`] (rendezvous), [`core`] (communicator, memory, semaphores, MemoryChannels,
-//! the environment), [`net`] (FIFO host side, proxy, PortChannels, transports), [`coll`] (the collectives: [`Collectives`], [`CollConfig`], [`Reduction`],
-//! [`Window`], the selector and the NCCL baseline loader), [`plan`] (the algorithm DSL, its
-//! verifying compiler and the CPU reference interpreter), [`exec`] (the plan executor) and [`ep`]
-//! (MoE expert-parallel dispatch and combine).
+//! the environment), [`net`] (FIFO host side, proxy, PortChannels, transports), [`coll`] (the
+//! collectives: [`Collectives`] with its typed API over [`DeviceBuffer`] views and its raw
+//! layer, [`CollConfig`], [`Reduction`], [`Operator`], [`P2pGroup`], [`Window`], the selector and
+//! the NCCL baseline loader), [`plan`] (the algorithm DSL, its verifying compiler and the CPU
+//! reference interpreter), [`exec`] (the plan executor) and [`ep`] (MoE expert-parallel dispatch
+//! and combine).
 //! The names most programs start from are re-exported at the top as well.
 //!
 //! **Must not:** hold code of its own beyond these re-exports: no protocol or algorithm logic,
@@ -44,6 +46,7 @@ pub use weft_net as net;
 pub use weft_plan as plan;
 pub use weft_types as types;
 
-pub use weft_coll::{CollConfig, Collectives, Reduction, Window};
+pub use weft_coll::{CollConfig, CollError, Collectives, Operator, P2pGroup, Reduction, Window};
 pub use weft_core::{Communicator, Env, Error, MemoryChannel, RegisteredMemory};
+pub use weft_gpu::{DeviceBuffer, DeviceElement, DeviceSlice, DeviceSliceMut, Stream};
 pub use weft_types::{DataType, ReduceOp};

@@ -1,16 +1,17 @@
 //! One rank of `weft bench`: set up weft (and NCCL), then for every size check and time both.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use weft_bootstrap::{Bootstrap, TorchrunEnv};
-use weft_coll::nccl::{Nccl, NcclComm, NcclMemory};
+use weft_coll::nccl::{Nccl, NcclComm};
 use weft_coll::{Algorithm, CollConfig, Collectives};
 use weft_core::{Communicator, Env};
-use weft_gpu::{Device, DevicePtr};
+use weft_gpu::Device;
 
 use super::{BenchOptions, Row, sizes};
 use crate::harness::data::{self, Reference};
-use crate::harness::rank::{Call, Rank, check, shared_seed};
+use crate::harness::rank::{Buffers, Call, CallOp, Placement, Rank, check, shared_seed};
 use crate::harness::{NcclTests, launch, progress};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -88,28 +89,27 @@ fn run_rank(
     let size = options.dtype.size();
     let max = options.max_bytes.max(size);
     let me = Rank::new(&comm, max)?;
-    let (send, recv) = (me.send.ptr(), me.recv.ptr());
+    let buffers = me.buffers.borrow();
     let weft_windows = if options.windows {
-        // SAFETY: the buffers outlive the windows: deregistered below, before `me` drops.
-        Some(unsafe { [coll.register_window(send, max)?, coll.register_window(recv, max)?] })
+        Some([coll.register_window(&buffers.send)?, coll.register_window(&buffers.recv)?])
     } else {
         None
     };
-    // NCCL's windowed buffers mirror `send` and `recv`: a pointer into one of ours maps to the
-    // same offset of NCCL's.
-    let nccl_buffers: Option<[NcclMemory<'_>; 2]> = match (&nccl_comm, options.nccl_windows) {
+    drop(buffers);
+    // NCCL's windowed buffers, of NCCL's own memory, as long as the rank's: the windowed calls
+    // run on them in the layout the others use on the rank's buffers.
+    let nccl_buffers: Option<RefCell<Buffers>> = match (&nccl_comm, options.nccl_windows) {
         (Some(nc), true) => {
-            device.bind()?;
-            Some([nc.mem_alloc(max)?, nc.mem_alloc(max)?])
+            Some(RefCell::new(Buffers { send: nc.mem_alloc(&device, max)?, recv: nc.mem_alloc(&device, max)? }))
         }
         _ => None,
     };
     let nccl_windows = match (&nccl_comm, &nccl_buffers) {
-        (Some(nc), Some([s, r])) => Some([nc.window_register(s)?, nc.window_register(r)?]),
+        (Some(nc), Some(theirs)) => {
+            let theirs = theirs.borrow();
+            Some([nc.window_register(&theirs.send)?, nc.window_register(&theirs.recv)?])
+        }
         _ => None,
-    };
-    let mirror = |p: DevicePtr, [s, r]: &[NcclMemory<'_>; 2]| {
-        if p >= recv && p < recv + max as u64 { r.ptr() + (p - recv) } else { s.ptr() + (p - send) }
     };
     let mut rows = Vec::new();
     for requested in sizes(options) {
@@ -118,45 +118,34 @@ fn run_rank(
                 collective: options.collective,
                 shape,
                 dtype: options.dtype,
-                op: data::reduction(options.dtype, options.op, rank as u32),
+                op: CallOp::Host(data::reduction(options.dtype, options.op, rank as u32)),
                 rank,
                 ranks,
                 stream: &me.stream,
             };
-            // SAFETY: these two closures are only called with `send`/`recv`, the rank's two
-            // buffers of max_bytes >= shape.bytes each, or with the collective's in-place layout
-            // inside recv (`in_place_offsets` keeps both ends inside it); the buffers outlive
-            // every launch (every check and measurement waits for the stream before returning);
-            // every rank makes the same calls in the same order.
-            let weft_run = |from, to| unsafe { call.weft(&coll, from, to) }.map(|_| ());
-            // SAFETY: as for `weft_run`.
-            let nccl_run = nccl_comm.as_ref().map(|nc| move |from, to| unsafe { call.nccl(nc, from, to) });
-            // SAFETY: as for `weft_run`; `mirror` maps them to the same place of NCCL's windowed
-            // buffers of the same length.
+            let weft_run = |b: &mut Buffers, p| call.weft(&coll, b, p).map(|_| ());
+            let nccl_run = nccl_comm.as_ref().map(|nc| move |b: &mut Buffers, p| call.nccl(nc, b, p));
+            // The windowed calls run on NCCL's buffers, whatever buffers the harness lends.
             let nccl_windows_run = nccl_comm
                 .as_ref()
                 .zip(nccl_buffers.as_ref())
-                .map(|(nc, bufs)| move |from, to| unsafe { call.nccl(nc, mirror(from, bufs), mirror(to, bufs)) });
-            // The check reads and writes weft's buffers: copy them into NCCL's windows around
+                .map(|(nc, theirs)| move |_: &mut Buffers, p| call.nccl(nc, &mut theirs.borrow_mut(), p));
+            // The check reads and writes the rank's buffers: copy them into NCCL's windows around
             // the call (stream-ordered, capturable), so the windowed call is checked like the
             // others.
-            let stream = &me.stream;
-            let nccl_windows_checked = nccl_windows_run.as_ref().zip(nccl_buffers.as_ref()).map(|(run, [s, r])| {
-                move |from, to| -> Result<(), BoxError> {
-                    // SAFETY: both sides are `max` bytes of this GPU, alive until the stream
-                    // is idle (every check waits for it).
-                    unsafe {
-                        stream.copy_async(s.ptr(), send, max)?;
-                        stream.copy_async(r.ptr(), recv, max)?;
+            let nccl_windows_checked = nccl_windows_run.as_ref().zip(nccl_buffers.as_ref()).map(|(run, theirs)| {
+                move |b: &mut Buffers, p| -> Result<(), BoxError> {
+                    {
+                        let mut theirs = theirs.borrow_mut();
+                        theirs.send.as_mut_slice().copy_from_device(&b.send.as_slice(), call.stream)?;
+                        theirs.recv.as_mut_slice().copy_from_device(&b.recv.as_slice(), call.stream)?;
                     }
-                    run(from, to)?;
-                    // SAFETY: as above.
-                    unsafe { stream.copy_async(recv, r.ptr(), max)? };
+                    run(b, p)?;
+                    b.recv.as_mut_slice().copy_from_device(&theirs.borrow().recv.as_slice(), call.stream)?;
                     Ok(())
                 }
             });
-            // SAFETY: as for `weft_run`.
-            let versus_run = versus.as_ref().map(|v| move |from, to| unsafe { call.weft(v, from, to) }.map(|_| ()));
+            let versus_run = versus.as_ref().map(|v| move |b: &mut Buffers, p| call.weft(v, b, p).map(|_| ()));
             let mut row = Row { bytes: shape.bytes, count: shape.count, identical: true, ..Row::default() };
             if options.check {
                 let seed = shared_seed(&*bootstrap)?;
@@ -173,31 +162,25 @@ fn run_rank(
                 }
             }
             // The timed buffers: send and recv, or the in-place layout inside recv.
-            let (from, to) = if options.in_place {
-                let (input_at, output_at) = options.collective.in_place_offsets(&shape, size, rank as u32);
-                (recv + input_at as u64, recv + output_at as u64)
-            } else {
-                (send, recv)
-            };
-            // SAFETY: as for `weft_run`.
-            let algorithm = unsafe { call.weft(&coll, from, to) }?;
+            let placement = if options.in_place { Placement::InPlace } else { Placement::OutOfPlace };
+            let algorithm = call.weft(&coll, &mut me.buffers.borrow_mut(), placement)?;
             row.algorithm = algorithm.name().to_string();
             row.model_us = coll.emulated_nic_model_us(algorithm, shape.bytes);
             me.idle()?;
             let before = coll.path_counts().zero_copy;
-            row.weft_us = me.time(options.graph, shape.bytes, &|| weft_run(from, to))?;
+            row.weft_us = me.time(options.graph, shape.bytes, &|b| weft_run(b, placement))?;
             if coll.path_counts().zero_copy > before {
                 // The timed calls wrote straight into the peers' registered outputs.
                 row.algorithm.push_str("+zc");
             }
             if let Some(nccl_run) = &nccl_run {
-                row.nccl_us = Some(me.time(options.graph, shape.bytes, &|| nccl_run(from, to))?);
+                row.nccl_us = Some(me.time(options.graph, shape.bytes, &|b| nccl_run(b, placement))?);
             }
             if let Some(run) = &nccl_windows_run {
-                row.nccl_windows_us = Some(me.time(options.graph, shape.bytes, &|| run(from, to))?);
+                row.nccl_windows_us = Some(me.time(options.graph, shape.bytes, &|b| run(b, placement))?);
             }
             if let Some(versus_run) = &versus_run {
-                row.versus_us = Some(me.time(options.graph, shape.bytes, &|| versus_run(from, to))?);
+                row.versus_us = Some(me.time(options.graph, shape.bytes, &|b| versus_run(b, placement))?);
             }
             rows.push(row);
         }

@@ -3,13 +3,14 @@
 //! a call, one row's call in weft and in NCCL ([`Call`]), and the element check of a call
 //! against the host reference ([`check`]).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use weft_bootstrap::Bootstrap;
-use weft_coll::nccl::NcclComm;
-use weft_coll::{Algorithm, Collectives, P2pKind, P2pOp, Reduction};
+use weft_coll::nccl::{NcclBuffers, NcclCall, NcclComm};
+use weft_coll::{Algorithm, Collectives, Operator, P2pGroup, Reduction};
 use weft_core::Communicator;
-use weft_gpu::{AllocKind, DeviceMemory, DevicePtr, Event, Stream};
+use weft_gpu::{DeviceBuffer, DeviceElement, DeviceSlice, DeviceSliceMut, ElementFn, Event, Stream};
 use weft_types::DataType;
 
 use super::data::Reference;
@@ -30,13 +31,30 @@ pub(crate) fn calls_for(bytes: usize) -> u32 {
     }
 }
 
+/// The two buffers every row uses, as bytes (the row's element type views them).
+pub(crate) struct Buffers {
+    pub(crate) send: DeviceBuffer<u8>,
+    pub(crate) recv: DeviceBuffer<u8>,
+}
+
+/// Where a row's call reads and writes: `send` into `recv`, or in place inside `recv` where
+/// nccl-tests puts the in-place layout of each collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placement {
+    OutOfPlace,
+    InPlace,
+}
+
+/// A row's call on the rank's buffers.
+pub(crate) type Run<'a> = dyn Fn(&mut Buffers, Placement) -> Result<(), BoxError> + 'a;
+
 /// One rank's communicator, stream and the two buffers every row uses.
 pub(crate) struct Rank {
     pub(crate) comm: Communicator,
     pub(crate) bootstrap: Arc<dyn Bootstrap>,
     pub(crate) stream: Stream,
-    pub(crate) send: DeviceMemory,
-    pub(crate) recv: DeviceMemory,
+    /// Lent mutably to one call at a time (the checks and timings share the rank).
+    pub(crate) buffers: RefCell<Buffers>,
 }
 
 impl Rank {
@@ -45,8 +63,10 @@ impl Rank {
         let device = comm.device();
         Ok(Self {
             stream: Stream::new(device)?,
-            send: DeviceMemory::alloc(device, bytes, AllocKind::Legacy)?,
-            recv: DeviceMemory::alloc(device, bytes, AllocKind::Legacy)?,
+            buffers: RefCell::new(Buffers {
+                send: DeviceBuffer::new(device, bytes)?,
+                recv: DeviceBuffer::new(device, bytes)?,
+            }),
             bootstrap: Arc::clone(comm.bootstrap()),
             comm: comm.clone(),
         })
@@ -63,12 +83,13 @@ impl Rank {
         Ok(self.comm.check_device()?)
     }
 
-    /// Microseconds per call of `call`, eager or captured in a CUDA graph.
+    /// Microseconds per call of `call` (on the rank's buffers), eager or captured in a CUDA
+    /// graph.
     pub(crate) fn time(
         &self,
         graph: bool,
         bytes: usize,
-        call: &dyn Fn() -> Result<(), BoxError>,
+        call: &dyn Fn(&mut Buffers) -> Result<(), BoxError>,
     ) -> Result<f64, BoxError> {
         let device = self.comm.device();
         let calls = calls_for(bytes);
@@ -77,7 +98,7 @@ impl Rank {
             self.stream.begin_capture()?;
             let mut captured = Ok(());
             for _ in 0..calls {
-                captured = call();
+                captured = call(&mut self.buffers.borrow_mut());
                 if captured.is_err() {
                     break;
                 }
@@ -97,13 +118,13 @@ impl Rank {
             Ok(f64::from(start.elapsed_ms(&end)?) * 1e3 / f64::from(replays * calls))
         } else {
             for _ in 0..3 {
-                call()?;
+                call(&mut self.buffers.borrow_mut())?;
             }
             self.idle()?;
             self.barrier()?;
             start.record(&self.stream)?;
             for _ in 0..calls {
-                call()?;
+                call(&mut self.buffers.borrow_mut())?;
             }
             end.record(&self.stream)?;
             self.idle()?;
@@ -112,14 +133,22 @@ impl Rank {
     }
 }
 
-/// One row's call, in weft and in NCCL, from a send pointer to a receive pointer.
+/// The operator of a row: a [`Reduction`] (PreMulSum with an immediate scalar), or PreMulSum
+/// with the scalar in the first element of a device buffer.
+#[derive(Clone, Copy)]
+pub(crate) enum CallOp<'a> {
+    Host(Reduction),
+    DeviceScalar(&'a DeviceBuffer<u8>),
+}
+
+/// One row's call, in weft and in NCCL, on the rank's buffers.
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     pub(crate) collective: Collective,
     pub(crate) shape: Shape,
     pub(crate) dtype: DataType,
     /// The operator (PreMulSum with its scalar).
-    pub(crate) op: Reduction,
+    pub(crate) op: CallOp<'a>,
     pub(crate) rank: usize,
     pub(crate) ranks: usize,
     pub(crate) stream: &'a Stream,
@@ -131,75 +160,140 @@ impl Call<'_> {
         ((self.rank + 1) % self.ranks, (self.rank + self.ranks - 1) % self.ranks)
     }
 
-    /// weft's call; returns the algorithm it ran.
-    ///
-    /// # Safety
-    /// `send` and `recv` must be this rank's buffers (or the collective's in-place layout inside
-    /// one of them) for the row's shape, valid until the stream is idle, and every rank must
-    /// make the same call.
-    pub(crate) unsafe fn weft(
+    /// weft's call on `buffers`, placed as `placement`; returns the algorithm it ran.
+    pub(crate) fn weft(
         &self,
         coll: &Collectives,
-        send: DevicePtr,
-        recv: DevicePtr,
+        buffers: &mut Buffers,
+        placement: Placement,
     ) -> Result<Algorithm, BoxError> {
-        let Call { shape: Shape { count, .. }, dtype, op, stream, .. } = *self;
-        let ((next, prev), root) = (self.neighbours(), ROOT as usize);
-        let p2p = [
-            P2pOp { kind: P2pKind::Send, peer: next, ptr: send, count, dtype },
-            P2pOp { kind: P2pKind::Recv, peer: prev, ptr: recv, count, dtype },
-        ];
-        // SAFETY: the caller's contract; each call's count is the one the shape was made for.
-        let algorithm = unsafe {
-            match self.collective {
-                Collective::AllReduce => coll.all_reduce(send, recv, count, dtype, op, stream),
-                Collective::AllGather => coll.all_gather(send, recv, count, dtype, stream),
-                Collective::ReduceScatter => coll.reduce_scatter(send, recv, count, dtype, op, stream),
-                Collective::AllToAll => coll.all_to_all(send, recv, count, dtype, stream),
-                Collective::Broadcast => coll.broadcast(send, recv, count, dtype, root, stream),
-                Collective::Reduce => coll.reduce(send, recv, count, dtype, op, root, stream),
-                Collective::SendRecv => coll.send_recv(&p2p, stream),
-            }
-        }?;
-        Ok(algorithm)
+        weft_gpu::with_element(self.dtype, WeftCall { call: self, coll, buffers, placement })
     }
 
-    /// NCCL's call (AllToAll and SendRecv as groups of sends and receives, as nccl-tests).
-    ///
-    /// # Safety
-    /// As for [`Call::weft`].
-    pub(crate) unsafe fn nccl(&self, nc: &NcclComm<'_>, send: DevicePtr, recv: DevicePtr) -> Result<(), BoxError> {
-        let Call { shape: Shape { count, .. }, dtype, op, ranks, stream, .. } = *self;
-        let ((next, prev), root) = (self.neighbours(), ROOT as usize);
-        // SAFETY: the caller's contract; each call's count is the one the shape was made for.
-        unsafe {
-            match self.collective {
-                Collective::AllReduce => nc.all_reduce(send, recv, count, dtype, op.op(), stream),
-                Collective::AllGather => nc.all_gather(send, recv, count, dtype, stream),
-                Collective::ReduceScatter => nc.reduce_scatter(send, recv, count, dtype, op.op(), stream),
-                Collective::AllToAll => nc.all_to_all(send, recv, count, dtype, ranks, stream),
-                Collective::Broadcast => nc.broadcast(send, recv, count, dtype, root, stream),
-                Collective::Reduce => nc.reduce(send, recv, count, dtype, op.op(), root, stream),
-                Collective::SendRecv => nc.nccl().group(|| {
-                    nc.send(send, count, dtype, next, stream)?;
-                    nc.recv(recv, count, dtype, prev, stream)
-                }),
-            }
-        }?;
-        Ok(())
+    /// The operator as NCCL takes it (built-in operators only).
+    fn nccl_op(&self) -> weft_types::ReduceOp {
+        match self.op {
+            CallOp::Host(reduction) => reduction.op(),
+            CallOp::DeviceScalar(_) => weft_types::ReduceOp::PreMulSum,
+        }
+    }
+
+    /// NCCL's call on `buffers`, placed as `placement` (AllToAll and SendRecv as groups of
+    /// sends and receives, as nccl-tests).
+    pub(crate) fn nccl(&self, nc: &NcclComm<'_>, buffers: &mut Buffers, placement: Placement) -> Result<(), BoxError> {
+        weft_gpu::with_element(self.dtype, NcclRun { call: self, nc, buffers, placement })
     }
 }
 
-/// The element check of one row's `run` (weft's or NCCL's call from a send to a receive
-/// pointer): out of place, in place, and (with `graph`) two replays of a captured call out of
-/// place and two in place, every output poisoned first; each in-place replay gets inputs of
-/// its own (a seed per replay), so a replay that reads anything the previous one left (a
-/// staged tail, a scratch slot) gets the previous inputs' result and fails. Returns the wrong
-/// elements and whether every rank's output is bitwise the same where it must be.
+/// The views of a row's call for the element type `T`: the first elements of the rank's
+/// buffers each side of the call needs, or in place the part of `recv` that holds both.
+fn views<'b, T: DeviceElement>(
+    shape: &Shape,
+    buffers: &'b mut Buffers,
+    placement: Placement,
+) -> Result<NcclBuffers<'b, T>, BoxError> {
+    let Shape { count, send_count, recv_count, .. } = *shape;
+    Ok(match placement {
+        Placement::OutOfPlace => NcclBuffers::Separate {
+            send: elements(&buffers.send, send_count)?,
+            recv: elements_mut(&mut buffers.recv, recv_count)?,
+        },
+        Placement::InPlace => {
+            NcclBuffers::InPlace(elements_mut(&mut buffers.recv, send_count.max(recv_count).max(count))?)
+        }
+    })
+}
+
+/// NCCL's call of a row for the element type `T` (see [`Call::nccl`]).
+struct NcclRun<'a, 'c> {
+    call: &'a Call<'c>,
+    nc: &'a NcclComm<'a>,
+    buffers: &'a mut Buffers,
+    placement: Placement,
+}
+
+impl ElementFn for NcclRun<'_, '_> {
+    type Output = Result<(), BoxError>;
+
+    fn call<T: DeviceElement>(self) -> Result<(), BoxError> {
+        let NcclRun { call, nc, buffers, placement } = self;
+        let what = NcclCall {
+            collective: call.collective,
+            op: call.nccl_op(),
+            root: ROOT as usize,
+            rank: call.rank,
+            ranks: call.ranks,
+        };
+        Ok(nc.run(&what, views::<T>(&call.shape, buffers, placement)?, call.stream)?)
+    }
+}
+
+/// weft's call of a row for the element type `T` (see [`Call::weft`]).
+struct WeftCall<'a, 'c> {
+    call: &'a Call<'c>,
+    coll: &'a Collectives,
+    buffers: &'a mut Buffers,
+    placement: Placement,
+}
+
+impl ElementFn for WeftCall<'_, '_> {
+    type Output = Result<Algorithm, BoxError>;
+
+    fn call<T: DeviceElement>(self) -> Result<Algorithm, BoxError> {
+        let WeftCall { call, coll, buffers, placement } = self;
+        let stream = call.stream;
+        let ((next, prev), root) = (call.neighbours(), ROOT as usize);
+        let op: Operator<'_, T> = match call.op {
+            CallOp::Host(reduction) => reduction.into(),
+            CallOp::DeviceScalar(scalar) => Operator::PreMulSumOnDevice(elements(scalar, 1)?),
+        };
+        let algorithm = match views::<T>(&call.shape, buffers, placement)? {
+            NcclBuffers::Separate { send, recv: mut out } => match call.collective {
+                Collective::AllReduce => coll.all_reduce(&send, &mut out, op, stream),
+                Collective::AllGather => coll.all_gather(&send, &mut out, stream),
+                Collective::ReduceScatter => coll.reduce_scatter(&send, &mut out, op, stream),
+                Collective::AllToAll => coll.all_to_all(&send, &mut out, stream),
+                Collective::Broadcast => coll.broadcast(Some(&send), &mut out, root, stream),
+                Collective::Reduce => coll.reduce(&send, Some(&mut out), op, root, stream),
+                Collective::SendRecv => coll.send_recv(P2pGroup::new().send(next, send).recv(prev, out), stream),
+            },
+            NcclBuffers::InPlace(mut buffer) => match call.collective {
+                Collective::AllReduce => coll.all_reduce_in_place(&mut buffer, op, stream),
+                Collective::AllGather => coll.all_gather_in_place(&mut buffer, stream),
+                Collective::ReduceScatter => coll.reduce_scatter_in_place(&mut buffer, op, stream),
+                Collective::AllToAll => coll.all_to_all_in_place(&mut buffer, stream),
+                Collective::Broadcast => coll.broadcast_in_place(&mut buffer, root, stream),
+                Collective::Reduce => coll.reduce_in_place(&mut buffer, op, root, stream),
+                Collective::SendRecv => coll.send_recv(P2pGroup::new().send_recv_in_place(next, prev, buffer), stream),
+            },
+        }?;
+        Ok(algorithm)
+    }
+}
+
+/// The first `count` elements of type `T` of a byte buffer.
+fn elements<T: DeviceElement>(buffer: &DeviceBuffer<u8>, count: usize) -> Result<DeviceSlice<'_, T>, BoxError> {
+    Ok(buffer.slice(..count * size_of::<T>())?.cast::<T>()?)
+}
+
+/// The first `count` elements of type `T` of a byte buffer, writable.
+fn elements_mut<T: DeviceElement>(
+    buffer: &mut DeviceBuffer<u8>,
+    count: usize,
+) -> Result<DeviceSliceMut<'_, T>, BoxError> {
+    Ok(buffer.slice_mut(..count * size_of::<T>())?.cast_mut::<T>()?)
+}
+
+/// The element check of one row's `run` (weft's or NCCL's call on the rank's buffers): out of
+/// place, in place, and (with `graph`) two replays of a captured call out of place and two in
+/// place, every output poisoned first; each in-place replay gets inputs of its own (a seed per
+/// replay), so a replay that reads anything the previous one left (a staged tail, a scratch
+/// slot) gets the previous inputs' result and fails. Returns the wrong elements and whether
+/// every rank's output is bitwise the same where it must be.
 pub(crate) fn check(
     me: &Rank,
     call: &Call<'_>,
-    run: &dyn Fn(DevicePtr, DevicePtr) -> Result<(), BoxError>,
+    run: &Run<'_>,
     reference: &Reference,
     graph: bool,
 ) -> Result<(u64, bool), BoxError> {
@@ -212,9 +306,9 @@ pub(crate) fn check(
     // Waits for the call, reads this rank's output at `at` in the receive buffer and counts its
     // wrong elements; the closing barrier keeps every rank's buffers untouched until all ranks
     // are done with them.
-    let mut finish = |at: usize, trial: &str, reference: &Reference| -> Result<(), BoxError> {
+    let mut finish = |me: &Rank, at: usize, trial: &str, reference: &Reference| -> Result<(), BoxError> {
         me.idle()?;
-        me.recv.read(at, &mut result)?;
+        me.buffers.borrow().recv.slice(at..at + result.len())?.copy_to_host(&mut result)?;
         if c.has_output(rank) {
             let source = |i| c.source(&shape, rank, reference.ranks, i);
             let bad = reference.count_wrong(&result, source);
@@ -233,39 +327,43 @@ pub(crate) fn check(
         }
         me.barrier()
     };
-    let (send, recv) = (me.send.ptr(), me.recv.ptr());
+    // The poisoned output, and for the in-place layout the input written where it goes.
+    let poison = |me: &Rank, len: usize, byte: u8| -> Result<(), BoxError> {
+        Ok(me.buffers.borrow_mut().recv.slice_mut(..len)?.fill_bytes(byte)?)
+    };
+    let write = |buffer: &mut DeviceBuffer<u8>, at: usize, data: &[u8]| -> Result<(), BoxError> {
+        Ok(buffer.slice_mut(at..at + data.len())?.copy_from_host(data)?)
+    };
+    let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
 
     // Out of place.
-    me.send.write(0, &input)?;
-    me.recv.fill(0, recv_bytes, POISON)?;
+    write(&mut me.buffers.borrow_mut().send, 0, &input)?;
+    poison(me, recv_bytes, POISON)?;
     me.barrier()?;
-    run(send, recv)?;
-    finish(0, "out of place", reference)?;
+    run(&mut me.buffers.borrow_mut(), Placement::OutOfPlace)?;
+    finish(me, 0, "out of place", reference)?;
 
     // In place: input and output inside the receive buffer, where nccl-tests puts them (every
     // collective has an in-place form; AllToAll and SendRecv in place stage their input).
-    {
-        let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
-        me.recv.fill(0, shape.bytes, POISON)?;
-        me.recv.write(input_at, &input)?;
-        me.barrier()?;
-        run(recv + input_at as u64, recv + output_at as u64)?;
-        finish(output_at, "in place", reference)?;
-    }
+    poison(me, shape.bytes, POISON)?;
+    write(&mut me.buffers.borrow_mut().recv, input_at, &input)?;
+    me.barrier()?;
+    run(&mut me.buffers.borrow_mut(), Placement::InPlace)?;
+    finish(me, output_at, "in place", reference)?;
 
     // Captured once, replayed twice, the output poisoned before each replay (send still holds
     // the input: nothing above wrote to it after the out-of-place call). Captured calls are
     // the ones that may write straight into the peers' registered outputs.
     if graph {
         me.stream.begin_capture()?;
-        let captured = run(send, recv);
+        let captured = run(&mut me.buffers.borrow_mut(), Placement::OutOfPlace);
         let g = me.stream.end_capture()?;
         captured?;
-        for poison in [0xa5u8, 0x5a] {
-            me.recv.fill(0, recv_bytes, poison)?;
+        for byte in [0xa5u8, 0x5a] {
+            poison(me, recv_bytes, byte)?;
             me.barrier()?;
             g.launch(&me.stream)?;
-            finish(0, "graph replay", reference)?;
+            finish(me, 0, "graph replay", reference)?;
         }
     }
 
@@ -273,18 +371,17 @@ pub(crate) fn check(
     // derives replay k's seed alike) and the rest of the buffer poisoned (the previous replay
     // overwrote the input with results).
     if graph {
-        let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
         me.stream.begin_capture()?;
-        let captured = run(recv + input_at as u64, recv + output_at as u64);
+        let captured = run(&mut me.buffers.borrow_mut(), Placement::InPlace);
         let g = me.stream.end_capture()?;
         captured?;
-        for (replay, poison) in [0xa5u8, 0x5a].into_iter().enumerate() {
+        for (replay, byte) in [0xa5u8, 0x5a].into_iter().enumerate() {
             let fresh = reference.replay(replay as u32);
-            me.recv.fill(0, shape.bytes, poison)?;
-            me.recv.write(input_at, &fresh.input(rank, shape.send_count))?;
+            poison(me, shape.bytes, byte)?;
+            write(&mut me.buffers.borrow_mut().recv, input_at, &fresh.input(rank, shape.send_count))?;
             me.barrier()?;
             g.launch(&me.stream)?;
-            finish(output_at, "in-place graph replay", &fresh)?;
+            finish(me, output_at, "in-place graph replay", &fresh)?;
         }
     }
 

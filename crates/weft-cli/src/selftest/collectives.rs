@@ -16,16 +16,14 @@
 
 use std::time::Duration;
 
-use weft_coll::{
-    Algorithm, CollConfig, CollError, CollectiveAlgorithms, Collectives, PathCounts, Protocol, Reduction, Scalar,
-};
+use weft_coll::{Algorithm, CollConfig, CollError, CollectiveAlgorithms, Collectives, PathCounts, Protocol};
 use weft_core::{Communicator, Env};
-use weft_gpu::{AllocKind, DeviceMemory};
+use weft_gpu::DeviceBuffer;
 use weft_types::{DataType, ReduceOp};
 
 use super::report::RankReport;
 use crate::harness::data::{Reference, premul_scalar, reduction};
-use crate::harness::rank::{Call, Rank, check, shared_seed};
+use crate::harness::rank::{Buffers, Call, CallOp, Placement, Rank, check, shared_seed};
 use crate::harness::sweep::parse_dtype;
 use crate::harness::{Collective, NcclTests, Shape};
 
@@ -70,7 +68,7 @@ fn run_matrix(
     let largest = (COUNTS.iter().max().copied().unwrap_or(1) * ranks * 8).max(TAIL_COUNT * 4);
     let me = Rank::new(comm, largest)?;
     // PreMulSum's device scalar: one element of any type.
-    let scalar = DeviceMemory::alloc(comm.device(), 8, AllocKind::Legacy)?;
+    let scalar = DeviceBuffer::<u8>::new(comm.device(), 8)?;
     // Every captured HB AllReduce and AllGather, and every captured plan launch that can, goes
     // zero-copy here, whatever the size rules.
     let types = matrix_types(env.var(&weft_core::env::vars::WEFT_SELFTEST_TYPES))?;
@@ -135,7 +133,7 @@ struct Run<'a> {
     /// Element types of the interpreted matrix.
     types: &'a [DataType],
     /// Where PreMulSum cases with a device scalar keep it.
-    scalar: &'a DeviceMemory,
+    scalar: &'a DeviceBuffer<u8>,
 }
 
 /// An operator of the matrix, with how PreMulSum's scalar is passed.
@@ -180,13 +178,14 @@ impl OpCase {
     /// `rank`'s reduction of a call on `dtype`, PreMulSum with the rank's own scalar (a device
     /// scalar is written into `scalar` first; the previous case's calls are done: every check
     /// waits for the stream).
-    fn reduction(self, dtype: DataType, rank: u32, scalar: &DeviceMemory) -> Result<Reduction, String> {
+    fn reduction(self, dtype: DataType, rank: u32, scalar: &DeviceBuffer<u8>) -> Result<CallOp<'_>, String> {
         match self {
             OpCase::PreMulSumDevice => {
-                scalar.write(0, &premul_scalar(dtype, rank)).map_err(|e| format!("the device scalar: {e}"))?;
-                Ok(Reduction::PreMulSum { dtype, scalar: Scalar::Device(scalar.ptr()) })
+                let bytes = premul_scalar(dtype, rank);
+                scalar.memory().write(0, &bytes).map_err(|e| format!("the device scalar: {e}"))?;
+                Ok(CallOp::DeviceScalar(scalar))
             }
-            case => Ok(reduction(dtype, case.op(), rank)),
+            case => Ok(CallOp::Host(reduction(dtype, case.op(), rank))),
         }
     }
 }
@@ -276,17 +275,23 @@ fn run_algorithm(
 /// The rank's buffers registered as windows: every count again (bf16 sum), eager and captured,
 /// out of place and in place; the calls that can must go zero-copy through the windows (no
 /// refusal, at least one windowed call), then the windows are deregistered.
-fn check_windowed(me: &Rank, coll: &Collectives, collective: Collective, scalar: &DeviceMemory) -> Result<(), String> {
+fn check_windowed(
+    me: &Rank,
+    coll: &Collectives,
+    collective: Collective,
+    scalar: &DeviceBuffer<u8>,
+) -> Result<(), String> {
     let before = coll.path_counts();
     let mut windows = Vec::new();
-    for buffer in [&me.send, &me.recv] {
-        // SAFETY: the rank's buffers outlive the windows, deregistered below on every rank.
-        match unsafe { coll.register_window(buffer.ptr(), buffer.len()) } {
+    let buffers = me.buffers.borrow();
+    for buffer in [&buffers.send, &buffers.recv] {
+        match coll.register_window(buffer) {
             Ok(w) => windows.push(w),
             // Registration fails on every rank alike: nothing to deregister on any.
             Err(e) => return Err(format!("window registration: {e}")),
         }
     }
+    drop(buffers);
     let checked = check_all_counts(me, coll, collective, DataType::Bf16, OpCase::Plain(ReduceOp::Sum), scalar);
     let after = coll.path_counts();
     let mut outcome = checked.and_then(|()| {
@@ -306,7 +311,7 @@ fn check_windowed(me: &Rank, coll: &Collectives, collective: Collective, scalar:
 /// every [`TAIL_CASES`] at [`TAIL_COUNT`] elements, out of place, in place and captured (the
 /// replays zero-copy, in place with fresh inputs each), every element checked; then every
 /// captured call must have gone zero-copy (with peers to write into).
-fn check_tail(me: &Rank, comm: &Communicator, base: &CollConfig, scalar: &DeviceMemory) -> Result<(), String> {
+fn check_tail(me: &Rank, comm: &Communicator, base: &CollConfig, scalar: &DeviceBuffer<u8>) -> Result<(), String> {
     let mut config = CollConfig { chunk_bytes: CollConfig::default().chunk_bytes, ..base.clone() };
     config.selector.force(Algorithm::AllReduceHb);
     let coll = Collectives::new(comm, config).map_err(|e| format!("set-up: {e}"))?;
@@ -333,7 +338,7 @@ fn check_all_counts(
     collective: Collective,
     dtype: DataType,
     op: OpCase,
-    scalar: &DeviceMemory,
+    scalar: &DeviceBuffer<u8>,
 ) -> Result<(), String> {
     let cases: Vec<(DataType, usize)> = COUNTS.iter().map(|&count| (dtype, count)).collect();
     check_cases(me, coll, collective, op, scalar, &cases)
@@ -346,7 +351,7 @@ fn check_types_alternating(
     me: &Rank,
     coll: &Collectives,
     collective: Collective,
-    scalar: &DeviceMemory,
+    scalar: &DeviceBuffer<u8>,
 ) -> Result<(), String> {
     let cases: Vec<(DataType, usize)> = [37, 150_001]
         .into_iter()
@@ -361,7 +366,7 @@ fn check_cases(
     coll: &Collectives,
     collective: Collective,
     op: OpCase,
-    scalar: &DeviceMemory,
+    scalar: &DeviceBuffer<u8>,
     cases: &[(DataType, usize)],
 ) -> Result<(), String> {
     let (rank, ranks) = (me.comm.rank(), me.comm.world_size());
@@ -381,10 +386,7 @@ fn check_cases(
             ranks,
             stream: &me.stream,
         };
-        // SAFETY: `check` calls this only with the rank's send/recv buffers (or the in-place
-        // layout inside recv), each `largest` >= shape.bytes long, and waits for the stream
-        // before touching them again; every rank runs the same matrix in the same order.
-        let run = |from, to| unsafe { call.weft(coll, from, to) }.map(|_| ());
+        let run = |buffers: &mut Buffers, placement: Placement| call.weft(coll, buffers, placement).map(|_| ());
         // An LL algorithm forced past its slot says so before enqueuing anything: skip it
         // (every rank decides the same way, from the same numbers).
         let seed = shared_seed(&*me.bootstrap).map_err(|e| e.to_string())?;

@@ -253,8 +253,7 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     let kernel = module.kernel("weft_wait_token").map_err(|e| text(&e))?;
     let status = PinnedHostMemory::alloc(device, 8).map_err(|e| text(&e))?;
     status.write(0, 7u32).map_err(|e| text(&e))?;
-    // SAFETY: null is the legacy default stream of the device's primary context.
-    let legacy = unsafe { Stream::borrowed(device, std::ptr::null_mut()) };
+    let legacy = Stream::legacy_default(device);
     // Ranks sharing a GPU run this case at once: a peer's set-up (module load, allocations,
     // the legacy-stream memset) would serialise behind this rank's spinning kernel, and this
     // rank's copies behind it. Every rank is set up before any kernel spins (nothing with a GPU
