@@ -12,7 +12,7 @@ pub const EXECUTOR: &str = "executor.cu";
 pub const KERNELS: KernelSet = KernelSet {
     dir: "device/kernels/exec",
     units: &[(EXECUTOR, include_str!("../../../device/kernels/exec/executor.cu"))],
-    includes: &[],
+    includes: &[("geometry.cuh", include_str!("../../../device/kernels/exec/geometry.cuh"))],
     variants,
 };
 

@@ -139,7 +139,7 @@ struct UserBuffers {
 
 impl UserBuffers {
     fn new(plan: &DevicePlan, sizing: &Sizing, input: DevicePtr, output: DevicePtr, elem: u64) -> Self {
-        let bytes = |chunks: u32| sizing.dense_offset(u64::from(chunks)) * elem;
+        let bytes = |chunks: u32| sizing.split().dense_offset(u64::from(chunks)) * elem;
         Self { input, output, in_bytes: bytes(plan.input_chunks), out_bytes: bytes(plan.output_chunks) }
     }
 
@@ -316,7 +316,7 @@ impl PlanExecutor {
     fn direct(&self, user: &UserBuffers, sizing: &Sizing, elem: u64) -> Option<DirectOutput> {
         // The kernel argument holds MAX_RANKS outputs.
         let fits = self.comm.world_size() <= MAX_RANKS;
-        if !self.outputs_shared || !fits || sizing.unit == 0 || !sizing.dense_is_padded(elem) {
+        if !self.outputs_shared || !fits || sizing.unit() == 0 || !sizing.split().dense_is_padded(elem) {
             return None;
         }
         // In place, a peer's write could overwrite input this rank has yet to read, unless the
@@ -357,7 +357,7 @@ impl PlanExecutor {
         // `packet_launches_chain` counts every transfer as an edge; a packet transfer of an
         // empty chunk (fewer elements per block than size classes) waits for nothing, so such a
         // launch fences on entry instead.
-        if self.plan.packets && sizing.unit < sizing.classes {
+        if self.plan.packets && sizing.unit() < sizing.classes() {
             flags |= EXEC_ENTRY_FENCE;
         }
         if self.tables.input_remote {
@@ -377,9 +377,9 @@ impl PlanExecutor {
             flags |= EXEC_OUTPUT_STAGED;
         }
         let replicas = self.resources.context.replicas;
-        let chunk_bytes = sizing.unit.div_ceil(sizing.classes.max(1)) * elem;
+        let chunk_bytes = sizing.unit().div_ceil(sizing.classes().max(1)) * elem;
         let active_replicas = active_replicas(chunk_bytes, self.slice_bytes, replicas);
-        Ok(ExecContext { input, output, unit: sizing.unit, flags, active_replicas, ..self.resources.context })
+        Ok(ExecContext { input, output, unit: sizing.unit(), flags, active_replicas, ..self.resources.context })
     }
 
     /// Runs the plan on `count` input elements per rank (`input`'s length; `output` holds the

@@ -72,7 +72,7 @@ impl Model<'_> {
         let local = loc.peer == EXEC_LOCAL;
         let owner = if local { rank } else { usize::from(loc.peer) };
         let m = &self.memory[owner];
-        let dense = self.sizing.dense_offset(chunk) * self.elem;
+        let dense = self.sizing.split().dense_offset(chunk) * self.elem;
         if local && loc.buffer == 0 && !m.input_staged {
             return (owner, 3, m.input_at + dense as usize, false);
         }
@@ -121,7 +121,7 @@ impl Model<'_> {
     fn bytes_of(&self, rank: usize, loc: &ExecLoc, chunk: u64) -> usize {
         let owner = if loc.peer == EXEC_LOCAL { rank } else { usize::from(loc.peer) };
         let class = self.sizing.class_of(&self.plan.ranks[owner], loc.buffer, chunk).unwrap();
-        (self.sizing.class_len(class) * self.elem) as usize
+        (self.sizing.split().class_len(class) * self.elem) as usize
     }
 
     fn buffer(&mut self, owner: usize, which: usize) -> &mut Vec<u8> {
@@ -175,7 +175,7 @@ impl Model<'_> {
                     let room = if loc.buffer == 2 {
                         self.sizing.scratch_class_bytes(class, self.elem)
                     } else {
-                        self.sizing.padded_class_bytes(class, self.elem)
+                        self.sizing.split().padded_class_bytes(class, self.elem)
                     };
                     assert!(
                         from * scale(loc) + n <= room as usize,
@@ -194,9 +194,9 @@ impl Model<'_> {
             if !into_stage && self.tables[rank].written[i as usize] == 0 {
                 continue;
             }
-            let bytes = (self.sizing.class_len(i % self.sizing.classes) * self.elem) as usize;
-            let dense = (self.sizing.dense_offset(i) * self.elem) as usize;
-            let padded = self.sizing.padded_dense_offset(i, self.elem) as usize;
+            let bytes = (self.sizing.split().class_len(i % self.sizing.classes()) * self.elem) as usize;
+            let dense = (self.sizing.split().dense_offset(i) * self.elem) as usize;
+            let padded = self.sizing.split().padded_dense_offset(i, self.elem) as usize;
             let padded = padded + if into_stage { 0 } else { self.half(1) };
             let m = &mut self.memory[rank];
             if into_stage {
@@ -394,7 +394,7 @@ fn check_lowered(
     let lowered = lowered.clone();
     let sizing = Sizing::new(&lowered, count as u64).unwrap();
     let direct = matches!(placement, Placement::Direct | Placement::DirectInPlace);
-    assert!(!direct || sizing.dense_is_padded(elem), "direct outputs need chunks of whole vectors");
+    assert!(!direct || sizing.split().dense_is_padded(elem), "direct outputs need chunks of whole vectors");
     let geometry = Geometry::new(plan, count).unwrap();
     let ranks = plan.ranks.len();
     let out_len = geometry.buffer_len(0, weft_plan::plan::Buffer::Output).unwrap();
@@ -663,7 +663,7 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_into_direct_out
                 // The smallest whole-vector chunk of every class, and a ragged replica split.
                 let per_block = (plan.size_classes as usize) * (16 / elem as usize);
                 for count in [per_block * blocks, 37 * per_block * blocks] {
-                    assert!(Sizing::new(&lowered, count as u64).unwrap().dense_is_padded(elem));
+                    assert!(Sizing::new(&lowered, count as u64).unwrap().split().dense_is_padded(elem));
                     for (&placement, replicas) in placements.iter().flat_map(|p| [(p, 1), (p, 3)]) {
                         check(&plan, count, elem, placement, replicas);
                     }

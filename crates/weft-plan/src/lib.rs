@@ -11,7 +11,9 @@
 //!   fusion into `rcs`/`rrcs`/`rrs`/`reduce_send`, thread block and channel scheduling, sync insertion) and a
 //!   verifier that executes the emitted plan symbolically (deadlock, races, postcondition);
 //! - [`plan`]: the versioned serde [`ExecutionPlan`] format, indexed in chunks so one plan serves
-//!   every message size, with a loader that validates every limit;
+//!   every message size, with a loader that validates every limit, and the one definition of
+//!   the chunk geometry (size classes, dense and padded layouts, replica slices) that the
+//!   interpreter, weft-exec's tables and the CUDA executor follow;
 //! - [`interp`]: a CPU reference interpreter that runs any plan on host memory, one OS thread per
 //!   (rank, thread block), with bounded waits;
 //! - [`plans`]: the shipped algorithms, written in the DSL.

@@ -1,11 +1,12 @@
 // The plan executor's interpreter kernel: one kernel runs every execution plan. Compiled once
 // per (WEFT_DTYPE, WEFT_REDOP) pair like coll/reductions.cu, so folds use the same Reducer as the
 // native kernels. Block t < threadblocks runs thread block t of this rank's plan; every block of
-// the grid also shares the staging copies. Host side: crates/weft-exec (geometry.rs states the
-// chunk layout below; the CPU tests hold the two equal).
+// the grid also shares the staging copies. Host side: crates/weft-exec. The chunk layout is
+// weft-plan's chunk geometry, restated for the kernel in geometry.cuh (weft-exec's
+// tests/geometry.rs holds the two equal).
 //
 // Replicas: plan thread block t runs on `replicas` blocks of the grid, block r * threadblocks + t
-// moving slice r of every chunk (replica_slice in geometry.rs: its share of the chunk's 16-byte
+// moving slice r of every chunk (replica_slice in geometry.cuh: its share of the chunk's 16-byte
 // vectors). A slice depends only on the chunk's length, so replica r of every rank writes and
 // reads the same bytes of a chunk; each replica has its own links and its own steps, which
 // order exactly those bytes. Plan barriers count every replica. A launch may run fewer
@@ -82,6 +83,7 @@
 #include "weft/elementwise.cuh"
 #include "weft/packet.cuh"
 #include "weft/port_channel.cuh"
+#include "geometry.cuh"
 
 using namespace weft;
 
@@ -93,60 +95,8 @@ constexpr uint64_t kElem = sizeof(typename Element<kType>::T);
 
 namespace {
 
-__device__ __forceinline__ uint64_t pad16(uint64_t bytes) { return (bytes + 15) & ~uint64_t(15); }
-
-/// Where chunks lie for this call (weft-exec's geometry.rs, byte for byte). Scratch chunks are
-/// placed by their owner's table (`ExecBuffers::scratch_counts`): ranks' scratch layouts differ
-/// (e.g. ring all-reduce: rank 0 stages classes 0..3, rank 1 classes 4..7), so a writer must
-/// place a chunk of a peer's scratch where the peer reads it.
-/// The call's divisions are done once, in `make`: a class holds `small` elements, plus one for
-/// the first `extra` classes, so every offset below is closed-form, without loops over classes
-/// (except over a scratch table's row).
-struct Geometry {
-  uint32_t classes;
-  /// Bytes of a scratch chunk per padded byte: 2 under packets, else 1.
-  uint32_t scratch_scale;
-  uint64_t unit;
-  /// unit / classes and unit % classes.
-  uint64_t small, extra;
-  /// Padded bytes of a class with `small + 1` and with `small` elements.
-  uint64_t pad_big, pad_small;
-
-  __device__ __forceinline__ static Geometry make(uint64_t unit, uint32_t classes, uint32_t scratch_scale) {
-    const uint64_t small = unit / classes, extra = unit % classes;
-    return {classes, scratch_scale, unit, small, extra, pad16((small + 1) * kElem), pad16(small * kElem)};
-  }
-  __device__ __forceinline__ uint64_t class_len(uint32_t c) const { return small + (c < extra ? 1 : 0); }
-  __device__ __forceinline__ uint64_t class_bytes(uint32_t c) const { return class_len(c) * kElem; }
-  __device__ __forceinline__ uint64_t padded_class(uint32_t c) const { return c < extra ? pad_big : pad_small; }
-  /// Element offset of input or output chunk `i` in a user buffer (chunk indices fit 32 bits).
-  __device__ __forceinline__ uint64_t dense(uint64_t i) const {
-    const uint32_t n = static_cast<uint32_t>(i), q = n / classes, c = n % classes;
-    return q * unit + c * small + (c < extra ? c : extra);
-  }
-  /// Byte offset of input or output chunk `i` in a stage.
-  __device__ __forceinline__ uint64_t padded_dense(uint64_t i) const {
-    const uint32_t n = static_cast<uint32_t>(i), q = n / classes, c = n % classes;
-    const uint64_t big_before = c < extra ? c : extra;
-    const uint64_t block = extra * pad_big + (classes - extra) * pad_small;
-    return q * block + big_before * pad_big + (c - big_before) * pad_small;
-  }
-  /// Byte offset of scratch chunk `i` of the rank whose table is `counts`.
-  __device__ __forceinline__ uint64_t padded_scratch(const uint32_t* counts, uint64_t i) const {
-    uint64_t at = 0;
-    for (uint32_t k = 0; k < classes; ++k) at += counts[i * classes + k] * padded_class(k);
-    return at * scratch_scale;
-  }
-  /// Size class of chunk `i` of buffer `buffer` (0 input, 1 output, 2 scratch: `counts` is the
-  /// owner's table).
-  __device__ __forceinline__ uint32_t class_of(uint8_t buffer, const uint32_t* counts, uint64_t i) const {
-    if (buffer != 2) return static_cast<uint32_t>(i) % classes;
-    for (uint32_t k = 0; k < classes; ++k) {
-      if (counts[(i + 1) * classes + k] != counts[i * classes + k]) return k;
-    }
-    return 0;
-  }
-};
+/// Where chunks lie for this call (geometry.cuh: weft-plan's chunk geometry in closed form).
+using Geometry = exec::ChunkGeometry<kElem>;
 
 /// A chunk's address and whether its buffer has the padded layout.
 struct Piece {
@@ -308,25 +258,15 @@ __device__ __forceinline__ bool fold(const char* const* in, uint32_t nin, char* 
   return true;
 }
 
-/// Bytes [begin, end) of a `bytes`-long chunk that replica `r` of `n` moves (geometry.rs's
-/// replica_slice): its share of the chunk's 16-byte vectors.
-__device__ __forceinline__ void replica_slice(uint64_t bytes, uint32_t r, uint32_t n, uint64_t& begin, uint64_t& end) {
-  const uint64_t vectors = (bytes + 15) / 16;
-  begin = coll::min_u64(vectors * r / n * 16, bytes);
-  end = coll::min_u64(vectors * (r + 1) / n * 16, bytes);
-}
-
 /// The bytes [begin, end) of a `bytes`-long chunk this block moves for `op`: its part of the chunk
 /// (a thread-block group member, the part count in the flags' top byte; the whole chunk without
-/// one), then its replica's slice of that (op_slice in geometry.rs).
+/// one), then its replica's slice of that (geometry.cuh's op_slice).
 __device__ __forceinline__ void op_slice(const ExecOp& op, uint64_t bytes, uint32_t r, uint32_t n, uint64_t& begin,
                                          uint64_t& end) {
-  uint64_t lo = 0, hi = bytes;
-  const uint32_t parts = op.flags >> EXEC_PARTS_SHIFT;
-  if (parts != 0) replica_slice(bytes, (op.flags >> EXEC_PART_SHIFT) & 0xffu, parts, lo, hi);
-  replica_slice(hi - lo, r, n, begin, end);
-  begin += lo;
-  end += lo;
+  // The part is decoded only when there is one (as in the code the header replaced: ptxas
+  // allocates the same registers).
+  exec::op_slice(bytes, op.flags >> EXEC_PARTS_SHIFT, [&op] { return (op.flags >> EXEC_PART_SHIFT) & 0xffu; }, r, n,
+                 begin, end);
 }
 
 /// One chunk of an operation as this block moves it: where each of its locations (inputs, then

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use weft_types::Collective;
 
 pub use drawing::{EdgeKind, OpEdge, OpGraph, OpNode};
-pub use geometry::{Geometry, GeometryError};
+pub use geometry::{ChunkSplit, Geometry, GeometryError, op_slice, replica_slice};
 pub use op::{BufRef, Buffer, Effects, Link, Loc, Op, Part};
 pub use packets::packet_input;
 pub use validate::{LoadError, Site, limits};

@@ -13,6 +13,15 @@
 //! inputs, a reduce-scatter input is one block per rank, for any element count (including counts
 //! not divisible by `K`, and counts smaller than `K`, which give empty chunks). Scratch chunks
 //! carry an explicit size class each (listed in the plan) and are packed densely.
+//!
+//! This module is the one definition of that geometry: [`ChunkSplit`] holds every formula (in
+//! elements, and in bytes for the executor's padded layout), [`replica_slice`] and [`op_slice`]
+//! how replicas share a chunk, and [`Geometry`] binds a whole plan with it for the interpreter.
+//! weft-exec builds its device tables on the same items, and the CUDA executor's closed-form
+//! restatement (`device/kernels/exec/geometry.cuh`) is checked against them by weft-exec's tests.
+
+mod slice;
+mod split;
 
 use std::ops::Range;
 
@@ -20,6 +29,9 @@ use thiserror::Error;
 
 use super::{Buffer, ExecutionPlan};
 use crate::plan::BufRef;
+
+pub use slice::{op_slice, replica_slice};
+pub use split::ChunkSplit;
 
 /// Why a plan cannot be bound to a message size.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -29,9 +41,9 @@ pub enum GeometryError {
     #[error("element count {element_count} is not a multiple of the {blocks} input blocks of this plan")]
     NotDivisible {
         /// Elements per rank input.
-        element_count: usize,
+        element_count: u64,
         /// Input blocks (`input_chunks / size_classes`).
-        blocks: usize,
+        blocks: u64,
     },
     /// The plan's chunk counts do not form whole blocks (the plan was not validated).
     #[error(
@@ -56,10 +68,9 @@ pub enum GeometryError {
 /// Element offsets of every chunk of a plan, for one message size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Geometry {
-    unit: usize,
-    classes: usize,
-    input_chunks: usize,
-    output_chunks: usize,
+    split: ChunkSplit,
+    input_chunks: u32,
+    output_chunks: u32,
     /// Per rank: `scratch[r][i]` is the offset of scratch chunk `i`; one extra entry at the end.
     scratch: Vec<Vec<usize>>,
 }
@@ -67,62 +78,52 @@ pub struct Geometry {
 impl Geometry {
     /// Binds `plan` to `element_count` input elements per rank.
     pub fn new(plan: &ExecutionPlan, element_count: usize) -> Result<Self, GeometryError> {
-        let invalid = GeometryError::InvalidPlan {
-            input_chunks: plan.input_chunks,
-            output_chunks: plan.output_chunks,
-            size_classes: plan.size_classes,
-        };
-        let classes = plan.size_classes as usize;
-        let input_chunks = plan.input_chunks as usize;
-        let output_chunks = plan.output_chunks as usize;
-        if classes == 0
-            || input_chunks == 0
-            || !input_chunks.is_multiple_of(classes)
-            || !output_chunks.is_multiple_of(classes)
-        {
-            return Err(invalid);
-        }
-        let blocks = input_chunks / classes;
-        if !element_count.is_multiple_of(blocks) {
-            return Err(GeometryError::NotDivisible { element_count, blocks });
-        }
-        let unit = element_count / blocks;
-        let mut geometry =
-            Self { unit, classes, input_chunks, output_chunks, scratch: Vec::with_capacity(plan.ranks.len()) };
-        (output_chunks / classes).checked_mul(unit).ok_or(GeometryError::Overflow { element_count })?;
+        let overflow = GeometryError::Overflow { element_count };
+        let count = u64::try_from(element_count).map_err(|_| overflow.clone())?;
+        let split = ChunkSplit::bind(plan.size_classes, plan.input_chunks, plan.output_chunks, count)?;
+        (u64::from(plan.output_chunks) / split.classes())
+            .checked_mul(split.unit())
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or(overflow.clone())?;
+        let mut scratch = Vec::with_capacity(plan.ranks.len());
         for rank in &plan.ranks {
+            // Chunks of each class before the next scratch chunk.
+            let mut before = vec![0u32; plan.size_classes as usize];
             let mut offsets = Vec::with_capacity(rank.scratch.len() + 1);
-            let mut at = 0usize;
-            offsets.push(at);
+            offsets.push(0);
             for &class in &rank.scratch {
-                if class as usize >= classes {
-                    return Err(invalid);
-                }
-                at = at.checked_add(geometry.class_len(class)).ok_or(GeometryError::Overflow { element_count })?;
-                offsets.push(at);
+                let seen = before.get_mut(class as usize).ok_or(GeometryError::InvalidPlan {
+                    input_chunks: plan.input_chunks,
+                    output_chunks: plan.output_chunks,
+                    size_classes: plan.size_classes,
+                })?;
+                *seen = seen.checked_add(1).ok_or(overflow.clone())?;
+                let end = split.packed_offset(&before).and_then(|n| usize::try_from(n).ok());
+                offsets.push(end.ok_or(overflow.clone())?);
             }
-            geometry.scratch.push(offsets);
+            scratch.push(offsets);
         }
-        Ok(geometry)
+        Ok(Self { split, input_chunks: plan.input_chunks, output_chunks: plan.output_chunks, scratch })
+    }
+
+    /// The split every chunk's place follows.
+    pub fn split(&self) -> &ChunkSplit {
+        &self.split
     }
 
     /// Elements per block (`m`).
     pub fn unit(&self) -> usize {
-        self.unit
+        fits(self.split.unit())
     }
 
     /// Elements in a chunk of size class `class`.
     pub fn class_len(&self, class: u32) -> usize {
-        let c = class as usize;
-        self.unit / self.classes + usize::from(c < self.unit % self.classes)
+        fits(self.split.class_len(class.into()))
     }
 
-    fn class_offset(&self, class: usize) -> usize {
-        class * (self.unit / self.classes) + class.min(self.unit % self.classes)
-    }
-
-    fn dense_offset(&self, index: usize) -> usize {
-        (index / self.classes) * self.unit + self.class_offset(index % self.classes)
+    /// Element offset of input or output chunk `index`.
+    fn dense_offset(&self, index: u32) -> usize {
+        fits(self.split.dense_offset(index.into()))
     }
 
     /// Elements in `buffer` of `rank` (`None` if the rank does not exist).
@@ -136,8 +137,8 @@ impl Geometry {
 
     /// Element range of `chunks` in `rank`'s buffer (`None` when out of range).
     pub fn extent(&self, rank: u32, chunks: BufRef) -> Option<Range<usize>> {
-        let start = chunks.index as usize;
-        let end = start.checked_add(chunks.count as usize)?;
+        let start = chunks.index;
+        let end = start.checked_add(chunks.count)?;
         match chunks.buffer {
             Buffer::Input | Buffer::Output => {
                 let limit = if chunks.buffer == Buffer::Input { self.input_chunks } else { self.output_chunks };
@@ -145,8 +146,14 @@ impl Geometry {
             }
             Buffer::Scratch => {
                 let offsets = self.scratch.get(rank as usize)?;
-                Some(*offsets.get(start)?..*offsets.get(end)?)
+                Some(*offsets.get(start as usize)?..*offsets.get(end as usize)?)
             }
         }
     }
+}
+
+/// `n`, an element count or offset within the input or output buffer, as a `usize`: `new`
+/// checked that both buffers' lengths fit one, so every offset within them does.
+fn fits(n: u64) -> usize {
+    n as usize
 }
