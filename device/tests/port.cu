@@ -2,6 +2,7 @@
 // `weft bench p2p --channel port`.
 #include "weft/fifo.cuh"
 #include "weft/port_channel.cuh"
+#include "weft/generated/kernels/tests.cuh"  // the prototypes every definition must match
 
 // Thread 0 of block b, on channel chs[b]: put-with-signal commands of `chunk` bytes for the
 // chunks i < `chunks` with i % gridDim.x == b, from [i * chunk, ...) of the local memory to

@@ -1,6 +1,7 @@
 // Kernels of `weft selftest`: they exercise the device API exactly as users' kernels would.
 #include "weft/weft.cuh"
 #include "weft/elementwise.cuh"
+#include "weft/generated/kernels/tests.cuh"  // the prototypes every definition must match
 
 using namespace weft;
 

@@ -122,7 +122,9 @@ enum Command {
     /// Internal: one rank of `weft selftest --mode processes` (reads torchrun variables).
     #[command(hide = true)]
     SelftestWorker,
-    /// Write (or with --check, verify) device/include/weft/generated/types.cuh.
+    /// Write (or with --check, verify) the generated device headers: the shared layouts
+    /// (device/include/weft/generated/types.cuh) and every kernel set's prototypes
+    /// (device/include/weft/generated/kernels/).
     GenHeader {
         /// Repository root.
         #[arg(long, default_value = ".")]
@@ -548,19 +550,25 @@ fn tune(
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let path = root.join(weft_types::cuda::GENERATED_HEADER_PATH);
-    let text = weft_types::cuda::generated_header();
-    if check {
-        let current = std::fs::read_to_string(&path)?;
-        if current != text {
-            eprintln!("{} is stale: run `weft gen-header`", path.display());
-            return Ok(ExitCode::FAILURE);
+    let sets =
+        [&weft_core::device_code::TEST_KERNELS, &weft_coll::device_code::KERNELS, &weft_exec::device_code::KERNELS];
+    let headers =
+        std::iter::once((weft_types::cuda::GENERATED_HEADER_PATH.to_string(), weft_types::cuda::generated_header()))
+            .chain(sets.iter().map(|set| (set.prototypes_path(), set.generated_prototypes())));
+    let mut stale = false;
+    for (path, text) in headers {
+        let path = root.join(path);
+        if check {
+            if std::fs::read_to_string(&path)? != text {
+                eprintln!("{} is stale: run `weft gen-header`", path.display());
+                stale = true;
+            }
+        } else {
+            std::fs::write(&path, text)?;
+            println!("wrote {}", path.display());
         }
-        return Ok(ExitCode::SUCCESS);
     }
-    std::fs::write(&path, text)?;
-    println!("wrote {}", path.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(if stale { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 #[cfg(test)]

@@ -14,11 +14,11 @@ use weft_core::descriptor::MemoryDescriptor;
 use weft_core::{Communicator, KernelLibrary, RemoteMemory, UserRegistration};
 use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{
-    AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs, LaunchConfig, Stream, UserAllocation,
+    AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelParams, LaunchConfig, Stream, UserAllocation,
 };
 use weft_net::{PortProxy, PortProxyConfig, PortRoute};
 
-use weft_types::{DataType, PeerBuffers, ReduceOp};
+use weft_types::{CollContext, DataType, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
 use crate::args::{Args, Buffer, InDevice, p2p_round};
@@ -26,6 +26,7 @@ use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
+use crate::params::{AllGatherHb, AllReduceHb, Flat, P2p, Rooted};
 use crate::plans::PlanId;
 use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
@@ -277,21 +278,20 @@ impl Collectives {
             if bytes == 0 {
                 return Ok(algorithm);
             }
-            let port = if algorithm == Algorithm::AllReducePortAllPairs {
-                self.port_allpairs()?.args()
-            } else {
-                self.port_ring()?.args()
-            };
-            // SAFETY: weft_allreduce_port_ring and weft_allreduce_port_allpairs take (context,
-            // input, output, bytes) then `port`'s arguments (PortSetup::args) on their set-up's
-            // blocks; the table, scratch, state and proxy live as long as `self`, the buffers
-            // were checked above and are the caller's contract.
+            let (input, output, bytes64) = (send.ptr, recv.ptr, bytes as u64);
+            if algorithm == Algorithm::AllReducePortAllPairs {
+                let port = self.port_allpairs()?;
+                // SAFETY: the port kernels run on their set-up's blocks; the table, scratch,
+                // state and proxy live as long as `self`, the buffers were checked above and
+                // are the caller's contract.
+                return unsafe {
+                    self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| port.params(c, input, output, bytes64))
+                };
+            }
+            let port = self.port_ring()?;
+            // SAFETY: as for port_allpairs above.
             return unsafe {
-                self.launch(algorithm, dtype, op, scalar, stream, bytes, |a| {
-                    a.push(send.ptr).push(recv.ptr).push(bytes as u64);
-                    port.push(a);
-                    a
-                })
+                self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| port.params(c, input, output, bytes64))
             };
         }
         let peers = if algorithm == Algorithm::AllReduceHb {
@@ -301,18 +301,27 @@ impl Collectives {
         } else {
             None
         };
-        // SAFETY: every allreduce kernel takes (context, input, output, bytes), HB then the
-        // peers' outputs and inputs (mapped by the registry or the windows, valid while the
-        // peers' buffers are, which is their callers' contract); buffers were checked above
-        // and are the caller's contract.
+        let (input, output, bytes64) = (send.ptr, recv.ptr, bytes as u64);
+        // SAFETY: the peers' outputs and inputs of HB are mapped by the registry or the
+        // windows, valid while the peers' buffers are (their callers' contract); buffers were
+        // checked above and are the caller's contract.
         unsafe {
-            self.launch(algorithm, dtype, op, scalar, stream, bytes, |a| {
-                a.push(send.ptr).push(recv.ptr).push(bytes as u64);
-                if let Some((outputs, inputs)) = peers {
-                    a.push(outputs).push(inputs);
-                }
-                a
-            })
+            match peers {
+                Some((outputs, inputs)) => self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| AllReduceHb {
+                    c,
+                    input,
+                    output,
+                    bytes: bytes64,
+                    outputs,
+                    inputs,
+                }),
+                None => self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| Flat {
+                    c,
+                    input,
+                    output,
+                    bytes: bytes64,
+                }),
+            }
         }
     }
 
@@ -634,18 +643,21 @@ impl Collectives {
         } else {
             None
         };
-        // SAFETY: allgather and reduce-scatter kernels take (context, input, output, block
-        // bytes), AllGather HB then the peers' outputs (mapped by the registry, valid while the
-        // peers' buffers are: their callers' contract); buffers checked above, the rest is the
-        // caller's contract.
+        let (input, output, bytes) = (send, recv, block as u64);
+        // SAFETY: the peers' outputs of AllGather HB are mapped by the registry, valid while
+        // the peers' buffers are (their callers' contract); buffers checked above, the rest is
+        // the caller's contract.
         unsafe {
-            self.launch(algorithm, dtype, op, scalar, stream, total, |a| {
-                a.push(send).push(recv).push(block as u64);
-                if let Some(outputs) = outputs {
-                    a.push(outputs);
-                }
-                a
-            })
+            match outputs {
+                Some(outputs) => self.launch(algorithm, dtype, op, scalar, stream, total, |c| AllGatherHb {
+                    c,
+                    input,
+                    output,
+                    bytes,
+                    outputs,
+                }),
+                None => self.launch(algorithm, dtype, op, scalar, stream, total, |c| Flat { c, input, output, bytes }),
+            }
         }
     }
 
@@ -708,11 +720,15 @@ impl Collectives {
             // never read: only the root's plan reads its input).
             return unsafe { self.run_plan(id, root, send, recv, count, dtype, op, stream) };
         }
-        // SAFETY: broadcast and reduce kernels take (context, input, output, bytes, root); the
-        // buffer a non-root does not use is never dereferenced there; checked above.
+        let (input, output, root) = (send, recv, root as u32);
+        // SAFETY: the buffer a non-root does not use is never dereferenced there; checked above.
         unsafe {
-            self.launch(algorithm, dtype, op, scalar, stream, bytes, |a| {
-                a.push(send).push(recv).push(bytes as u64).push(root as u32)
+            self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| Rooted {
+                c,
+                input,
+                output,
+                bytes: bytes as u64,
+                root,
             })
         }
     }
@@ -837,8 +853,8 @@ impl Collectives {
         // (all_to_all runs the plans).
         let call = Call { collective: Collective::AllToAll, size: total as usize, dtype, op: ReduceOp::Sum };
         let algorithm = self.chooser().native(call)?;
-        // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
-        unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, None, stream, total as usize, |a| a.push(plan)) }
+        // SAFETY: every plan buffer was checked above.
+        unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, None, stream, total as usize, |c| P2p { c, plan }) }
     }
 
     /// A group of sends and receives that progress together (NCCL's grouped `ncclSend` /
@@ -876,8 +892,8 @@ impl Collectives {
             let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
             let peers = (0..self.ranks()).filter(|&p| p != me && (plan.send_bytes[p] > 0 || plan.recv_bytes[p] > 0));
             self.comm.settle_with(peers)?;
-            // SAFETY: weft_p2p takes (context, plan); every plan buffer was checked above.
-            unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, None, stream, bytes, |a| a.push(plan))? };
+            // SAFETY: every plan buffer was checked above.
+            unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, None, stream, bytes, |c| P2p { c, plan })? };
         }
         Ok(algorithm)
     }
@@ -1010,14 +1026,14 @@ impl Collectives {
         Ok(Algorithm::Plan(id))
     }
 
-    /// Launches `algorithm`'s kernel with the collective context (carrying the call's PreMulSum
-    /// `scalar`) followed by `args`, unless the call moves no bytes.
+    /// Launches `algorithm`'s kernel with the parameters `params` makes of the collective
+    /// context (carrying the call's PreMulSum `scalar`), unless the call moves no bytes. A
+    /// parameter list not declared for the kernel is an error (`Kernel::launch`).
     ///
     /// # Safety
-    /// `args` must complete the kernel's parameter list after the context, with buffers valid
-    /// until the stream's work is done.
+    /// The buffers among the parameters must stay valid until the stream's work is done.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn launch(
+    unsafe fn launch<P: KernelParams>(
         &self,
         algorithm: Algorithm,
         dtype: DataType,
@@ -1025,7 +1041,7 @@ impl Collectives {
         scalar: Option<Scalar>,
         stream: &Stream,
         bytes: usize,
-        args: impl FnOnce(&mut KernelArgs) -> &mut KernelArgs,
+        params: impl FnOnce(CollContext) -> P,
     ) -> Result<Algorithm, CollError> {
         if bytes == 0 {
             return Ok(algorithm);
@@ -1037,9 +1053,7 @@ impl Collectives {
         if algorithm.collective() != Collective::SendRecv {
             self.comm.settle_before_launch()?;
         }
-        let mut a = KernelArgs::new();
-        a.push(with_scalar(self.resources.context(), scalar));
-        args(&mut a);
+        let params = params(with_scalar(self.resources.context(), scalar));
         let (grid, block) = match algorithm.protocol() {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
             Protocol::Hb | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
@@ -1050,7 +1064,7 @@ impl Collectives {
         // SAFETY: the context's tables and buffers live as long as `self`; a device scalar was
         // checked to lie in this GPU's memory; the rest (it and the buffers staying valid) is
         // the caller's contract.
-        unsafe { kernel.launch(stream, LaunchConfig { grid, block, shared_bytes: 0 }, &a) }
+        unsafe { kernel.launch(stream, LaunchConfig { grid, block, shared_bytes: 0 }, &params) }
             .map_err(|source| CollError::Gpu { rank, source })?;
         Ok(algorithm)
     }

@@ -3,7 +3,9 @@
 //! `reductions.cu` includes every reducing algorithm and is compiled once per (element type,
 //! operator); `movement.cu` includes the algorithms that only move bytes and is compiled once.
 //! One unit per module keeps one NVRTC compilation and one cache entry per (type, operator),
-//! and every kernel of an algorithm is found in the module its unit compiles to.
+//! and every kernel of an algorithm is found in the module its unit compiles to. Both units
+//! include `weft/generated/kernels/coll.cuh`, the prototypes generated from the kernels'
+//! declared parameter lists (`crate::params`), so NVRTC checks every definition against them.
 
 use weft_core::device_code::{KernelSet, compiled_once, type_variants};
 use weft_types::ReduceOp;
@@ -38,6 +40,8 @@ pub const KERNELS: KernelSet = KernelSet {
         ("p2p.cu", include_str!("../../../device/kernels/coll/p2p.cu")),
     ],
     variants,
+    signatures: crate::params::signatures,
+    prototypes: "weft/generated/kernels/coll.cuh",
 };
 
 /// The reducing unit once per (element type, operator), every operator included; the movement
@@ -57,6 +61,12 @@ mod tests {
     fn every_collective_source_in_the_tree_is_embedded() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         assert_eq!(KERNELS.files_on_disk(&root).unwrap(), KERNELS.embedded_files());
+    }
+
+    #[test]
+    fn the_collective_kernels_match_their_declarations() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(KERNELS.prototype_problems(&root), Vec::<String>::new());
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod kernels;
 mod lengths;
 pub mod nccl;
 mod nccl_typed;
+mod params;
 mod plans;
 mod port_allpairs;
 mod port_ring;

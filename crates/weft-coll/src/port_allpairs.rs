@@ -6,10 +6,13 @@
 //! with the rank's proxy, a channel to every peer, the launch state).
 
 use weft_core::Communicator;
+use weft_gpu::DevicePtr;
 use weft_net::PortProxy;
+use weft_types::CollContext;
 
 use crate::error::CollError;
-use crate::port_setup::{PortKernelArgs, PortSetup, every_peer, rounds_us};
+use crate::params::PortAllPairsParams;
+use crate::port_setup::{PortSetup, every_peer, rounds_us};
 
 /// Bytes of one slot: a round of a call moves at most this much per rank (larger calls take
 /// several rounds, each a full exchange).
@@ -48,9 +51,11 @@ impl PortAllPairs {
         Ok(Self { setup })
     }
 
-    /// The kernel's trailing arguments: channel table, scratch, slot bytes, launch state.
-    pub(crate) fn args(&self) -> PortKernelArgs {
-        self.setup.args(None, SLOT_BYTES)
+    /// The kernel's parameters for a call on `bytes` of `input` into `output` with context `c`.
+    pub(crate) fn params(&self, c: CollContext, input: DevicePtr, output: DevicePtr, bytes: u64) -> PortAllPairsParams {
+        let b = self.setup.kernel_buffers();
+        let (channels, scratch, state, slot_bytes) = (b.channels, b.scratch, b.state, SLOT_BYTES);
+        PortAllPairsParams { c, input, output, bytes, channels, scratch, slot_bytes, state }
     }
 }
 

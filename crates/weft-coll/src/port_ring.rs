@@ -14,12 +14,15 @@
 //! The geometry helpers mirror the kernel and are what the CPU tests check.
 
 use crate::error::CollError;
+use crate::params::PortRingParams;
 #[cfg(test)]
 use crate::port_setup::{MAX_SCRATCH, state_words};
-use crate::port_setup::{PortKernelArgs, PortSetup, rounds_us};
+use crate::port_setup::{PortSetup, rounds_us};
 use weft_core::Communicator;
 use weft_core::LinkModel;
+use weft_gpu::DevicePtr;
 use weft_net::PortProxy;
+use weft_types::CollContext;
 
 /// Most bytes one FIFO put carries (the command's size field is 32-bit); the kernel splits
 /// larger puts (`kPortMaxPut`). Mirrors the kernel for the tests.
@@ -165,10 +168,21 @@ impl PortRing {
         Ok(Self { lanes, slot_bytes: layout.slot_bytes, setup })
     }
 
-    /// The kernel's trailing arguments: channel table, channels per edge, scratch, slot bytes,
-    /// launch state.
-    pub(crate) fn args(&self) -> PortKernelArgs {
-        self.setup.args(Some(self.lanes), self.slot_bytes)
+    /// The kernel's parameters for a call on `bytes` of `input` into `output` with context `c`.
+    pub(crate) fn params(&self, c: CollContext, input: DevicePtr, output: DevicePtr, bytes: u64) -> PortRingParams {
+        let b = self.setup.kernel_buffers();
+        let (lanes, slot_bytes) = (self.lanes, self.slot_bytes);
+        PortRingParams {
+            c,
+            input,
+            output,
+            bytes,
+            channels: b.channels,
+            lanes,
+            scratch: b.scratch,
+            slot_bytes,
+            state: b.state,
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use weft_core::{Communicator, RegisteredMemory};
-use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelArgs};
+use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr};
 use weft_net::{PortChannel, PortProxy};
 use weft_types::PortChannelDeviceHandle;
 
@@ -97,32 +97,22 @@ impl PortSetup {
         Ok(Self { scratch: scratch.ptr(), table, state, _channels: channels, _scratch: scratch })
     }
 
-    /// The kernel's arguments after (context, input, output, bytes): the channel table,
-    /// `lanes` when the kernel takes it, the scratch, `slot_bytes` and the launch state.
-    pub(crate) fn args(&self, lanes: Option<u32>, slot_bytes: u64) -> PortKernelArgs {
-        PortKernelArgs { table: self.table.ptr(), lanes, scratch: self.scratch, slot_bytes, state: self.state.ptr() }
+    /// What the kernel takes of the set-up: the channel table, the scratch and the launch
+    /// state, in this GPU's address space.
+    pub(crate) fn kernel_buffers(&self) -> PortBuffers {
+        PortBuffers { channels: self.table.ptr(), scratch: self.scratch, state: self.state.ptr() }
     }
 }
 
-/// The trailing arguments of a PortChannel AllReduce kernel ([`PortSetup::args`]).
+/// The device addresses of a [`PortSetup`] a PortChannel AllReduce kernel takes.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct PortKernelArgs {
-    table: DevicePtr,
-    lanes: Option<u32>,
-    scratch: DevicePtr,
-    slot_bytes: u64,
-    state: DevicePtr,
-}
-
-impl PortKernelArgs {
-    /// Appends them to `a`.
-    pub(crate) fn push(&self, a: &mut KernelArgs) {
-        a.push(self.table);
-        if let Some(lanes) = self.lanes {
-            a.push(lanes);
-        }
-        a.push(self.scratch).push(self.slot_bytes).push(self.state);
-    }
+pub(crate) struct PortBuffers {
+    /// The channel table.
+    pub(crate) channels: DevicePtr,
+    /// The registered scratch.
+    pub(crate) scratch: DevicePtr,
+    /// The launch state.
+    pub(crate) state: DevicePtr,
 }
 
 /// The pairs' set-up order of a channel to every peer: ascending peers. For any two ranks this

@@ -9,12 +9,21 @@
 //! files are handed to NVRTC by include name, so nothing is read from disk at run time except
 //! CUDA's own headers. Every translation unit is compiled to CUBIN for the device's architecture
 //! on first use and cached (see `weft_gpu::nvrtc`).
+//!
+//! Every set also carries the parameter lists of its kernels (`weft_gpu::device_kernels!`).
+//! The prototypes header generated from them is handed to NVRTC with the set's sources (under
+//! [`PROTOTYPES_DIR`], not in [`HEADERS`]) and every unit includes it: NVRTC then rejects a
+//! kernel whose definition differs from its declaration. [`KernelSet::prototype_problems`]
+//! finds a unit without it or a kernel without a declaration; weft's own sets keep a copy of
+//! the header in the tree for readers, which `weft gen-header --check` holds current.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_gpu::{CompileOptions, CompiledKernel, Device, GpuError, KernelResources, KernelSource, Module};
+use weft_gpu::{
+    CompileOptions, CompiledKernel, Device, GpuError, KernelResources, KernelSignature, KernelSource, Module,
+};
 
 use crate::env::{Env, EnvError, vars};
 
@@ -34,13 +43,18 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/ep/copy.cuh", include_str!("../../../device/include/weft/ep/copy.cuh")),
     ("weft/impl/stdint.cuh", include_str!("../../../device/include/weft/impl/stdint.cuh")),
     ("weft/impl/ptx__funcs.cuh", include_str!("../../../device/include/weft/impl/ptx__funcs.cuh")),
+    ("weft/impl/kernel_params.cuh", include_str!("../../../device/include/weft/impl/kernel_params.cuh")),
     ("weft/generated/types.cuh", include_str!("../../../device/include/weft/generated/types.cuh")),
 ];
 
+/// The folder, under `device/include`, of the generated prototypes headers of the kernel sets.
+pub const PROTOTYPES_DIR: &str = "weft/generated/kernels/";
+
 /// The kernel sources of one crate, embedded in it: the translation units it compiles and
-/// loads, the files they include besides [`HEADERS`], and the defines each unit is compiled
-/// with. Names are paths relative to [`KernelSet::dir`], so a unit's `#include "file"` of a
-/// file beside it finds the embedded copy.
+/// loads, the files they include besides [`HEADERS`], the defines each unit is compiled
+/// with, and the declared parameter lists of its kernels with their generated prototypes.
+/// Names are paths relative to [`KernelSet::dir`], so a unit's `#include "file"` of a file
+/// beside it finds the embedded copy.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelSet {
     /// The folder of the sources, relative to the repository root (`device/kernels/coll`).
@@ -52,6 +66,11 @@ pub struct KernelSet {
     /// Every set of defines unit `name` is compiled with (one entry, empty, for a unit
     /// compiled once).
     pub variants: fn(name: &str) -> Vec<Vec<String>>,
+    /// The parameter lists of the set's kernels (a `weft_gpu::device_kernels!` declaration).
+    pub signatures: fn() -> Vec<KernelSignature>,
+    /// The include name of the prototypes header generated from [`KernelSet::signatures`],
+    /// which every unit includes (weft's sets: in [`PROTOTYPES_DIR`]).
+    pub prototypes: &'static str,
 }
 
 impl KernelSet {
@@ -84,9 +103,75 @@ impl KernelSet {
         Ok(names)
     }
 
-    fn headers(&self) -> Vec<(String, String)> {
-        HEADERS.iter().chain(self.includes).map(|(n, t)| ((*n).to_string(), (*t).to_string())).collect()
+    /// The prototypes header of [`KernelSet::signatures`]: what the units are compiled with.
+    pub fn generated_prototypes(&self) -> String {
+        weft_gpu::prototypes_header(self.dir, &(self.signatures)())
     }
+
+    /// Where weft's sets keep a copy of the prototypes header, relative to the repository root.
+    pub fn prototypes_path(&self) -> String {
+        format!("device/include/{}", self.prototypes)
+    }
+
+    /// What keeps the prototypes from checking the definitions, one line each: a copy under
+    /// `repo_root` that differs from [`KernelSet::generated_prototypes`] (or is missing), a unit
+    /// that does not include them, a kernel defined in the set but declared by no parameter
+    /// list, or declared but defined nowhere. Empty when the declarations cover the set exactly.
+    pub fn prototype_problems(&self, repo_root: &Path) -> Vec<String> {
+        let mut problems = Vec::new();
+        let copy = std::fs::read_to_string(repo_root.join(self.prototypes_path())).unwrap_or_default();
+        if copy != self.generated_prototypes() {
+            problems.push(format!("{} is stale: run `weft gen-header`", self.prototypes_path()));
+        }
+        let directive = format!("#include \"{}\"", self.prototypes);
+        for (unit, text) in self.units {
+            if !text.contains(&directive) {
+                problems.push(format!("{unit} does not include {}", self.prototypes));
+            }
+        }
+        let declared: Vec<&str> = (self.signatures)().iter().flat_map(|s| s.kernels.iter().copied()).collect();
+        let defined: Vec<String> =
+            self.units.iter().chain(self.includes).flat_map(|(_, text)| defined_kernels(text)).collect();
+        for name in &defined {
+            if !declared.contains(&name.as_str()) {
+                problems.push(format!("kernel {name} of {} has no declared parameter list", self.dir));
+            }
+        }
+        for name in declared {
+            if !defined.iter().any(|d| d == name) {
+                problems.push(format!("kernel {name} is declared but not defined in {}", self.dir));
+            }
+        }
+        problems
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        let mut headers: Vec<(String, String)> =
+            HEADERS.iter().chain(self.includes).map(|(n, t)| ((*n).to_string(), (*t).to_string())).collect();
+        headers.push((self.prototypes.to_string(), self.generated_prototypes()));
+        headers
+    }
+}
+
+/// The names of the `extern "C" __global__` kernels `source` defines (a body follows the
+/// parameter list), in order.
+pub fn defined_kernels(source: &str) -> Vec<String> {
+    const MARKER: &str = "extern \"C\" __global__ void";
+    let mut names = Vec::new();
+    for (at, _) in source.match_indices(MARKER) {
+        let mut rest = source[at + MARKER.len()..].trim_start();
+        if let Some(bounds) = rest.strip_prefix("__launch_bounds__") {
+            rest = bounds.split_once(')').map_or("", |(_, after)| after).trim_start();
+        }
+        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        let (name, after) = rest.split_at(end);
+        // The parameter list holds no parentheses, so its end is the first ')'.
+        let body = after.split_once(')').map(|(_, tail)| tail.trim_start());
+        if !name.is_empty() && body.is_some_and(|tail| tail.starts_with('{')) {
+            names.push(name.to_string());
+        }
+    }
+    names
 }
 
 /// Appends the path relative to `root` of every file under `dir` to `out`.
@@ -129,6 +214,8 @@ pub const TEST_KERNELS: KernelSet = KernelSet {
     ],
     includes: &[],
     variants: compiled_once,
+    signatures: crate::test_kernels::signatures,
+    prototypes: "weft/generated/kernels/tests.cuh",
 };
 
 /// Why [`nvrtc_test_library`] has no library to hand out.
@@ -336,8 +423,97 @@ mod tests {
 
     #[test]
     fn every_header_in_the_tree_is_embedded() {
-        let headers = KernelSet { dir: "device/include", units: &[], includes: HEADERS, variants: compiled_once };
-        assert_eq!(headers.files_on_disk(&repo_root()).unwrap(), headers.embedded_files());
+        let headers = KernelSet {
+            dir: "device/include",
+            units: &[],
+            includes: HEADERS,
+            variants: compiled_once,
+            signatures: Vec::new,
+            prototypes: "",
+        };
+        // The prototypes headers belong to their kernel sets (each set's test checks its own).
+        let mut on_disk = headers.files_on_disk(&repo_root()).unwrap();
+        on_disk.retain(|name| !name.starts_with(PROTOTYPES_DIR));
+        assert_eq!(on_disk, headers.embedded_files());
+    }
+
+    #[test]
+    fn the_test_kernels_match_their_declarations() {
+        assert_eq!(TEST_KERNELS.prototype_problems(&repo_root()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn defined_kernels_are_found_with_or_without_launch_bounds() {
+        let source = "extern \"C\" __global__ void __launch_bounds__(1024)\n    a_kernel(int x, char* y) {\n}\n\
+                      extern \"C\" __global__ void b_kernel(const __grid_constant__ weft::PeerBuffers p) { }\n\
+                      extern \"C\" __global__ void declared_only(int x);\n";
+        assert_eq!(defined_kernels(source), ["a_kernel", "b_kernel"]);
+    }
+
+    #[test]
+    fn a_set_with_an_undeclared_kernel_a_unit_without_prototypes_or_no_copy_has_problems() {
+        let set = KernelSet { signatures: Vec::new, prototypes: "weft/generated/kernels/other.cuh", ..TEST_KERNELS };
+        let problems = set.prototype_problems(&repo_root());
+        assert!(problems.iter().any(|p| p.contains("other.cuh is stale")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("selftest.cu does not include")), "{problems:?}");
+        assert!(
+            problems.iter().any(|p| p.contains("weft_selftest_put of device/tests has no declared")),
+            "{problems:?}"
+        );
+    }
+
+    /// Compiles `body` after including the header `prototypes` for sm_90; `None` when NVRTC is
+    /// missing (a declared skip, an error under `WEFT_REQUIRE_NVRTC=1`).
+    fn compile_after_prototypes(prototypes: &str, body: &str) -> Option<Result<(), GpuError>> {
+        let library = nvrtc_test_library(&TEST_KERNELS).expect("NVRTC required")?;
+        let mut headers = public_headers();
+        headers.push(("prototypes.cuh".into(), prototypes.into()));
+        let text = format!("#include \"prototypes.cuh\"\n{body}");
+        let source = KernelSource { name: "prototype_check.cu".into(), text, headers };
+        let options = CompileOptions { arch: "sm_90".into(), extra: vec![] };
+        Some(weft_gpu::compile(&source, &options, &library.cache_dir).map(|_| ()))
+    }
+
+    #[test]
+    fn nvrtc_rejects_a_definition_that_differs_from_its_prototype() {
+        let prototypes = TEST_KERNELS.generated_prototypes();
+        let matching =
+            "extern \"C\" __global__ void weft_selftest_wait(weft::MemoryChannelDeviceHandle ch, uint32_t count) {}";
+        let Some(compiled) = compile_after_prototypes(&prototypes, matching) else { return };
+        compiled.expect("the definition matching its prototype compiles");
+        for mismatch in [
+            // A wider parameter.
+            "extern \"C\" __global__ void weft_selftest_wait(weft::MemoryChannelDeviceHandle ch, uint64_t count) {}",
+            // Parameters swapped.
+            "extern \"C\" __global__ void weft_selftest_wait(uint32_t count, weft::MemoryChannelDeviceHandle ch) {}",
+            // One parameter too many.
+            "extern \"C\" __global__ void weft_selftest_wait(weft::MemoryChannelDeviceHandle ch, uint32_t count, uint32_t extra) {}",
+        ] {
+            let compiled = compile_after_prototypes(&prototypes, mismatch).expect("NVRTC was found above");
+            let err = compiled.expect_err(mismatch).to_string();
+            assert!(err.contains("more than one instance of overloaded function"), "{err}");
+        }
+    }
+
+    mod mismatched {
+        weft_gpu::device_kernels! {
+            /// A declaration whose Rust field is narrower than its C++ type.
+            pub(super) fn signatures;
+
+            /// `count` is 4 bytes in Rust, 8 in C++.
+            pub(super) struct NarrowCount for ["weft_narrow_count"] {
+                count: u32 => "uint64_t",
+            }
+        }
+    }
+
+    #[test]
+    fn nvrtc_rejects_a_c_type_of_another_width_than_its_rust_field() {
+        let prototypes = weft_gpu::prototypes_header("a test", &mismatched::signatures());
+        let definition = "extern \"C\" __global__ void weft_narrow_count(uint64_t count) {}";
+        let Some(compiled) = compile_after_prototypes(&prototypes, definition) else { return };
+        let err = compiled.expect_err("a parameter wider in C++ than in Rust").to_string();
+        assert!(err.contains("weft_narrow_count: count is 4 bytes aligned to 4 in Rust"), "{err}");
     }
 
     #[test]

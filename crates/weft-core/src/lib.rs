@@ -29,6 +29,7 @@ mod link_model;
 mod memory;
 pub mod selftest_kernels;
 mod semaphore;
+pub mod test_kernels;
 mod topology;
 pub mod wire;
 

@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
-use weft_gpu::{DeviceMemory, Event, Kernel, KernelArgs, LaunchConfig, Module, PinnedHostMemory, Stream};
+use weft_gpu::{DeviceMemory, Event, Kernel, KernelParams, LaunchConfig, Module, PinnedHostMemory, Stream};
 
 use crate::channel::MemoryChannel;
 use crate::communicator::Communicator;
 use crate::error::Error;
+use crate::test_kernels::{SelftestGet, SelftestLlRound, SelftestPingpong, SelftestPut, SelftestReduce, SelftestWait};
 
 /// LL packet protocol of a round-trip test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,10 +111,10 @@ impl<'a> SelftestRunner<'a> {
     }
 
     /// # Safety
-    /// `args` must match `kernel`'s parameters and reference memory that outlives the launch.
-    unsafe fn launch(&self, kernel: &Kernel, grid: u32, block: u32, args: &KernelArgs) -> Result<(), Error> {
+    /// The memory `params` reference must outlive the launch.
+    unsafe fn launch<P: KernelParams>(&self, kernel: &Kernel, grid: u32, block: u32, params: &P) -> Result<(), Error> {
         // SAFETY: forwarded caller contract.
-        unsafe { kernel.launch(self.stream, config(grid, block), args) }.map_err(|e| self.gpu(e))
+        unsafe { kernel.launch(self.stream, config(grid, block), params) }.map_err(|e| self.gpu(e))
     }
 
     fn check_range(&self, what: &str, offset: u64, bytes: u64, len: usize) -> Result<(), Error> {
@@ -134,27 +135,44 @@ impl<'a> SelftestRunner<'a> {
     ) -> Result<Option<u64>, Error> {
         let out = PinnedHostMemory::alloc(self.comm.device(), 8).map_err(|e| self.gpu(e))?;
         self.comm.settle_with(std::iter::once(ch.peer()))?;
-        let mut args = KernelArgs::new();
-        args.push(ch.device_handle())
-            .push(iters)
-            .push(u32::from(initiator))
-            .push(u32::from(relaxed))
-            .push(out.device_ptr());
-        // SAFETY: (handle, u32, u32, u32, u64*) matches weft_selftest_pingpong; `ch` and `out` live
-        // until finish() returned.
-        unsafe { self.launch(&self.kernels.pingpong, 1, 32, &args)? };
+        let params = SelftestPingpong {
+            ch: ch.device_handle(),
+            iters,
+            initiator: u32::from(initiator),
+            relaxed: u32::from(relaxed),
+            elapsed_ns: out.device_ptr(),
+        };
+        // SAFETY: `ch` and `out` live until finish() returned.
+        unsafe { self.launch(&self.kernels.pingpong, 1, 32, &params)? };
         self.finish("semaphore ping-pong")?;
         initiator.then(|| out.read::<u64>(0)).transpose().map_err(|e| self.gpu(e))
     }
 
-    /// Arguments shared by the put and get kernels, after checking that `bytes` fit at
+    /// The parameters of a get, shared by the put kernel, after checking that `bytes` fit at
     /// `src_offset` of the local buffer and at `dst_offset` of the peer's.
-    fn copy_args(&self, ch: &MemoryChannel, dst_offset: u64, src_offset: u64, bytes: u64) -> Result<KernelArgs, Error> {
+    fn copy_params(
+        &self,
+        ch: &MemoryChannel,
+        dst_offset: u64,
+        src_offset: u64,
+        bytes: u64,
+    ) -> Result<SelftestGet, Error> {
         self.check_range("local range", src_offset, bytes, ch.local_len())?;
         self.check_range("peer range", dst_offset, bytes, ch.remote_len())?;
-        let mut args = KernelArgs::new();
-        args.push(ch.device_handle()).push(dst_offset).push(src_offset).push(bytes);
-        Ok(args)
+        Ok(SelftestGet { ch: ch.device_handle(), dst_offset, src_offset, bytes })
+    }
+
+    /// [`Self::copy_params`] of a put.
+    fn put_params(
+        &self,
+        ch: &MemoryChannel,
+        dst_offset: u64,
+        src_offset: u64,
+        bytes: u64,
+        signal: bool,
+    ) -> Result<SelftestPut, Error> {
+        let SelftestGet { ch, dst_offset, src_offset, bytes } = self.copy_params(ch, dst_offset, src_offset, bytes)?;
+        Ok(SelftestPut { ch, dst_offset, src_offset, bytes, signal: u32::from(signal) })
     }
 
     /// Puts `bytes` from local `src_offset` to the peer's `dst_offset` with `grid` blocks; with
@@ -168,25 +186,23 @@ impl<'a> SelftestRunner<'a> {
         grid: u32,
         signal: bool,
     ) -> Result<(), Error> {
-        let mut args = self.copy_args(ch, dst_offset, src_offset, bytes)?;
-        args.push(u32::from(signal));
-        // SAFETY: (handle, u64, u64, u64, u32) matches weft_selftest_put; ranges checked above.
-        unsafe { self.launch(&self.kernels.put, grid, THREADS, &args)? };
+        let params = self.put_params(ch, dst_offset, src_offset, bytes, signal)?;
+        // SAFETY: ranges checked above; the stream is drained by finish() before `ch` can drop.
+        unsafe { self.launch(&self.kernels.put, grid, THREADS, &params)? };
         self.finish("put")
     }
 
     /// Times `iters` puts of `bytes` (after one warm-up) and returns seconds per put.
     pub fn put_timed(&self, ch: &MemoryChannel, bytes: u64, grid: u32, iters: u32) -> Result<f64, Error> {
-        let mut args = self.copy_args(ch, 0, 0, bytes)?;
-        args.push(0u32);
+        let params = self.put_params(ch, 0, 0, bytes, false)?;
         let device = self.comm.device();
         let (start, end) = (Event::new(device).map_err(|e| self.gpu(e))?, Event::new(device).map_err(|e| self.gpu(e))?);
-        // SAFETY: as in put(); the stream is drained by finish() before `ch` can drop.
-        unsafe { self.launch(&self.kernels.put, grid, THREADS, &args)? };
+        // SAFETY: as in put().
+        unsafe { self.launch(&self.kernels.put, grid, THREADS, &params)? };
         start.record(self.stream).map_err(|e| self.gpu(e))?;
         for _ in 0..iters {
             // SAFETY: as above.
-            unsafe { self.launch(&self.kernels.put, grid, THREADS, &args)? };
+            unsafe { self.launch(&self.kernels.put, grid, THREADS, &params)? };
         }
         end.record(self.stream).map_err(|e| self.gpu(e))?;
         self.finish("timed put")?;
@@ -203,18 +219,17 @@ impl<'a> SelftestRunner<'a> {
         bytes: u64,
         grid: u32,
     ) -> Result<(), Error> {
-        let args = self.copy_args(ch, dst_offset, src_offset, bytes)?;
-        // SAFETY: (handle, u64, u64, u64) matches weft_selftest_get; ranges checked above.
-        unsafe { self.launch(&self.kernels.get, grid, THREADS, &args)? };
+        let params = self.copy_params(ch, dst_offset, src_offset, bytes)?;
+        // SAFETY: ranges checked above; the stream is drained by finish() before `ch` can drop.
+        unsafe { self.launch(&self.kernels.get, grid, THREADS, &params)? };
         self.finish("get")
     }
 
     /// Waits for `count` signals from the peer (bounded by the channel's timeout).
     pub fn wait(&self, ch: &MemoryChannel, count: u32) -> Result<(), Error> {
-        let mut args = KernelArgs::new();
-        args.push(ch.device_handle()).push(count);
-        // SAFETY: (handle, u32) matches weft_selftest_wait.
-        unsafe { self.launch(&self.kernels.wait, 1, 32, &args)? };
+        let params = SelftestWait { ch: ch.device_handle(), count };
+        // SAFETY: the kernel touches only the channel's semaphore, which `ch` keeps alive.
+        unsafe { self.launch(&self.kernels.wait, 1, 32, &params)? };
         self.finish("semaphore wait")
     }
 
@@ -252,13 +267,18 @@ impl<'a> SelftestRunner<'a> {
             LlProtocol::Ll8 => &self.kernels.ll8,
             LlProtocol::Ll16 => &self.kernels.ll16,
         };
-        let mut args = KernelArgs::new();
-        let (rank, peer) = (self.comm.rank() as u32, ch.peer() as u32);
-        args.push(ch.device_handle()).push(flags.ptr()).push(bytes).push(half).push(rank).push(peer).push(errors.ptr());
+        let params = SelftestLlRound {
+            ch: ch.device_handle(),
+            flag_slots: flags.ptr(),
+            bytes,
+            half_bytes: half,
+            rank: self.comm.rank() as u32,
+            peer: ch.peer() as u32,
+            errors: errors.ptr(),
+        };
         for _ in 0..launches {
-            // SAFETY: (handle, u32*, u64, u64, u32, u32, u32*) matches weft_selftest_ll*_round;
-            // packet and payload ranges checked above; buffers outlive finish().
-            unsafe { self.launch(kernel, LL_BLOCKS, THREADS, &args)? };
+            // SAFETY: packet and payload ranges checked above; buffers outlive finish().
+            unsafe { self.launch(kernel, LL_BLOCKS, THREADS, &params)? };
         }
         self.finish("LL round trips")?;
         if graph_replays > 0 {
@@ -266,7 +286,7 @@ impl<'a> SelftestRunner<'a> {
             let mut captured = Ok(());
             for _ in 0..launches {
                 // SAFETY: as above; captured launches run only inside finish()-bounded replays.
-                captured = unsafe { self.launch(kernel, LL_BLOCKS, THREADS, &args) };
+                captured = unsafe { self.launch(kernel, LL_BLOCKS, THREADS, &params) };
                 if captured.is_err() {
                     break;
                 }
@@ -295,11 +315,10 @@ impl<'a> SelftestRunner<'a> {
         da.write(0, a).map_err(|e| self.gpu(e))?;
         db.write(0, b).map_err(|e| self.gpu(e))?;
         dout.fill(0, a.len(), 0xff).map_err(|e| self.gpu(e))?;
-        let mut args = KernelArgs::new();
-        args.push(da.ptr()).push(db.ptr()).push(dout.ptr()).push((a.len() / 16) as u64).push(dtype).push(op);
-        // SAFETY: (uint4*, uint4*, uint4*, u64, u32, u32) matches weft_selftest_reduce; each
-        // buffer holds len/16 vectors and lives until finish() returned.
-        unsafe { self.launch(&self.kernels.reduce, 64, 256, &args)? };
+        let params =
+            SelftestReduce { a: da.ptr(), b: db.ptr(), out: dout.ptr(), vectors: (a.len() / 16) as u64, dtype, op };
+        // SAFETY: each buffer holds `vectors` 16-byte vectors and lives until finish() returned.
+        unsafe { self.launch(&self.kernels.reduce, 64, 256, &params)? };
         self.finish("reduce")?;
         let mut out = vec![0u8; a.len()];
         dout.read(0, &mut out).map_err(|e| self.gpu(e))?;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use weft_core::device_code::type_defines;
 use weft_core::{Communicator, KernelLibrary};
-use weft_gpu::{DevicePtr, Kernel, KernelArgs, LaunchConfig, Stream};
+use weft_gpu::{DevicePtr, Kernel, LaunchConfig, Stream};
 use weft_plan::ExecutionPlan;
 use weft_plan::dsl::Collective;
 use weft_plan::passes::{InPlace, verify_in_place};
@@ -19,7 +19,7 @@ use weft_types::{
     EXEC_OUTPUT_STAGED, ExecContext, ExecOp, MAX_RANKS, PeerBuffers, ReduceOp,
 };
 
-use crate::device_code::{EXECUTOR, KERNELS};
+use crate::device_code::{EXECUTOR, Execute, KERNELS};
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
@@ -421,16 +421,14 @@ impl PlanExecutor {
             loaded.met.store(true, Ordering::Release);
         }
         self.comm.settle_before_launch()?;
-        let mut args = KernelArgs::new();
-        args.push(context).push(*outputs);
+        let params = Execute { c: context, outputs: *outputs };
         // A specialized kernel reads its operations from the uploaded table, not shared memory.
         let shared_bytes = if self.specialized { 0 } else { self.tables.max_tb_ops * size_of::<ExecOp>() as u32 };
         let block = exec_threads(count.saturating_mul(dtype.size() as u64));
         let config = LaunchConfig { grid: self.grid, block, shared_bytes };
         // SAFETY: the context's tables and buffers live as long as `self`; `input` and
-        // `output` and the peers' outputs are the caller's contract; the kernel takes an
-        // ExecContext and a PeerBuffers.
-        unsafe { loaded.kernel.launch(stream, config, &args) }.map_err(|source| ExecError::Gpu { rank, source })
+        // `output` and the peers' outputs are the caller's contract.
+        unsafe { loaded.kernel.launch(stream, config, &params) }.map_err(|source| ExecError::Gpu { rank, source })
     }
 }
 

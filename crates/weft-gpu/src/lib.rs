@@ -7,7 +7,8 @@
 //! the device, typed device buffers and views of them (whose memory outlives the stream work
 //! that uses it), application allocations (their identity and export), NVRTC compilation to
 //! CUBIN with an on-disk cache keyed by a hash of every input, module loading and kernel
-//! launch.
+//! launch, and typed kernel parameter lists ([`device_kernels!`], checked against the kernel
+//! definitions through generated prototypes).
 //!
 //! **Must not:** know about ranks, peers or collectives; call `cuMulticast*` (NVLink multicast is
 //! forbidden on our machines); block on a device with no bound when a bounded variant exists.
@@ -21,6 +22,7 @@ mod dma_buf;
 mod driver;
 mod element;
 mod error;
+pub mod kernel_params;
 pub mod loader;
 mod memory;
 mod module;
@@ -34,6 +36,7 @@ pub use dma_buf::{DmaBuf, export_dma_buf};
 pub use driver::DevicePtr;
 pub use element::{DeviceElement, ElementFn, F8E4M3, F8E5M2, with_element};
 pub use error::GpuError;
+pub use kernel_params::{KernelParam, KernelParams, KernelSignature, prototypes_header};
 pub use memory::{
     AllocKind, DeviceMemory, ForeignRelease, ImportedMemory, LegacyIpcHandle, PinnedHostMemory, check_device_range,
 };

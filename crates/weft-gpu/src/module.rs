@@ -9,14 +9,17 @@ use cudarc::driver::sys;
 use crate::device::Device;
 use crate::driver::cu;
 use crate::error::GpuError;
+use crate::kernel_params::KernelParams;
 use crate::stream::Stream;
 
-/// Plain-old-data: `Copy`, `#[repr(C)]` or primitive, every bit pattern valid. Only this crate
-/// implements it (for primitives and the `weft-types` layouts), which is what makes kernel
-/// arguments and volatile reads of device-written memory sound.
+/// Plain-old-data: `Copy`, `#[repr(C)]` or primitive, every bit pattern valid, no padding. Only
+/// this crate implements it (for primitives and the `weft-types` layouts, whose declarations
+/// assert they have no implicit padding), which is what makes kernel arguments and volatile
+/// reads of device-written memory sound.
 ///
 /// # Safety
-/// Implementors must have no padding-dependent invariants and accept any bit pattern.
+/// Implementors must accept any bit pattern and have no padding bytes (every byte of a value is
+/// initialised).
 pub unsafe trait Pod: Copy + Send + Sync + 'static {}
 
 macro_rules! pod {
@@ -120,7 +123,8 @@ pub const MAX_KERNEL_ARGS: usize = 16;
 const ARG_WORDS: usize = 64;
 
 /// Kernel arguments, each in its own 8-byte-aligned slot of a fixed inline buffer, so building
-/// them on a collective's hot path allocates nothing.
+/// them on a collective's hot path allocates nothing. Built only by [`KernelParams::args`] of a
+/// [`device_kernels!`](crate::device_kernels) declaration, which packs the fields in order.
 #[derive(Clone)]
 pub struct KernelArgs {
     words: [u64; ARG_WORDS],
@@ -147,9 +151,11 @@ impl KernelArgs {
         Self::default()
     }
 
-    /// Appends one argument by value. Panics past [`MAX_KERNEL_ARGS`] arguments or 512 bytes:
-    /// argument lists are fixed by weft's own kernels, so that is a programming error.
-    pub fn push<T: Pod>(&mut self, value: T) -> &mut Self {
+    /// Appends one argument by value; for [`device_kernels!`](crate::device_kernels)'s
+    /// expansion only, not API. Panics past [`MAX_KERNEL_ARGS`] arguments or 512 bytes:
+    /// argument lists are fixed by their declarations, so that is a programming error.
+    #[doc(hidden)]
+    pub fn __push<T: Pod>(&mut self, value: T) -> &mut Self {
         assert!(align_of::<T>() <= 8, "kernel arguments aligned above 8 bytes are not supported");
         let words = size_of::<T>().div_ceil(8).max(1);
         assert!(self.count < MAX_KERNEL_ARGS && self.used + words <= ARG_WORDS, "too many kernel arguments");
@@ -160,6 +166,28 @@ impl KernelArgs {
         self.count += 1;
         self.used += words;
         self
+    }
+
+    /// How many arguments there are.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The bytes of argument `index`: its value followed by zeros up to the next 8-byte slot.
+    pub fn slot(&self, index: usize) -> Option<&[u8]> {
+        if index >= self.count {
+            return None;
+        }
+        let end = if index + 1 < self.count { self.starts[index + 1] } else { self.used };
+        let words = &self.words[self.starts[index]..end];
+        // SAFETY: the words are initialised: zeroed at construction, then overwritten only by
+        // `Pod` values, which have no padding bytes; u8 has no alignment requirement.
+        Some(unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 8 * words.len()) })
     }
 }
 
@@ -187,23 +215,39 @@ impl Kernel {
         &self.name
     }
 
-    /// Enqueues the kernel on `stream`.
+    /// Enqueues the kernel on `stream` with `params`, a parameter list declared for this
+    /// kernel's name (another is an error: the declarations, checked against the kernel
+    /// definitions by NVRTC, fix the number, order and layout of the arguments).
     ///
     /// # Safety
-    /// `args` must match the kernel's parameter list in number, order and layout, and every
-    /// device address among them must stay valid until the kernel has finished.
-    pub unsafe fn launch(&self, stream: &Stream, config: LaunchConfig, args: &KernelArgs) -> Result<(), GpuError> {
+    /// Every device address among `params` must be valid for the accesses the kernel makes
+    /// and stay valid until the kernel has finished.
+    pub unsafe fn launch<P: KernelParams>(
+        &self,
+        stream: &Stream,
+        config: LaunchConfig,
+        params: &P,
+    ) -> Result<(), GpuError> {
+        if !P::KERNELS.contains(&self.name.as_str()) {
+            return Err(GpuError::InvalidArgument(format!(
+                "{} is launched with the parameters of {:?}",
+                self.name,
+                P::KERNELS
+            )));
+        }
         if config.grid == 0 || config.block == 0 || config.block > 1024 {
             return Err(GpuError::InvalidArgument(format!("launch of {} with {config:?}", self.name)));
         }
+        let args = params.args();
         self.module.device.bind()?;
-        let mut params = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_ARGS];
-        for (param, &start) in params.iter_mut().zip(&args.starts[..args.count]) {
-            // SAFETY: start < ARG_WORDS by construction in push().
-            *param = unsafe { args.words.as_ptr().add(start) } as *mut c_void;
+        let mut pointers = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_ARGS];
+        for (pointer, &start) in pointers.iter_mut().zip(&args.starts[..args.count]) {
+            // SAFETY: start < ARG_WORDS by construction in __push().
+            *pointer = unsafe { args.words.as_ptr().add(start) } as *mut c_void;
         }
-        // SAFETY: params point at live slots for the duration of the call (the driver copies
-        // them); argument correctness is the caller's contract.
+        // SAFETY: the pointers point at live slots for the duration of the call (the driver copies
+        // them); the argument list is the one declared for this kernel (checked above), the
+        // device addresses in it are the caller's contract.
         unsafe {
             cu!(cuLaunchKernel(
                 self.func,
@@ -215,7 +259,7 @@ impl Kernel {
                 1,
                 config.shared_bytes,
                 stream.raw(),
-                params.as_mut_ptr(),
+                pointers.as_mut_ptr(),
                 std::ptr::null_mut()
             ))
         }

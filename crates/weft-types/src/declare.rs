@@ -61,6 +61,12 @@ macro_rules! device_structs {
                 ::core::mem::size_of::<$name>() == $size && ::core::mem::align_of::<$name>() == $align,
                 concat!("layout of ", stringify!($name), " changed: update its declared size")
             );
+            // Padding is spelled out as fields: every byte of a value is initialised, so a
+            // value may be copied and compared as bytes (kernel arguments are).
+            const _: () = assert!(
+                ::core::mem::size_of::<$name>() == 0 $( + ::core::mem::size_of::<$rty>() )*,
+                concat!(stringify!($name), " has implicit padding: declare it as a field")
+            );
         )*
 
         /// Layout records of the structs declared in this module.

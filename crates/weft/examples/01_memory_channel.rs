@@ -6,6 +6,10 @@
 //! puts the first half of the local buffer into the second half of the peer's and signals the
 //! peer, then waits for the peer's signals. The host checks every byte that arrived.
 //!
+//! The kernels' parameter lists are declared once, in Rust, with `device_kernels!`: a launch
+//! takes the declared struct, and the kernel source includes the prototypes generated from the
+//! same declaration, so a definition that disagrees with it does not compile.
+//!
 //! ```text
 //! cargo run -p weft --example 01_memory_channel
 //! ```
@@ -22,13 +26,37 @@ use std::time::Duration;
 use common::BoxError;
 use weft::core::device_code::{KernelSet, compiled_once};
 use weft::core::{KernelLibrary, MemoryChannelConfig};
-use weft::gpu::{Device, KernelArgs, LaunchConfig, Stream};
+use weft::gpu::{Device, LaunchConfig, Stream};
+use weft::types::MemoryChannelDeviceHandle;
 use weft::{Communicator, Env, MemoryChannel};
 
+weft::gpu::device_kernels! {
+    /// The example's kernels.
+    fn example_kernels;
+
+    /// Puts `bytes` into the peer's buffer and signals it once per block.
+    struct PutAndSignal for ["example_put_and_signal"] {
+        /// The channel to the peer.
+        ch: MemoryChannelDeviceHandle => "weft::MemoryChannelDeviceHandle",
+        /// Bytes to put.
+        bytes: u64 => "uint64_t",
+    }
+
+    /// Waits for `count` signals of the peer.
+    struct Wait for ["example_wait"] {
+        /// The channel to the peer.
+        ch: MemoryChannelDeviceHandle => "weft::MemoryChannelDeviceHandle",
+        /// Signals to wait for.
+        count: u32 => "uint32_t",
+    }
+}
+
 /// The user kernel: CUDA C++ compiled at run time, with weft's device headers available by
-/// include name.
+/// include name, and the prototypes generated from the declarations above as
+/// `example_kernels.cuh`.
 const KERNEL: &str = r#"
 #include "weft/weft.cuh"
+#include "example_kernels.cuh"
 using namespace weft;
 
 // Grid-wide put of `bytes` from local [0, bytes) into the peer's [bytes, 2*bytes), then one
@@ -55,6 +83,8 @@ static KERNELS: KernelSet = KernelSet {
     units: &[("01_memory_channel.cu", KERNEL)],
     includes: &[],
     variants: compiled_once,
+    signatures: example_kernels,
+    prototypes: "example_kernels.cuh",
 };
 
 const BYTES: usize = 1 << 20;
@@ -89,17 +119,14 @@ fn rank_main(
     comm.settle_with(std::iter::once(peer))?;
     comm.barrier()?; // both buffers are initialized before either rank writes into the other's
 
-    let mut put_args = KernelArgs::new();
-    put_args.push(channel.device_handle()).push(BYTES as u64);
-    let mut wait_args = KernelArgs::new();
-    wait_args.push(channel.device_handle()).push(BLOCKS);
-    // SAFETY: (MemoryChannelDeviceHandle, uint64_t) and (MemoryChannelDeviceHandle, uint32_t) are
-    // the kernels' parameters; the put writes [BYTES, 2 * BYTES) of the peer's buffer, which the
-    // channel maps and holds, and `channel` and `buffer` outlive the launches: wait_idle below
-    // returns only once the stream is idle.
+    let put_params = PutAndSignal { ch: channel.device_handle(), bytes: BYTES as u64 };
+    let wait_params = Wait { ch: channel.device_handle(), count: BLOCKS };
+    // SAFETY: the put writes [BYTES, 2 * BYTES) of the peer's buffer, which the channel maps and
+    // holds, and `channel` and `buffer` outlive the launches: wait_idle below returns only once
+    // the stream is idle.
     unsafe {
-        put.launch(&stream, LaunchConfig { grid: BLOCKS, block: THREADS, shared_bytes: 0 }, &put_args)?;
-        wait.launch(&stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &wait_args)?;
+        put.launch(&stream, LaunchConfig { grid: BLOCKS, block: THREADS, shared_bytes: 0 }, &put_params)?;
+        wait.launch(&stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &wait_params)?;
     }
     stream.wait_idle(env.device_timeout + Duration::from_secs(30), "put, signal and wait")?;
     comm.check_device()?; // a wait that timed out on the GPU is reported here

@@ -15,6 +15,7 @@
 //   weft_p2p            grouped send/receive: per (peer, direction) a set of blocks moves the
 //                       bytes through a double-buffered slot of the receiver's scratch, with
 //                       credits, so sends and receives of one group progress together.
+#include "weft/generated/kernels/coll.cuh"  // the prototypes every definition must match
 #include "allgather.cu"
 #include "broadcast.cu"
 #include "p2p.cu"

@@ -84,6 +84,7 @@
 #include "weft/packet.cuh"
 #include "weft/port_channel.cuh"
 #include "geometry.cuh"
+#include "weft/generated/kernels/exec.cuh"  // the prototype the definition must match
 
 using namespace weft;
 

@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
+use weft_core::test_kernels::{PortExchange, PortWaitOnce};
 use weft_core::{Communicator, Error, KernelLibrary, RegisteredMemory};
-use weft_gpu::{AllocKind, DeviceMemory, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_gpu::{AllocKind, DeviceMemory, LaunchConfig, PinnedHostMemory, Stream};
 use weft_net::{PortChannel, PortProxy, PortProxyConfig};
 use weft_types::PortChannelDeviceHandle;
 
@@ -69,8 +70,13 @@ pub(crate) fn run(
                 for b in 0..channels as usize {
                     status.write(4 * b, 0u32).map_err(gpu)?;
                 }
-                let mut args = KernelArgs::new();
-                args.push(handles.ptr()).push(chunk).push(chunks).push(bytes as u32).push(status.device_ptr());
+                let params = PortExchange {
+                    chs: handles.ptr(),
+                    chunk,
+                    chunks,
+                    dst_base: bytes as u32,
+                    status: status.device_ptr(),
+                };
                 let name = format!(
                     "{label}port channel put/signal/wait/flush {rank}<->{partner} ({:?}, {channels} channel{}, {launches} launch{})",
                     chs[0].route(),
@@ -78,9 +84,9 @@ pub(crate) fn run(
                     if launches == 1 { "" } else { "es" }
                 );
                 let config = LaunchConfig { grid: channels, block: 32, shared_bytes: 0 };
-                // SAFETY: the arguments match weft_port_exchange; the channels' table, the
-                // channels, buffer and status words live until the stream is idle below.
-                let launched = (0..launches).try_for_each(|_| unsafe { exchange.launch(&stream, config, &args) });
+                // SAFETY: the channels' table, the channels, buffer and status words live until
+                // the stream is idle below.
+                let launched = (0..launches).try_for_each(|_| unsafe { exchange.launch(&stream, config, &params) });
                 let sent = (chunk * chunks) as usize;
                 let outcome = launched
                     .and_then(|()| stream.wait_idle(host_timeout, "the PortChannel exchange kernel"))
@@ -165,10 +171,9 @@ fn release_on_shutdown(
     let ch = proxy.channel(partner, id, Some(Duration::from_secs(60)))?;
     let status = PinnedHostMemory::alloc(comm.device(), 8).map_err(gpu)?;
     status.write(0, 7u32).map_err(gpu)?;
-    let mut args = KernelArgs::new();
-    args.push(ch.device_handle()).push(status.device_ptr());
-    // SAFETY: the arguments match weft_port_wait_once; everything lives until the stream is idle.
-    unsafe { wait_once.launch(stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args) }.map_err(gpu)?;
+    let params = PortWaitOnce { ch: ch.device_handle(), status: status.device_ptr() };
+    // SAFETY: everything lives until the stream is idle.
+    unsafe { wait_once.launch(stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &params) }.map_err(gpu)?;
     std::thread::sleep(Duration::from_millis(200));
     let shutdown = proxy.shutdown();
     let idle = stream.wait_idle(Duration::from_secs(20), "a kernel waiting on a stopped PortChannel proxy");

@@ -9,8 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use weft_core::test_kernels::WaitToken;
 use weft_core::{Communicator, KernelLibrary};
-use weft_gpu::{DeviceMemory, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_gpu::{DeviceMemory, LaunchConfig, PinnedHostMemory, Stream};
 use weft_net::proxy::transport::Op;
 use weft_net::proxy::transport::staged::{DeviceInbox, StagedDeviceMemory};
 use weft_net::proxy::transport::tcp::{TcpConfig, TcpTransport};
@@ -259,11 +260,14 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     // rank's copies behind it. Every rank is set up before any kernel spins (nothing with a GPU
     // per rank).
     comm.settle_before_launch().map_err(|e| text(&e))?;
-    let mut args = KernelArgs::new();
-    args.push(token.ptr()).push(PUTS.len() as u64).push(comm.wait_context(rank, None)).push(status.device_ptr());
-    // SAFETY: (const u64*, u64, WaitContext, u32*) matches weft_wait_token; the token and the
-    // status word live until the stream is idle below.
-    unsafe { kernel.launch(&legacy, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args) }
+    let params = WaitToken {
+        token: token.ptr(),
+        value: PUTS.len() as u64,
+        wait: comm.wait_context(rank, None),
+        status: status.device_ptr(),
+    };
+    // SAFETY: the token and the status word live until the stream is idle below.
+    unsafe { kernel.launch(&legacy, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &params) }
         .map_err(|e| text(&e))?;
 
     let outcome = transfer(&link.sender, &PUTS, 2 * PUTS.len() as u64, timeout);

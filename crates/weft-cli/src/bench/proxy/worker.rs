@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_core::selftest_kernels::{SelftestKernels, SelftestRunner};
+use weft_core::test_kernels::{FifoLatency, FifoPushRate, HostReadLatency, PortPutBandwidth};
 use weft_core::{Communicator, Env, KernelLibrary, MemoryChannelConfig, RegisteredMemory};
-use weft_gpu::{Device, Event, Kernel, KernelArgs, LaunchConfig, PinnedHostMemory, Stream};
+use weft_gpu::{Device, Event, Kernel, LaunchConfig, PinnedHostMemory, Stream};
 use weft_net::fifo::{FifoReader, PinnedFifo};
 use weft_net::proxy::{CommandHandler, Handled, ProxyConfig, ProxyError, ProxyService};
 use weft_net::{PortProxy, PortProxyConfig};
@@ -211,20 +212,20 @@ impl Gpu {
         let launch = LaunchConfig { grid: grid.blocks, block: grid.block_threads, shared_bytes: 0 };
         let run = |per_pusher: u32, first_seq: u32| -> Result<f64, BoxError> {
             out.write(0, 0u64)?;
-            let mut args = KernelArgs::new();
-            args.push(fifos.handles.device_ptr())
-                .push(threads as u32)
-                .push(u32::from(BENCH_OP))
-                .push(pushers)
-                .push(o.lanes)
-                .push(per_pusher)
-                .push(first_seq)
-                .push(out.device_ptr());
+            let params = FifoPushRate {
+                fifos: fifos.handles.device_ptr(),
+                nfifos: threads as u32,
+                op: u32::from(BENCH_OP),
+                pushers,
+                lanes: o.lanes,
+                pushes: per_pusher,
+                first_seq,
+                out: out.device_ptr(),
+            };
             let seconds = self.timed("the FIFO push kernel", &|| {
-                // SAFETY: (const FifoDeviceHandle*, u32 x6, u64*) matches weft_fifo_push_rate;
-                // `handles` holds `threads` handles whose FIFOs, like `out`, live until the
-                // stream is idle (timed() waits for it).
-                Ok(unsafe { kernel.launch(&self.stream, launch, &args) }?)
+                // SAFETY: `handles` holds `threads` handles whose FIFOs, like `out`, live until
+                // the stream is idle (timed() waits for it).
+                Ok(unsafe { kernel.launch(&self.stream, launch, &params) }?)
             })?;
             match out.read::<u64>(0)? {
                 0 => Ok(seconds),
@@ -260,12 +261,10 @@ impl Gpu {
         let round_trips = |rounds: u32| -> Result<u64, BoxError> {
             out.write(0, 0u64)?;
             out.write(8, 0u64)?;
-            let mut args = KernelArgs::new();
-            args.push(handle).push(u32::from(BENCH_OP)).push(rounds).push(out.device_ptr());
+            let params = FifoLatency { fifo: handle, op: u32::from(BENCH_OP), rounds, out: out.device_ptr() };
             self.timed("the FIFO latency kernel", &|| {
-                // SAFETY: (FifoDeviceHandle, u32, u32, u64*) matches weft_fifo_latency; the FIFO
-                // and `out` live until the stream is idle (timed() waits for it).
-                Ok(unsafe { latency.launch(&self.stream, one_thread, &args) }?)
+                // SAFETY: the FIFO and `out` live until the stream is idle (timed() waits for it).
+                Ok(unsafe { latency.launch(&self.stream, one_thread, &params) }?)
             })?;
             match (out.read::<u64>(0)?, out.read::<u64>(8)?) {
                 (ns, 0) => Ok(ns),
@@ -275,12 +274,10 @@ impl Gpu {
         let warm_up = 100;
         round_trips(warm_up)?;
         let ns = round_trips(o.rounds)?;
-        let mut args = KernelArgs::new();
-        args.push(handle).push(o.rounds).push(out.device_ptr());
+        let params = HostReadLatency { fifo: handle, rounds: o.rounds, out: out.device_ptr() };
         self.timed("the host-read latency kernel", &|| {
-            // SAFETY: (FifoDeviceHandle, u32, u64*) matches weft_host_read_latency; the FIFO and
-            // `out` live until the stream is idle (timed() waits for it).
-            Ok(unsafe { host_read.launch(&self.stream, one_thread, &args) }?)
+            // SAFETY: the FIFO and `out` live until the stream is idle (timed() waits for it).
+            Ok(unsafe { host_read.launch(&self.stream, one_thread, &params) }?)
         })?;
         let read_ns = out.read::<u64>(0)?;
         fifos.stop(u64::from(warm_up + o.rounds))?;
@@ -323,19 +320,20 @@ impl Gpu {
                 let status = PinnedHostMemory::alloc(comm.device(), 8)?;
                 let run = |bytes: usize, count: u32| -> Result<f64, BoxError> {
                     status.write(0, 0u32)?;
-                    let mut args = KernelArgs::new();
-                    // The options keep sizes below 4 GiB for port.
-                    args.push(ch.device_handle())
-                        .push(bytes as u32)
-                        .push(count)
-                        .push(u32::from(rank == 0))
-                        .push(status.device_ptr());
+                    let params = PortPutBandwidth {
+                        ch: ch.device_handle(),
+                        // The options keep sizes below 4 GiB for port.
+                        bytes: bytes as u32,
+                        count,
+                        sender: u32::from(rank == 0),
+                        status: status.device_ptr(),
+                    };
                     let seconds = self.timed("the PortChannel put kernel", &|| {
-                        // SAFETY: (handle, u32, u32, u32, u32*) matches weft_port_put_bw; bytes
-                        // fit both sides' memories (both allocated max_bytes); the channel, the
-                        // memory and `status` live until the stream is idle (timed() waits).
+                        // SAFETY: bytes fit both sides' memories (both allocated max_bytes); the
+                        // channel, the memory and `status` live until the stream is idle
+                        // (timed() waits).
                         Ok(unsafe {
-                            kernel.launch(&self.stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &args)
+                            kernel.launch(&self.stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &params)
                         }?)
                     })?;
                     match status.read::<u32>(0)? {

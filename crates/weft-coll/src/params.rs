@@ -1,0 +1,146 @@
+//! The parameter lists of the collective kernels (`device/kernels/coll/`), declared once: a
+//! launch takes one of these structs, and `device/include/weft/generated/kernels/coll.cuh`,
+//! generated from them, holds the prototypes the kernel definitions are compiled against.
+//! Kernels with the same parameter list share a struct. Every kernel is compiled once per
+//! (element type, operator) under the same name, so each is declared once.
+
+use weft_types::{CollContext, P2pPlan, PeerBuffers};
+
+weft_gpu::device_kernels! {
+    /// Every collective kernel's parameter list.
+    pub(crate) fn signatures;
+
+    /// A collective from one input into one output per rank.
+    /// `bytes` is the kernel's unit of work: the input of AllReduce, a shard of ReduceScatter,
+    /// a block of AllGather.
+    pub(crate) struct Flat for [
+        "weft_allreduce_ll",
+        "weft_allreduce_ll2",
+        "weft_allreduce_ring",
+        "weft_reduce_scatter_ll",
+        "weft_reduce_scatter_hb",
+        "weft_allgather_ll",
+    ] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's input.
+        input: u64 => "const char*",
+        /// The call's output.
+        output: u64 => "char*",
+        /// Bytes of the unit of work.
+        bytes: u64 => "uint64_t",
+    }
+
+    /// HB AllReduce: the two-shot through scratch, or straight between the peers' buffers.
+    /// [`Flat`] plus every rank's output and input as this GPU addresses them: outputs set, the
+    /// results go straight there; inputs set too, the direct two-shot reads them in place (all
+    /// zero: through scratch).
+    pub(crate) struct AllReduceHb for ["weft_allreduce_hb"] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's input.
+        input: u64 => "const char*",
+        /// The call's output.
+        output: u64 => "char*",
+        /// Bytes of the input.
+        bytes: u64 => "uint64_t",
+        /// Every rank's output, or zeros.
+        outputs: PeerBuffers => "weft::PeerBuffers",
+        /// Every rank's input, or zeros.
+        inputs: PeerBuffers => "weft::PeerBuffers",
+    }
+
+    /// HB AllGather: through scratch, or straight into the peers' registered outputs.
+    /// [`Flat`] plus those outputs (all zero: through scratch).
+    pub(crate) struct AllGatherHb for ["weft_allgather_hb"] {
+        /// The rank's collective context.
+        c: CollContext => "weft::CollContext",
+        /// The call's input.
+        input: u64 => "const char*",
+        /// The call's output.
+        output: u64 => "char*",
+        /// Bytes of a block.
+        bytes: u64 => "uint64_t",
+        /// Every rank's output as this GPU addresses it, or zeros.
+        outputs: PeerBuffers => "weft::PeerBuffers",
+    }
+
+    /// A collective with a root (Broadcast, Reduce).
+    pub(crate) struct Rooted for ["weft_broadcast_ll", "weft_broadcast_hb", "weft_reduce_ll", "weft_reduce_hb"] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's input (read on the root only by Broadcast).
+        input: u64 => "const char*",
+        /// The call's output (written on the root only by Reduce).
+        output: u64 => "char*",
+        /// Bytes of the buffer.
+        bytes: u64 => "uint64_t",
+        /// The root rank.
+        root: u32 => "uint32_t",
+    }
+
+    /// One round of grouped sends and receives (AllToAll, grouped send/receive).
+    pub(crate) struct P2p for ["weft_p2p"] {
+        /// The rank's collective context.
+        c: CollContext => "weft::CollContext",
+        /// What goes to and comes from every peer in this round.
+        plan: P2pPlan => "weft::P2pPlan",
+    }
+
+    /// AllReduce over a ring of PortChannels.
+    pub(crate) struct PortRingParams for ["weft_allreduce_port_ring"] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's input.
+        input: u64 => "const char*",
+        /// The call's output.
+        output: u64 => "char*",
+        /// Bytes of the input.
+        bytes: u64 => "uint64_t",
+        /// The channel table: `lanes` to the next rank, then `lanes` from the previous one.
+        channels: u64 => "const weft::PortChannelDeviceHandle*",
+        /// Channels per ring edge.
+        lanes: u32 => "uint32_t",
+        /// The registered scratch the peers put into.
+        scratch: u64 => "char*",
+        /// Bytes of one step slot of the scratch.
+        slot_bytes: u64 => "uint64_t",
+        /// The launch state the blocks hand work over with.
+        state: u64 => "uint64_t*",
+    }
+
+    /// AllReduce by puts to every peer over PortChannels.
+    pub(crate) struct PortAllPairsParams for ["weft_allreduce_port_allpairs"] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's input.
+        input: u64 => "const char*",
+        /// The call's output.
+        output: u64 => "char*",
+        /// Bytes of the input.
+        bytes: u64 => "uint64_t",
+        /// The channel table, entry p the channel to peer p.
+        channels: u64 => "const weft::PortChannelDeviceHandle*",
+        /// The registered scratch the peers put into.
+        scratch: u64 => "char*",
+        /// Bytes of one peer's slot of the scratch.
+        slot_bytes: u64 => "uint64_t",
+        /// The launch state the blocks hand work over with.
+        state: u64 => "uint64_t*",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Algorithm;
+
+    #[test]
+    fn every_native_algorithm_has_one_parameter_list() {
+        let signatures = signatures();
+        for algorithm in Algorithm::ALL {
+            let lists = signatures.iter().filter(|s| s.kernels.contains(&algorithm.kernel())).count();
+            assert_eq!(lists, 1, "{} is declared in {lists} parameter lists", algorithm.kernel());
+        }
+    }
+}
