@@ -8,7 +8,8 @@
 //! threads of one process), device-to-device [`Semaphore`]s, [`MemoryChannel`]s and their device
 //! handles, the typed [`Env`] (every variable weft reads, with the generated reference
 //! `docs/env.md`), the [`LinkModel`] of a network link, and the embedded device sources with
-//! their per-device kernel loader.
+//! their per-device kernel loader (and the parameter lists of the test kernels,
+//! [`test_kernels`]).
 //!
 //! **Must not:** implement collectives or algorithms (weft-coll), run a proxy or a network
 //! transport (weft-net: the FIFO host side, the proxy service, PortChannels and the transports

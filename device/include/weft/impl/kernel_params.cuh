@@ -22,7 +22,8 @@ template <typename F>
 struct KernelArity;
 template <typename... P>
 struct KernelArity<void(P...)> {
-  static constexpr unsigned value = sizeof...(P);
+  // An enumerator, not a static member: it emits no variable into the module.
+  enum : unsigned { value = sizeof...(P) };
 };
 
 }  // namespace weft
