@@ -53,8 +53,7 @@ pub struct KernelSignature {
 }
 
 /// The C++ header of `signatures`: for every kernel an `extern "C" __global__` prototype and
-/// `static_assert`s of its parameter count and of each parameter's size and alignment against
-/// the Rust field. `owner` names the declaring crate in the header's first line. Kernel sources
+/// `static_assert`s of each parameter's size and alignment against the Rust field. `owner` names the declaring crate in the header's first line. Kernel sources
 /// include the header before defining the kernels.
 pub fn prototypes_header(owner: &str, signatures: &[KernelSignature]) -> String {
     let mut out = format!(
@@ -71,12 +70,6 @@ pub fn prototypes_header(owner: &str, signatures: &[KernelSignature]) -> String 
             // Writing to a String cannot fail.
             let _ = writeln!(out, "\n// {}: {}", signature.params_struct, signature.doc.trim());
             let _ = writeln!(out, "extern \"C\" __global__ void {kernel}({});", params.join(", "));
-            let _ = writeln!(
-                out,
-                "static_assert(weft::KernelArity<decltype({kernel})>::value == {}, \"{kernel} takes {} parameters in Rust\");",
-                signature.params.len(),
-                signature.params.len()
-            );
             for (i, p) in signature.params.iter().enumerate() {
                 let ty = format!("weft::kernel_param_t<{i}, decltype({kernel})>");
                 let _ = writeln!(

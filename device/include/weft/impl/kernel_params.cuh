@@ -17,13 +17,4 @@ struct KernelParam<I, void(P0, P...)> : KernelParam<I - 1, void(P...)> {};
 template <unsigned I, typename F>
 using kernel_param_t = typename KernelParam<I, F>::type;
 
-/// `value` is the parameter count of function type F.
-template <typename F>
-struct KernelArity;
-template <typename... P>
-struct KernelArity<void(P...)> {
-  // An enumerator, not a static member: it emits no variable into the module.
-  enum : unsigned { value = sizeof...(P) };
-};
-
 }  // namespace weft

@@ -7,7 +7,6 @@
 
 // Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_allreduce_ll(weft::CollContext c, const char* input, char* output, uint64_t bytes);
-static_assert(weft::KernelArity<decltype(weft_allreduce_ll)>::value == 4, "weft_allreduce_ll takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_ll)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_ll)>) == 8, "weft_allreduce_ll: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_ll)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_ll)>) == 8, "weft_allreduce_ll: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_ll)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_ll)>) == 8, "weft_allreduce_ll: output is 8 bytes aligned to 8 in Rust");
@@ -15,7 +14,6 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_ll)>) == 8 
 
 // Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_allreduce_ll2(weft::CollContext c, const char* input, char* output, uint64_t bytes);
-static_assert(weft::KernelArity<decltype(weft_allreduce_ll2)>::value == 4, "weft_allreduce_ll2 takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_ll2)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_ll2)>) == 8, "weft_allreduce_ll2: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_ll2)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_ll2)>) == 8, "weft_allreduce_ll2: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_ll2)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_ll2)>) == 8, "weft_allreduce_ll2: output is 8 bytes aligned to 8 in Rust");
@@ -23,7 +21,6 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_ll2)>) == 8
 
 // Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_allreduce_ring(weft::CollContext c, const char* input, char* output, uint64_t bytes);
-static_assert(weft::KernelArity<decltype(weft_allreduce_ring)>::value == 4, "weft_allreduce_ring takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_ring)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_ring)>) == 8, "weft_allreduce_ring: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_ring)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_ring)>) == 8, "weft_allreduce_ring: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_ring)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_ring)>) == 8, "weft_allreduce_ring: output is 8 bytes aligned to 8 in Rust");
@@ -31,7 +28,6 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_ring)>) == 
 
 // Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_reduce_scatter_ll(weft::CollContext c, const char* input, char* output, uint64_t bytes);
-static_assert(weft::KernelArity<decltype(weft_reduce_scatter_ll)>::value == 4, "weft_reduce_scatter_ll takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_ll)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_ll)>) == 8, "weft_reduce_scatter_ll: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_ll)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_ll)>) == 8, "weft_reduce_scatter_ll: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_ll)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_ll)>) == 8, "weft_reduce_scatter_ll: output is 8 bytes aligned to 8 in Rust");
@@ -39,7 +35,6 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_ll)>) 
 
 // Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_reduce_scatter_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes);
-static_assert(weft::KernelArity<decltype(weft_reduce_scatter_hb)>::value == 4, "weft_reduce_scatter_hb takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_hb)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_hb)>) == 8, "weft_reduce_scatter_hb: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_hb)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_hb)>) == 8, "weft_reduce_scatter_hb: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_hb)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_hb)>) == 8, "weft_reduce_scatter_hb: output is 8 bytes aligned to 8 in Rust");
@@ -47,7 +42,6 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_hb)>) 
 
 // Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_allgather_ll(weft::CollContext c, const char* input, char* output, uint64_t bytes);
-static_assert(weft::KernelArity<decltype(weft_allgather_ll)>::value == 4, "weft_allgather_ll takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allgather_ll)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allgather_ll)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allgather_ll)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: output is 8 bytes aligned to 8 in Rust");
@@ -55,7 +49,6 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allgather_ll)>) == 8 
 
 // AllReduceHb: HB AllReduce: the two-shot through scratch, or straight between the peers' buffers.
 extern "C" __global__ void weft_allreduce_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::PeerBuffers outputs, weft::PeerBuffers inputs);
-static_assert(weft::KernelArity<decltype(weft_allreduce_hb)>::value == 6, "weft_allreduce_hb takes 6 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_hb)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_hb)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_hb)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: output is 8 bytes aligned to 8 in Rust");
@@ -65,7 +58,6 @@ static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_allreduce_hb)>) == 64
 
 // AllGatherHb: HB AllGather: through scratch, or straight into the peers' registered outputs.
 extern "C" __global__ void weft_allgather_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::PeerBuffers outputs);
-static_assert(weft::KernelArity<decltype(weft_allgather_hb)>::value == 5, "weft_allgather_hb takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allgather_hb)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allgather_hb)>) == 8, "weft_allgather_hb: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allgather_hb)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allgather_hb)>) == 8, "weft_allgather_hb: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allgather_hb)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allgather_hb)>) == 8, "weft_allgather_hb: output is 8 bytes aligned to 8 in Rust");
@@ -74,7 +66,6 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_allgather_hb)>) == 64
 
 // Rooted: A collective with a root (Broadcast, Reduce).
 extern "C" __global__ void weft_broadcast_ll(weft::CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root);
-static_assert(weft::KernelArity<decltype(weft_broadcast_ll)>::value == 5, "weft_broadcast_ll takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_broadcast_ll)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_broadcast_ll)>) == 8, "weft_broadcast_ll: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_broadcast_ll)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_broadcast_ll)>) == 8, "weft_broadcast_ll: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_broadcast_ll)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_broadcast_ll)>) == 8, "weft_broadcast_ll: output is 8 bytes aligned to 8 in Rust");
@@ -83,7 +74,6 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_broadcast_ll)>) == 4 
 
 // Rooted: A collective with a root (Broadcast, Reduce).
 extern "C" __global__ void weft_broadcast_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root);
-static_assert(weft::KernelArity<decltype(weft_broadcast_hb)>::value == 5, "weft_broadcast_hb takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_broadcast_hb)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_broadcast_hb)>) == 8, "weft_broadcast_hb: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_broadcast_hb)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_broadcast_hb)>) == 8, "weft_broadcast_hb: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_broadcast_hb)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_broadcast_hb)>) == 8, "weft_broadcast_hb: output is 8 bytes aligned to 8 in Rust");
@@ -92,7 +82,6 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_broadcast_hb)>) == 4 
 
 // Rooted: A collective with a root (Broadcast, Reduce).
 extern "C" __global__ void weft_reduce_ll(weft::CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root);
-static_assert(weft::KernelArity<decltype(weft_reduce_ll)>::value == 5, "weft_reduce_ll takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_ll)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_ll)>) == 8, "weft_reduce_ll: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_ll)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_ll)>) == 8, "weft_reduce_ll: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_ll)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_ll)>) == 8, "weft_reduce_ll: output is 8 bytes aligned to 8 in Rust");
@@ -101,7 +90,6 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_reduce_ll)>) == 4 && 
 
 // Rooted: A collective with a root (Broadcast, Reduce).
 extern "C" __global__ void weft_reduce_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root);
-static_assert(weft::KernelArity<decltype(weft_reduce_hb)>::value == 5, "weft_reduce_hb takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_hb)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_hb)>) == 8, "weft_reduce_hb: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_hb)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_hb)>) == 8, "weft_reduce_hb: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_hb)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_hb)>) == 8, "weft_reduce_hb: output is 8 bytes aligned to 8 in Rust");
@@ -110,13 +98,11 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_reduce_hb)>) == 4 && 
 
 // P2p: One round of grouped sends and receives (AllToAll, grouped send/receive).
 extern "C" __global__ void weft_p2p(weft::CollContext c, weft::P2pPlan plan);
-static_assert(weft::KernelArity<decltype(weft_p2p)>::value == 2, "weft_p2p takes 2 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 8, "weft_p2p: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_p2p)>) == 256 && alignof(weft::kernel_param_t<1, decltype(weft_p2p)>) == 8, "weft_p2p: plan is 256 bytes aligned to 8 in Rust");
 
 // PortRingParams: AllReduce over a ring of PortChannels.
 extern "C" __global__ void weft_allreduce_port_ring(weft::CollContext c, const char* input, char* output, uint64_t bytes, const weft::PortChannelDeviceHandle* channels, uint32_t lanes, char* scratch, uint64_t slot_bytes, uint64_t* state);
-static_assert(weft::KernelArity<decltype(weft_allreduce_port_ring)>::value == 9, "weft_allreduce_port_ring takes 9 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_port_ring)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_port_ring)>) == 8, "weft_allreduce_port_ring: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_port_ring)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_port_ring)>) == 8, "weft_allreduce_port_ring: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_port_ring)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_port_ring)>) == 8, "weft_allreduce_port_ring: output is 8 bytes aligned to 8 in Rust");
@@ -129,7 +115,6 @@ static_assert(sizeof(weft::kernel_param_t<8, decltype(weft_allreduce_port_ring)>
 
 // PortAllPairsParams: AllReduce by puts to every peer over PortChannels.
 extern "C" __global__ void weft_allreduce_port_allpairs(weft::CollContext c, const char* input, char* output, uint64_t bytes, const weft::PortChannelDeviceHandle* channels, char* scratch, uint64_t slot_bytes, uint64_t* state);
-static_assert(weft::KernelArity<decltype(weft_allreduce_port_allpairs)>::value == 8, "weft_allreduce_port_allpairs takes 8 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_port_allpairs)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_port_allpairs)>) == 8, "weft_allreduce_port_allpairs: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_port_allpairs)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_port_allpairs)>) == 8, "weft_allreduce_port_allpairs: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_port_allpairs)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_port_allpairs)>) == 8, "weft_allreduce_port_allpairs: output is 8 bytes aligned to 8 in Rust");

@@ -7,7 +7,6 @@
 
 // SelftestPingpong: Semaphore ping-pong over a MemoryChannel.
 extern "C" __global__ void weft_selftest_pingpong(weft::MemoryChannelDeviceHandle ch, uint32_t iters, uint32_t initiator, uint32_t relaxed, uint64_t* elapsed_ns);
-static_assert(weft::KernelArity<decltype(weft_selftest_pingpong)>::value == 5, "weft_selftest_pingpong takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_pingpong)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_pingpong)>) == 8, "weft_selftest_pingpong: ch is 80 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_pingpong)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_pingpong)>) == 4, "weft_selftest_pingpong: iters is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_pingpong)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_pingpong)>) == 4, "weft_selftest_pingpong: initiator is 4 bytes aligned to 4 in Rust");
@@ -16,7 +15,6 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_selftest_pingpong)>) 
 
 // SelftestPut: A put of `bytes` over a MemoryChannel, every block signalling once with `signal`.
 extern "C" __global__ void weft_selftest_put(weft::MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset, uint64_t bytes, uint32_t signal);
-static_assert(weft::KernelArity<decltype(weft_selftest_put)>::value == 5, "weft_selftest_put takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_put)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_put)>) == 8, "weft_selftest_put: ch is 80 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_put)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_put)>) == 8, "weft_selftest_put: dst_offset is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_put)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_put)>) == 8, "weft_selftest_put: src_offset is 8 bytes aligned to 8 in Rust");
@@ -25,7 +23,6 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_selftest_put)>) == 4 
 
 // SelftestGet: A get of `bytes` over a MemoryChannel.
 extern "C" __global__ void weft_selftest_get(weft::MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset, uint64_t bytes);
-static_assert(weft::KernelArity<decltype(weft_selftest_get)>::value == 4, "weft_selftest_get takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_get)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_get)>) == 8, "weft_selftest_get: ch is 80 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_get)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_get)>) == 8, "weft_selftest_get: dst_offset is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_get)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_get)>) == 8, "weft_selftest_get: src_offset is 8 bytes aligned to 8 in Rust");
@@ -33,13 +30,11 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_selftest_get)>) == 8 
 
 // SelftestWait: A wait for `count` signals of the peer.
 extern "C" __global__ void weft_selftest_wait(weft::MemoryChannelDeviceHandle ch, uint32_t count);
-static_assert(weft::KernelArity<decltype(weft_selftest_wait)>::value == 2, "weft_selftest_wait takes 2 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_wait)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_wait)>) == 8, "weft_selftest_wait: ch is 80 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_wait)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_wait)>) == 4, "weft_selftest_wait: count is 4 bytes aligned to 4 in Rust");
 
 // SelftestLlRound: One LL round trip with the peer (LL8 or LL16 packets).
 extern "C" __global__ void weft_selftest_ll8_round(weft::MemoryChannelDeviceHandle ch, uint32_t* flag_slots, uint64_t bytes, uint64_t half_bytes, uint32_t rank, uint32_t peer, uint32_t* errors);
-static_assert(weft::KernelArity<decltype(weft_selftest_ll8_round)>::value == 7, "weft_selftest_ll8_round takes 7 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_ll8_round)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_ll8_round)>) == 8, "weft_selftest_ll8_round: ch is 80 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_ll8_round)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_ll8_round)>) == 8, "weft_selftest_ll8_round: flag_slots is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_ll8_round)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_ll8_round)>) == 8, "weft_selftest_ll8_round: bytes is 8 bytes aligned to 8 in Rust");
@@ -50,7 +45,6 @@ static_assert(sizeof(weft::kernel_param_t<6, decltype(weft_selftest_ll8_round)>)
 
 // SelftestLlRound: One LL round trip with the peer (LL8 or LL16 packets).
 extern "C" __global__ void weft_selftest_ll16_round(weft::MemoryChannelDeviceHandle ch, uint32_t* flag_slots, uint64_t bytes, uint64_t half_bytes, uint32_t rank, uint32_t peer, uint32_t* errors);
-static_assert(weft::KernelArity<decltype(weft_selftest_ll16_round)>::value == 7, "weft_selftest_ll16_round takes 7 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_ll16_round)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_ll16_round)>) == 8, "weft_selftest_ll16_round: ch is 80 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_ll16_round)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_ll16_round)>) == 8, "weft_selftest_ll16_round: flag_slots is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_ll16_round)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_ll16_round)>) == 8, "weft_selftest_ll16_round: bytes is 8 bytes aligned to 8 in Rust");
@@ -61,7 +55,6 @@ static_assert(sizeof(weft::kernel_param_t<6, decltype(weft_selftest_ll16_round)>
 
 // SelftestReduce: Element-wise reduction of two vectors of 16-byte words.
 extern "C" __global__ void weft_selftest_reduce(const uint4* a, const uint4* b, uint4* out, uint64_t vectors, uint32_t dtype, uint32_t op);
-static_assert(weft::KernelArity<decltype(weft_selftest_reduce)>::value == 6, "weft_selftest_reduce takes 6 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_reduce)>) == 8 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_reduce)>) == 8, "weft_selftest_reduce: a is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_reduce)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_reduce)>) == 8, "weft_selftest_reduce: b is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_reduce)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_reduce)>) == 8, "weft_selftest_reduce: out is 8 bytes aligned to 8 in Rust");
@@ -71,7 +64,6 @@ static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_selftest_reduce)>) ==
 
 // PortExchange: Put-with-signal chunks over one PortChannel per block, then waits and a flush.
 extern "C" __global__ void weft_port_exchange(const weft::PortChannelDeviceHandle* chs, uint32_t chunk, uint32_t chunks, uint32_t dst_base, uint32_t* status);
-static_assert(weft::KernelArity<decltype(weft_port_exchange)>::value == 5, "weft_port_exchange takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_port_exchange)>) == 8 && alignof(weft::kernel_param_t<0, decltype(weft_port_exchange)>) == 8, "weft_port_exchange: chs is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_port_exchange)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_port_exchange)>) == 4, "weft_port_exchange: chunk is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_port_exchange)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_port_exchange)>) == 4, "weft_port_exchange: chunks is 4 bytes aligned to 4 in Rust");
@@ -80,13 +72,11 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_port_exchange)>) == 8
 
 // PortWaitOnce: One wait on a PortChannel.
 extern "C" __global__ void weft_port_wait_once(weft::PortChannelDeviceHandle ch, uint32_t* status);
-static_assert(weft::KernelArity<decltype(weft_port_wait_once)>::value == 2, "weft_port_wait_once takes 2 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_port_wait_once)>) == 136 && alignof(weft::kernel_param_t<0, decltype(weft_port_wait_once)>) == 8, "weft_port_wait_once: ch is 136 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_port_wait_once)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_port_wait_once)>) == 8, "weft_port_wait_once: status is 8 bytes aligned to 8 in Rust");
 
 // PortPutBandwidth: One direction of `weft bench p2p --channel port`.
 extern "C" __global__ void weft_port_put_bw(weft::PortChannelDeviceHandle ch, uint32_t bytes, uint32_t count, uint32_t sender, uint32_t* status);
-static_assert(weft::KernelArity<decltype(weft_port_put_bw)>::value == 5, "weft_port_put_bw takes 5 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_port_put_bw)>) == 136 && alignof(weft::kernel_param_t<0, decltype(weft_port_put_bw)>) == 8, "weft_port_put_bw: ch is 136 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_port_put_bw)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_port_put_bw)>) == 4, "weft_port_put_bw: bytes is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_port_put_bw)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_port_put_bw)>) == 4, "weft_port_put_bw: count is 4 bytes aligned to 4 in Rust");
@@ -95,7 +85,6 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_port_put_bw)>) == 8 &
 
 // FifoPushRate: FIFO push rate: `pushers` threads push `pushes` commands each.
 extern "C" __global__ void weft_fifo_push_rate(const weft::FifoDeviceHandle* fifos, uint32_t nfifos, uint32_t op, uint32_t pushers, uint32_t lanes, uint32_t pushes, uint32_t first_seq, unsigned long long* out);
-static_assert(weft::KernelArity<decltype(weft_fifo_push_rate)>::value == 8, "weft_fifo_push_rate takes 8 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_fifo_push_rate)>) == 8 && alignof(weft::kernel_param_t<0, decltype(weft_fifo_push_rate)>) == 8, "weft_fifo_push_rate: fifos is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_fifo_push_rate)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_fifo_push_rate)>) == 4, "weft_fifo_push_rate: nfifos is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_fifo_push_rate)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_fifo_push_rate)>) == 4, "weft_fifo_push_rate: op is 4 bytes aligned to 4 in Rust");
@@ -107,14 +96,12 @@ static_assert(sizeof(weft::kernel_param_t<7, decltype(weft_fifo_push_rate)>) == 
 
 // HostReadLatency: Latency of a device read of host-pinned memory (the FIFO's tail).
 extern "C" __global__ void weft_host_read_latency(weft::FifoDeviceHandle fifo, uint32_t rounds, unsigned long long* out);
-static_assert(weft::KernelArity<decltype(weft_host_read_latency)>::value == 3, "weft_host_read_latency takes 3 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_host_read_latency)>) == 72 && alignof(weft::kernel_param_t<0, decltype(weft_host_read_latency)>) == 8, "weft_host_read_latency: fifo is 72 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_host_read_latency)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_host_read_latency)>) == 4, "weft_host_read_latency: rounds is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_host_read_latency)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_host_read_latency)>) == 8, "weft_host_read_latency: out is 8 bytes aligned to 8 in Rust");
 
 // FifoLatency: Round-trip latency of a FIFO push and its completion.
 extern "C" __global__ void weft_fifo_latency(weft::FifoDeviceHandle fifo, uint32_t op, uint32_t rounds, unsigned long long* out);
-static_assert(weft::KernelArity<decltype(weft_fifo_latency)>::value == 4, "weft_fifo_latency takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_fifo_latency)>) == 72 && alignof(weft::kernel_param_t<0, decltype(weft_fifo_latency)>) == 8, "weft_fifo_latency: fifo is 72 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_fifo_latency)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_fifo_latency)>) == 4, "weft_fifo_latency: op is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_fifo_latency)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_fifo_latency)>) == 4, "weft_fifo_latency: rounds is 4 bytes aligned to 4 in Rust");
@@ -122,7 +109,6 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_fifo_latency)>) == 8 
 
 // WaitToken: A bounded wait for a host-written token to reach `value`.
 extern "C" __global__ void weft_wait_token(const uint64_t* token, uint64_t value, weft::WaitContext wait, uint32_t* status);
-static_assert(weft::KernelArity<decltype(weft_wait_token)>::value == 4, "weft_wait_token takes 4 parameters in Rust");
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_wait_token)>) == 8 && alignof(weft::kernel_param_t<0, decltype(weft_wait_token)>) == 8, "weft_wait_token: token is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_wait_token)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_wait_token)>) == 8, "weft_wait_token: value is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_wait_token)>) == 24 && alignof(weft::kernel_param_t<2, decltype(weft_wait_token)>) == 8, "weft_wait_token: wait is 24 bytes aligned to 8 in Rust");
