@@ -53,11 +53,12 @@ pub struct KernelSignature {
 }
 
 /// The C++ header of `signatures`: for every kernel an `extern "C" __global__` prototype and
-/// `static_assert`s of each parameter's size and alignment against the Rust field. `owner` names the declaring crate in the header's first line. Kernel sources
-/// include the header before defining the kernels.
+/// `static_assert`s of each parameter's size and alignment against the Rust field. `owner`
+/// names the kernels' folder or crate in the header's first line. Kernel sources include the
+/// header before defining the kernels.
 pub fn prototypes_header(owner: &str, signatures: &[KernelSignature]) -> String {
     let mut out = format!(
-        "// Generated from the device_kernels! declarations of {owner} (`weft gen-header`); do not edit.\n\
+        "// Generated from the device_kernels! declarations of {owner}; do not edit.\n\
          // A kernel definition whose parameter list differs from its prototype here is a second\n\
          // extern \"C\" function of the same name, which NVRTC rejects.\n\
          #pragma once\n\

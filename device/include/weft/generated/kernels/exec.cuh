@@ -1,4 +1,4 @@
-// Generated from the device_kernels! declarations of device/kernels/exec (`weft gen-header`); do not edit.
+// Generated from the device_kernels! declarations of device/kernels/exec; do not edit.
 // A kernel definition whose parameter list differs from its prototype here is a second
 // extern "C" function of the same name, which NVRTC rejects.
 #pragma once
