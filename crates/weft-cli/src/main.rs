@@ -550,8 +550,12 @@ fn tune(
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let sets =
-        [&weft_core::device_code::TEST_KERNELS, &weft_coll::device_code::KERNELS, &weft_exec::device_code::KERNELS];
+    let sets = [
+        &weft_core::device_code::TEST_KERNELS,
+        &weft_coll::device_code::KERNELS,
+        &weft_exec::device_code::KERNELS,
+        &weft_ep::device_code::KERNELS,
+    ];
     let headers =
         std::iter::once((weft_types::cuda::GENERATED_HEADER_PATH.to_string(), weft_types::cuda::generated_header()))
             .chain(sets.iter().map(|set| (set.prototypes_path(), set.generated_prototypes())));

@@ -1,5 +1,6 @@
 //! The EP kernels (`device/kernels/ep/`), embedded here, in the crate that launches them: one
-//! translation unit, `ep.cu`, includes every file and is compiled once into one module.
+//! translation unit, `ep.cu`, includes every file and is compiled once into one module, with
+//! the prototypes generated from the kernels' declared parameter lists (`crate::launch`).
 
 use weft_core::device_code::{KernelSet, compiled_once};
 
@@ -19,6 +20,8 @@ pub const KERNELS: KernelSet = KernelSet {
         ("low_latency.cu", include_str!("../../../device/kernels/ep/low_latency.cu")),
     ],
     variants: compiled_once,
+    signatures: crate::launch::signatures,
+    prototypes: "weft/generated/kernels/ep.cuh",
 };
 
 #[cfg(test)]
@@ -29,6 +32,12 @@ mod tests {
     fn every_ep_source_in_the_tree_is_embedded() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         assert_eq!(KERNELS.files_on_disk(&root).unwrap(), KERNELS.embedded_files());
+    }
+
+    #[test]
+    fn the_ep_kernels_match_their_declarations() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(KERNELS.prototype_problems(&root), Vec::<String>::new());
     }
 
     #[test]

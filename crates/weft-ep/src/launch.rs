@@ -1,15 +1,77 @@
-//! Every launch of an EP kernel: grid shapes and argument lists in one place (the kernels'
-//! comments in `device/kernels/ep/` state the same shapes).
+//! Every launch of an EP kernel: grid shapes and parameter lists in one place (the kernels'
+//! comments in `device/kernels/ep/` state the same shapes). The parameter lists are declared
+//! once, below: a launch takes one of these structs, and
+//! `device/include/weft/generated/kernels/ep.cuh`, generated from them, holds the prototypes
+//! the kernel definitions are compiled against.
 
 use std::sync::Arc;
 
 use weft_core::KernelLibrary;
-use weft_gpu::{Device, GpuError, Kernel, KernelArgs, LaunchConfig, Stream};
+use weft_gpu::{Device, GpuError, Kernel, LaunchConfig, Stream};
 use weft_types::{
     EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs,
 };
 
 use crate::device_code::{KERNELS, UNIT};
+
+weft_gpu::device_kernels! {
+    /// Every EP kernel's parameter list.
+    pub(crate) fn signatures;
+
+    /// The per-expert and per-rank token counts of a dispatch.
+    pub(crate) struct Layout for ["weft_ep_layout"] {
+        /// The routing and where the counts go.
+        a: EpLayoutArgs => "weft::EpLayoutArgs",
+    }
+
+    /// The exchange of the counts and the receive layout of a dispatch.
+    pub(crate) struct Notify for ["weft_ep_notify"] {
+        /// The rank's EP buffers and peers.
+        c: EpContext => "weft::EpContext",
+        /// The counts and where the layout goes.
+        a: EpNotifyArgs => "weft::EpNotifyArgs",
+    }
+
+    /// The reset of the dispatch counters or the combine tails.
+    pub(crate) struct Prologue for ["weft_ep_prologue"] {
+        /// The rank's EP buffers and peers.
+        c: EpContext => "weft::EpContext",
+        /// Nonzero: the dispatch counters; zero: the combine tails.
+        dispatch: u32 => "uint32_t",
+    }
+
+    /// The normal dispatch.
+    pub(crate) struct Dispatch for ["weft_ep_dispatch"] {
+        /// The rank's EP buffers and peers.
+        c: EpContext => "weft::EpContext",
+        /// The call's tokens, layout and outputs.
+        a: EpDispatchArgs => "weft::EpDispatchArgs",
+    }
+
+    /// The normal combine.
+    pub(crate) struct Combine for ["weft_ep_combine"] {
+        /// The rank's EP buffers and peers.
+        c: EpContext => "weft::EpContext",
+        /// The call's tokens, layout and outputs.
+        a: EpCombineArgs => "weft::EpCombineArgs",
+    }
+
+    /// The two kernels of a low-latency dispatch.
+    pub(crate) struct LlDispatch for ["weft_ep_ll_dispatch_send", "weft_ep_ll_dispatch_recv"] {
+        /// The rank's EP buffers and peers.
+        c: EpContext => "weft::EpContext",
+        /// The call's tokens and outputs.
+        a: EpLlDispatchArgs => "weft::EpLlDispatchArgs",
+    }
+
+    /// The two kernels of a low-latency combine.
+    pub(crate) struct LlCombine for ["weft_ep_ll_combine_send", "weft_ep_ll_combine_recv"] {
+        /// The rank's EP buffers and peers.
+        c: EpContext => "weft::EpContext",
+        /// The call's tokens and outputs.
+        a: EpLlCombineArgs => "weft::EpLlCombineArgs",
+    }
+}
 
 /// Threads of a dispatch or combine block (`kChannelThreads`).
 pub(crate) const CHANNEL_THREADS: u32 = 512;
@@ -64,8 +126,8 @@ impl Kernels {
     pub(crate) unsafe fn layout(&self, stream: &Stream, a: EpLayoutArgs) -> Result<(), GpuError> {
         let grid = a.experts.div_ceil(LAYOUT_EXPERTS_PER_BLOCK) + 1;
         let config = LaunchConfig { grid, block: SETUP_THREADS, shared_bytes: 0 };
-        // SAFETY: (EpLayoutArgs) is the kernel's parameter list; addresses are the caller's contract.
-        unsafe { self.layout.launch(stream, config, KernelArgs::new().push(a)) }
+        // SAFETY: the addresses are the caller's contract.
+        unsafe { self.layout.launch(stream, config, &Layout { a }) }
     }
 
     /// `weft_ep_notify`.
@@ -75,9 +137,8 @@ impl Kernels {
     /// its shape until the kernel ends.
     pub(crate) unsafe fn notify(&self, stream: &Stream, c: EpContext, a: EpNotifyArgs) -> Result<(), GpuError> {
         let config = LaunchConfig { grid: 1 + c.ranks, block: SETUP_THREADS, shared_bytes: 4 * a.channels };
-        // SAFETY: (EpContext, EpNotifyArgs) is the kernel's parameter list; the rest is the
-        // caller's contract.
-        unsafe { self.notify.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+        // SAFETY: the caller's contract.
+        unsafe { self.notify.launch(stream, config, &Notify { c, a }) }
     }
 
     /// `weft_ep_prologue`, resetting the dispatch counters (`dispatch`) or the combine tails.
@@ -86,8 +147,8 @@ impl Kernels {
     /// `c` must address live EP buffers of every rank.
     pub(crate) unsafe fn prologue(&self, stream: &Stream, c: EpContext, dispatch: bool) -> Result<(), GpuError> {
         let config = LaunchConfig { grid: 1, block: SETUP_THREADS, shared_bytes: 0 };
-        // SAFETY: (EpContext, uint32_t) is the kernel's parameter list; `c` is the caller's contract.
-        unsafe { self.prologue.launch(stream, config, KernelArgs::new().push(c).push(u32::from(dispatch))) }
+        // SAFETY: `c` is the caller's contract.
+        unsafe { self.prologue.launch(stream, config, &Prologue { c, dispatch: u32::from(dispatch) }) }
     }
 
     /// `weft_ep_dispatch` on `2 * a.channels` SMs.
@@ -96,9 +157,8 @@ impl Kernels {
     /// As [`Kernels::notify`], for `a`'s addresses.
     pub(crate) unsafe fn dispatch(&self, stream: &Stream, c: EpContext, a: EpDispatchArgs) -> Result<(), GpuError> {
         let config = LaunchConfig { grid: 2 * a.channels, block: CHANNEL_THREADS, shared_bytes: 0 };
-        // SAFETY: (EpContext, EpDispatchArgs) is the kernel's parameter list; the rest is the
-        // caller's contract.
-        unsafe { self.dispatch.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+        // SAFETY: the caller's contract.
+        unsafe { self.dispatch.launch(stream, config, &Dispatch { c, a }) }
     }
 
     /// `weft_ep_combine` on `2 * a.channels` SMs.
@@ -107,9 +167,8 @@ impl Kernels {
     /// As [`Kernels::notify`], for `a`'s addresses.
     pub(crate) unsafe fn combine(&self, stream: &Stream, c: EpContext, a: EpCombineArgs) -> Result<(), GpuError> {
         let config = LaunchConfig { grid: 2 * a.channels, block: CHANNEL_THREADS, shared_bytes: 0 };
-        // SAFETY: (EpContext, EpCombineArgs) is the kernel's parameter list; the rest is the
-        // caller's contract.
-        unsafe { self.combine.launch(stream, config, KernelArgs::new().push(c).push(a)) }
+        // SAFETY: the caller's contract.
+        unsafe { self.combine.launch(stream, config, &Combine { c, a }) }
     }
 
     /// `weft_ep_ll_dispatch_send` or `_recv` on `blocks` SMs.
@@ -125,9 +184,8 @@ impl Kernels {
         phase: LlPhase,
     ) -> Result<(), GpuError> {
         let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
-        // SAFETY: (EpContext, EpLlDispatchArgs) is both kernels' parameter list; the rest is
-        // the caller's contract.
-        unsafe { self.ll_dispatch[phase as usize].launch(stream, config, KernelArgs::new().push(c).push(a)) }
+        // SAFETY: the caller's contract.
+        unsafe { self.ll_dispatch[phase as usize].launch(stream, config, &LlDispatch { c, a }) }
     }
 
     /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs.
@@ -143,8 +201,7 @@ impl Kernels {
         phase: LlPhase,
     ) -> Result<(), GpuError> {
         let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
-        // SAFETY: (EpContext, EpLlCombineArgs) is both kernels' parameter list; the rest is
-        // the caller's contract.
-        unsafe { self.ll_combine[phase as usize].launch(stream, config, KernelArgs::new().push(c).push(a)) }
+        // SAFETY: the caller's contract.
+        unsafe { self.ll_combine[phase as usize].launch(stream, config, &LlCombine { c, a }) }
     }
 }

@@ -1,4 +1,5 @@
 // The one translation unit of the EP kernels: every file below, compiled once into one module.
+#include "weft/generated/kernels/ep.cuh"  // the prototypes every definition must match
 #include "layout.cu"
 #include "notify.cu"
 #include "dispatch.cu"

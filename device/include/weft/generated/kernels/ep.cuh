@@ -1,0 +1,50 @@
+// Generated from the device_kernels! declarations of device/kernels/ep; do not edit.
+// A kernel definition whose parameter list differs from its prototype here is a second
+// extern "C" function of the same name, which NVRTC rejects.
+#pragma once
+#include "weft/generated/types.cuh"
+#include "weft/impl/kernel_params.cuh"
+
+// Layout: The per-expert and per-rank token counts of a dispatch.
+extern "C" __global__ void weft_ep_layout(weft::EpLayoutArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_layout)>) == 48 && alignof(weft::kernel_param_t<0, decltype(weft_ep_layout)>) == 8, "weft_ep_layout: a is 48 bytes aligned to 8 in Rust");
+
+// Notify: The exchange of the counts and the receive layout of a dispatch.
+extern "C" __global__ void weft_ep_notify(weft::EpContext c, weft::EpNotifyArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_notify)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_notify)>) == 8, "weft_ep_notify: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_notify)>) == 64 && alignof(weft::kernel_param_t<1, decltype(weft_ep_notify)>) == 8, "weft_ep_notify: a is 64 bytes aligned to 8 in Rust");
+
+// Prologue: The reset of the dispatch counters or the combine tails.
+extern "C" __global__ void weft_ep_prologue(weft::EpContext c, uint32_t dispatch);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_prologue)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_prologue)>) == 8, "weft_ep_prologue: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_prologue)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_ep_prologue)>) == 4, "weft_ep_prologue: dispatch is 4 bytes aligned to 4 in Rust");
+
+// Dispatch: The normal dispatch.
+extern "C" __global__ void weft_ep_dispatch(weft::EpContext c, weft::EpDispatchArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_dispatch)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_dispatch)>) == 8, "weft_ep_dispatch: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_dispatch)>) == 168 && alignof(weft::kernel_param_t<1, decltype(weft_ep_dispatch)>) == 8, "weft_ep_dispatch: a is 168 bytes aligned to 8 in Rust");
+
+// Combine: The normal combine.
+extern "C" __global__ void weft_ep_combine(weft::EpContext c, weft::EpCombineArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_combine)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_combine)>) == 8, "weft_ep_combine: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 112 && alignof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 8, "weft_ep_combine: a is 112 bytes aligned to 8 in Rust");
+
+// LlDispatch: The two kernels of a low-latency dispatch.
+extern "C" __global__ void weft_ep_ll_dispatch_send(weft::EpContext c, weft::EpLlDispatchArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: a is 136 bytes aligned to 8 in Rust");
+
+// LlDispatch: The two kernels of a low-latency dispatch.
+extern "C" __global__ void weft_ep_ll_dispatch_recv(weft::EpContext c, weft::EpLlDispatchArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: a is 136 bytes aligned to 8 in Rust");
+
+// LlCombine: The two kernels of a low-latency combine.
+extern "C" __global__ void weft_ep_ll_combine_send(weft::EpContext c, weft::EpLlCombineArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: a is 104 bytes aligned to 8 in Rust");
+
+// LlCombine: The two kernels of a low-latency combine.
+extern "C" __global__ void weft_ep_ll_combine_recv(weft::EpContext c, weft::EpLlCombineArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: a is 104 bytes aligned to 8 in Rust");
