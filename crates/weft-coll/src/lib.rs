@@ -4,10 +4,11 @@
 //! broadcast, reduce, all-to-all(v), grouped send/receive, windows), safe on typed device
 //! views (`typed.rs`) over a raw-pointer layer ([`RawCollectives`]) for weft-nccl and other
 //! languages' bindings, the collective algorithms (native kernels in `device/kernels/coll/`,
-//! embedded by [`device_code`], their parameter lists declared in `params`), their per-(type, operator) compilation and loading, the
-//! communication state they need (registered scratch, packet buffers, channel and semaphore
-//! tables on the device), the registration of user buffers and the agreement on zero-copy
-//! calls, input validation, and the size-based choice between algorithms.
+//! embedded by [`device_code`], their parameter lists declared in `params`), their
+//! per-(type, operator) compilation and loading, the communication state they need (registered
+//! scratch, packet buffers, channel and semaphore tables on the device), the registration of
+//! user buffers and the agreement on zero-copy calls, input validation, and the size-based
+//! choice between algorithms.
 //!
 //! **Must not:** do host synchronisation or allocation on a call once set up (calls are CUDA
 //! graph capturable), or call `cuMulticast*`.
