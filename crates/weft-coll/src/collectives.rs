@@ -26,7 +26,7 @@ use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
-use crate::params::{AllGatherHb, AllReduceHb, Flat, P2p, Rooted};
+use crate::params::{AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, Rooted};
 use crate::plans::PlanId;
 use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
@@ -294,34 +294,35 @@ impl Collectives {
                 self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| port.params(c, input, output, bytes64))
             };
         }
-        let peers = if algorithm == Algorithm::AllReduceHb {
+        let (input, output, bytes64) = (send.ptr, recv.ptr, bytes as u64);
+        if algorithm == Algorithm::AllReduceHb {
             let eligible = bytes <= self.config.zero_copy_allreduce_max;
             let outputs = self.peer_outputs(stream, recv, eligible, true)?;
-            Some((outputs, self.direct_inputs(send, op, &outputs)))
-        } else {
-            None
-        };
-        let (input, output, bytes64) = (send.ptr, recv.ptr, bytes as u64);
-        // SAFETY: the peers' outputs and inputs of HB are mapped by the registry or the
-        // windows, valid while the peers' buffers are (their callers' contract); buffers were
-        // checked above and are the caller's contract.
-        unsafe {
-            match peers {
-                Some((outputs, inputs)) => self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| AllReduceHb {
+            if let Some(inputs) = self.direct_inputs(send, op, &outputs) {
+                // SAFETY: every rank's input and output lie in windows, mapped on this GPU
+                // while registered (the windows' contract keeps them allocated until then).
+                return unsafe {
+                    self.launch_named("weft_allreduce_hb_direct", algorithm, dtype, op, scalar, stream, bytes, |c| {
+                        AllReduceDirect { c, bytes: bytes64, inputs, outputs }
+                    })
+                };
+            }
+            // SAFETY: the peers' outputs are mapped by the registry or the windows, valid while
+            // the peers' buffers are (their callers' contract); buffers were checked above and
+            // are the caller's contract.
+            return unsafe {
+                self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| AllReduceHb {
                     c,
                     input,
                     output,
                     bytes: bytes64,
                     outputs,
-                    inputs,
-                }),
-                None => self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| Flat {
-                    c,
-                    input,
-                    output,
-                    bytes: bytes64,
-                }),
-            }
+                })
+            };
+        }
+        // SAFETY: buffers were checked above and are the caller's contract.
+        unsafe {
+            self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| Flat { c, input, output, bytes: bytes64 })
         }
     }
 
@@ -523,17 +524,17 @@ impl Collectives {
     }
 
     /// Every rank's `input` as this GPU addresses it when an HB AllReduce can read the inputs
-    /// in place (the direct two-shot of `allreduce_hb.cu`), else all zero: the outputs are
-    /// zero-copy, the input lies in a window, the message is whole 16-byte vectors at 16-byte
-    /// aligned addresses, and the operator has no per-rank pre-operation. Alike on every rank
-    /// under the windows' contract (same window, same offset; window bases are 16-aligned).
-    fn direct_inputs(&self, input: Buffer, op: ReduceOp, outputs: &PeerBuffers) -> PeerBuffers {
+    /// in place (the direct two-shot of `allreduce_hb.cu`): the outputs are zero-copy, the
+    /// input lies in a window, the message is whole 16-byte vectors at 16-byte aligned
+    /// addresses, and the operator has no per-rank pre-operation. Alike on every rank under the
+    /// windows' contract (same window, same offset; window bases are 16-aligned).
+    fn direct_inputs(&self, input: Buffer, op: ReduceOp, outputs: &PeerBuffers) -> Option<PeerBuffers> {
         let rank = self.comm.rank();
         let aligned = (input.ptr | input.len as u64 | outputs.ptr[rank]).is_multiple_of(16);
         if outputs.ptr[rank] == 0 || !aligned || op == ReduceOp::PreMulSum || !self.config.direct_allreduce {
-            return PeerBuffers::default();
+            return None;
         }
-        self.window_outputs(input).unwrap_or_default()
+        self.window_outputs(input)
     }
 
     /// Every rank's `output` buffer as this GPU addresses it when the call can write there
@@ -1043,11 +1044,33 @@ impl Collectives {
         bytes: usize,
         params: impl FnOnce(CollContext) -> P,
     ) -> Result<Algorithm, CollError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.launch_named(algorithm.kernel(), algorithm, dtype, op, scalar, stream, bytes, params) }
+    }
+
+    /// [`Collectives::launch`] of kernel `name`, a variant of `algorithm`'s kernel in its
+    /// module, on `algorithm`'s grid.
+    ///
+    /// # Safety
+    /// As for [`Collectives::launch`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_named<P: KernelParams>(
+        &self,
+        name: &'static str,
+        algorithm: Algorithm,
+        dtype: DataType,
+        op: ReduceOp,
+        scalar: Option<Scalar>,
+        stream: &Stream,
+        bytes: usize,
+        params: impl FnOnce(CollContext) -> P,
+    ) -> Result<Algorithm, CollError> {
         if bytes == 0 {
             return Ok(algorithm);
         }
         let rank = self.comm.rank();
-        let kernel = self.kernels.get(algorithm, dtype, op).map_err(|source| CollError::Gpu { rank, source })?;
+        let kernel =
+            self.kernels.get_named(name, algorithm, dtype, op).map_err(|source| CollError::Gpu { rank, source })?;
         // Point-to-point groups involve only their peers, not every rank (send_recv settles
         // with those).
         if algorithm.collective() != Collective::SendRecv {

@@ -30,14 +30,26 @@ impl KernelCache {
 
     /// The kernel of `algorithm` for `(dtype, op)` (ignored by algorithms that do not reduce).
     pub(crate) fn get(&self, algorithm: Algorithm, dtype: DataType, op: ReduceOp) -> Result<Arc<Kernel>, GpuError> {
+        self.get_named(algorithm.kernel(), algorithm, dtype, op)
+    }
+
+    /// Kernel `name` of `algorithm`'s module (a variant of the algorithm's own kernel, such as
+    /// the direct HB AllReduce) for `(dtype, op)`.
+    pub(crate) fn get_named(
+        &self,
+        name: &'static str,
+        algorithm: Algorithm,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<Arc<Kernel>, GpuError> {
         let key = algorithm.reduces().then_some((dtype, op));
         // Entries are inserted whole; a poisoned map is still consistent.
         let mut kernels = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = kernels.get(&(algorithm.kernel(), key)) {
+        if let Some(k) = kernels.get(&(name, key)) {
             return Ok(Arc::clone(k));
         }
-        let kernel = Arc::new(self.module(key)?.kernel(algorithm.kernel())?);
-        kernels.insert((algorithm.kernel(), key), Arc::clone(&kernel));
+        let kernel = Arc::new(self.module(key)?.kernel(name)?);
+        kernels.insert((name, key), Arc::clone(&kernel));
         Ok(kernel)
     }
 

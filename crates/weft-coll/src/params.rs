@@ -31,10 +31,8 @@ weft_gpu::device_kernels! {
         bytes: u64 => "uint64_t",
     }
 
-    /// HB AllReduce: the two-shot through scratch, or straight between the peers' buffers.
-    /// [`Flat`] plus every rank's output and input as this GPU addresses them: outputs set, the
-    /// results go straight there; inputs set too, the direct two-shot reads them in place (all
-    /// zero: through scratch).
+    /// HB AllReduce through scratch: [`Flat`] plus every rank's output as this GPU addresses
+    /// it (set: the results go straight there; all zero: through scratch).
     pub(crate) struct AllReduceHb for ["weft_allreduce_hb"] {
         /// The rank's collective context, with the call's scalar.
         c: CollContext => "weft::CollContext",
@@ -46,8 +44,19 @@ weft_gpu::device_kernels! {
         bytes: u64 => "uint64_t",
         /// Every rank's output, or zeros.
         outputs: PeerBuffers => "weft::PeerBuffers",
-        /// Every rank's input, or zeros.
+    }
+
+    /// HB AllReduce straight between the ranks' windows (the direct two-shot): every rank's
+    /// input and output as this GPU addresses them.
+    pub(crate) struct AllReduceDirect for ["weft_allreduce_hb_direct"] {
+        /// The rank's collective context.
+        c: CollContext => "weft::CollContext",
+        /// Bytes of the input, a multiple of 16.
+        bytes: u64 => "uint64_t",
+        /// Every rank's input.
         inputs: PeerBuffers => "weft::PeerBuffers",
+        /// Every rank's output.
+        outputs: PeerBuffers => "weft::PeerBuffers",
     }
 
     /// HB AllGather: through scratch, or straight into the peers' registered outputs.

@@ -47,14 +47,20 @@ static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allgather_ll)>) == 8 
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allgather_ll)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: output is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allgather_ll)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: bytes is 8 bytes aligned to 8 in Rust");
 
-// AllReduceHb: HB AllReduce: the two-shot through scratch, or straight between the peers' buffers.
-extern "C" __global__ void weft_allreduce_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::PeerBuffers outputs, weft::PeerBuffers inputs);
+// AllReduceHb: HB AllReduce through scratch: [`Flat`] plus every rank's output as this GPU addresses
+extern "C" __global__ void weft_allreduce_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::PeerBuffers outputs);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_hb)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_hb)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_hb)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: output is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_hb)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: bytes is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_allreduce_hb)>) == 64 && alignof(weft::kernel_param_t<4, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: outputs is 64 bytes aligned to 8 in Rust");
-static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_allreduce_hb)>) == 64 && alignof(weft::kernel_param_t<5, decltype(weft_allreduce_hb)>) == 8, "weft_allreduce_hb: inputs is 64 bytes aligned to 8 in Rust");
+
+// AllReduceDirect: HB AllReduce straight between the ranks' windows (the direct two-shot): every rank's
+extern "C" __global__ void weft_allreduce_hb_direct(weft::CollContext c, uint64_t bytes, weft::PeerBuffers inputs, weft::PeerBuffers outputs);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_hb_direct)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_hb_direct)>) == 8, "weft_allreduce_hb_direct: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_hb_direct)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_hb_direct)>) == 8, "weft_allreduce_hb_direct: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_hb_direct)>) == 64 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_hb_direct)>) == 8, "weft_allreduce_hb_direct: inputs is 64 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_hb_direct)>) == 64 && alignof(weft::kernel_param_t<3, decltype(weft_allreduce_hb_direct)>) == 8, "weft_allreduce_hb_direct: outputs is 64 bytes aligned to 8 in Rust");
 
 // AllGatherHb: HB AllGather: through scratch, or straight into the peers' registered outputs.
 extern "C" __global__ void weft_allgather_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::PeerBuffers outputs);
