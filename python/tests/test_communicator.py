@@ -205,3 +205,34 @@ def test_communicator_errors_carry_weft_messages():
         assert str(e)
     else:  # a GPU machine: a one-rank communicator
         assert (c.rank, c.world_size, c.device) == (0, 1, 0)
+
+
+class DictStore:
+    """torch's store interface (set, blocking get) over a dict, shared by the fake ranks."""
+
+    def __init__(self):
+        self.values = {}
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def get(self, key):
+        if key not in self.values:
+            raise KeyError(f"{key} was never set (a real store would block and time out)")
+        return self.values[key]
+
+
+def test_torchrun_ranks_trade_rank_zeros_id_per_call():
+    from weft.communicator import trade_unique_id
+
+    store = DictStore()
+    made = iter([b"first-id", b"second-id"])
+    first = trade_unique_id(store, 0, lambda: next(made))
+    # Rank 1's process reads the same key: reset the per-process call counter as a new process.
+    import weft.communicator as module
+
+    calls = module._trades
+    module._trades = calls - 1
+    assert trade_unique_id(store, 1, lambda: pytest.fail("only rank 0 makes the id")) == first == b"first-id"
+    second = trade_unique_id(store, 0, lambda: next(made))
+    assert second == b"second-id" and len(store.values) == 2

@@ -69,11 +69,25 @@ class Communicator:
     @classmethod
     def from_torchrun(cls, device: int | None = None) -> "Communicator":
         """Joins the job torchrun started (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-        ``MASTER_PORT``) through weft's own rendezvous, on GPU ``device`` (default:
-        ``LOCAL_RANK``)."""
+        ``MASTER_PORT``), on GPU ``device`` (default: ``LOCAL_RANK``). Under torchrun, whose
+        agent already serves ``MASTER_PORT`` (``TORCHELASTIC_USE_AGENT_STORE``), rank 0 makes a
+        unique id and the ranks trade it through the agent's store; elsewhere (the variables set
+        by hand) weft's own rendezvous listens on ``MASTER_PORT``."""
         if device is None:
             device = int(os.environ.get("LOCAL_RANK", "0"))
-        return cls(_weft.Communicator.from_torchrun(device))
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            return cls(_weft.Communicator.from_torchrun(device))
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        store = TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+            timeout=timedelta(seconds=120),
+        )
+        uid = trade_unique_id(store, rank, lambda: _weft.unique_id(default_host()))
+        return cls(_weft.Communicator.from_unique_id(uid, rank, world, device))
 
     @classmethod
     def from_process_group(cls, group=None, device: int | None = None, host: str | None = None) -> "Communicator":
@@ -309,3 +323,21 @@ def default_host() -> str:
 
 
 __all__ = ["Communicator", "P2POp", "ReduceOp", "COLLECTIVE_DTYPES", "default_host", "op_name"]
+
+
+_trades = 0
+
+
+def trade_unique_id(store, rank: int, make_id) -> bytes:
+    """Rank 0's unique id (``make_id()``) for every rank, through ``store`` (anything with
+    torch's ``set(key, value)`` and blocking ``get(key)``). Each call in a process takes the next
+    key, so every rank, making the same calls in the same order, reads the id its rank 0 wrote
+    for that call."""
+    global _trades
+    key = f"weft/unique_id/{_trades}"
+    _trades += 1
+    if rank == 0:
+        uid = bytes(make_id())
+        store.set(key, uid)
+        return uid
+    return bytes(store.get(key))
