@@ -1,9 +1,10 @@
 //! Launches whose arguments borrow host-side owners: a [`LaunchScope`] lends its launches
 //! everything that outlives the scope, and the scope ends only after the stream was waited for.
 //!
-//! The model is `std::thread::scope`: the body gets a `&'scope LaunchScope<'scope>` for a
-//! lifetime it cannot name, so an argument borrowed for `'scope` (what the safe launchers of the
-//! kernels' owners take) must be owned outside the body, and lives until the wait at its end.
+//! The model is `std::thread::scope`: the body gets a `&'scope LaunchScope<'scope, 'env>` for a
+//! lifetime it cannot name, between the call and `'env`, so an argument borrowed for `'scope`
+//! (what the safe launchers of the kernels' owners take) must be owned outside the body, and
+//! lives until the wait at its end.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -15,15 +16,16 @@ use crate::stream::Stream;
 
 /// A stream lent to launches whose device addresses stay valid for `'scope`.
 #[derive(Debug)]
-pub struct LaunchScope<'scope> {
-    stream: &'scope Stream,
-    /// Invariant in `'scope`, as `std::thread::Scope`: a borrow cannot be shortened to fit.
+pub struct LaunchScope<'scope, 'env: 'scope> {
+    stream: &'env Stream,
+    /// Invariant in both lifetimes, as `std::thread::Scope`: a borrow cannot be shortened to fit.
     _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
 }
 
-impl<'scope> LaunchScope<'scope> {
+impl<'scope, 'env> LaunchScope<'scope, 'env> {
     /// The stream the launches go to (for events around them).
-    pub fn stream(&self) -> &'scope Stream {
+    pub fn stream(&self) -> &'env Stream {
         self.stream
     }
 
@@ -54,9 +56,9 @@ impl Stream {
         &'env self,
         timeout: Duration,
         what: &str,
-        body: impl for<'scope> FnOnce(&'scope LaunchScope<'scope>) -> R,
+        body: impl for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> R,
     ) -> (R, Result<(), GpuError>) {
-        let scope = LaunchScope { stream: self, _scope: PhantomData };
+        let scope = LaunchScope { stream: self, _scope: PhantomData, _env: PhantomData };
         let result = body(&scope);
         let waited = self.wait_idle(timeout, what);
         if matches!(waited, Err(GpuError::StreamTimeout { .. })) {
