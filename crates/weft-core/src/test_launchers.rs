@@ -34,7 +34,8 @@ pub fn wait_token<'scope>(
 ) -> Result<(), GpuError> {
     require_bytes("the token", token.len(), 8)?;
     require_bytes("the status word", status.len(), 4)?;
-    let params = WaitToken { token: token.ptr(), value, wait: comm.wait_context(peer, None), status: status.device_ptr() };
+    let params =
+        WaitToken { token: token.ptr(), value, wait: comm.wait_context(peer, None), status: status.device_ptr() };
     // SAFETY: the kernel reads the token's 8 bytes, writes status[0] and the communicator's
     // error record: all owned by what is borrowed for the scope, checked large enough above.
     unsafe { scope.launch(kernel, ONE_WARP, &params) }

@@ -359,7 +359,8 @@ impl DeviceMemory {
     /// Copies plain-old-data values from `offset` into `out` (synchronous; for tests).
     pub fn read_pod_slice<T: Pod>(&self, offset: usize, out: &mut [T]) -> Result<(), GpuError> {
         // SAFETY: T: Pod accepts any bit pattern; the byte view covers exactly `out`.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out)) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out)) };
         self.read(offset, bytes)
     }
 

@@ -63,7 +63,9 @@ impl Stream {
         let waited = self.wait_idle(timeout, what);
         if matches!(waited, Err(GpuError::StreamTimeout { .. })) {
             while let Err(GpuError::StreamTimeout { .. }) = self.wait_idle(timeout, what) {
-                tracing::warn!("{what}: still running after {timeout:?} more; its arguments stay borrowed until it ends");
+                tracing::warn!(
+                    "{what}: still running after {timeout:?} more; its arguments stay borrowed until it ends"
+                );
             }
         }
         (result, waited)

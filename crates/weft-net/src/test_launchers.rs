@@ -6,7 +6,9 @@
 //! tables and status words a kernel reads and writes directly are checked here.
 
 use weft_core::Communicator;
-use weft_core::test_kernels::{FifoLatency, FifoPushRate, HostReadLatency, PortExchange, PortPutBandwidth, PortWaitOnce};
+use weft_core::test_kernels::{
+    FifoLatency, FifoPushRate, HostReadLatency, PortExchange, PortPutBandwidth, PortWaitOnce,
+};
 use weft_core::test_launchers::{ONE_WARP, require_bytes};
 use weft_gpu::{DeviceMemory, GpuError, Kernel, LaunchConfig, LaunchScope, PinnedHostMemory};
 use weft_types::{FifoDeviceHandle, PortChannelDeviceHandle};
@@ -162,8 +164,13 @@ pub fn port_put_bandwidth<'scope>(
     status: &'scope PinnedHostMemory,
 ) -> Result<(), GpuError> {
     require_bytes("the status word", status.len(), 4)?;
-    let params =
-        PortPutBandwidth { ch: ch.device_handle(), bytes, count, sender: u32::from(sender), status: status.device_ptr() };
+    let params = PortPutBandwidth {
+        ch: ch.device_handle(),
+        bytes,
+        count,
+        sender: u32::from(sender),
+        status: status.device_ptr(),
+    };
     // SAFETY: as port_wait_once; the proxy checks the puts against the registered memories.
     unsafe { scope.launch(kernel, ONE_WARP, &params) }
 }

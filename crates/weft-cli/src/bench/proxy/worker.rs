@@ -127,7 +127,12 @@ struct Fifos<'comm> {
 }
 
 impl<'comm> Fifos<'comm> {
-    fn start(comm: &'comm Communicator, n: usize, depth: usize, handler: Arc<dyn CommandHandler>) -> Result<Self, BoxError> {
+    fn start(
+        comm: &'comm Communicator,
+        n: usize,
+        depth: usize,
+        handler: Arc<dyn CommandHandler>,
+    ) -> Result<Self, BoxError> {
         let config = ProxyConfig { threads: n, ..ProxyConfig::default() }.near_pci_device(&comm.device().pci_bus_id()?);
         let mut builder = ProxyService::builder(config).handler(BENCH_OP, handler)?;
         let mut fifos = Vec::with_capacity(n);
