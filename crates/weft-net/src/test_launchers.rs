@@ -10,7 +10,7 @@ use weft_core::test_kernels::{
     FifoLatency, FifoPushRate, HostReadLatency, PortExchange, PortPutBandwidth, PortWaitOnce,
 };
 use weft_core::test_launchers::{ONE_WARP, require_bytes};
-use weft_gpu::{DeviceMemory, GpuError, Kernel, LaunchConfig, LaunchScope, PinnedHostMemory};
+use weft_gpu::{DeviceMemory, DevicePtr, GpuError, Kernel, KernelParams, LaunchConfig, LaunchScope, PinnedHostMemory};
 use weft_types::{FifoDeviceHandle, PortChannelDeviceHandle};
 
 use crate::PortChannel;
@@ -91,11 +91,7 @@ pub fn fifo_latency<'scope>(
     rounds: u32,
     out: &'scope PinnedHostMemory,
 ) -> Result<(), GpuError> {
-    require_bytes("the latency record", out.len(), 16)?;
-    let params = FifoLatency { fifo: table.first()?, op: u32::from(op), rounds, out: out.device_ptr() };
-    // SAFETY: the FIFO is held by the table and `out` (checked above) is borrowed, both for the
-    // scope.
-    unsafe { scope.launch(kernel, ONE_WARP, &params) }
+    first_fifo_launch(scope, kernel, table, out, |fifo, out| FifoLatency { fifo, op: u32::from(op), rounds, out })
 }
 
 /// `weft_host_read_latency` (one warp): `rounds` reads of the table's first FIFO's tail;
@@ -107,9 +103,23 @@ pub fn host_read_latency<'scope>(
     rounds: u32,
     out: &'scope PinnedHostMemory,
 ) -> Result<(), GpuError> {
+    first_fifo_launch(scope, kernel, table, out, |fifo, out| HostReadLatency { fifo, rounds, out })
+}
+
+/// A one-warp launch of a kernel that drives the table's first FIFO and writes two `u64`s to
+/// `out`, with the parameters `params` makes of that FIFO's handle and `out`'s address.
+fn first_fifo_launch<'scope, P: KernelParams>(
+    scope: &LaunchScope<'scope, '_>,
+    kernel: &Kernel,
+    table: &'scope FifoTable<'_>,
+    out: &'scope PinnedHostMemory,
+    params: impl FnOnce(FifoDeviceHandle, DevicePtr) -> P,
+) -> Result<(), GpuError> {
     require_bytes("the latency record", out.len(), 16)?;
-    let params = HostReadLatency { fifo: table.first()?, rounds, out: out.device_ptr() };
-    // SAFETY: as fifo_latency.
+    let params = params(table.first()?, out.device_ptr());
+    // SAFETY: both callers' `params` place only the FIFO's handle (the FIFO is held by the
+    // table), `out`'s address (checked above) and plain values; both owners are borrowed for
+    // the scope.
     unsafe { scope.launch(kernel, ONE_WARP, &params) }
 }
 
