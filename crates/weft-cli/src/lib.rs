@@ -15,10 +15,12 @@
 //! transport), `weft-coll`, `weft-plan`, `weft-exec`.
 //!
 //! The collectives (weft's and the NCCL baseline's) run through the typed, safe API on views of
-//! device buffers. Unlike ARCHITECTURE §1's list, this crate still contains `unsafe` in one
-//! place: the launches of the device tests' and benchmarks' kernels (`selftest::port`,
-//! `selftest::tcp`, `bench::proxy`), whose argument lists are untyped until the kernels
-//! declare their parameters in Rust. Each block argues its contract where it stands.
+//! device buffers, and the device tests' and benchmarks' kernels through the safe launchers of
+//! weft-core and weft-net (`test_launchers`), which borrow what a kernel uses for a
+//! `weft_gpu::LaunchScope`. Unlike ARCHITECTURE §1's list, this crate still contains `unsafe`
+//! in one place: the EP selftest and bench harness (`harness::ep`, `harness::ep_ll`), which
+//! calls weft-ep's raw layer over device addresses until weft-ep has a safe one. Each block
+//! argues its contract where it stands.
 
 pub mod bench;
 pub mod harness;

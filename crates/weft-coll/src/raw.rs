@@ -32,76 +32,57 @@ impl Collectives {
     }
 }
 
-impl RawCollectives<'_> {
+/// Declares each raw call once, as the crate-private `Collectives` method it forwards to under
+/// the same contract: its documentation, name, that method and the arguments.
+macro_rules! raw_calls {
+    ($($(#[$attr:meta])* fn $name:ident => $inner:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {
+        impl RawCollectives<'_> {
+            $(
+                $(#[$attr])*
+                pub unsafe fn $name(&self, $($arg: $ty),*) -> Result<Algorithm, CollError> {
+                    // SAFETY: forwarded caller contract.
+                    unsafe { self.0.$inner($($arg),*) }
+                }
+            )*
+        }
+    };
+}
+
+raw_calls! {
     /// AllReduce of `count` elements from `send` into `recv` (equal: in place).
     ///
     /// # Safety
     /// See [`RawCollectives`].
-    pub unsafe fn all_reduce(
-        &self,
-        send: DevicePtr,
-        recv: DevicePtr,
-        count: usize,
-        dtype: DataType,
-        op: impl Into<Reduction>,
-        stream: &Stream,
-    ) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_all_reduce(send, recv, count, dtype, op, stream) }
-    }
+    fn all_reduce => raw_all_reduce(
+        send: DevicePtr, recv: DevicePtr, count: usize, dtype: DataType, op: impl Into<Reduction>, stream: &Stream,
+    );
 
     /// AllGather of `send_count` elements from every rank into `recv` (`ranks * send_count`
     /// elements, rank order); in place when `send == recv + rank * send bytes`.
     ///
     /// # Safety
     /// See [`RawCollectives`].
-    pub unsafe fn all_gather(
-        &self,
-        send: DevicePtr,
-        recv: DevicePtr,
-        send_count: usize,
-        dtype: DataType,
-        stream: &Stream,
-    ) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_all_gather(send, recv, send_count, dtype, stream) }
-    }
+    fn all_gather => raw_all_gather(
+        send: DevicePtr, recv: DevicePtr, send_count: usize, dtype: DataType, stream: &Stream,
+    );
 
     /// ReduceScatter: block r (`recv_count` elements) of every rank's `send` reduced into rank
     /// r's `recv`; in place when `recv == send + rank * recv bytes`.
     ///
     /// # Safety
     /// See [`RawCollectives`].
-    pub unsafe fn reduce_scatter(
-        &self,
-        send: DevicePtr,
-        recv: DevicePtr,
-        recv_count: usize,
-        dtype: DataType,
-        op: impl Into<Reduction>,
-        stream: &Stream,
-    ) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_reduce_scatter(send, recv, recv_count, dtype, op, stream) }
-    }
+    fn reduce_scatter => raw_reduce_scatter(
+        send: DevicePtr, recv: DevicePtr, recv_count: usize, dtype: DataType, op: impl Into<Reduction>, stream: &Stream,
+    );
 
     /// Broadcast of `count` elements from the root's `send` into every rank's `recv` (`send`
     /// is read on the root only; equal to `recv`: in place).
     ///
     /// # Safety
     /// See [`RawCollectives`].
-    pub unsafe fn broadcast(
-        &self,
-        send: DevicePtr,
-        recv: DevicePtr,
-        count: usize,
-        dtype: DataType,
-        root: usize,
-        stream: &Stream,
-    ) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_broadcast(send, recv, count, dtype, root, stream) }
-    }
+    fn broadcast => raw_broadcast(
+        send: DevicePtr, recv: DevicePtr, count: usize, dtype: DataType, root: usize, stream: &Stream,
+    );
 
     /// Reduce of `count` elements of every rank's `send` into the root's `recv` (written on
     /// the root only; equal to `send`: in place).
@@ -109,8 +90,7 @@ impl RawCollectives<'_> {
     /// # Safety
     /// See [`RawCollectives`].
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn reduce(
-        &self,
+    fn reduce => raw_reduce(
         send: DevicePtr,
         recv: DevicePtr,
         count: usize,
@@ -118,26 +98,13 @@ impl RawCollectives<'_> {
         op: impl Into<Reduction>,
         root: usize,
         stream: &Stream,
-    ) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_reduce(send, recv, count, dtype, op, root, stream) }
-    }
+    );
 
     /// AllToAll of blocks of `count` elements (`send` and `recv` disjoint, or equal: in place).
     ///
     /// # Safety
     /// See [`RawCollectives`].
-    pub unsafe fn all_to_all(
-        &self,
-        send: DevicePtr,
-        recv: DevicePtr,
-        count: usize,
-        dtype: DataType,
-        stream: &Stream,
-    ) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_all_to_all(send, recv, count, dtype, stream) }
-    }
+    fn all_to_all => raw_all_to_all(send: DevicePtr, recv: DevicePtr, count: usize, dtype: DataType, stream: &Stream);
 
     /// AllToAllv: `send_counts[p]` elements at `send + send_displs[p]` go to rank p,
     /// `recv_counts[p]` elements from rank p land at `recv + recv_displs[p]` (in elements).
@@ -145,8 +112,7 @@ impl RawCollectives<'_> {
     /// # Safety
     /// See [`RawCollectives`].
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_to_allv(
-        &self,
+    fn all_to_allv => raw_all_to_allv(
         send: DevicePtr,
         send_counts: &[usize],
         send_displs: &[usize],
@@ -155,21 +121,17 @@ impl RawCollectives<'_> {
         recv_displs: &[usize],
         dtype: DataType,
         stream: &Stream,
-    ) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, stream) }
-    }
+    );
 
     /// A group of sends and receives that progress together (NCCL's grouped `ncclSend` /
     /// `ncclRecv`), matched with the peers' per (peer, direction) in order.
     ///
     /// # Safety
     /// See [`RawCollectives`]; the peers must post the matching operations.
-    pub unsafe fn send_recv(&self, ops: &[P2pOp], stream: &Stream) -> Result<Algorithm, CollError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.0.raw_send_recv(ops, stream) }
-    }
+    fn send_recv => raw_send_recv(ops: &[P2pOp], stream: &Stream);
+}
 
+impl RawCollectives<'_> {
     /// Registers `[base, base + len)` as a window (NCCL's symmetric window): collective, and
     /// blocking until every rank has mapped every other rank's buffer.
     ///

@@ -9,7 +9,7 @@
 //! handles, the typed [`Env`] (every variable weft reads, with the generated reference
 //! `docs/env.md`), the [`LinkModel`] of a network link, and the embedded device sources with
 //! their per-device kernel loader (and the parameter lists of the test kernels,
-//! [`test_kernels`]).
+//! [`test_kernels`], with their safe launchers, [`selftest_kernels`] and [`test_launchers`]).
 //!
 //! **Must not:** implement collectives or algorithms (weft-coll), run a proxy or a network
 //! transport (weft-net: the FIFO host side, the proxy service, PortChannels and the transports
@@ -31,6 +31,7 @@ mod memory;
 pub mod selftest_kernels;
 mod semaphore;
 pub mod test_kernels;
+pub mod test_launchers;
 mod topology;
 pub mod wire;
 

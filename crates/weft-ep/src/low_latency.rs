@@ -115,14 +115,10 @@ impl Buffer {
         return_recv_hook: bool,
         stream: &Stream,
     ) -> Result<(), EpError> {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, LlPhase::Send, stream)?;
-            if !return_recv_hook {
-                self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, LlPhase::Recv, stream)?;
-            }
-        }
-        Ok(())
+        send_then_recv(return_recv_hook, |phase| {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, phase, stream) }
+        })
     }
 
     /// The receive half of [`Buffer::low_latency_dispatch`] with `return_recv_hook` (DeepEP's
@@ -206,14 +202,10 @@ impl Buffer {
         return_recv_hook: bool,
         stream: &Stream,
     ) -> Result<(), EpError> {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            self.ll_combine_phase(t, shape, config, LlPhase::Send, stream)?;
-            if !return_recv_hook {
-                self.ll_combine_phase(t, shape, config, LlPhase::Recv, stream)?;
-            }
-        }
-        Ok(())
+        send_then_recv(return_recv_hook, |phase| {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { self.ll_combine_phase(t, shape, config, phase, stream) }
+        })
     }
 
     /// The receive half of [`Buffer::low_latency_combine`] with `return_recv_hook`.
@@ -265,4 +257,17 @@ impl Buffer {
         unsafe { self.kernels.ll_combine(stream, self.context, a, config.num_sms, phase) }
             .map_err(|source| EpError::Gpu { rank, source })
     }
+}
+
+/// The send phase of a low-latency call, then its receive phase unless `return_recv_hook` (the
+/// hook launches it later).
+fn send_then_recv(
+    return_recv_hook: bool,
+    mut launch: impl FnMut(LlPhase) -> Result<(), EpError>,
+) -> Result<(), EpError> {
+    launch(LlPhase::Send)?;
+    if !return_recv_hook {
+        launch(LlPhase::Recv)?;
+    }
+    Ok(())
 }

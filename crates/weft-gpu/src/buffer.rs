@@ -186,6 +186,42 @@ fn recount(ptr: DevicePtr, bytes: usize, to: usize) -> Result<usize, GpuError> {
     Ok(bytes / to)
 }
 
+/// The accessors both views have, over their [`Span`].
+macro_rules! view_accessors {
+    ($($view:ident),*) => {$(
+        impl<'a, T: DeviceElement> $view<'a, T> {
+            /// Device address of the first element.
+            pub fn ptr(&self) -> DevicePtr {
+                self.span.ptr()
+            }
+
+            /// Elements.
+            pub fn len(&self) -> usize {
+                self.span.len
+            }
+
+            /// Whether the view has no elements.
+            pub fn is_empty(&self) -> bool {
+                self.span.len == 0
+            }
+
+            /// The GPU that holds the elements.
+            pub fn device(&self) -> &'a Device {
+                self.span.memory.device()
+            }
+
+            /// Keeps the allocation alive until the work queued on `stream` so far has run: what
+            /// a call that enqueues work on these elements does before it returns (see the
+            /// module docs).
+            pub fn retain_on(&self, stream: &Stream) {
+                stream.retain(self.span.memory);
+            }
+        }
+    )*};
+}
+
+view_accessors!(DeviceSlice, DeviceSliceMut);
+
 /// A read-only view of `len()` elements of a [`DeviceBuffer`].
 pub struct DeviceSlice<'a, T: DeviceElement> {
     span: Span<'a>,
@@ -207,29 +243,9 @@ impl<T: DeviceElement> std::fmt::Debug for DeviceSlice<'_, T> {
 }
 
 impl<'a, T: DeviceElement> DeviceSlice<'a, T> {
-    /// Device address of the first element.
-    pub fn ptr(&self) -> DevicePtr {
-        self.span.ptr()
-    }
-
-    /// Elements.
-    pub fn len(&self) -> usize {
-        self.span.len
-    }
-
-    /// Whether the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.span.len == 0
-    }
-
     /// Bytes.
     pub fn byte_len(&self) -> usize {
         self.span.len * size_of::<T>()
-    }
-
-    /// The GPU that holds the elements.
-    pub fn device(&self) -> &'a Device {
-        self.span.memory.device()
     }
 
     /// Elements `range` of this view.
@@ -240,12 +256,6 @@ impl<'a, T: DeviceElement> DeviceSlice<'a, T> {
     /// The same bytes as elements of `U` (an error unless they are whole, aligned `U`s).
     pub fn cast<U: DeviceElement>(&self) -> Result<DeviceSlice<'a, U>, GpuError> {
         Ok(DeviceSlice { span: self.span.cast(size_of::<T>(), size_of::<U>())?, _element: PhantomData })
-    }
-
-    /// Keeps the allocation alive until the work queued on `stream` so far has run: what a call
-    /// that enqueues work on these elements does before it returns (see the module docs).
-    pub fn retain_on(&self, stream: &Stream) {
-        stream.retain(self.span.memory);
     }
 
     /// Copies the elements into `out` (of the same length). Synchronous, through the legacy
@@ -289,26 +299,6 @@ impl<'a, T: DeviceElement> DeviceSliceMut<'a, T> {
         DeviceSliceMut { span: self.span, _element: PhantomData }
     }
 
-    /// Device address of the first element.
-    pub fn ptr(&self) -> DevicePtr {
-        self.span.ptr()
-    }
-
-    /// Elements.
-    pub fn len(&self) -> usize {
-        self.span.len
-    }
-
-    /// Whether the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.span.len == 0
-    }
-
-    /// The GPU that holds the elements.
-    pub fn device(&self) -> &'a Device {
-        self.span.memory.device()
-    }
-
     /// Elements `range` of this view, writable while borrowed.
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T>, GpuError> {
         self.reborrow().into_slice_mut(range)
@@ -328,11 +318,6 @@ impl<'a, T: DeviceElement> DeviceSliceMut<'a, T> {
     /// The same bytes as elements of `U` (an error unless they are whole, aligned `U`s).
     pub fn cast_mut<U: DeviceElement>(self) -> Result<DeviceSliceMut<'a, U>, GpuError> {
         Ok(DeviceSliceMut { span: self.span.cast(size_of::<T>(), size_of::<U>())?, _element: PhantomData })
-    }
-
-    /// As [`DeviceSlice::retain_on`].
-    pub fn retain_on(&self, stream: &Stream) {
-        stream.retain(self.span.memory);
     }
 
     /// Copies `data` (of the same length) into the elements. Synchronous: the data is on the

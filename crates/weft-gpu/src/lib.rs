@@ -7,7 +7,7 @@
 //! the device, typed device buffers and views of them (whose memory outlives the stream work
 //! that uses it), application allocations (their identity and export), NVRTC compilation to
 //! CUBIN with an on-disk cache keyed by a hash of every input, module loading and kernel
-//! launch, and typed kernel parameter lists ([`device_kernels!`], checked against the kernel
+//! launch (alone, or in a [`LaunchScope`] that borrows its arguments' owners), and typed kernel parameter lists ([`device_kernels!`], checked against the kernel
 //! definitions through generated prototypes).
 //!
 //! **Must not:** know about ranks, peers or collectives; call `cuMulticast*` (NVLink multicast is
@@ -27,6 +27,7 @@ pub mod loader;
 mod memory;
 mod module;
 pub mod nvrtc;
+mod scope;
 mod stream;
 mod user_memory;
 
@@ -45,6 +46,7 @@ pub use nvrtc::{
     CompileOptions, CompiledKernel, KernelResources, KernelSource, compile, default_cache_dir, kernel_resources,
     nvrtc_version,
 };
+pub use scope::LaunchScope;
 pub use stream::{CaptureModeRelaxed, Event, Graph, Stream};
 pub use user_memory::{AllocationKey, Sharing, UserAllocation};
 

@@ -351,11 +351,17 @@ impl DeviceMemory {
 
     /// Reads one plain-old-data value at `offset` (synchronous).
     pub fn read_pod<T: Pod + Default>(&self, offset: usize) -> Result<T, GpuError> {
-        let mut value = T::default();
-        // SAFETY: T: Pod accepts any bit pattern; the byte view covers exactly `value`.
-        let bytes = unsafe { std::slice::from_raw_parts_mut((&mut value as *mut T).cast::<u8>(), size_of::<T>()) };
-        self.read(offset, bytes)?;
-        Ok(value)
+        let mut value = [T::default()];
+        self.read_pod_slice(offset, &mut value)?;
+        Ok(value[0])
+    }
+
+    /// Copies plain-old-data values from `offset` into `out` (synchronous; for tests).
+    pub fn read_pod_slice<T: Pod>(&self, offset: usize, out: &mut [T]) -> Result<(), GpuError> {
+        // SAFETY: T: Pod accepts any bit pattern; the byte view covers exactly `out`.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out)) };
+        self.read(offset, bytes)
     }
 
     /// Copies from `offset` into `out` (synchronous; for setup and tests).

@@ -7,7 +7,8 @@
 //! between virtual nodes, TCP through pinned host memory, InfiniBand verbs and its software RC
 //! fabric behind the `ib` feature, and the router in front of them), and the host side of
 //! [`PortChannel`]s: a rank's [`PortProxy`] with its FIFO, the route to each peer
-//! ([`PortRoute`]) and the pairwise channel setup.
+//! ([`PortRoute`]) and the pairwise channel setup; and the safe launchers of the device tests'
+//! and benchmarks' kernels over them ([`test_launchers`]).
 //!
 //! **Must not:** implement collectives or algorithms (weft-coll), define device layouts
 //! (weft-types) or channels that need no proxy (weft-core), make a CUDA call that can wait
@@ -23,6 +24,8 @@ mod port_channel;
 mod port_ib;
 pub mod proxy;
 mod sync;
+#[cfg(not(all(test, weft_loom)))]
+pub mod test_launchers;
 
 #[cfg(not(all(test, weft_loom)))]
 pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig, PortRoute};

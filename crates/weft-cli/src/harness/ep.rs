@@ -148,17 +148,9 @@ pub(crate) fn upload<T: Pod>(device: &Device, values: &[T]) -> Result<DeviceMemo
 
 /// The first `n` values of type `T` of `memory`.
 pub(crate) fn download<T: Pod + Default + Clone>(memory: &DeviceMemory, n: usize) -> Result<Vec<T>, GpuError> {
-    let mut bytes = vec![0u8; n * size_of::<T>()];
-    memory.read(0, &mut bytes)?;
-    Ok(bytes
-        .chunks_exact(size_of::<T>())
-        .map(|c| {
-            let mut v = T::default();
-            // SAFETY: T: Pod accepts any bit pattern; `c` has exactly size_of::<T>() bytes.
-            unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), (&mut v as *mut T).cast::<u8>(), c.len()) };
-            v
-        })
-        .collect())
+    let mut values = vec![T::default(); n];
+    memory.read_pod_slice(0, &mut values)?;
+    Ok(values)
 }
 
 /// The bits of BF16 values (what a device tensor of them holds).

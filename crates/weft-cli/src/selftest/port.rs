@@ -8,10 +8,9 @@
 
 use std::time::Duration;
 
-use weft_core::test_kernels::{PortExchange, PortWaitOnce};
 use weft_core::{Communicator, Error, KernelLibrary, RegisteredMemory};
-use weft_gpu::{AllocKind, DeviceMemory, LaunchConfig, PinnedHostMemory, Stream};
-use weft_net::{PortChannel, PortProxy, PortProxyConfig};
+use weft_gpu::{AllocKind, DeviceMemory, PinnedHostMemory, Stream};
+use weft_net::{PortProxy, PortProxyConfig, test_launchers};
 use weft_types::PortChannelDeviceHandle;
 
 use super::report::RankReport;
@@ -65,31 +64,30 @@ pub(crate) fn run(
             for (channels, chunk, chunks, launches) in EXCHANGES {
                 buffer.memory().fill(bytes, bytes, POISON).map_err(gpu)?;
                 let chs = (0..channels).map(|_| proxy.channel(partner, id, None)).collect::<Result<Vec<_>, _>>()?;
-                let table: Vec<PortChannelDeviceHandle> = chs.iter().map(PortChannel::device_handle).collect();
-                handles.write_pod(0, &table).map_err(gpu)?;
                 for b in 0..channels as usize {
                     status.write(4 * b, 0u32).map_err(gpu)?;
                 }
-                let params = PortExchange {
-                    chs: handles.ptr(),
-                    chunk,
-                    chunks,
-                    dst_base: bytes as u32,
-                    status: status.device_ptr(),
-                };
                 let name = format!(
                     "{label}port channel put/signal/wait/flush {rank}<->{partner} ({:?}, {channels} channel{}, {launches} launch{})",
                     chs[0].route(),
                     if channels == 1 { "" } else { "s at once" },
                     if launches == 1 { "" } else { "es" }
                 );
-                let config = LaunchConfig { grid: channels, block: 32, shared_bytes: 0 };
-                // SAFETY: the channels' table, the channels, buffer and status words live until
-                // the stream is idle below.
-                let launched = (0..launches).try_for_each(|_| unsafe { exchange.launch(&stream, config, &params) });
+                // Each launch is enqueued while the previous one may still spin.
+                let (launched, idle) = stream.launch_scope(host_timeout, "the PortChannel exchange kernel", |scope| {
+                    test_launchers::port_exchange(
+                        scope,
+                        &exchange,
+                        &chs,
+                        &handles,
+                        launches,
+                        (chunk, chunks, bytes as u32),
+                        &status,
+                    )
+                });
                 let sent = (chunk * chunks) as usize;
                 let outcome = launched
-                    .and_then(|()| stream.wait_idle(host_timeout, "the PortChannel exchange kernel"))
+                    .and(idle)
                     .map_err(|e| e.to_string())
                     .and_then(|()| comm.check_device().map_err(|e| e.to_string()))
                     .and_then(|()| {
@@ -171,12 +169,13 @@ fn release_on_shutdown(
     let ch = proxy.channel(partner, id, Some(Duration::from_secs(60)))?;
     let status = PinnedHostMemory::alloc(comm.device(), 8).map_err(gpu)?;
     status.write(0, 7u32).map_err(gpu)?;
-    let params = PortWaitOnce { ch: ch.device_handle(), status: status.device_ptr() };
-    // SAFETY: everything lives until the stream is idle.
-    unsafe { wait_once.launch(stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &params) }.map_err(gpu)?;
-    std::thread::sleep(Duration::from_millis(200));
-    let shutdown = proxy.shutdown();
-    let idle = stream.wait_idle(Duration::from_secs(20), "a kernel waiting on a stopped PortChannel proxy");
+    let (launched, idle) =
+        stream.launch_scope(Duration::from_secs(20), "a kernel waiting on a stopped PortChannel proxy", |scope| {
+            test_launchers::port_wait_once(scope, wait_once, &ch, &status)?;
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(proxy.shutdown())
+        });
+    let shutdown = launched.map_err(gpu)?;
     let failure = comm.device_failure();
     let outcome = match (shutdown, idle, status.read::<u32>(0), &failure) {
         (Ok(_), Ok(()), Ok(0), Some(f)) if f.op == "semaphore wait" => Ok(()),

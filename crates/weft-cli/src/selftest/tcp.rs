@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weft_core::test_kernels::WaitToken;
+use weft_core::test_launchers;
 use weft_core::{Communicator, KernelLibrary};
-use weft_gpu::{DeviceMemory, LaunchConfig, PinnedHostMemory, Stream};
+use weft_gpu::{DeviceMemory, PinnedHostMemory, Stream};
 use weft_net::proxy::transport::Op;
 use weft_net::proxy::transport::staged::{DeviceInbox, StagedDeviceMemory};
 use weft_net::proxy::transport::tcp::{TcpConfig, TcpTransport};
@@ -247,7 +247,6 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     let mine: Vec<u8> = (0..LEN).map(|i| byte(rank, i)).collect();
     link.src.write(0, &mine).map_err(|e| text(&e))?;
     link.dst.fill(0, LEN, POISON).map_err(|e| text(&e))?;
-    let token = &link.token;
 
     // The spinning kernel, on the legacy default stream: the stream a synchronous copy would use.
     let module = library.load(device, "port.cu").map_err(|e| text(&e))?.module;
@@ -260,19 +259,14 @@ fn case(comm: &Communicator, library: &KernelLibrary) -> Result<(), String> {
     // rank's copies behind it. Every rank is set up before any kernel spins (nothing with a GPU
     // per rank).
     comm.settle_before_launch().map_err(|e| text(&e))?;
-    let params = WaitToken {
-        token: token.ptr(),
-        value: PUTS.len() as u64,
-        wait: comm.wait_context(rank, None),
-        status: status.device_ptr(),
-    };
-    // SAFETY: the token and the status word live until the stream is idle below.
-    unsafe { kernel.launch(&legacy, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &params) }
-        .map_err(|e| text(&e))?;
-
-    let outcome = transfer(&link.sender, &PUTS, 2 * PUTS.len() as u64, timeout);
     let host_timeout = timeout + Duration::from_secs(30);
-    let idle = legacy.wait_idle(host_timeout, "the kernel spinning on the TCP token").map_err(|e| text(&e));
+    let (outcome, idle) = legacy.launch_scope(host_timeout, "the kernel spinning on the TCP token", |scope| {
+        test_launchers::wait_token(scope, &kernel, comm, rank, &link.token, PUTS.len() as u64, &status)
+            .map_err(|e| text(&e))?;
+        Ok::<_, String>(transfer(&link.sender, &PUTS, 2 * PUTS.len() as u64, timeout))
+    });
+    let outcome = outcome?;
+    let idle = idle.map_err(|e| text(&e));
     // ... and no rank frees memory (a context-wide synchronisation) while a peer's kernel spins.
     comm.settle_before_launch().map_err(|e| text(&e))?;
     let dst = link.dst.clone();

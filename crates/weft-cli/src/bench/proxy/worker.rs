@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_core::selftest_kernels::{SelftestKernels, SelftestRunner};
-use weft_core::test_kernels::{FifoLatency, FifoPushRate, HostReadLatency, PortPutBandwidth};
 use weft_core::{Communicator, Env, KernelLibrary, MemoryChannelConfig, RegisteredMemory};
-use weft_gpu::{Device, Event, Kernel, LaunchConfig, PinnedHostMemory, Stream};
+use weft_gpu::{Device, Event, Kernel, LaunchConfig, LaunchScope, PinnedHostMemory, Stream};
 use weft_net::fifo::{FifoReader, PinnedFifo};
 use weft_net::proxy::{CommandHandler, Handled, ProxyConfig, ProxyError, ProxyService};
+use weft_net::test_launchers::{self, FifoTable};
 use weft_net::{PortProxy, PortProxyConfig};
-use weft_types::{FifoCommand, FifoDeviceHandle};
+use weft_types::FifoCommand;
 
 use super::{ChannelKind, FifoOptions, FifoReport, FifoRow, P2pOptions, P2pRow, ProxyBench, RankReport};
 use crate::harness::progress;
@@ -120,30 +120,29 @@ struct Gpu {
 
 /// `n` FIFOs, each served by a proxy thread of its own (pinned near the GPU), with `handler` for
 /// the bench op.
-struct Fifos {
+struct Fifos<'comm> {
     service: Option<ProxyService>,
-    /// The FIFOs' device handles, in memory the device reads.
-    handles: PinnedHostMemory,
-    /// The FIFOs' memory; dropped after the service (declared after it).
-    _fifos: Vec<PinnedFifo>,
+    /// The FIFOs and their device handles; dropped after the service (declared after it).
+    table: FifoTable<'comm>,
 }
 
-impl Fifos {
-    fn start(comm: &Communicator, n: usize, depth: usize, handler: Arc<dyn CommandHandler>) -> Result<Self, BoxError> {
-        let mut wait = comm.wait_context(0, None);
-        wait.peer = -1;
-        let size = std::mem::size_of::<FifoDeviceHandle>();
-        let handles = PinnedHostMemory::alloc(comm.device(), n * size)?;
+impl<'comm> Fifos<'comm> {
+    fn start(
+        comm: &'comm Communicator,
+        n: usize,
+        depth: usize,
+        handler: Arc<dyn CommandHandler>,
+    ) -> Result<Self, BoxError> {
         let config = ProxyConfig { threads: n, ..ProxyConfig::default() }.near_pci_device(&comm.device().pci_bus_id()?);
         let mut builder = ProxyService::builder(config).handler(BENCH_OP, handler)?;
         let mut fifos = Vec::with_capacity(n);
-        for i in 0..n {
+        for _ in 0..n {
             let fifo = PinnedFifo::new(comm.device(), depth)?;
-            handles.write(i * size, fifo.device_handle(wait))?;
             builder = builder.fifo(FifoReader::new(fifo.clone())?);
             fifos.push(fifo);
         }
-        Ok(Self { service: Some(builder.start()?), handles, _fifos: fifos })
+        let table = FifoTable::new(comm, fifos)?;
+        Ok(Self { service: Some(builder.start()?), table })
     }
 
     fn failure(&self) -> Option<String> {
@@ -167,12 +166,21 @@ impl Gpu {
     }
 
     /// Seconds `launch` took on the stream (CUDA events around it), after a bounded wait.
-    fn timed(&self, what: &str, launch: &dyn Fn() -> Result<(), BoxError>) -> Result<f64, BoxError> {
+    /// Runs `launch` between two events on the stream, waits for it and returns the seconds
+    /// between the events.
+    fn timed<'env>(
+        &'env self,
+        what: &str,
+        launch: impl for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> Result<(), BoxError>,
+    ) -> Result<f64, BoxError> {
         let (start, end) = (Event::new(self.comm.device())?, Event::new(self.comm.device())?);
-        start.record(&self.stream)?;
-        launch()?;
-        end.record(&self.stream)?;
-        self.stream.wait_idle(self.host_timeout, what)?;
+        let (launched, idle) = self.stream.launch_scope(self.host_timeout, what, |scope| {
+            start.record(scope.stream())?;
+            launch(scope)?;
+            Ok::<_, BoxError>(end.record(scope.stream())?)
+        });
+        launched?;
+        idle?;
         self.comm.check_device()?;
         Ok(f64::from(start.elapsed_ms(&end)?) / 1e3)
     }
@@ -212,20 +220,9 @@ impl Gpu {
         let launch = LaunchConfig { grid: grid.blocks, block: grid.block_threads, shared_bytes: 0 };
         let run = |per_pusher: u32, first_seq: u32| -> Result<f64, BoxError> {
             out.write(0, 0u64)?;
-            let params = FifoPushRate {
-                fifos: fifos.handles.device_ptr(),
-                nfifos: threads as u32,
-                op: u32::from(BENCH_OP),
-                pushers,
-                lanes: o.lanes,
-                pushes: per_pusher,
-                first_seq,
-                out: out.device_ptr(),
-            };
-            let seconds = self.timed("the FIFO push kernel", &|| {
-                // SAFETY: `handles` holds `threads` handles whose FIFOs, like `out`, live until
-                // the stream is idle (timed() waits for it).
-                Ok(unsafe { kernel.launch(&self.stream, launch, &params) }?)
+            let seconds = self.timed("the FIFO push kernel", |scope| {
+                let counts = (pushers, o.lanes, per_pusher, first_seq);
+                Ok(test_launchers::fifo_push_rate(scope, kernel, launch, &fifos.table, BENCH_OP, counts, out)?)
             })?;
             match out.read::<u64>(0)? {
                 0 => Ok(seconds),
@@ -256,15 +253,11 @@ impl Gpu {
         let latency = self.kernel("weft_fifo_latency")?;
         let host_read = self.kernel("weft_host_read_latency")?;
         let fifos = Fifos::start(&self.comm, 1, o.depth, Arc::new(Discard))?;
-        let handle: FifoDeviceHandle = fifos.handles.read(0)?;
-        let one_thread = LaunchConfig { grid: 1, block: 32, shared_bytes: 0 };
         let round_trips = |rounds: u32| -> Result<u64, BoxError> {
             out.write(0, 0u64)?;
             out.write(8, 0u64)?;
-            let params = FifoLatency { fifo: handle, op: u32::from(BENCH_OP), rounds, out: out.device_ptr() };
-            self.timed("the FIFO latency kernel", &|| {
-                // SAFETY: the FIFO and `out` live until the stream is idle (timed() waits for it).
-                Ok(unsafe { latency.launch(&self.stream, one_thread, &params) }?)
+            self.timed("the FIFO latency kernel", |scope| {
+                Ok(test_launchers::fifo_latency(scope, &latency, &fifos.table, BENCH_OP, rounds, out)?)
             })?;
             match (out.read::<u64>(0)?, out.read::<u64>(8)?) {
                 (ns, 0) => Ok(ns),
@@ -274,10 +267,8 @@ impl Gpu {
         let warm_up = 100;
         round_trips(warm_up)?;
         let ns = round_trips(o.rounds)?;
-        let params = HostReadLatency { fifo: handle, rounds: o.rounds, out: out.device_ptr() };
-        self.timed("the host-read latency kernel", &|| {
-            // SAFETY: the FIFO and `out` live until the stream is idle (timed() waits for it).
-            Ok(unsafe { host_read.launch(&self.stream, one_thread, &params) }?)
+        self.timed("the host-read latency kernel", |scope| {
+            Ok(test_launchers::host_read_latency(scope, &host_read, &fifos.table, o.rounds, out)?)
         })?;
         let read_ns = out.read::<u64>(0)?;
         fifos.stop(u64::from(warm_up + o.rounds))?;
@@ -320,21 +311,10 @@ impl Gpu {
                 let status = PinnedHostMemory::alloc(comm.device(), 8)?;
                 let run = |bytes: usize, count: u32| -> Result<f64, BoxError> {
                     status.write(0, 0u32)?;
-                    let params = PortPutBandwidth {
-                        ch: ch.device_handle(),
+                    let seconds = self.timed("the PortChannel put kernel", |scope| {
                         // The options keep sizes below 4 GiB for port.
-                        bytes: bytes as u32,
-                        count,
-                        sender: u32::from(rank == 0),
-                        status: status.device_ptr(),
-                    };
-                    let seconds = self.timed("the PortChannel put kernel", &|| {
-                        // SAFETY: bytes fit both sides' memories (both allocated max_bytes); the
-                        // channel, the memory and `status` live until the stream is idle
-                        // (timed() waits).
-                        Ok(unsafe {
-                            kernel.launch(&self.stream, LaunchConfig { grid: 1, block: 32, shared_bytes: 0 }, &params)
-                        }?)
+                        let put = (bytes as u32, count, rank == 0);
+                        Ok(test_launchers::port_put_bandwidth(scope, &kernel, &ch, put, &status)?)
                     })?;
                     match status.read::<u32>(0)? {
                         1 => Ok(seconds),

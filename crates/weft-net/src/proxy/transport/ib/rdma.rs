@@ -326,7 +326,7 @@ impl RdmaVerbs {
     /// # Safety
     /// The memory must stay allocated while this `RdmaVerbs` lives: the NIC reads and writes it
     /// without further checks.
-    pub unsafe fn register(&self, addr: u64, len: usize) -> Result<(LocalRegion, RemoteRegion), RdmaError> {
+    pub(crate) unsafe fn register(&self, addr: u64, len: usize) -> Result<(LocalRegion, RemoteRegion), RdmaError> {
         let access = MEMORY_ACCESS;
         // Relaxed ordering is an optional flag, which only ibv_reg_mr_iova2 drops where the
         // kernel lacks it (verbs.h's ibv_reg_mr macro routes such calls there).
@@ -348,7 +348,7 @@ impl RdmaVerbs {
     /// # Safety
     /// The memory must stay allocated while this `RdmaVerbs` lives (the descriptor may be
     /// closed once this returns: the registration holds the buffer).
-    pub unsafe fn register_dmabuf(
+    pub(crate) unsafe fn register_dmabuf(
         &self,
         fd: std::os::fd::BorrowedFd<'_>,
         offset: u64,
