@@ -57,22 +57,6 @@ pub(crate) mod tests {
 
     /// Every shipped plan at a few rank counts.
     pub(crate) fn shipped() -> Vec<ExecutionPlan> {
-        let programs = [
-            plans::ring_allreduce(4, 2),
-            plans::ring_allreduce(3, 1),
-            plans::allpairs_allreduce(4, 1),
-            plans::hierarchical_allreduce(4, 2, 1),
-            plans::ring_allgather(5, 1),
-            plans::ring_reduce_scatter(4, 1),
-            plans::allpairs_reduce_scatter(3, 1),
-            plans::two_step_alltoall(4, 2, 1),
-            plans::alltonext(6, 3, 1),
-            plans::direct_broadcast(4, 1, 1),
-            plans::allpairs_allreduce_ll(4, 1),
-            plans::ring_allreduce_ll(3, 2),
-        ];
-        let mut out: Vec<ExecutionPlan> = programs.into_iter().map(|p| p.unwrap().compile().unwrap()).collect();
-        out.push(plans::port_allpairs_allreduce(3).unwrap().compile().unwrap());
-        out
+        plans::samples().unwrap()
     }
 }

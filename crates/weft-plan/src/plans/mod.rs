@@ -44,6 +44,33 @@ pub use gather_scatter::{allpairs_reduce_scatter, ring_allgather, ring_reduce_sc
 pub use port::port_allpairs_allreduce;
 
 use crate::dsl::DslError;
+use crate::{CompileError, ExecutionPlan};
+
+/// Every shipped algorithm at a few rank counts (2 to 6 ranks, 1 or 2 instances), compiled: the
+/// sample that the crates consuming plans (the executor's lowering, tables and geometry) test
+/// against.
+pub fn samples() -> Result<Vec<ExecutionPlan>, CompileError> {
+    let programs = [
+        ring_allreduce(4, 2),
+        ring_allreduce(3, 1),
+        allpairs_allreduce(4, 1),
+        hierarchical_allreduce(4, 2, 1),
+        ring_allgather(5, 1),
+        ring_reduce_scatter(4, 1),
+        allpairs_reduce_scatter(3, 1),
+        two_step_alltoall(4, 2, 1),
+        alltonext(6, 3, 1),
+        direct_broadcast(4, 1, 1),
+        allpairs_allreduce_ll(4, 1),
+        ring_allreduce_ll(3, 2),
+    ];
+    let mut plans = Vec::with_capacity(programs.len() + 1);
+    for program in programs {
+        plans.push(program.map_err(CompileError::Program)?.compile()?);
+    }
+    plans.push(port_allpairs_allreduce(3).map_err(CompileError::Program)?.compile()?);
+    Ok(plans)
+}
 
 fn at_least_two(algorithm: &'static str, nranks: u32) -> Result<(), DslError> {
     if nranks < 2 {
