@@ -22,9 +22,10 @@ import torch
 import torch.distributed as dist
 
 import weft.ep as deep_ep
+from weft.ep import reference as ref
+from weft.ep.reference import bits, fp8
 
 HIDDEN, TOPK, LL_HIDDEN, LL_MAX_TOKENS, ALIGNMENT = 256, 4, 512, 128, 4
-FP8_SCALE = 448.0 / 4.0  # every 128-channel block's largest magnitude is 4
 
 
 def tokens_of(rank: int) -> int:
@@ -33,16 +34,9 @@ def tokens_of(rank: int) -> int:
 
 def inputs(rank: int, num_experts: int, hidden: int):
     """Rank ``rank``'s routing and tokens (on the CPU): ``topk_idx`` (distinct experts, about
-    one slot in ten -1), power-of-two ``topk_weights``, and ``x`` of small integers."""
-    g = torch.Generator().manual_seed(1000 + rank + 7 * num_experts)
-    t = tokens_of(rank)
-    idx = torch.rand(t, num_experts, generator=g).topk(TOPK, dim=1).indices
-    idx[torch.rand(t, TOPK, generator=g) < 0.1] = -1
-    weights = torch.tensor([0.25, 0.5, 1.0])[torch.randint(0, 3, (t, TOPK), generator=g)]
-    x = torch.tensor([0.0, 1, -1, 2, -2, 4, -4])[torch.randint(0, 7, (t, hidden), generator=g)]
-    x[:, ::128] = 4.0
-    bias = torch.randint(-2, 3, (2, t, hidden), generator=g).float()
-    return idx, weights, x, bias
+    one slot in ten -1), power-of-two ``topk_weights``, ``x`` of small integers, two biases."""
+    i = ref.inputs(1000 + rank + 7 * num_experts, tokens_of(rank), hidden, TOPK, num_experts)
+    return i.topk_idx, i.topk_weights, i.x, i.bias
 
 
 class Checks:
@@ -64,21 +58,6 @@ class Checks:
             print(f"rank {self.rank}: {'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
 
 
-def bits(t):
-    """``t``'s bits as integers, for the types whose NaN or negative zero == would miss."""
-    if t.dtype in (torch.float8_e4m3fn, torch.bfloat16, torch.float32):
-        return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
-    return t
-
-
-def fp8(x):
-    """DeepEP's FP8 input: E4M3 values and one float32 scale per 128 channels (exact here)."""
-    # weft's kernels store amax / 448 in float32 (as DeepEP's), here 4 / 448.
-    scale_inv = torch.tensor(4.0) / torch.tensor(448.0)
-    scales = torch.full((x.shape[0], x.shape[1] // 128), float(scale_inv), dtype=torch.float32, device=x.device)
-    return (x * FP8_SCALE).to(torch.float8_e4m3fn), scales
-
-
 def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
     experts = 8 * ranks
     local = experts // ranks
@@ -90,11 +69,7 @@ def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
     buffer = deep_ep.Buffer(group, num_nvl_bytes=nvl_bytes)
 
     # Reference routing.
-    def in_rank(i):
-        rank_of = torch.where(i >= 0, i // local, -1)
-        return torch.stack([(rank_of == r).any(dim=1) for r in range(ranks)], dim=1)
-
-    masks = [in_rank(e[0]) for e in everyone]
+    masks = [ref.in_rank(e[0], ranks, local) for e in everyone]
     rows = [(s, t) for s in range(ranks) for t in range(tokens_of(s)) if masks[s][t, rank]]
     counts = torch.tensor([[int(m[:, d].sum()) for d in range(ranks)] for m in masks], dtype=torch.int32)
     mine = lambda i: (i >= rank * local) & (i < (rank + 1) * local)  # noqa: E731

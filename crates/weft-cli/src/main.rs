@@ -78,7 +78,8 @@ enum Command {
         /// Write the rows as JSON.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
-        /// Plot time and bus bandwidth against size (weft and NCCL) into this PNG.
+        /// Plot into this PNG (SVG if it ends in .svg): time and bus bandwidth against size (weft
+        /// and NCCL); for ep, GB/s and low-latency µs per operation, a series per SM count.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
         /// Ranks (collectives; default: one per GPU). More ranks than GPUs run as threads of
@@ -332,9 +333,9 @@ fn main() -> ExitCode {
             "ep" => bench_ep(
                 &proxy,
                 &sweep,
-                [graph, nccl || windows || nccl_windows, in_place, versus.is_some(), plot.is_some()],
+                [graph, nccl || windows || nccl_windows, in_place, versus.is_some()],
                 check,
-                json,
+                [json, plot],
             ),
             "fifo" | "p2p" => bench_proxy(
                 &collective,
@@ -486,12 +487,12 @@ fn bench_proxy(
 fn bench_ep(
     args: &ProxyBenchArgs,
     sweep: &Sweep,
-    collective_flags: [bool; 5],
+    collective_flags: [bool; 4],
     check: bool,
-    json: Option<std::path::PathBuf>,
+    [json, plot]: [Option<std::path::PathBuf>; 2],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if collective_flags.iter().any(|&f| f) {
-        return Err("weft bench ep: --graph, --nccl, --in-place, --versus and --plot are for collectives".into());
+        return Err("weft bench ep: --graph, --nccl, --in-place and --versus are for collectives".into());
     }
     if torchrun_rank("weft bench")?.is_some() {
         return Err("weft bench ep runs a thread per GPU itself: run it without torchrun".into());
@@ -511,7 +512,7 @@ fn bench_ep(
         check,
         gpus: s.gpus,
     };
-    weft_cli::bench::ep::run(&options, json.as_deref())
+    weft_cli::bench::ep::run(&options, json.as_deref(), plot.as_deref())
 }
 
 fn tune(

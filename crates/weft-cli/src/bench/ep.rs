@@ -6,17 +6,19 @@
 //! 4/128) / 2 for FP8, and the BF16 figure for combine (DeepEP's `tests/test_intranode.py`). Then DeepEP's
 //! low-latency test: `--ll-tokens` (128) tokens per rank, FP8 dispatch and combine each timed
 //! as its send and receive kernels together, GB/s over the selected (token, expert) pairs:
-//! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (`tests/test_low_latency.py`).
+//! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (`tests/test_low_latency.py`),
+//! at every SM count too.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use serde::Serialize;
 use weft_bootstrap::InProcessBootstrap;
 use weft_core::{Communicator, Env};
 use weft_ep::{Buffer, nvl_bytes_hint};
 use weft_gpu::{Device, Event, Stream};
 
+use super::ep_report;
+pub use super::ep_report::EpLine;
 use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase, poisoned};
 use crate::harness::ep_ll::{self, LlCase, LlTensors, check_ll_case};
 use crate::harness::launch;
@@ -47,27 +49,13 @@ pub struct EpBenchOptions {
     pub gpus: usize,
 }
 
-/// One measured line.
-#[derive(Clone, Debug, Serialize)]
-pub struct EpLine {
-    /// Rank that measured it.
-    pub rank: usize,
-    /// `dispatch`, `combine`, `ll-dispatch` or `ll-combine`.
-    pub op: &'static str,
-    /// `fp8` or `bf16`.
-    pub payload: &'static str,
-    /// SMs of the kernel.
-    pub sms: u32,
-    /// Rows this rank received (low-latency: its selected (token, expert) pairs).
-    pub recv_tokens: usize,
-    /// Average time of a call in µs.
-    pub us: f64,
-    /// DeepEP's NVLink GB/s.
-    pub gbps: f64,
-}
-
-/// Runs the benchmark on `options.gpus` GPUs and prints a table per rank; `json` gets every line.
-pub fn run(options: &EpBenchOptions, json: Option<&std::path::Path>) -> Result<ExitCode, Box<dyn std::error::Error>> {
+/// Runs the benchmark on `options.gpus` GPUs and prints a line per rank, operation and SM
+/// count; `json` gets every line, `plot` a figure of them.
+pub fn run(
+    options: &EpBenchOptions,
+    json: Option<&std::path::Path>,
+    plot: Option<&std::path::Path>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let env = Env::from_process()?;
     let shared = Arc::new(options.clone());
     let outcomes = launch::run_rank_threads(options.gpus, "weft-ep", move |rank, bootstrap| {
@@ -88,19 +76,16 @@ pub fn run(options: &EpBenchOptions, json: Option<&std::path::Path>) -> Result<E
             }
         }
     }
-    println!(
+    let title = format!(
         "weft bench ep: {} ranks, {} tokens per rank, hidden {}, top-{}, {} experts (DeepEP's GB/s)",
         options.gpus, options.tokens, options.hidden, options.topk, options.experts
     );
-    println!("{:>4} {:>9} {:>5} {:>5} {:>10} {:>10} {:>9}", "rank", "op", "type", "SMs", "recv rows", "µs", "GB/s");
-    for l in &lines {
-        println!(
-            "{:>4} {:>9} {:>5} {:>5} {:>10} {:>10.1} {:>9.1}",
-            l.rank, l.op, l.payload, l.sms, l.recv_tokens, l.us, l.gbps
-        );
-    }
+    ep_report::print_table(&title, &lines);
     if let Some(path) = json {
-        std::fs::write(path, serde_json::to_vec_pretty(&lines)?)?;
+        ep_report::write_json(path, &lines)?;
+    }
+    if let Some(path) = plot {
+        ep_report::write_plot(path, &title, &lines)?;
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
@@ -173,17 +158,16 @@ fn measure_rank(
     Ok(lines)
 }
 
-/// The low-latency test at the first SM count: FP8 dispatch and BF16 combine, each timed as
-/// its send and receive kernels together.
+/// The low-latency test at every SM count: FP8 dispatch and BF16 combine, each timed as its
+/// send and receive kernels together.
 fn measure_low_latency(
     comm: &Communicator,
     stream: &Stream,
     options: &EpBenchOptions,
 ) -> Result<Vec<EpLine>, Box<dyn std::error::Error>> {
     let (rank, ranks) = (comm.rank(), comm.world_size());
-    let sms = options.sms.first().copied().unwrap_or(weft_ep::DEFAULT_NUM_SMS);
-    let case = LlCase {
-        name: "low-latency".into(),
+    let case = |num_sms| LlCase {
+        name: format!("low-latency {num_sms} SMs"),
         tokens: vec![options.ll_tokens; ranks],
         hidden: options.hidden,
         topk: options.topk,
@@ -192,40 +176,38 @@ fn measure_low_latency(
         fp8: true,
         round_scale: false,
         drop_one_in: 0,
-        num_sms: sms,
+        num_sms,
         seed: 0x11_be00,
     };
-    if options.check {
-        check_ll_case(comm, &case)?;
+    let mut lines = Vec::new();
+    // The buffer's size does not depend on the SM count.
+    let buffer = Buffer::new(comm, 0, case(weft_ep::DEFAULT_NUM_SMS).rdma_bytes())?;
+    for &sms in &options.sms {
+        let case = case(sms);
+        if options.check {
+            check_ll_case(comm, &case)?;
+        }
+        let inputs = case.inputs(rank);
+        let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
+        let t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
+        let dispatch_us = time(comm, stream, || ep_ll::dispatch(&buffer, &case, &t, false, stream))?;
+        let combine_us = time(comm, stream, || ep_ll::combine(&buffer, &case, &t, false, stream))?;
+        let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
+        let combine_bytes = (pairs * options.hidden * 2) as f64;
+        let line = |op, payload, us: f64, bytes: f64| EpLine {
+            rank,
+            op,
+            payload,
+            sms,
+            recv_tokens: pairs,
+            us,
+            gbps: bytes / us / 1e3,
+        };
+        lines.push(line("ll-dispatch", "fp8", dispatch_us, dispatch_bytes));
+        lines.push(line("ll-combine", "bf16", combine_us, combine_bytes));
+        comm.barrier()?;
     }
-    let buffer = Buffer::new(comm, 0, case.rdma_bytes())?;
-    let inputs = case.inputs(rank);
-    let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
-    let t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
-    let dispatch_us = time(comm, stream, || ep_ll::dispatch(&buffer, &case, &t, false, stream))?;
-    let combine_us = time(comm, stream, || ep_ll::combine(&buffer, &case, &t, false, stream))?;
-    let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
-    let combine_bytes = (pairs * options.hidden * 2) as f64;
-    Ok(vec![
-        EpLine {
-            rank,
-            op: "ll-dispatch",
-            payload: "fp8",
-            sms,
-            recv_tokens: pairs,
-            us: dispatch_us,
-            gbps: dispatch_bytes / dispatch_us / 1e3,
-        },
-        EpLine {
-            rank,
-            op: "ll-combine",
-            payload: "bf16",
-            sms,
-            recv_tokens: pairs,
-            us: combine_us,
-            gbps: combine_bytes / combine_us / 1e3,
-        },
-    ])
+    Ok(lines)
 }
 
 /// Average µs of `call` over [`ITERATIONS`] after [`WARMUPS`], each bracketed by events on

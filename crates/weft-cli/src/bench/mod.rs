@@ -7,6 +7,7 @@
 
 pub mod cpu;
 pub mod ep;
+mod ep_report;
 mod plot;
 pub mod proxy;
 mod report;
