@@ -1084,11 +1084,17 @@ impl Collectives {
             // The workers their state was set up for, and the driver.
             Protocol::Port => (self.config.port_ring_blocks + 1, self.config.hb_threads),
         };
+        let config = LaunchConfig { grid, block, shared_bytes: 0 };
+        // Every LL kernel starts with `ll_round_begin`, which waits for the previous grid.
+        let early = self.config.early_launch && algorithm.protocol() == Protocol::Ll;
         // SAFETY: the context's tables and buffers live as long as `self`; a device scalar was
-        // checked to lie in this GPU's memory; the rest (it and the buffers staying valid) is
-        // the caller's contract.
-        unsafe { kernel.launch(stream, LaunchConfig { grid, block, shared_bytes: 0 }, &params) }
-            .map_err(|source| CollError::Gpu { rank, source })?;
+        // checked to lie in this GPU's memory; an early launch's kernel waits for the previous
+        // grid before its first access; the rest (it and the buffers staying valid) is the
+        // caller's contract.
+        unsafe {
+            if early { kernel.launch_early(stream, config, &params) } else { kernel.launch(stream, config, &params) }
+        }
+        .map_err(|source| CollError::Gpu { rank, source })?;
         Ok(algorithm)
     }
 }

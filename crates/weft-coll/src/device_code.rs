@@ -95,4 +95,25 @@ mod tests {
             assert!(unit_text.contains(&format!("#include \"{}\"", holders[0])), "{unit} lacks {}", holders[0]);
         }
     }
+
+    /// An early launch (`CollConfig::early_launch`) is sound only for a kernel whose blocks all
+    /// wait for the previous grid before anything else: every LL kernel must begin with
+    /// `ll_round_begin`, which does.
+    #[test]
+    fn every_ll_kernel_begins_by_waiting_for_the_previous_grid() {
+        use crate::algorithm::{Algorithm, Protocol};
+        let header = include_str!("../../../device/include/weft/collective.cuh");
+        let begin = &header[header.find("bool ll_round_begin(").expect("ll_round_begin is defined")..];
+        let body = &begin[begin.find('{').unwrap() + 1..];
+        assert!(body.trim_start().starts_with("ptx::grid_dependency_wait();"), "ll_round_begin must wait first");
+        for algorithm in Algorithm::ALL.into_iter().filter(|a| a.protocol() == Protocol::Ll) {
+            let definition = format!(" {}(", algorithm.kernel());
+            let (_, text) = KERNELS.includes.iter().find(|(_, t)| t.contains(&definition)).unwrap();
+            let kernel = &text[text.find(&definition).unwrap()..];
+            let statements = &kernel[kernel.find('{').unwrap() + 1..];
+            let first_two: Vec<&str> = statements.split(';').take(2).map(str::trim).collect();
+            assert_eq!(first_two[0], "LlRound round", "{}", algorithm.kernel());
+            assert!(first_two[1].starts_with("if (!ll_round_begin(c, round)) return"), "{}", algorithm.kernel());
+        }
+    }
 }

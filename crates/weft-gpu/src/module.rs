@@ -228,6 +228,40 @@ impl Kernel {
         config: LaunchConfig,
         params: &P,
     ) -> Result<(), GpuError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.enqueue(stream, config, params, false) }
+    }
+
+    /// [`Kernel::launch`] as a programmatic dependent launch: the kernel's blocks may be
+    /// scheduled while the previous kernel on `stream` is still running (once that kernel's
+    /// blocks have all executed `griddepcontrol.launch_dependents`, or exited), which hides
+    /// the launch gap between back-to-back kernels. Stream order still holds for memory only
+    /// through the kernel itself: it must execute `griddepcontrol.wait` (weft's
+    /// `ptx::grid_dependency_wait`) in every block before touching memory that earlier work
+    /// on the stream writes or reads. CUDA-graph capture keeps the dependency as a
+    /// programmatic edge.
+    ///
+    /// # Safety
+    /// As for [`Kernel::launch`], and the kernel must wait as described above.
+    pub unsafe fn launch_early<P: KernelParams>(
+        &self,
+        stream: &Stream,
+        config: LaunchConfig,
+        params: &P,
+    ) -> Result<(), GpuError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.enqueue(stream, config, params, true) }
+    }
+
+    /// # Safety
+    /// As for [`Kernel::launch_early`] when `early`, else [`Kernel::launch`].
+    unsafe fn enqueue<P: KernelParams>(
+        &self,
+        stream: &Stream,
+        config: LaunchConfig,
+        params: &P,
+        early: bool,
+    ) -> Result<(), GpuError> {
         if !P::KERNELS.contains(&self.name.as_str()) {
             return Err(GpuError::InvalidArgument(format!(
                 "{} is launched with the parameters of {:?}",
@@ -245,23 +279,26 @@ impl Kernel {
             // SAFETY: start < ARG_WORDS by construction in __push().
             *pointer = unsafe { args.words.as_ptr().add(start) } as *mut c_void;
         }
+        // SAFETY: a plain C struct; the value's union member is the one the id names.
+        let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        let launch = sys::CUlaunchConfig {
+            gridDimX: config.grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: config.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: config.shared_bytes,
+            hStream: stream.raw(),
+            attrs: &mut attribute,
+            numAttrs: u32::from(early),
+        };
         // SAFETY: the pointers point at live slots for the duration of the call (the driver copies
-        // them); the argument list is the one declared for this kernel (checked above), the
-        // device addresses in it are the caller's contract.
-        unsafe {
-            cu!(cuLaunchKernel(
-                self.func,
-                config.grid,
-                1,
-                1,
-                config.block,
-                1,
-                1,
-                config.shared_bytes,
-                stream.raw(),
-                pointers.as_mut_ptr(),
-                std::ptr::null_mut()
-            ))
-        }
+        // them, and the launch configuration and its attribute); the argument list is the one
+        // declared for this kernel (checked above), the device addresses in it and the kernel's
+        // wait when `early` are the caller's contract.
+        unsafe { cu!(cuLaunchKernelEx(&launch, self.func, pointers.as_mut_ptr(), std::ptr::null_mut())) }
     }
 }

@@ -71,10 +71,14 @@ __device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t bu
   return reinterpret_cast<uint32_t*>(buffer + c.token_offset) + static_cast<uint64_t>(blockIdx.x) * c.ranks;
 }
 
-/// Starts this block's LL launch: takes the next flag and waits (bounded) until every peer has
-/// finished reading the launch before last. Called by: every thread of the block. False (for
-/// every thread) on timeout.
+/// Starts this block's LL launch: waits for the previous grid on the stream when launched early
+/// (weft-coll's `early_launch`: the flags, inputs and outputs may be its work) and lets the next
+/// one be scheduled, takes the next flag and waits (bounded) until every peer has finished
+/// reading the launch before last. Called by: every thread of the block. False (for every
+/// thread) on timeout.
 __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round) {
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * c.packet_half_bytes;
   bool ok = true;

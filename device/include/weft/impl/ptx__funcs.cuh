@@ -86,5 +86,15 @@ __device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
 
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
+/// Programmatic dependent launch (sm_90): waits until every grid this one depends on has
+/// completed and its memory operations are visible. Returns at once in a grid launched
+/// without the programmatic attribute, so a kernel may call it whatever its launch.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+/// Lets the grids launched as programmatic dependents of this one be scheduled (once every
+/// block has called it or exited). It releases no memory: a dependent still calls
+/// `grid_dependency_wait` before reading what this grid writes.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 }  // namespace ptx
 }  // namespace weft
