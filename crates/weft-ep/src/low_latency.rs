@@ -1,7 +1,7 @@
 //! The raw layer of the low-latency mode: DeepEP V1's `low_latency_dispatch` and
 //! `low_latency_combine` over device addresses, shapes and a stream. Each call is a send kernel
 //! and a receive kernel; with `return_recv_hook` only the send is launched and
-//! [`Buffer::low_latency_dispatch_recv`] / [`Buffer::low_latency_combine_recv`] are the hook.
+//! [`Buffer::raw_low_latency_dispatch_recv`] / [`Buffer::raw_low_latency_combine_recv`] are the hook.
 //! Nothing here synchronises with the host or allocates, so calls can be captured in CUDA
 //! graphs (the buffer halves and signal tags advance on the device).
 
@@ -98,14 +98,14 @@ impl Buffer {
     /// `low_latency_dispatch`: sends every (token, expert) pair to the expert's rank (cast to
     /// FP8 with `use_fp8`, power-of-two scales with `round_scale`) and, unless
     /// `return_recv_hook`, receives this rank's rows at once; with it, call
-    /// [`Buffer::low_latency_dispatch_recv`] later with the same arguments (the hook).
+    /// [`Buffer::raw_low_latency_dispatch_recv`] later with the same arguments (the hook).
     /// Collective: every rank makes the same low-latency calls in the same order.
     ///
     /// # Safety
     /// Every address must hold a tensor of its documented shape on this rank's GPU, valid until
     /// the work on `stream` is done.
     #[allow(clippy::too_many_arguments)] // DeepEP's argument list
-    pub unsafe fn low_latency_dispatch(
+    pub unsafe fn raw_low_latency_dispatch(
         &self,
         t: &LlDispatchTensors,
         shape: &LlShape,
@@ -121,12 +121,12 @@ impl Buffer {
         })
     }
 
-    /// The receive half of [`Buffer::low_latency_dispatch`] with `return_recv_hook` (DeepEP's
+    /// The receive half of [`Buffer::raw_low_latency_dispatch`] with `return_recv_hook` (DeepEP's
     /// hook), with the same arguments.
     ///
     /// # Safety
-    /// As [`Buffer::low_latency_dispatch`].
-    pub unsafe fn low_latency_dispatch_recv(
+    /// As [`Buffer::raw_low_latency_dispatch`].
+    pub unsafe fn raw_low_latency_dispatch_recv(
         &self,
         t: &LlDispatchTensors,
         shape: &LlShape,
@@ -189,12 +189,12 @@ impl Buffer {
 
     /// `low_latency_combine`: sends every row of `t.x` back to its token's rank, which sums
     /// each token's rows weighted by its top-k weights (`fma` per slot in slot order in f32,
-    /// rounded once to BF16). `return_recv_hook` as in [`Buffer::low_latency_dispatch`].
+    /// rounded once to BF16). `return_recv_hook` as in [`Buffer::raw_low_latency_dispatch`].
     /// Collective.
     ///
     /// # Safety
-    /// As [`Buffer::low_latency_dispatch`].
-    pub unsafe fn low_latency_combine(
+    /// As [`Buffer::raw_low_latency_dispatch`].
+    pub unsafe fn raw_low_latency_combine(
         &self,
         t: &LlCombineTensors,
         shape: &LlShape,
@@ -208,11 +208,11 @@ impl Buffer {
         })
     }
 
-    /// The receive half of [`Buffer::low_latency_combine`] with `return_recv_hook`.
+    /// The receive half of [`Buffer::raw_low_latency_combine`] with `return_recv_hook`.
     ///
     /// # Safety
-    /// As [`Buffer::low_latency_dispatch`].
-    pub unsafe fn low_latency_combine_recv(
+    /// As [`Buffer::raw_low_latency_dispatch`].
+    pub unsafe fn raw_low_latency_combine_recv(
         &self,
         t: &LlCombineTensors,
         shape: &LlShape,

@@ -136,7 +136,7 @@ fn ep_get_dispatch_layout(
     let out = LayoutTensors { num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank };
     // SAFETY: Python passes the addresses of live, checked tensors of this GPU of the shapes the
     // call documents, and keeps them referenced until the stream's work is done.
-    on_stream(buffer, stream, |b, s| unsafe { b.get_dispatch_layout(topk_idx, self::routing(routing), &out, s) })
+    on_stream(buffer, stream, |b, s| unsafe { b.raw_get_dispatch_layout(topk_idx, self::routing(routing), &out, s) })
 }
 
 /// The notify phase of a dispatch without a handle, then the host sync for its counts:
@@ -160,7 +160,7 @@ fn ep_notify_dispatch(
         b.communicator().settle_before_launch()?;
         // SAFETY: as in ep_get_dispatch_layout.
         unsafe {
-            b.notify_dispatch(
+            b.raw_notify_dispatch(
                 &layout,
                 shape,
                 expert_alignment,
@@ -230,7 +230,7 @@ fn ep_dispatch(
     on_stream(buffer, stream, |b, s| {
         b.communicator().settle_before_launch()?;
         // SAFETY: as in ep_get_dispatch_layout; the outputs hold the handle's received rows.
-        unsafe { b.dispatch(&input, &output, &handle, shape, Config { num_sms }, cached, s) }
+        unsafe { b.raw_dispatch(&input, &output, &handle, shape, Config { num_sms }, cached, s) }
     })
 }
 
@@ -263,7 +263,7 @@ fn ep_combine(
     on_stream(buffer, stream, |b, s| {
         b.communicator().settle_before_launch()?;
         // SAFETY: as in ep_get_dispatch_layout; `x` holds the handle's received rows.
-        unsafe { b.combine(&input, &output, &handle, tokens, s) }
+        unsafe { b.raw_combine(&input, &output, &handle, tokens, s) }
     })
 }
 
@@ -323,9 +323,9 @@ fn ep_low_latency_dispatch(
     let (shape, config) = (ll_shape(sizes), Config { num_sms });
     on_stream(buffer, stream, |b, s| match (send, recv) {
         // SAFETY: as in ep_get_dispatch_layout.
-        (true, recv) => unsafe { b.low_latency_dispatch(&t, &shape, use_fp8, round_scale, config, !recv, s) },
+        (true, recv) => unsafe { b.raw_low_latency_dispatch(&t, &shape, use_fp8, round_scale, config, !recv, s) },
         // SAFETY: as in ep_get_dispatch_layout; the same tensors as the send half's.
-        (false, _) => unsafe { b.low_latency_dispatch_recv(&t, &shape, use_fp8, config, s) },
+        (false, _) => unsafe { b.raw_low_latency_dispatch_recv(&t, &shape, use_fp8, config, s) },
     })
 }
 
@@ -351,9 +351,9 @@ fn ep_low_latency_combine(
     let (shape, config) = (ll_shape(sizes), Config { num_sms });
     on_stream(buffer, stream, |b, s| match (send, recv) {
         // SAFETY: as in ep_get_dispatch_layout.
-        (true, recv) => unsafe { b.low_latency_combine(&t, &shape, config, !recv, s) },
+        (true, recv) => unsafe { b.raw_low_latency_combine(&t, &shape, config, !recv, s) },
         // SAFETY: as in ep_get_dispatch_layout; the same tensors as the send half's.
-        (false, _) => unsafe { b.low_latency_combine_recv(&t, &shape, config, s) },
+        (false, _) => unsafe { b.raw_low_latency_combine_recv(&t, &shape, config, s) },
     })
 }
 
