@@ -36,8 +36,8 @@
 //! | `dispatch(handle=…)` | [`Buffer::dispatch`] with a dispatched [`typed::DispatchHandle`] | [`Buffer::raw_dispatch`] with `cached` |
 //! | `combine` | [`Buffer::combine`] | [`Buffer::raw_combine`] |
 //! | `get_low_latency_rdma_size_hint` | [`low_latency_rdma_size_hint`] | |
-//! | `low_latency_dispatch` | [`Buffer::low_latency_dispatch`] (the hook: [`Buffer::low_latency_dispatch_recv`]) | [`Buffer::raw_low_latency_dispatch`], [`Buffer::raw_low_latency_dispatch_recv`] |
-//! | `low_latency_combine` | [`Buffer::low_latency_combine`] (the hook: [`Buffer::low_latency_combine_recv`]) | [`Buffer::raw_low_latency_combine`], [`Buffer::raw_low_latency_combine_recv`] |
+//! | `low_latency_dispatch` | [`Buffer::low_latency_dispatch`] (`return_recv_hook` and the hook: [`low_latency::LlKernels`]) | [`Buffer::raw_low_latency_dispatch`] |
+//! | `low_latency_combine` | [`Buffer::low_latency_combine`] | [`Buffer::raw_low_latency_combine`] |
 //! | the intranode handle tuple | [`typed::DispatchHandle`] (owns the same six tensors) | [`raw::Handle`] (same six tensors, same order) |
 //! | the low-latency handle | [`typed_low_latency::LlHandle`] | its two tensors |
 //!

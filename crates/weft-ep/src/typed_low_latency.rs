@@ -10,8 +10,8 @@ use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, F8E4M3, Stream};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
-use crate::low_latency::{LlCombineTensors, LlDispatchTensors, LlShape};
-use crate::views::{Need, given, need};
+use crate::low_latency::{LlCombineTensors, LlDispatchTensors, LlKernels, LlShape};
+use crate::views::{View, given, need};
 
 /// Where a low-latency dispatch's received rows go: `[local experts][ranks * max_tokens]`
 /// rows, BF16, or E4M3 (DeepEP's `use_fp8`) with DeepEP's column-major scales.
@@ -104,10 +104,10 @@ impl Buffer {
     }
 
     /// `low_latency_dispatch`: sends every (token, expert) pair to the expert's rank (cast to
-    /// FP8 when `target.recv_x` is, with power-of-two scales with `round_scale`) and, unless
-    /// `return_recv_hook`, receives this rank's rows at once into `target` and `handle`; with
-    /// it, call [`Buffer::low_latency_dispatch_recv`] later with the same arguments (the hook).
-    /// Collective: every rank makes the same low-latency calls in the same order.
+    /// FP8 when `target.recv_x` is, with power-of-two scales with `round_scale`) and receives
+    /// this rank's rows into `target` and `handle`, or only one of the two kernels (see
+    /// [`LlKernels`]: the hook passes the same arguments). Collective: every rank makes the same
+    /// low-latency calls in the same order.
     #[allow(clippy::too_many_arguments)] // DeepEP's argument list
     pub fn low_latency_dispatch(
         &self,
@@ -117,102 +117,60 @@ impl Buffer {
         shape: &LlShape,
         round_scale: bool,
         config: Config,
-        return_recv_hook: bool,
+        kernels: LlKernels,
         stream: &Stream,
-    ) -> Result<(), EpError> {
-        self.ll_dispatch(source, target, handle, shape, stream, |t, use_fp8| {
-            // SAFETY: `ll_dispatch` checked every tensor of `t` against `shape` and has the
-            // stream keep them alive.
-            unsafe { self.raw_low_latency_dispatch(t, shape, use_fp8, round_scale, config, return_recv_hook, stream) }
-        })?;
-        if !return_recv_hook {
-            handle.dispatched = Some(*shape);
-        }
-        Ok(())
-    }
-
-    /// The receive half of [`Buffer::low_latency_dispatch`] with `return_recv_hook` (DeepEP's
-    /// hook), with the same arguments.
-    pub fn low_latency_dispatch_recv(
-        &self,
-        source: &LlDispatchSource<'_>,
-        target: &mut LlDispatchTarget<'_>,
-        handle: &mut LlHandle,
-        shape: &LlShape,
-        config: Config,
-        stream: &Stream,
-    ) -> Result<(), EpError> {
-        self.ll_dispatch(source, target, handle, shape, stream, |t, use_fp8| {
-            // SAFETY: as in `low_latency_dispatch`.
-            unsafe { self.raw_low_latency_dispatch_recv(t, shape, use_fp8, config, stream) }
-        })?;
-        handle.dispatched = Some(*shape);
-        Ok(())
-    }
-
-    /// Checks a dispatch's tensors against `shape`, then runs `launch` on them (with
-    /// `use_fp8`) and has the stream keep them alive.
-    fn ll_dispatch(
-        &self,
-        source: &LlDispatchSource<'_>,
-        target: &mut LlDispatchTarget<'_>,
-        handle: &LlHandle,
-        shape: &LlShape,
-        stream: &Stream,
-        launch: impl FnOnce(&LlDispatchTensors, bool) -> Result<(), EpError>,
     ) -> Result<(), EpError> {
         let LlSizes { local, slots, ranks } = self.ll_sizes(shape);
         let (tokens, topk, hidden) = (shape.routing.tokens, shape.routing.topk, shape.hidden);
         let (src_info, layout_range) = (handle.recv_src_info(), handle.recv_layout_range());
         let rows = local * slots;
-        let (recv_x, recv_x_scales): (Need<'_>, Option<Need<'_>>) = match &target.recv_x {
-            LlRowsMut::Bf16(x) => {
-                (need("recv_x", x, rows * hidden, "local experts × ranks × max tokens × hidden"), None)
-            }
-            LlRowsMut::Fp8 { x, scales } => (
-                need("recv_x", x, rows * hidden, "local experts × ranks × max tokens × hidden"),
-                Some(need(
-                    "recv_x_scales",
-                    scales,
-                    rows * hidden / 128,
-                    "local experts × hidden / 128 × ranks × max tokens",
-                )),
-            ),
+        let (recv_x, recv_x_scales, use_fp8): (&dyn View, _, _) = match &target.recv_x {
+            LlRowsMut::Bf16(x) => (x, None, false),
+            LlRowsMut::Fp8 { x, scales } => (x, Some(scales), true),
         };
         let stats = target.cumulative_local_expert_recv_stats.as_ref();
         let needs = given([
             Some(need("x", &source.x, tokens * hidden, "tokens × hidden")),
             Some(need("topk_idx", &source.topk_idx, tokens * topk, "tokens × topk")),
-            Some(recv_x),
-            recv_x_scales,
+            Some(need("recv_x", recv_x, rows * hidden, "local experts × ranks × max tokens × hidden")),
+            recv_x_scales.map(|v| {
+                need("recv_x_scales", v, rows * hidden / 128, "local experts × hidden / 128 × ranks × max tokens")
+            }),
             Some(need("recv_count", &target.recv_count, local, "local experts")),
             stats.map(|v| need("cumulative_local_expert_recv_stats", v, local, "local experts")),
             Some(need("recv_src_info", &src_info, rows, "local experts × ranks × max tokens")),
             Some(need("recv_layout_range", &layout_range, local * ranks, "local experts × ranks")),
         ]);
         self.check_views(&needs)?;
-        let (recv_x, recv_x_scales, use_fp8) = match &target.recv_x {
-            LlRowsMut::Bf16(x) => (x.ptr(), None, false),
-            LlRowsMut::Fp8 { x, scales } => (x.ptr(), Some(scales.ptr()), true),
-        };
         let tensors = LlDispatchTensors {
             x: source.x.ptr(),
             topk_idx: source.topk_idx.ptr(),
-            recv_x,
-            recv_x_scales,
+            recv_x: match &target.recv_x {
+                LlRowsMut::Bf16(x) => x.ptr(),
+                LlRowsMut::Fp8 { x, .. } => x.ptr(),
+            },
+            recv_x_scales: recv_x_scales.map(|v| v.ptr()),
             recv_count: target.recv_count.ptr(),
             recv_src_info: src_info.ptr(),
             recv_layout_range: layout_range.ptr(),
             cumulative_local_expert_recv_stats: stats.map(|v| v.ptr()),
         };
-        self.enqueue(stream, &needs, || launch(&tensors, use_fp8))
+        // SAFETY: every view holds what the shape needs on this GPU (checked) and the stream
+        // keeps it alive until the kernels have run (`enqueue`); see `crate::typed`.
+        self.enqueue(stream, &needs, || unsafe {
+            self.raw_low_latency_dispatch(&tensors, shape, use_fp8, round_scale, config, kernels, stream)
+        })?;
+        if kernels.receives() {
+            handle.dispatched = Some(*shape);
+        }
+        Ok(())
     }
 
     /// `low_latency_combine`: sends every row of `source.x` back to its token's rank, which
     /// sums each token's rows weighted by its top-k weights (`fma` per slot in slot order in
-    /// f32, rounded once to BF16) into `combined_x` (`bf16[tokens][hidden]`). `handle` is the
-    /// one a dispatch of the same `shape` wrote. `return_recv_hook` as in
-    /// [`Buffer::low_latency_dispatch`]. Collective.
+    /// f32, rounded once to BF16) into `combined_x` (`bf16[tokens][hidden]`), or only one of
+    /// the two kernels (see [`LlKernels`]). `handle` is the one a dispatch of the same `shape`
+    /// wrote. Collective.
     #[allow(clippy::too_many_arguments)] // DeepEP's argument list
     pub fn low_latency_combine(
         &self,
@@ -221,42 +179,8 @@ impl Buffer {
         handle: &LlHandle,
         shape: &LlShape,
         config: Config,
-        return_recv_hook: bool,
+        kernels: LlKernels,
         stream: &Stream,
-    ) -> Result<(), EpError> {
-        self.ll_combine(source, combined_x, handle, shape, stream, |t| {
-            // SAFETY: `ll_combine` checked every tensor of `t` against `shape`, and the handle
-            // against the dispatch that wrote it, and has the stream keep them alive.
-            unsafe { self.raw_low_latency_combine(t, shape, config, return_recv_hook, stream) }
-        })
-    }
-
-    /// The receive half of [`Buffer::low_latency_combine`] with `return_recv_hook`.
-    pub fn low_latency_combine_recv(
-        &self,
-        source: &LlCombineSource<'_>,
-        combined_x: &mut DeviceSliceMut<'_, bf16>,
-        handle: &LlHandle,
-        shape: &LlShape,
-        config: Config,
-        stream: &Stream,
-    ) -> Result<(), EpError> {
-        self.ll_combine(source, combined_x, handle, shape, stream, |t| {
-            // SAFETY: as in `low_latency_combine`.
-            unsafe { self.raw_low_latency_combine_recv(t, shape, config, stream) }
-        })
-    }
-
-    /// Checks a combine's tensors against `shape` and the handle against its dispatch, then
-    /// runs `launch` on them and has the stream keep them alive.
-    fn ll_combine(
-        &self,
-        source: &LlCombineSource<'_>,
-        combined_x: &mut DeviceSliceMut<'_, bf16>,
-        handle: &LlHandle,
-        shape: &LlShape,
-        stream: &Stream,
-        launch: impl FnOnce(&LlCombineTensors) -> Result<(), EpError>,
     ) -> Result<(), EpError> {
         if handle.dispatched != Some(*shape) {
             let detail = match handle.dispatched {
@@ -286,6 +210,10 @@ impl Buffer {
             layout_range: layout_range.ptr(),
             combined_x: combined_x.ptr(),
         };
-        self.enqueue(stream, &needs, || launch(&tensors))
+        // SAFETY: as in `low_latency_dispatch`; the handle is what a dispatch of this shape
+        // wrote (checked above), and nothing else can write it.
+        self.enqueue(stream, &needs, || unsafe {
+            self.raw_low_latency_combine(&tensors, shape, config, kernels, stream)
+        })
     }
 }

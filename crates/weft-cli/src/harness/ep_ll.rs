@@ -4,7 +4,7 @@
 
 use half::bf16;
 use weft_core::Communicator;
-use weft_ep::low_latency::LlShape;
+use weft_ep::low_latency::{LlKernels, LlShape};
 use weft_ep::model::{self, RoutingSpec};
 use weft_ep::raw::RoutingShape;
 use weft_ep::typed::ScaleStrides;
@@ -140,8 +140,13 @@ impl LlTensors {
     }
 }
 
-/// Launches one low-latency dispatch of `t`'s tensors; with `hook`, its send kernel then its
-/// receive hook.
+/// The launches of one low-latency call: both kernels at once, or with `hook` the send
+/// kernel, then the receive kernel (DeepEP's hook).
+fn launches(hook: bool) -> &'static [LlKernels] {
+    if hook { &[LlKernels::Send, LlKernels::Recv] } else { &[LlKernels::Both] }
+}
+
+/// Launches one low-latency dispatch of `t`'s tensors (see [`launches`]).
 pub(crate) fn dispatch(
     buffer: &Buffer,
     case: &LlCase,
@@ -156,14 +161,14 @@ pub(crate) fn dispatch(
         recv_count: t.recv_count.as_mut_slice(),
         cumulative_local_expert_recv_stats: Some(t.stats.as_mut_slice()),
     };
-    buffer.low_latency_dispatch(&source, &mut target, &mut t.handle, &shape, case.round_scale, config, hook, stream)?;
-    if hook {
-        buffer.low_latency_dispatch_recv(&source, &mut target, &mut t.handle, &shape, config, stream)?;
+    for &kernels in launches(hook) {
+        let handle = &mut t.handle;
+        buffer.low_latency_dispatch(&source, &mut target, handle, &shape, case.round_scale, config, kernels, stream)?;
     }
     Ok(())
 }
 
-/// Launches one low-latency combine of `t`'s tensors; with `hook`, as two kernels as above.
+/// Launches one low-latency combine of `t`'s tensors (see [`launches`]).
 pub(crate) fn combine(
     buffer: &Buffer,
     case: &LlCase,
@@ -178,9 +183,8 @@ pub(crate) fn combine(
         topk_weights: t.topk_weights.as_slice(),
     };
     let combined_x = &mut t.combined_x.as_mut_slice();
-    buffer.low_latency_combine(&source, combined_x, &t.handle, &shape, config, hook, stream)?;
-    if hook {
-        buffer.low_latency_combine_recv(&source, combined_x, &t.handle, &shape, config, stream)?;
+    for &kernels in launches(hook) {
+        buffer.low_latency_combine(&source, combined_x, &t.handle, &shape, config, kernels, stream)?;
     }
     Ok(())
 }
