@@ -25,7 +25,7 @@
 use std::sync::atomic::Ordering;
 
 use half::bf16;
-use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, F8E4M3, Stream};
+use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, F8E4M3, Stream};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
@@ -33,7 +33,7 @@ use crate::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Handle, LayoutTensors, Payload, RecvCounts,
     RoutingShape, Scales,
 };
-use crate::views::{Need, View, given, need};
+use crate::views::{Need, given, need};
 
 /// Where the scales of token `t`, block `i` are: element `t * token_stride + i * hidden_stride`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ pub enum RowsMut<'a> {
 
 /// The views of `rows` rows of `hidden` channels: the values, then the scales.
 fn row_needs<'v>(
-    (x, scales): (&'v dyn View, Option<(&'v dyn View, ScaleStrides)>),
+    (x, scales): (&'v dyn DeviceView, Option<(&'v dyn DeviceView, ScaleStrides)>),
     names: [&'static str; 2],
     rows: usize,
     hidden: usize,
@@ -119,10 +119,10 @@ fn row_needs<'v>(
 }
 
 impl Rows<'_> {
-    fn views(&self) -> (&dyn View, Option<(&dyn View, ScaleStrides)>) {
+    fn views(&self) -> (&dyn DeviceView, Option<(&dyn DeviceView, ScaleStrides)>) {
         match self {
             Rows::Bf16(x) => (x, None),
-            Rows::Fp8 { x, scales, strides } => (x, Some((scales as &dyn View, *strides))),
+            Rows::Fp8 { x, scales, strides } => (x, Some((scales as &dyn DeviceView, *strides))),
         }
     }
 
@@ -135,10 +135,10 @@ impl Rows<'_> {
 }
 
 impl RowsMut<'_> {
-    fn views(&self) -> (&dyn View, Option<(&dyn View, ScaleStrides)>) {
+    fn views(&self) -> (&dyn DeviceView, Option<(&dyn DeviceView, ScaleStrides)>) {
         match self {
             RowsMut::Bf16(x) => (x, None),
-            RowsMut::Fp8 { x, scales, strides } => (x, Some((scales as &dyn View, *strides))),
+            RowsMut::Fp8 { x, scales, strides } => (x, Some((scales as &dyn DeviceView, *strides))),
         }
     }
 

@@ -6,12 +6,12 @@
 //! synchronises with the host, so calls can be captured in CUDA graphs.
 
 use half::bf16;
-use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, F8E4M3, Stream};
+use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, F8E4M3, Stream};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
 use crate::low_latency::{LlCombineTensors, LlDispatchTensors, LlKernels, LlShape};
-use crate::views::{View, given, need};
+use crate::views::{given, need};
 
 /// Where a low-latency dispatch's received rows go: `[local experts][ranks * max_tokens]`
 /// rows, BF16, or E4M3 (DeepEP's `use_fp8`) with DeepEP's column-major scales.
@@ -124,7 +124,7 @@ impl Buffer {
         let (tokens, topk, hidden) = (shape.routing.tokens, shape.routing.topk, shape.hidden);
         let (src_info, layout_range) = (handle.recv_src_info(), handle.recv_layout_range());
         let rows = local * slots;
-        let (recv_x, recv_x_scales, use_fp8): (&dyn View, _, _) = match &target.recv_x {
+        let (recv_x, recv_x_scales, use_fp8): (&dyn DeviceView, _, _) = match &target.recv_x {
             LlRowsMut::Bf16(x) => (x, None, false),
             LlRowsMut::Fp8 { x, scales } => (x, Some(scales), true),
         };

@@ -2,51 +2,17 @@
 //! view's length against what the call's shape needs, its GPU against the buffer's, and, once
 //! the work is enqueued, a reference the stream holds until that work has run.
 
-use weft_gpu::{Device, DeviceElement, DeviceSlice, DeviceSliceMut, Stream};
+use weft_gpu::{DeviceView, Stream};
 
 use crate::buffer::Buffer;
 use crate::error::EpError;
-
-/// A view a typed call names: read-only or writable.
-pub(crate) trait View {
-    /// Elements.
-    fn elements(&self) -> usize;
-    /// The GPU holding them.
-    fn gpu(&self) -> &Device;
-    /// Has `stream` keep the allocation until the work queued so far has run.
-    fn retain(&self, stream: &Stream);
-}
-
-impl<T: DeviceElement> View for DeviceSlice<'_, T> {
-    fn elements(&self) -> usize {
-        self.len()
-    }
-    fn gpu(&self) -> &Device {
-        self.device()
-    }
-    fn retain(&self, stream: &Stream) {
-        self.retain_on(stream);
-    }
-}
-
-impl<T: DeviceElement> View for DeviceSliceMut<'_, T> {
-    fn elements(&self) -> usize {
-        self.len()
-    }
-    fn gpu(&self) -> &Device {
-        self.device()
-    }
-    fn retain(&self, stream: &Stream) {
-        self.retain_on(stream);
-    }
-}
 
 /// One view of a call with the elements the call's shape needs of it.
 pub(crate) struct Need<'v> {
     /// The argument, by DeepEP's name.
     pub(crate) argument: &'static str,
     /// The view.
-    pub(crate) view: &'v dyn View,
+    pub(crate) view: &'v dyn DeviceView,
     /// Elements the call reads or writes.
     pub(crate) elements: usize,
     /// How `elements` follows from the shape, for the message (`"tokens × topk"`).
@@ -60,18 +26,14 @@ impl Buffer {
     pub(crate) fn check_views(&self, needs: &[Need<'_>]) -> Result<(), EpError> {
         let expected = self.communicator().device().ordinal();
         for need in needs {
-            let found = need.view.gpu().ordinal();
+            let found = need.view.device().ordinal();
             if found != expected {
                 let detail = format!("on GPU {found}, the EP buffer on GPU {expected}");
                 return Err(EpError::InvalidArgument { rank: self.rank(), argument: need.argument, detail });
             }
-            if need.view.elements() < need.elements {
-                let detail = format!(
-                    "{} elements, the call needs at least {} ({})",
-                    need.view.elements(),
-                    need.elements,
-                    need.of
-                );
+            if need.view.len() < need.elements {
+                let detail =
+                    format!("{} elements, the call needs at least {} ({})", need.view.len(), need.elements, need.of);
                 return Err(EpError::InvalidArgument { rank: self.rank(), argument: need.argument, detail });
             }
         }
@@ -88,7 +50,7 @@ impl Buffer {
         enqueue: impl FnOnce() -> Result<R, EpError>,
     ) -> Result<R, EpError> {
         let result = enqueue();
-        needs.iter().for_each(|n| n.view.retain(stream));
+        needs.iter().for_each(|n| n.view.retain_on(stream));
         result
     }
 }
@@ -99,6 +61,11 @@ pub(crate) fn given<'v>(needs: impl IntoIterator<Item = Option<Need<'v>>>) -> Ve
 }
 
 /// `view` of `argument`, of which the call needs `elements` (`of`: how they follow from the shape).
-pub(crate) fn need<'v>(argument: &'static str, view: &'v dyn View, elements: usize, of: &'static str) -> Need<'v> {
+pub(crate) fn need<'v>(
+    argument: &'static str,
+    view: &'v dyn DeviceView,
+    elements: usize,
+    of: &'static str,
+) -> Need<'v> {
     Need { argument, view, elements, of }
 }
