@@ -38,7 +38,7 @@
 //! | `get_low_latency_rdma_size_hint` | [`low_latency_rdma_size_hint`] | |
 //! | `low_latency_dispatch` | [`Buffer::low_latency_dispatch`] (`return_recv_hook` and the hook: [`low_latency::LlKernels`]) | [`Buffer::raw_low_latency_dispatch`] |
 //! | `low_latency_combine` | [`Buffer::low_latency_combine`] | [`Buffer::raw_low_latency_combine`] |
-//! | the intranode handle tuple | [`typed::DispatchHandle`] (owns the same six tensors) | [`raw::Handle`] (same six tensors, same order) |
+//! | the intranode handle tuple | [`typed::DispatchHandle`] (owns five of the six, with the layout; `recv_src_idx` is an output of each dispatch) | [`raw::Handle`] (same six tensors, same order) |
 //! | the low-latency handle | [`typed_low_latency::LlHandle`] | its two tensors |
 //!
 //! Semantics are DeepEP's: receive order by source rank, then token; `recv_topk_idx` holds
