@@ -121,6 +121,7 @@ impl LlTensors {
             PayloadRows::Fp8 {
                 x: poisoned(device, rows * case.hidden)?,
                 scales: poisoned(device, rows * case.hidden / 128)?,
+                // Unused: the low-latency scales' layout is fixed (see `ll_rows_mut`).
                 strides: ScaleStrides::column_major(rows),
             }
         } else {
