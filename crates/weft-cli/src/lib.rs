@@ -17,10 +17,11 @@
 //! The collectives (weft's and the NCCL baseline's) run through the typed, safe API on views of
 //! device buffers, and the device tests' and benchmarks' kernels through the safe launchers of
 //! weft-core and weft-net (`test_launchers`), which borrow what a kernel uses for a
-//! `weft_gpu::LaunchScope`. Unlike ARCHITECTURE §1's list, this crate still contains `unsafe`
-//! in one place: the EP selftest and bench harness (`harness::ep`, `harness::ep_ll`), which
-//! calls weft-ep's raw layer over device addresses until weft-ep has a safe one. Each block
-//! argues its contract where it stands.
+//! `weft_gpu::LaunchScope`; the EP selftest and bench harness (`harness::ep`, `harness::ep_ll`)
+//! through weft-ep's typed layer. The crate contains no `unsafe` (`forbid(unsafe_code)`), as
+//! ARCHITECTURE §1 lists.
+
+#![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod harness;

@@ -1,6 +1,8 @@
 //! The `weft` command: parses the command line and hands each subcommand to its module of
 //! [`weft_cli`] (whose charter says what the crate owns).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

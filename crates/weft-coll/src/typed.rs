@@ -20,7 +20,7 @@
 //! Views of one buffer cannot alias a writable view (the borrow checker), so out-of-place
 //! calls never overlap; the in-place forms take one writable view.
 
-use weft_gpu::{Device, DeviceBuffer, DeviceElement, DevicePtr, DeviceSlice, DeviceSliceMut, Stream};
+use weft_gpu::{Device, DeviceBuffer, DeviceElement, DevicePtr, DeviceSlice, DeviceSliceMut, DeviceView, Stream};
 use weft_types::ReduceOp;
 
 use crate::algorithm::Algorithm;
@@ -110,24 +110,8 @@ impl<'a> P2pGroup<'a> {
     }
 }
 
-/// Something a call names that the stream must keep alive (see the module docs).
-trait Retain {
-    fn retain_on(&self, stream: &Stream);
-}
-
-impl<T: DeviceElement> Retain for DeviceSlice<'_, T> {
-    fn retain_on(&self, stream: &Stream) {
-        DeviceSlice::retain_on(self, stream);
-    }
-}
-
-impl<T: DeviceElement> Retain for DeviceSliceMut<'_, T> {
-    fn retain_on(&self, stream: &Stream) {
-        DeviceSliceMut::retain_on(self, stream);
-    }
-}
-
-impl<T: DeviceElement> Retain for Operator<'_, T> {
+impl<T: DeviceElement> Operator<'_, T> {
+    /// Has `stream` keep the device scalar, if any, alive (see the module docs).
     fn retain_on(&self, stream: &Stream) {
         if let Self::PreMulSumOnDevice(scalar) = self {
             scalar.retain_on(stream);
@@ -172,17 +156,35 @@ impl Collectives {
         }
     }
 
-    /// Runs `enqueue` (a raw call on views checked by the caller), then has `stream` keep
-    /// every view alive: after, so that a concurrent [`Stream::wait_idle`] either sees this
-    /// work or leaves the references in place.
-    fn enqueue(
+    /// What every call on views shares once their lengths are checked: the `views` (named for
+    /// errors) on this GPU, then `raw` (a raw call on them), then the stream keeps every view
+    /// alive: after, so that a concurrent [`Stream::wait_idle`] either sees this work or leaves
+    /// the references in place.
+    fn call(
         &self,
+        views: &[(&'static str, &dyn DeviceView)],
         stream: &Stream,
-        named: &[&dyn Retain],
-        enqueue: impl FnOnce() -> Result<Algorithm, CollError>,
+        raw: impl FnOnce() -> Result<Algorithm, CollError>,
     ) -> Result<Algorithm, CollError> {
-        let result = enqueue();
-        named.iter().for_each(|n| n.retain_on(stream));
+        self.on_this_gpu(views.iter().map(|&(name, view)| (name, view.device())))?;
+        let result = raw();
+        views.iter().for_each(|(_, view)| view.retain_on(stream));
+        result
+    }
+
+    /// [`Collectives::call`] for a reducing call: `op` resolved (a device scalar checked and
+    /// kept alive too) into the reduction `raw` takes.
+    fn reducing_call<'o, T: DeviceElement>(
+        &self,
+        views: &[(&'static str, &dyn DeviceView)],
+        op: impl Into<Operator<'o, T>>,
+        stream: &Stream,
+        raw: impl FnOnce(Reduction) -> Result<Algorithm, CollError>,
+    ) -> Result<Algorithm, CollError> {
+        let op = op.into();
+        let reduction = self.raw_reduction(&op)?;
+        let result = self.call(views, stream, || raw(reduction));
+        op.retain_on(stream);
         result
     }
 
@@ -197,12 +199,9 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let count = self.lengths().same(send.len(), recv.len())?;
-        self.on_this_gpu([("send", send.device()), ("recv", recv.device())])?;
-        let op = op.into();
-        let reduction = self.raw_reduction(&op)?;
         // SAFETY: both views are live memory of this GPU holding `count` elements of T (checked),
-        // kept alive by the stream until its work has run (`enqueue`); see the module docs.
-        self.enqueue(stream, &[send, recv, &op], || unsafe {
+        // kept alive by the stream until its work has run (`call`); see the module docs.
+        self.reducing_call(&[("send", send), ("recv", recv)], op, stream, |reduction| unsafe {
             self.raw_all_reduce(send.ptr(), recv.ptr(), count, T::DTYPE, reduction, stream)
         })
     }
@@ -214,11 +213,8 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.on_this_gpu([("buffer", buffer.device())])?;
-        let op = op.into();
-        let reduction = self.raw_reduction(&op)?;
         // SAFETY: as in `all_reduce`, on one view.
-        self.enqueue(stream, &[buffer, &op], || unsafe {
+        self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
             self.raw_all_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, stream)
         })
     }
@@ -232,9 +228,8 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let count = self.lengths().all_gather(send.len(), recv.len())?;
-        self.on_this_gpu([("send", send.device()), ("recv", recv.device())])?;
         // SAFETY: as in `all_reduce`; recv holds ranks × count elements (checked).
-        self.enqueue(stream, &[send, recv], || unsafe {
+        self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
             self.raw_all_gather(send.ptr(), recv.ptr(), count, T::DTYPE, stream)
         })
     }
@@ -247,11 +242,12 @@ impl Collectives {
     ) -> Result<Algorithm, CollError> {
         let lengths = self.lengths();
         let count = lengths.in_place_blocks(buffer.len())?;
-        self.on_this_gpu([("buffer", buffer.device())])?;
         let send = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
         // SAFETY: as in `all_reduce`; the send block is block `rank` of the buffer, the
         // raw layer's in-place layout.
-        self.enqueue(stream, &[buffer], || unsafe { self.raw_all_gather(send, buffer.ptr(), count, T::DTYPE, stream) })
+        self.call(&[("buffer", buffer)], stream, || unsafe {
+            self.raw_all_gather(send, buffer.ptr(), count, T::DTYPE, stream)
+        })
     }
 
     /// ReduceScatter: block r (`recv.len()` elements) of every rank's `send` (`ranks ×
@@ -264,11 +260,8 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let count = self.lengths().reduce_scatter(send.len(), recv.len())?;
-        self.on_this_gpu([("send", send.device()), ("recv", recv.device())])?;
-        let op = op.into();
-        let reduction = self.raw_reduction(&op)?;
         // SAFETY: as in `all_reduce`; send holds ranks × count elements (checked).
-        self.enqueue(stream, &[send, recv, &op], || unsafe {
+        self.reducing_call(&[("send", send), ("recv", recv)], op, stream, |reduction| unsafe {
             self.raw_reduce_scatter(send.ptr(), recv.ptr(), count, T::DTYPE, reduction, stream)
         })
     }
@@ -283,12 +276,9 @@ impl Collectives {
     ) -> Result<Algorithm, CollError> {
         let lengths = self.lengths();
         let count = lengths.in_place_blocks(buffer.len())?;
-        self.on_this_gpu([("buffer", buffer.device())])?;
-        let op = op.into();
-        let reduction = self.raw_reduction(&op)?;
         let recv = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
         // SAFETY: as in `all_gather_in_place`.
-        self.enqueue(stream, &[buffer, &op], || unsafe {
+        self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
             self.raw_reduce_scatter(buffer.ptr(), recv, count, T::DTYPE, reduction, stream)
         })
     }
@@ -304,15 +294,15 @@ impl Collectives {
     ) -> Result<Algorithm, CollError> {
         let on_root = self.communicator().rank() == root;
         let send = self.root_buffer(send.filter(|_| on_root), on_root, "send")?;
+        let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("recv", recv)];
         if let Some(send) = send {
             self.lengths().same(send.len(), recv.len())?;
-            self.on_this_gpu([("send", send.device())])?;
+            views.push(("send", send));
         }
-        self.on_this_gpu([("recv", recv.device())])?;
         // A rank other than the root never reads `send`: it gets `recv`'s address.
         let from = send.map_or(recv.ptr(), |s| s.ptr());
         // SAFETY: as in `all_reduce`; the root's send holds recv's count (checked).
-        self.enqueue(stream, &[&send, recv], || unsafe {
+        self.call(&views, stream, || unsafe {
             self.raw_broadcast(from, recv.ptr(), recv.len(), T::DTYPE, root, stream)
         })
     }
@@ -324,9 +314,8 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.on_this_gpu([("buffer", buffer.device())])?;
         // SAFETY: as in `all_reduce`, on one view.
-        self.enqueue(stream, &[buffer], || unsafe {
+        self.call(&[("buffer", buffer)], stream, || unsafe {
             self.raw_broadcast(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, root, stream)
         })
     }
@@ -343,17 +332,15 @@ impl Collectives {
     ) -> Result<Algorithm, CollError> {
         let on_root = self.communicator().rank() == root;
         let recv = self.root_buffer(recv.filter(|_| on_root), on_root, "recv")?;
+        let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("send", send)];
         if let Some(recv) = &recv {
             self.lengths().same(send.len(), recv.len())?;
-            self.on_this_gpu([("recv", recv.device())])?;
+            views.push(("recv", &**recv));
         }
-        self.on_this_gpu([("send", send.device())])?;
-        let op = op.into();
-        let reduction = self.raw_reduction(&op)?;
         // A rank other than the root never writes `recv`: it gets `send`'s address.
         let to = recv.as_ref().map_or(send.ptr(), |r| r.ptr());
         // SAFETY: as in `all_reduce`; the root's recv holds send's count (checked).
-        self.enqueue(stream, &[send, &recv, &op], || unsafe {
+        self.reducing_call(&views, op, stream, |reduction| unsafe {
             self.raw_reduce(send.ptr(), to, send.len(), T::DTYPE, reduction, root, stream)
         })
     }
@@ -366,11 +353,8 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.on_this_gpu([("buffer", buffer.device())])?;
-        let op = op.into();
-        let reduction = self.raw_reduction(&op)?;
         // SAFETY: as in `all_reduce`, on one view.
-        self.enqueue(stream, &[buffer, &op], || unsafe {
+        self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
             self.raw_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, root, stream)
         })
     }
@@ -393,9 +377,8 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let count = self.lengths().all_to_all(send.len(), recv.len())?;
-        self.on_this_gpu([("send", send.device()), ("recv", recv.device())])?;
         // SAFETY: as in `all_reduce`; both hold ranks × count elements (checked).
-        self.enqueue(stream, &[send, recv], || unsafe {
+        self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
             self.raw_all_to_all(send.ptr(), recv.ptr(), count, T::DTYPE, stream)
         })
     }
@@ -407,9 +390,8 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let count = self.lengths().in_place_blocks(buffer.len())?;
-        self.on_this_gpu([("buffer", buffer.device())])?;
         // SAFETY: as in `all_reduce`, on one view of ranks × count elements.
-        self.enqueue(stream, &[buffer], || unsafe {
+        self.call(&[("buffer", buffer)], stream, || unsafe {
             self.raw_all_to_all(buffer.ptr(), buffer.ptr(), count, T::DTYPE, stream)
         })
     }
@@ -431,9 +413,8 @@ impl Collectives {
         let lengths = self.lengths();
         lengths.uneven_blocks("send", send.len(), send_counts, send_displs)?;
         lengths.uneven_blocks("recv", recv.len(), recv_counts, recv_displs)?;
-        self.on_this_gpu([("send", send.device()), ("recv", recv.device())])?;
         // SAFETY: as in `all_reduce`; every block lies inside its view (checked).
-        self.enqueue(stream, &[send, recv], || unsafe {
+        self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
             self.raw_all_to_allv(
                 send.ptr(),
                 send_counts,
@@ -451,8 +432,10 @@ impl Collectives {
     pub fn send_recv(&self, group: &P2pGroup<'_>, stream: &Stream) -> Result<Algorithm, CollError> {
         self.on_this_gpu(group.devices())?;
         // SAFETY: every operation's count is its view's length, on this GPU (checked); the
-        // stream keeps every view alive (`enqueue`).
-        self.enqueue(stream, &[group], || unsafe { self.raw_send_recv(&group.ops, stream) })
+        // stream keeps every view alive (retained after enqueuing, as in `call`).
+        let result = unsafe { self.raw_send_recv(&group.ops, stream) };
+        group.retain_on(stream);
+        result
     }
 
     /// Registers `buffer` as a window (NCCL's symmetric window): collective, every rank calls
@@ -478,32 +461,6 @@ impl Collectives {
         let rank = self.communicator().rank();
         self.communicator().device().synchronize().map_err(|source| CollError::Gpu { rank, source })?;
         self.raw_deregister_window(window)
-    }
-}
-
-impl Retain for P2pGroup<'_> {
-    fn retain_on(&self, stream: &Stream) {
-        P2pGroup::retain_on(self, stream);
-    }
-}
-
-impl<R: Retain> Retain for Option<R> {
-    fn retain_on(&self, stream: &Stream) {
-        if let Some(r) = self {
-            r.retain_on(stream);
-        }
-    }
-}
-
-impl<R: Retain> Retain for &R {
-    fn retain_on(&self, stream: &Stream) {
-        (**self).retain_on(stream);
-    }
-}
-
-impl<R: Retain> Retain for &mut R {
-    fn retain_on(&self, stream: &Stream) {
-        (**self).retain_on(stream);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The EP buffer of one rank: its registered memory, every peer's mapped into this GPU, the
 //! kernels, and the configuration of the normal-mode kernels (DeepEP's `Buffer` and `Config`).
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory};
@@ -56,6 +57,9 @@ pub struct Buffer {
     pub(crate) kernels: Kernels,
     /// `int32_t[1 + MAX_LOCAL_EXPERTS]`: what the last notify counted for this rank.
     pub(crate) recv_counts: DeviceMemory,
+    /// Normal-mode calls launched so far (notify, dispatch, combine): a typed dispatch
+    /// continues its handle's notify only if nothing ran in between.
+    pub(crate) normal_calls: AtomicU64,
     _memory: RegisteredMemory,
     _peers: Vec<RemoteMemory>,
 }
@@ -97,7 +101,16 @@ impl Buffer {
         let recv_counts =
             DeviceMemory::alloc(comm.device(), 4 * (1 + MAX_LOCAL_EXPERTS), AllocKind::Legacy).map_err(gpu)?;
         comm.barrier()?;
-        Ok(Self { comm: comm.clone(), layout, context, kernels, recv_counts, _memory: memory, _peers: peers })
+        Ok(Self {
+            comm: comm.clone(),
+            layout,
+            context,
+            kernels,
+            recv_counts,
+            normal_calls: AtomicU64::new(0),
+            _memory: memory,
+            _peers: peers,
+        })
     }
 
     /// This rank.

@@ -14,24 +14,32 @@
 //!
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`.
 //!
-//! ## API, mapped onto DeepEP's `deep_ep.Buffer`
+//! ## Two layers
 //!
-//! The raw layer ([`raw`]) takes device addresses, shapes and a stream (`unsafe`: the
-//! addresses are the caller's contract); bindings that hold tensors call it.
+//! - The **typed layer** ([`typed`], [`typed_low_latency`]) is the Rust API, safe to call: it
+//!   takes views of `weft_gpu::DeviceBuffer`s, checks every length against the routing's
+//!   shape and every GPU against the buffer's (an [`EpError::InvalidArgument`] naming the
+//!   argument), owns the layout and handles that later calls trust, and has the stream keep
+//!   every named buffer alive until its work has run. `weft selftest` and `weft bench` use it.
+//! - The **raw layer** ([`raw`], [`low_latency`]: the `Buffer::raw_*` methods) takes device
+//!   addresses, shapes and a stream, and is `unsafe`: what an address holds, and for how long,
+//!   is the caller's contract. It checks shapes and sizes all the same. It exists for bindings
+//!   that hold the tensors themselves (weft's Python package); the typed layer calls it.
 //!
-//! | DeepEP | weft-ep |
-//! |---|---|
-//! | `Buffer(group, num_nvl_bytes, num_rdma_bytes)` | [`Buffer::new`] (collective) |
-//! | `Config(num_sms, …)` | [`Config`] (`num_sms`; weft stages whole dispatches, so no chunk sizes) |
-//! | `get_nvl_buffer_size_hint` | [`nvl_bytes_hint`] |
-//! | `get_dispatch_layout` | [`Buffer::get_dispatch_layout`] |
-//! | `dispatch` (no handle) | [`Buffer::notify_dispatch`], [`Buffer::recv_counts`] (host sync), [`Buffer::dispatch`] |
-//! | `dispatch(handle=…)` | [`Buffer::dispatch`] with `cached` (no host sync) |
-//! | `combine` | [`Buffer::combine`] |
-//! | `get_low_latency_rdma_size_hint` | [`low_latency_rdma_size_hint`] |
-//! | `low_latency_dispatch` | [`Buffer::low_latency_dispatch`] ([`low_latency`]; the hook: [`Buffer::low_latency_dispatch_recv`]) |
-//! | `low_latency_combine` | [`Buffer::low_latency_combine`] (the hook: [`Buffer::low_latency_combine_recv`]) |
-//! | the intranode handle tuple | [`raw::Handle`] (same six tensors, same order) |
+//! | DeepEP | weft-ep (typed) | raw |
+//! |---|---|---|
+//! | `Buffer(group, num_nvl_bytes, num_rdma_bytes)` | [`Buffer::new`] (collective) | |
+//! | `Config(num_sms, …)` | [`Config`] (`num_sms`; weft stages whole dispatches, so no chunk sizes) | |
+//! | `get_nvl_buffer_size_hint` | [`nvl_bytes_hint`] | |
+//! | `get_dispatch_layout` | [`Buffer::get_dispatch_layout`] | [`Buffer::raw_get_dispatch_layout`] |
+//! | `dispatch` (no handle) | [`Buffer::notify_dispatch`] (host sync), [`Buffer::dispatch`] | [`Buffer::raw_notify_dispatch`], [`Buffer::recv_counts`], [`Buffer::raw_dispatch`] |
+//! | `dispatch(handle=…)` | [`Buffer::dispatch`] with a dispatched [`typed::DispatchHandle`] | [`Buffer::raw_dispatch`] with `cached` |
+//! | `combine` | [`Buffer::combine`] | [`Buffer::raw_combine`] |
+//! | `get_low_latency_rdma_size_hint` | [`low_latency_rdma_size_hint`] | |
+//! | `low_latency_dispatch` | [`Buffer::low_latency_dispatch`] (`return_recv_hook` and the hook: [`low_latency::LlKernels`]) | [`Buffer::raw_low_latency_dispatch`] |
+//! | `low_latency_combine` | [`Buffer::low_latency_combine`] | [`Buffer::raw_low_latency_combine`] |
+//! | the intranode handle tuple | [`typed::DispatchHandle`] (owns five of the six, with the layout; `recv_src_idx` is an output of each dispatch) | [`raw::Handle`] (same six tensors, same order) |
+//! | the low-latency handle | [`typed_low_latency::LlHandle`] | its two tensors |
 //!
 //! Semantics are DeepEP's: receive order by source rank, then token; `recv_topk_idx` holds
 //! local expert indices (-1 and weight 0 for other ranks' experts); combine sums each token's
@@ -51,6 +59,9 @@ pub mod low_latency;
 pub mod model;
 pub mod raw;
 mod region;
+pub mod typed;
+pub mod typed_low_latency;
+mod views;
 
 pub use buffer::{Buffer, Config, DEFAULT_NUM_SMS};
 pub use error::EpError;

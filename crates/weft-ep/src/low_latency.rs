@@ -1,7 +1,7 @@
 //! The raw layer of the low-latency mode: DeepEP V1's `low_latency_dispatch` and
 //! `low_latency_combine` over device addresses, shapes and a stream. Each call is a send kernel
-//! and a receive kernel; with `return_recv_hook` only the send is launched and
-//! [`Buffer::low_latency_dispatch_recv`] / [`Buffer::low_latency_combine_recv`] are the hook.
+//! and a receive kernel; with `return_recv_hook` only the send is launched ([`LlKernels::Send`])
+//! and the same call with [`LlKernels::Recv`] is the hook.
 //! Nothing here synchronises with the host or allocates, so calls can be captured in CUDA
 //! graphs (the buffer halves and signal tags advance on the device).
 
@@ -96,46 +96,29 @@ impl Buffer {
     }
 
     /// `low_latency_dispatch`: sends every (token, expert) pair to the expert's rank (cast to
-    /// FP8 with `use_fp8`, power-of-two scales with `round_scale`) and, unless
-    /// `return_recv_hook`, receives this rank's rows at once; with it, call
-    /// [`Buffer::low_latency_dispatch_recv`] later with the same arguments (the hook).
-    /// Collective: every rank makes the same low-latency calls in the same order.
+    /// FP8 with `use_fp8`, power-of-two scales with `round_scale`) and receives this rank's
+    /// rows, or only one of the two kernels (see [`LlKernels`]). Collective: every rank makes
+    /// the same low-latency calls in the same order.
     ///
     /// # Safety
     /// Every address must hold a tensor of its documented shape on this rank's GPU, valid until
     /// the work on `stream` is done.
     #[allow(clippy::too_many_arguments)] // DeepEP's argument list
-    pub unsafe fn low_latency_dispatch(
+    pub unsafe fn raw_low_latency_dispatch(
         &self,
         t: &LlDispatchTensors,
         shape: &LlShape,
         use_fp8: bool,
         round_scale: bool,
         config: Config,
-        return_recv_hook: bool,
+        kernels: LlKernels,
         stream: &Stream,
     ) -> Result<(), EpError> {
-        send_then_recv(return_recv_hook, |phase| {
+        for &phase in kernels.phases() {
             // SAFETY: the caller's contract, passed on.
-            unsafe { self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, phase, stream) }
-        })
-    }
-
-    /// The receive half of [`Buffer::low_latency_dispatch`] with `return_recv_hook` (DeepEP's
-    /// hook), with the same arguments.
-    ///
-    /// # Safety
-    /// As [`Buffer::low_latency_dispatch`].
-    pub unsafe fn low_latency_dispatch_recv(
-        &self,
-        t: &LlDispatchTensors,
-        shape: &LlShape,
-        use_fp8: bool,
-        config: Config,
-        stream: &Stream,
-    ) -> Result<(), EpError> {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { self.ll_dispatch_phase(t, shape, use_fp8, false, config, LlPhase::Recv, stream) }
+            unsafe { self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, phase, stream) }?;
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)] // one phase of the call above
@@ -189,38 +172,23 @@ impl Buffer {
 
     /// `low_latency_combine`: sends every row of `t.x` back to its token's rank, which sums
     /// each token's rows weighted by its top-k weights (`fma` per slot in slot order in f32,
-    /// rounded once to BF16). `return_recv_hook` as in [`Buffer::low_latency_dispatch`].
-    /// Collective.
+    /// rounded once to BF16), or only one of the two kernels (see [`LlKernels`]). Collective.
     ///
     /// # Safety
-    /// As [`Buffer::low_latency_dispatch`].
-    pub unsafe fn low_latency_combine(
+    /// As [`Buffer::raw_low_latency_dispatch`].
+    pub unsafe fn raw_low_latency_combine(
         &self,
         t: &LlCombineTensors,
         shape: &LlShape,
         config: Config,
-        return_recv_hook: bool,
+        kernels: LlKernels,
         stream: &Stream,
     ) -> Result<(), EpError> {
-        send_then_recv(return_recv_hook, |phase| {
+        for &phase in kernels.phases() {
             // SAFETY: the caller's contract, passed on.
-            unsafe { self.ll_combine_phase(t, shape, config, phase, stream) }
-        })
-    }
-
-    /// The receive half of [`Buffer::low_latency_combine`] with `return_recv_hook`.
-    ///
-    /// # Safety
-    /// As [`Buffer::low_latency_dispatch`].
-    pub unsafe fn low_latency_combine_recv(
-        &self,
-        t: &LlCombineTensors,
-        shape: &LlShape,
-        config: Config,
-        stream: &Stream,
-    ) -> Result<(), EpError> {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { self.ll_combine_phase(t, shape, config, LlPhase::Recv, stream) }
+            unsafe { self.ll_combine_phase(t, shape, config, phase, stream) }?;
+        }
+        Ok(())
     }
 
     unsafe fn ll_combine_phase(
@@ -259,15 +227,29 @@ impl Buffer {
     }
 }
 
-/// The send phase of a low-latency call, then its receive phase unless `return_recv_hook` (the
-/// hook launches it later).
-fn send_then_recv(
-    return_recv_hook: bool,
-    mut launch: impl FnMut(LlPhase) -> Result<(), EpError>,
-) -> Result<(), EpError> {
-    launch(LlPhase::Send)?;
-    if !return_recv_hook {
-        launch(LlPhase::Recv)?;
+/// Which kernels of a low-latency call run: both, or the send kernel alone (DeepEP's
+/// `return_recv_hook`) and later the receive kernel alone with the same arguments (the hook).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LlKernels {
+    /// Send, then receive.
+    Both,
+    /// The send kernel alone.
+    Send,
+    /// The receive kernel alone (the hook).
+    Recv,
+}
+
+impl LlKernels {
+    fn phases(self) -> &'static [LlPhase] {
+        match self {
+            Self::Both => &[LlPhase::Send, LlPhase::Recv],
+            Self::Send => &[LlPhase::Send],
+            Self::Recv => &[LlPhase::Recv],
+        }
     }
-    Ok(())
+
+    /// Whether the receive kernel runs (it writes the outputs and the handle).
+    pub fn receives(self) -> bool {
+        self != Self::Send
+    }
 }

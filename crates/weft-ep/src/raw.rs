@@ -2,9 +2,11 @@
 //! and a stream, for bindings (weft's Python package) that hold the tensors. Shapes are checked
 //! here; what an address points at cannot be, hence `unsafe`.
 //!
-//! A dispatch without a handle is [`Buffer::get_dispatch_layout`], [`Buffer::notify_dispatch`],
-//! [`Buffer::recv_counts`] (the host sync that sizes the outputs) and [`Buffer::dispatch`];
-//! with a handle (DeepEP's cached mode) it is [`Buffer::dispatch`] with `cached` alone.
+//! A dispatch without a handle is [`Buffer::raw_get_dispatch_layout`], [`Buffer::raw_notify_dispatch`],
+//! [`Buffer::recv_counts`] (the host sync that sizes the outputs) and [`Buffer::raw_dispatch`];
+//! with a handle (DeepEP's cached mode) it is [`Buffer::raw_dispatch`] with `cached` alone.
+
+use std::sync::atomic::Ordering;
 
 use weft_gpu::{DevicePtr, Stream};
 use weft_types::{EpCombineArgs, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
@@ -217,7 +219,7 @@ impl Buffer {
     /// # Safety
     /// Every address must hold a tensor of its documented shape on this rank's GPU, valid until
     /// the work on `stream` is done.
-    pub unsafe fn get_dispatch_layout(
+    pub unsafe fn raw_get_dispatch_layout(
         &self,
         topk_idx: DevicePtr,
         shape: RoutingShape,
@@ -245,9 +247,9 @@ impl Buffer {
     /// this rank are kept for [`Buffer::recv_counts`]. Collective: every rank calls it.
     ///
     /// # Safety
-    /// As [`Buffer::get_dispatch_layout`].
+    /// As [`Buffer::raw_get_dispatch_layout`].
     #[allow(clippy::too_many_arguments)] // DeepEP's argument list
-    pub unsafe fn notify_dispatch(
+    pub unsafe fn raw_notify_dispatch(
         &self,
         layout: &LayoutTensors,
         shape: RoutingShape,
@@ -271,13 +273,14 @@ impl Buffer {
             channels: config.channels(),
             expert_alignment: expert_alignment.clamp(1, i32::MAX as usize) as u32,
         };
+        self.normal_calls.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the context addresses this buffer and its peers' (alive as long as `self`);
         // `recv_counts` is ours; the rest is the caller's contract.
         unsafe { self.kernels.notify(stream, self.context, args) }
             .map_err(|source| EpError::Gpu { rank: self.rank(), source })
     }
 
-    /// Waits for `stream` and returns what the last [`Buffer::notify_dispatch`] counted for
+    /// Waits for `stream` and returns what the last [`Buffer::raw_notify_dispatch`] counted for
     /// this rank over `num_experts` experts (the host sync of a dispatch without a handle).
     pub fn recv_counts(&self, stream: &Stream, num_experts: usize) -> Result<RecvCounts, EpError> {
         self.synchronize(stream, "EP notify")?;
@@ -290,15 +293,15 @@ impl Buffer {
 
     /// `dispatch`: sends every token to the ranks holding its experts and receives this rank's
     /// rows into `output` and `handle`'s `recv_src_idx`, `recv_channel_prefix_matrix` and
-    /// `send_head`. Without `cached`, [`Buffer::notify_dispatch`] must have run on `stream`
+    /// `send_head`. Without `cached`, [`Buffer::raw_notify_dispatch`] must have run on `stream`
     /// just before, filling `handle`'s prefix matrices; with `cached`, `handle` is a previous
     /// dispatch's with the same routing, and a prologue replaces the notify (no host sync).
     /// Collective.
     ///
     /// # Safety
-    /// As [`Buffer::get_dispatch_layout`]; output tensors hold `handle.num_recv_tokens` rows.
+    /// As [`Buffer::raw_get_dispatch_layout`]; output tensors hold `handle.num_recv_tokens` rows.
     #[allow(clippy::too_many_arguments)] // DeepEP's argument list
-    pub unsafe fn dispatch(
+    pub unsafe fn raw_dispatch(
         &self,
         input: &DispatchInput,
         output: &DispatchOutput,
@@ -369,6 +372,7 @@ impl Buffer {
             channels: config.channels(),
         };
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
+        self.normal_calls.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the context addresses this buffer and its peers' (alive as long as `self`);
         // shapes and the staging capacity were checked; the rest is the caller's contract.
         unsafe {
@@ -385,8 +389,8 @@ impl Buffer {
     /// dispatch that made `handle`. Collective.
     ///
     /// # Safety
-    /// As [`Buffer::get_dispatch_layout`]; `input.x` holds `handle.num_recv_tokens` rows.
-    pub unsafe fn combine(
+    /// As [`Buffer::raw_get_dispatch_layout`]; `input.x` holds `handle.num_recv_tokens` rows.
+    pub unsafe fn raw_combine(
         &self,
         input: &CombineInput,
         output: &CombineOutput,
@@ -434,7 +438,8 @@ impl Buffer {
             channels: handle.channels,
         };
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
-        // SAFETY: as in `dispatch`.
+        self.normal_calls.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as in `raw_dispatch`.
         unsafe {
             self.kernels.prologue(stream, self.context, false).map_err(gpu)?;
             self.kernels.combine(stream, self.context, args).map_err(gpu)

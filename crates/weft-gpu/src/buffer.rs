@@ -217,7 +217,39 @@ macro_rules! view_accessors {
                 stream.retain(self.span.memory);
             }
         }
+
+        impl<T: DeviceElement> DeviceView for $view<'_, T> {
+            fn len(&self) -> usize {
+                self.span.len
+            }
+
+            fn device(&self) -> &Device {
+                self.span.memory.device()
+            }
+
+            fn retain_on(&self, stream: &Stream) {
+                stream.retain(self.span.memory);
+            }
+        }
     )*};
+}
+
+/// What a call that enqueues work needs of any view, read-only or writable, whatever its
+/// element type: to check it and to keep it alive (as the views' own methods of these names).
+pub trait DeviceView {
+    /// Elements.
+    fn len(&self) -> usize;
+
+    /// Whether the view has no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The GPU that holds the elements.
+    fn device(&self) -> &Device;
+
+    /// Keeps the allocation alive until the work queued on `stream` so far has run.
+    fn retain_on(&self, stream: &Stream);
 }
 
 view_accessors!(DeviceSlice, DeviceSliceMut);

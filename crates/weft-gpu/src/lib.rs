@@ -31,7 +31,7 @@ mod scope;
 mod stream;
 mod user_memory;
 
-pub use buffer::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
+pub use buffer::{DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView};
 pub use device::{Device, RdmaWriteVisibility, SavedContext};
 pub use dma_buf::{DmaBuf, export_dma_buf};
 pub use driver::DevicePtr;

@@ -11,7 +11,7 @@ use std::sync::RwLock;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use weft::ep::low_latency::{LlCombineTensors, LlDispatchTensors, LlShape};
+use weft::ep::low_latency::{LlCombineTensors, LlDispatchTensors, LlKernels, LlShape};
 use weft::ep::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Handle, LayoutTensors, MAX_TOPK, Payload, RoutingShape,
     Scales,
@@ -136,7 +136,7 @@ fn ep_get_dispatch_layout(
     let out = LayoutTensors { num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank };
     // SAFETY: Python passes the addresses of live, checked tensors of this GPU of the shapes the
     // call documents, and keeps them referenced until the stream's work is done.
-    on_stream(buffer, stream, |b, s| unsafe { b.get_dispatch_layout(topk_idx, self::routing(routing), &out, s) })
+    on_stream(buffer, stream, |b, s| unsafe { b.raw_get_dispatch_layout(topk_idx, self::routing(routing), &out, s) })
 }
 
 /// The notify phase of a dispatch without a handle, then the host sync for its counts:
@@ -160,7 +160,7 @@ fn ep_notify_dispatch(
         b.communicator().settle_before_launch()?;
         // SAFETY: as in ep_get_dispatch_layout.
         unsafe {
-            b.notify_dispatch(
+            b.raw_notify_dispatch(
                 &layout,
                 shape,
                 expert_alignment,
@@ -230,7 +230,7 @@ fn ep_dispatch(
     on_stream(buffer, stream, |b, s| {
         b.communicator().settle_before_launch()?;
         // SAFETY: as in ep_get_dispatch_layout; the outputs hold the handle's received rows.
-        unsafe { b.dispatch(&input, &output, &handle, shape, Config { num_sms }, cached, s) }
+        unsafe { b.raw_dispatch(&input, &output, &handle, shape, Config { num_sms }, cached, s) }
     })
 }
 
@@ -263,17 +263,17 @@ fn ep_combine(
     on_stream(buffer, stream, |b, s| {
         b.communicator().settle_before_launch()?;
         // SAFETY: as in ep_get_dispatch_layout; `x` holds the handle's received rows.
-        unsafe { b.combine(&input, &output, &handle, tokens, s) }
+        unsafe { b.raw_combine(&input, &output, &handle, tokens, s) }
     })
 }
 
 /// Which kernels of a low-latency call to launch: `"both"` (the call), `"send"` (the call with
 /// `return_recv_hook`) or `"recv"` (the hook).
-fn phases(phase: &str) -> PyResult<(bool, bool)> {
+fn kernels(phase: &str) -> PyResult<LlKernels> {
     match phase {
-        "both" => Ok((true, true)),
-        "send" => Ok((true, false)),
-        "recv" => Ok((false, true)),
+        "both" => Ok(LlKernels::Both),
+        "send" => Ok(LlKernels::Send),
+        "recv" => Ok(LlKernels::Recv),
         other => Err(pyo3::exceptions::PyValueError::new_err(format!(
             "phase: \"both\", \"send\" or \"recv\", got {other:?}"
         ))),
@@ -309,7 +309,7 @@ fn ep_low_latency_dispatch(
     phase: &str,
     stream: usize,
 ) -> PyResult<()> {
-    let (send, recv) = phases(phase)?;
+    let kernels = kernels(phase)?;
     let t = LlDispatchTensors {
         x,
         topk_idx,
@@ -321,11 +321,9 @@ fn ep_low_latency_dispatch(
         cumulative_local_expert_recv_stats: optional(cumulative_local_expert_recv_stats),
     };
     let (shape, config) = (ll_shape(sizes), Config { num_sms });
-    on_stream(buffer, stream, |b, s| match (send, recv) {
-        // SAFETY: as in ep_get_dispatch_layout.
-        (true, recv) => unsafe { b.low_latency_dispatch(&t, &shape, use_fp8, round_scale, config, !recv, s) },
-        // SAFETY: as in ep_get_dispatch_layout; the same tensors as the send half's.
-        (false, _) => unsafe { b.low_latency_dispatch_recv(&t, &shape, use_fp8, config, s) },
+    on_stream(buffer, stream, |b, s| {
+        // SAFETY: as in ep_get_dispatch_layout; the hook passes the same tensors as the send.
+        unsafe { b.raw_low_latency_dispatch(&t, &shape, use_fp8, round_scale, config, kernels, s) }
     })
 }
 
@@ -346,14 +344,12 @@ fn ep_low_latency_combine(
     phase: &str,
     stream: usize,
 ) -> PyResult<()> {
-    let (send, recv) = phases(phase)?;
+    let kernels = kernels(phase)?;
     let t = LlCombineTensors { x, topk_idx, topk_weights, src_info, layout_range, combined_x };
     let (shape, config) = (ll_shape(sizes), Config { num_sms });
-    on_stream(buffer, stream, |b, s| match (send, recv) {
-        // SAFETY: as in ep_get_dispatch_layout.
-        (true, recv) => unsafe { b.low_latency_combine(&t, &shape, config, !recv, s) },
-        // SAFETY: as in ep_get_dispatch_layout; the same tensors as the send half's.
-        (false, _) => unsafe { b.low_latency_combine_recv(&t, &shape, config, s) },
+    on_stream(buffer, stream, |b, s| {
+        // SAFETY: as in ep_get_dispatch_layout; the hook passes the same tensors as the send.
+        unsafe { b.raw_low_latency_combine(&t, &shape, config, kernels, s) }
     })
 }
 

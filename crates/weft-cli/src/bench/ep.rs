@@ -19,7 +19,7 @@ use weft_gpu::{Device, Event, Stream};
 
 use super::ep_report;
 pub use super::ep_report::EpLine;
-use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase, poisoned};
+use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase};
 use crate::harness::ep_ll::{self, LlCase, LlTensors, check_ll_case};
 use crate::harness::launch;
 
@@ -122,22 +122,18 @@ fn measure_rank(
                 harness::check_case(&comm, &case)?;
             }
             let inputs = DeviceInputs::upload(&device, &case, rank, &case.inputs(rank))?;
-            let dispatched = harness::dispatch(&buffer, &case, &inputs, &stream)?;
-            let rows = dispatched.counts.num_recv_tokens;
+            let mut dispatched = harness::dispatch(&buffer, &case, &inputs, &stream)?;
+            let rows = dispatched.rows();
             let bf16_bytes = (rows * options.hidden * 2) as f64;
             let payload = if fp8 { "fp8" } else { "bf16" };
-            let us =
-                time(&comm, &stream, || harness::cached_dispatch(&buffer, &case, &inputs, &dispatched, None, &stream))?;
+            let us = time(&comm, &stream, || {
+                harness::cached_dispatch(&buffer, &case, &inputs, &mut dispatched, None, &stream)
+            })?;
             let bytes = if fp8 { bf16_bytes * (1.0 + 4.0 / 128.0) / 2.0 } else { bf16_bytes };
             lines.push(EpLine { rank, op: "dispatch", payload, sms, recv_tokens: rows, us, gbps: bytes / us / 1e3 });
             if !fp8 {
-                let tensors = CombineTensors {
-                    x: poisoned(&device, rows * options.hidden * 2)?,
-                    bias: Vec::new(),
-                    out: poisoned(&device, options.tokens * options.hidden * 2)?,
-                    out_weights: poisoned(&device, options.tokens * options.topk * 4)?,
-                };
-                let us = time(&comm, &stream, || harness::combine(&buffer, &case, &dispatched, &tensors, &stream))?;
+                let mut tensors = CombineTensors::new(&device, &case, (rows, None), &[], options.tokens)?;
+                let us = time(&comm, &stream, || harness::combine(&buffer, &case, &dispatched, &mut tensors, &stream))?;
                 lines.push(EpLine {
                     rank,
                     op: "combine",
@@ -189,9 +185,9 @@ fn measure_low_latency(
         }
         let inputs = case.inputs(rank);
         let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
-        let t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
-        let dispatch_us = time(comm, stream, || ep_ll::dispatch(&buffer, &case, &t, false, stream))?;
-        let combine_us = time(comm, stream, || ep_ll::combine(&buffer, &case, &t, false, stream))?;
+        let mut t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
+        let dispatch_us = time(comm, stream, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
+        let combine_us = time(comm, stream, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
         let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
         let combine_bytes = (pairs * options.hidden * 2) as f64;
         let line = |op, payload, us: f64, bytes: f64| EpLine {
@@ -215,7 +211,7 @@ fn measure_low_latency(
 fn time(
     comm: &Communicator,
     stream: &Stream,
-    call: impl Fn() -> Result<(), weft_ep::EpError>,
+    mut call: impl FnMut() -> Result<(), weft_ep::EpError>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let device = comm.device();
     let (start, end) = (Event::new(device)?, Event::new(device)?);

@@ -9,12 +9,13 @@ use std::ops::Range;
 use half::bf16;
 use weft_core::Communicator;
 use weft_ep::model::{self, RankRouting, RoutingSpec, SplitMix};
-use weft_ep::raw::{
-    CombineInput, CombineOutput, DispatchInput, DispatchOutput, Handle, LayoutTensors, Payload, RecvCounts,
-    RoutingShape, Scales,
+use weft_ep::raw::RoutingShape;
+use weft_ep::typed::{
+    CombineSource, CombineTarget, DispatchHandle, DispatchSource, DispatchTarget, HandleBuffers, LayoutBuffers, Rows,
+    RowsMut, ScaleStrides,
 };
 use weft_ep::{Buffer, Config, EpError, nvl_bytes_hint};
-use weft_gpu::{AllocKind, Device, DeviceMemory, GpuError, Pod, Stream};
+use weft_gpu::{Device, DeviceBuffer, DeviceElement, DeviceSlice, F8E4M3, GpuError, Stream};
 
 /// Byte every output is filled with before a kernel writes it.
 pub(crate) const POISON: u8 = 0xA5;
@@ -127,30 +128,31 @@ impl EpCase {
     }
 }
 
-/// A device tensor of `bytes` (at least 16, so empty tensors still have an address).
-pub(crate) fn tensor(device: &Device, bytes: usize) -> Result<DeviceMemory, GpuError> {
-    DeviceMemory::alloc(device, bytes.max(16), AllocKind::Legacy)
+/// A device tensor of `len` elements (at least one, so empty tensors still have an address).
+pub(crate) fn tensor<T: DeviceElement>(device: &Device, len: usize) -> Result<DeviceBuffer<T>, GpuError> {
+    DeviceBuffer::new(device, len.max(1))
 }
 
-/// A poisoned device tensor of `bytes`.
-pub(crate) fn poisoned(device: &Device, bytes: usize) -> Result<DeviceMemory, GpuError> {
-    let t = tensor(device, bytes)?;
-    t.fill(0, t.len(), POISON)?;
+/// A device tensor of `len` elements, every byte [`POISON`].
+pub(crate) fn poisoned<T: DeviceElement>(device: &Device, len: usize) -> Result<DeviceBuffer<T>, GpuError> {
+    let mut t = tensor(device, len)?;
+    t.as_mut_slice().fill_bytes(POISON)?;
     Ok(t)
 }
 
 /// `values` on the device.
-pub(crate) fn upload<T: Pod>(device: &Device, values: &[T]) -> Result<DeviceMemory, GpuError> {
-    let t = tensor(device, size_of_val(values))?;
-    t.write_pod(0, values)?;
+pub(crate) fn upload<T: DeviceElement>(device: &Device, values: &[T]) -> Result<DeviceBuffer<T>, GpuError> {
+    let mut t = tensor(device, values.len())?;
+    t.slice_mut(..values.len())?.copy_from_host(values)?;
     Ok(t)
 }
 
-/// The first `n` values of type `T` of `memory`.
-pub(crate) fn download<T: Pod + Default + Clone>(memory: &DeviceMemory, n: usize) -> Result<Vec<T>, GpuError> {
-    let mut values = vec![T::default(); n];
-    memory.read_pod_slice(0, &mut values)?;
-    Ok(values)
+/// The first `n` elements of `view`, as `U`s (a type of the same bits, to compare them).
+pub(crate) fn download<T: DeviceElement, U: DeviceElement>(
+    view: DeviceSlice<'_, T>,
+    n: usize,
+) -> Result<Vec<U>, GpuError> {
+    view.cast::<U>()?.slice(..n)?.to_vec()
 }
 
 /// The bits of BF16 values (what a device tensor of them holds).
@@ -158,91 +160,152 @@ pub(crate) fn bf16_bits(values: &[bf16]) -> Vec<u16> {
     values.iter().map(|v| v.to_bits()).collect()
 }
 
+/// Rows of a payload on the device: BF16, or E4M3 with f32 scales.
+pub(crate) enum PayloadRows {
+    Bf16(DeviceBuffer<bf16>),
+    Fp8 { x: DeviceBuffer<F8E4M3>, scales: DeviceBuffer<f32>, strides: ScaleStrides },
+}
+
+impl PayloadRows {
+    /// `rows` poisoned rows of `case`'s payload, scales row-major (as DeepEP returns them).
+    pub(crate) fn poisoned(device: &Device, case: &EpCase, rows: usize) -> Result<Self, GpuError> {
+        let per = case.hidden.div_ceil(128);
+        Ok(if case.fp8 {
+            Self::Fp8 {
+                x: poisoned(device, rows * case.hidden)?,
+                scales: poisoned(device, rows * per)?,
+                strides: ScaleStrides::row_major(per),
+            }
+        } else {
+            Self::Bf16(poisoned(device, rows * case.hidden)?)
+        })
+    }
+
+    pub(crate) fn rows(&self) -> Rows<'_> {
+        match self {
+            Self::Bf16(x) => Rows::Bf16(x.as_slice()),
+            Self::Fp8 { x, scales, strides } => {
+                Rows::Fp8 { x: x.as_slice(), scales: scales.as_slice(), strides: *strides }
+            }
+        }
+    }
+
+    pub(crate) fn rows_mut(&mut self) -> RowsMut<'_> {
+        match self {
+            Self::Bf16(x) => RowsMut::Bf16(x.as_mut_slice()),
+            Self::Fp8 { x, scales, strides } => {
+                RowsMut::Fp8 { x: x.as_mut_slice(), scales: scales.as_mut_slice(), strides: *strides }
+            }
+        }
+    }
+
+    /// Every byte of the rows and scales [`POISON`].
+    pub(crate) fn poison(&mut self) -> Result<(), GpuError> {
+        match self {
+            Self::Bf16(x) => x.as_mut_slice().fill_bytes(POISON),
+            Self::Fp8 { x, scales, .. } => {
+                x.as_mut_slice().fill_bytes(POISON)?;
+                scales.as_mut_slice().fill_bytes(POISON)
+            }
+        }
+    }
+
+    /// The first `n` bytes of the rows.
+    pub(crate) fn bytes(&self, n: usize) -> Result<Vec<u8>, GpuError> {
+        match self {
+            Self::Bf16(x) => download(x.as_slice(), n),
+            Self::Fp8 { x, .. } => download(x.as_slice(), n),
+        }
+    }
+
+    /// The first `n` scales' bits (FP8 rows only).
+    pub(crate) fn scale_bits(&self, n: usize) -> Result<Option<Vec<u32>>, GpuError> {
+        match self {
+            Self::Bf16(_) => Ok(None),
+            Self::Fp8 { scales, .. } => download(scales.as_slice(), n).map(Some),
+        }
+    }
+}
+
 /// One rank's inputs on its GPU.
 pub(crate) struct DeviceInputs {
-    pub(crate) topk_idx: DeviceMemory,
-    pub(crate) topk_weights: DeviceMemory,
-    pub(crate) x: DeviceMemory,
-    /// Column-major (`[hidden / 128][tokens]`), as DeepEP's test passes them.
-    pub(crate) scales: Option<DeviceMemory>,
+    pub(crate) topk_idx: DeviceBuffer<i64>,
+    pub(crate) topk_weights: DeviceBuffer<f32>,
+    /// Scales column-major (`[hidden / 128][tokens]`), as DeepEP's test passes them.
+    pub(crate) x: PayloadRows,
 }
 
 impl DeviceInputs {
     pub(crate) fn upload(device: &Device, case: &EpCase, rank: usize, inputs: &RankInputs) -> Result<Self, GpuError> {
         let tokens = case.tokens[rank];
-        let (x, scales) = match &inputs.fp8 {
+        let x = match &inputs.fp8 {
             Some((values, scales)) => {
                 let per = case.hidden.div_ceil(128);
                 let column_major: Vec<f32> =
                     (0..per * tokens).map(|i| scales[(i % tokens.max(1)) * per + i / tokens.max(1)]).collect();
-                (upload(device, values)?, Some(upload(device, &column_major)?))
+                let values: Vec<F8E4M3> = values.iter().map(|&v| F8E4M3(v)).collect();
+                PayloadRows::Fp8 {
+                    x: upload(device, &values)?,
+                    scales: upload(device, &column_major)?,
+                    strides: ScaleStrides::column_major(tokens),
+                }
             }
-            None => (upload(device, &bf16_bits(&inputs.x))?, None),
+            None => PayloadRows::Bf16(upload(device, &inputs.x)?),
         };
-        Ok(Self {
-            topk_idx: upload(device, &inputs.topk_idx)?,
-            topk_weights: upload(device, &inputs.topk_weights)?,
-            x,
-            scales,
-        })
+        Ok(Self { topk_idx: upload(device, &inputs.topk_idx)?, topk_weights: upload(device, &inputs.topk_weights)?, x })
     }
 
-    pub(crate) fn payload(&self, case: &EpCase, rank: usize) -> Payload {
-        match &self.scales {
-            Some(s) => Payload::Fp8 {
-                x: self.x.ptr(),
-                scales: Scales { ptr: s.ptr(), token_stride: 1, hidden_stride: case.tokens[rank] as u32 },
-                hidden: case.hidden,
-            },
-            None => Payload::Bf16 { x: self.x.ptr(), hidden: case.hidden },
+    /// The dispatch's inputs, with the routing unless `cached` (DeepEP's cached mode sends none).
+    pub(crate) fn source(&self, case: &EpCase, cached: bool) -> DispatchSource<'_> {
+        DispatchSource {
+            x: self.x.rows(),
+            hidden: case.hidden,
+            topk_idx: (!cached).then(|| self.topk_idx.as_slice()),
+            topk_weights: (!cached).then(|| self.topk_weights.as_slice()),
         }
     }
 }
 
-/// Layout outputs, the handle and the received tensors of one dispatch, on the device.
+/// What a dispatch receives besides the handle: the rows and their sources, and, without a
+/// cached handle, their top-k.
+pub(crate) struct Received {
+    pub(crate) x: PayloadRows,
+    pub(crate) src_idx: DeviceBuffer<i32>,
+    pub(crate) topk: Option<(DeviceBuffer<i64>, DeviceBuffer<f32>)>,
+}
+
+impl Received {
+    /// Poisoned tensors for `rows` rows of `case`, with top-k tensors if `topk`.
+    pub(crate) fn poisoned(device: &Device, case: &EpCase, rows: usize, topk: bool) -> Result<Self, GpuError> {
+        let topk =
+            if topk { Some((poisoned(device, rows * case.topk)?, poisoned(device, rows * case.topk)?)) } else { None };
+        Ok(Self { x: PayloadRows::poisoned(device, case, rows)?, src_idx: poisoned(device, rows)?, topk })
+    }
+
+    pub(crate) fn target(&mut self) -> DispatchTarget<'_> {
+        let (recv_topk_idx, recv_topk_weights) = match &mut self.topk {
+            Some((idx, weights)) => (Some(idx.as_mut_slice()), Some(weights.as_mut_slice())),
+            None => (None, None),
+        };
+        DispatchTarget {
+            recv_x: self.x.rows_mut(),
+            recv_src_idx: self.src_idx.as_mut_slice(),
+            recv_topk_idx,
+            recv_topk_weights,
+        }
+    }
+}
+
+/// The handle and the received tensors of one dispatch.
 pub(crate) struct Dispatched {
-    pub(crate) num_tokens_per_rank: DeviceMemory,
-    pub(crate) num_tokens_per_expert: DeviceMemory,
-    pub(crate) is_token_in_rank: DeviceMemory,
-    pub(crate) rank_prefix_matrix: DeviceMemory,
-    pub(crate) channel_prefix_matrix: DeviceMemory,
-    pub(crate) recv_channel_prefix_matrix: DeviceMemory,
-    pub(crate) recv_src_idx: DeviceMemory,
-    pub(crate) send_head: DeviceMemory,
-    pub(crate) recv_x: DeviceMemory,
-    /// Row-major `[received][hidden / 128]`.
-    pub(crate) recv_x_scales: Option<DeviceMemory>,
-    pub(crate) recv_topk_idx: DeviceMemory,
-    pub(crate) recv_topk_weights: DeviceMemory,
-    pub(crate) counts: RecvCounts,
+    pub(crate) handle: DispatchHandle,
+    pub(crate) received: Received,
 }
 
 impl Dispatched {
-    pub(crate) fn handle(&self, channels: u32) -> Handle {
-        Handle {
-            rank_prefix_matrix: self.rank_prefix_matrix.ptr(),
-            channel_prefix_matrix: self.channel_prefix_matrix.ptr(),
-            recv_channel_prefix_matrix: self.recv_channel_prefix_matrix.ptr(),
-            recv_src_idx: self.recv_src_idx.ptr(),
-            is_token_in_rank: self.is_token_in_rank.ptr(),
-            send_head: self.send_head.ptr(),
-            num_recv_tokens: self.counts.num_recv_tokens,
-            channels,
-        }
-    }
-
-    pub(crate) fn output(&self, case: &EpCase) -> DispatchOutput {
-        let scales = case.hidden.div_ceil(128) as u32;
-        DispatchOutput {
-            recv_x: self.recv_x.ptr(),
-            recv_x_scales: self.recv_x_scales.as_ref().map(|s| Scales {
-                ptr: s.ptr(),
-                token_stride: scales,
-                hidden_stride: 1,
-            }),
-            recv_topk_idx: Some(self.recv_topk_idx.ptr()),
-            recv_topk_weights: Some(self.recv_topk_weights.ptr()),
-        }
+    /// Rows this rank received.
+    pub(crate) fn rows(&self) -> usize {
+        self.handle.num_recv_tokens()
     }
 }
 
@@ -259,113 +322,74 @@ pub(crate) fn dispatch(
     let gpu = |source| EpError::Gpu { rank, source };
     let shape = case.shape(rank);
     let channels = (case.num_sms / 2) as usize;
-    let t = |bytes: usize| poisoned(device, bytes).map_err(gpu);
-    let layout = [t(4 * ranks)?, t(4 * case.experts)?, t(shape.tokens * ranks)?];
-    let layout_tensors = LayoutTensors {
-        num_tokens_per_rank: layout[0].ptr(),
-        num_tokens_per_expert: layout[1].ptr(),
-        is_token_in_rank: layout[2].ptr(),
+    let layout = LayoutBuffers {
+        num_tokens_per_rank: poisoned(device, ranks).map_err(gpu)?,
+        num_tokens_per_expert: poisoned(device, case.experts).map_err(gpu)?,
+        is_token_in_rank: poisoned(device, shape.tokens * ranks).map_err(gpu)?,
     };
-    let handle_tensors =
-        [t(4 * ranks * ranks)?, t(4 * ranks * channels)?, t(4 * ranks * channels)?, t(4 * shape.tokens * ranks)?];
+    let handle = HandleBuffers {
+        rank_prefix_matrix: poisoned(device, ranks * ranks).map_err(gpu)?,
+        channel_prefix_matrix: poisoned(device, ranks * channels).map_err(gpu)?,
+        recv_channel_prefix_matrix: poisoned(device, ranks * channels).map_err(gpu)?,
+        send_head: poisoned(device, shape.tokens * ranks).map_err(gpu)?,
+    };
     let config = Config { num_sms: case.num_sms };
     buffer.communicator().settle_before_launch()?;
-    // SAFETY: every tensor above and in `inputs` has the shape the call documents and lives
-    // until the stream is synchronised below.
-    unsafe {
-        buffer.get_dispatch_layout(inputs.topk_idx.ptr(), shape, &layout_tensors, stream)?;
-        buffer.notify_dispatch(
-            &layout_tensors,
-            shape,
-            case.expert_alignment,
-            config,
-            handle_tensors[0].ptr(),
-            handle_tensors[1].ptr(),
-            stream,
-        )?;
-    }
-    let counts = buffer.recv_counts(stream, case.experts)?;
-    let rows = counts.num_recv_tokens;
-    let (row_bytes, scales) = case.row_bytes();
-    let [num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank] = layout;
-    let [rank_prefix_matrix, channel_prefix_matrix, recv_channel_prefix_matrix, send_head] = handle_tensors;
-    let dispatched = Dispatched {
-        num_tokens_per_rank,
-        num_tokens_per_expert,
-        is_token_in_rank,
-        rank_prefix_matrix,
-        channel_prefix_matrix,
-        recv_channel_prefix_matrix,
-        recv_src_idx: t(4 * rows)?,
-        send_head,
-        recv_x: t(rows * row_bytes)?,
-        recv_x_scales: if case.fp8 { Some(t(rows * scales * 4)?) } else { None },
-        recv_topk_idx: t(rows * case.topk * 8)?,
-        recv_topk_weights: t(rows * case.topk * 4)?,
-        counts,
-    };
-    let input = DispatchInput {
-        x: inputs.payload(case, rank),
-        topk_idx: Some(inputs.topk_idx.ptr()),
-        topk_weights: Some(inputs.topk_weights.ptr()),
-    };
+    let layout = buffer.get_dispatch_layout(&inputs.topk_idx.as_slice(), shape, layout, stream)?;
+    let mut handle = buffer.notify_dispatch(layout, case.expert_alignment, config, handle, stream)?;
+    let mut received = Received::poisoned(device, case, handle.num_recv_tokens(), true).map_err(gpu)?;
     buffer.communicator().settle_before_launch()?;
-    // SAFETY: as above; the outputs hold `rows` rows.
-    unsafe {
-        buffer.dispatch(
-            &input,
-            &dispatched.output(case),
-            &dispatched.handle(config.channels()),
-            shape,
-            config,
-            false,
-            stream,
-        )?;
-    }
+    buffer.dispatch(&inputs.source(case, false), &mut received.target(), &mut handle, stream)?;
     buffer.synchronize(stream, "EP dispatch")?;
-    Ok(dispatched)
+    Ok(Dispatched { handle, received })
 }
 
-/// A dispatch with `handle` (DeepEP's cached mode, no top-k) into fresh poisoned `recv_x`,
-/// `recv_x_scales` and `recv_src_idx`; returns them (synchronised). With `synchronize` false,
-/// only launches (for timing).
+/// A dispatch with `dispatched`'s handle (DeepEP's cached mode, no top-k) into `into`, or into
+/// `dispatched`'s own rows if none (for timing). Only launches: the caller synchronises.
 pub(crate) fn cached_dispatch(
     buffer: &Buffer,
     case: &EpCase,
     inputs: &DeviceInputs,
-    dispatched: &Dispatched,
-    outputs: Option<&(DeviceMemory, Option<DeviceMemory>, DeviceMemory)>,
+    dispatched: &mut Dispatched,
+    into: Option<&mut Received>,
     stream: &Stream,
 ) -> Result<(), EpError> {
-    let rank = buffer.rank();
-    let config = Config { num_sms: case.num_sms };
-    let mut handle = dispatched.handle(config.channels());
-    let mut output = dispatched.output(case);
-    output.recv_topk_idx = None;
-    output.recv_topk_weights = None;
-    if let Some((x, scales, src_idx)) = outputs {
-        output.recv_x = x.ptr();
-        if let (Some(o), Some(s)) = (output.recv_x_scales.as_mut(), scales) {
-            o.ptr = s.ptr();
-        }
-        handle.recv_src_idx = src_idx.ptr();
-    }
-    let input = DispatchInput { x: inputs.payload(case, rank), topk_idx: None, topk_weights: None };
-    // SAFETY: the handle's and outputs' tensors live in `dispatched` / `outputs`, which outlive
-    // the caller's synchronisation of `stream`.
-    unsafe { buffer.dispatch(&input, &output, &handle, case.shape(rank), config, true, stream) }
+    let received = into.unwrap_or(&mut dispatched.received);
+    buffer.dispatch(&inputs.source(case, true), &mut received.target(), &mut dispatched.handle, stream)
 }
 
 /// One rank's combine tensors on the device.
 pub(crate) struct CombineTensors {
     /// `[received][hidden]` BF16 rows.
-    pub(crate) x: DeviceMemory,
+    pub(crate) x: DeviceBuffer<bf16>,
     /// The case's biases, `[tokens][hidden]` each.
-    pub(crate) bias: Vec<DeviceMemory>,
+    pub(crate) bias: Vec<DeviceBuffer<bf16>>,
     /// `[tokens][hidden]` BF16 output.
-    pub(crate) out: DeviceMemory,
+    pub(crate) out: DeviceBuffer<bf16>,
     /// `[tokens][topk]` f32 output.
-    pub(crate) out_weights: DeviceMemory,
+    pub(crate) out_weights: DeviceBuffer<f32>,
+}
+
+impl CombineTensors {
+    /// `x` (`rows` received rows, poisoned if none given) and `bias`, poisoned outputs for
+    /// `tokens` tokens of `case`.
+    pub(crate) fn new(
+        device: &Device,
+        case: &EpCase,
+        (rows, x): (usize, Option<&[bf16]>),
+        bias: &[Vec<bf16>],
+        tokens: usize,
+    ) -> Result<Self, GpuError> {
+        Ok(Self {
+            x: match x {
+                Some(x) => upload(device, x)?,
+                None => poisoned(device, rows * case.hidden)?,
+            },
+            bias: bias.iter().map(|b| upload(device, b)).collect::<Result<_, _>>()?,
+            out: poisoned(device, tokens * case.hidden)?,
+            out_weights: poisoned(device, tokens * case.topk)?,
+        })
+    }
 }
 
 /// Launches combine of `t.x` with the received top-k weights and the case's biases.
@@ -373,18 +397,18 @@ pub(crate) fn combine(
     buffer: &Buffer,
     case: &EpCase,
     dispatched: &Dispatched,
-    t: &CombineTensors,
+    t: &mut CombineTensors,
     stream: &Stream,
 ) -> Result<(), EpError> {
-    let input = CombineInput {
-        x: t.x.ptr(),
+    let source = CombineSource {
+        x: t.x.as_slice(),
         hidden: case.hidden,
-        topk_weights: Some((dispatched.recv_topk_weights.ptr(), case.topk)),
-        bias: [t.bias.first().map(|b| b.ptr()), t.bias.get(1).map(|b| b.ptr())],
+        topk_weights: dispatched.received.topk.as_ref().map(|(_, weights)| weights.as_slice()),
+        bias: [t.bias.first().map(|b| b.as_slice()), t.bias.get(1).map(|b| b.as_slice())],
     };
-    let output = CombineOutput { combined_x: t.out.ptr(), combined_topk_weights: Some(t.out_weights.ptr()) };
-    // SAFETY: every tensor has the documented shape and outlives the caller's synchronisation.
-    unsafe { buffer.combine(&input, &output, &dispatched.handle(case.num_sms / 2), case.tokens[buffer.rank()], stream) }
+    let mut target =
+        CombineTarget { combined_x: t.out.as_mut_slice(), combined_topk_weights: Some(t.out_weights.as_mut_slice()) };
+    buffer.combine(&source, &mut target, &dispatched.handle, stream)
 }
 
 /// `Err` naming the first of `got`'s elements that differs from `want` (placed by `locate`)
@@ -426,54 +450,58 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let buffer =
         Buffer::new(comm, nvl_bytes_hint(max_tokens.max(1), case.hidden, case.topk, ranks), 0).map_err(|e| err(&e))?;
     let inputs = DeviceInputs::upload(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
-    let d = dispatch(&buffer, case, &inputs, &stream).map_err(|e| err(&e))?;
-    let dl = |m: &DeviceMemory, n: usize| download::<i32>(m, n).map_err(|e| err(&e));
+    let mut d = dispatch(&buffer, case, &inputs, &stream).map_err(|e| err(&e))?;
+    let dl = |v: DeviceSlice<'_, i32>, n: usize| download::<i32, i32>(v, n).map_err(|e| err(&e));
 
     // Layout and counts.
-    let layout = model::dispatch_layout(&world[rank].topk_idx, case.topk, case.experts, ranks);
-    compare("num_tokens_per_rank", &dl(&d.num_tokens_per_rank, ranks)?, &layout.tokens_per_rank, |r| {
+    let (layout, handle) = (d.handle.layout(), &d.handle);
+    let want = model::dispatch_layout(&world[rank].topk_idx, case.topk, case.experts, ranks);
+    compare("num_tokens_per_rank", &dl(layout.num_tokens_per_rank(), ranks)?, &want.tokens_per_rank, |r| {
         format!("rank {r}")
     })?;
-    compare("num_tokens_per_expert", &dl(&d.num_tokens_per_expert, case.experts)?, &layout.tokens_per_expert, |e| {
-        format!("expert {e}")
-    })?;
-    let in_rank = download::<u8>(&d.is_token_in_rank, case.tokens[rank] * ranks).map_err(|e| err(&e))?;
-    let want_in_rank: Vec<u8> = layout.token_in_rank.iter().map(|&b| u8::from(b)).collect();
+    compare(
+        "num_tokens_per_expert",
+        &dl(layout.num_tokens_per_expert(), case.experts)?,
+        &want.tokens_per_expert,
+        |e| format!("expert {e}"),
+    )?;
+    let in_rank = download::<u8, u8>(layout.is_token_in_rank(), case.tokens[rank] * ranks).map_err(|e| err(&e))?;
+    let want_in_rank: Vec<u8> = want.token_in_rank.iter().map(|&b| u8::from(b)).collect();
     compare("is_token_in_rank", &in_rank, &want_in_rank, |i| format!("token {} rank {}", i / ranks, i % ranks))?;
-    compare("num_recv_tokens", &[d.counts.num_recv_tokens], &[mine.len()], no_place)?;
+    compare("num_recv_tokens", &[handle.num_recv_tokens()], &[mine.len()], no_place)?;
     let local = case.experts / ranks;
     compare(
         "num_recv_tokens_per_expert",
-        &d.counts.num_recv_tokens_per_expert[..local],
+        &handle.counts().num_recv_tokens_per_expert[..local],
         &mine.recv_tokens_per_expert,
         |e| format!("local expert {e}"),
     )?;
 
     // The handle.
     let channels = case.num_sms as usize / 2;
-    compare("rank_prefix_matrix", &dl(&d.rank_prefix_matrix, ranks * ranks)?, &mine.rank_prefix_matrix, |i| {
+    compare("rank_prefix_matrix", &dl(handle.rank_prefix_matrix(), ranks * ranks)?, &mine.rank_prefix_matrix, |i| {
         format!("[{}][{}]", i / ranks, i % ranks)
     })?;
     let by_channel = |i: usize| format!("rank {} channel {}", i / channels, i % channels);
     compare(
         "channel_prefix_matrix",
-        &dl(&d.channel_prefix_matrix, ranks * channels)?,
+        &dl(handle.channel_prefix_matrix(), ranks * channels)?,
         &mine.channel_prefix_matrix,
         by_channel,
     )?;
     compare(
         "recv_channel_prefix_matrix",
-        &dl(&d.recv_channel_prefix_matrix, ranks * channels)?,
+        &dl(handle.recv_channel_prefix_matrix(), ranks * channels)?,
         &mine.recv_channel_prefix_matrix,
         by_channel,
     )?;
-    compare("send_head", &dl(&d.send_head, case.tokens[rank] * ranks)?, &mine.send_head, |i| {
+    compare("send_head", &dl(handle.send_head(), case.tokens[rank] * ranks)?, &mine.send_head, |i| {
         format!("token {} rank {}", i / ranks, i % ranks)
     })?;
     let rows = mine.len();
     let row_place =
         |row: usize| format!("row {row}, rank {} token {}", mine.recv_src_rank[row], mine.recv_src_idx[row]);
-    let recv_src_idx = dl(&d.recv_src_idx, rows)?;
+    let recv_src_idx = dl(d.received.src_idx.as_slice(), rows)?;
     compare("recv_src_idx", &recv_src_idx, &mine.recv_src_idx, row_place)?;
 
     // Every received row, scale, expert index and weight.
@@ -481,7 +509,7 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let want_x: Vec<u8> = (0..rows)
         .flat_map(|i| world[mine.recv_src_rank[i]].payload_row(mine.recv_src_idx[i] as usize, case.hidden))
         .collect();
-    let recv_x = download::<u8>(&d.recv_x, rows * row_bytes).map_err(|e| err(&e))?;
+    let recv_x = d.received.x.bytes(rows * row_bytes).map_err(|e| err(&e))?;
     compare("recv_x", &recv_x, &want_x, |i| format!("byte {} of {}", i % row_bytes, row_place(i / row_bytes)))?;
     let want_scales: Vec<u32> = (0..rows)
         .flat_map(|i| {
@@ -490,32 +518,30 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
             scales[t * num_scales..(t + 1) * num_scales].iter().map(|s| s.to_bits()).collect::<Vec<_>>()
         })
         .collect();
-    if let Some(scales) = &d.recv_x_scales {
-        let got = download::<u32>(scales, rows * num_scales).map_err(|e| err(&e))?;
+    if let Some(got) = d.received.x.scale_bits(rows * num_scales).map_err(|e| err(&e))? {
         compare("recv_x_scales (f32 bits)", &got, &want_scales, |i| {
             format!("scale {} of {}", i % num_scales, row_place(i / num_scales))
         })?;
     }
     let topk_place = |i: usize| format!("slot {} of {}", i % case.topk, row_place(i / case.topk));
-    let got_idx = download::<i64>(&d.recv_topk_idx, rows * case.topk).map_err(|e| err(&e))?;
+    let (recv_topk_idx, recv_topk_weights) = d.received.topk.as_ref().ok_or("the dispatch received no top-k")?;
+    let got_idx = download::<i64, i64>(recv_topk_idx.as_slice(), rows * case.topk).map_err(|e| err(&e))?;
     compare("recv_topk_idx", &got_idx, &mine.recv_topk_idx, topk_place)?;
-    let got_w = download::<u32>(&d.recv_topk_weights, rows * case.topk).map_err(|e| err(&e))?;
+    let got_w = download::<f32, u32>(recv_topk_weights.as_slice(), rows * case.topk).map_err(|e| err(&e))?;
     let want_w: Vec<u32> = mine.recv_topk_weights.iter().map(|w| w.to_bits()).collect();
     compare("recv_topk_weights (f32 bits)", &got_w, &want_w, topk_place)?;
 
     // A cached-handle dispatch delivers the same rows.
-    let t = |bytes: usize| poisoned(device, bytes).map_err(|e| err(&e));
-    let cached = (t(rows * row_bytes)?, if case.fp8 { Some(t(rows * num_scales * 4)?) } else { None }, t(rows * 4)?);
+    let mut cached = Received::poisoned(device, case, rows, false).map_err(|e| err(&e))?;
     comm.settle_before_launch().map_err(|e| err(&e))?;
-    cached_dispatch(&buffer, case, &inputs, &d, Some(&cached), &stream).map_err(|e| err(&e))?;
+    cached_dispatch(&buffer, case, &inputs, &mut d, Some(&mut cached), &stream).map_err(|e| err(&e))?;
     buffer.synchronize(&stream, "EP cached dispatch").map_err(|e| err(&e))?;
-    let again = download::<u8>(&cached.0, rows * row_bytes).map_err(|e| err(&e))?;
+    let again = cached.x.bytes(rows * row_bytes).map_err(|e| err(&e))?;
     compare("cached dispatch recv_x", &again, &want_x, |i| {
         format!("byte {} of {}", i % row_bytes, row_place(i / row_bytes))
     })?;
-    compare("cached dispatch recv_src_idx", &dl(&cached.2, rows)?, &mine.recv_src_idx, row_place)?;
-    if let Some(scales) = &cached.1 {
-        let got = download::<u32>(scales, rows * num_scales).map_err(|e| err(&e))?;
+    compare("cached dispatch recv_src_idx", &dl(cached.src_idx.as_slice(), rows)?, &mine.recv_src_idx, row_place)?;
+    if let Some(got) = cached.x.scale_bits(rows * num_scales).map_err(|e| err(&e))? {
         compare("cached dispatch recv_x_scales", &got, &want_scales, no_place)?;
     }
 
@@ -533,28 +559,19 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let want_weights: Vec<u32> = want.topk_weights.unwrap_or_default().iter().map(|w| w.to_bits()).collect();
     let tokens = case.tokens[rank];
     let hidden = case.hidden;
-    let mut tensors = CombineTensors {
-        x: upload(device, &bf16_bits(&combine_rows[rank])).map_err(|e| err(&e))?,
-        bias: world[rank]
-            .bias
-            .iter()
-            .map(|b| upload(device, &bf16_bits(b)))
-            .collect::<Result<_, _>>()
-            .map_err(|e| err(&e))?,
-        out: t(tokens * hidden * 2)?,
-        out_weights: t(tokens * case.topk * 4)?,
-    };
     let mut first: Option<Vec<u16>> = None;
     for run in ["combine", "second combine"] {
-        (tensors.out, tensors.out_weights) = (t(tokens * hidden * 2)?, t(tokens * case.topk * 4)?);
+        let mut tensors =
+            CombineTensors::new(device, case, (rows, Some(&combine_rows[rank])), &world[rank].bias, tokens)
+                .map_err(|e| err(&e))?;
         comm.settle_before_launch().map_err(|e| err(&e))?;
-        combine(&buffer, case, &d, &tensors, &stream).map_err(|e| err(&e))?;
+        combine(&buffer, case, &d, &mut tensors, &stream).map_err(|e| err(&e))?;
         buffer.synchronize(&stream, "EP combine").map_err(|e| err(&e))?;
-        let got = download::<u16>(&tensors.out, tokens * hidden).map_err(|e| err(&e))?;
+        let got = bf16_bits(&download::<bf16, bf16>(tensors.out.as_slice(), tokens * hidden).map_err(|e| err(&e))?);
         compare(&format!("{run} combined_x (bf16 bits)"), &got, &want_x, |i| {
             format!("token {} channel {}", i / hidden, i % hidden)
         })?;
-        let got_w = download::<u32>(&tensors.out_weights, tokens * case.topk).map_err(|e| err(&e))?;
+        let got_w = download::<f32, u32>(tensors.out_weights.as_slice(), tokens * case.topk).map_err(|e| err(&e))?;
         compare(&format!("{run} combined_topk_weights (f32 bits)"), &got_w, &want_weights, |i| {
             format!("token {} slot {}", i / case.topk, i % case.topk)
         })?;

@@ -4,13 +4,15 @@
 
 use half::bf16;
 use weft_core::Communicator;
-use weft_ep::low_latency::{LlCombineTensors, LlDispatchTensors, LlShape};
+use weft_ep::low_latency::{LlKernels, LlShape};
 use weft_ep::model::{self, RoutingSpec};
 use weft_ep::raw::RoutingShape;
+use weft_ep::typed::ScaleStrides;
+use weft_ep::typed_low_latency::{LlCombineSource, LlDispatchSource, LlDispatchTarget, LlHandle, LlRowsMut};
 use weft_ep::{Buffer, Config, EpError, low_latency_rdma_size_hint};
-use weft_gpu::{Device, DeviceMemory, GpuError, Stream};
+use weft_gpu::{Device, DeviceBuffer, GpuError, Stream};
 
-use super::ep::{bf16_bits, compare, download, poisoned, upload};
+use super::ep::{POISON, PayloadRows, bf16_bits, compare, download, poisoned, upload};
 
 /// One low-latency case: the same on every rank.
 #[derive(Debug, Clone)]
@@ -82,102 +84,108 @@ impl LlCase {
     }
 }
 
+/// The view of received rows a low-latency dispatch takes (its scales' layout is DeepEP's,
+/// column-major per local expert).
+fn ll_rows_mut(rows: &mut PayloadRows) -> LlRowsMut<'_> {
+    match rows {
+        PayloadRows::Bf16(x) => LlRowsMut::Bf16(x.as_mut_slice()),
+        PayloadRows::Fp8 { x, scales, .. } => LlRowsMut::Fp8 { x: x.as_mut_slice(), scales: scales.as_mut_slice() },
+    }
+}
+
 /// One rank's low-latency tensors on its GPU.
 pub(crate) struct LlTensors {
-    pub(crate) x: DeviceMemory,
-    pub(crate) topk_idx: DeviceMemory,
-    pub(crate) topk_weights: DeviceMemory,
-    pub(crate) recv_x: DeviceMemory,
-    pub(crate) recv_x_scales: Option<DeviceMemory>,
-    pub(crate) recv_count: DeviceMemory,
-    pub(crate) recv_src_info: DeviceMemory,
-    pub(crate) recv_layout_range: DeviceMemory,
-    pub(crate) stats: DeviceMemory,
-    pub(crate) expert_x: DeviceMemory,
-    pub(crate) combined_x: DeviceMemory,
+    pub(crate) x: DeviceBuffer<bf16>,
+    pub(crate) topk_idx: DeviceBuffer<i64>,
+    pub(crate) topk_weights: DeviceBuffer<f32>,
+    pub(crate) recv_x: PayloadRows,
+    pub(crate) recv_count: DeviceBuffer<i32>,
+    pub(crate) handle: LlHandle,
+    pub(crate) stats: DeviceBuffer<i32>,
+    pub(crate) expert_x: DeviceBuffer<bf16>,
+    pub(crate) combined_x: DeviceBuffer<bf16>,
+}
+
+/// A handle of poisoned tensors for `case`.
+fn poisoned_handle(device: &Device, case: &LlCase) -> Result<LlHandle, GpuError> {
+    let local = case.experts / case.tokens.len();
+    let rows = local * case.tokens.len() * case.max_tokens;
+    Ok(LlHandle::new(poisoned(device, rows)?, poisoned(device, local * case.tokens.len())?))
 }
 
 impl LlTensors {
     pub(crate) fn new(device: &Device, case: &LlCase, rank: usize, inputs: &LlInputs) -> Result<Self, GpuError> {
         let local = case.experts / case.tokens.len();
         let rows = local * case.tokens.len() * case.max_tokens;
-        let stats = upload(device, &vec![0i32; local])?;
+        let recv_x = if case.fp8 {
+            PayloadRows::Fp8 {
+                x: poisoned(device, rows * case.hidden)?,
+                scales: poisoned(device, rows * case.hidden / 128)?,
+                // Unused: the low-latency scales' layout is fixed (see `ll_rows_mut`).
+                strides: ScaleStrides::column_major(rows),
+            }
+        } else {
+            PayloadRows::Bf16(poisoned(device, rows * case.hidden)?)
+        };
         Ok(Self {
-            x: upload(device, &bf16_bits(&inputs.x))?,
+            x: upload(device, &inputs.x)?,
             topk_idx: upload(device, &inputs.topk_idx)?,
             topk_weights: upload(device, &inputs.topk_weights)?,
-            recv_x: poisoned(device, rows * if case.fp8 { case.hidden } else { 2 * case.hidden })?,
-            recv_x_scales: if case.fp8 { Some(poisoned(device, rows * case.hidden / 128 * 4)?) } else { None },
-            recv_count: poisoned(device, local * 4)?,
-            recv_src_info: poisoned(device, rows * 4)?,
-            recv_layout_range: poisoned(device, local * case.tokens.len() * 8)?,
-            stats,
-            expert_x: upload(device, &bf16_bits(&case.expert_rows(rank)))?,
-            combined_x: poisoned(device, case.tokens[rank] * case.hidden * 2)?,
+            recv_x,
+            recv_count: poisoned(device, local)?,
+            handle: poisoned_handle(device, case)?,
+            stats: upload(device, &vec![0i32; local])?,
+            expert_x: upload(device, &case.expert_rows(rank))?,
+            combined_x: poisoned(device, case.tokens[rank] * case.hidden)?,
         })
-    }
-
-    pub(crate) fn dispatch(&self) -> LlDispatchTensors {
-        LlDispatchTensors {
-            x: self.x.ptr(),
-            topk_idx: self.topk_idx.ptr(),
-            recv_x: self.recv_x.ptr(),
-            recv_x_scales: self.recv_x_scales.as_ref().map(|s| s.ptr()),
-            recv_count: self.recv_count.ptr(),
-            recv_src_info: self.recv_src_info.ptr(),
-            recv_layout_range: self.recv_layout_range.ptr(),
-            cumulative_local_expert_recv_stats: Some(self.stats.ptr()),
-        }
-    }
-
-    pub(crate) fn combine(&self) -> LlCombineTensors {
-        LlCombineTensors {
-            x: self.expert_x.ptr(),
-            topk_idx: self.topk_idx.ptr(),
-            topk_weights: self.topk_weights.ptr(),
-            src_info: self.recv_src_info.ptr(),
-            layout_range: self.recv_layout_range.ptr(),
-            combined_x: self.combined_x.ptr(),
-        }
     }
 }
 
-/// Launches one low-latency dispatch of `t`'s tensors; with `hook`, its send kernel then its
-/// receive hook.
+/// The launches of one low-latency call: both kernels at once, or with `hook` the send
+/// kernel, then the receive kernel (DeepEP's hook).
+fn launches(hook: bool) -> &'static [LlKernels] {
+    if hook { &[LlKernels::Send, LlKernels::Recv] } else { &[LlKernels::Both] }
+}
+
+/// Launches one low-latency dispatch of `t`'s tensors (see [`launches`]).
 pub(crate) fn dispatch(
     buffer: &Buffer,
     case: &LlCase,
-    t: &LlTensors,
+    t: &mut LlTensors,
     hook: bool,
     stream: &Stream,
 ) -> Result<(), EpError> {
-    let (shape, config, d) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms }, t.dispatch());
-    // SAFETY: every tensor in `t` has the documented shape and outlives the caller's
-    // synchronisation of `stream`.
-    unsafe {
-        buffer.low_latency_dispatch(&d, &shape, case.fp8, case.round_scale, config, hook, stream)?;
-        if hook {
-            buffer.low_latency_dispatch_recv(&d, &shape, case.fp8, config, stream)?;
-        }
+    let (shape, config) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms });
+    let source = LlDispatchSource { x: t.x.as_slice(), topk_idx: t.topk_idx.as_slice() };
+    let mut target = LlDispatchTarget {
+        recv_x: ll_rows_mut(&mut t.recv_x),
+        recv_count: t.recv_count.as_mut_slice(),
+        cumulative_local_expert_recv_stats: Some(t.stats.as_mut_slice()),
+    };
+    for &kernels in launches(hook) {
+        let handle = &mut t.handle;
+        buffer.low_latency_dispatch(&source, &mut target, handle, &shape, case.round_scale, config, kernels, stream)?;
     }
     Ok(())
 }
 
-/// Launches one low-latency combine of `t`'s tensors; with `hook`, as two kernels as above.
+/// Launches one low-latency combine of `t`'s tensors (see [`launches`]).
 pub(crate) fn combine(
     buffer: &Buffer,
     case: &LlCase,
-    t: &LlTensors,
+    t: &mut LlTensors,
     hook: bool,
     stream: &Stream,
 ) -> Result<(), EpError> {
-    let (shape, config, c) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms }, t.combine());
-    // SAFETY: as in `dispatch`.
-    unsafe {
-        buffer.low_latency_combine(&c, &shape, config, hook, stream)?;
-        if hook {
-            buffer.low_latency_combine_recv(&c, &shape, config, stream)?;
-        }
+    let (shape, config) = (case.shape(buffer.rank()), Config { num_sms: case.num_sms });
+    let source = LlCombineSource {
+        x: t.expert_x.as_slice(),
+        topk_idx: t.topk_idx.as_slice(),
+        topk_weights: t.topk_weights.as_slice(),
+    };
+    let combined_x = &mut t.combined_x.as_mut_slice();
+    for &kernels in launches(hook) {
+        buffer.low_latency_combine(&source, combined_x, &t.handle, &shape, config, kernels, stream)?;
     }
     Ok(())
 }
@@ -186,7 +194,7 @@ pub(crate) fn combine(
 pub(crate) fn dispatch_and_combine(
     buffer: &Buffer,
     case: &LlCase,
-    t: &LlTensors,
+    t: &mut LlTensors,
     hook: bool,
     stream: &Stream,
 ) -> Result<(), EpError> {
@@ -214,42 +222,47 @@ pub(crate) fn check_ll_case(comm: &Communicator, case: &LlCase) -> Result<(), St
     let mine = &received[rank];
     let (local, rows) = (case.experts / ranks, ranks * case.max_tokens);
     let buffer = Buffer::new(comm, 0, case.rdma_bytes()).map_err(|e| err(&e))?;
-    let tensors = LlTensors::new(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
+    let mut tensors = LlTensors::new(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
     let row_bytes = if case.fp8 { case.hidden } else { 2 * case.hidden };
     let scales = if case.fp8 { case.hidden / 128 } else { 0 };
     // Captured up front: instantiating a graph may wait for the GPU, which a peer's kernel
     // sharing it could hold while it waits for this rank.
     stream.begin_capture().map_err(|e| err(&e))?;
-    let captured = dispatch_and_combine(&buffer, case, &tensors, false, &stream);
+    let captured = dispatch_and_combine(&buffer, case, &mut tensors, false, &stream);
     let graph = stream.end_capture();
     captured.map_err(|e| err(&e))?;
     let graph = graph.map_err(|e| err(&e))?;
+    // The handle is the dispatch's alone (nothing else writes it): the eager runs get poisoned
+    // ones of their own, the replays the captured one (the second finds the first's values).
+    let poisoned_handle = || poisoned_handle(device, case).map_err(|e| err(&e));
+    let mut captured_handle = Some(std::mem::replace(&mut tensors.handle, poisoned_handle()?));
     for (run, how) in ["eager", "hook", "graph replay 1", "graph replay 2"].iter().enumerate() {
-        for t in [&tensors.recv_x, &tensors.recv_src_info, &tensors.recv_layout_range, &tensors.combined_x] {
-            t.fill(0, t.len(), super::ep::POISON).map_err(|e| err(&e))?;
+        tensors.recv_x.poison().map_err(|e| err(&e))?;
+        tensors.combined_x.as_mut_slice().fill_bytes(POISON).map_err(|e| err(&e))?;
+        if run < 2 {
+            tensors.handle = poisoned_handle()?;
+        } else if let Some(handle) = captured_handle.take() {
+            tensors.handle = handle;
         }
         comm.settle_before_launch().map_err(|e| err(&e))?;
         match run {
-            0 | 1 => dispatch_and_combine(&buffer, case, &tensors, run == 1, &stream).map_err(|e| err(&e))?,
+            0 | 1 => dispatch_and_combine(&buffer, case, &mut tensors, run == 1, &stream).map_err(|e| err(&e))?,
             _ => graph.launch(&stream).map_err(|e| err(&e))?,
         }
         buffer.synchronize(&stream, "EP low-latency dispatch and combine").map_err(|e| err(&e))?;
         let what = |name: &str| format!("{how}: {name}");
-        let count = download::<i32>(&tensors.recv_count, local).map_err(|e| err(&e))?;
+        let count = download::<i32, i32>(tensors.recv_count.as_slice(), local).map_err(|e| err(&e))?;
         compare(&what("recv_count"), &count, &mine.recv_count, |e| format!("local expert {e}"))?;
-        let stats = download::<i32>(&tensors.stats, local).map_err(|e| err(&e))?;
+        let stats = download::<i32, i32>(tensors.stats.as_slice(), local).map_err(|e| err(&e))?;
         let want_stats: Vec<i32> = mine.recv_count.iter().map(|c| c * (run as i32 + 1)).collect();
         compare(&what("cumulative_local_expert_recv_stats"), &stats, &want_stats, |e| format!("local expert {e}"))?;
-        let ranges = download::<i64>(&tensors.recv_layout_range, local * ranks).map_err(|e| err(&e))?;
+        let ranges = download::<i64, i64>(tensors.handle.recv_layout_range(), local * ranks).map_err(|e| err(&e))?;
         compare(&what("layout_range"), &ranges, &mine.layout_range, |i| {
             format!("local expert {} source rank {}", i / ranks, i % ranks)
         })?;
-        let info = download::<i32>(&tensors.recv_src_info, local * rows).map_err(|e| err(&e))?;
-        let recv_x = download::<u8>(&tensors.recv_x, local * rows * row_bytes).map_err(|e| err(&e))?;
-        let recv_scales = match &tensors.recv_x_scales {
-            Some(s) => download::<u32>(s, local * rows * scales).map_err(|e| err(&e))?,
-            None => Vec::new(),
-        };
+        let info = download::<i32, i32>(tensors.handle.recv_src_info(), local * rows).map_err(|e| err(&e))?;
+        let recv_x = tensors.recv_x.bytes(local * rows * row_bytes).map_err(|e| err(&e))?;
+        let recv_scales = tensors.recv_x.scale_bits(local * rows * scales).map_err(|e| err(&e))?.unwrap_or_default();
         for le in 0..local {
             for i in 0..mine.recv_count[le] as usize {
                 let (src, t) = (mine.src_rank[le * rows + i], mine.src_info[le * rows + i] as usize);
@@ -271,7 +284,8 @@ pub(crate) fn check_ll_case(comm: &Communicator, case: &LlCase) -> Result<(), St
                 })?;
             }
         }
-        let combined = download::<u16>(&tensors.combined_x, case.tokens[rank] * case.hidden).map_err(|e| err(&e))?;
+        let combined = download::<bf16, bf16>(tensors.combined_x.as_slice(), case.tokens[rank] * case.hidden);
+        let combined = bf16_bits(&combined.map_err(|e| err(&e))?);
         compare(&what("combined_x (bf16 bits)"), &combined, &want_combined, |i| {
             format!("token {} channel {}", i / case.hidden, i % case.hidden)
         })?;
