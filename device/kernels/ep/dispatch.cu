@@ -22,10 +22,10 @@ __device__ __forceinline__ void stage_token(const EpContext& c, const EpDispatch
                                             uint32_t dst, uint32_t lane) {
   const StagedToken s(a);
   warp_copy<true>(slot, reinterpret_cast<const char*>(a.x) + uint64_t(t) * a.hidden_bytes, a.hidden_bytes, lane);
-  const float* scales = reinterpret_cast<const float*>(a.x_scales);
-  for (uint32_t i = lane; i < a.num_scales; i += 32) {
-    reinterpret_cast<float*>(slot + s.scales)[i] = scales[uint64_t(t) * a.scale_token_stride + uint64_t(i) * a.scale_hidden_stride];
-  }
+  const float* scales = reinterpret_cast<const float*>(a.x_scales) + uint64_t(t) * a.scale_token_stride;
+  warp_copy_each<true, float>(
+      a.num_scales, [&](uint32_t i) { return scales + uint64_t(i) * a.scale_hidden_stride; },
+      [&](uint32_t i) { return reinterpret_cast<float*>(slot + s.scales) + i; }, lane);
   if (lane < a.topk) {
     const int64_t local = a.experts / c.ranks, first = int64_t(dst) * local;
     const int64_t e = reinterpret_cast<const int64_t*>(a.topk_idx)[uint64_t(t) * a.topk + lane];
@@ -42,11 +42,10 @@ __device__ __forceinline__ void unstage_token(const EpDispatchArgs& a, const cha
   const StagedToken s(a);
   warp_copy<false>(reinterpret_cast<char*>(a.recv_x) + row * a.hidden_bytes, slot, a.hidden_bytes, lane);
   if (a.recv_x_scales != 0) {
-    float* out = reinterpret_cast<float*>(a.recv_x_scales);
-    for (uint32_t i = lane; i < a.num_scales; i += 32) {
-      out[row * a.recv_scale_token_stride + uint64_t(i) * a.recv_scale_hidden_stride] =
-          reinterpret_cast<const float*>(slot + s.scales)[i];
-    }
+    float* out = reinterpret_cast<float*>(a.recv_x_scales) + row * a.recv_scale_token_stride;
+    warp_copy_each<false, float>(
+        a.num_scales, [&](uint32_t i) { return reinterpret_cast<const float*>(slot + s.scales) + i; },
+        [&](uint32_t i) { return out + uint64_t(i) * a.recv_scale_hidden_stride; }, lane);
   }
   if (lane < a.topk && a.recv_topk_idx != 0) {
     reinterpret_cast<int64_t*>(a.recv_topk_idx)[row * a.topk + lane] = reinterpret_cast<const int*>(slot + s.topk_idx)[lane];
