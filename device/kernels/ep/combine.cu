@@ -6,8 +6,9 @@
 #include "sum_rows.cuh"
 
 /// Sender of channel `channel` back to rank `dst`: the rows dispatch received from `dst`'s
-/// channel `channel`, taken in turn by the group's `members` warps, each batch published
-/// (group sync, then one release store) like dispatch's.
+/// channel `channel`, taken in turn by the group's `members` warps (a warp copies its rows of
+/// a batch as one stream), each batch published (group sync, then one release store) like
+/// dispatch's.
 __device__ __forceinline__ void send_rows(const EpContext& c, const EpCombineArgs& a, uint32_t channel, uint32_t dst,
                                           uint32_t member, uint32_t members, uint32_t lane) {
   const int* rank_prefix = reinterpret_cast<const int*>(a.rank_prefix_matrix);
@@ -17,14 +18,19 @@ __device__ __forceinline__ void send_rows(const EpContext& c, const EpCombineArg
   const uint32_t end = channel + 1 < a.channels ? uint32_t(starts[channel + 1]) : uint32_t(rank_prefix[dst * c.ranks + c.rank]);
   const uint32_t row_bytes = 2 * a.hidden, batch = 4 * members;
   char* region = staging(c, dst) + c.rank * a.region_bytes;
+  const char* x = reinterpret_cast<const char*>(a.x);
+  const float* weights = reinterpret_cast<const float*>(a.topk_weights);
   for (uint32_t b = first; b < end; b += batch) {
+    // This warp's rows of the batch, b + member + r * members, copied as one stream.
     const uint32_t stop = min(b + batch, end);
-    for (uint32_t row = b + member; row < stop; row += members) {
-      char* slot = region + uint64_t(row - segment) * a.slot_bytes;
-      warp_copy<true>(slot, reinterpret_cast<const char*>(a.x) + uint64_t(row) * row_bytes, row_bytes, lane);
-      if (lane < a.topk && a.topk_weights != 0) {
-        reinterpret_cast<float*>(slot + row_bytes)[lane] = reinterpret_cast<const float*>(a.topk_weights)[uint64_t(row) * a.topk + lane];
-      }
+    const uint32_t n = stop > b + member ? (stop - b - member + members - 1) / members : 0;
+    auto row = [&](uint32_t r) { return b + member + r * members; };
+    auto slot = [&](uint32_t r) { return region + uint64_t(row(r) - segment) * a.slot_bytes; };
+    warp_copy_records<true>(n, row_bytes, [&](uint32_t r) { return x + uint64_t(row(r)) * row_bytes; }, slot, lane);
+    if (weights != nullptr) {
+      warp_copy_each<true, float>(
+          n * a.topk, [&](uint32_t q) { return weights + uint64_t(row(q / a.topk)) * a.topk + q % a.topk; },
+          [&](uint32_t q) { return reinterpret_cast<float*>(slot(q / a.topk) + row_bytes) + q % a.topk; }, lane);
     }
     group_sync(1 + dst, members * 32);
     if (member == 0 && lane == 0) ptx::st_release_sys(combine_tail(c, dst, c.rank, channel), stop - first);

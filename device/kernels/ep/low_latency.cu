@@ -83,10 +83,18 @@ __device__ __forceinline__ int routed_expert(const EpLlDispatchArgs& a, uint32_t
   return e >= 0 && e < int64_t(a.experts) ? int(e) : -1;
 }
 
+/// Token `t`'s experts, slot by slot (routed_expert; -1 past `topk` or when not `valid`).
+/// Callers index `picks` only by unrolled loop counters, so it stays in registers.
+__device__ __forceinline__ void token_experts(const EpLlDispatchArgs& a, uint32_t t, bool valid, int (&picks)[kMaxTopk]) {
+#pragma unroll
+  for (uint32_t j = 0; j < kMaxTopk; ++j) picks[j] = valid && j < a.topk ? routed_expert(a, t, j) : -1;
+}
+
 /// Where token `t`'s messages go: lane k < topk holds slot k's `expert` (-1: none, or the
 /// expert of an earlier slot, so a token reaches an expert once) and the message's `index`
 /// among this rank's messages to that expert: the number of earlier tokens selecting it (the
-/// model's token order). Lane l counts token `base + l` of each 32 before `t`. Called by: one warp.
+/// model's token order). Lane l looks at token `base + l` of each 32 before `t`. Called by:
+/// one warp.
 struct Route {
   int expert;
   uint32_t index;
@@ -99,16 +107,16 @@ __device__ __forceinline__ Route route_token(const EpLlDispatchArgs& a, uint32_t
   }
   uint32_t index = 0;
   for (uint32_t base = 0; base < t; base += 32) {
-    const uint32_t u = base + lane;
-    // Indexed only by unrolled loop counters, so the experts stay in registers.
     int picks[kMaxTopk];
-#pragma unroll
-    for (uint32_t j = 0; j < kMaxTopk; ++j) picks[j] = u < t && j < a.topk ? routed_expert(a, u, j) : -1;
+    token_experts(a, base + lane, base + lane < t, picks);
     for (uint32_t k = 0; k < a.topk; ++k) {
       const int e = __shfl_sync(~0u, expert, k);
       bool hit = false;
 #pragma unroll
-      for (uint32_t j = 0; j < kMaxTopk; ++j) hit |= picks[j] == e;
+      for (uint32_t j = 0; j < kMaxTopk; ++j) {
+        if (j >= a.topk) break;
+        hit |= picks[j] == e;
+      }
       const uint32_t n = __popc(__ballot_sync(~0u, hit && e >= 0));
       if (lane == k) index += n;
     }
@@ -189,11 +197,15 @@ __device__ __forceinline__ void publish_counts(const EpContext& c, const EpLlDis
   for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
   for (uint32_t t = threadIdx.x; t < a.tokens; t += blockDim.x) {
-    for (uint32_t k = 0; k < a.topk; ++k) {
-      const int e = routed_expert(a, t, k);
-      bool first = e >= 0;
-      for (uint32_t j = 0; first && j < k; ++j) first = routed_expert(a, t, j) != e;
-      if (first) atomicAdd(&counts[e], 1u);
+    int picks[kMaxTopk];
+    token_experts(a, t, true, picks);
+#pragma unroll
+    for (uint32_t k = 0; k < kMaxTopk; ++k) {
+      if (k >= a.topk) break;
+      bool first = picks[k] >= 0;
+#pragma unroll
+      for (uint32_t j = 0; j < k; ++j) first &= picks[j] != picks[k];
+      if (first) atomicAdd(&counts[picks[k]], 1u);
     }
   }
   __syncthreads();

@@ -1,5 +1,6 @@
-// Warp copies of token rows in 16-byte vectors, several loads in flight per lane before their
-// stores (NVLink stores want many bytes in flight per SM).
+// Warp copies of token rows and their fields, several loads in flight per lane before their
+// stores (NVLink stores want many bytes in flight per SM): a copy is a stream of elements, so
+// the rows of several tokens, and a row's ragged end, share round trips.
 #pragma once
 #include "weft/impl/stdint.cuh"
 
@@ -59,20 +60,10 @@ __device__ __forceinline__ void warp_copy_each(uint32_t n, Src src, Dst dst, uin
   }
 }
 
-/// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from `src` to `dst`.
-/// Called by: all 32 lanes of a warp. `kInput`: `src` is a kernel input (see load_input),
-/// else staged data (see load_staged).
-template <bool kInput>
-__device__ __forceinline__ void warp_copy(void* dst, const void* src, uint32_t bytes, uint32_t lane) {
-  int4* d = reinterpret_cast<int4*>(dst);
-  const int4* s = reinterpret_cast<const int4*>(src);
-  warp_copy_each<kInput, int4>(
-      bytes / 16, [s](uint32_t q) { return s + q; }, [d](uint32_t q) { return d + q; }, lane);
-}
-
 /// Copies `records` records of `bytes` each (16-byte multiples, aligned), record i from
 /// `src(i)` to `dst(i)`, as one stream of vectors: loads of several records are in flight at
-/// once. Called by: all 32 lanes of a warp.
+/// once. Called by: all 32 lanes of a warp. `kInput`: `src` holds kernel inputs (see
+/// load_input), else staged data (see load_staged).
 template <bool kInput, typename Src, typename Dst>
 __device__ __forceinline__ void warp_copy_records(uint32_t records, uint32_t bytes, Src src, Dst dst, uint32_t lane) {
   const uint32_t vectors = bytes / 16;
