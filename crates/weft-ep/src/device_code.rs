@@ -17,6 +17,7 @@ pub const KERNELS: KernelSet = KernelSet {
         ("notify.cu", include_str!("../../../device/kernels/ep/notify.cu")),
         ("dispatch.cu", include_str!("../../../device/kernels/ep/dispatch.cu")),
         ("combine.cu", include_str!("../../../device/kernels/ep/combine.cu")),
+        ("sum_rows.cuh", include_str!("../../../device/kernels/ep/sum_rows.cuh")),
         ("low_latency.cu", include_str!("../../../device/kernels/ep/low_latency.cu")),
     ],
     variants: compiled_once,
@@ -38,6 +39,15 @@ mod tests {
     fn the_ep_kernels_match_their_declarations() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         assert_eq!(KERNELS.prototype_problems(&root), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_low_latency_kernels_bounds_match_the_host_checks() {
+        let source = include_str!("../../../device/kernels/ep/low_latency.cu");
+        let experts = format!("constexpr uint32_t kLlMaxExperts = {};", crate::region::LL_MAX_EXPERTS);
+        let topk = format!("constexpr uint32_t kMaxTopk = {};", crate::raw::MAX_TOPK);
+        assert!(source.contains(&experts), "low_latency.cu lacks `{experts}`");
+        assert!(source.contains(&topk), "low_latency.cu lacks `{topk}`");
     }
 
     #[test]

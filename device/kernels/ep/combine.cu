@@ -3,10 +3,12 @@
 // increasing rank order in f32 (after the biases) and rounds once to BF16, so the result is
 // the same bits on every run (and equals weft-ep's CPU model).
 #include "common.cuh"
+#include "sum_rows.cuh"
 
 /// Sender of channel `channel` back to rank `dst`: the rows dispatch received from `dst`'s
-/// channel `channel`, taken in turn by the group's `members` warps, each batch published
-/// (group sync, then one release store) like dispatch's.
+/// channel `channel`, taken in turn by the group's `members` warps (a warp copies its rows of
+/// a batch as one stream), each batch published (group sync, then one release store) like
+/// dispatch's.
 __device__ __forceinline__ void send_rows(const EpContext& c, const EpCombineArgs& a, uint32_t channel, uint32_t dst,
                                           uint32_t member, uint32_t members, uint32_t lane) {
   const int* rank_prefix = reinterpret_cast<const int*>(a.rank_prefix_matrix);
@@ -16,34 +18,28 @@ __device__ __forceinline__ void send_rows(const EpContext& c, const EpCombineArg
   const uint32_t end = channel + 1 < a.channels ? uint32_t(starts[channel + 1]) : uint32_t(rank_prefix[dst * c.ranks + c.rank]);
   const uint32_t row_bytes = 2 * a.hidden, batch = 4 * members;
   char* region = staging(c, dst) + c.rank * a.region_bytes;
+  const char* x = reinterpret_cast<const char*>(a.x);
+  const float* weights = reinterpret_cast<const float*>(a.topk_weights);
   for (uint32_t b = first; b < end; b += batch) {
+    // This warp's rows of the batch, b + member + r * members, copied as one stream.
     const uint32_t stop = min(b + batch, end);
-    for (uint32_t row = b + member; row < stop; row += members) {
-      char* slot = region + uint64_t(row - segment) * a.slot_bytes;
-      warp_copy<true>(slot, reinterpret_cast<const char*>(a.x) + uint64_t(row) * row_bytes, row_bytes, lane);
-      if (lane < a.topk && a.topk_weights != 0) {
-        reinterpret_cast<float*>(slot + row_bytes)[lane] = reinterpret_cast<const float*>(a.topk_weights)[uint64_t(row) * a.topk + lane];
-      }
+    const uint32_t n = stop > b + member ? (stop - b - member + members - 1) / members : 0;
+    auto row = [&](uint32_t r) { return b + member + r * members; };
+    auto slot = [&](uint32_t r) { return region + uint64_t(row(r) - segment) * a.slot_bytes; };
+    warp_copy_records<true>(n, row_bytes, [&](uint32_t r) { return x + uint64_t(row(r)) * row_bytes; }, slot, lane);
+    if (weights != nullptr) {
+      warp_copy_each<true, float>(
+          n * a.topk, [&](uint32_t q) { return weights + uint64_t(row(q / a.topk)) * a.topk + q % a.topk; },
+          [&](uint32_t q) { return reinterpret_cast<float*>(slot(q / a.topk) + row_bytes) + q % a.topk; }, lane);
     }
     group_sync(1 + dst, members * 32);
     if (member == 0 && lane == 0) ptx::st_release_sys(combine_tail(c, dst, c.rank, channel), stop - first);
   }
 }
 
-/// Sums 8 BF16 values of `src` into `acc`.
-__device__ __forceinline__ void add_bf16x8(float (&acc)[8], int4 v) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    acc[2 * i] += f.x;
-    acc[2 * i + 1] += f.y;
-  }
-}
-
 /// Receiver of channel `channel`: each warp takes this rank's tokens of the channel in turn,
 /// waits until every rank holding one of them has published its row (lane r watches rank r),
-/// then sums.
+/// then sums the biases and the rows in rank order (warp_sum_rows, weight 1).
 __device__ __forceinline__ void reduce_tokens(const EpContext& c, const EpCombineArgs& a, uint32_t channel,
                                               uint32_t warp, uint32_t lane) {
   const TokenRange tokens = channel_tokens(a.tokens, a.channels, channel);
@@ -64,38 +60,23 @@ __device__ __forceinline__ void reduce_tokens(const EpContext& c, const EpCombin
     }
     if (!__all_sync(~0u, ok)) return;
     __syncwarp();  // the lanes' acquires order every lane's reads of the rows
-    // Indexed only by unrolled loop counters, so the pointers stay in registers.
-    const char* slots[kMaxRanks];
+    // The sum's sources in the model's order: lane 0 and 1 the biases, lane 2 + r rank r's row.
+    const int h = __shfl_sync(~0u, head, (lane + 30) % 32);
+    const char* row = nullptr;
+    if (lane == 0 && a.bias0 != 0) row = reinterpret_cast<const char*>(a.bias0) + uint64_t(t) * row_bytes;
+    if (lane == 1 && a.bias1 != 0) row = reinterpret_cast<const char*>(a.bias1) + uint64_t(t) * row_bytes;
+    if (lane >= 2 && lane - 2 < c.ranks && h >= 0) {
+      row = staging(c, c.rank) + (lane - 2) * a.region_bytes + uint64_t(h) * a.slot_bytes;
+    }
+    warp_sum_rows(row, 1.f, reinterpret_cast<int4*>(a.combined_x + uint64_t(t) * row_bytes), 0, chunks, lane);
+    if (a.combined_topk_weights == 0) continue;
+    float w = 0.f;
 #pragma unroll
     for (uint32_t r = 0; r < kMaxRanks; ++r) {
-      const int h = __shfl_sync(~0u, head, r);
-      slots[r] = r < c.ranks && h >= 0 ? staging(c, c.rank) + r * a.region_bytes + uint64_t(h) * a.slot_bytes : nullptr;
+      const char* slot = reinterpret_cast<const char*>(__shfl_sync(~0u, reinterpret_cast<unsigned long long>(row), 2 + r));
+      if (lane < a.topk && r < c.ranks && slot != nullptr) w += reinterpret_cast<const float*>(slot + row_bytes)[lane];
     }
-    const int4* bias0 = reinterpret_cast<const int4*>(a.bias0 + uint64_t(t) * row_bytes);
-    const int4* bias1 = reinterpret_cast<const int4*>(a.bias1 + uint64_t(t) * row_bytes);
-    int4* out = reinterpret_cast<int4*>(a.combined_x + uint64_t(t) * row_bytes);
-    for (uint32_t j = lane; j < chunks; j += 32) {
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (a.bias0 != 0) add_bf16x8(acc, load_input(bias0 + j));
-      if (a.bias1 != 0) add_bf16x8(acc, load_input(bias1 + j));
-#pragma unroll
-      for (uint32_t r = 0; r < kMaxRanks; ++r) {
-        if (slots[r] != nullptr) add_bf16x8(acc, load_staged(reinterpret_cast<const int4*>(slots[r]) + j));
-      }
-      int4 v;
-      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-      out[j] = v;
-    }
-    if (lane < a.topk && a.combined_topk_weights != 0) {
-      float w = 0.f;
-#pragma unroll
-      for (uint32_t r = 0; r < kMaxRanks; ++r) {
-        if (slots[r] != nullptr) w += reinterpret_cast<const float*>(slots[r] + row_bytes)[lane];
-      }
-      reinterpret_cast<float*>(a.combined_topk_weights)[uint64_t(t) * a.topk + lane] = w;
-    }
+    if (lane < a.topk) reinterpret_cast<float*>(a.combined_topk_weights)[uint64_t(t) * a.topk + lane] = w;
   }
 }
 

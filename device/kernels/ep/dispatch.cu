@@ -16,52 +16,82 @@ struct StagedToken {
         src_idx(weights + 4 * a.topk) {}
 };
 
-/// Writes token `t` into `slot` (in rank `dst`'s staging area) with its experts as `dst`'s
-/// local indices (-1 and weight 0 for the experts `dst` does not hold). Called by: one warp.
-__device__ __forceinline__ void stage_token(const EpContext& c, const EpDispatchArgs& a, uint32_t t, char* slot,
-                                            uint32_t dst, uint32_t lane) {
+/// Writes `n` tokens into rank `dst`'s staging area, token `token(r)` into slot `slot(r)`, with
+/// their experts as `dst`'s local indices (-1 and weight 0 for the experts `dst` does not hold):
+/// the payloads as one stream of vectors, then the scales, then the top-k fields, so the loads
+/// of all `n` tokens share their round trips. Called by: one warp.
+template <typename Token, typename Slot>
+__device__ __forceinline__ void stage_tokens(const EpContext& c, const EpDispatchArgs& a, uint32_t n, Token token,
+                                             Slot slot, uint32_t dst, uint32_t lane) {
   const StagedToken s(a);
-  warp_copy<true>(slot, reinterpret_cast<const char*>(a.x) + uint64_t(t) * a.hidden_bytes, a.hidden_bytes, lane);
+  const char* x = reinterpret_cast<const char*>(a.x);
+  warp_copy_records<true>(
+      n, a.hidden_bytes, [&](uint32_t r) { return x + uint64_t(token(r)) * a.hidden_bytes; }, slot, lane);
   const float* scales = reinterpret_cast<const float*>(a.x_scales);
-  for (uint32_t i = lane; i < a.num_scales; i += 32) {
-    reinterpret_cast<float*>(slot + s.scales)[i] = scales[uint64_t(t) * a.scale_token_stride + uint64_t(i) * a.scale_hidden_stride];
-  }
-  if (lane < a.topk) {
-    const int64_t local = a.experts / c.ranks, first = int64_t(dst) * local;
-    const int64_t e = reinterpret_cast<const int64_t*>(a.topk_idx)[uint64_t(t) * a.topk + lane];
+  warp_copy_each<true, float>(
+      n * a.num_scales,
+      [&](uint32_t q) {
+        return scales + uint64_t(token(q / a.num_scales)) * a.scale_token_stride +
+               uint64_t(q % a.num_scales) * a.scale_hidden_stride;
+      },
+      [&](uint32_t q) { return reinterpret_cast<float*>(slot(q / a.num_scales) + s.scales) + q % a.num_scales; }, lane);
+  const int64_t local = a.experts / c.ranks, first = int64_t(dst) * local;
+  for (uint32_t q = lane; q < n * a.topk; q += 32) {
+    const uint32_t r = q / a.topk, k = q % a.topk;
+    const uint64_t i = uint64_t(token(r)) * a.topk + k;
+    const int64_t e = reinterpret_cast<const int64_t*>(a.topk_idx)[i];
+    const float w = a.topk_weights != 0 ? reinterpret_cast<const float*>(a.topk_weights)[i] : 0.f;
     const bool mine = e >= first && e < first + local;
-    const float w = a.topk_weights != 0 ? reinterpret_cast<const float*>(a.topk_weights)[uint64_t(t) * a.topk + lane] : 0.f;
-    reinterpret_cast<int*>(slot + s.topk_idx)[lane] = mine ? int(e - first) : -1;
-    reinterpret_cast<float*>(slot + s.weights)[lane] = mine ? w : 0.f;
+    reinterpret_cast<int*>(slot(r) + s.topk_idx)[k] = mine ? int(e - first) : -1;
+    reinterpret_cast<float*>(slot(r) + s.weights)[k] = mine ? w : 0.f;
   }
-  if (lane == 0) *reinterpret_cast<int*>(slot + s.src_idx) = int(t);
+  for (uint32_t r = lane; r < n; r += 32) *reinterpret_cast<int*>(slot(r) + s.src_idx) = int(token(r));
 }
 
-/// Copies staged token `slot` out to received row `row`. Called by: one warp.
-__device__ __forceinline__ void unstage_token(const EpDispatchArgs& a, const char* slot, uint64_t row, uint32_t lane) {
+/// Copies `n` staged tokens out, `slot(r)` to received row `row(r)`, each field of all `n` as
+/// one stream (as stage_tokens). Called by: one warp, after the acquire covering the tokens.
+template <typename Slot, typename Row>
+__device__ __forceinline__ void unstage_tokens(const EpDispatchArgs& a, uint32_t n, Slot slot, Row row, uint32_t lane) {
   const StagedToken s(a);
-  warp_copy<false>(reinterpret_cast<char*>(a.recv_x) + row * a.hidden_bytes, slot, a.hidden_bytes, lane);
+  char* recv_x = reinterpret_cast<char*>(a.recv_x);
+  warp_copy_records<false>(
+      n, a.hidden_bytes, slot, [&](uint32_t r) { return recv_x + row(r) * a.hidden_bytes; }, lane);
   if (a.recv_x_scales != 0) {
     float* out = reinterpret_cast<float*>(a.recv_x_scales);
-    for (uint32_t i = lane; i < a.num_scales; i += 32) {
-      out[row * a.recv_scale_token_stride + uint64_t(i) * a.recv_scale_hidden_stride] =
-          reinterpret_cast<const float*>(slot + s.scales)[i];
+    warp_copy_each<false, float>(
+        n * a.num_scales,
+        [&](uint32_t q) { return reinterpret_cast<const float*>(slot(q / a.num_scales) + s.scales) + q % a.num_scales; },
+        [&](uint32_t q) {
+          return out + row(q / a.num_scales) * a.recv_scale_token_stride + uint64_t(q % a.num_scales) * a.recv_scale_hidden_stride;
+        },
+        lane);
+  }
+  if (a.recv_topk_idx != 0) {
+    for (uint32_t q = lane; q < n * a.topk; q += 32) {
+      const uint32_t r = q / a.topk, k = q % a.topk;
+      reinterpret_cast<int64_t*>(a.recv_topk_idx)[row(r) * a.topk + k] = reinterpret_cast<const int*>(slot(r) + s.topk_idx)[k];
     }
   }
-  if (lane < a.topk && a.recv_topk_idx != 0) {
-    reinterpret_cast<int64_t*>(a.recv_topk_idx)[row * a.topk + lane] = reinterpret_cast<const int*>(slot + s.topk_idx)[lane];
+  if (a.recv_topk_weights != 0) {
+    warp_copy_each<false, float>(
+        n * a.topk, [&](uint32_t q) { return reinterpret_cast<const float*>(slot(q / a.topk) + s.weights) + q % a.topk; },
+        [&](uint32_t q) { return reinterpret_cast<float*>(a.recv_topk_weights) + row(q / a.topk) * a.topk + q % a.topk; },
+        lane);
   }
-  if (lane < a.topk && a.recv_topk_weights != 0) {
-    reinterpret_cast<float*>(a.recv_topk_weights)[row * a.topk + lane] = reinterpret_cast<const float*>(slot + s.weights)[lane];
-  }
-  if (lane == 0) reinterpret_cast<int*>(a.recv_src_idx)[row] = *reinterpret_cast<const int*>(slot + s.src_idx);
+  warp_copy_each<false, int>(
+      n, [&](uint32_t r) { return reinterpret_cast<const int*>(slot(r) + s.src_idx); },
+      [&](uint32_t r) { return reinterpret_cast<int*>(a.recv_src_idx) + row(r); }, lane);
 }
 
-/// Sender of channel `channel` to rank `dst`: the `members` warps of the group take the
-/// channel's tokens for `dst` in turn; after each batch the group syncs and one thread
-/// publishes the count (release), so a published count covers every token before it.
+/// Sender of channel `channel` to rank `dst`: the `members` warps of the group share each
+/// batch of the channel's tokens for `dst` (the n-th token sent goes to warp n % members,
+/// which stages its share of the batch together); after each batch the group syncs and one
+/// thread publishes the count (release), so a published count covers every token before it.
 __device__ __forceinline__ void send_channel(const EpContext& c, const EpDispatchArgs& a, uint32_t channel,
                                              uint32_t dst, uint32_t member, uint32_t members, uint32_t lane) {
+  // This warp's tokens of the current batch.
+  __shared__ uint32_t batches[kChannelWarps][32];
+  uint32_t* mine = batches[threadIdx.x / 32];
   const TokenRange tokens = channel_tokens(a.tokens, a.channels, channel);
   const int* prefix = reinterpret_cast<const int*>(a.channel_prefix_matrix) + dst * a.channels;
   const uint32_t start = channel == 0 ? 0 : uint32_t(prefix[channel - 1]);
@@ -76,14 +106,18 @@ __device__ __forceinline__ void send_channel(const EpContext& c, const EpDispatc
     const uint32_t t = base + lane;
     const bool go = t < tokens.end && in_rank[uint64_t(t) * c.ranks + dst];
     const uint32_t ballot = __ballot_sync(~0u, go);
-    if (member == 0 && t < tokens.end) {
-      send_head[uint64_t(t) * c.ranks + dst] = go ? int(start + sent + __popc(ballot & ((1u << lane) - 1))) : -1;
-    }
-    for (uint32_t pending = ballot; pending != 0; pending &= pending - 1, ++sent) {
-      if (sent % members != member) continue;
-      const uint32_t l = __ffs(pending) - 1;
-      stage_token(c, a, base + l, region + uint64_t(start + sent) * a.slot_bytes, dst, lane);
-    }
+    const uint32_t before = __popc(ballot & ((1u << lane) - 1));  // go: this token's place in the batch
+    if (member == 0 && t < tokens.end) send_head[uint64_t(t) * c.ranks + dst] = go ? int(start + sent + before) : -1;
+    // The batch's places p with (sent + p) % members == member: skip, skip + members, ...
+    const uint32_t skip = (member + members - sent % members) % members, total = __popc(ballot);
+    const uint32_t n = total > skip ? (total - skip + members - 1) / members : 0;
+    __syncwarp();  // the previous batch's reads of `mine` before these writes
+    if (go && before >= skip && (before - skip) % members == 0) mine[(before - skip) / members] = t;
+    __syncwarp();
+    stage_tokens(
+        c, a, n, [&](uint32_t r) { return mine[r]; },
+        [&](uint32_t r) { return region + uint64_t(start + sent + skip + r * members) * a.slot_bytes; }, dst, lane);
+    sent += total;
     // Every warp of the group saw the same ballots, so all reach this sync together.
     group_sync(1 + dst, members * 32);
     if (leader && ballot != 0) ptx::st_release_sys(dispatch_tail(c, dst, c.rank, channel), sent);
@@ -91,8 +125,9 @@ __device__ __forceinline__ void send_channel(const EpContext& c, const EpDispatc
 }
 
 /// Receiver of channel `channel` from rank `src`: the `members` warps of the group take the
-/// channel's tokens in turn, each waiting (lane 0, acquire) until the source's published count
-/// covers its token.
+/// channel's tokens in turn (token i to warp i % members); a warp waits (lane 0, acquire)
+/// until the source's published count covers its next token, then copies out together every
+/// one of its tokens that count covers.
 __device__ __forceinline__ void receive_channel(const EpContext& c, const EpDispatchArgs& a, uint32_t channel,
                                                 uint32_t src, uint32_t member, uint32_t members, uint32_t lane) {
   uint64_t word = 0;
@@ -105,14 +140,19 @@ __device__ __forceinline__ void receive_channel(const EpContext& c, const EpDisp
   if (member == 0 && lane == 0) reinterpret_cast<int*>(a.recv_channel_prefix_matrix)[src * a.channels + channel] = int(first_row);
   const char* region = staging(c, c.rank) + src * a.region_bytes;
   uint64_t published = 0;
-  for (uint32_t i = member; i < count; i += members) {
+  for (uint32_t i = member; i < count;) {
     if (published <= i) {
       if (lane == 0) published = acquire_at_least(dispatch_tail(c, c.rank, src, channel), i + 1, c, src, WaitOp::EpDispatchTail);
       published = __shfl_sync(~0u, published, 0);
       if (published <= i) return;
-      __syncwarp();  // lane 0's acquire orders the other lanes' reads of the token
+      __syncwarp();  // lane 0's acquire orders the other lanes' reads of the tokens
     }
-    unstage_token(a, region + uint64_t(start + i) * a.slot_bytes, first_row + i, lane);
+    // This warp's tokens below the count: i, i + members, ...
+    const uint32_t n = (uint32_t(min(published, uint64_t(count))) - i + members - 1) / members;
+    unstage_tokens(
+        a, n, [&](uint32_t r) { return region + uint64_t(start + i + r * members) * a.slot_bytes; },
+        [&](uint32_t r) { return first_row + i + r * members; }, lane);
+    i += n * members;
   }
 }
 
