@@ -28,9 +28,9 @@ __device__ __forceinline__ void send_rows(const EpContext& c, const EpCombineArg
     auto slot = [&](uint32_t r) { return region + uint64_t(row(r) - segment) * a.slot_bytes; };
     warp_copy_records<true>(n, row_bytes, [&](uint32_t r) { return x + uint64_t(row(r)) * row_bytes; }, slot, lane);
     if (weights != nullptr) {
-      warp_copy_each<true, float>(
-          n * a.topk, [&](uint32_t q) { return weights + uint64_t(row(q / a.topk)) * a.topk + q % a.topk; },
-          [&](uint32_t q) { return reinterpret_cast<float*>(slot(q / a.topk) + row_bytes) + q % a.topk; }, lane);
+      warp_copy_fields<true, float>(
+          n, a.topk, [&](uint32_t r, uint32_t k) { return weights + uint64_t(row(r)) * a.topk + k; },
+          [&](uint32_t r, uint32_t k) { return reinterpret_cast<float*>(slot(r) + row_bytes) + k; }, lane);
     }
     group_sync(1 + dst, members * 32);
     if (member == 0 && lane == 0) ptx::st_release_sys(combine_tail(c, dst, c.rank, channel), stop - first);

@@ -28,13 +28,12 @@ __device__ __forceinline__ void stage_tokens(const EpContext& c, const EpDispatc
   warp_copy_records<true>(
       n, a.hidden_bytes, [&](uint32_t r) { return x + uint64_t(token(r)) * a.hidden_bytes; }, slot, lane);
   const float* scales = reinterpret_cast<const float*>(a.x_scales);
-  warp_copy_each<true, float>(
-      n * a.num_scales,
-      [&](uint32_t q) {
-        return scales + uint64_t(token(q / a.num_scales)) * a.scale_token_stride +
-               uint64_t(q % a.num_scales) * a.scale_hidden_stride;
+  warp_copy_fields<true, float>(
+      n, a.num_scales,
+      [&](uint32_t r, uint32_t i) {
+        return scales + uint64_t(token(r)) * a.scale_token_stride + uint64_t(i) * a.scale_hidden_stride;
       },
-      [&](uint32_t q) { return reinterpret_cast<float*>(slot(q / a.num_scales) + s.scales) + q % a.num_scales; }, lane);
+      [&](uint32_t r, uint32_t i) { return reinterpret_cast<float*>(slot(r) + s.scales) + i; }, lane);
   const int64_t local = a.experts / c.ranks, first = int64_t(dst) * local;
   for (uint32_t q = lane; q < n * a.topk; q += 32) {
     const uint32_t r = q / a.topk, k = q % a.topk;
@@ -58,11 +57,10 @@ __device__ __forceinline__ void unstage_tokens(const EpDispatchArgs& a, uint32_t
       n, a.hidden_bytes, slot, [&](uint32_t r) { return recv_x + row(r) * a.hidden_bytes; }, lane);
   if (a.recv_x_scales != 0) {
     float* out = reinterpret_cast<float*>(a.recv_x_scales);
-    warp_copy_each<false, float>(
-        n * a.num_scales,
-        [&](uint32_t q) { return reinterpret_cast<const float*>(slot(q / a.num_scales) + s.scales) + q % a.num_scales; },
-        [&](uint32_t q) {
-          return out + row(q / a.num_scales) * a.recv_scale_token_stride + uint64_t(q % a.num_scales) * a.recv_scale_hidden_stride;
+    warp_copy_fields<false, float>(
+        n, a.num_scales, [&](uint32_t r, uint32_t i) { return reinterpret_cast<const float*>(slot(r) + s.scales) + i; },
+        [&](uint32_t r, uint32_t i) {
+          return out + row(r) * a.recv_scale_token_stride + uint64_t(i) * a.recv_scale_hidden_stride;
         },
         lane);
   }
@@ -73,14 +71,14 @@ __device__ __forceinline__ void unstage_tokens(const EpDispatchArgs& a, uint32_t
     }
   }
   if (a.recv_topk_weights != 0) {
-    warp_copy_each<false, float>(
-        n * a.topk, [&](uint32_t q) { return reinterpret_cast<const float*>(slot(q / a.topk) + s.weights) + q % a.topk; },
-        [&](uint32_t q) { return reinterpret_cast<float*>(a.recv_topk_weights) + row(q / a.topk) * a.topk + q % a.topk; },
+    warp_copy_fields<false, float>(
+        n, a.topk, [&](uint32_t r, uint32_t k) { return reinterpret_cast<const float*>(slot(r) + s.weights) + k; },
+        [&](uint32_t r, uint32_t k) { return reinterpret_cast<float*>(a.recv_topk_weights) + row(r) * a.topk + k; },
         lane);
   }
-  warp_copy_each<false, int>(
-      n, [&](uint32_t r) { return reinterpret_cast<const int*>(slot(r) + s.src_idx); },
-      [&](uint32_t r) { return reinterpret_cast<int*>(a.recv_src_idx) + row(r); }, lane);
+  warp_copy_fields<false, int>(
+      n, 1, [&](uint32_t r, uint32_t) { return reinterpret_cast<const int*>(slot(r) + s.src_idx); },
+      [&](uint32_t r, uint32_t) { return reinterpret_cast<int*>(a.recv_src_idx) + row(r); }, lane);
 }
 
 /// Sender of channel `channel` to rank `dst`: the `members` warps of the group share each

@@ -291,18 +291,18 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
     warp_copy_records<false>(
         count, payload_bytes, [&](uint32_t r) { return message(r) + kLlHeaderBytes; },
         [&](uint32_t r) { return reinterpret_cast<char*>(a.recv_x) + (expert_row0 + row(r)) * payload_bytes; }, lane);
-    warp_copy_each<false, int>(
-        count, [&](uint32_t r) { return reinterpret_cast<const int*>(message(r)); },
-        [&](uint32_t r) { return reinterpret_cast<int*>(a.recv_src_info) + expert_row0 + row(r); }, lane);
+    warp_copy_fields<false, int>(
+        count, 1, [&](uint32_t r, uint32_t) { return reinterpret_cast<const int*>(message(r)); },
+        [&](uint32_t r, uint32_t) { return reinterpret_cast<int*>(a.recv_src_info) + expert_row0 + row(r); }, lane);
     if (scales == 0) continue;
     // Scale j of message r goes to the column-major `[le][j][row]`.
-    warp_copy_each<false, float>(
-        count * scales,
-        [&](uint32_t x) {
-          return reinterpret_cast<const float*>(message(x / scales) + kLlHeaderBytes + a.hidden) + x % scales;
+    warp_copy_fields<false, float>(
+        count, scales,
+        [&](uint32_t r, uint32_t j) {
+          return reinterpret_cast<const float*>(message(r) + kLlHeaderBytes + a.hidden) + j;
         },
-        [&](uint32_t x) {
-          return reinterpret_cast<float*>(a.recv_x_scales) + (uint64_t(le) * scales + x % scales) * rows + row(x / scales);
+        [&](uint32_t r, uint32_t j) {
+          return reinterpret_cast<float*>(a.recv_x_scales) + (uint64_t(le) * scales + j) * rows + row(r);
         },
         lane);
   }

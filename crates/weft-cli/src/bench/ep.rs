@@ -155,7 +155,8 @@ fn measure_rank(
 }
 
 /// The low-latency test at every SM count: FP8 dispatch and BF16 combine, each timed as its
-/// send and receive kernels together.
+/// send and receive kernels together, in CUDA graphs (as decoding runs them, and close to
+/// DeepEP's kernel times: no host launch work or rank skew inside a call).
 fn measure_low_latency(
     comm: &Communicator,
     stream: &Stream,
@@ -186,8 +187,8 @@ fn measure_low_latency(
         let inputs = case.inputs(rank);
         let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
         let mut t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
-        let dispatch_us = time(comm, stream, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
-        let combine_us = time(comm, stream, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
+        let dispatch_us = time_captured(comm, stream, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
+        let combine_us = time_captured(comm, stream, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
         let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
         let combine_bytes = (pairs * options.hidden * 2) as f64;
         let line = |op, payload, us: f64, bytes: f64| EpLine {
@@ -204,6 +205,39 @@ fn measure_low_latency(
         comm.barrier()?;
     }
     Ok(lines)
+}
+
+/// Calls per graph of [`time_captured`].
+const CAPTURED_CALLS: usize = 10;
+/// Timed replays of that graph.
+const REPLAYS: usize = 3;
+
+/// Average µs of `call` captured [`CAPTURED_CALLS`] times in one CUDA graph, replayed once
+/// untimed and then [`REPLAYS`] times between events, after a barrier so the ranks start the
+/// timed replays together.
+fn time_captured(
+    comm: &Communicator,
+    stream: &Stream,
+    mut call: impl FnMut() -> Result<(), weft_ep::EpError>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let device = comm.device();
+    let (start, end) = (Event::new(device)?, Event::new(device)?);
+    stream.begin_capture()?;
+    // End the capture whatever happened, so the stream is usable for the error's report.
+    let captured: Result<(), weft_ep::EpError> = (0..CAPTURED_CALLS).try_for_each(|_| call());
+    let graph = stream.end_capture()?;
+    captured?;
+    graph.launch(stream)?;
+    stream.wait_idle(comm.env().device_timeout, "EP bench graph")?;
+    comm.barrier()?;
+    start.record(stream)?;
+    for _ in 0..REPLAYS {
+        graph.launch(stream)?;
+    }
+    end.record(stream)?;
+    stream.wait_idle(comm.env().device_timeout, "EP bench graph")?;
+    comm.check_device()?;
+    Ok(f64::from(start.elapsed_ms(&end)?) * 1e3 / (REPLAYS * CAPTURED_CALLS) as f64)
 }
 
 /// Average µs of `call` over [`ITERATIONS`] after [`WARMUPS`], each bracketed by events on

@@ -41,7 +41,7 @@ impl RankReport {
             Err(e) => (false, e.to_string()),
         };
         let test = test.into();
-        // Live, for a run cut short (WEFT_LOG=weft::selftest=info): the summary comes at the end.
+        // Live, for a run cut short (WEFT_LOG=weft_cli::selftest=info): the summary comes at the end.
         tracing::info!("{} {test}{}{detail}", if passed { "PASS" } else { "FAIL" }, if passed { "" } else { ": " });
         self.outcomes.push(Outcome { test, passed, detail });
     }

@@ -39,38 +39,54 @@ __device__ __forceinline__ T load_element(const T* p) {
   return *p;
 }
 
-/// Copies `n` elements of type `T`, element q from `src(q)` to `dst(q)` (callables returning
-/// aligned `const T*` / `T*`), in rounds of kCopyUnroll elements per lane whose loads are all
-/// issued before their stores: a round costs one memory latency, ragged ends included.
-/// Called by: all 32 lanes of a warp. `kInput`: as load_element.
+/// Copies `records` records of `fields` elements of type `T` each, field f of record r from
+/// `src(r, f)` to `dst(r, f)` (callables returning aligned `const T*` / `T*`), as one stream in
+/// rounds of kCopyUnroll elements per lane whose loads are all issued before their stores: a
+/// round costs one memory latency, ragged ends and record boundaries included. Each lane walks
+/// its elements as (record, field) pairs, stepping by the warp's 32 elements without a division
+/// per element (a division per 16-byte vector made the copy instruction-bound). Called by: all
+/// 32 lanes of a warp. `kInput`: as load_element.
 template <bool kInput, typename T, typename Src, typename Dst>
-__device__ __forceinline__ void warp_copy_each(uint32_t n, Src src, Dst dst, uint32_t lane) {
+__device__ __forceinline__ void warp_copy_fields(uint32_t records, uint32_t fields, Src src, Dst dst, uint32_t lane) {
+  if (fields == 0) return;
+  const uint32_t n = records * fields, step_records = 32 / fields, step_fields = 32 % fields;
+  auto step = [&](uint32_t& r, uint32_t& f) {
+    r += step_records;
+    f += step_fields;
+    if (f >= fields) {
+      f -= fields;
+      ++r;
+    }
+  };
+  // This lane's element base + lane of the current round.
+  uint32_t r = lane / fields, f = lane % fields;
   for (uint32_t base = 0; base < n; base += 32 * kCopyUnroll) {
+    const uint32_t r0 = r, f0 = f;
     T v[kCopyUnroll];
 #pragma unroll
     for (uint32_t u = 0; u < kCopyUnroll; ++u) {
-      const uint32_t q = base + 32 * u + lane;
-      if (q < n) v[u] = load_element<kInput>(src(q));
+      if (base + 32 * u + lane < n) v[u] = load_element<kInput>(src(r, f));
+      step(r, f);
     }
+    r = r0;
+    f = f0;
 #pragma unroll
     for (uint32_t u = 0; u < kCopyUnroll; ++u) {
-      const uint32_t q = base + 32 * u + lane;
-      if (q < n) *dst(q) = v[u];
+      if (base + 32 * u + lane < n) *dst(r, f) = v[u];
+      step(r, f);
     }
   }
 }
 
-/// Copies `records` records of `bytes` each (16-byte multiples, aligned), record i from
-/// `src(i)` to `dst(i)`, as one stream of vectors: loads of several records are in flight at
-/// once. Called by: all 32 lanes of a warp. `kInput`: `src` holds kernel inputs (see
-/// load_input), else staged data (see load_staged).
+/// Copies `records` records of `bytes` each (16-byte multiples, aligned), record r from
+/// `src(r)` to `dst(r)`, as one stream of vectors (warp_copy_fields): loads of several records
+/// are in flight at once. Called by: all 32 lanes of a warp. `kInput`: `src` holds kernel
+/// inputs (see load_input), else staged data (see load_staged).
 template <bool kInput, typename Src, typename Dst>
 __device__ __forceinline__ void warp_copy_records(uint32_t records, uint32_t bytes, Src src, Dst dst, uint32_t lane) {
-  const uint32_t vectors = bytes / 16;
-  warp_copy_each<kInput, int4>(
-      records * vectors,
-      [&](uint32_t q) { return reinterpret_cast<const int4*>(src(q / vectors)) + q % vectors; },
-      [&](uint32_t q) { return reinterpret_cast<int4*>(dst(q / vectors)) + q % vectors; }, lane);
+  warp_copy_fields<kInput, int4>(
+      records, bytes / 16, [&](uint32_t r, uint32_t f) { return reinterpret_cast<const int4*>(src(r)) + f; },
+      [&](uint32_t r, uint32_t f) { return reinterpret_cast<int4*>(dst(r)) + f; }, lane);
 }
 
 }  // namespace ep
