@@ -1,10 +1,10 @@
 //! `weft bench`: nccl-tests-style tables of weft's collectives, with NCCL measured in the same
 //! run (`--nccl`; every size warmed up, then timed in interleaved trials: the median and the
-//! spread of each contender), every element checked against a float64 / exact-integer host reference
-//! (`--check`), JSON (`--json`) and a PNG plot (`--plot`). One process per GPU, launched by the
-//! command itself, or started by torchrun ([`run_torchrun`]: each process is the rank torchrun
-//! made it, on GPU `LOCAL_RANK`, and rank 0 gathers the rows and reports); a progress bar on
-//! stderr follows the sweep.
+//! spread of each contender), every element checked against a float64 / exact-integer host
+//! reference (`--check`), JSON (`--json`) and a PNG plot (`--plot`). One process per GPU,
+//! launched by the command itself, or started by torchrun ([`run_torchrun`]: each process is the
+//! rank torchrun made it, on GPU `LOCAL_RANK`, and rank 0 gathers the rows and reports); a
+//! progress bar on stderr follows the sweep.
 
 pub mod cpu;
 pub mod ep;
@@ -127,7 +127,7 @@ pub struct Row {
     pub count: usize,
     /// Algorithm weft used.
     pub algorithm: String,
-    /// weft microseconds per call.
+    /// weft microseconds per call (the median trial, as every time of a row).
     pub weft_us: f64,
     /// Fastest weft trial, µs per call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
