@@ -89,6 +89,11 @@ enum Command {
         /// algorithms of one run (--versus) and nothing else; NCCL cannot run so.
         #[arg(long)]
         ranks: Option<usize>,
+        /// Timed trials per size (collectives; default 7): every contender (weft, NCCL, …) warmed
+        /// up, then timed once per round in an order that reverses each round; the table shows
+        /// the median and the min-max over the trials.
+        #[arg(long)]
+        trials: Option<usize>,
     },
     /// Time every algorithm of the collectives at every size (and HB block counts) on this
     /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE).
@@ -330,8 +335,12 @@ fn main() -> ExitCode {
             json,
             plot,
             ranks,
+            trials,
         } => match collective.as_str() {
             "fifo" | "p2p" | "ep" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
+            "fifo" | "p2p" | "ep" if trials.is_some() => {
+                Err("--trials is an option of the collective benchmarks".into())
+            }
             "ep" => bench_ep(
                 &proxy,
                 &sweep,
@@ -351,7 +360,7 @@ fn main() -> ExitCode {
                 &sweep,
                 [graph, check, nccl || nccl_windows, in_place, windows, nccl_windows],
                 versus,
-                ranks,
+                [ranks, trials],
                 [json, plot],
             ),
         },
@@ -385,11 +394,14 @@ fn bench(
     sweep: &Sweep,
     [graph, check, nccl, in_place, windows, nccl_windows]: [bool; 6],
     versus: Option<String>,
-    ranks: Option<usize>,
+    [ranks, trials]: [Option<usize>; 2],
     [json, plot]: [Option<std::path::PathBuf>; 2],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if ranks == Some(0) {
         return Err("--ranks 0: a collective needs at least one rank".into());
+    }
+    if trials == Some(0) {
+        return Err("--trials 0: a row needs at least one timed trial".into());
     }
     // `fifo` and `p2p` are benchmarks too (routed before this), so the list of choices names them.
     let collective = weft_cli::harness::Collective::parse(collective).map_err(|e| format!("{e}, or fifo, p2p"))?;
@@ -420,15 +432,22 @@ fn bench(
         // Fewer ranks than GPUs: one rank on each of the first `ranks` GPUs.
         gpus: world.unwrap_or_else(|| ranks.map_or(s.gpus, |r| s.gpus.min(r))),
         ranks: if world.is_some() { None } else { ranks },
+        trials: trials.unwrap_or(weft_cli::harness::trials::DEFAULT_TRIALS),
     };
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
         // or --gpus, or torchrun's world).
-        let gpu_only =
-            json.is_some() || plot.is_some() || nccl || graph || in_place || windows || options.versus.is_some();
+        let gpu_only = json.is_some()
+            || plot.is_some()
+            || nccl
+            || graph
+            || in_place
+            || windows
+            || options.versus.is_some()
+            || trials.is_some();
         if gpu_only && lead {
             println!(
-                "# --json, --plot, --nccl, --graph, --in-place and --versus measure GPUs: the CPU backend ignores them"
+                "# --json, --plot, --nccl, --graph, --in-place, --versus and --trials measure GPUs: the CPU backend ignores them"
             );
         }
         return match &torchrun {

@@ -90,6 +90,7 @@ fn panels(lines: &[EpLine]) -> Vec<Panel> {
                         (!values.is_empty()).then(|| (x as f64, values.iter().sum::<f64>() / values.len() as f64))
                     })
                     .collect(),
+                band: Vec::new(),
             })
             .filter(|s| !s.points.is_empty())
             .collect();

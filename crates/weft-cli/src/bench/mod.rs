@@ -1,9 +1,10 @@
 //! `weft bench`: nccl-tests-style tables of weft's collectives, with NCCL measured in the same
-//! run (`--nccl`), every element checked against a float64 / exact-integer host reference
-//! (`--check`), JSON (`--json`) and a PNG plot (`--plot`). One process per GPU, launched by the
-//! command itself, or started by torchrun ([`run_torchrun`]: each process is the rank torchrun
-//! made it, on GPU `LOCAL_RANK`, and rank 0 gathers the rows and reports); a progress bar on
-//! stderr follows the sweep.
+//! run (`--nccl`; every size warmed up, then timed in interleaved trials: the median and the
+//! spread of each contender), every element checked against a float64 / exact-integer host
+//! reference (`--check`), JSON (`--json`) and a PNG plot (`--plot`). One process per GPU,
+//! launched by the command itself, or started by torchrun ([`run_torchrun`]: each process is the
+//! rank torchrun made it, on GPU `LOCAL_RANK`, and rank 0 gathers the rows and reports); a
+//! progress bar on stderr follows the sweep.
 
 pub mod cpu;
 pub mod ep;
@@ -25,6 +26,7 @@ use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_types::{DataType, ReduceOp};
 
 use crate::harness::sweep::{by_name, sizes_between};
+use crate::harness::trials::{DEFAULT_TRIALS, Timing};
 use crate::harness::workers::{run_workers, worker_main};
 use crate::harness::{Collective, launch, progress};
 
@@ -76,6 +78,13 @@ pub struct BenchOptions {
     /// (`WEFT_SHARE_GPUS`), to compare two algorithms of one run on fewer GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<usize>,
+    /// Timed trials per size and contender, interleaved (see [`crate::harness::trials`]).
+    #[serde(default = "default_trials")]
+    pub trials: usize,
+}
+
+fn default_trials() -> usize {
+    DEFAULT_TRIALS
 }
 
 impl BenchOptions {
@@ -90,7 +99,26 @@ impl BenchOptions {
     }
 }
 
-/// One row, as one rank measured it.
+/// What a row times: weft, and what it is measured against in the same run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contender {
+    /// weft's call (`--windows`: on buffers in windows).
+    Weft,
+    /// NCCL's call (`--nccl`).
+    Nccl,
+    /// NCCL with its buffers in symmetric windows (`--nccl-windows`).
+    NcclWindows,
+    /// The `--versus` algorithm.
+    Versus,
+}
+
+impl Contender {
+    /// Every contender, in the order a row times them.
+    pub const ALL: [Contender; 4] = [Contender::Weft, Contender::Nccl, Contender::NcclWindows, Contender::Versus];
+}
+
+/// One row, as one rank measured it. Times are µs per call: the median of the trials, with the
+/// fastest and the slowest trial in the `_min_us` and `_max_us` fields.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Row {
     /// Message bytes (nccl-tests' size: the larger of input and output).
@@ -99,19 +127,43 @@ pub struct Row {
     pub count: usize,
     /// Algorithm weft used.
     pub algorithm: String,
-    /// weft microseconds per call.
+    /// weft microseconds per call (the median trial, as every time of a row).
     pub weft_us: f64,
+    /// Fastest weft trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weft_min_us: Option<f64>,
+    /// Slowest weft trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weft_max_us: Option<f64>,
     /// NCCL microseconds per call.
     pub nccl_us: Option<f64>,
+    /// Fastest NCCL trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_min_us: Option<f64>,
+    /// Slowest NCCL trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_max_us: Option<f64>,
     /// NCCL microseconds per call with its buffers in symmetric windows (`--nccl-windows`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_windows_us: Option<f64>,
+    /// Fastest NCCL-with-windows trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_windows_min_us: Option<f64>,
+    /// Slowest NCCL-with-windows trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_windows_max_us: Option<f64>,
     /// Wrong elements of NCCL's outputs with windows, when checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_windows_wrong: Option<u64>,
     /// Microseconds per call of the `versus` algorithm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus_us: Option<f64>,
+    /// Fastest `versus` trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus_min_us: Option<f64>,
+    /// Slowest `versus` trial, µs per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus_max_us: Option<f64>,
     /// The α-β model's microseconds per call, when the call crosses the emulated NIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_us: Option<f64>,
@@ -124,6 +176,33 @@ pub struct Row {
     /// Whether every rank got bitwise the same result (always true for collectives whose
     /// outputs differ between ranks).
     pub identical: bool,
+}
+
+impl Row {
+    /// `contender`'s median and spread, if it was measured (a row without its min and max has
+    /// a spread of zero).
+    pub fn timing(&self, contender: Contender) -> Option<Timing> {
+        let (median, min, max) = match contender {
+            Contender::Weft => (Some(self.weft_us), self.weft_min_us, self.weft_max_us),
+            Contender::Nccl => (self.nccl_us, self.nccl_min_us, self.nccl_max_us),
+            Contender::NcclWindows => (self.nccl_windows_us, self.nccl_windows_min_us, self.nccl_windows_max_us),
+            Contender::Versus => (self.versus_us, self.versus_min_us, self.versus_max_us),
+        };
+        median.map(|median| Timing { median, min: min.unwrap_or(median), max: max.unwrap_or(median) })
+    }
+
+    /// Records `contender`'s median and spread.
+    pub fn set_timing(&mut self, contender: Contender, t: Timing) {
+        let (median, spread) = (Some(t.median), (Some(t.min), Some(t.max)));
+        match contender {
+            Contender::Weft => (self.weft_us, (self.weft_min_us, self.weft_max_us)) = (t.median, spread),
+            Contender::Nccl => (self.nccl_us, (self.nccl_min_us, self.nccl_max_us)) = (median, spread),
+            Contender::NcclWindows => {
+                (self.nccl_windows_us, (self.nccl_windows_min_us, self.nccl_windows_max_us)) = (median, spread)
+            }
+            Contender::Versus => (self.versus_us, (self.versus_min_us, self.versus_max_us)) = (median, spread),
+        }
+    }
 }
 
 const WORKER_OPTIONS: &str = "WEFT_BENCH_OPTIONS";
@@ -206,7 +285,7 @@ fn report(
     plot: Option<&Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let lines = report::lines(options, &merge(per_rank));
-    report::print_table(options, &lines);
+    print!("{}", report::table(options, &lines)?);
     if let Some(path) = json {
         report::write_json(path, options, &lines)?;
     }
@@ -239,7 +318,8 @@ fn nccl_on_network(
     (options.nccl && virtual_nodes && !user_set).then_some(vars)
 }
 
-/// Merges ranks' rows: slowest rank's time, total wrong elements, identical only if all agree.
+/// Merges ranks' rows: the slowest rank's median, min and max of each contender, the total of
+/// wrong elements, identical only if all agree.
 fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
     let Some(first) = per_rank.first() else { return Vec::new() };
     first
@@ -248,14 +328,15 @@ fn merge(per_rank: &[Vec<Row>]) -> Vec<Row> {
         .map(|(i, row)| {
             let mut m = row.clone();
             for other in per_rank.iter().skip(1).filter_map(|rows| rows.get(i)) {
-                let slowest = |a: Option<f64>, b: Option<f64>| match (a, b) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                };
-                m.weft_us = m.weft_us.max(other.weft_us);
-                m.nccl_us = slowest(m.nccl_us, other.nccl_us);
-                m.versus_us = slowest(m.versus_us, other.versus_us);
-                m.nccl_windows_us = slowest(m.nccl_windows_us, other.nccl_windows_us);
+                for c in Contender::ALL {
+                    let slowest = match (m.timing(c), other.timing(c)) {
+                        (Some(a), Some(b)) => Some(a.slowest(b)),
+                        (a, b) => a.or(b),
+                    };
+                    if let Some(t) = slowest {
+                        m.set_timing(c, t);
+                    }
+                }
                 m.wrong += other.wrong;
                 let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
                     (Some(a), Some(b)) => Some(a + b),
@@ -317,6 +398,7 @@ mod tests {
             versus: None,
             gpus: 2,
             ranks: None,
+            trials: DEFAULT_TRIALS,
         };
         assert_eq!(sizes(&o), vec![1024, 2048, 4096, 8192]);
     }
@@ -387,5 +469,33 @@ mod tests {
             (m[0].weft_us, m[0].nccl_us, m[0].versus_us, m[0].wrong, m[0].nccl_wrong, m[0].identical),
             (3.0, Some(2.0), Some(6.0), 3, Some(4), false)
         );
+    }
+
+    #[test]
+    fn merging_takes_each_rank_s_slowest_median_min_and_max() {
+        let timed = |weft: Timing, nccl: Option<Timing>| {
+            let mut row = Row { bytes: 8, identical: true, ..Row::default() };
+            row.set_timing(Contender::Weft, weft);
+            if let Some(t) = nccl {
+                row.set_timing(Contender::Nccl, t);
+            }
+            vec![row]
+        };
+        let t = |median, min, max| Timing { median, min, max };
+        let a = timed(t(4.0, 3.0, 9.0), Some(t(6.0, 5.0, 7.0)));
+        let b = timed(t(5.0, 2.0, 6.0), None);
+        let m = &merge(&[a, b])[0];
+        assert_eq!(m.timing(Contender::Weft), Some(t(5.0, 3.0, 9.0)));
+        assert_eq!(m.timing(Contender::Nccl), Some(t(6.0, 5.0, 7.0)), "a contender one rank lacks keeps the other's");
+        assert_eq!((m.weft_us, m.weft_min_us, m.weft_max_us), (5.0, Some(3.0), Some(9.0)));
+        assert_eq!(m.timing(Contender::Versus), None);
+    }
+
+    #[test]
+    fn a_row_without_min_and_max_has_no_spread() {
+        let row = Row { weft_us: 4.0, nccl_windows_us: Some(3.0), ..Row::default() };
+        assert_eq!(row.timing(Contender::Weft), Some(Timing { median: 4.0, min: 4.0, max: 4.0 }));
+        assert_eq!(row.timing(Contender::NcclWindows), Some(Timing { median: 3.0, min: 3.0, max: 3.0 }));
+        assert_eq!(row.timing(Contender::Nccl), None);
     }
 }

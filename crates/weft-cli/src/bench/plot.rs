@@ -1,5 +1,7 @@
 //! `--plot` of `weft bench`: figures of side-by-side panels, each series a line against message
-//! size (log-log) or dots, one per category (e.g. an EP operation, on a linear value axis).
+//! size (log-log) or dots, one per category (e.g. an EP operation, on a linear value axis),
+//! with its spread (e.g. the fastest and slowest of a row's trials) as a shaded band around
+//! the line or error bars on the dots.
 //! `.svg` files are SVG, any other name PNG. Text is drawn with an embedded DejaVu Sans, so
 //! no system font or fontconfig is needed.
 
@@ -11,6 +13,7 @@ use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::prelude::*;
 
+use super::Contender;
 use super::report::Line;
 use crate::harness::sweep::format_size;
 
@@ -37,12 +40,14 @@ pub(super) enum XAxis {
     Categories(Vec<String>),
 }
 
-/// One series: its name, color, and (x, value) points.
+/// One series: its name, color, (x, value) points, and the spread around them as (x, low,
+/// high), empty where it has none.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Series {
     pub name: String,
     pub color: RGBColor,
     pub points: Vec<(f64, f64)>,
+    pub band: Vec<(f64, f64, f64)>,
 }
 
 /// One panel of a figure.
@@ -100,8 +105,9 @@ where
     DB::ErrorType: 'static,
 {
     let points = || panel.series.iter().flat_map(|s| s.points.iter().copied());
+    let band = || panel.series.iter().flat_map(|s| s.band.iter().flat_map(|&(x, low, high)| [(x, low), (x, high)]));
     let (x_min, x_max) = points().fold((f64::MAX, f64::MIN), |(a, b), (x, _)| (a.min(x), b.max(x)));
-    let (y_min, y_max) = points().fold((f64::MAX, f64::MIN), |(a, b), (_, y)| (a.min(y), b.max(y)));
+    let (y_min, y_max) = points().chain(band()).fold((f64::MAX, f64::MIN), |(a, b), (_, y)| (a.min(y), b.max(y)));
     match &panel.x {
         XAxis::Bytes => chart(
             area,
@@ -109,7 +115,7 @@ where
             ((x_min / 1.5)..(x_max * 1.5)).log_scale().base(2.0),
             ((y_min.max(1e-3) / 1.5)..(y_max.max(1e-3) * 1.5)).log_scale(),
             ("message size (bytes)", 0, &|x| format_size(*x)),
-            |points| points.to_vec(),
+            || 0.0,
         ),
         XAxis::Categories(names) => {
             // Series side by side within a category: at most 0.6 of the gap between two.
@@ -123,10 +129,10 @@ where
             let mut index = 0.0;
             // Values of a few categories lie close together: a linear axis from 0 shows them.
             let y_range = 0.0..(y_max.max(0.0) * 1.15).max(1e-3);
-            chart(area, panel, -0.5..(names.len() as f64 - 0.5), y_range, ("", names.len(), &label), |points| {
+            chart(area, panel, -0.5..(names.len() as f64 - 0.5), y_range, ("", names.len(), &label), || {
                 let dx = (index - (n - 1.0) / 2.0) * step;
                 index += 1.0;
-                points.iter().map(|&(x, y)| (x + dx, y)).collect()
+                dx
             })
         }
     }
@@ -135,15 +141,16 @@ where
 /// The x axis of [`chart`]: its description, label count (0: plotters chooses) and labels.
 type XLabels<'a> = (&'a str, usize, &'a dyn Fn(&f64) -> String);
 
-/// Draws `panel` on `area` against `x_range` and `y_range`, each series' points moved by
-/// `place` (called once per series, in order); lines only against sizes.
+/// Draws `panel` on `area` against `x_range` and `y_range`, each series moved right by
+/// `offset` (called once per series, in order); against sizes, lines in shaded bands, else
+/// dots with error bars.
 fn chart<DB: DrawingBackend, X: AsRangedCoord<Value = f64>, Y: AsRangedCoord<Value = f64>>(
     area: &DrawingArea<DB, Shift>,
     panel: &Panel,
     x_range: X,
     y_range: Y,
     (x_desc, x_labels, x_format): XLabels<'_>,
-    mut place: impl FnMut(&[(f64, f64)]) -> Vec<(f64, f64)>,
+    mut offset: impl FnMut() -> f64,
 ) -> Result<(), Box<dyn Error>>
 where
     DB::ErrorType: 'static,
@@ -168,10 +175,22 @@ where
         .draw()?;
     let lines = panel.x == XAxis::Bytes;
     for series in &panel.series {
-        let (color, points) = (series.color, place(&series.points));
+        let (color, dx) = (series.color, offset());
+        let points: Vec<(f64, f64)> = series.points.iter().map(|&(x, y)| (x + dx, y)).collect();
+        let band = series.band.iter().map(|&(x, low, high)| (x + dx, low, high));
         let legend = move |(x, y): (i32, i32)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2));
         if lines {
+            // The band's outline: along the lows, then back along the highs.
+            let outline: Vec<(f64, f64)> =
+                band.clone().map(|(x, low, _)| (x, low)).chain(band.rev().map(|(x, _, high)| (x, high))).collect();
+            if !outline.is_empty() {
+                chart.draw_series(std::iter::once(Polygon::new(outline, color.mix(0.2).filled())))?;
+            }
             chart.draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?;
+        } else {
+            chart.draw_series(band.map(|(x, low, high)| {
+                ErrorBar::new_vertical(x, low, (low + high) / 2.0, high, color.stroke_width(2), 8)
+            }))?;
         }
         chart
             .draw_series(points.iter().map(|&p| Circle::new(p, 5, color.filled())))?
@@ -188,29 +207,51 @@ where
     Ok(())
 }
 
+/// The contenders a collective sweep's plot draws, with their names and colors.
+const CONTENDERS: [(Contender, &str, RGBColor); 4] = [
+    (Contender::Weft, "weft", WEFT),
+    (Contender::Nccl, "NCCL", NCCL),
+    (Contender::NcclWindows, "NCCL windows", PALETTE[2]),
+    (Contender::Versus, "versus", PALETTE[3]),
+];
+
 /// Renders a collective sweep's `lines` into `path`, titled `title`: time per call and bus
-/// bandwidth against message size, weft and (when measured) NCCL.
+/// bandwidth against message size, of every contender measured, each median in a band from
+/// its fastest to its slowest trial.
 pub(super) fn render(path: &Path, title: &str, lines: &[Line]) -> Result<(), String> {
-    let series = |weft: &dyn Fn(&Line) -> f64, nccl: &dyn Fn(&Line) -> Option<f64>| -> Vec<Series> {
-        let mut out = vec![Series {
-            name: "weft".into(),
-            color: WEFT,
-            points: lines.iter().map(|l| (l.row.bytes as f64, weft(l))).collect(),
-        }];
-        let theirs: Vec<(f64, f64)> = lines.iter().filter_map(|l| nccl(l).map(|v| (l.row.bytes as f64, v))).collect();
-        if !theirs.is_empty() {
-            out.push(Series { name: "NCCL".into(), color: NCCL, points: theirs });
-        }
-        out
+    // Bus bandwidth at `us` µs per call of a line's size: inversely proportional to the time.
+    let busbw = |l: &Line, us: f64| l.busbw * l.row.weft_us / us;
+    let series = |value: &dyn Fn(&Line, f64) -> f64| -> Vec<Series> {
+        CONTENDERS
+            .iter()
+            .filter_map(|&(contender, name, color)| {
+                let measured: Vec<(f64, f64, f64, f64)> = lines
+                    .iter()
+                    .filter_map(|l| {
+                        let t = l.row.timing(contender)?;
+                        let (fast, slow) = (value(l, t.min), value(l, t.max));
+                        Some((l.row.bytes as f64, value(l, t.median), fast.min(slow), fast.max(slow)))
+                    })
+                    .collect();
+                let spread = measured.iter().any(|&(_, _, low, high)| high > low);
+                (!measured.is_empty()).then(|| Series {
+                    name: name.into(),
+                    color,
+                    points: measured.iter().map(|&(x, y, _, _)| (x, y)).collect(),
+                    band: if spread {
+                        measured.iter().map(|&(x, _, low, high)| (x, low, high)).collect()
+                    } else {
+                        Vec::new()
+                    },
+                })
+            })
+            .collect()
     };
     let panel = |caption: &str, y_desc, series| Panel { caption: caption.into(), x: XAxis::Bytes, y_desc, series };
     write(
         path,
         title,
-        &[
-            panel("time per call", "µs", series(&|l| l.row.weft_us, &|l| l.row.nccl_us)),
-            panel("bus bandwidth", "GB/s", series(&|l| l.busbw, &|l| l.nccl_busbw)),
-        ],
+        &[panel("time per call", "µs", series(&|_, us| us)), panel("bus bandwidth", "GB/s", series(&busbw))],
     )
 }
 
@@ -218,7 +259,9 @@ pub(super) fn render(path: &Path, title: &str, lines: &[Line]) -> Result<(), Str
 mod tests {
     use super::*;
     use crate::bench::report::{lines, tests, title};
+    use crate::bench::{Contender, Row};
     use crate::harness::Collective;
+    use crate::harness::trials::Timing;
 
     #[test]
     fn a_sweep_renders_to_a_png() {
@@ -244,5 +287,67 @@ mod tests {
         if std::env::var_os("WEFT_KEEP_PLOT").is_none() {
             std::fs::remove_dir_all(&dir).unwrap();
         }
+    }
+
+    /// The SVG of `rows` rendered as an AllReduce sweep.
+    fn svg_of(rows: &[Row], name: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("weft-plot-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let options = tests::options(Collective::AllReduce);
+        let path = dir.join(name);
+        render(&path, &title(&options), &lines(&options, rows)).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        svg
+    }
+
+    #[test]
+    fn each_contender_s_trials_are_drawn_as_a_band_around_its_median() {
+        let plain = tests::rows();
+        let mut spread = plain.clone();
+        for r in &mut spread {
+            let t = |median: f64| Timing { median, min: median * 0.9, max: median * 1.3 };
+            r.set_timing(Contender::Weft, t(r.weft_us));
+            r.set_timing(Contender::Nccl, t(r.nccl_us.unwrap()));
+        }
+        // Without a spread no band; with one, a band per contender in each of the two panels.
+        assert_eq!(svg_of(&plain, "plain.svg").matches("<polygon").count(), 0);
+        assert_eq!(svg_of(&spread, "spread.svg").matches("<polygon").count(), 4);
+        spread.iter_mut().for_each(|r| r.nccl_us = None);
+        assert_eq!(svg_of(&spread, "weft-only.svg").matches("<polygon").count(), 2);
+    }
+
+    #[test]
+    fn categories_draw_their_spread_as_error_bars() {
+        let dir = std::env::temp_dir().join(format!("weft-plot-bars-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let panel = |band: Vec<(f64, f64, f64)>| Panel {
+            caption: "time".into(),
+            x: XAxis::Categories(vec!["dispatch".into(), "combine".into()]),
+            y_desc: "µs",
+            series: vec![Series { name: "24 SMs".into(), color: WEFT, points: vec![(0.0, 10.0), (1.0, 12.0)], band }],
+        };
+        let lines_of = |band, name: &str| {
+            let path = dir.join(name);
+            write(&path, "bars", &[panel(band)]).unwrap();
+            std::fs::read_to_string(&path).unwrap().matches("<polyline").count()
+        };
+        let without = lines_of(Vec::new(), "without.svg");
+        let with = lines_of(vec![(0.0, 9.0, 11.0), (1.0, 11.5, 14.0)], "with.svg");
+        assert!(with > without, "no error bars drawn: {with} lines against {without}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_band_widens_the_value_axis_to_fit() {
+        let mut rows = tests::rows();
+        rows.truncate(2);
+        let plain = svg_of(&rows, "fit-plain.svg");
+        // A slowest trial 1000× the median stays on the chart: the axis grows to label it.
+        let median = rows[0].weft_us;
+        rows[0].set_timing(Contender::Weft, Timing { median, min: median, max: 5000.0 });
+        let wide = svg_of(&rows, "fit-wide.svg");
+        let label = "\n1000\n";
+        assert!(!plain.contains(label) && wide.contains(label), "the axis did not grow to the band");
     }
 }

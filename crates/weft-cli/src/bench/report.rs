@@ -1,15 +1,17 @@
 //! The results of a sweep as a person reads them: merged rows with their bandwidths (one
-//! computation shared by the table, the JSON file and the plot), the nccl-tests-style table,
-//! and the JSON document.
+//! computation shared by the table, the JSON file and the plot), the nccl-tests-style table
+//! (each time the median of the trials, next to their min-max), and the JSON document.
 
+use std::fmt::{self, Write};
 use std::path::Path;
 
 use serde::Serialize;
 
-use super::{BenchOptions, Row};
+use super::{BenchOptions, Contender, Row};
+use crate::harness::trials::Timing;
 use crate::harness::{Collective, NcclTests, ROOT};
 
-/// One merged row with the numbers derived from it.
+/// One merged row with the numbers derived from it (from the median times).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Line {
     /// The measurements (slowest rank's times, every rank's wrong elements).
@@ -92,110 +94,168 @@ pub(super) fn title(options: &BenchOptions) -> String {
     t
 }
 
-/// Prints the nccl-tests-style table.
-pub(super) fn print_table(options: &BenchOptions, lines: &[Line]) {
-    println!("# {}{}", title(options), if options.check { ", every element checked" } else { "" });
-    println!(
-        "{:>12} {:>12} {:>4} | {:>10} {:>9} {:>9} {:>7} | {:>10} {:>9} {:>7} | {:>6}",
-        "size", "count", "algo", "weft us", "algbw", "busbw", "#wrong", "nccl us", "busbw", "#wrong", "ratio"
-    );
-    let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+/// A value with two decimals, or `-`.
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
+}
+
+/// The fastest and slowest trial of a timing as `min-max`, or `-`.
+fn spread(t: Option<Timing>) -> String {
+    t.map_or_else(|| "-".to_string(), |t| format!("{:.2}-{:.2}", t.min, t.max))
+}
+
+/// Width of a `min-max` column: room for two times of a second each.
+const SPREAD: usize = 17;
+
+/// The line that says how the times were measured.
+pub(super) fn method(options: &BenchOptions) -> String {
+    let batch = if options.graph { "3 replays of a CUDA graph of its calls" } else { "a batch of eager calls" };
+    format!(
+        "# every size: each contender warmed up, then timed in {} interleaved trials (the order reversed every \
+         round), each trial {batch} after a barrier; us = median per call, min-max = fastest and slowest trial",
+        options.trials
+    )
+}
+
+/// The nccl-tests-style table, with the tables `--nccl-windows`, `--versus` and the emulated
+/// NIC add, and the check's verdict.
+pub(super) fn table(options: &BenchOptions, lines: &[Line]) -> Result<String, fmt::Error> {
+    let mut text = String::new();
+    let out = &mut text;
+    writeln!(out, "# {}{}", title(options), if options.check { ", every element checked" } else { "" })?;
+    writeln!(out, "{}", method(options))?;
+    writeln!(
+        out,
+        "{:>12} {:>12} {:>4} | {:>10} {:>SPREAD$} {:>9} {:>9} {:>7} | {:>10} {:>SPREAD$} {:>9} {:>7} | {:>6}",
+        "size",
+        "count",
+        "algo",
+        "weft us",
+        "min-max",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "nccl us",
+        "min-max",
+        "busbw",
+        "#wrong",
+        "ratio"
+    )?;
     for l in lines {
         let r = &l.row;
         let wrong =
             if options.check { format!("{}{}", r.wrong, if r.identical { "" } else { "!" }) } else { "-".into() };
-        println!(
-            "{:>12} {:>12} {:>4} | {:>10.2} {:>9.2} {:>9.2} {:>7} | {:>10} {:>9} {:>7} | {:>6}",
+        writeln!(
+            out,
+            "{:>12} {:>12} {:>4} | {:>10.2} {:>SPREAD$} {:>9.2} {:>9.2} {:>7} | {:>10} {:>SPREAD$} {:>9} {:>7} | {:>6}",
             r.bytes,
             r.count,
             r.algorithm,
             r.weft_us,
+            spread(r.timing(Contender::Weft)),
             l.algbw,
             l.busbw,
             wrong,
             opt(r.nccl_us),
+            spread(r.timing(Contender::Nccl)),
             opt(l.nccl_busbw),
             r.nccl_wrong.map_or_else(|| "-".to_string(), |w| w.to_string()),
             opt(l.ratio)
-        );
+        )?;
     }
     if let Some(g) = geomean_ratio(lines) {
-        println!("# geomean speedup over NCCL (time ratio nccl/weft): {g:.3}");
+        writeln!(out, "# geomean speedup over NCCL (time ratio nccl/weft): {g:.3}")?;
     }
     if options.nccl_windows {
-        print_nccl_windows(options, lines);
+        nccl_windows_table(out, options, lines)?;
     }
     if let Some(versus) = &options.versus {
-        print_versus(versus, lines);
+        versus_table(out, versus, lines)?;
     }
     if lines.iter().any(|l| l.row.model_us.is_some()) {
-        print_model(lines);
+        model_table(out, lines)?;
     }
     if options.check {
         let wrong: u64 = lines.iter().map(|l| l.row.wrong).sum();
         let identical = lines.iter().all(|l| l.row.identical);
         if options.collective.same_output_everywhere() {
-            println!("# {wrong} wrong elements; ranks bitwise identical: {identical}");
+            writeln!(out, "# {wrong} wrong elements; ranks bitwise identical: {identical}")?;
         } else {
-            println!("# {wrong} wrong elements");
+            writeln!(out, "# {wrong} wrong elements")?;
         }
         let nccl_wrong: u64 = lines.iter().filter_map(|l| l.row.nccl_wrong).sum();
         if nccl_wrong > 0 {
-            println!("# NCCL: {nccl_wrong} wrong elements: the reference or the harness is wrong, not only weft");
+            writeln!(out, "# NCCL: {nccl_wrong} wrong elements: the reference or the harness is wrong, not only weft")?;
         }
     }
+    Ok(text)
 }
 
-/// Prints NCCL with its buffers in symmetric windows against weft, row by row.
-fn print_nccl_windows(options: &BenchOptions, lines: &[Line]) {
-    println!("# NCCL with symmetric windows (ncclMemAlloc + ncclCommWindowRegister) in the same run");
-    println!("{:>12} {:>10} | {:>14} {:>7} | {:>6}", "size", "weft us", "nccl-win us", "#wrong", "ratio");
-    let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+/// NCCL with its buffers in symmetric windows against weft, row by row.
+fn nccl_windows_table(out: &mut String, options: &BenchOptions, lines: &[Line]) -> fmt::Result {
+    writeln!(out, "# NCCL with symmetric windows (ncclMemAlloc + ncclCommWindowRegister) in the same run")?;
+    writeln!(
+        out,
+        "{:>12} {:>10} | {:>14} {:>SPREAD$} {:>7} | {:>6}",
+        "size", "weft us", "nccl-win us", "min-max", "#wrong", "ratio"
+    )?;
     for l in lines {
         let r = &l.row;
         let wrong =
             if options.check { r.nccl_windows_wrong.map_or_else(|| "-".into(), |w| w.to_string()) } else { "-".into() };
-        println!(
-            "{:>12} {:>10.2} | {:>14} {:>7} | {:>6}",
+        writeln!(
+            out,
+            "{:>12} {:>10.2} | {:>14} {:>SPREAD$} {:>7} | {:>6}",
             r.bytes,
             r.weft_us,
             opt(r.nccl_windows_us),
+            spread(r.timing(Contender::NcclWindows)),
             wrong,
             opt(l.windows_ratio)
-        );
+        )?;
     }
     if let Some(g) = geomean(lines.iter().filter_map(|l| l.windows_ratio)) {
-        println!("# geomean speedup over NCCL with windows (time ratio nccl-win/weft): {g:.3}");
+        writeln!(out, "# geomean speedup over NCCL with windows (time ratio nccl-win/weft): {g:.3}")?;
     }
+    Ok(())
 }
 
-/// Prints the weft algorithm against the `versus` one measured in the same run: both times,
+/// The weft algorithm against the `versus` one measured in the same run: both times,
 /// the difference and the overhead (the executor's targets are stated in these terms).
-fn print_versus(versus: &str, lines: &[Line]) {
-    println!("# against {versus} in the same run");
-    println!("{:>12} {:>24} {:>10} {:>10} {:>10} {:>9}", "size", "algo", "us", "versus us", "diff us", "overhead");
+fn versus_table(out: &mut String, versus: &str, lines: &[Line]) -> fmt::Result {
+    writeln!(out, "# against {versus} in the same run")?;
+    writeln!(
+        out,
+        "{:>12} {:>24} {:>10} {:>SPREAD$} {:>10} {:>SPREAD$} {:>10} {:>9}",
+        "size", "algo", "us", "min-max", "versus us", "min-max", "diff us", "overhead"
+    )?;
     for l in lines {
         let (r, Some(v), Some(ratio)) = (&l.row, l.row.versus_us, l.versus_ratio) else { continue };
-        println!(
-            "{:>12} {:>24} {:>10.2} {:>10.2} {:>10.2} {:>8.1}%",
+        writeln!(
+            out,
+            "{:>12} {:>24} {:>10.2} {:>SPREAD$} {:>10.2} {:>SPREAD$} {:>10.2} {:>8.1}%",
             r.bytes,
             r.algorithm,
             r.weft_us,
+            spread(r.timing(Contender::Weft)),
             v,
+            spread(r.timing(Contender::Versus)),
             r.weft_us - v,
             (ratio - 1.0) * 100.0
-        );
+        )?;
     }
+    Ok(())
 }
 
-/// Prints the measured time next to the α-β model of the emulated NIC the calls crossed.
-fn print_model(lines: &[Line]) {
-    println!("# against the α-β model of the emulated NIC (WEFT_EMU_NET_LATENCY_US, WEFT_EMU_NET_GBPS)");
-    println!("{:>12} {:>10} {:>10} {:>11}", "size", "weft us", "model us", "weft/model");
+/// The measured time next to the α-β model of the emulated NIC the calls crossed.
+fn model_table(out: &mut String, lines: &[Line]) -> fmt::Result {
+    writeln!(out, "# against the α-β model of the emulated NIC (WEFT_EMU_NET_LATENCY_US, WEFT_EMU_NET_GBPS)")?;
+    writeln!(out, "{:>12} {:>10} {:>10} {:>11}", "size", "weft us", "model us", "weft/model")?;
     for l in lines {
         let Some(model) = l.row.model_us else { continue };
-        println!("{:>12} {:>10.2} {:>10.2} {:>11.2}", l.row.bytes, l.row.weft_us, model, l.row.weft_us / model);
+        writeln!(out, "{:>12} {:>10.2} {:>10.2} {:>11.2}", l.row.bytes, l.row.weft_us, model, l.row.weft_us / model)?;
     }
+    Ok(())
 }
 
 /// Writes `{"options", "bus_factor", "rows"}` to `path`.
@@ -232,6 +292,7 @@ pub(super) mod tests {
             versus: None,
             gpus: 4,
             ranks: None,
+            trials: 7,
         }
     }
 
@@ -273,6 +334,108 @@ pub(super) mod tests {
         let l = &lines(&options(Collective::AllReduce), &[row])[0];
         assert!((l.versus_ratio.unwrap() - 1.05).abs() < 1e-12);
         assert_eq!(lines(&options(Collective::AllReduce), &rows())[0].versus_ratio, None);
+    }
+
+    /// `rows()` with trials spread ±5% around weft's median and ±10% around NCCL's.
+    fn spread_rows() -> Vec<Row> {
+        rows()
+            .into_iter()
+            .map(|mut r| {
+                let spread =
+                    |median: f64, by: f64| Timing { median, min: median * (1.0 - by), max: median * (1.0 + by) };
+                r.set_timing(Contender::Weft, spread(r.weft_us, 0.05));
+                r.set_timing(Contender::Nccl, spread(r.nccl_us.unwrap(), 0.1));
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_table_shows_each_median_with_its_min_max_in_aligned_columns() {
+        let o = options(Collective::AllReduce);
+        let mut rows = spread_rows();
+        rows[0].set_timing(Contender::Weft, Timing { median: 3.82, min: 3.71, max: 4.1 });
+        rows[0].set_timing(Contender::Nccl, Timing { median: 7.64, min: 6.5, max: 11.25 });
+        let text = table(&o, &lines(&o, &rows)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains("7 interleaved trials") && lines[1].contains("CUDA graph"), "{}", lines[1]);
+        let header = lines[2];
+        let first = lines[3];
+        for column in ["weft us", "min-max", "nccl us", "ratio"] {
+            assert!(header.contains(column), "{column} missing from {header}");
+        }
+        let cells: Vec<&str> = first.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "1024",
+                "512",
+                "hb",
+                "|",
+                "3.82",
+                "3.71-4.10",
+                "0.27",
+                "0.40",
+                "0",
+                "|",
+                "7.64",
+                "6.50-11.25",
+                "0.20",
+                "0",
+                "|",
+                "2.00"
+            ]
+        );
+        // nccl-tests-like alignment: every row puts its separators where the header does, the
+        // 1 GB row (four-digit times) too.
+        let bars = |line: &str| line.match_indices('|').map(|(i, _)| i).collect::<Vec<_>>();
+        let rows_of_table = &lines[3..3 + rows.len()];
+        assert!(rows_of_table.iter().all(|l| bars(l) == bars(header)), "misaligned:\n{text}");
+        assert!(rows_of_table.last().unwrap().starts_with("  1073741824"));
+        assert!(text.contains("# geomean speedup over NCCL (time ratio nccl/weft): "));
+    }
+
+    #[test]
+    fn the_windows_and_versus_tables_show_their_spreads() {
+        let mut o = options(Collective::AllReduce);
+        o.nccl_windows = true;
+        o.versus = Some("ring".into());
+        o.graph = false;
+        let mut rows = spread_rows();
+        for r in &mut rows {
+            r.set_timing(Contender::NcclWindows, Timing { median: 5.0, min: 4.5, max: 5.5 });
+            r.set_timing(Contender::Versus, Timing { median: 6.0, min: 5.25, max: 6.75 });
+        }
+        let text = table(&o, &lines(&o, &rows)).unwrap();
+        assert!(text.contains("a batch of eager calls"), "{text}");
+        let windows = text.lines().skip_while(|l| !l.starts_with("# NCCL with symmetric windows")).nth(2).unwrap();
+        assert!(windows.contains(" 5.00 ") && windows.contains(" 4.50-5.50 "), "{windows}");
+        let versus = text.lines().skip_while(|l| !l.starts_with("# against ring")).nth(2).unwrap();
+        assert!(versus.contains(" 4.75-5.25 ") && versus.contains(" 5.25-6.75 "), "{versus}");
+    }
+
+    #[test]
+    fn json_rows_keep_the_median_fields_and_add_min_and_max() {
+        let dir = std::env::temp_dir().join(format!("weft-json-spread-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rows.json");
+        let o = options(Collective::AllReduce);
+        let mut rows = spread_rows();
+        rows[0].set_timing(Contender::Weft, Timing { median: 4.0, min: 3.5, max: 6.0 });
+        write_json(&path, &o, &lines(&o, &rows)).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let first = &doc["rows"][0];
+        assert_eq!(
+            [&first["weft_us"], &first["weft_min_us"], &first["weft_max_us"]].map(|v| v.as_f64()),
+            [Some(4.0), Some(3.5), Some(6.0)]
+        );
+        for key in ["nccl_us", "nccl_min_us", "nccl_max_us"] {
+            assert!(first[key].is_f64(), "{key} missing");
+        }
+        assert!(first["nccl_windows_min_us"].is_null() && first["versus_max_us"].is_null(), "unmeasured: left out");
+        assert_eq!(doc["options"]["trials"], 7);
+        assert_eq!(first["ratio"].as_f64(), Some(rows[0].nccl_us.unwrap() / 4.0), "the ratio is of the medians");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! One rank of `weft bench`: set up weft (and NCCL), then for every size check and time both.
+//! One rank of `weft bench`: set up weft (and NCCL), then for every size check both, and time
+//! both in interleaved trials.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -9,9 +10,10 @@ use weft_coll::{Algorithm, CollConfig, Collectives};
 use weft_core::{Communicator, Env};
 use weft_gpu::Device;
 
-use super::{BenchOptions, Row, sizes};
+use super::{BenchOptions, Contender, Row, sizes};
 use crate::harness::data::{self, Reference};
-use crate::harness::rank::{Buffers, Call, CallOp, Placement, Rank, check, shared_seed};
+use crate::harness::rank::{Buffers, Call, CallFn, CallOp, Placement, Rank, check, shared_seed};
+use crate::harness::trials::Timing;
 use crate::harness::{NcclTests, launch, progress};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -168,19 +170,27 @@ fn run_rank(
             row.model_us = coll.emulated_nic_model_us(algorithm, shape.bytes);
             me.idle()?;
             let before = coll.path_counts().zero_copy;
-            row.weft_us = me.time(options.graph, shape.bytes, &|b| weft_run(b, placement))?;
+            // Every contender this run measures, in the same order on every rank.
+            let mut contenders: Vec<(Contender, Box<CallFn<'_>>)> =
+                vec![(Contender::Weft, Box::new(|b: &mut Buffers| weft_run(b, placement)))];
+            if let Some(run) = &nccl_run {
+                contenders.push((Contender::Nccl, Box::new(move |b: &mut Buffers| run(b, placement))));
+            }
+            if let Some(run) = &nccl_windows_run {
+                contenders.push((Contender::NcclWindows, Box::new(move |b: &mut Buffers| run(b, placement))));
+            }
+            if let Some(run) = &versus_run {
+                contenders.push((Contender::Versus, Box::new(move |b: &mut Buffers| run(b, placement))));
+            }
+            let calls: Vec<&CallFn<'_>> = contenders.iter().map(|(_, call)| &**call).collect();
+            let trials = me.time_interleaved(options.graph, shape.bytes, &calls, options.trials)?;
+            for ((contender, _), trials) in contenders.iter().zip(&trials) {
+                let timing = Timing::of(trials).ok_or("--trials 0: nothing was timed")?;
+                row.set_timing(*contender, timing);
+            }
             if coll.path_counts().zero_copy > before {
                 // The timed calls wrote straight into the peers' registered outputs.
                 row.algorithm.push_str("+zc");
-            }
-            if let Some(nccl_run) = &nccl_run {
-                row.nccl_us = Some(me.time(options.graph, shape.bytes, &|b| nccl_run(b, placement))?);
-            }
-            if let Some(run) = &nccl_windows_run {
-                row.nccl_windows_us = Some(me.time(options.graph, shape.bytes, &|b| run(b, placement))?);
-            }
-            if let Some(versus_run) = &versus_run {
-                row.versus_us = Some(me.time(options.graph, shape.bytes, &|b| versus_run(b, placement))?);
             }
             rows.push(row);
         }

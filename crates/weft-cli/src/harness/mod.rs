@@ -2,8 +2,9 @@
 //! another: the collectives as nccl-tests sizes and lays them out ([`Collective`], [`Shape`]),
 //! the host test pattern and the float64 / exact-integer references every output element is
 //! checked against (`data`, [`pattern`]), one rank's buffers, timing and checked call
-//! (`rank`), the parsing of a sweep ([`sweep`]), and the running of ranks as processes or
-//! threads ([`launch`], `workers`, `progress`).
+//! (`rank`), the order and statistics of interleaved timing trials ([`trials`]), the parsing
+//! of a sweep ([`sweep`]), and the running of ranks as processes or threads ([`launch`],
+//! `workers`, `progress`).
 
 mod collective;
 pub(crate) mod data;
@@ -14,6 +15,7 @@ pub mod pattern;
 pub(crate) mod progress;
 pub(crate) mod rank;
 pub mod sweep;
+pub mod trials;
 pub(crate) mod workers;
 
 pub use collective::{Collective, NcclTests, ROOT, Shape, Source};

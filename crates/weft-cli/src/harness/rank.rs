@@ -1,7 +1,7 @@
 //! One rank's harness, shared by `weft bench`, `weft tune` and the collective matrix of
 //! `weft selftest`: the communicator, stream and two buffers of a rank ([`Rank`]), its timing of
-//! a call, one row's call in weft and in NCCL ([`Call`]), and the element check of a call
-//! against the host reference ([`check`]).
+//! calls (several in interleaved trials, see [`super::trials`]), one row's call in weft and in
+//! NCCL ([`Call`]), and the element check of a call against the host reference ([`check`]).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -10,10 +10,11 @@ use weft_bootstrap::Bootstrap;
 use weft_coll::nccl::{NcclBuffers, NcclCall, NcclComm};
 use weft_coll::{Algorithm, Collectives, Operator, P2pGroup, Reduction};
 use weft_core::Communicator;
-use weft_gpu::{DeviceBuffer, DeviceElement, DeviceSlice, DeviceSliceMut, ElementFn, Event, Stream};
+use weft_gpu::{DeviceBuffer, DeviceElement, DeviceSlice, DeviceSliceMut, ElementFn, Event, Graph, Stream};
 use weft_types::DataType;
 
 use super::data::Reference;
+use super::trials::round_order;
 use super::{Collective, NcclTests, ROOT, Shape};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -84,53 +85,103 @@ impl Rank {
     }
 
     /// Microseconds per call of `call` (on the rank's buffers), eager or captured in a CUDA
-    /// graph.
-    pub(crate) fn time(
+    /// graph: one warm-up and one trial.
+    pub(crate) fn time(&self, graph: bool, bytes: usize, call: &CallFn<'_>) -> Result<f64, BoxError> {
+        let work = self.timed_work(graph, bytes, call)?;
+        self.launch(&work)?;
+        self.trial(&work, &Event::new(self.comm.device())?, &Event::new(self.comm.device())?)
+    }
+
+    /// Each of `calls`' trials (µs per call, in the order they ran), eager or captured in CUDA
+    /// graphs: every call's work is built once (each graph captured once), warmed up by one
+    /// untimed launch, then timed in `trials` rounds of one trial each, the order alternating
+    /// between rounds ([`round_order`]) so that drift lands on all of them alike.
+    pub(crate) fn time_interleaved(
         &self,
         graph: bool,
         bytes: usize,
-        call: &dyn Fn(&mut Buffers) -> Result<(), BoxError>,
-    ) -> Result<f64, BoxError> {
-        let device = self.comm.device();
+        calls: &[&CallFn<'_>],
+        trials: usize,
+    ) -> Result<Vec<Vec<f64>>, BoxError> {
+        let work = calls.iter().map(|call| self.timed_work(graph, bytes, *call)).collect::<Result<Vec<_>, _>>()?;
+        for w in &work {
+            self.launch(w)?;
+        }
+        let (start, end) = (Event::new(self.comm.device())?, Event::new(self.comm.device())?);
+        let mut times = vec![Vec::with_capacity(trials); work.len()];
+        for round in 0..trials {
+            for i in round_order(round, work.len()) {
+                times[i].push(self.trial(&work[i], &start, &end)?);
+            }
+        }
+        Ok(times)
+    }
+
+    /// What one trial of `call` launches, built once: `calls_for(bytes)` calls captured in a
+    /// CUDA graph, or the calls themselves.
+    fn timed_work<'a>(&self, graph: bool, bytes: usize, call: &'a CallFn<'a>) -> Result<TimedWork<'a>, BoxError> {
         let calls = calls_for(bytes);
-        let (start, end) = (Event::new(device)?, Event::new(device)?);
-        if graph {
-            self.stream.begin_capture()?;
-            let mut captured = Ok(());
-            for _ in 0..calls {
-                captured = call(&mut self.buffers.borrow_mut());
-                if captured.is_err() {
-                    break;
+        if !graph {
+            return Ok(TimedWork::Eager { call, calls });
+        }
+        self.stream.begin_capture()?;
+        let mut captured = Ok(());
+        for _ in 0..calls {
+            captured = call(&mut self.buffers.borrow_mut());
+            if captured.is_err() {
+                break;
+            }
+        }
+        let graph = self.stream.end_capture()?;
+        captured?;
+        Ok(TimedWork::Graph { graph, calls })
+    }
+
+    /// Launches `work`'s calls once: the graph once, or the calls one after another.
+    fn launch(&self, work: &TimedWork<'_>) -> Result<(), BoxError> {
+        match work {
+            TimedWork::Graph { graph, .. } => graph.launch(&self.stream)?,
+            TimedWork::Eager { call, calls } => {
+                for _ in 0..*calls {
+                    call(&mut self.buffers.borrow_mut())?;
                 }
             }
-            let g = self.stream.end_capture()?;
-            captured?;
-            g.launch(&self.stream)?;
-            self.idle()?;
-            self.barrier()?;
-            let replays = 3;
-            start.record(&self.stream)?;
-            for _ in 0..replays {
-                g.launch(&self.stream)?;
-            }
-            end.record(&self.stream)?;
-            self.idle()?;
-            Ok(f64::from(start.elapsed_ms(&end)?) * 1e3 / f64::from(replays * calls))
-        } else {
-            for _ in 0..3 {
-                call(&mut self.buffers.borrow_mut())?;
-            }
-            self.idle()?;
-            self.barrier()?;
-            start.record(&self.stream)?;
-            for _ in 0..calls {
-                call(&mut self.buffers.borrow_mut())?;
-            }
-            end.record(&self.stream)?;
-            self.idle()?;
-            Ok(f64::from(start.elapsed_ms(&end)?) * 1e3 / f64::from(calls))
         }
+        Ok(())
     }
+
+    /// One trial of `work`, once every rank is ready: µs per call of a bracket of `start` and
+    /// `end` around three replays of the graph, or around the eager calls.
+    fn trial(&self, work: &TimedWork<'_>, start: &Event, end: &Event) -> Result<f64, BoxError> {
+        self.idle()?;
+        self.barrier()?;
+        start.record(&self.stream)?;
+        let launches = match work {
+            TimedWork::Graph { .. } => GRAPH_REPLAYS,
+            TimedWork::Eager { .. } => 1,
+        };
+        for _ in 0..launches {
+            self.launch(work)?;
+        }
+        end.record(&self.stream)?;
+        self.idle()?;
+        let calls = match work {
+            TimedWork::Graph { calls, .. } | TimedWork::Eager { calls, .. } => *calls,
+        };
+        Ok(f64::from(start.elapsed_ms(end)?) * 1e3 / f64::from(launches * calls))
+    }
+}
+
+/// Replays of a captured graph per timed trial.
+const GRAPH_REPLAYS: u32 = 3;
+
+/// A call on the rank's buffers, as the timing runs it.
+pub(crate) type CallFn<'a> = dyn Fn(&mut Buffers) -> Result<(), BoxError> + 'a;
+
+/// What one launch of a timed call runs: `calls` calls, captured in a graph or eager.
+enum TimedWork<'a> {
+    Graph { graph: Graph, calls: u32 },
+    Eager { call: &'a CallFn<'a>, calls: u32 },
 }
 
 /// The operator of a row: a [`Reduction`] (PreMulSum with an immediate scalar), or PreMulSum
