@@ -18,6 +18,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The self-test prints its summary at the end; this streams every outcome as it happens, so a
+# run cut short by its timeout still shows how far it got.
+export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")

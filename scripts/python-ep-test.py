@@ -15,7 +15,6 @@ for bit. Prints one line per check and `N passed, M failed` on rank 0; exits non
 failure.
 """
 
-import os
 import sys
 
 import torch
@@ -23,6 +22,7 @@ import torch.distributed as dist
 
 import weft.ep as deep_ep
 from weft.ep import reference as ref
+from weft._torchrun import init_process_group
 from weft.ep.reference import bits, fp8
 
 HIDDEN, TOPK, LL_HIDDEN, LL_MAX_TOKENS, ALIGNMENT = 256, 4, 512, 128, 4
@@ -186,11 +186,7 @@ def low_latency_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
 
 
 def main() -> int:
-    rank, ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local_rank)
-    dev = torch.device("cuda", local_rank)
-    dist.init_process_group("nccl", device_id=dev)
+    rank, ranks, dev = init_process_group()
     group = dist.new_group(list(range(ranks)))
     check = Checks(rank)
     check.record("weft.ep has its kernels", deep_ep.KERNELS_AVAILABLE)

@@ -4,13 +4,13 @@ call of each operation against ``weft.ep.reference``, then times it."""
 from __future__ import annotations
 
 import json
-import os
 
 import torch
 import torch.distributed as dist
 
 import weft.ep as deep_ep
 
+from ._torchrun import init_process_group
 from .bench_ep import (
     Row, combine_bytes, dispatch_bytes, document, ll_combine_bytes, ll_dispatch_bytes, row, summarize, table,
 )
@@ -137,11 +137,7 @@ def low_latency_mode(args, group, rank: int, ranks: int, dev) -> list[Row]:
 
 
 def run(args) -> int:
-    rank, ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local_rank)
-    dev = torch.device("cuda", local_rank)
-    dist.init_process_group("nccl", device_id=dev)
+    rank, ranks, dev = init_process_group()
     group = dist.new_group(list(range(ranks)))
     try:
         rows = normal_mode(args, group, rank, ranks, dev)

@@ -220,8 +220,6 @@ fn time_captured(
     stream: &Stream,
     mut call: impl FnMut() -> Result<(), weft_ep::EpError>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let device = comm.device();
-    let (start, end) = (Event::new(device)?, Event::new(device)?);
     stream.begin_capture()?;
     // End the capture whatever happened, so the stream is usable for the error's report.
     let captured: Result<(), weft_ep::EpError> = (0..CAPTURED_CALLS).try_for_each(|_| call());
@@ -230,14 +228,9 @@ fn time_captured(
     graph.launch(stream)?;
     stream.wait_idle(comm.env().device_timeout, "EP bench graph")?;
     comm.barrier()?;
-    start.record(stream)?;
-    for _ in 0..REPLAYS {
-        graph.launch(stream)?;
-    }
-    end.record(stream)?;
-    stream.wait_idle(comm.env().device_timeout, "EP bench graph")?;
+    let us = bracket(comm, stream, || (0..REPLAYS).try_for_each(|_| graph.launch(stream)).map_err(Into::into))?;
     comm.check_device()?;
-    Ok(f64::from(start.elapsed_ms(&end)?) * 1e3 / (REPLAYS * CAPTURED_CALLS) as f64)
+    Ok(us / (REPLAYS * CAPTURED_CALLS) as f64)
 }
 
 /// Average µs of `call` over [`ITERATIONS`] after [`WARMUPS`], each bracketed by events on
@@ -247,19 +240,30 @@ fn time(
     stream: &Stream,
     mut call: impl FnMut() -> Result<(), weft_ep::EpError>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let device = comm.device();
-    let (start, end) = (Event::new(device)?, Event::new(device)?);
     let mut total = 0.0;
     for i in 0..WARMUPS + ITERATIONS {
         comm.settle_before_launch()?;
-        start.record(stream)?;
-        call()?;
-        end.record(stream)?;
-        stream.wait_idle(comm.env().device_timeout, "EP bench call")?;
+        let us = bracket(comm, stream, || call().map_err(Into::into))?;
         if i >= WARMUPS {
-            total += f64::from(start.elapsed_ms(&end)?) * 1e3;
+            total += us;
         }
     }
     comm.check_device()?;
     Ok(total / ITERATIONS as f64)
+}
+
+/// µs between two events recorded on `stream` around what `enqueue` puts on it, once the
+/// stream is idle.
+fn bracket(
+    comm: &Communicator,
+    stream: &Stream,
+    enqueue: impl FnOnce() -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let device = comm.device();
+    let (start, end) = (Event::new(device)?, Event::new(device)?);
+    start.record(stream)?;
+    enqueue()?;
+    end.record(stream)?;
+    stream.wait_idle(comm.env().device_timeout, "EP bench call")?;
+    Ok(f64::from(start.elapsed_ms(&end)?) * 1e3)
 }
