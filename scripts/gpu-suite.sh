@@ -3,7 +3,7 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [proxy] [exec] [conformance]   (default: all)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [proxy] [exec] [conformance]   (default: all)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -15,6 +15,7 @@
 # with PyTorch; one abi3 wheel serves its Python 3.12), then runs the package's tests and
 # scripts/python-gpu-test.py on 2 ranks against torch.distributed's NCCL, and
 # scripts/python-ep-test.py (weft.ep as DeepEP's users call it) on 2 ranks.
+# The ep step runs the MoE self-test and `weft bench ep` at 24, 32, 64 and 128 SMs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -24,7 +25,7 @@ export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python proxy exec conformance)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep proxy exec conformance)
 for step in "${steps[@]}"; do
   dir="$out/$step"
   mkdir -p "$dir"
@@ -74,6 +75,12 @@ for step in "${steps[@]}"; do
             timeout 600 "${TORCHRUN:-torchrun}" --nproc-per-node 2 scripts/python-ep-test.py > "$dir/ep-test.txt" 2>&1
             echo "python EP test (2 ranks, import weft.ep as deep_ep): rc=$? $(grep -h 'passed,' "$dir/ep-test.txt" | tail -1)"
             grep -h '^FAIL' "$dir/gpu-test.txt" | head -5 ;;
+    ep) timeout 120 "$weft" selftest --only ep --mode threads > "$dir/selftest-ep.txt" 2>&1
+        echo "selftest ep: rc=$? $(grep -h 'passed,' "$dir/selftest-ep.txt" | tail -1)"
+        # DeepEP's intranode shape at every SM count of the targets, checked before timing.
+        timeout 300 "$weft" bench ep --sms 24,32,64,128 --check --json "$dir/ep.json" --plot "$dir/ep.svg" \
+          > "$dir/bench-ep.txt" 2>&1
+        echo "bench ep: rc=$?"; grep -E '^ +[0-9]+ ' "$dir/bench-ep.txt" ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
            for ch in memory port; do
@@ -149,6 +156,6 @@ for step in "${steps[@]}"; do
         echo "conformance $name: rc=$? $(grep -h 'passed,' "$dir/$name.txt" | tail -1)"
         grep -m3 -E '^(FAIL|HANG)' "$dir/$name.txt"
       done ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, proxy, exec, conformance)"; exit 2 ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, proxy, exec, conformance)"; exit 2 ;;
   esac
 done
