@@ -577,6 +577,7 @@ fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn s
         &weft_coll::device_code::KERNELS,
         &weft_exec::device_code::KERNELS,
         &weft_ep::device_code::KERNELS,
+        &weft_gin::device_code::KERNELS,
     ];
     let headers =
         std::iter::once((weft_types::cuda::GENERATED_HEADER_PATH.to_string(), weft_types::cuda::generated_header()))

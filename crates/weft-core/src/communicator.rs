@@ -484,6 +484,9 @@ impl Communicator {
             Some(WaitOp::EpCombineTail) => "EP combine: the rows of the rank holding the token's experts",
             Some(WaitOp::EpLlCount) => "EP low-latency dispatch: a source rank's count (expected = expert)",
             Some(WaitOp::EpLlFlag) => "EP low-latency combine: an expert's rows (expected = expert)",
+            Some(WaitOp::GinSignal) => "GIN wait_signal (peer = the signal's index, expected = its value)",
+            Some(WaitOp::GinCounter) => "GIN wait_counter (peer = the counter's index, expected = its value)",
+            Some(WaitOp::GinBarrier) => "GIN barrier (peer = its signal's index, expected = arrivals)",
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

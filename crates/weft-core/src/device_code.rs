@@ -38,6 +38,8 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/collective.cuh", include_str!("../../../device/include/weft/collective.cuh")),
     ("weft/fifo.cuh", include_str!("../../../device/include/weft/fifo.cuh")),
     ("weft/port_channel.cuh", include_str!("../../../device/include/weft/port_channel.cuh")),
+    ("weft/lsa.cuh", include_str!("../../../device/include/weft/lsa.cuh")),
+    ("weft/gin.cuh", include_str!("../../../device/include/weft/gin.cuh")),
     ("weft/ep/buffer.cuh", include_str!("../../../device/include/weft/ep/buffer.cuh")),
     ("weft/ep/sync.cuh", include_str!("../../../device/include/weft/ep/sync.cuh")),
     ("weft/ep/copy.cuh", include_str!("../../../device/include/weft/ep/copy.cuh")),

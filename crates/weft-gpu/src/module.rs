@@ -51,7 +51,8 @@ pod!(
     weft_types::EpDispatchArgs,
     weft_types::EpCombineArgs,
     weft_types::EpLlDispatchArgs,
-    weft_types::EpLlCombineArgs
+    weft_types::EpLlCombineArgs,
+    weft_types::DevCommHandle
 );
 
 /// Alias kept for call sites that talk about kernel arguments.

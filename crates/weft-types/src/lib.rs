@@ -3,7 +3,7 @@
 //! **Owns:** every `#[repr(C)]` struct and enum that CUDA device code reads or writes (device
 //! handles of semaphores and channels, LL packets, the device error record, the collective
 //! context and send/receive plans, the GPU→CPU FIFO's commands and device handle, the PortChannel's device handle, the plan
-//! executor's operations, the expert-parallel kernels' context and arguments), each declared once
+//! executor's operations, the expert-parallel kernels' context and arguments, GIN's device communicator), each declared once
 //! through [`device_structs!`]/[`device_enums!`], which also record the C++ spelling of every
 //! field. From that record [`cuda::generated_header`] writes `device/include/weft/generated/types.cuh`
 //! with `static_assert`s of every `sizeof`/`offsetof`; tests check the checked-in header is
@@ -22,6 +22,7 @@ pub mod cuda;
 mod ep;
 mod exec;
 mod fifo;
+mod gin;
 mod handles;
 mod packets;
 mod port;
@@ -44,6 +45,7 @@ pub use fifo::{
     FIFO_SND_SRC_MEMORY_SHIFT, FIFO_SND_VALID_SHIFT, FIFO_TAIL_CACHE_STOPPED, FieldOutOfRange, FifoCommand,
     FifoCommandFields, FifoDeviceHandle, FifoOp, FifoStopCode, fifo_parity,
 };
+pub use gin::{DevCommHandle, GIN_MAX_RANKS, GIN_MAX_SIGNALS, GIN_STAGING_SLOTS};
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
 pub use packets::{Ll8Packet, Ll16Packet};
 pub use port::PortChannelDeviceHandle;
@@ -60,6 +62,7 @@ pub fn all_structs() -> Vec<StructInfo> {
     all.extend(coll::structs());
     all.extend(exec::structs());
     all.extend(ep::structs());
+    all.extend(gin::structs());
     all
 }
 
@@ -75,5 +78,6 @@ pub fn all_enums() -> Vec<EnumInfo> {
 pub fn all_constants() -> Vec<(&'static str, u64, &'static str)> {
     let mut all = fifo::constants();
     all.extend(exec::constants());
+    all.extend(gin::constants());
     all
 }

@@ -43,6 +43,12 @@ device_enums! {
         EpLlCount = 14,
         /// A low-latency combine receiver waiting for an expert's rows (`peer`: its rank).
         EpLlFlag = 15,
+        /// A GIN `wait_signal`; `peer` is the signal's index (any rank may raise it), `expected` its value.
+        GinSignal = 16,
+        /// A GIN `wait_counter`; `peer` is the counter's index.
+        GinCounter = 17,
+        /// A GIN barrier; `peer` is the barrier's signal index, `expected` the arrivals.
+        GinBarrier = 18,
     }
 }
 

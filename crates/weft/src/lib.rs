@@ -7,7 +7,7 @@
 //! collectives: [`Collectives`] with its typed API over [`DeviceBuffer`] views and its raw
 //! layer, [`CollConfig`], [`Reduction`], [`Operator`], [`P2pGroup`], [`Window`], the selector and
 //! the NCCL baseline loader), [`plan`] (the algorithm DSL, its verifying compiler and the CPU
-//! reference interpreter), [`exec`] (the plan executor) and [`ep`] (MoE expert-parallel dispatch
+//! reference interpreter), [`exec`] (the plan executor), [`gin`] (device-initiated communication) and [`ep`] (MoE expert-parallel dispatch
 //! and combine).
 //! The names most programs start from are re-exported at the top as well.
 //!
@@ -15,7 +15,7 @@
 //! and no command-line code (the `weft` command is the `weft-cli` crate).
 //!
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-bootstrap`, `weft-core`, `weft-net`, `weft-coll`,
-//! `weft-plan`, `weft-exec`, `weft-ep`. Not on `weft-nccl`: that crate is a C ABI whose exported `nccl*`
+//! `weft-plan`, `weft-exec`, `weft-ep`, `weft-gin`. Not on `weft-nccl`: that crate is a C ABI whose exported `nccl*`
 //! symbols are meant for `libnccl.so.2`, not for a Rust program linking this facade.
 //!
 //! ```no_run
@@ -41,6 +41,7 @@ pub use weft_coll as coll;
 pub use weft_core as core;
 pub use weft_ep as ep;
 pub use weft_exec as exec;
+pub use weft_gin as gin;
 pub use weft_gpu as gpu;
 pub use weft_net as net;
 pub use weft_plan as plan;

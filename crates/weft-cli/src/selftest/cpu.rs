@@ -21,7 +21,8 @@ pub(crate) fn run(env: &Env, report: &mut RankReport, skipped: &mut Vec<String>)
             let coll = KernelLibrary::new(env.cache_dir.clone(), &weft_coll::device_code::KERNELS);
             let exec = KernelLibrary::new(env.cache_dir.clone(), &weft_exec::device_code::KERNELS);
             let ep = KernelLibrary::new(env.cache_dir.clone(), &weft_ep::device_code::KERNELS);
-            let kernels: Vec<(&KernelLibrary, &str, Vec<Vec<String>>)> = [&tests, &coll, &exec, &ep]
+            let gin = KernelLibrary::new(env.cache_dir.clone(), &weft_gin::device_code::KERNELS);
+            let kernels: Vec<(&KernelLibrary, &str, Vec<Vec<String>>)> = [&tests, &coll, &exec, &ep, &gin]
                 .into_iter()
                 .flat_map(|l| l.kernels().units.iter().map(move |(name, _)| (l, *name, (l.kernels().variants)(name))))
                 .collect();

@@ -1,0 +1,50 @@
+//! The GIN example kernels (`device/kernels/gin/`), embedded here, in the crate that declares
+//! their parameter lists (`crate::launch`): one translation unit, `gin.cu`, compiled once.
+
+use weft_core::device_code::{KernelSet, compiled_once};
+
+/// The translation unit of every GIN example kernel.
+pub const UNIT: &str = "gin.cu";
+
+/// Every GIN kernel source.
+pub const KERNELS: KernelSet = KernelSet {
+    dir: "device/kernels/gin",
+    units: &[(UNIT, include_str!("../../../device/kernels/gin/gin.cu"))],
+    includes: &[
+        ("alltoall.cu", include_str!("../../../device/kernels/gin/alltoall.cu")),
+        ("ring_allgather.cu", include_str!("../../../device/kernels/gin/ring_allgather.cu")),
+        ("halo.cu", include_str!("../../../device/kernels/gin/halo.cu")),
+    ],
+    variants: compiled_once,
+    signatures: crate::launch::signatures,
+    prototypes: "weft/generated/kernels/gin.cuh",
+};
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on failure
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_gin_source_in_the_tree_is_embedded() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(KERNELS.files_on_disk(&root).unwrap(), KERNELS.embedded_files());
+    }
+
+    #[test]
+    fn the_gin_kernels_match_their_declarations() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(KERNELS.prototype_problems(&root), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_gin_kernel_compiles_for_sm_90() {
+        let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
+        assert_eq!(library.compile_every_variant("sm_90").unwrap(), 1);
+        let kernels = library.resources(UNIT, "sm_90", &[]).unwrap();
+        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+        for name in ["weft_gin_alltoall", "weft_gin_ring_allgather", "weft_gin_halo"] {
+            assert!(names.contains(&name), "{name} missing from {names:?}");
+        }
+    }
+}

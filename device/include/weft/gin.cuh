@@ -1,0 +1,301 @@
+// GIN: device-initiated communication over a DevCommHandle (weft_gin::DevComm; docs/gin.md).
+// A kernel puts into peers' windows, raises their signals, counts its own completions, flushes
+// and synchronises, with no host in the loop. One source serves both backends, chosen per peer
+// when the DevComm was created:
+//
+//   LSA (a peer of this node, memory mapped here): the calling thread stores the bytes itself,
+//       then a release add on the peer's signal (red.release.sys), which orders every store of
+//       this thread (and what a barrier ordered before it) before the signal.
+//   proxy (a peer of another node): FIFO commands on the peer's PortChannel connections. Signal
+//       s travels on connection s (its inbound token at the peer is signal s's share from this
+//       rank), puts without a signal on a connection of their own. A connection applies its
+//       commands in order, and the transport stores a signal after the data it covers; before a
+//       signal leaves on connection s, the Gin object flushes every OTHER connection to that peer
+//       it used since its last flush, so a signal covers every earlier put of the same Gin to the
+//       same peer, whatever connection carried it.
+//
+// A Gin is a per-thread object (construct it in the kernel: it holds the ordering state of the
+// calling thread's proxy traffic). Every member is called by ONE thread; any number of threads
+// may use their own Gin on the same DevCommHandle concurrently. Ordering covers the calling
+// thread's operations through its Gin; to cover other threads' proxy puts, they flush (or send
+// the signal themselves) before the barrier that precedes the signal. Every wait is bounded
+// (WaitContext::timeout_ns) and on expiry records {rank, op, index, expected, observed} in the
+// error record and returns false; every operation returns false after a failure.
+//
+// Signals count up: read_signal(s) is the sum of every rank's increments since the last
+// reset_signal(s) of this rank (a reset subtracts what was seen: increments in flight land
+// after it). Counters count this rank's local completions (the source of a put may be reused).
+#pragma once
+#include "weft/lsa.cuh"
+#include "weft/port_channel.cuh"
+
+namespace weft {
+
+/// Remote action of a put: raise the destination's signal `signal` by one, or nothing.
+struct GinRemoteAction {
+  uint32_t signal;
+};
+constexpr uint32_t kGinNone = 0xffffffffu;
+__device__ __forceinline__ GinRemoteAction gin_signal_inc(uint32_t signal) { return {signal}; }
+__device__ __forceinline__ GinRemoteAction gin_no_signal() { return {kGinNone}; }
+
+/// Local action of a put: raise this rank's counter `counter` by one once the source may be
+/// reused, or nothing.
+struct GinLocalAction {
+  uint32_t counter;
+};
+__device__ __forceinline__ GinLocalAction gin_counter_inc(uint32_t counter) { return {counter}; }
+__device__ __forceinline__ GinLocalAction gin_no_counter() { return {kGinNone}; }
+
+namespace detail {
+
+__device__ __forceinline__ uint64_t* gin_counters(const DevCommHandle& h) { return reinterpret_cast<uint64_t*>(h.state); }
+__device__ __forceinline__ uint64_t* gin_signal_base(const DevCommHandle& h) { return gin_counters(h) + h.counters; }
+__device__ __forceinline__ uint64_t* gin_barrier_epochs(const DevCommHandle& h) {
+  return gin_signal_base(h) + h.signal_slots;
+}
+__device__ __forceinline__ uint32_t* gin_staging_busy(const DevCommHandle& h) {
+  return reinterpret_cast<uint32_t*>(gin_barrier_epochs(h) + h.world_barriers + h.lsa_barriers);
+}
+
+/// The sum of every rank's increments of signal slot `s` (no reset applied), acquire: the data
+/// the increments cover is visible to this thread.
+__device__ __forceinline__ uint64_t gin_raw_signal(const DevCommHandle& h, uint32_t s) {
+  uint64_t sum = ptx::ld_acquire_sys(reinterpret_cast<const uint64_t*>(h.heap) + s);
+  const PortChannelDeviceHandle* ports = reinterpret_cast<const PortChannelDeviceHandle*>(h.ports);
+  for (uint64_t m = h.proxy_mask; m != 0; m &= m - 1) {
+    const uint32_t peer = __ffsll(static_cast<long long>(m)) - 1;
+    sum += ptx::ld_acquire_sys(
+        reinterpret_cast<const uint64_t*>(ports[peer * (h.signal_slots + 1) + s].semaphore.inbound));
+  }
+  return sum;
+}
+
+/// Spins until `read() >= at_least` (bounded); the failure names `op` and `index`.
+template <typename Read>
+__device__ __forceinline__ bool gin_wait(const DevCommHandle& h, WaitOp op, uint32_t index, uint64_t at_least,
+                                         Read read) {
+  Spin spin;
+  uint64_t seen;
+  while ((seen = read()) < at_least) {
+    if (spin.expired(h.wait)) {
+      WaitContext ctx = h.wait;
+      ctx.peer = static_cast<int32_t>(index);
+      report_timeout(ctx, op, at_least, seen);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Copies `bytes` from `src` to `dst` with this thread alone (16-byte words when both are
+/// aligned, else bytes).
+__device__ __forceinline__ void gin_copy(char* dst, const char* src, uint64_t bytes) {
+  uint64_t i = 0;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15u) == 0) {
+    for (; i + 16 <= bytes; i += 16) {
+      *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
+    }
+  }
+  for (; i < bytes; ++i) dst[i] = src[i];
+}
+
+}  // namespace detail
+
+/// A thread's view of a device communicator (see the top of this file).
+class Gin {
+ public:
+  __device__ explicit Gin(const DevCommHandle& h) : h_(h) {
+    for (uint32_t r = 0; r < GIN_MAX_RANKS; ++r) pending_[r] = 0;
+  }
+
+  __device__ const DevCommHandle& handle() const { return h_; }
+
+  /// Puts `bytes` from this rank's window `src_window` at `src_offset` into member `peer` of
+  /// `team`'s window `dst_window` at `dst_offset`, then the actions. On LSA, returns after the
+  /// stores; through the proxy, once queued (with a counter action: once the source was read).
+  __device__ bool put(const GinTeam& team, uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
+                      uint32_t src_window, uint64_t src_offset, uint64_t bytes,
+                      GinRemoteAction remote = gin_no_signal(), GinLocalAction local = gin_no_counter()) {
+    return put_heap(gin_world_rank(team, peer), gin_window_offset(h_, dst_window) + dst_offset,
+                    gin_window_offset(h_, src_window) + src_offset, bytes, remote.signal, local.counter);
+  }
+
+  /// Puts the 8 bytes of `value` into member `peer` of `team`'s window `dst_window` at
+  /// `dst_offset` (8-byte aligned), then the actions.
+  __device__ bool put_value(const GinTeam& team, uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
+                            uint64_t value, GinRemoteAction remote = gin_no_signal(),
+                            GinLocalAction local = gin_no_counter()) {
+    const uint32_t rank = gin_world_rank(team, peer);
+    const uint64_t dst = gin_window_offset(h_, dst_window) + dst_offset;
+    if (!gin_is_proxy_peer(h_, rank)) {
+      ptx::st_relaxed_sys(reinterpret_cast<uint64_t*>(gin_peer_heap(h_, rank) + dst), value);
+      return finish_lsa(rank, remote.signal, local.counter);
+    }
+    // Through the proxy the value must lie in registered memory until the copy read it: a
+    // staging slot of the heap, claimed here and released after a flush of the put.
+    uint32_t* busy = detail::gin_staging_busy(h_);
+    uint32_t slot = (threadIdx.x + blockIdx.x * blockDim.x) % GIN_STAGING_SLOTS;
+    Spin spin;
+    while (atomicCAS(&busy[slot], 0u, 1u) != 0u) {
+      slot = (slot + 1) % GIN_STAGING_SLOTS;
+      if (spin.expired(h_.wait)) {
+        report_timeout(h_.wait, WaitOp::GinSignal, GIN_STAGING_SLOTS, slot);
+        return false;
+      }
+    }
+    const uint64_t src = h_.staging_offset + 8ull * slot;
+    *reinterpret_cast<uint64_t*>(h_.heap + src) = value;
+    const bool ok = put_heap(rank, dst, src, 8, remote.signal, kGinNone) && flush_connection(rank, conn(remote.signal));
+    atomicExch(&busy[slot], 0u);
+    if (ok && local.counter != kGinNone) atomicAdd(reinterpret_cast<unsigned long long*>(detail::gin_counters(h_) + local.counter), 1ull);
+    return ok;
+  }
+
+  /// Raises member `peer` of `team`'s signal `signal` by one, after every earlier put of this
+  /// Gin to that peer.
+  __device__ bool signal(const GinTeam& team, uint32_t peer, uint32_t signal) {
+    return signal_rank(gin_world_rank(team, peer), signal);
+  }
+
+  /// This rank's signal `signal` since its last reset (acquire: the data it covers is visible).
+  __device__ uint64_t read_signal(uint32_t signal) const {
+    return detail::gin_raw_signal(h_, signal) - detail::gin_signal_base(h_)[signal];
+  }
+
+  /// Waits (bounded) until read_signal(signal) >= at_least.
+  __device__ bool wait_signal(uint32_t signal, uint64_t at_least) const {
+    const uint64_t base = detail::gin_signal_base(h_)[signal];
+    return detail::gin_wait(h_, WaitOp::GinSignal, signal, at_least,
+                            [&] { return detail::gin_raw_signal(h_, signal) - base; });
+  }
+
+  /// read_signal(signal) reads 0 from here on. No other thread of this rank may use the signal
+  /// meanwhile; increments in flight count after the reset.
+  __device__ void reset_signal(uint32_t signal) {
+    detail::gin_signal_base(h_)[signal] = detail::gin_raw_signal(h_, signal);
+  }
+
+  /// This rank's counter `counter`.
+  __device__ uint64_t read_counter(uint32_t counter) const {
+    return ptx::ld_acquire_gpu(detail::gin_counters(h_) + counter);
+  }
+
+  /// Waits (bounded) until read_counter(counter) >= at_least.
+  __device__ bool wait_counter(uint32_t counter, uint64_t at_least) const {
+    return detail::gin_wait(h_, WaitOp::GinCounter, counter, at_least, [&] { return read_counter(counter); });
+  }
+
+  /// Sets counter `counter` to 0 (no put with its action may be in flight).
+  __device__ void reset_counter(uint32_t counter) {
+    atomicExch(reinterpret_cast<unsigned long long*>(detail::gin_counters(h_) + counter), 0ull);
+  }
+
+  /// Returns once every put of this Gin issued so far is complete at its target (and its
+  /// source may be reused).
+  __device__ bool flush() {
+    ptx::fence_acq_rel_sys();
+    for (uint32_t r = 0; r < h_.world && r < GIN_MAX_RANKS; ++r) {
+      if (pending_[r] != 0 && !flush_except(r, kGinNone)) return false;
+    }
+    return true;
+  }
+
+  /// World barrier `index` (< world_barriers): returns once every rank reached its matching
+  /// call. Called by ONE thread per rank; every put of this Gin before it is visible at its
+  /// target before the peers leave (a block-wide barrier: __syncthreads around it).
+  __device__ bool barrier(uint32_t index) { return team_barrier(gin_team_world(h_), h_.signals + index, index); }
+
+  /// LSA barrier `index` (< lsa_barriers): the same over this rank's LSA team.
+  __device__ bool lsa_barrier(uint32_t index) {
+    return team_barrier(gin_team_lsa(h_), h_.signals + h_.world_barriers + index, h_.world_barriers + index);
+  }
+
+ private:
+  /// Connection of a proxy peer carrying `signal` (puts without a signal: the last one).
+  __device__ uint32_t conn(uint32_t signal) const { return signal == kGinNone ? h_.signal_slots : signal; }
+
+  __device__ const PortChannelDeviceHandle& port(uint32_t rank, uint32_t c) const {
+    return reinterpret_cast<const PortChannelDeviceHandle*>(h_.ports)[rank * (h_.signal_slots + 1) + c];
+  }
+
+  /// Flushes connection `c` to `rank` (pushes a Flush and waits until the proxy consumed it).
+  __device__ bool flush_connection(uint32_t rank, uint32_t c) {
+    uint64_t pos;
+    const PortChannelDeviceHandle& ch = port(rank, c);
+    if (!detail::port_push(ch, FifoOp::Flush, 0, 0, 0, 0, 0, &pos) || !fifo_sync(ch.fifo, pos)) return false;
+    pending_[rank] &= ~(1ull << c);
+    return true;
+  }
+
+  /// Flushes every connection to `rank` this Gin used since its last flush, but `keep`.
+  __device__ bool flush_except(uint32_t rank, uint32_t keep) {
+    for (uint64_t m = pending_[rank] & ~(keep == kGinNone ? 0ull : 1ull << keep); m != 0; m &= m - 1) {
+      if (!flush_connection(rank, __ffsll(static_cast<long long>(m)) - 1)) return false;
+    }
+    return true;
+  }
+
+  /// After LSA stores: the signal (release) and the counter.
+  __device__ bool finish_lsa(uint32_t rank, uint32_t signal, uint32_t counter) {
+    if (signal != kGinNone) {
+      ptx::red_add_release_sys(reinterpret_cast<uint64_t*>(gin_peer_heap(h_, rank)) + signal, 1);
+    } else {
+      ptx::fence_acq_rel_sys();
+    }
+    if (counter != kGinNone) atomicAdd(reinterpret_cast<unsigned long long*>(detail::gin_counters(h_) + counter), 1ull);
+    return true;
+  }
+
+  /// A put between heap offsets to world rank `rank`, then the actions (kGinNone: none).
+  __device__ bool put_heap(uint32_t rank, uint64_t dst, uint64_t src, uint64_t bytes, uint32_t signal,
+                           uint32_t counter) {
+    if (!gin_is_proxy_peer(h_, rank)) {
+      detail::gin_copy(reinterpret_cast<char*>(gin_peer_heap(h_, rank) + dst), reinterpret_cast<const char*>(h_.heap + src),
+                       bytes);
+      return finish_lsa(rank, signal, counter);
+    }
+    const uint32_t c = conn(signal);
+    if (signal != kGinNone && !flush_except(rank, c)) return false;
+    const PortChannelDeviceHandle& ch = port(rank, c);
+    uint64_t pos;
+    const FifoOp op = signal == kGinNone ? FifoOp::Put : FifoOp::PutSignal;
+    if (!detail::port_push(ch, op, ch.dst_memory, static_cast<uint32_t>(dst), ch.src_memory, static_cast<uint32_t>(src),
+                           static_cast<uint32_t>(bytes), &pos)) {
+      return false;
+    }
+    pending_[rank] |= 1ull << c;
+    if (counter != kGinNone) {
+      if (!flush_connection(rank, c)) return false;
+      atomicAdd(reinterpret_cast<unsigned long long*>(detail::gin_counters(h_) + counter), 1ull);
+    }
+    return true;
+  }
+
+  __device__ bool signal_rank(uint32_t rank, uint32_t signal) {
+    if (!gin_is_proxy_peer(h_, rank)) return finish_lsa(rank, signal, kGinNone);
+    if (!flush_except(rank, signal)) return false;
+    uint64_t pos;
+    if (!detail::port_push(port(rank, signal), FifoOp::Signal, 0, 0, 0, 0, 0, &pos)) return false;
+    pending_[rank] |= 1ull << signal;
+    return true;
+  }
+
+  /// Signals every other member of `team` on slot `slot`, then waits for theirs.
+  __device__ bool team_barrier(const GinTeam& team, uint32_t slot, uint32_t epoch_index) {
+    uint64_t* epoch = detail::gin_barrier_epochs(h_) + epoch_index;
+    const uint64_t round = *epoch + 1;
+    *epoch = round;
+    for (uint32_t i = 0; i < team.size; ++i) {
+      if (i != team.rank && !signal_rank(gin_world_rank(team, i), slot)) return false;
+    }
+    const uint64_t arrivals = round * (team.size - 1);
+    return detail::gin_wait(h_, WaitOp::GinBarrier, slot, arrivals, [&] { return detail::gin_raw_signal(h_, slot); });
+  }
+
+  DevCommHandle h_;
+  /// Per world rank: the proxy connections this Gin used since it last flushed them.
+  uint64_t pending_[GIN_MAX_RANKS];
+};
+
+}  // namespace weft
