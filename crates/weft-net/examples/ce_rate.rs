@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dst = Arc::new(DeviceMemory::alloc(&device, BUFFER, AllocKind::Legacy)?);
     let token = Arc::new(DeviceMemory::alloc(&device, 8, AllocKind::Legacy)?);
     token.fill(0, 8, 0)?;
-    let config = CopyEngineConfig { max_in_flight: 512, timeout: Duration::from_secs(10), link: None };
+    let config = CopyEngineConfig { max_in_flight: 512, timeout: Duration::from_secs(10), link: None, chaos: None };
     let transport = CopyEngineTransport::new(config)?;
     transport.register_local(src.ptr(), BUFFER as u64, src.clone())?;
     let link = PeerLink {

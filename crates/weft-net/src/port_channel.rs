@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use weft_bootstrap::codec::{Reader, Writer};
 use weft_core::descriptor::MemoryDescriptor;
+use weft_core::env::vars;
 use weft_core::wire::{put_short_bytes, short_bytes};
 use weft_core::{Communicator, ConnectError, Env, Error, Network, RegisteredMemory, Topology};
 use weft_types::{FifoDeviceHandle, PortChannelDeviceHandle, SemaphoreDeviceHandle};
@@ -309,7 +310,12 @@ impl PortProxy {
         wait.peer = -1;
         let fifo_handle = fifo.device_handle(wait);
         let timeout = config.timeout.unwrap_or(comm.env().device_timeout);
-        let ce = CopyEngineConfig { max_in_flight: config.max_in_flight, timeout, link: comm.env().emulated_net };
+        let ce = CopyEngineConfig {
+            max_in_flight: config.max_in_flight,
+            timeout,
+            link: comm.env().emulated_net,
+            chaos: chaos_seed(comm.env()).map_err(invalid)?,
+        };
         let copy_engine = Arc::new(CopyEngineTransport::new(ce).map_err(|e| invalid(e.to_string()))?);
         let net = network_route(comm).map(|route| NetEndpoint::open(comm, route, &config, timeout)).transpose()?;
         let mut transports: Vec<Arc<dyn Transport>> = vec![copy_engine.clone()];
@@ -621,6 +627,21 @@ impl PortProxy {
     }
 }
 
+/// `WEFT_EMU_NET_CHAOS`: the seed of the emulated NIC's chaos (`None`: unset, or no emulation).
+fn chaos_seed(env: &Env) -> Result<Option<u64>, String> {
+    let variable = &vars::WEFT_EMU_NET_CHAOS;
+    let Some(value) = env.var(variable).map(str::trim).filter(|v| !v.is_empty()) else { return Ok(None) };
+    let seed = value.parse().map_err(|_| format!("{}={value:?}: expected a whole number (a seed)", variable.name))?;
+    if env.emulated_net.is_none() {
+        tracing::warn!(
+            "{} is set but the emulated NIC is off (no WEFT_EMU_NET_LATENCY_US / _GBPS): ignored",
+            variable.name
+        );
+        return Ok(None);
+    }
+    Ok(Some(seed))
+}
+
 /// What a peer's copy-engine channel writes: its memory, and its token slot in its pool.
 struct CopyEngineTarget {
     memory: MemoryDescriptor,
@@ -710,5 +731,16 @@ mod tests {
             assert_eq!(PortRoute::from_tag(r.tag()), Some(r));
         }
         assert_eq!(PortRoute::from_tag(4), None);
+    }
+
+    #[test]
+    fn the_chaos_seed_needs_a_whole_number_and_the_emulation() {
+        let env = |pairs: &[(&str, &str)]| Env::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let on = ("WEFT_EMU_NET_LATENCY_US", "2");
+        assert_eq!(chaos_seed(&env(&[on]).unwrap()), Ok(None));
+        assert_eq!(chaos_seed(&env(&[on, ("WEFT_EMU_NET_CHAOS", " 42 ")]).unwrap()), Ok(Some(42)));
+        assert_eq!(chaos_seed(&env(&[("WEFT_EMU_NET_CHAOS", "42")]).unwrap()), Ok(None), "no emulation");
+        let bad = chaos_seed(&env(&[on, ("WEFT_EMU_NET_CHAOS", "-1")]).unwrap()).unwrap_err();
+        assert!(bad.contains("WEFT_EMU_NET_CHAOS=\"-1\""), "{bad}");
     }
 }

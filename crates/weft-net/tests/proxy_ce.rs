@@ -1,9 +1,10 @@
 //! The proxy driven by host-memory FIFOs over the copy-engine transport, with the copy engine
 //! simulated on host memory (`proxy::transport::sim`): signals after their data while a writer
 //! spins on the token (as a kernel would), flushes, the emulated NIC's latency and bandwidth
-//! cap, a stalled engine (a timeout naming the peer, writers released), shutdown right after
-//! the pushes (drained, or abandoned at the deadline) and bad memory indices. Every test runs
-//! under a deadline.
+//! cap, its chaos (`CopyEngineConfig::chaos`: operations delivered out of order, signals still
+//! after their data, flushes after everything, under several seeds), a stalled engine (a
+//! timeout naming the peer, writers released), shutdown right after the pushes (drained, or
+//! abandoned at the deadline) and bad memory indices. Every test runs under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
@@ -124,28 +125,39 @@ fn a_flush_is_consumed_only_once_the_engine_executed_everything_before_it() {
     });
 }
 
+/// The chaos seeds the emulated NIC's tests run under, after the run in order (`None`).
+const CHAOS: [Option<u64>; 4] = [None, Some(1), Some(2), Some(0xC0FFEE)];
+
 #[test]
 fn the_emulated_nic_delays_each_message_by_alpha_and_caps_bandwidth() {
-    within(30, || {
-        // α = 40 ms, β = 0.05 GB/s: a 1 MB put leaves after 20 ms and lands 40 ms later.
-        let config = CopyEngineConfig { link: Some(LinkModel::new(40_000.0, Some(0.05))), ..Default::default() };
-        let s = setup(1 << 20, Duration::ZERO, config, true);
-        let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
-        s.src.write(0, &pattern(2, 1 << 20)).unwrap();
-        let start = Instant::now();
-        let pos = writer.push(command(FifoOp::PutSignalFlush, 3, 0, 0, 1 << 20)).unwrap();
-        while s.space.load_u64(s.token).unwrap() == 0 {
-            assert!(start.elapsed() < Duration::from_secs(5));
-            std::hint::spin_loop();
+    within(60, || {
+        for chaos in CHAOS {
+            emulated_nic_delays_each_message_by_alpha_and_caps_bandwidth(chaos);
         }
-        let arrived = start.elapsed();
-        assert!(arrived >= Duration::from_millis(60), "signal after {arrived:?}, before α + bytes/β = 60 ms");
-        assert_eq!(s.dst.snapshot(), pattern(2, 1 << 20));
-        writer.sync(pos).unwrap();
-        // An unpaced connection of the same transport is not delayed.
-        let t = s.transport.link().unwrap();
-        assert!((t.message_time(1_000_000).as_secs_f64() - 0.06).abs() < 1e-9);
     });
+}
+
+fn emulated_nic_delays_each_message_by_alpha_and_caps_bandwidth(chaos: Option<u64>) {
+    // α = 40 ms, β = 0.05 GB/s: a 1 MB put leaves after 20 ms and lands 40 ms later
+    // (chaos only adds to that).
+    let link = Some(LinkModel::new(40_000.0, Some(0.05)));
+    let config = CopyEngineConfig { link, chaos, ..Default::default() };
+    let s = setup(1 << 20, Duration::ZERO, config, true);
+    let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+    s.src.write(0, &pattern(2, 1 << 20)).unwrap();
+    let start = Instant::now();
+    let pos = writer.push(command(FifoOp::PutSignalFlush, 3, 0, 0, 1 << 20)).unwrap();
+    while s.space.load_u64(s.token).unwrap() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(5));
+        std::hint::spin_loop();
+    }
+    let arrived = start.elapsed();
+    assert!(arrived >= Duration::from_millis(60), "signal after {arrived:?}, before α + bytes/β = 60 ms");
+    assert_eq!(s.dst.snapshot(), pattern(2, 1 << 20));
+    writer.sync(pos).unwrap();
+    // An unpaced connection of the same transport is not delayed.
+    let t = s.transport.link().unwrap();
+    assert!((t.message_time(1_000_000).as_secs_f64() - 0.06).abs() < 1e-9);
 }
 
 #[test]
@@ -202,21 +214,102 @@ fn push_puts_with_signals(s: &Setup, n: usize, chunk: usize) {
 
 #[test]
 fn shutdown_right_after_the_pushes_waits_for_what_the_emulated_nic_still_holds() {
-    within(30, || {
-        const N: usize = 20;
-        const CHUNK: usize = 1024;
-        // α = 20 ms: every operation is still held by the pacer when the FIFO is empty.
-        let config = CopyEngineConfig { link: Some(LinkModel::new(20_000.0, None)), ..Default::default() };
-        let mut s = setup(N * CHUNK, Duration::ZERO, config, true);
-        push_puts_with_signals(&s, N, CHUNK);
-        let report = s.service.take().unwrap().shutdown().unwrap();
-        assert_eq!(report.executed + report.abandoned, N as u64, "{report:?}");
-        assert_eq!(s.space.load_u64(s.token).unwrap(), report.executed, "signals vs commands counted as executed");
-        assert_eq!(report.executed, N as u64, "the drain had time for every command");
-        for i in 0..N {
+    within(60, || {
+        for chaos in CHAOS {
+            shutdown_right_after_the_pushes_waits_for_the_emulated_nic(chaos);
+        }
+    });
+}
+
+fn shutdown_right_after_the_pushes_waits_for_the_emulated_nic(chaos: Option<u64>) {
+    const N: usize = 20;
+    const CHUNK: usize = 1024;
+    // α = 20 ms: every operation is still held by the pacer when the FIFO is empty.
+    let config = CopyEngineConfig { link: Some(LinkModel::new(20_000.0, None)), chaos, ..Default::default() };
+    let mut s = setup(N * CHUNK, Duration::ZERO, config, true);
+    push_puts_with_signals(&s, N, CHUNK);
+    let report = s.service.take().unwrap().shutdown().unwrap();
+    assert_eq!(report.executed + report.abandoned, N as u64, "{report:?}");
+    assert_eq!(s.space.load_u64(s.token).unwrap(), report.executed, "signals vs commands counted as executed");
+    assert_eq!(report.executed, N as u64, "the drain had time for every command");
+    for i in 0..N {
+        let mut got = vec![0; CHUNK];
+        s.dst.read(i * CHUNK, &mut got).unwrap();
+        assert_eq!(got, pattern(i, CHUNK), "put {i}");
+    }
+}
+
+#[test]
+fn under_chaos_a_writer_spinning_on_the_token_sees_each_signal_only_after_its_data() {
+    within(60, || {
+        const N: usize = 32;
+        const CHUNK: usize = 4096;
+        for seed in 1..=4 {
+            // α = 300 µs: each operation lands up to 1.2 ms later still, so puts overtake.
+            let link = Some(LinkModel::new(300.0, None));
+            let config = CopyEngineConfig { link, chaos: Some(seed), ..Default::default() };
+            let s = setup(N * CHUNK, Duration::ZERO, config, true);
+            push_puts_with_signals(&s, N, CHUNK);
+            let start = Instant::now();
+            let mut seen = 0;
+            while seen < N {
+                assert!(start.elapsed() < Duration::from_secs(10), "seed {seed}: token stuck at {seen}");
+                let token = s.space.load_u64(s.token).unwrap() as usize;
+                assert!(token <= N);
+                for round in seen..token {
+                    let mut got = vec![0; CHUNK];
+                    s.dst.read(round * CHUNK, &mut got).unwrap();
+                    assert_eq!(got, pattern(round, CHUNK), "seed {seed}: signal {} before put {round}", round + 1);
+                }
+                seen = token;
+            }
+            // A lone put and a flush behind it: the flush is done only once the put landed.
+            let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+            s.src.write(0, &pattern(N, CHUNK)).unwrap();
+            writer.push(command(FifoOp::Put, 3, 0, 0, CHUNK as u32)).unwrap();
+            let flush = writer.push(command(FifoOp::Flush, 0, 0, 0, 0)).unwrap();
+            writer.sync(flush).unwrap();
             let mut got = vec![0; CHUNK];
-            s.dst.read(i * CHUNK, &mut got).unwrap();
-            assert_eq!(got, pattern(i, CHUNK), "put {i}");
+            s.dst.read(0, &mut got).unwrap();
+            assert_eq!(got, pattern(N, CHUNK), "seed {seed}: the flush finished before the put landed");
+            assert_eq!(s.transport.completed(0).unwrap(), 2 * N as u64 + 1);
+            assert_eq!(s.service.unwrap().shutdown().unwrap().executed, N as u64 + 2);
+        }
+    });
+}
+
+/// Pushes `pairs` pairs of puts to one destination each (the first writes `pattern(2i)`, the
+/// second `pattern(2i + 1)`) and a flush, and returns how many destinations kept the first
+/// put's data: the earlier put landed last.
+fn overtaken_puts(chaos: Option<u64>, pairs: usize, chunk: usize) -> usize {
+    let link = Some(LinkModel::new(500.0, None));
+    let config = CopyEngineConfig { link, chaos, ..Default::default() };
+    let s = setup(2 * pairs * chunk, Duration::ZERO, config, true);
+    let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+    for i in 0..2 * pairs {
+        s.src.write(i * chunk, &pattern(i, chunk)).unwrap();
+        let (src, dst) = ((i * chunk) as u32, (i / 2 * chunk) as u32);
+        writer.push(command(FifoOp::Put, 3, src, dst, chunk as u32)).unwrap();
+    }
+    let flush = writer.push(command(FifoOp::Flush, 0, 0, 0, 0)).unwrap();
+    writer.sync(flush).unwrap();
+    (0..pairs)
+        .filter(|&i| {
+            let mut got = vec![0; chunk];
+            s.dst.read(i * chunk, &mut got).unwrap();
+            assert!(got == pattern(2 * i, chunk) || got == pattern(2 * i + 1, chunk), "pair {i}: torn data");
+            got == pattern(2 * i, chunk)
+        })
+        .count()
+}
+
+#[test]
+fn under_chaos_later_puts_land_before_earlier_ones_and_in_order_they_never_do() {
+    within(60, || {
+        assert_eq!(overtaken_puts(None, 16, 256), 0, "without chaos the emulated NIC keeps order");
+        for seed in [1, 2, 3] {
+            let overtaken = overtaken_puts(Some(seed), 16, 256);
+            assert!(overtaken > 0, "seed {seed}: no put overtook the one before it");
         }
     });
 }

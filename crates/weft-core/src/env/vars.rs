@@ -151,6 +151,8 @@ variables! {
         "how PortChannels reach peers of other (virtual) nodes that the emulated NIC does not: `tcp`; `ib` (InfiniBand verbs through rdma-core's libibverbs; needs weft-net's `ib` feature, which the `weft` command has); `soft-ib` (the same verbs transport over a software RC fabric joining the ranks of one process, through staged copies: for testing the path without a NIC)";
     CUDA_DEVICE_MAX_CONNECTIONS: Count, Config, "weft-core", default "CUDA's `8`; the `weft` command sets `32`",
         "CUDA's hardware work queues, read when CUDA starts; weft wants 32 so a proxy's copy never queues behind a spinning kernel (`weft_core::cuda_queues_ok`); a program embedding weft should set it before CUDA starts";
+    WEFT_EMU_NET_CHAOS: Count, Config, "weft-net", default "unset: in order",
+        "emulated NIC: a seed (a whole number) that makes it deliver a connection's operations out of order, each delayed by a further pseudo-random amount of up to 4α (at least 20 µs), the same for the same seed; the proxy still puts every signal after the data before it (docs/proxy.md, \"Chaos\"); needs the emulation on";
     WEFT_IB_DEVICE: Text, Config, "weft-net", default "the NIC nearest the rank's GPU on the PCI tree (ties spread by GPU ordinal)",
         "the RDMA device for `WEFT_NET=ib`, e.g. `mlx5_0`";
     WEFT_IB_PORT: Count, Config, "weft-net", default "the device's first active port",

@@ -20,10 +20,18 @@
 //! `bytes / β` of serialisation, so multi-node algorithms see InfiniBand-like costs on one host.
 //! Held operations are issued by [`Transport::progress`], which the proxy calls every round.
 //!
+//! **Chaos.** With a chaos seed as well (`WEFT_EMU_NET_CHAOS`), the pacer delays each message
+//! of a paced connection further by a seeded pseudo-random amount (up to
+//! [`super::pacing::chaos_bound`]), so a connection's puts reach the queue, and land, out of
+//! order. The queue's order no longer puts a signal after its data, so the connection orders it
+//! explicitly: a signal is issued only once every operation before it is complete at the target
+//! (its [`Fence`]), and `completed` counts the completed prefix of tickets.
+//!
 //! **Completion and failure.** Each batch of operations issued together is followed by one
-//! marker; `completed` counts the operations before the newest marker the queue has reached
-//! (flow-control credits return then). A queue error fails the connection; a marker not reached
-//! within `timeout` fails it with [`TransportError::PeerTimeout`], so no flush waits forever.
+//! marker; `completed` counts the operations complete with every operation before them, as of
+//! the newest marker the queue has reached (flow-control credits return then). A queue error
+//! fails the connection; a marker not reached within `timeout` fails it with
+//! [`TransportError::PeerTimeout`], so no flush waits forever.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -34,7 +42,8 @@ use std::time::{Duration, Instant};
 
 use weft_core::LinkModel;
 
-use super::pacing::Pacer;
+use super::fence::Fence;
+use super::pacing::{Held, Pacer};
 use super::{ConnectionId, MAX_CONNECTIONS, MemoryError, Op, Submitted, Transport, TransportError};
 use crate::proxy::flow::FlowControl;
 
@@ -135,11 +144,14 @@ pub struct CopyEngineConfig {
     pub timeout: Duration,
     /// The emulated NIC of paced connections; `None`: no connection is paced.
     pub link: Option<LinkModel>,
+    /// With `link`: the seed of the emulated NIC's chaos, which delivers the operations of
+    /// paced connections out of order (see the module docs); `None`: in order.
+    pub chaos: Option<u64>,
 }
 
 impl Default for CopyEngineConfig {
     fn default() -> Self {
-        Self { max_in_flight: 256, timeout: Duration::from_secs(5), link: None }
+        Self { max_in_flight: 256, timeout: Duration::from_secs(5), link: None, chaos: None }
     }
 }
 
@@ -178,9 +190,14 @@ struct Conn<Q: CopyQueue> {
 struct ConnState<M> {
     /// Signals issued so far (the value the token was last set to).
     signals: u64,
-    /// Paced operations not yet issued: (release time, ticket, operation as addresses).
-    held: VecDeque<(Instant, u64, Issue)>,
-    /// Markers of issued batches: (tickets below this are done when reached, marker).
+    /// Operations issued on the queue so far (issue positions; the tickets' order unless chaos
+    /// reorders the paced ones).
+    issued: u64,
+    /// Issue positions the queue has reached.
+    reached: u64,
+    /// Paced operations not yet issued, as addresses.
+    held: Held<Issue>,
+    /// Markers of issued batches: (issue positions below this are done when reached, marker).
     markers: VecDeque<(u64, M)>,
     /// Last time a marker was reached, or when markers became outstanding.
     last_progress: Instant,
@@ -223,19 +240,21 @@ impl<Q: CopyQueue> Conn<Q> {
         self.fail(TransportError::Device { transport: NAME, connection: self.id, peer: self.peer.clone(), detail })
     }
 
-    /// Enqueues `issue` (ticket `ticket`) on the queue.
-    fn issue(&self, state: &mut ConnState<Q::Marker>, issue: Issue) -> Result<(), TransportError> {
+    /// Enqueues `issue` on the queue; `issued` and `signals` are the connection's counts.
+    fn issue(&self, issued: &mut u64, signals: &mut u64, issue: Issue) -> Result<(), TransportError> {
         let done = match issue {
             Issue::Copy { dst, src, len } => self.queue.copy(dst, src, len),
             Issue::Signal => {
-                state.signals += 1;
-                self.queue.write_value(self.token, state.signals)
+                *signals += 1;
+                self.queue.write_value(self.token, *signals)
             }
         };
-        done.map_err(|detail| self.device_error(detail))
+        done.map_err(|detail| self.device_error(detail))?;
+        *issued += 1;
+        Ok(())
     }
 
-    /// Places a marker covering tickets below `end`.
+    /// Places a marker covering issue positions below `end`.
     fn mark(&self, state: &mut ConnState<Q::Marker>, end: u64) -> Result<(), TransportError> {
         let marker = self.queue.mark().map_err(|detail| self.device_error(detail))?;
         if state.markers.is_empty() {
@@ -245,21 +264,15 @@ impl<Q: CopyQueue> Conn<Q> {
         Ok(())
     }
 
-    /// Issues the held operations whose release time has come.
+    /// Issues the held operations whose release time has come (under chaos, the signals
+    /// among them once their fence clears them).
     fn release_due(&self, state: &mut ConnState<Q::Marker>, now: Instant) -> Result<(), TransportError> {
-        let mut end = None;
-        while let Some(&(at, ticket, issue)) = state.held.front() {
-            if at > now {
-                break;
-            }
-            state.held.pop_front();
-            self.issue(state, issue)?;
-            end = Some(ticket + 1);
+        let ConnState { held, issued, signals, .. } = state;
+        if held.release(now, |_, issue| self.issue(issued, signals, issue))? > 0 {
+            let end = state.issued;
+            self.mark(state, end)?;
         }
-        match end {
-            Some(end) => self.mark(state, end),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Retires reached markers; returns how many operations completed.
@@ -270,7 +283,8 @@ impl<Q: CopyQueue> Conn<Q> {
             if !self.queue.reached(marker).map_err(|detail| self.device_error(detail))? {
                 break;
             }
-            done = *end;
+            state.reached = *end;
+            done = state.held.completed(state.reached);
             if let Some((_, marker)) = state.markers.pop_front() {
                 self.queue.recycle(marker);
             }
@@ -310,6 +324,8 @@ impl<Q: CopyQueue> fmt::Debug for CopyEngineTransport<Q> {
 
 impl<Q: CopyQueue> CopyEngineTransport<Q> {
     /// A transport with no memories and no connections.
+    ///
+    /// With `config.chaos` (and a link), paced connections deliver out of order.
     pub fn new(config: CopyEngineConfig) -> Result<Self, TransportError> {
         if config.max_in_flight < 2 {
             return Err(TransportError::Connect {
@@ -320,7 +336,12 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
         }
         Ok(Self {
             flow: FlowControl::new(MAX_CONNECTIONS, config.max_in_flight),
-            pacer: config.link.map(|l| Mutex::new(Pacer::new(l))),
+            pacer: config.link.map(|l| {
+                Mutex::new(match config.chaos {
+                    Some(seed) => Pacer::chaotic(l, seed),
+                    None => Pacer::new(l),
+                })
+            }),
             config,
             local: RwLock::new(Ranges::default()),
             conns: RwLock::new((0..MAX_CONNECTIONS).map(|_| None).collect()),
@@ -354,16 +375,21 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
         if remote.is_empty() {
             ranges.keep.push(keep);
         }
+        let paced = paced && self.pacer.is_some();
+        // Only the emulated NIC's chaos delivers out of order; the fence orders signals there.
+        let chaotic = paced && self.config.chaos.is_some();
         let conn = Conn {
             id,
             peer: peer.clone(),
             queue,
             remote: ranges,
             token,
-            paced: paced && self.pacer.is_some(),
+            paced,
             state: Mutex::new(ConnState {
                 signals: 0,
-                held: VecDeque::new(),
+                issued: 0,
+                reached: 0,
+                held: if chaotic { Held::reordered(Fence::new()) } else { Held::in_order() },
                 markers: VecDeque::new(),
                 last_progress: Instant::now(),
             }),
@@ -430,8 +456,8 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
         if conn.paced && !state.held.is_empty() {
             conn.release_due(state, Instant::now())?;
         }
-        let issued = conn.submitted.load(Ordering::Acquire) - state.held.len() as u64;
-        if state.markers.is_empty() && conn.completed.load(Ordering::Acquire) < issued {
+        if state.markers.is_empty() && state.reached < state.issued {
+            let issued = state.issued;
             conn.mark(state, issued)?;
         }
         let done = conn.retire(state, self.config.timeout)?;
@@ -470,24 +496,26 @@ impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
             (Some(pacer), true) => {
                 let now = Instant::now();
                 let mut pacer = lock(pacer);
-                for (i, (issue, bytes)) in resolved.into_iter().enumerate() {
+                for (ticket, (issue, bytes)) in (first..).zip(resolved) {
                     let at = pacer.schedule(now, bytes);
-                    state.held.push_back((at, first + i as u64, issue));
+                    state.held.push(at, ticket, issue, matches!(issue, Issue::Signal));
                 }
                 drop(pacer);
                 conn.release_due(&mut state, now)?;
             }
             _ => {
+                let ConnState { issued, signals, .. } = &mut *state;
                 for (issue, _) in resolved {
-                    conn.issue(&mut state, issue)?;
+                    conn.issue(issued, signals, issue)?;
                 }
                 // A marker (an event record) per command costs the proxy thread a driver call
                 // each: mark when nothing else is outstanding (so an idle connection's command
                 // completes as soon as it can) or every MARK_EVERY operations; `poll` marks
                 // the rest once the markers before them are reached.
+                let issued = state.issued;
                 let marked = state.markers.back().map_or(0, |&(covered, _)| covered);
-                if state.markers.is_empty() || end - marked >= MARK_EVERY {
-                    conn.mark(&mut state, end)?;
+                if state.markers.is_empty() || issued - marked >= MARK_EVERY {
+                    conn.mark(&mut state, issued)?;
                 }
             }
         }

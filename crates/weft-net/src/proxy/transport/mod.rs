@@ -5,16 +5,20 @@
 //! blocking; [`Transport::completed`] says how many of the connection's operations the peer has
 //! applied. The contract every transport keeps:
 //!
-//! - Operations of one connection are applied by the receiver in submission order; in
-//!   particular **a signal is applied only after every put submitted before it on the same
-//!   connection is applied** (TCP: per-connection sequence numbers and a reorder buffer;
-//!   InfiniBand: one reliable-connected queue pair and RDMA write-with-immediate; a copy engine:
-//!   one stream with the signal written by `cuStreamWriteValue64` after the copies).
+//! - **A signal is applied only after every operation submitted before it on the same
+//!   connection is applied** (TCP: per-connection sequence numbers and a reorder buffer, so the
+//!   receiver applies everything in submission order; InfiniBand: one reliable-connected queue
+//!   pair and RDMA write-with-immediate; a copy engine: one stream with the signal written by
+//!   `cuStreamWriteValue64` after the copies). Puts may land in any order where the carrier
+//!   reorders them (the emulated NIC under `WEFT_EMU_NET_CHAOS`); the transport then holds each
+//!   signal back itself until every earlier operation is complete ([`fence`]).
 //! - `submit` never blocks and never makes a CUDA call that can wait behind a running kernel:
 //!   when the connection's in-flight bound is reached it returns [`Submitted::Full`] and the
 //!   proxy retries later; completion is observed by polling `completed` (a GPU transport polls
 //!   events with `cuEventQuery`, never `cuStreamSynchronize`).
-//! - A flush of ticket `t` is complete once `completed(connection) > t`.
+//! - A flush of ticket `t` is complete once `completed(connection) > t`: `completed` counts the
+//!   operations complete together with every operation before them, so it never passes one
+//!   still in flight, whatever order they complete in.
 //! - A dead peer turns into an error naming the peer, within the transport's timeout.
 //!
 //! Memory on both sides is addressed by small indices into a [`MemoryTable`]: the sender reads
@@ -29,6 +33,7 @@
 
 pub mod ce;
 pub mod cuda_queue;
+pub mod fence;
 pub mod frame;
 #[cfg(feature = "ib")]
 pub mod ib;
