@@ -11,7 +11,7 @@ use std::time::Duration;
 use weft_core::{Communicator, Env, KernelLibrary, LinkModel, Network};
 use weft_gin::examples::{AllToAllWindows, CallSlots, CallTarget, GinExamples, GinGraph, reference};
 use weft_gin::{DevComm, GinError, Requirements};
-use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, Stream};
+use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, Module, Stream};
 
 use super::report::RankReport;
 
@@ -22,7 +22,8 @@ const POISON: u8 = 0xA5;
 /// Each example has a signal of its own; the calls share one world barrier.
 const SLOTS: [CallSlots; 3] =
     [CallSlots { signal: 0, barrier: 0 }, CallSlots { signal: 1, barrier: 0 }, CallSlots { signal: 2, barrier: 0 }];
-/// Windows of the DevComm: AllToAll send and receive, the AllGather's data, the halo's field.
+/// Windows of a case's DevComm: AllToAll send and receive, the AllGather's data, the halo's
+/// field (each as large as the case's input or output, whichever it holds).
 const SEND: u32 = 0;
 const RECV: u32 = 1;
 const DATA: u32 = 2;
@@ -175,21 +176,11 @@ fn run_backend(comm: &Communicator, backend: Backend, label: &str, report: &mut 
     let library = KernelLibrary::new(env.cache_dir.clone(), &weft_gin::device_code::KERNELS);
     let module = library.load(comm.device(), weft_gin::device_code::UNIT).map_err(|e| err(&e))?.module;
     let sub = Communicator::new(Arc::clone(comm.bootstrap()), comm.device().clone(), env).map_err(|e| err(&e))?;
-    let (world, most) = (sub.world_size(), CHUNKS.iter().copied().max().unwrap_or(0));
-    let bytes = |elements: usize| (4 * elements) as u64;
-    let requirements = Requirements {
-        signals: SLOTS.len() as u32,
-        world_barriers: 1,
-        windows: vec![bytes(world * most), bytes(world * most), bytes(world * most), bytes(most + 2 * halo(most))],
-        ..Default::default()
-    };
-    let dev = DevComm::new(&sub, &requirements).map_err(|e| err(&e))?;
-    let examples = GinExamples::new(&dev, &module).map_err(|e| err(&e))?;
+    let world = sub.world_size();
     let seed = shared_seed(&sub)?;
     for chunk in CHUNKS {
         for example in Example::ALL {
-            let case = Case { comm: &sub, dev: &dev, examples: &examples, example, chunk, seed };
-            let result = case.check();
+            let result = check_case(&sub, &module, example, chunk, seed);
             let failed = result.is_err();
             let name = format!(
                 "{label}gin {}: {} of {chunk} elements per chunk on {world} ranks, 2 eager calls and 2 graph replays",
@@ -197,15 +188,40 @@ fn run_backend(comm: &Communicator, backend: Backend, label: &str, report: &mut 
                 example.name()
             );
             report.record(name, result);
-            sub.barrier().map_err(|e| err(&e))?;
             // A wait that gave up stays recorded and would end every later wait at once; every
-            // rank's kernels have ended (the barrier).
+            // rank's kernels have ended (the barrier that ends each case).
             if failed {
                 sub.clear_device_failure().map_err(|e| err(&e))?;
             }
         }
     }
     Ok(())
+}
+
+/// One example at one size on a device communicator of its own (a failed case leaves signal
+/// and barrier counts behind that would fail the next ones).
+fn check_case(
+    comm: &Communicator,
+    module: &Arc<Module>,
+    example: Example,
+    chunk: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| format!("rank {}: {e}", comm.rank());
+    let bytes = |elements: usize| (4 * elements.max(1)) as u64;
+    let (input, output) = example.lens(chunk, comm.world_size());
+    let requirements = Requirements {
+        signals: SLOTS.len() as u32,
+        world_barriers: 1,
+        windows: vec![bytes(input), bytes(output), bytes(output), bytes(output)],
+        ..Default::default()
+    };
+    let dev = DevComm::new(comm, &requirements).map_err(|e| err(&e))?;
+    let examples = GinExamples::new(&dev, module).map_err(|e| err(&e))?;
+    let checked = Case { comm, dev: &dev, examples: &examples, example, chunk, seed }.check();
+    // No rank frees its heap and proxy while a peer's kernel may still use them.
+    let ended = comm.barrier().map_err(|e| err(&e));
+    checked.and(ended)
 }
 
 /// Rank 0's random seed, on every rank.
