@@ -160,8 +160,8 @@ class Gin {
   /// thread stores its share in 16-byte words, the group syncs (__syncwarp / __syncthreads:
   /// every share is ordered before what the leader does next), then the leader's release add
   /// raises the signal, which therefore covers the whole group's stores; through the proxy the
-  /// leader alone queues the command (the proxy copies). Every thread returns the leader's
-  /// outcome.
+  /// group syncs and the leader alone queues the command (the proxy copies). Every thread
+  /// returns the leader's outcome.
   template <typename Coop>
   __device__ bool put(const Coop& coop, const GinTeam& team, uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
                       uint32_t src_window, uint64_t src_offset, uint64_t bytes,
@@ -316,13 +316,18 @@ class Gin {
   template <typename Coop>
   __device__ bool put_heap(const Coop& coop, uint32_t rank, uint64_t dst, uint64_t src, uint64_t bytes,
                            uint32_t signal, uint32_t counter) {
-    if (!gin_is_proxy_peer(h_, rank)) {
+    const bool lsa = !gin_is_proxy_peer(h_, rank);
+    if (lsa) {
       detail::gin_copy(coop, reinterpret_cast<char*>(gin_peer_heap(h_, rank) + dst),
                        reinterpret_cast<const char*>(h_.heap + src), bytes);
-      coop.sync();  // every thread's stores happen before the leader's release below
-      return coop.all(coop.rank() != 0 || finish_lsa(rank, signal, counter));
     }
-    return coop.all(coop.rank() != 0 || push_put(rank, dst, src, bytes, signal, counter));
+    // Every thread's stores (its share of the copy, or the source the group wrote before the
+    // call) happen before what the leader does next: the release add of the signal, or the
+    // push, whose .sys fence orders them before the proxy reads the source.
+    coop.sync();
+    const bool ok =
+        coop.rank() != 0 || (lsa ? finish_lsa(rank, signal, counter) : push_put(rank, dst, src, bytes, signal, counter));
+    return coop.all(ok);  // one call site: every thread of the group reaches the same barrier
   }
 
   /// Queues a put to proxy peer `rank` on the connection of `signal`, then the counter.
