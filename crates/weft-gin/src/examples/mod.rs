@@ -4,6 +4,8 @@
 
 mod calls;
 mod plan;
+#[cfg(test)]
+mod protocol_model;
 pub mod reference;
 mod target;
 
