@@ -256,7 +256,8 @@ impl Case<'_> {
         let graph = GinGraph::capture(self.dev, &stream, |capture| {
             self.example.call(self.examples, capture, self.chunk, &input.as_slice(), &mut output.as_mut_slice())
         })
-        .map_err(|e| err(&e))?;
+        .map_err(|e| err(&e));
+        let graph = self.agree("the capture", graph)?;
         let timeout = self.comm.env().device_timeout + Duration::from_secs(30);
         for (run, how) in RUNS.iter().enumerate() {
             let inputs: Vec<Vec<u32>> =
@@ -271,23 +272,42 @@ impl Case<'_> {
                     graph.replay(scope)
                 }
             });
-            let failure = self.comm.device_failure().map(|f| {
-                format!(
-                    "rank {} timed out in {} {}, needing {} and seeing {}",
-                    f.rank, f.op, f.peer, f.expected, f.observed
-                )
-            });
+            // On a shared GPU the reads below and the next run's writes serialise the GPU's
+            // streams: every rank's kernel ends first.
+            self.comm.settle_before_launch().map_err(|e| err(&e))?;
             let launched = called.map_err(|e| err(&e)).and(idle.map_err(|e| err(&e)));
-            let got = output.to_vec().map_err(|e| err(&e))?;
-            let want = self.example.reference(&inputs, rank, self.chunk);
-            let compared = self.compare(&got, &want);
-            if let Some(failure) = failure {
-                let data = compared.err().unwrap_or_else(|| "every element right".into());
-                return Err(format!("{how}: {failure}; {data}"));
-            }
-            launched.and(compared).map_err(|e| format!("{how}: {e}"))?;
+            let checked = output.to_vec().map_err(|e| err(&e)).and_then(|got| {
+                let compared = self.compare(&got, &self.example.reference(&inputs, rank, self.chunk));
+                match self.comm.device_failure() {
+                    Some(f) => Err(format!(
+                        "rank {} timed out in {}: index {}, needed {}, saw {}; {}",
+                        f.rank,
+                        f.op,
+                        f.peer,
+                        f.expected,
+                        f.observed,
+                        compared.err().unwrap_or_else(|| "every element right".into())
+                    )),
+                    None => compared,
+                }
+            });
+            self.agree(how, launched.and(checked).map_err(|e| format!("{how}: {e}")))?;
         }
         Ok(())
+    }
+
+    /// `mine`, once every rank has told whether its part passed: all ranks go on or stop
+    /// together, so their collective calls stay matched.
+    fn agree<T>(&self, what: &str, mine: Result<T, String>) -> Result<T, String> {
+        let rank = self.comm.rank();
+        let flags =
+            self.comm.bootstrap().all_gather(&[u8::from(mine.is_err())]).map_err(|e| format!("rank {rank}: {e}"));
+        let failed: Vec<usize> =
+            flags?.iter().enumerate().filter(|(_, f)| f.first() != Some(&0)).map(|(r, _)| r).collect();
+        match mine {
+            Ok(_) if !failed.is_empty() => Err(format!("{what}: stopped, since rank(s) {failed:?} failed")),
+            mine => mine,
+        }
     }
 
     /// The first wrong element of rank `rank`'s output, where it comes from, and how many are.
