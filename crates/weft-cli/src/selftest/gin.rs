@@ -218,7 +218,9 @@ fn check_case(
     };
     let dev = DevComm::new(comm, &requirements).map_err(|e| err(&e))?;
     let examples = GinExamples::new(&dev, module).map_err(|e| err(&e))?;
-    let checked = Case { comm, dev: &dev, examples: &examples, example, chunk, seed }.check();
+    let checked = Case { comm, dev: &dev, examples: &examples, example, chunk, seed }
+        .check()
+        .map_err(|e| format!("{e} (inputs of seed {seed:#x})"));
     // No rank frees its heap and proxy while a peer's kernel may still use them.
     let ended = comm.barrier().map_err(|e| err(&e));
     checked.and(ended)
