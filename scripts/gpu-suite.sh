@@ -3,7 +3,7 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [proxy] [exec] [conformance]   (default: all)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [conformance]   (default: all)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -15,7 +15,8 @@
 # with PyTorch; one abi3 wheel serves its Python 3.12), then runs the package's tests and
 # scripts/python-gpu-test.py on 2 ranks against torch.distributed's NCCL, and
 # scripts/python-ep-test.py (weft.ep as DeepEP's users call it) on 2 ranks.
-# The ep step runs the MoE self-test and `weft bench ep` at 24, 32, 64 and 128 SMs.
+# The ep step runs the MoE self-test and `weft bench ep` at 24, 32, 64 and 128 SMs. The gin step
+# runs the GIN examples' self-test with a GPU per rank and with 2 ranks sharing one GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -25,7 +26,7 @@ export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep proxy exec conformance)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin proxy exec conformance)
 for step in "${steps[@]}"; do
   dir="$out/$step"
   mkdir -p "$dir"
@@ -81,6 +82,10 @@ for step in "${steps[@]}"; do
         timeout 300 "$weft" bench ep --sms 24,32,64,128 --check --json "$dir/ep.json" --plot "$dir/ep.svg" \
           > "$dir/bench-ep.txt" 2>&1
         echo "bench ep: rc=$?"; grep -E '^ +[0-9]+ ' "$dir/bench-ep.txt" ;;
+    gin) timeout 300 "$weft" selftest --only gin --mode threads > "$dir/selftest-gin.txt" 2>&1
+         echo "selftest gin: rc=$? $(grep -h 'passed,' "$dir/selftest-gin.txt" | tail -1)"
+         timeout 300 "$weft" selftest --only gin --gpus 1 --ranks 2 --mode threads > "$dir/selftest-gin-shared.txt" 2>&1
+         echo "selftest gin, 2 ranks on one GPU: rc=$? $(grep -h 'passed,' "$dir/selftest-gin-shared.txt" | tail -1)" ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
            for ch in memory port; do

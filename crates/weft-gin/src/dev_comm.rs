@@ -190,6 +190,16 @@ impl DevComm {
         &self.windows
     }
 
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.handle.rank as usize
+    }
+
+    /// `source`, a failed device call of this rank.
+    pub(crate) fn gpu_error(&self, source: weft_gpu::GpuError) -> GinError {
+        GinError::Gpu { rank: self.rank(), source }
+    }
+
     /// This rank's heap (signals, staging, windows).
     pub fn heap(&self) -> &RegisteredMemory {
         &self.heap

@@ -11,6 +11,7 @@ pub const KERNELS: KernelSet = KernelSet {
     dir: "device/kernels/gin",
     units: &[(UNIT, include_str!("../../../device/kernels/gin/gin.cu"))],
     includes: &[
+        ("call.cuh", include_str!("../../../device/kernels/gin/call.cuh")),
         ("alltoall.cu", include_str!("../../../device/kernels/gin/alltoall.cu")),
         ("ring_allgather.cu", include_str!("../../../device/kernels/gin/ring_allgather.cu")),
         ("halo.cu", include_str!("../../../device/kernels/gin/halo.cu")),

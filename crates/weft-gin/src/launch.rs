@@ -1,5 +1,5 @@
 //! The parameter lists of the GIN example kernels, declared once: a launch takes one of these
-//! structs, and `device/include/weft/generated/kernels/gin.cuh`, generated from them, holds the
+//! structs (built by [`crate::examples`]), and `device/include/weft/generated/kernels/gin.cuh`, generated from them, holds the
 //! prototypes the kernel definitions are compiled against.
 
 use weft_types::DevCommHandle;
@@ -20,8 +20,8 @@ weft_gpu::device_kernels! {
         chunk: u64 => "uint64_t",
         /// Signal raised by every put.
         signal: u32 => "uint32_t",
-        /// Earlier launches on `signal`.
-        round: u64 => "uint64_t",
+        /// World barrier each call starts with (`device/kernels/gin/call.cuh`).
+        barrier: u32 => "uint32_t",
     }
 
     /// Ring AllGather with put + signal (`device/kernels/gin/ring_allgather.cu`).
@@ -34,8 +34,8 @@ weft_gpu::device_kernels! {
         chunk: u64 => "uint64_t",
         /// Signal raised by every put.
         signal: u32 => "uint32_t",
-        /// Earlier launches on `signal`.
-        round: u64 => "uint64_t",
+        /// World barrier each call starts with (`device/kernels/gin/call.cuh`).
+        barrier: u32 => "uint32_t",
     }
 
     /// Halo exchange on a ring of ranks (`device/kernels/gin/halo.cu`).
@@ -50,7 +50,7 @@ weft_gpu::device_kernels! {
         interior: u64 => "uint64_t",
         /// Signal raised by every put.
         signal: u32 => "uint32_t",
-        /// Earlier launches on `signal`.
-        round: u64 => "uint64_t",
+        /// World barrier each call starts with (`device/kernels/gin/call.cuh`).
+        barrier: u32 => "uint32_t",
     }
 }

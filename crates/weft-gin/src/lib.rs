@@ -7,7 +7,8 @@
 //! other peer; its [`weft_types::DevCommHandle`] is what kernels receive. The [`Team`]s (world,
 //! LSA, rail) and their rank conversions, the checks of requirements, the heap's layout, and the
 //! example kernels (`device/kernels/gin/`: AllToAll, ring AllGather, halo exchange) with their
-//! parameter lists. The device API is `device/include/weft/gin.cuh` and `lsa.cuh`; the
+//! parameter lists, safe launchers on typed device buffers (eager or captured in a graph) and
+//! host references ([`examples`]). The device API is `device/include/weft/gin.cuh` and `lsa.cuh`; the
 //! semantics are in `docs/gin.md`.
 //!
 //! **Must not:** read or write device memory behind a kernel's back while one may run, call
@@ -16,10 +17,13 @@
 //! **Depends on:** `weft-types` (the handle's layout), `weft-gpu` (memory, kernels),
 //! `weft-core` (communicator, registration, mapping), `weft-net` (the proxy, PortChannels).
 
-#![forbid(unsafe_code)]
+// Unsafe code only where the example calls enqueue work on device addresses (`examples`).
+#![deny(unsafe_code)]
 
 mod dev_comm;
 pub mod device_code;
+#[allow(unsafe_code)]
+pub mod examples;
 pub mod launch;
 mod layout;
 mod requirements;

@@ -27,6 +27,9 @@ pub enum GinError {
     /// The ranks passed different requirements.
     #[error("GIN requirements differ between ranks: {0}")]
     Mismatch(String),
+    /// A call's arguments do not fit its kernel or its device communicator.
+    #[error("GIN call: {0}")]
+    Call(String),
     /// Setting up the communicator failed.
     #[error(transparent)]
     Comm(#[from] weft_core::Error),

@@ -3,9 +3,10 @@
 // and synchronises, with no host in the loop. One source serves both backends, chosen per peer
 // when the DevComm was created:
 //
-//   LSA (a peer of this node, memory mapped here): the calling thread stores the bytes itself,
-//       then a release add on the peer's signal (red.release.sys), which orders every store of
-//       this thread (and what a barrier ordered before it) before the signal.
+//   LSA (a peer of this node, memory mapped here): the calling thread (or every thread of a
+//       cooperative put: put_warp, put_block) stores the bytes itself, then a release add on the
+//       peer's signal (red.release.sys), which orders every store of this thread (and what a
+//       group sync or a barrier ordered before it) before the signal.
 //   proxy (a peer of another node): FIFO commands on the peer's PortChannel connections. Signal
 //       s travels on connection s (its inbound token at the peer is signal s's share from this
 //       rank), puts without a signal on a connection of their own. A connection applies its
@@ -15,7 +16,8 @@
 //       same peer, whatever connection carried it.
 //
 // A Gin is a per-thread object (construct it in the kernel: it holds the ordering state of the
-// calling thread's proxy traffic). Every member is called by ONE thread; any number of threads
+// calling thread's proxy traffic). Every member is called by ONE thread (but the cooperative
+// puts, called by a whole warp or block: see GinCoopThread); any number of threads
 // may use their own Gin on the same DevCommHandle concurrently. Ordering covers the calling
 // thread's operations through its Gin; to cover other threads' proxy puts, they flush (or send
 // the signal themselves) before the barrier that precedes the signal. Every wait is bounded
@@ -88,19 +90,53 @@ __device__ __forceinline__ bool gin_wait(const DevCommHandle& h, WaitOp op, uint
   return true;
 }
 
-/// Copies `bytes` from `src` to `dst` with this thread alone (16-byte words when both are
-/// aligned, else bytes).
-__device__ __forceinline__ void gin_copy(char* dst, const char* src, uint64_t bytes) {
-  uint64_t i = 0;
+/// Copies `bytes` from `src` to `dst` with every thread of `coop`, each taking every
+/// coop.size()-th 16-byte word (when both addresses are 16-byte aligned; else every size()-th
+/// byte). Nothing orders the threads' stores: the caller syncs the group before any release.
+template <typename Coop>
+__device__ __forceinline__ void gin_copy(const Coop& coop, char* dst, const char* src, uint64_t bytes) {
+  const uint64_t first = coop.rank();
+  const uint64_t stride = coop.size();
+  uint64_t words = 0;
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15u) == 0) {
-    for (; i + 16 <= bytes; i += 16) {
-      *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
+    words = bytes / 16;
+    for (uint64_t w = first; w < words; w += stride) {
+      reinterpret_cast<uint4*>(dst)[w] = reinterpret_cast<const uint4*>(src)[w];
     }
   }
-  for (; i < bytes; ++i) dst[i] = src[i];
+  for (uint64_t i = 16 * words + first; i < bytes; i += stride) dst[i] = src[i];
 }
 
 }  // namespace detail
+
+/// The threads that make one call together (NCCL's ncclCoopThread / ncclCoopWarp /
+/// ncclCoopCta): every thread of the group calls with the same arguments, the copy is spread
+/// over all of them, and the group's thread 0 (its leader) issues the signal, the counter and
+/// any proxy command after the group synced. The leader's Gin carries the proxy ordering
+/// state of the call: a later signal() or flush() meant to cover it is called by the leader.
+struct GinCoopThread {
+  __device__ uint32_t rank() const { return 0; }
+  __device__ uint32_t size() const { return 1; }
+  __device__ void sync() const {}
+  /// Whether `ok` holds on every thread of the group (a sync).
+  __device__ bool all(bool ok) const { return ok; }
+};
+
+/// A whole warp (all 32 lanes converged at the call).
+struct GinCoopWarp {
+  __device__ uint32_t rank() const { return threadIdx.x % 32; }
+  __device__ uint32_t size() const { return 32; }
+  __device__ void sync() const { __syncwarp(); }
+  __device__ bool all(bool ok) const { return __all_sync(0xffffffffu, ok) != 0; }
+};
+
+/// A whole block (every thread at the call, as for __syncthreads).
+struct GinCoopBlock {
+  __device__ uint32_t rank() const { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+  __device__ uint32_t size() const { return blockDim.x * blockDim.y * blockDim.z; }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ bool all(bool ok) const { return __syncthreads_and(ok) != 0; }
+};
 
 /// A thread's view of a device communicator (see the top of this file).
 class Gin {
@@ -117,8 +153,35 @@ class Gin {
   __device__ bool put(const GinTeam& team, uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
                       uint32_t src_window, uint64_t src_offset, uint64_t bytes,
                       GinRemoteAction remote = gin_no_signal(), GinLocalAction local = gin_no_counter()) {
-    return put_heap(gin_world_rank(team, peer), gin_window_offset(h_, dst_window) + dst_offset,
+    return put(GinCoopThread{}, team, peer, dst_window, dst_offset, src_window, src_offset, bytes, remote, local);
+  }
+
+  /// put() made by every thread of `coop` together (GinCoopWarp, GinCoopBlock): on LSA each
+  /// thread stores its share in 16-byte words, the group syncs (__syncwarp / __syncthreads:
+  /// every share is ordered before what the leader does next), then the leader's release add
+  /// raises the signal, which therefore covers the whole group's stores; through the proxy the
+  /// group syncs and the leader alone queues the command (the proxy copies). Every thread
+  /// returns the leader's outcome.
+  template <typename Coop>
+  __device__ bool put(const Coop& coop, const GinTeam& team, uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
+                      uint32_t src_window, uint64_t src_offset, uint64_t bytes,
+                      GinRemoteAction remote = gin_no_signal(), GinLocalAction local = gin_no_counter()) {
+    return put_heap(coop, gin_world_rank(team, peer), gin_window_offset(h_, dst_window) + dst_offset,
                     gin_window_offset(h_, src_window) + src_offset, bytes, remote.signal, local.counter);
+  }
+
+  /// put() by a whole warp (see the Coop overload).
+  __device__ bool put_warp(const GinTeam& team, uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
+                           uint32_t src_window, uint64_t src_offset, uint64_t bytes,
+                           GinRemoteAction remote = gin_no_signal(), GinLocalAction local = gin_no_counter()) {
+    return put(GinCoopWarp{}, team, peer, dst_window, dst_offset, src_window, src_offset, bytes, remote, local);
+  }
+
+  /// put() by a whole block (see the Coop overload).
+  __device__ bool put_block(const GinTeam& team, uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
+                            uint32_t src_window, uint64_t src_offset, uint64_t bytes,
+                            GinRemoteAction remote = gin_no_signal(), GinLocalAction local = gin_no_counter()) {
+    return put(GinCoopBlock{}, team, peer, dst_window, dst_offset, src_window, src_offset, bytes, remote, local);
   }
 
   /// Puts the 8 bytes of `value` into member `peer` of `team`'s window `dst_window` at
@@ -146,7 +209,8 @@ class Gin {
     }
     const uint64_t src = h_.staging_offset + 8ull * slot;
     *reinterpret_cast<uint64_t*>(h_.heap + src) = value;
-    const bool ok = put_heap(rank, dst, src, 8, remote.signal, kGinNone) && flush_connection(rank, conn(remote.signal));
+    const bool ok =
+        put_heap(GinCoopThread{}, rank, dst, src, 8, remote.signal, kGinNone) && flush_connection(rank, conn(remote.signal));
     atomicExch(&busy[slot], 0u);
     if (ok && local.counter != kGinNone) atomicAdd(reinterpret_cast<unsigned long long*>(detail::gin_counters(h_) + local.counter), 1ull);
     return ok;
@@ -247,14 +311,28 @@ class Gin {
     return true;
   }
 
-  /// A put between heap offsets to world rank `rank`, then the actions (kGinNone: none).
-  __device__ bool put_heap(uint32_t rank, uint64_t dst, uint64_t src, uint64_t bytes, uint32_t signal,
-                           uint32_t counter) {
-    if (!gin_is_proxy_peer(h_, rank)) {
-      detail::gin_copy(reinterpret_cast<char*>(gin_peer_heap(h_, rank) + dst), reinterpret_cast<const char*>(h_.heap + src),
-                       bytes);
-      return finish_lsa(rank, signal, counter);
+  /// A put between heap offsets to world rank `rank` by every thread of `coop`, then the
+  /// leader's actions (kGinNone: none); every thread returns the leader's outcome.
+  template <typename Coop>
+  __device__ bool put_heap(const Coop& coop, uint32_t rank, uint64_t dst, uint64_t src, uint64_t bytes,
+                           uint32_t signal, uint32_t counter) {
+    const bool lsa = !gin_is_proxy_peer(h_, rank);
+    if (lsa) {
+      detail::gin_copy(coop, reinterpret_cast<char*>(gin_peer_heap(h_, rank) + dst),
+                       reinterpret_cast<const char*>(h_.heap + src), bytes);
     }
+    // Every thread's stores (its share of the copy, or the source the group wrote before the
+    // call) happen before what the leader does next: the release add of the signal, or the
+    // push, whose .sys fence orders them before the proxy reads the source.
+    coop.sync();
+    const bool ok =
+        coop.rank() != 0 || (lsa ? finish_lsa(rank, signal, counter) : push_put(rank, dst, src, bytes, signal, counter));
+    return coop.all(ok);  // one call site: every thread of the group reaches the same barrier
+  }
+
+  /// Queues a put to proxy peer `rank` on the connection of `signal`, then the counter.
+  __device__ bool push_put(uint32_t rank, uint64_t dst, uint64_t src, uint64_t bytes, uint32_t signal,
+                           uint32_t counter) {
     const uint32_t c = conn(signal);
     if (signal != kGinNone && !flush_except(rank, c)) return false;
     const PortChannelDeviceHandle& ch = port(rank, c);

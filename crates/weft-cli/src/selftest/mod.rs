@@ -9,6 +9,7 @@
 mod collectives;
 mod cpu;
 mod ep;
+mod gin;
 mod port;
 mod reduce_check;
 mod report;
@@ -65,10 +66,13 @@ pub enum Step {
     /// MoE expert parallelism: weft-ep's normal-mode layout, dispatch (with and without a
     /// cached handle) and combine against its CPU model.
     Ep,
+    /// The GIN examples (AllToAll, ring AllGather, halo exchange) within one node (LSA) and
+    /// across virtual nodes (the proxy over TCP and the emulated NIC), eager and in graphs.
+    Gin,
 }
 
 impl Step {
-    const ALL: [Step; 11] = [
+    const ALL: [Step; 12] = [
         Step::Semaphore,
         Step::Hb,
         Step::Bandwidth,
@@ -80,6 +84,7 @@ impl Step {
         Step::Port,
         Step::Tcp,
         Step::Ep,
+        Step::Gin,
     ];
 
     fn name(self) -> &'static str {
@@ -95,6 +100,7 @@ impl Step {
             Step::Port => "port",
             Step::Tcp => "tcp",
             Step::Ep => "ep",
+            Step::Gin => "gin",
         }
     }
 

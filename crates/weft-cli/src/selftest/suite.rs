@@ -125,6 +125,9 @@ fn run(
     if steps.contains(&Step::Ep) {
         super::ep::run(&comm, label, report);
     }
+    if steps.contains(&Step::Gin) {
+        super::gin::run(&comm, label, report);
+    }
     comm.barrier()
 }
 

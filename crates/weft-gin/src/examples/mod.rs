@@ -1,0 +1,14 @@
+//! The example kernels (AllToAll, ring AllGather, halo exchange) as safe calls on typed
+//! device buffers ([`GinExamples`]), eager inside a `LaunchScope` or captured in a
+//! [`GinGraph`], their argument checks (without a GPU) and their host references ([`reference`]).
+
+mod calls;
+mod plan;
+#[cfg(test)]
+mod protocol_model;
+pub mod reference;
+mod target;
+
+pub use calls::GinExamples;
+pub use plan::{AllToAllWindows, COOP_BLOCK, CallSlots};
+pub use target::{CallTarget, Capture, GinGraph};
