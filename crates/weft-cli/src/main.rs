@@ -94,6 +94,12 @@ enum Command {
         /// the median and the min-max over the trials.
         #[arg(long)]
         trials: Option<usize>,
+        /// Record the traced kernels (WEFT_TRACE) and write one Chrome/Perfetto trace per row
+        /// and weft contender into this folder (collectives: `<collective>-<bytes>-<contender>`;
+        /// ep: `ep-<sms>sm-<operation>`, one file per rank). The timings are then of the traced
+        /// kernels; docs/trace.md.
+        #[arg(long)]
+        trace: Option<std::path::PathBuf>,
     },
     /// Time every algorithm of the collectives at every size (and HB block counts) on this
     /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE).
@@ -336,6 +342,7 @@ fn main() -> ExitCode {
             plot,
             ranks,
             trials,
+            trace,
         } => match collective.as_str() {
             "fifo" | "p2p" | "ep" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
             "fifo" | "p2p" | "ep" if trials.is_some() => {
@@ -346,8 +353,9 @@ fn main() -> ExitCode {
                 &sweep,
                 [graph, nccl || windows || nccl_windows, in_place, versus.is_some()],
                 check,
-                [json, plot],
+                [json, plot, trace],
             ),
+            "fifo" | "p2p" if trace.is_some() => Err("--trace is an option of the collective and ep benchmarks".into()),
             "fifo" | "p2p" => bench_proxy(
                 &collective,
                 &proxy,
@@ -361,7 +369,7 @@ fn main() -> ExitCode {
                 [graph, check, nccl || nccl_windows, in_place, windows, nccl_windows],
                 versus,
                 [ranks, trials],
-                [json, plot],
+                [json, plot, trace],
             ),
         },
         Command::GenHeader { root, check } => gen_header(&root, check),
@@ -395,7 +403,7 @@ fn bench(
     [graph, check, nccl, in_place, windows, nccl_windows]: [bool; 6],
     versus: Option<String>,
     [ranks, trials]: [Option<usize>; 2],
-    [json, plot]: [Option<std::path::PathBuf>; 2],
+    [json, plot, trace]: [Option<std::path::PathBuf>; 3],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if ranks == Some(0) {
         return Err("--ranks 0: a collective needs at least one rank".into());
@@ -433,6 +441,7 @@ fn bench(
         gpus: world.unwrap_or_else(|| ranks.map_or(s.gpus, |r| s.gpus.min(r))),
         ranks: if world.is_some() { None } else { ranks },
         trials: trials.unwrap_or(weft_cli::harness::trials::DEFAULT_TRIALS),
+        trace,
     };
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
@@ -510,7 +519,7 @@ fn bench_ep(
     sweep: &Sweep,
     collective_flags: [bool; 4],
     check: bool,
-    [json, plot]: [Option<std::path::PathBuf>; 2],
+    [json, plot, trace]: [Option<std::path::PathBuf>; 3],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if collective_flags.iter().any(|&f| f) {
         return Err("weft bench ep: --graph, --nccl, --in-place and --versus are for collectives".into());
@@ -532,6 +541,7 @@ fn bench_ep(
         ll_tokens: args.ll_tokens,
         check,
         gpus: s.gpus,
+        trace,
     };
     weft_cli::bench::ep::run(&options, json.as_deref(), plot.as_deref())
 }
@@ -580,6 +590,10 @@ fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn s
     ];
     let headers =
         std::iter::once((weft_types::cuda::GENERATED_HEADER_PATH.to_string(), weft_types::cuda::generated_header()))
+            .chain(std::iter::once((
+                weft_core::trace::header::HEADER_PATH.to_string(),
+                weft_core::trace::header::generated_header(),
+            )))
             .chain(sets.iter().map(|set| (set.prototypes_path(), set.generated_prototypes())));
     let mut stale = false;
     for (path, text) in headers {
