@@ -76,14 +76,31 @@ impl Recorder {
         let (claimed, dropped) = (counts[0], counts[1]);
         let capacity = u64::from(self.sampling.capacity);
         let kept = claimed.min(capacity);
-        let bytes = self.records.to_vec()?;
-        let records = (claimed - kept..claimed)
-            .filter_map(|i| {
-                let at = (i % capacity) as usize * Record::BYTES;
-                Record::from_bytes(&bytes[at..])
-            })
+        // Until the ring wraps, only its first `claimed` records were written.
+        let written = if claimed <= capacity { claimed as usize * Record::BYTES } else { self.records.len() };
+        let bytes = self.records.slice(..written)?.to_vec()?;
+        let records = ring_slots(claimed, capacity)
+            .filter_map(|slot| Record::from_bytes(bytes.get(slot * Record::BYTES..)?))
             .collect();
         self.counts.copy_from_host(&[0, 0])?;
         Ok(RankTrace { rank, records, dropped, overwritten: claimed - kept })
+    }
+}
+
+/// The slots of the records a ring of `capacity` holds after `claimed` were written, oldest
+/// first: the last `capacity` of them, record `i` at slot `i % capacity`.
+fn ring_slots(claimed: u64, capacity: u64) -> impl Iterator<Item = usize> {
+    (claimed - claimed.min(capacity)..claimed).map(move |i| (i % capacity) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_yields_its_newest_records_oldest_first() {
+        assert_eq!(ring_slots(3, 4).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(ring_slots(6, 4).collect::<Vec<_>>(), [2, 3, 0, 1]);
+        assert_eq!(ring_slots(0, 4).count(), 0);
     }
 }
