@@ -453,10 +453,11 @@ fn bench(
             || in_place
             || windows
             || options.versus.is_some()
-            || trials.is_some();
+            || trials.is_some()
+            || options.trace.is_some();
         if gpu_only && lead {
             println!(
-                "# --json, --plot, --nccl, --graph, --in-place, --versus and --trials measure GPUs: the CPU backend ignores them"
+                "# --json, --plot, --nccl, --graph, --in-place, --versus, --trials and --trace measure GPUs: the CPU backend ignores them"
             );
         }
         return match &torchrun {
