@@ -137,7 +137,8 @@ enum Command {
     #[command(hide = true)]
     SelftestWorker,
     /// Write (or with --check, verify) the generated device headers: the shared layouts
-    /// (device/include/weft/generated/types.cuh) and every kernel set's prototypes
+    /// (device/include/weft/generated/types.cuh), the trace phases
+    /// (device/include/weft/generated/trace.cuh) and every kernel set's prototypes
     /// (device/include/weft/generated/kernels/).
     GenHeader {
         /// Repository root.
@@ -146,6 +147,16 @@ enum Command {
         /// Fail if the checked-in header differs instead of writing it.
         #[arg(long)]
         check: bool,
+    },
+    /// Join kernel traces (WEFT_TRACE, `weft bench --trace`: one file per rank) into one
+    /// Chrome/Perfetto trace, every file moved onto the earliest origin (docs/trace.md).
+    TraceMerge {
+        /// Where to write the joined trace.
+        #[arg(short, long)]
+        out: std::path::PathBuf,
+        /// The traces to join.
+        #[arg(required = true)]
+        traces: Vec<std::path::PathBuf>,
     },
 }
 
@@ -373,6 +384,7 @@ fn main() -> ExitCode {
             ),
         },
         Command::GenHeader { root, check } => gen_header(&root, check),
+        Command::TraceMerge { out, traces } => trace_merge(&out, &traces),
     };
     match outcome {
         Ok(code) => code,
@@ -580,6 +592,19 @@ fn tune(
         any_dtype,
     };
     weft_cli::tune::run(&options, out)
+}
+
+fn trace_merge(out: &std::path::Path, traces: &[std::path::PathBuf]) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let documents = traces
+        .iter()
+        .map(|path| -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+            let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()).into())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    std::fs::write(out, serde_json::to_string(&weft_core::trace::merge(&documents))?)?;
+    println!("wrote {} ({} traces)", out.display(), documents.len());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
