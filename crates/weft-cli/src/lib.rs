@@ -2,11 +2,12 @@
 //!
 //! **Owns:** the command line and everything only it runs: `weft info`, `weft selftest` (the GPU
 //! suite), `weft bench` (collectives against NCCL, the FIFO and point-to-point benchmarks),
-//! `weft tune`, `weft plan`, `weft gen-header`, and the hidden worker subcommands their ranks
-//! run as. What several commands share (the collectives as nccl-tests lays them out, the host
-//! references every element is checked against, one rank's buffers, timing and checked call,
-//! the parsing of a sweep, the launch of ranks as processes or threads) is in [`harness`],
-//! which imports none of the commands: bench, selftest and tune import it, never each other.
+//! `weft tune`, `weft plan`, `weft gen-header`, `weft trace-merge`, and the hidden worker
+//! subcommands their ranks run as. What several commands share (the collectives as nccl-tests
+//! lays them out, the host references every element is checked against, one rank's buffers,
+//! timing and checked call, the parsing of a sweep, the launch of ranks as processes or
+//! threads) is in [`harness`], which imports none of the commands: bench, selftest and tune
+//! import it, never each other.
 //!
 //! **Must not:** hold protocol or algorithm logic of its own (it orchestrates the library's),
 //! or be a dependency of any library crate: programs use the `weft` facade.

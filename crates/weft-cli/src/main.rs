@@ -94,6 +94,12 @@ enum Command {
         /// the median and the min-max over the trials.
         #[arg(long)]
         trials: Option<usize>,
+        /// Record the traced kernels (WEFT_TRACE) and write one Chrome/Perfetto trace per row
+        /// and weft contender into this folder (collectives: `<collective>-<bytes>-<contender>`;
+        /// ep: `ep-<sms>sm-<operation>`, one file per rank). The timings are then of the traced
+        /// kernels; docs/trace.md.
+        #[arg(long)]
+        trace: Option<std::path::PathBuf>,
     },
     /// Time every algorithm of the collectives at every size (and HB block counts) on this
     /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE).
@@ -131,7 +137,8 @@ enum Command {
     #[command(hide = true)]
     SelftestWorker,
     /// Write (or with --check, verify) the generated device headers: the shared layouts
-    /// (device/include/weft/generated/types.cuh) and every kernel set's prototypes
+    /// (device/include/weft/generated/types.cuh), the trace phases
+    /// (device/include/weft/generated/trace.cuh) and every kernel set's prototypes
     /// (device/include/weft/generated/kernels/).
     GenHeader {
         /// Repository root.
@@ -140,6 +147,16 @@ enum Command {
         /// Fail if the checked-in header differs instead of writing it.
         #[arg(long)]
         check: bool,
+    },
+    /// Join kernel traces (WEFT_TRACE, `weft bench --trace`: one file per rank) into one
+    /// Chrome/Perfetto trace, every file moved onto the earliest origin (docs/trace.md).
+    TraceMerge {
+        /// Where to write the joined trace.
+        #[arg(short, long)]
+        out: std::path::PathBuf,
+        /// The traces to join.
+        #[arg(required = true)]
+        traces: Vec<std::path::PathBuf>,
     },
 }
 
@@ -336,6 +353,7 @@ fn main() -> ExitCode {
             plot,
             ranks,
             trials,
+            trace,
         } => match collective.as_str() {
             "fifo" | "p2p" | "ep" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
             "fifo" | "p2p" | "ep" if trials.is_some() => {
@@ -346,8 +364,9 @@ fn main() -> ExitCode {
                 &sweep,
                 [graph, nccl || windows || nccl_windows, in_place, versus.is_some()],
                 check,
-                [json, plot],
+                [json, plot, trace],
             ),
+            "fifo" | "p2p" if trace.is_some() => Err("--trace is an option of the collective and ep benchmarks".into()),
             "fifo" | "p2p" => bench_proxy(
                 &collective,
                 &proxy,
@@ -361,10 +380,11 @@ fn main() -> ExitCode {
                 [graph, check, nccl || nccl_windows, in_place, windows, nccl_windows],
                 versus,
                 [ranks, trials],
-                [json, plot],
+                [json, plot, trace],
             ),
         },
         Command::GenHeader { root, check } => gen_header(&root, check),
+        Command::TraceMerge { out, traces } => trace_merge(&out, &traces),
     };
     match outcome {
         Ok(code) => code,
@@ -395,7 +415,7 @@ fn bench(
     [graph, check, nccl, in_place, windows, nccl_windows]: [bool; 6],
     versus: Option<String>,
     [ranks, trials]: [Option<usize>; 2],
-    [json, plot]: [Option<std::path::PathBuf>; 2],
+    [json, plot, trace]: [Option<std::path::PathBuf>; 3],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if ranks == Some(0) {
         return Err("--ranks 0: a collective needs at least one rank".into());
@@ -433,6 +453,7 @@ fn bench(
         gpus: world.unwrap_or_else(|| ranks.map_or(s.gpus, |r| s.gpus.min(r))),
         ranks: if world.is_some() { None } else { ranks },
         trials: trials.unwrap_or(weft_cli::harness::trials::DEFAULT_TRIALS),
+        trace,
     };
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
@@ -444,10 +465,11 @@ fn bench(
             || in_place
             || windows
             || options.versus.is_some()
-            || trials.is_some();
+            || trials.is_some()
+            || options.trace.is_some();
         if gpu_only && lead {
             println!(
-                "# --json, --plot, --nccl, --graph, --in-place, --versus and --trials measure GPUs: the CPU backend ignores them"
+                "# --json, --plot, --nccl, --graph, --in-place, --versus, --trials and --trace measure GPUs: the CPU backend ignores them"
             );
         }
         return match &torchrun {
@@ -510,7 +532,7 @@ fn bench_ep(
     sweep: &Sweep,
     collective_flags: [bool; 4],
     check: bool,
-    [json, plot]: [Option<std::path::PathBuf>; 2],
+    [json, plot, trace]: [Option<std::path::PathBuf>; 3],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if collective_flags.iter().any(|&f| f) {
         return Err("weft bench ep: --graph, --nccl, --in-place and --versus are for collectives".into());
@@ -532,6 +554,7 @@ fn bench_ep(
         ll_tokens: args.ll_tokens,
         check,
         gpus: s.gpus,
+        trace,
     };
     weft_cli::bench::ep::run(&options, json.as_deref(), plot.as_deref())
 }
@@ -571,6 +594,19 @@ fn tune(
     weft_cli::tune::run(&options, out)
 }
 
+fn trace_merge(out: &std::path::Path, traces: &[std::path::PathBuf]) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let documents = traces
+        .iter()
+        .map(|path| -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+            let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()).into())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    std::fs::write(out, serde_json::to_string(&weft_core::trace::merge(&documents))?)?;
+    println!("wrote {} ({} traces)", out.display(), documents.len());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let sets = [
         &weft_core::device_code::TEST_KERNELS,
@@ -581,6 +617,10 @@ fn gen_header(root: &std::path::Path, check: bool) -> Result<ExitCode, Box<dyn s
     ];
     let headers =
         std::iter::once((weft_types::cuda::GENERATED_HEADER_PATH.to_string(), weft_types::cuda::generated_header()))
+            .chain(std::iter::once((
+                weft_core::trace::header::HEADER_PATH.to_string(),
+                weft_core::trace::header::generated_header(),
+            )))
             .chain(sets.iter().map(|set| (set.prototypes_path(), set.generated_prototypes())));
     let mut stale = false;
     for (path, text) in headers {

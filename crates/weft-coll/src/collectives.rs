@@ -140,7 +140,9 @@ impl Collectives {
             );
         }
         let library = KernelLibrary::new(comm.env().cache_dir.clone(), &crate::device_code::KERNELS);
-        let kernels = KernelCache::new(library, comm.device().clone());
+        let tracer = weft_core::trace::Tracer::from_env(comm.env(), comm.device(), rank, comm.world_size())
+            .map_err(|e| CollError::InvalidArgument { rank, detail: format!("tracing: {e}") })?;
+        let kernels = KernelCache::new(library, comm.device().clone(), tracer);
         if comm.shares_gpu() {
             // Send/receive groups settle only with their peers, yet a module load anywhere on a
             // shared GPU holds back every kernel there: load theirs now, before the set-up
@@ -179,6 +181,14 @@ impl Collectives {
             plan_specialized: self.plan_launches[1].load(Ordering::Relaxed),
             plan_interpreted: self.plan_launches[0].load(Ordering::Relaxed),
         }
+    }
+
+    /// What the traced kernels recorded since the last take (waiting for the device to be
+    /// idle first), or `None` when tracing is off (`WEFT_TRACE` unset). What is not taken is
+    /// written to the `WEFT_TRACE` file when the collectives are dropped.
+    pub fn take_trace(&self) -> Result<Option<weft_core::trace::RankTrace>, CollError> {
+        let Some(tracer) = self.kernels.tracer() else { return Ok(None) };
+        tracer.take().map(Some).map_err(|source| CollError::Gpu { rank: self.comm.rank(), source })
     }
 
     /// The configuration in force.

@@ -1,11 +1,13 @@
 //! Collective kernels, compiled (or read from the NVRTC cache) and loaded on first use:
-//! `reductions.cu` once per (type, operator), `movement.cu` once (see [`crate::device_code`]).
+//! `reductions.cu` once per (type, operator), `movement.cu` once (see [`crate::device_code`]);
+//! their traced variants instead when `WEFT_TRACE` is set (weft-core's `trace`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use weft_core::KernelLibrary;
 use weft_core::device_code::type_defines;
+use weft_core::trace::Tracer;
 use weft_gpu::{Device, GpuError, Kernel, Module};
 use weft_types::{DataType, ReduceOp};
 
@@ -19,13 +21,20 @@ type ModuleKey = Option<(DataType, ReduceOp)>;
 pub(crate) struct KernelCache {
     library: KernelLibrary,
     device: Device,
+    /// Set: every module is loaded traced and attached to it.
+    tracer: Option<Tracer>,
     modules: Mutex<HashMap<ModuleKey, Arc<Module>>>,
     kernels: Mutex<HashMap<(&'static str, ModuleKey), Arc<Kernel>>>,
 }
 
 impl KernelCache {
-    pub(crate) fn new(library: KernelLibrary, device: Device) -> Self {
-        Self { library, device, modules: Mutex::default(), kernels: Mutex::default() }
+    pub(crate) fn new(library: KernelLibrary, device: Device, tracer: Option<Tracer>) -> Self {
+        Self { library, device, tracer, modules: Mutex::default(), kernels: Mutex::default() }
+    }
+
+    /// The tracer the modules write into, when tracing.
+    pub(crate) fn tracer(&self) -> Option<&Tracer> {
+        self.tracer.as_ref()
     }
 
     /// The kernel of `algorithm` for `(dtype, op)` (ignored by algorithms that do not reduce).
@@ -58,10 +67,18 @@ impl KernelCache {
         if let Some(m) = modules.get(&key) {
             return Ok(Arc::clone(m));
         }
-        let loaded = match key {
-            Some((dtype, op)) => self.library.load_with(&self.device, REDUCTIONS, &type_defines(dtype, op))?,
-            None => self.library.load(&self.device, MOVEMENT)?,
+        let (unit, defines) = match key {
+            Some((dtype, op)) => (REDUCTIONS, type_defines(dtype, op)),
+            None => (MOVEMENT, Vec::new()),
         };
+        let defines = match &self.tracer {
+            Some(tracer) => tracer.defines(&defines),
+            None => defines,
+        };
+        let loaded = self.library.load_with(&self.device, unit, &defines)?;
+        if let Some(tracer) = &self.tracer {
+            tracer.attach(&loaded.module)?;
+        }
         modules.insert(key, Arc::clone(&loaded.module));
         Ok(loaded.module)
     }

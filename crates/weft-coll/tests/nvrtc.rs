@@ -30,3 +30,21 @@ fn every_algorithm_file_compiles_on_its_own() {
         library.compile_with(name, "sm_90", &defines).unwrap_or_else(|e| panic!("{name} alone: {e}"));
     }
 }
+
+/// The traced variant (`WEFT_TRACE_ENABLED`) of every collective program compiles for sm_90.
+#[test]
+fn every_traced_collective_variant_compiles_for_sm_90() {
+    let Some(library) = library(&KERNELS) else { return };
+    let traced = [weft_core::trace::TRACE_DEFINE.to_string()];
+    let compiled = library.compile_every_variant_with("sm_90", &traced).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(compiled, KERNELS.programs().len());
+}
+
+/// Untraced, the trace marks compile to nothing: every variant's CUBIN equals that of its
+/// source without them.
+#[test]
+fn the_trace_marks_compile_away_untraced() {
+    let Some(library) = library(&KERNELS) else { return };
+    let compared = library.check_marks_compile_away("sm_90").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(compared, KERNELS.programs().len());
+}

@@ -47,6 +47,8 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/impl/ptx__funcs.cuh", include_str!("../../../device/include/weft/impl/ptx__funcs.cuh")),
     ("weft/impl/kernel_params.cuh", include_str!("../../../device/include/weft/impl/kernel_params.cuh")),
     ("weft/generated/types.cuh", include_str!("../../../device/include/weft/generated/types.cuh")),
+    ("weft/trace.cuh", include_str!("../../../device/include/weft/trace.cuh")),
+    ("weft/generated/trace.cuh", include_str!("../../../device/include/weft/generated/trace.cuh")),
 ];
 
 /// The folder, under `device/include`, of the generated prototypes headers of the kernel sets.
@@ -352,15 +354,55 @@ impl KernelLibrary {
     /// the cache), checks each result is a CUBIN, and returns how many there were; an error
     /// names the unit and its defines.
     pub fn compile_every_variant(&self, arch: &str) -> Result<usize, GpuError> {
-        let programs = self.kernels.programs();
-        let compile = |(name, defines): &(&str, Vec<String>)| -> Result<(), GpuError> {
-            let compiled = self
-                .compile_with(name, arch, defines)
-                .map_err(|e| GpuError::InvalidArgument(format!("{name} [{}]: {e}", defines.join(" "))))?;
+        self.compile_every_variant_with(arch, &[])
+    }
+
+    /// [`KernelLibrary::compile_every_variant`] with `extra` defines added to every variant
+    /// (the traced variants: `[trace::TRACE_DEFINE]`).
+    pub fn compile_every_variant_with(&self, arch: &str, extra: &[String]) -> Result<usize, GpuError> {
+        self.for_every_variant(|name, defines| {
+            let defines = [defines, extra].concat();
+            let compiled = self.compile_with(name, arch, &defines)?;
             if !compiled.cubin.starts_with(b"\x7fELF") {
-                return Err(GpuError::InvalidArgument(format!("{name} [{}] is not a CUBIN", defines.join(" "))));
+                return Err(GpuError::InvalidArgument("not a CUBIN".into()));
             }
             Ok(())
+        })
+    }
+
+    /// Checks that the trace marks compile away: every variant, untraced, compiles for `arch`
+    /// to the same CUBIN as its source with every `WEFT_TRACE_*` line removed
+    /// ([`crate::trace::without_marks`]). Returns how many variants were compared.
+    pub fn check_marks_compile_away(&self, arch: &str) -> Result<usize, GpuError> {
+        self.for_every_variant(|name, defines| {
+            let (source, options) = self.program(name, arch, defines)?;
+            let marked = weft_gpu::compile(&source, &options, &self.cache_dir)?;
+            let strip = |(n, t): &(String, String)| (n.clone(), crate::trace::without_marks(t));
+            let unmarked = KernelSource {
+                name: source.name.clone(),
+                text: crate::trace::without_marks(&source.text),
+                headers: source.headers.iter().map(strip).collect(),
+            };
+            if unmarked.text == source.text && unmarked.headers == source.headers {
+                return Ok(());
+            }
+            let unmarked = weft_gpu::compile(&unmarked, &options, &self.cache_dir)?;
+            if marked.cubin != unmarked.cubin {
+                return Err(GpuError::InvalidArgument("its trace marks change the untraced CUBIN".into()));
+            }
+            Ok(())
+        })
+    }
+
+    /// Runs `check` on every (unit, defines) pair of the set on every core and returns how
+    /// many there were; the first error in program order is returned, naming the program.
+    fn for_every_variant(
+        &self,
+        check: impl Fn(&str, &[String]) -> Result<(), GpuError> + Sync,
+    ) -> Result<usize, GpuError> {
+        let programs = self.kernels.programs();
+        let compile = |(name, defines): &(&str, Vec<String>)| -> Result<(), GpuError> {
+            check(name, defines).map_err(|e| GpuError::InvalidArgument(format!("{name} [{}]: {e}", defines.join(" "))))
         };
         // NVRTC programs are independent: one thread per core, each taking every n-th program;
         // the first error in program order is the one reported.

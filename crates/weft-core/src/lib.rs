@@ -33,6 +33,7 @@ mod semaphore;
 pub mod test_kernels;
 pub mod test_launchers;
 mod topology;
+pub mod trace;
 pub mod wire;
 
 pub use channel::{MemoryChannel, MemoryChannelConfig};

@@ -4,6 +4,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use weft_core::trace::{RankTrace, TraceError, Tracer};
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory};
 use weft_gpu::{AllocKind, DeviceMemory, Stream};
 use weft_types::EpContext;
@@ -55,6 +56,8 @@ pub struct Buffer {
     pub(crate) layout: BufferLayout,
     pub(crate) context: EpContext,
     pub(crate) kernels: Kernels,
+    /// Set when `WEFT_TRACE` is: the traced kernels write into it.
+    tracer: Option<Tracer>,
     /// `int32_t[1 + MAX_LOCAL_EXPERTS]`: what the last notify counted for this rank.
     pub(crate) recv_counts: DeviceMemory,
     /// Normal-mode calls launched so far (notify, dispatch, combine): a typed dispatch
@@ -97,7 +100,11 @@ impl Buffer {
             peers.push(remote);
         }
         let context = layout.context(&ptrs, rank, comm.wait_context(rank, None));
-        let kernels = Kernels::load(comm.device(), comm.env().cache_dir.clone()).map_err(gpu)?;
+        let tracer = Tracer::from_env(comm.env(), comm.device(), rank, ranks).map_err(|e| match e {
+            TraceError::Gpu(source) => EpError::Gpu { rank, source },
+            e => EpError::InvalidArgument { rank, argument: "WEFT_TRACE", detail: e.to_string() },
+        })?;
+        let kernels = Kernels::load(comm.device(), comm.env().cache_dir.clone(), tracer.as_ref()).map_err(gpu)?;
         let recv_counts =
             DeviceMemory::alloc(comm.device(), 4 * (1 + MAX_LOCAL_EXPERTS), AllocKind::Legacy).map_err(gpu)?;
         comm.barrier()?;
@@ -106,6 +113,7 @@ impl Buffer {
             layout,
             context,
             kernels,
+            tracer,
             recv_counts,
             normal_calls: AtomicU64::new(0),
             _memory: memory,
@@ -131,6 +139,14 @@ impl Buffer {
     /// The communicator the buffer was made on.
     pub fn communicator(&self) -> &Communicator {
         &self.comm
+    }
+
+    /// What the traced kernels recorded since the last take (waiting for the device to be
+    /// idle first), or `None` when tracing is off (`WEFT_TRACE` unset). What is not taken is
+    /// written to the `WEFT_TRACE` file when the buffer is dropped.
+    pub fn take_trace(&self) -> Result<Option<RankTrace>, EpError> {
+        let Some(tracer) = &self.tracer else { return Ok(None) };
+        tracer.take().map(Some).map_err(|source| EpError::Gpu { rank: self.rank(), source })
     }
 
     /// `Err` naming the rank, peer and phase if an EP kernel's wait gave up (the kernel exited

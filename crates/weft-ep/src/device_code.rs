@@ -56,6 +56,22 @@ mod tests {
         assert_eq!(library.compile_every_variant("sm_90").unwrap(), 1);
     }
 
+    #[test]
+    fn the_traced_ep_kernels_compile_for_sm_90_and_their_marks_compile_away_untraced() {
+        let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
+        let traced = [weft_core::trace::TRACE_DEFINE.to_string()];
+        assert_eq!(library.compile_every_variant_with("sm_90", &traced).unwrap(), 1);
+        assert_eq!(library.check_marks_compile_away("sm_90").unwrap(), 1);
+        // The host finds the ring by this name (cuModuleGetGlobal); untraced it is absent.
+        let has_ring = |defines: &[String]| {
+            let cubin = library.compile_with(UNIT, "sm_90", defines).unwrap().cubin;
+            let name = weft_core::trace::RING_GLOBAL.as_bytes();
+            cubin.windows(name.len()).any(|w| w == name)
+        };
+        assert!(has_ring(&traced));
+        assert!(!has_ring(&[]));
+    }
+
     /// The dispatch and combine kernels move every byte of a token through registers; a
     /// run-time-indexed array or spill would put local memory on that path.
     #[test]

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use weft_core::KernelLibrary;
+use weft_core::trace::Tracer;
 use weft_gpu::{Device, GpuError, Kernel, LaunchConfig, Stream};
 use weft_types::{
     EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs,
@@ -104,9 +105,18 @@ pub(crate) enum LlPhase {
 }
 
 impl Kernels {
-    /// Compiles (or reads from the cache in `cache_dir`) and loads the EP module on `device`.
-    pub(crate) fn load(device: &Device, cache_dir: std::path::PathBuf) -> Result<Self, GpuError> {
-        let module = KernelLibrary::new(cache_dir, &KERNELS).load(device, UNIT)?.module;
+    /// Compiles (or reads from the cache in `cache_dir`) and loads the EP module on `device`:
+    /// its traced variant, attached to `tracer`, when there is one.
+    pub(crate) fn load(
+        device: &Device,
+        cache_dir: std::path::PathBuf,
+        tracer: Option<&Tracer>,
+    ) -> Result<Self, GpuError> {
+        let defines = tracer.map(|t| t.defines(&[])).unwrap_or_default();
+        let module = KernelLibrary::new(cache_dir, &KERNELS).load_with(device, UNIT, &defines)?.module;
+        if let Some(tracer) = tracer {
+            tracer.attach(&module)?;
+        }
         let kernel = |name: &str| Arc::clone(&module).kernel(name);
         Ok(Self {
             layout: kernel("weft_ep_layout")?,

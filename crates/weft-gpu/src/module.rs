@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use crate::device::Device;
-use crate::driver::cu;
+use crate::driver::{DevicePtr, cu};
 use crate::error::GpuError;
 use crate::kernel_params::KernelParams;
 use crate::stream::Stream;
@@ -96,6 +96,30 @@ impl Module {
         // SAFETY: out-pointer to a local; live module; NUL-terminated name.
         unsafe { cu!(cuModuleGetFunction(&mut func, self.raw, c_name.as_ptr()))? };
         Ok(Kernel { module: Arc::clone(self), func, name: name.to_string() })
+    }
+
+    /// The device address and size of the module's `__device__` variable `name` (an
+    /// `extern "C"` name: C++ names are mangled).
+    pub fn global(&self, name: &str) -> Result<(DevicePtr, usize), GpuError> {
+        let c_name = CString::new(name).map_err(|_| GpuError::InvalidArgument(format!("global name {name:?}")))?;
+        let (mut ptr, mut bytes): (sys::CUdeviceptr, usize) = (0, 0);
+        self.device.bind()?;
+        // SAFETY: out-pointers to locals; live module; NUL-terminated name.
+        unsafe { cu!(cuModuleGetGlobal_v2(&mut ptr, &mut bytes, self.raw, c_name.as_ptr()))? };
+        Ok((ptr, bytes))
+    }
+
+    /// Writes `value` into the module's `__device__` variable `name`, which must be exactly
+    /// `value.len()` bytes. Synchronous; no kernel of the module may be running.
+    pub fn write_global(&self, name: &str, value: &[u8]) -> Result<(), GpuError> {
+        let (ptr, bytes) = self.global(name)?;
+        if bytes != value.len() {
+            return Err(GpuError::InvalidArgument(format!("global {name} is {bytes} bytes, not {}", value.len())));
+        }
+        self.device.bind()?;
+        // SAFETY: the destination is the variable's whole storage (size checked above) in this
+        // live module; the source is a live host slice of the same length.
+        unsafe { cu!(cuMemcpyHtoD_v2(ptr, value.as_ptr().cast(), value.len())) }
     }
 }
 

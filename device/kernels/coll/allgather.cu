@@ -3,16 +3,20 @@
 
 extern "C" __global__ void __launch_bounds__(512)
     weft_allgather_ll(CollContext c, const char* input, char* output, uint64_t block_bytes) {
+  WEFT_TRACE_SCOPE(weft_allgather_ll);
   LlRound round;
   if (!ll_round_begin(c, round)) return;
+  WEFT_TRACE_MARK(ll_begin);
   const LlRange range(packet_count<Ll16>(block_bytes));
   ll_put(c, round, c.rank, input, block_bytes, range, [](uint32_t) { return true; });
   ll_copy_local(output + c.rank * block_bytes, input, block_bytes, range);
+  WEFT_TRACE_MARK(ll_puts);
   bool ok = true;
   for (uint32_t k = 1; k < c.ranks && ok; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
     ok = ll_get(c, round, d, d, output + d * block_bytes, block_bytes, range);
   }
+  WEFT_TRACE_MARK(ll_gets);
   ll_round_end(c, round);
 }
 
@@ -25,11 +29,13 @@ extern "C" __global__ void __launch_bounds__(512)
 // other than the one this rank reads.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allgather_hb(CollContext c, const char* input, char* output, uint64_t block_bytes, PeerBuffers outputs) {
+  WEFT_TRACE_SCOPE(weft_allgather_hb);
   const uint32_t ranks = c.ranks, rank = c.rank;
   const bool zero_copy = peer_buffer(outputs, rank) != nullptr;
   const uint64_t slot = zero_copy ? round_up16(block_bytes) : (2 * c.chunk_bytes / ranks) & ~uint64_t(15);
   for (uint64_t first = 0; first < block_bytes; first += slot) {
     if (!hb_barrier(c)) return;
+    WEFT_TRACE_MARK(barrier);
     const Shards s(min_u64(slot, block_bytes - first), round_capacity(block_bytes, slot), 1);
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 1; k < ranks; ++k) {
@@ -39,10 +45,13 @@ extern "C" __global__ void __launch_bounds__(1024)
       push_padded(to, input + first, lo, hi);
     }
     copy_range(output + rank * block_bytes + first, input + first, lo, hi);
+    WEFT_TRACE_MARK(push);
     if (!hb_barrier(c)) return;
+    WEFT_TRACE_MARK(barrier);
     for (uint32_t k = 1; k < ranks && !zero_copy; ++k) {
       const uint32_t d = (rank + k) % ranks;
       copy_range(output + d * block_bytes + first, reinterpret_cast<const char*>(c.scratch) + d * slot, lo, hi);
     }
+    WEFT_TRACE_MARK(copy);
   }
 }

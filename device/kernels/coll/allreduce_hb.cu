@@ -18,7 +18,9 @@
 /// arrays are indexed by unrolled constants only, so they stay in registers.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_hb_direct(CollContext c, uint64_t bytes, PeerBuffers inputs, PeerBuffers outputs) {
+  WEFT_TRACE_SCOPE(weft_allreduce_hb_direct);
   if (!hb_barrier(c)) return;
+  WEFT_TRACE_MARK(barrier);
   const Shards s(bytes, bytes, c.ranks);
   const uint64_t lo = s.lo(c.rank), hi = s.hi(c.rank);
   if (hi > lo) {
@@ -32,10 +34,13 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     reduce_range(in, c.ranks, lo, hi, Fin::of(c), store);
   }
+  WEFT_TRACE_MARK(reduce);
   hb_barrier(c);
+  WEFT_TRACE_MARK(barrier);
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_hb(CollContext c, const char* input, char* output, uint64_t bytes, PeerBuffers outputs) {
+  WEFT_TRACE_SCOPE(weft_allreduce_hb);
   two_shot_hb(c, input, output, bytes, kEveryRank, outputs);
 }

@@ -3,14 +3,18 @@
 
 extern "C" __global__ void __launch_bounds__(512)
     weft_broadcast_ll(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  WEFT_TRACE_SCOPE(weft_broadcast_ll);
   LlRound round;
   if (!ll_round_begin(c, round)) return;
+  WEFT_TRACE_MARK(ll_begin);
   const LlRange range(packet_count<Ll16>(bytes));
   if (c.rank == root) {
     ll_put(c, round, root, input, bytes, range, [](uint32_t) { return true; });
     ll_copy_local(output, input, bytes, range);
+    WEFT_TRACE_MARK(ll_puts);
   } else {
     ll_get(c, round, root, root, output, bytes, range);
+    WEFT_TRACE_MARK(ll_gets);
   }
   ll_round_end(c, round);
 }
@@ -24,6 +28,7 @@ extern "C" __global__ void __launch_bounds__(512)
 // Small messages take one round (three steps, as unpipelined); large ones at least 8 rounds.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_broadcast_hb(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  WEFT_TRACE_SCOPE(weft_broadcast_hb);
   const uint32_t ranks = c.ranks, rank = c.rank;
   if (ranks == 1) {
     const Shards s(bytes, bytes, 1);
@@ -45,6 +50,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   auto buffer_of = [&](uint32_t r, uint64_t j) { return scratch_of(c, r) + (j % 3) * buffer; };
   for (uint64_t j = 0; j < rounds + 2; ++j) {
     if (!hb_barrier(c)) return;
+    WEFT_TRACE_MARK(barrier);
     if (rank == root) {
       if (j < rounds) {
         const Shards s = shards(j);
@@ -53,6 +59,7 @@ extern "C" __global__ void __launch_bounds__(1024)
           push_padded(buffer_of(owner(i), j), input + first, s.lo(i), s.hi(i));
           copy_range(output + first, input + first, s.lo(i), s.hi(i));
         }
+        WEFT_TRACE_MARK(push);
       }
       continue;
     }
@@ -61,11 +68,13 @@ extern "C" __global__ void __launch_bounds__(1024)
       for (uint32_t i = 1; i < owners; ++i) {
         push_padded(buffer_of(owner((mine + i) % owners), j - 1), buffer_of(rank, j - 1), s.lo(mine), s.hi(mine));
       }
+      WEFT_TRACE_MARK(push);
     }
     if (j >= 2) {
       const Shards s = shards(j - 2);
       const uint64_t first = (j - 2) * round;
       for (uint32_t i = 0; i < owners; ++i) copy_range(output + first, buffer_of(rank, j - 2), s.lo(i), s.hi(i));
+      WEFT_TRACE_MARK(copy);
     }
   }
 }

@@ -2,6 +2,7 @@
 // with their invariants (weft/collective.cuh), and their namespaces.
 #pragma once
 #include "weft/collective.cuh"
+#include "weft/trace.cuh"
 
 using namespace weft;
 using namespace weft::coll;

@@ -8,6 +8,7 @@
 // grants two credits up front and one per half it has drained while more remain; the sender
 // spends one before each half, so signals and waits balance exactly per transfer.
 extern "C" __global__ void __launch_bounds__(1024) weft_p2p(CollContext c, P2pPlan plan) {
+  WEFT_TRACE_SCOPE(weft_p2p);
   const uint32_t blocks = c.p2p_blocks;
   const uint32_t direction = blockIdx.x / blocks, j = blockIdx.x % blocks;
   const uint32_t peer = direction / 2;

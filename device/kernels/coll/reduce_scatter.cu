@@ -4,15 +4,19 @@
 // Shard d is block d of the input (`shard_bytes` each); the result is this rank's shard.
 extern "C" __global__ void __launch_bounds__(512)
     weft_reduce_scatter_ll(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
+  WEFT_TRACE_SCOPE(weft_reduce_scatter_ll);
   LlRound round;
   if (!ll_round_begin(c, round)) return;
+  WEFT_TRACE_MARK(ll_begin);
   const LlRange range(packet_count<Ll16>(shard_bytes));
   const Pre pre = Pre::of(c);
   for (uint32_t k = 1; k < c.ranks; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
     ll_put(c, round, c.rank, input + d * shard_bytes, shard_bytes, range, only(d), pre);
   }
+  WEFT_TRACE_MARK(ll_puts);
   ll_reduce(c, round, 0, input + c.rank * shard_bytes, shard_bytes, range, StoreTo{output});
+  WEFT_TRACE_MARK(ll_reduce);
   ll_round_end(c, round);
 }
 
@@ -22,6 +26,7 @@ extern "C" __global__ void __launch_bounds__(512)
 /// and copies that out, so the vector path never depends on the user buffer's alignment.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_reduce_scatter_hb(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
+  WEFT_TRACE_SCOPE(weft_reduce_scatter_hb);
   const uint32_t ranks = c.ranks, rank = c.rank;
   const uint64_t slot = (c.chunk_bytes / ranks) & ~uint64_t(15);
   const Fin finish = Fin::of(c);
@@ -29,19 +34,24 @@ extern "C" __global__ void __launch_bounds__(1024)
   char* result = reinterpret_cast<char*>(c.scratch) + c.chunk_bytes;
   for (uint64_t first = 0; first < shard_bytes; first += slot) {
     if (!hb_barrier(c)) return;
+    WEFT_TRACE_MARK(barrier);
     const Shards s(min_u64(slot, shard_bytes - first), round_capacity(shard_bytes, slot), 1);
     const uint64_t lo = s.lo(0), hi = s.hi(0);
     for (uint32_t k = 0; k < ranks; ++k) {
       const uint32_t d = (rank + k) % ranks;
       push_padded(scratch_of(c, d) + rank * slot, input + d * shard_bytes + first, lo, hi, pre);
     }
+    WEFT_TRACE_MARK(push);
     if (!hb_barrier(c)) return;
+    WEFT_TRACE_MARK(barrier);
     if (hi > lo) {
       const char* in[MAX_RANKS];
       for (uint32_t r = 0; r < ranks; ++r) in[r] = reinterpret_cast<const char*>(c.scratch) + r * slot;
       reduce_range(in, ranks, lo, hi, finish, [&](uint64_t at, const uint4& v) { *reinterpret_cast<uint4*>(result + at) = v; });
       __syncthreads();
+      WEFT_TRACE_MARK(reduce);
       copy_range(output + first, result, lo, hi);
+      WEFT_TRACE_MARK(copy);
     }
   }
 }

@@ -23,6 +23,7 @@ __device__ __forceinline__ bool ring_wait(const CollContext& c, uint32_t prev) {
 /// Every shard is reduced once, in one fixed order, so every rank gets the same bits.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_ring(CollContext c, const char* input, char* output, uint64_t bytes) {
+  WEFT_TRACE_SCOPE(weft_allreduce_ring);
   const uint32_t n = c.ranks, r = c.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
   const Fin finish = Fin::of(c);
   const Pre pre = Pre::of(c);

@@ -66,6 +66,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
   const uint64_t direct_bytes = zero_copy ? bytes & ~uint64_t(15) : 0;
   for (uint64_t j = 0; j < rounds + 2; ++j) {
     if (!hb_barrier(c)) return;
+    WEFT_TRACE_MARK(barrier);
     if (j < rounds) {
       const Shards s = shards(j);
       for (uint32_t k = 0; k < owners; ++k) {
@@ -73,6 +74,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
         const uint64_t at = static_cast<uint64_t>(rank) * s.shard - static_cast<uint64_t>(i) * s.shard;
         push_padded(slots(owner(i), j) + at, input + j * round, s.lo(i), s.hi(i), pre);
       }
+      WEFT_TRACE_MARK(push);
     }
     if (j >= 1 && j - 1 < rounds && mine != kNoShard) {
       const Shards s = shards(j - 1);
@@ -105,6 +107,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
           reduce_range(in, ranks, split, hi, finish, store);
         }
       }
+      WEFT_TRACE_MARK(reduce);
     }
     if (j >= 2 && receives) {
       const Shards s = shards(j - 2);
@@ -114,6 +117,7 @@ __device__ __forceinline__ void two_shot_hb(const CollContext& c, const char* in
       for (uint32_t i = 0; i < owners; ++i) {
         copy_range(output + first, results(rank, j - 2), s.lo(i) > from ? s.lo(i) : from, s.hi(i));
       }
+      WEFT_TRACE_MARK(copy);
     }
   }
 }

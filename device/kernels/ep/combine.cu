@@ -84,12 +84,17 @@ __device__ __forceinline__ void reduce_tokens(const EpContext& c, const EpCombin
 // warps split into one group per rank, as in dispatch), block 2c + 1 reduces this rank's
 // tokens of channel c (every warp). Senders never wait.
 extern "C" __global__ void __launch_bounds__(kChannelThreads, 1) weft_ep_combine(EpContext c, EpCombineArgs a) {
+  WEFT_TRACE_SCOPE(weft_ep_combine);
   const uint32_t channel = blockIdx.x / 2, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (blockIdx.x % 2 == 1) {
     reduce_tokens(c, a, channel, warp, lane);
+    WEFT_TRACE_WARP_MARK(copy);
     return;
   }
   const uint32_t members = kChannelWarps / c.ranks;
   const uint32_t peer = warp / members, member = warp % members;
-  if (peer < c.ranks) send_rows(c, a, channel, peer, member, members, lane);
+  if (peer < c.ranks) {
+    send_rows(c, a, channel, peer, member, members, lane);
+    WEFT_TRACE_WARP_MARK(send);
+  }
 }

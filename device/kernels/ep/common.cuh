@@ -6,6 +6,7 @@
 #include "weft/ep/buffer.cuh"
 #include "weft/ep/copy.cuh"
 #include "weft/ep/sync.cuh"
+#include "weft/trace.cuh"
 
 using namespace weft;
 using namespace weft::ep;

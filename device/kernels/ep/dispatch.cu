@@ -132,6 +132,7 @@ __device__ __forceinline__ void receive_channel(const EpContext& c, const EpDisp
   if (lane == 0) word = acquire_at_least(channel_word(c, c.rank, src, channel), kChannelWordValid, c, src, WaitOp::EpDispatchChannel);
   word = __shfl_sync(~0u, word, 0);
   if (word < kChannelWordValid) return;
+  WEFT_TRACE_WARP_MARK(wait);
   const uint32_t start = uint32_t(word), count = uint32_t(word >> 32) & 0x7fffffffu;
   const int* rank_prefix = reinterpret_cast<const int*>(a.rank_prefix_matrix);
   const uint64_t first_row = (src == 0 ? 0 : uint64_t(rank_prefix[(src - 1) * c.ranks + c.rank])) + start;
@@ -159,13 +160,16 @@ __device__ __forceinline__ void receive_channel(const EpContext& c, const EpDisp
 // sends to it or receives from it; spare warps idle). Senders never wait, so the kernel
 // cannot deadlock however the blocks of several ranks share SMs.
 extern "C" __global__ void __launch_bounds__(kChannelThreads, 1) weft_ep_dispatch(EpContext c, EpDispatchArgs a) {
+  WEFT_TRACE_SCOPE(weft_ep_dispatch);
   const uint32_t channel = blockIdx.x / 2, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t members = kChannelWarps / c.ranks;
   const uint32_t peer = warp / members, member = warp % members;
   if (peer >= c.ranks) return;
   if (blockIdx.x % 2 == 0) {
     send_channel(c, a, channel, peer, member, members, lane);
+    WEFT_TRACE_WARP_MARK(send);
   } else {
     receive_channel(c, a, channel, peer, member, members, lane);
+    WEFT_TRACE_WARP_MARK(copy);
   }
 }

@@ -58,6 +58,7 @@ __device__ __forceinline__ bool finish_phase(uint64_t* state, uint32_t phase) {
     }
   }
   __syncthreads();
+  WEFT_TRACE_MARK(finish);
   return last != 0;
 }
 
@@ -221,6 +222,7 @@ __device__ __forceinline__ void publish_counts(const EpContext& c, const EpLlDis
 // its chunks to every expert of the token, at `[local expert][this rank][index]` of the
 // expert's rank. The last block publishes every expert's count.
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_send(EpContext c, EpLlDispatchArgs a) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_send);
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kDispatchSend);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -237,7 +239,11 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
     }
     send_chunk(c, a, half, route, t, item % chunks, lane);
   }
-  if (finish_phase(state, kDispatchSend)) publish_counts(c, a, sequence, half);
+  WEFT_TRACE_WARP_MARK(send);
+  if (finish_phase(state, kDispatchSend)) {
+    publish_counts(c, a, sequence, half);
+    WEFT_TRACE_MARK(publish);
+  }
 }
 
 // Grid: any number of blocks of kLlThreads; a unit is a (local expert, source rank) pair, with
@@ -247,6 +253,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
 // expert, their loads in flight together: rows are packed by source rank, then token order
 // (weft-ep's model::ll_dispatch).
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_recv(EpContext c, EpLlDispatchArgs a) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv);
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kDispatchRecv);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -267,6 +274,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
     }
     if (!__all_sync(~0u, ok)) break;
     __syncwarp();  // the lanes' acquires order every lane's reads of the messages
+    WEFT_TRACE_WARP_MARK(wait);
     uint32_t begin = 0, total = 0;
     for (uint32_t s = 0; s < c.ranks; ++s) {
       const uint32_t ns = __shfl_sync(~0u, n, s);
@@ -306,6 +314,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
         },
         lane);
   }
+  WEFT_TRACE_WARP_MARK(copy);
   finish_phase(state, kDispatchRecv);
 }
 
@@ -315,6 +324,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
 // `[global expert][token]`, their loads in flight together. The last block then raises every
 // pair's flag (every pair, so every destination hears from every expert).
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_send(EpContext c, EpLlCombineArgs a) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_combine_send);
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kCombineSend);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -337,11 +347,13 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_s
         },
         lane);
   }
+  WEFT_TRACE_WARP_MARK(send);
   if (!finish_phase(state, kCombineSend)) return;
   for (uint32_t pair = threadIdx.x; pair < units; pair += blockDim.x) {
     const uint32_t le = pair / c.ranks, dst = pair % c.ranks;
     ptx::st_release_sys(at<uint64_t>(c, dst, a.signal_offset) + uint64_t(half) * a.experts + c.rank * local + le, sequence + 1);
   }
+  WEFT_TRACE_MARK(publish);
 }
 
 // Grid: any number of blocks of kLlThreads; the work is every (token, span of 32 x
@@ -350,6 +362,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_s
 // rounds once to BF16 (weft-ep's model::ll_combine). Block 0 also waits for every expert's
 // flag, so no rank finishes a combine before every peer has sent it.
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_recv(EpContext c, EpLlCombineArgs a) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_combine_recv);
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kCombineRecv);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -360,6 +373,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_r
     for (uint32_t g = threadIdx.x; g < a.experts; g += blockDim.x) {
       acquire_at_least(flags + g, sequence + 1, c, g / local, WaitOp::EpLlFlag);
     }
+    WEFT_TRACE_MARK(wait);
   }
   const int64_t* idx = reinterpret_cast<const int64_t*>(a.topk_idx);
   const uint32_t vectors = a.hidden / 8, span = 32 * kSumVectors, spans = (vectors + span - 1) / span;
@@ -375,9 +389,11 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_r
     }
     if (!__all_sync(~0u, ok)) break;
     __syncwarp();  // the lanes' acquires order every lane's reads of the rows
+    WEFT_TRACE_WARP_MARK(wait);
     const char* row = g >= 0 ? slots + (uint64_t(g) * a.max_tokens + t) * row_bytes : nullptr;
     int4* out = reinterpret_cast<int4*>(a.combined_x + uint64_t(t) * row_bytes);
     warp_sum_rows(row, w, out, begin, min(begin + span, vectors), lane);
   }
+  WEFT_TRACE_WARP_MARK(copy);
   finish_phase(state, kCombineRecv);
 }

@@ -47,6 +47,8 @@ pub struct EpBenchOptions {
     pub check: bool,
     /// GPUs, a rank each (threads of this process).
     pub gpus: usize,
+    /// Record the traced kernels and write a Chrome trace per line here (`--trace`).
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// Runs the benchmark on `options.gpus` GPUs and prints a line per rank, operation and SM
@@ -56,7 +58,7 @@ pub fn run(
     json: Option<&std::path::Path>,
     plot: Option<&std::path::Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let env = Env::from_process()?;
+    let env = super::trace::traced_env(Env::from_process()?, options.trace.as_deref(), "ep")?;
     let shared = Arc::new(options.clone());
     let outcomes = launch::run_rank_threads(options.gpus, "weft-ep", move |rank, bootstrap| {
         measure_rank(rank, bootstrap, &env, &shared).map_err(|e| e.to_string())
@@ -126,14 +128,17 @@ fn measure_rank(
             let rows = dispatched.rows();
             let bf16_bytes = (rows * options.hidden * 2) as f64;
             let payload = if fp8 { "fp8" } else { "bf16" };
+            buffer.take_trace()?; // the check's and the first dispatch's records
             let us = time(&comm, &stream, || {
                 harness::cached_dispatch(&buffer, &case, &inputs, &mut dispatched, None, &stream)
             })?;
+            write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-dispatch"))?;
             let bytes = if fp8 { bf16_bytes * (1.0 + 4.0 / 128.0) / 2.0 } else { bf16_bytes };
             lines.push(EpLine { rank, op: "dispatch", payload, sms, recv_tokens: rows, us, gbps: bytes / us / 1e3 });
             if !fp8 {
                 let mut tensors = CombineTensors::new(&device, &case, (rows, None), &[], options.tokens)?;
                 let us = time(&comm, &stream, || harness::combine(&buffer, &case, &dispatched, &mut tensors, &stream))?;
+                write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-combine"))?;
                 lines.push(EpLine {
                     rank,
                     op: "combine",
@@ -187,8 +192,11 @@ fn measure_low_latency(
         let inputs = case.inputs(rank);
         let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
         let mut t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
+        buffer.take_trace()?; // the check's records
         let dispatch_us = time_captured(comm, stream, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
+        write_trace(options, comm, &buffer, &format!("ep-{sms}sm-ll-dispatch"))?;
         let combine_us = time_captured(comm, stream, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
+        write_trace(options, comm, &buffer, &format!("ep-{sms}sm-ll-combine"))?;
         let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
         let combine_bytes = (pairs * options.hidden * 2) as f64;
         let line = |op, payload, us: f64, bytes: f64| EpLine {
@@ -205,6 +213,20 @@ fn measure_low_latency(
         comm.barrier()?;
     }
     Ok(lines)
+}
+
+/// With `--trace`, writes what `buffer`'s kernels recorded since the last take as the trace
+/// `name` of this rank.
+fn write_trace(
+    options: &EpBenchOptions,
+    comm: &Communicator,
+    buffer: &Buffer,
+    name: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(dir) = &options.trace {
+        super::trace::write_row(dir, name, comm.rank(), comm.world_size(), buffer.take_trace()?)?;
+    }
+    Ok(())
 }
 
 /// Calls per graph of [`time_captured`].

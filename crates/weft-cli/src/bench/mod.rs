@@ -12,6 +12,7 @@ mod ep_report;
 mod plot;
 pub mod proxy;
 mod report;
+mod trace;
 mod worker;
 
 use std::path::Path;
@@ -81,6 +82,10 @@ pub struct BenchOptions {
     /// Timed trials per size and contender, interleaved (see [`crate::harness::trials`]).
     #[serde(default = "default_trials")]
     pub trials: usize,
+    /// Record the traced kernels and write a Chrome trace per row and weft contender here
+    /// (`trace::traced_env`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 fn default_trials() -> usize {
@@ -399,6 +404,7 @@ mod tests {
             gpus: 2,
             ranks: None,
             trials: DEFAULT_TRIALS,
+            trace: None,
         };
         assert_eq!(sizes(&o), vec![1024, 2048, 4096, 8192]);
     }

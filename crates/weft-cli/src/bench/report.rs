@@ -288,6 +288,7 @@ pub(super) mod tests {
             nccl: true,
             windows: false,
             nccl_windows: false,
+            trace: None,
             in_place: false,
             versus: None,
             gpus: 4,

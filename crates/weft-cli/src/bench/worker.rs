@@ -60,6 +60,8 @@ fn run_rank(
     record: &mut dyn FnMut(usize),
 ) -> Result<Vec<Row>, BoxError> {
     let device = Device::new(gpu)?;
+    let trace_dir = options.trace.as_deref();
+    let env = super::trace::traced_env(env, trace_dir, &options.collective.to_string())?;
     let comm = Communicator::new(Arc::clone(&bootstrap), device.clone(), env.clone())?;
     let rank = comm.rank();
     let ranks = comm.world_size();
@@ -169,6 +171,10 @@ fn run_rank(
             row.algorithm = algorithm.name().to_string();
             row.model_us = coll.emulated_nic_model_us(algorithm, shape.bytes);
             me.idle()?;
+            // A row's trace covers its timed calls (warm-ups included), not the check's.
+            for c in std::iter::once(&coll).chain(&versus) {
+                c.take_trace()?;
+            }
             let before = coll.path_counts().zero_copy;
             // Every contender this run measures, in the same order on every rank.
             let mut contenders: Vec<(Contender, Box<CallFn<'_>>)> =
@@ -187,6 +193,12 @@ fn run_rank(
             for ((contender, _), trials) in contenders.iter().zip(&trials) {
                 let timing = Timing::of(trials).ok_or("--trials 0: nothing was timed")?;
                 row.set_timing(*contender, timing);
+            }
+            if let Some(dir) = trace_dir {
+                for (label, c) in std::iter::once(("weft", &coll)).chain(versus.iter().map(|v| ("versus", v))) {
+                    let name = format!("{}-{}-{label}", options.collective, shape.bytes);
+                    super::trace::write_row(dir, &name, rank, ranks, c.take_trace()?)?;
+                }
             }
             if coll.path_counts().zero_copy > before {
                 // The timed calls wrote straight into the peers' registered outputs.

@@ -182,6 +182,13 @@ impl Env {
         Ok(env)
     }
 
+    /// Sets `variable` as if the process environment held `value`: for the variables their
+    /// owners read through [`Env::var`] (not the typed fields above), such as `WEFT_TRACE`
+    /// for a tool that turns tracing on itself.
+    pub fn set_var(&mut self, variable: &Variable, value: impl Into<String>) {
+        self.vars.insert(variable.name.to_string(), value.into());
+    }
+
     /// The value of `variable` as it was read, for the layers that parse their own.
     pub fn var(&self, variable: &Variable) -> Option<&str> {
         self.vars.get(variable.name).map(String::as_str)

@@ -137,6 +137,12 @@ variables! {
         "bound of every device-side wait, up to 86400";
     WEFT_CACHE_DIR: Path, Config, "weft-core", default "`$XDG_CACHE_HOME/weft` or `~/.cache/weft` (the NVRTC tests: a fresh temporary folder)",
         "folder of the NVRTC kernel cache";
+    WEFT_TRACE: Path, Config, "weft-core", default "unset: no tracing",
+        "record device timestamps at the phase boundaries of the collective and EP kernels (their traced variants, compiled on first use) and write them as a Chrome/Perfetto trace to this file when the collectives or the EP buffer are dropped; `{rank}` in the path becomes the rank, else with several ranks `.rank<r>` goes before the extension (docs/trace.md)";
+    WEFT_TRACE_SAMPLE: Count, Config, "weft-core", default "`1`: every call",
+        "with `WEFT_TRACE`: record the calls of each kernel whose number is a multiple of this";
+    WEFT_TRACE_RECORDS: Count, Config, "weft-core", default "`1048576` (24 MiB)",
+        "with `WEFT_TRACE`: records the device ring keeps (24 bytes each); older ones are overwritten and counted in the trace";
     WEFT_ALLOC: Choice, Config, "weft-core", default "`auto`",
         "device memory kind: `vmm`, `legacy` or `auto`";
     WEFT_RANKS_PER_NODE: Count, Config, "weft-core", default "unset: one node per host",
