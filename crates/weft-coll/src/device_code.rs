@@ -118,4 +118,13 @@ mod tests {
             assert!(first_two[1].starts_with("if (!ll_round_begin(c, round)) return"), "{}", algorithm.kernel());
         }
     }
+
+    /// A trace scope names the kernel it opens (a copied scope would file a kernel's spans
+    /// under another's name).
+    #[test]
+    fn every_trace_scope_names_its_kernel() {
+        for (file, text) in KERNELS.units.iter().chain(KERNELS.includes) {
+            assert_eq!(weft_core::trace::scope_mismatches(text), Vec::<String>::new(), "{file}");
+        }
+    }
 }

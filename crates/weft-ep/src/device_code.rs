@@ -96,4 +96,13 @@ mod tests {
             assert_eq!((k.stack_frame_bytes, k.spill_store_bytes), (0, 0), "{}: {k:?}", k.name);
         }
     }
+
+    /// A trace scope names the kernel it opens (a copied scope would file a kernel's spans
+    /// under another's name).
+    #[test]
+    fn every_trace_scope_names_its_kernel() {
+        for (file, text) in KERNELS.units.iter().chain(KERNELS.includes) {
+            assert_eq!(weft_core::trace::scope_mismatches(text), Vec::<String>::new(), "{file}");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 
 extern "C" __global__ void __launch_bounds__(512)
     weft_allreduce_ll(CollContext c, const char* input, char* output, uint64_t bytes) {
-  WEFT_TRACE_SCOPE(weft_allreduce_ll2);
+  WEFT_TRACE_SCOPE(weft_allreduce_ll);
   LlRound round;
   if (!ll_round_begin(c, round)) return;
   WEFT_TRACE_MARK(ll_begin);

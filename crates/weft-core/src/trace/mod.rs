@@ -45,6 +45,31 @@ pub fn without_marks(source: &str) -> String {
     source.split_inclusive('\n').filter(|line| !is_mark(line)).collect()
 }
 
+/// Every kernel of `source` whose trace scope names another kernel, as `"kernel: scope"`: a
+/// scope is the first `WEFT_TRACE_SCOPE(...)` after a `__global__` definition and before the
+/// next one. A kernel without a scope is not listed.
+pub fn scope_mismatches(source: &str) -> Vec<String> {
+    let definitions: Vec<usize> = source.match_indices("__global__").map(|(i, _)| i).collect();
+    let mut wrong = Vec::new();
+    for (n, &start) in definitions.iter().enumerate() {
+        let end = definitions.get(n + 1).copied().unwrap_or(source.len());
+        let body = &source[start..end];
+        // The kernel's name is the identifier before the first `(` that is not its launch bounds.
+        let name = body
+            .match_indices('(')
+            .filter_map(|(open, _)| body[..open].split(|c: char| !(c.is_alphanumeric() || c == '_')).next_back())
+            .find(|name| !name.is_empty() && *name != "__launch_bounds__");
+        let Some(name) = name else { continue };
+        let Some(at) = body.find("WEFT_TRACE_SCOPE(") else { continue };
+        let rest = &body[at + "WEFT_TRACE_SCOPE(".len()..];
+        let scope = rest.split(')').next().unwrap_or_default().trim();
+        if scope != name {
+            wrong.push(format!("{name}: {scope}"));
+        }
+    }
+    wrong
+}
+
 /// Where rank `rank` of `ranks` writes the trace asked for at `path`: `{rank}` in the path
 /// becomes the rank; otherwise, with more than one rank, `.rank<r>` goes before the extension.
 pub fn rank_path(path: &std::path::Path, rank: u32, ranks: u32) -> std::path::PathBuf {
@@ -73,6 +98,14 @@ pub fn write_chrome(path: &std::path::Path, traces: &[RankTrace]) -> std::io::Re
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn a_scope_naming_another_kernel_is_found() {
+        let good = "extern \"C\" __global__ void a(int x) {\n  WEFT_TRACE_SCOPE(a);\n}\n";
+        let bad = "extern \"C\" __global__ void __launch_bounds__(512)\n    b(int x) {\n  WEFT_TRACE_SCOPE(a);\n}\n";
+        assert!(scope_mismatches(good).is_empty());
+        assert_eq!(scope_mismatches(&format!("{good}{bad}")), vec!["b: a".to_string()]);
+    }
 
     #[test]
     fn marks_and_the_trace_include_are_removed_and_nothing_else() {
