@@ -1,6 +1,7 @@
 //! `weft selftest --only gin`: the GIN examples (AllToAll, ring AllGather, halo exchange) on
 //! every rank, within one node (every peer over LSA) and across virtual nodes of one rank
-//! (every peer through the proxy, over TCP and over the emulated NIC). Each example runs two
+//! (every peer through the proxy, over TCP, over the emulated NIC, and over the emulated NIC in
+//! chaos mode, which lands a connection's writes out of order). Each example runs two
 //! eager calls and two replays of one captured call, back to back on the same signal, each
 //! with fresh random inputs (every rank derives every rank's from one shared seed) and a
 //! poisoned output, and every element is checked against the host reference.
@@ -39,6 +40,9 @@ enum Backend {
     Tcp,
     /// A virtual node per rank, PortChannels over the emulated NIC (2 µs, 50 GB/s).
     EmulatedNic,
+    /// The same, with the NIC delivering each connection's writes out of order
+    /// (`WEFT_EMU_NET_CHAOS`): signals and flushes must still follow their data.
+    Chaos,
 }
 
 impl Backend {
@@ -47,6 +51,7 @@ impl Backend {
             Backend::Lsa => "LSA (one node)",
             Backend::Tcp => "proxy over TCP (a virtual node per rank)",
             Backend::EmulatedNic => "proxy over the emulated NIC (a virtual node per rank)",
+            Backend::Chaos => "proxy over the emulated NIC delivering out of order (a virtual node per rank)",
         }
     }
 
@@ -59,14 +64,20 @@ impl Backend {
                 env.emulated_net = None;
                 env.network = Network::Tcp;
             }
-            Backend::EmulatedNic => {
+            Backend::EmulatedNic | Backend::Chaos => {
                 env.ranks_per_node = Some(1);
                 env.emulated_net = Some(LinkModel::new(2.0, Some(50.0)));
+                if matches!(self, Backend::Chaos) {
+                    env.set_var(&weft_core::env::vars::WEFT_EMU_NET_CHAOS, CHAOS_SEED.to_string());
+                }
             }
         }
         env
     }
 }
+
+/// The chaos backend's seed: fixed, so a failure reproduces.
+const CHAOS_SEED: u64 = 0x61_6e_00;
 
 #[derive(Clone, Copy, Debug)]
 enum Example {
@@ -157,8 +168,11 @@ fn element(seed: u64, run: usize, rank: usize, i: usize) -> u32 {
 
 /// Runs every example over every backend on this rank (collective).
 pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
-    let backends: &[Backend] =
-        if comm.world_size() > 1 { &[Backend::Lsa, Backend::Tcp, Backend::EmulatedNic] } else { &[Backend::Lsa] };
+    let backends: &[Backend] = if comm.world_size() > 1 {
+        &[Backend::Lsa, Backend::Tcp, Backend::EmulatedNic, Backend::Chaos]
+    } else {
+        &[Backend::Lsa]
+    };
     for &backend in backends {
         if let Err(e) = run_backend(comm, backend, label, report) {
             report.record(format!("{label}gin {}: set-up", backend.name()), Err(e));
