@@ -16,7 +16,8 @@
 # scripts/python-gpu-test.py on 2 ranks against torch.distributed's NCCL, and
 # scripts/python-ep-test.py (weft.ep as DeepEP's users call it) on 2 ranks.
 # The ep step runs the MoE self-test and `weft bench ep` at 24, 32, 64 and 128 SMs. The gin step
-# runs the GIN examples' self-test with a GPU per rank and with 2 ranks sharing one GPU.
+# runs the GIN examples' self-test with a GPU per rank and with 2 ranks sharing one GPU, then
+# `weft bench gin` (put + signal latency and bandwidth, the AllToAll against its α-β floor).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -85,7 +86,10 @@ for step in "${steps[@]}"; do
     gin) timeout 300 "$weft" selftest --only gin --mode threads > "$dir/selftest-gin.txt" 2>&1
          echo "selftest gin: rc=$? $(grep -h 'passed,' "$dir/selftest-gin.txt" | tail -1)"
          timeout 300 "$weft" selftest --only gin --gpus 1 --ranks 2 --mode threads > "$dir/selftest-gin-shared.txt" 2>&1
-         echo "selftest gin, 2 ranks on one GPU: rc=$? $(grep -h 'passed,' "$dir/selftest-gin-shared.txt" | tail -1)" ;;
+         echo "selftest gin, 2 ranks on one GPU: rc=$? $(grep -h 'passed,' "$dir/selftest-gin-shared.txt" | tail -1)"
+         # Issue 27's targets: put + signal latency and bandwidth, the AllToAll against its floor.
+         timeout 300 "$weft" bench gin -b 4K -e 64M -f 4 --json "$dir/gin.json" > "$dir/bench-gin.txt" 2>&1
+         echo "bench gin: rc=$?"; cat "$dir/bench-gin.txt" ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
            for ch in memory port; do

@@ -1,7 +1,7 @@
 //! # weft-cli — the `weft` command
 //!
 //! **Owns:** the command line and everything only it runs: `weft info`, `weft selftest` (the GPU
-//! suite), `weft bench` (collectives against NCCL, the FIFO and point-to-point benchmarks),
+//! suite), `weft bench` (collectives against NCCL, the FIFO, point-to-point and GIN benchmarks),
 //! `weft tune`, `weft plan`, `weft gen-header`, `weft trace-merge`, and the hidden worker
 //! subcommands their ranks run as. What several commands share (the collectives as nccl-tests
 //! lays them out, the host references every element is checked against, one rank's buffers,

@@ -40,12 +40,14 @@ enum Command {
     },
     /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
     /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
-    /// (one-direction bandwidth between GPUs 0 and 1). A collective starts one process per GPU
+    /// (one-direction bandwidth between GPUs 0 and 1), or weft-gin: `gin` (put + signal latency
+    /// and bandwidth over LSA and the emulated NIC, the AllToAll example against its α-β floor;
+    /// 2 ranks by default, `--ranks` more, as threads). A collective starts one process per GPU
     /// itself, or runs under torchrun: each process one rank on GPU LOCAL_RANK, rank 0 reporting.
     Bench {
         /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root 0)
         /// or sendrecv (to the next rank, from the previous one); or fifo, or p2p; or ep (MoE
-        /// dispatch and combine, DeepEP's intranode test).
+        /// dispatch and combine, DeepEP's intranode test); or gin.
         collective: String,
         #[command(flatten)]
         proxy: Box<ProxyBenchArgs>,
@@ -84,12 +86,12 @@ enum Command {
         /// and NCCL); for ep, GB/s and low-latency µs per operation, a series per SM count.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
-        /// Ranks (collectives; default: one per GPU). More ranks than GPUs run as threads of
+        /// Ranks (collectives, default one per GPU; gin, default 2). More ranks than GPUs run as threads of
         /// this process sharing the GPUs round-robin (WEFT_SHARE_GPUS): their times compare the
         /// algorithms of one run (--versus) and nothing else; NCCL cannot run so.
         #[arg(long)]
         ranks: Option<usize>,
-        /// Timed trials per size (collectives; default 7): every contender (weft, NCCL, …) warmed
+        /// Timed trials per size (collectives and gin; default 7): every contender (weft, NCCL, …) warmed
         /// up, then timed once per round in an order that reverses each round; the table shows
         /// the median and the min-max over the trials.
         #[arg(long)]
@@ -355,6 +357,20 @@ fn main() -> ExitCode {
             trials,
             trace,
         } => match collective.as_str() {
+            "gin" => bench_gin(
+                &sweep,
+                [
+                    graph,
+                    check,
+                    nccl || windows || nccl_windows,
+                    in_place,
+                    versus.is_some(),
+                    plot.is_some(),
+                    trace.is_some(),
+                ],
+                [ranks, trials],
+                json,
+            ),
             "fifo" | "p2p" | "ep" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
             "fifo" | "p2p" | "ep" if trials.is_some() => {
                 Err("--trials is an option of the collective benchmarks".into())
@@ -424,7 +440,8 @@ fn bench(
         return Err("--trials 0: a row needs at least one timed trial".into());
     }
     // `fifo` and `p2p` are benchmarks too (routed before this), so the list of choices names them.
-    let collective = weft_cli::harness::Collective::parse(collective).map_err(|e| format!("{e}, or fifo, p2p"))?;
+    let collective =
+        weft_cli::harness::Collective::parse(collective).map_err(|e| format!("{e}, or fifo, p2p, ep, gin"))?;
     // Under torchrun, its processes are the ranks: one per GPU, whatever this host has.
     let torchrun = torchrun_rank("weft bench")?;
     let world = torchrun.as_ref().map(|t| t.world_size);
@@ -525,6 +542,31 @@ fn bench_proxy(
         return Ok(ExitCode::SUCCESS);
     }
     weft_cli::bench::proxy::run(&bench, s.gpus, json.as_deref())
+}
+
+fn bench_gin(
+    sweep: &Sweep,
+    collective_flags: [bool; 7],
+    [ranks, trials]: [Option<usize>; 2],
+    json: Option<std::path::PathBuf>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use weft_cli::bench::gin::GinBenchOptions;
+    if collective_flags.iter().any(|&f| f) {
+        return Err("weft bench gin: --graph, --check, --nccl, --in-place, --versus, --plot and --trace are for \
+                    collectives"
+            .into());
+    }
+    if torchrun_rank("weft bench")?.is_some() {
+        return Err("weft bench gin runs its ranks as threads of one process: run it without torchrun".into());
+    }
+    let s = sweep.parse()?;
+    if s.gpus == 0 {
+        println!("weft bench gin: no GPU is available here; nothing to measure.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let trials = trials.unwrap_or(weft_cli::harness::trials::DEFAULT_TRIALS);
+    let options = GinBenchOptions::new((s.min_bytes, s.max_bytes, s.factor), s.gpus, ranks, trials)?;
+    weft_cli::bench::gin::run(&options, json.as_deref())
 }
 
 fn bench_ep(

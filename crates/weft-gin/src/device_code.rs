@@ -1,9 +1,9 @@
-//! The GIN example kernels (`device/kernels/gin/`), embedded here, in the crate that declares
+//! The GIN kernels (`device/kernels/gin/`: the examples and the benchmark's probes), embedded here, in the crate that declares
 //! their parameter lists (`crate::launch`): one translation unit, `gin.cu`, compiled once.
 
 use weft_core::device_code::{KernelSet, compiled_once};
 
-/// The translation unit of every GIN example kernel.
+/// The translation unit of every GIN kernel.
 pub const UNIT: &str = "gin.cu";
 
 /// Every GIN kernel source.
@@ -15,6 +15,8 @@ pub const KERNELS: KernelSet = KernelSet {
         ("alltoall.cu", include_str!("../../../device/kernels/gin/alltoall.cu")),
         ("ring_allgather.cu", include_str!("../../../device/kernels/gin/ring_allgather.cu")),
         ("halo.cu", include_str!("../../../device/kernels/gin/halo.cu")),
+        ("ping_pong.cu", include_str!("../../../device/kernels/gin/ping_pong.cu")),
+        ("put_stream.cu", include_str!("../../../device/kernels/gin/put_stream.cu")),
     ],
     variants: compiled_once,
     signatures: crate::launch::signatures,
@@ -44,7 +46,13 @@ mod tests {
         assert_eq!(library.compile_every_variant("sm_90").unwrap(), 1);
         let kernels = library.resources(UNIT, "sm_90", &[]).unwrap();
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-        for name in ["weft_gin_alltoall", "weft_gin_ring_allgather", "weft_gin_halo"] {
+        for name in [
+            "weft_gin_alltoall",
+            "weft_gin_ring_allgather",
+            "weft_gin_halo",
+            "weft_gin_ping_pong",
+            "weft_gin_put_stream",
+        ] {
             assert!(names.contains(&name), "{name} missing from {names:?}");
         }
     }

@@ -1,4 +1,4 @@
-//! The parameter lists of the GIN example kernels, declared once: a launch takes one of these
+//! The parameter lists of the GIN kernels (the examples and the benchmark's probes), declared once: a launch takes one of these
 //! structs (built by [`crate::examples`]), and `device/include/weft/generated/kernels/gin.cuh`, generated from them, holds the
 //! prototypes the kernel definitions are compiled against.
 
@@ -48,6 +48,38 @@ weft_gpu::device_kernels! {
         halo: u64 => "uint64_t",
         /// Bytes of the interior (at least `halo`).
         interior: u64 => "uint64_t",
+        /// Signal raised by every put.
+        signal: u32 => "uint32_t",
+        /// World barrier each call starts with (`device/kernels/gin/call.cuh`).
+        barrier: u32 => "uint32_t",
+    }
+
+    /// Put + signal ping-pong between ranks 0 and 1 (`device/kernels/gin/ping_pong.cu`).
+    pub struct PingPong for ["weft_gin_ping_pong"] {
+        /// The device communicator.
+        h: DevCommHandle => "weft::DevCommHandle",
+        /// Window of `2 * bytes`: sent from offset 0, received at `bytes`.
+        data: u32 => "uint32_t",
+        /// Bytes per put.
+        bytes: u64 => "uint64_t",
+        /// Round trips per call.
+        rounds: u32 => "uint32_t",
+        /// Signal raised by every put.
+        signal: u32 => "uint32_t",
+        /// World barrier each call starts with (`device/kernels/gin/call.cuh`).
+        barrier: u32 => "uint32_t",
+    }
+
+    /// A stream of puts + signal from rank 0 to rank 1 (`device/kernels/gin/put_stream.cu`).
+    pub struct PutStream for ["weft_gin_put_stream"] {
+        /// The device communicator.
+        h: DevCommHandle => "weft::DevCommHandle",
+        /// Window of `bytes`: sent from and received at offset 0.
+        data: u32 => "uint32_t",
+        /// Bytes per put.
+        bytes: u64 => "uint64_t",
+        /// Puts per call.
+        messages: u32 => "uint32_t",
         /// Signal raised by every put.
         signal: u32 => "uint32_t",
         /// World barrier each call starts with (`device/kernels/gin/call.cuh`).

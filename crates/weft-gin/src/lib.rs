@@ -8,7 +8,8 @@
 //! LSA, rail) and their rank conversions, the checks of requirements, the heap's layout, and the
 //! example kernels (`device/kernels/gin/`: AllToAll, ring AllGather, halo exchange) with their
 //! parameter lists, safe launchers on typed device buffers (eager or captured in a graph) and
-//! host references ([`examples`]). The device API is `device/include/weft/gin.cuh` and `lsa.cuh`; the
+//! host references ([`examples`]), and the benchmark's probes (put + signal ping-pong, put
+//! stream) and their launchers. The device API is `device/include/weft/gin.cuh` and `lsa.cuh`; the
 //! semantics are in `docs/gin.md`.
 //!
 //! **Must not:** read or write device memory behind a kernel's back while one may run, call
@@ -17,7 +18,7 @@
 //! **Depends on:** `weft-types` (the handle's layout), `weft-gpu` (memory, kernels),
 //! `weft-core` (communicator, registration, mapping), `weft-net` (the proxy, PortChannels).
 
-// Unsafe code only where the example calls enqueue work on device addresses (`examples`).
+// Unsafe code only where the example and probe calls enqueue work on device addresses (`examples`).
 #![deny(unsafe_code)]
 
 mod dev_comm;

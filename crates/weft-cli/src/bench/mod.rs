@@ -9,6 +9,7 @@
 pub mod cpu;
 pub mod ep;
 mod ep_report;
+pub mod gin;
 mod plot;
 pub mod proxy;
 mod report;

@@ -333,7 +333,7 @@ impl FifoLatency {
     }
 }
 
-fn verdict(met: bool) -> &'static str {
+pub(super) fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "NOT met" }
 }
 
@@ -429,11 +429,21 @@ pub fn run(bench: &ProxyBench, gpus: usize, json: Option<&Path>) -> Result<ExitC
         Duration::from_secs(3600),
     )?;
     let (table, doc) = report(bench, reports)?;
+    print_and_write(&table, &doc, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints `table` and writes `doc` to the JSON file asked for.
+pub(super) fn print_and_write(
+    table: &str,
+    doc: &serde_json::Value,
+    json: Option<&Path>,
+) -> Result<(), Box<dyn std::error::Error>> {
     print!("{table}");
     if let Some(path) = json {
-        std::fs::write(path, serde_json::to_vec_pretty(&doc)?).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, serde_json::to_vec_pretty(doc)?).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The table and the JSON document of the workers' `reports` (in rank order).

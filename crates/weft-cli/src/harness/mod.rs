@@ -3,13 +3,14 @@
 //! the host test pattern and the float64 / exact-integer references every output element is
 //! checked against (`data`, [`pattern`]), one rank's buffers, timing and checked call
 //! (`rank`), the order and statistics of interleaved timing trials ([`trials`]), the parsing
-//! of a sweep ([`sweep`]), and the running of ranks as processes or threads ([`launch`],
-//! `workers`, `progress`).
+//! of a sweep ([`sweep`]), how the ranks of a GIN run reach each other ([`gin_backend`]), and
+//! the running of ranks as processes or threads ([`launch`], `workers`, `progress`).
 
 mod collective;
 pub(crate) mod data;
 pub(crate) mod ep;
 pub(crate) mod ep_ll;
+pub mod gin_backend;
 pub mod launch;
 pub mod pattern;
 pub(crate) mod progress;

@@ -9,12 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weft_core::{Communicator, Env, KernelLibrary, LinkModel, Network};
+use weft_core::{Communicator, KernelLibrary};
 use weft_gin::examples::{AllToAllWindows, CallSlots, CallTarget, GinExamples, GinGraph, reference};
 use weft_gin::{DevComm, GinError, Requirements};
 use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, Module, Stream};
 
 use super::report::RankReport;
+use crate::harness::gin_backend::GinBackend;
 
 /// Elements (`u32`) per chunk: 37 (148 bytes: chunks off 16-byte alignment, copied byte by
 /// byte) and 64 Ki (copied in 16-byte words).
@@ -30,54 +31,6 @@ const RECV: u32 = 1;
 const DATA: u32 = 2;
 const FIELD: u32 = 3;
 const RUNS: [&str; 4] = ["eager call 1", "eager call 2", "graph replay 1", "graph replay 2"];
-
-/// How the ranks reach each other.
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    /// One node: every peer's window mapped (LSA).
-    Lsa,
-    /// A virtual node per rank, PortChannels over TCP.
-    Tcp,
-    /// A virtual node per rank, PortChannels over the emulated NIC (2 µs, 50 GB/s).
-    EmulatedNic,
-    /// The same, with the NIC delivering each connection's writes out of order
-    /// (`WEFT_EMU_NET_CHAOS`): signals and flushes must still follow their data.
-    Chaos,
-}
-
-impl Backend {
-    fn name(self) -> &'static str {
-        match self {
-            Backend::Lsa => "LSA (one node)",
-            Backend::Tcp => "proxy over TCP (a virtual node per rank)",
-            Backend::EmulatedNic => "proxy over the emulated NIC (a virtual node per rank)",
-            Backend::Chaos => "proxy over the emulated NIC delivering out of order (a virtual node per rank)",
-        }
-    }
-
-    fn env(self, base: &Env) -> Env {
-        let mut env = base.clone();
-        match self {
-            Backend::Lsa => env.ranks_per_node = None,
-            Backend::Tcp => {
-                env.ranks_per_node = Some(1);
-                env.emulated_net = None;
-                env.network = Network::Tcp;
-            }
-            Backend::EmulatedNic | Backend::Chaos => {
-                env.ranks_per_node = Some(1);
-                env.emulated_net = Some(LinkModel::new(2.0, Some(50.0)));
-                if matches!(self, Backend::Chaos) {
-                    env.set_var(&weft_core::env::vars::WEFT_EMU_NET_CHAOS, CHAOS_SEED.to_string());
-                }
-            }
-        }
-        env
-    }
-}
-
-/// The chaos backend's seed: fixed, so a failure reproduces.
-const CHAOS_SEED: u64 = 0x61_6e_00;
 
 #[derive(Clone, Copy, Debug)]
 enum Example {
@@ -168,10 +121,10 @@ fn element(seed: u64, run: usize, rank: usize, i: usize) -> u32 {
 
 /// Runs every example over every backend on this rank (collective).
 pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
-    let backends: &[Backend] = if comm.world_size() > 1 {
-        &[Backend::Lsa, Backend::Tcp, Backend::EmulatedNic, Backend::Chaos]
+    let backends: &[GinBackend] = if comm.world_size() > 1 {
+        &[GinBackend::Lsa, GinBackend::Tcp, GinBackend::EmulatedNic, GinBackend::Chaos]
     } else {
-        &[Backend::Lsa]
+        &[GinBackend::Lsa]
     };
     for &backend in backends {
         if let Err(e) = run_backend(comm, backend, label, report) {
@@ -184,7 +137,7 @@ pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
     }
 }
 
-fn run_backend(comm: &Communicator, backend: Backend, label: &str, report: &mut RankReport) -> Result<(), String> {
+fn run_backend(comm: &Communicator, backend: GinBackend, label: &str, report: &mut RankReport) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let env = backend.env(comm.env());
     let library = KernelLibrary::new(env.cache_dir.clone(), &weft_gin::device_code::KERNELS);

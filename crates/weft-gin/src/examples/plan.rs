@@ -63,16 +63,16 @@ pub(crate) struct Buffers {
     pub output: usize,
 }
 
-fn fail<T>(what: &str, detail: String) -> Result<T, GinError> {
+pub(super) fn fail<T>(what: &str, detail: String) -> Result<T, GinError> {
     Err(GinError::Call(format!("{what}: {detail}")))
 }
 
 impl Geometry<'_> {
-    fn world(&self) -> usize {
+    pub(super) fn world(&self) -> usize {
         self.handle.world as usize
     }
 
-    fn check_slots(&self, what: &str, slots: CallSlots) -> Result<(), GinError> {
+    pub(super) fn check_slots(&self, what: &str, slots: CallSlots) -> Result<(), GinError> {
         let h = &self.handle;
         if slots.signal >= h.signals {
             return fail(what, format!("signal {} of a DevComm with {} signals", slots.signal, h.signals));
@@ -84,7 +84,7 @@ impl Geometry<'_> {
     }
 
     /// `bytes` at `offset` of window `window`, which must hold them.
-    fn range(&self, what: &str, window: u32, offset: u64, bytes: u64) -> Result<WindowRange, GinError> {
+    pub(super) fn range(&self, what: &str, window: u32, offset: u64, bytes: u64) -> Result<WindowRange, GinError> {
         let Some(w) = self.windows.get(window as usize) else {
             return fail(what, format!("window {window} of a DevComm with {} windows", self.windows.len()));
         };

@@ -30,3 +30,21 @@ static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_gin_halo)>) == 8 && a
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_gin_halo)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_gin_halo)>) == 8, "weft_gin_halo: interior is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_gin_halo)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_gin_halo)>) == 4, "weft_gin_halo: signal is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_gin_halo)>) == 4 && alignof(weft::kernel_param_t<5, decltype(weft_gin_halo)>) == 4, "weft_gin_halo: barrier is 4 bytes aligned to 4 in Rust");
+
+// PingPong: Put + signal ping-pong between ranks 0 and 1 (`device/kernels/gin/ping_pong.cu`).
+extern "C" __global__ void weft_gin_ping_pong(weft::DevCommHandle h, uint32_t data, uint64_t bytes, uint32_t rounds, uint32_t signal, uint32_t barrier);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_gin_ping_pong)>) == 144 && alignof(weft::kernel_param_t<0, decltype(weft_gin_ping_pong)>) == 8, "weft_gin_ping_pong: h is 144 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_gin_ping_pong)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_gin_ping_pong)>) == 4, "weft_gin_ping_pong: data is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_gin_ping_pong)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_gin_ping_pong)>) == 8, "weft_gin_ping_pong: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_gin_ping_pong)>) == 4 && alignof(weft::kernel_param_t<3, decltype(weft_gin_ping_pong)>) == 4, "weft_gin_ping_pong: rounds is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_gin_ping_pong)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_gin_ping_pong)>) == 4, "weft_gin_ping_pong: signal is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_gin_ping_pong)>) == 4 && alignof(weft::kernel_param_t<5, decltype(weft_gin_ping_pong)>) == 4, "weft_gin_ping_pong: barrier is 4 bytes aligned to 4 in Rust");
+
+// PutStream: A stream of puts + signal from rank 0 to rank 1 (`device/kernels/gin/put_stream.cu`).
+extern "C" __global__ void weft_gin_put_stream(weft::DevCommHandle h, uint32_t data, uint64_t bytes, uint32_t messages, uint32_t signal, uint32_t barrier);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_gin_put_stream)>) == 144 && alignof(weft::kernel_param_t<0, decltype(weft_gin_put_stream)>) == 8, "weft_gin_put_stream: h is 144 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_gin_put_stream)>) == 4 && alignof(weft::kernel_param_t<1, decltype(weft_gin_put_stream)>) == 4, "weft_gin_put_stream: data is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_gin_put_stream)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_gin_put_stream)>) == 8, "weft_gin_put_stream: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_gin_put_stream)>) == 4 && alignof(weft::kernel_param_t<3, decltype(weft_gin_put_stream)>) == 4, "weft_gin_put_stream: messages is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_gin_put_stream)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_gin_put_stream)>) == 4, "weft_gin_put_stream: signal is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_gin_put_stream)>) == 4 && alignof(weft::kernel_param_t<5, decltype(weft_gin_put_stream)>) == 4, "weft_gin_put_stream: barrier is 4 bytes aligned to 4 in Rust");
