@@ -3,7 +3,7 @@
 //! the host test pattern and the float64 / exact-integer references every output element is
 //! checked against (`data`, [`pattern`]), one rank's buffers, timing and checked call
 //! (`rank`), the order and statistics of interleaved timing trials ([`trials`]), the parsing
-//! of a sweep ([`sweep`]), how the ranks of a GIN run reach each other ([`gin_backend`]), and
+//! of a sweep ([`sweep`]), a launch timed by the GPU (`timed`), how the ranks of a GIN run reach each other ([`gin_backend`]), and
 //! the running of ranks as processes or threads ([`launch`], `workers`, `progress`).
 
 mod collective;
@@ -16,6 +16,7 @@ pub mod pattern;
 pub(crate) mod progress;
 pub(crate) mod rank;
 pub mod sweep;
+pub(crate) mod timed;
 pub mod trials;
 pub(crate) mod workers;
 

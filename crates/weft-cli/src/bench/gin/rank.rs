@@ -9,7 +9,9 @@ use weft_bootstrap::Bootstrap;
 use weft_core::{Communicator, Env, KernelLibrary};
 use weft_gin::examples::{AllToAllWindows, CallSlots, GinExamples, GinProbes};
 use weft_gin::{DevComm, GinError, Requirements};
-use weft_gpu::{Device, DeviceBuffer, Event, LaunchScope, Stream};
+use weft_gpu::{Device, DeviceBuffer, LaunchScope, Stream};
+
+use crate::harness::timed::timed_scope;
 
 use super::{
     AllToAllRow, BandwidthRow, GinBenchOptions, GinRankReport, LatencyRow, PING_BYTES, PROBE_BACKENDS, ROUNDS,
@@ -117,18 +119,9 @@ impl<'o> Rank<'o> {
         &'env self,
         launch: impl for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> Result<(), GinError>,
     ) -> Result<f64, BoxError> {
-        let device = self.comm.device();
-        let (start, end) = (Event::new(device)?, Event::new(device)?);
         self.comm.settle_before_launch()?;
-        let (launched, idle) = self.stream.launch_scope(self.timeout, "weft bench gin", |scope| {
-            start.record(scope.stream())?;
-            launch(scope)?;
-            Ok::<_, BoxError>(end.record(scope.stream())?)
-        });
-        launched?;
-        idle?;
-        self.comm.check_device()?;
-        Ok(f64::from(start.elapsed_ms(&end)?) * 1e3)
+        let ms = timed_scope(&self.comm, &self.stream, self.timeout, "weft bench gin", launch)?;
+        Ok(f64::from(ms) * 1e3)
     }
 
     /// A warm-up launch, then the options' timed trials, each one's µs divided by `per_launch`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
 use weft_core::selftest_kernels::{SelftestKernels, SelftestRunner};
 use weft_core::{Communicator, Env, KernelLibrary, MemoryChannelConfig, RegisteredMemory};
-use weft_gpu::{Device, Event, Kernel, LaunchConfig, LaunchScope, PinnedHostMemory, Stream};
+use weft_gpu::{Device, Kernel, LaunchConfig, LaunchScope, PinnedHostMemory, Stream};
 use weft_net::fifo::{FifoReader, PinnedFifo};
 use weft_net::proxy::{CommandHandler, Handled, ProxyConfig, ProxyError, ProxyService};
 use weft_net::test_launchers::{self, FifoTable};
@@ -18,6 +18,7 @@ use weft_types::FifoCommand;
 use super::{ChannelKind, FifoOptions, FifoReport, FifoRow, P2pOptions, P2pRow, ProxyBench, RankReport};
 use crate::harness::progress;
 use crate::harness::rank::calls_for;
+use crate::harness::timed::timed_scope;
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -173,16 +174,7 @@ impl Gpu {
         what: &str,
         launch: impl for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> Result<(), BoxError>,
     ) -> Result<f64, BoxError> {
-        let (start, end) = (Event::new(self.comm.device())?, Event::new(self.comm.device())?);
-        let (launched, idle) = self.stream.launch_scope(self.host_timeout, what, |scope| {
-            start.record(scope.stream())?;
-            launch(scope)?;
-            Ok::<_, BoxError>(end.record(scope.stream())?)
-        });
-        launched?;
-        idle?;
-        self.comm.check_device()?;
-        Ok(f64::from(start.elapsed_ms(&end)?) / 1e3)
+        Ok(f64::from(timed_scope(&self.comm, &self.stream, self.host_timeout, what, launch)?) / 1e3)
     }
 
     fn kernel(&self, name: &str) -> Result<Kernel, BoxError> {
