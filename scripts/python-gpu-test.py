@@ -14,7 +14,6 @@ bit for bit. Prints one line per check and `N passed, M failed` on rank 0; exits
 failure.
 """
 
-import os
 import sys
 
 import torch
@@ -22,6 +21,7 @@ import torch.distributed as dist
 import torch.utils.dlpack
 
 import weft
+from weft._torchrun import init_process_group
 
 
 class DLPackView:
@@ -52,11 +52,8 @@ class Raw:
 
 
 def main() -> int:
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
+    rank, world, dev = init_process_group()
+    local = dev.index
     passed, failed = 0, 0
 
     def verdict(name, ok):
