@@ -487,6 +487,9 @@ impl Communicator {
             Some(WaitOp::GinSignal) => "GIN wait_signal (peer = the signal's index, expected = its value)",
             Some(WaitOp::GinCounter) => "GIN wait_counter (peer = the counter's index, expected = its value)",
             Some(WaitOp::GinBarrier) => "GIN barrier (peer = its signal's index, expected = arrivals)",
+            Some(WaitOp::GinStaging) => {
+                "GIN put_value: a free staging slot (expected = slots, observed = the last tried)"
+            }
             None => "unknown operation",
         };
         Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })

@@ -49,6 +49,8 @@ device_enums! {
         GinCounter = 17,
         /// A GIN barrier; `peer` is the barrier's signal index, `expected` the arrivals.
         GinBarrier = 18,
+        /// A GIN proxy `put_value` waiting for a free staging slot; `peer` is the put's target rank.
+        GinStaging = 19,
     }
 }
 

@@ -203,7 +203,9 @@ class Gin {
     while (atomicCAS(&busy[slot], 0u, 1u) != 0u) {
       slot = (slot + 1) % GIN_STAGING_SLOTS;
       if (spin.expired(h_.wait)) {
-        report_timeout(h_.wait, WaitOp::GinSignal, GIN_STAGING_SLOTS, slot);
+        WaitContext ctx = h_.wait;
+        ctx.peer = static_cast<int32_t>(rank);
+        report_timeout(ctx, WaitOp::GinStaging, GIN_STAGING_SLOTS, slot);
         return false;
       }
     }

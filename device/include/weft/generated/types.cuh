@@ -76,6 +76,7 @@ enum class WaitOp : uint32_t {
   GinSignal = 16,  ///<  A GIN `wait_signal`; `peer` is the signal's index (any rank may raise it), `expected` its value.
   GinCounter = 17,  ///<  A GIN `wait_counter`; `peer` is the counter's index.
   GinBarrier = 18,  ///<  A GIN barrier; `peer` is the barrier's signal index, `expected` the arrivals.
+  GinStaging = 19,  ///<  A GIN proxy `put_value` waiting for a free staging slot; `peer` is the put's target rank.
 };
 
 ///  Element type of a collective's buffers.
