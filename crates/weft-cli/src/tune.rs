@@ -22,6 +22,7 @@ use weft_gpu::Device;
 use weft_types::{DataType, ReduceOp};
 
 use crate::harness::rank::{Buffers, Call, CallOp, Placement, Rank};
+use crate::harness::start_line::StartLine;
 use crate::harness::sweep::{by_name, format_size, sizes_between};
 use crate::harness::workers::run_workers;
 use crate::harness::{Collective, NcclTests, data, launch, progress};
@@ -257,6 +258,7 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
     let comm = Communicator::new(bootstrap, device, env.clone())?;
     let (rank, ranks) = (comm.rank(), comm.world_size());
     let me = Rank::new(&comm, options.max_bytes.max(options.dtype.size()))?;
+    let start_line = StartLine::new(&comm)?;
     let mut samples = Vec::new();
     let mut current: Option<(u32, Collectives)> = None;
     for (blocks, algorithm, requested) in work(options) {
@@ -286,7 +288,7 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
             let run = |buffers: &mut Buffers| call.weft(coll, buffers, Placement::OutOfPlace);
             // The algorithm that actually ran: an LL one beyond its slot falls back to HB.
             if run(&mut me.buffers.borrow_mut())? == algorithm {
-                let us = me.time(true, shape.bytes, &|b| run(b).map(|_| ()))?;
+                let us = me.time(true, shape.bytes, &|b| run(b).map(|_| ()), &start_line)?;
                 samples.push(Sample {
                     hb_blocks: blocks,
                     collective,

@@ -22,6 +22,7 @@ pub use super::ep_report::EpLine;
 use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase};
 use crate::harness::ep_ll::{self, LlCase, LlTensors, check_ll_case};
 use crate::harness::launch;
+use crate::harness::start_line::StartLine;
 
 /// Iterations before timing.
 const WARMUPS: usize = 10;
@@ -103,6 +104,7 @@ fn measure_rank(
     let stream = Stream::new(&device)?;
     let ranks = comm.world_size();
     let buffer = Buffer::new(&comm, nvl_bytes_hint(options.tokens, options.hidden, options.topk, ranks), 0)?;
+    let start_line = StartLine::new(&comm)?;
     let mut lines = Vec::new();
     for fp8 in [true, false] {
         for &sms in &options.sms {
@@ -129,7 +131,7 @@ fn measure_rank(
             let bf16_bytes = (rows * options.hidden * 2) as f64;
             let payload = if fp8 { "fp8" } else { "bf16" };
             buffer.take_trace()?; // the check's and the first dispatch's records
-            let us = time(&comm, &stream, || {
+            let us = time(&comm, &stream, &start_line, || {
                 harness::cached_dispatch(&buffer, &case, &inputs, &mut dispatched, None, &stream)
             })?;
             write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-dispatch"))?;
@@ -137,7 +139,9 @@ fn measure_rank(
             lines.push(EpLine { rank, op: "dispatch", payload, sms, recv_tokens: rows, us, gbps: bytes / us / 1e3 });
             if !fp8 {
                 let mut tensors = CombineTensors::new(&device, &case, (rows, None), &[], options.tokens)?;
-                let us = time(&comm, &stream, || harness::combine(&buffer, &case, &dispatched, &mut tensors, &stream))?;
+                let us = time(&comm, &stream, &start_line, || {
+                    harness::combine(&buffer, &case, &dispatched, &mut tensors, &stream)
+                })?;
                 write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-combine"))?;
                 lines.push(EpLine {
                     rank,
@@ -154,7 +158,7 @@ fn measure_rank(
     }
     drop(buffer);
     if options.ll_tokens > 0 {
-        lines.extend(measure_low_latency(&comm, &stream, options)?);
+        lines.extend(measure_low_latency(&comm, &stream, &start_line, options)?);
     }
     Ok(lines)
 }
@@ -165,6 +169,7 @@ fn measure_rank(
 fn measure_low_latency(
     comm: &Communicator,
     stream: &Stream,
+    start_line: &StartLine,
     options: &EpBenchOptions,
 ) -> Result<Vec<EpLine>, Box<dyn std::error::Error>> {
     let (rank, ranks) = (comm.rank(), comm.world_size());
@@ -193,9 +198,9 @@ fn measure_low_latency(
         let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
         let mut t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
         buffer.take_trace()?; // the check's records
-        let dispatch_us = time_captured(comm, stream, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
+        let dispatch_us = time_captured(comm, stream, start_line, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
         write_trace(options, comm, &buffer, &format!("ep-{sms}sm-ll-dispatch"))?;
-        let combine_us = time_captured(comm, stream, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
+        let combine_us = time_captured(comm, stream, start_line, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
         write_trace(options, comm, &buffer, &format!("ep-{sms}sm-ll-combine"))?;
         let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
         let combine_bytes = (pairs * options.hidden * 2) as f64;
@@ -235,11 +240,12 @@ const CAPTURED_CALLS: usize = 10;
 const REPLAYS: usize = 3;
 
 /// Average µs of `call` captured [`CAPTURED_CALLS`] times in one CUDA graph, replayed once
-/// untimed and then [`REPLAYS`] times between events, after a barrier so the ranks start the
-/// timed replays together.
+/// untimed and then [`REPLAYS`] times between events, after a barrier and behind
+/// `start_line`, so the ranks' GPUs start the timed replays together.
 fn time_captured(
     comm: &Communicator,
     stream: &Stream,
+    start_line: &StartLine,
     mut call: impl FnMut() -> Result<(), weft_ep::EpError>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     stream.begin_capture()?;
@@ -250,22 +256,25 @@ fn time_captured(
     graph.launch(stream)?;
     stream.wait_idle(comm.env().device_timeout, "EP bench graph")?;
     comm.barrier()?;
-    let us = bracket(comm, stream, || (0..REPLAYS).try_for_each(|_| graph.launch(stream)).map_err(Into::into))?;
+    let us = bracket(comm, stream, start_line, || {
+        (0..REPLAYS).try_for_each(|_| graph.launch(stream)).map_err(Into::into)
+    })?;
     comm.check_device()?;
     Ok(us / (REPLAYS * CAPTURED_CALLS) as f64)
 }
 
 /// Average µs of `call` over [`ITERATIONS`] after [`WARMUPS`], each bracketed by events on
-/// `stream`; every rank runs the same iterations.
+/// `stream` behind `start_line`; every rank runs the same iterations.
 fn time(
     comm: &Communicator,
     stream: &Stream,
+    start_line: &StartLine,
     mut call: impl FnMut() -> Result<(), weft_ep::EpError>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let mut total = 0.0;
     for i in 0..WARMUPS + ITERATIONS {
         comm.settle_before_launch()?;
-        let us = bracket(comm, stream, || call().map_err(Into::into))?;
+        let us = bracket(comm, stream, start_line, || call().map_err(Into::into))?;
         if i >= WARMUPS {
             total += us;
         }
@@ -275,14 +284,17 @@ fn time(
 }
 
 /// µs between two events recorded on `stream` around what `enqueue` puts on it, once the
-/// stream is idle.
+/// stream is idle. The first event follows `start_line`: the bracket holds no wait for a
+/// rank that launched later.
 fn bracket(
     comm: &Communicator,
     stream: &Stream,
+    start_line: &StartLine,
     enqueue: impl FnOnce() -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let device = comm.device();
     let (start, end) = (Event::new(device)?, Event::new(device)?);
+    start_line.enqueue(stream)?;
     start.record(stream)?;
     enqueue()?;
     end.record(stream)?;

@@ -13,6 +13,7 @@ use weft_gpu::Device;
 use super::{BenchOptions, Contender, Row, sizes};
 use crate::harness::data::{self, Reference};
 use crate::harness::rank::{Buffers, Call, CallFn, CallOp, Placement, Rank, check, shared_seed};
+use crate::harness::start_line::StartLine;
 use crate::harness::trials::Timing;
 use crate::harness::{NcclTests, launch, progress};
 
@@ -93,6 +94,7 @@ fn run_rank(
     let size = options.dtype.size();
     let max = options.max_bytes.max(size);
     let me = Rank::new(&comm, max)?;
+    let start_line = StartLine::new(&comm)?;
     let buffers = me.buffers.borrow();
     let weft_windows = if options.windows {
         Some([coll.register_window(&buffers.send)?, coll.register_window(&buffers.recv)?])
@@ -189,7 +191,7 @@ fn run_rank(
                 contenders.push((Contender::Versus, Box::new(move |b: &mut Buffers| run(b, placement))));
             }
             let calls: Vec<&CallFn<'_>> = contenders.iter().map(|(_, call)| &**call).collect();
-            let trials = me.time_interleaved(options.graph, shape.bytes, &calls, options.trials)?;
+            let trials = me.time_interleaved(options.graph, shape.bytes, &calls, options.trials, &start_line)?;
             for ((contender, _), trials) in contenders.iter().zip(&trials) {
                 let timing = Timing::of(trials).ok_or("--trials 0: nothing was timed")?;
                 row.set_timing(*contender, timing);

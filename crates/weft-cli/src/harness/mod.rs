@@ -3,7 +3,8 @@
 //! the host test pattern and the float64 / exact-integer references every output element is
 //! checked against (`data`, [`pattern`]), one rank's buffers, timing and checked call
 //! (`rank`), the order and statistics of interleaved timing trials ([`trials`]), the parsing
-//! of a sweep ([`sweep`]), a launch timed by the GPU (`timed`), how the ranks of a GIN run reach each other ([`gin_backend`]), and
+//! of a sweep ([`sweep`]), the start line on the GPUs that timed brackets open behind
+//! (`start_line`), a launch timed by the GPU (`timed`), how the ranks of a GIN run reach each other ([`gin_backend`]), and
 //! the running of ranks as processes or threads ([`launch`], `workers`, `progress`).
 
 mod collective;
@@ -15,6 +16,7 @@ pub mod launch;
 pub mod pattern;
 pub(crate) mod progress;
 pub(crate) mod rank;
+pub(crate) mod start_line;
 pub mod sweep;
 pub(crate) mod timed;
 pub mod trials;

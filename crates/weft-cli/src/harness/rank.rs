@@ -14,6 +14,7 @@ use weft_gpu::{DeviceBuffer, DeviceElement, DeviceSlice, DeviceSliceMut, Element
 use weft_types::DataType;
 
 use super::data::Reference;
+use super::start_line::StartLine;
 use super::trials::round_order;
 use super::{Collective, NcclTests, ROOT, Shape};
 
@@ -85,23 +86,31 @@ impl Rank {
     }
 
     /// Microseconds per call of `call` (on the rank's buffers), eager or captured in a CUDA
-    /// graph: one warm-up and one trial.
-    pub(crate) fn time(&self, graph: bool, bytes: usize, call: &CallFn<'_>) -> Result<f64, BoxError> {
+    /// graph: one warm-up and one trial, started on `start_line`.
+    pub(crate) fn time(
+        &self,
+        graph: bool,
+        bytes: usize,
+        call: &CallFn<'_>,
+        start_line: &StartLine,
+    ) -> Result<f64, BoxError> {
         let work = self.timed_work(graph, bytes, call)?;
         self.launch(&work)?;
-        self.trial(&work, &Event::new(self.comm.device())?, &Event::new(self.comm.device())?)
+        self.trial(&work, start_line, &Event::new(self.comm.device())?, &Event::new(self.comm.device())?)
     }
 
     /// Each of `calls`' trials (µs per call, in the order they ran), eager or captured in CUDA
     /// graphs: every call's work is built once (each graph captured once), warmed up by one
     /// untimed launch, then timed in `trials` rounds of one trial each, the order alternating
-    /// between rounds ([`round_order`]) so that drift lands on all of them alike.
+    /// between rounds ([`round_order`]) so that drift lands on all of them alike. Every trial
+    /// starts on `start_line`.
     pub(crate) fn time_interleaved(
         &self,
         graph: bool,
         bytes: usize,
         calls: &[&CallFn<'_>],
         trials: usize,
+        start_line: &StartLine,
     ) -> Result<Vec<Vec<f64>>, BoxError> {
         let work = calls.iter().map(|call| self.timed_work(graph, bytes, *call)).collect::<Result<Vec<_>, _>>()?;
         for w in &work {
@@ -111,7 +120,7 @@ impl Rank {
         let mut times = vec![Vec::with_capacity(trials); work.len()];
         for round in 0..trials {
             for i in round_order(round, work.len()) {
-                times[i].push(self.trial(&work[i], &start, &end)?);
+                times[i].push(self.trial(&work[i], start_line, &start, &end)?);
             }
         }
         Ok(times)
@@ -151,10 +160,12 @@ impl Rank {
     }
 
     /// One trial of `work`, once every rank is ready: µs per call of a bracket of `start` and
-    /// `end` around three replays of the graph, or around the eager calls.
-    fn trial(&self, work: &TimedWork<'_>, start: &Event, end: &Event) -> Result<f64, BoxError> {
+    /// `end` around three replays of the graph, or around the eager calls. The bracket opens
+    /// behind `start_line`, so it holds no skew between the hosts' barrier exits.
+    fn trial(&self, work: &TimedWork<'_>, start_line: &StartLine, start: &Event, end: &Event) -> Result<f64, BoxError> {
         self.idle()?;
         self.barrier()?;
+        start_line.enqueue(&self.stream)?;
         start.record(&self.stream)?;
         let launches = match work {
             TimedWork::Graph { .. } => GRAPH_REPLAYS,

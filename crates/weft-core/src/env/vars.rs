@@ -225,6 +225,8 @@ variables! {
         "filter of weft-nccl's stderr log: at `debug` every call says whether weft or the fallback ran it, at `info` the `ncclConfig_t` hints weft ignores (once per process) and the block limits it applies";
     WEFT_LOG: LogFilter, Config, "weft-cli", default "`warn` (`weft`); unset (weft-nccl)",
         "filter of the `weft` command's log and, unless `WEFT_NCCL_LOG` is set, weft-nccl's";
+    WEFT_BENCH_START_LINE: Flag, Config, "weft-cli", default "`1`",
+        "`1`: every timed bracket of `weft bench` (collectives, EP) and `weft tune` opens on the GPU behind an untimed one-element AllReduce, so it holds none of the skew between the ranks' exits from the host barrier; `0`: right after the host barrier (how earlier builds timed, to measure that skew)";
     WEFT_SELFTEST_TYPES: List, Config, "weft-cli", default "every type",
         "element types of `weft selftest`'s collective and plan matrices (`bf16,f32,i8`), for a shorter run";
     NCCL_P2P_DISABLE: Flag, Config, "weft-cli", default "unset",
