@@ -60,6 +60,16 @@ __device__ __forceinline__ const SemaphoreDeviceHandle& semaphore(const CollCont
 
 using LlPacket = typename Ll16::Packet;
 
+/// This block's share `[lo, hi)` of the packets of a message of `packets` packets.
+struct LlRange {
+  uint64_t lo, hi;
+  __device__ __forceinline__ explicit LlRange(uint64_t packets) {
+    const uint64_t per_block = div_ceil(packets, gridDim.x);
+    lo = min_u64(per_block * blockIdx.x, packets);
+    hi = min_u64(lo + per_block, packets);
+  }
+};
+
 /// One LL launch of one block: its flag and the packet-buffer half the flag selects.
 struct LlRound {
   uint32_t flag;
@@ -74,27 +84,36 @@ __device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t bu
 /// Starts this block's LL launch: waits for the previous grid on the stream when launched early
 /// (weft-coll's `early_launch`: the flags, inputs and outputs may be its work) and lets the next
 /// one be scheduled, takes the next flag and waits (bounded) until every peer has finished
-/// reading the launch before last. Called by: every thread of the block. False (for every
-/// thread) on timeout.
-__device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round) {
+/// reading the launch before last. The flag, the token and (when `input` is set) this thread's
+/// first packet of the `input_len`-byte message at `input`, which its `ll_put` reads first, are
+/// loaded together, so their latencies overlap instead of adding up ahead of the first put.
+/// Called by: every thread of the block. False (for every thread) on timeout.
+__device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round, const char* input = nullptr,
+                                               uint64_t input_len = 0) {
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
+  const uint32_t t = threadIdx.x;
+  const bool waits = t < c.ranks && t != c.rank;
+  const uint32_t* token = ll_tokens(c, c.packets) + t;
+  uint32_t seen = waits ? ptx::ld_volatile_u32(token) : 0u;
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * c.packet_half_bytes;
+  if (input != nullptr) {
+    const LlRange range(packet_count<Ll16>(input_len));
+    if (range.lo + t < range.hi) ptx::prefetch_l1(input + (range.lo + t) * Ll16::kPayloadBytes);
+  }
   bool ok = true;
-  const uint32_t t = threadIdx.x;
-  if (t < c.ranks && t != c.rank && round.flag > 2u) {
-    const uint32_t* token = ll_tokens(c, c.packets) + t;
+  if (waits && round.flag > 2u) {
     const uint32_t want = round.flag - 2u;
-    uint32_t seen = 0;
     Spin spin;
     // Signed distance: correct across the 32-bit wrap of the flags.
-    while (static_cast<int32_t>((seen = ptx::ld_volatile_u32(token)) - want) < 0) {
+    while (static_cast<int32_t>(seen - want) < 0) {
       if (spin.expired(channel(c, t).semaphore.wait)) {
         report_timeout(channel(c, t).semaphore.wait, WaitOp::LlToken, want, seen);
         ok = false;
         break;
       }
+      seen = ptx::ld_volatile_u32(token);
     }
   }
   return __syncthreads_and(ok);
@@ -111,16 +130,6 @@ __device__ __forceinline__ void ll_round_end(const CollContext& c, const LlRound
   }
   ll_flag_end(reinterpret_cast<uint32_t*>(c.flags) + blockIdx.x, round.flag);
 }
-
-/// This block's share `[lo, hi)` of the packets of a message of `packets` packets.
-struct LlRange {
-  uint64_t lo, hi;
-  __device__ __forceinline__ explicit LlRange(uint64_t packets) {
-    const uint64_t per_block = div_ceil(packets, gridDim.x);
-    lo = min_u64(per_block * blockIdx.x, packets);
-    hi = min_u64(lo + per_block, packets);
-  }
-};
 
 /// Payload bytes of packet j of a `len`-byte message.
 __device__ __forceinline__ uint32_t packet_valid(uint64_t len, uint64_t j) {

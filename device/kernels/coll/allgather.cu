@@ -5,7 +5,7 @@ extern "C" __global__ void __launch_bounds__(512)
     weft_allgather_ll(CollContext c, const char* input, char* output, uint64_t block_bytes) {
   WEFT_TRACE_SCOPE(weft_allgather_ll);
   LlRound round;
-  if (!ll_round_begin(c, round)) return;
+  if (!ll_round_begin(c, round, input, block_bytes)) return;
   WEFT_TRACE_MARK(ll_begin);
   const LlRange range(packet_count<Ll16>(block_bytes));
   ll_put(c, round, c.rank, input, block_bytes, range, [](uint32_t) { return true; });

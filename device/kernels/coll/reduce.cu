@@ -6,7 +6,7 @@ extern "C" __global__ void __launch_bounds__(512)
     weft_reduce_ll(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
   WEFT_TRACE_SCOPE(weft_reduce_ll);
   LlRound round;
-  if (!ll_round_begin(c, round)) return;
+  if (!ll_round_begin(c, round, c.rank != root ? input : nullptr, bytes)) return;
   WEFT_TRACE_MARK(ll_begin);
   const LlRange range(packet_count<Ll16>(bytes));
   if (c.rank != root) {

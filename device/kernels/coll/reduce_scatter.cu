@@ -6,7 +6,7 @@ extern "C" __global__ void __launch_bounds__(512)
     weft_reduce_scatter_ll(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
   WEFT_TRACE_SCOPE(weft_reduce_scatter_ll);
   LlRound round;
-  if (!ll_round_begin(c, round)) return;
+  if (!ll_round_begin(c, round, input + (c.rank + 1) % c.ranks * shard_bytes, shard_bytes)) return;  // first put's shard
   WEFT_TRACE_MARK(ll_begin);
   const LlRange range(packet_count<Ll16>(shard_bytes));
   const Pre pre = Pre::of(c);

@@ -96,5 +96,8 @@ __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepco
 /// `grid_dependency_wait` before reading what this grid writes.
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+/// Starts bringing the line of `p` into this SM's L1 without waiting for it.
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 }  // namespace ptx
 }  // namespace weft
