@@ -115,7 +115,8 @@ mod tests {
             let first_two: Vec<&str> =
                 statements.split(';').map(str::trim).filter(|s| !s.starts_with("WEFT_TRACE_")).take(2).collect();
             assert_eq!(first_two[0], "LlRound round", "{}", algorithm.kernel());
-            let begins = first_two[1].starts_with("if (!ll_round_begin(c, round") && first_two[1].ends_with(")) return");
+            let begins =
+                first_two[1].starts_with("if (!ll_round_begin(c, round") && first_two[1].ends_with(")) return");
             assert!(begins, "{}: {}", algorithm.kernel(), first_two[1]);
         }
     }

@@ -198,9 +198,11 @@ fn measure_low_latency(
         let pairs = inputs.topk_idx.iter().filter(|&&e| e >= 0).count();
         let mut t = LlTensors::new(comm.device(), &case, rank, &inputs)?;
         buffer.take_trace()?; // the check's records
-        let dispatch_us = time_captured(comm, stream, start_line, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
+        let dispatch_us =
+            time_captured(comm, stream, start_line, || ep_ll::dispatch(&buffer, &case, &mut t, false, stream))?;
         write_trace(options, comm, &buffer, &format!("ep-{sms}sm-ll-dispatch"))?;
-        let combine_us = time_captured(comm, stream, start_line, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
+        let combine_us =
+            time_captured(comm, stream, start_line, || ep_ll::combine(&buffer, &case, &mut t, false, stream))?;
         write_trace(options, comm, &buffer, &format!("ep-{sms}sm-ll-combine"))?;
         let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
         let combine_bytes = (pairs * options.hidden * 2) as f64;
@@ -256,9 +258,8 @@ fn time_captured(
     graph.launch(stream)?;
     stream.wait_idle(comm.env().device_timeout, "EP bench graph")?;
     comm.barrier()?;
-    let us = bracket(comm, stream, start_line, || {
-        (0..REPLAYS).try_for_each(|_| graph.launch(stream)).map_err(Into::into)
-    })?;
+    let us =
+        bracket(comm, stream, start_line, || (0..REPLAYS).try_for_each(|_| graph.launch(stream)).map_err(Into::into))?;
     comm.check_device()?;
     Ok(us / (REPLAYS * CAPTURED_CALLS) as f64)
 }
