@@ -55,5 +55,13 @@ mod tests {
         ] {
             assert!(names.contains(&name), "{name} missing from {names:?}");
         }
+        // Every kernel launches with blocks of COOP_BLOCK threads (the SM's 64 Ki registers) and
+        // spills nothing; its only local memory is the Gin object (the handle and the proxy
+        // ordering state: 144 + 8 * GIN_MAX_RANKS bytes), which the puts' hot path reads from L1.
+        let frame = 144 + 8 * weft_types::GIN_MAX_RANKS as u32;
+        for k in kernels.iter().filter(|k| k.name.starts_with("weft_gin_")) {
+            assert!(k.registers * crate::examples::COOP_BLOCK <= 65536, "{k:?}");
+            assert!(k.spill_store_bytes == 0 && k.stack_frame_bytes <= frame, "{k:?}");
+        }
     }
 }

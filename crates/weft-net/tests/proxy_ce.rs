@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use weft_core::LinkModel;
 use weft_net::fifo::{FifoError, FifoMemory, FifoWriter, HostFifo};
-use weft_net::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PeerLink};
+use weft_net::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PACED_PIECE, PeerLink};
 use weft_net::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
 use weft_net::proxy::{
     HostMemory, Memory, Op, ProxyConfig, ProxyError, ProxyService, ShutdownReport, Submitted, Transport, TransportError,
@@ -158,6 +158,45 @@ fn emulated_nic_delays_each_message_by_alpha_and_caps_bandwidth(chaos: Option<u6
     // An unpaced connection of the same transport is not delayed.
     let t = s.transport.link().unwrap();
     assert!((t.message_time(1_000_000).as_secs_f64() - 0.06).abs() < 1e-9);
+}
+
+#[test]
+fn a_paced_put_longer_than_a_piece_lands_piece_by_piece_and_its_signal_after_the_last() {
+    within(30, || {
+        // α = 5 ms, β = 0.1 GB/s: each 1 MiB piece crosses the link in 10.5 ms, so the first
+        // lands at ~15.5 ms and the signal of 4 pieces at ~47 ms.
+        let len = 4 * PACED_PIECE as usize;
+        let config = CopyEngineConfig { link: Some(LinkModel::new(5_000.0, Some(0.1))), ..Default::default() };
+        let s = setup(len, Duration::ZERO, config, true);
+        let writer = FifoWriter::new(s.fifo.clone(), Some(Duration::from_secs(10)));
+        let data = pattern(3, len);
+        s.src.write(0, &data).unwrap();
+        let start = Instant::now();
+        let pos = writer.push(command(FifoOp::PutSignalFlush, 3, 0, 0, len as u32)).unwrap();
+        let piece = PACED_PIECE as usize;
+        let mut first = vec![0; piece];
+        loop {
+            s.dst.read(0, &mut first).unwrap();
+            if first == data[..piece] {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "the first piece never landed");
+            std::hint::spin_loop();
+        }
+        let first_landed = start.elapsed();
+        while s.space.load_u64(s.token).unwrap() == 0 {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            std::hint::spin_loop();
+        }
+        let signalled = start.elapsed();
+        let model = LinkModel::new(5_000.0, Some(0.1)).message_time(len as u64);
+        assert!(signalled >= model, "signal after {signalled:?}, before the model's {model:?}");
+        // Two pieces' serialisation (21 ms) at least between the first piece and the signal.
+        assert!(first_landed + Duration::from_millis(20) <= signalled, "{first_landed:?}, then {signalled:?}");
+        assert_eq!(s.dst.snapshot(), data, "the pieces tile the put");
+        writer.sync(pos).unwrap();
+        assert_eq!(s.transport.completed(0).unwrap(), 2, "a put and a signal, however many pieces");
+    });
 }
 
 #[test]

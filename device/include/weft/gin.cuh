@@ -12,8 +12,8 @@
 //       rank), puts without a signal on a connection of their own. A connection applies its
 //       commands in order, and the transport stores a signal after the data it covers; before a
 //       signal leaves on connection s, the Gin object flushes every OTHER connection to that peer
-//       it used since its last flush, so a signal covers every earlier put of the same Gin to the
-//       same peer, whatever connection carried it.
+//       that carried a put of it since its last flush, so a signal covers every earlier put of
+//       the same Gin to the same peer, whatever connection carried it.
 //
 // A Gin is a per-thread object (construct it in the kernel: it holds the ordering state of the
 // calling thread's proxy traffic). Every member is called by ONE thread (but the cooperative
@@ -90,21 +90,40 @@ __device__ __forceinline__ bool gin_wait(const DevCommHandle& h, WaitOp op, uint
   return true;
 }
 
-/// Copies `bytes` from `src` to `dst` with every thread of `coop`, each taking every
-/// coop.size()-th 16-byte word (when both addresses are 16-byte aligned; else every size()-th
-/// byte). Nothing orders the threads' stores: the caller syncs the group before any release.
+/// Words of the copy each thread has in flight: it loads them all, then stores them all, so the
+/// latency of the source (HBM, or a peer's window) is paid once per group of words, not per word
+/// (a 512-thread put_block over NVLink: 36 GB/s with 1, 44 with 4, about one SM's limit).
+constexpr uint32_t kGinCopyUnroll = 4;
+
+/// Copies `words` 16-byte words from `src` to `dst` with every thread of `coop`, each taking
+/// every coop.size()-th word, kGinCopyUnroll at a time.
+template <typename Coop>
+__device__ __forceinline__ void gin_copy_words(const Coop& coop, uint4* dst, const uint4* src, uint64_t words) {
+  const uint64_t stride = coop.size();
+  uint64_t w = coop.rank();
+  for (; w + (kGinCopyUnroll - 1) * stride < words; w += kGinCopyUnroll * stride) {
+    uint4 v[kGinCopyUnroll];
+#pragma unroll
+    for (uint32_t k = 0; k < kGinCopyUnroll; ++k) v[k] = src[w + k * stride];
+#pragma unroll
+    for (uint32_t k = 0; k < kGinCopyUnroll; ++k) dst[w + k * stride] = v[k];
+  }
+  for (; w < words; w += stride) dst[w] = src[w];
+}
+
+/// Copies `bytes` from `src` to `dst` with every thread of `coop`: in 16-byte words when both
+/// addresses are 16-byte aligned, the rest byte by byte. (8- and 4-byte words for the other
+/// alignments made the 8-byte put of the latency probe 0.06 us slower on an H100 pair, within
+/// the same call: docs/perf/gin.md.) Nothing orders the threads' stores: the caller syncs the
+/// group before any release.
 template <typename Coop>
 __device__ __forceinline__ void gin_copy(const Coop& coop, char* dst, const char* src, uint64_t bytes) {
-  const uint64_t first = coop.rank();
-  const uint64_t stride = coop.size();
-  uint64_t words = 0;
+  uint64_t copied = 0;
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15u) == 0) {
-    words = bytes / 16;
-    for (uint64_t w = first; w < words; w += stride) {
-      reinterpret_cast<uint4*>(dst)[w] = reinterpret_cast<const uint4*>(src)[w];
-    }
+    copied = bytes & ~15ull;
+    gin_copy_words(coop, reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), bytes / 16);
   }
-  for (uint64_t i = 16 * words + first; i < bytes; i += stride) dst[i] = src[i];
+  for (uint64_t i = copied + coop.rank(); i < bytes; i += coop.size()) dst[i] = src[i];
 }
 
 }  // namespace detail
@@ -294,7 +313,8 @@ class Gin {
     return true;
   }
 
-  /// Flushes every connection to `rank` this Gin used since its last flush, but `keep`.
+  /// Flushes every connection to `rank` that carried a put of this Gin since its last flush,
+  /// but `keep`.
   __device__ bool flush_except(uint32_t rank, uint32_t keep) {
     for (uint64_t m = pending_[rank] & ~(keep == kGinNone ? 0ull : 1ull << keep); m != 0; m &= m - 1) {
       if (!flush_connection(rank, __ffsll(static_cast<long long>(m)) - 1)) return false;
@@ -302,12 +322,13 @@ class Gin {
     return true;
   }
 
-  /// After LSA stores: the signal (release) and the counter.
+  /// After LSA stores: the signal (a release add, cumulative over every earlier store of this
+  /// thread and what a group sync or a barrier ordered before it) and the counter. A put without
+  /// a signal adds no fence (a .sys fence costs ~1.5 us on an H100, docs/perf/gin.md): the next
+  /// signal's release, a barrier or flush() orders its stores before anything that needs them.
   __device__ bool finish_lsa(uint32_t rank, uint32_t signal, uint32_t counter) {
     if (signal != kGinNone) {
       ptx::red_add_release_sys(reinterpret_cast<uint64_t*>(gin_peer_heap(h_, rank)) + signal, 1);
-    } else {
-      ptx::fence_acq_rel_sys();
     }
     if (counter != kGinNone) atomicAdd(reinterpret_cast<unsigned long long*>(detail::gin_counters(h_) + counter), 1ull);
     return true;
@@ -356,9 +377,10 @@ class Gin {
     if (!gin_is_proxy_peer(h_, rank)) return finish_lsa(rank, signal, kGinNone);
     if (!flush_except(rank, signal)) return false;
     uint64_t pos;
-    if (!detail::port_push(port(rank, signal), FifoOp::Signal, 0, 0, 0, 0, 0, &pos)) return false;
-    pending_[rank] |= 1ull << signal;
-    return true;
+    // A bare signal carries no data for a later signal to wait for: its connection is not
+    // pending (marking it made the first put after every barrier flush the barrier's
+    // connection first, a FIFO and NIC round trip on the critical path).
+    return detail::port_push(port(rank, signal), FifoOp::Signal, 0, 0, 0, 0, 0, &pos);
   }
 
   /// Signals every other member of `team` on slot `slot`, then waits for theirs.
@@ -374,7 +396,8 @@ class Gin {
   }
 
   DevCommHandle h_;
-  /// Per world rank: the proxy connections this Gin used since it last flushed them.
+  /// Per world rank: the proxy connections that carried a put of this Gin since it last flushed
+  /// them.
   uint64_t pending_[GIN_MAX_RANKS];
 };
 

@@ -44,7 +44,7 @@ impl Example {
 
     fn name(self) -> &'static str {
         match self {
-            Example::AllToAll => "AllToAll (put + signal, a warp per peer)",
+            Example::AllToAll => "AllToAll (block puts, proxy peers first)",
             Example::RingAllGather => "ring AllGather (block puts)",
             Example::Halo => "halo exchange (block puts)",
         }

@@ -47,6 +47,22 @@ impl<'d> GinExamples<'d> {
         self.enqueue(target, &self.alltoall, &plan, input, output)
     }
 
+    /// The AllToAll of the windows' contents alone (`device/kernels/gin/alltoall.cu`, no copy
+    /// in or out): chunk p of this rank's window `windows.send` (`chunk` bytes each, `world`
+    /// chunks) goes to rank p's window `windows.recv` at `rank * chunk`. For callers that write
+    /// and read the windows themselves (`GinWindow::ptr`), and what `weft bench gin` times
+    /// against the network's floor.
+    pub fn alltoall_windows<'scope>(
+        &'scope self,
+        target: &impl CallTarget<'scope>,
+        windows: AllToAllWindows,
+        slots: CallSlots,
+        chunk: u64,
+    ) -> Result<(), GinError> {
+        let plan = plan::alltoall_windows(&self.geometry(), windows, slots, chunk)?;
+        self.launch(target, &self.alltoall, &plan)
+    }
+
     /// A ring AllGather (`device/kernels/gin/ring_allgather.cu`) in window `data`: `input` is
     /// this rank's chunk, `output` (`world` chunks) every rank's, in rank order.
     pub fn ring_allgather<'scope, T: DeviceElement>(
@@ -112,13 +128,29 @@ impl<'d> GinExamples<'d> {
         unsafe {
             stream.copy_async(self.address(plan.input), input.ptr(), plan.input.bytes as usize).map_err(gpu)?;
             input.retain_on(stream);
-            // The kernel only touches the DevComm's heap, tables and proxy FIFOs, all held by
-            // the DevComm, and its communicator's error record.
-            kernel.launch(stream, plan.config, &plan.params).map_err(gpu)?;
+        }
+        self.launch(target, kernel, plan)?;
+        // SAFETY: as for the input above.
+        unsafe {
             stream.copy_async(output.ptr(), self.address(plan.output), plan.output.bytes as usize).map_err(gpu)?;
             output.retain_on(stream);
         }
         Ok(())
+    }
+
+    /// Launches `plan`'s kernel on `target`.
+    fn launch<'scope, P: KernelParams>(
+        &'scope self,
+        target: &impl CallTarget<'scope>,
+        kernel: &'scope Kernel,
+        plan: &Plan<P>,
+    ) -> Result<(), GinError> {
+        // SAFETY: `plan` checked every window range the kernel touches inside windows of
+        // `self.dev`; the kernel only touches the DevComm's heap, tables and proxy FIFOs, all
+        // held by the DevComm, borrowed for 'scope, which the target's work does not outlive
+        // (CallTarget), and its communicator's error record.
+        unsafe { kernel.launch(target.stream(), plan.config, &plan.params) }
+            .map_err(|source| self.dev.gpu_error(source))
     }
 }
 

@@ -13,5 +13,5 @@ mod target;
 
 pub use calls::GinExamples;
 pub use plan::{AllToAllWindows, COOP_BLOCK, CallSlots};
-pub use probes::{GinProbes, STREAM_BLOCK};
+pub use probes::{GinProbes, STREAM_BLOCK, STREAM_LSA_BLOCKS};
 pub use target::{CallTarget, Capture, GinGraph};

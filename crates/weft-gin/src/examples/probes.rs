@@ -12,8 +12,11 @@ use super::target::CallTarget;
 use crate::launch::{PingPong, PutStream};
 use crate::{DevComm, GinError};
 
-/// Threads of the put stream's block (its puts are block-cooperative).
+/// Threads of each of the put stream's blocks (its puts are block-cooperative).
 pub const STREAM_BLOCK: u32 = super::plan::COOP_BLOCK;
+/// Blocks of a put stream over LSA: one SM copies ~45 GB/s over NVLink, 16 reach ~330 GB/s of
+/// an H100's ~360 (8: ~300). Through the proxy one block: a command per message.
+pub const STREAM_LSA_BLOCKS: u32 = 16;
 
 /// The probe kernels, loaded on the GPU of the device communicator they run on.
 #[derive(Debug)]
@@ -45,16 +48,21 @@ impl<'d> GinProbes<'d> {
     }
 
     /// `messages` puts of `bytes` with a signal each from rank 0 to rank 1
-    /// (`device/kernels/gin/put_stream.cu`), in window `data` of at least `bytes`.
+    /// (`device/kernels/gin/put_stream.cu`), in window `data` of at least `bytes`, each message
+    /// split over `blocks` blocks: block b's slice raises signal `slots.signal + b` and its call
+    /// starts with world barrier `slots.barrier + b`, which must exist. Every rank passes the
+    /// same `blocks`.
     pub fn put_stream<'scope>(
         &'scope self,
         target: &impl CallTarget<'scope>,
         (data, bytes): (u32, u64),
         messages: u32,
         slots: CallSlots,
+        blocks: u32,
     ) -> Result<(), GinError> {
-        let params = put_stream(&self.geometry(), data, bytes, messages, slots)?;
-        self.enqueue(target, &self.put_stream, LaunchConfig { grid: 1, block: STREAM_BLOCK, shared_bytes: 0 }, &params)
+        let params = put_stream(&self.geometry(), data, bytes, messages, slots, blocks)?;
+        let config = LaunchConfig { grid: blocks, block: STREAM_BLOCK, shared_bytes: 0 };
+        self.enqueue(target, &self.put_stream, config, &params)
     }
 
     fn geometry(&self) -> Geometry<'_> {
@@ -94,8 +102,23 @@ fn ping_pong(g: &Geometry<'_>, data: u32, bytes: u64, rounds: u32, slots: CallSl
     Ok(PingPong { h: g.handle, data, bytes, rounds, signal: slots.signal, barrier: slots.barrier })
 }
 
-fn put_stream(g: &Geometry<'_>, data: u32, bytes: u64, messages: u32, slots: CallSlots) -> Result<PutStream, GinError> {
-    check(g, "put stream", slots, (data, bytes, bytes))?;
+fn put_stream(
+    g: &Geometry<'_>,
+    data: u32,
+    bytes: u64,
+    messages: u32,
+    slots: CallSlots,
+    blocks: u32,
+) -> Result<PutStream, GinError> {
+    let what = "put stream";
+    let Some(last) = blocks.checked_sub(1) else { return fail(what, "0 blocks".into()) };
+    // The last block's signal and barrier exist, so every block's do.
+    let last_slots = slots.signal.checked_add(last).zip(slots.barrier.checked_add(last));
+    let Some((signal, barrier)) = last_slots else {
+        return fail(what, format!("{blocks} blocks from signal {} and barrier {}", slots.signal, slots.barrier));
+    };
+    g.check_slots(what, CallSlots { signal, barrier })?;
+    check(g, what, slots, (data, bytes, bytes))?;
     Ok(PutStream { h: g.handle, data, bytes, messages, signal: slots.signal, barrier: slots.barrier })
 }
 
@@ -131,10 +154,25 @@ mod tests {
     #[test]
     fn a_put_stream_needs_its_bytes_once() {
         let w = [GinWindow { index: 0, ptr: 0x1000, len: 16 }];
-        let s = put_stream(&geometry(3, &w), 0, 16, 8, SLOTS).unwrap();
+        let s = put_stream(&geometry(3, &w), 0, 16, 8, SLOTS, 1).unwrap();
         assert_eq!((s.bytes, s.messages), (16, 8));
-        assert!(put_stream(&geometry(2, &w), 0, 17, 8, SLOTS).is_err());
+        assert!(put_stream(&geometry(2, &w), 0, 17, 8, SLOTS, 1).is_err());
         let no_barrier = CallSlots { signal: 0, barrier: 1 };
-        assert!(put_stream(&geometry(2, &w), 0, 8, 8, no_barrier).unwrap_err().to_string().contains("world barrier 1"));
+        let e = put_stream(&geometry(2, &w), 0, 8, 8, no_barrier, 1).unwrap_err().to_string();
+        assert!(e.contains("world barrier 1"), "{e}");
+    }
+
+    #[test]
+    fn a_put_stream_of_several_blocks_needs_a_signal_and_a_barrier_per_block() {
+        let w = [GinWindow { index: 0, ptr: 0x1000, len: 16 }];
+        let handle = DevCommHandle { rank: 0, world: 2, signals: 4, world_barriers: 4, ..Default::default() };
+        let g = Geometry { handle, windows: &w };
+        let first = CallSlots { signal: 0, barrier: 0 };
+        assert_eq!(put_stream(&g, 0, 16, 8, first, 4).unwrap().signal, 0);
+        let e = put_stream(&g, 0, 16, 8, CallSlots { signal: 1, barrier: 0 }, 4).unwrap_err().to_string();
+        assert!(e.contains("signal 4 of a DevComm with 4 signals"), "{e}");
+        let e = put_stream(&g, 0, 16, 8, CallSlots { signal: 0, barrier: 2 }, 3).unwrap_err().to_string();
+        assert!(e.contains("world barrier 4 of a DevComm with 4"), "{e}");
+        assert!(put_stream(&g, 0, 16, 8, first, 0).unwrap_err().to_string().contains("0 blocks"));
     }
 }

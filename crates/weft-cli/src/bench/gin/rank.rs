@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use weft_bootstrap::Bootstrap;
 use weft_core::{Communicator, Env, KernelLibrary};
-use weft_gin::examples::{AllToAllWindows, CallSlots, GinExamples, GinProbes};
+use weft_gin::examples::{AllToAllWindows, CallSlots, GinExamples, GinProbes, STREAM_LSA_BLOCKS};
 use weft_gin::{DevComm, GinError, Requirements};
 use weft_gpu::{Device, DeviceBuffer, LaunchScope, Stream};
 
@@ -22,7 +22,8 @@ use crate::harness::launch;
 
 type BoxError = Box<dyn std::error::Error>;
 
-/// Every call's signal and world barrier (one call runs at a time).
+/// Every call's signal and world barrier (one call runs at a time; a put stream of several
+/// blocks takes the following ones too).
 const SLOTS: CallSlots = CallSlots { signal: 0, barrier: 0 };
 /// The windows: the probes' data, or the AllToAll's send and receive windows.
 const DATA: u32 = 0;
@@ -62,7 +63,9 @@ fn run_rank(
     let probe_window = (options.max_bytes as u64).max(2 * PING_BYTES);
     for backend in PROBE_BACKENDS {
         let rank = Rank::new(&comm, backend, options)?;
-        rank.with_dev(vec![probe_window], |dev| {
+        // A signal and a world barrier per block of the put stream.
+        let slots = if backend == GinBackend::Lsa { STREAM_LSA_BLOCKS } else { 1 };
+        rank.with_dev(vec![probe_window], slots, |dev| {
             let probes = GinProbes::new(dev, &module)?;
             report.latency.push(rank.latency(&probes)?);
             for bytes in options.sizes() {
@@ -74,7 +77,7 @@ fn run_rank(
     let rank = Rank::new(&comm, GinBackend::EmulatedNic, options)?;
     let world = comm.world_size();
     let alltoall_window = options.max_bytes.max(4 * world) as u64;
-    rank.with_dev(vec![alltoall_window; 2], |dev| {
+    rank.with_dev(vec![alltoall_window; 2], 1, |dev| {
         let examples = GinExamples::new(dev, &module)?;
         for bytes in options.sizes() {
             report.alltoall.push(rank.alltoall(&examples, bytes)?);
@@ -103,10 +106,16 @@ impl<'o> Rank<'o> {
         Ok(Self { comm, backend, options, stream, timeout })
     }
 
-    /// A device communicator with `windows` (one signal, one world barrier), handed to `body`;
-    /// every rank leaves `body` before any frees its heap (a peer's kernel may use it until then).
-    fn with_dev(&self, windows: Vec<u64>, body: impl FnOnce(&DevComm) -> Result<(), BoxError>) -> Result<(), BoxError> {
-        let requirements = Requirements { signals: 1, world_barriers: 1, windows, ..Default::default() };
+    /// A device communicator with `windows` and `slots` signals and world barriers, handed to
+    /// `body`; every rank leaves `body` before any frees its heap (a peer's kernel may use it
+    /// until then).
+    fn with_dev(
+        &self,
+        windows: Vec<u64>,
+        slots: u32,
+        body: impl FnOnce(&DevComm) -> Result<(), BoxError>,
+    ) -> Result<(), BoxError> {
+        let requirements = Requirements { signals: slots, world_barriers: slots, windows, ..Default::default() };
         let dev = DevComm::new(&self.comm, &requirements)?;
         let result = body(&dev);
         self.comm.barrier()?;
@@ -140,23 +149,31 @@ impl<'o> Rank<'o> {
         Ok(LatencyRow { backend: self.backend, rounds: ROUNDS, trials_us })
     }
 
+    /// The put stream of `bytes` messages: over LSA split over [`STREAM_LSA_BLOCKS`] blocks (one
+    /// SM does not fill NVLink), through the proxy from one block (a command per message).
     fn bandwidth(&self, probes: &GinProbes<'_>, bytes: usize) -> Result<BandwidthRow, BoxError> {
         let messages = stream_messages(bytes);
-        let trials_us =
-            self.trials(f64::from(messages), |scope| probes.put_stream(scope, (DATA, bytes as u64), messages, SLOTS))?;
-        Ok(BandwidthRow { backend: self.backend, bytes, messages, trials_us })
+        let blocks = if self.backend == GinBackend::Lsa { STREAM_LSA_BLOCKS } else { 1 };
+        let trials_us = self.trials(f64::from(messages), |scope| {
+            probes.put_stream(scope, (DATA, bytes as u64), messages, SLOTS, blocks)
+        })?;
+        Ok(BandwidthRow { backend: self.backend, bytes, messages, blocks, trials_us })
     }
 
-    /// The AllToAll of `bytes` per rank, rounded down to whole `u32` chunks per rank.
+    /// The AllToAll of `bytes` per rank, rounded down to whole `u32` chunks per rank: the
+    /// exchange between the windows alone (what the α-β floor bounds), then the safe call
+    /// (copy in, exchange, copy out).
     fn alltoall(&self, examples: &GinExamples<'_>, bytes: usize) -> Result<AllToAllRow, BoxError> {
         let world = self.comm.world_size();
         let elements = (bytes / 4 / world).max(1) * world;
+        let chunk = (4 * elements / world) as u64;
+        let exchange_us = self.trials(1.0, |scope| examples.alltoall_windows(scope, ALLTOALL, SLOTS, chunk))?;
         let device = self.comm.device();
         let input = DeviceBuffer::<u32>::new(device, elements)?;
         let mut output = DeviceBuffer::<u32>::new(device, elements)?;
-        let trials_us = self.trials(1.0, |scope| {
+        let call_us = self.trials(1.0, |scope| {
             examples.alltoall(scope, ALLTOALL, SLOTS, &input.as_slice(), &mut output.as_mut_slice())
         })?;
-        Ok(AllToAllRow { bytes: 4 * elements, trials_us })
+        Ok(AllToAllRow { bytes: 4 * elements, exchange_us, call_us })
     }
 }

@@ -19,7 +19,8 @@
 //! The copy the message then becomes takes its own time on top (a few microseconds of
 //! launch plus `bytes` over the copy engine's ~390 GB/s on NVLink), so the emulation is slightly
 //! slower than the α-β model it is configured with; [`LinkModel::message_time`] is that model's
-//! prediction for one message.
+//! prediction for one message. The copy-engine transport holds a long put of a connection in
+//! order as several messages (`ce::PACED_PIECE`), so only the last piece's copy adds to it.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -145,6 +146,11 @@ impl<I: Copy> Held<I> {
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
+    }
+
+    /// Whether messages are pushed and released in order (no chaos).
+    pub fn keeps_order(&self) -> bool {
+        self.chaos.is_none()
     }
 
     /// Drops every held message (shutdown).
