@@ -17,7 +17,8 @@
 # scripts/python-ep-test.py (weft.ep as DeepEP's users call it) on 2 ranks.
 # The ep step runs the MoE self-test and `weft bench ep` at 24, 32, 64 and 128 SMs. The gin step
 # runs the GIN examples' self-test with a GPU per rank and with 2 ranks sharing one GPU, then
-# `weft bench gin` (put + signal latency and bandwidth, the AllToAll against its α-β floor).
+# `weft bench gin` (put + signal latency and bandwidth, the AllToAll against its α-β floor), then
+# scripts/nccl-device-api-test.sh (ncclDevCommCreate on weft's libnccl.so.2, kernels on weft::Gin).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -89,7 +90,9 @@ for step in "${steps[@]}"; do
          echo "selftest gin, 2 ranks on one GPU: rc=$? $(grep -h 'passed,' "$dir/selftest-gin-shared.txt" | tail -1)"
          # Issue 27's targets: put + signal latency and bandwidth, the AllToAll against its floor.
          timeout 300 "$weft" bench gin -b 4K -e 64M -f 4 --json "$dir/gin.json" > "$dir/bench-gin.txt" 2>&1
-         echo "bench gin: rc=$?"; cat "$dir/bench-gin.txt" ;;
+         echo "bench gin: rc=$?"; cat "$dir/bench-gin.txt"
+         timeout 600 scripts/nccl-device-api-test.sh "$dir/device-api" > "$dir/device-api.txt" 2>&1
+         echo "NCCL device API on weft: rc=$?"; cat "$dir/device-api.txt" ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
            for ch in memory port; do

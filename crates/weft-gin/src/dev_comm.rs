@@ -66,9 +66,8 @@ impl DevComm {
         if let Some(other) = all.iter().position(|theirs| *theirs != mine) {
             return Err(GinError::Mismatch(format!("rank {rank} and rank {other} passed different Requirements")));
         }
-        let nodes: Vec<usize> = (0..world).map(|r| topology.node(r).unwrap_or(r)).collect();
-        let teams = Teams::new(rank, &nodes)
-            .ok_or_else(|| GinError::Requirements(format!("rank {rank} outside a world of {world}")))?;
+        let teams =
+            Teams::of(comm).ok_or_else(|| GinError::Requirements(format!("rank {rank} outside a world of {world}")))?;
         let layout = HeapLayout::new(requirements)?;
         let gpu = |source| GinError::Gpu { rank, source };
         let to_usize = |n: u64| usize::try_from(n).map_err(|_| GinError::Requirements(format!("{n} bytes")));

@@ -49,6 +49,13 @@ pub struct Teams {
 }
 
 impl Teams {
+    /// The teams of `comm`'s rank, from its topology's nodes (hosts, or virtual nodes).
+    pub fn of(comm: &weft_core::Communicator) -> Option<Self> {
+        let topology = comm.topology();
+        let nodes: Vec<usize> = (0..comm.world_size()).map(|r| topology.node(r).unwrap_or(r)).collect();
+        Self::new(comm.rank(), &nodes)
+    }
+
     /// The teams of rank `me` when rank r lies in node `nodes[r]`; `None` if `me` is outside.
     pub fn new(me: usize, nodes: &[usize]) -> Option<Self> {
         let my_node = *nodes.get(me)?;

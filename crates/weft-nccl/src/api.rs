@@ -13,12 +13,12 @@ use weft_gpu::{AllocKind, Device, DeviceMemory, SavedContext};
 use crate::comm::{self, Comm, InitSpec, Rendezvous, lock, lookup, parse_config, publish, unpublish};
 use crate::env::env;
 use crate::error::{Code, NcclError};
-use crate::exec::{self, Call, Coll, Deferred, new_handle};
+use crate::exec::{self, Call, Coll, Deferred, SetupWork, new_handle};
 use crate::ffi::{self, cudaStream_t, ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId, ncclWindow_t};
 use crate::group;
 use crate::route::{data_type, red_op};
 
-fn non_null<T>(p: *const T, name: &str) -> Result<(), NcclError> {
+pub(crate) fn non_null<T>(p: *const T, name: &str) -> Result<(), NcclError> {
     if p.is_null() { Err(NcclError::invalid_argument(format!("{name} is NULL"))) } else { Ok(()) }
 }
 
@@ -543,11 +543,7 @@ pub unsafe fn window_register(
     }
     let comm_ref = lookup(comm)?;
     let work = exec::WindowWork::Register { base: buff as u64, size, flags, out: win as usize };
-    if group::with(|g| g.active()) {
-        return group::with(|g| g.push(Deferred::Window { comm: comm_ref, work }))
-            .map_err(|_| NcclError::new(Code::InternalError, "group closed while queueing"));
-    }
-    exec::run_window_work(vec![(comm_ref, work)])
+    exec::setup(comm_ref, SetupWork::Window(work))
 }
 
 /// `ncclCommWindowDeregister`: collective, after every call using the window has completed on
@@ -560,11 +556,7 @@ pub unsafe fn window_deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<(
     let comm_ref = lookup(comm)?;
     exec::check_window(comm, win)?;
     let work = exec::WindowWork::Deregister { win: win as usize };
-    if group::with(|g| g.active()) {
-        return group::with(|g| g.push(Deferred::Window { comm: comm_ref, work }))
-            .map_err(|_| NcclError::new(Code::InternalError, "group closed while queueing"));
-    }
-    exec::run_window_work(vec![(comm_ref, work)])
+    exec::setup(comm_ref, SetupWork::Window(work))
 }
 
 /// `ncclRedOpCreatePreMulSum`: an operator of `comm` that weft runs natively (see

@@ -12,6 +12,7 @@ use weft_coll::{CollConfig, Collectives};
 use weft_core::Communicator;
 use weft_gpu::Device;
 
+use crate::dev_comm::DevComms;
 use crate::env::{NcclEnv, env};
 use crate::error::{Code, NcclError};
 use crate::fallback::{self, FallbackComm};
@@ -30,6 +31,9 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// weft's side of a communicator.
 #[derive(Debug)]
 pub struct Native {
+    /// Device communicators of `ncclDevCommCreate` (declared first: dropped before the
+    /// communicator whose memory they use).
+    pub dev_comms: DevComms,
     /// The communicator.
     pub comm: Communicator,
     /// Its collectives.
@@ -601,7 +605,7 @@ fn native(
         );
     }
     let coll = Collectives::new(&comm, config)?;
-    Ok(Native { comm, coll })
+    Ok(Native { dev_comms: DevComms::default(), comm, coll })
 }
 
 /// Every rank learns whether every rank set up weft's side, and checks that all ranks agree on

@@ -14,8 +14,8 @@ use weft_types::Collective;
 use crate::error::NcclError;
 
 /// The operations a route is decided for: weft's collectives (one vocabulary, from
-/// weft-types) and the two entry points of the C API that weft lowers to point-to-point
-/// transfers.
+/// weft-types), the two entry points of the C API that weft lowers to point-to-point
+/// transfers, and the device API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// A collective of weft's own (`ncclBcast` is a broadcast, `ncclSend`/`ncclRecv` a send/receive).
@@ -24,6 +24,9 @@ pub enum Kind {
     Gather,
     /// `ncclScatter`.
     Scatter,
+    /// The device API: `ncclDevCommCreate`, `ncclDevCommDestroy` and the calls that name a
+    /// communicator (`crate::device_api`).
+    DevComm,
 }
 
 impl Kind {
@@ -42,9 +45,9 @@ impl Kind {
     /// `ncclSend` and `ncclRecv`.
     pub const SEND_RECV: Kind = Kind::Collective(Collective::SendRecv);
 
-    /// Every kind: weft's collectives, then gather and scatter.
+    /// Every kind: weft's collectives, then gather, scatter and the device API.
     pub fn all() -> impl Iterator<Item = Kind> {
-        Collective::ALL.into_iter().map(Kind::Collective).chain([Kind::Gather, Kind::Scatter])
+        Collective::ALL.into_iter().map(Kind::Collective).chain([Kind::Gather, Kind::Scatter, Kind::DevComm])
     }
 
     /// The name `WEFT_NCCL_FORCE_FALLBACK` uses (a collective's own name).
@@ -53,6 +56,7 @@ impl Kind {
             Kind::Collective(c) => c.name(),
             Kind::Gather => "gather",
             Kind::Scatter => "scatter",
+            Kind::DevComm => "devcomm",
         }
     }
 
@@ -213,10 +217,11 @@ mod tests {
         assert!(!set.contains(Kind::ALL_REDUCE) && !set.contains(Kind::REDUCE_SCATTER));
         let all = ForceSet::parse("all").unwrap();
         assert!(Kind::all().all(|k| all.contains(k)));
-        // One bit per kind: weft's seven collectives, gather and scatter.
-        assert_eq!(all.bits().count_ones(), 9);
+        // One bit per kind: weft's seven collectives, gather, scatter and the device API.
+        assert_eq!(all.bits().count_ones(), 10);
         let gs = ForceSet::parse("gather,scatter").unwrap();
         assert!(gs.contains(Kind::Gather) && gs.contains(Kind::Scatter) && !gs.contains(Kind::SEND_RECV));
+        assert!(!gs.contains(Kind::DevComm) && ForceSet::parse("devcomm").unwrap().contains(Kind::DevComm));
         assert_eq!(ForceSet::parse("").unwrap(), ForceSet::default());
         assert!(ForceSet::parse("bcast,send").unwrap().contains(Kind::BROADCAST));
         assert!(ForceSet::parse("send").unwrap().contains(Kind::SEND_RECV));

@@ -125,3 +125,14 @@ impl From<weft_coll::CollError> for NcclError {
         }
     }
 }
+
+impl From<weft_gin::GinError> for NcclError {
+    fn from(e: weft_gin::GinError) -> Self {
+        use weft_gin::GinError as G;
+        match e {
+            G::Requirements(_) | G::Mismatch(_) | G::Call(_) => Self::invalid_usage(e.to_string()),
+            G::Comm(core) => core.into(),
+            G::Gpu { .. } => Self::new(Code::UnhandledCudaError, e.to_string()),
+        }
+    }
+}

@@ -13,9 +13,11 @@ use weft_gpu::{DevicePtr, SavedContext, Stream};
 use weft_types::DataType;
 
 use crate::comm::{Comm, InitSpec, Ready, initialise, publish};
+use crate::device_api::DevCommWork;
 use crate::env::{Kind, env};
 use crate::error::{Code, NcclError};
 use crate::ffi::{ncclComm_t, ncclResult_t, ncclWindow_t};
+use crate::group;
 use crate::route::{Op, Route, route};
 
 /// A collective or point-to-point call.
@@ -196,17 +198,26 @@ pub enum Deferred {
         /// The call.
         call: Call,
     },
-    /// `ncclCommWindowRegister` / `ncclCommWindowDeregister`.
-    Window {
+    /// Collective set-up: windows and device communicators.
+    Setup {
         /// The communicator.
         comm: Arc<Comm>,
         /// What to do.
-        work: WindowWork,
+        work: SetupWork,
     },
 }
 
-/// A window registration or deregistration (collective: run for several communicators at
-/// once, one thread each, like initialisations).
+/// Collective set-up of a communicator: run for several communicators at once, one thread
+/// each, like initialisations (each waits for its peers, and one thread may hold several ranks).
+#[derive(Debug)]
+pub enum SetupWork {
+    /// `ncclCommWindowRegister` / `ncclCommWindowDeregister`.
+    Window(WindowWork),
+    /// `ncclDevCommCreate` / `ncclDevCommDestroy`.
+    DevComm(DevCommWork),
+}
+
+/// A window registration or deregistration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WindowWork {
     /// Register `size` bytes at `base`; the handle goes to the application's `ncclWindow_t*`
@@ -253,10 +264,19 @@ pub fn check_window(comm: ncclComm_t, win: ncclWindow_t) -> Result<(), NcclError
     }
 }
 
-/// Runs window work: one thread per communicator when there are several (a registration waits
+/// Runs `work` on `comm` now, or queues it for the end of the open group.
+pub fn setup(comm: Arc<Comm>, work: SetupWork) -> Result<(), NcclError> {
+    if group::with(|g| g.active()) {
+        return group::with(|g| g.push(Deferred::Setup { comm, work }))
+            .map_err(|_| NcclError::new(Code::InternalError, "group closed while queueing"));
+    }
+    run_setup_work(vec![(comm, work)])
+}
+
+/// Runs set-up work: one thread per communicator when there are several (a registration waits
 /// for every rank, and one thread may hold several ranks), in order within a communicator.
-pub fn run_window_work(items: Vec<(Arc<Comm>, WindowWork)>) -> Result<(), NcclError> {
-    let mut per_comm: Vec<(Arc<Comm>, Vec<WindowWork>)> = Vec::new();
+pub fn run_setup_work(items: Vec<(Arc<Comm>, SetupWork)>) -> Result<(), NcclError> {
+    let mut per_comm: Vec<(Arc<Comm>, Vec<SetupWork>)> = Vec::new();
     for (comm, work) in items {
         match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
             Some((_, list)) => list.push(work),
@@ -266,7 +286,7 @@ pub fn run_window_work(items: Vec<(Arc<Comm>, WindowWork)>) -> Result<(), NcclEr
     on_threads(per_comm, |(comm, list)| {
         let mut first = None;
         for work in list {
-            if let Err(e) = window_work(&comm, work) {
+            if let Err(e) = setup_work(&comm, work) {
                 first.get_or_insert(e);
             }
         }
@@ -274,11 +294,19 @@ pub fn run_window_work(items: Vec<(Arc<Comm>, WindowWork)>) -> Result<(), NcclEr
     })
 }
 
-/// One registration or deregistration on `comm`.
-fn window_work(comm: &Arc<Comm>, work: WindowWork) -> Result<(), NcclError> {
+/// One piece of set-up work on `comm`, with its GPU current.
+fn setup_work(comm: &Arc<Comm>, work: SetupWork) -> Result<(), NcclError> {
     let _restore = SavedContext::save();
     let ready = comm.ready()?;
     ready.device.bind()?;
+    match work {
+        SetupWork::Window(work) => window_work(comm, &ready, work),
+        SetupWork::DevComm(work) => work.run(&ready),
+    }
+}
+
+/// One registration or deregistration on `comm`.
+fn window_work(comm: &Arc<Comm>, ready: &Ready, work: WindowWork) -> Result<(), NcclError> {
     let handle = Arc::as_ptr(comm) as usize;
     match work {
         WindowWork::Register { base, size, flags, out } => {
@@ -409,7 +437,7 @@ pub fn discard(items: Vec<Deferred>, error: &NcclError) {
             Deferred::Init { comm, .. } => {
                 comm.finish(Err(error.clone().context("its group failed before ncclGroupEnd")));
             }
-            Deferred::Split { .. } | Deferred::Call { .. } | Deferred::Window { .. } => {
+            Deferred::Split { .. } | Deferred::Call { .. } | Deferred::Setup { .. } => {
                 tracing::debug!("ncclGroupEnd: discarded queued work of a failed group");
             }
         }
@@ -432,7 +460,7 @@ pub fn run(call: &'static str, items: Vec<Deferred>) -> Result<(), NcclError> {
     let mut specs = Vec::new();
     let mut targets = Vec::new();
     let mut calls = Vec::new();
-    let mut window_items = Vec::new();
+    let mut setup_items = Vec::new();
     for item in items {
         match item {
             Deferred::Init { comm, spec } => {
@@ -444,7 +472,7 @@ pub fn run(call: &'static str, items: Vec<Deferred>) -> Result<(), NcclError> {
                 targets.push(Target::Out(out));
             }
             Deferred::Call { comm, call } => calls.push((comm, call)),
-            Deferred::Window { comm, work } => window_items.push((comm, work)),
+            Deferred::Setup { comm, work } => setup_items.push((comm, work)),
         }
     }
     for (target, outcome) in targets.into_iter().zip(initialise_all(specs)) {
@@ -458,8 +486,8 @@ pub fn run(call: &'static str, items: Vec<Deferred>) -> Result<(), NcclError> {
         }
         note(delivered);
     }
-    if !window_items.is_empty() {
-        note(run_window_work(window_items));
+    if !setup_items.is_empty() {
+        note(run_setup_work(setup_items));
     }
     note(run_calls(call, calls));
     first.map_or(Ok(()), Err)

@@ -6,11 +6,15 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::api::{self, Args};
-use crate::device_api;
+use crate::device_api::{self, TeamKind};
+use crate::device_ffi::{
+    ncclDevComm_t, ncclDevCommRequirements_t, ncclDevResourceRequirements_t, ncclGinBarrierHandle_t, ncclLLA2AHandle_t,
+    ncclLsaBarrierHandle_t, ncclTeam_t,
+};
 use crate::exec::Coll;
 use crate::ffi::{
     cudaStream_t, ncclComm_t, ncclConfig_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t,
-    ncclSimInfo_t, ncclTeam_t, ncclUniqueId, ncclWindow_t,
+    ncclSimInfo_t, ncclUniqueId, ncclWindow_t,
 };
 use crate::guard::{guard, guard_on, guard_value, last_error};
 
@@ -336,61 +340,65 @@ exports! {
         guard("ncclMemFree", || api::mem_free(ptr))
     }
 
-    /// A device communicator of the fallback NCCL (weft has no device API of its own).
-    fn ncclDevCommCreate / pncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t {
-        // SAFETY: the application's pointers, passed through.
-        guard("ncclDevCommCreate", || unsafe { device_api::dev_comm_create(comm, reqs, outDevComm) })
+    /// A device communicator: weft-gin's (see `docs/gin.md`), or the fallback's.
+    fn ncclDevCommCreate / pncclDevCommCreate(
+        comm: ncclComm_t,
+        reqs: *const ncclDevCommRequirements_t,
+        outDevComm: *mut ncclDevComm_t,
+    ) -> ncclResult_t {
+        // SAFETY: the application's pointers (checked for null).
+        guard_on("ncclDevCommCreate", comm, || unsafe { device_api::dev_comm_create(comm, reqs, outDevComm) })
     }
 
-    /// Destroys a device communicator of the fallback NCCL.
-    fn ncclDevCommDestroy / pncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t {
-        // SAFETY: the application's pointer, passed through.
-        guard("ncclDevCommDestroy", || unsafe { device_api::dev_comm_destroy(comm, devComm) })
+    /// Destroys a device communicator of [`ncclDevCommCreate`].
+    fn ncclDevCommDestroy / pncclDevCommDestroy(comm: ncclComm_t, devComm: *const ncclDevComm_t) -> ncclResult_t {
+        // SAFETY: the application's pointer (checked for null).
+        guard_on("ncclDevCommDestroy", comm, || unsafe { device_api::dev_comm_destroy(comm, devComm) })
     }
 
-    /// A GIN barrier requirement of the fallback NCCL.
+    /// The resources of `nBarriers` GIN barriers over `team`.
     fn ncclGinBarrierCreateRequirement / pncclGinBarrierCreateRequirement(
         comm: ncclComm_t,
         team: ncclTeam_t,
         nBarriers: c_int,
-        outHandle: *mut c_void,
-        outReq: *mut c_void,
+        outHandle: *mut ncclGinBarrierHandle_t,
+        outReq: *mut ncclDevResourceRequirements_t,
     ) -> ncclResult_t {
-        // SAFETY: the application's pointers, passed through.
-        guard("ncclGinBarrierCreateRequirement", || unsafe {
+        // SAFETY: the application's pointers (checked for null).
+        guard_on("ncclGinBarrierCreateRequirement", comm, || unsafe {
             device_api::gin_barrier_requirement(comm, team, nBarriers, outHandle, outReq)
         })
     }
 
-    /// An LSA barrier requirement of the fallback NCCL.
+    /// The resources of `nBarriers` LSA barriers over `team`.
     fn ncclLsaBarrierCreateRequirement / pncclLsaBarrierCreateRequirement(
         team: ncclTeam_t,
         nBarriers: c_int,
-        outHandle: *mut c_void,
-        outReq: *mut c_void,
+        outHandle: *mut ncclLsaBarrierHandle_t,
+        outReq: *mut ncclDevResourceRequirements_t,
     ) -> ncclResult_t {
-        // SAFETY: the application's pointers, passed through.
+        // SAFETY: the application's pointers (checked for null).
         guard("ncclLsaBarrierCreateRequirement", || unsafe {
             device_api::lsa_barrier_requirement(team, nBarriers, outHandle, outReq)
         })
     }
 
-    /// An LL all-to-all requirement of the fallback NCCL.
+    /// The resources of an LL all-to-all of `nBlocks` blocks and `nSlots` slots.
     fn ncclLLA2ACreateRequirement / pncclLLA2ACreateRequirement(
         nBlocks: c_int,
         nSlots: c_int,
-        outHandle: *mut c_void,
-        outReq: *mut c_void,
+        outHandle: *mut ncclLLA2AHandle_t,
+        outReq: *mut ncclDevResourceRequirements_t,
     ) -> ncclResult_t {
-        // SAFETY: the application's pointers, passed through.
+        // SAFETY: the application's pointers (checked for null).
         guard("ncclLLA2ACreateRequirement", || unsafe {
             device_api::ll_a2a_requirement(nBlocks, nSlots, outHandle, outReq)
         })
     }
 
-    /// The fallback's LL all-to-all slot count (-1 without a fallback).
+    /// The LL all-to-all slots of `maxElts` elements of `maxEltSize` bytes (-1 on error).
     fn ncclLLA2ACalcSlots / pncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int {
-        guard_value("ncclLLA2ACalcSlots", -1, || device_api::ll_a2a_slots(maxElts, maxEltSize))
+        value("ncclLLA2ACalcSlots", -1, || device_api::ll_a2a_slots(maxElts, maxEltSize))
     }
 
     /// Every rank of the communicator (an empty team on error).
@@ -398,14 +406,14 @@ exports! {
         value("ncclTeamWorld", ncclTeam_t::default(), || device_api::team_world(comm))
     }
 
-    /// The fallback's load-store-accessible team (an empty team without a fallback).
+    /// The load-store-accessible team of this rank (an empty team on error).
     fn ncclTeamLsa / pncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
-        value("ncclTeamLsa", ncclTeam_t::default(), || device_api::team_of("ncclTeamLsa", comm))
+        value("ncclTeamLsa", ncclTeam_t::default(), || device_api::team_of(TeamKind::Lsa, comm))
     }
 
-    /// The fallback's rail team (an empty team without a fallback).
+    /// This rank's rail team (an empty team on error).
     fn ncclTeamRail / pncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
-        value("ncclTeamRail", ncclTeam_t::default(), || device_api::team_of("ncclTeamRail", comm))
+        value("ncclTeamRail", ncclTeam_t::default(), || device_api::team_of(TeamKind::Rail, comm))
     }
 
     /// The world rank of `rank` of `team` (-1 on error).
@@ -413,7 +421,7 @@ exports! {
         value("ncclTeamRankToWorld", -1, || device_api::team_rank_to_world(comm, team, rank))
     }
 
-    /// The fallback's LSA rank of `rank` of `team` (-1 on error).
+    /// The LSA rank of `rank` of `team` (-1 on error).
     fn ncclTeamRankToLsa / pncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
         value("ncclTeamRankToLsa", -1, || device_api::team_rank_to_lsa(comm, team, rank))
     }

@@ -80,16 +80,6 @@ pub const ncclNumTypes: ncclDataType_t = 12;
 pub const ncclScalarDevice: ncclScalarResidence_t = 0;
 pub const ncclScalarHostImmediate: ncclScalarResidence_t = 1;
 
-/// `ncclTeam_t` (`nccl_device/core.h`): `nRanks` ranks, this one at `rank`, world ranks
-/// `stride` apart.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ncclTeam_t {
-    pub nRanks: c_int,
-    pub rank: c_int,
-    pub stride: c_int,
-}
-
 /// `ncclUniqueId`: 128 opaque bytes (weft's [`weft_bootstrap::UniqueId`] layout).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -156,15 +146,40 @@ pub struct ncclSimInfo_t {
     pub estimatedTime: f32,
 }
 
+/// A translation unit whose static assertions compare values declared in Rust with a C
+/// header's: one assertion per [`Probe::check`].
+#[derive(Debug)]
+pub struct Probe {
+    source: String,
+    keyword: &'static str,
+    origin: &'static str,
+}
+
+impl Probe {
+    /// A unit that starts with `prelude` (its includes) and asserts with `keyword`
+    /// (`_Static_assert` in C, `static_assert` in C++); a failure names `origin`.
+    pub fn new(prelude: &str, keyword: &'static str, origin: &'static str) -> Self {
+        Self { source: prelude.to_string(), keyword, origin }
+    }
+
+    /// Asserts that the C expression `expr` equals `want`.
+    pub fn check(&mut self, expr: &str, want: i128) {
+        let (keyword, origin) = (self.keyword, self.origin);
+        self.source
+            .push_str(&format!("{keyword}((long long)({expr}) == {want}LL, \"{expr} != {want} ({origin})\");\n"));
+    }
+
+    /// The source text.
+    pub fn finish(self) -> String {
+        self.source
+    }
+}
+
 /// A C translation unit that includes `nccl.h` and `_Static_assert`s every constant, size and
 /// field offset declared in this module against it.
 pub fn probe_source() -> String {
-    let mut c = String::from("#include <stddef.h>\n#include <nccl.h>\n");
-    let mut check = |expr: String, want: i128| {
-        c.push_str(&format!(
-            "_Static_assert((long long)({expr}) == {want}LL, \"{expr} != {want} (weft-nccl ffi.rs)\");\n"
-        ));
-    };
+    let mut probe = Probe::new("#include <stddef.h>\n#include <nccl.h>\n", "_Static_assert", "weft-nccl ffi.rs");
+    let mut check = |expr: String, want: i128| probe.check(&expr, want);
     macro_rules! values {
         ($($name:ident),* $(,)?) => { $(check(stringify!($name).to_string(), i128::from($name));)* };
     }
@@ -234,5 +249,5 @@ pub fn probe_source() -> String {
     offsets!(ncclConfig_t: size, magic, version, blocking, cgaClusterSize, minCTAs, maxCTAs, netName, splitShare,
         trafficClass, commName, collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs, nChannelsPerNetPeer, nvlinkCentricSched);
     offsets!(ncclSimInfo_t: size, magic, version, estimatedTime);
-    c
+    probe.finish()
 }

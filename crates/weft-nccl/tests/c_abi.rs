@@ -48,14 +48,19 @@ fn include_args() -> Vec<String> {
 /// When not, prints that `test` skipped and why (a line in the test output) and returns false;
 /// with `WEFT_REQUIRE_CC=1` it panics instead, so CI cannot pass by skipping.
 fn can_compile(test: &str) -> bool {
-    let missing = if !Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        "gcc is not installed".to_string()
+    can_compile_with(test, "gcc")
+}
+
+/// [`can_compile`] with `compiler` (`g++` for the device API's C++ headers).
+fn can_compile_with(test: &str, compiler: &str) -> bool {
+    let missing = if !Command::new(compiler).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        format!("{compiler} is not installed")
     } else if !nccl_include().join("nccl.h").is_file() {
         format!("{} has no nccl.h (run scripts/nccl-header.sh, or set WEFT_NCCL_HEADER_DIR)", nccl_include().display())
     } else {
         return true;
     };
-    skip(test, &format!("{missing}, so it cannot compile its C program"));
+    skip(test, &format!("{missing}, so it cannot compile its program"));
     false
 }
 
@@ -172,6 +177,154 @@ fn a_c_program_links_and_gets_nccls_error_codes() {
         .env("WEFT_BOOTSTRAP_TIMEOUT", "5"));
     println!("{output}");
     assert!(output.contains(", 0 failed"), "{output}");
+}
+
+#[test]
+fn device_types_match_the_real_headers() {
+    if !can_compile_with("device_types_match_the_real_headers", "g++") {
+        return;
+    }
+    let dir = packaged_library();
+    let probe = dir.join("device_probe.cpp");
+    std::fs::write(&probe, nccl::device_ffi::probe_source()).expect("write probe");
+    run(Command::new("g++").args(["-std=c++17", "-fsyntax-only", "-Werror"]).args(include_args()).arg(&probe));
+}
+
+#[test]
+fn a_cpp_program_uses_the_device_api_host_side() {
+    if !can_compile_with("a_cpp_program_uses_the_device_api_host_side", "g++") {
+        return;
+    }
+    let dir = packaged_library();
+    let exe = dir.join("device_link_test");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/device_link_test.cpp");
+    run(Command::new("g++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror"])
+        .args(include_args())
+        .arg(&source)
+        .arg("-L")
+        .arg(&dir)
+        .arg("-lnccl")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-o")
+        .arg(&exe));
+    let output = run(Command::new(&exe)
+        .env_remove("WEFT_NCCL_FALLBACK_LIB")
+        .env_remove("WEFT_NCCL_FORCE_FALLBACK")
+        .env("WEFT_BOOTSTRAP_TIMEOUT", "5"));
+    println!("{output}");
+    assert!(output.contains(", 0 failed"), "{output}");
+}
+
+/// weft's requirement arithmetic ([`nccl::dev_requirements`]) against the real NCCL 2.28.9's
+/// requirement calls, loaded from the pip package, over a grid of arguments.
+#[test]
+fn requirement_calls_size_as_the_real_nccl() {
+    use nccl::dev_requirements as weft;
+    use nccl::device_ffi::*;
+    use std::ffi::{CString, c_int};
+    let path = nccl_include().join("../lib/libnccl.so.2");
+    if !path.is_file() {
+        skip("requirement_calls_size_as_the_real_nccl", "no real libnccl.so.2 (scripts/nccl-header.sh installs it)");
+        return;
+    }
+    let c_path = CString::new(path.to_str().expect("utf-8 path")).expect("path");
+    // SAFETY: loads a shared library; RTLD_LOCAL keeps its symbols from replacing ours.
+    let lib = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!lib.is_null(), "dlopen {}", path.display());
+    let sym = |name: &str| {
+        let n = CString::new(name).expect("name");
+        // SAFETY: a live handle and a C string.
+        let f = unsafe { libc::dlsym(lib, n.as_ptr()) };
+        assert!(!f.is_null(), "{name} missing");
+        f
+    };
+    type Lsa = unsafe extern "C" fn(
+        ncclTeam_t,
+        c_int,
+        *mut ncclLsaBarrierHandle_t,
+        *mut ncclDevResourceRequirements_t,
+    ) -> c_int;
+    type Gin = unsafe extern "C" fn(
+        *mut std::ffi::c_void,
+        ncclTeam_t,
+        c_int,
+        *mut ncclGinBarrierHandle_t,
+        *mut ncclDevResourceRequirements_t,
+    ) -> c_int;
+    type A2a = unsafe extern "C" fn(c_int, c_int, *mut ncclLLA2AHandle_t, *mut ncclDevResourceRequirements_t) -> c_int;
+    type Slots = unsafe extern "C" fn(c_int, c_int) -> c_int;
+    type Sym = *mut std::ffi::c_void;
+    // SAFETY: the signatures nccl_device.h 2.28.9 declares for these symbols.
+    let (lsa, gin, a2a, slots) = unsafe {
+        (
+            std::mem::transmute::<Sym, Lsa>(sym("ncclLsaBarrierCreateRequirement")),
+            std::mem::transmute::<Sym, Gin>(sym("ncclGinBarrierCreateRequirement")),
+            std::mem::transmute::<Sym, A2a>(sym("ncclLLA2ACreateRequirement")),
+            std::mem::transmute::<Sym, Slots>(sym("ncclLLA2ACalcSlots")),
+        )
+    };
+    // A requirement with its out-pointers as offsets into `handle` (so two handles compare).
+    let relative = |r: ncclDevResourceRequirements_t, handle: usize| {
+        let at = |p: usize| if p == 0 { None } else { Some(p - handle) };
+        (
+            r.next.is_null(),
+            r.bufferSize,
+            r.bufferAlign,
+            at(r.outBufferHandle as usize),
+            r.ginSignalCount,
+            r.ginCounterCount,
+            at(r.outGinSignalStart as usize),
+            at(r.outGinCounterStart as usize),
+        )
+    };
+    for n in [0, 1, 2, 7, 32] {
+        for ranks in [1, 2, 4, 8, 72] {
+            let team = ncclTeam_t { nRanks: ranks, rank: 0, stride: 1 };
+            let (mut h_real, mut h_weft) = (ncclLsaBarrierHandle_t::default(), ncclLsaBarrierHandle_t::default());
+            let mut r_real = ncclDevResourceRequirements_t::default();
+            // SAFETY: local out-pointers.
+            assert_eq!(unsafe { lsa(team, n, &mut h_real, &mut r_real) }, 0);
+            // SAFETY: a local handle.
+            let r_weft = unsafe { weft::lsa_barrier(team, n, &mut h_weft) }.unwrap();
+            assert_eq!(
+                relative(r_weft, &raw const h_weft as usize),
+                relative(r_real, &raw const h_real as usize),
+                "lsa {n} {ranks}"
+            );
+            assert_eq!(h_weft.nBarriers, h_real.nBarriers);
+            let (mut g_real, mut g_weft) = (ncclGinBarrierHandle_t::default(), ncclGinBarrierHandle_t::default());
+            // SAFETY: local out-pointers; NCCL 2.28.9 reads neither the communicator nor the team.
+            assert_eq!(unsafe { gin(std::ptr::null_mut(), team, n, &mut g_real, &mut r_real) }, 0);
+            // SAFETY: a local handle.
+            let r_weft = unsafe { weft::gin_barrier(n, &mut g_weft) }.unwrap();
+            assert_eq!(
+                relative(r_weft, &raw const g_weft as usize),
+                relative(r_real, &raw const g_real as usize),
+                "gin {n}"
+            );
+        }
+        for s in [0, 1, 9, 64] {
+            let (mut a_real, mut a_weft) = (ncclLLA2AHandle_t::default(), ncclLLA2AHandle_t::default());
+            let mut r_real = ncclDevResourceRequirements_t::default();
+            // SAFETY: local out-pointers.
+            assert_eq!(unsafe { a2a(n, s, &mut a_real, &mut r_real) }, 0);
+            // SAFETY: a local handle.
+            let r_weft = unsafe { weft::ll_a2a(n, s, &mut a_weft) }.unwrap();
+            assert_eq!(
+                relative(r_weft, &raw const a_weft as usize),
+                relative(r_real, &raw const a_real as usize),
+                "a2a {n} {s}"
+            );
+            assert_eq!(a_weft.nSlots, a_real.nSlots);
+        }
+    }
+    for elts in [0, 1, 7, 100, 4096, 1 << 20] {
+        for size in [0, 1, 4, 8, 9, 16, 17, 64] {
+            // SAFETY: plain integers.
+            assert_eq!(weft::ll_a2a_slots(elts, size).unwrap(), unsafe { slots(elts, size) }, "slots {elts} {size}");
+        }
+    }
 }
 
 #[test]

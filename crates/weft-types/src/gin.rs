@@ -15,6 +15,18 @@ pub const GIN_MAX_SIGNALS: usize = 63;
 /// Slots of the staging area `put_value` uses on the proxy backend.
 pub const GIN_STAGING_SLOTS: usize = 256;
 
+/// Bytes of NCCL 2.28.9's `ncclDevComm`, which weft's `libnccl.so.2` fills in
+/// `ncclDevCommCreate` (weft-nccl checks the value against NCCL's header).
+pub const NCCL_DEV_COMM_BYTES: usize = 200;
+
+/// Where weft's part of an `ncclDevComm` lies: `uint32_t magic`
+/// ([`NCCL_DEV_COMM_WEFT_MAGIC`]), `uint32_t id`, `uint64_t` device address of the
+/// [`DevCommHandle`], in the 16 bytes of NCCL's `ginSignalBase` .. `ginCounterCount`.
+pub const NCCL_DEV_COMM_WEFT_OFFSET: usize = 176;
+
+/// The magic of an `ncclDevComm` made by weft (`"wDC1"` in memory order).
+pub const NCCL_DEV_COMM_WEFT_MAGIC: u32 = u32::from_le_bytes(*b"wDC1");
+
 device_structs! {
     /// A GIN device communicator (`weft_gin::DevComm`). This rank's heap holds, at offset 0,
     /// `uint64_t signals[signal_slots]` (user signals, then one per world barrier, then one per
@@ -78,5 +90,16 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("GIN_MAX_RANKS", GIN_MAX_RANKS as u64, "The most ranks of a GIN device communicator."),
         ("GIN_MAX_SIGNALS", GIN_MAX_SIGNALS as u64, "The most GIN signal slots (user signals plus barriers)."),
         ("GIN_STAGING_SLOTS", GIN_STAGING_SLOTS as u64, "Slots of GIN's put_value staging area."),
+        ("NCCL_DEV_COMM_BYTES", NCCL_DEV_COMM_BYTES as u64, "Bytes of NCCL 2.28.9's ncclDevComm."),
+        (
+            "NCCL_DEV_COMM_WEFT_OFFSET",
+            NCCL_DEV_COMM_WEFT_OFFSET as u64,
+            "Offset of weft's part of an ncclDevComm: u32 magic, u32 id, u64 DevCommHandle address.",
+        ),
+        (
+            "NCCL_DEV_COMM_WEFT_MAGIC",
+            NCCL_DEV_COMM_WEFT_MAGIC as u64,
+            "Magic of an ncclDevComm made by weft's libnccl.so.2.",
+        ),
     ]
 }

@@ -45,7 +45,10 @@ pub use fifo::{
     FIFO_SND_SRC_MEMORY_SHIFT, FIFO_SND_VALID_SHIFT, FIFO_TAIL_CACHE_STOPPED, FieldOutOfRange, FifoCommand,
     FifoCommandFields, FifoDeviceHandle, FifoOp, FifoStopCode, fifo_parity,
 };
-pub use gin::{DevCommHandle, GIN_MAX_RANKS, GIN_MAX_SIGNALS, GIN_STAGING_SLOTS};
+pub use gin::{
+    DevCommHandle, GIN_MAX_RANKS, GIN_MAX_SIGNALS, GIN_STAGING_SLOTS, NCCL_DEV_COMM_BYTES, NCCL_DEV_COMM_WEFT_MAGIC,
+    NCCL_DEV_COMM_WEFT_OFFSET,
+};
 pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext};
 pub use packets::{Ll8Packet, Ll16Packet};
 pub use port::PortChannelDeviceHandle;

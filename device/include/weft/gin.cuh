@@ -24,6 +24,9 @@
 // (WaitContext::timeout_ns) and on expiry records {rank, op, index, expected, observed} in the
 // error record and returns false; every operation returns false after a failure.
 //
+// A kernel written against NCCL's host API (weft's libnccl.so.2: ncclDevCommCreate) gets its
+// handle from the ncclDevComm with gin_handle (at the end of this file).
+//
 // Signals count up: read_signal(s) is the sum of every rank's increments since the last
 // reset_signal(s) of this rank (a reset subtracts what was seen: increments in flight land
 // after it). Counters count this rank's local completions (the source of a put may be reused).
@@ -400,5 +403,19 @@ class Gin {
   /// them.
   uint64_t pending_[GIN_MAX_RANKS];
 };
+
+/// The DevCommHandle behind an ncclDevComm that weft's libnccl.so.2 made (ncclDevCommCreate;
+/// docs/gin.md), for a kernel written against NCCL's host API: `weft::Gin gin(gin_handle(devComm))`.
+/// `NcclDevComm` is NCCL 2.28.9's ncclDevComm (its size is checked), passed to the kernel by value
+/// or by reference; at NCCL_DEV_COMM_WEFT_OFFSET it holds weft's magic, an id, and the device
+/// address of the handle. One without weft's magic (the real NCCL's, or garbage) traps: the
+/// kernel stops with an error rather than read memory that is no handle.
+template <typename NcclDevComm>
+__device__ __forceinline__ const DevCommHandle& gin_handle(const NcclDevComm& dev_comm) {
+  static_assert(sizeof(NcclDevComm) == NCCL_DEV_COMM_BYTES, "gin_handle takes NCCL 2.28.9's ncclDevComm");
+  const char* part = reinterpret_cast<const char*>(&dev_comm) + NCCL_DEV_COMM_WEFT_OFFSET;
+  if (*reinterpret_cast<const uint32_t*>(part) != NCCL_DEV_COMM_WEFT_MAGIC) __trap();
+  return *reinterpret_cast<const DevCommHandle*>(*reinterpret_cast<const uint64_t*>(part + 8));
+}
 
 }  // namespace weft

@@ -218,7 +218,7 @@ variables! {
     WEFT_NCCL_FALLBACK_LIB: Path, Config, "weft-nccl", default "unset: no fallback",
         "the real `libnccl.so.2` behind weft's own, loaded with `RTLD_DEEPBIND`; every communicator also gets one of its communicators at init";
     WEFT_NCCL_FORCE_FALLBACK: List, Config, "weft-nccl", default "empty",
-        "collectives weft's `libnccl.so.2` sends to the fallback even when weft can run them: `allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`, `alltoall`, `gather`, `scatter`, `sendrecv`, or `all`";
+        "calls weft's `libnccl.so.2` sends to the fallback even when weft can run them: `allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`, `alltoall`, `gather`, `scatter`, `sendrecv`, `devcomm` (the device API: `ncclDevCommCreate` and the calls that name a communicator), or `all`";
     WEFT_NCCL_ROOT_IP: Ip, Config, "weft-nccl", default "the address of the default route's interface, else `127.0.0.1`",
         "IP that weft's `ncclGetUniqueId` advertises for rank 0's rendezvous";
     WEFT_NCCL_LOG: LogFilter, Config, "weft-nccl", default "unset: `WEFT_LOG`",

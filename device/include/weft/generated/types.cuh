@@ -48,6 +48,9 @@ constexpr uint64_t EXEC_STEP_STRIDE = 65536ull;  ///< a step word is launch * EX
 constexpr uint64_t GIN_MAX_RANKS = 32ull;  ///< The most ranks of a GIN device communicator.
 constexpr uint64_t GIN_MAX_SIGNALS = 63ull;  ///< The most GIN signal slots (user signals plus barriers).
 constexpr uint64_t GIN_STAGING_SLOTS = 256ull;  ///< Slots of GIN's put_value staging area.
+constexpr uint64_t NCCL_DEV_COMM_BYTES = 200ull;  ///< Bytes of NCCL 2.28.9's ncclDevComm.
+constexpr uint64_t NCCL_DEV_COMM_WEFT_OFFSET = 176ull;  ///< Offset of weft's part of an ncclDevComm: u32 magic, u32 id, u64 DevCommHandle address.
+constexpr uint64_t NCCL_DEV_COMM_WEFT_MAGIC = 826492023ull;  ///< Magic of an ncclDevComm made by weft's libnccl.so.2.
 
 ///  Kind of failure recorded in a [`DeviceErrorRecord`]; zero means no failure.
 enum class DeviceErrorCode : uint32_t {
