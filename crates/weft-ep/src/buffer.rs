@@ -4,6 +4,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use weft_core::env::vars;
 use weft_core::trace::{RankTrace, TraceError, Tracer};
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory};
 use weft_gpu::{AllocKind, DeviceMemory, Stream};
@@ -104,7 +105,9 @@ impl Buffer {
             TraceError::Gpu(source) => EpError::Gpu { rank, source },
             e => EpError::InvalidArgument { rank, argument: "WEFT_TRACE", detail: e.to_string() },
         })?;
-        let kernels = Kernels::load(comm.device(), comm.env().cache_dir.clone(), tracer.as_ref()).map_err(gpu)?;
+        let ll_early = comm.env().var(&vars::WEFT_EARLY_LAUNCH).is_none_or(|v| v.trim() != "0");
+        let kernels =
+            Kernels::load(comm.device(), comm.env().cache_dir.clone(), tracer.as_ref(), ll_early).map_err(gpu)?;
         let recv_counts =
             DeviceMemory::alloc(comm.device(), 4 * (1 + MAX_LOCAL_EXPERTS), AllocKind::Legacy).map_err(gpu)?;
         comm.barrier()?;

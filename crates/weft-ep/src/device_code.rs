@@ -18,7 +18,9 @@ pub const KERNELS: KernelSet = KernelSet {
         ("dispatch.cu", include_str!("../../../device/kernels/ep/dispatch.cu")),
         ("combine.cu", include_str!("../../../device/kernels/ep/combine.cu")),
         ("sum_rows.cuh", include_str!("../../../device/kernels/ep/sum_rows.cuh")),
-        ("low_latency.cu", include_str!("../../../device/kernels/ep/low_latency.cu")),
+        ("low_latency.cuh", include_str!("../../../device/kernels/ep/low_latency.cuh")),
+        ("ll_dispatch.cu", include_str!("../../../device/kernels/ep/ll_dispatch.cu")),
+        ("ll_combine.cu", include_str!("../../../device/kernels/ep/ll_combine.cu")),
     ],
     variants: compiled_once,
     signatures: crate::launch::signatures,
@@ -43,11 +45,32 @@ mod tests {
 
     #[test]
     fn the_low_latency_kernels_bounds_match_the_host_checks() {
-        let source = include_str!("../../../device/kernels/ep/low_latency.cu");
+        let source = include_str!("../../../device/kernels/ep/low_latency.cuh");
         let experts = format!("constexpr uint32_t kLlMaxExperts = {};", crate::region::LL_MAX_EXPERTS);
         let topk = format!("constexpr uint32_t kMaxTopk = {};", crate::raw::MAX_TOPK);
-        assert!(source.contains(&experts), "low_latency.cu lacks `{experts}`");
-        assert!(source.contains(&topk), "low_latency.cu lacks `{topk}`");
+        assert!(source.contains(&experts), "low_latency.cuh lacks `{experts}`");
+        assert!(source.contains(&topk), "low_latency.cuh lacks `{topk}`");
+    }
+
+    /// The low-latency kernels may be launched early (programmatic dependents): that is sound
+    /// only if each waits for the previous grid before anything else.
+    #[test]
+    fn every_low_latency_kernel_begins_by_waiting_for_the_previous_grid() {
+        let header = include_str!("../../../device/kernels/ep/low_latency.cuh");
+        let begin = &header[header.find("void ll_kernel_begin() {").expect("ll_kernel_begin is defined")..];
+        assert!(begin["void ll_kernel_begin() {".len()..].trim_start().starts_with("ptx::grid_dependency_wait();"));
+        let kernels = crate::launch::signatures().into_iter().flat_map(|s| s.kernels.iter().copied());
+        let low_latency: Vec<&str> = kernels.filter(|k| k.starts_with("weft_ep_ll_")).collect();
+        assert_eq!(low_latency.len(), 4, "{low_latency:?}");
+        for name in low_latency {
+            let definition = format!(" {name}(");
+            let (_, text) = KERNELS.includes.iter().find(|(_, t)| t.contains(&definition)).unwrap();
+            let body = &text[text.find(&definition).unwrap()..];
+            let statements = &body[body.find('{').unwrap() + 1..];
+            // The trace scope (empty untraced) only touches the block's shared memory first.
+            let first = statements.split(';').map(str::trim).find(|s| !s.starts_with("WEFT_TRACE_")).unwrap();
+            assert_eq!(first, "ll_kernel_begin()", "{name}");
+        }
     }
 
     #[test]

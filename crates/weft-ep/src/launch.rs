@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use weft_core::KernelLibrary;
 use weft_core::trace::Tracer;
-use weft_gpu::{Device, GpuError, Kernel, LaunchConfig, Stream};
+use weft_gpu::{Device, GpuError, Kernel, KernelParams, LaunchConfig, Stream};
 use weft_types::{
     EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs,
 };
@@ -93,6 +93,9 @@ pub(crate) struct Kernels {
     combine: Kernel,
     ll_dispatch: [Kernel; 2],
     ll_combine: [Kernel; 2],
+    /// Whether the low-latency kernels are launched as programmatic dependents of the previous
+    /// kernel on the stream (each waits for it on the GPU first: `ll_kernel_begin`).
+    ll_early: bool,
 }
 
 /// The two kernels of a low-latency call.
@@ -106,11 +109,13 @@ pub(crate) enum LlPhase {
 
 impl Kernels {
     /// Compiles (or reads from the cache in `cache_dir`) and loads the EP module on `device`:
-    /// its traced variant, attached to `tracer`, when there is one.
+    /// its traced variant, attached to `tracer`, when there is one. `ll_early`: launch the
+    /// low-latency kernels early (`WEFT_EARLY_LAUNCH`).
     pub(crate) fn load(
         device: &Device,
         cache_dir: std::path::PathBuf,
         tracer: Option<&Tracer>,
+        ll_early: bool,
     ) -> Result<Self, GpuError> {
         let defines = tracer.map(|t| t.defines(&[])).unwrap_or_default();
         let module = KernelLibrary::new(cache_dir, &KERNELS).load_with(device, UNIT, &defines)?.module;
@@ -126,6 +131,7 @@ impl Kernels {
             combine: kernel("weft_ep_combine")?,
             ll_dispatch: [kernel("weft_ep_ll_dispatch_send")?, kernel("weft_ep_ll_dispatch_recv")?],
             ll_combine: [kernel("weft_ep_ll_combine_send")?, kernel("weft_ep_ll_combine_recv")?],
+            ll_early,
         })
     }
 
@@ -193,9 +199,8 @@ impl Kernels {
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
-        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
         // SAFETY: the caller's contract.
-        unsafe { self.ll_dispatch[phase as usize].launch(stream, config, &LlDispatch { c, a }) }
+        unsafe { self.launch_ll(&self.ll_dispatch[phase as usize], stream, blocks, &LlDispatch { c, a }) }
     }
 
     /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs.
@@ -210,8 +215,31 @@ impl Kernels {
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
-        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
         // SAFETY: the caller's contract.
-        unsafe { self.ll_combine[phase as usize].launch(stream, config, &LlCombine { c, a }) }
+        unsafe { self.launch_ll(&self.ll_combine[phase as usize], stream, blocks, &LlCombine { c, a }) }
+    }
+
+    /// Launches a low-latency kernel on `blocks` SMs, early when configured so.
+    ///
+    /// # Safety
+    /// As [`Kernels::notify`], for the addresses in `params`.
+    unsafe fn launch_ll<P: KernelParams>(
+        &self,
+        kernel: &Kernel,
+        stream: &Stream,
+        blocks: u32,
+        params: &P,
+    ) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
+        // SAFETY: the caller's contract; an early launch is sound because every low-latency
+        // kernel waits for the previous grid before its first access to memory
+        // (`ll_kernel_begin`, checked by a test of `device_code`).
+        unsafe {
+            if self.ll_early {
+                kernel.launch_early(stream, config, params)
+            } else {
+                kernel.launch(stream, config, params)
+            }
+        }
     }
 }

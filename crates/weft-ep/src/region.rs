@@ -29,7 +29,8 @@ pub(crate) struct BufferLayout {
     channel_info: usize,
     dispatch_tail: usize,
     combine_tail: usize,
-    /// `uint64_t[8]`: low-latency phase sequences and block counters.
+    /// `uint64_t[8]`: low-latency phase sequences and block counters, then `uint32_t[LL_MAX_EXPERTS]`:
+    /// the dispatch send's per-expert totals, left by one block for the launch's last one.
     pub(crate) ll_state: usize,
     /// `uint64_t[4][LL_MAX_EXPERTS]`: low-latency dispatch counts (two halves), then combine
     /// flags (two halves).
@@ -63,7 +64,7 @@ impl BufferLayout {
             channel_info: region(table),
             dispatch_tail: region(table),
             combine_tail: region(table),
-            ll_state: region(8 * 8),
+            ll_state: region(8 * 8 + 4 * LL_MAX_EXPERTS),
             ll_signals: region(4 * LL_MAX_EXPERTS * 8),
             data_offset: region(data_bytes),
             data_bytes,

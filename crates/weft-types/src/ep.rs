@@ -198,7 +198,7 @@ device_structs! {
         recv_layout_range: u64 => "uint64_t",
         /// In/out: `int32_t[local experts]` rows received so far, or 0.
         cumulative_recv_stats: u64 => "uint64_t",
-        /// `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+        /// `uint64_t[8]` phase sequences and block counters, then `uint32_t[1024]` send totals.
         state_offset: u64 => "uint64_t",
         /// Two halves of `uint64_t[experts]` count words (`sequence + 1 << 32 | rows`).
         signal_offset: u64 => "uint64_t",

@@ -4,4 +4,5 @@
 #include "notify.cu"
 #include "dispatch.cu"
 #include "combine.cu"
-#include "low_latency.cu"
+#include "ll_dispatch.cu"
+#include "ll_combine.cu"

@@ -31,6 +31,8 @@ pub const PHASES: &[Phase] = &[
     Phase { name: "finish", meaning: "EP: the block arrived at the launch's end (finish_phase)" },
     Phase { name: "publish", meaning: "EP: the launch's last block published the counts or flags" },
     Phase { name: "wait", meaning: "EP: the signals the warp waits for seen" },
+    Phase { name: "grid_wait", meaning: "EP low latency: the previous grid on the stream waited for" },
+    Phase { name: "route", meaning: "EP low-latency dispatch: the block's first window of tokens routed" },
 ];
 
 /// Every kernel with a `WEFT_TRACE_SCOPE`, indexed by its id (the index here). A kernel's scope

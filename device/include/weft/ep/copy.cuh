@@ -78,6 +78,64 @@ __device__ __forceinline__ void warp_copy_fields(uint32_t records, uint32_t fiel
   }
 }
 
+/// Two words describing one record of a span copy (warp_copy_span), usually its source and
+/// destination addresses.
+struct RecordWords {
+  uint64_t src, dst;
+};
+
+/// Copies elements `[begin, end)` of a stream of records of `fields` elements of type `T`
+/// (element i is field i % fields of record i / fields): field f of record r from
+/// `src_at(w.src, f)` to `dst_at(w.dst, f)`, `w = record(r)`. The records are taken 32 at a
+/// time and lane l calls `record` for the batch's record l alone, so look-ups that load (where
+/// a record goes) cost one latency per batch; each element's words come from that lane by a
+/// shuffle, so no address in a round waits for memory and all of a round's loads are in
+/// flight before its stores (an address loaded per element made the compiler interleave loads
+/// and stores, one round trip per element). Rounds of `kUnroll` elements per lane, stepping as
+/// warp_copy_fields. Called by: all 32 lanes of a warp, with the same arguments. `kInput`: as
+/// load_element.
+template <bool kInput, uint32_t kUnroll, typename T, typename Record, typename SrcAt, typename DstAt>
+__device__ __forceinline__ void warp_copy_span(uint64_t begin, uint64_t end, uint32_t fields, Record record,
+                                               SrcAt src_at, DstAt dst_at, uint32_t lane) {
+  if (fields == 0) return;
+  const uint32_t step_records = 32 / fields, step_fields = 32 % fields;
+  auto step = [&](uint32_t& r, uint32_t& f) {
+    r += step_records;
+    f += step_fields;
+    if (f >= fields) {
+      f -= fields;
+      ++r;
+    }
+  };
+  while (begin < end) {
+    const uint64_t first = begin / fields, stop = min(end, (first + 32) * fields);
+    RecordWords mine = {0, 0};
+    if ((first + lane) * fields < stop) mine = record(first + lane);
+    // This lane's element begin + lane of the current round, as (record - first, field).
+    const uint32_t n = uint32_t(stop - begin), offset = uint32_t(begin - first * fields) + lane;
+    uint32_t r = offset / fields, f = offset % fields;
+    for (uint32_t base = 0; base < n; base += 32 * kUnroll) {
+      const uint32_t r0 = r, f0 = f;
+      T v[kUnroll];
+#pragma unroll
+      for (uint32_t u = 0; u < kUnroll; ++u) {
+        const uint64_t src = __shfl_sync(~0u, mine.src, r % 32);
+        if (base + 32 * u + lane < n) v[u] = load_element<kInput>(src_at(src, f));
+        step(r, f);
+      }
+      r = r0;
+      f = f0;
+#pragma unroll
+      for (uint32_t u = 0; u < kUnroll; ++u) {
+        const uint64_t dst = __shfl_sync(~0u, mine.dst, r % 32);
+        if (base + 32 * u + lane < n) *dst_at(dst, f) = v[u];
+        step(r, f);
+      }
+    }
+    begin = stop;
+  }
+}
+
 /// Copies `records` records of `bytes` each (16-byte multiples, aligned), record r from
 /// `src(r)` to `dst(r)`, as one stream of vectors (warp_copy_fields): loads of several records
 /// are in flight at once. Called by: all 32 lanes of a warp. `kInput`: `src` holds kernel

@@ -27,6 +27,8 @@ constexpr uint16_t send = 10;  ///< EP: the warp's messages stored into the peer
 constexpr uint16_t finish = 11;  ///< EP: the block arrived at the launch's end (finish_phase)
 constexpr uint16_t publish = 12;  ///< EP: the launch's last block published the counts or flags
 constexpr uint16_t wait = 13;  ///< EP: the signals the warp waits for seen
+constexpr uint16_t grid_wait = 14;  ///< EP low latency: the previous grid on the stream waited for
+constexpr uint16_t route = 15;  ///< EP low-latency dispatch: the block's first window of tokens routed
 }  // namespace phase
 
 /// Kernel ids, one per kernel with a WEFT_TRACE_SCOPE.

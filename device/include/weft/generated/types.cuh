@@ -638,7 +638,7 @@ struct alignas(8) EpLlDispatchArgs {
   uint64_t recv_src_info;  ///<  Out: `int32_t[local experts][ranks * max_tokens]` source token of each row.
   uint64_t recv_layout_range;  ///<  Out: `int64_t[local experts][ranks]`, `first row << 32 | rows` per source rank.
   uint64_t cumulative_recv_stats;  ///<  In/out: `int32_t[local experts]` rows received so far, or 0.
-  uint64_t state_offset;  ///<  `uint64_t[8]` phase sequences and block counters in this rank's buffer.
+  uint64_t state_offset;  ///<  `uint64_t[8]` phase sequences and block counters, then `uint32_t[1024]` send totals.
   uint64_t signal_offset;  ///<  Two halves of `uint64_t[experts]` count words (`sequence + 1 << 32 | rows`).
   uint64_t data_offset;  ///<  Two halves of message slots.
   uint64_t data_half_bytes;  ///<  Bytes of one half.

@@ -99,5 +99,8 @@ __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontr
 /// Starts bringing the line of `p` into this SM's L1 without waiting for it.
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
+/// Starts bringing the line of `p` into L2 without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 }  // namespace ptx
 }  // namespace weft

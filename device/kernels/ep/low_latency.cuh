@@ -1,0 +1,139 @@
+// What the four low-latency kernels (ll_dispatch.cu, ll_combine.cu) share: their shapes, the
+// phase sequences, the end of a launch, and the even split of a launch's work over its warps.
+//
+// Low-latency dispatch and combine (DeepEP's decoding path) are each a send kernel and a
+// receive kernel: run back to back, or the receive later as the hook. Senders never wait, so
+// neither kernel can deadlock however ranks share SMs.
+//
+// Every rank keeps, in its own buffer, a sequence per phase (dispatch send, dispatch receive,
+// combine send, combine receive), advanced by the last block of each launch: launch i of a
+// phase uses half i % 2 of its regions and tags its signals i + 1. Graph replays continue the
+// sequences on the device; no signal is ever reset. A rank can run at most one call ahead of a
+// peer's receive (its own receive waits for every peer's send of the same call), so a half is
+// never written while a peer still reads it, provided each rank receives a call before it
+// sends the call after next (DeepEP's rule of at most two calls' results held at once).
+//
+// Each kernel spreads its bytes evenly over every warp of the grid (a warp's share is a
+// contiguous run of a flat stream of rows), so the busiest warp moves about total / warps.
+// The kernels may be launched as programmatic dependents of the previous kernel on the stream:
+// each first waits for that grid (ll_kernel_begin) and lets the next one be scheduled once its
+// own work is issued (ll_release_dependents).
+#pragma once
+#include <cuda_fp8.h>
+
+#include "common.cuh"
+#include "sum_rows.cuh"
+
+/// Threads of a low-latency block.
+constexpr uint32_t kLlThreads = 512;
+constexpr uint32_t kLlWarps = kLlThreads / 32;
+/// Most experts of a call (weft-ep's `LL_MAX_EXPERTS`, kept equal by a test).
+constexpr uint32_t kLlMaxExperts = 1024;
+/// Most top-k slots of a token (weft-ep's `MAX_TOPK`, kept equal by a test).
+constexpr uint32_t kMaxTopk = 32;
+/// Phases, and their entries in the state words (sequence at `phase`, block count at 4 + phase).
+constexpr uint32_t kDispatchSend = 0, kDispatchRecv = 1, kCombineSend = 2, kCombineRecv = 3;
+/// State words before the dispatch's per-expert totals (`uint32_t[kLlMaxExperts]`, see
+/// ll_dispatch.cu), in the same region of the buffer.
+constexpr uint32_t kLlStateWords = 8;
+/// Bytes of a dispatch message's header (the token index, then padding).
+constexpr uint32_t kLlHeaderBytes = 16;
+/// 16-byte elements a lane of a low-latency copy has in flight per round: 8 KiB per warp for
+/// the dispatch receive's local copy; 4 KiB for the combine send, whose peer addresses need
+/// more registers (16 spill) and whose bytes are bound by NVLink, not by round trips.
+constexpr uint32_t kLlCopyUnroll = 8, kLlSendUnroll = 8;
+
+/// The start of every low-latency kernel, before it touches memory: waits for the previous
+/// grid on the stream to end (a no-op unless this one was launched early). Called by: every
+/// thread.
+__device__ __forceinline__ void ll_kernel_begin() {
+  ptx::grid_dependency_wait();
+  WEFT_TRACE_MARK(grid_wait);
+}
+
+/// Lets the next kernel on the stream be scheduled (it still waits for this whole grid to end
+/// before touching memory). Called by: every thread of a block, once the block's copies are
+/// issued, so the next kernel's blocks take SMs only for this grid's tail.
+__device__ __forceinline__ void ll_release_dependents() { ptx::launch_dependents(); }
+
+/// The current sequence of `phase`. Called by: any thread, before the block's work.
+__device__ __forceinline__ uint64_t phase_sequence(const uint64_t* state, uint32_t phase) {
+  return *reinterpret_cast<const volatile uint64_t*>(state + phase);
+}
+
+/// Called by every thread of every block at its end: the last block of the launch advances
+/// `phase`'s sequence (the next launch on the stream sees it) and gets true in every thread.
+/// Each block's stores (peers' buffers included) are ordered before its arrival by a block
+/// barrier and a system-scope fence; the last block fences again after seeing every arrival,
+/// so a release store it makes afterwards covers every block's stores.
+__device__ __forceinline__ bool finish_phase(uint64_t* state, uint32_t phase) {
+  __shared__ uint32_t last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    unsigned long long* blocks = reinterpret_cast<unsigned long long*>(state + 4 + phase);
+    last = atomicAdd(blocks, 1ull) == gridDim.x - 1;
+    if (last != 0) {
+      *blocks = 0;
+      state[phase] += 1;
+      __threadfence_system();
+    }
+  }
+  __syncthreads();
+  WEFT_TRACE_MARK(finish);
+  return last != 0;
+}
+
+/// Part `part` of `parts` even parts of `total` units: `[share(part), share(part + 1))`.
+__device__ __forceinline__ uint64_t share(uint64_t total, uint64_t part, uint64_t parts) {
+  return total * part / parts;
+}
+
+/// This warp's number among the grid's warps, and their count.
+__device__ __forceinline__ uint32_t grid_warp() { return blockIdx.x * kLlWarps + threadIdx.x / 32; }
+__device__ __forceinline__ uint32_t grid_warps() { return gridDim.x * kLlWarps; }
+
+/// Replaces `v[0..n)` (shared memory, n <= 2 * kLlThreads) by its exclusive prefix sums and
+/// returns the total; `v[n]` gets the total too (the array has n + 1 entries). Called by:
+/// every thread of the block.
+__device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t* v, uint32_t n) {
+  __shared__ uint32_t warp_totals[kLlWarps];
+  const uint32_t t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const uint32_t a = 2 * t < n ? v[2 * t] : 0, b = 2 * t + 1 < n ? v[2 * t + 1] : 0;
+  uint32_t inclusive = a + b;
+#pragma unroll
+  for (uint32_t d = 1; d < 32; d *= 2) {
+    const uint32_t up = __shfl_up_sync(~0u, inclusive, d);
+    if (lane >= d) inclusive += up;
+  }
+  if (lane == 31) warp_totals[warp] = inclusive;
+  __syncthreads();
+  uint32_t before = 0, total = 0;
+#pragma unroll
+  for (uint32_t w = 0; w < kLlWarps; ++w) {
+    before += w < warp ? warp_totals[w] : 0;
+    total += warp_totals[w];
+  }
+  const uint32_t exclusive = before + inclusive - a - b;
+  if (2 * t < n) v[2 * t] = exclusive;
+  if (2 * t + 1 < n) v[2 * t + 1] = exclusive + a;
+  if (t == 0) v[n] = total;
+  __syncthreads();
+  return total;
+}
+
+/// The segment holding `x` among `n` segments with ascending starts `starts[0..n]` (shared
+/// memory, `starts[n]` the end): the last i < n with starts[i] <= x, so empty segments are
+/// skipped. Called by: any thread.
+__device__ __forceinline__ uint32_t find_segment(const uint32_t* starts, uint32_t n, uint64_t x) {
+  uint32_t lo = 0, hi = n;  // starts[lo] <= x < starts[hi]
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (starts[mid] <= x) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
