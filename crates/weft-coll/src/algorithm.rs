@@ -14,8 +14,9 @@ pub trait CollectiveAlgorithms: Copy {
     /// The environment variable that forces an algorithm: `WEFT_ALGO_ALLREDUCE`, ...
     fn override_var(self) -> &'static Variable;
     /// The native algorithm a size-based choice falls back to where its pick cannot run: the
-    /// first HB or point-to-point one that handles `dtype` (every collective has one for every
-    /// type; all-to-all and send/receive have only point-to-point ones).
+    /// first HB or direct-transfer one that handles `dtype` (every collective has one for every
+    /// type; all-to-all and send/receive have only direct transfers, `ll` first: it carries any
+    /// size, each direction over packets where they fit, through scratch where not).
     fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm>;
     /// The algorithms that implement this collective: the native kernels, then the plans of
     /// the registry (shipped, then the user plans of `WEFT_PLAN_DIR`).
@@ -36,7 +37,8 @@ impl CollectiveAlgorithms for Collective {
     }
 
     fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm> {
-        self.algorithms().find(|a| matches!(a.protocol(), Protocol::Hb | Protocol::P2p) && a.supports(dtype))
+        self.algorithms()
+            .find(|a| matches!(a.protocol(), Protocol::Hb | Protocol::P2p | Protocol::LlP2p) && a.supports(dtype))
     }
 
     fn algorithms(self) -> impl Iterator<Item = Algorithm> {
@@ -53,6 +55,12 @@ pub enum Protocol {
     Hb,
     /// Point-to-point transfers through scratch slots with credits; `hb_blocks` x `hb_threads`.
     P2p,
+    /// Point-to-point transfers over LL16 packets for every direction of at most
+    /// `CollConfig::p2p_ll_bytes` (into a slot of the receiver's packet buffer per sender, one
+    /// flag per (direction, peer, part): `2 * ranks * ll_pair_parts` x `ll_threads`, launched
+    /// early like [`Protocol::Ll`]), and as [`Protocol::P2p`] for the larger ones. Which of the
+    /// two carries a direction depends only on its bytes, which both of its ends know.
+    LlP2p,
     /// An execution plan run by weft-exec's interpreter kernel, with its own buffers.
     Plan,
     /// Puts through PortChannels that the proxy executes with the copy engine, into scratch
@@ -93,9 +101,14 @@ pub enum Algorithm {
     ReduceLl,
     /// Reduce as two-shot through scratch, results to the root.
     ReduceHb,
-    /// AllToAll as grouped point-to-point transfers.
+    /// AllToAll as grouped point-to-point transfers, blocks of up to `p2p_ll_bytes` over LL
+    /// packets ([`Protocol::LlP2p`]).
+    AllToAllLl,
+    /// AllToAll as grouped point-to-point transfers through scratch.
     AllToAllP2p,
-    /// Grouped sends and receives.
+    /// Grouped sends and receives, those of up to `p2p_ll_bytes` over LL packets.
+    SendRecvLl,
+    /// Grouped sends and receives through scratch.
     SendRecvP2p,
     /// An execution plan of the registry (named `plan:<name>`).
     Plan(PlanId),
@@ -103,7 +116,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 16] = [
+    pub const ALL: [Algorithm; 18] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceHb,
@@ -118,7 +131,9 @@ impl Algorithm {
         Algorithm::BroadcastHb,
         Algorithm::ReduceLl,
         Algorithm::ReduceHb,
+        Algorithm::AllToAllLl,
         Algorithm::AllToAllP2p,
+        Algorithm::SendRecvLl,
         Algorithm::SendRecvP2p,
     ];
 
@@ -133,7 +148,7 @@ impl Algorithm {
             Self::AllReducePortRing => "port_ring",
             Self::AllReducePortAllPairs => "port_allpairs",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
-            a if a.protocol() == Protocol::Ll => "ll",
+            a if matches!(a.protocol(), Protocol::Ll | Protocol::LlP2p) => "ll",
             _ => "hb",
         }
     }
@@ -151,8 +166,8 @@ impl Algorithm {
             Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
             Self::BroadcastLl | Self::BroadcastHb => Collective::Broadcast,
             Self::ReduceLl | Self::ReduceHb => Collective::Reduce,
-            Self::AllToAllP2p => Collective::AllToAll,
-            Self::SendRecvP2p => Collective::SendRecv,
+            Self::AllToAllLl | Self::AllToAllP2p => Collective::AllToAll,
+            Self::SendRecvLl | Self::SendRecvP2p => Collective::SendRecv,
             Self::Plan(id) => id.collective(),
         }
     }
@@ -167,6 +182,7 @@ impl Algorithm {
             | Self::BroadcastLl
             | Self::ReduceLl => Protocol::Ll,
             Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
+            Self::AllToAllLl | Self::SendRecvLl => Protocol::LlP2p,
             Self::Plan(_) => Protocol::Plan,
             Self::AllReducePortRing | Self::AllReducePortAllPairs => Protocol::Port,
             _ => Protocol::Hb,
@@ -221,7 +237,25 @@ impl Algorithm {
             Self::ReduceLl => "weft_reduce_ll",
             Self::ReduceHb => "weft_reduce_hb",
             Self::AllToAllP2p | Self::SendRecvP2p => "weft_p2p",
+            Self::AllToAllLl | Self::SendRecvLl => "weft_p2p_ll",
             Self::Plan(_) => "weft_execute",
+        }
+    }
+
+    /// Whether it moves each rank's bytes straight to their receivers, per direction (all-to-all
+    /// and send/receive; no plan), and settles with exactly the peers of each launch.
+    pub fn is_direct(self) -> bool {
+        matches!(self.protocol(), Protocol::P2p | Protocol::LlP2p)
+    }
+
+    /// The algorithm of its collective that carries every direction through scratch (itself,
+    /// for one that does): what carries the directions of an `ll` launch that do not fit the
+    /// packet slots. `None` for a collective without direct transfers.
+    pub fn through_scratch(self) -> Option<Algorithm> {
+        match self.collective() {
+            Collective::AllToAll => Some(Self::AllToAllP2p),
+            Collective::SendRecv => Some(Self::SendRecvP2p),
+            _ => None,
         }
     }
 
@@ -315,7 +349,32 @@ mod tests {
             }
         }
         assert_eq!(Collective::AllReduce.fallback(DataType::F8E4M3), Some(Algorithm::AllReduceHb));
-        assert_eq!(Collective::AllToAll.fallback(DataType::Bf16), Some(Algorithm::AllToAllP2p));
-        assert_eq!(Collective::SendRecv.fallback(DataType::U8), Some(Algorithm::SendRecvP2p));
+        assert_eq!(Collective::AllToAll.fallback(DataType::Bf16), Some(Algorithm::AllToAllLl));
+        assert_eq!(Collective::SendRecv.fallback(DataType::U8), Some(Algorithm::SendRecvLl));
+    }
+
+    #[test]
+    fn all_to_all_and_send_recv_have_ll_and_p2p_both_direct_on_the_two_p2p_kernels() {
+        for (c, ll, p2p) in [
+            (Collective::AllToAll, Algorithm::AllToAllLl, Algorithm::AllToAllP2p),
+            (Collective::SendRecv, Algorithm::SendRecvLl, Algorithm::SendRecvP2p),
+        ] {
+            assert_eq!(Algorithm::from_name(c, "ll"), Some(ll));
+            assert_eq!(Algorithm::from_name(c, "p2p"), Some(p2p));
+            assert_eq!(
+                (ll.protocol(), ll.kernel(), ll.to_string()),
+                (Protocol::LlP2p, "weft_p2p_ll", format!("{c}/ll"))
+            );
+            assert_eq!((p2p.protocol(), p2p.kernel()), (Protocol::P2p, "weft_p2p"));
+            assert!(ll.is_direct() && p2p.is_direct() && !ll.reduces());
+            assert_eq!((ll.through_scratch(), p2p.through_scratch()), (Some(p2p), Some(p2p)));
+            assert!(weft_types::DataType::ALL.into_iter().all(|t| ll.supports(t)));
+        }
+        for a in Algorithm::ALL
+            .into_iter()
+            .filter(|a| !matches!(a.collective(), Collective::AllToAll | Collective::SendRecv))
+        {
+            assert!(!a.is_direct() && a.through_scratch().is_none(), "{a}");
+        }
     }
 }

@@ -69,15 +69,22 @@ impl Chooser<'_> {
         Ok(call.collective.fallback(call.dtype).unwrap_or(algorithm))
     }
 
-    /// The collective's native algorithm whatever the selector says (all-to-allv: no plan
-    /// takes uneven blocks), where every peer is reachable.
-    pub(crate) fn native(&self, call: Call) -> Result<Algorithm, CollError> {
-        match self.across_nodes(call) {
-            Some(across) => across,
-            None => call.collective.fallback(call.dtype).ok_or_else(|| {
-                self.invalid(format!("{} has no native algorithm for {}", call.collective, call.dtype.name()))
-            }),
+    /// The algorithm of a call only direct transfers can run (all-to-allv: no plan takes
+    /// uneven blocks), where every peer is reachable: the selector's pick when it is a direct
+    /// one (`ll`, `p2p`), else the collective's native one ([`Collective::fallback`], `ll`).
+    /// `call.size` must be the same on every rank: all-to-allv's blocks differ between ranks,
+    /// so it asks at 0 bytes (the rule of the smallest calls), and `ll` chooses per direction.
+    pub(crate) fn direct(&self, call: Call) -> Result<Algorithm, CollError> {
+        if let Some(across) = self.across_nodes(call) {
+            return across;
         }
+        let picked = self.config.selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
+        if picked.is_direct() {
+            return Ok(picked);
+        }
+        call.collective.fallback(call.dtype).filter(|a| a.is_direct()).ok_or_else(|| {
+            self.invalid(format!("{} has no direct-transfer algorithm for {}", call.collective, call.dtype.name()))
+        })
     }
 
     /// [`crate::Selector::across_nodes`]'s choice when some peer is in another node.
@@ -145,7 +152,7 @@ mod tests {
         let (without, with) = two_step_ranks();
         let none = |_| false;
         let c = chooser(&config, without);
-        assert_eq!(c.choose(call(Collective::AllToAll, 4096), |_| 0, none).unwrap(), Algorithm::AllToAllP2p);
+        assert_eq!(c.choose(call(Collective::AllToAll, 4096), |_| 0, none).unwrap(), Algorithm::AllToAllLl);
         // Set up already (by a call of another root or size), the plan runs.
         let plan = c.choose(call(Collective::AllToAll, 4096), |_| 0, |_| true).unwrap();
         assert_eq!(plan.name(), TWO_STEP);
@@ -161,8 +168,50 @@ mod tests {
         let err = chooser(&config, without).choose(call(Collective::AllToAll, 64), |_| 0, |_| false).unwrap_err();
         assert!(err.to_string().contains("has no plan for"), "{err}");
         for ranks in [without, with] {
-            assert_eq!(chooser(&config, ranks).native(call(Collective::AllToAll, 64)).unwrap(), Algorithm::AllToAllP2p);
+            assert_eq!(chooser(&config, ranks).direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
         }
+    }
+
+    /// All-to-all(v) and send/receive take `ll` unless `p2p` is forced or picked; nothing a
+    /// rank sees of its own call's sizes enters the choice of all-to-allv and send/receive
+    /// (the kernels split per direction, see `transfers.rs`), and a size never makes `ll` fail.
+    #[test]
+    fn direct_transfers_default_to_ll_and_follow_a_forced_or_picked_p2p() {
+        let default = CollConfig::default();
+        for ranks in [1, 2, 8] {
+            let c = chooser(&default, ranks);
+            for size in [0, 1, 64 << 10, (64 << 10) + 1, 1 << 30] {
+                assert_eq!(
+                    c.choose(call(Collective::AllToAll, size), |_| usize::MAX, |_| false).unwrap(),
+                    Algorithm::AllToAllLl
+                );
+                assert_eq!(
+                    c.choose(call(Collective::SendRecv, size), |_| usize::MAX, |_| false).unwrap(),
+                    Algorithm::SendRecvLl
+                );
+            }
+            assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
+        }
+        for (collective, p2p, ll) in [
+            (Collective::AllToAll, Algorithm::AllToAllP2p, Algorithm::AllToAllLl),
+            (Collective::SendRecv, Algorithm::SendRecvP2p, Algorithm::SendRecvLl),
+        ] {
+            let mut forced = CollConfig::default();
+            forced.selector.force(p2p);
+            let c = chooser(&forced, 4);
+            assert_eq!(c.choose(call(collective, 8), |_| 0, |_| false).unwrap(), p2p);
+            assert_eq!(c.direct(call(collective, 0)).unwrap(), p2p);
+            forced.selector.force(ll);
+            let c = chooser(&forced, 4);
+            assert_eq!(c.choose(call(collective, 1 << 30), |_| usize::MAX, |_| false).unwrap(), ll);
+        }
+        let tuned =
+            table(r#"{"collectives": {"alltoall": [{"max_bytes": 4096, "algorithm": "ll"}, {"algorithm": "p2p"}]}}"#);
+        let c = chooser(&tuned, 2);
+        assert_eq!(c.choose(call(Collective::AllToAll, 4096), |_| 0, |_| false).unwrap(), Algorithm::AllToAllLl);
+        assert_eq!(c.choose(call(Collective::AllToAll, 4097), |_| 0, |_| false).unwrap(), Algorithm::AllToAllP2p);
+        // All-to-allv asks at 0 bytes on every rank, whatever its blocks: the same answer.
+        assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
     }
 
     #[test]
@@ -207,7 +256,7 @@ mod tests {
         assert_eq!(pairs, Algorithm::AllReducePortAllPairs);
         for err in [
             c.choose(call(Collective::AllToAll, 8), |_| 0, |_| false).unwrap_err(),
-            c.native(call(Collective::AllToAll, 8)).unwrap_err(),
+            c.direct(call(Collective::AllToAll, 8)).unwrap_err(),
         ] {
             assert!(matches!(err, CollError::Unsupported { .. }), "{err}");
             assert!(err.to_string().contains("rank 1 is in another node: another host"), "{err}");

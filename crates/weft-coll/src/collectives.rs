@@ -1,6 +1,7 @@
 //! The collective API of one rank: argument checks, algorithm choice and the launch of the
-//! chosen kernel. Every call enqueues one kernel (or, for send/receive groups that name a peer
-//! more than once, one per round of matched operations) and nothing else: no host
+//! chosen kernel. Every call enqueues one kernel (all-to-all and send/receive: one per round of
+//! matched operations, two when a round has directions both over packets and through scratch,
+//! see `transfers.rs`) and nothing else: no host
 //! synchronisation, no allocation once the kernels are loaded, so calls are capturable in CUDA
 //! graphs. A call captured into a graph may first agree with the peers on writing straight
 //! into their registered user buffers (`registry.rs`): a host exchange paid once per capture,
@@ -18,7 +19,7 @@ use weft_gpu::{
 };
 use weft_net::{PortProxy, PortProxyConfig, PortRoute};
 
-use weft_types::{CollContext, DataType, PeerBuffers, ReduceOp};
+use weft_types::{CollContext, DataType, P2pPlan, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
 use crate::args::{Args, Buffer, InDevice, p2p_round};
@@ -26,7 +27,7 @@ use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
-use crate::params::{AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, Rooted};
+use crate::params::{AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, P2pLl, Rooted};
 use crate::plans::PlanId;
 use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
@@ -770,15 +771,18 @@ impl Collectives {
         } else {
             send
         };
-        if let Algorithm::Plan(id) = self.choose(Collective::AllToAll, total, dtype, ReduceOp::Sum, |_| 0)? {
+        // Every rank has the same count: the same pick.
+        let algorithm = self.choose(Collective::AllToAll, total, dtype, ReduceOp::Sum, |_| 0)?;
+        if let Algorithm::Plan(id) = algorithm {
             args.all_to_all(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send, recv, count * n, dtype, ReduceOp::Sum, stream) };
         }
         let (counts, displs) = args.even_blocks(count).map_err(|d| self.invalid(d))?;
         let (counts, displs) = (&counts[..n.min(counts.len())], &displs[..n.min(displs.len())]);
-        // SAFETY: forwarded caller contract.
-        unsafe { self.raw_all_to_allv(send, counts, displs, recv, counts, displs, dtype, stream) }
+        let plan = args.all_to_allv(send, counts, displs, recv, counts, displs, dtype).map_err(|d| self.invalid(d))?;
+        // SAFETY: every plan buffer was checked above.
+        unsafe { self.direct_transfers(algorithm, plan, stream) }
     }
 
     /// Copies each `(source, bytes)` into staging on `stream`, each at a 16-byte aligned
@@ -859,13 +863,12 @@ impl Collectives {
             .args(stream)?
             .all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype)
             .map_err(|d| self.invalid(d))?;
-        let total: u64 = plan.send_bytes.iter().sum();
-        // The direct transfers whatever the selector names: no plan takes uneven blocks
-        // (all_to_all runs the plans).
-        let call = Call { collective: Collective::AllToAll, size: total as usize, dtype, op: ReduceOp::Sum };
-        let algorithm = self.chooser().native(call)?;
+        // Direct transfers whatever the selector names (no plan takes uneven blocks; all_to_all
+        // runs the plans), asked at a size every rank passes alike.
+        let call = Call { collective: Collective::AllToAll, size: 0, dtype, op: ReduceOp::Sum };
+        let algorithm = self.chooser().direct(call)?;
         // SAFETY: every plan buffer was checked above.
-        unsafe { self.launch(algorithm, dtype, ReduceOp::Sum, None, stream, total as usize, |c| P2p { c, plan }) }
+        unsafe { self.direct_transfers(algorithm, plan, stream) }
     }
 
     /// A group of sends and receives that progress together (NCCL's grouped `ncclSend` /
@@ -894,19 +897,64 @@ impl Collectives {
             staged_ops = moved;
             &staged_ops
         };
-        // Point-to-point transfers move bytes: every type is supported.
+        // Point-to-point transfers move bytes: every type is supported. The size is the same on
+        // every rank (what each end knows of a direction decides its kernel: transfers.rs).
         let algorithm = self.choose(Collective::SendRecv, 0, DataType::U8, ReduceOp::Sum, |_| 0)?;
         // Round i carries the i-th operation of every (peer, direction), matching the peers'
-        // rounds; a round is one launch.
-        let me = self.comm.rank();
+        // rounds.
+        let mut carried = algorithm.through_scratch().unwrap_or(algorithm);
         for plan in (0..).map_while(|r| p2p_round(ops, r)) {
-            let bytes = plan.send_bytes.iter().chain(&plan.recv_bytes).sum::<u64>() as usize;
-            let peers = (0..self.ranks()).filter(|&p| p != me && (plan.send_bytes[p] > 0 || plan.recv_bytes[p] > 0));
-            self.comm.settle_with(peers)?;
             // SAFETY: every plan buffer was checked above.
-            unsafe { self.launch(algorithm, DataType::U8, ReduceOp::Sum, None, stream, bytes, |c| P2p { c, plan })? };
+            let round = unsafe { self.direct_transfers(algorithm, plan, stream)? };
+            if round.protocol() == Protocol::LlP2p {
+                carried = round;
+            }
         }
-        Ok(algorithm)
+        Ok(carried)
+    }
+
+    /// Launches one round of direct transfers with `algorithm` (`ll` or `p2p` of all-to-all or
+    /// send/receive): under `ll` the directions that fit the pair slots go over LL packets
+    /// (`weft_p2p_ll`), then the others (under `p2p`, all) through scratch with credits
+    /// (`weft_p2p`). A kernel is launched only where this rank has bytes in it, after settling
+    /// with exactly the peers it exchanges them with; both ends of every direction give it to
+    /// the same kernel (`transfers.rs`). Returns the algorithm that carried the round: `ll`
+    /// when the packet kernel ran.
+    ///
+    /// # Safety
+    /// Every buffer of `plan` must have been checked; the rest is
+    /// [`Collectives::raw_all_reduce`]'s contract.
+    unsafe fn direct_transfers(
+        &self,
+        algorithm: Algorithm,
+        plan: P2pPlan,
+        stream: &Stream,
+    ) -> Result<Algorithm, CollError> {
+        let me = self.comm.rank();
+        let through_scratch = algorithm.through_scratch().unwrap_or(algorithm);
+        let packets_max = match algorithm.protocol() {
+            Protocol::LlP2p => (self.config.p2p_ll_bytes as u64).min(self.resources.pair_payload()),
+            _ => 0,
+        };
+        let split = crate::transfers::split(&plan, me, packets_max);
+        let mut carried = through_scratch;
+        let (u8, sum) = (DataType::U8, ReduceOp::Sum);
+        let bytes = crate::transfers::bytes(&split.packets);
+        if bytes > 0 {
+            self.comm.settle_with(crate::transfers::peers(&split.packets, me))?;
+            let (plan, pairs) = (split.packets, self.resources.ll_pairs());
+            // SAFETY: the pairs' flags and packet buffer live as long as `self`; the buffers
+            // are the caller's contract.
+            carried = unsafe { self.launch(algorithm, u8, sum, None, stream, bytes, |c| P2pLl { c, plan, pairs })? };
+        }
+        let bytes = crate::transfers::bytes(&split.scratch);
+        if bytes > 0 {
+            self.comm.settle_with(crate::transfers::peers(&split.scratch, me))?;
+            let plan = split.scratch;
+            // SAFETY: as above.
+            unsafe { self.launch(through_scratch, u8, sum, None, stream, bytes, |c| P2p { c, plan })? };
+        }
+        Ok(carried)
     }
 
     fn ranks(&self) -> usize {
@@ -1081,9 +1129,9 @@ impl Collectives {
         let rank = self.comm.rank();
         let kernel =
             self.kernels.get_named(name, algorithm, dtype, op).map_err(|source| CollError::Gpu { rank, source })?;
-        // Point-to-point groups involve only their peers, not every rank (send_recv settles
+        // Direct transfers involve only their peers, not every rank (direct_transfers settles
         // with those).
-        if algorithm.collective() != Collective::SendRecv {
+        if !algorithm.is_direct() {
             self.comm.settle_before_launch()?;
         }
         let params = params(with_scalar(self.resources.context(), scalar));
@@ -1091,12 +1139,14 @@ impl Collectives {
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
             Protocol::Hb | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
             Protocol::P2p => (crate::resources::p2p_grid(self.config.hb_blocks, self.ranks()), self.config.hb_threads),
+            // Every (direction, peer) its parts: `weft_p2p_ll` reads their count from LlPairs.
+            Protocol::LlP2p => (2 * self.ranks() as u32 * self.resources.ll_pairs().parts, self.config.ll_threads),
             // The workers their state was set up for, and the driver.
             Protocol::Port => (self.config.port_ring_blocks + 1, self.config.hb_threads),
         };
         let config = LaunchConfig { grid, block, shared_bytes: 0 };
-        // Every LL kernel starts with `ll_round_begin`, which waits for the previous grid.
-        let early = self.config.early_launch && algorithm.protocol() == Protocol::Ll;
+        // Every LL kernel starts with `ll_launch_begin`, which waits for the previous grid.
+        let early = self.config.early_launch && matches!(algorithm.protocol(), Protocol::Ll | Protocol::LlP2p);
         // SAFETY: the context's tables and buffers live as long as `self`; a device scalar was
         // checked to lie in this GPU's memory; an early launch's kernel waits for the previous
         // grid before its first access; the rest (it and the buffers staying valid) is the

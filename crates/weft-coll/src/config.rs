@@ -15,6 +15,9 @@ use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms};
 /// driver).
 pub(crate) const MAX_PORT_RING_BLOCKS: u32 = 64;
 
+/// Largest `p2p_ll_bytes` (`WEFT_P2P_LL_BYTES`), as `WEFT_LL_SLOT_BYTES`'s limit.
+const MAX_P2P_LL_BYTES: usize = 16 << 20;
+
 /// Largest AllReduce across nodes that goes all pairs (`port_allpairs`, one network crossing)
 /// rather than around the ring (`port_ring`, 2(n - 1) crossings of 1/n of the message).
 pub(crate) const ALLPAIRS_ACROSS_NODES_MAX: u64 = 256 << 10;
@@ -128,8 +131,10 @@ impl Default for Selector {
             (Collective::ReduceScatter, vec![(1 << 20, ReduceScatterLl), (u64::MAX, ReduceScatterHb)]),
             (Collective::Broadcast, vec![(256 << 10, BroadcastLl), (u64::MAX, BroadcastHb)]),
             (Collective::Reduce, vec![(256 << 10, ReduceLl), (u64::MAX, ReduceHb)]),
-            (Collective::AllToAll, vec![(u64::MAX, AllToAllP2p)]),
-            (Collective::SendRecv, vec![(u64::MAX, SendRecvP2p)]),
+            // `ll` carries every direction of up to `p2p_ll_bytes` over packets and the larger
+            // ones through scratch, as `p2p` does every direction: it is `p2p` at large sizes.
+            (Collective::AllToAll, vec![(u64::MAX, AllToAllLl)]),
+            (Collective::SendRecv, vec![(u64::MAX, SendRecvLl)]),
         ];
         let rules = rules.into_iter().map(|(c, sizes)| (c, vec![RuleGroup::any(sizes)])).collect();
         Self { rules, force: BTreeMap::new() }
@@ -301,6 +306,11 @@ pub struct CollConfig {
     pub chunk_bytes: usize,
     /// Payload bytes of one LL packet slot: the most one rank sends one peer in one LL launch.
     pub ll_slot_bytes: usize,
+    /// Largest direction (bytes one rank sends one peer in one launch: an AllToAll block, a
+    /// send) that the `ll` algorithm of AllToAll and send/receive carries over LL packets; the
+    /// larger ones go through scratch with credits. Sizes the pairs' packet slots (LL16 packets
+    /// take twice the payload, in two halves: `4 * ranks * p2p_ll_bytes` per rank). 0: none.
+    pub p2p_ll_bytes: usize,
     /// Which algorithm runs.
     pub selector: Selector,
     /// Ranks the tuning table in force was measured with, if it says.
@@ -360,6 +370,9 @@ impl Default for CollConfig {
             port_ring_channels: None,
             chunk_bytes: 32 << 20,
             ll_slot_bytes: 512 << 10,
+            // The one-shot LL AllReduce's limit: below it a call is latency-bound, and the
+            // doubled bytes of LL16 cost less than a credit round trip.
+            p2p_ll_bytes: 64 << 10,
             selector: Selector::default(),
             tuned_ranks: None,
             plan_capacity: 1 << 20,
@@ -379,7 +392,8 @@ impl CollConfig {
     /// Defaults overridden by the communicator's environment: `WEFT_PLAN_DIR` (user plans,
     /// loaded once per process, see [`crate::load_user_plans`]), `WEFT_TUNING_FILE` (a JSON
     /// [`TuningTable`]), `WEFT_ALGO_<COLLECTIVE>` (an algorithm name or `auto`),
-    /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
+    /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_P2P_LL_BYTES` (0 for none, up to 16 MiB),
+    /// `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
     /// `WEFT_PORT_RING_BLOCKS` (1..=64), `WEFT_PORT_RING_CHANNELS` (1..=16), `WEFT_PLAN_REPLICAS`,
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
     /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes), `WEFT_DIRECT_ALLREDUCE`, `WEFT_EARLY_LAUNCH` (0 or 1). The
@@ -468,11 +482,15 @@ impl CollConfig {
             (&vars::WEFT_ZERO_COPY_ALLGATHER, &mut c.zero_copy_allgather_max, "0: never"),
             (&vars::WEFT_ZERO_COPY_PLAN_MIN, &mut c.zero_copy_plan_min, "0: always"),
             (&vars::WEFT_PLAN_SLICE_BYTES, &mut c.plan_slice_bytes, "0: every replica"),
+            (&vars::WEFT_P2P_LL_BYTES, &mut c.p2p_ll_bytes, "0: none"),
         ] {
             if let Some(v) = lookup(variable) {
                 let name = variable.name;
                 *field = v.trim().parse().map_err(|_| format!("{name}={v:?}: expected a byte count ({meaning})"))?;
             }
+        }
+        if c.p2p_ll_bytes > MAX_P2P_LL_BYTES {
+            return Err(format!("WEFT_P2P_LL_BYTES={}: expected at most {MAX_P2P_LL_BYTES} (0: none)", c.p2p_ll_bytes));
         }
         Ok(c)
     }
@@ -655,6 +673,19 @@ mod tests {
         assert!(bad.unwrap_err().contains("WEFT_ZERO_COPY_ALLGATHER"));
     }
 
+    #[test]
+    fn the_p2p_ll_limit_is_64_kib_unless_the_environment_says_otherwise() {
+        assert_eq!(CollConfig::default().p2p_ll_bytes, 64 << 10);
+        assert_eq!(with(&[("WEFT_P2P_LL_BYTES", "0")]).unwrap().p2p_ll_bytes, 0);
+        assert_eq!(with(&[("WEFT_P2P_LL_BYTES", " 4096 ")]).unwrap().p2p_ll_bytes, 4096);
+        assert_eq!(with(&[("WEFT_P2P_LL_BYTES", "16777216")]).unwrap().p2p_ll_bytes, 16 << 20);
+        for bad in
+            [&[("WEFT_P2P_LL_BYTES", "16777217")][..], &[("WEFT_P2P_LL_BYTES", "-1")], &[("WEFT_P2P_LL_BYTES", "x")]]
+        {
+            assert!(with(bad).unwrap_err().contains("WEFT_P2P_LL_BYTES"), "{bad:?}");
+        }
+    }
+
     fn with(pairs: &'static [(&'static str, &'static str)]) -> Result<CollConfig, String> {
         CollConfig::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k.name).map(|(_, v)| v.to_string()))
     }
@@ -666,7 +697,16 @@ mod tests {
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 512 << 10, 4), Algorithm::AllReduceLl2);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 256 << 20, 4), Algorithm::AllReduceHb);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
-        assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, 1, 4), Algorithm::AllToAllP2p);
+        for bytes in [1, 64 << 10, 1 << 30] {
+            assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, bytes, 4), Algorithm::AllToAllLl);
+            assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, 4), Algorithm::SendRecvLl);
+        }
+        let p2p = with(&[("WEFT_ALGO_ALLTOALL", "p2p"), ("WEFT_ALGO_SENDRECV", "p2p")]).unwrap();
+        assert_eq!(p2p.selector.select(Collective::AllToAll, DataType::Bf16, 1, 4), Algorithm::AllToAllP2p);
+        assert_eq!(p2p.selector.select(Collective::SendRecv, DataType::U8, 1, 4), Algorithm::SendRecvP2p);
+        let ll = with(&[("WEFT_ALGO_ALLTOALL", "ll"), ("WEFT_ALGO_SENDRECV", "ll")]).unwrap();
+        assert!(ll.selector.forced(Collective::AllToAll) && ll.selector.forced(Collective::SendRecv));
+        assert_eq!(ll.selector.select(Collective::SendRecv, DataType::U8, 0, 2), Algorithm::SendRecvLl);
         let forced = with(&[("WEFT_ALGO_ALLREDUCE", "hb"), ("WEFT_ALGO_ALLGATHER", "auto")]).unwrap();
         assert_eq!(forced.selector.select(Collective::AllReduce, DataType::Bf16, 8, 4), Algorithm::AllReduceHb);
         assert!(forced.selector.forced(Collective::AllReduce) && !forced.selector.forced(Collective::AllGather));

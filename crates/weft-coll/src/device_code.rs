@@ -98,26 +98,44 @@ mod tests {
 
     /// An early launch (`CollConfig::early_launch`) is sound only for a kernel whose blocks all
     /// wait for the previous grid before anything else: every LL kernel must begin with
-    /// `ll_round_begin`, which does.
+    /// `ll_round_begin`, and every send/receive LL kernel with `ll_launch_begin`, each of which
+    /// waits first.
     #[test]
-    fn every_ll_kernel_begins_by_waiting_for_the_previous_grid() {
+    fn every_early_launched_kernel_begins_by_waiting_for_the_previous_grid() {
         use crate::algorithm::{Algorithm, Protocol};
         let header = include_str!("../../../device/include/weft/collective.cuh");
-        let begin = &header[header.find("bool ll_round_begin(").expect("ll_round_begin is defined")..];
-        let body = &begin[begin.find('{').unwrap() + 1..];
-        assert!(body.trim_start().starts_with("ptx::grid_dependency_wait();"), "ll_round_begin must wait first");
-        for algorithm in Algorithm::ALL.into_iter().filter(|a| a.protocol() == Protocol::Ll) {
+        let body_of = |function: &str| {
+            let at = header.find(&format!("{function}(")).unwrap_or_else(|| panic!("{function} is defined"));
+            let from = &header[at..];
+            from[from.find('{').unwrap() + 1..].trim_start()
+        };
+        assert!(body_of("void ll_launch_begin").starts_with("ptx::grid_dependency_wait();"), "ll_launch_begin waits");
+        assert!(body_of("bool ll_round_begin").starts_with("ll_launch_begin();"), "ll_round_begin waits first");
+        // The statements a kernel begins with; the trace scope (empty untraced) only touches
+        // the block's shared memory first.
+        let first_statements = |algorithm: Algorithm, n: usize| -> Vec<String> {
             let definition = format!(" {}(", algorithm.kernel());
             let (_, text) = KERNELS.includes.iter().find(|(_, t)| t.contains(&definition)).unwrap();
             let kernel = &text[text.find(&definition).unwrap()..];
             let statements = &kernel[kernel.find('{').unwrap() + 1..];
-            // The trace scope (empty untraced) only touches the block's shared memory first.
-            let first_two: Vec<&str> =
-                statements.split(';').map(str::trim).filter(|s| !s.starts_with("WEFT_TRACE_")).take(2).collect();
-            assert_eq!(first_two[0], "LlRound round", "{}", algorithm.kernel());
-            let begins =
-                first_two[1].starts_with("if (!ll_round_begin(c, round") && first_two[1].ends_with(")) return");
-            assert!(begins, "{}: {}", algorithm.kernel(), first_two[1]);
+            statements
+                .split(';')
+                .map(str::trim)
+                .filter(|s| !s.starts_with("WEFT_TRACE_"))
+                .take(n)
+                .map(String::from)
+                .collect()
+        };
+        let early = |a: &Algorithm| matches!(a.protocol(), Protocol::Ll | Protocol::LlP2p);
+        for algorithm in Algorithm::ALL.into_iter().filter(early) {
+            let first = first_statements(algorithm, 2);
+            if algorithm.protocol() == Protocol::Ll {
+                assert_eq!(first[0], "LlRound round", "{}", algorithm.kernel());
+                let begins = first[1].starts_with("if (!ll_round_begin(c, round") && first[1].ends_with(")) return");
+                assert!(begins, "{}: {}", algorithm.kernel(), first[1]);
+            } else {
+                assert_eq!(first[0], "ll_launch_begin()", "{}", algorithm.kernel());
+            }
         }
     }
 

@@ -46,6 +46,7 @@ mod raw;
 mod reduction;
 mod registry;
 mod resources;
+mod transfers;
 mod typed;
 mod window;
 

@@ -4,7 +4,7 @@
 //! Kernels with the same parameter list share a struct. Every kernel is compiled once per
 //! (element type, operator) under the same name, so each is declared once.
 
-use weft_types::{CollContext, P2pPlan, PeerBuffers};
+use weft_types::{CollContext, LlPairs, P2pPlan, PeerBuffers};
 
 weft_gpu::device_kernels! {
     /// Every collective kernel's parameter list.
@@ -94,6 +94,16 @@ weft_gpu::device_kernels! {
         c: CollContext => "weft::CollContext",
         /// What goes to and comes from every peer in this round.
         plan: P2pPlan => "weft::P2pPlan",
+    }
+
+    /// The small directions of one round of grouped sends and receives, over LL packets.
+    pub(crate) struct P2pLl for ["weft_p2p_ll"] {
+        /// The rank's collective context.
+        c: CollContext => "weft::CollContext",
+        /// What goes to and comes from every peer in this round.
+        plan: P2pPlan => "weft::P2pPlan",
+        /// Where the pairs' lanes keep their flags, packets and tokens.
+        pairs: LlPairs => "weft::LlPairs",
     }
 
     /// AllReduce over a ring of PortChannels.

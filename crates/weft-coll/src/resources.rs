@@ -1,16 +1,20 @@
 //! The communication state every collective shares: scratch and packet buffers registered with
-//! every peer, channels and (peer, block) semaphores with their device tables, and the per-block
-//! LL flags. Built once per communicator (collectively); [`Resources::context`] is what kernels
-//! receive.
+//! every peer, channels and (peer, block) semaphores with their device tables, the per-block LL
+//! flags and the per-pair ones of send/receive over LL. Built once per communicator
+//! (collectively); [`Resources::context`] (and, for `weft_p2p_ll`, [`Resources::ll_pairs`]) is
+//! what kernels receive.
 
 use weft_core::{Communicator, MemoryChannel, MemoryChannelConfig, RegisteredMemory, Semaphore};
 use weft_gpu::{AllocKind, DeviceMemory};
-use weft_types::{CollContext, MAX_RANKS, MemoryChannelDeviceHandle, SemaphoreDeviceHandle};
+use weft_types::{CollContext, LlPairs, MAX_RANKS, MemoryChannelDeviceHandle, SemaphoreDeviceHandle};
 
 use crate::config::CollConfig;
 use crate::error::CollError;
 
-/// Packet buffer geometry: two parity halves of `2 * ranks` slots, then the LL tokens.
+/// Packet buffer geometry: the collective LL region (two parity halves of `2 * ranks` slots,
+/// then the LL tokens), then the pair region of send/receive over LL (two parity halves of one
+/// slot per sender, then the pairs' tokens). The regions are apart because their flags are: a
+/// collective launch and a pair launch never wait for each other's tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PacketLayout {
     /// Bytes of one slot (LL16 packets: twice the payload).
@@ -19,18 +23,34 @@ pub(crate) struct PacketLayout {
     pub(crate) half_bytes: u64,
     /// Offset of the tokens (`u32[ll_blocks][ranks]`).
     pub(crate) token_offset: u64,
+    /// Offset of the pair region (16-byte aligned, as every packet).
+    pub(crate) pair_offset: u64,
+    /// Bytes of one sender's slot of the pair region: `p2p_ll_bytes` as LL16 packets.
+    pub(crate) pair_slot_bytes: u64,
+    /// Offset of the pairs' tokens (`u32[parts][ranks]`, see [`ll_pair_parts`]).
+    pub(crate) pair_token_offset: u64,
     /// Whole buffer.
     pub(crate) total_bytes: u64,
 }
 
 impl PacketLayout {
     pub(crate) fn new(config: &CollConfig, ranks: usize) -> Self {
+        let ranks64 = ranks as u64;
         let slot_bytes = (config.ll_slot_bytes.div_ceil(8) * 16) as u64;
-        let half_bytes = 2 * ranks as u64 * slot_bytes;
+        let half_bytes = 2 * ranks64 * slot_bytes;
         let token_offset = 2 * half_bytes;
-        let total_bytes = token_offset + 4 * u64::from(config.ll_blocks) * ranks as u64;
-        Self { slot_bytes, half_bytes, token_offset, total_bytes }
+        let pair_offset = (token_offset + 4 * u64::from(config.ll_blocks) * ranks64).next_multiple_of(16);
+        let pair_slot_bytes = (config.p2p_ll_bytes.div_ceil(8) * 16) as u64;
+        let pair_token_offset = pair_offset + 2 * ranks64 * pair_slot_bytes;
+        let total_bytes = pair_token_offset + 4 * u64::from(ll_pair_parts(config.ll_blocks, ranks)) * ranks64;
+        Self { slot_bytes, half_bytes, token_offset, pair_offset, pair_slot_bytes, pair_token_offset, total_bytes }
     }
+}
+
+/// Blocks per (peer, direction) of a send/receive launch over LL packets, the parts a message is
+/// dealt into: the LL grid shared by the `2 * ranks` directions, at least one each.
+pub(crate) fn ll_pair_parts(ll_blocks: u32, ranks: usize) -> u32 {
+    (ll_blocks / (2 * ranks as u32)).max(1)
 }
 
 /// Blocks per (peer, direction) of a send/receive launch: both directions of every pair fit
@@ -76,6 +96,8 @@ pub(crate) struct Resources {
     _channel_table: DeviceMemory,
     _semaphore_table: DeviceMemory,
     _flags: DeviceMemory,
+    ll_pairs: LlPairs,
+    _pair_flags: DeviceMemory,
     _channels: Vec<MemoryChannel>,
     _semaphores: Vec<Semaphore>,
     /// The first peer of another node (host or virtual node), which no kernel maps, and why.
@@ -135,6 +157,18 @@ impl Resources {
         semaphore_table.write_pod(0, &semaphore_handles).map_err(gpu)?;
         let flags = table(4 * config.ll_blocks as usize)?;
         flags.fill(0, flags.len(), 0).map_err(gpu)?;
+        let parts = ll_pair_parts(config.ll_blocks, ranks);
+        let pair_flags = table(4 * 2 * ranks * parts as usize)?;
+        pair_flags.fill(0, pair_flags.len(), 0).map_err(gpu)?;
+        let ll_pairs = LlPairs {
+            flags: pair_flags.ptr(),
+            offset: layout.pair_offset,
+            slot_bytes: layout.pair_slot_bytes,
+            half_bytes: ranks as u64 * layout.pair_slot_bytes,
+            token_offset: layout.pair_token_offset,
+            parts,
+            reserved: 0,
+        };
         comm.barrier()?;
         let context = CollContext {
             channels: channel_table.ptr(),
@@ -160,6 +194,8 @@ impl Resources {
             _channel_table: channel_table,
             _semaphore_table: semaphore_table,
             _flags: flags,
+            ll_pairs,
+            _pair_flags: pair_flags,
             _channels: channels,
             _semaphores: semaphores,
             unreachable,
@@ -175,6 +211,18 @@ impl Resources {
     pub(crate) fn context(&self) -> CollContext {
         self.context
     }
+
+    /// What `weft_p2p_ll` receives besides the context. Its addresses stay valid while `self`
+    /// lives.
+    pub(crate) fn ll_pairs(&self) -> LlPairs {
+        self.ll_pairs
+    }
+
+    /// The largest direction `weft_p2p_ll` can carry: the payload of a pair slot (LL16 packets
+    /// carry half their bytes).
+    pub(crate) fn pair_payload(&self) -> u64 {
+        self.ll_pairs.slot_bytes / 2
+    }
 }
 
 #[cfg(test)]
@@ -187,11 +235,40 @@ mod tests {
         let l = PacketLayout::new(&config, 4);
         assert_eq!(l.slot_bytes, 2 * config.ll_slot_bytes as u64);
         assert_eq!(l.half_bytes, 8 * l.slot_bytes);
-        assert_eq!(l.total_bytes, 2 * l.half_bytes + 4 * 64 * 4);
+        assert_eq!(l.token_offset, 2 * l.half_bytes);
+        assert_eq!(l.pair_offset, 2 * l.half_bytes + 4 * 64 * 4);
         for ranks in 1..=MAX_RANKS {
             let k = p2p_blocks(config.hb_blocks, ranks);
             assert!(2 * k <= config.hb_blocks && 2 * ranks as u32 * k <= config.hb_blocks, "{ranks} ranks");
         }
+    }
+
+    #[test]
+    fn the_pair_region_follows_the_collective_one_and_holds_every_sender_twice() {
+        for ranks in 1..=MAX_RANKS {
+            for (ll_blocks, p2p_ll_bytes, ll_slot_bytes) in [(64, 64 << 10, 512 << 10), (1, 0, 16 << 10), (3, 13, 7)] {
+                let config = CollConfig { ll_blocks, p2p_ll_bytes, ll_slot_bytes, ..CollConfig::default() };
+                let l = PacketLayout::new(&config, ranks);
+                let case = format!("{ranks} ranks, {config:?}");
+                let collective_end = l.token_offset + 4 * u64::from(ll_blocks) * ranks as u64;
+                assert!(l.pair_offset >= collective_end && l.pair_offset.is_multiple_of(16), "{case}");
+                // LL16: 8 payload bytes per 16-byte packet, whole packets.
+                let payload = l.pair_slot_bytes / 2;
+                assert!(payload >= p2p_ll_bytes as u64 && payload < p2p_ll_bytes as u64 + 8, "{case}");
+                assert!(l.pair_slot_bytes.is_multiple_of(16), "{case}");
+                assert_eq!(l.pair_token_offset, l.pair_offset + 2 * ranks as u64 * l.pair_slot_bytes, "{case}");
+                let parts = ll_pair_parts(ll_blocks, ranks);
+                assert_eq!(l.total_bytes, l.pair_token_offset + 4 * u64::from(parts) * ranks as u64, "{case}");
+                // Every direction gets its parts, inside the LL grid whenever it has a block each.
+                assert!(parts >= 1, "{case}");
+                if ll_blocks >= 2 * ranks as u32 {
+                    assert!(2 * ranks as u32 * parts <= ll_blocks, "{case}");
+                }
+            }
+        }
+        assert_eq!(ll_pair_parts(64, 2), 16);
+        assert_eq!(ll_pair_parts(64, 8), 4);
+        assert_eq!(ll_pair_parts(4, 8), 1);
     }
 
     #[test]

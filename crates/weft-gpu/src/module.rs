@@ -40,6 +40,7 @@ pod!(
     weft_types::Ll16Packet,
     weft_types::CollContext,
     weft_types::P2pPlan,
+    weft_types::LlPairs,
     weft_types::PeerBuffers,
     weft_types::ExecLoc,
     weft_types::ExecOp,

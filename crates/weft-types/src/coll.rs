@@ -1,5 +1,6 @@
 //! What collective kernels receive by value: the communicator's collective state, for grouped
-//! send/receive the plan of one launch, and for zero-copy calls the peers' user buffers.
+//! send/receive the plan of one launch and the state of its LL pairs, and for zero-copy calls
+//! the peers' user buffers.
 
 /// Most ranks a collective kernel handles (per-rank tables live in registers and in
 /// [`P2pPlan`]'s fixed arrays).
@@ -57,6 +58,29 @@ device_structs! {
         recv_ptr: [u64; 8] => "uint64_t[8]",
         /// Bytes received from each peer.
         recv_bytes: [u64; 8] => "uint64_t[8]",
+    }
+
+    /// The state of the lanes of send/receive over LL packets (`weft_p2p_ll`).
+    /// One lane per (direction, peer, part), each with its own flag and token, so a pair's
+    /// transfers advance only the lanes of that pair. In every rank's packet buffer, past the
+    /// collective LL region: two parity halves of one slot per sender (slot s of rank d's half:
+    /// what s sends to d), then the tokens, `uint32_t[parts][ranks]`, entry `[j][d]` of rank
+    /// s's buffer written by receiver d when it has drained part j of what s sent it.
+    struct LlPairs align(8) size(48) {
+        /// `uint32_t[2][ranks][parts]`: last flag of part j sending to (`[0][p][j]`) or receiving from (`[1][p][j]`) p.
+        flags: u64 => "uint64_t",
+        /// Offset of the pair region in the packet buffer (16-byte aligned).
+        offset: u64 => "uint64_t",
+        /// Bytes of one sender's slot (LL16 packets: twice the payload it holds).
+        slot_bytes: u64 => "uint64_t",
+        /// Bytes of one parity half: `ranks` slots.
+        half_bytes: u64 => "uint64_t",
+        /// Offset of the tokens in the packet buffer.
+        token_offset: u64 => "uint64_t",
+        /// Blocks of a launch per (peer, direction): the parts a message is dealt into.
+        parts: u32 => "uint32_t",
+        /// Zero (keeps the struct's size a multiple of its alignment).
+        reserved: u32 => "uint32_t",
     }
 
     /// The user buffers of one zero-copy call as this rank's GPU addresses them: entry r is

@@ -28,7 +28,7 @@ mod packets;
 mod port;
 mod status;
 
-pub use coll::{CollContext, MAX_RANKS, P2pPlan, PeerBuffers};
+pub use coll::{CollContext, LlPairs, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{Collective, DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use ep::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs};

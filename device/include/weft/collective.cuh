@@ -10,7 +10,10 @@
 //       (broadcast, reduce) lets a rank run ahead of a peer that never answers it, so every LL
 //       launch ends by writing a token (its flag) into each peer's buffer, and begins by
 //       waiting until each peer's token shows it has finished the launch before last: only
-//       then may this launch overwrite the half that launch used.
+//       then may this launch overwrite the half that launch used. Send/receive over LL
+//       (weft_p2p_ll) involves only the pairs that exchange bytes, so it keeps lanes of its
+//       own, one flag per (direction, peer, part), in a region of the packet buffer of its own
+//       (LlPairLane): a pair's lanes advance exactly when that pair moves bytes.
 //   HB  (large messages) Bulk copies through the peers' registered scratch, ordered by per
 //       (peer, block) semaphores. Every HB launch uses the same grid and begins with a barrier
 //       on every (peer, block) semaphore, so it never writes into a scratch that a peer's
@@ -81,17 +84,96 @@ __device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t bu
   return reinterpret_cast<uint32_t*>(buffer + c.token_offset) + static_cast<uint64_t>(blockIdx.x) * c.ranks;
 }
 
-/// Starts this block's LL launch: waits for the previous grid on the stream when launched early
-/// (weft-coll's `early_launch`: the flags, inputs and outputs may be its work) and lets the next
-/// one be scheduled, takes the next flag and waits (bounded) until every peer has finished
-/// reading the launch before last. The flag, the token and (when `input` is set) this thread's
-/// first packet of the `input_len`-byte message at `input`, which its `ll_put` reads first, are
-/// loaded together, so their latencies overlap instead of adding up ahead of the first put.
-/// Called by: every thread of the block. False (for every thread) on timeout.
-__device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round, const char* input = nullptr,
-                                               uint64_t input_len = 0) {
+// A lane is what one LL round belongs to: a flag in device memory that advances once per
+// launch that uses the lane, a region of the packet buffers whose half the flag's parity
+// selects, and tokens. Both ends of a lane advance its flag at the same launches, so a reader
+// waits for exactly the flag the writer stores. A writer waits, before its round f, for the
+// token of round f - 2 from every reader of the lane (the round that used the same half); a
+// reader ends its round by writing its token into every writer of the lane. The collective LL
+// launches have one lane per block, which every peer writes and reads (ll_round_begin,
+// ll_round_end); send/receive has one per (direction, peer, part) (LlPairLane, ll_lane_begin,
+// ll_lane_end). Both share the token wait (ll_wait_token) and the flag helpers; the
+// collective pair keeps its own code because, routed through the lane template, ptxas
+// allocated the collective kernels' registers differently (spilling in some types), and those
+// kernels stay as measured. A lane type provides, each given the context: `flag` (the flag's
+// slot), `half(c, flag)` (offset of the round's half in the packet buffers), `waits_for(c, t)`
+// and `token_from(c, t)` (whether thread t waits for a token, and where it lies in this rank's
+// buffer: t is the peer that writes it), `tells(c, t)` and `token_to(c, t)` (whether thread t
+// writes this rank's token, and where in peer t's buffer).
+
+/// The lane of part `part` of one direction of the send/receive LL launches (`weft_p2p_ll`):
+/// sending to `peer` or receiving from it. A launch advances it only when that direction
+/// carries bytes, which both ends of the pair know (the sender's send bytes, the receiver's
+/// receive bytes), so a pair's lanes stay in step however the other pairs' traffic goes. One
+/// writer (the sender, into slot `sender` of the receiver's half) and one reader.
+struct LlPairLane {
+  const LlPairs& pairs;
+  uint32_t peer, part;
+  bool sending;
+  __device__ __forceinline__ uint32_t* flag(const CollContext& c) const {
+    const uint32_t lane = ((sending ? 0u : c.ranks) + peer) * pairs.parts + part;
+    return reinterpret_cast<uint32_t*>(pairs.flags) + lane;
+  }
+  __device__ __forceinline__ uint64_t half(const CollContext&, uint32_t flag) const {
+    return pairs.offset + (flag & 1u) * pairs.half_bytes;
+  }
+  /// Tokens of part `part` in a packet buffer: `uint32_t[ranks]`, entry d written by receiver d.
+  __device__ __forceinline__ uint32_t* tokens(const CollContext& c, uint64_t buffer) const {
+    return reinterpret_cast<uint32_t*>(buffer + pairs.token_offset) + static_cast<uint64_t>(part) * c.ranks;
+  }
+  __device__ __forceinline__ bool waits_for(const CollContext&, uint32_t t) const { return sending && t == peer; }
+  __device__ __forceinline__ const uint32_t* token_from(const CollContext& c, uint32_t t) const {
+    return tokens(c, c.packets) + t;
+  }
+  __device__ __forceinline__ bool tells(const CollContext&, uint32_t t) const { return !sending && t == peer; }
+  __device__ __forceinline__ uint32_t* token_to(const CollContext& c, uint32_t t) const {
+    return tokens(c, channel(c, t).remote_packet_buffer) + c.rank;
+  }
+  /// The packets of `round` on this lane: the sender's slot of the receiver's buffer (the
+  /// peer's mapping when sending, this rank's own when receiving).
+  __device__ __forceinline__ LlPacket* packets(const CollContext& c, const LlRound& round) const {
+    const uint64_t buffer = sending ? channel(c, peer).remote_packet_buffer : c.packets;
+    const uint32_t sender = sending ? c.rank : peer;
+    return reinterpret_cast<LlPacket*>(buffer + round.half + sender * pairs.slot_bytes);
+  }
+};
+
+/// Starts an LL launch in this block: waits for the previous grid on the stream when launched
+/// early (weft-coll's `early_launch`: the flags, inputs and outputs may be its work) and lets
+/// the next one be scheduled. Called by: every thread, before the kernel touches memory.
+__device__ __forceinline__ void ll_launch_begin() {
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
+}
+
+/// Waits (bounded) until the token at `token`, first read as `seen`, reaches `want`: peer `t`
+/// has finished reading the round before last. False on timeout (reported on t's channel).
+/// Called by: the thread that waits for peer t.
+__device__ __forceinline__ bool ll_wait_token(const CollContext& c, uint32_t t, const uint32_t* token, uint32_t want,
+                                              uint32_t seen) {
+  bool ok = true;
+  Spin spin;
+  // Signed distance: correct across the 32-bit wrap of the flags.
+  while (static_cast<int32_t>(seen - want) < 0) {
+    if (spin.expired(channel(c, t).semaphore.wait)) {
+      report_timeout(channel(c, t).semaphore.wait, WaitOp::LlToken, want, seen);
+      ok = false;
+      break;
+    }
+    seen = ptx::ld_volatile_u32(token);
+  }
+  return ok;
+}
+
+/// Starts this block's LL launch: `ll_launch_begin`, then takes the block's next flag and
+/// waits (bounded) until every peer has finished reading the launch before last. The flag,
+/// the token and (when `input` is set) this thread's first packet of the `input_len`-byte
+/// message at `input`, which its `ll_put` reads first, are loaded together, so their latencies
+/// overlap instead of adding up ahead of the first put. Called by: every thread of the block.
+/// False (for every thread) on timeout.
+__device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round, const char* input = nullptr,
+                                               uint64_t input_len = 0) {
+  ll_launch_begin();
   const uint32_t t = threadIdx.x;
   const bool waits = t < c.ranks && t != c.rank;
   const uint32_t* token = ll_tokens(c, c.packets) + t;
@@ -103,19 +185,7 @@ __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& ro
     if (range.lo + t < range.hi) ptx::prefetch_l1(input + (range.lo + t) * Ll16::kPayloadBytes);
   }
   bool ok = true;
-  if (waits && round.flag > 2u) {
-    const uint32_t want = round.flag - 2u;
-    Spin spin;
-    // Signed distance: correct across the 32-bit wrap of the flags.
-    while (static_cast<int32_t>(seen - want) < 0) {
-      if (spin.expired(channel(c, t).semaphore.wait)) {
-        report_timeout(channel(c, t).semaphore.wait, WaitOp::LlToken, want, seen);
-        ok = false;
-        break;
-      }
-      seen = ptx::ld_volatile_u32(token);
-    }
-  }
+  if (waits && round.flag > 2u) ok = ll_wait_token(c, t, token, round.flag - 2u, seen);
   return __syncthreads_and(ok);
 }
 
@@ -129,6 +199,42 @@ __device__ __forceinline__ void ll_round_end(const CollContext& c, const LlRound
     ptx::st_volatile_u32(token, round.flag);
   }
   ll_flag_end(reinterpret_cast<uint32_t*>(c.flags) + blockIdx.x, round.flag);
+}
+
+/// Nothing to load ahead of a round's first put.
+struct NoPrefetch {
+  __device__ __forceinline__ void operator()() const {}
+};
+
+/// Starts this block's round on `lane` (after `ll_launch_begin`), as `ll_round_begin` does on
+/// the block's lane: takes the lane's next flag and waits (bounded) until every reader of the
+/// lane has finished reading the round before last, loading the flag, the token and what
+/// `prefetch` starts loading (the first input a put of the round reads) together. Called by:
+/// every thread of the block. False (for every thread) on timeout.
+template <typename Lane, typename Prefetch = NoPrefetch>
+__device__ __forceinline__ bool ll_lane_begin(const CollContext& c, LlRound& round, const Lane& lane,
+                                              const Prefetch& prefetch = {}) {
+  const uint32_t t = threadIdx.x;
+  const bool waits = lane.waits_for(c, t);
+  const uint32_t* token = lane.token_from(c, t);
+  uint32_t seen = waits ? ptx::ld_volatile_u32(token) : 0u;
+  round.flag = ll_flag_begin(lane.flag(c));
+  round.half = lane.half(c, round.flag);
+  prefetch();
+  bool ok = true;
+  if (waits && round.flag > 2u) ok = ll_wait_token(c, t, token, round.flag - 2u, seen);
+  return __syncthreads_and(ok);
+}
+
+/// Ends this block's round on `lane`, as `ll_round_end` does on the block's lane: tells every
+/// writer of the lane it is done reading, and records the flag. Called by: every thread of the
+/// block.
+template <typename Lane>
+__device__ __forceinline__ void ll_lane_end(const CollContext& c, const LlRound& round, const Lane& lane) {
+  __syncthreads();
+  const uint32_t t = threadIdx.x;
+  if (lane.tells(c, t)) ptx::st_volatile_u32(lane.token_to(c, t), round.flag);
+  ll_flag_end(lane.flag(c), round.flag);
 }
 
 /// Payload bytes of packet j of a `len`-byte message.
@@ -199,6 +305,47 @@ __device__ __forceinline__ void ll_copy_local(char* dst, const char* src, uint64
   const uint64_t lo = min_u64(range.lo * Ll16::kPayloadBytes, len);
   const uint64_t hi = min_u64(range.hi * Ll16::kPayloadBytes, len);
   if (dst != src && hi > lo) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);
+}
+
+/// A block's packets of a message of `packets` packets that `parts` blocks share, dealt by a
+/// pattern fixed in the packet index: runs of 32 consecutive packets (a warp's stores) go to
+/// the parts in turn, so part `part` owns the same packet positions whatever the message's
+/// length. The token of a part's lane then covers every position its writer stores into next:
+/// with ranges sized from each message (LlRange), a part of a longer message could overwrite
+/// packets that another part of the reader, still on the round before last, has not read.
+struct LlDeal {
+  uint64_t packets;
+  uint32_t part, parts;
+  /// The packet this thread handles at its step k (0, 1, ...), increasing in k; at or past
+  /// `packets` once the thread is done.
+  __device__ __forceinline__ uint64_t at(uint64_t k) const {
+    constexpr uint64_t run = 32;  // a local: a namespace-scope constant would add a symbol to every module
+    const uint64_t e = threadIdx.x + k * blockDim.x;
+    return (part + parts * (e / run)) * run + e % run;
+  }
+};
+
+/// Writes this block's packets (`deal`) of the `len` bytes at `src` to the packet array `dst`
+/// with the round's flag. Called by: every thread of the block.
+__device__ __forceinline__ void ll_put_dealt(LlPacket* dst, const char* src, uint64_t len, const LlDeal& deal,
+                                             const LlRound& round) {
+  for (uint64_t k = 0, j; (j = deal.at(k)) < deal.packets; ++k) {
+    uint32_t w[2];
+    detail::load_words<2>(src + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
+    Ll16::write(dst + j, w, round.flag);
+  }
+}
+
+/// Waits for this block's packets (`deal`) of a `len`-byte message in the packet array `src`
+/// and stores their payload at `dst`. Called by: every thread. False on timeout.
+__device__ __forceinline__ bool ll_get_dealt(char* dst, const LlPacket* src, uint64_t len, const LlDeal& deal,
+                                             const LlRound& round, const WaitContext& ctx) {
+  for (uint64_t k = 0, j; (j = deal.at(k)) < deal.packets; ++k) {
+    uint32_t w[2];
+    if (!ll_read(src + j, round, ctx, w)) return false;
+    detail::store_words<2>(dst + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------

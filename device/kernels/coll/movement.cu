@@ -15,6 +15,9 @@
 //   weft_p2p            grouped send/receive: per (peer, direction) a set of blocks moves the
 //                       bytes through a double-buffered slot of the receiver's scratch, with
 //                       credits, so sends and receives of one group progress together.
+//   weft_p2p_ll         the same for directions of up to WEFT_P2P_LL_BYTES: per (direction,
+//                       part) a lane of its own, the sender storing LL packets straight into
+//                       its slot of the receiver's packet buffer, the receiver polling them.
 #include "weft/generated/kernels/coll.cuh"  // the prototypes every definition must match
 #include "allgather.cu"
 #include "broadcast.cu"

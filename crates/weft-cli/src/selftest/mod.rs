@@ -8,6 +8,7 @@
 
 mod collectives;
 mod cpu;
+mod direct;
 mod ep;
 mod gin;
 mod port;

@@ -109,6 +109,11 @@ fn run(
             comm.barrier()?;
         }
     }
+    // Uneven all-to-allv and send/receive groups with peer subsets, across the LL limit.
+    if steps.contains(&Step::Coll) && !comm.topology().spans_nodes() {
+        super::direct::run(&comm, env, label, report);
+        comm.barrier()?;
+    }
     let mut pair = Pair { comm: &comm, runner: &runner, data: &data, label, steps, report };
     for a in 0..world {
         for b in (a + 1..world).filter(|&b| mappable(a, b)) {

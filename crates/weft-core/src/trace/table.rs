@@ -18,11 +18,14 @@ pub const PHASES: &[Phase] = &[
     Phase { name: "exit", meaning: "the block's last warp left the kernel (any return)" },
     Phase {
         name: "ll_begin",
-        meaning: "LL round begun: the previous grid waited for, the flag taken, every peer's token of the launch before last seen",
+        meaning: "LL round begun: the previous grid waited for, the flag taken, every reader's token of the launch before last seen",
     },
     Phase { name: "ll_puts", meaning: "this block's LL packets stored into the peers" },
     Phase { name: "ll_reduce", meaning: "the peers' LL packets received and folded (or copied) into the output" },
-    Phase { name: "ll_gets", meaning: "the peers' LL results received (the second half of a two-shot)" },
+    Phase {
+        name: "ll_gets",
+        meaning: "the peers' LL packets received into the output (all-gather, send/receive, the second half of a two-shot)",
+    },
     Phase { name: "barrier", meaning: "an HB barrier with the same block of every peer passed" },
     Phase { name: "push", meaning: "this block's shards of the round pushed into their owners" },
     Phase { name: "reduce", meaning: "this block's share of the owned shard reduced and stored" },
@@ -59,6 +62,7 @@ pub const KERNELS: &[&str] = &[
     "weft_ep_ll_dispatch_recv",
     "weft_ep_ll_combine_send",
     "weft_ep_ll_combine_recv",
+    "weft_p2p_ll",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

@@ -15,10 +15,10 @@ constexpr uint16_t kBlockWarp = 65535u;
 namespace phase {
 constexpr uint16_t entry = 0;  ///< the block entered the kernel (after its first barrier)
 constexpr uint16_t exit = 1;  ///< the block's last warp left the kernel (any return)
-constexpr uint16_t ll_begin = 2;  ///< LL round begun: the previous grid waited for, the flag taken, every peer's token of the launch before last seen
+constexpr uint16_t ll_begin = 2;  ///< LL round begun: the previous grid waited for, the flag taken, every reader's token of the launch before last seen
 constexpr uint16_t ll_puts = 3;  ///< this block's LL packets stored into the peers
 constexpr uint16_t ll_reduce = 4;  ///< the peers' LL packets received and folded (or copied) into the output
-constexpr uint16_t ll_gets = 5;  ///< the peers' LL results received (the second half of a two-shot)
+constexpr uint16_t ll_gets = 5;  ///< the peers' LL packets received into the output (all-gather, send/receive, the second half of a two-shot)
 constexpr uint16_t barrier = 6;  ///< an HB barrier with the same block of every peer passed
 constexpr uint16_t push = 7;  ///< this block's shards of the round pushed into their owners
 constexpr uint16_t reduce = 8;  ///< this block's share of the owned shard reduced and stored
@@ -53,8 +53,9 @@ constexpr uint16_t weft_ep_ll_dispatch_send = 16;
 constexpr uint16_t weft_ep_ll_dispatch_recv = 17;
 constexpr uint16_t weft_ep_ll_combine_send = 18;
 constexpr uint16_t weft_ep_ll_combine_recv = 19;
+constexpr uint16_t weft_p2p_ll = 20;
 }  // namespace kernel
-constexpr uint32_t kKernels = 20u;
+constexpr uint32_t kKernels = 21u;
 
 struct Record {
   uint64_t ns;

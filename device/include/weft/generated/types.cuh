@@ -314,6 +314,26 @@ static_assert(WEFT_OFFSETOF(P2pPlan, send_bytes) == 64, "rust: offsetof(P2pPlan,
 static_assert(WEFT_OFFSETOF(P2pPlan, recv_ptr) == 128, "rust: offsetof(P2pPlan, recv_ptr) == 128");
 static_assert(WEFT_OFFSETOF(P2pPlan, recv_bytes) == 192, "rust: offsetof(P2pPlan, recv_bytes) == 192");
 
+///  The state of the lanes of send/receive over LL packets (`weft_p2p_ll`).
+struct alignas(8) LlPairs {
+  uint64_t flags;  ///<  `uint32_t[2][ranks][parts]`: last flag of part j sending to (`[0][p][j]`) or receiving from (`[1][p][j]`) p.
+  uint64_t offset;  ///<  Offset of the pair region in the packet buffer (16-byte aligned).
+  uint64_t slot_bytes;  ///<  Bytes of one sender's slot (LL16 packets: twice the payload it holds).
+  uint64_t half_bytes;  ///<  Bytes of one parity half: `ranks` slots.
+  uint64_t token_offset;  ///<  Offset of the tokens in the packet buffer.
+  uint32_t parts;  ///<  Blocks of a launch per (peer, direction): the parts a message is dealt into.
+  uint32_t reserved;  ///<  Zero (keeps the struct's size a multiple of its alignment).
+};
+static_assert(sizeof(LlPairs) == 48, "rust: sizeof(LlPairs) == 48");
+static_assert(alignof(LlPairs) == 8, "rust: alignof(LlPairs) == 8");
+static_assert(WEFT_OFFSETOF(LlPairs, flags) == 0, "rust: offsetof(LlPairs, flags) == 0");
+static_assert(WEFT_OFFSETOF(LlPairs, offset) == 8, "rust: offsetof(LlPairs, offset) == 8");
+static_assert(WEFT_OFFSETOF(LlPairs, slot_bytes) == 16, "rust: offsetof(LlPairs, slot_bytes) == 16");
+static_assert(WEFT_OFFSETOF(LlPairs, half_bytes) == 24, "rust: offsetof(LlPairs, half_bytes) == 24");
+static_assert(WEFT_OFFSETOF(LlPairs, token_offset) == 32, "rust: offsetof(LlPairs, token_offset) == 32");
+static_assert(WEFT_OFFSETOF(LlPairs, parts) == 40, "rust: offsetof(LlPairs, parts) == 40");
+static_assert(WEFT_OFFSETOF(LlPairs, reserved) == 44, "rust: offsetof(LlPairs, reserved) == 44");
+
 ///  The user buffers of one zero-copy call as this rank's GPU addresses them: entry r is
 struct alignas(8) PeerBuffers {
   uint64_t ptr[8];  ///<  Rank r's buffer, 16-byte aligned, or 0 (stage through scratch).

@@ -107,6 +107,12 @@ extern "C" __global__ void weft_p2p(weft::CollContext c, weft::P2pPlan plan);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 8, "weft_p2p: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_p2p)>) == 256 && alignof(weft::kernel_param_t<1, decltype(weft_p2p)>) == 8, "weft_p2p: plan is 256 bytes aligned to 8 in Rust");
 
+// P2pLl: The small directions of one round of grouped sends and receives, over LL packets.
+extern "C" __global__ void weft_p2p_ll(weft::CollContext c, weft::P2pPlan plan, weft::LlPairs pairs);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_p2p_ll)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_p2p_ll)>) == 8, "weft_p2p_ll: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_p2p_ll)>) == 256 && alignof(weft::kernel_param_t<1, decltype(weft_p2p_ll)>) == 8, "weft_p2p_ll: plan is 256 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_p2p_ll)>) == 48 && alignof(weft::kernel_param_t<2, decltype(weft_p2p_ll)>) == 8, "weft_p2p_ll: pairs is 48 bytes aligned to 8 in Rust");
+
 // PortRingParams: AllReduce over a ring of PortChannels.
 extern "C" __global__ void weft_allreduce_port_ring(weft::CollContext c, const char* input, char* output, uint64_t bytes, const weft::PortChannelDeviceHandle* channels, uint32_t lanes, char* scratch, uint64_t slot_bytes, uint64_t* state);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_port_ring)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_port_ring)>) == 8, "weft_allreduce_port_ring: c is 104 bytes aligned to 8 in Rust");
