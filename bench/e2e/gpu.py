@@ -26,6 +26,9 @@ def init() -> tuple[int, int, torch.device]:
     torch.cuda.set_device(local)
     device = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=device)
+    if os.environ.get("LOCAL_WORLD_SIZE") == str(ranks):
+        # Every rank on this host: gloo over loopback, whatever the host name resolves to.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     global _host_group
     _host_group = dist.new_group(backend="gloo")
     # The float32 reference is float32: no TF32 in its matmuls.
