@@ -3,7 +3,7 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [conformance]   (default: all)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance]   (default: all)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -19,6 +19,10 @@
 # runs the GIN examples' self-test with a GPU per rank and with 2 ranks sharing one GPU, then
 # `weft bench gin` (put + signal latency and bandwidth, the AllToAll against its α-β floor), then
 # scripts/nccl-device-api-test.sh (ncclDevCommCreate on weft's libnccl.so.2, kernels on weft::Gin).
+# The e2e step installs the wheel as the python step does, then runs bench/e2e/run.sh: a Llama
+# tensor-parallel decode step through NCCL, weft's libnccl.so.2 and weft.Communicator, and the
+# DeepSeek-V3 MoE layer through weft.ep and an all-to-all over NCCL (docs/perf/e2e.md; about 3
+# minutes on 2 GPUs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -28,7 +32,20 @@ export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin proxy exec conformance)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin proxy exec e2e conformance)
+
+# install_wheel STEP DIR: the `weft` wheel (${WEFT_WHEEL}, else the newest target/wheels/weft-*.whl)
+# into ${PYTHON:-python3}'s environment, the log in DIR; false when there is no wheel.
+install_wheel() {
+  local wheel="${WEFT_WHEEL:-$(ls -t target/wheels/weft-*.whl 2> /dev/null | head -1)}"
+  if [ -z "$wheel" ] || [ ! -f "$wheel" ]; then
+    echo "$1: no wheel (build it with scripts/python-wheel.sh --release, or set WEFT_WHEEL)"
+    return 1
+  fi
+  "${PYTHON:-python3}" -m pip install --no-deps --force-reinstall "$wheel" > "$2/install.txt" 2>&1
+  echo "$1: install of $(basename "$wheel"): rc=$?"
+}
+
 for step in "${steps[@]}"; do
   dir="$out/$step"
   mkdir -p "$dir"
@@ -65,12 +82,7 @@ for step in "${steps[@]}"; do
            echo "tensor-parallel MLP: rc=$? $(grep -h 'max |' "$dir/mlp-weft.txt" | tr '\n' ' ')"
            WEFT_NCCL="$lib" OUT="$dir" timeout 300 scripts/torch-nccl-compare.sh > "$dir/torch-latency.txt" 2>&1
            echo "torch latency: rc=$?"; cat "$dir/torch-latency.txt" ;;
-    python) wheel="${WEFT_WHEEL:-$(ls -t target/wheels/weft-*.whl 2> /dev/null | head -1)}"
-            if [ -z "$wheel" ] || [ ! -f "$wheel" ]; then
-              echo "python: no wheel (build it with scripts/python-wheel.sh --release, or set WEFT_WHEEL)"; continue
-            fi
-            "${PYTHON:-python3}" -m pip install --no-deps --force-reinstall "$wheel" > "$dir/install.txt" 2>&1
-            echo "python: install of $(basename "$wheel"): rc=$?"
+    python) install_wheel python "$dir" || continue
             timeout 120 "${PYTHON:-python3}" -m pytest -q python/tests > "$dir/pytest.txt" 2>&1
             echo "python tests: rc=$? $(tail -1 "$dir/pytest.txt")"
             timeout 600 "${TORCHRUN:-torchrun}" --nproc-per-node 2 scripts/python-gpu-test.py > "$dir/gpu-test.txt" 2>&1
@@ -125,6 +137,8 @@ for step in "${steps[@]}"; do
               > "$dir/versus-$c.txt" 2>&1
             echo "plan:$plan against $native: rc=$?"; grep -A12 '^# against' "$dir/versus-$c.txt"
           done ;;
+    e2e) install_wheel e2e "$dir" || continue
+         WEFT_NCCL="${WEFT_NCCL:-$PWD/target/nccl/libnccl.so.2}" OUT="$dir" bench/e2e/run.sh ;;
     conformance)
       # weft's libnccl.so.2 against the real NCCL, call by call (scripts/nccl-conformance/). By
       # default the set that fits a few minutes on a 2-GPU machine (what docs/perf/nccl-api.md
@@ -168,6 +182,6 @@ for step in "${steps[@]}"; do
         echo "conformance $name: rc=$? $(grep -h 'passed,' "$dir/$name.txt" | tail -1)"
         grep -m3 -E '^(FAIL|HANG)' "$dir/$name.txt"
       done ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, proxy, exec, conformance)"; exit 2 ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, gin, proxy, exec, e2e, conformance)"; exit 2 ;;
   esac
 done

@@ -173,6 +173,24 @@ def test_prepare(comm):
     assert calls(comm) == [("prepare", ("bf16", "sum"))]
 
 
+def test_windows(comm):
+    t = FakeTensor((64,), "bf16")
+    w = comm.register_window(t)
+    assert (w.tensor, w.ptr, w.nbytes) == (t, t.ptr, 128)
+    assert comm._windows == [w]  # the communicator keeps the tensor alive while registered
+    comm.deregister_window(w)
+    assert calls(comm) == [("register_window", (t.ptr, 128)), ("deregister_window", (None,))]
+    assert comm._windows == []
+    with pytest.raises(ValueError, match="^window: not a registered window of this communicator"):
+        comm.deregister_window(w)
+    with pytest.raises(ValueError, match="^tensor: must be on cuda:0, got cuda:1"):
+        comm.register_window(FakeTensor((4,), "f32", device=1))
+    with pytest.raises(ValueError, match="^tensor: a window needs at least one byte"):
+        comm.register_window(FakeTensor((0,), "f32"))
+    with pytest.raises(ValueError, match="^tensor: must be contiguous"):
+        comm.register_window(FakeTensor((4, 8), "f32", strides=(1, 4)))
+
+
 def test_stream_refusal(comm):
     with pytest.raises(ValueError, match="^stream: expected a CUDA stream"):
         comm.all_reduce(FakeTensor((1,), "f32"), stream="default")
@@ -186,6 +204,11 @@ def test_error_classes():
     assert issubclass(weft.InvalidArgumentError, weft.WeftError)
     assert issubclass(weft.InvalidArgumentError, ValueError)
     assert weft.WeftError.__module__ == "weft._weft"
+
+
+def test_window_bindings_exist():
+    assert callable(native.register_window) and callable(native.deregister_window)
+    assert native.Window.__module__ == "weft._weft"
 
 
 def test_unique_id():

@@ -65,6 +65,8 @@ class Communicator:
         # `bindings` is the module whose functions make the native calls (tests pass a double).
         self._native = native
         self._bind = bindings
+        # Registered windows: each keeps its tensor (so its memory) alive until deregistered.
+        self._windows: list[Window] = []
 
     @classmethod
     def from_torchrun(cls, device: int | None = None) -> "Communicator":
@@ -237,6 +239,32 @@ class Communicator:
         name = _dtype_name(dtype)
         self._bind.prepare(self._native, name, op_name(op))
 
+    # --- windows ----------------------------------------------------------------------------
+
+    def register_window(self, tensor) -> "Window":
+        """Registers ``tensor``'s memory as a window (NCCL's ``ncclCommWindowRegister``):
+        collective, every rank registers a tensor of the same byte size, in the same order. A
+        later call whose output lies in a window writes straight into the peers' buffers, and an
+        AllReduce whose input lies in one too reads the peers' inputs in place; every rank must
+        then pass the same offset into its window (NCCL's contract). The tensor must be
+        contiguous CUDA memory of this GPU from ``cudaMalloc`` (torch's default allocator) or
+        exportable VMM memory; the communicator keeps it alive until ``deregister_window``."""
+        v = check(view(tensor, "tensor"), device=self.device)
+        if v.nbytes == 0:
+            raise ValueError("tensor: a window needs at least one byte")
+        window = Window(self._bind.register_window(self._native, v.ptr, v.nbytes), tensor, v.ptr, v.nbytes)
+        self._windows.append(window)
+        return window
+
+    def deregister_window(self, window: "Window") -> None:
+        """Deregisters ``window`` (collective, in the same order on every rank): waits for this
+        GPU's work, then the ranks unmap each other's buffers. A CUDA graph captured with calls
+        in the window must not be replayed afterwards."""
+        if not any(w is window for w in self._windows):
+            raise ValueError("window: not a registered window of this communicator")
+        self._bind.deregister_window(self._native, window._native)
+        self._windows = [w for w in self._windows if w is not window]
+
     # --- argument reading -------------------------------------------------------------------
 
     def _stream(self, stream) -> int:
@@ -263,6 +291,16 @@ class Communicator:
         if not 0 <= peer < self.world_size:
             raise ValueError(f"{name}: must be a rank of the communicator (0..{self.world_size - 1}), got {peer}")
         return peer
+
+
+@dataclass(frozen=True, eq=False)
+class Window:
+    """A registered window: the tensor it covers (kept alive while registered) and its bytes."""
+
+    _native: object
+    tensor: object
+    ptr: int
+    nbytes: int
 
 
 def _back_to_back(views: list[TensorView]) -> bool:
@@ -322,7 +360,7 @@ def default_host() -> str:
     return ip if ip != "0.0.0.0" else "127.0.0.1"
 
 
-__all__ = ["Communicator", "P2POp", "ReduceOp", "COLLECTIVE_DTYPES", "default_host", "op_name"]
+__all__ = ["Communicator", "P2POp", "ReduceOp", "Window", "COLLECTIVE_DTYPES", "default_host", "op_name"]
 
 
 _trades = 0

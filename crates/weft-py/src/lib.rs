@@ -3,7 +3,8 @@
 //! **Owns:** argument marshalling between Python and weft's Rust API: the communicator's
 //! construction (torchrun's environment, or a unique id a Python process group exchanged), the
 //! collective calls on raw device pointers, element counts, type names and CUDA stream handles,
-//! and the translation of weft's errors into Python exceptions carrying weft's messages.
+//! window registration, and the translation of weft's errors into Python exceptions carrying
+//! weft's messages.
 //!
 //! **Must not:** hold logic of its own. What a tensor is (torch, DLPack, CUDA array interface),
 //! which argument is wrong, how torch.distributed's names map to weft's: all of it lives in the
@@ -21,6 +22,7 @@ mod collectives;
 mod communicator;
 mod ep;
 mod error;
+mod windows;
 
 use pyo3::prelude::*;
 
@@ -31,6 +33,7 @@ fn _weft(m: &Bound<'_, PyModule>) -> PyResult<()> {
     error::register(m)?;
     communicator::register(m)?;
     collectives::register(m)?;
+    windows::register(m)?;
     ep::register(m)?;
     Ok(())
 }
