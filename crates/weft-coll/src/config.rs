@@ -71,6 +71,14 @@ pub struct TuningTable {
     pub collectives: BTreeMap<String, Vec<Rule>>,
 }
 
+impl TuningTable {
+    /// Parses a tuning-table file (JSON, as `weft tune` writes it); [`Selector::apply`] checks
+    /// its names and rules.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
 /// The size rules of one collective for calls of one element type and rank count (`None`:
 /// any), by ascending upper bound.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -421,9 +429,8 @@ impl CollConfig {
             crate::plans::load_user_plans(std::path::Path::new(&dir))?;
         }
         if let Some(path) = lookup(&vars::WEFT_TUNING_FILE).filter(|p| !p.is_empty()) {
-            let text = std::fs::read_to_string(&path).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
-            let table: TuningTable =
-                serde_json::from_str(&text).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
+            let bytes = std::fs::read(&path).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
+            let table = TuningTable::from_json(&bytes).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
             c.selector.apply(&table).map_err(|e| format!("WEFT_TUNING_FILE={path}: {e}"))?;
             c.tuned_ranks = table.ranks;
             if let Some(blocks) = table.hb_blocks {
