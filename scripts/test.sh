@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every test weft has that needs no GPU: formatting, lints, unit/property/integration tests,
 # loom models, NVRTC compiles of every kernel and the layout probe for sm_90, the generated
-# header's freshness, the C ABI of libnccl.so.2 against the real nccl.h, the CPU part of
-# `weft selftest`, the numbered examples (the GPU ones run to their declared skip), and the
-# Python package's tests (pytest, against the wheel built and installed into .deps/venv).
+# header's freshness, the C ABI of libnccl.so.2 against the real nccl.h, a minute of fuzzing
+# per decoder, the CPU part of `weft selftest`, the numbered examples (the GPU ones run to their
+# declared skip), and the Python package's tests (pytest, against the wheel built and installed
+# into .deps/venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WEFT_CUDA_HOME="$(scripts/cuda-wheels.sh)"
@@ -31,5 +32,9 @@ scripts/python-wheel.sh > /dev/null
 # The numbered examples: 03 runs on the CPU, the GPU ones run to their declared skip here.
 scripts/examples.sh
 cargo run --quiet --locked -p weft-cli -- gen-header --check
+# The libFuzzer targets of the decoders of untrusted bytes (bootstrap frames, memory descriptors,
+# plans, tuning tables, the proxy's wire), 60 s each from the committed corpus; a crash fails
+# the run and keeps its input (docs/reliability.md).
+scripts/fuzz.sh 60
 # Last, so the run closes on the suite's `N passed, M failed` line.
 cargo run --quiet --locked -p weft-cli -- selftest

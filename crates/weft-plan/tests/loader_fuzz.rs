@@ -1,8 +1,10 @@
-//! The plan loader against hostile input, on stable Rust (the libFuzzer target in `fuzz/` does
-//! the same unboundedly): arbitrary text and shipped plans with numbers, keys and arrays
-//! corrupted must load or be rejected with an error, never panic; whatever loads must give a
-//! chunk geometry or an error, list and draw (the operation DAG, as DOT and SVG), and run on
-//! the CPU interpreter or fail with an error. The corpus covers both protocols, port links,
+//! The plan loader against hostile input, structure-aware (the libFuzzer target `plan_loader`
+//! in `fuzz/` mutates bytes, guided by coverage; this test corrupts the JSON tree of shipped
+//! plans, which byte mutation seldom keeps parseable, and runs what loads on the interpreter):
+//! arbitrary text and shipped plans with numbers, keys and arrays corrupted must load or be
+//! rejected with an error, never panic; whatever loads must give a chunk geometry or an
+//! error, list and draw (the operation DAG, as DOT and SVG), and run on the CPU interpreter or
+//! fail with an error. The corpus covers both protocols, port links,
 //! thread-block groups, fused operations (`rcs`, `rrcs`, `rrs`, `reduce_send`) and replicated
 //! channel-level programs.
 
