@@ -18,6 +18,10 @@ if [ ${#targets[@]} -eq 0 ]; then
   targets=(bootstrap_frame memory_descriptor plan_loader tuning_table proxy_wire)
 fi
 
+bins=()
+for target in "${targets[@]}"; do
+  bins+=(--bin "$target")
+done
 fuzz_dir="$(realpath -m "${CARGO_TARGET_DIR:-target}/fuzz")"
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 # `--target` keeps the flags off build scripts and proc macros (they run on the host uninstrumented).
@@ -25,7 +29,7 @@ RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing" \
   CARGO_TARGET_DIR="$fuzz_dir" cargo build --quiet --locked --profile fuzz --target "$triple" -p weft-fuzz \
-  $(printf -- '--bin %s ' "${targets[@]}")
+  "${bins[@]}"
 
 failed=0
 for target in "${targets[@]}"; do
@@ -47,7 +51,7 @@ for target in "${targets[@]}"; do
   fi
   printf 'fuzz %-18s %12s executions in %ss: %s\n' "$target" "${executions:-?}" "$seconds" "$result"
   if [ "$status" -ne 0 ]; then
-    grep -v '^#\|^stat::\|^INFO:\|^MS:\|^base unit:\|^0x' "$run/log" | tail -n 30 >&2
+    grep -A1 'panicked at\|^SUMMARY:\|^==[0-9]*== ERROR' "$run/log" >&2 || tail -n 20 "$run/log" >&2
   fi
 done
 exit "$failed"

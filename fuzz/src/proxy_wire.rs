@@ -51,7 +51,7 @@ pub fn check(data: &[u8]) -> bool {
     frame.is_ok() || (data.len() == 16 && command_encodes)
 }
 
-/// A frame of every kind and a FIFO command of every proxy op.
+/// A frame of every kind and a FIFO command (a put with signal and flush).
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let frames = [
         ("hello", Frame::Hello { connection: 3, stream: 0, streams: 2, name: "rank 1".into() }),
