@@ -126,6 +126,13 @@ enum Command {
         #[command(subcommand)]
         action: PlanAction,
     },
+    /// The α-β cost model and event simulator of the multi-node AllReduce algorithms (ring,
+    /// all-pairs, 2PH, NVRAR, NCCL's ring and tree): `calibrate` from benchmark JSON, `predict`
+    /// for N nodes of G GPUs. No GPU needed.
+    Model {
+        #[command(subcommand)]
+        action: weft_cli::model_cmd::ModelAction,
+    },
     /// Internal: one rank of `weft tune`.
     #[command(hide = true)]
     TuneWorker,
@@ -340,6 +347,7 @@ fn main() -> ExitCode {
             tune(&collectives, &sweep, hb_blocks, &out, any_dtype)
         }
         Command::Plan { action } => plan(action),
+        Command::Model { action } => weft_cli::model_cmd::run(&action),
         Command::Bench {
             collective,
             proxy,
@@ -698,6 +706,42 @@ mod tests {
         }
         let unknown = Cli::try_parse_from(["weft", "plan", "compile", "ring"]).unwrap_err().to_string();
         assert!(weft_cli::plan_cmd::algorithm_names().all(|n| unknown.contains(n)), "{unknown}");
+    }
+
+    #[test]
+    fn the_model_commands_parse() {
+        let cli = Cli::try_parse_from([
+            "weft",
+            "model",
+            "predict",
+            "--nodes",
+            "32",
+            "--gpus-per-node",
+            "4",
+            "--algo",
+            "nvrar,ring",
+            "-b",
+            "128K",
+            "-e",
+            "2M",
+            "--sim",
+            "--net-alpha-us",
+            "2",
+            "--net-gbps",
+            "50",
+        ])
+        .unwrap();
+        let Command::Model { action: weft_cli::model_cmd::ModelAction::Predict(p) } = cli.command else {
+            panic!("not model predict")
+        };
+        assert_eq!((p.nodes, p.gpus_per_node, p.algo.as_str(), p.sim), (32, 4, "nvrar,ring", true));
+        assert_eq!((p.links.net_alpha_us, p.links.net_gbps), (Some(2.0), Some(50.0)));
+        let cli =
+            Cli::try_parse_from(["weft", "model", "calibrate", "--nvlink-json", "p2p.json", "-o", "m.json"]).unwrap();
+        let Command::Model { action: weft_cli::model_cmd::ModelAction::Calibrate(c) } = cli.command else {
+            panic!("not model calibrate")
+        };
+        assert_eq!((c.nvlink_json.unwrap(), c.out), ("p2p.json".into(), "m.json".into()));
     }
 
     #[test]

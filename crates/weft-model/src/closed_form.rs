@@ -14,8 +14,8 @@ use crate::{Algorithm, Params, Shape};
 pub fn formula(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::Ring | Algorithm::NcclRing => {
-            "2(p-1)(α + m/(pβ)), α,β of the network when N > 1 (a step lasts as long as its slowest, \
-             crossing edge; NVRAR paper eq. 1)"
+            "2(p-1)·max(α_n + m/(pβ_n), α_l + m/(pβ_l)), over the kinds of edge the ring has: every step \
+             waits for its slowest edge (NVRAR paper eq. 1, which keeps the network's)"
         }
         Algorithm::AllPairs => {
             "max(α_l + (G-1)m/β_l, α_n + (N-1)G·m/β_n): every rank's messages share its NVLink and \
@@ -41,8 +41,10 @@ pub fn time_us(algorithm: Algorithm, shape: Shape, bytes: f64, params: &Params) 
     let shard = bytes / g;
     match algorithm {
         Algorithm::Ring | Algorithm::NcclRing => {
-            let slowest = if shape.nodes() > 1 { net } else { nvlink };
-            2.0 * (p - 1.0) * message_us(slowest, bytes / p)
+            let piece = bytes / p;
+            let crossing = if shape.nodes() > 1 { message_us(net, piece) } else { 0.0 };
+            let within = if shape.gpus_per_node() > 1 { message_us(nvlink, piece) } else { 0.0 };
+            2.0 * (p - 1.0) * crossing.max(within)
         }
         Algorithm::AllPairs => {
             let within = if shape.gpus_per_node() > 1 { message_us(nvlink, (g - 1.0) * bytes) } else { 0.0 };

@@ -169,16 +169,36 @@ impl<'p> Simulation<'p> {
             self.release(rank, 0.0);
         }
         let mut end = 0.0_f64;
-        while let Some(Reverse((Time(now), _, event))) = self.events.pop() {
-            match event {
-                Event::Start(id) => self.start(id, now),
-                Event::Sent(id, version) if version == self.version[id] => self.sent(id, now),
-                Event::Sent(..) => {} // superseded by a later rate change
-                Event::Arrived(id) => {
-                    end = end.max(now);
-                    self.arrived(id, now);
+        // Events of one instant are handled together and the rates of the links they touched
+        // recomputed once: a step that starts k flows on a link costs k, not k².
+        while let Some(Reverse((Time(now), _, first))) = self.events.pop() {
+            let mut batch = vec![first];
+            while let Some(Reverse((Time(t), _, _))) = self.events.peek()
+                && *t == now
+            {
+                if let Some(Reverse((_, _, event))) = self.events.pop() {
+                    batch.push(event);
                 }
             }
+            let mut touched = Vec::new();
+            for event in batch {
+                match event {
+                    Event::Start(id) => {
+                        self.start(id, now);
+                        touched.extend(self.flows[id].links);
+                    }
+                    Event::Sent(id, version) if version == self.version[id] => {
+                        self.sent(id, now);
+                        touched.extend(self.flows[id].links);
+                    }
+                    Event::Sent(..) => {} // superseded by a later rate change
+                    Event::Arrived(id) => {
+                        end = end.max(now);
+                        self.arrived(id, now);
+                    }
+                }
+            }
+            self.reschedule(touched, now);
         }
         end
     }
@@ -209,13 +229,18 @@ impl<'p> Simulation<'p> {
     /// Brings the flows on `link` up to `now` at their current rates.
     fn settle(&mut self, link: usize, now: f64) {
         for &id in &self.on_link[link] {
-            self.remaining[id] = (self.remaining[id] - self.rate[id] * (now - self.since[id])).max(0.0);
-            self.since[id] = now;
+            // A flow started this instant has no rate yet and has moved nothing.
+            if now > self.since[id] {
+                self.remaining[id] = (self.remaining[id] - self.rate[id] * (now - self.since[id])).max(0.0);
+                self.since[id] = now;
+            }
         }
     }
 
-    /// New rates for the flows on `links` (after one started or ended there), and their ends.
-    fn reschedule(&mut self, links: [usize; 2], now: f64) {
+    /// New rates for the flows on `links` (after flows started or ended there), and their ends.
+    fn reschedule(&mut self, mut links: Vec<usize>, now: f64) {
+        links.sort_unstable();
+        links.dedup();
         let mut affected: Vec<usize> = links.iter().flat_map(|&l| self.on_link[l].iter().copied()).collect();
         affected.sort_unstable();
         affected.dedup();
@@ -225,6 +250,9 @@ impl<'p> Simulation<'p> {
                 .iter()
                 .map(|&l| self.bandwidth[l] / self.on_link[l].len() as f64)
                 .fold(f64::INFINITY, f64::min);
+            if rate == self.rate[id] {
+                continue; // its end event stands
+            }
             self.rate[id] = rate;
             self.version[id] += 1;
             let left = if rate.is_infinite() { 0.0 } else { self.remaining[id] / rate };
@@ -239,10 +267,11 @@ impl<'p> Simulation<'p> {
         }
         self.remaining[id] = self.flows[id].bytes;
         self.since[id] = now;
+        // No rate yet: the next reschedule gives it one and its end event.
+        self.rate[id] = f64::NAN;
         for l in links {
             self.on_link[l].push(id);
         }
-        self.reschedule(links, now);
     }
 
     fn sent(&mut self, id: usize, now: f64) {
@@ -252,7 +281,6 @@ impl<'p> Simulation<'p> {
             self.on_link[l].retain(|&other| other != id);
         }
         self.version[id] += 1;
-        self.reschedule(links, now);
         self.push(now + self.flows[id].alpha, Event::Arrived(id));
     }
 

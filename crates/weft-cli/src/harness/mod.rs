@@ -3,7 +3,7 @@
 //! the host test pattern and the float64 / exact-integer references every output element is
 //! checked against (`data`, [`pattern`]), one rank's buffers, timing and checked call
 //! (`rank`), the order and statistics of interleaved timing trials ([`trials`]), the parsing
-//! of a sweep ([`sweep`]), the start line on the GPUs that timed brackets open behind
+//! of a sweep ([`sweep`]), the figures of `--plot` (`plot`), the start line on the GPUs that timed brackets open behind
 //! (`start_line`), a launch timed by the GPU (`timed`), how the ranks of a GIN run reach each other ([`gin_backend`]), and
 //! the running of ranks as processes or threads ([`launch`], `workers`, `progress`).
 
@@ -14,6 +14,7 @@ pub(crate) mod ep_ll;
 pub mod gin_backend;
 pub mod launch;
 pub mod pattern;
+pub(crate) mod plot;
 pub(crate) mod progress;
 pub(crate) mod rank;
 pub(crate) mod start_line;
