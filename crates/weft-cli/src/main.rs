@@ -729,6 +729,10 @@ mod tests {
             "2",
             "--net-gbps",
             "50",
+            "--ratio",
+            "nvrar,ring",
+            "--ratio",
+            "nvrar,nccl-tree",
         ])
         .unwrap();
         let Command::Model { action: weft_cli::model_cmd::ModelAction::Predict(p) } = cli.command else {
@@ -736,6 +740,7 @@ mod tests {
         };
         assert_eq!((p.nodes, p.gpus_per_node, p.algo.as_str(), p.sim), (32, 4, "nvrar,ring", true));
         assert_eq!((p.links.net_alpha_us, p.links.net_gbps), (Some(2.0), Some(50.0)));
+        assert_eq!(p.ratio, ["nvrar,ring", "nvrar,nccl-tree"]);
         let cli =
             Cli::try_parse_from(["weft", "model", "calibrate", "--nvlink-json", "p2p.json", "-o", "m.json"]).unwrap();
         let Command::Model { action: weft_cli::model_cmd::ModelAction::Calibrate(c) } = cli.command else {

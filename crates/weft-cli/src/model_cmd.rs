@@ -100,9 +100,9 @@ pub struct PredictArgs {
     /// Also run the event simulator and print its times next to the closed forms.
     #[arg(long)]
     pub sim: bool,
-    /// `A,B`: a column of B's time over A's (A's speedup over B).
+    /// `A,B`: a column of B's time over A's (A's speedup over B); repeat for more columns.
     #[arg(long)]
-    pub ratio: Option<String>,
+    pub ratio: Vec<String>,
     /// Parameters written by `weft model calibrate` (flags override them).
     #[arg(long)]
     pub params: Option<PathBuf>,
@@ -257,9 +257,9 @@ fn predict(args: &PredictArgs) -> Result<ExitCode, Box<dyn Error>> {
         None => default_params(),
     };
     let (params, _) = apply(&args.links, base)?;
-    let ratio = args
+    let ratios = args
         .ratio
-        .as_deref()
+        .iter()
         .map(|r| -> Result<(usize, usize), Box<dyn Error>> {
             let pair = Algorithm::parse_list(r)?;
             let index = |a: Algorithm| algorithms.iter().position(|&b| b == a);
@@ -271,12 +271,12 @@ fn predict(args: &PredictArgs) -> Result<ExitCode, Box<dyn Error>> {
                 _ => Err("--ratio takes two algorithms, A,B".into()),
             }
         })
-        .transpose()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let predictions: Vec<Prediction> = sizes_between(min, max, args.factor)
         .into_iter()
         .map(|bytes| predict_size(&algorithms, shape, bytes, &params, args.sim))
         .collect::<Result<_, _>>()?;
-    print_table(&algorithms, shape, &params, &predictions, ratio, args.sim);
+    print_table(&algorithms, shape, &params, &predictions, &ratios, args.sim);
     if let Some(path) = &args.plot {
         plot(path, &algorithms, shape, &predictions, args.sim)?;
         println!("wrote {}", path.display());
@@ -295,7 +295,7 @@ fn predict_size(
     let simulated = algorithms
         .iter()
         .map(|&a| -> Result<Option<f64>, Box<dyn Error>> {
-            if !simulate || a == Algorithm::NcclTree {
+            if !simulate {
                 return Ok(None);
             }
             // One element per byte: the schedule's pieces are byte ranges.
@@ -321,14 +321,14 @@ fn print_table(
     shape: Shape,
     params: &Params,
     predictions: &[Prediction],
-    ratio: Option<(usize, usize)>,
+    ratios: &[(usize, usize)],
     simulate: bool,
 ) {
     println!(
         "# weft model: AllReduce on {} node(s) x {} GPU(s), µs per call; closed forms{}",
         shape.nodes(),
         shape.gpus_per_node(),
-        if simulate { ", then the simulator's (`sim`; nccl-tree has no schedule)" } else { "" }
+        if simulate { ", then the simulator's (`sim`)" } else { "" }
     );
     println!("{}", describe(params));
     let mut header = format!("{:>8}", "size");
@@ -342,8 +342,8 @@ fn print_table(
     if simulate {
         header += &format!(" {:>10}", "best sim");
     }
-    let ratio_name = ratio.map(|(a, b)| format!("{}/{}", algorithms[b].name(), algorithms[a].name()));
-    if let Some(name) = &ratio_name {
+    for &(a, b) in ratios {
+        let name = format!("{}/{}", algorithms[b].name(), algorithms[a].name());
         header += &format!(" {name:>18}");
         if simulate {
             header += &format!(" {:>10}", "sim");
@@ -363,7 +363,7 @@ fn print_table(
         if simulate {
             line += &format!(" {:>10}", best(algorithms, p.simulated.iter().copied()));
         }
-        if let Some((a, b)) = ratio {
+        for &(a, b) in ratios {
             line += &format!(" {:>18.2}", p.closed[b] / p.closed[a]);
             if simulate {
                 let sim_ratio = p.simulated[b].zip(p.simulated[a]).map(|(b, a)| b / a);
@@ -419,7 +419,7 @@ mod tests {
             max_bytes: "2M".into(),
             factor: 4,
             sim: true,
-            ratio: Some("nvrar,ring".into()),
+            ratio: vec!["nvrar,ring".into(), "2ph,ring".into()],
             params: None,
             links: LinkArgs::default(),
             plot: None,
@@ -434,7 +434,7 @@ mod tests {
         let p = predict_size(&algorithms, shape, 1 << 20, &default_params(), true).unwrap();
         for (i, algorithm) in algorithms.iter().enumerate() {
             assert_eq!(p.closed[i], closed_form::time_us(*algorithm, shape, (1 << 20) as f64, &default_params()));
-            assert_eq!(p.simulated[i].is_none(), *algorithm == Algorithm::NcclTree);
+            assert!(p.simulated[i].is_some(), "{}", algorithm.name());
         }
         let dir = std::env::temp_dir().join(format!("weft-model-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -443,7 +443,7 @@ mod tests {
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("nvrar") && text.contains("simulated"));
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(predict(&args("ring,nvrar")).is_ok());
+        assert!(predict(&args("ring,nvrar,2ph")).is_ok());
         assert!(predict(&args("ring")).is_err(), "--ratio names an algorithm not predicted");
     }
 

@@ -27,8 +27,8 @@ pub enum Algorithm {
     /// NCCL's ring: the same flat ring as [`Algorithm::Ring`], but NVLink hops are SM copies and
     /// only network hops go through NCCL's proxy.
     NcclRing,
-    /// NCCL's tree: a double binary tree across nodes with a chain within each node (closed form
-    /// only).
+    /// NCCL's tree: a double binary tree across nodes (each tree carries half the vector, up
+    /// reducing and back down, pipelined in pieces) with a chain within each node.
     NcclTree,
 }
 

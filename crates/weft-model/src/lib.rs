@@ -52,9 +52,6 @@ pub enum ModelError {
     /// An algorithm name nobody knows.
     #[error("unknown algorithm `{0}` (known: {known})", known = Algorithm::names().join(", "))]
     UnknownAlgorithm(String),
-    /// The algorithm has no schedule (only a closed form).
-    #[error("{0} has no schedule to simulate or execute (closed form only)")]
-    NoSchedule(&'static str),
     /// A parameter is out of range.
     #[error("{0}")]
     BadParameter(String),

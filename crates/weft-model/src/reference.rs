@@ -75,6 +75,7 @@ mod tests {
             Algorithm::Ring,
             Algorithm::AllPairs,
             Algorithm::NcclRing,
+            Algorithm::NcclTree,
         ];
         for nodes in (2..=64).filter(|&n| n <= 17 || n % 8 == 0 || n == 63) {
             for gpus in [1, 2, 3, 4] {

@@ -100,7 +100,7 @@ impl Schedule {
             Algorithm::Nvrar => {
                 hierarchical(&shape, len, Hops { wire_factor: ll_factor, ..DIRECT }, recursive_doubling)
             }
-            Algorithm::NcclTree => return Err(ModelError::NoSchedule(algorithm.name())),
+            Algorithm::NcclTree => nccl_tree(&shape, len, len.div_ceil(2 * TREE_PIECE).clamp(1, MAX_TREE_PIECES)),
         };
         Ok(Self { shape, len, steps })
     }
@@ -228,10 +228,135 @@ fn recursive_doubling(members: &[usize], range: &Range<usize>, hops: Hops, shape
     steps
 }
 
+/// Elements (bytes, in the model) per piece NCCL's tree pipelines, at most
+/// [`MAX_TREE_PIECES`] pieces per tree (its chunk size is of this order; a smaller piece
+/// shortens the pipeline's fill, a larger one pays fewer α).
+pub const TREE_PIECE: usize = 64 << 10;
+/// Most pieces per tree.
+pub const MAX_TREE_PIECES: usize = 64;
+
+/// The parent of `rank` in NCCL's binary tree over `n` ranks (`ncclGetBtree`: clear the lowest
+/// set bit and set the next, or just clear it past the end); `None` for the root, rank 0.
+fn btree_parent(rank: usize, n: usize) -> Option<usize> {
+    if rank == 0 {
+        return None;
+    }
+    let bit = 1 << rank.trailing_zeros();
+    let up = (rank ^ bit) | (bit << 1);
+    Some(if up >= n { rank ^ bit } else { up })
+}
+
+/// The parent of `rank` in NCCL's second tree (`ncclGetDtree`): the first tree mirrored when
+/// `n` is even, shifted by one when odd, so that most inner nodes of one are leaves of the other.
+fn dtree_parent(rank: usize, n: usize) -> Option<usize> {
+    if n.is_multiple_of(2) {
+        btree_parent(n - 1 - rank, n).map(|p| n - 1 - p)
+    } else {
+        btree_parent((rank + n - 1) % n, n).map(|p| (p + 1) % n)
+    }
+}
+
+/// NCCL's tree AllReduce: each half of the vector goes up one of the two trees across nodes
+/// (reduced at every hop) and back down (copied), through a chain within each node (local
+/// rank G − 1 up to local rank 0, which talks to the other nodes), in `pieces` pieces per half
+/// pipelined: a rank sends piece c up at step h + c, h the height of its subtree, and down at
+/// step H + d + c, H the tree's height and d the rank's depth, so a piece moves on as soon as
+/// its predecessor on the same path has.
+fn nccl_tree(shape: &Shape, len: usize, pieces: usize) -> Vec<Step> {
+    let n = shape.nodes();
+    let whole = 0..len;
+    let mut groups = Vec::new();
+    for (half, node_parent) in [(0, btree_parent as fn(usize, usize) -> Option<usize>), (1, dtree_parent)] {
+        // Parent of every rank: up the node's chain, then local 0 to its parent node's local 0.
+        let parent = |rank: usize| match shape.local_of(rank) {
+            0 => node_parent(shape.node_of(rank), n).map(|up| shape.rank(up, 0)),
+            l => Some(shape.rank(shape.node_of(rank), l - 1)),
+        };
+        let ranks = shape.ranks();
+        let mut depth = vec![0; ranks];
+        let mut height = vec![0; ranks];
+        // Depths from the root down; heights from the leaves up (a rank's depth exceeds its
+        // parent's, so ordering by depth visits parents first).
+        let depth_of = |mut r: usize| {
+            let mut d = 0;
+            while let Some(p) = parent(r) {
+                d += 1;
+                r = p;
+            }
+            d
+        };
+        for (r, d) in depth.iter_mut().enumerate() {
+            *d = depth_of(r);
+        }
+        let mut by_depth: Vec<usize> = (0..ranks).collect();
+        by_depth.sort_by_key(|&r| std::cmp::Reverse(depth[r]));
+        for &r in &by_depth {
+            if let Some(p) = parent(r) {
+                height[p] = height[p].max(height[r] + 1);
+            }
+        }
+        let top = by_depth.last().map_or(0, |&root| height[root]);
+        let range = piece(&whole, half, 2);
+        let mut steps = vec![Step::default(); 2 * top + pieces + 1];
+        for r in 0..ranks {
+            let Some(p) = parent(r) else { continue };
+            for c in 0..pieces {
+                let part = piece(&range, c, pieces);
+                steps[height[r] + c].transfers.push(transfer(shape, DIRECT, r, p, part.clone(), Op::Reduce));
+                steps[top + depth[p] + c].transfers.push(transfer(shape, DIRECT, p, r, part, Op::Copy));
+            }
+        }
+        steps.retain(|s| !s.transfers.is_empty());
+        groups.push(steps);
+    }
+    parallel(groups)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may panic on failure
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_two_trees_are_nccl_s_and_mostly_swap_inner_nodes_and_leaves() {
+        // ncclGetBtree on 8 ranks: 0 is the root with child 4; 4 has 2 and 6; 2 has 1 and 3.
+        let parents: Vec<Option<usize>> = (0..8).map(|r| btree_parent(r, 8)).collect();
+        assert_eq!(parents, [None, Some(2), Some(4), Some(2), Some(0), Some(6), Some(4), Some(6)]);
+        for n in 2..40 {
+            for parent in [btree_parent, dtree_parent] {
+                // One root, and every rank reaches it.
+                assert_eq!((0..n).filter(|&r| parent(r, n).is_none()).count(), 1);
+                for r in 0..n {
+                    let (mut at, mut hops) = (r, 0);
+                    while let Some(p) = parent(at, n) {
+                        (at, hops) = (p, hops + 1);
+                        assert!(hops <= n, "{n} ranks: a cycle from {r}");
+                    }
+                }
+            }
+            let inner = |parent: fn(usize, usize) -> Option<usize>| {
+                (0..n).map(|r| (0..n).any(|c| parent(c, n) == Some(r))).collect::<Vec<bool>>()
+            };
+            let both = inner(btree_parent).iter().zip(inner(dtree_parent)).filter(|(a, b)| **a && *b).count();
+            assert!(both <= 2, "{n} ranks: {both} ranks are inner in both trees");
+        }
+    }
+
+    #[test]
+    fn the_tree_pipelined_in_pieces_is_an_allreduce() {
+        for (nodes, gpus) in [(1, 3), (2, 2), (5, 3), (8, 1), (13, 2)] {
+            let shape = Shape::new(nodes, gpus).unwrap();
+            for pieces in [1, 3] {
+                let schedule = Schedule { shape, len: 37, steps: nccl_tree(&shape, 37, pieces) };
+                let inputs: Vec<Vec<i64>> =
+                    (0..shape.ranks()).map(|r| (0..37).map(|i| (r * 1000 + i) as i64).collect()).collect();
+                assert!(
+                    crate::reference::wrong_ranks(&schedule, &inputs).is_empty(),
+                    "{nodes} x {gpus}, {pieces} pieces"
+                );
+            }
+        }
+    }
 
     fn steps(algorithm: Algorithm, nodes: usize, gpus: usize) -> usize {
         Schedule::build(algorithm, Shape::new(nodes, gpus).unwrap(), 1000, 2.0).unwrap().steps.len()
@@ -247,13 +372,14 @@ mod tests {
         assert_eq!(steps(Algorithm::Nvrar, 8, 4), 3 + 3 + 3);
         assert_eq!(steps(Algorithm::Nvrar, 6, 4), 3 + 4 + 3);
         assert_eq!(steps(Algorithm::Nvrar, 1, 4), 6);
-        assert!(Schedule::build(Algorithm::NcclTree, Shape::new(2, 2).unwrap(), 8, 2.0).is_err());
+        // The tree, one piece per half: up and down 3 chain hops and 3 levels of 8 nodes.
+        assert_eq!(steps(Algorithm::NcclTree, 8, 4), 2 * (3 + 3));
     }
 
     #[test]
     fn only_network_hops_or_port_channels_go_through_the_proxy_and_only_nvrar_pays_eta() {
         let shape = Shape::new(2, 2).unwrap();
-        for algorithm in [Algorithm::TwoPhase, Algorithm::Nvrar, Algorithm::NcclRing] {
+        for algorithm in [Algorithm::TwoPhase, Algorithm::Nvrar, Algorithm::NcclRing, Algorithm::NcclTree] {
             let s = Schedule::build(algorithm, shape, 64, 2.0).unwrap();
             assert!(s.transfers().all(|(_, t)| t.via_proxy == shape.crosses_network(t.src, t.dst)));
             let eta = if algorithm == Algorithm::Nvrar { 2.0 } else { 1.0 };
