@@ -18,13 +18,15 @@ use crate::harness::sweep::format_size;
 const WIDTH: u32 = 1600;
 const HEIGHT: u32 = 640;
 /// Colors of series, in order (the first two are weft's and NCCL's in `weft bench`).
-pub(crate) const PALETTE: [RGBColor; 6] = [
+pub(crate) const PALETTE: [RGBColor; 8] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0x2c, 0xa0, 0x2c),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x94, 0x67, 0xbd),
     RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
 ];
 
 /// What a panel's horizontal axis shows.
