@@ -448,6 +448,15 @@ mod tests {
     }
 
     #[test]
+    fn the_default_nvlink_is_what_calibrate_fits_from_the_checked_in_run() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/perf/data/proxy-2xh200/p2p-memory.json");
+        let fit = link_from_p2p(path, &read_json(Path::new(path)).unwrap()).unwrap();
+        let default = default_params();
+        assert!((fit.alpha_us - alpha_us(&default.nvlink)).abs() < 0.01, "{fit:?}");
+        assert!((fit.gbps - gbps(&default.nvlink).unwrap()).abs() < 1.0, "{fit:?}");
+    }
+
+    #[test]
     fn flags_override_the_parameters() {
         let links = LinkArgs { net_alpha_us: Some(5.0), eta: Some(1.5), ..LinkArgs::default() };
         let (params, given) = apply(&links, default_params()).unwrap();
