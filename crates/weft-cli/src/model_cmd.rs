@@ -299,7 +299,7 @@ fn predict_size(
                 return Ok(None);
             }
             // One element per byte: the schedule's pieces are byte ranges.
-            let schedule = Schedule::build(a, shape, bytes, params.ll_factor)?;
+            let schedule = Schedule::build(a, shape, bytes, params.ll_factor);
             Ok(Some(sim::time_us(&schedule, params, 1.0)))
         })
         .collect::<Result<_, _>>()?;

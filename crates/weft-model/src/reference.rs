@@ -89,7 +89,7 @@ mod tests {
                         {
                             continue; // flat over every rank: slow at 256 ranks, and not what this test is about
                         }
-                        let schedule = Schedule::build(algorithm, shape, len, 2.0).unwrap();
+                        let schedule = Schedule::build(algorithm, shape, len, 2.0);
                         let what = format!("{} on {nodes} x {gpus}, {len} elements", algorithm.name());
                         assert_eq!(wrong_ranks(&schedule, &ints), Vec::<usize>::new(), "{what} (i64)");
                         assert_eq!(wrong_ranks(&schedule, &floats), Vec::<usize>::new(), "{what} (f64)");
@@ -103,7 +103,7 @@ mod tests {
     fn the_check_catches_a_schedule_that_loses_a_contribution() {
         let shape = Shape::new(6, 2).unwrap();
         let inputs = inputs_i64(shape.ranks(), 10);
-        let mut schedule = Schedule::build(Algorithm::Nvrar, shape, 10, 2.0).unwrap();
+        let mut schedule = Schedule::build(Algorithm::Nvrar, shape, 10, 2.0);
         assert!(wrong_ranks(&schedule, &inputs).is_empty());
         // Without the fix-up's hand-back, the folded nodes keep a partial sum.
         let hand_back = schedule.steps.len() - 1 - 1; // before the one all-gather step

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use crate::{Algorithm, ModelError, Shape};
+use crate::{Algorithm, Shape};
 
 /// What a transfer does at its destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +59,9 @@ pub struct Schedule {
     pub steps: Vec<Step>,
 }
 
+/// A phase among a group of ranks on a range of the vector: its steps.
+type Phase = fn(&[usize], &Range<usize>, Hops, &Shape) -> Vec<Step>;
+
 /// How a phase's transfers travel.
 #[derive(Clone, Copy, Debug)]
 struct Hops {
@@ -81,12 +84,10 @@ pub fn piece(range: &Range<usize>, i: usize, k: usize) -> Range<usize> {
 
 impl Schedule {
     /// `algorithm`'s schedule on `shape` for `len` elements; `ll_factor` is η of LL transfers.
-    pub fn build(algorithm: Algorithm, shape: Shape, len: usize, ll_factor: f64) -> Result<Self, ModelError> {
+    pub fn build(algorithm: Algorithm, shape: Shape, len: usize, ll_factor: f64) -> Self {
         let everyone: Vec<usize> = (0..shape.ranks()).collect();
         let whole = 0..len;
-        let phase = |members: &[usize], hops: Hops, f: fn(&[usize], &Range<usize>, Hops, &Shape) -> Vec<Step>| {
-            f(members, &whole, hops, &shape)
-        };
+        let phase = |members: &[usize], hops: Hops, f: Phase| f(members, &whole, hops, &shape);
         let steps = match algorithm {
             Algorithm::Ring => {
                 [phase(&everyone, PORT, ring_reduce_scatter), phase(&everyone, PORT, ring_all_gather)].concat()
@@ -102,7 +103,7 @@ impl Schedule {
             }
             Algorithm::NcclTree => nccl_tree(&shape, len, len.div_ceil(2 * TREE_PIECE).clamp(1, MAX_TREE_PIECES)),
         };
-        Ok(Self { shape, len, steps })
+        Self { shape, len, steps }
     }
 
     /// Every transfer with the index of its step.
@@ -114,19 +115,12 @@ impl Schedule {
 /// Reduce-scatter within every node (ring over NVLink, local rank j ends with piece j of G),
 /// `inter` among the ranks of each local index on piece j across the nodes, then all-gather
 /// within every node.
-fn hierarchical(
-    shape: &Shape,
-    len: usize,
-    inter_hops: Hops,
-    inter: fn(&[usize], &Range<usize>, Hops, &Shape) -> Vec<Step>,
-) -> Vec<Step> {
+fn hierarchical(shape: &Shape, len: usize, inter_hops: Hops, inter: Phase) -> Vec<Step> {
     let whole = 0..len;
     let g = shape.gpus_per_node();
     let node_members = |n: usize| (0..g).map(|l| shape.rank(n, l)).collect::<Vec<_>>();
     let local_members = |l: usize| (0..shape.nodes()).map(|n| shape.rank(n, l)).collect::<Vec<_>>();
-    let within = |f: fn(&[usize], &Range<usize>, Hops, &Shape) -> Vec<Step>| {
-        parallel((0..shape.nodes()).map(|n| f(&node_members(n), &whole, DIRECT, shape)).collect())
-    };
+    let within = |f: Phase| parallel((0..shape.nodes()).map(|n| f(&node_members(n), &whole, DIRECT, shape)).collect());
     let across = parallel((0..g).map(|l| inter(&local_members(l), &piece(&whole, l, g), inter_hops, shape)).collect());
     [within(ring_reduce_scatter), across, within(ring_all_gather)].concat()
 }
@@ -359,7 +353,7 @@ mod tests {
     }
 
     fn steps(algorithm: Algorithm, nodes: usize, gpus: usize) -> usize {
-        Schedule::build(algorithm, Shape::new(nodes, gpus).unwrap(), 1000, 2.0).unwrap().steps.len()
+        Schedule::build(algorithm, Shape::new(nodes, gpus).unwrap(), 1000, 2.0).steps.len()
     }
 
     #[test]
@@ -380,12 +374,12 @@ mod tests {
     fn only_network_hops_or_port_channels_go_through_the_proxy_and_only_nvrar_pays_eta() {
         let shape = Shape::new(2, 2).unwrap();
         for algorithm in [Algorithm::TwoPhase, Algorithm::Nvrar, Algorithm::NcclRing, Algorithm::NcclTree] {
-            let s = Schedule::build(algorithm, shape, 64, 2.0).unwrap();
+            let s = Schedule::build(algorithm, shape, 64, 2.0);
             assert!(s.transfers().all(|(_, t)| t.via_proxy == shape.crosses_network(t.src, t.dst)));
             let eta = if algorithm == Algorithm::Nvrar { 2.0 } else { 1.0 };
             assert!(s.transfers().all(|(_, t)| t.wire_factor == if t.via_proxy { eta } else { 1.0 }));
         }
-        let ring = Schedule::build(Algorithm::Ring, shape, 64, 2.0).unwrap();
+        let ring = Schedule::build(Algorithm::Ring, shape, 64, 2.0);
         assert!(ring.transfers().all(|(_, t)| t.via_proxy));
     }
 }

@@ -313,7 +313,7 @@ mod tests {
     }
 
     fn simulated(algorithm: Algorithm, shape: Shape, bytes: usize, params: &Params) -> f64 {
-        time_us(&Schedule::build(algorithm, shape, bytes, params.ll_factor).unwrap(), params, 1.0)
+        time_us(&Schedule::build(algorithm, shape, bytes, params.ll_factor), params, 1.0)
     }
 
     fn close(a: f64, b: f64) -> bool {
