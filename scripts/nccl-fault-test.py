@@ -56,8 +56,8 @@ def rank_main(path, rank, nranks, graph, pipe):
     uid = UniqueId()
     if rank == 0:
         call("ncclGetUniqueId", ctypes.byref(uid))
-        pipe.send(bytes(uid.internal))
-    uid = UniqueId(pipe.recv())
+        pipe.send(bytes(uid))
+    uid = UniqueId.from_buffer_copy(pipe.recv())
     comm = init(call, uid, nranks, rank)
     buf = torch.ones(COUNT, device="cuda")
     stream = torch.cuda.Stream()
@@ -80,31 +80,38 @@ def rank_main(path, rank, nranks, graph, pipe):
     stream.synchronize()
     pipe.send("ready")
     code = ctypes.c_int(0)
+    refused = ""
     while True:  # the loop the kill interrupts; the parent's deadline bounds it
-        with torch.cuda.stream(stream):
-            step()
-        while not stream.query():
+        try:
+            with torch.cuda.stream(stream):
+                step()
+        except RuntimeError as e:  # a failed communicator may refuse new work
+            refused = str(e)
+        # Until the step completes or the communicator reports a failure (checked once more
+        # after completion: a wait that timed out ends its kernel).
+        while True:
             call("ncclCommGetAsyncError", comm, ctypes.byref(code))
-            if code.value != 0:
+            if code.value != 0 or stream.query():
                 break
             time.sleep(0.001)
-        if code.value != 0:
+        call("ncclCommGetAsyncError", comm, ctypes.byref(code))
+        if code.value != 0 or refused:
             break
     seen = time.monotonic()
-    why = lib.ncclGetLastError(comm) or b""
+    why = (lib.ncclGetLastError(comm) or b"").decode(errors="replace") + (f" (refused: {refused})" if refused else "")
     call("ncclCommAbort", comm)
     aborted = time.monotonic()
     drain_by = time.monotonic() + float(os.environ.get("WEFT_TIMEOUT", "5")) + SLACK
     while not stream.query() and time.monotonic() < drain_by:
         time.sleep(0.001)
     drained = stream.query()
-    pipe.send(("error", seen, aborted, drained, code.value, why.decode(errors="replace")))
+    pipe.send(("error", seen, aborted, drained, code.value, why))
     # A new communicator among the survivors (the parent passes the survivors' id).
     survivors = nranks - 1
     if rank == 0:
         call("ncclGetUniqueId", ctypes.byref(uid))
-        pipe.send(bytes(uid.internal))
-    uid = UniqueId(pipe.recv())
+        pipe.send(bytes(uid))
+    uid = UniqueId.from_buffer_copy(pipe.recv())
     fresh = init(call, uid, survivors, rank)
     data = torch.full((4096,), float(rank + 1), device="cuda")
     all_reduce(fresh, data)
@@ -148,8 +155,10 @@ def run(path, nranks, graph, check):
             _, seen, aborted, drained, code, why = recv(rank, report_by)
             print(f"{mode}: rank {rank}: error {code} after {seen - killed:.3f} s ({why}); "
                   f"ncclCommAbort took {aborted - seen:.3f} s")
+            check(f"{mode}: rank {rank}'s ncclCommGetAsyncError reports a failure", code != 0)
             check(f"{mode}: rank {rank} reports the death within WEFT_TIMEOUT + 1 s",
                   seen - killed <= timeout + SLACK)
+            check(f"{mode}: rank {rank}'s error names rank {victim}", f"peer {victim}" in why)
             check(f"{mode}: rank {rank}'s ncclCommAbort returns within WEFT_TIMEOUT + 1 s",
                   aborted - seen <= timeout + SLACK)
             check(f"{mode}: rank {rank}'s stream drains after the abort (no kernel left spinning)", drained)
