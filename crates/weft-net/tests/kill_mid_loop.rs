@@ -211,6 +211,7 @@ fn kill_mid_loop(role: &str) {
     if let Err(e) = &outcome {
         for child in &mut children {
             let _ = child.kill();
+            let _ = child.wait();
         }
         panic!("{role}: {e}");
     }
@@ -219,16 +220,18 @@ fn kill_mid_loop(role: &str) {
         drop(child.stdin.take());
     }
     let reap_by = Instant::now() + Duration::from_secs(10);
-    for child in &mut children {
+    let mut stuck = Vec::new();
+    for (rank, child) in children.iter_mut().enumerate() {
         while child.try_wait().unwrap().is_none() && Instant::now() < reap_by {
             thread::sleep(Duration::from_millis(10));
         }
         if child.try_wait().unwrap().is_none() {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{role}: rank process {} did not exit once released", child.id());
+            stuck.push(rank);
         }
     }
+    assert!(stuck.is_empty(), "{role}: ranks {stuck:?} did not exit once released");
     let errors = outcome.unwrap_or_default();
     for (rank, waited, text) in &errors {
         println!("{role}: rank {rank} reported rank {VICTIM}'s death after {waited:?}: {text}");
