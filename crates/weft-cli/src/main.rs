@@ -754,6 +754,33 @@ mod tests {
     }
 
     #[test]
+    fn the_soak_parses_and_refuses_a_negative_duration() {
+        let cli = Cli::try_parse_from([
+            "weft",
+            "soak",
+            "--minutes",
+            "0.5",
+            "--seed",
+            "3",
+            "--only-call",
+            "7",
+            "--ranks",
+            "2",
+            "--mode",
+            "threads",
+        ])
+        .unwrap();
+        let Command::Soak { minutes, seed, only_call, max_bytes, gpus, ranks, mode } = cli.command else {
+            panic!("not soak")
+        };
+        assert_eq!((minutes, seed, only_call, max_bytes.as_str()), (0.5, Some(3), Some(7), "8M"));
+        assert_eq!((gpus, ranks, mode), (None, Some(2), Mode::Threads));
+        let layout = weft_cli::soak::Layout { gpus: None, ranks: None, mode: Mode::Processes };
+        assert!(soak(-1.0, None, None, "8M", layout).unwrap_err().to_string().contains("--minutes"));
+        assert!(soak(1.0, None, None, "lots", layout).unwrap_err().to_string().contains("--max-bytes"));
+    }
+
+    #[test]
     fn the_proxy_benchmarks_parse() {
         let cli = Cli::try_parse_from([
             "weft",
