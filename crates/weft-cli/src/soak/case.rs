@@ -77,11 +77,12 @@ pub(crate) struct Case {
 }
 
 impl Case {
-    /// Launches of the call whose outputs are checked.
+    /// Launches of the call whose outputs are checked: a captured call's replays follow one
+    /// eager launch (the warm-up an application runs before it captures).
     pub(crate) fn launches(&self) -> u32 {
         match self.launch {
             Launch::Eager => 1,
-            Launch::Graph { replays } => replays,
+            Launch::Graph { replays } => 1 + replays,
         }
     }
 
@@ -99,7 +100,7 @@ impl Case {
         };
         let launch = match self.launch {
             Launch::Eager => "eager".to_string(),
-            Launch::Graph { replays } => format!("graph, {replays} replays"),
+            Launch::Graph { replays } => format!("eager, then graph, {replays} replays"),
         };
         let rounds = match self.rounds {
             Rounds::Shipped => "",
