@@ -5,7 +5,7 @@
 //! so the ranks always agree on the last call.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use weft_bootstrap::Bootstrap;
 use weft_coll::{Algorithm, CollConfig, Collectives};
 use weft_core::{Communicator, Env};
 use weft_gpu::{Device, DeviceBuffer};
+use weft_types::{DataType, ReduceOp};
 
 use super::case::{Case, Generator, Limits, Rounds};
 use super::tally::{CallOutcome, Failure, Replay, Tally};
@@ -52,7 +53,8 @@ fn soak(
     let me = Rank::new(&comm, options.max_bytes)?;
     // PreMulSum's device scalar: one element of any type.
     let scalar = DeviceBuffer::<u8>::new(comm.device(), 8)?;
-    let mut soak = Soak { me: &me, comm: &comm, shipped, scalar: &scalar, collectives: HashMap::new() };
+    let mut soak =
+        Soak { me: &me, comm: &comm, shipped, scalar: &scalar, collectives: HashMap::new(), prepared: HashSet::new() };
     let deadline = Instant::now() + options.duration();
     let mut tally = Tally::default();
     let calls: Box<dyn Iterator<Item = u64>> = match options.only_call {
@@ -119,6 +121,8 @@ struct Soak<'a> {
     /// The collectives of each (rounds, forced algorithm) drawn so far, set up on first use (in
     /// the same order on every rank: every rank draws the same calls).
     collectives: HashMap<(Rounds, Option<Algorithm>), Collectives>,
+    /// The (collectives, type, operator) whose kernels are loaded.
+    prepared: HashSet<((Rounds, Option<Algorithm>), DataType, ReduceOp)>,
 }
 
 impl Soak<'_> {
@@ -133,6 +137,12 @@ impl Soak<'_> {
             self.collectives.insert(key, Collectives::new(self.comm, config)?);
         }
         let coll = &self.collectives[&key];
+        // Kernels compile on first use, seconds each: compiled and loaded on every rank before
+        // any launches, so that no rank's kernels wait on a peer that is still compiling.
+        if self.prepared.insert((key, case.dtype, case.op.op())) {
+            coll.prepare(case.dtype, case.op.op())?;
+            self.me.barrier()?;
+        }
         let (me, rank, ranks) = (self.me, self.comm.rank(), self.comm.world_size());
         let call = Call {
             collective: case.collective,
