@@ -16,11 +16,21 @@ use crate::harness::{Collective, NcclTests, Shape};
 pub(crate) struct Limits {
     /// Ranks of the communicator.
     pub(crate) ranks: usize,
-    /// Largest buffer of a call, in bytes (nccl-tests' size: the larger of input and output).
+    /// Largest buffer of a call, in bytes (nccl-tests' size: the larger of input and output);
+    /// a call of one element per block exceeds it where that alone does
+    /// ([`Limits::buffer_bytes`]).
     pub(crate) max_bytes: usize,
     /// The LL packet slot's payload (`CollConfig::ll_slot_bytes`): a forced LL algorithm gets
     /// messages of at most this many bytes, which it always carries.
     pub(crate) ll_slot_bytes: usize,
+}
+
+impl Limits {
+    /// Bytes each of a rank's two buffers needs for every call these limits draw: the largest
+    /// message, or one element of the widest type per rank block.
+    pub(crate) fn buffer_bytes(&self) -> usize {
+        self.max_bytes.max(8 * self.ranks.max(1))
+    }
 }
 
 /// The collectives' round and packet-slot sizes a call runs with.
@@ -192,8 +202,11 @@ fn case(seed: u64, index: u64, limits: &Limits, available: &[Algorithm]) -> Case
         .collect();
     let algorithm = if candidates.is_empty() || draw.one_in(4) { None } else { Some(draw.pick(&candidates)) };
     let rounds = draw.pick(&[Rounds::Shipped, Rounds::Small]);
-    let ll_slot =
-        algorithm.filter(|a| a.protocol() == Protocol::Ll).map(|_| rounds.ll_slot_bytes(limits.ll_slot_bytes));
+    let slot = rounds.ll_slot_bytes(limits.ll_slot_bytes);
+    // An LL algorithm whose slot cannot hold one element per block is not forced.
+    let algorithm =
+        algorithm.filter(|a| a.protocol() != Protocol::Ll || slot >= dtype.size() * blocks(collective, limits));
+    let ll_slot = algorithm.filter(|a| a.protocol() == Protocol::Ll).map(|_| slot);
     let shape = draw_shape(&mut draw, collective, dtype, limits, ll_slot);
     let placement = draw.pick(&[Placement::OutOfPlace, Placement::InPlace]);
     let launch = if draw.one_in(2) { Launch::Eager } else { Launch::Graph { replays: 2 + draw.below(2) as u32 } };
@@ -211,9 +224,7 @@ fn draw_shape(
     limits: &Limits,
     ll_slot: Option<usize>,
 ) -> Shape {
-    let elt = dtype.size();
-    let ranks = limits.ranks.max(1);
-    let blocks = if per_rank_count(collective) { ranks } else { 1 };
+    let (elt, ranks, blocks) = (dtype.size(), limits.ranks.max(1), blocks(collective, limits));
     let largest = ll_slot.map_or(limits.max_bytes, |slot| slot.min(limits.max_bytes));
     let max_count = (largest / (elt * blocks)).max(1);
     let count = if draw.one_in(8) {
@@ -228,9 +239,13 @@ fn draw_shape(
     collective.shape(bytes, elt, ranks).unwrap_or(Shape { send_count: 0, recv_count: 0, count: 0, bytes: 0 })
 }
 
-/// Whether the call's count is per rank block (nccl-tests' allgather, reducescatter, alltoall).
-fn per_rank_count(collective: Collective) -> bool {
-    matches!(collective, Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll)
+/// Blocks of the call's count in its larger buffer: one per rank where nccl-tests counts per
+/// rank block (allgather, reducescatter, alltoall), else one.
+fn blocks(collective: Collective, limits: &Limits) -> usize {
+    match collective {
+        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => limits.ranks.max(1),
+        _ => 1,
+    }
 }
 
 #[cfg(test)]
@@ -288,6 +303,46 @@ mod tests {
                 }
                 if let Launch::Graph { replays } = c.launch {
                     assert!(replays >= 2, "{what}");
+                }
+            }
+        }
+    }
+
+    /// Every algorithm available at each rank count from 1 to 8 (building the plans once).
+    fn available() -> &'static [Vec<Algorithm>] {
+        static AVAILABLE: std::sync::OnceLock<Vec<Vec<Algorithm>>> = std::sync::OnceLock::new();
+        AVAILABLE.get_or_init(|| (1..=8).map(|ranks| Generator::new(limits(ranks)).available).collect())
+    }
+
+    proptest::proptest! {
+        /// Any seed, rank count, largest message and slot: every call is valid, and call k
+        /// drawn alone is call k of the sequence.
+        #[test]
+        fn any_soak_draws_valid_calls_and_replays_them(
+            seed: u64,
+            ranks in 1usize..=8,
+            max_bytes in 1usize..=(16 << 20),
+            slot_words in 1usize..=(1 << 16),
+            first in 0u64..1_000_000,
+        ) {
+            let limits = Limits { ranks, max_bytes, ll_slot_bytes: slot_words * 8 };
+            let g = Generator { limits, available: available()[ranks - 1].clone() };
+            let run: Vec<Case> = (first..first + 64).map(|k| g.case(seed, k)).collect();
+            for (k, c) in (first..).zip(&run) {
+                proptest::prop_assert_eq!(&g.case(seed, k), c);
+                proptest::prop_assert_eq!(c.index, k);
+                let one_per_block = c.dtype.size() * blocks(c.collective, &limits);
+                // At least one element per block; within the limit unless one element per block
+                // already exceeds it, and always within the buffers.
+                proptest::prop_assert!(c.shape.count >= 1);
+                proptest::prop_assert!(c.shape.bytes <= max_bytes.max(one_per_block), "{}", c.describe());
+                proptest::prop_assert!(c.shape.bytes <= limits.buffer_bytes(), "{}", c.describe());
+                if let Some(a) = c.algorithm {
+                    proptest::prop_assert!(a.supports(c.dtype) && a.supports_op(c.op.op()) && a.available(ranks));
+                    if a.protocol() == Protocol::Ll {
+                        let slot = c.rounds.ll_slot_bytes(limits.ll_slot_bytes);
+                        proptest::prop_assert!(c.shape.bytes <= slot, "{}: past the LL slot", c.describe());
+                    }
                 }
             }
         }

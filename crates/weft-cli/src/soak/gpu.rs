@@ -48,9 +48,8 @@ fn soak(
     }
     let (rank, ranks) = (comm.rank(), comm.world_size());
     let shipped = CollConfig::from_env(env)?;
-    let generator =
-        Generator::new(Limits { ranks, max_bytes: options.max_bytes, ll_slot_bytes: shipped.ll_slot_bytes });
-    let me = Rank::new(&comm, options.max_bytes)?;
+    let limits = Limits { ranks, max_bytes: options.max_bytes, ll_slot_bytes: shipped.ll_slot_bytes };
+    let (generator, me) = (Generator::new(limits), Rank::new(&comm, limits.buffer_bytes())?);
     // PreMulSum's device scalar: one element of any type.
     let scalar = DeviceBuffer::<u8>::new(comm.device(), 8)?;
     let mut soak =
