@@ -4,6 +4,7 @@
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
 #   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance] [faults]   (default: all)
+#   scripts/gpu-suite.sh soak sanitize   (run only when named)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -25,6 +26,12 @@
 # minutes on 2 GPUs).
 # The faults step kills a rank with SIGKILL mid all-reduce through libnccl.so.2
 # (scripts/nccl-fault-test.py, WEFT_TIMEOUT=2) over NVLink, the proxy with TCP, and the emulated NIC.
+# The soak step runs `weft soak` for ${SOAK_MINUTES:-3} minutes (whole minutes) with one process
+# per GPU, then as long with 2 ranks sharing GPU 0 as threads; each ends with its summary line
+# (calls, bytes, wrong elements, the slowest call and the seed that replays it). The sanitize
+# step runs scripts/sanitize.sh: compute-sanitizer's memcheck, racecheck, synccheck and
+# initcheck over the self-test's kernel families on one GPU, one verdict line each (CLEAN,
+# FINDINGS, REFUSED, INCOMPLETE, NOT RUN: only CLEAN passes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -196,6 +203,17 @@ for step in "${steps[@]}"; do
               echo "faults $name: rc=$? $(grep -h 'passed,' "$dir/$name.txt" | tail -1)"
               grep -m3 '^FAIL' "$dir/$name.txt"
             done ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, gin, proxy, exec, e2e, conformance, faults)"; exit 2 ;;
+    soak) minutes="${SOAK_MINUTES:-3}"
+          # The soak's own bound (its minutes, then 10 for set-up and the last call) sits inside this one.
+          limit=$((minutes * 60 + 900))
+          timeout "$limit" "$weft" soak --minutes "$minutes" --mode processes > "$dir/soak-processes.txt" 2>&1
+          echo "soak, a process per GPU, $minutes min: rc=$? $(grep -hE '^soak: [0-9]+ calls' "$dir/soak-processes.txt" | tail -1)"
+          grep -h -m5 '^FAIL' "$dir/soak-processes.txt"
+          timeout "$limit" "$weft" soak --minutes "$minutes" --gpus 1 --ranks 2 --mode threads > "$dir/soak-shared.txt" 2>&1
+          echo "soak, 2 ranks sharing one GPU, $minutes min: rc=$? $(grep -hE '^soak: [0-9]+ calls' "$dir/soak-shared.txt" | tail -1)"
+          grep -h -m5 '^FAIL' "$dir/soak-shared.txt" ;;
+    sanitize) WEFT="$weft" scripts/sanitize.sh "$dir" 2>&1 | tee "$dir/sanitize.txt" | grep -E '^sanitize|^=========|FAIL'
+              echo "sanitize: rc=${PIPESTATUS[0]}" ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, gin, proxy, exec, e2e, conformance, faults, soak, sanitize)"; exit 2 ;;
   esac
 done

@@ -263,4 +263,8 @@ variables! {
         "the steps a `weft selftest` worker runs";
     WEFT_SELFTEST_GPUS: Count, Internal, "weft-cli", default "unset",
         "the GPUs a `weft selftest` worker's ranks are spread over, round-robin";
+    WEFT_SOAK_OPTIONS: Text, Internal, "weft-cli", default "unset",
+        "`weft soak`'s options for its worker ranks (JSON)";
+    WEFT_SOAK_GPUS: Count, Internal, "weft-cli", default "unset",
+        "the GPUs a `weft soak` worker's ranks are spread over, round-robin";
 }
