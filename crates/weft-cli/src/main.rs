@@ -38,6 +38,36 @@ enum Command {
         #[arg(long)]
         ranks: Option<usize>,
     },
+    /// Random collectives for a bounded time, every element checked on every rank: collectives,
+    /// counts (odd ones included), types, operators, in and out of place, eager and CUDA-graph
+    /// replays, algorithms forced at random through the selector. Ends with one line: calls,
+    /// bytes, wrong elements, the slowest call and the seed to replay it; exits nonzero on any
+    /// wrong element or failed call. Without a GPU, the calls weft-plan's CPU interpreter can
+    /// run run there, and it says so.
+    Soak {
+        /// Minutes to run for.
+        #[arg(long, default_value_t = 1.0)]
+        minutes: f64,
+        /// Seed of the calls (default: a random one, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run only call K of the seed's sequence (what a failure or the slowest call names).
+        #[arg(long, value_name = "K")]
+        only_call: Option<u64>,
+        /// Largest buffer of a call (e.g. 8M).
+        #[arg(long, default_value = "8M")]
+        max_bytes: String,
+        /// Number of GPUs to use (default: all visible).
+        #[arg(long)]
+        gpus: Option<usize>,
+        /// Ranks, placed on the GPUs round-robin (default: one per GPU; without a GPU, 4 host
+        /// threads). More ranks than GPUs share them (WEFT_SHARE_GPUS=1).
+        #[arg(long)]
+        ranks: Option<usize>,
+        /// One process per rank, threads of one process, or both one after the other.
+        #[arg(long, value_enum, default_value_t = Mode::Processes)]
+        mode: Mode,
+    },
     /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
     /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
     /// (one-direction bandwidth between GPUs 0 and 1), or weft-gin: `gin` (put + signal latency
@@ -145,6 +175,9 @@ enum Command {
     /// Internal: one rank of `weft selftest --mode processes` (reads torchrun variables).
     #[command(hide = true)]
     SelftestWorker,
+    /// Internal: one rank of `weft soak --mode processes`.
+    #[command(hide = true)]
+    SoakWorker,
     /// Write (or with --check, verify) the generated device headers: the shared layouts
     /// (device/include/weft/generated/types.cuh), the trace phases
     /// (device/include/weft/generated/trace.cuh) and every kernel set's prototypes
@@ -340,6 +373,10 @@ fn main() -> ExitCode {
             weft_cli::selftest::run(&SelftestOptions { gpus, mode, only, ranks })
         }
         Command::SelftestWorker => weft_cli::selftest::run_worker(),
+        Command::Soak { minutes, seed, only_call, max_bytes, gpus, ranks, mode } => {
+            soak(minutes, seed, only_call, &max_bytes, weft_cli::soak::Layout { gpus, ranks, mode })
+        }
+        Command::SoakWorker => weft_cli::soak::run_worker(),
         Command::BenchWorker => weft_cli::bench::run_worker(),
         Command::BenchProxyWorker => weft_cli::bench::proxy::run_worker(),
         Command::TuneWorker => weft_cli::tune::run_worker(),
@@ -417,6 +454,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn soak(
+    minutes: f64,
+    seed: Option<u64>,
+    only_call: Option<u64>,
+    max_bytes: &str,
+    layout: weft_cli::soak::Layout,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if !(minutes.is_finite() && minutes >= 0.0) {
+        return Err(format!("--minutes {minutes}: give a number of minutes, 0 or more").into());
+    }
+    let max_bytes = weft_cli::harness::sweep::parse_size(max_bytes).map_err(|e| format!("--max-bytes: {e}"))?;
+    let options =
+        weft_cli::soak::SoakOptions { minutes, seed: seed.unwrap_or_else(rand::random), only_call, max_bytes };
+    weft_cli::soak::run(&options, &layout)
 }
 
 fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -747,6 +800,33 @@ mod tests {
             panic!("not model calibrate")
         };
         assert_eq!((c.nvlink_json.unwrap(), c.out), ("p2p.json".into(), "m.json".into()));
+    }
+
+    #[test]
+    fn the_soak_parses_and_refuses_a_negative_duration() {
+        let cli = Cli::try_parse_from([
+            "weft",
+            "soak",
+            "--minutes",
+            "0.5",
+            "--seed",
+            "3",
+            "--only-call",
+            "7",
+            "--ranks",
+            "2",
+            "--mode",
+            "threads",
+        ])
+        .unwrap();
+        let Command::Soak { minutes, seed, only_call, max_bytes, gpus, ranks, mode } = cli.command else {
+            panic!("not soak")
+        };
+        assert_eq!((minutes, seed, only_call, max_bytes.as_str()), (0.5, Some(3), Some(7), "8M"));
+        assert_eq!((gpus, ranks, mode), (None, Some(2), Mode::Threads));
+        let layout = weft_cli::soak::Layout { gpus: None, ranks: None, mode: Mode::Processes };
+        assert!(soak(-1.0, None, None, "8M", layout).unwrap_err().to_string().contains("--minutes"));
+        assert!(soak(1.0, None, None, "lots", layout).unwrap_err().to_string().contains("--max-bytes"));
     }
 
     #[test]
