@@ -19,7 +19,7 @@ pub fn formula(algorithm: Algorithm) -> &'static str {
         }
         Algorithm::AllPairs => {
             "max(α_l + (G-1)m/β_l, α_n + (N-1)G·m/β_n): every rank's messages share its NVLink and \
-             its NIC (weft-coll port_allpairs::alpha_beta_us)"
+             its NIC (rounds::port_allpairs_us)"
         }
         Algorithm::TwoPhase => "2(G-1)(α_l + m/(Gβ_l)) + α_n + (N-1)(m/G)/β_n (intranode ring RS and AG, eq. 3 and 5)",
         Algorithm::TwoPhaseRing => "2(G-1)(α_l + m/(Gβ_l)) + 2(N-1)(α_n + m/(GNβ_n))",

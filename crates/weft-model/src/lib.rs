@@ -12,6 +12,8 @@
 //! - [`sim`]: a discrete-event simulator of the same schedules: links shared by concurrent
 //!   transfers split their bandwidth, and one proxy thread per GPU posts network messages one
 //!   after another, each costing CPU time;
+//! - [`rounds`]: weft's PortChannel AllReduces as their kernels run them over one network link,
+//!   round by round (what `weft bench` prints next to its measurements across virtual nodes);
 //! - [`params`]: the NVLink and network α-β links ([`weft_core::LinkModel`]) and the proxy cost,
 //!   saved as JSON; [`calibrate`] derives them from the JSON weft's benchmarks write.
 //!
@@ -29,6 +31,7 @@ pub mod calibrate;
 pub mod closed_form;
 pub mod params;
 pub mod reference;
+pub mod rounds;
 pub mod schedule;
 pub mod shape;
 pub mod sim;
