@@ -3,7 +3,8 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance]   (default: all)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance] [faults]   (default: all)
+#   scripts/gpu-suite.sh soak sanitize   (run only when named)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -23,6 +24,14 @@
 # tensor-parallel decode step through NCCL, weft's libnccl.so.2 and weft.Communicator, and the
 # DeepSeek-V3 MoE layer through weft.ep and an all-to-all over NCCL (docs/perf/e2e.md; about 3
 # minutes on 2 GPUs).
+# The faults step kills a rank with SIGKILL mid all-reduce through libnccl.so.2
+# (scripts/nccl-fault-test.py, WEFT_TIMEOUT=2) over NVLink, the proxy with TCP, and the emulated NIC.
+# The soak step runs `weft soak` for ${SOAK_MINUTES:-3} minutes (whole minutes) with one process
+# per GPU, then as long with 2 ranks sharing GPU 0 as threads; each ends with its summary line
+# (calls, bytes, wrong elements, the slowest call and the seed that replays it). The sanitize
+# step runs scripts/sanitize.sh: compute-sanitizer's memcheck, racecheck, synccheck and
+# initcheck over the self-test's kernel families on one GPU, one verdict line each (CLEAN,
+# FINDINGS, REFUSED, INCOMPLETE, NOT RUN: only CLEAN passes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -32,7 +41,7 @@ export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin proxy exec e2e conformance)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin proxy exec e2e conformance faults)
 
 # install_wheel STEP DIR: the `weft` wheel (${WEFT_WHEEL}, else the newest target/wheels/weft-*.whl)
 # into ${PYTHON:-python3}'s environment, the log in DIR; false when there is no wheel.
@@ -182,6 +191,29 @@ for step in "${steps[@]}"; do
         echo "conformance $name: rc=$? $(grep -h 'passed,' "$dir/$name.txt" | tail -1)"
         grep -m3 -E '^(FAIL|HANG)' "$dir/$name.txt"
       done ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, gin, proxy, exec, e2e, conformance)"; exit 2 ;;
+    faults) lib="${WEFT_NCCL:-$PWD/target/nccl/libnccl.so.2}"
+            # A rank killed mid all-reduce (eager and graph) over NVLink, over the proxy and the
+            # TCP transport (a virtual node per rank), and over the emulated NIC.
+            for path in "nvlink:" "proxy-tcp:WEFT_RANKS_PER_NODE=1" \
+                        "emulated-nic:WEFT_RANKS_PER_NODE=1 WEFT_EMU_NET_LATENCY_US=5"; do
+              name="${path%%:*}"
+              # shellcheck disable=SC2086 # the path's variables, one word each
+              env WEFT_TIMEOUT=2 ${path#*:} timeout 600 "${PYTHON:-python3}" scripts/nccl-fault-test.py "$lib" \
+                > "$dir/$name.txt" 2>&1
+              echo "faults $name: rc=$? $(grep -h 'passed,' "$dir/$name.txt" | tail -1)"
+              grep -m3 '^FAIL' "$dir/$name.txt"
+            done ;;
+    soak) minutes="${SOAK_MINUTES:-3}"
+          # The soak's own bound (its minutes, then 10 for set-up and the last call) sits inside this one.
+          limit=$((minutes * 60 + 900))
+          timeout "$limit" "$weft" soak --minutes "$minutes" --mode processes > "$dir/soak-processes.txt" 2>&1
+          echo "soak, a process per GPU, $minutes min: rc=$? $(grep -hE '^soak: [0-9]+ calls' "$dir/soak-processes.txt" | tail -1)"
+          grep -h -m5 '^FAIL' "$dir/soak-processes.txt"
+          timeout "$limit" "$weft" soak --minutes "$minutes" --gpus 1 --ranks 2 --mode threads > "$dir/soak-shared.txt" 2>&1
+          echo "soak, 2 ranks sharing one GPU, $minutes min: rc=$? $(grep -hE '^soak: [0-9]+ calls' "$dir/soak-shared.txt" | tail -1)"
+          grep -h -m5 '^FAIL' "$dir/soak-shared.txt" ;;
+    sanitize) WEFT="$weft" scripts/sanitize.sh "$dir" 2>&1 | tee "$dir/sanitize.txt" | grep -E '^sanitize|^=========|FAIL'
+              echo "sanitize: rc=${PIPESTATUS[0]}" ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, gin, proxy, exec, e2e, conformance, faults, soak, sanitize)"; exit 2 ;;
   esac
 done

@@ -174,6 +174,21 @@ pub enum BootstrapError {
         got: &'static str,
     },
 
+    /// Ranks named different roots for the same broadcast.
+    #[error(
+        "rank {rank}: broadcast root mismatch with rank {peer}: this rank named root {root}, the peer named root {peer_root}"
+    )]
+    RootMismatch {
+        /// The reporting rank.
+        rank: usize,
+        /// The peer that named another root.
+        peer: usize,
+        /// The root this rank named.
+        root: usize,
+        /// The root the peer named.
+        peer_root: usize,
+    },
+
     /// An operating-system call failed.
     #[error("{}{context}: {source}", rank_prefix(*.rank))]
     Io {

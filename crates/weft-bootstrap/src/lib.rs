@@ -131,6 +131,8 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
     fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError>;
 
     /// `data` must be `Some` on `root` (it is ignored elsewhere); every rank returns root's bytes.
+    /// Every rank must name the same root: the ranks agree on it first, and a rank that named
+    /// another fails the call with [`BootstrapError::RootMismatch`] on the ranks that see it.
     fn broadcast(&self, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, BootstrapError>;
 
     /// Returns once every rank has entered the barrier.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::{
     BootstrapError,
-    codec::{CollectiveOp, Message},
+    codec::{CodecError, CollectiveOp, Message},
     mailbox::{Channel, Mailbox, Parcel, Wait},
 };
 
@@ -63,19 +63,43 @@ pub(crate) fn barrier<T: Transport>(t: &T) -> Result<(), BootstrapError> {
     exchange(t, CollectiveOp::Barrier, &[]).map(drop)
 }
 
-/// `Bootstrap::broadcast`.
+/// `Bootstrap::broadcast`: the ranks first agree on the root, then the root sends its bytes.
+///
+/// Without the agreement, ranks that name different roots could all succeed with different
+/// bytes (a rank that believes itself the root waits for nobody). It costs one exchange of
+/// 4 bytes per pair, and broadcasts are for set-up.
 pub(crate) fn broadcast<T: Transport>(t: &T, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, BootstrapError> {
     check_peer(t, root)?;
     let op = CollectiveOp::Broadcast;
+    let me = t.rank();
+    let data = match data {
+        None if me == root => {
+            return Err(BootstrapError::InvalidArgument {
+                rank: me,
+                reason: "broadcast: the root must pass Some(data)",
+            });
+        }
+        data => data.unwrap_or_default(),
+    };
+    // The world size fits in u32 (checked when a bootstrap is built), so every root does.
+    let named = exchange(t, op, &u32::try_from(root).unwrap_or(u32::MAX).to_le_bytes())?;
+    for (peer, theirs) in named.iter().enumerate() {
+        let theirs =
+            <[u8; 4]>::try_from(theirs.as_slice()).map(u32::from_le_bytes).map_err(|_| BootstrapError::Malformed {
+                rank: me,
+                peer: Some(peer),
+                source: CodecError::InvalidValue { field: "broadcast root length", value: theirs.len() as u64 },
+            })?;
+        if theirs as usize != root {
+            return Err(BootstrapError::RootMismatch { rank: me, peer, root, peer_root: theirs as usize });
+        }
+    }
     let wait = Wait::new(t.timeout(), op.name());
     let seq = t.next_seq();
-    let me = t.rank();
     if me != root {
         let parcel = t.mailbox().take(root, Channel::Collective(seq), &wait)?;
         return check_op(me, root, op, parcel);
     }
-    let data =
-        data.ok_or(BootstrapError::InvalidArgument { rank: me, reason: "broadcast: the root must pass Some(data)" })?;
     let message = Message::Collective { seq, op, payload: data };
     for peer in others(me, t.world_size()) {
         t.post(peer, &message, wait.deadline)?;

@@ -38,6 +38,36 @@ enum Command {
         #[arg(long)]
         ranks: Option<usize>,
     },
+    /// Random collectives for a bounded time, every element checked on every rank: collectives,
+    /// counts (odd ones included), types, operators, in and out of place, eager and CUDA-graph
+    /// replays, algorithms forced at random through the selector. Ends with one line: calls,
+    /// bytes, wrong elements, the slowest call and the seed to replay it; exits nonzero on any
+    /// wrong element or failed call. Without a GPU, the calls weft-plan's CPU interpreter can
+    /// run run there, and it says so.
+    Soak {
+        /// Minutes to run for.
+        #[arg(long, default_value_t = 1.0)]
+        minutes: f64,
+        /// Seed of the calls (default: a random one, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run only call K of the seed's sequence (what a failure or the slowest call names).
+        #[arg(long, value_name = "K")]
+        only_call: Option<u64>,
+        /// Largest buffer of a call (e.g. 8M).
+        #[arg(long, default_value = "8M")]
+        max_bytes: String,
+        /// Number of GPUs to use (default: all visible).
+        #[arg(long)]
+        gpus: Option<usize>,
+        /// Ranks, placed on the GPUs round-robin (default: one per GPU; without a GPU, 4 host
+        /// threads). More ranks than GPUs share them (WEFT_SHARE_GPUS=1).
+        #[arg(long)]
+        ranks: Option<usize>,
+        /// One process per rank, threads of one process, or both one after the other.
+        #[arg(long, value_enum, default_value_t = Mode::Processes)]
+        mode: Mode,
+    },
     /// Measure a collective against NCCL in the same run (nccl-tests style), or the proxy layer:
     /// `fifo` (FIFO pushes per second per GPU and push latency) and `p2p --channel memory|port`
     /// (one-direction bandwidth between GPUs 0 and 1), or weft-gin: `gin` (put + signal latency
@@ -126,6 +156,13 @@ enum Command {
         #[command(subcommand)]
         action: PlanAction,
     },
+    /// The α-β cost model and event simulator of the multi-node AllReduce algorithms (ring,
+    /// all-pairs, 2PH, NVRAR, NCCL's ring and tree): `calibrate` from benchmark JSON, `predict`
+    /// for N nodes of G GPUs. No GPU needed.
+    Model {
+        #[command(subcommand)]
+        action: weft_cli::model_cmd::ModelAction,
+    },
     /// Internal: one rank of `weft tune`.
     #[command(hide = true)]
     TuneWorker,
@@ -138,6 +175,9 @@ enum Command {
     /// Internal: one rank of `weft selftest --mode processes` (reads torchrun variables).
     #[command(hide = true)]
     SelftestWorker,
+    /// Internal: one rank of `weft soak --mode processes`.
+    #[command(hide = true)]
+    SoakWorker,
     /// Write (or with --check, verify) the generated device headers: the shared layouts
     /// (device/include/weft/generated/types.cuh), the trace phases
     /// (device/include/weft/generated/trace.cuh) and every kernel set's prototypes
@@ -333,6 +373,10 @@ fn main() -> ExitCode {
             weft_cli::selftest::run(&SelftestOptions { gpus, mode, only, ranks })
         }
         Command::SelftestWorker => weft_cli::selftest::run_worker(),
+        Command::Soak { minutes, seed, only_call, max_bytes, gpus, ranks, mode } => {
+            soak(minutes, seed, only_call, &max_bytes, weft_cli::soak::Layout { gpus, ranks, mode })
+        }
+        Command::SoakWorker => weft_cli::soak::run_worker(),
         Command::BenchWorker => weft_cli::bench::run_worker(),
         Command::BenchProxyWorker => weft_cli::bench::proxy::run_worker(),
         Command::TuneWorker => weft_cli::tune::run_worker(),
@@ -340,6 +384,7 @@ fn main() -> ExitCode {
             tune(&collectives, &sweep, hb_blocks, &out, any_dtype)
         }
         Command::Plan { action } => plan(action),
+        Command::Model { action } => weft_cli::model_cmd::run(&action),
         Command::Bench {
             collective,
             proxy,
@@ -409,6 +454,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn soak(
+    minutes: f64,
+    seed: Option<u64>,
+    only_call: Option<u64>,
+    max_bytes: &str,
+    layout: weft_cli::soak::Layout,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if !(minutes.is_finite() && minutes >= 0.0) {
+        return Err(format!("--minutes {minutes}: give a number of minutes, 0 or more").into());
+    }
+    let max_bytes = weft_cli::harness::sweep::parse_size(max_bytes).map_err(|e| format!("--max-bytes: {e}"))?;
+    let options =
+        weft_cli::soak::SoakOptions { minutes, seed: seed.unwrap_or_else(rand::random), only_call, max_bytes };
+    weft_cli::soak::run(&options, &layout)
 }
 
 fn plan(action: PlanAction) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -698,6 +759,74 @@ mod tests {
         }
         let unknown = Cli::try_parse_from(["weft", "plan", "compile", "ring"]).unwrap_err().to_string();
         assert!(weft_cli::plan_cmd::algorithm_names().all(|n| unknown.contains(n)), "{unknown}");
+    }
+
+    #[test]
+    fn the_model_commands_parse() {
+        let cli = Cli::try_parse_from([
+            "weft",
+            "model",
+            "predict",
+            "--nodes",
+            "32",
+            "--gpus-per-node",
+            "4",
+            "--algo",
+            "nvrar,ring",
+            "-b",
+            "128K",
+            "-e",
+            "2M",
+            "--sim",
+            "--net-alpha-us",
+            "2",
+            "--net-gbps",
+            "50",
+            "--ratio",
+            "nvrar,ring",
+            "--ratio",
+            "nvrar,nccl-tree",
+        ])
+        .unwrap();
+        let Command::Model { action: weft_cli::model_cmd::ModelAction::Predict(p) } = cli.command else {
+            panic!("not model predict")
+        };
+        assert_eq!((p.nodes, p.gpus_per_node, p.algo.as_str(), p.sim), (32, 4, "nvrar,ring", true));
+        assert_eq!((p.links.net_alpha_us, p.links.net_gbps), (Some(2.0), Some(50.0)));
+        assert_eq!(p.ratio, ["nvrar,ring", "nvrar,nccl-tree"]);
+        let cli =
+            Cli::try_parse_from(["weft", "model", "calibrate", "--nvlink-json", "p2p.json", "-o", "m.json"]).unwrap();
+        let Command::Model { action: weft_cli::model_cmd::ModelAction::Calibrate(c) } = cli.command else {
+            panic!("not model calibrate")
+        };
+        assert_eq!((c.nvlink_json.unwrap(), c.out), ("p2p.json".into(), "m.json".into()));
+    }
+
+    #[test]
+    fn the_soak_parses_and_refuses_a_negative_duration() {
+        let cli = Cli::try_parse_from([
+            "weft",
+            "soak",
+            "--minutes",
+            "0.5",
+            "--seed",
+            "3",
+            "--only-call",
+            "7",
+            "--ranks",
+            "2",
+            "--mode",
+            "threads",
+        ])
+        .unwrap();
+        let Command::Soak { minutes, seed, only_call, max_bytes, gpus, ranks, mode } = cli.command else {
+            panic!("not soak")
+        };
+        assert_eq!((minutes, seed, only_call, max_bytes.as_str()), (0.5, Some(3), Some(7), "8M"));
+        assert_eq!((gpus, ranks, mode), (None, Some(2), Mode::Threads));
+        let layout = weft_cli::soak::Layout { gpus: None, ranks: None, mode: Mode::Processes };
+        assert!(soak(-1.0, None, None, "8M", layout).unwrap_err().to_string().contains("--minutes"));
+        assert!(soak(1.0, None, None, "lots", layout).unwrap_err().to_string().contains("--max-bytes"));
     }
 
     #[test]

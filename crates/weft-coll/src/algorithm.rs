@@ -14,9 +14,8 @@ pub trait CollectiveAlgorithms: Copy {
     /// The environment variable that forces an algorithm: `WEFT_ALGO_ALLREDUCE`, ...
     fn override_var(self) -> &'static Variable;
     /// The native algorithm a size-based choice falls back to where its pick cannot run: the
-    /// first HB or direct-transfer one that handles `dtype` (every collective has one for every
-    /// type; all-to-all and send/receive have only direct transfers, `ll` first: it carries any
-    /// size, each direction over packets where they fit, through scratch where not).
+    /// first HB or through-scratch one that handles `dtype` (every collective has one for every
+    /// type; all-to-all and send/receive have only direct transfers, and fall back to `p2p`).
     fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm>;
     /// The algorithms that implement this collective: the native kernels, then the plans of
     /// the registry (shipped, then the user plans of `WEFT_PLAN_DIR`).
@@ -37,8 +36,7 @@ impl CollectiveAlgorithms for Collective {
     }
 
     fn fallback(self, dtype: weft_types::DataType) -> Option<Algorithm> {
-        self.algorithms()
-            .find(|a| matches!(a.protocol(), Protocol::Hb | Protocol::P2p | Protocol::LlP2p) && a.supports(dtype))
+        self.algorithms().find(|a| matches!(a.protocol(), Protocol::Hb | Protocol::P2p) && a.supports(dtype))
     }
 
     fn algorithms(self) -> impl Iterator<Item = Algorithm> {
@@ -349,8 +347,8 @@ mod tests {
             }
         }
         assert_eq!(Collective::AllReduce.fallback(DataType::F8E4M3), Some(Algorithm::AllReduceHb));
-        assert_eq!(Collective::AllToAll.fallback(DataType::Bf16), Some(Algorithm::AllToAllLl));
-        assert_eq!(Collective::SendRecv.fallback(DataType::U8), Some(Algorithm::SendRecvLl));
+        assert_eq!(Collective::AllToAll.fallback(DataType::Bf16), Some(Algorithm::AllToAllP2p));
+        assert_eq!(Collective::SendRecv.fallback(DataType::U8), Some(Algorithm::SendRecvP2p));
     }
 
     #[test]

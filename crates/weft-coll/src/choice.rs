@@ -71,7 +71,7 @@ impl Chooser<'_> {
 
     /// The algorithm of a call only direct transfers can run (all-to-allv: no plan takes
     /// uneven blocks), where every peer is reachable: the selector's pick when it is a direct
-    /// one (`ll`, `p2p`), else the collective's native one ([`Collective::fallback`], `ll`).
+    /// one (`ll`, `p2p`), else the collective's native one ([`Collective::fallback`], `p2p`).
     /// `call.size` must be the same on every rank: all-to-allv's blocks differ between ranks,
     /// so it asks at 0 bytes (the rule of the smallest calls), and `ll` chooses per direction.
     pub(crate) fn direct(&self, call: Call) -> Result<Algorithm, CollError> {
@@ -152,7 +152,7 @@ mod tests {
         let (without, with) = two_step_ranks();
         let none = |_| false;
         let c = chooser(&config, without);
-        assert_eq!(c.choose(call(Collective::AllToAll, 4096), |_| 0, none).unwrap(), Algorithm::AllToAllLl);
+        assert_eq!(c.choose(call(Collective::AllToAll, 4096), |_| 0, none).unwrap(), Algorithm::AllToAllP2p);
         // Set up already (by a call of another root or size), the plan runs.
         let plan = c.choose(call(Collective::AllToAll, 4096), |_| 0, |_| true).unwrap();
         assert_eq!(plan.name(), TWO_STEP);
@@ -168,42 +168,43 @@ mod tests {
         let err = chooser(&config, without).choose(call(Collective::AllToAll, 64), |_| 0, |_| false).unwrap_err();
         assert!(err.to_string().contains("has no plan for"), "{err}");
         for ranks in [without, with] {
-            assert_eq!(chooser(&config, ranks).direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
+            assert_eq!(chooser(&config, ranks).direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllP2p);
         }
     }
 
-    /// All-to-all(v) and send/receive take `ll` unless `p2p` is forced or picked; nothing a
+    /// All-to-all(v) and send/receive take `p2p` unless `ll` is forced or picked; nothing a
     /// rank sees of its own call's sizes enters the choice of all-to-allv and send/receive
     /// (the kernels split per direction, see `transfers.rs`), and a size never makes `ll` fail.
     #[test]
-    fn direct_transfers_default_to_ll_and_follow_a_forced_or_picked_p2p() {
+    fn direct_transfers_default_to_p2p_and_follow_a_forced_or_picked_ll() {
         let default = CollConfig::default();
         for ranks in [1, 2, 8] {
             let c = chooser(&default, ranks);
             for size in [0, 1, 64 << 10, (64 << 10) + 1, 1 << 30] {
                 assert_eq!(
                     c.choose(call(Collective::AllToAll, size), |_| usize::MAX, |_| false).unwrap(),
-                    Algorithm::AllToAllLl
+                    Algorithm::AllToAllP2p
                 );
                 assert_eq!(
                     c.choose(call(Collective::SendRecv, size), |_| usize::MAX, |_| false).unwrap(),
-                    Algorithm::SendRecvLl
+                    Algorithm::SendRecvP2p
                 );
             }
-            assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
+            assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllP2p);
         }
         for (collective, p2p, ll) in [
             (Collective::AllToAll, Algorithm::AllToAllP2p, Algorithm::AllToAllLl),
             (Collective::SendRecv, Algorithm::SendRecvP2p, Algorithm::SendRecvLl),
         ] {
             let mut forced = CollConfig::default();
+            forced.selector.force(ll);
+            let c = chooser(&forced, 4);
+            assert_eq!(c.choose(call(collective, 8), |_| 0, |_| false).unwrap(), ll);
+            assert_eq!(c.direct(call(collective, 0)).unwrap(), ll);
+            assert_eq!(c.choose(call(collective, 1 << 30), |_| usize::MAX, |_| false).unwrap(), ll);
             forced.selector.force(p2p);
             let c = chooser(&forced, 4);
             assert_eq!(c.choose(call(collective, 8), |_| 0, |_| false).unwrap(), p2p);
-            assert_eq!(c.direct(call(collective, 0)).unwrap(), p2p);
-            forced.selector.force(ll);
-            let c = chooser(&forced, 4);
-            assert_eq!(c.choose(call(collective, 1 << 30), |_| usize::MAX, |_| false).unwrap(), ll);
         }
         let tuned =
             table(r#"{"collectives": {"alltoall": [{"max_bytes": 4096, "algorithm": "ll"}, {"algorithm": "p2p"}]}}"#);

@@ -205,8 +205,8 @@ impl Collectives {
 
     /// The α-β model's time in µs of a call of `algorithm` on `bytes` over the emulated NIC:
     /// only for the PortChannel AllReduces on a communicator of one host split into virtual
-    /// nodes with `WEFT_EMU_NET_*` set (see [`crate::port_ring_alpha_beta_us`] and
-    /// [`crate::port_allpairs_alpha_beta_us`]); `None` otherwise (peers on other hosts go over
+    /// nodes with `WEFT_EMU_NET_*` set (weft-model's [`weft_model::rounds`], with
+    /// this communicator's round sizes); `None` otherwise (peers on other hosts go over
     /// TCP, which the model does not describe).
     pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
         let link = self.comm.env().emulated_net?;
@@ -217,11 +217,11 @@ impl Collectives {
         let bytes = bytes as u64;
         match algorithm {
             Algorithm::AllReducePortRing => {
-                Some(crate::port_ring_alpha_beta_us(bytes, self.ranks(), self.resources.context().chunk_bytes, &link))
+                Some(weft_model::rounds::port_ring_us(bytes, self.ranks(), self.resources.context().chunk_bytes, &link))
             }
             Algorithm::AllReducePortAllPairs => {
                 let remote = routes.iter().filter(|&&r| r == PortRoute::EmulatedNic).count();
-                Some(crate::port_allpairs_alpha_beta_us(bytes, remote, &link))
+                Some(weft_model::rounds::port_allpairs_us(bytes, remote, crate::port_allpairs::SLOT_BYTES, &link))
             }
             _ => None,
         }

@@ -139,10 +139,11 @@ impl Default for Selector {
             (Collective::ReduceScatter, vec![(1 << 20, ReduceScatterLl), (u64::MAX, ReduceScatterHb)]),
             (Collective::Broadcast, vec![(256 << 10, BroadcastLl), (u64::MAX, BroadcastHb)]),
             (Collective::Reduce, vec![(256 << 10, ReduceLl), (u64::MAX, ReduceHb)]),
-            // `ll` carries every direction of up to `p2p_ll_bytes` over packets and the larger
-            // ones through scratch, as `p2p` does every direction: it is `p2p` at large sizes.
-            (Collective::AllToAll, vec![(u64::MAX, AllToAllLl)]),
-            (Collective::SendRecv, vec![(u64::MAX, SendRecvLl)]),
+            // `ll` (every direction of up to `p2p_ll_bytes` over packets, the larger ones as
+            // `p2p` does them) is chosen by `WEFT_ALGO_*=ll` or a tuning table until a GPU run
+            // has measured it against `p2p`, the default that GPUs have verified.
+            (Collective::AllToAll, vec![(u64::MAX, AllToAllP2p)]),
+            (Collective::SendRecv, vec![(u64::MAX, SendRecvP2p)]),
         ];
         let rules = rules.into_iter().map(|(c, sizes)| (c, vec![RuleGroup::any(sizes)])).collect();
         Self { rules, force: BTreeMap::new() }
@@ -705,8 +706,8 @@ mod tests {
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 256 << 20, 4), Algorithm::AllReduceHb);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
         for bytes in [1, 64 << 10, 1 << 30] {
-            assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, bytes, 4), Algorithm::AllToAllLl);
-            assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, 4), Algorithm::SendRecvLl);
+            assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, bytes, 4), Algorithm::AllToAllP2p);
+            assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, 4), Algorithm::SendRecvP2p);
         }
         let p2p = with(&[("WEFT_ALGO_ALLTOALL", "p2p"), ("WEFT_ALGO_SENDRECV", "p2p")]).unwrap();
         assert_eq!(p2p.selector.select(Collective::AllToAll, DataType::Bf16, 1, 4), Algorithm::AllToAllP2p);

@@ -17,7 +17,8 @@
 //! user plans of `WEFT_PLAN_DIR`, run by weft-exec's interpreter kernel.
 //!
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`, `weft-bootstrap` (the codec of the
-//! user-buffer agreement), `weft-plan`, `weft-exec`.
+//! user-buffer agreement), `weft-plan`, `weft-exec`, `weft-model` (the α-β time of the
+//! PortChannel algorithms, printed beside measurements).
 //!
 //! Unlike ARCHITECTURE §1's list, this crate contains `unsafe`: launching a kernel on pointers a
 //! caller hands us is inherently unsafe, and keeping those launches next to the algorithm that
@@ -55,8 +56,6 @@ pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::{CollError, Expected};
 pub use plans::{PlanId, SHIPPED_INSTANCES, SHIPPED_LL_INSTANCES, load_user_plans};
-pub use port_allpairs::alpha_beta_us as port_allpairs_alpha_beta_us;
-pub use port_ring::alpha_beta_us as port_ring_alpha_beta_us;
 pub use raw::RawCollectives;
 pub use reduction::{Reduction, Scalar};
 pub use typed::{Operator, P2pGroup};

@@ -15,11 +15,10 @@
 
 use crate::error::CollError;
 use crate::params::PortRingParams;
+use crate::port_setup::PortSetup;
 #[cfg(test)]
 use crate::port_setup::{MAX_SCRATCH, state_words};
-use crate::port_setup::{PortSetup, rounds_us};
 use weft_core::Communicator;
-use weft_core::LinkModel;
 use weft_gpu::DevicePtr;
 use weft_net::PortProxy;
 use weft_types::CollContext;
@@ -117,20 +116,6 @@ pub(crate) fn edges(rank: usize, ranks: usize) -> Vec<(usize, usize, bool)> {
         .collect()
 }
 
-/// The α-β model's time, in µs, of a `port_ring` AllReduce of `bytes` on `ranks` ranks whose
-/// ring crosses `link` between nodes (the emulated NIC). The kernel works in rounds of at most
-/// `chunk_bytes`; a round is 2(n − 1) steps, and in each step every rank sends one shard of
-/// the round (round / n) to its successor, all edges at once, so a step lasts as long as a
-/// crossing edge takes to deliver a shard: `α + shard / β` (the blocks' pieces of the shard
-/// share the link, which the pacer serialises).
-pub fn alpha_beta_us(bytes: u64, ranks: usize, chunk_bytes: u64, link: &LinkModel) -> f64 {
-    if ranks < 2 || bytes == 0 || chunk_bytes == 0 {
-        return 0.0;
-    }
-    let steps = 2 * (ranks as u32 - 1);
-    rounds_us(bytes, chunk_bytes, |round| link.message_time(round.div_ceil(ranks as u64)) * steps)
-}
-
 /// The scratch, channels and launch state of `port_ring` (see the module docs).
 pub(crate) struct PortRing {
     lanes: u32,
@@ -189,19 +174,6 @@ impl PortRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_alpha_beta_model_counts_steps_rounds_and_shards() {
-        // α = 5 µs, β = 25 GB/s: 4 ranks, 1 MB in one round: 6 steps of 5 µs + 250 KB / 25 GB/s.
-        let link = LinkModel::new(5.0, Some(25.0));
-        let us = alpha_beta_us(1_000_000, 4, 32 << 20, &link);
-        assert!((us - 6.0 * (5.0 + 10.0)).abs() < 1e-3, "{us}");
-        // Two rounds of 1 MB and 0.5 MB.
-        let us = alpha_beta_us(1_500_000, 4, 1_000_000, &link);
-        assert!((us - 6.0 * (5.0 + 10.0) - 6.0 * (5.0 + 5.0)).abs() < 1e-3, "{us}");
-        assert_eq!(alpha_beta_us(1 << 20, 1, 1 << 20, &link), 0.0);
-        assert_eq!(alpha_beta_us(0, 4, 1 << 20, &link), 0.0);
-    }
 
     /// The kernel's `RingRound`: its pieces per shard, and piece h of shard d of a round of
     /// `len` bytes.

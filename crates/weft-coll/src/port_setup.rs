@@ -6,8 +6,6 @@
 //! channels are made pairwise in an order every pair of ranks agrees on. Also what their α-β
 //! models share: a call is rounds.
 
-use std::time::Duration;
-
 use weft_core::{Communicator, RegisteredMemory};
 use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr};
 use weft_net::{PortChannel, PortProxy};
@@ -22,19 +20,6 @@ pub(crate) const MAX_SCRATCH: u64 = 1 << 32;
 /// the hand-off counter, then three per block (hand-offs, arrivals, rounds).
 pub(crate) fn state_words(worker_blocks: u32) -> usize {
     1 + 3 * (worker_blocks as usize + 1)
-}
-
-/// The α-β model's time, in µs, of a call of `bytes` in rounds of at most `round_bytes`, when a
-/// round of `r` bytes takes `round_time(r)`.
-pub(crate) fn rounds_us(bytes: u64, round_bytes: u64, round_time: impl Fn(u64) -> Duration) -> f64 {
-    let mut total = Duration::ZERO;
-    let mut first = 0;
-    while first < bytes && round_bytes > 0 {
-        let round = round_bytes.min(bytes - first);
-        total += round_time(round);
-        first += round;
-    }
-    total.as_secs_f64() * 1e6
 }
 
 /// The scratch, channel table and launch state of one PortChannel algorithm.
@@ -138,15 +123,5 @@ mod tests {
             }
         }
         assert_eq!(state_words(32), 100);
-    }
-
-    #[test]
-    fn a_call_is_timed_round_by_round_with_a_short_last_round() {
-        let per_byte = |r: u64| Duration::from_micros(r);
-        assert_eq!(rounds_us(10, 4, per_byte), 10.0);
-        let fixed = |_: u64| Duration::from_micros(5);
-        assert_eq!(rounds_us(10, 4, fixed), 15.0, "rounds of 4, 4 and 2");
-        assert_eq!(rounds_us(0, 4, fixed), 0.0);
-        assert_eq!(rounds_us(10, 0, fixed), 0.0);
     }
 }

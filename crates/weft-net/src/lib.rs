@@ -5,7 +5,9 @@
 //! that execute the commands kernels push, a handler per op number, flow control, draining
 //! shutdown), the transports it drives ([`proxy::transport`]: copy engine with an emulated NIC
 //! between virtual nodes, TCP through pinned host memory, InfiniBand verbs and its software RC
-//! fabric behind the `ib` feature, and the router in front of them), and the host side of
+//! fabric behind the `ib` feature, and the router in front of them), the counter immediates of
+//! the expert-parallel network path and their receiving-side sequence ordering
+//! ([`proxy::immediate`], [`proxy::ordering`]), and the host side of
 //! [`PortChannel`]s: a rank's [`PortProxy`] with its FIFO, the route to each peer
 //! ([`PortRoute`]) and the pairwise channel setup; and the safe launchers of the device tests'
 //! and benchmarks' kernels over them ([`test_launchers`]).

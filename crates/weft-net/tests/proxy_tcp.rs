@@ -2,7 +2,8 @@
 //! reordered frames over several sockets, flushes, backpressure from a full FIFO and exhausted
 //! credits, a dead or silent peer (an error naming it, no hang), shutdown with commands in
 //! flight (drained to the peer, or reported abandoned when it cannot be), a receiver shutting
-//! down right after a signal (it still acknowledges), unknown ops and per-op handlers. Every
+//! down right after a signal (it still acknowledges), unknown ops and per-op handlers, garbage,
+//! truncated, oversized or misplaced frames from either end (refused, naming the sender). Every
 //! test runs under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
@@ -15,10 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use weft_net::fifo::{FifoError, FifoReader, FifoWriter, HostFifo};
+use weft_net::proxy::transport::Op;
 use weft_net::proxy::transport::tcp::{TcpConfig, TcpTransport};
 use weft_net::proxy::{
     CommandHandler, Handled, HostInbox, HostMemory, Inbox, Memory, MemoryError, MemoryTable, ProxyConfig, ProxyError,
-    ProxyService, ShutdownReport, Transport, TransportError,
+    ProxyService, ShutdownReport, Submitted, Transport, TransportError,
 };
 use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
 
@@ -606,5 +608,112 @@ fn a_receiver_shutting_down_right_after_a_signal_still_acknowledges_it() {
             Ok(done) => assert!(accepted == 0 && done == 2, "accepted {accepted}, completed {done}"),
             Err(_) => assert!(accepted > 0, "an error with nothing outstanding"),
         }
+    });
+}
+
+/// Connects to `addr`, writes `bytes`, and waits (bounded) for the other side to close; returns
+/// this end's address, by which the receiver names it until it has said hello.
+fn send_and_expect_refusal(addr: std::net::SocketAddr, bytes: &[u8]) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let local = stream.local_addr().unwrap();
+    stream.write_all(bytes).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    if let Err(e) = stream.read_to_end(&mut reply) {
+        assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "the receiver kept the connection open");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    local
+}
+
+#[test]
+fn garbage_truncated_and_oversized_frames_are_refused_naming_their_sender_and_other_connections_go_on() {
+    use weft_net::proxy::transport::frame::{Frame, encode_header};
+    within(30, || {
+        let p = pair(TcpConfig { timeout: Duration::from_secs(2), ..TcpConfig::default() }, 1 << 12, 1);
+        let receiver = p.receiver.as_ref().unwrap();
+        let addr = receiver.local_addr();
+        let hello = |name: &str| Frame::Hello { connection: 9, stream: 0, streams: 1, name: name.into() }.encode();
+
+        // Not a proxy frame at all, before any hello: named by its address.
+        let http = send_and_expect_refusal(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        // A header announcing 1 GiB after a hello: refused before anything is allocated.
+        let oversized = [hello("oversized"), encode_header(2, 1 << 30).to_vec()].concat();
+        send_and_expect_refusal(addr, &oversized);
+        // Half a signal frame, then the sender goes away.
+        let signal = Frame::Signal { seq: 0 }.encode();
+        let truncated = [hello("truncated"), signal[..signal.len() - 3].to_vec()].concat();
+        {
+            use std::io::Write;
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            stream.write_all(&truncated).unwrap();
+        }
+        // An acknowledgement where data is expected.
+        let misplaced = [hello("misplaced"), Frame::Ack { next: 1 }.encode()].concat();
+        send_and_expect_refusal(addr, &misplaced);
+
+        let deadline = Instant::now() + Duration::from_secs(5);
+        // After its hello a sender is named as it named itself (a transport's name is
+        // `name@listen address`).
+        let expected = [format!("{http}: "), "oversized: ".into(), "truncated: ".into(), "misplaced: ".into()];
+        let errors = loop {
+            let errors = receiver.inbound_errors();
+            if expected.iter().all(|who| errors.iter().any(|e| e.starts_with(who.as_str()))) {
+                break errors;
+            }
+            assert!(Instant::now() < deadline, "not every sender is named: {errors:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        for error in &errors {
+            println!("receiver: {error}");
+        }
+
+        // The real sender's connection still carries data and signals.
+        let data = pattern(1, 256);
+        p.src.write(0, &data).unwrap();
+        let put = Op::Put { src_memory: 0, src_offset: 0, dst_memory: 0, dst_offset: 64, len: 256 };
+        assert!(matches!(p.sender.submit(0, &[put, Op::Signal]).unwrap(), Submitted::Accepted { .. }));
+        assert!(p.inbox.wait_token(0, 1, Duration::from_secs(5)));
+        assert_eq!(&p.dst.snapshot()[64..320], &data[..]);
+    });
+}
+
+#[test]
+fn a_receiver_that_answers_garbage_fails_the_sender_with_an_error_naming_it() {
+    use std::io::{Read, Write};
+    within(30, || {
+        let timeout = Duration::from_secs(2);
+        let liar = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = liar.local_addr().unwrap();
+        let fake = std::thread::spawn(move || {
+            let (mut stream, _) = liar.accept().unwrap();
+            let mut hello = [0u8; 16];
+            stream.read_exact(&mut hello).unwrap();
+            stream.write_all(b"\x00garbage where acknowledgements belong").unwrap();
+            stream
+        });
+        let table = MemoryTable::new();
+        table.register(Arc::new(HostMemory::new(4096))).unwrap();
+        let config = TcpConfig { timeout, ..TcpConfig::default() };
+        let t = TcpTransport::bind(config, "sender", Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new())))
+            .unwrap();
+        t.connect(0, addr, 0, "liar").unwrap();
+        let started = Instant::now();
+        let put = Op::Put { src_memory: 0, src_offset: 0, dst_memory: 0, dst_offset: 0, len: 64 };
+        t.submit(0, &[put]).unwrap();
+        let error = loop {
+            match t.completed(0) {
+                Err(e) => break e,
+                Ok(_) => {
+                    assert!(started.elapsed() < timeout + Duration::from_secs(1), "no error from a lying receiver");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        };
+        println!("sender: {error} (after {:?})", started.elapsed());
+        assert!(error.to_string().contains(&format!("liar@{addr}")), "{error}");
+        drop(fake.join().unwrap());
     });
 }

@@ -2,7 +2,7 @@
 //!
 //! **Owns:** every `#[repr(C)]` struct and enum that CUDA device code reads or writes (device
 //! handles of semaphores and channels, LL packets, the device error record, the collective
-//! context and send/receive plans, the GPU→CPU FIFO's commands and device handle, the PortChannel's device handle, the plan
+//! context and send/receive plans, the GPU→CPU FIFO's commands and device handle, the expert-parallel network path's transfer command, the PortChannel's device handle, the plan
 //! executor's operations, the expert-parallel kernels' context and arguments, GIN's device communicator), each declared once
 //! through [`device_structs!`]/[`device_enums!`], which also record the C++ spelling of every
 //! field. From that record [`cuda::generated_header`] writes `device/include/weft/generated/types.cuh`
@@ -27,6 +27,7 @@ mod handles;
 mod packets;
 mod port;
 mod status;
+mod transfer;
 
 pub use coll::{CollContext, LlPairs, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{Collective, DataType, ReduceOp};
@@ -53,6 +54,11 @@ pub use handles::{MemoryChannelDeviceHandle, SemaphoreDeviceHandle, WaitContext}
 pub use packets::{Ll8Packet, Ll16Packet};
 pub use port::PortChannelDeviceHandle;
 pub use status::{DeviceErrorCode, DeviceErrorRecord, WaitOp};
+pub use transfer::{
+    CounterUpdate, MalformedTransfer, TRANSFER_CONNECTION_SHIFT, TRANSFER_COUNTER_BITS, TRANSFER_FIFO_OP,
+    TRANSFER_KIND_BITS, TRANSFER_KIND_SHIFT, TRANSFER_LEN_BITS, TRANSFER_VALUE_BITS, Transfer, TransferCmd,
+    TransferKind,
+};
 
 /// Every device-visible struct, in declaration order (a struct appears after the ones it embeds).
 pub fn all_structs() -> Vec<StructInfo> {
@@ -60,6 +66,7 @@ pub fn all_structs() -> Vec<StructInfo> {
     all.extend(status::structs());
     all.extend(handles::structs());
     all.extend(fifo::structs());
+    all.extend(transfer::structs());
     all.extend(port::structs());
     all.extend(packets::structs());
     all.extend(coll::structs());
@@ -74,12 +81,14 @@ pub fn all_enums() -> Vec<EnumInfo> {
     let mut all = status::enums();
     all.extend(collective::enums());
     all.extend(fifo::enums());
+    all.extend(transfer::enums());
     all
 }
 
 /// Every constant the device code needs besides the layouts: `(name, value, doc)`.
 pub fn all_constants() -> Vec<(&'static str, u64, &'static str)> {
     let mut all = fifo::constants();
+    all.extend(transfer::constants());
     all.extend(exec::constants());
     all.extend(gin::constants());
     all

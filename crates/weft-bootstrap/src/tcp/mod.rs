@@ -595,4 +595,6 @@ impl Drop for TcpBootstrap {
 }
 
 #[cfg(test)]
+mod fault_tests;
+#[cfg(test)]
 mod tests;

@@ -15,11 +15,11 @@ use crate::{
     codec::{FrameHeader, FrameKind, Message, Purpose},
 };
 
-fn loopback_id() -> UniqueId {
+pub(super) fn loopback_id() -> UniqueId {
     UniqueId::new("127.0.0.1:0".parse().unwrap()).unwrap()
 }
 
-fn spawn_rank(
+pub(super) fn spawn_rank(
     id: UniqueId,
     rank: usize,
     world: usize,
@@ -29,7 +29,7 @@ fn spawn_rank(
 }
 
 /// Connects to `addr` (retrying while nobody listens) and runs the connector handshake.
-fn raw_client(addr: SocketAddr, secret: &[u8; 32], rank: usize, purpose: Purpose) -> TcpStream {
+pub(super) fn raw_client(addr: SocketAddr, secret: &[u8; 32], rank: usize, purpose: Purpose) -> TcpStream {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut stream = loop {
         match TcpStream::connect(addr) {

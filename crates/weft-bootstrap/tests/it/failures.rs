@@ -262,6 +262,45 @@ fn mismatched_collectives_are_reported() {
 }
 
 #[test]
+fn ranks_that_name_different_broadcast_roots_fail_instead_of_returning_different_bytes() {
+    let check = |ranks: &[&dyn Bootstrap]| {
+        // Ranks 0 and 2 name root 0, rank 1 names itself: each rank sees rank 1 (or, on rank 1,
+        // rank 0) disagree.
+        let roots = [0, 1, 0];
+        let started = Instant::now();
+        let results = thread::scope(|s| {
+            let handles: Vec<_> = ranks
+                .iter()
+                .zip(roots)
+                .map(|(bs, root)| s.spawn(move || bs.broadcast(root, (bs.rank() == root).then_some(b"bytes"))))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        });
+        for (rank, result) in results.into_iter().enumerate() {
+            let (peer, root, peer_root) = if rank == 1 { (0, 1, 0) } else { (1, 0, 1) };
+            match result {
+                Err(BootstrapError::RootMismatch { rank: r, peer: p, root: n, peer_root: q })
+                    if (r, p, n, q) == (rank, peer, root, peer_root) => {}
+                other => panic!("rank {rank}: expected a root mismatch with rank {peer}, got {other:?}"),
+            }
+        }
+        assert!(started.elapsed() < SHORT, "took {:?}", started.elapsed());
+        // The ranks agree again on the next call.
+        thread::scope(|s| {
+            let handles: Vec<_> =
+                ranks.iter().map(|bs| s.spawn(move || bs.broadcast(2, (bs.rank() == 2).then_some(b"two")))).collect();
+            for handle in handles {
+                assert_eq!(handle.join().unwrap().unwrap(), b"two");
+            }
+        });
+    };
+    let in_process = InProcessBootstrap::builder().timeout(LONG).group(3).unwrap();
+    check(&in_process.iter().map(|b| b as &dyn Bootstrap).collect::<Vec<_>>());
+    let tcp = tcp_group(3, LONG);
+    check(&tcp.iter().map(|b| b as &dyn Bootstrap).collect::<Vec<_>>());
+}
+
+#[test]
 fn bad_arguments_are_reported() {
     let ranks = InProcessBootstrap::builder().timeout(LONG).group(2).unwrap();
     assert!(matches!(

@@ -112,7 +112,8 @@ pub(super) fn method(options: &BenchOptions) -> String {
     let batch = if options.graph { "3 replays of a CUDA graph of its calls" } else { "a batch of eager calls" };
     format!(
         "# every size: each contender warmed up, then timed in {} interleaved trials (the order reversed every \
-         round), each trial {batch} after a barrier; us = median per call, min-max = fastest and slowest trial",
+         round), each trial {batch} after a barrier and a start line (an untimed one-element AllReduce; \
+         WEFT_BENCH_START_LINE=0 leaves it out); us = median per call, min-max = fastest and slowest trial",
         options.trials
     )
 }

@@ -14,6 +14,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use weft_bootstrap::{Bootstrap, InProcessBootstrap, TorchrunEnv};
 
+/// How ranks are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// One process per GPU.
+    Processes,
+    /// One process driving every GPU, a thread per GPU.
+    Threads,
+    /// Both, one after the other.
+    Both,
+}
+
 /// Environment variable naming the folder where each rank writes `rank-<r>.json`.
 pub const REPORT_DIR: &str = "WEFT_REPORT_DIR";
 

@@ -346,12 +346,28 @@ fn elements_mut<T: DeviceElement>(
     Ok(buffer.slice_mut(..count * size_of::<T>())?.cast_mut::<T>()?)
 }
 
+/// How a checked call is launched: once eagerly, or captured once in a CUDA graph and replayed
+/// `replays` times, every replay's output checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Launch {
+    Eager,
+    Graph { replays: u32 },
+}
+
+/// What one checked call found: its wrong elements (over its launches), whether every rank's
+/// output was bitwise the same where it must be, and the longest of its launches (from the
+/// barrier every rank leaves together to the end of the stream's work).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked {
+    pub(crate) wrong: u64,
+    pub(crate) identical: bool,
+    pub(crate) slowest: std::time::Duration,
+}
+
 /// The element check of one row's `run` (weft's or NCCL's call on the rank's buffers): out of
 /// place, in place, and (with `graph`) two replays of a captured call out of place and two in
-/// place, every output poisoned first; each in-place replay gets inputs of its own (a seed per
-/// replay), so a replay that reads anything the previous one left (a staged tail, a scratch
-/// slot) gets the previous inputs' result and fails. Returns the wrong elements and whether
-/// every rank's output is bitwise the same where it must be.
+/// place ([`check_placed`] each). Returns the wrong elements and whether every rank's output is
+/// bitwise the same where it must be.
 pub(crate) fn check(
     me: &Rank,
     call: &Call<'_>,
@@ -359,97 +375,131 @@ pub(crate) fn check(
     reference: &Reference,
     graph: bool,
 ) -> Result<(u64, bool), BoxError> {
+    let mut launches = vec![(Placement::OutOfPlace, Launch::Eager), (Placement::InPlace, Launch::Eager)];
+    if graph {
+        // Captured calls are the ones that may write straight into the peers' registered outputs.
+        let replays = Launch::Graph { replays: 2 };
+        launches.extend([(Placement::OutOfPlace, replays), (Placement::InPlace, replays)]);
+    }
+    let (mut wrong, mut identical) = (0, true);
+    for (placement, launch) in launches {
+        let checked = check_placed(me, call, run, reference, placement, launch)?;
+        wrong += checked.wrong;
+        identical &= checked.identical;
+    }
+    Ok((wrong, identical))
+}
+
+/// Poison bytes of consecutive graph replays (the eager call's is [`POISON`]).
+const REPLAY_POISON: [u8; 2] = [0xa5, 0x5a];
+
+/// The element check of `run` placed as `placement` and launched as `launch`, every output
+/// poisoned first. Out of place, the input goes into the send buffer once; in place, into the
+/// receive buffer where nccl-tests puts it, and each graph replay gets inputs of its own (a seed
+/// per replay, [`Reference::replay`]), so a replay that reads anything the previous one left (a
+/// staged tail, a scratch slot) gets the previous inputs' result and fails.
+pub(crate) fn check_placed(
+    me: &Rank,
+    call: &Call<'_>,
+    run: &Run<'_>,
+    reference: &Reference,
+    placement: Placement,
+    launch: Launch,
+) -> Result<Checked, BoxError> {
     let (c, shape, rank) = (call.collective, call.shape, call.rank as u32);
     let size = call.dtype.size();
     let recv_bytes = shape.recv_count * size;
-    let input = reference.input(rank, shape.send_count);
     let mut result = vec![0u8; recv_bytes];
-    let mut wrong = 0;
-    // Waits for the call, reads this rank's output at `at` in the receive buffer and counts its
-    // wrong elements; the closing barrier keeps every rank's buffers untouched until all ranks
-    // are done with them.
-    let mut finish = |me: &Rank, at: usize, trial: &str, reference: &Reference| -> Result<(), BoxError> {
-        me.idle()?;
-        me.buffers.borrow().recv.slice(at..at + result.len())?.copy_to_host(&mut result)?;
-        if c.has_output(rank) {
-            let source = |i| c.source(&shape, rank, reference.ranks, i);
-            let bad = reference.count_wrong(&result, source);
-            if bad > 0 {
-                // Where it went wrong is what a developer needs first.
-                let first = result.chunks(size).enumerate().find(|(i, e)| !reference.element_ok(source(*i as u64), e));
-                if let Some((i, e)) = first {
-                    let want = reference.expected(source(i as u64));
-                    eprintln!(
-                        "rank {rank}: {c:?} {trial}: {bad} of {} elements wrong, first at {i}: {e:02x?}, want {want}",
-                        shape.recv_count
-                    );
-                }
-            }
-            wrong += bad;
-        }
-        me.barrier()
+    let (mut wrong, mut slowest) = (0, std::time::Duration::ZERO);
+    let (input_at, output_at) = match placement {
+        Placement::OutOfPlace => (0, 0),
+        Placement::InPlace => c.in_place_offsets(&shape, size, rank),
     };
-    // The poisoned output, and for the in-place layout the input written where it goes.
-    let poison = |me: &Rank, len: usize, byte: u8| -> Result<(), BoxError> {
-        Ok(me.buffers.borrow_mut().recv.slice_mut(..len)?.fill_bytes(byte)?)
+    let trial = match (placement, launch) {
+        (Placement::OutOfPlace, Launch::Eager) => "out of place",
+        (Placement::InPlace, Launch::Eager) => "in place",
+        (Placement::OutOfPlace, Launch::Graph { .. }) => "graph replay",
+        (Placement::InPlace, Launch::Graph { .. }) => "in-place graph replay",
     };
     let write = |buffer: &mut DeviceBuffer<u8>, at: usize, data: &[u8]| -> Result<(), BoxError> {
         Ok(buffer.slice_mut(at..at + data.len())?.copy_from_host(data)?)
     };
-    let (input_at, output_at) = c.in_place_offsets(&shape, size, rank);
-
-    // Out of place.
-    write(&mut me.buffers.borrow_mut().send, 0, &input)?;
-    poison(me, recv_bytes, POISON)?;
-    me.barrier()?;
-    run(&mut me.buffers.borrow_mut(), Placement::OutOfPlace)?;
-    finish(me, 0, "out of place", reference)?;
-
-    // In place: input and output inside the receive buffer, where nccl-tests puts them (every
-    // collective has an in-place form; AllToAll and SendRecv in place stage their input).
-    poison(me, shape.bytes, POISON)?;
-    write(&mut me.buffers.borrow_mut().recv, input_at, &input)?;
-    me.barrier()?;
-    run(&mut me.buffers.borrow_mut(), Placement::InPlace)?;
-    finish(me, output_at, "in place", reference)?;
-
-    // Captured once, replayed twice, the output poisoned before each replay (send still holds
-    // the input: nothing above wrote to it after the out-of-place call). Captured calls are
-    // the ones that may write straight into the peers' registered outputs.
-    if graph {
-        me.stream.begin_capture()?;
-        let captured = run(&mut me.buffers.borrow_mut(), Placement::OutOfPlace);
-        let g = me.stream.end_capture()?;
-        captured?;
-        for byte in [0xa5u8, 0x5a] {
-            poison(me, recv_bytes, byte)?;
+    // The poisoned output, and in place the input written where it goes (out of place, the send
+    // buffer keeps the input written once).
+    let prepare = |reference: &Reference, byte: u8| -> Result<(), BoxError> {
+        let mut buffers = me.buffers.borrow_mut();
+        match placement {
+            Placement::OutOfPlace => buffers.recv.slice_mut(..recv_bytes)?.fill_bytes(byte)?,
+            Placement::InPlace => {
+                buffers.recv.slice_mut(..shape.bytes)?.fill_bytes(byte)?;
+                write(&mut buffers.recv, input_at, &reference.input(rank, shape.send_count))?;
+            }
+        }
+        Ok(())
+    };
+    // Waits for the launch, reads this rank's output and counts its wrong elements; the closing
+    // barrier keeps every rank's buffers untouched until all ranks are done with them.
+    let mut finish = |started: std::time::Instant, reference: &Reference| -> Result<(), BoxError> {
+        me.idle()?;
+        slowest = slowest.max(started.elapsed());
+        me.buffers.borrow().recv.slice(output_at..output_at + result.len())?.copy_to_host(&mut result)?;
+        if c.has_output(rank) {
+            wrong += count_wrong_reporting(call, reference, &result, trial);
+        }
+        me.barrier()
+    };
+    if placement == Placement::OutOfPlace {
+        write(&mut me.buffers.borrow_mut().send, 0, &reference.input(rank, shape.send_count))?;
+    }
+    match launch {
+        Launch::Eager => {
+            prepare(reference, POISON)?;
             me.barrier()?;
-            g.launch(&me.stream)?;
-            finish(me, 0, "graph replay", reference)?;
+            let started = std::time::Instant::now();
+            run(&mut me.buffers.borrow_mut(), placement)?;
+            finish(started, reference)?;
+        }
+        Launch::Graph { replays } => {
+            me.stream.begin_capture()?;
+            let captured = run(&mut me.buffers.borrow_mut(), placement);
+            let g = me.stream.end_capture()?;
+            captured?;
+            for replay in 0..replays {
+                // Every rank derives replay k's inputs alike.
+                let fresh = match placement {
+                    Placement::OutOfPlace => *reference,
+                    Placement::InPlace => reference.replay(replay),
+                };
+                prepare(&fresh, REPLAY_POISON[replay as usize % REPLAY_POISON.len()])?;
+                me.barrier()?;
+                let started = std::time::Instant::now();
+                g.launch(&me.stream)?;
+                finish(started, &fresh)?;
+            }
         }
     }
-
-    // In place, captured once and replayed twice: each replay finds fresh inputs (every rank
-    // derives replay k's seed alike) and the rest of the buffer poisoned (the previous replay
-    // overwrote the input with results).
-    if graph {
-        me.stream.begin_capture()?;
-        let captured = run(&mut me.buffers.borrow_mut(), Placement::InPlace);
-        let g = me.stream.end_capture()?;
-        captured?;
-        for (replay, byte) in [0xa5u8, 0x5a].into_iter().enumerate() {
-            let fresh = reference.replay(replay as u32);
-            poison(me, shape.bytes, byte)?;
-            write(&mut me.buffers.borrow_mut().recv, input_at, &fresh.input(rank, shape.send_count))?;
-            me.barrier()?;
-            g.launch(&me.stream)?;
-            finish(me, output_at, "in-place graph replay", &fresh)?;
-        }
-    }
-
     let hashes = me.bootstrap.all_gather(&fnv(&result).to_le_bytes())?;
     let identical = !c.same_output_everywhere() || hashes.iter().all(|h| *h == hashes[0]);
-    Ok((wrong, identical))
+    Ok(Checked { wrong, identical, slowest })
+}
+
+/// The wrong elements of `rank`'s output `result` of `call` against `reference`; where there
+/// are any, the first one goes to stderr (where it went wrong is what a developer needs first).
+fn count_wrong_reporting(call: &Call<'_>, reference: &Reference, result: &[u8], trial: &str) -> u64 {
+    let (c, shape, rank, size) = (call.collective, call.shape, call.rank as u32, call.dtype.size());
+    let source = |i| c.source(&shape, rank, reference.ranks, i);
+    let bad = reference.count_wrong(result, source);
+    if bad > 0 {
+        let first = result.chunks(size).enumerate().find(|(i, e)| !reference.element_ok(source(*i as u64), e));
+        if let Some((i, e)) = first {
+            let want = reference.expected(source(i as u64));
+            eprintln!(
+                "rank {rank}: {c:?} {trial}: {bad} of {} elements wrong, first at {i}: {e:02x?}, want {want}",
+                shape.recv_count
+            );
+        }
+    }
+    bad
 }
 
 fn fnv(bytes: &[u8]) -> u64 {

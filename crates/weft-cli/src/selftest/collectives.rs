@@ -22,8 +22,9 @@ use weft_gpu::DeviceBuffer;
 use weft_types::{DataType, ReduceOp};
 
 use super::report::RankReport;
-use crate::harness::data::{Reference, premul_scalar, reduction};
-use crate::harness::rank::{Buffers, Call, CallOp, Placement, Rank, check, shared_seed};
+use crate::harness::data::Reference;
+use crate::harness::op_case::OpCase;
+use crate::harness::rank::{Buffers, Call, Placement, Rank, check, shared_seed};
 use crate::harness::sweep::parse_dtype;
 use crate::harness::{Collective, NcclTests, Shape};
 
@@ -134,60 +135,6 @@ struct Run<'a> {
     types: &'a [DataType],
     /// Where PreMulSum cases with a device scalar keep it.
     scalar: &'a DeviceBuffer<u8>,
-}
-
-/// An operator of the matrix, with how PreMulSum's scalar is passed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OpCase {
-    /// An operator without a scalar.
-    Plain(ReduceOp),
-    /// PreMulSum with the scalar as a value (the launch carries it).
-    PreMulSumValue,
-    /// PreMulSum with the scalar in device memory (the kernels read it).
-    PreMulSumDevice,
-}
-
-impl OpCase {
-    /// The cases of the operators `algorithm` supports.
-    fn all(algorithm: Algorithm) -> Vec<OpCase> {
-        ReduceOp::ALL
-            .into_iter()
-            .filter(|&o| algorithm.supports_op(o))
-            .flat_map(|o| match o {
-                ReduceOp::PreMulSum => vec![OpCase::PreMulSumValue, OpCase::PreMulSumDevice],
-                o => vec![OpCase::Plain(o)],
-            })
-            .collect()
-    }
-
-    fn op(self) -> ReduceOp {
-        match self {
-            OpCase::Plain(o) => o,
-            OpCase::PreMulSumValue | OpCase::PreMulSumDevice => ReduceOp::PreMulSum,
-        }
-    }
-
-    fn name(self) -> String {
-        match self {
-            OpCase::Plain(o) => o.name().to_string(),
-            OpCase::PreMulSumValue => "premulsum (scalar by value)".into(),
-            OpCase::PreMulSumDevice => "premulsum (scalar in device memory)".into(),
-        }
-    }
-
-    /// `rank`'s reduction of a call on `dtype`, PreMulSum with the rank's own scalar (a device
-    /// scalar is written into `scalar` first; the previous case's calls are done: every check
-    /// waits for the stream).
-    fn reduction(self, dtype: DataType, rank: u32, scalar: &DeviceBuffer<u8>) -> Result<CallOp<'_>, String> {
-        match self {
-            OpCase::PreMulSumDevice => {
-                let bytes = premul_scalar(dtype, rank);
-                scalar.memory().write(0, &bytes).map_err(|e| format!("the device scalar: {e}"))?;
-                Ok(CallOp::DeviceScalar(scalar))
-            }
-            case => Ok(CallOp::Host(reduction(dtype, case.op(), rank))),
-        }
-    }
 }
 
 /// The matrix of one algorithm built as `variant`.
@@ -432,19 +379,6 @@ mod tests {
         assert_eq!(matrix_types(Some(" ")).unwrap(), DataType::ALL.to_vec());
         assert_eq!(matrix_types(Some("bf16, i8")).unwrap(), vec![DataType::Bf16, DataType::I8]);
         assert!(matrix_types(Some("bf16,float")).unwrap_err().contains("WEFT_SELFTEST_TYPES"));
-    }
-
-    #[test]
-    fn premulsum_runs_with_both_scalars_where_the_algorithm_supports_it() {
-        let native = OpCase::all(Algorithm::AllReduceHb);
-        assert_eq!(native.len(), ReduceOp::ALL.len() + 1);
-        assert!(native.contains(&OpCase::PreMulSumValue) && native.contains(&OpCase::PreMulSumDevice));
-        assert!(native.contains(&OpCase::Plain(ReduceOp::Avg)));
-        assert!(native.iter().all(|c| *c != OpCase::Plain(ReduceOp::PreMulSum)));
-        let plan = Algorithm::from_name(weft_coll::Collective::AllReduce, "plan:ring_allreduce").unwrap();
-        assert!(OpCase::all(plan).iter().all(|c| plan.supports_op(c.op()) && c.op() != ReduceOp::PreMulSum));
-        assert_eq!(OpCase::PreMulSumDevice.op(), ReduceOp::PreMulSum);
-        assert!(OpCase::PreMulSumDevice.name().contains("device"));
     }
 
     #[test]

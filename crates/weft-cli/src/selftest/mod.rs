@@ -26,19 +26,9 @@ use weft_core::{Env, KernelLibrary};
 use weft_gpu::Device;
 
 use crate::harness::launch;
+pub use crate::harness::launch::Mode;
 
 pub use report::{Metric, Outcome, RankReport, Summary};
-
-/// How ranks are laid out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    /// One process per GPU.
-    Processes,
-    /// One process driving every GPU, a thread per GPU.
-    Threads,
-    /// Both, one after the other.
-    Both,
-}
 
 /// A group of tests `--only` can select.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -178,9 +178,9 @@ variables! {
     WEFT_ALGO_REDUCE: Choice, Config, "weft-coll", default "`auto`",
         "force a Reduce algorithm: `ll`, `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_ALLTOALL: Choice, Config, "weft-coll", default "`auto`",
-        "force an AllToAll algorithm: `p2p`, an execution plan `plan:<name>` or `auto`";
+        "force an AllToAll algorithm: `p2p`, `ll` (blocks up to `WEFT_P2P_LL_BYTES` over LL packets), an execution plan `plan:<name>` or `auto` (`p2p` unless a tuning table says otherwise)";
     WEFT_ALGO_SENDRECV: Choice, Config, "weft-coll", default "`auto`",
-        "force a send/receive algorithm: `p2p` or `auto`";
+        "force a send/receive algorithm: `p2p`, `ll` (messages up to `WEFT_P2P_LL_BYTES` over LL packets) or `auto` (`p2p` unless a tuning table says otherwise)";
     WEFT_PLAN_DIR: Path, Config, "weft-coll", default "unset",
         "folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it";
     WEFT_TUNING_FILE: Path, Config, "weft-coll", default "built-in",
@@ -263,4 +263,8 @@ variables! {
         "the steps a `weft selftest` worker runs";
     WEFT_SELFTEST_GPUS: Count, Internal, "weft-cli", default "unset",
         "the GPUs a `weft selftest` worker's ranks are spread over, round-robin";
+    WEFT_SOAK_OPTIONS: Text, Internal, "weft-cli", default "unset",
+        "`weft soak`'s options for its worker ranks (JSON)";
+    WEFT_SOAK_GPUS: Count, Internal, "weft-cli", default "unset",
+        "the GPUs a `weft soak` worker's ranks are spread over, round-robin";
 }

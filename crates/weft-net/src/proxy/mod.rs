@@ -9,6 +9,8 @@
 //!   drains, stops and joins without ever hanging a kernel or the host.
 //! - [`FlowControl`] ([`flow`]): bounded in-flight operations per connection; a command that
 //!   finds no credit stays in its FIFO (backpressure reaches the GPU's `fifo_push`).
+//! - [`immediate`] and [`ordering`]: counter updates as 32-bit immediate data and the
+//!   receiving side's per-(peer, channel) sequence ordering of them, for carriers that reorder.
 //! - [`transport`]: the [`Transport`] trait (put, signal, flush semantics) and the TCP
 //!   transport; InfiniBand verbs behind the `ib` feature.
 //!
@@ -17,6 +19,8 @@
 //! [`FifoCommand`]: weft_types::FifoCommand
 
 pub mod flow;
+pub mod immediate;
+pub mod ordering;
 pub mod service;
 pub mod transport;
 

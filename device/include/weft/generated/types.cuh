@@ -18,6 +18,13 @@ constexpr uint64_t FIFO_MEMORY_BITS = 8ull;  ///< width of src_memory and dst_me
 constexpr uint64_t FIFO_SND_VALID_SHIFT = 63ull;  ///< bit position of the lap-parity valid bit in snd
 constexpr uint64_t FIFO_MAX_DEPTH = 1048576ull;  ///< largest FIFO depth
 constexpr uint64_t FIFO_TAIL_CACHE_STOPPED = 9223372036854775808ull;  ///< tail-cache bit: a pusher saw the stop word
+constexpr uint64_t TRANSFER_FIFO_OP = 10ull;  ///< FIFO op number of a TransferCmd
+constexpr uint64_t TRANSFER_CONNECTION_SHIFT = 4ull;  ///< bit position of the connection in control
+constexpr uint64_t TRANSFER_KIND_SHIFT = 14ull;  ///< bit position of the TransferKind in control
+constexpr uint64_t TRANSFER_KIND_BITS = 2ull;  ///< width of the TransferKind
+constexpr uint64_t TRANSFER_COUNTER_BITS = 9ull;  ///< width of a counter index
+constexpr uint64_t TRANSFER_VALUE_BITS = 16ull;  ///< width of a counter update's value
+constexpr uint64_t TRANSFER_LEN_BITS = 31ull;  ///< width of a write's length
 constexpr uint64_t EXEC_MAX_INPUTS = 4ull;  ///< most inputs of one ExecOp
 constexpr uint64_t EXEC_MAX_OUTPUTS = 2ull;  ///< most outputs of one ExecOp
 constexpr uint64_t EXEC_RESOLVED_ROWS = 64ull;  ///< chunks an executor block resolves at once
@@ -126,6 +133,14 @@ enum class FifoStopCode : uint32_t {
   Failed = 2,  ///<  The proxy failed (a transport error; the host holds the details).
 };
 
+///  What a [`TransferCmd`] asks the proxy to do (bits 14–15 of `control`).
+enum class TransferKind : uint32_t {
+  Write = 0,  ///<  Write `len` bytes from this rank's buffer at `src` to the peer's buffer at `dst`.
+  CounterAdd = 1,  ///<  Add the signed value to the peer's counter, after every earlier update of the connection.
+  CounterSet = 2,  ///<  Set the peer's counter to the value, after every earlier update of the connection.
+  Quiet = 3,  ///<  Complete (pop) only once every earlier command of the connection is applied at the peer.
+};
+
 ///  First failure a kernel observed; written once (the `code` word is claimed with a CAS), read
 struct alignas(8) DeviceErrorRecord {
   uint32_t code;  ///<  A [`DeviceErrorCode`] value.
@@ -219,6 +234,20 @@ static_assert(WEFT_OFFSETOF(FifoDeviceHandle, stop) == 32, "rust: offsetof(FifoD
 static_assert(WEFT_OFFSETOF(FifoDeviceHandle, depth) == 40, "rust: offsetof(FifoDeviceHandle, depth) == 40");
 static_assert(WEFT_OFFSETOF(FifoDeviceHandle, reserved) == 44, "rust: offsetof(FifoDeviceHandle, reserved) == 44");
 static_assert(WEFT_OFFSETOF(FifoDeviceHandle, wait) == 48, "rust: offsetof(FifoDeviceHandle, wait) == 48");
+
+///  One expert-parallel transfer command: a FIFO command of op `TRANSFER_FIFO_OP` (see the module docs).
+struct alignas(16) TransferCmd {
+  uint32_t len;  ///<  Bits 0–30 bytes (Write) or counter index (CounterAdd/CounterSet), bit 31 the FIFO's valid bit.
+  uint32_t src;  ///<  Write: source byte offset; CounterAdd: the i16 value sign-extended; CounterSet: the u16 value.
+  uint32_t dst;  ///<  Write: destination byte offset in the peer's buffer; otherwise zero.
+  uint32_t control;  ///<  Bits 0–3 op (`TRANSFER_FIFO_OP`), 4–13 connection, 14–15 `TransferKind`, 31 the FIFO's valid bit.
+};
+static_assert(sizeof(TransferCmd) == 16, "rust: sizeof(TransferCmd) == 16");
+static_assert(alignof(TransferCmd) == 16, "rust: alignof(TransferCmd) == 16");
+static_assert(WEFT_OFFSETOF(TransferCmd, len) == 0, "rust: offsetof(TransferCmd, len) == 0");
+static_assert(WEFT_OFFSETOF(TransferCmd, src) == 4, "rust: offsetof(TransferCmd, src) == 4");
+static_assert(WEFT_OFFSETOF(TransferCmd, dst) == 8, "rust: offsetof(TransferCmd, dst) == 8");
+static_assert(WEFT_OFFSETOF(TransferCmd, control) == 12, "rust: offsetof(TransferCmd, control) == 12");
 
 ///  A PortChannel as kernels see it: puts, signals and flushes become FIFO commands the
 struct alignas(8) PortChannelDeviceHandle {

@@ -249,6 +249,13 @@ impl TcpTransport {
         &self.shared.flow
     }
 
+    /// Why outgoing `connection` failed, even when nothing was outstanding on it (which
+    /// [`Transport::completed`] does not count as an error): a rank waiting for a peer's signal
+    /// asks this to tell a dead peer (an error naming it) from a slow one.
+    pub fn failure(&self, connection: ConnectionId) -> Result<Option<TransportError>, TransportError> {
+        Ok(lock(&self.conn(connection)?.failure).clone())
+    }
+
     fn conn(&self, connection: ConnectionId) -> Result<Arc<OutConn>, TransportError> {
         self.out
             .read()

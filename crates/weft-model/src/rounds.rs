@@ -1,0 +1,112 @@
+//! weft's PortChannel AllReduces (`port_ring`, `port_allpairs`) as their kernels run them over
+//! one α-β network link: in rounds of a bounded size (the scratch holds one round), each round's
+//! messages costing `α + bytes / β` on the link. `weft bench` prints these next to the measured
+//! time across virtual nodes (weft-coll's `Collectives::emulated_nic_model_us`); with a round as
+//! large as the call, the ring's time is [`crate::closed_form`]'s `ring` on one GPU per node.
+
+use std::time::Duration;
+
+use weft_core::LinkModel;
+
+/// The time, in µs, of a call of `bytes` moved in rounds of at most `round_bytes`, round by round
+/// (`round_time` of each round's bytes; the last round may be short). 0 for nothing to move.
+pub fn rounds_us(bytes: u64, round_bytes: u64, round_time: impl Fn(u64) -> Duration) -> f64 {
+    let mut total = Duration::ZERO;
+    let mut first = 0;
+    while first < bytes && round_bytes > 0 {
+        let round = round_bytes.min(bytes - first);
+        total += round_time(round);
+        first += round;
+    }
+    total.as_secs_f64() * 1e6
+}
+
+/// `port_ring`'s AllReduce of `bytes` on `ranks` ranks whose ring crosses `link`, in rounds of at
+/// most `round_bytes`. A round is 2(n − 1) steps; in each step every rank sends one shard of the
+/// round (round / n) to its successor, all edges at once, so a step lasts as long as a crossing
+/// edge takes to deliver a shard: `α + shard / β` (the blocks' pieces of the shard share the
+/// link, which the pacer serialises).
+pub fn port_ring_us(bytes: u64, ranks: usize, round_bytes: u64, link: &LinkModel) -> f64 {
+    if ranks < 2 {
+        return 0.0;
+    }
+    let steps = 2 * (ranks as u32 - 1);
+    rounds_us(bytes, round_bytes, |round| link.message_time(round.div_ceil(ranks as u64)) * steps)
+}
+
+/// `port_allpairs`'s AllReduce of `bytes` when `remote_peers` peers sit across `link` (the others
+/// are reached within the node, faster), in rounds of at most `round_bytes`: in a round this
+/// rank's NIC serialises one message of the round's bytes to every remote peer, and the last
+/// arrives `α` after it leaves; the round ends when every peer's messages have arrived, which
+/// take as long.
+pub fn port_allpairs_us(bytes: u64, remote_peers: usize, round_bytes: u64, link: &LinkModel) -> f64 {
+    if remote_peers == 0 {
+        return 0.0;
+    }
+    rounds_us(bytes, round_bytes, |round| link.message_time(round * remote_peers as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, Params, Shape, closed_form};
+
+    #[test]
+    fn a_call_is_timed_round_by_round_with_a_short_last_round() {
+        let per_byte = |r: u64| Duration::from_micros(r);
+        assert_eq!(rounds_us(10, 4, per_byte), 10.0);
+        let fixed = |_: u64| Duration::from_micros(5);
+        assert_eq!(rounds_us(10, 4, fixed), 15.0, "rounds of 4, 4 and 2");
+        assert_eq!(rounds_us(0, 4, fixed), 0.0);
+        assert_eq!(rounds_us(10, 0, fixed), 0.0);
+    }
+
+    #[test]
+    fn the_ring_counts_steps_rounds_and_shards() {
+        // α = 5 µs, β = 25 GB/s: 4 ranks, 1 MB in one round: 6 steps of 5 µs + 250 KB / 25 GB/s.
+        let link = LinkModel::new(5.0, Some(25.0));
+        let us = port_ring_us(1_000_000, 4, 32 << 20, &link);
+        assert!((us - 6.0 * (5.0 + 10.0)).abs() < 1e-3, "{us}");
+        // Two rounds of 1 MB and 0.5 MB.
+        let us = port_ring_us(1_500_000, 4, 1_000_000, &link);
+        assert!((us - 6.0 * (5.0 + 10.0) - 6.0 * (5.0 + 5.0)).abs() < 1e-3, "{us}");
+        assert_eq!(port_ring_us(1 << 20, 1, 1 << 20, &link), 0.0);
+        assert_eq!(port_ring_us(0, 4, 1 << 20, &link), 0.0);
+    }
+
+    #[test]
+    fn all_pairs_serialises_one_message_per_remote_peer_per_round() {
+        // α = 5 µs, β = 25 GB/s: 2 remote peers, 1 MB in one round: 5 µs + 2 MB / 25 GB/s.
+        let link = LinkModel::new(5.0, Some(25.0));
+        let us = port_allpairs_us(1_000_000, 2, 4 << 20, &link);
+        assert!((us - (5.0 + 80.0)).abs() < 1e-3, "{us}");
+        // Two rounds: a full round, then the rest.
+        let round = 1 << 20;
+        let us = port_allpairs_us(round + 1000, 1, round, &link);
+        let want = 2.0 * 5.0 + (round + 1000) as f64 / 25e3;
+        assert!((us - want).abs() < 1e-3, "{us} vs {want}");
+        assert_eq!(port_allpairs_us(1 << 20, 0, round, &link), 0.0);
+    }
+
+    /// One round as large as the call is the closed form's ring (and all-pairs) on one GPU per
+    /// node: the two models are one model at two granularities.
+    #[test]
+    fn one_round_is_the_closed_form_on_one_gpu_per_node() {
+        let net = LinkModel::new(5.0, Some(25.0));
+        let params = Params::new(LinkModel::new(0.7, Some(370.0)), net);
+        for nodes in [2, 3, 4, 8] {
+            let shape = Shape::new(nodes, 1).unwrap();
+            for bytes in [4096u64, 1 << 20, 3_000_000] {
+                let closed = closed_form::time_us(Algorithm::Ring, shape, bytes as f64, &params);
+                let rounds = port_ring_us(bytes, nodes, bytes, &net);
+                assert!((closed - rounds).abs() < 1e-3 * closed.max(1.0), "ring {nodes} {bytes}: {closed} vs {rounds}");
+                let closed = closed_form::time_us(Algorithm::AllPairs, shape, bytes as f64, &params);
+                let rounds = port_allpairs_us(bytes, nodes - 1, bytes, &net);
+                assert!(
+                    (closed - rounds).abs() < 1e-3 * closed.max(1.0),
+                    "all-pairs {nodes} {bytes}: {closed} vs {rounds}"
+                );
+            }
+        }
+    }
+}
