@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from weft._bench import non_negative_int, positive_int
+
 from .shapes import DEEPSEEK_V3, EP_DECODE_TOKENS, EP_PREFILL_TOKENS, LLAMA
 
 # torch.distributed over the process's libnccl.so.2: the real NCCL, or weft's when preloaded.
@@ -20,26 +22,6 @@ EP_VARIANTS = {
     "all-to-all": "torch.distributed.all_to_all_single over NCCL",
 }
 EP_PHASES = {"prefill": EP_PREFILL_TOKENS, "decode": EP_DECODE_TOKENS}
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def int_list(text: str) -> list[int]:

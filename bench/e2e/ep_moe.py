@@ -302,12 +302,7 @@ class Run:
             f"(dispatch {row.dispatch_us:.1f}, combine {row.combine_us:.1f}, compute {row.compute_us:.1f} µs; "
             f"{100 * row.overlap:.0f}% of the communication overlapped)"
         )
-        if row.passed is not None:
-            line += (
-                f"; max |err| {row.max_abs_err:.3e} (BF16 on one GPU {row.bf16_err:.3e}, |ref| {row.ref_max:.2f}), "
-                f"repeatable {row.deterministic}: {'ok' if row.passed else 'FAIL'}"
-            )
-        print(line, flush=True)
+        print(line + row.verdict(), flush=True)
 
 
 def gather(t: torch.Tensor) -> torch.Tensor:
