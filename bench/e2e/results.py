@@ -88,6 +88,13 @@ class TpRow(Checked):
         """The part of the step the AllReduces add to its compute."""
         return max(0.0, 1.0 - self.compute_us / self.step_us) if self.step_us > 0 else 0.0
 
+    def summary(self) -> str:
+        """The row's printed line."""
+        return (
+            f"{self.model} tp{self.tp} batch {self.batch:>3} {self.backend:>17}: {self.step_us:9.1f} µs per step "
+            f"({self.layers} layers; compute {self.compute_us:.1f} µs, communication {100 * self.comm_share:.0f}%)"
+        ) + self.verdict(f"ranks equal {self.ranks_equal}")
+
 
 @dataclass
 class EpRow(Checked):
@@ -116,6 +123,14 @@ class EpRow(Checked):
         layer) / communication. Zero when the layer is their sum; negative when the layer
         costs more than both alone (synchronisation and launch gaps)."""
         return (self.comm_us + self.compute_us - self.layer_us) / self.comm_us if self.comm_us > 0 else 0.0
+
+    def summary(self) -> str:
+        """The row's printed line."""
+        return (
+            f"{self.phase} {self.tokens} tokens/rank {self.variant:>11}: layer {self.layer_us:9.1f} µs "
+            f"(dispatch {self.dispatch_us:.1f}, combine {self.combine_us:.1f}, compute {self.compute_us:.1f} µs; "
+            f"{100 * self.overlap:.0f}% of the communication overlapped)"
+        ) + self.verdict()
 
 
 def with_check(row, check: Check | None):
