@@ -270,9 +270,15 @@ fn requirement_calls_size_as_the_real_nccl() {
             std::mem::transmute::<Sym, Slots>(sym("ncclLLA2ACalcSlots")),
         )
     };
-    // Two requirements agree, their out-pointers compared as offsets into their own handles.
-    fn agree<H>(what: &str, weft: (ncclDevResourceRequirements_t, &H), real: (ncclDevResourceRequirements_t, &H)) {
-        let relative = |(r, handle): (ncclDevResourceRequirements_t, &H)| {
+    type Req = ncclDevResourceRequirements_t;
+    // NCCL's requirement call (`real`) and weft's, each on a fresh handle: they must agree, their
+    // out-pointers compared as offsets into their own handles. Returns the handles (NCCL's, weft's).
+    fn both<H: Default>(
+        what: &str,
+        real: impl FnOnce(&mut H, &mut Req) -> c_int,
+        weft: impl FnOnce(&mut H) -> Result<Req, nccl::NcclError>,
+    ) -> (H, H) {
+        let relative = |r: Req, handle: &H| {
             let handle = std::ptr::from_ref(handle) as usize;
             let at = |p: usize| if p == 0 { None } else { Some(p - handle) };
             (
@@ -286,35 +292,41 @@ fn requirement_calls_size_as_the_real_nccl() {
                 at(r.outGinCounterStart as usize),
             )
         };
-        assert_eq!(relative(weft), relative(real), "{what}");
+        let (mut h_real, mut h_weft) = (H::default(), H::default());
+        let mut r_real = Req::default();
+        assert_eq!(real(&mut h_real, &mut r_real), 0, "{what}");
+        let r_weft = weft(&mut h_weft).unwrap();
+        assert_eq!(relative(r_weft, &h_weft), relative(r_real, &h_real), "{what}");
+        (h_real, h_weft)
     }
     for n in [0, 1, 2, 7, 32] {
         for ranks in [1, 2, 4, 8, 72] {
             let team = ncclTeam_t { nRanks: ranks, rank: 0, stride: 1 };
-            let (mut h_real, mut h_weft) = (ncclLsaBarrierHandle_t::default(), ncclLsaBarrierHandle_t::default());
-            let mut r_real = ncclDevResourceRequirements_t::default();
-            // SAFETY: local out-pointers.
-            assert_eq!(unsafe { lsa(team, n, &mut h_real, &mut r_real) }, 0);
-            // SAFETY: a local handle.
-            let r_weft = unsafe { weft::lsa_barrier(team, n, &mut h_weft) }.unwrap();
-            agree(&format!("lsa {n} {ranks}"), (r_weft, &h_weft), (r_real, &h_real));
-            assert_eq!(h_weft.nBarriers, h_real.nBarriers);
-            let (mut g_real, mut g_weft) = (ncclGinBarrierHandle_t::default(), ncclGinBarrierHandle_t::default());
-            // SAFETY: local out-pointers; NCCL 2.28.9 reads neither the communicator nor the team.
-            assert_eq!(unsafe { gin(std::ptr::null_mut(), team, n, &mut g_real, &mut r_real) }, 0);
-            // SAFETY: a local handle.
-            let r_weft = unsafe { weft::gin_barrier(n, &mut g_weft) }.unwrap();
-            agree(&format!("gin {n}"), (r_weft, &g_weft), (r_real, &g_real));
+            let (real, ours) = both::<ncclLsaBarrierHandle_t>(
+                &format!("lsa {n} {ranks}"),
+                // SAFETY: local out-pointers.
+                |h, r| unsafe { lsa(team, n, h, r) },
+                // SAFETY: a local handle.
+                |h| unsafe { weft::lsa_barrier(team, n, h) },
+            );
+            assert_eq!(ours.nBarriers, real.nBarriers);
+            both::<ncclGinBarrierHandle_t>(
+                &format!("gin {n}"),
+                // SAFETY: local out-pointers; NCCL 2.28.9 reads neither the communicator nor the team.
+                |h, r| unsafe { gin(std::ptr::null_mut(), team, n, h, r) },
+                // SAFETY: a local handle.
+                |h| unsafe { weft::gin_barrier(n, h) },
+            );
         }
         for s in [0, 1, 9, 64] {
-            let (mut a_real, mut a_weft) = (ncclLLA2AHandle_t::default(), ncclLLA2AHandle_t::default());
-            let mut r_real = ncclDevResourceRequirements_t::default();
-            // SAFETY: local out-pointers.
-            assert_eq!(unsafe { a2a(n, s, &mut a_real, &mut r_real) }, 0);
-            // SAFETY: a local handle.
-            let r_weft = unsafe { weft::ll_a2a(n, s, &mut a_weft) }.unwrap();
-            agree(&format!("a2a {n} {s}"), (r_weft, &a_weft), (r_real, &a_real));
-            assert_eq!(a_weft.nSlots, a_real.nSlots);
+            let (real, ours) = both::<ncclLLA2AHandle_t>(
+                &format!("a2a {n} {s}"),
+                // SAFETY: local out-pointers.
+                |h, r| unsafe { a2a(n, s, h, r) },
+                // SAFETY: a local handle.
+                |h| unsafe { weft::ll_a2a(n, s, h) },
+            );
+            assert_eq!(ours.nSlots, real.nSlots);
         }
     }
     for elts in [0, 1, 7, 100, 4096, 1 << 20] {

@@ -12,9 +12,7 @@ use weft_gpu::Device;
 
 use super::{BenchOptions, Contender, Row, sizes};
 use crate::harness::data::{self, Reference};
-use crate::harness::rank::{
-    Buffers, Call, CallFn, CallOp, Checking, Placement, Rank, Run, every_launch, shared_seed,
-};
+use crate::harness::rank::{Buffers, Call, CallFn, CallOp, Checking, Placement, Rank, Run, every_launch, shared_seed};
 use crate::harness::start_line::StartLine;
 use crate::harness::trials::Timing;
 use crate::harness::{NcclTests, launch, progress};
