@@ -11,5 +11,6 @@ GPU machines (PyTorch, random weights of the real shapes, nothing downloaded).
 ``run.sh`` runs all of it (``scripts/gpu-suite.sh e2e``). The modules that hold shapes,
 arguments, result rows and the report (``shapes``, ``cli``, ``results``, ``report``) import no
 torch, so they are tested on machines without it (python/tests/test_e2e_*.py); the others need
-torch and GPUs.
+torch and GPUs. All of them need the ``weft`` wheel: the argument types, timing statistics and
+event timing are ``weft._bench``'s, shared with ``python -m weft.bench_ep``.
 """

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from weft._bench import non_negative_int, positive_int
+
 from .shapes import DEEPSEEK_V3, EP_DECODE_TOKENS, EP_PREFILL_TOKENS, LLAMA
 
 # torch.distributed over the process's libnccl.so.2: the real NCCL, or weft's when preloaded.
@@ -20,26 +22,6 @@ EP_VARIANTS = {
     "all-to-all": "torch.distributed.all_to_all_single over NCCL",
 }
 EP_PHASES = {"prefill": EP_PREFILL_TOKENS, "decode": EP_DECODE_TOKENS}
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def int_list(text: str) -> list[int]:
@@ -85,18 +67,28 @@ def tp_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parse(p: argparse.ArgumentParser, argv, refusals) -> argparse.Namespace:
+    """``argv`` parsed by ``p``; exits with ``p``'s usage and the first reason ``refusals(args)``
+    yields, if any."""
+    args = p.parse_args(argv)
+    for reason in refusals(args):
+        p.error(reason)
+    return args
+
+
 def tp_args(argv=None, ranks: int = 1) -> argparse.Namespace:
     """The arguments of ``e2e.tp_decode`` for ``ranks`` tensor-parallel ranks."""
-    p = tp_parser()
-    args = p.parse_args(argv)
-    for key in args.models:
-        try:
-            LLAMA[key].shard(ranks)
-        except ValueError as e:
-            p.error(str(e))
-    if "nccl" in args.backends and "weft-nccl" in args.backends:
-        p.error("--backends: nccl and weft-nccl need separate launches (weft's libnccl.so.2 is preloaded or not)")
-    return args
+
+    def refusals(args):
+        for key in args.models:
+            try:
+                LLAMA[key].shard(ranks)
+            except ValueError as e:
+                yield str(e)
+        if "nccl" in args.backends and "weft-nccl" in args.backends:
+            yield "--backends: nccl and weft-nccl need separate launches (weft's libnccl.so.2 is preloaded or not)"
+
+    return _parse(tp_parser(), argv, refusals)
 
 
 def ep_parser() -> argparse.ArgumentParser:
@@ -115,15 +107,16 @@ def ep_parser() -> argparse.ArgumentParser:
 
 def ep_args(argv=None, ranks: int = 1) -> argparse.Namespace:
     """The arguments of ``e2e.ep_moe`` for ``ranks`` expert-parallel ranks."""
-    p = ep_parser()
-    args = p.parse_args(argv)
-    try:
-        DEEPSEEK_V3.local_experts(ranks)
-    except ValueError as e:
-        p.error(str(e))
-    if args.num_sms % 2:
-        p.error(f"--num-sms: must be even (a channel is 2 SMs), got {args.num_sms}")
-    return args
+
+    def refusals(args):
+        try:
+            DEEPSEEK_V3.local_experts(ranks)
+        except ValueError as e:
+            yield str(e)
+        if args.num_sms % 2:
+            yield f"--num-sms: must be even (a channel is 2 SMs), got {args.num_sms}"
+
+    return _parse(ep_parser(), argv, refusals)
 
 
 def phase_tokens(args: argparse.Namespace, phase: str) -> int:

@@ -295,19 +295,8 @@ class Run:
 
     def report(self, row: EpRow) -> None:
         self.failed += row.passed is False
-        if self.rank != 0:
-            return
-        line = (
-            f"{row.phase} {row.tokens} tokens/rank {row.variant:>11}: layer {row.layer_us:9.1f} µs "
-            f"(dispatch {row.dispatch_us:.1f}, combine {row.combine_us:.1f}, compute {row.compute_us:.1f} µs; "
-            f"{100 * row.overlap:.0f}% of the communication overlapped)"
-        )
-        if row.passed is not None:
-            line += (
-                f"; max |err| {row.max_abs_err:.3e} (BF16 on one GPU {row.bf16_err:.3e}, |ref| {row.ref_max:.2f}), "
-                f"repeatable {row.deterministic}: {'ok' if row.passed else 'FAIL'}"
-            )
-        print(line, flush=True)
+        if self.rank == 0:
+            print(row.summary(), flush=True)
 
 
 def gather(t: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ import platform
 
 import torch
 import torch.distributed as dist
+from weft import _bench
 
 from .results import Stats, slowest, summarize
 
@@ -90,17 +91,12 @@ def time_calls(call, warmup: int, iters: int) -> list[float]:
     """Microseconds of each of ``iters`` runs of ``call`` after ``warmup``, each between two
     events on the current stream, the ranks started together."""
     host_barrier()
-    for _ in range(warmup):
-        call()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    torch.cuda.synchronize()
-    host_barrier()
-    for start, end in events:
-        start.record()
-        call()
-        end.record()
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) * 1e3 for start, end in events]
+
+    def settle():
+        torch.cuda.synchronize()
+        host_barrier()
+
+    return _bench.time_calls(call, warmup, iters, settle)
 
 
 def slowest_stats(samples_us: list[float]) -> Stats:

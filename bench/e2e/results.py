@@ -5,30 +5,15 @@ No torch."""
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import asdict, dataclass, fields
+
+from weft._bench import Stats, summarize
 
 # A backend's output passes when its largest error against the float32 reference is at most
 # this many times the error of the same layer run unsharded in BF16 on one GPU (the error BF16
 # arithmetic itself makes), or at most FLOOR of the reference's largest magnitude.
 TOLERANCE_FACTOR = 2.0
 TOLERANCE_FLOOR = 2.0**-8
-
-
-@dataclass
-class Stats:
-    """Microseconds of the timed runs."""
-
-    median_us: float
-    min_us: float
-    max_us: float
-    samples: int
-
-
-def summarize(samples_us: list[float]) -> Stats:
-    if not samples_us:
-        raise ValueError("samples_us: no timed runs")
-    return Stats(statistics.median(samples_us), min(samples_us), max(samples_us), len(samples_us))
 
 
 def slowest(per_rank: list[Stats]) -> Stats:
@@ -56,8 +41,31 @@ class Check:
         return self.max_abs_err <= self.tolerance and self.deterministic
 
 
+@dataclass(kw_only=True)
+class Checked:
+    """A row's check against ``Check``: its fields, ``None`` where the run skipped the check
+    (``with_check`` fills them in)."""
+
+    max_abs_err: float | None = None
+    ref_max: float | None = None
+    bf16_err: float | None = None
+    deterministic: bool | None = None
+    passed: bool | None = None
+
+    def verdict(self, *facts: str) -> str:
+        """The end of the row's printed line: the errors, whether it repeated, ``facts``, and
+        ``ok`` or ``FAIL`` (empty when unchecked)."""
+        if self.passed is None:
+            return ""
+        said = ", ".join([f"repeatable {self.deterministic}", *facts])
+        return (
+            f"; max |err| {self.max_abs_err:.3e} (BF16 on one GPU {self.bf16_err:.3e}, |ref| {self.ref_max:.2f}), "
+            f"{said}: {'ok' if self.passed else 'FAIL'}"
+        )
+
+
 @dataclass
-class TpRow:
+class TpRow(Checked):
     """One decode step configuration through one backend (the slowest rank's times)."""
 
     model: str  # key of shapes.LLAMA
@@ -74,20 +82,22 @@ class TpRow:
     windows: bool  # the AllReduce buffer lies in a weft window
     output_sha: str  # SHA-256 of rank 0's output bytes
     ranks_equal: bool  # every rank's output is rank 0's, bit for bit
-    max_abs_err: float | None = None
-    ref_max: float | None = None
-    bf16_err: float | None = None
-    deterministic: bool | None = None
-    passed: bool | None = None
 
     @property
     def comm_share(self) -> float:
         """The part of the step the AllReduces add to its compute."""
         return max(0.0, 1.0 - self.compute_us / self.step_us) if self.step_us > 0 else 0.0
 
+    def summary(self) -> str:
+        """The row's printed line."""
+        return (
+            f"{self.model} tp{self.tp} batch {self.batch:>3} {self.backend:>17}: {self.step_us:9.1f} µs per step "
+            f"({self.layers} layers; compute {self.compute_us:.1f} µs, communication {100 * self.comm_share:.0f}%)"
+        ) + self.verdict(f"ranks equal {self.ranks_equal}")
+
 
 @dataclass
-class EpRow:
+class EpRow(Checked):
     """One MoE layer configuration through one variant (the slowest rank's times)."""
 
     phase: str  # prefill or decode
@@ -102,11 +112,6 @@ class EpRow:
     compute_us: float  # router, shared expert and routed experts without communication
     num_sms: int
     grouped_mm: str  # how the routed experts' GEMMs ran
-    max_abs_err: float | None = None
-    ref_max: float | None = None
-    bf16_err: float | None = None
-    deterministic: bool | None = None
-    passed: bool | None = None
 
     @property
     def comm_us(self) -> float:
@@ -118,6 +123,14 @@ class EpRow:
         layer) / communication. Zero when the layer is their sum; negative when the layer
         costs more than both alone (synchronisation and launch gaps)."""
         return (self.comm_us + self.compute_us - self.layer_us) / self.comm_us if self.comm_us > 0 else 0.0
+
+    def summary(self) -> str:
+        """The row's printed line."""
+        return (
+            f"{self.phase} {self.tokens} tokens/rank {self.variant:>11}: layer {self.layer_us:9.1f} µs "
+            f"(dispatch {self.dispatch_us:.1f}, combine {self.combine_us:.1f}, compute {self.compute_us:.1f} µs; "
+            f"{100 * self.overlap:.0f}% of the communication overlapped)"
+        ) + self.verdict()
 
 
 def with_check(row, check: Check | None):

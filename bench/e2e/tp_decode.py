@@ -179,18 +179,8 @@ class Run:
 
     def report(self, row: TpRow) -> None:
         self.failed += row.passed is False
-        if self.rank != 0:
-            return
-        line = (
-            f"{row.model} tp{row.tp} batch {row.batch:>3} {row.backend:>17}: {row.step_us:9.1f} µs per step "
-            f"({row.layers} layers; compute {row.compute_us:.1f} µs, communication {100 * row.comm_share:.0f}%)"
-        )
-        if row.passed is not None:
-            line += (
-                f"; max |err| {row.max_abs_err:.3e} (BF16 on one GPU {row.bf16_err:.3e}, |ref| {row.ref_max:.2f}), "
-                f"repeatable {row.deterministic}, ranks equal {row.ranks_equal}: {'ok' if row.passed else 'FAIL'}"
-            )
-        print(line, flush=True)
+        if self.rank == 0:
+            print(row.summary(), flush=True)
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,7 @@ def test_arguments():
         (["--num-sms", "24,33"], "even and positive"),
         (["--num-sms", "24,x"], "comma-separated integers"),
         (["--num-tokens", "0"], "must be positive"),
-        (["--ll-tokens", "-1"], "non-negative"),
+        (["--ll-tokens", "-1"], "must not be negative"),
         (["--num-experts", "255"], "divisible by the 2 ranks"),
         (["--hidden", "7000"], "multiple of 128"),
         (["--num-topk", "9", "--num-experts", "8"], "exceeds --num-experts"),

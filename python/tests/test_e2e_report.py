@@ -44,6 +44,15 @@ def test_shares():
     assert ep("all-to-all", "decode", 600.0, compute=300.0).overlap == pytest.approx(-0.5)
 
 
+def test_printed_lines_end_with_the_check_s_verdict():
+    checked = tp("nccl", 8, 1000.0)
+    assert checked.summary().startswith("70b tp2 batch   8              nccl:    1000.0 µs per step (80 layers;")
+    assert checked.summary().endswith(", |ref| 30.00), repeatable True, ranks equal True: ok")
+    assert "max |err|" not in tp("nccl", 8, 1000.0, check=None).summary()
+    failed = results.with_check(ep("weft-ll", "decode", 350.0), Check(1.0, 4.0, 0.008, True))
+    assert failed.summary().endswith("(BF16 on one GPU 8.000e-03, |ref| 4.00), repeatable True: FAIL")
+
+
 def test_summaries():
     s = results.summarize([3.0, 1.0, 2.0, 10.0])
     assert (s.median_us, s.min_us, s.max_us, s.samples) == (2.5, 1.0, 10.0, 4)

@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 import weft.ep as deep_ep
 
+from . import _bench
 from ._torchrun import init_process_group
 from .bench_ep import (
     Row, combine_bytes, dispatch_bytes, document, ll_combine_bytes, ll_dispatch_bytes, row, summarize, table,
@@ -30,17 +31,12 @@ def expect(what: str, got, want) -> None:
 def time_calls(call, warmup: int, iters: int) -> list[float]:
     """µs of each of ``iters`` calls after ``warmup``, each between two events on the current
     stream (DeepEP's calls order themselves after it and it after them)."""
-    for _ in range(warmup):
-        call()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    dist.barrier()
-    torch.cuda.synchronize()
-    for start, end in events:
-        start.record()
-        call()
-        end.record()
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) * 1e3 for start, end in events]
+
+    def settle():
+        dist.barrier()
+        torch.cuda.synchronize()
+
+    return _bench.time_calls(call, warmup, iters, settle)
 
 
 def normal_mode(args, group, rank: int, ranks: int, dev) -> list[Row]:

@@ -17,11 +17,11 @@ Python.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
 from dataclasses import asdict, dataclass
+
+from ._bench import Stats, non_negative_int, positive_int, summarize
 
 # DeepEP's FP8 bytes relative to BF16: one byte per channel and a float32 scale per 128.
 FP8_FACTOR = (1 + 4 / 128) / 2
@@ -37,23 +37,6 @@ def sm_counts(text: str) -> list[int]:
     if bad:
         raise argparse.ArgumentTypeError(f"SM counts must be even and positive (a channel is 2 SMs), got {bad}")
     return counts
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else None
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -106,22 +89,6 @@ def ll_dispatch_bytes(selections: int, hidden: int, fp8: bool) -> float:
 def ll_combine_bytes(selections: int, hidden: int) -> float:
     """DeepEP's low-latency combine bytes: 2H per selected pair."""
     return float(selections * hidden * 2)
-
-
-@dataclass
-class Stats:
-    """Microseconds of the timed calls."""
-
-    median_us: float
-    min_us: float
-    max_us: float
-    samples: int
-
-
-def summarize(samples_us: list[float]) -> Stats:
-    if not samples_us:
-        raise ValueError("samples_us: no timed calls")
-    return Stats(statistics.median(samples_us), min(samples_us), max(samples_us), len(samples_us))
 
 
 @dataclass

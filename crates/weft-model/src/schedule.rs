@@ -142,28 +142,26 @@ fn transfer(shape: &Shape, hops: Hops, src: usize, dst: usize, range: Range<usiz
 /// sends piece (j − s − 1) mod k to member j + 1, which reduces it, so member j ends holding
 /// piece j of k summed over all members.
 fn ring_reduce_scatter(members: &[usize], range: &Range<usize>, hops: Hops, shape: &Shape) -> Vec<Step> {
-    let k = members.len();
-    (0..k.saturating_sub(1))
-        .map(|s| Step {
-            transfers: (0..k)
-                .map(|j| {
-                    let piece_index = (j + 2 * k - s - 1) % k;
-                    transfer(shape, hops, members[j], members[(j + 1) % k], piece(range, piece_index, k), Op::Reduce)
-                })
-                .collect(),
-        })
-        .collect()
+    ring(members, range, hops, shape, Op::Reduce, 1)
 }
 
 /// Ring all-gather among `members` of `range`, member j starting with piece j: k − 1 steps;
 /// in step s member j passes piece (j − s) mod k on to member j + 1.
 fn ring_all_gather(members: &[usize], range: &Range<usize>, hops: Hops, shape: &Shape) -> Vec<Step> {
+    ring(members, range, hops, shape, Op::Copy, 0)
+}
+
+/// The k − 1 steps of a ring among `members` (in order) over `range` cut into k pieces: in step
+/// s member j sends piece (j − s − `lag`) mod k to member j + 1, which applies `op` to it.
+fn ring(members: &[usize], range: &Range<usize>, hops: Hops, shape: &Shape, op: Op, lag: usize) -> Vec<Step> {
     let k = members.len();
     (0..k.saturating_sub(1))
         .map(|s| Step {
             transfers: (0..k)
                 .map(|j| {
-                    transfer(shape, hops, members[j], members[(j + 1) % k], piece(range, (j + k - s) % k, k), Op::Copy)
+                    // s + lag ≤ k − 1, so adding 2k keeps the index non-negative.
+                    let piece_index = (j + 2 * k - s - lag) % k;
+                    transfer(shape, hops, members[j], members[(j + 1) % k], piece(range, piece_index, k), op)
                 })
                 .collect(),
         })

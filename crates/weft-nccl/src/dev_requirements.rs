@@ -14,8 +14,8 @@ use std::ffi::c_int;
 use weft_gin::{Requirements, WINDOW_ALIGN};
 
 use crate::device_ffi::{
-    RESOURCE_GRANULE, ncclDevCommRequirements_t, ncclDevResourceRequirements_t, ncclGinBarrierHandle_t,
-    ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t, ncclTeamRequirements_t,
+    RESOURCE_GRANULE, ncclDevCommRequirements_t, ncclDevResourceHandle_t, ncclDevResourceRequirements_t,
+    ncclGinBarrierHandle_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t, ncclTeamRequirements_t,
 };
 use crate::error::NcclError;
 
@@ -55,13 +55,8 @@ pub unsafe fn lsa_barrier(
     let size = bytes("ncclLsaBarrierCreateRequirement", &[u64::from(n), 3 + u64::from(ranks), 4])?;
     // SAFETY: the caller's valid handle.
     unsafe { (*handle).nBarriers = barriers };
-    Ok(ncclDevResourceRequirements_t {
-        bufferSize: size,
-        bufferAlign: 4,
-        // SAFETY: a field of the caller's valid handle (no reference is made).
-        outBufferHandle: unsafe { &raw mut (*handle).bufHandle },
-        ..Default::default()
-    })
+    // SAFETY: a field of the caller's valid handle (no reference is made).
+    Ok(buffer(size, 4, unsafe { &raw mut (*handle).bufHandle }))
 }
 
 /// `ncclGinBarrierCreateRequirement(comm, team, nBarriers, handle, req)` of NCCL 2.28.9 (which
@@ -78,14 +73,11 @@ pub unsafe fn gin_barrier(
     let n = count("nBarriers", barriers)?;
     let size = bytes("ncclGinBarrierCreateRequirement", &[u64::from(n), 4, 4])?;
     Ok(ncclDevResourceRequirements_t {
-        bufferSize: size,
-        bufferAlign: 4,
-        // SAFETY: fields of the caller's valid handle (no reference is made).
-        outBufferHandle: unsafe { &raw mut (*handle).bufHandle },
         ginSignalCount: barriers,
-        // SAFETY: as above.
+        // SAFETY: fields of the caller's valid handle (no reference is made).
         outGinSignalStart: unsafe { &raw mut (*handle).signal0 },
-        ..Default::default()
+        // SAFETY: as above.
+        ..buffer(size, 4, unsafe { &raw mut (*handle).bufHandle })
     })
 }
 
@@ -105,13 +97,13 @@ pub unsafe fn ll_a2a(
     let size = bytes("ncclLLA2ACreateRequirement", &[u64::from(b), 1 + 2 * u64::from(s), 16])?;
     // SAFETY: the caller's valid handle.
     unsafe { (*handle).nSlots = s };
-    Ok(ncclDevResourceRequirements_t {
-        bufferSize: size,
-        bufferAlign: 16,
-        // SAFETY: a field of the caller's valid handle (no reference is made).
-        outBufferHandle: unsafe { &raw mut (*handle).bufHandle },
-        ..Default::default()
-    })
+    // SAFETY: a field of the caller's valid handle (no reference is made).
+    Ok(buffer(size, 16, unsafe { &raw mut (*handle).bufHandle }))
+}
+
+/// A requirement of one buffer of `size` bytes aligned to `align`, whose handle goes to `out`.
+fn buffer(size: usize, align: usize, out: *mut ncclDevResourceHandle_t) -> ncclDevResourceRequirements_t {
+    ncclDevResourceRequirements_t { bufferSize: size, bufferAlign: align, outBufferHandle: out, ..Default::default() }
 }
 
 /// `ncclLLA2ACalcSlots(maxElts, maxEltSize)` of NCCL 2.28.9: a slot per element and 8 bytes

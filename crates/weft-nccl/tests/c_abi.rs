@@ -107,6 +107,53 @@ fn run(cmd: &mut Command) -> String {
     text
 }
 
+/// Checks that `source` (written to `file` in the test folder) compiles with `compiler` against
+/// the headers, warnings as errors.
+fn syntax_check(compiler: &str, standard: &str, file: &str, source: &str) {
+    let path = packaged_library().join(file);
+    std::fs::write(&path, source).expect("write probe");
+    run(Command::new(compiler).args([standard, "-fsyntax-only", "-Werror"]).args(include_args()).arg(&path));
+}
+
+/// Builds `source` into `exe` with `compiler` (`flags` first) against the headers, linked with
+/// `lib` (a folder and the `-l` argument naming the library in it), which the program finds at
+/// run time through its rpath.
+fn build(compiler: &str, flags: &[&str], source: &Path, lib: (&Path, &str), exe: &Path) {
+    let (dir, name) = lib;
+    run(Command::new(compiler)
+        .args(flags)
+        .args(include_args())
+        .arg(source)
+        .arg("-L")
+        .arg(dir)
+        .arg(name)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-o")
+        .arg(exe));
+}
+
+/// Builds the test program `tests/c/<file>` with `compiler` (`flags` and every warning as an
+/// error) against the packaged library; returns the program's path.
+fn build_test_program(compiler: &str, flags: &[&str], file: &str) -> PathBuf {
+    let dir = packaged_library();
+    let exe = dir.join(Path::new(file).file_stem().expect("a file name"));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(file);
+    let flags: Vec<&str> = flags.iter().copied().chain(["-Wall", "-Wextra", "-Werror"]).collect();
+    build(compiler, &flags, &source, (&dir, "-lnccl"), &exe);
+    exe
+}
+
+/// Runs a test program against weft alone (no fallback to a real NCCL) and checks that it
+/// reports no failed case.
+fn run_test_program(exe: &Path) {
+    let output = run(Command::new(exe)
+        .env_remove("WEFT_NCCL_FALLBACK_LIB")
+        .env_remove("WEFT_NCCL_FORCE_FALLBACK")
+        .env("WEFT_BOOTSTRAP_TIMEOUT", "5"));
+    println!("{output}");
+    assert!(output.contains(", 0 failed"), "{output}");
+}
+
 /// Every function nccl.h declares (comments stripped).
 fn header_functions(header: &str) -> BTreeSet<String> {
     let mut code = String::new();
@@ -144,10 +191,7 @@ fn types_and_constants_match_the_real_header() {
     if !can_compile("types_and_constants_match_the_real_header") {
         return;
     }
-    let dir = packaged_library();
-    let probe = dir.join("probe.c");
-    std::fs::write(&probe, nccl::ffi::probe_source()).expect("write probe");
-    run(Command::new("gcc").args(["-std=gnu11", "-fsyntax-only", "-Werror"]).args(include_args()).arg(&probe));
+    syntax_check("gcc", "-std=gnu11", "probe.c", &nccl::ffi::probe_source());
 }
 
 #[test]
@@ -155,28 +199,10 @@ fn a_c_program_links_and_gets_nccls_error_codes() {
     if !can_compile("a_c_program_links_and_gets_nccls_error_codes") {
         return;
     }
-    let dir = packaged_library();
-    let exe = dir.join("link_test");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/link_test.c");
-    run(Command::new("gcc")
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror"])
-        .args(include_args())
-        .arg(&source)
-        .arg("-pthread")
-        .arg("-L")
-        .arg(&dir)
-        .arg("-lnccl")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-o")
-        .arg(&exe));
+    let exe = build_test_program("gcc", &["-std=gnu11", "-pthread"], "link_test.c");
     let needed = run(Command::new("readelf").arg("-d").arg(&exe));
     assert!(needed.contains("[libnccl.so.2]"), "the program should need libnccl.so.2 (our SONAME):\n{needed}");
-    let output = run(Command::new(&exe)
-        .env_remove("WEFT_NCCL_FALLBACK_LIB")
-        .env_remove("WEFT_NCCL_FORCE_FALLBACK")
-        .env("WEFT_BOOTSTRAP_TIMEOUT", "5"));
-    println!("{output}");
-    assert!(output.contains(", 0 failed"), "{output}");
+    run_test_program(&exe);
 }
 
 #[test]
@@ -184,10 +210,7 @@ fn device_types_match_the_real_headers() {
     if !can_compile_with("device_types_match_the_real_headers", "g++") {
         return;
     }
-    let dir = packaged_library();
-    let probe = dir.join("device_probe.cpp");
-    std::fs::write(&probe, nccl::device_ffi::probe_source()).expect("write probe");
-    run(Command::new("g++").args(["-std=c++17", "-fsyntax-only", "-Werror"]).args(include_args()).arg(&probe));
+    syntax_check("g++", "-std=c++17", "device_probe.cpp", &nccl::device_ffi::probe_source());
 }
 
 #[test]
@@ -195,25 +218,8 @@ fn a_cpp_program_uses_the_device_api_host_side() {
     if !can_compile_with("a_cpp_program_uses_the_device_api_host_side", "g++") {
         return;
     }
-    let dir = packaged_library();
-    let exe = dir.join("device_link_test");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/device_link_test.cpp");
-    run(Command::new("g++")
-        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror"])
-        .args(include_args())
-        .arg(&source)
-        .arg("-L")
-        .arg(&dir)
-        .arg("-lnccl")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-o")
-        .arg(&exe));
-    let output = run(Command::new(&exe)
-        .env_remove("WEFT_NCCL_FALLBACK_LIB")
-        .env_remove("WEFT_NCCL_FORCE_FALLBACK")
-        .env("WEFT_BOOTSTRAP_TIMEOUT", "5"));
-    println!("{output}");
-    assert!(output.contains(", 0 failed"), "{output}");
+    let exe = build_test_program("g++", &["-std=c++17"], "device_link_test.cpp");
+    run_test_program(&exe);
 }
 
 /// weft's requirement arithmetic ([`nccl::dev_requirements`]) against the real NCCL 2.28.9's
@@ -264,59 +270,63 @@ fn requirement_calls_size_as_the_real_nccl() {
             std::mem::transmute::<Sym, Slots>(sym("ncclLLA2ACalcSlots")),
         )
     };
-    // A requirement with its out-pointers as offsets into `handle` (so two handles compare).
-    let relative = |r: ncclDevResourceRequirements_t, handle: usize| {
-        let at = |p: usize| if p == 0 { None } else { Some(p - handle) };
-        (
-            r.next.is_null(),
-            r.bufferSize,
-            r.bufferAlign,
-            at(r.outBufferHandle as usize),
-            r.ginSignalCount,
-            r.ginCounterCount,
-            at(r.outGinSignalStart as usize),
-            at(r.outGinCounterStart as usize),
-        )
-    };
+    type Req = ncclDevResourceRequirements_t;
+    // NCCL's requirement call (`real`) and weft's, each on a fresh handle: they must agree, their
+    // out-pointers compared as offsets into their own handles. Returns the handles (NCCL's, weft's).
+    fn both<H: Default>(
+        what: &str,
+        real: impl FnOnce(&mut H, &mut Req) -> c_int,
+        weft: impl FnOnce(&mut H) -> Result<Req, nccl::NcclError>,
+    ) -> (H, H) {
+        let relative = |r: Req, handle: &H| {
+            let handle = std::ptr::from_ref(handle) as usize;
+            let at = |p: usize| if p == 0 { None } else { Some(p - handle) };
+            (
+                r.next.is_null(),
+                r.bufferSize,
+                r.bufferAlign,
+                at(r.outBufferHandle as usize),
+                r.ginSignalCount,
+                r.ginCounterCount,
+                at(r.outGinSignalStart as usize),
+                at(r.outGinCounterStart as usize),
+            )
+        };
+        let (mut h_real, mut h_weft) = (H::default(), H::default());
+        let mut r_real = Req::default();
+        assert_eq!(real(&mut h_real, &mut r_real), 0, "{what}");
+        let r_weft = weft(&mut h_weft).unwrap();
+        assert_eq!(relative(r_weft, &h_weft), relative(r_real, &h_real), "{what}");
+        (h_real, h_weft)
+    }
     for n in [0, 1, 2, 7, 32] {
         for ranks in [1, 2, 4, 8, 72] {
             let team = ncclTeam_t { nRanks: ranks, rank: 0, stride: 1 };
-            let (mut h_real, mut h_weft) = (ncclLsaBarrierHandle_t::default(), ncclLsaBarrierHandle_t::default());
-            let mut r_real = ncclDevResourceRequirements_t::default();
-            // SAFETY: local out-pointers.
-            assert_eq!(unsafe { lsa(team, n, &mut h_real, &mut r_real) }, 0);
-            // SAFETY: a local handle.
-            let r_weft = unsafe { weft::lsa_barrier(team, n, &mut h_weft) }.unwrap();
-            assert_eq!(
-                relative(r_weft, &raw const h_weft as usize),
-                relative(r_real, &raw const h_real as usize),
-                "lsa {n} {ranks}"
+            let (real, ours) = both::<ncclLsaBarrierHandle_t>(
+                &format!("lsa {n} {ranks}"),
+                // SAFETY: local out-pointers.
+                |h, r| unsafe { lsa(team, n, h, r) },
+                // SAFETY: a local handle.
+                |h| unsafe { weft::lsa_barrier(team, n, h) },
             );
-            assert_eq!(h_weft.nBarriers, h_real.nBarriers);
-            let (mut g_real, mut g_weft) = (ncclGinBarrierHandle_t::default(), ncclGinBarrierHandle_t::default());
-            // SAFETY: local out-pointers; NCCL 2.28.9 reads neither the communicator nor the team.
-            assert_eq!(unsafe { gin(std::ptr::null_mut(), team, n, &mut g_real, &mut r_real) }, 0);
-            // SAFETY: a local handle.
-            let r_weft = unsafe { weft::gin_barrier(n, &mut g_weft) }.unwrap();
-            assert_eq!(
-                relative(r_weft, &raw const g_weft as usize),
-                relative(r_real, &raw const g_real as usize),
-                "gin {n}"
+            assert_eq!(ours.nBarriers, real.nBarriers);
+            both::<ncclGinBarrierHandle_t>(
+                &format!("gin {n}"),
+                // SAFETY: local out-pointers; NCCL 2.28.9 reads neither the communicator nor the team.
+                |h, r| unsafe { gin(std::ptr::null_mut(), team, n, h, r) },
+                // SAFETY: a local handle.
+                |h| unsafe { weft::gin_barrier(n, h) },
             );
         }
         for s in [0, 1, 9, 64] {
-            let (mut a_real, mut a_weft) = (ncclLLA2AHandle_t::default(), ncclLLA2AHandle_t::default());
-            let mut r_real = ncclDevResourceRequirements_t::default();
-            // SAFETY: local out-pointers.
-            assert_eq!(unsafe { a2a(n, s, &mut a_real, &mut r_real) }, 0);
-            // SAFETY: a local handle.
-            let r_weft = unsafe { weft::ll_a2a(n, s, &mut a_weft) }.unwrap();
-            assert_eq!(
-                relative(r_weft, &raw const a_weft as usize),
-                relative(r_real, &raw const a_real as usize),
-                "a2a {n} {s}"
+            let (real, ours) = both::<ncclLLA2AHandle_t>(
+                &format!("a2a {n} {s}"),
+                // SAFETY: local out-pointers.
+                |h, r| unsafe { a2a(n, s, h, r) },
+                // SAFETY: a local handle.
+                |h| unsafe { weft::ll_a2a(n, s, h) },
             );
-            assert_eq!(a_weft.nSlots, a_real.nSlots);
+            assert_eq!(ours.nSlots, real.nSlots);
         }
     }
     for elts in [0, 1, 7, 100, 4096, 1 << 20] {
@@ -411,16 +421,7 @@ int main(void) {
     )
     .expect("write preload.c");
     let exe = dir.join("preload");
-    run(Command::new("gcc")
-        .args(["-std=gnu11", "-Wall", "-Werror"])
-        .args(include_args())
-        .arg(&source)
-        .arg("-L")
-        .arg(&real_lib)
-        .arg("-l:libnccl.so.2")
-        .arg(format!("-Wl,-rpath,{}", real_lib.display()))
-        .arg("-o")
-        .arg(&exe));
+    build("gcc", &["-std=gnu11", "-Wall", "-Werror"], &source, (&real_lib, "-l:libnccl.so.2"), &exe);
     let preloaded = run(Command::new(&exe).env("LD_PRELOAD", dir.join("libnccl.so.2")));
     assert_eq!(preloaded.trim(), "weft");
     // Without the preload the real NCCL answers; it may fail without a network interface, which

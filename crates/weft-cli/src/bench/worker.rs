@@ -12,7 +12,7 @@ use weft_gpu::Device;
 
 use super::{BenchOptions, Contender, Row, sizes};
 use crate::harness::data::{self, Reference};
-use crate::harness::rank::{Buffers, Call, CallFn, CallOp, Placement, Rank, check, shared_seed};
+use crate::harness::rank::{Buffers, Call, CallFn, CallOp, Checking, Placement, Rank, Run, every_launch, shared_seed};
 use crate::harness::start_line::StartLine;
 use crate::harness::trials::Timing;
 use crate::harness::{NcclTests, launch, progress};
@@ -156,15 +156,19 @@ fn run_rank(
             if options.check {
                 let seed = shared_seed(&*bootstrap)?;
                 let reference = Reference { dtype: options.dtype, op: options.op, seed, ranks: ranks as u32 };
-                (row.wrong, row.identical) = check(&me, &call, &weft_run, &reference, options.graph)?;
+                let launches = every_launch(options.graph);
+                let check =
+                    |run: &Run<'_>| Checking { me: &me, call: &call, run, reference: &reference }.launches(&launches);
+                let weft = check(&weft_run)?;
+                (row.wrong, row.identical) = (weft.wrong, weft.identical);
                 if let Some(nccl_run) = &nccl_run {
-                    row.nccl_wrong = Some(check(&me, &call, nccl_run, &reference, options.graph)?.0);
+                    row.nccl_wrong = Some(check(nccl_run)?.wrong);
                 }
                 if let Some(run) = &nccl_windows_checked {
-                    row.nccl_windows_wrong = Some(check(&me, &call, run, &reference, options.graph)?.0);
+                    row.nccl_windows_wrong = Some(check(run)?.wrong);
                 }
                 if let Some(versus_run) = &versus_run {
-                    row.wrong += check(&me, &call, versus_run, &reference, options.graph)?.0;
+                    row.wrong += check(versus_run)?.wrong;
                 }
             }
             // The timed buffers: send and recv, or the in-place layout inside recv.

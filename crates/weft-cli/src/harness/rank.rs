@@ -364,123 +364,138 @@ pub(crate) struct Checked {
     pub(crate) slowest: std::time::Duration,
 }
 
-/// The element check of one row's `run` (weft's or NCCL's call on the rank's buffers): out of
-/// place, in place, and (with `graph`) two replays of a captured call out of place and two in
-/// place ([`check_placed`] each). Returns the wrong elements and whether every rank's output is
-/// bitwise the same where it must be.
-pub(crate) fn check(
-    me: &Rank,
-    call: &Call<'_>,
-    run: &Run<'_>,
-    reference: &Reference,
-    graph: bool,
-) -> Result<(u64, bool), BoxError> {
+impl Checked {
+    /// What no launch found yet.
+    const CLEAN: Checked = Checked { wrong: 0, identical: true, slowest: std::time::Duration::ZERO };
+
+    /// What `self` and `other` found together.
+    fn and(self, other: Checked) -> Checked {
+        Checked {
+            wrong: self.wrong + other.wrong,
+            identical: self.identical && other.identical,
+            slowest: self.slowest.max(other.slowest),
+        }
+    }
+}
+
+/// The launches of a full check (a bench row's, the self-test's): out of place, in place, and
+/// (with `graph`) two replays of a captured call out of place and two in place.
+pub(crate) fn every_launch(graph: bool) -> Vec<(Placement, Launch)> {
     let mut launches = vec![(Placement::OutOfPlace, Launch::Eager), (Placement::InPlace, Launch::Eager)];
     if graph {
         // Captured calls are the ones that may write straight into the peers' registered outputs.
         let replays = Launch::Graph { replays: 2 };
         launches.extend([(Placement::OutOfPlace, replays), (Placement::InPlace, replays)]);
     }
-    let (mut wrong, mut identical) = (0, true);
-    for (placement, launch) in launches {
-        let checked = check_placed(me, call, run, reference, placement, launch)?;
-        wrong += checked.wrong;
-        identical &= checked.identical;
-    }
-    Ok((wrong, identical))
+    launches
 }
 
 /// Poison bytes of consecutive graph replays (the eager call's is [`POISON`]).
 const REPLAY_POISON: [u8; 2] = [0xa5, 0x5a];
 
-/// The element check of `run` placed as `placement` and launched as `launch`, every output
-/// poisoned first. Out of place, the input goes into the send buffer once; in place, into the
-/// receive buffer where nccl-tests puts it, and each graph replay gets inputs of its own (a seed
-/// per replay, [`Reference::replay`]), so a replay that reads anything the previous one left (a
-/// staged tail, a scratch slot) gets the previous inputs' result and fails.
-pub(crate) fn check_placed(
-    me: &Rank,
-    call: &Call<'_>,
-    run: &Run<'_>,
-    reference: &Reference,
-    placement: Placement,
-    launch: Launch,
-) -> Result<Checked, BoxError> {
-    let (c, shape, rank) = (call.collective, call.shape, call.rank as u32);
-    let size = call.dtype.size();
-    let recv_bytes = shape.recv_count * size;
-    let mut result = vec![0u8; recv_bytes];
-    let (mut wrong, mut slowest) = (0, std::time::Duration::ZERO);
-    let (input_at, output_at) = match placement {
-        Placement::OutOfPlace => (0, 0),
-        Placement::InPlace => c.in_place_offsets(&shape, size, rank),
-    };
-    let trial = match (placement, launch) {
-        (Placement::OutOfPlace, Launch::Eager) => "out of place",
-        (Placement::InPlace, Launch::Eager) => "in place",
-        (Placement::OutOfPlace, Launch::Graph { .. }) => "graph replay",
-        (Placement::InPlace, Launch::Graph { .. }) => "in-place graph replay",
-    };
-    let write = |buffer: &mut DeviceBuffer<u8>, at: usize, data: &[u8]| -> Result<(), BoxError> {
-        Ok(buffer.slice_mut(at..at + data.len())?.copy_from_host(data)?)
-    };
-    // The poisoned output, and in place the input written where it goes (out of place, the send
-    // buffer keeps the input written once).
-    let prepare = |reference: &Reference, byte: u8| -> Result<(), BoxError> {
-        let mut buffers = me.buffers.borrow_mut();
-        match placement {
-            Placement::OutOfPlace => buffers.recv.slice_mut(..recv_bytes)?.fill_bytes(byte)?,
-            Placement::InPlace => {
-                buffers.recv.slice_mut(..shape.bytes)?.fill_bytes(byte)?;
-                write(&mut buffers.recv, input_at, &reference.input(rank, shape.send_count))?;
-            }
+/// The element check of one call on this rank: `run` (weft's or NCCL's call on the rank's
+/// buffers) against `reference`.
+pub(crate) struct Checking<'a> {
+    pub(crate) me: &'a Rank,
+    pub(crate) call: &'a Call<'a>,
+    pub(crate) run: &'a Run<'a>,
+    pub(crate) reference: &'a Reference,
+}
+
+impl Checking<'_> {
+    /// The check at each of `launches` ([`Checking::placed`] each, in order), the findings
+    /// together.
+    pub(crate) fn launches(&self, launches: &[(Placement, Launch)]) -> Result<Checked, BoxError> {
+        let mut found = Checked::CLEAN;
+        for &(placement, launch) in launches {
+            found = found.and(self.placed(placement, launch)?);
         }
-        Ok(())
-    };
-    // Waits for the launch, reads this rank's output and counts its wrong elements; the closing
-    // barrier keeps every rank's buffers untouched until all ranks are done with them.
-    let mut finish = |started: std::time::Instant, reference: &Reference| -> Result<(), BoxError> {
-        me.idle()?;
-        slowest = slowest.max(started.elapsed());
-        me.buffers.borrow().recv.slice(output_at..output_at + result.len())?.copy_to_host(&mut result)?;
-        if c.has_output(rank) {
-            wrong += count_wrong_reporting(call, reference, &result, trial);
-        }
-        me.barrier()
-    };
-    if placement == Placement::OutOfPlace {
-        write(&mut me.buffers.borrow_mut().send, 0, &reference.input(rank, shape.send_count))?;
+        Ok(found)
     }
-    match launch {
-        Launch::Eager => {
-            prepare(reference, POISON)?;
-            me.barrier()?;
-            let started = std::time::Instant::now();
-            run(&mut me.buffers.borrow_mut(), placement)?;
-            finish(started, reference)?;
+
+    /// The element check of `run` placed as `placement` and launched as `launch`, every output
+    /// poisoned first. Out of place, the input goes into the send buffer once; in place, into the
+    /// receive buffer where nccl-tests puts it, and each graph replay gets inputs of its own (a seed
+    /// per replay, [`Reference::replay`]), so a replay that reads anything the previous one left (a
+    /// staged tail, a scratch slot) gets the previous inputs' result and fails.
+    fn placed(&self, placement: Placement, launch: Launch) -> Result<Checked, BoxError> {
+        let Checking { me, call, run, reference } = *self;
+        let (c, shape, rank) = (call.collective, call.shape, call.rank as u32);
+        let size = call.dtype.size();
+        let recv_bytes = shape.recv_count * size;
+        let mut result = vec![0u8; recv_bytes];
+        let (mut wrong, mut slowest) = (0, std::time::Duration::ZERO);
+        let (input_at, output_at) = match placement {
+            Placement::OutOfPlace => (0, 0),
+            Placement::InPlace => c.in_place_offsets(&shape, size, rank),
+        };
+        let trial = match (placement, launch) {
+            (Placement::OutOfPlace, Launch::Eager) => "out of place",
+            (Placement::InPlace, Launch::Eager) => "in place",
+            (Placement::OutOfPlace, Launch::Graph { .. }) => "graph replay",
+            (Placement::InPlace, Launch::Graph { .. }) => "in-place graph replay",
+        };
+        let write = |buffer: &mut DeviceBuffer<u8>, at: usize, data: &[u8]| -> Result<(), BoxError> {
+            Ok(buffer.slice_mut(at..at + data.len())?.copy_from_host(data)?)
+        };
+        // The poisoned output, and in place the input written where it goes (out of place, the send
+        // buffer keeps the input written once).
+        let prepare = |reference: &Reference, byte: u8| -> Result<(), BoxError> {
+            let mut buffers = me.buffers.borrow_mut();
+            match placement {
+                Placement::OutOfPlace => buffers.recv.slice_mut(..recv_bytes)?.fill_bytes(byte)?,
+                Placement::InPlace => {
+                    buffers.recv.slice_mut(..shape.bytes)?.fill_bytes(byte)?;
+                    write(&mut buffers.recv, input_at, &reference.input(rank, shape.send_count))?;
+                }
+            }
+            Ok(())
+        };
+        // Waits for the launch, reads this rank's output and counts its wrong elements; the closing
+        // barrier keeps every rank's buffers untouched until all ranks are done with them.
+        let mut finish = |started: std::time::Instant, reference: &Reference| -> Result<(), BoxError> {
+            me.idle()?;
+            slowest = slowest.max(started.elapsed());
+            me.buffers.borrow().recv.slice(output_at..output_at + result.len())?.copy_to_host(&mut result)?;
+            if c.has_output(rank) {
+                wrong += count_wrong_reporting(call, reference, &result, trial);
+            }
+            me.barrier()
+        };
+        if placement == Placement::OutOfPlace {
+            write(&mut me.buffers.borrow_mut().send, 0, &reference.input(rank, shape.send_count))?;
         }
-        Launch::Graph { replays } => {
-            me.stream.begin_capture()?;
-            let captured = run(&mut me.buffers.borrow_mut(), placement);
-            let g = me.stream.end_capture()?;
-            captured?;
-            for replay in 0..replays {
-                // Every rank derives replay k's inputs alike.
-                let fresh = match placement {
-                    Placement::OutOfPlace => *reference,
-                    Placement::InPlace => reference.replay(replay),
-                };
-                prepare(&fresh, REPLAY_POISON[replay as usize % REPLAY_POISON.len()])?;
+        match launch {
+            Launch::Eager => {
+                prepare(reference, POISON)?;
                 me.barrier()?;
                 let started = std::time::Instant::now();
-                g.launch(&me.stream)?;
-                finish(started, &fresh)?;
+                run(&mut me.buffers.borrow_mut(), placement)?;
+                finish(started, reference)?;
+            }
+            Launch::Graph { replays } => {
+                me.stream.begin_capture()?;
+                let captured = run(&mut me.buffers.borrow_mut(), placement);
+                let g = me.stream.end_capture()?;
+                captured?;
+                for replay in 0..replays {
+                    // Every rank derives replay k's inputs alike.
+                    let fresh = match placement {
+                        Placement::OutOfPlace => *reference,
+                        Placement::InPlace => reference.replay(replay),
+                    };
+                    prepare(&fresh, REPLAY_POISON[replay as usize % REPLAY_POISON.len()])?;
+                    me.barrier()?;
+                    let started = std::time::Instant::now();
+                    g.launch(&me.stream)?;
+                    finish(started, &fresh)?;
+                }
             }
         }
+        let hashes = me.bootstrap.all_gather(&fnv(&result).to_le_bytes())?;
+        let identical = !c.same_output_everywhere() || hashes.iter().all(|h| *h == hashes[0]);
+        Ok(Checked { wrong, identical, slowest })
     }
-    let hashes = me.bootstrap.all_gather(&fnv(&result).to_le_bytes())?;
-    let identical = !c.same_output_everywhere() || hashes.iter().all(|h| *h == hashes[0]);
-    Ok(Checked { wrong, identical, slowest })
 }
 
 /// The wrong elements of `rank`'s output `result` of `call` against `reference`; where there

@@ -24,7 +24,7 @@ use weft_types::{DataType, ReduceOp};
 use super::report::RankReport;
 use crate::harness::data::Reference;
 use crate::harness::op_case::OpCase;
-use crate::harness::rank::{Buffers, Call, Placement, Rank, check, shared_seed};
+use crate::harness::rank::{Buffers, Call, Checked, Checking, Placement, Rank, every_launch, shared_seed};
 use crate::harness::sweep::parse_dtype;
 use crate::harness::{Collective, NcclTests, Shape};
 
@@ -338,9 +338,9 @@ fn check_cases(
         // (every rank decides the same way, from the same numbers).
         let seed = shared_seed(&*me.bootstrap).map_err(|e| e.to_string())?;
         let reference = Reference { dtype, op: op.op(), seed, ranks: ranks as u32 };
-        match check(me, &call, &run, &reference, true) {
-            Ok((0, true)) => {}
-            Ok((wrong, identical)) => {
+        match (Checking { me, call: &call, run: &run, reference: &reference }).launches(&every_launch(true)) {
+            Ok(Checked { wrong: 0, identical: true, .. }) => {}
+            Ok(Checked { wrong, identical, .. }) => {
                 let what = format!("{} count {count}", dtype.name());
                 failures.push(format!("{what}: {wrong} wrong elements, ranks identical: {identical}"));
             }

@@ -1,6 +1,6 @@
 //! One rank of `weft soak` on a GPU: the soak's calls one after another, each drawn from the
 //! seed ([`super::case`]), run through weft's collectives with its algorithm forced through the
-//! selector (or the selector's pick) and checked by the harness ([`check_placed`]) on every
+//! selector (or the selector's pick) and checked by the harness ([`Checking`]) on every
 //! rank. Rank 0 alone reads the clock: before each call it tells every rank whether to go on,
 //! so the ranks always agree on the last call.
 
@@ -19,7 +19,7 @@ use super::case::{Case, Generator, Limits, Rounds};
 use super::tally::{CallOutcome, Failure, Replay, Tally};
 use super::{Progress, SoakOptions};
 use crate::harness::data::Reference;
-use crate::harness::rank::{Buffers, Call, Launch, Placement, Rank, check_placed};
+use crate::harness::rank::{Buffers, Call, Checking, Launch, Placement, Rank};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -32,28 +32,23 @@ pub(crate) fn run_rank(
     options: &SoakOptions,
     progress: &mut Progress,
 ) -> Result<Tally, String> {
-    soak(bootstrap, ordinal, env, options, progress).map_err(|e| e.to_string())
+    let join =
+        || -> Result<Communicator, BoxError> { Ok(Communicator::new(bootstrap, Device::new(ordinal)?, env.clone())?) };
+    join().and_then(|comm| soak(&comm, env, options, progress)).map_err(|e| e.to_string())
 }
 
-fn soak(
-    bootstrap: Arc<dyn Bootstrap>,
-    ordinal: usize,
-    env: &Env,
-    options: &SoakOptions,
-    progress: &mut Progress,
-) -> Result<Tally, BoxError> {
-    let comm = Communicator::new(bootstrap, Device::new(ordinal)?, env.clone())?;
+fn soak(comm: &Communicator, env: &Env, options: &SoakOptions, progress: &mut Progress) -> Result<Tally, BoxError> {
     if comm.topology().spans_nodes() {
         return Err("weft soak runs within one node: unset WEFT_RANKS_PER_NODE".into());
     }
     let (rank, ranks) = (comm.rank(), comm.world_size());
     let shipped = CollConfig::from_env(env)?;
     let limits = Limits { ranks, max_bytes: options.max_bytes, ll_slot_bytes: shipped.ll_slot_bytes };
-    let (generator, me) = (Generator::new(limits), Rank::new(&comm, limits.buffer_bytes())?);
+    let (generator, me) = (Generator::new(limits), Rank::new(comm, limits.buffer_bytes())?);
     // PreMulSum's device scalar: one element of any type.
     let scalar = DeviceBuffer::<u8>::new(comm.device(), 8)?;
     let mut soak =
-        Soak { me: &me, comm: &comm, shipped, scalar: &scalar, collectives: HashMap::new(), prepared: HashSet::new() };
+        Soak { me: &me, comm, shipped, scalar: &scalar, collectives: HashMap::new(), prepared: HashSet::new() };
     let deadline = Instant::now() + options.duration();
     let mut tally = Tally::default();
     let calls: Box<dyn Iterator<Item = u64>> = match options.only_call {
@@ -161,17 +156,12 @@ impl Soak<'_> {
         // A captured call first runs eagerly (checked as well), as an application warms up
         // before it captures: what a call sets up on first use (kernel compiles, a plan's
         // executor, staging buffers) allocates, which a capture cannot.
-        let launches: &[Launch] = match case.launch {
-            Launch::Eager => &[Launch::Eager],
-            graph => &[Launch::Eager, graph],
+        let launches: &[(Placement, Launch)] = match case.launch {
+            Launch::Eager => &[(case.placement, Launch::Eager)],
+            graph => &[(case.placement, Launch::Eager), (case.placement, graph)],
         };
-        let mut outcome = CallOutcome { wrong: 0, identical: true, slowest: Duration::ZERO };
-        for &launch in launches {
-            let checked = check_placed(me, &call, &run, &reference, case.placement, launch)?;
-            outcome.wrong += checked.wrong;
-            outcome.identical &= checked.identical;
-            outcome.slowest = outcome.slowest.max(checked.slowest);
-        }
+        let checked = Checking { me, call: &call, run: &run, reference: &reference }.launches(launches)?;
+        let outcome = CallOutcome { wrong: checked.wrong, identical: checked.identical, slowest: checked.slowest };
         // A forced algorithm must be the one that ran (the selector refuses rather than falls
         // back), or for all-to-all and send/receive `ll`, the algorithm that carries through
         // scratch the directions too large for its packets.

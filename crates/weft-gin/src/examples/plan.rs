@@ -13,6 +13,9 @@ use crate::{GinError, GinWindow};
 /// flight for one SM to copy at its limit (~48 GB/s on an H100; 256 threads reach ~31).
 pub const COOP_BLOCK: u32 = 512;
 
+/// The launch of every block-cooperative example: one block of [`COOP_BLOCK`] threads.
+const COOP_LAUNCH: LaunchConfig = LaunchConfig { grid: 1, block: COOP_BLOCK, shared_bytes: 0 };
+
 /// The signal a call's puts raise and the world barrier it starts with (the call protocol of
 /// `device/kernels/gin/call.cuh`: calls on one signal must not overlap).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +152,7 @@ pub(crate) fn alltoall_windows(
         signal: slots.signal,
         barrier: slots.barrier,
     };
-    Ok(Plan { params, config: LaunchConfig { grid: 1, block: COOP_BLOCK, shared_bytes: 0 }, input, output })
+    Ok(Plan { params, config: COOP_LAUNCH, input, output })
 }
 
 /// A ring AllGather: an input of one chunk, an output of `world` chunks.
@@ -169,7 +172,7 @@ pub(crate) fn ring_allgather(
     let input = g.range(what, data, g.handle.rank as u64 * chunk, chunk)?;
     let output = g.range(what, data, 0, b.bytes(b.output))?;
     let params = RingAllGather { h: g.handle, data, chunk, signal: slots.signal, barrier: slots.barrier };
-    Ok(Plan { params, config: LaunchConfig { grid: 1, block: COOP_BLOCK, shared_bytes: 0 }, input, output })
+    Ok(Plan { params, config: COOP_LAUNCH, input, output })
 }
 
 /// A halo exchange of `halo` elements: the input is the interior (at least `halo` elements),
@@ -193,7 +196,7 @@ pub(crate) fn halo(
     let input = g.range(what, field, halo_bytes, interior)?;
     let output = g.range(what, field, 0, b.bytes(b.output))?;
     let params = Halo { h: g.handle, field, halo: halo_bytes, interior, signal: slots.signal, barrier: slots.barrier };
-    Ok(Plan { params, config: LaunchConfig { grid: 1, block: COOP_BLOCK, shared_bytes: 0 }, input, output })
+    Ok(Plan { params, config: COOP_LAUNCH, input, output })
 }
 
 #[cfg(test)]

@@ -11,27 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int checks = 0, failures = 0;
-
-static void report(bool ok, const char* what, int line, long got, long want) {
-  checks++;
-  if (!ok) {
-    failures++;
-    const char* last = ncclGetLastError(NULL);
-    fprintf(stderr, "FAIL line %d: %s: got %ld, want %ld (last error: %s)\n", line, what, got, want, last ? last : "(null)");
-  }
-}
-
-#define CHECK(cond) report((cond), #cond, __LINE__, 0, 1)
-#define EQ(a, b) report((long)(a) == (long)(b), #a " == " #b, __LINE__, (long)(a), (long)(b))
-#define EXPECT(call, want) do { ncclResult_t r_ = (call); report(r_ == (want), #call, __LINE__, r_, (want)); } while (0)
-/* The call fails with `want` and ncclGetLastError mentions `needle`. */
-#define EXPECT_MSG(call, want, needle) do { \
-    ncclResult_t r_ = (call); \
-    report(r_ == (want), #call, __LINE__, r_, (want)); \
-    const char* m_ = ncclGetLastError(NULL); \
-    report(m_ != NULL && strstr(m_, (needle)) != NULL, "last error of " #call " mentions " needle, __LINE__, 0, 1); \
-  } while (0)
+#include "checks.h"
 
 static const void* const every_symbol[] = {
     (const void*)ncclDevCommCreate, (const void*)ncclDevCommDestroy, (const void*)ncclGinBarrierCreateRequirement,
@@ -216,6 +196,5 @@ int main(void) {
   } else {
     CHECK(single == ncclUnhandledCudaError || single == ncclSystemError);
   }
-  printf("device_link_test: %d checks, %d failed\n", checks, failures);
-  return failures == 0 ? 0 : 1;
+  return finish("device_link_test");
 }

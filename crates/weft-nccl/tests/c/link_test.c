@@ -7,26 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int checks = 0, failures = 0;
-
-static void report(int ok, const char* what, int line, int got, int want) {
-  checks++;
-  if (!ok) {
-    failures++;
-    const char* last = ncclGetLastError(NULL);
-    fprintf(stderr, "FAIL line %d: %s: got %d, want %d (last error: %s)\n", line, what, got, want, last ? last : "(null)");
-  }
-}
-
-#define CHECK(cond) report((cond), #cond, __LINE__, 0, 1)
-#define EXPECT(call, want) do { ncclResult_t r_ = (call); report(r_ == (want), #call, __LINE__, r_, (want)); } while (0)
-/* The call fails with `want` and ncclGetLastError mentions `needle`. */
-#define EXPECT_MSG(call, want, needle) do { \
-    ncclResult_t r_ = (call); \
-    report(r_ == (want), #call, __LINE__, r_, (want)); \
-    const char* m_ = ncclGetLastError(NULL); \
-    report(m_ != NULL && strstr(m_, (needle)) != NULL, "last error of " #call " mentions " needle, __LINE__, 0, 1); \
-  } while (0)
+#include "checks.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -383,6 +364,5 @@ int main(void) {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   ncclResetDebugInit();
 #pragma GCC diagnostic pop
-  printf("link_test: %d checks, %d failed\n", checks, failures);
-  return failures == 0 ? 0 : 1;
+  return finish("link_test");
 }

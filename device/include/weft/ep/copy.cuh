@@ -39,6 +39,24 @@ __device__ __forceinline__ T load_element(const T* p) {
   return *p;
 }
 
+/// A lane's step through a stream of records of `fields` elements (fields > 0), as (record,
+/// field) pairs: `step(r, f)` moves the pair on by the warp's 32 elements without a division.
+struct FieldStep {
+  uint32_t fields, records_per_step, fields_per_step;
+
+  __device__ __forceinline__ explicit FieldStep(uint32_t n)
+      : fields(n), records_per_step(32 / n), fields_per_step(32 % n) {}
+
+  __device__ __forceinline__ void operator()(uint32_t& r, uint32_t& f) const {
+    r += records_per_step;
+    f += fields_per_step;
+    if (f >= fields) {
+      f -= fields;
+      ++r;
+    }
+  }
+};
+
 /// Copies `records` records of `fields` elements of type `T` each, field f of record r from
 /// `src(r, f)` to `dst(r, f)` (callables returning aligned `const T*` / `T*`), as one stream in
 /// rounds of kCopyUnroll elements per lane whose loads are all issued before their stores: a
@@ -49,15 +67,8 @@ __device__ __forceinline__ T load_element(const T* p) {
 template <bool kInput, typename T, typename Src, typename Dst>
 __device__ __forceinline__ void warp_copy_fields(uint32_t records, uint32_t fields, Src src, Dst dst, uint32_t lane) {
   if (fields == 0) return;
-  const uint32_t n = records * fields, step_records = 32 / fields, step_fields = 32 % fields;
-  auto step = [&](uint32_t& r, uint32_t& f) {
-    r += step_records;
-    f += step_fields;
-    if (f >= fields) {
-      f -= fields;
-      ++r;
-    }
-  };
+  const uint32_t n = records * fields;
+  const FieldStep step(fields);
   // This lane's element base + lane of the current round.
   uint32_t r = lane / fields, f = lane % fields;
   for (uint32_t base = 0; base < n; base += 32 * kCopyUnroll) {
@@ -98,15 +109,7 @@ template <bool kInput, uint32_t kUnroll, typename T, typename Record, typename S
 __device__ __forceinline__ void warp_copy_span(uint64_t begin, uint64_t end, uint32_t fields, Record record,
                                                SrcAt src_at, DstAt dst_at, uint32_t lane) {
   if (fields == 0) return;
-  const uint32_t step_records = 32 / fields, step_fields = 32 % fields;
-  auto step = [&](uint32_t& r, uint32_t& f) {
-    r += step_records;
-    f += step_fields;
-    if (f >= fields) {
-      f -= fields;
-      ++r;
-    }
-  };
+  const FieldStep step(fields);
   while (begin < end) {
     const uint64_t first = begin / fields, stop = min(end, (first + 32) * fields);
     RecordWords mine = {0, 0};

@@ -20,21 +20,37 @@ fn order(window: u32) -> ImmediateOrder {
     ImmediateOrder::new(window, Duration::from_millis(100)).unwrap()
 }
 
+/// Counter 0 of stream [`KEY`] behind an ordering of window 8, its updates all arriving at one
+/// instant.
+struct OneCounter {
+    order: ImmediateOrder,
+    now: Instant,
+    value: u64,
+}
+
+impl OneCounter {
+    fn new() -> Self {
+        OneCounter { order: order(8), now: Instant::now(), value: 0 }
+    }
+
+    fn arrive(&mut self, position: u64, update: CounterUpdate) -> Result<Arrival, OrderingError> {
+        let value = &mut self.value;
+        self.order.arrive(KEY, imm(position, 0, update), self.now, |_, u| *value = u.apply(*value))
+    }
+}
+
 #[test]
 fn late_updates_wait_for_their_predecessors() {
-    let mut order = order(8);
-    let now = Instant::now();
-    let mut counter = 0u64;
-    let mut apply = |_: u16, u: CounterUpdate| counter = u.apply(counter);
-    assert_eq!(order.arrive(KEY, imm(2, 0, CounterUpdate::Add(5)), now, &mut apply).unwrap(), Arrival::Held);
-    assert_eq!(order.arrive(KEY, imm(1, 0, CounterUpdate::Add(3)), now, &mut apply).unwrap(), Arrival::Held);
-    assert_eq!(order.applied(KEY), 0);
-    assert_eq!(order.arrive(KEY, imm(0, 0, CounterUpdate::Set(10)), now, &mut apply).unwrap(), Arrival::Applied(3));
-    assert_eq!(counter, 18, "set 10, add 3, add 5: in sequence order, not arrival order");
-    assert_eq!(order.applied(KEY), 3);
+    let mut c = OneCounter::new();
+    assert_eq!(c.arrive(2, CounterUpdate::Add(5)).unwrap(), Arrival::Held);
+    assert_eq!(c.arrive(1, CounterUpdate::Add(3)).unwrap(), Arrival::Held);
+    assert_eq!(c.order.applied(KEY), 0);
+    assert_eq!(c.arrive(0, CounterUpdate::Set(10)).unwrap(), Arrival::Applied(3));
+    assert_eq!(c.value, 18, "set 10, add 3, add 5: in sequence order, not arrival order");
+    assert_eq!(c.order.applied(KEY), 3);
     let other = StreamKey { peer: 3, channel: 2 };
-    assert_eq!(order.arrive(other, imm(0, 1, CounterUpdate::Add(1)), now, |_, _| ()).unwrap(), Arrival::Applied(1));
-    assert_eq!(order.applied(KEY), 3, "streams are independent");
+    assert_eq!(c.order.arrive(other, imm(0, 1, CounterUpdate::Add(1)), c.now, |_, _| ()).unwrap(), Arrival::Applied(1));
+    assert_eq!(c.order.applied(KEY), 3, "streams are independent");
 }
 
 #[test]
@@ -94,18 +110,15 @@ fn a_hole_that_never_fills_times_out_naming_the_peer_and_the_missing_sequence() 
 
 #[test]
 fn duplicates_are_dropped_and_conflicting_ones_refused() {
-    let mut order = order(8);
-    let now = Instant::now();
-    let mut counter = 0u64;
-    let mut apply = |_: u16, u: CounterUpdate| counter = u.apply(counter);
-    order.arrive(KEY, imm(0, 0, CounterUpdate::Add(1)), now, &mut apply).unwrap();
-    assert_eq!(order.arrive(KEY, imm(0, 0, CounterUpdate::Add(1)), now, &mut apply).unwrap(), Arrival::Duplicate);
-    order.arrive(KEY, imm(2, 0, CounterUpdate::Add(4)), now, &mut apply).unwrap();
-    assert_eq!(order.arrive(KEY, imm(2, 0, CounterUpdate::Add(4)), now, &mut apply).unwrap(), Arrival::Duplicate);
-    let err = order.arrive(KEY, imm(2, 0, CounterUpdate::Add(5)), now, &mut apply).unwrap_err();
+    let mut c = OneCounter::new();
+    c.arrive(0, CounterUpdate::Add(1)).unwrap();
+    assert_eq!(c.arrive(0, CounterUpdate::Add(1)).unwrap(), Arrival::Duplicate);
+    c.arrive(2, CounterUpdate::Add(4)).unwrap();
+    assert_eq!(c.arrive(2, CounterUpdate::Add(4)).unwrap(), Arrival::Duplicate);
+    let err = c.arrive(2, CounterUpdate::Add(5)).unwrap_err();
     assert_eq!(err, OrderingError::ConflictingDuplicate { stream: KEY, seq: 2 });
-    order.arrive(KEY, imm(1, 0, CounterUpdate::Add(2)), now, &mut apply).unwrap();
-    assert_eq!(counter, 7, "each add counted once");
+    c.arrive(1, CounterUpdate::Add(2)).unwrap();
+    assert_eq!(c.value, 7, "each add counted once");
 }
 
 /// Counters each stream of a scenario owns on the receiver.
