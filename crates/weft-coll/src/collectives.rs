@@ -23,6 +23,7 @@ use weft_types::{CollContext, DataType, P2pPlan, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
 use crate::args::{Args, Buffer, InDevice, p2p_round};
+use crate::call_check::{CallSignature, ExchangeError, Verdict};
 use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
@@ -109,6 +110,8 @@ pub struct Collectives {
     refused_calls: AtomicU64,
     /// Plan launches on the interpreter kernel (0) and on specialized kernels (1).
     plan_launches: [AtomicU64; 2],
+    /// Calls checked against the peers' so far (`CollConfig::check_calls`).
+    checked_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for Collectives {
@@ -170,6 +173,7 @@ impl Collectives {
             windowed_calls: AtomicU64::new(0),
             refused_calls: AtomicU64::new(0),
             plan_launches: [AtomicU64::new(0), AtomicU64::new(0)],
+            checked_calls: AtomicU64::new(0),
         })
     }
 
@@ -273,8 +277,13 @@ impl Collectives {
         op: impl Into<Reduction>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let (scalar, op) = self.reduction(op.into(), dtype, stream)?;
-        let (send, recv) = self.args(stream)?.all_reduce(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+        let reduction = op.into();
+        let call = CallSignature::new(Collective::AllReduce, dtype, reduction.op(), count);
+        let checked = self.reduction(reduction, dtype, stream).and_then(|(scalar, op)| {
+            let (send, recv) = self.args(stream)?.all_reduce(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+            Ok((scalar, op, send, recv))
+        });
+        let (scalar, op, send, recv) = self.agreed(|| call, checked)?;
         let bytes = send.len;
         let shard = bytes.div_ceil(self.ranks()).next_multiple_of(8);
         let algorithm = self.choose(Collective::AllReduce, bytes, dtype, op, |a| match a {
@@ -637,9 +646,13 @@ impl Collectives {
         op: Reduction,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let (scalar, op) = self.reduction(op, dtype, stream)?;
+        let call = CallSignature::new(collective, dtype, op.op(), count);
         let gathers = collective == Collective::AllGather;
-        let checked = self.args(stream)?.blocked(gathers, send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+        let checked = self.reduction(op, dtype, stream).and_then(|(scalar, op)| {
+            let checked = self.args(stream)?.blocked(gathers, send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+            Ok((scalar, op, checked))
+        });
+        let (scalar, op, checked) = self.agreed(|| call, checked)?;
         let (recv_buf, block, total) = (checked.recv, checked.block, checked.total);
         let algorithm = self.choose(collective, total, dtype, op, |_| block)?;
         if let Algorithm::Plan(id) = algorithm {
@@ -722,10 +735,14 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let (scalar, op) = self.reduction(op, dtype, stream)?;
+        let call = CallSignature::new(collective, dtype, op.op(), count).rooted(root);
         let broadcasts = collective == Collective::Broadcast;
-        let bytes =
-            self.args(stream)?.rooted(broadcasts, send, recv, count, dtype, root).map_err(|d| self.invalid(d))?;
+        let checked = self.reduction(op, dtype, stream).and_then(|(scalar, op)| {
+            let bytes =
+                self.args(stream)?.rooted(broadcasts, send, recv, count, dtype, root).map_err(|d| self.invalid(d))?;
+            Ok((scalar, op, bytes))
+        });
+        let (scalar, op, bytes) = self.agreed(|| call, checked)?;
         let algorithm = self.choose(collective, bytes, dtype, op, |_| bytes)?;
         if let Algorithm::Plan(id) = algorithm {
             // SAFETY: forwarded caller contract; buffers checked above (a non-root's send is
@@ -762,9 +779,18 @@ impl Collectives {
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
         let n = self.ranks();
-        let args = self.args(stream)?;
-        let total = args.bytes(count, dtype, n).map_err(|d| self.invalid(d))?;
-        let send = if args.all_to_all_in_place(send, recv, total).map_err(|d| self.invalid(d))? {
+        let checked = self.args(stream).and_then(|args| {
+            let total = args.bytes(count, dtype, n).map_err(|d| self.invalid(d))?;
+            let in_place = args.all_to_all_in_place(send, recv, total).map_err(|d| self.invalid(d))?;
+            Ok((args, total, in_place))
+        });
+        let call = || {
+            let block = (count as u64).saturating_mul(dtype.size() as u64);
+            CallSignature::new(Collective::AllToAll, dtype, ReduceOp::Sum, count)
+                .transferring(&vec![block; n], &vec![block; n])
+        };
+        let (args, total, in_place) = self.agreed(call, checked)?;
+        let send = if in_place {
             // SAFETY: `recv` holds `total` bytes of device memory (checked; caller contract).
             let staged = unsafe { self.stage(&[(recv, total)], stream)? };
             staged.first().copied().ok_or_else(|| self.invalid("no staging for the in-place input".into()))?
@@ -859,10 +885,18 @@ impl Collectives {
         dtype: DataType,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let plan = self
-            .args(stream)?
-            .all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype)
-            .map_err(|d| self.invalid(d))?;
+        let checked = self.args(stream).and_then(|args| {
+            args.all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype)
+                .map_err(|d| self.invalid(d))
+        });
+        let call = || {
+            let bytes = |counts: &[usize]| -> Vec<u64> {
+                counts.iter().map(|&c| (c as u64).saturating_mul(dtype.size() as u64)).collect()
+            };
+            CallSignature::new(Collective::AllToAll, dtype, ReduceOp::Sum, 0)
+                .transferring(&bytes(send_counts), &bytes(recv_counts))
+        };
+        let plan = self.agreed(call, checked)?;
         // Direct transfers whatever the selector names (no plan takes uneven blocks; all_to_all
         // runs the plans), asked at a size every rank passes alike.
         let call = Call { collective: Collective::AllToAll, size: 0, dtype, op: ReduceOp::Sum };
@@ -959,6 +993,28 @@ impl Collectives {
 
     fn ranks(&self) -> usize {
         self.comm.world_size()
+    }
+
+    /// With `CollConfig::check_calls`, exchanges `call` (built only then) with every rank and
+    /// fails when the ranks' calls disagree; `checked` is this rank's own verdict on its
+    /// arguments, which the peers learn too. Without, `checked` as it is.
+    fn agreed<T>(&self, call: impl FnOnce() -> CallSignature, checked: Result<T, CollError>) -> Result<T, CollError> {
+        if !self.config.check_calls {
+            return checked;
+        }
+        let rank = self.comm.rank();
+        let mut mine = call();
+        mine.call = self.checked_calls.fetch_add(1, Ordering::Relaxed);
+        mine.refused = checked.as_ref().err().map(|e| e.to_string());
+        let verdict = crate::call_check::exchange(self.comm.bootstrap().as_ref(), &mine);
+        // A rank that refused its own call reports its own error; the peers learned of it.
+        let checked = checked?;
+        match verdict {
+            Ok(Verdict::Agreed) => Ok(checked),
+            Ok(Verdict::Disagree(detail)) => Err(CollError::Mismatch { rank, detail }),
+            Err(ExchangeError::Bootstrap(source)) => Err(CollError::Core(weft_core::Error::Bootstrap { rank, source })),
+            Err(malformed) => Err(CollError::Mismatch { rank, detail: malformed.to_string() }),
+        }
     }
 
     fn invalid(&self, detail: String) -> CollError {

@@ -364,6 +364,11 @@ pub struct CollConfig {
     /// measured (ring all-reduce plan, 2 ranks sharing one H200: 1 KB 20.3 against 25.8 µs,
     /// 64 MB 192.8 against 296.5 µs), so every launch that can goes direct.
     pub zero_copy_plan_min: usize,
+    /// Before each collective, exchange the call on the host and compare it with every rank's
+    /// (`WEFT_CHECK_CALLS`, 0 or 1; see `call_check.rs`): a mismatch is an error naming both
+    /// calls on every rank, and nothing is launched. Off by default: one bootstrap all-gather
+    /// per call.
+    pub check_calls: bool,
 }
 
 impl Default for CollConfig {
@@ -393,6 +398,7 @@ impl Default for CollConfig {
             early_launch: true,
             zero_copy_allgather_max: 64 << 20,
             zero_copy_plan_min: 0,
+            check_calls: false,
         }
     }
 }
@@ -405,7 +411,7 @@ impl CollConfig {
     /// `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
     /// `WEFT_PORT_RING_BLOCKS` (1..=64), `WEFT_PORT_RING_CHANNELS` (1..=16), `WEFT_PLAN_REPLICAS`,
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
-    /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes), `WEFT_DIRECT_ALLREDUCE`, `WEFT_EARLY_LAUNCH` (0 or 1). The
+    /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes), `WEFT_DIRECT_ALLREDUCE`, `WEFT_EARLY_LAUNCH`, `WEFT_CHECK_CALLS` (0 or 1). The
     /// zero-copy limits decide whether a call takes part in a collective exchange: every rank
     /// must set them alike.
     pub fn from_env(env: &weft_core::Env) -> Result<Self, String> {
@@ -476,6 +482,7 @@ impl CollConfig {
             (&vars::WEFT_PLAN_SPECIALIZE, &mut c.plan_specialize),
             (&vars::WEFT_DIRECT_ALLREDUCE, &mut c.direct_allreduce),
             (&vars::WEFT_EARLY_LAUNCH, &mut c.early_launch),
+            (&vars::WEFT_CHECK_CALLS, &mut c.check_calls),
         ] {
             if let Some(v) = lookup(variable) {
                 *field = match v.trim() {

@@ -36,6 +36,15 @@ pub enum CollError {
         /// The communicator's GPU.
         expected: usize,
     },
+    /// The ranks make different calls (`WEFT_CHECK_CALLS=1`); nothing was launched on any
+    /// rank, and every rank reports the same text.
+    #[error("rank {rank}: the ranks' calls disagree: {detail}")]
+    Mismatch {
+        /// This rank.
+        rank: usize,
+        /// Which ranks make which calls.
+        detail: String,
+    },
     /// The configuration is outside what the algorithms support.
     #[error("rank {rank}: unsupported: {detail}")]
     Unsupported {

@@ -29,6 +29,7 @@
 mod agreement;
 mod algorithm;
 mod args;
+mod call_check;
 mod choice;
 mod collectives;
 mod config;

@@ -11,6 +11,7 @@ mod cpu;
 mod direct;
 mod ep;
 mod gin;
+mod mismatch;
 mod port;
 mod reduce_check;
 mod report;

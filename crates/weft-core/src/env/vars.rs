@@ -209,6 +209,8 @@ variables! {
         "`1`: a zero-copy HB AllReduce whose inputs and outputs all lie in windows reads the peers' inputs in place (two barriers, no scratch); `0`: through the scratch";
     WEFT_EARLY_LAUNCH: Flag, Config, "weft-coll", default "`1`",
         "`1`: LL kernels (and weft-ep's low-latency kernels) are launched as programmatic dependents (they may be scheduled while the previous kernel on the stream finishes, and wait for it on the GPU before touching memory); `0`: plain stream order";
+    WEFT_CHECK_CALLS: Flag, Config, "weft-coll", default "`0`",
+        "`1`: before each collective (grouped send/receive aside) the ranks exchange the call on the host and compare collective, type, operator, count, root and AllToAll(v) bytes per peer; a mismatch is an error naming both calls on every rank and nothing is launched (one bootstrap all-gather per call: for debugging; a CUDA graph is checked at capture)";
     WEFT_CHUNK_BYTES: Bytes, Config, "weft-coll", default "`33554432`",
         "bytes per HB round, up to 1 GiB; the scratch is twice this";
     WEFT_LL_SLOT_BYTES: Bytes, Config, "weft-coll", default "`524288`",
