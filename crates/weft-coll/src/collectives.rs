@@ -1002,19 +1002,45 @@ impl Collectives {
         if !self.config.check_calls {
             return checked;
         }
-        let rank = self.comm.rank();
-        let mut mine = call();
-        mine.call = self.checked_calls.fetch_add(1, Ordering::Relaxed);
-        mine.refused = checked.as_ref().err().map(|e| e.to_string());
-        let verdict = crate::call_check::exchange(self.comm.bootstrap().as_ref(), &mine);
+        let verdict = self.exchange_call(call(), checked.as_ref().err());
         // A rank that refused its own call reports its own error; the peers learned of it.
         let checked = checked?;
-        match verdict {
-            Ok(Verdict::Agreed) => Ok(checked),
+        verdict.map(|()| checked)
+    }
+
+    /// One exchange of calls (see `call_check.rs`): `mine`, numbered, refused for `refusal`.
+    fn exchange_call(&self, mut mine: CallSignature, refusal: Option<&CollError>) -> Result<(), CollError> {
+        let rank = self.comm.rank();
+        mine.call = self.checked_calls.fetch_add(1, Ordering::Relaxed);
+        mine.refused = refusal.map(|e| e.to_string());
+        match crate::call_check::exchange(self.comm.bootstrap().as_ref(), &mine) {
+            Ok(Verdict::Agreed) => Ok(()),
             Ok(Verdict::Disagree(detail)) => Err(CollError::Mismatch { rank, detail }),
             Err(ExchangeError::Bootstrap(source)) => Err(CollError::Core(weft_core::Error::Bootstrap { rank, source })),
             Err(malformed) => Err(CollError::Mismatch { rank, detail: malformed.to_string() }),
         }
+    }
+
+    /// A call of the typed layer on `dtype` elements. Under `CollConfig::check_calls`, one
+    /// refused before it reaches the raw layer (a buffer of the wrong length or on another GPU)
+    /// still takes part in the exchange of calls, so its peers fail at once naming it instead
+    /// of waiting out the bootstrap timeout.
+    pub(crate) fn exchanged(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        call: impl FnOnce() -> Result<Algorithm, CollError>,
+    ) -> Result<Algorithm, CollError> {
+        let before = self.checked_calls.load(Ordering::Relaxed);
+        let result = call();
+        if let Err(refusal) = &result
+            && self.config.check_calls
+            && self.checked_calls.load(Ordering::Relaxed) == before
+        {
+            // This rank's own error is what it reports; the exchange tells the peers.
+            let _ = self.exchange_call(CallSignature::new(collective, dtype, ReduceOp::Sum, 0), Some(refusal));
+        }
+        result
     }
 
     fn invalid(&self, detail: String) -> CollError {

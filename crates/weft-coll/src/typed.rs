@@ -23,7 +23,7 @@
 use weft_gpu::{Device, DeviceBuffer, DeviceElement, DevicePtr, DeviceSlice, DeviceSliceMut, DeviceView, Stream};
 use weft_types::ReduceOp;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Collective};
 use crate::collectives::{Collectives, P2pKind, P2pOp};
 use crate::error::CollError;
 use crate::lengths::Lengths;
@@ -198,11 +198,13 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let count = self.lengths().same(send.len(), recv.len())?;
-        // SAFETY: both views are live memory of this GPU holding `count` elements of T (checked),
-        // kept alive by the stream until its work has run (`call`); see the module docs.
-        self.reducing_call(&[("send", send), ("recv", recv)], op, stream, |reduction| unsafe {
-            self.raw_all_reduce(send.ptr(), recv.ptr(), count, T::DTYPE, reduction, stream)
+        self.exchanged(Collective::AllReduce, T::DTYPE, || {
+            let count = self.lengths().same(send.len(), recv.len())?;
+            // SAFETY: both views are live memory of this GPU holding `count` elements of T (checked),
+            // kept alive by the stream until its work has run (`call`); see the module docs.
+            self.reducing_call(&[("send", send), ("recv", recv)], op, stream, |reduction| unsafe {
+                self.raw_all_reduce(send.ptr(), recv.ptr(), count, T::DTYPE, reduction, stream)
+            })
         })
     }
 
@@ -213,9 +215,11 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        // SAFETY: as in `all_reduce`, on one view.
-        self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
-            self.raw_all_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, stream)
+        self.exchanged(Collective::AllReduce, T::DTYPE, || {
+            // SAFETY: as in `all_reduce`, on one view.
+            self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
+                self.raw_all_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, stream)
+            })
         })
     }
 
@@ -227,10 +231,12 @@ impl Collectives {
         recv: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let count = self.lengths().all_gather(send.len(), recv.len())?;
-        // SAFETY: as in `all_reduce`; recv holds ranks × count elements (checked).
-        self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
-            self.raw_all_gather(send.ptr(), recv.ptr(), count, T::DTYPE, stream)
+        self.exchanged(Collective::AllGather, T::DTYPE, || {
+            let count = self.lengths().all_gather(send.len(), recv.len())?;
+            // SAFETY: as in `all_reduce`; recv holds ranks × count elements (checked).
+            self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
+                self.raw_all_gather(send.ptr(), recv.ptr(), count, T::DTYPE, stream)
+            })
         })
     }
 
@@ -240,13 +246,15 @@ impl Collectives {
         buffer: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let lengths = self.lengths();
-        let count = lengths.in_place_blocks(buffer.len())?;
-        let send = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
-        // SAFETY: as in `all_reduce`; the send block is block `rank` of the buffer, the
-        // raw layer's in-place layout.
-        self.call(&[("buffer", buffer)], stream, || unsafe {
-            self.raw_all_gather(send, buffer.ptr(), count, T::DTYPE, stream)
+        self.exchanged(Collective::AllGather, T::DTYPE, || {
+            let lengths = self.lengths();
+            let count = lengths.in_place_blocks(buffer.len())?;
+            let send = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
+            // SAFETY: as in `all_reduce`; the send block is block `rank` of the buffer, the
+            // raw layer's in-place layout.
+            self.call(&[("buffer", buffer)], stream, || unsafe {
+                self.raw_all_gather(send, buffer.ptr(), count, T::DTYPE, stream)
+            })
         })
     }
 
@@ -259,10 +267,12 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let count = self.lengths().reduce_scatter(send.len(), recv.len())?;
-        // SAFETY: as in `all_reduce`; send holds ranks × count elements (checked).
-        self.reducing_call(&[("send", send), ("recv", recv)], op, stream, |reduction| unsafe {
-            self.raw_reduce_scatter(send.ptr(), recv.ptr(), count, T::DTYPE, reduction, stream)
+        self.exchanged(Collective::ReduceScatter, T::DTYPE, || {
+            let count = self.lengths().reduce_scatter(send.len(), recv.len())?;
+            // SAFETY: as in `all_reduce`; send holds ranks × count elements (checked).
+            self.reducing_call(&[("send", send), ("recv", recv)], op, stream, |reduction| unsafe {
+                self.raw_reduce_scatter(send.ptr(), recv.ptr(), count, T::DTYPE, reduction, stream)
+            })
         })
     }
 
@@ -274,12 +284,14 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let lengths = self.lengths();
-        let count = lengths.in_place_blocks(buffer.len())?;
-        let recv = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
-        // SAFETY: as in `all_gather_in_place`.
-        self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
-            self.raw_reduce_scatter(buffer.ptr(), recv, count, T::DTYPE, reduction, stream)
+        self.exchanged(Collective::ReduceScatter, T::DTYPE, || {
+            let lengths = self.lengths();
+            let count = lengths.in_place_blocks(buffer.len())?;
+            let recv = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
+            // SAFETY: as in `all_gather_in_place`.
+            self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
+                self.raw_reduce_scatter(buffer.ptr(), recv, count, T::DTYPE, reduction, stream)
+            })
         })
     }
 
@@ -292,18 +304,20 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let on_root = self.communicator().rank() == root;
-        let send = self.root_buffer(send.filter(|_| on_root), on_root, "send")?;
-        let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("recv", recv)];
-        if let Some(send) = send {
-            self.lengths().same(send.len(), recv.len())?;
-            views.push(("send", send));
-        }
-        // A rank other than the root never reads `send`: it gets `recv`'s address.
-        let from = send.map_or(recv.ptr(), |s| s.ptr());
-        // SAFETY: as in `all_reduce`; the root's send holds recv's count (checked).
-        self.call(&views, stream, || unsafe {
-            self.raw_broadcast(from, recv.ptr(), recv.len(), T::DTYPE, root, stream)
+        self.exchanged(Collective::Broadcast, T::DTYPE, || {
+            let on_root = self.communicator().rank() == root;
+            let send = self.root_buffer(send.filter(|_| on_root), on_root, "send")?;
+            let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("recv", recv)];
+            if let Some(send) = send {
+                self.lengths().same(send.len(), recv.len())?;
+                views.push(("send", send));
+            }
+            // A rank other than the root never reads `send`: it gets `recv`'s address.
+            let from = send.map_or(recv.ptr(), |s| s.ptr());
+            // SAFETY: as in `all_reduce`; the root's send holds recv's count (checked).
+            self.call(&views, stream, || unsafe {
+                self.raw_broadcast(from, recv.ptr(), recv.len(), T::DTYPE, root, stream)
+            })
         })
     }
 
@@ -314,9 +328,11 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        // SAFETY: as in `all_reduce`, on one view.
-        self.call(&[("buffer", buffer)], stream, || unsafe {
-            self.raw_broadcast(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, root, stream)
+        self.exchanged(Collective::Broadcast, T::DTYPE, || {
+            // SAFETY: as in `all_reduce`, on one view.
+            self.call(&[("buffer", buffer)], stream, || unsafe {
+                self.raw_broadcast(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, root, stream)
+            })
         })
     }
 
@@ -330,18 +346,20 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let on_root = self.communicator().rank() == root;
-        let recv = self.root_buffer(recv.filter(|_| on_root), on_root, "recv")?;
-        let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("send", send)];
-        if let Some(recv) = &recv {
-            self.lengths().same(send.len(), recv.len())?;
-            views.push(("recv", &**recv));
-        }
-        // A rank other than the root never writes `recv`: it gets `send`'s address.
-        let to = recv.as_ref().map_or(send.ptr(), |r| r.ptr());
-        // SAFETY: as in `all_reduce`; the root's recv holds send's count (checked).
-        self.reducing_call(&views, op, stream, |reduction| unsafe {
-            self.raw_reduce(send.ptr(), to, send.len(), T::DTYPE, reduction, root, stream)
+        self.exchanged(Collective::Reduce, T::DTYPE, || {
+            let on_root = self.communicator().rank() == root;
+            let recv = self.root_buffer(recv.filter(|_| on_root), on_root, "recv")?;
+            let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("send", send)];
+            if let Some(recv) = &recv {
+                self.lengths().same(send.len(), recv.len())?;
+                views.push(("recv", &**recv));
+            }
+            // A rank other than the root never writes `recv`: it gets `send`'s address.
+            let to = recv.as_ref().map_or(send.ptr(), |r| r.ptr());
+            // SAFETY: as in `all_reduce`; the root's recv holds send's count (checked).
+            self.reducing_call(&views, op, stream, |reduction| unsafe {
+                self.raw_reduce(send.ptr(), to, send.len(), T::DTYPE, reduction, root, stream)
+            })
         })
     }
 
@@ -353,9 +371,11 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        // SAFETY: as in `all_reduce`, on one view.
-        self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
-            self.raw_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, root, stream)
+        self.exchanged(Collective::Reduce, T::DTYPE, || {
+            // SAFETY: as in `all_reduce`, on one view.
+            self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
+                self.raw_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, root, stream)
+            })
         })
     }
 
@@ -376,10 +396,12 @@ impl Collectives {
         recv: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let count = self.lengths().all_to_all(send.len(), recv.len())?;
-        // SAFETY: as in `all_reduce`; both hold ranks × count elements (checked).
-        self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
-            self.raw_all_to_all(send.ptr(), recv.ptr(), count, T::DTYPE, stream)
+        self.exchanged(Collective::AllToAll, T::DTYPE, || {
+            let count = self.lengths().all_to_all(send.len(), recv.len())?;
+            // SAFETY: as in `all_reduce`; both hold ranks × count elements (checked).
+            self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
+                self.raw_all_to_all(send.ptr(), recv.ptr(), count, T::DTYPE, stream)
+            })
         })
     }
 
@@ -389,10 +411,12 @@ impl Collectives {
         buffer: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let count = self.lengths().in_place_blocks(buffer.len())?;
-        // SAFETY: as in `all_reduce`, on one view of ranks × count elements.
-        self.call(&[("buffer", buffer)], stream, || unsafe {
-            self.raw_all_to_all(buffer.ptr(), buffer.ptr(), count, T::DTYPE, stream)
+        self.exchanged(Collective::AllToAll, T::DTYPE, || {
+            let count = self.lengths().in_place_blocks(buffer.len())?;
+            // SAFETY: as in `all_reduce`, on one view of ranks × count elements.
+            self.call(&[("buffer", buffer)], stream, || unsafe {
+                self.raw_all_to_all(buffer.ptr(), buffer.ptr(), count, T::DTYPE, stream)
+            })
         })
     }
 
@@ -410,21 +434,23 @@ impl Collectives {
         recv_displs: &[usize],
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        let lengths = self.lengths();
-        lengths.uneven_blocks("send", send.len(), send_counts, send_displs)?;
-        lengths.uneven_blocks("recv", recv.len(), recv_counts, recv_displs)?;
-        // SAFETY: as in `all_reduce`; every block lies inside its view (checked).
-        self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
-            self.raw_all_to_allv(
-                send.ptr(),
-                send_counts,
-                send_displs,
-                recv.ptr(),
-                recv_counts,
-                recv_displs,
-                T::DTYPE,
-                stream,
-            )
+        self.exchanged(Collective::AllToAll, T::DTYPE, || {
+            let lengths = self.lengths();
+            lengths.uneven_blocks("send", send.len(), send_counts, send_displs)?;
+            lengths.uneven_blocks("recv", recv.len(), recv_counts, recv_displs)?;
+            // SAFETY: as in `all_reduce`; every block lies inside its view (checked).
+            self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
+                self.raw_all_to_allv(
+                    send.ptr(),
+                    send_counts,
+                    send_displs,
+                    recv.ptr(),
+                    recv_counts,
+                    recv_displs,
+                    T::DTYPE,
+                    stream,
+                )
+            })
         })
     }
 

@@ -1,6 +1,7 @@
 //! Checked calls (step `coll`, two ranks or more): with `WEFT_CHECK_CALLS` on, calls whose
 //! ranks disagree on the type, the count or the root fail on every rank with the same text
-//! naming both calls, and leave every output as it was (nothing was launched anywhere); calls
+//! naming both calls, a call one rank refuses (its buffers do not fit) fails at once on the
+//! others naming it, and every output is left as it was (nothing was launched anywhere); calls
 //! that agree before and after run and are checked element by element, so the communicator
 //! stays usable after a refused call.
 
@@ -24,7 +25,7 @@ pub(super) fn run(comm: &Communicator, env: &Env, label: &str, report: &mut Rank
         return;
     }
     let what = format!(
-        "{label}checked calls: a type, count and root mismatch each fail on every rank and launch nothing; agreeing calls around them are right"
+        "{label}checked calls: a type, count and root mismatch and a call refused on one rank each fail on every rank and launch nothing; agreeing calls around them are right"
     );
     report.record(what, check(comm, env).map_err(|e| e.to_string()));
 }
@@ -53,6 +54,22 @@ fn check(comm: &Communicator, env: &Env) -> Result<(), BoxError> {
     let count = if me == ranks - 1 { COUNT + 1 } else { COUNT };
     let outcome = coll.all_reduce(&send.slice(..count)?, &mut recv.slice_mut(..count)?, ReduceOp::Sum, &stream);
     refused("a count mismatch", outcome, &[&format!("of {COUNT} f32"), &format!("of {} f32", COUNT + 1)])?;
+    // The last rank's own buffers do not fit its call: it reports that, the others learn it
+    // at once (not after the bootstrap timeout).
+    let started = std::time::Instant::now();
+    let outcome = if me == ranks - 1 {
+        coll.all_reduce(&send.slice(..COUNT)?, &mut recv.slice_mut(..COUNT + 1)?, ReduceOp::Sum, &stream)
+    } else {
+        coll.all_reduce(&send.slice(..COUNT)?, &mut recv.slice_mut(..COUNT)?, ReduceOp::Sum, &stream)
+    };
+    match outcome {
+        Err(CollError::Length { .. }) if me == ranks - 1 => {}
+        other if me == ranks - 1 => return Err(format!("a call with buffers of two lengths: {other:?}").into()),
+        other => refused("a peer's refused call", other, &[&format!("rank {} refused", ranks - 1)])?,
+    }
+    if started.elapsed() > Duration::from_secs(5) {
+        return Err(format!("a peer's refused call took {:?} to fail", started.elapsed()).into());
+    }
     // Every rank names itself the root.
     let outcome = coll.broadcast_in_place(&mut recv.slice_mut(..COUNT)?, me, &stream);
     refused("a root mismatch", outcome, &["from rank 0", "from rank 1"])?;
