@@ -8,6 +8,129 @@ use weft_types::{DataType, MAX_RANKS, P2pPlan};
 
 use crate::collectives::{P2pKind, P2pOp};
 
+/// Why a call's arguments were refused (the call enqueued nothing).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgError {
+    /// `count × factor` elements of the type take more bytes than an address space holds.
+    #[error("{count} x {factor} elements of {} overflow", dtype.name())]
+    Overflow {
+        /// Elements per block.
+        count: usize,
+        /// Blocks.
+        factor: usize,
+        /// The element type.
+        dtype: DataType,
+    },
+    /// A non-empty buffer at address 0.
+    #[error("{buffer} buffer is null")]
+    Null {
+        /// Which buffer (`send`, `recv`, `send block`...).
+        buffer: &'static str,
+    },
+    /// A buffer that is not device memory of this rank's GPU.
+    #[error("{buffer} buffer: {detail}")]
+    NotDeviceMemory {
+        /// Which buffer.
+        buffer: &'static str,
+        /// What the GPU said of the range.
+        detail: String,
+    },
+    /// Two buffers of one call overlap, and not in the call's in-place layout.
+    #[error("{a} and {b} overlap{}", in_place_layout(a, b, *in_place))]
+    Overlap {
+        /// One buffer.
+        a: &'static str,
+        /// The other.
+        b: &'static str,
+        /// Where `a` starts in `b` in place; `None`: the call has no in-place form for them.
+        in_place: Option<u64>,
+    },
+    /// Two buffers of a send/receive group overlap, a receive among them, and are not one
+    /// buffer sent and received (in place).
+    #[error(
+        "a {a} buffer overlaps a {b} buffer of the same group (only a send and a receive of the same buffer, same address and length, may share it: in place)"
+    )]
+    GroupOverlap {
+        /// One buffer.
+        a: &'static str,
+        /// The other.
+        b: &'static str,
+    },
+    /// A root outside the communicator.
+    #[error("root {root} out of range for {ranks} ranks")]
+    RootOutOfRange {
+        /// The root named.
+        root: usize,
+        /// Ranks of the communicator.
+        ranks: usize,
+    },
+    /// A send/receive peer outside the communicator.
+    #[error("peer {peer} out of range for {ranks} ranks")]
+    PeerOutOfRange {
+        /// The peer named.
+        peer: usize,
+        /// Ranks of the communicator.
+        ranks: usize,
+    },
+    /// AllToAll buffers that overlap without being the same buffer.
+    #[error(
+        "send ({send:#x}) and recv ({recv:#x}) of {bytes} bytes overlap without being equal (in place means sendbuff == recvbuff)"
+    )]
+    PartlyInPlace {
+        /// The send buffer.
+        send: DevicePtr,
+        /// The receive buffer.
+        recv: DevicePtr,
+        /// Bytes of each.
+        bytes: usize,
+    },
+    /// AllToAllv counts or displacements of another length than the ranks.
+    #[error("all_to_allv needs {ranks} counts and displacements per side")]
+    BlockLists {
+        /// Ranks of the communicator.
+        ranks: usize,
+    },
+    /// An AllToAllv whose transfer to this rank differs in size at its two ends.
+    #[error("all_to_allv sends {sent} bytes to itself but receives {received}")]
+    SelfTransfer {
+        /// Bytes sent to itself.
+        sent: u64,
+        /// Bytes received from itself.
+        received: u64,
+    },
+    /// `ReduceOp::PreMulSum` without its scalar.
+    #[error("premulsum needs its scalar: pass Reduction::PreMulSum, not ReduceOp::PreMulSum")]
+    MissingScalar,
+    /// A PreMulSum scalar of another type than the call's elements.
+    #[error("the premulsum scalar is {} but the call reduces {}: an operator's type must be the call's", scalar.name(), call.name())]
+    ScalarType {
+        /// The scalar's type.
+        scalar: DataType,
+        /// The call's element type.
+        call: DataType,
+    },
+    /// Scalar bytes that are not one element of the type.
+    #[error("a {} scalar takes {} bytes, not {bytes}", dtype.name(), dtype.size())]
+    ScalarBytes {
+        /// The scalar's type.
+        dtype: DataType,
+        /// Bytes given.
+        bytes: usize,
+    },
+    /// A send/receive round whose send to this rank has no receive from it of the same size.
+    #[error("a send to this rank needs a receive from it of the same size")]
+    UnmatchedSelfSend,
+}
+
+/// The end of [`ArgError::Overlap`]'s message.
+fn in_place_layout(a: &str, b: &str, in_place: Option<u64>) -> String {
+    match in_place {
+        Some(offset) => format!(" without the in-place layout (in place means {a} = {b} + {offset})"),
+        None => String::new(),
+    }
+}
+
 /// A device buffer argument: what it is called in errors, where it starts, how long it is.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Buffer {
@@ -60,7 +183,7 @@ pub(crate) trait InDevice: Fn(DevicePtr, usize) -> Result<(), String> {}
 
 impl<F: Fn(DevicePtr, usize) -> Result<(), String>> InDevice for F {}
 
-/// The checks of one rank. Errors are the detail of a `CollError::InvalidArgument`.
+/// The checks of one rank.
 pub(crate) struct Args<F> {
     pub(crate) rank: usize,
     pub(crate) ranks: usize,
@@ -69,41 +192,39 @@ pub(crate) struct Args<F> {
 
 impl<F: InDevice> Args<F> {
     /// `count * factor` elements of `dtype` in bytes, or an error on overflow.
-    pub(crate) fn bytes(&self, count: usize, dtype: DataType, factor: usize) -> Result<usize, String> {
+    pub(crate) fn bytes(&self, count: usize, dtype: DataType, factor: usize) -> Result<usize, ArgError> {
         count
             .checked_mul(dtype.size())
             .and_then(|b| b.checked_mul(factor))
             .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| format!("{count} x {factor} elements of {} overflow", dtype.name()))
+            .ok_or(ArgError::Overflow { count, factor, dtype })
     }
 
     /// Every non-empty buffer is non-null device memory of this GPU, and each pair
     /// `(a, b, in_place)` is disjoint or (with `Some(offset)`) starts exactly at `b + offset`,
     /// the in-place layout.
-    pub(crate) fn buffers(&self, buffers: &[Buffer], pairs: &[(Buffer, Buffer, Option<u64>)]) -> Result<(), String> {
+    pub(crate) fn buffers(&self, buffers: &[Buffer], pairs: &[(Buffer, Buffer, Option<u64>)]) -> Result<(), ArgError> {
         for b in buffers.iter().filter(|b| b.len > 0) {
             if b.ptr == 0 {
-                return Err(format!("{} buffer is null", b.what));
+                return Err(ArgError::Null { buffer: b.what });
             }
-            (self.in_device)(b.ptr, b.len).map_err(|e| format!("{} buffer: {e}", b.what))?;
+            (self.in_device)(b.ptr, b.len).map_err(|detail| ArgError::NotDeviceMemory { buffer: b.what, detail })?;
         }
         for (a, b, in_place) in pairs {
             if a.overlaps(b) && *in_place != Some(a.ptr.wrapping_sub(b.ptr)) {
-                let layout =
-                    in_place.map_or(String::new(), |o| format!(" (in place means {} = {} + {o})", a.what, b.what));
-                return Err(format!("{} and {} overlap without the in-place layout{layout}", a.what, b.what));
+                return Err(ArgError::Overlap { a: a.what, b: b.what, in_place: *in_place });
             }
         }
         Ok(())
     }
 
     /// [`Args::buffers`] for point-to-point buffers: a receive buffer may overlap nothing.
-    pub(crate) fn p2p_buffers(&self, buffers: &[Buffer]) -> Result<(), String> {
+    pub(crate) fn p2p_buffers(&self, buffers: &[Buffer]) -> Result<(), ArgError> {
         self.buffers(buffers, &[])?;
         for (i, a) in buffers.iter().enumerate() {
             for b in &buffers[i + 1..] {
                 if (a.what.starts_with("recv") || b.what.starts_with("recv")) && a.overlaps(b) {
-                    return Err(format!("{} and {} overlap", a.what, b.what));
+                    return Err(ArgError::Overlap { a: a.what, b: b.what, in_place: None });
                 }
             }
         }
@@ -117,7 +238,7 @@ impl<F: InDevice> Args<F> {
         recv: DevicePtr,
         count: usize,
         dtype: DataType,
-    ) -> Result<(Buffer, Buffer), String> {
+    ) -> Result<(Buffer, Buffer), ArgError> {
         let bytes = self.bytes(count, dtype, 1)?;
         let (send, recv) =
             (Buffer { what: "send", ptr: send, len: bytes }, Buffer { what: "recv", ptr: recv, len: bytes });
@@ -134,7 +255,7 @@ impl<F: InDevice> Args<F> {
         recv: DevicePtr,
         count: usize,
         dtype: DataType,
-    ) -> Result<Blocked, String> {
+    ) -> Result<Blocked, ArgError> {
         let block = self.bytes(count, dtype, 1)?;
         let total = self.bytes(count, dtype, self.ranks)?;
         let send = Buffer { what: "send", ptr: send, len: if gathers { block } else { total } };
@@ -155,10 +276,10 @@ impl<F: InDevice> Args<F> {
         count: usize,
         dtype: DataType,
         root: usize,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, ArgError> {
         let bytes = self.bytes(count, dtype, 1)?;
         if root >= self.ranks {
-            return Err(format!("root {root} out of range for {} ranks", self.ranks));
+            return Err(ArgError::RootOutOfRange { root, ranks: self.ranks });
         }
         let send = Buffer { what: "send", ptr: send, len: bytes };
         let recv = Buffer { what: "recv", ptr: recv, len: bytes };
@@ -178,7 +299,7 @@ impl<F: InDevice> Args<F> {
         recv: DevicePtr,
         count: usize,
         dtype: DataType,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, ArgError> {
         let total = self.bytes(count, dtype, self.ranks)?;
         self.p2p_buffers(&[
             Buffer { what: "send", ptr: send, len: total },
@@ -191,16 +312,13 @@ impl<F: InDevice> Args<F> {
     /// is staged first, so the result is the out-of-place one, as NCCL's). Disjoint buffers
     /// are not; buffers that overlap without being equal are an error (NCCL does not define
     /// that layout). `recv` is checked as device memory when in place.
-    pub(crate) fn all_to_all_in_place(&self, send: DevicePtr, recv: DevicePtr, total: usize) -> Result<bool, String> {
+    pub(crate) fn all_to_all_in_place(&self, send: DevicePtr, recv: DevicePtr, total: usize) -> Result<bool, ArgError> {
         let (s, r) = (Buffer { what: "send", ptr: send, len: total }, Buffer { what: "recv", ptr: recv, len: total });
         if !s.overlaps(&r) {
             return Ok(false);
         }
         if send != recv {
-            return Err(format!(
-                "send ({send:#x}) and recv ({recv:#x}) of {total} bytes overlap without being equal (in place means \
-                 sendbuff == recvbuff)"
-            ));
+            return Err(ArgError::PartlyInPlace { send, recv, bytes: total });
         }
         self.buffers(&[r], &[])?;
         Ok(true)
@@ -208,11 +326,15 @@ impl<F: InDevice> Args<F> {
 
     /// The counts and displacements (elements) of AllToAll as an AllToAllv: a block of `count`
     /// per rank.
-    pub(crate) fn even_blocks(&self, count: usize) -> Result<([usize; MAX_RANKS], [usize; MAX_RANKS]), String> {
+    pub(crate) fn even_blocks(
+        &self,
+        count: usize,
+        dtype: DataType,
+    ) -> Result<([usize; MAX_RANKS], [usize; MAX_RANKS]), ArgError> {
         let n = self.ranks.min(MAX_RANKS);
         let mut displs = [0usize; MAX_RANKS];
         for (p, d) in displs.iter_mut().enumerate().take(n) {
-            *d = p.checked_mul(count).ok_or_else(|| format!("{n} x {count} elements overflow"))?;
+            *d = p.checked_mul(count).ok_or(ArgError::Overflow { count, factor: n, dtype })?;
         }
         Ok(([count; MAX_RANKS], displs))
     }
@@ -229,10 +351,10 @@ impl<F: InDevice> Args<F> {
         recv_counts: &[usize],
         recv_displs: &[usize],
         dtype: DataType,
-    ) -> Result<P2pPlan, String> {
+    ) -> Result<P2pPlan, ArgError> {
         let n = self.ranks;
         if [send_counts.len(), send_displs.len(), recv_counts.len(), recv_displs.len()].iter().any(|&l| l != n) {
-            return Err(format!("all_to_allv needs {n} counts and displacements per side"));
+            return Err(ArgError::BlockLists { ranks: n });
         }
         let mut plan = P2pPlan::default();
         let mut buffers = [Buffer { what: "", ptr: 0, len: 0 }; 2 * MAX_RANKS];
@@ -246,10 +368,8 @@ impl<F: InDevice> Args<F> {
         }
         let me = self.rank;
         if plan.send_bytes[me] != plan.recv_bytes[me] {
-            return Err(format!(
-                "all_to_allv sends {} bytes to itself but receives {}",
-                plan.send_bytes[me], plan.recv_bytes[me]
-            ));
+            let (sent, received) = (plan.send_bytes[me], plan.recv_bytes[me]);
+            return Err(ArgError::SelfTransfer { sent, received });
         }
         self.p2p_buffers(&buffers[..2 * n])?;
         Ok(plan)
@@ -260,10 +380,10 @@ impl<F: InDevice> Args<F> {
     /// (same address and length: in place, the send is staged first), and every round's send to
     /// this rank matched by a receive from it of the same size. The indices of the sends to
     /// stage (empty when nothing is in place: no allocation).
-    pub(crate) fn send_recv(&self, ops: &[P2pOp]) -> Result<Vec<usize>, String> {
-        let buffer = |op: &P2pOp| -> Result<Buffer, String> {
+    pub(crate) fn send_recv(&self, ops: &[P2pOp]) -> Result<Vec<usize>, ArgError> {
+        let buffer = |op: &P2pOp| -> Result<Buffer, ArgError> {
             if op.peer >= self.ranks {
-                return Err(format!("peer {} out of range for {} ranks", op.peer, self.ranks));
+                return Err(ArgError::PeerOutOfRange { peer: op.peer, ranks: self.ranks });
             }
             let what = if op.kind == P2pKind::Send { "send" } else { "recv" };
             Ok(Buffer { what, ptr: op.ptr, len: self.bytes(op.count, op.dtype, 1)? })
@@ -276,11 +396,7 @@ impl<F: InDevice> Args<F> {
                 let b = buffer(other)?;
                 if (op.kind == P2pKind::Recv || other.kind == P2pKind::Recv) && a.overlaps(&b) {
                     if op.kind == other.kind || (a.ptr, a.len) != (b.ptr, b.len) {
-                        return Err(format!(
-                            "a {} buffer overlaps a {} buffer of the same group (only a send and a receive of the \
-                             same buffer, same address and length, may share it: in place)",
-                            a.what, b.what
-                        ));
+                        return Err(ArgError::GroupOverlap { a: a.what, b: b.what });
                     }
                     let send = if op.kind == P2pKind::Send { i } else { j };
                     if !staged.contains(&send) {
@@ -291,7 +407,7 @@ impl<F: InDevice> Args<F> {
         }
         let me = self.rank;
         if (0..).map_while(|r| p2p_round(ops, r)).any(|p| p.send_bytes[me] != p.recv_bytes[me]) {
-            return Err("a send to this rank needs a receive from it of the same size".into());
+            return Err(ArgError::UnmatchedSelfSend);
         }
         Ok(staged)
     }
@@ -316,8 +432,8 @@ mod tests {
         }
     }
 
-    fn assert_err<T: std::fmt::Debug>(result: Result<T, String>, expected: &str) {
-        let err = result.expect_err(expected);
+    fn assert_err<T: std::fmt::Debug>(result: Result<T, ArgError>, expected: &str) {
+        let err = result.expect_err(expected).to_string();
         assert!(err.contains(expected), "{err:?} does not say {expected:?}");
     }
 

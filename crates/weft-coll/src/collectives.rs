@@ -22,7 +22,7 @@ use weft_net::{PortProxy, PortProxyConfig, PortRoute};
 use weft_types::{CollContext, DataType, P2pPlan, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
-use crate::args::{Args, Buffer, InDevice, p2p_round};
+use crate::args::{ArgError, Args, Buffer, InDevice, p2p_round};
 use crate::call_check::{CallSignature, ExchangeError, Verdict};
 use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
@@ -280,7 +280,8 @@ impl Collectives {
         let reduction = op.into();
         let call = CallSignature::new(Collective::AllReduce, dtype, reduction.op(), count);
         let checked = self.reduction(reduction, dtype, stream).and_then(|(scalar, op)| {
-            let (send, recv) = self.args(stream)?.all_reduce(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+            let (send, recv) =
+                self.args(stream)?.all_reduce(send, recv, count, dtype).map_err(|source| self.refused(source))?;
             Ok((scalar, op, send, recv))
         });
         let (scalar, op, send, recv) = self.agreed(|| call, checked)?;
@@ -649,7 +650,8 @@ impl Collectives {
         let call = CallSignature::new(collective, dtype, op.op(), count);
         let gathers = collective == Collective::AllGather;
         let checked = self.reduction(op, dtype, stream).and_then(|(scalar, op)| {
-            let checked = self.args(stream)?.blocked(gathers, send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+            let checked =
+                self.args(stream)?.blocked(gathers, send, recv, count, dtype).map_err(|source| self.refused(source))?;
             Ok((scalar, op, checked))
         });
         let (scalar, op, checked) = self.agreed(|| call, checked)?;
@@ -738,8 +740,10 @@ impl Collectives {
         let call = CallSignature::new(collective, dtype, op.op(), count).rooted(root);
         let broadcasts = collective == Collective::Broadcast;
         let checked = self.reduction(op, dtype, stream).and_then(|(scalar, op)| {
-            let bytes =
-                self.args(stream)?.rooted(broadcasts, send, recv, count, dtype, root).map_err(|d| self.invalid(d))?;
+            let bytes = self
+                .args(stream)?
+                .rooted(broadcasts, send, recv, count, dtype, root)
+                .map_err(|source| self.refused(source))?;
             Ok((scalar, op, bytes))
         });
         let (scalar, op, bytes) = self.agreed(|| call, checked)?;
@@ -780,8 +784,8 @@ impl Collectives {
     ) -> Result<Algorithm, CollError> {
         let n = self.ranks();
         let checked = self.args(stream).and_then(|args| {
-            let total = args.bytes(count, dtype, n).map_err(|d| self.invalid(d))?;
-            let in_place = args.all_to_all_in_place(send, recv, total).map_err(|d| self.invalid(d))?;
+            let total = args.bytes(count, dtype, n).map_err(|source| self.refused(source))?;
+            let in_place = args.all_to_all_in_place(send, recv, total).map_err(|source| self.refused(source))?;
             Ok((args, total, in_place))
         });
         let call = || {
@@ -800,13 +804,15 @@ impl Collectives {
         // Every rank has the same count: the same pick.
         let algorithm = self.choose(Collective::AllToAll, total, dtype, ReduceOp::Sum, |_| 0)?;
         if let Algorithm::Plan(id) = algorithm {
-            args.all_to_all(send, recv, count, dtype).map_err(|d| self.invalid(d))?;
+            args.all_to_all(send, recv, count, dtype).map_err(|source| self.refused(source))?;
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send, recv, count * n, dtype, ReduceOp::Sum, stream) };
         }
-        let (counts, displs) = args.even_blocks(count).map_err(|d| self.invalid(d))?;
+        let (counts, displs) = args.even_blocks(count, dtype).map_err(|source| self.refused(source))?;
         let (counts, displs) = (&counts[..n.min(counts.len())], &displs[..n.min(displs.len())]);
-        let plan = args.all_to_allv(send, counts, displs, recv, counts, displs, dtype).map_err(|d| self.invalid(d))?;
+        let plan = args
+            .all_to_allv(send, counts, displs, recv, counts, displs, dtype)
+            .map_err(|source| self.refused(source))?;
         // SAFETY: every plan buffer was checked above.
         unsafe { self.direct_transfers(algorithm, plan, stream) }
     }
@@ -887,7 +893,7 @@ impl Collectives {
     ) -> Result<Algorithm, CollError> {
         let checked = self.args(stream).and_then(|args| {
             args.all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype)
-                .map_err(|d| self.invalid(d))
+                .map_err(|source| self.refused(source))
         });
         let call = || {
             let bytes = |counts: &[usize]| -> Vec<u64> {
@@ -914,7 +920,7 @@ impl Collectives {
     /// work is done, and the peers must post the matching operations.
     pub(crate) unsafe fn raw_send_recv(&self, ops: &[P2pOp], stream: &Stream) -> Result<Algorithm, CollError> {
         // Every round is checked before any is launched, so a bad group enqueues nothing.
-        let in_place = self.args(stream)?.send_recv(ops).map_err(|d| self.invalid(d))?;
+        let in_place = self.args(stream)?.send_recv(ops).map_err(|source| self.refused(source))?;
         // A send from the buffer a receive of the group writes reads a staged copy instead.
         let staged_ops;
         let ops = if in_place.is_empty() {
@@ -1047,6 +1053,10 @@ impl Collectives {
         CollError::InvalidArgument { rank: self.comm.rank(), detail }
     }
 
+    fn refused(&self, source: ArgError) -> CollError {
+        CollError::Argument { rank: self.comm.rank(), source }
+    }
+
     /// The scalar (checked: of the call's type, and a device scalar in this GPU's memory) and
     /// the compiled operator of a call on `dtype` elements reducing with `reduction`.
     fn reduction(
@@ -1055,7 +1065,7 @@ impl Collectives {
         dtype: DataType,
         stream: &Stream,
     ) -> Result<(Option<Scalar>, ReduceOp), CollError> {
-        let scalar = reduction.scalar_for(dtype).map_err(|d| self.invalid(d))?;
+        let scalar = reduction.scalar_for(dtype).map_err(|source| self.refused(source))?;
         if let Some(Scalar::Device(ptr)) = scalar {
             let args = self.args(stream)?;
             (args.in_device)(ptr, dtype.size())

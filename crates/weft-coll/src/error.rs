@@ -12,6 +12,14 @@ pub enum CollError {
         /// What is wrong.
         detail: String,
     },
+    /// Arguments the call's checks refused; nothing was enqueued.
+    #[error("rank {rank}: invalid argument: {source}")]
+    Argument {
+        /// This rank.
+        rank: usize,
+        /// What is wrong.
+        source: crate::ArgError,
+    },
     /// A buffer of a typed call holds a number of elements the call cannot take.
     #[error("rank {rank}: {buffer} holds {actual} elements, {expected}")]
     Length {

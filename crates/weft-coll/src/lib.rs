@@ -53,6 +53,7 @@ mod typed;
 mod window;
 
 pub use algorithm::{Algorithm, Collective, CollectiveAlgorithms, Protocol};
+pub use args::ArgError;
 pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::{CollError, Expected};

@@ -5,6 +5,7 @@
 //! host synchronisation per call, so PreMulSum calls are capturable in CUDA graphs like any
 //! other, and a replay of a call with a device scalar reads the scalar's current value.
 
+use crate::args::ArgError;
 use weft_gpu::DevicePtr;
 use weft_types::{CollContext, DataType, ReduceOp};
 
@@ -22,9 +23,9 @@ pub enum Scalar {
 impl Scalar {
     /// The scalar whose bytes (one element of `dtype`, little-endian) are `bytes`: exactly
     /// `dtype.size()` of them.
-    pub fn from_bytes(dtype: DataType, bytes: &[u8]) -> Result<Self, String> {
+    pub fn from_bytes(dtype: DataType, bytes: &[u8]) -> Result<Self, ArgError> {
         if bytes.len() != dtype.size() {
-            return Err(format!("a {} scalar takes {} bytes, not {}", dtype.name(), dtype.size(), bytes.len()));
+            return Err(ArgError::ScalarBytes { dtype, bytes: bytes.len() });
         }
         let mut word = [0u8; 8];
         word[..bytes.len()].copy_from_slice(bytes);
@@ -73,17 +74,13 @@ impl Reduction {
 
     /// The scalar of a call on `dtype` elements, checked: `None` for operators without one; an
     /// error names a missing scalar or a type other than the call's.
-    pub(crate) fn scalar_for(self, dtype: DataType) -> Result<Option<Scalar>, String> {
+    pub(crate) fn scalar_for(self, dtype: DataType) -> Result<Option<Scalar>, ArgError> {
         match self {
-            Self::Op(ReduceOp::PreMulSum) => {
-                Err("premulsum needs its scalar: pass Reduction::PreMulSum, not ReduceOp::PreMulSum".into())
-            }
+            Self::Op(ReduceOp::PreMulSum) => Err(ArgError::MissingScalar),
             Self::Op(_) => Ok(None),
-            Self::PreMulSum { dtype: scalar_type, .. } if scalar_type != dtype => Err(format!(
-                "the premulsum scalar is {} but the call reduces {}: an operator's type must be the call's",
-                scalar_type.name(),
-                dtype.name()
-            )),
+            Self::PreMulSum { dtype: scalar, .. } if scalar != dtype => {
+                Err(ArgError::ScalarType { scalar, call: dtype })
+            }
             Self::PreMulSum { scalar, .. } => Ok(Some(scalar)),
         }
     }
@@ -113,7 +110,9 @@ mod tests {
                 assert_eq!(bits >> (8 * dtype.size()), 0, "{}", dtype.name());
             }
             assert_eq!(scalar.bytes(dtype).unwrap(), bytes, "{}", dtype.name());
-            assert!(Scalar::from_bytes(dtype, &[0; 9][..dtype.size() + 1]).unwrap_err().contains(dtype.name()));
+            assert!(
+                Scalar::from_bytes(dtype, &[0; 9][..dtype.size() + 1]).unwrap_err().to_string().contains(dtype.name())
+            );
         }
         assert_eq!(Scalar::from_bytes(DataType::F32, &0.5f32.to_le_bytes()), Ok(Scalar::Immediate(0x3f00_0000)));
         assert_eq!(Scalar::Device(0x1000).bytes(DataType::F32), None);
@@ -124,8 +123,12 @@ mod tests {
         let half = Reduction::PreMulSum { dtype: DataType::F16, scalar: Scalar::Immediate(0x3800) };
         assert_eq!(half.op(), ReduceOp::PreMulSum);
         assert_eq!(half.scalar_for(DataType::F16), Ok(Some(Scalar::Immediate(0x3800))));
-        assert!(half.scalar_for(DataType::F32).unwrap_err().contains("f16 but the call reduces f32"));
-        assert!(Reduction::from(ReduceOp::PreMulSum).scalar_for(DataType::F32).unwrap_err().contains("scalar"));
+        let wrong = half.scalar_for(DataType::F32).unwrap_err();
+        assert_eq!(wrong, ArgError::ScalarType { scalar: DataType::F16, call: DataType::F32 });
+        assert!(wrong.to_string().contains("f16 but the call reduces f32"));
+        let missing = Reduction::from(ReduceOp::PreMulSum).scalar_for(DataType::F32).unwrap_err();
+        assert_eq!(missing, ArgError::MissingScalar);
+        assert!(missing.to_string().contains("scalar"));
         assert_eq!(Reduction::from(ReduceOp::Avg).scalar_for(DataType::I8), Ok(None));
     }
 

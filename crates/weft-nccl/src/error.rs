@@ -117,7 +117,7 @@ impl From<weft_coll::CollError> for NcclError {
     fn from(e: weft_coll::CollError) -> Self {
         use weft_coll::CollError as C;
         match e {
-            C::InvalidArgument { .. } => Self::invalid_argument(e.to_string()),
+            C::InvalidArgument { .. } | C::Argument { .. } => Self::invalid_argument(e.to_string()),
             C::Unsupported { .. } | C::Mismatch { .. } => Self::invalid_usage(e.to_string()),
             C::Gpu { .. } => Self::new(Code::UnhandledCudaError, e.to_string()),
             C::Core(core) => core.into(),

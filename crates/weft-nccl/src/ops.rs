@@ -130,7 +130,7 @@ pub unsafe fn read_scalar(
             // SAFETY: `dtype.size()` readable bytes at `scalar` (caller contract); no alignment
             // is assumed.
             let bytes = unsafe { std::slice::from_raw_parts(scalar.cast::<u8>(), dtype.size()) };
-            Scalar::from_bytes(dtype, bytes).map_err(NcclError::invalid_argument)
+            Scalar::from_bytes(dtype, bytes).map_err(|e| NcclError::invalid_argument(e.to_string()))
         }
         ffi::ncclScalarDevice => Ok(Scalar::Device(scalar as u64)),
         other => Err(NcclError::invalid_argument(format!(

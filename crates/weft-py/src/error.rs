@@ -40,7 +40,7 @@ pub(crate) fn to_py(error: impl std::fmt::Display) -> PyErr {
 /// A Python exception for a collective's error: weft's refused arguments become
 /// `InvalidArgumentError`, everything else `WeftError`.
 pub(crate) fn coll_to_py(error: weft::coll::CollError) -> PyErr {
-    if let weft::coll::CollError::InvalidArgument { .. } = error {
+    if let weft::coll::CollError::InvalidArgument { .. } | weft::coll::CollError::Argument { .. } = error {
         return invalid_argument(error.to_string());
     }
     to_py(error)
