@@ -488,6 +488,11 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
                 Ok((Issue::Copy { dst, src, len, last: true }, len))
             }
             Op::Signal => Ok((Issue::Signal, 0)),
+            // The copy engine has no receiving proxy to order counter updates; the emulated NIC
+            // would need a host shadow of each counter, not built yet.
+            Op::Counter { .. } => {
+                Err(TransportError::Unsupported { transport: NAME, connection: conn.id, op: "a counter update" })
+            }
         }
     }
 
