@@ -109,7 +109,7 @@ impl Transport for ReorderCounters {
         let mut state = lock(&self.state);
         let Some(conn) = state.conns.get_mut(&connection) else { return Ok(0) };
         while let Some(entry) = conn.entries.front() {
-            if !entry.inner_end.is_some_and(|end| end <= inner_done) {
+            if entry.inner_end.is_none_or(|end| end > inner_done) {
                 break;
             }
             conn.completed = entry.end;
