@@ -1,8 +1,8 @@
 //! Transports: how a proxy moves a command's data and signals to a peer.
 //!
 //! Every transport implements [`Transport`]: [`Transport::submit`] queues a command's operations
-//! (a [`Op::Put`] and/or a [`Op::Signal`]) on a connection, in order and all or nothing, without
-//! blocking; [`Transport::completed`] says how many of the connection's operations the peer has
+//! (a [`Op::Put`] and/or a [`Op::Signal`], or a [`Op::Counter`] update where the transport
+//! carries them: TCP) on a connection, in order and all or nothing, without blocking; [`Transport::completed`] says how many of the connection's operations the peer has
 //! applied. The contract every transport keeps:
 //!
 //! - **A signal is applied only after every operation submitted before it on the same

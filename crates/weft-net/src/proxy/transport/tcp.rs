@@ -11,8 +11,10 @@
 //! return) when the receiver has acknowledged its last frame.
 //!
 //! **Receiver.** One thread per socket reads frames into the connection's reorder buffer and
-//! applies them strictly in sequence order through the [`Inbox`]: a signal is applied only after
-//! every frame before it, so after all the data it covers. After applying, it acknowledges the
+//! applies them strictly in sequence order through the [`Inbox`]: a signal or counter update is
+//! applied only after every frame before it, so after all the data it covers (a counter update
+//! then goes through the connection's counter stream, which orders updates by their own
+//! sequence numbers; while idle, the receiver checks that stream's gap timeout). After applying, it acknowledges the
 //! next expected sequence number on the socket the frame came from. A sequence number already
 //! applied or beyond the window, a write outside a memory, or a malformed frame is answered with
 //! an `Error` frame and the socket is closed.
