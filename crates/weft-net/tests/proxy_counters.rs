@@ -353,10 +353,11 @@ fn a_sending_proxy_stopped_mid_run_leaves_the_reader_an_error_naming_the_peer() 
         service.shutdown().unwrap();
         let stream = &w.checking.streams[0].1;
         let start = Instant::now();
-        let error = stream.wait(0, u64::MAX, Duration::from_millis(500)).unwrap_err();
+        // Counter COUNTERS is one no update of the stream touches: it never reaches 1.
+        let error = stream.wait(COUNTERS as u16, 1, Duration::from_millis(500)).unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(5));
         let CounterError::Timeout { peer, channel, applied, .. } = error else { panic!("{error}") };
         assert_eq!((peer, channel, applied), (SENDER, connection, 20));
-        assert!(error.to_string().contains("of peer 0 channel 1"), "{error}");
+        assert!(error.to_string().contains("counter 5 of peer 0 channel 1"), "{error}");
     });
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use weft_types::{CounterUpdate, TRANSFER_COUNTER_BITS};
 
-use super::immediate::{CounterImmediate, MAX_WINDOW};
+use super::immediate::CounterImmediate;
 use super::ordering::{Arrival, ImmediateOrder, OrderingError, StreamKey};
 use super::transport::{ConnectionId, MAX_CONNECTIONS, MemoryError};
 
@@ -254,12 +254,6 @@ impl InboundCounters {
         config: CounterConfig,
         store: Arc<dyn CounterStore>,
     ) -> Result<Arc<CounterStream>, CounterError> {
-        if !(1..=MAX_WINDOW).contains(&config.window) {
-            return Err(CounterError::Config {
-                connection,
-                detail: format!("window {} is outside 1..={MAX_WINDOW}", config.window),
-            });
-        }
         let stream = Arc::new(CounterStream::new(StreamKey { peer, channel: connection }, config, store)?);
         let mut streams = self.streams.write().unwrap_or_else(|p| p.into_inner());
         let slot = streams.get_mut(usize::from(connection)).ok_or_else(|| CounterError::Config {
@@ -377,7 +371,14 @@ mod tests {
         counters.expire(1, Instant::now()).unwrap();
         let store = Arc::new(HostCounters::default());
         let bad = CounterConfig { window: 33, ..CounterConfig::default() };
-        assert!(matches!(counters.register(1, 0, bad, store.clone()), Err(CounterError::Config { .. })));
+        assert_eq!(
+            counters.register(1, 0, bad, store.clone()).unwrap_err(),
+            CounterError::Ordering(OrderingError::Window { window: 33 })
+        );
+        assert!(matches!(
+            counters.register(1024, 0, CounterConfig::default(), store.clone()),
+            Err(CounterError::Config { .. })
+        ));
         let stream = counters.register(1, 4, CounterConfig::default(), store.clone()).unwrap();
         let e = wait_counter(&stream, 9, 1, Duration::from_millis(5), |c| store.load(c)).unwrap_err();
         assert!(e.to_string().contains("counter 9 of peer 4 channel 1"), "{e}");
