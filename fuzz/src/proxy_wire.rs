@@ -59,6 +59,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("signal", Frame::Signal { seq: 8 }),
         ("ack", Frame::Ack { next: 9 }),
         ("error", Frame::Error { message: "no connection 3".into() }),
+        ("counter", Frame::Counter { seq: 10, imm: 0x0005_0183 }),
     ];
     let mut seeds: Vec<_> = frames.iter().map(|(name, f)| (*name, f.encode())).collect();
     let fields = FifoCommandFields {

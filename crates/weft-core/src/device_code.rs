@@ -38,6 +38,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/collective.cuh", include_str!("../../../device/include/weft/collective.cuh")),
     ("weft/fifo.cuh", include_str!("../../../device/include/weft/fifo.cuh")),
     ("weft/port_channel.cuh", include_str!("../../../device/include/weft/port_channel.cuh")),
+    ("weft/transfer.cuh", include_str!("../../../device/include/weft/transfer.cuh")),
     ("weft/lsa.cuh", include_str!("../../../device/include/weft/lsa.cuh")),
     ("weft/gin.cuh", include_str!("../../../device/include/weft/gin.cuh")),
     ("weft/ep/buffer.cuh", include_str!("../../../device/include/weft/ep/buffer.cuh")),
@@ -287,6 +288,64 @@ extern "C" __global__ void weft_fifo_probe(weft::FifoDeviceHandle fifo, uint64_t
 }
 "#;
     KernelSource { name: "fifo_probe.cu".into(), text: text.into(), headers: public_headers() }
+}
+
+/// A compile-only translation unit checking the device's transfer encoders
+/// (`device/include/weft/transfer.cuh`) against the host's: a `static_assert` per sample that
+/// the constexpr encoder makes exactly the words `weft_types::TransferCmd::encode` makes (numbers
+/// taken from Rust at run time), and a kernel instantiating `transfer_push`. Nothing launches it.
+pub fn transfer_probe_source() -> KernelSource {
+    use weft_types::{CounterUpdate, Transfer, TransferCmd};
+    let samples: [(Transfer, String); 6] = [
+        (
+            Transfer::Write { connection: 1023, src_offset: u32::MAX, dst_offset: 7, len: (1 << 31) - 1 },
+            "transfer_write(1023, 0xffffffffu, 7, 0x7fffffffu)".into(),
+        ),
+        (
+            Transfer::Write { connection: 3, src_offset: 16, dst_offset: 32, len: 4096 },
+            "transfer_write(3, 16, 32, 4096)".into(),
+        ),
+        (
+            Transfer::Counter { connection: 513, counter: 511, update: CounterUpdate::Add(-2) },
+            "transfer_counter_add(513, 511, static_cast<int16_t>(-2))".into(),
+        ),
+        (
+            Transfer::Counter { connection: 0, counter: 9, update: CounterUpdate::Add(i16::MAX) },
+            "transfer_counter_add(0, 9, static_cast<int16_t>(32767))".into(),
+        ),
+        (
+            Transfer::Counter { connection: 7, counter: 0, update: CounterUpdate::Set(u16::MAX) },
+            "transfer_counter_set(7, 0, static_cast<uint16_t>(65535))".into(),
+        ),
+        (Transfer::Quiet { connection: 42 }, "transfer_quiet(42)".into()),
+    ];
+    let mut text = String::from("#include \"weft/transfer.cuh\"\nnamespace weft {\n");
+    for (transfer, call) in samples {
+        // The samples are within their fields' widths.
+        let Ok(cmd) = TransferCmd::encode(transfer) else { continue };
+        for (field, value) in [("len", cmd.len), ("src", cmd.src), ("dst", cmd.dst), ("control", cmd.control)] {
+            text.push_str(&format!(
+                "static_assert({call}.{field} == {value}u, \"rust: {call}.{field} == {value}\");\n"
+            ));
+        }
+        let fifo = cmd.to_fifo_command();
+        text.push_str(&format!(
+            "static_assert(transfer_fifo_command({call}).fst == {}ull && transfer_fifo_command({call}).snd == {}ull, \"rust: the FIFO words of {call}\");\n",
+            fifo.fst, fifo.snd
+        ));
+    }
+    text.push_str(
+        r#"}  // namespace weft
+extern "C" __global__ void weft_transfer_probe(weft::FifoDeviceHandle fifo, uint64_t* out) {
+  if (threadIdx.x != 0) return;
+  uint64_t pos = 0;
+  const bool pushed = weft::transfer_push(fifo, weft::transfer_counter_add(1, 2, -3), &pos) &&
+                      weft::transfer_push(fifo, weft::transfer_quiet(1), &pos) && weft::fifo_sync(fifo, pos);
+  out[0] = pushed ? pos : ~0ull;
+}
+"#,
+    );
+    KernelSource { name: "transfer_probe.cu".into(), text, headers: public_headers() }
 }
 
 fn public_headers() -> Vec<(String, String)> {

@@ -1,5 +1,5 @@
-//! NVRTC compiles weft-core's kernels (the test kernels of `device/tests/`), the layout probe
-//! and the FIFO probe for sm_90, without a GPU. When NVRTC is missing the tests say so and pass,
+//! NVRTC compiles weft-core's kernels (the test kernels of `device/tests/`), the layout probe,
+//! the FIFO probe and the transfer probe for sm_90, without a GPU. When NVRTC is missing the tests say so and pass,
 //! unless `WEFT_REQUIRE_NVRTC=1` (set by scripts/test.sh, which installs the NVRTC wheels): then
 //! a missing NVRTC fails them.
 
@@ -42,6 +42,25 @@ fn the_fifo_device_functions_compile_for_sm_90() {
     let compiled = weft_gpu::compile(&device_code::fifo_probe_source(), &options, &dir)
         .unwrap_or_else(|e| panic!("fifo probe: {e}"));
     assert!(compiled.cubin.starts_with(b"\x7fELF"));
+}
+
+#[test]
+fn the_transfer_encoders_compile_for_sm_90_and_match_the_host_encoding() {
+    let Some(_) = library() else { return };
+    let options = weft_gpu::CompileOptions { arch: "sm_90".into(), extra: vec![] };
+    let dir = std::env::temp_dir().join(format!("weft-nvrtc-transfer-{}", std::process::id()));
+    let probe = device_code::transfer_probe_source();
+    assert!(probe.text.matches("static_assert").count() >= 30, "{}", probe.text);
+    let compiled = weft_gpu::compile(&probe, &options, &dir).unwrap_or_else(|e| panic!("transfer probe: {e}"));
+    assert!(compiled.cubin.starts_with(b"\x7fELF"));
+    // The assertions bite: a control word off by one fails the compile.
+    let mut wrong = device_code::transfer_probe_source();
+    let at = wrong.text.find(".control == ").unwrap() + ".control == ".len();
+    let end = at + wrong.text[at..].find('u').unwrap();
+    let value: u64 = wrong.text[at..end].parse().unwrap();
+    wrong.text.replace_range(at..end, &(value + 1).to_string());
+    let err = weft_gpu::compile(&wrong, &options, &dir).unwrap_err().to_string();
+    assert!(err.contains("rust: transfer_write(1023"), "{err}");
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! cap, its chaos (`CopyEngineConfig::chaos`: operations delivered out of order, signals still
 //! after their data, flushes after everything, under several seeds), a stalled engine (a
 //! timeout naming the peer, writers released), shutdown right after the pushes (drained, or
-//! abandoned at the deadline) and bad memory indices. Every test runs under a deadline.
+//! abandoned at the deadline), bad memory indices, and `TransferCmd` counter updates in order and
+//! under chaos (after their writes, in the sender's order). Every test runs under a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
@@ -14,13 +15,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_core::LinkModel;
-use weft_net::fifo::{FifoError, FifoMemory, FifoWriter, HostFifo};
+use weft_net::fifo::{FifoError, FifoMemory, FifoReader, FifoWriter, HostFifo};
+use weft_net::proxy::counters::COUNTERS_PER_STREAM;
 use weft_net::proxy::transport::ce::{CopyEngineConfig, CopyEngineTransport, KeepAlive, PACED_PIECE, PeerLink};
 use weft_net::proxy::transport::sim::{HostAddressSpace, HostCopyQueue};
 use weft_net::proxy::{
-    HostMemory, Memory, Op, ProxyConfig, ProxyError, ProxyService, ShutdownReport, Submitted, Transport, TransportError,
+    HostMemory, Memory, Op, ProxyConfig, ProxyError, ProxyService, ShutdownReport, Submitted, TransferConfig,
+    TransferHandler, TransferLink, Transport, TransportError,
 };
-use weft_types::{FifoCommand, FifoCommandFields, FifoOp};
+use weft_types::{CounterUpdate, FifoCommand, FifoCommandFields, FifoOp, TRANSFER_FIFO_OP, Transfer, TransferCmd};
 
 fn command(op: FifoOp, dst_memory: u8, src_offset: u32, dst_offset: u32, size: u32) -> FifoCommand {
     FifoCommand::encode(FifoCommandFields {
@@ -444,5 +447,86 @@ fn a_busy_connection_shares_markers_and_an_idle_one_still_completes_each_command
         transport.submit(0, &[put(0), Op::Signal]).unwrap();
         await_completed(130);
         assert_eq!(space.load_u64(token).unwrap(), 65);
+    });
+}
+
+/// Counter updates of `TransferCmd`s over the copy engine, in order and under the emulated
+/// NIC's chaos: update `k` follows write `k`; even updates set counter 1 to `k / 2 + 1`, odd ones
+/// add 1 to counter 0. A reader spinning on the counters must see both only grow and every
+/// write an applied update announces in place; the final values are exact.
+#[test]
+fn counter_updates_land_after_their_writes_and_in_order_even_under_chaos() {
+    within(60, || {
+        const N: usize = 64;
+        const CHUNK: usize = 1024;
+        for chaos in CHAOS {
+            let model = Some(LinkModel::new(300.0, None));
+            let config = CopyEngineConfig { link: model, chaos, ..Default::default() };
+            let space = HostAddressSpace::new();
+            let (src_addr, src) = space.alloc(N * CHUNK);
+            let (dst_addr, dst) = space.alloc(N * CHUNK);
+            let (token, _) = space.alloc(8);
+            let (counters, _) = space.alloc(8 * COUNTERS_PER_STREAM);
+            let transport = Arc::new(CopyEngineTransport::new(config).unwrap());
+            transport.register_local(src_addr, (N * CHUNK) as u64, src.clone()).unwrap();
+            let queue = HostCopyQueue::new(space.clone(), Duration::ZERO);
+            let remote = vec![(3, dst_addr, (N * CHUNK) as u64)];
+            transport.connect(0, link("rank 1", queue, token, remote, dst.clone(), true)).unwrap();
+            let bare = Op::Counter { imm: 0 };
+            let refused = transport.submit(0, &[bare]).unwrap_err();
+            assert!(matches!(refused, TransportError::Unsupported { connection: 0, .. }), "{refused}");
+            transport.connect_counters(0, counters).unwrap();
+            assert!(transport.connect_counters(0, counters).is_err(), "counters are set once");
+
+            let handler = Arc::new(TransferHandler::new(0, transport.clone(), TransferConfig::default()).unwrap());
+            handler.connect(0, TransferLink { peer: 1, src_memory: 0, dst_memory: 3 }).unwrap();
+            let fifo = HostFifo::new(1024).unwrap();
+            let service = ProxyService::builder(ProxyConfig::default())
+                .handler(TRANSFER_FIFO_OP as u8, handler)
+                .unwrap()
+                .fifo(FifoReader::new(fifo.clone()).unwrap())
+                .start()
+                .unwrap();
+            let writer = FifoWriter::new(fifo.clone(), Some(Duration::from_secs(10)));
+            let transfer = |t: Transfer| TransferCmd::encode(t).unwrap().to_fifo_command();
+            for k in 0..N {
+                src.write(k * CHUNK, &pattern(k, CHUNK)).unwrap();
+                let off = (k * CHUNK) as u32;
+                writer
+                    .push(transfer(Transfer::Write {
+                        connection: 0,
+                        src_offset: off,
+                        dst_offset: off,
+                        len: CHUNK as u32,
+                    }))
+                    .unwrap();
+                let (counter, update) =
+                    if k % 2 == 0 { (1, CounterUpdate::Set((k / 2 + 1) as u16)) } else { (0, CounterUpdate::Add(1)) };
+                writer.push(transfer(Transfer::Counter { connection: 0, counter, update })).unwrap();
+            }
+            let start = Instant::now();
+            let (mut adds, mut sets) = (0, 0);
+            while adds < N / 2 || sets < N / 2 {
+                assert!(start.elapsed() < Duration::from_secs(10), "{chaos:?}: counters stuck at {adds}, {sets}");
+                let a = space.load_u64(counters).unwrap() as usize;
+                let s = space.load_u64(counters + 8).unwrap() as usize;
+                assert!(
+                    a >= adds && s >= sets && a <= N / 2 && s <= N / 2,
+                    "{chaos:?}: ({adds}, {sets}) then ({a}, {s})"
+                );
+                // Counter 0 at `a`: update 2a - 1 applied; counter 1 at `s`: update 2s - 2.
+                let applied = (2 * a).max((2 * s).saturating_sub(1));
+                for k in 0..applied {
+                    let mut got = vec![0; CHUNK];
+                    dst.read(k * CHUNK, &mut got).unwrap();
+                    assert_eq!(got, pattern(k, CHUNK), "{chaos:?}: an update after write {k} landed before it");
+                }
+                (adds, sets) = (a, s);
+            }
+            let quiet = writer.push(transfer(Transfer::Quiet { connection: 0 })).unwrap();
+            writer.sync(quiet).unwrap();
+            assert_eq!(transport.completed(0).unwrap(), 2 * N as u64);
+            assert_eq!(service.shutdown().unwrap().executed, 2 * N as u64 + 1);
+        }
     });
 }

@@ -8,4 +8,5 @@
 #include "weft/packet.cuh"
 #include "weft/port_channel.cuh"
 #include "weft/semaphore.cuh"
+#include "weft/transfer.cuh"
 #include "weft/wait.cuh"

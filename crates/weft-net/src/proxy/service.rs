@@ -80,7 +80,7 @@ impl Pending {
         Self(Box::new(check))
     }
 
-    fn poll(&mut self) -> Result<bool, ProxyError> {
+    pub(crate) fn poll(&mut self) -> Result<bool, ProxyError> {
         (self.0)()
     }
 }
@@ -204,6 +204,41 @@ impl TransportHandler {
     }
 }
 
+impl TransportHandler {
+    /// Submits `ops` on `connection`: `None` when the transport is out of credit (nothing was
+    /// queued), else the end ticket of the operations (the connection's submitted count when
+    /// `ops` is empty).
+    pub(crate) fn submit(&self, connection: ConnectionId, ops: &[Op]) -> Result<Option<u64>, ProxyError> {
+        if ops.is_empty() {
+            return Ok(Some(self.transport.submitted(connection)?));
+        }
+        Ok(match self.transport.submit(connection, ops)? {
+            Submitted::Full => None,
+            Submitted::Accepted { last } => Some(last + 1),
+        })
+    }
+
+    /// What becomes of a command whose operations on `connection` end at ticket `end`: without
+    /// `flush` it is done (its end kept until the transport completes it, for the drain); with
+    /// `flush` it is pending until every operation of the connection before `end` is applied.
+    pub(crate) fn finish(&self, connection: ConnectionId, end: u64, flush: bool) -> Result<Handled, ProxyError> {
+        if !flush {
+            self.record(connection, end);
+            return Ok(Handled::Done);
+        }
+        if self.transport.completed(connection)? >= end {
+            return Ok(Handled::Done);
+        }
+        let transport = self.transport.clone();
+        Ok(Handled::Pending(Pending::new(move || Ok(transport.completed(connection)? >= end))))
+    }
+
+    /// The transport.
+    pub(crate) fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
+}
+
 impl CommandHandler for TransportHandler {
     fn handle(&self, command: &FifoCommand) -> Result<Handled, ProxyError> {
         let f = command.fields();
@@ -221,24 +256,10 @@ impl CommandHandler for TransportHandler {
         if op & FifoOp::Signal as u32 != 0 {
             ops.push(Op::Signal);
         }
-        let connection = f.connection;
-        let target = if ops.is_empty() {
-            self.transport.submitted(connection)?
-        } else {
-            match self.transport.submit(connection, &ops)? {
-                Submitted::Full => return Ok(Handled::Backpressure),
-                Submitted::Accepted { last } => last + 1,
-            }
-        };
-        if op & FifoOp::Flush as u32 == 0 {
-            self.record(connection, target);
-            return Ok(Handled::Done);
+        match self.submit(f.connection, &ops)? {
+            None => Ok(Handled::Backpressure),
+            Some(end) => self.finish(f.connection, end, op & FifoOp::Flush as u32 != 0),
         }
-        if self.transport.completed(connection)? >= target {
-            return Ok(Handled::Done);
-        }
-        let transport = self.transport.clone();
-        Ok(Handled::Pending(Pending::new(move || Ok(transport.completed(connection)? >= target))))
     }
 
     fn progress(&self) -> Result<(), ProxyError> {

@@ -14,6 +14,15 @@
 //! connection, so it counts the connection's signals and stores the new total: the token stays
 //! monotonic, as device semaphores require.
 //!
+//! **Counter updates** ([`Op::Counter`], on a connection given counters with
+//! [`CopyEngineTransport::connect_counters`]). There is no receiving proxy: the sender's proxy
+//! is the only writer of the connection's counters, keeps a shadow of them, applies each update
+//! to the shadow when it issues it and stores the counter's new value with one 64-bit store, on
+//! the queue after the copies before it. Updates are issued in their connection's order (the
+//! queue's order; under chaos each waits for the fence like a signal, so for every earlier
+//! update and put), so the shadow, and every value a reader sees, follows the sender's order.
+//! The update's sequence number is not needed here: it orders arrivals at a receiving proxy.
+//!
 //! **Emulated NIC.** A connection created with `paced = true` (a peer in another virtual node,
 //! with `WEFT_EMU_NET_LATENCY_US` / `WEFT_EMU_NET_GBPS` set) holds each operation back until the
 //! transport's [`Pacer`] releases it: one link per transport (per GPU), α per message and
@@ -42,15 +51,18 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use weft_core::LinkModel;
+use weft_types::CounterUpdate;
 
 use super::fence::Fence;
 use super::pacing::{Held, Pacer};
 use super::{ConnectionId, MAX_CONNECTIONS, MemoryError, Op, Submitted, Transport, TransportError};
+use crate::proxy::counters::COUNTERS_PER_STREAM;
 use crate::proxy::flow::FlowControl;
+use crate::proxy::immediate::CounterImmediate;
 
 const NAME: &str = "copy-engine";
 /// Operations of a busy connection one marker covers at most (see `submit`).
@@ -189,6 +201,8 @@ struct Conn<Q: CopyQueue> {
     remote: Ranges,
     /// Address of the peer's inbound token of this connection, as this queue addresses it.
     token: u64,
+    /// Address of the connection's counters at the peer (`COUNTERS_PER_STREAM` words), once set.
+    counters: OnceLock<u64>,
     paced: bool,
     state: Mutex<ConnState<Q::Marker>>,
     submitted: AtomicU64,
@@ -197,8 +211,8 @@ struct Conn<Q: CopyQueue> {
 }
 
 struct ConnState<M> {
-    /// Signals issued so far (the value the token was last set to).
-    signals: u64,
+    /// What the connection's stores last wrote: the token and the counters.
+    stores: Stores,
     /// Operations issued on the queue so far (issue positions; the tickets' order unless chaos
     /// reorders the paced ones).
     issued: u64,
@@ -223,6 +237,20 @@ enum Issue {
         last: bool,
     },
     Signal,
+    /// A counter update, already decoded.
+    Counter {
+        counter: u16,
+        update: CounterUpdate,
+    },
+}
+
+/// The values a connection's 64-bit stores wrote last (the proxy is their only writer).
+#[derive(Debug, Default)]
+struct Stores {
+    /// Signals issued so far (the value the token was last set to).
+    signals: u64,
+    /// The counters after the updates issued so far; empty until the first one.
+    counters: Vec<u64>,
 }
 
 impl Issue {
@@ -231,11 +259,11 @@ impl Issue {
     fn pieces(self, piece: u64) -> impl Iterator<Item = (Issue, u64)> {
         let (dst, src, len) = match self {
             Issue::Copy { dst, src, len, .. } => (dst, src, len),
-            Issue::Signal => (0, 0, 0),
+            Issue::Signal | Issue::Counter { .. } => (0, 0, 0),
         };
         let count = if len == 0 { 1 } else { len.div_ceil(piece.max(1)) };
         (0..count).map(move |i| match self {
-            Issue::Signal => (Issue::Signal, 0),
+            Issue::Signal | Issue::Counter { .. } => (self, 0),
             Issue::Copy { .. } => {
                 let offset = i * piece;
                 let bytes = piece.min(len - offset);
@@ -275,14 +303,26 @@ impl<Q: CopyQueue> Conn<Q> {
         self.fail(TransportError::Device { transport: NAME, connection: self.id, peer: self.peer.clone(), detail })
     }
 
-    /// Enqueues `issue` on the queue; `issued` and `signals` are the connection's counts (a
-    /// leading piece of a put counts for nothing: its last piece completes the operation).
-    fn issue(&self, issued: &mut u64, signals: &mut u64, issue: Issue) -> Result<(), TransportError> {
+    /// Enqueues `issue` on the queue; `issued` and `stores` are the connection's counts and
+    /// stored values (a leading piece of a put counts for nothing: its last piece completes the
+    /// operation).
+    fn issue(&self, issued: &mut u64, stores: &mut Stores, issue: Issue) -> Result<(), TransportError> {
         let done = match issue {
             Issue::Copy { dst, src, len, .. } => self.queue.copy(dst, src, len),
             Issue::Signal => {
-                *signals += 1;
-                self.queue.write_value(self.token, *signals)
+                stores.signals += 1;
+                self.queue.write_value(self.token, stores.signals)
+            }
+            Issue::Counter { counter, update } => {
+                // `resolve` admits counter updates only on a connection with counters.
+                let base = self.counters.get().copied().ok_or_else(|| self.no_counters())?;
+                if stores.counters.is_empty() {
+                    stores.counters = vec![0; COUNTERS_PER_STREAM];
+                }
+                // The counter index has TRANSFER_COUNTER_BITS bits: inside the shadow.
+                let value = &mut stores.counters[usize::from(counter)];
+                *value = update.apply(*value);
+                self.queue.write_value(base + 8 * u64::from(counter), *value)
             }
         };
         done.map_err(|detail| self.device_error(detail))?;
@@ -290,6 +330,14 @@ impl<Q: CopyQueue> Conn<Q> {
             *issued += 1;
         }
         Ok(())
+    }
+
+    fn no_counters(&self) -> TransportError {
+        TransportError::Unsupported {
+            transport: NAME,
+            connection: self.id,
+            op: "a counter update on a connection without counters (connect_counters)",
+        }
     }
 
     /// Places a marker covering issue positions below `end`.
@@ -306,8 +354,8 @@ impl<Q: CopyQueue> Conn<Q> {
     /// among them once their fence clears them).
     fn release_due(&self, state: &mut ConnState<Q::Marker>, now: Instant) -> Result<(), TransportError> {
         let before = state.issued;
-        let ConnState { held, issued, signals, .. } = state;
-        held.release(now, |_, issue| self.issue(issued, signals, issue))?;
+        let ConnState { held, issued, stores, .. } = state;
+        held.release(now, |_, issue| self.issue(issued, stores, issue))?;
         // Leading pieces complete nothing: a marker only once an operation was issued whole.
         if state.issued > before {
             let end = state.issued;
@@ -425,9 +473,10 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
             queue,
             remote: ranges,
             token,
+            counters: OnceLock::new(),
             paced,
             state: Mutex::new(ConnState {
-                signals: 0,
+                stores: Stores::default(),
                 issued: 0,
                 reached: 0,
                 held: if chaotic { Held::reordered(Fence::new()) } else { Held::in_order() },
@@ -445,6 +494,17 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
         }
         *slot = Some(Arc::new(conn));
         Ok(())
+    }
+
+    /// Gives connection `id` counters: `COUNTERS_PER_STREAM` 8-byte words at `addr` (as its
+    /// queue addresses them) at the peer, which counter updates store to. Once per connection.
+    pub fn connect_counters(&self, id: ConnectionId, addr: u64) -> Result<(), TransportError> {
+        let conn = self.conn(id)?;
+        let err = |detail: String| TransportError::Connect { transport: NAME, peer: conn.peer.clone(), detail };
+        if !addr.is_multiple_of(8) {
+            return Err(err(format!("counters address {addr:#x} is not 8-byte aligned")));
+        }
+        conn.counters.set(addr).map_err(|_| err(format!("connection {id} already has counters")))
     }
 
     /// Calls `f` with the queue of every connection (to wait for them at shutdown).
@@ -488,6 +548,13 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
                 Ok((Issue::Copy { dst, src, len, last: true }, len))
             }
             Op::Signal => Ok((Issue::Signal, 0)),
+            Op::Counter { imm } => {
+                if conn.counters.get().is_none() {
+                    return Err(conn.no_counters());
+                }
+                let CounterImmediate { counter, update, .. } = CounterImmediate::decode(imm);
+                Ok((Issue::Counter { counter, update }, 0))
+            }
         }
     }
 
@@ -543,16 +610,17 @@ impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
                 for (ticket, (issue, _)) in (first..).zip(resolved) {
                     for (part, bytes) in issue.pieces(piece) {
                         let at = pacer.schedule(now, bytes);
-                        state.held.push(at, ticket, part, part == Issue::Signal);
+                        // Signals and counter updates wait for the fence under chaos.
+                        state.held.push(at, ticket, part, !matches!(part, Issue::Copy { .. }));
                     }
                 }
                 drop(pacer);
                 conn.release_due(&mut state, now)?;
             }
             _ => {
-                let ConnState { issued, signals, .. } = &mut *state;
+                let ConnState { issued, stores, .. } = &mut *state;
                 for (issue, _) in resolved {
-                    conn.issue(issued, signals, issue)?;
+                    conn.issue(issued, stores, issue)?;
                 }
                 // A marker (an event record) per command costs the proxy thread a driver call
                 // each: mark when nothing else is outstanding (so an idle connection's command

@@ -13,7 +13,10 @@
 //! Bodies: `Hello` = connection `u16`, stream `u16`, streams `u16`, sender name (`u16` length +
 //! UTF-8, at most 256 bytes); `Put` = sequence `u64`, destination memory `u8`, destination
 //! offset `u64`, data (the rest); `Signal` = sequence `u64`; `Ack` = next expected sequence
-//! `u64`; `Error` = message (`u16` length + UTF-8).
+//! `u64`; `Error` = message (`u16` length + UTF-8); `Counter` = sequence `u64`, counter
+//! immediate `u32` ([`CounterImmediate`](crate::proxy::immediate::CounterImmediate)).
+//!
+//! Kinds: 1 `Hello`, 2 `Put`, 3 `Signal`, 4 `Ack`, 5 `Error`, 6 `Counter`.
 
 use weft_bootstrap::codec::{CodecError, Reader, Writer};
 
@@ -66,6 +69,13 @@ pub enum Frame {
         /// Why.
         message: String,
     },
+    /// A counter update for the receiver's counter stream of the connection.
+    Counter {
+        /// Per-connection sequence number (the frame's, not the immediate's).
+        seq: u64,
+        /// The 32-bit counter immediate.
+        imm: u32,
+    },
 }
 
 /// Why bytes are not a frame.
@@ -85,6 +95,8 @@ pub enum FrameError {
 
 /// Kind byte of a `Put` frame.
 pub const PUT_KIND: u8 = 2;
+/// Kind byte of a `Counter` frame (the highest kind).
+pub const COUNTER_KIND: u8 = 6;
 /// Bytes of a `Put` body before its data: sequence (8), memory (1), offset (8).
 pub const PUT_PREFIX_LEN: usize = 17;
 
@@ -128,6 +140,7 @@ impl Frame {
             Frame::Signal { .. } => 3,
             Frame::Ack { .. } => 4,
             Frame::Error { .. } => 5,
+            Frame::Counter { .. } => COUNTER_KIND,
         }
     }
 
@@ -150,6 +163,10 @@ impl Frame {
             Frame::Signal { seq } => body.put_u64(*seq),
             Frame::Ack { next } => body.put_u64(*next),
             Frame::Error { message } => put_text(&mut body, message),
+            Frame::Counter { seq, imm } => {
+                body.put_u64(*seq);
+                body.put_u32(*imm);
+            }
         }
         let body = body.into_inner();
         let mut out = Vec::with_capacity(HEADER_LEN + body.len());
@@ -167,6 +184,7 @@ impl Frame {
             3 => Frame::Signal { seq: r.u64()? },
             4 => Frame::Ack { next: r.u64()? },
             5 => Frame::Error { message: text(&mut r)? },
+            COUNTER_KIND => Frame::Counter { seq: r.u64()?, imm: r.u32()? },
             _ => return Err(CodecError::UnknownKind { found: kind }.into()),
         };
         r.finish()?;
@@ -237,7 +255,7 @@ pub fn decode_header(h: &[u8; HEADER_LEN], limit: usize) -> Result<(u8, u64), Fr
         return Err(CodecError::UnsupportedVersion { found: version }.into());
     }
     let kind = r.u8()?;
-    if !(1..=5).contains(&kind) {
+    if !(1..=COUNTER_KIND).contains(&kind) {
         return Err(CodecError::UnknownKind { found: kind }.into());
     }
     let reserved = r.u16()?;
@@ -266,6 +284,7 @@ mod tests {
             any::<u64>().prop_map(|seq| Frame::Signal { seq }),
             any::<u64>().prop_map(|next| Frame::Ack { next }),
             "[ -~]{0,100}".prop_map(|message| Frame::Error { message }),
+            (any::<u64>(), any::<u32>()).prop_map(|(seq, imm)| Frame::Counter { seq, imm }),
         ]
     }
 

@@ -1,8 +1,8 @@
 //! Transports: how a proxy moves a command's data and signals to a peer.
 //!
 //! Every transport implements [`Transport`]: [`Transport::submit`] queues a command's operations
-//! (a [`Op::Put`] and/or a [`Op::Signal`]) on a connection, in order and all or nothing, without
-//! blocking; [`Transport::completed`] says how many of the connection's operations the peer has
+//! (a [`Op::Put`] and/or a [`Op::Signal`], or a [`Op::Counter`] update where the transport
+//! carries them: TCP, the copy engine) on a connection, in order and all or nothing, without blocking; [`Transport::completed`] says how many of the connection's operations the peer has
 //! applied. The contract every transport keeps:
 //!
 //! - **A signal is applied only after every operation submitted before it on the same
@@ -38,6 +38,7 @@ pub mod frame;
 #[cfg(feature = "ib")]
 pub mod ib;
 pub mod pacing;
+pub mod reorder;
 pub mod routed;
 pub mod sim;
 pub mod staged;
@@ -47,6 +48,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use super::counters::{CounterConfig, CounterError, CounterStream, HostCounters, InboundCounters, wait_counter};
+use super::ordering::Arrival;
 
 /// Index of a connection within one proxy (fits the command's 10-bit field).
 pub type ConnectionId = u16;
@@ -191,27 +195,60 @@ impl MemoryTable {
     }
 }
 
-/// Where a receiver applies what peers send: writes into its memories and signals of its
-/// connections' inbound semaphore tokens. Calls for one connection come in order.
+/// Where a receiver applies what peers send: writes into its memories, signals of its
+/// connections' inbound semaphore tokens and counter updates of its connections' counter
+/// streams. Calls for one connection come in order.
 pub trait Inbox: Send + Sync + fmt::Debug {
     /// Writes `data` at `offset` of memory `memory`.
     fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), MemoryError>;
     /// Increments the inbound token of `connection` (release: the writes before it are visible
     /// to whoever observes the new token value).
     fn signal(&self, connection: ConnectionId) -> Result<(), MemoryError>;
+    /// Takes the counter immediate `imm` ([`CounterImmediate`](super::immediate::CounterImmediate))
+    /// arrived on `connection` at `now`, through the connection's stream ordering
+    /// ([`counters`](super::counters)): applied with every held update it releases, or held.
+    /// An inbox without counters refuses it.
+    fn counter(&self, connection: ConnectionId, imm: u32, now: Instant) -> Result<Arrival, CounterError> {
+        let _ = (imm, now);
+        Err(CounterError::Unregistered { connection })
+    }
+    /// Checks at `now` whether a hole in `connection`'s counter stream outlived its timeout;
+    /// receivers call it while idle, so a gap that never fills is reported.
+    fn expire_counters(&self, connection: ConnectionId, now: Instant) -> Result<(), CounterError> {
+        let _ = (connection, now);
+        Ok(())
+    }
 }
 
-/// An [`Inbox`] over host memories and host `u64` tokens (one per connection).
+/// An [`Inbox`] over host memories, host `u64` tokens (one per connection) and host counters
+/// (per connection registered with [`HostInbox::register_counters`]).
 #[derive(Debug)]
 pub struct HostInbox {
     memories: MemoryTable,
     tokens: Box<[AtomicU64]>,
+    counters: InboundCounters,
 }
 
 impl HostInbox {
     /// An inbox applying writes into `memories`.
     pub fn new(memories: MemoryTable) -> Self {
-        Self { memories, tokens: (0..MAX_CONNECTIONS).map(|_| AtomicU64::new(0)).collect() }
+        Self {
+            memories,
+            tokens: (0..MAX_CONNECTIONS).map(|_| AtomicU64::new(0)).collect(),
+            counters: InboundCounters::default(),
+        }
+    }
+
+    /// Gives inbound `connection` (from rank `peer`) a stream of host counters.
+    pub fn register_counters(
+        &self,
+        connection: ConnectionId,
+        peer: u32,
+        config: CounterConfig,
+    ) -> Result<HostCounterStream, CounterError> {
+        let values = Arc::new(HostCounters::default());
+        let stream = self.counters.register(connection, peer, config, values.clone())?;
+        Ok(HostCounterStream { stream, values })
     }
 
     /// The inbound token of `connection` (acquire).
@@ -248,6 +285,36 @@ impl Inbox for HostInbox {
         }
         Ok(())
     }
+    fn counter(&self, connection: ConnectionId, imm: u32, now: Instant) -> Result<Arrival, CounterError> {
+        self.counters.arrive(connection, imm, now)
+    }
+    fn expire_counters(&self, connection: ConnectionId, now: Instant) -> Result<(), CounterError> {
+        self.counters.expire(connection, now)
+    }
+}
+
+/// The host counters of one inbound connection of a [`HostInbox`], as a reader sees them.
+#[derive(Clone, Debug)]
+pub struct HostCounterStream {
+    stream: Arc<CounterStream>,
+    values: Arc<HostCounters>,
+}
+
+impl HostCounterStream {
+    /// The value of `counter` (acquire).
+    pub fn load(&self, counter: u16) -> u64 {
+        self.values.load(counter)
+    }
+
+    /// Waits (bounded) until `counter` reaches `value`; see [`wait_counter`].
+    pub fn wait(&self, counter: u16, value: u64, timeout: Duration) -> Result<(), CounterError> {
+        wait_counter(&self.stream, counter, value, timeout, |c| self.values.load(c))
+    }
+
+    /// The stream: its ordering state, snapshots and failure.
+    pub fn stream(&self) -> &CounterStream {
+        &self.stream
+    }
 }
 
 /// One operation of a command.
@@ -269,6 +336,13 @@ pub enum Op {
     },
     /// Increment the peer's inbound token of this connection, after every earlier put.
     Signal,
+    /// Apply a counter update to the peer's counters of this connection, after every earlier
+    /// put: `imm` is a [`CounterImmediate`](super::immediate::CounterImmediate) stamped with the
+    /// connection's next counter sequence number; the receiver orders updates by it.
+    Counter {
+        /// The 32-bit immediate.
+        imm: u32,
+    },
 }
 
 /// What [`Transport::submit`] did.
@@ -367,6 +441,16 @@ pub enum TransportError {
         peer: String,
         /// The failing call and its error.
         detail: String,
+    },
+    /// The transport does not carry this kind of operation.
+    #[error("{transport}: connection {connection}: {op} is not supported on this transport")]
+    Unsupported {
+        /// Transport name.
+        transport: &'static str,
+        /// The connection.
+        connection: ConnectionId,
+        /// The operation.
+        op: &'static str,
     },
     /// The transport was shut down.
     #[error("{transport}: shut down")]

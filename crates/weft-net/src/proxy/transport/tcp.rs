@@ -11,8 +11,10 @@
 //! return) when the receiver has acknowledged its last frame.
 //!
 //! **Receiver.** One thread per socket reads frames into the connection's reorder buffer and
-//! applies them strictly in sequence order through the [`Inbox`]: a signal is applied only after
-//! every frame before it, so after all the data it covers. After applying, it acknowledges the
+//! applies them strictly in sequence order through the [`Inbox`]: a signal or counter update is
+//! applied only after every frame before it, so after all the data it covers (a counter update
+//! then goes through the connection's counter stream, which orders updates by their own
+//! sequence numbers; while idle, the receiver checks that stream's gap timeout). After applying, it acknowledges the
 //! next expected sequence number on the socket the frame came from. A sequence number already
 //! applied or beyond the window, a write outside a memory, or a malformed frame is answered with
 //! an `Error` frame and the socket is closed.
@@ -35,6 +37,7 @@ use rand::seq::SliceRandom;
 
 use super::frame::{Frame, FrameError, HEADER_LEN, PUT_KIND, PUT_PREFIX_LEN, decode_header};
 use super::{ConnectionId, Inbox, MAX_CONNECTIONS, MemoryError, MemoryTable, Op, Submitted, Transport, TransportError};
+use crate::proxy::counters::CounterError;
 use crate::proxy::flow::FlowControl;
 
 const NAME: &str = "tcp";
@@ -482,9 +485,13 @@ fn send_until_closed(shared: &Shared, conn: &OutConn) -> Result<(), TransportErr
                         }
                     }
                 }
-                Op::Signal => {
+                Op::Signal | Op::Counter { .. } => {
                     let seq = wait_window(shared, conn, &mut pending, &mut send)?;
-                    pending.push(Frame::Signal { seq }.encode());
+                    let frame = match op {
+                        Op::Counter { imm } => Frame::Counter { seq, imm },
+                        _ => Frame::Signal { seq },
+                    };
+                    pending.push(frame.encode());
                     if pending.len() >= group {
                         send(&mut pending)?;
                     }
@@ -573,7 +580,7 @@ fn complete_acked(shared: &Shared, conn: &OutConn, mut state: MutexGuard<'_, Out
 
 fn ack_loop(shared: &Shared, conn: &OutConn, mut stream: TcpStream) {
     loop {
-        let frame = match read_frame(shared, &mut stream, 1024) {
+        let frame = match read_frame(shared, &mut stream, 1024, &|| Ok(())) {
             Ok(Some(frame)) => frame,
             Ok(None) => {
                 if !shared.closing() {
@@ -639,17 +646,24 @@ enum WireError {
     /// A sequence number beyond the receive window.
     #[error("sequence {seq} is beyond the window (next {next}, window {window})")]
     BeyondWindow { seq: u64, next: u64, window: u64 },
-    /// A frame other than a put or signal where sequence numbers are expected.
-    #[error("only puts and signals carry sequence numbers")]
+    /// A frame other than a put, signal or counter where sequence numbers are expected.
+    #[error("only puts, signals and counters carry sequence numbers")]
     Unsequenced,
+    /// Applying a counter update failed (its stream's ordering or store).
+    #[error(transparent)]
+    Counter(#[from] CounterError),
     /// Applying a put or signal failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
 }
 
+/// What a reading thread does at each read timeout while it waits for bytes.
+type Idle<'a> = &'a dyn Fn() -> Result<(), WireError>;
+
 /// Reads exactly `buf.len()` bytes, riding out read timeouts (they only exist so the thread
-/// can notice shutdown). `Ok(false)`: clean end of stream before the first byte, or shutdown.
-fn read_full(shared: &Shared, stream: &mut TcpStream, buf: &mut [u8]) -> Result<bool, WireError> {
+/// can notice shutdown, and check `idle`). `Ok(false)`: clean end of stream before the first
+/// byte, or shutdown.
+fn read_full(shared: &Shared, stream: &mut TcpStream, buf: &mut [u8], idle: Idle<'_>) -> Result<bool, WireError> {
     let mut got = 0;
     while got < buf.len() {
         if shared.closing() {
@@ -659,7 +673,7 @@ fn read_full(shared: &Shared, stream: &mut TcpStream, buf: &mut [u8]) -> Result<
             Ok(0) if got == 0 => return Ok(false),
             Ok(0) => return Err(WireError::Truncated { got, len: buf.len() }),
             Ok(n) => got += n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => idle()?,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(WireError::Read(e)),
         }
@@ -668,9 +682,14 @@ fn read_full(shared: &Shared, stream: &mut TcpStream, buf: &mut [u8]) -> Result<
 }
 
 /// One frame, `None` at a clean end of stream or shutdown; errors describe what went wrong.
-fn read_frame(shared: &Shared, stream: &mut TcpStream, limit: usize) -> Result<Option<Frame>, WireError> {
+fn read_frame(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    limit: usize,
+    idle: Idle<'_>,
+) -> Result<Option<Frame>, WireError> {
     let mut header = [0u8; HEADER_LEN];
-    if !read_full(shared, stream, &mut header)? {
+    if !read_full(shared, stream, &mut header, idle)? {
         return Ok(None);
     }
     let (kind, len) = decode_header(&header, limit)?;
@@ -680,13 +699,13 @@ fn read_frame(shared: &Shared, stream: &mut TcpStream, limit: usize) -> Result<O
         // The data goes straight into a buffer of its own: no copy out of a whole body.
         let mut prefix = [0u8; PUT_PREFIX_LEN];
         let mut data = vec![0u8; len - PUT_PREFIX_LEN];
-        if !read_full(shared, stream, &mut prefix)? || !read_full(shared, stream, &mut data)? {
+        if !read_full(shared, stream, &mut prefix, idle)? || !read_full(shared, stream, &mut data, idle)? {
             return Ok(None);
         }
         return Ok(Some(Frame::decode_put(&prefix, data)));
     }
     let mut body = vec![0u8; len];
-    if !read_full(shared, stream, &mut body)? && len > 0 {
+    if !read_full(shared, stream, &mut body, idle)? && len > 0 {
         return Ok(None);
     }
     Ok(Some(Frame::decode_body(kind, &body)?))
@@ -729,6 +748,9 @@ impl InConn {
                     shared.inbox.write(dst_memory, dst_offset, &data)?;
                 }
                 Frame::Signal { .. } => shared.inbox.signal(self.id)?,
+                Frame::Counter { imm, .. } => {
+                    shared.inbox.counter(self.id, imm, Instant::now())?;
+                }
                 _ => return Err(WireError::Unsequenced),
             }
             state.next += 1;
@@ -769,7 +791,7 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
         lock(&shared.inbound_errors).push(format!("{addr}: {e}"));
         return;
     }
-    let (conn, peer) = match read_frame(shared, &mut stream, 1024) {
+    let (conn, peer) = match read_frame(shared, &mut stream, 1024, &|| Ok(())) {
         Ok(Some(Frame::Hello { connection, name, .. })) if usize::from(connection) < MAX_CONNECTIONS => {
             let mut inbound = lock(&shared.inbound);
             let conn = inbound
@@ -788,8 +810,10 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
             return;
         }
     };
+    // A hole in the connection's counter stream that never fills is found while waiting.
+    let expire = || Ok(shared.inbox.expire_counters(conn.id, Instant::now())?);
     loop {
-        let frame = match read_frame(shared, &mut stream, shared.frame_limit()) {
+        let frame = match read_frame(shared, &mut stream, shared.frame_limit(), &expire) {
             Ok(Some(frame)) => frame,
             // A clean close (the sender shut down) or our own shutdown.
             Ok(None) => return,
@@ -801,7 +825,7 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
             }
         };
         let seq = match frame {
-            Frame::Put { seq, .. } | Frame::Signal { seq } => seq,
+            Frame::Put { seq, .. } | Frame::Signal { seq } | Frame::Counter { seq, .. } => seq,
             other => {
                 refuse(shared, &mut stream, &peer, format!("unexpected frame {other:?} on a receiving socket"));
                 return;

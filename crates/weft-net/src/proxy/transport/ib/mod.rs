@@ -412,7 +412,8 @@ impl<V: Verbs> IbTransport<V> {
         conn: &IbConnection,
         ticket: u64,
         op: &Op,
-    ) -> Result<Writes, MemoryError> {
+    ) -> Result<Writes, TransportError> {
+        let memory = |source| TransportError::Memory { transport: NAME, connection, source };
         let first = WriteRequest {
             wr_id: wr_id(connection, ticket),
             local_addr: 0,
@@ -430,11 +431,15 @@ impl<V: Verbs> IbTransport<V> {
                     .read()
                     .unwrap_or_else(|p| p.into_inner())
                     .get(usize::from(src_memory))
-                    .ok_or(MemoryError::UnknownMemory { index: src_memory })?;
-                let r =
-                    conn.remote.get(usize::from(dst_memory)).ok_or(MemoryError::UnknownMemory { index: dst_memory })?;
-                super::check_range(src_memory, src_offset, len, l.len)?;
-                super::check_range(dst_memory, dst_offset, len, r.len)?;
+                    .ok_or(MemoryError::UnknownMemory { index: src_memory })
+                    .map_err(memory)?;
+                let r = conn
+                    .remote
+                    .get(usize::from(dst_memory))
+                    .ok_or(MemoryError::UnknownMemory { index: dst_memory })
+                    .map_err(memory)?;
+                super::check_range(src_memory, src_offset, len, l.len).map_err(memory)?;
+                super::check_range(dst_memory, dst_offset, len, r.len).map_err(memory)?;
                 let first = WriteRequest {
                     local_addr: l.addr + src_offset,
                     lkey: l.lkey,
@@ -447,6 +452,11 @@ impl<V: Verbs> IbTransport<V> {
             }
             Op::Signal => {
                 Ok(Writes { first: WriteRequest { imm: Some(u32::from(conn.remote_connection)), ..first }, part: 1 })
+            }
+            // A signal's immediate names its connection; counter immediates need a connection of
+            // their own, which this transport does not set up yet.
+            Op::Counter { .. } => {
+                Err(TransportError::Unsupported { transport: NAME, connection, op: "a counter update" })
             }
         }
     }
@@ -563,11 +573,7 @@ impl<V: Verbs> Transport for IbTransport<V> {
             // allocated on the proxy's path).
             let ticket = |i: usize| state.submitted + i as u64;
             for (i, op) in ops.iter().enumerate() {
-                self.writes(connection, &state.conn, ticket(i), op).map_err(|source| TransportError::Memory {
-                    transport: NAME,
-                    connection,
-                    source,
-                })?;
+                self.writes(connection, &state.conn, ticket(i), op)?;
             }
             if ops.is_empty() {
                 return Ok(Submitted::Accepted { last: state.submitted.wrapping_sub(1) });
@@ -579,9 +585,7 @@ impl<V: Verbs> Transport for IbTransport<V> {
                 state.last_progress = Instant::now();
             }
             for (i, op) in ops.iter().enumerate() {
-                let writes = self
-                    .writes(connection, &state.conn, state.submitted, op)
-                    .map_err(|source| TransportError::Memory { transport: NAME, connection, source })?;
+                let writes = self.writes(connection, &state.conn, state.submitted, op)?;
                 for k in 0..writes.count() {
                     if let Err(detail) = self.verbs.post_write(state.conn.qp, writes.part(k)) {
                         // Credits of the operations not wholly posted; the posted complete or flush.
