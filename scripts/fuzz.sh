@@ -15,7 +15,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(bootstrap_frame memory_descriptor plan_loader tuning_table proxy_wire)
+  targets=(bootstrap_frame memory_descriptor plan_loader tuning_table proxy_wire counter_order)
 fi
 
 bins=()

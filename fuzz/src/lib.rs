@@ -14,6 +14,7 @@
 
 pub mod bootstrap_frame;
 pub mod corpus;
+pub mod counter_order;
 pub mod memory_descriptor;
 pub mod plan_loader;
 pub mod proxy_wire;
@@ -32,10 +33,11 @@ pub struct Target {
 }
 
 /// Every target.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     Target { name: "bootstrap_frame", check: bootstrap_frame::check, seeds: bootstrap_frame::seeds },
     Target { name: "memory_descriptor", check: memory_descriptor::check, seeds: memory_descriptor::seeds },
     Target { name: "plan_loader", check: plan_loader::check, seeds: plan_loader::seeds },
     Target { name: "tuning_table", check: tuning_table::check, seeds: tuning_table::seeds },
     Target { name: "proxy_wire", check: proxy_wire::check, seeds: proxy_wire::seeds },
+    Target { name: "counter_order", check: counter_order::check, seeds: counter_order::seeds },
 ];
