@@ -40,9 +40,24 @@ pub struct SoakOptions {
     pub max_bytes: usize,
 }
 
+/// The longest soak (a year): a deadline further out than a clock can add is a panic.
+const MAX_MINUTES: f64 = 365.0 * 24.0 * 60.0;
+
 impl SoakOptions {
+    /// Refuses options no soak can run with.
+    fn check(&self) -> Result<(), BoxError> {
+        if !(self.minutes.is_finite() && (0.0..=MAX_MINUTES).contains(&self.minutes)) {
+            return Err(format!("--minutes {}: give a number of minutes from 0 to {MAX_MINUTES}", self.minutes).into());
+        }
+        if self.max_bytes == 0 {
+            return Err("--max-bytes: a call needs at least one byte".into());
+        }
+        Ok(())
+    }
+
+    /// How long to run (checked options: at most [`MAX_MINUTES`]).
     fn duration(&self) -> Duration {
-        Duration::from_secs_f64(self.minutes.max(0.0) * 60.0)
+        Duration::from_secs_f64(self.minutes.clamp(0.0, MAX_MINUTES) * 60.0)
     }
 }
 
@@ -69,9 +84,7 @@ type BoxError = Box<dyn std::error::Error>;
 
 /// Runs the soak and prints its summary; the exit code says whether every call was right.
 pub fn run(options: &SoakOptions, layout: &Layout) -> Result<ExitCode, BoxError> {
-    if options.max_bytes == 0 {
-        return Err("--max-bytes: a call needs at least one byte".into());
-    }
+    options.check()?;
     let available = Device::count().unwrap_or(0);
     if available == 0 {
         return cpu::run(options, layout.ranks.unwrap_or(4).max(1));
@@ -216,5 +229,23 @@ impl Progress {
                 tally.failures.len()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_no_soak_can_run_with_are_refused_before_anything_runs() {
+        let layout = Layout { gpus: None, ranks: Some(1), mode: Mode::Threads };
+        let options = SoakOptions { minutes: 0.0, seed: 1, only_call: Some(0), max_bytes: 4096 };
+        for minutes in [-1.0, f64::NAN, f64::INFINITY, MAX_MINUTES * 2.0, 1e300] {
+            let error = run(&SoakOptions { minutes, ..options.clone() }, &layout).unwrap_err().to_string();
+            assert!(error.starts_with("--minutes"), "{minutes}: {error}");
+        }
+        let error = run(&SoakOptions { max_bytes: 0, ..options.clone() }, &layout).unwrap_err().to_string();
+        assert!(error.starts_with("--max-bytes"), "{error}");
+        assert_eq!(SoakOptions { minutes: MAX_MINUTES, ..options }.duration().as_secs(), 365 * 24 * 3600);
     }
 }
