@@ -85,18 +85,18 @@ type BoxError = Box<dyn std::error::Error>;
 /// Runs the soak and prints its summary; the exit code says whether every call was right.
 pub fn run(options: &SoakOptions, layout: &Layout) -> Result<ExitCode, BoxError> {
     options.check()?;
+    if layout.ranks == Some(0) {
+        return Err("--ranks 0: a soak needs at least one rank".into());
+    }
     let available = Device::count().unwrap_or(0);
     if available == 0 {
-        return cpu::run(options, layout.ranks.unwrap_or(4).max(1));
+        return cpu::run(options, layout.ranks.unwrap_or(4));
     }
     let gpus = layout.gpus.unwrap_or(available);
     if gpus == 0 || gpus > available {
         return Err(format!("--gpus {gpus}: this machine has {available} GPU(s)").into());
     }
     let ranks = layout.ranks.unwrap_or(gpus);
-    if ranks == 0 {
-        return Err("--ranks 0: a soak needs at least one rank".into());
-    }
     let what = match options.only_call {
         Some(k) => format!("call #{k} of seed {}", options.seed),
         None => format!("{} minutes of random calls, seed {}", options.minutes, options.seed),
@@ -246,6 +246,9 @@ mod tests {
         }
         let error = run(&SoakOptions { max_bytes: 0, ..options.clone() }, &layout).unwrap_err().to_string();
         assert!(error.starts_with("--max-bytes"), "{error}");
+        // With or without a GPU (the CPU backend ran one rank instead).
+        let error = run(&options, &Layout { ranks: Some(0), ..layout }).unwrap_err().to_string();
+        assert!(error.starts_with("--ranks 0"), "{error}");
         assert_eq!(SoakOptions { minutes: MAX_MINUTES, ..options }.duration().as_secs(), 365 * 24 * 3600);
     }
 }
