@@ -139,12 +139,13 @@ fn apply(links: &LinkArgs, mut params: Params) -> Result<(Params, Vec<String>), 
     let mut given = Vec::new();
     let mut link = |link: &mut LinkModel, alpha: Option<f64>, beta: Option<f64>, name: &str| {
         if alpha.is_some() || beta.is_some() {
-            *link = LinkModel::new(alpha.unwrap_or(alpha_us(link)), beta.or(gbps(link)));
+            *link = weft_model::params::link(name, alpha.unwrap_or(alpha_us(link)), beta.or(gbps(link)))?;
             given.push(format!("{name} from the command line"));
         }
+        Ok::<(), weft_model::ModelError>(())
     };
-    link(&mut params.nvlink, links.nvlink_alpha_us, links.nvlink_gbps, "NVLink");
-    link(&mut params.net, links.net_alpha_us, links.net_gbps, "network");
+    link(&mut params.nvlink, links.nvlink_alpha_us, links.nvlink_gbps, "NVLink")?;
+    link(&mut params.net, links.net_alpha_us, links.net_gbps, "network")?;
     if let Some(us) = links.proxy_us {
         params.proxy_us = us;
         given.push("proxy cost from the command line".into());
@@ -463,5 +464,8 @@ mod tests {
         assert_eq!((alpha_us(&params.net), gbps(&params.net), params.ll_factor), (5.0, Some(50.0), 1.5));
         assert_eq!(given.len(), 2);
         assert!(apply(&LinkArgs { eta: Some(0.5), ..LinkArgs::default() }, default_params()).is_err());
+        // `--net-gbps 0` is refused, not read as an uncapped network.
+        let zero = apply(&LinkArgs { net_gbps: Some(0.0), ..LinkArgs::default() }, default_params());
+        assert!(zero.unwrap_err().to_string().contains("network β"));
     }
 }
