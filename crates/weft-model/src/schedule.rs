@@ -76,8 +76,8 @@ const DIRECT: Hops = Hops { proxy_within_node: false, wire_factor: 1.0 };
 /// PortChannels to every peer: the proxy posts every transfer.
 const PORT: Hops = Hops { proxy_within_node: true, wire_factor: 1.0 };
 
-/// Piece `i` of `k` near-equal pieces of `range`.
-pub fn piece(range: &Range<usize>, i: usize, k: usize) -> Range<usize> {
+/// Piece `i` of `k` (> 0) near-equal pieces of `range`.
+fn piece(range: &Range<usize>, i: usize, k: usize) -> Range<usize> {
     let len = range.len();
     range.start + len * i / k..range.start + len * (i + 1) / k
 }
