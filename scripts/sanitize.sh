@@ -6,6 +6,7 @@
 # each other), the families that run on one rank (collectives, executor, EP) run on one rank and
 # the others are reported as not run.
 #   scripts/sanitize.sh OUT_DIR        (WEFT, SANITIZER, SANITIZE_TOOLS, SANITIZE_TIMEOUT)
+#   scripts/sanitize.sh --check-verdicts   (no GPU: the verdicts of sample logs, as CI runs it)
 # Every (tool, family, ranks) gets one verdict line:
 #   CLEAN     the tool ran the self-test to its end: 0 sanitizer errors and `N passed, 0 failed`
 #   FINDINGS  the tool reported errors (the first ones follow; the log is in OUT_DIR)
@@ -16,8 +17,61 @@
 # Only CLEAN is a pass; the last line counts each verdict, and the exit code is 0 only when
 # every line is CLEAN.
 set -uo pipefail
+# verdict LOG RC: the verdict of one run from its log and exit status (see the header). A run
+# counts only if the self-test reached the GPU under the tool (its "running the suite" line):
+# a tool that hides the device leaves the self-test's CPU part passing on its own.
+verdict() {
+  local log="$1" rc="$2" summary
+  # memcheck, synccheck and initcheck end with `ERROR SUMMARY: N errors`; racecheck with
+  # `RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)`.
+  summary="$(grep -hE '(ERROR|RACECHECK) SUMMARY:' "$log" | tail -1)"
+  if [ -n "$summary" ] && ! grep -qE '(ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards)' <<< "$summary"; then
+    echo FINDINGS
+  elif ! grep -q '^running the suite with one process driving' "$log"; then
+    [ "$rc" -eq 124 ] && echo INCOMPLETE || echo REFUSED
+  elif [ -n "$summary" ] && [ "$rc" -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed' "$log"; then
+    echo CLEAN
+  else
+    echo INCOMPLETE
+  fi
+}
+
+# The verdicts of sample logs of each tool (what the tools print, trimmed): runs without a GPU.
+check_verdicts() {
+  local dir failed=0 case name rc text expected got
+  dir="$(mktemp -d)"
+  local suite='running the suite with one process driving 2 ranks on 1 GPU(s) from threads...'
+  local cases=(
+    "memcheck-clean|0|$suite\n12 passed, 0 failed\n========= ERROR SUMMARY: 0 errors|CLEAN"
+    "memcheck-findings|99|$suite\n========= Invalid __global__ read of size 4 bytes\n12 passed, 0 failed\n========= ERROR SUMMARY: 1 error|FINDINGS"
+    "racecheck-clean|0|$suite\n12 passed, 0 failed\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)|CLEAN"
+    "racecheck-findings|99|$suite\n========= Error: Race reported between Write access\n12 passed, 0 failed\n========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)|FINDINGS"
+    "racecheck-warnings|0|$suite\n12 passed, 0 failed\n========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)|FINDINGS"
+    "failed-test|1|$suite\n11 passed, 1 failed\n========= ERROR SUMMARY: 0 errors|INCOMPLETE"
+    "timed-out|124|$suite|INCOMPLETE"
+    "refused|0|no GPU here: the CPU part only\n3 passed, 0 failed\n========= ERROR SUMMARY: 0 errors|REFUSED"
+  )
+  for case in "${cases[@]}"; do
+    IFS='|' read -r name rc text expected <<< "$case"
+    printf '%b\n' "$text" > "$dir/$name.txt"
+    got="$(verdict "$dir/$name.txt" "$rc")"
+    if [ "$got" != "$expected" ]; then
+      echo "sanitize verdicts: $name is $got, expected $expected"
+      failed=1
+    fi
+  done
+  rm -rf "$dir"
+  [ "$failed" -eq 0 ] && echo "sanitize verdicts: ${#cases[@]} sample logs judged as expected"
+  return "$failed"
+}
+
+if [ "${1:-}" = --check-verdicts ]; then
+  check_verdicts
+  exit
+fi
 out="${1:?usage: scripts/sanitize.sh OUT_DIR}"
 mkdir -p "$out"
+
 weft="${WEFT:-target/release/weft}"
 sanitizer="${SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}"
 tools=(${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck})
@@ -38,23 +92,6 @@ if [ ! -x "$sanitizer" ]; then
   exit 1
 fi
 "$sanitizer" --version 2>&1 | tail -1
-
-# verdict LOG RC: the verdict of one run from its log and exit status (see the header). A run
-# counts only if the self-test reached the GPU under the tool (its "running the suite" line):
-# a tool that hides the device leaves the self-test's CPU part passing on its own.
-verdict() {
-  local log="$1" rc="$2" summary
-  summary="$(grep -h 'ERROR SUMMARY:' "$log" | tail -1)"
-  if [ -n "$summary" ] && ! grep -q 'ERROR SUMMARY: 0 errors' <<< "$summary"; then
-    echo FINDINGS
-  elif ! grep -q '^running the suite with one process driving' "$log"; then
-    [ "$rc" -eq 124 ] && echo INCOMPLETE || echo REFUSED
-  elif [ -n "$summary" ] && [ "$rc" -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed' "$log"; then
-    echo CLEAN
-  else
-    echo INCOMPLETE
-  fi
-}
 
 # run TOOL FAMILY STEPS RANKS: one run; prints its verdict line and sets $last.
 run() {

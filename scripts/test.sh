@@ -36,5 +36,7 @@ cargo run --quiet --locked -p weft-cli -- gen-header --check
 # plans, tuning tables, the proxy's wire), 60 s each from the committed corpus; a crash fails
 # the run and keeps its input (docs/reliability.md).
 scripts/fuzz.sh 60
+# compute-sanitizer's verdicts (scripts/sanitize.sh, run on GPU machines) on sample logs.
+scripts/sanitize.sh --check-verdicts
 # Last, so the run closes on the suite's `N passed, M failed` line.
 cargo run --quiet --locked -p weft-cli -- selftest

@@ -41,3 +41,38 @@ pub const TARGETS: [Target; 6] = [
     Target { name: "proxy_wire", check: proxy_wire::check, seeds: proxy_wire::seeds },
     Target { name: "counter_order", check: counter_order::check, seeds: counter_order::seeds },
 ];
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+    use super::TARGETS;
+
+    /// Every target is a binary of this crate with its entry in `fuzz_targets/`, and
+    /// `scripts/fuzz.sh` (CI) runs every one of them by default: a target named in one place
+    /// only is never fuzzed.
+    #[test]
+    fn every_target_is_built_and_run_by_the_script() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let read = |path: &str| std::fs::read_to_string(format!("{root}/{path}")).unwrap();
+        let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
+        let manifest = read("Cargo.toml");
+        let bins: Vec<&str> = manifest
+            .split("[[bin]]")
+            .skip(1)
+            .filter_map(|bin| bin.lines().find_map(|l| l.strip_prefix("name = \"")?.strip_suffix('"')))
+            .collect();
+        assert_eq!(bins, names, "fuzz/Cargo.toml's [[bin]]s");
+        for name in &names {
+            assert!(std::path::Path::new(&format!("{root}/fuzz_targets/{name}.rs")).is_file(), "{name}");
+        }
+        let script = read("../scripts/fuzz.sh");
+        // `targets=("$@")` first, then the default list when no target is named.
+        let defaults = script.lines().rev().find_map(|l| l.trim().strip_prefix("targets=(")?.strip_suffix(')'));
+        assert_eq!(
+            defaults.map(|d| d.split_whitespace().collect::<Vec<_>>()),
+            Some(names),
+            "scripts/fuzz.sh's default targets"
+        );
+    }
+}

@@ -463,9 +463,6 @@ fn soak(
     max_bytes: &str,
     layout: weft_cli::soak::Layout,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    if !(minutes.is_finite() && minutes >= 0.0) {
-        return Err(format!("--minutes {minutes}: give a number of minutes, 0 or more").into());
-    }
     let max_bytes = weft_cli::harness::sweep::parse_size(max_bytes).map_err(|e| format!("--max-bytes: {e}"))?;
     let options =
         weft_cli::soak::SoakOptions { minutes, seed: seed.unwrap_or_else(rand::random), only_call, max_bytes };

@@ -139,12 +139,13 @@ fn apply(links: &LinkArgs, mut params: Params) -> Result<(Params, Vec<String>), 
     let mut given = Vec::new();
     let mut link = |link: &mut LinkModel, alpha: Option<f64>, beta: Option<f64>, name: &str| {
         if alpha.is_some() || beta.is_some() {
-            *link = LinkModel::new(alpha.unwrap_or(alpha_us(link)), beta.or(gbps(link)));
+            *link = weft_model::params::link(name, alpha.unwrap_or(alpha_us(link)), beta.or(gbps(link)))?;
             given.push(format!("{name} from the command line"));
         }
+        Ok::<(), weft_model::ModelError>(())
     };
-    link(&mut params.nvlink, links.nvlink_alpha_us, links.nvlink_gbps, "NVLink");
-    link(&mut params.net, links.net_alpha_us, links.net_gbps, "network");
+    link(&mut params.nvlink, links.nvlink_alpha_us, links.nvlink_gbps, "NVLink")?;
+    link(&mut params.net, links.net_alpha_us, links.net_gbps, "network")?;
     if let Some(us) = links.proxy_us {
         params.proxy_us = us;
         given.push("proxy cost from the command line".into());
@@ -275,7 +276,7 @@ fn predict(args: &PredictArgs) -> Result<ExitCode, Box<dyn Error>> {
     let predictions: Vec<Prediction> = sizes_between(min, max, args.factor)
         .into_iter()
         .map(|bytes| predict_size(&algorithms, shape, bytes, &params, args.sim))
-        .collect::<Result<_, _>>()?;
+        .collect();
     print_table(&algorithms, shape, &params, &predictions, &ratios, args.sim);
     if let Some(path) = &args.plot {
         plot(path, &algorithms, shape, &predictions, args.sim)?;
@@ -284,26 +285,16 @@ fn predict(args: &PredictArgs) -> Result<ExitCode, Box<dyn Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn predict_size(
-    algorithms: &[Algorithm],
-    shape: Shape,
-    bytes: usize,
-    params: &Params,
-    simulate: bool,
-) -> Result<Prediction, Box<dyn Error>> {
+fn predict_size(algorithms: &[Algorithm], shape: Shape, bytes: usize, params: &Params, simulate: bool) -> Prediction {
     let closed = algorithms.iter().map(|&a| closed_form::time_us(a, shape, bytes as f64, params)).collect();
     let simulated = algorithms
         .iter()
-        .map(|&a| -> Result<Option<f64>, Box<dyn Error>> {
-            if !simulate {
-                return Ok(None);
-            }
+        .map(|&a| {
             // One element per byte: the schedule's pieces are byte ranges.
-            let schedule = Schedule::build(a, shape, bytes, params.ll_factor);
-            Ok(Some(sim::time_us(&schedule, params, 1.0)))
+            simulate.then(|| sim::time_us(&Schedule::build(a, shape, bytes, params.ll_factor), params, 1.0))
         })
-        .collect::<Result<_, _>>()?;
-    Ok(Prediction { bytes, closed, simulated })
+        .collect();
+    Prediction { bytes, closed, simulated }
 }
 
 /// The fastest of `times` (ignoring missing ones), by name.
@@ -431,7 +422,7 @@ mod tests {
         let a = args("all");
         let algorithms = Algorithm::parse_list(&a.algo).unwrap();
         let shape = Shape::new(a.nodes, a.gpus_per_node).unwrap();
-        let p = predict_size(&algorithms, shape, 1 << 20, &default_params(), true).unwrap();
+        let p = predict_size(&algorithms, shape, 1 << 20, &default_params(), true);
         for (i, algorithm) in algorithms.iter().enumerate() {
             assert_eq!(p.closed[i], closed_form::time_us(*algorithm, shape, (1 << 20) as f64, &default_params()));
             assert!(p.simulated[i].is_some(), "{}", algorithm.name());
@@ -463,5 +454,8 @@ mod tests {
         assert_eq!((alpha_us(&params.net), gbps(&params.net), params.ll_factor), (5.0, Some(50.0), 1.5));
         assert_eq!(given.len(), 2);
         assert!(apply(&LinkArgs { eta: Some(0.5), ..LinkArgs::default() }, default_params()).is_err());
+        // `--net-gbps 0` is refused, not read as an uncapped network.
+        let zero = apply(&LinkArgs { net_gbps: Some(0.0), ..LinkArgs::default() }, default_params());
+        assert!(zero.unwrap_err().to_string().contains("network β"));
     }
 }

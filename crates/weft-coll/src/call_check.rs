@@ -172,8 +172,11 @@ impl CallSignature {
 pub(crate) fn disagreement(all: &[CallSignature]) -> Option<String> {
     let first = all.first()?;
     if let Some((rank, sig)) = all.iter().enumerate().find(|(_, s)| s.refused.is_some()) {
+        // Only the collective and type: a call the typed layer refused never got as far as a
+        // count (its signature's count and operator are placeholders); the refusal says why.
         let why = sig.refused.as_deref().unwrap_or_default();
-        return Some(format!("rank {rank} refused its call {} ({}): {why}", sig.call, sig.describe()));
+        let call = format!("{} of {}", sig.collective, sig.dtype.name());
+        return Some(format!("rank {rank} refused its call {} ({call}): {why}", sig.call));
     }
     for (rank, sig) in all.iter().enumerate().skip(1) {
         if sig.call != first.call {
@@ -307,7 +310,7 @@ mod tests {
             (CallSignature { call: 5, ..base.clone() }, "rank 2 is at its call 5 and rank 0 at its call 0"),
             (
                 CallSignature { refused: Some("recv is null".into()), ..base.clone() },
-                "rank 2 refused its call 0 (allreduce of 1024 f32 with sum): recv is null",
+                "rank 2 refused its call 0 (allreduce of f32): recv is null",
             ),
         ];
         for (odd, expected) in cases {
@@ -315,6 +318,14 @@ mod tests {
             let why = disagreement(&all).expect("a disagreement");
             assert!(why.contains(expected), "{why}");
         }
+        // A call the typed layer refused (`Collectives::exchanged`: no count, no operator yet)
+        // is not described with the placeholders its signature carries.
+        let early = CallSignature {
+            refused: Some("recv holds 1001 elements, 1000 expected".into()),
+            ..CallSignature::new(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 0)
+        };
+        let why = disagreement(&[base.clone(), early]).unwrap();
+        assert_eq!(why, "rank 1 refused its call 0 (allreduce of f32): recv holds 1001 elements, 1000 expected");
         let root = |r| CallSignature::new(Collective::Reduce, DataType::F32, ReduceOp::Sum, 8).rooted(r);
         assert!(disagreement(&[root(0), root(1)]).unwrap().contains(
             "rank 0 calls reduce of 8 f32 with sum from rank 0, rank 1 calls reduce of 8 f32 with sum from rank 1"

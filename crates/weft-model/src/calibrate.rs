@@ -39,7 +39,7 @@ pub fn link_from_p2p(path: &str, document: &Value) -> Result<LinkFit, ModelError
         .iter()
         .map(|row| match (row.get("bytes").and_then(Value::as_u64), row.get("us").and_then(Value::as_f64)) {
             (Some(b), Some(us)) if us.is_finite() && us > 0.0 => Ok((b, us)),
-            _ => Err(bad(path, format!("a row without positive `bytes` and `us`: {row}"))),
+            _ => Err(bad(path, format!("a row without `bytes` and a positive `us`: {row}"))),
         })
         .collect::<Result<_, _>>()?;
     points.sort_by_key(|&(b, _)| b);

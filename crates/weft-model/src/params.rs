@@ -83,8 +83,8 @@ impl ParamsFile {
     /// The parameters, checked.
     pub fn params(&self) -> Result<Params, ModelError> {
         let params = Params {
-            nvlink: LinkModel::new(self.nvlink_alpha_us, self.nvlink_gbps),
-            net: LinkModel::new(self.net_alpha_us, self.net_gbps),
+            nvlink: link("NVLink", self.nvlink_alpha_us, self.nvlink_gbps)?,
+            net: link("network", self.net_alpha_us, self.net_gbps)?,
             proxy_us: self.proxy_us,
             ll_factor: self.ll_factor,
             gpus_per_nic: self.gpus_per_nic,
@@ -92,6 +92,19 @@ impl ParamsFile {
         params.validate()?;
         Ok(params)
     }
+}
+
+/// The link `name` of α `alpha_us` µs and β `gbps` GB/s (`None`: uncapped), refusing what
+/// [`LinkModel::new`] would quietly turn into another link: a negative or non-finite α (made 0),
+/// a β that is not a positive number (made uncapped).
+pub fn link(name: &str, alpha_us: f64, gbps: Option<f64>) -> Result<LinkModel, ModelError> {
+    if !(alpha_us.is_finite() && alpha_us >= 0.0) {
+        return Err(ModelError::BadParameter(format!("{name} α must be ≥ 0 µs, not {alpha_us}")));
+    }
+    if let Some(g) = gbps.filter(|g| !(g.is_finite() && *g > 0.0)) {
+        return Err(ModelError::BadParameter(format!("{name} β must be a positive number of GB/s, not {g}")));
+    }
+    Ok(LinkModel::new(alpha_us, gbps))
 }
 
 /// α of `link` in µs.
@@ -129,7 +142,16 @@ mod tests {
         let back: ParamsFile = serde_json::from_str(&text).unwrap();
         assert_eq!(back.params().unwrap(), params);
         assert!((message_us(&params.net, 50_000.0) - 3.0).abs() < 1e-9);
-        let bad = ParamsFile { ll_factor: 0.5, ..file };
+        let bad = ParamsFile { ll_factor: 0.5, ..file.clone() };
         assert!(bad.params().is_err());
+        // A β of 0 or an α below 0 is refused, not read as an uncapped or a free link.
+        for bad in [
+            ParamsFile { net_gbps: Some(0.0), ..file.clone() },
+            ParamsFile { nvlink_gbps: Some(f64::NAN), ..file.clone() },
+            ParamsFile { net_alpha_us: -1.0, ..file.clone() },
+        ] {
+            assert!(bad.params().unwrap_err().to_string().contains("must be"), "{bad:?}");
+        }
+        assert_eq!(ParamsFile { net_gbps: None, ..file }.params().unwrap().net.bytes_per_second, None);
     }
 }

@@ -76,10 +76,12 @@ const DIRECT: Hops = Hops { proxy_within_node: false, wire_factor: 1.0 };
 /// PortChannels to every peer: the proxy posts every transfer.
 const PORT: Hops = Hops { proxy_within_node: true, wire_factor: 1.0 };
 
-/// Piece `i` of `k` near-equal pieces of `range`.
-pub fn piece(range: &Range<usize>, i: usize, k: usize) -> Range<usize> {
-    let len = range.len();
-    range.start + len * i / k..range.start + len * (i + 1) / k
+/// Piece `i` of `k` (> 0) near-equal pieces of `range`.
+fn piece(range: &Range<usize>, i: usize, k: usize) -> Range<usize> {
+    // In u128: `len × (i + 1)` overflows usize for a vector of more than usize::MAX / k
+    // elements (bytes, in `weft model predict --sim`); the quotient is at most `len`.
+    let at = |j: usize| range.start + (range.len() as u128 * j as u128 / k as u128) as usize;
+    at(i)..at(i + 1)
 }
 
 impl Schedule {
@@ -348,6 +350,15 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn pieces_cover_the_range_even_when_len_times_k_overflows() {
+        assert_eq!((0..4).map(|i| piece(&(10..20), i, 4)).collect::<Vec<_>>(), [10..12, 12..15, 15..17, 17..20]);
+        let huge = 1..usize::MAX;
+        let pieces: Vec<_> = (0..3).map(|i| piece(&huge, i, 3)).collect();
+        assert_eq!((pieces[0].start, pieces[2].end), (1, usize::MAX));
+        assert!(pieces.windows(2).all(|w| w[0].end == w[1].start));
     }
 
     fn steps(algorithm: Algorithm, nodes: usize, gpus: usize) -> usize {

@@ -10,10 +10,16 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// A shape of at least one node and one GPU per node.
+    /// A shape of at least one node and one GPU per node, whose rank count fits a `u32` (as
+    /// weft's ranks do).
     pub fn new(nodes: usize, gpus_per_node: usize) -> Result<Self, ModelError> {
         if nodes == 0 || gpus_per_node == 0 {
             return Err(ModelError::EmptyShape { nodes, gpus_per_node });
+        }
+        if nodes.checked_mul(gpus_per_node).is_none_or(|ranks| u32::try_from(ranks).is_err()) {
+            return Err(ModelError::BadParameter(format!(
+                "{nodes} nodes x {gpus_per_node} GPUs is more ranks than a u32 counts"
+            )));
         }
         Ok(Self { nodes, gpus_per_node })
     }
@@ -51,5 +57,21 @@ impl Shape {
     /// Whether a transfer between `a` and `b` crosses the network.
     pub fn crosses_network(&self, a: usize, b: usize) -> bool {
         self.node_of(a) != self.node_of(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shape_needs_a_node_a_gpu_and_a_rank_count_that_fits() {
+        assert!(matches!(Shape::new(0, 4), Err(ModelError::EmptyShape { .. })));
+        assert!(matches!(Shape::new(4, 0), Err(ModelError::EmptyShape { .. })));
+        // More ranks than usize (or u32) counts is refused, not a multiplication overflow later.
+        assert!(matches!(Shape::new(usize::MAX / 2, 4), Err(ModelError::BadParameter(_))));
+        assert!(matches!(Shape::new(1 << 16, 1 << 16), Err(ModelError::BadParameter(_))));
+        let shape = Shape::new(1 << 16, (1 << 16) - 1).map(|s| s.ranks());
+        assert_eq!(shape.ok(), Some((1 << 16) * ((1 << 16) - 1)));
     }
 }

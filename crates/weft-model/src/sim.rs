@@ -386,8 +386,8 @@ mod tests {
             assert!(shared > free * 1.5, "{}: shared NIC {shared} vs {free}", algorithm.name());
             assert!(proxied > free, "{}: proxy {proxied} vs {free}", algorithm.name());
         }
-        // All-pairs posts (N − 1)·G network messages through one proxy thread: at least that
-        // many proxy costs.
+        // All-pairs posts a message to each of the p − 1 = 31 other ranks through one proxy
+        // thread (PortChannels within the node too): at least that many proxy costs.
         let posted = simulated(Algorithm::AllPairs, shape, 0, &Params { proxy_us: 1.0, ..params() });
         assert!(posted >= 31.0 * 1.0, "{posted}");
     }

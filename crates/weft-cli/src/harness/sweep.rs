@@ -102,7 +102,9 @@ pub fn sizes_between(min: usize, max: usize, factor: usize) -> Vec<usize> {
         if factor <= 1 {
             break;
         }
-        s = s.saturating_mul(factor);
+        // Past usize::MAX is past any `max` (saturating here repeated usize::MAX forever).
+        let Some(next) = s.checked_mul(factor) else { break };
+        s = next;
     }
     out
 }
@@ -110,6 +112,15 @@ pub fn sizes_between(min: usize, max: usize, factor: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_up_to_the_largest_size_ends() {
+        let sizes = sizes_between(1 << 62, usize::MAX, 2);
+        assert_eq!(sizes, [1 << 62, 1 << 63]);
+        assert_eq!(sizes_between(usize::MAX, usize::MAX, 2), [usize::MAX]);
+        assert_eq!(sizes_between(1024, 8192, 2), [1024, 2048, 4096, 8192]);
+        assert_eq!(sizes_between(1024, 8192, 1), [1024]);
+    }
 
     #[test]
     fn sizes_types_and_operators_parse_and_format() {

@@ -28,32 +28,11 @@ pub(super) fn run(options: &SoakOptions, ranks: usize) -> Result<ExitCode, BoxEr
     println!("soak: no GPU here, so the CPU backend runs instead: weft-plan's reference interpreter, {ranks} ranks");
     println!("soak: as host threads, on the calls it can run (shipped plans; 32- and 64-bit types; sum, prod,");
     println!("soak: min, max; out of place, eager). This checks the plans, not weft's kernels.");
-    let limits = Limits { ranks, max_bytes: options.max_bytes.min(CPU_MAX_BYTES), ll_slot_bytes: CPU_MAX_BYTES };
-    let generator = Generator::new(limits);
-    let plans: Vec<_> = crate::harness::Collective::ALL.iter().map(|&c| (c, plan_for(c, ranks as u32))).collect();
-    let deadline = Instant::now() + options.duration();
-    let calls: Box<dyn Iterator<Item = u64>> = match options.only_call {
-        Some(k) => Box::new(std::iter::once(k)),
-        None => Box::new(0..),
+    let (calls, deadline): (Box<dyn Iterator<Item = u64>>, _) = match options.only_call {
+        Some(k) => (Box::new(std::iter::once(k)), None),
+        None => (Box::new(0..), Some(Instant::now() + options.duration())),
     };
-    let (mut tally, mut not_run) = (Tally::default(), 0u64);
-    for index in calls {
-        if options.only_call.is_none() && Instant::now() >= deadline {
-            break;
-        }
-        // What only a GPU has does not apply here: one eager launch, out of place, of the plan.
-        let case =
-            Case { placement: Placement::OutOfPlace, launch: Launch::Eager, ..generator.case(options.seed, index) };
-        let plan = plans.iter().find(|(c, _)| *c == case.collective).and_then(|(_, p)| p.as_ref());
-        let Some(runnable) = runnable(&case, plan) else {
-            not_run += 1;
-            continue;
-        };
-        let name = plan.and_then(|p| p.as_ref().ok()).map_or("", |(name, _)| *name);
-        let what = case.describe_as(&format!("plan {name} on the CPU"), "out of place, eager");
-        let outcome = runnable.and_then(|(plan, op)| run_case(&case, plan, op, ranks, options.seed ^ index));
-        tally.record_as(0, &case, &what, outcome);
-    }
+    let (tally, not_run) = run_calls(options.seed, ranks, options.max_bytes, calls, deadline);
     println!(
         "soak: {not_run} drawn calls need a GPU (no plan, a 16- or 8-bit type, avg or premulsum) and were not run"
     );
@@ -63,6 +42,38 @@ pub(super) fn run(options: &SoakOptions, ranks: usize) -> Result<ExitCode, BoxEr
     }
     println!("{} (CPU reference interpreter)", tally.line(&replay));
     Ok(if tally.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Draws calls `indices` of the soak of `seed` for `ranks` ranks, until `deadline` if any, and
+/// runs those the interpreter can: their tally, and how many drawn calls it could not run.
+fn run_calls(
+    seed: u64,
+    ranks: usize,
+    max_bytes: usize,
+    indices: impl Iterator<Item = u64>,
+    deadline: Option<Instant>,
+) -> (Tally, u64) {
+    let limits = Limits { ranks, max_bytes: max_bytes.min(CPU_MAX_BYTES), ll_slot_bytes: CPU_MAX_BYTES };
+    let generator = Generator::new(limits);
+    let plans: Vec<_> = crate::harness::Collective::ALL.iter().map(|&c| (c, plan_for(c, ranks as u32))).collect();
+    let (mut tally, mut not_run) = (Tally::default(), 0u64);
+    for index in indices {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        // What only a GPU has does not apply here: one eager launch, out of place, of the plan.
+        let case = Case { placement: Placement::OutOfPlace, launch: Launch::Eager, ..generator.case(seed, index) };
+        let plan = plans.iter().find(|(c, _)| *c == case.collective).and_then(|(_, p)| p.as_ref());
+        let Some(runnable) = runnable(&case, plan) else {
+            not_run += 1;
+            continue;
+        };
+        let name = plan.and_then(|p| p.as_ref().ok()).map_or("", |(name, _)| *name);
+        let what = case.describe_as(&format!("plan {name} on the CPU"), "out of place, eager");
+        let outcome = runnable.and_then(|(plan, op)| run_case(&case, plan, op, ranks, seed ^ index));
+        tally.record_as(0, &case, &what, outcome);
+    }
+    (tally, not_run)
 }
 
 /// The plan and operator that run `case` on the CPU, `None` when the interpreter cannot run it
@@ -111,20 +122,12 @@ mod tests {
 
     #[test]
     fn the_cpu_backend_runs_the_calls_it_can_and_finds_no_wrong_element() {
-        let options = SoakOptions { minutes: 0.0, seed: 3, only_call: None, max_bytes: 4096 };
-        let generator = Generator::new(Limits { ranks: 3, max_bytes: options.max_bytes, ll_slot_bytes: CPU_MAX_BYTES });
-        let plans: Vec<_> = crate::harness::Collective::ALL.iter().map(|&c| (c, plan_for(c, 3))).collect();
-        let mut tally = Tally::default();
-        for index in 0..300 {
-            let case = generator.case(options.seed, index);
-            let plan = plans.iter().find(|(c, _)| *c == case.collective).and_then(|(_, p)| p.as_ref());
-            if let Some(runnable) = runnable(&case, plan) {
-                let outcome = runnable.and_then(|(plan, op)| run_case(&case, plan, op, 3, index));
-                tally.record(0, &case, outcome);
-            }
-        }
+        let (tally, not_run) = run_calls(3, 3, 4096, 0..300, None);
         assert!(tally.calls > 30, "only {} calls ran", tally.calls);
+        assert_eq!(tally.calls + not_run, 300);
         assert!(tally.passed(), "{:?}", tally.failures);
+        // A deadline already past runs nothing.
+        assert_eq!(run_calls(3, 3, 4096, 0..300, Some(Instant::now())).0.calls, 0);
     }
 
     #[test]

@@ -69,16 +69,12 @@ fn soak(comm: &Communicator, env: &Env, options: &SoakOptions, progress: &mut Pr
         }
         let case = generator.case(options.seed, index);
         let outcome = soak.call(&case);
-        let failed = match &outcome {
-            Ok(o) => o.wrong > 0 || !o.identical,
-            Err(_) => true,
-        };
         let stop = outcome.is_err();
-        if failed {
-            let detail = match &outcome {
-                Ok(o) => format!("{} wrong elements, ranks identical: {}", o.wrong, o.identical),
-                Err(e) => e.to_string(),
-            };
+        let failure = match &outcome {
+            Ok(o) => o.failure(),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(detail) = failure {
             eprintln!(
                 "soak: rank {rank}: call #{index} failed: {}: {detail} (replay: {})",
                 case.describe(),

@@ -40,9 +40,24 @@ pub struct SoakOptions {
     pub max_bytes: usize,
 }
 
+/// The longest soak (a year): a deadline further out than a clock can add is a panic.
+const MAX_MINUTES: f64 = 365.0 * 24.0 * 60.0;
+
 impl SoakOptions {
+    /// Refuses options no soak can run with.
+    fn check(&self) -> Result<(), BoxError> {
+        if !(self.minutes.is_finite() && (0.0..=MAX_MINUTES).contains(&self.minutes)) {
+            return Err(format!("--minutes {}: give a number of minutes from 0 to {MAX_MINUTES}", self.minutes).into());
+        }
+        if self.max_bytes == 0 {
+            return Err("--max-bytes: a call needs at least one byte".into());
+        }
+        Ok(())
+    }
+
+    /// How long to run (checked options: at most [`MAX_MINUTES`]).
     fn duration(&self) -> Duration {
-        Duration::from_secs_f64(self.minutes.max(0.0) * 60.0)
+        Duration::from_secs_f64(self.minutes.clamp(0.0, MAX_MINUTES) * 60.0)
     }
 }
 
@@ -69,21 +84,19 @@ type BoxError = Box<dyn std::error::Error>;
 
 /// Runs the soak and prints its summary; the exit code says whether every call was right.
 pub fn run(options: &SoakOptions, layout: &Layout) -> Result<ExitCode, BoxError> {
-    if options.max_bytes == 0 {
-        return Err("--max-bytes: a call needs at least one byte".into());
+    options.check()?;
+    if layout.ranks == Some(0) {
+        return Err("--ranks 0: a soak needs at least one rank".into());
     }
     let available = Device::count().unwrap_or(0);
     if available == 0 {
-        return cpu::run(options, layout.ranks.unwrap_or(4).max(1));
+        return cpu::run(options, layout.ranks.unwrap_or(4));
     }
     let gpus = layout.gpus.unwrap_or(available);
     if gpus == 0 || gpus > available {
         return Err(format!("--gpus {gpus}: this machine has {available} GPU(s)").into());
     }
     let ranks = layout.ranks.unwrap_or(gpus);
-    if ranks == 0 {
-        return Err("--ranks 0: a soak needs at least one rank".into());
-    }
     let what = match options.only_call {
         Some(k) => format!("call #{k} of seed {}", options.seed),
         None => format!("{} minutes of random calls, seed {}", options.minutes, options.seed),
@@ -216,5 +229,26 @@ impl Progress {
                 tally.failures.len()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_no_soak_can_run_with_are_refused_before_anything_runs() {
+        let layout = Layout { gpus: None, ranks: Some(1), mode: Mode::Threads };
+        let options = SoakOptions { minutes: 0.0, seed: 1, only_call: Some(0), max_bytes: 4096 };
+        for minutes in [-1.0, f64::NAN, f64::INFINITY, MAX_MINUTES * 2.0, 1e300] {
+            let error = run(&SoakOptions { minutes, ..options.clone() }, &layout).unwrap_err().to_string();
+            assert!(error.starts_with("--minutes"), "{minutes}: {error}");
+        }
+        let error = run(&SoakOptions { max_bytes: 0, ..options.clone() }, &layout).unwrap_err().to_string();
+        assert!(error.starts_with("--max-bytes"), "{error}");
+        // With or without a GPU (the CPU backend ran one rank instead).
+        let error = run(&options, &Layout { ranks: Some(0), ..layout }).unwrap_err().to_string();
+        assert!(error.starts_with("--ranks 0"), "{error}");
+        assert_eq!(SoakOptions { minutes: MAX_MINUTES, ..options }.duration().as_secs(), 365 * 24 * 3600);
     }
 }

@@ -49,6 +49,14 @@ pub(crate) struct CallOutcome {
     pub(crate) slowest: Duration,
 }
 
+impl CallOutcome {
+    /// What failed in a call that ran (wrong elements, ranks that differ), `None` if nothing.
+    pub(crate) fn failure(&self) -> Option<String> {
+        (self.wrong > 0 || !self.identical)
+            .then(|| format!("{} wrong elements, ranks identical: {}", self.wrong, self.identical))
+    }
+}
+
 impl Tally {
     /// Records `case` as `rank` saw it.
     pub(crate) fn record(&mut self, rank: usize, case: &Case, outcome: Result<CallOutcome, String>) {
@@ -63,8 +71,7 @@ impl Tally {
         match outcome {
             Ok(o) => {
                 self.wrong += o.wrong;
-                if o.wrong > 0 || !o.identical {
-                    let detail = format!("{} wrong elements, ranks identical: {}", o.wrong, o.identical);
+                if let Some(detail) = o.failure() {
                     self.failures.push(failure(detail));
                 }
                 let micros = o.slowest.as_micros() as u64;
