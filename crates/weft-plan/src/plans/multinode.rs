@@ -62,10 +62,17 @@ impl Shape {
     }
 }
 
-/// The phase across nodes: what it appends for rank `(node, l)` to its thread block, given the
-/// node's sum of shard `l` (slot `l`) and port channels to the same local rank of every other
-/// node; returns where the AllReduced shard is.
-type Across = fn(&Shape, &mut ThreadBlockOps<'_>, Rank<'_>) -> BufRef;
+/// The phase across nodes, as the three-phase builder runs it.
+#[derive(Clone, Copy)]
+struct Across {
+    /// The size classes of its scratch on rank `(node, l)`, after the reduce-scatter's slots.
+    scratch: fn(&Shape, u32, u32) -> Vec<u32>,
+    /// The nodes whose rank of the same local index rank `(node, _)` talks to.
+    peers: fn(&Shape, u32) -> Vec<u32>,
+    /// What it appends to rank `(node, l)`'s thread block; returns where the AllReduced shard
+    /// `l` is.
+    run: fn(&Shape, &mut ThreadBlockOps<'_>, Rank<'_>) -> BufRef,
+}
 
 /// One rank's view of the phase across nodes.
 struct Rank<'a> {
@@ -74,25 +81,20 @@ struct Rank<'a> {
     sum: BufRef,
     /// The first scratch slot after the reduce-scatter's.
     area: u32,
-    /// `ports[m]`: the port channel to the same local rank of node `m` (`None` for this node).
+    /// `ports[m]`: the port channel to the same local rank of node `m`, for the nodes of
+    /// [`Across::peers`].
     ports: &'a [Option<PortChannel>],
 }
 
-/// Builds the three-phase AllReduce `name`: `scratch_after(shape, node, l)` lists the size
-/// classes of the phase across nodes' scratch on rank `(node, l)`.
-fn three_phase(
-    name: &'static str,
-    shape: Shape,
-    scratch_after: fn(&Shape, u32, u32) -> Vec<u32>,
-    across: Across,
-) -> Result<ChannelProgram, DslError> {
+/// Builds the three-phase AllReduce `name` with `across` as its phase across nodes.
+fn three_phase(name: &'static str, shape: Shape, across: Across) -> Result<ChannelProgram, DslError> {
     let mut p = ChannelProgram::new(name, shape.collective()?);
     let area = shape.gpus * shape.pieces;
     for node in 0..shape.nodes {
         for l in 0..shape.gpus {
             let shard_classes = l * shape.pieces..(l + 1) * shape.pieces;
             let mut classes: Vec<u32> = (0..shape.gpus).flat_map(|_| shard_classes.clone()).collect();
-            classes.extend(scratch_after(&shape, node, l));
+            classes.extend((across.scratch)(&shape, node, l));
             p.scratch(shape.rank(node, l), &classes)?;
         }
     }
@@ -104,12 +106,13 @@ fn three_phase(
                 .iter()
                 .map(|&h| p.memory_channel(rank, shape.rank(node, h), 0))
                 .collect::<Result<Vec<_>, _>>()?;
-            let ports = (0..shape.nodes)
-                .map(|m| (m != node).then(|| p.port_channel(rank, shape.rank(m, l), 0)).transpose())
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut ports = vec![None; shape.nodes as usize];
+            for m in (across.peers)(&shape, node) {
+                ports[m as usize] = Some(p.port_channel(rank, shape.rank(m, l), 0)?);
+            }
             let mut tb = p.threadblock(rank, 0)?;
             let sum = reduce_scatter_within_node(&shape, &mut tb, l, &locals, &memory);
-            let result = across(&shape, &mut tb, Rank { node, sum, area, ports: &ports });
+            let result = (across.run)(&shape, &mut tb, Rank { node, sum, area, ports: &ports });
             all_gather_within_node(&shape, &mut tb, l, result, &memory);
             for ch in ports.iter().flatten() {
                 tb.flush(ch);
@@ -174,12 +177,30 @@ fn all_gather_within_node(
 /// put and the sum after it.
 pub fn nvrar_allreduce(nodes: u32, gpus_per_node: u32) -> Result<ChannelProgram, DslError> {
     let shape = Shape::new("nvrar_allreduce", nodes, gpus_per_node, |_| 1)?;
-    three_phase("nvrar_allreduce", shape, nvrar_scratch, |s, tb, r| recursive_doubling(s, tb, r, HandBack::Yes))
+    three_phase("nvrar_allreduce", shape, NVRAR)
 }
+
+/// NVRAR's phase across nodes.
+const NVRAR: Across = Across {
+    scratch: nvrar_scratch,
+    peers: nvrar_peers,
+    run: |shape, tb, rank| recursive_doubling(shape, tb, rank, HandBack::Yes),
+};
 
 fn nvrar_scratch(shape: &Shape, _node: u32, l: u32) -> Vec<u32> {
     let rounds = RecursiveDoubling::new(shape.nodes as usize).rounds();
     vec![l; 2 + 2 * rounds as usize]
+}
+
+/// The fold partner, then the peer of every round.
+fn nvrar_peers(shape: &Shape, node: u32) -> Vec<u32> {
+    let rd = RecursiveDoubling::new(shape.nodes as usize);
+    let partner = match rd.role(node as usize) {
+        Role::Folded { into } => Some(into),
+        Role::Survivor { absorbs, .. } => absorbs,
+    };
+    let rounds = (0..rd.rounds()).filter_map(|round| rd.peer(node as usize, round));
+    partner.into_iter().chain(rounds).map(|m| m as u32).collect()
 }
 
 /// Whether a survivor hands the result back to the member folded into it (always, but for the
@@ -242,8 +263,15 @@ fn recursive_doubling(shape: &Shape, tb: &mut ThreadBlockOps<'_>, r: Rank<'_>, h
 /// node `s` put it (chunk `s`), then the AllReduced shard, piece by piece.
 pub fn hier2ph_allreduce(nodes: u32, gpus_per_node: u32) -> Result<ChannelProgram, DslError> {
     let shape = Shape::new("hier2ph_allreduce", nodes, gpus_per_node, |nodes| nodes)?;
-    three_phase("hier2ph_allreduce", shape, hier2ph_scratch, all_pairs)
+    three_phase("hier2ph_allreduce", shape, HIER2PH)
 }
+
+/// 2PH's phase across nodes: every other node is a peer.
+const HIER2PH: Across = Across {
+    scratch: hier2ph_scratch,
+    peers: |shape, node| (0..shape.nodes).filter(|&m| m != node).collect(),
+    run: all_pairs,
+};
 
 fn hier2ph_scratch(shape: &Shape, node: u32, l: u32) -> Vec<u32> {
     let first = l * shape.pieces;
@@ -284,40 +312,43 @@ mod tests {
     use super::*;
     use crate::CompileError;
 
+    const WITHOUT_HAND_BACK: Across = Across { run: |s, tb, r| recursive_doubling(s, tb, r, HandBack::No), ..NVRAR };
+
     #[test]
     fn without_the_hand_back_the_folded_nodes_fail_the_postcondition() {
         // 3 and 6 nodes fold; 4 does not, so it still verifies.
         for (nodes, gpus) in [(3, 1), (3, 2), (6, 3)] {
             let shape = Shape::new("nvrar_no_hand_back", nodes, gpus, |_| 1).unwrap();
-            let p = three_phase("nvrar_no_hand_back", shape, nvrar_scratch, |s, tb, r| {
-                recursive_doubling(s, tb, r, HandBack::No)
-            })
-            .unwrap();
+            let p = three_phase("nvrar_no_hand_back", shape, WITHOUT_HAND_BACK).unwrap();
             let e = p.compile().unwrap_err();
             assert!(matches!(e, CompileError::Verify(_)), "{nodes} x {gpus}: {e}");
             assert!(e.to_string().contains("violates the postcondition at rank 0"), "{nodes} x {gpus}: {e}");
         }
         let shape = Shape::new("nvrar_no_hand_back", 4, 2, |_| 1).unwrap();
-        let p = three_phase("nvrar_no_hand_back", shape, nvrar_scratch, |s, tb, r| {
-            recursive_doubling(s, tb, r, HandBack::No)
-        })
-        .unwrap();
+        let p = three_phase("nvrar_no_hand_back", shape, WITHOUT_HAND_BACK).unwrap();
         p.compile().unwrap();
     }
 
     #[test]
     fn memory_channels_stay_in_a_node_and_port_channels_leave_it() {
-        for (nodes, gpus) in [(3, 4), (5, 2), (2, 1)] {
+        for (nodes, gpus) in [(3, 4), (5, 2), (2, 1), (16, 1)] {
             for plan in [nvrar_allreduce(nodes, gpus), hier2ph_allreduce(nodes, gpus)] {
                 let plan = plan.unwrap().compile().unwrap();
                 for rank in &plan.ranks {
+                    let mut port_peers = std::collections::BTreeSet::new();
                     for op in rank.threadblocks.iter().flat_map(|t| &t.ops) {
                         let e = op.effects();
                         for link in [e.wait, e.signal, e.via, e.flush].into_iter().flatten() {
                             let same_node = link.peer / gpus == rank.rank / gpus;
                             assert_eq!(link.port, !same_node, "{}: rank {} {link}", plan.name, rank.rank);
+                            if link.port {
+                                port_peers.insert(link.peer);
+                            }
                         }
                     }
+                    // NVRAR reaches its fold partner and one peer per round; 2PH every node.
+                    let most = if plan.name == "nvrar_allreduce" { nodes.ilog2() + 1 } else { nodes - 1 };
+                    assert!(port_peers.len() as u32 <= most, "{}: rank {} {port_peers:?}", plan.name, rank.rank);
                 }
             }
         }
