@@ -7,10 +7,13 @@
 //! `l * pieces .. (l + 1) * pieces`, where `pieces` is what the phase across nodes cuts a shard
 //! into. Every chunk has its own size class, so one plan serves every element count.
 //!
-//! Scratch of rank `(node, l)`, every chunk of shard `l`'s classes: first `gpus_per_node`
-//! slots of one shard (slot `h` receives local rank `h`'s part of shard `l`; slot `l` holds
-//! the node's sum), then the area of the phase across nodes. Every slot is written once per
+//! Scratch of rank `(node, l)`: first `gpus_per_node` slots of shard `l`'s classes (slot `h`
+//! receives local rank `h`'s part of shard `l`; slot `l` holds the node's sum), then the area
+//! of the phase across nodes (the same size on every rank), then `gpus_per_node` slots where
+//! the all-gather lands, slot `h` of shard `h`'s classes. Every slot is written once per
 //! launch, so no port put's source is overwritten before the flushes that end the thread block.
+//! Peers write only scratch (as in every plan with port channels): a rank copies what its node
+//! peers gathered into its own output.
 
 use super::recursive_doubling::{RecursiveDoubling, Role};
 use crate::dsl::{Buffer, ChannelProgram, Collective, DslError, MemoryChannel, PortChannel, ThreadBlockOps};
@@ -56,9 +59,9 @@ impl Shape {
         BufRef::new(shard.buffer, shard.index + j, 1)
     }
 
-    /// Scratch slot `i` of one shard, counted from the start of scratch.
-    fn slot(&self, i: u32) -> BufRef {
-        BufRef::new(Buffer::Scratch, i * self.pieces, self.pieces)
+    /// Scratch slot `i` of one shard each, counted from scratch chunk `first`.
+    fn slot(&self, first: u32, i: u32) -> BufRef {
+        BufRef::new(Buffer::Scratch, first + i * self.pieces, self.pieces)
     }
 }
 
@@ -79,7 +82,7 @@ struct Rank<'a> {
     node: u32,
     /// The node's sum of the rank's shard.
     sum: BufRef,
-    /// The first scratch slot after the reduce-scatter's.
+    /// The first scratch chunk after the reduce-scatter's slots.
     area: u32,
     /// `ports[m]`: the port channel to the same local rank of node `m`, for the nodes of
     /// [`Across::peers`].
@@ -90,11 +93,15 @@ struct Rank<'a> {
 fn three_phase(name: &'static str, shape: Shape, across: Across) -> Result<ChannelProgram, DslError> {
     let mut p = ChannelProgram::new(name, shape.collective()?);
     let area = shape.gpus * shape.pieces;
+    let mut gathered = area;
     for node in 0..shape.nodes {
         for l in 0..shape.gpus {
-            let shard_classes = l * shape.pieces..(l + 1) * shape.pieces;
-            let mut classes: Vec<u32> = (0..shape.gpus).flat_map(|_| shard_classes.clone()).collect();
-            classes.extend((across.scratch)(&shape, node, l));
+            let shard_classes = |h: u32| h * shape.pieces..(h + 1) * shape.pieces;
+            let mut classes: Vec<u32> = (0..shape.gpus).flat_map(|_| shard_classes(l)).collect();
+            let across_classes = (across.scratch)(&shape, node, l);
+            gathered = area + across_classes.len() as u32;
+            classes.extend(across_classes);
+            classes.extend((0..shape.gpus).flat_map(shard_classes));
             p.scratch(shape.rank(node, l), &classes)?;
         }
     }
@@ -113,7 +120,7 @@ fn three_phase(name: &'static str, shape: Shape, across: Across) -> Result<Chann
             let mut tb = p.threadblock(rank, 0)?;
             let sum = reduce_scatter_within_node(&shape, &mut tb, l, &locals, &memory);
             let result = (across.run)(&shape, &mut tb, Rank { node, sum, area, ports: &ports });
-            all_gather_within_node(&shape, &mut tb, l, result, &memory);
+            all_gather_within_node(&shape, &mut tb, (l, &locals), result, gathered, &memory);
             for ch in ports.iter().flatten() {
                 tb.flush(ch);
             }
@@ -131,13 +138,13 @@ fn reduce_scatter_within_node(
     locals: &[u32],
     memory: &[MemoryChannel],
 ) -> BufRef {
-    let sum = shape.slot(l);
+    let sum = shape.slot(0, l);
     for (ch, &h) in memory.iter().zip(locals) {
         tb.put_with_signal(ch, shape.shard(Buffer::Input, h), sum);
     }
     let mut acc = shape.shard(Buffer::Input, l);
     for (ch, &h) in memory.iter().zip(locals) {
-        tb.recv_reduce(ch, acc, shape.slot(h), sum);
+        tb.recv_reduce(ch, acc, shape.slot(0, h), sum);
         acc = sum;
     }
     if memory.is_empty() {
@@ -147,22 +154,23 @@ fn reduce_scatter_within_node(
     sum
 }
 
-/// Phase 3 on local rank `l`: the AllReduced shard `l` into its own output and every node
-/// peer's, then wait for theirs.
+/// Phase 3 on local rank `l`: the AllReduced shard `l` into its own output and, through
+/// every node peer's gathered slot `l` (slots from `gathered` on), into theirs.
 fn all_gather_within_node(
     shape: &Shape,
     tb: &mut ThreadBlockOps<'_>,
-    l: u32,
+    (l, locals): (u32, &[u32]),
     result: BufRef,
+    gathered: u32,
     memory: &[MemoryChannel],
 ) {
-    let out = shape.shard(Buffer::Output, l);
-    tb.copy(result, out);
+    let slot = |h: u32| shape.slot(gathered, h);
+    tb.copy(result, shape.shard(Buffer::Output, l));
     for ch in memory {
-        tb.put_with_signal(ch, result, out);
+        tb.put_with_signal(ch, result, slot(l));
     }
-    for ch in memory {
-        tb.wait(ch);
+    for (ch, &h) in memory.iter().zip(locals) {
+        tb.recv(ch, slot(h), shape.shard(Buffer::Output, h));
     }
 }
 
@@ -215,7 +223,7 @@ enum HandBack {
 /// NVRAR's phase across nodes on rank `(node, l)` (see [`nvrar_allreduce`]).
 fn recursive_doubling(shape: &Shape, tb: &mut ThreadBlockOps<'_>, r: Rank<'_>, hand_back: HandBack) -> BufRef {
     let rd = RecursiveDoubling::new(shape.nodes as usize);
-    let slot = |i: u32| shape.slot(r.area + i);
+    let slot = |i: u32| shape.slot(r.area, i);
     let (from_partner, after_fold) = (slot(0), slot(1));
     let (received, summed) = (|round: u32| slot(2 + 2 * round), |round: u32| slot(3 + 2 * round));
     let port = |m: usize| r.ports[m];
