@@ -364,6 +364,28 @@ mod tests {
         assert_eq!(steps(Algorithm::NcclTree, 8, 4), 2 * (3 + 3));
     }
 
+    /// NVRAR's network messages in the model are the port puts of weft-plan's
+    /// `nvrar_allreduce` (same pairs, as many of each), at node counts that fold and not.
+    #[test]
+    fn nvrar_crosses_the_network_as_its_plan_does() {
+        for (nodes, gpus) in [(2, 1), (3, 2), (5, 1), (6, 3), (8, 2), (13, 1)] {
+            let shape = Shape::new(nodes, gpus).unwrap();
+            let model = Schedule::build(Algorithm::Nvrar, shape, 64, 2.0);
+            let mut modelled: Vec<(u32, u32)> =
+                model.transfers().filter(|(_, t)| t.via_proxy).map(|(_, t)| (t.src as u32, t.dst as u32)).collect();
+            let plan = weft_plan::plans::nvrar_allreduce(nodes as u32, gpus as u32).unwrap().compile().unwrap();
+            let mut planned: Vec<(u32, u32)> = plan
+                .ranks
+                .iter()
+                .flat_map(|r| r.threadblocks.iter().flat_map(|t| &t.ops).map(move |op| (r.rank, op.effects())))
+                .filter_map(|(rank, e)| e.via.map(|link| (rank, link.peer)))
+                .collect();
+            modelled.sort_unstable();
+            planned.sort_unstable();
+            assert_eq!(modelled, planned, "{nodes} x {gpus}");
+        }
+    }
+
     #[test]
     fn only_network_hops_or_port_channels_go_through_the_proxy_and_only_nvrar_pays_eta() {
         let shape = Shape::new(2, 2).unwrap();
