@@ -9,8 +9,10 @@
 mod common;
 
 use common::{Coll, Rng, check, run};
+use weft_plan::passes::verify;
+use weft_plan::plan::Op;
 use weft_plan::plans;
-use weft_plan::{ChannelProgram, DslError, ExecutionPlan, ReduceOp};
+use weft_plan::{ChannelProgram, Collective, DslError, ExecutionPlan, ReduceOp};
 
 const NODES: [u32; 9] = [2, 3, 4, 5, 6, 7, 8, 9, 16];
 const OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max];
@@ -67,4 +69,23 @@ fn shapes_without_two_ranks_are_refused_by_name() {
         let plan = build(1, 3).unwrap().compile().unwrap();
         check(&plan, Coll::AllReduce, 11, 5, ReduceOp::Sum).unwrap();
     }
+}
+
+/// NVRAR on 3 nodes: node 0 folds into node 1, which hands the result back last. The compiled
+/// plan with that put and its wait taken out leaves node 0 with what its scratch held before:
+/// the verifier refuses it and the interpreter's outputs differ from the reference.
+#[test]
+fn without_the_hand_back_the_verifier_and_the_interpreter_both_object() {
+    let mut plan = plans::nvrar_allreduce(3, 1).unwrap().compile().unwrap();
+    let survivor = &mut plan.ranks[1].threadblocks[0].ops;
+    let hand_back = survivor.iter().rposition(|op| matches!(op, Op::Send { to, .. } if to.port && to.peer == 0));
+    survivor.remove(hand_back.expect("node 1 hands the result back to node 0"));
+    let folded = &mut plan.ranks[0].threadblocks[0].ops;
+    let wait = folded.iter().position(|op| matches!(op, Op::Wait { from } if from.port && from.peer == 1));
+    folded.remove(wait.expect("node 0 waits for the result"));
+    let collective = Collective::from_plan(&plan).unwrap();
+    let e = verify(&plan, &collective).unwrap_err().to_string();
+    assert!(e.contains("rank 0") && e.contains("before anything writes it"), "{e}");
+    let e = check(&plan, Coll::AllReduce, 5, 1, ReduceOp::Sum).unwrap_err();
+    assert!(e.contains("rank 0 element"), "{e}");
 }
