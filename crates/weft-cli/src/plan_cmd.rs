@@ -38,7 +38,17 @@ pub const ALGORITHMS: &[(&str, Trace)] = &[
     ("alltonext", |s| Ok(plans::alltonext(s.ranks, s.ranks_per_node, s.instances)?.into())),
     ("direct-broadcast", |s| Ok(plans::direct_broadcast(s.ranks, s.root, s.instances)?.into())),
     ("port-allpairs-allreduce", |s| Ok(plans::port_allpairs_allreduce(s.ranks)?.into())),
+    ("nvrar-allreduce", |s| Ok(plans::nvrar_allreduce(nodes(s)?, s.ranks_per_node)?.into())),
+    ("hier2ph-allreduce", |s| Ok(plans::hier2ph_allreduce(nodes(s)?, s.ranks_per_node)?.into())),
 ];
+
+/// Nodes of `ranks_per_node` ranks, for the algorithms built per node.
+fn nodes(s: Shape) -> Result<u32, BoxError> {
+    if s.ranks_per_node == 0 || !s.ranks.is_multiple_of(s.ranks_per_node) {
+        return Err(format!("{} ranks per node does not divide {} ranks", s.ranks_per_node, s.ranks).into());
+    }
+    Ok(s.ranks / s.ranks_per_node)
+}
 
 /// The names of [`ALGORITHMS`], in order.
 pub fn algorithm_names() -> impl Iterator<Item = &'static str> {

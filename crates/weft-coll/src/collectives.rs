@@ -29,7 +29,7 @@ use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
 use crate::params::{AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, P2pLl, Rooted};
-use crate::plans::PlanId;
+use crate::plans::{Nodes, PlanId};
 use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
 use crate::reduction::{Reduction, Scalar, with_scalar};
@@ -1120,7 +1120,7 @@ impl Collectives {
         if let Some(e) = plans.get(&(id, root)).filter(|e| e.capacity() >= bytes) {
             return Ok(Arc::clone(e));
         }
-        let plan = id.plan(self.ranks(), root).map_err(|detail| CollError::Unsupported { rank, detail })?;
+        let plan = id.plan_at(&self.nodes(), root).map_err(|detail| CollError::Unsupported { rank, detail })?;
         let capacity = bytes.next_power_of_two().max(self.config.plan_capacity as u64);
         let config = ExecConfig {
             capacity,
@@ -1135,6 +1135,13 @@ impl Collectives {
             self.retired.lock().unwrap_or_else(|p| p.into_inner()).push(old);
         }
         Ok(executor)
+    }
+
+    /// The node of every rank, as plans see it.
+    fn nodes(&self) -> Nodes {
+        let topology = self.comm.topology();
+        // Every rank below the world size has a node.
+        Nodes::new((0..self.ranks()).map(|r| topology.node(r).unwrap_or_default()).collect())
     }
 
     /// Runs plan `id` on `count` input elements per rank.

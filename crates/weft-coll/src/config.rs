@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use weft_core::env::{Variable, vars};
 use weft_types::{DataType, ReduceOp};
 
-use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms};
+use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms, Protocol};
 
 /// Most worker blocks of a `port_ring` or `port_allpairs` launch (the launch has one more, its
 /// driver).
@@ -177,8 +177,9 @@ impl Selector {
     /// other virtual nodes): only the PortChannel AllReduces reach them (through the proxy),
     /// `port_allpairs` for messages up to `ALLPAIRS_ACROSS_NODES_MAX` bytes (one network
     /// crossing) and in FP8 (the ring carries partials in the element type), `port_ring` above,
-    /// unless one of them is forced; only where it supports the type and operator. The error
-    /// says what is missing.
+    /// unless one of them or an AllReduce plan (`plan:nvrar_allreduce`, `plan:hier2ph_allreduce`,
+    /// ...; whether its memory channels stay within nodes is checked when it is set up) is
+    /// forced; only where it supports the type and operator. The error says what is missing.
     pub fn across_nodes(
         &self,
         collective: Collective,
@@ -193,9 +194,12 @@ impl Selector {
             ));
         }
         let chosen = match self.force.get(&collective).copied() {
-            Some(a) if a == ring || a == pairs => a,
+            // A forced plan is checked against the nodes when it is set up (`Nodes::check`).
+            Some(a) if a == ring || a == pairs || a.protocol() == Protocol::Plan => a,
             Some(other) => {
-                return Err(format!("{other} cannot reach peers of other nodes (port_allpairs and port_ring can)"));
+                return Err(format!(
+                    "{other} cannot reach peers of other nodes (port_allpairs, port_ring and plans whose memory channels stay within nodes can)"
+                ));
             }
             None if bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype) => pairs,
             None => ring,
@@ -654,6 +658,12 @@ mod tests {
         s.force(Algorithm::AllReduceLl);
         let forced = s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum).unwrap_err();
         assert!(forced.contains("cannot reach peers of other nodes"), "{forced}");
+        // A forced plan goes on to its set-up, which checks it against the nodes.
+        let nvrar = Algorithm::from_name(Collective::AllReduce, "plan:nvrar_allreduce").unwrap();
+        s.force(nvrar);
+        assert_eq!(s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum), Ok(nvrar));
+        let avg = s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Avg).unwrap_err();
+        assert!(avg.contains("does not support"), "{avg}");
     }
 
     #[test]

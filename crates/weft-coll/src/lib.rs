@@ -57,7 +57,7 @@ pub use args::ArgError;
 pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
 pub use config::{CollConfig, Rule, Selector, TuningTable};
 pub use error::{CollError, Expected};
-pub use plans::{PlanId, SHIPPED_INSTANCES, SHIPPED_LL_INSTANCES, load_user_plans};
+pub use plans::{Nodes, PlanId, SHIPPED_INSTANCES, SHIPPED_LL_INSTANCES, load_user_plans};
 pub use raw::RawCollectives;
 pub use reduction::{Reduction, Scalar};
 pub use typed::{Operator, P2pGroup};

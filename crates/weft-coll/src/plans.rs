@@ -1,13 +1,19 @@
 //! Execution plans as algorithms of the registry, named `plan:<name>`: weft's shipped plans
-//! (written in weft-plan's DSL, compiled for the communicator's rank count on first use) and
-//! the user plans of `WEFT_PLAN_DIR` (every `*.json` execution plan there, validated when the
-//! configuration is read). weft-exec's interpreter kernel runs them all.
+//! (written in weft-plan's DSL, compiled for the communicator's ranks and nodes on first use)
+//! and the user plans of `WEFT_PLAN_DIR` (every `*.json` execution plan there, validated when
+//! the configuration is read). weft-exec's interpreter kernel runs them all.
+//!
+//! A plan runs on a communicator whose ranks span nodes only if its memory channels join ranks
+//! of one node ([`Nodes::check`]): port channels, through the proxy, are all that crosses
+//! nodes. The multi-node plans (`plan:nvrar_allreduce`, `plan:hier2ph_allreduce`) are built
+//! for the communicator's nodes, which must be of equal size with ranks numbered node after
+//! node.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use weft_plan::plan::CollectiveKind;
-use weft_plan::{ExecutionPlan, plans};
+use weft_plan::{AnyProgram, DslError, ExecutionPlan, plans};
 
 use crate::algorithm::Collective;
 
@@ -15,9 +21,9 @@ use crate::algorithm::Collective;
 /// channel per link).
 pub const SHIPPED_INSTANCES: u32 = 4;
 
-type Build = fn(u32, u32) -> Result<weft_plan::AnyProgram, weft_plan::DslError>;
+type Build = fn(&Nodes, u32) -> Result<AnyProgram, String>;
 
-/// A shipped plan: registry name, collective, and its DSL program for (ranks, root).
+/// A shipped plan: registry name, collective, and its DSL program for (nodes, root).
 struct Shipped {
     name: &'static str,
     collective: Collective,
@@ -33,63 +39,141 @@ fn half(ranks: u32) -> u32 {
 /// further only adds operations; the executor's replicas still spread a chunk over blocks.
 pub const SHIPPED_LL_INSTANCES: u32 = 1;
 
-const SHIPPED: [Shipped; 11] = [
+const SHIPPED: [Shipped; 13] = [
     Shipped {
         name: "plan:ring_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::ring_allreduce(n, SHIPPED_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::ring_allreduce(at.ranks(), SHIPPED_INSTANCES)),
     },
     Shipped {
         name: "plan:allpairs_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::allpairs_allreduce(n, SHIPPED_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::allpairs_allreduce(at.ranks(), SHIPPED_INSTANCES)),
     },
     Shipped {
         name: "plan:ring_allreduce_ll",
         collective: Collective::AllReduce,
-        build: |n, _| plans::ring_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::ring_allreduce_ll(at.ranks(), SHIPPED_LL_INSTANCES)),
     },
     Shipped {
         name: "plan:allpairs_allreduce_ll",
         collective: Collective::AllReduce,
-        build: |n, _| plans::allpairs_allreduce_ll(n, SHIPPED_LL_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::allpairs_allreduce_ll(at.ranks(), SHIPPED_LL_INSTANCES)),
     },
     Shipped {
         name: "plan:port_allpairs_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::port_allpairs_allreduce(n).map(Into::into),
+        build: |at, _| dsl(plans::port_allpairs_allreduce(at.ranks())),
+    },
+    Shipped {
+        name: "plan:nvrar_allreduce",
+        collective: Collective::AllReduce,
+        build: |at, _| at.uniform().and_then(|(nodes, gpus)| dsl(plans::nvrar_allreduce(nodes, gpus))),
+    },
+    Shipped {
+        name: "plan:hier2ph_allreduce",
+        collective: Collective::AllReduce,
+        build: |at, _| at.uniform().and_then(|(nodes, gpus)| dsl(plans::hier2ph_allreduce(nodes, gpus))),
     },
     Shipped {
         name: "plan:hierarchical_allreduce",
         collective: Collective::AllReduce,
-        build: |n, _| plans::hierarchical_allreduce(n, half(n), SHIPPED_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::hierarchical_allreduce(at.ranks(), half(at.ranks()), SHIPPED_INSTANCES)),
     },
     Shipped {
         name: "plan:ring_allgather",
         collective: Collective::AllGather,
-        build: |n, _| plans::ring_allgather(n, SHIPPED_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::ring_allgather(at.ranks(), SHIPPED_INSTANCES)),
     },
     Shipped {
         name: "plan:ring_reduce_scatter",
         collective: Collective::ReduceScatter,
-        build: |n, _| plans::ring_reduce_scatter(n, SHIPPED_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::ring_reduce_scatter(at.ranks(), SHIPPED_INSTANCES)),
     },
     Shipped {
         name: "plan:allpairs_reduce_scatter",
         collective: Collective::ReduceScatter,
-        build: |n, _| plans::allpairs_reduce_scatter(n, SHIPPED_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::allpairs_reduce_scatter(at.ranks(), SHIPPED_INSTANCES)),
     },
     Shipped {
         name: "plan:two_step_alltoall",
         collective: Collective::AllToAll,
-        build: |n, _| plans::two_step_alltoall(n, half(n), SHIPPED_INSTANCES).map(Into::into),
+        build: |at, _| dsl(plans::two_step_alltoall(at.ranks(), half(at.ranks()), SHIPPED_INSTANCES)),
     },
     Shipped {
         name: "plan:direct_broadcast",
         collective: Collective::Broadcast,
-        build: |n, root| plans::direct_broadcast(n, root, SHIPPED_INSTANCES).map(Into::into),
+        build: |at, root| dsl(plans::direct_broadcast(at.ranks(), root, SHIPPED_INSTANCES)),
     },
 ];
+
+fn dsl(program: Result<impl Into<AnyProgram>, DslError>) -> Result<AnyProgram, String> {
+    program.map(Into::into).map_err(|e| e.to_string())
+}
+
+/// Where a communicator's ranks are: the node (host, or virtual node) of every rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nodes {
+    node_of: Vec<usize>,
+}
+
+impl Nodes {
+    /// `ranks` ranks in one node.
+    pub fn one(ranks: usize) -> Self {
+        Self { node_of: vec![0; ranks] }
+    }
+
+    /// Rank `r` in node `node_of[r]` (nodes numbered from 0 in order of first appearance, as
+    /// `weft_core::Topology::node` numbers them).
+    pub fn new(node_of: Vec<usize>) -> Self {
+        Self { node_of }
+    }
+
+    /// Ranks (clamped to `u32`, far above any plan's limit).
+    pub fn ranks(&self) -> u32 {
+        u32::try_from(self.node_of.len()).unwrap_or(u32::MAX)
+    }
+
+    /// `(nodes, ranks per node)` when every node has as many ranks and ranks are numbered node
+    /// after node (rank `node * per_node + local`), the layout the multi-node plans assume.
+    pub fn uniform(&self) -> Result<(u32, u32), String> {
+        let nodes = self.node_of.iter().max().map_or(0, |&n| n + 1);
+        let per_node = self.node_of.len() / nodes.max(1);
+        let laid_out = per_node > 0 && self.node_of.iter().enumerate().all(|(r, &n)| n == r / per_node);
+        if !laid_out || per_node * nodes != self.node_of.len() {
+            return Err(format!(
+                "needs nodes of equal size with ranks numbered node after node; the communicator's ranks are in nodes {:?}",
+                self.node_of
+            ));
+        }
+        Ok((nodes as u32, per_node as u32))
+    }
+
+    /// Whether `plan` can run here: every memory channel (and every access to a peer's memory
+    /// that is not a port put) joins ranks of one node; an error names the first that does not.
+    pub fn check(&self, plan: &ExecutionPlan) -> Result<(), String> {
+        if plan.nranks != self.ranks() {
+            return Err(format!("a {}-rank plan, the communicator has {}", plan.nranks, self.ranks()));
+        }
+        let node = |r: u32| self.node_of.get(r as usize).copied();
+        for rank in &plan.ranks {
+            for op in rank.threadblocks.iter().flat_map(|t| &t.ops) {
+                let e = op.effects();
+                let links = [e.wait, e.signal].into_iter().flatten().filter(|l| !l.port).map(|l| l.peer);
+                // A port put writes the peer through the proxy; every other access is direct.
+                let touched = e.inputs.iter().chain(if e.via.is_some() { &[][..] } else { &e.outputs[..] });
+                let peers = links.chain(touched.filter_map(|loc| loc.peer));
+                if let Some(peer) = peers.into_iter().find(|&p| node(p) != node(rank.rank)) {
+                    return Err(format!(
+                        "rank {} reaches rank {peer} of another node without a port channel (only port channels cross nodes)",
+                        rank.rank
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// A user plan of `WEFT_PLAN_DIR`.
 struct UserPlan {
@@ -164,19 +248,28 @@ impl PlanId {
             .unwrap_or(Collective::AllReduce)
     }
 
-    /// The plan for `ranks` ranks and, for a broadcast, `root`; an error says why there is
-    /// none (a shipped plan's constraint, a user plan for another rank count or root).
+    /// The plan for `ranks` ranks of one node and, for a broadcast, `root` (see
+    /// [`Self::plan_at`]).
     pub fn plan(self, ranks: usize, root: usize) -> Result<Arc<ExecutionPlan>, String> {
-        let (n, r) =
-            (u32::try_from(ranks).map_err(|e| e.to_string())?, u32::try_from(root).map_err(|e| e.to_string())?);
+        self.plan_at(&Nodes::one(ranks), root)
+    }
+
+    /// The plan for the ranks of `nodes` and, for a broadcast, `root`; an error says why
+    /// there is none (a shipped plan's constraint, a user plan for another rank count or root,
+    /// a memory channel between nodes: [`Nodes::check`]).
+    pub fn plan_at(self, nodes: &Nodes, root: usize) -> Result<Arc<ExecutionPlan>, String> {
+        let plan = self.build(nodes, root)?;
+        nodes.check(&plan).map_err(|e| format!("{}: {e}", self.name()))?;
+        Ok(plan)
+    }
+
+    fn build(self, nodes: &Nodes, root: usize) -> Result<Arc<ExecutionPlan>, String> {
+        let r = u32::try_from(root).map_err(|e| e.to_string())?;
         if let Some(s) = SHIPPED.get(usize::from(self.0)) {
-            let program = (s.build)(n, r).map_err(|e| format!("{}: {e}", s.name))?;
+            let program = (s.build)(nodes, r).map_err(|e| format!("{}: {e}", s.name))?;
             return program.compile().map(Arc::new).map_err(|e| format!("{}: {e}", s.name));
         }
         let user = self.user().ok_or_else(|| format!("no plan {}", self.0))?;
-        if user.plan.nranks != n {
-            return Err(format!("{} is a {}-rank plan, the communicator has {ranks}", user.name, user.plan.nranks));
-        }
         if let CollectiveKind::Rooted { root: planned, .. } = user.plan.collective
             && planned != r
         {
@@ -220,12 +313,51 @@ mod tests {
     #[test]
     fn peers_share_the_outputs_of_every_shipped_plan_but_reduce_scatter_and_the_ll_plans() {
         for id in PlanId::all().take(SHIPPED.len()) {
-            // LL packets and port puts land in scratch only.
-            let scratch_only = id.name().ends_with("_ll") || id.name().starts_with("plan:port_");
+            // LL packets land in scratch only, and so does everything of a plan with port
+            // channels (the multi-node ones even on one node).
+            let multi_node = ["plan:nvrar_allreduce", "plan:hier2ph_allreduce"].contains(&id.name());
+            let scratch_only = id.name().ends_with("_ll") || id.name().starts_with("plan:port_") || multi_node;
             let private = id.collective() == Collective::ReduceScatter || scratch_only;
             for ranks in [2, 4] {
                 assert_eq!(id.peers_share_outputs(ranks), !private, "{} at {ranks} ranks", id.name());
             }
+        }
+    }
+
+    fn shipped(name: &str) -> PlanId {
+        PlanId::all().find(|id| id.name() == name).unwrap()
+    }
+
+    #[test]
+    fn nodes_of_equal_size_numbered_node_after_node_are_what_multi_node_plans_take() {
+        assert_eq!(Nodes::one(4).uniform(), Ok((1, 4)));
+        assert_eq!(Nodes::new(vec![0, 0, 1, 1, 2, 2]).uniform(), Ok((3, 2)));
+        assert_eq!(Nodes::new(vec![0, 1, 2]).uniform(), Ok((3, 1)));
+        for uneven in [vec![0, 0, 0, 1], vec![0, 1, 0, 1], vec![0, 0, 1, 1, 1, 1]] {
+            let e = Nodes::new(uneven.clone()).uniform().unwrap_err();
+            assert!(e.contains("equal size"), "{uneven:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_multi_node_plans_run_across_nodes_and_single_node_plans_are_refused_there() {
+        let nodes = Nodes::new(vec![0, 0, 1, 1, 2, 2, 3, 3]);
+        for name in ["plan:nvrar_allreduce", "plan:hier2ph_allreduce"] {
+            let plan = shipped(name).plan_at(&nodes, 0).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(plan.nranks, 8);
+            let lowered = weft_exec::lower(&plan).unwrap();
+            assert!(lowered.ranks.iter().all(|r| !r.ports.is_empty()), "{name}: every rank crosses nodes");
+            // Also on one node (no port channel at all), and at one GPU per node.
+            shipped(name).plan(4, 0).unwrap();
+            shipped(name).plan_at(&Nodes::new(vec![0, 1, 2]), 0).unwrap();
+            let e = shipped(name).plan_at(&Nodes::new(vec![0, 0, 0, 1]), 0).unwrap_err();
+            assert!(e.starts_with(name) && e.contains("equal size"), "{e}");
+        }
+        // Port channels only: fine across nodes.
+        shipped("plan:port_allpairs_allreduce").plan_at(&nodes, 0).unwrap();
+        for name in ["plan:ring_allreduce", "plan:hierarchical_allreduce", "plan:allpairs_allreduce_ll"] {
+            let e = shipped(name).plan_at(&nodes, 0).unwrap_err();
+            assert!(e.starts_with(name) && e.contains("of another node without a port channel"), "{e}");
         }
     }
 

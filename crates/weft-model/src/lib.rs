@@ -21,8 +21,9 @@
 //! (`#![forbid(unsafe_code)]`). The `weft model` command (weft-cli) prints and plots; this crate
 //! only computes.
 //!
-//! **Depends on:** `weft-core` (for [`weft_core::LinkModel`] only), `serde`, `serde_json`,
-//! `thiserror`.
+//! **Depends on:** `weft-core` (for [`weft_core::LinkModel`] only), `weft-plan` (for the
+//! recursive-doubling pairing NVRAR's plan runs, so the model and the plan cannot drift
+//! apart), `serde`, `serde_json`, `thiserror`.
 
 #![forbid(unsafe_code)]
 

@@ -12,6 +12,8 @@
 
 use std::ops::Range;
 
+use weft_plan::plans::RecursiveDoubling;
+
 use crate::{Algorithm, Shape};
 
 /// What a transfer does at its destination.
@@ -189,34 +191,28 @@ fn all_pairs(members: &[usize], range: &Range<usize>, hops: Hops, shape: &Shape)
     vec![Step { transfers }]
 }
 
-/// Recursive-doubling AllReduce among `members` of `range` (MPICH's, Thakur and Gropp 2005):
-/// with k = 2^q + r members, the first 2r fold pairwise (member 2i sends to 2i + 1, which
-/// reduces; one step), the 2^q survivors exchange with the survivor whose index differs in
-/// bit b at step b (q steps, each pair reducing both ways), and the folded members get the
-/// result from their partner (one step): q steps for a power of two, q + 2 otherwise.
+/// Recursive-doubling AllReduce among `members` of `range`, paired as weft-plan's
+/// [`RecursiveDoubling`] pairs them (the pairing `nvrar_allreduce` runs): with k = 2^q + r
+/// members, r fold into a partner (one step), the 2^q survivors exchange and reduce in q steps,
+/// and the folded members get the result from their partner (one step): q steps for a power
+/// of two, q + 2 otherwise.
 fn recursive_doubling(members: &[usize], range: &Range<usize>, hops: Hops, shape: &Shape) -> Vec<Step> {
-    let k = members.len();
-    if k < 2 {
+    if members.len() < 2 {
         return Vec::new();
     }
-    let pof2 = 1 << k.ilog2();
-    let folded = k - pof2;
-    let edge = |src: usize, dst: usize, op: Op| transfer(shape, hops, src, dst, range.clone(), op);
-    let survivors: Vec<usize> =
-        (0..folded).map(|i| members[2 * i + 1]).chain(members[2 * folded..].iter().copied()).collect();
-    let fold_in =
-        Step { transfers: (0..folded).map(|i| edge(members[2 * i], members[2 * i + 1], Op::Reduce)).collect() };
-    let doubling = (0..pof2.ilog2()).map(|bit| Step {
-        transfers: (0..pof2).map(|a| edge(survivors[a], survivors[a ^ (1 << bit)], Op::Reduce)).collect(),
+    let rd = RecursiveDoubling::new(members.len());
+    let edge = |src: usize, dst: usize, op: Op| transfer(shape, hops, members[src], members[dst], range.clone(), op);
+    let fold_in = Step { transfers: rd.folds().map(|(folded, into)| edge(folded, into, Op::Reduce)).collect() };
+    let doubling = (0..rd.rounds()).map(|round| Step {
+        transfers: rd.survivors().filter_map(|m| rd.peer(m, round).map(|q| edge(m, q, Op::Reduce))).collect(),
     });
-    let hand_back =
-        Step { transfers: (0..folded).map(|i| edge(members[2 * i + 1], members[2 * i], Op::Copy)).collect() };
+    let hand_back = Step { transfers: rd.folds().map(|(folded, into)| edge(into, folded, Op::Copy)).collect() };
     let mut steps = Vec::new();
-    if folded > 0 {
+    if !fold_in.transfers.is_empty() {
         steps.push(fold_in);
     }
     steps.extend(doubling);
-    if folded > 0 {
+    if !hand_back.transfers.is_empty() {
         steps.push(hand_back);
     }
     steps
@@ -377,6 +373,28 @@ mod tests {
         assert_eq!(steps(Algorithm::Nvrar, 1, 4), 6);
         // The tree, one piece per half: up and down 3 chain hops and 3 levels of 8 nodes.
         assert_eq!(steps(Algorithm::NcclTree, 8, 4), 2 * (3 + 3));
+    }
+
+    /// NVRAR's network messages in the model are the port puts of weft-plan's
+    /// `nvrar_allreduce` (same pairs, as many of each), at node counts that fold and not.
+    #[test]
+    fn nvrar_crosses_the_network_as_its_plan_does() {
+        for (nodes, gpus) in [(2, 1), (3, 2), (5, 1), (6, 3), (8, 2), (13, 1)] {
+            let shape = Shape::new(nodes, gpus).unwrap();
+            let model = Schedule::build(Algorithm::Nvrar, shape, 64, 2.0);
+            let mut modelled: Vec<(u32, u32)> =
+                model.transfers().filter(|(_, t)| t.via_proxy).map(|(_, t)| (t.src as u32, t.dst as u32)).collect();
+            let plan = weft_plan::plans::nvrar_allreduce(nodes as u32, gpus as u32).unwrap().compile().unwrap();
+            let mut planned: Vec<(u32, u32)> = plan
+                .ranks
+                .iter()
+                .flat_map(|r| r.threadblocks.iter().flat_map(|t| &t.ops).map(move |op| (r.rank, op.effects())))
+                .filter_map(|(rank, e)| e.via.map(|link| (rank, link.peer)))
+                .collect();
+            modelled.sort_unstable();
+            planned.sort_unstable();
+            assert_eq!(modelled, planned, "{nodes} x {gpus}");
+        }
     }
 
     #[test]

@@ -23,7 +23,8 @@
 //! channel numbers, and the executor (`weft-exec`) maps them to connections.
 //!
 //! **May depend on.** `serde`, `serde_json`, `thiserror` (and `proptest`, `insta` for tests).
-//! Nothing else in weft; `weft-exec` and `weft-coll` depend on this crate, never the reverse.
+//! Nothing else in weft; `weft-exec`, `weft-coll` and `weft-model` depend on this crate, never the
+//! reverse.
 //!
 //! ```
 //! use weft_plan::interp::{RankBuffers, interpret};

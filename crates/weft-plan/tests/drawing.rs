@@ -24,6 +24,8 @@ fn shipped(n: u32) -> Vec<AnyProgram> {
         plans::ring_reduce_scatter(n, 1).unwrap().into(),
         plans::allpairs_reduce_scatter(n, 1).unwrap().into(),
         plans::port_allpairs_allreduce(n).unwrap().into(),
+        plans::nvrar_allreduce(n / 2, 2).unwrap().into(),
+        plans::hier2ph_allreduce(n / 2, 2).unwrap().into(),
     ]
 }
 

@@ -25,13 +25,20 @@
 //! | function | collective | constraints |
 //! | --- | --- | --- |
 //! | [`port_allpairs_allreduce`] | AllReduce over port channels | `nranks >= 2` |
+//! | [`nvrar_allreduce`] | AllReduce across nodes: NVRAR (recursive doubling across nodes, any node count) | `nodes * gpus_per_node >= 2` |
+//! | [`hier2ph_allreduce`] | AllReduce across nodes: MSCCL++'s 2PH (two-shot all-pairs across nodes) | `nodes * gpus_per_node >= 2` |
+//!
+//! The two across nodes use memory channels only between ranks of one node (rank
+//! `node * gpus_per_node + local`) and port channels only between nodes.
 
 mod allreduce;
 mod alltoall;
 mod alltonext;
 mod broadcast;
 mod gather_scatter;
+mod multinode;
 mod port;
+mod recursive_doubling;
 
 pub use allreduce::{
     allpairs_allreduce, allpairs_allreduce_ll, hierarchical_allreduce, reduce_broadcast_allreduce, ring_allreduce,
@@ -41,7 +48,9 @@ pub use alltoall::two_step_alltoall;
 pub use alltonext::alltonext;
 pub use broadcast::direct_broadcast;
 pub use gather_scatter::{allpairs_reduce_scatter, ring_allgather, ring_reduce_scatter};
+pub use multinode::{hier2ph_allreduce, nvrar_allreduce};
 pub use port::port_allpairs_allreduce;
+pub use recursive_doubling::{RecursiveDoubling, Role};
 
 use crate::dsl::DslError;
 use crate::{CompileError, ExecutionPlan};
@@ -68,7 +77,9 @@ pub fn samples() -> Result<Vec<ExecutionPlan>, CompileError> {
     for program in programs {
         plans.push(program.map_err(CompileError::Program)?.compile()?);
     }
-    plans.push(port_allpairs_allreduce(3).map_err(CompileError::Program)?.compile()?);
+    for program in [port_allpairs_allreduce(3), nvrar_allreduce(3, 2), hier2ph_allreduce(3, 2)] {
+        plans.push(program.map_err(CompileError::Program)?.compile()?);
+    }
     Ok(plans)
 }
 
