@@ -8,8 +8,9 @@
 //! With it, the mismatch is an error on every rank, naming both calls, and nothing is launched
 //! anywhere, so the communicator stays usable.
 //!
-//! **Cost.** One bootstrap all-gather of a few dozen bytes per call on the host (tens of
-//! microseconds over loopback): a debugging mode, as PyTorch's
+//! **Cost.** One bootstrap all-gather of a few dozen bytes per call on the host (a message
+//! from and to every rank over the bootstrap's sockets, on the calling thread before anything
+//! is enqueued): a debugging mode, as PyTorch's
 //! `TORCH_DISTRIBUTED_DEBUG=DETAIL`. A call captured into a CUDA graph is checked once, at
 //! capture; replays are not.
 //!

@@ -1031,7 +1031,7 @@ impl Collectives {
     /// refused before it reaches the raw layer (a buffer of the wrong length or on another GPU)
     /// still takes part in the exchange of calls, so its peers fail at once naming it instead
     /// of waiting out the bootstrap timeout.
-    pub(crate) fn exchanged(
+    pub(crate) fn with_call_check(
         &self,
         collective: Collective,
         dtype: DataType,

@@ -198,7 +198,7 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::AllReduce, T::DTYPE, || {
+        self.with_call_check(Collective::AllReduce, T::DTYPE, || {
             let count = self.lengths().same(send.len(), recv.len())?;
             // SAFETY: both views are live memory of this GPU holding `count` elements of T (checked),
             // kept alive by the stream until its work has run (`call`); see the module docs.
@@ -215,7 +215,7 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::AllReduce, T::DTYPE, || {
+        self.with_call_check(Collective::AllReduce, T::DTYPE, || {
             // SAFETY: as in `all_reduce`, on one view.
             self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
                 self.raw_all_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, stream)
@@ -231,7 +231,7 @@ impl Collectives {
         recv: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::AllGather, T::DTYPE, || {
+        self.with_call_check(Collective::AllGather, T::DTYPE, || {
             let count = self.lengths().all_gather(send.len(), recv.len())?;
             // SAFETY: as in `all_reduce`; recv holds ranks × count elements (checked).
             self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
@@ -246,7 +246,7 @@ impl Collectives {
         buffer: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::AllGather, T::DTYPE, || {
+        self.with_call_check(Collective::AllGather, T::DTYPE, || {
             let lengths = self.lengths();
             let count = lengths.in_place_blocks(buffer.len())?;
             let send = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
@@ -267,7 +267,7 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::ReduceScatter, T::DTYPE, || {
+        self.with_call_check(Collective::ReduceScatter, T::DTYPE, || {
             let count = self.lengths().reduce_scatter(send.len(), recv.len())?;
             // SAFETY: as in `all_reduce`; send holds ranks × count elements (checked).
             self.reducing_call(&[("send", send), ("recv", recv)], op, stream, |reduction| unsafe {
@@ -284,7 +284,7 @@ impl Collectives {
         op: impl Into<Operator<'o, T>>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::ReduceScatter, T::DTYPE, || {
+        self.with_call_check(Collective::ReduceScatter, T::DTYPE, || {
             let lengths = self.lengths();
             let count = lengths.in_place_blocks(buffer.len())?;
             let recv = element(buffer.ptr(), lengths.own_block(count), T::DTYPE.size());
@@ -304,7 +304,7 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::Broadcast, T::DTYPE, || {
+        self.with_call_check(Collective::Broadcast, T::DTYPE, || {
             let on_root = self.communicator().rank() == root;
             let send = self.root_buffer(send.filter(|_| on_root), on_root, "send")?;
             let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("recv", recv)];
@@ -328,7 +328,7 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::Broadcast, T::DTYPE, || {
+        self.with_call_check(Collective::Broadcast, T::DTYPE, || {
             // SAFETY: as in `all_reduce`, on one view.
             self.call(&[("buffer", buffer)], stream, || unsafe {
                 self.raw_broadcast(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, root, stream)
@@ -346,7 +346,7 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::Reduce, T::DTYPE, || {
+        self.with_call_check(Collective::Reduce, T::DTYPE, || {
             let on_root = self.communicator().rank() == root;
             let recv = self.root_buffer(recv.filter(|_| on_root), on_root, "recv")?;
             let mut views: Vec<(&'static str, &dyn DeviceView)> = vec![("send", send)];
@@ -371,7 +371,7 @@ impl Collectives {
         root: usize,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::Reduce, T::DTYPE, || {
+        self.with_call_check(Collective::Reduce, T::DTYPE, || {
             // SAFETY: as in `all_reduce`, on one view.
             self.reducing_call(&[("buffer", buffer)], op, stream, |reduction| unsafe {
                 self.raw_reduce(buffer.ptr(), buffer.ptr(), buffer.len(), T::DTYPE, reduction, root, stream)
@@ -396,7 +396,7 @@ impl Collectives {
         recv: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::AllToAll, T::DTYPE, || {
+        self.with_call_check(Collective::AllToAll, T::DTYPE, || {
             let count = self.lengths().all_to_all(send.len(), recv.len())?;
             // SAFETY: as in `all_reduce`; both hold ranks × count elements (checked).
             self.call(&[("send", send), ("recv", recv)], stream, || unsafe {
@@ -411,7 +411,7 @@ impl Collectives {
         buffer: &mut DeviceSliceMut<'_, T>,
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::AllToAll, T::DTYPE, || {
+        self.with_call_check(Collective::AllToAll, T::DTYPE, || {
             let count = self.lengths().in_place_blocks(buffer.len())?;
             // SAFETY: as in `all_reduce`, on one view of ranks × count elements.
             self.call(&[("buffer", buffer)], stream, || unsafe {
@@ -434,7 +434,7 @@ impl Collectives {
         recv_displs: &[usize],
         stream: &Stream,
     ) -> Result<Algorithm, CollError> {
-        self.exchanged(Collective::AllToAll, T::DTYPE, || {
+        self.with_call_check(Collective::AllToAll, T::DTYPE, || {
             let lengths = self.lengths();
             lengths.uneven_blocks("send", send.len(), send_counts, send_displs)?;
             lengths.uneven_blocks("recv", recv.len(), recv_counts, recv_displs)?;

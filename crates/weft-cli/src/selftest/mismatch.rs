@@ -70,11 +70,17 @@ fn check(comm: &Communicator, env: &Env) -> Result<(), BoxError> {
     if started.elapsed() > Duration::from_secs(5) {
         return Err(format!("a peer's refused call took {:?} to fail", started.elapsed()).into());
     }
-    // Every rank names itself the root.
-    let outcome = coll.broadcast_in_place(&mut recv.slice_mut(..COUNT)?, me, &stream);
+    // Every rank names itself the root, of a buffer holding its own rank: had the broadcast
+    // run, some rank would hold another's.
+    let own = vec![me as f32; COUNT];
+    let mut rooted = DeviceBuffer::from_host(comm.device(), &own)?;
+    let outcome = coll.broadcast_in_place(&mut rooted.as_mut_slice(), me, &stream);
     refused("a root mismatch", outcome, &["from rank 0", "from rank 1"])?;
     stream.wait_idle(Duration::from_secs(60), "the refused calls")?;
-    if recv.to_vec()?.iter().any(|&x| x != POISON) || recv_i32.to_vec()?.iter().any(|&x| x != 0) {
+    if recv.to_vec()?.iter().any(|&x| x != POISON)
+        || recv_i32.to_vec()?.iter().any(|&x| x != 0)
+        || rooted.to_vec()? != own
+    {
         return Err("a refused call wrote its output".into());
     }
     calls.agreeing(&send, &mut recv, "the agreeing call after the refused ones")
