@@ -12,7 +12,9 @@
 //! from and to every rank over the bootstrap's sockets, on the calling thread before anything
 //! is enqueued): a debugging mode, as PyTorch's
 //! `TORCH_DISTRIBUTED_DEBUG=DETAIL`. A call captured into a CUDA graph is checked once, at
-//! capture; replays are not.
+//! capture; replays are not. The exchange waits for every rank, so a program driving several
+//! ranks from one thread must issue each rank's calls on a thread of its own (`libnccl.so.2`
+//! does that itself for the calls of a group, as for captured calls).
 //!
 //! **Every rank decides alike.** Each rank compares all the signatures it gathered, which are
 //! the same bytes on every rank, so either every rank reports the same disagreement or none

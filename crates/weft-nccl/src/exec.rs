@@ -579,10 +579,11 @@ fn run_calls(call_name: &'static str, calls: Vec<(Arc<Comm>, Call)>) -> Result<(
         }
         first.get_or_insert(e);
     }
-    // One thread issuing several ranks' captured calls: a captured call may agree with its
-    // peers on zero-copy (a host exchange that waits for every rank), so each communicator's
-    // calls go on their own thread, in order; eager calls never wait and stay on this one.
-    if weft_calls.len() > 1 && weft_calls.iter().any(|(_, ready, list)| captures(ready, list)) {
+    // One thread issuing several ranks' calls that exchange on the host: a captured call may
+    // agree with its peers on zero-copy, and under `WEFT_CHECK_CALLS` every call compares
+    // itself with its peers' (host exchanges that wait for every rank), so each communicator's
+    // calls go on their own thread, in order; other eager calls never wait and stay on this one.
+    if weft_calls.len() > 1 && weft_calls.iter().any(|(_, ready, list)| exchanges_on_host(ready, list)) {
         if let Err(e) = on_threads(weft_calls, |(comm, ready, list)| {
             let _restore = SavedContext::save();
             ready.device.bind()?;
@@ -604,6 +605,12 @@ fn run_calls(call_name: &'static str, calls: Vec<(Arc<Comm>, Call)>) -> Result<(
         }
     }
     first.map_or(Ok(()), Err)
+}
+
+/// Whether running `calls` waits on the host for the other ranks: the communicator checks every
+/// call against its peers' (`WEFT_CHECK_CALLS`), or a call is captured.
+fn exchanges_on_host(ready: &Ready, calls: &[Call]) -> bool {
+    ready.weft.as_ref().is_ok_and(|native| native.coll.config().check_calls) || captures(ready, calls)
 }
 
 /// Whether any of `calls` is issued to a stream that is capturing a CUDA graph (a query
