@@ -171,6 +171,9 @@ for step in "${steps[@]}"; do
         "single-graph:90:--layout single --mode graph --quick --colls AllReduce,AllGather --types float,bfloat16 --ops sum"
         "single-graph-windows:90:--layout single --mode graph --windows --quick --colls AllReduce,AllGather,ReduceScatter --types int8,float,bfloat16 --ops sum,avg,premulsum"
         "single-all-eager:60:--layout single --init all --quick --colls AllReduce,AllGather,AlltoAll,SendRecv --types int32,bfloat16 --ops sum,premulsum"
+        # One thread driving every rank with the host-side call check on (its exchange must not
+        # wait on a rank the same thread has yet to issue).
+        "single-eager-checked:90:--layout single --quick --colls AllReduce,Broadcast,AlltoAll --types int8,float --ops sum:WEFT_CHECK_CALLS=1"
       )
       if [ "${CONFORMANCE:-}" = full ]; then
         runs=()
@@ -184,9 +187,9 @@ for step in "${steps[@]}"; do
         done
       fi
       for run in "${runs[@]}"; do
-        IFS=: read -r name limit args <<< "$run"
-        # shellcheck disable=SC2086 # args is a list of options
-        timeout "$limit" "$bin/conformance" --weft "$lib" --nccl "$real" --total-timeout $((limit - 5)) $args \
+        IFS=: read -r name limit args vars <<< "$run"
+        # shellcheck disable=SC2086 # args is a list of options, vars of NAME=value words
+        env $vars timeout "$limit" "$bin/conformance" --weft "$lib" --nccl "$real" --total-timeout $((limit - 5)) $args \
           > "$dir/$name.txt" 2>&1
         echo "conformance $name: rc=$? $(grep -h 'passed,' "$dir/$name.txt" | tail -1)"
         grep -m3 -E '^(FAIL|HANG)' "$dir/$name.txt"
