@@ -196,6 +196,8 @@ pub fn choose(samples: &[Sample], ranks: usize, dtype: Option<DataType>, machine
             _ => rules.push(Rule {
                 dtype: dtype.map(|t| t.name().to_string()),
                 ranks: Some(ranks),
+                // `weft tune` measures within one node.
+                nodes: None,
                 max_bytes: Some(bytes as u64),
                 algorithm: s.algorithm.clone(),
             }),

@@ -16,6 +16,8 @@ pub(crate) struct Chooser<'a> {
     pub(crate) ranks: usize,
     /// The first peer no kernel can map, and why (see `Resources::unreachable`).
     pub(crate) unreachable: Option<&'a (usize, String)>,
+    /// (Virtual) nodes the ranks are in.
+    pub(crate) nodes: usize,
 }
 
 /// One call to choose for: `size` is the selector's key (see [`crate::Rule::max_bytes`]).
@@ -90,7 +92,14 @@ impl Chooser<'_> {
     /// [`crate::Selector::across_nodes`]'s choice when some peer is in another node.
     fn across_nodes(&self, call: Call) -> Option<Result<Algorithm, CollError>> {
         let (peer, reason) = self.unreachable?;
-        let chosen = self.config.selector.across_nodes(call.collective, call.size as u64, call.dtype, call.op);
+        let chosen = self.config.selector.across_nodes(crate::config::AcrossNodes {
+            collective: call.collective,
+            bytes: call.size as u64,
+            dtype: call.dtype,
+            op: call.op,
+            ranks: self.ranks,
+            nodes: self.nodes,
+        });
         Some(chosen.map_err(|detail| CollError::Unsupported {
             rank: self.rank,
             detail: format!("{detail}; rank {peer} is in another node: {reason}"),
@@ -112,7 +121,7 @@ mod tests {
     }
 
     fn chooser(config: &CollConfig, ranks: usize) -> Chooser<'_> {
-        Chooser { config, rank: 0, ranks, unreachable: None }
+        Chooser { config, rank: 0, ranks, unreachable: None, nodes: 1 }
     }
 
     fn table(json: &str) -> CollConfig {

@@ -1094,6 +1094,7 @@ impl Collectives {
             rank: self.comm.rank(),
             ranks: self.ranks(),
             unreachable: self.resources.unreachable(),
+            nodes: self.comm.topology().node_count(),
         }
     }
 

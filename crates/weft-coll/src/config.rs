@@ -38,6 +38,11 @@ pub struct Rule {
     /// Only communicators of this many ranks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<usize>,
+    /// Only communicators spanning this many (possibly virtual) nodes, at least 2: the rules
+    /// that choose among the AllReduces that reach other nodes (`port_allpairs`, `port_ring`,
+    /// plans such as `plan:nvrar_allreduce`), which rules without it never name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<usize>,
     /// Upper bound in bytes, inclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<u64>,
@@ -48,7 +53,7 @@ pub struct Rule {
 impl Rule {
     /// A rule for any type and rank count.
     pub fn any(max_bytes: Option<u64>, algorithm: &str) -> Self {
-        Self { dtype: None, ranks: None, max_bytes, algorithm: algorithm.into() }
+        Self { dtype: None, ranks: None, nodes: None, max_bytes, algorithm: algorithm.into() }
     }
 }
 
@@ -85,16 +90,20 @@ impl TuningTable {
 struct RuleGroup {
     dtype: Option<DataType>,
     ranks: Option<usize>,
+    /// `Some(n)`: a group for communicators spanning `n` nodes, consulted only across nodes.
+    nodes: Option<usize>,
     sizes: Vec<(u64, Algorithm)>,
 }
 
 impl RuleGroup {
     fn any(sizes: Vec<(u64, Algorithm)>) -> Self {
-        Self { dtype: None, ranks: None, sizes }
+        Self { dtype: None, ranks: None, nodes: None, sizes }
     }
 
-    fn matches(&self, dtype: DataType, ranks: usize) -> bool {
-        self.dtype.is_none_or(|t| t == dtype) && self.ranks.is_none_or(|r| r == ranks)
+    /// Whether the group serves a call of `dtype` on `ranks` ranks in `nodes` nodes (`None`:
+    /// within one node, where groups for a node count never apply).
+    fn matches(&self, dtype: DataType, ranks: usize, nodes: Option<usize>) -> bool {
+        self.dtype.is_none_or(|t| t == dtype) && self.ranks.is_none_or(|r| r == ranks) && self.nodes == nodes
     }
 
     /// How narrowly it applies (see [`Rule`]).
@@ -103,7 +112,7 @@ impl RuleGroup {
     }
 
     fn same_filters(&self, other: &RuleGroup) -> bool {
-        (self.dtype, self.ranks) == (other.dtype, other.ranks)
+        (self.dtype, self.ranks, self.nodes) == (other.dtype, other.ranks, other.nodes)
     }
 
     /// The first rule covering `bytes`, else the last (largest) one.
@@ -161,7 +170,7 @@ impl Selector {
         let groups = self.rules.get(&collective).map(Vec::as_slice).unwrap_or_default();
         groups
             .iter()
-            .filter(|g| g.matches(dtype, ranks))
+            .filter(|g| g.matches(dtype, ranks, None))
             .max_by_key(|g| g.specificity())
             .and_then(|g| g.pick(bytes))
             .or_else(|| collective.algorithms().next())
@@ -179,14 +188,11 @@ impl Selector {
     /// crossing) and in FP8 (the ring carries partials in the element type), `port_ring` above,
     /// unless one of them or an AllReduce plan (`plan:nvrar_allreduce`, `plan:hier2ph_allreduce`,
     /// ...; whether its memory channels stay within nodes is checked when it is set up) is
-    /// forced; only where it supports the type and operator. The error says what is missing.
-    pub fn across_nodes(
-        &self,
-        collective: Collective,
-        bytes: u64,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<Algorithm, String> {
+    /// forced, or the tuning table has rules for `ranks` ranks in `nodes` nodes (see
+    /// [`Rule::nodes`]); only where it supports the type and operator. The error says what is
+    /// missing.
+    pub fn across_nodes(&self, call: AcrossNodes) -> Result<Algorithm, String> {
+        let AcrossNodes { collective, bytes, dtype, op, ranks, nodes } = call;
         let (ring, pairs) = (Algorithm::AllReducePortRing, Algorithm::AllReducePortAllPairs);
         if collective != Collective::AllReduce {
             return Err(format!(
@@ -201,8 +207,11 @@ impl Selector {
                     "{other} cannot reach peers of other nodes (port_allpairs, port_ring and plans whose memory channels stay within nodes can)"
                 ));
             }
-            None if bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype) => pairs,
-            None => ring,
+            None => match self.tuned_across(collective, dtype, bytes, ranks, nodes) {
+                Some(tuned) => tuned,
+                None if bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype) => pairs,
+                None => ring,
+            },
         };
         if !(chosen.supports(dtype) && chosen.supports_op(op)) {
             return Err(format!(
@@ -212,6 +221,20 @@ impl Selector {
             ));
         }
         Ok(chosen)
+    }
+
+    /// The tuning table's pick for `bytes` of `dtype` on `ranks` ranks in `nodes` nodes, if its
+    /// rules cover that node count.
+    fn tuned_across(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        bytes: u64,
+        ranks: usize,
+        nodes: usize,
+    ) -> Option<Algorithm> {
+        let groups = self.rules.get(&collective)?;
+        groups.iter().filter(|g| g.matches(dtype, ranks, Some(nodes))).max_by_key(|g| g.specificity())?.pick(bytes)
     }
 
     /// Makes `algorithm` the size rule of its collective at every size without forcing it:
@@ -254,6 +277,7 @@ impl Selector {
                         g.sizes.iter().map(|&(max, a)| Rule {
                             dtype: g.dtype.map(|t| t.name().to_string()),
                             ranks: g.ranks,
+                            nodes: g.nodes,
                             max_bytes: (max != u64::MAX).then_some(max),
                             algorithm: a.name().into(),
                         })
@@ -264,6 +288,30 @@ impl Selector {
             .collect();
         TuningTable { collectives, ..TuningTable::default() }
     }
+}
+
+/// Whether `algorithm` can run on a communicator spanning nodes (a plan: when its memory
+/// channels stay within nodes, checked when it is set up).
+fn reaches_other_nodes(algorithm: Algorithm) -> bool {
+    matches!(algorithm, Algorithm::AllReducePortRing | Algorithm::AllReducePortAllPairs)
+        || algorithm.protocol() == Protocol::Plan
+}
+
+/// One call as [`Selector::across_nodes`] chooses for it.
+#[derive(Clone, Copy, Debug)]
+pub struct AcrossNodes {
+    /// The collective.
+    pub collective: Collective,
+    /// The selector's size key of the call (see [`Rule::max_bytes`]).
+    pub bytes: u64,
+    /// Its element type.
+    pub dtype: DataType,
+    /// Its operator.
+    pub op: ReduceOp,
+    /// Ranks of the communicator.
+    pub ranks: usize,
+    /// (Virtual) nodes the ranks are in.
+    pub nodes: usize,
 }
 
 /// The rules of one collective as groups by filters, in order of first appearance; each must
@@ -281,7 +329,19 @@ fn parse_groups(collective: Collective, rules: &[Rule]) -> Result<Vec<RuleGroup>
         if rule.ranks == Some(0) {
             return Err("a rule's ranks must be at least 1".into());
         }
-        let group = RuleGroup { dtype, ranks: rule.ranks, sizes: Vec::new() };
+        if let Some(nodes) = rule.nodes {
+            if nodes < 2 {
+                return Err(format!(
+                    "a rule's nodes must be at least 2 (rules without nodes serve one node), not {nodes}"
+                ));
+            }
+            if !reaches_other_nodes(algorithm) {
+                return Err(format!(
+                    "{algorithm} cannot reach other nodes: a rule for {nodes} nodes names port_allpairs, port_ring or a plan"
+                ));
+            }
+        }
+        let group = RuleGroup { dtype, ranks: rule.ranks, nodes: rule.nodes, sizes: Vec::new() };
         let index = match groups.iter().position(|g| g.same_filters(&group)) {
             Some(i) => i,
             None => {
@@ -292,7 +352,7 @@ fn parse_groups(collective: Collective, rules: &[Rule]) -> Result<Vec<RuleGroup>
         groups[index].sizes.push((rule.max_bytes.unwrap_or(u64::MAX), algorithm));
     }
     if groups.iter().any(|g| g.sizes.windows(2).any(|w| w[0].0 >= w[1].0)) {
-        return Err("the rules of each type and rank count must have ascending max_bytes".into());
+        return Err("the rules of each type, rank count and node count must have ascending max_bytes".into());
     }
     Ok(groups)
 }
@@ -637,33 +697,82 @@ mod tests {
         assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (1, 1, 1));
     }
 
+    /// A call on 4 ranks in 2 nodes.
+    fn across(collective: Collective, bytes: u64, dtype: DataType, op: ReduceOp) -> AcrossNodes {
+        AcrossNodes { collective, bytes, dtype, op, ranks: 4, nodes: 2 }
+    }
+
     #[test]
     fn across_nodes_only_the_port_channel_allreduces_run_all_pairs_when_small() {
         let mut s = Selector::default();
         let (ring, pairs) = (Algorithm::AllReducePortRing, Algorithm::AllReducePortAllPairs);
         let (small, large) = (ALLPAIRS_ACROSS_NODES_MAX, ALLPAIRS_ACROSS_NODES_MAX + 1);
-        assert_eq!(s.across_nodes(Collective::AllReduce, small, DataType::Bf16, ReduceOp::Sum), Ok(pairs));
-        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::Bf16, ReduceOp::Sum), Ok(ring));
-        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::F32, ReduceOp::Avg), Ok(ring));
+        assert_eq!(s.across_nodes(across(Collective::AllReduce, small, DataType::Bf16, ReduceOp::Sum)), Ok(pairs));
+        assert_eq!(s.across_nodes(across(Collective::AllReduce, large, DataType::Bf16, ReduceOp::Sum)), Ok(ring));
+        assert_eq!(s.across_nodes(across(Collective::AllReduce, large, DataType::F32, ReduceOp::Avg)), Ok(ring));
         // FP8 partials cannot travel the ring: all pairs at every size.
-        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::F8E4M3, ReduceOp::Sum), Ok(pairs));
-        let gather = s.across_nodes(Collective::AllGather, 8, DataType::Bf16, ReduceOp::Sum).unwrap_err();
+        assert_eq!(s.across_nodes(across(Collective::AllReduce, large, DataType::F8E4M3, ReduceOp::Sum)), Ok(pairs));
+        let gather = s.across_nodes(across(Collective::AllGather, 8, DataType::Bf16, ReduceOp::Sum)).unwrap_err();
         assert!(gather.contains("allgather has no algorithm across nodes"), "{gather}");
         s.force(ring);
-        assert_eq!(s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum), Ok(ring));
-        let fp8 = s.across_nodes(Collective::AllReduce, 8, DataType::F8E4M3, ReduceOp::Sum).unwrap_err();
+        assert_eq!(s.across_nodes(across(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum)), Ok(ring));
+        let fp8 = s.across_nodes(across(Collective::AllReduce, 8, DataType::F8E4M3, ReduceOp::Sum)).unwrap_err();
         assert!(fp8.contains("does not support"), "{fp8}");
         s.force(pairs);
-        assert_eq!(s.across_nodes(Collective::AllReduce, large, DataType::Bf16, ReduceOp::Sum), Ok(pairs));
+        assert_eq!(s.across_nodes(across(Collective::AllReduce, large, DataType::Bf16, ReduceOp::Sum)), Ok(pairs));
         s.force(Algorithm::AllReduceLl);
-        let forced = s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum).unwrap_err();
+        let forced = s.across_nodes(across(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum)).unwrap_err();
         assert!(forced.contains("cannot reach peers of other nodes"), "{forced}");
         // A forced plan goes on to its set-up, which checks it against the nodes.
         let nvrar = Algorithm::from_name(Collective::AllReduce, "plan:nvrar_allreduce").unwrap();
         s.force(nvrar);
-        assert_eq!(s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum), Ok(nvrar));
-        let avg = s.across_nodes(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Avg).unwrap_err();
+        assert_eq!(s.across_nodes(across(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Sum)), Ok(nvrar));
+        let avg = s.across_nodes(across(Collective::AllReduce, 8, DataType::Bf16, ReduceOp::Avg)).unwrap_err();
         assert!(avg.contains("does not support"), "{avg}");
+    }
+
+    #[test]
+    fn rules_for_a_node_count_choose_across_those_nodes_only() {
+        let json = br#"{"collectives": {"allreduce": [
+            {"nodes": 2, "max_bytes": 65536, "algorithm": "port_allpairs"},
+            {"nodes": 2, "max_bytes": 4194304, "algorithm": "plan:nvrar_allreduce"},
+            {"nodes": 2, "algorithm": "port_ring"},
+            {"nodes": 4, "ranks": 4, "algorithm": "plan:hier2ph_allreduce"},
+            {"max_bytes": 1024, "algorithm": "hb"}, {"algorithm": "ring"}]}}"#;
+        let mut s = Selector::default();
+        s.apply(&TuningTable::from_json(json).unwrap()).unwrap();
+        let nvrar = Algorithm::from_name(Collective::AllReduce, "plan:nvrar_allreduce").unwrap();
+        let hier = Algorithm::from_name(Collective::AllReduce, "plan:hier2ph_allreduce").unwrap();
+        let pick = |bytes: u64, ranks: usize, nodes: usize| {
+            s.across_nodes(AcrossNodes {
+                bytes,
+                ranks,
+                nodes,
+                ..across(Collective::AllReduce, 0, DataType::Bf16, ReduceOp::Sum)
+            })
+        };
+        assert_eq!(pick(1024, 4, 2), Ok(Algorithm::AllReducePortAllPairs));
+        assert_eq!(pick(1 << 20, 4, 2), Ok(nvrar));
+        assert_eq!(pick(64 << 20, 4, 2), Ok(Algorithm::AllReducePortRing));
+        assert_eq!(pick(64 << 20, 4, 4), Ok(hier));
+        // No rule for 8 ranks in 4 nodes, nor for 3 nodes: the built-in choice.
+        assert_eq!(pick(64 << 20, 8, 4), Ok(Algorithm::AllReducePortRing));
+        assert_eq!(pick(1024, 6, 3), Ok(Algorithm::AllReducePortAllPairs));
+        // Within one node the rules for node counts never apply.
+        assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 1024, 4), Algorithm::AllReduceHb);
+        assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 1 << 20, 4), Algorithm::AllReduceRing);
+        // The table the selector writes keeps them.
+        let mut again = Selector::default();
+        again.apply(&s.table()).unwrap();
+        assert_eq!(again, s);
+        for (rule, expected) in [
+            (r#"{"nodes": 1, "algorithm": "port_ring"}"#, "at least 2"),
+            (r#"{"nodes": 2, "algorithm": "hb"}"#, "cannot reach other nodes"),
+        ] {
+            let json = format!(r#"{{"collectives": {{"allreduce": [{rule}]}}}}"#);
+            let err = Selector::default().apply(&TuningTable::from_json(json.as_bytes()).unwrap()).unwrap_err();
+            assert!(err.contains(expected), "{err}");
+        }
     }
 
     #[test]

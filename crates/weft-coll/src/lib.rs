@@ -55,7 +55,7 @@ mod window;
 pub use algorithm::{Algorithm, Collective, CollectiveAlgorithms, Protocol};
 pub use args::ArgError;
 pub use collectives::{Collectives, P2pKind, P2pOp, PathCounts};
-pub use config::{CollConfig, Rule, Selector, TuningTable};
+pub use config::{AcrossNodes, CollConfig, Rule, Selector, TuningTable};
 pub use error::{CollError, Expected};
 pub use plans::{Nodes, PlanId, SHIPPED_INSTANCES, SHIPPED_LL_INSTANCES, load_user_plans};
 pub use raw::RawCollectives;

@@ -124,6 +124,12 @@ impl Topology {
         self.nodes.get(rank).copied()
     }
 
+    /// Number of (possibly virtual) nodes the ranks are in.
+    pub fn node_count(&self) -> usize {
+        // Nodes are numbered from 0 in order of first appearance.
+        self.nodes.iter().max().map_or(0, |&n| n + 1)
+    }
+
     /// Ranks per virtual node, when nodes are virtual.
     pub fn ranks_per_node(&self) -> Option<usize> {
         self.ranks_per_node
