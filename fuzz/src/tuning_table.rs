@@ -1,12 +1,13 @@
 //! The tuning-table file (`WEFT_TUNING_FILE`, written by `weft tune`): JSON a user may edit.
 
-use weft_coll::{Collective, DataType, Selector, TuningTable};
+use weft_coll::{AcrossNodes, Collective, DataType, ReduceOp, Selector, TuningTable};
 
 /// Message sizes the selector is asked about: the edges of every shipped switch point.
 const SIZES: [u64; 6] = [0, 1, 64 << 10, (1 << 20) + 1, 256 << 20, u64::MAX];
 
 /// A table that parses applies to the default selector or fails with an error; an applied
-/// selector picks an algorithm of the right collective for every call, and its own table
+/// selector picks an algorithm of the right collective for every call (within a node and
+/// across 2 and 3 nodes), and its own table
 /// reproduces it. Returns whether the table applied.
 pub fn check(data: &[u8]) -> bool {
     let Ok(table) = TuningTable::from_json(data) else { return false };
@@ -20,6 +21,16 @@ pub fn check(data: &[u8]) -> bool {
                 for bytes in SIZES {
                     let algorithm = selector.select(collective, dtype, bytes, ranks);
                     assert_eq!(algorithm.collective(), collective, "{algorithm} chosen for {collective}");
+                    for nodes in [2, 3] {
+                        let call = AcrossNodes { collective, bytes, dtype, op: ReduceOp::Sum, ranks, nodes };
+                        if let Ok(across) = selector.across_nodes(call) {
+                            assert_eq!(
+                                across.collective(),
+                                collective,
+                                "{across} chosen across nodes for {collective}"
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -44,7 +55,9 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let filtered = br#"{"machine": "2xH200", "ranks": 2, "hb_blocks": 16, "collectives": {
   "allreduce": [{"max_bytes": 65536, "algorithm": "ll"}, {"algorithm": "hb"},
                 {"dtype": "bf16", "ranks": 2, "max_bytes": 1048576, "algorithm": "ll2"},
-                {"dtype": "bf16", "ranks": 2, "algorithm": "ring"}],
+                {"dtype": "bf16", "ranks": 2, "algorithm": "ring"},
+                {"nodes": 2, "max_bytes": 65536, "algorithm": "port_allpairs"},
+                {"nodes": 2, "algorithm": "plan:nvrar_allreduce"}],
   "allgather": [{"ranks": 8, "algorithm": "hb"}]}}"#;
     let small = br#"{"collectives": {"broadcast": [{"algorithm": "ll"}]}}"#;
     #[allow(clippy::expect_used)] // the default selector's table is plain data
