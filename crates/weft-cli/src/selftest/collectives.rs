@@ -59,10 +59,9 @@ const MULTI_NODE: [&str; 4] = ["port_ring", "port_allpairs", "plan:nvrar_allredu
 
 impl Family {
     /// Whether the family's matrix runs `algorithm` on a communicator that spans nodes or not.
-    fn includes(self, algorithm: Algorithm, spans_nodes: bool) -> bool {
+    pub(super) fn includes(self, algorithm: Algorithm, spans_nodes: bool) -> bool {
         let plan = algorithm.protocol() == Protocol::Plan;
-        let crosses_nodes =
-            algorithm.collective() == Collective::AllReduce && MULTI_NODE.contains(&algorithm.name());
+        let crosses_nodes = algorithm.collective() == Collective::AllReduce && MULTI_NODE.contains(&algorithm.name());
         match self {
             // Across (virtual) nodes only the PortChannel AllReduces reach every peer.
             Family::Native => !plan && (!spans_nodes || crosses_nodes),
@@ -73,7 +72,7 @@ impl Family {
 }
 
 /// Whether `algorithm` can be set up for the ranks of `nodes`: a plan's constraints (why not).
-fn runs_on(algorithm: Algorithm, nodes: &Nodes) -> Result<(), String> {
+pub(super) fn runs_on(algorithm: Algorithm, nodes: &Nodes) -> Result<(), String> {
     match algorithm {
         Algorithm::Plan(id) => id.plan_at(nodes, 0).map(|_| ()),
         _ => Ok(()),
@@ -84,7 +83,8 @@ fn runs_on(algorithm: Algorithm, nodes: &Nodes) -> Result<(), String> {
 /// when it has them all).
 fn missing_cases(algorithm: Algorithm, types: &[DataType]) -> Option<String> {
     let no_types: Vec<&str> = types.iter().filter(|&&t| !algorithm.supports(t)).map(|t| t.name()).collect();
-    let no_ops: Vec<&str> = ReduceOp::ALL.into_iter().filter(|&o| !algorithm.supports_op(o)).map(|o| o.name()).collect();
+    let no_ops: Vec<&str> =
+        ReduceOp::ALL.into_iter().filter(|&o| !algorithm.supports_op(o)).map(|o| o.name()).collect();
     let mut missing = Vec::new();
     if !no_types.is_empty() {
         missing.push(format!("no {} (types it does not support)", no_types.join(", ")));
@@ -434,6 +434,43 @@ mod tests {
         assert_eq!(matrix_types(Some(" ")).unwrap(), DataType::ALL.to_vec());
         assert_eq!(matrix_types(Some("bf16, i8")).unwrap(), vec![DataType::Bf16, DataType::I8]);
         assert!(matrix_types(Some("bf16,float")).unwrap_err().contains("WEFT_SELFTEST_TYPES"));
+    }
+
+    fn family(family: Family, spans_nodes: bool) -> Vec<&'static str> {
+        let mut names: Vec<&str> = Collective::ALL
+            .into_iter()
+            .flat_map(|c| c.algorithms())
+            .filter(|&a| family.includes(a, spans_nodes))
+            .map(Algorithm::name)
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn across_nodes_the_families_run_only_the_allreduces_that_cross_nodes() {
+        let mut crossing = MULTI_NODE.to_vec();
+        crossing.sort_unstable();
+        assert_eq!(family(Family::MultiNode, true), crossing);
+        assert_eq!(family(Family::MultiNode, false), crossing);
+        assert_eq!(family(Family::Native, true), ["port_allpairs", "port_ring"]);
+        assert!(family(Family::Plans, true).is_empty());
+        // On one node the native and plan matrices are what they were: every algorithm once.
+        let (native, plans) = (family(Family::Native, false), family(Family::Plans, false));
+        assert!(
+            native.contains(&"hb") && native.contains(&"port_ring") && !native.iter().any(|n| n.starts_with("plan:"))
+        );
+        assert!(plans.contains(&"plan:nvrar_allreduce") && plans.iter().all(|n| n.starts_with("plan:")));
+    }
+
+    #[test]
+    fn what_a_multinode_algorithm_lacks_is_named() {
+        let plan = Algorithm::from_name(Collective::AllReduce, "plan:nvrar_allreduce").unwrap();
+        let missing = missing_cases(plan, &DataType::ALL).unwrap();
+        assert!(missing.contains("avg") && missing.contains("premulsum"), "{missing}");
+        assert!(missing_cases(plan, &[DataType::F32]).is_some_and(|m| !m.contains("types")));
+        let ring = Algorithm::from_name(Collective::AllReduce, "port_ring").unwrap();
+        assert_eq!(missing_cases(ring, &[DataType::Bf16, DataType::I8]), None);
     }
 
     #[test]

@@ -241,7 +241,9 @@ fn run_multinode(options: &SelftestOptions, gpus: usize, env: &Env) -> Result<Su
         if matches!(options.mode, Mode::Threads | Mode::Both) {
             let mut env = env.clone();
             env.share_gpus |= ranks > gpus;
-            println!("running the multinode step with one process driving {ranks} ranks on {gpus} GPU(s) from threads...");
+            println!(
+                "running the multinode step with one process driving {ranks} ranks on {gpus} GPU(s) from threads..."
+            );
             summary.extend(run_threads(ranks, gpus, &env, &only)?);
         }
     }

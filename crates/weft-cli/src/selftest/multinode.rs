@@ -34,11 +34,8 @@ impl Layout {
 }
 
 /// The layouts of the step: 2 and 4 nodes, one rank per node and 2 nodes of two.
-pub(super) const LAYOUTS: [Layout; 3] = [
-    Layout { nodes: 2, per_node: 1 },
-    Layout { nodes: 2, per_node: 2 },
-    Layout { nodes: 4, per_node: 1 },
-];
+pub(super) const LAYOUTS: [Layout; 3] =
+    [Layout { nodes: 2, per_node: 1 }, Layout { nodes: 2, per_node: 2 }, Layout { nodes: 4, per_node: 1 }];
 
 /// The rank counts the launcher runs the step at: every layout's, or `only` (`--ranks`).
 pub(super) fn rank_counts(only: Option<usize>) -> Vec<usize> {
@@ -98,6 +95,25 @@ mod tests {
         assert_eq!(skipped.len(), 1);
         assert!(skipped[0].contains("2 nodes x 1 rank: needs 2 ranks"), "{skipped:?}");
         assert_eq!(left_out(Some(3)).len(), LAYOUTS.len());
+    }
+
+    #[test]
+    fn every_layout_sets_up_every_algorithm_and_a_ragged_one_says_why_not() {
+        use weft_coll::{Algorithm, Collective, CollectiveAlgorithms, Nodes};
+        let crossing: Vec<Algorithm> =
+            Collective::AllReduce.algorithms().filter(|&a| Family::MultiNode.includes(a, true)).collect();
+        assert_eq!(crossing.len(), 4);
+        for layout in LAYOUTS {
+            let nodes = Nodes::new((0..layout.ranks()).map(|r| r / layout.per_node).collect());
+            for &a in &crossing {
+                collectives::runs_on(a, &nodes).unwrap_or_else(|e| panic!("{} on {}: {e}", a.name(), layout.name()));
+            }
+        }
+        let ragged = Nodes::new(vec![0, 0, 1]);
+        let plans = crossing.iter().filter(|a| matches!(a, Algorithm::Plan(_)));
+        for &a in plans {
+            assert!(collectives::runs_on(a, &ragged).unwrap_err().contains("equal size"), "{}", a.name());
+        }
     }
 
     #[test]
