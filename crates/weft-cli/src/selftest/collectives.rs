@@ -6,10 +6,11 @@
 //! The same matrix runs the native algorithms (step `coll`) or every execution plan of the
 //! registry available at this rank count (step `plan`: the shipped plans and any of
 //! `WEFT_PLAN_DIR`), each through the plan executor, or the AllReduces that cross nodes (step
-//! `multinode`, on virtual nodes: what it cannot set up or lacks is reported as skipped). Graph-captured AllReduce HB and AllGather
-//! HB calls, and captured out-of-place plan launches whose chunks are whole 16-byte vectors,
-//! write straight into the peers' registered outputs; a line per communicator checks that
-//! every one that could did. Reducing collectives run every operator the algorithm supports,
+//! `multinode`, on virtual nodes: what it cannot set up or lacks is reported as skipped).
+//! Graph-captured AllReduce HB and AllGather HB calls, and captured out-of-place plan launches
+//! whose chunks are whole 16-byte vectors, write straight into the peers' registered outputs;
+//! a line per communicator checks that every one that could did. Reducing collectives run
+//! every operator the algorithm supports,
 //! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
 //! replays included), each rank with a scalar of its own, as NCCL allows (the result is the sum
 //! of each rank's input times its own scalar). Integer inputs span the whole range in one element of four, so integer
@@ -455,7 +456,7 @@ mod tests {
         assert_eq!(family(Family::MultiNode, false), crossing);
         assert_eq!(family(Family::Native, true), ["port_allpairs", "port_ring"]);
         assert!(family(Family::Plans, true).is_empty());
-        // On one node the native and plan matrices are what they were: every algorithm once.
+        // On one node the native and plan matrices are what they were.
         let (native, plans) = (family(Family::Native, false), family(Family::Plans, false));
         assert!(
             native.contains(&"hb") && native.contains(&"port_ring") && !native.iter().any(|n| n.starts_with("plan:"))
