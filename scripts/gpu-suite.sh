@@ -3,7 +3,7 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance] [faults]   (default: all)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [multinode] [proxy] [exec] [e2e] [conformance] [faults]   (default: all)
 #   scripts/gpu-suite.sh soak sanitize   (run only when named)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
@@ -20,6 +20,10 @@
 # runs the GIN examples' self-test with a GPU per rank and with 2 ranks sharing one GPU, then
 # `weft bench gin` (put + signal latency and bandwidth, the AllToAll against its α-β floor), then
 # scripts/nccl-device-api-test.sh (ncclDevCommCreate on weft's libnccl.so.2, kernels on weft::Gin).
+# The multinode step runs `weft selftest --only multinode --mode threads`: the AllReduces that
+# cross nodes (NVRAR and 2PH plans, port_ring, port_allpairs) at 2 nodes x 1 and x 2 ranks and 4
+# nodes x 1 (virtual nodes over the emulated NIC in chaos mode; ranks share GPUs where there are
+# fewer GPUs than ranks), every element checked; its SKIP lines say what could not run and why.
 # The e2e step installs the wheel as the python step does, then runs bench/e2e/run.sh: a Llama
 # tensor-parallel decode step through NCCL, weft's libnccl.so.2 and weft.Communicator, and the
 # DeepSeek-V3 MoE layer through weft.ep and an all-to-all over NCCL (docs/perf/e2e.md; about 3
@@ -41,7 +45,7 @@ export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin proxy exec e2e conformance faults)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin multinode proxy exec e2e conformance faults)
 
 # install_wheel STEP DIR: the `weft` wheel (${WEFT_WHEEL}, else the newest target/wheels/weft-*.whl)
 # into ${PYTHON:-python3}'s environment, the log in DIR; false when there is no wheel.
@@ -114,6 +118,9 @@ for step in "${steps[@]}"; do
          echo "bench gin: rc=$?"; cat "$dir/bench-gin.txt"
          timeout 600 scripts/nccl-device-api-test.sh "$dir/device-api" > "$dir/device-api.txt" 2>&1
          echo "NCCL device API on weft: rc=$?"; cat "$dir/device-api.txt" ;;
+    multinode) timeout 1800 "$weft" selftest --only multinode --mode threads > "$dir/selftest-multinode.txt" 2>&1
+               echo "selftest multinode: rc=$? $(grep -h 'passed,' "$dir/selftest-multinode.txt" | tail -1)"
+               grep -h -m10 -E '^(FAIL|SKIP)' "$dir/selftest-multinode.txt" ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
            for ch in memory port; do
@@ -217,6 +224,6 @@ for step in "${steps[@]}"; do
           grep -h -m5 '^FAIL' "$dir/soak-shared.txt" ;;
     sanitize) WEFT="$weft" scripts/sanitize.sh "$dir" 2>&1 | tee "$dir/sanitize.txt" | grep -E '^sanitize|^=========|FAIL'
               echo "sanitize: rc=${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, gin, proxy, exec, e2e, conformance, faults, soak, sanitize)"; exit 2 ;;
+    *) echo "unknown step $step (selftest, check, perf, tune, torch, python, ep, gin, multinode, proxy, exec, e2e, conformance, faults, soak, sanitize)"; exit 2 ;;
   esac
 done

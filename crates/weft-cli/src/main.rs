@@ -27,7 +27,8 @@ enum Command {
         /// One process per GPU, one process driving all GPUs with threads, or both.
         #[arg(long, value_enum, default_value_t = Mode::Both)]
         mode: Mode,
-        /// Run only these groups of tests (comma-separated; default: all).
+        /// Run only these groups of tests (comma-separated; default: every group but
+        /// `multinode`, which runs only when named).
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<Step>,
         /// Ranks, placed on the GPUs round-robin (default: one per GPU). With more ranks than

@@ -9,7 +9,7 @@ pub const EMULATED_ALPHA_US: f64 = 2.0;
 /// β of the emulated NIC between virtual nodes, GB/s.
 pub const EMULATED_GBPS: f64 = 50.0;
 /// The chaos backend's seed: fixed, so a failure reproduces.
-const CHAOS_SEED: u64 = 0x61_6e_00;
+pub const CHAOS_SEED: u64 = 0x61_6e_00;
 
 /// How the ranks reach each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

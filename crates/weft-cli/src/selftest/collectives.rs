@@ -5,10 +5,12 @@
 //! so counts of a few thousand elements already take the multi-round paths of every kernel.
 //! The same matrix runs the native algorithms (step `coll`) or every execution plan of the
 //! registry available at this rank count (step `plan`: the shipped plans and any of
-//! `WEFT_PLAN_DIR`), each through the plan executor. Graph-captured AllReduce HB and AllGather
-//! HB calls, and captured out-of-place plan launches whose chunks are whole 16-byte vectors,
-//! write straight into the peers' registered outputs; a line per communicator checks that
-//! every one that could did. Reducing collectives run every operator the algorithm supports,
+//! `WEFT_PLAN_DIR`), each through the plan executor, or the AllReduces that cross nodes (step
+//! `multinode`, on virtual nodes: what it cannot set up or lacks is reported as skipped).
+//! Graph-captured AllReduce HB and AllGather HB calls, and captured out-of-place plan launches
+//! whose chunks are whole 16-byte vectors, write straight into the peers' registered outputs;
+//! a line per communicator checks that every one that could did. Reducing collectives run
+//! every operator the algorithm supports,
 //! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
 //! replays included), each rank with a scalar of its own, as NCCL allows (the result is the sum
 //! of each rank's input times its own scalar). Integer inputs span the whole range in one element of four, so integer
@@ -16,7 +18,7 @@
 
 use std::time::Duration;
 
-use weft_coll::{Algorithm, CollConfig, CollError, CollectiveAlgorithms, Collectives, PathCounts, Protocol};
+use weft_coll::{Algorithm, CollConfig, CollError, CollectiveAlgorithms, Collectives, Nodes, PathCounts, Protocol};
 use weft_core::{Communicator, Env};
 use weft_gpu::DeviceBuffer;
 use weft_types::{DataType, ReduceOp};
@@ -45,10 +47,53 @@ type BoxError = Box<dyn std::error::Error>;
 /// Which algorithms a matrix runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Family {
-    /// The native kernels.
+    /// The native kernels (across nodes: those that reach every peer).
     Native,
-    /// The execution plans of the registry.
+    /// The execution plans of the registry (on one node).
     Plans,
+    /// The AllReduces that cross nodes ([`MULTI_NODE`]), native or plan.
+    MultiNode,
+}
+
+/// The AllReduces that run across nodes: the PortChannel natives and the multi-node plans.
+const MULTI_NODE: [&str; 4] = ["port_ring", "port_allpairs", "plan:nvrar_allreduce", "plan:hier2ph_allreduce"];
+
+impl Family {
+    /// Whether the family's matrix runs `algorithm` on a communicator that spans nodes or not.
+    pub(super) fn includes(self, algorithm: Algorithm, spans_nodes: bool) -> bool {
+        let plan = algorithm.protocol() == Protocol::Plan;
+        let crosses_nodes = algorithm.collective() == Collective::AllReduce && MULTI_NODE.contains(&algorithm.name());
+        match self {
+            // Across (virtual) nodes only the PortChannel AllReduces reach every peer.
+            Family::Native => !plan && (!spans_nodes || crosses_nodes),
+            Family::Plans => plan && !spans_nodes,
+            Family::MultiNode => crosses_nodes,
+        }
+    }
+}
+
+/// Whether `algorithm` can be set up for the ranks of `nodes`: a plan's constraints (why not).
+pub(super) fn runs_on(algorithm: Algorithm, nodes: &Nodes) -> Result<(), String> {
+    match algorithm {
+        Algorithm::Plan(id) => id.plan_at(nodes, 0).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+/// The element types of `types` and the operators `algorithm` has none of, in words (`None`
+/// when it has them all).
+fn missing_cases(algorithm: Algorithm, types: &[DataType]) -> Option<String> {
+    let no_types: Vec<&str> = types.iter().filter(|&&t| !algorithm.supports(t)).map(|t| t.name()).collect();
+    let no_ops: Vec<&str> =
+        ReduceOp::ALL.into_iter().filter(|&o| !algorithm.supports_op(o)).map(|o| o.name()).collect();
+    let mut missing = Vec::new();
+    if !no_types.is_empty() {
+        missing.push(format!("no {} (types it does not support)", no_types.join(", ")));
+    }
+    if !no_ops.is_empty() {
+        missing.push(format!("no {} (operators it does not support)", no_ops.join(", ")));
+    }
+    (!missing.is_empty()).then(|| missing.join("; "))
 }
 
 /// Runs the matrix on `comm`, recording one outcome per (collective, algorithm, type, operator).
@@ -81,13 +126,24 @@ fn run_matrix(
         zero_copy_plan_min: 0,
         ..CollConfig::from_env(env)?
     };
-    // Across (virtual) nodes only the PortChannel AllReduces reach every peer.
     let spans_nodes = comm.topology().spans_nodes();
-    let reachable =
-        |a: &Algorithm| !spans_nodes || matches!(a, Algorithm::AllReducePortRing | Algorithm::AllReducePortAllPairs);
+    let topology = comm.topology();
+    let nodes = Nodes::new((0..ranks).map(|r| topology.node(r).unwrap_or_default()).collect());
     for collective in Collective::ALL {
-        let in_family = |a: &weft_coll::Algorithm| (a.protocol() == Protocol::Plan) == (family == Family::Plans);
-        for algorithm in collective.algorithms().filter(in_family).filter(|a| a.available(ranks)).filter(reachable) {
+        for algorithm in collective.algorithms().filter(|&a| family.includes(a, spans_nodes)) {
+            if let Err(why) = runs_on(algorithm, &nodes) {
+                // The other families leave out the plans of other rank counts as a matter of
+                // course; the multi-node step names what it could not run.
+                if family == Family::MultiNode {
+                    report.skip(format!("{label}{collective:?} {}: {why}", algorithm.name()));
+                }
+                continue;
+            }
+            if family == Family::MultiNode
+                && let Some(missing) = missing_cases(algorithm, &types)
+            {
+                report.skip(format!("{label}{collective:?} {}: {missing}", algorithm.name()));
+            }
             for &variant in Variant::of(family) {
                 let run = Run { me: &me, comm, base: &base, label, types: &types, scalar: &scalar };
                 run_algorithm(&run, collective, algorithm, variant, report)?;
@@ -112,7 +168,7 @@ enum Variant {
 impl Variant {
     fn of(family: Family) -> &'static [Variant] {
         match family {
-            Family::Native => &[Variant::Interpreted],
+            Family::Native | Family::MultiNode => &[Variant::Interpreted],
             Family::Plans => &[Variant::Interpreted, Variant::Specialized],
         }
     }
@@ -379,6 +435,43 @@ mod tests {
         assert_eq!(matrix_types(Some(" ")).unwrap(), DataType::ALL.to_vec());
         assert_eq!(matrix_types(Some("bf16, i8")).unwrap(), vec![DataType::Bf16, DataType::I8]);
         assert!(matrix_types(Some("bf16,float")).unwrap_err().contains("WEFT_SELFTEST_TYPES"));
+    }
+
+    fn family(family: Family, spans_nodes: bool) -> Vec<&'static str> {
+        let mut names: Vec<&str> = Collective::ALL
+            .into_iter()
+            .flat_map(|c| c.algorithms())
+            .filter(|&a| family.includes(a, spans_nodes))
+            .map(Algorithm::name)
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn across_nodes_the_families_run_only_the_allreduces_that_cross_nodes() {
+        let mut crossing = MULTI_NODE.to_vec();
+        crossing.sort_unstable();
+        assert_eq!(family(Family::MultiNode, true), crossing);
+        assert_eq!(family(Family::MultiNode, false), crossing);
+        assert_eq!(family(Family::Native, true), ["port_allpairs", "port_ring"]);
+        assert!(family(Family::Plans, true).is_empty());
+        // On one node the native and plan matrices are what they were.
+        let (native, plans) = (family(Family::Native, false), family(Family::Plans, false));
+        assert!(
+            native.contains(&"hb") && native.contains(&"port_ring") && !native.iter().any(|n| n.starts_with("plan:"))
+        );
+        assert!(plans.contains(&"plan:nvrar_allreduce") && plans.iter().all(|n| n.starts_with("plan:")));
+    }
+
+    #[test]
+    fn what_a_multinode_algorithm_lacks_is_named() {
+        let plan = Algorithm::from_name(Collective::AllReduce, "plan:nvrar_allreduce").unwrap();
+        let missing = missing_cases(plan, &DataType::ALL).unwrap();
+        assert!(missing.contains("avg") && missing.contains("premulsum"), "{missing}");
+        assert!(missing_cases(plan, &[DataType::F32]).is_some_and(|m| !m.contains("types")));
+        let ring = Algorithm::from_name(Collective::AllReduce, "port_ring").unwrap();
+        assert_eq!(missing_cases(ring, &[DataType::Bf16, DataType::I8]), None);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! over the TCP bootstrap, memory crosses processes as POSIX file descriptors) and once with one
 //! process driving every GPU from threads (in-process bootstrap, peer pointers). It prints every
 //! test, the per-pair latency and bandwidth, then `N passed, M failed`. Without a GPU it says so,
-//! runs the CPU part (NVRTC compiles and layout probe, bootstrap) and exits 0 unless that fails.
+//! runs the CPU part (NVRTC compiles and layout probe, bootstrap) and exits 0 unless that fails
+//! (a step named with `--only` is then listed as skipped). The `multinode` step runs only when
+//! named: it launches its own rank counts (one per layout of virtual nodes).
 
 mod collectives;
 mod cpu;
@@ -12,6 +14,7 @@ mod direct;
 mod ep;
 mod gin;
 mod mismatch;
+mod multinode;
 mod port;
 mod reduce_check;
 mod report;
@@ -61,10 +64,15 @@ pub enum Step {
     /// The GIN examples (AllToAll, ring AllGather, halo exchange) within one node (LSA) and
     /// across virtual nodes (the proxy over TCP and the emulated NIC), eager and in graphs.
     Gin,
+    /// The AllReduces that cross nodes (NVRAR and 2PH plans, `port_ring`, `port_allpairs`) at
+    /// 2 nodes x 1 and x 2 ranks and 4 nodes x 1 (virtual nodes, the emulated NIC in chaos
+    /// mode): the collective matrix at 2 and 4 ranks (or `--ranks`), ranks sharing GPUs in the
+    /// thread mode where there are fewer. Runs only when named.
+    Multinode,
 }
 
 impl Step {
-    const ALL: [Step; 12] = [
+    const ALL: [Step; 13] = [
         Step::Semaphore,
         Step::Hb,
         Step::Bandwidth,
@@ -77,6 +85,7 @@ impl Step {
         Step::Tcp,
         Step::Ep,
         Step::Gin,
+        Step::Multinode,
     ];
 
     fn name(self) -> &'static str {
@@ -93,7 +102,13 @@ impl Step {
             Step::Tcp => "tcp",
             Step::Ep => "ep",
             Step::Gin => "gin",
+            Step::Multinode => "multinode",
         }
+    }
+
+    /// Whether it runs only when `--only` names it (it launches rank counts of its own).
+    fn only_when_named(self) -> bool {
+        self == Step::Multinode
     }
 
     /// Parses the comma list workers receive in `WEFT_SELFTEST_ONLY`.
@@ -148,6 +163,7 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
         println!(
             "No GPU is available here: ran only the CPU part of the suite (NVRTC compile checks, layout probe, bootstrap)."
         );
+        summary.skipped.extend(options.only.iter().map(|s| format!("step {}: needs a GPU, not run", s.name())));
         return Ok(finish(&summary));
     }
     let gpus = options.gpus.unwrap_or(available);
@@ -169,6 +185,14 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
     if ranks == 0 {
         return Err("--ranks 0: the suite needs at least one rank".into());
     }
+    let named = |s: &Step| s.only_when_named();
+    let multinode = options.only.contains(&Step::Multinode);
+    let suite_steps: Vec<Step> = options.only.iter().copied().filter(|s| !named(s)).collect();
+    if !options.only.is_empty() && suite_steps.is_empty() {
+        summary.extend(run_multinode(options, gpus, &env)?);
+        return Ok(finish(&summary));
+    }
+    let options = &SelftestOptions { only: suite_steps, ..options.clone() };
     if matches!(options.mode, Mode::Processes | Mode::Both) {
         if ranks == gpus {
             println!("running the suite with one process per GPU on {gpus} GPU(s)...");
@@ -190,7 +214,40 @@ pub fn run(options: &SelftestOptions) -> Result<ExitCode, BoxError> {
         }
         summary.extend(run_threads(ranks, gpus, &env, &options.only)?);
     }
+    if multinode {
+        summary.extend(run_multinode(options, gpus, &env)?);
+    }
     Ok(finish(&summary))
+}
+
+/// The `multinode` step, at each rank count of its layouts (2 and 4, or `--ranks`) on at most
+/// `gpus` GPUs, in the processes and threads of `options.mode`. Ranks sharing a GPU run as
+/// threads of one process only: processes would time-slice it.
+fn run_multinode(options: &SelftestOptions, gpus: usize, env: &Env) -> Result<Summary, BoxError> {
+    let mut summary = Summary { skipped: multinode::left_out(options.ranks), ..Summary::default() };
+    let only = [Step::Multinode];
+    for ranks in multinode::rank_counts(options.ranks) {
+        let gpus = gpus.min(ranks);
+        if matches!(options.mode, Mode::Processes | Mode::Both) {
+            if ranks > gpus {
+                summary.skipped.push(format!(
+                    "[processes] multinode at {ranks} ranks: {gpus} GPU(s), and ranks share a GPU only as threads of one process (--mode threads or both)"
+                ));
+            } else {
+                println!("running the multinode step with {ranks} processes on {gpus} GPU(s)...");
+                summary.extend(run_processes(ranks, gpus, &only)?);
+            }
+        }
+        if matches!(options.mode, Mode::Threads | Mode::Both) {
+            let mut env = env.clone();
+            env.share_gpus |= ranks > gpus;
+            println!(
+                "running the multinode step with one process driving {ranks} ranks on {gpus} GPU(s) from threads..."
+            );
+            summary.extend(run_threads(ranks, gpus, &env, &only)?);
+        }
+    }
+    Ok(summary)
 }
 
 fn finish(summary: &Summary) -> ExitCode {
@@ -199,7 +256,7 @@ fn finish(summary: &Summary) -> ExitCode {
 }
 
 fn steps(only: &[Step]) -> Vec<Step> {
-    if only.is_empty() { Step::ALL.to_vec() } else { only.to_vec() }
+    if only.is_empty() { Step::ALL.into_iter().filter(|s| !s.only_when_named()).collect() } else { only.to_vec() }
 }
 
 fn run_threads(ranks: usize, gpus: usize, env: &Env, only: &[Step]) -> Result<Summary, BoxError> {

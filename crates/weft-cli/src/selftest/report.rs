@@ -31,6 +31,9 @@ pub struct RankReport {
     pub outcomes: Vec<Outcome>,
     /// Measurements.
     pub metrics: Vec<Metric>,
+    /// Checks this rank could not run, each with the reason (the same text on every rank).
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 impl RankReport {
@@ -44,6 +47,13 @@ impl RankReport {
         // Live, for a run cut short (WEFT_LOG=weft_cli::selftest=info): the summary comes at the end.
         tracing::info!("{} {test}{}{detail}", if passed { "PASS" } else { "FAIL" }, if passed { "" } else { ": " });
         self.outcomes.push(Outcome { test, passed, detail });
+    }
+
+    /// Records a check that could not run, with the reason: counted apart, never as passed.
+    pub fn skip(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        tracing::info!("SKIP {what}");
+        self.skipped.push(what);
     }
 
     /// Records a measurement.
@@ -84,6 +94,11 @@ impl Summary {
                 }
             }
             summary.metrics.extend(report.metrics.iter().map(|m| (rank, m.clone())));
+            for s in &report.skipped {
+                if !summary.skipped.contains(s) {
+                    summary.skipped.push(s.clone());
+                }
+            }
         }
         summary
     }
@@ -156,5 +171,16 @@ mod tests {
         assert_eq!(summary.closing_line(), "1 passed, 0 failed");
         summary.skipped.push("NVRTC compile checks: libnvrtc missing".into());
         assert_eq!(summary.closing_line(), "1 passed, 0 failed, 1 skipped");
+    }
+
+    #[test]
+    fn a_skip_every_rank_reports_counts_once() {
+        let mut a = RankReport::default();
+        a.skip("plan:x at 3 ranks: no such layout");
+        let mut b = a.clone();
+        b.skip("only rank 1 saw this");
+        let summary = Summary::merge(&[a, b]);
+        assert_eq!(summary.skipped.len(), 2);
+        assert_eq!(summary.closing_line(), "0 passed, 0 failed, 2 skipped");
     }
 }

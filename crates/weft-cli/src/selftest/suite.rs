@@ -137,6 +137,9 @@ fn run(
     if steps.contains(&Step::Gin) {
         super::gin::run(&comm, label, report);
     }
+    if steps.contains(&Step::Multinode) {
+        super::multinode::run(&comm, env, label, report);
+    }
     comm.barrier()
 }
 
