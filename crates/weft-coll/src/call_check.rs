@@ -29,7 +29,8 @@
 //! calling.
 //!
 //! Wire format (little-endian): `call u64 | collective, type, operator: u8 length + name |
-//! count u64 | root u32 (u32::MAX: none) | peers u32, then per peer send u64 and receive u64 |
+//! count u64 | root u32 (u32::MAX: none) | peers u32 (u32::MAX: no transfers), then per peer send u64
+//! and receive u64 |
 //! refusal: u32 length + UTF-8 (0: none)`.
 
 use weft_bootstrap::{
@@ -40,6 +41,8 @@ use weft_types::{Collective, DataType, ReduceOp};
 
 /// No root (written as `u32::MAX`).
 const NO_ROOT: u32 = u32::MAX;
+/// No transfers: not an AllToAll(v) (written as `u32::MAX` peers).
+const NO_TRANSFERS: u32 = u32::MAX;
 
 /// One rank's description of the call it is making.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +103,7 @@ impl CallSignature {
         w.put_u64(self.count);
         w.put_u32(self.root.unwrap_or(NO_ROOT));
         let transfers = self.transfers.as_deref().unwrap_or_default();
-        w.put_u32(transfers.len() as u32);
+        w.put_u32(self.transfers.as_ref().map_or(NO_TRANSFERS, |t| t.len() as u32));
         for &(send, recv) in transfers {
             w.put_u64(send);
             w.put_u64(recv);
@@ -130,14 +133,15 @@ impl CallSignature {
         };
         let count = r.u64()?;
         let root = Some(r.u32()?).filter(|&root| root != NO_ROOT);
-        let peers = r.u32()? as usize;
-        // Each peer takes 16 bytes: a count beyond what is left is malformed, not an allocation.
-        if peers > r.remaining() / 16 {
-            return Err(CodecError::InvalidValue { field: "peers", value: peers as u64 });
-        }
-        let transfers = (peers > 0)
-            .then(|| (0..peers).map(|_| Ok((r.u64()?, r.u64()?))).collect::<Result<Vec<_>, CodecError>>())
-            .transpose()?;
+        let peers = r.u32()?;
+        let transfers = match peers {
+            NO_TRANSFERS => None,
+            // Each peer takes 16 bytes: a count beyond what is left is malformed, not an allocation.
+            peers if peers as usize > r.remaining() / 16 => {
+                return Err(CodecError::InvalidValue { field: "peers", value: peers.into() });
+            }
+            peers => Some((0..peers).map(|_| Ok((r.u64()?, r.u64()?))).collect::<Result<Vec<_>, CodecError>>()?),
+        };
         let len = r.u32()? as usize;
         let refused = std::str::from_utf8(r.take(len)?)
             .map_err(|_| CodecError::InvalidValue { field: "refusal", value: len as u64 })?;
@@ -267,6 +271,8 @@ mod tests {
             all_reduce(1024, DataType::F32),
             CallSignature::new(Collective::Broadcast, DataType::Bf16, ReduceOp::Max, 7).rooted(3),
             all_to_all(&[vec![1, 2], vec![3, 4]], 1),
+            // An AllToAll(v) with no peers stays one (not a call without transfers).
+            CallSignature::new(Collective::AllToAll, DataType::U8, ReduceOp::Sum, 0).transferring(&[], &[]),
             CallSignature { call: 99, refused: Some("send is null".into()), ..all_reduce(0, DataType::I8) },
         ];
         for sig in sigs {
@@ -284,7 +290,7 @@ mod tests {
         // A peer count far beyond the bytes is refused before anything is allocated.
         let mut huge = all_reduce(1, DataType::F32).encode();
         let at = huge.len() - 8;
-        huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[at..at + 4].copy_from_slice(&(u32::MAX - 1).to_le_bytes());
         assert!(CallSignature::decode(&huge).is_err());
     }
 
