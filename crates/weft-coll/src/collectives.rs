@@ -112,6 +112,8 @@ pub struct Collectives {
     plan_launches: [AtomicU64; 2],
     /// Calls checked against the peers' so far (`CollConfig::check_calls`).
     checked_calls: AtomicU64,
+    /// (Virtual) nodes the ranks are in, for the choice across nodes (the topology is fixed).
+    node_count: usize,
 }
 
 impl std::fmt::Debug for Collectives {
@@ -174,6 +176,7 @@ impl Collectives {
             refused_calls: AtomicU64::new(0),
             plan_launches: [AtomicU64::new(0), AtomicU64::new(0)],
             checked_calls: AtomicU64::new(0),
+            node_count: comm.topology().node_count(),
         })
     }
 
@@ -1094,7 +1097,7 @@ impl Collectives {
             rank: self.comm.rank(),
             ranks: self.ranks(),
             unreachable: self.resources.unreachable(),
-            nodes: self.comm.topology().node_count(),
+            nodes: self.node_count,
         }
     }
 
