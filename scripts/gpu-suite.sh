@@ -3,8 +3,8 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [multinode] [proxy] [exec] [e2e] [conformance] [faults]   (default: all)
-#   scripts/gpu-suite.sh soak sanitize   (run only when named)
+#   scripts/gpu-suite.sh [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance] [faults]   (default: all)
+#   scripts/gpu-suite.sh soak sanitize multinode   (run only when named: long, or of a length not yet measured)
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -45,7 +45,7 @@ export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin multinode proxy exec e2e conformance faults)
+[ ${#steps[@]} -eq 0 ] && steps=(selftest check perf tune torch python ep gin proxy exec e2e conformance faults)
 
 # install_wheel STEP DIR: the `weft` wheel (${WEFT_WHEEL}, else the newest target/wheels/weft-*.whl)
 # into ${PYTHON:-python3}'s environment, the log in DIR; false when there is no wheel.
