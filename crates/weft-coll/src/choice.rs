@@ -181,25 +181,27 @@ mod tests {
         }
     }
 
-    /// All-to-all(v) and send/receive take `p2p` unless `ll` is forced or picked; nothing a
-    /// rank sees of its own call's sizes enters the choice of all-to-allv and send/receive
-    /// (the kernels split per direction, see `transfers.rs`), and a size never makes `ll` fail.
+    /// All-to-all(v) and send/receive take `p2p` unless `ll` is forced or picked, or the call
+    /// is on 2 ranks and of up to 64 KiB; nothing a rank sees of its own call's sizes enters
+    /// the choice of all-to-allv and send/receive (they ask at 0 bytes: the kernels split per
+    /// direction, see `transfers.rs`), and a size never makes `ll` fail.
     #[test]
     fn direct_transfers_default_to_p2p_and_follow_a_forced_or_picked_ll() {
         let default = CollConfig::default();
         for ranks in [1, 2, 8] {
             let c = chooser(&default, ranks);
             for size in [0, 1, 64 << 10, (64 << 10) + 1, 1 << 30] {
-                assert_eq!(
-                    c.choose(call(Collective::AllToAll, size), |_| usize::MAX, |_| false).unwrap(),
-                    Algorithm::AllToAllP2p
-                );
-                assert_eq!(
-                    c.choose(call(Collective::SendRecv, size), |_| usize::MAX, |_| false).unwrap(),
-                    Algorithm::SendRecvP2p
-                );
+                let ll = ranks == 2 && size <= 64 << 10;
+                let [alltoall, sendrecv] = if ll {
+                    [Algorithm::AllToAllLl, Algorithm::SendRecvLl]
+                } else {
+                    [Algorithm::AllToAllP2p, Algorithm::SendRecvP2p]
+                };
+                assert_eq!(c.choose(call(Collective::AllToAll, size), |_| usize::MAX, |_| false).unwrap(), alltoall);
+                assert_eq!(c.choose(call(Collective::SendRecv, size), |_| usize::MAX, |_| false).unwrap(), sendrecv);
             }
-            assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllP2p);
+            let allv = if ranks == 2 { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
+            assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), allv);
         }
         for (collective, p2p, ll) in [
             (Collective::AllToAll, Algorithm::AllToAllP2p, Algorithm::AllToAllLl),
