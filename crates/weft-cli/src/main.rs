@@ -135,7 +135,9 @@ enum Command {
         trace: Option<std::path::PathBuf>,
     },
     /// Time every algorithm of the collectives at every size (and HB block counts) on this
-    /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE).
+    /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE). With
+    /// WEFT_RANKS_PER_NODE below the GPU count: the AllReduces across those virtual nodes,
+    /// written as rules for that node count.
     Tune {
         /// Collectives (comma-separated; default: all).
         #[arg(long, value_delimiter = ',')]

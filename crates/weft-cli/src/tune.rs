@@ -7,6 +7,11 @@
 //! An LL candidate is timed only at the sizes its packet slot carries (beyond them the call
 //! itself falls back to HB, and the sample is dropped); LL launches do not depend on the HB
 //! block count, so they are timed once.
+//!
+//! Across virtual nodes (`WEFT_RANKS_PER_NODE` below the GPU count) it times the AllReduces
+//! that reach other nodes instead (`port_ring`, `port_allpairs` and the plans whose memory
+//! channels stay within nodes), each forced in turn, and writes rules for that node count
+//! (`"nodes": N`), which the selector consults only across nodes.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,7 +21,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
-use weft_coll::{Algorithm, CollConfig, CollectiveAlgorithms, Collectives, Protocol, Rule, Selector, TuningTable};
+use weft_coll::{
+    Algorithm, CollConfig, CollectiveAlgorithms, Collectives, Nodes, Protocol, Rule, Selector, TuningTable,
+};
 use weft_core::{Communicator, Env};
 use weft_gpu::Device;
 use weft_types::{DataType, ReduceOp};
@@ -75,17 +82,36 @@ pub struct Sample {
     pub us: f64,
 }
 
+/// The nodes of the `gpus` ranks `weft tune` starts: virtual nodes of `WEFT_RANKS_PER_NODE`
+/// ranks, else one.
+fn tuned_nodes(gpus: usize, env: &Env) -> Nodes {
+    Nodes::virtual_nodes(gpus, env.ranks_per_node.unwrap_or(0))
+}
+
+/// Whether `algorithm` is one `weft tune` times on ranks in `nodes`: within one node the native
+/// algorithms (plans wait until their executor overhead is measured, the PortChannel
+/// AllReduces serve across nodes), across nodes the AllReduces that reach other nodes.
+fn tuned_here(algorithm: Algorithm, nodes: &Nodes) -> bool {
+    match (nodes.count() > 1, algorithm) {
+        (false, a) => !matches!(a.protocol(), Protocol::Plan | Protocol::Port),
+        (true, Algorithm::AllReducePortRing | Algorithm::AllReducePortAllPairs) => true,
+        (true, Algorithm::Plan(id)) => algorithm.collective() == Collective::AllReduce && id.plan_at(nodes, 0).is_ok(),
+        (true, _) => false,
+    }
+}
+
 /// What a worker measures, in order: (HB blocks, algorithm, requested size). The launcher uses
 /// the same list for the progress bar.
-fn work(options: &TuneOptions) -> Vec<(u32, Algorithm, usize)> {
+fn work(options: &TuneOptions, nodes: &Nodes) -> Vec<(u32, Algorithm, usize)> {
     let sizes = sizes_between(options.min_bytes, options.max_bytes, options.factor);
+    // Across nodes nothing depends on the HB block count: one pass.
+    let counts =
+        if nodes.count() > 1 { &options.hb_blocks[..options.hb_blocks.len().min(1)] } else { &options.hb_blocks };
     let mut out = Vec::new();
-    for (i, &blocks) in options.hb_blocks.iter().enumerate() {
+    for (i, &blocks) in counts.iter().enumerate() {
         for &collective in &options.collectives {
-            // Plans are not tuned yet: their executor overhead is still to be measured. Neither
-            // is the PortChannel ring, until it has passed the GPU suite (force it to time it).
-            let native = |a: &Algorithm| !matches!(a.protocol(), Protocol::Plan | Protocol::Port);
-            for algorithm in collective.algorithms().filter(native).filter(|a| i == 0 || a.protocol() != Protocol::Ll) {
+            let timed = |a: &Algorithm| tuned_here(*a, nodes) && (i == 0 || a.protocol() != Protocol::Ll);
+            for algorithm in collective.algorithms().filter(timed) {
                 out.extend(sizes.iter().map(|&s| (blocks, algorithm, s)));
             }
         }
@@ -96,7 +122,16 @@ fn work(options: &TuneOptions) -> Vec<(u32, Algorithm, usize)> {
 /// Runs the measurements on `options.gpus` processes, prints what each collective chose and
 /// writes the table to `output`.
 pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
-    let items: Vec<usize> = work(options).iter().map(|&(_, _, bytes)| bytes).collect();
+    let nodes = tuned_nodes(options.gpus, &Env::from_process()?);
+    let items: Vec<usize> = work(options, &nodes).iter().map(|&(_, _, bytes)| bytes).collect();
+    if items.is_empty() {
+        return Err(format!(
+            "nothing to time: across {} nodes only AllReduce has algorithms (asked: {})",
+            nodes.count(),
+            options.collectives.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+        )
+        .into());
+    }
     let per_rank: Vec<Vec<Sample>> = run_workers(
         options.gpus,
         "tune-worker",
@@ -107,7 +142,8 @@ pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
     let samples = slowest_rank(&per_rank)?;
     let machine = format!("{} x {}", options.gpus, Device::new(0).and_then(|d| d.name()).unwrap_or_default());
     let dtype = (!options.any_dtype).then_some(options.dtype);
-    let tuned = choose(&samples, options.gpus, dtype, &machine)?;
+    let across = (nodes.count() > 1).then_some(nodes.count());
+    let tuned = choose(&samples, Scope { ranks: options.gpus, dtype, nodes: across }, &machine)?;
     print_summary(&samples, &tuned);
     std::fs::write(output, serde_json::to_string_pretty(&tuned.table)? + "\n")?;
     println!("wrote {} (use it with WEFT_TUNING_FILE={})", output.display(), output.display());
@@ -163,11 +199,22 @@ fn fastest<'a>(samples: impl Iterator<Item = &'a Sample>) -> BTreeMap<(Collectiv
     best
 }
 
+/// Whom the written rules serve.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope {
+    /// The rank count measured.
+    pub ranks: usize,
+    /// The element type measured (`None`: rules for any type).
+    pub dtype: Option<DataType>,
+    /// The node count measured across (`None`: within one node).
+    pub nodes: Option<usize>,
+}
+
 /// Picks the HB block count whose fastest algorithms have the smallest geometric-mean time
 /// over every (collective, size), then the fastest algorithm per size at that count, merged
-/// into ascending size rules (the last one open-ended) for `ranks` ranks and element type
-/// `dtype` (`None`: any).
-pub fn choose(samples: &[Sample], ranks: usize, dtype: Option<DataType>, machine: &str) -> Result<Tuned, String> {
+/// into ascending size rules (the last one open-ended) for the calls of `scope`.
+pub fn choose(samples: &[Sample], scope: Scope, machine: &str) -> Result<Tuned, String> {
+    let Scope { ranks, dtype, nodes } = scope;
     let mut counts: Vec<u32> = samples.iter().filter(|s| !is_ll(s)).map(|s| s.hb_blocks).collect();
     counts.sort_unstable();
     counts.dedup();
@@ -196,8 +243,7 @@ pub fn choose(samples: &[Sample], ranks: usize, dtype: Option<DataType>, machine
             _ => rules.push(Rule {
                 dtype: dtype.map(|t| t.name().to_string()),
                 ranks: Some(ranks),
-                // `weft tune` measures within one node.
-                nodes: None,
+                nodes,
                 max_bytes: Some(bytes as u64),
                 algorithm: s.algorithm.clone(),
             }),
@@ -208,8 +254,9 @@ pub fn choose(samples: &[Sample], ranks: usize, dtype: Option<DataType>, machine
             last.max_bytes = None;
         }
     }
-    let table =
-        TuningTable { machine: machine.to_string(), ranks: Some(ranks), hb_blocks: Some(hb_blocks), collectives };
+    // Across nodes no algorithm timed depends on the HB block count.
+    let blocks = nodes.is_none().then_some(hb_blocks);
+    let table = TuningTable { machine: machine.to_string(), ranks: Some(ranks), hb_blocks: blocks, collectives };
     // The table must be one the selector accepts.
     Selector::default().apply(&table)?;
     Ok(Tuned { table, hb_blocks })
@@ -222,7 +269,8 @@ fn print_summary(samples: &[Sample], tuned: &Tuned) {
     let mut collectives: Vec<Collective> = samples.iter().map(|s| s.collective).collect();
     collectives.dedup();
     for collective in collectives {
-        let algorithms: Vec<Algorithm> = collective.algorithms().filter(|a| a.protocol() != Protocol::Plan).collect();
+        let timed = |a: &Algorithm| samples.iter().any(|s| s.collective == collective && s.algorithm == a.name());
+        let algorithms: Vec<Algorithm> = collective.algorithms().filter(timed).collect();
         print!("\n{:>8} ", collective.name());
         for a in &algorithms {
             print!("{:>10} ", format!("{} us", a.name()));
@@ -261,9 +309,20 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
     let (rank, ranks) = (comm.rank(), comm.world_size());
     let me = Rank::new(&comm, options.max_bytes.max(options.dtype.size()))?;
     let start_line = StartLine::new(&comm)?;
+    let nodes = tuned_nodes(ranks, &env);
+    let across = nodes.count() > 1;
     let mut samples = Vec::new();
     let mut current: Option<(u32, Collectives)> = None;
-    for (blocks, algorithm, requested) in work(options) {
+    // Across nodes, algorithms that failed a call (a plan this build cannot set up there):
+    // reported once and left out of the table.
+    let mut failed: Vec<Algorithm> = Vec::new();
+    for (blocks, algorithm, requested) in work(options, &nodes) {
+        if failed.contains(&algorithm) {
+            if rank == 0 {
+                progress::record(requested);
+            }
+            continue;
+        }
         if current.as_ref().is_none_or(|(b, _)| *b != blocks) {
             drop(current.take()); // release the previous resources first
             let config = CollConfig { hb_blocks: blocks, ..CollConfig::from_env(&env)? };
@@ -273,7 +332,12 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
         }
         let Some((_, coll)) = current.as_mut() else { continue }; // set just above
         let mut selector = coll.config().selector.clone();
-        selector.prefer(algorithm);
+        // Across nodes only a forced algorithm replaces the choice across nodes.
+        if across {
+            selector.force(algorithm)
+        } else {
+            selector.prefer(algorithm)
+        }
         coll.set_selector(selector);
         let collective = algorithm.collective();
         if let Some(shape) = collective.shape(requested, options.dtype.size(), ranks) {
@@ -289,7 +353,11 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
             let coll = &*coll;
             let run = |buffers: &mut Buffers| call.weft(coll, buffers, Placement::OutOfPlace);
             // The algorithm that actually ran: an LL one beyond its slot falls back to HB.
-            if run(&mut me.buffers.borrow_mut())? == algorithm {
+            let first = run(&mut me.buffers.borrow_mut());
+            if let (true, Err(e)) = (across, &first) {
+                eprintln!("rank {rank}: {algorithm} across {} nodes not timed: {e}", nodes.count());
+                failed.push(algorithm);
+            } else if first? == algorithm {
                 let us = me.time(true, shape.bytes, &|b| run(b).map(|_| ()), &start_line)?;
                 samples.push(Sample {
                     hb_blocks: blocks,
@@ -316,6 +384,24 @@ mod tests {
         Sample { hb_blocks, collective, algorithm: algorithm.into(), bytes, us }
     }
 
+    fn within(ranks: usize, dtype: Option<DataType>) -> Scope {
+        Scope { ranks, dtype, nodes: None }
+    }
+
+    fn options(collectives: Vec<Collective>, gpus: usize) -> TuneOptions {
+        TuneOptions {
+            collectives,
+            min_bytes: 1024,
+            max_bytes: 4096,
+            factor: 2,
+            dtype: DataType::Bf16,
+            op: ReduceOp::Sum,
+            hb_blocks: vec![64, 128],
+            gpus,
+            any_dtype: false,
+        }
+    }
+
     #[test]
     fn the_fastest_algorithm_per_size_becomes_ascending_rules() {
         use Collective::*;
@@ -339,7 +425,7 @@ mod tests {
             sample(128, AllReduce, "hb", 65536, 11.0),
             sample(128, AllGather, "hb", 1024, 30.0),
         ];
-        let tuned = choose(&samples, 4, Some(DataType::Bf16), "test").unwrap();
+        let tuned = choose(&samples, within(4, Some(DataType::Bf16)), "test").unwrap();
         assert_eq!(tuned.hb_blocks, 64);
         let rules = &tuned.table.collectives["allreduce"];
         let got: Vec<(Option<u64>, &str)> = rules.iter().map(|r| (r.max_bytes, r.algorithm.as_str())).collect();
@@ -362,7 +448,7 @@ mod tests {
             }
         }
         // Asked for any type, the rules carry the rank count only.
-        let any = choose(&samples, 4, None, "test").unwrap();
+        let any = choose(&samples, within(4, None), "test").unwrap();
         assert!(any.table.collectives["allreduce"].iter().all(|r| r.dtype.is_none() && r.ranks == Some(4)));
         let mut selector = Selector::default();
         selector.apply(&any.table).unwrap();
@@ -381,25 +467,81 @@ mod tests {
         let other = vec![sample(64, Collective::AllReduce, "ll", 1024, 6.0)];
         assert!(slowest_rank(&[a.clone(), other]).is_err());
         assert!(slowest_rank(&[a, vec![]]).is_err());
-        assert!(choose(&[], 4, None, "none").is_err());
+        assert!(choose(&[], within(4, None), "none").is_err());
     }
 
     #[test]
     fn the_work_list_times_ll_once() {
-        let options = TuneOptions {
-            collectives: vec![Collective::AllReduce],
-            min_bytes: 1024,
-            max_bytes: 4096,
-            factor: 2,
-            dtype: DataType::Bf16,
-            op: ReduceOp::Sum,
-            hb_blocks: vec![64, 128],
-            gpus: 2,
-            any_dtype: false,
-        };
-        let items = work(&options);
+        let items = work(&options(vec![Collective::AllReduce], 2), &Nodes::one(2));
         // 4 algorithms x 3 sizes at 64 blocks, only the two HB ones (hb, ring) at 128.
         assert_eq!(items.len(), 18);
         assert!(items[12..].iter().all(|(b, a, _)| *b == 128 && a.protocol() == Protocol::Hb));
+    }
+
+    /// Across virtual nodes: the AllReduces that reach other nodes, once (no HB block pass),
+    /// and nothing of the collectives that have none.
+    #[test]
+    fn across_nodes_the_work_list_is_the_allreduces_that_cross_them() {
+        let all = options(vec![Collective::AllReduce, Collective::AllGather], 4);
+        for (per_node, plans) in [(2, vec!["plan:nvrar_allreduce", "plan:hier2ph_allreduce"]), (1, vec![])] {
+            let nodes = Nodes::virtual_nodes(4, per_node);
+            let items = work(&all, &nodes);
+            let mut names: Vec<&str> = items.iter().map(|(_, a, _)| a.name()).collect();
+            names.dedup();
+            assert!(
+                names.starts_with(&["port_ring", "port_allpairs"])
+                    || names.starts_with(&["port_allpairs", "port_ring"])
+            );
+            // Every plan timed can be set up on these nodes; the single-node ones are not timed.
+            for name in &names[2..] {
+                let a = Algorithm::from_name(Collective::AllReduce, name).unwrap();
+                let Algorithm::Plan(id) = a else { panic!("{name} is not a plan") };
+                assert!(id.plan_at(&nodes, 0).is_ok(), "{name}");
+            }
+            for plan in plans {
+                assert!(names.contains(&plan), "{plan} at {per_node} ranks per node: {names:?}");
+            }
+            assert!(!names.contains(&"plan:ring_allreduce") && !names.contains(&"ll") && !names.contains(&"hb"));
+            assert!(items.iter().all(|&(b, a, _)| b == 64 && a.collective() == Collective::AllReduce));
+            assert_eq!(items.len(), names.len() * 3);
+        }
+        assert!(work(&options(vec![Collective::AllGather], 4), &Nodes::virtual_nodes(4, 2)).is_empty());
+    }
+
+    /// Rules measured across nodes carry the node count: the selector consults them across
+    /// those nodes only, and the table sets no HB block count.
+    #[test]
+    fn rules_measured_across_nodes_serve_that_node_count_only() {
+        use Collective::AllReduce;
+        let samples = vec![
+            sample(64, AllReduce, "port_allpairs", 1024, 20.0),
+            sample(64, AllReduce, "port_ring", 1024, 30.0),
+            sample(64, AllReduce, "port_allpairs", 1 << 20, 90.0),
+            sample(64, AllReduce, "port_ring", 1 << 20, 60.0),
+        ];
+        let tuned = choose(&samples, Scope { ranks: 4, dtype: None, nodes: Some(2) }, "test").unwrap();
+        let rules = &tuned.table.collectives["allreduce"];
+        assert!(rules.iter().all(|r| (r.nodes, r.ranks) == (Some(2), Some(4))), "{rules:?}");
+        assert_eq!(tuned.table.hb_blocks, None);
+        let mut selector = Selector::default();
+        selector.apply(&tuned.table).unwrap();
+        let across = |bytes: u64, nodes: usize| {
+            selector.across_nodes(weft_coll::AcrossNodes {
+                collective: AllReduce,
+                bytes,
+                dtype: DataType::Bf16,
+                op: ReduceOp::Sum,
+                ranks: 4,
+                nodes,
+            })
+        };
+        assert_eq!(across(1024, 2), Ok(Algorithm::AllReducePortAllPairs));
+        assert_eq!(across(1 << 20, 2), Ok(Algorithm::AllReducePortRing));
+        // Within one node the defaults stay.
+        let default = Selector::default();
+        assert_eq!(
+            selector.select(AllReduce, DataType::Bf16, 1 << 20, 4),
+            default.select(AllReduce, DataType::Bf16, 1 << 20, 4)
+        );
     }
 }

@@ -129,6 +129,19 @@ impl Nodes {
         Self { node_of }
     }
 
+    /// `ranks` ranks in virtual nodes of `per_node` ranks each, numbered node after node (as
+    /// `WEFT_RANKS_PER_NODE` lays them out; the last node may be smaller). One node when
+    /// `per_node` is 0 or at least `ranks`.
+    pub fn virtual_nodes(ranks: usize, per_node: usize) -> Self {
+        let per_node = if per_node == 0 { ranks.max(1) } else { per_node };
+        Self { node_of: (0..ranks).map(|r| r / per_node).collect() }
+    }
+
+    /// How many nodes the ranks are in.
+    pub fn count(&self) -> usize {
+        self.node_of.iter().max().map_or(0, |&n| n + 1)
+    }
+
     /// Ranks (clamped to `u32`, far above any plan's limit).
     pub fn ranks(&self) -> u32 {
         u32::try_from(self.node_of.len()).unwrap_or(u32::MAX)
@@ -331,6 +344,11 @@ mod tests {
     #[test]
     fn nodes_of_equal_size_numbered_node_after_node_are_what_multi_node_plans_take() {
         assert_eq!(Nodes::one(4).uniform(), Ok((1, 4)));
+        assert_eq!(Nodes::virtual_nodes(4, 2), Nodes::new(vec![0, 0, 1, 1]));
+        assert_eq!(Nodes::virtual_nodes(3, 2), Nodes::new(vec![0, 0, 1]));
+        assert_eq!(Nodes::virtual_nodes(4, 4), Nodes::one(4));
+        assert_eq!(Nodes::virtual_nodes(4, 0), Nodes::one(4));
+        assert_eq!((Nodes::virtual_nodes(4, 1).count(), Nodes::one(4).count()), (4, 1));
         assert_eq!(Nodes::new(vec![0, 0, 1, 1, 2, 2]).uniform(), Ok((3, 2)));
         assert_eq!(Nodes::new(vec![0, 1, 2]).uniform(), Ok((3, 1)));
         for uneven in [vec![0, 0, 0, 1], vec![0, 1, 0, 1], vec![0, 0, 1, 1, 1, 1]] {
