@@ -280,6 +280,16 @@ pub fn peer_routes(
     Ok(routes)
 }
 
+/// Whether every rank of `plan` can set up with its peers when `same_node(a, b)` says which
+/// ranks share a node: [`peer_routes`] for every rank, the first refusal returned. What the
+/// executor's set-up will say, answered before any GPU work.
+pub fn check_routes(plan: &DevicePlan, same_node: impl Fn(usize, usize) -> bool) -> Result<(), ExecError> {
+    for rank in 0..plan.ranks.len() {
+        peer_routes(plan, rank, &rank_tables(plan, rank)?, |peer| same_node(rank, peer))?;
+    }
+    Ok(())
+}
+
 /// Size class of chunk `index` of `loc`'s buffer, owned by `owner`.
 fn class_of(plan: &DevicePlan, owner: &DeviceRankPlan, loc: &ExecLoc, index: u64) -> Option<u32> {
     let k = plan.size_classes.max(1) as usize;
@@ -609,6 +619,23 @@ mod tests {
         let ring = lower(&plans::ring_allreduce(2, 1).unwrap().compile().unwrap()).unwrap();
         let err = peer_routes(&ring, 0, &rank_tables(&ring, 0).unwrap(), |p| p == 0).unwrap_err();
         assert!(err.to_string().contains("plan ring_allreduce: rank 0 and peer 1 are in different nodes"), "{err}");
+    }
+
+    /// The whole plan's check answers as every rank's set-up would.
+    #[test]
+    fn check_routes_passes_the_multinode_plans_across_nodes_and_refuses_memory_links_there() {
+        use weft_plan::plans;
+        let layout = |gpus: usize| move |a: usize, b: usize| a / gpus == b / gpus;
+        for (nodes, gpus) in [(2, 1), (2, 2), (4, 1)] {
+            for program in [plans::nvrar_allreduce(nodes, gpus), plans::hier2ph_allreduce(nodes, gpus)] {
+                let plan = lower(&program.unwrap().compile().unwrap()).unwrap();
+                check_routes(&plan, layout(gpus as usize)).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+            }
+        }
+        let ring = lower(&plans::ring_allreduce(4, 1).unwrap().compile().unwrap()).unwrap();
+        check_routes(&ring, layout(4)).unwrap();
+        let err = check_routes(&ring, layout(2)).unwrap_err().to_string();
+        assert!(err.contains("plan ring_allreduce: rank 0 and peer 3 are in different nodes"), "{err}");
     }
 
     /// Memory peers are a subset of the launch fence's peers, and the rule is symmetric: a pair
