@@ -168,7 +168,7 @@ device_structs! {
         links: u64 => "uint64_t",
         /// `PortChannelDeviceHandle[ranks * port_stride * replicas]`: entry `(peer * port_stride + channel) * replicas + r` is port link (peer, channel) of replica `r` (0 when the plan has no port links).
         ports: u64 => "uint64_t",
-        /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
+        /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask` outside `port_peer_mask`.
         fences: u64 => "uint64_t",
         /// `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",

@@ -439,7 +439,7 @@ struct alignas(8) ExecContext {
   uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t ports;  ///<  `PortChannelDeviceHandle[ranks * port_stride * replicas]`: entry `(peer * port_stride + channel) * replicas + r` is port link (peer, channel) of replica `r` (0 when the plan has no port links).
-  uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
+  uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask` outside `port_peer_mask`.
   uint64_t state;  ///<  `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
   uint64_t row_cache;  ///<  `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same (a block fetches both entries before it knows its launch's parity).
   uint64_t tb_rows;  ///<  `uint32_t[threadblocks]`: rows of each thread block, the chunks its operations move ([`ExecOp::rows`]), at most EXEC_RESOLVED_ROWS + 1 (more than fit: resolved per operation).
