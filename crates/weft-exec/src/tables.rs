@@ -1,7 +1,8 @@
 //! What the interpreter kernel needs of one rank besides its operations, computed from a
 //! lowered plan: which of the rank's buffers peers touch (those are staged in registered
 //! memory), which output chunks the plan writes (those are copied out of the stage), the shape
-//! of the link table, the peers the launch fences cover and the barrier count. Also the checks
+//! of the link table, the peers the launch fences cover, which of them the rank maps and which
+//! it reaches through port channels alone ([`peer_routes`]) and the barrier count. Also the checks
 //! the kernel relies on: every thread block runs the same number of barriers, the chunks an
 //! operation pairs up have the same size class, and every thread block fits shared memory.
 

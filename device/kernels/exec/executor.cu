@@ -65,7 +65,9 @@
 // Port links (EXEC_WAIT_PORT, EXEC_SIGNAL_PORT): the plan's PortChannel operations, one port
 // channel per link and replica (ExecContext::ports) whose FIFO leads to this rank's proxy. A
 // port put (EXEC_PORT_PUT) is thread 0 pushing one put per row of its slice, from this rank's
-// scratch into the peer's (offsets from the scratch bases, the memories the proxy registered);
+// scratch into the peer's (offsets from the scratch bases, the memories the proxy registered; a
+// peer in another node is not mapped, its base here is 0, and the fence with it is a port
+// channel of its own, port_fences);
 // the block barrier that ends the previous operation orders the other threads' writes of the
 // source before the push; a send's signal rides in its last put's command. Signals, flushes
 // (EXEC_FLUSH) and waits are port_signal, port_flush and port_wait by thread 0, each bounded
