@@ -4,8 +4,8 @@
 //! the configuration is read). weft-exec's interpreter kernel runs them all.
 //!
 //! A plan runs on a communicator whose ranks span nodes only if its memory channels join ranks
-//! of one node ([`Nodes::check`]): port channels, through the proxy, are all that crosses
-//! nodes. The multi-node plans (`plan:nvrar_allreduce`, `plan:hier2ph_allreduce`) are built
+//! of one node ([`Nodes::check`], the executor's own set-up rule): port channels, through the
+//! proxy, are all that crosses nodes. The multi-node plans (`plan:nvrar_allreduce`, `plan:hier2ph_allreduce`) are built
 //! for the communicator's nodes, which must be of equal size with ranks numbered node after
 //! node.
 
@@ -162,29 +162,21 @@ impl Nodes {
         Ok((nodes as u32, per_node as u32))
     }
 
-    /// Whether `plan` can run here: every memory channel (and every access to a peer's memory
-    /// that is not a port put) joins ranks of one node; an error names the first that does not.
+    /// Whether `plan` can run here: what the executor's set-up will say
+    /// ([`weft_exec::check_routes`]): every memory channel, and every access to a peer's memory
+    /// that is not a port put, joins ranks of one node; an error names the plan, rank and peer
+    /// of the first that does not.
     pub fn check(&self, plan: &ExecutionPlan) -> Result<(), String> {
         if plan.nranks != self.ranks() {
             return Err(format!("a {}-rank plan, the communicator has {}", plan.nranks, self.ranks()));
         }
-        let node = |r: u32| self.node_of.get(r as usize).copied();
-        for rank in &plan.ranks {
-            for op in rank.threadblocks.iter().flat_map(|t| &t.ops) {
-                let e = op.effects();
-                let links = [e.wait, e.signal].into_iter().flatten().filter(|l| !l.port).map(|l| l.peer);
-                // A port put writes the peer through the proxy; every other access is direct.
-                let touched = e.inputs.iter().chain(if e.via.is_some() { &[][..] } else { &e.outputs[..] });
-                let peers = links.chain(touched.filter_map(|loc| loc.peer));
-                if let Some(peer) = peers.into_iter().find(|&p| node(p) != node(rank.rank)) {
-                    return Err(format!(
-                        "rank {} reaches rank {peer} of another node without a port channel (only port channels cross nodes)",
-                        rank.rank
-                    ));
-                }
-            }
+        // One node: every peer is mapped, as within any node (the executor checks its limits).
+        if self.count() <= 1 {
+            return Ok(());
         }
-        Ok(())
+        let lowered = weft_exec::lower(plan).map_err(|e| e.to_string())?;
+        let node = |r: usize| self.node_of.get(r).copied();
+        weft_exec::check_routes(&lowered, |a, b| node(a) == node(b)).map_err(|e| e.to_string())
     }
 }
 
@@ -375,7 +367,7 @@ mod tests {
         shipped("plan:port_allpairs_allreduce").plan_at(&nodes, 0).unwrap();
         for name in ["plan:ring_allreduce", "plan:hierarchical_allreduce", "plan:allpairs_allreduce_ll"] {
             let e = shipped(name).plan_at(&nodes, 0).unwrap_err();
-            assert!(e.starts_with(name) && e.contains("of another node without a port channel"), "{e}");
+            assert!(e.starts_with(name) && e.contains("are in different nodes, but the plan reads or writes"), "{e}");
         }
     }
 

@@ -8,7 +8,8 @@
 //!   (the executor's registered stages and scratch), tested against weft-plan's;
 //! - [`tables`]: per rank, what the kernel needs besides the operations (which buffers peers
 //!   touch, which output chunks the plan writes, links, fences, barriers), with the checks the
-//!   kernel relies on;
+//!   kernel relies on, and how a rank reaches each peer ([`tables::peer_routes`]: mapped within
+//!   its node, through port channels alone across nodes);
 //! - [`PlanExecutor`]: collective set-up on a [`weft_core::Communicator`] (registered stages and
 //!   scratch exchanged with peers, a semaphore per link and replica, uploaded tables) and the
 //!   launch; every plan thread block runs as several replicas, each moving a slice of every
@@ -48,7 +49,7 @@ pub use executor::{
 pub use lower::{DevicePlan, DeviceRankPlan, LowerError, lower};
 pub use plan_dir::load_plan_dir;
 pub use specialize::{SPECIALIZE_MAX_OPS, specializable, static_ops_defines};
-pub use tables::peers_touch_outputs;
+pub use tables::{check_routes, peers_touch_outputs};
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -29,7 +29,7 @@ use weft_types::{
 use crate::geometry::{Sizing, op_slice, replica_slice};
 use crate::lower::{DevicePlan, lower};
 use crate::resources::{buffer_lengths, stage_flips};
-use crate::tables::{RankTables, rank_tables};
+use crate::tables::{PeerRoute, RankTables, peer_routes, rank_tables};
 
 /// One rank's memory: the user buffer (input at `input_at`, output at `output_at`; they
 /// overlap in place) and the executor's padded buffers.
@@ -58,6 +58,19 @@ struct Model<'a> {
     launch: u64,
     /// A broken kernel for the tests: every launch's packets carry the same flag.
     same_flag: bool,
+    /// Per rank, the peers whose memory it maps (`peer_routes`): its threads touch no other
+    /// rank's memory; the proxy writes a port put's destination.
+    mapped: Vec<u32>,
+}
+
+/// How the model's ranks are set up.
+#[derive(Clone, Copy, Debug, Default)]
+struct Setup {
+    /// A broken kernel for the tests: every launch's packets carry the same flag.
+    same_flag: bool,
+    /// Ranks per node (`None`: one node). Ranks map only the peers `peer_routes` maps; a plan
+    /// it refuses is a panic.
+    gpus_per_node: Option<usize>,
 }
 
 /// Packet bytes per data byte of a location.
@@ -118,6 +131,16 @@ impl Model<'_> {
         })
     }
 
+    /// Checks that `rank` may touch `owner`'s memory: its own, a peer it maps, or one the proxy
+    /// writes for it (`proxied`).
+    fn check_reach(&self, rank: usize, owner: usize, proxied: bool) {
+        assert!(
+            owner == rank || proxied || self.mapped[rank] & (1 << owner) != 0,
+            "{}: rank {rank} touches the memory of rank {owner}, which it does not map",
+            self.plan.name
+        );
+    }
+
     fn bytes_of(&self, rank: usize, loc: &ExecLoc, chunk: u64) -> usize {
         let owner = if loc.peer == EXEC_LOCAL { rank } else { usize::from(loc.peer) };
         let class = self.sizing.class_of(&self.plan.ranks[owner], loc.buffer, chunk).unwrap();
@@ -131,8 +154,9 @@ impl Model<'_> {
 
     /// Folds (wrapping sum of `elem`-byte little-endian integers) and writes, as the kernel's
     /// `fold` does for replica `replica` of `replicas`: its slice of every chunk, in whole 16-byte
-    /// vectors (zero-padded) into padded outputs, exact bytes elsewhere.
-    fn run_data(&mut self, rank: usize, op: &ExecOp, replica: u32, replicas: u32) {
+    /// vectors (zero-padded) into padded outputs, exact bytes elsewhere. `proxied`: a port put
+    /// the proxy applies (its destination is a peer's memory this rank need not map).
+    fn run_data(&mut self, rank: usize, op: &ExecOp, replica: u32, replicas: u32, proxied: bool) {
         let lead = op.inputs[0];
         for k in 0..u64::from(lead.count) {
             let bytes = self.bytes_of(rank, &lead, u64::from(lead.chunk) + k);
@@ -144,6 +168,7 @@ impl Model<'_> {
             let mut acc = vec![0u8; len.next_multiple_of(16)];
             for (i, loc) in op.used_inputs().iter().enumerate() {
                 let (owner, which, at, _) = self.locate(rank, loc, u64::from(loc.chunk) + k);
+                self.check_reach(rank, owner, false);
                 let at = at + from * scale(loc);
                 let src = if scale(loc) == 2 {
                     // Data words interleaved with flags: keep the data, `len` bytes of it.
@@ -160,8 +185,9 @@ impl Model<'_> {
                 }
             }
             let flag = self.flag().to_le_bytes();
-            for loc in op.used_outputs() {
+            for (o, loc) in op.used_outputs().iter().enumerate() {
                 let (owner, which, at, padded) = self.locate(rank, loc, u64::from(loc.chunk) + k);
+                self.check_reach(rank, owner, proxied && o == 0);
                 let bytes: Vec<u8> = if scale(loc) == 2 {
                     acc.chunks(4).flat_map(|d| d.iter().chain(&flag).copied().collect::<Vec<u8>>()).collect()
                 } else {
@@ -295,11 +321,11 @@ impl Model<'_> {
                     if op.flags & EXEC_PORT_PUT != 0 {
                         pending.entry(outbound).or_default().push(op);
                     } else if op.n_inputs > 0 {
-                        self.run_data(r, &op, replica as u32, replicas);
+                        self.run_data(r, &op, replica as u32, replicas, false);
                     }
                     if op.flags & EXEC_SIGNAL_PORT != 0 && op.flags & (EXEC_SIGNAL | EXEC_FLUSH) != 0 {
                         for put in pending.remove(&outbound).unwrap_or_default() {
-                            self.run_data(r, &put, replica as u32, replicas);
+                            self.run_data(r, &put, replica as u32, replicas, true);
                         }
                     }
                     if op.flags & EXEC_SIGNAL != 0 && !self.plan.packets {
@@ -370,7 +396,7 @@ enum Placement {
 /// through weft-plan's interpreter; panics on the first wrong element of a written output
 /// chunk.
 fn check(plan: &ExecutionPlan, count: usize, elem: u64, placement: Placement, replicas: u32) {
-    check_lowered(plan, &lower(plan).unwrap(), count, elem, placement, replicas, false);
+    check_lowered(plan, &lower(plan).unwrap(), count, elem, placement, replicas, Setup::default());
 }
 
 /// The capacity the model's executor is set up with for calls of `count` elements of `elem`
@@ -388,7 +414,7 @@ fn check_lowered(
     elem: u64,
     placement: Placement,
     replicas: u32,
-    same_flag: bool,
+    setup: Setup,
 ) {
     let in_place = matches!(placement, Placement::InPlace | Placement::DirectInPlace);
     let lowered = lowered.clone();
@@ -401,6 +427,15 @@ fn check_lowered(
     let mask = if elem == 8 { u64::MAX } else { (1u64 << (8 * elem)) - 1 };
     let poison = 0xa5a5_a5a5_a5a5_a5a5u64 & mask;
     let tables: Vec<RankTables> = (0..ranks).map(|r| rank_tables(&lowered, r).unwrap()).collect();
+    let per_node = setup.gpus_per_node.unwrap_or(ranks);
+    let mapped: Vec<u32> = tables
+        .iter()
+        .enumerate()
+        .map(|(r, t)| {
+            let routes = peer_routes(&lowered, r, t, |p| p / per_node == r / per_node).unwrap();
+            routes.iter().filter(|(_, route)| *route == PeerRoute::Memory).fold(0, |mask, (p, _)| mask | 1 << p)
+        })
+        .collect();
     let e = elem as usize;
     // Buffers for the executor's capacity, as resources.rs lays them out.
     let capacity = capacity_for(count, elem);
@@ -437,8 +472,9 @@ fn check_lowered(
             output_direct: direct,
         });
     }
+    let same_flag = setup.same_flag;
     let mut model =
-        Model { plan: &lowered, sizing, elem, tables, memory, scratch_flip, output_flip, launch: 0, same_flag };
+        Model { plan: &lowered, sizing, elem, tables, memory, scratch_flip, output_flip, launch: 0, same_flag, mapped };
     // Alternating halves: three launches on the same memory, so the third reads the half the
     // first left its packets or outputs in (packets are told apart by their flags).
     let launches = if lowered.packets || output_flip != 0 { 3 } else { 1 };
@@ -607,10 +643,11 @@ fn the_kernel_model_catches_a_plan_that_reads_before_the_signal() {
         op.flags &= !EXEC_WAIT_LINK;
     }
     let blocks = (plan.input_chunks / plan.size_classes) as usize;
-    let caught =
-        std::panic::catch_unwind(|| check_lowered(&plan, &racy, 64 * blocks, 4, Placement::OutOfPlace, 3, false));
+    let caught = std::panic::catch_unwind(|| {
+        check_lowered(&plan, &racy, 64 * blocks, 4, Placement::OutOfPlace, 3, Setup::default())
+    });
     assert!(caught.is_err(), "the model ran a plan without its waits and found nothing wrong");
-    check_lowered(&plan, &lower(&plan).unwrap(), 64 * blocks, 4, Placement::OutOfPlace, 3, false);
+    check_lowered(&plan, &lower(&plan).unwrap(), 64 * blocks, 4, Placement::OutOfPlace, 3, Setup::default());
 }
 
 /// The packet model catches a receive that does not poll its packets, one that reads them as
@@ -626,7 +663,15 @@ fn the_kernel_model_catches_unpolled_misread_and_stale_packets() {
             let l = l.clone();
             let plan = plan.clone();
             std::panic::catch_unwind(move || {
-                check_lowered(&plan, &l, 64 * blocks, 4, Placement::OutOfPlace, 3, same_flag);
+                check_lowered(
+                    &plan,
+                    &l,
+                    64 * blocks,
+                    4,
+                    Placement::OutOfPlace,
+                    3,
+                    Setup { same_flag, ..Setup::default() },
+                );
             })
             .is_err()
         };
@@ -671,4 +716,60 @@ fn the_kernel_model_computes_what_the_reference_interpreter_does_into_direct_out
             }
         }
     }
+}
+
+/// The multi-node plans with ranks in separate nodes: the ranks map only their node's peers,
+/// reach the others through port puts alone, and compute what the reference does.
+#[test]
+fn the_multinode_plans_touch_only_their_node_s_memory_and_compute_the_reference() {
+    use weft_plan::plans::{hier2ph_allreduce, nvrar_allreduce};
+    for (nodes, gpus) in [(2, 1), (2, 2), (4, 1), (3, 2)] {
+        for program in [nvrar_allreduce(nodes, gpus), hier2ph_allreduce(nodes, gpus)] {
+            let plan = program.unwrap().compile().unwrap();
+            let lowered = lower(&plan).unwrap();
+            let blocks = (plan.input_chunks / plan.size_classes) as usize;
+            let setup = Setup { gpus_per_node: Some(gpus as usize), ..Setup::default() };
+            for (per_block, elem, replicas) in [(1, 4, 1), (37, 2, 3), (5, 8, 2)] {
+                check_lowered(&plan, &lowered, per_block * blocks, elem, Placement::OutOfPlace, replicas, setup);
+            }
+        }
+    }
+}
+
+/// A plan that touches a rank of another node with its own threads is refused at set-up (the
+/// model panics there), and the model's own check catches a touch the mapping does not cover.
+#[test]
+fn the_model_refuses_memory_access_across_nodes() {
+    let plan = weft_plan::plans::nvrar_allreduce(2, 1).unwrap().compile().unwrap();
+    let mut direct = lower(&plan).unwrap();
+    // Rank 0's port put as a memory write into rank 1's scratch.
+    let put = direct.ranks[0].ops.iter_mut().find(|o| o.flags & EXEC_PORT_PUT != 0).unwrap();
+    put.flags &= !EXEC_PORT_PUT;
+    let blocks = (plan.input_chunks / plan.size_classes) as usize;
+    let setup = Setup { gpus_per_node: Some(1), ..Setup::default() };
+    let refused = std::panic::catch_unwind(|| {
+        check_lowered(&plan, &direct, 4 * blocks, 4, Placement::OutOfPlace, 1, setup);
+    });
+    let message = refused.unwrap_err();
+    let message = message.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("rank 0 and peer 1 are in different nodes"), "{message}");
+    // The same launch with a mapping that leaves rank 1 out.
+    let lowered = lower(&plan).unwrap();
+    let sizing = Sizing::new(&lowered, 4 * blocks as u64).unwrap();
+    let model = Model {
+        plan: &lowered,
+        sizing,
+        elem: 4,
+        tables: Vec::new(),
+        memory: Vec::new(),
+        scratch_flip: 0,
+        output_flip: 0,
+        launch: 0,
+        same_flag: false,
+        mapped: vec![0, 0],
+    };
+    model.check_reach(0, 0, false);
+    model.check_reach(0, 1, true);
+    let caught = std::panic::catch_unwind(|| model.check_reach(0, 1, false));
+    assert!(caught.is_err(), "the model let rank 0 touch unmapped memory");
 }

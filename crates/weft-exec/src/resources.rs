@@ -7,6 +7,8 @@
 //!
 //! A plan with port links also gets this rank's proxy ([`PortProxy`]), its scratch registered
 //! there, and a port channel per port link and replica, set up at both ends of each link.
+//! A peer in another node is never mapped ([`peer_routes`]): the plan reaches it through port
+//! channels alone, and its launch fence crosses on a port channel of its own.
 //!
 //! The buffer table ([`ExecBuffers`]) carries, per rank, that rank's scratch layout table
 //! (uploaded here from the plan): a rank that writes or reads a chunk of a peer's scratch places
@@ -23,7 +25,7 @@ use weft_types::{
 use crate::error::ExecError;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, DeviceRankPlan};
-use crate::tables::{RankTables, needs_entry_fence, packet_launches_chain};
+use crate::tables::{PeerRoute, RankTables, needs_entry_fence, packet_launches_chain, peer_routes};
 
 /// Launch shape and buffer capacity of an executor's resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,6 +203,7 @@ impl ExecResources {
         let (stride, replicas) = (tables.link_stride as usize, shape.replicas as usize);
         let mut links = vec![SemaphoreDeviceHandle::default(); ranks * stride * replicas];
         let mut fences = vec![SemaphoreDeviceHandle::default(); ranks];
+        let mut port_fences = vec![PortChannelDeviceHandle::default(); ranks];
         let (mut remote, mut semaphores) = (Vec::new(), Vec::new());
         // The proxy and the scratch's index in it, when this rank has port links.
         let proxy = if rp.ports.is_empty() {
@@ -213,18 +216,36 @@ impl ExecResources {
         let port_stride = tables.port_stride as usize;
         let mut ports = vec![PortChannelDeviceHandle::default(); ranks * port_stride * replicas];
         let mut port_channels = Vec::new();
-        // Pairwise calls in one order on both sides: peers ascending; per peer the three
-        // buffers, the fence, the links of the pair by channel and replica (the pair's channel
-        // sets are equal: a wait on one side is a signal on the other), then its port links by
-        // channel and replica (lowering lists them at both ends).
-        for peer in (0..ranks).filter(|&p| tables.peer_mask & (1 << p) != 0) {
-            let [i, o, s] = [&input, &output, &scratch].map(|b| comm.connect_memory(peer, b));
-            let (i, o, s) = (i?, o?, s?);
-            table[peer] = ExecBuffers { input: i.ptr(), output: o.ptr(), scratch: s.ptr(), ..table[peer] };
-            remote.extend([i, o, s]);
-            let fence = comm.semaphore(peer, None)?;
-            fences[peer] = fence.device_handle();
-            semaphores.push(fence);
+        let routes = peer_routes(plan, rank, tables, |p| comm.topology().same_node(p))?;
+        let mut port_peer_mask = 0u32;
+        // Pairwise calls in one order on both sides: peers ascending; per peer, over memory the
+        // three buffers and the fence, over a port the fence's channel (both sides route a pair
+        // alike); then the links of the pair by channel and replica (the pair's channel sets are
+        // equal: a wait on one side is a signal on the other; a port-only pair has none), then
+        // its port links by channel and replica (lowering lists them at both ends).
+        for (peer, route) in routes {
+            match (route, &proxy) {
+                (PeerRoute::Memory, _) => {
+                    let [i, o, s] = [&input, &output, &scratch].map(|b| comm.connect_memory(peer, b));
+                    let (i, o, s) = (i?, o?, s?);
+                    table[peer] = ExecBuffers { input: i.ptr(), output: o.ptr(), scratch: s.ptr(), ..table[peer] };
+                    remote.extend([i, o, s]);
+                    let fence = comm.semaphore(peer, None)?;
+                    fences[peer] = fence.device_handle();
+                    semaphores.push(fence);
+                }
+                (PeerRoute::Port, Some((proxy, id))) => {
+                    let fence = proxy.channel(peer, *id, None)?;
+                    port_fences[peer] = fence.device_handle();
+                    port_channels.push(fence);
+                    port_peer_mask |= 1 << peer;
+                }
+                // `peer_routes` routes over a port only peers of port links, and the proxy
+                // exists exactly when `rp.ports` is not empty.
+                (PeerRoute::Port, None) => {
+                    return Err(ExecError::Unsupported(format!("rank {rank}: peer {peer} has no port link")));
+                }
+            }
             for &(_, channel) in rp.links.iter().filter(|(p, _)| *p as usize == peer) {
                 for replica in 0..replicas {
                     let s = comm.semaphore(peer, None)?;
@@ -232,7 +253,6 @@ impl ExecResources {
                     semaphores.push(s);
                 }
             }
-            // `proxy` exists exactly when `rp.ports` is not empty.
             let Some((proxy, id)) = &proxy else { continue };
             for &(_, channel) in rp.ports.iter().filter(|(p, _)| *p as usize == peer) {
                 for replica in 0..replicas {
@@ -250,6 +270,7 @@ impl ExecResources {
         let (written, buffers_table) = (upload(&tables.written)?, upload(&table)?);
         let (links_table, fences_table, state) = (upload(&links)?, upload(&fences)?, upload(&state)?);
         let ports_table = if ports.is_empty() { 0 } else { upload(&ports)? };
+        let port_fences_table = if port_peer_mask == 0 { 0 } else { upload(&port_fences)? };
         let context = ExecContext {
             ops,
             tb_ops,
@@ -271,6 +292,8 @@ impl ExecResources {
             output_chunks: plan.output_chunks,
             plan_barriers: tables.plan_barriers,
             peer_mask: tables.peer_mask,
+            port_fences: port_fences_table,
+            port_peer_mask,
             replicas: shape.replicas,
             active_replicas: shape.replicas,
             max_tb_ops: tables.max_tb_ops,

@@ -1,13 +1,14 @@
 //! What the interpreter kernel needs of one rank besides its operations, computed from a
 //! lowered plan: which of the rank's buffers peers touch (those are staged in registered
 //! memory), which output chunks the plan writes (those are copied out of the stage), the shape
-//! of the link table, the peers the launch fences cover and the barrier count. Also the checks
+//! of the link table, the peers the launch fences cover, which of them the rank maps and which
+//! it reaches through port channels alone ([`peer_routes`]) and the barrier count. Also the checks
 //! the kernel relies on: every thread block runs the same number of barriers, the chunks an
 //! operation pairs up have the same size class, and every thread block fits shared memory.
 
 use weft_types::{
-    EXEC_BARRIER, EXEC_LOCAL, EXEC_RESOLVED_ROWS, EXEC_SIGNAL, EXEC_SIGNAL_PORT, EXEC_WAIT_LINK, EXEC_WAIT_PORT,
-    EXEC_WAIT_TB, ExecLoc, ExecOp,
+    EXEC_BARRIER, EXEC_LOCAL, EXEC_PORT_PUT, EXEC_RESOLVED_ROWS, EXEC_SIGNAL, EXEC_SIGNAL_PORT, EXEC_WAIT_LINK,
+    EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
 use crate::error::ExecError;
@@ -36,6 +37,10 @@ pub struct RankTables {
     pub port_stride: u32,
     /// Bit `p`: the rank waits on or signals peer `p`.
     pub peer_mask: u32,
+    /// The peers of `peer_mask` whose buffers this rank maps and with which it fences over a
+    /// memory semaphore ([`memory_peers`]); the others are port-only: reached through port
+    /// channels alone (a peer in another node), fenced over a port channel of their own.
+    pub memory_mask: u32,
     /// Barriers every thread block runs per launch.
     pub plan_barriers: u32,
     /// Operations of the largest thread block.
@@ -202,6 +207,90 @@ pub fn packet_launches_chain(plan: &DevicePlan) -> bool {
     })
 }
 
+/// The peers `rank` needs memory access to, as a mask: those whose buffers an operation of
+/// either reads or writes with its own threads (every location but a port put's destination,
+/// which the proxy writes), and those it shares a memory link with, in either direction. The
+/// rule looks at both ranks of a pair, so it is symmetric: both set up a pair alike (a memory
+/// connect on one side with none on the other would hang). A peer of the launch fence outside
+/// it is port-only: no mapping exists, or can (a peer in another node).
+pub fn memory_peers(plan: &DevicePlan, rank: usize) -> u32 {
+    let mut mask = 0u32;
+    for (r, rp) in plan.ranks.iter().enumerate() {
+        let touched = rp
+            .ops
+            .iter()
+            .flat_map(|op| {
+                let proxied = op.flags & EXEC_PORT_PUT != 0;
+                op.used_inputs().iter().chain(op.used_outputs().iter().skip(usize::from(proxied)))
+            })
+            .filter(|l| l.peer != EXEC_LOCAL)
+            .map(|l| usize::from(l.peer));
+        let linked = rp.links.iter().map(|&(p, _)| p as usize);
+        for peer in touched.chain(linked) {
+            if r == rank && peer != rank {
+                mask |= 1 << peer;
+            } else if peer == rank && r != rank {
+                mask |= 1 << r;
+            }
+        }
+    }
+    mask
+}
+
+/// How a rank sets up with one peer of its launch fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerRoute {
+    /// The peer's buffers mapped here, a fence semaphore and the pair's memory links (every
+    /// peer in this rank's node, whatever the plan does with it).
+    Memory,
+    /// A peer in another node that the plan reaches through port channels alone: no mapping, a
+    /// fence over a port channel of its own.
+    Port,
+}
+
+/// The peers of `tables.peer_mask` in ascending order, each with its [`PeerRoute`]: memory
+/// within this rank's node (`same_node`), port across nodes. Both ends of a pair choose alike
+/// (nodes and [`memory_peers`] are symmetric), so their pairwise set-up calls match. A plan
+/// that needs memory access to a peer in another node, or a peer without a port link to
+/// fence over, is refused with the plan, rank and peer named.
+pub fn peer_routes(
+    plan: &DevicePlan,
+    rank: usize,
+    tables: &RankTables,
+    same_node: impl Fn(usize) -> bool,
+) -> Result<Vec<(usize, PeerRoute)>, ExecError> {
+    let refuse = |peer: usize, why: &str| {
+        Err(ExecError::Unsupported(format!(
+            "plan {}: rank {rank} and peer {peer} are in different nodes, but {why}",
+            plan.name
+        )))
+    };
+    let mut routes = Vec::new();
+    for peer in (0..plan.ranks.len()).filter(|&p| tables.peer_mask & (1 << p) != 0) {
+        let route = if same_node(peer) {
+            PeerRoute::Memory
+        } else if tables.memory_mask & (1 << peer) != 0 {
+            return refuse(peer, "the plan reads or writes the other's buffers or shares a memory link with it");
+        } else if !plan.ranks[rank].ports.iter().any(|&(p, _)| p as usize == peer) {
+            return refuse(peer, "the plan has no port link between them to fence launches over");
+        } else {
+            PeerRoute::Port
+        };
+        routes.push((peer, route));
+    }
+    Ok(routes)
+}
+
+/// Whether every rank of `plan` can set up with its peers when `same_node(a, b)` says which
+/// ranks share a node: [`peer_routes`] for every rank, the first refusal returned. What the
+/// executor's set-up will say, answered before any GPU work.
+pub fn check_routes(plan: &DevicePlan, same_node: impl Fn(usize, usize) -> bool) -> Result<(), ExecError> {
+    for rank in 0..plan.ranks.len() {
+        peer_routes(plan, rank, &rank_tables(plan, rank)?, |peer| same_node(rank, peer))?;
+    }
+    Ok(())
+}
+
 /// Size class of chunk `index` of `loc`'s buffer, owned by `owner`.
 fn class_of(plan: &DevicePlan, owner: &DeviceRankPlan, loc: &ExecLoc, index: u64) -> Option<u32> {
     let k = plan.size_classes.max(1) as usize;
@@ -231,6 +320,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
         link_stride: 1,
         port_stride: 0,
         peer_mask: 0,
+        memory_mask: 0,
         plan_barriers: 0,
         max_tb_ops: 0,
         tb_rows: Vec::new(),
@@ -312,6 +402,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
         t.port_stride = t.port_stride.max(channel + 1);
     }
     t.plan_barriers = barriers.unwrap_or(0);
+    t.memory_mask = memory_peers(plan, rank);
     Ok(t)
 }
 
@@ -467,6 +558,122 @@ mod tests {
         assert_eq!((t0.peer_mask, t1.peer_mask), (0b10, 0b01));
         assert!(t1.input_remote && !t0.input_remote);
         assert!(needs_entry_fence(&lowered));
+    }
+
+    /// Across nodes, the peers reached only through port channels are exactly the peers in
+    /// other nodes; within a node every peer is mapped, as it always was.
+    #[test]
+    fn port_only_peers_are_exactly_the_peers_in_other_nodes() {
+        use weft_plan::plans;
+        for (nodes, gpus) in [(2, 1), (2, 2), (4, 1), (3, 2)] {
+            for program in [plans::nvrar_allreduce(nodes, gpus), plans::hier2ph_allreduce(nodes, gpus)] {
+                let plan = lower(&program.unwrap().compile().unwrap()).unwrap();
+                for rank in 0..plan.ranks.len() {
+                    let t = rank_tables(&plan, rank).unwrap();
+                    let node = |r: usize| r / gpus as usize;
+                    let mut in_node = 0u32;
+                    for peer in (0..plan.ranks.len()).filter(|&p| p != rank && node(p) == node(rank)) {
+                        in_node |= 1 << peer;
+                    }
+                    let at = format!("{} at {nodes}x{gpus} rank {rank}", plan.name);
+                    assert_eq!(t.memory_mask, in_node, "{at}");
+                    let port_only = t.peer_mask & !t.memory_mask;
+                    assert_ne!(port_only, 0, "{at}");
+                    assert_eq!(port_only & in_node, 0, "{at}");
+                    // Every port-only peer is a port link's (the proxy exists to fence with it).
+                    for peer in (0..plan.ranks.len()).filter(|&p| port_only & (1 << p) != 0) {
+                        assert!(plan.ranks[rank].ports.iter().any(|&(p, _)| p as usize == peer), "{at}: {peer}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Within one node every peer of the fence is mapped, as always (port plans included);
+    /// across nodes a plan that needs memory access to another node's rank is refused.
+    #[test]
+    fn peers_route_over_memory_within_a_node_and_refuse_memory_access_across_nodes() {
+        use weft_plan::plans;
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            for rank in 0..plan.ranks.len() {
+                let t = rank_tables(&lowered, rank).unwrap();
+                let routes = peer_routes(&lowered, rank, &t, |_| true).unwrap();
+                let peers: Vec<usize> = (0..plan.ranks.len()).filter(|&p| t.peer_mask & (1 << p) != 0).collect();
+                assert_eq!(routes, peers.into_iter().map(|p| (p, PeerRoute::Memory)).collect::<Vec<_>>());
+            }
+        }
+        for (nodes, gpus) in [(2, 1), (2, 2), (4, 1)] {
+            for program in [plans::nvrar_allreduce(nodes, gpus), plans::hier2ph_allreduce(nodes, gpus)] {
+                let plan = lower(&program.unwrap().compile().unwrap()).unwrap();
+                for rank in 0..plan.ranks.len() {
+                    let t = rank_tables(&plan, rank).unwrap();
+                    let node = |r: usize| r / gpus as usize;
+                    for (peer, route) in peer_routes(&plan, rank, &t, |p| node(p) == node(rank)).unwrap() {
+                        let want = if node(peer) == node(rank) { PeerRoute::Memory } else { PeerRoute::Port };
+                        assert_eq!(route, want, "{} at {nodes}x{gpus} rank {rank} peer {peer}", plan.name);
+                    }
+                }
+            }
+        }
+        // Ring all-reduce at 2 ranks in 2 nodes: its memory links cannot cross.
+        let ring = lower(&plans::ring_allreduce(2, 1).unwrap().compile().unwrap()).unwrap();
+        let err = peer_routes(&ring, 0, &rank_tables(&ring, 0).unwrap(), |p| p == 0).unwrap_err();
+        assert!(err.to_string().contains("plan ring_allreduce: rank 0 and peer 1 are in different nodes"), "{err}");
+    }
+
+    /// The whole plan's check answers as every rank's set-up would.
+    #[test]
+    fn check_routes_passes_the_multinode_plans_across_nodes_and_refuses_memory_links_there() {
+        use weft_plan::plans;
+        let layout = |gpus: usize| move |a: usize, b: usize| a / gpus == b / gpus;
+        for (nodes, gpus) in [(2, 1), (2, 2), (4, 1)] {
+            for program in [plans::nvrar_allreduce(nodes, gpus), plans::hier2ph_allreduce(nodes, gpus)] {
+                let plan = lower(&program.unwrap().compile().unwrap()).unwrap();
+                check_routes(&plan, layout(gpus as usize)).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+            }
+        }
+        let ring = lower(&plans::ring_allreduce(4, 1).unwrap().compile().unwrap()).unwrap();
+        check_routes(&ring, layout(4)).unwrap();
+        let err = check_routes(&ring, layout(2)).unwrap_err().to_string();
+        assert!(err.contains("plan ring_allreduce: rank 0 and peer 3 are in different nodes"), "{err}");
+    }
+
+    /// Memory peers are a subset of the launch fence's peers, and the rule is symmetric: a pair
+    /// sets up alike at both ends. Plans without port links map every peer.
+    #[test]
+    fn memory_peers_are_symmetric_and_cover_every_peer_of_a_plan_without_ports() {
+        for plan in shipped() {
+            let lowered = lower(&plan).unwrap();
+            let tables: Vec<RankTables> = (0..plan.ranks.len()).map(|r| rank_tables(&lowered, r).unwrap()).collect();
+            for (r, t) in tables.iter().enumerate() {
+                assert_eq!(t.memory_mask & !t.peer_mask, 0, "{} rank {r}", plan.name);
+                for (p, theirs) in tables.iter().enumerate() {
+                    let bit = |mask: u32, of: usize| mask & (1 << of) != 0;
+                    assert_eq!(bit(t.memory_mask, p), bit(theirs.memory_mask, r), "{} ranks {r} {p}", plan.name);
+                    assert_eq!(bit(t.peer_mask, p), bit(theirs.peer_mask, r), "{} ranks {r} {p}", plan.name);
+                }
+                if lowered.ranks.iter().all(|rp| rp.ports.is_empty()) {
+                    assert_eq!(t.memory_mask, t.peer_mask, "{} rank {r}", plan.name);
+                }
+            }
+        }
+    }
+
+    /// A port put's destination needs no mapping; any other location in a peer does, whichever
+    /// rank's operation it is.
+    #[test]
+    fn only_a_port_put_s_destination_is_reached_without_a_mapping() {
+        let plan = lower(&weft_plan::plans::nvrar_allreduce(2, 1).unwrap().compile().unwrap()).unwrap();
+        assert_eq!((memory_peers(&plan, 0), memory_peers(&plan, 1)), (0, 0));
+        let mut reads = plan.clone();
+        let op = reads.ranks[1].ops.iter_mut().find(|o| o.flags & EXEC_PORT_PUT == 0 && o.n_inputs > 0).unwrap();
+        op.inputs[0].peer = 0;
+        assert_eq!((memory_peers(&reads, 0), memory_peers(&reads, 1)), (0b10, 0b01));
+        let mut put = plan.clone();
+        let op = put.ranks[0].ops.iter_mut().find(|o| o.flags & EXEC_PORT_PUT != 0).unwrap();
+        op.flags &= !(EXEC_PORT_PUT | EXEC_SIGNAL_PORT);
+        assert_eq!((memory_peers(&put, 0), memory_peers(&put, 1)), (0b10, 0b01));
     }
 
     /// Ring and all-pairs LL plans chain every sender to its receiver within a launch; a plan

@@ -155,7 +155,7 @@ device_structs! {
 
     /// What the executor's interpreter kernel receives: one rank's uploaded plan, its
     /// connections and persistent sync state, and the call's buffers and size.
-    struct ExecContext align(8) size(200) {
+    struct ExecContext align(8) size(216) {
         /// `ExecOp[threadblocks * max_tb_ops]`: thread block `t` runs `ops[t * max_tb_ops..][..tb_ops[t]]` (zero past them), so a block fetches its operations without first reading where they start.
         ops: u64 => "uint64_t",
         /// `uint32_t[threadblocks]`: operations of each thread block.
@@ -168,7 +168,7 @@ device_structs! {
         links: u64 => "uint64_t",
         /// `PortChannelDeviceHandle[ranks * port_stride * replicas]`: entry `(peer * port_stride + channel) * replicas + r` is port link (peer, channel) of replica `r` (0 when the plan has no port links).
         ports: u64 => "uint64_t",
-        /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
+        /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask` outside `port_peer_mask`.
         fences: u64 => "uint64_t",
         /// `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",
@@ -216,6 +216,12 @@ device_structs! {
         port_stride: u32 => "uint32_t",
         /// Replicas running this launch's plan, 1..=`replicas`: replica `r` below it moves slice `r` of `active_replicas` of every chunk, the others skip the plan (a small call is not worth many slices). Every rank launches the same count; plans with plan barriers always run all replicas (the barrier counts every plan block).
         active_replicas: u32 => "uint32_t",
+        /// `PortChannelDeviceHandle[ranks]`: the launch fence's port channel with each peer of `port_peer_mask` (0 when there is none).
+        port_fences: u64 => "uint64_t",
+        /// The peers of `peer_mask` in other nodes, reached only through port channels: the launch fence signals and waits on their `port_fences` entry instead of a `fences` semaphore, and their `buffers` entry holds only the scratch layout (no mapping; a port put's destination is an offset from the scratch base).
+        port_peer_mask: u32 => "uint32_t",
+        /// Zero.
+        reserved: u32 => "uint32_t",
     }
 }
 

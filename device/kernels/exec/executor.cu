@@ -65,7 +65,9 @@
 // Port links (EXEC_WAIT_PORT, EXEC_SIGNAL_PORT): the plan's PortChannel operations, one port
 // channel per link and replica (ExecContext::ports) whose FIFO leads to this rank's proxy. A
 // port put (EXEC_PORT_PUT) is thread 0 pushing one put per row of its slice, from this rank's
-// scratch into the peer's (offsets from the scratch bases, the memories the proxy registered);
+// scratch into the peer's (offsets from the scratch bases, the memories the proxy registered; a
+// peer in another node is not mapped, its base here is 0, and the fence with it is a port
+// channel of its own, port_fences);
 // the block barrier that ends the previous operation orders the other threads' writes of the
 // source before the push; a send's signal rides in its last put's command. Signals, flushes
 // (EXEC_FLUSH) and waits are port_signal, port_flush and port_wait by thread 0, each bounded
@@ -487,14 +489,26 @@ __device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t target
 /// Fence `number` (counted over the executor's launches) with every peer the plan talks to
 /// (one thread per peer): block 0 signals (release .sys), then every block waits until the
 /// peer's token holds that many signals (acquire .sys). The token is read, not consumed, so
-/// every block can wait on it. Called by: every thread of every block.
+/// every block can wait on it. A peer in another node (port_peer_mask) has a port channel
+/// for it: the signal goes through the proxy, which stores the count in the peer's token; the
+/// plan flushed every put into the peer before its thread blocks ended, so the signal follows
+/// them. Called by: every thread of every block.
 __device__ __forceinline__ bool fence(const ExecContext& c, uint64_t number) {
   bool ok = true;
   const uint32_t t = threadIdx.x;
   if (t < c.ranks && ((c.peer_mask >> t) & 1u) != 0) {
-    const SemaphoreDeviceHandle& s = reinterpret_cast<const SemaphoreDeviceHandle*>(c.fences)[t];
-    if (blockIdx.x == 0) semaphore_signal(s);
-    ok = wait_at_least(reinterpret_cast<const uint64_t*>(s.inbound), number, s.wait, WaitOp::SemaphoreWait);
+    const bool over_port = ((c.port_peer_mask >> t) & 1u) != 0;
+    const SemaphoreDeviceHandle& s =
+        over_port ? reinterpret_cast<const PortChannelDeviceHandle*>(c.port_fences)[t].semaphore
+                  : reinterpret_cast<const SemaphoreDeviceHandle*>(c.fences)[t];
+    if (blockIdx.x == 0) {
+      if (over_port) {
+        ok = port_signal(reinterpret_cast<const PortChannelDeviceHandle*>(c.port_fences)[t]);
+      } else {
+        semaphore_signal(s);
+      }
+    }
+    ok = ok && wait_at_least(reinterpret_cast<const uint64_t*>(s.inbound), number, s.wait, WaitOp::SemaphoreWait);
   }
   return __syncthreads_and(ok);
 }

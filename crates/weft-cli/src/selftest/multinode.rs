@@ -109,6 +109,13 @@ mod tests {
                 collectives::runs_on(a, &nodes).unwrap_or_else(|e| panic!("{} on {}: {e}", a.name(), layout.name()));
             }
         }
+        // A plan with memory channels across the nodes: the executor's set-up rule says why not.
+        let ring = Algorithm::from_name(Collective::AllReduce, "plan:ring_allreduce").unwrap();
+        for layout in LAYOUTS {
+            let nodes = Nodes::new((0..layout.ranks()).map(|r| r / layout.per_node).collect());
+            let why = collectives::runs_on(ring, &nodes).unwrap_err();
+            assert!(why.contains("are in different nodes, but the plan reads or writes"), "{}: {why}", layout.name());
+        }
         let ragged = Nodes::new(vec![0, 0, 1]);
         let plans = crossing.iter().filter(|a| matches!(a, Algorithm::Plan(_)));
         for &a in plans {

@@ -439,7 +439,7 @@ struct alignas(8) ExecContext {
   uint64_t buffers;  ///<  `ExecBuffers[ranks]`: every rank's stages, scratch and scratch layout as this GPU maps them (entry `rank`: its own).
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t ports;  ///<  `PortChannelDeviceHandle[ranks * port_stride * replicas]`: entry `(peer * port_stride + channel) * replicas + r` is port link (peer, channel) of replica `r` (0 when the plan has no port links).
-  uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask`.
+  uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask` outside `port_peer_mask`.
   uint64_t state;  ///<  `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
   uint64_t row_cache;  ///<  `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same (a block fetches both entries before it knows its launch's parity).
   uint64_t tb_rows;  ///<  `uint32_t[threadblocks]`: rows of each thread block, the chunks its operations move ([`ExecOp::rows`]), at most EXEC_RESOLVED_ROWS + 1 (more than fit: resolved per operation).
@@ -463,8 +463,11 @@ struct alignas(8) ExecContext {
   uint32_t max_tb_ops;  ///<  Operations of the largest thread block (the stride of `ops`).
   uint32_t port_stride;  ///<  Port channels per peer in `ports` (0: the plan has no port links).
   uint32_t active_replicas;  ///<  Replicas running this launch's plan, 1..=`replicas`: replica `r` below it moves slice `r` of `active_replicas` of every chunk, the others skip the plan (a small call is not worth many slices). Every rank launches the same count; plans with plan barriers always run all replicas (the barrier counts every plan block).
+  uint64_t port_fences;  ///<  `PortChannelDeviceHandle[ranks]`: the launch fence's port channel with each peer of `port_peer_mask` (0 when there is none).
+  uint32_t port_peer_mask;  ///<  The peers of `peer_mask` in other nodes, reached only through port channels: the launch fence signals and waits on their `port_fences` entry instead of a `fences` semaphore, and their `buffers` entry holds only the scratch layout (no mapping; a port put's destination is an offset from the scratch base).
+  uint32_t reserved;  ///<  Zero.
 };
-static_assert(sizeof(ExecContext) == 200, "rust: sizeof(ExecContext) == 200");
+static_assert(sizeof(ExecContext) == 216, "rust: sizeof(ExecContext) == 216");
 static_assert(alignof(ExecContext) == 8, "rust: alignof(ExecContext) == 8");
 static_assert(WEFT_OFFSETOF(ExecContext, ops) == 0, "rust: offsetof(ExecContext, ops) == 0");
 static_assert(WEFT_OFFSETOF(ExecContext, tb_ops) == 8, "rust: offsetof(ExecContext, tb_ops) == 8");
@@ -496,6 +499,9 @@ static_assert(WEFT_OFFSETOF(ExecContext, replicas) == 184, "rust: offsetof(ExecC
 static_assert(WEFT_OFFSETOF(ExecContext, max_tb_ops) == 188, "rust: offsetof(ExecContext, max_tb_ops) == 188");
 static_assert(WEFT_OFFSETOF(ExecContext, port_stride) == 192, "rust: offsetof(ExecContext, port_stride) == 192");
 static_assert(WEFT_OFFSETOF(ExecContext, active_replicas) == 196, "rust: offsetof(ExecContext, active_replicas) == 196");
+static_assert(WEFT_OFFSETOF(ExecContext, port_fences) == 200, "rust: offsetof(ExecContext, port_fences) == 200");
+static_assert(WEFT_OFFSETOF(ExecContext, port_peer_mask) == 208, "rust: offsetof(ExecContext, port_peer_mask) == 208");
+static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 212, "rust: offsetof(ExecContext, reserved) == 212");
 
 ///  One rank's EP buffers: every rank's buffer as this GPU addresses it, and where each region
 struct alignas(8) EpContext {
