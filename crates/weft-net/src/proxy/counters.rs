@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use weft_types::{CounterUpdate, TRANSFER_COUNTER_BITS};
 
-use super::immediate::CounterImmediate;
+use super::immediate::{CounterImmediate, DEFAULT_WINDOW};
 use super::ordering::{Arrival, ImmediateOrder, OrderingError, StreamKey};
 use super::transport::{ConnectionId, MAX_CONNECTIONS, MemoryError};
 
@@ -135,7 +135,7 @@ pub struct CounterConfig {
 
 impl Default for CounterConfig {
     fn default() -> Self {
-        Self { window: 16, gap_timeout: Duration::from_secs(5) }
+        Self { window: DEFAULT_WINDOW, gap_timeout: Duration::from_secs(5) }
     }
 }
 

@@ -24,6 +24,10 @@ pub const SEQ_MODULUS: u64 = 1 << SEQ_BITS;
 /// overlap modulo [`SEQ_MODULUS`].
 pub const MAX_WINDOW: u32 = 1 << (SEQ_BITS - 1);
 
+/// The default window of a counter stream: the sender's ([`super::TransferConfig`]) and the
+/// receiver's ([`super::counters::CounterConfig`]) must be equal, so both defaults are this one.
+pub const DEFAULT_WINDOW: u32 = 16;
+
 const SET_SHIFT: u32 = SEQ_BITS;
 const COUNTER_SHIFT: u32 = SET_SHIFT + 1;
 const VALUE_SHIFT: u32 = COUNTER_SHIFT + TRANSFER_COUNTER_BITS;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use weft_types::{CounterUpdate, FifoCommand, TRANSFER_FIFO_OP, Transfer, TransferCmd};
 
-use super::immediate::{CounterImmediate, MAX_WINDOW, wire_seq};
+use super::immediate::{CounterImmediate, DEFAULT_WINDOW, MAX_WINDOW, wire_seq};
 use super::service::{CommandHandler, Handled, Pending, ProxyError, TransportHandler};
 use super::transport::{ConnectionId, MAX_CONNECTIONS, Op, Transport};
 
@@ -43,7 +43,7 @@ pub struct TransferConfig {
 
 impl Default for TransferConfig {
     fn default() -> Self {
-        Self { window: 16, timeout: Duration::from_secs(5) }
+        Self { window: DEFAULT_WINDOW, timeout: Duration::from_secs(5) }
     }
 }
 
