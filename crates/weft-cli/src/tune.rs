@@ -92,12 +92,14 @@ fn tuned_nodes(gpus: usize, env: &Env) -> Nodes {
 /// algorithms (plans wait until their executor overhead is measured, the PortChannel
 /// AllReduces serve across nodes), across nodes the AllReduces that reach other nodes.
 fn tuned_here(algorithm: Algorithm, nodes: &Nodes) -> bool {
-    match (nodes.count() > 1, algorithm) {
-        (false, a) => !matches!(a.protocol(), Protocol::Plan | Protocol::Port),
-        (true, Algorithm::AllReducePortRing | Algorithm::AllReducePortAllPairs) => true,
-        (true, Algorithm::Plan(id)) => algorithm.collective() == Collective::AllReduce && id.plan_at(nodes, 0).is_ok(),
-        (true, _) => false,
+    if nodes.count() <= 1 {
+        return !matches!(algorithm.protocol(), Protocol::Plan | Protocol::Port);
     }
+    let sets_up = match algorithm {
+        Algorithm::Plan(id) => id.plan_at(nodes, 0).is_ok(),
+        _ => true,
+    };
+    algorithm.collective() == Collective::AllReduce && algorithm.may_cross_nodes() && sets_up
 }
 
 /// What a worker measures, in order: (HB blocks, algorithm, requested size). The launcher uses

@@ -246,6 +246,12 @@ impl Algorithm {
         matches!(self.protocol(), Protocol::P2p | Protocol::LlP2p)
     }
 
+    /// Whether it may run on a communicator whose ranks span nodes: the PortChannel AllReduces,
+    /// and plans (each checked against the nodes when it is set up, `Nodes::check`).
+    pub fn may_cross_nodes(self) -> bool {
+        matches!(self, Self::AllReducePortRing | Self::AllReducePortAllPairs | Self::Plan(_))
+    }
+
     /// The algorithm of its collective that carries every direction through scratch (itself,
     /// for one that does): what carries the directions of an `ll` launch that do not fit the
     /// packet slots. `None` for a collective without direct transfers.

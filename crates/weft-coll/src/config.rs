@@ -224,7 +224,7 @@ impl Selector {
         }
         let chosen = match self.force.get(&collective).copied() {
             // A forced plan is checked against the nodes when it is set up (`Nodes::check`).
-            Some(a) if a == ring || a == pairs || a.protocol() == Protocol::Plan => a,
+            Some(a) if a.may_cross_nodes() => a,
             Some(other) => {
                 return Err(format!(
                     "{other} cannot reach peers of other nodes (port_allpairs, port_ring and plans whose memory channels stay within nodes can)"

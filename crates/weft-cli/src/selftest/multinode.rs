@@ -104,7 +104,7 @@ mod tests {
             Collective::AllReduce.algorithms().filter(|&a| Family::MultiNode.includes(a, true)).collect();
         assert_eq!(crossing.len(), 4);
         for layout in LAYOUTS {
-            let nodes = Nodes::new((0..layout.ranks()).map(|r| r / layout.per_node).collect());
+            let nodes = Nodes::virtual_nodes(layout.ranks(), layout.per_node);
             for &a in &crossing {
                 collectives::runs_on(a, &nodes).unwrap_or_else(|e| panic!("{} on {}: {e}", a.name(), layout.name()));
             }
@@ -112,7 +112,7 @@ mod tests {
         // A plan with memory channels across the nodes: the executor's set-up rule says why not.
         let ring = Algorithm::from_name(Collective::AllReduce, "plan:ring_allreduce").unwrap();
         for layout in LAYOUTS {
-            let nodes = Nodes::new((0..layout.ranks()).map(|r| r / layout.per_node).collect());
+            let nodes = Nodes::virtual_nodes(layout.ranks(), layout.per_node);
             let why = collectives::runs_on(ring, &nodes).unwrap_err();
             assert!(why.contains("are in different nodes, but the plan reads or writes"), "{}: {why}", layout.name());
         }
