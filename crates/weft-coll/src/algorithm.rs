@@ -95,10 +95,16 @@ pub enum Algorithm {
     BroadcastLl,
     /// Broadcast as scatter + all-gather through scratch.
     BroadcastHb,
+    /// Broadcast down a pipelined chain of the ranks from the root, through slots of the next
+    /// rank's scratch with credits: no barrier.
+    BroadcastChain,
     /// Reduce over LL packets.
     ReduceLl,
     /// Reduce as two-shot through scratch, results to the root.
     ReduceHb,
+    /// Reduce up a pipelined chain of the ranks ending at the root (partials in the element
+    /// type, as the ring's), through slots of the next rank's scratch with credits.
+    ReduceChain,
     /// AllToAll as grouped point-to-point transfers, blocks of up to `p2p_ll_bytes` over LL
     /// packets ([`Protocol::LlP2p`]).
     AllToAllLl,
@@ -114,7 +120,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 18] = [
+    pub const ALL: [Algorithm; 20] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceHb,
@@ -127,15 +133,17 @@ impl Algorithm {
         Algorithm::ReduceScatterHb,
         Algorithm::BroadcastLl,
         Algorithm::BroadcastHb,
+        Algorithm::BroadcastChain,
         Algorithm::ReduceLl,
         Algorithm::ReduceHb,
+        Algorithm::ReduceChain,
         Algorithm::AllToAllLl,
         Algorithm::AllToAllP2p,
         Algorithm::SendRecvLl,
         Algorithm::SendRecvP2p,
     ];
 
-    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `port_ring`,
+    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `chain`, `port_ring`,
     /// `port_allpairs`, `p2p`, `plan:<name>`), as
     /// `WEFT_ALGO_<COLLECTIVE>` and the tuning table spell it.
     pub fn name(self) -> &'static str {
@@ -146,6 +154,7 @@ impl Algorithm {
             Self::AllReducePortRing => "port_ring",
             Self::AllReducePortAllPairs => "port_allpairs",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
+            Self::BroadcastChain | Self::ReduceChain => "chain",
             a if matches!(a.protocol(), Protocol::Ll | Protocol::LlP2p) => "ll",
             _ => "hb",
         }
@@ -162,8 +171,8 @@ impl Algorithm {
             | Self::AllReducePortAllPairs => Collective::AllReduce,
             Self::AllGatherLl | Self::AllGatherHb => Collective::AllGather,
             Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
-            Self::BroadcastLl | Self::BroadcastHb => Collective::Broadcast,
-            Self::ReduceLl | Self::ReduceHb => Collective::Reduce,
+            Self::BroadcastLl | Self::BroadcastHb | Self::BroadcastChain => Collective::Broadcast,
+            Self::ReduceLl | Self::ReduceHb | Self::ReduceChain => Collective::Reduce,
             Self::AllToAllLl | Self::AllToAllP2p => Collective::AllToAll,
             Self::SendRecvLl | Self::SendRecvP2p => Collective::SendRecv,
             Self::Plan(id) => id.collective(),
@@ -193,12 +202,12 @@ impl Algorithm {
         matches!(self.collective(), Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }
 
-    /// Whether it handles `dtype`. The rings and the reducing plans carry partial results
+    /// Whether it handles `dtype`. The rings, the reduce chain and the reducing plans carry partial results
     /// between ranks in the element type, so in FP8 they would round to 8 bits at every step;
     /// FP8 reductions accumulate in higher precision, so they leave FP8 to the other algorithms.
     pub fn supports(self, dtype: weft_types::DataType) -> bool {
         use weft_types::DataType;
-        let partials_in_type = matches!(self, Self::AllReduceRing | Self::AllReducePortRing)
+        let partials_in_type = matches!(self, Self::AllReduceRing | Self::AllReducePortRing | Self::ReduceChain)
             || (self.protocol() == Protocol::Plan && self.reduces());
         !partials_in_type || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
     }
@@ -232,8 +241,10 @@ impl Algorithm {
             Self::ReduceScatterHb => "weft_reduce_scatter_hb",
             Self::BroadcastLl => "weft_broadcast_ll",
             Self::BroadcastHb => "weft_broadcast_hb",
+            Self::BroadcastChain => "weft_broadcast_chain",
             Self::ReduceLl => "weft_reduce_ll",
             Self::ReduceHb => "weft_reduce_hb",
+            Self::ReduceChain => "weft_reduce_chain",
             Self::AllToAllP2p | Self::SendRecvP2p => "weft_p2p",
             Self::AllToAllLl | Self::SendRecvLl => "weft_p2p_ll",
             Self::Plan(_) => "weft_execute",

@@ -181,27 +181,23 @@ mod tests {
         }
     }
 
-    /// All-to-all(v) and send/receive take `p2p` unless `ll` is forced or picked, or the call
-    /// is on 2 ranks and of up to 64 KiB; nothing a rank sees of its own call's sizes enters
+    /// All-to-all(v) and send/receive take `ll` up to 64 KiB (AllToAll beyond 2 ranks up to
+    /// 256 KiB) and `p2p` above, unless one is forced or picked; nothing a rank sees of its own call's sizes enters
     /// the choice of all-to-allv and send/receive (they ask at 0 bytes: the kernels split per
     /// direction, see `transfers.rs`), and a size never makes `ll` fail.
     #[test]
-    fn direct_transfers_default_to_p2p_and_follow_a_forced_or_picked_ll() {
+    fn direct_transfers_default_to_ll_when_small_and_follow_a_forced_or_picked_algorithm() {
         let default = CollConfig::default();
         for ranks in [1, 2, 8] {
             let c = chooser(&default, ranks);
             for size in [0, 1, 64 << 10, (64 << 10) + 1, 1 << 30] {
-                let ll = ranks == 2 && size <= 64 << 10;
-                let [alltoall, sendrecv] = if ll {
-                    [Algorithm::AllToAllLl, Algorithm::SendRecvLl]
-                } else {
-                    [Algorithm::AllToAllP2p, Algorithm::SendRecvP2p]
-                };
+                let alltoall_ll = if ranks == 2 { 64 << 10 } else { 256 << 10 };
+                let alltoall = if size <= alltoall_ll { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
+                let sendrecv = if size <= 64 << 10 { Algorithm::SendRecvLl } else { Algorithm::SendRecvP2p };
                 assert_eq!(c.choose(call(Collective::AllToAll, size), |_| usize::MAX, |_| false).unwrap(), alltoall);
                 assert_eq!(c.choose(call(Collective::SendRecv, size), |_| usize::MAX, |_| false).unwrap(), sendrecv);
             }
-            let allv = if ranks == 2 { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
-            assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), allv);
+            assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
         }
         for (collective, p2p, ll) in [
             (Collective::AllToAll, Algorithm::AllToAllP2p, Algorithm::AllToAllLl),
@@ -253,6 +249,12 @@ mod tests {
             chooser(&config, 4).choose(call(Collective::AllReduce, 8), |_| 0, |_| false).unwrap(),
             Algorithm::AllReduceLl
         );
+        // A large FP8 Reduce would take the chain, whose partials travel in the element type.
+        let reduce = Call { dtype: DataType::F8E5M2, ..call(Collective::Reduce, 1 << 20) };
+        let default = CollConfig::default();
+        assert_eq!(chooser(&default, 4).choose(reduce, |_| 0, |_| false).unwrap(), Algorithm::ReduceHb);
+        let bf16 = Call { dtype: DataType::Bf16, ..reduce };
+        assert_eq!(chooser(&default, 4).choose(bf16, |_| 0, |_| false).unwrap(), Algorithm::ReduceChain);
         let mut forced = CollConfig::default();
         forced.selector.force(Algorithm::AllReduceRing);
         let err = chooser(&forced, 2).choose(fp8, |_| 0, |_| false).unwrap_err();

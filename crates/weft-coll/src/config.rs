@@ -161,23 +161,24 @@ impl Default for Selector {
             ),
             (Collective::AllGather, vec![(1 << 20, AllGatherLl), (u64::MAX, AllGatherHb)]),
             (Collective::ReduceScatter, vec![(1 << 20, ReduceScatterLl), (u64::MAX, ReduceScatterHb)]),
-            (Collective::Broadcast, vec![(256 << 10, BroadcastLl), (u64::MAX, BroadcastHb)]),
-            (Collective::Reduce, vec![(256 << 10, ReduceLl), (u64::MAX, ReduceHb)]),
-            (Collective::AllToAll, vec![(u64::MAX, AllToAllP2p)]),
-            (Collective::SendRecv, vec![(u64::MAX, SendRecvP2p)]),
+            // Above LL, the chain: on 4×H100 faster than HB at every size from 256 KiB to 1 GiB
+            // at 2 and 4 ranks (Broadcast 8-43%, Reduce 1.5-48%; docs/perf/collectives.md).
+            (Collective::Broadcast, vec![(256 << 10, BroadcastLl), (u64::MAX, BroadcastChain)]),
+            (Collective::Reduce, vec![(256 << 10, ReduceLl), (u64::MAX, ReduceChain)]),
+            // `ll` (every direction of up to `p2p_ll_bytes` over packets, larger ones through
+            // scratch as p2p): on 4×H100, 2.9-3.8 µs against p2p's 8.9-10.4 µs from 1 to 64 KiB
+            // at 2, 3 and 4 ranks, every element checked; AllToAll at 256 KiB 4.7 against 10.3
+            // µs at 4 ranks. Above, p2p.
+            (Collective::AllToAll, vec![(256 << 10, AllToAllLl), (u64::MAX, AllToAllP2p)]),
+            (Collective::SendRecv, vec![(64 << 10, SendRecvLl), (u64::MAX, SendRecvP2p)]),
         ];
         let mut rules: BTreeMap<_, _> =
             rules.into_iter().map(|(c, sizes)| (c, vec![RuleGroup::any(sizes).built_in()])).collect();
-        // `ll` (every direction of up to `p2p_ll_bytes` over packets) at 2 ranks: on a 2×H100
-        // machine 3.0-3.5 µs against p2p's 9.1-9.9 µs from 1 to 64 KiB, every element checked;
-        // above, p2p (ll's larger directions measured 2-6% slower at 256 KiB). Other rank counts
-        // keep p2p until a GPU has checked ll there.
-        for (collective, ll, p2p) in
-            [(Collective::AllToAll, AllToAllLl, AllToAllP2p), (Collective::SendRecv, SendRecvLl, SendRecvP2p)]
-        {
-            let two_ranks = RuleGroup { ranks: Some(2), ..RuleGroup::any(vec![(64 << 10, ll), (u64::MAX, p2p)]) };
-            rules.entry(collective).or_default().push(two_ranks.built_in());
-        }
+        // At 2 ranks an AllToAll of 256 KiB sends 128 KiB each way, which measured 2% slower
+        // over packets than through scratch (9.39 against 9.19 µs).
+        let two_ranks =
+            RuleGroup { ranks: Some(2), ..RuleGroup::any(vec![(64 << 10, AllToAllLl), (u64::MAX, AllToAllP2p)]) };
+        rules.entry(Collective::AllToAll).or_default().push(two_ranks.built_in());
         Self { rules, force: BTreeMap::new() }
     }
 }
@@ -857,19 +858,25 @@ mod tests {
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 512 << 10, 4), Algorithm::AllReduceLl2);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 256 << 20, 4), Algorithm::AllReduceHb);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
-        for bytes in [1, 64 << 10, 1 << 30] {
-            assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, bytes, 4), Algorithm::AllToAllP2p);
-            assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, 4), Algorithm::SendRecvP2p);
+        for ranks in [2, 4, 8] {
+            for (bytes, broadcast, reduce) in [
+                (256 << 10, Algorithm::BroadcastLl, Algorithm::ReduceLl),
+                ((256 << 10) + 1, Algorithm::BroadcastChain, Algorithm::ReduceChain),
+                (1 << 30, Algorithm::BroadcastChain, Algorithm::ReduceChain),
+            ] {
+                assert_eq!(c.selector.select(Collective::Broadcast, DataType::Bf16, bytes, ranks), broadcast);
+                assert_eq!(c.selector.select(Collective::Reduce, DataType::Bf16, bytes, ranks), reduce);
+            }
         }
-        // At 2 ranks, LL packets up to 64 KiB, p2p above.
-        for (bytes, alltoall, sendrecv) in [
-            (1, Algorithm::AllToAllLl, Algorithm::SendRecvLl),
-            (64 << 10, Algorithm::AllToAllLl, Algorithm::SendRecvLl),
-            ((64 << 10) + 1, Algorithm::AllToAllP2p, Algorithm::SendRecvP2p),
-            (1 << 30, Algorithm::AllToAllP2p, Algorithm::SendRecvP2p),
-        ] {
-            assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, bytes, 2), alltoall);
-            assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, 2), sendrecv);
+        // LL packets: AllToAll up to 256 KiB (64 KiB at 2 ranks), SendRecv up to 64 KiB; p2p above.
+        for ranks in [2, 3, 4, 8] {
+            let alltoall_ll = if ranks == 2 { 64 << 10 } else { 256 << 10 };
+            for bytes in [1, 64 << 10, (64 << 10) + 1, 256 << 10, (256 << 10) + 1, 1 << 30] {
+                let alltoall = if bytes <= alltoall_ll { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
+                let sendrecv = if bytes <= 64 << 10 { Algorithm::SendRecvLl } else { Algorithm::SendRecvP2p };
+                assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, bytes, ranks), alltoall, "{bytes}");
+                assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, ranks), sendrecv, "{bytes}");
+            }
         }
         let p2p = with(&[("WEFT_ALGO_ALLTOALL", "p2p"), ("WEFT_ALGO_SENDRECV", "p2p")]).unwrap();
         assert_eq!(p2p.selector.select(Collective::AllToAll, DataType::Bf16, 1, 4), Algorithm::AllToAllP2p);

@@ -75,7 +75,14 @@ weft_gpu::device_kernels! {
     }
 
     /// A collective with a root (Broadcast, Reduce).
-    pub(crate) struct Rooted for ["weft_broadcast_ll", "weft_broadcast_hb", "weft_reduce_ll", "weft_reduce_hb"] {
+    pub(crate) struct Rooted for [
+        "weft_broadcast_ll",
+        "weft_broadcast_hb",
+        "weft_broadcast_chain",
+        "weft_reduce_ll",
+        "weft_reduce_hb",
+        "weft_reduce_chain",
+    ] {
         /// The rank's collective context, with the call's scalar.
         c: CollContext => "weft::CollContext",
         /// The call's input (read on the root only by Broadcast).

@@ -1,4 +1,5 @@
-// Broadcast, LL (weft_broadcast_ll) and HB (weft_broadcast_hb).
+// Broadcast, LL (weft_broadcast_ll), HB (weft_broadcast_hb) and chain (weft_broadcast_chain).
+#include "chain.cuh"
 #include "common.cuh"
 
 extern "C" __global__ void __launch_bounds__(512)
@@ -77,4 +78,16 @@ extern "C" __global__ void __launch_bounds__(1024)
       WEFT_TRACE_MARK(copy);
     }
   }
+}
+
+// The chain from the root (chain.cuh): every rank copies each step out of its slot (the root
+// out of its input) into its output, and pushes it on into the next rank's slot.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_broadcast_chain(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  WEFT_TRACE_SCOPE(weft_broadcast_chain);
+  chain(c, root, bytes, [&](uint64_t at, uint64_t len, const char* from, char* to) {
+    const char* src = from != nullptr ? from : input + at;
+    if (to != nullptr) push_padded(to, src, 0, len);
+    copy_range(output + at, src, 0, len);
+  });
 }

@@ -12,6 +12,8 @@
 //   weft_broadcast_hb   scatter + all-gather through scratch: the root pushes shard i to the
 //                       i-th other rank, which pushes it to the others, so the root sends each
 //                       byte once instead of once per peer; rounds pipelined over three buffers.
+//   weft_broadcast_chain the ranks from the root pass the message down in steps through slots
+//                       of the next rank's scratch, with credits and no barrier (chain.cuh).
 //   weft_p2p            grouped send/receive: per (peer, direction) a set of blocks moves the
 //                       bytes through a double-buffered slot of the receiver's scratch, with
 //                       credits, so sends and receives of one group progress together.

@@ -1,4 +1,5 @@
-// Reduce to a root, LL (weft_reduce_ll) and HB (weft_reduce_hb).
+// Reduce to a root, LL (weft_reduce_ll), HB (weft_reduce_hb) and chain (weft_reduce_chain).
+#include "chain.cuh"
 #include "reducing.cuh"
 #include "two_shot_hb.cuh"
 
@@ -23,4 +24,19 @@ extern "C" __global__ void __launch_bounds__(1024)
     weft_reduce_hb(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
   WEFT_TRACE_SCOPE(weft_reduce_hb);
   two_shot_hb(c, input, output, bytes, root, PeerBuffers{});
+}
+
+// The chain ending at the root (chain.cuh), starting at the rank after it: every rank folds its
+// input into the partial result in its slot (the head starts from its input) and pushes the
+// sum into the next rank's slot; the root applies Fin and writes its output. Partials travel
+// in the element type, as in the ring.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_reduce_chain(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  WEFT_TRACE_SCOPE(weft_reduce_chain);
+  const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
+  const bool is_root = c.rank == root;
+  chain(c, (root + 1) % c.ranks, bytes, [&](uint64_t at, uint64_t len, const char* from, char* to) {
+    ring_reduce(from, input + at, to, is_root ? output + at : nullptr, 0, len, is_root ? finish : Fin::partial(), pre);
+  });
 }

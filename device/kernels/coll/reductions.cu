@@ -41,6 +41,8 @@
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
 //   weft_reduce_hb          the two-shot HB over the non-roots, results to the root only.
+//   weft_reduce_chain       a chain ending at the root: each rank folds its input into the
+//                           partial and passes it on, in steps with credits (chain.cuh).
 #include "weft/generated/kernels/coll.cuh"  // the prototypes every definition must match
 #include "allreduce_ll.cu"
 #include "allreduce_hb.cu"

@@ -63,6 +63,8 @@ pub const KERNELS: &[&str] = &[
     "weft_ep_ll_combine_send",
     "weft_ep_ll_combine_recv",
     "weft_p2p_ll",
+    "weft_broadcast_chain",
+    "weft_reduce_chain",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

@@ -54,8 +54,10 @@ constexpr uint16_t weft_ep_ll_dispatch_recv = 17;
 constexpr uint16_t weft_ep_ll_combine_send = 18;
 constexpr uint16_t weft_ep_ll_combine_recv = 19;
 constexpr uint16_t weft_p2p_ll = 20;
+constexpr uint16_t weft_broadcast_chain = 21;
+constexpr uint16_t weft_reduce_chain = 22;
 }  // namespace kernel
-constexpr uint32_t kKernels = 21u;
+constexpr uint32_t kKernels = 23u;
 
 struct Record {
   uint64_t ns;
