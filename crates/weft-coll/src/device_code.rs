@@ -28,6 +28,7 @@ pub const KERNELS: KernelSet = KernelSet {
         ("reducing.cuh", include_str!("../../../device/kernels/coll/reducing.cuh")),
         ("two_shot_hb.cuh", include_str!("../../../device/kernels/coll/two_shot_hb.cuh")),
         ("port_grid.cuh", include_str!("../../../device/kernels/coll/port_grid.cuh")),
+        ("chain_geometry.cuh", include_str!("../../../device/kernels/coll/chain_geometry.cuh")),
         ("chain.cuh", include_str!("../../../device/kernels/coll/chain.cuh")),
         ("allreduce_ll.cu", include_str!("../../../device/kernels/coll/allreduce_ll.cu")),
         ("allreduce_hb.cu", include_str!("../../../device/kernels/coll/allreduce_hb.cu")),

@@ -11,38 +11,8 @@
 // about bytes / link bandwidth plus (n - 2) steps, against three barrier-separated phases per
 // round for the scatter + all-gather.
 #pragma once
+#include "chain_geometry.cuh"
 #include "common.cuh"
-
-constexpr uint32_t kChainSlots = 4;
-/// The cost model that picks the step count: each step costs a block about kChainStepNs of
-/// hand-off (its release after its stores, the next rank's acquire) besides its bytes at
-/// kChainBytesPerNs; on 4×H100, 8 steps of 128-512 KiB took 4-5 µs each whatever their size.
-/// With s steps over n - 1 links the call takes about (s + n - 2) (kChainStepNs + bytes /
-/// (s kChainBytesPerNs)), least at s = sqrt((n - 2) bytes / (kChainBytesPerNs kChainStepNs)):
-/// one step at 2 ranks (no link waits for another), more as the chain grows and the message
-/// with it; at least as many as the slots need (each at most a quarter of the scratch).
-constexpr double kChainStepNs = 4500.0, kChainBytesPerNs = 350.0;
-/// The least a block moves per step: fewer blocks for small steps.
-constexpr uint64_t kChainBlockBytes = 4096;
-
-/// How a message of `bytes` splits into steps and blocks; the same at every rank of the call.
-struct ChainGeometry {
-  uint64_t step, steps, sub;
-  uint32_t blocks;
-  __device__ __forceinline__ ChainGeometry(uint64_t bytes, uint32_t ranks, uint64_t scratch_bytes) {
-    const uint64_t cap = scratch_bytes / kChainSlots;
-    const double hops = ranks > 2 ? ranks - 2 : 0;
-    const uint64_t best = static_cast<uint64_t>(sqrt(hops * bytes / (kChainBytesPerNs * kChainStepNs)) + 0.5);
-    const uint64_t fewest = div_ceil(bytes, cap);
-    const uint64_t wanted = round_up16(div_ceil(bytes, best > fewest ? best : fewest));
-    const uint64_t busy = wanted / kChainBlockBytes;
-    blocks = static_cast<uint32_t>(busy < 1 ? 1 : min_u64(busy, gridDim.x));
-    // 16-byte multiples, and a whole step within a slot (cap >= 16 x blocks: see chunk_ok).
-    sub = min_u64(round_up16(div_ceil(wanted, blocks)), (cap / blocks) & ~uint64_t(15));
-    step = sub * blocks;
-    steps = div_ceil(bytes, step);
-  }
-};
 
 /// Runs this rank's part of the chain: for every step, `move(at, len, from, to)` moves bytes
 /// `[at, at + len)` of the message (len may be 0 in the last step), reading the previous
@@ -52,7 +22,7 @@ struct ChainGeometry {
 template <typename Move>
 __device__ __forceinline__ bool chain(const CollContext& c, uint32_t first, uint64_t bytes, const Move& move) {
   const uint32_t n = c.ranks, position = (c.rank + n - first) % n;
-  const ChainGeometry g(bytes, n, 2 * c.chunk_bytes);
+  const ChainGeometry g(bytes, n, 2 * c.chunk_bytes, gridDim.x);
   if (blockIdx.x >= g.blocks) return true;
   const bool receives = position > 0, sends = position + 1 < n;
   const uint32_t next = (c.rank + 1) % n;

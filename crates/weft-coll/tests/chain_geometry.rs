@@ -1,0 +1,134 @@
+//! The chain's step geometry (`device/kernels/coll/chain_geometry.cuh`), compiled here by the
+//! host C++ compiler (`$CXX`, else `g++`) into a program that answers queries on stdin
+//! (`chain_geometry.cpp`), checked on random message sizes, rank counts, scratch sizes and grids:
+//! the steps tile the message, every block's share is whole 16-byte vectors inside its slot, a
+//! step fits a quarter of the scratch, and the step count follows the cost model (one step at 2
+//! ranks when a slot holds the message, more with more ranks). Without a C++ compiler the test
+//! says SKIPPED, unless `WEFT_REQUIRE_CC=1` (set by scripts/test.sh): then it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+
+/// One query's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    step: u64,
+    steps: u64,
+    sub: u64,
+    blocks: u64,
+}
+
+/// A query: message bytes, ranks, scratch bytes per rank, grid.
+type Query = (u64, u32, u64, u32);
+
+/// The host program evaluating chain_geometry.cuh, compiled once per test run (`None`: no C++
+/// compiler here, and skipping is allowed).
+fn harness() -> Option<&'static Path> {
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+        if !Command::new(&cxx).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            let why = format!("{cxx} is not installed, so chain_geometry.cuh is not evaluated on the host");
+            assert!(
+                std::env::var("WEFT_REQUIRE_CC").as_deref() != Ok("1"),
+                "{why}, and WEFT_REQUIRE_CC=1 forbids skipping"
+            );
+            let _ = std::io::stderr().write_all(format!("SKIPPED: {why}\n").as_bytes());
+            return None;
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chain_geometry_cuh");
+        let out = Command::new(&cxx)
+            .args(["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror"])
+            .arg(format!("-I{}", root.join("device/include").display()))
+            .arg(format!("-I{}", root.join("device/kernels/coll").display()))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chain_geometry.cpp"))
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cxx} failed on chain_geometry.cuh:\n{}", String::from_utf8_lossy(&out.stderr));
+        Some(exe)
+    })
+    .as_deref()
+}
+
+/// Runs the host program on `queries`.
+fn ask(exe: &Path, queries: &[Query]) -> Vec<Geometry> {
+    let input: String = queries.iter().map(|(b, r, s, g)| format!("{b} {r} {s} {g}\n")).collect();
+    let mut child = Command::new(exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let answers: Vec<Geometry> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let v: Vec<u64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            Geometry { step: v[0], steps: v[1], sub: v[2], blocks: v[3] }
+        })
+        .collect();
+    assert_eq!(answers.len(), queries.len());
+    answers
+}
+
+/// A call the collectives can make: any size, 1 to 8 ranks, a grid of 1 to 1024 blocks and a
+/// scratch of two rounds of at least 32 x ranks x grid bytes (weft-coll's `check_shapes`).
+fn query() -> impl Strategy<Value = Query> {
+    (prop_oneof![1u64..4096, 1u64..(64 << 20), 1u64..(1 << 34)], 1u32..=8, 1u32..=1024, 0u64..=4).prop_map(
+        |(bytes, ranks, grid, extra)| {
+            let least = 32 * u64::from(ranks) * u64::from(grid);
+            (bytes, ranks, 2 * (least << extra), grid)
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn the_steps_tile_the_message_in_whole_vectors_inside_the_slots(queries in proptest::collection::vec(query(), 64)) {
+        let Some(exe) = harness() else { return Ok(()) };
+        for (q, g) in queries.iter().zip(ask(exe, &queries)) {
+            let (bytes, ranks, scratch, grid) = *q;
+            prop_assert!(g.blocks >= 1 && g.blocks <= u64::from(grid), "{q:?} {g:?}");
+            prop_assert!(g.sub >= 16 && g.sub.is_multiple_of(16), "{q:?} {g:?}");
+            prop_assert_eq!(g.step, g.sub * g.blocks);
+            prop_assert!(g.step <= scratch / 4, "a step overflows its slot: {:?} {:?}", q, g);
+            prop_assert_eq!(g.steps, bytes.div_ceil(g.step), "{:?}", q);
+            // Every block has bytes in the first step.
+            prop_assert!((g.blocks - 1) * g.sub < bytes, "an idle block: {:?} {:?}", q, g);
+            // At 2 ranks nothing waits down the chain: one step whenever a slot holds the message.
+            if ranks <= 2 && bytes <= scratch / 4 - 16 * g.blocks {
+                prop_assert_eq!(g.steps, 1, "{:?}", q);
+            }
+        }
+    }
+}
+
+/// The model's step counts at the shipped scratch (two rounds of 32 MiB) and grid (128 blocks),
+/// as measured on 4×H100 (docs/perf/collectives.md): one step at 2 ranks up to a slot (16 MiB),
+/// 1 MB in one step at 4 ranks, 16 MB in five, 1 GB in 64 slot-sized steps; more ranks, more
+/// steps.
+#[test]
+fn the_model_picks_few_large_steps_and_more_with_more_ranks() {
+    let Some(exe) = harness() else { return };
+    let scratch = 64 << 20;
+    let sizes = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 1 << 30];
+    let at = |ranks| ask(exe, &sizes.map(|b| (b, ranks, scratch, 128)));
+    let steps = |ranks| at(ranks).iter().map(|g| g.steps).collect::<Vec<_>>();
+    assert_eq!(steps(2), [1, 1, 1, 1, 4, 64]);
+    let four = steps(4);
+    assert_eq!((four[1], four[3], four[5]), (1, 5, 64), "{four:?}");
+    for (more, fewer) in steps(8).iter().zip(&four) {
+        assert!(more >= fewer);
+    }
+    for g in at(4) {
+        assert_eq!(g.blocks, 128.min(g.step / 4096).max(1));
+    }
+}
