@@ -7,12 +7,11 @@
 //! says SKIPPED, unless `WEFT_REQUIRE_CC=1` (set by scripts/test.sh): then it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
+use weft_core::host_cxx;
 
 /// One query's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,29 +30,14 @@ type Query = (u64, u32, u64, u32);
 fn harness() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
     EXE.get_or_init(|| {
-        let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-        if !Command::new(&cxx).arg("--version").output().is_ok_and(|o| o.status.success()) {
-            let why = format!("{cxx} is not installed, so chain_geometry.cuh is not evaluated on the host");
-            assert!(
-                std::env::var("WEFT_REQUIRE_CC").as_deref() != Ok("1"),
-                "{why}, and WEFT_REQUIRE_CC=1 forbids skipping"
-            );
-            let _ = std::io::stderr().write_all(format!("SKIPPED: {why}\n").as_bytes());
-            return None;
-        }
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chain_geometry_cuh");
-        let out = Command::new(&cxx)
-            .args(["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I{}", root.join("device/include").display()))
-            .arg(format!("-I{}", root.join("device/kernels/coll").display()))
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chain_geometry.cpp"))
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{cxx} failed on chain_geometry.cuh:\n{}", String::from_utf8_lossy(&out.stderr));
-        Some(exe)
+        host_cxx::compile(
+            "chain_geometry.cuh",
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chain_geometry.cpp"),
+            &[root.join("device/include"), root.join("device/kernels/coll")],
+            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("chain_geometry_cuh"),
+        )
+        .unwrap()
     })
     .as_deref()
 }
@@ -61,11 +45,7 @@ fn harness() -> Option<&'static Path> {
 /// Runs the host program on `queries`.
 fn ask(exe: &Path, queries: &[Query]) -> Vec<Geometry> {
     let input: String = queries.iter().map(|(b, r, s, g)| format!("{b} {r} {s} {g}\n")).collect();
-    let mut child = Command::new(exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let answers: Vec<Geometry> = String::from_utf8(out.stdout)
+    let answers: Vec<Geometry> = host_cxx::ask(exe, &input)
         .unwrap()
         .lines()
         .map(|line| {

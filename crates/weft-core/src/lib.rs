@@ -9,7 +9,8 @@
 //! handles, the typed [`Env`] (every variable weft reads, with the generated reference
 //! `docs/env.md`), the [`LinkModel`] of a network link, and the embedded device sources with
 //! their per-device kernel loader (and the parameter lists of the test kernels,
-//! [`test_kernels`], with their safe launchers, [`selftest_kernels`] and [`test_launchers`]).
+//! [`test_kernels`], with their safe launchers, [`selftest_kernels`] and [`test_launchers`]),
+//! and [`host_cxx`], which compiles device headers of plain arithmetic on the host for tests.
 //!
 //! **Must not:** implement collectives or algorithms (weft-coll), run a proxy or a network
 //! transport (weft-net: the FIFO host side, the proxy service, PortChannels and the transports
@@ -25,6 +26,7 @@ pub mod device_code;
 pub mod env;
 mod error;
 mod fd_passing;
+pub mod host_cxx;
 mod identity;
 mod link_model;
 mod memory;

@@ -12,13 +12,12 @@
 //!   (set by scripts/test.sh): then it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
+use weft_core::host_cxx;
 use weft_exec::geometry::Sizing;
 use weft_exec::{DevicePlan, lower};
 use weft_plan::ExecutionPlan;
@@ -173,43 +172,21 @@ fn padded_room(
 fn harness() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
     EXE.get_or_init(|| {
-        let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-        if !Command::new(&cxx).arg("--version").output().is_ok_and(|o| o.status.success()) {
-            skip(&format!("{cxx} is not installed, so geometry.cuh is not evaluated on the host"));
-            return None;
-        }
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("geometry_cuh");
-        let out = Command::new(&cxx)
-            .args(["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I{}", root.join("device/include").display()))
-            .arg(format!("-I{}", root.join("device/kernels/exec").display()))
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/geometry.cpp"))
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{cxx} failed on geometry.cuh:\n{}", String::from_utf8_lossy(&out.stderr));
-        Some(exe)
+        host_cxx::compile(
+            "geometry.cuh",
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/geometry.cpp"),
+            &[root.join("device/include"), root.join("device/kernels/exec")],
+            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("geometry_cuh"),
+        )
+        .unwrap()
     })
     .as_deref()
 }
 
-/// Declares the skip: a line on stderr that the test harness does not capture, or, under
-/// `WEFT_REQUIRE_CC=1`, a panic.
-fn skip(why: &str) {
-    assert!(std::env::var("WEFT_REQUIRE_CC").as_deref() != Ok("1"), "{why}, and WEFT_REQUIRE_CC=1 forbids skipping");
-    let line = format!("SKIPPED geometry.cuh on the host: {why}; WEFT_REQUIRE_CC=1 makes this a failure\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
 /// Runs the host program on `queries`, one answer line per query line.
 fn ask(exe: &Path, queries: &str) -> Vec<String> {
-    let mut child = Command::new(exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(queries.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "geometry.cpp: {}", String::from_utf8_lossy(&out.stdout));
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+    host_cxx::ask(exe, queries).unwrap().lines().map(str::to_owned).collect()
 }
 
 /// A slice query: `bytes`, part `part` of `parts` (0: none), replica `r` of `n`.

@@ -1,0 +1,59 @@
+//! Device headers evaluated on the host: a test compiles a small C++ program that includes a
+//! header of plain arithmetic from `device/` (the executor's chunk geometry, the chain's step
+//! geometry) with the host C++ compiler (`$CXX`, else `g++`), and holds its answers to the Rust
+//! definition or to invariants. Without a compiler the test is skipped with a line on stderr,
+//! unless `WEFT_REQUIRE_CC=1` (scripts/test.sh sets it): then the skip is a failure.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Compiles `source` (C++17, warnings as errors) with `includes` on the include path into
+/// `exe`. `Ok(None)`: no C++ compiler here and skipping is allowed (a SKIPPED line naming
+/// `what` went to stderr). `Err`: the compiler failed, with its output, or skipping is
+/// forbidden.
+pub fn compile(what: &str, source: &Path, includes: &[PathBuf], exe: &Path) -> Result<Option<PathBuf>, String> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    if !Command::new(&cxx).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        let why = format!("{cxx} is not installed, so {what} is not evaluated on the host");
+        if std::env::var("WEFT_REQUIRE_CC").as_deref() == Ok("1") {
+            return Err(format!("{why}, and WEFT_REQUIRE_CC=1 forbids skipping"));
+        }
+        let _ = std::io::stderr()
+            .write_all(format!("SKIPPED {what}: {why}; WEFT_REQUIRE_CC=1 makes this a failure\n").as_bytes());
+        return Ok(None);
+    }
+    let out = Command::new(&cxx)
+        .args(["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .args(includes.iter().map(|dir| format!("-I{}", dir.display())))
+        .arg(source)
+        .arg("-o")
+        .arg(exe)
+        .output()
+        .map_err(|e| format!("running {cxx}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cxx} failed on {what}:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(Some(exe.to_path_buf()))
+}
+
+/// Runs `exe` with `input` on stdin; its stdout, or why it failed.
+pub fn ask(exe: &Path, input: &str) -> Result<String, String> {
+    let mut child = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", exe.display()))?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(input.as_bytes())
+        .map_err(|e| format!("writing to {}: {e}", exe.display()))?;
+    let out = child.wait_with_output().map_err(|e| format!("waiting for {}: {e}", exe.display()))?;
+    let stdout = String::from_utf8(out.stdout).map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("{} failed: {stdout}", exe.display()));
+    }
+    Ok(stdout)
+}
