@@ -3,13 +3,14 @@
 # have no Rust): the selftest, every collective against NCCL (checked and timed), the tuner,
 # and PyTorch through weft's libnccl.so.2. Logs and tables go to ${OUT:-out}/<step>/, each step
 # bounded by its own timeout, so one failing step does not stop the others.
-#   scripts/gpu-suite.sh [warm] [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance] [faults] [ll]   (default: all)
+#   scripts/gpu-suite.sh [warm] [selftest] [check] [perf] [tune] [torch] [python] [ep] [gin] [proxy] [exec] [e2e] [conformance] [faults] [versus]   (default: all)
 #   scripts/gpu-suite.sh soak sanitize multinode   (run only when named: long, or of a length not yet measured)
 # The warm step (first by default) compiles every kernel on the CPUs with the self-test's CPU
 # part: a fresh machine otherwise spends the first seconds to minutes of each step compiling.
-# The ll step times AllToAll and SendRecv over LL packets against p2p, every element checked,
-# at every rank count from 2 to the GPUs there are (`ll` is the default at 2 ranks only until
-# a run like this one has checked it at more).
+# The versus step checks every element of an algorithm and times it against the one it replaced
+# as a default, in the same run, at every rank count from 2 to the GPUs there are: AllToAll and
+# SendRecv over LL packets against p2p (1 KB - 4 MB), Broadcast and Reduce down the chain against
+# HB (1 KB - 64 MB; the perf step times the defaults against NCCL up to 1 GB).
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -50,7 +51,7 @@ export WEFT_LOG="${WEFT_LOG:-weft_cli::selftest=info}"
 out="${OUT:-out}"
 weft="${WEFT:-target/release/weft}"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(warm selftest check perf tune torch python ep gin proxy exec e2e conformance faults ll)
+[ ${#steps[@]} -eq 0 ] && steps=(warm selftest check perf tune torch python ep gin proxy exec e2e conformance faults versus)
 
 # install_wheel STEP DIR: the `weft` wheel (${WEFT_WHEEL}, else the newest target/wheels/weft-*.whl)
 # into ${PYTHON:-python3}'s environment, the log in DIR; false when there is no wheel.
@@ -70,16 +71,18 @@ for step in "${steps[@]}"; do
   case "$step" in
     warm) CUDA_VISIBLE_DEVICES= timeout 600 "$weft" selftest > "$dir/warm.txt" 2>&1
           echo "warm (kernels compiled on the CPUs): rc=$? $(grep -h 'passed,' "$dir/warm.txt" | tail -1)" ;;
-    ll) gpus="$(nvidia-smi -L | wc -l)"
-        for ranks in $(seq 2 "$gpus"); do
-          for c in alltoall sendrecv; do
-            var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"
-            env "$var=ll" timeout 120 "$weft" bench "$c" --gpus "$ranks" -b 1K -e 4M -f 4 --graph --check --versus p2p \
-              > "$dir/$c-$ranks-ranks.txt" 2>&1
-            echo "ll $c at $ranks ranks against p2p: rc=$? $(grep -h 'wrong elements' "$dir/$c-$ranks-ranks.txt" | tail -1)"
-            grep -A9 '^# against' "$dir/$c-$ranks-ranks.txt"
-          done
-        done ;;
+    versus) gpus="$(nvidia-smi -L | wc -l)"
+            for ranks in $(seq 2 "$gpus"); do
+              for pair in alltoall:ll:p2p:4M sendrecv:ll:p2p:4M broadcast:chain:hb:64M reduce:chain:hb:64M; do
+                IFS=: read -r c algo base max <<< "$pair"
+                var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"
+                log="$dir/$c-$algo-$ranks-ranks.txt"
+                env "$var=$algo" timeout 300 "$weft" bench "$c" --gpus "$ranks" -b 1K -e "$max" -f 4 --graph --check \
+                  --versus "$base" > "$log" 2>&1
+                echo "$algo $c at $ranks ranks against $base: rc=$? $(grep -h 'wrong elements' "$log" | tail -1)"
+                grep -A12 '^# against' "$log"
+              done
+            done ;;
     selftest) timeout 600 "$weft" selftest --mode processes > "$dir/selftest.txt" 2>&1
               echo "selftest: rc=$? $(grep -h 'passed,' "$dir/selftest.txt" | tail -1)"
               # The collective matrix at every smaller rank count too (2 .. GPUs - 1), a GPU each.
@@ -241,6 +244,6 @@ for step in "${steps[@]}"; do
           grep -h -m5 '^FAIL' "$dir/soak-shared.txt" ;;
     sanitize) WEFT="$weft" scripts/sanitize.sh "$dir" 2>&1 | tee "$dir/sanitize.txt" | grep -E '^sanitize|^=========|FAIL'
               echo "sanitize: rc=${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (warm, selftest, check, perf, tune, torch, python, ep, gin, multinode, proxy, exec, e2e, conformance, faults, ll, soak, sanitize)"; exit 2 ;;
+    *) echo "unknown step $step (warm, selftest, check, perf, tune, torch, python, ep, gin, multinode, proxy, exec, e2e, conformance, faults, versus, soak, sanitize)"; exit 2 ;;
   esac
 done
