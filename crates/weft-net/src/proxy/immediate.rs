@@ -1,5 +1,5 @@
 //! Counter updates as 32-bit immediate data: what a sending proxy attaches to a zero-length
-//! write-with-immediate (or a transport's equivalent frame) when it executes a
+//! send-with-immediate over verbs (or a transport's equivalent frame) when it executes a
 //! [`TransferCmd`](weft_types::TransferCmd) of kind `CounterAdd`/`CounterSet`, and what the
 //! receiving proxy decodes before [`ordering`](super::ordering) applies it.
 //!

@@ -2,7 +2,7 @@
 //!
 //! Every transport implements [`Transport`]: [`Transport::submit`] queues a command's operations
 //! (a [`Op::Put`] and/or a [`Op::Signal`], or a [`Op::Counter`] update where the transport
-//! carries them: TCP, the copy engine) on a connection, in order and all or nothing, without blocking; [`Transport::completed`] says how many of the connection's operations the peer has
+//! carries them: TCP, the copy engine, verbs) on a connection, in order and all or nothing, without blocking; [`Transport::completed`] says how many of the connection's operations the peer has
 //! applied. The contract every transport keeps:
 //!
 //! - **A signal is applied only after every operation submitted before it on the same

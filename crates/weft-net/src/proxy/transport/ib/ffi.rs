@@ -14,6 +14,8 @@ use super::rdma::RdmaError;
 pub(crate) const IBV_WR_RDMA_WRITE: c_uint = 0;
 /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
 pub(crate) const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
+/// `IBV_WR_SEND_WITH_IMM`.
+pub(crate) const IBV_WR_SEND_WITH_IMM: c_uint = 3;
 /// `IBV_SEND_SIGNALED`.
 pub(crate) const IBV_SEND_SIGNALED: c_uint = 1 << 1;
 /// `IBV_WC_SUCCESS`.
@@ -21,6 +23,8 @@ pub(crate) const IBV_WC_SUCCESS: c_uint = 0;
 /// `IBV_WC_RDMA_WRITE` (writes are known by their ids; kept for the layout check).
 #[cfg(test)]
 pub(crate) const IBV_WC_RDMA_WRITE: c_uint = 1;
+/// `IBV_WC_RECV` (a receive consumed by a send).
+pub(crate) const IBV_WC_RECV: c_uint = 1 << 7;
 /// `IBV_WC_RECV_RDMA_WITH_IMM`.
 pub(crate) const IBV_WC_RECV_RDMA_WITH_IMM: c_uint = 129;
 /// `IBV_WC_WITH_IMM`.
@@ -399,9 +403,11 @@ pub(crate) fn abi_facts() -> Vec<(&'static str, u64)> {
     vec![
         ("IBV_WR_RDMA_WRITE", u64::from(IBV_WR_RDMA_WRITE)),
         ("IBV_WR_RDMA_WRITE_WITH_IMM", u64::from(IBV_WR_RDMA_WRITE_WITH_IMM)),
+        ("IBV_WR_SEND_WITH_IMM", u64::from(IBV_WR_SEND_WITH_IMM)),
         ("IBV_SEND_SIGNALED", u64::from(IBV_SEND_SIGNALED)),
         ("IBV_WC_SUCCESS", u64::from(IBV_WC_SUCCESS)),
         ("IBV_WC_RDMA_WRITE", u64::from(IBV_WC_RDMA_WRITE)),
+        ("IBV_WC_RECV", u64::from(IBV_WC_RECV)),
         ("IBV_WC_RECV_RDMA_WITH_IMM", u64::from(IBV_WC_RECV_RDMA_WITH_IMM)),
         ("IBV_WC_WITH_IMM", u64::from(IBV_WC_WITH_IMM)),
         ("IBV_QPT_RC", u64::from(IBV_QPT_RC)),

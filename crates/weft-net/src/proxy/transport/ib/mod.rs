@@ -9,25 +9,33 @@
 //! constants are checked against the real verbs.h and its loading against the real library,
 //! but it has never run on a NIC, and the PortChannel set-up does not route peers to it yet.
 //!
-//! **Mapping.** A connection is one RC queue pair, used in both directions: this side's puts
-//! and signals leave on it, and the peer's signals for this connection arrive on it.
+//! **Mapping.** A connection is one RC queue pair, used in both directions: this side's puts,
+//! signals and counter updates leave on it, and the peer's for this connection arrive on it.
 //! - A put is an RDMA write from a registered local memory to a registered remote one.
 //! - A signal is a zero-length RDMA write with immediate data. The immediate is the index of
 //!   the receiver's connection (whose inbound token it increments), which the receiver checks
 //!   against the queue pair it arrived on. An RC queue pair executes its work requests in
 //!   order, so the signal lands after every put posted before it: the transport contract.
-//! - The receiver keeps `recv_depth` zero-length receives posted per queue pair (a write with
-//!   immediate consumes one) and turns each such completion into [`Inbox::signal`] of the
-//!   connection, reposting the receive. Its [`Transport::progress`] must therefore run even on a
-//!   rank that only receives (the proxy calls it on every pass).
-//! - The last write of every operation is signalled (a put longer than `max_write` goes as
-//!   several writes); its completion (the peer acknowledged it, and RC acknowledges in order)
-//!   advances the connection's completed count and returns its flow-control credit.
+//! - A counter update is a zero-length send with immediate data, the
+//!   [`CounterImmediate`](crate::proxy::immediate::CounterImmediate). Every 32-bit word is a
+//!   counter update, so the receiver tells the two apart by the completion's opcode (a receive
+//!   consumed by a send, not by a write), never by the immediate. The same in-order execution
+//!   lands it after every put posted before it.
+//! - The receiver keeps `recv_depth` zero-length receives posted per queue pair (a write or a
+//!   send with immediate consumes one) and turns each such completion into [`Inbox::signal`] or
+//!   [`Inbox::counter`] of the connection, reposting the receive. Its [`Transport::progress`]
+//!   must therefore run even on a rank that only receives (the proxy calls it on every pass);
+//!   it also checks the connections' counter streams for a hole older than its gap timeout
+//!   ([`Inbox::expire_counters`]), so an update that never arrives is reported.
+//! - The last work request of every operation is signalled (a put longer than `max_write` goes
+//!   as several writes); its completion (the peer acknowledged it, and RC acknowledges in
+//!   order) advances the connection's completed count and returns its flow-control credit.
 //! - A failed completion fails its connection with an error naming the peer; so does a
 //!   connection with operations outstanding and no completion for `timeout` (a peer that stopped
-//!   posting receives, or a NIC that stopped answering). A failure stays with its connection:
-//!   its `submit` reports it, and `completed` while operations are outstanding; other
-//!   connections go on.
+//!   posting receives, or a NIC that stopped answering), and, on the receiving side, a counter
+//!   update its stream refuses or a hole in the stream that never fills. A failure stays with
+//!   its connection: its `submit` reports it, and `completed` while operations are outstanding;
+//!   other connections go on.
 //! - Shutdown moves the queue pairs to the error state ([`Verbs::close`]), so peers' writes
 //!   fail promptly rather than land in memory its owner believes quiet.
 //! - With GPUDirect RDMA into device memory, a binding must make the NIC's writes visible to the
@@ -71,7 +79,19 @@ pub struct RemoteRegion {
     pub rkey: u32,
 }
 
-/// One RDMA write work request.
+/// Immediate data a work request hands the peer, consuming one of its posted receives, and
+/// which work request carries it (the receiver tells them apart by the completion's kind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Immediate {
+    /// An RDMA write with immediate (`IBV_WR_RDMA_WRITE_WITH_IMM`): a signal, whose immediate
+    /// is the receiver's connection index. Completes as [`CompletionKind::RecvWriteImm`].
+    Write(u32),
+    /// A send with immediate (`IBV_WR_SEND_WITH_IMM`), zero-length, with no remote address: a
+    /// counter update. Completes as [`CompletionKind::RecvSendImm`].
+    Send(u32),
+}
+
+/// One RDMA write work request, or a send with immediate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteRequest {
     /// Identifies the request in its completion.
@@ -82,12 +102,12 @@ pub struct WriteRequest {
     pub lkey: u32,
     /// Bytes.
     pub len: u64,
-    /// Destination address.
+    /// Destination address (unused by a send).
     pub remote_addr: u64,
-    /// Destination key.
+    /// Destination key (unused by a send).
     pub rkey: u32,
-    /// Immediate data (write with immediate) for signals.
-    pub imm: Option<u32>,
+    /// Immediate data for the peer, and how it travels; `None` for a plain RDMA write.
+    pub imm: Option<Immediate>,
     /// Whether a success completes it (the last part of an operation); an unsignalled part
     /// completes only on failure, under the same id.
     pub signaled: bool,
@@ -96,10 +116,21 @@ pub struct WriteRequest {
 /// What a work completion completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompletionKind {
-    /// A posted RDMA write (with or without immediate), acknowledged by the peer.
+    /// A posted [`WriteRequest`] (an RDMA write, with or without immediate, or a send with
+    /// immediate), acknowledged by the peer.
     Write,
-    /// A posted receive consumed by the peer's write with immediate `imm`, on queue pair `qp`.
+    /// A posted receive consumed by the peer's write with immediate `imm`, on queue pair `qp`
+    /// (`IBV_WC_RECV_RDMA_WITH_IMM`). A failed receive, whose opcode is undefined, comes as this
+    /// kind too.
     RecvWriteImm {
+        /// The local queue pair it arrived on.
+        qp: u32,
+        /// The immediate data.
+        imm: u32,
+    },
+    /// A posted receive consumed by the peer's send with immediate `imm`, on queue pair `qp`
+    /// (`IBV_WC_RECV` with `IBV_WC_WITH_IMM`).
+    RecvSendImm {
         /// The local queue pair it arrived on.
         qp: u32,
         /// The immediate data.
@@ -181,9 +212,12 @@ pub enum VerbsError {
 /// The verbs a binding provides (one completion queue shared by the connections). No call
 /// blocks.
 pub trait Verbs: Send + Sync + std::fmt::Debug {
-    /// Posts `request` on queue pair `qp`.
+    /// Posts `request` on queue pair `qp`: an RDMA write (with immediate for an
+    /// [`Immediate::Write`]) or, for an [`Immediate::Send`], a send with immediate.
     fn post_write(&self, qp: u32, request: WriteRequest) -> Result<(), VerbsError>;
-    /// Posts a zero-length receive on queue pair `qp`, for one incoming write with immediate.
+    /// Posts a zero-length receive on queue pair `qp`, for one incoming write or send with
+    /// immediate; it completes as [`CompletionKind::RecvWriteImm`] or
+    /// [`CompletionKind::RecvSendImm`] accordingly.
     fn post_recv(&self, qp: u32, wr_id: u64) -> Result<(), VerbsError>;
     /// Appends available completions to `out`.
     fn poll_cq(&self, out: &mut Vec<WorkCompletion>) -> Result<(), VerbsError>;
@@ -197,8 +231,8 @@ pub trait Verbs: Send + Sync + std::fmt::Debug {
 pub struct IbConfig {
     /// Operations in flight per connection (flow control; at least 2).
     pub max_in_flight: u64,
-    /// Receives kept posted per queue pair (incoming signals in flight before the sender sees
-    /// receiver-not-ready).
+    /// Receives kept posted per queue pair (incoming signals and counter updates in flight
+    /// before the sender sees receiver-not-ready).
     pub recv_depth: u32,
     /// How long a connection may have operations outstanding without a completion.
     pub timeout: Duration,
@@ -218,7 +252,8 @@ impl Default for IbConfig {
 pub struct IbConnection {
     /// Queue pair number (already connected to the peer's queue pair by the caller).
     pub qp: u32,
-    /// The peer's index of this connection: its inbound token that this side's signals raise.
+    /// The peer's index of this connection: its inbound token that this side's signals raise
+    /// (and its counter stream that this side's counter updates go to).
     pub remote_connection: ConnectionId,
     /// Who the peer is (for errors).
     pub peer: String,
@@ -255,7 +290,8 @@ pub struct IbTransport<V> {
     created: Instant,
 }
 
-/// How often [`Transport::progress`] looks for connections that stopped completing.
+/// How often [`Transport::progress`] looks for connections that stopped completing (or whose
+/// counter stream keeps a hole).
 const TIMEOUT_SCAN: Duration = Duration::from_millis(1);
 
 /// Set in the id of every receive work request (a write's id has its connection, below 2^10,
@@ -404,8 +440,8 @@ impl<V: Verbs> IbTransport<V> {
         f(state)
     }
 
-    /// The writes of operation `op` (ticket `ticket`), checked: a put in parts of at most
-    /// `max_write` bytes, or one signal.
+    /// The work requests of operation `op` (ticket `ticket`), checked: a put in parts of at
+    /// most `max_write` bytes, or one signal or counter update.
     fn writes(
         &self,
         connection: ConnectionId,
@@ -451,12 +487,11 @@ impl<V: Verbs> IbTransport<V> {
                 Ok(Writes { first, part: self.config.max_write.max(1) })
             }
             Op::Signal => {
-                Ok(Writes { first: WriteRequest { imm: Some(u32::from(conn.remote_connection)), ..first }, part: 1 })
+                let imm = Immediate::Write(u32::from(conn.remote_connection));
+                Ok(Writes { first: WriteRequest { imm: Some(imm), ..first }, part: 1 })
             }
-            // A signal's immediate names its connection; counter immediates need a connection of
-            // their own, which this transport does not set up yet.
-            Op::Counter { .. } => {
-                Err(TransportError::Unsupported { transport: NAME, connection, op: "a counter update" })
+            Op::Counter { imm } => {
+                Ok(Writes { first: WriteRequest { imm: Some(Immediate::Send(imm)), ..first }, part: 1 })
             }
         }
     }
@@ -486,38 +521,59 @@ impl<V: Verbs> IbTransport<V> {
         })
     }
 
-    /// A peer's write with immediate `imm` arrived on queue pair `qp`: raise the token. (A
-    /// receive of a queue pair that carries no connection, left by a failed set-up, is
-    /// dropped.)
-    fn signal_arrived(&self, qp: u32, imm: u32, status: Result<(), CompletionError>) -> Result<(), TransportError> {
+    /// A peer's write or send with immediate consumed a receive of queue pair `qp`: `apply`
+    /// what it brought to the queue pair's connection, then repost the receive. (A receive of a
+    /// queue pair that carries no connection, left by a failed set-up, is dropped.)
+    fn received(
+        &self,
+        qp: u32,
+        status: Result<(), CompletionError>,
+        apply: impl FnOnce(ConnectionId, &mut ConnState) -> Result<(), TransportError>,
+    ) -> Result<(), TransportError> {
         let Some(connection) = self.by_qp.read().unwrap_or_else(|p| p.into_inner()).get(&qp).copied() else {
             tracing::warn!("ib: a receive completed on queue pair {qp}, which carries no connection");
             return Ok(());
         };
         self.with(connection, |state| {
             if let Err(detail) = status {
-                return Err(peer_lost(connection, state, format!("a receive for the peer's signal failed: {detail}")));
-            }
-            if imm != u32::from(connection) {
-                let detail =
-                    format!("a signal for connection {imm} arrived on the queue pair of connection {connection}");
-                return Err(fail(
+                // A failed receive's opcode is undefined: it was for a signal or a counter update.
+                return Err(peer_lost(
+                    connection,
                     state,
-                    TransportError::Protocol { transport: NAME, connection, peer: state.conn.peer.clone(), detail },
+                    format!("a receive for the peer's immediate failed: {detail}"),
                 ));
             }
-            if let Err(source) = self.inbox.signal(connection) {
-                return Err(fail(state, TransportError::Memory { transport: NAME, connection, source }));
-            }
+            apply(connection, state)?;
             self.verbs
                 .post_recv(qp, RECV_WR_TAG | u64::from(connection))
                 .map_err(|e| peer_lost(connection, state, format!("reposting a receive: {e}")))
         })
     }
 
-    /// Fails connections whose outstanding operations saw no completion for the timeout. The
-    /// scan locks every connected connection, so it runs at most every [`TIMEOUT_SCAN`], not on
-    /// every pass of the proxy.
+    /// A peer's signal (write with immediate `imm`) for `connection`: raise its token.
+    fn raise_token(&self, connection: ConnectionId, state: &mut ConnState, imm: u32) -> Result<(), TransportError> {
+        if imm != u32::from(connection) {
+            let detail = format!("a signal for connection {imm} arrived on the queue pair of connection {connection}");
+            return Err(fail(state, protocol(connection, state, detail)));
+        }
+        self.inbox
+            .signal(connection)
+            .map_err(|source| fail(state, TransportError::Memory { transport: NAME, connection, source }))
+    }
+
+    /// A peer's counter update (send with immediate `imm`) for `connection`: into its counter
+    /// stream, which applies or holds it.
+    fn apply_counter(&self, connection: ConnectionId, state: &mut ConnState, imm: u32) -> Result<(), TransportError> {
+        match self.inbox.counter(connection, imm, Instant::now()) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(fail(state, protocol(connection, state, format!("a counter update: {e}")))),
+        }
+    }
+
+    /// Fails connections whose outstanding operations saw no completion for the timeout, and
+    /// those whose counter stream holds a hole older than its gap timeout. The scan locks every
+    /// connected connection, so it runs at most every [`TIMEOUT_SCAN`], not on every pass of the
+    /// proxy.
     fn check_timeouts(&self) {
         let now = u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX);
         if now < self.next_timeout_scan.load(Ordering::Relaxed) {
@@ -527,10 +583,15 @@ impl<V: Verbs> IbTransport<V> {
         // Copied out: add_connection takes a connection's lock before the queue-pair map's.
         let connected: Vec<ConnectionId> =
             self.by_qp.read().unwrap_or_else(|p| p.into_inner()).values().copied().collect();
+        let at = Instant::now();
         for index in connected {
             let Some(slot) = self.conns.get(usize::from(index)) else { continue };
             let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = guard.as_mut().filter(|s| s.failure.is_none()) else { continue };
+            if let Err(e) = self.inbox.expire_counters(index, at) {
+                fail(state, protocol(index, state, format!("counter updates: {e}")));
+                continue;
+            }
             if state.completed == state.submitted {
                 state.last_progress = Instant::now();
                 continue;
@@ -553,6 +614,11 @@ impl<V: Verbs> IbTransport<V> {
 /// Fails `connection` for good: the peer is lost, for `detail`.
 fn peer_lost(connection: ConnectionId, state: &mut ConnState, detail: String) -> TransportError {
     fail(state, TransportError::PeerLost { transport: NAME, connection, peer: state.conn.peer.clone(), detail })
+}
+
+/// The peer of `connection` sent something this side refuses, for `detail`.
+fn protocol(connection: ConnectionId, state: &ConnState, detail: String) -> TransportError {
+    TransportError::Protocol { transport: NAME, connection, peer: state.conn.peer.clone(), detail }
 }
 
 /// Records `error` as the connection's failure (every later call returns it) and returns it.
@@ -630,7 +696,12 @@ impl<V: Verbs> Transport for IbTransport<V> {
                     let (connection, ticket) = ticket_of(wc.wr_id);
                     self.write_done(connection, ticket, wc.status)
                 }
-                CompletionKind::RecvWriteImm { qp, imm } => self.signal_arrived(qp, imm, wc.status),
+                CompletionKind::RecvWriteImm { qp, imm } => {
+                    self.received(qp, wc.status, |connection, state| self.raise_token(connection, state, imm))
+                }
+                CompletionKind::RecvSendImm { qp, imm } => {
+                    self.received(qp, wc.status, |connection, state| self.apply_counter(connection, state, imm))
+                }
             };
         }
         self.check_timeouts();

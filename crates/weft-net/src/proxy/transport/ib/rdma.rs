@@ -13,8 +13,8 @@ use std::sync::{Mutex, RwLock};
 
 use super::ffi::*;
 use super::{
-    CompletionError, CompletionKind, LocalRegion, RECV_WR_TAG, RemoteRegion, Verbs, VerbsError, WorkCompletion,
-    WriteRequest,
+    CompletionError, CompletionKind, Immediate, LocalRegion, RECV_WR_TAG, RemoteRegion, Verbs, VerbsError,
+    WorkCompletion, WriteRequest,
 };
 
 /// Where libibverbs is found: `WEFT_IBVERBS_LIB`, else the dynamic linker's search.
@@ -550,14 +550,17 @@ impl Verbs for RdmaVerbs {
         wr.sg_list = if len == 0 { ptr::null_mut() } else { &mut sge };
         wr.num_sge = c_int::from(len != 0);
         wr.send_flags = if request.signaled { IBV_SEND_SIGNALED } else { 0 };
-        wr.rdma.remote_addr = request.remote_addr;
-        wr.rdma.rkey = request.rkey;
-        match request.imm {
-            Some(imm) => {
-                wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-                wr.imm_data = imm.to_be();
-            }
-            None => wr.opcode = IBV_WR_RDMA_WRITE,
+        let (opcode, imm) = match request.imm {
+            None => (IBV_WR_RDMA_WRITE, 0),
+            Some(Immediate::Write(imm)) => (IBV_WR_RDMA_WRITE_WITH_IMM, imm),
+            // A send lands in the peer's next posted receive: no remote address or key.
+            Some(Immediate::Send(imm)) => (IBV_WR_SEND_WITH_IMM, imm),
+        };
+        wr.opcode = opcode;
+        wr.imm_data = imm.to_be();
+        if opcode != IBV_WR_SEND_WITH_IMM {
+            wr.rdma.remote_addr = request.remote_addr;
+            wr.rdma.rkey = request.rkey;
         }
         // SAFETY: a live queue pair; its context's ops are the provider's; `wr` and `sge` live
         // across the call (the provider copies them into the send queue).
@@ -632,10 +635,16 @@ fn completion(wc: &IbvWc, status_text: impl Fn(u32) -> String) -> WorkCompletion
         Err(CompletionError { status: wc.status, text: status_text(wc.status) })
     };
     let kind = if wc.wr_id & RECV_WR_TAG != 0 {
-        // Anything but a write with immediate names no connection: the transport refuses it.
-        let with_imm = wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.wc_flags & IBV_WC_WITH_IMM != 0;
-        let imm = if with_imm { u32::from_be(wc.imm_data) } else { u32::MAX };
-        CompletionKind::RecvWriteImm { qp: wc.qp_num, imm }
+        let imm = (wc.wc_flags & IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data));
+        match (wc.status, wc.opcode, imm) {
+            (IBV_WC_SUCCESS, IBV_WC_RECV, Some(imm)) => CompletionKind::RecvSendImm { qp: wc.qp_num, imm },
+            (IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, Some(imm)) => {
+                CompletionKind::RecvWriteImm { qp: wc.qp_num, imm }
+            }
+            // A failed receive (its opcode undefined) fails its connection whatever its kind;
+            // a receive without immediate names no connection: the transport refuses it.
+            _ => CompletionKind::RecvWriteImm { qp: wc.qp_num, imm: u32::MAX },
+        }
     } else {
         CompletionKind::Write
     };

@@ -2,10 +2,13 @@
 //! verbs transport runs end to end in tests (ours have no RDMA NIC).
 //!
 //! It keeps the RC semantics the transport relies on:
-//! - a queue pair executes its writes in posting order, each one in full before the next;
+//! - a queue pair executes its work requests in posting order, each one in full before the next;
 //! - a write with immediate consumes one posted receive of the peer's queue pair and completes
-//!   there as [`CompletionKind::RecvWriteImm`]; with no receive posted the queue pair stalls
-//!   (receiver not ready, retried forever) and so do the writes behind it;
+//!   there as [`CompletionKind::RecvWriteImm`], a send with immediate as
+//!   [`CompletionKind::RecvSendImm`]; with no receive posted the queue pair stalls (receiver not
+//!   ready, retried forever) and so do the requests behind it;
+//! - the posted receives have no buffer: a send carrying bytes fails with "remote invalid
+//!   request error" (the peer's NIC refuses it);
 //! - a sender's completion means the peer applied the write (unsignalled writes complete only
 //!   when they fail);
 //! - an access outside a registration, or with a key of the wrong side, completes with an error
@@ -24,7 +27,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::{
-    CompletionError, CompletionKind, LocalRegion, RemoteRegion, Verbs, VerbsError, WorkCompletion, WriteRequest,
+    CompletionError, CompletionKind, Immediate, LocalRegion, RemoteRegion, Verbs, VerbsError, WorkCompletion,
+    WriteRequest,
 };
 use crate::proxy::transport::Memory;
 
@@ -36,6 +40,8 @@ pub const REMOTE_ACCESS: &str = "remote access error";
 pub const LOCAL_PROTECTION: &str = "local protection error";
 /// Status text of work requests flushed by a queue pair in the error state.
 pub const FLUSHED: &str = "work request flushed in error";
+/// Status text of a send carrying bytes (the peer's receives have no buffer for them).
+pub const REMOTE_INVALID_REQUEST: &str = "remote invalid request error";
 
 /// A failed completion as the fabric reports it: verbs.h's `ibv_wc_status` value and its text.
 type SoftStatus = (u32, &'static str);
@@ -43,6 +49,7 @@ const RETRY_EXC_ERR: SoftStatus = (12, RETRY_EXCEEDED);
 const REM_ACCESS_ERR: SoftStatus = (10, REMOTE_ACCESS);
 const LOC_PROT_ERR: SoftStatus = (4, LOCAL_PROTECTION);
 const WR_FLUSH_ERR: SoftStatus = (5, FLUSHED);
+const REM_INV_REQ_ERR: SoftStatus = (9, REMOTE_INVALID_REQUEST);
 
 /// The fabric: NICs, their registrations, queue pairs and completion queues.
 #[derive(Debug, Default)]
@@ -304,6 +311,8 @@ impl State {
             Some(RETRY_EXC_ERR)
         } else if w.imm.is_some() && self.qps[&peer].recvs.is_empty() {
             return Step::ReceiverNotReady;
+        } else if let Some(Immediate::Send(_)) = w.imm {
+            (w.len != 0).then_some(REM_INV_REQ_ERR)
         } else {
             self.copy(nic, peer_nic.unwrap_or(nic), &w).err()
         };
@@ -315,10 +324,14 @@ impl State {
             return Step::Done;
         }
         if let Some(imm) = w.imm {
+            let kind = match imm {
+                Immediate::Write(imm) => CompletionKind::RecvWriteImm { qp: peer, imm },
+                Immediate::Send(imm) => CompletionKind::RecvSendImm { qp: peer, imm },
+            };
             // The peer's queue pair exists and has a receive posted (checked above).
             let p = self.qps.get_mut(&peer);
             if let Some((peer_nic, Some(recv))) = p.map(|p| (p.nic, p.recvs.pop_front())) {
-                self.complete(peer_nic, recv, CompletionKind::RecvWriteImm { qp: peer, imm }, Ok(()));
+                self.complete(peer_nic, recv, kind, Ok(()));
             }
         }
         if w.signaled {

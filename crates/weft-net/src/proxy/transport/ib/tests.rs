@@ -3,15 +3,52 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use weft_types::CounterUpdate;
+
 use super::soft::{self, SoftFabric, SoftNic};
 use super::*;
-use crate::proxy::transport::{HostInbox, HostMemory, Memory, MemoryTable};
+use crate::proxy::counters::{CounterConfig, CounterError};
+use crate::proxy::immediate::{CounterImmediate, wire_seq};
+use crate::proxy::ordering::Arrival;
+use crate::proxy::transport::reorder::ReorderCounters;
+use crate::proxy::transport::{HostInbox, HostMemory, Memory, MemoryError, MemoryTable};
 
 /// One side: a NIC, its memory (index 0 locally and for the peer), its inbox.
 struct Side {
-    transport: IbTransport<SoftNic>,
+    transport: Arc<IbTransport<SoftNic>>,
     memory: Arc<HostMemory>,
     inbox: Arc<HostInbox>,
+    arrivals: Arc<Arrivals>,
+}
+
+/// A [`HostInbox`] that records the wire sequence number of every counter update in the order
+/// the updates arrive.
+#[derive(Debug)]
+struct Arrivals {
+    inbox: Arc<HostInbox>,
+    seqs: std::sync::Mutex<Vec<u8>>,
+}
+
+impl Arrivals {
+    fn seqs(&self) -> Vec<u8> {
+        self.seqs.lock().unwrap().clone()
+    }
+}
+
+impl Inbox for Arrivals {
+    fn write(&self, memory: u8, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.inbox.write(memory, offset, data)
+    }
+    fn signal(&self, connection: ConnectionId) -> Result<(), MemoryError> {
+        self.inbox.signal(connection)
+    }
+    fn counter(&self, connection: ConnectionId, imm: u32, now: Instant) -> Result<Arrival, CounterError> {
+        self.seqs.lock().unwrap().push(CounterImmediate::decode(imm).seq);
+        self.inbox.counter(connection, imm, now)
+    }
+    fn expire_counters(&self, connection: ConnectionId, now: Instant) -> Result<(), CounterError> {
+        self.inbox.expire_counters(connection, now)
+    }
 }
 
 /// Ranks `a` and `b`, each with a 4 KiB memory; connection 3 on `a` and 5 on `b` share one
@@ -34,23 +71,60 @@ fn pair_with(
         let memory = Arc::new(HostMemory::new(4096));
         let (local, remote) = nic.register(memory.clone());
         let inbox = Arc::new(HostInbox::new(MemoryTable::new()));
-        (IbTransport::new(nic, vec![local], inbox.clone(), config), memory, inbox, remote)
+        let arrivals = Arc::new(Arrivals { inbox: inbox.clone(), seqs: Default::default() });
+        let transport = Arc::new(IbTransport::new(nic, vec![local], arrivals.clone(), config));
+        (Side { transport, memory, inbox, arrivals }, remote)
     };
-    let (ta, ma, ia, ra) = side(na);
-    let (tb, mb, ib, rb) = side(nb);
+    let (a, ra) = side(na);
+    let (b, rb) = side(nb);
     let conn = |qp, remote_connection, peer: &str, remote| IbConnection {
         qp,
         remote_connection,
         peer: peer.into(),
         remote: vec![remote],
     };
-    ta.add_connection(a_conn, conn(qa, a_signals, "rank 1", rb)).unwrap();
-    tb.add_connection(b_conn, conn(qb, a_conn, "rank 0", ra)).unwrap();
-    (fabric, Side { transport: ta, memory: ma, inbox: ia }, Side { transport: tb, memory: mb, inbox: ib })
+    a.transport.add_connection(a_conn, conn(qa, a_signals, "rank 1", rb)).unwrap();
+    b.transport.add_connection(b_conn, conn(qb, a_conn, "rank 0", ra)).unwrap();
+    (fabric, a, b)
 }
 
 fn put(src_offset: u64, dst_offset: u64, len: u64) -> Op {
     Op::Put { src_memory: 0, src_offset, dst_memory: 0, dst_offset, len }
+}
+
+/// The `logical`-th counter update of a stream (counting from 0): `update` of `counter`.
+fn counter(logical: u64, counter: u16, update: CounterUpdate) -> Op {
+    let imm = CounterImmediate { seq: wire_seq(logical), counter, update }.encode().unwrap();
+    Op::Counter { imm }
+}
+
+/// The updates of the counter tests: update `k` follows the 8-byte put at `8 * k`; even ones
+/// add `k + 1` to counter 0, odd ones set counter 1 to `100 * k`, every third adds -1 to
+/// counter 2 (wrapping below zero), so a lost, repeated or reordered update shows in the
+/// values.
+fn update(k: u64) -> (u16, CounterUpdate) {
+    match k {
+        k if k % 3 == 2 => (2, CounterUpdate::Add(-1)),
+        k if k % 2 == 0 => (0, CounterUpdate::Add(k as i16 + 1)),
+        k => (1, CounterUpdate::Set(100 * k as u16)),
+    }
+}
+
+/// Counters 0..3 after the first `n` updates, applied in order.
+fn values_after(n: u64) -> [u64; 3] {
+    let mut values = [0u64; 3];
+    for k in 0..n {
+        let (c, u) = update(k);
+        values[usize::from(c)] = u.apply(values[usize::from(c)]);
+    }
+    values
+}
+
+/// Put `k` (8 bytes of `k + 1` at `8 * k`, written into `a`'s memory first) and update `k`.
+fn put_and_update(a: &Side, k: u64) -> [Op; 2] {
+    a.memory.write(8 * k as usize, &[k as u8 + 1; 8]).unwrap();
+    let (c, u) = update(k);
+    [put(8 * k, 8 * k, 8), counter(k, c, u)]
 }
 
 #[test]
@@ -287,4 +361,164 @@ fn deferred_delivery_lands_data_at_a_later_poll_and_still_in_order() {
     assert!(polls >= 3, "three writes, one per poll: {polls}");
     a.transport.progress().unwrap();
     assert_eq!(a.transport.completed(3).unwrap(), 3);
+}
+
+#[test]
+fn counter_updates_land_in_order_after_the_puts_they_follow() {
+    let (fabric, a, b) = pair(IbConfig::default());
+    let stream = b.inbox.register_counters(5, 0, CounterConfig::default()).unwrap();
+    fabric.set_deferred(true);
+    const UPDATES: u64 = 12;
+    for k in 0..UPDATES {
+        a.transport.submit(3, &put_and_update(&a, k)).unwrap();
+    }
+    let mut polls = 0;
+    while stream.stream().applied() < UPDATES {
+        b.transport.progress().unwrap();
+        polls += 1;
+        assert!(polls < 100, "after {polls} polls {} updates applied", stream.stream().applied());
+        // Whatever prefix of the updates is applied, the puts before it are in place.
+        let (applied, values) = stream.stream().snapshot();
+        assert_eq!(values[..3], values_after(applied), "after {applied} updates");
+        let memory = b.memory.snapshot();
+        for k in 0..applied as usize {
+            assert_eq!(memory[8 * k..8 * k + 8], [k as u8 + 1; 8], "update {k} landed before its put");
+        }
+    }
+    assert!(polls >= 2 * UPDATES, "one work request per poll: {polls}");
+    assert_eq!([stream.load(0), stream.load(1), stream.load(2)], values_after(UPDATES));
+    assert_eq!(b.arrivals.seqs(), (0..UPDATES as u8).collect::<Vec<_>>(), "each arrived once, in order");
+    assert_eq!(b.inbox.token(5), 0, "a counter update is no signal");
+    a.transport.progress().unwrap();
+    assert_eq!(a.transport.completed(3).unwrap(), 2 * UPDATES);
+    assert_eq!(a.transport.flow.in_flight(3), 0, "every credit returned");
+}
+
+#[test]
+fn signals_and_counter_updates_share_the_receives_and_keep_their_kinds() {
+    // Two receives: signals and counter updates take turns waiting for the receiver.
+    let config = IbConfig { recv_depth: 2, max_in_flight: 64, ..IbConfig::default() };
+    let (_f, a, b) = pair(config);
+    let stream = b.inbox.register_counters(5, 0, CounterConfig::default()).unwrap();
+    const ROUNDS: u64 = 6;
+    for k in 0..ROUNDS {
+        let [p, c] = put_and_update(&a, k);
+        let ops: &[Op] = if k % 2 == 0 { &[p, Op::Signal, c] } else { &[p, c, Op::Signal] };
+        a.transport.submit(3, ops).unwrap();
+    }
+    for _ in 0..2 * ROUNDS {
+        b.transport.progress().unwrap();
+    }
+    assert_eq!(b.inbox.token(5), ROUNDS, "every signal raised the token");
+    assert_eq!(stream.stream().applied(), ROUNDS, "every counter update reached the stream");
+    assert_eq!([stream.load(0), stream.load(1), stream.load(2)], values_after(ROUNDS));
+    assert_eq!(b.arrivals.seqs().len() as u64, ROUNDS, "no signal was taken for a counter update");
+    a.transport.progress().unwrap();
+    assert_eq!(a.transport.completed(3).unwrap(), 3 * ROUNDS);
+    assert!(b.transport.submit(5, &[Op::Signal]).is_ok(), "the receiving connection is healthy");
+}
+
+#[test]
+fn counter_updates_reordered_on_the_way_are_applied_in_order() {
+    let (_f, a, b) = pair(IbConfig::default());
+    let stream = b.inbox.register_counters(5, 0, CounterConfig { window: 8, ..CounterConfig::default() }).unwrap();
+    let reorder = ReorderCounters::new(a.transport.clone(), 42, None);
+    const UPDATES: u64 = 40;
+    // Rounds of one window each: the aid releases a round's updates in a random order.
+    for round in (0..UPDATES).collect::<Vec<_>>().chunks(8) {
+        for &k in round {
+            let [p, c] = put_and_update(&a, k);
+            reorder.submit(3, &[p]).unwrap();
+            reorder.submit(3, &[c]).unwrap();
+        }
+        reorder.progress().unwrap();
+        b.transport.progress().unwrap();
+        let done = round[round.len() - 1] + 1;
+        assert_eq!(stream.stream().applied(), done);
+        assert_eq!([stream.load(0), stream.load(1), stream.load(2)], values_after(done));
+    }
+    let seqs = b.arrivals.seqs();
+    assert_eq!(seqs.len() as u64, UPDATES);
+    assert!(seqs.windows(2).any(|w| w[0] > w[1]), "nothing arrived out of order, the test proves nothing: {seqs:?}");
+    reorder.progress().unwrap();
+    assert_eq!(reorder.completed(3).unwrap(), 2 * UPDATES);
+}
+
+#[test]
+fn a_lost_counter_update_fails_the_receiving_connection_naming_the_peer_and_the_sequence() {
+    let (_f, a, b) = pair(IbConfig::default());
+    let config = CounterConfig { window: 8, gap_timeout: Duration::from_millis(50) };
+    let stream = b.inbox.register_counters(5, 0, config).unwrap();
+    // The update of sequence 3 never leaves rank 0.
+    let reorder = ReorderCounters::new(a.transport.clone(), 7, Some(3));
+    for k in 0..6 {
+        let [p, c] = put_and_update(&a, k);
+        reorder.submit(3, &[p]).unwrap();
+        reorder.submit(3, &[c]).unwrap();
+    }
+    reorder.progress().unwrap();
+    let start = Instant::now();
+    while b.transport.submit(5, &[]).is_ok() {
+        assert!(start.elapsed() < Duration::from_secs(5), "the hole was never reported");
+        b.transport.progress().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(start.elapsed() >= Duration::from_millis(40), "reported before the gap timeout: {:?}", start.elapsed());
+    let err = b.transport.submit(5, &[Op::Signal]).unwrap_err();
+    assert!(matches!(&err, TransportError::Protocol { peer, connection: 5, .. } if peer == "rank 0"), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("peer 0 channel 5: sequence 3 (update 3) missing"), "{text}");
+    assert!(text.contains("2 later ones wait"), "{text}");
+    assert_eq!([stream.load(0), stream.load(1), stream.load(2)], values_after(3), "the updates before the hole");
+}
+
+#[test]
+fn a_counter_update_on_a_connection_without_counters_fails_it_naming_the_peer() {
+    let (_f, a, b) = pair(IbConfig::default());
+    a.transport.submit(3, &[counter(0, 0, CounterUpdate::Add(1))]).unwrap();
+    b.transport.progress().unwrap();
+    let err = b.transport.submit(5, &[Op::Signal]).unwrap_err();
+    assert!(matches!(&err, TransportError::Protocol { peer, connection: 5, .. } if peer == "rank 0"), "{err}");
+    assert!(err.to_string().contains("connection 5, which has no counters registered"), "{err}");
+    assert_eq!(b.inbox.token(5), 0, "no token moved");
+    a.transport.progress().unwrap();
+    assert_eq!(a.transport.completed(3).unwrap(), 1, "the send itself was delivered");
+}
+
+#[test]
+fn a_counter_update_towards_a_dead_peer_fails_the_connection_like_a_signal() {
+    let (fabric, a, b) = pair(IbConfig::default());
+    fabric.kill(b.transport.verbs());
+    a.transport.submit(3, &[counter(0, 0, CounterUpdate::Add(1))]).unwrap();
+    a.transport.progress().unwrap();
+    let err = a.transport.completed(3).unwrap_err();
+    assert!(matches!(&err, TransportError::PeerLost { peer, .. } if peer == "rank 1"), "{err}");
+    assert!(err.to_string().contains(soft::RETRY_EXCEEDED), "{err}");
+}
+
+#[test]
+fn the_software_fabric_refuses_a_send_that_carries_bytes() {
+    let fabric = SoftFabric::new();
+    let (na, nb) = (fabric.nic(), fabric.nic());
+    let (qa, qb) = fabric.connect(&na, &nb);
+    let (local, _) = na.register(Arc::new(HostMemory::new(64)));
+    nb.post_recv(qb, RECV_WR_TAG).unwrap();
+    let send = WriteRequest {
+        wr_id: 1,
+        local_addr: local.addr,
+        lkey: local.lkey,
+        len: 8,
+        remote_addr: 0,
+        rkey: 0,
+        imm: Some(Immediate::Send(7)),
+        signaled: true,
+    };
+    na.post_write(qa, send).unwrap();
+    let mut out = Vec::new();
+    na.poll_cq(&mut out).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].status.as_ref().unwrap_err().text, soft::REMOTE_INVALID_REQUEST);
+    na.post_write(qa, WriteRequest { len: 0, wr_id: 2, ..send }).unwrap();
+    na.poll_cq(&mut out).unwrap();
+    assert_eq!(out[1].status.as_ref().unwrap_err().text, soft::FLUSHED, "the queue pair is in the error state");
 }

@@ -125,6 +125,14 @@ fn completions_translate_by_opcode_and_failed_receives_by_their_tag() {
         ..IbvWc::default()
     };
     assert_eq!(completion(&recv, text).kind, CompletionKind::RecvWriteImm { qp: 77, imm: 5 });
+    let counter = IbvWc { opcode: IBV_WC_RECV, imm_data: 0xDEAD_BEEFu32.to_be(), ..recv };
+    assert_eq!(completion(&counter, text).kind, CompletionKind::RecvSendImm { qp: 77, imm: 0xDEAD_BEEF });
+    let plain_send = IbvWc { wc_flags: 0, ..counter };
+    assert_eq!(
+        completion(&plain_send, text).kind,
+        CompletionKind::RecvWriteImm { qp: 77, imm: u32::MAX },
+        "a send without immediate is no counter update: refused as a signal for no connection"
+    );
     let flushed_recv = IbvWc { wr_id: RECV_WR_TAG | 5, status: 5, opcode: 0, qp_num: 77, ..IbvWc::default() };
     let c = completion(&flushed_recv, text);
     assert!(
