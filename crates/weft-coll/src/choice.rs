@@ -181,22 +181,20 @@ mod tests {
         }
     }
 
-    /// All-to-all(v) and send/receive take `ll` up to 64 KiB (AllToAll beyond 2 ranks up to
-    /// 256 KiB) and `p2p` above, unless one is forced or picked; nothing a rank sees of its own call's sizes enters
-    /// the choice of all-to-allv and send/receive (they ask at 0 bytes: the kernels split per
-    /// direction, see `transfers.rs`), and a size never makes `ll` fail.
+    /// All-to-all takes `ll` up to 256 KiB and `p2p` above, send/receive `ll` (it asks at 0
+    /// bytes), unless one is forced or picked; nothing a rank sees of its own call's sizes
+    /// enters the choice of all-to-allv and send/receive (they ask at 0 bytes: the kernels split
+    /// per direction, see `transfers.rs`), and a size never makes `ll` fail.
     #[test]
     fn direct_transfers_default_to_ll_when_small_and_follow_a_forced_or_picked_algorithm() {
         let default = CollConfig::default();
         for ranks in [1, 2, 8] {
             let c = chooser(&default, ranks);
-            for size in [0, 1, 64 << 10, (64 << 10) + 1, 1 << 30] {
-                let alltoall_ll = if ranks == 2 { 64 << 10 } else { 256 << 10 };
-                let alltoall = if size <= alltoall_ll { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
-                let sendrecv = if size <= 64 << 10 { Algorithm::SendRecvLl } else { Algorithm::SendRecvP2p };
+            for size in [0, 1, 64 << 10, 256 << 10, (256 << 10) + 1, 1 << 30] {
+                let alltoall = if size <= 256 << 10 { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
                 assert_eq!(c.choose(call(Collective::AllToAll, size), |_| usize::MAX, |_| false).unwrap(), alltoall);
-                assert_eq!(c.choose(call(Collective::SendRecv, size), |_| usize::MAX, |_| false).unwrap(), sendrecv);
             }
+            assert_eq!(c.direct(call(Collective::SendRecv, 0)).unwrap(), Algorithm::SendRecvLl);
             assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
         }
         for (collective, p2p, ll) in [

@@ -161,24 +161,31 @@ impl Default for Selector {
             ),
             (Collective::AllGather, vec![(1 << 20, AllGatherLl), (u64::MAX, AllGatherHb)]),
             (Collective::ReduceScatter, vec![(1 << 20, ReduceScatterLl), (u64::MAX, ReduceScatterHb)]),
-            // Above LL, the chain: on 4×H100 faster than HB at every size from 256 KiB to 1 GiB
-            // at 2 and 4 ranks (Broadcast 8-43%, Reduce 1.5-48%; docs/perf/collectives.md).
-            (Collective::Broadcast, vec![(256 << 10, BroadcastLl), (u64::MAX, BroadcastChain)]),
-            (Collective::Reduce, vec![(256 << 10, ReduceLl), (u64::MAX, ReduceChain)]),
+            (Collective::Broadcast, vec![(256 << 10, BroadcastLl), (u64::MAX, BroadcastHb)]),
+            (Collective::Reduce, vec![(256 << 10, ReduceLl), (u64::MAX, ReduceHb)]),
             // `ll` (every direction of up to `p2p_ll_bytes` over packets, larger ones through
             // scratch as p2p): on 4×H100, 2.9-3.8 µs against p2p's 8.9-10.4 µs from 1 to 64 KiB
-            // at 2, 3 and 4 ranks, every element checked; AllToAll at 256 KiB 4.7 against 10.3
-            // µs at 4 ranks. Above, p2p.
+            // at 2, 3 and 4 ranks, every element checked; AllToAll at 256 KiB (64 KiB a
+            // direction at 4 ranks) 4.7 against 10.3 µs. Above, p2p.
             (Collective::AllToAll, vec![(256 << 10, AllToAllLl), (u64::MAX, AllToAllP2p)]),
-            (Collective::SendRecv, vec![(64 << 10, SendRecvLl), (u64::MAX, SendRecvP2p)]),
+            // Send/receive groups choose at 0 bytes (their directions differ between ranks), so
+            // one rule: `ll`, whose directions above `p2p_ll_bytes` go through scratch as p2p.
+            (Collective::SendRecv, vec![(u64::MAX, SendRecvLl)]),
         ];
         let mut rules: BTreeMap<_, _> =
             rules.into_iter().map(|(c, sizes)| (c, vec![RuleGroup::any(sizes).built_in()])).collect();
-        // At 2 ranks an AllToAll of 256 KiB sends 128 KiB each way, which measured 2% slower
-        // over packets than through scratch (9.39 against 9.19 µs).
-        let two_ranks =
-            RuleGroup { ranks: Some(2), ..RuleGroup::any(vec![(64 << 10, AllToAllLl), (u64::MAX, AllToAllP2p)]) };
-        rules.entry(Collective::AllToAll).or_default().push(two_ranks.built_in());
+        // Above LL, the chain at up to 4 ranks: on 4×H100 faster than HB at every size from
+        // 256 KiB to 1 GiB at 2 and 4 ranks (Broadcast 8-43%, Reduce 1.5-48%;
+        // docs/perf/collectives.md). A longer chain fills for n - 2 steps, unmeasured: HB there.
+        for ranks in 2..=4 {
+            for (collective, ll, chain) in
+                [(Collective::Broadcast, BroadcastLl, BroadcastChain), (Collective::Reduce, ReduceLl, ReduceChain)]
+            {
+                let group =
+                    RuleGroup { ranks: Some(ranks), ..RuleGroup::any(vec![(256 << 10, ll), (u64::MAX, chain)]) };
+                rules.entry(collective).or_default().push(group.built_in());
+            }
+        }
         Self { rules, force: BTreeMap::new() }
     }
 }
@@ -858,24 +865,26 @@ mod tests {
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 512 << 10, 4), Algorithm::AllReduceLl2);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 256 << 20, 4), Algorithm::AllReduceHb);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
-        for ranks in [2, 4, 8] {
-            for (bytes, broadcast, reduce) in [
-                (256 << 10, Algorithm::BroadcastLl, Algorithm::ReduceLl),
-                ((256 << 10) + 1, Algorithm::BroadcastChain, Algorithm::ReduceChain),
-                (1 << 30, Algorithm::BroadcastChain, Algorithm::ReduceChain),
-            ] {
-                assert_eq!(c.selector.select(Collective::Broadcast, DataType::Bf16, bytes, ranks), broadcast);
-                assert_eq!(c.selector.select(Collective::Reduce, DataType::Bf16, bytes, ranks), reduce);
+        // Above LL, the chain at 2 to 4 ranks, HB beyond.
+        for ranks in [2, 3, 4, 5, 8] {
+            let (broadcast, reduce) = if ranks <= 4 {
+                (Algorithm::BroadcastChain, Algorithm::ReduceChain)
+            } else {
+                (Algorithm::BroadcastHb, Algorithm::ReduceHb)
+            };
+            for (bytes, large) in [(256 << 10, false), ((256 << 10) + 1, true), (1 << 30, true)] {
+                let b = c.selector.select(Collective::Broadcast, DataType::Bf16, bytes, ranks);
+                let r = c.selector.select(Collective::Reduce, DataType::Bf16, bytes, ranks);
+                let want = if large { (broadcast, reduce) } else { (Algorithm::BroadcastLl, Algorithm::ReduceLl) };
+                assert_eq!((b, r), want, "{bytes} bytes, {ranks} ranks");
             }
         }
-        // LL packets: AllToAll up to 256 KiB (64 KiB at 2 ranks), SendRecv up to 64 KiB; p2p above.
+        // LL packets: AllToAll up to 256 KiB, p2p above; send/receive always (it asks at 0 bytes).
         for ranks in [2, 3, 4, 8] {
-            let alltoall_ll = if ranks == 2 { 64 << 10 } else { 256 << 10 };
-            for bytes in [1, 64 << 10, (64 << 10) + 1, 256 << 10, (256 << 10) + 1, 1 << 30] {
-                let alltoall = if bytes <= alltoall_ll { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
-                let sendrecv = if bytes <= 64 << 10 { Algorithm::SendRecvLl } else { Algorithm::SendRecvP2p };
+            for bytes in [0, 1, 64 << 10, 256 << 10, (256 << 10) + 1, 1 << 30] {
+                let alltoall = if bytes <= 256 << 10 { Algorithm::AllToAllLl } else { Algorithm::AllToAllP2p };
                 assert_eq!(c.selector.select(Collective::AllToAll, DataType::Bf16, bytes, ranks), alltoall, "{bytes}");
-                assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, ranks), sendrecv, "{bytes}");
+                assert_eq!(c.selector.select(Collective::SendRecv, DataType::U8, bytes, ranks), Algorithm::SendRecvLl);
             }
         }
         let p2p = with(&[("WEFT_ALGO_ALLTOALL", "p2p"), ("WEFT_ALGO_SENDRECV", "p2p")]).unwrap();

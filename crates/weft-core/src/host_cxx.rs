@@ -37,20 +37,22 @@ pub fn compile(what: &str, source: &Path, includes: &[PathBuf], exe: &Path) -> R
     Ok(Some(exe.to_path_buf()))
 }
 
-/// Runs `exe` with `input` on stdin; its stdout, or why it failed.
+/// Runs `exe` with `input` on stdin; its stdout, or why it failed. The input is written from
+/// a thread of its own, so a long answer cannot fill the pipe while the input is still going in.
 pub fn ask(exe: &Path, input: &str) -> Result<String, String> {
     let mut child = Command::new(exe)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("starting {}: {e}", exe.display()))?;
-    child
-        .stdin
-        .take()
-        .ok_or("no stdin")?
-        .write_all(input.as_bytes())
-        .map_err(|e| format!("writing to {}: {e}", exe.display()))?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let input = input.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let out = child.wait_with_output().map_err(|e| format!("waiting for {}: {e}", exe.display()))?;
+    writer
+        .join()
+        .map_err(|_| "the input writer panicked".to_string())?
+        .map_err(|e| format!("writing to {}: {e}", exe.display()))?;
     let stdout = String::from_utf8(out.stdout).map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("{} failed: {stdout}", exe.display()));

@@ -15,9 +15,14 @@
 //       own, one flag per (direction, peer, part), in a region of the packet buffer of its own
 //       (LlPairLane): a pair's lanes advance exactly when that pair moves bytes.
 //   HB  (large messages) Bulk copies through the peers' registered scratch, ordered by per
-//       (peer, block) semaphores. Every HB launch uses the same grid and begins with a barrier
-//       on every (peer, block) semaphore, so it never writes into a scratch that a peer's
-//       earlier kernel may still read; block b of every rank handles the same sub-slices.
+//       (peer, block) semaphores. Every HB launch uses the same grid and balances its signals
+//       and waits on every (peer, block) semaphore it uses within the launch; block b of every
+//       rank handles the same sub-slices. Scratch is push-only: no kernel reads a peer's
+//       scratch, and every kernel waits, before it ends, for everything peers write into its
+//       own. So a rank's scratch is quiet once its previous kernel has ended, and a launch may
+//       write into a peer's scratch only after that peer has said, within the launch, that its
+//       kernel has started: a barrier on every (peer, block) semaphore (most HB kernels begin
+//       with one), or a credit from that peer (the chain, coll/chain.cuh).
 #pragma once
 #include "weft/weft.cuh"
 

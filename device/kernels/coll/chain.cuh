@@ -5,8 +5,9 @@
 // goes down and credits come back: a rank writes a slot only after the next rank has granted
 // it, and grants it again once it has drained it. So a call needs no barrier at all: the next
 // rank grants its first slots when its kernel starts, after its previous kernel (the last
-// reader of its scratch) has ended. Each pair's signals and waits balance exactly in a call,
-// so the table stays in step for the HB kernels that share it. With n ranks a step crosses
+// reader of its scratch) has ended (the scratch rule of weft/collective.cuh). Each pair's
+// signals and waits balance exactly in a call, so the table stays in step for the HB kernels
+// that share it. With n ranks a step crosses
 // n - 1 links one after another, while the links carry different steps at once: the time is
 // about bytes / link bandwidth plus (n - 2) steps, against three barrier-separated phases per
 // round for the scatter + all-gather.

@@ -180,7 +180,7 @@ variables! {
     WEFT_ALGO_ALLTOALL: Choice, Config, "weft-coll", default "`auto`",
         "force an AllToAll algorithm: `p2p`, `ll` (blocks up to `WEFT_P2P_LL_BYTES` over LL packets), an execution plan `plan:<name>` or `auto` (`ll` when small, `p2p` above, unless a tuning table says otherwise)";
     WEFT_ALGO_SENDRECV: Choice, Config, "weft-coll", default "`auto`",
-        "force a send/receive algorithm: `p2p`, `ll` (messages up to `WEFT_P2P_LL_BYTES` over LL packets) or `auto` (`ll` when small, `p2p` above, unless a tuning table says otherwise)";
+        "force a send/receive algorithm: `p2p`, `ll` (messages up to `WEFT_P2P_LL_BYTES` over LL packets, larger ones through scratch) or `auto` (`ll` unless a tuning table says otherwise)";
     WEFT_PLAN_DIR: Path, Config, "weft-coll", default "unset",
         "folder of user execution plans (`*.json`, as `weft plan compile` writes them), each an algorithm `plan:<name>` of its collective; a bad file is an error naming it";
     WEFT_TUNING_FILE: Path, Config, "weft-coll", default "built-in",
