@@ -76,8 +76,8 @@ enum Command {
     /// 2 ranks by default, `--ranks` more, as threads). A collective starts one process per GPU
     /// itself, or runs under torchrun: each process one rank on GPU LOCAL_RANK, rank 0 reporting.
     Bench {
-        /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root 0)
-        /// or sendrecv (to the next rank, from the previous one); or fifo, or p2p; or ep (MoE
+        /// Collective: allreduce, allgather, reducescatter, alltoall, broadcast, reduce (root
+        /// --root) or sendrecv (to the next rank, from the previous one); or fifo, or p2p; or ep (MoE
         /// dispatch and combine, DeepEP's intranode test); or gin.
         collective: String,
         #[command(flatten)]
@@ -133,6 +133,10 @@ enum Command {
         /// kernels; docs/trace.md.
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
+        /// The root of broadcast and reduce, a rank below the ranks (NCCL and the check use it
+        /// too).
+        #[arg(long, default_value_t = 0)]
+        root: u32,
     },
     /// Time every algorithm of the collectives at every size (and HB block counts) on this
     /// machine and write the tuning table the selector reads (WEFT_TUNING_FILE). With
@@ -404,6 +408,7 @@ fn main() -> ExitCode {
             ranks,
             trials,
             trace,
+            root,
         } => match collective.as_str() {
             "gin" => bench_gin(
                 &sweep,
@@ -445,6 +450,7 @@ fn main() -> ExitCode {
                 versus,
                 [ranks, trials],
                 [json, plot, trace],
+                root,
             ),
         },
         Command::GenHeader { root, check } => gen_header(&root, check),
@@ -493,6 +499,7 @@ fn bench(
     versus: Option<String>,
     [ranks, trials]: [Option<usize>; 2],
     [json, plot, trace]: [Option<std::path::PathBuf>; 3],
+    root: u32,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if ranks == Some(0) {
         return Err("--ranks 0: a collective needs at least one rank".into());
@@ -532,6 +539,7 @@ fn bench(
         ranks: if world.is_some() { None } else { ranks },
         trials: trials.unwrap_or(weft_cli::harness::trials::DEFAULT_TRIALS),
         trace,
+        root,
     };
     if s.gpus == 0 {
         // No GPU: the collective's plan on the CPU reference interpreter (4 ranks unless --ranks
@@ -827,6 +835,18 @@ mod tests {
         let layout = weft_cli::soak::Layout { gpus: None, ranks: None, mode: Mode::Processes };
         assert!(soak(-1.0, None, None, "8M", layout).unwrap_err().to_string().contains("--minutes"));
         assert!(soak(1.0, None, None, "lots", layout).unwrap_err().to_string().contains("--max-bytes"));
+    }
+
+    #[test]
+    fn bench_takes_a_root_of_0_unless_told() {
+        let root = |args: &[&str]| match Cli::try_parse_from(args).map(|cli| cli.command) {
+            Ok(Command::Bench { root, .. }) => Ok(root),
+            Ok(_) => panic!("not bench"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(root(&["weft", "bench", "broadcast"]), Ok(0));
+        assert_eq!(root(&["weft", "bench", "reduce", "--root", "3"]), Ok(3));
+        assert!(root(&["weft", "bench", "reduce", "--root", "-1"]).is_err());
     }
 
     #[test]

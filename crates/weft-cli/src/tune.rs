@@ -342,7 +342,7 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
         }
         coll.set_selector(selector);
         let collective = algorithm.collective();
-        if let Some(shape) = collective.shape(requested, options.dtype.size(), ranks) {
+        if let Some(shape) = collective.shape(requested, options.dtype.size(), ranks, 0) {
             let call = Call {
                 collective,
                 shape,

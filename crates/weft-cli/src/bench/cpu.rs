@@ -11,7 +11,7 @@ use weft_plan::ExecutionPlan;
 use weft_plan::interp::ReduceOp as PlanOp;
 use weft_types::DataType;
 
-use super::{BenchOptions, sizes};
+use super::{BenchOptions, check_root, sizes};
 use crate::harness::cpu_plan::{HostElement, count_wrong, execute, plan_for, plan_op};
 use crate::harness::sweep::format_size;
 use crate::harness::{Collective, NcclTests, Shape, launch};
@@ -57,9 +57,10 @@ fn spread(times: &mut [f64]) -> (f64, f64, f64) {
 /// Runs the sweep of `options` on the CPU backend with `ranks` ranks and prints the table.
 pub fn run(options: &BenchOptions, ranks: usize) -> Result<ExitCode, BoxError> {
     let c = options.collective;
+    check_root(options.root, ranks)?;
     println!("# weft bench {}: no GPU here, so the CPU backend runs instead: weft-plan's reference", c.name());
     println!("# interpreter, {ranks} ranks as host threads. Times are of the interpreter, not of a GPU.");
-    let Some(plan) = plan_for(c, ranks as u32) else {
+    let Some(plan) = plan_for(c, ranks as u32, options.root) else {
         println!("# weft ships no plan for {} yet: nothing to run on the CPU backend.", c.name());
         return Ok(ExitCode::SUCCESS);
     };
@@ -81,7 +82,7 @@ pub fn run(options: &BenchOptions, ranks: usize) -> Result<ExitCode, BoxError> {
             println!("# sizes above {} are skipped on the CPU backend", format_size(MAX_BYTES as f64));
             break;
         }
-        let Some(shape) = c.shape(requested, dtype.size(), ranks) else { continue };
+        let Some(shape) = c.shape(requested, dtype.size(), ranks, options.root) else { continue };
         let seed = requested as u64 ^ 0x9e37_79b9_7f4a_7c15;
         let (mut times, wrong) = match dtype {
             DataType::F64 => run_trials::<f64>(&plan, c, &shape, op, ranks, (seed, TRIALS)),
@@ -124,27 +125,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_shipped_plan_computes_its_collective_at_odd_sizes() {
+    fn every_shipped_plan_computes_its_collective_at_odd_sizes_and_every_root() {
         for c in Collective::ALL {
-            for ranks in [2usize, 3, 4] {
-                let Some(plan) = plan_for(c, ranks as u32) else { continue };
-                let (_, plan) = plan.unwrap();
-                for bytes in [4usize, 40, 1004, 4096] {
-                    let Some(shape) = c.shape(bytes, 4, ranks) else { continue };
-                    for op in [PlanOp::Sum, PlanOp::Max] {
-                        let (_, wrong) = run_trials::<i32>(&plan, c, &shape, op, ranks, (bytes as u64, 1)).unwrap();
-                        assert_eq!(wrong, 0, "{c} {ranks} ranks {bytes} bytes {op:?}");
+            for ranks in [2u32, 3, 4] {
+                for root in if c.rooted() { 0..ranks } else { 0..1 } {
+                    let Some(plan) = plan_for(c, ranks, root) else { continue };
+                    let (_, plan) = plan.unwrap();
+                    for bytes in [4usize, 40, 1004, 4096] {
+                        let Some(shape) = c.shape(bytes, 4, ranks as usize, root) else { continue };
+                        for op in [PlanOp::Sum, PlanOp::Max] {
+                            let trial = run_trials::<i32>(&plan, c, &shape, op, ranks as usize, (bytes as u64, 1));
+                            assert_eq!(trial.unwrap().1, 0, "{c} {ranks} ranks root {root} {bytes} bytes {op:?}");
+                        }
                     }
                 }
             }
         }
     }
 
+    /// A plan built for one root, checked as a call at another, fails the check: the root of
+    /// the plan and of the reference must be the same.
+    #[test]
+    fn a_plan_from_another_root_is_caught() {
+        let c = Collective::Broadcast;
+        let (_, plan) = plan_for(c, 3, 2).unwrap().unwrap();
+        let shape = c.shape(400, 4, 3, 1).unwrap();
+        let (inputs, outputs, _) = execute::<i32>(&plan, &shape, PlanOp::Sum, 3, 11).unwrap();
+        assert!(count_wrong(c, &shape, PlanOp::Sum, &inputs, &outputs) > 0);
+    }
+
+    #[test]
+    fn a_root_past_the_ranks_is_refused() {
+        let mut options = crate::bench::report::tests::options(Collective::Broadcast);
+        options.root = 3;
+        assert!(run(&options, 3).unwrap_err().to_string().contains("--root 3"));
+    }
+
     #[test]
     fn a_wrong_or_unwritten_element_is_counted() {
         let c = Collective::AllReduce;
-        let (_, plan) = plan_for(c, 3).unwrap().unwrap();
-        let shape = c.shape(400, 4, 3).unwrap();
+        let (_, plan) = plan_for(c, 3, 0).unwrap().unwrap();
+        let shape = c.shape(400, 4, 3, 0).unwrap();
         let (inputs, mut outputs, _) = execute::<i32>(&plan, &shape, PlanOp::Sum, 3, 11).unwrap();
         assert_eq!(count_wrong(c, &shape, PlanOp::Sum, &inputs, &outputs), 0);
         outputs[1].output[7] += 1;
@@ -154,7 +175,7 @@ mod tests {
 
     #[test]
     fn unsupported_pieces_are_said_not_faked() {
-        assert!(plan_for(Collective::Reduce, 4).is_none());
+        assert!(plan_for(Collective::Reduce, 4, 0).is_none());
         assert!(plan_op(weft_types::ReduceOp::Avg).is_err());
     }
 

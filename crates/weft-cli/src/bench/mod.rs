@@ -87,6 +87,10 @@ pub struct BenchOptions {
     /// (`trace::traced_env`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<std::path::PathBuf>,
+    /// The root of Broadcast and Reduce (weft's call, NCCL's and the reference); below the
+    /// ranks ([`check_root`]).
+    #[serde(default)]
+    pub root: u32,
 }
 
 fn default_trials() -> usize {
@@ -213,6 +217,15 @@ impl Row {
 
 const WORKER_OPTIONS: &str = "WEFT_BENCH_OPTIONS";
 
+/// Refuses a root that is no rank of a run of `ranks` ranks.
+pub fn check_root(root: u32, ranks: usize) -> Result<(), String> {
+    if (root as usize) < ranks {
+        Ok(())
+    } else {
+        Err(format!("--root {root}: the root is a rank, from 0 to {} on {ranks} ranks", ranks.saturating_sub(1)))
+    }
+}
+
 /// The message sizes of a sweep.
 pub fn sizes(options: &BenchOptions) -> Vec<usize> {
     sizes_between(options.min_bytes, options.max_bytes, options.factor)
@@ -225,6 +238,7 @@ pub fn run(
     json: Option<&Path>,
     plot: Option<&Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    check_root(options.root, options.world())?;
     let mut envs = vec![(WORKER_OPTIONS, serde_json::to_string(options)?)];
     let network = nccl_on_network(options, |k| std::env::var(k).ok());
     if let Some(vars) = &network {
@@ -262,6 +276,7 @@ pub fn run_torchrun(
     json: Option<&Path>,
     plot: Option<&Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    check_root(options.root, torchrun.world_size)?;
     let lead = torchrun.rank == 0;
     if let Some(vars) = nccl_on_network(options, |k| std::env::var(k).ok()).filter(|_| lead) {
         println!(
@@ -406,8 +421,20 @@ mod tests {
             ranks: None,
             trials: DEFAULT_TRIALS,
             trace: None,
+            root: 0,
         };
         assert_eq!(sizes(&o), vec![1024, 2048, 4096, 8192]);
+    }
+
+    #[test]
+    fn the_root_is_one_of_the_ranks() {
+        assert!(check_root(0, 1).is_ok() && check_root(3, 4).is_ok());
+        let e = check_root(4, 4).unwrap_err();
+        assert!(e.contains("--root 4") && e.contains("0 to 3"), "{e}");
+        // A run refuses it before starting anything.
+        let mut options = report::tests::options(Collective::Broadcast);
+        options.root = 4;
+        assert!(run(&options, None, None).unwrap_err().to_string().contains("--root 4"));
     }
 
     /// Three ranks as threads, rank `r` measuring `1 + r` µs and `wrong[r]` wrong elements,

@@ -8,8 +8,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{BenchOptions, Contender, Row};
+use crate::harness::NcclTests;
 use crate::harness::trials::Timing;
-use crate::harness::{Collective, NcclTests, ROOT};
 
 /// One merged row with the numbers derived from it (from the median times).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -79,8 +79,8 @@ pub(super) fn title(options: &BenchOptions) -> String {
     if c.reduces() {
         t += &format!(" {}", options.op.name());
     }
-    if matches!(c, Collective::Broadcast | Collective::Reduce) {
-        t += &format!(" root {}", ROOT);
+    if c.rooted() {
+        t += &format!(" root {}", options.root);
     }
     if options.shares_gpus() {
         t += &format!(" on {} ranks sharing {} GPU(s)", options.world(), options.gpus);
@@ -273,6 +273,7 @@ pub(super) fn write_json(path: &Path, options: &BenchOptions, lines: &[Line]) ->
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::harness::Collective;
     use weft_types::{DataType, ReduceOp};
 
     /// Options of a fake 4-GPU sweep.
@@ -295,7 +296,17 @@ pub(super) mod tests {
             gpus: 4,
             ranks: None,
             trials: 7,
+            root: 0,
         }
+    }
+
+    #[test]
+    fn the_title_names_the_root_of_a_rooted_collective() {
+        let mut o = options(Collective::Reduce);
+        o.root = 2;
+        assert!(title(&o).contains("reduce bf16 sum root 2 on 4 GPUs"), "{}", title(&o));
+        o.collective = Collective::AllReduce;
+        assert!(!title(&o).contains("root"), "{}", title(&o));
     }
 
     /// Fake merged rows: 1 KiB … 1 GiB, latency-bound then bandwidth-bound.

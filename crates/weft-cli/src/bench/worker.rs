@@ -119,7 +119,7 @@ fn run_rank(
     };
     let mut rows = Vec::new();
     for requested in sizes(options) {
-        if let Some(shape) = options.collective.shape(requested, size, ranks) {
+        if let Some(shape) = options.collective.shape(requested, size, ranks, options.root) {
             let call = Call {
                 collective: options.collective,
                 shape,

@@ -5,9 +5,6 @@
 
 pub use weft_coll::Collective;
 
-/// The rank whose data a rooted collective (broadcast, reduce) starts from or ends at.
-pub const ROOT: u32 = 0;
-
 /// Buffer lengths and call arguments of one row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
@@ -20,6 +17,9 @@ pub struct Shape {
     pub count: usize,
     /// Bytes of the larger buffer (nccl-tests' size column; algbw = bytes / time).
     pub bytes: usize,
+    /// The rank a rooted collective (broadcast, reduce) starts from or ends at; 0 for the
+    /// others.
+    pub root: u32,
 }
 
 /// Where one output element's value comes from.
@@ -44,15 +44,18 @@ pub enum Source {
 pub trait NcclTests: Copy {
     /// nccl-tests' bus-bandwidth factor for `ranks` ranks (busbw = algbw × factor).
     fn bus_factor(self, ranks: usize) -> f64;
-    /// The shape of a row of `bytes` requested bytes, as nccl-tests rounds it; `None` when it
-    /// holds no element (per rank or per peer).
-    fn shape(self, bytes: usize, elt: usize, ranks: usize) -> Option<Shape>;
+    /// Whether the call has a root (broadcast, reduce).
+    fn rooted(self) -> bool;
+    /// The shape of a row of `bytes` requested bytes, as nccl-tests rounds it, rooted at `root`
+    /// where the collective has a root (the others get 0); `None` when it holds no element (per
+    /// rank or per peer).
+    fn shape(self, bytes: usize, elt: usize, ranks: usize, root: u32) -> Option<Shape>;
     /// In place, the byte offsets of the input and of the output inside the one buffer
     /// (nccl-tests: allgather's input is the rank's block of the output, reducescatter's
     /// output the rank's block of the input).
     fn in_place_offsets(self, shape: &Shape, elt: usize, rank: u32) -> (usize, usize);
-    /// Whether `rank`'s output is defined (reduce: only the root's).
-    fn has_output(self, rank: u32) -> bool;
+    /// Whether `rank`'s output of a call of `shape` is defined (reduce: only the root's).
+    fn has_output(self, shape: &Shape, rank: u32) -> bool;
     /// Whether every rank's output must be bitwise the same.
     fn same_output_everywhere(self) -> bool;
     /// Where element `index` of `rank`'s output comes from.
@@ -69,7 +72,11 @@ impl NcclTests for Collective {
         }
     }
 
-    fn shape(self, bytes: usize, elt: usize, ranks: usize) -> Option<Shape> {
+    fn rooted(self) -> bool {
+        matches!(self, Collective::Broadcast | Collective::Reduce)
+    }
+
+    fn shape(self, bytes: usize, elt: usize, ranks: usize, root: u32) -> Option<Shape> {
         let total = bytes / elt.max(1);
         let n = ranks.max(1);
         let (send_count, recv_count, count) = match self {
@@ -78,7 +85,8 @@ impl NcclTests for Collective {
             Collective::AllToAll => (total / n * n, total / n * n, total / n),
             _ => (total, total, total),
         };
-        (count > 0).then_some(Shape { send_count, recv_count, count, bytes: send_count.max(recv_count) * elt })
+        let root = if self.rooted() { root } else { 0 };
+        (count > 0).then_some(Shape { send_count, recv_count, count, bytes: send_count.max(recv_count) * elt, root })
     }
 
     fn in_place_offsets(self, shape: &Shape, elt: usize, rank: u32) -> (usize, usize) {
@@ -90,8 +98,8 @@ impl NcclTests for Collective {
         }
     }
 
-    fn has_output(self, rank: u32) -> bool {
-        self != Collective::Reduce || rank == ROOT
+    fn has_output(self, shape: &Shape, rank: u32) -> bool {
+        self != Collective::Reduce || rank == shape.root
     }
 
     fn same_output_everywhere(self) -> bool {
@@ -107,7 +115,7 @@ impl NcclTests for Collective {
             Collective::AllToAll => {
                 Source::Copy { rank: (index / block) as u32, index: u64::from(rank) * block + index % block }
             }
-            Collective::Broadcast => Source::Copy { rank: ROOT, index },
+            Collective::Broadcast => Source::Copy { rank: shape.root, index },
             Collective::SendRecv => Source::Copy { rank: (rank + ranks - 1) % ranks, index },
         }
     }
@@ -131,16 +139,26 @@ mod tests {
     #[test]
     fn shapes_follow_nccl_tests() {
         // 1000 bytes of f32 on 3 ranks: 250 elements, 83 per rank.
-        let s = |c: Collective| c.shape(1000, 4, 3).unwrap();
-        assert_eq!(s(Collective::AllReduce), Shape { send_count: 250, recv_count: 250, count: 250, bytes: 1000 });
-        assert_eq!(s(Collective::AllGather), Shape { send_count: 83, recv_count: 249, count: 83, bytes: 996 });
-        assert_eq!(s(Collective::ReduceScatter), Shape { send_count: 249, recv_count: 83, count: 83, bytes: 996 });
-        assert_eq!(s(Collective::AllToAll), Shape { send_count: 249, recv_count: 249, count: 83, bytes: 996 });
+        let s = |c: Collective| c.shape(1000, 4, 3, 0).unwrap();
+        let shape = |send_count, recv_count, count, bytes| Shape { send_count, recv_count, count, bytes, root: 0 };
+        assert_eq!(s(Collective::AllReduce), shape(250, 250, 250, 1000));
+        assert_eq!(s(Collective::AllGather), shape(83, 249, 83, 996));
+        assert_eq!(s(Collective::ReduceScatter), shape(249, 83, 83, 996));
+        assert_eq!(s(Collective::AllToAll), shape(249, 249, 83, 996));
         assert_eq!(s(Collective::SendRecv).count, 250);
-        assert_eq!(Collective::AllGather.shape(8, 4, 4), None);
-        assert_eq!(Collective::Broadcast.shape(3, 4, 4), None);
+        assert_eq!(Collective::AllGather.shape(8, 4, 4, 0), None);
+        assert_eq!(Collective::Broadcast.shape(3, 4, 4, 0), None);
         assert_eq!(Collective::AllGather.in_place_offsets(&s(Collective::AllGather), 4, 2), (2 * 83 * 4, 0));
         assert_eq!(Collective::ReduceScatter.in_place_offsets(&s(Collective::ReduceScatter), 4, 2), (0, 2 * 83 * 4));
+    }
+
+    #[test]
+    fn only_rooted_collectives_keep_their_root() {
+        for c in Collective::ALL {
+            let root = c.shape(64, 4, 4, 3).unwrap().root;
+            assert_eq!(root, if c.rooted() { 3 } else { 0 }, "{c}");
+        }
+        assert!(Collective::Broadcast.rooted() && Collective::Reduce.rooted() && !Collective::AllReduce.rooted());
     }
 
     #[test]

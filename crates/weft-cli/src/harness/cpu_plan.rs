@@ -9,11 +9,15 @@ use weft_plan::interp::{Element, Interpreter, ReduceOp as PlanOp};
 use weft_plan::{ExecutionPlan, RankBuffers};
 use weft_types::ReduceOp;
 
-use super::{Collective, NcclTests, ROOT, Shape, Source};
+use super::{Collective, NcclTests, Shape, Source};
 
-/// The shipped plan that computes `collective` on `ranks` ranks, by its `weft plan compile`
-/// name; `None` when weft ships no plan for it.
-pub(crate) fn plan_for(collective: Collective, ranks: u32) -> Option<Result<(&'static str, ExecutionPlan), String>> {
+/// The shipped plan that computes `collective` on `ranks` ranks (a rooted one from or to
+/// `root`), by its `weft plan compile` name; `None` when weft ships no plan for it.
+pub(crate) fn plan_for(
+    collective: Collective,
+    ranks: u32,
+    root: u32,
+) -> Option<Result<(&'static str, ExecutionPlan), String>> {
     let name = match collective {
         Collective::AllReduce => "ring-allreduce",
         Collective::AllGather => "ring-allgather",
@@ -24,7 +28,7 @@ pub(crate) fn plan_for(collective: Collective, ranks: u32) -> Option<Result<(&'s
     };
     // Two ranks per node where that splits the ranks (two-step all-to-all), else one node.
     let per_node = if ranks > 2 && ranks.is_multiple_of(2) { 2 } else { ranks };
-    let shape = crate::plan_cmd::Shape { ranks, ranks_per_node: per_node, instances: 1, root: ROOT };
+    let shape = crate::plan_cmd::Shape { ranks, ranks_per_node: per_node, instances: 1, root };
     let plan = crate::plan_cmd::program(name, shape)
         .map_err(|e| e.to_string())
         .and_then(|p| p.compile().map_err(|e| e.to_string()));
@@ -103,7 +107,7 @@ pub(crate) fn count_wrong<T: HostElement>(
 ) -> u64 {
     let ranks = inputs.len() as u32;
     let mut wrong = 0;
-    for (rank, b) in outputs.iter().enumerate().filter(|(r, _)| collective.has_output(*r as u32)) {
+    for (rank, b) in outputs.iter().enumerate().filter(|(r, _)| collective.has_output(shape, *r as u32)) {
         for (i, got) in b.output.iter().enumerate() {
             let want = match collective.source(shape, rank as u32, ranks, i as u64) {
                 Source::Copy { rank, index } => inputs[rank as usize][index as usize],

@@ -362,7 +362,7 @@ impl Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::{Collective, NcclTests, ROOT, Shape};
+    use crate::harness::{Collective, NcclTests, Shape};
 
     /// The host reference must accept the right answer and reject a wrong one for every type
     /// and operator (the check is only as good as this).
@@ -407,51 +407,86 @@ mod tests {
             Collective::AllGather => (0..n).flat_map(input).collect(),
             Collective::ReduceScatter => all_reduced()[r * block..(r + 1) * block].to_vec(),
             Collective::AllToAll => (0..n).flat_map(|p| input(p)[r * block..(r + 1) * block].to_vec()).collect(),
-            Collective::Broadcast => input(ROOT),
+            Collective::Broadcast => input(shape.root),
             Collective::SendRecv => input((rank + n - 1) % n),
         }
     }
 
-    /// For every collective, type and operator: the simulated output of every rank passes the
-    /// generic check, and it fails when one element is poisoned or two blocks are swapped.
+    /// For every collective, type and operator (a rooted one at roots 0, 1 and the last rank):
+    /// the simulated output of every rank passes the generic check, and it fails when one
+    /// element is poisoned or two blocks are swapped.
     #[test]
     fn every_collective_accepts_its_result_and_rejects_wrong_ones() {
         let ranks = 4u32;
         for c in Collective::ALL {
             for dtype in DataType::ALL {
                 for op in if c.reduces() { ReduceOp::ALL.to_vec() } else { vec![ReduceOp::Sum] } {
-                    let reference = Reference { dtype, op, seed: 0x5eed ^ c as u32, ranks };
-                    let shape = c.shape(24 * 4 * dtype.size(), dtype.size(), ranks as usize).unwrap();
-                    let what = format!("{} {} {}", c.name(), dtype.name(), op.name());
-                    for rank in (0..ranks).filter(|r| c.has_output(*r)) {
-                        let source = |i| c.source(&shape, rank, ranks, i);
-                        let mut out = simulate(c, &reference, &shape, rank);
-                        assert_eq!(out.len(), shape.recv_count * dtype.size(), "{what}");
-                        assert_eq!(reference.count_wrong(&out, source), 0, "{what}: rank {rank} rejected");
-
-                        // One poisoned element (unless poison happens to be its right value).
-                        let e = 5 * dtype.size();
-                        let right = out[e..e + dtype.size()].to_vec();
-                        out[e..e + dtype.size()].fill(0x7f);
-                        let wrong = reference.count_wrong(&out, source);
-                        assert!(wrong == 1 || out[e..e + dtype.size()] == right[..], "{what}: poison gave {wrong}");
-                        out[e..e + dtype.size()].copy_from_slice(&right);
-
-                        // The first half and the second half of the output swapped: a block
-                        // mix-up must show in most elements.
-                        let half = out.len() / 2;
-                        out.rotate_left(half);
-                        let wrong = reference.count_wrong(&out, source);
-                        assert!(wrong >= shape.recv_count as u64 / 4, "{what}: swapped halves gave only {wrong}");
+                    for root in if c.rooted() { vec![0, 1, ranks - 1] } else { vec![0] } {
+                        let reference = Reference { dtype, op, seed: 0x5eed ^ c as u32, ranks };
+                        let shape = c.shape(24 * 4 * dtype.size(), dtype.size(), ranks as usize, root).unwrap();
+                        let what = format!("{} {} {} root {root}", c.name(), dtype.name(), op.name());
+                        check_every_rank(c, &reference, &shape, &what);
                     }
                 }
             }
         }
     }
 
+    /// The simulated output of every rank of `shape` with an output passes the check of
+    /// `reference`, and fails with one element poisoned or its halves swapped.
+    fn check_every_rank(c: Collective, reference: &Reference, shape: &Shape, what: &str) {
+        let (ranks, dtype) = (reference.ranks, reference.dtype);
+        for rank in (0..ranks).filter(|r| c.has_output(shape, *r)) {
+            let source = |i| c.source(shape, rank, ranks, i);
+            let mut out = simulate(c, reference, shape, rank);
+            assert_eq!(out.len(), shape.recv_count * dtype.size(), "{what}");
+            assert_eq!(reference.count_wrong(&out, source), 0, "{what}: rank {rank} rejected");
+
+            // One poisoned element (unless poison happens to be its right value).
+            let e = 5 * dtype.size();
+            let right = out[e..e + dtype.size()].to_vec();
+            out[e..e + dtype.size()].fill(0x7f);
+            let wrong = reference.count_wrong(&out, source);
+            assert!(wrong == 1 || out[e..e + dtype.size()] == right[..], "{what}: poison gave {wrong}");
+            out[e..e + dtype.size()].copy_from_slice(&right);
+
+            // The first half and the second half of the output swapped: a block
+            // mix-up must show in most elements.
+            let half = out.len() / 2;
+            out.rotate_left(half);
+            let wrong = reference.count_wrong(&out, source);
+            assert!(wrong >= shape.recv_count as u64 / 4, "{what}: swapped halves gave only {wrong}");
+        }
+    }
+
+    /// At roots 0, 1 and the last rank: Reduce has an output at the root alone, and Broadcast's
+    /// every rank must hold the root's input, which another rank's input fails.
     #[test]
-    fn reduce_checks_the_root_only_and_identity_is_required_where_defined() {
-        assert!(Collective::Reduce.has_output(ROOT) && !Collective::Reduce.has_output(1));
+    fn rooted_calls_follow_their_root() {
+        let ranks = 4u32;
+        for root in [0, 1, ranks - 1] {
+            let reduce = Collective::Reduce.shape(64, 4, ranks as usize, root).unwrap();
+            let with_output: Vec<u32> = (0..ranks).filter(|r| Collective::Reduce.has_output(&reduce, *r)).collect();
+            assert_eq!(with_output, [root]);
+            let reference = Reference { dtype: DataType::F32, op: ReduceOp::Sum, seed: 3, ranks };
+            let broadcast = Collective::Broadcast.shape(64, 4, ranks as usize, root).unwrap();
+            let other = (root + 1) % ranks;
+            for rank in 0..ranks {
+                let source = |i| Collective::Broadcast.source(&broadcast, rank, ranks, i);
+                assert!(Collective::Broadcast.has_output(&broadcast, rank));
+                let from_root = reference.input(root, broadcast.send_count);
+                assert_eq!(reference.count_wrong(&from_root, source), 0, "root {root}, rank {rank}");
+                let from_other = reference.input(other, broadcast.send_count);
+                assert!(
+                    reference.count_wrong(&from_other, source) > 0,
+                    "root {root}, rank {rank}: rank {other}'s input"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn identity_is_required_where_defined() {
         let same: Vec<_> = Collective::ALL.into_iter().filter(|c| c.same_output_everywhere()).collect();
         assert_eq!(same, [Collective::AllReduce, Collective::AllGather, Collective::Broadcast]);
     }

@@ -16,7 +16,7 @@ use weft_types::DataType;
 use super::data::Reference;
 use super::start_line::StartLine;
 use super::trials::round_order;
-use super::{Collective, NcclTests, ROOT, Shape};
+use super::{Collective, NcclTests, Shape};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -207,6 +207,7 @@ pub(crate) enum CallOp<'a> {
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     pub(crate) collective: Collective,
+    /// Buffer lengths, count and root of the call.
     pub(crate) shape: Shape,
     pub(crate) dtype: DataType,
     /// The operator (PreMulSum with its scalar).
@@ -282,7 +283,7 @@ impl ElementFn for NcclRun<'_, '_> {
         let what = NcclCall {
             collective: call.collective,
             op: call.nccl_op(),
-            root: ROOT as usize,
+            root: call.shape.root as usize,
             rank: call.rank,
             ranks: call.ranks,
         };
@@ -304,7 +305,7 @@ impl ElementFn for WeftCall<'_, '_> {
     fn call<T: DeviceElement>(self) -> Result<Algorithm, BoxError> {
         let WeftCall { call, coll, buffers, placement } = self;
         let stream = call.stream;
-        let ((next, prev), root) = (call.neighbours(), ROOT as usize);
+        let ((next, prev), root) = (call.neighbours(), call.shape.root as usize);
         let op: Operator<'_, T> = match call.op {
             CallOp::Host(reduction) => reduction.into(),
             CallOp::DeviceScalar(scalar) => Operator::PreMulSumOnDevice(elements(scalar, 1)?),
@@ -457,7 +458,7 @@ impl Checking<'_> {
             me.idle()?;
             slowest = slowest.max(started.elapsed());
             me.buffers.borrow().recv.slice(output_at..output_at + result.len())?.copy_to_host(&mut result)?;
-            if c.has_output(rank) {
+            if c.has_output(&shape, rank) {
                 wrong += count_wrong_reporting(call, reference, &result, trial);
             }
             me.barrier()

@@ -14,7 +14,10 @@
 //! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
 //! replays included), each rank with a scalar of its own, as NCCL allows (the result is the sum
 //! of each rank's input times its own scalar). Integer inputs span the whole range in one element of four, so integer
-//! sums, averages and PreMulSum products wrap and must equal NCCL's bit for bit.
+//! sums, averages and PreMulSum products wrap and must equal NCCL's bit for bit. Broadcast and
+//! Reduce move their root from call to call: call k of an algorithm's matrix runs at root k mod
+//! ranks ([`entries`]; a plan: among the roots it builds at), so every root is checked and
+//! consecutive calls change root.
 
 use std::time::Duration;
 
@@ -27,6 +30,7 @@ use super::report::RankReport;
 use crate::harness::data::Reference;
 use crate::harness::op_case::OpCase;
 use crate::harness::rank::{Buffers, Call, Checked, Checking, Placement, Rank, every_launch, shared_seed};
+use crate::harness::roots::{cycled, roots};
 use crate::harness::sweep::parse_dtype;
 use crate::harness::{Collective, NcclTests, Shape};
 
@@ -145,7 +149,7 @@ fn run_matrix(
                 report.skip(format!("{label}{collective:?} {}: {missing}", algorithm.name()));
             }
             for &variant in Variant::of(family) {
-                let run = Run { me: &me, comm, base: &base, label, types: &types, scalar: &scalar };
+                let run = Run { me: &me, comm, nodes: &nodes, base: &base, label, types: &types, scalar: &scalar };
                 run_algorithm(&run, collective, algorithm, variant, report)?;
             }
         }
@@ -185,6 +189,8 @@ fn matrix_types(list: Option<&str>) -> Result<Vec<DataType>, String> {
 struct Run<'a> {
     me: &'a Rank,
     comm: &'a Communicator,
+    /// The node of every rank (a plan's roots depend on it).
+    nodes: &'a Nodes,
     base: &'a CollConfig,
     label: &'a str,
     /// Element types of the interpreted matrix.
@@ -201,7 +207,7 @@ fn run_algorithm(
     variant: Variant,
     report: &mut RankReport,
 ) -> Result<(), BoxError> {
-    let Run { me, comm, base, label, types, scalar } = *run;
+    let Run { me, comm, nodes, base, label, types, scalar } = *run;
     let ranks = comm.world_size();
     let specializes = matches!(algorithm, Algorithm::Plan(id) if id.specializes_on_every_rank(ranks));
     if variant == Variant::Specialized && !specializes {
@@ -219,16 +225,15 @@ fn run_algorithm(
         Variant::Interpreted => (types.to_vec(), vec![sum]),
     };
     // A forced algorithm rejects the types it does not support (weft-coll's tests).
-    for dtype in types.into_iter().filter(|&t| algorithm.supports(t)) {
-        for &op in &ops {
-            let name = if collective.reduces() {
-                format!("{label}{collective:?} {}{suffix} {} {}", algorithm.name(), dtype.name(), op.name())
-            } else {
-                format!("{label}{collective:?} {}{suffix} {}", algorithm.name(), dtype.name())
-            };
-            let result = check_all_counts(me, &coll, collective, dtype, op, scalar);
-            report.record(name, result);
-        }
+    let types: Vec<DataType> = types.into_iter().filter(|&t| algorithm.supports(t)).collect();
+    let roots = roots(algorithm, ranks, nodes);
+    for Entry { dtype, op, cases } in entries(&types, &ops, &roots) {
+        let name = if collective.reduces() {
+            format!("{label}{collective:?} {}{suffix} {} {}", algorithm.name(), dtype.name(), op.name())
+        } else {
+            format!("{label}{collective:?} {}{suffix} {}", algorithm.name(), dtype.name())
+        };
+        report.record(name, check_cases(me, &coll, collective, op, scalar, &cases));
     }
     // One rank has no peer to write into. Every plan has a count of whole 16-byte vector
     // chunks (2048 elements: COUNTS); it runs direct where peers write outputs.
@@ -238,7 +243,7 @@ fn run_algorithm(
         _ => false,
     };
     if collective_runs_plans(algorithm) && variant == Variant::Interpreted {
-        let types = check_types_alternating(me, &coll, collective, scalar);
+        let types = check_types_alternating(me, &coll, collective, scalar, &roots);
         report.record(format!("{label}{collective:?} {} element types alternating", algorithm.name()), types);
     }
     if collective_runs_plans(algorithm) {
@@ -264,7 +269,7 @@ fn run_algorithm(
     if ranks > 1 && direct && variant == Variant::Interpreted {
         let what =
             format!("{label}{collective:?} {} through windows: eager and captured calls zero-copy", algorithm.name());
-        report.record(what, check_windowed(me, &coll, collective, scalar));
+        report.record(what, check_windowed(me, &coll, collective, scalar, &roots));
     }
     if ranks > 1 && direct {
         let (paths, what) = (coll.path_counts(), format!("{label}{collective:?} {}{suffix}", algorithm.name()));
@@ -275,14 +280,16 @@ fn run_algorithm(
     Ok(())
 }
 
-/// The rank's buffers registered as windows: every count again (bf16 sum), eager and captured,
-/// out of place and in place; the calls that can must go zero-copy through the windows (no
-/// refusal, at least one windowed call), then the windows are deregistered.
+/// The rank's buffers registered as windows: every count again (bf16 sum, cycling through
+/// `roots`), eager and captured, out of place and in place; the calls that can must go
+/// zero-copy through the windows (no refusal, at least one windowed call), then the windows are
+/// deregistered.
 fn check_windowed(
     me: &Rank,
     coll: &Collectives,
     collective: Collective,
     scalar: &DeviceBuffer<u8>,
+    roots: &[u32],
 ) -> Result<(), String> {
     let before = coll.path_counts();
     let mut windows = Vec::new();
@@ -295,7 +302,8 @@ fn check_windowed(
         }
     }
     drop(buffers);
-    let checked = check_all_counts(me, coll, collective, DataType::Bf16, OpCase::Plain(ReduceOp::Sum), scalar);
+    let cases = at_every_count(DataType::Bf16, roots, 0);
+    let checked = check_cases(me, coll, collective, OpCase::Plain(ReduceOp::Sum), scalar, &cases);
     let after = coll.path_counts();
     let mut outcome = checked.and_then(|()| {
         let (windowed, refused) = (after.windowed - before.windowed, after.refused - before.refused);
@@ -320,7 +328,8 @@ fn check_tail(me: &Rank, comm: &Communicator, base: &CollConfig, scalar: &Device
     let coll = Collectives::new(comm, config).map_err(|e| format!("set-up: {e}"))?;
     let mut outcome = Ok(());
     for (dtype, op) in TAIL_CASES {
-        let checked = check_cases(me, &coll, Collective::AllReduce, OpCase::Plain(op), scalar, &[(dtype, TAIL_COUNT)]);
+        let case = Case { dtype, count: TAIL_COUNT, root: 0 };
+        let checked = check_cases(me, &coll, Collective::AllReduce, OpCase::Plain(op), scalar, &[case]);
         outcome = outcome.and(checked.map_err(|e| format!("{}: {e}", op.name())));
     }
     if comm.world_size() > 1 {
@@ -334,52 +343,79 @@ fn collective_runs_plans(algorithm: Algorithm) -> bool {
     matches!(algorithm, Algorithm::Plan(_))
 }
 
-/// Checks one (collective, type, operator) at every count the algorithm can carry.
-fn check_all_counts(
-    me: &Rank,
-    coll: &Collectives,
-    collective: Collective,
+/// One checked call of the matrix: element type, elements per rank block, and root (0 where
+/// the collective has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Case {
+    dtype: DataType,
+    count: usize,
+    root: u32,
+}
+
+/// The calls of `cases` (type, count) in order, the `k`-th at root `cycled(roots, first + k)`.
+fn cycling_roots(cases: impl IntoIterator<Item = (DataType, usize)>, roots: &[u32], first: usize) -> Vec<Case> {
+    cases
+        .into_iter()
+        .enumerate()
+        .map(|(k, (dtype, count))| Case { dtype, count, root: cycled(roots, first + k) })
+        .collect()
+}
+
+/// `dtype` at every count of [`COUNTS`], the first call at root `cycled(roots, first)`.
+fn at_every_count(dtype: DataType, roots: &[u32], first: usize) -> Vec<Case> {
+    cycling_roots(COUNTS.iter().map(|&count| (dtype, count)), roots, first)
+}
+
+/// One entry of an algorithm's matrix (one outcome): a type and operator at every count.
+struct Entry {
     dtype: DataType,
     op: OpCase,
-    scalar: &DeviceBuffer<u8>,
-) -> Result<(), String> {
-    let cases: Vec<(DataType, usize)> = COUNTS.iter().map(|&count| (dtype, count)).collect();
-    check_cases(me, coll, collective, op, scalar, &cases)
+    cases: Vec<Case>,
+}
+
+/// The entries of an algorithm's matrix: every type of `types` with every operator of `ops`,
+/// their calls numbered across entries so that call k runs at root `cycled(roots, k)`.
+fn entries(types: &[DataType], ops: &[OpCase], roots: &[u32]) -> Vec<Entry> {
+    let pairs = types.iter().flat_map(|&dtype| ops.iter().map(move |&op| (dtype, op)));
+    pairs
+        .enumerate()
+        .map(|(e, (dtype, op))| Entry { dtype, op, cases: at_every_count(dtype, roots, e * COUNTS.len()) })
+        .collect()
 }
 
 /// Element types of different sizes, alternating at one count on the same buffers: nothing a
 /// plan launch keeps between calls (the executor's cached chunk addresses) may carry over from
-/// a call of another type. Counts: one slice per chunk, and every replica.
+/// a call of another type. Counts: one slice per chunk, and every replica. Roots: cycling
+/// through `roots`.
 fn check_types_alternating(
     me: &Rank,
     coll: &Collectives,
     collective: Collective,
     scalar: &DeviceBuffer<u8>,
+    roots: &[u32],
 ) -> Result<(), String> {
-    let cases: Vec<(DataType, usize)> = [37, 150_001]
-        .into_iter()
-        .flat_map(|count| [DataType::F32, DataType::Bf16, DataType::F32].map(|t| (t, count)))
-        .collect();
-    check_cases(me, coll, collective, OpCase::Plain(ReduceOp::Sum), scalar, &cases)
+    let alternating =
+        [37, 150_001].into_iter().flat_map(|count| [DataType::F32, DataType::Bf16, DataType::F32].map(|t| (t, count)));
+    check_cases(me, coll, collective, OpCase::Plain(ReduceOp::Sum), scalar, &cycling_roots(alternating, roots, 0))
 }
 
-/// Checks `collective` with `op` for each (type, count) of `cases` the algorithm can carry.
+/// Checks `collective` with `op` for each call of `cases` the algorithm can carry.
 fn check_cases(
     me: &Rank,
     coll: &Collectives,
     collective: Collective,
     op: OpCase,
     scalar: &DeviceBuffer<u8>,
-    cases: &[(DataType, usize)],
+    cases: &[Case],
 ) -> Result<(), String> {
     let (rank, ranks) = (me.comm.rank(), me.comm.world_size());
     // Every rank goes through every case whatever it sees, so the ranks stay in step.
     let mut failures = Vec::new();
-    for &(dtype, count) in cases {
+    for &Case { dtype, count, root } in cases {
         let elt = dtype.size();
         let per_rank = matches!(collective, Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll);
         let bytes = if per_rank { count * ranks * elt } else { count * elt };
-        let Some(shape): Option<Shape> = collective.shape(bytes, elt, ranks) else { continue };
+        let Some(shape): Option<Shape> = collective.shape(bytes, elt, ranks, root) else { continue };
         let call = Call {
             collective,
             shape,
@@ -397,7 +433,7 @@ fn check_cases(
         match (Checking { me, call: &call, run: &run, reference: &reference }).launches(&every_launch(true)) {
             Ok(Checked { wrong: 0, identical: true, .. }) => {}
             Ok(Checked { wrong, identical, .. }) => {
-                let what = format!("{} count {count}", dtype.name());
+                let what = format!("{} count {count}{}", dtype.name(), at_root(collective, root));
                 failures.push(format!("{what}: {wrong} wrong elements, ranks identical: {identical}"));
             }
             Err(e) if cannot_carry(e.as_ref()) => {}
@@ -406,11 +442,16 @@ fn check_cases(
                 // after this one report their own results.
                 let _ = me.stream.wait_idle(Duration::from_secs(60), "a failed case");
                 let _ = me.comm.clear_device_failure();
-                return Err(format!("{} count {count}: {e}", dtype.name()));
+                return Err(format!("{} count {count}{}: {e}", dtype.name(), at_root(collective, root)));
             }
         }
     }
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) }
+}
+
+/// A failed call's root, in words: ` root r` for a rooted collective, nothing for the others.
+fn at_root(collective: Collective, root: u32) -> String {
+    if collective.rooted() { format!(" root {root}") } else { String::new() }
 }
 
 /// Which path the captured calls that could go zero-copy took (every case captures two, out of
@@ -472,6 +513,38 @@ mod tests {
         assert!(missing_cases(plan, &[DataType::F32]).is_some_and(|m| !m.contains("types")));
         let ring = Algorithm::from_name(Collective::AllReduce, "port_ring").unwrap();
         assert_eq!(missing_cases(ring, &[DataType::Bf16, DataType::I8]), None);
+    }
+
+    /// At 2 to 8 ranks, the matrix of Broadcast and of Reduce (every operator) runs at every
+    /// root, consecutive calls at different roots, with as many calls as types x operators x
+    /// counts; collectives without a root run at root 0.
+    #[test]
+    fn the_matrix_runs_rooted_collectives_at_every_root() {
+        let sum = [OpCase::Plain(ReduceOp::Sum)];
+        for ranks in 2..=8usize {
+            let nodes = Nodes::one(ranks);
+            for c in [Collective::Broadcast, Collective::Reduce, Collective::AllReduce] {
+                for algorithm in c.algorithms().filter(|a| a.available(ranks) && !matches!(a, Algorithm::Plan(_))) {
+                    let ops = if c.reduces() { OpCase::all(algorithm) } else { sum.to_vec() };
+                    let types: Vec<DataType> = DataType::ALL.into_iter().filter(|&t| algorithm.supports(t)).collect();
+                    let calls: Vec<Case> = entries(&types, &ops, &roots(algorithm, ranks, &nodes))
+                        .into_iter()
+                        .flat_map(|e| e.cases.into_iter().inspect(move |case| assert_eq!(case.dtype, e.dtype)))
+                        .collect();
+                    let what = format!("{algorithm} on {ranks} ranks");
+                    assert_eq!(calls.len(), types.len() * ops.len() * COUNTS.len(), "{what}");
+                    let mut seen: Vec<u32> = calls.iter().map(|case| case.root).collect();
+                    if c.rooted() {
+                        assert!(calls.windows(2).all(|w| w[0].root != w[1].root), "{what}: a root repeats");
+                        seen.sort_unstable();
+                        seen.dedup();
+                        assert_eq!(seen, (0..ranks as u32).collect::<Vec<_>>(), "{what}");
+                    } else {
+                        assert!(seen.iter().all(|&r| r == 0), "{what}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

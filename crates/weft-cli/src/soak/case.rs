@@ -1,14 +1,18 @@
 //! The calls of a soak. Call `k` of seed `s` is a pure function of `(s, k)` ([`case`]): every
 //! rank draws the same call without exchanging anything, and `--seed s --only-call k` replays
-//! one call alone. Every drawn call is valid: the operator suits the collective, the forced
-//! algorithm (if any) runs on this rank count and supports the type and operator, an LL
+//! one call alone, at the same root (Broadcast and Reduce draw theirs). Every drawn call is
+//! valid: the operator suits the collective, the forced algorithm (if any) runs on this rank
+//! count at the drawn root and supports the type and operator, an LL
 //! algorithm's message fits its packet slot, and no buffer exceeds the soak's largest message.
 
 use weft_coll::{Algorithm, CollConfig, CollectiveAlgorithms, Protocol};
 use weft_types::{DataType, ReduceOp};
 
+use weft_coll::Nodes;
+
 use crate::harness::op_case::OpCase;
 use crate::harness::rank::{Launch, Placement};
+use crate::harness::roots::roots;
 use crate::harness::{Collective, NcclTests, Shape};
 
 /// What bounds the calls of a soak.
@@ -75,7 +79,7 @@ pub(crate) struct Case {
     pub(crate) collective: Collective,
     pub(crate) dtype: DataType,
     pub(crate) op: OpCase,
-    /// Buffer lengths and the call's count (per rank block where nccl-tests counts so).
+    /// Buffer lengths, the call's count (per rank block where nccl-tests counts so) and root.
     pub(crate) shape: Shape,
     pub(crate) placement: Placement,
     pub(crate) launch: Launch,
@@ -101,7 +105,8 @@ impl Case {
         self.shape.bytes as u64 * u64::from(self.launches())
     }
 
-    /// A one-line description: collective, algorithm, type, operator, count, placement, launch.
+    /// A one-line description: collective, algorithm, type, operator, count, root, placement,
+    /// launch.
     pub(crate) fn describe(&self) -> String {
         let algorithm = self.algorithm.map_or("selector's pick".to_string(), |a| a.name().to_string());
         let placement = match self.placement {
@@ -122,7 +127,9 @@ impl Case {
     /// The description with `algorithm` and `how` (placement, launch) as given.
     pub(crate) fn describe_as(&self, algorithm: &str, how: &str) -> String {
         let op = if self.collective.reduces() { format!(" {}", self.op.name()) } else { String::new() };
-        format!("{} [{algorithm}] {}{op} count {}, {how}", self.collective.name(), self.dtype.name(), self.shape.count)
+        let root = if self.collective.rooted() { format!(" root {}", self.shape.root) } else { String::new() };
+        let (name, dtype, count) = (self.collective.name(), self.dtype.name(), self.shape.count);
+        format!("{name} [{algorithm}] {dtype}{op} count {count}{root}, {how}")
     }
 }
 
@@ -154,18 +161,26 @@ impl Draw {
     }
 }
 
+/// An algorithm that runs on a soak's rank count, with the roots it runs at.
+type Runnable = (Algorithm, Vec<u32>);
+
 /// Draws the calls of soaks within some limits.
 pub(crate) struct Generator {
     limits: Limits,
-    /// Every algorithm that runs on this rank count (a plan's availability takes building it:
-    /// done once here, not per call).
-    available: Vec<Algorithm>,
+    /// Every algorithm that runs on this rank count, with the roots it runs at (a plan's
+    /// availability takes building it: done once here, not per call).
+    available: Vec<Runnable>,
 }
 
 impl Generator {
     pub(crate) fn new(limits: Limits) -> Self {
-        let available =
-            Collective::ALL.into_iter().flat_map(|c| c.algorithms()).filter(|a| a.available(limits.ranks)).collect();
+        let nodes = Nodes::one(limits.ranks);
+        let available = Collective::ALL
+            .into_iter()
+            .flat_map(|c| c.algorithms())
+            .filter(|a| a.available(limits.ranks))
+            .map(|a| (a, roots(a, limits.ranks, &nodes)))
+            .collect();
         Self { limits, available }
     }
 
@@ -175,8 +190,9 @@ impl Generator {
     }
 }
 
-/// Call `index` of the soak of `seed` within `limits`, forcing only algorithms of `available`.
-fn case(seed: u64, index: u64, limits: &Limits, available: &[Algorithm]) -> Case {
+/// Call `index` of the soak of `seed` within `limits`, forcing only algorithms of `available`
+/// (each with the roots it runs at).
+fn case(seed: u64, index: u64, limits: &Limits, available: &[Runnable]) -> Case {
     let mut draw = Draw(seed ^ index.wrapping_mul(0xd6e8_feb8_6659_fd93));
     let collective = draw.pick(&Collective::ALL);
     let dtype = draw.pick(&DataType::ALL);
@@ -195,48 +211,64 @@ fn case(seed: u64, index: u64, limits: &Limits, available: &[Algorithm]) -> Case
     };
     // One call in four leaves the choice to the selector; the others force an algorithm that
     // can run the call.
-    let candidates: Vec<Algorithm> = available
+    let candidates: Vec<&Runnable> = available
         .iter()
-        .copied()
-        .filter(|a| a.collective() == collective && a.supports(dtype) && a.supports_op(op.op()))
+        .filter(|(a, _)| a.collective() == collective && a.supports(dtype) && a.supports_op(op.op()))
         .collect();
-    let algorithm = if candidates.is_empty() || draw.one_in(4) { None } else { Some(draw.pick(&candidates)) };
+    let forced = if candidates.is_empty() || draw.one_in(4) { None } else { Some(draw.pick(&candidates)) };
     let rounds = draw.pick(&[Rounds::Shipped, Rounds::Small]);
     let slot = rounds.ll_slot_bytes(limits.ll_slot_bytes);
     // An LL algorithm whose slot cannot hold one element per block is not forced.
-    let algorithm =
-        algorithm.filter(|a| a.protocol() != Protocol::Ll || slot >= dtype.size() * blocks(collective, limits));
+    let forced =
+        forced.filter(|(a, _)| a.protocol() != Protocol::Ll || slot >= dtype.size() * blocks(collective, limits));
+    let algorithm = forced.map(|(a, _)| *a);
     let ll_slot = algorithm.filter(|a| a.protocol() == Protocol::Ll).map(|_| slot);
-    let shape = draw_shape(&mut draw, collective, dtype, limits, ll_slot);
+    let count = draw_count(&mut draw, collective, dtype, limits, ll_slot);
     let placement = draw.pick(&[Placement::OutOfPlace, Placement::InPlace]);
     let launch = if draw.one_in(2) { Launch::Eager } else { Launch::Graph { replays: 2 + draw.below(2) as u32 } };
     let data_seed = draw.next() as u32;
+    // Drawn last, so that the calls without a root are those the same seed drew before roots
+    // were: any rank, or one of those the forced algorithm runs at.
+    let every_rank: Vec<u32> = (0..limits.ranks.max(1) as u32).collect();
+    let root = if collective.rooted() { draw.pick(forced.map_or(&every_rank, |(_, roots)| roots)) } else { 0 };
+    let shape = shape_of(collective, dtype, limits, count, root);
     Case { index, collective, dtype, op, shape, placement, launch, rounds, algorithm, data_seed }
 }
 
-/// The shape of a call: a count per block drawn log-uniformly up to what the limits allow (a
-/// forced LL algorithm: a message within its packet slot, `ll_slot`), odd counts as likely as even ones,
+/// The count per block of a call: drawn log-uniformly up to what the limits allow (a forced LL
+/// algorithm: a message within its packet slot, `ll_slot`), odd counts as likely as even ones,
 /// and one call in eight of a single element.
-fn draw_shape(
+fn draw_count(
     draw: &mut Draw,
     collective: Collective,
     dtype: DataType,
     limits: &Limits,
     ll_slot: Option<usize>,
-) -> Shape {
-    let (elt, ranks, blocks) = (dtype.size(), limits.ranks.max(1), blocks(collective, limits));
+) -> usize {
+    let (elt, blocks) = (dtype.size(), blocks(collective, limits));
     let largest = ll_slot.map_or(limits.max_bytes, |slot| slot.min(limits.max_bytes));
     let max_count = (largest / (elt * blocks)).max(1);
-    let count = if draw.one_in(8) {
+    if draw.one_in(8) {
         1
     } else {
         let octaves = usize::BITS - max_count.leading_zeros(); // 1 ..= log2(max_count) + 1
         let low = 1usize << draw.below(octaves as usize);
         (low + draw.below(low)).min(max_count)
-    };
-    let bytes = count * blocks * elt;
+    }
+}
+
+/// The shape of a call of `count` elements per block at `root`.
+fn shape_of(collective: Collective, dtype: DataType, limits: &Limits, count: usize, root: u32) -> Shape {
+    let (elt, ranks) = (dtype.size(), limits.ranks.max(1));
+    let bytes = count * blocks(collective, limits) * elt;
     // A count of at least one per block always has a shape.
-    collective.shape(bytes, elt, ranks).unwrap_or(Shape { send_count: 0, recv_count: 0, count: 0, bytes: 0 })
+    collective.shape(bytes, elt, ranks, root).unwrap_or(Shape {
+        send_count: 0,
+        recv_count: 0,
+        count: 0,
+        bytes: 0,
+        root,
+    })
 }
 
 /// Blocks of the call's count in its larger buffer: one per rank where nccl-tests counts per
@@ -288,7 +320,9 @@ mod tests {
                 let what = c.describe();
                 assert!(c.shape.count >= 1, "{what}: no element");
                 assert!(c.shape.bytes <= l.max_bytes, "{what}: {} bytes", c.shape.bytes);
-                assert_eq!(Some(c.shape), c.collective.shape(c.shape.bytes, c.dtype.size(), ranks), "{what}");
+                let root = c.shape.root;
+                assert_eq!(Some(c.shape), c.collective.shape(c.shape.bytes, c.dtype.size(), ranks, root), "{what}");
+                assert!((root as usize) < ranks && (c.collective.rooted() || root == 0), "{what}");
                 if !c.collective.reduces() {
                     assert_eq!(c.op, OpCase::Plain(ReduceOp::Sum), "{what}");
                 }
@@ -309,8 +343,8 @@ mod tests {
     }
 
     /// Every algorithm available at each rank count from 1 to 8 (building the plans once).
-    fn available() -> &'static [Vec<Algorithm>] {
-        static AVAILABLE: std::sync::OnceLock<Vec<Vec<Algorithm>>> = std::sync::OnceLock::new();
+    fn available() -> &'static [Vec<Runnable>] {
+        static AVAILABLE: std::sync::OnceLock<Vec<Vec<Runnable>>> = std::sync::OnceLock::new();
         AVAILABLE.get_or_init(|| (1..=8).map(|ranks| Generator::new(limits(ranks)).available).collect())
     }
 
@@ -374,5 +408,25 @@ mod tests {
         assert!(odd > cases.len() / 5, "only {odd} odd counts");
         assert!(cases.iter().any(|x| x.shape.count == 1));
         assert!(cases.iter().any(|x| x.shape.bytes > l.max_bytes / 2), "no large message");
+    }
+
+    /// At every rank count, Broadcast and Reduce calls come at every root; a replay of a call
+    /// draws its root again, and its description names it.
+    #[test]
+    fn rooted_calls_come_at_every_root_and_replay_at_theirs() {
+        for ranks in 1..=8usize {
+            let (g, replay) = (generator(ranks), generator(ranks));
+            let cases: Vec<Case> = (0..3000).map(|k| g.case(5, k)).collect();
+            for c in [Collective::Broadcast, Collective::Reduce] {
+                let mut roots: Vec<u32> = cases.iter().filter(|x| x.collective == c).map(|x| x.shape.root).collect();
+                roots.sort_unstable();
+                roots.dedup();
+                assert_eq!(roots, (0..ranks as u32).collect::<Vec<_>>(), "{c} on {ranks} ranks");
+            }
+            for x in cases.iter().filter(|x| x.collective.rooted()) {
+                assert_eq!(replay.case(5, x.index).shape.root, x.shape.root);
+                assert!(x.describe().contains(&format!(" root {}, ", x.shape.root)), "{}", x.describe());
+            }
+        }
     }
 }

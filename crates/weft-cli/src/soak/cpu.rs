@@ -17,6 +17,7 @@ use super::case::{Case, Generator, Limits};
 use super::tally::{CallOutcome, Replay, Tally};
 use crate::harness::cpu_plan::{HostElement, count_wrong, execute, plan_for, plan_op};
 use crate::harness::rank::{Launch, Placement};
+use crate::harness::{Collective, NcclTests};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -55,7 +56,7 @@ fn run_calls(
 ) -> (Tally, u64) {
     let limits = Limits { ranks, max_bytes: max_bytes.min(CPU_MAX_BYTES), ll_slot_bytes: CPU_MAX_BYTES };
     let generator = Generator::new(limits);
-    let plans: Vec<_> = crate::harness::Collective::ALL.iter().map(|&c| (c, plan_for(c, ranks as u32))).collect();
+    let plans = Plans::new(ranks as u32);
     let (mut tally, mut not_run) = (Tally::default(), 0u64);
     for index in indices {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -63,7 +64,7 @@ fn run_calls(
         }
         // What only a GPU has does not apply here: one eager launch, out of place, of the plan.
         let case = Case { placement: Placement::OutOfPlace, launch: Launch::Eager, ..generator.case(seed, index) };
-        let plan = plans.iter().find(|(c, _)| *c == case.collective).and_then(|(_, p)| p.as_ref());
+        let plan = plans.of(&case);
         let Some(runnable) = runnable(&case, plan) else {
             not_run += 1;
             continue;
@@ -76,12 +77,35 @@ fn run_calls(
     (tally, not_run)
 }
 
+/// A shipped plan, by its `weft plan compile` name, or why it failed to build.
+type Built = Result<(&'static str, ExecutionPlan), String>;
+
+/// The shipped plan of every collective at every root (one root for those without), built once
+/// for a soak: `None` where weft ships no plan.
+struct Plans(Vec<((Collective, u32), Option<Built>)>);
+
+impl Plans {
+    fn new(ranks: u32) -> Self {
+        let at_roots = |c: Collective| (0..if c.rooted() { ranks } else { 1 }).map(move |root| (c, root));
+        Self(
+            Collective::ALL
+                .into_iter()
+                .flat_map(at_roots)
+                .map(|(c, root)| ((c, root), plan_for(c, ranks, root)))
+                .collect(),
+        )
+    }
+
+    /// The plan of `case`'s collective at its root.
+    fn of(&self, case: &Case) -> Option<&Built> {
+        let key = (case.collective, case.shape.root);
+        self.0.iter().find(|(k, _)| *k == key).and_then(|(_, plan)| plan.as_ref())
+    }
+}
+
 /// The plan and operator that run `case` on the CPU, `None` when the interpreter cannot run it
 /// (`Some(Err)`: the plan failed to build, a failure of the call).
-fn runnable<'p>(
-    case: &Case,
-    plan: Option<&'p Result<(&'static str, ExecutionPlan), String>>,
-) -> Option<Result<(&'p ExecutionPlan, PlanOp), String>> {
+fn runnable<'p>(case: &Case, plan: Option<&'p Built>) -> Option<Result<(&'p ExecutionPlan, PlanOp), String>> {
     let host_type = matches!(
         case.dtype,
         DataType::F32 | DataType::F64 | DataType::I32 | DataType::U32 | DataType::I64 | DataType::U64
@@ -134,12 +158,10 @@ mod tests {
     fn calls_without_a_plan_or_host_type_are_not_run() {
         let generator = Generator::new(Limits { ranks: 2, max_bytes: 4096, ll_slot_bytes: CPU_MAX_BYTES });
         let cases: Vec<Case> = (0..400).map(|k| generator.case(5, k)).collect();
-        let plans: Vec<_> = crate::harness::Collective::ALL.iter().map(|&c| (c, plan_for(c, 2))).collect();
+        let plans = Plans::new(2);
         for c in &cases {
-            let plan = plans.iter().find(|(x, _)| *x == c.collective).and_then(|(_, p)| p.as_ref());
-            let runs = runnable(c, plan).is_some();
-            let reduce_or_p2p =
-                matches!(c.collective, crate::harness::Collective::Reduce | crate::harness::Collective::SendRecv);
+            let runs = runnable(c, plans.of(c)).is_some();
+            let reduce_or_p2p = matches!(c.collective, Collective::Reduce | Collective::SendRecv);
             if reduce_or_p2p
                 || c.dtype == DataType::Bf16
                 || c.op.op() == weft_types::ReduceOp::Avg && c.collective.reduces()
