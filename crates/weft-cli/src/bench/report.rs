@@ -79,9 +79,7 @@ pub(super) fn title(options: &BenchOptions) -> String {
     if c.reduces() {
         t += &format!(" {}", options.op.name());
     }
-    if c.rooted() {
-        t += &format!(" root {}", options.root);
-    }
+    t += &c.at_root(options.root);
     if options.shares_gpus() {
         t += &format!(" on {} ranks sharing {} GPU(s)", options.world(), options.gpus);
     } else {

@@ -46,6 +46,16 @@ pub trait NcclTests: Copy {
     fn bus_factor(self, ranks: usize) -> f64;
     /// Whether the call has a root (broadcast, reduce).
     fn rooted(self) -> bool;
+    /// The roots a call on `ranks` ranks can take: every rank for a rooted collective, 0 for
+    /// the others.
+    fn roots(self, ranks: u32) -> std::ops::Range<u32> {
+        0..if self.rooted() { ranks.max(1) } else { 1 }
+    }
+    /// A call's root in words, for descriptions and titles: ` root r` for a rooted collective,
+    /// nothing for the others.
+    fn at_root(self, root: u32) -> String {
+        if self.rooted() { format!(" root {root}") } else { String::new() }
+    }
     /// The shape of a row of `bytes` requested bytes, as nccl-tests rounds it, rooted at `root`
     /// where the collective has a root (the others get 0); `None` when it holds no element (per
     /// rank or per peer).

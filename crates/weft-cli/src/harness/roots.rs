@@ -9,12 +9,11 @@ use super::NcclTests;
 /// The roots `algorithm` runs its collective at on `ranks` ranks laid out as `nodes`, in rank
 /// order: `[0]` for a collective without a root.
 pub(crate) fn roots(algorithm: Algorithm, ranks: usize, nodes: &Nodes) -> Vec<u32> {
-    if !algorithm.collective().rooted() {
-        return vec![0];
-    }
-    (0..ranks as u32)
+    let collective = algorithm.collective();
+    collective
+        .roots(ranks as u32)
         .filter(|&root| match algorithm {
-            Algorithm::Plan(id) => id.plan_at(nodes, root as usize).is_ok(),
+            Algorithm::Plan(id) if collective.rooted() => id.plan_at(nodes, root as usize).is_ok(),
             _ => true,
         })
         .collect()

@@ -433,7 +433,7 @@ fn check_cases(
         match (Checking { me, call: &call, run: &run, reference: &reference }).launches(&every_launch(true)) {
             Ok(Checked { wrong: 0, identical: true, .. }) => {}
             Ok(Checked { wrong, identical, .. }) => {
-                let what = format!("{} count {count}{}", dtype.name(), at_root(collective, root));
+                let what = format!("{} count {count}{}", dtype.name(), collective.at_root(root));
                 failures.push(format!("{what}: {wrong} wrong elements, ranks identical: {identical}"));
             }
             Err(e) if cannot_carry(e.as_ref()) => {}
@@ -442,16 +442,11 @@ fn check_cases(
                 // after this one report their own results.
                 let _ = me.stream.wait_idle(Duration::from_secs(60), "a failed case");
                 let _ = me.comm.clear_device_failure();
-                return Err(format!("{} count {count}{}: {e}", dtype.name(), at_root(collective, root)));
+                return Err(format!("{} count {count}{}: {e}", dtype.name(), collective.at_root(root)));
             }
         }
     }
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) }
-}
-
-/// A failed call's root, in words: ` root r` for a rooted collective, nothing for the others.
-fn at_root(collective: Collective, root: u32) -> String {
-    if collective.rooted() { format!(" root {root}") } else { String::new() }
 }
 
 /// Which path the captured calls that could go zero-copy took (every case captures two, out of

@@ -127,7 +127,7 @@ impl Case {
     /// The description with `algorithm` and `how` (placement, launch) as given.
     pub(crate) fn describe_as(&self, algorithm: &str, how: &str) -> String {
         let op = if self.collective.reduces() { format!(" {}", self.op.name()) } else { String::new() };
-        let root = if self.collective.rooted() { format!(" root {}", self.shape.root) } else { String::new() };
+        let root = self.collective.at_root(self.shape.root);
         let (name, dtype, count) = (self.collective.name(), self.dtype.name(), self.shape.count);
         format!("{name} [{algorithm}] {dtype}{op} count {count}{root}, {how}")
     }
@@ -229,7 +229,7 @@ fn case(seed: u64, index: u64, limits: &Limits, available: &[Runnable]) -> Case 
     let data_seed = draw.next() as u32;
     // Drawn last, so that the calls without a root are those the same seed drew before roots
     // were: any rank, or one of those the forced algorithm runs at.
-    let every_rank: Vec<u32> = (0..limits.ranks.max(1) as u32).collect();
+    let every_rank: Vec<u32> = collective.roots(limits.ranks as u32).collect();
     let root = if collective.rooted() { draw.pick(forced.map_or(&every_rank, |(_, roots)| roots)) } else { 0 };
     let shape = shape_of(collective, dtype, limits, count, root);
     Case { index, collective, dtype, op, shape, placement, launch, rounds, algorithm, data_seed }

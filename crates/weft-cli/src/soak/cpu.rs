@@ -86,7 +86,7 @@ struct Plans(Vec<((Collective, u32), Option<Built>)>);
 
 impl Plans {
     fn new(ranks: u32) -> Self {
-        let at_roots = |c: Collective| (0..if c.rooted() { ranks } else { 1 }).map(move |root| (c, root));
+        let at_roots = |c: Collective| c.roots(ranks).map(move |root| (c, root));
         Self(
             Collective::ALL
                 .into_iter()
