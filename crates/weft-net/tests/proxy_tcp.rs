@@ -3,8 +3,9 @@
 //! credits, a dead or silent peer (an error naming it, no hang), shutdown with commands in
 //! flight (drained to the peer, or reported abandoned when it cannot be), a receiver shutting
 //! down right after a signal (it still acknowledges), unknown ops and per-op handlers, garbage,
-//! truncated, oversized or misplaced frames from either end (refused, naming the sender). Every
-//! test runs under a deadline.
+//! truncated, oversized or misplaced frames from either end (refused, naming the sender), an
+//! endpoint stopped by a dead peer (its other peers are told which). Every test runs under a
+//! deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
@@ -719,5 +720,62 @@ fn a_receiver_that_answers_garbage_fails_the_sender_with_an_error_naming_it() {
         println!("sender: {error} (after {:?})", started.elapsed());
         assert!(error.to_string().contains(&format!("liar@{addr}")), "{error}");
         drop(fake.join().unwrap());
+    });
+}
+
+/// An endpoint with nothing to send or receive, called `name`.
+fn endpoint(name: &str) -> TcpTransport {
+    let table = MemoryTable::new();
+    table.register(Arc::new(HostMemory::new(64))).unwrap();
+    let config = TcpConfig { timeout: Duration::from_secs(2), ..TcpConfig::default() };
+    TcpTransport::bind(config, name, Arc::new(table), Arc::new(HostInbox::new(MemoryTable::new()))).unwrap()
+}
+
+/// Waits (bounded) until connection `c` of `t` has failed; returns the failure.
+fn await_failure(t: &TcpTransport, c: u16) -> TransportError {
+    let start = Instant::now();
+    loop {
+        if let Some(e) = t.failure(c).unwrap() {
+            return e;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "connection {c} never failed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_endpoint_stopped_by_a_dead_peer_tells_its_other_peers_which_peer_died() {
+    within(30, || {
+        // Rank 0 sends to rank 1 (its connection 1); rank 2 sends to rank 0 (its connection 0).
+        let rank0 = endpoint("rank 0");
+        let rank1 = endpoint("rank 1");
+        let rank2 = endpoint("rank 2");
+        rank0.connect(1, rank1.local_addr(), 0, "rank 1").unwrap();
+        rank2.connect(0, rank0.local_addr(), 2, "rank 0").unwrap();
+        let rank1_addr = rank1.local_addr();
+        drop(rank1);
+        let cause = await_failure(&rank0, 1);
+        assert!(cause.to_string().contains(&format!("rank 1@{rank1_addr}")), "{cause}");
+        rank0.shutdown();
+        let seen = await_failure(&rank2, 0);
+        println!("rank 2: {seen}");
+        let text = seen.to_string();
+        assert!(text.contains(&format!("rank 0@{}", rank0.local_addr())), "{text}");
+        assert!(text.contains(&format!("rank 1@{rank1_addr}")), "{text}");
+        // Nothing was outstanding: the close costs rank 2 no completed work.
+        assert_eq!(rank2.completed(0).unwrap(), 0);
+    });
+}
+
+#[test]
+fn an_endpoint_shut_down_cleanly_closes_its_peers_connections_without_blame() {
+    within(30, || {
+        let rank0 = endpoint("rank 0");
+        let rank2 = endpoint("rank 2");
+        rank2.connect(0, rank0.local_addr(), 2, "rank 0").unwrap();
+        rank0.shutdown();
+        let seen = await_failure(&rank2, 0);
+        // A close or a reset, depending on what the socket still held: a lost peer, no reason.
+        assert!(matches!(&seen, TransportError::PeerLost { peer, .. } if peer.starts_with("rank 0@")), "{seen}");
     });
 }

@@ -21,8 +21,10 @@
 //!
 //! **Failures.** Every socket has read and write timeouts; a closed socket, a write that cannot
 //! progress within `timeout`, an `Error` frame, or `timeout` without any acknowledgement while
-//! frames are outstanding fails the connection with an error naming the peer. No wait in this
-//! module is unbounded.
+//! frames are outstanding fails the connection with an error naming the peer. An endpoint that
+//! shuts down after one of its connections failed sends that failure, as an `Error` frame, to
+//! every peer still sending to it, so that a survivor blames the rank that died rather than
+//! the one that stopped because of it. No wait in this module is unbounded.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -95,6 +97,10 @@ struct Shared {
     inbox: Arc<dyn Inbox>,
     flow: FlowControl,
     closing: AtomicBool,
+    /// Why this endpoint shut down, when one of its own connections had failed: every peer
+    /// still connected to it is told, so that a survivor blames the rank that died, not the
+    /// one that stopped because of it.
+    farewell: Mutex<Option<String>>,
     inbound: Mutex<HashMap<ConnectionId, Arc<InConn>>>,
     inbound_errors: Mutex<Vec<String>>,
     /// Sockets this endpoint opened (it sends on them and reads acknowledgements).
@@ -158,6 +164,7 @@ impl TcpTransport {
             inbox,
             flow,
             closing: AtomicBool::new(false),
+            farewell: Mutex::new(None),
             inbound: Mutex::new(HashMap::new()),
             inbound_errors: Mutex::new(Vec::new()),
             outbound_sockets: Mutex::new(Vec::new()),
@@ -259,6 +266,14 @@ impl TcpTransport {
         Ok(lock(&self.conn(connection)?.failure).clone())
     }
 
+    /// The failure of the lowest-numbered outgoing connection that failed.
+    fn first_failure(&self) -> Option<TransportError> {
+        let out = self.out.read().unwrap_or_else(|p| p.into_inner());
+        let mut ids: Vec<&ConnectionId> = out.keys().collect();
+        ids.sort_unstable();
+        ids.into_iter().find_map(|id| lock(&out[id].failure).clone())
+    }
+
     fn conn(&self, connection: ConnectionId) -> Result<Arc<OutConn>, TransportError> {
         self.out
             .read()
@@ -321,6 +336,10 @@ impl Transport for TcpTransport {
     }
 
     fn shutdown(&self) {
+        // Set before `closing`, which the receivers see as their cue to pass it on.
+        if !self.shared.closing() {
+            *lock(&self.shared.farewell) = self.first_failure().map(|e| format!("{} stopped: {e}", self.shared.name));
+        }
         if self.shared.closing.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -615,7 +634,7 @@ fn ack_loop(shared: &Shared, conn: &OutConn, mut stream: TcpStream) {
                     transport: NAME,
                     connection: conn.id,
                     peer: conn.peer.clone(),
-                    detail: format!("peer refused the connection: {message}"),
+                    detail: format!("the peer closed the connection with an error: {message}"),
                 };
                 conn.fail(shared, error);
                 return;
@@ -816,9 +835,11 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
         let frame = match read_frame(shared, &mut stream, shared.frame_limit(), &expire) {
             Ok(Some(frame)) => frame,
             // A clean close (the sender shut down) or our own shutdown.
-            Ok(None) => return,
+            Ok(None) => return say_farewell(shared, &mut stream),
             Err(e) => {
-                if !shared.closing() {
+                if shared.closing() {
+                    say_farewell(shared, &mut stream);
+                } else {
                     refuse(shared, &mut stream, &peer, e.to_string());
                 }
                 return;
@@ -845,6 +866,18 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
                 return;
             }
         }
+    }
+}
+
+/// On a shutdown caused by a failed connection, tells the sender on `stream` (best effort)
+/// why, as an `Error` frame ahead of the close. Only this socket's receiving thread writes to
+/// it, so the frame never interleaves with an acknowledgement.
+fn say_farewell(shared: &Shared, stream: &mut TcpStream) {
+    if !shared.closing() {
+        return;
+    }
+    if let Some(message) = lock(&shared.farewell).clone() {
+        let _ = stream.write_all(&Frame::Error { message }.encode());
     }
 }
 
