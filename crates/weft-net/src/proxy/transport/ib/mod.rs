@@ -33,9 +33,22 @@
 //! - A failed completion fails its connection with an error naming the peer; so does a
 //!   connection with operations outstanding and no completion for `timeout` (a peer that stopped
 //!   posting receives, or a NIC that stopped answering), and, on the receiving side, a counter
-//!   update its stream refuses or a hole in the stream that never fills. A failure stays with
-//!   its connection: its `submit` reports it, and `completed` while operations are outstanding;
-//!   other connections go on.
+//!   update its stream refuses, a hole in the stream that never fills, or a signal it refuses.
+//!   A failure stays with its connection: its `submit` reports it, and `completed` while
+//!   operations are outstanding; other connections go on.
+//! - A refusal tells the sender why (as TCP's error frame does): the refusing side keeps its
+//!   own detailed error and posts one zero-length RDMA write with immediate on the queue pair,
+//!   whose immediate has bit 31 set and carries a reason code and the wire sequence number
+//!   concerned ([`refusal`]). It takes the path of a signal, not of a counter update: every
+//!   32-bit word is a counter update, but a signal's immediate is a 16-bit connection index, so
+//!   bit 31 is free. The sender's next [`Transport::progress`] fails its connection with a
+//!   protocol error naming the peer and the reason ("the peer closed the connection with an
+//!   error: ..."), instead of a `PeerTimeout` much later. Codes, not text: a send carrying the
+//!   reason would need a registered buffer behind every posted receive and on the sending side,
+//!   for one message in a connection's life. The refusing side leaves its queue pair up (moving
+//!   it to the error state would flush the refusal before it leaves), reposts no more receives,
+//!   and ignores the refusal's completion; a refusal that cannot be posted, or meets a sender
+//!   with no receive posted, leaves the sender its timeout.
 //! - Shutdown moves the queue pairs to the error state ([`Verbs::close`]), so peers' writes
 //!   fail promptly rather than land in memory its owner believes quiet.
 //! - With GPUDirect RDMA into device memory, a binding must make the NIC's writes visible to the
@@ -45,6 +58,7 @@
 pub mod discover;
 mod ffi;
 pub mod rdma;
+mod refusal;
 pub mod soft;
 
 use std::collections::{BTreeSet, HashMap};
@@ -54,6 +68,7 @@ use std::time::{Duration, Instant};
 
 use super::{ConnectionId, Inbox, MAX_CONNECTIONS, MemoryError, Op, Submitted, Transport, TransportError};
 use crate::proxy::flow::FlowControl;
+use refusal::Refusal;
 
 const NAME: &str = "ib";
 
@@ -84,7 +99,8 @@ pub struct RemoteRegion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Immediate {
     /// An RDMA write with immediate (`IBV_WR_RDMA_WRITE_WITH_IMM`): a signal, whose immediate
-    /// is the receiver's connection index. Completes as [`CompletionKind::RecvWriteImm`].
+    /// is the receiver's connection index, or a refusal (bit 31 set, see [`refusal`]).
+    /// Completes as [`CompletionKind::RecvWriteImm`].
     Write(u32),
     /// A send with immediate (`IBV_WR_SEND_WITH_IMM`), zero-length, with no remote address: a
     /// counter update. Completes as [`CompletionKind::RecvSendImm`].
@@ -297,6 +313,10 @@ const TIMEOUT_SCAN: Duration = Duration::from_millis(1);
 /// Set in the id of every receive work request (a write's id has its connection, below 2^10,
 /// in bits 48..58), so a failed completion, whose opcode is undefined, is known as a receive.
 pub const RECV_WR_TAG: u64 = 1 << 63;
+
+/// Set in the id of a refusal's write (with its connection in the low bits): its completion
+/// concerns a connection that has already failed, and is dropped.
+const REFUSAL_WR_TAG: u64 = 1 << 62;
 
 /// An operation's writes: `first` covers all of it, cut into parts of `part` bytes (a
 /// zero-length write is one part).
@@ -550,15 +570,22 @@ impl<V: Verbs> IbTransport<V> {
         })
     }
 
-    /// A peer's signal (write with immediate `imm`) for `connection`: raise its token.
+    /// A peer's write with immediate `imm` for `connection`: a signal, which raises its token,
+    /// or the peer's refusal, which fails the connection with the peer's reason.
     fn raise_token(&self, connection: ConnectionId, state: &mut ConnState, imm: u32) -> Result<(), TransportError> {
-        if imm != u32::from(connection) {
-            let detail = format!("a signal for connection {imm} arrived on the queue pair of connection {connection}");
+        if let Some(refusal) = Refusal::decode(imm) {
+            let detail = format!("the peer closed the connection with an error: {refusal}");
             return Err(fail(state, protocol(connection, state, detail)));
         }
-        self.inbox
-            .signal(connection)
-            .map_err(|source| fail(state, TransportError::Memory { transport: NAME, connection, source }))
+        if imm != u32::from(connection) {
+            let detail = format!("a signal for connection {imm} arrived on the queue pair of connection {connection}");
+            let error = protocol(connection, state, detail);
+            return Err(self.refuse(connection, state, Refusal::MisdirectedSignal, error));
+        }
+        self.inbox.signal(connection).map_err(|source| {
+            let error = TransportError::Memory { transport: NAME, connection, source };
+            self.refuse(connection, state, Refusal::Store, error)
+        })
     }
 
     /// A peer's counter update (send with immediate `imm`) for `connection`: into its counter
@@ -566,8 +593,37 @@ impl<V: Verbs> IbTransport<V> {
     fn apply_counter(&self, connection: ConnectionId, state: &mut ConnState, imm: u32) -> Result<(), TransportError> {
         match self.inbox.counter(connection, imm, Instant::now()) {
             Ok(_) => Ok(()),
-            Err(e) => Err(fail(state, protocol(connection, state, format!("a counter update: {e}")))),
+            Err(e) => {
+                let error = protocol(connection, state, format!("a counter update: {e}"));
+                Err(self.refuse(connection, state, Refusal::from(&e), error))
+            }
         }
+    }
+
+    /// Fails `connection` with `error`, for an inbound operation this side refuses, and tells
+    /// the peer why: `refusal` as a zero-length write with immediate, behind whatever this side
+    /// posted before (see the module docs).
+    fn refuse(
+        &self,
+        connection: ConnectionId,
+        state: &mut ConnState,
+        refusal: Refusal,
+        error: TransportError,
+    ) -> TransportError {
+        let request = WriteRequest {
+            wr_id: REFUSAL_WR_TAG | u64::from(connection),
+            local_addr: 0,
+            lkey: 0,
+            len: 0,
+            remote_addr: 0,
+            rkey: 0,
+            imm: Some(Immediate::Write(refusal.encode())),
+            signaled: true,
+        };
+        if let Err(e) = self.verbs.post_write(state.conn.qp, request) {
+            tracing::warn!("ib: could not tell {} why connection {connection} failed: {e}", state.conn.peer);
+        }
+        fail(state, error)
     }
 
     /// Fails connections whose outstanding operations saw no completion for the timeout, and
@@ -589,7 +645,8 @@ impl<V: Verbs> IbTransport<V> {
             let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = guard.as_mut().filter(|s| s.failure.is_none()) else { continue };
             if let Err(e) = self.inbox.expire_counters(index, at) {
-                fail(state, protocol(index, state, format!("counter updates: {e}")));
+                let error = protocol(index, state, format!("counter updates: {e}"));
+                self.refuse(index, state, Refusal::from(&e), error);
                 continue;
             }
             if state.completed == state.submitted {
@@ -692,6 +749,8 @@ impl<V: Verbs> Transport for IbTransport<V> {
         for wc in out {
             // Errors are recorded in their connection's state (or it had failed before).
             let _ = match wc.kind {
+                // A refusal's: its connection has failed already.
+                CompletionKind::Write if wc.wr_id & REFUSAL_WR_TAG != 0 => Ok(()),
                 CompletionKind::Write => {
                     let (connection, ticket) = ticket_of(wc.wr_id);
                     self.write_done(connection, ticket, wc.status)

@@ -214,6 +214,10 @@ fn a_signal_for_another_connection_is_a_protocol_error() {
     assert!(matches!(&err, TransportError::Protocol { peer, .. } if peer == "rank 0"), "{err}");
     assert!(err.to_string().contains("connection 6 arrived on the queue pair of connection 5"), "{err}");
     assert_eq!(b.inbox.token(5) + b.inbox.token(6), 0, "no token moved");
+    a.transport.progress().unwrap();
+    let told = a.transport.submit(3, &[]).unwrap_err();
+    assert!(matches!(&told, TransportError::Protocol { peer, connection: 3, .. } if peer == "rank 1"), "{told}");
+    assert!(told.to_string().contains("a signal arrived on the queue pair of another connection"), "{told}");
 }
 
 #[test]
@@ -470,6 +474,9 @@ fn a_lost_counter_update_fails_the_receiving_connection_naming_the_peer_and_the_
     assert!(text.contains("peer 0 channel 5: sequence 3 (update 3) missing"), "{text}");
     assert!(text.contains("2 later ones wait"), "{text}");
     assert_eq!([stream.load(0), stream.load(1), stream.load(2)], values_after(3), "the updates before the hole");
+    a.transport.progress().unwrap();
+    let told = a.transport.submit(3, &[]).unwrap_err().to_string();
+    assert!(told.contains("rank 1") && told.contains("sequence 3 missing past the gap timeout"), "{told}");
 }
 
 #[test]
@@ -483,6 +490,70 @@ fn a_counter_update_on_a_connection_without_counters_fails_it_naming_the_peer() 
     assert_eq!(b.inbox.token(5), 0, "no token moved");
     a.transport.progress().unwrap();
     assert_eq!(a.transport.completed(3).unwrap(), 1, "the send itself was delivered");
+    let told = a.transport.submit(3, &[Op::Signal]).unwrap_err().to_string();
+    assert!(told.contains("rank 1") && told.contains("which has no counters registered"), "{told}");
+}
+
+/// A second queue pair between `a` and `b`, carrying connection `a_conn` on `a` and `b_conn`
+/// on `b`.
+fn connect_again(fabric: &SoftFabric, a: &Side, b: &Side, a_conn: ConnectionId, b_conn: ConnectionId) {
+    let (na, nb) = (a.transport.verbs(), b.transport.verbs());
+    let (qa, qb) = fabric.connect(na, nb);
+    let (_, ra) = na.register(a.memory.clone());
+    let (_, rb) = nb.register(b.memory.clone());
+    let conn = |qp, remote_connection, peer: &str, remote| IbConnection {
+        qp,
+        remote_connection,
+        peer: peer.into(),
+        remote: vec![remote],
+    };
+    a.transport.add_connection(a_conn, conn(qa, b_conn, "rank 1", rb)).unwrap();
+    b.transport.add_connection(b_conn, conn(qb, a_conn, "rank 0", ra)).unwrap();
+}
+
+#[test]
+fn a_refused_counter_update_fails_the_senders_connection_promptly_with_the_receivers_reason() {
+    let config = IbConfig { timeout: Duration::from_secs(5), ..IbConfig::default() };
+    let (fabric, a, b) = pair(config);
+    connect_again(&fabric, &a, &b, 4, 6);
+    let stream = b.inbox.register_counters(5, 0, CounterConfig { window: 8, ..CounterConfig::default() }).unwrap();
+    fabric.set_deferred(true);
+    // Update 0 applies; update 20 is beyond the window of 8 after 1: the receiver refuses it.
+    a.transport.submit(3, &put_and_update(&a, 0)).unwrap();
+    a.transport.submit(3, &[put(0, 0, 8), counter(20, 0, CounterUpdate::Add(1)), put(0, 8, 8)]).unwrap();
+    let start = Instant::now();
+    while a.transport.submit(3, &[]).is_ok() {
+        assert!(start.elapsed() < config.timeout / 10, "the sender was never told");
+        b.transport.progress().unwrap();
+        a.transport.progress().unwrap();
+    }
+    let told = a.transport.submit(3, &[Op::Signal]).unwrap_err();
+    assert!(matches!(&told, TransportError::Protocol { peer, connection: 3, .. } if peer == "rank 1"), "{told}");
+    let reason = "sequence 20 is beyond the window";
+    assert!(
+        told.to_string().contains(&format!("the peer closed the connection with an error: counter update: {reason}")),
+        "{told}"
+    );
+
+    // The receiver's own error is the one it always gave.
+    let own = b.transport.submit(5, &[Op::Signal]).unwrap_err();
+    assert!(matches!(&own, TransportError::Protocol { peer, connection: 5, .. } if peer == "rank 0"), "{own}");
+    let own = own.to_string();
+    assert!(
+        own.contains(&format!("a counter update: counter immediate from peer 0 channel 5: {reason} of 8 after 1")),
+        "{own}"
+    );
+    assert_eq!(stream.stream().applied(), 1, "only the update before the refused one");
+
+    // Both sides' other connection goes on, both ways.
+    a.transport.submit(4, &[put(0, 64, 8), Op::Signal]).unwrap();
+    b.transport.submit(6, &[put(0, 64, 8), Op::Signal]).unwrap();
+    for _ in 0..8 {
+        a.transport.progress().unwrap();
+        b.transport.progress().unwrap();
+    }
+    assert_eq!((a.inbox.token(4), b.inbox.token(6)), (1, 1));
+    assert_eq!((a.transport.completed(4).unwrap(), b.transport.completed(6).unwrap()), (2, 2));
 }
 
 #[test]
@@ -521,4 +592,23 @@ fn the_software_fabric_refuses_a_send_that_carries_bytes() {
     na.post_write(qa, WriteRequest { len: 0, wr_id: 2, ..send }).unwrap();
     na.poll_cq(&mut out).unwrap();
     assert_eq!(out[1].status.as_ref().unwrap_err().text, soft::FLUSHED, "the queue pair is in the error state");
+}
+
+#[test]
+fn refusals_survive_their_immediate_and_no_signal_reads_as_one() {
+    use super::refusal::Refusal;
+    let refusals = [
+        Refusal::Unspecified { code: 0 },
+        Refusal::Unspecified { code: 200 },
+        Refusal::NoCounters,
+        Refusal::BeyondWindow { seq: 255 },
+        Refusal::ConflictingDuplicate { seq: 7 },
+        Refusal::Missing { seq: 0 },
+        Refusal::Store,
+        Refusal::MisdirectedSignal,
+    ];
+    for r in refusals {
+        assert_eq!(Refusal::decode(r.encode()), Some(r));
+    }
+    assert!((0..=u32::from(ConnectionId::MAX)).all(|signal| Refusal::decode(signal).is_none()));
 }
