@@ -98,6 +98,9 @@ pub enum Algorithm {
     /// Broadcast down a pipelined chain of the ranks from the root, through slots of the next
     /// rank's scratch with credits: no barrier.
     BroadcastChain,
+    /// Broadcast down the chain of the ranks from the root as LL128 lines (120 bytes and a flag
+    /// per 128), each passed on as it arrives: no fence between ranks. Needs NVLink peers.
+    BroadcastLl128,
     /// Reduce over LL packets.
     ReduceLl,
     /// Reduce as two-shot through scratch, results to the root.
@@ -105,6 +108,9 @@ pub enum Algorithm {
     /// Reduce up a pipelined chain of the ranks ending at the root (partials in the element
     /// type, as the ring's), through slots of the next rank's scratch with credits.
     ReduceChain,
+    /// Reduce up the chain of the ranks ending at the root as LL128 lines (partials in the
+    /// element type). Needs NVLink peers.
+    ReduceLl128,
     /// AllToAll as grouped point-to-point transfers, blocks of up to `p2p_ll_bytes` over LL
     /// packets ([`Protocol::LlP2p`]).
     AllToAllLl,
@@ -120,7 +126,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 20] = [
+    pub const ALL: [Algorithm; 22] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceHb,
@@ -134,16 +140,18 @@ impl Algorithm {
         Algorithm::BroadcastLl,
         Algorithm::BroadcastHb,
         Algorithm::BroadcastChain,
+        Algorithm::BroadcastLl128,
         Algorithm::ReduceLl,
         Algorithm::ReduceHb,
         Algorithm::ReduceChain,
+        Algorithm::ReduceLl128,
         Algorithm::AllToAllLl,
         Algorithm::AllToAllP2p,
         Algorithm::SendRecvLl,
         Algorithm::SendRecvP2p,
     ];
 
-    /// Short name within its collective (`ll`, `ll2`, `hb`, `ring`, `chain`, `port_ring`,
+    /// Short name within its collective (`ll`, `ll2`, `ll128`, `hb`, `ring`, `chain`, `port_ring`,
     /// `port_allpairs`, `p2p`, `plan:<name>`), as
     /// `WEFT_ALGO_<COLLECTIVE>` and the tuning table spell it.
     pub fn name(self) -> &'static str {
@@ -155,6 +163,7 @@ impl Algorithm {
             Self::AllReducePortAllPairs => "port_allpairs",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             Self::BroadcastChain | Self::ReduceChain => "chain",
+            Self::BroadcastLl128 | Self::ReduceLl128 => "ll128",
             a if matches!(a.protocol(), Protocol::Ll | Protocol::LlP2p) => "ll",
             _ => "hb",
         }
@@ -171,8 +180,10 @@ impl Algorithm {
             | Self::AllReducePortAllPairs => Collective::AllReduce,
             Self::AllGatherLl | Self::AllGatherHb => Collective::AllGather,
             Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
-            Self::BroadcastLl | Self::BroadcastHb | Self::BroadcastChain => Collective::Broadcast,
-            Self::ReduceLl | Self::ReduceHb | Self::ReduceChain => Collective::Reduce,
+            Self::BroadcastLl | Self::BroadcastHb | Self::BroadcastChain | Self::BroadcastLl128 => {
+                Collective::Broadcast
+            }
+            Self::ReduceLl | Self::ReduceHb | Self::ReduceChain | Self::ReduceLl128 => Collective::Reduce,
             Self::AllToAllLl | Self::AllToAllP2p => Collective::AllToAll,
             Self::SendRecvLl | Self::SendRecvP2p => Collective::SendRecv,
             Self::Plan(id) => id.collective(),
@@ -187,7 +198,9 @@ impl Algorithm {
             | Self::AllGatherLl
             | Self::ReduceScatterLl
             | Self::BroadcastLl
-            | Self::ReduceLl => Protocol::Ll,
+            | Self::BroadcastLl128
+            | Self::ReduceLl
+            | Self::ReduceLl128 => Protocol::Ll,
             Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
             Self::AllToAllLl | Self::SendRecvLl => Protocol::LlP2p,
             Self::Plan(_) => Protocol::Plan,
@@ -202,13 +215,14 @@ impl Algorithm {
         matches!(self.collective(), Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }
 
-    /// Whether it handles `dtype`. The rings, the reduce chain and the reducing plans carry partial results
+    /// Whether it handles `dtype`. The rings, the reduce chains and the reducing plans carry partial results
     /// between ranks in the element type, so in FP8 they would round to 8 bits at every step;
     /// FP8 reductions accumulate in higher precision, so they leave FP8 to the other algorithms.
     pub fn supports(self, dtype: weft_types::DataType) -> bool {
         use weft_types::DataType;
-        let partials_in_type = matches!(self, Self::AllReduceRing | Self::AllReducePortRing | Self::ReduceChain)
-            || (self.protocol() == Protocol::Plan && self.reduces());
+        let partials_in_type =
+            matches!(self, Self::AllReduceRing | Self::AllReducePortRing | Self::ReduceChain | Self::ReduceLl128)
+                || (self.protocol() == Protocol::Plan && self.reduces());
         !partials_in_type || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
     }
 
@@ -242,9 +256,11 @@ impl Algorithm {
             Self::BroadcastLl => "weft_broadcast_ll",
             Self::BroadcastHb => "weft_broadcast_hb",
             Self::BroadcastChain => "weft_broadcast_chain",
+            Self::BroadcastLl128 => "weft_broadcast_ll128",
             Self::ReduceLl => "weft_reduce_ll",
             Self::ReduceHb => "weft_reduce_hb",
             Self::ReduceChain => "weft_reduce_chain",
+            Self::ReduceLl128 => "weft_reduce_ll128",
             Self::AllToAllP2p | Self::SendRecvP2p => "weft_p2p",
             Self::AllToAllLl | Self::SendRecvLl => "weft_p2p_ll",
             Self::Plan(_) => "weft_execute",

@@ -63,7 +63,8 @@ impl Chooser<'_> {
                 format!("{algorithm} does not support {} with {}", call.dtype.name(), call.op.name())
             } else {
                 format!(
-                    "{algorithm} cannot carry {} bytes (LL slots hold {} per rank; WEFT_LL_SLOT_BYTES)",
+                    "{algorithm} cannot carry {} bytes in its packet buffer (sized by WEFT_LL_SLOT_BYTES: {} \
+                     per rank)",
                     call.size, self.config.ll_slot_bytes
                 )
             }));

@@ -750,7 +750,12 @@ impl Collectives {
             Ok((scalar, op, bytes))
         });
         let (scalar, op, bytes) = self.agreed(|| call, checked)?;
-        let algorithm = self.choose(collective, bytes, dtype, op, |_| bytes)?;
+        // An LL128 chain fills one half of the packet buffer rather than a slot: it fits or not.
+        let algorithm = self.choose(collective, bytes, dtype, op, |a| match a {
+            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 if self.resources.ll128_fits(bytes as u64) => 0,
+            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 => usize::MAX,
+            _ => bytes,
+        })?;
         if let Algorithm::Plan(id) = algorithm {
             // SAFETY: forwarded caller contract; buffers checked above (a non-root's send is
             // never read: only the root's plan reads its input).

@@ -30,6 +30,8 @@ pub const KERNELS: KernelSet = KernelSet {
         ("port_grid.cuh", include_str!("../../../device/kernels/coll/port_grid.cuh")),
         ("chain_geometry.cuh", include_str!("../../../device/kernels/coll/chain_geometry.cuh")),
         ("chain.cuh", include_str!("../../../device/kernels/coll/chain.cuh")),
+        ("ll128_geometry.cuh", include_str!("../../../device/kernels/coll/ll128_geometry.cuh")),
+        ("ll128.cuh", include_str!("../../../device/kernels/coll/ll128.cuh")),
         ("allreduce_ll.cu", include_str!("../../../device/kernels/coll/allreduce_ll.cu")),
         ("allreduce_hb.cu", include_str!("../../../device/kernels/coll/allreduce_hb.cu")),
         ("ring.cu", include_str!("../../../device/kernels/coll/ring.cu")),

@@ -79,9 +79,11 @@ weft_gpu::device_kernels! {
         "weft_broadcast_ll",
         "weft_broadcast_hb",
         "weft_broadcast_chain",
+        "weft_broadcast_ll128",
         "weft_reduce_ll",
         "weft_reduce_hb",
         "weft_reduce_chain",
+        "weft_reduce_ll128",
     ] {
         /// The rank's collective context, with the call's scalar.
         c: CollContext => "weft::CollContext",

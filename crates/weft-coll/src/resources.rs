@@ -45,6 +45,15 @@ impl PacketLayout {
         let total_bytes = pair_token_offset + 4 * u64::from(ll_pair_parts(config.ll_blocks, ranks)) * ranks64;
         Self { slot_bytes, half_bytes, token_offset, pair_offset, pair_slot_bytes, pair_token_offset, total_bytes }
     }
+
+    /// Whether the LL128 lines of a `bytes`-byte message fit either half: they fill it from
+    /// its first 128-byte boundary (`ll128.cuh`; the buffer is an allocation of its own, so its
+    /// base is 128-aligned), 128 bytes per 120 of the message.
+    pub(crate) fn ll128_fits(&self, bytes: u64) -> bool {
+        let second = self.half_bytes.next_multiple_of(128);
+        let room = self.half_bytes.min((2 * self.half_bytes).saturating_sub(second));
+        bytes.div_ceil(120).saturating_mul(128) <= room
+    }
 }
 
 /// Blocks per (peer, direction) of a send/receive launch over LL packets, the parts a message is
@@ -91,6 +100,7 @@ fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
 /// Registered buffers and device tables of one rank; see the module documentation.
 pub(crate) struct Resources {
     context: CollContext,
+    layout: PacketLayout,
     _scratch: RegisteredMemory,
     _packets: RegisteredMemory,
     _channel_table: DeviceMemory,
@@ -189,6 +199,7 @@ impl Resources {
         };
         Ok(Self {
             context,
+            layout,
             _scratch: scratch,
             _packets: packets,
             _channel_table: channel_table,
@@ -218,6 +229,11 @@ impl Resources {
         self.ll_pairs
     }
 
+    /// Whether an LL128 chain (`ll128`) can carry `bytes` ([`PacketLayout::ll128_fits`]).
+    pub(crate) fn ll128_fits(&self, bytes: u64) -> bool {
+        self.layout.ll128_fits(bytes)
+    }
+
     /// The largest direction `weft_p2p_ll` can carry: the payload of a pair slot (LL16 packets
     /// carry half their bytes).
     pub(crate) fn pair_payload(&self) -> u64 {
@@ -228,6 +244,25 @@ impl Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ll128_lines_fit_each_half_from_its_first_128_byte_boundary() {
+        for (slot, ranks) in [(512 << 10, 2), (512 << 10, 8), (8, 2), (24, 3), (1000, 5), (4096, 7)] {
+            let config = CollConfig { ll_slot_bytes: slot, ..CollConfig::default() };
+            let l = PacketLayout::new(&config, ranks);
+            let h = l.half_bytes;
+            // The most bytes whose lines fit both halves, placed as the kernel places them.
+            let room =
+                [(0, h), (h, 2 * h)].map(|(start, end): (u64, u64)| end.saturating_sub(start.next_multiple_of(128)));
+            let most = room.iter().min().unwrap() / 128 * 120;
+            assert!(l.ll128_fits(most), "{slot} {ranks}: {most}");
+            assert!(!l.ll128_fits(most + 1), "{slot} {ranks}: {}", most + 1);
+            assert!(l.ll128_fits(0));
+        }
+        // The default slots: 3.75 MiB at 2 ranks, 15 MiB at 8.
+        let l = PacketLayout::new(&CollConfig::default(), 2);
+        assert!(l.ll128_fits(3_932_160) && !l.ll128_fits(3_932_161));
+    }
 
     #[test]
     fn packet_layout_fits_two_halves_of_two_slots_per_rank_and_the_tokens() {

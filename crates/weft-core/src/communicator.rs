@@ -472,6 +472,7 @@ impl Communicator {
             Some(WaitOp::SemaphoreWait) => "semaphore wait",
             Some(WaitOp::Ll8Read) => "LL8 packet read",
             Some(WaitOp::Ll16Read) => "LL16 packet read",
+            Some(WaitOp::Ll128Read) => "LL128 line read",
             Some(WaitOp::LlToken) => "LL buffer release by the peer",
             Some(WaitOp::FifoPush) => "FIFO push into a full ring",
             Some(WaitOp::FifoSync) => "FIFO sync on a command's consumption",

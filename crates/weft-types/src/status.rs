@@ -51,6 +51,8 @@ device_enums! {
         GinBarrier = 18,
         /// A GIN proxy `put_value` waiting for a free staging slot; `peer` is the put's target rank.
         GinStaging = 19,
+        /// Reading an LL128 line whose flag never matched; `observed` is the flag word last seen.
+        Ll128Read = 20,
     }
 }
 

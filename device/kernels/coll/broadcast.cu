@@ -1,6 +1,8 @@
-// Broadcast, LL (weft_broadcast_ll), HB (weft_broadcast_hb) and chain (weft_broadcast_chain).
+// Broadcast, LL (weft_broadcast_ll), HB (weft_broadcast_hb), chain (weft_broadcast_chain) and
+// LL128 chain (weft_broadcast_ll128).
 #include "chain.cuh"
 #include "common.cuh"
+#include "ll128.cuh"
 
 extern "C" __global__ void __launch_bounds__(512)
     weft_broadcast_ll(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
@@ -89,5 +91,20 @@ extern "C" __global__ void __launch_bounds__(1024)
     const char* src = from != nullptr ? from : input + at;
     if (to != nullptr) push_padded(to, src, 0, len);
     copy_range(output + at, src, 0, len);
+  });
+}
+
+// The LL128 chain from the root (ll128.cuh): the root reads each line's bytes from its input,
+// every other rank takes them from the previous rank's line; each stores them in its output
+// and passes the line on.
+extern "C" __global__ void __launch_bounds__(512)
+    weft_broadcast_ll128(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  WEFT_TRACE_SCOPE(weft_broadcast_ll128);
+  LlRound round;
+  if (!ll_round_begin(c, round)) return;
+  const bool copies = c.rank != root || input != output;
+  ll128_chain(c, round, root, bytes, [&](uint64_t line, uint32_t lane, bool received, uint32_t (&w)[4]) {
+    if (!received) ll128_load(input, bytes, line, lane, w);
+    if (copies) ll128_store(output, bytes, line, lane, w);
   });
 }

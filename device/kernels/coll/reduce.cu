@@ -1,5 +1,7 @@
-// Reduce to a root, LL (weft_reduce_ll), HB (weft_reduce_hb) and chain (weft_reduce_chain).
+// Reduce to a root, LL (weft_reduce_ll), HB (weft_reduce_hb), chain (weft_reduce_chain) and
+// LL128 chain (weft_reduce_ll128).
 #include "chain.cuh"
+#include "ll128.cuh"
 #include "reducing.cuh"
 #include "two_shot_hb.cuh"
 
@@ -38,5 +40,35 @@ extern "C" __global__ void __launch_bounds__(1024)
   const bool is_root = c.rank == root;
   chain(c, (root + 1) % c.ranks, bytes, [&](uint64_t at, uint64_t len, const char* from, char* to) {
     ring_reduce(from, input + at, to, is_root ? output + at : nullptr, 0, len, is_root ? finish : Fin::partial(), pre);
+  });
+}
+
+// The LL128 chain ending at the root (ll128.cuh), starting at the rank after it: every rank
+// folds its input (through Pre) into the partial of each line (the head starts from its input)
+// and passes the line on; the root applies Fin and stores its output. Partials travel in the
+// element type, as in the chain. The flag lane's last 8 bytes fold as if data and are then
+// replaced by the flag (or never stored, at the root).
+extern "C" __global__ void __launch_bounds__(512)
+    weft_reduce_ll128(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
+  WEFT_TRACE_SCOPE(weft_reduce_ll128);
+  LlRound round;
+  if (!ll_round_begin(c, round)) return;
+  using R = Reducer<kType, kOp, 16>;
+  const Fin finish = c.rank == root ? Fin::of(c) : Fin::partial();
+  const Pre pre = Pre::of(c);
+  const bool is_root = c.rank == root;
+  ll128_chain(c, round, (root + 1) % c.ranks, bytes, [&](uint64_t line, uint32_t lane, bool received, uint32_t (&w)[4]) {
+    uint32_t own[4];
+    ll128_load(input, bytes, line, lane, own);
+    pre(own);
+    Acc acc[R::kElems];
+    if (received) {
+      R::start(acc, w);
+      R::fold(acc, own);
+    } else {
+      R::start(acc, own);
+    }
+    R::finish(acc, finish, w);
+    if (is_root) ll128_store(output, bytes, line, lane, w);
   });
 }

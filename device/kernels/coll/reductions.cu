@@ -43,6 +43,8 @@
 //   weft_reduce_hb          the two-shot HB over the non-roots, results to the root only.
 //   weft_reduce_chain       a chain ending at the root: each rank folds its input into the
 //                           partial and passes it on, in steps with credits (chain.cuh).
+//   weft_reduce_ll128       the same chain as LL128 lines, each folded and passed on as it
+//                           arrives (ll128.cuh); Pre at the local read, as in ring_reduce.
 #include "weft/generated/kernels/coll.cuh"  // the prototypes every definition must match
 #include "allreduce_ll.cu"
 #include "allreduce_hb.cu"

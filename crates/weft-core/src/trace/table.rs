@@ -65,6 +65,8 @@ pub const KERNELS: &[&str] = &[
     "weft_p2p_ll",
     "weft_broadcast_chain",
     "weft_reduce_chain",
+    "weft_broadcast_ll128",
+    "weft_reduce_ll128",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

@@ -56,8 +56,10 @@ constexpr uint16_t weft_ep_ll_combine_recv = 19;
 constexpr uint16_t weft_p2p_ll = 20;
 constexpr uint16_t weft_broadcast_chain = 21;
 constexpr uint16_t weft_reduce_chain = 22;
+constexpr uint16_t weft_broadcast_ll128 = 23;
+constexpr uint16_t weft_reduce_ll128 = 24;
 }  // namespace kernel
-constexpr uint32_t kKernels = 23u;
+constexpr uint32_t kKernels = 25u;
 
 struct Record {
   uint64_t ns;

@@ -87,6 +87,7 @@ enum class WaitOp : uint32_t {
   GinCounter = 17,  ///<  A GIN `wait_counter`; `peer` is the counter's index.
   GinBarrier = 18,  ///<  A GIN barrier; `peer` is the barrier's signal index, `expected` the arrivals.
   GinStaging = 19,  ///<  A GIN proxy `put_value` waiting for a free staging slot; `peer` is the put's target rank.
+  Ll128Read = 20,  ///<  Reading an LL128 line whose flag never matched; `observed` is the flag word last seen.
 };
 
 ///  Element type of a collective's buffers.

@@ -95,6 +95,14 @@ static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_broadcast_chain)>) ==
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_broadcast_chain)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_broadcast_chain)>) == 4, "weft_broadcast_chain: root is 4 bytes aligned to 4 in Rust");
 
 // Rooted: A collective with a root (Broadcast, Reduce).
+extern "C" __global__ void weft_broadcast_ll128(weft::CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_broadcast_ll128)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_broadcast_ll128)>) == 8, "weft_broadcast_ll128: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_broadcast_ll128)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_broadcast_ll128)>) == 8, "weft_broadcast_ll128: input is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_broadcast_ll128)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_broadcast_ll128)>) == 8, "weft_broadcast_ll128: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_broadcast_ll128)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_broadcast_ll128)>) == 8, "weft_broadcast_ll128: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_broadcast_ll128)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_broadcast_ll128)>) == 4, "weft_broadcast_ll128: root is 4 bytes aligned to 4 in Rust");
+
+// Rooted: A collective with a root (Broadcast, Reduce).
 extern "C" __global__ void weft_reduce_ll(weft::CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_ll)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_ll)>) == 8, "weft_reduce_ll: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_ll)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_ll)>) == 8, "weft_reduce_ll: input is 8 bytes aligned to 8 in Rust");
@@ -117,6 +125,14 @@ static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_chain)>) == 8 
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_chain)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_chain)>) == 8, "weft_reduce_chain: output is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_chain)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_chain)>) == 8, "weft_reduce_chain: bytes is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_reduce_chain)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_reduce_chain)>) == 4, "weft_reduce_chain: root is 4 bytes aligned to 4 in Rust");
+
+// Rooted: A collective with a root (Broadcast, Reduce).
+extern "C" __global__ void weft_reduce_ll128(weft::CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_ll128)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_ll128)>) == 8, "weft_reduce_ll128: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_ll128)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_ll128)>) == 8, "weft_reduce_ll128: input is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_ll128)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_ll128)>) == 8, "weft_reduce_ll128: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_ll128)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_ll128)>) == 8, "weft_reduce_ll128: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_reduce_ll128)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_reduce_ll128)>) == 4, "weft_reduce_ll128: root is 4 bytes aligned to 4 in Rust");
 
 // P2p: One round of grouped sends and receives (AllToAll, grouped send/receive).
 extern "C" __global__ void weft_p2p(weft::CollContext c, weft::P2pPlan plan);
