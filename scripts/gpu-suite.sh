@@ -10,8 +10,9 @@
 # The versus step checks every element of an algorithm and times it against the one it replaced
 # as a default, in the same run, at every rank count from 2 to the GPUs there are: AllToAll and
 # SendRecv over LL packets against p2p (1 KB - 4 MB), Broadcast and Reduce down the chain against
-# HB (1 KB - 64 MB; the perf step times the defaults against NCCL up to 1 GB), and down the LL128
-# chain against the chain (1 KB - 2 MB; a message must fit a half of the packet buffer).
+# HB (1 KB - 64 MB; the perf step times the defaults against NCCL up to 1 GB), and LL128 lines
+# against what they would replace: Broadcast and Reduce against the chain, AllReduce against the
+# LL two-shot (1 KB - 2 MB), AllGather and ReduceScatter against LL (1 KB - 512 KB a block).
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -75,7 +76,8 @@ for step in "${steps[@]}"; do
     versus) gpus="$(nvidia-smi -L | wc -l)"
             for ranks in $(seq 2 "$gpus"); do
               for pair in alltoall:ll:p2p:4M:4 sendrecv:ll:p2p:4M:4 broadcast:chain:hb:64M:4 reduce:chain:hb:64M:4 \
-                          broadcast:ll128:chain:2M:2 reduce:ll128:chain:2M:2; do
+                          broadcast:ll128:chain:2M:2 reduce:ll128:chain:2M:2 allreduce:ll128:ll2:2M:2 \
+                          allgather:ll128:ll:512K:2 reducescatter:ll128:ll:512K:2; do
                 IFS=: read -r c algo base max factor <<< "$pair"
                 var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"
                 log="$dir/$c-$algo-$ranks-ranks.txt"

@@ -73,6 +73,8 @@ pub enum Algorithm {
     AllReduceLl,
     /// AllReduce, two-shot (reduce-scatter + all-gather) over LL packets.
     AllReduceLl2,
+    /// AllReduce, the two-shot in LL128 lines (120 bytes and a flag per 128). Needs NVLink peers.
+    AllReduceLl128,
     /// AllReduce, two-shot through scratch with many blocks.
     AllReduceHb,
     /// AllReduce, ring reduce-scatter then ring all-gather through the next rank's scratch.
@@ -85,10 +87,14 @@ pub enum Algorithm {
     AllReducePortAllPairs,
     /// AllGather over LL packets.
     AllGatherLl,
+    /// AllGather in LL128 lines. Needs NVLink peers.
+    AllGatherLl128,
     /// AllGather through scratch.
     AllGatherHb,
     /// ReduceScatter over LL packets.
     ReduceScatterLl,
+    /// ReduceScatter in LL128 lines. Needs NVLink peers.
+    ReduceScatterLl128,
     /// ReduceScatter through scratch.
     ReduceScatterHb,
     /// Broadcast over LL packets.
@@ -126,16 +132,19 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 22] = [
+    pub const ALL: [Algorithm; 25] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
+        Algorithm::AllReduceLl128,
         Algorithm::AllReduceHb,
         Algorithm::AllReduceRing,
         Algorithm::AllReducePortRing,
         Algorithm::AllReducePortAllPairs,
         Algorithm::AllGatherLl,
+        Algorithm::AllGatherLl128,
         Algorithm::AllGatherHb,
         Algorithm::ReduceScatterLl,
+        Algorithm::ReduceScatterLl128,
         Algorithm::ReduceScatterHb,
         Algorithm::BroadcastLl,
         Algorithm::BroadcastHb,
@@ -163,7 +172,11 @@ impl Algorithm {
             Self::AllReducePortAllPairs => "port_allpairs",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             Self::BroadcastChain | Self::ReduceChain => "chain",
-            Self::BroadcastLl128 | Self::ReduceLl128 => "ll128",
+            Self::AllReduceLl128
+            | Self::AllGatherLl128
+            | Self::ReduceScatterLl128
+            | Self::BroadcastLl128
+            | Self::ReduceLl128 => "ll128",
             a if matches!(a.protocol(), Protocol::Ll | Protocol::LlP2p) => "ll",
             _ => "hb",
         }
@@ -174,12 +187,13 @@ impl Algorithm {
         match self {
             Self::AllReduceLl
             | Self::AllReduceLl2
+            | Self::AllReduceLl128
             | Self::AllReduceHb
             | Self::AllReduceRing
             | Self::AllReducePortRing
             | Self::AllReducePortAllPairs => Collective::AllReduce,
-            Self::AllGatherLl | Self::AllGatherHb => Collective::AllGather,
-            Self::ReduceScatterLl | Self::ReduceScatterHb => Collective::ReduceScatter,
+            Self::AllGatherLl | Self::AllGatherLl128 | Self::AllGatherHb => Collective::AllGather,
+            Self::ReduceScatterLl | Self::ReduceScatterLl128 | Self::ReduceScatterHb => Collective::ReduceScatter,
             Self::BroadcastLl | Self::BroadcastHb | Self::BroadcastChain | Self::BroadcastLl128 => {
                 Collective::Broadcast
             }
@@ -195,8 +209,11 @@ impl Algorithm {
         match self {
             Self::AllReduceLl
             | Self::AllReduceLl2
+            | Self::AllReduceLl128
             | Self::AllGatherLl
+            | Self::AllGatherLl128
             | Self::ReduceScatterLl
+            | Self::ReduceScatterLl128
             | Self::BroadcastLl
             | Self::BroadcastLl128
             | Self::ReduceLl
@@ -207,6 +224,12 @@ impl Algorithm {
             Self::AllReducePortRing | Self::AllReducePortAllPairs => Protocol::Port,
             _ => Protocol::Hb,
         }
+    }
+
+    /// Whether it moves LL128 lines (`ll128`): 128 bytes per 120 of payload, into a slot of the
+    /// packet buffer per sender, or (Broadcast, Reduce: the chain) into a whole half.
+    pub fn is_ll128(self) -> bool {
+        self.name() == "ll128"
     }
 
     /// Whether its kernel reduces (compiled per element type and operator, in
@@ -245,13 +268,16 @@ impl Algorithm {
         match self {
             Self::AllReduceLl => "weft_allreduce_ll",
             Self::AllReduceLl2 => "weft_allreduce_ll2",
+            Self::AllReduceLl128 => "weft_allreduce_ll128",
             Self::AllReduceHb => "weft_allreduce_hb",
             Self::AllReduceRing => "weft_allreduce_ring",
             Self::AllReducePortRing => "weft_allreduce_port_ring",
             Self::AllReducePortAllPairs => "weft_allreduce_port_allpairs",
             Self::AllGatherLl => "weft_allgather_ll",
+            Self::AllGatherLl128 => "weft_allgather_ll128",
             Self::AllGatherHb => "weft_allgather_hb",
             Self::ReduceScatterLl => "weft_reduce_scatter_ll",
+            Self::ReduceScatterLl128 => "weft_reduce_scatter_ll128",
             Self::ReduceScatterHb => "weft_reduce_scatter_hb",
             Self::BroadcastLl => "weft_broadcast_ll",
             Self::BroadcastHb => "weft_broadcast_hb",

@@ -905,7 +905,7 @@ mod tests {
             ),
             Algorithm::AllReduceRing
         );
-        assert!(with(&[("WEFT_ALGO_ALLREDUCE", "tree")]).unwrap_err().contains("ll, ll2, hb, ring"));
+        assert!(with(&[("WEFT_ALGO_ALLREDUCE", "tree")]).unwrap_err().contains("ll, ll2, ll128, hb, ring"));
         assert!(with(&[("WEFT_ALGO_BROADCAST", "ll2")]).is_err());
         assert!(with(&[("WEFT_CHUNK_BYTES", "0")]).is_err());
         assert_eq!(with(&[("WEFT_HB_BLOCKS", "64")]).unwrap().hb_blocks, 64);

@@ -102,19 +102,23 @@ mod tests {
 
     /// An early launch (`CollConfig::early_launch`) is sound only for a kernel whose blocks all
     /// wait for the previous grid before anything else: every LL kernel must begin with
-    /// `ll_round_begin`, and every send/receive LL kernel with `ll_launch_begin`, each of which
-    /// waits first.
+    /// `ll_round_begin` (`ll128_round_begin` for LL128 lines), and every send/receive LL kernel
+    /// with `ll_launch_begin`, each of which waits first.
     #[test]
     fn every_early_launched_kernel_begins_by_waiting_for_the_previous_grid() {
         use crate::algorithm::{Algorithm, Protocol};
         let header = include_str!("../../../device/include/weft/collective.cuh");
-        let body_of = |function: &str| {
-            let at = header.find(&format!("{function}(")).unwrap_or_else(|| panic!("{function} is defined"));
-            let from = &header[at..];
+        let ll128 = include_str!("../../../device/kernels/coll/ll128.cuh");
+        let body_of = |text: &'static str, function: &str| {
+            let at = text.find(&format!("{function}(")).unwrap_or_else(|| panic!("{function} is defined"));
+            let from = &text[at..];
             from[from.find('{').unwrap() + 1..].trim_start()
         };
-        assert!(body_of("void ll_launch_begin").starts_with("ptx::grid_dependency_wait();"), "ll_launch_begin waits");
-        assert!(body_of("bool ll_round_begin").starts_with("ll_launch_begin();"), "ll_round_begin waits first");
+        let waits = body_of(header, "void ll_launch_begin").starts_with("ptx::grid_dependency_wait();");
+        assert!(waits, "ll_launch_begin waits");
+        assert!(body_of(header, "bool ll_round_begin").starts_with("ll_launch_begin();"), "ll_round_begin waits first");
+        let waits = body_of(ll128, "bool ll128_round_begin").starts_with("ll_launch_begin();");
+        assert!(waits, "ll128_round_begin waits first");
         // The statements a kernel begins with; the trace scope (empty untraced) only touches
         // the block's shared memory first.
         let first_statements = |algorithm: Algorithm, n: usize| -> Vec<String> {
@@ -135,7 +139,12 @@ mod tests {
             let first = first_statements(algorithm, 2);
             if algorithm.protocol() == Protocol::Ll {
                 assert_eq!(first[0], "LlRound round", "{}", algorithm.kernel());
-                let begins = first[1].starts_with("if (!ll_round_begin(c, round") && first[1].ends_with(")) return");
+                let begin = if algorithm.is_ll128() {
+                    "if (!ll128_round_begin(c, round"
+                } else {
+                    "if (!ll_round_begin(c, round"
+                };
+                let begins = first[1].starts_with(begin) && first[1].ends_with(")) return");
                 assert!(begins, "{}: {}", algorithm.kernel(), first[1]);
             } else {
                 assert_eq!(first[0], "ll_launch_begin()", "{}", algorithm.kernel());

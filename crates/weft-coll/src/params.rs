@@ -16,10 +16,13 @@ weft_gpu::device_kernels! {
     pub(crate) struct Flat for [
         "weft_allreduce_ll",
         "weft_allreduce_ll2",
+        "weft_allreduce_ll128",
         "weft_allreduce_ring",
         "weft_reduce_scatter_ll",
+        "weft_reduce_scatter_ll128",
         "weft_reduce_scatter_hb",
         "weft_allgather_ll",
+        "weft_allgather_ll128",
     ] {
         /// The rank's collective context, with the call's scalar.
         c: CollContext => "weft::CollContext",

@@ -29,6 +29,14 @@ pub(crate) struct PacketLayout {
     pub(crate) pair_slot_bytes: u64,
     /// Offset of the pairs' tokens (`u32[parts][ranks]`, see [`ll_pair_parts`]).
     pub(crate) pair_token_offset: u64,
+    /// Offset of the LL128 region (128-aligned): two parity halves of `2 * ranks` slots of
+    /// `ll128_slot_bytes`. LL128 lines have a region of their own because an LL16 reader could
+    /// take a leftover line's data words for a packet's flags.
+    pub(crate) ll128_offset: u64,
+    /// Bytes of one LL128 slot: `slot_bytes` rounded up to 128.
+    pub(crate) ll128_slot_bytes: u64,
+    /// Bytes of one half of the LL128 region.
+    pub(crate) ll128_half_bytes: u64,
     /// Whole buffer.
     pub(crate) total_bytes: u64,
 }
@@ -42,17 +50,35 @@ impl PacketLayout {
         let pair_offset = (token_offset + 4 * u64::from(config.ll_blocks) * ranks64).next_multiple_of(16);
         let pair_slot_bytes = (config.p2p_ll_bytes.div_ceil(8) * 16) as u64;
         let pair_token_offset = pair_offset + 2 * ranks64 * pair_slot_bytes;
-        let total_bytes = pair_token_offset + 4 * u64::from(ll_pair_parts(config.ll_blocks, ranks)) * ranks64;
-        Self { slot_bytes, half_bytes, token_offset, pair_offset, pair_slot_bytes, pair_token_offset, total_bytes }
+        let pair_end = pair_token_offset + 4 * u64::from(ll_pair_parts(config.ll_blocks, ranks)) * ranks64;
+        let ll128_offset = pair_end.next_multiple_of(128);
+        let ll128_slot_bytes = slot_bytes.next_multiple_of(128);
+        let ll128_half_bytes = 2 * ranks64 * ll128_slot_bytes;
+        let total_bytes = ll128_offset + 2 * ll128_half_bytes;
+        Self {
+            slot_bytes,
+            half_bytes,
+            token_offset,
+            pair_offset,
+            pair_slot_bytes,
+            pair_token_offset,
+            ll128_offset,
+            ll128_slot_bytes,
+            ll128_half_bytes,
+            total_bytes,
+        }
     }
 
-    /// Whether the LL128 lines of a `bytes`-byte message fit either half: they fill it from
-    /// its first 128-byte boundary (`ll128.cuh`; the buffer is an allocation of its own, so its
-    /// base is 128-aligned), 128 bytes per 120 of the message.
+    /// Whether the LL128 lines of a `bytes`-byte message (128 bytes per 120) fit one slot of
+    /// the LL128 region.
+    pub(crate) fn ll128_slot_fits(&self, bytes: u64) -> bool {
+        bytes.div_ceil(120).saturating_mul(128) <= self.ll128_slot_bytes
+    }
+
+    /// Whether the LL128 lines of a `bytes`-byte message fit one half of the LL128 region (the
+    /// chain's lines fill a half from its start).
     pub(crate) fn ll128_fits(&self, bytes: u64) -> bool {
-        let second = self.half_bytes.next_multiple_of(128);
-        let room = self.half_bytes.min((2 * self.half_bytes).saturating_sub(second));
-        bytes.div_ceil(120).saturating_mul(128) <= room
+        bytes.div_ceil(120).saturating_mul(128) <= self.ll128_half_bytes
     }
 }
 
@@ -101,6 +127,9 @@ fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
 pub(crate) struct Resources {
     context: CollContext,
     layout: PacketLayout,
+    /// Whether every packet buffer address (this rank's, the peers' mappings) is 128-aligned,
+    /// as LL128 lines need.
+    ll128_aligned: bool,
     _scratch: RegisteredMemory,
     _packets: RegisteredMemory,
     _channel_table: DeviceMemory,
@@ -179,6 +208,15 @@ impl Resources {
             parts,
             reserved: 0,
         };
+        // LL128 lines must start on 128-byte boundaries in this rank's buffer and in every
+        // peer's mapping of it (allocations are, so this only guards the assumption).
+        let ll128_offset = u32::try_from(layout.ll128_offset).map_err(|_| CollError::InvalidArgument {
+            rank,
+            detail: format!("packet buffer of {} bytes (WEFT_LL_SLOT_BYTES too large)", layout.total_bytes),
+        })?;
+        let ll128_aligned = std::iter::once(packets.ptr())
+            .chain(channel_handles.iter().map(|h| h.remote_packet_buffer).filter(|&p| p != 0))
+            .all(|p| p.is_multiple_of(128));
         comm.barrier()?;
         let context = CollContext {
             channels: channel_table.ptr(),
@@ -194,12 +232,14 @@ impl Resources {
             ranks: ranks as u32,
             hb_blocks: config.hb_blocks,
             p2p_blocks: p2p,
+            ll128_offset,
             // Per call: `launch` sets the call's PreMulSum scalar in its copy.
             ..CollContext::default()
         };
         Ok(Self {
             context,
             layout,
+            ll128_aligned,
             _scratch: scratch,
             _packets: packets,
             _channel_table: channel_table,
@@ -229,9 +269,18 @@ impl Resources {
         self.ll_pairs
     }
 
-    /// Whether an LL128 chain (`ll128`) can carry `bytes` ([`PacketLayout::ll128_fits`]).
-    pub(crate) fn ll128_fits(&self, bytes: u64) -> bool {
-        self.layout.ll128_fits(bytes)
+    /// Whether LL128 algorithm `algorithm` can carry `payload` bytes: the chain's message in a
+    /// half ([`PacketLayout::ll128_fits`]), the others' per-sender share in a slot
+    /// ([`PacketLayout::ll128_slot_fits`]).
+    pub(crate) fn ll128_fits(&self, algorithm: crate::Algorithm, payload: u64) -> bool {
+        if !self.ll128_aligned {
+            return false;
+        }
+        if matches!(algorithm.collective(), crate::Collective::Broadcast | crate::Collective::Reduce) {
+            self.layout.ll128_fits(payload)
+        } else {
+            self.layout.ll128_slot_fits(payload)
+        }
     }
 
     /// The largest direction `weft_p2p_ll` can carry: the payload of a pair slot (LL16 packets
@@ -246,21 +295,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ll128_lines_fit_each_half_from_its_first_128_byte_boundary() {
-        for (slot, ranks) in [(512 << 10, 2), (512 << 10, 8), (8, 2), (24, 3), (1000, 5), (4096, 7)] {
+    fn the_ll128_region_comes_last_128_aligned_and_holds_what_the_fit_checks_admit() {
+        for (slot, ranks) in [(512 << 10, 2), (512 << 10, 8), (8, 2), (24, 3), (1000, 5), (4096, 7), (72, 1)] {
             let config = CollConfig { ll_slot_bytes: slot, ..CollConfig::default() };
             let l = PacketLayout::new(&config, ranks);
-            let h = l.half_bytes;
-            // The most bytes whose lines fit both halves, placed as the kernel places them.
-            let room =
-                [(0, h), (h, 2 * h)].map(|(start, end): (u64, u64)| end.saturating_sub(start.next_multiple_of(128)));
-            let most = room.iter().min().unwrap() / 128 * 120;
-            assert!(l.ll128_fits(most), "{slot} {ranks}: {most}");
-            assert!(!l.ll128_fits(most + 1), "{slot} {ranks}: {}", most + 1);
-            assert!(l.ll128_fits(0));
+            let pair_end = l.pair_token_offset + 4 * u64::from(ll_pair_parts(config.ll_blocks, ranks)) * ranks as u64;
+            assert!(l.ll128_offset >= pair_end && l.ll128_offset.is_multiple_of(128), "{slot} {ranks}");
+            assert!(l.ll128_slot_bytes >= l.slot_bytes && l.ll128_slot_bytes.is_multiple_of(128));
+            // Two halves of a slot per sender for each of two phases (ranks), then the end.
+            assert_eq!(l.ll128_half_bytes, 2 * ranks as u64 * l.ll128_slot_bytes);
+            assert_eq!(l.total_bytes, l.ll128_offset + 2 * l.ll128_half_bytes);
+            // The most bytes whose lines (128 per 120) fit a slot, and the chain's half.
+            let (slot_most, half_most) = (l.ll128_slot_bytes / 128 * 120, l.ll128_half_bytes / 128 * 120);
+            assert!(l.ll128_slot_fits(slot_most) && !l.ll128_slot_fits(slot_most + 1), "{slot} {ranks}");
+            assert!(l.ll128_fits(half_most) && !l.ll128_fits(half_most + 1), "{slot} {ranks}");
         }
-        // The default slots: 3.75 MiB at 2 ranks, 15 MiB at 8.
+        // The default slot: 960 KiB of payload per slot (LL16: 512 KiB); the chain 3.75 MiB at
+        // 2 ranks.
         let l = PacketLayout::new(&CollConfig::default(), 2);
+        assert!(l.ll128_slot_fits(983_040) && !l.ll128_slot_fits(983_041));
         assert!(l.ll128_fits(3_932_160) && !l.ll128_fits(3_932_161));
     }
 
@@ -293,7 +346,9 @@ mod tests {
                 assert!(l.pair_slot_bytes.is_multiple_of(16), "{case}");
                 assert_eq!(l.pair_token_offset, l.pair_offset + 2 * ranks as u64 * l.pair_slot_bytes, "{case}");
                 let parts = ll_pair_parts(ll_blocks, ranks);
-                assert_eq!(l.total_bytes, l.pair_token_offset + 4 * u64::from(parts) * ranks as u64, "{case}");
+                // The pair tokens end where the LL128 region begins (at the next 128-byte boundary).
+                let pair_end = l.pair_token_offset + 4 * u64::from(parts) * ranks as u64;
+                assert_eq!(l.ll128_offset, pair_end.next_multiple_of(128), "{case}");
                 // Every direction gets its parts, inside the LL grid whenever it has a block each.
                 assert!(parts >= 1, "{case}");
                 if ll_blocks >= 2 * ranks as u32 {

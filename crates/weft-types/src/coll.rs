@@ -43,8 +43,8 @@ device_structs! {
         scalar: u64 => "uint64_t",
         /// Nonzero: `scalar` is a device address.
         scalar_in_device: u32 => "uint32_t",
-        /// Zero (keeps the struct's size a multiple of its alignment).
-        reserved: u32 => "uint32_t",
+        /// Offset of the LL128 region in the packet buffer (128-aligned; see weft-coll's PacketLayout).
+        ll128_offset: u32 => "uint32_t",
     }
 
     /// One grouped send/receive launch: per peer, what to send to it and where to receive from

@@ -1,5 +1,6 @@
-// AllGather, LL (weft_allgather_ll) and HB (weft_allgather_hb).
+// AllGather, LL (weft_allgather_ll), HB (weft_allgather_hb) and LL128 (weft_allgather_ll128).
 #include "common.cuh"
+#include "ll128.cuh"
 
 extern "C" __global__ void __launch_bounds__(512)
     weft_allgather_ll(CollContext c, const char* input, char* output, uint64_t block_bytes) {
@@ -54,4 +55,25 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     WEFT_TRACE_MARK(copy);
   }
+}
+
+// As weft_allgather_ll, in LL128 lines (ll128.cuh): every rank writes its block into slot
+// `rank` of every peer and stores its own copy, then takes every peer's block from its slot.
+extern "C" __global__ void __launch_bounds__(512)
+    weft_allgather_ll128(CollContext c, const char* input, char* output, uint64_t block_bytes) {
+  WEFT_TRACE_SCOPE(weft_allgather_ll128);
+  LlRound round;
+  if (!ll128_round_begin(c, round)) return;
+  WEFT_TRACE_MARK(ll_begin);
+  const Ll128Thread t;
+  char* own = output + c.rank * block_bytes;
+  ll128_put(c, round, t, c.rank, input, block_bytes, [](uint32_t) { return true; }, own != input ? own : nullptr);
+  WEFT_TRACE_MARK(ll_puts);
+  bool ok = true;
+  for (uint32_t k = 1; k < c.ranks && ok; ++k) {
+    const uint32_t d = (c.rank + k) % c.ranks;
+    ok = ll128_get(c, round, t, d, d, output + d * block_bytes, block_bytes);
+  }
+  WEFT_TRACE_MARK(ll_gets);
+  ll_round_end(c, round);
 }

@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(512)
     weft_broadcast_ll128(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
   WEFT_TRACE_SCOPE(weft_broadcast_ll128);
   LlRound round;
-  if (!ll_round_begin(c, round)) return;
+  if (!ll128_round_begin(c, round)) return;
   const bool copies = c.rank != root || input != output;
   ll128_chain(c, round, root, bytes, [&](uint64_t line, uint32_t lane, bool received, uint32_t (&w)[4]) {
     if (!received) ll128_load(input, bytes, line, lane, w);

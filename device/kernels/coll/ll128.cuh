@@ -1,22 +1,29 @@
-// LL128 lines, and the chain that Broadcast and Reduce run over them ("ll128").
+// LL128 lines, and the collectives that move them ("ll128"): AllGather, ReduceScatter and the
+// two-shot AllReduce through a slot per sender, Broadcast and Reduce down a chain.
 //
 // A line (ll128_geometry.cuh) is 120 payload bytes and an 8-byte flag, stored by 8 lanes of a
-// warp with one 16-byte volatile store each, all in one store instruction; a reader loads it the
-// same way and takes it once the flag lane sees the flag, every lane of the line having loaded
-// in that same instruction. This relies on a 128-byte-aligned line stored by one warp
-// instruction reaching a peer's memory whole over NVLink, and being read whole by one warp
-// instruction: the property NCCL's LL128 protocol rests on (it enables LL128 only between
-// NVLink peers). Over PCIe the line may arrive in pieces; weft's intranode collectives assume
-// NVLink peers. So a line needs no fence and no semaphore, like an LL16 packet, but costs 8
-// bytes in 128 instead of 8 in 16.
+// warp with one 16-byte volatile store each, all in one store instruction; a reader polls it
+// the same way until the flag lane sees the flag, then loads the line again and uses that copy.
+// This relies on a 128-byte-aligned line stored by one warp instruction reaching a peer's
+// memory whole over NVLink: the property NCCL's LL128 protocol rests on (it too reloads after
+// the poll, and enables LL128 only between NVLink peers). Over PCIe the line may arrive in
+// pieces; weft's intranode collectives assume NVLink peers. So a line needs no fence and no
+// semaphore, like an LL16 packet, but costs 8 bytes in 128 instead of 8 in 16. Every store and
+// load of a line runs with the warp converged (__syncwarp first): a line split over two
+// instructions could show its flag before its data.
+//
+// The lines live in a region of the packet buffer of their own (CollContext::ll128_offset): two
+// parity halves of 2 x ranks slots. An LL16 reader polling a position where an LL128 line was
+// left could take two data words equal to its flag for a packet, so the two never share memory.
+// An LL128 launch is an LL round (the block's flag, advanced by every LL launch) that waits,
+// before writing, until every block of every peer has finished the launch before last
+// (ll128_round_begin): the kernels deal a region's lines to blocks differently, so one block's
+// token would not cover what it overwrites.
 //
 // The chain: the ranks in the order `first`, `first + 1`, ... (mod n) pass every line on as
 // soon as it arrives, so the message streams down the chain line by line, with no step, no
 // release and no acquire between ranks (the chain of chain.cuh pays a release/acquire hand-off
-// per step, ~4.5 µs). It is an LL launch: one round of the block's lane (the flag, the half
-// of the packet buffers the flag's parity selects, the tokens that keep a writer off the half a
-// reader may still read), on the LL grid. The lines of the previous rank fill this rank's half
-// from its start (128-aligned): the message must fit in a half (weft-coll checks this).
+// per step, ~4.5 us). The previous rank's lines fill this rank's half from its start.
 #pragma once
 #include "common.cuh"
 #include "ll128_geometry.cuh"
@@ -52,65 +59,159 @@ __device__ __forceinline__ void ll128_store(char* dst, uint64_t bytes, uint64_t 
   detail::store_words<4>(p, valid, w);
 }
 
-/// Stores lane `lane`'s 16 bytes of line `line` of the line array `lines` (a peer's): `w`, with
-/// the flag in place of the flag lane's last 8 bytes. Called by: the 8 lanes of the line
-/// together (one instruction).
-__device__ __forceinline__ void ll128_write(char* lines, uint64_t line, uint32_t lane, uint32_t (&w)[4],
+/// Stores lane `lane`'s 16 bytes of line `line` of the line array `lines` (a peer's), when
+/// `exists`: `w`, with the flag in place of the flag lane's last 8 bytes. Called by: every lane
+/// of the warp together (it converges the warp first, so the line's 8 lanes store at once).
+__device__ __forceinline__ void ll128_write(char* lines, uint64_t line, bool exists, uint32_t lane, uint32_t (&w)[4],
                                             uint32_t flag) {
   if (lane == kLl128FlagLane) w[2] = flag, w[3] = 0u;
-  ptx::st_volatile_v4(lines + line * kLl128LineBytes + 16u * lane, w[0], w[1], w[2], w[3]);
+  __syncwarp();
+  if (exists) ptx::st_volatile_v4(lines + line * kLl128LineBytes + 16u * lane, w[0], w[1], w[2], w[3]);
 }
 
-/// Waits until line `line` of the line array `lines` (this rank's) carries `flag`, this lane's
-/// 16 bytes into `w`. Called by: every lane of the warp together (warp-uniform), `exists` false
-/// for a lane whose line is past the message (it waits for nothing). The flag word is `flag`
-/// zero-extended; an LL16 or LL8 packet left in the same place has a non-zero flag in those
-/// upper 4 bytes, so it never passes for a line. False for every lane on timeout (reported on
-/// `ctx`).
+/// Waits until line `line` of the line array `lines` (this rank's) carries `flag`, then loads
+/// this lane's 16 bytes of it into `w`. Called by: every lane of the warp together
+/// (warp-uniform), `exists` false for a lane whose line is past the message (it waits for
+/// nothing). The flag word is `flag` zero-extended. False for every lane on timeout (reported
+/// on `ctx`).
 __device__ __forceinline__ bool ll128_read(const char* lines, uint64_t line, bool exists, uint32_t lane, uint32_t flag,
                                            uint32_t (&w)[4], const WaitContext& ctx) {
   const char* p = lines + line * kLl128LineBytes + 16u * lane;
   Spin spin;
   for (;;) {
+    __syncwarp();
     if (exists) ptx::ld_volatile_v4(p, w[0], w[1], w[2], w[3]);
     const bool ready = !exists || lane != kLl128FlagLane || (w[2] == flag && w[3] == 0u);
-    if (__all_sync(~0u, ready)) return true;
+    if (__all_sync(~0u, ready)) break;
     if (__any_sync(~0u, spin.expired(ctx))) {
       if (!ready) report_timeout(ctx, WaitOp::Ll128Read, flag, (static_cast<uint64_t>(w[3]) << 32) | w[2]);
       return false;
     }
   }
+  // The poll saw every flag; the copy used is loaded after it, as NCCL's LL128 does, so that
+  // only the line's arrival needs to be whole, not the polling load.
+  __syncwarp();
+  if (exists) ptx::ld_volatile_v4(p, w[0], w[1], w[2], w[3]);
+  return true;
+}
+
+/// Starts this block's LL128 launch (an LL round; see the top of this file): `ll_launch_begin`,
+/// the block's next flag, then a bounded wait until every block of every peer has finished
+/// reading the launch before last (its token), so that no line of the half this launch writes
+/// is still to be read. Called by: every thread of the block. False (for every thread) on
+/// timeout.
+__device__ __forceinline__ bool ll128_round_begin(const CollContext& c, LlRound& round) {
+  ll_launch_begin();
+  round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
+  round.half = (round.flag & 1u) * 2ull * c.ranks * round_up128(c.packet_slot_bytes);
+  bool ok = true;
+  if (round.flag > 2u) {
+    // Entry (block b, rank r) of the tokens is written by rank r's block b (ll_round_end).
+    const uint32_t* tokens = reinterpret_cast<const uint32_t*>(c.packets + c.token_offset);
+    for (uint32_t i = threadIdx.x; i < gridDim.x * c.ranks && ok; i += blockDim.x) {
+      const uint32_t peer = i % c.ranks;
+      if (peer != c.rank) ok = ll_wait_token(c, peer, tokens + i, round.flag - 2u, ptx::ld_volatile_u32(tokens + i));
+    }
+  }
+  return __syncthreads_and(ok);
+}
+
+/// This thread's place in its block's LL128 work: its lane in a line, its line in its warp's
+/// group of four, and the warp's deal of groups (ll128_geometry.cuh).
+struct Ll128Thread {
+  uint32_t lane, sub;
+  bool whole_warp;
+  Ll128Deal deal;
+  __device__ __forceinline__ Ll128Thread()
+      : lane(threadIdx.x % kLl128LanesPerLine),
+        sub((threadIdx.x % 32) / kLl128LanesPerLine),
+        // Whole warps only (warp-wide votes); a partial last warp, if any, sits out.
+        whole_warp(threadIdx.x < blockDim.x / 32 * 32),
+        deal{gridDim.x, blockDim.x / 32, blockIdx.x, threadIdx.x / 32} {}
+
+  /// Calls `f(line, exists)` for this thread's line of each of its warp's groups of a message of
+  /// `lines` lines, in order, warp-uniformly (`exists`: the line is in the message; lines past
+  /// it only take part in the warp's votes). Stops, returning false, when `f` returns false.
+  template <typename F>
+  __device__ __forceinline__ bool each(uint64_t lines, const F& f) const {
+    if (!whole_warp) return true;
+    const uint64_t groups = (lines + kLl128LinesPerGroup - 1) / kLl128LinesPerGroup;
+    for (uint64_t k = 0, g; (g = deal.group(k)) < groups; ++k) {
+      const uint64_t line = g * kLl128LinesPerGroup + sub;
+      if (!f(line, line < lines)) return false;
+    }
+    return true;
+  }
+};
+
+/// The lines of slot `slot` of the round's half of the LL128 region of the packet buffer at
+/// `buffer` (this rank's, or a peer's mapping: the same offsets; 128-aligned, which weft-coll
+/// checks).
+__device__ __forceinline__ char* ll128_slot(const CollContext& c, uint64_t buffer, const LlRound& round,
+                                            uint32_t slot) {
+  return reinterpret_cast<char*>(buffer + c.ll128_offset + round.half + slot * round_up128(c.packet_slot_bytes));
+}
+
+/// Writes the lines of the `bytes`-byte message at `src` (through `transform`, AsIs: a copy)
+/// into slot `slot` of every peer p with `to(p)`, and, when `local` is set, stores them there
+/// (this rank's own copy, plain stores). Called by: every thread of the block.
+template <typename To, typename Transform = AsIs>
+__device__ __forceinline__ void ll128_put(const CollContext& c, const LlRound& round, const Ll128Thread& t,
+                                          uint32_t slot, const char* src, uint64_t bytes, To to, char* local = nullptr,
+                                          const Transform& transform = {}) {
+  t.each(ll128_lines(bytes), [&](uint64_t line, bool exists) {
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    if (exists) {
+      ll128_load(src, bytes, line, t.lane, w);
+      if constexpr (!Transform::kCopies) transform(w);
+      if (local != nullptr) ll128_store(local, bytes, line, t.lane, w);
+    }
+    for (uint32_t k = 1; k < c.ranks; ++k) {
+      const uint32_t peer = (c.rank + k) % c.ranks;
+      if (to(peer)) {
+        ll128_write(ll128_slot(c, channel(c, peer).remote_packet_buffer, round, slot), line, exists, t.lane, w,
+                    round.flag);
+      }
+    }
+    return true;
+  });
+}
+
+/// Waits for the lines of a `bytes`-byte message from `peer` in slot `slot` of this rank's
+/// half and stores them at `dst`. Called by: every thread of the block. False on timeout.
+__device__ __forceinline__ bool ll128_get(const CollContext& c, const LlRound& round, const Ll128Thread& t,
+                                          uint32_t peer, uint32_t slot, char* dst, uint64_t bytes) {
+  const char* lines = ll128_slot(c, c.packets, round, slot);
+  return t.each(ll128_lines(bytes), [&](uint64_t line, bool exists) {
+    uint32_t w[4];
+    if (!ll128_read(lines, line, exists, t.lane, round.flag, w, channel(c, peer).semaphore.wait)) return false;
+    if (exists) ll128_store(dst, bytes, line, t.lane, w);
+    return true;
+  });
 }
 
 /// Runs this rank's part of the LL128 chain from rank `first` (see the top of this file) in
 /// `round` (begun by the kernel, whose first act it is: kernels are launched early), and ends
 /// the round: for each of its lines, `step(line, lane, received, w)` gets in `w` the previous
 /// rank's words of the line when `received` (not at the head), and leaves in `w` the words the
-/// next rank gets (ignored at the tail). Called by: every thread of every block.
+/// next rank gets (ignored at the tail). The lines fill the whole half from its start (slot 0
+/// on). Called by: every thread of every block; the kernel began with ll128_round_begin.
 template <typename Step>
 __device__ __forceinline__ void ll128_chain(const CollContext& c, const LlRound& round, uint32_t first,
                                             uint64_t bytes, const Step& step) {
   const uint32_t n = c.ranks, position = (c.rank + n - first) % n;
   const bool receives = position > 0, sends = position + 1 < n;
   const uint32_t prev = (c.rank + n - 1) % n, next = (c.rank + 1) % n;
-  const uint64_t lines_at = round_up128(round.half);
-  const char* mine = reinterpret_cast<const char*>(c.packets + lines_at);
-  char* theirs = sends ? reinterpret_cast<char*>(channel(c, next).remote_packet_buffer + lines_at) : nullptr;
+  const char* mine = ll128_slot(c, c.packets, round, 0);
+  char* theirs = sends ? ll128_slot(c, channel(c, next).remote_packet_buffer, round, 0) : nullptr;
   const WaitContext& from_prev = channel(c, prev).semaphore.wait;
-  const uint32_t lane = threadIdx.x % kLl128LanesPerLine;
-  const uint32_t sub = (threadIdx.x % 32) / kLl128LanesPerLine;
-  const Ll128Deal deal{gridDim.x, blockDim.x / 32, blockIdx.x, threadIdx.x / 32};
-  const uint64_t lines = ll128_lines(bytes), groups = ll128_groups(bytes);
-  // Whole warps only (warp-wide votes); a partial last warp, if any, sits out.
-  const bool whole_warp = threadIdx.x < deal.warps * 32;
-  for (uint64_t k = 0, g; whole_warp && (g = deal.group(k)) < groups; ++k) {
-    const uint64_t line = g * kLl128LinesPerGroup + sub;
-    const bool exists = line < lines;
+  const Ll128Thread t;
+  t.each(ll128_lines(bytes), [&](uint64_t line, bool exists) {
     uint32_t w[4] = {0u, 0u, 0u, 0u};
-    if (receives && !ll128_read(mine, line, exists, lane, round.flag, w, from_prev)) break;
-    if (!exists) continue;
-    step(line, lane, receives, w);
-    if (sends) ll128_write(theirs, line, lane, w, round.flag);
-  }
+    if (receives && !ll128_read(mine, line, exists, t.lane, round.flag, w, from_prev)) return false;
+    if (exists) step(line, t.lane, receives, w);
+    if (sends) ll128_write(theirs, line, exists, t.lane, w, round.flag);
+    return true;
+  });
   ll_round_end(c, round);
 }

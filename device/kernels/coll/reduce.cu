@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(512)
     weft_reduce_ll128(CollContext c, const char* input, char* output, uint64_t bytes, uint32_t root) {
   WEFT_TRACE_SCOPE(weft_reduce_ll128);
   LlRound round;
-  if (!ll_round_begin(c, round)) return;
+  if (!ll128_round_begin(c, round)) return;
   using R = Reducer<kType, kOp, 16>;
   const Fin finish = c.rank == root ? Fin::of(c) : Fin::partial();
   const Pre pre = Pre::of(c);

@@ -1,4 +1,5 @@
-// ReduceScatter, LL (weft_reduce_scatter_ll) and HB (weft_reduce_scatter_hb).
+// ReduceScatter, LL (weft_reduce_scatter_ll), HB (weft_reduce_scatter_hb) and LL128
+// (weft_reduce_scatter_ll128).
 #include "reducing.cuh"
 
 // Shard d is block d of the input (`shard_bytes` each); the result is this rank's shard.
@@ -54,4 +55,27 @@ extern "C" __global__ void __launch_bounds__(1024)
       WEFT_TRACE_MARK(copy);
     }
   }
+}
+
+// As weft_reduce_scatter_ll, in LL128 lines (ll128.cuh): block d of every rank's input goes
+// into slot `rank` of rank d, which folds them in rank order.
+extern "C" __global__ void __launch_bounds__(512)
+    weft_reduce_scatter_ll128(CollContext c, const char* input, char* output, uint64_t shard_bytes) {
+  WEFT_TRACE_SCOPE(weft_reduce_scatter_ll128);
+  LlRound round;
+  if (!ll128_round_begin(c, round)) return;
+  WEFT_TRACE_MARK(ll_begin);
+  const Ll128Thread t;
+  const Pre pre = Pre::of(c);
+  for (uint32_t k = 1; k < c.ranks; ++k) {
+    const uint32_t d = (c.rank + k) % c.ranks;
+    ll128_put(c, round, t, c.rank, input + d * shard_bytes, shard_bytes, only(d), nullptr, pre);
+  }
+  WEFT_TRACE_MARK(ll_puts);
+  ll128_reduce(c, round, t, 0, input + c.rank * shard_bytes, shard_bytes,
+               [&](uint64_t line, bool exists, const uint32_t (&w)[4]) {
+                 if (exists) ll128_store(output, shard_bytes, line, t.lane, w);
+               });
+  WEFT_TRACE_MARK(ll_reduce);
+  ll_round_end(c, round);
 }

@@ -1,10 +1,11 @@
 // What every reducing collective shares. The program is compiled once per (WEFT_DTYPE,
 // WEFT_REDOP) pair (DataType / ReduceOp values), so every kernel is specialised for its element
 // type and operator: Fin (Avg's division) and Pre (PreMulSum's pre-operation) below, and the
-// folds more than one algorithm runs: ll_reduce (LL packets), reduce_range (16-byte vectors in
-// scratch) and ring_reduce (one step of a ring).
+// folds more than one algorithm runs: ll_reduce (LL packets), ll128_reduce (LL128 lines),
+// reduce_range (16-byte vectors in scratch) and ring_reduce (one step of a ring).
 #pragma once
 #include "common.cuh"
+#include "ll128.cuh"
 #include "weft/elementwise.cuh"
 
 constexpr DataType kType = static_cast<DataType>(WEFT_DTYPE);
@@ -51,6 +52,42 @@ __device__ __forceinline__ bool ll_reduce(const CollContext& c, const LlRound& r
     emit(j, packet_valid(len, j), out);
   }
   return true;
+}
+
+/// Reduces this thread's lines of a `len`-byte shard in rank order, as ll_reduce does packets:
+/// this rank's words come from `mine` (its own input, through Pre here), rank r's from slot
+/// `first_slot + r` of this rank's half (through Pre at their sender's ll128_put). `emit(line,
+/// exists, w)` consumes each result line (the flag lane's last 8 bytes are not data), called
+/// warp-uniformly like ll128_write, which it may call. Called by: every thread of the block.
+/// False on timeout.
+template <typename Emit>
+__device__ __forceinline__ bool ll128_reduce(const CollContext& c, const LlRound& round, const Ll128Thread& t,
+                                             uint32_t first_slot, const char* mine, uint64_t len, Emit emit) {
+  using R = Reducer<kType, kOp, 16>;
+  const Fin finish = Fin::of(c);
+  const Pre pre = Pre::of(c);
+  return t.each(ll128_lines(len), [&](uint64_t line, bool exists) {
+    Acc acc[R::kElems];
+    for (uint32_t r = 0; r < c.ranks; ++r) {
+      uint32_t w[4];
+      if (r == c.rank) {
+        ll128_load(mine, len, line, t.lane, w);
+        pre(w);
+      } else if (!ll128_read(ll128_slot(c, c.packets, round, first_slot + r), line, exists, t.lane, round.flag, w,
+                             channel(c, r).semaphore.wait)) {
+        return false;
+      }
+      if (r == 0) {
+        R::start(acc, w);
+      } else {
+        R::fold(acc, w);
+      }
+    }
+    uint32_t out[4];
+    R::finish(acc, finish, out);
+    emit(line, exists, out);
+    return true;
+  });
 }
 
 /// A `store` emitter: result packet j goes to `dst + 8j`.

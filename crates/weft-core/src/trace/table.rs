@@ -67,6 +67,9 @@ pub const KERNELS: &[&str] = &[
     "weft_reduce_chain",
     "weft_broadcast_ll128",
     "weft_reduce_ll128",
+    "weft_allreduce_ll128",
+    "weft_allgather_ll128",
+    "weft_reduce_scatter_ll128",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

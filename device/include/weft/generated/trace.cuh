@@ -58,8 +58,11 @@ constexpr uint16_t weft_broadcast_chain = 21;
 constexpr uint16_t weft_reduce_chain = 22;
 constexpr uint16_t weft_broadcast_ll128 = 23;
 constexpr uint16_t weft_reduce_ll128 = 24;
+constexpr uint16_t weft_allreduce_ll128 = 25;
+constexpr uint16_t weft_allgather_ll128 = 26;
+constexpr uint16_t weft_reduce_scatter_ll128 = 27;
 }  // namespace kernel
-constexpr uint32_t kKernels = 25u;
+constexpr uint32_t kKernels = 28u;
 
 struct Record {
   uint64_t ns;

@@ -309,7 +309,7 @@ struct alignas(8) CollContext {
   uint32_t p2p_blocks;  ///<  Blocks of a send/receive launch per (peer, direction).
   uint64_t scalar;  ///<  PreMulSum's scalar (one element of the call's type): its bits, or its device address.
   uint32_t scalar_in_device;  ///<  Nonzero: `scalar` is a device address.
-  uint32_t reserved;  ///<  Zero (keeps the struct's size a multiple of its alignment).
+  uint32_t ll128_offset;  ///<  Offset of the LL128 region in the packet buffer (128-aligned; see weft-coll's PacketLayout).
 };
 static_assert(sizeof(CollContext) == 104, "rust: sizeof(CollContext) == 104");
 static_assert(alignof(CollContext) == 8, "rust: alignof(CollContext) == 8");
@@ -328,7 +328,7 @@ static_assert(WEFT_OFFSETOF(CollContext, hb_blocks) == 80, "rust: offsetof(CollC
 static_assert(WEFT_OFFSETOF(CollContext, p2p_blocks) == 84, "rust: offsetof(CollContext, p2p_blocks) == 84");
 static_assert(WEFT_OFFSETOF(CollContext, scalar) == 88, "rust: offsetof(CollContext, scalar) == 88");
 static_assert(WEFT_OFFSETOF(CollContext, scalar_in_device) == 96, "rust: offsetof(CollContext, scalar_in_device) == 96");
-static_assert(WEFT_OFFSETOF(CollContext, reserved) == 100, "rust: offsetof(CollContext, reserved) == 100");
+static_assert(WEFT_OFFSETOF(CollContext, ll128_offset) == 100, "rust: offsetof(CollContext, ll128_offset) == 100");
 
 ///  One grouped send/receive launch: per peer, what to send to it and where to receive from
 struct alignas(8) P2pPlan {

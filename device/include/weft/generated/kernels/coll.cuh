@@ -20,6 +20,13 @@ static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_ll2)>) == 8
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_ll2)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_allreduce_ll2)>) == 8, "weft_allreduce_ll2: bytes is 8 bytes aligned to 8 in Rust");
 
 // Flat: A collective from one input into one output per rank.
+extern "C" __global__ void weft_allreduce_ll128(weft::CollContext c, const char* input, char* output, uint64_t bytes);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_ll128)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_ll128)>) == 8, "weft_allreduce_ll128: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_ll128)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_ll128)>) == 8, "weft_allreduce_ll128: input is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_ll128)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_ll128)>) == 8, "weft_allreduce_ll128: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_ll128)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_allreduce_ll128)>) == 8, "weft_allreduce_ll128: bytes is 8 bytes aligned to 8 in Rust");
+
+// Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_allreduce_ring(weft::CollContext c, const char* input, char* output, uint64_t bytes);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_ring)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_ring)>) == 8, "weft_allreduce_ring: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_ring)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_ring)>) == 8, "weft_allreduce_ring: input is 8 bytes aligned to 8 in Rust");
@@ -34,6 +41,13 @@ static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_ll)>) 
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_ll)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_ll)>) == 8, "weft_reduce_scatter_ll: bytes is 8 bytes aligned to 8 in Rust");
 
 // Flat: A collective from one input into one output per rank.
+extern "C" __global__ void weft_reduce_scatter_ll128(weft::CollContext c, const char* input, char* output, uint64_t bytes);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_ll128)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_ll128)>) == 8, "weft_reduce_scatter_ll128: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_ll128)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_ll128)>) == 8, "weft_reduce_scatter_ll128: input is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_ll128)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_ll128)>) == 8, "weft_reduce_scatter_ll128: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_ll128)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_ll128)>) == 8, "weft_reduce_scatter_ll128: bytes is 8 bytes aligned to 8 in Rust");
+
+// Flat: A collective from one input into one output per rank.
 extern "C" __global__ void weft_reduce_scatter_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_hb)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_hb)>) == 8, "weft_reduce_scatter_hb: c is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_hb)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_hb)>) == 8, "weft_reduce_scatter_hb: input is 8 bytes aligned to 8 in Rust");
@@ -46,6 +60,13 @@ static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allgather_ll)>) == 10
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allgather_ll)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: input is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allgather_ll)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: output is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allgather_ll)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_allgather_ll)>) == 8, "weft_allgather_ll: bytes is 8 bytes aligned to 8 in Rust");
+
+// Flat: A collective from one input into one output per rank.
+extern "C" __global__ void weft_allgather_ll128(weft::CollContext c, const char* input, char* output, uint64_t bytes);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allgather_ll128)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_allgather_ll128)>) == 8, "weft_allgather_ll128: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allgather_ll128)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allgather_ll128)>) == 8, "weft_allgather_ll128: input is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allgather_ll128)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allgather_ll128)>) == 8, "weft_allgather_ll128: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allgather_ll128)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_allgather_ll128)>) == 8, "weft_allgather_ll128: bytes is 8 bytes aligned to 8 in Rust");
 
 // AllReduceHb: HB AllReduce through scratch: [`Flat`] plus every rank's output as this GPU addresses
 extern "C" __global__ void weft_allreduce_hb(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::PeerBuffers outputs);
