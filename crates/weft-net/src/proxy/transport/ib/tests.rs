@@ -77,15 +77,15 @@ fn pair_with(
     };
     let (a, ra) = side(na);
     let (b, rb) = side(nb);
-    let conn = |qp, remote_connection, peer: &str, remote| IbConnection {
-        qp,
-        remote_connection,
-        peer: peer.into(),
-        remote: vec![remote],
-    };
-    a.transport.add_connection(a_conn, conn(qa, a_signals, "rank 1", rb)).unwrap();
-    b.transport.add_connection(b_conn, conn(qb, a_conn, "rank 0", ra)).unwrap();
+    a.transport.add_connection(a_conn, connection(qa, a_signals, "rank 1", rb)).unwrap();
+    b.transport.add_connection(b_conn, connection(qb, a_conn, "rank 0", ra)).unwrap();
     (fabric, a, b)
+}
+
+/// A connection over queue pair `qp` to `peer`, whose inbox counts it as `remote_connection`
+/// and whose memory `remote` its puts write.
+fn connection(qp: u32, remote_connection: ConnectionId, peer: &str, remote: RemoteRegion) -> IbConnection {
+    IbConnection { qp, remote_connection, peer: peer.into(), remote: vec![remote] }
 }
 
 fn put(src_offset: u64, dst_offset: u64, len: u64) -> Op {
@@ -501,14 +501,8 @@ fn connect_again(fabric: &SoftFabric, a: &Side, b: &Side, a_conn: ConnectionId, 
     let (qa, qb) = fabric.connect(na, nb);
     let (_, ra) = na.register(a.memory.clone());
     let (_, rb) = nb.register(b.memory.clone());
-    let conn = |qp, remote_connection, peer: &str, remote| IbConnection {
-        qp,
-        remote_connection,
-        peer: peer.into(),
-        remote: vec![remote],
-    };
-    a.transport.add_connection(a_conn, conn(qa, b_conn, "rank 1", rb)).unwrap();
-    b.transport.add_connection(b_conn, conn(qb, a_conn, "rank 0", ra)).unwrap();
+    a.transport.add_connection(a_conn, connection(qa, b_conn, "rank 1", rb)).unwrap();
+    b.transport.add_connection(b_conn, connection(qb, a_conn, "rank 0", ra)).unwrap();
 }
 
 #[test]
