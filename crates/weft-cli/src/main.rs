@@ -157,6 +157,10 @@ enum Command {
         /// Write rules for every element type (default: only for the type measured, --dtype).
         #[arg(long)]
         any_dtype: bool,
+        /// Largest size whose results are checked (every element, every rank) before it is
+        /// timed; an algorithm with a wrong element is left out of the table. 0: no check.
+        #[arg(long, default_value = "16M")]
+        check_max: String,
     },
     /// Compile, verify or show algorithm plans.
     Plan {
@@ -387,8 +391,8 @@ fn main() -> ExitCode {
         Command::BenchWorker => weft_cli::bench::run_worker(),
         Command::BenchProxyWorker => weft_cli::bench::proxy::run_worker(),
         Command::TuneWorker => weft_cli::tune::run_worker(),
-        Command::Tune { collectives, sweep, hb_blocks, out, any_dtype } => {
-            tune(&collectives, &sweep, hb_blocks, &out, any_dtype)
+        Command::Tune { collectives, sweep, hb_blocks, out, any_dtype, check_max } => {
+            tune(&collectives, &sweep, hb_blocks, &out, any_dtype, &check_max)
         }
         Command::Plan { action } => plan(action),
         Command::Model { action } => weft_cli::model_cmd::run(&action),
@@ -676,8 +680,10 @@ fn tune(
     hb_blocks: Vec<u32>,
     out: &std::path::Path,
     any_dtype: bool,
+    check_max: &str,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     use weft_cli::harness::Collective;
+    let check_max_bytes = weft_cli::harness::sweep::parse_size(check_max).map_err(|e| format!("--check-max: {e}"))?;
     let collectives = if collectives.is_empty() {
         Collective::ALL.to_vec()
     } else {
@@ -701,6 +707,7 @@ fn tune(
         hb_blocks,
         gpus: s.gpus,
         any_dtype,
+        check_max_bytes,
     };
     weft_cli::tune::run(&options, out)
 }

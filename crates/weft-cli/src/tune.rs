@@ -8,6 +8,13 @@
 //! itself falls back to HB, and the sample is dropped); LL launches do not depend on the HB
 //! block count, so they are timed once.
 //!
+//! Nothing is timed before it is checked: up to `--check-max` (16 MiB), every candidate's call
+//! is first checked element by element against the float64 reference on every rank, eager and
+//! in graph replays, out of place and in place, as `weft bench --check` does. One wrong element
+//! on any rank and the algorithm is reported and left out of the table, so the tuner never
+//! picks an algorithm that returned a wrong result on this machine (say one that needs NVLink
+//! between PCIe peers).
+//!
 //! Across virtual nodes (`WEFT_RANKS_PER_NODE` below the GPU count) it times the AllReduces
 //! that reach other nodes instead (`port_ring`, `port_allpairs` and the plans whose memory
 //! channels stay within nodes), each forced in turn, and writes rules for that node count
@@ -28,7 +35,8 @@ use weft_core::{Communicator, Env};
 use weft_gpu::Device;
 use weft_types::{DataType, ReduceOp};
 
-use crate::harness::rank::{Buffers, Call, CallOp, Placement, Rank};
+use crate::harness::data::Reference;
+use crate::harness::rank::{Buffers, Call, CallOp, Checking, Placement, Rank, Run, every_launch, shared_seed};
 use crate::harness::start_line::StartLine;
 use crate::harness::sweep::{by_name, format_size, sizes_between};
 use crate::harness::workers::run_workers;
@@ -65,6 +73,9 @@ pub struct TuneOptions {
     /// Write rules for every element type instead of only `dtype`.
     #[serde(default)]
     pub any_dtype: bool,
+    /// Largest size whose results are checked before they are timed (0: none).
+    #[serde(default)]
+    pub check_max_bytes: usize,
 }
 
 /// One timing: `algorithm` of `collective` at `bytes` with `hb_blocks` HB blocks.
@@ -302,6 +313,21 @@ pub fn run_worker() -> Result<ExitCode, BoxError> {
     Ok(if result.is_err() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+/// Wrong elements of `run`'s call over every rank: each rank checks its own result of every
+/// launch of `weft bench --check` ([`every_launch`] with graph replays) against the float64
+/// reference, and the ranks add up their counts, so every rank gets the same answer.
+/// Collective: every rank calls it with the same call.
+fn wrong_anywhere(me: &Rank, call: &Call<'_>, run: &Run<'_>, op: ReduceOp) -> Result<u64, BoxError> {
+    let seed = shared_seed(&*me.bootstrap)?;
+    let reference = Reference { dtype: call.dtype, op, seed, ranks: call.ranks as u32 };
+    let found = Checking { me, call, run, reference: &reference }.launches(&every_launch(true))?;
+    let counts = me.bootstrap.all_gather(&found.wrong.to_le_bytes())?;
+    counts
+        .iter()
+        .map(|c| Ok(u64::from_le_bytes(c.get(..8).and_then(|b| b.try_into().ok()).ok_or("a short count")?)))
+        .sum()
+}
+
 /// One rank's measurements of every item of [`work`].
 fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>, BoxError> {
     let env = Env::from_process()?;
@@ -315,8 +341,8 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
     let across = nodes.count() > 1;
     let mut samples = Vec::new();
     let mut current: Option<(u32, Collectives)> = None;
-    // Across nodes, algorithms that failed a call (a plan this build cannot set up there):
-    // reported once and left out of the table.
+    // Algorithms that failed a call across nodes (a plan this build cannot set up there), or
+    // returned a wrong element: reported once, not run again, left out of the table.
     let mut failed: Vec<Algorithm> = Vec::new();
     for (blocks, algorithm, requested) in work(options, &nodes) {
         if failed.contains(&algorithm) {
@@ -354,12 +380,23 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
             };
             let coll = &*coll;
             let run = |buffers: &mut Buffers| call.weft(coll, buffers, Placement::OutOfPlace);
+            let placed = |buffers: &mut Buffers, placement| call.weft(coll, buffers, placement).map(|_| ());
             // The algorithm that actually ran: an LL one beyond its slot falls back to HB.
             let first = run(&mut me.buffers.borrow_mut());
             if let (true, Err(e)) = (across, &first) {
                 eprintln!("rank {rank}: {algorithm} across {} nodes not timed: {e}", nodes.count());
                 failed.push(algorithm);
-            } else if first? == algorithm {
+            } else if first? != algorithm {
+                // Not this algorithm's size: nothing to time.
+            } else if shape.bytes <= options.check_max_bytes && wrong_anywhere(&me, &call, &placed, options.op)? > 0 {
+                if rank == 0 {
+                    eprintln!(
+                        "{algorithm}: wrong elements at {} on this machine; left out of the table",
+                        format_size(shape.bytes as f64)
+                    );
+                }
+                failed.push(algorithm);
+            } else {
                 let us = me.time(true, shape.bytes, &|b| run(b).map(|_| ()), &start_line)?;
                 samples.push(Sample {
                     hb_blocks: blocks,
@@ -401,6 +438,7 @@ mod tests {
             hb_blocks: vec![64, 128],
             gpus,
             any_dtype: false,
+            check_max_bytes: 16 << 20,
         }
     }
 
