@@ -158,9 +158,13 @@ enum Command {
         #[arg(long)]
         any_dtype: bool,
         /// Largest size whose results are checked (every element, every rank) before it is
-        /// timed; an algorithm with a wrong element is left out of the table. 0: no check.
+        /// timed; an algorithm with a wrong element is left out of the table. LL algorithms are
+        /// checked at every size. 0: no check.
         #[arg(long, default_value = "16M")]
         check_max: String,
+        /// Also time the LL128 algorithms (`ll128`; need NVLink peers).
+        #[arg(long)]
+        with_ll128: bool,
     },
     /// Compile, verify or show algorithm plans.
     Plan {
@@ -391,8 +395,8 @@ fn main() -> ExitCode {
         Command::BenchWorker => weft_cli::bench::run_worker(),
         Command::BenchProxyWorker => weft_cli::bench::proxy::run_worker(),
         Command::TuneWorker => weft_cli::tune::run_worker(),
-        Command::Tune { collectives, sweep, hb_blocks, out, any_dtype, check_max } => {
-            tune(&collectives, &sweep, hb_blocks, &out, any_dtype, &check_max)
+        Command::Tune { collectives, sweep, hb_blocks, out, any_dtype, check_max, with_ll128 } => {
+            tune(&collectives, &sweep, hb_blocks, &out, any_dtype, &check_max, with_ll128)
         }
         Command::Plan { action } => plan(action),
         Command::Model { action } => weft_cli::model_cmd::run(&action),
@@ -681,6 +685,7 @@ fn tune(
     out: &std::path::Path,
     any_dtype: bool,
     check_max: &str,
+    with_ll128: bool,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     use weft_cli::harness::Collective;
     let check_max_bytes = weft_cli::harness::sweep::parse_size(check_max).map_err(|e| format!("--check-max: {e}"))?;
@@ -708,6 +713,7 @@ fn tune(
         gpus: s.gpus,
         any_dtype,
         check_max_bytes,
+        with_ll128,
     };
     weft_cli::tune::run(&options, out)
 }

@@ -8,12 +8,17 @@
 //! itself falls back to HB, and the sample is dropped); LL launches do not depend on the HB
 //! block count, so they are timed once.
 //!
-//! Nothing is timed before it is checked: up to `--check-max` (16 MiB), every candidate's call
-//! is first checked element by element against the float64 reference on every rank, eager and
-//! in graph replays, out of place and in place, as `weft bench --check` does. One wrong element
-//! on any rank and the algorithm is reported and left out of the table, so the tuner never
-//! picks an algorithm that returned a wrong result on this machine (say one that needs NVLink
-//! between PCIe peers).
+//! Nothing is timed before it is checked: every LL candidate, and every other one up to
+//! `--check-max` (16 MiB), is first checked element by element against the float64 reference
+//! on every rank, eager and in graph replays, out of place and in place, as `weft bench
+//! --check` does. One wrong element on any rank, or ranks whose results differ where they must
+//! be bitwise identical, and the algorithm is reported and left out of the table. A check that
+//! times out on a GPU ends the tune with that error, since the timed-out launch leaves the LL
+//! flags out of step.
+//!
+//! The LL128 algorithms (`ll128`) are timed only with `--with-ll128`: they have not yet run on
+//! a GPU, and they need NVLink peers, which a few checked launches cannot prove (a line torn on
+//! PCIe would fail now and then).
 //!
 //! Across virtual nodes (`WEFT_RANKS_PER_NODE` below the GPU count) it times the AllReduces
 //! that reach other nodes instead (`port_ring`, `port_allpairs` and the plans whose memory
@@ -73,9 +78,20 @@ pub struct TuneOptions {
     /// Write rules for every element type instead of only `dtype`.
     #[serde(default)]
     pub any_dtype: bool,
-    /// Largest size whose results are checked before they are timed (0: none).
-    #[serde(default)]
+    /// Largest size whose results are checked before they are timed (0: none); LL candidates
+    /// are checked at every size.
+    #[serde(default = "default_check_max_bytes")]
     pub check_max_bytes: usize,
+    /// Time the LL128 algorithms too.
+    #[serde(default)]
+    pub with_ll128: bool,
+}
+
+/// `--check-max`'s default: 16 MiB.
+pub const DEFAULT_CHECK_MAX_BYTES: usize = 16 << 20;
+
+fn default_check_max_bytes() -> usize {
+    DEFAULT_CHECK_MAX_BYTES
 }
 
 /// One timing: `algorithm` of `collective` at `bytes` with `hb_blocks` HB blocks.
@@ -123,7 +139,11 @@ fn work(options: &TuneOptions, nodes: &Nodes) -> Vec<(u32, Algorithm, usize)> {
     let mut out = Vec::new();
     for (i, &blocks) in counts.iter().enumerate() {
         for &collective in &options.collectives {
-            let timed = |a: &Algorithm| tuned_here(*a, nodes) && (i == 0 || a.protocol() != Protocol::Ll);
+            let timed = |a: &Algorithm| {
+                tuned_here(*a, nodes)
+                    && (i == 0 || a.protocol() != Protocol::Ll)
+                    && (options.with_ll128 || !a.is_ll128())
+            };
             for algorithm in collective.algorithms().filter(timed) {
                 out.extend(sizes.iter().map(|&s| (blocks, algorithm, s)));
             }
@@ -313,19 +333,33 @@ pub fn run_worker() -> Result<ExitCode, BoxError> {
     Ok(if result.is_err() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// Wrong elements of `run`'s call over every rank: each rank checks its own result of every
-/// launch of `weft bench --check` ([`every_launch`] with graph replays) against the float64
-/// reference, and the ranks add up their counts, so every rank gets the same answer.
-/// Collective: every rank calls it with the same call.
-fn wrong_anywhere(me: &Rank, call: &Call<'_>, run: &Run<'_>, op: ReduceOp) -> Result<u64, BoxError> {
+/// Whether `algorithm`'s call of `bytes` is checked before it is timed: LL ones always (their
+/// sizes are small), the others up to `--check-max`.
+fn checks(options: &TuneOptions, algorithm: Algorithm, bytes: usize) -> bool {
+    options.check_max_bytes > 0 && (bytes <= options.check_max_bytes || algorithm.protocol() == Protocol::Ll)
+}
+
+/// What is wrong with `run`'s call on any rank, if anything: each rank checks its own result of
+/// every launch of `weft bench --check` ([`every_launch`] with graph replays) against the
+/// float64 reference, and the ranks pool their wrong elements and whether their results were
+/// identical where they must be, so every rank gets the same answer. Collective: every rank
+/// calls it with the same call.
+fn failure_anywhere(me: &Rank, call: &Call<'_>, run: &Run<'_>, op: ReduceOp) -> Result<Option<String>, BoxError> {
     let seed = shared_seed(&*me.bootstrap)?;
     let reference = Reference { dtype: call.dtype, op, seed, ranks: call.ranks as u32 };
     let found = Checking { me, call, run, reference: &reference }.launches(&every_launch(true))?;
-    let counts = me.bootstrap.all_gather(&found.wrong.to_le_bytes())?;
-    counts
-        .iter()
-        .map(|c| Ok(u64::from_le_bytes(c.get(..8).and_then(|b| b.try_into().ok()).ok_or("a short count")?)))
-        .sum()
+    let mine = [&found.wrong.to_le_bytes()[..], &[u8::from(found.identical)]].concat();
+    let (mut wrong, mut identical) = (0u64, true);
+    for theirs in me.bootstrap.all_gather(&mine)? {
+        let count = theirs.get(..8).and_then(|b| b.try_into().ok()).ok_or("a short check report")?;
+        wrong = wrong.saturating_add(u64::from_le_bytes(count));
+        identical &= theirs.get(8) == Some(&1);
+    }
+    Ok(match (wrong, identical) {
+        (0, true) => None,
+        (0, false) => Some("ranks' results differ where they must be bitwise identical".into()),
+        (n, _) => Some(format!("{n} wrong elements")),
+    })
 }
 
 /// One rank's measurements of every item of [`work`].
@@ -388,12 +422,13 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
                 failed.push(algorithm);
             } else if first? != algorithm {
                 // Not this algorithm's size: nothing to time.
-            } else if shape.bytes <= options.check_max_bytes && wrong_anywhere(&me, &call, &placed, options.op)? > 0 {
+            } else if let Some(why) = checks(options, algorithm, shape.bytes)
+                .then(|| failure_anywhere(&me, &call, &placed, options.op))
+                .transpose()?
+                .flatten()
+            {
                 if rank == 0 {
-                    eprintln!(
-                        "{algorithm}: wrong elements at {} on this machine; left out of the table",
-                        format_size(shape.bytes as f64)
-                    );
+                    eprintln!("{algorithm} at {}: {why}; left out of the table", format_size(shape.bytes as f64));
                 }
                 failed.push(algorithm);
             } else {
@@ -438,8 +473,31 @@ mod tests {
             hb_blocks: vec![64, 128],
             gpus,
             any_dtype: false,
-            check_max_bytes: 16 << 20,
+            check_max_bytes: DEFAULT_CHECK_MAX_BYTES,
+            with_ll128: false,
         }
+    }
+
+    #[test]
+    fn ll128_is_timed_only_when_asked_and_ll_candidates_are_checked_at_every_size() {
+        let one_node = Nodes::new(vec![0; 2]);
+        let timed = |o: &TuneOptions| work(o, &one_node).iter().any(|(_, a, _)| a.is_ll128());
+        let mut o = options(vec![Collective::AllReduce, Collective::Broadcast], 2);
+        assert!(!timed(&o), "ll128 timed without --with-ll128");
+        o.with_ll128 = true;
+        assert!(timed(&o));
+        // Checked: LL at any size, the others up to --check-max; nothing with 0.
+        let big = 1 << 30;
+        assert!(checks(&o, Algorithm::AllReduceLl128, big) && checks(&o, Algorithm::AllReduceLl, big));
+        assert!(checks(&o, Algorithm::AllReduceHb, DEFAULT_CHECK_MAX_BYTES));
+        assert!(!checks(&o, Algorithm::AllReduceHb, DEFAULT_CHECK_MAX_BYTES + 1));
+        o.check_max_bytes = 0;
+        assert!(!checks(&o, Algorithm::AllReduceLl, 1024) && !checks(&o, Algorithm::AllReduceHb, 1024));
+        // Options written before the check existed read back checking.
+        let mut json = serde_json::to_value(options(vec![Collective::AllReduce], 2)).unwrap();
+        json.as_object_mut().unwrap().retain(|k, _| k != "check_max_bytes" && k != "with_ll128");
+        let read: TuneOptions = serde_json::from_value(json).unwrap();
+        assert_eq!((read.check_max_bytes, read.with_ll128), (DEFAULT_CHECK_MAX_BYTES, false));
     }
 
     #[test]

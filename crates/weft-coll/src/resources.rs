@@ -120,6 +120,10 @@ fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
     if !(1..=crate::config::MAX_PORT_RING_BLOCKS).contains(&config.port_ring_blocks) {
         return Err(format!("collective configuration {config:?}"));
     }
+    // Whole warps: the LL128 kernels vote per warp.
+    if config.ll_threads < 32 || !config.ll_threads.is_multiple_of(32) {
+        return Err(format!("{} LL threads: a positive multiple of 32", config.ll_threads));
+    }
     Ok(())
 }
 
@@ -214,10 +218,16 @@ impl Resources {
             rank,
             detail: format!("packet buffer of {} bytes (WEFT_LL_SLOT_BYTES too large)", layout.total_bytes),
         })?;
-        let ll128_aligned = std::iter::once(packets.ptr())
+        let aligned_here = std::iter::once(packets.ptr())
             .chain(channel_handles.iter().map(|h| h.remote_packet_buffer).filter(|&p| p != 0))
             .all(|p| p.is_multiple_of(128));
-        comm.barrier()?;
+        // Every rank must make the same choice (a forced ll128 refused on one rank only would
+        // leave its peers' kernels waiting): aligned on every rank. Also the closing barrier.
+        let votes = comm
+            .bootstrap()
+            .all_gather(&[u8::from(aligned_here)])
+            .map_err(|source| weft_core::Error::Bootstrap { rank, source })?;
+        let ll128_aligned = votes.iter().all(|v| v.first() == Some(&1));
         let context = CollContext {
             channels: channel_table.ptr(),
             semaphores: semaphore_table.ptr(),

@@ -5,8 +5,9 @@
 // warp with one 16-byte volatile store each, all in one store instruction; a reader polls it
 // the same way until the flag lane sees the flag, then loads the line again and uses that copy.
 // This relies on a 128-byte-aligned line stored by one warp instruction reaching a peer's
-// memory whole over NVLink: the property NCCL's LL128 protocol rests on (it too reloads after
-// the poll, and enables LL128 only between NVLink peers). Over PCIe the line may arrive in
+// memory whole over NVLink: the property NCCL's LL128 protocol rests on (it enables LL128 only
+// between NVLink peers, and uses the load that saw the flag; weft loads once more, a defensive
+// choice that costs one local latency per group of lines). Over PCIe the line may arrive in
 // pieces; weft's intranode collectives assume NVLink peers. So a line needs no fence and no
 // semaphore, like an LL16 packet, but costs 8 bytes in 128 instead of 8 in 16. Every store and
 // load of a line runs with the warp converged (__syncwarp first): a line split over two
@@ -88,8 +89,8 @@ __device__ __forceinline__ bool ll128_read(const char* lines, uint64_t line, boo
       return false;
     }
   }
-  // The poll saw every flag; the copy used is loaded after it, as NCCL's LL128 does, so that
-  // only the line's arrival needs to be whole, not the polling load.
+  // The poll saw every flag; the copy used is loaded after it (NCCL uses the polling load), so
+  // that only the line's arrival needs to be whole, not the load that saw its flag.
   __syncwarp();
   if (exists) ptx::ld_volatile_v4(p, w[0], w[1], w[2], w[3]);
   return true;

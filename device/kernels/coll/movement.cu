@@ -15,6 +15,7 @@
 //   weft_broadcast_chain the ranks from the root pass the message down in steps through slots
 //                       of the next rank's scratch, with credits and no barrier (chain.cuh).
 //   weft_broadcast_ll128 the same chain as LL128 lines, each passed on as it arrives (ll128.cuh).
+//   weft_allgather_ll128 weft_allgather_ll in LL128 lines (ll128.cuh).
 //   weft_p2p            grouped send/receive: per (peer, direction) a set of blocks moves the
 //                       bytes through a double-buffered slot of the receiver's scratch, with
 //                       credits, so sends and receives of one group progress together.

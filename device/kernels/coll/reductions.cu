@@ -45,6 +45,8 @@
 //                           partial and passes it on, in steps with credits (chain.cuh).
 //   weft_reduce_ll128       the same chain as LL128 lines, each folded and passed on as it
 //                           arrives (ll128.cuh); Pre at the local read, as in ring_reduce.
+//   weft_allreduce_ll128, weft_reduce_scatter_ll128  weft_allreduce_ll2 and
+//                           weft_reduce_scatter_ll in LL128 lines (ll128.cuh, ll128_reduce).
 #include "weft/generated/kernels/coll.cuh"  // the prototypes every definition must match
 #include "allreduce_ll.cu"
 #include "allreduce_hb.cu"

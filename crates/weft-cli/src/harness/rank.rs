@@ -459,7 +459,7 @@ impl Checking<'_> {
             slowest = slowest.max(started.elapsed());
             me.buffers.borrow().recv.slice(output_at..output_at + result.len())?.copy_to_host(&mut result)?;
             if c.has_output(&shape, rank) {
-                wrong += count_wrong_reporting(call, reference, &result, trial);
+                wrong = u64::saturating_add(wrong, count_wrong_reporting(call, reference, &result, trial));
             }
             me.barrier()
         };
