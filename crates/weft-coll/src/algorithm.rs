@@ -255,11 +255,15 @@ impl Algorithm {
         self.protocol() != Protocol::Plan || weft_exec::supports_op(op)
     }
 
-    /// Whether it can run on `ranks` ranks (a plan's constraints; every native algorithm can).
+    /// Whether it can run on `ranks` ranks: a plan's constraints; `port_ring` at any count a
+    /// communicator has; every other native kernel at most [`weft_types::MAX_RANKS`] (per-rank
+    /// arrays of that size: more ranks only span nodes, where only the AllReduces that cross
+    /// nodes run).
     pub fn available(self, ranks: usize) -> bool {
         match self {
             Self::Plan(id) => id.plan(ranks, 0).is_ok(),
-            _ => true,
+            Self::AllReducePortRing => true,
+            _ => ranks <= weft_types::MAX_RANKS,
         }
     }
 

@@ -65,6 +65,12 @@ pub enum ArgError {
         /// Ranks of the communicator.
         ranks: usize,
     },
+    /// All-to-all or send/receive on more ranks than their per-rank arrays hold.
+    #[error("{ranks} ranks: all-to-all and send/receive handle at most {max} (the ranks of one node)", max = MAX_RANKS)]
+    DirectRanks {
+        /// Ranks of the communicator.
+        ranks: usize,
+    },
     /// A send/receive peer outside the communicator.
     #[error("peer {peer} out of range for {ranks} ranks")]
     PeerOutOfRange {
@@ -191,6 +197,12 @@ pub(crate) struct Args<F> {
 }
 
 impl<F: InDevice> Args<F> {
+    /// Whether all-to-all and send/receive, whose plans keep an entry per rank
+    /// ([`P2pPlan`]), can run on this communicator.
+    fn direct_ranks(&self) -> Result<(), ArgError> {
+        if self.ranks > MAX_RANKS { Err(ArgError::DirectRanks { ranks: self.ranks }) } else { Ok(()) }
+    }
+
     /// `count * factor` elements of `dtype` in bytes, or an error on overflow.
     pub(crate) fn bytes(&self, count: usize, dtype: DataType, factor: usize) -> Result<usize, ArgError> {
         count
@@ -300,6 +312,7 @@ impl<F: InDevice> Args<F> {
         count: usize,
         dtype: DataType,
     ) -> Result<usize, ArgError> {
+        self.direct_ranks()?;
         let total = self.bytes(count, dtype, self.ranks)?;
         self.p2p_buffers(&[
             Buffer { what: "send", ptr: send, len: total },
@@ -313,6 +326,7 @@ impl<F: InDevice> Args<F> {
     /// are not; buffers that overlap without being equal are an error (NCCL does not define
     /// that layout). `recv` is checked as device memory when in place.
     pub(crate) fn all_to_all_in_place(&self, send: DevicePtr, recv: DevicePtr, total: usize) -> Result<bool, ArgError> {
+        self.direct_ranks()?;
         let (s, r) = (Buffer { what: "send", ptr: send, len: total }, Buffer { what: "recv", ptr: recv, len: total });
         if !s.overlaps(&r) {
             return Ok(false);
@@ -331,7 +345,8 @@ impl<F: InDevice> Args<F> {
         count: usize,
         dtype: DataType,
     ) -> Result<([usize; MAX_RANKS], [usize; MAX_RANKS]), ArgError> {
-        let n = self.ranks.min(MAX_RANKS);
+        self.direct_ranks()?;
+        let n = self.ranks;
         let mut displs = [0usize; MAX_RANKS];
         for (p, d) in displs.iter_mut().enumerate().take(n) {
             *d = p.checked_mul(count).ok_or(ArgError::Overflow { count, factor: n, dtype })?;
@@ -352,6 +367,7 @@ impl<F: InDevice> Args<F> {
         recv_displs: &[usize],
         dtype: DataType,
     ) -> Result<P2pPlan, ArgError> {
+        self.direct_ranks()?;
         let n = self.ranks;
         if [send_counts.len(), send_displs.len(), recv_counts.len(), recv_displs.len()].iter().any(|&l| l != n) {
             return Err(ArgError::BlockLists { ranks: n });
@@ -381,6 +397,7 @@ impl<F: InDevice> Args<F> {
     /// this rank matched by a receive from it of the same size. The indices of the sends to
     /// stage (empty when nothing is in place: no allocation).
     pub(crate) fn send_recv(&self, ops: &[P2pOp]) -> Result<Vec<usize>, ArgError> {
+        self.direct_ranks()?;
         let buffer = |op: &P2pOp| -> Result<Buffer, ArgError> {
             if op.peer >= self.ranks {
                 return Err(ArgError::PeerOutOfRange { peer: op.peer, ranks: self.ranks });
@@ -430,6 +447,26 @@ mod tests {
                 if inside { Ok(()) } else { Err(format!("{len} bytes at {ptr:#x} are not device memory")) }
             },
         }
+    }
+
+    #[test]
+    fn all_to_all_and_send_receive_refuse_more_ranks_than_their_plans_hold() {
+        // 16 ranks across nodes: every direct call is an error, none indexes past its arrays.
+        let wide = Args { ranks: 16, ..args() };
+        fn refused<T>(r: Result<T, ArgError>) -> bool {
+            matches!(r, Err(ArgError::DirectRanks { ranks: 16 }))
+        }
+        assert!(refused(wide.all_to_all(BASE, BASE + 4096, 4, DataType::F32)));
+        assert!(refused(wide.all_to_all_in_place(BASE, BASE, 4096)));
+        assert!(refused(wide.even_blocks(4, DataType::F32)));
+        let lists = vec![0usize; 16];
+        assert!(refused(wide.all_to_allv(BASE, &lists, &lists, BASE + 4096, &lists, &lists, DataType::F32)));
+        let op = P2pOp { kind: P2pKind::Send, peer: 12, ptr: BASE, count: 4, dtype: DataType::F32 };
+        assert!(refused(wide.send_recv(&[op])));
+        let error = wide.send_recv(&[op]).unwrap_err().to_string();
+        assert!(error.contains("16 ranks") && error.contains("at most 8"), "{error}");
+        // At 8 the same calls pass this check.
+        assert!(Args { ranks: 8, ..args() }.even_blocks(4, DataType::F32).is_ok());
     }
 
     fn assert_err<T: std::fmt::Debug>(result: Result<T, ArgError>, expected: &str) {

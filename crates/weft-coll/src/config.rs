@@ -240,10 +240,17 @@ impl Selector {
             }
             None => match self.tuned_across(collective, dtype, bytes, ranks, nodes) {
                 Some(tuned) => tuned,
-                None if bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype) => pairs,
+                // All pairs keeps a slot per rank in fixed arrays: the ring beyond them.
+                None if (bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype)) && pairs.available(ranks) => {
+                    pairs
+                }
                 None => ring,
             },
         };
+        // (A plan is checked against the nodes when it is set up.)
+        if !matches!(chosen, Algorithm::Plan(_)) && !chosen.available(ranks) {
+            return Err(format!("{chosen} does not run on {ranks} ranks"));
+        }
         if !(chosen.supports(dtype) && chosen.supports_op(op)) {
             return Err(format!(
                 "{chosen}, an algorithm across nodes, does not support {} with {}",
@@ -734,6 +741,30 @@ mod tests {
     /// A call on 4 ranks in 2 nodes.
     fn across(collective: Collective, bytes: u64, dtype: DataType, op: ReduceOp) -> AcrossNodes {
         AcrossNodes { collective, bytes, dtype, op, ranks: 4, nodes: 2 }
+    }
+
+    #[test]
+    fn across_nodes_beyond_8_ranks_the_ring_runs_at_every_size() {
+        let mut s = Selector::default();
+        let (ring, pairs) = (Algorithm::AllReducePortRing, Algorithm::AllReducePortAllPairs);
+        let at = |s: &Selector, bytes, dtype, ranks| {
+            s.across_nodes(AcrossNodes {
+                ranks,
+                nodes: 2,
+                ..across(Collective::AllReduce, bytes, dtype, ReduceOp::Sum)
+            })
+        };
+        assert_eq!(at(&s, 8, DataType::Bf16, 8), Ok(pairs));
+        for ranks in [9, 16, 32] {
+            assert_eq!(at(&s, 8, DataType::Bf16, ranks), Ok(ring), "{ranks} ranks");
+            assert_eq!(at(&s, 1 << 30, DataType::Bf16, ranks), Ok(ring), "{ranks} ranks");
+            // FP8 has only all pairs across nodes: refused, not run out of bounds.
+            let fp8 = at(&s, 8, DataType::F8E4M3, ranks).unwrap_err();
+            assert!(fp8.contains("does not support"), "{fp8}");
+        }
+        s.force(pairs);
+        let forced = at(&s, 8, DataType::Bf16, 16).unwrap_err();
+        assert!(forced.contains("does not run on 16 ranks"), "{forced}");
     }
 
     #[test]

@@ -104,6 +104,32 @@ pub(crate) fn p2p_grid(hb_blocks: u32, ranks: usize) -> u32 {
 }
 
 /// Why `config` cannot run on `ranks` ranks, if it cannot.
+/// Most ranks of a communicator whose ranks span nodes: the plans' and the device API's limit.
+pub(crate) const MAX_CROSS_NODE_RANKS: usize = weft_types::EXEC_MAX_RANKS;
+
+/// Whether a communicator whose rank r is in node `nodes[r]` has a rank count the collectives
+/// handle: at most [`MAX_RANKS`] on one node (the NVLink kernels' per-rank arrays); across
+/// nodes at most [`MAX_CROSS_NODE_RANKS`], [`MAX_RANKS`] of them in any one node (only the
+/// AllReduces that cross nodes run there; `Algorithm::available` says which).
+pub(crate) fn check_rank_count(nodes: &[usize]) -> Result<(), String> {
+    let ranks = nodes.len();
+    let mut per_node = std::collections::BTreeMap::new();
+    for &n in nodes {
+        *per_node.entry(n).or_insert(0usize) += 1;
+    }
+    let busiest = per_node.values().copied().max().unwrap_or(0);
+    if per_node.len() <= 1 && ranks > MAX_RANKS {
+        return Err(format!("{ranks} ranks on one node (at most {MAX_RANKS})"));
+    }
+    if busiest > MAX_RANKS {
+        return Err(format!("{busiest} ranks on one node of {} (at most {MAX_RANKS} per node)", per_node.len()));
+    }
+    if ranks > MAX_CROSS_NODE_RANKS {
+        return Err(format!("{ranks} ranks across {} nodes (at most {MAX_CROSS_NODE_RANKS})", per_node.len()));
+    }
+    Ok(())
+}
+
 fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
     let chunk_ok =
         config.chunk_bytes >= 32 * ranks * config.hb_blocks as usize && config.chunk_bytes.is_multiple_of(16);
@@ -154,9 +180,8 @@ impl Resources {
         let rank = comm.rank();
         let ranks = comm.world_size();
         let gpu = |source| CollError::Gpu { rank, source };
-        if ranks > MAX_RANKS {
-            return Err(CollError::Unsupported { rank, detail: format!("{ranks} ranks (at most {MAX_RANKS})") });
-        }
+        let nodes: Vec<usize> = (0..ranks).map(|r| comm.topology().node(r).unwrap_or_default()).collect();
+        check_rank_count(&nodes).map_err(|detail| CollError::Unsupported { rank, detail })?;
         check_shapes(config, ranks).map_err(|detail| CollError::InvalidArgument { rank, detail })?;
         let p2p = p2p_blocks(config.hb_blocks, ranks);
         // The two-shot HB kernel keeps `ranks` shards of a round in the first half of the
@@ -303,6 +328,23 @@ impl Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_than_8_ranks_only_across_nodes_with_at_most_8_in_each() {
+        let nodes = |per: &[usize]| -> Vec<usize> { per.iter().enumerate().flat_map(|(n, &k)| vec![n; k]).collect() };
+        assert!(check_rank_count(&nodes(&[8])).is_ok());
+        assert!(check_rank_count(&nodes(&[1])).is_ok());
+        let one = check_rank_count(&nodes(&[9])).unwrap_err();
+        assert!(one.contains("9 ranks on one node"), "{one}");
+        // 2 nodes of 8 and 4 of 8: the multi-node shapes of 8-GPU servers.
+        assert!(check_rank_count(&nodes(&[8, 8])).is_ok());
+        assert!(check_rank_count(&nodes(&[8, 8, 8, 8])).is_ok());
+        assert!(check_rank_count(&nodes(&[3, 5, 8])).is_ok());
+        let crowded = check_rank_count(&nodes(&[8, 9])).unwrap_err();
+        assert!(crowded.contains("9 ranks on one node of 2"), "{crowded}");
+        let many = check_rank_count(&nodes(&[8; 5])).unwrap_err();
+        assert!(many.contains("40 ranks across 5 nodes"), "{many}");
+    }
 
     #[test]
     fn the_ll128_region_comes_last_128_aligned_and_holds_what_the_fit_checks_admit() {

@@ -64,6 +64,7 @@ impl Ready {
             weft_missing: self.weft.as_ref().err().map(String::as_str),
             fallback: self.fallback.is_some(),
             force: env.force,
+            spans_nodes: self.weft.as_ref().is_ok_and(|n| n.comm.topology().spans_nodes()),
         }
     }
 }

@@ -86,6 +86,9 @@ pub struct Engines<'a> {
     pub fallback: bool,
     /// `WEFT_NCCL_FORCE_FALLBACK`.
     pub force: ForceSet,
+    /// Whether the communicator's ranks span nodes (hosts or virtual nodes), where weft runs
+    /// only AllReduce (and the device API).
+    pub spans_nodes: bool,
 }
 
 /// Decides where a `kind` call runs (every operator, PreMulSum included, runs on weft).
@@ -97,6 +100,8 @@ pub fn route(kind: Kind, pattern: Option<&str>, engines: Engines<'_>) -> Result<
         Some(format!("{kind} is listed in WEFT_NCCL_FORCE_FALLBACK"))
     } else if let Some(why) = engines.weft_missing {
         Some(format!("this communicator has no weft side ({why})"))
+    } else if engines.spans_nodes && !matches!(kind, Kind::ALL_REDUCE | Kind::DevComm) {
+        Some(format!("{kind} across nodes (weft runs AllReduce and the device API between nodes)"))
     } else {
         pattern.map(|p| format!("weft cannot run {kind} {p}"))
     };
@@ -145,7 +150,7 @@ mod tests {
 
     #[test]
     fn routes_follow_support_force_list_and_fallback() {
-        let both = Engines { weft_missing: None, fallback: true, force: ForceSet::default() };
+        let both = Engines { weft_missing: None, fallback: true, force: ForceSet::default(), spans_nodes: false };
         let weft_only = Engines { fallback: false, ..both };
         assert_eq!(route(Kind::ALL_REDUCE, None, both).unwrap(), Route::Weft);
         assert_eq!(route(Kind::ALL_REDUCE, None, weft_only).unwrap(), Route::Weft);
@@ -162,5 +167,15 @@ mod tests {
         assert!(route(Kind::ALL_TO_ALL, Some("in place"), weft_only).is_err());
         let no_weft = Engines { weft_missing: Some("9 ranks"), ..both };
         assert_eq!(route(Kind::SEND_RECV, None, no_weft).unwrap(), Route::Fallback);
+        // Across nodes weft runs AllReduce and the device API; the rest go to the fallback, or
+        // are refused without one.
+        let across = Engines { spans_nodes: true, ..both };
+        assert_eq!(route(Kind::ALL_REDUCE, None, across).unwrap(), Route::Weft);
+        assert_eq!(route(Kind::DevComm, None, across).unwrap(), Route::Weft);
+        for kind in [Kind::ALL_GATHER, Kind::REDUCE_SCATTER, Kind::BROADCAST, Kind::SEND_RECV, Kind::Gather] {
+            assert_eq!(route(kind, None, across).unwrap(), Route::Fallback, "{kind}");
+            let err = route(kind, None, Engines { fallback: false, ..across }).unwrap_err();
+            assert!(err.message.contains("across nodes"), "{}", err.message);
+        }
     }
 }

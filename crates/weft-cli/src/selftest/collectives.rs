@@ -80,6 +80,7 @@ impl Family {
 pub(super) fn runs_on(algorithm: Algorithm, nodes: &Nodes) -> Result<(), String> {
     match algorithm {
         Algorithm::Plan(id) => id.plan_at(nodes, 0).map(|_| ()),
+        a if !a.available(nodes.ranks() as usize) => Err(format!("runs on at most {} ranks", weft_types::MAX_RANKS)),
         _ => Ok(()),
     }
 }

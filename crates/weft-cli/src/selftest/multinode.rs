@@ -33,24 +33,41 @@ impl Layout {
     }
 }
 
-/// The layouts of the step: 2 and 4 nodes, one rank per node and 2 nodes of two.
-pub(super) const LAYOUTS: [Layout; 3] =
-    [Layout { nodes: 2, per_node: 1 }, Layout { nodes: 2, per_node: 2 }, Layout { nodes: 4, per_node: 1 }];
+/// The layouts of the step: 2 and 4 nodes, one rank per node and 2 nodes of two; and 2 nodes
+/// of eight (16 ranks: the shape of two 8-GPU servers, beyond the 8 ranks of one node), which
+/// runs only when named (`--ranks 16`): its ranks share the GPUs as threads, a long run.
+pub(super) const LAYOUTS: [Layout; 4] = [
+    Layout { nodes: 2, per_node: 1 },
+    Layout { nodes: 2, per_node: 2 },
+    Layout { nodes: 4, per_node: 1 },
+    Layout { nodes: 2, per_node: 8 },
+];
 
-/// The rank counts the launcher runs the step at: every layout's, or `only` (`--ranks`).
+/// The most ranks of a layout the step runs unless `--ranks` names a larger one.
+const DEFAULT_MAX_RANKS: usize = 4;
+
+/// The rank counts the launcher runs the step at: every layout's up to [`DEFAULT_MAX_RANKS`],
+/// or `only` (`--ranks`).
 pub(super) fn rank_counts(only: Option<usize>) -> Vec<usize> {
-    let mut counts: Vec<usize> = LAYOUTS.iter().map(|l| l.ranks()).filter(|&r| only.is_none_or(|o| o == r)).collect();
+    let wanted = |r: usize| only.map_or(r <= DEFAULT_MAX_RANKS, |o| o == r);
+    let mut counts: Vec<usize> = LAYOUTS.iter().map(|l| l.ranks()).filter(|&r| wanted(r)).collect();
     counts.dedup();
     counts
 }
 
 /// The layouts a run of `only` ranks (`--ranks`) leaves out, each with the reason.
 pub(super) fn left_out(only: Option<usize>) -> Vec<String> {
-    let Some(ranks) = only else { return Vec::new() };
     LAYOUTS
         .iter()
-        .filter(|l| l.ranks() != ranks)
-        .map(|l| format!("multinode {}: needs {} ranks, the run has {ranks} (--ranks)", l.name(), l.ranks()))
+        .filter_map(|l| match only {
+            Some(ranks) if l.ranks() != ranks => {
+                Some(format!("multinode {}: needs {} ranks, the run has {ranks} (--ranks)", l.name(), l.ranks()))
+            }
+            None if l.ranks() > DEFAULT_MAX_RANKS => {
+                Some(format!("multinode {}: runs only when named (--ranks {})", l.name(), l.ranks()))
+            }
+            _ => None,
+        })
         .collect()
 }
 
@@ -89,10 +106,13 @@ mod tests {
         assert!(LAYOUTS.iter().any(|l| l.nodes == 2) && LAYOUTS.iter().any(|l| l.nodes == 4));
         assert_eq!(rank_counts(None), vec![2, 4]);
         assert_eq!(rank_counts(Some(4)), vec![4]);
+        assert_eq!(rank_counts(Some(16)), vec![16]);
         assert!(rank_counts(Some(3)).is_empty());
-        assert!(left_out(None).is_empty());
+        let by_default = left_out(None);
+        assert_eq!(by_default.len(), 1);
+        assert!(by_default[0].contains("2 nodes x 8 ranks: runs only when named (--ranks 16)"), "{by_default:?}");
         let skipped = left_out(Some(4));
-        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped.len(), 2);
         assert!(skipped[0].contains("2 nodes x 1 rank: needs 2 ranks"), "{skipped:?}");
         assert_eq!(left_out(Some(3)).len(), LAYOUTS.len());
     }
@@ -106,7 +126,13 @@ mod tests {
         for layout in LAYOUTS {
             let nodes = Nodes::virtual_nodes(layout.ranks(), layout.per_node);
             for &a in &crossing {
-                collectives::runs_on(a, &nodes).unwrap_or_else(|e| panic!("{} on {}: {e}", a.name(), layout.name()));
+                let runs = collectives::runs_on(a, &nodes);
+                // All pairs keeps a slot per rank in arrays of 8: beyond, a skip with the reason.
+                if a == Algorithm::AllReducePortAllPairs && layout.ranks() > 8 {
+                    assert!(runs.unwrap_err().contains("at most 8 ranks"), "{}", layout.name());
+                    continue;
+                }
+                runs.unwrap_or_else(|e| panic!("{} on {}: {e}", a.name(), layout.name()));
             }
         }
         // A plan with memory channels across the nodes: the executor's set-up rule says why not.
