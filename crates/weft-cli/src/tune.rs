@@ -124,7 +124,7 @@ fn tuned_here(algorithm: Algorithm, nodes: &Nodes) -> bool {
     }
     let sets_up = match algorithm {
         Algorithm::Plan(id) => id.plan_at(nodes, 0).is_ok(),
-        _ => true,
+        _ => algorithm.available(nodes.ranks() as usize),
     };
     algorithm.collective() == Collective::AllReduce && algorithm.may_cross_nodes() && sets_up
 }

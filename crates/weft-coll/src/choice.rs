@@ -91,7 +91,7 @@ impl Chooser<'_> {
     }
 
     /// [`crate::Selector::across_nodes`]'s choice when some peer is in another node.
-    fn across_nodes(&self, call: Call) -> Option<Result<Algorithm, CollError>> {
+    pub(crate) fn across_nodes(&self, call: Call) -> Option<Result<Algorithm, CollError>> {
         let (peer, reason) = self.unreachable?;
         let chosen = self.config.selector.across_nodes(crate::config::AcrossNodes {
             collective: call.collective,

@@ -1090,6 +1090,17 @@ impl Collectives {
         })
     }
 
+    /// See [`crate::RawCollectives::across_nodes`].
+    pub(crate) fn across_nodes(
+        &self,
+        collective: Collective,
+        bytes: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Option<Result<Algorithm, CollError>> {
+        self.chooser().across_nodes(Call { collective, size: bytes, dtype, op })
+    }
+
     fn chooser(&self) -> Chooser<'_> {
         Chooser {
             config: &self.config,

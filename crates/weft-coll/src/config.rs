@@ -239,12 +239,13 @@ impl Selector {
                 ));
             }
             None => match self.tuned_across(collective, dtype, bytes, ranks, nodes) {
-                Some(tuned) => tuned,
+                // A table's pick that cannot run here (all pairs beyond 8 ranks) is no pick.
+                Some(tuned) if matches!(tuned, Algorithm::Plan(_)) || tuned.available(ranks) => tuned,
                 // All pairs keeps a slot per rank in fixed arrays: the ring beyond them.
                 None if (bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype)) && pairs.available(ranks) => {
                     pairs
                 }
-                None => ring,
+                _ => ring,
             },
         };
         // (A plan is checked against the nodes when it is set up.)
@@ -823,6 +824,8 @@ mod tests {
         // No rule for 8 ranks in 4 nodes, nor for 3 nodes: the built-in choice.
         assert_eq!(pick(64 << 20, 8, 4), Ok(Algorithm::AllReducePortRing));
         assert_eq!(pick(1024, 6, 3), Ok(Algorithm::AllReducePortAllPairs));
+        // The table's all pairs cannot run beyond 8 ranks: no pick, so the built-in choice.
+        assert_eq!(pick(1024, 16, 2), Ok(Algorithm::AllReducePortRing));
         // Within one node the rules for node counts never apply.
         assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 1024, 4), Algorithm::AllReduceHb);
         assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 1 << 20, 4), Algorithm::AllReduceRing);

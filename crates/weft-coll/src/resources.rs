@@ -103,7 +103,6 @@ pub(crate) fn p2p_grid(hb_blocks: u32, ranks: usize) -> u32 {
     hb_blocks.max(2 * ranks as u32 * p2p_blocks(hb_blocks, ranks))
 }
 
-/// Why `config` cannot run on `ranks` ranks, if it cannot.
 /// Most ranks of a communicator whose ranks span nodes: the plans' and the device API's limit.
 pub(crate) const MAX_CROSS_NODE_RANKS: usize = weft_types::EXEC_MAX_RANKS;
 
@@ -130,6 +129,7 @@ pub(crate) fn check_rank_count(nodes: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
+/// Why `config` cannot run on `ranks` ranks, if it cannot.
 fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
     let chunk_ok =
         config.chunk_bytes >= 32 * ranks * config.hb_blocks as usize && config.chunk_bytes.is_multiple_of(16);

@@ -11,14 +11,16 @@ use weft_bootstrap::{Bootstrap, InProcessBootstrap, TcpBootstrap, UniqueId};
 use weft_coll::{CollConfig, Collectives};
 use weft_core::Communicator;
 use weft_gpu::Device;
+use weft_types::{Collective, ReduceOp};
 
 use crate::dev_comm::DevComms;
 use crate::env::{NcclEnv, env};
 use crate::error::{Code, NcclError};
+use crate::exec::{Call, Coll};
 use crate::fallback::{self, FallbackComm};
 use crate::ffi::{self, ncclComm, ncclComm_t, ncclConfig_t};
 use crate::ops::UserOps;
-use crate::route::Engines;
+use crate::route::{Engines, Op};
 
 /// Bootstrap tag of the unique id a split's leader sends its members.
 const SPLIT_TAG: u32 = 0x5746_4e01;
@@ -58,6 +60,23 @@ pub struct Ready {
 }
 
 impl Ready {
+    /// Why weft refuses `call` between nodes, when the ranks span nodes and weft's choice
+    /// across nodes has no algorithm for it (an FP8 AllReduce beyond 8 ranks, say): asked of
+    /// weft without launching, the same on every rank. Other kinds across nodes are the route's
+    /// rule ([`Engines::spans_nodes`]).
+    pub fn refused_across_nodes(&self, call: &Call) -> Option<String> {
+        let native = self.weft.as_ref().ok()?;
+        let Coll::AllReduce(op) = call.coll else { return None };
+        // A custom operator is a PreMulSum (`ncclRedOpCreatePreMulSum`).
+        let op = match op {
+            Op::Builtin(op) => op,
+            Op::PreMulSum(_) | Op::Custom(_) => ReduceOp::PreMulSum,
+        };
+        let bytes = call.count.saturating_mul(call.dtype.size());
+        let chosen = native.coll.raw().across_nodes(Collective::AllReduce, bytes, call.dtype, op)?;
+        chosen.err().map(|e| e.to_string())
+    }
+
     /// What this communicator can route to.
     pub fn engines(&self, env: &NcclEnv) -> Engines<'_> {
         Engines {

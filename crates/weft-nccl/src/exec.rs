@@ -311,6 +311,9 @@ fn window_work(comm: &Arc<Comm>, ready: &Ready, work: WindowWork) -> Result<(), 
     match work {
         WindowWork::Register { base, size, flags, out } => {
             let weft = match &ready.weft {
+                // Across nodes weft's window would map buffers of other nodes, and none of the
+                // AllReduces that cross nodes reads a window: the fallback's alone.
+                Ok(native) if native.comm.topology().spans_nodes() => None,
                 // SAFETY: the application keeps the buffer allocated until it deregisters the
                 // window (nccl.h contract), which drops weft's window first.
                 Ok(native) => Some(unsafe { native.coll.raw().register_window(base, size)? }),
@@ -336,7 +339,8 @@ fn window_work(comm: &Arc<Comm>, ready: &Ready, work: WindowWork) -> Result<(), 
             }
             if weft.is_none() && fallback.is_null() {
                 return Err(NcclError::invalid_usage(
-                    "ncclCommWindowRegister: this communicator has neither weft's side nor a fallback NCCL",
+                    "ncclCommWindowRegister: nothing can register it (weft registers windows on communicators \
+                     within one node, and no fallback NCCL is loaded)",
                 ));
             }
             let token = Box::into_raw(Box::new(0u8)) as usize;
@@ -533,7 +537,8 @@ impl Target {
 pub fn run_one(comm: &Comm, call: Call) -> Result<(), NcclError> {
     let _restore = SavedContext::save();
     let ready = comm.ready()?;
-    match route(call.kind(), call.pattern(comm.nranks), ready.engines(env()?))? {
+    let refused = ready.refused_across_nodes(&call);
+    match route(call.kind(), call.pattern(comm.nranks).or(refused.as_deref()), ready.engines(env()?))? {
         Route::Fallback => fallback_call(&ready, &call),
         Route::Weft => run_weft(comm, &ready, std::slice::from_ref(&call)),
     }
@@ -551,7 +556,8 @@ fn run_calls(call_name: &'static str, calls: Vec<(Arc<Comm>, Call)>) -> Result<(
     let mut weft_calls: Vec<(Arc<Comm>, Arc<Ready>, Vec<Call>)> = Vec::new();
     for (comm, call) in calls {
         let routed = comm.ready().and_then(|ready| {
-            let r = route(call.kind(), call.pattern(comm.nranks), ready.engines(env))?;
+            let refused = ready.refused_across_nodes(&call);
+            let r = route(call.kind(), call.pattern(comm.nranks).or(refused.as_deref()), ready.engines(env))?;
             Ok((ready, r))
         });
         match routed {
