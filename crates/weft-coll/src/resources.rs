@@ -182,13 +182,21 @@ impl Resources {
         let gpu = |source| CollError::Gpu { rank, source };
         let nodes: Vec<usize> = (0..ranks).map(|r| comm.topology().node(r).unwrap_or_default()).collect();
         check_rank_count(&nodes).map_err(|detail| CollError::Unsupported { rank, detail })?;
-        check_shapes(config, ranks).map_err(|detail| CollError::InvalidArgument { rank, detail })?;
+        // The shapes the NVLink kernels need, which run on at most MAX_RANKS ranks: more span
+        // nodes, where only the AllReduces that cross nodes run.
+        check_shapes(config, ranks.min(MAX_RANKS)).map_err(|detail| CollError::InvalidArgument { rank, detail })?;
         let p2p = p2p_blocks(config.hb_blocks, ranks);
         // The two-shot HB kernel keeps `ranks` shards of a round in the first half of the
         // scratch: make the round a multiple of 16 x ranks.
         let chunk_bytes = config.chunk_bytes - config.chunk_bytes % (16 * ranks);
         let scratch = comm.register(comm.alloc(2 * chunk_bytes)?)?;
-        let layout = PacketLayout::new(config, ranks);
+        // Beyond MAX_RANKS the ranks span nodes and no LL kernel runs: the smallest slots, not
+        // a slot per rank of the configured size (about 130 MiB a rank at 16 ranks).
+        let layout = if ranks > MAX_RANKS {
+            PacketLayout::new(&CollConfig { ll_slot_bytes: 8, p2p_ll_bytes: 8, ..config.clone() }, ranks)
+        } else {
+            PacketLayout::new(config, ranks)
+        };
         let packets = comm.alloc(layout.total_bytes as usize)?;
         packets.fill(0, packets.len(), 0).map_err(gpu)?;
         let packets = comm.register(packets)?;
