@@ -32,6 +32,7 @@
 # cross nodes (NVRAR and 2PH plans, port_ring, port_allpairs) at 2 nodes x 1 and x 2 ranks and 4
 # nodes x 1 (virtual nodes over the emulated NIC in chaos mode; ranks share GPUs where there are
 # fewer GPUs than ranks), every element checked; its SKIP lines say what could not run and why.
+# Then 2 nodes x 8 (--ranks 16, bf16 and f32), the shape of two 8-GPU servers.
 # The e2e step installs the wheel as the python step does, then runs bench/e2e/run.sh: a Llama
 # tensor-parallel decode step through NCCL, weft's libnccl.so.2 and weft.Communicator, and the
 # DeepSeek-V3 MoE layer through weft.ep and an all-to-all over NCCL (docs/perf/e2e.md; about 3
@@ -144,7 +145,13 @@ for step in "${steps[@]}"; do
          echo "NCCL device API on weft: rc=$?"; cat "$dir/device-api.txt" ;;
     multinode) timeout 1800 "$weft" selftest --only multinode --mode threads > "$dir/selftest-multinode.txt" 2>&1
                echo "selftest multinode: rc=$? $(grep -h 'passed,' "$dir/selftest-multinode.txt" | tail -1)"
-               grep -h -m10 -E '^(FAIL|SKIP)' "$dir/selftest-multinode.txt" ;;
+               grep -h -m10 -E '^(FAIL|SKIP)' "$dir/selftest-multinode.txt"
+               # 2 nodes x 8 (16 ranks, beyond one node's 8) on bf16 and f32 only: its ranks
+               # share the GPUs as threads, a long run.
+               WEFT_SELFTEST_TYPES=bf16,f32 timeout 1200 "$weft" selftest --only multinode --mode threads --ranks 16 \
+                 > "$dir/selftest-multinode-16.txt" 2>&1
+               echo "selftest multinode at 16 ranks: rc=$? $(grep -h 'passed,' "$dir/selftest-multinode-16.txt" | tail -1)"
+               grep -h -m10 -E '^(FAIL|SKIP)' "$dir/selftest-multinode-16.txt" ;;
     proxy) timeout 120 "$weft" bench fifo --threads 1,2,4,8 --pushes 1048576 --json "$dir/fifo.json" > "$dir/fifo.txt" 2>&1
            echo "fifo: rc=$?"; tail -6 "$dir/fifo.txt"
            for ch in memory port; do
