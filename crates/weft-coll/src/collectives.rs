@@ -1090,8 +1090,11 @@ impl Collectives {
         })
     }
 
-    /// See [`crate::RawCollectives::across_nodes`].
-    pub(crate) fn across_nodes(
+    /// Where the ranks span nodes: the algorithm a call of `collective` on `bytes` of `dtype`
+    /// with `op` would run, or why none can (the same answer on every rank), without launching
+    /// anything. `None` within one node, where every collective runs. For callers with another
+    /// engine to send what weft refuses between nodes to (libnccl.so.2's fallback NCCL).
+    pub fn across_nodes(
         &self,
         collective: Collective,
         bytes: usize,

@@ -5,7 +5,7 @@
 //! buffer alive until the stream work that uses it has run.
 
 use weft_gpu::{DevicePtr, Stream};
-use weft_types::{Collective, DataType, ReduceOp};
+use weft_types::DataType;
 
 use crate::algorithm::Algorithm;
 use crate::collectives::{Collectives, P2pOp};
@@ -132,20 +132,6 @@ raw_calls! {
 }
 
 impl RawCollectives<'_> {
-    /// Where the ranks span nodes: the algorithm a call of `collective` on `bytes` of `dtype`
-    /// with `op` would run, or why none can (the same answer on every rank), without launching
-    /// anything. `None` within one node, where every collective runs. For callers with another
-    /// engine to send what weft refuses between nodes to (libnccl.so.2's fallback NCCL).
-    pub fn across_nodes(
-        &self,
-        collective: Collective,
-        bytes: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Option<Result<Algorithm, CollError>> {
-        self.0.across_nodes(collective, bytes, dtype, op)
-    }
-
     /// Registers `[base, base + len)` as a window (NCCL's symmetric window): collective, and
     /// blocking until every rank has mapped every other rank's buffer.
     ///

@@ -73,7 +73,7 @@ impl Ready {
             Op::PreMulSum(_) | Op::Custom(_) => ReduceOp::PreMulSum,
         };
         let bytes = call.count.saturating_mul(call.dtype.size());
-        let chosen = native.coll.raw().across_nodes(Collective::AllReduce, bytes, call.dtype, op)?;
+        let chosen = native.coll.across_nodes(Collective::AllReduce, bytes, call.dtype, op)?;
         chosen.err().map(|e| e.to_string())
     }
 
