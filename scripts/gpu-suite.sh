@@ -11,8 +11,9 @@
 # as a default, in the same run, at every rank count from 2 to the GPUs there are: AllToAll and
 # SendRecv over LL packets against p2p (1 KB - 4 MB), Broadcast and Reduce down the chain against
 # HB (1 KB - 64 MB; the perf step times the defaults against NCCL up to 1 GB), and LL128 lines
-# against what they would replace: Broadcast and Reduce against the chain, AllReduce against the
-# LL two-shot (1 KB - 2 MB), AllGather and ReduceScatter against LL (1 KB - 512 KB a block).
+# against what they would replace: Broadcast and Reduce against the chain (1 KB - 2 MB),
+# AllReduce against the LL two-shot (1 KB - 1 MB: a shard of 1 MB / ranks fits both's slots),
+# AllGather and ReduceScatter against LL (1 KB - 512 KB in all).
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -77,7 +78,7 @@ for step in "${steps[@]}"; do
     versus) gpus="$(nvidia-smi -L | wc -l)"
             for ranks in $(seq 2 "$gpus"); do
               for pair in alltoall:ll:p2p:4M:4 sendrecv:ll:p2p:4M:4 broadcast:chain:hb:64M:4 reduce:chain:hb:64M:4 \
-                          broadcast:ll128:chain:2M:2 reduce:ll128:chain:2M:2 allreduce:ll128:ll2:2M:2 \
+                          broadcast:ll128:chain:2M:2 reduce:ll128:chain:2M:2 allreduce:ll128:ll2:1M:2 \
                           allgather:ll128:ll:512K:2 reducescatter:ll128:ll:512K:2; do
                 IFS=: read -r c algo base max factor <<< "$pair"
                 var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"
@@ -99,7 +100,7 @@ for step in "${steps[@]}"; do
               done ;;
     check) WEFT="$weft" OUT="$dir" scripts/bench-collectives.sh check ;;
     perf) WEFT="$weft" OUT="$dir" FACTOR="${FACTOR:-4}" scripts/bench-collectives.sh perf ;;
-    tune) timeout 300 "$weft" tune -f "${FACTOR:-4}" -o "$dir/tuning.json" > "$dir/tune.txt" 2>&1
+    tune) timeout 600 "$weft" tune -f "${FACTOR:-4}" -o "$dir/tuning.json" > "$dir/tune.txt" 2>&1
           echo "tune: rc=$? $(head -1 "$dir/tune.txt")" ;;
     torch) lib="${WEFT_NCCL:-$PWD/target/nccl/libnccl.so.2}"
            gpus="$(nvidia-smi -L | wc -l)"

@@ -447,7 +447,14 @@ fn measure(options: &TuneOptions, torchrun: &TorchrunEnv) -> Result<Vec<Sample>,
         }
     }
     comm.barrier()?;
-    Ok(samples)
+    Ok(without_failed(samples, &failed))
+}
+
+/// `samples` less every one of an algorithm in `failed`: one that failed a check at some size
+/// is out of the table at every size, its earlier timings included.
+fn without_failed(mut samples: Vec<Sample>, failed: &[Algorithm]) -> Vec<Sample> {
+    samples.retain(|s| !failed.iter().any(|a| a.collective() == s.collective && a.name() == s.algorithm));
+    samples
 }
 
 #[cfg(test)]
@@ -476,6 +483,22 @@ mod tests {
             check_max_bytes: DEFAULT_CHECK_MAX_BYTES,
             with_ll128: false,
         }
+    }
+
+    #[test]
+    fn an_algorithm_that_failed_a_check_loses_every_timing() {
+        use Collective::*;
+        let samples = vec![
+            sample(64, AllReduce, "ll128", 1024, 2.0),
+            sample(64, AllReduce, "ll", 1024, 3.0),
+            sample(64, AllGather, "ll128", 1024, 2.0),
+            sample(128, AllReduce, "ll128", 4096, 2.5),
+        ];
+        // ll128 of AllReduce failed at a larger size: its timings at every size go, the
+        // AllGather one of the same name stays.
+        let kept = without_failed(samples, &[Algorithm::AllReduceLl128]);
+        let left: Vec<(Collective, &str)> = kept.iter().map(|s| (s.collective, s.algorithm.as_str())).collect();
+        assert_eq!(left, vec![(AllReduce, "ll"), (AllGather, "ll128")]);
     }
 
     #[test]

@@ -172,11 +172,7 @@ impl Algorithm {
             Self::AllReducePortAllPairs => "port_allpairs",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             Self::BroadcastChain | Self::ReduceChain => "chain",
-            Self::AllReduceLl128
-            | Self::AllGatherLl128
-            | Self::ReduceScatterLl128
-            | Self::BroadcastLl128
-            | Self::ReduceLl128 => "ll128",
+            a if a.is_ll128() => "ll128",
             a if matches!(a.protocol(), Protocol::Ll | Protocol::LlP2p) => "ll",
             _ => "hb",
         }
@@ -229,7 +225,14 @@ impl Algorithm {
     /// Whether it moves LL128 lines (`ll128`): 128 bytes per 120 of payload, into a slot of the
     /// packet buffer per sender, or (Broadcast, Reduce: the chain) into a whole half.
     pub fn is_ll128(self) -> bool {
-        self.name() == "ll128"
+        matches!(
+            self,
+            Self::AllReduceLl128
+                | Self::AllGatherLl128
+                | Self::ReduceScatterLl128
+                | Self::BroadcastLl128
+                | Self::ReduceLl128
+        )
     }
 
     /// Whether its kernel reduces (compiled per element type and operator, in

@@ -63,8 +63,7 @@ impl Chooser<'_> {
                 format!("{algorithm} does not support {} with {}", call.dtype.name(), call.op.name())
             } else {
                 format!(
-                    "{algorithm} cannot carry {} bytes in its packet buffer (sized by WEFT_LL_SLOT_BYTES: {} \
-                     per rank)",
+                    "{algorithm} cannot carry {} bytes in its packet slots (WEFT_LL_SLOT_BYTES sizes them, now {})",
                     call.size, self.config.ll_slot_bytes
                 )
             }));

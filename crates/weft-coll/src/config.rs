@@ -216,8 +216,9 @@ impl Selector {
     /// The algorithm for a communicator whose kernels cannot map some peers (other hosts, or
     /// other virtual nodes): only the PortChannel AllReduces reach them (through the proxy),
     /// `port_allpairs` for messages up to `ALLPAIRS_ACROSS_NODES_MAX` bytes (one network
-    /// crossing) and in FP8 (the ring carries partials in the element type), `port_ring` above,
-    /// unless one of them or an AllReduce plan (`plan:nvrar_allreduce`, `plan:hier2ph_allreduce`,
+    /// crossing) and in FP8 (the ring carries partials in the element type), `port_ring` above
+    /// and at every size beyond [`weft_types::MAX_RANKS`] ranks, where `port_allpairs` does not
+    /// run (so FP8 is refused there), unless one of them or an AllReduce plan (`plan:nvrar_allreduce`, `plan:hier2ph_allreduce`,
     /// ...; whether its memory channels stay within nodes is checked when it is set up) is
     /// forced, or the tuning table has rules for `ranks` ranks in `nodes` nodes (see
     /// [`Rule::nodes`]); only where it supports the type and operator. The error says what is
@@ -404,7 +405,7 @@ fn parse_groups(collective: Collective, rules: &[Rule]) -> Result<Vec<RuleGroup>
 pub struct CollConfig {
     /// Blocks of every LL launch (fixed: per-block flags advance in lockstep on every rank).
     pub ll_blocks: u32,
-    /// Threads per LL block.
+    /// Threads per LL block: a positive multiple of 32 (the LL128 kernels vote per warp).
     pub ll_threads: u32,
     /// Blocks of every HB and send/receive launch (fixed: one semaphore per peer and block).
     pub hb_blocks: u32,

@@ -168,15 +168,15 @@ variables! {
     WEFT_IBVERBS_LIB: Path, Config, "weft-net", default "`libibverbs.so.1` through the dynamic linker's search",
         "the libibverbs to load for `WEFT_NET=ib`";
     WEFT_ALGO_ALLREDUCE: Choice, Config, "weft-coll", default "`auto`",
-        "force an AllReduce algorithm: `ll`, `ll2`, `hb`, `ring`, `port_allpairs`, `port_ring` (the two natives that also reach peers of other nodes), an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`; across nodes `plan:nvrar_allreduce`, `plan:hier2ph_allreduce` or another plan whose memory channels stay within nodes) or `auto`";
+        "force an AllReduce algorithm: `ll`, `ll2`, `ll128` (the two-shot in LL128 lines; NVLink peers), `hb`, `ring`, `port_allpairs`, `port_ring` (the two natives that also reach peers of other nodes), an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`; across nodes `plan:nvrar_allreduce`, `plan:hier2ph_allreduce` or another plan whose memory channels stay within nodes) or `auto`";
     WEFT_ALGO_ALLGATHER: Choice, Config, "weft-coll", default "`auto`",
-        "force an AllGather algorithm: `ll`, `hb`, an execution plan `plan:<name>` or `auto`";
+        "force an AllGather algorithm: `ll`, `ll128` (LL128 lines; NVLink peers), `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_REDUCESCATTER: Choice, Config, "weft-coll", default "`auto`",
-        "force a ReduceScatter algorithm: `ll`, `hb`, an execution plan `plan:<name>` or `auto`";
+        "force a ReduceScatter algorithm: `ll`, `ll128` (LL128 lines; NVLink peers), `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_BROADCAST: Choice, Config, "weft-coll", default "`auto`",
-        "force a Broadcast algorithm: `ll`, `hb`, `chain`, an execution plan `plan:<name>` or `auto`";
+        "force a Broadcast algorithm: `ll`, `hb`, `chain`, `ll128` (the chain in LL128 lines; NVLink peers), an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_REDUCE: Choice, Config, "weft-coll", default "`auto`",
-        "force a Reduce algorithm: `ll`, `hb`, `chain`, an execution plan `plan:<name>` or `auto`";
+        "force a Reduce algorithm: `ll`, `hb`, `chain`, `ll128` (the chain in LL128 lines; NVLink peers), an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_ALLTOALL: Choice, Config, "weft-coll", default "`auto`",
         "force an AllToAll algorithm: `p2p`, `ll` (blocks up to `WEFT_P2P_LL_BYTES` over LL packets), an execution plan `plan:<name>` or `auto` (`ll` when small, `p2p` above, unless a tuning table says otherwise)";
     WEFT_ALGO_SENDRECV: Choice, Config, "weft-coll", default "`auto`",
@@ -214,7 +214,7 @@ variables! {
     WEFT_CHUNK_BYTES: Bytes, Config, "weft-coll", default "`33554432`",
         "bytes per HB round, up to 1 GiB; the scratch is twice this";
     WEFT_LL_SLOT_BYTES: Bytes, Config, "weft-coll", default "`524288`",
-        "payload one rank sends one peer per LL launch, up to 16 MiB; sizes the packet buffer";
+        "payload one rank sends one peer per LL launch, up to 16 MiB; sizes the packet buffer: 16 x ranks x this per rank, half of it LL16 packets and half LL128 lines (`ll128` carries 15/8 of it per sender)";
     WEFT_P2P_LL_BYTES: Bytes, Config, "weft-coll", default "`65536`",
         "largest message of one direction (an AllToAll block, a send) that AllToAll and send/receive `ll` carry over LL packets, up to 16 MiB; larger ones go through scratch with credits; sizes the pairs' packet slots (4 x ranks x this per rank); `0`: none";
     WEFT_NCCL_LIB: Path, Config, "weft-coll", default "the dynamic linker's search for `libnccl.so.2`",

@@ -338,7 +338,10 @@ impl Transport for TcpTransport {
     fn shutdown(&self) {
         // Set before `closing`, which the receivers see as their cue to pass it on.
         if !self.shared.closing() {
-            *lock(&self.shared.farewell) = self.first_failure().map(|e| format!("{} stopped: {e}", self.shared.name));
+            // "after", not "because": a peer that closed an idle connection at the end of a job
+            // is not the reason a later endpoint stops, but what went before it.
+            *lock(&self.shared.farewell) =
+                self.first_failure().map(|e| format!("{} stopped after its connection failed: {e}", self.shared.name));
         }
         if self.shared.closing.swap(true, Ordering::AcqRel) {
             return;
@@ -819,7 +822,7 @@ fn receive_loop(shared: &Shared, mut stream: TcpStream, addr: SocketAddr) {
                 .clone();
             (conn, name)
         }
-        Ok(None) => return,
+        Ok(None) => return say_farewell(shared, &mut stream),
         Ok(Some(other)) => {
             refuse(shared, &mut stream, &addr.to_string(), format!("expected a hello, got {other:?}"));
             return;
