@@ -30,14 +30,8 @@ type Query = (u64, u32, u64, u32);
 fn harness() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
     EXE.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        host_cxx::compile(
-            "chain_geometry.cuh",
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chain_geometry.cpp"),
-            &[root.join("device/include"), root.join("device/kernels/coll")],
-            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("chain_geometry_cuh"),
-        )
-        .unwrap()
+        let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+        host_cxx::test_program(dir, tmp, "chain_geometry", "chain_geometry.cuh", "device/kernels/coll").unwrap()
     })
     .as_deref()
 }

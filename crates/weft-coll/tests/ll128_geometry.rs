@@ -20,14 +20,8 @@ use weft_core::host_cxx;
 fn harness() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
     EXE.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        host_cxx::compile(
-            "ll128_geometry.cuh",
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ll128_geometry.cpp"),
-            &[root.join("device/include"), root.join("device/kernels/coll")],
-            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("ll128_geometry_cuh"),
-        )
-        .unwrap()
+        let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+        host_cxx::test_program(dir, tmp, "ll128_geometry", "ll128_geometry.cuh", "device/kernels/coll").unwrap()
     })
     .as_deref()
 }

@@ -37,6 +37,28 @@ pub fn compile(what: &str, source: &Path, includes: &[PathBuf], exe: &Path) -> R
     Ok(Some(exe.to_path_buf()))
 }
 
+/// A crate test's host program: `tests/<name>.cpp` of the crate at `manifest_dir` (a test's
+/// `CARGO_MANIFEST_DIR`, two levels below the repository root), evaluating `header` from the
+/// repository's `device/include` and `kernels` (a folder of the repository, e.g.
+/// `device/kernels/coll`), compiled into `tmp_dir` (the test's `CARGO_TARGET_TMPDIR`). As
+/// [`compile`].
+pub fn test_program(
+    manifest_dir: &str,
+    tmp_dir: &str,
+    name: &str,
+    header: &str,
+    kernels: &str,
+) -> Result<Option<PathBuf>, String> {
+    let crate_dir = Path::new(manifest_dir);
+    let root = crate_dir.join("../..");
+    compile(
+        header,
+        &crate_dir.join(format!("tests/{name}.cpp")),
+        &[root.join("device/include"), root.join(kernels)],
+        &Path::new(tmp_dir).join(format!("{name}_program")),
+    )
+}
+
 /// Runs `exe` with `input` on stdin; its stdout, or why it failed. The input is written from
 /// a thread of its own, so a long answer cannot fill the pipe while the input is still going in.
 pub fn ask(exe: &Path, input: &str) -> Result<String, String> {

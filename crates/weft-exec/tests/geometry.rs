@@ -172,14 +172,8 @@ fn padded_room(
 fn harness() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
     EXE.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        host_cxx::compile(
-            "geometry.cuh",
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/geometry.cpp"),
-            &[root.join("device/include"), root.join("device/kernels/exec")],
-            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("geometry_cuh"),
-        )
-        .unwrap()
+        let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+        host_cxx::test_program(dir, tmp, "geometry", "geometry.cuh", "device/kernels/exec").unwrap()
     })
     .as_deref()
 }
