@@ -18,6 +18,17 @@ pub(crate) struct Chooser<'a> {
     pub(crate) unreachable: Option<&'a (usize, String)>,
     /// (Virtual) nodes the ranks are in.
     pub(crate) nodes: usize,
+    /// What the LL128 algorithms carry.
+    pub(crate) ll128: Ll128Room,
+}
+
+/// The most bytes an LL128 algorithm carries per sender (lines of 128 bytes per 120): a
+/// slot's for AllGather, ReduceScatter and AllReduce's shards, a half's for the chain
+/// (Broadcast, Reduce); none where the packet buffers are not 128-aligned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Ll128Room {
+    pub(crate) slot: usize,
+    pub(crate) half: usize,
 }
 
 /// One call to choose for: `size` is the selector's key (see [`crate::Rule::max_bytes`]).
@@ -31,7 +42,8 @@ pub(crate) struct Call {
 
 impl Chooser<'_> {
     /// The algorithm for `call`. `ll_payload(a)` is the most one rank puts into one packet slot
-    /// under LL algorithm `a`: when it does not fit the slots, a size-based choice falls back
+    /// under LL algorithm `a` (the whole message for an LL128 chain): when it exceeds what `a`
+    /// carries ([`Chooser::ll_capacity`]), a size-based choice falls back
     /// to the collective's native algorithm ([`Collective::fallback`]) and a forced one is an
     /// error. So does a choice that does not support the type or operator, or a plan with no
     /// version for this rank count (`plan_set_up(id)`: plan `id` is set up already, so it has
@@ -47,7 +59,7 @@ impl Chooser<'_> {
         }
         let selector = &self.config.selector;
         let algorithm = selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
-        let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.config.ll_slot_bytes;
+        let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.ll_capacity(algorithm);
         let supported = algorithm.supports(call.dtype) && algorithm.supports_op(call.op);
         let available = match algorithm {
             Algorithm::Plan(id) => plan_set_up(id) || algorithm.available(self.ranks),
@@ -63,8 +75,10 @@ impl Chooser<'_> {
                 format!("{algorithm} does not support {} with {}", call.dtype.name(), call.op.name())
             } else {
                 format!(
-                    "{algorithm} cannot carry {} bytes in its packet slots (WEFT_LL_SLOT_BYTES sizes them, now {})",
-                    call.size, self.config.ll_slot_bytes
+                    "{algorithm} cannot carry {} bytes: it carries {} (WEFT_LL_SLOT_BYTES sizes its packet slots, now {})",
+                    call.size,
+                    self.ll_capacity(algorithm),
+                    self.config.ll_slot_bytes
                 )
             }));
         }
@@ -106,6 +120,16 @@ impl Chooser<'_> {
         }))
     }
 
+    /// The most bytes LL algorithm `a` carries per sender: a slot's payload (LL16:
+    /// `ll_slot_bytes`), or for LL128 [`Chooser::ll128`]'s room.
+    fn ll_capacity(&self, a: Algorithm) -> usize {
+        match a {
+            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 => self.ll128.half,
+            a if a.is_ll128() => self.ll128.slot,
+            _ => self.config.ll_slot_bytes,
+        }
+    }
+
     fn invalid(&self, detail: String) -> CollError {
         CollError::InvalidArgument { rank: self.rank, detail }
     }
@@ -121,7 +145,7 @@ mod tests {
     }
 
     fn chooser(config: &CollConfig, ranks: usize) -> Chooser<'_> {
-        Chooser { config, rank: 0, ranks, unreachable: None, nodes: 1 }
+        Chooser { config, rank: 0, ranks, unreachable: None, nodes: 1, ll128: Ll128Room::default() }
     }
 
     fn table(json: &str) -> CollConfig {
@@ -218,6 +242,26 @@ mod tests {
         assert_eq!(c.choose(call(Collective::AllToAll, 4097), |_| 0, |_| false).unwrap(), Algorithm::AllToAllP2p);
         // All-to-allv asks at 0 bytes on every rank, whatever its blocks: the same answer.
         assert_eq!(c.direct(call(Collective::AllToAll, 0)).unwrap(), Algorithm::AllToAllLl);
+    }
+
+    #[test]
+    fn ll128_carries_a_slot_per_sender_or_a_half_down_the_chain_and_nothing_unaligned() {
+        let room = Ll128Room { slot: 1200, half: 4800 };
+        for (collective, a, most) in [
+            (Collective::AllGather, Algorithm::AllGatherLl128, room.slot),
+            (Collective::AllReduce, Algorithm::AllReduceLl128, room.slot),
+            (Collective::Broadcast, Algorithm::BroadcastLl128, room.half),
+        ] {
+            let mut forced = CollConfig::default();
+            forced.selector.force(a);
+            let c = Chooser { ll128: room, ..chooser(&forced, 2) };
+            assert_eq!(c.choose(call(collective, 8), |_| most, |_| false).unwrap(), a);
+            let err = c.choose(call(collective, 8), |_| most + 1, |_| false).unwrap_err().to_string();
+            assert!(err.contains(&format!("it carries {most}")), "{err}");
+            // Packet buffers not 128-aligned: no room at all.
+            let unaligned = Chooser { ll128: Ll128Room::default(), ..chooser(&forced, 2) };
+            assert!(unaligned.choose(call(collective, 8), |_| 1, |_| false).is_err());
+        }
     }
 
     #[test]

@@ -290,8 +290,9 @@ impl Collectives {
         let (scalar, op, send, recv) = self.agreed(|| call, checked)?;
         let bytes = send.len;
         let shard = bytes.div_ceil(self.ranks()).next_multiple_of(8);
-        let algorithm = self.choose(Collective::AllReduce, bytes, dtype, op, |a| {
-            self.ll_payload(a, if a == Algorithm::AllReduceLl { bytes } else { shard })
+        let algorithm = self.choose(Collective::AllReduce, bytes, dtype, op, |a| match a {
+            Algorithm::AllReduceLl => bytes,
+            _ => shard,
         })?;
         if let Algorithm::Plan(id) = algorithm {
             // SAFETY: forwarded caller contract; buffers checked above.
@@ -658,7 +659,7 @@ impl Collectives {
         });
         let (scalar, op, checked) = self.agreed(|| call, checked)?;
         let (recv_buf, block, total) = (checked.recv, checked.block, checked.total);
-        let algorithm = self.choose(collective, total, dtype, op, |a| self.ll_payload(a, block))?;
+        let algorithm = self.choose(collective, total, dtype, op, |_| block)?;
         if let Algorithm::Plan(id) = algorithm {
             let elements = if gathers { count } else { count * self.ranks() };
             // SAFETY: forwarded caller contract; buffers checked above.
@@ -749,7 +750,7 @@ impl Collectives {
             Ok((scalar, op, bytes))
         });
         let (scalar, op, bytes) = self.agreed(|| call, checked)?;
-        let algorithm = self.choose(collective, bytes, dtype, op, |a| self.ll_payload(a, bytes))?;
+        let algorithm = self.choose(collective, bytes, dtype, op, |_| bytes)?;
         if let Algorithm::Plan(id) = algorithm {
             // SAFETY: forwarded caller contract; buffers checked above (a non-root's send is
             // never read: only the root's plan reads its input).
@@ -1111,18 +1112,7 @@ impl Collectives {
             ranks: self.ranks(),
             unreachable: self.resources.unreachable(),
             nodes: self.node_count,
-        }
-    }
-
-    /// What LL algorithm `a` puts into one packet slot when each sender's share is `payload`
-    /// bytes, for [`Chooser::choose`]'s comparison with the slot: LL16 packets `payload`;
-    /// LL128 lines (128 bytes per 120, from a 128-byte boundary) fit or not, so 0 or
-    /// `usize::MAX`.
-    fn ll_payload(&self, a: Algorithm, payload: usize) -> usize {
-        match a {
-            a if a.is_ll128() && self.resources.ll128_fits(a, payload as u64) => 0,
-            a if a.is_ll128() => usize::MAX,
-            _ => payload,
+            ll128: self.resources.ll128_room(),
         }
     }
 

@@ -8,6 +8,7 @@ use weft_core::{Communicator, MemoryChannel, MemoryChannelConfig, RegisteredMemo
 use weft_gpu::{AllocKind, DeviceMemory};
 use weft_types::{CollContext, LlPairs, MAX_RANKS, MemoryChannelDeviceHandle, SemaphoreDeviceHandle};
 
+use crate::choice::Ll128Room;
 use crate::config::CollConfig;
 use crate::error::CollError;
 
@@ -69,16 +70,24 @@ impl PacketLayout {
         }
     }
 
-    /// Whether the LL128 lines of a `bytes`-byte message (128 bytes per 120) fit one slot of
-    /// the LL128 region.
-    pub(crate) fn ll128_slot_fits(&self, bytes: u64) -> bool {
-        bytes.div_ceil(120).saturating_mul(128) <= self.ll128_slot_bytes
+    /// What the LL128 algorithms carry with this layout: a slot's or a half's whole lines of
+    /// the LL128 region, 120 bytes per 128.
+    pub(crate) fn ll128_room(&self) -> Ll128Room {
+        let payload = |bytes: u64| usize::try_from(bytes / 128 * 120).unwrap_or(usize::MAX);
+        Ll128Room { slot: payload(self.ll128_slot_bytes), half: payload(self.ll128_half_bytes) }
+    }
+
+    /// Whether the LL128 lines of a `bytes`-byte message fit one slot of the LL128 region.
+    #[cfg(test)]
+    fn ll128_slot_fits(&self, bytes: u64) -> bool {
+        bytes <= self.ll128_room().slot as u64
     }
 
     /// Whether the LL128 lines of a `bytes`-byte message fit one half of the LL128 region (the
     /// chain's lines fill a half from its start).
-    pub(crate) fn ll128_fits(&self, bytes: u64) -> bool {
-        bytes.div_ceil(120).saturating_mul(128) <= self.ll128_half_bytes
+    #[cfg(test)]
+    fn ll128_fits(&self, bytes: u64) -> bool {
+        bytes <= self.ll128_room().half as u64
     }
 }
 
@@ -156,10 +165,9 @@ fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
 /// Registered buffers and device tables of one rank; see the module documentation.
 pub(crate) struct Resources {
     context: CollContext,
-    layout: PacketLayout,
-    /// Whether every packet buffer address (this rank's, the peers' mappings) is 128-aligned,
-    /// as LL128 lines need.
-    ll128_aligned: bool,
+    /// What the LL128 algorithms carry: none unless every packet buffer address (this rank's,
+    /// the peers' mappings) is 128-aligned, as LL128 lines need.
+    ll128_room: Ll128Room,
     _scratch: RegisteredMemory,
     _packets: RegisteredMemory,
     _channel_table: DeviceMemory,
@@ -260,7 +268,8 @@ impl Resources {
             .bootstrap()
             .all_gather(&[u8::from(aligned_here)])
             .map_err(|source| weft_core::Error::Bootstrap { rank, source })?;
-        let ll128_aligned = votes.iter().all(|v| v.first() == Some(&1));
+        let ll128_room =
+            if votes.iter().all(|v| v.first() == Some(&1)) { layout.ll128_room() } else { Ll128Room::default() };
         let context = CollContext {
             channels: channel_table.ptr(),
             semaphores: semaphore_table.ptr(),
@@ -281,8 +290,7 @@ impl Resources {
         };
         Ok(Self {
             context,
-            layout,
-            ll128_aligned,
+            ll128_room,
             _scratch: scratch,
             _packets: packets,
             _channel_table: channel_table,
@@ -312,18 +320,9 @@ impl Resources {
         self.ll_pairs
     }
 
-    /// Whether LL128 algorithm `algorithm` can carry `payload` bytes: the chain's message in a
-    /// half ([`PacketLayout::ll128_fits`]), the others' per-sender share in a slot
-    /// ([`PacketLayout::ll128_slot_fits`]).
-    pub(crate) fn ll128_fits(&self, algorithm: crate::Algorithm, payload: u64) -> bool {
-        if !self.ll128_aligned {
-            return false;
-        }
-        if matches!(algorithm.collective(), crate::Collective::Broadcast | crate::Collective::Reduce) {
-            self.layout.ll128_fits(payload)
-        } else {
-            self.layout.ll128_slot_fits(payload)
-        }
+    /// What the LL128 algorithms carry here (see [`Ll128Room`]).
+    pub(crate) fn ll128_room(&self) -> Ll128Room {
+        self.ll128_room
     }
 
     /// The largest direction `weft_p2p_ll` can carry: the payload of a pair slot (LL16 packets
