@@ -40,6 +40,9 @@ pub struct Native {
     pub comm: Communicator,
     /// Its collectives.
     pub coll: Collectives,
+    /// Whether its ranks span nodes (hosts or virtual nodes), where weft runs only AllReduce
+    /// and the device API; fixed at init, read by every call's route.
+    pub spans_nodes: bool,
 }
 
 /// A communicator whose initialisation finished.
@@ -65,7 +68,7 @@ impl Ready {
     /// weft without launching, the same on every rank. Other kinds across nodes are the route's
     /// rule ([`Engines::spans_nodes`]).
     pub fn refused_across_nodes(&self, call: &Call) -> Option<String> {
-        let native = self.weft.as_ref().ok()?;
+        let native = self.weft.as_ref().ok().filter(|n| n.spans_nodes)?;
         let Coll::AllReduce(op) = call.coll else { return None };
         // A custom operator is a PreMulSum (`ncclRedOpCreatePreMulSum`).
         let op = match op {
@@ -83,7 +86,7 @@ impl Ready {
             weft_missing: self.weft.as_ref().err().map(String::as_str),
             fallback: self.fallback.is_some(),
             force: env.force,
-            spans_nodes: self.weft.as_ref().is_ok_and(|n| n.comm.topology().spans_nodes()),
+            spans_nodes: self.weft.as_ref().is_ok_and(|n| n.spans_nodes),
         }
     }
 }
@@ -625,7 +628,8 @@ fn native(
         );
     }
     let coll = Collectives::new(&comm, config)?;
-    Ok(Native { dev_comms: DevComms::default(), comm, coll })
+    let spans_nodes = comm.topology().spans_nodes();
+    Ok(Native { dev_comms: DevComms::default(), comm, coll, spans_nodes })
 }
 
 /// Every rank learns whether every rank set up weft's side, and checks that all ranks agree on

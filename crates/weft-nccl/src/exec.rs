@@ -313,7 +313,7 @@ fn window_work(comm: &Arc<Comm>, ready: &Ready, work: WindowWork) -> Result<(), 
             let weft = match &ready.weft {
                 // Across nodes weft's window would map buffers of other nodes, and none of the
                 // AllReduces that cross nodes reads a window: the fallback's alone.
-                Ok(native) if native.comm.topology().spans_nodes() => None,
+                Ok(native) if native.spans_nodes => None,
                 // SAFETY: the application keeps the buffer allocated until it deregisters the
                 // window (nccl.h contract), which drops weft's window first.
                 Ok(native) => Some(unsafe { native.coll.raw().register_window(base, size)? }),
