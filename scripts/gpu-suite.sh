@@ -13,7 +13,8 @@
 # HB (1 KB - 64 MB; the perf step times the defaults against NCCL up to 1 GB), and LL128 lines
 # against what they would replace: Broadcast and Reduce against the chain (1 KB - 2 MB),
 # AllReduce against the LL two-shot (1 KB - 1 MB: a shard of 1 MB / ranks fits both's slots),
-# AllGather and ReduceScatter against LL (1 KB - 512 KB in all).
+# AllGather and ReduceScatter against LL (1 KB - 512 KB in all). VERSUS=ll128 (a comma list of
+# algorithms) runs only those.
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
 # torchrun: ${TORCHRUN:-torchrun}; python: ${PYTHON:-python3}; ${REAL_NCCL}, when set, is the real
 # libnccl.so.2 the torch step also runs behind weft as its fallback, and the one the conformance
@@ -81,6 +82,8 @@ for step in "${steps[@]}"; do
                           broadcast:ll128:chain:2M:2 reduce:ll128:chain:2M:2 allreduce:ll128:ll2:1M:2 \
                           allgather:ll128:ll:512K:2 reducescatter:ll128:ll:512K:2; do
                 IFS=: read -r c algo base max factor <<< "$pair"
+                # ${VERSUS}, when set, names the algorithms to run (ll128, or ll,chain ...).
+                [[ -n "${VERSUS:-}" && ",$VERSUS," != *",$algo,"* ]] && continue
                 var="WEFT_ALGO_$(echo "$c" | tr a-z A-Z)"
                 log="$dir/$c-$algo-$ranks-ranks.txt"
                 env "$var=$algo" timeout 300 "$weft" bench "$c" --gpus "$ranks" -b 1K -e "$max" -f "$factor" --graph \

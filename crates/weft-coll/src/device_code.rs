@@ -119,6 +119,13 @@ mod tests {
         assert!(body_of(header, "bool ll_round_begin").starts_with("ll_launch_begin();"), "ll_round_begin waits first");
         let waits = body_of(ll128, "bool ll128_round_begin").starts_with("ll_launch_begin();");
         assert!(waits, "ll128_round_begin waits first");
+        // Both round starts wait for every block's token of every peer: a packet a block writes
+        // may have been another block's to read two launches back.
+        for (text, function) in [(header, "bool ll_round_begin"), (ll128, "bool ll128_round_begin")] {
+            let body = body_of(text, function);
+            let body = &body[..body.find("\n}\n").expect("the function ends")];
+            assert!(body.contains("ll_wait_every_token("), "{function} waits for every block's token");
+        }
         // The statements a kernel begins with; the trace scope (empty untraced) only touches
         // the block's shared memory first.
         let first_statements = |algorithm: Algorithm, n: usize| -> Vec<String> {

@@ -96,7 +96,8 @@ __device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t bu
 // token of round f - 2 from every reader of the lane (the round that used the same half); a
 // reader ends its round by writing its token into every writer of the lane. The collective LL
 // launches have one lane per block, which every peer writes and reads (ll_round_begin,
-// ll_round_end); send/receive has one per (direction, peer, part) (LlPairLane, ll_lane_begin,
+// ll_round_end), and a writer there waits for every block's token of every peer, not only its
+// own lane's (ll_wait_every_token); send/receive has one per (direction, peer, part) (LlPairLane, ll_lane_begin,
 // ll_lane_end). Both share the token wait (ll_wait_token) and the flag helpers; the
 // collective pair keeps its own code because, routed through the lane template, ptxas
 // allocated the collective kernels' registers differently (spilling in some types), and those
@@ -170,27 +171,55 @@ __device__ __forceinline__ bool ll_wait_token(const CollContext& c, uint32_t t, 
   return ok;
 }
 
+/// Every block's tokens inside this rank's packet buffer: `uint32_t[ll_blocks][ranks]`, entry
+/// (b, r) written by rank r's block b (ll_round_end).
+__device__ __forceinline__ const uint32_t* ll_every_token(const CollContext& c) {
+  return reinterpret_cast<const uint32_t*>(c.packets + c.token_offset);
+}
+
+/// This thread's first token to wait for in `ll_wait_every_token`, loaded early so that its
+/// latency overlaps the flag's; 0 for a thread with none.
+__device__ __forceinline__ uint32_t ll_first_token(const CollContext& c) {
+  const uint32_t i = threadIdx.x;
+  return i < gridDim.x * c.ranks && i % c.ranks != c.rank ? ptx::ld_volatile_u32(ll_every_token(c) + i) : 0u;
+}
+
+/// Waits (bounded) until every block of every peer has finished reading launch `want` (its
+/// token reached `want`). Every block, not only this one's partner: the kernels deal a half's
+/// packets to blocks by message length (LlRange, the LL128 deal), so a packet this block
+/// writes now may have been another block's to read two launches back, after a call of another
+/// length or a rooted call whose root runs ahead. `first_seen` is `ll_first_token`. Called by:
+/// every thread of the block, each waiting for its share of the tokens. False on timeout.
+__device__ __forceinline__ bool ll_wait_every_token(const CollContext& c, uint32_t want, uint32_t first_seen) {
+  const uint32_t* tokens = ll_every_token(c);
+  bool ok = true;
+  for (uint32_t i = threadIdx.x; i < gridDim.x * c.ranks && ok; i += blockDim.x) {
+    const uint32_t peer = i % c.ranks;
+    if (peer == c.rank) continue;
+    const uint32_t seen = i == threadIdx.x ? first_seen : ptx::ld_volatile_u32(tokens + i);
+    ok = ll_wait_token(c, peer, tokens + i, want, seen);
+  }
+  return ok;
+}
+
 /// Starts this block's LL launch: `ll_launch_begin`, then takes the block's next flag and
-/// waits (bounded) until every peer has finished reading the launch before last. The flag,
-/// the token and (when `input` is set) this thread's first packet of the `input_len`-byte
-/// message at `input`, which its `ll_put` reads first, are loaded together, so their latencies
-/// overlap instead of adding up ahead of the first put. Called by: every thread of the block.
-/// False (for every thread) on timeout.
+/// waits (bounded) until every block of every peer has finished reading the launch before last
+/// (`ll_wait_every_token`). The flag, the first tokens and (when `input` is set) this thread's
+/// first packet of the `input_len`-byte message at `input`, which its `ll_put` reads first, are
+/// loaded together, so their latencies overlap instead of adding up ahead of the first put.
+/// Called by: every thread of the block. False (for every thread) on timeout.
 __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round, const char* input = nullptr,
                                                uint64_t input_len = 0) {
   ll_launch_begin();
-  const uint32_t t = threadIdx.x;
-  const bool waits = t < c.ranks && t != c.rank;
-  const uint32_t* token = ll_tokens(c, c.packets) + t;
-  uint32_t seen = waits ? ptx::ld_volatile_u32(token) : 0u;
+  const uint32_t first_seen = ll_first_token(c);
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * c.packet_half_bytes;
   if (input != nullptr) {
     const LlRange range(packet_count<Ll16>(input_len));
+    const uint32_t t = threadIdx.x;
     if (range.lo + t < range.hi) ptx::prefetch_l1(input + (range.lo + t) * Ll16::kPayloadBytes);
   }
-  bool ok = true;
-  if (waits && round.flag > 2u) ok = ll_wait_token(c, t, token, round.flag - 2u, seen);
+  const bool ok = round.flag <= 2u || ll_wait_every_token(c, round.flag - 2u, first_seen);
   return __syncthreads_and(ok);
 }
 

@@ -103,17 +103,10 @@ __device__ __forceinline__ bool ll128_read(const char* lines, uint64_t line, boo
 /// timeout.
 __device__ __forceinline__ bool ll128_round_begin(const CollContext& c, LlRound& round) {
   ll_launch_begin();
+  const uint32_t first_seen = ll_first_token(c);
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * 2ull * c.ranks * round_up128(c.packet_slot_bytes);
-  bool ok = true;
-  if (round.flag > 2u) {
-    // Entry (block b, rank r) of the tokens is written by rank r's block b (ll_round_end).
-    const uint32_t* tokens = reinterpret_cast<const uint32_t*>(c.packets + c.token_offset);
-    for (uint32_t i = threadIdx.x; i < gridDim.x * c.ranks && ok; i += blockDim.x) {
-      const uint32_t peer = i % c.ranks;
-      if (peer != c.rank) ok = ll_wait_token(c, peer, tokens + i, round.flag - 2u, ptx::ld_volatile_u32(tokens + i));
-    }
-  }
+  const bool ok = round.flag <= 2u || ll_wait_every_token(c, round.flag - 2u, first_seen);
   return __syncthreads_and(ok);
 }
 
