@@ -235,6 +235,20 @@ impl Algorithm {
         )
     }
 
+    /// What a size rule's LL128 algorithm gives way to where lines are not known to arrive
+    /// whole (some pair of ranks is not NVLink-connected): the algorithm the default rules chose
+    /// in its sizes before LL128 (`ll2`, `ll`, the chain). Itself for any other algorithm.
+    pub fn without_ll128(self) -> Self {
+        match self {
+            Self::AllReduceLl128 => Self::AllReduceLl2,
+            Self::AllGatherLl128 => Self::AllGatherLl,
+            Self::ReduceScatterLl128 => Self::ReduceScatterLl,
+            Self::BroadcastLl128 => Self::BroadcastChain,
+            Self::ReduceLl128 => Self::ReduceChain,
+            other => other,
+        }
+    }
+
     /// Whether its kernel reduces (compiled per element type and operator, in
     /// `coll/reductions.cu`) or only moves bytes (`coll/movement.cu`).
     pub fn reduces(self) -> bool {

@@ -24,11 +24,15 @@ pub(crate) struct Chooser<'a> {
 
 /// The most bytes an LL128 algorithm carries per sender (lines of 128 bytes per 120): a
 /// slot's for AllGather, ReduceScatter and AllReduce's shards, a half's for the chain
-/// (Broadcast, Reduce); none where the packet buffers are not 128-aligned.
+/// (Broadcast, Reduce); none where the packet buffers are not 128-aligned. And whether every
+/// pair of ranks that maps each other's memory is NVLink-connected (NVML, agreed by every
+/// rank): only then do the size rules' LL128 algorithms run (a line may arrive in pieces over
+/// PCIe); a forced `ll128` runs regardless.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Ll128Room {
     pub(crate) slot: usize,
     pub(crate) half: usize,
+    pub(crate) nvlink: bool,
 }
 
 /// One call to choose for: `size` is the selector's key (see [`crate::Rule::max_bytes`]).
@@ -58,7 +62,10 @@ impl Chooser<'_> {
             return across;
         }
         let selector = &self.config.selector;
-        let algorithm = selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
+        let mut algorithm = selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
+        if algorithm.is_ll128() && !self.ll128.nvlink && !selector.forced(call.collective) {
+            algorithm = algorithm.without_ll128();
+        }
         let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.ll_capacity(algorithm);
         let supported = algorithm.supports(call.dtype) && algorithm.supports_op(call.op);
         let available = match algorithm {
@@ -246,7 +253,7 @@ mod tests {
 
     #[test]
     fn ll128_carries_a_slot_per_sender_or_a_half_down_the_chain_and_nothing_unaligned() {
-        let room = Ll128Room { slot: 1200, half: 4800 };
+        let room = Ll128Room { slot: 1200, half: 4800, nvlink: false };
         for (collective, a, most) in [
             (Collective::AllGather, Algorithm::AllGatherLl128, room.slot),
             (Collective::AllReduce, Algorithm::AllReduceLl128, room.slot),
@@ -261,6 +268,29 @@ mod tests {
             // Packet buffers not 128-aligned: no room at all.
             let unaligned = Chooser { ll128: Ll128Room::default(), ..chooser(&forced, 2) };
             assert!(unaligned.choose(call(collective, 8), |_| 1, |_| false).is_err());
+        }
+    }
+
+    #[test]
+    fn the_size_rules_lines_run_only_between_nvlink_peers_a_forced_ll128_everywhere() {
+        let config = CollConfig::default();
+        let room = Ll128Room { slot: 1 << 20, half: 4 << 20, nvlink: true };
+        let nvlink = Chooser { ll128: room, ..chooser(&config, 2) };
+        let pcie = Chooser { ll128: Ll128Room { nvlink: false, ..room }, ..chooser(&config, 2) };
+        for (collective, bytes, lines, before) in [
+            (Collective::AllReduce, 1 << 20, Algorithm::AllReduceLl128, Algorithm::AllReduceLl2),
+            (Collective::AllGather, 512 << 10, Algorithm::AllGatherLl128, Algorithm::AllGatherLl),
+            (Collective::ReduceScatter, 512 << 10, Algorithm::ReduceScatterLl128, Algorithm::ReduceScatterLl),
+            (Collective::Broadcast, 1 << 20, Algorithm::BroadcastLl128, Algorithm::BroadcastChain),
+            (Collective::Reduce, 2 << 20, Algorithm::ReduceLl128, Algorithm::ReduceChain),
+        ] {
+            let c = call(collective, bytes);
+            assert_eq!(nvlink.choose(c, |_| 1, |_| false).unwrap(), lines, "{collective}");
+            assert_eq!(pcie.choose(c, |_| 1, |_| false).unwrap(), before, "{collective}");
+            let mut forced = CollConfig::default();
+            forced.selector.force(lines);
+            let forced_pcie = Chooser { ll128: Ll128Room { nvlink: false, ..room }, ..chooser(&forced, 2) };
+            assert_eq!(forced_pcie.choose(c, |_| 1, |_| false).unwrap(), lines, "forced {collective}");
         }
     }
 

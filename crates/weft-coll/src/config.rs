@@ -27,9 +27,10 @@ pub(crate) const ALLPAIRS_ACROSS_NODES_MAX: u64 = 256 << 10;
 /// `dtype` on communicators of `ranks` ranks (each `None`: any).
 ///
 /// The rules of one collective with the same filters form a group, by ascending `max_bytes`; a
-/// call follows the most specific group that matches it: type and rank count, then rank count
-/// alone (switch points move with the ranks' topology), then type alone, then the unfiltered
-/// group (the defaults' unless the table gives one).
+/// call follows the most specific group of a tuning table that matches it, else the most
+/// specific built-in one: type and rank count, then rank count alone (switch points move with
+/// the ranks' topology), then type alone, then the unfiltered group (the defaults' unless the
+/// table gives one).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
     /// Only calls of this element type (`bf16`, `f32`, ...).
@@ -174,10 +175,10 @@ impl Default for Selector {
         ];
         let mut rules: BTreeMap<_, _> =
             rules.into_iter().map(|(c, sizes)| (c, vec![RuleGroup::any(sizes).built_in()])).collect();
-        // Above LL, the chain at up to 4 ranks: on 4×H100 faster than HB at every size from
+        // Above LL, the chain at 3 and 4 ranks: on 4×H100 faster than HB at every size from
         // 256 KiB to 1 GiB at 2 and 4 ranks (Broadcast 8-43%, Reduce 1.5-48%;
         // docs/perf/collectives.md). A longer chain fills for n - 2 steps, unmeasured: HB there.
-        for ranks in 2..=4 {
+        for ranks in 3..=4 {
             for (collective, ll, chain) in
                 [(Collective::Broadcast, BroadcastLl, BroadcastChain), (Collective::Reduce, ReduceLl, ReduceChain)]
             {
@@ -186,6 +187,38 @@ impl Default for Selector {
                 rules.entry(collective).or_default().push(group.built_in());
             }
         }
+        // At 2 ranks, LL128 lines where they beat what ran there before, every element checked
+        // (2×H100, docs/perf/collectives.md "LL128 lines, measured"): AllReduce 512 KiB-1 MiB
+        // 11-17% under `ll2`; AllGather and ReduceScatter 256-512 KiB 3.5-17% under `ll`;
+        // Broadcast and Reduce 512 KiB-2 MiB 49-67% under the chain. Only where every pair of
+        // ranks is NVLink-connected: elsewhere each gives way to the algorithm of its sizes
+        // before (`Algorithm::without_ll128`, which these rules keep equal to the old ones).
+        let two_ranks = [
+            (
+                Collective::AllReduce,
+                vec![
+                    (64 << 10, AllReduceLl),
+                    (256 << 10, AllReduceLl2),
+                    (1 << 20, AllReduceLl128),
+                    (256 << 20, AllReduceHb),
+                    (u64::MAX, AllReduceRing),
+                ],
+            ),
+            (Collective::AllGather, vec![(128 << 10, AllGatherLl), (1 << 20, AllGatherLl128), (u64::MAX, AllGatherHb)]),
+            (
+                Collective::ReduceScatter,
+                vec![(128 << 10, ReduceScatterLl), (1 << 20, ReduceScatterLl128), (u64::MAX, ReduceScatterHb)],
+            ),
+            (
+                Collective::Broadcast,
+                vec![(256 << 10, BroadcastLl), (2 << 20, BroadcastLl128), (u64::MAX, BroadcastChain)],
+            ),
+            (Collective::Reduce, vec![(256 << 10, ReduceLl), (2 << 20, ReduceLl128), (u64::MAX, ReduceChain)]),
+        ];
+        for (collective, sizes) in two_ranks {
+            let group = RuleGroup { ranks: Some(2), ..RuleGroup::any(sizes) };
+            rules.entry(collective).or_default().push(group.built_in());
+        }
         Self { rules, force: BTreeMap::new() }
     }
 }
@@ -193,7 +226,7 @@ impl Default for Selector {
 impl Selector {
     /// The algorithm for a `collective` of `bytes` (see [`Rule::max_bytes`]) in `dtype` on a
     /// communicator of `ranks` ranks: the override if any, else the most specific matching
-    /// group of rules (see [`Rule`]).
+    /// group of rules, a tuning table's before the built-in ones (see [`Rule`]).
     pub fn select(&self, collective: Collective, dtype: DataType, bytes: u64, ranks: usize) -> Algorithm {
         if let Some(&a) = self.force.get(&collective) {
             return a;
@@ -202,7 +235,7 @@ impl Selector {
         groups
             .iter()
             .filter(|g| g.matches(dtype, ranks, None))
-            .max_by_key(|g| g.specificity())
+            .max_by_key(|g| (!g.built_in, g.specificity()))
             .and_then(|g| g.pick(bytes))
             .or_else(|| collective.algorithms().next())
             .unwrap_or(Algorithm::SendRecvP2p)
@@ -900,8 +933,8 @@ mod tests {
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 512 << 10, 4), Algorithm::AllReduceLl2);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 256 << 20, 4), Algorithm::AllReduceHb);
         assert_eq!(c.selector.select(Collective::AllReduce, DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
-        // Above LL, the chain at 2 to 4 ranks, HB beyond.
-        for ranks in [2, 3, 4, 5, 8] {
+        // Above LL, the chain at 3 and 4 ranks, HB beyond.
+        for ranks in [3, 4, 5, 8] {
             let (broadcast, reduce) = if ranks <= 4 {
                 (Algorithm::BroadcastChain, Algorithm::ReduceChain)
             } else {
@@ -912,6 +945,56 @@ mod tests {
                 let r = c.selector.select(Collective::Reduce, DataType::Bf16, bytes, ranks);
                 let want = if large { (broadcast, reduce) } else { (Algorithm::BroadcastLl, Algorithm::ReduceLl) };
                 assert_eq!((b, r), want, "{bytes} bytes, {ranks} ranks");
+            }
+        }
+        // At 2 ranks, LL128 lines between LL16 and what ran above it (where every pair is
+        // NVLink-connected; the chooser applies `without_ll128` elsewhere).
+        let two = |collective, bytes| c.selector.select(collective, DataType::Bf16, bytes, 2);
+        for (collective, sizes) in [
+            (
+                Collective::AllReduce,
+                vec![
+                    (64 << 10, Algorithm::AllReduceLl),
+                    (256 << 10, Algorithm::AllReduceLl2),
+                    ((256 << 10) + 1, Algorithm::AllReduceLl128),
+                    (1 << 20, Algorithm::AllReduceLl128),
+                    ((1 << 20) + 1, Algorithm::AllReduceHb),
+                ],
+            ),
+            (
+                Collective::AllGather,
+                vec![
+                    (128 << 10, Algorithm::AllGatherLl),
+                    ((128 << 10) + 1, Algorithm::AllGatherLl128),
+                    ((1 << 20) + 1, Algorithm::AllGatherHb),
+                ],
+            ),
+            (
+                Collective::ReduceScatter,
+                vec![(128 << 10, Algorithm::ReduceScatterLl), (1 << 20, Algorithm::ReduceScatterLl128)],
+            ),
+            (
+                Collective::Broadcast,
+                vec![
+                    (256 << 10, Algorithm::BroadcastLl),
+                    (2 << 20, Algorithm::BroadcastLl128),
+                    ((2 << 20) + 1, Algorithm::BroadcastChain),
+                ],
+            ),
+            (
+                Collective::Reduce,
+                vec![
+                    (256 << 10, Algorithm::ReduceLl),
+                    ((256 << 10) + 1, Algorithm::ReduceLl128),
+                    (1 << 30, Algorithm::ReduceChain),
+                ],
+            ),
+        ] {
+            for (bytes, want) in sizes {
+                assert_eq!(two(collective, bytes), want, "{collective} at {bytes} bytes on 2 ranks");
+                // Where lines give way, the algorithm of those sizes before them.
+                let before = if want.is_ll128() { want.without_ll128() } else { want };
+                assert!(!before.is_ll128() && before.collective() == collective);
             }
         }
         // LL packets: AllToAll up to 256 KiB, p2p above; send/receive always (it asks at 0 bytes).
@@ -1020,7 +1103,7 @@ mod tests {
                 let (ours, default) = (&s, &c.selector);
                 assert_eq!(
                     ours.select(Collective::AllGather, dtype, bytes, ranks),
-                    default.select(Collective::AllGather, DataType::Bf16, bytes, 4)
+                    default.select(Collective::AllGather, DataType::Bf16, bytes, ranks)
                 );
             }
         }
@@ -1068,7 +1151,10 @@ mod tests {
         assert_eq!(pick(DataType::F32, 1 << 30, 4), Algorithm::AllReduceLl2);
         assert_eq!(pick(DataType::Bf16, 1024, 4), Algorithm::AllReduceLl);
         assert_eq!(pick(DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
-        assert_eq!(pick(DataType::Bf16, 512 << 10, 2), Algorithm::AllReduceLl2);
+        // A table's group before a built-in one, however specific: f32 at 2 ranks follows the
+        // table's f32 rules, not the built-in 2-rank group, which serves the other types.
+        assert_eq!(pick(DataType::F32, 512 << 10, 2), Algorithm::AllReduceLl2);
+        assert_eq!(pick(DataType::Bf16, 512 << 10, 2), Algorithm::AllReduceLl128);
         // The table round-trips, filters included.
         let text = serde_json::to_string(&s.table()).unwrap();
         let mut again = Selector::default();

@@ -74,7 +74,7 @@ impl PacketLayout {
     /// the LL128 region, 120 bytes per 128.
     pub(crate) fn ll128_room(&self) -> Ll128Room {
         let payload = |bytes: u64| usize::try_from(bytes / 128 * 120).unwrap_or(usize::MAX);
-        Ll128Room { slot: payload(self.ll128_slot_bytes), half: payload(self.ll128_half_bytes) }
+        Ll128Room { slot: payload(self.ll128_slot_bytes), half: payload(self.ll128_half_bytes), nvlink: false }
     }
 
     /// Whether the LL128 lines of a `bytes`-byte message fit one slot of the LL128 region.
@@ -181,6 +181,25 @@ pub(crate) struct Resources {
     unreachable: Option<(usize, String)>,
 }
 
+/// Whether this rank's GPU reaches every other GPU of its host that a rank runs on over NVLink
+/// (NVML; `false` where NVML cannot say). Ranks on other hosts never run LL kernels with it.
+fn nvlink_to_every_peer(comm: &Communicator) -> bool {
+    let topology = comm.topology();
+    let Ok(own) = comm.device().pci_bus_id() else { return false };
+    let peers = topology.peers().iter().filter(|p| p.rank != comm.rank() && topology.same_host(p.rank));
+    every_link_nvlink(&own, peers.map(|p| p.pci_bus_id.as_str()), weft_gpu::nvml::nvlink_between)
+}
+
+/// Whether `link(own, bus)` is `Some(true)` for every `bus` of `peers` other than `own` (ranks
+/// sharing this GPU need no link).
+fn every_link_nvlink<'a>(
+    own: &str,
+    peers: impl IntoIterator<Item = &'a str>,
+    link: impl Fn(&str, &str) -> Option<bool>,
+) -> bool {
+    peers.into_iter().filter(|&bus| bus != own).all(|bus| link(own, bus) == Some(true))
+}
+
 impl Resources {
     /// Allocates, registers and connects everything. Collective: every rank calls it with the
     /// same configuration.
@@ -263,13 +282,15 @@ impl Resources {
             .chain(channel_handles.iter().map(|h| h.remote_packet_buffer).filter(|&p| p != 0))
             .all(|p| p.is_multiple_of(128));
         // Every rank must make the same choice (a forced ll128 refused on one rank only would
-        // leave its peers' kernels waiting): aligned on every rank. Also the closing barrier.
+        // leave its peers' kernels waiting): aligned, and NVLink to every peer, on every rank.
+        // Also the closing barrier.
         let votes = comm
             .bootstrap()
-            .all_gather(&[u8::from(aligned_here)])
+            .all_gather(&[u8::from(aligned_here), u8::from(nvlink_to_every_peer(comm))])
             .map_err(|source| weft_core::Error::Bootstrap { rank, source })?;
+        let every = |i: usize| votes.iter().all(|v| v.get(i) == Some(&1));
         let ll128_room =
-            if votes.iter().all(|v| v.first() == Some(&1)) { layout.ll128_room() } else { Ll128Room::default() };
+            if every(0) { Ll128Room { nvlink: every(1), ..layout.ll128_room() } } else { Ll128Room::default() };
         let context = CollContext {
             channels: channel_table.ptr(),
             semaphores: semaphore_table.ptr(),
@@ -335,6 +356,16 @@ impl Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_need_nvlink_to_every_other_gpu_and_a_known_answer() {
+        let nvlink = |a: &str, b: &str| Some(a.starts_with('n') && b.starts_with('n'));
+        assert!(every_link_nvlink("n0", ["n1", "n2", "n0"], nvlink));
+        assert!(every_link_nvlink("p0", ["p0", "p0"], nvlink), "ranks sharing one GPU need no link");
+        assert!(!every_link_nvlink("n0", ["n1", "p2"], nvlink), "one PCIe peer");
+        assert!(!every_link_nvlink("n0", ["n1"], |_: &str, _: &str| None), "NVML cannot say");
+        assert!(every_link_nvlink("n0", [], |_: &str, _: &str| None), "no peer");
+    }
 
     #[test]
     fn more_than_8_ranks_only_across_nodes_with_at_most_8_in_each() {

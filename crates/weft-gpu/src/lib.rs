@@ -7,14 +7,15 @@
 //! the device, typed device buffers and views of them (whose memory outlives the stream work
 //! that uses it), application allocations (their identity and export), NVRTC compilation to
 //! CUBIN with an on-disk cache keyed by a hash of every input, module loading and kernel
-//! launch (alone, or in a [`LaunchScope`] that borrows its arguments' owners), and typed kernel parameter lists ([`device_kernels!`], checked against the kernel
-//! definitions through generated prototypes).
+//! launch (alone, or in a [`LaunchScope`] that borrows its arguments' owners), typed kernel parameter lists ([`device_kernels!`], checked against the kernel
+//! definitions through generated prototypes), and whether two GPUs are NVLink peers (NVML,
+//! loaded at run time: [`nvml::nvlink_between`]).
 //!
 //! **Must not:** know about ranks, peers or collectives; call `cuMulticast*` (NVLink multicast is
 //! forbidden on our machines); block on a device with no bound when a bounded variant exists.
 //!
 //! **Depends on:** `weft-types` (kernel-argument layouts), `cudarc` (raw driver/NVRTC bindings,
-//! dynamically loaded), `libloading`, `half` (the 16-bit float element types).
+//! dynamically loaded), `libloading` (also for NVML), `half` (the 16-bit float element types).
 
 mod buffer;
 mod device;
@@ -26,6 +27,7 @@ pub mod kernel_params;
 pub mod loader;
 mod memory;
 mod module;
+pub mod nvml;
 pub mod nvrtc;
 mod scope;
 mod stream;
