@@ -577,8 +577,12 @@ impl Collectives {
             return Ok(PeerBuffers::default());
         }
         // Windows first: agreed at registration, so eager calls and one thread capturing every
-        // rank in turn need no exchange here. A rank not willing stages (the same on every rank
-        // under the windows' contract: same window, same offset, hence the same layout).
+        // rank in turn need no exchange here. A rank not willing stages, which must then be the
+        // same on every rank: under the windows' contract (same window, same offset) every
+        // output has the same alignment, and a plan's ranks are willing alike when the plan is
+        // verified in place or no rank is in place (`PlanExecutor::direct_output`; a broadcast's
+        // non-roots read no input, so where theirs lies does not count). A root willing while a
+        // non-root stages deadlocks both: one runs into the outputs, the other stages.
         if willing && let Some(buffers) = self.window_outputs(output) {
             self.zero_copy_calls.fetch_add(1, Ordering::Relaxed);
             self.windowed_calls.fetch_add(1, Ordering::Relaxed);

@@ -124,8 +124,8 @@ pub fn supports_op(op: ReduceOp) -> bool {
 pub struct DirectOutput {
     /// Bytes of this rank's output the launch writes: the length to register.
     pub len: u64,
-    /// This rank can take part (out of place, or in place in the layout the plan was verified
-    /// for); every rank must, or none does.
+    /// This rank can take part (out of place, in place in the layout the plan was verified
+    /// for, or anywhere when nothing reads its input); every rank must, or none does.
     pub willing: bool,
 }
 
@@ -147,6 +147,26 @@ impl UserBuffers {
     fn in_place(&self) -> bool {
         self.input < self.output + self.out_bytes && self.output < self.input + self.in_bytes
     }
+
+    /// Whether rank `rank` can take part in a launch into the ranks' user outputs with these
+    /// buffers: its output is 16-byte aligned, and peers writing it overwrite no input still to
+    /// be read. That holds out of place; in place, in the layout `in_place` the plan is verified
+    /// for ([`verified_in_place`]); and wherever the input lies when no operation, the rank's
+    /// own or a peer's, reads it (`input_read`: a broadcast's non-root, whose input the caller
+    /// may point anywhere, weft-coll's typed API at its output).
+    fn willing(&self, in_place: Option<InPlace>, rank: u64, input_read: bool) -> bool {
+        let offsets = in_place.and_then(|layout| layout.byte_offsets(rank, self.in_bytes, self.out_bytes));
+        let verified = offsets.is_some_and(|(i, o)| {
+            self.input.checked_sub(i).is_some_and(|base| Some(base) == self.output.checked_sub(o))
+        });
+        (!input_read || !self.in_place() || verified) && self.output.is_multiple_of(16)
+    }
+}
+
+/// The in-place layout in which `plan` is verified race-free and correct ([`verify_in_place`]),
+/// if any: the same on every rank.
+pub(crate) fn verified_in_place(plan: &ExecutionPlan) -> Option<InPlace> {
+    Collective::from_plan(plan).ok().filter(|c| verify_in_place(plan, c).is_ok()).and_then(|_| InPlace::of(plan))
 }
 
 /// A plan set up for one rank; see the module documentation.
@@ -232,10 +252,7 @@ impl PlanExecutor {
             comm: comm.clone(),
             outputs_shared: peers_touch_outputs(&lowered),
             exit_fence_optional: peers_only_push_signalled(&lowered) && !needs_entry_fence(&lowered),
-            in_place: Collective::from_plan(plan)
-                .ok()
-                .filter(|c| verify_in_place(plan, c).is_ok())
-                .and_then(|_| InPlace::of(plan)),
+            in_place: verified_in_place(plan),
             plan: lowered,
             tables,
             resources,
@@ -320,14 +337,9 @@ impl PlanExecutor {
             return None;
         }
         // In place, a peer's write could overwrite input this rank has yet to read, unless the
-        // plan is verified for exactly this layout: the input and output where it puts them
-        // inside one buffer.
-        let rank = self.comm.rank() as u64;
-        let offsets = self.in_place.and_then(|layout| layout.byte_offsets(rank, user.in_bytes, user.out_bytes));
-        let verified = offsets.is_some_and(|(i, o)| {
-            user.input.checked_sub(i).is_some_and(|base| Some(base) == user.output.checked_sub(o))
-        });
-        let willing = (!user.in_place() || verified) && user.output.is_multiple_of(16);
+        // plan is verified for exactly this layout (the input and output where it puts them
+        // inside one buffer) or nothing reads this rank's input.
+        let willing = user.willing(self.in_place, self.comm.rank() as u64, self.tables.input_read);
         Some(DirectOutput { len: user.out_bytes, willing })
     }
 
@@ -446,5 +458,83 @@ mod tests {
         // 0: every replica, whatever the size.
         assert_eq!(active_replicas(16, 0, 33), 33);
         assert_eq!(active_replicas(0, 2048, 4), 1);
+    }
+
+    /// A launch into the user outputs runs on every rank or on none, and a rank that finds its
+    /// output in a window goes direct without asking its peers: every rank of a broadcast plan
+    /// must be willing wherever its caller put the buffers it may put them. The root reads its
+    /// input, out of place or in place (its own copy then lands on the input it reads); a
+    /// non-root reads none, and weft-coll's typed API hands it its output as input.
+    #[test]
+    fn every_rank_of_a_broadcast_plan_is_willing_to_run_into_the_outputs() {
+        // A bf16 call of 2048 elements (whole 16-byte vectors per chunk), as weft-coll sets the
+        // plan up (four instances) and with one.
+        let (count, elem) = (2048, 2);
+        let bytes = count * elem;
+        for (ranks, instances) in [(2, 4), (4, 4), (3, 1)] {
+            for root in 0..ranks {
+                let plan = weft_plan::plans::direct_broadcast(ranks, root, instances).unwrap().compile().unwrap();
+                let lowered = lower(&plan).unwrap();
+                let sizing = Sizing::new(&lowered, count).unwrap();
+                let in_place = verified_in_place(&plan);
+                assert_eq!(in_place, Some(InPlace::Same), "root {root}: the plan verifies in place");
+                let tables: Vec<RankTables> = (0..ranks).map(|r| rank_tables(&lowered, r as usize).unwrap()).collect();
+                // Every rank's answer for its (input, output) of the call at `buffers(rank)`.
+                let answers = |buffers: &dyn Fn(u64) -> (DevicePtr, DevicePtr)| -> Vec<bool> {
+                    (0..u64::from(ranks))
+                        .map(|rank| {
+                            let (input, output) = buffers(rank);
+                            let user = UserBuffers::new(&lowered, &sizing, input, output, elem);
+                            user.willing(in_place, rank, tables[rank as usize].input_read)
+                        })
+                        .collect()
+                };
+                let send = |rank: u64| 0x1000_0000 * (rank + 1);
+                let recv = |rank: u64| 0x1000_0000 * (rank + 1) + 0x80_0000;
+                let root = u64::from(root);
+                let what = format!("{ranks} ranks, root {root}");
+                let all = vec![true; ranks as usize];
+                // Out of place: the root reads `send`; a non-root is given `recv` as its input.
+                let out_of_place = answers(&|r| (if r == root { send(r) } else { recv(r) }, recv(r)));
+                assert_eq!(out_of_place, all, "{what}: out of place");
+                assert_eq!(answers(&|r| (recv(r), recv(r))), all, "{what}: in place");
+                // A raw caller's non-root input, never read, anywhere over its output.
+                let scattered = answers(&|r| (if r == root { send(r) } else { recv(r) + 16 * r }, recv(r)));
+                assert_eq!(scattered, all, "{what}: non-root inputs over their outputs");
+                assert_eq!(answers(&|r| (recv(r) + bytes / 2 * u64::from(r != root), recv(r))), all, "{what}");
+                // A misaligned output keeps every rank out (the same on all under the windows'
+                // contract: same offset in every rank's window).
+                assert_eq!(answers(&|r| (send(r) + 2, recv(r) + 2)), vec![false; ranks as usize], "{what}");
+                for (rank, t) in tables.iter().enumerate() {
+                    assert_eq!(t.input_read, rank as u64 == root, "{what}: rank {rank}");
+                }
+            }
+        }
+    }
+
+    /// Where peers could overwrite input the rank still reads, it stays out: in place outside
+    /// the verified layout, and in place on a plan not verified in place.
+    #[test]
+    fn a_rank_whose_input_is_read_runs_into_outputs_only_where_verified() {
+        let (count, elem) = (2048u64, 4u64);
+        let ring = weft_plan::plans::ring_allgather(2, 1).unwrap().compile().unwrap();
+        let lowered = lower(&ring).unwrap();
+        let sizing = Sizing::new(&lowered, count).unwrap();
+        let layout = verified_in_place(&ring);
+        assert_eq!(layout, Some(InPlace::InputInOutput));
+        let base = 0x1000_0000;
+        let user = |input, output| UserBuffers::new(&lowered, &sizing, input, output, elem);
+        // Rank 1's input at block 1 of its output (nccl-tests): verified; at block 0: not.
+        assert!(user(base + count * elem, base).willing(layout, 1, true));
+        assert!(!user(base, base).willing(layout, 1, true));
+        // Out of place, always.
+        assert!(user(base, base + 0x100_0000).willing(layout, 1, true));
+        // All-to-all is not verified in place: in place, a rank whose input is read stays out.
+        let alltoall = weft_plan::plans::two_step_alltoall(2, 1, 1).unwrap().compile().unwrap();
+        assert_eq!(verified_in_place(&alltoall), None);
+        let lowered = lower(&alltoall).unwrap();
+        let sizing = Sizing::new(&lowered, count).unwrap();
+        assert!(!UserBuffers::new(&lowered, &sizing, base, base, elem).willing(None, 0, true));
+        assert!(UserBuffers::new(&lowered, &sizing, base, base + 0x100_0000, elem).willing(None, 0, true));
     }
 }

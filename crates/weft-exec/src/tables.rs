@@ -27,6 +27,9 @@ pub const MAX_PLAN_RANKS: usize = weft_types::EXEC_MAX_RANKS;
 pub struct RankTables {
     /// A peer reads this rank's input: the input is copied into the input stage first.
     pub input_remote: bool,
+    /// Some operation, this rank's or a peer's, reads this rank's input (a broadcast's
+    /// non-root reads none: where its input lies does not matter).
+    pub input_read: bool,
     /// A peer reads or writes this rank's output: the output is assembled in the output stage.
     pub output_remote: bool,
     /// Per output chunk, 1 when the plan writes it on this rank.
@@ -315,6 +318,7 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
         plan.ranks.get(rank).ok_or_else(|| ExecError::Unsupported(format!("rank {rank} of a {ranks}-rank plan")))?;
     let mut t = RankTables {
         input_remote: false,
+        input_read: false,
         output_remote: false,
         written: vec![0; plan.output_chunks as usize],
         link_stride: 1,
@@ -345,6 +349,8 @@ pub fn rank_tables(plan: &DevicePlan, rank: usize) -> Result<RankTables, ExecErr
                     }
                 }
                 for loc in op.used_inputs() {
+                    let owner = if loc.peer == EXEC_LOCAL { r } else { usize::from(loc.peer) };
+                    t.input_read |= owner == rank && loc.buffer == 0;
                     if r != rank && usize::from(loc.peer) == rank && loc.buffer == 0 {
                         t.input_remote = true;
                     }

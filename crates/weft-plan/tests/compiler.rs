@@ -301,3 +301,31 @@ fn in_place_verification_accepts_the_ring_plans_and_rejects_all_to_all() {
     assert_eq!(InPlace::OutputInInput.byte_offsets(2, 256, 64), Some((0, 128)));
     assert_eq!(InPlace::InputInOutput.byte_offsets(2, u64::MAX, 0), None);
 }
+
+/// In place, a broadcast root's copy of its input onto its own output writes the memory it
+/// reads, and the root's sends read that input concurrently: the copy stores the bytes already
+/// there, so it is verified as the read it is. A copy onto the same memory from another chunk
+/// still races the sends.
+#[test]
+fn in_place_verification_accepts_a_broadcast_root_copying_onto_its_own_input() {
+    use weft_plan::passes::{InPlace, verify_in_place};
+    for (ranks, instances) in [(2, 1), (2, 4), (4, 4), (8, 2)] {
+        for root in 0..ranks {
+            let plan = plans::direct_broadcast(ranks, root, instances).unwrap().compile().unwrap();
+            assert_eq!(InPlace::of(&plan), Some(InPlace::Same));
+            verify_in_place(&plan, &Collective::from_plan(&plan).unwrap()).unwrap();
+        }
+    }
+    // The root's copies folding the chunk with itself: in place, each writes twice the input
+    // chunk over it while a send reads it.
+    let mut plan = plans::direct_broadcast(2, 1, 4).unwrap().compile().unwrap();
+    let copies = plan.ranks[1].threadblocks.iter_mut().flat_map(|tb| &mut tb.ops);
+    for op in copies {
+        if let Op::Copy { src, dst } = *op {
+            *op = Op::Reduce { srcs: vec![src, src], dst };
+        }
+    }
+    let collective = Collective::from_plan(&plan).unwrap();
+    let err = verify_in_place(&plan, &collective).unwrap_err();
+    assert!(matches!(err, VerifyError::Race { rank: 1, .. }), "{err}");
+}

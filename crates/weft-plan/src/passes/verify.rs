@@ -17,6 +17,9 @@
 //! each output chunk that overlaps an input chunk is the same cell, so a write of the output
 //! and a read of the input it overwrites are conflicting accesses that must be ordered, and a
 //! read ordered after the write sees the output value, which the postcondition then rejects.
+//! A copy of an input chunk onto the output chunk that is its memory (a broadcast root's own
+//! copy) stores the bytes it has just read: it counts as the read alone, so other readers of
+//! that input do not race it, and every write of the cell must still be ordered with it.
 //!
 //! A port put ([`Effects::via`](crate::plan::Effects)) reads its source and writes the peer
 //! some time after the operation: its accesses belong to a clock component of their own per
@@ -407,6 +410,19 @@ fn run(plan: &ExecutionPlan, collective: &Collective, in_place: Option<InPlace>)
                             let (k, sub) = (j / cells.len(), cells.start + j % cells.len());
                             let index = loc.buf.index + k as u32;
                             let (position, at) = slot(owner, loc.buf.buffer.position(), index);
+                            // In place, a copy of an input chunk onto the output chunk that is
+                            // the same memory (a broadcast root's own copy) stores the bytes it
+                            // has just read: the value stays, and its read is already ordered
+                            // against every write of the cell, before and after. A read, not a
+                            // write, so the plan's other readers of that input do not race it.
+                            let aliased = position != loc.buf.buffer.position();
+                            if let [src] = e.inputs.as_slice()
+                                && aliased
+                                && src.peer.unwrap_or(rank) == owner
+                                && slot(owner, src.buf.buffer.position(), src.buf.index + k as u32) == (position, at)
+                            {
+                                continue;
+                            }
                             let cell = &mut memory[owner as usize][position][at * parts + sub];
                             let race = |first| VerifyError::Race {
                                 rank: owner,
