@@ -67,24 +67,28 @@ pub fn run() -> Result<ExitCode, Box<dyn std::error::Error>> {
         None => println!("nodes: this host is one node (WEFT_RANKS_PER_NODE splits it into virtual nodes)"),
     }
     if count > 1 {
-        println!("peer access (row can map column):");
+        println!(
+            "peer access (row can map column; V: over NVLink as NVML reports it, where the 2-rank size rules use LL128 lines; Y: another path; N: none):"
+        );
         for a in &devices {
-            let row: Vec<&str> = devices
-                .iter()
-                .map(|b| {
-                    if a.ordinal() == b.ordinal() {
-                        "-"
-                    } else if a.can_access_peer(b).unwrap_or(false) {
-                        "Y"
-                    } else {
-                        "N"
-                    }
-                })
-                .collect();
+            let row: Vec<&str> = devices.iter().map(|b| peer_access(a, b)).collect();
             println!("  [{}] {}", a.ordinal(), row.join(" "));
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One entry of the peer-access table: `-` (itself), `V` (NVLink), `Y` (mappable another way),
+/// `N` (not mappable).
+fn peer_access(a: &Device, b: &Device) -> &'static str {
+    if a.ordinal() == b.ordinal() {
+        return "-";
+    }
+    if !a.can_access_peer(b).unwrap_or(false) {
+        return "N";
+    }
+    let nvlink = a.pci_bus_id().ok().zip(b.pci_bus_id().ok()).and_then(|(x, y)| weft_gpu::nvml::nvlink_between(&x, &y));
+    if nvlink == Some(true) { "V" } else { "Y" }
 }
 
 /// What an RDMA NIC (`WEFT_NET=ib`) can do with this GPU's memory.
