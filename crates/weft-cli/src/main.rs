@@ -162,7 +162,8 @@ enum Command {
         /// checked at every size. 0: no check.
         #[arg(long, default_value = "16M")]
         check_max: String,
-        /// Also time the LL128 algorithms (`ll128`; need NVLink peers).
+        /// Time the LL128 algorithms (`ll128`) even where the GPUs are not all NVLink peers
+        /// (between NVLink peers, as NVML reports them, they are timed anyway).
         #[arg(long)]
         with_ll128: bool,
     },

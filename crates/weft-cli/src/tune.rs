@@ -82,7 +82,7 @@ pub struct TuneOptions {
     /// are checked at every size.
     #[serde(default = "default_check_max_bytes")]
     pub check_max_bytes: usize,
-    /// Time the LL128 algorithms too.
+    /// Time the LL128 algorithms too (`weft tune` sets it where every pair of GPUs is NVLink).
     #[serde(default)]
     pub with_ll128: bool,
 }
@@ -155,6 +155,10 @@ fn work(options: &TuneOptions, nodes: &Nodes) -> Vec<(u32, Algorithm, usize)> {
 /// Runs the measurements on `options.gpus` processes, prints what each collective chose and
 /// writes the table to `output`.
 pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
+    // Between NVLink peers the size rules run LL128 lines: time them too, so that the table
+    // keeps them where they win (every candidate is checked before it is timed).
+    let with_ll128 = options.with_ll128 || nvlink_between_all(options.gpus);
+    let options = &TuneOptions { with_ll128, ..options.clone() };
     let nodes = tuned_nodes(options.gpus, &Env::from_process()?);
     let items: Vec<usize> = work(options, &nodes).iter().map(|&(_, _, bytes)| bytes).collect();
     if items.is_empty() {
@@ -181,6 +185,13 @@ pub fn run(options: &TuneOptions, output: &Path) -> Result<ExitCode, BoxError> {
     std::fs::write(output, serde_json::to_string_pretty(&tuned.table)? + "\n")?;
     println!("wrote {} (use it with WEFT_TUNING_FILE={})", output.display(), output.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether GPUs `0..gpus` (the workers') are NVLink-connected pairwise (NVML); false without
+/// GPUs or NVML.
+fn nvlink_between_all(gpus: usize) -> bool {
+    let buses: Result<Vec<String>, _> = (0..gpus).map(|o| Device::new(o).and_then(|d| d.pci_bus_id())).collect();
+    buses.is_ok_and(|b| b.iter().all(|own| weft_gpu::nvml::nvlink_to_all(own, b.iter().map(String::as_str))))
 }
 
 /// Every rank times the same items in the same order: each item's time is its slowest rank's.

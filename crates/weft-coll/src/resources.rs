@@ -187,17 +187,7 @@ fn nvlink_to_every_peer(comm: &Communicator) -> bool {
     let topology = comm.topology();
     let Ok(own) = comm.device().pci_bus_id() else { return false };
     let peers = topology.peers().iter().filter(|p| p.rank != comm.rank() && topology.same_host(p.rank));
-    every_link_nvlink(&own, peers.map(|p| p.pci_bus_id.as_str()), weft_gpu::nvml::nvlink_between)
-}
-
-/// Whether `link(own, bus)` is `Some(true)` for every `bus` of `peers` other than `own` (ranks
-/// sharing this GPU need no link).
-fn every_link_nvlink<'a>(
-    own: &str,
-    peers: impl IntoIterator<Item = &'a str>,
-    link: impl Fn(&str, &str) -> Option<bool>,
-) -> bool {
-    peers.into_iter().filter(|&bus| bus != own).all(|bus| link(own, bus) == Some(true))
+    weft_gpu::nvml::nvlink_to_all(&own, peers.map(|p| p.pci_bus_id.as_str()))
 }
 
 impl Resources {
@@ -356,16 +346,6 @@ impl Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lines_need_nvlink_to_every_other_gpu_and_a_known_answer() {
-        let nvlink = |a: &str, b: &str| Some(a.starts_with('n') && b.starts_with('n'));
-        assert!(every_link_nvlink("n0", ["n1", "n2", "n0"], nvlink));
-        assert!(every_link_nvlink("p0", ["p0", "p0"], nvlink), "ranks sharing one GPU need no link");
-        assert!(!every_link_nvlink("n0", ["n1", "p2"], nvlink), "one PCIe peer");
-        assert!(!every_link_nvlink("n0", ["n1"], |_: &str, _: &str| None), "NVML cannot say");
-        assert!(every_link_nvlink("n0", [], |_: &str, _: &str| None), "no peer");
-    }
 
     #[test]
     fn more_than_8_ranks_only_across_nodes_with_at_most_8_in_each() {

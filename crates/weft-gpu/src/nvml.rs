@@ -84,9 +84,35 @@ pub fn nvlink_between(a: &str, b: &str) -> Option<bool> {
     (result == NVML_SUCCESS).then_some(status == P2P_STATUS_OK)
 }
 
+/// Whether the GPU at `own` reaches every GPU of `peers` over NVLink as NVML reports it (a
+/// peer on `own` itself, a rank sharing the GPU, needs no link; an unknown answer is no).
+pub fn nvlink_to_all<'a>(own: &str, peers: impl IntoIterator<Item = &'a str>) -> bool {
+    every_link(own, peers, nvlink_between)
+}
+
+/// Whether `link(own, bus)` is `Some(true)` for every `bus` of `peers` other than `own`.
+fn every_link<'a>(
+    own: &str,
+    peers: impl IntoIterator<Item = &'a str>,
+    link: impl Fn(&str, &str) -> Option<bool>,
+) -> bool {
+    peers.into_iter().filter(|&bus| bus != own).all(|bus| link(own, bus) == Some(true))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_other_gpu_must_be_known_to_be_nvlink() {
+        let nvlink = |a: &str, b: &str| Some(a.starts_with('n') && b.starts_with('n'));
+        assert!(every_link("n0", ["n1", "n2", "n0"], nvlink));
+        assert!(every_link("p0", ["p0", "p0"], nvlink), "ranks sharing one GPU need no link");
+        assert!(!every_link("n0", ["n1", "p2"], nvlink), "one PCIe peer");
+        assert!(!every_link("n0", ["n1"], |_: &str, _: &str| None), "NVML cannot say");
+        assert!(every_link("n0", [], |_: &str, _: &str| None), "no peer");
+        assert!(!nvlink_to_all("0000:00:00.0", ["0000:01:00.0"]), "no NVML or no such GPU here");
+    }
 
     /// No GPU here: NVML is absent, or knows no such bus, and says nothing rather than failing.
     #[test]
