@@ -151,15 +151,20 @@ impl UserBuffers {
     /// Whether rank `rank` can take part in a launch into the ranks' user outputs with these
     /// buffers: its output is 16-byte aligned, and peers writing it overwrite no input still to
     /// be read. That holds out of place; in place, in the layout `in_place` the plan is verified
-    /// for ([`verified_in_place`]); and wherever the input lies when no operation, the rank's
-    /// own or a peer's, reads it (`input_read`: a broadcast's non-root, whose input the caller
-    /// may point anywhere, weft-coll's typed API at its output).
+    /// for ([`verified_in_place`]); and, on a plan verified in place, wherever the input lies
+    /// when no operation, the rank's own or a peer's, reads it (`input_read`: a broadcast's
+    /// non-root, whose input the caller may point anywhere, weft-coll's typed API at its
+    /// output). Every rank must answer alike: a rank that finds its output in a window goes
+    /// direct without asking.
     fn willing(&self, in_place: Option<InPlace>, rank: u64, input_read: bool) -> bool {
         let offsets = in_place.and_then(|layout| layout.byte_offsets(rank, self.in_bytes, self.out_bytes));
         let verified = offsets.is_some_and(|(i, o)| {
             self.input.checked_sub(i).is_some_and(|base| Some(base) == self.output.checked_sub(o))
         });
-        (!input_read || !self.in_place() || verified) && self.output.is_multiple_of(16)
+        // A rank whose input nothing reads may put it anywhere only on a plan verified in
+        // place: elsewhere its peers, which read theirs, refuse in place, and it must too.
+        let unread = !input_read && in_place.is_some();
+        (unread || !self.in_place() || verified) && self.output.is_multiple_of(16)
     }
 }
 
@@ -509,6 +514,65 @@ mod tests {
                     assert_eq!(t.input_read, rank as u64 == root, "{what}: rank {rank}");
                 }
             }
+        }
+    }
+
+    /// Every shipped plan, every rank count of the sample: with buffers as the windows'
+    /// contract places them (the same offsets on every rank: out of place, or in place in the
+    /// collective's nccl-tests layout), and on a plan verified in place also with a rank whose
+    /// input nothing reads handed its output as input (weft-coll's typed broadcast), every rank
+    /// answers `willing` alike, since a rank that finds its output in a window goes direct
+    /// without asking its peers.
+    #[test]
+    fn every_rank_of_every_shipped_plan_answers_alike_under_the_windows_contract() {
+        let elem = 2;
+        for plan in weft_plan::plans::samples().unwrap() {
+            let lowered = lower(&plan).unwrap();
+            let ranks = plan.nranks as u64;
+            let tables: Vec<RankTables> =
+                (0..plan.nranks).map(|r| rank_tables(&lowered, r as usize).unwrap()).collect();
+            let in_place = verified_in_place(&plan);
+            let layout = InPlace::of(&plan);
+            let mut sized = 0;
+            for count in [2048u64, 6144, 1 << 16, 3 << 14, 5 * 7 * 1024] {
+                let Some(sizing) = Sizing::new(&lowered, count) else { continue };
+                sized += 1;
+                let user = |input: u64, output: u64| UserBuffers::new(&lowered, &sizing, input, output, elem);
+                let (send, recv) = (|r: u64| 0x1000_0000 * (r + 1), |r: u64| 0x1000_0000 * (r + 1) + 0x400_0000);
+                let answers = |place: &dyn Fn(u64) -> (u64, u64)| -> Vec<bool> {
+                    (0..ranks)
+                        .map(|r| {
+                            let (input, output) = place(r);
+                            user(input, output).willing(in_place, r, tables[r as usize].input_read)
+                        })
+                        .collect()
+                };
+                let alike = |answers: &[bool]| answers.iter().all(|&w| w == answers[0]);
+                let what = format!("{} at {ranks} ranks, {count} elements", plan.name);
+                let out_of_place = answers(&|r| (send(r), recv(r)));
+                assert!(alike(&out_of_place), "{what}, out of place: {out_of_place:?}");
+                if in_place.is_some() {
+                    let unread_given_output =
+                        answers(&|r| (if tables[r as usize].input_read { send(r) } else { recv(r) }, recv(r)));
+                    assert!(
+                        alike(&unread_given_output),
+                        "{what}, unread inputs at the outputs: {unread_given_output:?}"
+                    );
+                }
+                if let Some(layout) = layout {
+                    let placed = |r: u64| {
+                        let probe = user(0, 0);
+                        let (i, o) = layout.byte_offsets(r, probe.in_bytes, probe.out_bytes).unwrap();
+                        (recv(0) + i, recv(0) + o)
+                    };
+                    let in_place_answers = answers(&|r| {
+                        let (i, o) = placed(r);
+                        (i - recv(0) + recv(r), o - recv(0) + recv(r))
+                    });
+                    assert!(alike(&in_place_answers), "{what}, in place: {in_place_answers:?}");
+                }
+            }
+            assert!(sized > 0, "{}: no count sized", plan.name);
         }
     }
 
