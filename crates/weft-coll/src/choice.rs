@@ -62,20 +62,29 @@ impl Chooser<'_> {
             return across;
         }
         let selector = &self.config.selector;
+        let forced = selector.forced(call.collective);
         let mut algorithm = selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
-        if algorithm.is_ll128() && !self.ll128.nvlink && !selector.forced(call.collective) {
+        if algorithm.is_ll128() && !self.ll128.nvlink && !forced {
             algorithm = algorithm.without_ll128();
         }
-        let fits = algorithm.protocol() != Protocol::Ll || ll_payload(algorithm) <= self.ll_capacity(algorithm);
+        let fits = |a: Algorithm| a.protocol() != Protocol::Ll || ll_payload(a) <= self.ll_capacity(a);
         let supported = algorithm.supports(call.dtype) && algorithm.supports_op(call.op);
         let available = match algorithm {
             Algorithm::Plan(id) => plan_set_up(id) || algorithm.available(self.ranks),
             _ => true,
         };
-        if fits && supported && available {
+        if fits(algorithm) && supported && available {
             return Ok(algorithm);
         }
-        if selector.forced(call.collective) {
+        // Lines that do not fit (a smaller WEFT_LL_SLOT_BYTES) give way to the algorithm of
+        // their sizes before them, as between PCIe peers, before the collective's native one.
+        let before = algorithm.without_ll128();
+        if !forced && before != algorithm && fits(before) && before.supports(call.dtype) && before.supports_op(call.op)
+        {
+            return Ok(before);
+        }
+        let fits = fits(algorithm);
+        if forced {
             return Err(self.invalid(if !available {
                 format!("{algorithm} has no plan for {} ranks", self.ranks)
             } else if fits {
@@ -292,6 +301,20 @@ mod tests {
             let forced_pcie = Chooser { ll128: Ll128Room { nvlink: false, ..room }, ..chooser(&forced, 2) };
             assert_eq!(forced_pcie.choose(c, |_| 1, |_| false).unwrap(), lines, "forced {collective}");
         }
+    }
+
+    #[test]
+    fn lines_that_do_not_fit_give_way_to_the_algorithm_of_their_sizes_before() {
+        let config = CollConfig::default();
+        let room = Ll128Room { slot: 1 << 20, half: 1 << 20, nvlink: true };
+        let c = Chooser { ll128: room, ..chooser(&config, 2) };
+        // A 2 MiB Broadcast past a half of 1 MiB: the chain (which carries any size), not HB.
+        let broadcast = call(Collective::Broadcast, 2 << 20);
+        assert_eq!(c.choose(broadcast, |_| 2 << 20, |_| false).unwrap(), Algorithm::BroadcastChain);
+        // A 1 MiB AllReduce whose shard fits neither a slot of lines nor an LL16 slot: HB.
+        let allreduce = call(Collective::AllReduce, 1 << 20);
+        let payload = |a: Algorithm| if a.is_ll128() { 2 << 20 } else { config.ll_slot_bytes + 1 };
+        assert_eq!(c.choose(allreduce, payload, |_| false).unwrap(), Algorithm::AllReduceHb);
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("weft/weft.cuh", include_str!("../../../device/include/weft/weft.cuh")),
     ("weft/wait.cuh", include_str!("../../../device/include/weft/wait.cuh")),
     ("weft/semaphore.cuh", include_str!("../../../device/include/weft/semaphore.cuh")),
+    ("weft/ll_flags.cuh", include_str!("../../../device/include/weft/ll_flags.cuh")),
     ("weft/packet.cuh", include_str!("../../../device/include/weft/packet.cuh")),
     ("weft/memory_channel.cuh", include_str!("../../../device/include/weft/memory_channel.cuh")),
     ("weft/elementwise.cuh", include_str!("../../../device/include/weft/elementwise.cuh")),

@@ -160,7 +160,7 @@ __device__ __forceinline__ bool ll_wait_token(const CollContext& c, uint32_t t, 
   bool ok = true;
   Spin spin;
   // Signed distance: correct across the 32-bit wrap of the flags.
-  while (static_cast<int32_t>(seen - want) < 0) {
+  while (ll_token_behind(seen, want)) {
     if (spin.expired(channel(c, t).semaphore.wait)) {
       report_timeout(channel(c, t).semaphore.wait, WaitOp::LlToken, want, seen);
       ok = false;
@@ -219,7 +219,7 @@ __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& ro
     const uint32_t t = threadIdx.x;
     if (range.lo + t < range.hi) ptx::prefetch_l1(input + (range.lo + t) * Ll16::kPayloadBytes);
   }
-  const bool ok = round.flag <= 2u || ll_wait_every_token(c, round.flag - 2u, first_seen);
+  const bool ok = ll_wait_every_token(c, ll_flag_two_back(round.flag), first_seen);
   return __syncthreads_and(ok);
 }
 
@@ -256,7 +256,7 @@ __device__ __forceinline__ bool ll_lane_begin(const CollContext& c, LlRound& rou
   round.half = lane.half(c, round.flag);
   prefetch();
   bool ok = true;
-  if (waits && round.flag > 2u) ok = ll_wait_token(c, t, token, round.flag - 2u, seen);
+  if (waits) ok = ll_wait_token(c, t, token, ll_flag_two_back(round.flag), seen);
   return __syncthreads_and(ok);
 }
 

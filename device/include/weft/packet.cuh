@@ -2,11 +2,12 @@
 // 16 for LL16, each 8-byte half of an LL16 carrying its own flag), so a reader that sees the
 // flag it expects also sees the payload: no fence, no semaphore.
 //
-// Flags are non-zero and must differ from whatever sits in the slot. Kernels keep them in device
+// Flags are never 0 or 1 (ll_flags.cuh) and must differ from whatever sits in the slot. Kernels keep them in device
 // memory and advance them inside the kernel (ll_flag_begin / ll_flag_end), never as a host
 // counter baked into a captured launch, and split packet scratch in two halves chosen by flag
 // parity, so launch k+1 never overwrites packets launch k's peer is still reading.
 #pragma once
+#include "weft/ll_flags.cuh"
 #include "weft/wait.cuh"
 
 namespace weft {
@@ -127,15 +128,18 @@ __device__ __forceinline__ bool read_packets(char* dst, const typename P::Packet
   return true;
 }
 
-/// Reads the flag a block should use for this launch from its device-resident slot (first
-/// launch: 1). Called by: every thread of the block (all read the same value).
-__device__ __forceinline__ uint32_t ll_flag_begin(const uint32_t* slot) { return ptx::ld_volatile_u32(slot) + 1u; }
+/// Reads the flag a block should use for this launch from its device-resident slot
+/// (ll_flags.cuh: 2 at the first launch, never 0 or 1). Called by: every thread of the block
+/// (all read the same value).
+__device__ __forceinline__ uint32_t ll_flag_begin(const uint32_t* slot) {
+  return ll_flag_after(ptx::ld_volatile_u32(slot));
+}
 
-/// Publishes `flag` as the last one used, so the next launch uses flag + 1 (skipping 0 on
-/// wrap-around). Called by: the whole block; it synchronises the block first.
+/// Publishes `flag` as the last one used. Called by: the whole block; it synchronises the block
+/// first.
 __device__ __forceinline__ void ll_flag_end(uint32_t* slot, uint32_t flag) {
   __syncthreads();
-  if (threadIdx.x == 0) *slot = (flag == 0xffffffffu) ? 0u : flag;
+  if (threadIdx.x == 0) *slot = flag;
 }
 
 }  // namespace weft

@@ -106,7 +106,7 @@ __device__ __forceinline__ bool ll128_round_begin(const CollContext& c, LlRound&
   const uint32_t first_seen = ll_first_token(c);
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * 2ull * c.ranks * round_up128(c.packet_slot_bytes);
-  const bool ok = round.flag <= 2u || ll_wait_every_token(c, round.flag - 2u, first_seen);
+  const bool ok = ll_wait_every_token(c, ll_flag_two_back(round.flag), first_seen);
   return __syncthreads_and(ok);
 }
 
