@@ -60,7 +60,8 @@ pub fn check(data: &[u8]) -> bool {
     true
 }
 
-/// The default table, one filtered by type and rank count, and a small hand-written one.
+/// The default table, one filtered by type and rank count, a small hand-written one, and one of
+/// type-only groups.
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let filtered = br#"{"machine": "2xH200", "ranks": 2, "hb_blocks": 16, "collectives": {
   "allreduce": [{"max_bytes": 65536, "algorithm": "ll"}, {"algorithm": "hb"},
@@ -70,7 +71,16 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 {"nodes": 2, "algorithm": "plan:nvrar_allreduce"}],
   "allgather": [{"ranks": 8, "algorithm": "hb"}]}}"#;
     let small = br#"{"collectives": {"broadcast": [{"algorithm": "ll"}]}}"#;
+    // Type-only groups beside the built-in rank-count groups (a fuzzer's find: the selector's
+    // own table must pick as the selector does, built-in groups and all).
+    let type_only = br#"{"collectives": {"allreduce": [{"dtype": "bf16", "max_bytes": 1048576, "algorithm": "ll2"},
+  {"dtype": "bf16", "algorithm": "ring"}]}}"#;
     #[allow(clippy::expect_used)] // the default selector's table is plain data
     let default = serde_json::to_vec_pretty(&Selector::default().table()).expect("a table serialises");
-    vec![("default", default), ("filtered", filtered.to_vec()), ("small", small.to_vec())]
+    vec![
+        ("default", default),
+        ("filtered", filtered.to_vec()),
+        ("small", small.to_vec()),
+        ("type_only", type_only.to_vec()),
+    ]
 }

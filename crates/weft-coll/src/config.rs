@@ -27,10 +27,11 @@ pub(crate) const ALLPAIRS_ACROSS_NODES_MAX: u64 = 256 << 10;
 /// `dtype` on communicators of `ranks` ranks (each `None`: any).
 ///
 /// The rules of one collective with the same filters form a group, by ascending `max_bytes`; a
-/// call follows the most specific group of a tuning table that matches it, else the most
-/// specific built-in one: type and rank count, then rank count alone (switch points move with
-/// the ranks' topology), then type alone, then the unfiltered group (the defaults' unless the
-/// table gives one).
+/// call follows the most specific group that matches it: type and rank count, then rank count
+/// alone (switch points move with the ranks' topology), then type alone, then the unfiltered
+/// group (the defaults' unless the table gives one). Built-in groups that a table's groups
+/// cover give way to them (`Selector::apply`); a built-in rank-count group outranks a table's
+/// type-only group, as a table's own would, so that a selector's table reproduces it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
     /// Only calls of this element type (`bf16`, `f32`, ...).
@@ -227,7 +228,7 @@ impl Default for Selector {
 impl Selector {
     /// The algorithm for a `collective` of `bytes` (see [`Rule::max_bytes`]) in `dtype` on a
     /// communicator of `ranks` ranks: the override if any, else the most specific matching
-    /// group of rules, a tuning table's before the built-in ones (see [`Rule`]).
+    /// group of rules (see [`Rule`]).
     pub fn select(&self, collective: Collective, dtype: DataType, bytes: u64, ranks: usize) -> Algorithm {
         if let Some(&a) = self.force.get(&collective) {
             return a;
@@ -236,7 +237,7 @@ impl Selector {
         groups
             .iter()
             .filter(|g| g.matches(dtype, ranks, None))
-            .max_by_key(|g| (!g.built_in, g.specificity()))
+            .max_by_key(|g| g.specificity())
             .and_then(|g| g.pick(bytes))
             .or_else(|| collective.algorithms().next())
             .unwrap_or(Algorithm::SendRecvP2p)
@@ -1155,9 +1156,8 @@ mod tests {
         assert_eq!(pick(DataType::F32, 1 << 30, 4), Algorithm::AllReduceLl2);
         assert_eq!(pick(DataType::Bf16, 1024, 4), Algorithm::AllReduceLl);
         assert_eq!(pick(DataType::Bf16, 1 << 30, 4), Algorithm::AllReduceRing);
-        // A table's group before a built-in one, however specific: f32 at 2 ranks follows the
-        // table's f32 rules, not the built-in 2-rank group, which serves the other types.
-        assert_eq!(pick(DataType::F32, 512 << 10, 2), Algorithm::AllReduceLl2);
+        // The built-in 2-rank group is more specific than the table's type-only one.
+        assert_eq!(pick(DataType::F32, 512 << 10, 2), Algorithm::AllReduceLl128);
         assert_eq!(pick(DataType::Bf16, 512 << 10, 2), Algorithm::AllReduceLl128);
         // The table round-trips, filters included.
         let text = serde_json::to_string(&s.table()).unwrap();
@@ -1170,7 +1170,7 @@ mod tests {
         s.apply(&other).unwrap();
         assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 8, 8), Algorithm::AllReduceHb);
         assert_eq!(s.select(Collective::AllReduce, DataType::F32, 8, 8), Algorithm::AllReduceHb);
-        assert_eq!(s.select(Collective::AllReduce, DataType::F32, 8, 2), Algorithm::AllReduceLl2);
+        assert_eq!(s.select(Collective::AllReduce, DataType::F32, 8, 3), Algorithm::AllReduceLl2);
         // Preferring an algorithm drops every group.
         s.prefer(Algorithm::AllReduceLl);
         assert_eq!(s.select(Collective::AllReduce, DataType::F32, 1 << 30, 8), Algorithm::AllReduceLl);
