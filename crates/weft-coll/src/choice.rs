@@ -51,7 +51,10 @@ impl Chooser<'_> {
     /// to the collective's native algorithm ([`Collective::fallback`]) and a forced one is an
     /// error. So does a choice that does not support the type or operator, or a plan with no
     /// version for this rank count (`plan_set_up(id)`: plan `id` is set up already, so it has
-    /// one). With peers in other nodes the choice is [`crate::Selector::across_nodes`]'s.
+    /// one). A size rule's LL128 pick that cannot run here (peers not all NVLink, past what
+    /// it carries, a type it lacks) first gives way to the algorithm of its sizes before it
+    /// ([`Algorithm::without_ll128`]). With peers in other nodes the choice is
+    /// [`crate::Selector::across_nodes`]'s.
     pub(crate) fn choose(
         &self,
         call: Call,
@@ -63,27 +66,26 @@ impl Chooser<'_> {
         }
         let selector = &self.config.selector;
         let forced = selector.forced(call.collective);
-        let mut algorithm = selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
-        if algorithm.is_ll128() && !self.ll128.nvlink && !forced {
-            algorithm = algorithm.without_ll128();
-        }
         let fits = |a: Algorithm| a.protocol() != Protocol::Ll || ll_payload(a) <= self.ll_capacity(a);
+        let runs = |a: Algorithm| fits(a) && a.supports(call.dtype) && a.supports_op(call.op);
+        let picked = selector.select(call.collective, call.dtype, call.size as u64, self.ranks);
+        // A size rule's lines give way to the algorithm of their sizes before them where they
+        // cannot run: between ranks not all NVLink peers, past what they carry (a smaller
+        // WEFT_LL_SLOT_BYTES), for a type or operator they lack. A forced `ll128` does not.
+        let algorithm = if picked.is_ll128() && !forced && !(self.ll128.nvlink && runs(picked)) {
+            picked.without_ll128()
+        } else {
+            picked
+        };
+        let fits = fits(algorithm);
         let supported = algorithm.supports(call.dtype) && algorithm.supports_op(call.op);
         let available = match algorithm {
             Algorithm::Plan(id) => plan_set_up(id) || algorithm.available(self.ranks),
             _ => true,
         };
-        if fits(algorithm) && supported && available {
+        if fits && supported && available {
             return Ok(algorithm);
         }
-        // Lines that do not fit (a smaller WEFT_LL_SLOT_BYTES) give way to the algorithm of
-        // their sizes before them, as between PCIe peers, before the collective's native one.
-        let before = algorithm.without_ll128();
-        if !forced && before != algorithm && fits(before) && before.supports(call.dtype) && before.supports_op(call.op)
-        {
-            return Ok(before);
-        }
-        let fits = fits(algorithm);
         if forced {
             return Err(self.invalid(if !available {
                 format!("{algorithm} has no plan for {} ranks", self.ranks)

@@ -76,19 +76,6 @@ impl PacketLayout {
         let payload = |bytes: u64| usize::try_from(bytes / 128 * 120).unwrap_or(usize::MAX);
         Ll128Room { slot: payload(self.ll128_slot_bytes), half: payload(self.ll128_half_bytes), nvlink: false }
     }
-
-    /// Whether the LL128 lines of a `bytes`-byte message fit one slot of the LL128 region.
-    #[cfg(test)]
-    fn ll128_slot_fits(&self, bytes: u64) -> bool {
-        bytes <= self.ll128_room().slot as u64
-    }
-
-    /// Whether the LL128 lines of a `bytes`-byte message fit one half of the LL128 region (the
-    /// chain's lines fill a half from its start).
-    #[cfg(test)]
-    fn ll128_fits(&self, bytes: u64) -> bool {
-        bytes <= self.ll128_room().half as u64
-    }
 }
 
 /// Blocks per (peer, direction) of a send/receive launch over LL packets, the parts a message is
@@ -377,14 +364,13 @@ mod tests {
             assert_eq!(l.total_bytes, l.ll128_offset + 2 * l.ll128_half_bytes);
             // The most bytes whose lines (128 per 120) fit a slot, and the chain's half.
             let (slot_most, half_most) = (l.ll128_slot_bytes / 128 * 120, l.ll128_half_bytes / 128 * 120);
-            assert!(l.ll128_slot_fits(slot_most) && !l.ll128_slot_fits(slot_most + 1), "{slot} {ranks}");
-            assert!(l.ll128_fits(half_most) && !l.ll128_fits(half_most + 1), "{slot} {ranks}");
+            let room = l.ll128_room();
+            assert_eq!((room.slot as u64, room.half as u64), (slot_most, half_most), "{slot} {ranks}");
         }
         // The default slot: 960 KiB of payload per slot (LL16: 512 KiB); the chain 3.75 MiB at
         // 2 ranks.
         let l = PacketLayout::new(&CollConfig::default(), 2);
-        assert!(l.ll128_slot_fits(983_040) && !l.ll128_slot_fits(983_041));
-        assert!(l.ll128_fits(3_932_160) && !l.ll128_fits(3_932_161));
+        assert_eq!((l.ll128_room().slot, l.ll128_room().half), (983_040, 3_932_160));
     }
 
     #[test]
