@@ -119,13 +119,15 @@ mod tests {
         assert!(body_of(header, "bool ll_round_begin").starts_with("ll_launch_begin();"), "ll_round_begin waits first");
         let waits = body_of(ll128, "bool ll128_round_begin").starts_with("ll_launch_begin();");
         assert!(waits, "ll128_round_begin waits first");
-        // Both round starts wait for every block's token of every peer: a packet a block writes
-        // may have been another block's to read two launches back.
-        for (text, function) in [(header, "bool ll_round_begin"), (ll128, "bool ll128_round_begin")] {
+        // LL128 rounds wait for every block's token of every peer (the kernels number a
+        // region's lines differently); LL16 rounds for their own block's, which is enough only
+        // because every LL16 kernel deals its packets by position (checked below).
+        let whole = |text: &'static str, function: &str| {
             let body = body_of(text, function);
-            let body = &body[..body.find("\n}\n").expect("the function ends")];
-            assert!(body.contains("ll_wait_every_token("), "{function} waits for every block's token");
-        }
+            &body[..body.find("\n}\n").expect("the function ends")]
+        };
+        assert!(whole(ll128, "bool ll128_round_begin").contains("ll_wait_every_token("), "LL128 waits for every block");
+        assert!(!whole(header, "bool ll_round_begin").contains("every_token"), "LL16 waits for its own block");
         // The statements a kernel begins with; the trace scope (empty untraced) only touches
         // the block's shared memory first.
         let first_statements = |algorithm: Algorithm, n: usize| -> Vec<String> {
@@ -141,11 +143,23 @@ mod tests {
                 .map(String::from)
                 .collect()
         };
+        let kernel_body = |algorithm: Algorithm| -> &'static str {
+            let definition = format!(" {}(", algorithm.kernel());
+            let (_, text) = KERNELS.includes.iter().find(|(_, t)| t.contains(&definition)).unwrap();
+            let kernel = &text[text.find(&definition).unwrap()..];
+            &kernel[..kernel.find("\n}\n").expect("the kernel ends")]
+        };
         let early = |a: &Algorithm| matches!(a.protocol(), Protocol::Ll | Protocol::LlP2p);
         for algorithm in Algorithm::ALL.into_iter().filter(early) {
             let first = first_statements(algorithm, 2);
             if algorithm.protocol() == Protocol::Ll {
                 assert_eq!(first[0], "LlRound round", "{}", algorithm.kernel());
+                if !algorithm.is_ll128() {
+                    let body = kernel_body(algorithm);
+                    let deals =
+                        body.contains("LlDeal::of_block(") && !body.contains("LlDeal{") && !body.contains("LlDeal {");
+                    assert!(deals, "{} deals its packets by position (LlDeal::of_block)", algorithm.kernel());
+                }
                 let begin = if algorithm.is_ll128() {
                     "if (!ll128_round_begin(c, round"
                 } else {

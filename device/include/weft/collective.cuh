@@ -68,13 +68,26 @@ __device__ __forceinline__ const SemaphoreDeviceHandle& semaphore(const CollCont
 
 using LlPacket = typename Ll16::Packet;
 
-/// This block's share `[lo, hi)` of the packets of a message of `packets` packets.
-struct LlRange {
-  uint64_t lo, hi;
-  __device__ __forceinline__ explicit LlRange(uint64_t packets) {
-    const uint64_t per_block = div_ceil(packets, gridDim.x);
-    lo = min_u64(per_block * blockIdx.x, packets);
-    hi = min_u64(lo + per_block, packets);
+/// A block's packets of a message of `packets` packets that `parts` blocks share, dealt by a
+/// pattern fixed in the packet index: runs of 32 consecutive packets (a warp's stores) go to
+/// the parts in turn, so part `part` owns the same packet positions whatever the message's
+/// length. The token of a part's lane then covers every position its writer stores into next:
+/// with ranges sized from each message, a part of a longer message (or of a rooted call whose
+/// root runs ahead) could overwrite packets that another part of the reader, still on the round
+/// before last, has not read. Both the collective LL16 kernels (a part per block) and the
+/// send/receive lanes deal this way.
+struct LlDeal {
+  uint64_t packets;
+  uint32_t part, parts;
+  /// This block's share when every block of the grid shares the message (the collective LL
+  /// kernels: one part per block, `ll_blocks` of them in every launch).
+  __device__ __forceinline__ static LlDeal of_block(uint64_t packets) { return {packets, blockIdx.x, gridDim.x}; }
+  /// The packet this thread handles at its step k (0, 1, ...), increasing in k; at or past
+  /// `packets` once the thread is done.
+  __device__ __forceinline__ uint64_t at(uint64_t k) const {
+    constexpr uint64_t run = 32;  // a local: a namespace-scope constant would add a symbol to every module
+    const uint64_t e = threadIdx.x + k * blockDim.x;
+    return (part + parts * (e / run)) * run + e % run;
   }
 };
 
@@ -96,8 +109,8 @@ __device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t bu
 // token of round f - 2 from every reader of the lane (the round that used the same half); a
 // reader ends its round by writing its token into every writer of the lane. The collective LL
 // launches have one lane per block, which every peer writes and reads (ll_round_begin,
-// ll_round_end), and a writer there waits for every block's token of every peer, not only its
-// own lane's (ll_wait_every_token); send/receive has one per (direction, peer, part) (LlPairLane, ll_lane_begin,
+// ll_round_end); the LL128 launches share the blocks' flags but wait for every block's token
+// of every peer (ll_wait_every_token, ll128.cuh says why); send/receive has one per (direction, peer, part) (LlPairLane, ll_lane_begin,
 // ll_lane_end). Both share the token wait (ll_wait_token) and the flag helpers; the
 // collective pair keeps its own code because, routed through the lane template, ptxas
 // allocated the collective kernels' registers differently (spilling in some types), and those
@@ -171,55 +184,30 @@ __device__ __forceinline__ bool ll_wait_token(const CollContext& c, uint32_t t, 
   return ok;
 }
 
-/// Every block's tokens inside this rank's packet buffer: `uint32_t[ll_blocks][ranks]`, entry
-/// (b, r) written by rank r's block b (ll_round_end).
-__device__ __forceinline__ const uint32_t* ll_every_token(const CollContext& c) {
-  return reinterpret_cast<const uint32_t*>(c.packets + c.token_offset);
-}
-
-/// This thread's first token to wait for in `ll_wait_every_token`, loaded early so that its
-/// latency overlaps the flag's; 0 for a thread with none.
-__device__ __forceinline__ uint32_t ll_first_token(const CollContext& c) {
-  const uint32_t i = threadIdx.x;
-  return i < gridDim.x * c.ranks && i % c.ranks != c.rank ? ptx::ld_volatile_u32(ll_every_token(c) + i) : 0u;
-}
-
-/// Waits (bounded) until every block of every peer has finished reading launch `want` (its
-/// token reached `want`). Every block, not only this one's partner: the kernels deal a half's
-/// packets to blocks by message length (LlRange, the LL128 deal), so a packet this block
-/// writes now may have been another block's to read two launches back, after a call of another
-/// length or a rooted call whose root runs ahead. `first_seen` is `ll_first_token`. Called by:
-/// every thread of the block, each waiting for its share of the tokens. False on timeout.
-__device__ __forceinline__ bool ll_wait_every_token(const CollContext& c, uint32_t want, uint32_t first_seen) {
-  const uint32_t* tokens = ll_every_token(c);
-  bool ok = true;
-  for (uint32_t i = threadIdx.x; i < gridDim.x * c.ranks && ok; i += blockDim.x) {
-    const uint32_t peer = i % c.ranks;
-    if (peer == c.rank) continue;
-    const uint32_t seen = i == threadIdx.x ? first_seen : ptx::ld_volatile_u32(tokens + i);
-    ok = ll_wait_token(c, peer, tokens + i, want, seen);
-  }
-  return ok;
-}
-
-/// Starts this block's LL launch: `ll_launch_begin`, then takes the block's next flag and
-/// waits (bounded) until every block of every peer has finished reading the launch before last
-/// (`ll_wait_every_token`). The flag, the first tokens and (when `input` is set) this thread's
-/// first packet of the `input_len`-byte message at `input`, which its `ll_put` reads first, are
-/// loaded together, so their latencies overlap instead of adding up ahead of the first put.
-/// Called by: every thread of the block. False (for every thread) on timeout.
+/// Starts this block's LL16 launch: `ll_launch_begin`, then takes the block's next flag and
+/// waits (bounded) until the same block of every peer has finished reading the launch before
+/// last. Its own block's token is enough: every LL16 kernel deals the packets of a slot to
+/// blocks by position (LlDeal::of_block, the same grid in every launch), so the positions this
+/// block writes were read only by the peers' same block. The flag, the token and (when `input`
+/// is set) this thread's first packet of the `input_len`-byte message at `input`, which its
+/// `ll_put` reads first, are loaded together, so their latencies overlap instead of adding up
+/// ahead of the first put. Called by: every thread of the block. False (for every thread) on
+/// timeout.
 __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round, const char* input = nullptr,
                                                uint64_t input_len = 0) {
   ll_launch_begin();
-  const uint32_t first_seen = ll_first_token(c);
+  const uint32_t t = threadIdx.x;
+  const bool waits = t < c.ranks && t != c.rank;
+  const uint32_t* token = ll_tokens(c, c.packets) + t;
+  const uint32_t seen = waits ? ptx::ld_volatile_u32(token) : 0u;
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * c.packet_half_bytes;
   if (input != nullptr) {
-    const LlRange range(packet_count<Ll16>(input_len));
-    const uint32_t t = threadIdx.x;
-    if (range.lo + t < range.hi) ptx::prefetch_l1(input + (range.lo + t) * Ll16::kPayloadBytes);
+    const LlDeal deal = LlDeal::of_block(packet_count<Ll16>(input_len));
+    const uint64_t first = deal.at(0);
+    if (first < deal.packets) ptx::prefetch_l1(input + first * Ll16::kPayloadBytes);
   }
-  const bool ok = ll_wait_every_token(c, ll_flag_two_back(round.flag), first_seen);
+  const bool ok = !waits || ll_wait_token(c, t, token, ll_flag_two_back(round.flag), seen);
   return __syncthreads_and(ok);
 }
 
@@ -292,12 +280,13 @@ struct AsIs {
   __device__ __forceinline__ void operator()(uint32_t (&)[N]) const {}
 };
 
-/// Writes this block's packets of the `len` bytes at `src` into slot `slot` of every peer p
-/// with `to(p)`, each payload through `transform` (AsIs). Called by: every thread of the block.
+/// Writes this block's packets (`deal`) of the `len` bytes at `src` into slot `slot` of every
+/// peer p with `to(p)`, each payload through `transform` (AsIs). Called by: every thread of the
+/// block.
 template <typename To, typename Transform = AsIs>
 __device__ __forceinline__ void ll_put(const CollContext& c, const LlRound& round, uint32_t slot, const char* src,
-                                       uint64_t len, const LlRange& range, To to, const Transform& transform = {}) {
-  for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * Ll16::kPayloadBytes < len; j += blockDim.x) {
+                                       uint64_t len, const LlDeal& deal, To to, const Transform& transform = {}) {
+  for (uint64_t k = 0, j; (j = deal.at(k)) < deal.packets && j * Ll16::kPayloadBytes < len; ++k) {
     uint32_t w[2];
     detail::load_words<2>(src + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
     if constexpr (!Transform::kCopies) transform(w);
@@ -322,11 +311,12 @@ __device__ __forceinline__ bool ll_read(const LlPacket* src, const LlRound& roun
   return true;
 }
 
-/// Waits for this block's packets of a `len`-byte message from `peer` in slot `slot` of the
-/// local buffer and stores their payload at `dst`. Called by: every thread. False on timeout.
+/// Waits for this block's packets (`deal`) of a `len`-byte message from `peer` in slot `slot`
+/// of the local buffer and stores their payload at `dst`. Called by: every thread. False on
+/// timeout.
 __device__ __forceinline__ bool ll_get(const CollContext& c, const LlRound& round, uint32_t peer, uint32_t slot,
-                                       char* dst, uint64_t len, const LlRange& range) {
-  for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * Ll16::kPayloadBytes < len; j += blockDim.x) {
+                                       char* dst, uint64_t len, const LlDeal& deal) {
+  for (uint64_t k = 0, j; (j = deal.at(k)) < deal.packets && j * Ll16::kPayloadBytes < len; ++k) {
     uint32_t w[2];
     if (!ll_read(packet_at(c, c.packets, round, slot, j), round, channel(c, peer).semaphore.wait, w)) return false;
     detail::store_words<2>(dst + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
@@ -334,30 +324,15 @@ __device__ __forceinline__ bool ll_get(const CollContext& c, const LlRound& roun
   return true;
 }
 
-/// Copies this block's packet range of a `len`-byte message locally (a rank's own part).
-__device__ __forceinline__ void ll_copy_local(char* dst, const char* src, uint64_t len, const LlRange& range) {
-  const uint64_t lo = min_u64(range.lo * Ll16::kPayloadBytes, len);
-  const uint64_t hi = min_u64(range.hi * Ll16::kPayloadBytes, len);
+/// Copies this block's share of a `len`-byte message locally (a rank's own part): contiguous
+/// 16-byte-aligned shares, since no packet buffer is involved. Called by: every thread.
+__device__ __forceinline__ void ll_copy_local(char* dst, const char* src, uint64_t len) {
+  const uint64_t share = (div_ceil(len, gridDim.x) + 15) & ~uint64_t(15);
+  const uint64_t lo = min_u64(share * blockIdx.x, len);
+  const uint64_t hi = min_u64(lo + share, len);
   if (dst != src && hi > lo) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);
 }
 
-/// A block's packets of a message of `packets` packets that `parts` blocks share, dealt by a
-/// pattern fixed in the packet index: runs of 32 consecutive packets (a warp's stores) go to
-/// the parts in turn, so part `part` owns the same packet positions whatever the message's
-/// length. The token of a part's lane then covers every position its writer stores into next:
-/// with ranges sized from each message (LlRange), a part of a longer message could overwrite
-/// packets that another part of the reader, still on the round before last, has not read.
-struct LlDeal {
-  uint64_t packets;
-  uint32_t part, parts;
-  /// The packet this thread handles at its step k (0, 1, ...), increasing in k; at or past
-  /// `packets` once the thread is done.
-  __device__ __forceinline__ uint64_t at(uint64_t k) const {
-    constexpr uint64_t run = 32;  // a local: a namespace-scope constant would add a symbol to every module
-    const uint64_t e = threadIdx.x + k * blockDim.x;
-    return (part + parts * (e / run)) * run + e % run;
-  }
-};
 
 /// Writes this block's packets (`deal`) of the `len` bytes at `src` to the packet array `dst`
 /// with the round's flag. Called by: every thread of the block.

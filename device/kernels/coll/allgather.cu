@@ -8,14 +8,14 @@ extern "C" __global__ void __launch_bounds__(512)
   LlRound round;
   if (!ll_round_begin(c, round, input, block_bytes)) return;
   WEFT_TRACE_MARK(ll_begin);
-  const LlRange range(packet_count<Ll16>(block_bytes));
-  ll_put(c, round, c.rank, input, block_bytes, range, [](uint32_t) { return true; });
-  ll_copy_local(output + c.rank * block_bytes, input, block_bytes, range);
+  const LlDeal deal = LlDeal::of_block(packet_count<Ll16>(block_bytes));
+  ll_put(c, round, c.rank, input, block_bytes, deal, [](uint32_t) { return true; });
+  ll_copy_local(output + c.rank * block_bytes, input, block_bytes);
   WEFT_TRACE_MARK(ll_puts);
   bool ok = true;
   for (uint32_t k = 1; k < c.ranks && ok; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
-    ok = ll_get(c, round, d, d, output + d * block_bytes, block_bytes, range);
+    ok = ll_get(c, round, d, d, output + d * block_bytes, block_bytes, deal);
   }
   WEFT_TRACE_MARK(ll_gets);
   ll_round_end(c, round);

@@ -8,10 +8,10 @@ extern "C" __global__ void __launch_bounds__(512)
   LlRound round;
   if (!ll_round_begin(c, round, input, bytes)) return;
   WEFT_TRACE_MARK(ll_begin);
-  const LlRange range(packet_count<Ll16>(bytes));
-  ll_put(c, round, c.rank, input, bytes, range, every_peer(), Pre::of(c));
+  const LlDeal deal = LlDeal::of_block(packet_count<Ll16>(bytes));
+  ll_put(c, round, c.rank, input, bytes, deal, every_peer(), Pre::of(c));
   WEFT_TRACE_MARK(ll_puts);
-  ll_reduce(c, round, 0, input, bytes, range, StoreTo{output});
+  ll_reduce(c, round, 0, input, bytes, deal, StoreTo{output});
   WEFT_TRACE_MARK(ll_reduce);
   ll_round_end(c, round);
 }
@@ -25,12 +25,12 @@ extern "C" __global__ void __launch_bounds__(512)
   if (!ll_round_begin(c, round)) return;
   WEFT_TRACE_MARK(ll_begin);
   const uint64_t shard = (div_ceil(bytes, c.ranks) + 7) & ~uint64_t(7);
-  const LlRange range(shard / 8);
+  const LlDeal deal = LlDeal::of_block(shard / 8);
   auto len = [&](uint32_t d) { return bytes > d * shard ? min_u64(shard, bytes - d * shard) : 0; };
   const Pre pre = Pre::of(c);
   for (uint32_t k = 1; k < c.ranks; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
-    ll_put(c, round, c.rank, input + d * shard, len(d), range, only(d), pre);
+    ll_put(c, round, c.rank, input + d * shard, len(d), deal, only(d), pre);
   }
   WEFT_TRACE_MARK(ll_puts);
   char* mine = output + c.rank * shard;
@@ -41,11 +41,11 @@ extern "C" __global__ void __launch_bounds__(512)
       Ll16::write(packet_at(c, channel(c, peer).remote_packet_buffer, round, c.ranks + c.rank, j), w, round.flag);
     }
   };
-  bool ok = ll_reduce(c, round, 0, input + c.rank * shard, len(c.rank), range, keep_and_send);
+  bool ok = ll_reduce(c, round, 0, input + c.rank * shard, len(c.rank), deal, keep_and_send);
   WEFT_TRACE_MARK(ll_reduce);
   for (uint32_t k = 1; k < c.ranks && ok; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
-    ok = ll_get(c, round, d, c.ranks + d, output + d * shard, len(d), range);
+    ok = ll_get(c, round, d, c.ranks + d, output + d * shard, len(d), deal);
   }
   WEFT_TRACE_MARK(ll_gets);
   ll_round_end(c, round);

@@ -10,13 +10,13 @@ extern "C" __global__ void __launch_bounds__(512)
   LlRound round;
   if (!ll_round_begin(c, round, c.rank == root ? input : nullptr, bytes)) return;
   WEFT_TRACE_MARK(ll_begin);
-  const LlRange range(packet_count<Ll16>(bytes));
+  const LlDeal deal = LlDeal::of_block(packet_count<Ll16>(bytes));
   if (c.rank == root) {
-    ll_put(c, round, root, input, bytes, range, [](uint32_t) { return true; });
-    ll_copy_local(output, input, bytes, range);
+    ll_put(c, round, root, input, bytes, deal, [](uint32_t) { return true; });
+    ll_copy_local(output, input, bytes);
     WEFT_TRACE_MARK(ll_puts);
   } else {
-    ll_get(c, round, root, root, output, bytes, range);
+    ll_get(c, round, root, root, output, bytes, deal);
     WEFT_TRACE_MARK(ll_gets);
   }
   ll_round_end(c, round);

@@ -18,8 +18,10 @@
 // left could take two data words equal to its flag for a packet, so the two never share memory.
 // An LL128 launch is an LL round (the block's flag, advanced by every LL launch) that waits,
 // before writing, until every block of every peer has finished the launch before last
-// (ll128_round_begin): the kernels deal a region's lines to blocks differently, so one block's
-// token would not cover what it overwrites.
+// (ll128_round_begin): the kernels deal a region's lines to blocks differently (the chain numbers
+// them from the start of the half, the others within a slot), so one block's token would not
+// cover what it overwrites. (The LL16 kernels deal by position within a slot alike, and wait
+// for their own block's token only: weft/collective.cuh, ll_round_begin.)
 //
 // The chain: the ranks in the order `first`, `first + 1`, ... (mod n) pass every line on as
 // soon as it arrives, so the message streams down the chain line by line, with no step, no
@@ -94,6 +96,37 @@ __device__ __forceinline__ bool ll128_read(const char* lines, uint64_t line, boo
   __syncwarp();
   if (exists) ptx::ld_volatile_v4(p, w[0], w[1], w[2], w[3]);
   return true;
+}
+
+/// Every block's tokens inside this rank's packet buffer: `uint32_t[ll_blocks][ranks]`, entry
+/// (b, r) written by rank r's block b (ll_round_end).
+__device__ __forceinline__ const uint32_t* ll_every_token(const CollContext& c) {
+  return reinterpret_cast<const uint32_t*>(c.packets + c.token_offset);
+}
+
+/// This thread's first token to wait for in `ll_wait_every_token`, loaded early so that its
+/// latency overlaps the flag's; 0 for a thread with none.
+__device__ __forceinline__ uint32_t ll_first_token(const CollContext& c) {
+  const uint32_t i = threadIdx.x;
+  return i < gridDim.x * c.ranks && i % c.ranks != c.rank ? ptx::ld_volatile_u32(ll_every_token(c) + i) : 0u;
+}
+
+/// Waits (bounded) until every block of every peer has finished reading launch `want` (its
+/// token reached `want`). Every block, not only this one's partner: the LL128 kernels number a
+/// region's lines differently (the chain from the start of the half, the others within a
+/// slot), so a line this block writes now may have been another block's to read two launches
+/// back. `first_seen` is `ll_first_token`. Called by: every thread of the block, each waiting
+/// for its share of the tokens. False on timeout.
+__device__ __forceinline__ bool ll_wait_every_token(const CollContext& c, uint32_t want, uint32_t first_seen) {
+  const uint32_t* tokens = ll_every_token(c);
+  bool ok = true;
+  for (uint32_t i = threadIdx.x; i < gridDim.x * c.ranks && ok; i += blockDim.x) {
+    const uint32_t peer = i % c.ranks;
+    if (peer == c.rank) continue;
+    const uint32_t seen = i == threadIdx.x ? first_seen : ptx::ld_volatile_u32(tokens + i);
+    ok = ll_wait_token(c, peer, tokens + i, want, seen);
+  }
+  return ok;
 }
 
 /// Starts this block's LL128 launch (an LL round; see the top of this file): `ll_launch_begin`,

@@ -11,12 +11,12 @@ extern "C" __global__ void __launch_bounds__(512)
   LlRound round;
   if (!ll_round_begin(c, round, c.rank != root ? input : nullptr, bytes)) return;
   WEFT_TRACE_MARK(ll_begin);
-  const LlRange range(packet_count<Ll16>(bytes));
+  const LlDeal deal = LlDeal::of_block(packet_count<Ll16>(bytes));
   if (c.rank != root) {
-    ll_put(c, round, c.rank, input, bytes, range, only(root), Pre::of(c));
+    ll_put(c, round, c.rank, input, bytes, deal, only(root), Pre::of(c));
     WEFT_TRACE_MARK(ll_puts);
   } else {
-    ll_reduce(c, round, 0, input, bytes, range, StoreTo{output});
+    ll_reduce(c, round, 0, input, bytes, deal, StoreTo{output});
     WEFT_TRACE_MARK(ll_reduce);
   }
   ll_round_end(c, round);

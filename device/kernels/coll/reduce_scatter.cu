@@ -9,14 +9,14 @@ extern "C" __global__ void __launch_bounds__(512)
   LlRound round;
   if (!ll_round_begin(c, round, input + (c.rank + 1) % c.ranks * shard_bytes, shard_bytes)) return;  // first put's shard
   WEFT_TRACE_MARK(ll_begin);
-  const LlRange range(packet_count<Ll16>(shard_bytes));
+  const LlDeal deal = LlDeal::of_block(packet_count<Ll16>(shard_bytes));
   const Pre pre = Pre::of(c);
   for (uint32_t k = 1; k < c.ranks; ++k) {
     const uint32_t d = (c.rank + k) % c.ranks;
-    ll_put(c, round, c.rank, input + d * shard_bytes, shard_bytes, range, only(d), pre);
+    ll_put(c, round, c.rank, input + d * shard_bytes, shard_bytes, deal, only(d), pre);
   }
   WEFT_TRACE_MARK(ll_puts);
-  ll_reduce(c, round, 0, input + c.rank * shard_bytes, shard_bytes, range, StoreTo{output});
+  ll_reduce(c, round, 0, input + c.rank * shard_bytes, shard_bytes, deal, StoreTo{output});
   WEFT_TRACE_MARK(ll_reduce);
   ll_round_end(c, round);
 }

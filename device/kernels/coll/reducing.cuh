@@ -27,11 +27,11 @@ constexpr uint32_t kEveryRank = 0xffffffffu;
 /// consumes each result packet. Called by: every thread. False on timeout.
 template <typename Emit>
 __device__ __forceinline__ bool ll_reduce(const CollContext& c, const LlRound& round, uint32_t first_slot,
-                                          const char* mine, uint64_t len, const LlRange& range, Emit emit) {
+                                          const char* mine, uint64_t len, const LlDeal& deal, Emit emit) {
   using R = Reducer<kType, kOp, 8>;
   const Fin finish = Fin::of(c);
   const Pre pre = Pre::of(c);
-  for (uint64_t j = range.lo + threadIdx.x; j < range.hi && j * 8 < len; j += blockDim.x) {
+  for (uint64_t k = 0, j; (j = deal.at(k)) < deal.packets && j * 8 < len; ++k) {
     Acc acc[R::kElems];
     for (uint32_t r = 0; r < c.ranks; ++r) {
       uint32_t w[2];
