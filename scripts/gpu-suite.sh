@@ -11,8 +11,8 @@
 # as a default, in the same run, at every rank count from 2 to the GPUs there are: AllToAll and
 # SendRecv over LL packets against p2p (1 KB - 4 MB), Broadcast and Reduce down the chain against
 # HB (1 KB - 64 MB; the perf step times the defaults against NCCL up to 1 GB), and LL128 lines
-# against what they would replace: Broadcast and Reduce against the chain (1 KB - 2 MB),
-# AllReduce against the LL two-shot (1 KB - 1 MB: a shard of 1 MB / ranks fits both's slots),
+# against what they would replace: Broadcast and Reduce against the chain (1 KB - 64 MB, in rounds of a half past 2 MB),
+# AllReduce against the LL two-shot (1 KB - 1 MB: a shard of 1 MB / ranks fits both's slots; and the one-shot against it, 1 KB - 512 KB),
 # AllGather and ReduceScatter against LL (1 KB - 512 KB in all). VERSUS=ll128 (a comma list of
 # algorithms) runs only those.
 # Binaries: ${WEFT:-target/release/weft} and ${WEFT_NCCL:-target/nccl/libnccl.so.2};
@@ -79,7 +79,7 @@ for step in "${steps[@]}"; do
     versus) gpus="$(nvidia-smi -L | wc -l)"
             for ranks in $(seq 2 "$gpus"); do
               for pair in alltoall:ll:p2p:4M:4 sendrecv:ll:p2p:4M:4 broadcast:chain:hb:64M:4 reduce:chain:hb:64M:4 \
-                          broadcast:ll128:chain:2M:2 reduce:ll128:chain:2M:2 allreduce:ll128:ll2:1M:2 \
+                          broadcast:ll128:chain:64M:2 reduce:ll128:chain:64M:2 allreduce:ll128:ll2:1M:2 allreduce:ll:ll2:512K:2 \
                           allgather:ll128:ll:512K:2 reducescatter:ll128:ll:512K:2; do
                 IFS=: read -r c algo base max factor <<< "$pair"
                 # ${VERSUS}, when set, names the algorithms to run (ll128, or ll,chain ...).

@@ -23,8 +23,9 @@ pub(crate) struct Chooser<'a> {
 }
 
 /// The most bytes an LL128 algorithm carries per sender (lines of 128 bytes per 120): a
-/// slot's for AllGather, ReduceScatter and AllReduce's shards, a half's for the chain
-/// (Broadcast, Reduce); none where the packet buffers are not 128-aligned. And whether every
+/// slot's for AllGather, ReduceScatter and AllReduce's shards; a half's per round for the
+/// chain (Broadcast, Reduce), which takes as many rounds as a message needs; none where the
+/// packet buffers are not 128-aligned. And whether every
 /// pair of ranks that maps each other's memory is NVLink-connected (NVML, agreed by every
 /// rank): only then do the size rules' LL128 algorithms run (a line may arrive in pieces over
 /// PCIe); a forced `ll128` runs regardless.
@@ -142,7 +143,9 @@ impl Chooser<'_> {
     /// `ll_slot_bytes`), or for LL128 [`Chooser::ll128`]'s room.
     fn ll_capacity(&self, a: Algorithm) -> usize {
         match a {
-            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 => self.ll128.half,
+            // Any length, in rounds of a half.
+            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 if self.ll128.half > 0 => usize::MAX,
+            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 => 0,
             a if a.is_ll128() => self.ll128.slot,
             _ => self.config.ll_slot_bytes,
         }
@@ -263,19 +266,26 @@ mod tests {
     }
 
     #[test]
-    fn ll128_carries_a_slot_per_sender_or_a_half_down_the_chain_and_nothing_unaligned() {
+    fn ll128_carries_a_slot_per_sender_any_length_down_the_chain_and_nothing_unaligned() {
         let room = Ll128Room { slot: 1200, half: 4800, nvlink: false };
         for (collective, a, most) in [
-            (Collective::AllGather, Algorithm::AllGatherLl128, room.slot),
-            (Collective::AllReduce, Algorithm::AllReduceLl128, room.slot),
-            (Collective::Broadcast, Algorithm::BroadcastLl128, room.half),
+            (Collective::AllGather, Algorithm::AllGatherLl128, Some(room.slot)),
+            (Collective::AllReduce, Algorithm::AllReduceLl128, Some(room.slot)),
+            (Collective::Broadcast, Algorithm::BroadcastLl128, None),
+            (Collective::Reduce, Algorithm::ReduceLl128, None),
         ] {
             let mut forced = CollConfig::default();
             forced.selector.force(a);
             let c = Chooser { ll128: room, ..chooser(&forced, 2) };
-            assert_eq!(c.choose(call(collective, 8), |_| most, |_| false).unwrap(), a);
-            let err = c.choose(call(collective, 8), |_| most + 1, |_| false).unwrap_err().to_string();
-            assert!(err.contains(&format!("it carries {most}")), "{err}");
+            match most {
+                Some(most) => {
+                    assert_eq!(c.choose(call(collective, 8), |_| most, |_| false).unwrap(), a);
+                    let err = c.choose(call(collective, 8), |_| most + 1, |_| false).unwrap_err().to_string();
+                    assert!(err.contains(&format!("it carries {most}")), "{err}");
+                }
+                // The chain goes in rounds of a half: a message of many halves still runs.
+                None => assert_eq!(c.choose(call(collective, 8), |_| 1000 * room.half, |_| false).unwrap(), a),
+            }
             // Packet buffers not 128-aligned: no room at all.
             let unaligned = Chooser { ll128: Ll128Room::default(), ..chooser(&forced, 2) };
             assert!(unaligned.choose(call(collective, 8), |_| 1, |_| false).is_err());
@@ -310,9 +320,12 @@ mod tests {
         let config = CollConfig::default();
         let room = Ll128Room { slot: 1 << 20, half: 1 << 20, nvlink: true };
         let c = Chooser { ll128: room, ..chooser(&config, 2) };
-        // A 2 MiB Broadcast past a half of 1 MiB: the chain (which carries any size), not HB.
+        // A 2 MiB Broadcast past a half of 1 MiB: still lines, in rounds of a half.
         let broadcast = call(Collective::Broadcast, 2 << 20);
-        assert_eq!(c.choose(broadcast, |_| 2 << 20, |_| false).unwrap(), Algorithm::BroadcastChain);
+        assert_eq!(c.choose(broadcast, |_| 2 << 20, |_| false).unwrap(), Algorithm::BroadcastLl128);
+        // Packet buffers not 128-aligned: the chain (which carries any size), not HB.
+        let unaligned = Chooser { ll128: Ll128Room { slot: 0, half: 0, nvlink: true }, ..chooser(&config, 2) };
+        assert_eq!(unaligned.choose(broadcast, |_| 2 << 20, |_| false).unwrap(), Algorithm::BroadcastChain);
         // A 1 MiB AllReduce whose shard fits neither a slot of lines nor an LL16 slot: HB.
         let allreduce = call(Collective::AllReduce, 1 << 20);
         let payload = |a: Algorithm| if a.is_ll128() { 2 << 20 } else { config.ll_slot_bytes + 1 };

@@ -192,7 +192,9 @@ impl Default for Selector {
         // (2×H100, docs/perf/collectives.md, "2×H100, build of 2026-11-27 with LL128 lines"):
         // AllReduce 512 KiB-1 MiB 11-17% under `ll2`; AllGather and ReduceScatter 256-512 KiB
         // 3.5-17% under `ll` (128 KiB: 3% over and 1% under; 1 MiB not measured, the gap grows
-        // with the size); Broadcast and Reduce 512 KiB-2 MiB 49-67% under the chain. Only where every pair of
+        // with the size); Broadcast and Reduce 512 KiB-2 MiB 49-67% under the chain, and on to
+        // 16 MiB in rounds of a half (the chain there paid 8-10 µs of hand-offs plus the tail's
+        // unpipelined fold: Reduce 0.74-0.86× NCCL at 4-16 MiB). Only where every pair of
         // ranks is NVLink-connected: elsewhere each gives way to the algorithm of its sizes
         // before (`Algorithm::without_ll128`, which these rules keep equal to the old ones).
         let two_ranks = [
@@ -213,9 +215,9 @@ impl Default for Selector {
             ),
             (
                 Collective::Broadcast,
-                vec![(256 << 10, BroadcastLl), (2 << 20, BroadcastLl128), (u64::MAX, BroadcastChain)],
+                vec![(256 << 10, BroadcastLl), (16 << 20, BroadcastLl128), (u64::MAX, BroadcastChain)],
             ),
-            (Collective::Reduce, vec![(256 << 10, ReduceLl), (2 << 20, ReduceLl128), (u64::MAX, ReduceChain)]),
+            (Collective::Reduce, vec![(256 << 10, ReduceLl), (16 << 20, ReduceLl128), (u64::MAX, ReduceChain)]),
         ];
         for (collective, sizes) in two_ranks {
             let group = RuleGroup { ranks: Some(2), ..RuleGroup::any(sizes) };
@@ -461,6 +463,8 @@ pub struct CollConfig {
     /// send) that the `ll` algorithm of AllToAll and send/receive carries over LL packets; the
     /// larger ones go through scratch with credits. Sizes the pairs' packet slots (LL16 packets
     /// take twice the payload, in two halves: `4 * ranks * p2p_ll_bytes` per rank). 0: none.
+    /// 256 KiB: on 2×H100 a 256 KiB send took 5.0 µs over packets against 9.8 through scratch,
+    /// and an AllToAll of 128 KiB directions 4.2 against 9.1 (docs/perf/collectives.md).
     pub p2p_ll_bytes: usize,
     /// Which algorithm runs.
     pub selector: Selector,
@@ -528,7 +532,7 @@ impl Default for CollConfig {
             ll_slot_bytes: 512 << 10,
             // The one-shot LL AllReduce's limit: below it a call is latency-bound, and the
             // doubled bytes of LL16 cost less than a credit round trip.
-            p2p_ll_bytes: 64 << 10,
+            p2p_ll_bytes: 256 << 10,
             selector: Selector::default(),
             tuned_ranks: None,
             plan_capacity: 1 << 20,
@@ -913,7 +917,7 @@ mod tests {
 
     #[test]
     fn the_p2p_ll_limit_is_64_kib_unless_the_environment_says_otherwise() {
-        assert_eq!(CollConfig::default().p2p_ll_bytes, 64 << 10);
+        assert_eq!(CollConfig::default().p2p_ll_bytes, 256 << 10);
         assert_eq!(with(&[("WEFT_P2P_LL_BYTES", "0")]).unwrap().p2p_ll_bytes, 0);
         assert_eq!(with(&[("WEFT_P2P_LL_BYTES", " 4096 ")]).unwrap().p2p_ll_bytes, 4096);
         assert_eq!(with(&[("WEFT_P2P_LL_BYTES", "16777216")]).unwrap().p2p_ll_bytes, 16 << 20);
@@ -979,8 +983,8 @@ mod tests {
                 Collective::Broadcast,
                 vec![
                     (256 << 10, Algorithm::BroadcastLl),
-                    (2 << 20, Algorithm::BroadcastLl128),
-                    ((2 << 20) + 1, Algorithm::BroadcastChain),
+                    (16 << 20, Algorithm::BroadcastLl128),
+                    ((16 << 20) + 1, Algorithm::BroadcastChain),
                 ],
             ),
             (

@@ -126,7 +126,10 @@ mod tests {
             let body = body_of(text, function);
             &body[..body.find("\n}\n").expect("the function ends")]
         };
-        assert!(whole(ll128, "bool ll128_round_begin").contains("ll_wait_every_token("), "LL128 waits for every block");
+        assert!(whole(ll128, "bool ll128_round_take").contains("ll_wait_every_token("), "LL128 waits for every block");
+        for function in ["bool ll128_round_begin", "bool ll128_round_next"] {
+            assert!(whole(ll128, function).contains("ll128_round_take("), "{function} takes its round by waiting");
+        }
         assert!(!whole(header, "bool ll_round_begin").contains("every_token"), "LL16 waits for its own block");
         // The statements a kernel begins with; the trace scope (empty untraced) only touches
         // the block's shared memory first.

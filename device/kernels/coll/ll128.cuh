@@ -26,7 +26,8 @@
 // The chain: the ranks in the order `first`, `first + 1`, ... (mod n) pass every line on as
 // soon as it arrives, so the message streams down the chain line by line, with no step, no
 // release and no acquire between ranks (the chain of chain.cuh pays a release/acquire hand-off
-// per step, ~4.5 us). The previous rank's lines fill this rank's half from its start.
+// per step, ~4.5 us). The previous rank's lines fill this rank's half from its start; a message
+// longer than a half goes in rounds of a half, the halves alternating as launches do.
 #pragma once
 #include "common.cuh"
 #include "ll128_geometry.cuh"
@@ -129,18 +130,38 @@ __device__ __forceinline__ bool ll_wait_every_token(const CollContext& c, uint32
   return ok;
 }
 
+/// Bytes of one parity half of the LL128 region: 2 x ranks slots.
+__device__ __forceinline__ uint64_t ll128_half_bytes(const CollContext& c) {
+  return 2ull * c.ranks * round_up128(c.packet_slot_bytes);
+}
+
+/// Takes `flag` for this block's round and waits (bounded) until every block of every peer has
+/// finished reading the round before last (its token), so that no line of the half this round
+/// writes is still to be read. `first_seen` is `ll_first_token`. Called by: every thread of the
+/// block. False (for every thread) on timeout.
+__device__ __forceinline__ bool ll128_round_take(const CollContext& c, LlRound& round, uint32_t flag,
+                                                 uint32_t first_seen) {
+  round.flag = flag;
+  round.half = (flag & 1u) * ll128_half_bytes(c);
+  const bool ok = ll_wait_every_token(c, ll_flag_two_back(flag), first_seen);
+  return __syncthreads_and(ok);
+}
+
 /// Starts this block's LL128 launch (an LL round; see the top of this file): `ll_launch_begin`,
-/// the block's next flag, then a bounded wait until every block of every peer has finished
-/// reading the launch before last (its token), so that no line of the half this launch writes
-/// is still to be read. Called by: every thread of the block. False (for every thread) on
-/// timeout.
+/// then the block's next flag and the token wait (ll128_round_take). Called by: every thread of
+/// the block. False (for every thread) on timeout.
 __device__ __forceinline__ bool ll128_round_begin(const CollContext& c, LlRound& round) {
   ll_launch_begin();
   const uint32_t first_seen = ll_first_token(c);
-  round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
-  round.half = (round.flag & 1u) * 2ull * c.ranks * round_up128(c.packet_slot_bytes);
-  const bool ok = ll_wait_every_token(c, ll_flag_two_back(round.flag), first_seen);
-  return __syncthreads_and(ok);
+  return ll128_round_take(c, round, ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x), first_seen);
+}
+
+/// Starts the next round of a launch that moves more lines than a half holds (the chain),
+/// after `ll_round_end` of the round before: every block of every rank runs the same rounds
+/// (their count follows from the message's length), so the flags stay in step. Called by:
+/// every thread of the block. False (for every thread) on timeout.
+__device__ __forceinline__ bool ll128_round_next(const CollContext& c, LlRound& round) {
+  return ll128_round_take(c, round, ll_flag_after(round.flag), ll_first_token(c));
 }
 
 /// This thread's place in its block's LL128 work: its lane in a line, its line in its warp's
@@ -220,25 +241,35 @@ __device__ __forceinline__ bool ll128_get(const CollContext& c, const LlRound& r
 /// Runs this rank's part of the LL128 chain from rank `first` (see the top of this file) in
 /// `round` (begun by the kernel, whose first act it is: kernels are launched early), and ends
 /// the round: for each of its lines, `step(line, lane, received, w)` gets in `w` the previous
-/// rank's words of the line when `received` (not at the head), and leaves in `w` the words the
-/// next rank gets (ignored at the tail). The lines fill the whole half from its start (slot 0
-/// on). Called by: every thread of every block; the kernel began with ll128_round_begin.
+/// rank's words of line `line` of the message when `received` (not at the head), and leaves in
+/// `w` the words the next rank gets (ignored at the tail). A message of more lines than a half
+/// holds goes in rounds of a half each, the halves alternating (ll128_round_next): the lines of
+/// a round fill its half from the start (slot 0 on), and the round after next waits for every
+/// block of every peer to have read them. Called by: every thread of every block; the kernel
+/// began with ll128_round_begin.
 template <typename Step>
-__device__ __forceinline__ void ll128_chain(const CollContext& c, const LlRound& round, uint32_t first,
-                                            uint64_t bytes, const Step& step) {
+__device__ __forceinline__ void ll128_chain(const CollContext& c, LlRound& round, uint32_t first, uint64_t bytes,
+                                            const Step& step) {
   const uint32_t n = c.ranks, position = (c.rank + n - first) % n;
   const bool receives = position > 0, sends = position + 1 < n;
   const uint32_t prev = (c.rank + n - 1) % n, next = (c.rank + 1) % n;
-  const char* mine = ll128_slot(c, c.packets, round, 0);
-  char* theirs = sends ? ll128_slot(c, channel(c, next).remote_packet_buffer, round, 0) : nullptr;
   const WaitContext& from_prev = channel(c, prev).semaphore.wait;
   const Ll128Thread t;
-  t.each(ll128_lines(bytes), [&](uint64_t line, bool exists) {
-    uint32_t w[4] = {0u, 0u, 0u, 0u};
-    if (receives && !ll128_read(mine, line, exists, t.lane, round.flag, w, from_prev)) return false;
-    if (exists) step(line, t.lane, receives, w);
-    if (sends) ll128_write(theirs, line, exists, t.lane, w, round.flag);
-    return true;
-  });
-  ll_round_end(c, round);
+  const uint64_t lines = ll128_lines(bytes), per_round = ll128_half_bytes(c) / kLl128LineBytes;
+  for (uint64_t from = 0;; from += per_round) {
+    const char* mine = ll128_slot(c, c.packets, round, 0);
+    char* theirs = sends ? ll128_slot(c, channel(c, next).remote_packet_buffer, round, 0) : nullptr;
+    const uint64_t count = lines - from < per_round ? lines - from : per_round;
+    const bool ok = t.each(count, [&](uint64_t local, bool exists) {
+      uint32_t w[4] = {0u, 0u, 0u, 0u};
+      if (receives && !ll128_read(mine, local, exists, t.lane, round.flag, w, from_prev)) return false;
+      if (exists) step(from + local, t.lane, receives, w);
+      if (sends) ll128_write(theirs, local, exists, t.lane, w, round.flag);
+      return true;
+    });
+    ll_round_end(c, round);
+    // A timeout was reported; the communicator has failed, so the rounds may end unevenly.
+    if (__syncthreads_or(!ok) || from + per_round >= lines) return;
+    if (!ll128_round_next(c, round)) return;
+  }
 }

@@ -215,7 +215,7 @@ variables! {
         "bytes per HB round, up to 1 GiB; the scratch is twice this";
     WEFT_LL_SLOT_BYTES: Bytes, Config, "weft-coll", default "`524288`",
         "payload one rank sends one peer per LL launch, up to 16 MiB; sizes the packet buffer: 16 x ranks x this per rank, half of it LL16 packets and half LL128 lines (`ll128` carries 15/8 of it per sender)";
-    WEFT_P2P_LL_BYTES: Bytes, Config, "weft-coll", default "`65536`",
+    WEFT_P2P_LL_BYTES: Bytes, Config, "weft-coll", default "`262144`",
         "largest message of one direction (an AllToAll block, a send) that AllToAll and send/receive `ll` carry over LL packets, up to 16 MiB; larger ones go through scratch with credits; sizes the pairs' packet slots (4 x ranks x this per rank); `0`: none";
     WEFT_NCCL_LIB: Path, Config, "weft-coll", default "the dynamic linker's search for `libnccl.so.2`",
         "the real NCCL that `weft bench --nccl` measures against";
