@@ -263,7 +263,7 @@ impl ExecResources {
             }
         }
         let plan_blocks = (rp.tb_starts.len() - 1) * replicas;
-        let state = vec![0u64; 3 * shape.grid as usize + 2 + plan_blocks];
+        let state = vec![0u64; 4 * shape.grid as usize + 2 + plan_blocks];
         let row_cache = upload(&vec![0u8; 2 * plan_blocks * EXEC_ROW_CACHE_ENTRY_BYTES])?;
         let (ops, tb_ops) = strided_ops(rp, tables.max_tb_ops);
         let (ops, tb_ops, tb_rows) = (upload(&ops)?, upload(&tb_ops)?, upload(&tables.tb_rows)?);
