@@ -13,7 +13,28 @@
 //! checked against this rank's: the difference then counts two fences and needs no reading.
 //! Wrapping arithmetic keeps all of it exact across the token's 2^64 wrap.
 
-use weft_types::{EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FENCE_DIRECT, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED};
+use weft_types::{
+    EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FENCE_DIRECT, EXEC_OUTPUT_DIRECT, EXEC_OUTPUT_STAGED, MAX_RANKS,
+};
+
+use crate::lower::DevicePlan;
+use crate::tables::peers_touch_outputs;
+
+/// The ranks `rank` fences with (bit p: rank p), given the peers its plan talks to
+/// (`peer_mask`). Where the plan may run into the ranks' outputs (its peers write outputs, all
+/// ranks in one node, at most [`MAX_RANKS`], no port links), every other rank: a rank whose
+/// plan peers all placed a call as it did still meets, at its entry fence, the rank that
+/// placed it otherwise, instead of waiting in its plan for a peer that gave up. The same rule
+/// on every rank, so the fences pair up.
+pub fn fence_mask(plan: &DevicePlan, rank: usize, peer_mask: u32, one_node: bool) -> u32 {
+    let ranks = plan.ranks.len();
+    let may_run_direct =
+        one_node && ranks <= MAX_RANKS && plan.ranks.iter().all(|r| r.ports.is_empty()) && peers_touch_outputs(plan);
+    if !may_run_direct {
+        return peer_mask;
+    }
+    ((1u32 << ranks) - 1) & !(1 << rank)
+}
 
 /// What one fence of a launch adds to each peer's token: 1, plus [`EXEC_FENCE_DIRECT`] when
 /// the launch runs into the user outputs.
@@ -139,6 +160,21 @@ mod tests {
             count = count.wrapping_add(1);
             assert_eq!(before as u32, count);
         }
+    }
+
+    /// Plans that may run into the outputs fence with every rank; the others, and any plan
+    /// across nodes, with their plan peers alone.
+    #[test]
+    fn plans_that_may_run_direct_fence_with_every_rank() {
+        let lowered = |p: weft_plan::dsl::Program| crate::lower::lower(&p.compile().unwrap()).unwrap();
+        let alltoall = lowered(weft_plan::plans::two_step_alltoall(4, 2, 1).unwrap());
+        let sparse = crate::tables::rank_tables(&alltoall, 3).unwrap().peer_mask;
+        assert_ne!(sparse, 0b0111, "two-step all-to-all talks to some ranks only");
+        assert_eq!(fence_mask(&alltoall, 3, sparse, true), 0b0111);
+        assert_eq!(fence_mask(&alltoall, 0, 0b0110, true), 0b1110);
+        assert_eq!(fence_mask(&alltoall, 3, sparse, false), sparse, "across nodes");
+        let ll = lowered(weft_plan::plans::ring_allreduce_ll(4, 1).unwrap());
+        assert_eq!(fence_mask(&ll, 0, 0b1010, true), 0b1010, "packet plans never run direct");
     }
 
     /// A launch staged from a window fences on entry like a direct one, so the two meet at

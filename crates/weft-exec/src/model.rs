@@ -32,7 +32,7 @@ use weft_types::{
     EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
-use crate::fence::{FenceSeen, fence_increment, placement_flags, read_fence};
+use crate::fence::{FenceSeen, fence_increment, fence_mask, placement_flags, read_fence};
 use crate::geometry::{Sizing, op_slice, replica_slice};
 use crate::lower::{DevicePlan, lower};
 use crate::resources::{buffer_lengths, stage_flips};
@@ -84,6 +84,8 @@ struct RankFences {
     sum: u64,
     /// The last launch ended without an exit fence: the next one fences on entry.
     open_exit: bool,
+    /// The ranks it fences with.
+    mask: u32,
 }
 
 /// Where a rank stands in a modelled launch.
@@ -285,9 +287,9 @@ impl Model<'_> {
         }
     }
 
-    /// The fence peers of `rank`: every peer its plan talks to.
+    /// The ranks `rank` fences with ([`crate::fence::fence_mask`]).
     fn fence_peers(&self, rank: usize) -> Vec<usize> {
-        (0..self.memory.len()).filter(|&p| self.tables[rank].peer_mask & (1 << p) != 0).collect()
+        (0..self.memory.len()).filter(|&p| self.fences[rank].mask & (1 << p) != 0).collect()
     }
 
     /// Rank `rank` reaches a fence: its increment lands in every peer's token (block 0's
@@ -618,7 +620,9 @@ fn run_lowered(
             (false, None) => crate::fence::Placement::Staged,
         };
         let flags = placement_flags(base, placement, exit_fence_optional, t.output_remote, in_place);
-        fences.push(RankFences { flags, sum: 0, open_exit: false });
+        let one_node = per_node >= ranks;
+        let mask = fence_mask(&lowered, r, t.peer_mask, one_node);
+        fences.push(RankFences { flags, sum: 0, open_exit: false, mask });
         assert!(!direct || output_at.is_multiple_of(16), "a direct output starts 16-byte aligned");
         let mut lengths = buffer_lengths(&lowered, r, capacity);
         assert!(sizing.padded_lengths(&lowered.ranks[r], elem).iter().zip(&lengths).all(|(need, have)| need <= have));
@@ -962,8 +966,11 @@ fn the_model_refuses_memory_access_across_nodes() {
 /// computes the reference over three launches.
 #[test]
 fn ranks_placing_a_call_differently_through_a_window_all_fail_at_the_entry_fence() {
-    for ranks in [2u32, 3, 4] {
-        let plan = weft_plan::plans::two_step_alltoall(ranks, 1, 1).unwrap().compile().unwrap();
+    // One instance in groups of one, and as weft-coll ships it (groups of half the ranks, four
+    // instances).
+    let shapes = [2u32, 3, 4].into_iter().flat_map(|ranks| [(ranks, 1, 1), (ranks, (ranks / 2).max(1), 4)]);
+    for (ranks, group, instances) in shapes {
+        let plan = weft_plan::plans::two_step_alltoall(ranks, group, instances).unwrap().compile().unwrap();
         assert_eq!(crate::executor::verified_in_place(&plan), None, "{}: verified in place", plan.name);
         let lowered = lower(&plan).unwrap();
         assert!(crate::tables::peers_touch_outputs(&lowered), "{}: peers write no output", plan.name);

@@ -212,7 +212,7 @@ device_structs! {
         flags: u32 => "uint32_t",
         /// Barrier operations every thread block of the plan runs per launch.
         plan_barriers: u32 => "uint32_t",
-        /// Bit p set: this rank talks to peer p (the launch fence covers exactly these).
+        /// Bit p set: this rank fences with rank p: every peer its plan talks to, and every other rank where the plan may run into the ranks' outputs (weft-exec's `fence_mask`), so every rank meets a peer that placed a call otherwise.
         peer_mask: u32 => "uint32_t",
         /// Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
         replicas: u32 => "uint32_t",

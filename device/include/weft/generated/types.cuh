@@ -462,7 +462,7 @@ struct alignas(8) ExecContext {
   uint32_t output_chunks;  ///<  Chunks of the output buffer.
   uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE | EXEC_PACKETS.
   uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
-  uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
+  uint32_t peer_mask;  ///<  Bit p set: this rank fences with rank p: every peer its plan talks to, and every other rank where the plan may run into the ranks' outputs (weft-exec's `fence_mask`), so every rank meets a peer that placed a call otherwise.
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
   uint32_t max_tb_ops;  ///<  Operations of the largest thread block (the stride of `ops`).
   uint32_t port_stride;  ///<  Port channels per peer in `ports` (0: the plan has no port links).
