@@ -547,6 +547,13 @@ impl Collectives {
         }
     }
 
+    /// Whether `output` lies in a window or runs into one (a call there stages when it does
+    /// not fit). One uncontended lock and a binary search, as [`Self::window_outputs`].
+    fn touches_window(&self, output: Buffer) -> bool {
+        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        !windows.is_empty() && !matches!(windows.find(output.ptr, output.len as u64), Placement::Outside)
+    }
+
     /// Every rank's `input` as this GPU addresses it when an HB AllReduce can read the inputs
     /// in place (the direct two-shot of `allreduce_hb.cu`): the outputs are zero-copy, the
     /// input lies in a window, the message is whole 16-byte vectors at 16-byte aligned
@@ -1193,17 +1200,17 @@ impl Collectives {
         // answer is the same on every rank; whether a rank can take part, in place or not, is
         // agreed).
         // Through a window each rank decides alone whether it runs into the outputs; a staged
-        // launch whose output lies in one fences on entry as a direct one does, and every fence
-        // carries the choice, so ranks that chose differently (a plan not verified in place,
-        // called in place on some ranks only) fail on every rank instead of waiting for each
-        // other until the timeout.
+        // launch whose output touches one fences on entry as a direct one does, and every
+        // fence carries the choice, so ranks that chose differently (a rank not willing where
+        // its peers are, its output at another offset, its own `zero_copy_plan_min`) fail on
+        // every rank instead of waiting for each other until the timeout.
         let (outputs, in_window) = match executor.direct_output(send, recv, count as u64, dtype.size() as u64) {
             Some(direct) => {
                 let len = usize::try_from(direct.len).unwrap_or(usize::MAX);
                 let output = Buffer { what: "recv", ptr: recv, len };
                 let eligible = len >= self.config.zero_copy_plan_min;
                 let outputs = self.peer_outputs(stream, output, eligible, direct.willing)?;
-                let in_window = outputs.ptr[rank] == 0 && eligible && self.window_outputs(output).is_some();
+                let in_window = outputs.ptr[rank] == 0 && self.touches_window(output);
                 (outputs, in_window)
             }
             None => (PeerBuffers::default(), false),
