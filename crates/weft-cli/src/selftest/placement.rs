@@ -1,0 +1,129 @@
+//! Mixed placement through a window (step `plan`, two ranks or more, one node): through a
+//! registered window each rank decides alone whether a plan call runs into every rank's output
+//! (zero-copy) or stages through scratch, and the plan executor's entry fence carries that
+//! choice. The all-to-all plan, which does not verify in place, runs with rank 0 zero-copy and
+//! every other rank staged (their `zero_copy_plan_min` is above the call); every rank must
+//! fail with the placement mismatch, naming a peer that chose otherwise, well before the
+//! device timeout, and leave its output as it was.
+
+use std::time::{Duration, Instant};
+
+use weft_coll::{Algorithm, CollConfig, Collectives, Nodes, PlanId};
+use weft_core::{Communicator, Env, Error, PLACEMENT_MISMATCH_OP};
+use weft_gpu::{DeviceBuffer, Stream};
+
+use super::report::RankReport;
+
+/// The plan: not verified in place, its peers write the ranks' outputs.
+const PLAN: &str = "plan:two_step_alltoall";
+/// Elements of every rank's block (whole 16-byte vectors: the call may run zero-copy).
+const BLOCK: usize = 4096;
+const POISON: f32 = -7.5;
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// Runs the check on `comm` (two ranks or more, one node), one outcome in all.
+pub(super) fn run(comm: &Communicator, env: &Env, label: &str, report: &mut RankReport) {
+    let ranks = comm.world_size();
+    if ranks < 2 || comm.topology().spans_nodes() {
+        return;
+    }
+    let what = format!(
+        "{label}{PLAN} through windows with mixed placement (rank 0 zero-copy, the others staged): every rank fails with the placement mismatch within the timeout, outputs untouched"
+    );
+    let Some(id) = PlanId::all().find(|id| id.name() == PLAN) else {
+        report.skip(format!("{what}: no plan {PLAN}"));
+        return;
+    };
+    if let Err(why) = id.plan_at(&Nodes::one(ranks), 0) {
+        report.skip(format!("{what}: {why}"));
+        return;
+    }
+    report.record(what, check(comm, env, id).map_err(|e| e.to_string()));
+}
+
+fn check(comm: &Communicator, env: &Env, id: PlanId) -> Result<(), BoxError> {
+    let (me, ranks) = (comm.rank(), comm.world_size());
+    let mut config = CollConfig::from_env(env)?;
+    config.selector.force(Algorithm::Plan(id));
+    config.zero_copy_plan_min = if me == 0 { 0 } else { usize::MAX };
+    let coll = Collectives::new(comm, config)?;
+    let stream = Stream::new(comm.device())?;
+    let input: Vec<f32> = (0..ranks * BLOCK).map(|i| (me * ranks * BLOCK + i) as f32).collect();
+    let send = DeviceBuffer::from_host(comm.device(), &input)?;
+    let mut recv = DeviceBuffer::from_host(comm.device(), &vec![POISON; ranks * BLOCK])?;
+    let window = coll.register_window(&recv)?;
+    let started = Instant::now();
+    let called = coll.all_to_all(&send.as_slice(), &mut recv.as_mut_slice(), &stream);
+    let waited = stream.wait_idle(env.device_timeout + Duration::from_secs(60), "the mixed all-to-all");
+    let elapsed = started.elapsed();
+    let failure = comm.check_device();
+    comm.clear_device_failure()?;
+    let mut outcome = judge(me, called.map(|_| ()).map_err(|e| e.to_string()), failure, elapsed, env.device_timeout);
+    if waited.is_ok() && recv.to_vec()?.iter().any(|&x| x != POISON) {
+        outcome = outcome.and(Err("the failed call wrote the output".to_string()));
+    }
+    coll.deregister_window(&window)?;
+    waited?;
+    outcome.map_err(Into::into)
+}
+
+/// Rank `me`'s verdict: the call enqueued, and the device recorded the placement mismatch with
+/// a peer that chose otherwise (rank 0 ran into the outputs, the others staged), sooner than
+/// the device timeout would have fired.
+fn judge(
+    me: usize,
+    called: Result<(), String>,
+    failure: Result<(), Error>,
+    elapsed: Duration,
+    timeout: Duration,
+) -> Result<(), String> {
+    called.map_err(|e| format!("the call failed on the host: {e}"))?;
+    let mine = u64::from(me == 0);
+    match failure {
+        Err(Error::PeerMismatch(f))
+            if f.op == PLACEMENT_MISMATCH_OP
+                && f.rank == me as i32
+                && f.expected == mine
+                && f.observed == 1 - mine
+                && (me == 0) != (f.peer == 0) =>
+        {
+            if elapsed >= timeout {
+                return Err(format!("the mismatch took {elapsed:?}, past the {timeout:?} timeout"));
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("expected the placement mismatch, got: {e}")),
+        Ok(()) => Err("the call ran although the ranks placed it differently".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_core::DeviceFailure;
+
+    use super::*;
+
+    fn mismatch(rank: i32, peer: i32, expected: u64) -> Result<(), Error> {
+        let f =
+            DeviceFailure { rank, peer, op: PLACEMENT_MISMATCH_OP, expected, observed: 1 - expected, mismatch: true };
+        Err(Error::PeerMismatch(f))
+    }
+
+    /// Only the mismatch with a peer of the other choice, in time, passes.
+    #[test]
+    fn only_the_placement_mismatch_in_time_passes() {
+        let (fast, timeout) = (Duration::from_millis(20), Duration::from_secs(5));
+        assert_eq!(judge(0, Ok(()), mismatch(0, 1, 1), fast, timeout), Ok(()));
+        assert_eq!(judge(2, Ok(()), mismatch(2, 0, 0), fast, timeout), Ok(()));
+        // A peer that chose alike, this rank's choice misread, too late, ran, or timed out.
+        assert!(judge(2, Ok(()), mismatch(2, 1, 0), fast, timeout).is_err());
+        assert!(judge(1, Ok(()), mismatch(1, 0, 1), fast, timeout).is_err());
+        assert!(judge(0, Ok(()), mismatch(0, 1, 1), timeout, timeout).is_err());
+        assert!(judge(0, Ok(()), Ok(()), fast, timeout).unwrap_err().contains("ran although"));
+        let stalled =
+            DeviceFailure { rank: 0, peer: 1, op: "semaphore wait", expected: 3, observed: 2, mismatch: false };
+        assert!(judge(0, Ok(()), Err(Error::PeerTimeout(stalled)), fast, timeout).unwrap_err().contains("timed out"));
+        assert!(judge(0, Err("refused".into()), mismatch(0, 1, 1), fast, timeout).is_err());
+    }
+}
