@@ -364,14 +364,14 @@ impl Model<'_> {
                 order.swap(i, (xorshift(&mut state) % (i as u64 + 1)) as usize);
             }
             let mut progressed = false;
-            for r in 0..ranks {
-                if matches!(phase[r], Phase::Entry | Phase::Exit) {
+            for (r, p) in phase.iter_mut().enumerate() {
+                if matches!(*p, Phase::Entry | Phase::Exit) {
                     match self.pass_fence(r) {
                         Ok(false) => continue,
-                        Ok(true) => phase[r] = if phase[r] == Phase::Entry { Phase::Plan } else { Phase::Done },
+                        Ok(true) => *p = if *p == Phase::Entry { Phase::Plan } else { Phase::Done },
                         Err((peer, theirs)) => {
                             failed.push((r, peer, theirs));
-                            phase[r] = Phase::Failed;
+                            *p = Phase::Failed;
                         }
                     }
                     progressed = true;
