@@ -1,10 +1,13 @@
 //! Mixed placement through a window (step `plan`, two ranks or more, one node): through a
 //! registered window each rank decides alone whether a plan call runs into every rank's output
 //! (zero-copy) or stages through scratch, and the plan executor's entry fence carries that
-//! choice. The all-to-all plan, which does not verify in place, runs with rank 0 zero-copy and
-//! every other rank staged (their `zero_copy_plan_min` is above the call); every rank must
-//! fail with the placement mismatch, naming a peer that chose otherwise, well before the
-//! device timeout, and leave its output as it was.
+//! choice. The all-to-all plan, which does not verify in place, is called with rank 0's output
+//! at the window's start (zero-copy) and every other rank's 4 bytes further (not 16-byte
+//! aligned: it stages). weft-coll stages an in-place all-to-all's input before the launch and
+//! every rank must share one configuration, so an offset of its own is how a rank of the
+//! collective API places such a call otherwise. Every rank must fail with the placement
+//! mismatch, naming a peer that chose otherwise, well before the device timeout, and leave its
+//! buffer as it was.
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +32,7 @@ pub(super) fn run(comm: &Communicator, env: &Env, label: &str, report: &mut Rank
         return;
     }
     let what = format!(
-        "{label}{PLAN} through windows with mixed placement (rank 0 zero-copy, the others staged): every rank fails with the placement mismatch within the timeout, outputs untouched"
+        "{label}{PLAN} through a window with mixed placement (rank 0 zero-copy, the others staged at an offset of their own): every rank fails with the placement mismatch within the timeout, outputs untouched"
     );
     let Some(id) = PlanId::all().find(|id| id.name() == PLAN) else {
         report.skip(format!("{what}: no plan {PLAN}"));
@@ -46,15 +49,18 @@ fn check(comm: &Communicator, env: &Env, id: PlanId) -> Result<(), BoxError> {
     let (me, ranks) = (comm.rank(), comm.world_size());
     let mut config = CollConfig::from_env(env)?;
     config.selector.force(Algorithm::Plan(id));
-    config.zero_copy_plan_min = if me == 0 { 0 } else { usize::MAX };
+    config.zero_copy_plan_min = 0;
     let coll = Collectives::new(comm, config)?;
     let stream = Stream::new(comm.device())?;
-    let input: Vec<f32> = (0..ranks * BLOCK).map(|i| (me * ranks * BLOCK + i) as f32).collect();
+    let n = ranks * BLOCK;
+    let input: Vec<f32> = (0..n).map(|i| (me * n + i) as f32).collect();
     let send = DeviceBuffer::from_host(comm.device(), &input)?;
-    let mut recv = DeviceBuffer::from_host(comm.device(), &vec![POISON; ranks * BLOCK])?;
+    // One element to spare: rank 0's output starts at the window's start, the others' 4 bytes on.
+    let mut recv = DeviceBuffer::from_host(comm.device(), &vec![POISON; n + 1])?;
     let window = coll.register_window(&recv)?;
+    let at = usize::from(me != 0);
     let started = Instant::now();
-    let called = coll.all_to_all(&send.as_slice(), &mut recv.as_mut_slice(), &stream);
+    let called = coll.all_to_all(&send.as_slice(), &mut recv.slice_mut(at..at + n)?, &stream);
     let waited = stream.wait_idle(env.device_timeout + Duration::from_secs(60), "the mixed all-to-all");
     let elapsed = started.elapsed();
     let failure = comm.check_device();
