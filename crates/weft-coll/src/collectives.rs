@@ -1202,8 +1202,8 @@ impl Collectives {
         // Through a window each rank decides alone whether it runs into the outputs; a staged
         // launch whose output touches one fences on entry as a direct one does, and every
         // fence carries the choice, so ranks that chose differently (a rank not willing where
-        // its peers are, its output at another offset, its own `zero_copy_plan_min`) fail on
-        // every rank instead of waiting for each other until the timeout.
+        // its peers are, its output at an offset of its own) fail on every rank instead of
+        // waiting for each other until the timeout.
         let (outputs, in_window) = match executor.direct_output(send, recv, count as u64, dtype.size() as u64) {
             Some(direct) => {
                 let len = usize::try_from(direct.len).unwrap_or(usize::MAX);
