@@ -58,20 +58,23 @@ fn check(comm: &Communicator, env: &Env, id: PlanId) -> Result<(), BoxError> {
     // One element to spare: rank 0's output starts at the window's start, the others' 4 bytes on.
     let mut recv = DeviceBuffer::from_host(comm.device(), &vec![POISON; n + 1])?;
     let window = coll.register_window(&recv)?;
-    let at = usize::from(me != 0);
-    let started = Instant::now();
-    let called = coll.all_to_all(&send.as_slice(), &mut recv.slice_mut(at..at + n)?, &stream);
-    let waited = stream.wait_idle(env.device_timeout + Duration::from_secs(60), "the mixed all-to-all");
-    let elapsed = started.elapsed();
-    let failure = comm.check_device();
-    comm.clear_device_failure()?;
-    let mut outcome = judge(me, called.map(|_| ()).map_err(|e| e.to_string()), failure, elapsed, env.device_timeout);
-    if waited.is_ok() && recv.to_vec()?.iter().any(|&x| x != POISON) {
-        outcome = outcome.and(Err("the failed call wrote the output".to_string()));
-    }
+    // Every rank deregisters (a collective exchange) whatever became of its call.
+    let outcome = (|| -> Result<(), BoxError> {
+        let at = usize::from(me != 0);
+        let started = Instant::now();
+        let called = coll.all_to_all(&send.as_slice(), &mut recv.slice_mut(at..at + n)?, &stream);
+        stream.wait_idle(env.device_timeout + Duration::from_secs(60), "the mixed all-to-all")?;
+        let elapsed = started.elapsed();
+        let failure = comm.check_device();
+        comm.clear_device_failure()?;
+        judge(me, called.map(|_| ()).map_err(|e| e.to_string()), failure, elapsed, env.device_timeout)?;
+        if recv.to_vec()?.iter().any(|&x| x != POISON) {
+            return Err("the failed call wrote the output".into());
+        }
+        Ok(())
+    })();
     coll.deregister_window(&window)?;
-    waited?;
-    outcome.map_err(Into::into)
+    outcome
 }
 
 /// Rank `me`'s verdict: the call enqueued, and the device recorded the placement mismatch with
