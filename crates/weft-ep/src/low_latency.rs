@@ -12,7 +12,7 @@ use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
 use crate::launch::LlPhase;
 use crate::raw::{MAX_TOPK, RoutingShape};
-use crate::region::{LL_MAX_EXPERTS, LlRegions};
+use crate::region::{LL_MAX_EXPERTS, LlPath, LlRegions};
 
 /// The sizes of a low-latency call, the same on every rank but `tokens`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl Buffer {
         if shape.hidden == 0 || !shape.hidden.is_multiple_of(128) {
             return Err(invalid("x", format!("hidden {} (a multiple of 128)", shape.hidden)));
         }
-        let regions = LlRegions::new(self.layout.ll_offset, shape.max_tokens, shape.hidden, num_experts);
+        let regions = LlRegions::new(self.layout.ll_offset, shape.max_tokens, shape.hidden, num_experts, LlPath::Node);
         if regions.bytes > self.layout.ll_bytes {
             let detail = format!("{} bytes for this call; the buffer has {}", regions.bytes, self.layout.ll_bytes);
             return Err(invalid("num_rdma_bytes", detail));
