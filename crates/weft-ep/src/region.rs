@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(at + r.bytes, spans[5].0 + spans[5].1);
         // Count words are 8-byte aligned wherever the area starts (messages and rows are
         // 16-byte multiples).
-        assert!(spans.iter().all(|&(start, _)| start % 16 == 0));
+        assert!(spans.iter().all(|&(start, _)| start.is_multiple_of(16)));
         // The node path's regions are the same, and end where the send regions begin.
         let node = LlRegions::new(at, tokens, hidden, experts, LlPath::Node);
         assert_eq!((node.dispatch_offset, node.combine_offset), (r.dispatch_offset, r.combine_offset));
@@ -347,7 +347,7 @@ mod tests {
             let bf16 = LlRegions::call_message_bytes(hidden, false);
             assert_eq!(bf16, slot);
             assert_eq!(fp8, (16 + hidden + 4 * (hidden / 128)).next_multiple_of(16));
-            assert!(fp8 < slot && fp8 % 16 == 0);
+            assert!(fp8 < slot && fp8.is_multiple_of(16));
         }
         assert_eq!(LlRegions::call_message_bytes(7168, true), 7408);
     }
