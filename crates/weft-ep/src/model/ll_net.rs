@@ -1,11 +1,12 @@
 //! The low-latency dispatch and combine of a group spanning nodes, as bytes move between the
 //! ranks' buffers (docs/ep.md, "Low latency between nodes"): ranks of one node store into each
 //! other's receive regions; a rank stages what goes to other nodes in its send regions and
-//! reaches them with puts, each destination's last put carrying the one signal of the call.
-//! The puts of every rank land in an order a seed picks (a signal after the data of its rank
-//! pair, as GIN guarantees; nothing else ordered), so two puts writing the same bytes would
-//! make the result depend on the seed; the receivers then read their regions as the receive
-//! kernels do. The results must be [`ll_dispatch`]'s and [`ll_combine`]'s for every seed: that
+//! reaches them with puts that each raise the destination's signal of the phase (a bare
+//! signal where a run is empty), a fixed number per call. The puts of every rank land in an
+//! order a seed picks (each signal after its own put's data, as GIN guarantees; nothing else
+//! ordered), so two puts writing the same bytes would make the result depend on the seed; the
+//! receivers then check that every signal came and read their regions as the receive kernels
+//! do. The results must be [`ll_dispatch`]'s and [`ll_combine`]'s for every seed: that
 //! checks the offsets, message indices and count rows of the layout in `region.rs`
 //! (`LlRegions` with `LlPath::Net`) that the kernels use.
 //!
@@ -23,9 +24,8 @@ use crate::region::{LlNetRegions, LlPath, LlRegions};
 const HALF: usize = 0;
 const TAG: u64 = 1;
 
-/// One put between two ranks' low-latency areas: `bytes` from `from`'s at `src` into `to`'s at
-/// `dst`, then with `signal` one increment of `to`'s signal (the dispatch's or the combine's)
-/// on `from`'s connection.
+/// One put between two ranks' low-latency areas: `bytes` (0: a bare signal) from `from`'s at
+/// `src` into `to`'s at `dst`, then one increment of `to`'s signal of the phase from `from`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Put {
     from: usize,
@@ -33,7 +33,6 @@ struct Put {
     src: usize,
     dst: usize,
     bytes: usize,
-    signal: bool,
 }
 
 /// Every rank's low-latency area, the signals (`[to][from]`: the increments `to` saw from
@@ -53,44 +52,15 @@ impl World {
         a / self.ranks_per_node == b / self.ranks_per_node
     }
 
-    /// Applies `puts` in an order `seed` picks, but each signalling put after every data put
-    /// of its rank pair (GIN's ordering; nothing else is ordered).
+    /// Lands `puts` in an order `seed` picks, each put's bytes before its signal.
     fn deliver(&mut self, mut puts: Vec<Put>, seed: u64) {
         let mut rng = SplitMix::new(seed);
         for i in (1..puts.len()).rev() {
             puts.swap(i, rng.below(i + 1));
         }
-        let ranks = self.areas.len();
-        let mut data_left = vec![0usize; ranks * ranks];
-        for p in puts.iter().filter(|p| !p.signal) {
-            data_left[p.from * ranks + p.to] += 1;
-        }
-        let mut held: Vec<Put> = Vec::new();
         for p in puts {
-            let pair = p.from * ranks + p.to;
-            if p.signal && data_left[pair] > 0 {
-                held.push(p);
-                continue;
-            }
-            self.land(p);
-            if !p.signal {
-                data_left[pair] -= 1;
-                if data_left[pair] == 0
-                    && let Some(i) = held.iter().position(|s| s.from * ranks + s.to == pair)
-                {
-                    let s = held.remove(i);
-                    self.land(s);
-                }
-            }
-        }
-        assert!(held.is_empty(), "every signal lands once its pair's data has");
-    }
-
-    /// One put lands: its bytes, then its signal.
-    fn land(&mut self, p: Put) {
-        let bytes = self.areas[p.from][p.src..p.src + p.bytes].to_vec();
-        self.areas[p.to][p.dst..p.dst + p.bytes].copy_from_slice(&bytes);
-        if p.signal {
+            let bytes = self.areas[p.from][p.src..p.src + p.bytes].to_vec();
+            self.areas[p.to][p.dst..p.dst + p.bytes].copy_from_slice(&bytes);
             self.signals[p.to][p.from] += 1;
         }
     }
@@ -201,10 +171,10 @@ impl Offsets {
 
 /// [`ll_dispatch`](super::ll_dispatch) over nodes of `ranks_per_node` ranks: every rank's
 /// send as the kernel does it (stores into the owner's receive region on this node, into its
-/// own send region for other nodes, then per destination node's rank a put per expert with
-/// messages and a signalling put of its count row), the puts delivered in the order `seed`
-/// picks, then every rank's receive (tagged count words from this node, count rows after the
-/// signal from other nodes). `Err` names the first inconsistency (a count without its tag, a
+/// own send region for other nodes, then per rank of another node a put per local expert of
+/// it, a bare signal where there are no messages, and a put of its count row: `local + 1`
+/// signals), the puts delivered in the order `seed` picks, then every rank's receive (tagged
+/// count words from this node, count rows once all `local + 1` signals came). `Err` names the first inconsistency (a count without its tag, a
 /// signal missing, a message with the wrong bytes).
 pub fn ll_dispatch_net(
     shape: LlShape,
@@ -248,14 +218,12 @@ pub fn ll_dispatch_net(
                 }
                 world.write_u64(me, o.count_out(owner, le), word);
                 let n = totals[owner * local + le];
-                if n > 0 {
-                    let (src, dst) = (o.message_out(owner * local + le, 0), o.message_in(le, me, 0));
-                    puts.push(Put { from: me, to: owner, src, dst, bytes: n * o.message, signal: false });
-                }
+                let (src, dst) = (o.message_out(owner * local + le, 0), o.message_in(le, me, 0));
+                puts.push(Put { from: me, to: owner, src, dst, bytes: n * o.message });
             }
             if !world.same_node(me, owner) {
                 let (src, dst) = (o.count_out(owner, 0), o.count_in(me, 0));
-                puts.push(Put { from: me, to: owner, src, dst, bytes: local * 8, signal: true });
+                puts.push(Put { from: me, to: owner, src, dst, bytes: local * 8 });
             }
         }
     }
@@ -274,8 +242,9 @@ pub fn ll_dispatch_net(
                 for src in 0..ranks {
                     let word = if world.same_node(me, src) {
                         node_counts[me][le * ranks + src]
-                    } else if world.signals[me][src] < TAG {
-                        return Err(format!("rank {me}: no dispatch signal from rank {src}"));
+                    } else if world.signals[me][src] != TAG * (local as u64 + 1) {
+                        let got = world.signals[me][src];
+                        return Err(format!("rank {me}: {got} dispatch signals from rank {src}, not {}", local + 1));
                     } else {
                         world.read_u64(me, o.count_in(src, le))
                     };
@@ -306,10 +275,11 @@ pub fn ll_dispatch_net(
 /// [`ll_combine`](super::ll_combine) over nodes of `ranks_per_node` ranks: each expert rank
 /// stores the rows for this node's tokens into their `[expert][token]` slots and copies the
 /// rest into its send region (their places in `x`), then puts each (local expert, destination)
-/// run to the destination's `[expert][message index]` slots and signals every destination of
-/// another node once; the puts land in the order `seed` picks; each token's rank then sums its
-/// slots' rows in slot order as [`ll_combine`](super::ll_combine) does, finding a row of
-/// another node by the token's message index. `Err` names a missing signal.
+/// run to the destination's `[expert][message index]` slots (a bare signal for an empty run:
+/// `local` signals per destination of another node); the puts land in the order `seed` picks;
+/// each token's rank then checks the signals and sums its slots' rows in slot order as
+/// [`ll_combine`](super::ll_combine) does, finding a row of another node by the token's
+/// message index. `Err` names a rank whose signals did not all come.
 #[allow(clippy::too_many_arguments)] // ll_combine's arguments, the nodes and the order
 pub fn ll_combine_net(
     shape: LlShape,
@@ -341,14 +311,11 @@ pub fn ll_combine_net(
                         world.areas[rank][at + 2 * h..at + 2 * h + 2].copy_from_slice(&v);
                     }
                 }
-                if !world.same_node(me, dst) && n > 0 {
+                if !world.same_node(me, dst) {
                     let (src, dst_at) = (o.row_out(le, begin), o.row_in(g, 0));
-                    puts.push(Put { from: me, to: dst, src, dst: dst_at, bytes: n * o.row, signal: false });
+                    puts.push(Put { from: me, to: dst, src, dst: dst_at, bytes: n * o.row });
                 }
             }
-        }
-        for dst in (0..ranks).filter(|&d| !world.same_node(me, d)) {
-            puts.push(Put { from: me, to: dst, src: 0, dst: 0, bytes: 0, signal: true });
         }
     }
     world.deliver(puts, seed);
@@ -364,8 +331,9 @@ pub fn ll_combine_net(
                     let owner = g / local;
                     let at = if world.same_node(s, owner) {
                         o.row_in(g, t)
-                    } else if world.signals[s][owner] < TAG {
-                        return Err(format!("rank {s}: no combine signal from rank {owner}"));
+                    } else if world.signals[s][owner] != TAG * local as u64 {
+                        let got = world.signals[s][owner];
+                        return Err(format!("rank {s}: {got} combine signals from rank {owner}, not {local}"));
                     } else {
                         o.row_in(g, n)
                     };
