@@ -122,7 +122,7 @@ impl Buffer {
                 windows: vec![layout.total_bytes() as u64],
             };
             // The device communicator zeroes its heap, the window included.
-            let gin = DevComm::new(comm, &requirements).map_err(|source| EpError::Gin { rank, source })?;
+            let gin = DevComm::new(comm, &requirements).map_err(|e| EpError::Gin { rank, source: Box::new(e) })?;
             let ptrs = (0..ranks).map(|p| gin.lsa_window(p, 0).unwrap_or(0)).collect();
             (Memory::Net(Box::new(gin)), ptrs)
         };

@@ -38,7 +38,7 @@ pub enum EpError {
         /// This rank.
         rank: usize,
         /// Cause.
-        source: weft_gin::GinError,
+        source: Box<weft_gin::GinError>,
     },
     /// The communicator failed: setup, or a kernel's wait that gave up (which names the peer
     /// and the phase).

@@ -188,7 +188,7 @@ fn measure_low_latency(
     };
     let mut lines = Vec::new();
     // The buffer's size does not depend on the SM count.
-    let buffer = Buffer::new(comm, 0, case(weft_ep::DEFAULT_NUM_SMS).rdma_bytes())?;
+    let buffer = Buffer::new(comm, 0, case(weft_ep::DEFAULT_NUM_SMS).rdma_bytes(comm))?;
     for &sms in &options.sms {
         let case = case(sms);
         if options.check {

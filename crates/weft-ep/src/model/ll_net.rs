@@ -231,12 +231,7 @@ pub fn ll_dispatch_net(
     let rows = ranks * max_tokens;
     (0..ranks)
         .map(|me| {
-            let mut out = LlReceived {
-                recv_count: vec![0; local],
-                src_info: vec![0; local * rows],
-                layout_range: vec![0; local * ranks],
-                src_rank: vec![0; local * rows],
-            };
+            let mut out = LlReceived::empty(local, ranks, max_tokens);
             for le in 0..local {
                 let mut next = 0usize;
                 for src in 0..ranks {
@@ -259,9 +254,7 @@ pub fn ll_dispatch_net(
                         if let Some(j) = (16..o.message).find(|&j| area[at + j] != payload_byte(src, t as usize, j)) {
                             return Err(format!("rank {me}: message {i} of rank {src} to local expert {le}, byte {j}"));
                         }
-                        out.src_info[le * rows + next] = t;
-                        out.src_rank[le * rows + next] = src;
-                        next += 1;
+                        out.push_row(le, rows, &mut next, src, t);
                     }
                     out.layout_range[le * ranks + src] = ((begin as i64) << 32) | (next - begin) as i64;
                 }
