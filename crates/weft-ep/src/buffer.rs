@@ -1,5 +1,7 @@
-//! The EP buffer of one rank: its registered memory, every peer's mapped into this GPU, the
-//! kernels, and the configuration of the normal-mode kernels (DeepEP's `Buffer` and `Config`).
+//! The EP buffer of one rank: its registered memory, every peer's mapped into this GPU (or, on
+//! a group spanning nodes, window 0 of a GIN device communicator: this node's peers mapped,
+//! the others reached by puts), the kernels, and the configuration of the normal-mode kernels
+//! (DeepEP's `Buffer` and `Config`).
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -7,12 +9,17 @@ use std::time::Duration;
 use weft_core::env::vars;
 use weft_core::trace::{RankTrace, TraceError, Tracer};
 use weft_core::{Communicator, RegisteredMemory, RemoteMemory};
+use weft_gin::{DevComm, Requirements};
 use weft_gpu::{AllocKind, DeviceMemory, Stream};
-use weft_types::EpContext;
+use weft_types::{EpContext, EpLlNet};
 
 use crate::error::EpError;
 use crate::launch::Kernels;
-use crate::region::{BufferLayout, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS};
+use crate::region::{BufferLayout, LlRegions, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS};
+
+/// Signals of the EP device communicator between nodes: the low-latency dispatch's and
+/// combine's (`kLlDispatchSignal`, `kLlCombineSignal`).
+const LL_SIGNALS: u32 = 2;
 
 /// SMs of the normal-mode kernels unless a [`Config`] says otherwise (DeepEP's test setting).
 pub const DEFAULT_NUM_SMS: u32 = 24;
@@ -64,42 +71,61 @@ pub struct Buffer {
     /// Normal-mode calls launched so far (notify, dispatch, combine): a typed dispatch
     /// continues its handle's notify only if nothing ran in between.
     pub(crate) normal_calls: AtomicU64,
-    _memory: RegisteredMemory,
-    _peers: Vec<RemoteMemory>,
+    memory: Memory,
+}
+
+/// Where a buffer's memory comes from.
+#[derive(Debug)]
+enum Memory {
+    /// One node: this rank's registered allocation and every peer's, mapped.
+    Node { _memory: RegisteredMemory, _peers: Vec<RemoteMemory> },
+    /// A group spanning nodes: window 0 of a device communicator.
+    Net(Box<DevComm>),
 }
 
 impl Buffer {
     /// The EP buffer of this rank with `num_nvl_bytes` of staging for the normal mode (see
     /// [`crate::nvl_bytes_hint`]) and `num_rdma_bytes` for the low-latency mode (see
-    /// [`crate::low_latency_rdma_size_hint`]; weft reaches every peer over NVLink, the name is
-    /// DeepEP's). Collective: every rank calls it with the same sizes. Every peer must be
-    /// mappable (one node, or one virtual node).
+    /// [`crate::low_latency_rdma_size_hint`], and [`crate::low_latency_net_bytes_hint`] for a
+    /// group spanning nodes). Collective: every rank calls it with the same sizes. On one node
+    /// (or one virtual node) every peer's buffer is mapped; a group spanning nodes gets the
+    /// low-latency mode only, its buffer being window 0 of a GIN device communicator (the
+    /// ranks of other nodes are reached through the proxy; docs/ep.md, "Low latency between
+    /// nodes").
     pub fn new(comm: &Communicator, num_nvl_bytes: usize, num_rdma_bytes: usize) -> Result<Self, EpError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let gpu = |source| EpError::Gpu { rank, source };
         if ranks > MAX_RANKS {
             return Err(EpError::Unsupported { rank, detail: format!("{ranks} ranks (at most {MAX_RANKS})") });
         }
-        if let Some((peer, reason)) = (0..ranks).find_map(|p| comm.can_map(p).err().map(|e| (p, e))) {
-            return Err(EpError::Unsupported {
-                rank,
-                detail: format!(
-                    "rank {peer} is not reachable over NVLink ({reason}); the normal and low-latency kernels need every peer mapped"
-                ),
-            });
-        }
         let layout = BufferLayout::new(num_nvl_bytes.next_multiple_of(16), num_rdma_bytes.next_multiple_of(16));
-        let memory = comm.alloc(layout.total_bytes())?;
-        // Barrier tokens, sequences and signals start at zero; the data areas need no value.
-        memory.fill(0, layout.data_offset, 0).map_err(gpu)?;
-        let memory = comm.register(memory)?;
-        let mut ptrs = vec![memory.ptr(); ranks];
-        let mut peers = Vec::new();
-        for peer in (0..ranks).filter(|&p| p != rank) {
-            let remote = comm.connect_memory(peer, &memory)?;
-            ptrs[peer] = remote.ptr();
-            peers.push(remote);
-        }
+        let one_node = (0..ranks).all(|p| comm.can_map(p).is_ok());
+        let (memory, ptrs) = if one_node {
+            let memory = comm.alloc(layout.total_bytes())?;
+            // Barrier tokens, sequences and signals start at zero; the data areas need no value.
+            memory.fill(0, layout.data_offset, 0).map_err(gpu)?;
+            let memory = comm.register(memory)?;
+            let mut ptrs = vec![memory.ptr(); ranks];
+            let mut peers = Vec::new();
+            for peer in (0..ranks).filter(|&p| p != rank) {
+                let remote = comm.connect_memory(peer, &memory)?;
+                ptrs[peer] = remote.ptr();
+                peers.push(remote);
+            }
+            (Memory::Node { _memory: memory, _peers: peers }, ptrs)
+        } else {
+            let requirements = Requirements {
+                signals: LL_SIGNALS,
+                counters: 0,
+                world_barriers: 0,
+                lsa_barriers: 0,
+                windows: vec![layout.total_bytes() as u64],
+            };
+            // The device communicator zeroes its heap, the window included.
+            let gin = DevComm::new(comm, &requirements).map_err(|e| EpError::Gin { rank, source: Box::new(e) })?;
+            let ptrs = (0..ranks).map(|p| gin.lsa_window(p, 0).unwrap_or(0)).collect();
+            (Memory::Net(Box::new(gin)), ptrs)
+        };
         let context = layout.context(&ptrs, rank, comm.wait_context(rank, None));
         let tracer = Tracer::from_env(comm.env(), comm.device(), rank, ranks).map_err(|e| match e {
             TraceError::Gpu(source) => EpError::Gpu { rank, source },
@@ -119,9 +145,39 @@ impl Buffer {
             tracer,
             recv_counts,
             normal_calls: AtomicU64::new(0),
-            _memory: memory,
-            _peers: peers,
+            memory,
         })
+    }
+
+    /// Whether the group spans nodes (the low-latency kernels put to the ranks of other nodes).
+    pub fn spans_nodes(&self) -> bool {
+        matches!(self.memory, Memory::Net(_))
+    }
+
+    /// The low-latency kernels' path to other nodes for `regions`: the device communicator's
+    /// handle and the network regions, or zeros on one node (no rank is remote).
+    pub(crate) fn ll_net(&self, regions: &LlRegions) -> EpLlNet {
+        match (&self.memory, regions.net) {
+            (Memory::Net(gin), Some(net)) => EpLlNet {
+                gin: gin.handle(),
+                dispatch_send_offset: net.dispatch_send_offset as u64,
+                combine_send_offset: net.combine_send_offset as u64,
+                counts_in_offset: net.counts_in_offset as u64,
+                counts_out_offset: net.counts_out_offset as u64,
+            },
+            _ => EpLlNet::default(),
+        }
+    }
+
+    /// `Err` for a normal-mode call (`call`) on a group spanning nodes: its kernels need every
+    /// peer's buffer mapped.
+    pub(crate) fn check_one_node(&self, call: &str) -> Result<(), EpError> {
+        if !self.spans_nodes() {
+            return Ok(());
+        }
+        let detail =
+            format!("{call} across nodes (the normal mode needs every peer on this node; use the low-latency mode)");
+        Err(EpError::Unsupported { rank: self.rank(), detail })
     }
 
     /// This rank.

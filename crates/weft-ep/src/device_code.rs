@@ -96,7 +96,10 @@ mod tests {
     }
 
     /// The dispatch and combine kernels move every byte of a token through registers; a
-    /// run-time-indexed array or spill would put local memory on that path.
+    /// run-time-indexed array or spill would put local memory on that path. The low-latency send
+    /// kernels' puts to other nodes (`ll_put_dispatch`, `ll_put_combine`, made by one thread
+    /// per such rank after every copy) keep a `weft::Gin` in the frame: its handle and the
+    /// connections it has pending per rank, 400 bytes, off the byte path. Nothing else may.
     #[test]
     fn the_ep_kernels_use_no_local_memory() {
         let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
@@ -116,7 +119,8 @@ mod tests {
             assert!(names.contains(&name), "{name} missing from {names:?}");
         }
         for k in &kernels {
-            assert_eq!((k.stack_frame_bytes, k.spill_store_bytes), (0, 0), "{}: {k:?}", k.name);
+            let frame = if k.name.ends_with("_send") && k.name.starts_with("weft_ep_ll_") { 400 } else { 0 };
+            assert!(k.stack_frame_bytes <= frame && k.spill_store_bytes == 0, "{}: {k:?}", k.name);
         }
     }
 

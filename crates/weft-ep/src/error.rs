@@ -32,6 +32,14 @@ pub enum EpError {
         /// Cause.
         source: GpuError,
     },
+    /// The device communicator that reaches the ranks of other nodes could not be made.
+    #[error("rank {rank}: {source}")]
+    Gin {
+        /// This rank.
+        rank: usize,
+        /// Cause.
+        source: Box<weft_gin::GinError>,
+    },
     /// The communicator failed: setup, or a kernel's wait that gave up (which names the peer
     /// and the phase).
     #[error(transparent)]

@@ -10,7 +10,7 @@ use weft_core::KernelLibrary;
 use weft_core::trace::Tracer;
 use weft_gpu::{Device, GpuError, Kernel, KernelParams, LaunchConfig, Stream};
 use weft_types::{
-    EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs,
+    EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpLlNet, EpNotifyArgs,
 };
 
 use crate::device_code::{KERNELS, UNIT};
@@ -63,6 +63,8 @@ weft_gpu::device_kernels! {
         c: EpContext => "weft::EpContext",
         /// The call's tokens and outputs.
         a: EpLlDispatchArgs => "weft::EpLlDispatchArgs",
+        /// The path to the ranks of other nodes.
+        n: EpLlNet => "weft::EpLlNet",
     }
 
     /// The two kernels of a low-latency combine.
@@ -71,6 +73,8 @@ weft_gpu::device_kernels! {
         c: EpContext => "weft::EpContext",
         /// The call's tokens and outputs.
         a: EpLlCombineArgs => "weft::EpLlCombineArgs",
+        /// The path to the ranks of other nodes.
+        n: EpLlNet => "weft::EpLlNet",
     }
 }
 
@@ -196,11 +200,12 @@ impl Kernels {
         stream: &Stream,
         c: EpContext,
         a: EpLlDispatchArgs,
+        n: EpLlNet,
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
         // SAFETY: the caller's contract.
-        unsafe { self.launch_ll(&self.ll_dispatch[phase as usize], stream, blocks, &LlDispatch { c, a }) }
+        unsafe { self.launch_ll(&self.ll_dispatch[phase as usize], stream, blocks, &LlDispatch { c, a, n }) }
     }
 
     /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs.
@@ -212,11 +217,12 @@ impl Kernels {
         stream: &Stream,
         c: EpContext,
         a: EpLlCombineArgs,
+        n: EpLlNet,
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
         // SAFETY: the caller's contract.
-        unsafe { self.launch_ll(&self.ll_combine[phase as usize], stream, blocks, &LlCombine { c, a }) }
+        unsafe { self.launch_ll(&self.ll_combine[phase as usize], stream, blocks, &LlCombine { c, a, n }) }
     }
 
     /// Launches a low-latency kernel on `blocks` SMs, early when configured so.

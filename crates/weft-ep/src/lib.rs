@@ -1,18 +1,21 @@
-//! # weft-ep — MoE expert parallelism over NVLink
+//! # weft-ep — MoE expert parallelism over NVLink and between nodes
 //!
 //! **Owns:** token dispatch and combine for mixture-of-experts layers, as DeepEP V1's `Buffer`
 //! offers them: the layout of a routing, the normal (high-throughput) dispatch with its notify
 //! phase and its handle, the combine, the low-latency dispatch and combine for decoding (FP8
 //! cast in the kernel, fixed per-expert receive slots, send and receive kernels for DeepEP's
-//! hook, no host sync: CUDA-graph capturable), their device kernels (`device/kernels/ep/`, helpers in
-//! `device/include/weft/ep/`), the buffer they stage tokens in, and a CPU model of every result
-//! ([`model`]) that tests and `weft selftest --only ep` check the kernels against.
+//! hook, no host sync: CUDA-graph capturable; between nodes through `weft-gin`'s puts and
+//! signals, docs/ep.md "Low latency between nodes"), their device kernels
+//! (`device/kernels/ep/`, helpers in `device/include/weft/ep/`), the buffer they stage tokens
+//! in, and a CPU model of every result ([`model`]) that tests and `weft selftest --only ep`
+//! check the kernels against.
 //!
 //! **Must not:** call `cuMulticast*`, spin without a bound (every wait names the rank, the peer
 //! and the phase when it gives up), or synchronise with the host except where DeepEP does (the
 //! counts of a dispatch without a handle).
 //!
-//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`.
+//! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`, `weft-gin` (the device communicator of
+//! a group spanning nodes).
 //!
 //! ## Two layers
 //!
@@ -66,5 +69,6 @@ mod views;
 pub use buffer::{Buffer, Config, DEFAULT_NUM_SMS};
 pub use error::EpError;
 pub use region::{
-    LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, low_latency_rdma_size_hint, nvl_bytes_hint,
+    LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, low_latency_net_bytes_hint, low_latency_rdma_size_hint,
+    nvl_bytes_hint,
 };

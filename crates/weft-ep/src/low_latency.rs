@@ -12,7 +12,7 @@ use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
 use crate::launch::LlPhase;
 use crate::raw::{MAX_TOPK, RoutingShape};
-use crate::region::{LL_MAX_EXPERTS, LlRegions};
+use crate::region::{LL_MAX_EXPERTS, LlPath, LlRegions};
 
 /// The sizes of a low-latency call, the same on every rank but `tokens`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,11 @@ pub struct LlCombineTensors {
 }
 
 impl Buffer {
+    /// How this buffer's low-latency calls reach their peers.
+    fn ll_path(&self) -> LlPath {
+        if self.spans_nodes() { LlPath::Net } else { LlPath::Node }
+    }
+
     fn ll_regions(&self, shape: &LlShape) -> Result<LlRegions, EpError> {
         let rank = self.rank();
         let invalid = |argument, detail: String| EpError::InvalidArgument { rank, argument, detail };
@@ -87,7 +92,8 @@ impl Buffer {
         if shape.hidden == 0 || !shape.hidden.is_multiple_of(128) {
             return Err(invalid("x", format!("hidden {} (a multiple of 128)", shape.hidden)));
         }
-        let regions = LlRegions::new(self.layout.ll_offset, shape.max_tokens, shape.hidden, num_experts);
+        let regions =
+            LlRegions::new(self.layout.ll_offset, shape.max_tokens, shape.hidden, num_experts, self.ll_path());
         if regions.bytes > self.layout.ll_bytes {
             let detail = format!("{} bytes for this call; the buffer has {}", regions.bytes, self.layout.ll_bytes);
             return Err(invalid("num_rdma_bytes", detail));
@@ -153,7 +159,11 @@ impl Buffer {
             signal_offset: self.layout.ll_signals as u64,
             data_offset: regions.dispatch_offset as u64,
             data_half_bytes: regions.dispatch_half_bytes as u64,
-            message_bytes: regions.message_bytes as u64,
+            // Between nodes a run of messages is put as one: no slot padding in it.
+            message_bytes: match regions.net {
+                Some(_) => LlRegions::call_message_bytes(shape.hidden, use_fp8),
+                None => regions.message_bytes,
+            } as u64,
             tokens: tokens as u32,
             hidden: shape.hidden as u32,
             topk: topk as u32,
@@ -163,10 +173,10 @@ impl Buffer {
             round_scale: u32::from(round_scale),
             reserved: 0,
         };
-        // SAFETY: the context addresses this buffer and its peers' (alive as long as `self`);
-        // the regions were checked to fit the low-latency area; the rest is the caller's
-        // contract.
-        unsafe { self.kernels.ll_dispatch(stream, self.context, a, config.num_sms, phase) }
+        // SAFETY: the context addresses this buffer and its peers' (alive as long as `self`), as
+        // does the device communicator between nodes; the regions were checked to fit the
+        // low-latency area; the rest is the caller's contract.
+        unsafe { self.kernels.ll_dispatch(stream, self.context, a, self.ll_net(&regions), config.num_sms, phase) }
             .map_err(|source| EpError::Gpu { rank, source })
     }
 
@@ -222,7 +232,7 @@ impl Buffer {
             reserved: 0,
         };
         // SAFETY: as in `ll_dispatch_phase`.
-        unsafe { self.kernels.ll_combine(stream, self.context, a, config.num_sms, phase) }
+        unsafe { self.kernels.ll_combine(stream, self.context, a, self.ll_net(&regions), config.num_sms, phase) }
             .map_err(|source| EpError::Gpu { rank, source })
     }
 }

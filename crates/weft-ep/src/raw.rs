@@ -259,6 +259,7 @@ impl Buffer {
         channel_prefix_matrix: DevicePtr,
         stream: &Stream,
     ) -> Result<(), EpError> {
+        self.check_one_node("notify_dispatch")?;
         self.check_routing(shape)?;
         config.check(self.rank())?;
         let args = EpNotifyArgs {
@@ -311,6 +312,7 @@ impl Buffer {
         cached: bool,
         stream: &Stream,
     ) -> Result<(), EpError> {
+        self.check_one_node("dispatch")?;
         self.check_routing(shape)?;
         config.check(self.rank())?;
         if handle.channels != config.channels() {
@@ -398,6 +400,7 @@ impl Buffer {
         tokens: usize,
         stream: &Stream,
     ) -> Result<(), EpError> {
+        self.check_one_node("combine")?;
         if input.hidden == 0 || !input.hidden.is_multiple_of(8) {
             return Err(self.invalid("x", format!("{} channels per row (a positive multiple of 8)", input.hidden)));
         }

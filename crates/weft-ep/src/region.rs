@@ -138,49 +138,104 @@ impl Staging {
     }
 }
 
-/// Where a low-latency call's regions lie for one `(max_tokens, hidden, experts)`: dispatch
-/// messages `[half][local expert][source rank][max_tokens]`, then combine rows
-/// `[half][expert][max_tokens]`, in the buffer's low-latency area.
+/// How a low-latency call reaches its peers: every one mapped (one node), or some through the
+/// network (the communicator spans nodes: `weft::Gin` puts to the ranks of other nodes, which
+/// need send regions in this rank's own buffer and count rows that travel with the puts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LlPath {
+    Node,
+    Net,
+}
+
+/// Where a low-latency call's regions lie for one `(max_tokens, hidden, experts)`, in the
+/// buffer's low-latency area, each with two halves (a call uses the half of its phase's
+/// sequence): dispatch messages `[local expert][source rank][max_tokens]`, combine rows
+/// `[expert][max_tokens]`, and with [`LlPath::Net`] the dispatch send messages
+/// `[expert][max_tokens]`, the combine send rows `[local expert][ranks * max_tokens]` (the
+/// packed order of the combine's input), and the count rows in `[source rank][local expert]`
+/// and out `[destination rank][local expert]` (`u64`, `sequence + 1 << 32 | messages`).
+/// docs/ep.md, "Low latency between nodes", describes who writes what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LlRegions {
-    /// Bytes of one dispatch message: header, payload (BF16, or FP8 and its scales).
+    /// Bytes of one dispatch message slot: header, payload (BF16, or FP8 and its scales).
     pub(crate) message_bytes: usize,
     pub(crate) dispatch_offset: usize,
     pub(crate) dispatch_half_bytes: usize,
     pub(crate) combine_offset: usize,
     pub(crate) combine_half_bytes: usize,
-    /// Bytes the two use together.
+    /// The network path's regions (`None` on one node).
+    pub(crate) net: Option<LlNetRegions>,
+    /// Bytes all of them use together.
     pub(crate) bytes: usize,
 }
 
+/// The regions only the network path uses (see [`LlRegions`]); the halves of each follow one
+/// another, like the receive regions'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LlNetRegions {
+    pub(crate) dispatch_send_offset: usize,
+    pub(crate) combine_send_offset: usize,
+    /// `u64[2][experts]`: per half, `[source rank][local expert]`.
+    pub(crate) counts_in_offset: usize,
+    /// `u64[2][experts]`: per half, `[destination rank][local expert]`.
+    pub(crate) counts_out_offset: usize,
+}
+
 impl LlRegions {
-    pub(crate) fn new(ll_offset: usize, max_tokens: usize, hidden: usize, experts: usize) -> Self {
+    pub(crate) fn new(ll_offset: usize, max_tokens: usize, hidden: usize, experts: usize, path: LlPath) -> Self {
         let message_bytes = (16 + (2 * hidden).max(hidden + 4 * hidden.div_ceil(128))).next_multiple_of(16);
         let dispatch_half_bytes = experts * max_tokens * message_bytes;
         let combine_half_bytes = experts * max_tokens * 2 * hidden;
         let combine_offset = ll_offset + 2 * dispatch_half_bytes;
-        let bytes = 2 * (dispatch_half_bytes + combine_half_bytes);
+        let mut end = combine_offset + 2 * combine_half_bytes;
+        let net = (path == LlPath::Net).then(|| {
+            // The send regions have the receive regions' sizes: `[expert][max_tokens]`
+            // messages, and `local experts * ranks * max_tokens = experts * max_tokens` rows.
+            let dispatch_send_offset = end;
+            let combine_send_offset = dispatch_send_offset + 2 * dispatch_half_bytes;
+            let counts_in_offset = combine_send_offset + 2 * combine_half_bytes;
+            let counts_out_offset = counts_in_offset + 2 * experts * 8;
+            end = counts_out_offset + 2 * experts * 8;
+            LlNetRegions { dispatch_send_offset, combine_send_offset, counts_in_offset, counts_out_offset }
+        });
         Self {
             message_bytes,
             dispatch_offset: ll_offset,
             dispatch_half_bytes,
             combine_offset,
             combine_half_bytes,
-            bytes,
+            net,
+            bytes: end - ll_offset,
         }
+    }
+
+    /// Bytes of one message of a call: the header and the payload it carries (FP8 and its
+    /// scales, or BF16), rounded to 16. On the network path messages lie at this stride, so
+    /// a put of a run of messages moves no slot padding.
+    pub(crate) fn call_message_bytes(hidden: usize, fp8: bool) -> usize {
+        let payload = if fp8 { hidden + 4 * hidden.div_ceil(128) } else { 2 * hidden };
+        (16 + payload).next_multiple_of(16)
     }
 }
 
 /// DeepEP's `get_low_latency_rdma_size_hint`: the low-latency bytes (`num_rdma_bytes`) for
 /// `num_max_dispatch_tokens_per_rank` tokens of `hidden` channels over `num_experts` experts
-/// (`num_ranks` does not change it: every expert has its slots on its own rank).
+/// on one node (`num_ranks` does not change it: every expert has its slots on its own rank).
+/// A group spanning nodes needs [`low_latency_net_bytes_hint`].
 pub fn low_latency_rdma_size_hint(
     num_max_dispatch_tokens_per_rank: usize,
     hidden: usize,
     _num_ranks: usize,
     num_experts: usize,
 ) -> usize {
-    LlRegions::new(0, num_max_dispatch_tokens_per_rank, hidden, num_experts).bytes
+    LlRegions::new(0, num_max_dispatch_tokens_per_rank, hidden, num_experts, LlPath::Node).bytes
+}
+
+/// The low-latency bytes (`num_rdma_bytes`) a group spanning nodes needs for the same calls:
+/// [`low_latency_rdma_size_hint`]'s, plus the send regions and count rows of the network path
+/// (about twice as much: 3.76 GB for 128 tokens of 7168 channels over 256 experts).
+pub fn low_latency_net_bytes_hint(num_max_dispatch_tokens_per_rank: usize, hidden: usize, num_experts: usize) -> usize {
+    LlRegions::new(0, num_max_dispatch_tokens_per_rank, hidden, num_experts, LlPath::Net).bytes
 }
 
 /// Staging bytes (`num_nvl_bytes`) for dispatching up to `max_tokens` tokens per rank of
@@ -223,10 +278,78 @@ mod tests {
     #[test]
     fn low_latency_regions_match_deepeps_message_size() {
         // DeepEP: 16-byte header + max(2H, H + H/128 * 4) = 14352 bytes for H = 7168.
-        let r = LlRegions::new(1000, 128, 7168, 256);
+        let r = LlRegions::new(1000, 128, 7168, 256, LlPath::Node);
         assert_eq!(r.message_bytes, 14352);
         assert_eq!(r.combine_offset, 1000 + 2 * 256 * 128 * 14352);
+        assert_eq!(r.net, None);
         assert_eq!(low_latency_rdma_size_hint(128, 7168, 8, 256), 2 * 256 * 128 * (14352 + 14336));
+        assert_eq!(low_latency_rdma_size_hint(128, 7168, 8, 256), 1_880_096_768);
+    }
+
+    /// DeepEP's hint, as `csrc/config.hpp` (`LowLatencyLayout`) computes it: two buffers of
+    /// send, receive and signal regions.
+    fn deepeps_hint(tokens: usize, hidden: usize, experts: usize) -> usize {
+        let dispatch = 16 + (2 * hidden).max(hidden + 4 * (hidden / 128));
+        let combine = 4 * (hidden / 128) + 2 * hidden;
+        let send = (tokens * dispatch).max(experts * tokens * combine);
+        let receive = experts * tokens * dispatch.max(combine);
+        let signals = (experts * 4).next_multiple_of(128);
+        2 * (send + receive + signals)
+    }
+
+    #[test]
+    fn the_hints_compare_with_deepeps_as_the_design_says() {
+        // docs/ep.md, "Sizing": 1.91 GB (DeepEP), 1.88 GB (one node), 3.76 GB (between nodes).
+        assert_eq!(deepeps_hint(128, 7168, 256), 1_908_410_368);
+        assert_eq!(low_latency_net_bytes_hint(128, 7168, 256), 3_760_201_728);
+        for (tokens, hidden, experts) in [(128, 7168, 256), (1, 128, 2), (96, 2048, 288), (4096, 512, 8)] {
+            let node = low_latency_rdma_size_hint(tokens, hidden, 8, experts);
+            let net = low_latency_net_bytes_hint(tokens, hidden, experts);
+            // The network path adds exactly a copy of the receive regions and the count rows.
+            assert_eq!(net, 2 * node + 2 * 2 * experts * 8);
+            // weft's one-node area is below DeepEP's, by less than 2% at model sizes.
+            let deepep = deepeps_hint(tokens, hidden, experts);
+            assert!(node <= deepep, "{tokens} {hidden} {experts}: {node} vs {deepep}");
+            assert!(hidden < 2048 || deepep - node <= deepep / 50, "{tokens} {hidden} {experts}: {node} vs {deepep}");
+        }
+    }
+
+    #[test]
+    fn network_regions_follow_the_receive_regions_without_overlap() {
+        let (tokens, hidden, experts, at) = (5, 384, 12, 4096);
+        let r = LlRegions::new(at, tokens, hidden, experts, LlPath::Net);
+        let net = r.net.expect("the network path has send regions");
+        let spans = [
+            (r.dispatch_offset, 2 * r.dispatch_half_bytes),
+            (r.combine_offset, 2 * r.combine_half_bytes),
+            (net.dispatch_send_offset, 2 * r.dispatch_half_bytes),
+            (net.combine_send_offset, 2 * r.combine_half_bytes),
+            (net.counts_in_offset, 2 * experts * 8),
+            (net.counts_out_offset, 2 * experts * 8),
+        ];
+        assert_eq!(spans[0].0, at);
+        assert!(spans.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "{spans:?}");
+        assert_eq!(at + r.bytes, spans[5].0 + spans[5].1);
+        // Count words are 8-byte aligned wherever the area starts (messages and rows are
+        // 16-byte multiples).
+        assert!(spans.iter().all(|&(start, _)| start.is_multiple_of(16)));
+        // The node path's regions are the same, and end where the send regions begin.
+        let node = LlRegions::new(at, tokens, hidden, experts, LlPath::Node);
+        assert_eq!((node.dispatch_offset, node.combine_offset), (r.dispatch_offset, r.combine_offset));
+        assert_eq!(at + node.bytes, net.dispatch_send_offset);
+    }
+
+    #[test]
+    fn a_calls_messages_fit_the_slots_and_carry_no_padding() {
+        for hidden in [128, 512, 2048, 7168] {
+            let slot = LlRegions::new(0, 1, hidden, 1, LlPath::Node).message_bytes;
+            let fp8 = LlRegions::call_message_bytes(hidden, true);
+            let bf16 = LlRegions::call_message_bytes(hidden, false);
+            assert_eq!(bf16, slot);
+            assert_eq!(fp8, (16 + hidden + 4 * (hidden / 128)).next_multiple_of(16));
+            assert!(fp8 < slot && fp8.is_multiple_of(16));
+        }
+        assert_eq!(LlRegions::call_message_bytes(7168, true), 7408);
     }
 
     #[test]

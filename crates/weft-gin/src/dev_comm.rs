@@ -39,6 +39,8 @@ pub struct GinWindow {
 #[derive(Debug)]
 pub struct DevComm {
     handle: DevCommHandle,
+    /// Rank r's heap as this GPU addresses it (0: a proxy peer).
+    peer_heaps: Vec<u64>,
     teams: Teams,
     backends: Vec<Backend>,
     windows: Vec<GinWindow>,
@@ -158,6 +160,7 @@ impl DevComm {
         comm.barrier()?;
         Ok(Self {
             handle,
+            peer_heaps,
             teams,
             backends,
             windows,
@@ -187,6 +190,15 @@ impl DevComm {
     /// The windows, in the order of [`Requirements::windows`].
     pub fn windows(&self) -> &[GinWindow] {
         &self.windows
+    }
+
+    /// Where window `window` of world rank `peer` lies in this GPU's address space: this
+    /// rank's own, or an LSA peer's as mapped here; `None` for a proxy peer (its memory is
+    /// reached only by puts) or an index out of range.
+    pub fn lsa_window(&self, peer: usize, window: usize) -> Option<u64> {
+        let heap = *self.peer_heaps.get(peer).filter(|&&p| p != 0)?;
+        let w = self.windows.get(window)?;
+        Some(heap + (w.ptr - self.heap.ptr()))
     }
 
     /// This rank.

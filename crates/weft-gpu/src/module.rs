@@ -53,6 +53,7 @@ pod!(
     weft_types::EpCombineArgs,
     weft_types::EpLlDispatchArgs,
     weft_types::EpLlCombineArgs,
+    weft_types::EpLlNet,
     weft_types::DevCommHandle
 );
 

@@ -3,7 +3,7 @@
 //! kernel. Offsets and sizes are computed once on the host (`weft-ep`'s buffer layout), so the
 //! device code holds no layout of its own.
 
-use crate::WaitContext;
+use crate::{DevCommHandle, WaitContext};
 
 device_structs! {
     /// One rank's EP buffers: every rank's buffer as this GPU addresses it, and where each region
@@ -261,5 +261,22 @@ device_structs! {
         max_tokens: u32 => "uint32_t",
         /// Zero.
         reserved: u32 => "uint32_t",
+    }
+
+    /// The low-latency kernels' path to the ranks of other nodes (docs/ep.md, "Low latency
+    /// between nodes"): the GIN device communicator whose window 0 is the EP buffer, and the
+    /// regions only that path uses (`weft-ep`'s `LlNetRegions`). On one node `gin` is zero
+    /// (no proxy peer) and the offsets are unused.
+    struct EpLlNet align(8) size(176) {
+        /// Its `proxy_mask` names the ranks reached through puts; the rest are stored to.
+        gin: DevCommHandle => "DevCommHandle",
+        /// Two halves of `[expert][max_tokens]` messages to experts of other nodes.
+        dispatch_send_offset: u64 => "uint64_t",
+        /// Two halves of `[local expert][ranks * max_tokens]` rows to tokens of other nodes.
+        combine_send_offset: u64 => "uint64_t",
+        /// Two halves of `uint64_t[ranks][local experts]` counts from ranks of other nodes.
+        counts_in_offset: u64 => "uint64_t",
+        /// Two halves of `uint64_t[ranks][local experts]` counts for ranks of other nodes.
+        counts_out_offset: u64 => "uint64_t",
     }
 }

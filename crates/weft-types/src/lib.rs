@@ -32,7 +32,9 @@ mod transfer;
 pub use coll::{CollContext, LlPairs, MAX_RANKS, P2pPlan, PeerBuffers};
 pub use collective::{Collective, DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
-pub use ep::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpNotifyArgs};
+pub use ep::{
+    EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpLlNet, EpNotifyArgs,
+};
 pub use exec::{
     EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FENCE_DIRECT, EXEC_FLUSH, EXEC_INPUT_STAGED,
     EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_MAX_INPUTS, EXEC_MAX_OUTPUTS, EXEC_MAX_RANKS, EXEC_OUTPUT_DIRECT,
@@ -72,8 +74,8 @@ pub fn all_structs() -> Vec<StructInfo> {
     all.extend(packets::structs());
     all.extend(coll::structs());
     all.extend(exec::structs());
-    all.extend(ep::structs());
     all.extend(gin::structs());
+    all.extend(ep::structs());
     all
 }
 

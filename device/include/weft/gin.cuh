@@ -36,6 +36,16 @@
 
 namespace weft {
 
+/// The word at this rank that counts the increments of signal `signal` made by proxy peer
+/// `rank` (the inbound token of its connection `signal`; read_signal sums these words and this
+/// rank's heap slot). A kernel that must know which peer's signal arrived reads it with an
+/// acquire load (ld.acquire.sys): the data that peer's signal covers is then visible. Only for
+/// a proxy peer (gin_is_proxy_peer); an LSA peer's increments land in the heap slot, unseparated.
+__device__ __forceinline__ const uint64_t* gin_proxy_signal_word(const DevCommHandle& h, uint32_t rank, uint32_t signal) {
+  const PortChannelDeviceHandle* ports = reinterpret_cast<const PortChannelDeviceHandle*>(h.ports);
+  return reinterpret_cast<const uint64_t*>(ports[rank * (h.signal_slots + 1) + signal].semaphore.inbound);
+}
+
 /// Remote action of a put: raise the destination's signal `signal` by one, or nothing.
 struct GinRemoteAction {
   uint32_t signal;

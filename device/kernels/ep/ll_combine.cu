@@ -1,15 +1,66 @@
 // Low-latency combine: the send kernel writes every row the dispatch received back into its
-// token's rank, slot `[global expert][token]`; the receive kernel sums each token's rows
-// weighted by its top-k weights in slot order (weft-ep's model::ll_combine).
+// token's rank, slot `[global expert][token]` (for a rank of another node, slot `[global
+// expert][the token's message index]`: a (local expert, rank) pair's rows are one run of the
+// input in token order, staged in this rank's send region and put there after the launch's
+// stores); the receive kernel sums each token's rows weighted by its top-k weights in slot
+// order (weft-ep's model::ll_combine and, between nodes, model::ll_combine_net).
 #include "low_latency.cuh"
+
+/// Puts the rows of each local expert for rank `d` (another node), one run per expert into
+/// `[global expert][0..rows)` of d's receive region, each with the combine signal (a bare
+/// signal for an expert without rows), all on that signal's connection: `local experts`
+/// increments of d's signal per call. Called by: one thread per such rank, after finish_phase.
+__device__ void ll_put_combine(const EpContext& c, const EpLlCombineArgs& a, const EpLlNet& n, uint32_t half,
+                               uint32_t d) {
+  Gin gin(n.gin);
+  const GinTeam world = gin_team_world(n.gin);
+  const uint32_t local = a.experts / c.ranks, rows = c.ranks * a.max_tokens;
+  const uint64_t h = half, row_bytes = 2ull * a.hidden;
+  const int64_t* ranges = reinterpret_cast<const int64_t*>(a.layout_range);
+  for (uint32_t le = 0; le < local; ++le) {
+    const int64_t range = ranges[le * c.ranks + d];
+    const uint64_t begin = uint64_t(range) >> 32, count = uint32_t(range);
+    const uint64_t g = uint64_t(c.rank) * local + le;
+    const uint64_t src = n.combine_send_offset + h * a.data_half_bytes + (uint64_t(le) * rows + begin) * row_bytes;
+    const uint64_t dst = a.data_offset + h * a.data_half_bytes + g * a.max_tokens * row_bytes;
+    const bool ok = count == 0 ? gin.signal(world, d, kLlCombineSignal)
+                               : gin.put(world, d, 0, dst, 0, src, count * row_bytes, gin_signal_inc(kLlCombineSignal));
+    if (!ok) return;  // recorded
+  }
+}
+
+/// For each lane k < topk whose expert `g` lies on another node: how many tokens before `t`
+/// select g (each once), which is the index of t's message at g in the dispatch (its token
+/// order, as route_window counts it) and of t's row in g's slots. Other lanes get 0. Called
+/// by: a whole warp, the same `t` on every lane.
+__device__ uint32_t ll_message_index(const EpLlCombineArgs& a, uint32_t t, int64_t g, uint32_t lane) {
+  const int64_t* idx = reinterpret_cast<const int64_t*>(a.topk_idx);
+  uint32_t index = 0;
+  for (uint32_t base = 0; base < t; base += 32) {
+    const uint32_t u = base + lane;  // this lane's token of the round
+    for (uint32_t k = 0; k < a.topk; ++k) {
+      const long long want = __shfl_sync(~0u, static_cast<long long>(g), int(k));
+      bool selects = false;
+      if (u < t && want >= 0) {
+        for (uint32_t j = 0; j < a.topk; ++j) selects |= idx[uint64_t(u) * a.topk + j] == want;
+      }
+      const uint32_t voters = __ballot_sync(~0u, selects);
+      if (lane == k) index += __popc(voters);
+    }
+  }
+  return index;
+}
 
 // Grid: any number of blocks of kLlThreads. The rows of every local expert, in the dispatch's
 // packed order, are one stream split evenly over the grid's warps (a block first lays out
 // where each expert's rows start, from the handle's layout ranges). A row goes back to the
 // source rank whose range holds it, into the slot of its expert and source token (the
-// handle's source index). The last block then raises every (expert, destination) flag (every
-// pair, so every destination hears from every expert).
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_send(EpContext c, EpLlCombineArgs a) {
+// handle's source index), or for a rank of another node into the same place of this rank's
+// send region. The last block then raises every (expert, destination) flag on this node
+// (every pair, so every destination hears from every expert) and a thread per rank of
+// another node puts its runs (ll_put_combine).
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_combine_send(EpContext c, EpLlCombineArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_combine_send);
   ll_kernel_begin();
   __shared__ uint32_t starts[kLlMaxExperts + 1];  // first row of each local expert in the stream
@@ -37,11 +88,15 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_s
           if (uint32_t(uint64_t(ranges[le * c.ranks + s]) >> 32) <= i) dst = s;
         }
         const uint64_t row = uint64_t(le) * rows + i;
+        const char* x = reinterpret_cast<const char*>(a.x) + row * row_bytes;
+        if (ll_remote(n, dst)) {
+          const char* staged = at<char>(c, c.rank, n.combine_send_offset + half * a.data_half_bytes) + row * row_bytes;
+          return RecordWords{reinterpret_cast<uint64_t>(x), reinterpret_cast<uint64_t>(staged)};
+        }
         const int t = reinterpret_cast<const int*>(a.src_info)[row];
         const uint64_t g = uint64_t(c.rank) * local + le;
         const char* slots = at<char>(c, dst, a.data_offset + half * a.data_half_bytes);
         const char* slot = slots + (g * a.max_tokens + t) * row_bytes;
-        const char* x = reinterpret_cast<const char*>(a.x) + row * row_bytes;
         return RecordWords{reinterpret_cast<uint64_t>(x), reinterpret_cast<uint64_t>(slot)};
       },
       [](uint64_t src, uint32_t f) { return reinterpret_cast<const int4*>(src) + f; },
@@ -51,17 +106,21 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_s
   if (!finish_phase(state, kCombineSend)) return;
   for (uint32_t pair = threadIdx.x; pair < local * c.ranks; pair += blockDim.x) {
     const uint32_t le = pair / c.ranks, dst = pair % c.ranks;
+    if (ll_remote(n, dst)) continue;
     ptx::st_release_sys(at<uint64_t>(c, dst, a.signal_offset) + uint64_t(half) * a.experts + c.rank * local + le, sequence + 1);
   }
+  if (threadIdx.x < c.ranks && ll_remote(n, threadIdx.x)) ll_put_combine(c, a, n, half, threadIdx.x);
   WEFT_TRACE_MARK(publish);
 }
 
 // Grid: any number of blocks of kLlThreads; the work is every (token, span of 32 x
 // kSumVectors vectors) pair, a warp each in turn. Lane k waits for the flag of slot k's
-// expert, then the warp sums `fma(row, weight_k, acc)` over the slots in order in f32 and
+// expert (for an expert of another node, for its rank's signal to count every put of the
+// call; the row is then at the token's message index, not at the token), then the warp sums `fma(row, weight_k, acc)` over the slots in order in f32 and
 // rounds once to BF16 (weft-ep's model::ll_combine). Block 0 also waits for every expert's
 // flag, so no rank finishes a combine before every peer has sent it.
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_recv(EpContext c, EpLlCombineArgs a) {
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_combine_recv(EpContext c, EpLlCombineArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_combine_recv);
   ll_kernel_begin();
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
@@ -72,7 +131,11 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_r
   const char* slots = at<char>(c, c.rank, a.data_offset + half * a.data_half_bytes);
   if (blockIdx.x == 0) {
     for (uint32_t g = threadIdx.x; g < a.experts; g += blockDim.x) {
-      acquire_at_least(flags + g, sequence + 1, c, g / local, WaitOp::EpLlFlag);
+      if (ll_remote(n, g / local)) {
+        ll_wait_remote(c, n, g / local, kLlCombineSignal, sequence + 1, local, WaitOp::EpLlFlag);
+      } else {
+        acquire_at_least(flags + g, sequence + 1, c, g / local, WaitOp::EpLlFlag);
+      }
     }
     WEFT_TRACE_MARK(wait);
   }
@@ -85,12 +148,22 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_combine_r
     const uint64_t slot = uint64_t(t) * a.topk + (lane < a.topk ? lane : 0);
     const int64_t expert = idx[slot], g = lane < a.topk ? expert : -1;
     const float w = reinterpret_cast<const float*>(a.topk_weights)[slot];
+    const bool remote = g >= 0 && ll_remote(n, uint32_t(g) / local);
+    uint32_t index = t;  // the row's slot: the token, or its message index from another node
+    if (__any_sync(~0u, remote)) {
+      const uint32_t m = ll_message_index(a, t, g, lane);
+      if (remote) index = m;
+    }
     bool ok = true;
-    if (g >= 0) ok = acquire_at_least(flags + g, sequence + 1, c, uint32_t(g) / local, WaitOp::EpLlFlag) >= sequence + 1;
+    if (remote) {
+      ok = ll_wait_remote(c, n, uint32_t(g) / local, kLlCombineSignal, sequence + 1, local, WaitOp::EpLlFlag);
+    } else if (g >= 0) {
+      ok = acquire_at_least(flags + g, sequence + 1, c, uint32_t(g) / local, WaitOp::EpLlFlag) >= sequence + 1;
+    }
     if (!__all_sync(~0u, ok)) break;
     __syncwarp();  // the lanes' acquires order every lane's reads of the rows
     WEFT_TRACE_WARP_MARK(wait);
-    const char* row = g >= 0 ? slots + (uint64_t(g) * a.max_tokens + t) * row_bytes : nullptr;
+    const char* row = g >= 0 ? slots + (uint64_t(g) * a.max_tokens + index) * row_bytes : nullptr;
     int4* out = reinterpret_cast<int4*>(a.combined_x + uint64_t(t) * row_bytes);
     warp_sum_rows(row, w, out, begin, min(begin + span, vectors), lane);
   }

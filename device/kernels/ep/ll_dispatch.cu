@@ -1,7 +1,8 @@
 // Low-latency dispatch: the send kernel casts each token once and stores it straight into the
-// message slot `[local expert][this rank][index]` of each of its experts' ranks; the receive
-// kernel packs each local expert's messages into rows by source rank, then token order
-// (weft-ep's model::ll_dispatch).
+// message slot `[local expert][this rank][index]` of each of its experts' ranks (for a rank of
+// another node, into this rank's send slot `[expert][index]`, put there after the launch's
+// stores); the receive kernel packs each local expert's messages into rows by source rank,
+// then token order (weft-ep's model::ll_dispatch and, between nodes, model::ll_dispatch_net).
 #include "low_latency.cuh"
 
 /// Channels of a send item: 16 per lane, two 16-byte BF16 loads and, per expert, one 16-byte
@@ -26,6 +27,16 @@ __device__ __forceinline__ char* ll_message(const EpContext& c, const EpLlDispat
                                             uint32_t le, uint32_t src, uint32_t n) {
   return at<char>(c, owner, a.data_offset + half * a.data_half_bytes) +
          ((uint64_t(le) * c.ranks + src) * a.max_tokens + n) * a.message_bytes;
+}
+
+/// Where this rank stores its message `index` to expert `e`: the receive slot at the expert's
+/// rank on this node, this rank's send slot `[e][index]` for a rank of another node.
+__device__ __forceinline__ char* ll_route(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
+                                          uint32_t half, uint32_t e, uint32_t index) {
+  const uint32_t local = a.experts / c.ranks, owner = e / local;
+  if (!ll_remote(n, owner)) return ll_message(c, a, half, owner, e % local, c.rank, index);
+  return at<char>(c, c.rank, n.dispatch_send_offset + half * a.data_half_bytes) +
+         (uint64_t(e) * a.max_tokens + index) * a.message_bytes;
 }
 
 /// Slot k's expert of token `t` where `valid`, else -1 (also for a negative or out-of-range
@@ -69,9 +80,10 @@ __device__ __forceinline__ void count_tokens(const EpLlDispatchArgs& a, uint32_t
 /// routes 32 / topk tokens, a lane per slot: lanes naming the same expert are ranked by lane
 /// (`__match_any_sync`), the token's first slot naming it being the one counted. Called by:
 /// one warp.
-__device__ __forceinline__ void route_window(const EpContext& c, const EpLlDispatchArgs& a, uint32_t half, uint32_t w0,
-                                             uint32_t w1, uint32_t* seen, char** route, uint32_t lane) {
-  const uint32_t per = 32 / a.topk, local = a.experts / c.ranks, k = lane % a.topk;
+__device__ __forceinline__ void route_window(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
+                                             uint32_t half, uint32_t w0, uint32_t w1, uint32_t* seen, char** route,
+                                             uint32_t lane) {
+  const uint32_t per = 32 / a.topk, k = lane % a.topk;
   const bool lives = lane < per * a.topk;
   int picks[kLlRouteRounds];
 #pragma unroll
@@ -91,10 +103,7 @@ __device__ __forceinline__ void route_window(const EpContext& c, const EpLlDispa
     __syncwarp();
     if (e >= 0 && lane == 31 - __clz(same)) seen[e] += __popc(same);
     __syncwarp();
-    if (lives && w0 + i < w1) {
-      const uint32_t owner = uint32_t(e) / local, le = uint32_t(e) % local;
-      route[i * a.topk + k] = e >= 0 ? ll_message(c, a, half, owner, le, c.rank, index) : nullptr;
-    }
+    if (lives && w0 + i < w1) route[i * a.topk + k] = e >= 0 ? ll_route(c, a, n, half, uint32_t(e), index) : nullptr;
   }
 }
 
@@ -183,6 +192,31 @@ __device__ __forceinline__ void send_items(const EpLlDispatchArgs& a, char* cons
   }
 }
 
+/// Puts this rank's messages to each local expert of rank `d` (another node), then its row of
+/// counts, each with the dispatch signal (a bare signal for an expert without messages), all
+/// on that signal's connection: `local experts + 1` increments of d's signal per call, the
+/// last after the counts. Called by: one thread per such rank, after finish_phase (so every
+/// block's stores into the send region are ordered before the pushes).
+__device__ void ll_put_dispatch(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n, uint32_t half,
+                                const uint32_t* totals, uint32_t d) {
+  Gin gin(n.gin);
+  const GinTeam world = gin_team_world(n.gin);
+  const uint32_t local = a.experts / c.ranks;
+  const uint64_t h = half;
+  for (uint32_t le = 0; le < local; ++le) {
+    const uint32_t e = d * local + le;
+    const uint64_t count = *reinterpret_cast<const volatile uint32_t*>(totals + e);
+    const uint64_t src = n.dispatch_send_offset + h * a.data_half_bytes + uint64_t(e) * a.max_tokens * a.message_bytes;
+    const uint64_t dst = a.data_offset + h * a.data_half_bytes + (uint64_t(le) * c.ranks + c.rank) * a.max_tokens * a.message_bytes;
+    const bool ok = count == 0 ? gin.signal(world, d, kLlDispatchSignal)
+                               : gin.put(world, d, 0, dst, 0, src, count * a.message_bytes, gin_signal_inc(kLlDispatchSignal));
+    if (!ok) return;  // recorded
+  }
+  const uint64_t row = n.counts_out_offset + (h * a.experts + uint64_t(d) * local) * 8;
+  const uint64_t into = n.counts_in_offset + (h * a.experts + uint64_t(c.rank) * local) * 8;
+  gin.put(world, d, 0, into, 0, row, uint64_t(local) * 8, gin_signal_inc(kLlDispatchSignal));
+}
+
 // Grid: any number of blocks of kLlThreads (the SM budget). The work is every (token, chunk of
 // 512 channels) item, split evenly over the blocks and, within a block, over its warps, as
 // contiguous runs. A block first counts, for each expert, the tokens before its own that
@@ -190,8 +224,10 @@ __device__ __forceinline__ void send_items(const EpLlDispatchArgs& a, char* cons
 // message index: the model's token order) and every warp sends its items of the window. The
 // block holding the last token ends with every expert's total, which it leaves in the state
 // region; the launch's last block publishes them at every expert's rank (release: the
-// messages before the count).
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_send(EpContext c, EpLlDispatchArgs a) {
+// messages before the count), or for a rank of another node stages its row of counts and a
+// thread per such rank puts the messages and the row (ll_put_dispatch).
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_dispatch_send(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_send);
   ll_kernel_begin();
   __shared__ uint32_t seen[kLlMaxExperts];
@@ -222,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
   const uint32_t window = kLlRouteRounds * (32 / a.topk);
   for (uint32_t w0 = first_token; w0 < end_token; w0 += window) {
     const uint32_t w1 = min(w0 + window, end_token);
-    if (warp == 0) route_window(c, a, half, w0, w1, seen, route, lane);
+    if (warp == 0) route_window(c, a, n, half, w0, w1, seen, route, lane);
     __syncthreads();
     if (w0 == first_token) {
       WEFT_TRACE_MARK(route);
@@ -242,21 +278,32 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
   }
   if (!finish_phase(state, kDispatchSend)) return;
   const uint32_t local = a.experts / c.ranks;
+  // Counts out: `[destination rank][local expert]`, which is expert e's own index.
+  uint64_t* counts_out = at<uint64_t>(c, c.rank, n.counts_out_offset) + uint64_t(half) * a.experts;
   for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) {
     const uint32_t count = *reinterpret_cast<const volatile uint32_t*>(dispatch_totals(state) + e);
+    const uint64_t tagged = (sequence + 1) << 32 | count;
+    if (ll_remote(n, e / local)) {
+      counts_out[e] = tagged;
+      continue;
+    }
     uint64_t* word = at<uint64_t>(c, e / local, a.signal_offset) + uint64_t(half) * a.experts + (e % local) * c.ranks + c.rank;
-    ptx::st_release_sys(word, (sequence + 1) << 32 | count);
+    ptx::st_release_sys(word, tagged);
   }
+  __syncthreads();  // the staged rows before the pushes that carry them
+  if (threadIdx.x < c.ranks && ll_remote(n, threadIdx.x)) ll_put_dispatch(c, a, n, half, dispatch_totals(state), threadIdx.x);
   WEFT_TRACE_MARK(publish);
 }
 
 // Grid: any number of blocks of kLlThreads. Every block waits for the counts of every (local
-// expert, source rank) pair (a thread each) and lays the rows out in shared memory: the pairs'
+// expert, source rank) pair (a thread each: the tagged word a rank of this node stored, or the
+// row a rank of another node put, once its signal counts every put of the call) and lays the rows out in shared memory: the pairs'
 // messages in (expert, source) order are the experts' rows in order. The payloads of all rows
 // are one stream split evenly over the grid's warps; a warp also copies the source index and
 // the scales (to the column-major `[expert][scale][row]`) of the rows that start in its share.
 // Block 0 writes the counts and the layout ranges.
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_recv(EpContext c, EpLlDispatchArgs a) {
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_dispatch_recv(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv);
   ll_kernel_begin();
   __shared__ uint32_t starts[kLlMaxExperts + 1];  // first row of each (local expert, source) pair
@@ -266,10 +313,18 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1) weft_ep_ll_dispatch_
   const uint32_t rows = c.ranks * a.max_tokens, pairs = a.experts;
   const uint32_t payload_bytes = a.fp8 != 0 ? a.hidden : 2 * a.hidden, scales = a.fp8 != 0 ? a.hidden / 128 : 0;
   bool ok = true;
+  const uint32_t local = a.experts / c.ranks;
   for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const uint64_t* count = at<uint64_t>(c, c.rank, a.signal_offset) + uint64_t(half) * a.experts + p;
+    const uint32_t src = p % c.ranks, le = p / c.ranks;
     const uint64_t want = (sequence + 1) << 32;
-    const uint64_t seen = acquire_at_least(count, want, c, p % c.ranks, WaitOp::EpLlCount);
+    uint64_t seen = 0;
+    if (!ll_remote(n, src)) {
+      const uint64_t* count = at<uint64_t>(c, c.rank, a.signal_offset) + uint64_t(half) * a.experts + p;
+      seen = acquire_at_least(count, want, c, src, WaitOp::EpLlCount);
+    } else if (ll_wait_remote(c, n, src, kLlDispatchSignal, sequence + 1, local + 1, WaitOp::EpLlCount)) {
+      const uint64_t* row = at<uint64_t>(c, c.rank, n.counts_in_offset) + uint64_t(half) * a.experts + uint64_t(src) * local;
+      seen = *reinterpret_cast<const volatile uint64_t*>(row + le);
+    }
     ok &= seen >= want;
     starts[p] = uint32_t(seen);
   }

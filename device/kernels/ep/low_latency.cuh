@@ -18,11 +18,20 @@
 // The kernels may be launched as programmatic dependents of the previous kernel on the stream:
 // each first waits for that grid (ll_kernel_begin) and lets the next one be scheduled once its
 // own work is issued (ll_release_dependents).
+//
+// Between nodes (docs/ep.md, "Low latency between nodes") the same kernels reach the ranks of
+// other nodes through weft::Gin: what goes there is stored into this rank's send regions
+// instead of the peer's receive regions, and after finish_phase one thread per such rank puts
+// the runs and raises that rank's signal of the phase once per put (a bare signal where a run
+// is empty), all on the signal's connection, so nothing waits for the network. The receiver
+// waits until the peer's share of the signal counts every put of the call, which covers their
+// data. On one node EpLlNet's handle is zero: no rank is remote and nothing here runs.
 #pragma once
 #include <cuda_fp8.h>
 
 #include "common.cuh"
 #include "sum_rows.cuh"
+#include "weft/gin.cuh"
 
 /// Threads of a low-latency block.
 constexpr uint32_t kLlThreads = 512;
@@ -42,6 +51,20 @@ constexpr uint32_t kLlHeaderBytes = 16;
 /// the dispatch receive's local copy; 4 KiB for the combine send, whose peer addresses need
 /// more registers (16 spill) and whose bytes are bound by NVLink, not by round trips.
 constexpr uint32_t kLlCopyUnroll = 8, kLlSendUnroll = 8;
+
+/// The device communicator's signal of each phase that puts (weft-ep's `LL_SIGNALS`).
+constexpr uint32_t kLlDispatchSignal = 0, kLlCombineSignal = 1;
+
+/// Whether rank `r` is on another node (reached by puts; its buffer is not mapped here).
+__device__ __forceinline__ bool ll_remote(const EpLlNet& n, uint32_t r) { return gin_is_proxy_peer(n.gin, r); }
+
+/// Waits (bounded, acquire) until rank `r` of another node raised this rank's signal `signal`
+/// `puts` times per call for `calls` calls (the phase's sequence + 1): every put of its call
+/// has landed. The failure names `r` and `op`. Called by: any thread.
+__device__ __forceinline__ bool ll_wait_remote(const EpContext& c, const EpLlNet& n, uint32_t r, uint32_t signal,
+                                               uint64_t calls, uint64_t puts, WaitOp op) {
+  return acquire_at_least(gin_proxy_signal_word(n.gin, r, signal), calls * puts, c, r, op) >= calls * puts;
+}
 
 /// The start of every low-latency kernel, before it touches memory: waits for the previous
 /// grid on the stream to end (a no-op unless this one was launched early). Called by: every

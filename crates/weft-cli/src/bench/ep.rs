@@ -103,60 +103,71 @@ fn measure_rank(
     let comm = Communicator::new(bootstrap, device.clone(), env.clone())?;
     let stream = Stream::new(&device)?;
     let ranks = comm.world_size();
-    let buffer = Buffer::new(&comm, nvl_bytes_hint(options.tokens, options.hidden, options.topk, ranks), 0)?;
     let start_line = StartLine::new(&comm)?;
     let mut lines = Vec::new();
-    for fp8 in [true, false] {
-        for &sms in &options.sms {
-            let case = EpCase {
-                name: format!("{} {sms} SMs", if fp8 { "FP8" } else { "BF16" }),
-                tokens: vec![options.tokens; ranks],
-                hidden: options.hidden,
-                topk: options.topk,
-                experts: options.experts,
-                hot: 0..options.experts,
-                drop_one_in: 0,
-                fp8,
-                num_sms: sms,
-                biases: 0,
-                expert_alignment: 1,
-                seed: 0xbe_0000 + sms as u64,
-            };
-            if options.check {
-                harness::check_case(&comm, &case)?;
-            }
-            let inputs = DeviceInputs::upload(&device, &case, rank, &case.inputs(rank))?;
-            let mut dispatched = harness::dispatch(&buffer, &case, &inputs, &stream)?;
-            let rows = dispatched.rows();
-            let bf16_bytes = (rows * options.hidden * 2) as f64;
-            let payload = if fp8 { "fp8" } else { "bf16" };
-            buffer.take_trace()?; // the check's and the first dispatch's records
-            let us = time(&comm, &stream, &start_line, || {
-                harness::cached_dispatch(&buffer, &case, &inputs, &mut dispatched, None, &stream)
-            })?;
-            write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-dispatch"))?;
-            let bytes = if fp8 { bf16_bytes * (1.0 + 4.0 / 128.0) / 2.0 } else { bf16_bytes };
-            lines.push(EpLine { rank, op: "dispatch", payload, sms, recv_tokens: rows, us, gbps: bytes / us / 1e3 });
-            if !fp8 {
-                let mut tensors = CombineTensors::new(&device, &case, (rows, None), &[], options.tokens)?;
+    // Between nodes only the low-latency mode exists (docs/ep.md, "Low latency between nodes").
+    if !comm.topology().spans_nodes() {
+        let buffer = Buffer::new(&comm, nvl_bytes_hint(options.tokens, options.hidden, options.topk, ranks), 0)?;
+        for fp8 in [true, false] {
+            for &sms in &options.sms {
+                let case = EpCase {
+                    name: format!("{} {sms} SMs", if fp8 { "FP8" } else { "BF16" }),
+                    tokens: vec![options.tokens; ranks],
+                    hidden: options.hidden,
+                    topk: options.topk,
+                    experts: options.experts,
+                    hot: 0..options.experts,
+                    drop_one_in: 0,
+                    fp8,
+                    num_sms: sms,
+                    biases: 0,
+                    expert_alignment: 1,
+                    seed: 0xbe_0000 + sms as u64,
+                };
+                if options.check {
+                    harness::check_case(&comm, &case)?;
+                }
+                let inputs = DeviceInputs::upload(&device, &case, rank, &case.inputs(rank))?;
+                let mut dispatched = harness::dispatch(&buffer, &case, &inputs, &stream)?;
+                let rows = dispatched.rows();
+                let bf16_bytes = (rows * options.hidden * 2) as f64;
+                let payload = if fp8 { "fp8" } else { "bf16" };
+                buffer.take_trace()?; // the check's and the first dispatch's records
                 let us = time(&comm, &stream, &start_line, || {
-                    harness::combine(&buffer, &case, &dispatched, &mut tensors, &stream)
+                    harness::cached_dispatch(&buffer, &case, &inputs, &mut dispatched, None, &stream)
                 })?;
-                write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-combine"))?;
+                write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-dispatch"))?;
+                let bytes = if fp8 { bf16_bytes * (1.0 + 4.0 / 128.0) / 2.0 } else { bf16_bytes };
                 lines.push(EpLine {
                     rank,
-                    op: "combine",
+                    op: "dispatch",
                     payload,
                     sms,
                     recv_tokens: rows,
                     us,
-                    gbps: bf16_bytes / us / 1e3,
+                    gbps: bytes / us / 1e3,
                 });
+                if !fp8 {
+                    let mut tensors = CombineTensors::new(&device, &case, (rows, None), &[], options.tokens)?;
+                    let us = time(&comm, &stream, &start_line, || {
+                        harness::combine(&buffer, &case, &dispatched, &mut tensors, &stream)
+                    })?;
+                    write_trace(options, &comm, &buffer, &format!("ep-{payload}-{sms}sm-combine"))?;
+                    lines.push(EpLine {
+                        rank,
+                        op: "combine",
+                        payload,
+                        sms,
+                        recv_tokens: rows,
+                        us,
+                        gbps: bf16_bytes / us / 1e3,
+                    });
+                }
+                comm.barrier()?;
             }
-            comm.barrier()?;
         }
+        drop(buffer);
     }
-    drop(buffer);
     if options.ll_tokens > 0 {
         lines.extend(measure_low_latency(&comm, &stream, &start_line, options)?);
     }
@@ -188,7 +199,7 @@ fn measure_low_latency(
     };
     let mut lines = Vec::new();
     // The buffer's size does not depend on the SM count.
-    let buffer = Buffer::new(comm, 0, case(weft_ep::DEFAULT_NUM_SMS).rdma_bytes())?;
+    let buffer = Buffer::new(comm, 0, case(weft_ep::DEFAULT_NUM_SMS).rdma_bytes(comm))?;
     for &sms in &options.sms {
         let case = case(sms);
         if options.check {

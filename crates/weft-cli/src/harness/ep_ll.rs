@@ -9,7 +9,7 @@ use weft_ep::model::{self, RoutingSpec};
 use weft_ep::raw::RoutingShape;
 use weft_ep::typed::ScaleStrides;
 use weft_ep::typed_low_latency::{LlCombineSource, LlDispatchSource, LlDispatchTarget, LlHandle, LlRowsMut};
-use weft_ep::{Buffer, Config, EpError, low_latency_rdma_size_hint};
+use weft_ep::{Buffer, Config, EpError, low_latency_net_bytes_hint, low_latency_rdma_size_hint};
 use weft_gpu::{Device, DeviceBuffer, GpuError, Stream};
 
 use super::ep::{POISON, PayloadRows, bf16_bits, compare, download, poisoned, upload};
@@ -78,9 +78,14 @@ impl LlCase {
         model::LlShape { ranks: self.tokens.len(), experts: self.experts, topk: self.topk, max_tokens: self.max_tokens }
     }
 
-    /// The low-latency bytes a buffer needs for this case.
-    pub(crate) fn rdma_bytes(&self) -> usize {
-        low_latency_rdma_size_hint(self.max_tokens, self.hidden, self.tokens.len(), self.experts)
+    /// The low-latency bytes a buffer on `comm` needs for this case (more when the group spans
+    /// nodes: the send regions of the path between them).
+    pub(crate) fn rdma_bytes(&self, comm: &Communicator) -> usize {
+        if comm.topology().spans_nodes() {
+            low_latency_net_bytes_hint(self.max_tokens, self.hidden, self.experts)
+        } else {
+            low_latency_rdma_size_hint(self.max_tokens, self.hidden, self.tokens.len(), self.experts)
+        }
     }
 }
 
@@ -221,7 +226,7 @@ pub(crate) fn check_ll_case(comm: &Communicator, case: &LlCase) -> Result<(), St
         bf16_bits(&model::ll_combine(case.model_shape(), &received, &x, &idx, &weights, case.hidden)[rank]);
     let mine = &received[rank];
     let (local, rows) = (case.experts / ranks, ranks * case.max_tokens);
-    let buffer = Buffer::new(comm, 0, case.rdma_bytes()).map_err(|e| err(&e))?;
+    let buffer = Buffer::new(comm, 0, case.rdma_bytes(comm)).map_err(|e| err(&e))?;
     let mut tensors = LlTensors::new(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
     let row_bytes = if case.fp8 { case.hidden } else { 2 * case.hidden };
     let scales = if case.fp8 { case.hidden / 128 } else { 0 };

@@ -1,12 +1,18 @@
 //! `weft selftest --only ep`: weft-ep's normal-mode calls on every rank against its CPU model,
 //! element by element (`harness::ep::check_case`, `harness::ep_ll::check_ll_case`), over cases
-//! chosen to reach the corners.
+//! chosen to reach the corners; then the low-latency cases again with the ranks split into two
+//! virtual nodes (`WEFT_RANKS_PER_NODE`) joined by the emulated NIC in chaos mode, at three
+//! seeds, so the kernels' puts and signals between nodes are checked against the same model.
 
-use weft_core::Communicator;
+use std::sync::Arc;
+
+use weft_core::env::vars::WEFT_EMU_NET_CHAOS;
+use weft_core::{Communicator, Env};
 
 use super::report::RankReport;
 use crate::harness::ep::{self as harness, EpCase};
 use crate::harness::ep_ll::{LlCase, check_ll_case};
+use crate::harness::gin_backend::{CHAOS_SEED, GinBackend};
 
 /// The cases, for `ranks` ranks: uneven token counts, FP8 with strided scales, routing skewed
 /// onto one rank's experts (the other ranks and experts receive nothing), dropped top-k slots,
@@ -96,8 +102,9 @@ fn ll_cases(ranks: usize) -> Vec<LlCase> {
     vec![decode, few, rounded]
 }
 
-/// Runs every case on this rank and records one outcome per case.
-pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
+/// Runs every case on this rank and records one outcome per case; then, on two virtual nodes,
+/// the low-latency cases at each of [`net_seeds`] (see [`between_nodes`]).
+pub(crate) fn run(comm: &Communicator, base: &Env, label: &str, report: &mut RankReport) {
     let ranks = comm.world_size();
     let normal = cases(ranks, comm.shares_gpu())
         .into_iter()
@@ -105,18 +112,80 @@ pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
     let low_latency = ll_cases(ranks)
         .into_iter()
         .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| check_ll_case(c, &case)) as Check));
-    for (name, check) in normal.chain(low_latency) {
+    if !run_checks(comm, &format!("{label}ep: "), normal.chain(low_latency), report) {
+        return;
+    }
+    between_nodes(comm, base, label, report);
+}
+
+/// Runs `checks` in order on `comm`, recording `{prefix}{name} on {ranks} ranks` for each, with
+/// a barrier after each; false if a barrier or the clearing of a failure failed (the rest of
+/// the step cannot run).
+fn run_checks(
+    comm: &Communicator,
+    prefix: &str,
+    checks: impl Iterator<Item = (String, Check)>,
+    report: &mut RankReport,
+) -> bool {
+    let ranks = comm.world_size();
+    for (name, check) in checks {
         let result = check(comm);
         let failed = result.is_err();
-        report.record(format!("{label}ep: {name} on {ranks} ranks"), result);
+        report.record(format!("{prefix}{name} on {ranks} ranks"), result);
         if let Err(e) = comm.barrier() {
-            report.record(format!("{label}ep: barrier after {name}"), Err(e.to_string()));
-            return;
+            report.record(format!("{prefix}barrier after {name}"), Err(e.to_string()));
+            return false;
         }
         // A wait that gave up stays recorded and would end every later wait at once: the
         // failure is reported above, and every rank's kernels have ended (the barrier).
         if failed && let Err(e) = comm.clear_device_failure() {
-            report.record(format!("{label}ep: clearing the failure of {name}"), Err(e.to_string()));
+            report.record(format!("{prefix}clearing the failure of {name}"), Err(e.to_string()));
+            return false;
+        }
+    }
+    true
+}
+
+/// The chaos seeds of the runs between nodes: `WEFT_EMU_NET_CHAOS` when set (a number), else
+/// [`CHAOS_SEED`], and the next two.
+fn net_seeds(base: &Env) -> Vec<u64> {
+    let first = base.var(&WEFT_EMU_NET_CHAOS).and_then(|v| v.trim().parse().ok()).unwrap_or(CHAOS_SEED);
+    (0..3).map(|i| first.wrapping_add(i)).collect()
+}
+
+/// The environment of a run between nodes: `base` with `ranks` split into two virtual nodes
+/// joined by the emulated NIC delivering out of order with `seed`.
+fn net_env(base: &Env, ranks: usize, seed: u64) -> Env {
+    let mut env = GinBackend::Chaos.env(base);
+    env.set_var(&WEFT_EMU_NET_CHAOS, seed.to_string());
+    env.ranks_per_node = Some(ranks / 2);
+    env
+}
+
+/// The low-latency cases with the ranks split into two virtual nodes (ranks 0..R/2 and
+/// R/2..R; one rank per node on 2 ranks, ranks sharing GPUs as the run has them), over the
+/// emulated NIC in chaos mode, once per seed of [`net_seeds`]: each on a sub-communicator of
+/// this one's bootstrap and device. Needs an even number of ranks.
+fn between_nodes(comm: &Communicator, base: &Env, label: &str, report: &mut RankReport) {
+    let ranks = comm.world_size();
+    if ranks < 2 || !ranks.is_multiple_of(2) {
+        report.skip(format!("{label}ep between 2 nodes: needs an even number of ranks, the run has {ranks}"));
+        return;
+    }
+    for seed in net_seeds(base) {
+        let env = net_env(base, ranks, seed);
+        let prefix = format!("{label}ep between 2 nodes x {} (emulated NIC, chaos seed {seed}): ", ranks / 2);
+        let sub = match Communicator::new(Arc::clone(comm.bootstrap()), comm.device().clone(), env) {
+            Ok(sub) => sub,
+            Err(e) => {
+                report.record(format!("{prefix}communicator set-up"), Err(e));
+                return;
+            }
+        };
+        let checks = ll_cases(ranks)
+            .into_iter()
+            .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| check_ll_case(c, &case)) as Check));
+        if !run_checks(&sub, &prefix, checks, report) {
             return;
         }
     }
@@ -124,3 +193,39 @@ pub(crate) fn run(comm: &Communicator, label: &str, report: &mut RankReport) {
 
 /// One case's check on this rank.
 type Check = Box<dyn Fn(&Communicator) -> Result<(), String>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runs_between_nodes_take_three_seeds_from_the_environment_or_the_fixed_one() {
+        assert_eq!(net_seeds(&Env::default()), vec![CHAOS_SEED, CHAOS_SEED + 1, CHAOS_SEED + 2]);
+        let mut chosen = Env::default();
+        chosen.set_var(&WEFT_EMU_NET_CHAOS, "17");
+        assert_eq!(net_seeds(&chosen), vec![17, 18, 19]);
+    }
+
+    #[test]
+    fn a_run_between_nodes_splits_the_ranks_in_two_over_the_emulated_nic_in_chaos_mode() {
+        for (ranks, per_node) in [(2, 1), (4, 2), (8, 4)] {
+            let env = net_env(&Env::default(), ranks, 99);
+            assert_eq!(env.ranks_per_node, Some(per_node));
+            assert!(env.emulated_net.is_some());
+            assert_eq!(env.var(&WEFT_EMU_NET_CHAOS), Some("99"));
+        }
+    }
+
+    /// The cases between nodes are the low-latency ones: their experts split evenly over the
+    /// ranks, and every shape fits the buffer a proxy command can address (4 GiB).
+    #[test]
+    fn the_low_latency_cases_fit_the_device_communicators_heap() {
+        for ranks in [2, 4, 8] {
+            for case in ll_cases(ranks) {
+                assert!(case.experts.is_multiple_of(ranks), "{}", case.name);
+                let bytes = weft_ep::low_latency_net_bytes_hint(case.max_tokens, case.hidden, case.experts);
+                assert!(bytes < 4 << 30, "{}: {bytes} bytes", case.name);
+            }
+        }
+    }
+}

@@ -136,7 +136,7 @@ fn run(
         super::tcp::run(&comm, &library, label, report);
     }
     if steps.contains(&Step::Ep) {
-        super::ep::run(&comm, label, report);
+        super::ep::run(&comm, env, label, report);
     }
     if steps.contains(&Step::Gin) {
         super::gin::run(&comm, label, report);

@@ -31,6 +31,26 @@ pub struct LlReceived {
     pub src_rank: Vec<usize>,
 }
 
+impl LlReceived {
+    /// Nothing received yet: `local` experts, rows for `ranks` sources of `max_tokens` each.
+    pub(super) fn empty(local: usize, ranks: usize, max_tokens: usize) -> Self {
+        let rows = ranks * max_tokens;
+        Self {
+            recv_count: vec![0; local],
+            src_info: vec![0; local * rows],
+            layout_range: vec![0; local * ranks],
+            src_rank: vec![0; local * rows],
+        }
+    }
+
+    /// Appends token `t` of rank `src` as row `*next` of local expert `le` (of `rows`).
+    pub(super) fn push_row(&mut self, le: usize, rows: usize, next: &mut usize, src: usize, t: i32) {
+        self.src_info[le * rows + *next] = t;
+        self.src_rank[le * rows + *next] = src;
+        *next += 1;
+    }
+}
+
 /// The low-latency dispatch of every rank's `topk_idx` (`[tokens][topk]`, entry r is rank r's).
 pub fn ll_dispatch(shape: LlShape, topk_idx: &[&[i64]]) -> Vec<LlReceived> {
     let LlShape { ranks, experts, topk, max_tokens } = shape;
@@ -38,12 +58,7 @@ pub fn ll_dispatch(shape: LlShape, topk_idx: &[&[i64]]) -> Vec<LlReceived> {
     let rows = ranks * max_tokens;
     (0..ranks)
         .map(|me| {
-            let mut out = LlReceived {
-                recv_count: vec![0; local],
-                src_info: vec![0; local * rows],
-                layout_range: vec![0; local * ranks],
-                src_rank: vec![0; local * rows],
-            };
+            let mut out = LlReceived::empty(local, ranks, max_tokens);
             for le in 0..local {
                 let e = (me * local + le) as i64;
                 let mut next = 0usize;
@@ -51,9 +66,7 @@ pub fn ll_dispatch(shape: LlShape, topk_idx: &[&[i64]]) -> Vec<LlReceived> {
                     let begin = next;
                     for t in 0..idx.len() / topk {
                         if idx[t * topk..(t + 1) * topk].contains(&e) {
-                            out.src_info[le * rows + next] = t as i32;
-                            out.src_rank[le * rows + next] = s;
-                            next += 1;
+                            out.push_row(le, rows, &mut next, s, t as i32);
                         }
                     }
                     out.layout_range[le * ranks + s] = ((begin as i64) << 32) | (next - begin) as i64;

@@ -7,6 +7,7 @@ mod combine;
 mod dispatch;
 mod fp8;
 mod layout;
+mod ll_net;
 mod low_latency;
 mod random;
 
@@ -14,6 +15,7 @@ pub use combine::{CombineInput, Combined, combine};
 pub use dispatch::{DispatchShape, RankRouting, Received, channel_range, dispatch};
 pub use fp8::{CHANNELS_PER_SCALE, Fp8Token, dequantize, e4m3_from_f32, e4m3_to_f32, quantize_token};
 pub use layout::{Layout, dispatch_layout};
+pub use ll_net::{ll_combine_net, ll_dispatch_net};
 pub use low_latency::{LlReceived, LlShape, ll_combine, ll_dispatch};
 pub use random::{RoutingSpec, SplitMix, random_routing};
 

@@ -327,3 +327,57 @@ fn round_scale_takes_the_power_of_two_at_or_above() {
     x[0] = 448.0 * 2.000_001;
     assert_eq!(quantize_token(&x, true).scales[0], 4.0);
 }
+
+/// The world's routing with some slots naming the expert of the slot before (a token reaches
+/// such an expert once, and each of those slots adds its row with its own weight).
+fn with_repeated_slots(w: &World, seed: u64) -> Vec<Vec<i64>> {
+    let mut rng = SplitMix::new(seed);
+    let topk = w.shape.topk;
+    w.topk_idx
+        .iter()
+        .map(|idx| {
+            let mut idx = idx.clone();
+            for i in (0..idx.len()).filter(|i| i % topk != 0) {
+                if rng.below(6) == 0 {
+                    idx[i] = idx[i - 1];
+                }
+            }
+            idx
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn ll_dispatch_and_combine_between_nodes_match_the_one_node_model(
+        w in world(),
+        hidden in prop::sample::select(vec![128usize, 384]),
+        fp8 in any::<bool>(),
+        ranks_per_node in 1usize..=8,
+        seed in any::<u64>(),
+    ) {
+        let DispatchShape { ranks, experts, topk, .. } = w.shape;
+        let max_tokens = (0..ranks).map(|r| w.tokens(r)).max().unwrap_or(0).max(1);
+        let shape = LlShape { ranks, experts, topk, max_tokens };
+        let routing = with_repeated_slots(&w, seed);
+        let idx: Vec<&[i64]> = routing.iter().map(|v| v.as_slice()).collect();
+        let received = ll_dispatch(shape, &idx);
+        let weights: Vec<&[f32]> = w.weights.iter().map(|v| v.as_slice()).collect();
+        let (local, rows) = (experts / ranks, ranks * max_tokens);
+        let xs: Vec<Vec<bf16>> = (0..ranks)
+            .map(|me| (0..local * rows * hidden).map(|i| bf16::from_f32(((me * 7 + i * 5) % 29) as f32 * 0.125 - 1.5)).collect())
+            .collect();
+        let x: Vec<&[bf16]> = xs.iter().map(|v| v.as_slice()).collect();
+        let combined = ll_combine(shape, &received, &x, &idx, &weights, hidden);
+        // Three delivery orders of the same puts (the emulated NIC's chaos mode reorders writes).
+        for order in 0..3u64 {
+            let order_seed = seed ^ order.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let net = ll_dispatch_net(shape, ranks_per_node, hidden, fp8, &idx, order_seed);
+            prop_assert_eq!(net.as_ref(), Ok(&received));
+            let net = ll_combine_net(shape, ranks_per_node, &received, &x, &idx, &weights, hidden, order_seed);
+            let bits = |v: &Vec<Vec<bf16>>| v.iter().map(|r| r.iter().map(|b| b.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>();
+            prop_assert_eq!(net.map(|v| bits(&v)), Ok(bits(&combined)));
+        }
+    }
+}

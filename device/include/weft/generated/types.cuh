@@ -507,6 +507,58 @@ static_assert(WEFT_OFFSETOF(ExecContext, port_fences) == 200, "rust: offsetof(Ex
 static_assert(WEFT_OFFSETOF(ExecContext, port_peer_mask) == 208, "rust: offsetof(ExecContext, port_peer_mask) == 208");
 static_assert(WEFT_OFFSETOF(ExecContext, reserved) == 212, "rust: offsetof(ExecContext, reserved) == 212");
 
+///  A GIN device communicator (`weft_gin::DevComm`). This rank's heap holds, at offset 0,
+struct alignas(8) DevCommHandle {
+  uint64_t heap;  ///<  This rank's heap (device address).
+  uint64_t peer_heaps;  ///<  `uint64_t[world]`: rank r's heap mapped here, 0 for a proxy peer (entry `rank`: this heap).
+  uint64_t windows;  ///<  `uint64_t[2 * window_count]`: window w's offset in the heap and its bytes (same on every rank).
+  uint64_t ports;  ///<  `PortChannelDeviceHandle[world * (signal_slots + 1)]`: entry `peer * (signal_slots + 1) + c` is connection c to a proxy peer (c < signal_slots carries signal c, the last puts without a signal); zero for LSA peers.
+  uint64_t state;  ///<  The local state (see above).
+  uint64_t lsa_ranks;  ///<  `uint32_t[lsa_size]`: the world rank of each member of this rank's LSA team.
+  uint64_t rail_ranks;  ///<  `uint32_t[rail_size]`: the world rank of each member of this rank's rail team.
+  uint64_t proxy_mask;  ///<  Bit r set: rank r is reached through the proxy.
+  WaitContext wait;  ///<  Error record and bound of every wait.
+  uint32_t rank;  ///<  This rank.
+  uint32_t world;  ///<  Ranks of the communicator.
+  uint32_t lsa_rank;  ///<  This rank's index in its LSA team.
+  uint32_t lsa_size;  ///<  Ranks of this rank's LSA team (its node).
+  uint32_t rail_rank;  ///<  This rank's index in its rail team.
+  uint32_t rail_size;  ///<  Ranks of this rank's rail team (the same local rank on every node).
+  uint32_t signals;  ///<  User signals (indices `0..signals`).
+  uint32_t signal_slots;  ///<  Signal slots: user signals plus one per barrier.
+  uint32_t counters;  ///<  Counters.
+  uint32_t world_barriers;  ///<  World barriers.
+  uint32_t lsa_barriers;  ///<  LSA barriers.
+  uint32_t window_count;  ///<  Windows.
+  uint32_t staging_offset;  ///<  Offset of the put_value staging area in the heap.
+  uint32_t reserved;  ///<  Zero.
+};
+static_assert(sizeof(DevCommHandle) == 144, "rust: sizeof(DevCommHandle) == 144");
+static_assert(alignof(DevCommHandle) == 8, "rust: alignof(DevCommHandle) == 8");
+static_assert(WEFT_OFFSETOF(DevCommHandle, heap) == 0, "rust: offsetof(DevCommHandle, heap) == 0");
+static_assert(WEFT_OFFSETOF(DevCommHandle, peer_heaps) == 8, "rust: offsetof(DevCommHandle, peer_heaps) == 8");
+static_assert(WEFT_OFFSETOF(DevCommHandle, windows) == 16, "rust: offsetof(DevCommHandle, windows) == 16");
+static_assert(WEFT_OFFSETOF(DevCommHandle, ports) == 24, "rust: offsetof(DevCommHandle, ports) == 24");
+static_assert(WEFT_OFFSETOF(DevCommHandle, state) == 32, "rust: offsetof(DevCommHandle, state) == 32");
+static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_ranks) == 40, "rust: offsetof(DevCommHandle, lsa_ranks) == 40");
+static_assert(WEFT_OFFSETOF(DevCommHandle, rail_ranks) == 48, "rust: offsetof(DevCommHandle, rail_ranks) == 48");
+static_assert(WEFT_OFFSETOF(DevCommHandle, proxy_mask) == 56, "rust: offsetof(DevCommHandle, proxy_mask) == 56");
+static_assert(WEFT_OFFSETOF(DevCommHandle, wait) == 64, "rust: offsetof(DevCommHandle, wait) == 64");
+static_assert(WEFT_OFFSETOF(DevCommHandle, rank) == 88, "rust: offsetof(DevCommHandle, rank) == 88");
+static_assert(WEFT_OFFSETOF(DevCommHandle, world) == 92, "rust: offsetof(DevCommHandle, world) == 92");
+static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_rank) == 96, "rust: offsetof(DevCommHandle, lsa_rank) == 96");
+static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_size) == 100, "rust: offsetof(DevCommHandle, lsa_size) == 100");
+static_assert(WEFT_OFFSETOF(DevCommHandle, rail_rank) == 104, "rust: offsetof(DevCommHandle, rail_rank) == 104");
+static_assert(WEFT_OFFSETOF(DevCommHandle, rail_size) == 108, "rust: offsetof(DevCommHandle, rail_size) == 108");
+static_assert(WEFT_OFFSETOF(DevCommHandle, signals) == 112, "rust: offsetof(DevCommHandle, signals) == 112");
+static_assert(WEFT_OFFSETOF(DevCommHandle, signal_slots) == 116, "rust: offsetof(DevCommHandle, signal_slots) == 116");
+static_assert(WEFT_OFFSETOF(DevCommHandle, counters) == 120, "rust: offsetof(DevCommHandle, counters) == 120");
+static_assert(WEFT_OFFSETOF(DevCommHandle, world_barriers) == 124, "rust: offsetof(DevCommHandle, world_barriers) == 124");
+static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_barriers) == 128, "rust: offsetof(DevCommHandle, lsa_barriers) == 128");
+static_assert(WEFT_OFFSETOF(DevCommHandle, window_count) == 132, "rust: offsetof(DevCommHandle, window_count) == 132");
+static_assert(WEFT_OFFSETOF(DevCommHandle, staging_offset) == 136, "rust: offsetof(DevCommHandle, staging_offset) == 136");
+static_assert(WEFT_OFFSETOF(DevCommHandle, reserved) == 140, "rust: offsetof(DevCommHandle, reserved) == 140");
+
 ///  One rank's EP buffers: every rank's buffer as this GPU addresses it, and where each region
 struct alignas(8) EpContext {
   uint64_t peers[8];  ///<  Rank r's EP buffer (entry `rank`: this rank's own), 0 past `ranks`.
@@ -773,56 +825,20 @@ static_assert(WEFT_OFFSETOF(EpLlCombineArgs, experts) == 92, "rust: offsetof(EpL
 static_assert(WEFT_OFFSETOF(EpLlCombineArgs, max_tokens) == 96, "rust: offsetof(EpLlCombineArgs, max_tokens) == 96");
 static_assert(WEFT_OFFSETOF(EpLlCombineArgs, reserved) == 100, "rust: offsetof(EpLlCombineArgs, reserved) == 100");
 
-///  A GIN device communicator (`weft_gin::DevComm`). This rank's heap holds, at offset 0,
-struct alignas(8) DevCommHandle {
-  uint64_t heap;  ///<  This rank's heap (device address).
-  uint64_t peer_heaps;  ///<  `uint64_t[world]`: rank r's heap mapped here, 0 for a proxy peer (entry `rank`: this heap).
-  uint64_t windows;  ///<  `uint64_t[2 * window_count]`: window w's offset in the heap and its bytes (same on every rank).
-  uint64_t ports;  ///<  `PortChannelDeviceHandle[world * (signal_slots + 1)]`: entry `peer * (signal_slots + 1) + c` is connection c to a proxy peer (c < signal_slots carries signal c, the last puts without a signal); zero for LSA peers.
-  uint64_t state;  ///<  The local state (see above).
-  uint64_t lsa_ranks;  ///<  `uint32_t[lsa_size]`: the world rank of each member of this rank's LSA team.
-  uint64_t rail_ranks;  ///<  `uint32_t[rail_size]`: the world rank of each member of this rank's rail team.
-  uint64_t proxy_mask;  ///<  Bit r set: rank r is reached through the proxy.
-  WaitContext wait;  ///<  Error record and bound of every wait.
-  uint32_t rank;  ///<  This rank.
-  uint32_t world;  ///<  Ranks of the communicator.
-  uint32_t lsa_rank;  ///<  This rank's index in its LSA team.
-  uint32_t lsa_size;  ///<  Ranks of this rank's LSA team (its node).
-  uint32_t rail_rank;  ///<  This rank's index in its rail team.
-  uint32_t rail_size;  ///<  Ranks of this rank's rail team (the same local rank on every node).
-  uint32_t signals;  ///<  User signals (indices `0..signals`).
-  uint32_t signal_slots;  ///<  Signal slots: user signals plus one per barrier.
-  uint32_t counters;  ///<  Counters.
-  uint32_t world_barriers;  ///<  World barriers.
-  uint32_t lsa_barriers;  ///<  LSA barriers.
-  uint32_t window_count;  ///<  Windows.
-  uint32_t staging_offset;  ///<  Offset of the put_value staging area in the heap.
-  uint32_t reserved;  ///<  Zero.
+///  The low-latency kernels' path to the ranks of other nodes (docs/ep.md, "Low latency
+struct alignas(8) EpLlNet {
+  DevCommHandle gin;  ///<  Its `proxy_mask` names the ranks reached through puts; the rest are stored to.
+  uint64_t dispatch_send_offset;  ///<  Two halves of `[expert][max_tokens]` messages to experts of other nodes.
+  uint64_t combine_send_offset;  ///<  Two halves of `[local expert][ranks * max_tokens]` rows to tokens of other nodes.
+  uint64_t counts_in_offset;  ///<  Two halves of `uint64_t[ranks][local experts]` counts from ranks of other nodes.
+  uint64_t counts_out_offset;  ///<  Two halves of `uint64_t[ranks][local experts]` counts for ranks of other nodes.
 };
-static_assert(sizeof(DevCommHandle) == 144, "rust: sizeof(DevCommHandle) == 144");
-static_assert(alignof(DevCommHandle) == 8, "rust: alignof(DevCommHandle) == 8");
-static_assert(WEFT_OFFSETOF(DevCommHandle, heap) == 0, "rust: offsetof(DevCommHandle, heap) == 0");
-static_assert(WEFT_OFFSETOF(DevCommHandle, peer_heaps) == 8, "rust: offsetof(DevCommHandle, peer_heaps) == 8");
-static_assert(WEFT_OFFSETOF(DevCommHandle, windows) == 16, "rust: offsetof(DevCommHandle, windows) == 16");
-static_assert(WEFT_OFFSETOF(DevCommHandle, ports) == 24, "rust: offsetof(DevCommHandle, ports) == 24");
-static_assert(WEFT_OFFSETOF(DevCommHandle, state) == 32, "rust: offsetof(DevCommHandle, state) == 32");
-static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_ranks) == 40, "rust: offsetof(DevCommHandle, lsa_ranks) == 40");
-static_assert(WEFT_OFFSETOF(DevCommHandle, rail_ranks) == 48, "rust: offsetof(DevCommHandle, rail_ranks) == 48");
-static_assert(WEFT_OFFSETOF(DevCommHandle, proxy_mask) == 56, "rust: offsetof(DevCommHandle, proxy_mask) == 56");
-static_assert(WEFT_OFFSETOF(DevCommHandle, wait) == 64, "rust: offsetof(DevCommHandle, wait) == 64");
-static_assert(WEFT_OFFSETOF(DevCommHandle, rank) == 88, "rust: offsetof(DevCommHandle, rank) == 88");
-static_assert(WEFT_OFFSETOF(DevCommHandle, world) == 92, "rust: offsetof(DevCommHandle, world) == 92");
-static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_rank) == 96, "rust: offsetof(DevCommHandle, lsa_rank) == 96");
-static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_size) == 100, "rust: offsetof(DevCommHandle, lsa_size) == 100");
-static_assert(WEFT_OFFSETOF(DevCommHandle, rail_rank) == 104, "rust: offsetof(DevCommHandle, rail_rank) == 104");
-static_assert(WEFT_OFFSETOF(DevCommHandle, rail_size) == 108, "rust: offsetof(DevCommHandle, rail_size) == 108");
-static_assert(WEFT_OFFSETOF(DevCommHandle, signals) == 112, "rust: offsetof(DevCommHandle, signals) == 112");
-static_assert(WEFT_OFFSETOF(DevCommHandle, signal_slots) == 116, "rust: offsetof(DevCommHandle, signal_slots) == 116");
-static_assert(WEFT_OFFSETOF(DevCommHandle, counters) == 120, "rust: offsetof(DevCommHandle, counters) == 120");
-static_assert(WEFT_OFFSETOF(DevCommHandle, world_barriers) == 124, "rust: offsetof(DevCommHandle, world_barriers) == 124");
-static_assert(WEFT_OFFSETOF(DevCommHandle, lsa_barriers) == 128, "rust: offsetof(DevCommHandle, lsa_barriers) == 128");
-static_assert(WEFT_OFFSETOF(DevCommHandle, window_count) == 132, "rust: offsetof(DevCommHandle, window_count) == 132");
-static_assert(WEFT_OFFSETOF(DevCommHandle, staging_offset) == 136, "rust: offsetof(DevCommHandle, staging_offset) == 136");
-static_assert(WEFT_OFFSETOF(DevCommHandle, reserved) == 140, "rust: offsetof(DevCommHandle, reserved) == 140");
+static_assert(sizeof(EpLlNet) == 176, "rust: sizeof(EpLlNet) == 176");
+static_assert(alignof(EpLlNet) == 8, "rust: alignof(EpLlNet) == 8");
+static_assert(WEFT_OFFSETOF(EpLlNet, gin) == 0, "rust: offsetof(EpLlNet, gin) == 0");
+static_assert(WEFT_OFFSETOF(EpLlNet, dispatch_send_offset) == 144, "rust: offsetof(EpLlNet, dispatch_send_offset) == 144");
+static_assert(WEFT_OFFSETOF(EpLlNet, combine_send_offset) == 152, "rust: offsetof(EpLlNet, combine_send_offset) == 152");
+static_assert(WEFT_OFFSETOF(EpLlNet, counts_in_offset) == 160, "rust: offsetof(EpLlNet, counts_in_offset) == 160");
+static_assert(WEFT_OFFSETOF(EpLlNet, counts_out_offset) == 168, "rust: offsetof(EpLlNet, counts_out_offset) == 168");
 
 }  // namespace weft

@@ -30,21 +30,25 @@ static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_combine)>) == 176 
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 112 && alignof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 8, "weft_ep_combine: a is 112 bytes aligned to 8 in Rust");
 
 // LlDispatch: The two kernels of a low-latency dispatch.
-extern "C" __global__ void weft_ep_ll_dispatch_send(weft::EpContext c, weft::EpLlDispatchArgs a);
+extern "C" __global__ void weft_ep_ll_dispatch_send(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: a is 136 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_send)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: n is 176 bytes aligned to 8 in Rust");
 
 // LlDispatch: The two kernels of a low-latency dispatch.
-extern "C" __global__ void weft_ep_ll_dispatch_recv(weft::EpContext c, weft::EpLlDispatchArgs a);
+extern "C" __global__ void weft_ep_ll_dispatch_recv(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: a is 136 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_recv)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: n is 176 bytes aligned to 8 in Rust");
 
 // LlCombine: The two kernels of a low-latency combine.
-extern "C" __global__ void weft_ep_ll_combine_send(weft::EpContext c, weft::EpLlCombineArgs a);
+extern "C" __global__ void weft_ep_ll_combine_send(weft::EpContext c, weft::EpLlCombineArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: a is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_send)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: n is 176 bytes aligned to 8 in Rust");
 
 // LlCombine: The two kernels of a low-latency combine.
-extern "C" __global__ void weft_ep_ll_combine_recv(weft::EpContext c, weft::EpLlCombineArgs a);
+extern "C" __global__ void weft_ep_ll_combine_recv(weft::EpContext c, weft::EpLlCombineArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: a is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_recv)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: n is 176 bytes aligned to 8 in Rust");
