@@ -188,36 +188,36 @@ impl Default for Selector {
                 rules.entry(collective).or_default().push(group.built_in());
             }
         }
-        // At 2 ranks, LL128 lines where they beat what ran there before, every element checked
-        // (2×H100, docs/perf/collectives.md, "2×H100, build of 2026-11-27 with LL128 lines"):
-        // AllReduce 512 KiB-1 MiB 11-17% under `ll2`; AllGather and ReduceScatter 256-512 KiB
-        // 3.5-17% under `ll` (128 KiB: 3% over and 1% under; 1 MiB not measured, the gap grows
-        // with the size); Broadcast and Reduce 512 KiB-2 MiB 49-67% under the chain, and on to
-        // 16 MiB in rounds of a half (the chain there paid 8-10 µs of hand-offs plus the tail's
-        // unpipelined fold: Reduce 0.74-0.86× NCCL at 4-16 MiB). Only where every pair of
-        // ranks is NVLink-connected: elsewhere each gives way to the algorithm of its sizes
-        // before (`Algorithm::without_ll128`, which these rules keep equal to the old ones).
+        // At 2 ranks, where each beat what ran there before, every element checked (2×H200,
+        // docs/perf/collectives.md, "2×H200, build of 2026-11-27"): the one-shot LL AllReduce
+        // to 256 KiB (4.74 µs there against the two-shot's 6.01: at 2 ranks both move the same
+        // bytes each way, and the one-shot has one phase); LL128 lines above LL16 to 1 MiB for
+        // AllReduce, AllGather and ReduceScatter (at 512 KiB 3.9-7.7% under), and for Broadcast to
+        // 16 MiB and Reduce to 32 MiB in rounds of a half (Broadcast 16 MiB 55.0 µs against the
+        // chain's 60.1, 32 MiB 106.9 against 104.5; Reduce 32 MiB 113.0 against 117.2, 64 MiB
+        // 224.9 against 215.4). Lines run only where every pair of ranks is NVLink-connected:
+        // elsewhere each gives way to the algorithm of its sizes before
+        // (`Algorithm::without_ll128`: `ll2`, `ll`, the chain).
         let two_ranks = [
             (
                 Collective::AllReduce,
                 vec![
-                    (64 << 10, AllReduceLl),
-                    (256 << 10, AllReduceLl2),
+                    (256 << 10, AllReduceLl),
                     (1 << 20, AllReduceLl128),
                     (256 << 20, AllReduceHb),
                     (u64::MAX, AllReduceRing),
                 ],
             ),
-            (Collective::AllGather, vec![(128 << 10, AllGatherLl), (1 << 20, AllGatherLl128), (u64::MAX, AllGatherHb)]),
+            (Collective::AllGather, vec![(256 << 10, AllGatherLl), (1 << 20, AllGatherLl128), (u64::MAX, AllGatherHb)]),
             (
                 Collective::ReduceScatter,
-                vec![(128 << 10, ReduceScatterLl), (1 << 20, ReduceScatterLl128), (u64::MAX, ReduceScatterHb)],
+                vec![(256 << 10, ReduceScatterLl), (1 << 20, ReduceScatterLl128), (u64::MAX, ReduceScatterHb)],
             ),
             (
                 Collective::Broadcast,
                 vec![(256 << 10, BroadcastLl), (16 << 20, BroadcastLl128), (u64::MAX, BroadcastChain)],
             ),
-            (Collective::Reduce, vec![(256 << 10, ReduceLl), (16 << 20, ReduceLl128), (u64::MAX, ReduceChain)]),
+            (Collective::Reduce, vec![(256 << 10, ReduceLl), (32 << 20, ReduceLl128), (u64::MAX, ReduceChain)]),
         ];
         for (collective, sizes) in two_ranks {
             let group = RuleGroup { ranks: Some(2), ..RuleGroup::any(sizes) };
@@ -960,8 +960,7 @@ mod tests {
             (
                 Collective::AllReduce,
                 vec![
-                    (64 << 10, Algorithm::AllReduceLl),
-                    (256 << 10, Algorithm::AllReduceLl2),
+                    (256 << 10, Algorithm::AllReduceLl),
                     ((256 << 10) + 1, Algorithm::AllReduceLl128),
                     (1 << 20, Algorithm::AllReduceLl128),
                     ((1 << 20) + 1, Algorithm::AllReduceHb),
@@ -970,14 +969,14 @@ mod tests {
             (
                 Collective::AllGather,
                 vec![
-                    (128 << 10, Algorithm::AllGatherLl),
-                    ((128 << 10) + 1, Algorithm::AllGatherLl128),
+                    (256 << 10, Algorithm::AllGatherLl),
+                    ((256 << 10) + 1, Algorithm::AllGatherLl128),
                     ((1 << 20) + 1, Algorithm::AllGatherHb),
                 ],
             ),
             (
                 Collective::ReduceScatter,
-                vec![(128 << 10, Algorithm::ReduceScatterLl), (1 << 20, Algorithm::ReduceScatterLl128)],
+                vec![(256 << 10, Algorithm::ReduceScatterLl), (1 << 20, Algorithm::ReduceScatterLl128)],
             ),
             (
                 Collective::Broadcast,
@@ -992,6 +991,8 @@ mod tests {
                 vec![
                     (256 << 10, Algorithm::ReduceLl),
                     ((256 << 10) + 1, Algorithm::ReduceLl128),
+                    (32 << 20, Algorithm::ReduceLl128),
+                    ((32 << 20) + 1, Algorithm::ReduceChain),
                     (1 << 30, Algorithm::ReduceChain),
                 ],
             ),
