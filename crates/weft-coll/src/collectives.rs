@@ -547,13 +547,6 @@ impl Collectives {
         }
     }
 
-    /// Whether `output` lies in a window or runs into one (a call there stages when it does
-    /// not fit). One uncontended lock and a binary search, as [`Self::window_outputs`].
-    fn touches_window(&self, output: Buffer) -> bool {
-        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        !windows.is_empty() && !matches!(windows.find(output.ptr, output.len as u64), Placement::Outside)
-    }
-
     /// Every rank's `input` as this GPU addresses it when an HB AllReduce can read the inputs
     /// in place (the direct two-shot of `allreduce_hb.cu`): the outputs are zero-copy, the
     /// input lies in a window, the message is whole 16-byte vectors at 16-byte aligned
@@ -588,9 +581,8 @@ impl Collectives {
         // same on every rank: under the windows' contract (same window, same offset) every
         // output has the same alignment, and a plan's ranks are willing alike when the plan is
         // verified in place or no rank is in place (`PlanExecutor::direct_output`; a broadcast's
-        // non-roots read no input, so where theirs lies does not count). Where they still differ
-        // (a plan not verified in place, called in place on some ranks only), the plan
-        // executor's entry fence finds it and the call fails on every rank (`run_plan`).
+        // non-roots read no input, so where theirs lies does not count). A root willing while a
+        // non-root stages deadlocks both: one runs into the outputs, the other stages.
         if willing && let Some(buffers) = self.window_outputs(output) {
             self.zero_copy_calls.fetch_add(1, Ordering::Relaxed);
             self.windowed_calls.fetch_add(1, Ordering::Relaxed);
@@ -1199,25 +1191,17 @@ impl Collectives {
         // Captured, a launch large enough may run into the ranks' registered outputs (the
         // answer is the same on every rank; whether a rank can take part, in place or not, is
         // agreed).
-        // Through a window each rank decides alone whether it runs into the outputs; a staged
-        // launch whose output touches one fences on entry as a direct one does, and every
-        // fence carries the choice, so ranks that chose differently (a rank not willing where
-        // its peers are, its output at an offset of its own) fail on every rank instead of
-        // waiting for each other until the timeout.
-        let (outputs, in_window) = match executor.direct_output(send, recv, count as u64, dtype.size() as u64) {
+        let outputs = match executor.direct_output(send, recv, count as u64, dtype.size() as u64) {
             Some(direct) => {
                 let len = usize::try_from(direct.len).unwrap_or(usize::MAX);
                 let output = Buffer { what: "recv", ptr: recv, len };
-                let eligible = len >= self.config.zero_copy_plan_min;
-                let outputs = self.peer_outputs(stream, output, eligible, direct.willing)?;
-                let in_window = outputs.ptr[rank] == 0 && self.touches_window(output);
-                (outputs, in_window)
+                self.peer_outputs(stream, output, len >= self.config.zero_copy_plan_min, direct.willing)?
             }
-            None => (PeerBuffers::default(), false),
+            None => PeerBuffers::default(),
         };
         // SAFETY: forwarded caller contract; the peers' outputs are mapped by the registry and
         // valid while the peers' buffers are (their callers' contract).
-        unsafe { executor.launch(send, recv, count as u64, dtype, op, &outputs, in_window, stream) }
+        unsafe { executor.launch(send, recv, count as u64, dtype, op, &outputs, stream) }
             .map_err(|source| CollError::Exec { rank, source })?;
         self.plan_launches[usize::from(executor.specialized())].fetch_add(1, Ordering::Relaxed);
         Ok(Algorithm::Plan(id))

@@ -488,28 +488,17 @@ impl Communicator {
             Some(WaitOp::GinSignal) => "GIN wait_signal (peer = the signal's index, expected = its value)",
             Some(WaitOp::GinCounter) => "GIN wait_counter (peer = the counter's index, expected = its value)",
             Some(WaitOp::GinBarrier) => "GIN barrier (peer = its signal's index, expected = arrivals)",
-            Some(WaitOp::ExecPlacement) => crate::error::PLACEMENT_MISMATCH_OP,
             Some(WaitOp::GinStaging) => {
                 "GIN put_value: a free staging slot (expected = slots, observed = the last tried)"
             }
             None => "unknown operation",
         };
-        let mismatch = rec.code == DeviceErrorCode::Mismatch as u32;
-        Some(DeviceFailure {
-            rank: rec.rank,
-            peer: rec.peer,
-            op,
-            expected: rec.expected,
-            observed: rec.observed,
-            mismatch,
-        })
+        Some(DeviceFailure { rank: rec.rank, peer: rec.peer, op, expected: rec.expected, observed: rec.observed })
     }
 
-    /// `Err(PeerTimeout)` if a kernel recorded a failure, `Err(PeerMismatch)` if it found a
-    /// peer making the call otherwise.
+    /// `Err(PeerTimeout)` if a kernel recorded a failure.
     pub fn check_device(&self) -> Result<(), Error> {
-        self.device_failure()
-            .map_or(Ok(()), |f| Err(if f.mismatch { Error::PeerMismatch(f) } else { Error::PeerTimeout(f) }))
+        self.device_failure().map_or(Ok(()), |f| Err(Error::PeerTimeout(f)))
     }
 
     /// Clears the device error record (after the failure was handled; no kernel may be running).

@@ -42,7 +42,7 @@ pub use channel::{MemoryChannel, MemoryChannelConfig};
 pub use communicator::Communicator;
 pub use device_code::{KernelLibrary, LoadedKernels};
 pub use env::{CUDA_QUEUES_VAR, CUDA_QUEUES_WANTED, Env, EnvError, Network, cuda_queues_ok};
-pub use error::{ConnectError, DeviceFailure, Error, PLACEMENT_MISMATCH_OP, RegisterMemoryError, placement_words};
+pub use error::{ConnectError, DeviceFailure, Error, RegisterMemoryError};
 pub use identity::ProcessIdentity;
 pub use link_model::LinkModel;
 pub use memory::{RegisteredMemory, RemoteMemory, UserRegistration};

@@ -15,12 +15,12 @@ use weft_plan::ExecutionPlan;
 use weft_plan::dsl::Collective;
 use weft_plan::passes::{InPlace, verify_in_place};
 use weft_types::{
-    DataType, EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_INPUT_STAGED, ExecContext, ExecOp, MAX_RANKS, PeerBuffers, ReduceOp,
+    DataType, EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_INPUT_STAGED, EXEC_OUTPUT_DIRECT,
+    EXEC_OUTPUT_STAGED, ExecContext, ExecOp, MAX_RANKS, PeerBuffers, ReduceOp,
 };
 
 use crate::device_code::{EXECUTOR, Execute, KERNELS};
 use crate::error::ExecError;
-use crate::fence::{Placement, placement_flags};
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, lower};
 use crate::resources::{ExecResources, Shape, all_gather_u64};
@@ -349,9 +349,7 @@ impl PlanExecutor {
     }
 
     /// The context of a launch on `count` input elements of `elem` bytes per rank, into the
-    /// ranks' user outputs when `outputs` names this rank's; `in_window`: the output lies in a
-    /// window, so a staged launch fences on entry where a direct one could have run
-    /// ([`Placement::StagedInWindow`]).
+    /// ranks' user outputs when `outputs` names this rank's.
     fn context(
         &self,
         input: DevicePtr,
@@ -359,7 +357,6 @@ impl PlanExecutor {
         count: u64,
         elem: u64,
         outputs: &PeerBuffers,
-        in_window: bool,
     ) -> Result<ExecContext, ExecError> {
         let rank = self.comm.rank();
         let fail = |reason: String| ExecError::Count { rank, plan: self.plan.name.clone(), count, reason };
@@ -384,19 +381,18 @@ impl PlanExecutor {
             flags |= EXEC_INPUT_STAGED;
         }
         let mine = outputs.ptr.get(rank).copied().unwrap_or(0);
-        let placement = if mine != 0 {
+        if mine != 0 {
             let usable = self.direct(&user, &sizing, elem).is_some_and(|d| d.willing);
             if !usable || mine != output {
                 return Err(fail("user outputs given for a launch that cannot run into them".into()));
             }
-            Placement::Direct
-        } else if in_window && self.direct(&user, &sizing, elem).is_some() {
-            Placement::StagedInWindow
-        } else {
-            Placement::Staged
-        };
-        let flags =
-            placement_flags(flags, placement, self.exit_fence_optional, self.tables.output_remote, user.in_place());
+            flags |= EXEC_OUTPUT_DIRECT | EXEC_ENTRY_FENCE;
+            if self.exit_fence_optional {
+                flags &= !EXEC_EXIT_FENCE;
+            }
+        } else if self.tables.output_remote || user.in_place() {
+            flags |= EXEC_OUTPUT_STAGED;
+        }
         let replicas = self.resources.context.replicas;
         let chunk_bytes = sizing.unit().div_ceil(sizing.classes().max(1)) * elem;
         let active_replicas = active_replicas(chunk_bytes, self.slice_bytes, replicas);
@@ -407,11 +403,7 @@ impl PlanExecutor {
     /// plan's output chunks, e.g. `ranks * count` for an all-gather), reducing with `op`.
     /// Input and output may overlap (in place): the output is then assembled in the stage.
     /// `outputs` is every rank's `output` as this GPU maps it, for a launch that runs into
-    /// them ([`Self::direct_output`]), else all zero. `in_window`: `output` lies in a window
-    /// (registered on every rank, where each rank decides alone whether to run into the
-    /// outputs): a staged launch then fences on entry too, and every fence carries whether the
-    /// launch runs direct, so ranks that decided differently fail with
-    /// [`weft_core::Error::PeerMismatch`] on every rank instead of waiting for each other.
+    /// them ([`Self::direct_output`]), else all zero.
     ///
     /// # Safety
     /// `input` and `output` must be device memory of this rank's GPU, valid for the lengths
@@ -427,11 +419,10 @@ impl PlanExecutor {
         dtype: DataType,
         op: ReduceOp,
         outputs: &PeerBuffers,
-        in_window: bool,
         stream: &Stream,
     ) -> Result<(), ExecError> {
         let rank = self.comm.rank();
-        let context = self.context(input, output, count, dtype.size() as u64, outputs, in_window)?;
+        let context = self.context(input, output, count, dtype.size() as u64, outputs)?;
         if count == 0 {
             return Ok(());
         }

@@ -14,8 +14,6 @@
 //!   scratch exchanged with peers, a semaphore per link and replica, uploaded tables) and the
 //!   launch; every plan thread block runs as several replicas, each moving a slice of every
 //!   chunk ([`geometry::replica_slice`]), so a plan fills the GPU;
-//! - [`fence`]: the launch fences' tokens, which carry whether a launch runs into the user
-//!   outputs, so ranks that placed a call differently fail instead of waiting for each other;
 //! - [`specialize`]: a rank's operations compiled into the kernel as constants (a kernel per
 //!   plan and rank, straight-line code per operation);
 //! - [`load_plan_dir`]: user plans from a folder (`WEFT_PLAN_DIR`), validated at load.
@@ -34,7 +32,6 @@ pub mod device_code;
 pub mod error;
 #[allow(unsafe_code)]
 pub mod executor;
-pub mod fence;
 pub mod geometry;
 pub mod lower;
 #[cfg(test)]

@@ -15,11 +15,6 @@
 //! The buffers are laid out as `resources.rs` allocates them: for the executor's capacity (the
 //! largest call), not the call's count, with the halves of packet scratch and of the output
 //! stage (launches without an entry fence alternate between them) that far apart.
-//!
-//! Fences are modelled as the kernel runs them ([`crate::fence`]): a rank at a fence adds its
-//! increment to each peer's token and waits until every peer's token shows the fence; one
-//! whose peer placed the call otherwise stops there (it runs no plan and writes no output),
-//! and a launch whose ranks all wait for each other is reported as a deadlock.
 
 use std::collections::HashMap;
 
@@ -27,16 +22,14 @@ use weft_plan::ExecutionPlan;
 use weft_plan::interp::{Interpreter, RankBuffers, ReduceOp};
 use weft_plan::plan::Geometry;
 use weft_types::{
-    EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FLUSH, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_OUTPUT_DIRECT,
-    EXEC_OUTPUT_STAGED, EXEC_PACKETS, EXEC_PORT_PUT, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_SIGNAL_PORT, EXEC_WAIT_LINK,
-    EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
+    EXEC_BARRIER, EXEC_FLUSH, EXEC_LOC_PACKETS, EXEC_LOCAL, EXEC_PORT_PUT, EXEC_PUBLISH, EXEC_SIGNAL, EXEC_SIGNAL_PORT,
+    EXEC_WAIT_LINK, EXEC_WAIT_PORT, EXEC_WAIT_TB, ExecLoc, ExecOp,
 };
 
-use crate::fence::{FenceSeen, fence_increment, fence_mask, placement_flags, read_fence};
 use crate::geometry::{Sizing, op_slice, replica_slice};
 use crate::lower::{DevicePlan, lower};
 use crate::resources::{buffer_lengths, stage_flips};
-use crate::tables::{PeerRoute, RankTables, needs_entry_fence, peer_routes, peers_only_push_signalled, rank_tables};
+use crate::tables::{PeerRoute, RankTables, peer_routes, rank_tables};
 
 /// One rank's memory: the user buffer (input at `input_at`, output at `output_at`; they
 /// overlap in place) and the executor's padded buffers.
@@ -68,44 +61,6 @@ struct Model<'a> {
     /// Per rank, the peers whose memory it maps (`peer_routes`): its threads touch no other
     /// rank's memory; the proxy writes a port put's destination.
     mapped: Vec<u32>,
-    /// Per rank, its launches' fences.
-    fences: Vec<RankFences>,
-    /// `tokens[r][p]`: what rank `p`'s fences added to rank `r`'s fence token with `p`.
-    tokens: Vec<Vec<u64>>,
-}
-
-/// One rank's fences as the kernel keeps them.
-#[derive(Clone, Copy, Debug)]
-struct RankFences {
-    /// The context flags of the rank's launches (fences, direct or staged outputs).
-    flags: u32,
-    /// What the rank's fences added to each peer's token so far (the kernel's `fences +
-    /// directs * EXEC_FENCE_DIRECT`).
-    sum: u64,
-    /// The last launch ended without an exit fence: the next one fences on entry.
-    open_exit: bool,
-    /// The ranks it fences with.
-    mask: u32,
-}
-
-/// Where a rank stands in a modelled launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Entry,
-    Plan,
-    Exit,
-    Done,
-    Failed,
-}
-
-/// Why a modelled launch did not finish on every rank.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Stall {
-    /// Ranks stopped at a fence where a peer placed the call otherwise: `(rank, peer, the
-    /// peer's direct bit)`, one per failed rank.
-    Mismatch(Vec<(usize, usize, u64)>),
-    /// Every rank left waits for another.
-    Deadlock,
 }
 
 /// How the model's ranks are set up.
@@ -116,10 +71,6 @@ struct Setup {
     /// Ranks per node (`None`: one node). Ranks map only the peers `peer_routes` maps; a plan
     /// it refuses is a panic.
     gpus_per_node: Option<usize>,
-    /// Mixed placement through a window: the ranks of this mask run into the outputs, the
-    /// others stage ([`crate::fence::Placement::StagedInWindow`]); `None`: all as the
-    /// placement says.
-    direct_ranks: Option<u32>,
 }
 
 /// Packet bytes per data byte of a location.
@@ -287,60 +238,17 @@ impl Model<'_> {
         }
     }
 
-    /// The ranks `rank` fences with ([`crate::fence::fence_mask`]).
-    fn fence_peers(&self, rank: usize) -> Vec<usize> {
-        (0..self.memory.len()).filter(|&p| self.fences[rank].mask & (1 << p) != 0).collect()
-    }
-
-    /// Rank `rank` reaches a fence: its increment lands in every peer's token (block 0's
-    /// signal).
-    fn signal_fence(&mut self, rank: usize) {
-        let increment = fence_increment(self.fences[rank].flags & EXEC_OUTPUT_DIRECT != 0);
-        for peer in self.fence_peers(rank) {
-            self.tokens[peer][rank] = self.tokens[peer][rank].wrapping_add(increment);
-        }
-    }
-
-    /// Rank `rank` waits at its fence, as `wait_fence` does for each peer: `Ok(true)` once
-    /// every peer's token shows it (the rank's sum then counts it), `Ok(false)` while one does
-    /// not, `Err((peer, theirs))` when a peer placed the call otherwise.
-    fn pass_fence(&mut self, rank: usize) -> Result<bool, (usize, u64)> {
-        let RankFences { flags, sum, .. } = self.fences[rank];
-        let direct = flags & EXEC_OUTPUT_DIRECT != 0;
-        let mut passed = true;
-        for peer in self.fence_peers(rank) {
-            match read_fence(self.tokens[rank][peer], sum, direct) {
-                FenceSeen::Pending => passed = false,
-                FenceSeen::Passed => {}
-                FenceSeen::Mismatch { theirs } => return Err((peer, theirs)),
-            }
-        }
-        if passed {
-            self.fences[rank].sum = sum.wrapping_add(fence_increment(direct));
-        }
-        Ok(passed)
-    }
-
     /// One launch on every rank: copy-in, the plan, copy-out. Every plan thread block runs as
     /// `replicas` replicas (the kernel's plan blocks), each with its own links and steps; the
     /// blocks take turns in an order shuffled by `seed`, so a replica that read a slice before
     /// its writer's signal ordered it would read the poison the stages start with.
-    fn launch(&mut self, replicas: u32, seed: u64) -> Result<(), Stall> {
+    fn launch(&mut self, replicas: u32, seed: u64) {
         for r in 0..self.memory.len() {
             if self.memory[r].input_staged {
                 self.stage(r, true);
             }
         }
         let ranks = self.plan.ranks.len();
-        // The entry fence: signalled on arrival, passed once every peer's token shows it.
-        let mut phase = vec![Phase::Plan; ranks];
-        for (r, p) in phase.iter_mut().enumerate() {
-            if self.fences[r].flags & EXEC_ENTRY_FENCE != 0 || self.fences[r].open_exit {
-                self.signal_fence(r);
-                *p = Phase::Entry;
-            }
-        }
-        let mut failed = Vec::new();
         let replicas_n = replicas as usize;
         // Plan block b = replica * threadblocks + tb, as in the kernel.
         let blocks: Vec<usize> = self.plan.ranks.iter().map(|r| (r.tb_starts.len() - 1) * replicas_n).collect();
@@ -364,23 +272,8 @@ impl Model<'_> {
                 order.swap(i, (xorshift(&mut state) % (i as u64 + 1)) as usize);
             }
             let mut progressed = false;
-            for (r, p) in phase.iter_mut().enumerate() {
-                if matches!(*p, Phase::Entry | Phase::Exit) {
-                    match self.pass_fence(r) {
-                        Ok(false) => continue,
-                        Ok(true) => *p = if *p == Phase::Entry { Phase::Plan } else { Phase::Done },
-                        Err((peer, theirs)) => {
-                            failed.push((r, peer, theirs));
-                            *p = Phase::Failed;
-                        }
-                    }
-                    progressed = true;
-                }
-            }
+            let mut done = true;
             for &(r, b) in &order {
-                if phase[r] != Phase::Plan {
-                    continue;
-                }
                 // A burst of one to three operations, so blocks drift apart as on a GPU.
                 for _ in 0..1 + xorshift(&mut state) % 3 {
                     let rp = &self.plan.ranks[r];
@@ -391,6 +284,7 @@ impl Model<'_> {
                     if first + step >= end {
                         break;
                     }
+                    done = false;
                     let op = rp.ops[first + step];
                     let key = (r, op.wait_peer, op.wait_channel, op.flags & EXEC_WAIT_PORT != 0, replica);
                     let want = expected.get(&key).copied().unwrap_or(0) + 1;
@@ -446,44 +340,16 @@ impl Model<'_> {
                     progressed = true;
                 }
             }
-            // A rank whose blocks are all done reaches its exit fence, or ends.
-            for r in 0..ranks {
-                if phase[r] != Phase::Plan {
-                    continue;
-                }
-                let rp = &self.plan.ranks[r];
-                let threadblocks = rp.tb_starts.len() - 1;
-                let finished = (0..blocks[r]).all(|b| {
-                    let tb = b % threadblocks;
-                    rp.tb_starts[tb] as usize + pc[r][b] >= rp.tb_starts[tb + 1] as usize
-                });
-                if finished {
-                    let exit = self.fences[r].flags & EXEC_EXIT_FENCE != 0;
-                    if exit {
-                        self.signal_fence(r);
-                    }
-                    phase[r] = if exit { Phase::Exit } else { Phase::Done };
-                    progressed = true;
-                }
-            }
-            if phase.iter().all(|p| matches!(p, Phase::Done | Phase::Failed)) {
+            if done {
                 break;
             }
-            if !progressed {
-                return Err(if failed.is_empty() { Stall::Deadlock } else { Stall::Mismatch(failed) });
-            }
-        }
-        if !failed.is_empty() {
-            return Err(Stall::Mismatch(failed));
+            assert!(progressed, "{}: the model deadlocked", self.plan.name);
         }
         for r in 0..ranks {
-            let flags = self.fences[r].flags;
-            self.fences[r].open_exit = flags & (EXEC_EXIT_FENCE | EXEC_PACKETS) == 0;
             if self.memory[r].output_staged {
                 self.stage(r, false);
             }
         }
-        Ok(())
     }
 }
 
@@ -550,34 +416,11 @@ fn check_lowered(
     replicas: u32,
     setup: Setup,
 ) {
-    let what = format!("{} ranks {} count {count} elem {elem} {placement:?}", plan.name, plan.ranks.len());
-    run_lowered(plan, lowered, count, elem, placement, replicas, setup)
-        .unwrap_or_else(|stall| panic!("{what}: the launch stalled: {stall:?}"));
-}
-
-/// [`check_lowered`], with a launch that does not finish on every rank returned.
-fn run_lowered(
-    plan: &ExecutionPlan,
-    lowered: &DevicePlan,
-    count: usize,
-    elem: u64,
-    placement: Placement,
-    replicas: u32,
-    setup: Setup,
-) -> Result<(), Stall> {
     let in_place = matches!(placement, Placement::InPlace | Placement::DirectInPlace);
     let lowered = lowered.clone();
     let sizing = Sizing::new(&lowered, count as u64).unwrap();
-    let all_direct = matches!(placement, Placement::Direct | Placement::DirectInPlace);
-    let direct_of = |r: usize| setup.direct_ranks.map_or(all_direct, |mask| mask & (1 << r) != 0);
-    let any_direct = (0..plan.ranks.len()).any(direct_of);
-    assert!(!any_direct || sizing.split().dense_is_padded(elem), "direct outputs need chunks of whole vectors");
-    // The launch's context flags as `resources.rs` and `PlanExecutor::context` make them.
-    let mut base = if lowered.packets { EXEC_PACKETS } else { EXEC_EXIT_FENCE };
-    if needs_entry_fence(&lowered) || (lowered.packets && sizing.unit() < sizing.classes()) {
-        base |= EXEC_ENTRY_FENCE;
-    }
-    let exit_fence_optional = peers_only_push_signalled(&lowered) && !needs_entry_fence(&lowered);
+    let direct = matches!(placement, Placement::Direct | Placement::DirectInPlace);
+    assert!(!direct || sizing.split().dense_is_padded(elem), "direct outputs need chunks of whole vectors");
     let geometry = Geometry::new(plan, count).unwrap();
     let ranks = plan.ranks.len();
     let out_len = geometry.buffer_len(0, weft_plan::plan::Buffer::Output).unwrap();
@@ -600,7 +443,6 @@ fn run_lowered(
     assert!(flips.iter().all(|f| *f == flips[0]), "{}: the ranks' halves differ", plan.name);
     let (output_flip, scratch_flip) = (flips[0].0 as usize, flips[0].1 as usize);
     let mut memory = Vec::new();
-    let mut fences = Vec::new();
     for (r, t) in tables.iter().enumerate() {
         // In place: AllGather's input is block `r` of the output, ReduceScatter's output block
         // `r` of the input, otherwise they coincide (nccl-tests).
@@ -613,16 +455,6 @@ fn run_lowered(
         } else {
             (0, 0, count * e)
         };
-        let direct = direct_of(r);
-        let placement = match (direct, setup.direct_ranks) {
-            (true, _) => crate::fence::Placement::Direct,
-            (false, Some(_)) => crate::fence::Placement::StagedInWindow,
-            (false, None) => crate::fence::Placement::Staged,
-        };
-        let flags = placement_flags(base, placement, exit_fence_optional, t.output_remote, in_place);
-        let one_node = per_node >= ranks;
-        let mask = fence_mask(&lowered, r, t.peer_mask, one_node);
-        fences.push(RankFences { flags, sum: 0, open_exit: false, mask });
         assert!(!direct || output_at.is_multiple_of(16), "a direct output starts 16-byte aligned");
         let mut lengths = buffer_lengths(&lowered, r, capacity);
         assert!(sizing.padded_lengths(&lowered.ranks[r], elem).iter().zip(&lengths).all(|(need, have)| need <= have));
@@ -636,26 +468,13 @@ fn run_lowered(
             output_at,
             stages: lengths.map(|l| vec![0x5au8; l as usize]),
             input_staged: t.input_remote,
-            output_staged: flags & EXEC_OUTPUT_STAGED != 0,
+            output_staged: !direct && (t.output_remote || in_place),
             output_direct: direct,
         });
     }
     let same_flag = setup.same_flag;
-    let tokens = vec![vec![0; ranks]; ranks];
-    let mut model = Model {
-        plan: &lowered,
-        sizing,
-        elem,
-        tables,
-        memory,
-        scratch_flip,
-        output_flip,
-        launch: 0,
-        same_flag,
-        mapped,
-        fences,
-        tokens,
-    };
+    let mut model =
+        Model { plan: &lowered, sizing, elem, tables, memory, scratch_flip, output_flip, launch: 0, same_flag, mapped };
     // Alternating halves: three launches on the same memory, so the third reads the half the
     // first left its packets or outputs in (packets are told apart by their flags).
     let launches = if lowered.packets || output_flip != 0 { 3 } else { 1 };
@@ -673,7 +492,7 @@ fn run_lowered(
         }
         Interpreter::new(plan).reduce_op(ReduceOp::Sum).run(&mut reference, count).unwrap();
         model.launch = launch;
-        model.launch(replicas, count as u64 ^ elem ^ u64::from(replicas) << 32 ^ launch)?;
+        model.launch(replicas, count as u64 ^ elem ^ u64::from(replicas) << 32 ^ launch);
         for (r, want) in reference.iter().enumerate() {
             let m = &model.memory[r];
             for chunk in (0..u64::from(plan.output_chunks)).filter(|&c| model.tables[r].written[c as usize] == 1) {
@@ -696,7 +515,6 @@ fn run_lowered(
             }
         }
     }
-    Ok(())
 }
 
 /// The shipped plans as weft-coll registers them (four instances) and at one instance.
@@ -949,52 +767,9 @@ fn the_model_refuses_memory_access_across_nodes() {
         launch: 0,
         same_flag: false,
         mapped: vec![0, 0],
-        fences: Vec::new(),
-        tokens: Vec::new(),
     };
     model.check_reach(0, 0, false);
     model.check_reach(0, 1, true);
     let caught = std::panic::catch_unwind(|| model.check_reach(0, 1, false));
     assert!(caught.is_err(), "the model let rank 0 touch unmapped memory");
-}
-
-/// Through a window each rank decides alone whether it runs into the outputs. A plan not
-/// verified in place (two-step all-to-all) called in place on some ranks only has ranks that
-/// run direct beside ranks that stage: every rank must then stop at the entry fence naming a
-/// peer that chose otherwise, before any plan runs, rather than wait for it (the model's
-/// deadlock). The same plan with every rank direct, or every rank staged from the window,
-/// computes the reference over three launches.
-#[test]
-fn ranks_placing_a_call_differently_through_a_window_all_fail_at_the_entry_fence() {
-    // One instance in groups of one, and as weft-coll ships it (groups of half the ranks, four
-    // instances).
-    let shapes = [2u32, 3, 4].into_iter().flat_map(|ranks| [(ranks, 1, 1), (ranks, (ranks / 2).max(1), 4)]);
-    for (ranks, group, instances) in shapes {
-        let plan = weft_plan::plans::two_step_alltoall(ranks, group, instances).unwrap().compile().unwrap();
-        assert_eq!(crate::executor::verified_in_place(&plan), None, "{}: verified in place", plan.name);
-        let lowered = lower(&plan).unwrap();
-        assert!(crate::tables::peers_touch_outputs(&lowered), "{}: peers write no output", plan.name);
-        let blocks = (plan.input_chunks / plan.size_classes) as usize;
-        let count = plan.size_classes as usize * 4 * blocks;
-        let all = (1u32 << ranks) - 1;
-        for direct_ranks in 1..all {
-            let setup = Setup { direct_ranks: Some(direct_ranks), ..Setup::default() };
-            let what = format!("{} at {ranks} ranks, direct ranks {direct_ranks:#b}", plan.name);
-            let stall = run_lowered(&plan, &lowered, count, 4, Placement::OutOfPlace, 2, setup).unwrap_err();
-            let Stall::Mismatch(failed) = stall else { panic!("{what}: {stall:?}") };
-            let mut stopped: Vec<usize> = failed.iter().map(|f| f.0).collect();
-            stopped.sort_unstable();
-            assert_eq!(stopped, (0..ranks as usize).collect::<Vec<_>>(), "{what}: every rank stops");
-            let direct = |r: usize| u64::from(direct_ranks >> r & 1);
-            for &(rank, peer, theirs) in &failed {
-                assert_ne!(direct(rank), direct(peer), "{what}: rank {rank} names peer {peer}, which agreed");
-                assert_eq!(theirs, direct(peer), "{what}: rank {rank} reads peer {peer}'s choice");
-            }
-        }
-        for direct_ranks in [0, all] {
-            let setup = Setup { direct_ranks: Some(direct_ranks), ..Setup::default() };
-            run_lowered(&plan, &lowered, count, 4, Placement::OutOfPlace, 2, setup)
-                .unwrap_or_else(|stall| panic!("{} at {ranks} ranks, direct {direct_ranks:#b}: {stall:?}", plan.name));
-        }
-    }
 }

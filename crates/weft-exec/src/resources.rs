@@ -23,7 +23,6 @@ use weft_types::{
 };
 
 use crate::error::ExecError;
-use crate::fence::fence_mask;
 use crate::geometry::Sizing;
 use crate::lower::{DevicePlan, DeviceRankPlan};
 use crate::tables::{PeerRoute, RankTables, needs_entry_fence, packet_launches_chain, peer_routes};
@@ -224,19 +223,7 @@ impl ExecResources {
         // alike); then the links of the pair by channel and replica (the pair's channel sets are
         // equal: a wait on one side is a signal on the other; a port-only pair has none), then
         // its port links by channel and replica (lowering lists them at both ends).
-        // Ranks the plan does not talk to but fences with (`fence_mask`) take their place in
-        // the ascending order with a fence semaphore alone.
-        let fence_peers = fence_mask(plan, rank, tables.peer_mask, !comm.topology().spans_nodes());
-        let mut pairs: Vec<(usize, Option<PeerRoute>)> = routes.into_iter().map(|(p, r)| (p, Some(r))).collect();
-        pairs.extend((0..ranks).filter(|&p| fence_peers & !tables.peer_mask & (1 << p) != 0).map(|p| (p, None)));
-        pairs.sort_by_key(|&(p, _)| p);
-        for (peer, route) in pairs {
-            let Some(route) = route else {
-                let fence = comm.semaphore(peer, None)?;
-                fences[peer] = fence.device_handle();
-                semaphores.push(fence);
-                continue;
-            };
+        for (peer, route) in routes {
             match (route, &proxy) {
                 (PeerRoute::Memory, _) => {
                     let [i, o, s] = [&input, &output, &scratch].map(|b| comm.connect_memory(peer, b));
@@ -276,7 +263,7 @@ impl ExecResources {
             }
         }
         let plan_blocks = (rp.tb_starts.len() - 1) * replicas;
-        let state = vec![0u64; 4 * shape.grid as usize + 2 + plan_blocks];
+        let state = vec![0u64; 3 * shape.grid as usize + 2 + plan_blocks];
         let row_cache = upload(&vec![0u8; 2 * plan_blocks * EXEC_ROW_CACHE_ENTRY_BYTES])?;
         let (ops, tb_ops) = strided_ops(rp, tables.max_tb_ops);
         let (ops, tb_ops, tb_rows) = (upload(&ops)?, upload(&tb_ops)?, upload(&tables.tb_rows)?);
@@ -304,7 +291,7 @@ impl ExecResources {
             input_chunks: plan.input_chunks,
             output_chunks: plan.output_chunks,
             plan_barriers: tables.plan_barriers,
-            peer_mask: fence_peers,
+            peer_mask: tables.peer_mask,
             port_fences: port_fences_table,
             port_peer_mask,
             replicas: shape.replicas,

@@ -94,7 +94,6 @@ impl From<weft_core::Error> for NcclError {
         let code = match &e {
             E::Gpu { .. } => Code::UnhandledCudaError,
             E::PeerTimeout(_) => Code::RemoteError,
-            E::PeerMismatch(_) => Code::InvalidUsage,
             E::InvalidArgument { .. } | E::Env(_) => Code::InvalidArgument,
             _ => Code::SystemError,
         };

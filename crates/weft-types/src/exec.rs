@@ -85,12 +85,6 @@ pub const EXEC_PACKETS: u32 = 1 << 5;
 /// [`ExecLoc::flags`]: the chunks hold LL packets (16 bytes per 8 bytes of data: data word,
 /// flag, data word, flag), read by polling for the launch's flag or written with it.
 pub const EXEC_LOC_PACKETS: u8 = 1 << 0;
-/// What a plan executor fence adds to a peer's fence token besides 1 when the launch runs
-/// into the ranks' user outputs ([`EXEC_OUTPUT_DIRECT`]): the token's low 32 bits count the
-/// fences, the bits above the direct ones. A rank that knows its own sum before a fence reads
-/// the peer's choice in the difference: the peer is at most one fence ahead of it, and a peer
-/// one ahead has passed this fence, whose choices it checked.
-pub const EXEC_FENCE_DIRECT: u64 = 1 << 32;
 /// A thread block's step word holds `launch * EXEC_STEP_STRIDE + operations done`: a thread
 /// block has fewer operations than this, and the word grows for 2^48 launches.
 pub const EXEC_STEP_STRIDE: u64 = 1 << 16;
@@ -176,7 +170,7 @@ device_structs! {
         ports: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask` outside `port_peer_mask`.
         fences: u64 => "uint64_t",
-        /// `uint64_t[4 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, per block fences of launches into the user outputs done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
+        /// `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
         state: u64 => "uint64_t",
         /// `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same (a block fetches both entries before it knows its launch's parity).
         row_cache: u64 => "uint64_t",
@@ -212,7 +206,7 @@ device_structs! {
         flags: u32 => "uint32_t",
         /// Barrier operations every thread block of the plan runs per launch.
         plan_barriers: u32 => "uint32_t",
-        /// Bit p set: this rank fences with rank p: every peer its plan talks to, and every other rank where the plan may run into the ranks' outputs (weft-exec's `fence_mask`), so every rank meets a peer that placed a call otherwise.
+        /// Bit p set: this rank talks to peer p (the launch fence covers exactly these).
         peer_mask: u32 => "uint32_t",
         /// Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
         replicas: u32 => "uint32_t",
@@ -303,11 +297,6 @@ pub(crate) fn constants() -> Vec<(&'static str, u64, &'static str)> {
         ("EXEC_EXIT_FENCE", EXEC_EXIT_FENCE.into(), "ExecContext flag: every launch ends with a fence with every peer"),
         ("EXEC_PACKETS", EXEC_PACKETS.into(), "ExecContext flag: links carry LL packets, no semaphores"),
         ("EXEC_LOC_PACKETS", EXEC_LOC_PACKETS.into(), "ExecLoc flag: the chunks hold LL packets"),
-        (
-            "EXEC_FENCE_DIRECT",
-            EXEC_FENCE_DIRECT,
-            "a direct launch's fence adds 1 + EXEC_FENCE_DIRECT to a peer's token",
-        ),
         ("EXEC_STEP_STRIDE", EXEC_STEP_STRIDE, "a step word is launch * EXEC_STEP_STRIDE + operations done"),
     ]
 }

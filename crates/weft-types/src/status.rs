@@ -9,8 +9,6 @@ device_enums! {
         Timeout = 1,
         /// A FIFO wait gave up because the proxy serving the FIFO stopped (shut down or failed).
         ProxyStopped = 2,
-        /// A peer made the call otherwise (`expected`: this rank's choice, `observed`: the peer's).
-        Mismatch = 3,
     }
 
     /// The device operation that was waiting when a timeout fired.
@@ -55,8 +53,6 @@ device_enums! {
         GinStaging = 19,
         /// Reading an LL128 line whose flag never matched; `observed` is the flag word last seen.
         Ll128Read = 20,
-        /// A plan executor fence: the peer placed the outputs otherwise (1: direct, 0: staged).
-        ExecPlacement = 21,
     }
 }
 

@@ -23,12 +23,6 @@
 //                  this fence has arrived (fences are counted per block in the state, so the
 //                  blocks read the semaphores' tokens without consuming them: no second grid
 //                  barrier). After it, every peer has filled its input stage for this launch.
-//                  Every fence also carries whether the launch runs into the user outputs
-//                  (EXEC_OUTPUT_DIRECT, in the token: wait_fence), which every rank must choose
-//                  alike: a peer that chose otherwise fails the fence on both ranks
-//                  (DeviceErrorCode::Mismatch) before either writes an output, instead of each
-//                  waiting for the other until the timeout. weft-exec fences a launch on entry
-//                  whenever its output lies in a window, direct or staged.
 //                  Without it a peer may start launch n+1 while this rank still copies launch n
 //                  out: it has passed its exit fence of launch n, so this rank's plan of launch
 //                  n is done, and the output stage alternates halves by launch (output_flip),
@@ -492,65 +486,29 @@ __device__ __forceinline__ bool block_arrive(uint64_t* arrivals, uint64_t target
   return __syncthreads_and(ok);
 }
 
-/// Waits until the peer's fence token `inbound` holds this rank's fence: `before` is the sum
-/// this rank's own fences added to every peer's token so far, each 1 plus EXEC_FENCE_DIRECT
-/// when its launch ran into the user outputs, which is what the peer's fences must have added
-/// to this rank's token when every launch agreed (each fence checks that). The difference
-/// tells the peer's choice: one more fence, 1 plus its direct bit; two (the peer passed this
-/// fence and signalled its next), the peer checked this fence's choices itself. A choice other
-/// than `direct` is recorded (DeviceErrorCode::Mismatch, ExecPlacement, expected this rank's
-/// bit, observed the peer's) and fails the fence. weft-exec's fence.rs reads the token the
-/// same way. Called by: one thread per peer. False on mismatch or timeout.
-__device__ __forceinline__ bool wait_fence(const uint64_t* inbound, uint64_t before, bool direct,
-                                           const WaitContext& ctx) {
-  Spin spin;
-  for (;;) {
-    const uint64_t seen = ptx::ld_acquire_sys(inbound);
-    const uint64_t delta = seen - before;
-    const uint32_t fences = static_cast<uint32_t>(delta);
-    if (fences == 1) {
-      const uint64_t theirs = delta / EXEC_FENCE_DIRECT;
-      if (theirs == (direct ? 1u : 0u)) return true;
-      report_failure(ctx, DeviceErrorCode::Mismatch, WaitOp::ExecPlacement, direct ? 1 : 0, theirs);
-      return false;
-    }
-    if (fences >= 2) return true;
-    if (spin.expired(ctx)) {
-      report_timeout(ctx, WaitOp::SemaphoreWait, before + 1 + (direct ? EXEC_FENCE_DIRECT : 0), seen);
-      return false;
-    }
-  }
-}
-
-/// A fence with every peer the plan talks to (one thread per peer): block 0 signals (release
-/// .sys), then every block waits until the peer's token holds this fence (acquire .sys). The
-/// token is read, not consumed, so every block can wait on it. Over memory a fence adds 1 plus
-/// EXEC_FENCE_DIRECT when `direct` (the launch runs into the user outputs), and `before` (this
-/// rank's sum of both, see wait_fence) lets a rank tell a peer that placed the call otherwise
-/// instead of waiting for it until the timeout. A peer in another node (port_peer_mask) has a
-/// port channel for it: the signal goes through the proxy, which stores the count in the
-/// peer's token, and the wait is for `number`, the fence's count over the executor's launches
-/// (such a plan never runs into the user outputs: they are not mapped across nodes); the plan
-/// flushed every put into the peer before its thread blocks ended, so the signal follows
+/// Fence `number` (counted over the executor's launches) with every peer the plan talks to
+/// (one thread per peer): block 0 signals (release .sys), then every block waits until the
+/// peer's token holds that many signals (acquire .sys). The token is read, not consumed, so
+/// every block can wait on it. A peer in another node (port_peer_mask) has a port channel
+/// for it: the signal goes through the proxy, which stores the count in the peer's token; the
+/// plan flushed every put into the peer before its thread blocks ended, so the signal follows
 /// them. Called by: every thread of every block.
-__device__ __forceinline__ bool fence(const ExecContext& c, uint64_t number, uint64_t before, bool direct) {
+__device__ __forceinline__ bool fence(const ExecContext& c, uint64_t number) {
   bool ok = true;
   const uint32_t t = threadIdx.x;
   if (t < c.ranks && ((c.peer_mask >> t) & 1u) != 0) {
     const bool over_port = ((c.port_peer_mask >> t) & 1u) != 0;
-    if (over_port) {
-      const PortChannelDeviceHandle& ch = reinterpret_cast<const PortChannelDeviceHandle*>(c.port_fences)[t];
-      if (blockIdx.x == 0) ok = port_signal(ch);
-      ok = ok && wait_at_least(reinterpret_cast<const uint64_t*>(ch.semaphore.inbound), number, ch.semaphore.wait,
-                               WaitOp::SemaphoreWait);
-    } else {
-      const SemaphoreDeviceHandle& s = reinterpret_cast<const SemaphoreDeviceHandle*>(c.fences)[t];
-      if (blockIdx.x == 0) {
-        ptx::red_add_release_sys(reinterpret_cast<uint64_t*>(s.remote_inbound),
-                                 1 + (direct ? EXEC_FENCE_DIRECT : 0));
+    const SemaphoreDeviceHandle& s =
+        over_port ? reinterpret_cast<const PortChannelDeviceHandle*>(c.port_fences)[t].semaphore
+                  : reinterpret_cast<const SemaphoreDeviceHandle*>(c.fences)[t];
+    if (blockIdx.x == 0) {
+      if (over_port) {
+        ok = port_signal(reinterpret_cast<const PortChannelDeviceHandle*>(c.port_fences)[t]);
+      } else {
+        semaphore_signal(s);
       }
-      ok = wait_fence(reinterpret_cast<const uint64_t*>(s.inbound), before, direct, s.wait);
     }
+    ok = ok && wait_at_least(reinterpret_cast<const uint64_t*>(s.inbound), number, s.wait, WaitOp::SemaphoreWait);
   }
   return __syncthreads_and(ok);
 }
@@ -741,19 +699,16 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   uint64_t* state = reinterpret_cast<uint64_t*>(c.state);
   uint64_t* fences_done = state + gridDim.x;
   uint64_t* barriers_done = fences_done + gridDim.x;
-  uint64_t* direct_done = barriers_done + gridDim.x;
-  uint64_t* grid_arrivals = direct_done + gridDim.x;
+  uint64_t* grid_arrivals = barriers_done + gridDim.x;
   uint64_t* plan_arrivals = grid_arrivals + 1;
   uint64_t* progress = plan_arrivals + 1;
   // Written only by this block, at the end of the previous launch (kernel boundary): launches
-  // done and whether the last one skipped its exit fence, fences, grid barriers and fences of
-  // direct launches done (the same in every block: every block runs the same fences and
-  // barriers).
+  // done and whether the last one skipped its exit fence, fences and grid barriers done (the
+  // same in every block: every block runs the same fences and barriers).
   const uint64_t launch = state[b] >> 1;
   const bool after_open_exit = (state[b] & 1) != 0;
   uint64_t fences = fences_done[b];
   uint64_t barriers = barriers_done[b];
-  uint64_t directs = direct_done[b];
   // Blocks running the plan in this launch: the active replicas of every thread block (the
   // rest of the grid only stages and fences).
   const uint32_t plan_blocks = c.threadblocks * c.active_replicas;
@@ -761,9 +716,6 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   const Geometry g = Geometry::make(c.unit, c.size_classes, packets ? 2u : 1u);
   const ExecBuffers& mine = reinterpret_cast<const ExecBuffers*>(c.buffers)[c.rank];
   const bool entry_fence = (c.flags & EXEC_ENTRY_FENCE) != 0 || after_open_exit;
-  // Every fence carries this (alike on every rank, so each fence checks it: a peer that placed
-  // the call otherwise fails the fence on both ranks before either writes an output).
-  const bool direct = (c.flags & EXEC_OUTPUT_DIRECT) != 0;
   const bool exit_fence = (c.flags & EXEC_EXIT_FENCE) != 0;
   // A rank may have no thread block of the plan (its grid only stages and fences).
   const uint32_t flag = static_cast<uint32_t>(launch) + 1 != 0 ? static_cast<uint32_t>(launch) + 1 : 1;
@@ -814,10 +766,7 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
   // launch has started, which is all the signal says.
   auto fence_with_peers = [&](bool work_before) {
     if (work_before && !grid_barrier()) return false;
-    const uint64_t before = fences + directs * EXEC_FENCE_DIRECT;
-    ++fences;
-    if (direct) ++directs;
-    return fence(c, fences, before, direct);
+    return fence(c, ++fences);
   };
   // (A plan block's operations and rows are visible to it: its barrier above.)
   if (entry_fence && !fence_with_peers((c.flags & EXEC_INPUT_STAGED) != 0)) return;
@@ -839,6 +788,5 @@ extern "C" __global__ void __launch_bounds__(1024) weft_execute(ExecContext c, c
     state[b] = (launch + 1) << 1 | (exit_fence || packets ? 0 : 1);
     fences_done[b] = fences;
     barriers_done[b] = barriers;
-    direct_done[b] = directs;
   }
 }

@@ -15,7 +15,6 @@ mod ep;
 mod gin;
 mod mismatch;
 mod multinode;
-mod placement;
 mod port;
 mod reduce_check;
 mod report;

@@ -118,10 +118,6 @@ fn run(
         super::mismatch::run(&comm, env, label, report);
         comm.barrier()?;
     }
-    if steps.contains(&Step::Plan) {
-        super::placement::run(&comm, env, label, report);
-        comm.barrier()?;
-    }
     let mut pair = Pair { comm: &comm, runner: &runner, data: &data, label, steps, report };
     for a in 0..world {
         for b in (a + 1..world).filter(|&b| mappable(a, b)) {

@@ -51,7 +51,6 @@ constexpr uint64_t EXEC_OUTPUT_DIRECT = 8ull;  ///< ExecContext flag: output chu
 constexpr uint64_t EXEC_EXIT_FENCE = 16ull;  ///< ExecContext flag: every launch ends with a fence with every peer
 constexpr uint64_t EXEC_PACKETS = 32ull;  ///< ExecContext flag: links carry LL packets, no semaphores
 constexpr uint64_t EXEC_LOC_PACKETS = 1ull;  ///< ExecLoc flag: the chunks hold LL packets
-constexpr uint64_t EXEC_FENCE_DIRECT = 4294967296ull;  ///< a direct launch's fence adds 1 + EXEC_FENCE_DIRECT to a peer's token
 constexpr uint64_t EXEC_STEP_STRIDE = 65536ull;  ///< a step word is launch * EXEC_STEP_STRIDE + operations done
 constexpr uint64_t GIN_MAX_RANKS = 32ull;  ///< The most ranks of a GIN device communicator.
 constexpr uint64_t GIN_MAX_SIGNALS = 63ull;  ///< The most GIN signal slots (user signals plus barriers).
@@ -65,7 +64,6 @@ enum class DeviceErrorCode : uint32_t {
   None = 0,  ///<  No error has been recorded.
   Timeout = 1,  ///<  A bounded wait expired before its peer made progress.
   ProxyStopped = 2,  ///<  A FIFO wait gave up because the proxy serving the FIFO stopped (shut down or failed).
-  Mismatch = 3,  ///<  A peer made the call otherwise (`expected`: this rank's choice, `observed`: the peer's).
 };
 
 ///  The device operation that was waiting when a timeout fired.
@@ -90,7 +88,6 @@ enum class WaitOp : uint32_t {
   GinBarrier = 18,  ///<  A GIN barrier; `peer` is the barrier's signal index, `expected` the arrivals.
   GinStaging = 19,  ///<  A GIN proxy `put_value` waiting for a free staging slot; `peer` is the put's target rank.
   Ll128Read = 20,  ///<  Reading an LL128 line whose flag never matched; `observed` is the flag word last seen.
-  ExecPlacement = 21,  ///<  A plan executor fence: the peer placed the outputs otherwise (1: direct, 0: staged).
 };
 
 ///  Element type of a collective's buffers.
@@ -444,7 +441,7 @@ struct alignas(8) ExecContext {
   uint64_t links;  ///<  `SemaphoreDeviceHandle[ranks * link_stride * replicas]`: entry `(peer * link_stride + channel) * replicas + r` is link (peer, channel) of replica `r`.
   uint64_t ports;  ///<  `PortChannelDeviceHandle[ranks * port_stride * replicas]`: entry `(peer * port_stride + channel) * replicas + r` is port link (peer, channel) of replica `r` (0 when the plan has no port links).
   uint64_t fences;  ///<  `SemaphoreDeviceHandle[ranks]`: the launch fence's semaphore with each peer of `peer_mask` outside `port_peer_mask`.
-  uint64_t state;  ///<  `uint64_t[4 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, per block fences of launches into the user outputs done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
+  uint64_t state;  ///<  `uint64_t[3 * grid + 2 + threadblocks * replicas]`: per block `launches done * 2 + 1 if the last one ended without an exit fence`, per block fences done, per block grid barriers done, grid barrier arrivals, plan barrier arrivals, then per plan block `launch * EXEC_STEP_STRIDE + operations done`.
   uint64_t row_cache;  ///<  `EXEC_ROW_CACHE_ENTRY_BYTES[2 * threadblocks * replicas]`, zeroed at set-up: entry `2 * b + launch % 2` holds plan block `b`'s resolved rows of its last launch of that parity with the call it was made for, reused while the call is the same (a block fetches both entries before it knows its launch's parity).
   uint64_t tb_rows;  ///<  `uint32_t[threadblocks]`: rows of each thread block, the chunks its operations move ([`ExecOp::rows`]), at most EXEC_RESOLVED_ROWS + 1 (more than fit: resolved per operation).
   uint64_t input;  ///<  The call's input buffer (device address).
@@ -462,7 +459,7 @@ struct alignas(8) ExecContext {
   uint32_t output_chunks;  ///<  Chunks of the output buffer.
   uint32_t flags;  ///<  EXEC_INPUT_STAGED | EXEC_OUTPUT_STAGED | EXEC_ENTRY_FENCE | EXEC_OUTPUT_DIRECT | EXEC_EXIT_FENCE | EXEC_PACKETS.
   uint32_t plan_barriers;  ///<  Barrier operations every thread block of the plan runs per launch.
-  uint32_t peer_mask;  ///<  Bit p set: this rank fences with rank p: every peer its plan talks to, and every other rank where the plan may run into the ranks' outputs (weft-exec's `fence_mask`), so every rank meets a peer that placed a call otherwise.
+  uint32_t peer_mask;  ///<  Bit p set: this rank talks to peer p (the launch fence covers exactly these).
   uint32_t replicas;  ///<  Replicas of every plan thread block: block `r * threadblocks + t` runs thread block `t` on slice `r` of every chunk, with its own links and steps.
   uint32_t max_tb_ops;  ///<  Operations of the largest thread block (the stride of `ops`).
   uint32_t port_stride;  ///<  Port channels per peer in `ports` (0: the plan has no port links).
