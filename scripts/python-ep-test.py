@@ -2,7 +2,10 @@
 """weft.ep on GPUs, written as a deep_ep user writes it (``import weft.ep as deep_ep``): layout,
 dispatch (BF16 and FP8, fresh and cached handle, async with a previous event), combine, and the
 low-latency dispatch (BF16 and FP8, with and without the receive hook) and combine, every
-element checked against a PyTorch reference of the routing.
+element checked against a PyTorch reference of the routing. Then the low-latency calls again
+between nodes: one virtual node per rank (``WEFT_RANKS_PER_NODE=1``) joined by the emulated NIC
+in chaos mode, the buffer sized by ``get_low_latency_rdma_size_hint``, with the same checks, and
+the normal mode's refusals there.
 
     scripts/python-wheel.sh --release        # on a machine with Rust: the wheel, then on the GPU machine
     /opt/torch/.venv/bin/python -m pip install --no-deps --force-reinstall weft-*.whl
@@ -15,6 +18,7 @@ for bit. Prints one line per check and `N passed, M failed` on rank 0; exits non
 failure.
 """
 
+import os
 import sys
 
 import torch
@@ -129,19 +133,30 @@ def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
     check.equal("combine: combined_topk_weights", combined_w, torch.where(idx >= 0, weights, 0.0))
 
 
-def low_latency_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
+def low_latency_mode(check: Checks, group, rank: int, ranks: int, dev, label: str = "low-latency"):
+    """A low-latency buffer sized by DeepEP's hint (weft's area on one node or between nodes,
+    as the group's layout has it) and its calls checked (``low_latency_calls``); returns it."""
     experts = 4 * ranks
     local = experts // ranks
     everyone = [inputs(r, experts, LL_HIDDEN) for r in range(ranks)]
-    idx, weights, x, _ = everyone[rank]
     rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(LL_MAX_TOKENS, LL_HIDDEN, ranks, experts)
     buffer = deep_ep.Buffer(group, 0, rdma, low_latency_mode=True, num_qps_per_rank=local)
+    low_latency_calls(check, buffer, everyone, rank, ranks, dev, label)
+    return buffer
+
+
+def low_latency_calls(check: Checks, buffer, everyone, rank: int, ranks: int, dev, label: str) -> None:
+    """Low-latency dispatch (BF16, FP8; with and without the hook) and combine on ``buffer``,
+    every output checked against the reference of ``everyone``'s routing."""
+    idx, weights, x, _ = everyone[rank]
+    experts = 4 * ranks
+    local = experts // ranks
     topk_idx, topk_weights, x_bf16 = idx.to(dev), weights.to(dev), x.to(dev, torch.bfloat16)
     slots = ranks * LL_MAX_TOKENS
 
     for use_fp8 in (False, True):
         for hook_mode in (False, True):
-            name = f"low-latency {'FP8' if use_fp8 else 'BF16'}{' with hook' if hook_mode else ''}"
+            name = f"{label} {'FP8' if use_fp8 else 'BF16'}{' with hook' if hook_mode else ''}"
             recv, recv_count, handle, event, hook = buffer.low_latency_dispatch(
                 x_bf16, topk_idx, LL_MAX_TOKENS, experts, use_fp8=use_fp8, return_recv_hook=hook_mode,
             )
@@ -185,15 +200,64 @@ def low_latency_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
             check.equal(f"{name} combine: combined_x", combined, (x * per_slot.sum(1, keepdim=True)).bfloat16())
 
 
+# Between nodes: a virtual node per rank, joined by the emulated NIC (α = 2 µs, β = 50 GB/s) in
+# chaos mode (writes of a connection land out of order). weft reads them when a Buffer makes its
+# communicator.
+BETWEEN_NODES = {
+    "WEFT_RANKS_PER_NODE": "1", "WEFT_EMU_NET_LATENCY_US": "2", "WEFT_EMU_NET_GBPS": "50", "WEFT_EMU_NET_CHAOS": "7",
+}
+
+
+def between_nodes(check: Checks, group, rank: int, ranks: int, dev) -> None:
+    """The low-latency calls of a buffer whose ranks are on different (virtual) nodes, checked
+    as on one node; the normal mode refused there, at construction and per call."""
+    if ranks < 2:
+        print(f"rank {rank}: skip between nodes: needs 2 ranks or more", flush=True)
+        return
+    saved = {name: os.environ.get(name) for name in BETWEEN_NODES}
+    os.environ.update(BETWEEN_NODES)
+    try:
+        experts = 4 * ranks
+        one_node = deep_ep.Buffer.get_low_latency_rdma_size_hint(LL_MAX_TOKENS, LL_HIDDEN, ranks, experts,
+                                                                 spans_nodes=False)
+        hint = deep_ep.Buffer.get_low_latency_rdma_size_hint(LL_MAX_TOKENS, LL_HIDDEN, ranks, experts)
+        check.record("between nodes: the hint is the between-nodes area", hint > one_node, f"{hint} vs {one_node}")
+        buffer = low_latency_mode(check, group, rank, ranks, dev, label="between nodes: low-latency")
+        check.record("between nodes: the buffer spans a node per rank", buffer.num_nodes == ranks, f"{buffer.num_nodes}")
+        x = torch.zeros(8, LL_HIDDEN, dtype=torch.bfloat16, device=dev)
+        try:
+            buffer.get_dispatch_layout(torch.zeros(8, TOPK, dtype=torch.int64, device=dev), experts)
+            check.record("between nodes: get_dispatch_layout refused", False, "it ran")
+        except NotImplementedError as e:
+            check.record("between nodes: get_dispatch_layout refused", "normal mode" in str(e), str(e))
+        try:
+            buffer.dispatch(x)
+            check.record("between nodes: dispatch refused", False, "it ran")
+        except NotImplementedError as e:
+            check.record("between nodes: dispatch refused", "normal mode" in str(e), str(e))
+        # Collective on every rank alike: the communicator is made, then every rank refuses.
+        try:
+            deep_ep.Buffer(group, num_nvl_bytes=1 << 20)
+            check.record("between nodes: low_latency_mode=False refused", False, "a buffer was made")
+        except ValueError as e:
+            check.record("between nodes: low_latency_mode=False refused", str(e).startswith("low_latency_mode:"), str(e))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def main() -> int:
     rank, ranks, dev = init_process_group()
     group = dist.new_group(list(range(ranks)))
     check = Checks(rank)
     check.record("weft.ep has its kernels", deep_ep.KERNELS_AVAILABLE)
-    for mode in (normal_mode, low_latency_mode):
+    for mode in (normal_mode, low_latency_mode, between_nodes):
         try:
             mode(check, group, rank, ranks, dev)
-        except Exception as e:  # one failure is reported; the other mode still runs
+        except Exception as e:  # one failure is reported; the other modes still run
             check.record(f"{mode.__name__} raised", False, f"{type(e).__name__}: {e}")
     totals = torch.tensor([check.passed, check.failed], device=dev)
     dist.all_reduce(totals)

@@ -2,9 +2,12 @@
 arguments pass does without its native half: a RuntimeError, naming the missing EP kernels in a
 weft built without them, else the missing native buffer (these tests make buffers without one)."""
 
+import types
+
 import pytest
 from fakes import FakeGroup, FakeTensor
 
+import weft
 import weft.ep as deep_ep
 from weft.ep import Buffer, Config, EventOverlap, _native
 
@@ -65,11 +68,11 @@ def test_constructor_checks():
     Buffer(None, num_nvl_bytes=128, comm=type("Comm", (), {"Get_rank": lambda s: 0, "Get_size": lambda s: 4})())
     cases = [
         (dict(group=None), "^group: either group or comm"),
-        (dict(group=FakeGroup(0, 16)), "^group: weft's EP kernels serve 1 to 8 ranks"),
+        (dict(group=FakeGroup(0, 16)), "^group: weft's EP kernels serve 1 to 8 ranks, got 16"),
         (dict(num_nvl_bytes=100), "^num_nvl_bytes: must be a multiple of 128"),
         (dict(num_nvl_bytes=-128), "^num_nvl_bytes: must be a non-negative integer"),
         (dict(num_nvl_bytes=0), "^num_nvl_bytes: a buffer needs"),
-        (dict(num_rdma_bytes=1024), "^num_rdma_bytes: within one node only the low-latency mode"),
+        (dict(num_rdma_bytes=1024), "^num_rdma_bytes: only the low-latency mode uses the RDMA buffer"),
         (dict(low_latency_mode=True, num_rdma_bytes=1024, num_qps_per_rank=0), "^num_qps_per_rank: must be a positive"),
         (dict(enable_shrink=True), "^enable_shrink: weft has no shrink mode"),
     ]
@@ -117,6 +120,70 @@ def test_size_hints():
     assert all(Buffer.get_low_latency_rdma_size_hint(t, 128, 2, 6) % 128 == 0 for t in range(1, 9))
     with pytest.raises(ValueError, match="^topk: must be a positive integer"):
         deep_ep.nvl_bytes_hint(128, H, 0, R)
+
+
+@pytest.mark.skipif(not deep_ep.KERNELS_AVAILABLE, reason="needs the EP entry points")
+def test_low_latency_size_hint_between_nodes(monkeypatch):
+    # Between nodes weft-ep's area adds the send regions (as large as the receive regions, two
+    # halves each) and two halves of count rows in and out (u64 per expert).
+    one_node = 2 * 256 * 128 * (14352 + 14336)
+    between = 2 * one_node + 4 * 256 * 8
+    hint = Buffer.get_low_latency_rdma_size_hint
+    monkeypatch.delenv("WEFT_RANKS_PER_NODE", raising=False)
+    assert hint(128, 7168, 2, 256) == one_node  # a node is a host: one host, as far as one can tell
+    assert hint(128, 7168, 2, 256, spans_nodes=True) == between
+    # Virtual nodes: the communicator will split more than WEFT_RANKS_PER_NODE ranks.
+    monkeypatch.setenv("WEFT_RANKS_PER_NODE", "1")
+    assert hint(128, 7168, 2, 256) == between
+    assert hint(128, 7168, 1, 256) == one_node
+    assert hint(128, 7168, 2, 256, spans_nodes=False) == one_node
+    monkeypatch.setenv("WEFT_RANKS_PER_NODE", "4")
+    assert hint(128, 7168, 4, 256) == one_node and hint(128, 7168, 8, 256) == between
+    assert all(hint(t, 128, 2, 6, spans_nodes=True) % 128 == 0 for t in range(1, 9))
+    with pytest.raises(ValueError, match="^spans_nodes: must be True, False or None, got 'yes'"):
+        hint(128, 7168, 2, 256, spans_nodes="yes")
+    monkeypatch.setenv("WEFT_RANKS_PER_NODE", "two")
+    with pytest.raises(weft.WeftError, match="WEFT_RANKS_PER_NODE"):
+        hint(128, 7168, 2, 256)
+
+
+def between_nodes(monkeypatch, nodes=2, ranks_per_node=1):
+    """A low-latency buffer whose group spans ``nodes`` nodes (its native half stands in for the
+    topology only)."""
+    runtime = types.SimpleNamespace(nodes=nodes, ranks_per_node=ranks_per_node)
+    monkeypatch.setattr(_native, "create_runtime", lambda **settings: runtime)
+    b = Buffer(FakeGroup(0, R), num_rdma_bytes=1 << 20, low_latency_mode=True, num_qps_per_rank=E // R)
+    assert b.num_nodes == nodes
+    return b
+
+
+@pytest.mark.skipif(not deep_ep.KERNELS_AVAILABLE, reason="the native half is made only with the EP entry points")
+def test_normal_mode_between_nodes_is_refused_first(monkeypatch):
+    b, x = between_nodes(monkeypatch), FakeTensor((T, H), "bf16")
+    calls = {
+        "get_dispatch_layout": lambda: b.get_dispatch_layout(FakeTensor((T, K), "i64"), E),
+        "dispatch": lambda: b.dispatch(x, **layout()),
+        "combine": lambda: b.combine(FakeTensor((24, H), "bf16"), intranode_handle()),
+    }
+    for method, call in calls.items():
+        message = (
+            f"^{method}: weft's normal mode needs every rank on one node .*the group spans 2 nodes "
+            r"\(WEFT_RANKS_PER_NODE=1\); between nodes use the low-latency mode"
+        )
+        with pytest.raises(NotImplementedError, match=message):
+            call()
+    # Before any argument check: the reason is the topology, not the arguments.
+    with pytest.raises(NotImplementedError, match="^dispatch: weft's normal mode"):
+        b.dispatch(None)
+    with pytest.raises(NotImplementedError, match=r"the group spans 3 nodes \(hosts\)"):
+        between_nodes(monkeypatch, nodes=3, ranks_per_node=None).combine(None, None)
+    # The low-latency calls check their arguments as on one node (test_ep_adapter.py follows
+    # them to the native entry points).
+    with pytest.raises(ValueError, match="^num_experts: must divide evenly"):
+        b.low_latency_dispatch(x, FakeTensor((T, K), "i64"), 128, 3)
+    # One node: the normal mode's arguments are checked as before.
+    with pytest.raises(ValueError, match="^x: required"):
+        between_nodes(monkeypatch, nodes=1).dispatch(None)
 
 
 def test_class_settings():

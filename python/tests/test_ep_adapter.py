@@ -28,7 +28,7 @@ class Tensor:
     layout = "torch.strided"
 
     def __init__(self, shape, dtype, device):
-        self.shape, self.dtype = tuple(shape), dtype
+        self.shape, self.dtype = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype
         self.device = types.SimpleNamespace(type="cuda", index=0)
         self.recorded = []
         numel = 1
@@ -207,3 +207,62 @@ def test_low_latency_with_and_without_the_hook(env):
     assert combined.shape == (T, H) and env.calls[-1][1]["phase"] == "send"
     hook()
     assert env.calls[-1][1]["phase"] == "recv" and env.calls[-1][1]["combined_x"] == combined.data_ptr()
+
+
+CREATE_RUNTIME = _native.create_runtime  # the env fixture replaces it
+
+
+def create(env, monkeypatch, nodes, ranks_per_node=1, **settings):
+    """``create_runtime`` over a communicator whose topology has ``nodes`` nodes."""
+    topology = types.SimpleNamespace(node_count=nodes, ranks_per_node=ranks_per_node)
+    comm = types.SimpleNamespace(_native=topology, world_size=R)
+    monkeypatch.setattr(_native, "_communicator", lambda group, rank, num_ranks, device: comm)
+    args = dict(group=FakeGroup(0, R), rank=0, num_ranks=R, device=0, num_nvl_bytes=1 << 20, num_rdma_bytes=1 << 21,
+                low_latency_mode=True) | settings
+    return CREATE_RUNTIME(**args), topology
+
+
+def test_runtime_between_nodes(env, monkeypatch):
+    runtime, topology = create(env, monkeypatch, nodes=2)
+    assert (runtime.nodes, runtime.ranks_per_node) == (2, 1)
+    # The buffer is num_rdma_bytes alone: nothing uses the normal mode's staging between nodes.
+    assert env.calls == [("ep_buffer_create", {"comm": topology, "num_nvl_bytes": 0, "num_rdma_bytes": 1 << 21})]
+
+    runtime, topology = create(env, monkeypatch, nodes=1, ranks_per_node=None, low_latency_mode=False)
+    assert (runtime.nodes, runtime.ranks_per_node) == (1, None)
+    assert env.calls[-1] == ("ep_buffer_create", {"comm": topology, "num_nvl_bytes": 1 << 20, "num_rdma_bytes": 1 << 21})
+
+    env.calls.clear()
+    with pytest.raises(ValueError, match=r"^low_latency_mode: the group spans 2 nodes \(WEFT_RANKS_PER_NODE=1\), and "
+                                         "between nodes weft's EP offers the low-latency mode only"):
+        create(env, monkeypatch, nodes=2, low_latency_mode=False, num_rdma_bytes=0)
+    with pytest.raises(ValueError, match=r"^num_rdma_bytes: the group spans 4 nodes \(hosts\), where the low-latency"):
+        create(env, monkeypatch, nodes=4, ranks_per_node=None, num_rdma_bytes=0)
+    assert env.calls == []  # refused before the buffer is made
+
+
+def test_low_latency_between_nodes_takes_the_same_calls(env):
+    calls = {}
+    for nodes in (1, 2):
+        env.runtime.nodes, env.runtime.ranks_per_node = nodes, 1
+        b = buffer(env, num_rdma_bytes=1 << 20, low_latency_mode=True)
+        x, idx = FakeTensor((T, H), "bf16"), FakeTensor((T, K), "i64")
+        start = len(env.calls)
+        _, _, handle, _, hook = b.low_latency_dispatch(x, idx, 32, E, return_recv_hook=True)
+        hook()
+        combined, _, hook = b.low_latency_combine(
+            FakeTensor((E // R, R * 32, H), "bf16"), idx, FakeTensor((T, K), "f32"), handle, return_recv_hook=True,
+        )
+        hook()
+        b.low_latency_dispatch(x, idx, 32, E, use_fp8=False)
+        calls[nodes] = [(name, args["phase"], args["sizes"]) for name, args in env.calls[start:]]
+    assert calls[2] == calls[1] == [
+        ("ep_low_latency_dispatch", "send", (T, K, E, H, 32)), ("ep_low_latency_dispatch", "recv", (T, K, E, H, 32)),
+        ("ep_low_latency_combine", "send", (T, K, E, H, 32)), ("ep_low_latency_combine", "recv", (T, K, E, H, 32)),
+        ("ep_low_latency_dispatch", "both", (T, K, E, H, 32)),
+    ]
+    # The normal mode never reaches the native half between nodes.
+    start = len(env.calls)
+    with pytest.raises(NotImplementedError, match="^get_dispatch_layout: weft's normal mode needs every rank on one node"):
+        b.get_dispatch_layout(FakeTensor((T, K), "i64"), E)
+    assert env.calls[start:] == []

@@ -9,6 +9,7 @@ import weft.ep as deep_ep
 
 ENTRY_POINTS = (
     "ep_buffer_create", "ep_buffer_destroy", "ep_nvl_bytes_hint", "ep_low_latency_rdma_size_hint",
+    "ep_low_latency_net_bytes_hint",
     "ep_get_dispatch_layout", "ep_notify_dispatch", "ep_dispatch", "ep_combine", "ep_low_latency_dispatch",
     "ep_low_latency_combine",
 )
@@ -25,6 +26,23 @@ def test_size_hints():
     # Every rank's tokens have a staging slot; the top-k is capped at weft-ep's 32.
     assert native.ep_nvl_bytes_hint(64, 1024, 8, 4) == 4 * native.ep_nvl_bytes_hint(16, 1024, 8, 4)
     assert native.ep_nvl_bytes_hint(64, 1024, 64, 4) == native.ep_nvl_bytes_hint(64, 1024, 32, 4)
+    # Between nodes: the send regions double the area, plus two halves of u64 count rows in and
+    # out per expert (3.76 GB at DeepEP's shape, under the proxy's 4 GiB of offsets).
+    assert native.ep_low_latency_net_bytes_hint(128, 7168, 256) == 2 * 2 * 256 * 128 * (14352 + 14336) + 4 * 256 * 8
+    assert native.ep_low_latency_net_bytes_hint(128, 7168, 288) < 1 << 32
+
+
+def test_node_layout(monkeypatch):
+    # What the communicator's topology splits hosts by, read as weft's configuration reads it.
+    monkeypatch.delenv("WEFT_RANKS_PER_NODE", raising=False)
+    assert native.env_ranks_per_node() is None
+    monkeypatch.setenv("WEFT_RANKS_PER_NODE", "2")
+    assert native.env_ranks_per_node() == 2
+    monkeypatch.setenv("WEFT_RANKS_PER_NODE", "0")
+    with pytest.raises(native.WeftError, match="WEFT_RANKS_PER_NODE"):
+        native.env_ranks_per_node()
+    for getter in ("node_count", "ranks_per_node"):
+        assert hasattr(native.Communicator, getter), getter
 
 
 HANDLE = (16, 32, 48, 64, 80, 96, 10, 12)

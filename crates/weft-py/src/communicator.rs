@@ -82,6 +82,19 @@ impl Communicator {
         self.coll.communicator().device().ordinal()
     }
 
+    /// Number of (possibly virtual) nodes the ranks are in: hosts, or with
+    /// `WEFT_RANKS_PER_NODE` virtual nodes of that many ranks (the communicator's topology).
+    #[getter]
+    fn node_count(&self) -> usize {
+        self.coll.communicator().topology().node_count()
+    }
+
+    /// Ranks per virtual node (`WEFT_RANKS_PER_NODE`), or `None` when a node is a host.
+    #[getter]
+    fn ranks_per_node(&self) -> Option<usize> {
+        self.coll.communicator().topology().ranks_per_node()
+    }
+
     fn __repr__(&self) -> String {
         format!("Communicator(rank={}, world_size={}, device={})", self.rank(), self.world_size(), self.device())
     }
@@ -96,8 +109,16 @@ fn unique_id<'py>(py: Python<'py>, host: &str) -> PyResult<Bound<'py, PyBytes>> 
     Ok(PyBytes::new(py, &id.to_bytes()))
 }
 
+/// `WEFT_RANKS_PER_NODE` as weft's configuration reads it from this process's environment
+/// (`None`: unset, a node is a host): what a communicator made now would split its hosts by.
+#[pyfunction]
+fn env_ranks_per_node() -> PyResult<Option<usize>> {
+    Ok(Env::from_process().map_err(to_py)?.ranks_per_node)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Communicator>()?;
     m.add_function(wrap_pyfunction!(unique_id, m)?)?;
+    m.add_function(wrap_pyfunction!(env_ranks_per_node, m)?)?;
     Ok(())
 }

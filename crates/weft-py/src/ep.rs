@@ -77,7 +77,8 @@ enum Refused {
 }
 
 /// The EP buffer of `comm`'s rank: `num_nvl_bytes` of normal-mode staging, `num_rdma_bytes`
-/// for the low-latency mode. Collective.
+/// for the low-latency mode. On a communicator spanning nodes weft-ep makes it window 0 of a
+/// device communicator (low-latency mode only; `weft.ep` passes no staging there). Collective.
 #[pyfunction]
 fn ep_buffer_create(
     py: Python<'_>,
@@ -110,7 +111,7 @@ fn ep_nvl_bytes_hint(max_tokens: usize, hidden: usize, topk: usize, num_ranks: u
     weft::ep::nvl_bytes_hint(max_tokens, hidden, topk.min(MAX_TOPK), num_ranks)
 }
 
-/// DeepEP's `get_low_latency_rdma_size_hint` for weft-ep's low-latency area.
+/// DeepEP's `get_low_latency_rdma_size_hint` for weft-ep's low-latency area on one node.
 #[pyfunction]
 fn ep_low_latency_rdma_size_hint(
     num_max_dispatch_tokens_per_rank: usize,
@@ -119,6 +120,13 @@ fn ep_low_latency_rdma_size_hint(
     num_experts: usize,
 ) -> usize {
     weft::ep::low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts)
+}
+
+/// The low-latency bytes (`num_rdma_bytes`) of a group spanning nodes: weft-ep's one-node area
+/// plus the send regions and count rows of the path through the proxy.
+#[pyfunction]
+fn ep_low_latency_net_bytes_hint(num_max_dispatch_tokens_per_rank: usize, hidden: usize, num_experts: usize) -> usize {
+    weft::ep::low_latency_net_bytes_hint(num_max_dispatch_tokens_per_rank, hidden, num_experts)
 }
 
 /// `get_dispatch_layout` of `topk_idx` into the three layout tensors.
@@ -359,6 +367,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ep_buffer_destroy, m)?)?;
     m.add_function(wrap_pyfunction!(ep_nvl_bytes_hint, m)?)?;
     m.add_function(wrap_pyfunction!(ep_low_latency_rdma_size_hint, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_low_latency_net_bytes_hint, m)?)?;
     m.add_function(wrap_pyfunction!(ep_get_dispatch_layout, m)?)?;
     m.add_function(wrap_pyfunction!(ep_notify_dispatch, m)?)?;
     m.add_function(wrap_pyfunction!(ep_dispatch, m)?)?;

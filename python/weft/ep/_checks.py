@@ -81,6 +81,31 @@ class Checker:
         return src_info, layout, max_tokens, hidden, experts
 
 
+def between_nodes(nodes: int, ranks_per_node: int | None, low_latency_mode: bool, num_rdma_bytes: int) -> None:
+    """A buffer whose group spans ``nodes`` nodes (the communicator's topology): weft's EP offers
+    the low-latency mode there, in ``num_rdma_bytes`` (``ValueError`` naming the argument)."""
+    if nodes <= 1:
+        return
+    where = spread(nodes, ranks_per_node)
+    if not low_latency_mode:
+        raise ValueError(
+            f"low_latency_mode: {where}, and between nodes weft's EP offers the low-latency mode only (the "
+            "normal mode maps every peer's buffer over NVLink); pass low_latency_mode=True"
+        )
+    if num_rdma_bytes == 0:
+        raise ValueError(
+            f"num_rdma_bytes: {where}, where the low-latency mode needs its buffer (size it with "
+            "Buffer.get_low_latency_rdma_size_hint)"
+        )
+
+
+def spread(nodes: int, ranks_per_node: int | None) -> str:
+    """Where the group's ranks are, for messages: ``the group spans 2 nodes
+    (WEFT_RANKS_PER_NODE=1)``."""
+    how = f"WEFT_RANKS_PER_NODE={ranks_per_node}" if ranks_per_node is not None else "hosts"
+    return f"the group spans {nodes} nodes ({how})"
+
+
 def positive(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: must be a positive integer, got {value!r}")

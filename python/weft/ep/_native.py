@@ -10,6 +10,7 @@ point. Nothing here computes a result itself.
 from __future__ import annotations
 
 from .. import _weft
+from ._checks import between_nodes
 from ._streams import CommScope
 
 MISSING = "weft was built without the EP kernels"
@@ -33,11 +34,13 @@ class Runtime:
     """The native half of a ``Buffer``: weft's communicator over the group, weft-ep's buffer on
     it, and the communication stream the normal-mode kernels run on."""
 
-    def __init__(self, comm, native, comm_stream, device: int, scratch):
+    def __init__(self, comm, native, comm_stream, device: int, scratch, nodes: int = 1, ranks_per_node=None):
         self.comm, self.native, self.comm_stream, self.device = comm, native, comm_stream, device
         # The address of empty tensors (torch gives them 0, which weft-ep refuses); with no
         # rows, nothing reads or writes it.
         self.scratch = scratch
+        # The communicator's topology: (possibly virtual) nodes, and WEFT_RANKS_PER_NODE.
+        self.nodes, self.ranks_per_node = nodes, ranks_per_node
 
     def address(self, t) -> int:
         """The device address of ``t`` (a ``TensorView``, a torch tensor, or ``None``: 0)."""
@@ -66,17 +69,28 @@ def _communicator(group, rank: int, num_ranks: int, device: int):
     return Communicator.from_process_group(group, device=device)
 
 
-def create_runtime(*, group, rank: int, num_ranks: int, device, num_nvl_bytes: int, num_rdma_bytes: int, **_settings):
-    """The native buffer of a ``Buffer`` (collective over its group). DeepEP's NVSHMEM settings
-    (``_settings``) have no native counterpart: weft reaches every peer over NVLink."""
+def create_runtime(
+    *, group, rank: int, num_ranks: int, device, num_nvl_bytes: int, num_rdma_bytes: int, low_latency_mode: bool,
+    **_settings,
+):
+    """The native buffer of a ``Buffer`` (collective over its group). Where the communicator's
+    topology has the group span nodes (hosts, or ``WEFT_RANKS_PER_NODE`` virtual nodes), only
+    the low-latency mode is offered (``_checks.between_nodes``) and the buffer is
+    ``num_rdma_bytes`` alone: weft-ep makes it window 0 of a device communicator whose proxy
+    reaches the other nodes' ranks. DeepEP's NVSHMEM settings (``_settings``) have no native
+    counterpart."""
     import torch
 
     if device is None:
         raise RuntimeError("weft.ep.Buffer: needs torch with CUDA (the buffer lives on torch's current device)")
     comm = _communicator(group, rank, num_ranks, device)
+    nodes, ranks_per_node = comm._native.node_count, comm._native.ranks_per_node
+    between_nodes(nodes, ranks_per_node, low_latency_mode, num_rdma_bytes)
+    if nodes > 1:
+        num_nvl_bytes = 0  # the normal mode's staging: nothing uses it between nodes
     native = _call("ep_buffer_create", comm._native, num_nvl_bytes, num_rdma_bytes)
     scratch = torch.empty(256, dtype=torch.uint8, device=f"cuda:{device}")
-    return Runtime(comm, native, torch.cuda.Stream(device), device, scratch)
+    return Runtime(comm, native, torch.cuda.Stream(device), device, scratch, nodes, ranks_per_node)
 
 
 def destroy(runtime) -> None:
@@ -107,8 +121,17 @@ def rdma_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
     return 0
 
 
-def low_latency_rdma_size_hint(**kwargs) -> int:
-    return _aligned(_call("ep_low_latency_rdma_size_hint", **kwargs))
+def low_latency_rdma_size_hint(*, spans_nodes: bool, num_ranks: int, **kwargs) -> int:
+    """weft-ep's low-latency bytes: the one-node area, or between nodes the larger area of the
+    path through the proxy (its send regions and count rows)."""
+    if spans_nodes:
+        return _aligned(_call("ep_low_latency_net_bytes_hint", **kwargs))
+    return _aligned(_call("ep_low_latency_rdma_size_hint", num_ranks=num_ranks, **kwargs))
+
+
+def env_ranks_per_node() -> int | None:
+    """``WEFT_RANKS_PER_NODE`` as weft's configuration reads it (``None``: a node is a host)."""
+    return _call("env_ranks_per_node")
 
 
 def _empty(shape, dtype, device):

@@ -8,17 +8,19 @@ import sys
 
 from .._stream import stream_handle
 from . import _native
-from ._checks import Checker, event_args, non_negative, positive
+from ._checks import Checker, event_args, non_negative, positive, spread
 from .config import Config
 from .event import EventHandle, EventOverlap
 
-# Rank counts the single-node kernels serve (one node of NVLink peers).
+# Ranks weft's EP kernels serve: one node of NVLink peers, or in all across nodes.
 MAX_RANKS = 8
 
 
 class Buffer:
     """The communication buffers of one rank for MoE dispatch and combine (normal mode over
-    NVLink; low-latency mode). Collective: every rank of ``group`` makes it alike."""
+    NVLink; low-latency mode, also between nodes). Collective: every rank of ``group`` makes it
+    alike. Where the group spans nodes (the communicator's topology: hosts, or
+    ``WEFT_RANKS_PER_NODE`` virtual nodes), only the low-latency mode is offered."""
 
     num_sms: int = 24
 
@@ -42,7 +44,7 @@ class Buffer:
         else:
             raise ValueError("group: either group or comm must be given")
         if not 1 <= self.group_size <= MAX_RANKS:
-            raise ValueError(f"group: weft's EP kernels serve 1 to {MAX_RANKS} ranks of one node, got {self.group_size}")
+            raise ValueError(f"group: weft's EP kernels serve 1 to {MAX_RANKS} ranks, got {self.group_size}")
         for name, value in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes)):
             non_negative(value, name)
             if value % 128:
@@ -50,7 +52,7 @@ class Buffer:
         if num_nvl_bytes == 0 and num_rdma_bytes == 0:
             raise ValueError("num_nvl_bytes: a buffer needs NVLink bytes (normal mode) or RDMA bytes (low-latency mode)")
         if num_rdma_bytes and not low_latency_mode:
-            raise ValueError("num_rdma_bytes: within one node only the low-latency mode uses the RDMA buffer")
+            raise ValueError("num_rdma_bytes: only the low-latency mode uses the RDMA buffer (pass low_latency_mode=True)")
         if low_latency_mode:
             positive(num_qps_per_rank, "num_qps_per_rank")
         if enable_shrink:
@@ -66,6 +68,12 @@ class Buffer:
                 num_qps_per_rank=num_qps_per_rank, allow_nvlink_for_low_latency_mode=allow_nvlink_for_low_latency_mode,
                 allow_mnnvl=allow_mnnvl, explicitly_destroy=explicitly_destroy,
             )
+
+    @property
+    def num_nodes(self) -> int:
+        """The (possibly virtual) nodes the group spans, from the communicator's topology (1
+        without a native buffer)."""
+        return getattr(self.runtime, "nodes", 1)
 
     def destroy(self) -> None:
         """Releases the buffers (only with ``explicitly_destroy=True``)."""
@@ -103,16 +111,27 @@ class Buffer:
 
     @staticmethod
     def get_low_latency_rdma_size_hint(
-        num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int, num_experts: int
+        num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int, num_experts: int, *,
+        spans_nodes: bool | None = None,
     ) -> int:
-        """The low-latency buffer bytes (``num_rdma_bytes``) weft's kernels need."""
+        """The low-latency buffer bytes (``num_rdma_bytes``) weft's kernels need: weft-ep's
+        one-node area, or where the group spans nodes the larger area of the path through the
+        proxy (about twice as much). ``spans_nodes=None`` decides as the communicator's
+        topology will: more than ``WEFT_RANKS_PER_NODE`` ranks span virtual nodes; hosts are
+        known only once the ranks have met, so a group over several hosts (without virtual
+        nodes) passes ``spans_nodes=True``."""
         positive(num_max_dispatch_tokens_per_rank, "num_max_dispatch_tokens_per_rank")
         _hidden_ll(hidden, "hidden")
         _ranks(num_ranks)
         Checker(num_ranks, None, None).experts(num_experts)
+        if spans_nodes is None:
+            ranks_per_node = _native.env_ranks_per_node()
+            spans_nodes = ranks_per_node is not None and num_ranks > ranks_per_node
+        elif not isinstance(spans_nodes, bool):
+            raise ValueError(f"spans_nodes: must be True, False or None, got {spans_nodes!r}")
         return _native.low_latency_rdma_size_hint(
-            num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank, hidden=hidden,
-            num_ranks=num_ranks, num_experts=num_experts,
+            spans_nodes=spans_nodes, num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank,
+            hidden=hidden, num_ranks=num_ranks, num_experts=num_experts,
         )
 
     def get_comm_stream(self):
@@ -127,6 +146,7 @@ class Buffer:
     ):
         """From ``topk_idx`` (int64 ``[T, K]``, -1 for no expert): ``(num_tokens_per_rank [R]
         int32, None, num_tokens_per_expert [E] int32, is_token_in_rank [T, R] bool, event)``."""
+        self._one_node_only("get_dispatch_layout")
         c = self._checker()
         idx = c.tensor(topk_idx, "topk_idx", ("i64",), (None, None))
         c.experts(num_experts)
@@ -146,6 +166,7 @@ class Buffer:
         """Sends each token to the ranks of its experts. Returns ``(recv_x or (recv_x,
         recv_x_scales), recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert_list, handle,
         event)``; with a ``handle`` (cached layout) the middle four are ``None``."""
+        self._one_node_only("dispatch")
         c = self._checker()
         data, scales = c.tokens(x)
         tokens, r = data.shape[0], self.group_size
@@ -190,6 +211,7 @@ class Buffer:
         """Sums each received token's rows back on its source rank (without weights, as DeepEP),
         plus ``bias`` (one or two bf16 ``[T, H]``). Returns ``(combined_x,
         combined_topk_weights, event)``."""
+        self._one_node_only("combine")
         c = self._checker()
         parts = c.intranode_handle(handle)
         received, tokens = parts[3].shape[0], parts[4].shape[0]
@@ -291,6 +313,17 @@ class Buffer:
     def _checker(self) -> Checker:
         return Checker(self.group_size, self.device, stream_handle(None, self.device))
 
+    def _one_node_only(self, method: str) -> None:
+        """Refuses a normal-mode call on a buffer whose group spans nodes, before any native
+        call (weft-ep would refuse it too: its normal-mode kernels read and write every peer's
+        buffer through NVLink mappings, which other nodes' buffers do not have)."""
+        if self.num_nodes > 1:
+            raise NotImplementedError(
+                f"{method}: weft's normal mode needs every rank on one node (its kernels map every peer's "
+                f"buffer over NVLink), and {spread(self.num_nodes, self.runtime.ranks_per_node)}; between "
+                "nodes use the low-latency mode (low_latency_dispatch, low_latency_combine)"
+            )
+
     def _low_latency_only(self, method: str) -> None:
         if not self.low_latency_mode:
             raise ValueError(f"{method}: the buffer was made without low_latency_mode=True")
@@ -307,7 +340,7 @@ def _current_device() -> int | None:
 def _ranks(num_ranks) -> int:
     positive(num_ranks, "num_ranks")
     if num_ranks > MAX_RANKS:
-        raise ValueError(f"num_ranks: weft's EP kernels serve at most {MAX_RANKS} ranks of one node, got {num_ranks}")
+        raise ValueError(f"num_ranks: weft's EP kernels serve at most {MAX_RANKS} ranks, got {num_ranks}")
     return num_ranks
 
 
