@@ -24,8 +24,8 @@ pub(crate) struct Chooser<'a> {
 
 /// The most bytes an LL128 algorithm carries per sender (lines of 128 bytes per 120): a
 /// slot's for AllGather, ReduceScatter and AllReduce's shards; a half's per round for the
-/// chain (Broadcast, Reduce), which takes as many rounds as a message needs; none where the
-/// packet buffers are not 128-aligned. And whether every
+/// chain (Broadcast, Reduce), up to [`CHAIN_ROUNDS`] rounds; none where the packet buffers are
+/// not 128-aligned. And whether every
 /// pair of ranks that maps each other's memory is NVLink-connected (NVML, agreed by every
 /// rank): only then do the size rules' LL128 algorithms run (a line may arrive in pieces over
 /// PCIe); a forced `ll128` runs regardless.
@@ -35,6 +35,11 @@ pub(crate) struct Ll128Room {
     pub(crate) half: usize,
     pub(crate) nvlink: bool,
 }
+
+/// The most rounds of a half an LL128 chain takes (each waits for the peers' tokens): 32 halves
+/// at the default slot size are 63 MB at 2 ranks, past the sizes where lines beat the chain; a
+/// much smaller `WEFT_LL_SLOT_BYTES` gives way to the chain instead of many tiny rounds.
+const CHAIN_ROUNDS: usize = 32;
 
 /// One call to choose for: `size` is the selector's key (see [`crate::Rule::max_bytes`]).
 #[derive(Clone, Copy, Debug)]
@@ -143,9 +148,7 @@ impl Chooser<'_> {
     /// `ll_slot_bytes`), or for LL128 [`Chooser::ll128`]'s room.
     fn ll_capacity(&self, a: Algorithm) -> usize {
         match a {
-            // Any length, in rounds of a half.
-            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 if self.ll128.half > 0 => usize::MAX,
-            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 => 0,
+            Algorithm::BroadcastLl128 | Algorithm::ReduceLl128 => self.ll128.half.saturating_mul(CHAIN_ROUNDS),
             a if a.is_ll128() => self.ll128.slot,
             _ => self.config.ll_slot_bytes,
         }
@@ -266,29 +269,43 @@ mod tests {
     }
 
     #[test]
-    fn ll128_carries_a_slot_per_sender_any_length_down_the_chain_and_nothing_unaligned() {
+    fn ll128_carries_a_slot_per_sender_rounds_of_a_half_down_the_chain_and_nothing_unaligned() {
         let room = Ll128Room { slot: 1200, half: 4800, nvlink: false };
         for (collective, a, most) in [
-            (Collective::AllGather, Algorithm::AllGatherLl128, Some(room.slot)),
-            (Collective::AllReduce, Algorithm::AllReduceLl128, Some(room.slot)),
-            (Collective::Broadcast, Algorithm::BroadcastLl128, None),
-            (Collective::Reduce, Algorithm::ReduceLl128, None),
+            (Collective::AllGather, Algorithm::AllGatherLl128, room.slot),
+            (Collective::AllReduce, Algorithm::AllReduceLl128, room.slot),
+            // The chain goes in rounds of a half: a message of many halves still runs.
+            (Collective::Broadcast, Algorithm::BroadcastLl128, CHAIN_ROUNDS * room.half),
+            (Collective::Reduce, Algorithm::ReduceLl128, CHAIN_ROUNDS * room.half),
         ] {
             let mut forced = CollConfig::default();
             forced.selector.force(a);
             let c = Chooser { ll128: room, ..chooser(&forced, 2) };
-            match most {
-                Some(most) => {
-                    assert_eq!(c.choose(call(collective, 8), |_| most, |_| false).unwrap(), a);
-                    let err = c.choose(call(collective, 8), |_| most + 1, |_| false).unwrap_err().to_string();
-                    assert!(err.contains(&format!("it carries {most}")), "{err}");
-                }
-                // The chain goes in rounds of a half: a message of many halves still runs.
-                None => assert_eq!(c.choose(call(collective, 8), |_| 1000 * room.half, |_| false).unwrap(), a),
-            }
+            assert_eq!(c.choose(call(collective, 8), |_| most, |_| false).unwrap(), a);
+            let err = c.choose(call(collective, 8), |_| most + 1, |_| false).unwrap_err().to_string();
+            assert!(err.contains(&format!("it carries {most}")), "{err}");
             // Packet buffers not 128-aligned: no room at all.
             let unaligned = Chooser { ll128: Ll128Room::default(), ..chooser(&forced, 2) };
             assert!(unaligned.choose(call(collective, 8), |_| 1, |_| false).is_err());
+        }
+    }
+
+    #[test]
+    fn the_default_chain_rules_fit_the_rounds_of_the_default_packet_buffers() {
+        // At 2 ranks a half is 2 x ranks slots of lines, 120 payload bytes in every 128.
+        let config = CollConfig::default();
+        let half = 2 * 2 * config.ll_slot_bytes / 128 * 120;
+        let room = Ll128Room { slot: config.ll_slot_bytes / 128 * 120, half, nvlink: true };
+        let c = Chooser { ll128: room, ..chooser(&config, 2) };
+        for (collective, lines) in
+            [(Collective::Broadcast, Algorithm::BroadcastLl128), (Collective::Reduce, Algorithm::ReduceLl128)]
+        {
+            let largest = (1..=64usize)
+                .map(|m| m << 20)
+                .filter(|&b| c.config.selector.select(collective, DataType::Bf16, b as u64, 2) == lines)
+                .max()
+                .unwrap();
+            assert_eq!(c.choose(call(collective, largest), |_| largest, |_| false).unwrap(), lines, "{collective}");
         }
     }
 

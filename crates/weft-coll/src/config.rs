@@ -530,8 +530,6 @@ impl Default for CollConfig {
             port_ring_channels: None,
             chunk_bytes: 32 << 20,
             ll_slot_bytes: 512 << 10,
-            // The one-shot LL AllReduce's limit: below it a call is latency-bound, and the
-            // doubled bytes of LL16 cost less than a credit round trip.
             p2p_ll_bytes: 256 << 10,
             selector: Selector::default(),
             tuned_ranks: None,
@@ -916,7 +914,7 @@ mod tests {
     }
 
     #[test]
-    fn the_p2p_ll_limit_is_64_kib_unless_the_environment_says_otherwise() {
+    fn the_p2p_ll_limit_is_256_kib_unless_the_environment_says_otherwise() {
         assert_eq!(CollConfig::default().p2p_ll_bytes, 256 << 10);
         assert_eq!(with(&[("WEFT_P2P_LL_BYTES", "0")]).unwrap().p2p_ll_bytes, 0);
         assert_eq!(with(&[("WEFT_P2P_LL_BYTES", " 4096 ")]).unwrap().p2p_ll_bytes, 4096);

@@ -130,6 +130,10 @@ mod tests {
         for function in ["bool ll128_round_begin", "bool ll128_round_next"] {
             assert!(whole(ll128, function).contains("ll128_round_take("), "{function} takes its round by waiting");
         }
+        // Within a launch, a chain round waits for the same block of each peer only: no block
+        // waits for another block of its own launch.
+        assert!(whole(ll128, "bool ll128_round_next").contains("LlOwnToken own(c)"), "rounds 2+ wait for their block");
+        assert!(whole(header, "bool ll_round_begin").contains("LlOwnToken own(c)"), "LL16 waits for its block");
         assert!(!whole(header, "bool ll_round_begin").contains("every_token"), "LL16 waits for its own block");
         // The statements a kernel begins with; the trace scope (empty untraced) only touches
         // the block's shared memory first.

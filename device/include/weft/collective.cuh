@@ -184,6 +184,23 @@ __device__ __forceinline__ bool ll_wait_token(const CollContext& c, uint32_t t, 
   return ok;
 }
 
+/// The token this thread waits for in an own-block wait: thread t < ranks (t not this rank)
+/// waits for peer t's token of this block, loaded as early as possible (`seen`).
+struct LlOwnToken {
+  bool waits;
+  const uint32_t* token;
+  uint32_t seen;
+  __device__ __forceinline__ explicit LlOwnToken(const CollContext& c)
+      : waits(threadIdx.x < c.ranks && threadIdx.x != c.rank),
+        token(ll_tokens(c, c.packets) + threadIdx.x),
+        seen(waits ? ptx::ld_volatile_u32(token) : 0u) {}
+  /// Waits (bounded) until the same block of this thread's peer has finished reading the round
+  /// whose flag is `want`. True for a thread with no peer; false on timeout.
+  __device__ __forceinline__ bool wait(const CollContext& c, uint32_t want) const {
+    return !waits || ll_wait_token(c, threadIdx.x, token, want, seen);
+  }
+};
+
 /// Starts this block's LL16 launch: `ll_launch_begin`, then takes the block's next flag and
 /// waits (bounded) until the same block of every peer has finished reading the launch before
 /// last. Its own block's token is enough: every LL16 kernel deals the packets of a slot to
@@ -196,10 +213,7 @@ __device__ __forceinline__ bool ll_wait_token(const CollContext& c, uint32_t t, 
 __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round, const char* input = nullptr,
                                                uint64_t input_len = 0) {
   ll_launch_begin();
-  const uint32_t t = threadIdx.x;
-  const bool waits = t < c.ranks && t != c.rank;
-  const uint32_t* token = ll_tokens(c, c.packets) + t;
-  const uint32_t seen = waits ? ptx::ld_volatile_u32(token) : 0u;
+  const LlOwnToken own(c);
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * c.packet_half_bytes;
   if (input != nullptr) {
@@ -207,7 +221,7 @@ __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& ro
     const uint64_t first = deal.at(0);
     if (first < deal.packets) ptx::prefetch_l1(input + first * Ll16::kPayloadBytes);
   }
-  const bool ok = !waits || ll_wait_token(c, t, token, ll_flag_two_back(round.flag), seen);
+  const bool ok = own.wait(c, ll_flag_two_back(round.flag));
   return __syncthreads_and(ok);
 }
 
@@ -290,8 +304,8 @@ __device__ __forceinline__ void ll_put(const CollContext& c, const LlRound& roun
     uint32_t w[2];
     detail::load_words<2>(src + j * Ll16::kPayloadBytes, packet_valid(len, j), w);
     if constexpr (!Transform::kCopies) transform(w);
-    for (uint32_t k = 1; k < c.ranks; ++k) {
-      const uint32_t peer = (c.rank + k) % c.ranks;
+    for (uint32_t p = 1; p < c.ranks; ++p) {
+      const uint32_t peer = (c.rank + p) % c.ranks;
       if (to(peer)) Ll16::write(packet_at(c, channel(c, peer).remote_packet_buffer, round, slot, j), w, round.flag);
     }
   }

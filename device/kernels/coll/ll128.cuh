@@ -16,9 +16,9 @@
 // The lines live in a region of the packet buffer of their own (CollContext::ll128_offset): two
 // parity halves of 2 x ranks slots. An LL16 reader polling a position where an LL128 line was
 // left could take two data words equal to its flag for a packet, so the two never share memory.
-// An LL128 launch is an LL round (the block's flag, advanced by every LL launch) that waits,
-// before writing, until every block of every peer has finished the launch before last
-// (ll128_round_begin): the kernels deal a region's lines to blocks differently (the chain numbers
+// An LL128 launch is an LL round (the block's flag, advanced by every LL launch; a chain of
+// many halves takes one per half) that waits, before writing, until every block of every peer
+// has finished the round before last (ll128_round_begin): the kernels deal a region's lines to blocks differently (the chain numbers
 // them from the start of the half, the others within a slot), so one block's token would not
 // cover what it overwrites. (The LL16 kernels deal by position within a slot alike, and wait
 // for their own block's token only: weft/collective.cuh, ll_round_begin.)
@@ -156,12 +156,21 @@ __device__ __forceinline__ bool ll128_round_begin(const CollContext& c, LlRound&
   return ll128_round_take(c, round, ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x), first_seen);
 }
 
-/// Starts the next round of a launch that moves more lines than a half holds (the chain),
-/// after `ll_round_end` of the round before: every block of every rank runs the same rounds
-/// (their count follows from the message's length), so the flags stay in step. Called by:
+/// Starts round `index` (1, 2, ...) of a launch that moves more lines than a half holds (the
+/// chain), after `ll_round_end` of the round before: every block of every rank runs the same
+/// rounds (their count follows from the message's length), so the flags stay in step. Round 1
+/// shares its half with the previous launch's last round, whose lines another kernel may have
+/// dealt otherwise: it waits for every block's token. From round 2 the round two back is this
+/// launch's, full, with the same deal, so the same block of each peer was the only reader of
+/// the lines this block now writes: its token is enough, and no block waits for another block
+/// of the same launch (which would need every block of every rank resident at once). Called by:
 /// every thread of the block. False (for every thread) on timeout.
-__device__ __forceinline__ bool ll128_round_next(const CollContext& c, LlRound& round) {
-  return ll128_round_take(c, round, ll_flag_after(round.flag), ll_first_token(c));
+__device__ __forceinline__ bool ll128_round_next(const CollContext& c, LlRound& round, uint64_t index) {
+  if (index < 2) return ll128_round_take(c, round, ll_flag_after(round.flag), ll_first_token(c));
+  const LlOwnToken own(c);
+  round.flag = ll_flag_after(round.flag);
+  round.half = (round.flag & 1u) * ll128_half_bytes(c);
+  return __syncthreads_and(own.wait(c, ll_flag_two_back(round.flag)));
 }
 
 /// This thread's place in its block's LL128 work: its lane in a line, its line in its warp's
@@ -244,8 +253,8 @@ __device__ __forceinline__ bool ll128_get(const CollContext& c, const LlRound& r
 /// rank's words of line `line` of the message when `received` (not at the head), and leaves in
 /// `w` the words the next rank gets (ignored at the tail). A message of more lines than a half
 /// holds goes in rounds of a half each, the halves alternating (ll128_round_next): the lines of
-/// a round fill its half from the start (slot 0 on), and the round after next waits for every
-/// block of every peer to have read them. Called by: every thread of every block; the kernel
+/// a round fill its half from the start (slot 0 on), and the round after next waits for the
+/// peers' blocks that read them. Called by: every thread of every block; the kernel
 /// began with ll128_round_begin.
 template <typename Step>
 __device__ __forceinline__ void ll128_chain(const CollContext& c, LlRound& round, uint32_t first, uint64_t bytes,
@@ -256,7 +265,7 @@ __device__ __forceinline__ void ll128_chain(const CollContext& c, LlRound& round
   const WaitContext& from_prev = channel(c, prev).semaphore.wait;
   const Ll128Thread t;
   const uint64_t lines = ll128_lines(bytes), per_round = ll128_half_bytes(c) / kLl128LineBytes;
-  for (uint64_t from = 0;; from += per_round) {
+  for (uint64_t from = 0, index = 1;; from += per_round, ++index) {
     const char* mine = ll128_slot(c, c.packets, round, 0);
     char* theirs = sends ? ll128_slot(c, channel(c, next).remote_packet_buffer, round, 0) : nullptr;
     const uint64_t count = lines - from < per_round ? lines - from : per_round;
@@ -270,6 +279,6 @@ __device__ __forceinline__ void ll128_chain(const CollContext& c, LlRound& round
     ll_round_end(c, round);
     // A timeout was reported; the communicator has failed, so the rounds may end unevenly.
     if (__syncthreads_or(!ok) || from + per_round >= lines) return;
-    if (!ll128_round_next(c, round)) return;
+    if (!ll128_round_next(c, round, index)) return;
   }
 }

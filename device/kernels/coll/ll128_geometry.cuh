@@ -46,8 +46,9 @@ WEFT_LL128_FN uint32_t ll128_valid(uint64_t bytes, uint64_t line, uint32_t lane)
 }
 
 /// Which groups a warp handles: its k-th is group (k blocks + block) warps + warp, a pattern
-/// fixed in the group index, so a warp owns the same lines whatever the message's length. (The
-/// kernels do not rely on it for reuse: every LL launch waits for every block's token.)
+/// fixed in the group index, so a warp owns the same lines whatever the message's length. The
+/// chain's rounds within one launch rely on it (a round from the third on waits for the same
+/// block of each peer only); across launches every LL128 launch waits for every block's token.
 struct Ll128Deal {
   uint32_t blocks, warps, block, warp;
   /// The group of this warp's step k, increasing in k.
