@@ -8,6 +8,7 @@
 
 pub mod cpu;
 pub mod ep;
+pub mod ep_floor;
 mod ep_report;
 pub mod gin;
 mod plot;

@@ -1,0 +1,204 @@
+//! The α-β floor of a low-latency call between nodes: the bytes weft-ep's kernels put through
+//! a rank's NIC for a given routing, and the least time an α-β link needs to move them
+//! (docs/ep.md, "Low latency between nodes").
+//!
+//! What crosses, as the kernels send it: in the dispatch, one message per (token, expert)
+//! pair whose expert lives on a rank of another node (a token selecting an expert twice sends
+//! it once), of `16 + H + 4·⌈H/128⌉` bytes with FP8 (header, payload, scales) or `16 + 2H` with
+//! BF16, rounded to 16; and to every rank of another node one row of counts, a `u64` per local
+//! expert of that rank. In the combine, each such pair's row comes back, `2H` bytes of BF16
+//! (only bare signals otherwise). Signals carry no data.
+//!
+//! The floor of rank r: its NIC sends `out` bytes one after the other and the last of them
+//! arrives α later, and r waits for every peer's messages to it, which leave each peer's NIC
+//! one after the other too: `α + max(out, largest inflow from one peer) / β`. The emulated NIC
+//! paces what each GPU sends (one link per GPU), so this bounds an emulated run; a run ends
+//! above it by the kernels' own work and the copies the emulated puts become.
+
+use serde::Serialize;
+use weft_core::LinkModel;
+
+/// Bytes of one dispatch message between nodes: header, payload (FP8 and its scales, or
+/// BF16), rounded to 16 (weft-ep's `LlRegions::call_message_bytes`).
+pub fn dispatch_message_bytes(hidden: usize, fp8: bool) -> u64 {
+    let payload = if fp8 { hidden + 4 * hidden.div_ceil(128) } else { 2 * hidden };
+    (16 + payload).next_multiple_of(16) as u64
+}
+
+/// A low-latency call's routing over the ranks of a group.
+#[derive(Clone, Copy, Debug)]
+pub struct NetRouting<'a> {
+    /// Each rank's `topk_idx`: `tokens × topk` global experts, -1 where a slot is unused.
+    pub topk_idx: &'a [Vec<i64>],
+    /// Experts per token.
+    pub topk: usize,
+    /// Experts of the group, `experts / ranks` on each rank in order.
+    pub experts: usize,
+    /// The (possibly virtual) node of each rank.
+    pub nodes: &'a [usize],
+    /// Channels per token.
+    pub hidden: usize,
+    /// FP8 dispatch messages (BF16 otherwise).
+    pub fp8: bool,
+}
+
+/// One rank's floor between nodes for one dispatch and one combine.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct NetFloor {
+    /// Bytes this rank's dispatch puts through its NIC (messages and count rows).
+    pub dispatch_bytes: u64,
+    /// The dispatch's α-β floor in µs.
+    pub dispatch_us: f64,
+    /// Bytes this rank's combine puts through its NIC (rows).
+    pub combine_bytes: u64,
+    /// The combine's α-β floor in µs.
+    pub combine_us: f64,
+}
+
+/// The floor of `rank` on `link`; `None` where every rank is in `rank`'s node (nothing crosses
+/// a network).
+///
+/// Panics where the routing is not one of a group: a rank count other than `nodes`', experts
+/// not split evenly over the ranks, a `topk_idx` not a multiple of `topk` long, or an expert
+/// out of range.
+pub fn net_floor(routing: &NetRouting<'_>, rank: usize, link: LinkModel) -> Option<NetFloor> {
+    let ranks = routing.nodes.len();
+    assert_eq!(routing.topk_idx.len(), ranks, "a routing per rank");
+    assert!(ranks > 0 && routing.experts.is_multiple_of(ranks), "experts split evenly over the ranks");
+    if routing.nodes.iter().all(|&n| n == routing.nodes[rank]) {
+        return None;
+    }
+    let local_experts = routing.experts / ranks;
+    let message = dispatch_message_bytes(routing.hidden, routing.fp8);
+    let row = 2 * routing.hidden as u64;
+    // dispatch[s][d]: bytes rank s's dispatch sends to rank d of another node; the combine
+    // sends `row` back from d to s for each of those pairs.
+    let mut dispatch = vec![vec![0u64; ranks]; ranks];
+    let mut combine = vec![vec![0u64; ranks]; ranks];
+    for (s, idx) in routing.topk_idx.iter().enumerate() {
+        assert!(idx.len().is_multiple_of(routing.topk.max(1)), "rank {s}: topk_idx is tokens × topk");
+        for d in (0..ranks).filter(|&d| routing.nodes[d] != routing.nodes[s]) {
+            dispatch[s][d] += 8 * local_experts as u64;
+        }
+        for token in idx.chunks(routing.topk.max(1)) {
+            for (j, &e) in token.iter().enumerate() {
+                if e < 0 || token[..j].contains(&e) {
+                    continue;
+                }
+                assert!((e as usize) < routing.experts, "rank {s}: expert {e} of {}", routing.experts);
+                let d = e as usize / local_experts;
+                if routing.nodes[d] != routing.nodes[s] {
+                    dispatch[s][d] += message;
+                    combine[d][s] += row;
+                }
+            }
+        }
+    }
+    let floor = |sent: &[Vec<u64>]| {
+        let out: u64 = sent[rank].iter().sum();
+        let inflow = (0..ranks).map(|s| sent[s][rank]).max().unwrap_or(0);
+        (out, link.message_time(out.max(inflow)).as_secs_f64() * 1e6)
+    };
+    let (dispatch_bytes, dispatch_us) = floor(&dispatch);
+    let (combine_bytes, combine_us) = floor(&combine);
+    Some(NetFloor { dispatch_bytes, dispatch_us, combine_bytes, combine_us })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The emulated NIC: α = 2 µs, 50 GB/s.
+    fn nic() -> LinkModel {
+        LinkModel::new(2.0, Some(50.0))
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-3
+    }
+
+    #[test]
+    fn a_message_is_deepeps_with_fp8_and_a_bf16_row_without() {
+        assert_eq!(dispatch_message_bytes(7168, true), 7408);
+        assert_eq!(dispatch_message_bytes(7168, false), 16 + 14336);
+        // 100 channels: 16 + 100 + 4 = 120, rounded to 128.
+        assert_eq!(dispatch_message_bytes(100, true), 128);
+    }
+
+    #[test]
+    fn one_node_has_no_floor() {
+        let idx = vec![vec![0, 1, 2, 3], vec![3, 2, 1, 0]];
+        let routing = NetRouting { topk_idx: &idx, topk: 2, experts: 4, nodes: &[0, 0], hidden: 128, fp8: true };
+        assert_eq!(net_floor(&routing, 0, nic()), None);
+        assert_eq!(net_floor(&routing, 1, nic()), None);
+    }
+
+    /// Two ranks on two nodes, 4 experts (2 a rank), 3 tokens of top-2 each, every pair on the
+    /// other rank: 6 messages and a row of 2 counts out, 6 rows back.
+    #[test]
+    fn every_pair_crossing_sends_every_message_and_row() {
+        let (hidden, msg) = (7168, 7408u64);
+        let idx = vec![vec![2, 3, 3, 2, 2, 3], vec![0, 1, 1, 0, 0, 1]];
+        let routing = NetRouting { topk_idx: &idx, topk: 2, experts: 4, nodes: &[0, 1], hidden, fp8: true };
+        for rank in 0..2 {
+            let f = net_floor(&routing, rank, nic()).unwrap();
+            assert_eq!(f.dispatch_bytes, 6 * msg + 2 * 8);
+            assert_eq!(f.combine_bytes, 6 * 14336);
+            assert!(close(f.dispatch_us, 2.0 + (6 * msg + 16) as f64 / 50e3), "{f:?}");
+            assert!(close(f.combine_us, 2.0 + (6 * 14336) as f64 / 50e3), "{f:?}");
+        }
+    }
+
+    /// Every token selects experts of its own node only: the dispatch sends its count rows
+    /// alone, the combine nothing (bare signals), so the combine's floor is α.
+    #[test]
+    fn no_pair_crossing_leaves_the_count_rows_and_alpha() {
+        let idx = vec![vec![0, 1, 1, -1], vec![2, 3, 3, 2]];
+        let routing = NetRouting { topk_idx: &idx, topk: 2, experts: 4, nodes: &[0, 1], hidden: 256, fp8: false };
+        let f = net_floor(&routing, 1, nic()).unwrap();
+        assert_eq!((f.dispatch_bytes, f.combine_bytes), (16, 0));
+        assert!(close(f.combine_us, 2.0) && close(f.dispatch_us, 2.0 + 16.0 / 50e3), "{f:?}");
+    }
+
+    /// A token selecting an expert twice sends it once; -1 slots send nothing; an uncapped
+    /// link's floor is α.
+    #[test]
+    fn repeated_and_unused_slots_send_nothing_more() {
+        let idx = vec![vec![1, 1, -1, 1], vec![0, -1, -1, -1]];
+        let routing = NetRouting { topk_idx: &idx, topk: 2, experts: 2, nodes: &[0, 1], hidden: 128, fp8: false };
+        let msg = dispatch_message_bytes(128, false);
+        let f = net_floor(&routing, 0, nic()).unwrap();
+        assert_eq!((f.dispatch_bytes, f.combine_bytes), (2 * msg + 8, 256));
+        let g = net_floor(&routing, 1, nic()).unwrap();
+        assert_eq!((g.dispatch_bytes, g.combine_bytes), (msg + 8, 2 * 256));
+        // Rank 1 sends one message but receives two from rank 0: the larger inflow bounds it.
+        assert!(close(g.dispatch_us, f.dispatch_us), "{g:?} {f:?}");
+        let uncapped = net_floor(&routing, 0, LinkModel::new(2.0, None)).unwrap();
+        assert!(close(uncapped.dispatch_us, 2.0) && close(uncapped.combine_us, 2.0));
+    }
+
+    /// docs/ep.md's floor table, 2 nodes: DeepEP's shape (128 tokens per rank, H = 7168,
+    /// top-8 of 256 experts) on 16 ranks, each token selecting 4 experts of its own node and 4
+    /// of the other: 512 messages of 7,408 B out, 77.9 µs (the 8 count rows of 16 experts add
+    /// 1 KB, 0.02 µs), and 512 rows of 14,336 B back, 148.8 µs.
+    #[test]
+    fn deepeps_shape_on_two_nodes_gives_the_documented_floor() {
+        let (ranks, tokens, topk, experts, hidden) = (16, 128, 8, 256, 7168);
+        let nodes: Vec<usize> = (0..ranks).map(|r| r / 8).collect();
+        let idx: Vec<Vec<i64>> = (0..ranks)
+            .map(|r| {
+                let (own, other) = (nodes[r] * 128, (1 - nodes[r]) * 128);
+                (0..tokens)
+                    .flat_map(|t| (0..topk).map(move |j| (if j < 4 { own } else { other } + (t * 8 + j) % 128) as i64))
+                    .collect()
+            })
+            .collect();
+        let routing = NetRouting { topk_idx: &idx, topk, experts, nodes: &nodes, hidden, fp8: true };
+        for rank in [0, 7, 8, 15] {
+            let f = net_floor(&routing, rank, nic()).unwrap();
+            assert_eq!(f.dispatch_bytes, 512 * 7408 + 8 * 16 * 8, "rank {rank}");
+            assert_eq!(f.combine_bytes, 512 * 14336, "rank {rank}");
+            assert_eq!(format!("{:.1} {:.1}", f.dispatch_us, f.combine_us), "77.9 148.8", "rank {rank}");
+        }
+    }
+}
