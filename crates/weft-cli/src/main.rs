@@ -277,6 +277,11 @@ struct ProxyBenchArgs {
     /// ep: tokens per rank of the low-latency test (0: skip it).
     #[arg(long, default_value_t = 128)]
     ll_tokens: usize,
+    /// ep: split the ranks into N virtual nodes (WEFT_RANKS_PER_NODE = ranks / N) over the
+    /// emulated NIC (WEFT_EMU_NET_LATENCY_US / WEFT_EMU_NET_GBPS, else α = 2 µs and 50 GB/s);
+    /// only the low-latency test runs between nodes, each row with its α-β floor.
+    #[arg(long, value_name = "N")]
+    nodes: Option<usize>,
 }
 
 /// A parsed [`Sweep`] on `gpus` of the GPUs available here (0: none here).
@@ -660,6 +665,9 @@ fn bench_ep(
     if torchrun_rank("weft bench")?.is_some() {
         return Err("weft bench ep runs a thread per GPU itself: run it without torchrun".into());
     }
+    if args.nodes == Some(0) {
+        return Err("weft bench ep: --nodes 0: a run has at least 1 node".into());
+    }
     let s = sweep.parse()?;
     if s.gpus == 0 {
         println!("weft bench ep: no GPU is available here; nothing to measure.");
@@ -675,6 +683,7 @@ fn bench_ep(
         check,
         gpus: s.gpus,
         trace,
+        nodes: args.nodes,
     };
     weft_cli::bench::ep::run(&options, json.as_deref(), plot.as_deref())
 }
@@ -890,7 +899,11 @@ mod tests {
         let cli = Cli::try_parse_from(["weft", "bench", "ep", "--sms", "24,64", "--tokens", "128", "--check"]).unwrap();
         let Command::Bench { collective, proxy, check, .. } = cli.command else { panic!("not bench") };
         assert_eq!((collective.as_str(), proxy.sms, proxy.tokens, check), ("ep", vec![24, 64], 128, true));
-        assert_eq!((proxy.hidden, proxy.topk, proxy.experts), (7168, 8, 256));
+        assert_eq!((proxy.hidden, proxy.topk, proxy.experts, proxy.nodes), (7168, 8, 256, None));
+        let cli = Cli::try_parse_from(["weft", "bench", "ep", "--nodes", "2", "--sms", "24"]).unwrap();
+        let Command::Bench { proxy, .. } = cli.command else { panic!("not bench") };
+        assert_eq!(proxy.nodes, Some(2));
+        assert!(Cli::try_parse_from(["weft", "bench", "ep", "--nodes", "-1"]).is_err());
         let cli = Cli::try_parse_from(["weft", "bench", "fifo"]).unwrap();
         let Command::Bench { proxy, .. } = cli.command else { panic!("not bench") };
         assert_eq!((proxy.threads, proxy.pushes, proxy.channel), (vec![1, 2, 4], None, None));

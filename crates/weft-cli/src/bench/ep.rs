@@ -7,16 +7,19 @@
 //! low-latency test: `--ll-tokens` (128) tokens per rank, FP8 dispatch and combine each timed
 //! as its send and receive kernels together, GB/s over the selected (token, expert) pairs:
 //! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (`tests/test_low_latency.py`),
-//! at every SM count too.
+//! at every SM count too. With `--nodes N` the ranks are N virtual nodes over the emulated NIC
+//! (DeepEP's internode test): only the low-latency test runs, each row with the bytes the
+//! rank's NIC sends and the call's α-β floor ([`super::ep_floor`]).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use weft_bootstrap::InProcessBootstrap;
-use weft_core::{Communicator, Env};
+use weft_core::{Communicator, Env, LinkModel};
 use weft_ep::{Buffer, nvl_bytes_hint};
 use weft_gpu::{Device, Event, Stream};
 
+use super::ep_floor::{NetRouting, net_floor};
 use super::ep_report;
 pub use super::ep_report::EpLine;
 use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase};
@@ -50,6 +53,37 @@ pub struct EpBenchOptions {
     pub gpus: usize,
     /// Record the traced kernels and write a Chrome trace per line here (`--trace`).
     pub trace: Option<std::path::PathBuf>,
+    /// Split the ranks into this many virtual nodes over the emulated NIC (`--nodes`).
+    pub nodes: Option<usize>,
+}
+
+/// The emulated NIC of `--nodes` where the environment sets none: α = 2 µs, 50 GB/s.
+pub const NODES_ALPHA_US: f64 = 2.0;
+/// See [`NODES_ALPHA_US`].
+pub const NODES_GBPS: f64 = 50.0;
+
+/// `env` with `ranks` split into `nodes` virtual nodes (`WEFT_RANKS_PER_NODE`) over the
+/// emulated NIC (`WEFT_EMU_NET_LATENCY_US` / `WEFT_EMU_NET_GBPS` as set, else
+/// [`NODES_ALPHA_US`] and [`NODES_GBPS`]). Refuses a node count below 1 or not dividing
+/// `ranks`, and a `WEFT_RANKS_PER_NODE` that splits the ranks otherwise.
+pub fn virtual_nodes_env(mut env: Env, nodes: usize, ranks: usize) -> Result<Env, String> {
+    if nodes == 0 || !ranks.is_multiple_of(nodes) {
+        return Err(format!(
+            "weft bench ep: --nodes {nodes} does not split {ranks} ranks evenly (a node count from 1 that divides {ranks})"
+        ));
+    }
+    let per_node = ranks / nodes;
+    if let Some(set) = env.ranks_per_node.filter(|&set| set != per_node) {
+        return Err(format!(
+            "weft bench ep: --nodes {nodes} puts {per_node} ranks in a node but WEFT_RANKS_PER_NODE is {set}: \
+             unset it or make them agree"
+        ));
+    }
+    env.ranks_per_node = Some(per_node);
+    if env.emulated_net.is_none() {
+        env.emulated_net = Some(LinkModel::new(NODES_ALPHA_US, Some(NODES_GBPS)));
+    }
+    Ok(env)
 }
 
 /// Runs the benchmark on `options.gpus` GPUs and prints a line per rank, operation and SM
@@ -59,7 +93,20 @@ pub fn run(
     json: Option<&std::path::Path>,
     plot: Option<&std::path::Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let env = super::trace::traced_env(Env::from_process()?, options.trace.as_deref(), "ep")?;
+    let mut env = super::trace::traced_env(Env::from_process()?, options.trace.as_deref(), "ep")?;
+    if let Some(nodes) = options.nodes {
+        env = virtual_nodes_env(env, nodes, options.gpus)?;
+    }
+    let network = match (env.ranks_per_node, env.emulated_net) {
+        (Some(per_node), Some(link)) if per_node < options.gpus => format!(
+            ", {} nodes over the emulated NIC (α {:.1} µs, {})",
+            options.gpus.div_ceil(per_node),
+            link.latency.as_secs_f64() * 1e6,
+            link.bytes_per_second.map_or("uncapped".to_string(), |b| format!("{:.0} GB/s", b as f64 / 1e9)),
+        ),
+        (Some(per_node), None) if per_node < options.gpus => format!(", {} nodes", options.gpus.div_ceil(per_node)),
+        _ => String::new(),
+    };
     let shared = Arc::new(options.clone());
     let outcomes = launch::run_rank_threads(options.gpus, "weft-ep", move |rank, bootstrap| {
         measure_rank(rank, bootstrap, &env, &shared).map_err(|e| e.to_string())
@@ -80,7 +127,7 @@ pub fn run(
         }
     }
     let title = format!(
-        "weft bench ep: {} ranks, {} tokens per rank, hidden {}, top-{}, {} experts (DeepEP's GB/s)",
+        "weft bench ep: {} ranks{network}, {} tokens per rank, hidden {}, top-{}, {} experts (DeepEP's GB/s)",
         options.gpus, options.tokens, options.hidden, options.topk, options.experts
     );
     ep_report::print_table(&title, &lines);
@@ -146,6 +193,8 @@ fn measure_rank(
                     recv_tokens: rows,
                     us,
                     gbps: bytes / us / 1e3,
+                    net_bytes: None,
+                    floor_us: None,
                 });
                 if !fp8 {
                     let mut tensors = CombineTensors::new(&device, &case, (rows, None), &[], options.tokens)?;
@@ -161,6 +210,8 @@ fn measure_rank(
                         recv_tokens: rows,
                         us,
                         gbps: bf16_bytes / us / 1e3,
+                        net_bytes: None,
+                        floor_us: None,
                     });
                 }
                 comm.barrier()?;
@@ -198,6 +249,27 @@ fn measure_low_latency(
         seed: 0x11_be00,
     };
     let mut lines = Vec::new();
+    // Between nodes, the α-β floor of each call on the emulated NIC, from every rank's routing
+    // (the same at every SM count: the routing's seed does not change).
+    let floor = match comm.env().emulated_net.filter(|_| comm.topology().spans_nodes()) {
+        Some(link) => {
+            let c = case(weft_ep::DEFAULT_NUM_SMS);
+            let topk_idx: Vec<Vec<i64>> = (0..ranks).map(|r| c.inputs(r).topk_idx).collect();
+            let nodes = (0..ranks)
+                .map(|r| comm.topology().node(r).ok_or_else(|| format!("rank {r} has no node")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let routing = NetRouting {
+                topk_idx: &topk_idx,
+                topk: options.topk,
+                experts: options.experts,
+                nodes: &nodes,
+                hidden: options.hidden,
+                fp8: c.fp8,
+            };
+            net_floor(&routing, rank, link)
+        }
+        None => None,
+    };
     // The buffer's size does not depend on the SM count.
     let buffer = Buffer::new(comm, 0, case(weft_ep::DEFAULT_NUM_SMS).rdma_bytes(comm))?;
     for &sms in &options.sms {
@@ -217,7 +289,7 @@ fn measure_low_latency(
         write_trace(options, comm, &buffer, &format!("ep-{sms}sm-ll-combine"))?;
         let dispatch_bytes = (pairs * (options.hidden + options.hidden / 128 * 4 + 16)) as f64;
         let combine_bytes = (pairs * options.hidden * 2) as f64;
-        let line = |op, payload, us: f64, bytes: f64| EpLine {
+        let line = |op, payload, us: f64, bytes: f64, net: Option<(u64, f64)>| EpLine {
             rank,
             op,
             payload,
@@ -225,9 +297,13 @@ fn measure_low_latency(
             recv_tokens: pairs,
             us,
             gbps: bytes / us / 1e3,
+            net_bytes: net.map(|n| n.0),
+            floor_us: net.map(|n| n.1),
         };
-        lines.push(line("ll-dispatch", "fp8", dispatch_us, dispatch_bytes));
-        lines.push(line("ll-combine", "bf16", combine_us, combine_bytes));
+        let dispatch_net = floor.map(|f| (f.dispatch_bytes, f.dispatch_us));
+        let combine_net = floor.map(|f| (f.combine_bytes, f.combine_us));
+        lines.push(line("ll-dispatch", "fp8", dispatch_us, dispatch_bytes, dispatch_net));
+        lines.push(line("ll-combine", "bf16", combine_us, combine_bytes, combine_net));
         comm.barrier()?;
     }
     Ok(lines)
@@ -312,4 +388,35 @@ fn bracket(
     end.record(stream)?;
     stream.wait_idle(comm.env().device_timeout, "EP bench call")?;
     Ok(f64::from(start.elapsed_ms(&end)?) * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Env {
+        Env::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+    }
+
+    #[test]
+    fn nodes_split_the_ranks_over_the_issues_nic_unless_the_environment_sets_one() {
+        let two = virtual_nodes_env(Env::default(), 2, 8).unwrap();
+        assert_eq!(two.ranks_per_node, Some(4));
+        assert_eq!(two.emulated_net, Some(LinkModel::new(2.0, Some(50.0))));
+        let one = virtual_nodes_env(Env::default(), 1, 2).unwrap();
+        assert_eq!(one.ranks_per_node, Some(2));
+        let set = env(&[("WEFT_EMU_NET_LATENCY_US", "5"), ("WEFT_EMU_NET_GBPS", "25"), ("WEFT_RANKS_PER_NODE", "1")]);
+        let kept = virtual_nodes_env(set, 2, 2).unwrap();
+        assert_eq!((kept.ranks_per_node, kept.emulated_net), (Some(1), Some(LinkModel::new(5.0, Some(25.0)))));
+    }
+
+    #[test]
+    fn nodes_that_do_not_split_the_ranks_or_disagree_with_the_environment_are_refused() {
+        for (nodes, ranks) in [(0, 2), (3, 2), (3, 8), (16, 8)] {
+            let e = virtual_nodes_env(Env::default(), nodes, ranks).unwrap_err();
+            assert!(e.contains(&format!("--nodes {nodes}")) && e.contains(&format!("{ranks} ranks")), "{e}");
+        }
+        let e = virtual_nodes_env(env(&[("WEFT_RANKS_PER_NODE", "2")]), 2, 2).unwrap_err();
+        assert!(e.contains("WEFT_RANKS_PER_NODE is 2"), "{e}");
+    }
 }

@@ -26,6 +26,13 @@ pub struct EpLine {
     pub us: f64,
     /// DeepEP's NVLink GB/s.
     pub gbps: f64,
+    /// Low latency between nodes: the bytes this rank's call puts through its NIC.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_bytes: Option<u64>,
+    /// Low latency between nodes: the call's α-β floor on the emulated NIC in µs
+    /// ([`super::ep_floor::net_floor`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_us: Option<f64>,
 }
 
 impl EpLine {
@@ -42,13 +49,32 @@ impl EpLine {
 /// Prints `lines` under `title`, a row each.
 pub(super) fn print_table(title: &str, lines: &[EpLine]) {
     println!("{title}");
-    println!("{:>4} {:>11} {:>5} {:>5} {:>10} {:>10} {:>9}", "rank", "op", "type", "SMs", "recv rows", "µs", "GB/s");
+    for line in table(lines) {
+        println!("{line}");
+    }
+}
+
+/// The table's header and rows; where some line has a floor between nodes, its bytes through
+/// the NIC, the floor and measured / floor follow.
+fn table(lines: &[EpLine]) -> Vec<String> {
+    let floors = lines.iter().any(|l| l.floor_us.is_some());
+    let mut header =
+        format!("{:>4} {:>11} {:>5} {:>5} {:>10} {:>10} {:>9}", "rank", "op", "type", "SMs", "recv rows", "µs", "GB/s");
+    if floors {
+        header += &format!(" {:>11} {:>9} {:>7}", "net bytes", "floor µs", "×floor");
+    }
+    let mut out = vec![header];
     for l in lines {
-        println!(
+        let mut row = format!(
             "{:>4} {:>11} {:>5} {:>5} {:>10} {:>10.1} {:>9.1}",
             l.rank, l.op, l.payload, l.sms, l.recv_tokens, l.us, l.gbps
         );
+        if let (Some(bytes), Some(floor)) = (l.net_bytes, l.floor_us) {
+            row += &format!(" {bytes:>11} {floor:>9.1} {:>7.2}", l.us / floor);
+        }
+        out.push(row);
     }
+    out
 }
 
 /// Writes `lines` to `path` as a JSON array.
@@ -133,10 +159,22 @@ mod tests {
                         recv_tokens: 8000,
                         us,
                         gbps: 8000.0 * 14336.0 / us / 1e3,
+                        net_bytes: None,
+                        floor_us: None,
                     });
                 }
                 for (op, payload, us) in [("ll-dispatch", "fp8", 40.0), ("ll-combine", "bf16", 60.0)] {
-                    out.push(EpLine { rank, op, payload, sms, recv_tokens: 1024, us: us * slow, gbps: 1.0 });
+                    out.push(EpLine {
+                        rank,
+                        op,
+                        payload,
+                        sms,
+                        recv_tokens: 1024,
+                        us: us * slow,
+                        gbps: 1.0,
+                        net_bytes: None,
+                        floor_us: None,
+                    });
                 }
             }
         }
@@ -168,6 +206,18 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_columns_appear_with_a_floor_only() {
+        let mut lines = lines();
+        assert!(table(&lines).iter().all(|row| !row.contains("floor")));
+        lines[3].net_bytes = Some(3_793_920);
+        lines[3].floor_us = Some(20.0); // the line's 40 µs is twice the floor
+        let rows = table(&lines);
+        assert!(rows[0].ends_with("net bytes  floor µs  ×floor"), "{}", rows[0]);
+        assert!(rows[4].ends_with("    3793920      20.0    2.00"), "{}", rows[4]);
+        assert!(!rows[1].contains("20.0"), "a line without a floor leaves its columns empty");
+    }
+
+    #[test]
     fn a_mode_without_lines_has_no_panel() {
         let normal: Vec<EpLine> = lines().into_iter().filter(|l| !l.low_latency()).collect();
         let panels = panels(&normal);
@@ -196,6 +246,13 @@ mod tests {
         write_json(&json, &lines()).unwrap();
         let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!((doc[3]["sms"].as_u64(), doc[3]["op"].as_str()), (Some(24), Some("ll-dispatch")));
+        assert!(doc[3].get("floor_us").is_none(), "a line on one node has no floor");
+        let mut between = lines();
+        between[3].net_bytes = Some(3_793_920);
+        between[3].floor_us = Some(77.9);
+        write_json(&json, &between).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!((doc[3]["net_bytes"].as_u64(), doc[3]["floor_us"].as_f64()), (Some(3_793_920), Some(77.9)));
         if std::env::var_os("WEFT_KEEP_PLOT").is_none() {
             std::fs::remove_dir_all(&dir).unwrap();
         }
