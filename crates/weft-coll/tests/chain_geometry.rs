@@ -7,8 +7,7 @@
 //! says SKIPPED, unless `WEFT_REQUIRE_CC=1` (set by scripts/test.sh): then it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use proptest::prelude::*;
 use weft_core::host_cxx;
@@ -28,12 +27,7 @@ type Query = (u64, u32, u64, u32);
 /// The host program evaluating chain_geometry.cuh, compiled once per test run (`None`: no C++
 /// compiler here, and skipping is allowed).
 fn harness() -> Option<&'static Path> {
-    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
-        host_cxx::test_program(dir, tmp, "chain_geometry", "chain_geometry.cuh", "device/kernels/coll").unwrap()
-    })
-    .as_deref()
+    weft_core::host_test_program!("chain_geometry", "chain_geometry.cuh", "device/kernels/coll")
 }
 
 /// Runs the host program on `queries`.

@@ -9,8 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use proptest::prelude::*;
 use weft_core::host_cxx;
@@ -18,12 +17,7 @@ use weft_core::host_cxx;
 /// The host program evaluating ll128_geometry.cuh, compiled once per test run (`None`: no C++
 /// compiler here, and skipping is allowed).
 fn harness() -> Option<&'static Path> {
-    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
-        host_cxx::test_program(dir, tmp, "ll128_geometry", "ll128_geometry.cuh", "device/kernels/coll").unwrap()
-    })
-    .as_deref()
+    weft_core::host_test_program!("ll128_geometry", "ll128_geometry.cuh", "device/kernels/coll")
 }
 
 /// The answer to one query: its lines of numbers.

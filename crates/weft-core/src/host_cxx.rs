@@ -59,6 +59,22 @@ pub fn test_program(
     )
 }
 
+/// The calling integration test's host program ([`test_program`] of `tests/<name>.cpp`,
+/// evaluating `header` from the folder `kernels`), compiled once per test run: `None` when no
+/// C++ compiler is here and skipping is allowed. Expands to an `Option<&'static Path>`; a macro
+/// so that `CARGO_MANIFEST_DIR` and `CARGO_TARGET_TMPDIR` are the calling test's.
+#[macro_export]
+macro_rules! host_test_program {
+    ($name:literal, $header:literal, $kernels:literal) => {{
+        static EXE: ::std::sync::OnceLock<Option<::std::path::PathBuf>> = ::std::sync::OnceLock::new();
+        EXE.get_or_init(|| {
+            let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+            $crate::host_cxx::test_program(dir, tmp, $name, $header, $kernels).unwrap()
+        })
+        .as_deref()
+    }};
+}
+
 /// Runs `exe` with `input` on stdin; its stdout, or why it failed. The input is written from
 /// a thread of its own, so a long answer cannot fill the pipe while the input is still going in.
 pub fn ask(exe: &Path, input: &str) -> Result<String, String> {

@@ -8,18 +8,12 @@
 //! it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use weft_core::host_cxx;
 
 fn harness() -> Option<&'static Path> {
-    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
-        host_cxx::test_program(dir, tmp, "ll_flags", "weft/ll_flags.cuh", "device/include").unwrap()
-    })
-    .as_deref()
+    weft_core::host_test_program!("ll_flags", "weft/ll_flags.cuh", "device/include")
 }
 
 /// The answers to `queries`, one number each.

@@ -12,7 +12,7 @@
 //!   (set by scripts/test.sh): then it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use proptest::collection::vec;
@@ -170,12 +170,7 @@ fn padded_room(
 /// The host program evaluating geometry.cuh, compiled once per test run (`None`: no C++
 /// compiler here, and skipping is allowed).
 fn harness() -> Option<&'static Path> {
-    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let (dir, tmp) = (env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
-        host_cxx::test_program(dir, tmp, "geometry", "geometry.cuh", "device/kernels/exec").unwrap()
-    })
-    .as_deref()
+    weft_core::host_test_program!("geometry", "geometry.cuh", "device/kernels/exec")
 }
 
 /// Runs the host program on `queries`, one answer line per query line.
