@@ -99,8 +99,20 @@ impl Buffer {
             return Err(EpError::Unsupported { rank, detail: format!("{ranks} ranks (at most {MAX_RANKS})") });
         }
         let layout = BufferLayout::new(num_nvl_bytes.next_multiple_of(16), num_rdma_bytes.next_multiple_of(16));
-        let one_node = (0..ranks).all(|p| comm.can_map(p).is_ok());
-        let (memory, ptrs) = if one_node {
+        // The ranks' nodes (hosts, or virtual nodes) decide the path, as they do for weft.ep in
+        // Python; every peer of this node must be mapped either way (direct stores reach them).
+        let topology = comm.topology();
+        let unmapped =
+            (0..ranks).filter(|&p| topology.same_node(p)).find_map(|p| comm.can_map(p).err().map(|e| (p, e)));
+        if let Some((peer, reason)) = unmapped {
+            return Err(EpError::Unsupported {
+                rank,
+                detail: format!(
+                    "rank {peer} of this node is not reachable over NVLink ({reason}); the kernels store to every peer of the node"
+                ),
+            });
+        }
+        let (memory, ptrs) = if !topology.spans_nodes() {
             let memory = comm.alloc(layout.total_bytes())?;
             // Barrier tokens, sequences and signals start at zero; the data areas need no value.
             memory.fill(0, layout.data_offset, 0).map_err(gpu)?;
