@@ -110,8 +110,8 @@ __device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t bu
 // reader ends its round by writing its token into every writer of the lane. The collective LL
 // launches have one lane per block, which every peer writes and reads (ll_round_begin,
 // ll_round_end); the LL128 launches share the blocks' flags but wait for every block's token
-// of every peer (ll_wait_every_token, ll128.cuh says why); send/receive has one per (direction, peer, part) (LlPairLane, ll_lane_begin,
-// ll_lane_end). Both share the token wait (ll_wait_token) and the flag helpers; the
+// of every peer (ll_wait_every_token, ll128.cuh says why); send/receive has one per
+// (direction, peer, part) (LlPairLane, ll_lane_begin, ll_lane_end). Both share the token wait (ll_wait_token) and the flag helpers; the
 // collective pair keeps its own code because, routed through the lane template, ptxas
 // allocated the collective kernels' registers differently (spilling in some types), and those
 // kernels stay as measured. A lane type provides, each given the context: `flag` (the flag's
@@ -346,7 +346,6 @@ __device__ __forceinline__ void ll_copy_local(char* dst, const char* src, uint64
   const uint64_t hi = min_u64(lo + share, len);
   if (dst != src && hi > lo) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);
 }
-
 
 /// Writes this block's packets (`deal`) of the `len` bytes at `src` to the packet array `dst`
 /// with the round's flag. Called by: every thread of the block.

@@ -18,10 +18,12 @@
 // left could take two data words equal to its flag for a packet, so the two never share memory.
 // An LL128 launch is an LL round (the block's flag, advanced by every LL launch; a chain of
 // many halves takes one per half) that waits, before writing, until every block of every peer
-// has finished the round before last (ll128_round_begin): the kernels deal a region's lines to blocks differently (the chain numbers
-// them from the start of the half, the others within a slot), so one block's token would not
-// cover what it overwrites. (The LL16 kernels deal by position within a slot alike, and wait
-// for their own block's token only: weft/collective.cuh, ll_round_begin.)
+// has finished the round before last (ll128_round_begin): the kernels deal a region's lines to
+// blocks differently (the chain numbers them from the start of the half, the others within a
+// slot), so one block's token would not cover what it overwrites. Within one chain launch,
+// rounds from the third on wait for the same block of each peer only (ll128_round_next). (The
+// LL16 kernels deal by position within a slot alike, and wait for their own block's token
+// only: weft/collective.cuh, ll_round_begin.)
 //
 // The chain: the ranks in the order `first`, `first + 1`, ... (mod n) pass every line on as
 // soon as it arrives, so the message streams down the chain line by line, with no step, no
