@@ -490,10 +490,22 @@ pub struct CollConfig {
     /// 2×H200 machines (4×H200: 4 MB 36.4 vs 39.4 µs, 256 MB 1187 vs 1204 µs), so it covers
     /// every size HB is chosen for.
     pub zero_copy_allreduce_max: usize,
-    /// Whether a zero-copy HB AllReduce whose inputs lie in windows reads them in place (the
-    /// direct two-shot: two barriers, no scratch) instead of pushing them through scratch
-    /// (`WEFT_DIRECT_ALLREDUCE`, 0 or 1).
+    /// Whether a zero-copy HB AllReduce whose inputs are mapped here (windows, or a captured
+    /// call's agreement) reads them in place (the direct two-shot: two barriers, no scratch)
+    /// instead of pushing them through scratch (`WEFT_DIRECT_ALLREDUCE`, 0 or 1).
     pub direct_allreduce: bool,
+    /// Largest AllReduce (bytes) that runs the direct two-shot when `direct_allreduce` allows
+    /// it (`WEFT_DIRECT_ALLREDUCE_MAX`). Measured on a 2×H100 machine, captured, against the
+    /// two-shot through scratch: 4 MB 20.9 vs 31.0 µs, 16 MB 58.7 vs 68.7, 64 MB 207.3 vs
+    /// 211.7, but 256 MB 804.8 vs 773.8.
+    pub direct_allreduce_max: usize,
+    /// Smallest Reduce (bytes) that runs direct (`weft_reduce_direct`: the root pulls every
+    /// input through NVLink between two barriers) when `chain`, or an unforced `ll128`, is
+    /// chosen and every rank's input is mapped here (windows, or a captured call's agreement)
+    /// (`WEFT_DIRECT_REDUCE_MIN`). Measured on a 2×H100 machine, captured, bf16 sum, against
+    /// what the size rules ran before: 4 MB 21.2 against lines' 18.0 µs, 16 MB 55.8 against
+    /// 62.8, 64 MB 191.7 against the chain's 209.6, 1 GB 2888 against 2942 (NCCL 2882).
+    pub direct_reduce_min: usize,
     /// Whether LL kernels are launched as programmatic dependents of the previous kernel on
     /// the stream (`WEFT_EARLY_LAUNCH`, 0 or 1): their blocks are scheduled while it finishes
     /// and wait for it on the GPU (`griddepcontrol.wait`), which hides the launch gap between
@@ -539,6 +551,8 @@ impl Default for CollConfig {
             plan_slice_bytes: weft_exec::PLAN_SLICE_BYTES as usize,
             zero_copy_allreduce_max: 256 << 20,
             direct_allreduce: true,
+            direct_allreduce_max: 64 << 20,
+            direct_reduce_min: 16 << 20,
             early_launch: true,
             zero_copy_allgather_max: 64 << 20,
             zero_copy_plan_min: 0,
@@ -640,6 +654,8 @@ impl CollConfig {
             (&vars::WEFT_ZERO_COPY_ALLREDUCE, &mut c.zero_copy_allreduce_max, "0: never"),
             (&vars::WEFT_ZERO_COPY_ALLGATHER, &mut c.zero_copy_allgather_max, "0: never"),
             (&vars::WEFT_ZERO_COPY_PLAN_MIN, &mut c.zero_copy_plan_min, "0: always"),
+            (&vars::WEFT_DIRECT_REDUCE_MIN, &mut c.direct_reduce_min, "0: every size"),
+            (&vars::WEFT_DIRECT_ALLREDUCE_MAX, &mut c.direct_allreduce_max, "0: never"),
             (&vars::WEFT_PLAN_SLICE_BYTES, &mut c.plan_slice_bytes, "0: every replica"),
             (&vars::WEFT_P2P_LL_BYTES, &mut c.p2p_ll_bytes, "0: none"),
         ] {
@@ -911,6 +927,21 @@ mod tests {
         assert_eq!((d.zero_copy_plan_min, c.zero_copy_plan_min), (0, 4096));
         let bad = CollConfig::from_lookup(|k| (k.name == "WEFT_ZERO_COPY_ALLGATHER").then(|| "lots".into()));
         assert!(bad.unwrap_err().contains("WEFT_ZERO_COPY_ALLGATHER"));
+    }
+
+    #[test]
+    fn direct_limits_default_to_the_measured_rule_and_read_the_environment() {
+        let d = CollConfig::default();
+        assert_eq!((d.direct_allreduce_max, d.direct_reduce_min), (64 << 20, 16 << 20));
+        let c = CollConfig::from_lookup(|k| match k.name {
+            "WEFT_DIRECT_ALLREDUCE_MAX" => Some("0".into()),
+            "WEFT_DIRECT_REDUCE_MIN" => Some("4194304".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((c.direct_allreduce_max, c.direct_reduce_min), (0, 4 << 20));
+        let bad = CollConfig::from_lookup(|k| (k.name == "WEFT_DIRECT_REDUCE_MIN").then(|| "-1".into()));
+        assert!(bad.unwrap_err().contains("WEFT_DIRECT_REDUCE_MIN"));
     }
 
     #[test]

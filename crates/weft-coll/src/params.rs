@@ -100,6 +100,21 @@ weft_gpu::device_kernels! {
         root: u32 => "uint32_t",
     }
 
+    /// Reduce's direct form (`weft_reduce_direct`): [`Rooted`] with every rank's input as
+    /// this GPU addresses it in place of this rank's.
+    pub(crate) struct ReduceDirect for ["weft_reduce_direct"] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's output (written on the root only).
+        output: u64 => "char*",
+        /// Bytes of the buffer, a multiple of 16.
+        bytes: u64 => "uint64_t",
+        /// The root rank.
+        root: u32 => "uint32_t",
+        /// Every rank's input.
+        inputs: PeerBuffers => "weft::PeerBuffers",
+    }
+
     /// One round of grouped sends and receives (AllToAll, grouped send/receive).
     pub(crate) struct P2p for ["weft_p2p"] {
         /// The rank's collective context.

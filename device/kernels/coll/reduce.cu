@@ -1,5 +1,6 @@
-// Reduce to a root, LL (weft_reduce_ll), HB (weft_reduce_hb), chain (weft_reduce_chain) and
-// LL128 chain (weft_reduce_ll128).
+// Reduce to a root, LL (weft_reduce_ll), HB (weft_reduce_hb), chain (weft_reduce_chain), LL128
+// chain (weft_reduce_ll128), and the root's pull straight from the peers' inputs
+// (weft_reduce_direct, the chain's direct form).
 #include "chain.cuh"
 #include "ll128.cuh"
 #include "reducing.cuh"
@@ -71,4 +72,46 @@ extern "C" __global__ void __launch_bounds__(512)
     R::finish(acc, finish, w);
     if (is_root) ll128_store(output, bytes, line, lane, w);
   });
+}
+
+/// A result vector stored into the root's output, which may lie at any alignment (only the
+/// root's own output is outside the host's agreement on alignment; these stores are local).
+struct StoreOutput {
+  char* out;
+  __device__ __forceinline__ void operator()(uint64_t at, const uint4& v) const {
+    if ((reinterpret_cast<uintptr_t>(out + at) & 15u) == 0) {
+      *reinterpret_cast<uint4*>(out + at) = v;
+    } else {
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      detail::store_words<4>(out + at, 16, w);
+    }
+  }
+};
+
+// The root reads every rank's input where it lies (a peer's through NVLink: a pull, which
+// streams at NCCL's rate where the chain's pushes and the lines fall short), reduces in rank
+// order and stores its output, between two barriers of each block with the same block of every
+// peer; the other ranks only take part in the barriers. The entry barrier orders every rank's
+// earlier stream work on its input before the root reads it; the exit barrier orders the
+// root's reads before each peer's same block returns (after which its caller may overwrite its
+// input). Each pair's signals and waits balance, so the HB table stays in step for the kernels
+// that share it. In place, the root's thread reads a vector of its input before it stores the
+// result there. The host chooses it when every rank's input is mapped here (windows, or a
+// captured call's agreement), for messages of whole 16-byte vectors and operators without a
+// per-rank pre-operation.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_reduce_direct(CollContext c, char* output, uint64_t bytes, uint32_t root, PeerBuffers inputs) {
+  WEFT_TRACE_SCOPE(weft_reduce_direct);
+  if (!hb_barrier(c)) return;
+  WEFT_TRACE_MARK(barrier);
+  if (c.rank == root) {
+    const Shards s(bytes, bytes, 1);
+    const char* in[MAX_RANKS];
+#pragma unroll
+    for (uint32_t k = 0; k < MAX_RANKS; ++k) in[k] = k < c.ranks ? peer_buffer(inputs, k) : nullptr;
+    reduce_range(in, c.ranks, s.lo(0), s.hi(0), Fin::of(c), StoreOutput{output});
+    WEFT_TRACE_MARK(reduce);
+  }
+  hb_barrier(c);
+  WEFT_TRACE_MARK(barrier);
 }

@@ -8,7 +8,9 @@
 //! `WEFT_PLAN_DIR`), each through the plan executor, or the AllReduces that cross nodes (step
 //! `multinode`, on virtual nodes: what it cannot set up or lacks is reported as skipped).
 //! Graph-captured AllReduce HB and AllGather HB calls, and captured out-of-place plan launches
-//! whose chunks are whole 16-byte vectors, write straight into the peers' registered outputs;
+//! whose chunks are whole 16-byte vectors, write straight into the peers' registered outputs
+//! (AllReduce HB reading the peers' inputs in place too); captured Reduce chain calls read the
+//! peers' inputs in place (its direct form, at every size here);
 //! a line per communicator checks that every one that could did. Reducing collectives run
 //! every operator the algorithm supports,
 //! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
@@ -120,8 +122,8 @@ fn run_matrix(
     let me = Rank::new(comm, largest)?;
     // PreMulSum's device scalar: one element of any type.
     let scalar = DeviceBuffer::<u8>::new(comm.device(), 8)?;
-    // Every captured HB AllReduce and AllGather, and every captured plan launch that can, goes
-    // zero-copy here, whatever the size rules.
+    // Every captured HB AllReduce and AllGather, every captured Reduce chain, and every
+    // captured plan launch that can, goes zero-copy here, whatever the size rules.
     let types = matrix_types(env.var(&weft_core::env::vars::WEFT_SELFTEST_TYPES))?;
     let base = CollConfig {
         chunk_bytes: CHUNK_BYTES,
@@ -129,6 +131,7 @@ fn run_matrix(
         zero_copy_allreduce_max: usize::MAX,
         zero_copy_allgather_max: usize::MAX,
         zero_copy_plan_min: 0,
+        direct_reduce_min: 0,
         ..CollConfig::from_env(env)?
     };
     let spans_nodes = comm.topology().spans_nodes();
@@ -239,7 +242,7 @@ fn run_algorithm(
     // One rank has no peer to write into. Every plan has a count of whole 16-byte vector
     // chunks (2048 elements: COUNTS); it runs direct where peers write outputs.
     let direct = match algorithm {
-        Algorithm::AllReduceHb | Algorithm::AllGatherHb => true,
+        Algorithm::AllReduceHb | Algorithm::AllGatherHb | Algorithm::ReduceChain => true,
         Algorithm::Plan(id) => id.peers_share_outputs(ranks),
         _ => false,
     };

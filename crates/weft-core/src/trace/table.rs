@@ -70,6 +70,7 @@ pub const KERNELS: &[&str] = &[
     "weft_allreduce_ll128",
     "weft_allgather_ll128",
     "weft_reduce_scatter_ll128",
+    "weft_reduce_direct",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

@@ -61,8 +61,9 @@ constexpr uint16_t weft_reduce_ll128 = 24;
 constexpr uint16_t weft_allreduce_ll128 = 25;
 constexpr uint16_t weft_allgather_ll128 = 26;
 constexpr uint16_t weft_reduce_scatter_ll128 = 27;
+constexpr uint16_t weft_reduce_direct = 28;
 }  // namespace kernel
-constexpr uint32_t kKernels = 28u;
+constexpr uint32_t kKernels = 29u;
 
 struct Record {
   uint64_t ns;

@@ -155,6 +155,14 @@ static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_ll128)>) == 8 
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_ll128)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_ll128)>) == 8, "weft_reduce_ll128: bytes is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_reduce_ll128)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_reduce_ll128)>) == 4, "weft_reduce_ll128: root is 4 bytes aligned to 4 in Rust");
 
+// ReduceDirect: Reduce's direct form (`weft_reduce_direct`): [`Rooted`] with every rank's input as
+extern "C" __global__ void weft_reduce_direct(weft::CollContext c, char* output, uint64_t bytes, uint32_t root, weft::PeerBuffers inputs);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_direct)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_direct)>) == 8, "weft_reduce_direct: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_direct)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_direct)>) == 8, "weft_reduce_direct: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_direct)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_direct)>) == 8, "weft_reduce_direct: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_direct)>) == 4 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_direct)>) == 4, "weft_reduce_direct: root is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_reduce_direct)>) == 64 && alignof(weft::kernel_param_t<4, decltype(weft_reduce_direct)>) == 8, "weft_reduce_direct: inputs is 64 bytes aligned to 8 in Rust");
+
 // P2p: One round of grouped sends and receives (AllToAll, grouped send/receive).
 extern "C" __global__ void weft_p2p(weft::CollContext c, weft::P2pPlan plan);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 8, "weft_p2p: c is 104 bytes aligned to 8 in Rust");
