@@ -832,11 +832,13 @@ impl Collectives {
     /// The chain algorithm and every rank's input when a Reduce runs direct
     /// (`weft_reduce_direct`: the root pulls the inputs in place): `chain` was chosen, or
     /// `ll128` by the size rules (a forced `ll128` runs as forced), for at least
-    /// `direct_reduce_min` bytes of whole 16-byte vectors on more than one rank, with no per-rank
+    /// `direct_reduce_min` bytes of whole 16-byte vectors on two ranks, with no per-rank
     /// pre-operation, and every input mapped here (windows, or a captured call's agreement).
     /// Every condition but the mapping is alike on every rank, so every rank agrees, or none
-    /// tries. (Broadcast's pull, each rank reading the root's input, measured slower than the
-    /// chain from 64 MB on a 2×H100 machine: 3090 against 2899 µs at 1 GB.)
+    /// tries. Two ranks only: from three, the root would take every peer's whole input
+    /// through its own NVLink port (on an NVSwitch machine, (n - 1)× the chain's bytes into
+    /// one port). (Broadcast's pull, each rank reading the root's input, measured slower than
+    /// the chain from 64 MB on a 2×H100 machine: 3090 against 2899 µs at 1 GB.)
     fn direct_reduce(
         &self,
         collective: Collective,
@@ -851,7 +853,7 @@ impl Collectives {
             Algorithm::ReduceLl128 if !self.config.selector.forced(collective) => algorithm.without_ll128(),
             _ => return Ok(None),
         };
-        let eligible = self.ranks() > 1
+        let eligible = self.ranks() == 2
             && bytes >= self.config.direct_reduce_min
             && bytes.is_multiple_of(16)
             && op != ReduceOp::PreMulSum;

@@ -9,8 +9,8 @@
 //! `multinode`, on virtual nodes: what it cannot set up or lacks is reported as skipped).
 //! Graph-captured AllReduce HB and AllGather HB calls, and captured out-of-place plan launches
 //! whose chunks are whole 16-byte vectors, write straight into the peers' registered outputs
-//! (AllReduce HB reading the peers' inputs in place too); captured Reduce chain calls read the
-//! peers' inputs in place (its direct form, at every size here);
+//! (AllReduce HB reading the peers' inputs in place too); captured Reduce chain calls at two
+//! ranks read the peers' inputs in place (its direct form, at every size here);
 //! a line per communicator checks that every one that could did. Reducing collectives run
 //! every operator the algorithm supports,
 //! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
@@ -242,7 +242,9 @@ fn run_algorithm(
     // One rank has no peer to write into. Every plan has a count of whole 16-byte vector
     // chunks (2048 elements: COUNTS); it runs direct where peers write outputs.
     let direct = match algorithm {
-        Algorithm::AllReduceHb | Algorithm::AllGatherHb | Algorithm::ReduceChain => true,
+        Algorithm::AllReduceHb | Algorithm::AllGatherHb => true,
+        // Its direct form runs at two ranks only (`Collectives::direct_reduce`).
+        Algorithm::ReduceChain => ranks == 2,
         Algorithm::Plan(id) => id.peers_share_outputs(ranks),
         _ => false,
     };
