@@ -181,7 +181,8 @@ pub struct Row {
     /// Elements of weft's outputs that differ from the reference (all checked trials).
     pub wrong: u64,
     /// The same for NCCL's outputs, when checked (`--check --nccl`): a nonzero count means the
-    /// reference or the harness is wrong, not weft.
+    /// reference or the harness is wrong, not weft. In place only where NCCL defines it (not its
+    /// AllToAll and SendRecv groups, `harness::rank::nccl_launches`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_wrong: Option<u64>,
     /// Whether every rank got bitwise the same result (always true for collectives whose

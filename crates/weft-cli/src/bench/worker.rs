@@ -12,7 +12,9 @@ use weft_gpu::Device;
 
 use super::{BenchOptions, Contender, Row, sizes};
 use crate::harness::data::{self, Reference};
-use crate::harness::rank::{Buffers, Call, CallFn, CallOp, Checking, Placement, Rank, Run, every_launch, shared_seed};
+use crate::harness::rank::{
+    Buffers, Call, CallFn, CallOp, Checking, Placement, Rank, Run, every_launch, nccl_launches, shared_seed,
+};
 use crate::harness::start_line::StartLine;
 use crate::harness::trials::Timing;
 use crate::harness::{NcclTests, launch, progress};
@@ -161,11 +163,15 @@ fn run_rank(
                     |run: &Run<'_>| Checking { me: &me, call: &call, run, reference: &reference }.launches(&launches);
                 let weft = check(&weft_run)?;
                 (row.wrong, row.identical) = (weft.wrong, weft.identical);
+                let nccl_defined = nccl_launches(options.collective, &launches);
+                let check_nccl = |run: &Run<'_>| {
+                    Checking { me: &me, call: &call, run, reference: &reference }.launches(&nccl_defined)
+                };
                 if let Some(nccl_run) = &nccl_run {
-                    row.nccl_wrong = Some(check(nccl_run)?.wrong);
+                    row.nccl_wrong = Some(check_nccl(nccl_run)?.wrong);
                 }
                 if let Some(run) = &nccl_windows_checked {
-                    row.nccl_windows_wrong = Some(check(run)?.wrong);
+                    row.nccl_windows_wrong = Some(check_nccl(run)?.wrong);
                 }
                 if let Some(versus_run) = &versus_run {
                     row.wrong += check(versus_run)?.wrong;

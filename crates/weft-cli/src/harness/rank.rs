@@ -391,6 +391,16 @@ pub(crate) fn every_launch(graph: bool) -> Vec<(Placement, Launch)> {
     launches
 }
 
+/// The launches of [`every_launch`] that NCCL's `collective` defines: NCCL's AllToAll and
+/// SendRecv are groups of sends and receives, and a group may not use a buffer it writes more
+/// than once (NCCL's maintainers: in-place send/receive "is not actually a valid usage"), so
+/// their in-place results are undefined, and wrong in practice from some size on (a 256 MB
+/// in-place SendRecv on 2×H100 went wrong in NCCL, not in weft, which stages it).
+pub(crate) fn nccl_launches(collective: Collective, launches: &[(Placement, Launch)]) -> Vec<(Placement, Launch)> {
+    let grouped = matches!(collective, Collective::AllToAll | Collective::SendRecv);
+    launches.iter().copied().filter(|&(placement, _)| !(grouped && placement == Placement::InPlace)).collect()
+}
+
 /// Poison bytes of consecutive graph replays (the eager call's is [`POISON`]).
 const REPLAY_POISON: [u8; 2] = [0xa5, 0x5a];
 
@@ -526,4 +536,21 @@ fn fnv(bytes: &[u8]) -> u64 {
 pub(crate) fn shared_seed(bootstrap: &dyn Bootstrap) -> Result<u32, BoxError> {
     let bytes = bootstrap.broadcast(0, Some(&rand::random::<u32>().to_le_bytes()))?;
     Ok(u32::from_le_bytes(bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or("short seed")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_is_checked_in_place_only_where_nccl_defines_it() {
+        let every = every_launch(true);
+        for collective in Collective::ALL {
+            let checked = nccl_launches(collective, &every);
+            let in_place = checked.iter().filter(|(p, _)| *p == Placement::InPlace).count();
+            let grouped = matches!(collective, Collective::AllToAll | Collective::SendRecv);
+            assert_eq!(in_place, if grouped { 0 } else { 2 }, "{collective:?}");
+            assert_eq!(checked.len(), if grouped { 2 } else { 4 }, "{collective:?}");
+        }
+    }
 }
