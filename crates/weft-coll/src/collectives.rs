@@ -564,11 +564,10 @@ impl Collectives {
     /// Every rank's `input` as this GPU addresses it when an HB AllReduce can read the inputs
     /// in place (the direct two-shot of `allreduce_hb.cu`): the outputs are zero-copy, the
     /// inputs lie in windows or a captured call's agreement maps them, the message is at most
-    /// `direct_allreduce_max` bytes of whole
-    /// 16-byte vectors at 16-byte aligned addresses, and the operator has no per-rank
-    /// pre-operation. Every condition but the alignment is alike on every rank; a misaligned
-    /// rank declines the agreement, so every rank stages (under the windows' contract, same
-    /// window and same offset, the alignment is alike too).
+    /// `direct_allreduce_max` bytes of whole 16-byte vectors at 16-byte aligned addresses, and
+    /// the operator has no per-rank pre-operation. Every condition but the inputs' alignment is
+    /// alike on every rank; a misaligned rank declines the agreement, so every rank stages
+    /// (under the windows' contract, same window and same offset, the alignment is alike too).
     fn direct_inputs(
         &self,
         stream: &Stream,
@@ -577,11 +576,15 @@ impl Collectives {
         outputs: &PeerBuffers,
     ) -> Result<Option<PeerBuffers>, CollError> {
         let rank = self.comm.rank();
-        let aligned = (input.ptr | input.len as u64 | outputs.ptr[rank]).is_multiple_of(16);
+        // Every rank's `outputs.ptr[rank]` is 16-aligned or none is: the registry agrees only
+        // on 16-aligned buffers (`State::offer`), and windows share one offset. So `aligned`
+        // differs between ranks only by where the inputs lie, which the agreement settles.
+        let aligned = (input.ptr | outputs.ptr[rank]).is_multiple_of(16);
         let eligible = outputs.ptr[rank] != 0
             && op != ReduceOp::PreMulSum
             && self.config.direct_allreduce
-            && input.len <= self.config.direct_allreduce_max;
+            && input.len <= self.config.direct_allreduce_max
+            && input.len.is_multiple_of(16);
         let (inputs, _) = self.map_buffers(stream, input, eligible, aligned)?;
         Ok((inputs.ptr[rank] != 0).then_some(inputs))
     }

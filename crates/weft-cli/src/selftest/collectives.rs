@@ -10,7 +10,8 @@
 //! Graph-captured AllReduce HB and AllGather HB calls, and captured out-of-place plan launches
 //! whose chunks are whole 16-byte vectors, write straight into the peers' registered outputs
 //! (AllReduce HB reading the peers' inputs in place too); captured Reduce chain calls at two
-//! ranks read the peers' inputs in place (its direct form, at every size here);
+//! ranks read the peers' inputs in place (its direct form, at every count of whole 16-byte
+//! vectors here: 2048 and 163 840 elements);
 //! a line per communicator checks that every one that could did. Reducing collectives run
 //! every operator the algorithm supports,
 //! PreMulSum twice: its scalar as a value and in device memory (read by the kernels, graph
@@ -36,9 +37,10 @@ use crate::harness::roots::{cycled, roots};
 use crate::harness::sweep::parse_dtype;
 use crate::harness::{Collective, NcclTests, Shape};
 
-/// Element counts per rank block: 1, odd sizes around the LL slot, several HB rounds, and one
-/// even count whose blocks are whole 16-byte vectors (AllGather's zero-copy layout).
-const COUNTS: [usize; 6] = [1, 37, 1531, 2048, 20_011, 150_001];
+/// Element counts per rank block: 1, odd sizes around the LL slot, several HB rounds, and two
+/// counts whose blocks are whole 16-byte vectors in every type (AllGather's zero-copy layout;
+/// Reduce's direct form, the larger one over every block of the grid and many HB rounds).
+const COUNTS: [usize; 7] = [1, 37, 1531, 2048, 20_011, 150_001, 163_840];
 /// AllReduce HB's tail cases: 2^20 + 3 elements, a message of one round at the shipped round
 /// size whose last vector is partial (3 bytes of i8, 12 of f32), the count of a 2×H200
 /// conformance failure; with the operators it failed with.
