@@ -913,35 +913,26 @@ mod tests {
     }
 
     #[test]
-    fn zero_copy_limits_default_to_the_measured_rule_and_read_the_environment() {
+    fn zero_copy_and_direct_limits_default_to_the_measured_rules_and_read_the_environment() {
+        type Field = fn(&CollConfig) -> usize;
+        // (variable, field, default, a value from the environment)
+        let limits: [(&str, Field, usize, usize); 5] = [
+            ("WEFT_ZERO_COPY_ALLREDUCE", |c| c.zero_copy_allreduce_max, 256 << 20, 1 << 30),
+            ("WEFT_ZERO_COPY_ALLGATHER", |c| c.zero_copy_allgather_max, 64 << 20, 0),
+            ("WEFT_ZERO_COPY_PLAN_MIN", |c| c.zero_copy_plan_min, 0, 4096),
+            ("WEFT_DIRECT_ALLREDUCE_MAX", |c| c.direct_allreduce_max, 64 << 20, 0),
+            ("WEFT_DIRECT_REDUCE_MIN", |c| c.direct_reduce_min, 16 << 20, 4 << 20),
+        ];
         let d = CollConfig::default();
-        assert_eq!((d.zero_copy_allreduce_max, d.zero_copy_allgather_max), (256 << 20, 64 << 20));
-        let c = CollConfig::from_lookup(|k| match k.name {
-            "WEFT_ZERO_COPY_ALLREDUCE" => Some("1073741824".into()),
-            "WEFT_ZERO_COPY_ALLGATHER" => Some("0".into()),
-            "WEFT_ZERO_COPY_PLAN_MIN" => Some("4096".into()),
-            _ => None,
+        let c = CollConfig::from_lookup(|k| {
+            limits.iter().find(|(name, ..)| *name == k.name).map(|(_, _, _, set)| set.to_string())
         })
         .unwrap();
-        assert_eq!((c.zero_copy_allreduce_max, c.zero_copy_allgather_max), (1 << 30, 0));
-        assert_eq!((d.zero_copy_plan_min, c.zero_copy_plan_min), (0, 4096));
-        let bad = CollConfig::from_lookup(|k| (k.name == "WEFT_ZERO_COPY_ALLGATHER").then(|| "lots".into()));
-        assert!(bad.unwrap_err().contains("WEFT_ZERO_COPY_ALLGATHER"));
-    }
-
-    #[test]
-    fn direct_limits_default_to_the_measured_rule_and_read_the_environment() {
-        let d = CollConfig::default();
-        assert_eq!((d.direct_allreduce_max, d.direct_reduce_min), (64 << 20, 16 << 20));
-        let c = CollConfig::from_lookup(|k| match k.name {
-            "WEFT_DIRECT_ALLREDUCE_MAX" => Some("0".into()),
-            "WEFT_DIRECT_REDUCE_MIN" => Some("4194304".into()),
-            _ => None,
-        })
-        .unwrap();
-        assert_eq!((c.direct_allreduce_max, c.direct_reduce_min), (0, 4 << 20));
-        let bad = CollConfig::from_lookup(|k| (k.name == "WEFT_DIRECT_REDUCE_MIN").then(|| "-1".into()));
-        assert!(bad.unwrap_err().contains("WEFT_DIRECT_REDUCE_MIN"));
+        for (name, field, default, set) in limits {
+            assert_eq!((field(&d), field(&c)), (default, set), "{name}");
+            let bad = CollConfig::from_lookup(|k| (k.name == name).then(|| "lots".into()));
+            assert!(bad.unwrap_err().contains(name), "{name}");
+        }
     }
 
     #[test]
