@@ -216,6 +216,13 @@ impl Collectives {
         &self.config
     }
 
+    /// Whether every peer this rank maps is an NVLink peer (NVML, alike on every rank; ranks
+    /// sharing a GPU need no link): where the size rules' LL128 lines and Reduce's direct form
+    /// run.
+    pub fn nvlink_peers(&self) -> bool {
+        self.resources.ll128_room().nvlink
+    }
+
     /// Replaces the selector. Host-only state: the next call uses it (`weft tune` times every
     /// candidate algorithm on one set of resources this way).
     pub fn set_selector(&mut self, selector: Selector) {
@@ -835,8 +842,9 @@ impl Collectives {
     /// The chain algorithm and every rank's input when a Reduce runs direct
     /// (`weft_reduce_direct`: the root pulls the inputs in place): `chain` was chosen, or
     /// `ll128` by the size rules (a forced `ll128` runs as forced), for at least
-    /// `direct_reduce_min` bytes of whole 16-byte vectors on two ranks, with no per-rank
-    /// pre-operation, and every input mapped here (windows, or a captured call's agreement).
+    /// `direct_reduce_min` bytes of whole 16-byte vectors on two NVLink-connected ranks, with
+    /// no per-rank pre-operation, and every input mapped here (windows, or a captured call's
+    /// agreement).
     /// Every condition but the mapping is alike on every rank, so every rank agrees, or none
     /// tries. Two ranks only: from three, the root would take every peer's whole input
     /// through its own NVLink port (on an NVSwitch machine, (n - 1)× the chain's bytes into
@@ -856,7 +864,9 @@ impl Collectives {
             Algorithm::ReduceLl128 if !self.config.selector.forced(collective) => algorithm.without_ll128(),
             _ => return Ok(None),
         };
+        // NVLink (alike on every rank): over PCIe the pull was never measured.
         let eligible = self.ranks() == 2
+            && self.nvlink_peers()
             && bytes >= self.config.direct_reduce_min
             && bytes.is_multiple_of(16)
             && op != ReduceOp::PreMulSum;

@@ -245,8 +245,8 @@ fn run_algorithm(
     // chunks (2048 elements: COUNTS); it runs direct where peers write outputs.
     let direct = match algorithm {
         Algorithm::AllReduceHb | Algorithm::AllGatherHb => true,
-        // Its direct form runs at two ranks only (`Collectives::direct_reduce`).
-        Algorithm::ReduceChain => ranks == 2,
+        // Its direct form runs at two NVLink-connected ranks only (`Collectives::direct_reduce`).
+        Algorithm::ReduceChain => ranks == 2 && coll.nvlink_peers(),
         Algorithm::Plan(id) => id.peers_share_outputs(ranks),
         _ => false,
     };
