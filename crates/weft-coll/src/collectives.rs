@@ -844,11 +844,10 @@ impl Collectives {
     /// `ll128` by the size rules (a forced `ll128` runs as forced), for at least
     /// `direct_reduce_min` bytes of whole 16-byte vectors on two NVLink-connected ranks, with
     /// no per-rank pre-operation, and every input mapped here (windows, or a captured call's
-    /// agreement).
-    /// Every condition but the mapping is alike on every rank, so every rank agrees, or none
-    /// tries. Two ranks only: from three, the root would take every peer's whole input
-    /// through its own NVLink port (on an NVSwitch machine, (n - 1)× the chain's bytes into
-    /// one port). (Broadcast's pull, each rank reading the root's input, measured slower than
+    /// agreement). Every condition but the mapping is alike on every rank, so every rank
+    /// agrees, or none tries. Two ranks only: from three, the root would take every peer's
+    /// whole input through its own NVLink port (on an NVSwitch machine, (n - 1)× the chain's
+    /// bytes into one port). (Broadcast's pull, each rank reading the root's input, measured slower than
     /// the chain from 64 MB on a 2×H100 machine: 3090 against 2899 µs at 1 GB.)
     fn direct_reduce(
         &self,

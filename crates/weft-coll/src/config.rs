@@ -502,9 +502,10 @@ pub struct CollConfig {
     /// Smallest Reduce (bytes) on two NVLink-connected ranks that runs direct
     /// (`weft_reduce_direct`: the root pulls the peer's input through NVLink between two
     /// barriers) when `chain`, or an unforced `ll128`, is chosen and every rank's input is
-    /// mapped here (windows, or a captured call's agreement) (`WEFT_DIRECT_REDUCE_MIN`). Measured on a 2×H100 machine, captured, bf16 sum, against
-    /// what the size rules ran before: 4 MB 21.2 against lines' 18.0 µs, 16 MB 55.8 against
-    /// 62.8, 64 MB 191.7 against the chain's 209.6, 1 GB 2888 against 2942 (NCCL 2882).
+    /// mapped here (windows, or a captured call's agreement) (`WEFT_DIRECT_REDUCE_MIN`).
+    /// Measured on a 2×H100 machine, captured, bf16 sum, against what the size rules ran
+    /// before: 4 MB 21.2 against lines' 18.0 µs, 16 MB 55.8 against 62.8, 64 MB 191.7 against
+    /// the chain's 209.6, 1 GB 2888 against 2942 (NCCL 2882).
     pub direct_reduce_min: usize,
     /// Whether LL kernels are launched as programmatic dependents of the previous kernel on
     /// the stream (`WEFT_EARLY_LAUNCH`, 0 or 1): their blocks are scheduled while it finishes
