@@ -71,6 +71,8 @@ pub struct Buffer {
     /// Normal-mode calls launched so far (notify, dispatch, combine): a typed dispatch
     /// continues its handle's notify only if nothing ran in between.
     pub(crate) normal_calls: AtomicU64,
+    /// The experts of the low-latency calls of a group spanning nodes, fixed by the first.
+    pub(crate) ll_experts: crate::low_latency::PinnedExperts,
     memory: Memory,
 }
 
@@ -87,7 +89,8 @@ impl Buffer {
     /// The EP buffer of this rank with `num_nvl_bytes` of staging for the normal mode (see
     /// [`crate::nvl_bytes_hint`]) and `num_rdma_bytes` for the low-latency mode (see
     /// [`crate::low_latency_rdma_size_hint`], and [`crate::low_latency_net_bytes_hint`] for a
-    /// group spanning nodes). Collective: every rank calls it with the same sizes. On one node
+    /// group spanning nodes; `num_nvl_bytes` is not allocated there). Collective: every rank
+    /// calls it with the same sizes. On one node
     /// (or one virtual node) every peer's buffer is mapped; a group spanning nodes gets the
     /// low-latency mode only, its buffer being window 0 of a GIN device communicator (the
     /// ranks of other nodes are reached through the proxy; docs/ep.md, "Low latency between
@@ -98,10 +101,13 @@ impl Buffer {
         if ranks > MAX_RANKS {
             return Err(EpError::Unsupported { rank, detail: format!("{ranks} ranks (at most {MAX_RANKS})") });
         }
-        let layout = BufferLayout::new(num_nvl_bytes.next_multiple_of(16), num_rdma_bytes.next_multiple_of(16));
         // The ranks' nodes (hosts, or virtual nodes) decide the path, as they do for weft.ep in
         // Python; every peer of this node must be mapped either way (direct stores reach them).
         let topology = comm.topology();
+        // Between nodes only the low-latency mode runs: no normal-mode staging, which would
+        // only take room in the device communicator's heap (at most 4 GiB).
+        let nvl_bytes = if topology.spans_nodes() { 0 } else { num_nvl_bytes.next_multiple_of(16) };
+        let layout = BufferLayout::new(nvl_bytes, num_rdma_bytes.next_multiple_of(16));
         let unmapped =
             (0..ranks).filter(|&p| topology.same_node(p)).find_map(|p| comm.can_map(p).err().map(|e| (p, e)));
         if let Some((peer, reason)) = unmapped {
@@ -157,6 +163,7 @@ impl Buffer {
             tracer,
             recv_counts,
             normal_calls: AtomicU64::new(0),
+            ll_experts: Default::default(),
             memory,
         })
     }

@@ -69,6 +69,6 @@ mod views;
 pub use buffer::{Buffer, Config, DEFAULT_NUM_SMS};
 pub use error::EpError;
 pub use region::{
-    LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, low_latency_net_bytes_hint, low_latency_rdma_size_hint,
-    nvl_bytes_hint,
+    LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, ll_message_bytes, low_latency_net_bytes_hint,
+    low_latency_rdma_size_hint, nvl_bytes_hint,
 };

@@ -5,6 +5,8 @@
 //! Nothing here synchronises with the host or allocates, so calls can be captured in CUDA
 //! graphs (the buffer halves and signal tags advance on the device).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use weft_gpu::{DevicePtr, Stream};
 use weft_types::{EpLlCombineArgs, EpLlDispatchArgs};
 
@@ -64,6 +66,26 @@ pub struct LlCombineTensors {
     pub combined_x: DevicePtr,
 }
 
+/// The expert count of a buffer's low-latency calls between nodes, fixed by the first call:
+/// the receive kernels wait for each peer's signal to reach `(sequence + 1) * (local + 1)`
+/// (dispatch) or `(sequence + 1) * local` (combine), `local` the experts per rank: totals over
+/// every call so far, which hold only while every call has the same experts. (On one node the
+/// count words carry their sequence, so calls may differ.)
+#[derive(Debug, Default)]
+pub(crate) struct PinnedExperts(AtomicUsize);
+
+impl PinnedExperts {
+    /// Fixes the count at `experts` on first use; `Err(first)` when an earlier call fixed
+    /// another. Every rank makes the same calls, so every rank gets the same answer.
+    pub(crate) fn pin(&self, experts: usize) -> Result<(), usize> {
+        match self.0.compare_exchange(0, experts, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => Ok(()),
+            Err(first) if first == experts => Ok(()),
+            Err(first) => Err(first),
+        }
+    }
+}
+
 impl Buffer {
     /// How this buffer's low-latency calls reach their peers.
     fn ll_path(&self) -> LlPath {
@@ -95,8 +117,19 @@ impl Buffer {
         let regions =
             LlRegions::new(self.layout.ll_offset, shape.max_tokens, shape.hidden, num_experts, self.ll_path());
         if regions.bytes > self.layout.ll_bytes {
-            let detail = format!("{} bytes for this call; the buffer has {}", regions.bytes, self.layout.ll_bytes);
+            let hint =
+                if self.spans_nodes() { " (a group spanning nodes needs low_latency_net_bytes_hint)" } else { "" };
+            let detail =
+                format!("{} bytes for this call; the buffer has {}{hint}", regions.bytes, self.layout.ll_bytes);
             return Err(invalid("num_rdma_bytes", detail));
+        }
+        if self.spans_nodes()
+            && let Err(first) = self.ll_experts.pin(num_experts)
+        {
+            let detail = format!(
+                "{num_experts}; this buffer spans nodes and its first low-latency call had {first}: its receive kernels count every peer's puts over the calls, which needs the same experts in every call"
+            );
+            return Err(invalid("num_experts", detail));
         }
         Ok(regions)
     }
@@ -161,7 +194,7 @@ impl Buffer {
             data_half_bytes: regions.dispatch_half_bytes as u64,
             // Between nodes a run of messages is put as one: no slot padding in it.
             message_bytes: match regions.net {
-                Some(_) => LlRegions::call_message_bytes(shape.hidden, use_fp8),
+                Some(_) => crate::region::ll_message_bytes(shape.hidden, use_fp8),
                 None => regions.message_bytes,
             } as u64,
             tokens: tokens as u32,
@@ -261,5 +294,19 @@ impl LlKernels {
     /// Whether the receive kernel runs (it writes the outputs and the handle).
     pub fn receives(self) -> bool {
         self != Self::Send
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PinnedExperts;
+
+    #[test]
+    fn the_first_call_fixes_the_experts_and_another_count_is_refused() {
+        let pinned = PinnedExperts::default();
+        assert_eq!(pinned.pin(256), Ok(()));
+        assert_eq!(pinned.pin(256), Ok(()));
+        assert_eq!(pinned.pin(128), Err(256));
+        assert_eq!(pinned.pin(256), Ok(()), "a refused count leaves the first in place");
     }
 }

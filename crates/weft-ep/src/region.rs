@@ -183,7 +183,7 @@ pub(crate) struct LlNetRegions {
 
 impl LlRegions {
     pub(crate) fn new(ll_offset: usize, max_tokens: usize, hidden: usize, experts: usize, path: LlPath) -> Self {
-        let message_bytes = (16 + (2 * hidden).max(hidden + 4 * hidden.div_ceil(128))).next_multiple_of(16);
+        let message_bytes = ll_message_bytes(hidden, false).max(ll_message_bytes(hidden, true));
         let dispatch_half_bytes = experts * max_tokens * message_bytes;
         let combine_half_bytes = experts * max_tokens * 2 * hidden;
         let combine_offset = ll_offset + 2 * dispatch_half_bytes;
@@ -208,14 +208,15 @@ impl LlRegions {
             bytes: end - ll_offset,
         }
     }
+}
 
-    /// Bytes of one message of a call: the header and the payload it carries (FP8 and its
-    /// scales, or BF16), rounded to 16. On the network path messages lie at this stride, so
-    /// a put of a run of messages moves no slot padding.
-    pub(crate) fn call_message_bytes(hidden: usize, fp8: bool) -> usize {
-        let payload = if fp8 { hidden + 4 * hidden.div_ceil(128) } else { 2 * hidden };
-        (16 + payload).next_multiple_of(16)
-    }
+/// Bytes of one low-latency dispatch message of a call: the header and the payload it carries
+/// (FP8 and its scales, or BF16), rounded to 16. On the network path messages lie at this
+/// stride, so a put of a run of messages moves no slot padding; a slot of the receive region
+/// holds the larger of the two.
+pub fn ll_message_bytes(hidden: usize, fp8: bool) -> usize {
+    let payload = if fp8 { hidden + 4 * hidden.div_ceil(128) } else { 2 * hidden };
+    (16 + payload).next_multiple_of(16)
 }
 
 /// DeepEP's `get_low_latency_rdma_size_hint`: the low-latency bytes (`num_rdma_bytes`) for
@@ -343,13 +344,13 @@ mod tests {
     fn a_calls_messages_fit_the_slots_and_carry_no_padding() {
         for hidden in [128, 512, 2048, 7168] {
             let slot = LlRegions::new(0, 1, hidden, 1, LlPath::Node).message_bytes;
-            let fp8 = LlRegions::call_message_bytes(hidden, true);
-            let bf16 = LlRegions::call_message_bytes(hidden, false);
+            let fp8 = ll_message_bytes(hidden, true);
+            let bf16 = ll_message_bytes(hidden, false);
             assert_eq!(bf16, slot);
             assert_eq!(fp8, (16 + hidden + 4 * (hidden / 128)).next_multiple_of(16));
             assert!(fp8 < slot && fp8.is_multiple_of(16));
         }
-        assert_eq!(LlRegions::call_message_bytes(7168, true), 7408);
+        assert_eq!(ll_message_bytes(7168, true), 7408);
     }
 
     #[test]

@@ -18,11 +18,10 @@
 use serde::Serialize;
 use weft_core::LinkModel;
 
-/// Bytes of one dispatch message between nodes: header, payload (FP8 and its scales, or
-/// BF16), rounded to 16 (weft-ep's `LlRegions::call_message_bytes`).
+/// Bytes of one dispatch message between nodes, as the kernels pack them
+/// ([`weft_ep::ll_message_bytes`]).
 pub fn dispatch_message_bytes(hidden: usize, fp8: bool) -> u64 {
-    let payload = if fp8 { hidden + 4 * hidden.div_ceil(128) } else { 2 * hidden };
-    (16 + payload).next_multiple_of(16) as u64
+    weft_ep::ll_message_bytes(hidden, fp8) as u64
 }
 
 /// A low-latency call's routing over the ranks of a group.

@@ -127,7 +127,7 @@ impl Offsets {
             local: shape.experts / shape.ranks,
             experts: shape.experts,
             max_tokens: shape.max_tokens,
-            message: LlRegions::call_message_bytes(hidden, fp8),
+            message: crate::region::ll_message_bytes(hidden, fp8),
             row: 2 * hidden,
         })
     }
