@@ -22,13 +22,15 @@ use weft_net::{PortProxy, PortProxyConfig, PortRoute};
 use weft_types::{CollContext, DataType, P2pPlan, PeerBuffers, ReduceOp};
 
 use crate::algorithm::{Algorithm, Collective, Protocol};
-use crate::args::{ArgError, Args, Buffer, InDevice, p2p_round};
+use crate::args::{ArgError, Args, Blocked, Buffer, InDevice, p2p_round};
 use crate::call_check::{CallSignature, ExchangeError, Verdict};
 use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
-use crate::params::{AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, P2pLl, ReduceDirect, Rooted};
+use crate::params::{
+    AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, P2pLl, ReduceDirect, ReduceScatterDirect, Rooted,
+};
 use crate::plans::{Nodes, PlanId};
 use crate::port_allpairs::PortAllPairs;
 use crate::port_ring::PortRing;
@@ -724,6 +726,17 @@ impl Collectives {
             // SAFETY: forwarded caller contract; buffers checked above.
             return unsafe { self.run_plan(id, 0, send, recv, elements, dtype, op, stream) };
         }
+        if let Some(inputs) = self.direct_reduce_scatter(algorithm, send, &checked, op, stream)? {
+            let (output, shard_bytes) = (recv, block as u64);
+            // SAFETY: every rank's input is mapped on this GPU (by the windows or the registry)
+            // and valid while the peers' are (their callers' contract); the two barriers keep
+            // every read within the call on every rank.
+            return unsafe {
+                self.launch_named("weft_reduce_scatter_direct", algorithm, dtype, op, scalar, stream, total, |c| {
+                    ReduceScatterDirect { c, output, shard_bytes, inputs }
+                })
+            };
+        }
         // AllGather HB pushes block `rank` straight into every peer's output when every block
         // starts 16-byte aligned there (the same on every rank: the block size is).
         let outputs = if algorithm == Algorithm::AllGatherHb {
@@ -748,6 +761,35 @@ impl Collectives {
                 None => self.launch(algorithm, dtype, op, scalar, stream, total, |c| Flat { c, input, output, bytes }),
             }
         }
+    }
+
+    /// Every rank's input when a ReduceScatter runs direct (`weft_reduce_scatter_direct`: rank
+    /// r pulls block r of every input in place): `hb` was chosen, on NVLink-connected ranks,
+    /// for at most `direct_reduce_scatter_max` bytes of input in blocks of whole 16-byte
+    /// vectors, with no per-rank pre-operation, and every input mapped here at a 16-aligned
+    /// address (windows, or a captured call's agreement). Every condition but the mapping is
+    /// alike on every rank; a rank whose input is misaligned declines the agreement, so every
+    /// rank stages (under the windows' contract the alignment is alike too). Each rank's link
+    /// carries (n - 1) blocks in, as the pushes through scratch do, but once, with no rounds.
+    fn direct_reduce_scatter(
+        &self,
+        algorithm: Algorithm,
+        send: DevicePtr,
+        checked: &Blocked,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> Result<Option<PeerBuffers>, CollError> {
+        if algorithm != Algorithm::ReduceScatterHb {
+            return Ok(None);
+        }
+        // NVLink (alike on every rank): over PCIe the pull was never measured.
+        let eligible = self.nvlink_peers()
+            && checked.total <= self.config.direct_reduce_scatter_max
+            && checked.block.is_multiple_of(16)
+            && op != ReduceOp::PreMulSum;
+        let input = Buffer { what: "send", ptr: send, len: checked.total };
+        let inputs = self.peer_buffers(stream, input, eligible, send.is_multiple_of(16))?;
+        Ok((inputs.ptr[self.comm.rank()] != 0).then_some(inputs))
     }
 
     /// Broadcast of `count` elements from the root's `send` into every rank's `recv` (`send` is

@@ -507,6 +507,11 @@ pub struct CollConfig {
     /// before: 4 MB 21.2 against lines' 18.0 µs, 16 MB 55.8 against 62.8, 64 MB 191.7 against
     /// the chain's 209.6, 1 GB 2888 against 2942 (NCCL 2882).
     pub direct_reduce_min: usize,
+    /// Largest ReduceScatter (input bytes) on NVLink-connected ranks taken by `hb` that runs
+    /// direct (`weft_reduce_scatter_direct`: rank r pulls block r of every input straight
+    /// through NVLink between two barriers) when every rank's input is mapped here (windows, or
+    /// a captured call's agreement) (`WEFT_DIRECT_REDUCE_SCATTER_MAX`; 0: never).
+    pub direct_reduce_scatter_max: usize,
     /// Whether LL kernels are launched as programmatic dependents of the previous kernel on
     /// the stream (`WEFT_EARLY_LAUNCH`, 0 or 1): their blocks are scheduled while it finishes
     /// and wait for it on the GPU (`griddepcontrol.wait`), which hides the launch gap between
@@ -554,6 +559,7 @@ impl Default for CollConfig {
             direct_allreduce: true,
             direct_allreduce_max: 64 << 20,
             direct_reduce_min: 16 << 20,
+            direct_reduce_scatter_max: usize::MAX,
             early_launch: true,
             zero_copy_allgather_max: 64 << 20,
             zero_copy_plan_min: 0,
@@ -656,6 +662,7 @@ impl CollConfig {
             (&vars::WEFT_ZERO_COPY_ALLGATHER, &mut c.zero_copy_allgather_max, "0: never"),
             (&vars::WEFT_ZERO_COPY_PLAN_MIN, &mut c.zero_copy_plan_min, "0: always"),
             (&vars::WEFT_DIRECT_REDUCE_MIN, &mut c.direct_reduce_min, "0: every size"),
+            (&vars::WEFT_DIRECT_REDUCE_SCATTER_MAX, &mut c.direct_reduce_scatter_max, "0: never"),
             (&vars::WEFT_DIRECT_ALLREDUCE_MAX, &mut c.direct_allreduce_max, "0: never"),
             (&vars::WEFT_PLAN_SLICE_BYTES, &mut c.plan_slice_bytes, "0: every replica"),
             (&vars::WEFT_P2P_LL_BYTES, &mut c.p2p_ll_bytes, "0: none"),
@@ -917,12 +924,13 @@ mod tests {
     fn zero_copy_and_direct_limits_default_to_the_measured_rules_and_read_the_environment() {
         type Field = fn(&CollConfig) -> usize;
         // (variable, field, default, a value from the environment)
-        let limits: [(&str, Field, usize, usize); 5] = [
+        let limits: [(&str, Field, usize, usize); 6] = [
             ("WEFT_ZERO_COPY_ALLREDUCE", |c| c.zero_copy_allreduce_max, 256 << 20, 1 << 30),
             ("WEFT_ZERO_COPY_ALLGATHER", |c| c.zero_copy_allgather_max, 64 << 20, 0),
             ("WEFT_ZERO_COPY_PLAN_MIN", |c| c.zero_copy_plan_min, 0, 4096),
             ("WEFT_DIRECT_ALLREDUCE_MAX", |c| c.direct_allreduce_max, 64 << 20, 0),
             ("WEFT_DIRECT_REDUCE_MIN", |c| c.direct_reduce_min, 16 << 20, 4 << 20),
+            ("WEFT_DIRECT_REDUCE_SCATTER_MAX", |c| c.direct_reduce_scatter_max, usize::MAX, 0),
         ];
         let d = CollConfig::default();
         let c = CollConfig::from_lookup(|k| {

@@ -115,6 +115,19 @@ weft_gpu::device_kernels! {
         inputs: PeerBuffers => "weft::PeerBuffers",
     }
 
+    /// ReduceScatter's direct form (`weft_reduce_scatter_direct`): rank r folds block r of
+    /// every rank's input, read in place, into its output.
+    pub(crate) struct ReduceScatterDirect for ["weft_reduce_scatter_direct"] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's output (one block).
+        output: u64 => "char*",
+        /// Bytes of a block, a multiple of 16.
+        shard_bytes: u64 => "uint64_t",
+        /// Every rank's input.
+        inputs: PeerBuffers => "weft::PeerBuffers",
+    }
+
     /// One round of grouped sends and receives (AllToAll, grouped send/receive).
     pub(crate) struct P2p for ["weft_p2p"] {
         /// The rank's collective context.

@@ -74,20 +74,6 @@ extern "C" __global__ void __launch_bounds__(512)
   });
 }
 
-/// A result vector stored into the root's output, which may lie at any alignment (only the
-/// root's own output is outside the host's agreement on alignment; these stores are local).
-struct StoreOutput {
-  char* out;
-  __device__ __forceinline__ void operator()(uint64_t at, const uint4& v) const {
-    if ((reinterpret_cast<uintptr_t>(out + at) & 15u) == 0) {
-      *reinterpret_cast<uint4*>(out + at) = v;
-    } else {
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      detail::store_words<4>(out + at, 16, w);
-    }
-  }
-};
-
 // The root reads every rank's input where it lies (a peer's through NVLink: a pull, which
 // streams at NCCL's rate where the chain's pushes and the lines fall short), reduces in rank
 // order and stores its output, between two barriers of each block with the same block of every
@@ -105,11 +91,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   if (!hb_barrier(c)) return;
   WEFT_TRACE_MARK(barrier);
   if (c.rank == root) {
-    const Shards s(bytes, bytes, 1);
-    const char* in[MAX_RANKS];
-#pragma unroll
-    for (uint32_t k = 0; k < MAX_RANKS; ++k) in[k] = k < c.ranks ? peer_buffer(inputs, k) : nullptr;
-    reduce_range(in, c.ranks, s.lo(0), s.hi(0), Fin::of(c), StoreOutput{output});
+    pull_reduce(c, inputs, 0, bytes, output);
     WEFT_TRACE_MARK(reduce);
   }
   hb_barrier(c);

@@ -1,5 +1,5 @@
-// ReduceScatter, LL (weft_reduce_scatter_ll), HB (weft_reduce_scatter_hb) and LL128
-// (weft_reduce_scatter_ll128).
+// ReduceScatter, LL (weft_reduce_scatter_ll), HB (weft_reduce_scatter_hb), LL128
+// (weft_reduce_scatter_ll128), and HB's direct form (weft_reduce_scatter_direct).
 #include "reducing.cuh"
 
 // Shard d is block d of the input (`shard_bytes` each); the result is this rank's shard.
@@ -78,4 +78,24 @@ extern "C" __global__ void __launch_bounds__(512)
                });
   WEFT_TRACE_MARK(ll_reduce);
   ll_round_end(c, round);
+}
+
+// HB's direct form: rank r reads block r of every rank's input where it lies (a peer's through
+// NVLink) and folds them into its output, between two barriers of each block with the same
+// block of every peer, so each block crosses the link once with no scratch and no rounds. The
+// entry barrier orders every peer's earlier stream work on its input before it is read; the
+// exit barrier orders this block's reads before each peer's same block returns (after which
+// its caller may overwrite its input). In place, rank r's output is block r of its own input,
+// which only rank r's same thread reads, before it stores there. The host chooses it when
+// every rank's input is mapped here (windows, or a captured call's agreement), for blocks of
+// whole 16-byte vectors and operators without a per-rank pre-operation.
+extern "C" __global__ void __launch_bounds__(1024)
+    weft_reduce_scatter_direct(CollContext c, char* output, uint64_t shard_bytes, PeerBuffers inputs) {
+  WEFT_TRACE_SCOPE(weft_reduce_scatter_direct);
+  if (!hb_barrier(c)) return;
+  WEFT_TRACE_MARK(barrier);
+  pull_reduce(c, inputs, c.rank * shard_bytes, shard_bytes, output);
+  WEFT_TRACE_MARK(reduce);
+  hb_barrier(c);
+  WEFT_TRACE_MARK(barrier);
 }

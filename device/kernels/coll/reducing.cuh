@@ -139,6 +139,33 @@ __device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ran
   }
 }
 
+/// A result vector stored into this rank's own output, which may lie at any alignment (only a
+/// rank's own output is outside the host's agreement on alignment; these stores are local).
+struct StoreOutput {
+  char* out;
+  __device__ __forceinline__ void operator()(uint64_t at, const uint4& v) const {
+    if ((reinterpret_cast<uintptr_t>(out + at) & 15u) == 0) {
+      *reinterpret_cast<uint4*>(out + at) = v;
+    } else {
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      detail::store_words<4>(out + at, 16, w);
+    }
+  }
+};
+
+/// The direct forms' pull (Reduce's and ReduceScatter's): this block's share of bytes
+/// `[from, from + bytes)` of every rank's input, read where it lies (`inputs`, mapped here: a
+/// peer's through NVLink), folded in rank order into `output`. `bytes` is a multiple of 16 and
+/// every input 16-aligned at `from` (the host's agreement).
+__device__ __forceinline__ void pull_reduce(const CollContext& c, const PeerBuffers& inputs, uint64_t from,
+                                            uint64_t bytes, char* output) {
+  const Shards s(bytes, bytes, 1);
+  const char* in[MAX_RANKS];
+#pragma unroll
+  for (uint32_t k = 0; k < MAX_RANKS; ++k) in[k] = k < c.ranks ? peer_buffer(inputs, k) + from : nullptr;
+  reduce_range(in, c.ranks, s.lo(0), s.hi(0), Fin::of(c), StoreOutput{output});
+}
+
 /// One reduce step of the ring on bytes `[lo, hi)`: `partial` (a padded scratch slot, or null
 /// at the first step) folded with `input` (this rank's own, any alignment, through `pre`: every
 /// byte of it is read by exactly one step of a round); the result goes as whole 16-byte

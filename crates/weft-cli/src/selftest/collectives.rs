@@ -124,8 +124,8 @@ fn run_matrix(
     let me = Rank::new(comm, largest)?;
     // PreMulSum's device scalar: one element of any type.
     let scalar = DeviceBuffer::<u8>::new(comm.device(), 8)?;
-    // Every captured HB AllReduce and AllGather, every captured Reduce chain, and every
-    // captured plan launch that can, goes zero-copy here, whatever the size rules.
+    // Every captured HB AllReduce, AllGather and ReduceScatter, every captured Reduce chain,
+    // and every captured plan launch that can, goes zero-copy here, whatever the size rules.
     let types = matrix_types(env.var(&weft_core::env::vars::WEFT_SELFTEST_TYPES))?;
     let base = CollConfig {
         chunk_bytes: CHUNK_BYTES,
@@ -247,6 +247,8 @@ fn run_algorithm(
         Algorithm::AllReduceHb | Algorithm::AllGatherHb => true,
         // Its direct form runs at two NVLink-connected ranks only (`Collectives::direct_reduce`).
         Algorithm::ReduceChain => ranks == 2 && coll.nvlink_peers(),
+        // Its direct form runs on NVLink-connected ranks (`Collectives::direct_reduce_scatter`).
+        Algorithm::ReduceScatterHb => coll.nvlink_peers(),
         Algorithm::Plan(id) => id.peers_share_outputs(ranks),
         _ => false,
     };

@@ -211,6 +211,8 @@ variables! {
         "largest AllReduce that reads the peers' inputs in place when `WEFT_DIRECT_ALLREDUCE` allows it; larger ones push through the scratch (faster from 256 MB on a 2-GPU NVLink machine)";
     WEFT_DIRECT_REDUCE_MIN: Bytes, Config, "weft-coll", default "`16777216`",
         "smallest Reduce on two NVLink-connected ranks taken by `chain` (or by an unforced `ll128`) that runs direct when every rank's input is mapped (windows, or a CUDA-graph-captured call's agreement): the root pulls the peers' inputs straight through NVLink between two barriers; a size above any message: never";
+    WEFT_DIRECT_REDUCE_SCATTER_MAX: Bytes, Config, "weft-coll", default "every size",
+        "largest ReduceScatter (input bytes) on NVLink-connected ranks taken by `hb` that runs direct when every rank's input is mapped (windows, or a CUDA-graph-captured call's agreement): rank r pulls block r of every input straight through NVLink between two barriers; `0`: never";
     WEFT_EARLY_LAUNCH: Flag, Config, "weft-coll", default "`1`",
         "`1`: LL kernels (and weft-ep's low-latency kernels) are launched as programmatic dependents (they may be scheduled while the previous kernel on the stream finishes, and wait for it on the GPU before touching memory); `0`: plain stream order";
     WEFT_CHECK_CALLS: Flag, Config, "weft-coll", default "`0`",

@@ -71,6 +71,7 @@ pub const KERNELS: &[&str] = &[
     "weft_allgather_ll128",
     "weft_reduce_scatter_ll128",
     "weft_reduce_direct",
+    "weft_reduce_scatter_direct",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

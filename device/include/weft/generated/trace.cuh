@@ -62,8 +62,9 @@ constexpr uint16_t weft_allreduce_ll128 = 25;
 constexpr uint16_t weft_allgather_ll128 = 26;
 constexpr uint16_t weft_reduce_scatter_ll128 = 27;
 constexpr uint16_t weft_reduce_direct = 28;
+constexpr uint16_t weft_reduce_scatter_direct = 29;
 }  // namespace kernel
-constexpr uint32_t kKernels = 29u;
+constexpr uint32_t kKernels = 30u;
 
 struct Record {
   uint64_t ns;

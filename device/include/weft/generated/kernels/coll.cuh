@@ -163,6 +163,13 @@ static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_direct)>) == 8
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_direct)>) == 4 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_direct)>) == 4, "weft_reduce_direct: root is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_reduce_direct)>) == 64 && alignof(weft::kernel_param_t<4, decltype(weft_reduce_direct)>) == 8, "weft_reduce_direct: inputs is 64 bytes aligned to 8 in Rust");
 
+// ReduceScatterDirect: ReduceScatter's direct form (`weft_reduce_scatter_direct`): rank r folds block r of
+extern "C" __global__ void weft_reduce_scatter_direct(weft::CollContext c, char* output, uint64_t shard_bytes, weft::PeerBuffers inputs);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_direct)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_reduce_scatter_direct)>) == 8, "weft_reduce_scatter_direct: c is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_direct)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_reduce_scatter_direct)>) == 8, "weft_reduce_scatter_direct: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_direct)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_reduce_scatter_direct)>) == 8, "weft_reduce_scatter_direct: shard_bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_direct)>) == 64 && alignof(weft::kernel_param_t<3, decltype(weft_reduce_scatter_direct)>) == 8, "weft_reduce_scatter_direct: inputs is 64 bytes aligned to 8 in Rust");
+
 // P2p: One round of grouped sends and receives (AllToAll, grouped send/receive).
 extern "C" __global__ void weft_p2p(weft::CollContext c, weft::P2pPlan plan);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 104 && alignof(weft::kernel_param_t<0, decltype(weft_p2p)>) == 8, "weft_p2p: c is 104 bytes aligned to 8 in Rust");
