@@ -203,8 +203,11 @@ for step in "${steps[@]}"; do
       fi
       lib="${WEFT_NCCL:-$PWD/target/nccl/libnccl.so.2}"
       real="${REAL_NCCL:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2}"
-      timeout 300 "$weft" selftest --only coll --mode threads > "$dir/selftest-coll.txt" 2>&1
-      echo "selftest coll (fills the kernel cache): rc=$? $(grep -h 'passed,' "$dir/selftest-coll.txt" | tail -1)"
+      # CONFORMANCE_FILL=0 skips the fill (the caller has just run the self-test or the warm step).
+      if [ "${CONFORMANCE_FILL:-1}" != 0 ]; then
+        timeout 300 "$weft" selftest --only coll --mode threads > "$dir/selftest-coll.txt" 2>&1
+        echo "selftest coll (fills the kernel cache): rc=$? $(grep -h 'passed,' "$dir/selftest-coll.txt" | tail -1)"
+      fi
       red="--colls AllReduce,ReduceScatter,Reduce --types int8,uint8,int32,uint64,half,float,bfloat16"
       runs=(
         "threads-eager-red:120:--layout threads --quick $red"
@@ -230,6 +233,8 @@ for step in "${steps[@]}"; do
       fi
       for run in "${runs[@]}"; do
         IFS=: read -r name limit args vars <<< "$run"
+        # CONFORMANCE_RUNS (a comma list of the names above) runs only those.
+        [[ -n "${CONFORMANCE_RUNS:-}" && ",$CONFORMANCE_RUNS," != *",$name,"* ]] && continue
         # shellcheck disable=SC2086 # args is a list of options, vars of NAME=value words
         env $vars timeout "$limit" "$bin/conformance" --weft "$lib" --nccl "$real" --total-timeout $((limit - 5)) $args \
           > "$dir/$name.txt" 2>&1
