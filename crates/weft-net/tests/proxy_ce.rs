@@ -446,6 +446,65 @@ fn a_busy_connection_shares_markers_and_an_idle_one_still_completes_each_command
     });
 }
 
+/// The paced operations one round releases go to the queue coalesced: `n` commands of a put
+/// and a signal, all due at once, become one copy and one store where the puts continue each
+/// other in source and destination, `n` copies and one store where only the source does; the
+/// data, the token, the completed count and the credits are those of the operations issued one
+/// by one, in order and under chaos.
+#[test]
+fn a_rounds_contiguous_puts_become_one_copy_and_its_signals_one_store() {
+    within(60, || {
+        for chaos in CHAOS {
+            for contiguous in [true, false] {
+                a_rounds_puts_and_signals_coalesce(chaos, contiguous);
+            }
+        }
+    });
+}
+
+fn a_rounds_puts_and_signals_coalesce(chaos: Option<u64>, contiguous: bool) {
+    let (n, chunk) = (16u64, 1024u64);
+    let space = HostAddressSpace::new();
+    let (src_addr, src) = space.alloc((n * chunk) as usize);
+    let (dst_addr, dst) = space.alloc((2 * n * chunk) as usize);
+    let (token, _) = space.alloc(8);
+    let alpha = Duration::from_millis(20);
+    let model = Some(LinkModel::new(alpha.as_secs_f64() * 1e6, None));
+    let transport = CopyEngineTransport::new(CopyEngineConfig { link: model, chaos, ..Default::default() }).unwrap();
+    transport.register_local(src_addr, n * chunk, src.clone()).unwrap();
+    let queue = HostCopyQueue::new(space.clone(), Duration::ZERO);
+    transport.connect(0, link("rank 1", queue, token, vec![(3, dst_addr, 2 * n * chunk)], dst.clone(), true)).unwrap();
+    let stride = if contiguous { chunk } else { 2 * chunk };
+    for i in 0..n {
+        src.write((i * chunk) as usize, &pattern(i as usize, chunk as usize)).unwrap();
+        let put = Op::Put { src_memory: 0, src_offset: i * chunk, dst_memory: 3, dst_offset: i * stride, len: chunk };
+        assert_eq!(transport.submit(0, &[put, Op::Signal]).unwrap(), Submitted::Accepted { last: 2 * i + 1 });
+    }
+    // Every operation is due by now (chaos adds at most 4α): the first poll releases them all
+    // in one round (under chaos, the signals as their fence clears them).
+    std::thread::sleep(6 * alpha);
+    let start = Instant::now();
+    while transport.completed(0).unwrap() < 2 * n {
+        assert!(start.elapsed() < Duration::from_secs(10), "stuck at {}", transport.completed(0).unwrap());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(transport.completed(0).unwrap(), 2 * n, "{chaos:?}");
+    assert_eq!(transport.flow().in_flight(0), 0, "completion returned every credit");
+    assert_eq!(space.load_u64(token).unwrap(), n, "the token counts every signal");
+    for i in 0..n {
+        let mut got = vec![0; chunk as usize];
+        dst.read((i * stride) as usize, &mut got).unwrap();
+        assert_eq!(got, pattern(i as usize, chunk as usize), "put {i} ({chaos:?}, contiguous: {contiguous})");
+    }
+    let mut executed = 0;
+    transport.for_each_queue(|q| executed = q.executed());
+    match (chaos, contiguous) {
+        (None, true) => assert_eq!(executed, 2, "one copy and one store for {n} puts and signals"),
+        (None, false) => assert_eq!(executed, n + 1, "a copy per put, one store"),
+        _ => assert!(executed <= 2 * n, "{executed} queue operations for {} operations", 2 * n),
+    }
+}
+
 /// Counter updates of `TransferCmd`s over the copy engine, in order and under the emulated
 /// NIC's chaos: update `k` follows write `k`; even updates set counter 1 to `k / 2 + 1`, odd ones
 /// add 1 to counter 0. A reader spinning on the counters must see both only grow and every

@@ -41,6 +41,18 @@
 //! explicitly: a signal is issued only once every operation before it is complete at the target
 //! (its [`Fence`]), and `completed` counts the completed prefix of tickets.
 //!
+//! **Coalescing.** A queue call costs the proxy thread a driver call (a few µs), and the
+//! operations released in one round of a busy paced connection are many small ones: a
+//! low-latency dispatch between nodes puts one run per remote expert, each with its signal.
+//! So the operations issued together (a command's, or those a round releases) go to the queue
+//! through a [`Batch`]: copies that continue the previous one in both source and destination
+//! become one copy, and the signals of the round become one store of the token's last value,
+//! made after every copy issued before the last of them (and before any counter store, which
+//! stays in the connection's order). A reader of the token then sees it jump over the values
+//! in between, each still covering its data; a deferred signal waits behind at most
+//! [`DEFER_SIGNAL_BYTES`] of later copies. Tickets, credits, markers and the chaos fence count
+//! the operations as issued one by one: a marker follows everything the batch held.
+//!
 //! **Completion and failure.** Each batch of operations issued together is followed by one
 //! marker; `completed` counts the operations complete with every operation before them, as of
 //! the newest marker the queue has reached (flow-control credits return then). A queue error
@@ -71,6 +83,9 @@ const MARK_EVERY: u64 = 16;
 /// docs): a copy's driver call costs the proxy a few µs, a piece crosses the emulated 50 GB/s
 /// link in 21 µs.
 pub const PACED_PIECE: u64 = 1 << 20;
+/// Bytes of copies a signal deferred within a round may wait behind before it is stored (a
+/// piece: ~3 µs of copy-engine time), so coalescing delays no signal by more than that.
+const DEFER_SIGNAL_BYTES: u64 = PACED_PIECE;
 
 /// Something that must stay alive while the transport may address it (a registered memory,
 /// an imported mapping).
@@ -253,6 +268,82 @@ struct Stores {
     counters: Vec<u64>,
 }
 
+/// The queue work of one round of issues (a command's operations, or the paced operations
+/// released together) not enqueued yet, so that each driver call carries as much as it can
+/// (see the module docs, "Coalescing"). It enqueues, in the round's order, every copy before
+/// every signal and counter store issued after it, so each store is still visible only after
+/// the data before it.
+#[derive(Debug)]
+struct Batch {
+    /// Address of the connection's inbound token at the peer (what signals store to).
+    token: u64,
+    /// A run of copies contiguous in source and destination, as one copy `(dst, src, len)`.
+    run: Option<(u64, u64, u64)>,
+    /// The token value of the signals issued since the last store, stored after `run`.
+    signal: Option<u64>,
+    /// Bytes of the copies enqueued or held since `signal` was deferred.
+    behind_signal: u64,
+}
+
+impl Batch {
+    /// Nothing held, for a connection whose token is at `token`.
+    fn new(token: u64) -> Self {
+        Self { token, run: None, signal: None, behind_signal: 0 }
+    }
+
+    /// Takes a copy: extends the run when it continues it in both source and destination, else
+    /// enqueues the run and starts a new one (first storing a deferred signal that would
+    /// otherwise wait behind more than [`DEFER_SIGNAL_BYTES`] of copies).
+    fn copy<Q: CopyQueue>(&mut self, queue: &Q, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
+        if self.signal.is_some() {
+            self.behind_signal = self.behind_signal.saturating_add(len);
+        }
+        if let Some((run_dst, run_src, run_len)) = &mut self.run
+            && run_dst.checked_add(*run_len) == Some(dst)
+            && run_src.checked_add(*run_len) == Some(src)
+            && self.behind_signal <= DEFER_SIGNAL_BYTES
+        {
+            *run_len += len;
+            return Ok(());
+        }
+        if let Some((run_dst, run_src, run_len)) = self.run.take() {
+            queue.copy(run_dst, run_src, run_len)?;
+        }
+        if self.behind_signal > DEFER_SIGNAL_BYTES {
+            // `run` is empty: the deferred signal covers exactly the copies enqueued so far.
+            self.store_signal(queue)?;
+        }
+        self.run = Some((dst, src, len));
+        Ok(())
+    }
+
+    /// Takes a signal that sets the token to `value`: deferred, so the signals of a round
+    /// with only copies between them become one store of the last value.
+    fn signal(&mut self, value: u64) {
+        if self.signal.is_none() {
+            self.behind_signal = 0;
+        }
+        self.signal = Some(value);
+    }
+
+    /// Enqueues the run, then the deferred signal's store.
+    fn flush<Q: CopyQueue>(&mut self, queue: &Q) -> Result<(), CopyQueueError> {
+        if let Some((dst, src, len)) = self.run.take() {
+            queue.copy(dst, src, len)?;
+        }
+        self.store_signal(queue)
+    }
+
+    /// Enqueues the deferred signal's store, if any (after everything enqueued so far).
+    fn store_signal<Q: CopyQueue>(&mut self, queue: &Q) -> Result<(), CopyQueueError> {
+        self.behind_signal = 0;
+        match self.signal.take() {
+            Some(value) => queue.write_value(self.token, value),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Issue {
     /// This operation as pieces of at most `piece` bytes, in order, each with its bytes (a signal
     /// is one piece of none).
@@ -303,15 +394,23 @@ impl<Q: CopyQueue> Conn<Q> {
         self.fail(TransportError::Device { transport: NAME, connection: self.id, peer: self.peer.clone(), detail })
     }
 
-    /// Enqueues `issue` on the queue; `issued` and `stores` are the connection's counts and
-    /// stored values (a leading piece of a put counts for nothing: its last piece completes the
+    /// Issues `issue`: hands it to `batch`, which enqueues it on the queue now or merged with
+    /// its neighbours at `flush`; `issued` and `stores` are the connection's counts and stored
+    /// values (a leading piece of a put counts for nothing: its last piece completes the
     /// operation).
-    fn issue(&self, issued: &mut u64, stores: &mut Stores, issue: Issue) -> Result<(), TransportError> {
+    fn issue(
+        &self,
+        issued: &mut u64,
+        stores: &mut Stores,
+        batch: &mut Batch,
+        issue: Issue,
+    ) -> Result<(), TransportError> {
         let done = match issue {
-            Issue::Copy { dst, src, len, .. } => self.queue.copy(dst, src, len),
+            Issue::Copy { dst, src, len, .. } => batch.copy(&self.queue, dst, src, len),
             Issue::Signal => {
                 stores.signals += 1;
-                self.queue.write_value(self.token, stores.signals)
+                batch.signal(stores.signals);
+                Ok(())
             }
             Issue::Counter { counter, update } => {
                 // `resolve` admits counter updates only on a connection with counters.
@@ -322,7 +421,9 @@ impl<Q: CopyQueue> Conn<Q> {
                 // The counter index has TRANSFER_COUNTER_BITS bits: inside the shadow.
                 let value = &mut stores.counters[usize::from(counter)];
                 *value = update.apply(*value);
-                self.queue.write_value(base + 8 * u64::from(counter), *value)
+                // Every store in the connection's order: the held copies and signal first.
+                let value = *value;
+                batch.flush(&self.queue).and_then(|()| self.queue.write_value(base + 8 * u64::from(counter), value))
             }
         };
         done.map_err(|detail| self.device_error(detail))?;
@@ -330,6 +431,11 @@ impl<Q: CopyQueue> Conn<Q> {
             *issued += 1;
         }
         Ok(())
+    }
+
+    /// Enqueues what `batch` still holds (before any marker covers it).
+    fn flush(&self, batch: &mut Batch) -> Result<(), TransportError> {
+        batch.flush(&self.queue).map_err(|detail| self.device_error(detail))
     }
 
     fn no_counters(&self) -> TransportError {
@@ -355,7 +461,9 @@ impl<Q: CopyQueue> Conn<Q> {
     fn release_due(&self, state: &mut ConnState<Q::Marker>, now: Instant) -> Result<(), TransportError> {
         let before = state.issued;
         let ConnState { held, issued, stores, .. } = state;
-        held.release(now, |_, issue| self.issue(issued, stores, issue))?;
+        let mut batch = Batch::new(self.token);
+        held.release(now, |_, issue| self.issue(issued, stores, &mut batch, issue))?;
+        self.flush(&mut batch)?;
         // Leading pieces complete nothing: a marker only once an operation was issued whole.
         if state.issued > before {
             let end = state.issued;
@@ -619,9 +727,11 @@ impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
             }
             _ => {
                 let ConnState { issued, stores, .. } = &mut *state;
+                let mut batch = Batch::new(conn.token);
                 for (issue, _) in resolved {
-                    conn.issue(issued, stores, issue)?;
+                    conn.issue(issued, stores, &mut batch, issue)?;
                 }
+                conn.flush(&mut batch)?;
                 // A marker (an event record) per command costs the proxy thread a driver call
                 // each: mark when nothing else is outstanding (so an idle connection's command
                 // completes as soon as it can) or every MARK_EVERY operations; `poll` marks
@@ -676,8 +786,145 @@ impl<Q: CopyQueue> Transport for CopyEngineTransport<Q> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 mod tests {
     use super::*;
+
+    /// A queue call, as [`Recorder`] saw it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Call {
+        Copy(u64, u64, u64),
+        Store(u64, u64),
+        Mark,
+    }
+
+    /// A queue that records its calls and has executed everything at once.
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<Call>>);
+
+    impl CopyQueue for Recorder {
+        type Marker = ();
+        fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
+            lock(&self.0).push(Call::Copy(dst, src, len));
+            Ok(())
+        }
+        fn write_value(&self, addr: u64, value: u64) -> Result<(), CopyQueueError> {
+            lock(&self.0).push(Call::Store(addr, value));
+            Ok(())
+        }
+        fn mark(&self) -> Result<(), CopyQueueError> {
+            lock(&self.0).push(Call::Mark);
+            Ok(())
+        }
+        fn reached(&self, (): &()) -> Result<bool, CopyQueueError> {
+            Ok(true)
+        }
+    }
+
+    const TOKEN: u64 = 0x8000;
+    const COUNTERS: u64 = 0x9000;
+    const LOCAL: u64 = 1 << 32;
+    const REMOTE: u64 = 2 << 32;
+
+    /// An unpaced transport with connection 0 (memory 3 at the peer, counters) over a recorder.
+    fn transport() -> CopyEngineTransport<Recorder> {
+        let t = CopyEngineTransport::new(CopyEngineConfig::default()).unwrap();
+        let keep: KeepAlive = Arc::new(());
+        t.register_local(LOCAL, 1 << 30, keep.clone()).unwrap();
+        let remote = vec![(3, REMOTE, 1 << 30)];
+        let link =
+            PeerLink { peer: "peer".into(), queue: Recorder::default(), token: TOKEN, remote, keep, paced: false };
+        t.connect(0, link).unwrap();
+        t.connect_counters(0, COUNTERS).unwrap();
+        t
+    }
+
+    fn put(src_offset: u64, dst_offset: u64, len: u64) -> Op {
+        Op::Put { src_memory: 0, src_offset, dst_memory: 3, dst_offset, len }
+    }
+
+    fn calls(t: &CopyEngineTransport<Recorder>) -> Vec<Call> {
+        let mut calls = Vec::new();
+        t.for_each_queue(|q| calls.extend(lock(&q.0).iter().copied()));
+        calls
+    }
+
+    #[test]
+    fn contiguous_puts_become_one_copy_and_a_rounds_signals_one_store_after_their_data() {
+        let t = transport();
+        // A run of three puts continuing each other in source and destination, a signal, a put
+        // elsewhere, two signals: a copy per run, then one store of the last token value.
+        let ops = [put(0, 100, 8), put(8, 108, 8), put(16, 116, 4), Op::Signal, put(64, 0, 8), Op::Signal, Op::Signal];
+        assert_eq!(t.submit(0, &ops).unwrap(), Submitted::Accepted { last: 6 });
+        assert_eq!(
+            calls(&t),
+            vec![
+                Call::Copy(REMOTE + 100, LOCAL, 20),
+                Call::Copy(REMOTE, LOCAL + 64, 8),
+                Call::Store(TOKEN, 3),
+                Call::Mark
+            ]
+        );
+        // Tickets and credits count the operations one by one.
+        assert_eq!(t.completed(0).unwrap(), 7);
+        assert_eq!(t.flow().in_flight(0), 0);
+        // The next command continues the token and starts a run of its own.
+        t.submit(0, &[put(20, 120, 4), Op::Signal]).unwrap();
+        assert_eq!(calls(&t)[4..], [Call::Copy(REMOTE + 120, LOCAL + 20, 4), Call::Store(TOKEN, 4), Call::Mark]);
+        assert_eq!(t.completed(0).unwrap(), 9);
+    }
+
+    #[test]
+    fn puts_contiguous_on_one_side_only_stay_separate() {
+        let t = transport();
+        t.submit(0, &[put(0, 0, 8), put(8, 100, 8), put(100, 16, 8)]).unwrap();
+        assert_eq!(
+            calls(&t),
+            vec![
+                Call::Copy(REMOTE, LOCAL, 8),
+                Call::Copy(REMOTE + 100, LOCAL + 8, 8),
+                Call::Copy(REMOTE + 16, LOCAL + 100, 8),
+                Call::Mark
+            ]
+        );
+    }
+
+    #[test]
+    fn a_counter_update_keeps_the_stores_in_order_and_splits_the_run() {
+        let t = transport();
+        let add = CounterImmediate { seq: 0, counter: 2, update: CounterUpdate::Add(5) }.encode().unwrap();
+        t.submit(0, &[put(0, 0, 8), Op::Signal, Op::Counter { imm: add }, put(8, 8, 8), Op::Signal]).unwrap();
+        assert_eq!(
+            calls(&t),
+            vec![
+                Call::Copy(REMOTE, LOCAL, 8),
+                Call::Store(TOKEN, 1),
+                Call::Store(COUNTERS + 16, 5),
+                Call::Copy(REMOTE + 8, LOCAL + 8, 8),
+                Call::Store(TOKEN, 2),
+                Call::Mark
+            ]
+        );
+        assert_eq!(t.completed(0).unwrap(), 5);
+    }
+
+    #[test]
+    fn a_signal_waits_behind_at_most_a_piece_of_later_copies() {
+        let t = transport();
+        let big = DEFER_SIGNAL_BYTES + 8;
+        // Contiguous with the put before the signal, but too long to defer the signal behind.
+        t.submit(0, &[put(0, 0, 8), Op::Signal, put(8, 8, big), put(8 + big, 8 + big, 8), Op::Signal]).unwrap();
+        assert_eq!(
+            calls(&t),
+            vec![
+                Call::Copy(REMOTE, LOCAL, 8),
+                Call::Store(TOKEN, 1),
+                Call::Copy(REMOTE + 8, LOCAL + 8, big + 8),
+                Call::Store(TOKEN, 2),
+                Call::Mark
+            ]
+        );
+    }
 
     #[test]
     fn a_long_copy_goes_in_pieces_that_tile_it_and_only_the_last_completes_it() {
