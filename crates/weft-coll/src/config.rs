@@ -510,7 +510,10 @@ pub struct CollConfig {
     /// Largest ReduceScatter (input bytes) on NVLink-connected ranks taken by `hb` that runs
     /// direct (`weft_reduce_scatter_direct`: rank r pulls block r of every input straight
     /// through NVLink between two barriers) when every rank's input is mapped here (windows, or
-    /// a captured call's agreement) (`WEFT_DIRECT_REDUCE_SCATTER_MAX`; 0: never).
+    /// a captured call's agreement) (`WEFT_DIRECT_REDUCE_SCATTER_MAX`; 0: never). Faster than
+    /// HB through scratch at every size measured on a 2×H100 machine, captured, bf16 sum
+    /// (4 MB 16.5 against 19.5 µs, 16 MB 35.5 against 53.9, 256 MB 417 against 542, 1 GB 1612
+    /// against 1893), so it has no limit by default.
     pub direct_reduce_scatter_max: usize,
     /// Whether LL kernels are launched as programmatic dependents of the previous kernel on
     /// the stream (`WEFT_EARLY_LAUNCH`, 0 or 1): their blocks are scheduled while it finishes
