@@ -165,49 +165,6 @@ impl Stream {
         unsafe { cu!(cuMemcpyDtoDAsync_v2(dst, src, len, self.raw)) }
     }
 
-    /// Enqueues the copies `(dst, src, len)` of `list` as one driver call
-    /// (`cuMemcpyBatchAsync`): the batch is ordered on the stream as one `copy_async` is, its
-    /// sources read in stream order, but the copies within it in no particular order, so their
-    /// destinations must not overlap each other or another copy's source. Copy engines are
-    /// preferred (the copies overlap running kernels). Never waits for the stream.
-    ///
-    /// # Safety
-    /// As for [`Stream::copy_async`], for every copy of `list`.
-    pub unsafe fn copy_batch_async(&self, list: &[(u64, u64, usize)]) -> Result<(), GpuError> {
-        if list.is_empty() {
-            return Ok(());
-        }
-        let mut dsts: Vec<sys::CUdeviceptr> = list.iter().map(|c| c.0).collect();
-        let mut srcs: Vec<sys::CUdeviceptr> = list.iter().map(|c| c.1).collect();
-        let mut sizes: Vec<usize> = list.iter().map(|c| c.2).collect();
-        // Location hints matter for managed memory only; these are plain device allocations.
-        let here = sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: i32::try_from(self.device.ordinal()).unwrap_or(0),
-        };
-        let mut attributes = sys::CUmemcpyAttributes {
-            srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
-            srcLocHint: here,
-            dstLocHint: here,
-            flags: sys::CUmemcpyFlags_enum::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32,
-        };
-        let mut first = 0usize;
-        // SAFETY: the caller guarantees every range; the arrays live across the call, which
-        // copies the descriptions before it returns; the stream is live.
-        unsafe {
-            cu!(cuMemcpyBatchAsync_v2(
-                dsts.as_mut_ptr(),
-                srcs.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                list.len(),
-                &mut attributes,
-                &mut first,
-                1,
-                self.raw
-            ))
-        }
-    }
-
     /// Enqueues a 64-bit store of `value` to `addr`, ordered after every earlier operation of
     /// the stream, with a memory barrier first (the default flags): whoever observes the value
     /// also observes the writes of the copies queued before it. Never waits for the stream.

@@ -46,12 +46,9 @@
 //! low-latency dispatch between nodes puts one run per remote expert, each with its signal.
 //! So the operations issued together (a command's, or those a round releases) go to the queue
 //! through a [`Batch`]: copies that continue the previous one in both source and destination
-//! become one copy, the copies are held and handed to the queue together as one
-//! [`CopyQueue::copies`] (one `cuMemcpyBatchAsync` on a GPU; a copy whose ranges meet a held
-//! copy's destination first sends the held ones, as a batch keeps no order within it), and the
-//! signals of the round become one store of the token's last value, made after every copy
-//! issued before the last of them (and before any counter store, which stays in the
-//! connection's order). A reader of the token then sees it jump over the values
+//! become one copy, and the signals of the round become one store of the token's last value,
+//! made after every copy issued before the last of them (and before any counter store, which
+//! stays in the connection's order). A reader of the token then sees it jump over the values
 //! in between, each still covering its data; a deferred signal waits behind at most
 //! [`DEFER_SIGNAL_BYTES`] of later copies. Tickets, credits, markers and the chaos fence count
 //! the operations as issued one by one: a marker follows everything the batch held.
@@ -135,13 +132,6 @@ pub trait CopyQueue: Send + Sync + fmt::Debug {
     type Marker: Send + fmt::Debug;
     /// Enqueues a copy of `len` bytes from `src` to `dst`.
     fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError>;
-    /// Enqueues the copies `(dst, src, len)` of `list`, whose destinations overlap neither each
-    /// other nor any of their sources, so they may run in any order among themselves (on a GPU
-    /// one driver call for all: `cuMemcpyBatchAsync`); ordered after the queue's earlier work
-    /// and before its later work, as `copy` is. By default, one `copy` each.
-    fn copies(&self, list: &[(u64, u64, u64)]) -> Result<(), CopyQueueError> {
-        list.iter().try_for_each(|&(dst, src, len)| self.copy(dst, src, len))
-    }
     /// Enqueues a store of `value` to the 8-byte word at `addr`, after (and visible after)
     /// every earlier operation of the queue.
     fn write_value(&self, addr: u64, value: u64) -> Result<(), CopyQueueError>;
@@ -287,9 +277,8 @@ struct Stores {
 struct Batch {
     /// Address of the connection's inbound token at the peer (what signals store to).
     token: u64,
-    /// Copies `(dst, src, len)` held for one [`CopyQueue::copies`], each a run of copies
-    /// contiguous in source and destination; no destination overlaps another copy of the list.
-    runs: Vec<(u64, u64, u64)>,
+    /// A run of copies contiguous in source and destination, as one copy `(dst, src, len)`.
+    run: Option<(u64, u64, u64)>,
     /// The token value of the signals issued since the last store, stored after `run`.
     signal: Option<u64>,
     /// Bytes of the copies enqueued or held since `signal` was deferred.
@@ -299,27 +288,17 @@ struct Batch {
 impl Batch {
     /// Nothing held, for a connection whose token is at `token`.
     fn new(token: u64) -> Self {
-        Self { token, runs: Vec::new(), signal: None, behind_signal: 0 }
+        Self { token, run: None, signal: None, behind_signal: 0 }
     }
 
-    /// Takes a copy: extends the last run when it continues it in both source and destination,
-    /// else holds it as a run of its own. The held runs go to the queue first where a deferred
-    /// signal would otherwise wait behind more than [`DEFER_SIGNAL_BYTES`] of copies (then the
-    /// signal's store), or where the copy's ranges meet a held run's destination (whose order
-    /// the batch would not keep).
+    /// Takes a copy: extends the run when it continues it in both source and destination, else
+    /// enqueues the run and starts a new one (first storing a deferred signal that would
+    /// otherwise wait behind more than [`DEFER_SIGNAL_BYTES`] of copies).
     fn copy<Q: CopyQueue>(&mut self, queue: &Q, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
         if self.signal.is_some() {
             self.behind_signal = self.behind_signal.saturating_add(len);
         }
-        // A held run this copy must follow in order: it writes what this one reads or writes,
-        // or reads what this one writes.
-        let meets = self.runs.iter().any(|&(run_dst, run_src, run_len)| {
-            overlap(run_dst, run_len, dst, len)
-                || overlap(run_dst, run_len, src, len)
-                || overlap(run_src, run_len, dst, len)
-        });
-        if let Some((run_dst, run_src, run_len)) = self.runs.last_mut()
-            && !meets
+        if let Some((run_dst, run_src, run_len)) = &mut self.run
             && run_dst.checked_add(*run_len) == Some(dst)
             && run_src.checked_add(*run_len) == Some(src)
             && self.behind_signal <= DEFER_SIGNAL_BYTES
@@ -327,25 +306,14 @@ impl Batch {
             *run_len += len;
             return Ok(());
         }
-        if self.behind_signal > DEFER_SIGNAL_BYTES {
-            // The deferred signal then covers exactly the copies enqueued so far.
-            self.enqueue_runs(queue)?;
-            self.store_signal(queue)?;
-        } else if meets {
-            self.enqueue_runs(queue)?;
+        if let Some((run_dst, run_src, run_len)) = self.run.take() {
+            queue.copy(run_dst, run_src, run_len)?;
         }
-        self.runs.push((dst, src, len));
-        Ok(())
-    }
-
-    /// Enqueues the held runs, as one batch.
-    fn enqueue_runs<Q: CopyQueue>(&mut self, queue: &Q) -> Result<(), CopyQueueError> {
-        match self.runs.as_slice() {
-            [] => Ok(()),
-            &[(dst, src, len)] => queue.copy(dst, src, len),
-            runs => queue.copies(runs),
-        }?;
-        self.runs.clear();
+        if self.behind_signal > DEFER_SIGNAL_BYTES {
+            // `run` is empty: the deferred signal covers exactly the copies enqueued so far.
+            self.store_signal(queue)?;
+        }
+        self.run = Some((dst, src, len));
         Ok(())
     }
 
@@ -358,9 +326,11 @@ impl Batch {
         self.signal = Some(value);
     }
 
-    /// Enqueues the held runs, then the deferred signal's store.
+    /// Enqueues the run, then the deferred signal's store.
     fn flush<Q: CopyQueue>(&mut self, queue: &Q) -> Result<(), CopyQueueError> {
-        self.enqueue_runs(queue)?;
+        if let Some((dst, src, len)) = self.run.take() {
+            queue.copy(dst, src, len)?;
+        }
         self.store_signal(queue)
     }
 
@@ -372,11 +342,6 @@ impl Batch {
             None => Ok(()),
         }
     }
-}
-
-/// Whether `[a, a + a_len)` and `[b, b + b_len)` share a byte.
-fn overlap(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
-    a < b.saturating_add(b_len) && b < a.saturating_add(a_len)
 }
 
 impl Issue {
@@ -828,8 +793,6 @@ mod tests {
     /// A queue call, as [`Recorder`] saw it.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     enum Call {
-        /// A batch of this many copies, which follow.
-        Batch(usize),
         Copy(u64, u64, u64),
         Store(u64, u64),
         Mark,
@@ -843,12 +806,6 @@ mod tests {
         type Marker = ();
         fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
             lock(&self.0).push(Call::Copy(dst, src, len));
-            Ok(())
-        }
-        fn copies(&self, list: &[(u64, u64, u64)]) -> Result<(), CopyQueueError> {
-            let mut calls = lock(&self.0);
-            calls.push(Call::Batch(list.len()));
-            calls.extend(list.iter().map(|&(dst, src, len)| Call::Copy(dst, src, len)));
             Ok(())
         }
         fn write_value(&self, addr: u64, value: u64) -> Result<(), CopyQueueError> {
@@ -902,7 +859,6 @@ mod tests {
         assert_eq!(
             calls(&t),
             vec![
-                Call::Batch(2),
                 Call::Copy(REMOTE + 100, LOCAL, 20),
                 Call::Copy(REMOTE, LOCAL + 64, 8),
                 Call::Store(TOKEN, 3),
@@ -914,45 +870,23 @@ mod tests {
         assert_eq!(t.flow().in_flight(0), 0);
         // The next command continues the token and starts a run of its own.
         t.submit(0, &[put(20, 120, 4), Op::Signal]).unwrap();
-        assert_eq!(calls(&t)[5..], [Call::Copy(REMOTE + 120, LOCAL + 20, 4), Call::Store(TOKEN, 4), Call::Mark]);
+        assert_eq!(calls(&t)[4..], [Call::Copy(REMOTE + 120, LOCAL + 20, 4), Call::Store(TOKEN, 4), Call::Mark]);
         assert_eq!(t.completed(0).unwrap(), 9);
     }
 
     #[test]
-    fn puts_contiguous_on_one_side_only_stay_separate_copies_of_one_batch() {
+    fn puts_contiguous_on_one_side_only_stay_separate() {
         let t = transport();
         t.submit(0, &[put(0, 0, 8), put(8, 100, 8), put(100, 16, 8)]).unwrap();
         assert_eq!(
             calls(&t),
             vec![
-                Call::Batch(3),
                 Call::Copy(REMOTE, LOCAL, 8),
                 Call::Copy(REMOTE + 100, LOCAL + 8, 8),
                 Call::Copy(REMOTE + 16, LOCAL + 100, 8),
                 Call::Mark
             ]
         );
-    }
-
-    #[test]
-    fn a_put_onto_a_held_destination_waits_for_the_batch_before_it() {
-        let t = transport();
-        // The third put overwrites part of the first's destination: a batch would not keep
-        // their order, so the first two go before it.
-        t.submit(0, &[put(0, 0, 8), put(64, 100, 8), put(32, 4, 8), put(128, 200, 8)]).unwrap();
-        assert_eq!(
-            calls(&t),
-            vec![
-                Call::Batch(2),
-                Call::Copy(REMOTE, LOCAL, 8),
-                Call::Copy(REMOTE + 100, LOCAL + 64, 8),
-                Call::Batch(2),
-                Call::Copy(REMOTE + 4, LOCAL + 32, 8),
-                Call::Copy(REMOTE + 200, LOCAL + 128, 8),
-                Call::Mark
-            ]
-        );
-        assert!(overlap(0, 8, 4, 8) && overlap(4, 8, 0, 8) && !overlap(0, 8, 8, 8) && !overlap(0, 0, 0, 8));
     }
 
     #[test]

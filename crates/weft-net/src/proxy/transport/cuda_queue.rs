@@ -12,14 +12,12 @@
 //! connection's order is the stream's, so sharing keeps it; connections to one peer then wait
 //! for each other's earlier copies, which one copy engine moves at full speed anyway.
 //!
-//! Copies are `cuMemcpyDtoDAsync` (those the transport holds for one batch, one
-//! `cuMemcpyBatchAsync`), signals `cuStreamWriteValue64` (with its default memory
+//! Copies are `cuMemcpyDtoDAsync`, signals `cuStreamWriteValue64` (with its default memory
 //! barrier, so the stored token is visible only after the copies before it), markers are
 //! timing-free events polled with `cuEventQuery`.
 //! Nothing here calls `cuStreamSynchronize`, `cuCtxSynchronize` or a synchronous copy: every
 //! call returns once the work is queued, whatever the device is running.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weft_gpu::{Device, Event, GpuError, Stream};
@@ -32,33 +30,20 @@ pub struct CudaCopyQueue {
     device: Device,
     stream: Arc<Stream>,
     spare: Mutex<Vec<Event>>,
-    /// Whether [`CopyQueue::copies`] still makes one batched driver call (cleared by its first
-    /// failure).
-    batches: AtomicBool,
 }
 
 impl CudaCopyQueue {
     /// A queue on a new non-blocking stream of `device` (setup time: this makes CUDA calls that
     /// may synchronise).
     pub fn new(device: &Device) -> Result<Self, GpuError> {
-        Ok(Self {
-            device: device.clone(),
-            stream: Arc::new(Stream::new(device)?),
-            spare: Mutex::new(Vec::new()),
-            batches: AtomicBool::new(true),
-        })
+        Ok(Self { device: device.clone(), stream: Arc::new(Stream::new(device)?), spare: Mutex::new(Vec::new()) })
     }
 
     /// Another queue on this queue's stream (a connection to the same peer): the work of both
     /// runs in the order it was enqueued, and a marker of either is reached after both's earlier
     /// work.
     pub fn sharing(&self) -> Self {
-        Self {
-            device: self.device.clone(),
-            stream: Arc::clone(&self.stream),
-            spare: Mutex::new(Vec::new()),
-            batches: AtomicBool::new(self.batches.load(Ordering::Relaxed)),
-        }
+        Self { device: self.device.clone(), stream: Arc::clone(&self.stream), spare: Mutex::new(Vec::new()) }
     }
 
     /// The stream.
@@ -82,33 +67,6 @@ impl CopyQueue for CudaCopyQueue {
         // the peer's as mapped here), which it keeps alive for as long as it exists; the owner of
         // the transport waits for the stream before dropping it.
         unsafe { self.stream.copy_async(dst, src, len) }.map_err(cuda("cuMemcpyDtoDAsync"))
-    }
-
-    fn copies(&self, list: &[(u64, u64, u64)]) -> Result<(), CopyQueueError> {
-        let one_by_one = || list.iter().try_for_each(|&(dst, src, len)| self.copy(dst, src, len));
-        if !self.batches.load(Ordering::Relaxed) {
-            return one_by_one();
-        }
-        let sized = list
-            .iter()
-            .map(|&(dst, src, len)| {
-                usize::try_from(len).map(|len| (dst, src, len)).map_err(|_| CopyQueueError::TooLong { len })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        self.device.bind().map_err(cuda("binding the device"))?;
-        // SAFETY: as for `copy`, for every copy; the transport holds copies whose ranges meet
-        // out of one batch, so their order within it does not matter.
-        match unsafe { self.stream.copy_batch_async(&sized) } {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                // A driver without batches (or refusing these): one copy each from now on. A
-                // copy the failed call may have enqueued runs again, from the same unchanged
-                // source, so the result is the same.
-                tracing::warn!("cuMemcpyBatchAsync failed ({e}); the copy-engine queue copies one by one");
-                self.batches.store(false, Ordering::Relaxed);
-                one_by_one()
-            }
-        }
     }
 
     fn write_value(&self, addr: u64, value: u64) -> Result<(), CopyQueueError> {
