@@ -67,10 +67,12 @@ pub struct LlCombineTensors {
 }
 
 /// The expert count of a buffer's low-latency calls between nodes, fixed by the first call:
-/// the receive kernels wait for each peer's signal to reach `(sequence + 1) * (local + 1)`
-/// (dispatch) or `(sequence + 1) * local` (combine), `local` the experts per rank: totals over
-/// every call so far, which hold only while every call has the same experts. (On one node the
-/// count words carry their sequence, so calls may differ.)
+/// a peer of another node puts the next call's messages into the other half of the regions
+/// while this rank may still read this call's, and the halves are laid out from the expert
+/// count (a call with fewer experts has its second half where the first one's first half
+/// still is). (The signal totals the receive kernels wait for, `(sequence + 1) * 2` for the
+/// dispatch and `sequence + 1` for the combine, no longer depend on it. On one node the count
+/// words carry their sequence, so calls may differ.)
 #[derive(Debug, Default)]
 pub(crate) struct PinnedExperts(AtomicUsize);
 
@@ -127,7 +129,7 @@ impl Buffer {
             && let Err(first) = self.ll_experts.pin(num_experts)
         {
             let detail = format!(
-                "{num_experts}; this buffer spans nodes and its first low-latency call had {first}: its receive kernels count every peer's puts over the calls, which needs the same experts in every call"
+                "{num_experts}; this buffer spans nodes and its first low-latency call had {first}: peers of other nodes write a call's half of the regions while the call before may still be read, and the halves are laid out for one expert count"
             );
             return Err(invalid("num_experts", detail));
         }

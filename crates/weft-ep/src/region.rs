@@ -149,11 +149,13 @@ pub(crate) enum LlPath {
 
 /// Where a low-latency call's regions lie for one `(max_tokens, hidden, experts)`, in the
 /// buffer's low-latency area, each with two halves (a call uses the half of its phase's
-/// sequence): dispatch messages `[local expert][source rank][max_tokens]`, combine rows
-/// `[expert][max_tokens]`, and with [`LlPath::Net`] the dispatch send messages
-/// `[expert][max_tokens]`, the combine send rows `[local expert][ranks * max_tokens]` (the
-/// packed order of the combine's input), and the count rows in `[source rank][local expert]`
-/// and out `[destination rank][local expert]` (`u64`, `sequence + 1 << 32 | messages`).
+/// sequence): dispatch messages `[source rank][local expert][max_tokens]` (a source of another
+/// node's block packed by expert from its start), combine rows `[expert][max_tokens]` (the
+/// rows of one rank's experts from another node packed from the first expert's start), and
+/// with [`LlPath::Net`] the dispatch send messages and combine send rows, a block per
+/// destination rank of the receive block's size, packed by the destination's experts, and the
+/// count rows in `[source rank][local expert]` and out `[destination rank][local expert]`
+/// (`u64`, `sequence + 1 << 32 | messages`).
 /// docs/ep.md, "Low latency between nodes", describes who writes what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LlRegions {
@@ -189,8 +191,8 @@ impl LlRegions {
         let combine_offset = ll_offset + 2 * dispatch_half_bytes;
         let mut end = combine_offset + 2 * combine_half_bytes;
         let net = (path == LlPath::Net).then(|| {
-            // The send regions have the receive regions' sizes: `[expert][max_tokens]`
-            // messages, and `local experts * ranks * max_tokens = experts * max_tokens` rows.
+            // The send regions have the receive regions' sizes: a block of `local experts *
+            // max_tokens` messages (rows) per destination rank.
             let dispatch_send_offset = end;
             let combine_send_offset = dispatch_send_offset + 2 * dispatch_half_bytes;
             let counts_in_offset = combine_send_offset + 2 * combine_half_bytes;

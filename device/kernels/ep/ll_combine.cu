@@ -1,31 +1,41 @@
 // Low-latency combine: the send kernel writes every row the dispatch received back into its
-// token's rank, slot `[global expert][token]` (for a rank of another node, slot `[global
-// expert][the token's message index]`: a (local expert, rank) pair's rows are one run of the
-// input in token order, staged in this rank's send region and put there after the launch's
-// stores); the receive kernel sums each token's rows weighted by its top-k weights in slot
-// order (weft-ep's model::ll_combine and, between nodes, model::ll_combine_net).
+// token's rank, slot `[global expert][token]`; for a rank d of another node, the rows go
+// packed into this rank's send block for d (local expert by local expert, each expert's in
+// token order, which is the tokens' message order), put after the launch's stores as one range
+// into d's rows of this rank's experts, `[rank's experts][max_tokens]`, from their start: the
+// row of d's token at expert g then sits at d's messages to g's earlier experts (on this rank)
+// plus its message index. The receive kernel sums each token's rows weighted by its top-k
+// weights in slot order (weft-ep's model::ll_combine and, between nodes,
+// model::ll_combine_net).
 #include "low_latency.cuh"
 
-/// Puts the rows of each local expert for rank `d` (another node), one run per expert into
-/// `[global expert][0..rows)` of d's receive region, each with the combine signal (a bare
-/// signal for an expert without rows), all on that signal's connection: `local experts`
-/// increments of d's signal per call. Called by: one thread per such rank, after finish_phase.
+/// This rank's send block for rank `d` of another node, in the call's half: `local experts x
+/// max_tokens` rows, the rows for d packed by local expert.
+__device__ __forceinline__ char* ll_combine_send_block(const EpContext& c, const EpLlCombineArgs& a, const EpLlNet& n,
+                                                       uint32_t half, uint32_t d) {
+  const uint64_t block = uint64_t(a.experts / c.ranks) * a.max_tokens * 2 * a.hidden;
+  return at<char>(c, c.rank, n.combine_send_offset + half * a.data_half_bytes) + d * block;
+}
+
+/// Puts the rows for rank `d` (another node) as one range, the packed prefix of the send block
+/// into the rows of this rank's experts at d (a bare signal when there are none), with the
+/// combine signal: `kLlCombinePuts` increment of d's signal per call. Called by: one thread per
+/// such rank, after finish_phase.
 __device__ void ll_put_combine(const EpContext& c, const EpLlCombineArgs& a, const EpLlNet& n, uint32_t half,
                                uint32_t d) {
   Gin gin(n.gin);
   const GinTeam world = gin_team_world(n.gin);
-  const uint32_t local = a.experts / c.ranks, rows = c.ranks * a.max_tokens;
-  const uint64_t h = half, row_bytes = 2ull * a.hidden;
+  const uint32_t local = a.experts / c.ranks;
+  const uint64_t h = half, row_bytes = 2ull * a.hidden, block = uint64_t(local) * a.max_tokens * row_bytes;
   const int64_t* ranges = reinterpret_cast<const int64_t*>(a.layout_range);
-  for (uint32_t le = 0; le < local; ++le) {
-    const int64_t range = ranges[le * c.ranks + d];
-    const uint64_t begin = uint64_t(range) >> 32, count = uint32_t(range);
-    const uint64_t g = uint64_t(c.rank) * local + le;
-    const uint64_t src = n.combine_send_offset + h * a.data_half_bytes + (uint64_t(le) * rows + begin) * row_bytes;
-    const uint64_t dst = a.data_offset + h * a.data_half_bytes + g * a.max_tokens * row_bytes;
-    const bool ok = count == 0 ? gin.signal(world, d, kLlCombineSignal)
-                               : gin.put(world, d, 0, dst, 0, src, count * row_bytes, gin_signal_inc(kLlCombineSignal));
-    if (!ok) return;  // recorded
+  uint64_t count = 0;
+  for (uint32_t le = 0; le < local; ++le) count += uint32_t(ranges[le * c.ranks + d]);
+  const uint64_t src = n.combine_send_offset + h * a.data_half_bytes + d * block;
+  const uint64_t dst = a.data_offset + h * a.data_half_bytes + c.rank * block;
+  if (count == 0) {
+    gin.signal(world, d, kLlCombineSignal);
+  } else {
+    gin.put(world, d, 0, dst, 0, src, count * row_bytes, gin_signal_inc(kLlCombineSignal));
   }
 }
 
@@ -55,8 +65,9 @@ __device__ uint32_t ll_message_index(const EpLlCombineArgs& a, uint32_t t, int64
 // packed order, are one stream split evenly over the grid's warps (a block first lays out
 // where each expert's rows start, from the handle's layout ranges). A row goes back to the
 // source rank whose range holds it, into the slot of its expert and source token (the
-// handle's source index), or for a rank of another node into the same place of this rank's
-// send region. The last block then raises every (expert, destination) flag on this node
+// handle's source index), or for a rank of another node into its packed place in this rank's
+// send block for that rank (the rows of the earlier local experts for it, from the ranges,
+// plus its place in its own range). The last block then raises every (expert, destination) flag on this node
 // (every pair, so every destination hears from every expert) and a thread per rank of
 // another node puts its runs (ll_put_combine).
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
@@ -64,6 +75,8 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   WEFT_TRACE_SCOPE(weft_ep_ll_combine_send);
   ll_kernel_begin();
   __shared__ uint32_t starts[kLlMaxExperts + 1];  // first row of each local expert in the stream
+  // Per (local expert, rank of another node): the rows of the earlier local experts for it.
+  __shared__ uint32_t packed[kLlMaxExperts];
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kCombineSend);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -72,6 +85,13 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   for (uint32_t le = threadIdx.x; le < local; le += blockDim.x) {
     const int64_t last = ranges[le * c.ranks + c.ranks - 1];
     starts[le] = uint32_t(uint64_t(last) >> 32) + uint32_t(last);
+  }
+  for (uint32_t d = threadIdx.x; d < c.ranks; d += blockDim.x) {
+    uint32_t rows_before = 0;
+    for (uint32_t le = 0; le < local && ll_remote(n, d); ++le) {
+      packed[le * c.ranks + d] = rows_before;
+      rows_before += uint32_t(ranges[le * c.ranks + d]);
+    }
   }
   __syncthreads();
   const uint32_t total = block_exclusive_scan(starts, local);
@@ -90,7 +110,9 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
         const uint64_t row = uint64_t(le) * rows + i;
         const char* x = reinterpret_cast<const char*>(a.x) + row * row_bytes;
         if (ll_remote(n, dst)) {
-          const char* staged = at<char>(c, c.rank, n.combine_send_offset + half * a.data_half_bytes) + row * row_bytes;
+          const uint32_t pair = le * c.ranks + dst, first = uint32_t(uint64_t(ranges[pair]) >> 32);
+          const char* staged =
+              ll_combine_send_block(c, a, n, half, dst) + uint64_t(packed[pair] + i - first) * row_bytes;
           return RecordWords{reinterpret_cast<uint64_t>(x), reinterpret_cast<uint64_t>(staged)};
         }
         const int t = reinterpret_cast<const int*>(a.src_info)[row];
@@ -116,13 +138,19 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
 // Grid: any number of blocks of kLlThreads; the work is every (token, span of 32 x
 // kSumVectors vectors) pair, a warp each in turn. Lane k waits for the flag of slot k's
 // expert (for an expert of another node, for its rank's signal to count every put of the
-// call; the row is then at the token's message index, not at the token), then the warp sums `fma(row, weight_k, acc)` over the slots in order in f32 and
+// call; the row is then at its packed place: the rank's rows of the token's earlier experts
+// there plus its message index), then the warp sums `fma(row, weight_k, acc)` over the slots
+// in order in f32 and
 // rounds once to BF16 (weft-ep's model::ll_combine). Block 0 also waits for every expert's
 // flag, so no rank finishes a combine before every peer has sent it.
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     weft_ep_ll_combine_recv(EpContext c, EpLlCombineArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_combine_recv);
   ll_kernel_begin();
+  // Between nodes: this rank's tokens selecting each expert's rank's earlier experts, where
+  // that rank's packed rows for the expert start.
+  __shared__ uint32_t packed[kLlMaxExperts + 1];
+  if (ll_spans_nodes(c, n)) packed_prefix(c, a, packed);
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kCombineRecv);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -132,7 +160,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   if (blockIdx.x == 0) {
     for (uint32_t g = threadIdx.x; g < a.experts; g += blockDim.x) {
       if (ll_remote(n, g / local)) {
-        ll_wait_remote(c, n, g / local, kLlCombineSignal, sequence + 1, local, WaitOp::EpLlFlag);
+        ll_wait_remote(c, n, g / local, kLlCombineSignal, sequence + 1, kLlCombinePuts, WaitOp::EpLlFlag);
       } else {
         acquire_at_least(flags + g, sequence + 1, c, g / local, WaitOp::EpLlFlag);
       }
@@ -149,14 +177,16 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     const int64_t expert = idx[slot], g = lane < a.topk ? expert : -1;
     const float w = reinterpret_cast<const float*>(a.topk_weights)[slot];
     const bool remote = g >= 0 && ll_remote(n, uint32_t(g) / local);
-    uint32_t index = t;  // the row's slot: the token, or its message index from another node
+    // The row's slot among the expert's: the token, or from another node its packed place
+    // in the expert's rank's rows (which start at the rank's first expert).
+    uint64_t index = t;
     if (__any_sync(~0u, remote)) {
       const uint32_t m = ll_message_index(a, t, g, lane);
-      if (remote) index = m;
+      if (remote) index = uint64_t(packed[g]) + m - uint64_t(g % local) * a.max_tokens;
     }
     bool ok = true;
     if (remote) {
-      ok = ll_wait_remote(c, n, uint32_t(g) / local, kLlCombineSignal, sequence + 1, local, WaitOp::EpLlFlag);
+      ok = ll_wait_remote(c, n, uint32_t(g) / local, kLlCombineSignal, sequence + 1, kLlCombinePuts, WaitOp::EpLlFlag);
     } else if (g >= 0) {
       ok = acquire_at_least(flags + g, sequence + 1, c, uint32_t(g) / local, WaitOp::EpLlFlag) >= sequence + 1;
     }

@@ -1,7 +1,8 @@
 // Low-latency dispatch: the send kernel casts each token once and stores it straight into the
-// message slot `[local expert][this rank][index]` of each of its experts' ranks (for a rank of
-// another node, into this rank's send slot `[expert][index]`, put there after the launch's
-// stores); the receive kernel packs each local expert's messages into rows by source rank,
+// message slot `[this rank][local expert][index]` of each of its experts' ranks (for a rank d
+// of another node, into this rank's send region for d, `[d][messages packed by expert]`, put
+// there as one range after the launch's stores, into the same packed place of d's block for
+// this rank); the receive kernel packs each local expert's messages into rows by source rank,
 // then token order (weft-ep's model::ll_dispatch and, between nodes, model::ll_dispatch_net).
 #include "low_latency.cuh"
 
@@ -22,54 +23,38 @@ __device__ __forceinline__ float2 fp8_scales(float amax, bool round_scale) {
   return make_float2(__uint_as_float(uint32_t(127 - exponent) << 23), __uint_as_float(uint32_t(127 + exponent) << 23));
 }
 
-/// Message `n` from rank `src` to local expert `le` of rank `owner`, in the call's half.
+/// Message `at` of source rank `src`'s block at rank `owner`, in the call's half: the block
+/// holds `local experts x max_tokens` messages, slot `le * max_tokens + n` of a source on
+/// `owner`'s node, or packed (`at` = the messages of the source's earlier experts + n) from a
+/// rank of another node, whose one put fills the block from its start.
 __device__ __forceinline__ char* ll_message(const EpContext& c, const EpLlDispatchArgs& a, uint32_t half, uint32_t owner,
-                                            uint32_t le, uint32_t src, uint32_t n) {
-  return at<char>(c, owner, a.data_offset + half * a.data_half_bytes) +
-         ((uint64_t(le) * c.ranks + src) * a.max_tokens + n) * a.message_bytes;
+                                            uint32_t src, uint64_t at) {
+  const uint64_t block = uint64_t(a.experts / c.ranks) * a.max_tokens;
+  return ::at<char>(c, owner, a.data_offset + half * a.data_half_bytes) + (src * block + at) * a.message_bytes;
 }
 
-/// Where this rank stores its message `index` to expert `e`: the receive slot at the expert's
-/// rank on this node, this rank's send slot `[e][index]` for a rank of another node.
+/// The send region's block for rank `d` of another node, in the call's half: this rank's
+/// messages to d's experts packed in expert order, as they land in d's block for this rank.
+__device__ __forceinline__ char* ll_send_block(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
+                                               uint32_t half, uint32_t d) {
+  const uint64_t block = uint64_t(a.experts / c.ranks) * a.max_tokens;
+  return at<char>(c, c.rank, n.dispatch_send_offset + half * a.data_half_bytes) + d * block * a.message_bytes;
+}
+
+/// Where this rank stores its message `index` to expert `e`: the slot at the expert's rank on
+/// this node, the packed place in the send block of a rank of another node (`packed[e]`: this
+/// rank's messages to that rank's earlier experts).
 __device__ __forceinline__ char* ll_route(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
-                                          uint32_t half, uint32_t e, uint32_t index) {
+                                          uint32_t half, uint32_t e, uint32_t index, const uint32_t* packed) {
   const uint32_t local = a.experts / c.ranks, owner = e / local;
-  if (!ll_remote(n, owner)) return ll_message(c, a, half, owner, e % local, c.rank, index);
-  return at<char>(c, c.rank, n.dispatch_send_offset + half * a.data_half_bytes) +
-         (uint64_t(e) * a.max_tokens + index) * a.message_bytes;
+  if (!ll_remote(n, owner)) return ll_message(c, a, half, owner, c.rank, uint64_t(e % local) * a.max_tokens + index);
+  return ll_send_block(c, a, n, half, owner) + uint64_t(packed[e] + index) * a.message_bytes;
 }
 
-/// Slot k's expert of token `t` where `valid`, else -1 (also for a negative or out-of-range
-/// index). The load itself is unconditional, from slot 0 of token `fallback` (a valid token)
-/// when not `valid`: a load under a branch is waited for inside it, so loads in branches go
-/// one round trip at a time, while these are all in flight together.
-__device__ __forceinline__ int routed_expert(const EpLlDispatchArgs& a, uint32_t t, uint32_t k, bool valid,
-                                             uint32_t fallback) {
-  const uint64_t i = valid ? uint64_t(t) * a.topk + k : uint64_t(fallback) * a.topk;
-  const int64_t e = reinterpret_cast<const int64_t*>(a.topk_idx)[i];
-  return valid && e >= 0 && e < int64_t(a.experts) ? int(e) : -1;
-}
 
 /// The per-expert totals of the send (`uint32_t[experts]` after the state words).
 __device__ __forceinline__ uint32_t* dispatch_totals(uint64_t* state) {
   return reinterpret_cast<uint32_t*>(state + kLlStateWords);
-}
-
-/// Adds to `seen[e]` (shared) the tokens `[begin, end)` selecting expert e, each once (a token
-/// naming an expert in several slots reaches it once). Called by: every thread of the block.
-__device__ __forceinline__ void count_tokens(const EpLlDispatchArgs& a, uint32_t begin, uint32_t end, uint32_t* seen) {
-  for (uint32_t t = begin + threadIdx.x; t < end; t += blockDim.x) {
-    int picks[kMaxTopk];
-#pragma unroll
-    for (uint32_t k = 0; k < kMaxTopk; ++k) picks[k] = routed_expert(a, t, k, k < a.topk, t);
-#pragma unroll
-    for (uint32_t k = 0; k < kMaxTopk; ++k) {
-      bool first = picks[k] >= 0;
-#pragma unroll
-      for (uint32_t j = 0; j < k; ++j) first &= picks[j] != picks[k];
-      if (first) atomicAdd(&seen[picks[k]], 1u);
-    }
-  }
 }
 
 /// Routes tokens `[w0, w1)` (at most kLlRouteRounds * (32 / topk)): `route[(t - w0) * topk +
@@ -82,7 +67,7 @@ __device__ __forceinline__ void count_tokens(const EpLlDispatchArgs& a, uint32_t
 /// one warp.
 __device__ __forceinline__ void route_window(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
                                              uint32_t half, uint32_t w0, uint32_t w1, uint32_t* seen, char** route,
-                                             uint32_t lane) {
+                                             const uint32_t* packed, uint32_t lane) {
   const uint32_t per = 32 / a.topk, k = lane % a.topk;
   const bool lives = lane < per * a.topk;
   int picks[kLlRouteRounds];
@@ -103,7 +88,7 @@ __device__ __forceinline__ void route_window(const EpContext& c, const EpLlDispa
     __syncwarp();
     if (e >= 0 && lane == 31 - __clz(same)) seen[e] += __popc(same);
     __syncwarp();
-    if (lives && w0 + i < w1) route[i * a.topk + k] = e >= 0 ? ll_route(c, a, n, half, uint32_t(e), index) : nullptr;
+    if (lives && w0 + i < w1) route[i * a.topk + k] = e >= 0 ? ll_route(c, a, n, half, uint32_t(e), index, packed) : nullptr;
   }
 }
 
@@ -192,26 +177,25 @@ __device__ __forceinline__ void send_items(const EpLlDispatchArgs& a, char* cons
   }
 }
 
-/// Puts this rank's messages to each local expert of rank `d` (another node), then its row of
-/// counts, each with the dispatch signal (a bare signal for an expert without messages), all
-/// on that signal's connection: `local experts + 1` increments of d's signal per call, the
-/// last after the counts. Called by: one thread per such rank, after finish_phase (so every
-/// block's stores into the send region are ordered before the pushes).
+/// Puts this rank's messages to rank `d` (another node) as one range, its send block's
+/// packed prefix into its block at d (a bare signal when there are none), then its row of
+/// counts, each with the dispatch signal, both on that signal's connection:
+/// `kLlDispatchPuts` increments of d's signal per call, the last after the counts. Called by:
+/// one thread per such rank, after finish_phase (so every block's stores into the send region
+/// are ordered before the pushes).
 __device__ void ll_put_dispatch(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n, uint32_t half,
                                 const uint32_t* totals, uint32_t d) {
   Gin gin(n.gin);
   const GinTeam world = gin_team_world(n.gin);
   const uint32_t local = a.experts / c.ranks;
-  const uint64_t h = half;
-  for (uint32_t le = 0; le < local; ++le) {
-    const uint32_t e = d * local + le;
-    const uint64_t count = *reinterpret_cast<const volatile uint32_t*>(totals + e);
-    const uint64_t src = n.dispatch_send_offset + h * a.data_half_bytes + uint64_t(e) * a.max_tokens * a.message_bytes;
-    const uint64_t dst = a.data_offset + h * a.data_half_bytes + (uint64_t(le) * c.ranks + c.rank) * a.max_tokens * a.message_bytes;
-    const bool ok = count == 0 ? gin.signal(world, d, kLlDispatchSignal)
-                               : gin.put(world, d, 0, dst, 0, src, count * a.message_bytes, gin_signal_inc(kLlDispatchSignal));
-    if (!ok) return;  // recorded
-  }
+  const uint64_t h = half, block = uint64_t(local) * a.max_tokens * a.message_bytes;
+  uint64_t count = 0;
+  for (uint32_t le = 0; le < local; ++le) count += *reinterpret_cast<const volatile uint32_t*>(totals + d * local + le);
+  const uint64_t src = n.dispatch_send_offset + h * a.data_half_bytes + d * block;
+  const uint64_t dst = a.data_offset + h * a.data_half_bytes + c.rank * block;
+  const bool ok = count == 0 ? gin.signal(world, d, kLlDispatchSignal)
+                             : gin.put(world, d, 0, dst, 0, src, count * a.message_bytes, gin_signal_inc(kLlDispatchSignal));
+  if (!ok) return;  // recorded
   const uint64_t row = n.counts_out_offset + (h * a.experts + uint64_t(d) * local) * 8;
   const uint64_t into = n.counts_in_offset + (h * a.experts + uint64_t(c.rank) * local) * 8;
   gin.put(world, d, 0, into, 0, row, uint64_t(local) * 8, gin_signal_inc(kLlDispatchSignal));
@@ -220,7 +204,9 @@ __device__ void ll_put_dispatch(const EpContext& c, const EpLlDispatchArgs& a, c
 // Grid: any number of blocks of kLlThreads (the SM budget). The work is every (token, chunk of
 // 512 channels) item, split evenly over the blocks and, within a block, over its warps, as
 // contiguous runs. A block first counts, for each expert, the tokens before its own that
-// select it; then, a window of tokens at a time, one warp routes the window (each slot's
+// select it (and, when some rank is on another node, every token, whose prefix sums within
+// each such rank's experts are the packed places of its send block); then, a window of
+// tokens at a time, one warp routes the window (each slot's
 // message index: the model's token order) and every warp sends its items of the window. The
 // block holding the last token ends with every expert's total, which it leaves in the state
 // region; the launch's last block publishes them at every expert's rank (release: the
@@ -231,6 +217,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_send);
   ll_kernel_begin();
   __shared__ uint32_t seen[kLlMaxExperts];
+  __shared__ uint32_t packed[kLlMaxExperts + 1];  // between nodes: messages to the owner's earlier experts
   __shared__ char* route[kLlRouteRounds * 32];
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kDispatchSend);
@@ -250,15 +237,17 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     if (channel < a.hidden) ptx::prefetch_l2(row + channel * 2);
   }
   if (begin < end || totals) {
+    const bool spans = ll_spans_nodes(c, n);
     for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) seen[e] = 0;
     __syncthreads();
     count_tokens(a, 0, first_token, seen);
+    if (spans) packed_prefix(c, a, packed);
     __syncthreads();
   }
   const uint32_t window = kLlRouteRounds * (32 / a.topk);
   for (uint32_t w0 = first_token; w0 < end_token; w0 += window) {
     const uint32_t w1 = min(w0 + window, end_token);
-    if (warp == 0) route_window(c, a, n, half, w0, w1, seen, route, lane);
+    if (warp == 0) route_window(c, a, n, half, w0, w1, seen, route, packed, lane);
     __syncthreads();
     if (w0 == first_token) {
       WEFT_TRACE_MARK(route);
@@ -307,6 +296,9 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv);
   ll_kernel_begin();
   __shared__ uint32_t starts[kLlMaxExperts + 1];  // first row of each (local expert, source) pair
+  // Where each (local expert, source) pair's messages start in the source's block: the slot
+  // `le * max_tokens` for a source of this node, the packed place for one of another node.
+  __shared__ uint32_t firsts[kLlMaxExperts];
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kDispatchRecv);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -321,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     if (!ll_remote(n, src)) {
       const uint64_t* count = at<uint64_t>(c, c.rank, a.signal_offset) + uint64_t(half) * a.experts + p;
       seen = acquire_at_least(count, want, c, src, WaitOp::EpLlCount);
-    } else if (ll_wait_remote(c, n, src, kLlDispatchSignal, sequence + 1, local + 1, WaitOp::EpLlCount)) {
+    } else if (ll_wait_remote(c, n, src, kLlDispatchSignal, sequence + 1, kLlDispatchPuts, WaitOp::EpLlCount)) {
       const uint64_t* row = at<uint64_t>(c, c.rank, n.counts_in_offset) + uint64_t(half) * a.experts + uint64_t(src) * local;
       seen = *reinterpret_cast<const volatile uint64_t*>(row + le);
     }
@@ -332,6 +324,16 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   // every thread's reads of the messages after the counts).
   if (__syncthreads_and(ok)) {
     WEFT_TRACE_MARK(wait);
+    // A thread per source: its pairs' first messages, packed in expert order from another node.
+    for (uint32_t src = threadIdx.x; src < c.ranks; src += blockDim.x) {
+      uint32_t next = 0;
+      for (uint32_t le = 0; le < local; ++le) {
+        const uint32_t p = le * c.ranks + src;
+        firsts[p] = ll_remote(n, src) ? next : le * a.max_tokens;
+        next += starts[p];
+      }
+    }
+    __syncthreads();
     const uint32_t total = block_exclusive_scan(starts, pairs);
     if (blockIdx.x == 0) {
       for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -349,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
       const uint32_t p = find_segment(starts, pairs, m), i = uint32_t(m) - starts[p];
       le = p / c.ranks;
       row = starts[p] - starts[le * c.ranks] + i;
-      return ll_message(c, a, half, c.rank, le, p % c.ranks, i);
+      return ll_message(c, a, half, c.rank, p % c.ranks, uint64_t(firsts[p]) + i);
     };
     const uint32_t fields = payload_bytes / 16, warp = grid_warp(), warps = grid_warps();
     const uint64_t elements = uint64_t(total) * fields;

@@ -54,6 +54,12 @@ constexpr uint32_t kLlCopyUnroll = 8, kLlSendUnroll = 8;
 
 /// The device communicator's signal of each phase that puts (weft-ep's `LL_SIGNALS`).
 constexpr uint32_t kLlDispatchSignal = 0, kLlCombineSignal = 1;
+/// Increments of a phase's signal a rank of another node makes per call: the dispatch puts its
+/// packed messages (or a bare signal) and its row of counts, the combine its packed rows (or a
+/// bare signal).
+constexpr uint32_t kLlDispatchPuts = 2, kLlCombinePuts = 1;
+/// Most ranks of an EP buffer (`EpContext::peers`).
+constexpr uint32_t kMaxEpRanks = sizeof(EpContext::peers) / sizeof(EpContext::peers[0]);
 
 /// Whether rank `r` is on another node (reached by puts; its buffer is not mapped here).
 __device__ __forceinline__ bool ll_remote(const EpLlNet& n, uint32_t r) { return gin_is_proxy_peer(n.gin, r); }
@@ -143,6 +149,64 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t* v, uint32_t n
   if (t == 0) v[n] = total;
   __syncthreads();
   return total;
+}
+
+/// Whether any peer is on another node (alike in every thread).
+__device__ __forceinline__ bool ll_spans_nodes(const EpContext& c, const EpLlNet& n) {
+  for (uint32_t r = 0; r < c.ranks; ++r) {
+    if (ll_remote(n, r)) return true;
+  }
+  return false;
+}
+
+/// Slot k's expert of token `t` where `valid`, else -1 (also for a negative or out-of-range
+/// index). The load itself is unconditional, from slot 0 of token `fallback` (a valid token)
+/// when not `valid`: a load under a branch is waited for inside it, so loads in branches go
+/// one round trip at a time, while these are all in flight together.
+template <typename Args>
+__device__ __forceinline__ int routed_expert(const Args& a, uint32_t t, uint32_t k, bool valid,
+                                             uint32_t fallback) {
+  const uint64_t i = valid ? uint64_t(t) * a.topk + k : uint64_t(fallback) * a.topk;
+  const int64_t e = reinterpret_cast<const int64_t*>(a.topk_idx)[i];
+  return valid && e >= 0 && e < int64_t(a.experts) ? int(e) : -1;
+}
+
+/// Adds to `seen[e]` (shared) the tokens `[begin, end)` selecting expert e, each once (a token
+/// naming an expert in several slots reaches it once). Called by: every thread of the block.
+template <typename Args>
+__device__ __forceinline__ void count_tokens(const Args& a, uint32_t begin, uint32_t end, uint32_t* seen) {
+  for (uint32_t t = begin + threadIdx.x; t < end; t += blockDim.x) {
+    int picks[kMaxTopk];
+#pragma unroll
+    for (uint32_t k = 0; k < kMaxTopk; ++k) picks[k] = routed_expert(a, t, k, k < a.topk, t);
+#pragma unroll
+    for (uint32_t k = 0; k < kMaxTopk; ++k) {
+      bool first = picks[k] >= 0;
+#pragma unroll
+      for (uint32_t j = 0; j < k; ++j) first &= picks[j] != picks[k];
+      if (first) atomicAdd(&seen[picks[k]], 1u);
+    }
+  }
+}
+
+/// Between nodes, where the messages (rows) of this rank's tokens for expert e sit in the
+/// packed block of e's rank: `packed[e]` (shared, `experts + 1` words) becomes the number of
+/// this rank's tokens selecting that rank's earlier experts (each token once per expert).
+/// The dispatch send packs its messages so, and the combine receive finds the rows the
+/// experts' ranks packed back in the same order. Called by: every thread of the block.
+template <typename Args>
+__device__ __forceinline__ void packed_prefix(const EpContext& c, const Args& a, uint32_t* packed) {
+  __shared__ uint32_t before_rank[kMaxEpRanks];
+  for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) packed[e] = 0;
+  __syncthreads();
+  count_tokens(a, 0, a.tokens, packed);
+  __syncthreads();
+  block_exclusive_scan(packed, a.experts);
+  const uint32_t local = a.experts / c.ranks;
+  if (threadIdx.x < c.ranks) before_rank[threadIdx.x] = packed[threadIdx.x * local];
+  __syncthreads();
+  for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) packed[e] -= before_rank[e / local];
+  __syncthreads();
 }
 
 /// The segment holding `x` among `n` segments with ascending starts `starts[0..n]` (shared

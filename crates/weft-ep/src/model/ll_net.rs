@@ -1,8 +1,9 @@
 //! The low-latency dispatch and combine of a group spanning nodes, as bytes move between the
 //! ranks' buffers (docs/ep.md, "Low latency between nodes"): ranks of one node store into each
-//! other's receive regions; a rank stages what goes to other nodes in its send regions and
-//! reaches them with puts that each raise the destination's signal of the phase (a bare
-//! signal where a run is empty), a fixed number per call. The puts of every rank land in an
+//! other's receive regions; a rank packs what goes to each rank of another node into a send
+//! block of its own and reaches it with one put of the block's packed prefix (the dispatch
+//! also a put of its row of counts), each raising the destination's signal of the phase (a
+//! bare signal where the block is empty), a fixed number per call. The puts of every rank land in an
 //! order a seed picks (each signal after its own put's data, as GIN guarantees; nothing else
 //! ordered), so two puts writing the same bytes would make the result depend on the seed; the
 //! receivers then check that every signal came and read their regions as the receive kernels
@@ -23,6 +24,10 @@ use crate::region::{LlNetRegions, LlPath, LlRegions};
 /// count words carry (`sequence + 1`).
 const HALF: usize = 0;
 const TAG: u64 = 1;
+/// Signals a rank of another node raises per call: the dispatch's packed messages and its row
+/// of counts; the combine's packed rows (the kernels' `kLlDispatchPuts`, `kLlCombinePuts`).
+const DISPATCH_PUTS: u64 = 2;
+const COMBINE_PUTS: u64 = 1;
 
 /// One put between two ranks' low-latency areas: `bytes` (0: a bare signal) from `from`'s at
 /// `src` into `to`'s at `dst`, then one increment of `to`'s signal of the phase from `from`.
@@ -108,7 +113,6 @@ fn payload_byte(src: usize, t: usize, j: usize) -> u8 {
 struct Offsets {
     regions: LlRegions,
     net: LlNetRegions,
-    ranks: usize,
     local: usize,
     experts: usize,
     max_tokens: usize,
@@ -123,7 +127,6 @@ impl Offsets {
         Ok(Self {
             regions,
             net,
-            ranks: shape.ranks,
             local: shape.experts / shape.ranks,
             experts: shape.experts,
             max_tokens: shape.max_tokens,
@@ -132,18 +135,22 @@ impl Offsets {
         })
     }
 
-    /// Message `n` from rank `src` to local expert `le` (dispatch receive region).
-    fn message_in(&self, le: usize, src: usize, n: usize) -> usize {
-        let r = &self.regions;
-        r.dispatch_offset
-            + HALF * r.dispatch_half_bytes
-            + ((le * self.ranks + src) * self.max_tokens + n) * self.message
+    /// Messages (rows) of one rank's block: `local experts x max_tokens`.
+    fn block(&self) -> usize {
+        self.local * self.max_tokens
     }
 
-    /// Message `n` of this rank to expert `g` (dispatch send region).
-    fn message_out(&self, g: usize, n: usize) -> usize {
+    /// Message `at` of source `src`'s block (dispatch receive region): slot `le * max_tokens +
+    /// n` from this node, packed from another node.
+    fn message_in(&self, src: usize, at: usize) -> usize {
         let r = &self.regions;
-        self.net.dispatch_send_offset + HALF * r.dispatch_half_bytes + (g * self.max_tokens + n) * self.message
+        r.dispatch_offset + HALF * r.dispatch_half_bytes + (src * self.block() + at) * self.message
+    }
+
+    /// Message `at` of this rank's send block for rank `dst` (dispatch send region, packed).
+    fn message_out(&self, dst: usize, at: usize) -> usize {
+        let r = &self.regions;
+        self.net.dispatch_send_offset + HALF * r.dispatch_half_bytes + (dst * self.block() + at) * self.message
     }
 
     /// Count word of source `src` for local expert `le` (counts in), or of destination `dst`
@@ -162,19 +169,34 @@ impl Offsets {
         r.combine_offset + HALF * r.combine_half_bytes + (g * self.max_tokens + slot) * self.row
     }
 
-    /// Row `i` of local expert `le` in the combine's packed order (combine send region).
-    fn row_out(&self, le: usize, i: usize) -> usize {
+    /// Row `at` of this rank's send block for rank `dst` (combine send region, packed).
+    fn row_out(&self, dst: usize, at: usize) -> usize {
         let r = &self.regions;
-        self.net.combine_send_offset + HALF * r.combine_half_bytes + (le * self.ranks * self.max_tokens + i) * self.row
+        self.net.combine_send_offset + HALF * r.combine_half_bytes + (dst * self.block() + at) * self.row
     }
 }
 
+/// Per expert: the tokens of `topk_idx` selecting the owner's earlier experts (each token once
+/// per expert), where the packed block of the owner holds the expert's messages or rows.
+fn packed_starts(topk_idx: &[i64], topk: usize, experts: usize, local: usize) -> Vec<usize> {
+    let mut totals = vec![0usize; experts];
+    for (g, n) in message_indices(topk_idx, topk, experts).into_iter().flatten() {
+        totals[g] = totals[g].max(n + 1);
+    }
+    let mut starts = vec![0usize; experts];
+    for g in (1..experts).filter(|g| g % local != 0) {
+        starts[g] = starts[g - 1] + totals[g - 1];
+    }
+    starts
+}
+
 /// [`ll_dispatch`](super::ll_dispatch) over nodes of `ranks_per_node` ranks: every rank's
-/// send as the kernel does it (stores into the owner's receive region on this node, into its
-/// own send region for other nodes, then per rank of another node a put per local expert of
-/// it, a bare signal where there are no messages, and a put of its count row: `local + 1`
-/// signals), the puts delivered in the order `seed` picks, then every rank's receive (tagged
-/// count words from this node, count rows once all `local + 1` signals came). `Err` names the first inconsistency (a count without its tag, a
+/// send as the kernel does it (stores into the owner's receive region on this node; for a
+/// rank of another node, into its send block for that rank packed by expert, then one put of
+/// the packed messages into its block there, a bare signal where there are none, and a put of
+/// its count row: 2 signals), the puts delivered in the order `seed` picks, then every rank's
+/// receive (tagged count words from this node, count rows once both signals came, each
+/// expert's messages at the source's messages to its earlier experts). `Err` names the first inconsistency (a count without its tag, a
 /// signal missing, a message with the wrong bytes).
 pub fn ll_dispatch_net(
     shape: LlShape,
@@ -194,14 +216,18 @@ pub fn ll_dispatch_net(
     let mut puts = Vec::new();
     for me in 0..ranks {
         let mut totals = vec![0usize; experts];
+        let packed = packed_starts(topk_idx[me], topk, experts, local);
         for (slot, m) in message_indices(topk_idx[me], topk, experts).into_iter().enumerate() {
             let Some((g, n)) = m else { continue };
             let (owner, le, t) = (g / local, g % local, slot / topk);
             if topk_idx[me][t * topk..t * topk + slot % topk].contains(&(g as i64)) {
                 continue; // the token's earlier slot sent it
             }
-            let (rank, at) =
-                if world.same_node(me, owner) { (owner, o.message_in(le, me, n)) } else { (me, o.message_out(g, n)) };
+            let (rank, at) = if world.same_node(me, owner) {
+                (owner, o.message_in(me, le * max_tokens + n))
+            } else {
+                (me, o.message_out(owner, packed[g] + n))
+            };
             let area = &mut world.areas[rank];
             area[at..at + 4].copy_from_slice(&(t as i32).to_le_bytes());
             for j in 16..o.message {
@@ -214,14 +240,14 @@ pub fn ll_dispatch_net(
                 let word = TAG << 32 | totals[owner * local + le] as u64;
                 if world.same_node(me, owner) {
                     node_counts[owner][le * ranks + me] = word;
-                    continue;
+                } else {
+                    world.write_u64(me, o.count_out(owner, le), word);
                 }
-                world.write_u64(me, o.count_out(owner, le), word);
-                let n = totals[owner * local + le];
-                let (src, dst) = (o.message_out(owner * local + le, 0), o.message_in(le, me, 0));
-                puts.push(Put { from: me, to: owner, src, dst, bytes: n * o.message });
             }
             if !world.same_node(me, owner) {
+                let n: usize = totals[owner * local..(owner + 1) * local].iter().sum();
+                let (src, dst) = (o.message_out(owner, 0), o.message_in(me, 0));
+                puts.push(Put { from: me, to: owner, src, dst, bytes: n * o.message });
                 let (src, dst) = (o.count_out(owner, 0), o.count_in(me, 0));
                 puts.push(Put { from: me, to: owner, src, dst, bytes: local * 8 });
             }
@@ -232,23 +258,28 @@ pub fn ll_dispatch_net(
     (0..ranks)
         .map(|me| {
             let mut out = LlReceived::empty(local, ranks, max_tokens);
+            // Per source of another node: its messages to this rank's earlier experts.
+            let mut packed = vec![0usize; ranks];
             for le in 0..local {
                 let mut next = 0usize;
                 for src in 0..ranks {
-                    let word = if world.same_node(me, src) {
+                    let remote = !world.same_node(me, src);
+                    let word = if !remote {
                         node_counts[me][le * ranks + src]
-                    } else if world.signals[me][src] != TAG * (local as u64 + 1) {
+                    } else if world.signals[me][src] != TAG * DISPATCH_PUTS {
                         let got = world.signals[me][src];
-                        return Err(format!("rank {me}: {got} dispatch signals from rank {src}, not {}", local + 1));
+                        return Err(format!("rank {me}: {got} dispatch signals from rank {src}, not {DISPATCH_PUTS}"));
                     } else {
                         world.read_u64(me, o.count_in(src, le))
                     };
                     if word >> 32 != TAG {
                         return Err(format!("rank {me}: count of rank {src}, local expert {le} is {word:#x}"));
                     }
-                    let begin = next;
-                    for i in 0..(word & 0xffff_ffff) as usize {
-                        let at = o.message_in(le, src, i);
+                    let (begin, count) = (next, (word & 0xffff_ffff) as usize);
+                    let first = if remote { packed[src] } else { le * max_tokens };
+                    packed[src] += count;
+                    for i in 0..count {
+                        let at = o.message_in(src, first + i);
                         let area = &world.areas[me];
                         let t = i32::from_le_bytes([area[at], area[at + 1], area[at + 2], area[at + 3]]);
                         if let Some(j) = (16..o.message).find(|&j| area[at + j] != payload_byte(src, t as usize, j)) {
@@ -266,13 +297,13 @@ pub fn ll_dispatch_net(
 }
 
 /// [`ll_combine`](super::ll_combine) over nodes of `ranks_per_node` ranks: each expert rank
-/// stores the rows for this node's tokens into their `[expert][token]` slots and copies the
-/// rest into its send region (their places in `x`), then puts each (local expert, destination)
-/// run to the destination's `[expert][message index]` slots (a bare signal for an empty run:
-/// `local` signals per destination of another node); the puts land in the order `seed` picks;
-/// each token's rank then checks the signals and sums its slots' rows in slot order as
-/// [`ll_combine`](super::ll_combine) does, finding a row of another node by the token's
-/// message index. `Err` names a rank whose signals did not all come.
+/// stores the rows for this node's tokens into their `[expert][token]` slots and packs the
+/// rows for each rank of another node into its send block for it (local expert by local
+/// expert), then puts the packed rows into that rank's rows of its experts, from their start
+/// (a bare signal when there are none: 1 signal per destination of another node); the puts
+/// land in the order `seed` picks; each token's rank then checks the signals and sums its
+/// slots' rows in slot order as [`ll_combine`](super::ll_combine) does, finding a row of
+/// another node at its tokens for the expert's rank's earlier experts plus its message index. `Err` names a rank whose signals did not all come.
 #[allow(clippy::too_many_arguments)] // ll_combine's arguments, the nodes and the order
 pub fn ll_combine_net(
     shape: LlShape,
@@ -290,25 +321,31 @@ pub fn ll_combine_net(
     let mut world = World::new(ranks, ranks_per_node.max(1), o.regions.bytes);
     let mut puts = Vec::new();
     for (me, got) in received.iter().enumerate() {
+        // Per destination of another node: the rows packed for it so far.
+        let mut packed = vec![0usize; ranks];
         for le in 0..local {
             let g = me * local + le;
-            for dst in 0..ranks {
+            for (dst, before) in packed.iter_mut().enumerate() {
                 let range = got.layout_range[le * ranks + dst];
                 let (begin, n) = ((range >> 32) as usize, (range & 0xffff_ffff) as usize);
                 for i in begin..begin + n {
                     let t = got.src_info[le * rows + i] as usize;
-                    let (rank, at) =
-                        if world.same_node(me, dst) { (dst, o.row_in(g, t)) } else { (me, o.row_out(le, i)) };
+                    let (rank, at) = if world.same_node(me, dst) {
+                        (dst, o.row_in(g, t))
+                    } else {
+                        (me, o.row_out(dst, *before + i - begin))
+                    };
                     for h in 0..hidden {
                         let v = x[me][(le * rows + i) * hidden + h].to_bits().to_le_bytes();
                         world.areas[rank][at + 2 * h..at + 2 * h + 2].copy_from_slice(&v);
                     }
                 }
-                if !world.same_node(me, dst) {
-                    let (src, dst_at) = (o.row_out(le, begin), o.row_in(g, 0));
-                    puts.push(Put { from: me, to: dst, src, dst: dst_at, bytes: n * o.row });
-                }
+                *before += n;
             }
+        }
+        for dst in (0..ranks).filter(|&d| !world.same_node(me, d)) {
+            let (src, dst_at) = (o.row_out(dst, 0), o.row_in(me * local, 0));
+            puts.push(Put { from: me, to: dst, src, dst: dst_at, bytes: packed[dst] * o.row });
         }
     }
     world.deliver(puts, seed);
@@ -316,6 +353,7 @@ pub fn ll_combine_net(
         .map(|s| {
             let tokens = topk_idx[s].len() / topk;
             let indices = message_indices(topk_idx[s], topk, experts);
+            let packed = packed_starts(topk_idx[s], topk, experts, local);
             let mut out = vec![bf16::ZERO; tokens * hidden];
             for t in 0..tokens {
                 let mut sources = Vec::new();
@@ -324,11 +362,11 @@ pub fn ll_combine_net(
                     let owner = g / local;
                     let at = if world.same_node(s, owner) {
                         o.row_in(g, t)
-                    } else if world.signals[s][owner] != TAG * local as u64 {
+                    } else if world.signals[s][owner] != TAG * COMBINE_PUTS {
                         let got = world.signals[s][owner];
-                        return Err(format!("rank {s}: {got} combine signals from rank {owner}, not {local}"));
+                        return Err(format!("rank {s}: {got} combine signals from rank {owner}, not {COMBINE_PUTS}"));
                     } else {
-                        o.row_in(g, n)
+                        o.row_in(owner * local, packed[g] + n)
                     };
                     sources.push((at, topk_weights[s][t * topk + k]));
                 }
