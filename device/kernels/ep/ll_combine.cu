@@ -150,7 +150,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   // Between nodes: this rank's tokens selecting each expert's rank's earlier experts, where
   // that rank's packed rows for the expert start.
   __shared__ uint32_t packed[kLlMaxExperts + 1];
-  if (ll_spans_nodes(c, n)) packed_prefix(c, a, packed);
+  if (ll_spans_nodes(n)) packed_prefix(c, a, packed);
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kCombineRecv);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;

@@ -237,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     if (channel < a.hidden) ptx::prefetch_l2(row + channel * 2);
   }
   if (begin < end || totals) {
-    const bool spans = ll_spans_nodes(c, n);
+    const bool spans = ll_spans_nodes(n);
     for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) seen[e] = 0;
     __syncthreads();
     count_tokens(a, 0, first_token, seen);
@@ -324,13 +324,17 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   // every thread's reads of the messages after the counts).
   if (__syncthreads_and(ok)) {
     WEFT_TRACE_MARK(wait);
-    // A thread per source: its pairs' first messages, packed in expert order from another node.
-    for (uint32_t src = threadIdx.x; src < c.ranks; src += blockDim.x) {
-      uint32_t next = 0;
-      for (uint32_t le = 0; le < local; ++le) {
-        const uint32_t p = le * c.ranks + src;
-        firsts[p] = ll_remote(n, src) ? next : le * a.max_tokens;
-        next += starts[p];
+    // Where each pair's messages start in its source's block: the expert's slots from this
+    // node; from another node, packed in expert order (a thread per such source).
+    for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) firsts[p] = p / c.ranks * a.max_tokens;
+    if (ll_spans_nodes(n)) {
+      __syncthreads();
+      for (uint32_t src = threadIdx.x; src < c.ranks; src += blockDim.x) {
+        uint32_t next = 0;
+        for (uint32_t le = 0; le < local && ll_remote(n, src); ++le) {
+          firsts[le * c.ranks + src] = next;
+          next += starts[le * c.ranks + src];
+        }
       }
     }
     __syncthreads();

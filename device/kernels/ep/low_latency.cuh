@@ -151,13 +151,8 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t* v, uint32_t n
   return total;
 }
 
-/// Whether any peer is on another node (alike in every thread).
-__device__ __forceinline__ bool ll_spans_nodes(const EpContext& c, const EpLlNet& n) {
-  for (uint32_t r = 0; r < c.ranks; ++r) {
-    if (ll_remote(n, r)) return true;
-  }
-  return false;
-}
+/// Whether any peer is on another node (alike in every thread; no memory read).
+__device__ __forceinline__ bool ll_spans_nodes(const EpLlNet& n) { return n.gin.proxy_mask != 0; }
 
 /// Slot k's expert of token `t` where `valid`, else -1 (also for a negative or out-of-range
 /// index). The load itself is unconditional, from slot 0 of token `fallback` (a valid token)
