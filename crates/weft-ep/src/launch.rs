@@ -82,6 +82,14 @@ weft_gpu::device_kernels! {
 pub(crate) const CHANNEL_THREADS: u32 = 512;
 /// Threads of a low-latency block (`kLlThreads`).
 const LL_THREADS: u32 = 512;
+
+/// Dynamic shared memory of a low-latency launch: the network path's words
+/// (`ll_net_words` in `low_latency.cuh`, `LL_MAX_EXPERTS + 1` of them) for a group spanning
+/// nodes (its device communicator names proxy peers), none on one node, whose kernels then keep
+/// the shared memory they had without the network path.
+fn ll_net_shared_bytes(n: &EpLlNet) -> u32 {
+    if n.gin.proxy_mask == 0 { 0 } else { 4 * (crate::region::LL_MAX_EXPERTS as u32 + 1) }
+}
 /// Threads of the layout, notify and prologue blocks (`kSetupThreads`).
 const SETUP_THREADS: u32 = 256;
 /// Experts one layout block counts (`kLayoutExpertsPerBlock`).
@@ -204,8 +212,9 @@ impl Kernels {
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
+        let shared = ll_net_shared_bytes(&n);
         // SAFETY: the caller's contract.
-        unsafe { self.launch_ll(&self.ll_dispatch[phase as usize], stream, blocks, &LlDispatch { c, a, n }) }
+        unsafe { self.launch_ll(&self.ll_dispatch[phase as usize], stream, blocks, shared, &LlDispatch { c, a, n }) }
     }
 
     /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs.
@@ -221,11 +230,13 @@ impl Kernels {
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
+        let shared = ll_net_shared_bytes(&n);
         // SAFETY: the caller's contract.
-        unsafe { self.launch_ll(&self.ll_combine[phase as usize], stream, blocks, &LlCombine { c, a, n }) }
+        unsafe { self.launch_ll(&self.ll_combine[phase as usize], stream, blocks, shared, &LlCombine { c, a, n }) }
     }
 
-    /// Launches a low-latency kernel on `blocks` SMs, early when configured so.
+    /// Launches a low-latency kernel on `blocks` SMs with `shared_bytes` of dynamic shared
+    /// memory, early when configured so.
     ///
     /// # Safety
     /// As [`Kernels::notify`], for the addresses in `params`.
@@ -234,9 +245,10 @@ impl Kernels {
         kernel: &Kernel,
         stream: &Stream,
         blocks: u32,
+        shared_bytes: u32,
         params: &P,
     ) -> Result<(), GpuError> {
-        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: 0 };
+        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes };
         // SAFETY: the caller's contract; an early launch is sound because every low-latency
         // kernel waits for the previous grid before its first access to memory
         // (`ll_kernel_begin`, checked by a test of `device_code`).
@@ -247,5 +259,18 @@ impl Kernels {
                 kernel.launch(stream, config, params)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_group_spanning_nodes_launches_the_network_paths_shared_words() {
+        let mut n = EpLlNet::default();
+        assert_eq!(ll_net_shared_bytes(&n), 0);
+        n.gin.proxy_mask = 0b10;
+        assert_eq!(ll_net_shared_bytes(&n), 4 * (crate::region::LL_MAX_EXPERTS as u32 + 1));
     }
 }

@@ -70,13 +70,15 @@ __device__ uint32_t ll_message_index(const EpLlCombineArgs& a, uint32_t t, int64
 // plus its place in its own range). The last block then raises every (expert, destination) flag on this node
 // (every pair, so every destination hears from every expert) and a thread per rank of
 // another node puts its runs (ll_put_combine).
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
-    weft_ep_ll_combine_send(EpContext c, EpLlCombineArgs a, EpLlNet n) {
-  WEFT_TRACE_SCOPE(weft_ep_ll_combine_send);
-  ll_kernel_begin();
-  __shared__ uint32_t starts[kLlMaxExperts + 1];  // first row of each local expert in the stream
-  // Per (local expert, rank of another node): the rows of the earlier local experts for it.
-  __shared__ uint32_t packed[kLlMaxExperts];
+// `starts` (kLlMaxExperts + 1 words, the kernel's): the first row of each local expert in the
+// stream.
+template <bool kNet>
+__device__ __forceinline__ void ll_combine_send(const EpContext& c, const EpLlCombineArgs& a, const EpLlNet& n,
+                                                uint32_t* starts) {
+  // Between nodes, per (local expert, rank d of another node): where the expert's rows for d go
+  // in the send block for d, less the start of its range (mod 2^32): the rows of the earlier
+  // local experts for d, minus the range's first row.
+  uint32_t* packed = kNet ? ll_net_words() : nullptr;
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kCombineSend);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -86,11 +88,12 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     const int64_t last = ranges[le * c.ranks + c.ranks - 1];
     starts[le] = uint32_t(uint64_t(last) >> 32) + uint32_t(last);
   }
-  for (uint32_t d = threadIdx.x; d < c.ranks; d += blockDim.x) {
+  for (uint32_t d = threadIdx.x; kNet && d < c.ranks; d += blockDim.x) {
     uint32_t rows_before = 0;
     for (uint32_t le = 0; le < local && ll_remote(n, d); ++le) {
-      packed[le * c.ranks + d] = rows_before;
-      rows_before += uint32_t(ranges[le * c.ranks + d]);
+      const int64_t range = ranges[le * c.ranks + d];
+      packed[le * c.ranks + d] = rows_before - uint32_t(uint64_t(range) >> 32);
+      rows_before += uint32_t(range);
     }
   }
   __syncthreads();
@@ -109,10 +112,9 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
         }
         const uint64_t row = uint64_t(le) * rows + i;
         const char* x = reinterpret_cast<const char*>(a.x) + row * row_bytes;
-        if (ll_remote(n, dst)) {
-          const uint32_t pair = le * c.ranks + dst, first = uint32_t(uint64_t(ranges[pair]) >> 32);
+        if (ll_is_remote<kNet>(n, dst)) {
           const char* staged =
-              ll_combine_send_block(c, a, n, half, dst) + uint64_t(packed[pair] + i - first) * row_bytes;
+              ll_combine_send_block(c, a, n, half, dst) + uint64_t(packed[le * c.ranks + dst] + i) * row_bytes;
           return RecordWords{reinterpret_cast<uint64_t>(x), reinterpret_cast<uint64_t>(staged)};
         }
         const int t = reinterpret_cast<const int*>(a.src_info)[row];
@@ -128,11 +130,23 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   if (!finish_phase(state, kCombineSend)) return;
   for (uint32_t pair = threadIdx.x; pair < local * c.ranks; pair += blockDim.x) {
     const uint32_t le = pair / c.ranks, dst = pair % c.ranks;
-    if (ll_remote(n, dst)) continue;
+    if (ll_is_remote<kNet>(n, dst)) continue;
     ptx::st_release_sys(at<uint64_t>(c, dst, a.signal_offset) + uint64_t(half) * a.experts + c.rank * local + le, sequence + 1);
   }
-  if (threadIdx.x < c.ranks && ll_remote(n, threadIdx.x)) ll_put_combine(c, a, n, half, threadIdx.x);
+  if (threadIdx.x < c.ranks && ll_is_remote<kNet>(n, threadIdx.x)) ll_put_combine(c, a, n, half, threadIdx.x);
   WEFT_TRACE_MARK(publish);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_combine_send(EpContext c, EpLlCombineArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_combine_send);
+  ll_kernel_begin();
+  __shared__ uint32_t starts[kLlMaxExperts + 1];
+  if (ll_spans_nodes(n)) {
+    ll_combine_send<true>(c, a, n, starts);
+  } else {
+    ll_combine_send<false>(c, a, n, starts);
+  }
 }
 
 // Grid: any number of blocks of kLlThreads; the work is every (token, span of 32 x
@@ -143,14 +157,12 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
 // in order in f32 and
 // rounds once to BF16 (weft-ep's model::ll_combine). Block 0 also waits for every expert's
 // flag, so no rank finishes a combine before every peer has sent it.
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
-    weft_ep_ll_combine_recv(EpContext c, EpLlCombineArgs a, EpLlNet n) {
-  WEFT_TRACE_SCOPE(weft_ep_ll_combine_recv);
-  ll_kernel_begin();
+template <bool kNet>
+__device__ __forceinline__ void ll_combine_recv(const EpContext& c, const EpLlCombineArgs& a, const EpLlNet& n) {
   // Between nodes: this rank's tokens selecting each expert's rank's earlier experts, where
   // that rank's packed rows for the expert start.
-  __shared__ uint32_t packed[kLlMaxExperts + 1];
-  if (ll_spans_nodes(n)) packed_prefix(c, a, packed);
+  uint32_t* packed = kNet ? ll_net_words() : nullptr;
+  if (kNet) packed_prefix(c, a, packed);
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kCombineRecv);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -159,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   const char* slots = at<char>(c, c.rank, a.data_offset + half * a.data_half_bytes);
   if (blockIdx.x == 0) {
     for (uint32_t g = threadIdx.x; g < a.experts; g += blockDim.x) {
-      if (ll_remote(n, g / local)) {
+      if (ll_is_remote<kNet>(n, g / local)) {
         ll_wait_remote(c, n, g / local, kLlCombineSignal, sequence + 1, kLlCombinePuts, WaitOp::EpLlFlag);
       } else {
         acquire_at_least(flags + g, sequence + 1, c, g / local, WaitOp::EpLlFlag);
@@ -176,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     const uint64_t slot = uint64_t(t) * a.topk + (lane < a.topk ? lane : 0);
     const int64_t expert = idx[slot], g = lane < a.topk ? expert : -1;
     const float w = reinterpret_cast<const float*>(a.topk_weights)[slot];
-    const bool remote = g >= 0 && ll_remote(n, uint32_t(g) / local);
+    const bool remote = g >= 0 && ll_is_remote<kNet>(n, uint32_t(g) / local);
     // The row's slot among the expert's: the token, or from another node its packed place
     // in the expert's rank's rows (which start at the rank's first expert).
     uint64_t index = t;
@@ -200,4 +212,15 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   WEFT_TRACE_WARP_MARK(copy);
   ll_release_dependents();
   finish_phase(state, kCombineRecv);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_combine_recv(EpContext c, EpLlCombineArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_combine_recv);
+  ll_kernel_begin();
+  if (ll_spans_nodes(n)) {
+    ll_combine_recv<true>(c, a, n);
+  } else {
+    ll_combine_recv<false>(c, a, n);
+  }
 }

@@ -23,14 +23,23 @@ __device__ __forceinline__ float2 fp8_scales(float amax, bool round_scale) {
   return make_float2(__uint_as_float(uint32_t(127 - exponent) << 23), __uint_as_float(uint32_t(127 + exponent) << 23));
 }
 
-/// Message `at` of source rank `src`'s block at rank `owner`, in the call's half: the block
-/// holds `local experts x max_tokens` messages, slot `le * max_tokens + n` of a source on
-/// `owner`'s node, or packed (`at` = the messages of the source's earlier experts + n) from a
-/// rank of another node, whose one put fills the block from its start.
-__device__ __forceinline__ char* ll_message(const EpContext& c, const EpLlDispatchArgs& a, uint32_t half, uint32_t owner,
-                                            uint32_t src, uint64_t at) {
+/// Message `n` from rank `src` to local expert `le` of rank `owner` (a rank of this node), in
+/// the call's half: expert-major `[le][src][max_tokens]` on one node; source-major
+/// `[src][le][max_tokens]` on a group spanning nodes, where a source of another node fills its
+/// block, packed (ll_packed_message).
+template <bool kNet>
+__device__ __forceinline__ char* ll_slot(const EpContext& c, const EpLlDispatchArgs& a, uint32_t half, uint32_t owner,
+                                         uint32_t le, uint32_t src, uint32_t n) {
+  const uint64_t slot = kNet ? uint64_t(src) * (a.experts / c.ranks) + le : uint64_t(le) * c.ranks + src;
+  return at<char>(c, owner, a.data_offset + half * a.data_half_bytes) + (slot * a.max_tokens + n) * a.message_bytes;
+}
+
+/// Message `at` of source `src`'s block at this rank, from a rank of another node: its messages
+/// packed by expert (`at` = its messages to this rank's earlier experts + n).
+__device__ __forceinline__ char* ll_packed_message(const EpContext& c, const EpLlDispatchArgs& a, uint32_t half,
+                                                   uint32_t src, uint64_t at) {
   const uint64_t block = uint64_t(a.experts / c.ranks) * a.max_tokens;
-  return ::at<char>(c, owner, a.data_offset + half * a.data_half_bytes) + (src * block + at) * a.message_bytes;
+  return ::at<char>(c, c.rank, a.data_offset + half * a.data_half_bytes) + (src * block + at) * a.message_bytes;
 }
 
 /// The send region's block for rank `d` of another node, in the call's half: this rank's
@@ -44,10 +53,11 @@ __device__ __forceinline__ char* ll_send_block(const EpContext& c, const EpLlDis
 /// Where this rank stores its message `index` to expert `e`: the slot at the expert's rank on
 /// this node, the packed place in the send block of a rank of another node (`packed[e]`: this
 /// rank's messages to that rank's earlier experts).
+template <bool kNet>
 __device__ __forceinline__ char* ll_route(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
                                           uint32_t half, uint32_t e, uint32_t index, const uint32_t* packed) {
   const uint32_t local = a.experts / c.ranks, owner = e / local;
-  if (!ll_remote(n, owner)) return ll_message(c, a, half, owner, c.rank, uint64_t(e % local) * a.max_tokens + index);
+  if (!ll_is_remote<kNet>(n, owner)) return ll_slot<kNet>(c, a, half, owner, e % local, c.rank, index);
   return ll_send_block(c, a, n, half, owner) + uint64_t(packed[e] + index) * a.message_bytes;
 }
 
@@ -65,6 +75,7 @@ __device__ __forceinline__ uint32_t* dispatch_totals(uint64_t* state) {
 /// routes 32 / topk tokens, a lane per slot: lanes naming the same expert are ranked by lane
 /// (`__match_any_sync`), the token's first slot naming it being the one counted. Called by:
 /// one warp.
+template <bool kNet>
 __device__ __forceinline__ void route_window(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
                                              uint32_t half, uint32_t w0, uint32_t w1, uint32_t* seen, char** route,
                                              const uint32_t* packed, uint32_t lane) {
@@ -88,7 +99,7 @@ __device__ __forceinline__ void route_window(const EpContext& c, const EpLlDispa
     __syncwarp();
     if (e >= 0 && lane == 31 - __clz(same)) seen[e] += __popc(same);
     __syncwarp();
-    if (lives && w0 + i < w1) route[i * a.topk + k] = e >= 0 ? ll_route(c, a, n, half, uint32_t(e), index, packed) : nullptr;
+    if (lives && w0 + i < w1) route[i * a.topk + k] = e >= 0 ? ll_route<kNet>(c, a, n, half, uint32_t(e), index, packed) : nullptr;
   }
 }
 
@@ -212,13 +223,13 @@ __device__ void ll_put_dispatch(const EpContext& c, const EpLlDispatchArgs& a, c
 // region; the launch's last block publishes them at every expert's rank (release: the
 // messages before the count), or for a rank of another node stages its row of counts and a
 // thread per such rank puts the messages and the row (ll_put_dispatch).
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
-    weft_ep_ll_dispatch_send(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
-  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_send);
-  ll_kernel_begin();
-  __shared__ uint32_t seen[kLlMaxExperts];
-  __shared__ uint32_t packed[kLlMaxExperts + 1];  // between nodes: messages to the owner's earlier experts
-  __shared__ char* route[kLlRouteRounds * 32];
+// `seen` (kLlMaxExperts words) and `route` (kLlRouteRounds * 32 pointers) are the kernel's
+// shared arrays, one set for both bodies.
+template <bool kNet>
+__device__ __forceinline__ void ll_dispatch_send(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
+                                                 uint32_t* seen, char** route) {
+  // Between nodes: this rank's messages to each expert's rank's earlier experts.
+  uint32_t* packed = kNet ? ll_net_words() : nullptr;
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kDispatchSend);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -237,17 +248,16 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     if (channel < a.hidden) ptx::prefetch_l2(row + channel * 2);
   }
   if (begin < end || totals) {
-    const bool spans = ll_spans_nodes(n);
     for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) seen[e] = 0;
     __syncthreads();
     count_tokens(a, 0, first_token, seen);
-    if (spans) packed_prefix(c, a, packed);
+    if (kNet) packed_prefix(c, a, packed);
     __syncthreads();
   }
   const uint32_t window = kLlRouteRounds * (32 / a.topk);
   for (uint32_t w0 = first_token; w0 < end_token; w0 += window) {
     const uint32_t w1 = min(w0 + window, end_token);
-    if (warp == 0) route_window(c, a, n, half, w0, w1, seen, route, packed, lane);
+    if (warp == 0) route_window<kNet>(c, a, n, half, w0, w1, seen, route, packed, lane);
     __syncthreads();
     if (w0 == first_token) {
       WEFT_TRACE_MARK(route);
@@ -272,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) {
     const uint32_t count = *reinterpret_cast<const volatile uint32_t*>(dispatch_totals(state) + e);
     const uint64_t tagged = (sequence + 1) << 32 | count;
-    if (ll_remote(n, e / local)) {
+    if (ll_is_remote<kNet>(n, e / local)) {
       counts_out[e] = tagged;
       continue;
     }
@@ -280,8 +290,23 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     ptx::st_release_sys(word, tagged);
   }
   __syncthreads();  // the staged rows before the pushes that carry them
-  if (threadIdx.x < c.ranks && ll_remote(n, threadIdx.x)) ll_put_dispatch(c, a, n, half, dispatch_totals(state), threadIdx.x);
+  if (threadIdx.x < c.ranks && ll_is_remote<kNet>(n, threadIdx.x)) {
+    ll_put_dispatch(c, a, n, half, dispatch_totals(state), threadIdx.x);
+  }
   WEFT_TRACE_MARK(publish);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_dispatch_send(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_send);
+  ll_kernel_begin();
+  __shared__ uint32_t seen[kLlMaxExperts];
+  __shared__ char* route[kLlRouteRounds * 32];
+  if (ll_spans_nodes(n)) {
+    ll_dispatch_send<true>(c, a, n, seen, route);
+  } else {
+    ll_dispatch_send<false>(c, a, n, seen, route);
+  }
 }
 
 // Grid: any number of blocks of kLlThreads. Every block waits for the counts of every (local
@@ -291,14 +316,14 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
 // are one stream split evenly over the grid's warps; a warp also copies the source index and
 // the scales (to the column-major `[expert][scale][row]`) of the rows that start in its share.
 // Block 0 writes the counts and the layout ranges.
-extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
-    weft_ep_ll_dispatch_recv(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
-  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv);
-  ll_kernel_begin();
-  __shared__ uint32_t starts[kLlMaxExperts + 1];  // first row of each (local expert, source) pair
-  // Where each (local expert, source) pair's messages start in the source's block: the slot
-  // `le * max_tokens` for a source of this node, the packed place for one of another node.
-  __shared__ uint32_t firsts[kLlMaxExperts];
+// `starts` (kLlMaxExperts + 1 words, the kernel's): the first row of each (local expert,
+// source) pair.
+template <bool kNet>
+__device__ __forceinline__ void ll_dispatch_recv(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
+                                                 uint32_t* starts) {
+  // Between nodes: where each (local expert, source of another node) pair's messages start in
+  // the source's packed block.
+  uint32_t* firsts = kNet ? ll_net_words() : nullptr;
   uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
   const uint64_t sequence = phase_sequence(state, kDispatchRecv);
   const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
@@ -310,7 +335,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     const uint32_t src = p % c.ranks, le = p / c.ranks;
     const uint64_t want = (sequence + 1) << 32;
     uint64_t seen = 0;
-    if (!ll_remote(n, src)) {
+    if (!ll_is_remote<kNet>(n, src)) {
       const uint64_t* count = at<uint64_t>(c, c.rank, a.signal_offset) + uint64_t(half) * a.experts + p;
       seen = acquire_at_least(count, want, c, src, WaitOp::EpLlCount);
     } else if (ll_wait_remote(c, n, src, kLlDispatchSignal, sequence + 1, kLlDispatchPuts, WaitOp::EpLlCount)) {
@@ -324,11 +349,9 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   // every thread's reads of the messages after the counts).
   if (__syncthreads_and(ok)) {
     WEFT_TRACE_MARK(wait);
-    // Where each pair's messages start in its source's block: the expert's slots from this
-    // node; from another node, packed in expert order (a thread per such source).
-    for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) firsts[p] = p / c.ranks * a.max_tokens;
-    if (ll_spans_nodes(n)) {
-      __syncthreads();
+    // From another node, each pair's messages start after the source's to this rank's
+    // earlier experts (a thread per such source).
+    if (kNet) {
       for (uint32_t src = threadIdx.x; src < c.ranks; src += blockDim.x) {
         uint32_t next = 0;
         for (uint32_t le = 0; le < local && ll_remote(n, src); ++le) {
@@ -336,8 +359,8 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
           next += starts[le * c.ranks + src];
         }
       }
+      __syncthreads();
     }
-    __syncthreads();
     const uint32_t total = block_exclusive_scan(starts, pairs);
     if (blockIdx.x == 0) {
       for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -355,7 +378,9 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
       const uint32_t p = find_segment(starts, pairs, m), i = uint32_t(m) - starts[p];
       le = p / c.ranks;
       row = starts[p] - starts[le * c.ranks] + i;
-      return ll_message(c, a, half, c.rank, p % c.ranks, uint64_t(firsts[p]) + i);
+      const uint32_t src = p % c.ranks;
+      return ll_is_remote<kNet>(n, src) ? ll_packed_message(c, a, half, src, uint64_t(firsts[p]) + i)
+                                        : ll_slot<kNet>(c, a, half, c.rank, le, src, i);
     };
     const uint32_t fields = payload_bytes / 16, warp = grid_warp(), warps = grid_warps();
     const uint64_t elements = uint64_t(total) * fields;
@@ -394,4 +419,16 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   WEFT_TRACE_WARP_MARK(copy);
   ll_release_dependents();
   finish_phase(state, kDispatchRecv);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_dispatch_recv(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv);
+  ll_kernel_begin();
+  __shared__ uint32_t starts[kLlMaxExperts + 1];
+  if (ll_spans_nodes(n)) {
+    ll_dispatch_recv<true>(c, a, n, starts);
+  } else {
+    ll_dispatch_recv<false>(c, a, n, starts);
+  }
 }

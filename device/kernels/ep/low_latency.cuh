@@ -154,6 +154,21 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t* v, uint32_t n
 /// Whether any peer is on another node (alike in every thread; no memory read).
 __device__ __forceinline__ bool ll_spans_nodes(const EpLlNet& n) { return n.gin.proxy_mask != 0; }
 
+/// Whether rank `r` is on another node, in a kernel body built for a group spanning nodes
+/// (`kNet`) or for one node (never: the one-node body keeps none of the network path's code).
+template <bool kNet>
+__device__ __forceinline__ bool ll_is_remote(const EpLlNet& n, uint32_t r) {
+  return kNet && ll_remote(n, r);
+}
+
+/// The network path's shared words (`kLlMaxExperts + 1`), launched as dynamic shared memory
+/// only for a group spanning nodes (`ll_net_shared_bytes` on the host), so the one-node
+/// kernels keep their shared memory.
+__device__ __forceinline__ uint32_t* ll_net_words() {
+  extern __shared__ uint32_t ll_net_shared[];
+  return ll_net_shared;
+}
+
 /// Slot k's expert of token `t` where `valid`, else -1 (also for a negative or out-of-range
 /// index). The load itself is unconditional, from slot 0 of token `fallback` (a valid token)
 /// when not `valid`: a load under a branch is waited for inside it, so loads in branches go
