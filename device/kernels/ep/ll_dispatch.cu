@@ -1,9 +1,10 @@
 // Low-latency dispatch: the send kernel casts each token once and stores it straight into the
-// message slot `[this rank][local expert][index]` of each of its experts' ranks (for a rank d
-// of another node, into this rank's send region for d, `[d][messages packed by expert]`, put
-// there as one range after the launch's stores, into the same packed place of d's block for
-// this rank); the receive kernel packs each local expert's messages into rows by source rank,
-// then token order (weft-ep's model::ll_dispatch and, between nodes, model::ll_dispatch_net).
+// message slot of (local expert, this rank, index) at each of its experts' ranks on this node
+// (ll_slot); for a rank d of another node, into this rank's send block for d, packed by
+// expert, put there as one range after the launch's stores into d's block for this rank. The
+// receive kernel packs each local expert's messages into rows by source rank, then token order
+// (weft-ep's model::ll_dispatch and, between nodes, model::ll_dispatch_net). Each kernel has a
+// body for one node and one for a group spanning nodes (docs/ep.md, "One body per topology").
 #include "low_latency.cuh"
 
 /// Channels of a send item: 16 per lane, two 16-byte BF16 loads and, per expert, one 16-byte
