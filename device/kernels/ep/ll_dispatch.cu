@@ -227,75 +227,77 @@ __device__ void ll_put_dispatch(const EpContext& c, const EpLlDispatchArgs& a, c
 // `seen` (kLlMaxExperts words) and `route` (kLlRouteRounds * 32 pointers) are the kernel's
 // shared arrays, one set for both bodies.
 template <bool kNet>
-__device__ __forceinline__ void ll_dispatch_send(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
-                                                 uint32_t* seen, char** route) {
-  // Between nodes: this rank's messages to each expert's rank's earlier experts.
-  uint32_t* packed = kNet ? ll_net_words() : nullptr;
-  uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
-  const uint64_t sequence = phase_sequence(state, kDispatchSend);
-  const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t chunks = (a.hidden + kLlItemChannels - 1) / kLlItemChannels, items = a.tokens * chunks;
-  const uint32_t begin = uint32_t(share(items, blockIdx.x, gridDim.x));
-  const uint32_t end = uint32_t(share(items, blockIdx.x + 1, gridDim.x));
-  const uint32_t mine = uint32_t(share(end - begin, warp, kLlWarps)) + begin;
-  const uint32_t mine_end = uint32_t(share(end - begin, warp + 1, kLlWarps)) + begin;
-  const bool totals = blockIdx.x == gridDim.x - 1;  // holds the last token (or counts them all)
-  // The block's tokens: [first_token, end_token).
-  const uint32_t first_token = begin / chunks, end_token = begin < end ? (end - 1) / chunks + 1 : first_token;
-  // The first items' rows head for L2 while the block counts and routes.
-  for (uint32_t i = mine; i < min(mine_end, mine + 2 * kLlItemBatch); ++i) {
-    const uint32_t channel = i % chunks * kLlItemChannels + 16 * lane;
-    const char* row = reinterpret_cast<const char*>(a.x) + uint64_t(i / chunks) * a.hidden * 2;
-    if (channel < a.hidden) ptx::prefetch_l2(row + channel * 2);
-  }
-  if (begin < end || totals) {
-    for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) seen[e] = 0;
-    __syncthreads();
-    count_tokens(a, 0, first_token, seen);
-    if (kNet) packed_prefix(c, a, packed);
-    __syncthreads();
-  }
-  const uint32_t window = kLlRouteRounds * (32 / a.topk);
-  for (uint32_t w0 = first_token; w0 < end_token; w0 += window) {
-    const uint32_t w1 = min(w0 + window, end_token);
-    if (warp == 0) route_window<kNet>(c, a, n, half, w0, w1, seen, route, packed, lane);
-    __syncthreads();
-    if (w0 == first_token) {
-      WEFT_TRACE_MARK(route);
+struct LlDispatchSend {
+  static __device__ __forceinline__ void run(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
+                                             uint32_t* seen, char** route) {
+    // Between nodes: this rank's messages to each expert's rank's earlier experts.
+    uint32_t* packed = kNet ? ll_net_words() : nullptr;
+    uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
+    const uint64_t sequence = phase_sequence(state, kDispatchSend);
+    const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const uint32_t chunks = (a.hidden + kLlItemChannels - 1) / kLlItemChannels, items = a.tokens * chunks;
+    const uint32_t begin = uint32_t(share(items, blockIdx.x, gridDim.x));
+    const uint32_t end = uint32_t(share(items, blockIdx.x + 1, gridDim.x));
+    const uint32_t mine = uint32_t(share(end - begin, warp, kLlWarps)) + begin;
+    const uint32_t mine_end = uint32_t(share(end - begin, warp + 1, kLlWarps)) + begin;
+    const bool totals = blockIdx.x == gridDim.x - 1;  // holds the last token (or counts them all)
+    // The block's tokens: [first_token, end_token).
+    const uint32_t first_token = begin / chunks, end_token = begin < end ? (end - 1) / chunks + 1 : first_token;
+    // The first items' rows head for L2 while the block counts and routes.
+    for (uint32_t i = mine; i < min(mine_end, mine + 2 * kLlItemBatch); ++i) {
+      const uint32_t channel = i % chunks * kLlItemChannels + 16 * lane;
+      const char* row = reinterpret_cast<const char*>(a.x) + uint64_t(i / chunks) * a.hidden * 2;
+      if (channel < a.hidden) ptx::prefetch_l2(row + channel * 2);
     }
-    const uint32_t from = max(mine, w0 * chunks), to = min(mine_end, w1 * chunks);
-    if (a.fp8 != 0) {
-      send_items<true>(a, route, w0, from, to, lane);
-    } else {
-      send_items<false>(a, route, w0, from, to, lane);
+    if (begin < end || totals) {
+      for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) seen[e] = 0;
+      __syncthreads();
+      count_tokens(a, 0, first_token, seen);
+      if (kNet) packed_prefix(c, a, packed);
+      __syncthreads();
     }
-    __syncthreads();  // the window's routes read before the next window's are written
-  }
-  WEFT_TRACE_WARP_MARK(send);
-  ll_release_dependents();
-  if (totals) {
-    for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) dispatch_totals(state)[e] = seen[e];
-  }
-  if (!finish_phase(state, kDispatchSend)) return;
-  const uint32_t local = a.experts / c.ranks;
-  // Counts out: `[destination rank][local expert]`, which is expert e's own index.
-  uint64_t* counts_out = at<uint64_t>(c, c.rank, n.counts_out_offset) + uint64_t(half) * a.experts;
-  for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) {
-    const uint32_t count = *reinterpret_cast<const volatile uint32_t*>(dispatch_totals(state) + e);
-    const uint64_t tagged = (sequence + 1) << 32 | count;
-    if (ll_is_remote<kNet>(n, e / local)) {
-      counts_out[e] = tagged;
-      continue;
+    const uint32_t window = kLlRouteRounds * (32 / a.topk);
+    for (uint32_t w0 = first_token; w0 < end_token; w0 += window) {
+      const uint32_t w1 = min(w0 + window, end_token);
+      if (warp == 0) route_window<kNet>(c, a, n, half, w0, w1, seen, route, packed, lane);
+      __syncthreads();
+      if (w0 == first_token) {
+        WEFT_TRACE_MARK(route);
+      }
+      const uint32_t from = max(mine, w0 * chunks), to = min(mine_end, w1 * chunks);
+      if (a.fp8 != 0) {
+        send_items<true>(a, route, w0, from, to, lane);
+      } else {
+        send_items<false>(a, route, w0, from, to, lane);
+      }
+      __syncthreads();  // the window's routes read before the next window's are written
     }
-    uint64_t* word = at<uint64_t>(c, e / local, a.signal_offset) + uint64_t(half) * a.experts + (e % local) * c.ranks + c.rank;
-    ptx::st_release_sys(word, tagged);
+    WEFT_TRACE_WARP_MARK(send);
+    ll_release_dependents();
+    if (totals) {
+      for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) dispatch_totals(state)[e] = seen[e];
+    }
+    if (!finish_phase(state, kDispatchSend)) return;
+    const uint32_t local = a.experts / c.ranks;
+    // Counts out: `[destination rank][local expert]`, which is expert e's own index.
+    uint64_t* counts_out = at<uint64_t>(c, c.rank, n.counts_out_offset) + uint64_t(half) * a.experts;
+    for (uint32_t e = threadIdx.x; e < a.experts; e += blockDim.x) {
+      const uint32_t count = *reinterpret_cast<const volatile uint32_t*>(dispatch_totals(state) + e);
+      const uint64_t tagged = (sequence + 1) << 32 | count;
+      if (ll_is_remote<kNet>(n, e / local)) {
+        counts_out[e] = tagged;
+        continue;
+      }
+      uint64_t* word = at<uint64_t>(c, e / local, a.signal_offset) + uint64_t(half) * a.experts + (e % local) * c.ranks + c.rank;
+      ptx::st_release_sys(word, tagged);
+    }
+    __syncthreads();  // the staged rows before the pushes that carry them
+    if (threadIdx.x < c.ranks && ll_is_remote<kNet>(n, threadIdx.x)) {
+      ll_put_dispatch(c, a, n, half, dispatch_totals(state), threadIdx.x);
+    }
+    WEFT_TRACE_MARK(publish);
   }
-  __syncthreads();  // the staged rows before the pushes that carry them
-  if (threadIdx.x < c.ranks && ll_is_remote<kNet>(n, threadIdx.x)) {
-    ll_put_dispatch(c, a, n, half, dispatch_totals(state), threadIdx.x);
-  }
-  WEFT_TRACE_MARK(publish);
-}
+};
 
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     weft_ep_ll_dispatch_send(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
@@ -303,11 +305,7 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
   ll_kernel_begin();
   __shared__ uint32_t seen[kLlMaxExperts];
   __shared__ char* route[kLlRouteRounds * 32];
-  if (ll_spans_nodes(n)) {
-    ll_dispatch_send<true>(c, a, n, seen, route);
-  } else {
-    ll_dispatch_send<false>(c, a, n, seen, route);
-  }
+  ll_per_topology<LlDispatchSend>(n, c, a, n, seen, route);
 }
 
 // Grid: any number of blocks of kLlThreads. Every block waits for the counts of every (local
@@ -320,116 +318,114 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
 // `starts` (kLlMaxExperts + 1 words, the kernel's): the first row of each (local expert,
 // source) pair.
 template <bool kNet>
-__device__ __forceinline__ void ll_dispatch_recv(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
-                                                 uint32_t* starts) {
-  // Between nodes: where each (local expert, source of another node) pair's messages start in
-  // the source's packed block.
-  uint32_t* firsts = kNet ? ll_net_words() : nullptr;
-  uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
-  const uint64_t sequence = phase_sequence(state, kDispatchRecv);
-  const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
-  const uint32_t rows = c.ranks * a.max_tokens, pairs = a.experts;
-  const uint32_t payload_bytes = a.fp8 != 0 ? a.hidden : 2 * a.hidden, scales = a.fp8 != 0 ? a.hidden / 128 : 0;
-  bool ok = true;
-  const uint32_t local = a.experts / c.ranks;
-  for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const uint32_t src = p % c.ranks, le = p / c.ranks;
-    const uint64_t want = (sequence + 1) << 32;
-    uint64_t seen = 0;
-    if (!ll_is_remote<kNet>(n, src)) {
-      const uint64_t* count = at<uint64_t>(c, c.rank, a.signal_offset) + uint64_t(half) * a.experts + p;
-      seen = acquire_at_least(count, want, c, src, WaitOp::EpLlCount);
-    } else if (ll_wait_remote(c, n, src, kLlDispatchSignal, sequence + 1, kLlDispatchPuts, WaitOp::EpLlCount)) {
-      const uint64_t* row = at<uint64_t>(c, c.rank, n.counts_in_offset) + uint64_t(half) * a.experts + uint64_t(src) * local;
-      seen = *reinterpret_cast<const volatile uint64_t*>(row + le);
+struct LlDispatchRecv {
+  static __device__ __forceinline__ void run(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
+                                             uint32_t* starts) {
+    // Between nodes: where each (local expert, source of another node) pair's messages start in
+    // the source's packed block.
+    uint32_t* firsts = kNet ? ll_net_words() : nullptr;
+    uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
+    const uint64_t sequence = phase_sequence(state, kDispatchRecv);
+    const uint32_t half = uint32_t(sequence & 1), lane = threadIdx.x % 32;
+    const uint32_t rows = c.ranks * a.max_tokens, pairs = a.experts;
+    const uint32_t payload_bytes = a.fp8 != 0 ? a.hidden : 2 * a.hidden, scales = a.fp8 != 0 ? a.hidden / 128 : 0;
+    bool ok = true;
+    const uint32_t local = a.experts / c.ranks;
+    for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+      const uint32_t src = p % c.ranks, le = p / c.ranks;
+      const uint64_t want = (sequence + 1) << 32;
+      uint64_t seen = 0;
+      if (!ll_is_remote<kNet>(n, src)) {
+        const uint64_t* count = at<uint64_t>(c, c.rank, a.signal_offset) + uint64_t(half) * a.experts + p;
+        seen = acquire_at_least(count, want, c, src, WaitOp::EpLlCount);
+      } else if (ll_wait_remote(c, n, src, kLlDispatchSignal, sequence + 1, kLlDispatchPuts, WaitOp::EpLlCount)) {
+        const uint64_t* row = at<uint64_t>(c, c.rank, n.counts_in_offset) + uint64_t(half) * a.experts + uint64_t(src) * local;
+        seen = *reinterpret_cast<const volatile uint64_t*>(row + le);
+      }
+      ok &= seen >= want;
+      starts[p] = uint32_t(seen);
     }
-    ok &= seen >= want;
-    starts[p] = uint32_t(seen);
-  }
-  // A wait that gave up is recorded; the block copies nothing (the barrier's acquire order
-  // every thread's reads of the messages after the counts).
-  if (__syncthreads_and(ok)) {
-    WEFT_TRACE_MARK(wait);
-    // From another node, each pair's messages start after the source's to this rank's
-    // earlier experts (a thread per such source).
-    if (kNet) {
-      for (uint32_t src = threadIdx.x; src < c.ranks; src += blockDim.x) {
-        uint32_t next = 0;
-        for (uint32_t le = 0; le < local && ll_remote(n, src); ++le) {
-          firsts[le * c.ranks + src] = next;
-          next += starts[le * c.ranks + src];
+    // A wait that gave up is recorded; the block copies nothing (the barrier's acquire order
+    // every thread's reads of the messages after the counts).
+    if (__syncthreads_and(ok)) {
+      WEFT_TRACE_MARK(wait);
+      // From another node, each pair's messages start after the source's to this rank's
+      // earlier experts (a thread per such source).
+      if (kNet) {
+        for (uint32_t src = threadIdx.x; src < c.ranks; src += blockDim.x) {
+          uint32_t next = 0;
+          for (uint32_t le = 0; le < local && ll_remote(n, src); ++le) {
+            firsts[le * c.ranks + src] = next;
+            next += starts[le * c.ranks + src];
+          }
+        }
+        __syncthreads();
+      }
+      const uint32_t total = block_exclusive_scan(starts, pairs);
+      if (blockIdx.x == 0) {
+        for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+          const uint32_t le = p / c.ranks, first = starts[le * c.ranks], n = starts[p + 1] - starts[p];
+          reinterpret_cast<int64_t*>(a.recv_layout_range)[p] = int64_t(starts[p] - first) << 32 | n;
+          if (p % c.ranks != 0) continue;
+          const int received = int(starts[p + c.ranks] - first);
+          reinterpret_cast<int*>(a.recv_count)[le] = received;
+          if (a.cumulative_recv_stats != 0) atomicAdd(reinterpret_cast<int*>(a.cumulative_recv_stats) + le, received);
         }
       }
-      __syncthreads();
+      // Message m of the stream: (expert, source) pair p, its i-th; the expert's row
+      // starts[p] - starts[first pair of the expert] + i, row `le * rows + that` of the outputs.
+      auto place = [&](uint64_t m, uint32_t& le, uint32_t& row) {
+        const uint32_t p = find_segment(starts, pairs, m), i = uint32_t(m) - starts[p];
+        le = p / c.ranks;
+        row = starts[p] - starts[le * c.ranks] + i;
+        const uint32_t src = p % c.ranks;
+        return ll_is_remote<kNet>(n, src) ? ll_packed_message(c, a, half, src, uint64_t(firsts[p]) + i)
+                                          : ll_slot<kNet>(c, a, half, c.rank, le, src, i);
+      };
+      const uint32_t fields = payload_bytes / 16, warp = grid_warp(), warps = grid_warps();
+      const uint64_t elements = uint64_t(total) * fields;
+      const uint64_t begin = share(elements, warp, warps), end = share(elements, warp + 1, warps);
+      warp_copy_span<false, kLlCopyUnroll, int4>(
+          begin, end, fields,
+          [&](uint64_t m) {
+            uint32_t le, row;
+            const char* msg = place(m, le, row);
+            const char* out = reinterpret_cast<const char*>(a.recv_x) + (uint64_t(le) * rows + row) * payload_bytes;
+            return RecordWords{reinterpret_cast<uint64_t>(msg + kLlHeaderBytes), reinterpret_cast<uint64_t>(out)};
+          },
+          [](uint64_t src, uint32_t f) { return reinterpret_cast<const int4*>(src) + f; },
+          [](uint64_t dst, uint32_t f) { return reinterpret_cast<int4*>(dst) + f; }, lane);
+      // The rows starting in this share: field 0 the source index (the header's first word),
+      // field 1 + j scale j (after the payload).
+      const uint64_t first_row = (begin + fields - 1) / fields, end_row = (end + fields - 1) / fields;
+      const uint32_t scale_word = (kLlHeaderBytes + a.hidden) / 4;
+      warp_copy_span<false, kLlCopyUnroll, uint32_t>(
+          first_row * (1 + scales), end_row * (1 + scales), 1 + scales,
+          [&](uint64_t m) {
+            uint32_t le, row;
+            const char* msg = place(m, le, row);
+            return RecordWords{reinterpret_cast<uint64_t>(msg), uint64_t(le) << 32 | row};
+          },
+          [&](uint64_t msg, uint32_t f) {
+            return reinterpret_cast<const uint32_t*>(msg) + (f == 0 ? 0 : scale_word + f - 1);
+          },
+          [&](uint64_t where, uint32_t f) {
+            const uint64_t le = where >> 32, row = uint32_t(where);
+            return f == 0 ? reinterpret_cast<uint32_t*>(a.recv_src_info) + le * rows + row
+                          : reinterpret_cast<uint32_t*>(a.recv_x_scales) + (le * scales + f - 1) * rows + row;
+          },
+          lane);
     }
-    const uint32_t total = block_exclusive_scan(starts, pairs);
-    if (blockIdx.x == 0) {
-      for (uint32_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-        const uint32_t le = p / c.ranks, first = starts[le * c.ranks], n = starts[p + 1] - starts[p];
-        reinterpret_cast<int64_t*>(a.recv_layout_range)[p] = int64_t(starts[p] - first) << 32 | n;
-        if (p % c.ranks != 0) continue;
-        const int received = int(starts[p + c.ranks] - first);
-        reinterpret_cast<int*>(a.recv_count)[le] = received;
-        if (a.cumulative_recv_stats != 0) atomicAdd(reinterpret_cast<int*>(a.cumulative_recv_stats) + le, received);
-      }
-    }
-    // Message m of the stream: (expert, source) pair p, its i-th; the expert's row
-    // starts[p] - starts[first pair of the expert] + i, row `le * rows + that` of the outputs.
-    auto place = [&](uint64_t m, uint32_t& le, uint32_t& row) {
-      const uint32_t p = find_segment(starts, pairs, m), i = uint32_t(m) - starts[p];
-      le = p / c.ranks;
-      row = starts[p] - starts[le * c.ranks] + i;
-      const uint32_t src = p % c.ranks;
-      return ll_is_remote<kNet>(n, src) ? ll_packed_message(c, a, half, src, uint64_t(firsts[p]) + i)
-                                        : ll_slot<kNet>(c, a, half, c.rank, le, src, i);
-    };
-    const uint32_t fields = payload_bytes / 16, warp = grid_warp(), warps = grid_warps();
-    const uint64_t elements = uint64_t(total) * fields;
-    const uint64_t begin = share(elements, warp, warps), end = share(elements, warp + 1, warps);
-    warp_copy_span<false, kLlCopyUnroll, int4>(
-        begin, end, fields,
-        [&](uint64_t m) {
-          uint32_t le, row;
-          const char* msg = place(m, le, row);
-          const char* out = reinterpret_cast<const char*>(a.recv_x) + (uint64_t(le) * rows + row) * payload_bytes;
-          return RecordWords{reinterpret_cast<uint64_t>(msg + kLlHeaderBytes), reinterpret_cast<uint64_t>(out)};
-        },
-        [](uint64_t src, uint32_t f) { return reinterpret_cast<const int4*>(src) + f; },
-        [](uint64_t dst, uint32_t f) { return reinterpret_cast<int4*>(dst) + f; }, lane);
-    // The rows starting in this share: field 0 the source index (the header's first word),
-    // field 1 + j scale j (after the payload).
-    const uint64_t first_row = (begin + fields - 1) / fields, end_row = (end + fields - 1) / fields;
-    const uint32_t scale_word = (kLlHeaderBytes + a.hidden) / 4;
-    warp_copy_span<false, kLlCopyUnroll, uint32_t>(
-        first_row * (1 + scales), end_row * (1 + scales), 1 + scales,
-        [&](uint64_t m) {
-          uint32_t le, row;
-          const char* msg = place(m, le, row);
-          return RecordWords{reinterpret_cast<uint64_t>(msg), uint64_t(le) << 32 | row};
-        },
-        [&](uint64_t msg, uint32_t f) {
-          return reinterpret_cast<const uint32_t*>(msg) + (f == 0 ? 0 : scale_word + f - 1);
-        },
-        [&](uint64_t where, uint32_t f) {
-          const uint64_t le = where >> 32, row = uint32_t(where);
-          return f == 0 ? reinterpret_cast<uint32_t*>(a.recv_src_info) + le * rows + row
-                        : reinterpret_cast<uint32_t*>(a.recv_x_scales) + (le * scales + f - 1) * rows + row;
-        },
-        lane);
+    WEFT_TRACE_WARP_MARK(copy);
+    ll_release_dependents();
+    finish_phase(state, kDispatchRecv);
   }
-  WEFT_TRACE_WARP_MARK(copy);
-  ll_release_dependents();
-  finish_phase(state, kDispatchRecv);
-}
+};
 
 extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     weft_ep_ll_dispatch_recv(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv);
   ll_kernel_begin();
   __shared__ uint32_t starts[kLlMaxExperts + 1];
-  if (ll_spans_nodes(n)) {
-    ll_dispatch_recv<true>(c, a, n, starts);
-  } else {
-    ll_dispatch_recv<false>(c, a, n, starts);
-  }
+  ll_per_topology<LlDispatchRecv>(n, c, a, n, starts);
 }

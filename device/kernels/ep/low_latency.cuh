@@ -161,6 +161,18 @@ __device__ __forceinline__ bool ll_is_remote(const EpLlNet& n, uint32_t r) {
   return kNet && ll_remote(n, r);
 }
 
+/// Runs `Body<kNet>::run(args...)`, the body of a low-latency kernel built for this launch's
+/// topology: `kNet` for a group spanning nodes, not on one node (alike in every thread; both
+/// bodies are compiled into the kernel).
+template <template <bool> class Body, typename... Args>
+__device__ __forceinline__ void ll_per_topology(const EpLlNet& n, Args&&... args) {
+  if (ll_spans_nodes(n)) {
+    Body<true>::run(args...);
+  } else {
+    Body<false>::run(args...);
+  }
+}
+
 /// The network path's shared words (`kLlMaxExperts + 1`), launched as dynamic shared memory
 /// only for a group spanning nodes (`ll_net_shared_bytes` on the host), so the one-node
 /// kernels keep their shared memory.
