@@ -42,11 +42,13 @@
 //! (its [`Fence`]), and `completed` counts the completed prefix of tickets.
 //!
 //! **Coalescing.** A queue call costs the proxy thread a driver call (a few µs), and the
-//! operations released in one round of a busy paced connection are many small ones: a
-//! low-latency dispatch between nodes puts one run per remote expert, each with its signal.
+//! operations released in one round of a busy paced connection may be many small ones (the
+//! low-latency dispatch between nodes once put one run per remote expert, each with its
+//! signal; it now puts one range per destination rank).
 //! So the operations issued together (a command's, or those a round releases) go to the queue
-//! through a [`Batch`]: copies that continue the previous one in both source and destination
-//! become one copy, and the signals of the round become one store of the token's last value,
+//! through a [`Batch`]: copies that continue the previous one in both source and destination,
+//! within the same two registered memories (a copy never spans two allocations), become one
+//! copy, and the signals of the round become one store of the token's last value,
 //! made after every copy issued before the last of them (and before any counter store, which
 //! stays in the connection's order). A reader of the token then sees it jump over the values
 //! in between, each still covering its data; a deferred signal waits behind at most
@@ -244,12 +246,14 @@ struct ConnState<M> {
 /// An operation with its addresses resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Issue {
-    /// A copy; `last`: it completes its operation (false for the leading pieces of a paced put).
+    /// A copy; `last`: it completes its operation (false for the leading pieces of a paced put);
+    /// `memories`: the registered memories it reads and writes (source, destination).
     Copy {
         dst: u64,
         src: u64,
         len: u64,
         last: bool,
+        memories: (u8, u8),
     },
     Signal,
     /// A counter update, already decoded.
@@ -277,13 +281,17 @@ struct Stores {
 struct Batch {
     /// Address of the connection's inbound token at the peer (what signals store to).
     token: u64,
-    /// A run of copies contiguous in source and destination, as one copy `(dst, src, len)`.
-    run: Option<(u64, u64, u64)>,
+    /// A run of copies contiguous in source and destination within the same two registered
+    /// memories (one copy never spans two allocations), as one copy, and those memories.
+    run: Option<(CopyRange, (u8, u8))>,
     /// The token value of the signals issued since the last store, stored after `run`.
     signal: Option<u64>,
     /// Bytes of the copies enqueued or held since `signal` was deferred.
     behind_signal: u64,
 }
+
+/// A copy's `(dst, src, len)`.
+type CopyRange = (u64, u64, u64);
 
 impl Batch {
     /// Nothing held, for a connection whose token is at `token`.
@@ -294,11 +302,17 @@ impl Batch {
     /// Takes a copy: extends the run when it continues it in both source and destination, else
     /// enqueues the run and starts a new one (first storing a deferred signal that would
     /// otherwise wait behind more than [`DEFER_SIGNAL_BYTES`] of copies).
-    fn copy<Q: CopyQueue>(&mut self, queue: &Q, dst: u64, src: u64, len: u64) -> Result<(), CopyQueueError> {
+    fn copy<Q: CopyQueue>(
+        &mut self,
+        queue: &Q,
+        (dst, src, len): CopyRange,
+        memories: (u8, u8),
+    ) -> Result<(), CopyQueueError> {
         if self.signal.is_some() {
             self.behind_signal = self.behind_signal.saturating_add(len);
         }
-        if let Some((run_dst, run_src, run_len)) = &mut self.run
+        if let Some(((run_dst, run_src, run_len), run_memories)) = &mut self.run
+            && *run_memories == memories
             && run_dst.checked_add(*run_len) == Some(dst)
             && run_src.checked_add(*run_len) == Some(src)
             && self.behind_signal <= DEFER_SIGNAL_BYTES
@@ -306,14 +320,14 @@ impl Batch {
             *run_len += len;
             return Ok(());
         }
-        if let Some((run_dst, run_src, run_len)) = self.run.take() {
+        if let Some(((run_dst, run_src, run_len), _)) = self.run.take() {
             queue.copy(run_dst, run_src, run_len)?;
         }
         if self.behind_signal > DEFER_SIGNAL_BYTES {
             // `run` is empty: the deferred signal covers exactly the copies enqueued so far.
             self.store_signal(queue)?;
         }
-        self.run = Some((dst, src, len));
+        self.run = Some(((dst, src, len), memories));
         Ok(())
     }
 
@@ -328,7 +342,7 @@ impl Batch {
 
     /// Enqueues the run, then the deferred signal's store.
     fn flush<Q: CopyQueue>(&mut self, queue: &Q) -> Result<(), CopyQueueError> {
-        if let Some((dst, src, len)) = self.run.take() {
+        if let Some(((dst, src, len), _)) = self.run.take() {
             queue.copy(dst, src, len)?;
         }
         self.store_signal(queue)
@@ -348,9 +362,9 @@ impl Issue {
     /// This operation as pieces of at most `piece` bytes, in order, each with its bytes (a signal
     /// is one piece of none).
     fn pieces(self, piece: u64) -> impl Iterator<Item = (Issue, u64)> {
-        let (dst, src, len) = match self {
-            Issue::Copy { dst, src, len, .. } => (dst, src, len),
-            Issue::Signal | Issue::Counter { .. } => (0, 0, 0),
+        let (dst, src, len, memories) = match self {
+            Issue::Copy { dst, src, len, memories, .. } => (dst, src, len, memories),
+            Issue::Signal | Issue::Counter { .. } => (0, 0, 0, (0, 0)),
         };
         let count = if len == 0 { 1 } else { len.div_ceil(piece.max(1)) };
         (0..count).map(move |i| match self {
@@ -358,7 +372,8 @@ impl Issue {
             Issue::Copy { .. } => {
                 let offset = i * piece;
                 let bytes = piece.min(len - offset);
-                (Issue::Copy { dst: dst + offset, src: src + offset, len: bytes, last: i + 1 == count }, bytes)
+                let last = i + 1 == count;
+                (Issue::Copy { dst: dst + offset, src: src + offset, len: bytes, last, memories }, bytes)
             }
         })
     }
@@ -406,7 +421,7 @@ impl<Q: CopyQueue> Conn<Q> {
         issue: Issue,
     ) -> Result<(), TransportError> {
         let done = match issue {
-            Issue::Copy { dst, src, len, .. } => batch.copy(&self.queue, dst, src, len),
+            Issue::Copy { dst, src, len, memories, .. } => batch.copy(&self.queue, (dst, src, len), memories),
             Issue::Signal => {
                 stores.signals += 1;
                 batch.signal(stores.signals);
@@ -653,7 +668,7 @@ impl<Q: CopyQueue> CopyEngineTransport<Q> {
                     .address(src_memory, src_offset, len)
                     .map_err(memory)?;
                 let dst = conn.remote.address(dst_memory, dst_offset, len).map_err(memory)?;
-                Ok((Issue::Copy { dst, src, len, last: true }, len))
+                Ok((Issue::Copy { dst, src, len, last: true, memories: (src_memory, dst_memory) }, len))
             }
             Op::Signal => Ok((Issue::Signal, 0)),
             Op::Counter { imm } => {
@@ -890,6 +905,25 @@ mod tests {
     }
 
     #[test]
+    fn puts_contiguous_across_two_registered_memories_stay_separate_copies() {
+        let t = transport();
+        // Memory 1 starts where memory 0 ends: the addresses continue, the allocations do not.
+        let keep: KeepAlive = Arc::new(());
+        assert_eq!(t.register_local(LOCAL + (1 << 30), 64, keep).unwrap(), 1);
+        let last = Op::Put { src_memory: 0, src_offset: (1 << 30) - 8, dst_memory: 3, dst_offset: 0, len: 8 };
+        let next = Op::Put { src_memory: 1, src_offset: 0, dst_memory: 3, dst_offset: 8, len: 8 };
+        t.submit(0, &[last, next]).unwrap();
+        assert_eq!(
+            calls(&t),
+            vec![
+                Call::Copy(REMOTE, LOCAL + (1 << 30) - 8, 8),
+                Call::Copy(REMOTE + 8, LOCAL + (1 << 30), 8),
+                Call::Mark
+            ]
+        );
+    }
+
+    #[test]
     fn a_counter_update_keeps_the_stores_in_order_and_splits_the_run() {
         let t = transport();
         let add = CounterImmediate { seq: 0, counter: 2, update: CounterUpdate::Add(5) }.encode().unwrap();
@@ -928,20 +962,21 @@ mod tests {
 
     #[test]
     fn a_long_copy_goes_in_pieces_that_tile_it_and_only_the_last_completes_it() {
-        let copy = Issue::Copy { dst: 1000, src: 5000, len: 10, last: true };
+        let memories = (1, 2);
+        let copy = Issue::Copy { dst: 1000, src: 5000, len: 10, last: true, memories };
         let pieces: Vec<_> = copy.pieces(4).collect();
         assert_eq!(
             pieces,
             vec![
-                (Issue::Copy { dst: 1000, src: 5000, len: 4, last: false }, 4),
-                (Issue::Copy { dst: 1004, src: 5004, len: 4, last: false }, 4),
-                (Issue::Copy { dst: 1008, src: 5008, len: 2, last: true }, 2),
+                (Issue::Copy { dst: 1000, src: 5000, len: 4, last: false, memories }, 4),
+                (Issue::Copy { dst: 1004, src: 5004, len: 4, last: false, memories }, 4),
+                (Issue::Copy { dst: 1008, src: 5008, len: 2, last: true, memories }, 2),
             ]
         );
         // A copy of at most a piece, an empty one and a signal stay whole.
         assert_eq!(copy.pieces(10).collect::<Vec<_>>(), vec![(copy, 10)]);
         assert_eq!(copy.pieces(u64::MAX).collect::<Vec<_>>(), vec![(copy, 10)]);
-        let empty = Issue::Copy { dst: 0, src: 0, len: 0, last: true };
+        let empty = Issue::Copy { dst: 0, src: 0, len: 0, last: true, memories };
         assert_eq!(empty.pieces(4).collect::<Vec<_>>(), vec![(empty, 0)]);
         assert_eq!(Issue::Signal.pieces(4).collect::<Vec<_>>(), vec![(Issue::Signal, 0)]);
     }
