@@ -62,7 +62,6 @@ __device__ __forceinline__ char* ll_route(const EpContext& c, const EpLlDispatch
   return ll_send_block(c, a, n, half, owner) + uint64_t(packed[e] + index) * a.message_bytes;
 }
 
-
 /// The per-expert totals of the send (`uint32_t[experts]` after the state words).
 __device__ __forceinline__ uint32_t* dispatch_totals(uint64_t* state) {
   return reinterpret_cast<uint32_t*>(state + kLlStateWords);

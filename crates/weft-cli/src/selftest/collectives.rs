@@ -134,6 +134,7 @@ fn run_matrix(
         zero_copy_allgather_max: usize::MAX,
         zero_copy_plan_min: 0,
         direct_reduce_min: 0,
+        direct_reduce_scatter_max: usize::MAX,
         ..CollConfig::from_env(env)?
     };
     let spans_nodes = comm.topology().spans_nodes();
