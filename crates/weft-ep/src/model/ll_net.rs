@@ -176,11 +176,12 @@ impl Offsets {
     }
 }
 
-/// Per expert: the tokens of `topk_idx` selecting the owner's earlier experts (each token once
-/// per expert), where the packed block of the owner holds the expert's messages or rows.
-fn packed_starts(topk_idx: &[i64], topk: usize, experts: usize, local: usize) -> Vec<usize> {
+/// Per expert, from a rank's message indices ([`message_indices`]): its tokens selecting the
+/// owner's earlier experts (each token once per expert), where the packed block of the owner
+/// holds the expert's messages or rows.
+fn packed_starts(indices: &[Option<(usize, usize)>], experts: usize, local: usize) -> Vec<usize> {
     let mut totals = vec![0usize; experts];
-    for (g, n) in message_indices(topk_idx, topk, experts).into_iter().flatten() {
+    for &(g, n) in indices.iter().flatten() {
         totals[g] = totals[g].max(n + 1);
     }
     let mut starts = vec![0usize; experts];
@@ -216,8 +217,9 @@ pub fn ll_dispatch_net(
     let mut puts = Vec::new();
     for me in 0..ranks {
         let mut totals = vec![0usize; experts];
-        let packed = packed_starts(topk_idx[me], topk, experts, local);
-        for (slot, m) in message_indices(topk_idx[me], topk, experts).into_iter().enumerate() {
+        let indices = message_indices(topk_idx[me], topk, experts);
+        let packed = packed_starts(&indices, experts, local);
+        for (slot, m) in indices.into_iter().enumerate() {
             let Some((g, n)) = m else { continue };
             let (owner, le, t) = (g / local, g % local, slot / topk);
             if topk_idx[me][t * topk..t * topk + slot % topk].contains(&(g as i64)) {
@@ -353,7 +355,7 @@ pub fn ll_combine_net(
         .map(|s| {
             let tokens = topk_idx[s].len() / topk;
             let indices = message_indices(topk_idx[s], topk, experts);
-            let packed = packed_starts(topk_idx[s], topk, experts, local);
+            let packed = packed_starts(&indices, experts, local);
             let mut out = vec![bf16::ZERO; tokens * hidden];
             for t in 0..tokens {
                 let mut sources = Vec::new();
