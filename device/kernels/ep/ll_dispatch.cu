@@ -217,8 +217,8 @@ __device__ void ll_put_dispatch(const EpContext& c, const EpLlDispatchArgs& a, c
 // contiguous runs. A block first counts, for each expert, the tokens before its own that
 // select it (and, when some rank is on another node, every token, whose prefix sums within
 // each such rank's experts are the packed places of its send block); then, a window of
-// tokens at a time, one warp routes the window (each slot's
-// message index: the model's token order) and every warp sends its items of the window. The
+// tokens at a time, one warp routes the window (each slot's message index: the model's token
+// order) and every warp sends its items of the window. The
 // block holding the last token ends with every expert's total, which it leaves in the state
 // region; the launch's last block publishes them at every expert's rank (release: the
 // messages before the count), or for a rank of another node stages its row of counts and a
