@@ -62,7 +62,8 @@ pub enum Protocol {
     /// An execution plan run by weft-exec's interpreter kernel, with its own buffers.
     Plan,
     /// Puts through PortChannels that the proxy executes with the copy engine, into scratch
-    /// registered with the proxy; `port_ring_blocks` x `hb_threads`.
+    /// registered with the proxy (`nvrar`: GIN puts, which are the same within a node's
+    /// stores); `port_ring_blocks + 1` x `hb_threads`.
     Port,
 }
 
@@ -85,6 +86,10 @@ pub enum Algorithm {
     /// AllReduce, every rank puts its input to every peer over PortChannels and folds them all:
     /// one network crossing. Chosen by default only across nodes, for small messages.
     AllReducePortAllPairs,
+    /// AllReduce across nodes, NVRAR: reduce-scatter within each node, recursive doubling
+    /// across nodes with LL packets (data and flag in one put), all-gather within each node, on
+    /// a device communicator (GIN: stores to the peers of the node, proxy puts to the others).
+    AllReduceNvrar,
     /// AllGather over LL packets.
     AllGatherLl,
     /// AllGather in LL128 lines. Needs NVLink peers.
@@ -132,7 +137,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 25] = [
+    pub const ALL: [Algorithm; 26] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceLl128,
@@ -140,6 +145,7 @@ impl Algorithm {
         Algorithm::AllReduceRing,
         Algorithm::AllReducePortRing,
         Algorithm::AllReducePortAllPairs,
+        Algorithm::AllReduceNvrar,
         Algorithm::AllGatherLl,
         Algorithm::AllGatherLl128,
         Algorithm::AllGatherHb,
@@ -161,7 +167,7 @@ impl Algorithm {
     ];
 
     /// Short name within its collective (`ll`, `ll2`, `ll128`, `hb`, `ring`, `chain`, `port_ring`,
-    /// `port_allpairs`, `p2p`, `plan:<name>`), as
+    /// `port_allpairs`, `nvrar`, `p2p`, `plan:<name>`), as
     /// `WEFT_ALGO_<COLLECTIVE>` and the tuning table spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -170,6 +176,7 @@ impl Algorithm {
             Self::AllReduceRing => "ring",
             Self::AllReducePortRing => "port_ring",
             Self::AllReducePortAllPairs => "port_allpairs",
+            Self::AllReduceNvrar => "nvrar",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             Self::BroadcastChain | Self::ReduceChain => "chain",
             a if a.is_ll128() => "ll128",
@@ -187,7 +194,8 @@ impl Algorithm {
             | Self::AllReduceHb
             | Self::AllReduceRing
             | Self::AllReducePortRing
-            | Self::AllReducePortAllPairs => Collective::AllReduce,
+            | Self::AllReducePortAllPairs
+            | Self::AllReduceNvrar => Collective::AllReduce,
             Self::AllGatherLl | Self::AllGatherLl128 | Self::AllGatherHb => Collective::AllGather,
             Self::ReduceScatterLl | Self::ReduceScatterLl128 | Self::ReduceScatterHb => Collective::ReduceScatter,
             Self::BroadcastLl | Self::BroadcastHb | Self::BroadcastChain | Self::BroadcastLl128 => {
@@ -217,7 +225,7 @@ impl Algorithm {
             Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
             Self::AllToAllLl | Self::SendRecvLl => Protocol::LlP2p,
             Self::Plan(_) => Protocol::Plan,
-            Self::AllReducePortRing | Self::AllReducePortAllPairs => Protocol::Port,
+            Self::AllReducePortRing | Self::AllReducePortAllPairs | Self::AllReduceNvrar => Protocol::Port,
             _ => Protocol::Hb,
         }
     }
@@ -260,9 +268,14 @@ impl Algorithm {
     /// FP8 reductions accumulate in higher precision, so they leave FP8 to the other algorithms.
     pub fn supports(self, dtype: weft_types::DataType) -> bool {
         use weft_types::DataType;
-        let partials_in_type =
-            matches!(self, Self::AllReduceRing | Self::AllReducePortRing | Self::ReduceChain | Self::ReduceLl128)
-                || (self.protocol() == Protocol::Plan && self.reduces());
+        let partials_in_type = matches!(
+            self,
+            Self::AllReduceRing
+                | Self::AllReducePortRing
+                | Self::AllReduceNvrar
+                | Self::ReduceChain
+                | Self::ReduceLl128
+        ) || (self.protocol() == Protocol::Plan && self.reduces());
         !partials_in_type || !matches!(dtype, DataType::F8E4M3 | DataType::F8E5M2)
     }
 
@@ -280,6 +293,7 @@ impl Algorithm {
         match self {
             Self::Plan(id) => id.plan(ranks, 0).is_ok(),
             Self::AllReducePortRing => true,
+            Self::AllReduceNvrar => ranks <= weft_types::GIN_MAX_RANKS,
             _ => ranks <= weft_types::MAX_RANKS,
         }
     }
@@ -294,6 +308,7 @@ impl Algorithm {
             Self::AllReduceRing => "weft_allreduce_ring",
             Self::AllReducePortRing => "weft_allreduce_port_ring",
             Self::AllReducePortAllPairs => "weft_allreduce_port_allpairs",
+            Self::AllReduceNvrar => "weft_allreduce_nvrar",
             Self::AllGatherLl => "weft_allgather_ll",
             Self::AllGatherLl128 => "weft_allgather_ll128",
             Self::AllGatherHb => "weft_allgather_hb",
@@ -323,7 +338,7 @@ impl Algorithm {
     /// Whether it may run on a communicator whose ranks span nodes: the PortChannel AllReduces,
     /// and plans (each checked against the nodes when it is set up, `Nodes::check`).
     pub fn may_cross_nodes(self) -> bool {
-        matches!(self, Self::AllReducePortRing | Self::AllReducePortAllPairs | Self::Plan(_))
+        matches!(self, Self::AllReducePortRing | Self::AllReducePortAllPairs | Self::AllReduceNvrar | Self::Plan(_))
     }
 
     /// The algorithm of its collective that carries every direction through scratch (itself,

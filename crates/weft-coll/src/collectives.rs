@@ -28,6 +28,7 @@ use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
 use crate::kernels::KernelCache;
+use crate::nvrar::Nvrar;
 use crate::params::{
     AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, P2pLl, ReduceDirect, ReduceScatterDirect, Rooted,
 };
@@ -99,6 +100,8 @@ pub struct Collectives {
     port_ring: Mutex<Option<Arc<PortRing>>>,
     /// The PortChannels of AllReduce `port_allpairs`, set up by its first call.
     port_allpairs: Mutex<Option<Arc<PortAllPairs>>>,
+    /// The device communicator of AllReduce `nvrar`, set up by its first call.
+    nvrar: Mutex<Option<Arc<Nvrar>>>,
     /// The rank's proxy for both, started by the first of them: one polling thread per GPU.
     port_proxy: Mutex<Option<PortProxy>>,
     /// Staging for in-place AllToAll and send/receive calls larger than the scratch's own slot
@@ -182,6 +185,7 @@ impl Collectives {
             registry: Registry::default(),
             port_ring: Mutex::default(),
             port_allpairs: Mutex::default(),
+            nvrar: Mutex::default(),
             port_proxy: Mutex::default(),
             in_place_staging: Mutex::default(),
             windows: Mutex::default(),
@@ -232,7 +236,7 @@ impl Collectives {
     }
 
     /// The α-β model's time in µs of a call of `algorithm` on `bytes` over the emulated NIC:
-    /// only for the PortChannel AllReduces on a communicator of one host split into virtual
+    /// only for the AllReduces that cross nodes (`port_ring`, `port_allpairs`, `nvrar`) on a communicator of one host split into virtual
     /// nodes with `WEFT_EMU_NET_*` set (weft-model's [`weft_model::rounds`], with
     /// this communicator's round sizes); `None` otherwise (peers on other hosts go over
     /// TCP, which the model does not describe).
@@ -250,6 +254,12 @@ impl Collectives {
             Algorithm::AllReducePortAllPairs => {
                 let remote = routes.iter().filter(|&&r| r == PortRoute::EmulatedNic).count();
                 Some(weft_model::rounds::port_allpairs_us(bytes, remote, crate::port_allpairs::SLOT_BYTES, &link))
+            }
+            Algorithm::AllReduceNvrar => {
+                let topology = self.comm.topology();
+                let gpus_per_node = crate::nvrar::equal_node_size(topology)?;
+                let nodes = topology.node_count();
+                Some(weft_model::rounds::nvrar_us(bytes, nodes, gpus_per_node, crate::nvrar::ROUND_BYTES, &link))
             }
             _ => None,
         }
@@ -324,6 +334,17 @@ impl Collectives {
                 return Ok(algorithm);
             }
             let (input, output, bytes64) = (send.ptr, recv.ptr, bytes as u64);
+            if algorithm == Algorithm::AllReduceNvrar {
+                let nvrar = self.nvrar()?;
+                // SAFETY: the kernel runs on the grid its state was set up for; the device
+                // communicator and the state live as long as `self`, the buffers were checked
+                // above and are the caller's contract.
+                return unsafe {
+                    self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| {
+                        nvrar.params(c, input, output, bytes64)
+                    })
+                };
+            }
             if algorithm == Algorithm::AllReducePortAllPairs {
                 let port = self.port_allpairs()?;
                 // SAFETY: the port kernels run on their set-up's blocks; the table, scratch,
@@ -400,6 +421,18 @@ impl Collectives {
         let pairs = Arc::new(PortAllPairs::new(&self.comm, &self.port_proxy()?, self.config.port_ring_blocks)?);
         *state = Some(Arc::clone(&pairs));
         Ok(pairs)
+    }
+
+    /// The state of AllReduce `nvrar`, set up on its first call (as `port_ring`'s), its proxy
+    /// peers served by the rank's PortChannel proxy.
+    fn nvrar(&self) -> Result<Arc<Nvrar>, CollError> {
+        let mut state = self.nvrar.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(nvrar) = state.as_ref() {
+            return Ok(Arc::clone(nvrar));
+        }
+        let nvrar = Arc::new(Nvrar::new(&self.comm, self.port_proxy()?, self.config.port_ring_blocks + 1)?);
+        *state = Some(Arc::clone(&nvrar));
+        Ok(nvrar)
     }
 
     /// The rank's PortChannel proxy, started on first use (by a call every rank makes).

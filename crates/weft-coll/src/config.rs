@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use weft_core::env::{Variable, vars};
 use weft_types::{DataType, ReduceOp};
 
-use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms, Protocol};
+use crate::algorithm::{Algorithm, Collective, CollectiveAlgorithms};
 
 /// Most worker blocks of a `port_ring` or `port_allpairs` launch (the launch has one more, its
 /// driver).
@@ -265,7 +265,7 @@ impl Selector {
         let (ring, pairs) = (Algorithm::AllReducePortRing, Algorithm::AllReducePortAllPairs);
         if collective != Collective::AllReduce {
             return Err(format!(
-                "{collective} has no algorithm across nodes (only AllReduce: port_allpairs, port_ring)"
+                "{collective} has no algorithm across nodes (only AllReduce: port_allpairs, port_ring, nvrar)"
             ));
         }
         let chosen = match self.force.get(&collective).copied() {
@@ -273,7 +273,7 @@ impl Selector {
             Some(a) if a.may_cross_nodes() => a,
             Some(other) => {
                 return Err(format!(
-                    "{other} cannot reach peers of other nodes (port_allpairs, port_ring and plans whose memory channels stay within nodes can)"
+                    "{other} cannot reach peers of other nodes (port_allpairs, port_ring, nvrar and plans whose memory channels stay within nodes can)"
                 ));
             }
             None => match self.tuned_across(collective, dtype, bytes, ranks, nodes) {
@@ -373,8 +373,7 @@ impl Selector {
 /// Whether `algorithm` can run on a communicator spanning nodes (a plan: when its memory
 /// channels stay within nodes, checked when it is set up).
 fn reaches_other_nodes(algorithm: Algorithm) -> bool {
-    matches!(algorithm, Algorithm::AllReducePortRing | Algorithm::AllReducePortAllPairs)
-        || algorithm.protocol() == Protocol::Plan
+    algorithm.may_cross_nodes()
 }
 
 /// One call as [`Selector::across_nodes`] chooses for it.
@@ -417,7 +416,7 @@ fn parse_groups(collective: Collective, rules: &[Rule]) -> Result<Vec<RuleGroup>
             }
             if !reaches_other_nodes(algorithm) {
                 return Err(format!(
-                    "{algorithm} cannot reach other nodes: a rule for {nodes} nodes names port_allpairs, port_ring or a plan"
+                    "{algorithm} cannot reach other nodes: a rule for {nodes} nodes names port_allpairs, port_ring, nvrar or a plan"
                 ));
             }
         }

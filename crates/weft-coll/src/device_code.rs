@@ -37,6 +37,7 @@ pub const KERNELS: KernelSet = KernelSet {
         ("ring.cu", include_str!("../../../device/kernels/coll/ring.cu")),
         ("port_ring.cu", include_str!("../../../device/kernels/coll/port_ring.cu")),
         ("port_allpairs.cu", include_str!("../../../device/kernels/coll/port_allpairs.cu")),
+        ("nvrar.cu", include_str!("../../../device/kernels/coll/nvrar.cu")),
         ("reduce_scatter.cu", include_str!("../../../device/kernels/coll/reduce_scatter.cu")),
         ("reduce.cu", include_str!("../../../device/kernels/coll/reduce.cu")),
         ("allgather.cu", include_str!("../../../device/kernels/coll/allgather.cu")),

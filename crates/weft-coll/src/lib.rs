@@ -39,6 +39,7 @@ mod kernels;
 mod lengths;
 pub mod nccl;
 mod nccl_typed;
+mod nvrar;
 mod params;
 mod plans;
 mod port_allpairs;

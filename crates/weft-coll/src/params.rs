@@ -4,7 +4,7 @@
 //! Kernels with the same parameter list share a struct. Every kernel is compiled once per
 //! (element type, operator) under the same name, so each is declared once.
 
-use weft_types::{CollContext, LlPairs, P2pPlan, PeerBuffers};
+use weft_types::{CollContext, DevCommHandle, LlPairs, P2pPlan, PeerBuffers};
 
 weft_gpu::device_kernels! {
     /// Every collective kernel's parameter list.
@@ -185,6 +185,26 @@ weft_gpu::device_kernels! {
         /// Bytes of one peer's slot of the scratch.
         slot_bytes: u64 => "uint64_t",
         /// The launch state the blocks hand work over with.
+        state: u64 => "uint64_t*",
+    }
+
+    /// AllReduce `nvrar` across nodes on a device communicator (GIN).
+    pub(crate) struct NvrarParams for ["weft_allreduce_nvrar"] {
+        /// The rank's collective context, with the call's scalar.
+        c: CollContext => "weft::CollContext",
+        /// The call's input.
+        input: u64 => "const char*",
+        /// The call's output.
+        output: u64 => "char*",
+        /// Bytes of the input.
+        bytes: u64 => "uint64_t",
+        /// The device communicator: this node's ranks (LSA) and the rail across nodes.
+        gin: DevCommHandle => "weft::DevCommHandle",
+        /// Most input bytes of one round (the window holds one round per parity).
+        round_bytes: u64 => "uint64_t",
+        /// Bytes of one slot of the window (a round's shard as LL packets).
+        slot_bytes: u64 => "uint64_t",
+        /// Per block, the rounds run so far (kept between launches).
         state: u64 => "uint64_t*",
     }
 }

@@ -55,6 +55,17 @@ impl DevComm {
     /// Allocates and connects a device communicator over `comm` (collective: every rank calls
     /// it with the same requirements).
     pub fn new(comm: &Communicator, requirements: &Requirements) -> Result<Self, GinError> {
+        Self::with_proxy(comm, requirements, None)
+    }
+
+    /// As [`DevComm::new`], with the proxy peers served by `proxy` (the rank's proxy, which
+    /// other users of the communicator share: one polling thread) rather than a proxy of its
+    /// own; `None` starts one when some peer needs it.
+    pub fn with_proxy(
+        comm: &Communicator,
+        requirements: &Requirements,
+        proxy: Option<PortProxy>,
+    ) -> Result<Self, GinError> {
         let rank = comm.rank();
         let world = comm.world_size();
         let topology = comm.topology();
@@ -84,7 +95,11 @@ impl DevComm {
         let mut channels = Vec::new();
         let connections = requirements.signal_slots() as usize + 1;
         let mut ports = vec![PortChannelDeviceHandle::default(); world * connections];
-        let proxy = if proxy_peers > 0 { Some(PortProxy::new(comm, PortProxyConfig::default())?) } else { None };
+        let proxy = match proxy {
+            _ if proxy_peers == 0 => None,
+            Some(shared) => Some(shared),
+            None => Some(PortProxy::new(comm, PortProxyConfig::default())?),
+        };
         let heap_id = proxy.as_ref().map(|p| p.register(&heap)).transpose()?;
         for peer in 0..world {
             match (backends[peer], &proxy, heap_id) {

@@ -46,6 +46,17 @@ pub fn port_allpairs_us(bytes: u64, remote_peers: usize, round_bytes: u64, link:
     rounds_us(bytes, round_bytes, |round| link.message_time(round * remote_peers as u64))
 }
 
+/// `nvrar`'s AllReduce of `bytes` on `nodes` nodes of `gpus_per_node` ranks across `link`, in
+/// rounds of at most `round_bytes`: in a round, each of recursive doubling's steps sends the
+/// rank's shard (the round over the node's ranks, in whole 8-byte packets) as LL packets (twice
+/// its bytes) in one message, one step after the other. The phases within a node are NVLink's,
+/// outside this link's model.
+pub fn nvrar_us(bytes: u64, nodes: usize, gpus_per_node: usize, round_bytes: u64, link: &LinkModel) -> f64 {
+    let steps = crate::closed_form::recursive_doubling_steps(nodes) as u32;
+    let shard = |round: u64| round.div_ceil(gpus_per_node.max(1) as u64).next_multiple_of(8);
+    rounds_us(bytes, round_bytes, |round| link.message_time(2 * shard(round)) * steps)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +119,19 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn nvrar_sends_the_shard_as_packets_once_per_step() {
+        let link = LinkModel::new(2.0, Some(50.0));
+        let one = link.message_time(2 * 1024).as_secs_f64() * 1e6;
+        assert!((nvrar_us(1024, 2, 1, 4 << 20, &link) - one).abs() < 1e-9);
+        // Three nodes: the fold, one exchange and the hand-back; a node of 4 ranks sends a quarter.
+        let quarter = link.message_time(2 * 256).as_secs_f64() * 1e6;
+        assert!((nvrar_us(1024, 3, 4, 4 << 20, &link) - 3.0 * quarter).abs() < 1e-9);
+        // Rounds of the window's size, one after the other.
+        let round = link.message_time(2 << 20).as_secs_f64() * 1e6;
+        assert!((nvrar_us(3 << 20, 2, 1, 1 << 20, &link) - 3.0 * round).abs() < 1e-6);
+        assert_eq!(nvrar_us(1024, 1, 8, 4 << 20, &link), 0.0);
     }
 }

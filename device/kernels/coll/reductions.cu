@@ -37,6 +37,9 @@
 //                           the grid.
 //   weft_allreduce_port_allpairs  every rank puts its input to every peer over PortChannels
 //                           and folds all inputs: one network crossing, for small messages.
+//   weft_allreduce_nvrar    NVRAR across nodes (nvrar.cu, on the GIN device API): reduce-
+//                           scatter within the node, recursive doubling across nodes with LL
+//                           packets (data and flag in one put), all-gather within the node.
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
@@ -53,5 +56,6 @@
 #include "ring.cu"
 #include "port_ring.cu"
 #include "port_allpairs.cu"
+#include "nvrar.cu"
 #include "reduce_scatter.cu"
 #include "reduce.cu"

@@ -63,8 +63,9 @@ pub(super) enum Family {
     MultiNode,
 }
 
-/// The AllReduces that run across nodes: the PortChannel natives and the multi-node plans.
-const MULTI_NODE: [&str; 4] = ["port_ring", "port_allpairs", "plan:nvrar_allreduce", "plan:hier2ph_allreduce"];
+/// The AllReduces that run across nodes: the PortChannel natives, NVRAR on the device API and
+/// the multi-node plans.
+const MULTI_NODE: [&str; 5] = ["port_ring", "port_allpairs", "nvrar", "plan:nvrar_allreduce", "plan:hier2ph_allreduce"];
 
 impl Family {
     /// Whether the family's matrix runs `algorithm` on a communicator that spans nodes or not.
@@ -72,7 +73,7 @@ impl Family {
         let plan = algorithm.protocol() == Protocol::Plan;
         let crosses_nodes = algorithm.collective() == Collective::AllReduce && MULTI_NODE.contains(&algorithm.name());
         match self {
-            // Across (virtual) nodes only the PortChannel AllReduces reach every peer.
+            // Across (virtual) nodes only the AllReduces that cross nodes reach every peer.
             Family::Native => !plan && (!spans_nodes || crosses_nodes),
             Family::Plans => plan && !spans_nodes,
             Family::MultiNode => crosses_nodes,
@@ -501,7 +502,7 @@ mod tests {
         crossing.sort_unstable();
         assert_eq!(family(Family::MultiNode, true), crossing);
         assert_eq!(family(Family::MultiNode, false), crossing);
-        assert_eq!(family(Family::Native, true), ["port_allpairs", "port_ring"]);
+        assert_eq!(family(Family::Native, true), ["nvrar", "port_allpairs", "port_ring"]);
         assert!(family(Family::Plans, true).is_empty());
         // On one node the native and plan matrices are what they were.
         let (native, plans) = (family(Family::Native, false), family(Family::Plans, false));

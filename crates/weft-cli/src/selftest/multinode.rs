@@ -1,4 +1,4 @@
-//! `weft selftest --only multinode`: the AllReduces that cross nodes (`plan:nvrar_allreduce`,
+//! `weft selftest --only multinode`: the AllReduces that cross nodes (`nvrar`, `plan:nvrar_allreduce`,
 //! `plan:hier2ph_allreduce`, `port_ring`, `port_allpairs`) at every [`LAYOUTS`] entry whose
 //! ranks the run has, each on virtual nodes of one host (`WEFT_RANKS_PER_NODE`) joined by the
 //! emulated NIC delivering out of order (the chaos seed: `WEFT_EMU_NET_CHAOS` when set, else
@@ -122,7 +122,7 @@ mod tests {
         use weft_coll::{Algorithm, Collective, CollectiveAlgorithms, Nodes};
         let crossing: Vec<Algorithm> =
             Collective::AllReduce.algorithms().filter(|&a| Family::MultiNode.includes(a, true)).collect();
-        assert_eq!(crossing.len(), 4);
+        assert_eq!(crossing.len(), 5);
         for layout in LAYOUTS {
             let nodes = Nodes::virtual_nodes(layout.ranks(), layout.per_node);
             for &a in &crossing {

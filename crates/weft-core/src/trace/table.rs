@@ -36,6 +36,12 @@ pub const PHASES: &[Phase] = &[
     Phase { name: "wait", meaning: "EP: the signals the warp waits for seen" },
     Phase { name: "grid_wait", meaning: "EP low latency: the previous grid on the stream waited for" },
     Phase { name: "route", meaning: "EP low-latency dispatch: the block's first window of tokens routed" },
+    Phase {
+        name: "reduce_scatter",
+        meaning: "NVRAR: the node's pieces of this rank's shard folded (this block's range)",
+    },
+    Phase { name: "across_nodes", meaning: "NVRAR: the steps across nodes done (this block's range)" },
+    Phase { name: "all_gather", meaning: "NVRAR: the node's finished shards in the output (this block's range)" },
 ];
 
 /// Every kernel with a `WEFT_TRACE_SCOPE`, indexed by its id (the index here). A kernel's scope
@@ -55,6 +61,7 @@ pub const KERNELS: &[&str] = &[
     "weft_broadcast_ll",
     "weft_broadcast_hb",
     "weft_allreduce_ring",
+    "weft_allreduce_nvrar",
     "weft_p2p",
     "weft_ep_dispatch",
     "weft_ep_combine",

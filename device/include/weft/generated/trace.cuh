@@ -29,6 +29,9 @@ constexpr uint16_t publish = 12;  ///< EP: the launch's last block published the
 constexpr uint16_t wait = 13;  ///< EP: the signals the warp waits for seen
 constexpr uint16_t grid_wait = 14;  ///< EP low latency: the previous grid on the stream waited for
 constexpr uint16_t route = 15;  ///< EP low-latency dispatch: the block's first window of tokens routed
+constexpr uint16_t reduce_scatter = 16;  ///< NVRAR: the node's pieces of this rank's shard folded (this block's range)
+constexpr uint16_t across_nodes = 17;  ///< NVRAR: the steps across nodes done (this block's range)
+constexpr uint16_t all_gather = 18;  ///< NVRAR: the node's finished shards in the output (this block's range)
 }  // namespace phase
 
 /// Kernel ids, one per kernel with a WEFT_TRACE_SCOPE.
@@ -46,25 +49,26 @@ constexpr uint16_t weft_allgather_hb = 9;
 constexpr uint16_t weft_broadcast_ll = 10;
 constexpr uint16_t weft_broadcast_hb = 11;
 constexpr uint16_t weft_allreduce_ring = 12;
-constexpr uint16_t weft_p2p = 13;
-constexpr uint16_t weft_ep_dispatch = 14;
-constexpr uint16_t weft_ep_combine = 15;
-constexpr uint16_t weft_ep_ll_dispatch_send = 16;
-constexpr uint16_t weft_ep_ll_dispatch_recv = 17;
-constexpr uint16_t weft_ep_ll_combine_send = 18;
-constexpr uint16_t weft_ep_ll_combine_recv = 19;
-constexpr uint16_t weft_p2p_ll = 20;
-constexpr uint16_t weft_broadcast_chain = 21;
-constexpr uint16_t weft_reduce_chain = 22;
-constexpr uint16_t weft_broadcast_ll128 = 23;
-constexpr uint16_t weft_reduce_ll128 = 24;
-constexpr uint16_t weft_allreduce_ll128 = 25;
-constexpr uint16_t weft_allgather_ll128 = 26;
-constexpr uint16_t weft_reduce_scatter_ll128 = 27;
-constexpr uint16_t weft_reduce_direct = 28;
-constexpr uint16_t weft_reduce_scatter_direct = 29;
+constexpr uint16_t weft_allreduce_nvrar = 13;
+constexpr uint16_t weft_p2p = 14;
+constexpr uint16_t weft_ep_dispatch = 15;
+constexpr uint16_t weft_ep_combine = 16;
+constexpr uint16_t weft_ep_ll_dispatch_send = 17;
+constexpr uint16_t weft_ep_ll_dispatch_recv = 18;
+constexpr uint16_t weft_ep_ll_combine_send = 19;
+constexpr uint16_t weft_ep_ll_combine_recv = 20;
+constexpr uint16_t weft_p2p_ll = 21;
+constexpr uint16_t weft_broadcast_chain = 22;
+constexpr uint16_t weft_reduce_chain = 23;
+constexpr uint16_t weft_broadcast_ll128 = 24;
+constexpr uint16_t weft_reduce_ll128 = 25;
+constexpr uint16_t weft_allreduce_ll128 = 26;
+constexpr uint16_t weft_allgather_ll128 = 27;
+constexpr uint16_t weft_reduce_scatter_ll128 = 28;
+constexpr uint16_t weft_reduce_direct = 29;
+constexpr uint16_t weft_reduce_scatter_direct = 30;
 }  // namespace kernel
-constexpr uint32_t kKernels = 30u;
+constexpr uint32_t kKernels = 31u;
 
 struct Record {
   uint64_t ns;

@@ -1,0 +1,133 @@
+//! The state of the AllReduce `nvrar` (kernel `weft_allreduce_nvrar` in
+//! `device/kernels/coll/nvrar.cu`): NVRAR across nodes on a device communicator (weft-gin) whose
+//! one window holds the kernel's LL slots, and the blocks' round counts. Set up on the first
+//! call that uses it; the communicator's nodes must all have the same number of ranks.
+
+use weft_core::{Communicator, Topology};
+use weft_gin::{DevComm, GinError, Requirements};
+use weft_gpu::{AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr};
+use weft_net::PortProxy;
+use weft_types::CollContext;
+
+use crate::error::CollError;
+use crate::params::NvrarParams;
+
+/// Most input bytes of one round: a larger call goes in several rounds.
+pub(crate) const ROUND_BYTES: u64 = 4 << 20;
+
+/// Bytes an LL packet takes per byte of payload (8 of data and 8 of flag per 16).
+const LL_FACTOR: u64 = 2;
+
+/// Where the kernel's slots lie in its window (the kernel's `NvrarPlace` computes the same):
+/// per parity, `2G + 2s + 1` slots of one shard's packets (`rs[G]`, `ag[G]`, `recv[s]`,
+/// `send[s]`, `done`), s the steps of recursive doubling among the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NvrarLayout {
+    /// Ranks per node.
+    pub(crate) gpus_per_node: usize,
+    /// Nodes.
+    pub(crate) nodes: usize,
+    /// Steps across nodes: log2 N, or ⌊log2 N⌋ + 2 with the fix-up.
+    pub(crate) steps: usize,
+    /// Bytes of one slot: a round's shard (a multiple of 8 bytes) as LL packets.
+    pub(crate) slot_bytes: u64,
+}
+
+impl NvrarLayout {
+    /// The layout for `nodes` nodes of `gpus_per_node` ranks and rounds of `round_bytes`.
+    pub(crate) fn new(gpus_per_node: usize, nodes: usize, round_bytes: u64) -> Self {
+        let shard = round_bytes.div_ceil(gpus_per_node as u64).next_multiple_of(8);
+        let steps = weft_model::closed_form::recursive_doubling_steps(nodes);
+        Self { gpus_per_node, nodes, steps, slot_bytes: LL_FACTOR * shard }
+    }
+
+    /// Slots of one parity.
+    pub(crate) fn slots(&self) -> u64 {
+        (2 * self.gpus_per_node + 2 * self.steps + 1) as u64
+    }
+
+    /// Bytes of the window: two parities.
+    pub(crate) fn window_bytes(&self) -> u64 {
+        2 * self.slots() * self.slot_bytes
+    }
+}
+
+/// The ranks of every node of `topology` when all nodes have the same number, else `None`.
+pub(crate) fn equal_node_size(topology: &Topology) -> Option<usize> {
+    let mut sizes = vec![0usize; topology.node_count()];
+    for rank in 0..topology.world_size() {
+        sizes[topology.node(rank)?] += 1;
+    }
+    let first = *sizes.first()?;
+    sizes.iter().all(|&n| n == first).then_some(first)
+}
+
+/// The device communicator, layout and launch state of `nvrar`.
+pub(crate) struct Nvrar {
+    layout: NvrarLayout,
+    state: DeviceMemory,
+    // Dropped after the state: the kernels' handle points into it.
+    dev: DevComm,
+}
+
+impl Nvrar {
+    /// Sets up `nvrar` for launches of `blocks` blocks, its proxy peers served by `proxy`.
+    /// Collective: every rank calls it at the same collective call.
+    pub(crate) fn new(comm: &Communicator, proxy: PortProxy, blocks: u32) -> Result<Self, CollError> {
+        let rank = comm.rank();
+        let unsupported = |detail: String| CollError::Unsupported { rank, detail };
+        let topology = comm.topology();
+        let gpus_per_node = equal_node_size(topology)
+            .ok_or_else(|| unsupported("nvrar needs nodes with the same number of ranks".to_string()))?;
+        let layout = NvrarLayout::new(gpus_per_node, topology.node_count(), ROUND_BYTES);
+        let requirements = Requirements { windows: vec![layout.window_bytes()], ..Requirements::default() };
+        // A call captured into a graph may get here first (see PortSetup).
+        let _relaxed = CaptureModeRelaxed::new().map_err(|source| CollError::Gpu { rank, source })?;
+        let dev = DevComm::with_proxy(comm, &requirements, Some(proxy)).map_err(|e| match e {
+            GinError::Comm(core) => CollError::Core(core),
+            GinError::Gpu { source, .. } => CollError::Gpu { rank, source },
+            other => unsupported(format!("nvrar: {other}")),
+        })?;
+        let state = DeviceMemory::alloc(comm.device(), 8 * blocks as usize, AllocKind::Legacy)
+            .and_then(|m| m.write_pod(0, &vec![0u64; blocks as usize]).map(|()| m))
+            .map_err(|source| CollError::Gpu { rank, source })?;
+        Ok(Self { layout, state, dev })
+    }
+
+    /// The kernel's parameters for a call on `bytes` of `input` into `output` with context `c`.
+    pub(crate) fn params(&self, c: CollContext, input: DevicePtr, output: DevicePtr, bytes: u64) -> NvrarParams {
+        NvrarParams {
+            c,
+            input,
+            output,
+            bytes,
+            gin: self.dev.handle(),
+            round_bytes: ROUND_BYTES,
+            slot_bytes: self.layout.slot_bytes,
+            state: self.state.ptr(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_holds_two_parities_of_every_slot_of_a_round() {
+        let two = NvrarLayout::new(1, 2, ROUND_BYTES);
+        assert_eq!((two.steps, two.slot_bytes), (1, 8 << 20));
+        assert_eq!(two.window_bytes(), 2 * 5 * (8 << 20));
+        // Three nodes: the fold and the hand-back around one exchange.
+        let three = NvrarLayout::new(4, 3, ROUND_BYTES);
+        assert_eq!((three.steps, three.slot_bytes), (3, 2 << 20));
+        assert_eq!(three.slots(), 8 + 6 + 1);
+        // Shards are whole 8-byte packets, whatever the rank count.
+        let odd = NvrarLayout::new(3, 4, ROUND_BYTES);
+        assert_eq!(odd.slot_bytes % 16, 0);
+        assert!(odd.slot_bytes / 2 * 3 >= ROUND_BYTES);
+        // The largest communicator stays far below the 4 GiB of a proxy offset.
+        assert!(NvrarLayout::new(8, 4, ROUND_BYTES).window_bytes() < 1 << 32);
+        assert!(NvrarLayout::new(1, 32, ROUND_BYTES).window_bytes() < 1 << 32);
+    }
+}
