@@ -61,7 +61,7 @@ mod tests {
         assert!(begin["void ll_kernel_begin() {".len()..].trim_start().starts_with("ptx::grid_dependency_wait();"));
         let kernels = crate::launch::signatures().into_iter().flat_map(|s| s.kernels.iter().copied());
         let low_latency: Vec<&str> = kernels.filter(|k| k.starts_with("weft_ep_ll_")).collect();
-        assert_eq!(low_latency.len(), 4, "{low_latency:?}");
+        assert_eq!(low_latency.len(), 8, "{low_latency:?}");
         for name in low_latency {
             let definition = format!(" {name}(");
             let (_, text) = KERNELS.includes.iter().find(|(_, t)| t.contains(&definition)).unwrap();
@@ -97,29 +97,23 @@ mod tests {
 
     /// The dispatch and combine kernels move every byte of a token through registers; a
     /// run-time-indexed array or spill would put local memory on that path. The low-latency send
-    /// kernels' puts to other nodes (`ll_put_dispatch`, `ll_put_combine`, made by one thread
-    /// per such rank after every copy) keep a `weft::Gin` in the frame: its handle and the
-    /// connections it has pending per rank, 400 bytes, off the byte path. Nothing else may.
+    /// kernels for a group spanning nodes make the puts to other nodes (`ll_put_dispatch`,
+    /// `ll_put_combine`, one thread per such rank after every copy), which keep a `weft::Gin` in
+    /// the frame: its handle and the connections it has pending per rank, 400 bytes, off the
+    /// byte path. Nothing else may, the one-node kernels included (they hold no network path).
     #[test]
     fn the_ep_kernels_use_no_local_memory() {
         let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
         let kernels = library.resources(UNIT, "sm_90", &[]).unwrap();
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-        for name in [
-            "weft_ep_layout",
-            "weft_ep_notify",
-            "weft_ep_prologue",
-            "weft_ep_dispatch",
-            "weft_ep_combine",
-            "weft_ep_ll_dispatch_send",
-            "weft_ep_ll_dispatch_recv",
-            "weft_ep_ll_combine_send",
-            "weft_ep_ll_combine_recv",
-        ] {
-            assert!(names.contains(&name), "{name} missing from {names:?}");
+        for signature in crate::launch::signatures() {
+            for name in signature.kernels {
+                assert!(names.contains(name), "{name} missing from {names:?}");
+            }
         }
         for k in &kernels {
-            let frame = if k.name.ends_with("_send") && k.name.starts_with("weft_ep_ll_") { 400 } else { 0 };
+            let puts_between_nodes = k.name.starts_with("weft_ep_ll_") && k.name.ends_with("_send_net");
+            let frame = if puts_between_nodes { 400 } else { 0 };
             assert!(k.stack_frame_bytes <= frame && k.spill_store_bytes == 0, "{}: {k:?}", k.name);
         }
     }

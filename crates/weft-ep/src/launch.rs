@@ -57,8 +57,14 @@ weft_gpu::device_kernels! {
         a: EpCombineArgs => "weft::EpCombineArgs",
     }
 
-    /// The two kernels of a low-latency dispatch.
-    pub(crate) struct LlDispatch for ["weft_ep_ll_dispatch_send", "weft_ep_ll_dispatch_recv"] {
+    /// The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
+    /// A `_net` kernel is built for a group spanning nodes (`LlTopology`).
+    pub(crate) struct LlDispatch for [
+        "weft_ep_ll_dispatch_send",
+        "weft_ep_ll_dispatch_recv",
+        "weft_ep_ll_dispatch_send_net",
+        "weft_ep_ll_dispatch_recv_net",
+    ] {
         /// The rank's EP buffers and peers.
         c: EpContext => "weft::EpContext",
         /// The call's tokens and outputs.
@@ -67,8 +73,14 @@ weft_gpu::device_kernels! {
         n: EpLlNet => "weft::EpLlNet",
     }
 
-    /// The two kernels of a low-latency combine.
-    pub(crate) struct LlCombine for ["weft_ep_ll_combine_send", "weft_ep_ll_combine_recv"] {
+    /// The kernels of a low-latency combine: send and receive, each on one node and `_net`.
+    /// A `_net` kernel is built for a group spanning nodes (`LlTopology`).
+    pub(crate) struct LlCombine for [
+        "weft_ep_ll_combine_send",
+        "weft_ep_ll_combine_recv",
+        "weft_ep_ll_combine_send_net",
+        "weft_ep_ll_combine_recv_net",
+    ] {
         /// The rank's EP buffers and peers.
         c: EpContext => "weft::EpContext",
         /// The call's tokens and outputs.
@@ -83,13 +95,47 @@ pub(crate) const CHANNEL_THREADS: u32 = 512;
 /// Threads of a low-latency block (`kLlThreads`).
 const LL_THREADS: u32 = 512;
 
-/// Dynamic shared memory of a low-latency launch: the network path's words
-/// (`ll_net_words` in `low_latency.cuh`, `LL_MAX_EXPERTS + 1` of them) for a group spanning
-/// nodes (its device communicator names proxy peers), none on one node, whose kernels then keep
-/// the shared memory they had without the network path.
-fn ll_net_shared_bytes(n: &EpLlNet) -> u32 {
-    if n.gin.proxy_mask == 0 { 0 } else { 4 * (crate::region::LL_MAX_EXPERTS as u32 + 1) }
+/// The topology a low-latency kernel is built for: each body (`template <bool kNet>` in
+/// `device/kernels/ep/`) is compiled into a kernel per topology, `<false>` into
+/// `weft_ep_ll_<phase>` and `<true>` into `weft_ep_ll_<phase>_net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LlTopology {
+    /// Every rank of the group is on this node: the kernels hold no network path.
+    OneNode = 0,
+    /// Some rank is on another node, reached through the proxy (the `_net` kernels).
+    SpansNodes = 1,
 }
+
+impl LlTopology {
+    /// The one place a launch's topology is decided: spanning nodes exactly when its device
+    /// communicator names a proxy peer (`n.gin.proxy_mask`, which the `_net` kernels'
+    /// `ll_remote` reads per rank).
+    fn of(n: &EpLlNet) -> Self {
+        if n.gin.proxy_mask == 0 { Self::OneNode } else { Self::SpansNodes }
+    }
+
+    /// Dynamic shared memory of a launch: the network path's words (`ll_net_words` in
+    /// `low_latency.cuh`, `LL_MAX_EXPERTS + 1` of them) for the `_net` kernels, none for the
+    /// one-node kernels, which never read them.
+    fn shared_bytes(self) -> u32 {
+        match self {
+            Self::OneNode => 0,
+            Self::SpansNodes => 4 * (crate::region::LL_MAX_EXPERTS as u32 + 1),
+        }
+    }
+}
+
+/// The low-latency dispatch kernels' names, `[topology][phase]` ([`LlTopology`], [`LlPhase`]).
+const LL_DISPATCH_KERNELS: [[&str; 2]; 2] = [
+    ["weft_ep_ll_dispatch_send", "weft_ep_ll_dispatch_recv"],
+    ["weft_ep_ll_dispatch_send_net", "weft_ep_ll_dispatch_recv_net"],
+];
+/// The low-latency combine kernels' names, `[topology][phase]` ([`LlTopology`], [`LlPhase`]).
+const LL_COMBINE_KERNELS: [[&str; 2]; 2] = [
+    ["weft_ep_ll_combine_send", "weft_ep_ll_combine_recv"],
+    ["weft_ep_ll_combine_send_net", "weft_ep_ll_combine_recv_net"],
+];
+
 /// Threads of the layout, notify and prologue blocks (`kSetupThreads`).
 const SETUP_THREADS: u32 = 256;
 /// Experts one layout block counts (`kLayoutExpertsPerBlock`).
@@ -103,8 +149,10 @@ pub(crate) struct Kernels {
     prologue: Kernel,
     dispatch: Kernel,
     combine: Kernel,
-    ll_dispatch: [Kernel; 2],
-    ll_combine: [Kernel; 2],
+    /// `[topology][phase]`, as [`LL_DISPATCH_KERNELS`].
+    ll_dispatch: [[Kernel; 2]; 2],
+    /// `[topology][phase]`, as [`LL_COMBINE_KERNELS`].
+    ll_combine: [[Kernel; 2]; 2],
     /// Whether the low-latency kernels are launched as programmatic dependents of the previous
     /// kernel on the stream (each waits for it on the GPU first: `ll_kernel_begin`).
     ll_early: bool,
@@ -135,14 +183,18 @@ impl Kernels {
             tracer.attach(&module)?;
         }
         let kernel = |name: &str| Arc::clone(&module).kernel(name);
+        let ll = |names: [[&str; 2]; 2]| -> Result<[[Kernel; 2]; 2], GpuError> {
+            let [[send, recv], [send_net, recv_net]] = names;
+            Ok([[kernel(send)?, kernel(recv)?], [kernel(send_net)?, kernel(recv_net)?]])
+        };
         Ok(Self {
             layout: kernel("weft_ep_layout")?,
             notify: kernel("weft_ep_notify")?,
             prologue: kernel("weft_ep_prologue")?,
             dispatch: kernel("weft_ep_dispatch")?,
             combine: kernel("weft_ep_combine")?,
-            ll_dispatch: [kernel("weft_ep_ll_dispatch_send")?, kernel("weft_ep_ll_dispatch_recv")?],
-            ll_combine: [kernel("weft_ep_ll_combine_send")?, kernel("weft_ep_ll_combine_recv")?],
+            ll_dispatch: ll(LL_DISPATCH_KERNELS)?,
+            ll_combine: ll(LL_COMBINE_KERNELS)?,
             ll_early,
         })
     }
@@ -199,7 +251,8 @@ impl Kernels {
         unsafe { self.combine.launch(stream, config, &Combine { c, a }) }
     }
 
-    /// `weft_ep_ll_dispatch_send` or `_recv` on `blocks` SMs.
+    /// `weft_ep_ll_dispatch_send` or `_recv` on `blocks` SMs, or its `_net` kernel for a group
+    /// spanning nodes ([`LlTopology::of`] `n`).
     ///
     /// # Safety
     /// As [`Kernels::notify`], for `a`'s addresses.
@@ -212,12 +265,14 @@ impl Kernels {
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
-        let shared = ll_net_shared_bytes(&n);
+        let topology = LlTopology::of(&n);
+        let kernel = &self.ll_dispatch[topology as usize][phase as usize];
         // SAFETY: the caller's contract.
-        unsafe { self.launch_ll(&self.ll_dispatch[phase as usize], stream, blocks, shared, &LlDispatch { c, a, n }) }
+        unsafe { self.launch_ll(kernel, stream, blocks, topology, &LlDispatch { c, a, n }) }
     }
 
-    /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs.
+    /// `weft_ep_ll_combine_send` or `_recv` on `blocks` SMs, or its `_net` kernel for a group
+    /// spanning nodes ([`LlTopology::of`] `n`).
     ///
     /// # Safety
     /// As [`Kernels::notify`], for `a`'s addresses.
@@ -230,13 +285,14 @@ impl Kernels {
         blocks: u32,
         phase: LlPhase,
     ) -> Result<(), GpuError> {
-        let shared = ll_net_shared_bytes(&n);
+        let topology = LlTopology::of(&n);
+        let kernel = &self.ll_combine[topology as usize][phase as usize];
         // SAFETY: the caller's contract.
-        unsafe { self.launch_ll(&self.ll_combine[phase as usize], stream, blocks, shared, &LlCombine { c, a, n }) }
+        unsafe { self.launch_ll(kernel, stream, blocks, topology, &LlCombine { c, a, n }) }
     }
 
-    /// Launches a low-latency kernel on `blocks` SMs with `shared_bytes` of dynamic shared
-    /// memory, early when configured so.
+    /// Launches a low-latency kernel built for `topology` on `blocks` SMs with that topology's
+    /// dynamic shared memory, early when configured so.
     ///
     /// # Safety
     /// As [`Kernels::notify`], for the addresses in `params`.
@@ -245,10 +301,10 @@ impl Kernels {
         kernel: &Kernel,
         stream: &Stream,
         blocks: u32,
-        shared_bytes: u32,
+        topology: LlTopology,
         params: &P,
     ) -> Result<(), GpuError> {
-        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes };
+        let config = LaunchConfig { grid: blocks, block: LL_THREADS, shared_bytes: topology.shared_bytes() };
         // SAFETY: the caller's contract; an early launch is sound because every low-latency
         // kernel waits for the previous grid before its first access to memory
         // (`ll_kernel_begin`, checked by a test of `device_code`).
@@ -267,10 +323,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_group_spanning_nodes_launches_the_network_paths_shared_words() {
+    fn only_a_group_spanning_nodes_launches_the_net_kernels_and_their_shared_words() {
         let mut n = EpLlNet::default();
-        assert_eq!(ll_net_shared_bytes(&n), 0);
+        assert_eq!(LlTopology::of(&n), LlTopology::OneNode);
+        assert_eq!(LlTopology::OneNode.shared_bytes(), 0);
         n.gin.proxy_mask = 0b10;
-        assert_eq!(ll_net_shared_bytes(&n), 4 * (crate::region::LL_MAX_EXPERTS as u32 + 1));
+        assert_eq!(LlTopology::of(&n), LlTopology::SpansNodes);
+        assert_eq!(LlTopology::SpansNodes.shared_bytes(), 4 * (crate::region::LL_MAX_EXPERTS as u32 + 1));
+    }
+
+    /// The names the launches index by `[topology][phase]` are the parameter lists' kernels, the
+    /// one-node kernels plain and the kernels spanning nodes `_net`, each phase named for it.
+    #[test]
+    fn the_low_latency_kernel_tables_match_the_parameter_lists() {
+        use weft_gpu::KernelParams;
+        for (table, declared) in
+            [(LL_DISPATCH_KERNELS, <LlDispatch as KernelParams>::KERNELS), (LL_COMBINE_KERNELS, LlCombine::KERNELS)]
+        {
+            let mut names: Vec<&str> = table.iter().flatten().copied().collect();
+            names.sort_unstable();
+            let mut declared = declared.to_vec();
+            declared.sort_unstable();
+            assert_eq!(names, declared);
+            for (topology, suffix) in [(LlTopology::OneNode, ""), (LlTopology::SpansNodes, "_net")] {
+                for (phase, name) in [(LlPhase::Send, "_send"), (LlPhase::Recv, "_recv")] {
+                    let kernel = table[topology as usize][phase as usize];
+                    assert!(kernel.ends_with(&format!("{name}{suffix}")), "{kernel}");
+                }
+            }
+        }
     }
 }

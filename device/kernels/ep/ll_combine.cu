@@ -6,7 +6,8 @@
 // row of d's token at expert g then sits at d's messages to g's earlier experts (on this rank)
 // plus its message index. The receive kernel sums each token's rows weighted by its top-k
 // weights in slot order (weft-ep's model::ll_combine and, between nodes,
-// model::ll_combine_net).
+// model::ll_combine_net). Each body is built into a one-node kernel and a `_net` one, as in
+// ll_dispatch.cu.
 #include "low_latency.cuh"
 
 /// This rank's send block for rank `d` of another node, in the call's half: `local experts x
@@ -70,12 +71,11 @@ __device__ uint32_t ll_message_index(const EpLlCombineArgs& a, uint32_t t, int64
 // plus its place in its own range). The last block then raises every (expert, destination)
 // flag on this node (every pair, so every destination hears from every expert) and a thread
 // per rank of another node puts its rows (ll_put_combine).
-// `starts` (kLlMaxExperts + 1 words, the kernel's): the first row of each local expert in the
-// stream.
 template <bool kNet>
 struct LlCombineSend {
-  static __device__ __forceinline__ void run(const EpContext& c, const EpLlCombineArgs& a, const EpLlNet& n,
-                                             uint32_t* starts) {
+  static __device__ __forceinline__ void run(const EpContext& c, const EpLlCombineArgs& a, const EpLlNet& n) {
+    // The first row of each local expert in the stream.
+    __shared__ uint32_t starts[kLlMaxExperts + 1];
     // Between nodes, per (local expert, rank d of another node): where the expert's rows for d go
     // in the send block for d, less the start of its range (mod 2^32): the rows of the earlier
     // local experts for d, minus the range's first row.
@@ -143,8 +143,14 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     weft_ep_ll_combine_send(EpContext c, EpLlCombineArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_combine_send);
   ll_kernel_begin();
-  __shared__ uint32_t starts[kLlMaxExperts + 1];
-  ll_per_topology<LlCombineSend>(n, c, a, n, starts);
+  LlCombineSend<false>::run(c, a, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_combine_send_net(EpContext c, EpLlCombineArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_combine_send_net);
+  ll_kernel_begin();
+  LlCombineSend<true>::run(c, a, n);
 }
 
 // Grid: any number of blocks of kLlThreads; the work is every (token, span of 32 x
@@ -217,5 +223,12 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     weft_ep_ll_combine_recv(EpContext c, EpLlCombineArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_combine_recv);
   ll_kernel_begin();
-  ll_per_topology<LlCombineRecv>(n, c, a, n);
+  LlCombineRecv<false>::run(c, a, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_combine_recv_net(EpContext c, EpLlCombineArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_combine_recv_net);
+  ll_kernel_begin();
+  LlCombineRecv<true>::run(c, a, n);
 }

@@ -3,8 +3,9 @@
 // (ll_slot); for a rank d of another node, into this rank's send block for d, packed by
 // expert, put there as one range after the launch's stores into d's block for this rank. The
 // receive kernel packs each local expert's messages into rows by source rank, then token order
-// (weft-ep's model::ll_dispatch and, between nodes, model::ll_dispatch_net). Each kernel has a
-// body for one node and one for a group spanning nodes (docs/ep.md, "One body per topology").
+// (weft-ep's model::ll_dispatch and, between nodes, model::ll_dispatch_net). Each body is built
+// into two kernels: one for a group on one node and a `_net` one for a group spanning nodes
+// (docs/ep.md, "One kernel per topology").
 #include "low_latency.cuh"
 
 /// Channels of a send item: 16 per lane, two 16-byte BF16 loads and, per expert, one 16-byte
@@ -223,12 +224,12 @@ __device__ void ll_put_dispatch(const EpContext& c, const EpLlDispatchArgs& a, c
 // region; the launch's last block publishes them at every expert's rank (release: the
 // messages before the count), or for a rank of another node stages its row of counts and a
 // thread per such rank puts the messages and the row (ll_put_dispatch).
-// `seen` (kLlMaxExperts words) and `route` (kLlRouteRounds * 32 pointers) are the kernel's
-// shared arrays, one set for both bodies.
 template <bool kNet>
 struct LlDispatchSend {
-  static __device__ __forceinline__ void run(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
-                                             uint32_t* seen, char** route) {
+  static __device__ __forceinline__ void run(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n) {
+    // Per expert, the tokens before the window selecting it; the window's routes (route_window).
+    __shared__ uint32_t seen[kLlMaxExperts];
+    __shared__ char* route[kLlRouteRounds * 32];
     // Between nodes: this rank's messages to each expert's rank's earlier experts.
     uint32_t* packed = kNet ? ll_net_words() : nullptr;
     uint64_t* state = at<uint64_t>(c, c.rank, a.state_offset);
@@ -302,9 +303,14 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     weft_ep_ll_dispatch_send(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_send);
   ll_kernel_begin();
-  __shared__ uint32_t seen[kLlMaxExperts];
-  __shared__ char* route[kLlRouteRounds * 32];
-  ll_per_topology<LlDispatchSend>(n, c, a, n, seen, route);
+  LlDispatchSend<false>::run(c, a, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_dispatch_send_net(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_send_net);
+  ll_kernel_begin();
+  LlDispatchSend<true>::run(c, a, n);
 }
 
 // Grid: any number of blocks of kLlThreads. Every block waits for the counts of every (local
@@ -314,12 +320,11 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
 // are one stream split evenly over the grid's warps; a warp also copies the source index and
 // the scales (to the column-major `[expert][scale][row]`) of the rows that start in its share.
 // Block 0 writes the counts and the layout ranges.
-// `starts` (kLlMaxExperts + 1 words, the kernel's): the first row of each (local expert,
-// source) pair.
 template <bool kNet>
 struct LlDispatchRecv {
-  static __device__ __forceinline__ void run(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n,
-                                             uint32_t* starts) {
+  static __device__ __forceinline__ void run(const EpContext& c, const EpLlDispatchArgs& a, const EpLlNet& n) {
+    // The first row of each (local expert, source) pair.
+    __shared__ uint32_t starts[kLlMaxExperts + 1];
     // Between nodes: where each (local expert, source of another node) pair's messages start in
     // the source's packed block.
     uint32_t* firsts = kNet ? ll_net_words() : nullptr;
@@ -425,6 +430,12 @@ extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
     weft_ep_ll_dispatch_recv(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
   WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv);
   ll_kernel_begin();
-  __shared__ uint32_t starts[kLlMaxExperts + 1];
-  ll_per_topology<LlDispatchRecv>(n, c, a, n, starts);
+  LlDispatchRecv<false>::run(c, a, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kLlThreads, 1)
+    weft_ep_ll_dispatch_recv_net(EpContext c, EpLlDispatchArgs a, EpLlNet n) {
+  WEFT_TRACE_SCOPE(weft_ep_ll_dispatch_recv_net);
+  ll_kernel_begin();
+  LlDispatchRecv<true>::run(c, a, n);
 }

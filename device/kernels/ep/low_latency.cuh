@@ -25,7 +25,8 @@
 // the runs and raises that rank's signal of the phase once per put (a bare signal where a run
 // is empty), all on the signal's connection, so nothing waits for the network. The receiver
 // waits until the peer's share of the signal counts every put of the call, which covers their
-// data. On one node EpLlNet's handle is zero: no rank is remote and nothing here runs.
+// data. On one node EpLlNet's handle is zero: no rank is remote, the one-node kernels are
+// launched, and they hold none of this code.
 #pragma once
 #include <cuda_fp8.h>
 
@@ -151,8 +152,11 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t* v, uint32_t n
   return total;
 }
 
-/// Whether any peer is on another node (alike in every thread; no memory read).
-__device__ __forceinline__ bool ll_spans_nodes(const EpLlNet& n) { return n.gin.proxy_mask != 0; }
+// One kernel per topology: each low-latency body is a `template <bool kNet>` struct with a
+// `static run(c, a, n)`, and each instantiation is a kernel of its own holding only that body:
+// `<false>` is `weft_ep_ll_<phase>` for a group on one node, `<true>` `weft_ep_ll_<phase>_net`
+// for a group spanning nodes. The host launches the `_net` kernel exactly when the device
+// communicator names a proxy peer (`LlTopology::of` in weft-ep's launch.rs).
 
 /// Whether rank `r` is on another node, in a kernel body built for a group spanning nodes
 /// (`kNet`) or for one node (never: the one-node body keeps none of the network path's code).
@@ -161,20 +165,8 @@ __device__ __forceinline__ bool ll_is_remote(const EpLlNet& n, uint32_t r) {
   return kNet && ll_remote(n, r);
 }
 
-/// Runs `Body<kNet>::run(args...)`, the body of a low-latency kernel built for this launch's
-/// topology: `kNet` for a group spanning nodes, not on one node (alike in every thread; both
-/// bodies are compiled into the kernel).
-template <template <bool> class Body, typename... Args>
-__device__ __forceinline__ void ll_per_topology(const EpLlNet& n, Args&&... args) {
-  if (ll_spans_nodes(n)) {
-    Body<true>::run(args...);
-  } else {
-    Body<false>::run(args...);
-  }
-}
-
 /// The network path's shared words (`kLlMaxExperts + 1`), launched as dynamic shared memory
-/// only for a group spanning nodes (`ll_net_shared_bytes` on the host), so the one-node
+/// only with the `_net` kernels (`LlTopology::shared_bytes` on the host), so the one-node
 /// kernels keep their shared memory.
 __device__ __forceinline__ uint32_t* ll_net_words() {
   extern __shared__ uint32_t ll_net_shared[];

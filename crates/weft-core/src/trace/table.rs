@@ -79,6 +79,10 @@ pub const KERNELS: &[&str] = &[
     "weft_reduce_scatter_ll128",
     "weft_reduce_direct",
     "weft_reduce_scatter_direct",
+    "weft_ep_ll_dispatch_send_net",
+    "weft_ep_ll_dispatch_recv_net",
+    "weft_ep_ll_combine_send_net",
+    "weft_ep_ll_combine_recv_net",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

@@ -67,8 +67,12 @@ constexpr uint16_t weft_allgather_ll128 = 27;
 constexpr uint16_t weft_reduce_scatter_ll128 = 28;
 constexpr uint16_t weft_reduce_direct = 29;
 constexpr uint16_t weft_reduce_scatter_direct = 30;
+constexpr uint16_t weft_ep_ll_dispatch_send_net = 31;
+constexpr uint16_t weft_ep_ll_dispatch_recv_net = 32;
+constexpr uint16_t weft_ep_ll_combine_send_net = 33;
+constexpr uint16_t weft_ep_ll_combine_recv_net = 34;
 }  // namespace kernel
-constexpr uint32_t kKernels = 31u;
+constexpr uint32_t kKernels = 35u;
 
 struct Record {
   uint64_t ns;

@@ -29,26 +29,50 @@ extern "C" __global__ void weft_ep_combine(weft::EpContext c, weft::EpCombineArg
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_combine)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_combine)>) == 8, "weft_ep_combine: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 112 && alignof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 8, "weft_ep_combine: a is 112 bytes aligned to 8 in Rust");
 
-// LlDispatch: The two kernels of a low-latency dispatch.
+// LlDispatch: The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
 extern "C" __global__ void weft_ep_ll_dispatch_send(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: a is 136 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_send)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: n is 176 bytes aligned to 8 in Rust");
 
-// LlDispatch: The two kernels of a low-latency dispatch.
+// LlDispatch: The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
 extern "C" __global__ void weft_ep_ll_dispatch_recv(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: a is 136 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_recv)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_recv)>) == 8, "weft_ep_ll_dispatch_recv: n is 176 bytes aligned to 8 in Rust");
 
-// LlCombine: The two kernels of a low-latency combine.
+// LlDispatch: The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
+extern "C" __global__ void weft_ep_ll_dispatch_send_net(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send_net)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send_net)>) == 8, "weft_ep_ll_dispatch_send_net: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send_net)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_send_net)>) == 8, "weft_ep_ll_dispatch_send_net: a is 136 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_send_net)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_send_net)>) == 8, "weft_ep_ll_dispatch_send_net: n is 176 bytes aligned to 8 in Rust");
+
+// LlDispatch: The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
+extern "C" __global__ void weft_ep_ll_dispatch_recv_net(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv_net)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_recv_net)>) == 8, "weft_ep_ll_dispatch_recv_net: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv_net)>) == 136 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_dispatch_recv_net)>) == 8, "weft_ep_ll_dispatch_recv_net: a is 136 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_recv_net)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_dispatch_recv_net)>) == 8, "weft_ep_ll_dispatch_recv_net: n is 176 bytes aligned to 8 in Rust");
+
+// LlCombine: The kernels of a low-latency combine: send and receive, each on one node and `_net`.
 extern "C" __global__ void weft_ep_ll_combine_send(weft::EpContext c, weft::EpLlCombineArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: a is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_send)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_send)>) == 8, "weft_ep_ll_combine_send: n is 176 bytes aligned to 8 in Rust");
 
-// LlCombine: The two kernels of a low-latency combine.
+// LlCombine: The kernels of a low-latency combine: send and receive, each on one node and `_net`.
 extern "C" __global__ void weft_ep_ll_combine_recv(weft::EpContext c, weft::EpLlCombineArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: a is 104 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_recv)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_recv)>) == 8, "weft_ep_ll_combine_recv: n is 176 bytes aligned to 8 in Rust");
+
+// LlCombine: The kernels of a low-latency combine: send and receive, each on one node and `_net`.
+extern "C" __global__ void weft_ep_ll_combine_send_net(weft::EpContext c, weft::EpLlCombineArgs a, weft::EpLlNet n);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send_net)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_send_net)>) == 8, "weft_ep_ll_combine_send_net: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send_net)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_send_net)>) == 8, "weft_ep_ll_combine_send_net: a is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_send_net)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_send_net)>) == 8, "weft_ep_ll_combine_send_net: n is 176 bytes aligned to 8 in Rust");
+
+// LlCombine: The kernels of a low-latency combine: send and receive, each on one node and `_net`.
+extern "C" __global__ void weft_ep_ll_combine_recv_net(weft::EpContext c, weft::EpLlCombineArgs a, weft::EpLlNet n);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv_net)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_combine_recv_net)>) == 8, "weft_ep_ll_combine_recv_net: c is 176 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv_net)>) == 104 && alignof(weft::kernel_param_t<1, decltype(weft_ep_ll_combine_recv_net)>) == 8, "weft_ep_ll_combine_recv_net: a is 104 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_recv_net)>) == 176 && alignof(weft::kernel_param_t<2, decltype(weft_ep_ll_combine_recv_net)>) == 8, "weft_ep_ll_combine_recv_net: n is 176 bytes aligned to 8 in Rust");
