@@ -31,7 +31,7 @@
 # `weft bench gin` (put + signal latency and bandwidth, the AllToAll against its α-β floor), then
 # scripts/nccl-device-api-test.sh (ncclDevCommCreate on weft's libnccl.so.2, kernels on weft::Gin).
 # The multinode step runs `weft selftest --only multinode --mode threads`: the AllReduces that
-# cross nodes (NVRAR and 2PH plans, port_ring, port_allpairs) at 2 nodes x 1 and x 2 ranks and 4
+# cross nodes (nvrar, the NVRAR and 2PH plans, port_ring, port_allpairs) at 2 nodes x 1 and x 2 ranks and 4
 # nodes x 1 (virtual nodes over the emulated NIC in chaos mode; ranks share GPUs where there are
 # fewer GPUs than ranks), every element checked; its SKIP lines say what could not run and why.
 # Then 2 nodes x 8 (--ranks 16, bf16 and f32), the shape of two 8-GPU servers.

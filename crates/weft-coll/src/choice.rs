@@ -18,6 +18,8 @@ pub(crate) struct Chooser<'a> {
     pub(crate) unreachable: Option<&'a (usize, String)>,
     /// (Virtual) nodes the ranks are in.
     pub(crate) nodes: usize,
+    /// Whether every node has the same number of ranks.
+    pub(crate) equal_nodes: bool,
     /// What the LL128 algorithms carry.
     pub(crate) ll128: Ll128Room,
 }
@@ -137,6 +139,7 @@ impl Chooser<'_> {
             op: call.op,
             ranks: self.ranks,
             nodes: self.nodes,
+            equal_nodes: self.equal_nodes,
         });
         Some(chosen.map_err(|detail| CollError::Unsupported {
             rank: self.rank,
@@ -169,7 +172,7 @@ mod tests {
     }
 
     fn chooser(config: &CollConfig, ranks: usize) -> Chooser<'_> {
-        Chooser { config, rank: 0, ranks, unreachable: None, nodes: 1, ll128: Ll128Room::default() }
+        Chooser { config, rank: 0, ranks, unreachable: None, nodes: 1, equal_nodes: true, ll128: Ll128Room::default() }
     }
 
     fn table(json: &str) -> CollConfig {
@@ -389,11 +392,15 @@ mod tests {
     }
 
     #[test]
-    fn peers_in_other_nodes_leave_only_the_port_allreduces() {
+    fn peers_in_other_nodes_leave_only_the_allreduces_that_cross_nodes() {
         let config = CollConfig::default();
         let far = (1, "another host".to_string());
         let c = Chooser { unreachable: Some(&far), ..chooser(&config, 2) };
-        let pairs = c.choose(call(Collective::AllReduce, 8), |_| 0, |_| false).unwrap();
+        let small = c.choose(call(Collective::AllReduce, 8), |_| 0, |_| false).unwrap();
+        assert_eq!(small, Algorithm::AllReduceNvrar);
+        // Nodes of different sizes: no NVRAR.
+        let ragged = Chooser { equal_nodes: false, ..c };
+        let pairs = ragged.choose(call(Collective::AllReduce, 8), |_| 0, |_| false).unwrap();
         assert_eq!(pairs, Algorithm::AllReducePortAllPairs);
         for err in [
             c.choose(call(Collective::AllToAll, 8), |_| 0, |_| false).unwrap_err(),

@@ -1291,6 +1291,7 @@ impl Collectives {
             ranks: self.ranks(),
             unreachable: self.resources.unreachable(),
             nodes: self.node_count,
+            equal_nodes: crate::nvrar::equal_node_size(self.comm.topology()).is_some(),
             ll128: self.resources.ll128_room(),
         }
     }

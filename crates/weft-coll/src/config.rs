@@ -22,6 +22,12 @@ const MAX_P2P_LL_BYTES: usize = 16 << 20;
 /// rather than around the ring (`port_ring`, 2(n - 1) crossings of 1/n of the message).
 pub(crate) const ALLPAIRS_ACROSS_NODES_MAX: u64 = 256 << 10;
 
+/// Largest AllReduce across nodes that goes by NVRAR (`nvrar`: one put of LL packets per step,
+/// no signal) where the nodes are of equal size: measured fastest up to 64 KB across 2 and 4
+/// virtual nodes over the emulated NIC; its LL packets double the bytes, so all pairs wins above
+/// (docs/multinode.md).
+pub(crate) const NVRAR_ACROSS_NODES_MAX: u64 = 64 << 10;
+
 /// One rule of the selector: messages up to `max_bytes` (the collective's largest buffer per
 /// rank, as `weft bench` sizes it; `None`: any size) use `algorithm`, for calls of element type
 /// `dtype` on communicators of `ranks` ranks (each `None`: any).
@@ -251,7 +257,9 @@ impl Selector {
     }
 
     /// The algorithm for a communicator whose kernels cannot map some peers (other hosts, or
-    /// other virtual nodes): only the PortChannel AllReduces reach them (through the proxy),
+    /// other virtual nodes): only the AllReduces that cross nodes reach them (through the
+    /// proxy), `nvrar` up to `NVRAR_ACROSS_NODES_MAX` bytes where the nodes are of equal size
+    /// (not FP8: it carries partials in the element type), then
     /// `port_allpairs` for messages up to `ALLPAIRS_ACROSS_NODES_MAX` bytes (one network
     /// crossing) and in FP8 (the ring carries partials in the element type), `port_ring` above
     /// and at every size beyond [`weft_types::MAX_RANKS`] ranks, where `port_allpairs` does not
@@ -261,8 +269,9 @@ impl Selector {
     /// [`Rule::nodes`]); only where it supports the type and operator. The error says what is
     /// missing.
     pub fn across_nodes(&self, call: AcrossNodes) -> Result<Algorithm, String> {
-        let AcrossNodes { collective, bytes, dtype, op, ranks, nodes } = call;
+        let AcrossNodes { collective, bytes, dtype, op, ranks, nodes, equal_nodes } = call;
         let (ring, pairs) = (Algorithm::AllReducePortRing, Algorithm::AllReducePortAllPairs);
+        let nvrar = Algorithm::AllReduceNvrar;
         if collective != Collective::AllReduce {
             return Err(format!(
                 "{collective} has no algorithm across nodes (only AllReduce: port_allpairs, port_ring, nvrar)"
@@ -279,6 +288,13 @@ impl Selector {
             None => match self.tuned_across(collective, dtype, bytes, ranks, nodes) {
                 // A table's pick that cannot run here (all pairs beyond 8 ranks) is no pick.
                 Some(tuned) if matches!(tuned, Algorithm::Plan(_)) || tuned.available(ranks) => tuned,
+                None if bytes <= NVRAR_ACROSS_NODES_MAX
+                    && equal_nodes
+                    && nvrar.available(ranks)
+                    && nvrar.supports(dtype) =>
+                {
+                    nvrar
+                }
                 // All pairs keeps a slot per rank in fixed arrays: the ring beyond them.
                 None if (bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype)) && pairs.available(ranks) => {
                     pairs
@@ -391,6 +407,8 @@ pub struct AcrossNodes {
     pub ranks: usize,
     /// (Virtual) nodes the ranks are in.
     pub nodes: usize,
+    /// Whether every node has the same number of ranks (`nvrar` needs it).
+    pub equal_nodes: bool,
 }
 
 /// The rules of one collective as groups by filters, in order of first appearance; each must
@@ -805,7 +823,7 @@ mod tests {
 
     /// A call on 4 ranks in 2 nodes.
     fn across(collective: Collective, bytes: u64, dtype: DataType, op: ReduceOp) -> AcrossNodes {
-        AcrossNodes { collective, bytes, dtype, op, ranks: 4, nodes: 2 }
+        AcrossNodes { collective, bytes, dtype, op, ranks: 4, nodes: 2, equal_nodes: true }
     }
 
     #[test]
@@ -819,9 +837,11 @@ mod tests {
                 ..across(Collective::AllReduce, bytes, dtype, ReduceOp::Sum)
             })
         };
-        assert_eq!(at(&s, 8, DataType::Bf16, 8), Ok(pairs));
+        assert_eq!(at(&s, 8, DataType::Bf16, 8), Ok(Algorithm::AllReduceNvrar));
+        assert_eq!(at(&s, 128 << 10, DataType::Bf16, 8), Ok(pairs));
         for ranks in [9, 16, 32] {
-            assert_eq!(at(&s, 8, DataType::Bf16, ranks), Ok(ring), "{ranks} ranks");
+            assert_eq!(at(&s, 8, DataType::Bf16, ranks), Ok(Algorithm::AllReduceNvrar), "{ranks} ranks");
+            assert_eq!(at(&s, 128 << 10, DataType::Bf16, ranks), Ok(ring), "{ranks} ranks");
             assert_eq!(at(&s, 1 << 30, DataType::Bf16, ranks), Ok(ring), "{ranks} ranks");
             // FP8 has only all pairs across nodes: refused, not run out of bounds.
             let fp8 = at(&s, 8, DataType::F8E4M3, ranks).unwrap_err();
@@ -887,7 +907,7 @@ mod tests {
         assert_eq!(pick(64 << 20, 4, 4), Ok(hier));
         // No rule for 8 ranks in 4 nodes, nor for 3 nodes: the built-in choice.
         assert_eq!(pick(64 << 20, 8, 4), Ok(Algorithm::AllReducePortRing));
-        assert_eq!(pick(1024, 6, 3), Ok(Algorithm::AllReducePortAllPairs));
+        assert_eq!(pick(1024, 6, 3), Ok(Algorithm::AllReduceNvrar));
         // The table's all pairs cannot run beyond 8 ranks: no pick, so the built-in choice.
         assert_eq!(pick(1024, 16, 2), Ok(Algorithm::AllReducePortRing));
         // Within one node the rules for node counts never apply.

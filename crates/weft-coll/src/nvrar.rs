@@ -52,6 +52,17 @@ impl NvrarLayout {
     }
 }
 
+/// Groups of blocks the kernel deals a step's puts to (its `kNvrarMaxPuts`).
+const PUT_GROUPS: usize = 4;
+/// Most steps across nodes the kernel counts arrivals for (its `kNvrarMaxSteps`).
+const MAX_STEPS: usize = 8;
+
+/// Words of the launch state of `blocks` blocks: each block's round count, then an arrival
+/// counter per (group, parity, step).
+fn state_words(blocks: u32) -> usize {
+    blocks as usize + PUT_GROUPS * 2 * MAX_STEPS
+}
+
 /// The ranks of every node of `topology` when all nodes have the same number, else `None`.
 pub(crate) fn equal_node_size(topology: &Topology) -> Option<usize> {
     let mut sizes = vec![0usize; topology.node_count()];
@@ -88,8 +99,9 @@ impl Nvrar {
             GinError::Gpu { source, .. } => CollError::Gpu { rank, source },
             other => unsupported(format!("nvrar: {other}")),
         })?;
-        let state = DeviceMemory::alloc(comm.device(), 8 * blocks as usize, AllocKind::Legacy)
-            .and_then(|m| m.write_pod(0, &vec![0u64; blocks as usize]).map(|()| m))
+        let words = state_words(blocks);
+        let state = DeviceMemory::alloc(comm.device(), 8 * words, AllocKind::Legacy)
+            .and_then(|m| m.write_pod(0, &vec![0u64; words]).map(|()| m))
             .map_err(|source| CollError::Gpu { rank, source })?;
         Ok(Self { layout, state, dev })
     }
@@ -129,5 +141,8 @@ mod tests {
         // The largest communicator stays far below the 4 GiB of a proxy offset.
         assert!(NvrarLayout::new(8, 4, ROUND_BYTES).window_bytes() < 1 << 32);
         assert!(NvrarLayout::new(1, 32, ROUND_BYTES).window_bytes() < 1 << 32);
+        assert_eq!(state_words(33), 33 + 64);
+        // Steps of the largest communicator (32 nodes of one rank) have their counters.
+        assert!(NvrarLayout::new(1, weft_types::GIN_MAX_RANKS, ROUND_BYTES).steps < MAX_STEPS);
     }
 }

@@ -414,6 +414,38 @@ class Gin {
   uint64_t pending_[GIN_MAX_RANKS];
 };
 
+/// A put of `bytes` from this rank's window `src_window` at `src_offset` into member `peer` of
+/// `team`'s window `dst_window` at `dst_offset`, made by every thread of `coop`, that no later
+/// signal or flush of a Gin covers: it keeps no ordering state (no Gin object, so no per-thread
+/// array), and the receiver learns of its arrival from the data itself (LL packets carrying a
+/// flag in every 8 bytes). On LSA the group stores the bytes; through the proxy the group syncs
+/// and its leader queues the command on the peer's connection without a signal (the push's .sys
+/// fence orders the group's earlier stores before the proxy reads the source). Every thread
+/// returns the leader's outcome.
+template <typename Coop>
+__device__ __forceinline__ bool gin_put_unordered(const Coop& coop, const DevCommHandle& h, const GinTeam& team,
+                                                  uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
+                                                  uint32_t src_window, uint64_t src_offset, uint64_t bytes) {
+  const uint32_t rank = gin_world_rank(team, peer);
+  const uint64_t dst = gin_window_offset(h, dst_window) + dst_offset;
+  const uint64_t src = gin_window_offset(h, src_window) + src_offset;
+  const bool lsa = !gin_is_proxy_peer(h, rank);
+  if (lsa) {
+    detail::gin_copy(coop, reinterpret_cast<char*>(gin_peer_heap(h, rank) + dst),
+                     reinterpret_cast<const char*>(h.heap + src), bytes);
+  }
+  coop.sync();
+  bool ok = true;
+  if (coop.rank() == 0 && !lsa) {
+    const PortChannelDeviceHandle& ch =
+        reinterpret_cast<const PortChannelDeviceHandle*>(h.ports)[rank * (h.signal_slots + 1) + h.signal_slots];
+    uint64_t pos;
+    ok = detail::port_push(ch, FifoOp::Put, ch.dst_memory, static_cast<uint32_t>(dst), ch.src_memory,
+                           static_cast<uint32_t>(src), static_cast<uint32_t>(bytes), &pos);
+  }
+  return coop.all(ok);
+}
+
 /// The DevCommHandle behind an ncclDevComm that weft's libnccl.so.2 made (ncclDevCommCreate;
 /// docs/gin.md), for a kernel written against NCCL's host API: `weft::Gin gin(gin_handle(devComm))`.
 /// `NcclDevComm` is NCCL 2.28.9's ncclDevComm (its size is checked), passed to the kernel by value

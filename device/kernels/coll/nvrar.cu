@@ -8,8 +8,63 @@ namespace {
 
 /// The window of the device communicator the kernel uses (its only one).
 constexpr uint32_t kNvrarWindow = 0;
-/// Fewest packets a block takes, so that a small call travels as one put per step.
-constexpr uint64_t kNvrarMinPackets = 2048;
+/// Most puts per step: a put through the proxy costs a few microseconds of its own (~5 µs a copy
+/// on the emulated NIC, docs/multinode.md) and a step ends with its last put, so a shard goes
+/// as a few large puts, each packed by a group of blocks.
+constexpr uint32_t kNvrarMaxPuts = 4;
+/// Fewest packets a put carries (64 KB of payload): a small call is one put per step.
+constexpr uint64_t kNvrarMinPutPackets = 8192;
+/// Fewest packets a block of a put's group takes (one per thread of a 1024-thread block).
+constexpr uint64_t kNvrarMinBlockPackets = 1024;
+/// Most steps across nodes: ⌊log2 32⌋ + 2 (GIN_MAX_RANKS ranks, one per node at most).
+constexpr uint32_t kNvrarMaxSteps = 8;
+
+/// Where a block works in a round: the blocks form kNvrarMaxPuts groups, group k packs and
+/// receives put k's range `[put_lo, put_hi)` of the shard's packets, each block its own part
+/// `[lo, hi)` of it; `active` blocks of the group have a part. The same on every rank.
+struct NvrarRange {
+  uint64_t put_lo, put_hi, lo, hi;
+  uint32_t group, active;
+
+  __device__ __forceinline__ NvrarRange(uint64_t packets) {
+    const uint32_t groups = gridDim.x < kNvrarMaxPuts ? gridDim.x : kNvrarMaxPuts;
+    const uint32_t per_group = gridDim.x / groups;
+    group = blockIdx.x / per_group;
+    const uint64_t put = round_up32(max_u64(kNvrarMinPutPackets, div_ceil(packets, groups)));
+    put_lo = min_u64(group * put, packets);
+    put_hi = group < groups ? min_u64(put_lo + put, packets) : put_lo;
+    const uint64_t part = round_up32(max_u64(kNvrarMinBlockPackets, div_ceil(put_hi - put_lo, per_group)));
+    lo = min_u64(put_lo + (blockIdx.x % per_group) * part, put_hi);
+    hi = min_u64(lo + part, put_hi);
+    active = static_cast<uint32_t>(div_ceil(put_hi - put_lo, part));
+  }
+  __device__ __forceinline__ static uint64_t round_up32(uint64_t n) { return (n + 31) & ~uint64_t(31); }
+  __device__ __forceinline__ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+};
+
+/// Block-wide: whether this block is the last of its group to have its part of the put of step
+/// `step` written; that block puts the whole range. Each (group, parity, step) has its counter,
+/// which its last arriver sets back to 0 before the put leaves; the counter's next use, two
+/// rounds later, comes after the partner of that step answered this put (the partner of a step
+/// is the same every round, and it answers round g + 1 only after receiving round g), so no
+/// arrival is lost. Called by every thread.
+__device__ __forceinline__ bool nvrar_last_to_arrive(const NvrarRange& range, uint32_t parity, uint32_t step,
+                                                     uint64_t* arrivals) {
+  if (range.active == 1) return true;
+  __syncthreads();  // the block's packets before thread 0's release
+  bool last = false;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const uint32_t index = (range.group * 2 + parity) * kNvrarMaxSteps + step;
+    unsigned long long* counter = reinterpret_cast<unsigned long long*>(arrivals + index);
+    last = atomicAdd(counter, 1ull) + 1 == range.active;
+    if (last) {
+      atomicExch(counter, 0ull);
+      __threadfence();  // the other blocks' packets (seen through the counter) before the put
+    }
+  }
+  return __syncthreads_or(last) != 0;
+}
 
 /// One rank's place in the algorithm: the node (LSA team, G ranks) and the rail (the ranks of
 /// this local index, one per node: N), the recursive doubling's fix-up, and the window's slots.
@@ -116,9 +171,11 @@ __device__ __forceinline__ void fold_pair(const uint32_t (&lower)[2], const uint
 /// Every rank gets the same bits: phase 1 folds in local-rank order, every exchange folds the
 /// lower side's value first, and every other rank copies the finished values.
 ///
-/// Blocks: a round's shard is dealt in contiguous ranges of packets, block k takes range k of
-/// every shard at every phase and step, so block k of each rank talks only to block k of the
-/// others and the blocks never wait for each other. Each block keeps its round count in
+/// Blocks: a round's shard is dealt in at most kNvrarMaxPuts contiguous ranges of packets, one
+/// per group of blocks, each block of a group taking a part of its range (NvrarRange); block k
+/// takes the same part of every shard at every phase and step, so block k of each rank reads only
+/// what block k of the others wrote, and the last block of a group to finish its part puts the
+/// group's range (nvrar_last_to_arrive). Each block keeps its round count in
 /// `state[blockIdx.x]` (every launch has the same grid and every block counts every round, so
 /// the counts agree); round g uses parity g % 2 of the window and flag g % (2^32 - 1) + 1, so a
 /// slot's old packets (round g - 2) never match. A slot is rewritten two rounds later only after
@@ -131,13 +188,13 @@ __device__ __forceinline__ void fold_pair(const uint32_t (&lower)[2], const uint
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_nvrar(CollContext c, const char* input, char* output, uint64_t bytes, DevCommHandle h,
                          uint64_t round_bytes, uint64_t slot_bytes, uint64_t* state) {
+  // state: the blocks' round counts, then the groups' arrival counters (NvrarRange).
   WEFT_TRACE_SCOPE(weft_allreduce_nvrar);
   if (bytes == 0) return;
   const NvrarPlace at(h, slot_bytes);
   const GinTeam rail = gin_team_rail(h), node = gin_team_lsa(h);
   const Pre pre = Pre::of(c);
   const Fin finish = Fin::of(c);
-  Gin gin(h);
   const uint64_t rounds = div_ceil(bytes, round_bytes);
   const uint64_t before = state[blockIdx.x];
   for (uint64_t i = 0; i < rounds; ++i) {
@@ -148,10 +205,8 @@ extern "C" __global__ void __launch_bounds__(1024)
     const uint64_t len = min_u64(round_bytes, bytes - first);
     const uint64_t shard = (div_ceil(len, at.g) + 7) & ~uint64_t(7);
     const uint64_t packets = shard / 8;
-    uint64_t per_block = div_ceil(packets, gridDim.x);
-    per_block = (per_block < kNvrarMinPackets ? kNvrarMinPackets : per_block + 31) & ~uint64_t(31);
-    const uint64_t lo = min_u64(blockIdx.x * per_block, packets);
-    const uint64_t hi = min_u64(lo + per_block, packets);
+    const NvrarRange range(packets);
+    const uint64_t lo = range.lo, hi = range.hi;
     if (lo == hi) continue;
     auto shard_len = [&](uint32_t m) { return len > m * shard ? min_u64(shard, len - m * shard) : 0; };
     const char* in = input + first;
@@ -199,10 +254,13 @@ extern "C" __global__ void __launch_bounds__(1024)
 
     // Phase 2: the steps across nodes. A step's partial lies in send[s] (this thread's own
     // packets); its result goes to send[s + 1], or, finished, to `done`.
-    const uint64_t range = (hi - lo) * sizeof(LlPacket);
+    const uint64_t put_offset = range.put_lo * sizeof(LlPacket);
+    const uint64_t put_bytes = (range.put_hi - range.put_lo) * sizeof(LlPacket);
+    uint64_t* const arrivals = state + gridDim.x;
     auto put = [&](uint32_t to_node, uint32_t slot, uint64_t from) {
-      return gin.put(GinCoopBlock{}, rail, to_node, kNvrarWindow, at.recv(parity, slot) + lo * sizeof(LlPacket),
-                     kNvrarWindow, from + lo * sizeof(LlPacket), range);
+      if (!nvrar_last_to_arrive(range, parity, slot, arrivals)) return true;
+      return gin_put_unordered(GinCoopBlock{}, h, rail, to_node, kNvrarWindow, at.recv(parity, slot) + put_offset,
+                               kNvrarWindow, from + put_offset, put_bytes);
     };
     const uint32_t hand_back = at.steps - 1;
     for (uint32_t s = 0; s < at.steps; ++s) {

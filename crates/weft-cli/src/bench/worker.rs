@@ -180,6 +180,11 @@ fn run_rank(
             // The timed buffers: send and recv, or the in-place layout inside recv.
             let placement = if options.in_place { Placement::InPlace } else { Placement::OutOfPlace };
             let algorithm = call.weft(&coll, &mut me.buffers.borrow_mut(), placement)?;
+            // One eager call of the other algorithm too: its first call sets it up, which must
+            // not happen inside a graph capture (the set-up synchronises).
+            if let Some(run) = &versus_run {
+                run(&mut me.buffers.borrow_mut(), placement)?;
+            }
             row.algorithm = algorithm.name().to_string();
             row.model_us = coll.emulated_nic_model_us(algorithm, shape.bytes);
             me.idle()?;
