@@ -21,8 +21,9 @@ pub fn check(data: &[u8]) -> bool {
                 for bytes in SIZES {
                     let algorithm = selector.select(collective, dtype, bytes, ranks);
                     assert_eq!(algorithm.collective(), collective, "{algorithm} chosen for {collective}");
-                    for nodes in [2, 3] {
-                        let call = AcrossNodes { collective, bytes, dtype, op: ReduceOp::Sum, ranks, nodes };
+                    for (nodes, equal_nodes) in [(2, true), (3, false)] {
+                        let call =
+                            AcrossNodes { collective, bytes, dtype, op: ReduceOp::Sum, ranks, nodes, equal_nodes };
                         if let Ok(across) = selector.across_nodes(call) {
                             assert_eq!(
                                 across.collective(),
