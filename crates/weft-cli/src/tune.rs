@@ -124,6 +124,8 @@ fn tuned_here(algorithm: Algorithm, nodes: &Nodes) -> bool {
     }
     let sets_up = match algorithm {
         Algorithm::Plan(id) => id.plan_at(nodes, 0).is_ok(),
+        // (Virtual nodes are numbered node after node, so `uniform` is "of equal size".)
+        Algorithm::AllReduceNvrar => nodes.uniform().is_ok() && algorithm.available(nodes.ranks() as usize),
         _ => algorithm.available(nodes.ranks() as usize),
     };
     algorithm.collective() == Collective::AllReduce && algorithm.may_cross_nodes() && sets_up

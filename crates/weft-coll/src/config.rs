@@ -285,22 +285,30 @@ impl Selector {
                     "{other} cannot reach peers of other nodes (port_allpairs, port_ring, nvrar and plans whose memory channels stay within nodes can)"
                 ));
             }
-            None => match self.tuned_across(collective, dtype, bytes, ranks, nodes) {
-                // A table's pick that cannot run here (all pairs beyond 8 ranks) is no pick.
-                Some(tuned) if matches!(tuned, Algorithm::Plan(_)) || tuned.available(ranks) => tuned,
-                None if bytes <= NVRAR_ACROSS_NODES_MAX
-                    && equal_nodes
-                    && nvrar.available(ranks)
-                    && nvrar.supports(dtype) =>
-                {
-                    nvrar
+            None => {
+                // A table's pick that cannot run here (all pairs beyond 8 ranks; nvrar on nodes
+                // of different sizes or in a type whose partials it would round) is no pick:
+                // the built-in choice then.
+                let runs = |tuned: &Algorithm| {
+                    (matches!(tuned, Algorithm::Plan(_)) || tuned.available(ranks))
+                        && (*tuned != nvrar || (equal_nodes && nvrar.supports(dtype)))
+                };
+                match self.tuned_across(collective, dtype, bytes, ranks, nodes).filter(runs) {
+                    Some(tuned) => tuned,
+                    None if bytes <= NVRAR_ACROSS_NODES_MAX
+                        && equal_nodes
+                        && nvrar.available(ranks)
+                        && nvrar.supports(dtype) =>
+                    {
+                        nvrar
+                    }
+                    // All pairs keeps a slot per rank in fixed arrays: the ring beyond them.
+                    None if (bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype)) && pairs.available(ranks) => {
+                        pairs
+                    }
+                    None => ring,
                 }
-                // All pairs keeps a slot per rank in fixed arrays: the ring beyond them.
-                None if (bytes <= ALLPAIRS_ACROSS_NODES_MAX || !ring.supports(dtype)) && pairs.available(ranks) => {
-                    pairs
-                }
-                _ => ring,
-            },
+            }
         };
         // (A plan is checked against the nodes when it is set up.)
         if !matches!(chosen, Algorithm::Plan(_)) && !chosen.available(ranks) {
@@ -882,6 +890,21 @@ mod tests {
     }
 
     #[test]
+    fn a_tuned_nvrar_gives_way_where_it_cannot_run() {
+        let json = br#"{"collectives": {"allreduce": [{"nodes": 2, "algorithm": "nvrar"}]}}"#;
+        let mut s = Selector::default();
+        s.apply(&TuningTable::from_json(json).unwrap()).unwrap();
+        let pick = |bytes: u64, dtype, equal_nodes| {
+            s.across_nodes(AcrossNodes { equal_nodes, ..across(Collective::AllReduce, bytes, dtype, ReduceOp::Sum) })
+        };
+        assert_eq!(pick(1 << 20, DataType::Bf16, true), Ok(Algorithm::AllReduceNvrar));
+        // Nodes of different sizes, or FP8 (partials in the type): the built-in choice.
+        assert_eq!(pick(1 << 20, DataType::Bf16, false), Ok(Algorithm::AllReducePortRing));
+        assert_eq!(pick(1024, DataType::Bf16, false), Ok(Algorithm::AllReducePortAllPairs));
+        assert_eq!(pick(1024, DataType::F8E4M3, true), Ok(Algorithm::AllReducePortAllPairs));
+    }
+
+    #[test]
     fn rules_for_a_node_count_choose_across_those_nodes_only() {
         let json = br#"{"collectives": {"allreduce": [
             {"nodes": 2, "max_bytes": 65536, "algorithm": "port_allpairs"},
@@ -909,7 +932,7 @@ mod tests {
         assert_eq!(pick(64 << 20, 8, 4), Ok(Algorithm::AllReducePortRing));
         assert_eq!(pick(1024, 6, 3), Ok(Algorithm::AllReduceNvrar));
         // The table's all pairs cannot run beyond 8 ranks: no pick, so the built-in choice.
-        assert_eq!(pick(1024, 16, 2), Ok(Algorithm::AllReducePortRing));
+        assert_eq!(pick(1024, 16, 2), Ok(Algorithm::AllReduceNvrar));
         // Within one node the rules for node counts never apply.
         assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 1024, 4), Algorithm::AllReduceHb);
         assert_eq!(s.select(Collective::AllReduce, DataType::Bf16, 1 << 20, 4), Algorithm::AllReduceRing);

@@ -127,6 +127,12 @@ __device__ __forceinline__ LlPacket* nvrar_lsa(const DevCommHandle& h, uint32_t 
   return lsa_pointer<LlPacket>(h, kNvrarWindow, m, offset);
 }
 
+/// Payload bytes of packet j of a `len`-byte piece: 0 past its end (a shard's packets run to the
+/// common shard size; the last shards are shorter or empty).
+__device__ __forceinline__ uint32_t nvrar_valid(uint64_t len, uint64_t j) {
+  return len > j * 8 ? static_cast<uint32_t>(min_u64(8, len - j * 8)) : 0;
+}
+
 /// The payload of a packet this thread wrote itself (its own partial): no flag to wait for.
 __device__ __forceinline__ void own_words(const LlPacket* p, uint32_t (&w)[2]) {
   uint32_t f1, f2;
@@ -183,8 +189,11 @@ __device__ __forceinline__ void fold_pair(const uint32_t (&lower)[2], const uint
 /// round g + 1, what its partner of that slot sent after finishing round g; the same holds for a
 /// send slot, whose put the partner must have received in full before. A step's result never
 /// goes into the slot the step is sending from (the copy may still be reading it). Calls larger
-/// than a round (`round_bytes`) go round after round. Every wait is bounded and names the rank
-/// and the peer.
+/// than a round (`round_bytes`) go in rounds of one size, so every block takes part in every
+/// round of a call; between calls, a rank's next kernel starts after its previous one ended, and
+/// its partners' likewise. Every wait is bounded and names the rank and the peer; a timeout
+/// leaves the round counts and arrival counters behind, and the communicator is then failed,
+/// as after any device timeout.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_nvrar(CollContext c, const char* input, char* output, uint64_t bytes, DevCommHandle h,
                          uint64_t round_bytes, uint64_t slot_bytes, uint64_t* state) {
@@ -195,19 +204,25 @@ extern "C" __global__ void __launch_bounds__(1024)
   const GinTeam rail = gin_team_rail(h), node = gin_team_lsa(h);
   const Pre pre = Pre::of(c);
   const Fin finish = Fin::of(c);
+  // Rounds of one size: every round of a call has the same shard and the same block ranges, so
+  // every block takes part in every round (the slot reuse argument below needs that); the last
+  // round's bytes may fall short of it.
   const uint64_t rounds = div_ceil(bytes, round_bytes);
+  const uint64_t per_round = div_ceil(bytes, rounds);
+  const uint64_t shard = (div_ceil(per_round, at.g) + 7) & ~uint64_t(7);
+  const NvrarRange range(shard / 8);
+  const uint64_t lo = range.lo, hi = range.hi;
   const uint64_t before = state[blockIdx.x];
+  if (lo == hi) {
+    if (threadIdx.x == 0) state[blockIdx.x] = before + rounds;
+    return;
+  }
   for (uint64_t i = 0; i < rounds; ++i) {
     const uint64_t round = before + i;
     const uint32_t flag = static_cast<uint32_t>(round % 0xffffffffull) + 1;
     const uint32_t parity = static_cast<uint32_t>(round & 1);
-    const uint64_t first = i * round_bytes;
-    const uint64_t len = min_u64(round_bytes, bytes - first);
-    const uint64_t shard = (div_ceil(len, at.g) + 7) & ~uint64_t(7);
-    const uint64_t packets = shard / 8;
-    const NvrarRange range(packets);
-    const uint64_t lo = range.lo, hi = range.hi;
-    if (lo == hi) continue;
+    const uint64_t first = i * per_round;
+    const uint64_t len = min_u64(per_round, bytes - first);
     auto shard_len = [&](uint32_t m) { return len > m * shard ? min_u64(shard, len - m * shard) : 0; };
     const char* in = input + first;
     char* out = output + first;
@@ -220,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       LlPacket* to = nvrar_lsa(h, m, at.rs(parity, at.local));
       for (uint64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
         uint32_t w[2];
-        detail::load_words<2>(in + m * shard + j * 8, packet_valid(shard_len(m), j), w);
+        detail::load_words<2>(in + m * shard + j * 8, nvrar_valid(shard_len(m), j), w);
         pre(w);
         Ll16::write(to + j, w, flag);
       }
@@ -234,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       for (uint32_t m = 0; m < at.g && ok; ++m) {
         uint32_t w[2];
         if (m == at.local) {
-          detail::load_words<2>(in + m * shard + j * 8, packet_valid(shard_len(m), j), w);
+          detail::load_words<2>(in + m * shard + j * 8, nvrar_valid(shard_len(m), j), w);
           pre(w);
         } else {
           ok = nvrar_read(h, gin_world_rank(node, m), nvrar_local(h, at.rs(parity, m)) + j, flag, w);
@@ -315,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (uint64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
       uint32_t w[2];
       own_words(done + j, w);
-      detail::store_words<2>(out + at.local * shard + j * 8, packet_valid(shard_len(at.local), j), w);
+      detail::store_words<2>(out + at.local * shard + j * 8, nvrar_valid(shard_len(at.local), j), w);
       for (uint32_t m = 0; m < at.g; ++m) {
         if (m != at.local) Ll16::write(nvrar_lsa(h, m, at.ag(parity, at.local)) + j, w, flag);
       }
@@ -327,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       for (uint64_t j = lo + threadIdx.x; j < hi && ok; j += blockDim.x) {
         uint32_t w[2];
         ok = nvrar_read(h, peer, from + j, flag, w);
-        if (ok) detail::store_words<2>(out + m * shard + j * 8, packet_valid(shard_len(m), j), w);
+        if (ok) detail::store_words<2>(out + m * shard + j * 8, nvrar_valid(shard_len(m), j), w);
       }
     }
     if (!__syncthreads_and(ok)) return;
