@@ -167,8 +167,9 @@ __device__ __forceinline__ void fold_pair(const uint32_t (&lower)[2], const uint
 ///      into member m's `rs[local]` slot (LSA stores) and folds the pieces of its own shard in
 ///      local-rank order;
 ///   2. recursive doubling across nodes among the ranks of the same local index (the rail) on
-///      the shard, with the fix-up for N not a power of two. Each step is one put per block of
-///      LL packets (4 bytes of data and 4 of flag per 8, the flag the round's sequence number)
+///      the shard, with the fix-up for N not a power of two. Each step is one put per group of
+///      blocks (at most kNvrarMaxPuts) of LL packets (4 bytes of data and 4 of flag per 8, the
+///      flag the round's sequence number)
 ///      from `send[s]` into the partner's `recv[s]`: no signal travels, the receiver polls the
 ///      flags, so a step costs one crossing. Both sides fold the pair in node order;
 ///   3. all-gather within the node: the finished shard (`done`) into the output and as LL
