@@ -119,6 +119,8 @@ pub struct Collectives {
     checked_calls: AtomicU64,
     /// (Virtual) nodes the ranks are in, for the choice across nodes (the topology is fixed).
     node_count: usize,
+    /// Whether every node has as many ranks (`nvrar` needs it); read by every choice, so kept.
+    equal_nodes: bool,
 }
 
 /// How [`Collectives::map_buffers`] found the peers' buffers.
@@ -195,6 +197,7 @@ impl Collectives {
             plan_launches: [AtomicU64::new(0), AtomicU64::new(0)],
             checked_calls: AtomicU64::new(0),
             node_count: comm.topology().node_count(),
+            equal_nodes: crate::nvrar::equal_node_size(comm.topology()).is_some(),
         })
     }
 
@@ -1291,7 +1294,7 @@ impl Collectives {
             ranks: self.ranks(),
             unreachable: self.resources.unreachable(),
             nodes: self.node_count,
-            equal_nodes: crate::nvrar::equal_node_size(self.comm.topology()).is_some(),
+            equal_nodes: self.equal_nodes,
             ll128: self.resources.ll128_room(),
         }
     }
