@@ -133,6 +133,12 @@ enum Command {
         /// kernels; docs/trace.md.
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
+        /// Collectives across nodes: the model column uses the network α and β of this `weft
+        /// model calibrate` file (e.g. fitted from `weft bench p2p --channel port` across the
+        /// nodes, the proxy's cost per crossing included) instead of the emulated NIC's
+        /// variables, and covers a real network (TCP, verbs) too.
+        #[arg(long)]
+        model: Option<std::path::PathBuf>,
         /// The root of broadcast and reduce, a rank below the ranks (NCCL and the check use it
         /// too).
         #[arg(long, default_value_t = 0)]
@@ -422,8 +428,12 @@ fn main() -> ExitCode {
             ranks,
             trials,
             trace,
+            model,
             root,
         } => match collective.as_str() {
+            "gin" | "fifo" | "p2p" | "ep" if model.is_some() => {
+                Err("--model is an option of the collective benchmarks".into())
+            }
             "gin" => bench_gin(
                 &sweep,
                 [
@@ -463,7 +473,7 @@ fn main() -> ExitCode {
                 [graph, check, nccl || nccl_windows, in_place, windows, nccl_windows],
                 versus,
                 [ranks, trials],
-                [json, plot, trace],
+                [json, plot, trace, model],
                 root,
             ),
         },
@@ -512,7 +522,7 @@ fn bench(
     [graph, check, nccl, in_place, windows, nccl_windows]: [bool; 6],
     versus: Option<String>,
     [ranks, trials]: [Option<usize>; 2],
-    [json, plot, trace]: [Option<std::path::PathBuf>; 3],
+    [json, plot, trace, model]: [Option<std::path::PathBuf>; 4],
     root: u32,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if ranks == Some(0) {
@@ -553,6 +563,7 @@ fn bench(
         ranks: if world.is_some() { None } else { ranks },
         trials: trials.unwrap_or(weft_cli::harness::trials::DEFAULT_TRIALS),
         trace,
+        model: model.as_deref().map(weft_cli::model_cmd::read_params_file).transpose()?,
         root,
     };
     if s.gpus == 0 {
@@ -896,6 +907,9 @@ mod tests {
         let Command::Bench { collective, proxy, sweep, .. } = cli.command else { panic!("not bench") };
         assert_eq!((collective.as_str(), proxy.channel.as_deref()), ("p2p", Some("port")));
         assert_eq!((sweep.min_bytes.as_str(), sweep.max_bytes.as_str(), sweep.factor), ("1K", "1G", 4));
+        let cli = Cli::try_parse_from(["weft", "bench", "allreduce", "--model", "m.json"]).unwrap();
+        let Command::Bench { model, .. } = cli.command else { panic!("not bench") };
+        assert_eq!(model.as_deref(), Some(std::path::Path::new("m.json")));
         let cli = Cli::try_parse_from(["weft", "bench", "ep", "--sms", "24,64", "--tokens", "128", "--check"]).unwrap();
         let Command::Bench { collective, proxy, check, .. } = cli.command else { panic!("not bench") };
         assert_eq!((collective.as_str(), proxy.sms, proxy.tokens, check), ("ep", vec![24, 64], 128, true));

@@ -129,6 +129,14 @@ fn default_params() -> Params {
     Params::new(LinkModel::new(2.77, Some(370.0)), LinkModel::new(2.0, Some(50.0)))
 }
 
+/// A parameter file written by `weft model calibrate`, its values checked.
+pub fn read_params_file(path: &Path) -> Result<ParamsFile, Box<dyn Error>> {
+    let file =
+        serde_json::from_value::<ParamsFile>(read_json(path)?).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.params().map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(file)
+}
+
 fn read_json(path: &Path) -> Result<serde_json::Value, Box<dyn Error>> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?)
@@ -252,9 +260,7 @@ fn predict(args: &PredictArgs) -> Result<ExitCode, Box<dyn Error>> {
     let algorithms = Algorithm::parse_list(&args.algo)?;
     let (min, max) = parse_size_range(&args.min_bytes, &args.max_bytes)?;
     let base = match &args.params {
-        Some(path) => serde_json::from_value::<ParamsFile>(read_json(path)?)
-            .map_err(|e| format!("{}: {e}", path.display()))?
-            .params()?,
+        Some(path) => read_params_file(path)?.params()?,
         None => default_params(),
     };
     let (params, _) = apply(&args.links, base)?;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weft_core::descriptor::MemoryDescriptor;
-use weft_core::{Communicator, KernelLibrary, RemoteMemory, UserRegistration};
+use weft_core::{Communicator, KernelLibrary, LinkModel, RemoteMemory, UserRegistration};
 use weft_exec::{ExecConfig, PlanExecutor};
 use weft_gpu::{
     AllocKind, CaptureModeRelaxed, DeviceMemory, DevicePtr, KernelParams, LaunchConfig, Stream, UserAllocation,
@@ -238,15 +238,24 @@ impl Collectives {
         self.config.selector = selector;
     }
 
-    /// The α-β model's time in µs of a call of `algorithm` on `bytes` over the emulated NIC:
-    /// only for the AllReduces that cross nodes (`port_ring`, `port_allpairs`, `nvrar`) on a communicator of one host split into virtual
-    /// nodes with `WEFT_EMU_NET_*` set (weft-model's [`weft_model::rounds`], with
-    /// this communicator's round sizes); `None` otherwise (peers on other hosts go over
-    /// TCP, which the model does not describe).
-    pub fn emulated_nic_model_us(&self, algorithm: Algorithm, bytes: usize) -> Option<f64> {
-        let link = self.comm.env().emulated_net?;
+    /// The α-β model's time in µs of a call of `algorithm` on `bytes` across nodes: only for
+    /// the AllReduces that cross nodes (`port_ring`, `port_allpairs`, `nvrar`; weft-model's
+    /// [`weft_model::rounds`], with this communicator's round sizes). The network is `net`
+    /// when given (a link measured by `weft model calibrate`, for any route between nodes),
+    /// else the emulated NIC's `WEFT_EMU_NET_*` variables on a communicator of one host split
+    /// into virtual nodes; `None` otherwise (the model has no parameters for TCP or verbs of
+    /// its own) and for a communicator within one node.
+    pub fn cross_node_model_us(&self, algorithm: Algorithm, bytes: usize, net: Option<LinkModel>) -> Option<f64> {
         let routes: Vec<PortRoute> = self.port_routes().collect();
-        if routes.iter().any(|r| r.is_network()) || !routes.contains(&PortRoute::EmulatedNic) {
+        let remote = routes.iter().filter(|&&r| r != PortRoute::CopyEngine).count();
+        let link = match net {
+            Some(link) => link,
+            None if routes.iter().all(|&r| matches!(r, PortRoute::CopyEngine | PortRoute::EmulatedNic)) => {
+                self.comm.env().emulated_net?
+            }
+            None => return None,
+        };
+        if remote == 0 {
             return None;
         }
         let bytes = bytes as u64;
@@ -255,7 +264,6 @@ impl Collectives {
                 Some(weft_model::rounds::port_ring_us(bytes, self.ranks(), self.resources.context().chunk_bytes, &link))
             }
             Algorithm::AllReducePortAllPairs => {
-                let remote = routes.iter().filter(|&&r| r == PortRoute::EmulatedNic).count();
                 Some(weft_model::rounds::port_allpairs_us(bytes, remote, crate::port_allpairs::SLOT_BYTES, &link))
             }
             Algorithm::AllReduceNvrar => {

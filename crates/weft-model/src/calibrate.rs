@@ -1,10 +1,13 @@
 //! Model parameters from the JSON weft's benchmarks write, so no GPU is needed to calibrate.
 //!
-//! - A point-to-point benchmark (`weft bench p2p --json`: `rows` of `bytes` and `us`, one put
-//!   and its completion per row) gives a link: α is the time of the smallest message, β the
-//!   largest message's bytes over its time less α. (A least-squares line is dominated by the
-//!   largest rows, whose spread is larger than α itself.) The time includes the put's launch
-//!   and completion, so α is what one step of an algorithm built from such puts costs.
+//! - A point-to-point benchmark (`weft bench p2p --json`: `rows` of `bytes` and `us`, a put's
+//!   share of a stream of puts and their completion) gives a link: α is the time of the
+//!   smallest message, β the largest message's bytes over its time less that. (A least-squares
+//!   line is dominated by the largest rows, whose spread is larger than α itself.) Where the
+//!   rows also time one put alone (`latency_us`, the PortChannel benchmark: its kernel's
+//!   launch, the FIFO, the proxy's pickup, the transport and the completion), α is the
+//!   smallest message's latency instead: a stream overlaps its puts' latencies, and a step of
+//!   an algorithm pays one whole.
 //! - The FIFO benchmark (`weft bench fifo --json`: `lines` of `threads` and `max_rate`
 //!   pushes per second) gives the proxy's cost per message: one proxy thread's best rate,
 //!   inverted. Its handler only pops, so this is the floor of a proxy's cost per message.
@@ -48,6 +51,16 @@ pub fn link_from_p2p(path: &str, document: &Value) -> Result<LinkFit, ModelError
         _ => return Err(bad(path, "needs rows of at least two sizes, the larger taking longer")),
     };
     let gbps = large as f64 / ((large_us - alpha) * 1e-6) / 1e9;
+    // The smallest row's put alone, where the benchmark timed it.
+    let latency = rows
+        .iter()
+        .filter(|row| row.get("bytes").and_then(Value::as_u64) == Some(small))
+        .find_map(|row| row.get("latency_us").and_then(Value::as_f64));
+    let alpha = match latency {
+        Some(us) if us.is_finite() && us > 0.0 => us,
+        Some(us) => return Err(bad(path, format!("a `latency_us` of {us} at {small} bytes"))),
+        None => alpha,
+    };
     Ok(LinkFit { link: LinkModel::new(alpha, Some(gbps)), alpha_us: alpha, gbps, bytes: (small, large) })
 }
 
@@ -84,6 +97,21 @@ mod tests {
         assert!((fit.gbps - 400.0).abs() < 1e-9);
         assert!(link_from_p2p("x", &serde_json::json!({"rows": [{"bytes": 1, "us": 1.0}]})).is_err());
         assert!(link_from_p2p("x", &serde_json::json!({"lines": []})).unwrap_err().to_string().starts_with("x: "));
+    }
+
+    #[test]
+    fn a_put_timed_alone_gives_alpha_and_the_stream_gives_beta() {
+        let doc = serde_json::json!({"rows": [
+            {"bytes": 1024, "us": 3.0, "latency_us": 17.5},
+            {"bytes": 1_000_000_000u64, "us": 2503.0, "latency_us": 2600.0},
+        ]});
+        let fit = link_from_p2p("p2p.json", &doc).unwrap();
+        assert_eq!(fit.alpha_us, 17.5);
+        assert!((fit.gbps - 400.0).abs() < 1e-9);
+        let bad = serde_json::json!({"rows": [
+            {"bytes": 1024, "us": 3.0, "latency_us": -1.0}, {"bytes": 4096, "us": 5.0},
+        ]});
+        assert!(link_from_p2p("p2p.json", &bad).unwrap_err().to_string().contains("latency_us"));
     }
 
     #[test]

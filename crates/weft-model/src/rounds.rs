@@ -1,7 +1,7 @@
 //! weft's PortChannel AllReduces (`port_ring`, `port_allpairs`) as their kernels run them over
 //! one α-β network link: in rounds of a bounded size (the scratch holds one round), each round's
 //! messages costing `α + bytes / β` on the link. `weft bench` prints these next to the measured
-//! time across virtual nodes (weft-coll's `Collectives::emulated_nic_model_us`); with a round as
+//! time across virtual nodes (weft-coll's `Collectives::cross_node_model_us`); with a round as
 //! large as the call, the ring's time is [`crate::closed_form`]'s `ring` on one GPU per node.
 
 use std::time::Duration;

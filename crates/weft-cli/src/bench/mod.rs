@@ -88,6 +88,10 @@ pub struct BenchOptions {
     /// (`trace::traced_env`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<std::path::PathBuf>,
+    /// Collectives across nodes: the parameters of `weft model calibrate` whose network the
+    /// model column uses (`--model`; default: the emulated NIC's variables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<weft_model::params::ParamsFile>,
     /// The root of Broadcast and Reduce (weft's call, NCCL's and the reference); below the
     /// ranks ([`check_root`]).
     #[serde(default)]
@@ -175,7 +179,8 @@ pub struct Row {
     /// Slowest `versus` trial, µs per call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus_max_us: Option<f64>,
-    /// The α-β model's microseconds per call, when the call crosses the emulated NIC.
+    /// The α-β model's microseconds per call, when the call crosses nodes (the emulated NIC's
+    /// variables or `--model`'s network).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_us: Option<f64>,
     /// Elements of weft's outputs that differ from the reference (all checked trials).
@@ -419,6 +424,7 @@ mod tests {
             nccl_windows: false,
             in_place: false,
             versus: None,
+            model: None,
             gpus: 2,
             ranks: None,
             trials: DEFAULT_TRIALS,

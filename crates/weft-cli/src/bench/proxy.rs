@@ -246,6 +246,10 @@ pub struct P2pRow {
     pub bytes: usize,
     /// Microseconds per put.
     pub us: f64,
+    /// `port`: microseconds of one put alone (the median of a few kernels of one put and its
+    /// flush): the latency a step of an algorithm pays, where `us` is a stream's time per put.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
 }
 
 impl P2pRow {
@@ -401,10 +405,28 @@ pub fn p2p_table(options: &P2pOptions, rows: &[P2pRow]) -> String {
         let _ =
             writeln!(t, "# target: >= {TARGET_PORT_GBPS:.0} GB/s at >= {}", format_size(TARGET_PORT_MIN_BYTES as f64));
     }
-    let _ = writeln!(t, "# {:>10} {:>12} {:>10} {:>8}", "size", "time(us)", "GB/s", if port { "target" } else { "" });
+    let latency = if port { "alone(us)" } else { "" };
+    let _ = writeln!(
+        t,
+        "# {:>10} {:>12} {:>10} {:>10} {:>8}",
+        "size",
+        "time(us)",
+        "GB/s",
+        latency,
+        if port { "target" } else { "" }
+    );
     for r in rows {
         let target = if port && r.bytes >= TARGET_PORT_MIN_BYTES { verdict(r.gbps() >= TARGET_PORT_GBPS) } else { "" };
-        let _ = writeln!(t, "  {:>10} {:>12.2} {:>10.2} {:>8}", format_size(r.bytes as f64), r.us, r.gbps(), target);
+        let alone = r.latency_us.map_or(String::new(), |us| format!("{us:.2}"));
+        let _ = writeln!(
+            t,
+            "  {:>10} {:>12.2} {:>10.2} {:>10} {:>8}",
+            format_size(r.bytes as f64),
+            r.us,
+            r.gbps(),
+            alone,
+            target
+        );
     }
     t
 }
@@ -617,9 +639,9 @@ mod tests {
     #[test]
     fn the_p2p_table_judges_the_port_target_only_at_64_mb_and_up() {
         let rows = vec![
-            P2pRow { bytes: 1 << 20, us: 10.0 },
-            P2pRow { bytes: 64 << 20, us: 200.0 },
-            P2pRow { bytes: 256 << 20, us: 700.0 },
+            P2pRow { bytes: 1 << 20, us: 10.0, latency_us: None },
+            P2pRow { bytes: 64 << 20, us: 200.0, latency_us: None },
+            P2pRow { bytes: 256 << 20, us: 700.0, latency_us: None },
         ];
         assert!((rows[0].gbps() - 104.8576).abs() < 1e-9);
         let port = P2pOptions::new(Some("port"), 1 << 20, 256 << 20, 4).unwrap();
@@ -656,7 +678,7 @@ mod tests {
         assert!(report(&fifo, vec![RankReport::P2p(vec![])]).is_err());
 
         let p2p = ProxyBench::P2p(P2pOptions::new(Some("port"), 1 << 20, 1 << 20, 2).unwrap());
-        let rows = vec![P2pRow { bytes: 1 << 20, us: 10.0 }];
+        let rows = vec![P2pRow { bytes: 1 << 20, us: 10.0, latency_us: None }];
         let (table, doc) = report(&p2p, vec![RankReport::P2p(rows), RankReport::P2p(vec![])]).unwrap();
         assert!(table.contains("104.86"), "{table}");
         assert_eq!((doc["options"]["bench"].as_str(), doc["options"]["channel"].as_str()), (Some("p2p"), Some("port")));

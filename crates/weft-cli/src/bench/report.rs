@@ -172,7 +172,7 @@ pub(super) fn table(options: &BenchOptions, lines: &[Line]) -> Result<String, fm
         versus_table(out, versus, lines)?;
     }
     if lines.iter().any(|l| l.row.model_us.is_some()) {
-        model_table(out, lines)?;
+        model_table(out, options, lines)?;
     }
     if options.check {
         let wrong: u64 = lines.iter().map(|l| l.row.wrong).sum();
@@ -246,9 +246,21 @@ fn versus_table(out: &mut String, versus: &str, lines: &[Line]) -> fmt::Result {
     Ok(())
 }
 
-/// The measured time next to the α-β model of the emulated NIC the calls crossed.
-fn model_table(out: &mut String, lines: &[Line]) -> fmt::Result {
-    writeln!(out, "# against the α-β model of the emulated NIC (WEFT_EMU_NET_LATENCY_US, WEFT_EMU_NET_GBPS)")?;
+/// The measured time next to the α-β model of the network the calls crossed.
+fn model_table(out: &mut String, options: &BenchOptions, lines: &[Line]) -> fmt::Result {
+    match &options.model {
+        Some(file) => {
+            let beta = file.net_gbps.map_or("uncapped".to_string(), |g| format!("{g:.1} GB/s"));
+            writeln!(
+                out,
+                "# against the α-β model of the calibrated network (--model: α {:.2} µs, β {beta})",
+                file.net_alpha_us
+            )?
+        }
+        None => {
+            writeln!(out, "# against the α-β model of the emulated NIC (WEFT_EMU_NET_LATENCY_US, WEFT_EMU_NET_GBPS)")?
+        }
+    }
     writeln!(out, "{:>12} {:>10} {:>10} {:>11}", "size", "weft us", "model us", "weft/model")?;
     for l in lines {
         let Some(model) = l.row.model_us else { continue };
@@ -291,6 +303,7 @@ pub(super) mod tests {
             trace: None,
             in_place: false,
             versus: None,
+            model: None,
             gpus: 4,
             ranks: None,
             trials: 7,

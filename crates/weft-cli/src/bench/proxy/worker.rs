@@ -25,6 +25,8 @@ type BoxError = Box<dyn std::error::Error>;
 /// The op the FIFO benchmark pushes (8–15 are free for other layers; nothing else uses 8 in a
 /// proxy of its own).
 const BENCH_OP: u8 = 8;
+/// `p2p --channel port`: kernels of one put each, timed for a size's latency (odd: a median).
+const LATENCY_RUNS: usize = 5;
 /// Timed runs per thread count (after one warm-up run of one push per kernel thread).
 const RUNS: u32 = 3;
 /// Grid sizes the MemoryChannel put is timed with (the self-test's bandwidth step uses these).
@@ -289,7 +291,7 @@ impl Gpu {
                         for grid in PUT_GRIDS {
                             best = best.min(runner.put_timed(&ch, bytes as u64, grid, calls_for(bytes))?);
                         }
-                        rows.push(P2pRow { bytes, us: best * 1e6 });
+                        rows.push(P2pRow { bytes, us: best * 1e6, latency_us: None });
                         progress::record(bytes);
                     }
                 }
@@ -315,13 +317,19 @@ impl Gpu {
                     }
                 };
                 for bytes in o.sizes() {
-                    comm.barrier()?;
-                    run(bytes, 1)?;
+                    // One put alone, LATENCY_RUNS times (the first also warms up): its median.
+                    let mut alone = Vec::with_capacity(LATENCY_RUNS);
+                    for _ in 0..LATENCY_RUNS {
+                        comm.barrier()?;
+                        alone.push(run(bytes, 1)? * 1e6);
+                    }
+                    alone.sort_by(f64::total_cmp);
                     comm.barrier()?;
                     let count = calls_for(bytes);
                     let seconds = run(bytes, count)?;
                     if rank == 0 {
-                        rows.push(P2pRow { bytes, us: seconds * 1e6 / f64::from(count) });
+                        let latency_us = Some(alone[LATENCY_RUNS / 2]);
+                        rows.push(P2pRow { bytes, us: seconds * 1e6 / f64::from(count), latency_us });
                         progress::record(bytes);
                     }
                 }
