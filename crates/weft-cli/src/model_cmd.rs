@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use weft_core::LinkModel;
-use weft_model::calibrate::{link_from_p2p, proxy_us_from_fifo};
+use weft_model::calibrate::{link_from_p2p, proxy_one_way_us_from_gin, proxy_us_from_fifo};
 use weft_model::params::{ParamsFile, alpha_us, gbps};
 use weft_model::{Algorithm, Params, Schedule, Shape, closed_form, sim};
 
@@ -42,6 +42,10 @@ pub struct CalibrateArgs {
     /// `weft bench p2p --json` output measured between two nodes: the network's α and β.
     #[arg(long)]
     pub net_json: Option<PathBuf>,
+    /// `weft bench gin --json` output: the network's α is its one-way put + signal latency
+    /// through the proxy (what an algorithm's crossing costs), in place of --net-json's.
+    #[arg(long)]
+    pub gin_json: Option<PathBuf>,
     /// Parameters given as flags.
     #[command(flatten)]
     pub links: LinkArgs,
@@ -202,6 +206,8 @@ fn calibrate(args: &CalibrateArgs) -> Result<ExitCode, Box<dyn Error>> {
         let fit = link_from_p2p(&path.display().to_string(), &read_json(path)?)?;
         params.net = fit.link;
         sources.push(format!("network: {} (α {:.2} µs, β {:.1} GB/s)", path.display(), fit.alpha_us, fit.gbps));
+    } else if args.gin_json.is_some() {
+        return Err("weft model calibrate: --gin-json replaces --net-json's α; give --net-json for β".into());
     } else if !flags_give_net {
         let env = weft_core::Env::from_process()?;
         let Some(net) = env.emulated_net else {
@@ -217,6 +223,11 @@ fn calibrate(args: &CalibrateArgs) -> Result<ExitCode, Box<dyn Error>> {
             alpha_us(&net),
             gbps(&net).map_or("unset".into(), |g| g.to_string())
         ));
+    }
+    if let Some(path) = &args.gin_json {
+        let alpha = proxy_one_way_us_from_gin(&path.display().to_string(), &read_json(path)?)?;
+        params.net = weft_model::params::link("the network", alpha, gbps(&params.net))?;
+        sources.push(format!("network α: {} (one-way put + signal through the proxy, {alpha:.2} µs)", path.display()));
     }
     let (params, given) = apply(&args.links, params)?;
     sources.extend(given);

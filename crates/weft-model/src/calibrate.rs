@@ -8,6 +8,11 @@
 //!   launch, the FIFO, the proxy's pickup, the transport and the completion), α is the
 //!   smallest message's latency instead: a stream overlaps its puts' latencies, and a step of
 //!   an algorithm pays one whole.
+//! - The GIN benchmark (`weft bench gin --json`: `latency` lines of `what` and `median_us`)
+//!   gives the one-way latency of an 8-byte put and its signal through the proxy, half a
+//!   ping-pong's round trip: what a step of an algorithm whose receiver polls for the data
+//!   pays per crossing (the FIFO push, the proxy's pickup, the network's α, the copy and the
+//!   signal), without a launch or a flush in it. It replaces the point-to-point α.
 //! - The FIFO benchmark (`weft bench fifo --json`: `lines` of `threads` and `max_rate`
 //!   pushes per second) gives the proxy's cost per message: one proxy thread's best rate,
 //!   inverted. Its handler only pops, so this is the floor of a proxy's cost per message.
@@ -64,6 +69,24 @@ pub fn link_from_p2p(path: &str, document: &Value) -> Result<LinkFit, ModelError
     Ok(LinkFit { link: LinkModel::new(alpha, Some(gbps)), alpha_us: alpha, gbps, bytes: (small, large) })
 }
 
+/// The one-way latency of a put and its signal through the proxy, µs: the median of the
+/// `latency` line of a `weft bench gin --json` document (read from `path`) that crossed the
+/// proxy (its `what` names it; the other line is NVLink's).
+pub fn proxy_one_way_us_from_gin(path: &str, document: &Value) -> Result<f64, ModelError> {
+    let lines = document.get("latency").and_then(Value::as_array).ok_or_else(|| bad(path, "no `latency` array"))?;
+    let through_proxy = lines
+        .iter()
+        .filter(|l| l.get("what").and_then(Value::as_str).is_some_and(|w| w.contains("proxy")))
+        .filter_map(|l| l.get("median_us").and_then(Value::as_f64))
+        .filter(|us| us.is_finite() && *us > 0.0)
+        .collect::<Vec<_>>();
+    match through_proxy[..] {
+        [us] => Ok(us),
+        [] => Err(bad(path, "no `latency` line through the proxy with a positive `median_us`")),
+        _ => Err(bad(path, "several `latency` lines through the proxy: run it over one network")),
+    }
+}
+
 /// The proxy's cost per message, µs: one over the best `max_rate` of a single proxy thread in
 /// a `weft bench fifo --json` document read from `path`.
 pub fn proxy_us_from_fifo(path: &str, document: &Value) -> Result<f64, ModelError> {
@@ -112,6 +135,20 @@ mod tests {
             {"bytes": 1024, "us": 3.0, "latency_us": -1.0}, {"bytes": 4096, "us": 5.0},
         ]});
         assert!(link_from_p2p("p2p.json", &bad).unwrap_err().to_string().contains("latency_us"));
+    }
+
+    #[test]
+    fn a_gin_document_gives_the_one_way_latency_through_the_proxy() {
+        let line = |what: &str, us: f64| serde_json::json!({"what": what, "bytes": 8, "median_us": us});
+        let doc = serde_json::json!({"latency": [
+            line("one-way put + signal, LSA (NVLink)", 2.9),
+            line("one-way put + signal, proxy over the emulated NIC (a virtual node per rank)", 16.9),
+        ]});
+        assert_eq!(proxy_one_way_us_from_gin("g", &doc).unwrap(), 16.9);
+        let lsa_only = serde_json::json!({"latency": [line("one-way put + signal, LSA (NVLink)", 2.9)]});
+        assert!(proxy_one_way_us_from_gin("g", &lsa_only).unwrap_err().to_string().contains("through the proxy"));
+        let two = serde_json::json!({"latency": [line("proxy over TCP", 30.0), line("proxy over the emulated NIC", 16.9)]});
+        assert!(proxy_one_way_us_from_gin("g", &two).is_err());
     }
 
     #[test]

@@ -499,8 +499,16 @@ pub fn report(bench: &ProxyBench, reports: Vec<RankReport>) -> Result<(String, s
                 Some(RankReport::P2p(rows)) => rows,
                 _ => return Err("rank 0 of p2p sent no rows".into()),
             };
-            let json_rows: Vec<serde_json::Value> =
-                rows.iter().map(|r| serde_json::json!({ "bytes": r.bytes, "us": r.us, "gbps": r.gbps() })).collect();
+            let json_rows: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|r| {
+                    let mut row = serde_json::json!({ "bytes": r.bytes, "us": r.us, "gbps": r.gbps() });
+                    if let Some(us) = r.latency_us {
+                        row["latency_us"] = us.into();
+                    }
+                    row
+                })
+                .collect();
             let doc = serde_json::json!({
                 "options": bench,
                 "rows": json_rows,
@@ -678,9 +686,11 @@ mod tests {
         assert!(report(&fifo, vec![RankReport::P2p(vec![])]).is_err());
 
         let p2p = ProxyBench::P2p(P2pOptions::new(Some("port"), 1 << 20, 1 << 20, 2).unwrap());
-        let rows = vec![P2pRow { bytes: 1 << 20, us: 10.0, latency_us: None }];
+        let rows = vec![P2pRow { bytes: 1 << 20, us: 10.0, latency_us: Some(31.5) }];
         let (table, doc) = report(&p2p, vec![RankReport::P2p(rows), RankReport::P2p(vec![])]).unwrap();
-        assert!(table.contains("104.86"), "{table}");
+        assert!(table.contains("104.86") && table.contains("31.50"), "{table}");
+        // What `weft model calibrate` reads as the message's α.
+        assert_eq!(doc["rows"][0]["latency_us"], 31.5);
         assert_eq!((doc["options"]["bench"].as_str(), doc["options"]["channel"].as_str()), (Some("p2p"), Some("port")));
         assert_eq!(doc["rows"][0]["bytes"], 1 << 20);
         assert!((doc["rows"][0]["gbps"].as_f64().unwrap() - 104.8576).abs() < 1e-9);
