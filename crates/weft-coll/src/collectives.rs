@@ -1445,9 +1445,19 @@ impl Collectives {
         }
         let params = params(with_scalar(self.resources.context(), scalar));
         let (grid, block) = match algorithm.protocol() {
+            // LL128 launches run on lanes of their own (CollContext::ll128_lane).
+            Protocol::Ll if algorithm.is_ll128() => (self.config.ll128_blocks, self.config.ll_threads),
             Protocol::Ll => (self.config.ll_blocks, self.config.ll_threads),
             Protocol::Hb | Protocol::Plan => (self.config.hb_blocks, self.config.hb_threads),
-            Protocol::P2p => (crate::resources::p2p_grid(self.config.hb_blocks, self.ranks()), self.config.hb_threads),
+            Protocol::P2p => {
+                let grid = crate::resources::p2p_launch_grid(
+                    self.config.hb_blocks,
+                    self.ranks(),
+                    bytes,
+                    self.config.p2p_wide_bytes,
+                );
+                (grid, self.config.hb_threads)
+            }
             // Every (direction, peer) its parts: `weft_p2p_ll` reads their count from LlPairs.
             Protocol::LlP2p => (2 * self.ranks() as u32 * self.resources.ll_pairs().parts, self.config.ll_threads),
             // The workers their state was set up for, and the driver.

@@ -465,8 +465,11 @@ fn parse_groups(collective: Collective, rules: &[Rule]) -> Result<Vec<RuleGroup>
 /// Launch shapes, buffer sizes and the selector of a communicator's collectives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CollConfig {
-    /// Blocks of every LL launch (fixed: per-block flags advance in lockstep on every rank).
+    /// Blocks of every LL16 launch (fixed: per-block flags advance in lockstep on every rank).
     pub ll_blocks: u32,
+    /// Blocks of every LL128 launch (fixed, as `ll_blocks`; the LL128 launches' flags and
+    /// tokens are lanes of their own, so the two grids need not match).
+    pub ll128_blocks: u32,
     /// Threads per LL block: a positive multiple of 32 (the LL128 kernels vote per warp).
     pub ll_threads: u32,
     /// Blocks of every HB and send/receive launch (fixed: one semaphore per peer and block).
@@ -491,6 +494,9 @@ pub struct CollConfig {
     /// 256 KiB: on 2×H100 a 256 KiB send took 5.0 µs over packets against 9.8 through scratch,
     /// and an AllToAll of 128 KiB directions 4.2 against 9.1 (docs/perf/collectives.md).
     pub p2p_ll_bytes: usize,
+    /// Smallest direction of a `weft_p2p` launch that runs on twice the blocks (`0`: never):
+    /// a long stream through scratch needs more SMs than a direction's share of the HB grid.
+    pub p2p_wide_bytes: usize,
     /// Which algorithm runs.
     pub selector: Selector,
     /// Ranks the tuning table in force was measured with, if it says.
@@ -569,6 +575,9 @@ impl Default for CollConfig {
             // 64 LL blocks and 128 HB blocks of 1024 threads with 32 MiB rounds were the best
             // measured on a 4×H200 machine (docs/perf/collectives.md).
             ll_blocks: 64,
+            // LL128 lines at 1 - 4 MB: 128 blocks beat 64 by 5-15% on a 2×H100 machine, while
+            // the LL16 rows (1 - 256 KB) are 3-7% slower at 128 (docs/perf/collectives.md).
+            ll128_blocks: 128,
             ll_threads: 512,
             hb_blocks: 128,
             hb_threads: 1024,
@@ -577,6 +586,7 @@ impl Default for CollConfig {
             chunk_bytes: 32 << 20,
             ll_slot_bytes: 512 << 10,
             p2p_ll_bytes: 256 << 10,
+            p2p_wide_bytes: 256 << 20,
             selector: Selector::default(),
             tuned_ranks: None,
             plan_capacity: 1 << 20,
@@ -601,7 +611,7 @@ impl CollConfig {
     /// loaded once per process, see [`crate::load_user_plans`]), `WEFT_TUNING_FILE` (a JSON
     /// [`TuningTable`]), `WEFT_ALGO_<COLLECTIVE>` (an algorithm name or `auto`),
     /// `WEFT_CHUNK_BYTES`, `WEFT_LL_SLOT_BYTES`, `WEFT_P2P_LL_BYTES` (0 for none, up to 16 MiB),
-    /// `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`,
+    /// `WEFT_HB_BLOCKS`, `WEFT_LL_BLOCKS`, `WEFT_LL128_BLOCKS`,
     /// `WEFT_PORT_RING_BLOCKS` (1..=64), `WEFT_PORT_RING_CHANNELS` (1..=16), `WEFT_PLAN_REPLICAS`,
     /// `WEFT_ZERO_COPY_ALLREDUCE`, `WEFT_ZERO_COPY_ALLGATHER` (largest zero-copy call in bytes,
     /// 0 for never), `WEFT_ZERO_COPY_PLAN_MIN` (smallest zero-copy plan launch in bytes), `WEFT_DIRECT_ALLREDUCE`, `WEFT_EARLY_LAUNCH`, `WEFT_CHECK_CALLS` (0 or 1). The
@@ -662,6 +672,9 @@ impl CollConfig {
         if let Some(n) = number(&vars::WEFT_LL_BLOCKS, 1024)? {
             c.ll_blocks = n as u32;
         }
+        if let Some(n) = number(&vars::WEFT_LL128_BLOCKS, 1024)? {
+            c.ll128_blocks = n as u32;
+        }
         if let Some(n) = number(&vars::WEFT_PORT_RING_BLOCKS, MAX_PORT_RING_BLOCKS as usize)? {
             c.port_ring_blocks = n as u32;
         }
@@ -694,6 +707,7 @@ impl CollConfig {
             (&vars::WEFT_DIRECT_ALLREDUCE_MAX, &mut c.direct_allreduce_max, "0: never"),
             (&vars::WEFT_PLAN_SLICE_BYTES, &mut c.plan_slice_bytes, "0: every replica"),
             (&vars::WEFT_P2P_LL_BYTES, &mut c.p2p_ll_bytes, "0: none"),
+            (&vars::WEFT_P2P_WIDE_BYTES, &mut c.p2p_wide_bytes, "0: never"),
         ] {
             if let Some(v) = lookup(variable) {
                 let name = variable.name;
@@ -732,14 +746,15 @@ impl CollConfig {
     /// too). Returns what changed, for the log; `None` when nothing did.
     pub fn limit_blocks(&mut self, min: Option<u32>, max: Option<u32>) -> Option<String> {
         let before = format!(
-            "LL {}, HB {}, port ring {} + 1, plan replicas {:?}",
-            self.ll_blocks, self.hb_blocks, self.port_ring_blocks, self.plan_replicas
+            "LL {}, LL128 {}, HB {}, port ring {} + 1, plan replicas {:?}",
+            self.ll_blocks, self.ll128_blocks, self.hb_blocks, self.port_ring_blocks, self.plan_replicas
         );
         let clamp = |blocks: u32, floor: u32| {
             let raised = min.map_or(blocks, |m| blocks.max(m));
             max.map_or(raised, |m| raised.min(m)).max(floor)
         };
         self.ll_blocks = clamp(self.ll_blocks, 1);
+        self.ll128_blocks = clamp(self.ll128_blocks, 1);
         self.hb_blocks = clamp(self.hb_blocks, 2);
         // The port ring's launch has a driver block besides its workers.
         let ring = clamp(self.port_ring_blocks + 1, 2) - 1;
@@ -748,8 +763,8 @@ impl CollConfig {
             self.plan_replicas = Some(self.plan_replicas.map_or(m, |r| r.min(m)).max(1));
         }
         let after = format!(
-            "LL {}, HB {}, port ring {} + 1, plan replicas {:?}",
-            self.ll_blocks, self.hb_blocks, self.port_ring_blocks, self.plan_replicas
+            "LL {}, LL128 {}, HB {}, port ring {} + 1, plan replicas {:?}",
+            self.ll_blocks, self.ll128_blocks, self.hb_blocks, self.port_ring_blocks, self.plan_replicas
         );
         (before != after).then(|| format!("{before} -> {after}"))
     }
@@ -760,16 +775,19 @@ impl CollConfig {
     /// (`WEFT_SHARE_GPUS`); with a GPU per rank the configured grids stay as they are.
     pub fn fit_resident(&mut self, sms: u32) {
         let sms = sms.max(1);
-        let before = (self.ll_blocks, self.hb_blocks, self.port_ring_blocks);
+        let before = (self.ll_blocks, self.hb_blocks, self.port_ring_blocks, self.ll128_blocks);
         self.ll_blocks = self.ll_blocks.min(sms);
+        self.ll128_blocks = self.ll128_blocks.min(sms);
         self.hb_blocks = self.hb_blocks.min(sms);
         // The port ring's launch has a driver block besides its workers.
         self.port_ring_blocks = self.port_ring_blocks.min(sms - 1).max(1);
-        if before != (self.ll_blocks, self.hb_blocks, self.port_ring_blocks) {
+        if before != (self.ll_blocks, self.hb_blocks, self.port_ring_blocks, self.ll128_blocks) {
             tracing::info!(
-                "{sms} resident SMs per rank: LL {} -> {}, HB {} -> {}, port ring {} -> {} blocks",
+                "{sms} resident SMs per rank: LL {} -> {}, LL128 {} -> {}, HB {} -> {}, port ring {} -> {} blocks",
                 before.0,
                 self.ll_blocks,
+                before.3,
+                self.ll128_blocks,
                 before.1,
                 self.hb_blocks,
                 before.2,
@@ -805,7 +823,8 @@ mod tests {
         let mut c = CollConfig::default();
         let changed = c.limit_blocks(Some(4), Some(32)).unwrap();
         assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks, c.plan_replicas), (32, 32, 31, Some(32)));
-        assert!(changed.contains("HB 128") && changed.contains("-> LL 32"), "{changed}");
+        assert_eq!(c.ll128_blocks, 32);
+        assert!(changed.contains("HB 128") && changed.contains("-> LL 32, LL128 32"), "{changed}");
         // A floor above the defaults raises them; the cap still wins.
         let mut c = CollConfig::default();
         c.limit_blocks(Some(200), None);
@@ -821,8 +840,11 @@ mod tests {
         let mut c = CollConfig::default();
         c.fit_resident(132);
         assert_eq!(c, CollConfig::default());
+        c.fit_resident(100);
+        assert_eq!((c.ll_blocks, c.ll128_blocks, c.hb_blocks), (64, 100, 100));
         c.fit_resident(33);
         assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (33, 33, 32));
+        assert_eq!(c.ll128_blocks, 33);
         c.fit_resident(20);
         assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks), (20, 20, 19));
         c.fit_resident(0);

@@ -133,8 +133,19 @@ mod tests {
         }
         // Within a launch, a chain round waits for the same block of each peer only: no block
         // waits for another block of its own launch.
-        assert!(whole(ll128, "bool ll128_round_next").contains("LlOwnToken own(c)"), "rounds 2+ wait for their block");
-        assert!(whole(header, "bool ll_round_begin").contains("LlOwnToken own(c)"), "LL16 waits for its block");
+        assert!(
+            whole(ll128, "bool ll128_round_next").contains("LlOwnToken own(c, ll128_lane(c))"),
+            "rounds 2+ wait for their block, on its LL128 lane"
+        );
+        assert!(
+            whole(header, "bool ll_round_begin").contains("LlOwnToken own(c, blockIdx.x)"),
+            "LL16 waits for its block"
+        );
+        // Each kind of launch takes its flag from, and ends on, its own lanes: an LL128 launch's
+        // grid differs from the LL16 one, so sharing flags would put them out of step.
+        assert!(whole(ll128, "bool ll128_round_begin").contains("+ ll128_lane(c)"), "LL128 flags are its lanes'");
+        assert!(whole(header, "bool ll_round_begin").contains("c.flags) + blockIdx.x"), "LL16 flags are its blocks'");
+        assert!(body_of(ll128, "void ll128_round_end").starts_with("ll_round_end_on(c, round, ll128_lane(c));"));
         assert!(!whole(header, "bool ll_round_begin").contains("every_token"), "LL16 waits for its own block");
         // The statements a kernel begins with; the trace scope (empty untraced) only touches
         // the block's shared memory first.
@@ -175,6 +186,13 @@ mod tests {
                 };
                 let begins = first[1].starts_with(begin) && first[1].ends_with(")) return");
                 assert!(begins, "{}: {}", algorithm.kernel(), first[1]);
+                // A launch ends on the lanes it began on: LL128 on its own (or down the
+                // chain, which ends each round on them), LL16 on its blocks'.
+                let body = kernel_body(algorithm);
+                let ends_ll16 = body.contains(" ll_round_end(c, round)");
+                let ends_ll128 = body.contains("ll128_round_end(c, round)") || body.contains("ll128_chain");
+                let ends_right = if algorithm.is_ll128() { ends_ll128 && !ends_ll16 } else { ends_ll16 && !ends_ll128 };
+                assert!(ends_right, "{} ends its round on its own kind of lane", algorithm.kernel());
             } else {
                 assert_eq!(first[0], "ll_launch_begin()", "{}", algorithm.kernel());
             }

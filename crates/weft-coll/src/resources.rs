@@ -22,7 +22,8 @@ pub(crate) struct PacketLayout {
     pub(crate) slot_bytes: u64,
     /// Bytes of one half.
     pub(crate) half_bytes: u64,
-    /// Offset of the tokens (`u32[ll_blocks][ranks]`).
+    /// Offset of the tokens (`u32[ll_lanes(config)][ranks]`: the LL16 blocks', then the LL128
+    /// blocks').
     pub(crate) token_offset: u64,
     /// Offset of the pair region (16-byte aligned, as every packet).
     pub(crate) pair_offset: u64,
@@ -48,7 +49,7 @@ impl PacketLayout {
         let slot_bytes = (config.ll_slot_bytes.div_ceil(8) * 16) as u64;
         let half_bytes = 2 * ranks64 * slot_bytes;
         let token_offset = 2 * half_bytes;
-        let pair_offset = (token_offset + 4 * u64::from(config.ll_blocks) * ranks64).next_multiple_of(16);
+        let pair_offset = (token_offset + 4 * u64::from(ll_lanes(config)) * ranks64).next_multiple_of(16);
         let pair_slot_bytes = (config.p2p_ll_bytes.div_ceil(8) * 16) as u64;
         let pair_token_offset = pair_offset + 2 * ranks64 * pair_slot_bytes;
         let pair_end = pair_token_offset + 4 * u64::from(ll_pair_parts(config.ll_blocks, ranks)) * ranks64;
@@ -78,6 +79,12 @@ impl PacketLayout {
     }
 }
 
+/// Lanes of the collective LL launches (each a flag and a row of tokens): one per LL16 block,
+/// then one per LL128 block (`CollContext::ll128_lane` is the first of those).
+pub(crate) fn ll_lanes(config: &CollConfig) -> u32 {
+    config.ll_blocks + config.ll128_blocks
+}
+
 /// Blocks per (peer, direction) of a send/receive launch over LL packets, the parts a message is
 /// dealt into: the LL grid shared by the `2 * ranks` directions, at least one each.
 pub(crate) fn ll_pair_parts(ll_blocks: u32, ranks: usize) -> u32 {
@@ -97,6 +104,24 @@ pub(crate) fn p2p_blocks(hb_blocks: u32, ranks: usize) -> u32 {
 /// fit it (the blocks past them return at once).
 pub(crate) fn p2p_grid(hb_blocks: u32, ranks: usize) -> u32 {
     hb_blocks.max(2 * ranks as u32 * p2p_blocks(hb_blocks, ranks))
+}
+
+/// `CollContext::p2p_wide_mib` of `p2p_wide_bytes`: whole MiB, rounded up (0: never).
+pub(crate) fn p2p_wide_mib(p2p_wide_bytes: usize) -> u32 {
+    u32::try_from(p2p_wide_bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+}
+
+/// Blocks of a `weft_p2p` launch moving `bytes` in all: twice [`p2p_grid`] when they reach
+/// `p2p_wide_bytes` (some direction may: a direction is at most the launch), so that a wide
+/// direction finds its `2 * p2p_blocks` blocks (`weft_p2p` reads the width off its grid). Both
+/// ends of a wide direction launch wide grids, each having at least its bytes. Only where its
+/// semaphores, `2 * 2 * p2p_blocks` per peer, fit the table's `hb_blocks` per peer (always from
+/// 2 ranks on but at the smallest HB grids); a narrow grid never leaves a direction room for
+/// twice its blocks, so the kernel then stays narrow too.
+pub(crate) fn p2p_launch_grid(hb_blocks: u32, ranks: usize, bytes: usize, p2p_wide_bytes: usize) -> u32 {
+    let room = 4 * p2p_blocks(hb_blocks, ranks) <= hb_blocks;
+    let wide = room && p2p_wide_bytes != 0 && bytes >= p2p_wide_mib(p2p_wide_bytes) as usize * (1 << 20);
+    p2p_grid(hb_blocks, ranks) * if wide { 2 } else { 1 }
 }
 
 /// Most ranks of a communicator whose ranks span nodes: the plans' and the device API's limit.
@@ -129,7 +154,7 @@ pub(crate) fn check_rank_count(nodes: &[usize]) -> Result<(), String> {
 fn check_shapes(config: &CollConfig, ranks: usize) -> Result<(), String> {
     let chunk_ok =
         config.chunk_bytes >= 32 * ranks * config.hb_blocks as usize && config.chunk_bytes.is_multiple_of(16);
-    if config.ll_blocks == 0 || config.hb_blocks == 0 || !chunk_ok {
+    if config.ll_blocks == 0 || config.ll128_blocks == 0 || config.hb_blocks == 0 || !chunk_ok {
         return Err(format!("collective configuration {config:?}"));
     }
     // Send/receive takes a semaphore per (peer, block) for each direction of a pair.
@@ -235,7 +260,7 @@ impl Resources {
         channel_table.write_pod(0, &channel_handles).map_err(gpu)?;
         let semaphore_table = table(size_of_val(semaphore_handles.as_slice()))?;
         semaphore_table.write_pod(0, &semaphore_handles).map_err(gpu)?;
-        let flags = table(4 * config.ll_blocks as usize)?;
+        let flags = table(4 * ll_lanes(config) as usize)?;
         flags.fill(0, flags.len(), 0).map_err(gpu)?;
         let parts = ll_pair_parts(config.ll_blocks, ranks);
         let pair_flags = table(4 * 2 * ranks * parts as usize)?;
@@ -283,6 +308,8 @@ impl Resources {
             hb_blocks: config.hb_blocks,
             p2p_blocks: p2p,
             ll128_offset,
+            ll128_lane: config.ll_blocks,
+            p2p_wide_mib: p2p_wide_mib(config.p2p_wide_bytes),
             // Per call: `launch` sets the call's PreMulSum scalar in its copy.
             ..CollContext::default()
         };
@@ -380,7 +407,8 @@ mod tests {
         assert_eq!(l.slot_bytes, 2 * config.ll_slot_bytes as u64);
         assert_eq!(l.half_bytes, 8 * l.slot_bytes);
         assert_eq!(l.token_offset, 2 * l.half_bytes);
-        assert_eq!(l.pair_offset, 2 * l.half_bytes + 4 * 64 * 4);
+        // Tokens: 64 LL16 lanes, then 128 LL128 lanes, of 4 ranks each.
+        assert_eq!(l.pair_offset, 2 * l.half_bytes + 4 * (64 + 128) * 4);
         for ranks in 1..=MAX_RANKS {
             let k = p2p_blocks(config.hb_blocks, ranks);
             assert!(2 * k <= config.hb_blocks && 2 * ranks as u32 * k <= config.hb_blocks, "{ranks} ranks");
@@ -394,7 +422,8 @@ mod tests {
                 let config = CollConfig { ll_blocks, p2p_ll_bytes, ll_slot_bytes, ..CollConfig::default() };
                 let l = PacketLayout::new(&config, ranks);
                 let case = format!("{ranks} ranks, {config:?}");
-                let collective_end = l.token_offset + 4 * u64::from(ll_blocks) * ranks as u64;
+                // Tokens for every LL16 block and then every LL128 block.
+                let collective_end = l.token_offset + 4 * u64::from(ll_blocks + config.ll128_blocks) * ranks as u64;
                 assert!(l.pair_offset >= collective_end && l.pair_offset.is_multiple_of(16), "{case}");
                 // LL16: 8 payload bytes per 16-byte packet, whole packets.
                 let payload = l.pair_slot_bytes / 2;
@@ -437,10 +466,30 @@ mod tests {
                 assert!(2 * k <= hb_blocks, "{case}");
                 // Configurations that already fit launch as before; the others only what they need.
                 assert_eq!(grid, hb_blocks.max(directions), "{case}");
+                // A wide launch gives every direction room for 2k blocks (weft_p2p's slots are
+                // grid / directions), whose semaphores still fit the table with 2 ranks or more.
+                // A narrow launch never does (so the kernel stays narrow).
+                let wide = p2p_launch_grid(hb_blocks, ranks, 1 << 30, 256 << 20);
+                assert!(grid / directions < 2 * k, "{case}");
+                if 2 * 2 * k <= hb_blocks {
+                    assert!(wide / directions >= 2 * k, "{case}");
+                } else {
+                    assert_eq!(wide, grid, "{case}: no room in the semaphore table");
+                }
             }
         }
         // The reported hang: 4 ranks at WEFT_HB_BLOCKS=4 launched 4 blocks, the sends and
         // receives of peers 0 and 1 only.
         assert_eq!(p2p_grid(4, 4), 8);
+    }
+
+    #[test]
+    fn a_launch_is_wide_from_the_threshold_and_never_at_0() {
+        let wide = |bytes, threshold| p2p_launch_grid(128, 2, bytes, threshold);
+        assert_eq!((wide(256 << 20, 256 << 20), wide((256 << 20) - 1, 256 << 20)), (256, 128));
+        assert_eq!(wide(usize::MAX, 0), 128, "0: never");
+        // The context holds whole MiB, rounded up, as the kernel compares them.
+        assert_eq!((p2p_wide_mib(256 << 20), p2p_wide_mib((256 << 20) + 1), p2p_wide_mib(0)), (256, 257, 0));
+        assert_eq!(wide((256 << 20) + 1, (256 << 20) + 1), 128, "a launch below the rounded threshold stays narrow");
     }
 }

@@ -147,7 +147,8 @@ mod tests {
         assert_eq!(proxy_one_way_us_from_gin("g", &doc).unwrap(), 16.9);
         let lsa_only = serde_json::json!({"latency": [line("one-way put + signal, LSA (NVLink)", 2.9)]});
         assert!(proxy_one_way_us_from_gin("g", &lsa_only).unwrap_err().to_string().contains("through the proxy"));
-        let two = serde_json::json!({"latency": [line("proxy over TCP", 30.0), line("proxy over the emulated NIC", 16.9)]});
+        let two =
+            serde_json::json!({"latency": [line("proxy over TCP", 30.0), line("proxy over the emulated NIC", 16.9)]});
         assert!(proxy_one_way_us_from_gin("g", &two).is_err());
     }
 

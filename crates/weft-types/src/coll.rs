@@ -12,7 +12,7 @@ device_structs! {
     /// first argument, by value: each launch passes its own copy (a captured launch keeps it).
     /// `scalar` holds PreMulSum's scalar, zero-extended, or with `scalar_in_device` the device
     /// address of it, read when the kernel runs (a graph replay sees the current value).
-    struct CollContext align(8) size(104) {
+    struct CollContext align(8) size(112) {
         /// `MemoryChannelDeviceHandle[ranks]` over the scratch and packet buffers (entry `rank` unused).
         channels: u64 => "uint64_t",
         /// `SemaphoreDeviceHandle[ranks * hb_blocks]`, entry `peer * hb_blocks + block`.
@@ -27,9 +27,9 @@ device_structs! {
         packet_half_bytes: u64 => "uint64_t",
         /// Bytes of one packet region (slot) inside a half.
         packet_slot_bytes: u64 => "uint64_t",
-        /// Offset of the LL tokens (`uint32_t[ll_blocks][ranks]`) in the packet buffer.
+        /// Offset of the LL tokens (`uint32_t[ll_blocks + ll128_blocks][ranks]`) in the packet buffer.
         token_offset: u64 => "uint64_t",
-        /// `uint32_t[ll_blocks]`: the last LL flag each block used.
+        /// `uint32_t[ll_blocks + ll128_blocks]`: the last LL flag each lane (LL16 blocks, then LL128 blocks) used.
         flags: u64 => "uint64_t",
         /// This rank.
         rank: u32 => "uint32_t",
@@ -45,6 +45,10 @@ device_structs! {
         scalar_in_device: u32 => "uint32_t",
         /// Offset of the LL128 region in the packet buffer (128-aligned; see weft-coll's PacketLayout).
         ll128_offset: u32 => "uint32_t",
+        /// The LL lane of an LL128 launch's block 0 (block b: flag and token row `ll128_lane + b`; LL16 blocks use those below).
+        ll128_lane: u32 => "uint32_t",
+        /// A `weft_p2p` direction of at least this many MiB runs on `2 * p2p_blocks` blocks (0: never).
+        p2p_wide_mib: u32 => "uint32_t",
     }
 
     /// One grouped send/receive launch: per peer, what to send to it and where to receive from

@@ -97,9 +97,11 @@ struct LlRound {
   uint64_t half;
 };
 
-/// Tokens of this block inside a packet buffer: `uint32_t[ranks]`, entry r written by rank r.
-__device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t buffer) {
-  return reinterpret_cast<uint32_t*>(buffer + c.token_offset) + static_cast<uint64_t>(blockIdx.x) * c.ranks;
+/// Tokens of collective LL lane `lane` inside a packet buffer: `uint32_t[ranks]`, entry r
+/// written by rank r. An LL16 launch's block b is lane b; an LL128 launch's is
+/// `c.ll128_lane + b` (ll128.cuh), so the two kinds of launch may run grids of different sizes.
+__device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t buffer, uint32_t lane) {
+  return reinterpret_cast<uint32_t*>(buffer + c.token_offset) + static_cast<uint64_t>(lane) * c.ranks;
 }
 
 // A lane is what one LL round belongs to: a flag in device memory that advances once per
@@ -109,8 +111,9 @@ __device__ __forceinline__ uint32_t* ll_tokens(const CollContext& c, uint64_t bu
 // token of round f - 2 from every reader of the lane (the round that used the same half); a
 // reader ends its round by writing its token into every writer of the lane. The collective LL
 // launches have one lane per block, which every peer writes and reads (ll_round_begin,
-// ll_round_end); the LL128 launches share the blocks' flags but wait for every block's token
-// of every peer (ll_wait_every_token, ll128.cuh says why); send/receive has one per
+// ll_round_end); the LL128 launches have one lane per block too, past the LL16 ones
+// (`c.ll128_lane + b`), and wait for every block's token of every peer (ll_wait_every_token,
+// ll128.cuh says why); send/receive has one per
 // (direction, peer, part) (LlPairLane, ll_lane_begin, ll_lane_end). Both share the token wait (ll_wait_token) and the flag helpers; the
 // collective pair keeps its own code because, routed through the lane template, ptxas
 // allocated the collective kernels' registers differently (spilling in some types), and those
@@ -190,9 +193,9 @@ struct LlOwnToken {
   bool waits;
   const uint32_t* token;
   uint32_t seen;
-  __device__ __forceinline__ explicit LlOwnToken(const CollContext& c)
+  __device__ __forceinline__ LlOwnToken(const CollContext& c, uint32_t lane)
       : waits(threadIdx.x < c.ranks && threadIdx.x != c.rank),
-        token(ll_tokens(c, c.packets) + threadIdx.x),
+        token(ll_tokens(c, c.packets, lane) + threadIdx.x),
         seen(waits ? ptx::ld_volatile_u32(token) : 0u) {}
   /// Waits (bounded) until the same block of this thread's peer has finished reading the round
   /// whose flag is `want`. True for a thread with no peer; false on timeout.
@@ -213,7 +216,7 @@ struct LlOwnToken {
 __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& round, const char* input = nullptr,
                                                uint64_t input_len = 0) {
   ll_launch_begin();
-  const LlOwnToken own(c);
+  const LlOwnToken own(c, blockIdx.x);
   round.flag = ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x);
   round.half = (round.flag & 1u) * c.packet_half_bytes;
   if (input != nullptr) {
@@ -225,16 +228,21 @@ __device__ __forceinline__ bool ll_round_begin(const CollContext& c, LlRound& ro
   return __syncthreads_and(ok);
 }
 
-/// Ends this block's LL launch: tells every peer it is done reading, and records the flag.
-/// Called by: every thread of the block.
-__device__ __forceinline__ void ll_round_end(const CollContext& c, const LlRound& round) {
+/// Ends this block's round on collective LL lane `lane`: tells every peer it is done reading,
+/// and records the flag. Called by: every thread of the block.
+__device__ __forceinline__ void ll_round_end_on(const CollContext& c, const LlRound& round, uint32_t lane) {
   __syncthreads();
   const uint32_t t = threadIdx.x;
   if (t < c.ranks && t != c.rank) {
-    uint32_t* token = ll_tokens(c, channel(c, t).remote_packet_buffer) + c.rank;
+    uint32_t* token = ll_tokens(c, channel(c, t).remote_packet_buffer, lane) + c.rank;
     ptx::st_volatile_u32(token, round.flag);
   }
-  ll_flag_end(reinterpret_cast<uint32_t*>(c.flags) + blockIdx.x, round.flag);
+  ll_flag_end(reinterpret_cast<uint32_t*>(c.flags) + lane, round.flag);
+}
+
+/// Ends this block's LL16 launch (its lane is the block). Called by: every thread of the block.
+__device__ __forceinline__ void ll_round_end(const CollContext& c, const LlRound& round) {
+  ll_round_end_on(c, round, blockIdx.x);
 }
 
 /// Nothing to load ahead of a round's first put.

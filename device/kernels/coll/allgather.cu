@@ -75,5 +75,5 @@ extern "C" __global__ void __launch_bounds__(512)
     ok = ll128_get(c, round, t, d, d, output + d * block_bytes, block_bytes);
   }
   WEFT_TRACE_MARK(ll_gets);
-  ll_round_end(c, round);
+  ll128_round_end(c, round);
 }

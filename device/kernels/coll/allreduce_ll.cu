@@ -87,5 +87,5 @@ extern "C" __global__ void __launch_bounds__(512)
     ok = ll128_get(c, round, t, d, c.ranks + d, output + d * shard, len(d));
   }
   WEFT_TRACE_MARK(ll_gets);
-  ll_round_end(c, round);
+  ll128_round_end(c, round);
 }

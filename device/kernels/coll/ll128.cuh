@@ -16,9 +16,11 @@
 // The lines live in a region of the packet buffer of their own (CollContext::ll128_offset): two
 // parity halves of 2 x ranks slots. An LL16 reader polling a position where an LL128 line was
 // left could take two data words equal to its flag for a packet, so the two never share memory.
-// An LL128 launch is an LL round (the block's flag, advanced by every LL launch; a chain of
-// many halves takes one per half) that waits, before writing, until every block of every peer
-// has finished the round before last (ll128_round_begin): the kernels deal a region's lines to
+// An LL128 launch is an LL round on the block's LL128 lane (`c.ll128_lane + blockIdx.x`: a
+// flag and a row of tokens the LL16 launches never touch, so that the LL128 grid,
+// WEFT_LL128_BLOCKS, may differ from the LL16 one; a chain of many halves takes one flag per
+// half) that waits, before writing, until every block of every peer has finished the round
+// before last (ll128_round_begin): the kernels deal a region's lines to
 // blocks differently (the chain numbers them from the start of the half, the others within a
 // slot), so one block's token would not cover what it overwrites. Within one chain launch,
 // rounds from the third on wait for the same block of each peer only (ll128_round_next). (The
@@ -101,10 +103,13 @@ __device__ __forceinline__ bool ll128_read(const char* lines, uint64_t line, boo
   return true;
 }
 
-/// Every block's tokens inside this rank's packet buffer: `uint32_t[ll_blocks][ranks]`, entry
-/// (b, r) written by rank r's block b (ll_round_end).
+/// This block's LL lane in an LL128 launch (see the top of this file).
+__device__ __forceinline__ uint32_t ll128_lane(const CollContext& c) { return c.ll128_lane + blockIdx.x; }
+
+/// Every LL128 block's tokens inside this rank's packet buffer: `uint32_t[gridDim.x][ranks]`,
+/// entry (b, r) written by rank r's block b (ll128_round_end).
 __device__ __forceinline__ const uint32_t* ll_every_token(const CollContext& c) {
-  return reinterpret_cast<const uint32_t*>(c.packets + c.token_offset);
+  return reinterpret_cast<const uint32_t*>(c.packets + c.token_offset) + static_cast<uint64_t>(c.ll128_lane) * c.ranks;
 }
 
 /// This thread's first token to wait for in `ll_wait_every_token`, loaded early so that its
@@ -155,11 +160,18 @@ __device__ __forceinline__ bool ll128_round_take(const CollContext& c, LlRound& 
 __device__ __forceinline__ bool ll128_round_begin(const CollContext& c, LlRound& round) {
   ll_launch_begin();
   const uint32_t first_seen = ll_first_token(c);
-  return ll128_round_take(c, round, ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + blockIdx.x), first_seen);
+  return ll128_round_take(c, round, ll_flag_begin(reinterpret_cast<const uint32_t*>(c.flags) + ll128_lane(c)),
+                          first_seen);
+}
+
+/// Ends this block's LL128 round: tells every peer it is done reading, and records the flag, on
+/// its LL128 lane. Called by: every thread of the block.
+__device__ __forceinline__ void ll128_round_end(const CollContext& c, const LlRound& round) {
+  ll_round_end_on(c, round, ll128_lane(c));
 }
 
 /// Starts round `index` (1, 2, ...) of a launch that moves more lines than a half holds (the
-/// chain), after `ll_round_end` of the round before: every block of every rank runs the same
+/// chain), after `ll128_round_end` of the round before: every block of every rank runs the same
 /// rounds (their count follows from the message's length), so the flags stay in step. Round 1
 /// shares its half with the previous launch's last round, whose lines another kernel may have
 /// dealt otherwise: it waits for every block's token. From round 2 the round two back is this
@@ -169,7 +181,7 @@ __device__ __forceinline__ bool ll128_round_begin(const CollContext& c, LlRound&
 /// every thread of the block. False (for every thread) on timeout.
 __device__ __forceinline__ bool ll128_round_next(const CollContext& c, LlRound& round, uint64_t index) {
   if (index < 2) return ll128_round_take(c, round, ll_flag_after(round.flag), ll_first_token(c));
-  const LlOwnToken own(c);
+  const LlOwnToken own(c, ll128_lane(c));
   round.flag = ll_flag_after(round.flag);
   round.half = (round.flag & 1u) * ll128_half_bytes(c);
   return __syncthreads_and(own.wait(c, ll_flag_two_back(round.flag)));
@@ -278,7 +290,7 @@ __device__ __forceinline__ void ll128_chain(const CollContext& c, LlRound& round
       if (sends) ll128_write(theirs, local, exists, t.lane, w, round.flag);
       return true;
     });
-    ll_round_end(c, round);
+    ll128_round_end(c, round);
     // A timeout was reported; the communicator has failed, so the rounds may end unevenly.
     if (__syncthreads_or(!ok) || from + per_round >= lines) return;
     if (!ll128_round_next(c, round, index)) return;

@@ -12,20 +12,27 @@ __device__ __forceinline__ void copy_share(char* dst, const char* src, uint64_t 
   copy_range(dst, src, lo, hi);
 }
 
-// Grid: 2 x ranks directions x p2p_blocks blocks. Both ends of a pair derive the same
-// semaphore blocks: the lower rank's sends use [0, K), the higher rank's [K, 2K). Slot of
+// Grid: 2 x ranks directions x S slots of blocks (S = gridDim.x / (2 x ranks): p2p_blocks, or
+// twice that in a wide launch). A direction runs on K = p2p_blocks blocks, or on 2 x p2p_blocks
+// when it carries at least p2p_wide_mib MiB: K follows from the direction's bytes, which both
+// ends know, and the host launches a wide grid wherever such a direction may be (weft-coll's
+// p2p_launch_grid). Both ends of a pair derive the same semaphore blocks: the lower rank's
+// sends use [0, K), the higher rank's [K, 2K). Slot of
 // sender s in receiver d's scratch: `s * slot`, two halves used alternately. The receiver
 // grants two credits up front and one per half it has drained while more remain; the sender
 // spends one before each half, so signals and waits balance exactly per transfer.
 extern "C" __global__ void __launch_bounds__(1024) weft_p2p(CollContext c, P2pPlan plan) {
   WEFT_TRACE_SCOPE(weft_p2p);
-  const uint32_t blocks = c.p2p_blocks;
-  const uint32_t direction = blockIdx.x / blocks, j = blockIdx.x % blocks;
+  const uint32_t slots = gridDim.x / (2 * c.ranks);
+  const uint32_t direction = blockIdx.x / slots, j = blockIdx.x % slots;
   const uint32_t peer = direction / 2;
   const bool sending = direction % 2 == 0;
   if (peer >= c.ranks) return;
   const uint64_t bytes = sending ? plan.send_bytes[peer] : plan.recv_bytes[peer];
   if (bytes == 0) return;
+  const bool wide = c.p2p_wide_mib != 0 && bytes >= (uint64_t{c.p2p_wide_mib} << 20) && slots >= 2 * c.p2p_blocks;
+  const uint32_t blocks = wide ? 2 * c.p2p_blocks : c.p2p_blocks;
+  if (j >= blocks) return;
   if (peer == c.rank) {
     if (sending) {
       copy_share(reinterpret_cast<char*>(plan.recv_ptr[peer]), reinterpret_cast<const char*>(plan.send_ptr[peer]),

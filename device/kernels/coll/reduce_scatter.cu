@@ -77,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(512)
                  if (exists) ll128_store(output, shard_bytes, line, t.lane, w);
                });
   WEFT_TRACE_MARK(ll_reduce);
-  ll_round_end(c, round);
+  ll128_round_end(c, round);
 }
 
 // HB's direct form: rank r reads block r of every rank's input where it lies (a peer's through

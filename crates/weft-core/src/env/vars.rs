@@ -186,7 +186,9 @@ variables! {
     WEFT_TUNING_FILE: Path, Config, "weft-coll", default "built-in",
         "JSON tuning table (`weft tune` writes one) replacing the size thresholds and, unless `WEFT_HB_BLOCKS` is set, the HB block count";
     WEFT_LL_BLOCKS: Count, Config, "weft-coll", default "`64`",
-        "blocks of every LL launch, up to 1024";
+        "blocks of every LL16 launch, up to 1024";
+    WEFT_LL128_BLOCKS: Count, Config, "weft-coll", default "`128`",
+        "blocks of every LL128 launch (`ll128`), up to 1024; the LL128 launches have flags and tokens of their own, so their grid is independent of the LL16 one";
     WEFT_HB_BLOCKS: Count, Config, "weft-coll", default "`128`",
         "blocks of every HB launch, up to 1024";
     WEFT_PLAN_REPLICAS: Count, Config, "weft-coll", default "as many as the SMs hold",
@@ -223,6 +225,8 @@ variables! {
         "payload one rank sends one peer per LL launch, up to 16 MiB; sizes the packet buffer: 16 x ranks x this per rank, half of it LL16 packets and half LL128 lines (`ll128` carries 15/8 of it per sender)";
     WEFT_P2P_LL_BYTES: Bytes, Config, "weft-coll", default "`262144`",
         "largest message of one direction (an AllToAll block, a send) that AllToAll and send/receive `ll` carry over LL packets, up to 16 MiB; larger ones go through scratch with credits; sizes the pairs' packet slots (4 x ranks x this per rank); `0`: none";
+    WEFT_P2P_WIDE_BYTES: Bytes, Config, "weft-coll", default "`268435456`",
+        "smallest direction of a send/receive or AllToAll through scratch (`p2p`) that runs on twice the blocks (64 instead of 32 at 2 ranks: 2.4% faster at 256 MB - 1 GB on a 2-GPU NVLink machine); `0`: never";
     WEFT_NCCL_LIB: Path, Config, "weft-coll", default "the dynamic linker's search for `libnccl.so.2`",
         "the real NCCL that `weft bench --nccl` measures against";
     WEFT_NCCL_FALLBACK_LIB: Path, Config, "weft-nccl", default "unset: no fallback",

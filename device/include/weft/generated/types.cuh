@@ -301,8 +301,8 @@ struct alignas(8) CollContext {
   uint64_t packets;  ///<  This rank's registered LL packet buffer.
   uint64_t packet_half_bytes;  ///<  Bytes of one parity half of the packet buffer.
   uint64_t packet_slot_bytes;  ///<  Bytes of one packet region (slot) inside a half.
-  uint64_t token_offset;  ///<  Offset of the LL tokens (`uint32_t[ll_blocks][ranks]`) in the packet buffer.
-  uint64_t flags;  ///<  `uint32_t[ll_blocks]`: the last LL flag each block used.
+  uint64_t token_offset;  ///<  Offset of the LL tokens (`uint32_t[ll_blocks + ll128_blocks][ranks]`) in the packet buffer.
+  uint64_t flags;  ///<  `uint32_t[ll_blocks + ll128_blocks]`: the last LL flag each lane (LL16 blocks, then LL128 blocks) used.
   uint32_t rank;  ///<  This rank.
   uint32_t ranks;  ///<  Ranks of the communicator.
   uint32_t hb_blocks;  ///<  Blocks of every HB launch (the semaphore table's stride).
@@ -310,8 +310,10 @@ struct alignas(8) CollContext {
   uint64_t scalar;  ///<  PreMulSum's scalar (one element of the call's type): its bits, or its device address.
   uint32_t scalar_in_device;  ///<  Nonzero: `scalar` is a device address.
   uint32_t ll128_offset;  ///<  Offset of the LL128 region in the packet buffer (128-aligned; see weft-coll's PacketLayout).
+  uint32_t ll128_lane;  ///<  The LL lane of an LL128 launch's block 0 (block b: flag and token row `ll128_lane + b`; LL16 blocks use those below).
+  uint32_t p2p_wide_mib;  ///<  A `weft_p2p` direction of at least this many MiB runs on `2 * p2p_blocks` blocks (0: never).
 };
-static_assert(sizeof(CollContext) == 104, "rust: sizeof(CollContext) == 104");
+static_assert(sizeof(CollContext) == 112, "rust: sizeof(CollContext) == 112");
 static_assert(alignof(CollContext) == 8, "rust: alignof(CollContext) == 8");
 static_assert(WEFT_OFFSETOF(CollContext, channels) == 0, "rust: offsetof(CollContext, channels) == 0");
 static_assert(WEFT_OFFSETOF(CollContext, semaphores) == 8, "rust: offsetof(CollContext, semaphores) == 8");
@@ -329,6 +331,8 @@ static_assert(WEFT_OFFSETOF(CollContext, p2p_blocks) == 84, "rust: offsetof(Coll
 static_assert(WEFT_OFFSETOF(CollContext, scalar) == 88, "rust: offsetof(CollContext, scalar) == 88");
 static_assert(WEFT_OFFSETOF(CollContext, scalar_in_device) == 96, "rust: offsetof(CollContext, scalar_in_device) == 96");
 static_assert(WEFT_OFFSETOF(CollContext, ll128_offset) == 100, "rust: offsetof(CollContext, ll128_offset) == 100");
+static_assert(WEFT_OFFSETOF(CollContext, ll128_lane) == 104, "rust: offsetof(CollContext, ll128_lane) == 104");
+static_assert(WEFT_OFFSETOF(CollContext, p2p_wide_mib) == 108, "rust: offsetof(CollContext, p2p_wide_mib) == 108");
 
 ///  One grouped send/receive launch: per peer, what to send to it and where to receive from
 struct alignas(8) P2pPlan {
