@@ -64,6 +64,62 @@ extern "C" __global__ void weft_selftest_put(MemoryChannelDeviceHandle ch, uint6
   }
 }
 
+// The put above through the TMA instead of SM stores: block b moves its contiguous share in
+// pieces of kBulkPiece bytes, each loaded into shared memory by a bulk copy (cp.async.bulk,
+// completing on an mbarrier) and stored from there into the peer by another (a bulk group), two
+// pieces in flight. One thread per block issues the copies. `bytes` and both offsets are
+// multiples of 16 (the host checks). With `signal`, each block signals once its stores are done.
+constexpr uint32_t kBulkPiece = 16384;
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+extern "C" __global__ void weft_selftest_bulk_put(MemoryChannelDeviceHandle ch, uint64_t dst_offset,
+                                                  uint64_t src_offset, uint64_t bytes, uint32_t signal) {
+  __shared__ __align__(128) unsigned char stage[2][kBulkPiece];
+  __shared__ __align__(8) uint64_t loaded[2];
+  if (threadIdx.x != 0) return;
+  const char* src = reinterpret_cast<const char*>(ch.src) + src_offset;
+  char* dst = reinterpret_cast<char*>(ch.dst) + dst_offset;
+  const uint64_t share = (div_ceil(bytes, gridDim.x) + 15) & ~uint64_t(15);
+  const uint64_t lo = min(uint64_t(blockIdx.x) * share, bytes), hi = min(lo + share, bytes);
+  for (uint32_t s = 0; s < 2; ++s) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&loaded[s])) : "memory");
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  uint32_t phase[2] = {0u, 0u};
+  uint64_t k = 0;
+  for (uint64_t at = lo; at < hi; at += kBulkPiece, ++k) {
+    const uint32_t s = k & 1u, n = static_cast<uint32_t>(min(uint64_t(kBulkPiece), hi - at));
+    const uint32_t bar = shared_address(&loaded[s]), buf = shared_address(stage[s]);
+    // The store of piece k - 2, which read this stage, has finished reading it.
+    if (k >= 2) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(buf),
+                 "l"(src + at), "r"(n), "r"(bar)
+                 : "memory");
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(bar), "r"(phase[s])
+          : "memory");
+    }
+    phase[s] ^= 1u;
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + at), "r"(buf), "r"(n)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+  // Every store has been written (not only read from shared memory).
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if (signal) {
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    channel_signal(ch);
+  }
+}
+
 // Grid-wide get of `bytes` from the peer's dst+dst_offset into local src+src_offset.
 extern "C" __global__ void weft_selftest_get(MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset,
                                              uint64_t bytes) {

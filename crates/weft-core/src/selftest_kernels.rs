@@ -40,6 +40,16 @@ impl LlProtocol {
     }
 }
 
+/// What moves a put's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutEngine {
+    /// The SMs: every thread stores 16-byte vectors into the peer (`weft_selftest_put`).
+    Sm,
+    /// The TMA: bulk copies through shared memory, one issuing thread per block
+    /// (`weft_selftest_bulk_put`); sizes and offsets in multiples of 16.
+    Bulk,
+}
+
 /// Blocks of an LL round-trip launch; fixed so per-block flags advance in lockstep.
 pub const LL_BLOCKS: u32 = 8;
 const THREADS: u32 = 512;
@@ -49,6 +59,7 @@ const THREADS: u32 = 512;
 pub struct SelftestKernels {
     pingpong: Kernel,
     put: Kernel,
+    bulk_put: Kernel,
     get: Kernel,
     wait: Kernel,
     ll8: Kernel,
@@ -62,6 +73,7 @@ impl SelftestKernels {
         Ok(Self {
             pingpong: module.kernel("weft_selftest_pingpong")?,
             put: module.kernel("weft_selftest_put")?,
+            bulk_put: module.kernel("weft_selftest_bulk_put")?,
             get: module.kernel("weft_selftest_get")?,
             wait: module.kernel("weft_selftest_wait")?,
             ll8: module.kernel("weft_selftest_ll8_round")?,
@@ -79,6 +91,14 @@ pub struct SelftestRunner<'a> {
     stream: &'a Stream,
     /// Host-side bound of every stream wait.
     host_timeout: Duration,
+}
+
+/// Threads of a put block: the SMs' stores use every thread, the TMA's one thread issues them.
+fn put_threads(engine: PutEngine) -> u32 {
+    match engine {
+        PutEngine::Sm => THREADS,
+        PutEngine::Bulk => 32,
+    }
 }
 
 fn config(grid: u32, block: u32) -> LaunchConfig {
@@ -162,23 +182,36 @@ impl<'a> SelftestRunner<'a> {
         Ok(SelftestGet { ch: ch.device_handle(), dst_offset, src_offset, bytes })
     }
 
-    /// [`Self::copy_params`] of a put.
+    /// [`Self::copy_params`] of a put by `engine`, and its kernel.
     fn put_params(
         &self,
+        engine: PutEngine,
         ch: &MemoryChannel,
         dst_offset: u64,
         src_offset: u64,
         bytes: u64,
         signal: bool,
-    ) -> Result<SelftestPut, Error> {
+    ) -> Result<(SelftestPut, &Kernel), Error> {
         let SelftestGet { ch, dst_offset, src_offset, bytes } = self.copy_params(ch, dst_offset, src_offset, bytes)?;
-        Ok(SelftestPut { ch, dst_offset, src_offset, bytes, signal: u32::from(signal) })
+        let kernel = match engine {
+            PutEngine::Sm => &self.kernels.put,
+            PutEngine::Bulk if (bytes | dst_offset | src_offset).is_multiple_of(16) => &self.kernels.bulk_put,
+            PutEngine::Bulk => {
+                return Err(self.invalid(format!(
+                    "a bulk put moves multiples of 16 bytes between 16-byte offsets, not {bytes} B (src+{src_offset}, dst+{dst_offset})"
+                )));
+            }
+        };
+        Ok((SelftestPut { ch, dst_offset, src_offset, bytes, signal: u32::from(signal) }, kernel))
     }
 
-    /// Puts `bytes` from local `src_offset` to the peer's `dst_offset` with `grid` blocks; with
-    /// `signal`, every block signals the peer once (the peer calls [`Self::wait`] with `grid`).
+    /// Puts `bytes` from local `src_offset` to the peer's `dst_offset` with `grid` blocks of
+    /// `engine`; with `signal`, every block signals the peer once (the peer calls [`Self::wait`]
+    /// with `grid`).
+    #[allow(clippy::too_many_arguments)] // a put's whole description; grouping would only rename it
     pub fn put(
         &self,
+        engine: PutEngine,
         ch: &MemoryChannel,
         dst_offset: u64,
         src_offset: u64,
@@ -186,23 +219,31 @@ impl<'a> SelftestRunner<'a> {
         grid: u32,
         signal: bool,
     ) -> Result<(), Error> {
-        let params = self.put_params(ch, dst_offset, src_offset, bytes, signal)?;
+        let (params, kernel) = self.put_params(engine, ch, dst_offset, src_offset, bytes, signal)?;
         // SAFETY: ranges checked above; the stream is drained by finish() before `ch` can drop.
-        unsafe { self.launch(&self.kernels.put, grid, THREADS, &params)? };
+        unsafe { self.launch(kernel, grid, put_threads(engine), &params)? };
         self.finish("put")
     }
 
-    /// Times `iters` puts of `bytes` (after one warm-up) and returns seconds per put.
-    pub fn put_timed(&self, ch: &MemoryChannel, bytes: u64, grid: u32, iters: u32) -> Result<f64, Error> {
-        let params = self.put_params(ch, 0, 0, bytes, false)?;
+    /// Times `iters` puts of `bytes` by `engine` (after one warm-up) and returns seconds per put.
+    pub fn put_timed(
+        &self,
+        engine: PutEngine,
+        ch: &MemoryChannel,
+        bytes: u64,
+        grid: u32,
+        iters: u32,
+    ) -> Result<f64, Error> {
+        let (params, kernel) = self.put_params(engine, ch, 0, 0, bytes, false)?;
+        let threads = put_threads(engine);
         let device = self.comm.device();
         let (start, end) = (Event::new(device).map_err(|e| self.gpu(e))?, Event::new(device).map_err(|e| self.gpu(e))?);
         // SAFETY: as in put().
-        unsafe { self.launch(&self.kernels.put, grid, THREADS, &params)? };
+        unsafe { self.launch(kernel, grid, threads, &params)? };
         start.record(self.stream).map_err(|e| self.gpu(e))?;
         for _ in 0..iters {
             // SAFETY: as above.
-            unsafe { self.launch(&self.kernels.put, grid, THREADS, &params)? };
+            unsafe { self.launch(kernel, grid, threads, &params)? };
         }
         end.record(self.stream).map_err(|e| self.gpu(e))?;
         self.finish("timed put")?;

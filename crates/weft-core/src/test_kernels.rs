@@ -23,8 +23,9 @@ weft_gpu::device_kernels! {
         elapsed_ns: u64 => "uint64_t*",
     }
 
-    /// A put of `bytes` over a MemoryChannel, every block signalling once with `signal`.
-    pub struct SelftestPut for ["weft_selftest_put"] {
+    /// A put of `bytes` over a MemoryChannel (SM stores, or the TMA's bulk copies), every block
+    /// signalling once with `signal`.
+    pub struct SelftestPut for ["weft_selftest_put", "weft_selftest_bulk_put"] {
         /// The channel to the peer.
         ch: MemoryChannelDeviceHandle => "weft::MemoryChannelDeviceHandle",
         /// Offset in the peer's buffer.

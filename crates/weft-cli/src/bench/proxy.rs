@@ -61,23 +61,27 @@ const WORKER_OPTIONS: &str = "WEFT_BENCH_PROXY_OPTIONS";
 pub enum ChannelKind {
     /// MemoryChannel put: SM copies over the peer mapping.
     Memory,
+    /// MemoryChannel put through the TMA: bulk copies via shared memory (`cp.async.bulk`).
+    Bulk,
     /// PortChannel put-with-signal: the proxy drives the copy engine.
     Port,
 }
 
 impl ChannelKind {
-    /// Parses `memory` or `port`.
+    /// Parses `memory`, `bulk` or `port`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "memory" => Ok(Self::Memory),
+            "bulk" => Ok(Self::Bulk),
             "port" => Ok(Self::Port),
-            _ => Err(format!("--channel {s:?}: memory or port")),
+            _ => Err(format!("--channel {s:?}: memory, bulk or port")),
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Self::Memory => "memory",
+            Self::Bulk => "bulk",
             Self::Port => "port",
         }
     }
@@ -397,6 +401,7 @@ pub fn p2p_table(options: &P2pOptions, rows: &[P2pRow]) -> String {
     let mut t = String::new();
     let how = match options.channel {
         ChannelKind::Memory => "MemoryChannel put kernel (SM copies), best of 3 grid sizes",
+        ChannelKind::Bulk => "MemoryChannel put through the TMA (bulk copies via shared memory), best of 3 grid sizes",
         ChannelKind::Port => "PortChannel put_with_signal + flush (copy engine), receiver waits for the signals",
     };
     let _ = writeln!(t, "# weft bench p2p --channel {}: rank 0 -> rank 1, {how}", options.channel.name());

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_bootstrap::Bootstrap;
-use weft_core::selftest_kernels::{LL_BLOCKS, LlProtocol, SelftestKernels, SelftestRunner};
+use weft_core::selftest_kernels::{LL_BLOCKS, LlProtocol, PutEngine, SelftestKernels, SelftestRunner};
 use weft_core::{Communicator, Env, Error, KernelLibrary, MemoryChannel, MemoryChannelConfig, RegisteredMemory};
 use weft_gpu::{AllocKind, Device, DeviceMemory, Stream};
 
@@ -169,6 +169,19 @@ fn sizes_and_offsets() -> Vec<(u64, u64, u64)> {
     cases
 }
 
+/// The bulk (TMA) put's cases: whole 16-byte vectors between 16-byte offsets, from one vector to
+/// the largest transfer, a share per block that is not a whole piece among them.
+fn bulk_sizes_and_offsets() -> Vec<(u64, u64, u64)> {
+    vec![
+        (16, 0, 0),
+        (4096, 16, 48),
+        (65536, 0, 0),
+        ((1 << 20) + 112, 48, 16),
+        ((16 << 20) + 16, 0, 0),
+        (MAX_TRANSFER, 0, 0),
+    ]
+}
+
 impl Pair<'_> {
     fn rank(&self) -> usize {
         self.comm.rank()
@@ -237,17 +250,21 @@ impl Pair<'_> {
 
     /// HB put a->b, get b<-a and put b->a at every size and offset.
     fn hb(&mut self, a: usize, b: usize, peers: &BTreeMap<usize, PeerState>, seed: u32) -> Result<(), Error> {
-        for (op, sender, receiver) in [("put", a, b), ("get", b, a), ("put", b, a)] {
+        for (op, sender, receiver) in [("put", a, b), ("get", b, a), ("put", b, a), ("bulk put", a, b)] {
             let mut failures = Vec::new();
-            for (case, &(bytes, src_off, dst_off)) in sizes_and_offsets().iter().enumerate() {
+            let cases = if op == "bulk put" { bulk_sizes_and_offsets() } else { sizes_and_offsets() };
+            for (case, &(bytes, src_off, dst_off)) in cases.iter().enumerate() {
                 let case_seed = seed ^ (case as u32).wrapping_mul(0x9E37_79B1) ^ u32::from(op == "get");
                 if let Err(e) = self.transfer(op, sender, receiver, peers, case_seed, bytes, src_off, dst_off) {
                     failures.push(format!("{bytes} B (src+{src_off}, dst+{dst_off}): {e}"));
                 }
             }
             if self.partner(a, b).is_some() {
-                let name =
-                    format!("{}HB {op} {sender}->{receiver}: 4 B .. 256 MiB, odd sizes, unaligned offsets", self.label);
+                let name = if op == "bulk put" {
+                    format!("{}HB {op} (TMA) {sender}->{receiver}: 16 B .. 256 MiB, 16-byte multiples", self.label)
+                } else {
+                    format!("{}HB {op} {sender}->{receiver}: 4 B .. 256 MiB, odd sizes, unaligned offsets", self.label)
+                };
                 self.report.record(name, if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) });
             }
         }
@@ -265,7 +282,7 @@ impl Pair<'_> {
             let mut best = 0f64;
             let mut result = Ok(());
             for grid in [132u32, 264, 528] {
-                match self.runner.put_timed(ch, bytes, grid, 10) {
+                match self.runner.put_timed(PutEngine::Sm, ch, bytes, grid, 10) {
                     Ok(seconds) => best = best.max(bytes as f64 / seconds / 1e9),
                     Err(e) => result = Err(e),
                 }
@@ -357,10 +374,11 @@ impl Pair<'_> {
         self.comm.barrier().map_err(|e| e.to_string())?;
         let grid = grid_for(bytes);
         let acted = match (op, rank) {
-            ("put", r) if r == sender => {
-                self.runner.put(&peers[&receiver].main, REGION + dst_off, src_off, bytes, grid, true)
+            ("put" | "bulk put", r) if r == sender => {
+                let engine = if op == "put" { PutEngine::Sm } else { PutEngine::Bulk };
+                self.runner.put(engine, &peers[&receiver].main, REGION + dst_off, src_off, bytes, grid, true)
             }
-            ("put", r) if r == receiver => self.runner.wait(&peers[&sender].main, grid),
+            ("put" | "bulk put", r) if r == receiver => self.runner.wait(&peers[&sender].main, grid),
             ("get", r) if r == receiver => {
                 self.runner.get(&peers[&sender].main, src_off, REGION + dst_off, bytes, grid)
             }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use weft_bootstrap::{Bootstrap, TcpBootstrap, TorchrunEnv};
-use weft_core::selftest_kernels::{SelftestKernels, SelftestRunner};
+use weft_core::selftest_kernels::{PutEngine, SelftestKernels, SelftestRunner};
 use weft_core::{Communicator, Env, KernelLibrary, MemoryChannelConfig, RegisteredMemory};
 use weft_gpu::{Device, Kernel, LaunchConfig, LaunchScope, PinnedHostMemory, Stream};
 use weft_net::fifo::{FifoReader, PinnedFifo};
@@ -279,7 +279,8 @@ impl Gpu {
         let data: RegisteredMemory = comm.register(comm.alloc(o.max_bytes)?)?;
         let mut rows = Vec::new();
         match o.channel {
-            ChannelKind::Memory => {
+            ChannelKind::Memory | ChannelKind::Bulk => {
+                let engine = if o.channel == ChannelKind::Memory { PutEngine::Sm } else { PutEngine::Bulk };
                 let loaded = self.library.load(comm.device(), "selftest.cu")?;
                 let kernels = SelftestKernels::new(&loaded.module)?;
                 let runner = SelftestRunner::new(&kernels, comm, &self.stream, self.host_timeout);
@@ -289,7 +290,7 @@ impl Gpu {
                     if rank == 0 {
                         let mut best = f64::INFINITY;
                         for grid in PUT_GRIDS {
-                            best = best.min(runner.put_timed(&ch, bytes as u64, grid, calls_for(bytes))?);
+                            best = best.min(runner.put_timed(engine, &ch, bytes as u64, grid, calls_for(bytes))?);
                         }
                         rows.push(P2pRow { bytes, us: best * 1e6, latency_us: None });
                         progress::record(bytes);
