@@ -70,5 +70,5 @@ pub use buffer::{Buffer, Config, DEFAULT_NUM_SMS};
 pub use error::EpError;
 pub use region::{
     LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, ll_message_bytes, low_latency_net_bytes_hint,
-    low_latency_rdma_size_hint, nvl_bytes_hint,
+    low_latency_rdma_size_hint, nvl_bytes_hint, nvl_bytes_hint_between_nodes, rdma_bytes_hint,
 };
