@@ -57,6 +57,7 @@
 mod buffer;
 pub mod device_code;
 mod error;
+mod internode;
 mod launch;
 pub mod low_latency;
 pub mod model;
