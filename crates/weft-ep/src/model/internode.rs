@@ -76,9 +76,10 @@ impl InternodeReceived {
     }
 }
 
-/// The nodes of `ranks` ranks with `ranks_per_node` each, or `None` if that is no split.
-fn nodes_of(ranks: usize, ranks_per_node: usize) -> Option<usize> {
-    (ranks_per_node > 0 && ranks.is_multiple_of(ranks_per_node)).then_some(ranks / ranks_per_node)
+/// The nodes of `ranks` ranks with `ranks_per_node` each; panics if that is no split.
+fn nodes_of(ranks: usize, ranks_per_node: usize) -> usize {
+    assert!(ranks_per_node > 0 && ranks.is_multiple_of(ranks_per_node), "{ranks_per_node} ranks per node of {ranks}");
+    ranks / ranks_per_node
 }
 
 /// The dispatch of every rank's `routing` between nodes of `ranks_per_node` ranks (a divisor
@@ -94,7 +95,7 @@ pub fn dispatch_internode(
 ) -> Vec<InternodeReceived> {
     let DispatchShape { ranks, experts, topk, .. } = shape;
     let k = ranks_per_node;
-    let nodes = nodes_of(ranks, k).expect("ranks_per_node divides the ranks");
+    let nodes = nodes_of(ranks, k);
     let node_experts = experts / nodes;
     // Which nodes each token goes to: the layout over nodes instead of ranks.
     let to_node: Vec<_> = routing.iter().map(|r| dispatch_layout(r.topk_idx, topk, experts, nodes)).collect();
@@ -111,10 +112,8 @@ pub fn dispatch_internode(
             let tokens = to_node[me].token_in_rank.len() / nodes;
             let mut rail_send_head = vec![-1i32; tokens * nodes];
             for d in 0..nodes {
-                let mut sent = 0;
-                for t in (0..tokens).filter(|t| to_node[me].token_in_rank[t * nodes + d]) {
-                    rail_send_head[t * nodes + d] = sent;
-                    sent += 1;
+                for (sent, t) in (0..tokens).filter(|t| to_node[me].token_in_rank[t * nodes + d]).enumerate() {
+                    rail_send_head[t * nodes + d] = sent as i32;
                 }
             }
             let mut forwarded = Forwarded {
@@ -181,7 +180,7 @@ pub fn combine_internode(
 ) -> Vec<Combined> {
     let ranks = received.len();
     let k = ranks_per_node;
-    let nodes = nodes_of(ranks, k).expect("ranks_per_node divides the ranks");
+    let nodes = nodes_of(ranks, k);
     let with_weights = inputs.iter().all(|i| i.topk_weights.is_some());
     // The NVL hop's combine: each forwarder's partials, by forwarded row.
     let partials: Vec<Combined> = (0..nodes)
