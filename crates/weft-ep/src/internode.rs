@@ -359,6 +359,7 @@ impl Buffer {
         if hidden_bytes == 0 || !hidden_bytes.is_multiple_of(16) {
             return Err(self.invalid("x", format!("rows of {hidden_bytes} bytes (a positive multiple of 16)")));
         }
+        self.check_aligned("x", d.x.x())?;
         let regions = self.rail_regions(nodes, d.hidden, shape.topk)?;
         if shape.tokens > regions.capacity {
             let need = rdma_bytes_hint(shape.tokens, d.hidden, shape.topk, self.num_ranks(), nodes.per_node);
@@ -375,9 +376,7 @@ impl Buffer {
             Payload::Fp8 { scales, .. } => Some(scales),
             Payload::Bf16 { .. } => None,
         };
-        let x = match d.x {
-            Payload::Bf16 { x, .. } | Payload::Fp8 { x, .. } => x,
-        };
+        let x = d.x.x();
         self.settle_rail(stream)?;
         self.rail_dirty.store(true, Ordering::Relaxed);
         let calls = self.rail_calls[0].fetch_add(1, Ordering::Relaxed) + 1;
@@ -480,6 +479,15 @@ impl Buffer {
         if inter.hidden != Some(c.hidden) {
             let detail = format!("{} channels, but the handle's dispatches had {:?}", c.hidden, inter.hidden);
             return Err(self.invalid("x", detail));
+        }
+        if c.hidden == 0 || !c.hidden.is_multiple_of(8) {
+            return Err(self.invalid("x", format!("{} channels per row (a positive multiple of 8)", c.hidden)));
+        }
+        self.check_aligned("combined_x", c.combined_x)?;
+        for (bias, name) in c.bias.iter().zip(["bias[0]", "bias[1]"]) {
+            if let Some(b) = *bias {
+                self.check_aligned(name, b)?;
+            }
         }
         let regions = self.rail_regions(nodes, c.hidden, shape.topk)?;
         let topk = if c.topk_weights.is_some() { shape.topk } else { 0 };

@@ -96,7 +96,7 @@ pub enum Payload {
 }
 
 impl Payload {
-    fn x(&self) -> DevicePtr {
+    pub(crate) fn x(&self) -> DevicePtr {
         match *self {
             Payload::Bf16 { x, .. } | Payload::Fp8 { x, .. } => x,
         }
