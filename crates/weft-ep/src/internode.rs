@@ -582,4 +582,157 @@ mod tests {
             }
         }
     }
+
+    /// The rail kernels' index arithmetic, replayed on host buffers laid out by `RailRegions`
+    /// with each rank's `RailPlan`: `weft_ep_rail_pack` (own node's rows into the receive rows
+    /// at `before[node] + head`, the others' into send block `d · capacity + head`), the
+    /// dispatch's `weft_ep_rail_exchange` (each field array from `d · capacity` to the rail
+    /// peer's receive rows from `before[d]`), the combine's (partials from `from[s]` to the
+    /// source's partial rows from `node · capacity`) and `weft_ep_rail_sum`'s reads. A
+    /// forwarder's receive rows must be the model's forwarded rows, and every partial the sum
+    /// reads must be its own token's from the right node.
+    #[test]
+    fn the_rail_kernels_offsets_deliver_the_models_rows() {
+        for (ranks, k, seed) in [(4, 2, 7u64), (2, 1, 8), (8, 2, 9), (6, 2, 10), (8, 4, 11)] {
+            let (experts, topk, hidden) = (ranks * 2, 3, 8);
+            let tokens = |r: usize| 5 + 3 * r;
+            let routes: Vec<_> = (0..ranks)
+                .map(|r| {
+                    let spec =
+                        crate::model::RoutingSpec { tokens: tokens(r), topk, experts: 0..experts, drop_one_in: 4 };
+                    crate::model::random_routing(seed * 31 + r as u64, &spec)
+                })
+                .collect();
+            let routing: Vec<RankRouting<'_>> =
+                routes.iter().map(|(i, w)| RankRouting { topk_idx: i, topk_weights: w }).collect();
+            let shape = DispatchShape { ranks, experts, topk, channels: 2, expert_alignment: 1 };
+            let two_hop = dispatch_internode(shape, k, &routing);
+            let nodes = ranks / k;
+            let node_experts = experts / nodes;
+            let rows: Vec<Vec<i32>> = routes
+                .iter()
+                .map(|(idx, _)| {
+                    let by_node = dispatch_layout(idx, topk, experts, nodes);
+                    let by_rank = dispatch_layout(idx, topk, experts, ranks);
+                    [by_node.tokens_per_rank, by_rank.tokens_per_rank, by_rank.tokens_per_expert].concat()
+                })
+                .collect();
+            let plans: Vec<RailPlan> = (0..ranks)
+                .map(|me| RailPlan::new(Nodes { nodes, per_node: k, node: me / k, local: me % k }, experts, 1, &rows))
+                .collect();
+            let max_tokens = (0..ranks).map(tokens).max().unwrap();
+            let bytes = rdma_bytes_hint(max_tokens, hidden, topk, ranks, k);
+            let r = RailRegions::new(0, bytes, hidden, topk, nodes);
+            assert!(r.capacity >= max_tokens);
+            let mut mem = vec![vec![0u8; r.end]; ranks];
+            let put = |m: &mut [u8], at: usize, v: &[u8]| m[at..at + v.len()].copy_from_slice(v);
+            let get = |m: &[u8], at: usize| i64::from_le_bytes(m[at..at + 8].try_into().unwrap());
+            // The rail send head (weft_ep_rail_layout) and the pack. The payload's 16 bytes
+            // name (source rank, token); fields as the kernel writes them.
+            let heads: Vec<Vec<i32>> = (0..ranks).map(|me| two_hop[me].rail.rail_send_head.clone()).collect();
+            for me in 0..ranks {
+                let (node, plan) = (me / k, &plans[me]);
+                for t in 0..tokens(me) {
+                    for d in 0..nodes {
+                        let h = heads[me][t * nodes + d];
+                        if h < 0 {
+                            continue;
+                        }
+                        let mine = d == node;
+                        let row = if mine { plan.before[d] as usize } else { d * r.capacity } + h as usize;
+                        let f = if mine { r.dispatch_recv } else { r.dispatch_send };
+                        put(
+                            &mut mem[me],
+                            f.x + row * 2 * hidden,
+                            &[(me as i64).to_le_bytes(), (t as i64).to_le_bytes()].concat(),
+                        );
+                        for j in 0..topk {
+                            let e = routes[me].0[t * topk + j];
+                            let first = (d * node_experts) as i64;
+                            let local = if e >= first && e < first + node_experts as i64 { e - first } else { -1 };
+                            put(&mut mem[me], f.topk_idx + (row * topk + j) * 8, &local.to_le_bytes());
+                        }
+                        put(&mut mem[me], f.src_idx + row * 4, &(t as i32).to_le_bytes());
+                    }
+                }
+            }
+            // The dispatch's exchange: thread d of rank (node, l) puts to (d, l).
+            let snapshot = mem.clone();
+            for me in 0..ranks {
+                let (node, l, plan) = (me / k, me % k, &plans[me]);
+                for d in (0..nodes).filter(|&d| d != node) {
+                    let (rows, at, from) = (plan.sent[d] as usize, plan.before[d] as usize, d * r.capacity);
+                    let (src, dst) = (r.dispatch_send, r.dispatch_recv);
+                    for (s_off, d_off, b) in [
+                        (src.x, dst.x, 2 * hidden),
+                        (src.topk_idx, dst.topk_idx, 8 * topk),
+                        (src.src_idx, dst.src_idx, 4),
+                    ] {
+                        let bytes = snapshot[me][s_off + from * b..s_off + (from + rows) * b].to_vec();
+                        put(&mut mem[d * k + l], d_off + at * b, &bytes);
+                    }
+                }
+            }
+            // Every forwarder holds the model's forwarded rows, in order.
+            for f in 0..ranks {
+                let want = &two_hop[f].rail;
+                assert_eq!(plans[f].forwarded, want.src_node.len());
+                for row in 0..plans[f].forwarded {
+                    let source = get(&mem[f], r.dispatch_recv.x + row * 2 * hidden) as usize;
+                    let token = get(&mem[f], r.dispatch_recv.x + row * 2 * hidden + 8);
+                    assert_eq!(
+                        (source / k, source % k),
+                        (want.src_node[row], f % k),
+                        "ranks {ranks} rank {f} row {row}"
+                    );
+                    assert_eq!(token, i64::from(want.src_idx[row]));
+                    for j in 0..topk {
+                        assert_eq!(
+                            get(&mem[f], r.dispatch_recv.topk_idx + (row * topk + j) * 8),
+                            want.topk_idx[row * topk + j]
+                        );
+                    }
+                }
+                // The forwarder's partial of each row names it (the NVL combine's output).
+                for row in 0..plans[f].forwarded {
+                    let named = mem[f][r.dispatch_recv.x + row * 2 * hidden..][..16].to_vec();
+                    let at = r.combine_send.x + row * 2 * hidden;
+                    put(&mut mem[f], at, &named);
+                }
+            }
+            // The combine's exchange: thread s of forwarder (node, l) puts to (s, l).
+            let snapshot = mem.clone();
+            for f in 0..ranks {
+                let (node, l, plan) = (f / k, f % k, &plans[f]);
+                for s in (0..nodes).filter(|&s| s != node) {
+                    let (rows, from, at) = (plan.received[s] as usize, plan.from[s] as usize, node * r.capacity);
+                    let b = 2 * hidden;
+                    let bytes = snapshot[f][r.combine_send.x + from * b..r.combine_send.x + (from + rows) * b].to_vec();
+                    put(&mut mem[s * k + l], r.combine_recv.x + at * b, &bytes);
+                }
+            }
+            // The sum's reads: every node's partial of every token is that token's.
+            for me in 0..ranks {
+                let (node, plan) = (me / k, &plans[me]);
+                for t in 0..tokens(me) {
+                    for d in 0..nodes {
+                        let h = heads[me][t * nodes + d];
+                        if h < 0 {
+                            continue;
+                        }
+                        let at = if d == node {
+                            r.combine_send.x + (plan.before[d] as usize + h as usize) * 2 * hidden
+                        } else {
+                            r.combine_recv.x + (d * r.capacity + h as usize) * 2 * hidden
+                        };
+                        assert_eq!(
+                            (get(&mem[me], at), get(&mem[me], at + 8)),
+                            (me as i64, t as i64),
+                            "rank {me} token {t} node {d}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
