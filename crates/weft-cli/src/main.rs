@@ -285,7 +285,8 @@ struct ProxyBenchArgs {
     ll_tokens: usize,
     /// ep: split the ranks into N virtual nodes (WEFT_RANKS_PER_NODE = ranks / N) over the
     /// emulated NIC (WEFT_EMU_NET_LATENCY_US / WEFT_EMU_NET_GBPS, else α = 2 µs and 50 GB/s);
-    /// only the low-latency test runs between nodes, each row with its α-β floor.
+    /// the normal mode runs in two hops and the low-latency mode through its puts, each row
+    /// with its α-β floor.
     #[arg(long, value_name = "N")]
     nodes: Option<usize>,
 }

@@ -485,6 +485,12 @@ impl Communicator {
             Some(WaitOp::EpCombineTail) => "EP combine: the rows of the rank holding the token's experts",
             Some(WaitOp::EpLlCount) => "EP low-latency dispatch: a source rank's count (expected = expert)",
             Some(WaitOp::EpLlFlag) => "EP low-latency combine: an expert's rows (expected = expert)",
+            Some(WaitOp::EpRailRows) => {
+                "EP dispatch between nodes: a source rank's rows (expected = its signal's share)"
+            }
+            Some(WaitOp::EpRailPartials) => {
+                "EP combine between nodes: a forwarder's partial sums (expected = its signal's share)"
+            }
             Some(WaitOp::GinSignal) => "GIN wait_signal (peer = the signal's index, expected = its value)",
             Some(WaitOp::GinCounter) => "GIN wait_counter (peer = the counter's index, expected = its value)",
             Some(WaitOp::GinBarrier) => "GIN barrier (peer = its signal's index, expected = arrivals)",

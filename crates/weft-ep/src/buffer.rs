@@ -3,7 +3,7 @@
 //! the others reached by puts), the kernels, and the configuration of the normal-mode kernels
 //! (DeepEP's `Buffer` and `Config`).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use weft_core::env::vars;
@@ -18,8 +18,9 @@ use crate::launch::Kernels;
 use crate::region::{BufferLayout, LlRegions, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS};
 
 /// Signals of the EP device communicator between nodes: the low-latency dispatch's and
-/// combine's (`kLlDispatchSignal`, `kLlCombineSignal`).
-const LL_SIGNALS: u32 = 2;
+/// combine's (`kLlDispatchSignal`, `kLlCombineSignal`), then the rail hop's of the normal mode
+/// (`kRailDispatchSignal`, `kRailCombineSignal`).
+const EP_SIGNALS: u32 = 4;
 
 /// SMs of the normal-mode kernels unless a [`Config`] says otherwise (DeepEP's test setting).
 pub const DEFAULT_NUM_SMS: u32 = 24;
@@ -73,6 +74,18 @@ pub struct Buffer {
     pub(crate) normal_calls: AtomicU64,
     /// The experts of the low-latency calls of a group spanning nodes, fixed by the first.
     pub(crate) ll_experts: crate::low_latency::PinnedExperts,
+    /// The normal-mode kernels' context over this rank's node (the NVL hop between nodes;
+    /// the same as `context` on one node).
+    pub(crate) node_context: EpContext,
+    /// `int32_t[MAX_RANKS + MAX_RANKS + MAX_RANKS * MAX_LOCAL_EXPERTS]`: what the rail layout
+    /// counted for the host's exchange (tokens per node, per rank, per expert).
+    pub(crate) rail_counts: DeviceMemory,
+    /// Rail exchanges of dispatches and of combines so far: every rail peer raises the phase's
+    /// signal a fixed number of times per call, so the share a wait needs follows.
+    pub(crate) rail_calls: [AtomicU64; 2],
+    /// Set by a normal-mode call between nodes: a low-latency call after it first waits for
+    /// every rank (the two modes share `num_rdma_bytes`, as DeepEP's do).
+    pub(crate) rail_dirty: AtomicBool,
     memory: Memory,
 }
 
@@ -89,12 +102,12 @@ impl Buffer {
     /// The EP buffer of this rank with `num_nvl_bytes` of staging for the normal mode (see
     /// [`crate::nvl_bytes_hint`]) and `num_rdma_bytes` for the low-latency mode (see
     /// [`crate::low_latency_rdma_size_hint`], and [`crate::low_latency_net_bytes_hint`] for a
-    /// group spanning nodes; `num_nvl_bytes` is not allocated there). Collective: every rank
+    /// group spanning nodes). Collective: every rank
     /// calls it with the same sizes. On one node
-    /// (or one virtual node) every peer's buffer is mapped; a group spanning nodes gets the
-    /// low-latency mode only, its buffer being window 0 of a GIN device communicator (the
-    /// ranks of other nodes are reached through the proxy; docs/ep.md, "Low latency between
-    /// nodes").
+    /// (or one virtual node) every peer's buffer is mapped; on a group spanning nodes the buffer
+    /// is window 0 of a GIN device communicator (the ranks of other nodes are reached through
+    /// the proxy; docs/ep.md, "Low latency between nodes" and "Normal mode between nodes"),
+    /// whose normal mode also needs [`crate::rdma_bytes_hint`] bytes of `num_rdma_bytes`.
     pub fn new(comm: &Communicator, num_nvl_bytes: usize, num_rdma_bytes: usize) -> Result<Self, EpError> {
         let (rank, ranks) = (comm.rank(), comm.world_size());
         let gpu = |source| EpError::Gpu { rank, source };
@@ -104,9 +117,9 @@ impl Buffer {
         // The ranks' nodes (hosts, or virtual nodes) decide the path, as they do for weft.ep in
         // Python; every peer of this node must be mapped either way (direct stores reach them).
         let topology = comm.topology();
-        // Between nodes only the low-latency mode runs: no normal-mode staging, which would
-        // only take room in the device communicator's heap (at most 4 GiB).
-        let nvl_bytes = if topology.spans_nodes() { 0 } else { num_nvl_bytes.next_multiple_of(16) };
+        // Between nodes the staging area serves the NVL hop of the normal mode, and the
+        // low-latency area its rail hop too (docs/ep.md, "Normal mode between nodes").
+        let nvl_bytes = num_nvl_bytes.next_multiple_of(16);
         let layout = BufferLayout::new(nvl_bytes, num_rdma_bytes.next_multiple_of(16));
         let unmapped =
             (0..ranks).filter(|&p| topology.same_node(p)).find_map(|p| comm.can_map(p).err().map(|e| (p, e)));
@@ -133,7 +146,7 @@ impl Buffer {
             (Memory::Node { _memory: memory, _peers: peers }, ptrs)
         } else {
             let requirements = Requirements {
-                signals: LL_SIGNALS,
+                signals: EP_SIGNALS,
                 counters: 0,
                 world_barriers: 0,
                 lsa_barriers: 0,
@@ -145,6 +158,18 @@ impl Buffer {
             (Memory::Net(Box::new(gin)), ptrs)
         };
         let context = layout.context(&ptrs, rank, comm.wait_context(rank, None));
+        // The node's ranks: consecutive in the group (`WEFT_RANKS_PER_NODE`, or hosts in order).
+        let node: Vec<usize> = (0..ranks).filter(|&p| topology.same_node(p)).collect();
+        let consecutive = node.windows(2).all(|w| w[1] == w[0] + 1) && ranks.is_multiple_of(node.len());
+        let node_context = if !topology.spans_nodes() {
+            context
+        } else if consecutive {
+            let node_ptrs: Vec<u64> = node.iter().map(|&p| ptrs[p]).collect();
+            layout.context(&node_ptrs, rank - node[0], comm.wait_context(rank, None))
+        } else {
+            // The normal mode between nodes refuses such a group (`Buffer::nodes`).
+            context
+        };
         let tracer = Tracer::from_env(comm.env(), comm.device(), rank, ranks).map_err(|e| match e {
             TraceError::Gpu(source) => EpError::Gpu { rank, source },
             e => EpError::InvalidArgument { rank, argument: "WEFT_TRACE", detail: e.to_string() },
@@ -154,6 +179,9 @@ impl Buffer {
             Kernels::load(comm.device(), comm.env().cache_dir.clone(), tracer.as_ref(), ll_early).map_err(gpu)?;
         let recv_counts =
             DeviceMemory::alloc(comm.device(), 4 * (1 + MAX_LOCAL_EXPERTS), AllocKind::Legacy).map_err(gpu)?;
+        let rail_counts =
+            DeviceMemory::alloc(comm.device(), 4 * MAX_RANKS * (2 + MAX_LOCAL_EXPERTS), AllocKind::Legacy)
+                .map_err(gpu)?;
         comm.barrier()?;
         Ok(Self {
             comm: comm.clone(),
@@ -164,6 +192,10 @@ impl Buffer {
             recv_counts,
             normal_calls: AtomicU64::new(0),
             ll_experts: Default::default(),
+            node_context,
+            rail_counts,
+            rail_calls: Default::default(),
+            rail_dirty: AtomicBool::new(false),
             memory,
         })
     }
@@ -188,15 +220,23 @@ impl Buffer {
         }
     }
 
-    /// `Err` for a normal-mode call (`call`) on a group spanning nodes: its kernels need every
-    /// peer's buffer mapped.
+    /// `Err` for a raw normal-mode call (`call`) on a group spanning nodes: the raw layer
+    /// drives the one-node kernels only; between nodes the typed calls run the two hops
+    /// (docs/ep.md, "Normal mode between nodes").
     pub(crate) fn check_one_node(&self, call: &str) -> Result<(), EpError> {
         if !self.spans_nodes() {
             return Ok(());
         }
-        let detail =
-            format!("{call} across nodes (the normal mode needs every peer on this node; use the low-latency mode)");
+        let detail = format!("raw {call} across nodes (the typed calls run the normal mode between nodes)");
         Err(EpError::Unsupported { rank: self.rank(), detail })
+    }
+
+    /// The device communicator's handle between nodes.
+    pub(crate) fn gin_handle(&self) -> Option<weft_types::DevCommHandle> {
+        match &self.memory {
+            Memory::Net(gin) => Some(gin.handle()),
+            Memory::Node { .. } => None,
+        }
     }
 
     /// This rank.

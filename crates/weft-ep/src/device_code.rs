@@ -21,6 +21,7 @@ pub const KERNELS: KernelSet = KernelSet {
         ("low_latency.cuh", include_str!("../../../device/kernels/ep/low_latency.cuh")),
         ("ll_dispatch.cu", include_str!("../../../device/kernels/ep/ll_dispatch.cu")),
         ("ll_combine.cu", include_str!("../../../device/kernels/ep/ll_combine.cu")),
+        ("rail.cu", include_str!("../../../device/kernels/ep/rail.cu")),
     ],
     variants: compiled_once,
     signatures: crate::launch::signatures,
@@ -100,7 +101,9 @@ mod tests {
     /// kernels for a group spanning nodes make the puts to other nodes (`ll_put_dispatch`,
     /// `ll_put_combine`, one thread per such rank after every copy), which keep a `weft::Gin` in
     /// the frame: its handle and the connections it has pending per rank, 400 bytes, off the
-    /// byte path. Nothing else may, the one-node kernels included (they hold no network path).
+    /// byte path; so does the rail hop's exchange between nodes (one thread per node, no
+    /// payload through registers). Nothing else may, the one-node kernels included (they hold
+    /// no network path).
     #[test]
     fn the_ep_kernels_use_no_local_memory() {
         let Some(library) = weft_core::device_code::nvrtc_test_library(&KERNELS).unwrap() else { return };
@@ -112,7 +115,8 @@ mod tests {
             }
         }
         for k in &kernels {
-            let puts_between_nodes = k.name.starts_with("weft_ep_ll_") && k.name.ends_with("_send_net");
+            let puts_between_nodes = (k.name.starts_with("weft_ep_ll_") && k.name.ends_with("_send_net"))
+                || k.name == "weft_ep_rail_exchange";
             let frame = if puts_between_nodes { 400 } else { 0 };
             assert!(k.stack_frame_bytes <= frame && k.spill_store_bytes == 0, "{}: {k:?}", k.name);
         }

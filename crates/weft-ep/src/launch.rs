@@ -10,7 +10,8 @@ use weft_core::KernelLibrary;
 use weft_core::trace::Tracer;
 use weft_gpu::{Device, GpuError, Kernel, KernelParams, LaunchConfig, Stream};
 use weft_types::{
-    EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpLlNet, EpNotifyArgs,
+    DevCommHandle, EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpLlNet,
+    EpNotifyArgs, EpRailArgs,
 };
 
 use crate::device_code::{KERNELS, UNIT};
@@ -57,6 +58,30 @@ weft_gpu::device_kernels! {
         a: EpCombineArgs => "weft::EpCombineArgs",
     }
 
+    /// The rail hop's layout: `rail_send_head` and the counts the host exchanges.
+    pub(crate) struct RailLayout for ["weft_ep_rail_layout"] {
+        /// The layout, the outputs and the group's shape.
+        a: EpRailArgs => "weft::EpRailArgs",
+    }
+
+    /// The rail hop's packing of a dispatch's rows by destination node, and its sum of the
+    /// nodes' partials in the combine.
+    pub(crate) struct Rail for ["weft_ep_rail_pack", "weft_ep_rail_sum"] {
+        /// The call's rows, regions and counts.
+        a: EpRailArgs => "weft::EpRailArgs",
+    }
+
+    /// The rail hop's puts to the rank of this rail on every other node, and the waits for
+    /// theirs.
+    pub(crate) struct RailExchange for ["weft_ep_rail_exchange"] {
+        /// The call's regions and counts.
+        a: EpRailArgs => "weft::EpRailArgs",
+        /// The device communicator (its wait context names this rank).
+        h: DevCommHandle => "weft::DevCommHandle",
+        /// Nonzero: the combine's partials; zero: the dispatch's rows.
+        combine: u32 => "uint32_t",
+    }
+
     /// The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
     /// A `_net` kernel is built for a group spanning nodes (`LlTopology`).
     pub(crate) struct LlDispatch for [
@@ -92,6 +117,8 @@ weft_gpu::device_kernels! {
 
 /// Threads of a dispatch or combine block (`kChannelThreads`).
 pub(crate) const CHANNEL_THREADS: u32 = 512;
+/// Threads of a rail pack or sum block (`kRailThreads`).
+pub(crate) const RAIL_THREADS: u32 = 512;
 /// Threads of a low-latency block (`kLlThreads`).
 const LL_THREADS: u32 = 512;
 
@@ -153,6 +180,10 @@ pub(crate) struct Kernels {
     ll_dispatch: [[Kernel; 2]; 2],
     /// `[topology][phase]`, as [`LL_COMBINE_KERNELS`].
     ll_combine: [[Kernel; 2]; 2],
+    rail_layout: Kernel,
+    rail_pack: Kernel,
+    rail_exchange: Kernel,
+    rail_sum: Kernel,
     /// Whether the low-latency kernels are launched as programmatic dependents of the previous
     /// kernel on the stream (each waits for it on the GPU first: `ll_kernel_begin`).
     ll_early: bool,
@@ -195,6 +226,10 @@ impl Kernels {
             combine: kernel("weft_ep_combine")?,
             ll_dispatch: ll(LL_DISPATCH_KERNELS)?,
             ll_combine: ll(LL_COMBINE_KERNELS)?,
+            rail_layout: kernel("weft_ep_rail_layout")?,
+            rail_pack: kernel("weft_ep_rail_pack")?,
+            rail_exchange: kernel("weft_ep_rail_exchange")?,
+            rail_sum: kernel("weft_ep_rail_sum")?,
             ll_early,
         })
     }
@@ -249,6 +284,45 @@ impl Kernels {
         let config = LaunchConfig { grid: 2 * a.channels, block: CHANNEL_THREADS, shared_bytes: 0 };
         // SAFETY: the caller's contract.
         unsafe { self.combine.launch(stream, config, &Combine { c, a }) }
+    }
+
+    /// `weft_ep_rail_layout`.
+    ///
+    /// # Safety
+    /// Every address in `a` must be valid for its shape until the kernel ends.
+    pub(crate) unsafe fn rail_layout(&self, stream: &Stream, a: EpRailArgs) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 1, block: SETUP_THREADS, shared_bytes: 0 };
+        // SAFETY: the caller's contract.
+        unsafe { self.rail_layout.launch(stream, config, &RailLayout { a }) }
+    }
+
+    /// `weft_ep_rail_pack` (`sum` false) or `weft_ep_rail_sum` on `blocks` SMs.
+    ///
+    /// # Safety
+    /// `a.base` must address this rank's live EP buffer, and every address in `a` be valid for
+    /// its shape until the kernel ends.
+    pub(crate) unsafe fn rail(&self, stream: &Stream, a: EpRailArgs, blocks: u32, sum: bool) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: blocks.max(1), block: RAIL_THREADS, shared_bytes: 0 };
+        let kernel = if sum { &self.rail_sum } else { &self.rail_pack };
+        // SAFETY: the caller's contract.
+        unsafe { kernel.launch(stream, config, &Rail { a }) }
+    }
+
+    /// `weft_ep_rail_exchange` of the dispatch's rows or (`combine`) the combine's partials.
+    ///
+    /// # Safety
+    /// As [`Kernels::rail`]; `h` must be the live device communicator whose window 0 is the
+    /// buffer.
+    pub(crate) unsafe fn rail_exchange(
+        &self,
+        stream: &Stream,
+        a: EpRailArgs,
+        h: DevCommHandle,
+        combine: bool,
+    ) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: 1, block: 32, shared_bytes: 0 };
+        // SAFETY: the caller's contract.
+        unsafe { self.rail_exchange.launch(stream, config, &RailExchange { a, h, combine: u32::from(combine) }) }
     }
 
     /// `weft_ep_ll_dispatch_send` or `_recv` on `blocks` SMs, or its `_net` kernel for a group

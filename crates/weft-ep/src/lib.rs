@@ -5,7 +5,9 @@
 //! phase and its handle, the combine, the low-latency dispatch and combine for decoding (FP8
 //! cast in the kernel, fixed per-expert receive slots, send and receive kernels for DeepEP's
 //! hook, no host sync: CUDA-graph capturable; between nodes through `weft-gin`'s puts and
-//! signals, docs/ep.md "Low latency between nodes"), their device kernels
+//! signals, docs/ep.md "Low latency between nodes"), the normal mode between nodes in two hops
+//! (a rail hop of GIN puts, then the one-node kernels over each node: `internode.rs`'s host
+//! sequence, docs/ep.md "Normal mode between nodes"), their device kernels
 //! (`device/kernels/ep/`, helpers in `device/include/weft/ep/`), the buffer they stage tokens
 //! in, and a CPU model of every result ([`model`]) that tests and `weft selftest --only ep`
 //! check the kernels against.
@@ -33,7 +35,8 @@
 //! |---|---|---|
 //! | `Buffer(group, num_nvl_bytes, num_rdma_bytes)` | [`Buffer::new`] (collective) | |
 //! | `Config(num_sms, …)` | [`Config`] (`num_sms`; weft stages whole dispatches, so no chunk sizes) | |
-//! | `get_nvl_buffer_size_hint` | [`nvl_bytes_hint`] | |
+//! | `get_nvl_buffer_size_hint` | [`nvl_bytes_hint`] (between nodes [`nvl_bytes_hint_between_nodes`]) | |
+//! | `get_rdma_buffer_size_hint` | [`rdma_bytes_hint`] (the normal mode between nodes) | |
 //! | `get_dispatch_layout` | [`Buffer::get_dispatch_layout`] | [`Buffer::raw_get_dispatch_layout`] |
 //! | `dispatch` (no handle) | [`Buffer::notify_dispatch`] (host sync), [`Buffer::dispatch`] | [`Buffer::raw_notify_dispatch`], [`Buffer::recv_counts`], [`Buffer::raw_dispatch`] |
 //! | `dispatch(handle=…)` | [`Buffer::dispatch`] with a dispatched [`typed::DispatchHandle`] | [`Buffer::raw_dispatch`] with `cached` |
@@ -57,6 +60,7 @@
 mod buffer;
 pub mod device_code;
 mod error;
+mod internode;
 mod launch;
 pub mod low_latency;
 pub mod model;
@@ -70,5 +74,5 @@ pub use buffer::{Buffer, Config, DEFAULT_NUM_SMS};
 pub use error::EpError;
 pub use region::{
     LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, ll_message_bytes, low_latency_net_bytes_hint,
-    low_latency_rdma_size_hint, nvl_bytes_hint,
+    low_latency_rdma_size_hint, nvl_bytes_hint, nvl_bytes_hint_between_nodes, rdma_bytes_hint,
 };

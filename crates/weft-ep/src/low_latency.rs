@@ -155,6 +155,7 @@ impl Buffer {
         kernels: LlKernels,
         stream: &Stream,
     ) -> Result<(), EpError> {
+        self.settle_after_rail(stream)?;
         for &phase in kernels.phases() {
             // SAFETY: the caller's contract, passed on.
             unsafe { self.ll_dispatch_phase(t, shape, use_fp8, round_scale, config, phase, stream) }?;
@@ -229,6 +230,7 @@ impl Buffer {
         kernels: LlKernels,
         stream: &Stream,
     ) -> Result<(), EpError> {
+        self.settle_after_rail(stream)?;
         for &phase in kernels.phases() {
             // SAFETY: the caller's contract, passed on.
             unsafe { self.ll_combine_phase(t, shape, config, phase, stream) }?;

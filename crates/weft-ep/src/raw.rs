@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use weft_gpu::{DevicePtr, Stream};
-use weft_types::{EpCombineArgs, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
+use weft_types::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
@@ -96,7 +96,7 @@ pub enum Payload {
 }
 
 impl Payload {
-    fn x(&self) -> DevicePtr {
+    pub(crate) fn x(&self) -> DevicePtr {
         match *self {
             Payload::Bf16 { x, .. } | Payload::Fp8 { x, .. } => x,
         }
@@ -173,6 +173,16 @@ pub struct CombineOutput {
     pub combined_topk_weights: Option<DevicePtr>,
 }
 
+/// The ranks a normal-mode kernel runs over: the whole group (one node), or this rank's node
+/// (the NVL hop between nodes), as the kernels' context addresses them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Group {
+    /// The context: the group's buffers, this rank's index among them.
+    pub(crate) context: EpContext,
+    /// Ranks of the group.
+    pub(crate) ranks: usize,
+}
+
 /// What a notify counted for this rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvCounts {
@@ -183,12 +193,18 @@ pub struct RecvCounts {
 }
 
 impl Buffer {
-    fn invalid(&self, argument: &'static str, detail: impl Into<String>) -> EpError {
+    pub(crate) fn invalid(&self, argument: &'static str, detail: impl Into<String>) -> EpError {
         EpError::InvalidArgument { rank: self.rank(), argument, detail: detail.into() }
     }
 
-    fn check_routing(&self, shape: RoutingShape) -> Result<usize, EpError> {
-        let ranks = self.num_ranks();
+    /// The whole group, every rank's buffer mapped (one node).
+    pub(crate) fn whole(&self) -> Group {
+        Group { context: self.context, ranks: self.num_ranks() }
+    }
+
+    /// Checks `shape` for the experts split over `ranks` ranks (the group's, or a node's between
+    /// nodes); returns the experts per rank.
+    pub(crate) fn check_routing_over(&self, shape: RoutingShape, ranks: usize) -> Result<usize, EpError> {
         let local = shape.num_experts / ranks.max(1);
         if shape.num_experts == 0 || !shape.num_experts.is_multiple_of(ranks) || local > MAX_LOCAL_EXPERTS {
             let detail = format!(
@@ -206,7 +222,7 @@ impl Buffer {
         Ok(local)
     }
 
-    fn check_aligned(&self, argument: &'static str, ptr: DevicePtr) -> Result<(), EpError> {
+    pub(crate) fn check_aligned(&self, argument: &'static str, ptr: DevicePtr) -> Result<(), EpError> {
         if ptr == 0 || !ptr.is_multiple_of(16) {
             return Err(self.invalid(argument, format!("address {ptr:#x} (needs a 16-byte aligned tensor)")));
         }
@@ -226,7 +242,24 @@ impl Buffer {
         out: &LayoutTensors,
         stream: &Stream,
     ) -> Result<(), EpError> {
-        self.check_routing(shape)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.layout_over(topk_idx, shape, out, self.num_ranks(), stream) }
+    }
+
+    /// [`Buffer::raw_get_dispatch_layout`] with the experts split over `ranks` ranks (a node's,
+    /// between nodes).
+    ///
+    /// # Safety
+    /// As [`Buffer::raw_get_dispatch_layout`].
+    pub(crate) unsafe fn layout_over(
+        &self,
+        topk_idx: DevicePtr,
+        shape: RoutingShape,
+        out: &LayoutTensors,
+        ranks: usize,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        self.check_routing_over(shape, ranks)?;
         let args = EpLayoutArgs {
             topk_idx,
             num_tokens_per_rank: out.num_tokens_per_rank,
@@ -235,7 +268,7 @@ impl Buffer {
             tokens: shape.tokens as u32,
             topk: shape.topk as u32,
             experts: shape.num_experts as u32,
-            ranks: self.num_ranks() as u32,
+            ranks: ranks as u32,
         };
         // SAFETY: shapes checked; addresses are the caller's contract.
         unsafe { self.kernels.layout(stream, args) }.map_err(|source| EpError::Gpu { rank: self.rank(), source })
@@ -260,7 +293,38 @@ impl Buffer {
         stream: &Stream,
     ) -> Result<(), EpError> {
         self.check_one_node("notify_dispatch")?;
-        self.check_routing(shape)?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.notify_in(
+                self.whole(),
+                layout,
+                shape,
+                expert_alignment,
+                config,
+                rank_prefix_matrix,
+                channel_prefix_matrix,
+                stream,
+            )
+        }
+    }
+
+    /// [`Buffer::raw_notify_dispatch`] over `group`'s ranks (all of them, or a node's).
+    ///
+    /// # Safety
+    /// As [`Buffer::raw_get_dispatch_layout`].
+    #[allow(clippy::too_many_arguments)] // DeepEP's argument list and the group
+    pub(crate) unsafe fn notify_in(
+        &self,
+        group: Group,
+        layout: &LayoutTensors,
+        shape: RoutingShape,
+        expert_alignment: usize,
+        config: Config,
+        rank_prefix_matrix: DevicePtr,
+        channel_prefix_matrix: DevicePtr,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        self.check_routing_over(shape, group.ranks)?;
         config.check(self.rank())?;
         let args = EpNotifyArgs {
             num_tokens_per_rank: layout.num_tokens_per_rank,
@@ -277,7 +341,7 @@ impl Buffer {
         self.normal_calls.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the context addresses this buffer and its peers' (alive as long as `self`);
         // `recv_counts` is ours; the rest is the caller's contract.
-        unsafe { self.kernels.notify(stream, self.context, args) }
+        unsafe { self.kernels.notify(stream, group.context, args) }
             .map_err(|source| EpError::Gpu { rank: self.rank(), source })
     }
 
@@ -313,7 +377,27 @@ impl Buffer {
         stream: &Stream,
     ) -> Result<(), EpError> {
         self.check_one_node("dispatch")?;
-        self.check_routing(shape)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.dispatch_in(self.whole(), input, output, handle, shape, config, cached, stream) }
+    }
+
+    /// [`Buffer::raw_dispatch`] over `group`'s ranks (all of them, or a node's).
+    ///
+    /// # Safety
+    /// As [`Buffer::raw_dispatch`].
+    #[allow(clippy::too_many_arguments)] // DeepEP's argument list and the group
+    pub(crate) unsafe fn dispatch_in(
+        &self,
+        group: Group,
+        input: &DispatchInput,
+        output: &DispatchOutput,
+        handle: &Handle,
+        shape: RoutingShape,
+        config: Config,
+        cached: bool,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        self.check_routing_over(shape, group.ranks)?;
         config.check(self.rank())?;
         if handle.channels != config.channels() {
             let detail = format!("{} SMs, but the handle is of a dispatch on {}", config.num_sms, 2 * handle.channels);
@@ -333,12 +417,12 @@ impl Buffer {
             (None, true) => 0,
             (None, false) => return Err(self.invalid("topk_idx", "required without a handle")),
         };
-        let staging = Staging::dispatch(self.layout.data_bytes, self.num_ranks(), hidden_bytes, num_scales, topk);
+        let staging = Staging::dispatch(self.layout.data_bytes, group.ranks, hidden_bytes, num_scales, topk);
         if shape.tokens > staging.capacity {
             let detail = format!(
                 "{} tokens of {hidden_bytes} bytes need {} bytes of staging; the buffer holds {} tokens ({} bytes)",
                 shape.tokens,
-                self.num_ranks() * shape.tokens * staging.slot_bytes,
+                group.ranks * shape.tokens * staging.slot_bytes,
                 staging.capacity,
                 self.layout.data_bytes
             );
@@ -379,9 +463,9 @@ impl Buffer {
         // shapes and the staging capacity were checked; the rest is the caller's contract.
         unsafe {
             if cached {
-                self.kernels.prologue(stream, self.context, true).map_err(gpu)?;
+                self.kernels.prologue(stream, group.context, true).map_err(gpu)?;
             }
-            self.kernels.dispatch(stream, self.context, args).map_err(gpu)
+            self.kernels.dispatch(stream, group.context, args).map_err(gpu)
         }
     }
 
@@ -401,6 +485,23 @@ impl Buffer {
         stream: &Stream,
     ) -> Result<(), EpError> {
         self.check_one_node("combine")?;
+        // SAFETY: the caller's contract.
+        unsafe { self.combine_in(self.whole(), input, output, handle, tokens, stream) }
+    }
+
+    /// [`Buffer::raw_combine`] over `group`'s ranks (all of them, or a node's).
+    ///
+    /// # Safety
+    /// As [`Buffer::raw_combine`].
+    pub(crate) unsafe fn combine_in(
+        &self,
+        group: Group,
+        input: &CombineInput,
+        output: &CombineOutput,
+        handle: &Handle,
+        tokens: usize,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
         if input.hidden == 0 || !input.hidden.is_multiple_of(8) {
             return Err(self.invalid("x", format!("{} channels per row (a positive multiple of 8)", input.hidden)));
         }
@@ -415,10 +516,9 @@ impl Buffer {
         if topk > MAX_TOPK || (topk > 0 && output.combined_topk_weights.is_none()) {
             return Err(self.invalid("topk_weights", format!("{topk} per row (at most {MAX_TOPK}, with an output)")));
         }
-        let staging = Staging::combine(self.layout.data_bytes, self.num_ranks(), input.hidden, topk);
+        let staging = Staging::combine(self.layout.data_bytes, group.ranks, input.hidden, topk);
         if tokens > staging.capacity {
-            let detail =
-                format!("{tokens} tokens need {} bytes of staging", self.num_ranks() * tokens * staging.slot_bytes);
+            let detail = format!("{tokens} tokens need {} bytes of staging", group.ranks * tokens * staging.slot_bytes);
             return Err(self.invalid("num_nvl_bytes", detail));
         }
         Config { num_sms: 2 * handle.channels }.check(self.rank())?;
@@ -444,8 +544,8 @@ impl Buffer {
         self.normal_calls.fetch_add(1, Ordering::Relaxed);
         // SAFETY: as in `raw_dispatch`.
         unsafe {
-            self.kernels.prologue(stream, self.context, false).map_err(gpu)?;
-            self.kernels.combine(stream, self.context, args).map_err(gpu)
+            self.kernels.prologue(stream, group.context, false).map_err(gpu)?;
+            self.kernels.combine(stream, group.context, args).map_err(gpu)
         }
     }
 }

@@ -251,6 +251,119 @@ pub fn nvl_bytes_hint(max_tokens: usize, hidden: usize, topk: usize, ranks: usiz
     ranks * max_tokens * bf16.max(fp8).max(combine)
 }
 
+/// Field arrays of the rail hop's token rows (see [`RailRegions`]): row `r` of a call with
+/// `hidden_bytes` of payload, `num_scales` scales and `topk` slots lies at `x + r ·
+/// hidden_bytes`, `scales + 4 r · num_scales`, `topk_idx + 8 r · topk` (int64, the
+/// destination node's expert indices), `topk_weights + 4 r · topk`, `src_idx + 4 r`: as the
+/// NVL hop's dispatch reads its `x`, `x_scales`, `topk_idx`, `topk_weights`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RailRows {
+    pub(crate) x: usize,
+    pub(crate) scales: usize,
+    pub(crate) topk_idx: usize,
+    pub(crate) topk_weights: usize,
+    pub(crate) src_idx: usize,
+}
+
+/// Field arrays of the combine's partial rows: row `r` at `x + 2 r · hidden` (BF16) and
+/// `topk_weights + 4 r · topk` (f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RailPartials {
+    pub(crate) x: usize,
+    pub(crate) topk_weights: usize,
+}
+
+/// The rail hop of a normal-mode call between nodes (docs/ep.md, "Normal mode between
+/// nodes"), in the buffer's rail area (the normal mode's `num_rdma_bytes`), for `nodes` nodes,
+/// `hidden` channels and `topk` slots: every region holds `nodes · capacity` rows, `capacity`
+/// being the most tokens a rank may dispatch (every rank computes the same layout from the
+/// same sizes, so a put lands where its receiver reads).
+///
+/// - `dispatch_recv` (a forwarder's): the rows of its rail's sources, by source node, then
+///   token; node `s`'s start at row `rail_prefix_matrix[s - 1][this node]`. They are the NVL
+///   hop's dispatch inputs where they lie.
+/// - `dispatch_send` (a source's): the rows for node `d` packed from row `d · capacity`, one
+///   put each (the own node's rows go straight into `dispatch_recv`).
+/// - `combine_send` (a forwarder's): the NVL hop's combine output, one partial per received
+///   row in `dispatch_recv`'s order, so source node `s`'s partials are one put.
+/// - `combine_recv` (a source's): node `d`'s partials from row `d · capacity`, by the
+///   token's position among the tokens sent to `d` (`rail_send_head`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RailRegions {
+    /// Tokens of one rank a region holds per node.
+    pub(crate) capacity: usize,
+    pub(crate) dispatch_recv: RailRows,
+    pub(crate) dispatch_send: RailRows,
+    pub(crate) combine_send: RailPartials,
+    pub(crate) combine_recv: RailPartials,
+    /// End of the last region.
+    pub(crate) end: usize,
+}
+
+impl RailRegions {
+    /// Field arrays of all regions, each starting 16-byte aligned.
+    const ARRAYS: usize = 14;
+
+    /// Bytes of one row's dispatch fields (room for BF16 and for FP8 with its scales) and of
+    /// one partial.
+    fn row_bytes(hidden: usize, topk: usize) -> (usize, usize) {
+        (2 * hidden + 4 * hidden.div_ceil(128) + 12 * topk + 4, 2 * hidden + 4 * topk)
+    }
+
+    /// The regions in `bytes` from `offset` (16-byte aligned).
+    pub(crate) fn new(offset: usize, bytes: usize, hidden: usize, topk: usize, nodes: usize) -> Self {
+        let (row, partial) = Self::row_bytes(hidden, topk);
+        let capacity = bytes.saturating_sub(Self::ARRAYS * 16) / (2 * row + 2 * partial) / nodes.max(1);
+        let rows = nodes * capacity;
+        let mut at = offset;
+        let mut array = |per_row: usize| {
+            let start = at;
+            at = (at + rows * per_row).next_multiple_of(16);
+            start
+        };
+        let mut token_rows = || RailRows {
+            x: array(2 * hidden),
+            scales: array(4 * hidden.div_ceil(128)),
+            topk_idx: array(8 * topk),
+            topk_weights: array(4 * topk),
+            src_idx: array(4),
+        };
+        let (dispatch_recv, dispatch_send) = (token_rows(), token_rows());
+        let mut partials = || RailPartials { x: array(2 * hidden), topk_weights: array(4 * topk) };
+        let (combine_send, combine_recv) = (partials(), partials());
+        Self { capacity, dispatch_recv, dispatch_send, combine_send, combine_recv, end: at }
+    }
+}
+
+/// The normal mode's `num_rdma_bytes` (DeepEP's `get_rdma_buffer_size_hint`) for up to
+/// `max_tokens` tokens per rank of `hidden` channels (BF16, or FP8 with a scale per 128
+/// channels) with `topk` slots over `ranks` ranks in nodes of `ranks_per_node`: the rail
+/// hop's regions ([`RailRegions`]); 0 on one node, where nothing crosses a network. DeepEP
+/// sizes ring buffers of chunks per channel; weft stages whole dispatches, so the size follows
+/// the tokens.
+pub fn rdma_bytes_hint(max_tokens: usize, hidden: usize, topk: usize, ranks: usize, ranks_per_node: usize) -> usize {
+    if ranks_per_node == 0 || ranks_per_node >= ranks {
+        return 0;
+    }
+    let nodes = ranks.div_ceil(ranks_per_node);
+    let (row, partial) = RailRegions::row_bytes(hidden, topk);
+    nodes * max_tokens * (2 * row + 2 * partial) + RailRegions::ARRAYS * 16
+}
+
+/// The normal mode's `num_nvl_bytes` between nodes: a forwarder passes on up to `nodes ·
+/// max_tokens` rows (its rail's sources' tokens) to the `ranks_per_node` ranks of its node,
+/// so it is [`nvl_bytes_hint`] of that many tokens over the node's ranks.
+pub fn nvl_bytes_hint_between_nodes(
+    max_tokens: usize,
+    hidden: usize,
+    topk: usize,
+    ranks: usize,
+    ranks_per_node: usize,
+) -> usize {
+    let k = ranks_per_node.clamp(1, ranks.max(1));
+    nvl_bytes_hint(ranks.div_ceil(k) * max_tokens, hidden, topk, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,5 +478,56 @@ mod tests {
         let s = Staging::dispatch(bytes, ranks, 2 * hidden, 0, topk);
         assert_eq!(s.slot_bytes, (2 * 7168 + 64 + 4usize).next_multiple_of(16));
         assert!(ranks * s.region_bytes <= bytes);
+    }
+
+    #[test]
+    fn rail_regions_hold_the_hinted_tokens_in_disjoint_aligned_arrays() {
+        for (tokens, hidden, topk, ranks, k) in
+            [(4096, 7168, 8, 8, 4), (1, 128, 1, 2, 1), (37, 200, 3, 6, 2), (128, 7168, 8, 8, 1)]
+        {
+            let bytes = rdma_bytes_hint(tokens, hidden, topk, ranks, k);
+            let nodes = ranks / k;
+            let r = RailRegions::new(512, bytes, hidden, topk, nodes);
+            assert!(r.capacity >= tokens, "{tokens} {hidden} {topk} {ranks} {k}: {}", r.capacity);
+            assert!(r.end <= 512 + bytes);
+            let rows = nodes * r.capacity;
+            let (s, d) = (hidden.div_ceil(128), r.dispatch_recv);
+            let (t, p) = (r.dispatch_send, r.combine_send);
+            let q = r.combine_recv;
+            let spans = [
+                (d.x, 2 * hidden),
+                (d.scales, 4 * s),
+                (d.topk_idx, 8 * topk),
+                (d.topk_weights, 4 * topk),
+                (d.src_idx, 4),
+                (t.x, 2 * hidden),
+                (t.scales, 4 * s),
+                (t.topk_idx, 8 * topk),
+                (t.topk_weights, 4 * topk),
+                (t.src_idx, 4),
+                (p.x, 2 * hidden),
+                (p.topk_weights, 4 * topk),
+                (q.x, 2 * hidden),
+                (q.topk_weights, 4 * topk),
+            ];
+            assert_eq!(spans[0].0, 512);
+            assert!(spans.iter().all(|&(start, _)| start.is_multiple_of(16)));
+            assert!(spans.windows(2).all(|w| w[0].0 + rows * w[0].1 <= w[1].0), "{spans:?}");
+            assert!(spans[13].0 + rows * spans[13].1 <= r.end);
+        }
+        // One node needs no rail area; DeepEP's normal shape over 2 nodes of 4 fits 4 GiB.
+        assert_eq!(rdma_bytes_hint(4096, 7168, 8, 4, 4), 0);
+        let two_nodes = rdma_bytes_hint(4096, 7168, 8, 8, 4);
+        assert!(two_nodes < 1 << 31, "{two_nodes}");
+        assert_eq!(two_nodes, 2 * 4096 * (2 * (2 * 7168 + 4 * 56 + 12 * 8 + 4) + 2 * (2 * 7168 + 4 * 8)) + 14 * 16);
+    }
+
+    #[test]
+    fn a_forwarders_staging_holds_every_rail_sources_tokens() {
+        let (tokens, hidden, topk) = (100, 512, 4);
+        let bytes = nvl_bytes_hint_between_nodes(tokens, hidden, topk, 8, 2);
+        assert_eq!(bytes, nvl_bytes_hint(4 * tokens, hidden, topk, 2));
+        assert!(Staging::dispatch(bytes, 2, 2 * hidden, 0, topk).capacity >= 4 * tokens);
+        assert_eq!(nvl_bytes_hint_between_nodes(tokens, hidden, topk, 4, 4), nvl_bytes_hint(tokens, hidden, topk, 4));
     }
 }

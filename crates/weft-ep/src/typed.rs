@@ -21,6 +21,14 @@
 //! A dispatch without a handle is [`Buffer::get_dispatch_layout`], [`Buffer::notify_dispatch`]
 //! (which waits for the counts, DeepEP's host sync) and [`Buffer::dispatch`]; a later dispatch
 //! of the same handle is DeepEP's cached mode, chosen by the handle itself.
+//!
+//! On a group spanning nodes the same calls run the normal mode in two hops (docs/ep.md,
+//! "Normal mode between nodes"): the handle then also owns the rail hop's send head and the
+//! NVL hop's layout and handle over this rank's node, and the notify writes only the caller's
+//! `rank_prefix_matrix` (the group's); `channel_prefix_matrix`, `recv_channel_prefix_matrix`
+//! and `send_head` are the NVL hop's own. The received rows come in the order
+//! [`crate::model::dispatch_internode`] states (by the source's index in its node, then its
+//! node, then token), and `recv_src_idx` is each row's index among its forwarder's rows.
 
 use std::sync::atomic::Ordering;
 
@@ -29,6 +37,7 @@ use weft_gpu::{DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, F8E4M3, St
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
+use crate::internode::{InternodeHandle, RailCombine, RailDispatch};
 use crate::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Handle, LayoutTensors, Payload, RecvCounts,
     RoutingShape, Scales,
@@ -226,6 +235,8 @@ pub struct DispatchHandle {
     /// a dispatch straight after on that stream continues it, any other replays it (cached).
     notified: (u64, usize),
     dispatched: bool,
+    /// Between nodes: the rail hop's and the NVL hop's tensors.
+    internode: Option<Box<InternodeHandle>>,
 }
 
 impl DispatchHandle {
@@ -280,6 +291,9 @@ impl DispatchHandle {
         for t in [&own.rank_prefix_matrix, &own.channel_prefix_matrix, &own.recv_channel_prefix_matrix, &own.send_head]
         {
             t.as_slice().retain_on(stream);
+        }
+        if let Some(inter) = &self.internode {
+            inter.retain_on(stream);
         }
     }
 
@@ -397,7 +411,12 @@ impl Buffer {
             config,
             notified: (0, stream.raw() as usize),
             dispatched: false,
+            internode: None,
         };
+        if self.spans_nodes() {
+            self.notify_between_nodes_typed(&mut handle, expert_alignment, stream)?;
+            return Ok(handle);
+        }
         {
             let h = &handle;
             let (per_rank, per_expert, in_rank) =
@@ -498,12 +517,27 @@ impl Buffer {
             recv_topk_weights: target.recv_topk_weights.as_ref().map(|v| v.ptr()),
         };
         let raw_handle = handle.raw(target.recv_src_idx.ptr());
-        // SAFETY: as in `get_dispatch_layout`; the handle's tensors are its notify's (checked
-        // there) and its own dispatches', `rows` is what the notify counted, and the stream
-        // keeps the handle's tensors alive too.
-        let result = self.enqueue(stream, &needs, || unsafe {
-            self.raw_dispatch(&input, &output, &raw_handle, shape, handle.config, cached, stream)
-        });
+        let config = handle.config;
+        let result = if let Some(inter) = handle.internode.as_deref_mut() {
+            let rail = RailDispatch {
+                x: input.x,
+                hidden,
+                topk_idx: input.topk_idx,
+                topk_weights: input.topk_weights,
+                output,
+                recv_src_idx: target.recv_src_idx.ptr(),
+            };
+            // SAFETY: as below; the handle's tensors between nodes are its notify's, sized by
+            // the rows this rank forwards.
+            self.enqueue(stream, &needs, || unsafe { self.dispatch_between_nodes(&rail, inter, shape, config, stream) })
+        } else {
+            // SAFETY: as in `get_dispatch_layout`; the handle's tensors are its notify's
+            // (checked there) and its own dispatches', `rows` is what the notify counted, and
+            // the stream keeps the handle's tensors alive too.
+            self.enqueue(stream, &needs, || unsafe {
+                self.raw_dispatch(&input, &output, &raw_handle, shape, config, cached, stream)
+            })
+        };
         handle.retain_on(stream);
         result?;
         handle.dispatched = true;
@@ -552,11 +586,91 @@ impl Buffer {
         };
         // The combine reads no `recv_src_idx`.
         let raw_handle = handle.raw(0);
-        // SAFETY: as in `dispatch`; the handle's receive layout is a dispatch's (checked above).
-        let result =
-            self.enqueue(stream, &needs, || unsafe { self.raw_combine(&input, &output, &raw_handle, tokens, stream) });
+        let result = if let Some(inter) = handle.internode.as_deref() {
+            let rail = RailCombine {
+                x: input.x,
+                hidden,
+                topk_weights: source.topk_weights.map(|w| w.ptr()),
+                bias: input.bias,
+                combined_x: output.combined_x,
+                combined_topk_weights: output.combined_topk_weights,
+            };
+            // SAFETY: as below.
+            self.enqueue(stream, &needs, || unsafe {
+                self.combine_between_nodes(&rail, inter, shape, handle.config, stream)
+            })
+        } else {
+            // SAFETY: as in `dispatch`; the handle's receive layout is a dispatch's (checked above).
+            self.enqueue(stream, &needs, || unsafe { self.raw_combine(&input, &output, &raw_handle, tokens, stream) })
+        };
         handle.retain_on(stream);
         result
+    }
+}
+
+impl Buffer {
+    /// `notify_dispatch` on a group spanning nodes: the rail layout and the exchange of counts
+    /// (`Buffer::notify_between_nodes`), the group's `rank_prefix_matrix` written into the
+    /// caller's, and the NVL hop's tensors allocated for the rows this rank forwards.
+    fn notify_between_nodes_typed(
+        &self,
+        handle: &mut DispatchHandle,
+        expert_alignment: usize,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        let (ranks, shape) = (self.num_ranks(), handle.layout.shape);
+        let nodes = self.nodes()?;
+        let (per_rank, per_expert, in_rank) = (
+            handle.layout.num_tokens_per_rank(),
+            handle.layout.num_tokens_per_expert(),
+            handle.layout.is_token_in_rank(),
+        );
+        let rank_prefix = handle.rank_prefix_matrix();
+        let needs = [
+            Need { argument: "num_tokens_per_rank", view: &per_rank, elements: ranks, of: "ranks" },
+            Need { argument: "num_tokens_per_expert", view: &per_expert, elements: shape.num_experts, of: "experts" },
+            Need {
+                argument: "is_token_in_rank", view: &in_rank, elements: shape.tokens * ranks, of: "tokens × ranks"
+            },
+            Need { argument: "rank_prefix_matrix", view: &rank_prefix, elements: ranks * ranks, of: "ranks × ranks" },
+        ];
+        self.check_views(&needs)?;
+        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
+        let device = self.comm.device();
+        let alloc = |len: usize| DeviceBuffer::<i32>::new(device, len.max(1)).map_err(gpu);
+        let rail_send_head = alloc(shape.tokens * nodes.nodes)?;
+        let layout = handle.layout.raw();
+        let head = rail_send_head.ptr();
+        // SAFETY: the layout's views hold what the shape needs on this GPU (checked above) and
+        // `rail_send_head` tokens × nodes entries (the handle keeps it); the host waits for the
+        // stream before the exchange.
+        let plan = self.enqueue(stream, &needs, || unsafe {
+            self.notify_between_nodes(&layout, shape, expert_alignment, head, stream)
+        })?;
+        handle.tensors.rank_prefix_matrix.copy_from_host(&plan.rank_prefix_matrix).map_err(gpu)?;
+        let (k, forwarded, channels) = (nodes.per_node, plan.forwarded, handle.config.channels() as usize);
+        let node_layout = LayoutBuffers {
+            num_tokens_per_rank: alloc(k)?,
+            num_tokens_per_expert: alloc(shape.num_experts / nodes.nodes)?,
+            is_token_in_rank: DeviceBuffer::<u8>::new(device, (forwarded * k).max(1)).map_err(gpu)?,
+        };
+        let node_handle = HandleBuffers {
+            rank_prefix_matrix: alloc(k * k)?,
+            channel_prefix_matrix: alloc(k * channels)?,
+            recv_channel_prefix_matrix: alloc(k * channels)?,
+            send_head: alloc(forwarded * k)?,
+        };
+        handle.counts = plan.counts.clone();
+        handle.notified.0 = self.normal_calls.load(Ordering::Relaxed);
+        handle.internode = Some(Box::new(InternodeHandle {
+            plan,
+            rail_send_head,
+            node_layout,
+            node_handle,
+            hidden: None,
+            node_notified: false,
+        }));
+        Ok(())
     }
 }
 

@@ -54,6 +54,7 @@ pod!(
     weft_types::EpLlDispatchArgs,
     weft_types::EpLlCombineArgs,
     weft_types::EpLlNet,
+    weft_types::EpRailArgs,
     weft_types::DevCommHandle
 );
 

@@ -263,6 +263,108 @@ device_structs! {
         reserved: u32 => "uint32_t",
     }
 
+    /// The rail hop of a normal-mode call between nodes (`weft_ep_rail_*`; docs/ep.md,
+    /// "Normal mode between nodes"): rank `(node, local)` sends each token once to rank
+    /// `(d, local)` of every node `d` holding one of its experts, which forwards it over NVLink.
+    /// Offsets are into this rank's EP buffer (window 0 of `gin`, the same on every rank); rows
+    /// of a region lie as `weft-ep`'s `RailRegions` says.
+    struct EpRailArgs align(8) size(360) {
+        /// This rank's EP buffer (window 0 of the device communicator) as this GPU maps it.
+        base: u64 => "uint64_t",
+        /// `bool[tokens][ranks]` (the layout's).
+        is_token_in_rank: u64 => "uint64_t",
+        /// Out of `weft_ep_rail_layout`: `int32_t[nodes + ranks + experts]`, this rank's tokens per node, then copies of `num_tokens_per_rank` and `num_tokens_per_expert`.
+        counts: u64 => "uint64_t",
+        /// `int32_t[ranks]` (the layout's).
+        num_tokens_per_rank: u64 => "uint64_t",
+        /// `int32_t[experts]` (the layout's).
+        num_tokens_per_expert: u64 => "uint64_t",
+        /// `int32_t[tokens][nodes]`: a token's position among the tokens sent to a node, or -1.
+        rail_send_head: u64 => "uint64_t",
+        /// `[tokens][hidden_bytes]` rows to send.
+        x: u64 => "uint64_t",
+        /// f32 scales at `t * scale_token_stride + i * scale_hidden_stride`; 0: none.
+        x_scales: u64 => "uint64_t",
+        /// `int64_t[tokens][topk]` global experts; 0 (with `topk` 0): a cached dispatch.
+        topk_idx: u64 => "uint64_t",
+        /// `float[tokens][topk]`; 0: none.
+        topk_weights: u64 => "uint64_t",
+        /// `bf16[tokens][hidden]` biases of the combine; 0: none.
+        bias0: u64 => "uint64_t",
+        /// See `bias0`.
+        bias1: u64 => "uint64_t",
+        /// Out of `weft_ep_rail_sum`: `bf16[tokens][hidden]`.
+        combined_x: u64 => "uint64_t",
+        /// Out of `weft_ep_rail_sum`: `float[tokens][topk]`; 0: none.
+        combined_topk_weights: u64 => "uint64_t",
+        /// The share of the phase's signal every rail peer must have raised (calls × puts).
+        expected: u64 => "uint64_t",
+        /// Offsets of the forwarder's received rows: payload, scales, top-k indices, weights, source index.
+        recv_x: u32 => "uint32_t",
+        /// See `recv_x`.
+        recv_scales: u32 => "uint32_t",
+        /// See `recv_x`.
+        recv_topk_idx: u32 => "uint32_t",
+        /// See `recv_x`.
+        recv_topk_weights: u32 => "uint32_t",
+        /// See `recv_x`.
+        recv_src_idx: u32 => "uint32_t",
+        /// Offsets of the source's rows for other nodes, node d's from row `d * capacity`.
+        send_x: u32 => "uint32_t",
+        /// See `send_x`.
+        send_scales: u32 => "uint32_t",
+        /// See `send_x`.
+        send_topk_idx: u32 => "uint32_t",
+        /// See `send_x`.
+        send_topk_weights: u32 => "uint32_t",
+        /// See `send_x`.
+        send_src_idx: u32 => "uint32_t",
+        /// Offset of the forwarder's partials (BF16 rows), one per received row.
+        part_x: u32 => "uint32_t",
+        /// Offset of the forwarder's partial weights (f32, `topk` per row).
+        part_topk_weights: u32 => "uint32_t",
+        /// Offset of the source's partials from other nodes, node d's from row `d * capacity`.
+        part_recv_x: u32 => "uint32_t",
+        /// See `part_recv_x`, for the weights.
+        part_recv_topk_weights: u32 => "uint32_t",
+        /// Per node d: the row where this rank's rows start at d's forwarder.
+        before: [u32; 8] => "uint32_t[8]",
+        /// Per node d: the rows this rank sends to d.
+        sent: [u32; 8] => "uint32_t[8]",
+        /// Per source node s: the forwarder's first row from s.
+        from: [u32; 8] => "uint32_t[8]",
+        /// Per source node s: the forwarder's rows from s.
+        received: [u32; 8] => "uint32_t[8]",
+        /// Rows of one node in a send or partial-receive region.
+        capacity: u32 => "uint32_t",
+        /// Tokens of this rank.
+        tokens: u32 => "uint32_t",
+        /// Payload bytes per row (16-byte multiple).
+        hidden_bytes: u32 => "uint32_t",
+        /// Scales per row (0 for BF16).
+        num_scales: u32 => "uint32_t",
+        /// Input scale strides, in elements.
+        scale_token_stride: u32 => "uint32_t",
+        /// See `scale_token_stride`.
+        scale_hidden_stride: u32 => "uint32_t",
+        /// Top-k slots per row (0: none sent).
+        topk: u32 => "uint32_t",
+        /// Experts of the group.
+        experts: u32 => "uint32_t",
+        /// Channels per row of the combine (a multiple of 8).
+        hidden: u32 => "uint32_t",
+        /// Nodes of the group.
+        nodes: u32 => "uint32_t",
+        /// This rank's node.
+        node: u32 => "uint32_t",
+        /// Ranks per node.
+        ranks_per_node: u32 => "uint32_t",
+        /// This rank's index in its node (its rail).
+        local: u32 => "uint32_t",
+        /// Ranks of the group.
+        ranks: u32 => "uint32_t",
+    }
+
     /// The low-latency kernels' path to the ranks of other nodes (docs/ep.md, "Low latency
     /// between nodes"): the GIN device communicator whose window 0 is the EP buffer, and the
     /// regions only that path uses (`weft-ep`'s `LlNetRegions`). On one node `gin` is zero

@@ -53,6 +53,10 @@ device_enums! {
         GinStaging = 19,
         /// Reading an LL128 line whose flag never matched; `observed` is the flag word last seen.
         Ll128Read = 20,
+        /// A rail forwarder of the normal mode between nodes waiting for a source's rows (`peer`: the source rank, `expected`: its signal's share).
+        EpRailRows = 21,
+        /// A source of the normal mode between nodes waiting for a forwarder's partial sums (`peer`: the forwarder rank, `expected`: its signal's share).
+        EpRailPartials = 22,
     }
 }
 

@@ -6,3 +6,4 @@
 #include "combine.cu"
 #include "ll_dispatch.cu"
 #include "ll_combine.cu"
+#include "rail.cu"

@@ -8,7 +8,8 @@
 //! as its send and receive kernels together, GB/s over the selected (token, expert) pairs:
 //! `H + H/128 * 4 + 16` bytes each for dispatch, `2H` for combine (`tests/test_low_latency.py`),
 //! at every SM count too. With `--nodes N` the ranks are N virtual nodes over the emulated NIC
-//! (DeepEP's internode test): only the low-latency test runs, each row with the bytes the
+//! (DeepEP's internode test): the normal mode runs in its two hops (docs/ep.md, "Normal mode
+//! between nodes") and the low-latency mode through its puts, each row with the bytes the
 //! rank's NIC sends and the call's α-β floor ([`super::ep_floor`]).
 
 use std::process::ExitCode;
@@ -16,10 +17,10 @@ use std::sync::Arc;
 
 use weft_bootstrap::InProcessBootstrap;
 use weft_core::{Communicator, Env, LinkModel};
-use weft_ep::{Buffer, nvl_bytes_hint};
+use weft_ep::{Buffer, nvl_bytes_hint, nvl_bytes_hint_between_nodes, rdma_bytes_hint};
 use weft_gpu::{Device, Event, Stream};
 
-use super::ep_floor::{NetRouting, net_floor};
+use super::ep_floor::{NetRouting, net_floor, rail_floor};
 use super::ep_report;
 pub use super::ep_report::EpLine;
 use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase};
@@ -152,9 +153,18 @@ fn measure_rank(
     let ranks = comm.world_size();
     let start_line = StartLine::new(&comm)?;
     let mut lines = Vec::new();
-    // Between nodes only the low-latency mode exists (docs/ep.md, "Low latency between nodes").
-    if !comm.topology().spans_nodes() {
-        let buffer = Buffer::new(&comm, nvl_bytes_hint(options.tokens, options.hidden, options.topk, ranks), 0)?;
+    let (tokens, hidden, topk) = (options.tokens, options.hidden, options.topk);
+    // Between nodes (virtual ones, over the emulated NIC) the normal mode runs its two hops,
+    // each row with the α-β floor of its rail hop.
+    let link = comm.env().emulated_net.filter(|_| comm.topology().spans_nodes());
+    let per_node = (0..ranks).filter(|&p| comm.topology().same_node(p)).count().max(1);
+    {
+        let buffer = if comm.topology().spans_nodes() {
+            let nvl = nvl_bytes_hint_between_nodes(tokens, hidden, topk, ranks, per_node);
+            Buffer::new(&comm, nvl, rdma_bytes_hint(tokens, hidden, topk, ranks, per_node))?
+        } else {
+            Buffer::new(&comm, nvl_bytes_hint(tokens, hidden, topk, ranks), 0)?
+        };
         for fp8 in [true, false] {
             for &sms in &options.sms {
                 let case = EpCase {
@@ -175,6 +185,24 @@ fn measure_rank(
                     harness::check_case(&comm, &case)?;
                 }
                 let inputs = DeviceInputs::upload(&device, &case, rank, &case.inputs(rank))?;
+                // The timed dispatch is a cached one (no top-k travels); the combine sums the
+                // received weights.
+                let floor = match link {
+                    Some(link) => {
+                        let topk_idx: Vec<Vec<i64>> = (0..ranks).map(|r| case.inputs(r).topk_idx).collect();
+                        let nodes: Vec<usize> = (0..ranks).map(|r| r / per_node).collect();
+                        let routing = NetRouting {
+                            topk_idx: &topk_idx,
+                            topk,
+                            experts: options.experts,
+                            nodes: &nodes,
+                            hidden,
+                            fp8,
+                        };
+                        rail_floor(&routing, rank, link, 0, topk)
+                    }
+                    None => None,
+                };
                 let mut dispatched = harness::dispatch(&buffer, &case, &inputs, &stream)?;
                 let rows = dispatched.rows();
                 let bf16_bytes = (rows * options.hidden * 2) as f64;
@@ -193,8 +221,8 @@ fn measure_rank(
                     recv_tokens: rows,
                     us,
                     gbps: bytes / us / 1e3,
-                    net_bytes: None,
-                    floor_us: None,
+                    net_bytes: floor.map(|f| f.dispatch_bytes),
+                    floor_us: floor.map(|f| f.dispatch_us),
                 });
                 if !fp8 {
                     let mut tensors = CombineTensors::new(&device, &case, (rows, None), &[], options.tokens)?;
@@ -210,8 +238,8 @@ fn measure_rank(
                         recv_tokens: rows,
                         us,
                         gbps: bf16_bytes / us / 1e3,
-                        net_bytes: None,
-                        floor_us: None,
+                        net_bytes: floor.map(|f| f.combine_bytes),
+                        floor_us: floor.map(|f| f.combine_us),
                     });
                 }
                 comm.barrier()?;

@@ -1,6 +1,8 @@
 //! The α-β floor of a low-latency call between nodes: the bytes weft-ep's kernels put through
 //! a rank's NIC for a given routing, and the least time an α-β link needs to move them
-//! (docs/ep.md, "Low latency between nodes").
+//! (docs/ep.md, "Low latency between nodes"); and of a normal-mode call between nodes, whose
+//! rail hop sends each token once per other node it goes to ([`rail_floor`]; docs/ep.md,
+//! "Normal mode between nodes").
 //!
 //! What crosses, as the kernels send it: in the dispatch, one message per (token, expert)
 //! pair whose expert lives on a rank of another node (a token selecting an expert twice sends
@@ -103,6 +105,82 @@ pub fn net_floor(routing: &NetRouting<'_>, rank: usize, link: LinkModel) -> Opti
     Some(NetFloor { dispatch_bytes, dispatch_us, combine_bytes, combine_us })
 }
 
+/// Bytes one row of a normal-mode call between nodes puts through the NIC, as the rail kernels
+/// send it: the dispatch's payload (FP8 with a f32 scale per 128 channels, or BF16), its top-k
+/// indices (i64) and weights (f32) when it carries them, and its source index (i32); the
+/// combine's BF16 partial and, with weights, its `topk` f32 weights.
+pub fn rail_row_bytes(hidden: usize, fp8: bool, topk: usize, combine: bool) -> u64 {
+    let bytes = if combine {
+        2 * hidden + 4 * topk
+    } else {
+        let payload = if fp8 { hidden + 4 * hidden.div_ceil(128) } else { 2 * hidden };
+        payload + 12 * topk + 4
+    };
+    bytes as u64
+}
+
+/// The floor of a normal-mode dispatch and combine of `rank` on `link`: rank `(n, l)` sends a
+/// token once to rank `(d, l)` of every other node `d` holding one of its experts (the rail
+/// hop; its own node's share stays on the node), and gets each such token's partial sum back.
+/// `dispatch_topk`, `combine_topk`: the top-k slots each call's rows carry (0: none, as a
+/// dispatch with a handle or a combine without weights). `None` on one node.
+///
+/// Panics as [`net_floor`], or where the nodes are not equal groups of consecutive ranks.
+pub fn rail_floor(
+    routing: &NetRouting<'_>,
+    rank: usize,
+    link: LinkModel,
+    dispatch_topk: usize,
+    combine_topk: usize,
+) -> Option<NetFloor> {
+    let ranks = routing.nodes.len();
+    assert_eq!(routing.topk_idx.len(), ranks, "a routing per rank");
+    if routing.nodes.iter().all(|&n| n == routing.nodes[rank]) {
+        return None;
+    }
+    let per_node = routing.nodes.iter().filter(|&&n| n == routing.nodes[0]).count();
+    let nodes = ranks / per_node;
+    assert!(
+        (0..ranks).all(|r| routing.nodes[r] == routing.nodes[r - r % per_node]) && ranks.is_multiple_of(per_node),
+        "nodes of equal size, each of consecutive ranks"
+    );
+    let node_experts = routing.experts / nodes;
+    // to_node[s][d]: tokens of rank s going to node d.
+    let to_node: Vec<Vec<u64>> = routing
+        .topk_idx
+        .iter()
+        .map(|idx| {
+            let mut counts = vec![0u64; nodes];
+            for token in idx.chunks(routing.topk.max(1)) {
+                let mut seen = vec![false; nodes];
+                for &e in token.iter().filter(|&&e| e >= 0) {
+                    assert!((e as usize) < routing.experts, "expert {e} of {}", routing.experts);
+                    seen[e as usize / node_experts] = true;
+                }
+                for (d, _) in seen.iter().enumerate().filter(|(_, s)| **s) {
+                    counts[d] += 1;
+                }
+            }
+            counts
+        })
+        .collect();
+    let (node, local) = (rank / per_node, rank % per_node);
+    let rail = |d: usize| d * per_node + local;
+    let others: Vec<usize> = (0..nodes).filter(|&d| d != node).collect();
+    let floor = |row: u64, out_rows: &dyn Fn(usize) -> u64, in_rows: &dyn Fn(usize) -> u64| {
+        let out: u64 = others.iter().map(|&d| out_rows(d) * row).sum();
+        let inflow = others.iter().map(|&d| in_rows(d) * row).max().unwrap_or(0);
+        (out, link.message_time(out.max(inflow)).as_secs_f64() * 1e6)
+    };
+    let dispatch_row = rail_row_bytes(routing.hidden, routing.fp8, dispatch_topk, false);
+    let combine_row = rail_row_bytes(routing.hidden, false, combine_topk, true);
+    // Dispatch: this rank's tokens to node d out, rank (d, l)'s tokens to this node in; the
+    // combine sends the partials of what came in back out, and gets its own tokens' back.
+    let (dispatch_bytes, dispatch_us) = floor(dispatch_row, &|d| to_node[rank][d], &|d| to_node[rail(d)][node]);
+    let (combine_bytes, combine_us) = floor(combine_row, &|d| to_node[rail(d)][node], &|d| to_node[rank][d]);
+    Some(NetFloor { dispatch_bytes, dispatch_us, combine_bytes, combine_us })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +277,42 @@ mod tests {
             assert_eq!(f.combine_bytes, 512 * 14336, "rank {rank}");
             assert_eq!(format!("{:.1} {:.1}", f.dispatch_us, f.combine_us), "77.9 148.8", "rank {rank}");
         }
+    }
+
+    /// Two ranks on two nodes, 4 experts (2 a node), 3 tokens: token 0 selects only the other
+    /// node's experts (twice: sent once), token 1 only its own node's, token 2 both. Two rows
+    /// cross each way; FP8 rows of 256 channels carry 256 + 8 + 4 bytes without top-k.
+    #[test]
+    fn the_rail_hop_sends_a_token_once_per_other_node() {
+        let idx = vec![vec![2, 3, 0, 1, 0, 2], vec![0, 1, 2, 3, 3, -1]];
+        let routing = NetRouting { topk_idx: &idx, topk: 2, experts: 4, nodes: &[0, 1], hidden: 256, fp8: true };
+        let f = rail_floor(&routing, 0, nic(), 0, 2).unwrap();
+        assert_eq!(rail_row_bytes(256, true, 0, false), 268);
+        assert_eq!(f.dispatch_bytes, 2 * 268);
+        // Rank 1 sends rank 0 one token (token 0); rank 0 returns its partial.
+        assert_eq!(f.combine_bytes, 512 + 8);
+        let g = rail_floor(&routing, 1, nic(), 8, 0).unwrap();
+        assert_eq!(g.dispatch_bytes, 256 + 8 + 12 * 8 + 4);
+        assert_eq!(g.combine_bytes, 2 * 512);
+        assert!(close(f.dispatch_us, 2.0 + (2 * 268) as f64 / 50e3), "{f:?}");
+        assert_eq!(rail_floor(&NetRouting { nodes: &[0, 0], ..routing }, 0, nic(), 0, 0), None);
+    }
+
+    /// DeepEP's internode shape on two nodes of 4 (4096 tokens, H = 7168, top-8 of 256
+    /// experts), each token selecting experts of both nodes: every token crosses once, 4096
+    /// FP8 rows of 7,396 B out (607.9 µs at 50 GB/s) and 4096 BF16 partials of 14,336 B back
+    /// (1176.4 µs).
+    #[test]
+    fn deepeps_internode_shape_on_two_nodes() {
+        let (ranks, tokens, topk, experts, hidden) = (8, 4096, 8, 256, 7168);
+        let nodes: Vec<usize> = (0..ranks).map(|r| r / 4).collect();
+        let idx: Vec<Vec<i64>> = (0..ranks)
+            .map(|_| (0..tokens).flat_map(|t| (0..topk).map(move |j| ((j * 32 + t % 32) % 256) as i64)).collect())
+            .collect();
+        let routing = NetRouting { topk_idx: &idx, topk, experts, nodes: &nodes, hidden, fp8: true };
+        let f = rail_floor(&routing, 5, nic(), 0, 0).unwrap();
+        assert_eq!(f.dispatch_bytes, 4096 * 7396);
+        assert_eq!(f.combine_bytes, 4096 * 14336);
+        assert_eq!(format!("{:.1} {:.1}", f.dispatch_us, f.combine_us), "607.9 1176.4");
     }
 }

@@ -26,11 +26,11 @@ pub struct EpLine {
     pub us: f64,
     /// DeepEP's NVLink GB/s.
     pub gbps: f64,
-    /// Low latency between nodes: the bytes this rank's call puts through its NIC.
+    /// Between nodes: the bytes this rank's call puts through its NIC.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net_bytes: Option<u64>,
-    /// Low latency between nodes: the call's α-β floor on the emulated NIC in µs
-    /// ([`super::ep_floor::net_floor`]).
+    /// Between nodes: the call's α-β floor on the emulated NIC in µs
+    /// ([`super::ep_floor::net_floor`], [`super::ep_floor::rail_floor`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor_us: Option<f64>,
 }

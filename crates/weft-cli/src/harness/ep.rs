@@ -14,7 +14,7 @@ use weft_ep::typed::{
     CombineSource, CombineTarget, DispatchHandle, DispatchSource, DispatchTarget, HandleBuffers, LayoutBuffers, Rows,
     RowsMut, ScaleStrides,
 };
-use weft_ep::{Buffer, Config, EpError, nvl_bytes_hint};
+use weft_ep::{Buffer, Config, EpError, nvl_bytes_hint, nvl_bytes_hint_between_nodes, rdma_bytes_hint};
 use weft_gpu::{Device, DeviceBuffer, DeviceElement, DeviceSlice, F8E4M3, GpuError, Stream};
 
 /// Byte every output is filled with before a kernel writes it.
@@ -431,6 +431,49 @@ fn no_place(_: usize) -> String {
     String::new()
 }
 
+/// What one rank must receive: the one-node model's rows, or between nodes the two hops'.
+struct Want<'a> {
+    /// Each row's source rank and its token there.
+    src_rank: &'a [usize],
+    src_idx: &'a [i32],
+    /// What `recv_src_idx` holds: the source token, or between nodes the row's index among
+    /// its forwarder's rows.
+    recv_src_idx: &'a [i32],
+    topk_idx: &'a [i64],
+    topk_weights: &'a [f32],
+}
+
+impl<'a> Want<'a> {
+    fn of(received: &'a [model::Received], two_hop: Option<&'a [model::InternodeReceived]>, rank: usize) -> Self {
+        match two_hop {
+            Some(t) => {
+                let t = &t[rank];
+                Self {
+                    src_rank: &t.recv_src_rank,
+                    src_idx: &t.recv_src_idx,
+                    recv_src_idx: &t.nvl.recv_src_idx,
+                    topk_idx: &t.nvl.recv_topk_idx,
+                    topk_weights: &t.nvl.recv_topk_weights,
+                }
+            }
+            None => {
+                let r = &received[rank];
+                Self {
+                    src_rank: &r.recv_src_rank,
+                    src_idx: &r.recv_src_idx,
+                    recv_src_idx: &r.recv_src_idx,
+                    topk_idx: &r.recv_topk_idx,
+                    topk_weights: &r.recv_topk_weights,
+                }
+            }
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.src_idx.len()
+    }
+}
+
 /// Runs `case` on this rank and checks, element by element against weft-ep's CPU model: the
 /// layout, the notify's counts, the handle, every received row, scale, expert index, weight and
 /// source index, a cached-handle dispatch, and the combine, bit for bit, twice (the same bits
@@ -444,11 +487,24 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let world: Vec<RankInputs> = (0..ranks).map(|r| case.inputs(r)).collect();
     let routing: Vec<RankRouting<'_>> =
         world.iter().map(|w| RankRouting { topk_idx: &w.topk_idx, topk_weights: &w.topk_weights }).collect();
+    // Between nodes (`WEFT_RANKS_PER_NODE`, or hosts) the two hops' model: the same rows per
+    // rank in another order, with the combine summing each node's partial.
+    let per_node = (0..ranks).filter(|&p| comm.topology().same_node(p)).count().max(1);
+    let between = comm.topology().spans_nodes();
     let received = model::dispatch(case.model_shape(), &routing);
+    let two_hop = between.then(|| model::dispatch_internode(case.model_shape(), per_node, &routing));
+    let rows_want = Want::of(&received, two_hop.as_deref(), rank);
     let mine = &received[rank];
-    let max_tokens = case.tokens.iter().copied().max().unwrap_or(0);
-    let buffer =
-        Buffer::new(comm, nvl_bytes_hint(max_tokens.max(1), case.hidden, case.topk, ranks), 0).map_err(|e| err(&e))?;
+    let max_tokens = case.tokens.iter().copied().max().unwrap_or(0).max(1);
+    let (nvl_bytes, rdma_bytes) = if between {
+        (
+            nvl_bytes_hint_between_nodes(max_tokens, case.hidden, case.topk, ranks, per_node),
+            rdma_bytes_hint(max_tokens, case.hidden, case.topk, ranks, per_node),
+        )
+    } else {
+        (nvl_bytes_hint(max_tokens, case.hidden, case.topk, ranks), 0)
+    };
+    let buffer = Buffer::new(comm, nvl_bytes, rdma_bytes).map_err(|e| err(&e))?;
     let inputs = DeviceInputs::upload(device, case, rank, &world[rank]).map_err(|e| err(&e))?;
     let mut d = dispatch(&buffer, case, &inputs, &stream).map_err(|e| err(&e))?;
     let dl = |v: DeviceSlice<'_, i32>, n: usize| download::<i32, i32>(v, n).map_err(|e| err(&e));
@@ -468,7 +524,7 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let in_rank = download::<u8, u8>(layout.is_token_in_rank(), case.tokens[rank] * ranks).map_err(|e| err(&e))?;
     let want_in_rank: Vec<u8> = want.token_in_rank.iter().map(|&b| u8::from(b)).collect();
     compare("is_token_in_rank", &in_rank, &want_in_rank, |i| format!("token {} rank {}", i / ranks, i % ranks))?;
-    compare("num_recv_tokens", &[handle.num_recv_tokens()], &[mine.len()], no_place)?;
+    compare("num_recv_tokens", &[handle.num_recv_tokens()], &[rows_want.rows()], no_place)?;
     let local = case.experts / ranks;
     compare(
         "num_recv_tokens_per_expert",
@@ -477,44 +533,47 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
         |e| format!("local expert {e}"),
     )?;
 
-    // The handle.
+    // The handle (between nodes, the group's rank_prefix_matrix; the NVL hop's own tables
+    // live in the handle and are checked through the rows they place).
     let channels = case.num_sms as usize / 2;
     compare("rank_prefix_matrix", &dl(handle.rank_prefix_matrix(), ranks * ranks)?, &mine.rank_prefix_matrix, |i| {
         format!("[{}][{}]", i / ranks, i % ranks)
     })?;
-    let by_channel = |i: usize| format!("rank {} channel {}", i / channels, i % channels);
-    compare(
-        "channel_prefix_matrix",
-        &dl(handle.channel_prefix_matrix(), ranks * channels)?,
-        &mine.channel_prefix_matrix,
-        by_channel,
-    )?;
-    compare(
-        "recv_channel_prefix_matrix",
-        &dl(handle.recv_channel_prefix_matrix(), ranks * channels)?,
-        &mine.recv_channel_prefix_matrix,
-        by_channel,
-    )?;
-    compare("send_head", &dl(handle.send_head(), case.tokens[rank] * ranks)?, &mine.send_head, |i| {
-        format!("token {} rank {}", i / ranks, i % ranks)
-    })?;
-    let rows = mine.len();
+    if !between {
+        let by_channel = |i: usize| format!("rank {} channel {}", i / channels, i % channels);
+        compare(
+            "channel_prefix_matrix",
+            &dl(handle.channel_prefix_matrix(), ranks * channels)?,
+            &mine.channel_prefix_matrix,
+            by_channel,
+        )?;
+        compare(
+            "recv_channel_prefix_matrix",
+            &dl(handle.recv_channel_prefix_matrix(), ranks * channels)?,
+            &mine.recv_channel_prefix_matrix,
+            by_channel,
+        )?;
+        compare("send_head", &dl(handle.send_head(), case.tokens[rank] * ranks)?, &mine.send_head, |i| {
+            format!("token {} rank {}", i / ranks, i % ranks)
+        })?;
+    }
+    let rows = rows_want.rows();
     let row_place =
-        |row: usize| format!("row {row}, rank {} token {}", mine.recv_src_rank[row], mine.recv_src_idx[row]);
+        |row: usize| format!("row {row}, rank {} token {}", rows_want.src_rank[row], rows_want.src_idx[row]);
     let recv_src_idx = dl(d.received.src_idx.as_slice(), rows)?;
-    compare("recv_src_idx", &recv_src_idx, &mine.recv_src_idx, row_place)?;
+    compare("recv_src_idx", &recv_src_idx, rows_want.recv_src_idx, row_place)?;
 
     // Every received row, scale, expert index and weight.
     let (row_bytes, num_scales) = case.row_bytes();
     let want_x: Vec<u8> = (0..rows)
-        .flat_map(|i| world[mine.recv_src_rank[i]].payload_row(mine.recv_src_idx[i] as usize, case.hidden))
+        .flat_map(|i| world[rows_want.src_rank[i]].payload_row(rows_want.src_idx[i] as usize, case.hidden))
         .collect();
     let recv_x = d.received.x.bytes(rows * row_bytes).map_err(|e| err(&e))?;
     compare("recv_x", &recv_x, &want_x, |i| format!("byte {} of {}", i % row_bytes, row_place(i / row_bytes)))?;
     let want_scales: Vec<u32> = (0..rows)
         .flat_map(|i| {
-            let scales = world[mine.recv_src_rank[i]].fp8.as_ref().map(|(_, s)| s.as_slice()).unwrap_or_default();
-            let t = mine.recv_src_idx[i] as usize;
+            let scales = world[rows_want.src_rank[i]].fp8.as_ref().map(|(_, s)| s.as_slice()).unwrap_or_default();
+            let t = rows_want.src_idx[i] as usize;
             scales[t * num_scales..(t + 1) * num_scales].iter().map(|s| s.to_bits()).collect::<Vec<_>>()
         })
         .collect();
@@ -526,9 +585,9 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let topk_place = |i: usize| format!("slot {} of {}", i % case.topk, row_place(i / case.topk));
     let (recv_topk_idx, recv_topk_weights) = d.received.topk.as_ref().ok_or("the dispatch received no top-k")?;
     let got_idx = download::<i64, i64>(recv_topk_idx.as_slice(), rows * case.topk).map_err(|e| err(&e))?;
-    compare("recv_topk_idx", &got_idx, &mine.recv_topk_idx, topk_place)?;
+    compare("recv_topk_idx", &got_idx, rows_want.topk_idx, topk_place)?;
     let got_w = download::<f32, u32>(recv_topk_weights.as_slice(), rows * case.topk).map_err(|e| err(&e))?;
-    let want_w: Vec<u32> = mine.recv_topk_weights.iter().map(|w| w.to_bits()).collect();
+    let want_w: Vec<u32> = rows_want.topk_weights.iter().map(|w| w.to_bits()).collect();
     compare("recv_topk_weights (f32 bits)", &got_w, &want_w, topk_place)?;
 
     // A cached-handle dispatch delivers the same rows.
@@ -540,21 +599,28 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     compare("cached dispatch recv_x", &again, &want_x, |i| {
         format!("byte {} of {}", i % row_bytes, row_place(i / row_bytes))
     })?;
-    compare("cached dispatch recv_src_idx", &dl(cached.src_idx.as_slice(), rows)?, &mine.recv_src_idx, row_place)?;
+    compare("cached dispatch recv_src_idx", &dl(cached.src_idx.as_slice(), rows)?, rows_want.recv_src_idx, row_place)?;
     if let Some(got) = cached.x.scale_bits(rows * num_scales).map_err(|e| err(&e))? {
         compare("cached dispatch recv_x_scales", &got, &want_scales, no_place)?;
     }
 
     // Combine, against the model, twice.
-    let combine_rows: Vec<Vec<bf16>> = (0..ranks).map(|r| case.combine_rows(r, received[r].len())).collect();
+    let rows_of = |r: usize| two_hop.as_ref().map_or(received[r].len(), |t| t[r].len());
+    let combine_rows: Vec<Vec<bf16>> = (0..ranks).map(|r| case.combine_rows(r, rows_of(r))).collect();
     let model_inputs: Vec<model::CombineInput<'_>> = (0..ranks)
         .map(|r| model::CombineInput {
             x: &combine_rows[r],
-            topk_weights: Some(&received[r].recv_topk_weights),
+            topk_weights: Some(
+                two_hop.as_ref().map_or(&received[r].recv_topk_weights, |t| &t[r].nvl.recv_topk_weights),
+            ),
             bias: [world[r].bias.first().map(|b| b.as_slice()), world[r].bias.get(1).map(|b| b.as_slice())],
         })
         .collect();
-    let want = model::combine(&received, &model_inputs, case.hidden, case.topk).swap_remove(rank);
+    let want = match &two_hop {
+        Some(t) => model::combine_internode(t, per_node, &model_inputs, case.hidden, case.topk),
+        None => model::combine(&received, &model_inputs, case.hidden, case.topk),
+    }
+    .swap_remove(rank);
     let want_x: Vec<u16> = bf16_bits(&want.x);
     let want_weights: Vec<u32> = want.topk_weights.unwrap_or_default().iter().map(|w| w.to_bits()).collect();
     let tokens = case.tokens[rank];

@@ -1,8 +1,10 @@
 //! `weft selftest --only ep`: weft-ep's normal-mode calls on every rank against its CPU model,
 //! element by element (`harness::ep::check_case`, `harness::ep_ll::check_ll_case`), over cases
-//! chosen to reach the corners; then the low-latency cases again with the ranks split into two
-//! virtual nodes (`WEFT_RANKS_PER_NODE`) joined by the emulated NIC in chaos mode, at three
-//! seeds, so the kernels' puts and signals between nodes are checked against the same model.
+//! chosen to reach the corners; then, with the ranks split into two virtual nodes
+//! (`WEFT_RANKS_PER_NODE`) joined by the emulated NIC in chaos mode, at three seeds, normal-mode
+//! cases (the two hops: `model::dispatch_internode`, `model::combine_internode`) and the
+//! low-latency cases again, so the kernels' puts and signals between nodes are checked against
+//! the model.
 
 use std::sync::Arc;
 
@@ -71,6 +73,46 @@ fn cases(ranks: usize, shared_gpu: bool) -> Vec<EpCase> {
     let wide_sms = if shared_gpu { 24 } else { 128 };
     let wide = case("FP8, DeepEP's shape at 512 tokens", vec![512; ranks], 7168, 8, experts, true, wide_sms);
     vec![uneven, skewed, tiny, wide]
+}
+
+/// The normal-mode cases between two nodes: BF16 with uneven tokens, FP8 skewed onto the first
+/// node's experts with dropped slots, alignment and a bias, and ranks of 0 or 1 token with two
+/// biases; smaller than the one-node cases, since every row that crosses goes through the
+/// emulated NIC.
+fn net_cases(ranks: usize) -> Vec<EpCase> {
+    let case = |name: &str, tokens: Vec<usize>, hidden: usize, topk: usize, experts: usize, fp8: bool| EpCase {
+        name: format!("normal mode {name} (H={hidden}, top-{topk}, {experts} experts, 8 SMs)"),
+        tokens,
+        hidden,
+        topk,
+        experts,
+        hot: 0..experts,
+        drop_one_in: 0,
+        fp8,
+        num_sms: 8,
+        biases: 0,
+        expert_alignment: 1,
+        seed: 0x2e7_0000 + hidden as u64 * 7 + topk as u64,
+    };
+    let uneven =
+        case("BF16, uneven tokens per rank", (0..ranks).map(|r| 64 + 13 * r).collect(), 2048, 8, 8 * ranks, false);
+    let mut skewed = case(
+        "FP8, skewed onto node 0, dropped slots, alignment 8",
+        (0..ranks).map(|r| 33 + r).collect(),
+        1024,
+        4,
+        4 * ranks,
+        true,
+    );
+    skewed.hot = 0..2 * ranks;
+    skewed.drop_one_in = 5;
+    skewed.biases = 1;
+    skewed.expert_alignment = 8;
+    let mut tiny =
+        case("BF16, 0 or 1 token per rank, two biases", (0..ranks).map(|r| r % 2).collect(), 256, 2, 2 * ranks, false);
+    tiny.drop_one_in = 3;
+    tiny.biases = 2;
+    vec![uneven, skewed, tiny]
 }
 
 /// The low-latency cases: DeepEP's decoding shape with FP8 and dropped slots, BF16 with a few
@@ -162,10 +204,11 @@ fn net_env(base: &Env, ranks: usize, seed: u64) -> Env {
     env
 }
 
-/// The low-latency cases with the ranks split into two virtual nodes (ranks 0..R/2 and
-/// R/2..R; one rank per node on 2 ranks, ranks sharing GPUs as the run has them), over the
-/// emulated NIC in chaos mode, once per seed of [`net_seeds`]: each on a sub-communicator of
-/// this one's bootstrap and device. Needs an even number of ranks.
+/// The normal-mode cases of [`net_cases`] and the low-latency cases with the ranks split into
+/// two virtual nodes (ranks 0..R/2 and R/2..R; one rank per node on 2 ranks, ranks sharing
+/// GPUs as the run has them), over the emulated NIC in chaos mode, once per seed of
+/// [`net_seeds`]: each on a sub-communicator of this one's bootstrap and device. Needs an even
+/// number of ranks.
 fn between_nodes(comm: &Communicator, base: &Env, label: &str, report: &mut RankReport) {
     let ranks = comm.world_size();
     if ranks < 2 || !ranks.is_multiple_of(2) {
@@ -182,10 +225,13 @@ fn between_nodes(comm: &Communicator, base: &Env, label: &str, report: &mut Rank
                 return;
             }
         };
+        let normal = net_cases(ranks)
+            .into_iter()
+            .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| harness::check_case(c, &case)) as Check));
         let checks = ll_cases(ranks)
             .into_iter()
             .map(|case| (case.name.clone(), Box::new(move |c: &Communicator| check_ll_case(c, &case)) as Check));
-        if !run_checks(&sub, &prefix, checks, report) {
+        if !run_checks(&sub, &prefix, normal.chain(checks), report) {
             return;
         }
     }
@@ -216,7 +262,22 @@ mod tests {
         }
     }
 
-    /// The cases between nodes are the low-latency ones: their experts split evenly over the
+    /// The normal-mode cases between nodes split their experts evenly over the ranks and the
+    /// nodes, and their buffer (staging, rail regions) fits what a proxy command addresses.
+    #[test]
+    fn the_normal_cases_between_nodes_fit_the_device_communicators_heap() {
+        for ranks in [2, 4, 8] {
+            for case in net_cases(ranks) {
+                assert!(case.experts.is_multiple_of(ranks) && case.tokens.len() == ranks, "{}", case.name);
+                let max = case.tokens.iter().copied().max().unwrap_or(0).max(1);
+                let nvl = weft_ep::nvl_bytes_hint_between_nodes(max, case.hidden, case.topk, ranks, ranks / 2);
+                let rdma = weft_ep::rdma_bytes_hint(max, case.hidden, case.topk, ranks, ranks / 2);
+                assert!(rdma > 0 && nvl + rdma < 1 << 30, "{}: {nvl} + {rdma} bytes", case.name);
+            }
+        }
+    }
+
+    /// The low-latency cases between nodes: their experts split evenly over the
     /// ranks, and every shape fits the buffer a proxy command can address (4 GiB).
     #[test]
     fn the_low_latency_cases_fit_the_device_communicators_heap() {

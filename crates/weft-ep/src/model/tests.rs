@@ -381,3 +381,139 @@ proptest! {
         }
     }
 }
+
+/// A divisor of `ranks` picked by `pick`: the ranks per node of a split into equal nodes.
+fn ranks_per_node(ranks: usize, pick: usize) -> usize {
+    let divisors: Vec<usize> = (1..=ranks).filter(|d| ranks.is_multiple_of(*d)).collect();
+    divisors[pick % divisors.len()]
+}
+
+proptest! {
+    #[test]
+    fn dispatch_between_nodes_delivers_the_one_node_rows_by_forwarder_then_source_node(w in world(), pick in any::<usize>()) {
+        let DispatchShape { ranks, topk, .. } = w.shape;
+        let k = ranks_per_node(ranks, pick);
+        let flat = dispatch(w.shape, &w.routing());
+        let two_hop = dispatch_internode(w.shape, k, &w.routing());
+        for d in 0..ranks {
+            let (got, want) = (&two_hop[d], &flat[d]);
+            // The same rows, ordered by the source's local index, then its node, then token.
+            let row_of = |s: usize, t: i32| want.recv_src_rank.iter().zip(&want.recv_src_idx).position(|(&ws, &wt)| ws == s && wt == t);
+            let mut order: Vec<usize> = (0..want.len()).collect();
+            order.sort_by_key(|&i| (want.recv_src_rank[i] % k, want.recv_src_rank[i] / k, want.recv_src_idx[i]));
+            prop_assert_eq!(got.len(), want.len(), "rank {} rows", d);
+            for (row, &i) in order.iter().enumerate() {
+                prop_assert_eq!((got.recv_src_rank[row], got.recv_src_idx[row]), (want.recv_src_rank[i], want.recv_src_idx[i]));
+                prop_assert_eq!(row_of(got.recv_src_rank[row], got.recv_src_idx[row]), Some(i));
+                prop_assert_eq!(&got.nvl.recv_topk_idx[row * topk..(row + 1) * topk], &want.recv_topk_idx[i * topk..(i + 1) * topk]);
+                prop_assert_eq!(&got.nvl.recv_topk_weights[row * topk..(row + 1) * topk], &want.recv_topk_weights[i * topk..(i + 1) * topk]);
+            }
+            prop_assert_eq!(&got.nvl.recv_tokens_per_expert, &want.recv_tokens_per_expert);
+            // With one node or one rank per node the order is the one-node order.
+            if k == 1 || k == ranks {
+                prop_assert_eq!(&got.recv_src_rank, &want.recv_src_rank);
+                prop_assert_eq!(&got.recv_src_idx, &want.recv_src_idx);
+            }
+        }
+        // Rail hop: a forwarder's rows are by source node, each node's at its prefix, and the
+        // source's send head points at its token's row there.
+        let nodes = ranks / k;
+        for f in 0..ranks {
+            let rail = &two_hop[f].rail;
+            let (node, l) = (f / k, f % k);
+            for s in 0..nodes {
+                let start = if s == 0 { 0 } else { rail.rail_prefix_matrix[(s - 1) * nodes + node] as usize };
+                let end = rail.rail_prefix_matrix[s * nodes + node] as usize;
+                prop_assert!(rail.src_node[start..end].iter().all(|&n| n == s));
+                let source = &two_hop[s * k + l].rail;
+                for t in 0..w.tokens(s * k + l) {
+                    let head = source.rail_send_head[t * nodes + node];
+                    let goes = (0..topk).any(|j| {
+                        let e = w.topk_idx[s * k + l][t * topk + j];
+                        e >= 0 && e as usize / (w.shape.experts / nodes) == node
+                    });
+                    prop_assert_eq!(head >= 0, goes);
+                    if head >= 0 {
+                        prop_assert_eq!(rail.src_idx[start + head as usize], t as i32);
+                    }
+                }
+            }
+            prop_assert_eq!(rail.src_node.len(), rail.rail_prefix_matrix[(nodes - 1) * nodes + node] as usize);
+        }
+    }
+
+    #[test]
+    fn combine_between_nodes_sums_each_nodes_partial_in_node_order(w in world(), pick in any::<usize>(), hidden in 1usize..=4, biases in 0usize..=2) {
+        let DispatchShape { ranks, topk, .. } = w.shape;
+        let k = ranks_per_node(ranks, pick);
+        let received = dispatch_internode(w.shape, k, &w.routing());
+        // A row's value depends on (receiver, source, token, channel) only, so the reference
+        // below needs no row index of the two-hop layout. Magnitudes of 2^24 by node make the
+        // order of the nodes' partials visible in f32; 256 by rank, the rounding of a partial.
+        let value = |r: usize, s: usize, t: usize, h: usize| {
+            let by_node = [16_777_216.0, -16_777_216.0, 0.0][(r / k) % 3];
+            bf16::from_f32(((r * 7 + s * 5 + t * 3 + h) % 11) as f32 * 0.37 - 1.5 + if r.is_multiple_of(2) { 256.0 } else { 0.0 } + by_node)
+        };
+        let xs: Vec<Vec<bf16>> = (0..ranks).map(|r| (0..received[r].len() * hidden).map(|i| {
+            let row = i / hidden;
+            value(r, received[r].recv_src_rank[row], received[r].recv_src_idx[row] as usize, i % hidden)
+        }).collect()).collect();
+        let bias: Vec<Vec<bf16>> = (0..ranks).map(|s| (0..w.tokens(s) * hidden).map(|i| bf16::from_f32(i as f32 * 0.5)).collect()).collect();
+        let inputs: Vec<CombineInput<'_>> = (0..ranks).map(|r| CombineInput {
+            x: &xs[r],
+            topk_weights: Some(&received[r].nvl.recv_topk_weights),
+            bias: [(biases >= 1).then_some(bias[r].as_slice()), (biases >= 2).then_some(bias[r].as_slice())],
+        }).collect();
+        let combined = combine_internode(&received, k, &inputs, hidden, topk);
+        let local = w.shape.experts / ranks;
+        for s in 0..ranks {
+            for t in 0..w.tokens(s) {
+                let idx = &w.topk_idx[s][t * topk..(t + 1) * topk];
+                let holders: Vec<usize> = (0..ranks).filter(|&r| idx.iter().any(|&e| e >= 0 && e as usize / local == r)).collect();
+                for h in 0..hidden {
+                    let mut acc = 0f32;
+                    for _ in 0..biases { acc += bias[s][t * hidden + h].to_f32(); }
+                    for node in 0..ranks / k {
+                        let mine: Vec<usize> = holders.iter().copied().filter(|r| r / k == node).collect();
+                        if mine.is_empty() { continue; }
+                        let mut partial = 0f32;
+                        for r in mine { partial += value(r, s, t, h).to_f32(); }
+                        acc += bf16::from_f32(partial).to_f32();
+                    }
+                    prop_assert_eq!(combined[s].x[t * hidden + h].to_bits(), bf16::from_f32(acc).to_bits(), "rank {} token {} channel {} ({} per node)", s, t, h, k);
+                }
+                let weights = combined[s].topk_weights.as_ref().unwrap();
+                for j in 0..topk {
+                    let want = if idx[j] >= 0 { w.weights[s][t * topk + j] } else { 0.0 };
+                    prop_assert_eq!(weights[t * topk + j], want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn combine_between_nodes_of_exact_sums_is_the_one_node_combine(w in world(), pick in any::<usize>(), hidden in 1usize..=3) {
+        let DispatchShape { ranks, topk, .. } = w.shape;
+        let k = ranks_per_node(ranks, pick);
+        let flat = dispatch(w.shape, &w.routing());
+        let two_hop = dispatch_internode(w.shape, k, &w.routing());
+        // Small integers: every partial and sum is exact, so the order of the sums is invisible.
+        let value = |r: usize, s: usize, t: i32, h: usize| bf16::from_f32(((r + 3 * s + 5 * t as usize + h) % 9) as f32 - 4.0);
+        let rows = |got: &[usize], idx: &[i32], r: usize| -> Vec<bf16> {
+            (0..got.len() * hidden).map(|i| value(r, got[i / hidden], idx[i / hidden], i % hidden)).collect()
+        };
+        let xs_flat: Vec<Vec<bf16>> = (0..ranks).map(|r| rows(&flat[r].recv_src_rank, &flat[r].recv_src_idx, r)).collect();
+        let xs_two: Vec<Vec<bf16>> = (0..ranks).map(|r| rows(&two_hop[r].recv_src_rank, &two_hop[r].recv_src_idx, r)).collect();
+        let want = combine(&flat, &xs_flat.iter().map(|x| rows_only(x)).collect::<Vec<_>>(), hidden, topk);
+        let got = combine_internode(&two_hop, k, &xs_two.iter().map(|x| rows_only(x)).collect::<Vec<_>>(), hidden, topk);
+        for s in 0..ranks {
+            prop_assert_eq!(&got[s].x, &want[s].x, "rank {}", s);
+            prop_assert!(got[s].topk_weights.is_none());
+        }
+    }
+}
+
+/// A combine input of rows only: no weights, no bias.
+fn rows_only(x: &[bf16]) -> CombineInput<'_> {
+    CombineInput { x, topk_weights: None, bias: [None, None] }
+}

@@ -88,6 +88,8 @@ enum class WaitOp : uint32_t {
   GinBarrier = 18,  ///<  A GIN barrier; `peer` is the barrier's signal index, `expected` the arrivals.
   GinStaging = 19,  ///<  A GIN proxy `put_value` waiting for a free staging slot; `peer` is the put's target rank.
   Ll128Read = 20,  ///<  Reading an LL128 line whose flag never matched; `observed` is the flag word last seen.
+  EpRailRows = 21,  ///<  A rail forwarder of the normal mode between nodes waiting for a source's rows (`peer`: the source rank, `expected`: its signal's share).
+  EpRailPartials = 22,  ///<  A source of the normal mode between nodes waiting for a forwarder's partial sums (`peer`: the forwarder rank, `expected`: its signal's share).
 };
 
 ///  Element type of a collective's buffers.
@@ -825,6 +827,106 @@ static_assert(WEFT_OFFSETOF(EpLlCombineArgs, topk) == 88, "rust: offsetof(EpLlCo
 static_assert(WEFT_OFFSETOF(EpLlCombineArgs, experts) == 92, "rust: offsetof(EpLlCombineArgs, experts) == 92");
 static_assert(WEFT_OFFSETOF(EpLlCombineArgs, max_tokens) == 96, "rust: offsetof(EpLlCombineArgs, max_tokens) == 96");
 static_assert(WEFT_OFFSETOF(EpLlCombineArgs, reserved) == 100, "rust: offsetof(EpLlCombineArgs, reserved) == 100");
+
+///  The rail hop of a normal-mode call between nodes (`weft_ep_rail_*`; docs/ep.md,
+struct alignas(8) EpRailArgs {
+  uint64_t base;  ///<  This rank's EP buffer (window 0 of the device communicator) as this GPU maps it.
+  uint64_t is_token_in_rank;  ///<  `bool[tokens][ranks]` (the layout's).
+  uint64_t counts;  ///<  Out of `weft_ep_rail_layout`: `int32_t[nodes + ranks + experts]`, this rank's tokens per node, then copies of `num_tokens_per_rank` and `num_tokens_per_expert`.
+  uint64_t num_tokens_per_rank;  ///<  `int32_t[ranks]` (the layout's).
+  uint64_t num_tokens_per_expert;  ///<  `int32_t[experts]` (the layout's).
+  uint64_t rail_send_head;  ///<  `int32_t[tokens][nodes]`: a token's position among the tokens sent to a node, or -1.
+  uint64_t x;  ///<  `[tokens][hidden_bytes]` rows to send.
+  uint64_t x_scales;  ///<  f32 scales at `t * scale_token_stride + i * scale_hidden_stride`; 0: none.
+  uint64_t topk_idx;  ///<  `int64_t[tokens][topk]` global experts; 0 (with `topk` 0): a cached dispatch.
+  uint64_t topk_weights;  ///<  `float[tokens][topk]`; 0: none.
+  uint64_t bias0;  ///<  `bf16[tokens][hidden]` biases of the combine; 0: none.
+  uint64_t bias1;  ///<  See `bias0`.
+  uint64_t combined_x;  ///<  Out of `weft_ep_rail_sum`: `bf16[tokens][hidden]`.
+  uint64_t combined_topk_weights;  ///<  Out of `weft_ep_rail_sum`: `float[tokens][topk]`; 0: none.
+  uint64_t expected;  ///<  The share of the phase's signal every rail peer must have raised (calls × puts).
+  uint32_t recv_x;  ///<  Offsets of the forwarder's received rows: payload, scales, top-k indices, weights, source index.
+  uint32_t recv_scales;  ///<  See `recv_x`.
+  uint32_t recv_topk_idx;  ///<  See `recv_x`.
+  uint32_t recv_topk_weights;  ///<  See `recv_x`.
+  uint32_t recv_src_idx;  ///<  See `recv_x`.
+  uint32_t send_x;  ///<  Offsets of the source's rows for other nodes, node d's from row `d * capacity`.
+  uint32_t send_scales;  ///<  See `send_x`.
+  uint32_t send_topk_idx;  ///<  See `send_x`.
+  uint32_t send_topk_weights;  ///<  See `send_x`.
+  uint32_t send_src_idx;  ///<  See `send_x`.
+  uint32_t part_x;  ///<  Offset of the forwarder's partials (BF16 rows), one per received row.
+  uint32_t part_topk_weights;  ///<  Offset of the forwarder's partial weights (f32, `topk` per row).
+  uint32_t part_recv_x;  ///<  Offset of the source's partials from other nodes, node d's from row `d * capacity`.
+  uint32_t part_recv_topk_weights;  ///<  See `part_recv_x`, for the weights.
+  uint32_t before[8];  ///<  Per node d: the row where this rank's rows start at d's forwarder.
+  uint32_t sent[8];  ///<  Per node d: the rows this rank sends to d.
+  uint32_t from[8];  ///<  Per source node s: the forwarder's first row from s.
+  uint32_t received[8];  ///<  Per source node s: the forwarder's rows from s.
+  uint32_t capacity;  ///<  Rows of one node in a send or partial-receive region.
+  uint32_t tokens;  ///<  Tokens of this rank.
+  uint32_t hidden_bytes;  ///<  Payload bytes per row (16-byte multiple).
+  uint32_t num_scales;  ///<  Scales per row (0 for BF16).
+  uint32_t scale_token_stride;  ///<  Input scale strides, in elements.
+  uint32_t scale_hidden_stride;  ///<  See `scale_token_stride`.
+  uint32_t topk;  ///<  Top-k slots per row (0: none sent).
+  uint32_t experts;  ///<  Experts of the group.
+  uint32_t hidden;  ///<  Channels per row of the combine (a multiple of 8).
+  uint32_t nodes;  ///<  Nodes of the group.
+  uint32_t node;  ///<  This rank's node.
+  uint32_t ranks_per_node;  ///<  Ranks per node.
+  uint32_t local;  ///<  This rank's index in its node (its rail).
+  uint32_t ranks;  ///<  Ranks of the group.
+};
+static_assert(sizeof(EpRailArgs) == 360, "rust: sizeof(EpRailArgs) == 360");
+static_assert(alignof(EpRailArgs) == 8, "rust: alignof(EpRailArgs) == 8");
+static_assert(WEFT_OFFSETOF(EpRailArgs, base) == 0, "rust: offsetof(EpRailArgs, base) == 0");
+static_assert(WEFT_OFFSETOF(EpRailArgs, is_token_in_rank) == 8, "rust: offsetof(EpRailArgs, is_token_in_rank) == 8");
+static_assert(WEFT_OFFSETOF(EpRailArgs, counts) == 16, "rust: offsetof(EpRailArgs, counts) == 16");
+static_assert(WEFT_OFFSETOF(EpRailArgs, num_tokens_per_rank) == 24, "rust: offsetof(EpRailArgs, num_tokens_per_rank) == 24");
+static_assert(WEFT_OFFSETOF(EpRailArgs, num_tokens_per_expert) == 32, "rust: offsetof(EpRailArgs, num_tokens_per_expert) == 32");
+static_assert(WEFT_OFFSETOF(EpRailArgs, rail_send_head) == 40, "rust: offsetof(EpRailArgs, rail_send_head) == 40");
+static_assert(WEFT_OFFSETOF(EpRailArgs, x) == 48, "rust: offsetof(EpRailArgs, x) == 48");
+static_assert(WEFT_OFFSETOF(EpRailArgs, x_scales) == 56, "rust: offsetof(EpRailArgs, x_scales) == 56");
+static_assert(WEFT_OFFSETOF(EpRailArgs, topk_idx) == 64, "rust: offsetof(EpRailArgs, topk_idx) == 64");
+static_assert(WEFT_OFFSETOF(EpRailArgs, topk_weights) == 72, "rust: offsetof(EpRailArgs, topk_weights) == 72");
+static_assert(WEFT_OFFSETOF(EpRailArgs, bias0) == 80, "rust: offsetof(EpRailArgs, bias0) == 80");
+static_assert(WEFT_OFFSETOF(EpRailArgs, bias1) == 88, "rust: offsetof(EpRailArgs, bias1) == 88");
+static_assert(WEFT_OFFSETOF(EpRailArgs, combined_x) == 96, "rust: offsetof(EpRailArgs, combined_x) == 96");
+static_assert(WEFT_OFFSETOF(EpRailArgs, combined_topk_weights) == 104, "rust: offsetof(EpRailArgs, combined_topk_weights) == 104");
+static_assert(WEFT_OFFSETOF(EpRailArgs, expected) == 112, "rust: offsetof(EpRailArgs, expected) == 112");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_x) == 120, "rust: offsetof(EpRailArgs, recv_x) == 120");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_scales) == 124, "rust: offsetof(EpRailArgs, recv_scales) == 124");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_idx) == 128, "rust: offsetof(EpRailArgs, recv_topk_idx) == 128");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_weights) == 132, "rust: offsetof(EpRailArgs, recv_topk_weights) == 132");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_src_idx) == 136, "rust: offsetof(EpRailArgs, recv_src_idx) == 136");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_x) == 140, "rust: offsetof(EpRailArgs, send_x) == 140");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_scales) == 144, "rust: offsetof(EpRailArgs, send_scales) == 144");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_idx) == 148, "rust: offsetof(EpRailArgs, send_topk_idx) == 148");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_weights) == 152, "rust: offsetof(EpRailArgs, send_topk_weights) == 152");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_src_idx) == 156, "rust: offsetof(EpRailArgs, send_src_idx) == 156");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_x) == 160, "rust: offsetof(EpRailArgs, part_x) == 160");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_topk_weights) == 164, "rust: offsetof(EpRailArgs, part_topk_weights) == 164");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_x) == 168, "rust: offsetof(EpRailArgs, part_recv_x) == 168");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_topk_weights) == 172, "rust: offsetof(EpRailArgs, part_recv_topk_weights) == 172");
+static_assert(WEFT_OFFSETOF(EpRailArgs, before) == 176, "rust: offsetof(EpRailArgs, before) == 176");
+static_assert(WEFT_OFFSETOF(EpRailArgs, sent) == 208, "rust: offsetof(EpRailArgs, sent) == 208");
+static_assert(WEFT_OFFSETOF(EpRailArgs, from) == 240, "rust: offsetof(EpRailArgs, from) == 240");
+static_assert(WEFT_OFFSETOF(EpRailArgs, received) == 272, "rust: offsetof(EpRailArgs, received) == 272");
+static_assert(WEFT_OFFSETOF(EpRailArgs, capacity) == 304, "rust: offsetof(EpRailArgs, capacity) == 304");
+static_assert(WEFT_OFFSETOF(EpRailArgs, tokens) == 308, "rust: offsetof(EpRailArgs, tokens) == 308");
+static_assert(WEFT_OFFSETOF(EpRailArgs, hidden_bytes) == 312, "rust: offsetof(EpRailArgs, hidden_bytes) == 312");
+static_assert(WEFT_OFFSETOF(EpRailArgs, num_scales) == 316, "rust: offsetof(EpRailArgs, num_scales) == 316");
+static_assert(WEFT_OFFSETOF(EpRailArgs, scale_token_stride) == 320, "rust: offsetof(EpRailArgs, scale_token_stride) == 320");
+static_assert(WEFT_OFFSETOF(EpRailArgs, scale_hidden_stride) == 324, "rust: offsetof(EpRailArgs, scale_hidden_stride) == 324");
+static_assert(WEFT_OFFSETOF(EpRailArgs, topk) == 328, "rust: offsetof(EpRailArgs, topk) == 328");
+static_assert(WEFT_OFFSETOF(EpRailArgs, experts) == 332, "rust: offsetof(EpRailArgs, experts) == 332");
+static_assert(WEFT_OFFSETOF(EpRailArgs, hidden) == 336, "rust: offsetof(EpRailArgs, hidden) == 336");
+static_assert(WEFT_OFFSETOF(EpRailArgs, nodes) == 340, "rust: offsetof(EpRailArgs, nodes) == 340");
+static_assert(WEFT_OFFSETOF(EpRailArgs, node) == 344, "rust: offsetof(EpRailArgs, node) == 344");
+static_assert(WEFT_OFFSETOF(EpRailArgs, ranks_per_node) == 348, "rust: offsetof(EpRailArgs, ranks_per_node) == 348");
+static_assert(WEFT_OFFSETOF(EpRailArgs, local) == 352, "rust: offsetof(EpRailArgs, local) == 352");
+static_assert(WEFT_OFFSETOF(EpRailArgs, ranks) == 356, "rust: offsetof(EpRailArgs, ranks) == 356");
 
 ///  The low-latency kernels' path to the ranks of other nodes (docs/ep.md, "Low latency
 struct alignas(8) EpLlNet {

@@ -29,6 +29,24 @@ extern "C" __global__ void weft_ep_combine(weft::EpContext c, weft::EpCombineArg
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_combine)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_combine)>) == 8, "weft_ep_combine: c is 176 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 112 && alignof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 8, "weft_ep_combine: a is 112 bytes aligned to 8 in Rust");
 
+// RailLayout: The rail hop's layout: `rail_send_head` and the counts the host exchanges.
+extern "C" __global__ void weft_ep_rail_layout(weft::EpRailArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 8, "weft_ep_rail_layout: a is 360 bytes aligned to 8 in Rust");
+
+// Rail: The rail hop's packing of a dispatch's rows by destination node, and its sum of the
+extern "C" __global__ void weft_ep_rail_pack(weft::EpRailArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 8, "weft_ep_rail_pack: a is 360 bytes aligned to 8 in Rust");
+
+// Rail: The rail hop's packing of a dispatch's rows by destination node, and its sum of the
+extern "C" __global__ void weft_ep_rail_sum(weft::EpRailArgs a);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 8, "weft_ep_rail_sum: a is 360 bytes aligned to 8 in Rust");
+
+// RailExchange: The rail hop's puts to the rank of this rail on every other node, and the waits for
+extern "C" __global__ void weft_ep_rail_exchange(weft::EpRailArgs a, weft::DevCommHandle h, uint32_t combine);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: a is 360 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_rail_exchange)>) == 144 && alignof(weft::kernel_param_t<1, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: h is 144 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4, "weft_ep_rail_exchange: combine is 4 bytes aligned to 4 in Rust");
+
 // LlDispatch: The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
 extern "C" __global__ void weft_ep_ll_dispatch_send(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_ll_dispatch_send)>) == 8, "weft_ep_ll_dispatch_send: c is 176 bytes aligned to 8 in Rust");

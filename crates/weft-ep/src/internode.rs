@@ -1,0 +1,738 @@
+//! The normal mode between nodes, host side (docs/ep.md, "Normal mode between nodes"): the
+//! notify's exchange of counts, and the sequence of launches of a dispatch and a combine in
+//! two hops. Rank `(node n, local l)` sends each token once to rank `(d, l)` of every node `d`
+//! holding one of its experts (the rail hop, `weft_ep_rail_*`, GIN puts through the proxy),
+//! which passes it on to its node's ranks with the one-node kernels run over the node (an
+//! `EpContext` of the node's ranks: the NVL hop); the combine reverses both. The CPU model
+//! is [`crate::model::dispatch_internode`] and [`crate::model::combine_internode`].
+//!
+//! Each dispatch starts with a host barrier (after its stream is idle): every rank's earlier
+//! calls are then done, so no put of this call lands in a region an earlier call still reads.
+//! The combine needs none: its puts land in regions whose last readers ran before this call's
+//! dispatch began.
+
+use std::sync::atomic::Ordering;
+
+use weft_gpu::{DeviceBuffer, DevicePtr, Stream};
+use weft_types::EpRailArgs;
+
+use crate::buffer::{Buffer, Config};
+use crate::error::EpError;
+use crate::raw::{
+    CombineInput, CombineOutput, DispatchInput, DispatchOutput, Group, Handle, LayoutTensors, Payload, RecvCounts,
+    RoutingShape, Scales,
+};
+use crate::region::{MAX_RANKS, RailRegions, rdma_bytes_hint};
+use crate::typed::{HandleBuffers, LayoutBuffers};
+
+/// Increments of the rail dispatch signal each rail peer makes per call (`kRailDispatchPuts`).
+const RAIL_DISPATCH_PUTS: u64 = 5;
+/// Increments of the rail combine signal each rail peer makes per call (`kRailCombinePuts`).
+const RAIL_COMBINE_PUTS: u64 = 2;
+
+/// Where a rank sits among equal nodes of consecutive ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Nodes {
+    /// Nodes of the group.
+    pub(crate) nodes: usize,
+    /// Ranks per node.
+    pub(crate) per_node: usize,
+    /// This rank's node.
+    pub(crate) node: usize,
+    /// This rank's index in its node (its rail).
+    pub(crate) local: usize,
+}
+
+/// What the notify's exchange gives one rank: its rail hop's rows and its receive counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RailPlan {
+    pub(crate) nodes: Nodes,
+    /// Per node d: the row where this rank's rows start at d's forwarder.
+    pub(crate) before: [u32; MAX_RANKS],
+    /// Per node d: the rows this rank sends to d.
+    pub(crate) sent: [u32; MAX_RANKS],
+    /// Per source node s: this forwarder's first row from s.
+    pub(crate) from: [u32; MAX_RANKS],
+    /// Per source node s: this forwarder's rows from s.
+    pub(crate) received: [u32; MAX_RANKS],
+    /// Rows this rank forwards (its NVL hop's tokens).
+    pub(crate) forwarded: usize,
+    /// What this rank receives.
+    pub(crate) counts: RecvCounts,
+    /// `[ranks][ranks]`: entry `[s][d]` counts the tokens ranks `0..=s` send to `d`.
+    pub(crate) rank_prefix_matrix: Vec<i32>,
+    /// The notify's expert alignment (the NVL hop's notify rounds with it).
+    pub(crate) expert_alignment: usize,
+}
+
+impl RailPlan {
+    /// The plan of rank `(nodes.node, nodes.local)` from every rank's exchanged counts: row r
+    /// is rank r's tokens per node (`nodes`), per rank (`ranks`), per expert (`experts`).
+    pub(crate) fn new(nodes: Nodes, experts: usize, expert_alignment: usize, rows: &[Vec<i32>]) -> Self {
+        let ranks = rows.len();
+        let (n, k) = (nodes.nodes, nodes.per_node);
+        let me = nodes.node * k + nodes.local;
+        let per_node = |r: usize, d: usize| rows[r][d].max(0) as u32;
+        let per_rank = |r: usize, d: usize| rows[r][n + d];
+        let mut plan = Self {
+            nodes,
+            before: [0; MAX_RANKS],
+            sent: [0; MAX_RANKS],
+            from: [0; MAX_RANKS],
+            received: [0; MAX_RANKS],
+            forwarded: 0,
+            counts: RecvCounts { num_recv_tokens: 0, num_recv_tokens_per_expert: Vec::new() },
+            rank_prefix_matrix: vec![0; ranks * ranks],
+            expert_alignment,
+        };
+        for d in 0..n {
+            plan.sent[d] = per_node(me, d);
+            plan.before[d] = (0..nodes.node).map(|s| per_node(s * k + nodes.local, d)).sum();
+            plan.received[d] = per_node(d * k + nodes.local, nodes.node);
+            plan.from[d] = (0..d).map(|s| per_node(s * k + nodes.local, nodes.node)).sum();
+        }
+        plan.forwarded = plan.received[..n].iter().map(|&r| r as usize).sum();
+        for s in 0..ranks {
+            for d in 0..ranks {
+                let before = if s == 0 { 0 } else { plan.rank_prefix_matrix[(s - 1) * ranks + d] };
+                plan.rank_prefix_matrix[s * ranks + d] = before + per_rank(s, d);
+            }
+        }
+        let local = experts / ranks.max(1);
+        let align = expert_alignment.clamp(1, i32::MAX as usize) as i64;
+        plan.counts = RecvCounts {
+            num_recv_tokens: (0..ranks).map(|s| per_rank(s, me).max(0) as usize).sum(),
+            num_recv_tokens_per_expert: (0..local)
+                .map(|e| {
+                    let sum: i64 = (0..ranks).map(|s| i64::from(rows[s][n + ranks + me * local + e])).sum();
+                    ((sum + align - 1) / align * align) as i32
+                })
+                .collect(),
+        };
+        plan
+    }
+}
+
+/// The tensors a handle between nodes holds besides DeepEP's: the rail hop's send head and the
+/// NVL hop's layout and handle over the node's ranks, sized by the rows this rank forwards.
+#[derive(Debug)]
+pub(crate) struct InternodeHandle {
+    pub(crate) plan: RailPlan,
+    /// `int32[tokens][nodes]`: a token's position among the tokens sent to a node, or -1.
+    pub(crate) rail_send_head: DeviceBuffer<i32>,
+    /// The NVL hop's layout of the forwarded rows: `[per_node]`, `[node experts]`,
+    /// `[forwarded][per_node]`.
+    pub(crate) node_layout: LayoutBuffers,
+    /// The NVL hop's handle: `[per_node][per_node]`, `[per_node][channels]` twice,
+    /// `[forwarded][per_node]`.
+    pub(crate) node_handle: HandleBuffers,
+    /// Channels per row of the dispatches (the rail regions' layout), fixed by the first.
+    pub(crate) hidden: Option<usize>,
+    /// Whether the NVL hop's notify has run (the first dispatch runs it).
+    pub(crate) node_notified: bool,
+}
+
+impl InternodeHandle {
+    /// Has `stream` keep every tensor until its work has run.
+    pub(crate) fn retain_on(&self, stream: &Stream) {
+        self.rail_send_head.as_slice().retain_on(stream);
+        let (l, h) = (&self.node_layout, &self.node_handle);
+        for t in [
+            &l.num_tokens_per_rank,
+            &l.num_tokens_per_expert,
+            &h.rank_prefix_matrix,
+            &h.channel_prefix_matrix,
+            &h.recv_channel_prefix_matrix,
+            &h.send_head,
+        ] {
+            t.as_slice().retain_on(stream);
+        }
+        l.is_token_in_rank.as_slice().retain_on(stream);
+    }
+
+    fn node_raw(&self, recv_src_idx: DevicePtr, channels: u32) -> Handle {
+        let h = &self.node_handle;
+        Handle {
+            rank_prefix_matrix: h.rank_prefix_matrix.ptr(),
+            channel_prefix_matrix: h.channel_prefix_matrix.ptr(),
+            recv_channel_prefix_matrix: h.recv_channel_prefix_matrix.ptr(),
+            recv_src_idx,
+            is_token_in_rank: self.node_layout.is_token_in_rank.ptr(),
+            send_head: h.send_head.ptr(),
+            num_recv_tokens: self.plan.counts.num_recv_tokens,
+            channels,
+        }
+    }
+}
+
+/// A dispatch's rows and outputs between nodes, as addresses (the typed layer checked them).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RailDispatch {
+    pub(crate) x: Payload,
+    pub(crate) hidden: usize,
+    pub(crate) topk_idx: Option<DevicePtr>,
+    pub(crate) topk_weights: Option<DevicePtr>,
+    pub(crate) output: DispatchOutput,
+    pub(crate) recv_src_idx: DevicePtr,
+}
+
+/// A combine's rows and outputs between nodes, as addresses (the typed layer checked them).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RailCombine {
+    pub(crate) x: DevicePtr,
+    pub(crate) hidden: usize,
+    pub(crate) topk_weights: Option<DevicePtr>,
+    pub(crate) bias: [Option<DevicePtr>; 2],
+    pub(crate) combined_x: DevicePtr,
+    pub(crate) combined_topk_weights: Option<DevicePtr>,
+}
+
+impl Buffer {
+    /// This rank's place among the nodes, or `Err` where the nodes are not equal groups of
+    /// consecutive ranks (the rail hop pairs rank `(n, l)` with `(d, l)`).
+    pub(crate) fn nodes(&self) -> Result<Nodes, EpError> {
+        let (rank, ranks, topology) = (self.rank(), self.num_ranks(), self.comm.topology());
+        let per_node = (0..ranks).filter(|&p| topology.same_node(p)).count().max(1);
+        let node = rank / per_node;
+        let equal =
+            ranks.is_multiple_of(per_node) && (0..ranks).all(|p| topology.same_node(p) == (p / per_node == node));
+        if !equal {
+            let detail = "the normal mode between nodes needs nodes of equal size, each of consecutive ranks".into();
+            return Err(EpError::Unsupported { rank, detail });
+        }
+        Ok(Nodes { nodes: ranks / per_node, per_node, node, local: rank % per_node })
+    }
+
+    /// Waits for `stream`, then for every rank to get here: every rank's earlier EP work is
+    /// done. Collective.
+    fn settle_rail(&self, stream: &Stream) -> Result<(), EpError> {
+        self.synchronize(stream, "EP rail hop")?;
+        self.comm.barrier()?;
+        Ok(())
+    }
+
+    /// Before a low-latency call: if a normal-mode call between nodes ran since the last, waits
+    /// for every rank's to be done (the two modes share `num_rdma_bytes`). Collective.
+    pub(crate) fn settle_after_rail(&self, stream: &Stream) -> Result<(), EpError> {
+        if self.rail_dirty.swap(false, Ordering::Relaxed) { self.settle_rail(stream) } else { Ok(()) }
+    }
+
+    /// The device communicator's handle (a group spanning nodes has one).
+    fn gin_between_nodes(&self) -> Result<weft_types::DevCommHandle, EpError> {
+        self.gin_handle().ok_or_else(|| EpError::Unsupported {
+            rank: self.rank(),
+            detail: "the rail hop on a group of one node".into(),
+        })
+    }
+
+    /// The node's ranks as the one-node kernels see them.
+    fn node_group(&self, nodes: Nodes) -> Group {
+        Group { context: self.node_context, ranks: nodes.per_node }
+    }
+
+    /// This rank's buffer as this GPU maps it.
+    fn own_base(&self) -> u64 {
+        self.node_context.peers[self.node_context.rank as usize]
+    }
+
+    /// The rail regions of a call of `hidden` channels and `topk` slots, or `Err` where they
+    /// end past 4 GiB (GIN's commands carry 32-bit offsets).
+    fn rail_regions(&self, nodes: Nodes, hidden: usize, topk: usize) -> Result<RailRegions, EpError> {
+        let regions = RailRegions::new(self.layout.ll_offset, self.layout.ll_bytes, hidden, topk, nodes.nodes);
+        if regions.end > u32::MAX as usize {
+            let detail = format!("the buffer's regions end at {} bytes (at most 4 GiB between nodes)", regions.end);
+            return Err(self.invalid("num_rdma_bytes", detail));
+        }
+        Ok(regions)
+    }
+
+    /// The arguments every rail kernel shares: the group's shape and, with `regions`, where
+    /// the rows lie.
+    fn rail_args(&self, plan: Option<&RailPlan>, nodes: Nodes, regions: Option<&RailRegions>) -> EpRailArgs {
+        let mut a = EpRailArgs {
+            base: self.own_base(),
+            nodes: nodes.nodes as u32,
+            node: nodes.node as u32,
+            ranks_per_node: nodes.per_node as u32,
+            local: nodes.local as u32,
+            ranks: self.num_ranks() as u32,
+            ..Default::default()
+        };
+        if let Some(p) = plan {
+            (a.before, a.sent, a.from, a.received) = (p.before, p.sent, p.from, p.received);
+        }
+        if let Some(r) = regions {
+            // Every offset fits 32 bits: `rail_regions` refused a larger buffer.
+            let o = |offset: usize| offset as u32;
+            a.capacity = r.capacity as u32;
+            let (d, s) = (r.dispatch_recv, r.dispatch_send);
+            (a.recv_x, a.recv_scales, a.recv_topk_idx, a.recv_topk_weights, a.recv_src_idx) =
+                (o(d.x), o(d.scales), o(d.topk_idx), o(d.topk_weights), o(d.src_idx));
+            (a.send_x, a.send_scales, a.send_topk_idx, a.send_topk_weights, a.send_src_idx) =
+                (o(s.x), o(s.scales), o(s.topk_idx), o(s.topk_weights), o(s.src_idx));
+            (a.part_x, a.part_topk_weights) = (o(r.combine_send.x), o(r.combine_send.topk_weights));
+            (a.part_recv_x, a.part_recv_topk_weights) = (o(r.combine_recv.x), o(r.combine_recv.topk_weights));
+        }
+        a
+    }
+
+    /// The notify between nodes: the rail layout of `layout` (its send head into
+    /// `rail_send_head`, `int32[tokens][nodes]`), then the host exchange of every rank's counts
+    /// (DeepEP's host sync; it also waits for every rank). Collective.
+    ///
+    /// # Safety
+    /// The layout's tensors must be `shape`'s on this GPU and `rail_send_head` hold
+    /// `tokens × nodes` entries, valid until the work on `stream` is done.
+    pub(crate) unsafe fn notify_between_nodes(
+        &self,
+        layout: &LayoutTensors,
+        shape: RoutingShape,
+        expert_alignment: usize,
+        rail_send_head: DevicePtr,
+        stream: &Stream,
+    ) -> Result<RailPlan, EpError> {
+        let nodes = self.nodes()?;
+        let ranks = self.num_ranks();
+        self.check_routing_over(shape, ranks)?;
+        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
+        let args = EpRailArgs {
+            is_token_in_rank: layout.is_token_in_rank,
+            counts: self.rail_counts.ptr(),
+            num_tokens_per_rank: layout.num_tokens_per_rank,
+            num_tokens_per_expert: layout.num_tokens_per_expert,
+            rail_send_head,
+            tokens: shape.tokens as u32,
+            experts: shape.num_experts as u32,
+            ..self.rail_args(None, nodes, None)
+        };
+        self.rail_dirty.store(true, Ordering::Relaxed);
+        // SAFETY: `rail_counts` is ours and holds MAX_RANKS * (2 + MAX_LOCAL_EXPERTS) entries
+        // (at least nodes + ranks + experts: checked above); the kernel touches no region of
+        // the buffer; the rest is the caller's contract.
+        unsafe { self.kernels.rail_layout(stream, args) }.map_err(gpu)?;
+        self.synchronize(stream, "EP rail layout")?;
+        let words = nodes.nodes + ranks + shape.num_experts;
+        let mut bytes = vec![0u8; 4 * words];
+        self.rail_counts.read(0, &mut bytes).map_err(gpu)?;
+        let rows = self
+            .comm
+            .bootstrap()
+            .all_gather(&bytes)
+            .map_err(|source| EpError::Core(weft_core::Error::Bootstrap { rank: self.rank(), source }))?;
+        let rows: Vec<Vec<i32>> = rows
+            .iter()
+            .map(|r| r.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+            .collect();
+        if rows.len() != ranks || rows.iter().any(|r| r.len() != words) {
+            let detail = "the ranks' counts differ in shape (every rank must notify the same routing shape)".into();
+            return Err(EpError::Unsupported { rank: self.rank(), detail });
+        }
+        Ok(RailPlan::new(nodes, shape.num_experts, expert_alignment, &rows))
+    }
+
+    /// The dispatch between nodes: the rail hop (pack, puts, waits), then the NVL hop (on the
+    /// handle's first dispatch its layout and notify over the node, then the one-node dispatch
+    /// over the node). Collective.
+    ///
+    /// # Safety
+    /// Every address in `d` must hold its tensor for `shape` on this GPU (outputs
+    /// `num_recv_tokens` rows), valid until the work on `stream` is done.
+    pub(crate) unsafe fn dispatch_between_nodes(
+        &self,
+        d: &RailDispatch,
+        inter: &mut InternodeHandle,
+        shape: RoutingShape,
+        config: Config,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        let nodes = inter.plan.nodes;
+        config.check(self.rank())?;
+        if !inter.node_notified && d.topk_idx.is_none() {
+            return Err(self.invalid("topk_idx", "required by a handle's first dispatch between nodes"));
+        }
+        if *inter.hidden.get_or_insert(d.hidden) != d.hidden {
+            let detail =
+                format!("{} channels, but the handle's first dispatch had {}", d.hidden, inter.hidden.unwrap_or(0));
+            return Err(self.invalid("x", detail));
+        }
+        let (hidden_bytes, num_scales) = (d.x.hidden_bytes(), d.x.num_scales());
+        if hidden_bytes == 0 || !hidden_bytes.is_multiple_of(16) {
+            return Err(self.invalid("x", format!("rows of {hidden_bytes} bytes (a positive multiple of 16)")));
+        }
+        self.check_aligned("x", d.x.x())?;
+        let regions = self.rail_regions(nodes, d.hidden, shape.topk)?;
+        if shape.tokens > regions.capacity {
+            let need = rdma_bytes_hint(shape.tokens, d.hidden, shape.topk, self.num_ranks(), nodes.per_node);
+            let detail = format!(
+                "{} tokens between nodes need {need} bytes (rdma_bytes_hint); the buffer's {} hold {} tokens",
+                shape.tokens, self.layout.ll_bytes, regions.capacity
+            );
+            return Err(self.invalid("num_rdma_bytes", detail));
+        }
+        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
+        let gin = self.gin_between_nodes()?;
+        let topk = if d.topk_idx.is_some() { shape.topk } else { 0 };
+        let scales = match d.x {
+            Payload::Fp8 { scales, .. } => Some(scales),
+            Payload::Bf16 { .. } => None,
+        };
+        let x = d.x.x();
+        self.settle_rail(stream)?;
+        self.rail_dirty.store(true, Ordering::Relaxed);
+        let calls = self.rail_calls[0].fetch_add(1, Ordering::Relaxed) + 1;
+        let args = EpRailArgs {
+            rail_send_head: inter.rail_send_head.ptr(),
+            x,
+            x_scales: scales.map_or(0, |s| s.ptr),
+            scale_token_stride: scales.map_or(0, |s| s.token_stride),
+            scale_hidden_stride: scales.map_or(0, |s| s.hidden_stride),
+            topk_idx: d.topk_idx.unwrap_or(0),
+            topk_weights: d.topk_weights.unwrap_or(0),
+            tokens: shape.tokens as u32,
+            hidden_bytes: hidden_bytes as u32,
+            num_scales: num_scales as u32,
+            topk: topk as u32,
+            experts: shape.num_experts as u32,
+            expected: calls * RAIL_DISPATCH_PUTS,
+            ..self.rail_args(Some(&inter.plan), nodes, Some(&regions))
+        };
+        // SAFETY: the node context addresses this rank's live buffer; the regions lie in it
+        // (RailRegions fits them in the low-latency area); the rest is the caller's contract.
+        unsafe {
+            self.kernels.rail(stream, args, config.num_sms, false).map_err(gpu)?;
+            self.kernels.rail_exchange(stream, args, gin, false).map_err(gpu)?;
+        }
+        // The NVL hop: the forwarded rows, where they lie, are the node's dispatch inputs.
+        let base = self.own_base();
+        let group = self.node_group(nodes);
+        let node_shape = RoutingShape {
+            tokens: inter.plan.forwarded,
+            topk: shape.topk,
+            num_experts: shape.num_experts / nodes.nodes,
+        };
+        let recv = regions.dispatch_recv;
+        let forwarded_x = base + recv.x as u64;
+        let input = DispatchInput {
+            x: match d.x {
+                Payload::Bf16 { hidden, .. } => Payload::Bf16 { x: forwarded_x, hidden },
+                Payload::Fp8 { hidden, .. } => Payload::Fp8 {
+                    x: forwarded_x,
+                    scales: Scales {
+                        ptr: base + recv.scales as u64,
+                        token_stride: num_scales as u32,
+                        hidden_stride: 1,
+                    },
+                    hidden,
+                },
+            },
+            topk_idx: (topk > 0).then_some(base + recv.topk_idx as u64),
+            topk_weights: (topk > 0).then_some(base + recv.topk_weights as u64),
+        };
+        let cached = inter.node_notified;
+        if !cached {
+            let l = &inter.node_layout;
+            let node_layout = LayoutTensors {
+                num_tokens_per_rank: l.num_tokens_per_rank.ptr(),
+                num_tokens_per_expert: l.num_tokens_per_expert.ptr(),
+                is_token_in_rank: l.is_token_in_rank.ptr(),
+            };
+            let h = &inter.node_handle;
+            // SAFETY: the forwarded top-k indices lie in this rank's buffer, `forwarded` rows
+            // of them once the exchange above ran; the node's tensors are sized for them.
+            unsafe {
+                self.layout_over(base + recv.topk_idx as u64, node_shape, &node_layout, nodes.per_node, stream)?;
+                self.notify_in(
+                    group,
+                    &node_layout,
+                    node_shape,
+                    inter.plan.expert_alignment,
+                    config,
+                    h.rank_prefix_matrix.ptr(),
+                    h.channel_prefix_matrix.ptr(),
+                    stream,
+                )?;
+            }
+        }
+        let handle = inter.node_raw(d.recv_src_idx, config.channels());
+        // SAFETY: as above; the outputs are the caller's, `num_recv_tokens` rows.
+        unsafe { self.dispatch_in(group, &input, &d.output, &handle, node_shape, config, cached, stream) }?;
+        inter.node_notified = true;
+        Ok(())
+    }
+
+    /// The combine between nodes: the one-node combine over the node into this rank's
+    /// partials (one per forwarded row), the rail hop back, and the sum of the nodes' partials
+    /// in node order. Collective.
+    ///
+    /// # Safety
+    /// Every address in `c` must hold its tensor on this GPU (`x` the handle's received rows,
+    /// the outputs `tokens` rows), valid until the work on `stream` is done.
+    pub(crate) unsafe fn combine_between_nodes(
+        &self,
+        c: &RailCombine,
+        inter: &InternodeHandle,
+        shape: RoutingShape,
+        config: Config,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        let nodes = inter.plan.nodes;
+        if inter.hidden != Some(c.hidden) {
+            let detail = format!("{} channels, but the handle's dispatches had {:?}", c.hidden, inter.hidden);
+            return Err(self.invalid("x", detail));
+        }
+        if c.hidden == 0 || !c.hidden.is_multiple_of(8) {
+            return Err(self.invalid("x", format!("{} channels per row (a positive multiple of 8)", c.hidden)));
+        }
+        self.check_aligned("combined_x", c.combined_x)?;
+        for (bias, name) in c.bias.iter().zip(["bias[0]", "bias[1]"]) {
+            if let Some(b) = *bias {
+                self.check_aligned(name, b)?;
+            }
+        }
+        let regions = self.rail_regions(nodes, c.hidden, shape.topk)?;
+        let topk = if c.topk_weights.is_some() { shape.topk } else { 0 };
+        let base = self.own_base();
+        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
+        let gin = self.gin_between_nodes()?;
+        let input = CombineInput {
+            x: c.x,
+            hidden: c.hidden,
+            topk_weights: c.topk_weights.map(|w| (w, topk)),
+            bias: [None, None],
+        };
+        let output = CombineOutput {
+            combined_x: base + regions.combine_send.x as u64,
+            combined_topk_weights: (topk > 0).then_some(base + regions.combine_send.topk_weights as u64),
+        };
+        let handle = inter.node_raw(0, config.channels());
+        self.rail_dirty.store(true, Ordering::Relaxed);
+        // SAFETY: the partials lie in this rank's buffer, one per forwarded row; the rest is
+        // the caller's contract.
+        unsafe { self.combine_in(self.node_group(nodes), &input, &output, &handle, inter.plan.forwarded, stream) }?;
+        let calls = self.rail_calls[1].fetch_add(1, Ordering::Relaxed) + 1;
+        let args = EpRailArgs {
+            rail_send_head: inter.rail_send_head.ptr(),
+            bias0: c.bias[0].unwrap_or(0),
+            bias1: c.bias[1].unwrap_or(0),
+            combined_x: c.combined_x,
+            combined_topk_weights: if topk > 0 { c.combined_topk_weights.unwrap_or(0) } else { 0 },
+            tokens: shape.tokens as u32,
+            hidden: c.hidden as u32,
+            topk: topk as u32,
+            experts: shape.num_experts as u32,
+            expected: calls * RAIL_COMBINE_PUTS,
+            ..self.rail_args(Some(&inter.plan), nodes, Some(&regions))
+        };
+        // SAFETY: as in `dispatch_between_nodes`.
+        unsafe {
+            self.kernels.rail_exchange(stream, args, gin, true).map_err(gpu)?;
+            self.kernels.rail(stream, args, config.num_sms, true).map_err(gpu)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DispatchShape, RankRouting, dispatch, dispatch_internode, dispatch_layout};
+
+    /// The plan each rank computes from the exchanged counts places its rows where the model's
+    /// rail hop does, and counts what the model says it receives.
+    #[test]
+    fn every_ranks_plan_follows_the_model() {
+        for (ranks, k, seed) in [(4, 2, 1u64), (2, 1, 2), (8, 4, 3), (8, 2, 4), (6, 3, 5)] {
+            let (experts, topk, tokens) = (ranks * 3, 4, 37);
+            let spec = crate::model::RoutingSpec { tokens, topk, experts: 0..experts, drop_one_in: 5 };
+            let routes: Vec<_> =
+                (0..ranks).map(|r| crate::model::random_routing(seed * 100 + r as u64, &spec)).collect();
+            let routing: Vec<RankRouting<'_>> =
+                routes.iter().map(|(i, w)| RankRouting { topk_idx: i, topk_weights: w }).collect();
+            let shape = DispatchShape { ranks, experts, topk, channels: 3, expert_alignment: 4 };
+            let flat = dispatch(shape, &routing);
+            let two_hop = dispatch_internode(shape, k, &routing);
+            let nodes = ranks / k;
+            let rows: Vec<Vec<i32>> = routes
+                .iter()
+                .map(|(idx, _)| {
+                    let by_node = dispatch_layout(idx, topk, experts, nodes);
+                    let by_rank = dispatch_layout(idx, topk, experts, ranks);
+                    [by_node.tokens_per_rank, by_rank.tokens_per_rank, by_rank.tokens_per_expert].concat()
+                })
+                .collect();
+            for me in 0..ranks {
+                let place = Nodes { nodes, per_node: k, node: me / k, local: me % k };
+                let plan = RailPlan::new(place, experts, 4, &rows);
+                let rail = &two_hop[me].rail;
+                assert_eq!(plan.forwarded, rail.src_node.len(), "rank {me}");
+                assert_eq!(plan.counts.num_recv_tokens, flat[me].len(), "rank {me}");
+                assert_eq!(plan.counts.num_recv_tokens_per_expert, flat[me].recv_tokens_per_expert, "rank {me}");
+                assert_eq!(plan.rank_prefix_matrix, flat[me].rank_prefix_matrix, "rank {me}");
+                for d in 0..nodes {
+                    let prefix = &two_hop[d * k + me % k].rail.rail_prefix_matrix;
+                    let before = if place.node == 0 { 0 } else { prefix[(place.node - 1) * nodes + d] };
+                    assert_eq!(plan.before[d] as i32, before, "rank {me} node {d}");
+                    let sent = rail.rail_send_head.chunks(nodes).filter(|h| h[d] >= 0).count();
+                    assert_eq!(plan.sent[d] as usize, sent);
+                    // Forwarded rows from source node d: contiguous from `from[d]`.
+                    let from = plan.from[d] as usize;
+                    let got = &rail.src_node[from..from + plan.received[d] as usize];
+                    assert!(got.iter().all(|&s| s == d), "rank {me} node {d}");
+                }
+                assert_eq!(plan.received[..nodes].iter().sum::<u32>() as usize, rail.src_node.len());
+            }
+        }
+    }
+
+    /// The rail kernels' index arithmetic, replayed on host buffers laid out by `RailRegions`
+    /// with each rank's `RailPlan`: `weft_ep_rail_pack` (own node's rows into the receive rows
+    /// at `before[node] + head`, the others' into send block `d · capacity + head`), the
+    /// dispatch's `weft_ep_rail_exchange` (each field array from `d · capacity` to the rail
+    /// peer's receive rows from `before[d]`), the combine's (partials from `from[s]` to the
+    /// source's partial rows from `node · capacity`) and `weft_ep_rail_sum`'s reads. A
+    /// forwarder's receive rows must be the model's forwarded rows, and every partial the sum
+    /// reads must be its own token's from the right node.
+    #[test]
+    fn the_rail_kernels_offsets_deliver_the_models_rows() {
+        for (ranks, k, seed) in [(4, 2, 7u64), (2, 1, 8), (8, 2, 9), (6, 2, 10), (8, 4, 11)] {
+            let (experts, topk, hidden) = (ranks * 2, 3, 8);
+            let tokens = |r: usize| 5 + 3 * r;
+            let routes: Vec<_> = (0..ranks)
+                .map(|r| {
+                    let spec =
+                        crate::model::RoutingSpec { tokens: tokens(r), topk, experts: 0..experts, drop_one_in: 4 };
+                    crate::model::random_routing(seed * 31 + r as u64, &spec)
+                })
+                .collect();
+            let routing: Vec<RankRouting<'_>> =
+                routes.iter().map(|(i, w)| RankRouting { topk_idx: i, topk_weights: w }).collect();
+            let shape = DispatchShape { ranks, experts, topk, channels: 2, expert_alignment: 1 };
+            let two_hop = dispatch_internode(shape, k, &routing);
+            let nodes = ranks / k;
+            let node_experts = experts / nodes;
+            let rows: Vec<Vec<i32>> = routes
+                .iter()
+                .map(|(idx, _)| {
+                    let by_node = dispatch_layout(idx, topk, experts, nodes);
+                    let by_rank = dispatch_layout(idx, topk, experts, ranks);
+                    [by_node.tokens_per_rank, by_rank.tokens_per_rank, by_rank.tokens_per_expert].concat()
+                })
+                .collect();
+            let plans: Vec<RailPlan> = (0..ranks)
+                .map(|me| RailPlan::new(Nodes { nodes, per_node: k, node: me / k, local: me % k }, experts, 1, &rows))
+                .collect();
+            let max_tokens = (0..ranks).map(tokens).max().unwrap();
+            let bytes = rdma_bytes_hint(max_tokens, hidden, topk, ranks, k);
+            let r = RailRegions::new(0, bytes, hidden, topk, nodes);
+            assert!(r.capacity >= max_tokens);
+            let mut mem = vec![vec![0u8; r.end]; ranks];
+            let put = |m: &mut [u8], at: usize, v: &[u8]| m[at..at + v.len()].copy_from_slice(v);
+            let get = |m: &[u8], at: usize| i64::from_le_bytes(m[at..at + 8].try_into().unwrap());
+            // The rail send head (weft_ep_rail_layout) and the pack. The payload's 16 bytes
+            // name (source rank, token); fields as the kernel writes them.
+            let heads: Vec<Vec<i32>> = (0..ranks).map(|me| two_hop[me].rail.rail_send_head.clone()).collect();
+            for me in 0..ranks {
+                let (node, plan) = (me / k, &plans[me]);
+                for t in 0..tokens(me) {
+                    for d in 0..nodes {
+                        let h = heads[me][t * nodes + d];
+                        if h < 0 {
+                            continue;
+                        }
+                        let mine = d == node;
+                        let row = if mine { plan.before[d] as usize } else { d * r.capacity } + h as usize;
+                        let f = if mine { r.dispatch_recv } else { r.dispatch_send };
+                        put(
+                            &mut mem[me],
+                            f.x + row * 2 * hidden,
+                            &[(me as i64).to_le_bytes(), (t as i64).to_le_bytes()].concat(),
+                        );
+                        for j in 0..topk {
+                            let e = routes[me].0[t * topk + j];
+                            let first = (d * node_experts) as i64;
+                            let local = if e >= first && e < first + node_experts as i64 { e - first } else { -1 };
+                            put(&mut mem[me], f.topk_idx + (row * topk + j) * 8, &local.to_le_bytes());
+                        }
+                        put(&mut mem[me], f.src_idx + row * 4, &(t as i32).to_le_bytes());
+                    }
+                }
+            }
+            // The dispatch's exchange: thread d of rank (node, l) puts to (d, l).
+            let snapshot = mem.clone();
+            for me in 0..ranks {
+                let (node, l, plan) = (me / k, me % k, &plans[me]);
+                for d in (0..nodes).filter(|&d| d != node) {
+                    let (rows, at, from) = (plan.sent[d] as usize, plan.before[d] as usize, d * r.capacity);
+                    let (src, dst) = (r.dispatch_send, r.dispatch_recv);
+                    for (s_off, d_off, b) in [
+                        (src.x, dst.x, 2 * hidden),
+                        (src.topk_idx, dst.topk_idx, 8 * topk),
+                        (src.src_idx, dst.src_idx, 4),
+                    ] {
+                        let bytes = snapshot[me][s_off + from * b..s_off + (from + rows) * b].to_vec();
+                        put(&mut mem[d * k + l], d_off + at * b, &bytes);
+                    }
+                }
+            }
+            // Every forwarder holds the model's forwarded rows, in order.
+            for f in 0..ranks {
+                let want = &two_hop[f].rail;
+                assert_eq!(plans[f].forwarded, want.src_node.len());
+                for row in 0..plans[f].forwarded {
+                    let source = get(&mem[f], r.dispatch_recv.x + row * 2 * hidden) as usize;
+                    let token = get(&mem[f], r.dispatch_recv.x + row * 2 * hidden + 8);
+                    assert_eq!(
+                        (source / k, source % k),
+                        (want.src_node[row], f % k),
+                        "ranks {ranks} rank {f} row {row}"
+                    );
+                    assert_eq!(token, i64::from(want.src_idx[row]));
+                    for j in 0..topk {
+                        assert_eq!(
+                            get(&mem[f], r.dispatch_recv.topk_idx + (row * topk + j) * 8),
+                            want.topk_idx[row * topk + j]
+                        );
+                    }
+                }
+                // The forwarder's partial of each row names it (the NVL combine's output).
+                for row in 0..plans[f].forwarded {
+                    let named = mem[f][r.dispatch_recv.x + row * 2 * hidden..][..16].to_vec();
+                    let at = r.combine_send.x + row * 2 * hidden;
+                    put(&mut mem[f], at, &named);
+                }
+            }
+            // The combine's exchange: thread s of forwarder (node, l) puts to (s, l).
+            let snapshot = mem.clone();
+            for f in 0..ranks {
+                let (node, l, plan) = (f / k, f % k, &plans[f]);
+                for s in (0..nodes).filter(|&s| s != node) {
+                    let (rows, from, at) = (plan.received[s] as usize, plan.from[s] as usize, node * r.capacity);
+                    let b = 2 * hidden;
+                    let bytes = snapshot[f][r.combine_send.x + from * b..r.combine_send.x + (from + rows) * b].to_vec();
+                    put(&mut mem[s * k + l], r.combine_recv.x + at * b, &bytes);
+                }
+            }
+            // The sum's reads: every node's partial of every token is that token's.
+            for me in 0..ranks {
+                let (node, plan) = (me / k, &plans[me]);
+                for t in 0..tokens(me) {
+                    for d in 0..nodes {
+                        let h = heads[me][t * nodes + d];
+                        if h < 0 {
+                            continue;
+                        }
+                        let at = if d == node {
+                            r.combine_send.x + (plan.before[d] as usize + h as usize) * 2 * hidden
+                        } else {
+                            r.combine_recv.x + (d * r.capacity + h as usize) * 2 * hidden
+                        };
+                        assert_eq!(
+                            (get(&mem[me], at), get(&mem[me], at + 8)),
+                            (me as i64, t as i64),
+                            "rank {me} token {t} node {d}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

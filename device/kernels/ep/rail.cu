@@ -1,0 +1,194 @@
+// The rail hop of the normal mode between nodes (docs/ep.md, "Normal mode between nodes").
+// Rank (node n, local l) sends each token once to rank (d, l) of every node d holding one of
+// its experts: its own node's share straight into its own receive rows, the others' packed
+// into a send block per node and carried by one GIN put per field array (the proxy). The
+// forwarder passes the rows on over NVLink with the one-node kernels run on the node's ranks
+// (an EpContext of the node), and returns each row's partial sum the same way; the source sums
+// the nodes' partials in node order. The host launches the steps in sequence; every wait here
+// is bounded and names the rank waited for (its rank in the group) and the phase.
+#include "common.cuh"
+#include "sum_rows.cuh"
+#include "weft/gin.cuh"
+
+/// Signals of the EP device communicator (after the low-latency mode's 0 and 1) and the
+/// increments each rail peer makes per call: one per field array of the dispatch's rows,
+/// one per partials array of the combine (a bare signal where an array is empty).
+constexpr uint32_t kRailDispatchSignal = 2, kRailCombineSignal = 3;
+constexpr uint32_t kRailDispatchPuts = 5, kRailCombinePuts = 2;
+/// Threads of a pack or sum block.
+constexpr uint32_t kRailThreads = 512;
+constexpr uint32_t kRailWarps = kRailThreads / 32;
+
+/// The rank of this rank's rail on node `d`.
+__device__ __forceinline__ uint32_t rail_rank(const EpRailArgs& a, uint32_t d) {
+  return d * a.ranks_per_node + a.local;
+}
+
+/// `T*` at `offset` of this rank's buffer.
+template <typename T>
+__device__ __forceinline__ T* own(const EpRailArgs& a, uint64_t offset) {
+  return reinterpret_cast<T*>(a.base + offset);
+}
+
+// Grid: 1 block of kSetupThreads. Warp d < nodes: rail_send_head column d (a ballot scan over
+// the tokens in order) and the tokens sent to node d; then every thread copies the layout's
+// per-rank and per-expert counts after them, so one read brings the host all it exchanges.
+extern "C" __global__ void __launch_bounds__(kSetupThreads) weft_ep_rail_layout(EpRailArgs a) {
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool* in_rank = reinterpret_cast<const bool*>(a.is_token_in_rank);
+  int* head = reinterpret_cast<int*>(a.rail_send_head);
+  int* counts = reinterpret_cast<int*>(a.counts);
+  for (uint32_t d = warp; d < a.nodes; d += kSetupThreads / 32) {
+    uint32_t sent = 0;
+    for (uint32_t t0 = 0; t0 < a.tokens; t0 += 32) {
+      const uint32_t t = t0 + lane;
+      bool in = false;
+      for (uint32_t j = 0; t < a.tokens && j < a.ranks_per_node; ++j) {
+        in |= in_rank[uint64_t(t) * a.ranks + d * a.ranks_per_node + j];
+      }
+      const uint32_t ballot = __ballot_sync(~0u, in);
+      if (t < a.tokens) head[uint64_t(t) * a.nodes + d] = in ? int(sent + __popc(ballot & ((1u << lane) - 1))) : -1;
+      sent += __popc(ballot);
+    }
+    if (lane == 0) counts[d] = int(sent);
+  }
+  const int* per_rank = reinterpret_cast<const int*>(a.num_tokens_per_rank);
+  const int* per_expert = reinterpret_cast<const int*>(a.num_tokens_per_expert);
+  for (uint32_t i = threadIdx.x; i < a.ranks + a.experts; i += blockDim.x) {
+    counts[a.nodes + i] = i < a.ranks ? per_rank[i] : per_expert[i - a.ranks];
+  }
+}
+
+// Grid: any number of blocks of kRailThreads; a warp per token, over the grid. For each node d
+// the token goes to (rail_send_head), the warp writes the token's row: the payload in 16-byte
+// vectors, the scales, the top-k indices as node d's expert indices (-1 for the experts of
+// other nodes) with the weights as given, and the source index; into this rank's own receive
+// rows at `before[node] + head` for its own node, else into the send block of d at
+// `d * capacity + head`. Local memory only: nothing waits.
+extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_pack(EpRailArgs a) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t node_experts = a.experts / a.nodes, vectors = a.hidden_bytes / 16;
+  const int* head = reinterpret_cast<const int*>(a.rail_send_head);
+  const float* scales = reinterpret_cast<const float*>(a.x_scales);
+  const int64_t* idx = reinterpret_cast<const int64_t*>(a.topk_idx);
+  const float* weights = reinterpret_cast<const float*>(a.topk_weights);
+  for (uint32_t t = blockIdx.x * kRailWarps + threadIdx.x / 32; t < a.tokens; t += gridDim.x * kRailWarps) {
+    const int4* src = reinterpret_cast<const int4*>(a.x + uint64_t(t) * a.hidden_bytes);
+    for (uint32_t d = 0; d < a.nodes; ++d) {
+      const int h = head[uint64_t(t) * a.nodes + d];
+      if (h < 0) continue;
+      const bool mine = d == a.node;
+      const uint64_t row = mine ? uint64_t(a.before[d]) + h : uint64_t(d) * a.capacity + h;
+      int4* x = own<int4>(a, mine ? a.recv_x : a.send_x) + row * vectors;
+      for (uint32_t v = lane; v < vectors; v += 32) x[v] = load_input(src + v);
+      float* s = own<float>(a, mine ? a.recv_scales : a.send_scales) + row * a.num_scales;
+      for (uint32_t i = lane; i < a.num_scales; i += 32) {
+        s[i] = scales[uint64_t(t) * a.scale_token_stride + uint64_t(i) * a.scale_hidden_stride];
+      }
+      if (lane < a.topk) {
+        const uint64_t slot = uint64_t(t) * a.topk + lane;
+        const int64_t e = idx[slot], first = int64_t(d) * node_experts;
+        const bool here = e >= first && e < first + int64_t(node_experts);
+        own<int64_t>(a, mine ? a.recv_topk_idx : a.send_topk_idx)[row * a.topk + lane] = here ? e - first : -1;
+        own<float>(a, mine ? a.recv_topk_weights : a.send_topk_weights)[row * a.topk + lane] =
+            weights != nullptr ? weights[slot] : 0.f;
+      }
+      if (lane == 0) own<int>(a, mine ? a.recv_src_idx : a.send_src_idx)[row] = int(t);
+    }
+  }
+}
+
+/// One field array of `rows` rows of `bytes` each, from this rank's `src` into rail peer
+/// `peer`'s `dst` (the same offsets in its window 0) with one increment of `signal`, or a bare
+/// signal where there is nothing to move. Called by: one thread, with its own Gin.
+__device__ __forceinline__ bool rail_put(Gin& gin, const GinTeam& world, uint32_t peer, uint64_t dst, uint64_t src,
+                                         uint64_t rows, uint64_t bytes, uint32_t signal) {
+  if (rows * bytes == 0) return gin.signal(world, peer, signal);
+  return gin.put(world, peer, 0, dst, 0, src, rows * bytes, gin_signal_inc(signal));
+}
+
+// Grid: 1 block of 32 threads. Dispatch (`combine` zero): thread d, for each node d other than
+// this rank's, puts the rows packed for d (its five field arrays) into the receive rows of
+// rank (d, local) from row before[d], each put raising kRailDispatchSignal there; then waits
+// until rank (d, local)'s share of this rank's kRailDispatchSignal reaches `expected` (its
+// puts to this rank have landed: GIN stores a signal after the data it covers). Combine:
+// thread s puts the partials of the rows received from node s (rows from[s] on, received[s]
+// of them) into rank (s, local)'s partial receive rows from row node * capacity, then waits
+// for that rank's share of kRailCombineSignal. A wait that gives up records (rank, peer,
+// phase: the wait context of `h`, which names this rank, with `peer` the rank waited for) and
+// the kernel ends.
+extern "C" __global__ void __launch_bounds__(32)
+    weft_ep_rail_exchange(EpRailArgs a, DevCommHandle h, uint32_t combine) {
+  const uint32_t d = threadIdx.x;
+  if (d >= a.nodes || d == a.node) return;
+  Gin gin(h);
+  const GinTeam world = gin_team_world(h);
+  const uint32_t peer = rail_rank(a, d);
+  bool ok = true;
+  if (combine == 0) {
+    const uint64_t rows = a.sent[d], at_row = a.before[d], from_row = uint64_t(d) * a.capacity;
+    const auto field = [&](uint64_t dst, uint64_t src, uint64_t bytes) {
+      return ok && (ok = rail_put(gin, world, peer, dst + at_row * bytes, src + from_row * bytes, rows, bytes,
+                                  kRailDispatchSignal));
+    };
+    // kRailDispatchPuts of them.
+    field(a.recv_x, a.send_x, a.hidden_bytes);
+    field(a.recv_scales, a.send_scales, 4ull * a.num_scales);
+    field(a.recv_topk_idx, a.send_topk_idx, 8ull * a.topk);
+    field(a.recv_topk_weights, a.send_topk_weights, 4ull * a.topk);
+    field(a.recv_src_idx, a.send_src_idx, 4);
+  } else {
+    const uint64_t rows = a.received[d], from_row = a.from[d], at_row = uint64_t(a.node) * a.capacity;
+    const auto field = [&](uint64_t dst, uint64_t src, uint64_t bytes) {
+      return ok && (ok = rail_put(gin, world, peer, dst + at_row * bytes, src + from_row * bytes, rows, bytes,
+                                  kRailCombineSignal));
+    };
+    // kRailCombinePuts of them.
+    field(a.part_recv_x, a.part_x, 2ull * a.hidden);
+    field(a.part_recv_topk_weights, a.part_topk_weights, 4ull * a.topk);
+  }
+  if (!ok) return;  // recorded
+  const uint32_t signal = combine == 0 ? kRailDispatchSignal : kRailCombineSignal;
+  const WaitOp op = combine == 0 ? WaitOp::EpRailRows : WaitOp::EpRailPartials;
+  const uint64_t* word = gin_proxy_signal_word(h, peer, signal);
+  detail::gin_wait(h, op, peer, a.expected, [&] { return ptx::ld_acquire_sys(word); });
+}
+
+// Grid: any number of blocks of kRailThreads, after weft_ep_rail_exchange of the combine. A
+// warp per (token, span of 32 · kSumVectors vectors) item: lane 0 and 1 describe the biases,
+// lane 2 + d node d's partial of the token (this rank's own partials for its node, the
+// received ones for the others), so warp_sum_rows sums, from 0 in f32, the biases, then the
+// nodes' partials in increasing node order, rounded once to BF16 (model::combine_internode).
+// The item of a token's first span also sums the partial weights in node order, in f32.
+extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_sum(EpRailArgs a) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t vectors = a.hidden / 8, span = 32 * kSumVectors, spans = (vectors + span - 1) / span;
+  const uint64_t row_bytes = 2ull * a.hidden;
+  const int* head = reinterpret_cast<const int*>(a.rail_send_head);
+  for (uint32_t item = blockIdx.x * kRailWarps + threadIdx.x / 32; item < a.tokens * spans;
+       item += gridDim.x * kRailWarps) {
+    const uint32_t t = item / spans, begin = item % spans * span;
+    // The row (partial) of node d of token t, or -1.
+    const uint32_t d = lane >= 2 ? lane - 2 : 0;
+    const int h = lane >= 2 && d < a.nodes ? head[uint64_t(t) * a.nodes + d] : -1;
+    const bool mine = d == a.node;
+    const uint64_t r = mine ? uint64_t(a.before[d]) + h : uint64_t(d) * a.capacity + h;
+    const char* row = nullptr;
+    if (lane == 0 && a.bias0 != 0) row = reinterpret_cast<const char*>(a.bias0) + uint64_t(t) * row_bytes;
+    if (lane == 1 && a.bias1 != 0) row = reinterpret_cast<const char*>(a.bias1) + uint64_t(t) * row_bytes;
+    if (h >= 0) row = own<char>(a, mine ? a.part_x : a.part_recv_x) + r * row_bytes;
+    int4* out = reinterpret_cast<int4*>(a.combined_x + uint64_t(t) * row_bytes);
+    warp_sum_rows(row, 1.f, out, begin, min(begin + span, vectors), lane);
+    if (begin != 0 || a.combined_topk_weights == 0) continue;
+    for (uint32_t k = lane; k < a.topk; k += 32) {
+      float acc = 0.f;
+      for (uint32_t n = 0; n < a.nodes; ++n) {
+        const int hn = head[uint64_t(t) * a.nodes + n];
+        if (hn < 0) continue;
+        const uint64_t rn = n == a.node ? uint64_t(a.before[n]) + hn : uint64_t(n) * a.capacity + hn;
+        acc += own<float>(a, n == a.node ? a.part_topk_weights : a.part_recv_topk_weights)[rn * a.topk + k];
+      }
+      reinterpret_cast<float*>(a.combined_topk_weights)[uint64_t(t) * a.topk + k] = acc;
+    }
+  }
+}
