@@ -13,13 +13,21 @@ static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_pingpong)>) 
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_selftest_pingpong)>) == 4 && alignof(weft::kernel_param_t<3, decltype(weft_selftest_pingpong)>) == 4, "weft_selftest_pingpong: relaxed is 4 bytes aligned to 4 in Rust");
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_selftest_pingpong)>) == 8 && alignof(weft::kernel_param_t<4, decltype(weft_selftest_pingpong)>) == 8, "weft_selftest_pingpong: elapsed_ns is 8 bytes aligned to 8 in Rust");
 
-// SelftestPut: A put of `bytes` over a MemoryChannel, every block signalling once with `signal`.
+// SelftestPut: A put of `bytes` over a MemoryChannel (SM stores, or the TMA's bulk copies), every block
 extern "C" __global__ void weft_selftest_put(weft::MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset, uint64_t bytes, uint32_t signal);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_put)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_put)>) == 8, "weft_selftest_put: ch is 80 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_put)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_put)>) == 8, "weft_selftest_put: dst_offset is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_put)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_put)>) == 8, "weft_selftest_put: src_offset is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_selftest_put)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_selftest_put)>) == 8, "weft_selftest_put: bytes is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_selftest_put)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_selftest_put)>) == 4, "weft_selftest_put: signal is 4 bytes aligned to 4 in Rust");
+
+// SelftestPut: A put of `bytes` over a MemoryChannel (SM stores, or the TMA's bulk copies), every block
+extern "C" __global__ void weft_selftest_bulk_put(weft::MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset, uint64_t bytes, uint32_t signal);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_selftest_bulk_put)>) == 80 && alignof(weft::kernel_param_t<0, decltype(weft_selftest_bulk_put)>) == 8, "weft_selftest_bulk_put: ch is 80 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_selftest_bulk_put)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_selftest_bulk_put)>) == 8, "weft_selftest_bulk_put: dst_offset is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_selftest_bulk_put)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_selftest_bulk_put)>) == 8, "weft_selftest_bulk_put: src_offset is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_selftest_bulk_put)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_selftest_bulk_put)>) == 8, "weft_selftest_bulk_put: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_selftest_bulk_put)>) == 4 && alignof(weft::kernel_param_t<4, decltype(weft_selftest_bulk_put)>) == 4, "weft_selftest_bulk_put: signal is 4 bytes aligned to 4 in Rust");
 
 // SelftestGet: A get of `bytes` over a MemoryChannel.
 extern "C" __global__ void weft_selftest_get(weft::MemoryChannelDeviceHandle ch, uint64_t dst_offset, uint64_t src_offset, uint64_t bytes);
