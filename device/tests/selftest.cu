@@ -82,7 +82,7 @@ extern "C" __global__ void weft_selftest_bulk_put(MemoryChannelDeviceHandle ch, 
   if (threadIdx.x != 0) return;
   const char* src = reinterpret_cast<const char*>(ch.src) + src_offset;
   char* dst = reinterpret_cast<char*>(ch.dst) + dst_offset;
-  const uint64_t share = (div_ceil(bytes, gridDim.x) + 15) & ~uint64_t(15);
+  const uint64_t share = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t(15);
   const uint64_t lo = min(uint64_t(blockIdx.x) * share, bytes), hi = min(lo + share, bytes);
   for (uint32_t s = 0; s < 2; ++s) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&loaded[s])) : "memory");
