@@ -225,8 +225,8 @@ variables! {
         "payload one rank sends one peer per LL launch, up to 16 MiB; sizes the packet buffer: 16 x ranks x this per rank, half of it LL16 packets and half LL128 lines (`ll128` carries 15/8 of it per sender)";
     WEFT_P2P_LL_BYTES: Bytes, Config, "weft-coll", default "`262144`",
         "largest message of one direction (an AllToAll block, a send) that AllToAll and send/receive `ll` carry over LL packets, up to 16 MiB; larger ones go through scratch with credits; sizes the pairs' packet slots (4 x ranks x this per rank); `0`: none";
-    WEFT_P2P_WIDE_BYTES: Bytes, Config, "weft-coll", default "`268435456`",
-        "smallest direction of a send/receive or AllToAll through scratch (`p2p`) that runs on twice the blocks (64 instead of 32 at 2 ranks: 2.4% faster at 256 MB - 1 GB on a 2-GPU NVLink machine); `0`: never";
+    WEFT_P2P_WIDE_BYTES: Bytes, Config, "weft-coll", default "`1073741824`",
+        "smallest direction of a send/receive or AllToAll through scratch (`p2p`) that runs on twice the blocks (64 instead of 32 at 2 ranks: a 1 GB send 1.3% faster on a 2×H200 machine; an AllToAll whose directions are wide, with its local copy, needs more blocks than the SMs hold and is slower); `0`: never";
     WEFT_NCCL_LIB: Path, Config, "weft-coll", default "the dynamic linker's search for `libnccl.so.2`",
         "the real NCCL that `weft bench --nccl` measures against";
     WEFT_NCCL_FALLBACK_LIB: Path, Config, "weft-nccl", default "unset: no fallback",
