@@ -538,6 +538,25 @@ mod tests {
 
     /// The plan each rank computes from the exchanged counts places its rows where the model's
     /// rail hop does, and counts what the model says it receives.
+    /// What each rank contributes to the count exchange, as the notify between nodes sends it:
+    /// its tokens per node, per rank and per expert.
+    fn exchanged_rows(
+        routes: &[(Vec<i64>, Vec<f32>)],
+        topk: usize,
+        experts: usize,
+        nodes: usize,
+        ranks: usize,
+    ) -> Vec<Vec<i32>> {
+        routes
+            .iter()
+            .map(|(idx, _)| {
+                let by_node = dispatch_layout(idx, topk, experts, nodes);
+                let by_rank = dispatch_layout(idx, topk, experts, ranks);
+                [by_node.tokens_per_rank, by_rank.tokens_per_rank, by_rank.tokens_per_expert].concat()
+            })
+            .collect()
+    }
+
     #[test]
     fn every_ranks_plan_follows_the_model() {
         for (ranks, k, seed) in [(4, 2, 1u64), (2, 1, 2), (8, 4, 3), (8, 2, 4), (6, 3, 5)] {
@@ -551,14 +570,7 @@ mod tests {
             let flat = dispatch(shape, &routing);
             let two_hop = dispatch_internode(shape, k, &routing);
             let nodes = ranks / k;
-            let rows: Vec<Vec<i32>> = routes
-                .iter()
-                .map(|(idx, _)| {
-                    let by_node = dispatch_layout(idx, topk, experts, nodes);
-                    let by_rank = dispatch_layout(idx, topk, experts, ranks);
-                    [by_node.tokens_per_rank, by_rank.tokens_per_rank, by_rank.tokens_per_expert].concat()
-                })
-                .collect();
+            let rows = exchanged_rows(&routes, topk, experts, nodes, ranks);
             for me in 0..ranks {
                 let place = Nodes { nodes, per_node: k, node: me / k, local: me % k };
                 let plan = RailPlan::new(place, experts, 4, &rows);
@@ -609,14 +621,7 @@ mod tests {
             let two_hop = dispatch_internode(shape, k, &routing);
             let nodes = ranks / k;
             let node_experts = experts / nodes;
-            let rows: Vec<Vec<i32>> = routes
-                .iter()
-                .map(|(idx, _)| {
-                    let by_node = dispatch_layout(idx, topk, experts, nodes);
-                    let by_rank = dispatch_layout(idx, topk, experts, ranks);
-                    [by_node.tokens_per_rank, by_rank.tokens_per_rank, by_rank.tokens_per_expert].concat()
-                })
-                .collect();
+            let rows = exchanged_rows(&routes, topk, experts, nodes, ranks);
             let plans: Vec<RailPlan> = (0..ranks)
                 .map(|me| RailPlan::new(Nodes { nodes, per_node: k, node: me / k, local: me % k }, experts, 1, &rows))
                 .collect();

@@ -23,7 +23,7 @@ use weft_gpu::{Device, Event, Stream};
 use super::ep_floor::{NetRouting, net_floor, rail_floor};
 use super::ep_report;
 pub use super::ep_report::EpLine;
-use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase};
+use crate::harness::ep::{self as harness, CombineTensors, DeviceInputs, EpCase, EpShape};
 use crate::harness::ep_ll::{self, LlCase, LlTensors, check_ll_case};
 use crate::harness::launch;
 use crate::harness::start_line::StartLine;
@@ -167,20 +167,14 @@ fn measure_rank(
         };
         for fp8 in [true, false] {
             for &sms in &options.sms {
-                let case = EpCase {
-                    name: format!("{} {sms} SMs", if fp8 { "FP8" } else { "BF16" }),
+                let shape = EpShape {
                     tokens: vec![options.tokens; ranks],
                     hidden: options.hidden,
                     topk: options.topk,
                     experts: options.experts,
-                    hot: 0..options.experts,
-                    drop_one_in: 0,
-                    fp8,
-                    num_sms: sms,
-                    biases: 0,
-                    expert_alignment: 1,
-                    seed: 0xbe_0000 + sms as u64,
                 };
+                let name = format!("{} {sms} SMs", if fp8 { "FP8" } else { "BF16" });
+                let case = EpCase::plain(name, shape, fp8, sms, 0xbe_0000 + u64::from(sms));
                 if options.check {
                     harness::check_case(&comm, &case)?;
                 }

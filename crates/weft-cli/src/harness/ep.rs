@@ -49,6 +49,37 @@ pub(crate) struct EpCase {
     pub(crate) seed: u64,
 }
 
+/// The routing of an [`EpCase`]: tokens per rank, channels, top-k slots and experts.
+#[derive(Clone, Debug)]
+pub(crate) struct EpShape {
+    pub(crate) tokens: Vec<usize>,
+    pub(crate) hidden: usize,
+    pub(crate) topk: usize,
+    pub(crate) experts: usize,
+}
+
+impl EpCase {
+    /// A case of `shape` on `num_sms` SMs with every expert hot, no dropped slot, no bias and no
+    /// alignment: the cases tighten what they test from here.
+    pub(crate) fn plain(name: String, shape: EpShape, fp8: bool, num_sms: u32, seed: u64) -> Self {
+        let EpShape { tokens, hidden, topk, experts } = shape;
+        Self {
+            name,
+            tokens,
+            hidden,
+            topk,
+            experts,
+            hot: 0..experts,
+            drop_one_in: 0,
+            fp8,
+            num_sms,
+            biases: 0,
+            expert_alignment: 1,
+            seed,
+        }
+    }
+}
+
 /// One rank's inputs, on the host.
 pub(crate) struct RankInputs {
     pub(crate) topk_idx: Vec<i64>,

@@ -12,7 +12,7 @@ use weft_core::env::vars::WEFT_EMU_NET_CHAOS;
 use weft_core::{Communicator, Env};
 
 use super::report::RankReport;
-use crate::harness::ep::{self as harness, EpCase};
+use crate::harness::ep::{self as harness, EpCase, EpShape};
 use crate::harness::ep_ll::{LlCase, check_ll_case};
 use crate::harness::gin_backend::{CHAOS_SEED, GinBackend};
 
@@ -22,19 +22,14 @@ use crate::harness::gin_backend::{CHAOS_SEED, GinBackend};
 /// On a GPU shared by several ranks the widest case runs on 24 SMs: every rank's spinning
 /// receiver blocks must leave room for the other ranks' senders.
 fn cases(ranks: usize, shared_gpu: bool) -> Vec<EpCase> {
-    let case = |name: &str, tokens: Vec<usize>, hidden, topk, experts: usize, fp8, num_sms| EpCase {
-        name: format!("{name} (H={hidden}, top-{topk}, {experts} experts, {num_sms} SMs)"),
-        tokens,
-        hidden,
-        topk,
-        experts,
-        hot: 0..experts,
-        drop_one_in: 0,
-        fp8,
-        num_sms,
-        biases: 0,
-        expert_alignment: 1,
-        seed: 0x5eed_0000 + hidden as u64 * 31 + num_sms as u64,
+    let case = |name: &str, tokens: Vec<usize>, hidden, topk, experts: usize, fp8, num_sms: u32| {
+        EpCase::plain(
+            format!("{name} (H={hidden}, top-{topk}, {experts} experts, {num_sms} SMs)"),
+            EpShape { tokens, hidden, topk, experts },
+            fp8,
+            num_sms,
+            0x5eed_0000 + hidden as u64 * 31 + u64::from(num_sms),
+        )
     };
     let uneven = case(
         "BF16, uneven tokens per rank",
@@ -80,19 +75,14 @@ fn cases(ranks: usize, shared_gpu: bool) -> Vec<EpCase> {
 /// biases; smaller than the one-node cases, since every row that crosses goes through the
 /// emulated NIC.
 fn net_cases(ranks: usize) -> Vec<EpCase> {
-    let case = |name: &str, tokens: Vec<usize>, hidden: usize, topk: usize, experts: usize, fp8: bool| EpCase {
-        name: format!("normal mode {name} (H={hidden}, top-{topk}, {experts} experts, 8 SMs)"),
-        tokens,
-        hidden,
-        topk,
-        experts,
-        hot: 0..experts,
-        drop_one_in: 0,
-        fp8,
-        num_sms: 8,
-        biases: 0,
-        expert_alignment: 1,
-        seed: 0x2e7_0000 + hidden as u64 * 7 + topk as u64,
+    let case = |name: &str, tokens: Vec<usize>, hidden: usize, topk: usize, experts: usize, fp8: bool| {
+        EpCase::plain(
+            format!("normal mode {name} (H={hidden}, top-{topk}, {experts} experts, 8 SMs)"),
+            EpShape { tokens, hidden, topk, experts },
+            fp8,
+            8,
+            0x2e7_0000 + hidden as u64 * 7 + topk as u64,
+        )
     };
     let uneven =
         case("BF16, uneven tokens per rank", (0..ranks).map(|r| 64 + 13 * r).collect(), 2048, 8, 8 * ranks, false);
