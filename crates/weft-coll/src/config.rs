@@ -764,6 +764,8 @@ impl CollConfig {
         self.port_ring_blocks = ring.min(MAX_PORT_RING_BLOCKS);
         if let Some(m) = max {
             self.plan_replicas = Some(self.plan_replicas.map_or(m, |r| r.min(m)).max(1));
+            // A wide send/receive launch runs twice the HB grid, past the cap.
+            self.p2p_wide_bytes = 0;
         }
         let after = format!(
             "LL {}, LL128 {}, HB {}, port ring {} + 1, plan replicas {:?}",
@@ -781,6 +783,8 @@ impl CollConfig {
         let before = (self.ll_blocks, self.hb_blocks, self.port_ring_blocks, self.ll128_blocks);
         self.ll_blocks = self.ll_blocks.min(sms);
         self.ll128_blocks = self.ll128_blocks.min(sms);
+        // A wide send/receive launch runs twice the HB grid: more blocks than stay resident.
+        self.p2p_wide_bytes = 0;
         self.hb_blocks = self.hb_blocks.min(sms);
         // The port ring's launch has a driver block besides its workers.
         self.port_ring_blocks = self.port_ring_blocks.min(sms - 1).max(1);
@@ -826,7 +830,7 @@ mod tests {
         let mut c = CollConfig::default();
         let changed = c.limit_blocks(Some(4), Some(32)).unwrap();
         assert_eq!((c.ll_blocks, c.hb_blocks, c.port_ring_blocks, c.plan_replicas), (32, 32, 31, Some(32)));
-        assert_eq!(c.ll128_blocks, 32);
+        assert_eq!((c.ll128_blocks, c.p2p_wide_bytes), (32, 0));
         assert!(changed.contains("HB 128") && changed.contains("-> LL 32, LL128 32"), "{changed}");
         // A floor above the defaults raises them; the cap still wins.
         let mut c = CollConfig::default();
@@ -842,7 +846,8 @@ mod tests {
     fn grids_shrink_to_the_resident_sms() {
         let mut c = CollConfig::default();
         c.fit_resident(132);
-        assert_eq!(c, CollConfig::default());
+        // Only the wide send/receive directions go: their doubled grid would not stay resident.
+        assert_eq!(c, CollConfig { p2p_wide_bytes: 0, ..CollConfig::default() });
         c.fit_resident(100);
         assert_eq!((c.ll_blocks, c.ll128_blocks, c.hb_blocks), (64, 100, 100));
         c.fit_resident(33);

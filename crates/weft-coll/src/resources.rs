@@ -106,6 +106,14 @@ pub(crate) fn p2p_grid(hb_blocks: u32, ranks: usize) -> u32 {
     hb_blocks.max(2 * ranks as u32 * p2p_blocks(hb_blocks, ranks))
 }
 
+/// The semaphore a `weft_p2p` block takes (mirrors the kernel): block `j` of the direction from
+/// the lower rank of a pair to the higher uses `j`, of the other direction `hb_blocks / 2 + j`,
+/// so the two never share one, whichever of them is wide.
+#[cfg(test)]
+fn p2p_semaphore(hb_blocks: u32, from_lower: bool, j: u32) -> u32 {
+    (if from_lower { 0 } else { hb_blocks / 2 }) + j
+}
+
 /// `CollContext::p2p_wide_mib` of `p2p_wide_bytes`: whole MiB, rounded up (0: never).
 pub(crate) fn p2p_wide_mib(p2p_wide_bytes: usize) -> u32 {
     u32::try_from(p2p_wide_bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
@@ -481,6 +489,31 @@ mod tests {
         // The reported hang: 4 ranks at WEFT_HB_BLOCKS=4 launched 4 blocks, the sends and
         // receives of peers 0 and 1 only.
         assert_eq!(p2p_grid(4, 4), 8);
+    }
+
+    /// The two directions of a pair take disjoint semaphores inside the peer's `hb_blocks`, at
+    /// every width of each (a wide send one way and a narrow one back shared semaphores when the
+    /// second range began at the direction's own block count).
+    #[test]
+    fn the_directions_of_a_pair_never_share_a_semaphore() {
+        for ranks in 2..=MAX_RANKS {
+            for hb_blocks in 2..=512 {
+                let k = p2p_blocks(hb_blocks, ranks);
+                let wide_ok = p2p_launch_grid(hb_blocks, ranks, 1 << 30, 1 << 20) > p2p_grid(hb_blocks, ranks);
+                let widths = if wide_ok { vec![k, 2 * k] } else { vec![k] };
+                for &lower in &widths {
+                    for &higher in &widths {
+                        let up: Vec<u32> = (0..lower).map(|j| p2p_semaphore(hb_blocks, true, j)).collect();
+                        let down: Vec<u32> = (0..higher).map(|j| p2p_semaphore(hb_blocks, false, j)).collect();
+                        let case = format!("{ranks} ranks, {hb_blocks} HB blocks, widths {lower} / {higher}");
+                        assert!(up.iter().chain(&down).all(|&i| i < hb_blocks), "{case}");
+                        assert!(up.iter().all(|i| !down.contains(i)), "{case}");
+                    }
+                }
+            }
+        }
+        let kernel = include_str!("../../../device/kernels/coll/p2p.cu");
+        assert!(kernel.contains("semaphore(c, peer, (src < dst ? 0 : c.hb_blocks / 2) + j)"), "the kernel is mirrored");
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //! send's first bytes and a longer one times out polling; through scratch, the end with more
 //! halves times out waiting for the other's credit or data; with the two sizes on either side
 //! of the limit, one end is on packets and the other on credits, and every end that waits (all
-//! but a sender of packets) times out. After a timeout the pair's
+//! but a sender of packets) times out. Sizes on either side of `WEFT_P2P_WIDE_BYTES` put one
+//! end of a direction through scratch on twice the other's blocks: the extra blocks wait for
+//! credits or data the other end never sends, and time out. After a timeout the pair's
 //! flags or credits are out of step: the communicator must be set up again. A send with no
 //! receive at all times out through scratch; over packets it completes, and the peer's next
 //! receive from this rank over packets takes its bytes (in-order matching, as NCCL's).

@@ -16,8 +16,9 @@ __device__ __forceinline__ void copy_share(char* dst, const char* src, uint64_t 
 // twice that in a wide launch). A direction runs on K = p2p_blocks blocks, or on 2 x p2p_blocks
 // when it carries at least p2p_wide_mib MiB: K follows from the direction's bytes, which both
 // ends know, and the host launches a wide grid wherever such a direction may be (weft-coll's
-// p2p_launch_grid). Both ends of a pair derive the same semaphore blocks: the lower rank's
-// sends use [0, K), the higher rank's [K, 2K). Slot of
+// p2p_launch_grid, only where the semaphore table holds 4 x p2p_blocks per peer). Both ends of
+// a pair derive the same semaphore blocks: the lower rank's sends use [0, K), the higher
+// rank's [hb_blocks / 2, hb_blocks / 2 + K), apart whatever the two directions' widths. Slot of
 // sender s in receiver d's scratch: `s * slot`, two halves used alternately. The receiver
 // grants two credits up front and one per half it has drained while more remain; the sender
 // spends one before each half, so signals and waits balance exactly per transfer.
@@ -30,7 +31,8 @@ extern "C" __global__ void __launch_bounds__(1024) weft_p2p(CollContext c, P2pPl
   if (peer >= c.ranks) return;
   const uint64_t bytes = sending ? plan.send_bytes[peer] : plan.recv_bytes[peer];
   if (bytes == 0) return;
-  const bool wide = c.p2p_wide_mib != 0 && bytes >= (uint64_t{c.p2p_wide_mib} << 20) && slots >= 2 * c.p2p_blocks;
+  const bool wide = c.p2p_wide_mib != 0 && bytes >= (uint64_t{c.p2p_wide_mib} << 20) && slots >= 2 * c.p2p_blocks &&
+                    4 * c.p2p_blocks <= c.hb_blocks;
   const uint32_t blocks = wide ? 2 * c.p2p_blocks : c.p2p_blocks;
   if (j >= blocks) return;
   if (peer == c.rank) {
@@ -41,7 +43,7 @@ extern "C" __global__ void __launch_bounds__(1024) weft_p2p(CollContext c, P2pPl
     return;
   }
   const uint32_t src = sending ? c.rank : peer, dst = sending ? peer : c.rank;
-  const SemaphoreDeviceHandle& s = semaphore(c, peer, (src < dst ? 0 : blocks) + j);
+  const SemaphoreDeviceHandle& s = semaphore(c, peer, (src < dst ? 0 : c.hb_blocks / 2) + j);
   const uint64_t slot = (2 * c.chunk_bytes / c.ranks) & ~uint64_t(31);
   const uint64_t half = slot / 2;
   char* box = scratch_of(c, dst) + src * slot;
