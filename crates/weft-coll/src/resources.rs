@@ -106,12 +106,14 @@ pub(crate) fn p2p_grid(hb_blocks: u32, ranks: usize) -> u32 {
     hb_blocks.max(2 * ranks as u32 * p2p_blocks(hb_blocks, ranks))
 }
 
-/// The semaphore a `weft_p2p` block takes (mirrors the kernel): block `j` of the direction from
-/// the lower rank of a pair to the higher uses `j`, of the other direction `hb_blocks / 2 + j`,
-/// so the two never share one, whichever of them is wide.
+/// The semaphore a `weft_p2p` block takes (mirrors the kernel), with `k = p2p_blocks`: block
+/// `j < k` of the direction from the lower rank of a pair to the higher uses `j`, of the other
+/// direction `k + j`; a wide direction's blocks `j ≥ k` use `2k + (j − k)` and `3k + (j − k)`.
+/// So the two directions never share one, whichever of them is wide.
 #[cfg(test)]
-fn p2p_semaphore(hb_blocks: u32, from_lower: bool, j: u32) -> u32 {
-    (if from_lower { 0 } else { hb_blocks / 2 }) + j
+fn p2p_semaphore(k: u32, from_lower: bool, j: u32) -> u32 {
+    let side = if from_lower { 0 } else { k };
+    if j < k { side + j } else { 2 * k + side + (j - k) }
 }
 
 /// `CollContext::p2p_wide_mib` of `p2p_wide_bytes`: whole MiB, rounded up (0: never).
@@ -493,7 +495,8 @@ mod tests {
 
     /// The two directions of a pair take disjoint semaphores inside the peer's `hb_blocks`, at
     /// every width of each (a wide send one way and a narrow one back shared semaphores when the
-    /// second range began at the direction's own block count).
+    /// second range began at the direction's own block count), and the narrow ones are those
+    /// every launch took before wide directions existed.
     #[test]
     fn the_directions_of_a_pair_never_share_a_semaphore() {
         for ranks in 2..=MAX_RANKS {
@@ -503,8 +506,8 @@ mod tests {
                 let widths = if wide_ok { vec![k, 2 * k] } else { vec![k] };
                 for &lower in &widths {
                     for &higher in &widths {
-                        let up: Vec<u32> = (0..lower).map(|j| p2p_semaphore(hb_blocks, true, j)).collect();
-                        let down: Vec<u32> = (0..higher).map(|j| p2p_semaphore(hb_blocks, false, j)).collect();
+                        let up: Vec<u32> = (0..lower).map(|j| p2p_semaphore(k, true, j)).collect();
+                        let down: Vec<u32> = (0..higher).map(|j| p2p_semaphore(k, false, j)).collect();
                         let case = format!("{ranks} ranks, {hb_blocks} HB blocks, widths {lower} / {higher}");
                         assert!(up.iter().chain(&down).all(|&i| i < hb_blocks), "{case}");
                         assert!(up.iter().all(|i| !down.contains(i)), "{case}");
@@ -513,7 +516,10 @@ mod tests {
             }
         }
         let kernel = include_str!("../../../device/kernels/coll/p2p.cu");
-        assert!(kernel.contains("semaphore(c, peer, (src < dst ? 0 : c.hb_blocks / 2) + j)"), "the kernel is mirrored");
+        let mirrored = kernel.contains("side = src < dst ? 0 : k;")
+            && kernel.contains("semaphore(c, peer, j < k ? side + j : 2 * k + side + (j - k))");
+        assert!(mirrored, "the kernel is mirrored");
+        assert_eq!((p2p_semaphore(32, true, 5), p2p_semaphore(32, false, 5)), (5, 37), "the narrow blocks as before");
     }
 
     #[test]

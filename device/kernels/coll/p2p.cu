@@ -17,8 +17,9 @@ __device__ __forceinline__ void copy_share(char* dst, const char* src, uint64_t 
 // when it carries at least p2p_wide_mib MiB: K follows from the direction's bytes, which both
 // ends know, and the host launches a wide grid wherever such a direction may be (weft-coll's
 // p2p_launch_grid, only where the semaphore table holds 4 x p2p_blocks per peer). Both ends of
-// a pair derive the same semaphore blocks: the lower rank's sends use [0, K), the higher
-// rank's [hb_blocks / 2, hb_blocks / 2 + K), apart whatever the two directions' widths. Slot of
+// a pair derive the same semaphore blocks: with k = p2p_blocks, a direction's first k blocks
+// use [0, k) from the lower rank and [k, 2k) from the higher, and a wide direction's other k
+// blocks [2k, 3k) and [3k, 4k): the two directions never share one, whatever their widths. Slot of
 // sender s in receiver d's scratch: `s * slot`, two halves used alternately. The receiver
 // grants two credits up front and one per half it has drained while more remain; the sender
 // spends one before each half, so signals and waits balance exactly per transfer.
@@ -43,7 +44,8 @@ extern "C" __global__ void __launch_bounds__(1024) weft_p2p(CollContext c, P2pPl
     return;
   }
   const uint32_t src = sending ? c.rank : peer, dst = sending ? peer : c.rank;
-  const SemaphoreDeviceHandle& s = semaphore(c, peer, (src < dst ? 0 : c.hb_blocks / 2) + j);
+  const uint32_t k = c.p2p_blocks, side = src < dst ? 0 : k;
+  const SemaphoreDeviceHandle& s = semaphore(c, peer, j < k ? side + j : 2 * k + side + (j - k));
   const uint64_t slot = (2 * c.chunk_bytes / c.ranks) & ~uint64_t(31);
   const uint64_t half = slot / 2;
   char* box = scratch_of(c, dst) + src * slot;
