@@ -7,6 +7,12 @@
 # into .deps/venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A run from a clean clone builds everything once: incremental caches (3.5 GB) and full debug
+# info (most of the 4.6 GB of deps) only cost disk there, and a CI machine once ran out of it.
+# Line tables keep panics' backtraces readable. Every cargo call below, maturin's included,
+# inherits these, so the wheel still reuses the test build.
+export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only
+echo "test.sh: $(df -h . | awk 'NR == 2 { print $4 }') free on the build disk"
 WEFT_CUDA_HOME="$(scripts/cuda-wheels.sh)"
 WEFT_NCCL_HEADER_DIR="$(scripts/nccl-header.sh)"
 # The C ABI tests of weft-nccl fail instead of skipping when gcc or nccl.h is missing.
