@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use weft_core::LinkModel;
-use weft_model::calibrate::{link_from_p2p, proxy_one_way_us_from_gin, proxy_us_from_fifo};
+use weft_model::calibrate::{link_from_p2p, proxy_one_way_us_from_gin, proxy_us_from_fifo, proxy_us_from_gin_stream};
 use weft_model::params::{ParamsFile, alpha_us, gbps};
 use weft_model::{Algorithm, Params, Schedule, Shape, closed_form, sim};
 
@@ -39,11 +39,13 @@ pub struct CalibrateArgs {
     /// `weft bench fifo --json` output: the proxy's cost per message (one thread's best rate).
     #[arg(long)]
     pub fifo_json: Option<PathBuf>,
-    /// `weft bench p2p --json` output measured between two nodes: the network's α and β.
+    /// `weft bench p2p --json` output measured between two nodes: the network's α and β (the
+    /// α also that of a step of the PortChannel algorithms).
     #[arg(long)]
     pub net_json: Option<PathBuf>,
     /// `weft bench gin --json` output: the network's α is its one-way put + signal latency
-    /// through the proxy (what an algorithm's crossing costs), in place of --net-json's.
+    /// through the proxy (what an algorithm's crossing costs), in place of --net-json's; the
+    /// proxy's cost per put is its stream's smallest message, in place of --fifo-json's.
     #[arg(long)]
     pub gin_json: Option<PathBuf>,
     /// Parameters given as flags.
@@ -69,7 +71,11 @@ pub struct LinkArgs {
     /// Network β per NIC, GB/s.
     #[arg(long)]
     pub net_gbps: Option<f64>,
-    /// Proxy CPU cost per posted message, µs (simulator).
+    /// α of a step of weft's PortChannel algorithms (ring, allpairs) across the network, µs
+    /// (default: the network's α).
+    #[arg(long)]
+    pub port_alpha_us: Option<f64>,
+    /// Proxy CPU cost per posted message, µs (simulator; NVRAR's puts in `weft bench`'s model).
     #[arg(long)]
     pub proxy_us: Option<f64>,
     /// η: wire bytes per data byte of NVRAR's LL transfers.
@@ -158,6 +164,10 @@ fn apply(links: &LinkArgs, mut params: Params) -> Result<(Params, Vec<String>), 
     };
     link(&mut params.nvlink, links.nvlink_alpha_us, links.nvlink_gbps, "NVLink")?;
     link(&mut params.net, links.net_alpha_us, links.net_gbps, "network")?;
+    if let Some(us) = links.port_alpha_us {
+        params.port_alpha_us = Some(us);
+        given.push("PortChannel α from the command line".into());
+    }
     if let Some(us) = links.proxy_us {
         params.proxy_us = us;
         given.push("proxy cost from the command line".into());
@@ -205,7 +215,14 @@ fn calibrate(args: &CalibrateArgs) -> Result<ExitCode, Box<dyn Error>> {
     if let Some(path) = &args.net_json {
         let fit = link_from_p2p(&path.display().to_string(), &read_json(path)?)?;
         params.net = fit.link;
-        sources.push(format!("network: {} (α {:.2} µs, β {:.1} GB/s)", path.display(), fit.alpha_us, fit.gbps));
+        // A PortChannel benchmark's lone put is what a step of weft's PortChannel algorithms pays.
+        params.port_alpha_us = Some(fit.alpha_us);
+        sources.push(format!(
+            "network: {} (α {:.2} µs, β {:.1} GB/s; the PortChannel α)",
+            path.display(),
+            fit.alpha_us,
+            fit.gbps
+        ));
     } else if args.gin_json.is_some() {
         return Err("weft model calibrate: --gin-json replaces --net-json's α; give --net-json for β".into());
     } else if !flags_give_net {
@@ -225,9 +242,17 @@ fn calibrate(args: &CalibrateArgs) -> Result<ExitCode, Box<dyn Error>> {
         ));
     }
     if let Some(path) = &args.gin_json {
-        let alpha = proxy_one_way_us_from_gin(&path.display().to_string(), &read_json(path)?)?;
+        let gin = read_json(path)?;
+        let alpha = proxy_one_way_us_from_gin(&path.display().to_string(), &gin)?;
         params.net = weft_model::params::link("the network", alpha, gbps(&params.net))?;
         sources.push(format!("network α: {} (one-way put + signal through the proxy, {alpha:.2} µs)", path.display()));
+        // A real put's cost to the proxy, which the FIFO benchmark's pop-only floor is not.
+        params.proxy_us = proxy_us_from_gin_stream(&path.display().to_string(), &gin)?;
+        sources.push(format!(
+            "proxy: {} ({:.3} µs per put, the smallest message of a stream through the proxy)",
+            path.display(),
+            params.proxy_us
+        ));
     }
     let (params, given) = apply(&args.links, params)?;
     sources.extend(given);
@@ -248,8 +273,9 @@ fn describe(params: &Params) -> String {
         Some(b) => format!("α {:.2} µs, β {b:.1} GB/s", alpha_us(l)),
         None => format!("α {:.2} µs, β uncapped", alpha_us(l)),
     };
+    let port = params.port_alpha_us.map_or(String::new(), |a| format!(" (a PortChannel step: α {a:.2} µs)"));
     format!(
-        "# NVLink {}; network {} per NIC; proxy {:.3} µs per message; η {}; {} GPU(s) per NIC",
+        "# NVLink {}; network {}{port} per NIC; proxy {:.3} µs per message; η {}; {} GPU(s) per NIC",
         link(&params.nvlink),
         link(&params.net),
         params.proxy_us,
@@ -462,6 +488,30 @@ mod tests {
         let default = default_params();
         assert!((fit.alpha_us - alpha_us(&default.nvlink)).abs() < 0.01, "{fit:?}");
         assert!((fit.gbps - gbps(&default.nvlink).unwrap()).abs() < 1.0, "{fit:?}");
+    }
+
+    /// The parameters of the 2×H100 run `docs/multinode.md` models: a PortChannel step pays the
+    /// point-to-point benchmark's lone put, NVRAR GIN's one-way latency and its put stream's cost.
+    #[test]
+    fn calibrate_keeps_the_port_channel_alpha_apart_from_gin_s() {
+        let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/perf/data/2xh100-2026-11-28-model/callN/");
+        let out = std::env::temp_dir().join(format!("weft-model-calibrate-{}.json", std::process::id()));
+        let args = CalibrateArgs {
+            nvlink_json: Some(format!("{run}p2p-memory.json").into()),
+            fifo_json: None,
+            net_json: Some(format!("{run}p2p-port-emu.json").into()),
+            gin_json: Some(format!("{run}gin.json").into()),
+            links: LinkArgs::default(),
+            out: out.clone(),
+        };
+        calibrate(&args).unwrap();
+        let file = read_params_file(&out).unwrap();
+        std::fs::remove_file(&out).unwrap();
+        let near = |a: f64, b: f64| (a - b).abs() < 0.01;
+        assert!(near(file.net_alpha_us, 15.07), "{file:?}");
+        assert!(file.port_alpha_us.is_some_and(|a| near(a, 33.25)), "{file:?}");
+        assert!(near(file.proxy_us, 5.82), "{file:?}");
+        assert!(file.net_gbps.is_some_and(|g| (g - 50.3).abs() < 0.1), "{file:?}");
     }
 
     #[test]

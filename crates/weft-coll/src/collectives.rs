@@ -240,18 +240,25 @@ impl Collectives {
 
     /// The α-β model's time in µs of a call of `algorithm` on `bytes` across nodes: only for
     /// the AllReduces that cross nodes (`port_ring`, `port_allpairs`, `nvrar`; weft-model's
-    /// [`weft_model::rounds`], with this communicator's round sizes). The network is `net`
-    /// when given (a link measured by `weft model calibrate`, for any route between nodes),
-    /// else the emulated NIC's `WEFT_EMU_NET_*` variables on a communicator of one host split
-    /// into virtual nodes; `None` otherwise (the model has no parameters for TCP or verbs of
-    /// its own) and for a communicator within one node.
-    pub fn cross_node_model_us(&self, algorithm: Algorithm, bytes: usize, net: Option<LinkModel>) -> Option<f64> {
+    /// [`weft_model::rounds`], with this communicator's round sizes). The parameters are
+    /// `params` when given (measured by `weft model calibrate`, for any route between nodes:
+    /// the PortChannel algorithms pay its PortChannel α, `nvrar` its network α and the proxy's
+    /// cost per put), else the emulated NIC's `WEFT_EMU_NET_*` variables on a communicator of
+    /// one host split into virtual nodes; `None` otherwise (the model has no parameters for TCP
+    /// or verbs of its own) and for a communicator within one node.
+    pub fn cross_node_model_us(
+        &self,
+        algorithm: Algorithm,
+        bytes: usize,
+        params: Option<&weft_model::Params>,
+    ) -> Option<f64> {
         let routes: Vec<PortRoute> = self.port_routes().collect();
         let remote = routes.iter().filter(|&&r| r != PortRoute::CopyEngine).count();
-        let link = match net {
-            Some(link) => link,
+        let params = match params {
+            Some(params) => params.clone(),
             None if routes.iter().all(|&r| matches!(r, PortRoute::CopyEngine | PortRoute::EmulatedNic)) => {
-                self.comm.env().emulated_net?
+                // NVLink's link plays no part in these models.
+                weft_model::Params::new(LinkModel::new(0.0, None), self.comm.env().emulated_net?)
             }
             None => return None,
         };
@@ -259,18 +266,29 @@ impl Collectives {
             return None;
         }
         let bytes = bytes as u64;
+        let port = params.port_link();
         match algorithm {
             Algorithm::AllReducePortRing => {
-                Some(weft_model::rounds::port_ring_us(bytes, self.ranks(), self.resources.context().chunk_bytes, &link))
+                Some(weft_model::rounds::port_ring_us(bytes, self.ranks(), self.resources.context().chunk_bytes, &port))
             }
             Algorithm::AllReducePortAllPairs => {
-                Some(weft_model::rounds::port_allpairs_us(bytes, remote, crate::port_allpairs::SLOT_BYTES, &link))
+                Some(weft_model::rounds::port_allpairs_us(bytes, remote, crate::port_allpairs::SLOT_BYTES, &port))
             }
             Algorithm::AllReduceNvrar => {
                 let topology = self.comm.topology();
                 let gpus_per_node = crate::nvrar::equal_node_size(topology)?;
                 let nodes = topology.node_count();
-                Some(weft_model::rounds::nvrar_us(bytes, nodes, gpus_per_node, crate::nvrar::ROUND_BYTES, &link))
+                // Its launch: the port ring's grid (see `nvrar()`).
+                let groups = (self.config.port_ring_blocks as usize + 1).min(weft_model::rounds::NVRAR_MAX_PUTS);
+                Some(weft_model::rounds::nvrar_us(
+                    bytes,
+                    nodes,
+                    gpus_per_node,
+                    crate::nvrar::ROUND_BYTES,
+                    groups,
+                    &params.net,
+                    params.proxy_us,
+                ))
             }
             _ => None,
         }

@@ -52,8 +52,9 @@ impl NvrarLayout {
     }
 }
 
-/// Groups of blocks the kernel deals a step's puts to (its `kNvrarMaxPuts`).
-const PUT_GROUPS: usize = 4;
+/// Groups of blocks the kernel deals a step's puts to (its `kNvrarMaxPuts`, which weft-model's
+/// tests check against the kernel).
+const PUT_GROUPS: usize = weft_model::rounds::NVRAR_MAX_PUTS;
 /// Most steps across nodes the kernel counts arrivals for (its `kNvrarMaxSteps`).
 const MAX_STEPS: usize = 8;
 

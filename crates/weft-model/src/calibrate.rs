@@ -13,6 +13,9 @@
 //!   ping-pong's round trip: what a step of an algorithm whose receiver polls for the data
 //!   pays per crossing (the FIFO push, the proxy's pickup, the network's α, the copy and the
 //!   signal), without a launch or a flush in it. It replaces the point-to-point α.
+//!   Its `bandwidth` lines through the proxy (a stream of puts with a signal each) give the
+//!   proxy's cost per put: the smallest message's time per message, where no link is the
+//!   bottleneck but the proxy's posting (the FIFO pop, the transport's calls, the signal).
 //! - The FIFO benchmark (`weft bench fifo --json`: `lines` of `threads` and `max_rate`
 //!   pushes per second) gives the proxy's cost per message: one proxy thread's best rate,
 //!   inverted. Its handler only pops, so this is the floor of a proxy's cost per message.
@@ -87,6 +90,21 @@ pub fn proxy_one_way_us_from_gin(path: &str, document: &Value) -> Result<f64, Mo
     }
 }
 
+/// The proxy's cost per put, µs: the `median_us` per message of the smallest message of the
+/// `bandwidth` lines of a `weft bench gin --json` document (read from `path`) that crossed the
+/// proxy.
+pub fn proxy_us_from_gin_stream(path: &str, document: &Value) -> Result<f64, ModelError> {
+    let lines = document.get("bandwidth").and_then(Value::as_array).ok_or_else(|| bad(path, "no `bandwidth` array"))?;
+    lines
+        .iter()
+        .filter(|l| l.get("what").and_then(Value::as_str).is_some_and(|w| w.contains("proxy")))
+        .filter_map(|l| Some((l.get("bytes")?.as_u64()?, l.get("median_us")?.as_f64()?)))
+        .filter(|&(_, us)| us.is_finite() && us > 0.0)
+        .min_by_key(|&(bytes, _)| bytes)
+        .map(|(_, us)| us)
+        .ok_or_else(|| bad(path, "no `bandwidth` line through the proxy with `bytes` and a positive `median_us`"))
+}
+
 /// The proxy's cost per message, µs: one over the best `max_rate` of a single proxy thread in
 /// a `weft bench fifo --json` document read from `path`.
 pub fn proxy_us_from_fifo(path: &str, document: &Value) -> Result<f64, ModelError> {
@@ -150,6 +168,20 @@ mod tests {
         let two =
             serde_json::json!({"latency": [line("proxy over TCP", 30.0), line("proxy over the emulated NIC", 16.9)]});
         assert!(proxy_one_way_us_from_gin("g", &two).is_err());
+    }
+
+    #[test]
+    fn a_gin_document_gives_the_proxy_s_cost_per_put_from_its_smallest_stream() {
+        let line = |what: &str, bytes: u64, us: f64| serde_json::json!({"what": what, "bytes": bytes, "median_us": us});
+        let doc = serde_json::json!({"bandwidth": [
+            line("put stream, LSA (one node)", 1024, 2.7),
+            line("put stream, proxy over the emulated NIC", 4096, 5.1),
+            line("put stream, proxy over the emulated NIC", 1024, 5.8),
+            line("put stream, proxy over the emulated NIC", 1 << 20, 21.2),
+        ]});
+        assert_eq!(proxy_us_from_gin_stream("g", &doc).unwrap(), 5.8);
+        let lsa = serde_json::json!({"bandwidth": [line("put stream, LSA (one node)", 1024, 2.7)]});
+        assert!(proxy_us_from_gin_stream("g", &lsa).unwrap_err().to_string().contains("through the proxy"));
     }
 
     #[test]

@@ -13,13 +13,18 @@ use crate::{Algorithm, Params, Shape};
 /// The formula [`time_us`] evaluates for `algorithm`, with its source.
 pub fn formula(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::Ring | Algorithm::NcclRing => {
+        Algorithm::Ring => {
+            "2(p-1)·max(α_P + m/(pβ_n), α_l + m/(pβ_l)), over the kinds of edge the ring has: every step \
+             waits for its slowest edge (NVRAR paper eq. 1, which keeps the network's); α_P is a \
+             PortChannel step's α across the network"
+        }
+        Algorithm::NcclRing => {
             "2(p-1)·max(α_n + m/(pβ_n), α_l + m/(pβ_l)), over the kinds of edge the ring has: every step \
              waits for its slowest edge (NVRAR paper eq. 1, which keeps the network's)"
         }
         Algorithm::AllPairs => {
-            "max(α_l + (G-1)m/β_l, α_n + (N-1)G·m/β_n): every rank's messages share its NVLink and \
-             its NIC (rounds::port_allpairs_us)"
+            "max(α_l + (G-1)m/β_l, α_P + (N-1)G·m/β_n): every rank's messages share its NVLink and \
+             its NIC (rounds::port_allpairs_us); α_P is a PortChannel step's α across the network"
         }
         Algorithm::TwoPhase => "2(G-1)(α_l + m/(Gβ_l)) + α_n + (N-1)(m/G)/β_n (intranode ring RS and AG, eq. 3 and 5)",
         Algorithm::TwoPhaseRing => "2(G-1)(α_l + m/(Gβ_l)) + 2(N-1)(α_n + m/(GNβ_n))",
@@ -36,19 +41,22 @@ pub fn formula(algorithm: Algorithm) -> &'static str {
 pub fn time_us(algorithm: Algorithm, shape: Shape, bytes: f64, params: &Params) -> f64 {
     let (n, g, p) = (shape.nodes() as f64, shape.gpus_per_node() as f64, shape.ranks() as f64);
     let (nvlink, net) = (&params.nvlink, &params.net);
+    // What weft's PortChannel algorithms (Ring, AllPairs) pay per step across the network.
+    let port = params.port_link();
     // The intranode ring reduce-scatter (and, the same, all-gather) of m over G GPUs.
     let intranode_ring = (g - 1.0) * message_us(nvlink, bytes / g);
     let shard = bytes / g;
     match algorithm {
         Algorithm::Ring | Algorithm::NcclRing => {
             let piece = bytes / p;
+            let net = if algorithm == Algorithm::Ring { &port } else { net };
             let crossing = if shape.nodes() > 1 { message_us(net, piece) } else { 0.0 };
             let within = if shape.gpus_per_node() > 1 { message_us(nvlink, piece) } else { 0.0 };
             2.0 * (p - 1.0) * crossing.max(within)
         }
         Algorithm::AllPairs => {
             let within = if shape.gpus_per_node() > 1 { message_us(nvlink, (g - 1.0) * bytes) } else { 0.0 };
-            let across = if shape.nodes() > 1 { message_us(net, (n - 1.0) * g * bytes) } else { 0.0 };
+            let across = if shape.nodes() > 1 { message_us(&port, (n - 1.0) * g * bytes) } else { 0.0 };
             within.max(across)
         }
         Algorithm::TwoPhase => {
@@ -107,6 +115,22 @@ mod tests {
         // One node: the ring runs on NVLink.
         let one = Shape::new(1, 8).unwrap();
         assert!(close(time_us(Algorithm::Ring, one, 8e6, &params()), 14.0 * (0.5 + 1e6 / 400_000.0)));
+    }
+
+    #[test]
+    fn only_weft_s_port_algorithms_pay_the_port_channel_alpha() {
+        let shape = Shape::new(4, 1).unwrap();
+        let m = 1_048_576.0;
+        let slow_port = Params { port_alpha_us: Some(30.0), ..params() };
+        // Ring: 6 steps, each 28 µs longer; all-pairs: one step.
+        let ring = time_us(Algorithm::Ring, shape, m, &slow_port) - time_us(Algorithm::Ring, shape, m, &params());
+        assert!(close(ring, 6.0 * 28.0), "{ring}");
+        let pairs =
+            time_us(Algorithm::AllPairs, shape, m, &slow_port) - time_us(Algorithm::AllPairs, shape, m, &params());
+        assert!(close(pairs, 28.0), "{pairs}");
+        for algorithm in [Algorithm::NcclRing, Algorithm::Nvrar, Algorithm::TwoPhase, Algorithm::NcclTree] {
+            assert_eq!(time_us(algorithm, shape, m, &slow_port), time_us(algorithm, shape, m, &params()));
+        }
     }
 
     #[test]

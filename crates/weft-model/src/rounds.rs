@@ -46,15 +46,50 @@ pub fn port_allpairs_us(bytes: u64, remote_peers: usize, round_bytes: u64, link:
     rounds_us(bytes, round_bytes, |round| link.message_time(round * remote_peers as u64))
 }
 
+/// Most puts a step of `nvrar` sends (the kernel's `kNvrarMaxPuts`: groups of blocks, each
+/// packing and putting its range of the shard).
+pub const NVRAR_MAX_PUTS: usize = 4;
+/// Fewest LL packets a put of `nvrar` carries (the kernel's `kNvrarMinPutPackets`).
+pub const NVRAR_MIN_PUT_PACKETS: u64 = 8192;
+/// Payload bytes of one LL packet of `nvrar` (8 of data, 8 of flag).
+pub const NVRAR_PACKET_PAYLOAD: u64 = 8;
+
+/// How many puts carry a step's `shard_bytes` (a multiple of 8) when the launch has `groups`
+/// groups of blocks (min(blocks, [`NVRAR_MAX_PUTS`])): as the kernel's `NvrarRange` deals
+/// them, each put at least [`NVRAR_MIN_PUT_PACKETS`] packets, a multiple of 32.
+pub fn nvrar_puts(shard_bytes: u64, groups: usize) -> u64 {
+    let packets = shard_bytes.div_ceil(NVRAR_PACKET_PAYLOAD);
+    let groups = groups.clamp(1, NVRAR_MAX_PUTS) as u64;
+    let put = packets.div_ceil(groups).max(NVRAR_MIN_PUT_PACKETS).next_multiple_of(32);
+    packets.div_ceil(put).max(1)
+}
+
 /// `nvrar`'s AllReduce of `bytes` on `nodes` nodes of `gpus_per_node` ranks across `link`, in
-/// rounds of at most `round_bytes`: in a round, each of recursive doubling's steps sends the
-/// rank's shard (the round over the node's ranks, in whole 8-byte packets) as LL packets (twice
-/// its bytes) in one message, one step after the other. The phases within a node are NVLink's,
-/// outside this link's model.
-pub fn nvrar_us(bytes: u64, nodes: usize, gpus_per_node: usize, round_bytes: u64, link: &LinkModel) -> f64 {
+/// rounds of at most `round_bytes`, its launch holding `groups` groups of blocks: in a round,
+/// each of recursive doubling's steps sends the rank's shard (the round over the node's ranks,
+/// in whole 8-byte packets) as LL packets (twice its bytes) in [`nvrar_puts`] puts, one step
+/// after the other. One proxy thread posts a step's puts one after another, `proxy_us` each
+/// (what a stream of small puts costs it), and the link carries their bytes one after another;
+/// the step ends `α` after the later of the two: `α + max((k − 1)·proxy + w/(kβ), w/β)` for k
+/// puts of w bytes in all. The phases within a node are NVLink's, outside this link's model.
+pub fn nvrar_us(
+    bytes: u64,
+    nodes: usize,
+    gpus_per_node: usize,
+    round_bytes: u64,
+    groups: usize,
+    link: &LinkModel,
+    proxy_us: f64,
+) -> f64 {
     let steps = crate::closed_form::recursive_doubling_steps(nodes) as u32;
     let shard = |round: u64| round.div_ceil(gpus_per_node.max(1) as u64).next_multiple_of(8);
-    rounds_us(bytes, round_bytes, |round| link.message_time(2 * shard(round)) * steps)
+    let on_link = |wire: u64| link.serialization(wire);
+    rounds_us(bytes, round_bytes, |round| {
+        let shard = shard(round);
+        let (puts, wire) = (nvrar_puts(shard, groups), 2 * shard);
+        let posted = Duration::from_secs_f64(proxy_us.max(0.0) * 1e-6) * (puts as u32 - 1) + on_link(wire / puts);
+        (link.latency + posted.max(on_link(wire))) * steps
+    })
 }
 
 #[cfg(test)]
@@ -125,13 +160,48 @@ mod tests {
     fn nvrar_sends_the_shard_as_packets_once_per_step() {
         let link = LinkModel::new(2.0, Some(50.0));
         let one = link.message_time(2 * 1024).as_secs_f64() * 1e6;
-        assert!((nvrar_us(1024, 2, 1, 4 << 20, &link) - one).abs() < 1e-9);
+        assert!((nvrar_us(1024, 2, 1, 4 << 20, 4, &link, 5.0) - one).abs() < 1e-9);
         // Three nodes: the fold, one exchange and the hand-back; a node of 4 ranks sends a quarter.
         let quarter = link.message_time(2 * 256).as_secs_f64() * 1e6;
-        assert!((nvrar_us(1024, 3, 4, 4 << 20, &link) - 3.0 * quarter).abs() < 1e-9);
-        // Rounds of the window's size, one after the other.
+        assert!((nvrar_us(1024, 3, 4, 4 << 20, 4, &link, 5.0) - 3.0 * quarter).abs() < 1e-9);
+        // Rounds of the window's size, one after the other; 1 MB shards go as 4 puts whose
+        // bytes outlast their posting.
         let round = link.message_time(2 << 20).as_secs_f64() * 1e6;
-        assert!((nvrar_us(3 << 20, 2, 1, 1 << 20, &link) - 3.0 * round).abs() < 1e-6);
-        assert_eq!(nvrar_us(1024, 1, 8, 4 << 20, &link), 0.0);
+        assert!((nvrar_us(3 << 20, 2, 1, 1 << 20, 4, &link, 5.0) - 3.0 * round).abs() < 1e-6);
+        assert_eq!(nvrar_us(1024, 1, 8, 4 << 20, 4, &link, 5.0), 0.0);
+    }
+
+    #[test]
+    fn nvrar_posts_a_step_s_puts_one_after_another() {
+        // 256 KB: 4 puts of 128 KB of packets (2.6 µs each on the link), posted 5 µs apart: the
+        // last leaves 15 µs after the first.
+        let link = LinkModel::new(2.0, Some(50.0));
+        let us = nvrar_us(256 << 10, 2, 1, 4 << 20, 4, &link, 5.0);
+        let last = 2.0 + 3.0 * 5.0 + (128 << 10) as f64 / 50e3;
+        assert!((us - last).abs() < 1e-3, "{us} vs {last}");
+        // A launch of one group puts the shard at once.
+        let one = nvrar_us(256 << 10, 2, 1, 4 << 20, 1, &link, 5.0);
+        assert!((one - link.message_time(512 << 10).as_secs_f64() * 1e6).abs() < 1e-6, "{one}");
+    }
+
+    #[test]
+    fn nvrar_deals_puts_as_its_kernel_does() {
+        // 64 KB of payload (8192 packets) per put at least; at most 4.
+        assert_eq!(nvrar_puts(8, 4), 1);
+        assert_eq!(nvrar_puts(64 << 10, 4), 1);
+        assert_eq!(nvrar_puts((64 << 10) + 8, 4), 2);
+        assert_eq!(nvrar_puts(256 << 10, 4), 4);
+        assert_eq!(nvrar_puts(4 << 20, 4), 4);
+        assert_eq!(nvrar_puts(4 << 20, 2), 2);
+        assert_eq!(nvrar_puts(4 << 20, 9), 4);
+        // The constants are the kernel's.
+        let kernel = include_str!("../../../device/kernels/coll/nvrar.cu");
+        for (name, value) in
+            [("kNvrarMaxPuts = ", NVRAR_MAX_PUTS as u64), ("kNvrarMinPutPackets = ", NVRAR_MIN_PUT_PACKETS)]
+        {
+            let at = kernel.find(name).unwrap_or_else(|| panic!("{name} not in nvrar.cu")) + name.len();
+            let text: String = kernel[at..].chars().take_while(char::is_ascii_digit).collect();
+            assert_eq!(text.parse::<u64>().unwrap(), value, "{name}");
+        }
     }
 }

@@ -41,6 +41,9 @@ pub struct Transfer {
     /// Posted by `src`'s proxy thread (a PortChannel, or any network message) rather than
     /// written by the GPU's own threads.
     pub via_proxy: bool,
+    /// A PortChannel `put_with_signal` of weft's port algorithms: across the network it pays
+    /// [`crate::Params::port_link`]'s α rather than the network's.
+    pub port_channel: bool,
 }
 
 /// Transfers that start together.
@@ -139,7 +142,7 @@ fn parallel(groups: Vec<Vec<Step>>) -> Vec<Step> {
 
 fn transfer(shape: &Shape, hops: Hops, src: usize, dst: usize, range: Range<usize>, op: Op) -> Transfer {
     let via_proxy = hops.proxy_within_node || shape.crosses_network(src, dst);
-    Transfer { src, dst, range, op, wire_factor: hops.wire_factor, via_proxy }
+    Transfer { src, dst, range, op, wire_factor: hops.wire_factor, via_proxy, port_channel: hops.proxy_within_node }
 }
 
 /// Ring reduce-scatter among `members` (in order) of `range`: k − 1 steps; in step s member j
@@ -408,5 +411,11 @@ mod tests {
         }
         let ring = Schedule::build(Algorithm::Ring, shape, 64, 2.0);
         assert!(ring.transfers().all(|(_, t)| t.via_proxy));
+        // Only weft's PortChannel algorithms send PortChannel puts.
+        for algorithm in Algorithm::ALL {
+            let port = matches!(algorithm, Algorithm::Ring | Algorithm::AllPairs);
+            let s = Schedule::build(algorithm, shape, 64, 2.0);
+            assert!(s.transfers().all(|(_, t)| t.port_channel == port), "{}", algorithm.name());
+        }
     }
 }

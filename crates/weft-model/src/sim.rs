@@ -122,7 +122,8 @@ impl<'p> Simulation<'p> {
             .map(|(step, t)| {
                 let across = shape.crosses_network(t.src, t.dst);
                 let (links, alpha) = if across {
-                    ([nic(t.src), nic(t.dst) + 1], alpha_us(&params.net))
+                    let alpha = if t.port_channel { alpha_us(&params.port_link()) } else { alpha_us(&params.net) };
+                    ([nic(t.src), nic(t.dst) + 1], alpha)
                 } else {
                     ([2 * t.src, 2 * t.dst + 1], alpha_us(&params.nvlink))
                 };

@@ -251,10 +251,11 @@ fn model_table(out: &mut String, options: &BenchOptions, lines: &[Line]) -> fmt:
     match &options.model {
         Some(file) => {
             let beta = file.net_gbps.map_or("uncapped".to_string(), |g| format!("{g:.1} GB/s"));
+            let port = file.port_alpha_us.map_or(String::new(), |a| format!(", PortChannel α {a:.2} µs"));
             writeln!(
                 out,
-                "# against the α-β model of the calibrated network (--model: α {:.2} µs, β {beta})",
-                file.net_alpha_us
+                "# against the α-β model of the calibrated network (--model: α {:.2} µs, β {beta}{port}, proxy {:.2} µs per put)",
+                file.net_alpha_us, file.proxy_us
             )?
         }
         None => {

@@ -93,8 +93,8 @@ fn run_rank(
         }
         None => None,
     };
-    // `--model`'s network for the model column (its file was checked when read).
-    let model_net = options.model.as_ref().and_then(|f| f.params().ok()).map(|p| p.net);
+    // `--model`'s parameters for the model column (its file was checked when read).
+    let model_params = options.model.as_ref().and_then(|f| f.params().ok());
     let size = options.dtype.size();
     let max = options.max_bytes.max(size);
     let me = Rank::new(&comm, max)?;
@@ -188,7 +188,7 @@ fn run_rank(
                 run(&mut me.buffers.borrow_mut(), placement)?;
             }
             row.algorithm = algorithm.name().to_string();
-            row.model_us = coll.cross_node_model_us(algorithm, shape.bytes, model_net);
+            row.model_us = coll.cross_node_model_us(algorithm, shape.bytes, model_params.as_ref());
             me.idle()?;
             // A row's trace covers its timed calls (warm-ups included), not the check's.
             for c in std::iter::once(&coll).chain(&versus) {
