@@ -30,6 +30,8 @@
 # runs the GIN examples' self-test with a GPU per rank and with 2 ranks sharing one GPU, then
 # `weft bench gin` (put + signal latency and bandwidth, the AllToAll against its α-β floor), then
 # scripts/nccl-device-api-test.sh (ncclDevCommCreate on weft's libnccl.so.2, kernels on weft::Gin).
+# The fifos step (asked for by name) runs the EP and GIN self-tests and EP between 2 virtual nodes
+# with the proxy on one FIFO and on 4 FIFOs served by 2 threads (WEFT_PROXY_FIFOS/_THREADS).
 # The multinode step runs `weft selftest --only multinode --mode threads`: the AllReduces that
 # cross nodes (nvrar, the NVRAR and 2PH plans, port_ring, port_allpairs) at 2 nodes x 1 and x 2 ranks and 4
 # nodes x 1 (virtual nodes over the emulated NIC in chaos mode; ranks share GPUs where there are
@@ -147,6 +149,21 @@ for step in "${steps[@]}"; do
          echo "bench gin: rc=$?"; cat "$dir/bench-gin.txt"
          timeout 600 scripts/nccl-device-api-test.sh "$dir/device-api" > "$dir/device-api.txt" 2>&1
          echo "NCCL device API on weft: rc=$?"; cat "$dir/device-api.txt" ;;
+    fifos) # The PortChannel proxy dealt over 4 FIFOs on 2 threads (WEFT_PROXY_FIFOS/THREADS) against
+           # the default single FIFO: the EP and GIN self-tests (chaos between nodes included),
+           # then EP between 2 virtual nodes, checked and timed, in each layout.
+           for layout in "1 1" "4 2"; do
+             read -r fifos threads <<< "$layout"
+             tag="fifos$fifos-threads$threads"
+             export WEFT_PROXY_FIFOS=$fifos WEFT_PROXY_THREADS=$threads
+             timeout 300 "$weft" selftest --only ep --mode threads > "$dir/selftest-ep-$tag.txt" 2>&1
+             echo "selftest ep, $tag: rc=$? $(grep -h 'passed,' "$dir/selftest-ep-$tag.txt" | tail -1)"
+             timeout 300 "$weft" selftest --only gin --mode threads > "$dir/selftest-gin-$tag.txt" 2>&1
+             echo "selftest gin, $tag: rc=$? $(grep -h 'passed,' "$dir/selftest-gin-$tag.txt" | tail -1)"
+             timeout 300 "$weft" bench ep --nodes 2 --sms 24 --check > "$dir/bench-ep-nodes-$tag.txt" 2>&1
+             echo "bench ep --nodes 2, $tag: rc=$?"; grep -E '^ +[0-9]+ ' "$dir/bench-ep-nodes-$tag.txt"
+           done
+           unset WEFT_PROXY_FIFOS WEFT_PROXY_THREADS ;;
     multinode) timeout 1800 "$weft" selftest --only multinode --mode threads > "$dir/selftest-multinode.txt" 2>&1
                echo "selftest multinode: rc=$? $(grep -h 'passed,' "$dir/selftest-multinode.txt" | tail -1)"
                grep -h -m10 -E '^(FAIL|SKIP)' "$dir/selftest-multinode.txt"

@@ -30,4 +30,4 @@ mod sync;
 pub mod test_launchers;
 
 #[cfg(not(all(test, weft_loom)))]
-pub use port_channel::{MemoryId, PortChannel, PortProxy, PortProxyConfig, PortRoute};
+pub use port_channel::{MAX_PROXY_FIFOS, MemoryId, PortChannel, PortProxy, PortProxyConfig, PortRoute};

@@ -11,9 +11,13 @@
 //!   staged through pinned host memory on both sides and the peer's token stored by its
 //!   receiver after the data it covers.
 //!
-//! A [`PortProxy`] owns one FIFO (host-pinned ring, shared by every channel of the rank), the
-//! transports (one [`RoutedTransport`] in front of them, so one proxy serves every peer) and the
-//! proxy threads. Memories are registered with it ([`PortProxy::register`]: their index is the
+//! A [`PortProxy`] owns its FIFOs (host-pinned rings: one unless `WEFT_PROXY_FIFOS` asks for
+//! more; channel i pushes into FIFO i mod FIFOs, so a channel's commands stay in one FIFO, in
+//! order), the transports (one [`RoutedTransport`] in front of them, so one proxy serves every
+//! peer) and the proxy threads (`WEFT_PROXY_THREADS`, each owning a fixed set of the FIFOs).
+//! Nothing orders commands of different channels but the kernels' own flushes (GIN flushes
+//! every other connection a signal must cover), so dealing channels over FIFOs and threads
+//! keeps every guarantee a channel gives. Memories are registered with it ([`PortProxy::register`]: their index is the
 //! `src_memory` of commands and what peers name as `dst_memory`, the same in every transport's
 //! table). [`PortProxy::channel`] is pairwise: both ranks exchange the memory index and, for the
 //! copy engine, the descriptor of their side and the token slot the other's proxy will store
@@ -49,9 +53,12 @@ use crate::proxy::{ProxyConfig, ProxyService, ShutdownReport};
 /// Options of a [`PortProxy`].
 #[derive(Clone, Debug)]
 pub struct PortProxyConfig {
-    /// Slots of the FIFO (a power of two).
+    /// Slots of each FIFO (a power of two).
     pub fifo_depth: usize,
-    /// The proxy threads.
+    /// FIFOs the channels are dealt over (`WEFT_PROXY_FIFOS` overrides it), 1 to
+    /// [`MAX_PROXY_FIFOS`].
+    pub fifos: usize,
+    /// The proxy threads (`WEFT_PROXY_THREADS` overrides their number), at most `fifos`.
     pub proxy: ProxyConfig,
     /// Operations in flight per channel.
     pub max_in_flight: u64,
@@ -63,8 +70,50 @@ pub struct PortProxyConfig {
 
 impl Default for PortProxyConfig {
     fn default() -> Self {
-        Self { fifo_depth: 1024, proxy: ProxyConfig::default(), max_in_flight: 512, timeout: None, tcp_streams: 2 }
+        Self {
+            fifo_depth: 1024,
+            fifos: 1,
+            proxy: ProxyConfig::default(),
+            max_in_flight: 512,
+            timeout: None,
+            tcp_streams: 2,
+        }
     }
+}
+
+/// Most FIFOs one [`PortProxy`] deals its channels over.
+pub const MAX_PROXY_FIFOS: usize = 16;
+
+impl PortProxyConfig {
+    /// The FIFO and thread counts this configuration gives under `env`'s `WEFT_PROXY_FIFOS` and
+    /// `WEFT_PROXY_THREADS` (each overrides the configuration's), checked: 1 to
+    /// [`MAX_PROXY_FIFOS`] FIFOs, 1 thread to as many as FIFOs.
+    pub fn layout(&self, env: &Env) -> Result<(usize, usize), String> {
+        let count = |variable: &vars::Variable, configured: usize| -> Result<usize, String> {
+            match env.var(variable).map(str::trim).filter(|v| !v.is_empty()) {
+                None => Ok(configured),
+                Some(v) => v.parse().map_err(|_| format!("{}={v:?}: expected a whole number", variable.name)),
+            }
+        };
+        let fifos = count(&vars::WEFT_PROXY_FIFOS, self.fifos)?;
+        let threads = count(&vars::WEFT_PROXY_THREADS, self.proxy.threads)?;
+        if !(1..=MAX_PROXY_FIFOS).contains(&fifos) {
+            return Err(format!("{fifos} proxy FIFOs (WEFT_PROXY_FIFOS): expected 1 to {MAX_PROXY_FIFOS}"));
+        }
+        if !(1..=fifos).contains(&threads) {
+            return Err(format!(
+                "{threads} proxy threads (WEFT_PROXY_THREADS) for {fifos} FIFO(s): expected 1 to {fifos} (a thread \
+                 without a FIFO would have nothing to do)"
+            ));
+        }
+        Ok((fifos, threads))
+    }
+}
+
+/// The FIFO of the proxy's `fifos` that the channel of `connection` pushes into: connections
+/// are dealt in turn.
+fn fifo_of(connection: ConnectionId, fifos: usize) -> usize {
+    usize::from(connection) % fifos.max(1)
 }
 
 /// How a PortChannel reaches its peer (see the module docs).
@@ -223,9 +272,10 @@ fn tcp_listen_ip(comm: &Communicator) -> Result<IpAddr, Error> {
 
 struct Shared {
     comm: Communicator,
-    /// The FIFO's memory, which `fifo_handle` points into.
-    _fifo: PinnedFifo,
-    fifo_handle: FifoDeviceHandle,
+    /// The FIFOs' memory, which `fifo_handles` point into.
+    _fifos: Vec<PinnedFifo>,
+    /// Per FIFO, its device handle; channel i's commands go to `fifo_handles[fifo_of(i)]`.
+    fifo_handles: Vec<FifoDeviceHandle>,
     copy_engine: Arc<CopyEngineTransport<CudaCopyQueue>>,
     /// Present when some peer is reached over a network (declared before `memories`: a NIC's
     /// registrations end before the memories can be freed).
@@ -305,10 +355,14 @@ impl PortProxy {
             });
         }
         let invalid = |detail: String| Error::InvalidArgument { rank, detail };
-        let fifo = PinnedFifo::new(comm.device(), config.fifo_depth).map_err(|e| invalid(e.to_string()))?;
+        let (fifo_count, threads) = config.layout(comm.env()).map_err(invalid)?;
+        let fifos = (0..fifo_count)
+            .map(|_| PinnedFifo::new(comm.device(), config.fifo_depth))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(e.to_string()))?;
         let mut wait = comm.wait_context(0, config.timeout);
         wait.peer = -1;
-        let fifo_handle = fifo.device_handle(wait);
+        let fifo_handles = fifos.iter().map(|f| f.device_handle(wait)).collect();
         let timeout = config.timeout.unwrap_or(comm.env().device_timeout);
         let ce = CopyEngineConfig {
             max_in_flight: config.max_in_flight,
@@ -323,18 +377,18 @@ impl PortProxy {
             transports.push(net.transport());
         }
         let routes = Arc::new(RoutedTransport::new(transports));
-        let reader = FifoReader::new(fifo.clone()).map_err(|e| invalid(e.to_string()))?;
         let bus_id = comm.device().pci_bus_id().map_err(|source| Error::Gpu { rank, source })?;
-        let service = ProxyService::builder(config.proxy.near_pci_device(&bus_id))
-            .transport(routes.clone())
-            .fifo(reader)
-            .start()
-            .map_err(|e| invalid(format!("cannot start the PortChannel proxy: {e}")))?;
+        let proxy = ProxyConfig { threads, ..config.proxy.clone() };
+        let mut builder = ProxyService::builder(proxy.near_pci_device(&bus_id)).transport(routes.clone());
+        for fifo in &fifos {
+            builder = builder.fifo(FifoReader::new(fifo.clone()).map_err(|e| invalid(e.to_string()))?);
+        }
+        let service = builder.start().map_err(|e| invalid(format!("cannot start the PortChannel proxy: {e}")))?;
         Ok(Self {
             shared: Arc::new(Shared {
                 comm: comm.clone(),
-                _fifo: fifo,
-                fifo_handle,
+                _fifos: fifos,
+                fifo_handles,
                 copy_engine,
                 net,
                 routes,
@@ -423,11 +477,6 @@ impl PortProxy {
         }
         memories.push(memory.clone());
         Ok(MemoryId(id))
-    }
-
-    /// The FIFO's device handle (kernels that push their own commands).
-    pub fn fifo_handle(&self) -> FifoDeviceHandle {
-        self.shared.fifo_handle
     }
 
     /// The error that stopped the proxy, if one did.
@@ -563,7 +612,7 @@ impl PortProxy {
         let semaphore =
             SemaphoreDeviceHandle { inbound, remote_inbound: 0, expected, wait: comm.wait_context(peer, timeout) };
         let handle = PortChannelDeviceHandle {
-            fifo: self.shared.fifo_handle,
+            fifo: self.shared.fifo_handles[fifo_of(connection, self.shared.fifo_handles.len())],
             semaphore,
             connection: u32::from(connection),
             src_memory: u32::from(local.0),
@@ -742,5 +791,41 @@ mod tests {
         assert_eq!(chaos_seed(&env(&[("WEFT_EMU_NET_CHAOS", "42")]).unwrap()), Ok(None), "no emulation");
         let bad = chaos_seed(&env(&[on, ("WEFT_EMU_NET_CHAOS", "-1")]).unwrap()).unwrap_err();
         assert!(bad.contains("WEFT_EMU_NET_CHAOS=\"-1\""), "{bad}");
+    }
+
+    #[test]
+    fn the_variables_set_the_fifos_and_threads_within_bounds() {
+        let env =
+            |pairs: &[(&str, &str)]| Env::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap();
+        let config = PortProxyConfig::default();
+        assert_eq!(config.layout(&env(&[])), Ok((1, 1)));
+        assert_eq!(config.layout(&env(&[("WEFT_PROXY_FIFOS", "4")])), Ok((4, 1)));
+        assert_eq!(config.layout(&env(&[("WEFT_PROXY_FIFOS", "4"), ("WEFT_PROXY_THREADS", " 2 ")])), Ok((4, 2)));
+        // The variables override the configuration.
+        let eight = PortProxyConfig { fifos: 8, proxy: ProxyConfig { threads: 8, ..ProxyConfig::default() }, ..config };
+        assert_eq!(eight.layout(&env(&[])), Ok((8, 8)));
+        assert_eq!(eight.layout(&env(&[("WEFT_PROXY_THREADS", "3")])), Ok((8, 3)));
+        for (pairs, says) in [
+            (&[("WEFT_PROXY_FIFOS", "0")][..], "expected 1 to 16"),
+            (&[("WEFT_PROXY_FIFOS", "17")][..], "expected 1 to 16"),
+            (&[("WEFT_PROXY_FIFOS", "two")][..], "WEFT_PROXY_FIFOS=\"two\""),
+            (&[("WEFT_PROXY_THREADS", "2")][..], "expected 1 to 1"),
+            (&[("WEFT_PROXY_FIFOS", "2"), ("WEFT_PROXY_THREADS", "0")][..], "expected 1 to 2"),
+        ] {
+            let err = PortProxyConfig::default().layout(&env(pairs)).unwrap_err();
+            assert!(err.contains(says), "{pairs:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn channels_are_dealt_over_the_fifos_in_turn() {
+        assert_eq!((0..6).map(|c| fifo_of(c, 1)).collect::<Vec<_>>(), [0; 6]);
+        assert_eq!((0..6).map(|c| fifo_of(c, 4)).collect::<Vec<_>>(), [0, 1, 2, 3, 0, 1]);
+        // Every FIFO gets a channel before any gets a second, and a connection always maps to
+        // the same FIFO (its commands stay in order).
+        for fifos in 1..=MAX_PROXY_FIFOS {
+            let first: Vec<usize> = (0..fifos as u16).map(|c| fifo_of(c, fifos)).collect();
+            assert_eq!(first, (0..fifos).collect::<Vec<_>>());
+        }
     }
 }

@@ -159,6 +159,10 @@ variables! {
         "CUDA's hardware work queues, read when CUDA starts; weft wants 32 so a proxy's copy never queues behind a spinning kernel (`weft_core::cuda_queues_ok`); a program embedding weft should set it before CUDA starts";
     WEFT_EMU_NET_CHAOS: Count, Config, "weft-net", default "unset: in order",
         "emulated NIC: a seed (a whole number) that makes it deliver a connection's operations out of order, each delayed by a further pseudo-random amount of up to 4α (at least 20 µs), the same for the same seed; the proxy still puts every signal after the data before it (docs/proxy.md, \"Chaos\"); needs the emulation on";
+    WEFT_PROXY_FIFOS: Count, Config, "weft-net", default "`1`",
+        "FIFOs of each rank's PortChannel proxy (GIN's proxy peers and the collectives across nodes included), 1 to 16: channels are dealt over them in the order they are opened, so kernels pushing on different channels contend on different FIFO heads; a channel's commands stay in its one FIFO, in order";
+    WEFT_PROXY_THREADS: Count, Config, "weft-net", default "`1`",
+        "threads of each rank's PortChannel proxy, 1 to `WEFT_PROXY_FIFOS`: each owns a fixed set of the FIFOs (FIFO i goes to thread i mod threads) and so of the channels dealt to them";
     WEFT_IB_DEVICE: Text, Config, "weft-net", default "the NIC nearest the rank's GPU on the PCI tree (ties spread by GPU ordinal)",
         "the RDMA device for `WEFT_NET=ib`, e.g. `mlx5_0`";
     WEFT_IB_PORT: Count, Config, "weft-net", default "the device's first active port",
