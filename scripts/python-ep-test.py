@@ -2,10 +2,10 @@
 """weft.ep on GPUs, written as a deep_ep user writes it (``import weft.ep as deep_ep``): layout,
 dispatch (BF16 and FP8, fresh and cached handle, async with a previous event), combine, and the
 low-latency dispatch (BF16 and FP8, with and without the receive hook) and combine, every
-element checked against a PyTorch reference of the routing. Then the low-latency calls again
-between nodes: one virtual node per rank (``WEFT_RANKS_PER_NODE=1``) joined by the emulated NIC
-in chaos mode, the buffer sized by ``get_low_latency_rdma_size_hint``, with the same checks, and
-the normal mode's refusals there.
+element checked against a PyTorch reference of the routing. Then both modes again between
+nodes: one virtual node per rank (``WEFT_RANKS_PER_NODE=1``) joined by the emulated NIC in chaos
+mode, the buffers sized by ``get_low_latency_rdma_size_hint`` and by the config's NVLink and RDMA
+hints, with the same checks (the normal mode's handle there is weft's 4-tuple).
 
     scripts/python-wheel.sh --release        # on a machine with Rust: the wheel, then on the GPU machine
     /opt/torch/.venv/bin/python -m pip install --no-deps --force-reinstall weft-*.whl
@@ -62,19 +62,30 @@ class Checks:
             print(f"rank {self.rank}: {'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
 
 
-def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
+def normal_mode(check: Checks, group, rank: int, ranks: int, dev, label: str = "", ranks_per_node: int = 0) -> None:
+    """The normal mode's calls, checked. ``ranks_per_node`` > 0: the group spans nodes of that
+    many ranks (the environment says so), whose two hops deliver the rows by the source's index
+    in its node, then its node, then token, and whose handle is weft's 4-tuple."""
     experts = 8 * ranks
     local = experts // ranks
     everyone = [inputs(r, experts, HIDDEN) for r in range(ranks)]
     idx, weights, x, bias = everyone[rank]
     topk_idx, topk_weights = idx.to(dev), weights.to(dev)
     x_bf16 = x.to(dev, torch.bfloat16)
-    nvl_bytes = deep_ep.nvl_bytes_hint(max(tokens_of(r) for r in range(ranks)), HIDDEN, TOPK, ranks)
-    buffer = deep_ep.Buffer(group, num_nvl_bytes=nvl_bytes)
+    between = ranks_per_node > 0
+    if between:
+        config = deep_ep.Buffer.get_dispatch_config(ranks)
+        buffer = deep_ep.Buffer(group, num_nvl_bytes=config.get_nvl_buffer_size_hint(2 * HIDDEN, ranks),
+                                num_rdma_bytes=config.get_rdma_buffer_size_hint(2 * HIDDEN, ranks))
+        check.record(f"{label}buffer spans nodes", buffer.num_nodes == ranks // ranks_per_node, f"{buffer.num_nodes}")
+    else:
+        nvl_bytes = deep_ep.nvl_bytes_hint(max(tokens_of(r) for r in range(ranks)), HIDDEN, TOPK, ranks)
+        buffer = deep_ep.Buffer(group, num_nvl_bytes=nvl_bytes)
 
     # Reference routing.
     masks = [ref.in_rank(e[0], ranks, local) for e in everyone]
-    rows = [(s, t) for s in range(ranks) for t in range(tokens_of(s)) if masks[s][t, rank]]
+    order = (lambda s: (s % ranks_per_node, s // ranks_per_node)) if between else (lambda s: s)  # noqa: E731
+    rows = [(s, t) for s in sorted(range(ranks), key=order) for t in range(tokens_of(s)) if masks[s][t, rank]]
     counts = torch.tensor([[int(m[:, d].sum()) for d in range(ranks)] for m in masks], dtype=torch.int32)
     mine = lambda i: (i >= rank * local) & (i < (rank + 1) * local)  # noqa: E731
     want_idx = torch.stack([torch.where(mine(everyone[s][0][t]), everyone[s][0][t] - rank * local, -1) for s, t in rows])
@@ -84,11 +95,11 @@ def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
     num_tokens_per_rank, num_tokens_per_rdma_rank, num_tokens_per_expert, is_token_in_rank, _ = (
         buffer.get_dispatch_layout(topk_idx, experts)
     )
-    check.equal("layout: num_tokens_per_rank", num_tokens_per_rank, masks[rank].sum(0).int())
-    check.equal("layout: num_tokens_per_expert", num_tokens_per_expert,
+    check.equal(f"{label}layout: num_tokens_per_rank", num_tokens_per_rank, masks[rank].sum(0).int())
+    check.equal(f"{label}layout: num_tokens_per_expert", num_tokens_per_expert,
                 torch.tensor([int((idx == e).sum()) for e in range(experts)], dtype=torch.int32))
-    check.equal("layout: is_token_in_rank", is_token_in_rank, masks[rank])
-    check.record("layout: num_tokens_per_rdma_rank is None", num_tokens_per_rdma_rank is None)
+    check.equal(f"{label}layout: is_token_in_rank", is_token_in_rank, masks[rank])
+    check.record(f"{label}layout: num_tokens_per_rdma_rank is None", num_tokens_per_rdma_rank is None)
 
     received = {}
     for name, payload in (("BF16", x_bf16), ("FP8", fp8(x.to(dev)))):
@@ -103,23 +114,28 @@ def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
         if name == "FP8":
             recv_x, recv_scales = recv_x
             want_q, want_scales = fp8(want_x)
-            check.equal(f"dispatch {name}: recv_x", recv_x, want_q)
-            check.equal(f"dispatch {name}: recv_x_scales", recv_scales, want_scales)
+            check.equal(f"{label}dispatch {name}: recv_x", recv_x, want_q)
+            check.equal(f"{label}dispatch {name}: recv_x_scales", recv_scales, want_scales)
         else:
-            check.equal(f"dispatch {name}: recv_x", recv_x, want_x.bfloat16())
-        check.equal(f"dispatch {name}: recv_topk_idx", recv_idx, want_idx)
-        check.equal(f"dispatch {name}: recv_topk_weights", recv_w, want_w)
-        check.record(f"dispatch {name}: num_recv_tokens_per_expert_list",
+            check.equal(f"{label}dispatch {name}: recv_x", recv_x, want_x.bfloat16())
+        check.equal(f"{label}dispatch {name}: recv_topk_idx", recv_idx, want_idx)
+        check.equal(f"{label}dispatch {name}: recv_topk_weights", recv_w, want_w)
+        check.record(f"{label}dispatch {name}: num_recv_tokens_per_expert_list",
                      per_expert_list == [-(-n // ALIGNMENT) * ALIGNMENT for n in per_local], f"{per_expert_list}")
-        check.record(f"dispatch {name}: handle is DeepEP's 6-tuple", isinstance(handle, tuple) and len(handle) == 6)
-        check.equal(f"dispatch {name}: handle rank_prefix_matrix", handle[0], counts.cumsum(0).int())
-        check.equal(f"dispatch {name}: handle recv_src_idx", handle[3], torch.tensor([t for _, t in rows], dtype=torch.int32))
-        check.record(f"dispatch {name}: handle is_token_in_rank is the layout's", handle[4] is is_token_in_rank)
+        check.equal(f"{label}dispatch {name}: handle rank_prefix_matrix", handle[0], counts.cumsum(0).int())
+        if between:
+            check.record(f"{label}dispatch {name}: handle is weft's 4-tuple", isinstance(handle, tuple) and len(handle) == 4)
+            check.record(f"{label}dispatch {name}: handle recv_src_idx has a row each", handle[1].shape == (len(rows),))
+            check.record(f"{label}dispatch {name}: handle is_token_in_rank is the layout's", handle[2] is is_token_in_rank)
+        else:
+            check.record(f"{label}dispatch {name}: handle is DeepEP's 6-tuple", isinstance(handle, tuple) and len(handle) == 6)
+            check.equal(f"{label}dispatch {name}: handle recv_src_idx", handle[3], torch.tensor([t for _, t in rows], dtype=torch.int32))
+            check.record(f"{label}dispatch {name}: handle is_token_in_rank is the layout's", handle[4] is is_token_in_rank)
 
         cached = buffer.dispatch(payload, handle=handle)
-        check.record(f"cached dispatch {name}: DeepEP's tuple", cached[1:5] == (None, None, None, None))
+        check.record(f"{label}cached dispatch {name}: DeepEP's tuple", cached[1:5] == (None, None, None, None))
         got = cached[0][0] if name == "FP8" else cached[0]
-        check.equal(f"cached dispatch {name}: recv_x", got, recv_x)
+        check.equal(f"{label}cached dispatch {name}: recv_x", got, recv_x)
         received[name] = recv_x, recv_w, handle
 
     # Combine: each rank's expert output is its received rows times (rank + 1), so a token's sum
@@ -129,8 +145,8 @@ def normal_mode(check: Checks, group, rank: int, ranks: int, dev) -> None:
     biases = (bias[0].to(dev, torch.bfloat16), bias[1].to(dev, torch.bfloat16))
     combined, combined_w, _ = buffer.combine(expert_out, handle, topk_weights=recv_w, bias=biases)
     factor = (masks[rank].float() * torch.arange(1, ranks + 1).float()).sum(1, keepdim=True)
-    check.equal("combine: combined_x", combined, (x * factor + bias[0] + bias[1]).bfloat16())
-    check.equal("combine: combined_topk_weights", combined_w, torch.where(idx >= 0, weights, 0.0))
+    check.equal(f"{label}combine: combined_x", combined, (x * factor + bias[0] + bias[1]).bfloat16())
+    check.equal(f"{label}combine: combined_topk_weights", combined_w, torch.where(idx >= 0, weights, 0.0))
 
 
 def low_latency_mode(check: Checks, group, rank: int, ranks: int, dev, label: str = "low-latency"):
@@ -209,8 +225,8 @@ BETWEEN_NODES = {
 
 
 def between_nodes(check: Checks, group, rank: int, ranks: int, dev) -> None:
-    """The low-latency calls of a buffer whose ranks are on different (virtual) nodes, checked
-    as on one node; the normal mode refused there, at construction and per call."""
+    """Both modes' calls on buffers whose ranks are on different (virtual) nodes, checked as on
+    one node."""
     if ranks < 2:
         print(f"rank {rank}: skip between nodes: needs 2 ranks or more", flush=True)
         return
@@ -224,23 +240,7 @@ def between_nodes(check: Checks, group, rank: int, ranks: int, dev) -> None:
         check.record("between nodes: the hint is the between-nodes area", hint > one_node, f"{hint} vs {one_node}")
         buffer = low_latency_mode(check, group, rank, ranks, dev, label="between nodes: low-latency")
         check.record("between nodes: the buffer spans a node per rank", buffer.num_nodes == ranks, f"{buffer.num_nodes}")
-        x = torch.zeros(8, LL_HIDDEN, dtype=torch.bfloat16, device=dev)
-        try:
-            buffer.get_dispatch_layout(torch.zeros(8, TOPK, dtype=torch.int64, device=dev), experts)
-            check.record("between nodes: get_dispatch_layout refused", False, "it ran")
-        except NotImplementedError as e:
-            check.record("between nodes: get_dispatch_layout refused", "normal mode" in str(e), str(e))
-        try:
-            buffer.dispatch(x)
-            check.record("between nodes: dispatch refused", False, "it ran")
-        except NotImplementedError as e:
-            check.record("between nodes: dispatch refused", "normal mode" in str(e), str(e))
-        # Collective on every rank alike: the communicator is made, then every rank refuses.
-        try:
-            deep_ep.Buffer(group, num_nvl_bytes=1 << 20)
-            check.record("between nodes: low_latency_mode=False refused", False, "a buffer was made")
-        except ValueError as e:
-            check.record("between nodes: low_latency_mode=False refused", str(e).startswith("low_latency_mode:"), str(e))
+        normal_mode(check, group, rank, ranks, dev, label="between nodes: ", ranks_per_node=1)
     finally:
         for name, value in saved.items():
             if value is None:

@@ -72,7 +72,7 @@ def test_constructor_checks():
         (dict(num_nvl_bytes=100), "^num_nvl_bytes: must be a multiple of 128"),
         (dict(num_nvl_bytes=-128), "^num_nvl_bytes: must be a non-negative integer"),
         (dict(num_nvl_bytes=0), "^num_nvl_bytes: a buffer needs"),
-        (dict(num_rdma_bytes=1024), "^num_rdma_bytes: only the low-latency mode uses the RDMA buffer"),
+        (dict(num_rdma_bytes=1024), "^num_rdma_bytes: within one node only the low-latency mode uses the RDMA buffer"),
         (dict(low_latency_mode=True, num_rdma_bytes=1024, num_qps_per_rank=0), "^num_qps_per_rank: must be a positive"),
         (dict(enable_shrink=True), "^enable_shrink: weft has no shrink mode"),
     ]
@@ -123,6 +123,32 @@ def test_size_hints():
 
 
 @pytest.mark.skipif(not deep_ep.KERNELS_AVAILABLE, reason="needs the EP entry points")
+def test_size_hints_between_nodes(monkeypatch):
+    import weft._weft as native
+
+    c = Config(24)
+    # num_sms / 2 channels of the config's receive chunks, in tokens (the RDMA one rounded up
+    # to a multiple of its send chunk: 258).
+    nvl_tokens, rdma_tokens = 12 * 256, 12 * c.num_max_rdma_chunked_recv_tokens
+    # Within a node no RDMA bytes; across nodes of 1 or 2 ranks the rail hop's regions, and the
+    # hop within the node stages what it forwards.
+    assert c.get_rdma_buffer_size_hint(2 * H, 4, ranks_per_node=4) == 0
+    two_nodes = c.get_rdma_buffer_size_hint(2 * H, 4, ranks_per_node=2)
+    four_nodes = c.get_rdma_buffer_size_hint(2 * H, 4, ranks_per_node=1)
+    assert two_nodes == -(-native.ep_rdma_bytes_hint(rdma_tokens, H, 32, 4, 2) // 128) * 128
+    assert 0 < two_nodes < four_nodes and two_nodes % 128 == four_nodes % 128 == 0
+    nvl = c.get_nvl_buffer_size_hint(2 * H, 4, ranks_per_node=2)
+    assert nvl == -(-native.ep_nvl_bytes_hint_between_nodes(nvl_tokens, H, 32, 4, 2) // 128) * 128
+    # Without ranks_per_node: WEFT_RANKS_PER_NODE's virtual nodes, else one node.
+    monkeypatch.setenv("WEFT_RANKS_PER_NODE", "2")
+    assert c.get_rdma_buffer_size_hint(2 * H, 4) == two_nodes and c.get_nvl_buffer_size_hint(2 * H, 4) == nvl
+    monkeypatch.delenv("WEFT_RANKS_PER_NODE")
+    assert c.get_rdma_buffer_size_hint(2 * H, 4) == 0
+    with pytest.raises(ValueError, match="^ranks_per_node: must be a positive integer"):
+        c.get_rdma_buffer_size_hint(2 * H, 4, ranks_per_node=0)
+
+
+@pytest.mark.skipif(not deep_ep.KERNELS_AVAILABLE, reason="needs the EP entry points")
 def test_low_latency_size_hint_between_nodes(monkeypatch):
     # Between nodes weft-ep's area adds the send regions (as large as the receive regions, two
     # halves each) and two halves of count rows in and out (u64 per expert).
@@ -148,8 +174,8 @@ def test_low_latency_size_hint_between_nodes(monkeypatch):
 
 
 def between_nodes(monkeypatch, nodes=2, ranks_per_node=1):
-    """A low-latency buffer whose group spans ``nodes`` nodes (its native half stands in for the
-    topology only)."""
+    """A buffer of both modes whose group spans ``nodes`` nodes (its native half stands in for
+    the topology only)."""
     runtime = types.SimpleNamespace(nodes=nodes, ranks_per_node=ranks_per_node)
     monkeypatch.setattr(_native, "create_runtime", lambda **settings: runtime)
     b = Buffer(FakeGroup(0, R), num_rdma_bytes=1 << 20, low_latency_mode=True, num_qps_per_rank=E // R)
@@ -158,32 +184,31 @@ def between_nodes(monkeypatch, nodes=2, ranks_per_node=1):
 
 
 @pytest.mark.skipif(not deep_ep.KERNELS_AVAILABLE, reason="the native half is made only with the EP entry points")
-def test_normal_mode_between_nodes_is_refused_first(monkeypatch):
+def test_normal_mode_between_nodes_checks_its_arguments(monkeypatch):
     b, x = between_nodes(monkeypatch), FakeTensor((T, H), "bf16")
-    calls = {
-        "get_dispatch_layout": lambda: b.get_dispatch_layout(FakeTensor((T, K), "i64"), E),
-        "dispatch": lambda: b.dispatch(x, **layout()),
-        "combine": lambda: b.combine(FakeTensor((24, H), "bf16"), intranode_handle()),
-    }
-    for method, call in calls.items():
-        message = (
-            f"^{method}: weft's normal mode needs every rank on one node .*the group spans 2 nodes "
-            r"\(WEFT_RANKS_PER_NODE=1\); between nodes use the low-latency mode"
-        )
-        with pytest.raises(NotImplementedError, match=message):
-            call()
-    # Before any argument check: the reason is the topology, not the arguments.
-    with pytest.raises(NotImplementedError, match="^dispatch: weft's normal mode"):
-        b.dispatch(None)
-    with pytest.raises(NotImplementedError, match=r"the group spans 3 nodes \(hosts\)"):
-        between_nodes(monkeypatch, nodes=3, ranks_per_node=None).combine(None, None)
-    # The low-latency calls check their arguments as on one node (test_ep_adapter.py follows
-    # them to the native entry points).
-    with pytest.raises(ValueError, match="^num_experts: must divide evenly"):
-        b.low_latency_dispatch(x, FakeTensor((T, K), "i64"), 128, 3)
-    # One node: the normal mode's arguments are checked as before.
+    # The calls of one node, checked as there (test_ep_adapter.py follows them to the native
+    # entry points between nodes).
     with pytest.raises(ValueError, match="^x: required"):
-        between_nodes(monkeypatch, nodes=1).dispatch(None)
+        b.dispatch(None)
+    with pytest.raises(ValueError, match="^num_experts: must divide evenly"):
+        b.get_dispatch_layout(FakeTensor((T, K), "i64"), 3)
+    # The handle between nodes is weft's 4-tuple: a one-node handle is refused by name.
+    with pytest.raises(ValueError, match="^handle: must be the 4-tuple a normal-mode dispatch between nodes returned"):
+        b.combine(FakeTensor((24, H), "bf16"), intranode_handle())
+    with pytest.raises(ValueError, match="^handle: must be the 4-tuple"):
+        b.dispatch(x, handle=intranode_handle())
+    handle = (FakeTensor((R, R), "i32"), FakeTensor((24,), "i32"), FakeTensor((T, R), "bool"), "rail")
+    with pytest.raises(ValueError, match="^handle\\[3\\]: must be the native handle"):
+        b.combine(FakeTensor((24, H), "bf16"), handle)
+    # DeepEP's per-node counts are accepted between nodes (weft counts them itself), and must
+    # have one entry per node.
+    with pytest.raises(ValueError, match="^num_tokens_per_rdma_rank: "):
+        b.dispatch(x, num_tokens_per_rdma_rank=FakeTensor((3,), "i32"), **layout())
+    # One node: a one-node handle is what a combine takes, and no per-node counts.
+    with pytest.raises(ValueError, match="^handle: must be the 6-tuple"):
+        between_nodes(monkeypatch, nodes=1).combine(FakeTensor((24, H), "bf16"), handle)
+    with pytest.raises(ValueError, match="^num_tokens_per_rdma_rank: must be None within one node"):
+        between_nodes(monkeypatch, nodes=1).dispatch(x, num_tokens_per_rdma_rank=FakeTensor((1,), "i32"), **layout())
 
 
 def test_class_settings():

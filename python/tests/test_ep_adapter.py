@@ -18,6 +18,7 @@ from weft.ep import Buffer, EventOverlap, _native
 
 T, H, K, E, R = 16, 256, 4, 8, 2
 RECEIVED = 24
+RAIL = object()  # the native handle of a dispatch between nodes
 pytestmark = pytest.mark.skipif(not _native.KERNELS_AVAILABLE, reason="needs the EP entry points' signatures")
 _addresses = itertools.count(1 << 20, 1 << 16)
 
@@ -100,7 +101,11 @@ class Recorder:
 
         def call(*args, **kwargs):
             self.calls.append((name, inspect.signature(real).bind(*args, **kwargs).arguments))
-            return (RECEIVED, [3, 5, 7, 9]) if name == "ep_notify_dispatch" else None
+            if name == "ep_notify_dispatch":
+                return RECEIVED, [3, 5, 7, 9]
+            if name == "ep_notify_between_nodes":
+                return RECEIVED, [3, 5, 7, 9], RAIL
+            return None
 
         return call
 
@@ -225,20 +230,61 @@ def create(env, monkeypatch, nodes, ranks_per_node=1, **settings):
 def test_runtime_between_nodes(env, monkeypatch):
     runtime, topology = create(env, monkeypatch, nodes=2)
     assert (runtime.nodes, runtime.ranks_per_node) == (2, 1)
-    # The buffer is num_rdma_bytes alone: nothing uses the normal mode's staging between nodes.
-    assert env.calls == [("ep_buffer_create", {"comm": topology, "num_nvl_bytes": 0, "num_rdma_bytes": 1 << 21})]
+    # Both areas: the normal mode stages its hop within the node in num_nvl_bytes.
+    assert env.calls == [("ep_buffer_create", {"comm": topology, "num_nvl_bytes": 1 << 20, "num_rdma_bytes": 1 << 21})]
 
     runtime, topology = create(env, monkeypatch, nodes=1, ranks_per_node=None, low_latency_mode=False)
     assert (runtime.nodes, runtime.ranks_per_node) == (1, None)
     assert env.calls[-1] == ("ep_buffer_create", {"comm": topology, "num_nvl_bytes": 1 << 20, "num_rdma_bytes": 1 << 21})
 
+    create(env, monkeypatch, nodes=2, low_latency_mode=False)  # the normal mode between nodes
     env.calls.clear()
-    with pytest.raises(ValueError, match=r"^low_latency_mode: the group spans 2 nodes \(WEFT_RANKS_PER_NODE=1\), and "
-                                         "between nodes weft's EP offers the low-latency mode only"):
+    with pytest.raises(ValueError, match=r"^num_rdma_bytes: the group spans 2 nodes \(WEFT_RANKS_PER_NODE=1\), where "
+                                         "the normal mode's tokens cross the network through it"):
         create(env, monkeypatch, nodes=2, low_latency_mode=False, num_rdma_bytes=0)
     with pytest.raises(ValueError, match=r"^num_rdma_bytes: the group spans 4 nodes \(hosts\), where the low-latency"):
         create(env, monkeypatch, nodes=4, ranks_per_node=None, num_rdma_bytes=0)
     assert env.calls == []  # refused before the buffer is made
+
+
+def test_normal_mode_between_nodes_takes_the_same_calls(env):
+    env.runtime.nodes, env.runtime.ranks_per_node = 2, 1
+    b = buffer(env, num_nvl_bytes=1 << 20, num_rdma_bytes=1 << 21, low_latency_mode=True)
+    per_rank, per_rdma, per_expert, in_rank, _ = b.get_dispatch_layout(FakeTensor((T, K), "i64"), E)
+    assert per_rdma is None and in_rank.shape == (T, R)
+    recv_x, recv_idx, recv_w, per_expert_list, handle, _ = b.dispatch(
+        (FakeTensor((T, H), "f8e4m3"), FakeTensor((T, H // 128), "f32")), num_tokens_per_rank=per_rank,
+        is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=FakeTensor((T, K), "i64"),
+        topk_weights=FakeTensor((T, K), "f32"),
+    )
+    (x, scales) = recv_x
+    assert (x.shape, x.dtype, scales.shape, recv_idx.shape, recv_w.shape) == ((RECEIVED, H), "float8_e4m3fn", (RECEIVED, 2), (RECEIVED, K), (RECEIVED, K))
+    assert per_expert_list == [3, 5, 7, 9]
+    prefix, src_idx, handle_in_rank, rail = handle
+    assert (prefix.shape, src_idx.shape, rail) == ((R, R), (RECEIVED,), RAIL) and handle_in_rank is in_rank
+    names = [name for name, _ in env.calls]
+    assert names == ["ep_get_dispatch_layout", "ep_notify_between_nodes", "ep_dispatch_between_nodes"]
+    notify, dispatch = env.calls[1][1], env.calls[2][1]
+    assert notify["routing"] == (T, K, E) and notify["num_sms"] == 24
+    assert notify["rank_prefix_matrix"] == prefix.data_ptr() and notify["layout"][2] == in_rank.data_ptr()
+    assert dispatch["rail"] is RAIL and dispatch["recv_src_idx"] == src_idx.data_ptr()
+    assert dispatch["x_scales"] != 0 and dispatch["recv_x_scales"] == scales.data_ptr()
+    assert dispatch["stream"] == env.runtime.comm_stream.cuda_stream
+
+    # A cached dispatch: the same handle, no top-k, into the same received rows.
+    cached, *rest = b.dispatch(FakeTensor((T, H), "bf16"), handle=handle)
+    assert rest[:4] == [None, None, None, None] and (cached.shape, cached.dtype) == ((RECEIVED, H), "bfloat16")
+    call = env.calls[-1]
+    assert call[0] == "ep_dispatch_between_nodes" and call[1]["topk_idx"] == 0 and call[1]["rail"] is RAIL
+
+    combined, combined_w, _ = b.combine(
+        FakeTensor((RECEIVED, H), "bf16"), handle, topk_weights=FakeTensor((RECEIVED, K), "f32"),
+        bias=FakeTensor((T, H), "bf16"),
+    )
+    assert (combined.shape, combined_w.shape) == ((T, H), (T, K))
+    name, call = env.calls[-1]
+    assert name == "ep_combine_between_nodes" and call["rail"] is RAIL and call["topk"] == K
+    assert call["bias"][0] != 0 and call["bias"][1] == 0 and call["combined_x"] == combined.data_ptr()
 
 
 def test_low_latency_between_nodes_takes_the_same_calls(env):
@@ -261,8 +307,3 @@ def test_low_latency_between_nodes_takes_the_same_calls(env):
         ("ep_low_latency_combine", "send", (T, K, E, H, 32)), ("ep_low_latency_combine", "recv", (T, K, E, H, 32)),
         ("ep_low_latency_dispatch", "both", (T, K, E, H, 32)),
     ]
-    # The normal mode never reaches the native half between nodes.
-    start = len(env.calls)
-    with pytest.raises(NotImplementedError, match="^get_dispatch_layout: weft's normal mode needs every rank on one node"):
-        b.get_dispatch_layout(FakeTensor((T, K), "i64"), E)
-    assert env.calls[start:] == []

@@ -220,14 +220,16 @@ impl Buffer {
         }
     }
 
-    /// `Err` for a raw normal-mode call (`call`) on a group spanning nodes: the raw layer
-    /// drives the one-node kernels only; between nodes the typed calls run the two hops
-    /// (docs/ep.md, "Normal mode between nodes").
+    /// `Err` for a raw normal-mode call (`call`) on a group spanning nodes: these raw calls
+    /// drive the one-node kernels only; between nodes the typed calls and the raw
+    /// `*_between_nodes` calls run the two hops (docs/ep.md, "Normal mode between nodes").
     pub(crate) fn check_one_node(&self, call: &str) -> Result<(), EpError> {
         if !self.spans_nodes() {
             return Ok(());
         }
-        let detail = format!("raw {call} across nodes (the typed calls run the normal mode between nodes)");
+        let detail = format!(
+            "raw {call} across nodes (the typed calls and raw_{call}_between_nodes run the normal mode between nodes)"
+        );
         Err(EpError::Unsupported { rank: self.rank(), detail })
     }
 

@@ -217,6 +217,39 @@ impl Buffer {
         if self.rail_dirty.swap(false, Ordering::Relaxed) { self.settle_rail(stream) } else { Ok(()) }
     }
 
+    /// The rail hop's send head of a notify of `shape`: `int32[tokens][nodes]`.
+    pub(crate) fn rail_send_head(&self, shape: RoutingShape, nodes: Nodes) -> Result<DeviceBuffer<i32>, EpError> {
+        DeviceBuffer::<i32>::new(self.comm.device(), (shape.tokens * nodes.nodes).max(1))
+            .map_err(|source| EpError::Gpu { rank: self.rank(), source })
+    }
+
+    /// What a notify between nodes leaves a handle: `plan`, the send head its layout kernel
+    /// wrote, and the NVL hop's tensors, allocated for the rows this rank forwards.
+    pub(crate) fn internode_handle(
+        &self,
+        plan: RailPlan,
+        rail_send_head: DeviceBuffer<i32>,
+        shape: RoutingShape,
+        config: Config,
+    ) -> Result<InternodeHandle, EpError> {
+        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
+        let device = self.comm.device();
+        let alloc = |len: usize| DeviceBuffer::<i32>::new(device, len.max(1)).map_err(gpu);
+        let (k, forwarded, channels) = (plan.nodes.per_node, plan.forwarded, config.channels() as usize);
+        let node_layout = LayoutBuffers {
+            num_tokens_per_rank: alloc(k)?,
+            num_tokens_per_expert: alloc(shape.num_experts / plan.nodes.nodes)?,
+            is_token_in_rank: DeviceBuffer::<u8>::new(device, (forwarded * k).max(1)).map_err(gpu)?,
+        };
+        let node_handle = HandleBuffers {
+            rank_prefix_matrix: alloc(k * k)?,
+            channel_prefix_matrix: alloc(k * channels)?,
+            recv_channel_prefix_matrix: alloc(k * channels)?,
+            send_head: alloc(forwarded * k)?,
+        };
+        Ok(InternodeHandle { plan, rail_send_head, node_layout, node_handle, hidden: None, node_notified: false })
+    }
+
     /// The device communicator's handle (a group spanning nodes has one).
     fn gin_between_nodes(&self) -> Result<weft_types::DevCommHandle, EpError> {
         self.gin_handle().ok_or_else(|| EpError::Unsupported {

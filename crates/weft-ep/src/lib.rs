@@ -45,6 +45,8 @@
 //! | `low_latency_dispatch` | [`Buffer::low_latency_dispatch`] (`return_recv_hook` and the hook: [`low_latency::LlKernels`]) | [`Buffer::raw_low_latency_dispatch`] |
 //! | `low_latency_combine` | [`Buffer::low_latency_combine`] | [`Buffer::raw_low_latency_combine`] |
 //! | the intranode handle tuple | [`typed::DispatchHandle`] (owns five of the six, with the layout; `recv_src_idx` is an output of each dispatch) | [`raw::Handle`] (same six tensors, same order) |
+//! | `dispatch`/`combine` between nodes (`internode_*`) | the same typed calls | [`Buffer::raw_notify_between_nodes`], [`Buffer::raw_dispatch_between_nodes`], [`Buffer::raw_combine_between_nodes`] |
+//! | the internode handle tuple | [`typed::DispatchHandle`] (it also owns the two hops' tensors) | [`RailHandle`] (the two hops' tensors; the caller holds `rank_prefix_matrix`, `recv_src_idx` and the layout) |
 //! | the low-latency handle | [`typed_low_latency::LlHandle`] | its two tensors |
 //!
 //! Semantics are DeepEP's: receive order by source rank, then token; `recv_topk_idx` holds
@@ -64,6 +66,7 @@ mod internode;
 mod launch;
 pub mod low_latency;
 pub mod model;
+mod rail_raw;
 pub mod raw;
 mod region;
 pub mod typed;
@@ -72,6 +75,7 @@ mod views;
 
 pub use buffer::{Buffer, Config, DEFAULT_NUM_SMS};
 pub use error::EpError;
+pub use rail_raw::RailHandle;
 pub use region::{
     LL_MAX_EXPERTS, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS, ll_message_bytes, low_latency_net_bytes_hint,
     low_latency_rdma_size_hint, nvl_bytes_hint, nvl_bytes_hint_between_nodes, rdma_bytes_hint,

@@ -102,6 +102,13 @@ impl Payload {
         }
     }
 
+    /// Channels of one row.
+    pub fn hidden(&self) -> usize {
+        match *self {
+            Payload::Bf16 { hidden, .. } | Payload::Fp8 { hidden, .. } => hidden,
+        }
+    }
+
     /// Bytes of one row.
     pub fn hidden_bytes(&self) -> usize {
         match *self {

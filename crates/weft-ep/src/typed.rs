@@ -635,10 +635,7 @@ impl Buffer {
             Need { argument: "rank_prefix_matrix", view: &rank_prefix, elements: ranks * ranks, of: "ranks × ranks" },
         ];
         self.check_views(&needs)?;
-        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
-        let device = self.comm.device();
-        let alloc = |len: usize| DeviceBuffer::<i32>::new(device, len.max(1)).map_err(gpu);
-        let rail_send_head = alloc(shape.tokens * nodes.nodes)?;
+        let rail_send_head = self.rail_send_head(shape, nodes)?;
         let layout = handle.layout.raw();
         let head = rail_send_head.ptr();
         // SAFETY: the layout's views hold what the shape needs on this GPU (checked above) and
@@ -647,29 +644,11 @@ impl Buffer {
         let plan = self.enqueue(stream, &needs, || unsafe {
             self.notify_between_nodes(&layout, shape, expert_alignment, head, stream)
         })?;
+        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         handle.tensors.rank_prefix_matrix.copy_from_host(&plan.rank_prefix_matrix).map_err(gpu)?;
-        let (k, forwarded, channels) = (nodes.per_node, plan.forwarded, handle.config.channels() as usize);
-        let node_layout = LayoutBuffers {
-            num_tokens_per_rank: alloc(k)?,
-            num_tokens_per_expert: alloc(shape.num_experts / nodes.nodes)?,
-            is_token_in_rank: DeviceBuffer::<u8>::new(device, (forwarded * k).max(1)).map_err(gpu)?,
-        };
-        let node_handle = HandleBuffers {
-            rank_prefix_matrix: alloc(k * k)?,
-            channel_prefix_matrix: alloc(k * channels)?,
-            recv_channel_prefix_matrix: alloc(k * channels)?,
-            send_head: alloc(forwarded * k)?,
-        };
         handle.counts = plan.counts.clone();
         handle.notified.0 = self.normal_calls.load(Ordering::Relaxed);
-        handle.internode = Some(Box::new(InternodeHandle {
-            plan,
-            rail_send_head,
-            node_layout,
-            node_handle,
-            hidden: None,
-            node_notified: false,
-        }));
+        handle.internode = Some(Box::new(self.internode_handle(plan, rail_send_head, shape, handle.config)?));
         Ok(())
     }
 }

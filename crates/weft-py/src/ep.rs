@@ -4,10 +4,11 @@
 //! call weft-ep with the GIL released. weft-ep checks shapes and sizes again, so a wrong one is
 //! an `InvalidArgumentError` naming the argument.
 //!
-//! The only host sync is [`ep_notify_dispatch`]'s: a dispatch without a handle must learn how
-//! many rows it receives before Python can allocate them, as DeepEP's does.
+//! The only host syncs are [`ep_notify_dispatch`]'s and [`ep_notify_between_nodes`]': a dispatch
+//! without a handle must learn how many rows it receives before Python can allocate them, as
+//! DeepEP's does. Between nodes the handle's own tensors are weft-ep's ([`EpRailHandle`]).
 
-use std::sync::RwLock;
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -16,7 +17,7 @@ use weft::ep::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Handle, LayoutTensors, MAX_TOPK, Payload, RoutingShape,
     Scales,
 };
-use weft::ep::{Buffer, Config, EpError};
+use weft::ep::{Buffer, Config, EpError, RailHandle};
 use weft::gpu::{DevicePtr, Stream};
 
 use crate::communicator::Communicator;
@@ -43,6 +44,14 @@ fn optional(ptr: DevicePtr) -> Option<DevicePtr> {
 /// Contiguous f32 scales, `[rows][hidden / 128]`, at `ptr` (0: none).
 fn row_scales(ptr: DevicePtr, hidden: usize) -> Option<Scales> {
     optional(ptr).map(|ptr| Scales { ptr, token_stride: hidden.div_ceil(128) as u32, hidden_stride: 1 })
+}
+
+/// Rows of `hidden` channels at `x`: E4M3 with the scales at `x_scales`, or BF16 (0).
+fn payload(x: DevicePtr, x_scales: DevicePtr, hidden: usize) -> Payload {
+    match row_scales(x_scales, hidden) {
+        Some(scales) => Payload::Fp8 { x, scales, hidden },
+        None => Payload::Bf16 { x, hidden },
+    }
 }
 
 /// Runs `call` on `buffer`'s weft-ep buffer and the stream whose handle is `stream`, without
@@ -77,8 +86,9 @@ enum Refused {
 }
 
 /// The EP buffer of `comm`'s rank: `num_nvl_bytes` of normal-mode staging, `num_rdma_bytes`
-/// for the low-latency mode. On a communicator spanning nodes weft-ep makes it window 0 of a
-/// device communicator (low-latency mode only; `weft.ep` passes no staging there). Collective.
+/// for the low-latency mode. On a communicator spanning nodes weft-ep makes `num_rdma_bytes`
+/// window 0 of a device communicator, for the low-latency mode and the normal mode's rail hop;
+/// `num_nvl_bytes` then stages the normal mode's hop within the node. Collective.
 #[pyfunction]
 fn ep_buffer_create(
     py: Python<'_>,
@@ -222,11 +232,11 @@ fn ep_dispatch(
     cached: bool,
     stream: usize,
 ) -> PyResult<()> {
-    let payload = match row_scales(x_scales, hidden) {
-        Some(scales) => Payload::Fp8 { x, scales, hidden },
-        None => Payload::Bf16 { x, hidden },
+    let input = DispatchInput {
+        x: payload(x, x_scales, hidden),
+        topk_idx: optional(topk_idx),
+        topk_weights: optional(topk_weights),
     };
-    let input = DispatchInput { x: payload, topk_idx: optional(topk_idx), topk_weights: optional(topk_weights) };
     let output = DispatchOutput {
         recv_x,
         recv_x_scales: row_scales(recv_x_scales, hidden),
@@ -272,6 +282,141 @@ fn ep_combine(
         b.communicator().settle_before_launch()?;
         // SAFETY: as in ep_get_dispatch_layout; `x` holds the handle's received rows.
         unsafe { b.raw_combine(&input, &output, &handle, tokens, s) }
+    })
+}
+
+/// DeepEP's internode handle, as weft-ep keeps it: what the two hops of the normal mode
+/// between nodes need besides the caller's tensors (private: `weft.ep` puts it in the handle
+/// tuple it returns).
+#[pyclass(module = "weft._weft", frozen)]
+pub(crate) struct EpRailHandle {
+    rail: Mutex<RailHandle>,
+}
+
+impl EpRailHandle {
+    fn lock(&self) -> PyResult<MutexGuard<'_, RailHandle>> {
+        self.rail.lock().map_err(|_| PyRuntimeError::new_err("the EP handle is unusable: a call on it panicked"))
+    }
+}
+
+/// The normal mode's `num_rdma_bytes` between nodes (DeepEP's `get_rdma_buffer_size_hint`):
+/// weft-ep's rail hop regions for up to `max_tokens` tokens per rank; 0 on one node.
+#[pyfunction]
+fn ep_rdma_bytes_hint(max_tokens: usize, hidden: usize, topk: usize, num_ranks: usize, ranks_per_node: usize) -> usize {
+    weft::ep::rdma_bytes_hint(max_tokens, hidden, topk.min(MAX_TOPK), num_ranks, ranks_per_node)
+}
+
+/// The normal mode's `num_nvl_bytes` between nodes: the NVL hop's staging of the rows a rank
+/// forwards.
+#[pyfunction]
+fn ep_nvl_bytes_hint_between_nodes(
+    max_tokens: usize,
+    hidden: usize,
+    topk: usize,
+    num_ranks: usize,
+    ranks_per_node: usize,
+) -> usize {
+    weft::ep::nvl_bytes_hint_between_nodes(max_tokens, hidden, topk.min(MAX_TOPK), num_ranks, ranks_per_node)
+}
+
+/// The notify of a dispatch between nodes (the rail layout, then the host exchange of every
+/// rank's counts), the group's `rank_prefix_matrix` written into the caller's: returns
+/// `(num_recv_tokens, num_recv_tokens_per_expert_list, handle)`. Collective.
+#[pyfunction]
+fn ep_notify_between_nodes(
+    buffer: &Bound<'_, EpBuffer>,
+    layout: (DevicePtr, DevicePtr, DevicePtr),
+    routing: Routing,
+    expert_alignment: usize,
+    num_sms: u32,
+    rank_prefix_matrix: DevicePtr,
+    stream: usize,
+) -> PyResult<(usize, Vec<i32>, EpRailHandle)> {
+    let layout =
+        LayoutTensors { num_tokens_per_rank: layout.0, num_tokens_per_expert: layout.1, is_token_in_rank: layout.2 };
+    let shape = self::routing(routing);
+    let rail = on_stream(buffer, stream, |b, s| {
+        b.communicator().settle_before_launch()?;
+        // SAFETY: as in ep_get_dispatch_layout; `rank_prefix_matrix` holds ranks × ranks
+        // entries (Python allocates it so).
+        unsafe {
+            b.raw_notify_between_nodes(&layout, shape, expert_alignment, Config { num_sms }, rank_prefix_matrix, s)
+        }
+    })?;
+    let counts = rail.counts().clone();
+    Ok((counts.num_recv_tokens, counts.num_recv_tokens_per_expert, EpRailHandle { rail: Mutex::new(rail) }))
+}
+
+/// `dispatch` between nodes of `rail`'s routing: `x` (BF16, or E4M3 with `x_scales`), top-k on
+/// the handle's first dispatch (0: none, DeepEP's cached dispatch), into the outputs of the
+/// handle's received rows and `recv_src_idx`. Collective.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // DeepEP's argument list, as addresses
+fn ep_dispatch_between_nodes(
+    buffer: &Bound<'_, EpBuffer>,
+    x: DevicePtr,
+    x_scales: DevicePtr,
+    hidden: usize,
+    topk_idx: DevicePtr,
+    topk_weights: DevicePtr,
+    rail: &Bound<'_, EpRailHandle>,
+    recv_src_idx: DevicePtr,
+    recv_x: DevicePtr,
+    recv_x_scales: DevicePtr,
+    recv_topk_idx: DevicePtr,
+    recv_topk_weights: DevicePtr,
+    stream: usize,
+) -> PyResult<()> {
+    let input = DispatchInput {
+        x: payload(x, x_scales, hidden),
+        topk_idx: optional(topk_idx),
+        topk_weights: optional(topk_weights),
+    };
+    let output = DispatchOutput {
+        recv_x,
+        recv_x_scales: row_scales(recv_x_scales, hidden),
+        recv_topk_idx: optional(recv_topk_idx),
+        recv_topk_weights: optional(recv_topk_weights),
+    };
+    let mut guard = rail.get().lock()?;
+    let handle = &mut *guard;
+    on_stream(buffer, stream, |b, s| {
+        b.communicator().settle_before_launch()?;
+        // SAFETY: as in ep_dispatch; the outputs hold the handle's received rows.
+        unsafe { b.raw_dispatch_between_nodes(&input, &output, recv_src_idx, handle, s) }
+    })
+}
+
+/// `combine` between nodes of `x` (`[received][hidden]` BF16, the rows `rail`'s dispatches
+/// received) with optional received top-k weights (`topk` per row) and up to two biases (0:
+/// none) into `combined_x` (and `combined_topk_weights`). Collective.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // DeepEP's argument list, as addresses
+fn ep_combine_between_nodes(
+    buffer: &Bound<'_, EpBuffer>,
+    x: DevicePtr,
+    hidden: usize,
+    topk_weights: DevicePtr,
+    topk: usize,
+    bias: (DevicePtr, DevicePtr),
+    rail: &Bound<'_, EpRailHandle>,
+    combined_x: DevicePtr,
+    combined_topk_weights: DevicePtr,
+    stream: usize,
+) -> PyResult<()> {
+    let input = CombineInput {
+        x,
+        hidden,
+        topk_weights: optional(topk_weights).map(|p| (p, topk)),
+        bias: [optional(bias.0), optional(bias.1)],
+    };
+    let output = CombineOutput { combined_x, combined_topk_weights: optional(combined_topk_weights) };
+    let guard = rail.get().lock()?;
+    let handle = &*guard;
+    on_stream(buffer, stream, |b, s| {
+        b.communicator().settle_before_launch()?;
+        // SAFETY: as in ep_combine; `x` holds the handle's received rows.
+        unsafe { b.raw_combine_between_nodes(&input, &output, handle, s) }
     })
 }
 
@@ -363,6 +508,12 @@ fn ep_low_latency_combine(
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EpBuffer>()?;
+    m.add_class::<EpRailHandle>()?;
+    m.add_function(wrap_pyfunction!(ep_rdma_bytes_hint, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_nvl_bytes_hint_between_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_notify_between_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_dispatch_between_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_combine_between_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(ep_buffer_create, m)?)?;
     m.add_function(wrap_pyfunction!(ep_buffer_destroy, m)?)?;
     m.add_function(wrap_pyfunction!(ep_nvl_bytes_hint, m)?)?;

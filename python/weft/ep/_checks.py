@@ -65,6 +65,19 @@ class Checker:
         send_head = self.tensor(handle[5], "handle[5] (send_head)", ("i32",), (in_rank.shape[0], r))
         return prefix, channels, recv_channels, src_idx, in_rank, send_head
 
+    def internode_handle(self, handle, num_tokens: int | None = None) -> tuple:
+        """weft's handle of a normal-mode dispatch between nodes: ``(rank_prefix_matrix [R, R]
+        int32, recv_src_idx [N] int32, is_token_in_rank [T, R] bool, the native rail handle)``."""
+        if not isinstance(handle, tuple) or len(handle) != 4:
+            raise ValueError("handle: must be the 4-tuple a normal-mode dispatch between nodes returned")
+        r = self.num_ranks
+        prefix = self.tensor(handle[0], "handle[0] (rank_prefix_matrix)", ("i32",), (r, r))
+        src_idx = self.tensor(handle[1], "handle[1] (recv_src_idx)", ("i32",), (None,))
+        in_rank = self.tensor(handle[2], "handle[2] (is_token_in_rank)", ("bool",), (num_tokens, r))
+        if handle[3] is None or isinstance(handle[3], (int, float, str, bytes, tuple, list)):
+            raise ValueError("handle[3]: must be the native handle a dispatch between nodes returned")
+        return prefix, src_idx, in_rank, handle[3]
+
     def low_latency_handle(self, handle) -> tuple:
         """DeepEP's low-latency handle: ``(packed_recv_src_info [E/R, R * max_tokens] int32,
         packed_recv_layout_range [E/R, R] int64, num_max_dispatch_tokens_per_rank, hidden,
@@ -82,21 +95,17 @@ class Checker:
 
 
 def between_nodes(nodes: int, ranks_per_node: int | None, low_latency_mode: bool, num_rdma_bytes: int) -> None:
-    """A buffer whose group spans ``nodes`` nodes (the communicator's topology): weft's EP offers
-    the low-latency mode there, in ``num_rdma_bytes`` (``ValueError`` naming the argument)."""
-    if nodes <= 1:
+    """A buffer whose group spans ``nodes`` nodes (the communicator's topology) needs
+    ``num_rdma_bytes``: the low-latency area there, and the normal mode's rail hop
+    (``ValueError`` naming the argument)."""
+    if nodes <= 1 or num_rdma_bytes:
         return
-    where = spread(nodes, ranks_per_node)
-    if not low_latency_mode:
-        raise ValueError(
-            f"low_latency_mode: {where}, and between nodes weft's EP offers the low-latency mode only (the "
-            "normal mode maps every peer's buffer over NVLink); pass low_latency_mode=True"
-        )
-    if num_rdma_bytes == 0:
-        raise ValueError(
-            f"num_rdma_bytes: {where}, where the low-latency mode needs its buffer (size it with "
-            "Buffer.get_low_latency_rdma_size_hint)"
-        )
+    what = (
+        "the low-latency mode needs its buffer (size it with Buffer.get_low_latency_rdma_size_hint)"
+        if low_latency_mode
+        else "the normal mode's tokens cross the network through it (size it with Config.get_rdma_buffer_size_hint)"
+    )
+    raise ValueError(f"num_rdma_bytes: {spread(nodes, ranks_per_node)}, where {what}")
 
 
 def spread(nodes: int, ranks_per_node: int | None) -> str:

@@ -74,11 +74,11 @@ def create_runtime(
     **_settings,
 ):
     """The native buffer of a ``Buffer`` (collective over its group). Where the communicator's
-    topology has the group span nodes (hosts, or ``WEFT_RANKS_PER_NODE`` virtual nodes), only
-    the low-latency mode is offered (``_checks.between_nodes``) and the buffer is
-    ``num_rdma_bytes`` alone: weft-ep makes it window 0 of a device communicator whose proxy
-    reaches the other nodes' ranks. DeepEP's NVSHMEM settings (``_settings``) have no native
-    counterpart."""
+    topology has the group span nodes (hosts, or ``WEFT_RANKS_PER_NODE`` virtual nodes), weft-ep
+    makes ``num_rdma_bytes`` window 0 of a device communicator whose proxy reaches the other
+    nodes' ranks (the low-latency area, and the normal mode's rail hop: ``_checks.between_nodes``
+    wants it), and ``num_nvl_bytes`` stages the normal mode's hop within the node. DeepEP's
+    NVSHMEM settings (``_settings``) have no native counterpart."""
     import torch
 
     if device is None:
@@ -86,8 +86,6 @@ def create_runtime(
     comm = _communicator(group, rank, num_ranks, device)
     nodes, ranks_per_node = comm._native.node_count, comm._native.ranks_per_node
     between_nodes(nodes, ranks_per_node, low_latency_mode, num_rdma_bytes)
-    if nodes > 1:
-        num_nvl_bytes = 0  # the normal mode's staging: nothing uses it between nodes
     native = _call("ep_buffer_create", comm._native, num_nvl_bytes, num_rdma_bytes)
     scratch = torch.empty(256, dtype=torch.uint8, device=f"cuda:{device}")
     return Runtime(comm, native, torch.cuda.Stream(device), device, scratch, nodes, ranks_per_node)
@@ -99,12 +97,17 @@ def destroy(runtime) -> None:
     _call("ep_buffer_destroy", native)
 
 
-def nvl_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
+def nvl_buffer_size_hint(config, hidden_bytes: int, num_ranks: int, ranks_per_node: int | None) -> int:
     """weft-ep stages whole dispatches: the bytes for the tokens a DeepEP ring of ``config``
     holds per rank (``num_sms / 2`` channels of ``num_max_nvl_chunked_recv_tokens``), with up to
-    ``MAX_TOPK`` experts per token. ``weft.ep.nvl_bytes_hint`` sizes for a token count."""
+    ``MAX_TOPK`` experts per token; where ``num_ranks`` span nodes of ``ranks_per_node``, the
+    hop within a node, which passes on every node's rows. ``weft.ep.nvl_bytes_hint`` sizes for
+    a token count."""
     tokens = config.num_sms // 2 * config.num_max_nvl_chunked_recv_tokens
-    return nvl_bytes_hint(tokens, -(-hidden_bytes // 2), MAX_TOPK, num_ranks)
+    hidden = -(-hidden_bytes // 2)
+    if ranks_per_node is not None and num_ranks > ranks_per_node:
+        return _aligned(_call("ep_nvl_bytes_hint_between_nodes", tokens, hidden, MAX_TOPK, num_ranks, ranks_per_node))
+    return nvl_bytes_hint(tokens, hidden, MAX_TOPK, num_ranks)
 
 
 def _aligned(nbytes: int) -> int:
@@ -116,9 +119,15 @@ def nvl_bytes_hint(max_tokens: int, hidden: int, topk: int, num_ranks: int) -> i
     return _aligned(_call("ep_nvl_bytes_hint", max_tokens, hidden, topk, num_ranks))
 
 
-def rdma_buffer_size_hint(config, hidden_bytes: int, num_ranks: int) -> int:
-    """0: within one node the normal mode uses no RDMA buffer."""
-    return 0
+def rdma_buffer_size_hint(config, hidden_bytes: int, num_ranks: int, ranks_per_node: int | None) -> int:
+    """The normal mode's rail hop between nodes of ``ranks_per_node`` for the tokens a DeepEP
+    RDMA ring of ``config`` holds per rank (``num_sms / 2`` channels of
+    ``num_max_rdma_chunked_recv_tokens``); 0 within one node (``ranks_per_node`` None or at
+    least ``num_ranks``), where the normal mode uses no RDMA buffer."""
+    if ranks_per_node is None or num_ranks <= ranks_per_node:
+        return 0
+    tokens = config.num_sms // 2 * config.num_max_rdma_chunked_recv_tokens
+    return _aligned(_call("ep_rdma_bytes_hint", tokens, -(-hidden_bytes // 2), MAX_TOPK, num_ranks, ranks_per_node))
 
 
 def low_latency_rdma_size_hint(*, spans_nodes: bool, num_ranks: int, **kwargs) -> int:
@@ -238,6 +247,69 @@ def combine(runtime, *, x, handle, topk_weights, bias, config, previous_event, a
         )
         outputs = [combined] + ([combined_weights] if combined_weights is not None else [])
         event = scope.finish([*outputs, *_objects(x, topk_weights, *handle, *bias)])
+    return combined, combined_weights, event
+
+
+def dispatch_between_nodes(
+    runtime, *, x, x_scales, topk_idx, topk_weights, expert_alignment, config, previous_event, async_finish,
+    allocate_on_comm_stream, stream, handle=None, num_tokens_per_rank=None, is_token_in_rank=None,
+    num_tokens_per_expert=None, **_unused,
+):
+    """``dispatch`` on a group spanning nodes (weft-ep's two hops). Returns as ``dispatch``, the
+    handle being weft's 4-tuple ``(rank_prefix_matrix, recv_src_idx, is_token_in_rank, rail)``
+    (the given one for a cached dispatch; a cached dispatch keeps the first one's
+    ``recv_src_idx``, which names the same rows). Without a handle the notify's counts are read
+    on the host, as DeepEP's internode dispatch does."""
+    native = _native(runtime)
+    (tokens, hidden), ranks, device = x.shape, runtime.comm.world_size, runtime.device
+    topk = topk_idx.shape[1] if topk_idx is not None else 0
+    a = runtime.address
+    with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
+        if handle is None:
+            num_experts = num_tokens_per_expert.shape[0]
+            prefix = _empty((ranks, ranks), "int32", device)
+            layout = tuple(a(t) for t in (num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank))
+            received, per_expert_list, rail = _call(
+                "ep_notify_between_nodes", native, layout, (tokens, topk, num_experts), expert_alignment,
+                config.num_sms, a(prefix), scope.handle,
+            )
+            parts = (prefix, _empty((received,), "int32", device), is_token_in_rank.obj, rail)
+        else:
+            parts, per_expert_list = (handle[0].obj, handle[1].obj, handle[2].obj, handle[3]), None
+            received = handle[1].shape[0]
+        fp8 = x_scales is not None
+        recv_x = _empty((received, hidden), "float8_e4m3fn" if fp8 else "bfloat16", device)
+        recv_scales = _empty((received, hidden // FP8_GROUP), "float32", device) if fp8 else None
+        recv_idx = _empty((received, topk), "int64", device) if topk_idx is not None else None
+        recv_weights = _empty((received, topk), "float32", device) if topk_weights is not None else None
+        _call(
+            "ep_dispatch_between_nodes", native, a(x), a(x_scales), hidden, a(topk_idx), a(topk_weights), parts[3],
+            a(parts[1]), a(recv_x), a(recv_scales), a(recv_idx), a(recv_weights), scope.handle,
+        )
+        outputs = [t for t in (recv_x, recv_scales, recv_idx, recv_weights) if t is not None]
+        event = scope.finish([*outputs, *parts[:3], *_objects(x, x_scales, topk_idx, topk_weights)])
+    return recv_x, recv_scales, recv_idx, recv_weights, per_expert_list, parts, event
+
+
+def combine_between_nodes(
+    runtime, *, x, handle, topk_weights, bias, config, previous_event, async_finish, allocate_on_comm_stream, stream,
+):
+    """``combine`` on a group spanning nodes, of a handle ``dispatch_between_nodes`` returned.
+    Returns ``(combined_x, combined_topk_weights, event)``."""
+    native = _native(runtime)
+    tokens, hidden = handle[2].shape[0], x.shape[1]
+    topk = topk_weights.shape[1] if topk_weights is not None else 0
+    a = runtime.address
+    with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
+        combined = _empty((tokens, hidden), "bfloat16", runtime.device)
+        combined_weights = _empty((tokens, topk), "float32", runtime.device) if topk_weights is not None else None
+        biases = (a(bias[0]) if bias else 0, a(bias[1]) if len(bias) > 1 else 0)
+        _call(
+            "ep_combine_between_nodes", native, a(x), hidden, a(topk_weights), topk, biases, handle[3], a(combined),
+            a(combined_weights), scope.handle,
+        )
+        outputs = [combined] + ([combined_weights] if combined_weights is not None else [])
+        event = scope.finish([*outputs, *_objects(x, topk_weights, *handle[:3], *bias)])
     return combined, combined_weights, event
 
 

@@ -8,7 +8,7 @@ import sys
 
 from .._stream import stream_handle
 from . import _native
-from ._checks import Checker, event_args, non_negative, positive, spread
+from ._checks import Checker, event_args, non_negative, positive
 from .config import Config
 from .event import EventHandle, EventOverlap
 
@@ -17,10 +17,13 @@ MAX_RANKS = 8
 
 
 class Buffer:
-    """The communication buffers of one rank for MoE dispatch and combine (normal mode over
-    NVLink; low-latency mode, also between nodes). Collective: every rank of ``group`` makes it
-    alike. Where the group spans nodes (the communicator's topology: hosts, or
-    ``WEFT_RANKS_PER_NODE`` virtual nodes), only the low-latency mode is offered."""
+    """The communication buffers of one rank for MoE dispatch and combine (normal mode and
+    low-latency mode, within a node and between nodes). Collective: every rank of ``group``
+    makes it alike. Where the group spans nodes (the communicator's topology: hosts, or
+    ``WEFT_RANKS_PER_NODE`` virtual nodes), ``num_rdma_bytes`` carries both modes across the
+    network and the normal mode runs in two hops (a rail hop to the destination node, then
+    NVLink within it), with the same calls; its handle is weft's 4-tuple, not DeepEP's
+    internode 10-tuple (pass it back as it came)."""
 
     num_sms: int = 24
 
@@ -51,8 +54,6 @@ class Buffer:
                 raise ValueError(f"{name}: must be a multiple of 128 bytes, got {value}")
         if num_nvl_bytes == 0 and num_rdma_bytes == 0:
             raise ValueError("num_nvl_bytes: a buffer needs NVLink bytes (normal mode) or RDMA bytes (low-latency mode)")
-        if num_rdma_bytes and not low_latency_mode:
-            raise ValueError("num_rdma_bytes: only the low-latency mode uses the RDMA buffer (pass low_latency_mode=True)")
         if low_latency_mode:
             positive(num_qps_per_rank, "num_qps_per_rank")
         if enable_shrink:
@@ -67,6 +68,15 @@ class Buffer:
                 num_nvl_bytes=num_nvl_bytes, num_rdma_bytes=num_rdma_bytes, low_latency_mode=low_latency_mode,
                 num_qps_per_rank=num_qps_per_rank, allow_nvlink_for_low_latency_mode=allow_nvlink_for_low_latency_mode,
                 allow_mnnvl=allow_mnnvl, explicitly_destroy=explicitly_destroy,
+            )
+        if num_rdma_bytes and not low_latency_mode and self.num_nodes == 1:
+            # Only now is the topology known; the native buffer made for nothing goes back.
+            if self.runtime is not None:
+                _native.destroy(self.runtime)
+                self.runtime = None
+            raise ValueError(
+                "num_rdma_bytes: within one node only the low-latency mode uses the RDMA buffer (pass "
+                "low_latency_mode=True, or 0)"
             )
 
     @property
@@ -145,8 +155,9 @@ class Buffer:
         allocate_on_comm_stream: bool = False,
     ):
         """From ``topk_idx`` (int64 ``[T, K]``, -1 for no expert): ``(num_tokens_per_rank [R]
-        int32, None, num_tokens_per_expert [E] int32, is_token_in_rank [T, R] bool, event)``."""
-        self._one_node_only("get_dispatch_layout")
+        int32, None, num_tokens_per_expert [E] int32, is_token_in_rank [T, R] bool, event)``.
+        Between nodes too: weft's dispatch counts the tokens per node itself, so the second
+        item stays ``None``."""
         c = self._checker()
         idx = c.tensor(topk_idx, "topk_idx", ("i64",), (None, None))
         c.experts(num_experts)
@@ -166,8 +177,8 @@ class Buffer:
         """Sends each token to the ranks of its experts. Returns ``(recv_x or (recv_x,
         recv_x_scales), recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert_list, handle,
         event)``; with a ``handle`` (cached layout) the middle four are ``None``."""
-        self._one_node_only("dispatch")
         c = self._checker()
+        between = self.num_nodes > 1
         data, scales = c.tokens(x)
         tokens, r = data.shape[0], self.group_size
         positive(expert_alignment, "expert_alignment")
@@ -176,11 +187,14 @@ class Buffer:
         config = _config(config, "config") or self.get_dispatch_config(self.group_size)
         event_args(previous_event, async_finish, allocate_on_comm_stream)
         if num_tokens_per_rdma_rank is not None:
-            raise ValueError("num_tokens_per_rdma_rank: must be None within one node")
+            if not between:
+                raise ValueError("num_tokens_per_rdma_rank: must be None within one node")
+            c.tensor(num_tokens_per_rdma_rank, "num_tokens_per_rdma_rank", ("i32",), (self.num_nodes,))
         if handle is not None:
             if topk_idx is not None or topk_weights is not None:
                 raise ValueError("topk_idx: a dispatch with a cached handle takes no topk_idx or topk_weights")
-            layout, idx, weights = {"handle": c.intranode_handle(handle, tokens)}, None, None
+            cached = c.internode_handle(handle, tokens) if between else c.intranode_handle(handle, tokens)
+            layout, idx, weights = {"handle": cached}, None, None
         else:
             per_expert = c.tensor(num_tokens_per_expert, "num_tokens_per_expert", ("i32",), (None,))
             c.experts(per_expert.shape[0], "num_tokens_per_expert (its length)")
@@ -194,7 +208,8 @@ class Buffer:
             idx = c.optional(topk_idx, "topk_idx", ("i64",), (tokens, None))
             k = idx.shape[1] if idx is not None else None
             weights = c.optional(topk_weights, "topk_weights", ("f32",), (tokens, k))
-        recv_x, recv_scales, recv_idx, recv_weights, per_expert_list, new_handle, event = _native.dispatch(
+        run = _native.dispatch_between_nodes if between else _native.dispatch
+        recv_x, recv_scales, recv_idx, recv_weights, per_expert_list, new_handle, event = run(
             self.runtime, x=data, x_scales=scales, topk_idx=idx, topk_weights=weights, expert_alignment=expert_alignment,
             num_worst_tokens=num_worst_tokens, config=config, previous_event=previous_event, async_finish=async_finish,
             allocate_on_comm_stream=allocate_on_comm_stream, stream=c.stream, **layout,
@@ -211,10 +226,14 @@ class Buffer:
         """Sums each received token's rows back on its source rank (without weights, as DeepEP),
         plus ``bias`` (one or two bf16 ``[T, H]``). Returns ``(combined_x,
         combined_topk_weights, event)``."""
-        self._one_node_only("combine")
         c = self._checker()
-        parts = c.intranode_handle(handle)
-        received, tokens = parts[3].shape[0], parts[4].shape[0]
+        between = self.num_nodes > 1
+        if between:
+            parts = c.internode_handle(handle)
+            received, tokens = parts[1].shape[0], parts[2].shape[0]
+        else:
+            parts = c.intranode_handle(handle)
+            received, tokens = parts[3].shape[0], parts[4].shape[0]
         data = c.tensor(x, "x", ("bf16",), (received, None))
         hidden = data.shape[1]
         weights = c.optional(topk_weights, "topk_weights", ("f32",), (received, None))
@@ -224,7 +243,8 @@ class Buffer:
         biases = tuple(c.tensor(b, f"bias[{i}]", ("bf16",), (tokens, hidden)) for i, b in enumerate(biases))
         config = _config(config, "config") or self.get_combine_config(self.group_size)
         event_args(previous_event, async_finish, allocate_on_comm_stream)
-        combined, combined_weights, event = _native.combine(
+        run = _native.combine_between_nodes if between else _native.combine
+        combined, combined_weights, event = run(
             self.runtime, x=data, handle=parts, topk_weights=weights, bias=biases, config=config,
             previous_event=previous_event, async_finish=async_finish, allocate_on_comm_stream=allocate_on_comm_stream,
             stream=c.stream,
@@ -312,17 +332,6 @@ class Buffer:
 
     def _checker(self) -> Checker:
         return Checker(self.group_size, self.device, stream_handle(None, self.device))
-
-    def _one_node_only(self, method: str) -> None:
-        """Refuses a normal-mode call on a buffer whose group spans nodes, before any native
-        call (weft-ep would refuse it too: its normal-mode kernels read and write every peer's
-        buffer through NVLink mappings, which other nodes' buffers do not have)."""
-        if self.num_nodes > 1:
-            raise NotImplementedError(
-                f"{method}: weft's normal mode needs every rank on one node (its kernels map every peer's "
-                f"buffer over NVLink), and {spread(self.num_nodes, self.runtime.ranks_per_node)}; between "
-                "nodes use the low-latency mode (low_latency_dispatch, low_latency_combine)"
-            )
 
     def _low_latency_only(self, method: str) -> None:
         if not self.low_latency_mode:

@@ -37,16 +37,28 @@ class Config:
                 f"({send} > {self.num_max_rdma_chunked_recv_tokens} / 2)"
             )
 
-    def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
-        """The NVLink buffer bytes weft's normal-mode kernels need with this config."""
+    def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int, *, ranks_per_node: int | None = None) -> int:
+        """The NVLink buffer bytes weft's normal-mode kernels need with this config: over one
+        node, or where ``num_ranks`` span nodes of ``ranks_per_node`` ranks the hop within a
+        node (see ``get_rdma_buffer_size_hint`` for ``ranks_per_node``)."""
         _positive(hidden_bytes=hidden_bytes, num_ranks=num_ranks)
-        return _native.nvl_buffer_size_hint(self, hidden_bytes, num_ranks)
+        return _native.nvl_buffer_size_hint(self, hidden_bytes, num_ranks, _ranks_per_node(ranks_per_node))
 
-    def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
-        """The RDMA buffer bytes weft's normal-mode kernels need with this config (0 within a
-        node)."""
+    def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int, *, ranks_per_node: int | None = None) -> int:
+        """The RDMA buffer bytes weft's normal-mode kernels need with this config: the hop
+        between nodes where ``num_ranks`` span nodes of ``ranks_per_node`` ranks, 0 within a
+        node. ``ranks_per_node=None`` decides as the communicator's topology will for virtual
+        nodes (``WEFT_RANKS_PER_NODE``); hosts are known only once the ranks have met, so a
+        group over several hosts passes their ranks per host."""
         _positive(hidden_bytes=hidden_bytes, num_ranks=num_ranks)
-        return _native.rdma_buffer_size_hint(self, hidden_bytes, num_ranks)
+        return _native.rdma_buffer_size_hint(self, hidden_bytes, num_ranks, _ranks_per_node(ranks_per_node))
+
+
+def _ranks_per_node(ranks_per_node: int | None) -> int | None:
+    if ranks_per_node is None:
+        return _native.env_ranks_per_node()
+    _positive(ranks_per_node=ranks_per_node)
+    return ranks_per_node
 
 
 def _positive(**values: int) -> None:
