@@ -64,6 +64,11 @@ fn setup(len: usize, delay: Duration, config: CopyEngineConfig, paced: bool) -> 
     Setup { space, src, dst, token, transport, fifo, service: Some(service) }
 }
 
+/// `command` on connection `connection`.
+fn on_connection(connection: u16, command: FifoCommand) -> FifoCommand {
+    FifoCommand::encode(FifoCommandFields { connection, ..command.fields() }).unwrap()
+}
+
 fn link(
     peer: &str,
     queue: HostCopyQueue,
@@ -582,6 +587,87 @@ fn counter_updates_land_after_their_writes_and_in_order_even_under_chaos() {
             writer.sync(quiet).unwrap();
             assert_eq!(transport.completed(0).unwrap(), 2 * N as u64);
             assert_eq!(service.shutdown().unwrap().executed, 2 * N as u64 + 1);
+        }
+    });
+}
+
+/// A PortProxy with several FIFOs and threads (`WEFT_PROXY_FIFOS`, `WEFT_PROXY_THREADS`): two
+/// connections to one peer, each pushed into its own FIFO by its own writer and served by its
+/// own proxy thread, share the transport and the emulated NIC's pacer. Each connection's
+/// signals still come after its own data, in order and under chaos, and its flush after its puts.
+#[test]
+fn two_threads_on_two_fifos_keep_each_connection_s_signals_after_its_data() {
+    within(90, || {
+        const N: usize = 24;
+        const CHUNK: usize = 4096;
+        for chaos in [None, Some(3), Some(0xFEED)] {
+            let config = CopyEngineConfig { link: Some(LinkModel::new(200.0, None)), chaos, ..Default::default() };
+            let space = HostAddressSpace::new();
+            let transport = Arc::new(CopyEngineTransport::new(config).unwrap());
+            let (src_addr, src) = space.alloc(2 * N * CHUNK);
+            assert_eq!(transport.register_local(src_addr, (2 * N * CHUNK) as u64, src.clone()).unwrap(), 0);
+            let mut ends = Vec::new();
+            for connection in 0..2u16 {
+                let (dst_addr, dst) = space.alloc(N * CHUNK);
+                let (token, _) = space.alloc(8);
+                let queue = HostCopyQueue::new(space.clone(), Duration::ZERO);
+                let remote = vec![(3, dst_addr, (N * CHUNK) as u64)];
+                transport.connect(connection, link("rank 1", queue, token, remote, dst.clone(), true)).unwrap();
+                ends.push((dst, token, HostFifo::new(64).unwrap()));
+            }
+            let fifos: Vec<HostFifo> = ends.iter().map(|(_, _, f)| f.clone()).collect();
+            let service =
+                start_service(transport.clone(), &fifos, ProxyConfig { threads: 2, ..ProxyConfig::default() });
+            let writers: Vec<_> = (0..2usize)
+                .map(|c| {
+                    let (fifo, src) = (fifos[c].clone(), src.clone());
+                    std::thread::spawn(move || {
+                        let writer = FifoWriter::new(fifo, Some(Duration::from_secs(20)));
+                        for i in 0..N {
+                            let data = pattern(c * N + i, CHUNK);
+                            src.write((c * N + i) * CHUNK, &data).unwrap();
+                            let (from, to) = (((c * N + i) * CHUNK) as u32, (i * CHUNK) as u32);
+                            let put = command(FifoOp::PutSignal, 3, from, to, CHUNK as u32);
+                            writer.push(on_connection(c as u16, put)).unwrap();
+                        }
+                        let at = writer.push(on_connection(c as u16, command(FifoOp::Flush, 0, 0, 0, 0))).unwrap();
+                        writer.sync(at).unwrap();
+                    })
+                })
+                .collect();
+            // Spin on both tokens as two kernels would: every signal seen covers its data.
+            let start = Instant::now();
+            let mut seen = [0usize; 2];
+            while seen != [N, N] {
+                for (c, (dst, token, _)) in ends.iter().enumerate() {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "{chaos:?}: connection {c} stuck at {}",
+                        seen[c]
+                    );
+                    let value = space.load_u64(*token).unwrap() as usize;
+                    assert!(value <= N);
+                    for i in seen[c]..value {
+                        let mut got = vec![0; CHUNK];
+                        dst.read(i * CHUNK, &mut got).unwrap();
+                        assert_eq!(
+                            got,
+                            pattern(c * N + i, CHUNK),
+                            "{chaos:?}: connection {c}: signal {} before put {i}",
+                            i + 1
+                        );
+                    }
+                    seen[c] = value;
+                }
+            }
+            for w in writers {
+                w.join().unwrap();
+            }
+            let report = service.shutdown().unwrap();
+            assert_eq!(report.executed, 2 * (N as u64 + 1), "{chaos:?}");
+            for c in 0..2u16 {
+                assert_eq!(transport.completed(c).unwrap(), 2 * N as u64, "{chaos:?}: connection {c}");
+            }
         }
     });
 }

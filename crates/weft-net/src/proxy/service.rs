@@ -25,7 +25,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -372,9 +372,26 @@ struct Shared {
     distinct: Vec<Arc<dyn CommandHandler>>,
     config: ProxyConfig,
     drain_deadline: Mutex<Option<Instant>>,
+    /// When the service started; `last_progress` counts from it.
+    started: Instant,
+    /// Nanoseconds from `started` to the last round in which any thread made progress: a thread
+    /// naps only once the whole service has been idle for `idle_spin`, so with several threads
+    /// one whose FIFOs carry a rare command stays as awake as a single thread serving every
+    /// FIFO would.
+    last_progress: AtomicU64,
 }
 
 impl Shared {
+    fn progressed(&self) {
+        self.last_progress.store(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether no thread has made progress for `idle_spin`.
+    fn idle_for_spin(&self) -> bool {
+        let last = Duration::from_nanos(self.last_progress.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last) > self.config.idle_spin
+    }
+
     fn fail(&self, error: ProxyError) {
         {
             let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
@@ -458,6 +475,8 @@ impl ProxyServiceBuilder {
             distinct,
             config: self.config,
             drain_deadline: Mutex::new(None),
+            started: Instant::now(),
+            last_progress: AtomicU64::new(0),
         });
         let mut per_thread: Vec<Vec<Slot>> = (0..threads).map(|_| Vec::new()).collect();
         for (index, reader) in self.fifos.into_iter().enumerate() {
@@ -602,14 +621,22 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) -> (u64, u64) {
         if progressed {
             idle_rounds = 0;
             napping = false;
+            shared.progressed();
         } else {
             if idle_rounds == 0 {
                 idle_since = Instant::now();
             }
             idle_rounds = idle_rounds.saturating_add(1);
-            // The clock is read every 256 idle rounds, not on every poll.
-            if !napping && idle_rounds.is_multiple_of(256) && idle_since.elapsed() > shared.config.idle_spin {
+            // The clock is read every 256 idle rounds, not on every poll; a napping thread
+            // wakes to spinning when another thread made progress since.
+            if !napping
+                && idle_rounds.is_multiple_of(256)
+                && idle_since.elapsed() > shared.config.idle_spin
+                && shared.idle_for_spin()
+            {
                 napping = true;
+            } else if napping && !shared.idle_for_spin() {
+                napping = false;
             }
             if napping {
                 std::thread::sleep(shared.config.idle_nap);

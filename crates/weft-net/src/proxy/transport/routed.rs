@@ -1,7 +1,7 @@
 //! One [`Transport`] over several: each connection is routed, once, to the transport that
 //! reaches its peer (a proxy's peers in its own node go through the copy engine, peers in other
-//! nodes through TCP), so one FIFO and one proxy serve every peer while each connection keeps
-//! its own transport's ordering and completion rules.
+//! nodes through TCP), so one set of FIFOs and proxy threads serves every peer while each
+//! connection keeps its own transport's ordering and completion rules.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
