@@ -54,6 +54,46 @@ fn payload(x: DevicePtr, x_scales: DevicePtr, hidden: usize) -> Payload {
     }
 }
 
+/// A dispatch's rows (0: an absent tensor): `x` and its scales, the top-k indices and weights,
+/// and the outputs `recv_x`, its scales, `recv_topk_idx` and `recv_topk_weights`.
+fn dispatch_rows(
+    (x, x_scales): (DevicePtr, DevicePtr),
+    hidden: usize,
+    (topk_idx, topk_weights): (DevicePtr, DevicePtr),
+    (recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights): (DevicePtr, DevicePtr, DevicePtr, DevicePtr),
+) -> (DispatchInput, DispatchOutput) {
+    let input = DispatchInput {
+        x: payload(x, x_scales, hidden),
+        topk_idx: optional(topk_idx),
+        topk_weights: optional(topk_weights),
+    };
+    let output = DispatchOutput {
+        recv_x,
+        recv_x_scales: row_scales(recv_x_scales, hidden),
+        recv_topk_idx: optional(recv_topk_idx),
+        recv_topk_weights: optional(recv_topk_weights),
+    };
+    (input, output)
+}
+
+/// A combine's rows (0: an absent tensor): `x` of `hidden` channels, the received top-k
+/// weights (`topk` per row), up to two biases, and the outputs.
+fn combine_rows(
+    x: DevicePtr,
+    hidden: usize,
+    (topk_weights, topk): (DevicePtr, usize),
+    bias: (DevicePtr, DevicePtr),
+    (combined_x, combined_topk_weights): (DevicePtr, DevicePtr),
+) -> (CombineInput, CombineOutput) {
+    let input = CombineInput {
+        x,
+        hidden,
+        topk_weights: optional(topk_weights).map(|p| (p, topk)),
+        bias: [optional(bias.0), optional(bias.1)],
+    };
+    (input, CombineOutput { combined_x, combined_topk_weights: optional(combined_topk_weights) })
+}
+
 /// Runs `call` on `buffer`'s weft-ep buffer and the stream whose handle is `stream`, without
 /// the GIL.
 fn on_stream<R: Send>(
@@ -232,17 +272,12 @@ fn ep_dispatch(
     cached: bool,
     stream: usize,
 ) -> PyResult<()> {
-    let input = DispatchInput {
-        x: payload(x, x_scales, hidden),
-        topk_idx: optional(topk_idx),
-        topk_weights: optional(topk_weights),
-    };
-    let output = DispatchOutput {
-        recv_x,
-        recv_x_scales: row_scales(recv_x_scales, hidden),
-        recv_topk_idx: optional(recv_topk_idx),
-        recv_topk_weights: optional(recv_topk_weights),
-    };
+    let (input, output) = dispatch_rows(
+        (x, x_scales),
+        hidden,
+        (topk_idx, topk_weights),
+        (recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights),
+    );
     let handle = self::handle(handle);
     let shape = self::routing(routing);
     on_stream(buffer, stream, |b, s| {
@@ -270,13 +305,7 @@ fn ep_combine(
     tokens: usize,
     stream: usize,
 ) -> PyResult<()> {
-    let input = CombineInput {
-        x,
-        hidden,
-        topk_weights: optional(topk_weights).map(|p| (p, topk)),
-        bias: [optional(bias.0), optional(bias.1)],
-    };
-    let output = CombineOutput { combined_x, combined_topk_weights: optional(combined_topk_weights) };
+    let (input, output) = combine_rows(x, hidden, (topk_weights, topk), bias, (combined_x, combined_topk_weights));
     let handle = self::handle(handle);
     on_stream(buffer, stream, |b, s| {
         b.communicator().settle_before_launch()?;
@@ -367,17 +396,12 @@ fn ep_dispatch_between_nodes(
     recv_topk_weights: DevicePtr,
     stream: usize,
 ) -> PyResult<()> {
-    let input = DispatchInput {
-        x: payload(x, x_scales, hidden),
-        topk_idx: optional(topk_idx),
-        topk_weights: optional(topk_weights),
-    };
-    let output = DispatchOutput {
-        recv_x,
-        recv_x_scales: row_scales(recv_x_scales, hidden),
-        recv_topk_idx: optional(recv_topk_idx),
-        recv_topk_weights: optional(recv_topk_weights),
-    };
+    let (input, output) = dispatch_rows(
+        (x, x_scales),
+        hidden,
+        (topk_idx, topk_weights),
+        (recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights),
+    );
     let mut guard = rail.get().lock()?;
     let handle = &mut *guard;
     on_stream(buffer, stream, |b, s| {
@@ -404,13 +428,7 @@ fn ep_combine_between_nodes(
     combined_topk_weights: DevicePtr,
     stream: usize,
 ) -> PyResult<()> {
-    let input = CombineInput {
-        x,
-        hidden,
-        topk_weights: optional(topk_weights).map(|p| (p, topk)),
-        bias: [optional(bias.0), optional(bias.1)],
-    };
-    let output = CombineOutput { combined_x, combined_topk_weights: optional(combined_topk_weights) };
+    let (input, output) = combine_rows(x, hidden, (topk_weights, topk), bias, (combined_x, combined_topk_weights));
     let guard = rail.get().lock()?;
     let handle = &*guard;
     on_stream(buffer, stream, |b, s| {

@@ -180,6 +180,17 @@ def _view_handle(runtime, handle) -> tuple:
     return _handle_arg([runtime.address(p) for p in handle], handle[3].shape[0], handle[1].shape[1])
 
 
+def _received(x_scales, topk_idx, topk_weights, received: int, hidden: int, topk: int, device):
+    """A dispatch's outputs of ``received`` rows: ``recv_x`` (FP8 where ``x_scales`` is given,
+    else BF16), its scales, and the received top-k indices and weights where they were sent."""
+    fp8 = x_scales is not None
+    recv_x = _empty((received, hidden), "float8_e4m3fn" if fp8 else "bfloat16", device)
+    recv_scales = _empty((received, hidden // FP8_GROUP), "float32", device) if fp8 else None
+    recv_idx = _empty((received, topk), "int64", device) if topk_idx is not None else None
+    recv_weights = _empty((received, topk), "float32", device) if topk_weights is not None else None
+    return recv_x, recv_scales, recv_idx, recv_weights
+
+
 def dispatch(
     runtime, *, x, x_scales, topk_idx, topk_weights, expert_alignment, num_worst_tokens, config, previous_event,
     async_finish, allocate_on_comm_stream, stream, handle=None, num_tokens_per_rank=None, is_token_in_rank=None,
@@ -214,11 +225,9 @@ def dispatch(
         else:
             parts, per_expert_list, native_handle = tuple(p.obj for p in handle), None, _view_handle(runtime, handle)
             received = handle[3].shape[0]
-        fp8 = x_scales is not None
-        recv_x = _empty((received, hidden), "float8_e4m3fn" if fp8 else "bfloat16", device)
-        recv_scales = _empty((received, hidden // FP8_GROUP), "float32", device) if fp8 else None
-        recv_idx = _empty((received, topk), "int64", device) if topk_idx is not None else None
-        recv_weights = _empty((received, topk), "float32", device) if topk_weights is not None else None
+        recv_x, recv_scales, recv_idx, recv_weights = _received(
+            x_scales, topk_idx, topk_weights, received, hidden, topk, device
+        )
         a = runtime.address
         _call(
             "ep_dispatch", native, a(x), a(x_scales), hidden, a(topk_idx), a(topk_weights), native_handle, a(recv_x),
@@ -277,11 +286,9 @@ def dispatch_between_nodes(
         else:
             parts, per_expert_list = (handle[0].obj, handle[1].obj, handle[2].obj, handle[3]), None
             received = handle[1].shape[0]
-        fp8 = x_scales is not None
-        recv_x = _empty((received, hidden), "float8_e4m3fn" if fp8 else "bfloat16", device)
-        recv_scales = _empty((received, hidden // FP8_GROUP), "float32", device) if fp8 else None
-        recv_idx = _empty((received, topk), "int64", device) if topk_idx is not None else None
-        recv_weights = _empty((received, topk), "float32", device) if topk_weights is not None else None
+        recv_x, recv_scales, recv_idx, recv_weights = _received(
+            x_scales, topk_idx, topk_weights, received, hidden, topk, device
+        )
         _call(
             "ep_dispatch_between_nodes", native, a(x), a(x_scales), hidden, a(topk_idx), a(topk_weights), parts[3],
             a(parts[1]), a(recv_x), a(recv_scales), a(recv_idx), a(recv_weights), scope.handle,
