@@ -18,7 +18,8 @@ from weft.ep import Buffer, EventOverlap, _native
 
 T, H, K, E, R = 16, 256, 4, 8, 2
 RECEIVED = 24
-RAIL = object()  # the native handle of a dispatch between nodes
+# The native handle of a dispatch between nodes, with the two counts it answers.
+RAIL = types.SimpleNamespace(num_recv_tokens=RECEIVED, topk=K)
 pytestmark = pytest.mark.skipif(not _native.KERNELS_AVAILABLE, reason="needs the EP entry points' signatures")
 _addresses = itertools.count(1 << 20, 1 << 16)
 
@@ -285,6 +286,16 @@ def test_normal_mode_between_nodes_takes_the_same_calls(env):
     name, call = env.calls[-1]
     assert name == "ep_combine_between_nodes" and call["rail"] is RAIL and call["topk"] == K
     assert call["bias"][0] != 0 and call["bias"][1] == 0 and call["combined_x"] == combined.data_ptr()
+
+    # The native handle's counts hold the tuple to its dispatch: a recv_src_idx of another
+    # length, or weights of another top-k, are refused before any native call.
+    start = len(env.calls)
+    forged = (handle[0], FakeTensor((RECEIVED - 1,), "i32"), handle[2], RAIL)
+    with pytest.raises(ValueError, match=r"^handle\[1\] \(recv_src_idx\): 23 rows, but the native handle's dispatch receives 24"):
+        b.combine(FakeTensor((RECEIVED - 1, H), "bf16"), forged)
+    with pytest.raises(ValueError, match="^topk_weights"):
+        b.combine(FakeTensor((RECEIVED, H), "bf16"), handle, topk_weights=FakeTensor((RECEIVED, K - 1), "f32"))
+    assert env.calls[start:] == []
 
 
 def test_low_latency_between_nodes_takes_the_same_calls(env):

@@ -4,6 +4,7 @@
 //! (DeepEP's `Buffer` and `Config`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weft_core::env::vars;
@@ -86,6 +87,13 @@ pub struct Buffer {
     /// Set by a normal-mode call between nodes: a low-latency call after it first waits for
     /// every rank (the two modes share `num_rdma_bytes`, as DeepEP's do).
     pub(crate) rail_dirty: AtomicBool,
+    /// Set by a low-latency call: a normal-mode combine between nodes after it first waits for
+    /// every rank's (its rail puts land in the area the low-latency calls use).
+    pub(crate) ll_since_rail: AtomicBool,
+    /// Device memory of raw handles between nodes (`RailHandle`) that their owner may drop
+    /// while the kernels using it still run (Python's handles): kept until the next dispatch
+    /// between nodes has settled its stream, or until the buffer goes.
+    pub(crate) rail_kept: Mutex<Vec<Arc<DeviceMemory>>>,
     memory: Memory,
 }
 
@@ -196,6 +204,8 @@ impl Buffer {
             rail_counts,
             rail_calls: Default::default(),
             rail_dirty: AtomicBool::new(false),
+            ll_since_rail: AtomicBool::new(false),
+            rail_kept: Mutex::default(),
             memory,
         })
     }

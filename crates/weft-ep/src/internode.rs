@@ -11,9 +11,10 @@
 //! The combine needs none: its puts land in regions whose last readers ran before this call's
 //! dispatch began.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use weft_gpu::{DeviceBuffer, DevicePtr, Stream};
+use weft_gpu::{DeviceBuffer, DeviceMemory, DevicePtr, Stream};
 use weft_types::EpRailArgs;
 
 use crate::buffer::{Buffer, Config};
@@ -133,6 +134,21 @@ pub(crate) struct InternodeHandle {
 }
 
 impl InternodeHandle {
+    /// Every allocation of the handle.
+    pub(crate) fn memories(&self) -> Vec<Arc<DeviceMemory>> {
+        let (l, h) = (&self.node_layout, &self.node_handle);
+        vec![
+            self.rail_send_head.shared_memory().clone(),
+            l.num_tokens_per_rank.shared_memory().clone(),
+            l.num_tokens_per_expert.shared_memory().clone(),
+            l.is_token_in_rank.shared_memory().clone(),
+            h.rank_prefix_matrix.shared_memory().clone(),
+            h.channel_prefix_matrix.shared_memory().clone(),
+            h.recv_channel_prefix_matrix.shared_memory().clone(),
+            h.send_head.shared_memory().clone(),
+        ]
+    }
+
     /// Has `stream` keep every tensor until its work has run.
     pub(crate) fn retain_on(&self, stream: &Stream) {
         self.rail_send_head.as_slice().retain_on(stream);
@@ -207,14 +223,31 @@ impl Buffer {
     /// done. Collective.
     fn settle_rail(&self, stream: &Stream) -> Result<(), EpError> {
         self.synchronize(stream, "EP rail hop")?;
+        // The raw handles' memory kept for work on this stream is free to go (the raw calls
+        // between nodes are made on one stream).
+        self.rail_kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.comm.barrier()?;
+        self.ll_since_rail.store(false, Ordering::Relaxed);
         Ok(())
     }
 
     /// Before a low-latency call: if a normal-mode call between nodes ran since the last, waits
-    /// for every rank's to be done (the two modes share `num_rdma_bytes`). Collective.
+    /// for every rank's to be done (the two modes share `num_rdma_bytes`); then marks that a
+    /// low-latency call ran. Collective.
     pub(crate) fn settle_after_rail(&self, stream: &Stream) -> Result<(), EpError> {
-        if self.rail_dirty.swap(false, Ordering::Relaxed) { self.settle_rail(stream) } else { Ok(()) }
+        if self.rail_dirty.swap(false, Ordering::Relaxed) {
+            self.settle_rail(stream)?;
+        }
+        self.ll_since_rail.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Before a normal-mode combine between nodes (the one call between nodes that does not
+    /// settle first): if a low-latency call ran since the dispatch, waits for every rank's to be
+    /// done, as a low-latency call after a normal one does. Collective: every rank makes the
+    /// same calls, so every rank settles here or none.
+    fn settle_after_low_latency(&self, stream: &Stream) -> Result<(), EpError> {
+        if self.ll_since_rail.load(Ordering::Relaxed) { self.settle_rail(stream) } else { Ok(()) }
     }
 
     /// The rail hop's send head of a notify of `shape`: `int32[tokens][nodes]`.
@@ -538,6 +571,7 @@ impl Buffer {
             combined_topk_weights: (topk > 0).then_some(base + regions.combine_send.topk_weights as u64),
         };
         let handle = inter.node_raw(0, config.channels());
+        self.settle_after_low_latency(stream)?;
         self.rail_dirty.store(true, Ordering::Relaxed);
         // SAFETY: the partials lie in this rank's buffer, one per forwarded row; the rest is
         // the caller's contract.

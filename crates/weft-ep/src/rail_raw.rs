@@ -4,6 +4,12 @@
 //! besides the caller's tensors (the rail hop's send head and plan, the NVL hop's layout and
 //! handle over the node, the routing and the channels); the calls are those of the typed layer
 //! (`crate::typed`, docs/ep.md "Normal mode between nodes") without its views.
+//!
+//! **Lifetimes.** The caller's stream may be borrowed (Python's), so the calls do not have it
+//! retain the handle's memory (a borrowed stream waits for its work when dropped, which would
+//! make every call synchronous). The buffer keeps that memory instead, until the next dispatch
+//! between nodes has settled its stream, or until the buffer goes: a handle dropped while its
+//! kernels run frees nothing under them. So these calls are made on one stream.
 
 use weft_gpu::{DeviceBuffer, DevicePtr, Stream};
 
@@ -35,14 +41,17 @@ impl RailHandle {
     pub fn shape(&self) -> RoutingShape {
         self.shape
     }
-
-    fn retain_on(&self, stream: &Stream) {
-        self.inter.retain_on(stream);
-        self.rank_prefix_matrix.as_slice().retain_on(stream);
-    }
 }
 
 impl Buffer {
+    /// Keeps `handle`'s memory until the next dispatch between nodes settles (see the module
+    /// docs).
+    fn keep(&self, handle: &RailHandle) {
+        let mut kept = self.rail_kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.extend(handle.inter.memories());
+        kept.push(handle.rank_prefix_matrix.shared_memory().clone());
+    }
+
     fn check_spans_nodes(&self, call: &str) -> Result<(), EpError> {
         if self.spans_nodes() {
             return Ok(());
@@ -79,13 +88,14 @@ impl Buffer {
         let plan = unsafe { self.notify_between_nodes(layout, shape, expert_alignment, rail_send_head.ptr(), stream)? };
         let mut prefix = DeviceBuffer::<i32>::new(self.comm.device(), plan.rank_prefix_matrix.len()).map_err(gpu)?;
         prefix.copy_from_host(&plan.rank_prefix_matrix).map_err(gpu)?;
-        // SAFETY: the caller's tensor holds ranks × ranks entries (its contract), `prefix` as
-        // many, kept alive by the handle, which the stream retains below.
-        unsafe { stream.copy_async(rank_prefix_matrix, prefix.ptr(), 4 * plan.rank_prefix_matrix.len()) }
-            .map_err(gpu)?;
+        let entries = plan.rank_prefix_matrix.len();
+        // Everything is allocated before the copy is queued: a failure leaves no copy pending.
         let inter = Box::new(self.internode_handle(plan, rail_send_head, shape, config)?);
         let handle = RailHandle { inter, rank_prefix_matrix: prefix, shape, config, dispatched: false };
-        handle.retain_on(stream);
+        self.keep(&handle);
+        // SAFETY: the caller's tensor holds ranks × ranks entries (its contract), the handle's
+        // as many, kept by the buffer until the work on the stream is done.
+        unsafe { stream.copy_async(rank_prefix_matrix, handle.rank_prefix_matrix.ptr(), 4 * entries) }.map_err(gpu)?;
         Ok(handle)
     }
 
@@ -116,9 +126,11 @@ impl Buffer {
             recv_src_idx,
         };
         let (shape, config) = (handle.shape, handle.config);
-        // SAFETY: the handle's tensors are its notify's; the rest is the caller's contract.
+        // SAFETY: the handle's tensors are its notify's, kept by the buffer until the stream's
+        // work is done (the dispatch settles first, so they are kept after it); the rest is
+        // the caller's contract.
         let result = unsafe { self.dispatch_between_nodes(&rail, &mut handle.inter, shape, config, stream) };
-        handle.retain_on(stream);
+        self.keep(handle);
         result?;
         handle.dispatched = true;
         Ok(())
@@ -142,6 +154,10 @@ impl Buffer {
             let detail = "no dispatch has run with it: its receive layout is unwritten";
             return Err(self.invalid("handle", detail));
         }
+        if let Some((_, topk)) = input.topk_weights.filter(|&(_, k)| k != handle.shape.topk) {
+            let detail = format!("{topk} weights per row, but the handle's routing has {}", handle.shape.topk);
+            return Err(self.invalid("topk_weights", detail));
+        }
         let rail = RailCombine {
             x: input.x,
             hidden: input.hidden,
@@ -150,9 +166,8 @@ impl Buffer {
             combined_x: output.combined_x,
             combined_topk_weights: output.combined_topk_weights,
         };
+        self.keep(handle);
         // SAFETY: as in `raw_dispatch_between_nodes`.
-        let result = unsafe { self.combine_between_nodes(&rail, &handle.inter, handle.shape, handle.config, stream) };
-        handle.retain_on(stream);
-        result
+        unsafe { self.combine_between_nodes(&rail, &handle.inter, handle.shape, handle.config, stream) }
     }
 }

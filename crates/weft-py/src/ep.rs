@@ -4,11 +4,13 @@
 //! call weft-ep with the GIL released. weft-ep checks shapes and sizes again, so a wrong one is
 //! an `InvalidArgumentError` naming the argument.
 //!
-//! The only host syncs are [`ep_notify_dispatch`]'s and [`ep_notify_between_nodes`]': a dispatch
+//! The host syncs are [`ep_notify_dispatch`]'s and [`ep_notify_between_nodes`]' (a dispatch
 //! without a handle must learn how many rows it receives before Python can allocate them, as
-//! DeepEP's does. Between nodes the handle's own tensors are weft-ep's ([`EpRailHandle`]).
+//! DeepEP's does) and, between nodes, the start of every dispatch (it waits for the stream's
+//! earlier work and every rank, so no put lands where an earlier call still reads). Between
+//! nodes the handle's own tensors are weft-ep's ([`EpRailHandle`]).
 
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::RwLock;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -319,12 +321,22 @@ fn ep_combine(
 /// tuple it returns).
 #[pyclass(module = "weft._weft", frozen)]
 pub(crate) struct EpRailHandle {
-    rail: Mutex<RailHandle>,
+    /// Taken only with the GIL released (a thread waiting for it holds no GIL another needs).
+    rail: RwLock<RailHandle>,
 }
 
+#[pymethods]
 impl EpRailHandle {
-    fn lock(&self) -> PyResult<MutexGuard<'_, RailHandle>> {
-        self.rail.lock().map_err(|_| PyRuntimeError::new_err("the EP handle is unusable: a call on it panicked"))
+    /// Rows this rank receives (the notify's count).
+    #[getter]
+    fn num_recv_tokens(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.rail.read().unwrap_or_else(|p| p.into_inner()).counts().num_recv_tokens)
+    }
+
+    /// Top-k entries per token of the routing.
+    #[getter]
+    fn topk(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.rail.read().unwrap_or_else(|p| p.into_inner()).shape().topk)
     }
 }
 
@@ -373,7 +385,7 @@ fn ep_notify_between_nodes(
         }
     })?;
     let counts = rail.counts().clone();
-    Ok((counts.num_recv_tokens, counts.num_recv_tokens_per_expert, EpRailHandle { rail: Mutex::new(rail) }))
+    Ok((counts.num_recv_tokens, counts.num_recv_tokens_per_expert, EpRailHandle { rail: RwLock::new(rail) }))
 }
 
 /// `dispatch` between nodes of `rail`'s routing: `x` (BF16, or E4M3 with `x_scales`), top-k on
@@ -402,12 +414,12 @@ fn ep_dispatch_between_nodes(
         (topk_idx, topk_weights),
         (recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights),
     );
-    let mut guard = rail.get().lock()?;
-    let handle = &mut *guard;
+    let rail = rail.get();
     on_stream(buffer, stream, |b, s| {
         b.communicator().settle_before_launch()?;
+        let mut handle = rail.rail.write().unwrap_or_else(|p| p.into_inner());
         // SAFETY: as in ep_dispatch; the outputs hold the handle's received rows.
-        unsafe { b.raw_dispatch_between_nodes(&input, &output, recv_src_idx, handle, s) }
+        unsafe { b.raw_dispatch_between_nodes(&input, &output, recv_src_idx, &mut handle, s) }
     })
 }
 
@@ -429,12 +441,12 @@ fn ep_combine_between_nodes(
     stream: usize,
 ) -> PyResult<()> {
     let (input, output) = combine_rows(x, hidden, (topk_weights, topk), bias, (combined_x, combined_topk_weights));
-    let guard = rail.get().lock()?;
-    let handle = &*guard;
+    let rail = rail.get();
     on_stream(buffer, stream, |b, s| {
         b.communicator().settle_before_launch()?;
+        let handle = rail.rail.read().unwrap_or_else(|p| p.into_inner());
         // SAFETY: as in ep_combine; `x` holds the handle's received rows.
-        unsafe { b.raw_combine_between_nodes(&input, &output, handle, s) }
+        unsafe { b.raw_combine_between_nodes(&input, &output, &handle, s) }
     })
 }
 

@@ -74,9 +74,15 @@ class Checker:
         prefix = self.tensor(handle[0], "handle[0] (rank_prefix_matrix)", ("i32",), (r, r))
         src_idx = self.tensor(handle[1], "handle[1] (recv_src_idx)", ("i32",), (None,))
         in_rank = self.tensor(handle[2], "handle[2] (is_token_in_rank)", ("bool",), (num_tokens, r))
-        if handle[3] is None or isinstance(handle[3], (int, float, str, bytes, tuple, list)):
+        native = handle[3]
+        if native is None or isinstance(native, (int, float, str, bytes, tuple, list)):
             raise ValueError("handle[3]: must be the native handle a dispatch between nodes returned")
-        return prefix, src_idx, in_rank, handle[3]
+        received = getattr(native, "num_recv_tokens", src_idx.shape[0])
+        if src_idx.shape[0] != received:
+            raise ValueError(
+                f"handle[1] (recv_src_idx): {src_idx.shape[0]} rows, but the native handle's dispatch receives {received}"
+            )
+        return prefix, src_idx, in_rank, native
 
     def low_latency_handle(self, handle) -> tuple:
         """DeepEP's low-latency handle: ``(packed_recv_src_info [E/R, R * max_tokens] int32,

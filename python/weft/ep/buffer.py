@@ -230,13 +230,13 @@ class Buffer:
         between = self.num_nodes > 1
         if between:
             parts = c.internode_handle(handle)
-            received, tokens = parts[1].shape[0], parts[2].shape[0]
+            received, tokens, topk = parts[1].shape[0], parts[2].shape[0], getattr(parts[3], "topk", None)
         else:
             parts = c.intranode_handle(handle)
-            received, tokens = parts[3].shape[0], parts[4].shape[0]
+            received, tokens, topk = parts[3].shape[0], parts[4].shape[0], None
         data = c.tensor(x, "x", ("bf16",), (received, None))
         hidden = data.shape[1]
-        weights = c.optional(topk_weights, "topk_weights", ("f32",), (received, None))
+        weights = c.optional(topk_weights, "topk_weights", ("f32",), (received, topk))
         biases = bias if isinstance(bias, tuple) else (bias,) if bias is not None else ()
         if len(biases) > 2:
             raise ValueError(f"bias: at most two tensors, got {len(biases)}")
@@ -255,8 +255,10 @@ class Buffer:
 
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
         """DeepEP zeroes its low-latency buffer after normal-mode use; weft has nothing to
-        clean: the normal mode never touches the low-latency area, whose signals carry tags
-        that advance on the device. The arguments are checked as DeepEP's."""
+        clean: within a node the normal mode never touches the low-latency area, and between
+        nodes, where its rail hop shares it, the next low-latency call first waits for every
+        rank's normal-mode work; its signals carry tags that advance on the device. The
+        arguments are checked as DeepEP's."""
         positive(num_max_dispatch_tokens_per_rank, "num_max_dispatch_tokens_per_rank")
         _hidden_ll(hidden, "hidden")
         self._checker().experts(num_experts)
