@@ -23,7 +23,7 @@ use crate::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Group, Handle, LayoutTensors, Payload, RecvCounts,
     RoutingShape, Scales,
 };
-use crate::region::{MAX_RANKS, RailRegions, rdma_bytes_hint};
+use crate::region::{MAX_RANKS, RailRegions, Staging, rdma_bytes_hint};
 use crate::typed::{HandleBuffers, LayoutBuffers};
 
 /// Increments of the rail dispatch signal each rail peer makes per call (`kRailDispatchPuts`).
@@ -58,6 +58,10 @@ pub(crate) struct RailPlan {
     pub(crate) received: [u32; MAX_RANKS],
     /// Rows this rank forwards (its NVL hop's tokens).
     pub(crate) forwarded: usize,
+    /// The most rows any rank of the group forwards: every rank checks the NVL hop's staging
+    /// against it, so all refuse a call or none does (a rank refusing alone would leave its
+    /// peers waiting on it until the timeout).
+    pub(crate) most_forwarded: usize,
     /// What this rank receives.
     pub(crate) counts: RecvCounts,
     /// `[ranks][ranks]`: entry `[s][d]` counts the tokens ranks `0..=s` send to `d`.
@@ -82,6 +86,7 @@ impl RailPlan {
             from: [0; MAX_RANKS],
             received: [0; MAX_RANKS],
             forwarded: 0,
+            most_forwarded: 0,
             counts: RecvCounts { num_recv_tokens: 0, num_recv_tokens_per_expert: Vec::new() },
             rank_prefix_matrix: vec![0; ranks * ranks],
             expert_alignment,
@@ -93,6 +98,10 @@ impl RailPlan {
             plan.from[d] = (0..d).map(|s| per_node(s * k + nodes.local, nodes.node)).sum();
         }
         plan.forwarded = plan.received[..n].iter().map(|&r| r as usize).sum();
+        // Rank (m, l) forwards what rank (d, l) of every node d sends to node m.
+        let forwarded_by = |m: usize, l: usize| (0..n).map(|d| per_node(d * k + l, m) as usize).sum::<usize>();
+        plan.most_forwarded =
+            (0..n).flat_map(|m| (0..k).map(move |l| (m, l))).map(|(m, l)| forwarded_by(m, l)).max().unwrap_or(0);
         for s in 0..ranks {
             for d in 0..ranks {
                 let before = if s == 0 { 0 } else { plan.rank_prefix_matrix[(s - 1) * ranks + d] };
@@ -248,6 +257,28 @@ impl Buffer {
     /// same calls, so every rank settles here or none.
     fn settle_after_low_latency(&self, stream: &Stream) -> Result<(), EpError> {
         if self.ll_since_rail.load(Ordering::Relaxed) { self.settle_rail(stream) } else { Ok(()) }
+    }
+
+    /// `Err` naming `num_nvl_bytes` where `staging` (the NVL hop's, over a node) holds fewer
+    /// rows than the group's busiest forwarder passes on: the same verdict on every rank.
+    fn check_node_staging(
+        &self,
+        plan: &RailPlan,
+        staging: Staging,
+        shape: RoutingShape,
+        hidden: usize,
+    ) -> Result<(), EpError> {
+        if plan.most_forwarded <= staging.capacity {
+            return Ok(());
+        }
+        let (nodes, ranks) = (plan.nodes.nodes, self.num_ranks());
+        let most_tokens = plan.most_forwarded.div_ceil(nodes.max(1));
+        let detail = format!(
+            "a rank of the group forwards {} rows within its node, and the staging holds {} per rank (about \
+             nvl_bytes_hint_between_nodes({most_tokens}, {hidden}, {}, {ranks}, {}) bytes would do)",
+            plan.most_forwarded, staging.capacity, shape.topk, plan.nodes.per_node
+        );
+        Err(self.invalid("num_nvl_bytes", detail))
     }
 
     /// The rail hop's send head of a notify of `shape`: `int32[tokens][nodes]`.
@@ -438,6 +469,8 @@ impl Buffer {
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         let gin = self.gin_between_nodes()?;
         let topk = if d.topk_idx.is_some() { shape.topk } else { 0 };
+        let staging = Staging::dispatch(self.layout.data_bytes, nodes.per_node, hidden_bytes, num_scales, topk);
+        self.check_node_staging(&inter.plan, staging, shape, d.hidden)?;
         let scales = match d.x {
             Payload::Fp8 { scales, .. } => Some(scales),
             Payload::Bf16 { .. } => None,
@@ -557,6 +590,12 @@ impl Buffer {
         }
         let regions = self.rail_regions(nodes, c.hidden, shape.topk)?;
         let topk = if c.topk_weights.is_some() { shape.topk } else { 0 };
+        self.check_node_staging(
+            &inter.plan,
+            Staging::combine(self.layout.data_bytes, nodes.per_node, c.hidden, topk),
+            shape,
+            c.hidden,
+        )?;
         let base = self.own_base();
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         let gin = self.gin_between_nodes()?;
@@ -659,6 +698,12 @@ mod tests {
                 }
                 assert_eq!(plan.received[..nodes].iter().sum::<u32>() as usize, rail.src_node.len());
             }
+            // Every rank knows the busiest forwarder of the group alike.
+            let plans: Vec<RailPlan> = (0..ranks)
+                .map(|me| RailPlan::new(Nodes { nodes, per_node: k, node: me / k, local: me % k }, experts, 4, &rows))
+                .collect();
+            let busiest = (0..ranks).map(|me| two_hop[me].rail.src_node.len()).max().unwrap();
+            assert!(plans.iter().all(|p| p.most_forwarded == busiest), "{ranks} ranks, {k} per node");
         }
     }
 
