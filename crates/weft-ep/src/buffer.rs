@@ -93,7 +93,8 @@ pub struct Buffer {
     /// Device memory of raw handles between nodes (`RailHandle`) that their owner may drop
     /// while the kernels using it still run (Python's handles): kept until the next dispatch
     /// between nodes has settled its stream, or until the buffer goes.
-    pub(crate) rail_kept: Mutex<Vec<Arc<DeviceMemory>>>,
+    /// Each entry is one handle's allocations, kept once however many calls used it.
+    pub(crate) rail_kept: Mutex<Vec<Arc<[Arc<DeviceMemory>]>>>,
     memory: Memory,
 }
 

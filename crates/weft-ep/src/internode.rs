@@ -144,35 +144,25 @@ pub(crate) struct InternodeHandle {
 
 impl InternodeHandle {
     /// Every allocation of the handle.
-    pub(crate) fn memories(&self) -> Vec<Arc<DeviceMemory>> {
+    pub(crate) fn memories(&self) -> [&Arc<DeviceMemory>; 8] {
         let (l, h) = (&self.node_layout, &self.node_handle);
-        vec![
-            self.rail_send_head.shared_memory().clone(),
-            l.num_tokens_per_rank.shared_memory().clone(),
-            l.num_tokens_per_expert.shared_memory().clone(),
-            l.is_token_in_rank.shared_memory().clone(),
-            h.rank_prefix_matrix.shared_memory().clone(),
-            h.channel_prefix_matrix.shared_memory().clone(),
-            h.recv_channel_prefix_matrix.shared_memory().clone(),
-            h.send_head.shared_memory().clone(),
+        [
+            self.rail_send_head.shared_memory(),
+            l.num_tokens_per_rank.shared_memory(),
+            l.num_tokens_per_expert.shared_memory(),
+            l.is_token_in_rank.shared_memory(),
+            h.rank_prefix_matrix.shared_memory(),
+            h.channel_prefix_matrix.shared_memory(),
+            h.recv_channel_prefix_matrix.shared_memory(),
+            h.send_head.shared_memory(),
         ]
     }
 
     /// Has `stream` keep every tensor until its work has run.
     pub(crate) fn retain_on(&self, stream: &Stream) {
-        self.rail_send_head.as_slice().retain_on(stream);
-        let (l, h) = (&self.node_layout, &self.node_handle);
-        for t in [
-            &l.num_tokens_per_rank,
-            &l.num_tokens_per_expert,
-            &h.rank_prefix_matrix,
-            &h.channel_prefix_matrix,
-            &h.recv_channel_prefix_matrix,
-            &h.send_head,
-        ] {
-            t.as_slice().retain_on(stream);
+        for memory in self.memories() {
+            stream.retain(memory);
         }
-        l.is_token_in_rank.as_slice().retain_on(stream);
     }
 
     fn node_raw(&self, recv_src_idx: DevicePtr, channels: u32) -> Handle {

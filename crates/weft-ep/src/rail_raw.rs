@@ -11,7 +11,9 @@
 //! between nodes has settled its stream, or until the buffer goes: a handle dropped while its
 //! kernels run frees nothing under them. So these calls are made on one stream.
 
-use weft_gpu::{DeviceBuffer, DevicePtr, Stream};
+use std::sync::Arc;
+
+use weft_gpu::{DeviceBuffer, DeviceMemory, DevicePtr, Stream};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
@@ -25,6 +27,8 @@ pub struct RailHandle {
     /// The group's `rank_prefix_matrix`, `int32[ranks][ranks]`, which the notify also copied
     /// into the caller's tensor.
     rank_prefix_matrix: DeviceBuffer<i32>,
+    /// Every allocation above, shared with the buffer while kernels may use them.
+    memories: Arc<[Arc<DeviceMemory>]>,
     shape: RoutingShape,
     config: Config,
     /// Whether a dispatch has run with it (the combine needs its receive layout).
@@ -48,8 +52,9 @@ impl Buffer {
     /// docs).
     fn keep(&self, handle: &RailHandle) {
         let mut kept = self.rail_kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.extend(handle.inter.memories());
-        kept.push(handle.rank_prefix_matrix.shared_memory().clone());
+        if !kept.iter().any(|k| Arc::ptr_eq(k, &handle.memories)) {
+            kept.push(Arc::clone(&handle.memories));
+        }
     }
 
     fn check_spans_nodes(&self, call: &str) -> Result<(), EpError> {
@@ -91,7 +96,8 @@ impl Buffer {
         let entries = plan.rank_prefix_matrix.len();
         // Everything is allocated before the copy is queued: a failure leaves no copy pending.
         let inter = Box::new(self.internode_handle(plan, rail_send_head, shape, config)?);
-        let handle = RailHandle { inter, rank_prefix_matrix: prefix, shape, config, dispatched: false };
+        let memories = inter.memories().into_iter().chain([prefix.shared_memory()]).cloned().collect();
+        let handle = RailHandle { inter, rank_prefix_matrix: prefix, memories, shape, config, dispatched: false };
         self.keep(&handle);
         // SAFETY: the caller's tensor holds ranks × ranks entries (its contract), the handle's
         // as many, kept by the buffer until the work on the stream is done.

@@ -137,7 +137,7 @@ impl Stream {
 
     /// Keeps `memory` alive until this stream is next seen idle: called by whoever enqueued
     /// work that uses it, after enqueuing.
-    pub(crate) fn retain(&self, memory: &Arc<DeviceMemory>) {
+    pub fn retain(&self, memory: &Arc<DeviceMemory>) {
         self.state.retained.add(std::slice::from_ref(memory));
     }
 
