@@ -241,21 +241,27 @@ def dispatch(
 
 def combine(runtime, *, x, handle, topk_weights, bias, config, previous_event, async_finish, allocate_on_comm_stream, stream):
     """Returns ``(combined_x, combined_topk_weights, event)``; the combine runs on the channels
-    of the dispatch that made ``handle``."""
+    of the dispatch that made ``handle`` (DeepEP's 6-tuple, or between nodes weft's 4-tuple of
+    ``dispatch_between_nodes``)."""
     native = _native(runtime)
-    tokens, hidden = handle[4].shape[0], x.shape[1]
+    between = runtime.nodes > 1
+    tokens, hidden = handle[2 if between else 4].shape[0], x.shape[1]
     topk = topk_weights.shape[1] if topk_weights is not None else 0
+    a = runtime.address
     with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
         combined = _empty((tokens, hidden), "bfloat16", runtime.device)
         combined_weights = _empty((tokens, topk), "float32", runtime.device) if topk_weights is not None else None
-        a = runtime.address
-        biases = (a(bias[0]) if bias else 0, a(bias[1]) if len(bias) > 1 else 0)
-        _call(
-            "ep_combine", native, a(x), hidden, a(topk_weights), topk, biases, _view_handle(runtime, handle),
-            a(combined), a(combined_weights), tokens, scope.handle,
-        )
+        rows = (a(x), hidden, a(topk_weights), topk, (a(bias[0]) if bias else 0, a(bias[1]) if len(bias) > 1 else 0))
+        if between:
+            _call("ep_combine_between_nodes", native, *rows, handle[3], a(combined), a(combined_weights), scope.handle)
+        else:
+            _call(
+                "ep_combine", native, *rows, _view_handle(runtime, handle), a(combined), a(combined_weights), tokens,
+                scope.handle,
+            )
         outputs = [combined] + ([combined_weights] if combined_weights is not None else [])
-        event = scope.finish([*outputs, *_objects(x, topk_weights, *handle, *bias)])
+        tensors = handle[:3] if between else handle
+        event = scope.finish([*outputs, *_objects(x, topk_weights, *tensors, *bias)])
     return combined, combined_weights, event
 
 
@@ -296,28 +302,6 @@ def dispatch_between_nodes(
         outputs = [t for t in (recv_x, recv_scales, recv_idx, recv_weights) if t is not None]
         event = scope.finish([*outputs, *parts[:3], *_objects(x, x_scales, topk_idx, topk_weights)])
     return recv_x, recv_scales, recv_idx, recv_weights, per_expert_list, parts, event
-
-
-def combine_between_nodes(
-    runtime, *, x, handle, topk_weights, bias, config, previous_event, async_finish, allocate_on_comm_stream, stream,
-):
-    """``combine`` on a group spanning nodes, of a handle ``dispatch_between_nodes`` returned.
-    Returns ``(combined_x, combined_topk_weights, event)``."""
-    native = _native(runtime)
-    tokens, hidden = handle[2].shape[0], x.shape[1]
-    topk = topk_weights.shape[1] if topk_weights is not None else 0
-    a = runtime.address
-    with CommScope(runtime.comm_stream, previous_event, async_finish, allocate_on_comm_stream) as scope:
-        combined = _empty((tokens, hidden), "bfloat16", runtime.device)
-        combined_weights = _empty((tokens, topk), "float32", runtime.device) if topk_weights is not None else None
-        biases = (a(bias[0]) if bias else 0, a(bias[1]) if len(bias) > 1 else 0)
-        _call(
-            "ep_combine_between_nodes", native, a(x), hidden, a(topk_weights), topk, biases, handle[3], a(combined),
-            a(combined_weights), scope.handle,
-        )
-        outputs = [combined] + ([combined_weights] if combined_weights is not None else [])
-        event = scope.finish([*outputs, *_objects(x, topk_weights, *handle[:3], *bias)])
-    return combined, combined_weights, event
 
 
 def _low_latency(runtime, entry: str, args: tuple, sizes: tuple, flags: tuple, async_finish, return_recv_hook, keep):

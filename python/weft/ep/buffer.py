@@ -243,8 +243,7 @@ class Buffer:
         biases = tuple(c.tensor(b, f"bias[{i}]", ("bf16",), (tokens, hidden)) for i, b in enumerate(biases))
         config = _config(config, "config") or self.get_combine_config(self.group_size)
         event_args(previous_event, async_finish, allocate_on_comm_stream)
-        run = _native.combine_between_nodes if between else _native.combine
-        combined, combined_weights, event = run(
+        combined, combined_weights, event = _native.combine(
             self.runtime, x=data, handle=parts, topk_weights=weights, bias=biases, config=config,
             previous_event=previous_event, async_finish=async_finish, allocate_on_comm_stream=allocate_on_comm_stream,
             stream=c.stream,
