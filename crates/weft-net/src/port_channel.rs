@@ -17,16 +17,17 @@
 //! peer) and the proxy threads (`WEFT_PROXY_THREADS`, each owning a fixed set of the FIFOs).
 //! Nothing orders commands of different channels but the kernels' own flushes (GIN flushes
 //! every other connection a signal must cover), so dealing channels over FIFOs and threads
-//! keeps every guarantee a channel gives. Memories are registered with it ([`PortProxy::register`]: their index is the
-//! `src_memory` of commands and what peers name as `dst_memory`, the same in every transport's
-//! table). [`PortProxy::channel`] is pairwise: both ranks exchange the memory index and, for the
-//! copy engine, the descriptor of their side and the token slot the other's proxy will store
-//! (each maps the peer's memory for its proxy only: kernels get no pointer to it, so this works
-//! across virtual nodes), or for TCP their listening address and connection index.
+//! keeps every guarantee a channel gives. Memories are registered with it
+//! ([`PortProxy::register`]: their index is the `src_memory` of commands and what peers name as
+//! `dst_memory`, the same in every transport's table). [`PortProxy::channel`] is pairwise: both
+//! ranks exchange the memory index and, for the copy engine, the descriptor of their side and
+//! the token slot the other's proxy will store (each maps the peer's memory for its proxy only:
+//! kernels get no pointer to it, so this works across virtual nodes), or for TCP their
+//! listening address and connection index.
 //!
-//! Lifetime: a [`PortChannel`] holds the proxy's shared state, so the FIFO, the transports, the
-//! registered memories and the peer mappings live while a handle may be in use. Dropping the
-//! last owner (or [`PortProxy::shutdown`]) sets the FIFO's stop word (kernels pushing or waiting
+//! Lifetime: a [`PortChannel`] holds the proxy's shared state, so the FIFOs, the transports,
+//! the registered memories and the peer mappings live while a handle may be in use. Dropping
+//! the last owner (or [`PortProxy::shutdown`]) sets every FIFO's stop word (kernels pushing or waiting
 //! give up with `ProxyStopped`), joins the threads and waits (bounded) for the copy queues.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
