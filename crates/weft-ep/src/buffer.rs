@@ -287,10 +287,13 @@ impl Buffer {
     }
 
     /// Waits for `stream`, then [`Buffer::check`]. The bound is the kernels' own spin bound
-    /// plus a margin, so a stalled wait is reported by the kernel first.
+    /// plus a margin, so a stalled wait is reported by the kernel first. Polls back to back
+    /// ([`Stream::wait_idle_spinning`]): every EP wait is on a call's critical path (a rail hop
+    /// lasts about a millisecond at DeepEP's shape), where napping would overshoot by hundreds
+    /// of microseconds.
     pub fn synchronize(&self, stream: &Stream, what: &str) -> Result<(), EpError> {
         let bound = self.comm.env().device_timeout + Duration::from_secs(5);
-        stream.wait_idle(bound, what).map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
+        stream.wait_idle_spinning(bound, what).map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
         self.check()
     }
 }

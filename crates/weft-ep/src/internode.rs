@@ -487,10 +487,9 @@ impl Buffer {
         };
         // SAFETY: the node context addresses this rank's live buffer; the regions lie in it
         // (RailRegions fits them in the low-latency area); the rest is the caller's contract.
-        unsafe {
-            self.kernels.rail(stream, args, config.num_sms, false).map_err(gpu)?;
-            self.kernels.rail_exchange(stream, args, gin, false).map_err(gpu)?;
-        }
+        unsafe { self.kernels.rail(stream, args, config.num_sms, false) }.map_err(gpu)?;
+        // SAFETY: as above.
+        unsafe { self.exchange_on_rail(stream, args, gin, false)? };
         // The NVL hop: the forwarded rows, where they lie, are the node's dispatch inputs.
         let base = self.own_base();
         let group = self.node_group(nodes);
@@ -621,9 +620,32 @@ impl Buffer {
         };
         // SAFETY: as in `dispatch_between_nodes`.
         unsafe {
-            self.kernels.rail_exchange(stream, args, gin, true).map_err(gpu)?;
+            self.exchange_on_rail(stream, args, gin, true)?;
             self.kernels.rail(stream, args, config.num_sms, true).map_err(gpu)
         }
+    }
+
+    /// `weft_ep_rail_exchange` on `stream`, then waits for it on the host, so nothing is queued
+    /// behind the kernel while it spins on the proxy's work (docs/ep.md, "The proxy's copies
+    /// and the hardware queues"): CUDA serves streams through a few hardware queues, and a
+    /// copy of the proxy's stream queued behind a launch that cannot start before the spinning
+    /// kernel ends would wait for that kernel, which waits for the copy. The kernel itself ends
+    /// only once this rank's own puts of the call are complete, so no proxy work of the call
+    /// is left to be stuck behind what the caller queues next.
+    ///
+    /// # Safety
+    /// As [`Kernels::rail_exchange`].
+    unsafe fn exchange_on_rail(
+        &self,
+        stream: &Stream,
+        args: EpRailArgs,
+        gin: weft_types::DevCommHandle,
+        combine: bool,
+    ) -> Result<(), EpError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.kernels.rail_exchange(stream, args, gin, combine) }
+            .map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
+        self.synchronize(stream, if combine { "EP rail combine" } else { "EP rail dispatch" })
     }
 }
 

@@ -105,6 +105,19 @@ impl Stream {
     /// for the first 100 µs (a small copy is done in a few µs, and a nap would
     /// add tens), then with naps doubling from 20 µs to 1 ms.
     pub fn wait_idle(&self, timeout: Duration, what: &str) -> Result<(), GpuError> {
+        self.poll_idle(timeout, what, WAIT_IDLE_SPIN)
+    }
+
+    /// [`Stream::wait_idle`] polling back to back the whole time (yielding the CPU between
+    /// queries, never napping): for a wait on a call's critical path that may last a few
+    /// milliseconds, where the naps' overshoot (up to one nap past the work's end, and a
+    /// sleep's timer slack) would be the call's cost.
+    pub fn wait_idle_spinning(&self, timeout: Duration, what: &str) -> Result<(), GpuError> {
+        self.poll_idle(timeout, what, Duration::MAX)
+    }
+
+    /// Polls the stream until idle or `timeout`: back to back for `spin`, then with naps.
+    fn poll_idle(&self, timeout: Duration, what: &str, spin: Duration) -> Result<(), GpuError> {
         self.device.bind()?;
         let start = Instant::now();
         let mut nap = Duration::from_micros(20);
@@ -119,19 +132,22 @@ impl Stream {
                 sys::CUresult::CUDA_ERROR_NOT_READY => {}
                 other => return crate::driver::check("cuStreamQuery", other),
             }
-            if start.elapsed() > timeout {
+            let elapsed = start.elapsed();
+            if elapsed > timeout {
                 return Err(GpuError::StreamTimeout {
                     ordinal: self.device.ordinal(),
-                    waited_ms: start.elapsed().as_millis(),
+                    waited_ms: elapsed.as_millis(),
                     what: what.to_string(),
                 });
             }
-            if start.elapsed() < WAIT_IDLE_SPIN {
+            if elapsed < WAIT_IDLE_SPIN {
                 std::hint::spin_loop();
-                continue;
+            } else if elapsed < spin {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(1));
             }
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(1));
         }
     }
 

@@ -299,6 +299,14 @@ class Gin {
     return true;
   }
 
+  /// Returns once everything this rank queued through the proxy to member `peer` of `team` on
+  /// the connection of `signal` (puts and bare signals alike, from any Gin) is complete at the
+  /// target. Nothing to wait for with an LSA peer, whose stores are made by the kernel itself.
+  __device__ bool flush_signal(const GinTeam& team, uint32_t peer, uint32_t signal) {
+    const uint32_t rank = gin_world_rank(team, peer);
+    return !gin_is_proxy_peer(h_, rank) || flush_connection(rank, conn(signal));
+  }
+
   /// World barrier `index` (< world_barriers): returns once every rank reached its matching
   /// call. Called by ONE thread per rank; every put of this Gin before it is visible at its
   /// target before the peers leave (a block-wide barrier: __syncthreads around it).

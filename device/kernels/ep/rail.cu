@@ -151,7 +151,11 @@ extern "C" __global__ void __launch_bounds__(32)
   const uint32_t signal = combine == 0 ? kRailDispatchSignal : kRailCombineSignal;
   const WaitOp op = combine == 0 ? WaitOp::EpRailRows : WaitOp::EpRailPartials;
   const uint64_t* word = gin_proxy_signal_word(h, peer, signal);
-  detail::gin_wait(h, op, peer, a.expected, [&] { return ptx::ld_acquire_sys(word); });
+  if (!detail::gin_wait(h, op, peer, a.expected, [&] { return ptx::ld_acquire_sys(word); })) return;
+  // This rank's own puts and signals to the peer complete before the kernel ends, so no proxy
+  // work of this call is still queued when the host enqueues what follows (docs/ep.md,
+  // "The proxy's copies and the hardware queues").
+  gin.flush_signal(world, peer, signal);
 }
 
 // Grid: any number of blocks of kRailThreads, after weft_ep_rail_exchange of the combine. A
