@@ -33,7 +33,7 @@
 # The fifos step (asked for by name) runs the EP and GIN self-tests and EP between 2 virtual nodes
 # with the proxy on one FIFO and on 4 FIFOs served by 2 threads (WEFT_PROXY_FIFOS/_THREADS).
 # The multinode step runs `weft selftest --only multinode --mode threads`: the AllReduces that
-# cross nodes (nvrar, the NVRAR and 2PH plans, port_ring, port_allpairs) at 2 nodes x 1 and x 2 ranks and 4
+# cross nodes (nvrar, 2ph, the NVRAR and 2PH plans, port_ring, port_allpairs) at 2 nodes x 1 and x 2 ranks and 4
 # nodes x 1 (virtual nodes over the emulated NIC in chaos mode; ranks share GPUs where there are
 # fewer GPUs than ranks), every element checked; its SKIP lines say what could not run and why.
 # Then 2 nodes x 8 (--ranks 16, bf16 and f32), the shape of two 8-GPU servers.

@@ -125,7 +125,9 @@ fn tuned_here(algorithm: Algorithm, nodes: &Nodes) -> bool {
     let sets_up = match algorithm {
         Algorithm::Plan(id) => id.plan_at(nodes, 0).is_ok(),
         // (Virtual nodes are numbered node after node, so `uniform` is "of equal size".)
-        Algorithm::AllReduceNvrar => nodes.uniform().is_ok() && algorithm.available(nodes.ranks() as usize),
+        Algorithm::AllReduceNvrar | Algorithm::AllReduce2ph => {
+            nodes.uniform().is_ok() && algorithm.available(nodes.ranks() as usize)
+        }
         _ => algorithm.available(nodes.ranks() as usize),
     };
     algorithm.collective() == Collective::AllReduce && algorithm.may_cross_nodes() && sets_up
@@ -624,7 +626,7 @@ mod tests {
             names.dedup();
             let mut natives: Vec<&str> = names.iter().copied().filter(|n| !n.starts_with("plan:")).collect();
             natives.sort_unstable();
-            assert_eq!(natives, ["nvrar", "port_allpairs", "port_ring"]);
+            assert_eq!(natives, ["2ph", "nvrar", "port_allpairs", "port_ring"]);
             // Every plan timed can be set up on these nodes; the single-node ones are not timed.
             for name in names.iter().filter(|n| n.starts_with("plan:")) {
                 let a = Algorithm::from_name(Collective::AllReduce, name).unwrap();

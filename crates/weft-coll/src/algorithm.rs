@@ -90,6 +90,11 @@ pub enum Algorithm {
     /// across nodes with LL packets (data and flag in one put), all-gather within each node, on
     /// a device communicator (GIN: stores to the peers of the node, proxy puts to the others).
     AllReduceNvrar,
+    /// AllReduce across nodes, 2PH (MSCCL++'s hierarchical two-phase): reduce-scatter within
+    /// each node, the shard's partial put to every other node (one crossing, 1/G of the data
+    /// per rank), all-gather within each node, in whole vectors, on a device communicator as
+    /// `nvrar`'s. For large messages.
+    AllReduce2ph,
     /// AllGather over LL packets.
     AllGatherLl,
     /// AllGather in LL128 lines. Needs NVLink peers.
@@ -137,7 +142,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every native algorithm (the plans are [`Collective::algorithms`]' other half).
-    pub const ALL: [Algorithm; 26] = [
+    pub const ALL: [Algorithm; 27] = [
         Algorithm::AllReduceLl,
         Algorithm::AllReduceLl2,
         Algorithm::AllReduceLl128,
@@ -146,6 +151,7 @@ impl Algorithm {
         Algorithm::AllReducePortRing,
         Algorithm::AllReducePortAllPairs,
         Algorithm::AllReduceNvrar,
+        Algorithm::AllReduce2ph,
         Algorithm::AllGatherLl,
         Algorithm::AllGatherLl128,
         Algorithm::AllGatherHb,
@@ -167,7 +173,7 @@ impl Algorithm {
     ];
 
     /// Short name within its collective (`ll`, `ll2`, `ll128`, `hb`, `ring`, `chain`, `port_ring`,
-    /// `port_allpairs`, `nvrar`, `p2p`, `plan:<name>`), as
+    /// `port_allpairs`, `nvrar`, `2ph`, `p2p`, `plan:<name>`), as
     /// `WEFT_ALGO_<COLLECTIVE>` and the tuning table spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -177,6 +183,7 @@ impl Algorithm {
             Self::AllReducePortRing => "port_ring",
             Self::AllReducePortAllPairs => "port_allpairs",
             Self::AllReduceNvrar => "nvrar",
+            Self::AllReduce2ph => "2ph",
             Self::AllToAllP2p | Self::SendRecvP2p => "p2p",
             Self::BroadcastChain | Self::ReduceChain => "chain",
             a if a.is_ll128() => "ll128",
@@ -195,7 +202,8 @@ impl Algorithm {
             | Self::AllReduceRing
             | Self::AllReducePortRing
             | Self::AllReducePortAllPairs
-            | Self::AllReduceNvrar => Collective::AllReduce,
+            | Self::AllReduceNvrar
+            | Self::AllReduce2ph => Collective::AllReduce,
             Self::AllGatherLl | Self::AllGatherLl128 | Self::AllGatherHb => Collective::AllGather,
             Self::ReduceScatterLl | Self::ReduceScatterLl128 | Self::ReduceScatterHb => Collective::ReduceScatter,
             Self::BroadcastLl | Self::BroadcastHb | Self::BroadcastChain | Self::BroadcastLl128 => {
@@ -225,7 +233,9 @@ impl Algorithm {
             Self::AllToAllP2p | Self::SendRecvP2p => Protocol::P2p,
             Self::AllToAllLl | Self::SendRecvLl => Protocol::LlP2p,
             Self::Plan(_) => Protocol::Plan,
-            Self::AllReducePortRing | Self::AllReducePortAllPairs | Self::AllReduceNvrar => Protocol::Port,
+            Self::AllReducePortRing | Self::AllReducePortAllPairs | Self::AllReduceNvrar | Self::AllReduce2ph => {
+                Protocol::Port
+            }
             _ => Protocol::Hb,
         }
     }
@@ -273,6 +283,7 @@ impl Algorithm {
             Self::AllReduceRing
                 | Self::AllReducePortRing
                 | Self::AllReduceNvrar
+                | Self::AllReduce2ph
                 | Self::ReduceChain
                 | Self::ReduceLl128
         ) || (self.protocol() == Protocol::Plan && self.reduces());
@@ -293,7 +304,7 @@ impl Algorithm {
         match self {
             Self::Plan(id) => id.plan(ranks, 0).is_ok(),
             Self::AllReducePortRing => true,
-            Self::AllReduceNvrar => ranks <= weft_types::GIN_MAX_RANKS,
+            Self::AllReduceNvrar | Self::AllReduce2ph => ranks <= weft_types::GIN_MAX_RANKS,
             _ => ranks <= weft_types::MAX_RANKS,
         }
     }
@@ -309,6 +320,7 @@ impl Algorithm {
             Self::AllReducePortRing => "weft_allreduce_port_ring",
             Self::AllReducePortAllPairs => "weft_allreduce_port_allpairs",
             Self::AllReduceNvrar => "weft_allreduce_nvrar",
+            Self::AllReduce2ph => "weft_allreduce_2ph",
             Self::AllGatherLl => "weft_allgather_ll",
             Self::AllGatherLl128 => "weft_allgather_ll128",
             Self::AllGatherHb => "weft_allgather_hb",
@@ -338,7 +350,14 @@ impl Algorithm {
     /// Whether it may run on a communicator whose ranks span nodes: the PortChannel AllReduces,
     /// and plans (each checked against the nodes when it is set up, `Nodes::check`).
     pub fn may_cross_nodes(self) -> bool {
-        matches!(self, Self::AllReducePortRing | Self::AllReducePortAllPairs | Self::AllReduceNvrar | Self::Plan(_))
+        matches!(
+            self,
+            Self::AllReducePortRing
+                | Self::AllReducePortAllPairs
+                | Self::AllReduceNvrar
+                | Self::AllReduce2ph
+                | Self::Plan(_)
+        )
     }
 
     /// The algorithm of its collective that carries every direction through scratch (itself,

@@ -27,8 +27,8 @@ use crate::call_check::{CallSignature, ExchangeError, Verdict};
 use crate::choice::{Call, Chooser};
 use crate::config::{CollConfig, Selector};
 use crate::error::CollError;
+use crate::gin_allreduce::GinAllReduce;
 use crate::kernels::KernelCache;
-use crate::nvrar::Nvrar;
 use crate::params::{
     AllGatherHb, AllReduceDirect, AllReduceHb, Flat, P2p, P2pLl, ReduceDirect, ReduceScatterDirect, Rooted,
 };
@@ -100,8 +100,8 @@ pub struct Collectives {
     port_ring: Mutex<Option<Arc<PortRing>>>,
     /// The PortChannels of AllReduce `port_allpairs`, set up by its first call.
     port_allpairs: Mutex<Option<Arc<PortAllPairs>>>,
-    /// The device communicator of AllReduce `nvrar`, set up by its first call.
-    nvrar: Mutex<Option<Arc<Nvrar>>>,
+    /// The device communicators of AllReduce `nvrar` and `2ph`, each set up by its first call.
+    gin_allreduces: Mutex<Vec<(Algorithm, Arc<GinAllReduce>)>>,
     /// The rank's proxy for both, started by the first of them: one polling thread per GPU.
     port_proxy: Mutex<Option<PortProxy>>,
     /// Staging for in-place AllToAll and send/receive calls larger than the scratch's own slot
@@ -187,7 +187,7 @@ impl Collectives {
             registry: Registry::default(),
             port_ring: Mutex::default(),
             port_allpairs: Mutex::default(),
-            nvrar: Mutex::default(),
+            gin_allreduces: Mutex::default(),
             port_proxy: Mutex::default(),
             in_place_staging: Mutex::default(),
             windows: Mutex::default(),
@@ -197,7 +197,7 @@ impl Collectives {
             plan_launches: [AtomicU64::new(0), AtomicU64::new(0)],
             checked_calls: AtomicU64::new(0),
             node_count: comm.topology().node_count(),
-            equal_nodes: crate::nvrar::equal_node_size(comm.topology()).is_some(),
+            equal_nodes: crate::gin_allreduce::equal_node_size(comm.topology()).is_some(),
         })
     }
 
@@ -239,10 +239,10 @@ impl Collectives {
     }
 
     /// The α-β model's time in µs of a call of `algorithm` on `bytes` across nodes: only for
-    /// the AllReduces that cross nodes (`port_ring`, `port_allpairs`, `nvrar`; weft-model's
+    /// the AllReduces that cross nodes (`port_ring`, `port_allpairs`, `nvrar`, `2ph`; weft-model's
     /// [`weft_model::rounds`], with this communicator's round sizes). The parameters are
     /// `params` when given (measured by `weft model calibrate`, for any route between nodes:
-    /// the PortChannel algorithms pay its PortChannel α, `nvrar` its network α and the proxy's
+    /// the PortChannel algorithms pay its PortChannel α, `nvrar` and `2ph` its network α and the proxy's
     /// cost per put), else the emulated NIC's `WEFT_EMU_NET_*` variables on a communicator of
     /// one host split into virtual nodes; `None` otherwise (the model has no parameters for TCP
     /// or verbs of its own) and for a communicator within one node.
@@ -274,21 +274,20 @@ impl Collectives {
             Algorithm::AllReducePortAllPairs => {
                 Some(weft_model::rounds::port_allpairs_us(bytes, remote, crate::port_allpairs::SLOT_BYTES, &port))
             }
-            Algorithm::AllReduceNvrar => {
+            Algorithm::AllReduceNvrar | Algorithm::AllReduce2ph => {
                 let topology = self.comm.topology();
-                let gpus_per_node = crate::nvrar::equal_node_size(topology)?;
+                let gpus_per_node = crate::gin_allreduce::equal_node_size(topology)?;
                 let nodes = topology.node_count();
-                // Its launch: the port ring's grid (see `nvrar()`).
-                let groups = (self.config.port_ring_blocks as usize + 1).min(weft_model::rounds::NVRAR_MAX_PUTS);
-                Some(weft_model::rounds::nvrar_us(
-                    bytes,
-                    nodes,
-                    gpus_per_node,
-                    crate::nvrar::ROUND_BYTES,
-                    groups,
-                    &params.net,
-                    params.proxy_us,
-                ))
+                // Its launch: the port ring's grid (see `gin_allreduce()`); both kernels deal
+                // their puts to at most 4 groups of blocks.
+                let groups = self.config.port_ring_blocks as usize + 1;
+                let (net, proxy) = (&params.net, params.proxy_us);
+                let round = crate::gin_allreduce::round_bytes(algorithm, self.resources.context().chunk_bytes);
+                Some(if algorithm == Algorithm::AllReduceNvrar {
+                    weft_model::rounds::nvrar_us(bytes, nodes, gpus_per_node, round, groups, net, proxy)
+                } else {
+                    weft_model::rounds::two_phase_us(bytes, nodes, gpus_per_node, round, groups, net, proxy)
+                })
             }
             _ => None,
         }
@@ -363,14 +362,14 @@ impl Collectives {
                 return Ok(algorithm);
             }
             let (input, output, bytes64) = (send.ptr, recv.ptr, bytes as u64);
-            if algorithm == Algorithm::AllReduceNvrar {
-                let nvrar = self.nvrar()?;
+            if matches!(algorithm, Algorithm::AllReduceNvrar | Algorithm::AllReduce2ph) {
+                let state = self.gin_allreduce(algorithm)?;
                 // SAFETY: the kernel runs on the grid its state was set up for; the device
                 // communicator and the state live as long as `self`, the buffers were checked
                 // above and are the caller's contract.
                 return unsafe {
                     self.launch(algorithm, dtype, op, scalar, stream, bytes, |c| {
-                        nvrar.params(c, input, output, bytes64)
+                        state.params(c, input, output, bytes64)
                     })
                 };
             }
@@ -452,16 +451,18 @@ impl Collectives {
         Ok(pairs)
     }
 
-    /// The state of AllReduce `nvrar`, set up on its first call (as `port_ring`'s), its proxy
-    /// peers served by the rank's PortChannel proxy.
-    fn nvrar(&self) -> Result<Arc<Nvrar>, CollError> {
-        let mut state = self.nvrar.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(nvrar) = state.as_ref() {
-            return Ok(Arc::clone(nvrar));
+    /// The state of AllReduce `nvrar` or `2ph`, set up on its first call (as `port_ring`'s),
+    /// its proxy peers served by the rank's PortChannel proxy.
+    fn gin_allreduce(&self, algorithm: Algorithm) -> Result<Arc<GinAllReduce>, CollError> {
+        let mut states = self.gin_allreduces.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, state)) = states.iter().find(|(a, _)| *a == algorithm) {
+            return Ok(Arc::clone(state));
         }
-        let nvrar = Arc::new(Nvrar::new(&self.comm, self.port_proxy()?, self.config.port_ring_blocks + 1)?);
-        *state = Some(Arc::clone(&nvrar));
-        Ok(nvrar)
+        let blocks = self.config.port_ring_blocks + 1;
+        let round = crate::gin_allreduce::round_bytes(algorithm, self.resources.context().chunk_bytes);
+        let state = Arc::new(GinAllReduce::new(&self.comm, algorithm, self.port_proxy()?, blocks, round)?);
+        states.push((algorithm, Arc::clone(&state)));
+        Ok(state)
     }
 
     /// The rank's PortChannel proxy, started on first use (by a call every rank makes).

@@ -274,7 +274,7 @@ impl Selector {
         let nvrar = Algorithm::AllReduceNvrar;
         if collective != Collective::AllReduce {
             return Err(format!(
-                "{collective} has no algorithm across nodes (only AllReduce: port_allpairs, port_ring, nvrar)"
+                "{collective} has no algorithm across nodes (only AllReduce: port_allpairs, port_ring, nvrar, 2ph)"
             ));
         }
         let chosen = match self.force.get(&collective).copied() {
@@ -282,16 +282,17 @@ impl Selector {
             Some(a) if a.may_cross_nodes() => a,
             Some(other) => {
                 return Err(format!(
-                    "{other} cannot reach peers of other nodes (port_allpairs, port_ring, nvrar and plans whose memory channels stay within nodes can)"
+                    "{other} cannot reach peers of other nodes (port_allpairs, port_ring, nvrar, 2ph and plans whose memory channels stay within nodes can)"
                 ));
             }
             None => {
-                // A table's pick that cannot run here (all pairs beyond 8 ranks; nvrar on nodes
+                // A table's pick that cannot run here (all pairs beyond 8 ranks; nvrar or 2ph on nodes
                 // of different sizes or in a type whose partials it would round) is no pick:
                 // the built-in choice then.
                 let runs = |tuned: &Algorithm| {
                     (matches!(tuned, Algorithm::Plan(_)) || tuned.available(ranks))
-                        && (*tuned != nvrar || (equal_nodes && nvrar.supports(dtype)))
+                        && (!matches!(tuned, Algorithm::AllReduceNvrar | Algorithm::AllReduce2ph)
+                            || (equal_nodes && tuned.supports(dtype)))
                 };
                 match self.tuned_across(collective, dtype, bytes, ranks, nodes).filter(runs) {
                     Some(tuned) => tuned,

@@ -188,8 +188,8 @@ weft_gpu::device_kernels! {
         state: u64 => "uint64_t*",
     }
 
-    /// AllReduce `nvrar` across nodes on a device communicator (GIN).
-    pub(crate) struct NvrarParams for ["weft_allreduce_nvrar"] {
+    /// The AllReduces across nodes on a device communicator (GIN), `nvrar` and `2ph`.
+    pub(crate) struct GinAllReduceParams for ["weft_allreduce_nvrar", "weft_allreduce_2ph"] {
         /// The rank's collective context, with the call's scalar.
         c: CollContext => "weft::CollContext",
         /// The call's input.
@@ -202,9 +202,10 @@ weft_gpu::device_kernels! {
         gin: DevCommHandle => "weft::DevCommHandle",
         /// Most input bytes of one round (the window holds one round per parity).
         round_bytes: u64 => "uint64_t",
-        /// Bytes of one slot of the window (a round's shard as LL packets).
+        /// Bytes of one slot of the window (a round's shard: `nvrar`'s as LL packets).
         slot_bytes: u64 => "uint64_t",
-        /// Per block, the rounds run so far (kept between launches).
+        /// Per block, the rounds run so far, and the blocks' arrival counters (kept between
+        /// launches).
         state: u64 => "uint64_t*",
     }
 }

@@ -491,6 +491,8 @@ impl Communicator {
             Some(WaitOp::EpRailPartials) => {
                 "EP combine between nodes: a forwarder's partial sums (expected = its signal's share)"
             }
+            Some(WaitOp::TwoPhaseNode) => "2PH: a node member's piece or finished shard (expected = the round's flag)",
+            Some(WaitOp::TwoPhaseRail) => "2PH: another node's partial (expected = its signal's count)",
             Some(WaitOp::GinSignal) => "GIN wait_signal (peer = the signal's index, expected = its value)",
             Some(WaitOp::GinCounter) => "GIN wait_counter (peer = the counter's index, expected = its value)",
             Some(WaitOp::GinBarrier) => "GIN barrier (peer = its signal's index, expected = arrivals)",

@@ -286,15 +286,23 @@ impl Buffer {
         Ok(self.comm.check_device()?)
     }
 
-    /// Waits for `stream`, then [`Buffer::check`]. The bound is the kernels' own spin bound
-    /// plus a margin, so a stalled wait is reported by the kernel first. Polls back to back
+    /// Waits for `stream`, then [`Buffer::check`]. The bound is twice the kernels' own spin
+    /// bound (the rail exchange waits for its peer, then flushes its own puts, each bounded by
+    /// `WEFT_TIMEOUT`) plus a margin, so a stalled wait is reported by the kernel first; where
+    /// the host gives up anyway, the kernel's record, if there is one, is still the error
+    /// returned, since it names the peer. Polls back to back at first
     /// ([`Stream::wait_idle_spinning`]): every EP wait is on a call's critical path (a rail hop
     /// lasts about a millisecond at DeepEP's shape), where napping would overshoot by hundreds
     /// of microseconds.
     pub fn synchronize(&self, stream: &Stream, what: &str) -> Result<(), EpError> {
-        let bound = self.comm.env().device_timeout + Duration::from_secs(5);
-        stream.wait_idle_spinning(bound, what).map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
-        self.check()
+        let bound = 2 * self.comm.env().device_timeout + Duration::from_secs(5);
+        match stream.wait_idle_spinning(bound, what) {
+            Ok(()) => self.check(),
+            Err(source) => {
+                self.check()?;
+                Err(EpError::Gpu { rank: self.rank(), source })
+            }
+        }
     }
 }
 

@@ -16,6 +16,9 @@ const DROP_WAIT: Duration = Duration::from_secs(120);
 
 /// How long [`Stream::wait_idle`] polls back to back before it naps.
 pub(crate) const WAIT_IDLE_SPIN: Duration = Duration::from_micros(100);
+/// How long [`Stream::wait_idle_spinning`] polls without napping: ten times an EP call's longest
+/// hop at DeepEP's shape (about 2 ms on an H200).
+pub(crate) const WAIT_IDLE_BUSY: Duration = Duration::from_millis(20);
 
 /// A non-blocking stream (it never synchronises with the legacy default stream).
 pub struct Stream {
@@ -108,12 +111,13 @@ impl Stream {
         self.poll_idle(timeout, what, WAIT_IDLE_SPIN)
     }
 
-    /// [`Stream::wait_idle`] polling back to back the whole time (yielding the CPU between
-    /// queries, never napping): for a wait on a call's critical path that may last a few
-    /// milliseconds, where the naps' overshoot (up to one nap past the work's end, and a
-    /// sleep's timer slack) would be the call's cost.
+    /// [`Stream::wait_idle`] polling back to back (yielding the CPU between queries) for the
+    /// first 20 ms, then with its naps: for a wait on a call's critical path that
+    /// lasts a few milliseconds, where the naps' overshoot (up to one nap past the work's end,
+    /// and a sleep's timer slack) would be the call's cost. A longer wait (a stall that ends in
+    /// the kernels' timeout) does not keep a core busy.
     pub fn wait_idle_spinning(&self, timeout: Duration, what: &str) -> Result<(), GpuError> {
-        self.poll_idle(timeout, what, Duration::MAX)
+        self.poll_idle(timeout, what, WAIT_IDLE_BUSY)
     }
 
     /// Polls the stream until idle or `timeout`: back to back for `spin`, then with naps.

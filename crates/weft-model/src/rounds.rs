@@ -1,4 +1,4 @@
-//! weft's PortChannel AllReduces (`port_ring`, `port_allpairs`) as their kernels run them over
+//! weft's AllReduces across nodes (`port_ring`, `port_allpairs`, `nvrar`, `2ph`) as their kernels run them over
 //! one α-β network link: in rounds of a bounded size (the scratch holds one round), each round's
 //! messages costing `α + bytes / β` on the link. `weft bench` prints these next to the measured
 //! time across virtual nodes (weft-coll's `Collectives::cross_node_model_us`); with a round as
@@ -54,24 +54,38 @@ pub const NVRAR_MIN_PUT_PACKETS: u64 = 8192;
 /// Payload bytes of one LL packet of `nvrar` (8 of data, 8 of flag).
 pub const NVRAR_PACKET_PAYLOAD: u64 = 8;
 
+/// How many puts carry `units` units when the launch has `groups` groups of blocks (at most
+/// `max_puts`), as the kernels' `PutGroups` deals them: each put at least `min_put` units, a
+/// multiple of 32.
+fn group_puts(units: u64, groups: usize, max_puts: usize, min_put: u64) -> u64 {
+    let groups = groups.clamp(1, max_puts) as u64;
+    let put = units.div_ceil(groups).max(min_put).next_multiple_of(32);
+    units.div_ceil(put).max(1)
+}
+
 /// How many puts carry a step's `shard_bytes` (a multiple of 8) when the launch has `groups`
 /// groups of blocks (min(blocks, [`NVRAR_MAX_PUTS`])): as the kernel's `NvrarRange` deals
 /// them, each put at least [`NVRAR_MIN_PUT_PACKETS`] packets, a multiple of 32.
 pub fn nvrar_puts(shard_bytes: u64, groups: usize) -> u64 {
-    let packets = shard_bytes.div_ceil(NVRAR_PACKET_PAYLOAD);
-    let groups = groups.clamp(1, NVRAR_MAX_PUTS) as u64;
-    let put = packets.div_ceil(groups).max(NVRAR_MIN_PUT_PACKETS).next_multiple_of(32);
-    packets.div_ceil(put).max(1)
+    group_puts(shard_bytes.div_ceil(NVRAR_PACKET_PAYLOAD), groups, NVRAR_MAX_PUTS, NVRAR_MIN_PUT_PACKETS)
+}
+
+/// A step that sends `wire` bytes in `puts` puts of equal size, which one proxy thread posts one
+/// after another, `proxy_us` each, while the link carries their bytes one after another: it
+/// ends `α` after the later of the two, `α + max((k − 1)·proxy + w/(kβ), w/β)`.
+fn posted_step(puts: u64, wire: u64, link: &LinkModel, proxy_us: f64) -> Duration {
+    let on_link = |bytes: u64| link.serialization(bytes);
+    let posted =
+        Duration::from_secs_f64(proxy_us.max(0.0) * 1e-6) * (puts.max(1) as u32 - 1) + on_link(wire / puts.max(1));
+    link.latency + posted.max(on_link(wire))
 }
 
 /// `nvrar`'s AllReduce of `bytes` on `nodes` nodes of `gpus_per_node` ranks across `link`, in
 /// rounds of at most `round_bytes`, its launch holding `groups` groups of blocks: in a round,
 /// each of recursive doubling's steps sends the rank's shard (the round over the node's ranks,
 /// in whole 8-byte packets) as LL packets (twice its bytes) in [`nvrar_puts`] puts, one step
-/// after the other. One proxy thread posts a step's puts one after another, `proxy_us` each
-/// (what a stream of small puts costs it), and the link carries their bytes one after another;
-/// the step ends `α` after the later of the two: `α + max((k − 1)·proxy + w/(kβ), w/β)` for k
-/// puts of w bytes in all. The phases within a node are NVLink's, outside this link's model.
+/// after the other, each step a [`posted_step`]. The phases within a node are NVLink's, outside
+/// this link's model.
 pub fn nvrar_us(
     bytes: u64,
     nodes: usize,
@@ -83,12 +97,45 @@ pub fn nvrar_us(
 ) -> f64 {
     let steps = crate::closed_form::recursive_doubling_steps(nodes) as u32;
     let shard = |round: u64| round.div_ceil(gpus_per_node.max(1) as u64).next_multiple_of(8);
-    let on_link = |wire: u64| link.serialization(wire);
     rounds_us(bytes, round_bytes, |round| {
         let shard = shard(round);
-        let (puts, wire) = (nvrar_puts(shard, groups), 2 * shard);
-        let posted = Duration::from_secs_f64(proxy_us.max(0.0) * 1e-6) * (puts as u32 - 1) + on_link(wire / puts);
-        (link.latency + posted.max(on_link(wire))) * steps
+        posted_step(nvrar_puts(shard, groups), 2 * shard, link, proxy_us) * steps
+    })
+}
+
+/// Most puts `2ph` sends a node per round (the kernel's `kTwoPhaseMaxPuts`).
+pub const TWO_PHASE_MAX_PUTS: usize = 4;
+/// Fewest 16-byte vectors a put of `2ph` carries (the kernel's `kTwoPhaseMinPutVectors`).
+pub const TWO_PHASE_MIN_PUT_VECTORS: u64 = 16384;
+
+/// How many puts carry `2ph`'s `shard_bytes` (a multiple of 16) to one node when the launch
+/// has `groups` groups of blocks.
+pub fn two_phase_puts(shard_bytes: u64, groups: usize) -> u64 {
+    group_puts(shard_bytes.div_ceil(16), groups, TWO_PHASE_MAX_PUTS, TWO_PHASE_MIN_PUT_VECTORS)
+}
+
+/// `2ph`'s AllReduce of `bytes` on `nodes` nodes of `gpus_per_node` ranks across `link`, in
+/// rounds of at most `round_bytes`, its launch holding `groups` groups of blocks: in a round the
+/// rank's shard (the round over the node's ranks, 16-byte aligned) goes to each of the N − 1
+/// other nodes in [`two_phase_puts`] puts, all posted by one proxy thread and carried by the
+/// rank's link one after another: one [`posted_step`] of (N − 1)·k puts. The phases within a
+/// node are NVLink's, outside this link's model.
+pub fn two_phase_us(
+    bytes: u64,
+    nodes: usize,
+    gpus_per_node: usize,
+    round_bytes: u64,
+    groups: usize,
+    link: &LinkModel,
+    proxy_us: f64,
+) -> f64 {
+    if nodes < 2 {
+        return 0.0;
+    }
+    let others = nodes as u64 - 1;
+    rounds_us(bytes, round_bytes, |round| {
+        let shard = round.div_ceil(gpus_per_node.max(1) as u64).next_multiple_of(16);
+        posted_step(others * two_phase_puts(shard, groups), others * shard, link, proxy_us)
     })
 }
 
@@ -196,12 +243,45 @@ mod tests {
         assert_eq!(nvrar_puts(4 << 20, 9), 4);
         // The constants are the kernel's.
         let kernel = include_str!("../../../device/kernels/coll/nvrar.cu");
-        for (name, value) in
-            [("kNvrarMaxPuts = ", NVRAR_MAX_PUTS as u64), ("kNvrarMinPutPackets = ", NVRAR_MIN_PUT_PACKETS)]
-        {
-            let at = kernel.find(name).unwrap_or_else(|| panic!("{name} not in nvrar.cu")) + name.len();
+        kernel_constants_are(
+            kernel,
+            &[("kNvrarMaxPuts = ", NVRAR_MAX_PUTS as u64), ("kNvrarMinPutPackets = ", NVRAR_MIN_PUT_PACKETS)],
+        );
+    }
+
+    /// Each `(name, value)`: `name` followed by `value` in the kernel's source.
+    fn kernel_constants_are(kernel: &str, constants: &[(&str, u64)]) {
+        for (name, value) in constants {
+            let at = kernel.find(name).unwrap_or_else(|| panic!("{name} not in the kernel")) + name.len();
             let text: String = kernel[at..].chars().take_while(char::is_ascii_digit).collect();
-            assert_eq!(text.parse::<u64>().unwrap(), value, "{name}");
+            assert_eq!(text.parse::<u64>().unwrap(), *value, "{name}");
         }
+    }
+
+    #[test]
+    fn two_phase_sends_the_shard_once_to_every_other_node() {
+        let link = LinkModel::new(2.0, Some(50.0));
+        // One put of a 1 KB call's shard (1024 bytes over one GPU per node).
+        let one = link.message_time(1024).as_secs_f64() * 1e6;
+        assert!((two_phase_us(1024, 2, 1, 8 << 20, 4, &link, 5.0) - one).abs() < 1e-9);
+        // Four nodes of 4 ranks: a quarter of 64 MB (16 MB) to each of 3 nodes, in rounds of
+        // 8 MB (2 MB shards, 4 puts each): 12 puts per round, whose bytes outlast their posting.
+        let round = link.message_time(3 * (2 << 20)).as_secs_f64() * 1e6;
+        assert!((two_phase_us(64 << 20, 4, 4, 8 << 20, 4, &link, 5.0) - 8.0 * round).abs() < 1e-6);
+        assert_eq!(two_phase_us(1 << 20, 1, 8, 8 << 20, 4, &link, 5.0), 0.0);
+        // 256 KB puts at least, 4 at most.
+        assert_eq!(two_phase_puts(16, 4), 1);
+        assert_eq!(two_phase_puts(256 << 10, 4), 1);
+        assert_eq!(two_phase_puts((256 << 10) + 16, 4), 2);
+        assert_eq!(two_phase_puts(8 << 20, 4), 4);
+        assert_eq!(two_phase_puts(8 << 20, 1), 1);
+        let kernel = include_str!("../../../device/kernels/coll/two_phase.cu");
+        kernel_constants_are(
+            kernel,
+            &[
+                ("kTwoPhaseMaxPuts = ", TWO_PHASE_MAX_PUTS as u64),
+                ("kTwoPhaseMinPutVectors = ", TWO_PHASE_MIN_PUT_VECTORS),
+            ],
+        );
     }
 }

@@ -57,6 +57,10 @@ device_enums! {
         EpRailRows = 21,
         /// A source of the normal mode between nodes waiting for a forwarder's partial sums (`peer`: the forwarder rank, `expected`: its signal's share).
         EpRailPartials = 22,
+        /// A 2PH block waiting for a member of its node's piece or finished shard (`peer`: that rank, `expected`: the round's flag).
+        TwoPhaseNode = 23,
+        /// A 2PH block waiting for another node's partial (`peer`: that node's rank, `expected`: its signal's count).
+        TwoPhaseRail = 24,
     }
 }
 

@@ -329,7 +329,7 @@ class Gin {
   __device__ bool flush_connection(uint32_t rank, uint32_t c) {
     uint64_t pos;
     const PortChannelDeviceHandle& ch = port(rank, c);
-    if (!detail::port_push(ch, FifoOp::Flush, 0, 0, 0, 0, 0, &pos) || !fifo_sync(ch.fifo, pos)) return false;
+    if (!detail::port_push(ch, FifoOp::Flush, 0, 0, 0, 0, 0, &pos) || !detail::port_sync(ch, pos)) return false;
     pending_[rank] &= ~(1ull << c);
     return true;
   }
@@ -425,15 +425,18 @@ class Gin {
 /// A put of `bytes` from this rank's window `src_window` at `src_offset` into member `peer` of
 /// `team`'s window `dst_window` at `dst_offset`, made by every thread of `coop`, that no later
 /// signal or flush of a Gin covers: it keeps no ordering state (no Gin object, so no per-thread
-/// array), and the receiver learns of its arrival from the data itself (LL packets carrying a
-/// flag in every 8 bytes). On LSA the group stores the bytes; through the proxy the group syncs
-/// and its leader queues the command on the peer's connection without a signal (the push's .sys
-/// fence orders the group's earlier stores before the proxy reads the source). Every thread
-/// returns the leader's outcome.
+/// array). Without a signal the receiver learns of its arrival from the data itself (LL packets
+/// carrying a flag in every 8 bytes); with `remote` a signal, that signal is raised after this
+/// put's bytes and covers them alone (through the proxy both travel on the signal's connection,
+/// as one command). On LSA the group stores the bytes (then the leader's release add raises the
+/// signal); through the proxy the group syncs and its leader queues the command (the push's
+/// .sys fence orders the group's earlier stores before the proxy reads the source). Every
+/// thread returns the leader's outcome.
 template <typename Coop>
 __device__ __forceinline__ bool gin_put_unordered(const Coop& coop, const DevCommHandle& h, const GinTeam& team,
                                                   uint32_t peer, uint32_t dst_window, uint64_t dst_offset,
-                                                  uint32_t src_window, uint64_t src_offset, uint64_t bytes) {
+                                                  uint32_t src_window, uint64_t src_offset, uint64_t bytes,
+                                                  GinRemoteAction remote = gin_no_signal()) {
   const uint32_t rank = gin_world_rank(team, peer);
   const uint64_t dst = gin_window_offset(h, dst_window) + dst_offset;
   const uint64_t src = gin_window_offset(h, src_window) + src_offset;
@@ -444,12 +447,15 @@ __device__ __forceinline__ bool gin_put_unordered(const Coop& coop, const DevCom
   }
   coop.sync();
   bool ok = true;
-  if (coop.rank() == 0 && !lsa) {
-    const PortChannelDeviceHandle& ch =
-        reinterpret_cast<const PortChannelDeviceHandle*>(h.ports)[rank * (h.signal_slots + 1) + h.signal_slots];
+  if (coop.rank() == 0 && lsa && remote.signal != kGinNone) {
+    ptx::red_add_release_sys(reinterpret_cast<uint64_t*>(gin_peer_heap(h, rank)) + remote.signal, 1);
+  } else if (coop.rank() == 0 && !lsa) {
+    const uint32_t c = remote.signal == kGinNone ? h.signal_slots : remote.signal;
+    const PortChannelDeviceHandle& ch = reinterpret_cast<const PortChannelDeviceHandle*>(h.ports)[rank * (h.signal_slots + 1) + c];
+    const FifoOp op = remote.signal == kGinNone ? FifoOp::Put : FifoOp::PutSignal;
     uint64_t pos;
-    ok = detail::port_push(ch, FifoOp::Put, ch.dst_memory, static_cast<uint32_t>(dst), ch.src_memory,
-                           static_cast<uint32_t>(src), static_cast<uint32_t>(bytes), &pos);
+    ok = detail::port_push(ch, op, ch.dst_memory, static_cast<uint32_t>(dst), ch.src_memory, static_cast<uint32_t>(src),
+                           static_cast<uint32_t>(bytes), &pos);
   }
   return coop.all(ok);
 }

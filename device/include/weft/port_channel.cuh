@@ -62,6 +62,14 @@ __device__ __forceinline__ bool port_push(const PortChannelDeviceHandle& ch, Fif
   return fifo_push(ch.fifo, cmd, position);
 }
 
+/// Waits until the proxy consumed the command at `pos`. A failure names the channel's peer (the
+/// FIFO's own wait context serves every peer of the rank and names none).
+__device__ __forceinline__ bool port_sync(const PortChannelDeviceHandle& ch, uint64_t pos) {
+  FifoDeviceHandle fifo = ch.fifo;
+  fifo.wait.peer = ch.semaphore.wait.peer;
+  return fifo_sync(fifo, pos);
+}
+
 }  // namespace detail
 
 /// Put with explicit memory indices. Called by ONE thread.
@@ -95,7 +103,7 @@ __device__ __forceinline__ bool port_put_with_signal(const PortChannelDeviceHand
 __device__ __forceinline__ bool port_flush(const PortChannelDeviceHandle& ch) {
   uint64_t pos;
   if (!detail::port_push(ch, FifoOp::Flush, 0, 0, 0, 0, 0, &pos)) return false;
-  return fifo_sync(ch.fifo, pos);
+  return detail::port_sync(ch, pos);
 }
 
 /// Put, signal and flush in one command, then waits for the flush. Called by ONE thread.
@@ -107,7 +115,7 @@ __device__ __forceinline__ bool port_put_with_signal_and_flush(const PortChannel
                          &pos)) {
     return false;
   }
-  return fifo_sync(ch.fifo, pos);
+  return detail::port_sync(ch, pos);
 }
 
 /// Waits for the peer's next signal (bounded). Called by ONE thread per expected signal.

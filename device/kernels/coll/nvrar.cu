@@ -1,7 +1,7 @@
 // NVRAR AllReduce for communicators that span nodes (Singhania et al., CAIS '26), on the GIN
 // device API: one kernel source for the peers of this node (LSA: stores over NVLink) and those
 // of other nodes (the proxy: puts).
-#include "reducing.cuh"
+#include "put_groups.cuh"
 #include "weft/gin.cuh"
 
 namespace {
@@ -19,51 +19,16 @@ constexpr uint64_t kNvrarMinBlockPackets = 1024;
 /// Most steps across nodes: ⌊log2 32⌋ + 2 (GIN_MAX_RANKS ranks, one per node at most).
 constexpr uint32_t kNvrarMaxSteps = 8;
 
-/// Where a block works in a round: the blocks form kNvrarMaxPuts groups, group k packs and
-/// receives put k's range `[put_lo, put_hi)` of the shard's packets, each block its own part
-/// `[lo, hi)` of it; `active` blocks of the group have a part. The same on every rank.
-struct NvrarRange {
-  uint64_t put_lo, put_hi, lo, hi;
-  uint32_t group, active;
+/// Where a block works in a round (PutGroups, in LL packets).
+using NvrarRange = PutGroups<kNvrarMaxPuts>;
 
-  __device__ __forceinline__ NvrarRange(uint64_t packets) {
-    const uint32_t groups = gridDim.x < kNvrarMaxPuts ? gridDim.x : kNvrarMaxPuts;
-    const uint32_t per_group = gridDim.x / groups;
-    group = blockIdx.x / per_group;
-    const uint64_t put = round_up32(max_u64(kNvrarMinPutPackets, div_ceil(packets, groups)));
-    put_lo = min_u64(group * put, packets);
-    put_hi = group < groups ? min_u64(put_lo + put, packets) : put_lo;
-    const uint64_t part = round_up32(max_u64(kNvrarMinBlockPackets, div_ceil(put_hi - put_lo, per_group)));
-    lo = min_u64(put_lo + (blockIdx.x % per_group) * part, put_hi);
-    hi = min_u64(lo + part, put_hi);
-    active = static_cast<uint32_t>(div_ceil(put_hi - put_lo, part));
-  }
-  __device__ __forceinline__ static uint64_t round_up32(uint64_t n) { return (n + 31) & ~uint64_t(31); }
-  __device__ __forceinline__ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
-};
-
-/// Block-wide: whether this block is the last of its group to have its part of the put of step
-/// `step` written; that block puts the whole range. Each (group, parity, step) has its counter,
-/// which its last arriver sets back to 0 before the put leaves; the counter's next use, two
-/// rounds later, comes after the partner of that step answered this put (the partner of a step
-/// is the same every round, and it answers round g + 1 only after receiving round g), so no
-/// arrival is lost. Called by every thread.
+/// Whether this block is the last of its group to have its part of the put of step `step`
+/// written (put_groups_last_to_arrive). Each (group, parity, step) has its counter; its next
+/// use, two rounds later, comes after the partner of that step answered this put (the partner
+/// of a step is the same every round, and it answers round g + 1 only after receiving round g).
 __device__ __forceinline__ bool nvrar_last_to_arrive(const NvrarRange& range, uint32_t parity, uint32_t step,
                                                      uint64_t* arrivals) {
-  if (range.active == 1) return true;
-  __syncthreads();  // the block's packets before thread 0's release
-  bool last = false;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const uint32_t index = (range.group * 2 + parity) * kNvrarMaxSteps + step;
-    unsigned long long* counter = reinterpret_cast<unsigned long long*>(arrivals + index);
-    last = atomicAdd(counter, 1ull) + 1 == range.active;
-    if (last) {
-      atomicExch(counter, 0ull);
-      __threadfence();  // the other blocks' packets (seen through the counter) before the put
-    }
-  }
-  return __syncthreads_or(last) != 0;
+  return put_groups_last_to_arrive(range, arrivals + (range.group * 2 + parity) * kNvrarMaxSteps + step);
 }
 
 /// One rank's place in the algorithm: the node (LSA team, G ranks) and the rail (the ranks of
@@ -211,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const uint64_t rounds = div_ceil(bytes, round_bytes);
   const uint64_t per_round = div_ceil(bytes, rounds);
   const uint64_t shard = (div_ceil(per_round, at.g) + 7) & ~uint64_t(7);
-  const NvrarRange range(shard / 8);
+  const NvrarRange range(shard / 8, kNvrarMinPutPackets, kNvrarMinBlockPackets);
   const uint64_t lo = range.lo, hi = range.hi;
   const uint64_t before = state[blockIdx.x];
   if (lo == hi) {

@@ -105,38 +105,48 @@ __device__ __forceinline__ auto only(uint32_t d) {
   return [d](uint32_t p) { return p == d; };
 }
 
-/// Reduces bytes `[lo, hi)` (lo 16-aligned) in rank order and applies `finish`, whole 16-byte vectors through
-/// round_up16(hi): rank r's copy is at `in[r] + lo`, every `in` is scratch, 16-aligned and
-/// padded to 16 bytes (see push_padded), so no element is read on its own. `store(at, v)`
-/// puts the result vector of bytes `[at, at + 16)` wherever the caller's outputs are; it must
-/// keep the rule of push_padded (no peer receives a sub-word store), which whole vectors into
-/// padded scratch or into the 16-aligned prefix of a user buffer do.
-template <typename Store>
-__device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ranks, uint64_t lo, uint64_t hi,
-                                             const Fin& finish, const Store& store) {
+/// Reduces bytes `[lo, hi)` (lo 16-aligned) of `ranks` copies in rank order and applies
+/// `finish`, whole 16-byte vectors through round_up16(hi): rank r's copy is at `src(r) + lo`,
+/// every copy is scratch, 16-aligned and padded to 16 bytes (see push_padded), so no element is
+/// read on its own. Any number of copies: each thread issues MAX_RANKS loads before folding
+/// them, then the next MAX_RANKS, into one accumulator. `store(at, v)` puts the result vector
+/// of bytes `[at, at + 16)` wherever the caller's outputs are; it must keep the rule of
+/// push_padded (no peer receives a sub-word store), which whole vectors into padded scratch or
+/// into the 16-aligned prefix of a user buffer do.
+template <typename Src, typename Store>
+__device__ __forceinline__ void reduce_sources(const Src& src, uint32_t ranks, uint64_t lo, uint64_t hi,
+                                               const Fin& finish, const Store& store) {
   using R = Reducer<kType, kOp, 16>;
   const uint64_t vectors = div_ceil(hi - lo, 16);
   for (uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
     const uint64_t at = lo + v * 16;
     Acc acc[R::kElems];
-    uint4 x[MAX_RANKS];
-    // Issue every rank's load before reducing.
+    for (uint32_t first = 0; first < ranks; first += MAX_RANKS) {
+      uint4 x[MAX_RANKS];
 #pragma unroll
-    for (uint32_t r = 0; r < MAX_RANKS; ++r) {
-      if (r < ranks) x[r] = *reinterpret_cast<const uint4*>(in[r] + at);
-    }
-    for (uint32_t r = 0; r < ranks; ++r) {
-      const uint32_t(&w)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&x[r]);
-      if (r == 0) {
-        R::start(acc, w);
-      } else {
-        R::fold(acc, w);
+      for (uint32_t r = 0; r < MAX_RANKS; ++r) {
+        if (first + r < ranks) x[r] = *reinterpret_cast<const uint4*>(src(first + r) + at);
+      }
+      for (uint32_t r = 0; r < MAX_RANKS && first + r < ranks; ++r) {
+        const uint32_t(&w)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&x[r]);
+        if (first + r == 0) {
+          R::start(acc, w);
+        } else {
+          R::fold(acc, w);
+        }
       }
     }
     uint32_t res[4];
     R::finish(acc, finish, res);
     store(at, make_uint4(res[0], res[1], res[2], res[3]));
   }
+}
+
+/// reduce_sources of at most MAX_RANKS copies, rank r's at `in[r] + lo`.
+template <typename Store>
+__device__ __forceinline__ void reduce_range(const char* const* in, uint32_t ranks, uint64_t lo, uint64_t hi,
+                                             const Fin& finish, const Store& store) {
+  reduce_sources([in](uint32_t r) { return in[r]; }, ranks, lo, hi, finish, store);
 }
 
 /// A result vector stored into this rank's own output, which may lie at any alignment (only a

@@ -14,8 +14,8 @@
 // One program per (type, operator): this file includes every algorithm's file, so the crate
 // that launches them (weft-coll) compiles and caches one module per pair, as one translation
 // unit, and finds every kernel in it. Helpers more than one algorithm uses live in
-// reducing.cuh (the type and operator, the LL, vector and ring folds), two_shot_hb.cuh and
-// port_grid.cuh (the PortChannel grid).
+// reducing.cuh (the type and operator, the LL, vector and ring folds), two_shot_hb.cuh,
+// port_grid.cuh (the PortChannel grid) and put_groups.cuh (puts by groups of blocks).
 //
 //   weft_allreduce_ll       one-shot: every rank sends its whole input to every peer as
 //                           packets and reduces all ranks' packets.
@@ -40,6 +40,9 @@
 //   weft_allreduce_nvrar    NVRAR across nodes (nvrar.cu, on the GIN device API): reduce-
 //                           scatter within the node, recursive doubling across nodes with LL
 //                           packets (data and flag in one put), all-gather within the node.
+//   weft_allreduce_2ph      2PH across nodes (two_phase.cu, on the GIN device API): reduce-
+//                           scatter within the node, the shard's partial to every other node
+//                           (puts with signals), all-gather within the node; whole vectors.
 //   weft_reduce_scatter_ll  the scatter and reduce of the two-shot, shard d = block d of input.
 //   weft_reduce_scatter_hb  push shards into their owners' scratch, reduce there.
 //   weft_reduce_ll          every rank sends its input to the root as packets.
@@ -57,5 +60,6 @@
 #include "port_ring.cu"
 #include "port_allpairs.cu"
 #include "nvrar.cu"
+#include "two_phase.cu"
 #include "reduce_scatter.cu"
 #include "reduce.cu"

@@ -114,9 +114,10 @@ __device__ __forceinline__ bool rail_put(Gin& gin, const GinTeam& world, uint32_
 // puts to this rank have landed: GIN stores a signal after the data it covers). Combine:
 // thread s puts the partials of the rows received from node s (rows from[s] on, received[s]
 // of them) into rank (s, local)'s partial receive rows from row node * capacity, then waits
-// for that rank's share of kRailCombineSignal. A wait that gives up records (rank, peer,
-// phase: the wait context of `h`, which names this rank, with `peer` the rank waited for) and
-// the kernel ends.
+// for that rank's share of kRailCombineSignal, then flushes its own puts and signal to it. A
+// wait that gives up records (rank, peer, phase: the wait context of `h`, which names this
+// rank, with `peer` the rank waited for; the flush's FifoSync names the same peer) and the
+// kernel ends.
 extern "C" __global__ void __launch_bounds__(32)
     weft_ep_rail_exchange(EpRailArgs a, DevCommHandle h, uint32_t combine) {
   const uint32_t d = threadIdx.x;

@@ -63,9 +63,10 @@ pub(super) enum Family {
     MultiNode,
 }
 
-/// The AllReduces that run across nodes: the PortChannel natives, NVRAR on the device API and
-/// the multi-node plans.
-const MULTI_NODE: [&str; 5] = ["port_ring", "port_allpairs", "nvrar", "plan:nvrar_allreduce", "plan:hier2ph_allreduce"];
+/// The AllReduces that run across nodes: the PortChannel natives, NVRAR and 2PH on the device
+/// API and the multi-node plans.
+const MULTI_NODE: [&str; 6] =
+    ["port_ring", "port_allpairs", "nvrar", "2ph", "plan:nvrar_allreduce", "plan:hier2ph_allreduce"];
 
 impl Family {
     /// Whether the family's matrix runs `algorithm` on a communicator that spans nodes or not.
@@ -502,7 +503,7 @@ mod tests {
         crossing.sort_unstable();
         assert_eq!(family(Family::MultiNode, true), crossing);
         assert_eq!(family(Family::MultiNode, false), crossing);
-        assert_eq!(family(Family::Native, true), ["nvrar", "port_allpairs", "port_ring"]);
+        assert_eq!(family(Family::Native, true), ["2ph", "nvrar", "port_allpairs", "port_ring"]);
         assert!(family(Family::Plans, true).is_empty());
         // On one node the native and plan matrices are what they were.
         let (native, plans) = (family(Family::Native, false), family(Family::Plans, false));

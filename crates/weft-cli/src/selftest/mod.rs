@@ -64,7 +64,7 @@ pub enum Step {
     /// The GIN examples (AllToAll, ring AllGather, halo exchange) within one node (LSA) and
     /// across virtual nodes (the proxy over TCP and the emulated NIC), eager and in graphs.
     Gin,
-    /// The AllReduces that cross nodes (NVRAR and 2PH plans, `port_ring`, `port_allpairs`) at
+    /// The AllReduces that cross nodes (`nvrar`, `2ph`, the NVRAR and 2PH plans, `port_ring`, `port_allpairs`) at
     /// 2 nodes x 1 and x 2 ranks and 4 nodes x 1 (virtual nodes, the emulated NIC in chaos
     /// mode): the collective matrix at 2 and 4 ranks (or `--ranks`), ranks sharing GPUs in the
     /// thread mode where there are fewer. Runs only when named.

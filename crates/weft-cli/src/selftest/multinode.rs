@@ -122,7 +122,7 @@ mod tests {
         use weft_coll::{Algorithm, Collective, CollectiveAlgorithms, Nodes};
         let crossing: Vec<Algorithm> =
             Collective::AllReduce.algorithms().filter(|&a| Family::MultiNode.includes(a, true)).collect();
-        assert_eq!(crossing.len(), 5);
+        assert_eq!(crossing.len(), 6);
         for layout in LAYOUTS {
             let nodes = Nodes::virtual_nodes(layout.ranks(), layout.per_node);
             for &a in &crossing {

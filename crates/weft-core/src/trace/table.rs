@@ -38,10 +38,10 @@ pub const PHASES: &[Phase] = &[
     Phase { name: "route", meaning: "EP low-latency dispatch: the block's first window of tokens routed" },
     Phase {
         name: "reduce_scatter",
-        meaning: "NVRAR: the node's pieces of this rank's shard folded (this block's range)",
+        meaning: "NVRAR, 2PH: the node's pieces of this rank's shard folded (this block's range)",
     },
-    Phase { name: "across_nodes", meaning: "NVRAR: the steps across nodes done (this block's range)" },
-    Phase { name: "all_gather", meaning: "NVRAR: the node's finished shards in the output (this block's range)" },
+    Phase { name: "across_nodes", meaning: "NVRAR, 2PH: the steps across nodes done (this block's range)" },
+    Phase { name: "all_gather", meaning: "NVRAR, 2PH: the node's finished shards in the output (this block's range)" },
 ];
 
 /// Every kernel with a `WEFT_TRACE_SCOPE`, indexed by its id (the index here). A kernel's scope
@@ -83,6 +83,7 @@ pub const KERNELS: &[&str] = &[
     "weft_ep_ll_dispatch_recv_net",
     "weft_ep_ll_combine_send_net",
     "weft_ep_ll_combine_recv_net",
+    "weft_allreduce_2ph",
 ];
 
 /// The name of phase `id`, `phase<id>` past the table.

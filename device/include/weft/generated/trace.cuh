@@ -29,9 +29,9 @@ constexpr uint16_t publish = 12;  ///< EP: the launch's last block published the
 constexpr uint16_t wait = 13;  ///< EP: the signals the warp waits for seen
 constexpr uint16_t grid_wait = 14;  ///< EP low latency: the previous grid on the stream waited for
 constexpr uint16_t route = 15;  ///< EP low-latency dispatch: the block's first window of tokens routed
-constexpr uint16_t reduce_scatter = 16;  ///< NVRAR: the node's pieces of this rank's shard folded (this block's range)
-constexpr uint16_t across_nodes = 17;  ///< NVRAR: the steps across nodes done (this block's range)
-constexpr uint16_t all_gather = 18;  ///< NVRAR: the node's finished shards in the output (this block's range)
+constexpr uint16_t reduce_scatter = 16;  ///< NVRAR, 2PH: the node's pieces of this rank's shard folded (this block's range)
+constexpr uint16_t across_nodes = 17;  ///< NVRAR, 2PH: the steps across nodes done (this block's range)
+constexpr uint16_t all_gather = 18;  ///< NVRAR, 2PH: the node's finished shards in the output (this block's range)
 }  // namespace phase
 
 /// Kernel ids, one per kernel with a WEFT_TRACE_SCOPE.
@@ -71,8 +71,9 @@ constexpr uint16_t weft_ep_ll_dispatch_send_net = 31;
 constexpr uint16_t weft_ep_ll_dispatch_recv_net = 32;
 constexpr uint16_t weft_ep_ll_combine_send_net = 33;
 constexpr uint16_t weft_ep_ll_combine_recv_net = 34;
+constexpr uint16_t weft_allreduce_2ph = 35;
 }  // namespace kernel
-constexpr uint32_t kKernels = 35u;
+constexpr uint32_t kKernels = 36u;
 
 struct Record {
   uint64_t ns;

@@ -90,6 +90,8 @@ enum class WaitOp : uint32_t {
   Ll128Read = 20,  ///<  Reading an LL128 line whose flag never matched; `observed` is the flag word last seen.
   EpRailRows = 21,  ///<  A rail forwarder of the normal mode between nodes waiting for a source's rows (`peer`: the source rank, `expected`: its signal's share).
   EpRailPartials = 22,  ///<  A source of the normal mode between nodes waiting for a forwarder's partial sums (`peer`: the forwarder rank, `expected`: its signal's share).
+  TwoPhaseNode = 23,  ///<  A 2PH block waiting for a member of its node's piece or finished shard (`peer`: that rank, `expected`: the round's flag).
+  TwoPhaseRail = 24,  ///<  A 2PH block waiting for another node's partial (`peer`: that node's rank, `expected`: its signal's count).
 };
 
 ///  Element type of a collective's buffers.

@@ -204,7 +204,7 @@ static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_allreduce_port_allpai
 static_assert(sizeof(weft::kernel_param_t<6, decltype(weft_allreduce_port_allpairs)>) == 8 && alignof(weft::kernel_param_t<6, decltype(weft_allreduce_port_allpairs)>) == 8, "weft_allreduce_port_allpairs: slot_bytes is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<7, decltype(weft_allreduce_port_allpairs)>) == 8 && alignof(weft::kernel_param_t<7, decltype(weft_allreduce_port_allpairs)>) == 8, "weft_allreduce_port_allpairs: state is 8 bytes aligned to 8 in Rust");
 
-// NvrarParams: AllReduce `nvrar` across nodes on a device communicator (GIN).
+// GinAllReduceParams: The AllReduces across nodes on a device communicator (GIN), `nvrar` and `2ph`.
 extern "C" __global__ void weft_allreduce_nvrar(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::DevCommHandle gin, uint64_t round_bytes, uint64_t slot_bytes, uint64_t* state);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_nvrar)>) == 112 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_nvrar)>) == 8, "weft_allreduce_nvrar: c is 112 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_nvrar)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_nvrar)>) == 8, "weft_allreduce_nvrar: input is 8 bytes aligned to 8 in Rust");
@@ -214,3 +214,14 @@ static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_allreduce_nvrar)>) ==
 static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_allreduce_nvrar)>) == 8 && alignof(weft::kernel_param_t<5, decltype(weft_allreduce_nvrar)>) == 8, "weft_allreduce_nvrar: round_bytes is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<6, decltype(weft_allreduce_nvrar)>) == 8 && alignof(weft::kernel_param_t<6, decltype(weft_allreduce_nvrar)>) == 8, "weft_allreduce_nvrar: slot_bytes is 8 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<7, decltype(weft_allreduce_nvrar)>) == 8 && alignof(weft::kernel_param_t<7, decltype(weft_allreduce_nvrar)>) == 8, "weft_allreduce_nvrar: state is 8 bytes aligned to 8 in Rust");
+
+// GinAllReduceParams: The AllReduces across nodes on a device communicator (GIN), `nvrar` and `2ph`.
+extern "C" __global__ void weft_allreduce_2ph(weft::CollContext c, const char* input, char* output, uint64_t bytes, weft::DevCommHandle gin, uint64_t round_bytes, uint64_t slot_bytes, uint64_t* state);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_allreduce_2ph)>) == 112 && alignof(weft::kernel_param_t<0, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: c is 112 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_allreduce_2ph)>) == 8 && alignof(weft::kernel_param_t<1, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: input is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_allreduce_2ph)>) == 8 && alignof(weft::kernel_param_t<2, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: output is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<3, decltype(weft_allreduce_2ph)>) == 8 && alignof(weft::kernel_param_t<3, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<4, decltype(weft_allreduce_2ph)>) == 144 && alignof(weft::kernel_param_t<4, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: gin is 144 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<5, decltype(weft_allreduce_2ph)>) == 8 && alignof(weft::kernel_param_t<5, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: round_bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<6, decltype(weft_allreduce_2ph)>) == 8 && alignof(weft::kernel_param_t<6, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: slot_bytes is 8 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<7, decltype(weft_allreduce_2ph)>) == 8 && alignof(weft::kernel_param_t<7, decltype(weft_allreduce_2ph)>) == 8, "weft_allreduce_2ph: state is 8 bytes aligned to 8 in Rust");
