@@ -21,10 +21,11 @@ pub(crate) const TWO_PHASE_ROUND_BYTES: u64 = 8 << 20;
 
 /// The round of `algorithm` (`nvrar`, `2ph`) where HB rounds move `chunk_bytes`: its own, or
 /// the HB round where that is smaller (a communicator configured for little scratch; the
-/// self-test's, whose counts then span several rounds).
+/// self-test's, whose counts then span several rounds), at least 4 KiB and a multiple of 16
+/// bytes (the kernels' rounds start on 16-byte boundaries, `CallRounds`).
 pub(crate) fn round_bytes(algorithm: Algorithm, chunk_bytes: u64) -> u64 {
     let own = if algorithm == Algorithm::AllReduce2ph { TWO_PHASE_ROUND_BYTES } else { ROUND_BYTES };
-    own.min(chunk_bytes).max(1 << 12)
+    own.min(chunk_bytes).max(1 << 12) & !15
 }
 
 /// Bytes an LL packet takes per byte of payload (8 of data and 8 of flag per 16).
@@ -239,5 +240,6 @@ mod tests {
         assert_eq!(round_bytes(Algorithm::AllReduce2ph, 32 << 20), TWO_PHASE_ROUND_BYTES);
         assert_eq!(round_bytes(Algorithm::AllReduce2ph, 64 << 10), 64 << 10);
         assert_eq!(round_bytes(Algorithm::AllReduceNvrar, 1), 4096);
+        assert_eq!(round_bytes(Algorithm::AllReduce2ph, 100_007), 100_000);
     }
 }

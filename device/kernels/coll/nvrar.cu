@@ -173,8 +173,8 @@ extern "C" __global__ void __launch_bounds__(1024)
   // Rounds of one size: every round of a call has the same shard and the same block ranges, so
   // every block takes part in every round (the slot reuse argument below needs that); the last
   // round's bytes may fall short of it.
-  const uint64_t rounds = div_ceil(bytes, round_bytes);
-  const uint64_t per_round = div_ceil(bytes, rounds);
+  const CallRounds call(bytes, round_bytes);
+  const uint64_t rounds = call.count, per_round = call.size;
   const uint64_t shard = (div_ceil(per_round, at.g) + 7) & ~uint64_t(7);
   const NvrarRange range(shard / 8, kNvrarMinPutPackets, kNvrarMinBlockPackets);
   const uint64_t lo = range.lo, hi = range.hi;

@@ -4,6 +4,18 @@
 #pragma once
 #include "reducing.cuh"
 
+/// A call of `bytes` in rounds of at most `round_bytes` (a multiple of 16): `count` rounds of
+/// `size` bytes but the last, which may be shorter. Every round has the same size, so every
+/// round deals its shard to the blocks alike, and that size is a multiple of 16, so every round
+/// starts on a whole element (and a 16-byte boundary of the buffers).
+struct CallRounds {
+  uint64_t count, size;
+  __device__ __forceinline__ CallRounds(uint64_t bytes, uint64_t round_bytes) {
+    size = round_up16(div_ceil(bytes, div_ceil(bytes, round_bytes)));
+    count = div_ceil(bytes, size);
+  }
+};
+
 /// Where a block works in a round of `units` units (LL packets, 16-byte vectors): the blocks
 /// form at most `kMaxPuts` groups; group k packs and receives put k's range `[put_lo, put_hi)`,
 /// each block its own part `[lo, hi)` of it; `active` blocks of the group have a part. Puts

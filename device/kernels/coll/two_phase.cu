@@ -136,8 +136,8 @@ extern "C" __global__ void __launch_bounds__(1024)
   const Fin finish = Fin::of(c);
   const bool across = at.nodes > 1;
   // Rounds of one size, so every round of a call deals its vectors alike.
-  const uint64_t rounds = div_ceil(bytes, round_bytes);
-  const uint64_t per_round = div_ceil(bytes, rounds);
+  const CallRounds call(bytes, round_bytes);
+  const uint64_t rounds = call.count, per_round = call.size;
   const uint64_t shard = round_up16(div_ceil(per_round, at.g));
   const TwoPhaseRange range(shard / 16, kTwoPhaseMinPutVectors, kTwoPhaseMinBlockVectors);
   uint64_t* const counts = state + uint64_t(blockIdx.x) * kTwoPhaseMaxPuts;
