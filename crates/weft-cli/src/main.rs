@@ -117,9 +117,10 @@ enum Command {
         /// and NCCL); for ep, GB/s and low-latency µs per operation, a series per SM count.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
-        /// Ranks (collectives, default one per GPU; gin, default 2). More ranks than GPUs run as threads of
-        /// this process sharing the GPUs round-robin (WEFT_SHARE_GPUS): their times compare the
-        /// algorithms of one run (--versus) and nothing else; NCCL cannot run so.
+        /// Ranks (collectives and ep, default one per GPU; gin, default 2). More ranks than GPUs run as
+        /// threads of this process sharing the GPUs round-robin (WEFT_SHARE_GPUS): their times compare the
+        /// algorithms of one run (--versus) and nothing else (ep between virtual nodes: the emulated NIC's
+        /// pace still holds); NCCL cannot run so.
         #[arg(long)]
         ranks: Option<usize>,
         /// Timed trials per size (collectives and gin; default 7): every contender (weft, NCCL, …) warmed
@@ -449,7 +450,7 @@ fn main() -> ExitCode {
                 [ranks, trials],
                 json,
             ),
-            "fifo" | "p2p" | "ep" if ranks.is_some() => Err("--ranks is an option of the collective benchmarks".into()),
+            "fifo" | "p2p" if ranks.is_some() => Err("--ranks is an option of the collective and ep benchmarks".into()),
             "fifo" | "p2p" | "ep" if trials.is_some() => {
                 Err("--trials is an option of the collective benchmarks".into())
             }
@@ -457,7 +458,7 @@ fn main() -> ExitCode {
                 &proxy,
                 &sweep,
                 [graph, nccl || windows || nccl_windows, in_place, versus.is_some()],
-                check,
+                (check, ranks),
                 [json, plot, trace],
             ),
             "fifo" | "p2p" if trace.is_some() => Err("--trace is an option of the collective and ep benchmarks".into()),
@@ -668,7 +669,7 @@ fn bench_ep(
     args: &ProxyBenchArgs,
     sweep: &Sweep,
     collective_flags: [bool; 4],
-    check: bool,
+    (check, ranks): (bool, Option<usize>),
     [json, plot, trace]: [Option<std::path::PathBuf>; 3],
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if collective_flags.iter().any(|&f| f) {
@@ -694,6 +695,7 @@ fn bench_ep(
         ll_tokens: args.ll_tokens,
         check,
         gpus: s.gpus,
+        ranks: ranks.unwrap_or(s.gpus),
         trace,
         nodes: args.nodes,
     };

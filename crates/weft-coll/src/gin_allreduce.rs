@@ -110,10 +110,10 @@ impl TwoPhaseLayout {
         2 * (2 * g + n) * self.slot_bytes + 2 * g * u64::from(self.blocks) * 8
     }
 
-    /// Words of the launch state: per block, every group's round count; then an arrival
-    /// counter per (group, parity).
+    /// Words of the launch state: per block, its rounds and every group's (the kernel's
+    /// `kTwoPhaseStateWords`); then an arrival counter per (group, parity).
     fn state_words(&self) -> usize {
-        self.blocks as usize * TWO_PHASE_GROUPS + TWO_PHASE_GROUPS * 2
+        self.blocks as usize * (1 + TWO_PHASE_GROUPS) + TWO_PHASE_GROUPS * 2
     }
 }
 
@@ -223,7 +223,7 @@ mod tests {
         let two = TwoPhaseLayout::new(1, 2, 33, TWO_PHASE_ROUND_BYTES);
         assert_eq!(two.slot_bytes, 8 << 20);
         assert_eq!(two.window_bytes(), 2 * 4 * (8 << 20) + 2 * 33 * 8);
-        assert_eq!(two.state_words(), 33 * 4 + 8);
+        assert_eq!(two.state_words(), 33 * 5 + 8);
         // Shards are whole 16-byte vectors, whatever the rank count.
         let odd = TwoPhaseLayout::new(3, 4, 9, TWO_PHASE_ROUND_BYTES);
         assert_eq!(odd.slot_bytes % 16, 0);

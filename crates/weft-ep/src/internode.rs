@@ -19,6 +19,7 @@ use weft_types::EpRailArgs;
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
+use crate::phase_timer::PhaseTimer;
 use crate::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Group, Handle, LayoutTensors, Payload, RecvCounts,
     RoutingShape, Scales,
@@ -393,6 +394,7 @@ impl Buffer {
             ..self.rail_args(None, nodes, None)
         };
         self.rail_dirty.store(true, Ordering::Relaxed);
+        let timer = PhaseTimer::start("notify between nodes", self.rank(), stream);
         // SAFETY: `rail_counts` is ours and holds MAX_RANKS * (2 + MAX_LOCAL_EXPERTS) entries
         // (at least nodes + ranks + experts: checked above); the kernel touches no region of
         // the buffer; the rest is the caller's contract.
@@ -413,6 +415,9 @@ impl Buffer {
         if rows.len() != ranks || rows.iter().any(|r| r.len() != words) {
             let detail = "the ranks' counts differ in shape (every rank must notify the same routing shape)".into();
             return Err(EpError::Unsupported { rank: self.rank(), detail });
+        }
+        if let Some(t) = timer {
+            t.finish("layout, counts exchanged", stream);
         }
         Ok(RailPlan::new(nodes, shape.num_experts, expert_alignment, &rows))
     }
@@ -467,6 +472,7 @@ impl Buffer {
         };
         let x = d.x.x();
         self.settle_rail(stream)?;
+        let mut timer = PhaseTimer::start("dispatch between nodes", self.rank(), stream);
         self.rail_dirty.store(true, Ordering::Relaxed);
         let calls = self.rail_calls[0].fetch_add(1, Ordering::Relaxed) + 1;
         let args = EpRailArgs {
@@ -488,8 +494,14 @@ impl Buffer {
         // SAFETY: the node context addresses this rank's live buffer; the regions lie in it
         // (RailRegions fits them in the low-latency area); the rest is the caller's contract.
         unsafe { self.kernels.rail(stream, args, config.num_sms, false) }.map_err(gpu)?;
+        if let Some(t) = &mut timer {
+            t.mark("pack", stream);
+        }
         // SAFETY: as above.
         unsafe { self.exchange_on_rail(stream, args, gin, false)? };
+        if let Some(t) = &mut timer {
+            t.mark("rail exchange", stream);
+        }
         // The NVL hop: the forwarded rows, where they lie, are the node's dispatch inputs.
         let base = self.own_base();
         let group = self.node_group(nodes);
@@ -540,11 +552,17 @@ impl Buffer {
                     stream,
                 )?;
             }
+            if let Some(t) = &mut timer {
+                t.mark("node layout and notify", stream);
+            }
         }
         let handle = inter.node_raw(d.recv_src_idx, config.channels());
         // SAFETY: as above; the outputs are the caller's, `num_recv_tokens` rows.
         unsafe { self.dispatch_in(group, &input, &d.output, &handle, node_shape, config, cached, stream) }?;
         inter.node_notified = true;
+        if let Some(t) = timer {
+            t.finish("node dispatch", stream);
+        }
         Ok(())
     }
 
@@ -601,9 +619,13 @@ impl Buffer {
         let handle = inter.node_raw(0, config.channels());
         self.settle_after_low_latency(stream)?;
         self.rail_dirty.store(true, Ordering::Relaxed);
+        let mut timer = PhaseTimer::start("combine between nodes", self.rank(), stream);
         // SAFETY: the partials lie in this rank's buffer, one per forwarded row; the rest is
         // the caller's contract.
         unsafe { self.combine_in(self.node_group(nodes), &input, &output, &handle, inter.plan.forwarded, stream) }?;
+        if let Some(t) = &mut timer {
+            t.mark("node combine", stream);
+        }
         let calls = self.rail_calls[1].fetch_add(1, Ordering::Relaxed) + 1;
         let args = EpRailArgs {
             rail_send_head: inter.rail_send_head.ptr(),
@@ -619,10 +641,16 @@ impl Buffer {
             ..self.rail_args(Some(&inter.plan), nodes, Some(&regions))
         };
         // SAFETY: as in `dispatch_between_nodes`.
-        unsafe {
-            self.exchange_on_rail(stream, args, gin, true)?;
-            self.kernels.rail(stream, args, config.num_sms, true).map_err(gpu)
+        unsafe { self.exchange_on_rail(stream, args, gin, true)? };
+        if let Some(t) = &mut timer {
+            t.mark("rail exchange", stream);
         }
+        // SAFETY: as above.
+        unsafe { self.kernels.rail(stream, args, config.num_sms, true) }.map_err(gpu)?;
+        if let Some(t) = timer {
+            t.finish("sum of the nodes", stream);
+        }
+        Ok(())
     }
 
     /// `weft_ep_rail_exchange` on `stream`, then waits for it on the host, so nothing is queued

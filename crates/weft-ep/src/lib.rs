@@ -66,6 +66,7 @@ mod internode;
 mod launch;
 pub mod low_latency;
 pub mod model;
+mod phase_timer;
 mod rail_raw;
 pub mod raw;
 mod region;

@@ -12,6 +12,8 @@ constexpr uint32_t kTwoPhaseWindow = 0;
 /// Most puts per node and round, each with a signal of its own (signal k: group k's puts), so
 /// the communicator has this many signal slots (`TwoPhaseLayout` on the host).
 constexpr uint32_t kTwoPhaseMaxPuts = 4;
+/// Words of a block's launch state: its rounds, then every group's.
+constexpr uint32_t kTwoPhaseStateWords = 1 + kTwoPhaseMaxPuts;
 /// Fewest vectors a put carries (256 KB): a put through the proxy costs a few microseconds of
 /// its own, so a shard goes as a few large puts.
 constexpr uint64_t kTwoPhaseMinPutVectors = 16384;
@@ -113,21 +115,26 @@ __device__ __forceinline__ void two_phase_copy_out(char* out, const char* slot, 
 /// one per group of blocks, each block of a group taking a part of its range (PutGroups); block
 /// b takes the same part at every rank and phase, so it reads only what block b of the others
 /// wrote, and the last block of a group to fold its part puts the group's range. Each block
-/// keeps, for every group, the rounds that group has carried (`state[b][k]`, kept between
-/// launches, so graph replays need no host work; every block counts every group alike). A
-/// group's round count r gives the window parity r % 2, the flags' value r + 1, and the count
-/// every node's signal k must reach, r + 1 (one put with signal k per node and round). A slot
-/// is rewritten two rounds later only after its reader is done with it: a rank starts round r +
-/// 2 of a group only after it received, in round r + 1, what each peer of the slot sent after
-/// finishing round r (a member's rs and ag flags, a node's put); the peer's copy reading this
-/// rank's `recv[node]` of round r ended before that node's round r + 1 put left (it waited for
-/// this rank's signal of round r, stored after the data). Every wait is bounded and names the
-/// rank and the peer; a timeout leaves the counts behind, and the communicator is then failed,
-/// as after any device timeout.
+/// keeps (kept between launches, so graph replays need no host work) the rounds of every call
+/// so far, g, and for every group the rounds that group has carried (every block counts alike).
+/// Round g uses window parity g % 2 and flags g + 1; a group that has carried r rounds waits
+/// for r + 1 signals k from each node (one put with signal k per node and round it carries).
+/// The parity is the call's, not the group's: a group's range moves with the call's size, and
+/// a group idle in some calls would otherwise write, at the parity another group used for the
+/// same bytes in the call before, into a slot still being read or still being copied from.
+/// A slot is rewritten two rounds later only after its reader is done with it: a rank starts
+/// round g + 2 only after it received, in round g + 1, what each peer of the slot sent after
+/// finishing round g (a member's rs and ag flags, a node's puts of the round's groups, which
+/// the node sent after its own round g had received this rank's puts of round g: so the copy
+/// reading this rank's `recv[node]` of round g had ended, whatever group reads those bytes now),
+/// or, where round g ended the peer's previous launch, after that launch had received all of
+/// this rank's round g. Every wait is bounded and names the rank and the peer; a timeout leaves
+/// the counts behind, and the communicator is then failed, as after any device timeout.
 extern "C" __global__ void __launch_bounds__(1024)
     weft_allreduce_2ph(CollContext c, const char* input, char* output, uint64_t bytes, DevCommHandle h,
                        uint64_t round_bytes, uint64_t slot_bytes, uint64_t* state) {
-  // state: per block, the groups' round counts; then per (group, parity), an arrival counter.
+  // state: per block, its rounds and the groups' round counts; then per (group, parity), an
+  // arrival counter.
   WEFT_TRACE_SCOPE(weft_allreduce_2ph);
   if (bytes == 0) return;
   const TwoPhasePlace at(h, slot_bytes);
@@ -140,10 +147,12 @@ extern "C" __global__ void __launch_bounds__(1024)
   const uint64_t rounds = call.count, per_round = call.size;
   const uint64_t shard = round_up16(div_ceil(per_round, at.g));
   const TwoPhaseRange range(shard / 16, kTwoPhaseMinPutVectors, kTwoPhaseMinBlockVectors);
-  uint64_t* const counts = state + uint64_t(blockIdx.x) * kTwoPhaseMaxPuts;
-  uint64_t* const arrivals = state + uint64_t(gridDim.x) * kTwoPhaseMaxPuts;
+  uint64_t* const rounds_so_far = state + uint64_t(blockIdx.x) * kTwoPhaseStateWords;
+  uint64_t* const counts = rounds_so_far + 1;
+  uint64_t* const arrivals = state + uint64_t(gridDim.x) * kTwoPhaseStateWords;
   const uint64_t lo = range.lo * 16, hi = range.hi * 16;
-  const uint64_t before = range.lo < range.hi ? counts[range.group] : 0;
+  const uint64_t before = *rounds_so_far;
+  const uint64_t carried = range.lo < range.hi ? counts[range.group] : 0;
   for (uint64_t i = 0; i < rounds && range.lo < range.hi; ++i) {
     const uint64_t round = before + i;
     const uint32_t parity = static_cast<uint32_t>(round & 1);
@@ -199,7 +208,8 @@ extern "C" __global__ void __launch_bounds__(1024)
           ctx.peer = static_cast<int32_t>(peer);
           // Every node's peer is a proxy peer (the LSA team is the node): its signal k has its
           // own word here.
-          ok = wait_at_least(gin_proxy_signal_word(h, peer, range.group), round + 1, ctx, WaitOp::TwoPhaseRail);
+          ok = wait_at_least(gin_proxy_signal_word(h, peer, range.group), carried + i + 1, ctx,
+                             WaitOp::TwoPhaseRail);
         }
       }
       if (!__syncthreads_and(ok)) return;
@@ -218,8 +228,9 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     WEFT_TRACE_MARK(all_gather);
   }
-  __syncthreads();  // every thread read its group's count before thread 0 moves it on
+  __syncthreads();  // every thread read the counts before thread 0 moves them on
   if (threadIdx.x == 0) {
+    *rounds_so_far = before + rounds;
     for (uint32_t k = 0; k < kTwoPhaseMaxPuts; ++k) {
       if (range.carries(k, shard / 16)) counts[k] += rounds;
     }

@@ -50,8 +50,11 @@ pub struct EpBenchOptions {
     pub ll_tokens: usize,
     /// Check every element of every configuration against the CPU model first.
     pub check: bool,
-    /// GPUs, a rank each (threads of this process).
+    /// GPUs, the ranks placed on them round-robin (threads of this process).
     pub gpus: usize,
+    /// Ranks: one per GPU, or more, sharing the GPUs (`WEFT_SHARE_GPUS`): their times then say
+    /// little of a machine with a GPU per rank, except where the emulated NIC's pace sets them.
+    pub ranks: usize,
     /// Record the traced kernels and write a Chrome trace per line here (`--trace`).
     pub trace: Option<std::path::PathBuf>,
     /// Split the ranks into this many virtual nodes over the emulated NIC (`--nodes`).
@@ -95,21 +98,32 @@ pub fn run(
     plot: Option<&std::path::Path>,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut env = super::trace::traced_env(Env::from_process()?, options.trace.as_deref(), "ep")?;
+    let ranks = options.ranks;
+    if ranks == 0 {
+        return Err("weft bench ep: --ranks 0: a run has at least 1 rank".into());
+    }
     if let Some(nodes) = options.nodes {
-        env = virtual_nodes_env(env, nodes, options.gpus)?;
+        env = virtual_nodes_env(env, nodes, ranks)?;
+    }
+    if ranks > options.gpus {
+        env.share_gpus = true;
+        println!(
+            "# {ranks} ranks share {} GPU(s) as threads of one process (WEFT_SHARE_GPUS): the kernels compete for SMs and memory",
+            options.gpus
+        );
     }
     let network = match (env.ranks_per_node, env.emulated_net) {
-        (Some(per_node), Some(link)) if per_node < options.gpus => format!(
+        (Some(per_node), Some(link)) if per_node < ranks => format!(
             ", {} nodes over the emulated NIC (α {:.1} µs, {})",
-            options.gpus.div_ceil(per_node),
+            ranks.div_ceil(per_node),
             link.latency.as_secs_f64() * 1e6,
             link.bytes_per_second.map_or("uncapped".to_string(), |b| format!("{:.0} GB/s", b as f64 / 1e9)),
         ),
-        (Some(per_node), None) if per_node < options.gpus => format!(", {} nodes", options.gpus.div_ceil(per_node)),
+        (Some(per_node), None) if per_node < ranks => format!(", {} nodes", ranks.div_ceil(per_node)),
         _ => String::new(),
     };
     let shared = Arc::new(options.clone());
-    let outcomes = launch::run_rank_threads(options.gpus, "weft-ep", move |rank, bootstrap| {
+    let outcomes = launch::run_rank_threads(ranks, "weft-ep", move |rank, bootstrap| {
         measure_rank(rank, bootstrap, &env, &shared).map_err(|e| e.to_string())
     })?;
     let mut lines = Vec::new();
@@ -129,7 +143,7 @@ pub fn run(
     }
     let title = format!(
         "weft bench ep: {} ranks{network}, {} tokens per rank, hidden {}, top-{}, {} experts (DeepEP's GB/s)",
-        options.gpus, options.tokens, options.hidden, options.topk, options.experts
+        ranks, options.tokens, options.hidden, options.topk, options.experts
     );
     ep_report::print_table(&title, &lines);
     if let Some(path) = json {
@@ -147,7 +161,7 @@ fn measure_rank(
     env: &Env,
     options: &EpBenchOptions,
 ) -> Result<Vec<EpLine>, Box<dyn std::error::Error>> {
-    let device = Device::new(rank)?;
+    let device = Device::new(rank % options.gpus)?;
     let comm = Communicator::new(bootstrap, device.clone(), env.clone())?;
     let stream = Stream::new(&device)?;
     let ranks = comm.world_size();

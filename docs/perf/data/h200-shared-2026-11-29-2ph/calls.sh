@@ -25,6 +25,10 @@ for step in ${STEPS:-warm mn2 bench2ph mn4 ep}; do
           >> "$O/bench2ph.txt" 2>&1; rc=$?
         echo "per_node=$per rc=$rc" >> "$O/bench2ph.txt"
       done ;;
+    epb) timeout $(bound ${EPB:-200}) $W bench ep --nodes 2 --ranks 2 --sms ${SMS:-24,64} --check > "$O/epb.txt" 2>&1; rc=$? ;;
+    phases) WEFT_LOG=weft_ep::phases=debug timeout $(bound ${PHT:-150}) $W bench ep --nodes 2 --ranks 2 --sms 24 --ll-tokens 0 > "$O/phases-raw.txt" 2>&1; rc=$?
+          sed 's/\x1b\[[0-9;]*m//g' "$O/phases-raw.txt" | grep -v "weft_ep::phases" > "$O/phases.txt"
+          sed 's/\x1b\[[0-9;]*m//g' "$O/phases-raw.txt" | grep "weft_ep::phases" | sed 's/.*weft_ep::phases: //' | head -3000 >> "$O/phases.txt"; rm -f "$O/phases-raw.txt" ;;
     ep) timeout $(bound ${EPT:-150}) $W selftest --only ep --mode threads --ranks 2 > "$O/ep.txt" 2>&1; rc=$? ;;
   esac
   echo "step $step rc=$rc $(( $(date +%s) - t0 ))s" >> "$S"
