@@ -917,9 +917,9 @@ mod tests {
         let Command::Bench { collective, proxy, check, .. } = cli.command else { panic!("not bench") };
         assert_eq!((collective.as_str(), proxy.sms, proxy.tokens, check), ("ep", vec![24, 64], 128, true));
         assert_eq!((proxy.hidden, proxy.topk, proxy.experts, proxy.nodes), (7168, 8, 256, None));
-        let cli = Cli::try_parse_from(["weft", "bench", "ep", "--nodes", "2", "--sms", "24"]).unwrap();
-        let Command::Bench { proxy, .. } = cli.command else { panic!("not bench") };
-        assert_eq!(proxy.nodes, Some(2));
+        let cli = Cli::try_parse_from(["weft", "bench", "ep", "--nodes", "2", "--sms", "24", "--ranks", "2"]).unwrap();
+        let Command::Bench { proxy, ranks, .. } = cli.command else { panic!("not bench") };
+        assert_eq!((proxy.nodes, ranks), (Some(2), Some(2)));
         assert!(Cli::try_parse_from(["weft", "bench", "ep", "--nodes", "-1"]).is_err());
         let cli = Cli::try_parse_from(["weft", "bench", "fifo"]).unwrap();
         let Command::Bench { proxy, .. } = cli.command else { panic!("not bench") };
