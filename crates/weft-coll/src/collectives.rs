@@ -283,10 +283,11 @@ impl Collectives {
                 let groups = self.config.port_ring_blocks as usize + 1;
                 let (net, proxy) = (&params.net, params.proxy_us);
                 let round = crate::gin_allreduce::round_bytes(algorithm, self.resources.context().chunk_bytes);
+                let call = weft_model::rounds::GinCall { nodes, gpus_per_node, round_bytes: round, groups };
                 Some(if algorithm == Algorithm::AllReduceNvrar {
-                    weft_model::rounds::nvrar_us(bytes, nodes, gpus_per_node, round, groups, net, proxy)
+                    weft_model::rounds::nvrar_us(bytes, call, net, proxy)
                 } else {
-                    weft_model::rounds::two_phase_us(bytes, nodes, gpus_per_node, round, groups, net, proxy)
+                    weft_model::rounds::two_phase_us(bytes, call, net, proxy)
                 })
             }
             _ => None,

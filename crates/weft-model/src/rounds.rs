@@ -54,6 +54,27 @@ pub const NVRAR_MIN_PUT_PACKETS: u64 = 8192;
 /// Payload bytes of one LL packet of `nvrar` (8 of data, 8 of flag).
 pub const NVRAR_PACKET_PAYLOAD: u64 = 8;
 
+/// A launch of an AllReduce on the GIN device API across nodes (`nvrar`, `2ph`), as its model
+/// sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GinCall {
+    /// Nodes.
+    pub nodes: usize,
+    /// Ranks per node.
+    pub gpus_per_node: usize,
+    /// Most input bytes of one round.
+    pub round_bytes: u64,
+    /// Groups of blocks the launch deals a round's puts to (the kernels take at most 4).
+    pub groups: usize,
+}
+
+impl GinCall {
+    /// A rank's shard of a round of `round` bytes, in whole `unit`-byte pieces.
+    fn shard(&self, round: u64, unit: u64) -> u64 {
+        round.div_ceil(self.gpus_per_node.max(1) as u64).next_multiple_of(unit)
+    }
+}
+
 /// How many puts carry `units` units when the launch has `groups` groups of blocks (at most
 /// `max_puts`), as the kernels' `PutGroups` deals them: each put at least `min_put` units, a
 /// multiple of 32.
@@ -86,20 +107,11 @@ fn posted_step(puts: u64, wire: u64, link: &LinkModel, proxy_us: f64) -> Duratio
 /// in whole 8-byte packets) as LL packets (twice its bytes) in [`nvrar_puts`] puts, one step
 /// after the other, each step a [`posted_step`]. The phases within a node are NVLink's, outside
 /// this link's model.
-pub fn nvrar_us(
-    bytes: u64,
-    nodes: usize,
-    gpus_per_node: usize,
-    round_bytes: u64,
-    groups: usize,
-    link: &LinkModel,
-    proxy_us: f64,
-) -> f64 {
-    let steps = crate::closed_form::recursive_doubling_steps(nodes) as u32;
-    let shard = |round: u64| round.div_ceil(gpus_per_node.max(1) as u64).next_multiple_of(8);
-    rounds_us(bytes, round_bytes, |round| {
-        let shard = shard(round);
-        posted_step(nvrar_puts(shard, groups), 2 * shard, link, proxy_us) * steps
+pub fn nvrar_us(bytes: u64, call: GinCall, link: &LinkModel, proxy_us: f64) -> f64 {
+    let steps = crate::closed_form::recursive_doubling_steps(call.nodes) as u32;
+    rounds_us(bytes, call.round_bytes, |round| {
+        let shard = call.shard(round, 8);
+        posted_step(nvrar_puts(shard, call.groups), 2 * shard, link, proxy_us) * steps
     })
 }
 
@@ -120,22 +132,14 @@ pub fn two_phase_puts(shard_bytes: u64, groups: usize) -> u64 {
 /// other nodes in [`two_phase_puts`] puts, all posted by one proxy thread and carried by the
 /// rank's link one after another: one [`posted_step`] of (N − 1)·k puts. The phases within a
 /// node are NVLink's, outside this link's model.
-pub fn two_phase_us(
-    bytes: u64,
-    nodes: usize,
-    gpus_per_node: usize,
-    round_bytes: u64,
-    groups: usize,
-    link: &LinkModel,
-    proxy_us: f64,
-) -> f64 {
-    if nodes < 2 {
+pub fn two_phase_us(bytes: u64, call: GinCall, link: &LinkModel, proxy_us: f64) -> f64 {
+    if call.nodes < 2 {
         return 0.0;
     }
-    let others = nodes as u64 - 1;
-    rounds_us(bytes, round_bytes, |round| {
-        let shard = round.div_ceil(gpus_per_node.max(1) as u64).next_multiple_of(16);
-        posted_step(others * two_phase_puts(shard, groups), others * shard, link, proxy_us)
+    let others = call.nodes as u64 - 1;
+    rounds_us(bytes, call.round_bytes, |round| {
+        let shard = call.shard(round, 16);
+        posted_step(others * two_phase_puts(shard, call.groups), others * shard, link, proxy_us)
     })
 }
 
@@ -143,6 +147,10 @@ pub fn two_phase_us(
 mod tests {
     use super::*;
     use crate::{Algorithm, Params, Shape, closed_form};
+
+    fn call(nodes: usize, gpus_per_node: usize, round_bytes: u64, groups: usize) -> GinCall {
+        GinCall { nodes, gpus_per_node, round_bytes, groups }
+    }
 
     #[test]
     fn a_call_is_timed_round_by_round_with_a_short_last_round() {
@@ -207,15 +215,15 @@ mod tests {
     fn nvrar_sends_the_shard_as_packets_once_per_step() {
         let link = LinkModel::new(2.0, Some(50.0));
         let one = link.message_time(2 * 1024).as_secs_f64() * 1e6;
-        assert!((nvrar_us(1024, 2, 1, 4 << 20, 4, &link, 5.0) - one).abs() < 1e-9);
+        assert!((nvrar_us(1024, call(2, 1, 4 << 20, 4), &link, 5.0) - one).abs() < 1e-9);
         // Three nodes: the fold, one exchange and the hand-back; a node of 4 ranks sends a quarter.
         let quarter = link.message_time(2 * 256).as_secs_f64() * 1e6;
-        assert!((nvrar_us(1024, 3, 4, 4 << 20, 4, &link, 5.0) - 3.0 * quarter).abs() < 1e-9);
+        assert!((nvrar_us(1024, call(3, 4, 4 << 20, 4), &link, 5.0) - 3.0 * quarter).abs() < 1e-9);
         // Rounds of the window's size, one after the other; 1 MB shards go as 4 puts whose
         // bytes outlast their posting.
         let round = link.message_time(2 << 20).as_secs_f64() * 1e6;
-        assert!((nvrar_us(3 << 20, 2, 1, 1 << 20, 4, &link, 5.0) - 3.0 * round).abs() < 1e-6);
-        assert_eq!(nvrar_us(1024, 1, 8, 4 << 20, 4, &link, 5.0), 0.0);
+        assert!((nvrar_us(3 << 20, call(2, 1, 1 << 20, 4), &link, 5.0) - 3.0 * round).abs() < 1e-6);
+        assert_eq!(nvrar_us(1024, call(1, 8, 4 << 20, 4), &link, 5.0), 0.0);
     }
 
     #[test]
@@ -223,11 +231,11 @@ mod tests {
         // 256 KB: 4 puts of 128 KB of packets (2.6 µs each on the link), posted 5 µs apart: the
         // last leaves 15 µs after the first.
         let link = LinkModel::new(2.0, Some(50.0));
-        let us = nvrar_us(256 << 10, 2, 1, 4 << 20, 4, &link, 5.0);
+        let us = nvrar_us(256 << 10, call(2, 1, 4 << 20, 4), &link, 5.0);
         let last = 2.0 + 3.0 * 5.0 + (128 << 10) as f64 / 50e3;
         assert!((us - last).abs() < 1e-3, "{us} vs {last}");
         // A launch of one group puts the shard at once.
-        let one = nvrar_us(256 << 10, 2, 1, 4 << 20, 1, &link, 5.0);
+        let one = nvrar_us(256 << 10, call(2, 1, 4 << 20, 1), &link, 5.0);
         assert!((one - link.message_time(512 << 10).as_secs_f64() * 1e6).abs() < 1e-6, "{one}");
     }
 
@@ -263,12 +271,12 @@ mod tests {
         let link = LinkModel::new(2.0, Some(50.0));
         // One put of a 1 KB call's shard (1024 bytes over one GPU per node).
         let one = link.message_time(1024).as_secs_f64() * 1e6;
-        assert!((two_phase_us(1024, 2, 1, 8 << 20, 4, &link, 5.0) - one).abs() < 1e-9);
+        assert!((two_phase_us(1024, call(2, 1, 8 << 20, 4), &link, 5.0) - one).abs() < 1e-9);
         // Four nodes of 4 ranks: a quarter of 64 MB (16 MB) to each of 3 nodes, in rounds of
         // 8 MB (2 MB shards, 4 puts each): 12 puts per round, whose bytes outlast their posting.
         let round = link.message_time(3 * (2 << 20)).as_secs_f64() * 1e6;
-        assert!((two_phase_us(64 << 20, 4, 4, 8 << 20, 4, &link, 5.0) - 8.0 * round).abs() < 1e-6);
-        assert_eq!(two_phase_us(1 << 20, 1, 8, 8 << 20, 4, &link, 5.0), 0.0);
+        assert!((two_phase_us(64 << 20, call(4, 4, 8 << 20, 4), &link, 5.0) - 8.0 * round).abs() < 1e-6);
+        assert_eq!(two_phase_us(1 << 20, call(1, 8, 8 << 20, 4), &link, 5.0), 0.0);
         // 256 KB puts at least, 4 at most.
         assert_eq!(two_phase_puts(16, 4), 1);
         assert_eq!(two_phase_puts(256 << 10, 4), 1);

@@ -10,7 +10,7 @@
 use serde_json::Value;
 use weft_core::LinkModel;
 use weft_model::calibrate::{link_from_p2p, proxy_one_way_us_from_gin, proxy_us_from_gin_stream};
-use weft_model::rounds::{NVRAR_MAX_PUTS, nvrar_us, port_allpairs_us, port_ring_us};
+use weft_model::rounds::{GinCall, NVRAR_MAX_PUTS, nvrar_us, port_allpairs_us, port_ring_us};
 
 const RUN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/perf/data/2xh100-2026-11-28-model/callN/");
 /// The run's round sizes: `WEFT_CHUNK_BYTES`'s default (port_ring), port_allpairs' slot, nvrar's
@@ -77,7 +77,8 @@ fn the_rounds_model_predicts_the_recorded_allreduces() {
     println!("net α {:?}, port α {:?}, proxy {:.2} µs per put", c.net.latency, c.port.latency, c.proxy_us);
     let ring = ratios("model-emu-port_ring.txt", |b| port_ring_us(b, 2, RING_ROUND, &c.port));
     let pairs = ratios("model-emu-port_allpairs.txt", |b| port_allpairs_us(b, 1, PAIRS_ROUND, &c.port));
-    let nvrar = ratios("model-emu-nvrar.txt", |b| nvrar_us(b, 2, 1, NVRAR_ROUND, NVRAR_MAX_PUTS, &c.net, c.proxy_us));
+    let call = GinCall { nodes: 2, gpus_per_node: 1, round_bytes: NVRAR_ROUND, groups: NVRAR_MAX_PUTS };
+    let nvrar = ratios("model-emu-nvrar.txt", |b| nvrar_us(b, call, &c.net, c.proxy_us));
     for rows in [&ring, &pairs, &nvrar] {
         assert_eq!(rows.len(), 10, "1 KB to 256 MB, factor 4");
     }
