@@ -172,7 +172,7 @@ variables! {
     WEFT_IBVERBS_LIB: Path, Config, "weft-net", default "`libibverbs.so.1` through the dynamic linker's search",
         "the libibverbs to load for `WEFT_NET=ib`";
     WEFT_ALGO_ALLREDUCE: Choice, Config, "weft-coll", default "`auto`",
-        "force an AllReduce algorithm: `ll`, `ll2`, `ll128` (the two-shot in LL128 lines; NVLink peers), `hb`, `ring`, `port_allpairs`, `port_ring`, `nvrar` (the three natives that also reach peers of other nodes; `nvrar` needs nodes of equal size), an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`; across nodes `plan:nvrar_allreduce`, `plan:hier2ph_allreduce` or another plan whose memory channels stay within nodes) or `auto`";
+        "force an AllReduce algorithm: `ll`, `ll2`, `ll128` (the two-shot in LL128 lines; NVLink peers), `hb`, `ring`, `port_allpairs`, `port_ring`, `nvrar`, `2ph` (the four natives that also reach peers of other nodes; `nvrar` and `2ph` need nodes of equal size), an execution plan `plan:<name>` (e.g. `plan:ring_allreduce`; across nodes `plan:nvrar_allreduce`, `plan:hier2ph_allreduce` or another plan whose memory channels stay within nodes) or `auto`";
     WEFT_ALGO_ALLGATHER: Choice, Config, "weft-coll", default "`auto`",
         "force an AllGather algorithm: `ll`, `ll128` (LL128 lines; NVLink peers), `hb`, an execution plan `plan:<name>` or `auto`";
     WEFT_ALGO_REDUCESCATTER: Choice, Config, "weft-coll", default "`auto`",
