@@ -288,21 +288,17 @@ impl Buffer {
 
     /// Waits for `stream`, then [`Buffer::check`]. The bound is twice the kernels' own spin
     /// bound (the rail exchange waits for its peer, then flushes its own puts, each bounded by
-    /// `WEFT_TIMEOUT`) plus a margin, so a stalled wait is reported by the kernel first; where
-    /// the host gives up anyway, the kernel's record, if there is one, is still the error
-    /// returned, since it names the peer. Polls back to back at first
-    /// ([`Stream::wait_idle_spinning`]): every EP wait is on a call's critical path (a rail hop
-    /// lasts about a millisecond at DeepEP's shape), where napping would overshoot by hundreds
-    /// of microseconds.
+    /// `WEFT_TIMEOUT`) plus a margin, so a stalled wait ends the kernel, which records the rank,
+    /// the peer and the phase, before the host gives up. Where the host gives up anyway, the
+    /// kernel is still running: the error is the stream's timeout, and the record is not read
+    /// (a synchronous read could wait for that kernel, when the caller's stream is CUDA's
+    /// legacy default stream). Polls back to back at first ([`Stream::wait_idle_spinning`]):
+    /// every EP wait is on a call's critical path (a rail hop lasts about a millisecond at
+    /// DeepEP's shape), where napping would overshoot by hundreds of microseconds.
     pub fn synchronize(&self, stream: &Stream, what: &str) -> Result<(), EpError> {
         let bound = 2 * self.comm.env().device_timeout + Duration::from_secs(5);
-        match stream.wait_idle_spinning(bound, what) {
-            Ok(()) => self.check(),
-            Err(source) => {
-                self.check()?;
-                Err(EpError::Gpu { rank: self.rank(), source })
-            }
-        }
+        stream.wait_idle_spinning(bound, what).map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
+        self.check()
     }
 }
 
