@@ -49,7 +49,7 @@ pub(crate) struct NvrarLayout {
 impl NvrarLayout {
     /// The layout for `nodes` nodes of `gpus_per_node` ranks and rounds of `round_bytes`.
     pub(crate) fn new(gpus_per_node: usize, nodes: usize, round_bytes: u64) -> Self {
-        let shard = round_bytes.div_ceil(gpus_per_node as u64).next_multiple_of(8);
+        let shard = weft_model::rounds::shard_bytes(round_bytes, gpus_per_node, 8);
         let steps = weft_model::closed_form::recursive_doubling_steps(nodes);
         Self { gpus_per_node, nodes, steps, slot_bytes: LL_FACTOR * shard }
     }
@@ -100,7 +100,7 @@ impl TwoPhaseLayout {
     /// The layout for `nodes` nodes of `gpus_per_node` ranks, launches of `blocks` blocks and
     /// rounds of `round_bytes`.
     pub(crate) fn new(gpus_per_node: usize, nodes: usize, blocks: u32, round_bytes: u64) -> Self {
-        let slot_bytes = round_bytes.div_ceil(gpus_per_node as u64).next_multiple_of(16);
+        let slot_bytes = weft_model::rounds::shard_bytes(round_bytes, gpus_per_node, 16);
         Self { gpus_per_node, nodes, blocks, slot_bytes }
     }
 

@@ -71,8 +71,15 @@ pub struct GinCall {
 impl GinCall {
     /// A rank's shard of a round of `round` bytes, in whole `unit`-byte pieces.
     fn shard(&self, round: u64, unit: u64) -> u64 {
-        round.div_ceil(self.gpus_per_node.max(1) as u64).next_multiple_of(unit)
+        shard_bytes(round, self.gpus_per_node, unit)
     }
+}
+
+/// A rank's shard of `round` bytes spread over the `gpus_per_node` ranks of its node, in whole
+/// `unit`-byte pieces (8 for `nvrar`'s LL packets, 16 for `2ph`'s vectors): what the kernels
+/// compute per round, and what their windows' slots hold.
+pub fn shard_bytes(round: u64, gpus_per_node: usize, unit: u64) -> u64 {
+    round.div_ceil(gpus_per_node.max(1) as u64).next_multiple_of(unit)
 }
 
 /// How many puts carry `units` units when the launch has `groups` groups of blocks (at most
