@@ -16,6 +16,7 @@ use weft_types::{EpContext, EpLlNet};
 
 use crate::error::EpError;
 use crate::launch::Kernels;
+use crate::rail_arrival::{RailSide, RailSignals};
 use crate::region::{BufferLayout, LlRegions, MAX_CHANNELS, MAX_LOCAL_EXPERTS, MAX_RANKS};
 
 /// Signals of the EP device communicator between nodes: the low-latency dispatch's and
@@ -81,15 +82,20 @@ pub struct Buffer {
     /// `int32_t[MAX_RANKS + MAX_RANKS + MAX_RANKS * MAX_LOCAL_EXPERTS]`: what the rail layout
     /// counted for the host's exchange (tokens per node, per rank, per expert).
     pub(crate) rail_counts: DeviceMemory,
-    /// Rail exchanges of dispatches and of combines so far: every rail peer raises the phase's
-    /// signal a fixed number of times per call, so the share a wait needs follows.
-    pub(crate) rail_calls: [AtomicU64; 2],
+    /// The increments of each rail phase's signal every rail peer has made so far: the counts
+    /// the waits for a call's chunks start from.
+    pub(crate) rail_signals: RailSignals,
+    /// Between nodes: the stream the rail exchange runs on beside the caller's.
+    pub(crate) rail_side: Option<RailSide>,
     /// Set by a normal-mode call between nodes: a low-latency call after it first waits for
     /// every rank (the two modes share `num_rdma_bytes`, as DeepEP's do).
     pub(crate) rail_dirty: AtomicBool,
     /// Set by a low-latency call: a normal-mode combine between nodes after it first waits for
     /// every rank's (its rail puts land in the area the low-latency calls use).
     pub(crate) ll_since_rail: AtomicBool,
+    /// Set by a normal-mode combine between nodes, cleared when a call settles: a combine
+    /// right after another first waits for every rank.
+    pub(crate) rail_combined: AtomicBool,
     /// Device memory of raw handles between nodes (`RailHandle`) that their owner may drop
     /// while the kernels using it still run (Python's handles): kept until the next dispatch
     /// between nodes has settled its stream, or until the buffer goes.
@@ -166,6 +172,7 @@ impl Buffer {
             let ptrs = (0..ranks).map(|p| gin.lsa_window(p, 0).unwrap_or(0)).collect();
             (Memory::Net(Box::new(gin)), ptrs)
         };
+        let rail_side = matches!(memory, Memory::Net(_)).then(|| RailSide::new(comm.device())).transpose().map_err(gpu)?;
         let context = layout.context(&ptrs, rank, comm.wait_context(rank, None));
         // The node's ranks: consecutive in the group (`WEFT_RANKS_PER_NODE`, or hosts in order).
         let node: Vec<usize> = (0..ranks).filter(|&p| topology.same_node(p)).collect();
@@ -203,9 +210,11 @@ impl Buffer {
             ll_experts: Default::default(),
             node_context,
             rail_counts,
-            rail_calls: Default::default(),
+            rail_signals: RailSignals::default(),
+            rail_side,
             rail_dirty: AtomicBool::new(false),
             ll_since_rail: AtomicBool::new(false),
+            rail_combined: AtomicBool::new(false),
             rail_kept: Mutex::default(),
             memory,
         })
@@ -249,6 +258,15 @@ impl Buffer {
         match &self.memory {
             Memory::Net(gin) => Some(gin.handle()),
             Memory::Node { .. } => None,
+        }
+    }
+
+    /// The word counting rail peer `peer`'s increments of `signal` at this rank (a proxy peer
+    /// of the device communicator between nodes), or 0.
+    pub(crate) fn rail_signal_word(&self, peer: usize, signal: u32) -> u64 {
+        match &self.memory {
+            Memory::Net(gin) => gin.proxy_signal_word(peer, signal).unwrap_or(0),
+            Memory::Node { .. } => 0,
         }
     }
 

@@ -18,6 +18,7 @@ pub const KERNELS: KernelSet = KernelSet {
         ("dispatch.cu", include_str!("../../../device/kernels/ep/dispatch.cu")),
         ("combine.cu", include_str!("../../../device/kernels/ep/combine.cu")),
         ("sum_rows.cuh", include_str!("../../../device/kernels/ep/sum_rows.cuh")),
+        ("rail_arrival.cuh", include_str!("../../../device/kernels/ep/rail_arrival.cuh")),
         ("low_latency.cuh", include_str!("../../../device/kernels/ep/low_latency.cuh")),
         ("ll_dispatch.cu", include_str!("../../../device/kernels/ep/ll_dispatch.cu")),
         ("ll_combine.cu", include_str!("../../../device/kernels/ep/ll_combine.cu")),
@@ -51,6 +52,25 @@ mod tests {
         let topk = format!("constexpr uint32_t kMaxTopk = {};", crate::raw::MAX_TOPK);
         assert!(source.contains(&experts), "low_latency.cuh lacks `{experts}`");
         assert!(source.contains(&topk), "low_latency.cuh lacks `{topk}`");
+    }
+
+    #[test]
+    fn the_rail_kernels_constants_match_the_host() {
+        use crate::launch::{
+            RAIL_AWAIT, RAIL_COMBINE, RAIL_COMBINE_PUTS, RAIL_COMBINE_SIGNAL, RAIL_DISPATCH_PUTS, RAIL_DISPATCH_SIGNAL,
+            RAIL_FLUSH, RAIL_PUT,
+        };
+        let source = include_str!("../../../device/kernels/ep/rail.cu");
+        for line in [
+            format!("constexpr uint32_t kRailDispatchPuts = {RAIL_DISPATCH_PUTS}, kRailCombinePuts = {RAIL_COMBINE_PUTS};"),
+            format!("constexpr uint32_t kRailDispatchSignal = {RAIL_DISPATCH_SIGNAL}, kRailCombineSignal = {RAIL_COMBINE_SIGNAL};"),
+            format!("constexpr uint32_t kRailCombine = {RAIL_COMBINE};"),
+            format!("constexpr uint32_t kRailPut = {RAIL_PUT};"),
+            format!("constexpr uint32_t kRailAwait = {RAIL_AWAIT};"),
+            format!("constexpr uint32_t kRailFlush = {RAIL_FLUSH};"),
+        ] {
+            assert!(source.contains(&line), "rail.cu lacks `{line}`");
+        }
     }
 
     /// The low-latency kernels may be launched early (programmatic dependents): that is sound

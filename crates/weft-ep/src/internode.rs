@@ -8,29 +8,31 @@
 //!
 //! Each dispatch starts with a host barrier (after its stream is idle): every rank's earlier
 //! calls are then done, so no put of this call lands in a region an earlier call still reads.
-//! The combine needs none: its puts land in regions whose last readers ran before this call's
-//! dispatch began.
+//! A combine right after a dispatch needs none: its puts land in regions whose last readers ran
+//! before that dispatch began. A combine after another combine (or after a low-latency call)
+//! settles first: a peer's sum of the earlier combine may still read the rows its puts land in.
+//!
+//! A rail hop's readers overlap its exchange (docs/ep.md, "Overlapping the rail hop"): the
+//! puts go out chunk by chunk, and the NVL hop of a cached dispatch, or the combine's sum,
+//! reads each chunk as it lands (`rail_arrival.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use weft_gpu::{DeviceBuffer, DeviceMemory, DevicePtr, Stream};
-use weft_types::EpRailArgs;
+use weft_types::{EpRailArgs, EpRailArrival};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
+use crate::launch::{RAIL_COMBINE_PUTS, RAIL_COMBINE_SIGNAL, RAIL_DISPATCH_PUTS, RAIL_DISPATCH_SIGNAL, RailStep};
 use crate::phase_timer::PhaseTimer;
+use crate::rail_arrival::{RailPhase, Source, rail_chunks};
 use crate::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Group, Handle, LayoutTensors, Payload, RecvCounts,
     RoutingShape, Scales,
 };
 use crate::region::{MAX_RANKS, RailRegions, Staging, rdma_bytes_hint};
 use crate::typed::{HandleBuffers, LayoutBuffers};
-
-/// Increments of the rail dispatch signal each rail peer makes per call (`kRailDispatchPuts`).
-const RAIL_DISPATCH_PUTS: u64 = 5;
-/// Increments of the rail combine signal each rail peer makes per call (`kRailCombinePuts`).
-const RAIL_COMBINE_PUTS: u64 = 2;
 
 /// Where a rank sits among equal nodes of consecutive ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,12 +224,13 @@ impl Buffer {
     /// Waits for `stream`, then for every rank to get here: every rank's earlier EP work is
     /// done. Collective.
     fn settle_rail(&self, stream: &Stream) -> Result<(), EpError> {
-        self.synchronize(stream, "EP rail hop")?;
+        self.finish_beside(stream, "EP rail hop")?;
         // The raw handles' memory kept for work on this stream is free to go (the raw calls
         // between nodes are made on one stream).
         self.rail_kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.comm.barrier()?;
         self.ll_since_rail.store(false, Ordering::Relaxed);
+        self.rail_combined.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -243,11 +246,16 @@ impl Buffer {
     }
 
     /// Before a normal-mode combine between nodes (the one call between nodes that does not
-    /// settle first): if a low-latency call ran since the dispatch, waits for every rank's to be
-    /// done, as a low-latency call after a normal one does. Collective: every rank makes the
-    /// same calls, so every rank settles here or none.
-    fn settle_after_low_latency(&self, stream: &Stream) -> Result<(), EpError> {
-        if self.ll_since_rail.load(Ordering::Relaxed) { self.settle_rail(stream) } else { Ok(()) }
+    /// always settle first): if a low-latency call or another combine ran since the dispatch,
+    /// waits for every rank's to be done (the low-latency calls share `num_rdma_bytes`; a
+    /// peer's sum of the earlier combine may still read its partial rows). Collective: every
+    /// rank makes the same calls, so every rank settles here or none.
+    fn settle_before_combine(&self, stream: &Stream) -> Result<(), EpError> {
+        if self.ll_since_rail.load(Ordering::Relaxed) || self.rail_combined.load(Ordering::Relaxed) {
+            self.settle_rail(stream)?;
+        }
+        self.rail_combined.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// `Err` naming `num_nvl_bytes` where `staging` (the NVL hop's, over a node) holds fewer
@@ -314,8 +322,36 @@ impl Buffer {
     }
 
     /// The node's ranks as the one-node kernels see them.
-    fn node_group(&self, nodes: Nodes) -> Group {
-        Group { context: self.node_context, ranks: nodes.per_node }
+    fn node_group(&self, nodes: Nodes, arrival: EpRailArrival) -> Group {
+        Group { context: self.node_context, ranks: nodes.per_node, arrival }
+    }
+
+    /// Where the rows this rank receives in `phase` arrive from, one source per node (this
+    /// node's own rows are here): the dispatch's forwarded rows (`received[s]` from row
+    /// `from[s]`), or the combine's partials of the rows it sent (`sent[s]`, in node s's block
+    /// of the partial receive rows). Claims the call's increments of the phase's signal, so
+    /// call it only once the call will be launched.
+    fn claim_arrival(&self, plan: &RailPlan, phase: RailPhase, capacity: usize) -> Result<EpRailArrival, EpError> {
+        let n = plan.nodes;
+        let (signal, puts) = match phase {
+            RailPhase::Dispatch => (RAIL_DISPATCH_SIGNAL, RAIL_DISPATCH_PUTS),
+            RailPhase::Combine => (RAIL_COMBINE_SIGNAL, RAIL_COMBINE_PUTS),
+        };
+        let mut sources = Vec::with_capacity(n.nodes);
+        for s in 0..n.nodes {
+            let peer = s * n.per_node + n.local;
+            let (from, rows) = match phase {
+                RailPhase::Dispatch => (plan.from[s], plan.received[s]),
+                RailPhase::Combine => ((s * capacity) as u32, plan.sent[s]),
+            };
+            let word = if s == n.node { 0 } else { self.rail_signal_word(peer, signal) };
+            if s != n.node && word == 0 {
+                let detail = format!("rank {peer} of node {s} is not reached through the proxy");
+                return Err(EpError::Unsupported { rank: self.rank(), detail });
+            }
+            sources.push(Source { word, peer: peer as u32, from, rows });
+        }
+        Ok(self.rail_signals.claim(phase, &sources, puts, self.comm.wait_context(self.rank(), None)))
     }
 
     /// This rank's buffer as this GPU maps it.
@@ -335,8 +371,14 @@ impl Buffer {
     }
 
     /// The arguments every rail kernel shares: the group's shape and, with `regions`, where
-    /// the rows lie.
-    fn rail_args(&self, plan: Option<&RailPlan>, nodes: Nodes, regions: Option<&RailRegions>) -> EpRailArgs {
+    /// the rows lie; with `plan` and `phase`, how the rows of each put are split in chunks.
+    fn rail_args(
+        &self,
+        plan: Option<&RailPlan>,
+        phase: Option<RailPhase>,
+        nodes: Nodes,
+        regions: Option<&RailRegions>,
+    ) -> EpRailArgs {
         let mut a = EpRailArgs {
             base: self.own_base(),
             nodes: nodes.nodes as u32,
@@ -348,6 +390,16 @@ impl Buffer {
         };
         if let Some(p) = plan {
             (a.before, a.sent, a.from, a.received) = (p.before, p.sent, p.from, p.received);
+        }
+        if let (Some(p), Some(phase)) = (plan, phase) {
+            // Per node d: the chunks of this rank's puts to d, split as d's reader expects.
+            let rows = match phase {
+                RailPhase::Dispatch => p.sent,
+                RailPhase::Combine => p.received,
+            };
+            for (chunks, &rows) in a.chunks.iter_mut().zip(&rows).take(nodes.nodes) {
+                *chunks = rail_chunks(rows);
+            }
         }
         if let Some(r) = regions {
             // Every offset fits 32 bits: `rail_regions` refused a larger buffer.
@@ -391,7 +443,7 @@ impl Buffer {
             rail_send_head,
             tokens: shape.tokens as u32,
             experts: shape.num_experts as u32,
-            ..self.rail_args(None, nodes, None)
+            ..self.rail_args(None, None, nodes, None)
         };
         self.rail_dirty.store(true, Ordering::Relaxed);
         let timer = PhaseTimer::start("notify between nodes", self.rank(), stream);
@@ -474,9 +526,10 @@ impl Buffer {
         self.settle_rail(stream)?;
         let mut timer = PhaseTimer::start("dispatch between nodes", self.rank(), stream);
         self.rail_dirty.store(true, Ordering::Relaxed);
-        let calls = self.rail_calls[0].fetch_add(1, Ordering::Relaxed) + 1;
+        let arrival = self.claim_arrival(&inter.plan, RailPhase::Dispatch, regions.capacity)?;
         let args = EpRailArgs {
             rail_send_head: inter.rail_send_head.ptr(),
+            arrival,
             x,
             x_scales: scales.map_or(0, |s| s.ptr),
             scale_token_stride: scales.map_or(0, |s| s.token_stride),
@@ -488,8 +541,7 @@ impl Buffer {
             num_scales: num_scales as u32,
             topk: topk as u32,
             experts: shape.num_experts as u32,
-            expected: calls * RAIL_DISPATCH_PUTS,
-            ..self.rail_args(Some(&inter.plan), nodes, Some(&regions))
+            ..self.rail_args(Some(&inter.plan), Some(RailPhase::Dispatch), nodes, Some(&regions))
         };
         // SAFETY: the node context addresses this rank's live buffer; the regions lie in it
         // (RailRegions fits them in the low-latency area); the rest is the caller's contract.
@@ -497,14 +549,25 @@ impl Buffer {
         if let Some(t) = &mut timer {
             t.mark("pack", stream);
         }
+        // A cached dispatch's NVL hop reads each forwarded row once its chunk has landed, while
+        // the exchange runs beside it; a handle's first needs every row before its layout.
+        let cached = inter.node_notified;
         // SAFETY: as above.
-        unsafe { self.exchange_on_rail(stream, args, gin, false)? };
-        if let Some(t) = &mut timer {
+        unsafe {
+            if cached {
+                self.exchange_beside(stream, args, gin, RailPhase::Dispatch)?;
+            } else {
+                self.exchange_on_rail(stream, args, gin, RailPhase::Dispatch)?;
+            }
+        }
+        if let Some(t) = &mut timer
+            && !cached
+        {
             t.mark("rail exchange", stream);
         }
         // The NVL hop: the forwarded rows, where they lie, are the node's dispatch inputs.
         let base = self.own_base();
-        let group = self.node_group(nodes);
+        let group = self.node_group(nodes, if cached { arrival } else { EpRailArrival::default() });
         let node_shape = RoutingShape {
             tokens: inter.plan.forwarded,
             topk: shape.topk,
@@ -528,7 +591,6 @@ impl Buffer {
             topk_idx: (topk > 0).then_some(base + recv.topk_idx as u64),
             topk_weights: (topk > 0).then_some(base + recv.topk_weights as u64),
         };
-        let cached = inter.node_notified;
         if !cached {
             let l = &inter.node_layout;
             let node_layout = LayoutTensors {
@@ -558,10 +620,12 @@ impl Buffer {
         }
         let handle = inter.node_raw(d.recv_src_idx, config.channels());
         // SAFETY: as above; the outputs are the caller's, `num_recv_tokens` rows.
-        unsafe { self.dispatch_in(group, &input, &d.output, &handle, node_shape, config, cached, stream) }?;
+        let launched = unsafe { self.dispatch_in(group, &input, &d.output, &handle, node_shape, config, cached, stream) };
+        let finished = if cached { self.finish_beside(stream, "EP rail dispatch") } else { Ok(()) };
+        launched.and(finished)?;
         inter.node_notified = true;
         if let Some(t) = timer {
-            t.finish("node dispatch", stream);
+            t.finish(if cached { "rail exchange and node dispatch" } else { "node dispatch" }, stream);
         }
         Ok(())
     }
@@ -617,18 +681,19 @@ impl Buffer {
             combined_topk_weights: (topk > 0).then_some(base + regions.combine_send.topk_weights as u64),
         };
         let handle = inter.node_raw(0, config.channels());
-        self.settle_after_low_latency(stream)?;
+        self.settle_before_combine(stream)?;
         self.rail_dirty.store(true, Ordering::Relaxed);
         let mut timer = PhaseTimer::start("combine between nodes", self.rank(), stream);
+        let group = self.node_group(nodes, EpRailArrival::default());
         // SAFETY: the partials lie in this rank's buffer, one per forwarded row; the rest is
         // the caller's contract.
-        unsafe { self.combine_in(self.node_group(nodes), &input, &output, &handle, inter.plan.forwarded, stream) }?;
+        unsafe { self.combine_in(group, &input, &output, &handle, inter.plan.forwarded, stream) }?;
         if let Some(t) = &mut timer {
             t.mark("node combine", stream);
         }
-        let calls = self.rail_calls[1].fetch_add(1, Ordering::Relaxed) + 1;
         let args = EpRailArgs {
             rail_send_head: inter.rail_send_head.ptr(),
+            arrival: self.claim_arrival(&inter.plan, RailPhase::Combine, regions.capacity)?,
             bias0: c.bias[0].unwrap_or(0),
             bias1: c.bias[1].unwrap_or(0),
             combined_x: c.combined_x,
@@ -637,29 +702,28 @@ impl Buffer {
             hidden: c.hidden as u32,
             topk: topk as u32,
             experts: shape.num_experts as u32,
-            expected: calls * RAIL_COMBINE_PUTS,
-            ..self.rail_args(Some(&inter.plan), nodes, Some(&regions))
+            ..self.rail_args(Some(&inter.plan), Some(RailPhase::Combine), nodes, Some(&regions))
         };
-        // SAFETY: as in `dispatch_between_nodes`.
-        unsafe { self.exchange_on_rail(stream, args, gin, true)? };
-        if let Some(t) = &mut timer {
-            t.mark("rail exchange", stream);
-        }
+        // The sum reads each node's partials once their chunk has landed, while the exchange
+        // runs beside it. SAFETY: as in `dispatch_between_nodes`.
+        unsafe { self.exchange_beside(stream, args, gin, RailPhase::Combine)? };
         // SAFETY: as above.
-        unsafe { self.kernels.rail(stream, args, config.num_sms, true) }.map_err(gpu)?;
+        let launched = unsafe { self.kernels.rail(stream, args, config.num_sms, true) }.map_err(gpu);
+        launched.and(self.finish_beside(stream, "EP rail combine"))?;
         if let Some(t) = timer {
-            t.finish("sum of the nodes", stream);
+            t.finish("rail exchange and sum of the nodes", stream);
         }
         Ok(())
     }
 
-    /// `weft_ep_rail_exchange` on `stream`, then waits for it on the host, so nothing is queued
-    /// behind the kernel while it spins on the proxy's work (docs/ep.md, "The proxy's copies
-    /// and the hardware queues"): CUDA serves streams through a few hardware queues, and a
-    /// copy of the proxy's stream queued behind a launch that cannot start before the spinning
-    /// kernel ends would wait for that kernel, which waits for the copy. The kernel itself ends
-    /// only once this rank's own puts of the call are complete, so no proxy work of the call
-    /// is left to be stuck behind what the caller queues next.
+    /// `weft_ep_rail_exchange` on `stream`, waiting for the peers' puts, then waits for it on
+    /// the host, so nothing is queued behind the kernel while it spins on the proxy's work
+    /// (docs/ep.md, "The proxy's copies and the hardware queues"): CUDA serves streams through
+    /// a few hardware queues, and a copy of the proxy's stream queued behind a launch that
+    /// cannot start before the spinning kernel ends would wait for that kernel, which waits for
+    /// the copy. The kernel itself ends only once this rank's own puts of the call are
+    /// complete, so no proxy work of the call is left to be stuck behind what the caller queues
+    /// next.
     ///
     /// # Safety
     /// As [`Kernels::rail_exchange`].
@@ -668,12 +732,49 @@ impl Buffer {
         stream: &Stream,
         args: EpRailArgs,
         gin: weft_types::DevCommHandle,
-        combine: bool,
+        phase: RailPhase,
     ) -> Result<(), EpError> {
         // SAFETY: the caller's contract.
-        unsafe { self.kernels.rail_exchange(stream, args, gin, combine) }
+        unsafe { self.kernels.rail_exchange(stream, args, gin, phase, RailStep::Whole) }
             .map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
-        self.synchronize(stream, if combine { "EP rail combine" } else { "EP rail dispatch" })
+        self.synchronize(stream, "EP rail exchange")
+    }
+
+    /// The rail exchange of a call whose reader overlaps it (docs/ep.md, "Overlapping the rail
+    /// hop"): `weft_ep_rail_exchange`'s puts on `stream`, which never wait for another rank, so
+    /// the reader the caller enqueues next on `stream` starts once they are posted and waits for
+    /// each chunk of the peers' as it lands; then the flush of this rank's puts on the side
+    /// stream, after the puts. So no launch ever waits behind a kernel that spins on the proxy,
+    /// and the reader never waits for a kernel that might not find an SM. The caller ends the
+    /// call with [`Buffer::finish_beside`].
+    ///
+    /// # Safety
+    /// As [`Kernels::rail_exchange`].
+    unsafe fn exchange_beside(
+        &self,
+        stream: &Stream,
+        args: EpRailArgs,
+        gin: weft_types::DevCommHandle,
+        phase: RailPhase,
+    ) -> Result<(), EpError> {
+        let gpu = |source| EpError::Gpu { rank: self.rank(), source };
+        let side = self.rail_side.as_ref().ok_or_else(|| EpError::Unsupported {
+            rank: self.rank(),
+            detail: "the rail hop on a group of one node".into(),
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { self.kernels.rail_exchange(stream, args, gin, phase, RailStep::Puts) }.map_err(gpu)?;
+        side.follow(stream).map_err(gpu)?;
+        // SAFETY: as above.
+        unsafe { self.kernels.rail_exchange(&side.stream, args, gin, phase, RailStep::Flush) }.map_err(gpu)
+    }
+
+    /// Waits for `stream` and the side stream (each bounded as [`Buffer::synchronize`]), then
+    /// checks the device's error record: the first failure, if any.
+    fn finish_beside(&self, stream: &Stream, what: &str) -> Result<(), EpError> {
+        let main = self.synchronize(stream, what);
+        let side = self.rail_side.as_ref().map_or(Ok(()), |side| self.synchronize(&side.stream, what));
+        main.and(side)
     }
 }
 

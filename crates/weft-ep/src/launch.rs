@@ -15,6 +15,7 @@ use weft_types::{
 };
 
 use crate::device_code::{KERNELS, UNIT};
+use crate::rail_arrival::RailPhase;
 
 weft_gpu::device_kernels! {
     /// Every EP kernel's parameter list.
@@ -78,8 +79,8 @@ weft_gpu::device_kernels! {
         a: EpRailArgs => "weft::EpRailArgs",
         /// The device communicator (its wait context names this rank).
         h: DevCommHandle => "weft::DevCommHandle",
-        /// Nonzero: the combine's partials; zero: the dispatch's rows.
-        combine: u32 => "uint32_t",
+        /// `RailExchange::flags`: the phase, and whether to wait for the peers' puts.
+        flags: u32 => "uint32_t",
     }
 
     /// The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
@@ -117,6 +118,42 @@ weft_gpu::device_kernels! {
 
 /// Threads of a dispatch or combine block (`kChannelThreads`).
 pub(crate) const CHANNEL_THREADS: u32 = 512;
+/// `weft_ep_rail_exchange`'s flags (`kRailCombine`, `kRailPut`, `kRailAwait`, `kRailFlush`):
+/// the combine's partials (else the dispatch's rows); put the call's chunks; wait for the
+/// peers' puts of the call; wait for this rank's own puts to complete.
+pub(crate) const RAIL_COMBINE: u32 = 1;
+pub(crate) const RAIL_PUT: u32 = 2;
+pub(crate) const RAIL_AWAIT: u32 = 4;
+pub(crate) const RAIL_FLUSH: u32 = 8;
+
+/// What one launch of `weft_ep_rail_exchange` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RailStep {
+    /// Puts, waits for the peers' puts, flushes its own: the whole exchange in one kernel.
+    Whole,
+    /// Only the puts: never waits for another rank.
+    Puts,
+    /// Only the flush of this rank's puts.
+    Flush,
+}
+
+impl RailStep {
+    fn flags(self) -> u32 {
+        match self {
+            Self::Whole => RAIL_PUT | RAIL_AWAIT | RAIL_FLUSH,
+            Self::Puts => RAIL_PUT,
+            Self::Flush => RAIL_FLUSH,
+        }
+    }
+}
+/// The rail phases' signals of the EP device communicator (`kRailDispatchSignal`,
+/// `kRailCombineSignal`).
+pub(crate) const RAIL_DISPATCH_SIGNAL: u32 = 2;
+pub(crate) const RAIL_COMBINE_SIGNAL: u32 = 3;
+/// Increments of a rail phase's signal per chunk (`kRailDispatchPuts`, `kRailCombinePuts`):
+/// one per field array the chunk's rows carry.
+pub(crate) const RAIL_DISPATCH_PUTS: u32 = 5;
+pub(crate) const RAIL_COMBINE_PUTS: u32 = 2;
 /// Threads of a rail pack or sum block (`kRailThreads`).
 pub(crate) const RAIL_THREADS: u32 = 512;
 /// Threads of a low-latency block (`kLlThreads`).
@@ -308,7 +345,7 @@ impl Kernels {
         unsafe { kernel.launch(stream, config, &Rail { a }) }
     }
 
-    /// `weft_ep_rail_exchange` of the dispatch's rows or (`combine`) the combine's partials.
+    /// `weft_ep_rail_exchange` of `phase`, doing `step`.
     ///
     /// # Safety
     /// As [`Kernels::rail`]; `h` must be the live device communicator whose window 0 is the
@@ -318,11 +355,17 @@ impl Kernels {
         stream: &Stream,
         a: EpRailArgs,
         h: DevCommHandle,
-        combine: bool,
+        phase: RailPhase,
+        step: RailStep,
     ) -> Result<(), GpuError> {
         let config = LaunchConfig { grid: 1, block: 32, shared_bytes: 0 };
+        let flags = step.flags()
+            | match phase {
+                RailPhase::Dispatch => 0,
+                RailPhase::Combine => RAIL_COMBINE,
+            };
         // SAFETY: the caller's contract.
-        unsafe { self.rail_exchange.launch(stream, config, &RailExchange { a, h, combine: u32::from(combine) }) }
+        unsafe { self.rail_exchange.launch(stream, config, &RailExchange { a, h, flags }) }
     }
 
     /// `weft_ep_ll_dispatch_send` or `_recv` on `blocks` SMs, or its `_net` kernel for a group

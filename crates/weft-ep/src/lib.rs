@@ -14,7 +14,9 @@
 //!
 //! **Must not:** call `cuMulticast*`, spin without a bound (every wait names the rank, the peer
 //! and the phase when it gives up), or synchronise with the host except where DeepEP does (the
-//! counts of a dispatch without a handle).
+//! counts of a dispatch without a handle) and at the end of a rail hop between nodes (whose
+//! kernels wait for the proxy's copies, so nothing may be queued behind them: docs/ep.md, "The
+//! proxy's copies and the hardware queues").
 //!
 //! **Depends on:** `weft-types`, `weft-gpu`, `weft-core`, `weft-gin` (the device communicator of
 //! a group spanning nodes).
@@ -67,6 +69,7 @@ mod launch;
 pub mod low_latency;
 pub mod model;
 mod phase_timer;
+mod rail_arrival;
 mod rail_raw;
 pub mod raw;
 mod region;

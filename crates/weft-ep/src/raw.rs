@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use weft_gpu::{DevicePtr, Stream};
-use weft_types::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs};
+use weft_types::{EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpNotifyArgs, EpRailArrival};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
@@ -188,6 +188,9 @@ pub(crate) struct Group {
     pub(crate) context: EpContext,
     /// Ranks of the group.
     pub(crate) ranks: usize,
+    /// Where a dispatch's input rows arrive from other nodes (the NVL hop's, chunk by chunk
+    /// over the rail hop); the default: every row is here.
+    pub(crate) arrival: EpRailArrival,
 }
 
 /// What a notify counted for this rank.
@@ -206,7 +209,7 @@ impl Buffer {
 
     /// The whole group, every rank's buffer mapped (one node).
     pub(crate) fn whole(&self) -> Group {
-        Group { context: self.context, ranks: self.num_ranks() }
+        Group { context: self.context, ranks: self.num_ranks(), arrival: EpRailArrival::default() }
     }
 
     /// Checks `shape` for the experts split over `ranks` ranks (the group's, or a node's between
@@ -463,6 +466,7 @@ impl Buffer {
             topk: topk as u32,
             experts: shape.num_experts as u32,
             channels: config.channels(),
+            rail: group.arrival,
         };
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         self.normal_calls.fetch_add(1, Ordering::Relaxed);

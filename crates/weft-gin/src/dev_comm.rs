@@ -44,6 +44,8 @@ pub struct DevComm {
     teams: Teams,
     backends: Vec<Backend>,
     windows: Vec<GinWindow>,
+    /// The device's port table (`ports[peer * connections + c]`), as written to it.
+    ports: Vec<PortChannelDeviceHandle>,
     heap: RegisteredMemory,
     _tables: Vec<Arc<DeviceMemory>>,
     _mapped: Vec<RemoteMemory>,
@@ -179,6 +181,7 @@ impl DevComm {
             teams,
             backends,
             windows,
+            ports,
             heap,
             _tables: vec![state, heaps_mem, windows_mem, ports_mem, lsa_mem, rail_mem],
             _mapped: mapped,
@@ -205,6 +208,18 @@ impl DevComm {
     /// The windows, in the order of [`Requirements::windows`].
     pub fn windows(&self) -> &[GinWindow] {
         &self.windows
+    }
+
+    /// The word at this rank counting proxy peer `peer`'s increments of signal `signal` (the
+    /// device's `gin_proxy_signal_word`), for a kernel that must know which peer's signals
+    /// arrived (it reads it with `ld.acquire.sys`); `None` for an LSA peer (its increments land
+    /// in the heap's slot, unseparated) or an index out of range.
+    pub fn proxy_signal_word(&self, peer: usize, signal: u32) -> Option<u64> {
+        if self.backend(peer) != Some(Backend::Proxy) || signal > self.handle.signal_slots {
+            return None;
+        }
+        let connections = self.handle.signal_slots as usize + 1;
+        Some(self.ports.get(peer * connections + signal as usize)?.semaphore.inbound)
     }
 
     /// Where window `window` of world rank `peer` lies in this GPU's address space: this

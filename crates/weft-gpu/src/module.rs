@@ -148,7 +148,9 @@ pub struct LaunchConfig {
 
 /// Most kernel arguments a launch takes.
 pub const MAX_KERNEL_ARGS: usize = 16;
-const ARG_WORDS: usize = 64;
+/// 8-byte words all of a launch's arguments take: 2 KiB, half of CUDA's 4 KiB limit on a
+/// kernel's parameters.
+const ARG_WORDS: usize = 256;
 
 /// Kernel arguments, each in its own 8-byte-aligned slot of a fixed inline buffer, so building
 /// them on a collective's hot path allocates nothing. Built only by [`KernelParams::args`] of a
@@ -180,7 +182,7 @@ impl KernelArgs {
     }
 
     /// Appends one argument by value; for [`device_kernels!`](crate::device_kernels)'s
-    /// expansion only, not API. Panics past [`MAX_KERNEL_ARGS`] arguments or 512 bytes:
+    /// expansion only, not API. Panics past [`MAX_KERNEL_ARGS`] arguments or 2 KiB:
     /// argument lists are fixed by their declarations, so that is a programming error.
     #[doc(hidden)]
     pub fn __push<T: Pod>(&mut self, value: T) -> &mut Self {

@@ -185,6 +185,14 @@ impl Stream {
         unsafe { cu!(cuMemcpyDtoDAsync_v2(dst, src, len, self.raw)) }
     }
 
+    /// Makes the work enqueued on this stream from now on wait for the work `event` was last
+    /// recorded after (`cuStreamWaitEvent`); never waits on the host.
+    pub fn wait_event(&self, event: &Event) -> Result<(), GpuError> {
+        self.device.bind()?;
+        // SAFETY: live stream and event.
+        unsafe { cu!(cuStreamWaitEvent(self.raw, event.raw, 0)) }
+    }
+
     /// Enqueues a 64-bit store of `value` to `addr`, ordered after every earlier operation of
     /// the stream, with a memory barrier first (the default flags): whoever observes the value
     /// also observes the writes of the copies queued before it. Never waits for the stream.

@@ -85,9 +85,36 @@ device_structs! {
         expert_alignment: u32 => "uint32_t",
     }
 
+    /// Where the rows a kernel reads arrive over the rail hop, chunk by chunk (docs/ep.md,
+    /// "Overlapping the rail hop"): the rows `[from[s], from[s] + rows[s])` of its input come
+    /// from rail peer `peers[s]` in `chunks[s]` chunks, chunk k being rows
+    /// `rows[s] * k / chunks[s]` to `rows[s] * (k + 1) / chunks[s]` of them, each covered once
+    /// that peer's signal word `words[s]` reaches `base[s] + puts * (k + 1)`. A zero word: those
+    /// rows are already here (this node's own); `nodes` zero: every row is.
+    struct EpRailArrival align(8) size(288) {
+        /// Per source node s: the word counting rail peer s's increments of the phase's signal (ld.acquire.sys), or 0.
+        words: [u64; 8] => "uint64_t[8]",
+        /// Per source node s: the count its word had reached before this call.
+        base: [u64; 8] => "uint64_t[8]",
+        /// Error record and spin bound of the waits (`peer` is set per wait).
+        wait: WaitContext => "WaitContext",
+        /// Per source node s: its first row in the reader's input.
+        from: [u32; 8] => "uint32_t[8]",
+        /// Per source node s: its rows.
+        rows: [u32; 8] => "uint32_t[8]",
+        /// Per source node s: the chunks its rows come in (at least 1 where it has a word).
+        chunks: [u32; 8] => "uint32_t[8]",
+        /// Per source node s: the rank sending them (its rail peer), named by a wait that gives up.
+        peers: [u32; 8] => "uint32_t[8]",
+        /// Increments of the signal each chunk brings (its field arrays' puts).
+        puts: u32 => "uint32_t",
+        /// Nodes described (0: nothing to wait for).
+        nodes: u32 => "uint32_t",
+    }
+
     /// `weft_ep_dispatch`: one normal-mode dispatch. The payload is opaque bytes (BF16 or FP8),
     /// with `num_scales` f32 scales per token when FP8.
-    struct EpDispatchArgs align(8) size(168) {
+    struct EpDispatchArgs align(8) size(456) {
         /// `[tokens][hidden_bytes]` payload rows.
         x: u64 => "uint64_t",
         /// f32 scales of `x`, element (t, i) at `t * scale_token_stride + i * scale_hidden_stride`; 0: none.
@@ -140,6 +167,8 @@ device_structs! {
         experts: u32 => "uint32_t",
         /// Channels (half the grid).
         channels: u32 => "uint32_t",
+        /// Where the input rows arrive over the rail hop (the NVL hop of a dispatch between nodes; `nodes` zero: every row is here).
+        rail: EpRailArrival => "EpRailArrival",
     }
 
     /// `weft_ep_combine`: one normal-mode combine over a dispatch's handle.
@@ -268,7 +297,7 @@ device_structs! {
     /// `(d, local)` of every node `d` holding one of its experts, which forwards it over NVLink.
     /// Offsets are into this rank's EP buffer (window 0 of `gin`, the same on every rank); rows
     /// of a region lie as `weft-ep`'s `RailRegions` says.
-    struct EpRailArgs align(8) size(360) {
+    struct EpRailArgs align(8) size(672) {
         /// This rank's EP buffer (window 0 of the device communicator) as this GPU maps it.
         base: u64 => "uint64_t",
         /// `bool[tokens][ranks]` (the layout's).
@@ -297,8 +326,8 @@ device_structs! {
         combined_x: u64 => "uint64_t",
         /// Out of `weft_ep_rail_sum`: `float[tokens][topk]`; 0: none.
         combined_topk_weights: u64 => "uint64_t",
-        /// The share of the phase's signal every rail peer must have raised (calls × puts).
-        expected: u64 => "uint64_t",
+        /// Where the rows the call receives arrive: the dispatch's forwarded rows, or the combine's partials from other nodes (rows `[0, sent[d])` of node d's block).
+        arrival: EpRailArrival => "EpRailArrival",
         /// Offsets of the forwarder's received rows: payload, scales, top-k indices, weights, source index.
         recv_x: u32 => "uint32_t",
         /// See `recv_x`.
@@ -335,6 +364,8 @@ device_structs! {
         from: [u32; 8] => "uint32_t[8]",
         /// Per source node s: the forwarder's rows from s.
         received: [u32; 8] => "uint32_t[8]",
+        /// Per node d: the chunks this rank's puts to d come in (each field array's rows split alike, one put per field and chunk).
+        chunks: [u32; 8] => "uint32_t[8]",
         /// Rows of one node in a send or partial-receive region.
         capacity: u32 => "uint32_t",
         /// Tokens of this rank.

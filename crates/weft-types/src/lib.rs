@@ -34,7 +34,7 @@ pub use collective::{Collective, DataType, ReduceOp};
 pub use declare::{EnumInfo, FieldInfo, StructInfo};
 pub use ep::{
     EpCombineArgs, EpContext, EpDispatchArgs, EpLayoutArgs, EpLlCombineArgs, EpLlDispatchArgs, EpLlNet, EpNotifyArgs,
-    EpRailArgs,
+    EpRailArgs, EpRailArrival,
 };
 pub use exec::{
     EXEC_BARRIER, EXEC_ENTRY_FENCE, EXEC_EXIT_FENCE, EXEC_FLUSH, EXEC_INPUT_STAGED, EXEC_LOC_PACKETS, EXEC_LOCAL,

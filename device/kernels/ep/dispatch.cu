@@ -4,6 +4,7 @@
 // waits for room), and the receiver copies it out to the caller's tensors in DeepEP's receive
 // order (source rank, channel, token).
 #include "common.cuh"
+#include "rail_arrival.cuh"
 
 /// A staged token: payload, then f32 scales, then int32 local expert indices, float weights,
 /// and the int32 source token index (the slot is a 16-byte multiple).
@@ -85,10 +86,15 @@ __device__ __forceinline__ void unstage_tokens(const EpDispatchArgs& a, uint32_t
 /// batch of the channel's tokens for `dst` (the n-th token sent goes to warp n % members,
 /// which stages its share of the batch together); after each batch the group syncs and one
 /// thread publishes the count (release), so a published count covers every token before it.
+/// Where the input rows arrive over the rail hop (`a.rail`), the group's first thread first
+/// waits for the batch's rows and a group sync hands its verdict and its acquires to the
+/// group's warps: they give up together, so no warp is left at a group sync alone.
 __device__ __forceinline__ void send_channel(const EpContext& c, const EpDispatchArgs& a, uint32_t channel,
                                              uint32_t dst, uint32_t member, uint32_t members, uint32_t lane) {
   // This warp's tokens of the current batch.
   __shared__ uint32_t batches[kChannelWarps][32];
+  // Per group: whether the batch's rows arrived.
+  __shared__ bool arrived[kMaxRanks];
   uint32_t* mine = batches[threadIdx.x / 32];
   const TokenRange tokens = channel_tokens(a.tokens, a.channels, channel);
   const int* prefix = reinterpret_cast<const int*>(a.channel_prefix_matrix) + dst * a.channels;
@@ -100,7 +106,15 @@ __device__ __forceinline__ void send_channel(const EpContext& c, const EpDispatc
   const bool* in_rank = reinterpret_cast<const bool*>(a.is_token_in_rank);
   int* send_head = reinterpret_cast<int*>(a.send_head);
   uint32_t sent = 0;
+  uint32_t here = a.rail.nodes == 0 ? tokens.end : tokens.begin;  // rows below it have arrived
   for (uint32_t base = tokens.begin; base < tokens.end; base += 32) {
+    const uint32_t last = min(base + 32, tokens.end) - 1;
+    if (last >= here) {  // the same on every warp of the group
+      if (leader) arrived[dst] = rail_rows_arrived(a.rail, base, last, WaitOp::EpRailRows);
+      group_sync(1 + dst, members * 32);
+      if (!arrived[dst]) return;  // recorded
+      here = last + 1;
+    }
     const uint32_t t = base + lane;
     const bool go = t < tokens.end && in_rank[uint64_t(t) * c.ranks + dst];
     const uint32_t ballot = __ballot_sync(~0u, go);

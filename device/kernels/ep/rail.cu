@@ -1,17 +1,20 @@
 // The rail hop of the normal mode between nodes (docs/ep.md, "Normal mode between nodes").
 // Rank (node n, local l) sends each token once to rank (d, l) of every node d holding one of
 // its experts: its own node's share straight into its own receive rows, the others' packed
-// into a send block per node and carried by one GIN put per field array (the proxy). The
-// forwarder passes the rows on over NVLink with the one-node kernels run on the node's ranks
-// (an EpContext of the node), and returns each row's partial sum the same way; the source sums
-// the nodes' partials in node order. The host launches the steps in sequence; every wait here
-// is bounded and names the rank waited for (its rank in the group) and the phase.
+// into a send block per node and carried by GIN puts, chunk by chunk, one per field array and
+// chunk (the proxy). The forwarder passes the rows on over NVLink with the one-node kernels
+// run on the node's ranks (an EpContext of the node), and returns each row's partial sum the
+// same way; the source sums the nodes' partials in node order. The readers of the rows that
+// cross the network (the NVL hop's senders, the sum) wait for each chunk as it lands, so the
+// exchange overlaps them (docs/ep.md, "Overlapping the rail hop"). Every wait here is bounded
+// and names the rank waited for (its rank in the group) and the phase.
 #include "common.cuh"
+#include "rail_arrival.cuh"
 #include "sum_rows.cuh"
 #include "weft/gin.cuh"
 
 /// Signals of the EP device communicator (after the low-latency mode's 0 and 1) and the
-/// increments each rail peer makes per call: one per field array of the dispatch's rows,
+/// increments each rail peer makes per chunk: one per field array of the dispatch's rows,
 /// one per partials array of the combine (a bare signal where an array is empty).
 constexpr uint32_t kRailDispatchSignal = 2, kRailCombineSignal = 3;
 constexpr uint32_t kRailDispatchPuts = 5, kRailCombinePuts = 2;
@@ -98,84 +101,112 @@ extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_pack(EpR
   }
 }
 
-/// One field array of `rows` rows of `bytes` each, from this rank's `src` into rail peer
+/// One field array's rows `[begin, end)` of `bytes` each, from this rank's `src` into rail peer
 /// `peer`'s `dst` (the same offsets in its window 0) with one increment of `signal`, or a bare
 /// signal where there is nothing to move. Called by: one thread, with its own Gin.
 __device__ __forceinline__ bool rail_put(Gin& gin, const GinTeam& world, uint32_t peer, uint64_t dst, uint64_t src,
-                                         uint64_t rows, uint64_t bytes, uint32_t signal) {
-  if (rows * bytes == 0) return gin.signal(world, peer, signal);
-  return gin.put(world, peer, 0, dst, 0, src, rows * bytes, gin_signal_inc(signal));
+                                         uint64_t begin, uint64_t end, uint64_t bytes, uint32_t signal) {
+  if ((end - begin) * bytes == 0) return gin.signal(world, peer, signal);
+  return gin.put(world, peer, 0, dst + begin * bytes, 0, src + begin * bytes, (end - begin) * bytes,
+                 gin_signal_inc(signal));
 }
 
-// Grid: 1 block of 32 threads. Dispatch (`combine` zero): thread d, for each node d other than
-// this rank's, puts the rows packed for d (its five field arrays) into the receive rows of
-// rank (d, local) from row before[d], each put raising kRailDispatchSignal there; then waits
-// until rank (d, local)'s share of this rank's kRailDispatchSignal reaches `expected` (its
-// puts to this rank have landed: GIN stores a signal after the data it covers). Combine:
-// thread s puts the partials of the rows received from node s (rows from[s] on, received[s]
-// of them) into rank (s, local)'s partial receive rows from row node * capacity, then waits
-// for that rank's share of kRailCombineSignal, then flushes its own puts and signal to it. A
-// wait that gives up records (rank, peer, phase: the wait context of `h`, which names this
-// rank, with `peer` the rank waited for; the flush's FifoSync names the same peer) and the
-// kernel ends.
+/// Flags of weft_ep_rail_exchange: the phase, and its steps.
+constexpr uint32_t kRailCombine = 1;  // the combine's partials (else the dispatch's rows)
+constexpr uint32_t kRailPut = 2;      // put the call's chunks
+constexpr uint32_t kRailAwait = 4;    // wait until the peers' puts of the call have arrived
+constexpr uint32_t kRailFlush = 8;    // wait until this rank's own puts are complete
+
+// Grid: 1 block of 32 threads; thread d serves rank (d, local) of each node d other than this
+// rank's, in the steps `flags` names. kRailPut: puts to it in `chunks[d]` chunks of rows,
+// chunk by chunk, each field array's rows of the chunk with one increment of the phase's
+// signal (kRailDispatchPuts or kRailCombinePuts per chunk), so a reader can start on a chunk
+// once its signals arrived (rail_arrival.cuh; GIN stores a signal after the data it covers, and
+// a connection applies its signals in order). Dispatch: the rows packed for d (`sent[d]` of
+// them, from row d * capacity of the send block) into its receive rows from row before[d].
+// Combine (kRailCombine): the partials of the rows received from node d (`received[d]` from
+// row from[d]) into its partial receive rows from row node * capacity. kRailAwait: waits until
+// that rank's puts of the call have all arrived (`arrival`). kRailFlush: waits until this
+// rank's own puts and signals to it are complete, so no proxy work of the call is left queued
+// behind what the host enqueues after the kernel (docs/ep.md, "The proxy's copies and the
+// hardware queues"). Puts alone never wait for another rank, so a reader enqueued behind them
+// cannot be held by them. A wait that gives up records (rank, peer, phase: the wait context of
+// `h`, which names this rank, with `peer` the rank waited for; the flush's FifoSync names the
+// same peer) and the kernel ends.
 extern "C" __global__ void __launch_bounds__(32)
-    weft_ep_rail_exchange(EpRailArgs a, DevCommHandle h, uint32_t combine) {
+    weft_ep_rail_exchange(EpRailArgs a, DevCommHandle h, uint32_t flags) {
   const uint32_t d = threadIdx.x;
   if (d >= a.nodes || d == a.node) return;
   Gin gin(h);
   const GinTeam world = gin_team_world(h);
   const uint32_t peer = rail_rank(a, d);
+  const bool combine = (flags & kRailCombine) != 0;
+  const uint32_t signal = combine ? kRailCombineSignal : kRailDispatchSignal;
+  const uint64_t rows = combine ? a.received[d] : a.sent[d];
+  const uint64_t from_row = combine ? a.from[d] : uint64_t(d) * a.capacity;
+  const uint64_t at_row = combine ? uint64_t(a.node) * a.capacity : a.before[d];
   bool ok = true;
-  if (combine == 0) {
-    const uint64_t rows = a.sent[d], at_row = a.before[d], from_row = uint64_t(d) * a.capacity;
+  for (uint32_t k = 0; (flags & kRailPut) != 0 && ok && k < a.chunks[d]; ++k) {
+    const uint64_t begin = rail_chunk_begin(rows, a.chunks[d], k), end = rail_chunk_begin(rows, a.chunks[d], k + 1);
     const auto field = [&](uint64_t dst, uint64_t src, uint64_t bytes) {
-      return ok && (ok = rail_put(gin, world, peer, dst + at_row * bytes, src + from_row * bytes, rows, bytes,
-                                  kRailDispatchSignal));
+      return ok && (ok = rail_put(gin, world, peer, dst + at_row * bytes, src + from_row * bytes, begin, end, bytes,
+                                  signal));
     };
-    // kRailDispatchPuts of them.
-    field(a.recv_x, a.send_x, a.hidden_bytes);
-    field(a.recv_scales, a.send_scales, 4ull * a.num_scales);
-    field(a.recv_topk_idx, a.send_topk_idx, 8ull * a.topk);
-    field(a.recv_topk_weights, a.send_topk_weights, 4ull * a.topk);
-    field(a.recv_src_idx, a.send_src_idx, 4);
-  } else {
-    const uint64_t rows = a.received[d], from_row = a.from[d], at_row = uint64_t(a.node) * a.capacity;
-    const auto field = [&](uint64_t dst, uint64_t src, uint64_t bytes) {
-      return ok && (ok = rail_put(gin, world, peer, dst + at_row * bytes, src + from_row * bytes, rows, bytes,
-                                  kRailCombineSignal));
-    };
-    // kRailCombinePuts of them.
-    field(a.part_recv_x, a.part_x, 2ull * a.hidden);
-    field(a.part_recv_topk_weights, a.part_topk_weights, 4ull * a.topk);
+    if (combine) {
+      // kRailCombinePuts of them.
+      field(a.part_recv_x, a.part_x, 2ull * a.hidden);
+      field(a.part_recv_topk_weights, a.part_topk_weights, 4ull * a.topk);
+    } else {
+      // kRailDispatchPuts of them.
+      field(a.recv_x, a.send_x, a.hidden_bytes);
+      field(a.recv_scales, a.send_scales, 4ull * a.num_scales);
+      field(a.recv_topk_idx, a.send_topk_idx, 8ull * a.topk);
+      field(a.recv_topk_weights, a.send_topk_weights, 4ull * a.topk);
+      field(a.recv_src_idx, a.send_src_idx, 4);
+    }
   }
   if (!ok) return;  // recorded
-  const uint32_t signal = combine == 0 ? kRailDispatchSignal : kRailCombineSignal;
-  const WaitOp op = combine == 0 ? WaitOp::EpRailRows : WaitOp::EpRailPartials;
-  const uint64_t* word = gin_proxy_signal_word(h, peer, signal);
-  if (!detail::gin_wait(h, op, peer, a.expected, [&] { return ptx::ld_acquire_sys(word); })) return;
-  // This rank's own puts and signals to the peer complete before the kernel ends, so no proxy
-  // work of this call is still queued when the host enqueues what follows (docs/ep.md,
-  // "The proxy's copies and the hardware queues").
-  gin.flush_signal(world, peer, signal);
+  if ((flags & kRailAwait) != 0) {
+    const WaitOp op = combine ? WaitOp::EpRailPartials : WaitOp::EpRailRows;
+    const uint64_t expected = a.arrival.base[d] + uint64_t(a.arrival.puts) * a.arrival.chunks[d];
+    const uint64_t* word = gin_proxy_signal_word(h, peer, signal);
+    if (!detail::gin_wait(h, op, peer, expected, [&] { return ptx::ld_acquire_sys(word); })) return;
+  }
+  if ((flags & kRailFlush) != 0) gin.flush_signal(world, peer, signal);
 }
 
-// Grid: any number of blocks of kRailThreads, after weft_ep_rail_exchange of the combine. A
-// warp per (token, span of 32 · kSumVectors vectors) item: lane 0 and 1 describe the biases,
+// Grid: any number of blocks of kRailThreads, alongside weft_ep_rail_exchange of the combine.
+// A warp per (token, span of 32 · kSumVectors vectors) item: lane 0 and 1 describe the biases,
 // lane 2 + d node d's partial of the token (this rank's own partials for its node, the
-// received ones for the others), so warp_sum_rows sums, from 0 in f32, the biases, then the
-// nodes' partials in increasing node order, rounded once to BF16 (model::combine_internode).
-// The item of a token's first span also sums the partial weights in node order, in f32.
+// received ones for the others, once their chunk has arrived: `a.arrival`), so warp_sum_rows
+// sums, from 0 in f32, the biases, then the nodes' partials in increasing node order, rounded
+// once to BF16 (model::combine_internode). The item of a token's first span also sums the
+// partial weights in node order, in f32. A warp whose wait gave up (recorded) stops.
 extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_sum(EpRailArgs a) {
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t vectors = a.hidden / 8, span = 32 * kSumVectors, spans = (vectors + span - 1) / span;
   const uint64_t row_bytes = 2ull * a.hidden;
   const int* head = reinterpret_cast<const int*>(a.rail_send_head);
+  // The node a lane describes, and the count its word is known to have reached: a warp's
+  // items go up in token order, so the rows it waits for go up within each node's block.
+  const uint32_t d = lane >= 2 ? lane - 2 : 0;
+  const bool remote = lane >= 2 && d < a.arrival.nodes && a.arrival.words[d] != 0;
+  uint64_t arrived = 0;
   for (uint32_t item = blockIdx.x * kRailWarps + threadIdx.x / 32; item < a.tokens * spans;
        item += gridDim.x * kRailWarps) {
     const uint32_t t = item / spans, begin = item % spans * span;
     // The row (partial) of node d of token t, or -1.
-    const uint32_t d = lane >= 2 ? lane - 2 : 0;
     const int h = lane >= 2 && d < a.nodes ? head[uint64_t(t) * a.nodes + d] : -1;
+    bool ok = true;
+    if (remote && h >= 0) {
+      const uint64_t target = rail_row_target(a.arrival, d, uint32_t(h));
+      if (arrived < target) {
+        ok = rail_wait(a.arrival, d, target, WaitOp::EpRailPartials);
+        arrived = ok ? target : arrived;
+      }
+    }
+    if (!__all_sync(~0u, ok)) return;
+    __syncwarp();  // the lanes' acquires order every lane's reads of the partials
     const bool mine = d == a.node;
     const uint64_t r = mine ? uint64_t(a.before[d]) + h : uint64_t(d) * a.capacity + h;
     const char* row = nullptr;

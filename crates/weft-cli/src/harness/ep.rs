@@ -340,6 +340,14 @@ impl Dispatched {
     }
 }
 
+/// Waits for `stream`, then (ranks sharing a GPU) for every rank's call to be done: a rank
+/// must not free or allocate memory while a peer's kernel still waits for that peer's proxy
+/// ([`weft_core::Communicator::settle_after_kernels`]).
+pub(crate) fn settle(buffer: &Buffer, stream: &Stream, what: &str) -> Result<(), EpError> {
+    buffer.synchronize(stream, what)?;
+    Ok(buffer.communicator().settle_after_kernels()?)
+}
+
 /// Runs layout, notify (with its host sync) and dispatch on rank `rank`, as DeepEP's
 /// `get_dispatch_layout` then `dispatch` without a handle do.
 pub(crate) fn dispatch(
@@ -371,7 +379,7 @@ pub(crate) fn dispatch(
     let mut received = Received::poisoned(device, case, handle.num_recv_tokens(), true).map_err(gpu)?;
     buffer.communicator().settle_before_launch()?;
     buffer.dispatch(&inputs.source(case, false), &mut received.target(), &mut handle, stream)?;
-    buffer.synchronize(stream, "EP dispatch")?;
+    settle(buffer, stream, "EP dispatch")?;
     Ok(Dispatched { handle, received })
 }
 
@@ -625,7 +633,7 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
     let mut cached = Received::poisoned(device, case, rows, false).map_err(|e| err(&e))?;
     comm.settle_before_launch().map_err(|e| err(&e))?;
     cached_dispatch(&buffer, case, &inputs, &mut d, Some(&mut cached), &stream).map_err(|e| err(&e))?;
-    buffer.synchronize(&stream, "EP cached dispatch").map_err(|e| err(&e))?;
+    settle(&buffer, &stream, "EP cached dispatch").map_err(|e| err(&e))?;
     let again = cached.x.bytes(rows * row_bytes).map_err(|e| err(&e))?;
     compare("cached dispatch recv_x", &again, &want_x, |i| {
         format!("byte {} of {}", i % row_bytes, row_place(i / row_bytes))
@@ -663,7 +671,7 @@ pub(crate) fn check_case(comm: &Communicator, case: &EpCase) -> Result<(), Strin
                 .map_err(|e| err(&e))?;
         comm.settle_before_launch().map_err(|e| err(&e))?;
         combine(&buffer, case, &d, &mut tensors, &stream).map_err(|e| err(&e))?;
-        buffer.synchronize(&stream, "EP combine").map_err(|e| err(&e))?;
+        settle(&buffer, &stream, "EP combine").map_err(|e| err(&e))?;
         let got = bf16_bits(&download::<bf16, bf16>(tensors.out.as_slice(), tokens * hidden).map_err(|e| err(&e))?);
         compare(&format!("{run} combined_x (bf16 bits)"), &got, &want_x, |i| {
             format!("token {} channel {}", i / hidden, i % hidden)

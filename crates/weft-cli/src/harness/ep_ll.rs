@@ -254,7 +254,7 @@ pub(crate) fn check_ll_case(comm: &Communicator, case: &LlCase) -> Result<(), St
             0 | 1 => dispatch_and_combine(&buffer, case, &mut tensors, run == 1, &stream).map_err(|e| err(&e))?,
             _ => graph.launch(&stream).map_err(|e| err(&e))?,
         }
-        buffer.synchronize(&stream, "EP low-latency dispatch and combine").map_err(|e| err(&e))?;
+        super::ep::settle(&buffer, &stream, "EP low-latency dispatch and combine").map_err(|e| err(&e))?;
         let what = |name: &str| format!("{how}: {name}");
         let count = download::<i32, i32>(tensors.recv_count.as_slice(), local).map_err(|e| err(&e))?;
         compare(&what("recv_count"), &count, &mine.recv_count, |e| format!("local expert {e}"))?;

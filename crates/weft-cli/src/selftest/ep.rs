@@ -71,9 +71,9 @@ fn cases(ranks: usize, shared_gpu: bool) -> Vec<EpCase> {
 }
 
 /// The normal-mode cases between two nodes: BF16 with uneven tokens, FP8 skewed onto the first
-/// node's experts with dropped slots, alignment and a bias, and ranks of 0 or 1 token with two
-/// biases; smaller than the one-node cases, since every row that crosses goes through the
-/// emulated NIC.
+/// node's experts with dropped slots, alignment and a bias, ranks of 0 or 1 token with two
+/// biases, and many short rows; smaller than the one-node cases, since every row that crosses
+/// goes through the emulated NIC.
 fn net_cases(ranks: usize) -> Vec<EpCase> {
     let case = |name: &str, tokens: Vec<usize>, hidden: usize, topk: usize, experts: usize, fp8: bool| {
         EpCase::plain(
@@ -102,7 +102,10 @@ fn net_cases(ranks: usize) -> Vec<EpCase> {
         case("BF16, 0 or 1 token per rank, two biases", (0..ranks).map(|r| r % 2).collect(), 256, 2, 2 * ranks, false);
     tiny.drop_one_in = 3;
     tiny.biases = 2;
-    vec![uneven, skewed, tiny]
+    // Over a thousand short rows cross between each pair of rail peers: the most chunks the
+    // rail hop splits a pair's rows into, each read as it lands.
+    let many = case("BF16, many short rows", (0..ranks).map(|r| 1100 + 7 * r).collect(), 256, 4, 4 * ranks, false);
+    vec![uneven, skewed, tiny, many]
 }
 
 /// The low-latency cases: DeepEP's decoding shape with FP8 and dropped slots, BF16 with a few

@@ -648,6 +648,30 @@ static_assert(WEFT_OFFSETOF(EpNotifyArgs, experts) == 52, "rust: offsetof(EpNoti
 static_assert(WEFT_OFFSETOF(EpNotifyArgs, channels) == 56, "rust: offsetof(EpNotifyArgs, channels) == 56");
 static_assert(WEFT_OFFSETOF(EpNotifyArgs, expert_alignment) == 60, "rust: offsetof(EpNotifyArgs, expert_alignment) == 60");
 
+///  Where the rows a kernel reads arrive over the rail hop, chunk by chunk (docs/ep.md,
+struct alignas(8) EpRailArrival {
+  uint64_t words[8];  ///<  Per source node s: the word counting rail peer s's increments of the phase's signal (ld.acquire.sys), or 0.
+  uint64_t base[8];  ///<  Per source node s: the count its word had reached before this call.
+  WaitContext wait;  ///<  Error record and spin bound of the waits (`peer` is set per wait).
+  uint32_t from[8];  ///<  Per source node s: its first row in the reader's input.
+  uint32_t rows[8];  ///<  Per source node s: its rows.
+  uint32_t chunks[8];  ///<  Per source node s: the chunks its rows come in (at least 1 where it has a word).
+  uint32_t peers[8];  ///<  Per source node s: the rank sending them (its rail peer), named by a wait that gives up.
+  uint32_t puts;  ///<  Increments of the signal each chunk brings (its field arrays' puts).
+  uint32_t nodes;  ///<  Nodes described (0: nothing to wait for).
+};
+static_assert(sizeof(EpRailArrival) == 288, "rust: sizeof(EpRailArrival) == 288");
+static_assert(alignof(EpRailArrival) == 8, "rust: alignof(EpRailArrival) == 8");
+static_assert(WEFT_OFFSETOF(EpRailArrival, words) == 0, "rust: offsetof(EpRailArrival, words) == 0");
+static_assert(WEFT_OFFSETOF(EpRailArrival, base) == 64, "rust: offsetof(EpRailArrival, base) == 64");
+static_assert(WEFT_OFFSETOF(EpRailArrival, wait) == 128, "rust: offsetof(EpRailArrival, wait) == 128");
+static_assert(WEFT_OFFSETOF(EpRailArrival, from) == 152, "rust: offsetof(EpRailArrival, from) == 152");
+static_assert(WEFT_OFFSETOF(EpRailArrival, rows) == 184, "rust: offsetof(EpRailArrival, rows) == 184");
+static_assert(WEFT_OFFSETOF(EpRailArrival, chunks) == 216, "rust: offsetof(EpRailArrival, chunks) == 216");
+static_assert(WEFT_OFFSETOF(EpRailArrival, peers) == 248, "rust: offsetof(EpRailArrival, peers) == 248");
+static_assert(WEFT_OFFSETOF(EpRailArrival, puts) == 280, "rust: offsetof(EpRailArrival, puts) == 280");
+static_assert(WEFT_OFFSETOF(EpRailArrival, nodes) == 284, "rust: offsetof(EpRailArrival, nodes) == 284");
+
 ///  `weft_ep_dispatch`: one normal-mode dispatch. The payload is opaque bytes (BF16 or FP8),
 struct alignas(8) EpDispatchArgs {
   uint64_t x;  ///<  `[tokens][hidden_bytes]` payload rows.
@@ -676,8 +700,9 @@ struct alignas(8) EpDispatchArgs {
   uint32_t topk;  ///<  Top-k entries per token (0: no top-k arrays).
   uint32_t experts;  ///<  Experts.
   uint32_t channels;  ///<  Channels (half the grid).
+  EpRailArrival rail;  ///<  Where the input rows arrive over the rail hop (the NVL hop of a dispatch between nodes; `nodes` zero: every row is here).
 };
-static_assert(sizeof(EpDispatchArgs) == 168, "rust: sizeof(EpDispatchArgs) == 168");
+static_assert(sizeof(EpDispatchArgs) == 456, "rust: sizeof(EpDispatchArgs) == 456");
 static_assert(alignof(EpDispatchArgs) == 8, "rust: alignof(EpDispatchArgs) == 8");
 static_assert(WEFT_OFFSETOF(EpDispatchArgs, x) == 0, "rust: offsetof(EpDispatchArgs, x) == 0");
 static_assert(WEFT_OFFSETOF(EpDispatchArgs, x_scales) == 8, "rust: offsetof(EpDispatchArgs, x_scales) == 8");
@@ -705,6 +730,7 @@ static_assert(WEFT_OFFSETOF(EpDispatchArgs, recv_scale_hidden_stride) == 152, "r
 static_assert(WEFT_OFFSETOF(EpDispatchArgs, topk) == 156, "rust: offsetof(EpDispatchArgs, topk) == 156");
 static_assert(WEFT_OFFSETOF(EpDispatchArgs, experts) == 160, "rust: offsetof(EpDispatchArgs, experts) == 160");
 static_assert(WEFT_OFFSETOF(EpDispatchArgs, channels) == 164, "rust: offsetof(EpDispatchArgs, channels) == 164");
+static_assert(WEFT_OFFSETOF(EpDispatchArgs, rail) == 168, "rust: offsetof(EpDispatchArgs, rail) == 168");
 
 ///  `weft_ep_combine`: one normal-mode combine over a dispatch's handle.
 struct alignas(8) EpCombineArgs {
@@ -846,7 +872,7 @@ struct alignas(8) EpRailArgs {
   uint64_t bias1;  ///<  See `bias0`.
   uint64_t combined_x;  ///<  Out of `weft_ep_rail_sum`: `bf16[tokens][hidden]`.
   uint64_t combined_topk_weights;  ///<  Out of `weft_ep_rail_sum`: `float[tokens][topk]`; 0: none.
-  uint64_t expected;  ///<  The share of the phase's signal every rail peer must have raised (calls × puts).
+  EpRailArrival arrival;  ///<  Where the rows the call receives arrive: the dispatch's forwarded rows, or the combine's partials from other nodes (rows `[0, sent[d])` of node d's block).
   uint32_t recv_x;  ///<  Offsets of the forwarder's received rows: payload, scales, top-k indices, weights, source index.
   uint32_t recv_scales;  ///<  See `recv_x`.
   uint32_t recv_topk_idx;  ///<  See `recv_x`.
@@ -865,6 +891,7 @@ struct alignas(8) EpRailArgs {
   uint32_t sent[8];  ///<  Per node d: the rows this rank sends to d.
   uint32_t from[8];  ///<  Per source node s: the forwarder's first row from s.
   uint32_t received[8];  ///<  Per source node s: the forwarder's rows from s.
+  uint32_t chunks[8];  ///<  Per node d: the chunks this rank's puts to d come in (each field array's rows split alike, one put per field and chunk).
   uint32_t capacity;  ///<  Rows of one node in a send or partial-receive region.
   uint32_t tokens;  ///<  Tokens of this rank.
   uint32_t hidden_bytes;  ///<  Payload bytes per row (16-byte multiple).
@@ -880,7 +907,7 @@ struct alignas(8) EpRailArgs {
   uint32_t local;  ///<  This rank's index in its node (its rail).
   uint32_t ranks;  ///<  Ranks of the group.
 };
-static_assert(sizeof(EpRailArgs) == 360, "rust: sizeof(EpRailArgs) == 360");
+static_assert(sizeof(EpRailArgs) == 672, "rust: sizeof(EpRailArgs) == 672");
 static_assert(alignof(EpRailArgs) == 8, "rust: alignof(EpRailArgs) == 8");
 static_assert(WEFT_OFFSETOF(EpRailArgs, base) == 0, "rust: offsetof(EpRailArgs, base) == 0");
 static_assert(WEFT_OFFSETOF(EpRailArgs, is_token_in_rank) == 8, "rust: offsetof(EpRailArgs, is_token_in_rank) == 8");
@@ -896,39 +923,40 @@ static_assert(WEFT_OFFSETOF(EpRailArgs, bias0) == 80, "rust: offsetof(EpRailArgs
 static_assert(WEFT_OFFSETOF(EpRailArgs, bias1) == 88, "rust: offsetof(EpRailArgs, bias1) == 88");
 static_assert(WEFT_OFFSETOF(EpRailArgs, combined_x) == 96, "rust: offsetof(EpRailArgs, combined_x) == 96");
 static_assert(WEFT_OFFSETOF(EpRailArgs, combined_topk_weights) == 104, "rust: offsetof(EpRailArgs, combined_topk_weights) == 104");
-static_assert(WEFT_OFFSETOF(EpRailArgs, expected) == 112, "rust: offsetof(EpRailArgs, expected) == 112");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_x) == 120, "rust: offsetof(EpRailArgs, recv_x) == 120");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_scales) == 124, "rust: offsetof(EpRailArgs, recv_scales) == 124");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_idx) == 128, "rust: offsetof(EpRailArgs, recv_topk_idx) == 128");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_weights) == 132, "rust: offsetof(EpRailArgs, recv_topk_weights) == 132");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_src_idx) == 136, "rust: offsetof(EpRailArgs, recv_src_idx) == 136");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_x) == 140, "rust: offsetof(EpRailArgs, send_x) == 140");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_scales) == 144, "rust: offsetof(EpRailArgs, send_scales) == 144");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_idx) == 148, "rust: offsetof(EpRailArgs, send_topk_idx) == 148");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_weights) == 152, "rust: offsetof(EpRailArgs, send_topk_weights) == 152");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_src_idx) == 156, "rust: offsetof(EpRailArgs, send_src_idx) == 156");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_x) == 160, "rust: offsetof(EpRailArgs, part_x) == 160");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_topk_weights) == 164, "rust: offsetof(EpRailArgs, part_topk_weights) == 164");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_x) == 168, "rust: offsetof(EpRailArgs, part_recv_x) == 168");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_topk_weights) == 172, "rust: offsetof(EpRailArgs, part_recv_topk_weights) == 172");
-static_assert(WEFT_OFFSETOF(EpRailArgs, before) == 176, "rust: offsetof(EpRailArgs, before) == 176");
-static_assert(WEFT_OFFSETOF(EpRailArgs, sent) == 208, "rust: offsetof(EpRailArgs, sent) == 208");
-static_assert(WEFT_OFFSETOF(EpRailArgs, from) == 240, "rust: offsetof(EpRailArgs, from) == 240");
-static_assert(WEFT_OFFSETOF(EpRailArgs, received) == 272, "rust: offsetof(EpRailArgs, received) == 272");
-static_assert(WEFT_OFFSETOF(EpRailArgs, capacity) == 304, "rust: offsetof(EpRailArgs, capacity) == 304");
-static_assert(WEFT_OFFSETOF(EpRailArgs, tokens) == 308, "rust: offsetof(EpRailArgs, tokens) == 308");
-static_assert(WEFT_OFFSETOF(EpRailArgs, hidden_bytes) == 312, "rust: offsetof(EpRailArgs, hidden_bytes) == 312");
-static_assert(WEFT_OFFSETOF(EpRailArgs, num_scales) == 316, "rust: offsetof(EpRailArgs, num_scales) == 316");
-static_assert(WEFT_OFFSETOF(EpRailArgs, scale_token_stride) == 320, "rust: offsetof(EpRailArgs, scale_token_stride) == 320");
-static_assert(WEFT_OFFSETOF(EpRailArgs, scale_hidden_stride) == 324, "rust: offsetof(EpRailArgs, scale_hidden_stride) == 324");
-static_assert(WEFT_OFFSETOF(EpRailArgs, topk) == 328, "rust: offsetof(EpRailArgs, topk) == 328");
-static_assert(WEFT_OFFSETOF(EpRailArgs, experts) == 332, "rust: offsetof(EpRailArgs, experts) == 332");
-static_assert(WEFT_OFFSETOF(EpRailArgs, hidden) == 336, "rust: offsetof(EpRailArgs, hidden) == 336");
-static_assert(WEFT_OFFSETOF(EpRailArgs, nodes) == 340, "rust: offsetof(EpRailArgs, nodes) == 340");
-static_assert(WEFT_OFFSETOF(EpRailArgs, node) == 344, "rust: offsetof(EpRailArgs, node) == 344");
-static_assert(WEFT_OFFSETOF(EpRailArgs, ranks_per_node) == 348, "rust: offsetof(EpRailArgs, ranks_per_node) == 348");
-static_assert(WEFT_OFFSETOF(EpRailArgs, local) == 352, "rust: offsetof(EpRailArgs, local) == 352");
-static_assert(WEFT_OFFSETOF(EpRailArgs, ranks) == 356, "rust: offsetof(EpRailArgs, ranks) == 356");
+static_assert(WEFT_OFFSETOF(EpRailArgs, arrival) == 112, "rust: offsetof(EpRailArgs, arrival) == 112");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_x) == 400, "rust: offsetof(EpRailArgs, recv_x) == 400");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_scales) == 404, "rust: offsetof(EpRailArgs, recv_scales) == 404");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_idx) == 408, "rust: offsetof(EpRailArgs, recv_topk_idx) == 408");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_weights) == 412, "rust: offsetof(EpRailArgs, recv_topk_weights) == 412");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_src_idx) == 416, "rust: offsetof(EpRailArgs, recv_src_idx) == 416");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_x) == 420, "rust: offsetof(EpRailArgs, send_x) == 420");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_scales) == 424, "rust: offsetof(EpRailArgs, send_scales) == 424");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_idx) == 428, "rust: offsetof(EpRailArgs, send_topk_idx) == 428");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_weights) == 432, "rust: offsetof(EpRailArgs, send_topk_weights) == 432");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_src_idx) == 436, "rust: offsetof(EpRailArgs, send_src_idx) == 436");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_x) == 440, "rust: offsetof(EpRailArgs, part_x) == 440");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_topk_weights) == 444, "rust: offsetof(EpRailArgs, part_topk_weights) == 444");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_x) == 448, "rust: offsetof(EpRailArgs, part_recv_x) == 448");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_topk_weights) == 452, "rust: offsetof(EpRailArgs, part_recv_topk_weights) == 452");
+static_assert(WEFT_OFFSETOF(EpRailArgs, before) == 456, "rust: offsetof(EpRailArgs, before) == 456");
+static_assert(WEFT_OFFSETOF(EpRailArgs, sent) == 488, "rust: offsetof(EpRailArgs, sent) == 488");
+static_assert(WEFT_OFFSETOF(EpRailArgs, from) == 520, "rust: offsetof(EpRailArgs, from) == 520");
+static_assert(WEFT_OFFSETOF(EpRailArgs, received) == 552, "rust: offsetof(EpRailArgs, received) == 552");
+static_assert(WEFT_OFFSETOF(EpRailArgs, chunks) == 584, "rust: offsetof(EpRailArgs, chunks) == 584");
+static_assert(WEFT_OFFSETOF(EpRailArgs, capacity) == 616, "rust: offsetof(EpRailArgs, capacity) == 616");
+static_assert(WEFT_OFFSETOF(EpRailArgs, tokens) == 620, "rust: offsetof(EpRailArgs, tokens) == 620");
+static_assert(WEFT_OFFSETOF(EpRailArgs, hidden_bytes) == 624, "rust: offsetof(EpRailArgs, hidden_bytes) == 624");
+static_assert(WEFT_OFFSETOF(EpRailArgs, num_scales) == 628, "rust: offsetof(EpRailArgs, num_scales) == 628");
+static_assert(WEFT_OFFSETOF(EpRailArgs, scale_token_stride) == 632, "rust: offsetof(EpRailArgs, scale_token_stride) == 632");
+static_assert(WEFT_OFFSETOF(EpRailArgs, scale_hidden_stride) == 636, "rust: offsetof(EpRailArgs, scale_hidden_stride) == 636");
+static_assert(WEFT_OFFSETOF(EpRailArgs, topk) == 640, "rust: offsetof(EpRailArgs, topk) == 640");
+static_assert(WEFT_OFFSETOF(EpRailArgs, experts) == 644, "rust: offsetof(EpRailArgs, experts) == 644");
+static_assert(WEFT_OFFSETOF(EpRailArgs, hidden) == 648, "rust: offsetof(EpRailArgs, hidden) == 648");
+static_assert(WEFT_OFFSETOF(EpRailArgs, nodes) == 652, "rust: offsetof(EpRailArgs, nodes) == 652");
+static_assert(WEFT_OFFSETOF(EpRailArgs, node) == 656, "rust: offsetof(EpRailArgs, node) == 656");
+static_assert(WEFT_OFFSETOF(EpRailArgs, ranks_per_node) == 660, "rust: offsetof(EpRailArgs, ranks_per_node) == 660");
+static_assert(WEFT_OFFSETOF(EpRailArgs, local) == 664, "rust: offsetof(EpRailArgs, local) == 664");
+static_assert(WEFT_OFFSETOF(EpRailArgs, ranks) == 668, "rust: offsetof(EpRailArgs, ranks) == 668");
 
 ///  The low-latency kernels' path to the ranks of other nodes (docs/ep.md, "Low latency
 struct alignas(8) EpLlNet {

@@ -22,7 +22,7 @@ static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_prologue)>) == 4 &
 // Dispatch: The normal dispatch.
 extern "C" __global__ void weft_ep_dispatch(weft::EpContext c, weft::EpDispatchArgs a);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_dispatch)>) == 176 && alignof(weft::kernel_param_t<0, decltype(weft_ep_dispatch)>) == 8, "weft_ep_dispatch: c is 176 bytes aligned to 8 in Rust");
-static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_dispatch)>) == 168 && alignof(weft::kernel_param_t<1, decltype(weft_ep_dispatch)>) == 8, "weft_ep_dispatch: a is 168 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_dispatch)>) == 456 && alignof(weft::kernel_param_t<1, decltype(weft_ep_dispatch)>) == 8, "weft_ep_dispatch: a is 456 bytes aligned to 8 in Rust");
 
 // Combine: The normal combine.
 extern "C" __global__ void weft_ep_combine(weft::EpContext c, weft::EpCombineArgs a);
@@ -31,21 +31,21 @@ static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 112 
 
 // RailLayout: The rail hop's layout: `rail_send_head` and the counts the host exchanges.
 extern "C" __global__ void weft_ep_rail_layout(weft::EpRailArgs a);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 8, "weft_ep_rail_layout: a is 360 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 8, "weft_ep_rail_layout: a is 672 bytes aligned to 8 in Rust");
 
 // Rail: The rail hop's packing of a dispatch's rows by destination node, and its sum of the
 extern "C" __global__ void weft_ep_rail_pack(weft::EpRailArgs a);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 8, "weft_ep_rail_pack: a is 360 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 8, "weft_ep_rail_pack: a is 672 bytes aligned to 8 in Rust");
 
 // Rail: The rail hop's packing of a dispatch's rows by destination node, and its sum of the
 extern "C" __global__ void weft_ep_rail_sum(weft::EpRailArgs a);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 8, "weft_ep_rail_sum: a is 360 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 8, "weft_ep_rail_sum: a is 672 bytes aligned to 8 in Rust");
 
 // RailExchange: The rail hop's puts to the rank of this rail on every other node, and the waits for
-extern "C" __global__ void weft_ep_rail_exchange(weft::EpRailArgs a, weft::DevCommHandle h, uint32_t combine);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 360 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: a is 360 bytes aligned to 8 in Rust");
+extern "C" __global__ void weft_ep_rail_exchange(weft::EpRailArgs a, weft::DevCommHandle h, uint32_t flags);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: a is 672 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_rail_exchange)>) == 144 && alignof(weft::kernel_param_t<1, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: h is 144 bytes aligned to 8 in Rust");
-static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4, "weft_ep_rail_exchange: combine is 4 bytes aligned to 4 in Rust");
+static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4, "weft_ep_rail_exchange: flags is 4 bytes aligned to 4 in Rust");
 
 // LlDispatch: The kernels of a low-latency dispatch: send and receive, each on one node and `_net`.
 extern "C" __global__ void weft_ep_ll_dispatch_send(weft::EpContext c, weft::EpLlDispatchArgs a, weft::EpLlNet n);
