@@ -172,7 +172,8 @@ impl Buffer {
             let ptrs = (0..ranks).map(|p| gin.lsa_window(p, 0).unwrap_or(0)).collect();
             (Memory::Net(Box::new(gin)), ptrs)
         };
-        let rail_side = matches!(memory, Memory::Net(_)).then(|| RailSide::new(comm.device())).transpose().map_err(gpu)?;
+        let rail_side =
+            matches!(memory, Memory::Net(_)).then(|| RailSide::new(comm.device())).transpose().map_err(gpu)?;
         let context = layout.context(&ptrs, rank, comm.wait_context(rank, None));
         // The node's ranks: consecutive in the group (`WEFT_RANKS_PER_NODE`, or hosts in order).
         let node: Vec<usize> = (0..ranks).filter(|&p| topology.same_node(p)).collect();

@@ -62,8 +62,12 @@ mod tests {
         };
         let source = include_str!("../../../device/kernels/ep/rail.cu");
         for line in [
-            format!("constexpr uint32_t kRailDispatchPuts = {RAIL_DISPATCH_PUTS}, kRailCombinePuts = {RAIL_COMBINE_PUTS};"),
-            format!("constexpr uint32_t kRailDispatchSignal = {RAIL_DISPATCH_SIGNAL}, kRailCombineSignal = {RAIL_COMBINE_SIGNAL};"),
+            format!(
+                "constexpr uint32_t kRailDispatchPuts = {RAIL_DISPATCH_PUTS}, kRailCombinePuts = {RAIL_COMBINE_PUTS};"
+            ),
+            format!(
+                "constexpr uint32_t kRailDispatchSignal = {RAIL_DISPATCH_SIGNAL}, kRailCombineSignal = {RAIL_COMBINE_SIGNAL};"
+            ),
             format!("constexpr uint32_t kRailCombine = {RAIL_COMBINE};"),
             format!("constexpr uint32_t kRailPut = {RAIL_PUT};"),
             format!("constexpr uint32_t kRailAwait = {RAIL_AWAIT};"),

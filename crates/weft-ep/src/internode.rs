@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use weft_gpu::{DeviceBuffer, DeviceMemory, DevicePtr, Stream};
-use weft_types::{EpRailArgs, EpRailArrival};
+use weft_types::{EpDispatchArgs, EpRailArgs, EpRailArrival};
 
 use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
@@ -205,6 +205,41 @@ pub(crate) struct RailCombine {
     pub(crate) combined_topk_weights: Option<DevicePtr>,
 }
 
+/// What a dispatch's NVL hop starts from: the call, where its forwarded rows lie, and where
+/// they arrive from other nodes.
+struct NodeHop<'a> {
+    d: &'a RailDispatch,
+    regions: &'a RailRegions,
+    /// Top-k slots the rows carry (0: a cached dispatch).
+    topk: usize,
+    num_scales: usize,
+    arrival: EpRailArrival,
+}
+
+impl NodeHop<'_> {
+    /// The forwarded rows, where they lie in the buffer at `base`, as a dispatch's input.
+    fn input(&self, base: u64) -> DispatchInput {
+        let recv = self.regions.dispatch_recv;
+        let forwarded_x = base + recv.x as u64;
+        DispatchInput {
+            x: match self.d.x {
+                Payload::Bf16 { hidden, .. } => Payload::Bf16 { x: forwarded_x, hidden },
+                Payload::Fp8 { hidden, .. } => Payload::Fp8 {
+                    x: forwarded_x,
+                    scales: Scales {
+                        ptr: base + recv.scales as u64,
+                        token_stride: self.num_scales as u32,
+                        hidden_stride: 1,
+                    },
+                    hidden,
+                },
+            },
+            topk_idx: (self.topk > 0).then_some(base + recv.topk_idx as u64),
+            topk_weights: (self.topk > 0).then_some(base + recv.topk_weights as u64),
+        }
+    }
+}
+
 impl Buffer {
     /// This rank's place among the nodes, or `Err` where the nodes are not equal groups of
     /// consecutive ranks (the rail hop pairs rank `(n, l)` with `(d, l)`).
@@ -322,8 +357,8 @@ impl Buffer {
     }
 
     /// The node's ranks as the one-node kernels see them.
-    fn node_group(&self, nodes: Nodes, arrival: EpRailArrival) -> Group {
-        Group { context: self.node_context, ranks: nodes.per_node, arrival }
+    fn node_group(&self, nodes: Nodes) -> Group {
+        Group { context: self.node_context, ranks: nodes.per_node, arrival: EpRailArrival::default() }
     }
 
     /// Where the rows this rank receives in `phase` arrive from, one source per node (this
@@ -504,6 +539,10 @@ impl Buffer {
             return Err(self.invalid("x", format!("rows of {hidden_bytes} bytes (a positive multiple of 16)")));
         }
         self.check_aligned("x", d.x.x())?;
+        self.check_aligned("recv_x", d.output.recv_x)?;
+        if d.x.scales().is_some() != d.output.recv_x_scales.is_some() {
+            return Err(self.invalid("recv_x_scales", "given exactly when x is FP8"));
+        }
         let regions = self.rail_regions(nodes, d.hidden, shape.topk)?;
         if shape.tokens > regions.capacity {
             let need = rdma_bytes_hint(shape.tokens, d.hidden, shape.topk, self.num_ranks(), nodes.per_node);
@@ -516,8 +555,10 @@ impl Buffer {
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         let gin = self.gin_between_nodes()?;
         let topk = if d.topk_idx.is_some() { shape.topk } else { 0 };
-        let staging = Staging::dispatch(self.layout.data_bytes, nodes.per_node, hidden_bytes, num_scales, topk);
-        self.check_node_staging(&inter.plan, staging, shape, d.hidden)?;
+        if nodes.per_node > 1 {
+            let staging = Staging::dispatch(self.layout.data_bytes, nodes.per_node, hidden_bytes, num_scales, topk);
+            self.check_node_staging(&inter.plan, staging, shape, d.hidden)?;
+        }
         let scales = match d.x {
             Payload::Fp8 { scales, .. } => Some(scales),
             Payload::Bf16 { .. } => None,
@@ -549,48 +590,115 @@ impl Buffer {
         if let Some(t) = &mut timer {
             t.mark("pack", stream);
         }
-        // A cached dispatch's NVL hop reads each forwarded row once its chunk has landed, while
-        // the exchange runs beside it; a handle's first needs every row before its layout.
+        // A dispatch's NVL hop reads each forwarded row once its chunk has landed, while the
+        // exchange runs beside it; but the first over a node of several ranks needs every row
+        // before its layout (docs/ep.md, "Overlapping the rail hop").
         let cached = inter.node_notified;
+        let overlap = cached || nodes.per_node == 1;
         // SAFETY: as above.
         unsafe {
-            if cached {
+            if overlap {
                 self.exchange_beside(stream, args, gin, RailPhase::Dispatch)?;
             } else {
                 self.exchange_on_rail(stream, args, gin, RailPhase::Dispatch)?;
             }
         }
         if let Some(t) = &mut timer
-            && !cached
+            && !overlap
         {
             t.mark("rail exchange", stream);
         }
-        // The NVL hop: the forwarded rows, where they lie, are the node's dispatch inputs.
+        let hop = NodeHop {
+            d,
+            regions: &regions,
+            topk,
+            num_scales,
+            arrival: if overlap { arrival } else { Default::default() },
+        };
+        // SAFETY: as above; the outputs are the caller's, `num_recv_tokens` rows.
+        let launched = unsafe {
+            if nodes.per_node == 1 {
+                self.unpack_forwarded(&hop, inter, config, stream)
+            } else {
+                self.node_dispatch(&hop, inter, shape, config, &mut timer, stream)
+            }
+        };
+        let finished = if overlap { self.finish_beside(stream, "EP rail dispatch") } else { Ok(()) };
+        launched.and(finished)?;
+        inter.node_notified = true;
+        if let Some(t) = timer {
+            t.finish(if overlap { "rail exchange and node dispatch" } else { "node dispatch" }, stream);
+        }
+        Ok(())
+    }
+
+    /// The NVL hop of a dispatch over a node of one rank (docs/ep.md, "One rank per node"): the
+    /// forwarded rows are this rank's received rows in the same order, copied into the
+    /// outputs as they arrive (`weft_ep_rail_unpack`), with no layout, notify or staging.
+    ///
+    /// # Safety
+    /// As [`Buffer::dispatch_between_nodes`].
+    unsafe fn unpack_forwarded(
+        &self,
+        hop: &NodeHop<'_>,
+        inter: &InternodeHandle,
+        config: Config,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        let input = hop.input(self.own_base());
+        let (out, scales, recv_scales) = (&hop.d.output, input.x.scales(), hop.d.output.recv_x_scales);
+        let unpack = EpDispatchArgs {
+            x: input.x.x(),
+            x_scales: scales.map_or(0, |s| s.ptr),
+            scale_token_stride: scales.map_or(0, |s| s.token_stride),
+            scale_hidden_stride: scales.map_or(0, |s| s.hidden_stride),
+            topk_idx: input.topk_idx.unwrap_or(0),
+            topk_weights: input.topk_weights.unwrap_or(0),
+            recv_x: out.recv_x,
+            recv_x_scales: recv_scales.map_or(0, |s| s.ptr),
+            recv_scale_token_stride: recv_scales.map_or(0, |s| s.token_stride),
+            recv_scale_hidden_stride: recv_scales.map_or(0, |s| s.hidden_stride),
+            recv_topk_idx: out.recv_topk_idx.unwrap_or(0),
+            recv_topk_weights: out.recv_topk_weights.unwrap_or(0),
+            recv_src_idx: hop.d.recv_src_idx,
+            tokens: inter.plan.forwarded as u32,
+            hidden_bytes: input.x.hidden_bytes() as u32,
+            num_scales: hop.num_scales as u32,
+            topk: hop.topk as u32,
+            rail: hop.arrival,
+            ..Default::default()
+        };
+        // SAFETY: the forwarded rows lie in this rank's buffer; the outputs are the caller's
+        // contract, `forwarded` rows (its `num_recv_tokens` with one rank per node).
+        unsafe { self.kernels.rail_unpack(stream, unpack, config.num_sms) }
+            .map_err(|source| EpError::Gpu { rank: self.rank(), source })
+    }
+
+    /// The NVL hop of a dispatch over a node of several ranks: on the handle's first dispatch
+    /// the node's layout and notify of the forwarded rows, then the one-node dispatch over the
+    /// node, whose senders wait for each row's chunk where `hop.arrival` says.
+    ///
+    /// # Safety
+    /// As [`Buffer::dispatch_between_nodes`].
+    unsafe fn node_dispatch(
+        &self,
+        hop: &NodeHop<'_>,
+        inter: &InternodeHandle,
+        shape: RoutingShape,
+        config: Config,
+        timer: &mut Option<PhaseTimer>,
+        stream: &Stream,
+    ) -> Result<(), EpError> {
+        let (nodes, cached, d) = (inter.plan.nodes, inter.node_notified, hop.d);
         let base = self.own_base();
-        let group = self.node_group(nodes, if cached { arrival } else { EpRailArrival::default() });
+        let group = Group { arrival: hop.arrival, ..self.node_group(nodes) };
         let node_shape = RoutingShape {
             tokens: inter.plan.forwarded,
             topk: shape.topk,
             num_experts: shape.num_experts / nodes.nodes,
         };
-        let recv = regions.dispatch_recv;
-        let forwarded_x = base + recv.x as u64;
-        let input = DispatchInput {
-            x: match d.x {
-                Payload::Bf16 { hidden, .. } => Payload::Bf16 { x: forwarded_x, hidden },
-                Payload::Fp8 { hidden, .. } => Payload::Fp8 {
-                    x: forwarded_x,
-                    scales: Scales {
-                        ptr: base + recv.scales as u64,
-                        token_stride: num_scales as u32,
-                        hidden_stride: 1,
-                    },
-                    hidden,
-                },
-            },
-            topk_idx: (topk > 0).then_some(base + recv.topk_idx as u64),
-            topk_weights: (topk > 0).then_some(base + recv.topk_weights as u64),
-        };
+        let recv = hop.regions.dispatch_recv;
+        let input = hop.input(base);
         if !cached {
             let l = &inter.node_layout;
             let node_layout = LayoutTensors {
@@ -614,20 +722,13 @@ impl Buffer {
                     stream,
                 )?;
             }
-            if let Some(t) = &mut timer {
+            if let Some(t) = timer {
                 t.mark("node layout and notify", stream);
             }
         }
         let handle = inter.node_raw(d.recv_src_idx, config.channels());
         // SAFETY: as above; the outputs are the caller's, `num_recv_tokens` rows.
-        let launched = unsafe { self.dispatch_in(group, &input, &d.output, &handle, node_shape, config, cached, stream) };
-        let finished = if cached { self.finish_beside(stream, "EP rail dispatch") } else { Ok(()) };
-        launched.and(finished)?;
-        inter.node_notified = true;
-        if let Some(t) = timer {
-            t.finish(if cached { "rail exchange and node dispatch" } else { "node dispatch" }, stream);
-        }
-        Ok(())
+        unsafe { self.dispatch_in(group, &input, &d.output, &handle, node_shape, config, cached, stream) }
     }
 
     /// The combine between nodes: the one-node combine over the node into this rank's
@@ -661,12 +762,13 @@ impl Buffer {
         }
         let regions = self.rail_regions(nodes, c.hidden, shape.topk)?;
         let topk = if c.topk_weights.is_some() { shape.topk } else { 0 };
-        self.check_node_staging(
-            &inter.plan,
-            Staging::combine(self.layout.data_bytes, nodes.per_node, c.hidden, topk),
-            shape,
-            c.hidden,
-        )?;
+        let one_rank_nodes = nodes.per_node == 1;
+        if one_rank_nodes {
+            self.check_aligned("x", c.x)?;
+        } else {
+            let staging = Staging::combine(self.layout.data_bytes, nodes.per_node, c.hidden, topk);
+            self.check_node_staging(&inter.plan, staging, shape, c.hidden)?;
+        }
         let base = self.own_base();
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         let gin = self.gin_between_nodes()?;
@@ -684,10 +786,29 @@ impl Buffer {
         self.settle_before_combine(stream)?;
         self.rail_dirty.store(true, Ordering::Relaxed);
         let mut timer = PhaseTimer::start("combine between nodes", self.rank(), stream);
-        let group = self.node_group(nodes, EpRailArrival::default());
-        // SAFETY: the partials lie in this rank's buffer, one per forwarded row; the rest is
-        // the caller's contract.
-        unsafe { self.combine_in(group, &input, &output, &handle, inter.plan.forwarded, stream) }?;
+        let forwarded = inter.plan.forwarded;
+        if one_rank_nodes {
+            // A node of one rank: the partial of a forwarded row is the row itself (its
+            // one-node combine sums that one row from 0, the same bits but for the sign of a
+            // zero and a NaN's payload, which the sum of the nodes then treats alike: docs/ep.md,
+            // "One rank per node"), so the row and its weights are copied in whole.
+            let copies = [
+                (output.combined_x, Some(c.x), 2 * c.hidden),
+                (output.combined_topk_weights.unwrap_or(0), c.topk_weights, 4 * topk),
+            ];
+            for (dst, src, row_bytes) in copies {
+                if let Some(src) = src.filter(|_| row_bytes > 0) {
+                    // SAFETY: `dst` lies in this rank's buffer, sized for `forwarded` rows of
+                    // the region; `src` holds `forwarded` rows (the caller's contract: the
+                    // handle's received rows).
+                    unsafe { stream.copy_async(dst, src, forwarded * row_bytes) }.map_err(gpu)?;
+                }
+            }
+        } else {
+            // SAFETY: the partials lie in this rank's buffer, one per forwarded row; the rest
+            // is the caller's contract.
+            unsafe { self.combine_in(self.node_group(nodes), &input, &output, &handle, forwarded, stream) }?;
+        }
         if let Some(t) = &mut timer {
             t.mark("node combine", stream);
         }

@@ -72,6 +72,13 @@ weft_gpu::device_kernels! {
         a: EpRailArgs => "weft::EpRailArgs",
     }
 
+    /// The NVL hop of a node of one rank: the forwarded rows copied into the received rows as
+    /// they arrive.
+    pub(crate) struct RailUnpack for ["weft_ep_rail_unpack"] {
+        /// The forwarded rows as the dispatch's input, the outputs, and where the rows arrive.
+        d: EpDispatchArgs => "weft::EpDispatchArgs",
+    }
+
     /// The rail hop's puts to the rank of this rail on every other node, and the waits for
     /// theirs.
     pub(crate) struct RailExchange for ["weft_ep_rail_exchange"] {
@@ -221,6 +228,7 @@ pub(crate) struct Kernels {
     rail_pack: Kernel,
     rail_exchange: Kernel,
     rail_sum: Kernel,
+    rail_unpack: Kernel,
     /// Whether the low-latency kernels are launched as programmatic dependents of the previous
     /// kernel on the stream (each waits for it on the GPU first: `ll_kernel_begin`).
     ll_early: bool,
@@ -267,6 +275,7 @@ impl Kernels {
             rail_pack: kernel("weft_ep_rail_pack")?,
             rail_exchange: kernel("weft_ep_rail_exchange")?,
             rail_sum: kernel("weft_ep_rail_sum")?,
+            rail_unpack: kernel("weft_ep_rail_unpack")?,
             ll_early,
         })
     }
@@ -343,6 +352,16 @@ impl Kernels {
         let kernel = if sum { &self.rail_sum } else { &self.rail_pack };
         // SAFETY: the caller's contract.
         unsafe { kernel.launch(stream, config, &Rail { a }) }
+    }
+
+    /// `weft_ep_rail_unpack` on `blocks` SMs.
+    ///
+    /// # Safety
+    /// Every address in `d` must be valid for its shape until the kernel ends.
+    pub(crate) unsafe fn rail_unpack(&self, stream: &Stream, d: EpDispatchArgs, blocks: u32) -> Result<(), GpuError> {
+        let config = LaunchConfig { grid: blocks.max(1), block: RAIL_THREADS, shared_bytes: 0 };
+        // SAFETY: the caller's contract.
+        unsafe { self.rail_unpack.launch(stream, config, &RailUnpack { d }) }
     }
 
     /// `weft_ep_rail_exchange` of `phase`, doing `step`.

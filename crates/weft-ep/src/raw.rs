@@ -125,7 +125,7 @@ impl Payload {
         }
     }
 
-    fn scales(&self) -> Option<Scales> {
+    pub(crate) fn scales(&self) -> Option<Scales> {
         match *self {
             Payload::Bf16 { .. } => None,
             Payload::Fp8 { scales, .. } => Some(scales),

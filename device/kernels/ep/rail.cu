@@ -228,3 +228,42 @@ extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_sum(EpRa
     }
   }
 }
+
+// Grid: any number of blocks of kRailThreads. The NVL hop of a node of one rank (docs/ep.md,
+// "One rank per node"): the forwarded rows are this rank's received rows in the same order, so
+// a warp per row, over the grid in row order, copies row t of the forwarded rows (`d.x`, the
+// scales at `d.x_scales` with `d`'s input strides, the node's expert indices and weights at
+// `d.topk_idx` / `d.topk_weights` unless cached) into received row t (`recv_x`, the scales
+// with the output strides, `recv_topk_idx`, `recv_topk_weights` with weight 0 where no expert
+// of this rank is named, as the one-node dispatch writes them, and `recv_src_idx` = t) once
+// its chunk has arrived over the rail hop (`d.rail`; lane 0 waits, its acquire ordering the
+// warp's reads). A warp whose wait gave up (recorded) stops.
+extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_unpack(EpDispatchArgs d) {
+  const uint32_t lane = threadIdx.x % 32, vectors = d.hidden_bytes / 16;
+  const float* scales = reinterpret_cast<const float*>(d.x_scales);
+  float* recv_scales = reinterpret_cast<float*>(d.recv_x_scales);
+  uint32_t here = 0;  // lane 0: rows from this warp's next below it have arrived
+  for (uint32_t t = blockIdx.x * kRailWarps + threadIdx.x / 32; t < d.tokens; t += gridDim.x * kRailWarps) {
+    bool ok = true;
+    if (lane == 0) ok = rail_row_arrived(d.rail, t, &here, WaitOp::EpRailRows);
+    if (!__shfl_sync(~0u, ok, 0)) return;
+    __syncwarp();
+    const int4* src = reinterpret_cast<const int4*>(d.x + uint64_t(t) * d.hidden_bytes);
+    int4* dst = reinterpret_cast<int4*>(d.recv_x + uint64_t(t) * d.hidden_bytes);
+    for (uint32_t v = lane; v < vectors; v += 32) dst[v] = load_staged(src + v);
+    for (uint32_t i = lane; recv_scales != nullptr && i < d.num_scales; i += 32) {
+      recv_scales[uint64_t(t) * d.recv_scale_token_stride + uint64_t(i) * d.recv_scale_hidden_stride] =
+          scales[uint64_t(t) * d.scale_token_stride + uint64_t(i) * d.scale_hidden_stride];
+    }
+    if (lane < d.topk && d.topk_idx != 0) {
+      const uint64_t slot = uint64_t(t) * d.topk + lane;
+      const int64_t e = reinterpret_cast<const int64_t*>(d.topk_idx)[slot];
+      if (d.recv_topk_idx != 0) reinterpret_cast<int64_t*>(d.recv_topk_idx)[slot] = e;
+      if (d.recv_topk_weights != 0) {
+        reinterpret_cast<float*>(d.recv_topk_weights)[slot] =
+            e >= 0 ? reinterpret_cast<const float*>(d.topk_weights)[slot] : 0.f;
+      }
+    }
+    if (lane == 0) reinterpret_cast<int*>(d.recv_src_idx)[t] = int(t);
+  }
+}

@@ -39,3 +39,25 @@ __device__ __forceinline__ bool rail_rows_arrived(const EpRailArrival& a, uint32
   }
   return true;
 }
+
+/// Waits until input row `row` has arrived, unless `row < *here` (rows from `row` below
+/// `*here` are known to have); then sets `*here` past the last row known with it (the end of
+/// its chunk, or of its source's rows when they are here already). False when the wait gave
+/// up (recorded). Called by: one thread, for rows in increasing order.
+__device__ __forceinline__ bool rail_row_arrived(const EpRailArrival& a, uint32_t row, uint32_t* here, WaitOp op) {
+  if (row < *here) return true;
+  for (uint32_t s = 0; s < a.nodes; ++s) {
+    const uint32_t begin = a.from[s], end = a.from[s] + a.rows[s];
+    if (row < begin || row >= end) continue;
+    if (a.words[s] == 0) {
+      *here = end;
+      return true;
+    }
+    const uint64_t target = rail_row_target(a, s, row - begin);
+    const uint32_t k = uint32_t((target - a.base[s]) / a.puts) - 1;
+    if (!rail_wait(a, s, target, op)) return false;
+    *here = begin + uint32_t(rail_chunk_begin(a.rows[s], a.chunks[s], k + 1));
+    return true;
+  }
+  return true;  // a row of no source: nothing to wait for
+}

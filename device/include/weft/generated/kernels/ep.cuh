@@ -41,6 +41,10 @@ static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 67
 extern "C" __global__ void weft_ep_rail_sum(weft::EpRailArgs a);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 8, "weft_ep_rail_sum: a is 672 bytes aligned to 8 in Rust");
 
+// RailUnpack: The NVL hop of a node of one rank: the forwarded rows copied into the received rows as
+extern "C" __global__ void weft_ep_rail_unpack(weft::EpDispatchArgs d);
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_unpack)>) == 456 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_unpack)>) == 8, "weft_ep_rail_unpack: d is 456 bytes aligned to 8 in Rust");
+
 // RailExchange: The rail hop's puts to the rank of this rail on every other node, and the waits for
 extern "C" __global__ void weft_ep_rail_exchange(weft::EpRailArgs a, weft::DevCommHandle h, uint32_t flags);
 static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: a is 672 bytes aligned to 8 in Rust");
