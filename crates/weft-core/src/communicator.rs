@@ -501,6 +501,9 @@ impl Communicator {
             Some(WaitOp::EpRailPartials) => {
                 "EP combine between nodes: a forwarder's partial sums (expected = its signal's share)"
             }
+            Some(WaitOp::EpRailPacked) => {
+                "EP dispatch between nodes: this rank's pack reaching a chunk's last token (expected = tokens packed)"
+            }
             Some(WaitOp::TwoPhaseNode) => "2PH: a node member's piece or finished shard (expected = the round's flag)",
             Some(WaitOp::TwoPhaseRail) => "2PH: another node's partial (expected = its signal's count)",
             Some(WaitOp::GinSignal) => "GIN wait_signal (peer = the signal's index, expected = its value)",

@@ -26,13 +26,19 @@ use crate::buffer::{Buffer, Config};
 use crate::error::EpError;
 use crate::launch::{RAIL_COMBINE_PUTS, RAIL_COMBINE_SIGNAL, RAIL_DISPATCH_PUTS, RAIL_DISPATCH_SIGNAL, RailStep};
 use crate::phase_timer::PhaseTimer;
-use crate::rail_arrival::{RailPhase, Source, rail_chunks};
+use crate::rail_arrival::{RailPhase, RailSide, Source, rail_chunks};
 use crate::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Group, Handle, LayoutTensors, Payload, RecvCounts,
     RoutingShape, Scales,
 };
 use crate::region::{MAX_RANKS, RailRegions, Staging, rdma_bytes_hint};
 use crate::typed::{HandleBuffers, LayoutBuffers};
+
+/// Where the inverse of the rail send head at `rail_send_head` lies (see
+/// [`Buffer::rail_send_head`]) for `tokens` tokens and `nodes` nodes.
+fn row_token(rail_send_head: DevicePtr, tokens: usize, nodes: usize) -> DevicePtr {
+    rail_send_head + 4 * (tokens * nodes) as u64
+}
 
 /// Where a rank sits among equal nodes of consecutive ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,9 +321,10 @@ impl Buffer {
         Err(self.invalid("num_nvl_bytes", detail))
     }
 
-    /// The rail hop's send head of a notify of `shape`: `int32[tokens][nodes]`.
+    /// The rail hop's send head of a notify of `shape`, `int32[tokens][nodes]`, followed by its
+    /// inverse, `int32[nodes][tokens]` (the token of each row sent to a node: [`row_token`]).
     pub(crate) fn rail_send_head(&self, shape: RoutingShape, nodes: Nodes) -> Result<DeviceBuffer<i32>, EpError> {
-        DeviceBuffer::<i32>::new(self.comm.device(), (shape.tokens * nodes.nodes).max(1))
+        DeviceBuffer::<i32>::new(self.comm.device(), (2 * shape.tokens * nodes.nodes).max(1))
             .map_err(|source| EpError::Gpu { rank: self.rank(), source })
     }
 
@@ -476,6 +483,7 @@ impl Buffer {
             num_tokens_per_rank: layout.num_tokens_per_rank,
             num_tokens_per_expert: layout.num_tokens_per_expert,
             rail_send_head,
+            rail_row_token: row_token(rail_send_head, shape.tokens, nodes.nodes),
             tokens: shape.tokens as u32,
             experts: shape.num_experts as u32,
             ..self.rail_args(None, None, nodes, None)
@@ -570,6 +578,7 @@ impl Buffer {
         let arrival = self.claim_arrival(&inter.plan, RailPhase::Dispatch, regions.capacity)?;
         let args = EpRailArgs {
             rail_send_head: inter.rail_send_head.ptr(),
+            rail_row_token: row_token(inter.rail_send_head.ptr(), shape.tokens, nodes.nodes),
             arrival,
             x,
             x_scales: scales.map_or(0, |s| s.ptr),
@@ -584,29 +593,33 @@ impl Buffer {
             experts: shape.num_experts as u32,
             ..self.rail_args(Some(&inter.plan), Some(RailPhase::Dispatch), nodes, Some(&regions))
         };
-        // SAFETY: the node context addresses this rank's live buffer; the regions lie in it
-        // (RailRegions fits them in the low-latency area); the rest is the caller's contract.
-        unsafe { self.kernels.rail(stream, args, config.num_sms, false) }.map_err(gpu)?;
-        if let Some(t) = &mut timer {
-            t.mark("pack", stream);
-        }
-        // A dispatch's NVL hop reads each forwarded row once its chunk has landed, while the
-        // exchange runs beside it; but the first over a node of several ranks needs every row
-        // before its layout (docs/ep.md, "Overlapping the rail hop").
+        // A dispatch's exchange runs beside its pack, putting each chunk once its tokens are
+        // packed, and its NVL hop reads each forwarded row once its chunk has landed; but the
+        // first dispatch over a node of several ranks needs every row before its layout, so
+        // its exchange follows the pack and the NVL hop follows the exchange (docs/ep.md,
+        // "Overlapping the rail hop").
         let cached = inter.node_notified;
         let overlap = cached || nodes.per_node == 1;
-        // SAFETY: as above.
-        unsafe {
-            if overlap {
-                self.exchange_beside(stream, args, gin, RailPhase::Dispatch)?;
-            } else {
+        if overlap {
+            let side = self.rail_side()?;
+            let args = side.beside_pack(args, config.num_sms);
+            side.follow(stream).map_err(gpu)?;
+            let step = RailStep::PutsAndFlush;
+            // SAFETY: the node context addresses this rank's live buffer; the regions lie in
+            // it (RailRegions fits them in the low-latency area); the progress words are the
+            // side's own; the rest is the caller's contract.
+            unsafe { self.kernels.rail_exchange(&side.stream, args, gin, RailPhase::Dispatch, step) }.map_err(gpu)?;
+            // SAFETY: as above.
+            unsafe { self.kernels.rail(stream, args, config.num_sms, false) }.map_err(gpu)?;
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                self.kernels.rail(stream, args, config.num_sms, false).map_err(gpu)?;
                 self.exchange_on_rail(stream, args, gin, RailPhase::Dispatch)?;
             }
         }
-        if let Some(t) = &mut timer
-            && !overlap
-        {
-            t.mark("rail exchange", stream);
+        if let Some(t) = &mut timer {
+            t.mark(if overlap { "pack" } else { "pack and rail exchange" }, stream);
         }
         let hop = NodeHop {
             d,
@@ -627,7 +640,7 @@ impl Buffer {
         launched.and(finished)?;
         inter.node_notified = true;
         if let Some(t) = timer {
-            t.finish(if overlap { "rail exchange and node dispatch" } else { "node dispatch" }, stream);
+            t.finish(if overlap { "rail exchange and NVL hop" } else { "NVL hop" }, stream);
         }
         Ok(())
     }
@@ -879,15 +892,20 @@ impl Buffer {
         phase: RailPhase,
     ) -> Result<(), EpError> {
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
-        let side = self.rail_side.as_ref().ok_or_else(|| EpError::Unsupported {
-            rank: self.rank(),
-            detail: "the rail hop on a group of one node".into(),
-        })?;
+        let side = self.rail_side()?;
         // SAFETY: the caller's contract.
         unsafe { self.kernels.rail_exchange(stream, args, gin, phase, RailStep::Puts) }.map_err(gpu)?;
         side.follow(stream).map_err(gpu)?;
         // SAFETY: as above.
         unsafe { self.kernels.rail_exchange(&side.stream, args, gin, phase, RailStep::Flush) }.map_err(gpu)
+    }
+
+    /// What the rail hop runs beside the caller's stream (a group spanning nodes has it).
+    fn rail_side(&self) -> Result<&RailSide, EpError> {
+        self.rail_side.as_ref().ok_or_else(|| EpError::Unsupported {
+            rank: self.rank(),
+            detail: "the rail hop on a group of one node".into(),
+        })
     }
 
     /// Waits for `stream` and the side stream (each bounded as [`Buffer::synchronize`]), then

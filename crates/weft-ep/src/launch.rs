@@ -138,8 +138,10 @@ pub(crate) const RAIL_FLUSH: u32 = 8;
 pub(crate) enum RailStep {
     /// Puts, waits for the peers' puts, flushes its own: the whole exchange in one kernel.
     Whole,
-    /// Only the puts: never waits for another rank.
+    /// Only the puts: never waits for another rank (but for the pack beside it, if any).
     Puts,
+    /// The puts, then the flush of its own.
+    PutsAndFlush,
     /// Only the flush of this rank's puts.
     Flush,
 }
@@ -149,6 +151,7 @@ impl RailStep {
         match self {
             Self::Whole => RAIL_PUT | RAIL_AWAIT | RAIL_FLUSH,
             Self::Puts => RAIL_PUT,
+            Self::PutsAndFlush => RAIL_PUT | RAIL_FLUSH,
             Self::Flush => RAIL_FLUSH,
         }
     }

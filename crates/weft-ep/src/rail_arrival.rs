@@ -1,18 +1,21 @@
 //! The rail hop's rows as they arrive, chunk by chunk (docs/ep.md, "Overlapping the rail
 //! hop"): how many chunks a pair of rail peers splits its rows into, how many increments of the
-//! phase's signal each source node has made so far (the counts a reader's waits need), and the
-//! side stream the exchange's flush runs on while the reader waits on the caller's stream.
+//! phase's signal each source node has made so far (the counts a reader's waits need), and what
+//! runs beside the caller's stream: a dispatch's exchange, putting each chunk as the pack
+//! beside it finishes it, or a combine's flush.
 //!
 //! Both ends of a pair derive the split from the same number, the rows one sends the other,
 //! which the notify's exchange of counts gave every rank alike; so a reader never takes a
 //! count of increments for a chunk its source did not put.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use weft_gpu::{Device, Event, GpuError, Stream};
-use weft_types::{EpRailArrival, WaitContext};
+use weft_gpu::{AllocKind, Device, DeviceMemory, Event, GpuError, Stream};
+use weft_types::{EpRailArgs, EpRailArrival, WaitContext};
 
-use crate::region::MAX_RANKS;
+use crate::launch::RAIL_THREADS;
+use crate::region::{MAX_CHANNELS, MAX_RANKS};
 
 /// Rows per chunk the split aims at (64 rows of DeepEP's 7168 BF16 channels are 896 KiB).
 pub(crate) const RAIL_CHUNK_ROWS: u32 = 64;
@@ -72,23 +75,41 @@ impl RailSignals {
     }
 }
 
-/// The stream the rail exchange's flush runs on alongside the caller's, and the event that
-/// starts it after the caller's work before it.
+/// What a rank's rail hop runs beside the caller's stream: a stream of the device's greatest
+/// priority (its one small block is scheduled first when SMs free up), the event that starts
+/// its work after the caller's, and the words a pack publishes its progress in
+/// (`EpRailArgs::progress`) with the epoch of the last call.
 #[derive(Debug)]
 pub(crate) struct RailSide {
     pub(crate) stream: Stream,
     ready: Event,
+    progress: DeviceMemory,
+    epoch: AtomicU32,
 }
+
+/// Warps of a rail pack at most: its grid is at most `2 * MAX_CHANNELS` blocks of 16 warps.
+const MAX_PACK_WARPS: usize = 2 * MAX_CHANNELS * (RAIL_THREADS as usize / 32);
 
 impl RailSide {
     pub(crate) fn new(device: &Device) -> Result<Self, GpuError> {
-        Ok(Self { stream: Stream::new(device)?, ready: Event::marker(device)? })
+        let progress = DeviceMemory::alloc(device, 8 * MAX_PACK_WARPS, AllocKind::Legacy)?;
+        progress.fill(0, 8 * MAX_PACK_WARPS, 0)?;
+        let (stream, ready) = (Stream::with_greatest_priority(device)?, Event::marker(device)?);
+        Ok(Self { stream, ready, progress, epoch: AtomicU32::new(0) })
     }
 
     /// Makes the side stream's next work wait for everything enqueued on `main` so far.
     pub(crate) fn follow(&self, main: &Stream) -> Result<(), GpuError> {
         self.ready.record(main)?;
         self.stream.wait_event(&self.ready)
+    }
+
+    /// `args` of a pack on `blocks` blocks that publishes its progress for the exchange beside
+    /// it: this side's words, under a fresh epoch (no word holds a value of it yet).
+    pub(crate) fn beside_pack(&self, args: EpRailArgs, blocks: u32) -> EpRailArgs {
+        let epoch = self.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1).max(1);
+        let warps = (blocks.max(1) * (RAIL_THREADS / 32)).min(MAX_PACK_WARPS as u32);
+        EpRailArgs { progress: self.progress.ptr(), progress_epoch: epoch, progress_warps: warps, ..args }
     }
 }
 

@@ -72,7 +72,26 @@ impl Stream {
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { cu!(cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32))? };
-        Ok(Self { device: device.clone(), raw, state: Box::new(StreamState { owned: true, ..StreamState::default() }) })
+        Ok(Self::owned(device, raw))
+    }
+
+    /// Creates a non-blocking stream on `device` with the device's greatest priority: when SMs
+    /// free up, its blocks are scheduled before those of streams of lower priority.
+    pub fn with_greatest_priority(device: &Device) -> Result<Self, GpuError> {
+        device.bind()?;
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: two out-pointers to locals.
+        unsafe { cu!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest))? };
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: out-pointer to a local.
+        unsafe { cu!(cuStreamCreateWithPriority(&mut raw, flags, greatest))? };
+        Ok(Self::owned(device, raw))
+    }
+
+    /// A stream this value owns (destroyed on drop).
+    fn owned(device: &Device, raw: sys::CUstream) -> Self {
+        Self { device: device.clone(), raw, state: Box::new(StreamState { owned: true, ..StreamState::default() }) }
     }
 
     /// Wraps a stream the application created (a `cudaStream_t` is a `CUstream`; null is the

@@ -297,7 +297,7 @@ device_structs! {
     /// `(d, local)` of every node `d` holding one of its experts, which forwards it over NVLink.
     /// Offsets are into this rank's EP buffer (window 0 of `gin`, the same on every rank); rows
     /// of a region lie as `weft-ep`'s `RailRegions` says.
-    struct EpRailArgs align(8) size(672) {
+    struct EpRailArgs align(8) size(696) {
         /// This rank's EP buffer (window 0 of the device communicator) as this GPU maps it.
         base: u64 => "uint64_t",
         /// `bool[tokens][ranks]` (the layout's).
@@ -310,6 +310,10 @@ device_structs! {
         num_tokens_per_expert: u64 => "uint64_t",
         /// `int32_t[tokens][nodes]`: a token's position among the tokens sent to a node, or -1.
         rail_send_head: u64 => "uint64_t",
+        /// `int32_t[nodes][tokens]`: the token of each row sent to a node (written with `rail_send_head`).
+        rail_row_token: u64 => "uint64_t",
+        /// `uint64_t[progress_warps]`: pack warp g stores `progress_epoch << 32 | next` once every token of its share below `next` is packed (`| 0xffffffff` when done); 0: the exchange runs after the pack.
+        progress: u64 => "uint64_t",
         /// `[tokens][hidden_bytes]` rows to send.
         x: u64 => "uint64_t",
         /// f32 scales at `t * scale_token_stride + i * scale_hidden_stride`; 0: none.
@@ -394,6 +398,10 @@ device_structs! {
         local: u32 => "uint32_t",
         /// Ranks of the group.
         ranks: u32 => "uint32_t",
+        /// The call's epoch in `progress` (new for every call).
+        progress_epoch: u32 => "uint32_t",
+        /// Warps of the pack (its grid times 16): the words of `progress`.
+        progress_warps: u32 => "uint32_t",
     }
 
     /// The low-latency kernels' path to the ranks of other nodes (docs/ep.md, "Low latency

@@ -61,6 +61,8 @@ device_enums! {
         TwoPhaseNode = 23,
         /// A 2PH block waiting for another node's partial (`peer`: that node's rank, `expected`: its signal's count).
         TwoPhaseRail = 24,
+        /// The rail hop of a dispatch between nodes waiting for its own pack to reach a chunk's last token (`expected`: tokens packed, `observed`: those seen).
+        EpRailPacked = 25,
     }
 }
 

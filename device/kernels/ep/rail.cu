@@ -34,12 +34,14 @@ __device__ __forceinline__ T* own(const EpRailArgs& a, uint64_t offset) {
 }
 
 // Grid: 1 block of kSetupThreads. Warp d < nodes: rail_send_head column d (a ballot scan over
-// the tokens in order) and the tokens sent to node d; then every thread copies the layout's
+// the tokens in order), its inverse rail_row_token row d, and the tokens sent to node d; then
+// every thread copies the layout's
 // per-rank and per-expert counts after them, so one read brings the host all it exchanges.
 extern "C" __global__ void __launch_bounds__(kSetupThreads) weft_ep_rail_layout(EpRailArgs a) {
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool* in_rank = reinterpret_cast<const bool*>(a.is_token_in_rank);
   int* head = reinterpret_cast<int*>(a.rail_send_head);
+  int* row_token = reinterpret_cast<int*>(a.rail_row_token);
   int* counts = reinterpret_cast<int*>(a.counts);
   for (uint32_t d = warp; d < a.nodes; d += kSetupThreads / 32) {
     uint32_t sent = 0;
@@ -50,7 +52,9 @@ extern "C" __global__ void __launch_bounds__(kSetupThreads) weft_ep_rail_layout(
         in |= in_rank[uint64_t(t) * a.ranks + d * a.ranks_per_node + j];
       }
       const uint32_t ballot = __ballot_sync(~0u, in);
-      if (t < a.tokens) head[uint64_t(t) * a.nodes + d] = in ? int(sent + __popc(ballot & ((1u << lane) - 1))) : -1;
+      const uint32_t row = sent + __popc(ballot & ((1u << lane) - 1));
+      if (t < a.tokens) head[uint64_t(t) * a.nodes + d] = in ? int(row) : -1;
+      if (in) row_token[uint64_t(d) * a.tokens + row] = int(t);
       sent += __popc(ballot);
     }
     if (lane == 0) counts[d] = int(sent);
@@ -67,15 +71,23 @@ extern "C" __global__ void __launch_bounds__(kSetupThreads) weft_ep_rail_layout(
 // vectors, the scales, the top-k indices as node d's expert indices (-1 for the experts of
 // other nodes) with the weights as given, and the source index; into this rank's own receive
 // rows at `before[node] + head` for its own node, else into the send block of d at
-// `d * capacity + head`. Local memory only: nothing waits.
+// `d * capacity + head`. Where the exchange runs beside it (`progress`), each warp publishes
+// how far it has come after each token. Local memory only: nothing waits.
 extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_pack(EpRailArgs a) {
-  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t lane = threadIdx.x % 32, warps = gridDim.x * kRailWarps, warp = blockIdx.x * kRailWarps + threadIdx.x / 32;
+  // Where the exchange runs beside the pack: this warp's progress (lane 0, release, after the
+  // warp's stores), so it can put each chunk once its rows are packed.
+  const auto publish = [&](uint32_t next) {
+    if (a.progress == 0) return;
+    __syncwarp();
+    if (lane == 0) ptx::st_release_gpu(reinterpret_cast<uint64_t*>(a.progress) + warp, uint64_t(a.progress_epoch) << 32 | next);
+  };
   const uint32_t node_experts = a.experts / a.nodes, vectors = a.hidden_bytes / 16;
   const int* head = reinterpret_cast<const int*>(a.rail_send_head);
   const float* scales = reinterpret_cast<const float*>(a.x_scales);
   const int64_t* idx = reinterpret_cast<const int64_t*>(a.topk_idx);
   const float* weights = reinterpret_cast<const float*>(a.topk_weights);
-  for (uint32_t t = blockIdx.x * kRailWarps + threadIdx.x / 32; t < a.tokens; t += gridDim.x * kRailWarps) {
+  for (uint32_t t = warp; t < a.tokens; publish(t + warps), t += warps) {
     const int4* src = reinterpret_cast<const int4*>(a.x + uint64_t(t) * a.hidden_bytes);
     for (uint32_t d = 0; d < a.nodes; ++d) {
       const int h = head[uint64_t(t) * a.nodes + d];
@@ -99,6 +111,7 @@ extern "C" __global__ void __launch_bounds__(kRailThreads) weft_ep_rail_pack(EpR
       if (lane == 0) own<int>(a, mine ? a.recv_src_idx : a.send_src_idx)[row] = int(t);
     }
   }
+  publish(0xffffffffu);
 }
 
 /// One field array's rows `[begin, end)` of `bytes` each, from this rank's `src` into rail peer
@@ -111,6 +124,33 @@ __device__ __forceinline__ bool rail_put(Gin& gin, const GinTeam& world, uint32_
                  gin_signal_inc(signal));
 }
 
+/// Waits until the pack running beside the exchange has packed every token below `need`:
+/// the least of its warps' published progress (EpRailArgs::progress, a word of an earlier call
+/// reading as the warp's first token) reaches it. False when the wait gave up (recorded).
+/// Called by: all 32 lanes of a warp, with the same `need`.
+__device__ __forceinline__ bool rail_packed(const EpRailArgs& a, const DevCommHandle& h, uint32_t need,
+                                            uint32_t lane) {
+  const uint64_t* words = reinterpret_cast<const uint64_t*>(a.progress);
+  Spin spin;
+  for (;;) {
+    uint32_t packed = 0xffffffffu;
+    for (uint32_t g = lane; g < a.progress_warps; g += 32) {
+      const uint64_t v = ptx::ld_acquire_gpu(words + g);
+      packed = min(packed, uint32_t(v >> 32) == a.progress_epoch ? uint32_t(v) : g);
+    }
+    packed = __reduce_min_sync(~0u, packed);
+    if (packed >= need) return true;
+    const bool expired = lane == 0 && spin.expired(h.wait);
+    if (__shfl_sync(~0u, expired, 0)) {
+      if (lane == 0) report_timeout(h.wait, WaitOp::EpRailPacked, need, packed);
+      return false;
+    }
+    // This warp may share an SM with pack warps, and the slowest of them sets the pace: poll
+    // gently (a poll's loads hit L2 and would otherwise take a scheduler's every cycle).
+    __nanosleep(512);
+  }
+}
+
 /// Flags of weft_ep_rail_exchange: the phase, and its steps.
 constexpr uint32_t kRailCombine = 1;  // the combine's partials (else the dispatch's rows)
 constexpr uint32_t kRailPut = 2;      // put the call's chunks
@@ -119,7 +159,8 @@ constexpr uint32_t kRailFlush = 8;    // wait until this rank's own puts are com
 
 // Grid: 1 block of 32 threads; thread d serves rank (d, local) of each node d other than this
 // rank's, in the steps `flags` names. kRailPut: puts to it in `chunks[d]` chunks of rows,
-// chunk by chunk, each field array's rows of the chunk with one increment of the phase's
+// chunk by chunk (where the pack runs beside this kernel, `progress`, each chunk once the pack
+// has packed its tokens: the pack never waits for this kernel), each field array's rows of the chunk with one increment of the phase's
 // signal (kRailDispatchPuts or kRailCombinePuts per chunk), so a reader can start on a chunk
 // once its signals arrived (rail_arrival.cuh; GIN stores a signal after the data it covers, and
 // a connection applies its signals in order). Dispatch: the rows packed for d (`sent[d]` of
@@ -135,19 +176,30 @@ constexpr uint32_t kRailFlush = 8;    // wait until this rank's own puts are com
 // same peer) and the kernel ends.
 extern "C" __global__ void __launch_bounds__(32)
     weft_ep_rail_exchange(EpRailArgs a, DevCommHandle h, uint32_t flags) {
+  // Every lane stays to the end of the puts: a wait for the pack is the whole warp's.
   const uint32_t d = threadIdx.x;
-  if (d >= a.nodes || d == a.node) return;
+  const bool serves = d < a.nodes && d != a.node;
   Gin gin(h);
   const GinTeam world = gin_team_world(h);
   const uint32_t peer = rail_rank(a, d);
   const bool combine = (flags & kRailCombine) != 0;
   const uint32_t signal = combine ? kRailCombineSignal : kRailDispatchSignal;
-  const uint64_t rows = combine ? a.received[d] : a.sent[d];
-  const uint64_t from_row = combine ? a.from[d] : uint64_t(d) * a.capacity;
-  const uint64_t at_row = combine ? uint64_t(a.node) * a.capacity : a.before[d];
+  const uint64_t rows = serves ? (combine ? a.received[d] : a.sent[d]) : 0;
+  const uint64_t from_row = combine ? a.from[d % kMaxRanks] : uint64_t(d) * a.capacity;
+  const uint64_t at_row = combine ? uint64_t(a.node) * a.capacity : a.before[d % kMaxRanks];
+  const uint32_t chunks = serves && (flags & kRailPut) != 0 ? a.chunks[d] : 0;
+  const uint32_t most = __reduce_max_sync(~0u, chunks);
   bool ok = true;
-  for (uint32_t k = 0; (flags & kRailPut) != 0 && ok && k < a.chunks[d]; ++k) {
-    const uint64_t begin = rail_chunk_begin(rows, a.chunks[d], k), end = rail_chunk_begin(rows, a.chunks[d], k + 1);
+  for (uint32_t k = 0; k < most; ++k) {
+    const bool put = ok && k < chunks;
+    const uint64_t begin = put ? rail_chunk_begin(rows, chunks, k) : 0, end = put ? rail_chunk_begin(rows, chunks, k + 1) : 0;
+    if (a.progress != 0) {
+      // The pack runs beside this kernel: the chunk's rows once it has packed their tokens.
+      const int* row_token = reinterpret_cast<const int*>(a.rail_row_token);
+      const uint32_t need = end > begin ? uint32_t(row_token[uint64_t(d) * a.tokens + end - 1]) + 1 : 0;
+      if (!rail_packed(a, h, __reduce_max_sync(~0u, need), d)) return;  // recorded
+    }
+    if (!put) continue;
     const auto field = [&](uint64_t dst, uint64_t src, uint64_t bytes) {
       return ok && (ok = rail_put(gin, world, peer, dst + at_row * bytes, src + from_row * bytes, begin, end, bytes,
                                   signal));
@@ -165,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(32)
       field(a.recv_src_idx, a.send_src_idx, 4);
     }
   }
-  if (!ok) return;  // recorded
+  if (!serves || !ok) return;  // a failure is recorded
   if ((flags & kRailAwait) != 0) {
     const WaitOp op = combine ? WaitOp::EpRailPartials : WaitOp::EpRailRows;
     const uint64_t expected = a.arrival.base[d] + uint64_t(a.arrival.puts) * a.arrival.chunks[d];

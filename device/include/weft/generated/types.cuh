@@ -92,6 +92,7 @@ enum class WaitOp : uint32_t {
   EpRailPartials = 22,  ///<  A source of the normal mode between nodes waiting for a forwarder's partial sums (`peer`: the forwarder rank, `expected`: its signal's share).
   TwoPhaseNode = 23,  ///<  A 2PH block waiting for a member of its node's piece or finished shard (`peer`: that rank, `expected`: the round's flag).
   TwoPhaseRail = 24,  ///<  A 2PH block waiting for another node's partial (`peer`: that node's rank, `expected`: its signal's count).
+  EpRailPacked = 25,  ///<  The rail hop of a dispatch between nodes waiting for its own pack to reach a chunk's last token (`expected`: tokens packed, `observed`: those seen).
 };
 
 ///  Element type of a collective's buffers.
@@ -864,6 +865,8 @@ struct alignas(8) EpRailArgs {
   uint64_t num_tokens_per_rank;  ///<  `int32_t[ranks]` (the layout's).
   uint64_t num_tokens_per_expert;  ///<  `int32_t[experts]` (the layout's).
   uint64_t rail_send_head;  ///<  `int32_t[tokens][nodes]`: a token's position among the tokens sent to a node, or -1.
+  uint64_t rail_row_token;  ///<  `int32_t[nodes][tokens]`: the token of each row sent to a node (written with `rail_send_head`).
+  uint64_t progress;  ///<  `uint64_t[progress_warps]`: pack warp g stores `progress_epoch << 32 | next` once every token of its share below `next` is packed (`| 0xffffffff` when done); 0: the exchange runs after the pack.
   uint64_t x;  ///<  `[tokens][hidden_bytes]` rows to send.
   uint64_t x_scales;  ///<  f32 scales at `t * scale_token_stride + i * scale_hidden_stride`; 0: none.
   uint64_t topk_idx;  ///<  `int64_t[tokens][topk]` global experts; 0 (with `topk` 0): a cached dispatch.
@@ -906,8 +909,10 @@ struct alignas(8) EpRailArgs {
   uint32_t ranks_per_node;  ///<  Ranks per node.
   uint32_t local;  ///<  This rank's index in its node (its rail).
   uint32_t ranks;  ///<  Ranks of the group.
+  uint32_t progress_epoch;  ///<  The call's epoch in `progress` (new for every call).
+  uint32_t progress_warps;  ///<  Warps of the pack (its grid times 16): the words of `progress`.
 };
-static_assert(sizeof(EpRailArgs) == 672, "rust: sizeof(EpRailArgs) == 672");
+static_assert(sizeof(EpRailArgs) == 696, "rust: sizeof(EpRailArgs) == 696");
 static_assert(alignof(EpRailArgs) == 8, "rust: alignof(EpRailArgs) == 8");
 static_assert(WEFT_OFFSETOF(EpRailArgs, base) == 0, "rust: offsetof(EpRailArgs, base) == 0");
 static_assert(WEFT_OFFSETOF(EpRailArgs, is_token_in_rank) == 8, "rust: offsetof(EpRailArgs, is_token_in_rank) == 8");
@@ -915,48 +920,52 @@ static_assert(WEFT_OFFSETOF(EpRailArgs, counts) == 16, "rust: offsetof(EpRailArg
 static_assert(WEFT_OFFSETOF(EpRailArgs, num_tokens_per_rank) == 24, "rust: offsetof(EpRailArgs, num_tokens_per_rank) == 24");
 static_assert(WEFT_OFFSETOF(EpRailArgs, num_tokens_per_expert) == 32, "rust: offsetof(EpRailArgs, num_tokens_per_expert) == 32");
 static_assert(WEFT_OFFSETOF(EpRailArgs, rail_send_head) == 40, "rust: offsetof(EpRailArgs, rail_send_head) == 40");
-static_assert(WEFT_OFFSETOF(EpRailArgs, x) == 48, "rust: offsetof(EpRailArgs, x) == 48");
-static_assert(WEFT_OFFSETOF(EpRailArgs, x_scales) == 56, "rust: offsetof(EpRailArgs, x_scales) == 56");
-static_assert(WEFT_OFFSETOF(EpRailArgs, topk_idx) == 64, "rust: offsetof(EpRailArgs, topk_idx) == 64");
-static_assert(WEFT_OFFSETOF(EpRailArgs, topk_weights) == 72, "rust: offsetof(EpRailArgs, topk_weights) == 72");
-static_assert(WEFT_OFFSETOF(EpRailArgs, bias0) == 80, "rust: offsetof(EpRailArgs, bias0) == 80");
-static_assert(WEFT_OFFSETOF(EpRailArgs, bias1) == 88, "rust: offsetof(EpRailArgs, bias1) == 88");
-static_assert(WEFT_OFFSETOF(EpRailArgs, combined_x) == 96, "rust: offsetof(EpRailArgs, combined_x) == 96");
-static_assert(WEFT_OFFSETOF(EpRailArgs, combined_topk_weights) == 104, "rust: offsetof(EpRailArgs, combined_topk_weights) == 104");
-static_assert(WEFT_OFFSETOF(EpRailArgs, arrival) == 112, "rust: offsetof(EpRailArgs, arrival) == 112");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_x) == 400, "rust: offsetof(EpRailArgs, recv_x) == 400");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_scales) == 404, "rust: offsetof(EpRailArgs, recv_scales) == 404");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_idx) == 408, "rust: offsetof(EpRailArgs, recv_topk_idx) == 408");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_weights) == 412, "rust: offsetof(EpRailArgs, recv_topk_weights) == 412");
-static_assert(WEFT_OFFSETOF(EpRailArgs, recv_src_idx) == 416, "rust: offsetof(EpRailArgs, recv_src_idx) == 416");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_x) == 420, "rust: offsetof(EpRailArgs, send_x) == 420");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_scales) == 424, "rust: offsetof(EpRailArgs, send_scales) == 424");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_idx) == 428, "rust: offsetof(EpRailArgs, send_topk_idx) == 428");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_weights) == 432, "rust: offsetof(EpRailArgs, send_topk_weights) == 432");
-static_assert(WEFT_OFFSETOF(EpRailArgs, send_src_idx) == 436, "rust: offsetof(EpRailArgs, send_src_idx) == 436");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_x) == 440, "rust: offsetof(EpRailArgs, part_x) == 440");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_topk_weights) == 444, "rust: offsetof(EpRailArgs, part_topk_weights) == 444");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_x) == 448, "rust: offsetof(EpRailArgs, part_recv_x) == 448");
-static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_topk_weights) == 452, "rust: offsetof(EpRailArgs, part_recv_topk_weights) == 452");
-static_assert(WEFT_OFFSETOF(EpRailArgs, before) == 456, "rust: offsetof(EpRailArgs, before) == 456");
-static_assert(WEFT_OFFSETOF(EpRailArgs, sent) == 488, "rust: offsetof(EpRailArgs, sent) == 488");
-static_assert(WEFT_OFFSETOF(EpRailArgs, from) == 520, "rust: offsetof(EpRailArgs, from) == 520");
-static_assert(WEFT_OFFSETOF(EpRailArgs, received) == 552, "rust: offsetof(EpRailArgs, received) == 552");
-static_assert(WEFT_OFFSETOF(EpRailArgs, chunks) == 584, "rust: offsetof(EpRailArgs, chunks) == 584");
-static_assert(WEFT_OFFSETOF(EpRailArgs, capacity) == 616, "rust: offsetof(EpRailArgs, capacity) == 616");
-static_assert(WEFT_OFFSETOF(EpRailArgs, tokens) == 620, "rust: offsetof(EpRailArgs, tokens) == 620");
-static_assert(WEFT_OFFSETOF(EpRailArgs, hidden_bytes) == 624, "rust: offsetof(EpRailArgs, hidden_bytes) == 624");
-static_assert(WEFT_OFFSETOF(EpRailArgs, num_scales) == 628, "rust: offsetof(EpRailArgs, num_scales) == 628");
-static_assert(WEFT_OFFSETOF(EpRailArgs, scale_token_stride) == 632, "rust: offsetof(EpRailArgs, scale_token_stride) == 632");
-static_assert(WEFT_OFFSETOF(EpRailArgs, scale_hidden_stride) == 636, "rust: offsetof(EpRailArgs, scale_hidden_stride) == 636");
-static_assert(WEFT_OFFSETOF(EpRailArgs, topk) == 640, "rust: offsetof(EpRailArgs, topk) == 640");
-static_assert(WEFT_OFFSETOF(EpRailArgs, experts) == 644, "rust: offsetof(EpRailArgs, experts) == 644");
-static_assert(WEFT_OFFSETOF(EpRailArgs, hidden) == 648, "rust: offsetof(EpRailArgs, hidden) == 648");
-static_assert(WEFT_OFFSETOF(EpRailArgs, nodes) == 652, "rust: offsetof(EpRailArgs, nodes) == 652");
-static_assert(WEFT_OFFSETOF(EpRailArgs, node) == 656, "rust: offsetof(EpRailArgs, node) == 656");
-static_assert(WEFT_OFFSETOF(EpRailArgs, ranks_per_node) == 660, "rust: offsetof(EpRailArgs, ranks_per_node) == 660");
-static_assert(WEFT_OFFSETOF(EpRailArgs, local) == 664, "rust: offsetof(EpRailArgs, local) == 664");
-static_assert(WEFT_OFFSETOF(EpRailArgs, ranks) == 668, "rust: offsetof(EpRailArgs, ranks) == 668");
+static_assert(WEFT_OFFSETOF(EpRailArgs, rail_row_token) == 48, "rust: offsetof(EpRailArgs, rail_row_token) == 48");
+static_assert(WEFT_OFFSETOF(EpRailArgs, progress) == 56, "rust: offsetof(EpRailArgs, progress) == 56");
+static_assert(WEFT_OFFSETOF(EpRailArgs, x) == 64, "rust: offsetof(EpRailArgs, x) == 64");
+static_assert(WEFT_OFFSETOF(EpRailArgs, x_scales) == 72, "rust: offsetof(EpRailArgs, x_scales) == 72");
+static_assert(WEFT_OFFSETOF(EpRailArgs, topk_idx) == 80, "rust: offsetof(EpRailArgs, topk_idx) == 80");
+static_assert(WEFT_OFFSETOF(EpRailArgs, topk_weights) == 88, "rust: offsetof(EpRailArgs, topk_weights) == 88");
+static_assert(WEFT_OFFSETOF(EpRailArgs, bias0) == 96, "rust: offsetof(EpRailArgs, bias0) == 96");
+static_assert(WEFT_OFFSETOF(EpRailArgs, bias1) == 104, "rust: offsetof(EpRailArgs, bias1) == 104");
+static_assert(WEFT_OFFSETOF(EpRailArgs, combined_x) == 112, "rust: offsetof(EpRailArgs, combined_x) == 112");
+static_assert(WEFT_OFFSETOF(EpRailArgs, combined_topk_weights) == 120, "rust: offsetof(EpRailArgs, combined_topk_weights) == 120");
+static_assert(WEFT_OFFSETOF(EpRailArgs, arrival) == 128, "rust: offsetof(EpRailArgs, arrival) == 128");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_x) == 416, "rust: offsetof(EpRailArgs, recv_x) == 416");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_scales) == 420, "rust: offsetof(EpRailArgs, recv_scales) == 420");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_idx) == 424, "rust: offsetof(EpRailArgs, recv_topk_idx) == 424");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_topk_weights) == 428, "rust: offsetof(EpRailArgs, recv_topk_weights) == 428");
+static_assert(WEFT_OFFSETOF(EpRailArgs, recv_src_idx) == 432, "rust: offsetof(EpRailArgs, recv_src_idx) == 432");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_x) == 436, "rust: offsetof(EpRailArgs, send_x) == 436");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_scales) == 440, "rust: offsetof(EpRailArgs, send_scales) == 440");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_idx) == 444, "rust: offsetof(EpRailArgs, send_topk_idx) == 444");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_topk_weights) == 448, "rust: offsetof(EpRailArgs, send_topk_weights) == 448");
+static_assert(WEFT_OFFSETOF(EpRailArgs, send_src_idx) == 452, "rust: offsetof(EpRailArgs, send_src_idx) == 452");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_x) == 456, "rust: offsetof(EpRailArgs, part_x) == 456");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_topk_weights) == 460, "rust: offsetof(EpRailArgs, part_topk_weights) == 460");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_x) == 464, "rust: offsetof(EpRailArgs, part_recv_x) == 464");
+static_assert(WEFT_OFFSETOF(EpRailArgs, part_recv_topk_weights) == 468, "rust: offsetof(EpRailArgs, part_recv_topk_weights) == 468");
+static_assert(WEFT_OFFSETOF(EpRailArgs, before) == 472, "rust: offsetof(EpRailArgs, before) == 472");
+static_assert(WEFT_OFFSETOF(EpRailArgs, sent) == 504, "rust: offsetof(EpRailArgs, sent) == 504");
+static_assert(WEFT_OFFSETOF(EpRailArgs, from) == 536, "rust: offsetof(EpRailArgs, from) == 536");
+static_assert(WEFT_OFFSETOF(EpRailArgs, received) == 568, "rust: offsetof(EpRailArgs, received) == 568");
+static_assert(WEFT_OFFSETOF(EpRailArgs, chunks) == 600, "rust: offsetof(EpRailArgs, chunks) == 600");
+static_assert(WEFT_OFFSETOF(EpRailArgs, capacity) == 632, "rust: offsetof(EpRailArgs, capacity) == 632");
+static_assert(WEFT_OFFSETOF(EpRailArgs, tokens) == 636, "rust: offsetof(EpRailArgs, tokens) == 636");
+static_assert(WEFT_OFFSETOF(EpRailArgs, hidden_bytes) == 640, "rust: offsetof(EpRailArgs, hidden_bytes) == 640");
+static_assert(WEFT_OFFSETOF(EpRailArgs, num_scales) == 644, "rust: offsetof(EpRailArgs, num_scales) == 644");
+static_assert(WEFT_OFFSETOF(EpRailArgs, scale_token_stride) == 648, "rust: offsetof(EpRailArgs, scale_token_stride) == 648");
+static_assert(WEFT_OFFSETOF(EpRailArgs, scale_hidden_stride) == 652, "rust: offsetof(EpRailArgs, scale_hidden_stride) == 652");
+static_assert(WEFT_OFFSETOF(EpRailArgs, topk) == 656, "rust: offsetof(EpRailArgs, topk) == 656");
+static_assert(WEFT_OFFSETOF(EpRailArgs, experts) == 660, "rust: offsetof(EpRailArgs, experts) == 660");
+static_assert(WEFT_OFFSETOF(EpRailArgs, hidden) == 664, "rust: offsetof(EpRailArgs, hidden) == 664");
+static_assert(WEFT_OFFSETOF(EpRailArgs, nodes) == 668, "rust: offsetof(EpRailArgs, nodes) == 668");
+static_assert(WEFT_OFFSETOF(EpRailArgs, node) == 672, "rust: offsetof(EpRailArgs, node) == 672");
+static_assert(WEFT_OFFSETOF(EpRailArgs, ranks_per_node) == 676, "rust: offsetof(EpRailArgs, ranks_per_node) == 676");
+static_assert(WEFT_OFFSETOF(EpRailArgs, local) == 680, "rust: offsetof(EpRailArgs, local) == 680");
+static_assert(WEFT_OFFSETOF(EpRailArgs, ranks) == 684, "rust: offsetof(EpRailArgs, ranks) == 684");
+static_assert(WEFT_OFFSETOF(EpRailArgs, progress_epoch) == 688, "rust: offsetof(EpRailArgs, progress_epoch) == 688");
+static_assert(WEFT_OFFSETOF(EpRailArgs, progress_warps) == 692, "rust: offsetof(EpRailArgs, progress_warps) == 692");
 
 ///  The low-latency kernels' path to the ranks of other nodes (docs/ep.md, "Low latency
 struct alignas(8) EpLlNet {

@@ -31,15 +31,15 @@ static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_combine)>) == 112 
 
 // RailLayout: The rail hop's layout: `rail_send_head` and the counts the host exchanges.
 extern "C" __global__ void weft_ep_rail_layout(weft::EpRailArgs a);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 8, "weft_ep_rail_layout: a is 672 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 696 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_layout)>) == 8, "weft_ep_rail_layout: a is 696 bytes aligned to 8 in Rust");
 
 // Rail: The rail hop's packing of a dispatch's rows by destination node, and its sum of the
 extern "C" __global__ void weft_ep_rail_pack(weft::EpRailArgs a);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 8, "weft_ep_rail_pack: a is 672 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 696 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_pack)>) == 8, "weft_ep_rail_pack: a is 696 bytes aligned to 8 in Rust");
 
 // Rail: The rail hop's packing of a dispatch's rows by destination node, and its sum of the
 extern "C" __global__ void weft_ep_rail_sum(weft::EpRailArgs a);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 8, "weft_ep_rail_sum: a is 672 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 696 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_sum)>) == 8, "weft_ep_rail_sum: a is 696 bytes aligned to 8 in Rust");
 
 // RailUnpack: The NVL hop of a node of one rank: the forwarded rows copied into the received rows as
 extern "C" __global__ void weft_ep_rail_unpack(weft::EpDispatchArgs d);
@@ -47,7 +47,7 @@ static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_unpack)>) == 
 
 // RailExchange: The rail hop's puts to the rank of this rail on every other node, and the waits for
 extern "C" __global__ void weft_ep_rail_exchange(weft::EpRailArgs a, weft::DevCommHandle h, uint32_t flags);
-static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 672 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: a is 672 bytes aligned to 8 in Rust");
+static_assert(sizeof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 696 && alignof(weft::kernel_param_t<0, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: a is 696 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<1, decltype(weft_ep_rail_exchange)>) == 144 && alignof(weft::kernel_param_t<1, decltype(weft_ep_rail_exchange)>) == 8, "weft_ep_rail_exchange: h is 144 bytes aligned to 8 in Rust");
 static_assert(sizeof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4 && alignof(weft::kernel_param_t<2, decltype(weft_ep_rail_exchange)>) == 4, "weft_ep_rail_exchange: flags is 4 bytes aligned to 4 in Rust");
 
