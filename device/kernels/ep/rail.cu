@@ -139,7 +139,10 @@ __device__ __forceinline__ bool rail_packed(const EpRailArgs& a, const DevCommHa
       packed = min(packed, uint32_t(v >> 32) == a.progress_epoch ? uint32_t(v) : g);
     }
     packed = __reduce_min_sync(~0u, packed);
-    if (packed >= need) return true;
+    if (packed >= need) {
+      __syncwarp();  // the lanes' acquires order every lane's puts of the packed rows
+      return true;
+    }
     const bool expired = lane == 0 && spin.expired(h.wait);
     if (__shfl_sync(~0u, expired, 0)) {
       if (lane == 0) report_timeout(h.wait, WaitOp::EpRailPacked, need, packed);
