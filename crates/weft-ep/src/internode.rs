@@ -987,6 +987,42 @@ mod tests {
         }
     }
 
+    /// A node of one rank forwards each row to itself, in order, as `weft_ep_rail_unpack` and
+    /// the combine's copies assume: the NVL hop's received row i is forwarded row i, with the
+    /// forwarded experts and their weights (0 where no expert is named); and the node's
+    /// one-node combine of a row is the row itself, weights included.
+    #[test]
+    fn a_node_of_one_rank_passes_its_forwarded_rows_on_unchanged() {
+        use crate::model::{CombineInput, combine};
+        use half::bf16;
+        for (ranks, seed) in [(2, 21u64), (3, 22), (4, 23)] {
+            let (experts, topk, hidden) = (ranks * 4, 4, 16);
+            let routes: Vec<_> = (0..ranks)
+                .map(|r| {
+                    let spec =
+                        crate::model::RoutingSpec { tokens: 20 + 3 * r, topk, experts: 0..experts, drop_one_in: 5 };
+                    crate::model::random_routing(seed * 10 + r as u64, &spec)
+                })
+                .collect();
+            let routing: Vec<RankRouting<'_>> =
+                routes.iter().map(|(i, w)| RankRouting { topk_idx: i, topk_weights: w }).collect();
+            let shape = DispatchShape { ranks, experts, topk, channels: 3, expert_alignment: 1 };
+            for (me, r) in dispatch_internode(shape, 1, &routing).iter().enumerate() {
+                let rows = r.rail.src_node.len();
+                assert_eq!(r.nvl.recv_src_idx, (0..rows as i32).collect::<Vec<_>>(), "rank {me}");
+                assert_eq!(r.nvl.recv_topk_idx, r.rail.topk_idx, "rank {me}");
+                let named = |(&e, &w): (&i64, &f32)| if e >= 0 { w } else { 0.0 };
+                let weights: Vec<f32> = r.rail.topk_idx.iter().zip(&r.rail.topk_weights).map(named).collect();
+                assert_eq!(r.nvl.recv_topk_weights, weights, "rank {me}");
+                let x: Vec<bf16> = (0..rows * hidden).map(|i| bf16::from_f32((i % 29) as f32 - 14.0)).collect();
+                let input = CombineInput { x: &x, topk_weights: Some(&weights), bias: [None, None] };
+                let partial = combine(std::slice::from_ref(&r.nvl), &[input], hidden, topk);
+                assert_eq!(partial[0].x, x, "rank {me}");
+                assert_eq!(partial[0].topk_weights.as_deref(), Some(&weights[..]), "rank {me}");
+            }
+        }
+    }
+
     /// The rail kernels' index arithmetic, replayed on host buffers laid out by `RailRegions`
     /// with each rank's `RailPlan`: `weft_ep_rail_pack` (own node's rows into the receive rows
     /// at `before[node] + head`, the others' into send block `d · capacity + head`), the
