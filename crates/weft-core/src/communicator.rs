@@ -200,16 +200,6 @@ impl Communicator {
         if self.shares_gpu() { self.barrier() } else { Ok(()) }
     }
 
-    /// After a call whose kernels waited for other ranks (their puts, their proxies' copies),
-    /// before this rank frees, allocates or sets device memory: on a GPU shared by several
-    /// ranks of one process (`WEFT_SHARE_GPUS`), waits until every rank gets here, so no peer's
-    /// kernel still runs. A free waits for every kernel of the GPU, and while it waits it holds
-    /// back the driver calls of the proxy threads, whose copies such a kernel waits for.
-    /// Nothing when every rank has a GPU of its own. Collective.
-    pub fn settle_after_kernels(&self) -> Result<(), Error> {
-        self.settle_before_launch()
-    }
-
     /// [`Communicator::settle_before_launch`] for a launch whose kernel waits only for
     /// `peers`, each of which makes the matching call: a handshake with each of them. It does
     /// not cover the other ranks sharing the GPU: a module load or allocation there still holds

@@ -29,7 +29,7 @@ use crate::phase_timer::PhaseTimer;
 use crate::rail_arrival::{RailPhase, RailSide, Source, rail_chunks};
 use crate::raw::{
     CombineInput, CombineOutput, DispatchInput, DispatchOutput, Group, Handle, LayoutTensors, Payload, RecvCounts,
-    RoutingShape, Scales,
+    RoutingShape, Scales, dispatch_rows,
 };
 use crate::region::{MAX_RANKS, RailRegions, Staging, rdma_bytes_hint};
 use crate::typed::{HandleBuffers, LayoutBuffers};
@@ -379,8 +379,8 @@ impl Buffer {
             RailPhase::Dispatch => (RAIL_DISPATCH_SIGNAL, RAIL_DISPATCH_PUTS),
             RailPhase::Combine => (RAIL_COMBINE_SIGNAL, RAIL_COMBINE_PUTS),
         };
-        let mut sources = Vec::with_capacity(n.nodes);
-        for s in 0..n.nodes {
+        let mut sources = [Source::default(); MAX_RANKS];
+        for (s, source) in sources.iter_mut().enumerate().take(n.nodes) {
             let peer = s * n.per_node + n.local;
             let (from, rows) = match phase {
                 RailPhase::Dispatch => (plan.from[s], plan.received[s]),
@@ -391,9 +391,10 @@ impl Buffer {
                 let detail = format!("rank {peer} of node {s} is not reached through the proxy");
                 return Err(EpError::Unsupported { rank: self.rank(), detail });
             }
-            sources.push(Source { word, peer: peer as u32, from, rows });
+            *source = Source { word, peer: peer as u32, from, rows };
         }
-        Ok(self.rail_signals.claim(phase, &sources, puts, self.comm.wait_context(self.rank(), None)))
+        let wait = self.comm.wait_context(self.rank(), None);
+        Ok(self.rail_signals.claim(phase, &sources[..n.nodes], puts, wait))
     }
 
     /// This rank's buffer as this GPU maps it.
@@ -615,7 +616,7 @@ impl Buffer {
             // SAFETY: as above.
             unsafe {
                 self.kernels.rail(stream, args, config.num_sms, false).map_err(gpu)?;
-                self.exchange_on_rail(stream, args, gin, RailPhase::Dispatch)?;
+                self.exchange_on_rail(stream, args, gin)?;
             }
         }
         if let Some(t) = &mut timer {
@@ -658,28 +659,12 @@ impl Buffer {
         config: Config,
         stream: &Stream,
     ) -> Result<(), EpError> {
-        let input = hop.input(self.own_base());
-        let (out, scales, recv_scales) = (&hop.d.output, input.x.scales(), hop.d.output.recv_x_scales);
         let unpack = EpDispatchArgs {
-            x: input.x.x(),
-            x_scales: scales.map_or(0, |s| s.ptr),
-            scale_token_stride: scales.map_or(0, |s| s.token_stride),
-            scale_hidden_stride: scales.map_or(0, |s| s.hidden_stride),
-            topk_idx: input.topk_idx.unwrap_or(0),
-            topk_weights: input.topk_weights.unwrap_or(0),
-            recv_x: out.recv_x,
-            recv_x_scales: recv_scales.map_or(0, |s| s.ptr),
-            recv_scale_token_stride: recv_scales.map_or(0, |s| s.token_stride),
-            recv_scale_hidden_stride: recv_scales.map_or(0, |s| s.hidden_stride),
-            recv_topk_idx: out.recv_topk_idx.unwrap_or(0),
-            recv_topk_weights: out.recv_topk_weights.unwrap_or(0),
             recv_src_idx: hop.d.recv_src_idx,
             tokens: inter.plan.forwarded as u32,
-            hidden_bytes: input.x.hidden_bytes() as u32,
-            num_scales: hop.num_scales as u32,
             topk: hop.topk as u32,
             rail: hop.arrival,
-            ..Default::default()
+            ..dispatch_rows(&hop.input(self.own_base()), &hop.d.output)
         };
         // SAFETY: the forwarded rows lie in this rank's buffer; the outputs are the caller's
         // contract, `forwarded` rows (its `num_recv_tokens` with one rank per node).
@@ -840,7 +825,7 @@ impl Buffer {
         };
         // The sum reads each node's partials once their chunk has landed, while the exchange
         // runs beside it. SAFETY: as in `dispatch_between_nodes`.
-        unsafe { self.exchange_beside(stream, args, gin, RailPhase::Combine)? };
+        unsafe { self.exchange_beside(stream, args, gin)? };
         // SAFETY: as above.
         let launched = unsafe { self.kernels.rail(stream, args, config.num_sms, true) }.map_err(gpu);
         launched.and(self.finish_beside(stream, "EP rail combine"))?;
@@ -850,7 +835,8 @@ impl Buffer {
         Ok(())
     }
 
-    /// `weft_ep_rail_exchange` on `stream`, waiting for the peers' puts, then waits for it on
+    /// A dispatch's whole `weft_ep_rail_exchange` on `stream`, waiting for the peers' puts,
+    /// then waits for it on
     /// the host, so nothing is queued behind the kernel while it spins on the proxy's work
     /// (docs/ep.md, "The proxy's copies and the hardware queues"): CUDA serves streams through
     /// a few hardware queues, and a copy of the proxy's stream queued behind a launch that
@@ -866,15 +852,14 @@ impl Buffer {
         stream: &Stream,
         args: EpRailArgs,
         gin: weft_types::DevCommHandle,
-        phase: RailPhase,
     ) -> Result<(), EpError> {
         // SAFETY: the caller's contract.
-        unsafe { self.kernels.rail_exchange(stream, args, gin, phase, RailStep::Whole) }
+        unsafe { self.kernels.rail_exchange(stream, args, gin, RailPhase::Dispatch, RailStep::Whole) }
             .map_err(|source| EpError::Gpu { rank: self.rank(), source })?;
         self.synchronize(stream, "EP rail exchange")
     }
 
-    /// The rail exchange of a call whose reader overlaps it (docs/ep.md, "Overlapping the rail
+    /// The rail exchange of a combine, whose sum overlaps it (docs/ep.md, "Overlapping the rail
     /// hop"): `weft_ep_rail_exchange`'s puts on `stream`, which never wait for another rank, so
     /// the reader the caller enqueues next on `stream` starts once they are posted and waits for
     /// each chunk of the peers' as it lands; then the flush of this rank's puts on the side
@@ -889,10 +874,10 @@ impl Buffer {
         stream: &Stream,
         args: EpRailArgs,
         gin: weft_types::DevCommHandle,
-        phase: RailPhase,
     ) -> Result<(), EpError> {
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         let side = self.rail_side()?;
+        let phase = RailPhase::Combine;
         // SAFETY: the caller's contract.
         unsafe { self.kernels.rail_exchange(stream, args, gin, phase, RailStep::Puts) }.map_err(gpu)?;
         side.follow(stream).map_err(gpu)?;

@@ -202,6 +202,29 @@ pub struct RecvCounts {
     pub num_recv_tokens_per_expert: Vec<i32>,
 }
 
+/// The fields of a dispatch's arguments that describe its rows: the input's payload, scales
+/// and top-k arrays, and the outputs they go to (the rest zero).
+pub(crate) fn dispatch_rows(input: &DispatchInput, output: &DispatchOutput) -> EpDispatchArgs {
+    let (scales, recv_scales) = (input.x.scales(), output.recv_x_scales);
+    EpDispatchArgs {
+        x: input.x.x(),
+        x_scales: scales.map_or(0, |s| s.ptr),
+        scale_token_stride: scales.map_or(0, |s| s.token_stride),
+        scale_hidden_stride: scales.map_or(0, |s| s.hidden_stride),
+        topk_idx: input.topk_idx.unwrap_or(0),
+        topk_weights: input.topk_weights.unwrap_or(0),
+        recv_x: output.recv_x,
+        recv_x_scales: recv_scales.map_or(0, |s| s.ptr),
+        recv_scale_token_stride: recv_scales.map_or(0, |s| s.token_stride),
+        recv_scale_hidden_stride: recv_scales.map_or(0, |s| s.hidden_stride),
+        recv_topk_idx: output.recv_topk_idx.unwrap_or(0),
+        recv_topk_weights: output.recv_topk_weights.unwrap_or(0),
+        hidden_bytes: input.x.hidden_bytes() as u32,
+        num_scales: input.x.num_scales() as u32,
+        ..Default::default()
+    }
+}
+
 impl Buffer {
     pub(crate) fn invalid(&self, argument: &'static str, detail: impl Into<String>) -> EpError {
         EpError::InvalidArgument { rank: self.rank(), argument, detail: detail.into() }
@@ -438,35 +461,21 @@ impl Buffer {
             );
             return Err(self.invalid("num_nvl_bytes", detail));
         }
-        let (scales, recv_scales) = (input.x.scales(), output.recv_x_scales);
         let args = EpDispatchArgs {
-            x: input.x.x(),
-            x_scales: scales.map_or(0, |s| s.ptr),
-            topk_idx: input.topk_idx.unwrap_or(0),
-            topk_weights: input.topk_weights.unwrap_or(0),
             is_token_in_rank: handle.is_token_in_rank,
             rank_prefix_matrix: handle.rank_prefix_matrix,
             channel_prefix_matrix: handle.channel_prefix_matrix,
-            recv_x: output.recv_x,
-            recv_x_scales: recv_scales.map_or(0, |s| s.ptr),
-            recv_topk_idx: output.recv_topk_idx.unwrap_or(0),
-            recv_topk_weights: output.recv_topk_weights.unwrap_or(0),
             recv_src_idx: handle.recv_src_idx,
             recv_channel_prefix_matrix: handle.recv_channel_prefix_matrix,
             send_head: handle.send_head,
             slot_bytes: staging.slot_bytes as u64,
             region_bytes: staging.region_bytes as u64,
             tokens: shape.tokens as u32,
-            hidden_bytes: hidden_bytes as u32,
-            num_scales: num_scales as u32,
-            scale_token_stride: scales.map_or(0, |s| s.token_stride),
-            scale_hidden_stride: scales.map_or(0, |s| s.hidden_stride),
-            recv_scale_token_stride: recv_scales.map_or(0, |s| s.token_stride),
-            recv_scale_hidden_stride: recv_scales.map_or(0, |s| s.hidden_stride),
             topk: topk as u32,
             experts: shape.num_experts as u32,
             channels: config.channels(),
             rail: group.arrival,
+            ..dispatch_rows(input, output)
         };
         let gpu = |source| EpError::Gpu { rank: self.rank(), source };
         self.normal_calls.fetch_add(1, Ordering::Relaxed);

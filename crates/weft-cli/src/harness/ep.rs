@@ -340,12 +340,14 @@ impl Dispatched {
     }
 }
 
-/// Waits for `stream`, then (ranks sharing a GPU) for every rank's call to be done: a rank
-/// must not free or allocate memory while a peer's kernel still waits for that peer's proxy
-/// ([`weft_core::Communicator::settle_after_kernels`]).
+/// Waits for `stream`, then (ranks sharing a GPU: `settle_before_launch`) for every rank's call
+/// to be done. A rank sharing this process must not free or allocate memory while a peer's
+/// kernel still waits for that peer's proxy: a free waits for every kernel of the GPU and
+/// meanwhile holds back the proxy threads' driver calls (docs/ep.md, "Ranks sharing a
+/// process").
 pub(crate) fn settle(buffer: &Buffer, stream: &Stream, what: &str) -> Result<(), EpError> {
     buffer.synchronize(stream, what)?;
-    Ok(buffer.communicator().settle_after_kernels()?)
+    Ok(buffer.communicator().settle_before_launch()?)
 }
 
 /// Runs layout, notify (with its host sync) and dispatch on rank `rank`, as DeepEP's
